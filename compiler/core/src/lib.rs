@@ -1,1 +1,14 @@
+//! The `.flow` compiler core.
+//!
+//! Pure: no function here reads a file, a clock or the environment. Drivers
+//! (`flowc`, `flow-lsp`, the runtime's CLIs) load sources and hand them in, so
+//! that the command line and the editor report exactly the same diagnostics.
 
+pub mod check;
+pub mod codes;
+pub mod diagnostic;
+pub mod suggest;
+pub mod syntax;
+
+pub use check::{Checked, LoadError, SourceLoader, check, check_source};
+pub use diagnostic::{Diagnostic, FileId, Label, Severity, Span};

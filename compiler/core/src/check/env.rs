@@ -1,0 +1,607 @@
+//! The declarations in scope (types, recipes, MCP servers) across a root file
+//! and its imports, with their types resolved.
+
+use std::collections::HashMap;
+
+use crate::check::LoadedFile;
+use crate::check::types::Ty;
+use crate::codes::Code;
+use crate::diagnostic::{Diagnostic, FileId, Span};
+use crate::suggest::{candidates_list, did_you_mean};
+use crate::syntax::ast::{
+    FieldDecl, Item, McpServer, Recipe, StringLit, TemplatePart, TypeDecl, TypeExpr, TypeExprKind,
+};
+
+#[derive(Debug, Clone)]
+pub struct RecipeInfo {
+    pub file: FileId,
+    pub decl: Recipe,
+    pub input: Vec<(String, Ty)>,
+    pub output: Ty,
+}
+
+#[derive(Debug, Clone)]
+pub struct McpInfo {
+    pub file: FileId,
+    pub decl: McpServer,
+}
+
+#[derive(Debug, Default)]
+pub struct Env {
+    pub recipes: HashMap<String, RecipeInfo>,
+    pub mcp_servers: HashMap<String, McpInfo>,
+    pub types: HashMap<String, Ty>,
+    /// Where each workflow name is first declared, for duplicate detection.
+    workflows: HashMap<String, (FileId, Span)>,
+}
+
+pub(crate) const BUILTIN_TYPES: &[&str] = &["string", "int", "float", "bool", "json"];
+
+/// Collects and checks every declaration of every loaded file.
+pub(crate) fn build(files: &[LoadedFile], diagnostics: &mut Vec<Diagnostic>) -> Env {
+    let mut seen: HashMap<(&str, String), (FileId, Span)> = HashMap::new();
+    let mut aliases: HashMap<String, (FileId, &TypeDecl)> = HashMap::new();
+    let mut env = Env::default();
+    let mut duplicate = |kind: &'static str,
+                         name: &str,
+                         file: FileId,
+                         span: Span,
+                         diagnostics: &mut Vec<Diagnostic>| {
+        if let Some((first_file, first_span)) = seen.get(&(kind, name.to_string())) {
+            diagnostics.push(
+                Diagnostic::new(
+                    Code::DuplicateDeclaration,
+                    file,
+                    span,
+                    format!("{kind} `{name}` is declared twice"),
+                )
+                .label("declared again here")
+                .secondary(*first_file, *first_span, "first declared here"),
+            );
+            true
+        } else {
+            seen.insert((kind, name.to_string()), (file, span));
+            false
+        }
+    };
+    for (index, loaded) in files.iter().enumerate() {
+        let file = FileId(index as u32);
+        for item in &loaded.tree.items {
+            match item {
+                Item::Type(decl) => {
+                    if BUILTIN_TYPES.contains(&decl.name.text.as_str()) {
+                        diagnostics.push(
+                            Diagnostic::new(
+                                Code::DuplicateDeclaration,
+                                file,
+                                decl.name.span,
+                                format!("`{}` is a built-in type", decl.name.text),
+                            )
+                            .label("cannot be redeclared"),
+                        );
+                    } else if !duplicate("type", &decl.name.text, file, decl.name.span, diagnostics)
+                    {
+                        aliases.insert(decl.name.text.clone(), (file, decl));
+                    }
+                }
+                Item::Recipe(recipe) => {
+                    duplicate(
+                        "recipe",
+                        &recipe.name.text,
+                        file,
+                        recipe.name.span,
+                        diagnostics,
+                    );
+                }
+                Item::Mcp(server) => {
+                    if !duplicate(
+                        "mcp server",
+                        &server.name.text,
+                        file,
+                        server.name.span,
+                        diagnostics,
+                    ) {
+                        check_mcp(server, file, diagnostics);
+                        env.mcp_servers.insert(
+                            server.name.text.clone(),
+                            McpInfo {
+                                file,
+                                decl: server.clone(),
+                            },
+                        );
+                    }
+                }
+                Item::Workflow(workflow) if index == 0 => {
+                    if !duplicate(
+                        "workflow",
+                        &workflow.name.text,
+                        file,
+                        workflow.name.span,
+                        diagnostics,
+                    ) {
+                        env.workflows
+                            .insert(workflow.name.text.clone(), (file, workflow.name.span));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    // Aliases resolve in any order; a cycle is reported once, at each member.
+    let mut resolver = Resolver {
+        aliases: &aliases,
+        resolved: HashMap::new(),
+        visiting: Vec::new(),
+        diagnostics,
+    };
+    let mut names: Vec<&String> = aliases.keys().collect();
+    names.sort();
+    for name in names {
+        let ty = resolver.alias(name);
+        env.types.insert(name.clone(), ty);
+    }
+    let diagnostics = resolver.diagnostics;
+
+    for (index, loaded) in files.iter().enumerate() {
+        let file = FileId(index as u32);
+        for item in &loaded.tree.items {
+            let Item::Recipe(recipe) = item else { continue };
+            if env.recipes.contains_key(&recipe.name.text) {
+                continue;
+            }
+            let info = check_recipe(recipe, file, &env, diagnostics);
+            env.recipes.insert(recipe.name.text.clone(), info);
+        }
+    }
+    env
+}
+
+fn missing_member(
+    diagnostics: &mut Vec<Diagnostic>,
+    file: FileId,
+    name_span: Span,
+    what: &str,
+    member: &str,
+    example: &str,
+) {
+    diagnostics.push(
+        Diagnostic::new(
+            Code::Member,
+            file,
+            name_span,
+            format!("{what} has no `{member}`"),
+        )
+        .label(format!("`{member}` is missing"))
+        .hint(format!("add `{example}`")),
+    );
+}
+
+fn check_mcp(server: &McpServer, file: FileId, diagnostics: &mut Vec<Diagnostic>) {
+    match (&server.command, &server.url) {
+        (None, None) => missing_member(
+            diagnostics,
+            file,
+            server.name.span,
+            &format!("MCP server `{}`", server.name.text),
+            "command",
+            "command \"npx\" args [\"@playwright/mcp\"]` or `url \"http://127.0.0.1:8931/mcp\"",
+        ),
+        (Some(_), Some(url)) => diagnostics.push(
+            Diagnostic::new(
+                Code::Member,
+                file,
+                url.span,
+                "an MCP server has either a `command` or a `url`, not both",
+            )
+            .label("second transport")
+            .secondary(file, server.name.span, "in this server"),
+        ),
+        _ => {}
+    }
+    if server.url.is_some() && !server.args.is_empty() {
+        diagnostics.push(
+            Diagnostic::new(
+                Code::Member,
+                file,
+                server.args[0].span,
+                "`args` go with `command`, not with `url`",
+            )
+            .label("arguments for a URL server"),
+        );
+    }
+}
+
+fn check_recipe(
+    recipe: &Recipe,
+    file: FileId,
+    env: &Env,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> RecipeInfo {
+    let what = format!("recipe `{}`", recipe.name.text);
+    if recipe.model.is_none() {
+        missing_member(
+            diagnostics,
+            file,
+            recipe.name.span,
+            &what,
+            "model",
+            "model \"default\"",
+        );
+    }
+    if recipe.prompt.is_none() {
+        missing_member(
+            diagnostics,
+            file,
+            recipe.name.span,
+            &what,
+            "prompt",
+            "prompt \"\"\"...\"\"\"",
+        );
+    }
+    if recipe.output.is_none() {
+        missing_member(
+            diagnostics,
+            file,
+            recipe.name.span,
+            &what,
+            "output",
+            "output { answer: string }",
+        );
+    }
+    let input = match &recipe.input {
+        Some(decl) => resolve_fields(&decl.fields, file, env, diagnostics),
+        None => Vec::new(),
+    };
+    let output = match &recipe.output {
+        Some(ty) => resolve(ty, file, env, diagnostics),
+        None => Ty::Any,
+    };
+    if let Some(prompt) = &recipe.prompt {
+        check_prompt(prompt, &input, recipe, file, diagnostics);
+    }
+    RecipeInfo {
+        file,
+        decl: recipe.clone(),
+        input,
+        output,
+    }
+}
+
+/// A prompt sees only the recipe's `input`.
+fn check_prompt(
+    prompt: &StringLit,
+    input: &[(String, Ty)],
+    recipe: &Recipe,
+    file: FileId,
+    diagnostics: &mut Vec<Diagnostic>,
+) {
+    let input_ty = Ty::Record(input.to_vec());
+    for part in &prompt.template.parts {
+        let TemplatePart::Ref(path) = part else {
+            continue;
+        };
+        if path.root.text != "input" {
+            let mut diagnostic = Diagnostic::new(
+                Code::UnknownRoot,
+                file,
+                path.root.span,
+                format!("a recipe prompt cannot use `{}`", path.root.text),
+            )
+            .label("not available in a prompt")
+            .hint("a prompt sees only its recipe's inputs, as `{{input.field}}`; pass other values as inputs");
+            if path.root.text == "workflow_input"
+                || path.root.text == "step"
+                || path.root.text == "loop_item"
+            {
+                diagnostic = diagnostic.hint(
+                    "declare an input for the value and pass it in the step that calls the recipe",
+                );
+            }
+            diagnostics.push(diagnostic);
+            continue;
+        }
+        let mut segments = path.segments.iter();
+        let Some(crate::syntax::ast::Segment::Field { name, .. }) = segments.next() else {
+            diagnostics.push(
+                Diagnostic::new(
+                    Code::PromptUnknownInput,
+                    file,
+                    path.span,
+                    "`input` needs a field: `{{input.field}}`",
+                )
+                .label("no field"),
+            );
+            continue;
+        };
+        let Some(mut ty) = input_ty.field(&name.text).cloned() else {
+            let names = input.iter().map(|(n, _)| n.as_str());
+            let mut diagnostic = Diagnostic::new(
+                Code::PromptUnknownInput,
+                file,
+                name.span,
+                format!("recipe `{}` has no input `{}`", recipe.name.text, name.text),
+            )
+            .label("not a declared input");
+            if let Some(best) = did_you_mean(&name.text, names.clone()) {
+                diagnostic = diagnostic.hint(format!("did you mean `{best}`?"));
+            }
+            diagnostic = if input.is_empty() {
+                diagnostic.hint("the recipe declares no inputs; add `input { ... }`")
+            } else {
+                diagnostic.hint(format!("the inputs are {}", candidates_list(names)))
+            };
+            if let Some(decl) = &recipe.input {
+                diagnostic = diagnostic.secondary(file, decl.span, "inputs declared here");
+            }
+            diagnostics.push(diagnostic);
+            continue;
+        };
+        // Deeper fields of an input are checked like any other path.
+        for segment in segments {
+            match segment {
+                crate::syntax::ast::Segment::Field { name, .. } => {
+                    let inner = ty.required().clone();
+                    match inner {
+                        Ty::Json | Ty::Any => break,
+                        Ty::Record(_) => match inner.field(&name.text) {
+                            Some(field) => ty = field.clone(),
+                            None => {
+                                diagnostics.push(
+                                    Diagnostic::new(
+                                        Code::UnknownField,
+                                        file,
+                                        name.span,
+                                        format!("no field `{}` in `{inner}`", name.text),
+                                    )
+                                    .label("unknown field"),
+                                );
+                                break;
+                            }
+                        },
+                        other => {
+                            diagnostics.push(
+                                Diagnostic::new(
+                                    Code::UnknownField,
+                                    file,
+                                    name.span,
+                                    format!("`{other}` has no fields"),
+                                )
+                                .label("unknown field"),
+                            );
+                            break;
+                        }
+                    }
+                }
+                crate::syntax::ast::Segment::Index { span, .. } => match ty.required().clone() {
+                    Ty::List(item) => ty = *item,
+                    Ty::Json | Ty::Any => break,
+                    other => {
+                        diagnostics.push(
+                            Diagnostic::new(
+                                Code::NotAList,
+                                file,
+                                *span,
+                                format!("cannot index `{other}`"),
+                            )
+                            .label("not a list"),
+                        );
+                        break;
+                    }
+                },
+            }
+        }
+    }
+}
+
+pub(crate) fn resolve_fields(
+    fields: &[FieldDecl],
+    file: FileId,
+    env: &Env,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Vec<(String, Ty)> {
+    let mut resolved: Vec<(String, Ty)> = Vec::new();
+    for field in fields {
+        let ty = resolve(&field.ty, file, env, diagnostics);
+        if resolved.iter().any(|(name, _)| *name == field.name.text) {
+            diagnostics.push(
+                Diagnostic::new(
+                    Code::DuplicateId,
+                    file,
+                    field.name.span,
+                    format!("field `{}` is declared twice", field.name.text),
+                )
+                .label("declared again here"),
+            );
+            continue;
+        }
+        resolved.push((field.name.text.clone(), ty));
+    }
+    resolved
+}
+
+/// Resolves a type expression once every alias is known.
+pub(crate) fn resolve(
+    ty: &TypeExpr,
+    file: FileId,
+    env: &Env,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Ty {
+    resolve_with(
+        ty,
+        file,
+        diagnostics,
+        &mut |name| env.types.get(name).cloned(),
+        &|| env.types.keys().cloned().collect(),
+    )
+}
+
+fn resolve_with(
+    ty: &TypeExpr,
+    file: FileId,
+    diagnostics: &mut Vec<Diagnostic>,
+    lookup: &mut dyn FnMut(&str) -> Option<Ty>,
+    names: &dyn Fn() -> Vec<String>,
+) -> Ty {
+    match &ty.kind {
+        TypeExprKind::Named(name) => match name.text.as_str() {
+            "string" => Ty::String,
+            "int" => Ty::Int,
+            "float" => Ty::Float,
+            "bool" => Ty::Bool,
+            "json" => Ty::Json,
+            other => match lookup(other) {
+                Some(ty) => ty,
+                None => {
+                    let known = names();
+                    let candidates = BUILTIN_TYPES
+                        .iter()
+                        .copied()
+                        .chain(known.iter().map(String::as_str));
+                    let mut diagnostic = Diagnostic::new(
+                        Code::UnknownType,
+                        file,
+                        name.span,
+                        format!("unknown type `{other}`"),
+                    )
+                    .label("not a type");
+                    if let Some(best) = did_you_mean(other, candidates.clone()) {
+                        diagnostic = diagnostic.hint(format!("did you mean `{best}`?"));
+                    }
+                    diagnostic = diagnostic.hint(format!(
+                        "the types in scope are {}",
+                        candidates_list(candidates)
+                    ));
+                    diagnostics.push(diagnostic);
+                    Ty::Any
+                }
+            },
+        },
+        TypeExprKind::List(item) => Ty::List(Box::new(resolve_with(
+            item,
+            file,
+            diagnostics,
+            lookup,
+            names,
+        ))),
+        TypeExprKind::Record(fields) => {
+            let mut resolved: Vec<(String, Ty)> = Vec::new();
+            for field in fields {
+                let ty = resolve_with(&field.ty, file, diagnostics, lookup, names);
+                if resolved.iter().any(|(n, _)| *n == field.name.text) {
+                    diagnostics.push(
+                        Diagnostic::new(
+                            Code::DuplicateId,
+                            file,
+                            field.name.span,
+                            format!("field `{}` is declared twice", field.name.text),
+                        )
+                        .label("declared again here"),
+                    );
+                } else {
+                    resolved.push((field.name.text.clone(), ty));
+                }
+            }
+            Ty::Record(resolved)
+        }
+        TypeExprKind::Literal(text) => Ty::Enum(vec![text.clone()]),
+        TypeExprKind::Optional(inner) => {
+            resolve_with(inner, file, diagnostics, lookup, names).optional()
+        }
+        TypeExprKind::Union(alternatives) => {
+            let mut variants: Vec<String> = Vec::new();
+            let mut optional = false;
+            for alternative in alternatives {
+                let ty = resolve_with(alternative, file, diagnostics, lookup, names);
+                optional |= ty.is_optional();
+                match ty.required() {
+                    Ty::Enum(vs) => {
+                        for v in vs {
+                            if !variants.contains(v) {
+                                variants.push(v.clone());
+                            }
+                        }
+                    }
+                    Ty::Any => {}
+                    other => {
+                        diagnostics.push(
+                            Diagnostic::new(Code::BadUnion, file, alternative.span, format!("`{other}` cannot be part of a union"))
+                                .label("not a string literal")
+                                .hint("unions are enums of string literals: `\"low\" | \"high\"`; use `json` for values of several shapes"),
+                        );
+                        return Ty::Any;
+                    }
+                }
+            }
+            let ty = Ty::Enum(variants);
+            if optional { ty.optional() } else { ty }
+        }
+    }
+}
+
+struct Resolver<'a, 'd> {
+    aliases: &'a HashMap<String, (FileId, &'a TypeDecl)>,
+    resolved: HashMap<String, Ty>,
+    visiting: Vec<String>,
+    diagnostics: &'d mut Vec<Diagnostic>,
+}
+
+impl Resolver<'_, '_> {
+    fn alias(&mut self, name: &str) -> Ty {
+        if let Some(ty) = self.resolved.get(name) {
+            return ty.clone();
+        }
+        let Some(&(file, decl)) = self.aliases.get(name) else {
+            return Ty::Any;
+        };
+        if self.visiting.iter().any(|n| n == name) {
+            self.diagnostics.push(
+                Diagnostic::new(
+                    Code::UnknownType,
+                    file,
+                    decl.name.span,
+                    format!("type `{name}` refers to itself"),
+                )
+                .label("recursive type")
+                .hint(format!("cycle: {} -> {name}", self.visiting.join(" -> ")))
+                .hint("recursive types are not supported; use `json` for the recursive part"),
+            );
+            self.resolved.insert(name.to_string(), Ty::Any);
+            return Ty::Any;
+        }
+        self.visiting.push(name.to_string());
+        let aliases = self.aliases;
+        let mut pending: Vec<String> = Vec::new();
+        // Resolve dependencies first so that `lookup` below never recurses into self.
+        collect_names(&decl.ty, &mut pending);
+        for dependency in pending {
+            if aliases.contains_key(&dependency) {
+                self.alias(&dependency);
+            }
+        }
+        self.visiting.pop();
+        let resolved = self.resolved.clone();
+        let mut names_in_scope: Vec<String> = aliases.keys().cloned().collect();
+        names_in_scope.sort();
+        let ty = resolve_with(
+            &decl.ty,
+            file,
+            self.diagnostics,
+            &mut |n| resolved.get(n).cloned(),
+            &|| names_in_scope.clone(),
+        );
+        self.resolved.entry(name.to_string()).or_insert(ty).clone()
+    }
+}
+
+fn collect_names(ty: &TypeExpr, names: &mut Vec<String>) {
+    match &ty.kind {
+        TypeExprKind::Named(name) => names.push(name.text.clone()),
+        TypeExprKind::List(inner) | TypeExprKind::Optional(inner) => collect_names(inner, names),
+        TypeExprKind::Record(fields) => fields.iter().for_each(|f| collect_names(&f.ty, names)),
+        TypeExprKind::Union(alternatives) => {
+            alternatives.iter().for_each(|a| collect_names(a, names))
+        }
+        TypeExprKind::Literal(_) => {}
+    }
+}

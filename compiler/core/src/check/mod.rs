@@ -1,0 +1,312 @@
+//! The checker: loads a file and its imports through a caller-supplied loader,
+//! resolves declarations, and checks every workflow.
+//!
+//! The entry point is [`check`]. It never fails on a user's mistake: every
+//! problem becomes a [`Diagnostic`], and checking goes on past it.
+
+mod env;
+mod types;
+mod workflow;
+
+use std::collections::HashMap;
+
+pub use env::{Env, McpInfo, RecipeInfo};
+pub use types::Ty;
+pub use workflow::{Container, StepInfo, StepKind, WorkflowInfo};
+
+use crate::codes::Code;
+use crate::diagnostic::{Diagnostic, FileId, Span};
+use crate::syntax::ast::{Item, SourceFile};
+use crate::syntax::parse;
+
+/// Reads source files for the checker. `flowc` reads the disk; `flow-lsp`
+/// serves open buffers first. The checker itself does no IO.
+pub trait SourceLoader {
+    /// The bytes of the file at `path`, or a message saying why it cannot be read.
+    fn load(&self, path: &str) -> Result<Vec<u8>, String>;
+}
+
+/// One loaded and parsed file.
+#[derive(Debug, Clone)]
+pub struct LoadedFile {
+    pub path: String,
+    /// The text as checked; invalid UTF-8 is replaced (and reported).
+    pub text: String,
+    pub tree: SourceFile,
+}
+
+/// The result of checking a root file.
+#[derive(Debug)]
+pub struct Checked {
+    /// The root file first, then its imports in the order they were reached.
+    pub files: Vec<LoadedFile>,
+    pub diagnostics: Vec<Diagnostic>,
+    /// The analysis, present even with errors so that editors can use it.
+    pub analysis: Analysis,
+}
+
+impl Checked {
+    pub fn has_errors(&self) -> bool {
+        self.diagnostics.iter().any(Diagnostic::is_error)
+    }
+
+    /// The checked program when there is no error: what `flowc build` lowers.
+    pub fn program(&self) -> Option<Program<'_>> {
+        (!self.has_errors()).then_some(Program { checked: self })
+    }
+
+    pub fn file(&self, id: FileId) -> &LoadedFile {
+        &self.files[id.0 as usize]
+    }
+}
+
+/// What the checker learnt: the declarations in scope and each workflow's steps.
+#[derive(Debug, Default)]
+pub struct Analysis {
+    pub env: Env,
+    /// The root file's workflows.
+    pub workflows: Vec<WorkflowInfo>,
+}
+
+/// A program without errors, ready to lower.
+#[derive(Debug, Clone, Copy)]
+pub struct Program<'c> {
+    pub checked: &'c Checked,
+}
+
+/// Why the root file could not be checked at all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadError {
+    pub path: String,
+    pub message: String,
+}
+
+/// Checks the file at `root` and everything it imports.
+pub fn check(root: &str, loader: &dyn SourceLoader) -> Result<Checked, LoadError> {
+    let bytes = loader.load(root).map_err(|message| LoadError {
+        path: root.to_string(),
+        message,
+    })?;
+    let mut files = Vec::new();
+    let mut diagnostics = Vec::new();
+    let mut by_path = HashMap::new();
+    let root_id = add_file(root, &bytes, &mut files, &mut diagnostics);
+    by_path.insert(normalize(root), root_id);
+    load_imports(
+        root_id,
+        loader,
+        &mut files,
+        &mut by_path,
+        &mut diagnostics,
+        &mut vec![root_id],
+    );
+
+    let env = env::build(&files, &mut diagnostics);
+    let mut workflows = Vec::new();
+    for item in &files[0].tree.items {
+        if let Item::Workflow(decl) = item {
+            workflows.push(workflow::check_workflow(
+                decl,
+                root_id,
+                &env,
+                &mut diagnostics,
+            ));
+        }
+    }
+    sort_diagnostics(&mut diagnostics);
+    Ok(Checked {
+        files,
+        diagnostics,
+        analysis: Analysis { env, workflows },
+    })
+}
+
+/// Checks one in-memory source that imports nothing from disk; imports are
+/// reported as unresolved. For tests, benchmarks and quick tools.
+pub fn check_source(path: &str, text: &str) -> Checked {
+    struct OneFile<'a>(&'a str, &'a str);
+    impl SourceLoader for OneFile<'_> {
+        fn load(&self, path: &str) -> Result<Vec<u8>, String> {
+            if path == self.0 {
+                Ok(self.1.as_bytes().to_vec())
+            } else {
+                Err("not found".to_string())
+            }
+        }
+    }
+    check(path, &OneFile(path, text)).expect("the root is always found")
+}
+
+fn sort_diagnostics(diagnostics: &mut Vec<Diagnostic>) {
+    diagnostics.sort_by_key(|d| (d.primary.file, d.primary.span.start, d.code));
+    diagnostics.dedup();
+}
+
+fn add_file(
+    path: &str,
+    bytes: &[u8],
+    files: &mut Vec<LoadedFile>,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> FileId {
+    let id = FileId(files.len() as u32);
+    let text = match std::str::from_utf8(bytes) {
+        Ok(text) => text.to_string(),
+        Err(error) => {
+            let at = error.valid_up_to();
+            diagnostics.push(
+                Diagnostic::new(
+                    Code::NotUtf8,
+                    id,
+                    Span::new(at, at + 1),
+                    format!("`{path}` is not valid UTF-8: invalid byte at offset {at}"),
+                )
+                .label("invalid UTF-8 here")
+                .hint("save the file as UTF-8"),
+            );
+            String::from_utf8_lossy(bytes).into_owned()
+        }
+    };
+    let text = if text.len() > u32::MAX as usize / 2 {
+        diagnostics.push(Diagnostic::new(
+            Code::Syntax,
+            id,
+            Span::default(),
+            "the file is larger than 2 GiB",
+        ));
+        String::new()
+    } else {
+        text
+    };
+    let (tree, problems) = parse(&text, id);
+    diagnostics.extend(problems);
+    files.push(LoadedFile {
+        path: path.to_string(),
+        text,
+        tree,
+    });
+    id
+}
+
+/// Loads the imports of `file` depth first. `chain` is the import chain from the
+/// root to `file`, used to detect cycles and to explain failures.
+fn load_imports(
+    file: FileId,
+    loader: &dyn SourceLoader,
+    files: &mut Vec<LoadedFile>,
+    by_path: &mut HashMap<String, FileId>,
+    diagnostics: &mut Vec<Diagnostic>,
+    chain: &mut Vec<FileId>,
+) {
+    let imports: Vec<(String, Span)> = files[file.0 as usize]
+        .tree
+        .items
+        .iter()
+        .filter_map(|item| match item {
+            Item::Import(import) => Some((import.path.display_text(), import.path.span)),
+            _ => None,
+        })
+        .collect();
+    let importer = files[file.0 as usize].path.clone();
+    for (relative, span) in imports {
+        let path = resolve_import(&importer, &relative);
+        let key = normalize(&path);
+        if let Some(&existing) = by_path.get(&key) {
+            if let Some(position) = chain.iter().position(|id| *id == existing) {
+                let cycle: Vec<String> = chain[position..]
+                    .iter()
+                    .map(|id| files[id.0 as usize].path.clone())
+                    .chain(std::iter::once(path.clone()))
+                    .collect();
+                diagnostics.push(
+                    Diagnostic::new(
+                        Code::ImportCycle,
+                        file,
+                        span,
+                        format!("import cycle: {}", cycle.join(" -> ")),
+                    )
+                    .label("this import closes the cycle")
+                    .hint("move what both files need into a third file that both import"),
+                );
+            }
+            continue;
+        }
+        match loader.load(&path) {
+            Ok(bytes) => {
+                let id = add_file(&path, &bytes, files, diagnostics);
+                by_path.insert(key, id);
+                chain.push(id);
+                load_imports(id, loader, files, by_path, diagnostics, chain);
+                chain.pop();
+            }
+            Err(message) => {
+                let via: Vec<String> = chain
+                    .iter()
+                    .map(|id| files[id.0 as usize].path.clone())
+                    .collect();
+                diagnostics.push(
+                    Diagnostic::new(
+                        Code::UnresolvedImport,
+                        file,
+                        span,
+                        format!("cannot import `{path}`: {message}"),
+                    )
+                    .label("imported here")
+                    .hint(format!("import chain: {} -> {path}", via.join(" -> ")))
+                    .hint("import paths are relative to the importing file"),
+                );
+            }
+        }
+    }
+}
+
+/// The path of an import written in the file at `importer`.
+pub fn resolve_import(importer: &str, relative: &str) -> String {
+    if relative.starts_with('/') {
+        return relative.to_string();
+    }
+    match importer.rfind('/') {
+        Some(slash) => format!("{}/{}", &importer[..slash], relative),
+        None => relative.to_string(),
+    }
+}
+
+/// A lexical normal form of a path (`a/./b/../c` is `a/c`), so that one file
+/// reached by two spellings is loaded once.
+fn normalize(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for (index, part) in path.split('/').enumerate() {
+        match part {
+            // A leading empty part is the root of an absolute path.
+            "" if index == 0 => parts.push(""),
+            "" | "." => {}
+            ".." if parts.last().is_some_and(|p| *p != ".." && !p.is_empty()) => {
+                parts.pop();
+            }
+            other => parts.push(other),
+        }
+    }
+    parts.join("/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn imports_resolve_relative_to_the_importer() {
+        assert_eq!(
+            resolve_import("examples/a.flow", "recipes/b.flow"),
+            "examples/recipes/b.flow"
+        );
+        assert_eq!(resolve_import("a.flow", "b.flow"), "b.flow");
+        assert_eq!(resolve_import("x/a.flow", "/abs/b.flow"), "/abs/b.flow");
+    }
+
+    #[test]
+    fn normal_forms() {
+        assert_eq!(normalize("a/./b/../c.flow"), "a/c.flow");
+        assert_eq!(normalize("./a.flow"), "a.flow");
+        assert_eq!(normalize("../x/../y.flow"), "../y.flow");
+        assert_eq!(normalize("/abs/./b.flow"), "/abs/b.flow");
+    }
+}

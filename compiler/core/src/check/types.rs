@@ -1,0 +1,193 @@
+//! The checker's types: what a value can be, assignability, and display.
+
+use std::fmt;
+
+use serde_json::{Value, json};
+
+/// A resolved type. Aliases are gone; records keep their field order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ty {
+    /// The type of an expression that already has an error: it fits anywhere,
+    /// so one mistake gives one diagnostic.
+    Any,
+    /// Unchecked JSON: any field or index of it is `json` again.
+    Json,
+    String,
+    Int,
+    Float,
+    Bool,
+    Duration,
+    Null,
+    /// A union of string literals, in declaration order.
+    Enum(Vec<String>),
+    List(Box<Ty>),
+    Record(Vec<(String, Ty)>),
+    Optional(Box<Ty>),
+}
+
+impl Ty {
+    pub fn optional(self) -> Ty {
+        match self {
+            Ty::Optional(_) | Ty::Any | Ty::Null => self,
+            other => Ty::Optional(Box::new(other)),
+        }
+    }
+
+    pub fn is_optional(&self) -> bool {
+        matches!(self, Ty::Optional(_) | Ty::Null)
+    }
+
+    /// The type without its optional marker.
+    pub fn required(&self) -> &Ty {
+        match self {
+            Ty::Optional(inner) => inner,
+            other => other,
+        }
+    }
+
+    pub fn is_unchecked(&self) -> bool {
+        matches!(self, Ty::Any | Ty::Json)
+    }
+
+    pub fn field(&self, name: &str) -> Option<&Ty> {
+        match self {
+            Ty::Record(fields) => fields.iter().find(|(n, _)| n == name).map(|(_, t)| t),
+            _ => None,
+        }
+    }
+
+    /// Whether a value of type `self` may be used where `target` is expected.
+    pub fn assignable_to(&self, target: &Ty) -> bool {
+        match (self, target) {
+            (Ty::Any | Ty::Json, _) | (_, Ty::Any | Ty::Json) => true,
+            (a, b) if a == b => true,
+            (Ty::Int, Ty::Float) => true,
+            (Ty::Enum(_), Ty::String) => true,
+            (Ty::Enum(from), Ty::Enum(to)) => from.iter().all(|v| to.contains(v)),
+            (Ty::Null, Ty::Optional(_)) => true,
+            (Ty::Optional(from), Ty::Optional(to)) => from.assignable_to(to),
+            (from, Ty::Optional(to)) => from.assignable_to(to),
+            (Ty::List(from), Ty::List(to)) => from.assignable_to(to),
+            (Ty::Record(from), Ty::Record(to)) => {
+                from.iter()
+                    .all(|(name, _)| to.iter().any(|(n, _)| n == name))
+                    && to
+                        .iter()
+                        .all(|(name, ty)| match from.iter().find(|(n, _)| n == name) {
+                            Some((_, from_ty)) => from_ty.assignable_to(ty),
+                            None => ty.is_optional(),
+                        })
+            }
+            _ => false,
+        }
+    }
+
+    pub fn is_numeric(&self) -> bool {
+        matches!(self, Ty::Int | Ty::Float | Ty::Any | Ty::Json)
+    }
+
+    /// The JSON Schema (draft 2020-12) that a value of this type satisfies.
+    pub fn json_schema(&self) -> Value {
+        match self {
+            Ty::Any | Ty::Json => json!({}),
+            Ty::String => json!({ "type": "string" }),
+            Ty::Int => json!({ "type": "integer" }),
+            Ty::Float => json!({ "type": "number" }),
+            Ty::Bool => json!({ "type": "boolean" }),
+            Ty::Duration => json!({ "type": "string", "pattern": "^[0-9]+(ms|s|m|h|d)$" }),
+            Ty::Null => json!({ "type": "null" }),
+            Ty::Enum(variants) => json!({ "type": "string", "enum": variants }),
+            Ty::List(item) => json!({ "type": "array", "items": item.json_schema() }),
+            Ty::Record(fields) => {
+                let properties: serde_json::Map<String, Value> = fields
+                    .iter()
+                    .map(|(name, ty)| (name.clone(), ty.json_schema()))
+                    .collect();
+                let required: Vec<&str> = fields
+                    .iter()
+                    .filter(|(_, ty)| !ty.is_optional())
+                    .map(|(name, _)| name.as_str())
+                    .collect();
+                json!({
+                    "type": "object",
+                    "properties": properties,
+                    "required": required,
+                    "additionalProperties": false,
+                })
+            }
+            Ty::Optional(inner) => json!({ "anyOf": [inner.json_schema(), { "type": "null" }] }),
+        }
+    }
+}
+
+impl fmt::Display for Ty {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Ty::Any => write!(f, "any"),
+            Ty::Json => write!(f, "json"),
+            Ty::String => write!(f, "string"),
+            Ty::Int => write!(f, "int"),
+            Ty::Float => write!(f, "float"),
+            Ty::Bool => write!(f, "bool"),
+            Ty::Duration => write!(f, "duration"),
+            Ty::Null => write!(f, "null"),
+            Ty::Enum(variants) => {
+                let shown: Vec<String> = variants.iter().map(|v| format!("{v:?}")).collect();
+                write!(f, "{}", shown.join(" | "))
+            }
+            Ty::List(item) => write!(f, "list<{item}>"),
+            Ty::Record(fields) => {
+                write!(f, "{{ ")?;
+                for (index, (name, ty)) in fields.iter().enumerate() {
+                    if index > 0 {
+                        write!(f, ", ")?;
+                    }
+                    write!(f, "{name}: {ty}")?;
+                }
+                write!(f, " }}")
+            }
+            Ty::Optional(inner) if matches!(**inner, Ty::Enum(_)) => write!(f, "({inner})?"),
+            Ty::Optional(inner) => write!(f, "{inner}?"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(fields: &[(&str, Ty)]) -> Ty {
+        Ty::Record(
+            fields
+                .iter()
+                .map(|(n, t)| (n.to_string(), t.clone()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn assignability_rules() {
+        let en = Ty::Enum(vec!["a".into(), "b".into()]);
+        assert!(Ty::Int.assignable_to(&Ty::Float));
+        assert!(!Ty::Float.assignable_to(&Ty::Int));
+        assert!(en.assignable_to(&Ty::String));
+        assert!(!Ty::String.assignable_to(&en));
+        assert!(Ty::Null.assignable_to(&Ty::Int.optional()));
+        assert!(Ty::Int.assignable_to(&Ty::Int.optional()));
+        assert!(!Ty::Int.optional().assignable_to(&Ty::Int));
+        let full = record(&[("a", Ty::Int), ("b", Ty::String.optional())]);
+        assert!(record(&[("a", Ty::Int)]).assignable_to(&full));
+        assert!(!record(&[("b", Ty::String)]).assignable_to(&full));
+        assert!(!record(&[("a", Ty::Int), ("c", Ty::Int)]).assignable_to(&full));
+        assert!(Ty::Json.assignable_to(&full) && full.assignable_to(&Ty::Json));
+    }
+
+    #[test]
+    fn display_reads_like_source() {
+        let ty = record(&[
+            ("tags", Ty::List(Box::new(Ty::String))),
+            ("kind", Ty::Enum(vec!["x".into()]).optional()),
+        ]);
+        assert_eq!(ty.to_string(), r#"{ tags: list<string>, kind: ("x")? }"#);
+    }
+}

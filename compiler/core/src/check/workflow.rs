@@ -1,0 +1,1544 @@
+//! Checking one workflow: step table, definite-run analysis, references and types.
+//!
+//! Definite-run analysis is structural rather than a data-flow fixpoint, because
+//! step ids are unique in a workflow and the control flow is a tree: a step `s`
+//! has certainly run at a use `u` when `s` ends before `u` in the source, `s`
+//! cannot fail silently (`on_error continue` or `fallback`), and every container
+//! of `s` that does not also contain `u` is a parallel branch whose `parallel`
+//! has joined before `u`. This costs O(nesting depth) per reference and no
+//! per-branch copies of a "ran" set, which keeps 100k-step workflows linear.
+
+use std::collections::HashMap;
+
+use crate::check::env::{Env, resolve_fields};
+use crate::check::types::Ty;
+use crate::codes::Code;
+use crate::diagnostic::{Diagnostic, FileId, Span};
+use crate::suggest::{candidates_list, did_you_mean};
+use crate::syntax::ast::*;
+
+/// What kind of step an id names.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepKind {
+    Recipe(String),
+    Approval,
+    KbWrite,
+    Handoff,
+    Browser { server: String, tool: String },
+    Loop,
+    Parallel,
+}
+
+/// A construct that encloses a step, outermost first in `StepInfo::containers`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Container {
+    /// A branch of the `if` statement spanning `span`.
+    IfBranch {
+        span: Span,
+    },
+    LoopBody {
+        id: String,
+        span: Span,
+    },
+    /// A branch of the parallel statement spanning `span`.
+    ParallelBranch {
+        parallel: String,
+        branch: String,
+        span: Span,
+    },
+    /// The fallback block of step `step`.
+    Fallback {
+        step: String,
+        span: Span,
+    },
+    /// The workflow's `on_error` handler.
+    WorkflowHandler {
+        span: Span,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct StepInfo {
+    pub id: String,
+    /// Where the id is written.
+    pub id_span: Span,
+    /// The whole statement, options included.
+    pub span: Span,
+    pub kind: StepKind,
+    /// `None` for steps without output (handoff).
+    pub output: Option<Ty>,
+    pub containers: Vec<Container>,
+    /// `on_error continue` or `fallback`: the step may end without output.
+    pub may_fail: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct WorkflowInfo {
+    pub name: String,
+    pub file: FileId,
+    pub input: Vec<(String, Ty)>,
+    /// Every id of the workflow; its index is the step's slot in the plan.
+    pub steps: Vec<StepInfo>,
+    pub timeout_ms: u64,
+}
+
+impl WorkflowInfo {
+    pub fn step(&self, id: &str) -> Option<(usize, &StepInfo)> {
+        self.steps.iter().enumerate().find(|(_, s)| s.id == id)
+    }
+}
+
+pub(crate) const DEFAULT_WORKFLOW_TIMEOUT_MS: u64 = 5 * 60 * 1000;
+pub(crate) const DEFAULT_STEP_TIMEOUT_MS: u64 = 60 * 1000;
+pub(crate) const DEFAULT_ATTEMPTS: i64 = 3;
+const ROOTS: &[&str] = &[
+    "workflow_input",
+    "step",
+    "loop_item",
+    "loop_index",
+    "loop",
+    "error",
+];
+
+pub(crate) fn approval_output() -> Ty {
+    Ty::Record(vec![
+        ("approved".into(), Ty::Bool),
+        ("approver".into(), Ty::String),
+        ("comment".into(), Ty::String.optional()),
+        ("decided_at".into(), Ty::String),
+    ])
+}
+
+pub(crate) fn kb_write_output() -> Ty {
+    Ty::Record(vec![("id".into(), Ty::String), ("version".into(), Ty::Int)])
+}
+
+pub(crate) fn error_ty() -> Ty {
+    Ty::Record(vec![
+        ("message".into(), Ty::String),
+        ("kind".into(), Ty::String),
+        ("step".into(), Ty::String),
+    ])
+}
+
+fn approval_params() -> Vec<(String, Ty)> {
+    vec![
+        ("approvers".into(), Ty::List(Box::new(Ty::String))),
+        ("message".into(), Ty::String),
+        ("expires".into(), Ty::Duration.optional()),
+        (
+            "on_reject".into(),
+            Ty::Enum(vec!["fail".into(), "continue".into()]).optional(),
+        ),
+        (
+            "on_expire".into(),
+            Ty::Enum(vec!["reject".into(), "fail".into()]).optional(),
+        ),
+    ]
+}
+
+fn kb_write_params() -> Vec<(String, Ty)> {
+    vec![
+        ("title".into(), Ty::String),
+        ("content".into(), Ty::String),
+        ("metadata".into(), Ty::Json.optional()),
+    ]
+}
+
+fn handoff_params() -> Vec<(String, Ty)> {
+    vec![
+        ("message".into(), Ty::String),
+        ("subject".into(), Ty::String.optional()),
+    ]
+}
+
+pub(crate) fn check_workflow(
+    decl: &Workflow,
+    file: FileId,
+    env: &Env,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> WorkflowInfo {
+    let input = match &decl.input {
+        Some(input) => resolve_fields(&input.fields, file, env, diagnostics),
+        None => Vec::new(),
+    };
+    let mut checker = Checker {
+        env,
+        file,
+        diagnostics,
+        steps: Vec::new(),
+        by_id: HashMap::new(),
+        containers: Vec::new(),
+        loops: Vec::new(),
+        error_in_scope: false,
+        workflow_timeout_ms: DEFAULT_WORKFLOW_TIMEOUT_MS,
+        input: Ty::Record(input.clone()),
+    };
+    if let Some(timeout) = &decl.timeout
+        && let Some(ms) = checker.duration(timeout, "a workflow timeout")
+    {
+        checker.workflow_timeout_ms = ms;
+    }
+    if let Some(mode) = &decl.durability
+        && mode.text != "full"
+        && mode.text != "approval"
+    {
+        let mut diagnostic = Diagnostic::new(Code::BadOption, file, mode.span, format!("unknown durability mode `{}`", mode.text))
+            .label("not a durability mode")
+            .hint("`durability full` journals every step before dependants run (the default); `durability approval` persists only at pauses and at the end");
+        if let Some(best) = did_you_mean(&mode.text, ["full", "approval"]) {
+            diagnostic = diagnostic.hint(format!("did you mean `{best}`?"));
+        }
+        checker.diagnostics.push(diagnostic);
+    }
+
+    // Pass 1: every id with its containers and output type.
+    checker.collect(&decl.body);
+    if let Some(ErrorPolicy::Fallback(block)) = &decl.on_error {
+        checker
+            .containers
+            .push(Container::WorkflowHandler { span: block.span });
+        checker.collect(&block.stmts);
+        checker.containers.pop();
+    }
+
+    // Pass 2: references, types and options, in execution order.
+    checker.block(&decl.body);
+    if let Some(ErrorPolicy::Fallback(block)) = &decl.on_error {
+        checker
+            .containers
+            .push(Container::WorkflowHandler { span: block.span });
+        checker.error_in_scope = true;
+        checker.block(&block.stmts);
+        checker.error_in_scope = false;
+        checker.containers.pop();
+    }
+    if let Some(output) = &decl.output {
+        let mut seen: Vec<&str> = Vec::new();
+        for field in &output.fields {
+            if seen.contains(&field.name.text.as_str()) {
+                checker.diagnostics.push(
+                    Diagnostic::new(
+                        Code::DuplicateId,
+                        file,
+                        field.name.span,
+                        format!("output field `{}` is given twice", field.name.text),
+                    )
+                    .label("given again here"),
+                );
+            }
+            seen.push(&field.name.text);
+            checker.expr(&field.value, false);
+        }
+    }
+    WorkflowInfo {
+        name: decl.name.text.clone(),
+        file,
+        input,
+        timeout_ms: checker.workflow_timeout_ms,
+        steps: checker.steps,
+    }
+}
+
+struct Checker<'e, 'd> {
+    env: &'e Env,
+    file: FileId,
+    diagnostics: &'d mut Vec<Diagnostic>,
+    steps: Vec<StepInfo>,
+    by_id: HashMap<String, usize>,
+    /// The containers of the statement being checked (pass 1 and 2 alike).
+    containers: Vec<Container>,
+    /// Enclosing loops, outermost first: id and item type.
+    loops: Vec<(String, Ty)>,
+    error_in_scope: bool,
+    workflow_timeout_ms: u64,
+    input: Ty,
+}
+
+/// Why a step has not certainly run at a use.
+enum NotRun {
+    Later,
+    /// The use is inside the loop or parallel block that the id names.
+    Unfinished,
+    Container(Container),
+    MayFail,
+    InHandler,
+}
+
+impl Checker<'_, '_> {
+    fn push(&mut self, diagnostic: Diagnostic) {
+        self.diagnostics.push(diagnostic);
+    }
+
+    // ------------------------------------------------------------ pass 1
+
+    fn register(&mut self, info: StepInfo) {
+        if let Some(&first) = self.by_id.get(&info.id) {
+            let first = &self.steps[first];
+            let diagnostic = Diagnostic::new(Code::DuplicateId, self.file, info.id_span, format!("the id `{}` is used twice", info.id))
+                .label("used again here")
+                .secondary(self.file, first.id_span, "first used here")
+                .hint("step, loop and parallel ids are unique in a workflow: they name journal entries and references");
+            self.push(diagnostic);
+            return;
+        }
+        self.by_id.insert(info.id.clone(), self.steps.len());
+        self.steps.push(info);
+    }
+
+    fn collect(&mut self, stmts: &[Stmt]) {
+        for stmt in stmts {
+            match stmt {
+                Stmt::Step(step) => {
+                    let (kind, output) = match &step.call {
+                        StepCall::Recipe { recipe, .. } => (
+                            StepKind::Recipe(recipe.text.clone()),
+                            Some(
+                                self.env
+                                    .recipes
+                                    .get(&recipe.text)
+                                    .map_or(Ty::Any, |r| r.output.clone()),
+                            ),
+                        ),
+                        StepCall::Approval { .. } => (StepKind::Approval, Some(approval_output())),
+                        StepCall::KbWrite { .. } => (StepKind::KbWrite, Some(kb_write_output())),
+                        StepCall::Handoff { .. } => (StepKind::Handoff, None),
+                        StepCall::Browser { server, tool, .. } => (
+                            StepKind::Browser {
+                                server: server.text.clone(),
+                                tool: tool.text.clone(),
+                            },
+                            Some(Ty::Json),
+                        ),
+                    };
+                    let may_fail = matches!(
+                        step.options.on_error,
+                        Some(ErrorPolicy::Continue(_) | ErrorPolicy::Fallback(_))
+                    );
+                    self.register(StepInfo {
+                        id: step.id.text.clone(),
+                        id_span: step.id.span,
+                        span: step.span,
+                        kind,
+                        output,
+                        containers: self.containers.clone(),
+                        may_fail,
+                    });
+                    if let Some(ErrorPolicy::Fallback(block)) = &step.options.on_error {
+                        self.containers.push(Container::Fallback {
+                            step: step.id.text.clone(),
+                            span: block.span,
+                        });
+                        self.collect(&block.stmts);
+                        self.containers.pop();
+                    }
+                }
+                Stmt::If(stmt) => {
+                    for block in stmt.branches.iter().map(|(_, b)| b).chain(&stmt.else_block) {
+                        self.containers
+                            .push(Container::IfBranch { span: stmt.span });
+                        self.collect(&block.stmts);
+                        self.containers.pop();
+                    }
+                }
+                Stmt::For(stmt) => {
+                    let first = self.steps.len();
+                    self.containers.push(Container::LoopBody {
+                        id: stmt.id.text.clone(),
+                        span: stmt.span,
+                    });
+                    self.collect(&stmt.body.stmts);
+                    self.containers.pop();
+                    let iteration = self.outputs_since(first, self.containers.len() + 1);
+                    self.register(StepInfo {
+                        id: stmt.id.text.clone(),
+                        id_span: stmt.id.span,
+                        span: stmt.span,
+                        kind: StepKind::Loop,
+                        output: Some(Ty::List(Box::new(iteration))),
+                        containers: self.containers.clone(),
+                        may_fail: false,
+                    });
+                }
+                Stmt::Parallel(stmt) => {
+                    let mut branches = Vec::new();
+                    let mut names: Vec<&Name> = Vec::new();
+                    for branch in &stmt.branches {
+                        if let Some(first) = names.iter().find(|n| n.text == branch.name.text) {
+                            let diagnostic = Diagnostic::new(
+                                Code::DuplicateId,
+                                self.file,
+                                branch.name.span,
+                                format!(
+                                    "branch `{}` appears twice in `{}`",
+                                    branch.name.text, stmt.id.text
+                                ),
+                            )
+                            .label("used again here")
+                            .secondary(
+                                self.file,
+                                first.span,
+                                "first used here",
+                            );
+                            self.push(diagnostic);
+                        }
+                        names.push(&branch.name);
+                        let first = self.steps.len();
+                        self.containers.push(Container::ParallelBranch {
+                            parallel: stmt.id.text.clone(),
+                            branch: branch.name.text.clone(),
+                            span: stmt.span,
+                        });
+                        self.collect(&branch.body.stmts);
+                        self.containers.pop();
+                        branches.push((
+                            branch.name.text.clone(),
+                            self.outputs_since(first, self.containers.len() + 1),
+                        ));
+                    }
+                    self.register(StepInfo {
+                        id: stmt.id.text.clone(),
+                        id_span: stmt.id.span,
+                        span: stmt.span,
+                        kind: StepKind::Parallel,
+                        output: Some(Ty::Record(branches)),
+                        containers: self.containers.clone(),
+                        may_fail: false,
+                    });
+                }
+            }
+        }
+    }
+
+    /// The record of the outputs of the steps registered since `first` that sit
+    /// directly in a block at container depth `depth`: one loop iteration or
+    /// one parallel branch. Steps that may not run there are optional fields;
+    /// steps of nested loops are reached through the nested loop's own list.
+    fn outputs_since(&self, first: usize, depth: usize) -> Ty {
+        let fields = self.steps[first..]
+            .iter()
+            .filter_map(|step| {
+                let output = step.output.clone()?;
+                let inner = &step.containers[depth.min(step.containers.len())..];
+                if inner
+                    .iter()
+                    .any(|c| matches!(c, Container::LoopBody { .. }))
+                {
+                    return None;
+                }
+                let certain = !step.may_fail
+                    && inner
+                        .iter()
+                        .all(|c| matches!(c, Container::ParallelBranch { .. }));
+                Some((
+                    step.id.clone(),
+                    if certain { output } else { output.optional() },
+                ))
+            })
+            .collect();
+        Ty::Record(fields)
+    }
+
+    // ------------------------------------------------------------ pass 2: statements
+
+    fn block(&mut self, stmts: &[Stmt]) {
+        for stmt in stmts {
+            self.stmt(stmt);
+        }
+    }
+
+    fn stmt(&mut self, stmt: &Stmt) {
+        match stmt {
+            Stmt::Step(step) => self.step(step),
+            Stmt::If(stmt) => {
+                for (condition, _) in &stmt.branches {
+                    let ty = self.expr(condition, false);
+                    self.expect_bool(condition, &ty);
+                }
+                for block in stmt.branches.iter().map(|(_, b)| b).chain(&stmt.else_block) {
+                    self.containers
+                        .push(Container::IfBranch { span: stmt.span });
+                    self.block(&block.stmts);
+                    self.containers.pop();
+                }
+            }
+            Stmt::For(stmt) => {
+                let ty = self.expr(&stmt.collection, false);
+                let item = match ty {
+                    Ty::List(item) => *item,
+                    Ty::Any | Ty::Json => ty,
+                    other => {
+                        let mut diagnostic = Diagnostic::new(
+                            Code::NotACollection,
+                            self.file,
+                            stmt.collection.span,
+                            format!("`for` needs a list, found `{other}`"),
+                        )
+                        .label("not a list");
+                        if let Ty::Optional(inner) = &other
+                            && matches!(**inner, Ty::List(_))
+                        {
+                            diagnostic = diagnostic
+                                .hint("the list may be absent: give a default with `?? []`");
+                        }
+                        self.push(diagnostic);
+                        Ty::Any
+                    }
+                };
+                if let Some((concurrency, span)) = stmt.concurrency
+                    && concurrency < 1
+                {
+                    self.push(
+                        Diagnostic::new(
+                            Code::BadOption,
+                            self.file,
+                            span,
+                            "`concurrency` must be at least 1",
+                        )
+                        .label("too small")
+                        .hint("leave it out to run iterations one at a time"),
+                    );
+                }
+                self.loops.push((stmt.id.text.clone(), item));
+                self.containers.push(Container::LoopBody {
+                    id: stmt.id.text.clone(),
+                    span: stmt.span,
+                });
+                self.block(&stmt.body.stmts);
+                self.containers.pop();
+                self.loops.pop();
+            }
+            Stmt::Parallel(stmt) => {
+                if stmt.branches.is_empty() {
+                    self.push(
+                        Diagnostic::new(
+                            Code::Member,
+                            self.file,
+                            stmt.id.span,
+                            format!("parallel block `{}` has no branches", stmt.id.text),
+                        )
+                        .label("empty")
+                        .hint("add `branch name { ... }` blocks"),
+                    );
+                }
+                for branch in &stmt.branches {
+                    self.containers.push(Container::ParallelBranch {
+                        parallel: stmt.id.text.clone(),
+                        branch: branch.name.text.clone(),
+                        span: stmt.span,
+                    });
+                    self.block(&branch.body.stmts);
+                    self.containers.pop();
+                }
+            }
+        }
+    }
+
+    fn step(&mut self, step: &Step) {
+        let args = step.call.args();
+        match &step.call {
+            StepCall::Recipe { recipe, .. } => match self.env.recipes.get(&recipe.text) {
+                Some(info) => {
+                    let decl = info
+                        .decl
+                        .input
+                        .as_ref()
+                        .map_or(info.decl.name.span, |i| i.span);
+                    let params = info.input.clone();
+                    self.args(
+                        args,
+                        &params,
+                        &format!("recipe `{}`", recipe.text),
+                        Some((info.file, decl)),
+                    );
+                }
+                None => {
+                    let names = self.env.recipes.keys().map(String::as_str);
+                    let mut diagnostic = Diagnostic::new(
+                        Code::UnknownRecipe,
+                        self.file,
+                        recipe.span,
+                        format!("unknown recipe `{}`", recipe.text),
+                    )
+                    .label("no recipe by this name");
+                    if let Some(best) = did_you_mean(&recipe.text, names.clone()) {
+                        diagnostic = diagnostic.hint(format!("did you mean `{best}`?"));
+                    }
+                    diagnostic = if self.env.recipes.is_empty() {
+                        diagnostic.hint("no recipe is declared or imported; declare one with `recipe name { ... }` or `import` a file")
+                    } else {
+                        diagnostic.hint(format!(
+                            "the recipes in scope are {}",
+                            candidates_list(names)
+                        ))
+                    };
+                    self.push(diagnostic);
+                    self.unchecked_args(args);
+                }
+            },
+            StepCall::Approval { .. } => self.args(args, &approval_params(), "`approval`", None),
+            StepCall::KbWrite { collection, .. } => {
+                self.template(collection);
+                self.args(args, &kb_write_params(), "`kb_write`", None);
+            }
+            StepCall::Handoff { department, .. } => {
+                self.template(department);
+                self.args(args, &handoff_params(), "`handoff`", None);
+            }
+            StepCall::Browser { server, .. } => {
+                if !self.env.mcp_servers.contains_key(&server.text) {
+                    let names = self.env.mcp_servers.keys().map(String::as_str);
+                    let mut diagnostic = Diagnostic::new(
+                        Code::UnknownMcpServer,
+                        self.file,
+                        server.span,
+                        format!("unknown MCP server `{}`", server.text),
+                    )
+                    .label("no `mcp` declaration by this name");
+                    if let Some(best) = did_you_mean(&server.text, names.clone()) {
+                        diagnostic = diagnostic.hint(format!("did you mean `{best}`?"));
+                    }
+                    diagnostic = if self.env.mcp_servers.is_empty() {
+                        diagnostic.hint("declare it: `mcp browser { command \"npx\" args [\"@playwright/mcp\"] }`")
+                    } else {
+                        diagnostic.hint(format!(
+                            "the MCP servers in scope are {}",
+                            candidates_list(names)
+                        ))
+                    };
+                    self.push(diagnostic);
+                }
+                self.unchecked_args(args);
+            }
+        }
+        self.options(step);
+    }
+
+    fn options(&mut self, step: &Step) {
+        let options = &step.options;
+        let mut attempts = DEFAULT_ATTEMPTS;
+        if let Some(retry) = &options.retry {
+            attempts = retry.attempts;
+            if retry.attempts < 1 {
+                self.push(
+                    Diagnostic::new(
+                        Code::BadOption,
+                        self.file,
+                        retry.attempts_span,
+                        "`retry` counts attempts and must be at least 1",
+                    )
+                    .label("too small")
+                    .hint("`retry 1` runs the step once, without retrying"),
+                );
+            }
+            if let Some((min, max)) = &retry.backoff {
+                let min_ms = self.duration(min, "a backoff");
+                let max_ms = self.duration(max, "a backoff");
+                if let (Some(min_ms), Some(max_ms)) = (min_ms, max_ms)
+                    && min_ms > max_ms
+                {
+                    self.push(
+                        Diagnostic::new(
+                            Code::BadDuration,
+                            self.file,
+                            min.span.to(max.span),
+                            "the backoff range goes backwards",
+                        )
+                        .label("the first delay is longer than the cap")
+                        .hint("write the shortest delay first: `backoff 2s..30s`"),
+                    );
+                }
+            }
+        }
+        if let Some(timeout) = &options.timeout
+            && let Some(ms) = self.duration(timeout, "a step timeout")
+            && ms > self.workflow_timeout_ms
+        {
+            self.push(
+                Diagnostic::new(
+                    Code::StepTimeoutExceedsWorkflow,
+                    self.file,
+                    timeout.span,
+                    format!(
+                        "step `{}` may run for {}, longer than its workflow's timeout of {}",
+                        step.id.text,
+                        show_ms(ms),
+                        show_ms(self.workflow_timeout_ms)
+                    ),
+                )
+                .label("the workflow deadline cuts this short")
+                .hint("raise the workflow's `timeout` or lower the step's"),
+            );
+        }
+        if let Some(key) = &options.idempotency {
+            self.value(key, &Ty::String, "an idempotency key");
+        } else if step.call.has_side_effects() && attempts > 1 {
+            let retried = if options.retry.is_some() {
+                format!("retried up to {attempts} times")
+            } else {
+                format!("retried ({DEFAULT_ATTEMPTS} attempts by default)")
+            };
+            self.push(
+                Diagnostic::new(
+                    Code::RetriedSideEffect,
+                    self.file,
+                    step.id.span,
+                    format!("`{}` step `{}` is {retried} without an idempotency key", step.call.kind_name(), step.id.text),
+                )
+                .label("may take effect more than once")
+                .hint("add `idempotency \"{{workflow_input.id}}-...\"` after the call, or `retry 1` if duplicates are harmless"),
+            );
+        }
+        if let Some(ErrorPolicy::Fallback(block)) = &options.on_error {
+            let outer = self.error_in_scope;
+            self.error_in_scope = true;
+            self.containers.push(Container::Fallback {
+                step: step.id.text.clone(),
+                span: block.span,
+            });
+            self.block(&block.stmts);
+            self.containers.pop();
+            self.error_in_scope = outer;
+        }
+    }
+
+    /// Validates a duration literal and gives its length.
+    fn duration(&mut self, duration: &DurationLit, what: &str) -> Option<u64> {
+        let problem = match (&duration.unit, duration.amount) {
+            (None, _) => Some((
+                format!("{what} needs a unit"),
+                format!(
+                    "write `{}s` for seconds, or use `ms`, `m`, `h`, `d`",
+                    duration.amount.unwrap_or(0)
+                ),
+            )),
+            (Some(unit), _) if !["ms", "s", "m", "h", "d"].contains(&unit.as_str()) => {
+                let hint = match did_you_mean(unit, ["ms", "s", "m", "h", "d"]) {
+                    Some(best) if unit.len() <= 3 => {
+                        format!("did you mean `{best}`? the units are `ms`, `s`, `m`, `h`, `d`")
+                    }
+                    _ => "the units are `ms`, `s`, `m`, `h`, `d`".to_string(),
+                };
+                Some((format!("unknown duration unit `{unit}`"), hint))
+            }
+            _ => match duration.millis() {
+                None => Some((
+                    "the duration is too long".to_string(),
+                    "use a larger unit or a shorter duration".to_string(),
+                )),
+                Some(0) => Some((
+                    format!("{what} cannot be zero"),
+                    "give a positive duration".to_string(),
+                )),
+                Some(_) => None,
+            },
+        };
+        match problem {
+            Some((message, hint)) => {
+                self.push(
+                    Diagnostic::new(Code::BadDuration, self.file, duration.span, message)
+                        .label("invalid duration")
+                        .hint(hint),
+                );
+                None
+            }
+            None => duration.millis(),
+        }
+    }
+
+    fn expect_bool(&mut self, expr: &Expr, ty: &Ty) {
+        match ty {
+            Ty::Bool | Ty::Any | Ty::Json => {}
+            Ty::Optional(inner) if **inner == Ty::Bool => self.push(
+                Diagnostic::new(
+                    Code::NonBoolCondition,
+                    self.file,
+                    expr.span,
+                    "the condition is `bool?`, which may be absent",
+                )
+                .label("may be absent")
+                .hint("give it a default: `(...) ?? false`"),
+            ),
+            other => self.push(
+                Diagnostic::new(
+                    Code::NonBoolCondition,
+                    self.file,
+                    expr.span,
+                    format!("the condition is `{other}`, not `bool`"),
+                )
+                .label("not a boolean")
+                .hint("compare it: `== \"value\"`, `>= 4`, `!= null`"),
+            ),
+        }
+    }
+
+    // ------------------------------------------------------------ arguments and values
+
+    fn unchecked_args(&mut self, args: &RecordLit) {
+        for field in &args.fields {
+            self.expr(&field.value, false);
+        }
+    }
+
+    /// Checks a record literal against declared parameters.
+    fn args(
+        &mut self,
+        args: &RecordLit,
+        params: &[(String, Ty)],
+        callee: &str,
+        decl: Option<(FileId, Span)>,
+    ) {
+        let mut seen: Vec<&str> = Vec::new();
+        for field in &args.fields {
+            let name = field.name.text.as_str();
+            if seen.contains(&name) {
+                self.push(
+                    Diagnostic::new(
+                        Code::DuplicateId,
+                        self.file,
+                        field.name.span,
+                        format!("`{name}` is given twice"),
+                    )
+                    .label("given again here"),
+                );
+                continue;
+            }
+            seen.push(name);
+            match params.iter().find(|(n, _)| n == name) {
+                Some((_, ty)) => self.value(&field.value, ty, &format!("`{name}`")),
+                None => {
+                    let names = params.iter().map(|(n, _)| n.as_str());
+                    let mut diagnostic = Diagnostic::new(
+                        Code::UnknownArgument,
+                        self.file,
+                        field.name.span,
+                        format!("{callee} has no input `{name}`"),
+                    )
+                    .label("unknown input");
+                    if let Some(best) =
+                        did_you_mean(name, names.clone().filter(|n| !seen.contains(n)))
+                    {
+                        diagnostic = diagnostic.hint(format!("did you mean `{best}`?"));
+                    }
+                    diagnostic = if params.is_empty() {
+                        diagnostic.hint(format!("{callee} takes no inputs"))
+                    } else {
+                        diagnostic.hint(format!("the inputs are {}", candidates_list(names)))
+                    };
+                    if let Some((file, span)) = decl {
+                        diagnostic = diagnostic.secondary(file, span, "inputs declared here");
+                    }
+                    self.push(diagnostic);
+                    self.expr(&field.value, false);
+                }
+            }
+        }
+        let missing: Vec<&(String, Ty)> = params
+            .iter()
+            .filter(|(name, ty)| !ty.is_optional() && !seen.contains(&name.as_str()))
+            .collect();
+        if !missing.is_empty() {
+            let list: Vec<String> = missing.iter().map(|(n, t)| format!("`{n}: {t}`")).collect();
+            let message = if missing.len() == 1 {
+                format!("{callee} needs the input {}", list[0])
+            } else {
+                format!("{callee} needs the inputs {}", list.join(", "))
+            };
+            let mut diagnostic =
+                Diagnostic::new(Code::MissingArgument, self.file, args.span, message)
+                    .label("missing here");
+            if let Some((file, span)) = decl {
+                diagnostic = diagnostic.secondary(file, span, "inputs declared here");
+            }
+            self.push(diagnostic);
+        }
+    }
+
+    /// Checks an expression against an expected type, looking inside literals so
+    /// that the error lands on the exact element or field.
+    fn value(&mut self, expr: &Expr, expected: &Ty, what: &str) {
+        match (&expr.kind, expected.required()) {
+            (_, Ty::Any | Ty::Json) => {
+                self.expr(expr, false);
+            }
+            (ExprKind::String(lit), Ty::Enum(variants)) if lit.as_plain().is_some() => {
+                let text = lit.as_plain().unwrap_or_default();
+                if !variants.iter().any(|v| v == text) {
+                    self.not_a_variant(
+                        expr.span,
+                        text,
+                        variants,
+                        &format!("{what} must be one of"),
+                    );
+                }
+            }
+            (ExprKind::Record(record), Ty::Record(fields)) => {
+                self.args(record, fields, &format!("the record for {what}"), None);
+            }
+            (ExprKind::List(items), Ty::List(item_ty)) => {
+                for item in items {
+                    self.value(item, item_ty, &format!("an element of {what}"));
+                }
+            }
+            (ExprKind::Null, _) if expected.is_optional() => {}
+            _ => {
+                let ty = self.expr(expr, false);
+                if !ty.assignable_to(expected) {
+                    let mut diagnostic = Diagnostic::new(
+                        Code::TypeMismatch,
+                        self.file,
+                        expr.span,
+                        format!("{what} expects `{expected}`, found `{ty}`"),
+                    )
+                    .label(format!("this is `{ty}`"));
+                    if ty.is_optional() && ty.required().assignable_to(expected) {
+                        diagnostic = diagnostic
+                            .hint("the value may be absent: give a default with `?? ...`");
+                    } else if matches!(expected.required(), Ty::Enum(_)) && ty == Ty::String {
+                        diagnostic = diagnostic.hint("only a string literal, or a value of an enum type with these variants, fits an enum");
+                    }
+                    self.push(diagnostic);
+                }
+            }
+        }
+    }
+
+    fn not_a_variant(&mut self, span: Span, text: &str, variants: &[String], prefix: &str) {
+        let shown: Vec<String> = variants.iter().map(|v| format!("\"{v}\"")).collect();
+        let mut diagnostic = Diagnostic::new(
+            Code::NotAVariant,
+            self.file,
+            span,
+            format!("\"{text}\" is not a variant: {prefix} {}", shown.join(", ")),
+        )
+        .label("not a variant");
+        if let Some(best) = did_you_mean(text, variants.iter().map(String::as_str)) {
+            diagnostic = diagnostic.hint(format!("did you mean \"{best}\"?"));
+        }
+        self.push(diagnostic);
+    }
+
+    // ------------------------------------------------------------ expressions
+
+    fn template(&mut self, lit: &StringLit) {
+        for part in &lit.template.parts {
+            if let TemplatePart::Ref(path) = part {
+                self.path(path, false);
+            }
+        }
+    }
+
+    /// The type of an expression. `optional_ok`: the expression is the left
+    /// side of `??`, where absent values and steps that may not have run are fine.
+    fn expr(&mut self, expr: &Expr, optional_ok: bool) -> Ty {
+        match &expr.kind {
+            ExprKind::Null => Ty::Null,
+            ExprKind::Bool(_) => Ty::Bool,
+            ExprKind::Int(_) => Ty::Int,
+            ExprKind::Float(_) => Ty::Float,
+            ExprKind::Duration(duration) => {
+                self.duration(duration, "a duration");
+                Ty::Duration
+            }
+            ExprKind::String(lit) => {
+                self.template(lit);
+                Ty::String
+            }
+            ExprKind::List(items) => {
+                let types: Vec<Ty> = items.iter().map(|item| self.expr(item, false)).collect();
+                let first = types.first().cloned().unwrap_or(Ty::Json);
+                if types.iter().all(|t| t.assignable_to(&first)) {
+                    Ty::List(Box::new(first))
+                } else {
+                    Ty::List(Box::new(Ty::Json))
+                }
+            }
+            ExprKind::Record(record) => {
+                let mut fields: Vec<(String, Ty)> = Vec::new();
+                for field in &record.fields {
+                    let ty = self.expr(&field.value, false);
+                    if fields.iter().any(|(n, _)| *n == field.name.text) {
+                        self.push(
+                            Diagnostic::new(
+                                Code::DuplicateId,
+                                self.file,
+                                field.name.span,
+                                format!("`{}` is given twice", field.name.text),
+                            )
+                            .label("given again here"),
+                        );
+                    } else {
+                        fields.push((field.name.text.clone(), ty));
+                    }
+                }
+                Ty::Record(fields)
+            }
+            ExprKind::Path(path) => self.path(path, optional_ok),
+            ExprKind::Not(inner) => {
+                let ty = self.expr(inner, false);
+                if !matches!(ty, Ty::Bool | Ty::Any | Ty::Json) {
+                    self.push(
+                        Diagnostic::new(
+                            Code::TypeMismatch,
+                            self.file,
+                            inner.span,
+                            format!("`!` needs a `bool`, found `{ty}`"),
+                        )
+                        .label("not a boolean"),
+                    );
+                }
+                Ty::Bool
+            }
+            ExprKind::Binary(op, left, right) => self.binary(*op, left, right, expr.span),
+            ExprKind::Error => Ty::Any,
+        }
+    }
+
+    fn binary(&mut self, op: BinaryOp, left: &Expr, right: &Expr, span: Span) -> Ty {
+        match op {
+            BinaryOp::Coalesce => {
+                let left_ty = self.expr(left, true);
+                let right_ty = self.expr(right, false);
+                if !left_ty.is_optional() && !left_ty.is_unchecked() {
+                    self.push(
+                        Diagnostic::new(
+                            Code::NeedlessOptional,
+                            self.file,
+                            left.span,
+                            format!("this is `{left_ty}`, never absent, so `??` never applies"),
+                        )
+                        .label("always present")
+                        .hint("remove `?? ...`"),
+                    );
+                    return left_ty;
+                }
+                let inner = left_ty.required().clone();
+                if matches!(left_ty, Ty::Null) || right_ty.assignable_to(&inner) {
+                    return if matches!(left_ty, Ty::Null) {
+                        right_ty
+                    } else {
+                        inner_or(inner, &right_ty)
+                    };
+                }
+                if inner.assignable_to(right_ty.required()) {
+                    return right_ty;
+                }
+                self.push(
+                    Diagnostic::new(
+                        Code::TypeMismatch,
+                        self.file,
+                        right.span,
+                        format!("the default is `{right_ty}` but the value is `{inner}`"),
+                    )
+                    .label("default of another type"),
+                );
+                Ty::Any
+            }
+            BinaryOp::And | BinaryOp::Or => {
+                for side in [left, right] {
+                    let ty = self.expr(side, false);
+                    if !matches!(ty, Ty::Bool | Ty::Any | Ty::Json) {
+                        self.push(
+                            Diagnostic::new(
+                                Code::TypeMismatch,
+                                self.file,
+                                side.span,
+                                format!("`{}` needs `bool` operands, found `{ty}`", op.symbol()),
+                            )
+                            .label("not a boolean"),
+                        );
+                    }
+                }
+                Ty::Bool
+            }
+            BinaryOp::Eq | BinaryOp::Ne => {
+                let left_ty = self.expr(left, false);
+                let right_ty = self.expr(right, false);
+                // An enum compared with a literal that is not a variant is never equal.
+                for (lit, other) in [(left, &right_ty), (right, &left_ty)] {
+                    if let (ExprKind::String(text), Ty::Enum(variants)) =
+                        (&lit.kind, other.required())
+                        && let Some(text) = text.as_plain()
+                    {
+                        if !variants.iter().any(|v| v == text) {
+                            self.not_a_variant(
+                                lit.span,
+                                text,
+                                variants,
+                                "the compared value is one of",
+                            );
+                        }
+                        return Ty::Bool;
+                    }
+                }
+                let comparable = left_ty.assignable_to(&right_ty)
+                    || right_ty.assignable_to(&left_ty)
+                    || (left_ty.is_numeric() && right_ty.is_numeric())
+                    || matches!(left_ty, Ty::Null)
+                    || matches!(right_ty, Ty::Null);
+                if !comparable {
+                    self.push(
+                        Diagnostic::new(
+                            Code::TypeMismatch,
+                            self.file,
+                            span,
+                            format!("cannot compare `{left_ty}` with `{right_ty}`"),
+                        )
+                        .label("never equal"),
+                    );
+                }
+                Ty::Bool
+            }
+            BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge => {
+                for side in [left, right] {
+                    let ty = self.expr(side, false);
+                    if !ty.is_numeric() {
+                        let mut diagnostic = Diagnostic::new(
+                            Code::TypeMismatch,
+                            self.file,
+                            side.span,
+                            format!("`{}` compares numbers, found `{ty}`", op.symbol()),
+                        )
+                        .label("not a number");
+                        if ty.is_optional() && ty.required().is_numeric() {
+                            diagnostic = diagnostic
+                                .hint("the value may be absent: give a default with `?? 0`");
+                        }
+                        self.push(diagnostic);
+                    }
+                }
+                Ty::Bool
+            }
+        }
+    }
+
+    // ------------------------------------------------------------ references
+
+    fn path(&mut self, path: &Path, optional_ok: bool) -> Ty {
+        let segments = path.segments.as_slice();
+        let root = path.root.text.as_str();
+        match root {
+            "workflow_input" => {
+                let input = self.input.clone();
+                self.walk(input, segments, optional_ok, "the workflow input")
+            }
+            "step" => self.step_ref(path, optional_ok),
+            "loop_item" | "loop_index" => {
+                let Some((id, item)) = self.loops.last().cloned() else {
+                    self.push(
+                        Diagnostic::new(Code::LoopItemOutsideLoop, self.file, path.root.span, format!("`{root}` is used outside a loop"))
+                            .label("no enclosing `for`")
+                            .hint("`loop_item` and `loop_index` exist only inside `for ... as id { ... }`; after a loop, read its results from `step.<loop id>`"),
+                    );
+                    return Ty::Any;
+                };
+                if root == "loop_index" {
+                    self.walk(Ty::Int, segments, optional_ok, "`loop_index`")
+                } else {
+                    self.walk(
+                        item,
+                        segments,
+                        optional_ok,
+                        &format!("an item of loop `{id}`"),
+                    )
+                }
+            }
+            "loop" => self.loop_ref(path, optional_ok),
+            "error" if self.error_in_scope => {
+                self.walk(error_ty(), segments, optional_ok, "the error")
+            }
+            "error" => {
+                self.push(
+                    Diagnostic::new(
+                        Code::UnknownRoot,
+                        self.file,
+                        path.root.span,
+                        "`error` is only in scope in a fallback block",
+                    )
+                    .label("no error here")
+                    .hint(
+                        "use it inside `on_error fallback { ... }`, where it describes the failure",
+                    ),
+                );
+                Ty::Any
+            }
+            _ => {
+                let mut diagnostic = Diagnostic::new(
+                    Code::UnknownRoot,
+                    self.file,
+                    path.root.span,
+                    format!("unknown reference `{root}`"),
+                )
+                .label("not a reference root");
+                if root == "input" {
+                    diagnostic = diagnostic.hint("in a workflow, its input is `workflow_input`; `input` is for recipe prompts");
+                } else if let Some(best) = did_you_mean(root, ROOTS.iter().copied()) {
+                    diagnostic = diagnostic.hint(format!("did you mean `{best}`?"));
+                }
+                diagnostic = diagnostic.hint(format!(
+                    "references start with {}",
+                    candidates_list(ROOTS.iter().copied())
+                ));
+                self.push(diagnostic);
+                Ty::Any
+            }
+        }
+    }
+
+    fn loop_ref(&mut self, path: &Path, optional_ok: bool) -> Ty {
+        let Some(Segment::Field { name: id, .. }) = path.segments.first() else {
+            self.push(
+                Diagnostic::new(
+                    Code::LoopItemOutsideLoop,
+                    self.file,
+                    path.span,
+                    "`loop` needs a loop id: `loop.<id>.item`",
+                )
+                .label("no loop id"),
+            );
+            return Ty::Any;
+        };
+        let Some((_, item)) = self
+            .loops
+            .iter()
+            .rev()
+            .find(|(l, _)| *l == id.text)
+            .cloned()
+        else {
+            let names = self.loops.iter().map(|(l, _)| l.as_str());
+            let mut diagnostic = Diagnostic::new(
+                Code::LoopItemOutsideLoop,
+                self.file,
+                id.span,
+                format!("no enclosing loop is named `{}`", id.text),
+            )
+            .label("not an enclosing loop");
+            if self.loops.is_empty() {
+                diagnostic = diagnostic.hint("`loop.<id>` refers to an enclosing `for ... as id` loop, and there is none here");
+            } else {
+                if let Some(best) = did_you_mean(&id.text, names.clone()) {
+                    diagnostic = diagnostic.hint(format!("did you mean `{best}`?"));
+                }
+                diagnostic = diagnostic.hint(format!(
+                    "the enclosing loops are {}",
+                    candidates_list(names)
+                ));
+            }
+            self.push(diagnostic);
+            return Ty::Any;
+        };
+        let view = Ty::Record(vec![("item".into(), item), ("index".into(), Ty::Int)]);
+        self.walk(
+            view,
+            &path.segments[1..],
+            optional_ok,
+            &format!("loop `{}`", id.text),
+        )
+    }
+
+    fn step_ref(&mut self, path: &Path, optional_ok: bool) -> Ty {
+        let Some(Segment::Field { name: id, .. }) = path.segments.first() else {
+            self.push(
+                Diagnostic::new(
+                    Code::UnknownStep,
+                    self.file,
+                    path.span,
+                    "`step` needs a step id: `step.<id>.field`",
+                )
+                .label("no step id"),
+            );
+            return Ty::Any;
+        };
+        let use_at = path.span.start;
+        let Some(&index) = self.by_id.get(&id.text) else {
+            let ran: Vec<&str> = self
+                .steps
+                .iter()
+                .filter(|s| self.not_run(s, use_at).is_none())
+                .map(|s| s.id.as_str())
+                .collect();
+            let all = self.steps.iter().map(|s| s.id.as_str());
+            let mut diagnostic = Diagnostic::new(
+                Code::UnknownStep,
+                self.file,
+                id.span,
+                format!("unknown step `{}`", id.text),
+            )
+            .label("no step has this id");
+            if let Some(best) = did_you_mean(&id.text, all) {
+                diagnostic = diagnostic.hint(format!("did you mean `{best}`?"));
+            }
+            diagnostic = if ran.is_empty() {
+                diagnostic.hint("no step has run at this point")
+            } else {
+                diagnostic.hint(format!(
+                    "the steps that have run here are {}",
+                    candidates_list(ran)
+                ))
+            };
+            self.push(diagnostic);
+            return Ty::Any;
+        };
+        let step = self.steps[index].clone();
+        let Some(output) = step.output.clone() else {
+            self.push(
+                Diagnostic::new(
+                    Code::NoOutput,
+                    self.file,
+                    id.span,
+                    format!("step `{}` is a `handoff`, which has no output", step.id),
+                )
+                .label("nothing to read")
+                .secondary(self.file, step.id_span, "defined here"),
+            );
+            return Ty::Any;
+        };
+        let optional_access = matches!(
+            path.segments.get(1),
+            Some(Segment::Field { optional: true, .. })
+        );
+        let mut base = output;
+        match self.not_run(&step, use_at) {
+            None => {}
+            Some(NotRun::Later) => {
+                let message = if step.span.contains(use_at) {
+                    format!("step `{}` refers to itself", step.id)
+                } else {
+                    format!("step `{}` runs later", step.id)
+                };
+                self.push(
+                    Diagnostic::new(Code::LaterStep, self.file, id.span, message)
+                        .label("not run yet here")
+                        .secondary(self.file, step.id_span, "defined here")
+                        .hint("a step can use only the steps before it; move this use after the step, or the step before it"),
+                );
+                return Ty::Any;
+            }
+            Some(NotRun::Unfinished) => {
+                let what = if step.kind == StepKind::Loop {
+                    "loop"
+                } else {
+                    "parallel block"
+                };
+                self.push(
+                    Diagnostic::new(Code::LaterStep, self.file, id.span, format!("the {what} `{}` has not finished here", step.id))
+                        .label("used inside itself")
+                        .secondary(self.file, step.id_span, format!("the {what} starts here"))
+                        .hint(format!("its output exists after the {what}; inside it, use the steps of the current iteration or branch directly")),
+                );
+                return Ty::Any;
+            }
+            Some(reason) if optional_access || optional_ok => {
+                let _ = reason;
+                base = base.optional();
+            }
+            Some(reason) => {
+                let mut diagnostic = Diagnostic::new(
+                    Code::MaybeNotRun,
+                    self.file,
+                    id.span,
+                    format!("step `{}` may not have run here", step.id),
+                )
+                .label("may not have run")
+                .secondary(self.file, step.id_span, "defined here");
+                diagnostic = match reason {
+                    NotRun::Container(Container::IfBranch { span }) => diagnostic
+                        .secondary(self.file, span, "it runs only in a branch of this `if`")
+                        .hint(format!("use `step.{}?.field` or add a default with `?? ...`", step.id)),
+                    NotRun::Container(Container::LoopBody { id: loop_id, span }) => diagnostic
+                        .secondary(self.file, span, format!("it runs once per item of loop `{loop_id}`"))
+                        .hint(format!("after the loop, read `step.{loop_id}[i].{}`, the list of iteration outputs", step.id)),
+                    NotRun::Container(Container::ParallelBranch { parallel, branch, span }) => diagnostic
+                        .secondary(self.file, span, format!("it runs in branch `{branch}` of `{parallel}`, alongside this one"))
+                        .hint(format!("sibling branches run concurrently; use it after `{parallel}` joins")),
+                    NotRun::Container(Container::Fallback { step: failed, span }) => diagnostic
+                        .secondary(self.file, span, format!("it runs only when step `{failed}` fails"))
+                        .hint(format!("use `step.{}?.field` or add a default with `?? ...`", step.id)),
+                    NotRun::Container(Container::WorkflowHandler { span }) => diagnostic
+                        .secondary(self.file, span, "it runs only when the workflow fails"),
+                    NotRun::MayFail => diagnostic
+                        .hint(format!("`{}` has `on_error continue` or a fallback, so it may end without output", step.id))
+                        .hint(format!("use `step.{}?.field` or add a default with `?? ...`", step.id)),
+                    NotRun::InHandler => diagnostic
+                        .hint("the workflow's error handler runs after any failing step, so later steps may not have run")
+                        .hint(format!("use `step.{}?.field` or add a default with `?? ...`", step.id)),
+                    NotRun::Later | NotRun::Unfinished => diagnostic,
+                };
+                self.push(diagnostic);
+                return Ty::Any;
+            }
+        }
+        let what = format!("the output of step `{}`", step.id);
+        self.walk(base, &path.segments[1..], optional_ok, &what)
+    }
+
+    /// Why `step` has not certainly run at byte offset `use_at`, if it has not.
+    fn not_run(&self, step: &StepInfo, use_at: u32) -> Option<NotRun> {
+        let mut shared = 0;
+        while shared < step.containers.len()
+            && shared < self.containers.len()
+            && step.containers[shared] == self.containers[shared]
+        {
+            shared += 1;
+        }
+        let use_containers = &self.containers[shared..];
+        if matches!(step.kind, StepKind::Loop | StepKind::Parallel)
+            && use_containers.iter().any(|c| match c {
+                Container::LoopBody { id, .. } => *id == step.id,
+                Container::ParallelBranch { parallel, .. } => *parallel == step.id,
+                _ => false,
+            })
+        {
+            return Some(NotRun::Unfinished);
+        }
+        if step.span.end > use_at {
+            // A sibling parallel branch written later is not "later": it runs alongside.
+            return match step.containers.get(shared) {
+                Some(container @ Container::ParallelBranch { span, .. }) if span.end > use_at => {
+                    Some(NotRun::Container(container.clone()))
+                }
+                _ => Some(NotRun::Later),
+            };
+        }
+        for container in &step.containers[shared..] {
+            match container {
+                Container::ParallelBranch { span, .. } if span.end <= use_at => {}
+                other => return Some(NotRun::Container(other.clone())),
+            }
+        }
+        if use_containers
+            .iter()
+            .any(|c| matches!(c, Container::WorkflowHandler { .. }))
+        {
+            return Some(NotRun::InHandler);
+        }
+        if step.may_fail {
+            return Some(NotRun::MayFail);
+        }
+        None
+    }
+
+    /// Follows `segments` through `ty`, reporting the first step that fails.
+    fn walk(&mut self, ty: Ty, segments: &[Segment], optional_ok: bool, what: &str) -> Ty {
+        let mut ty = ty;
+        let mut absent = false;
+        let mut described = what.to_string();
+        for segment in segments {
+            let optional_segment = matches!(segment, Segment::Field { optional: true, .. });
+            let current = match ty {
+                Ty::Optional(inner) => {
+                    if !(optional_segment || optional_ok) {
+                        self.push(
+                            Diagnostic::new(Code::OptionalAccess, self.file, segment.span(), format!("{described} may be absent"))
+                                .label("read from a value that may be absent")
+                                .hint("use `?.` to read it only when present, and `?? default` for a fallback"),
+                        );
+                        return Ty::Any;
+                    }
+                    absent = true;
+                    *inner
+                }
+                Ty::Null => {
+                    absent = true;
+                    Ty::Any
+                }
+                Ty::Any => return Ty::Any,
+                Ty::Json => return if absent { Ty::Json } else { Ty::Json },
+                other => {
+                    if optional_segment {
+                        self.push(
+                            Diagnostic::new(
+                                Code::NeedlessOptional,
+                                self.file,
+                                segment.span(),
+                                format!("{described} is always present"),
+                            )
+                            .label("`?.` is not needed here")
+                            .hint("write `.` instead of `?.`"),
+                        );
+                    }
+                    other
+                }
+            };
+            ty = match (segment, current) {
+                (_, Ty::Any) => return Ty::Any,
+                (_, Ty::Json) => return Ty::Json,
+                (Segment::Field { name, .. }, Ty::Record(fields)) => {
+                    match fields.iter().find(|(n, _)| *n == name.text) {
+                        Some((_, field)) => field.clone(),
+                        None => {
+                            let names = fields.iter().map(|(n, _)| n.as_str());
+                            let mut diagnostic = Diagnostic::new(
+                                Code::UnknownField,
+                                self.file,
+                                name.span,
+                                format!("{described} has no field `{}`", name.text),
+                            )
+                            .label("unknown field");
+                            if let Some(best) = did_you_mean(&name.text, names.clone()) {
+                                diagnostic = diagnostic.hint(format!("did you mean `{best}`?"));
+                            }
+                            diagnostic = if fields.is_empty() {
+                                diagnostic.hint(format!("{described} has no fields"))
+                            } else {
+                                diagnostic
+                                    .hint(format!("the fields are {}", candidates_list(names)))
+                            };
+                            self.push(diagnostic);
+                            return Ty::Any;
+                        }
+                    }
+                }
+                (Segment::Field { name, .. }, other) => {
+                    self.push(
+                        Diagnostic::new(
+                            Code::UnknownField,
+                            self.file,
+                            name.span,
+                            format!("{described} is `{other}`, which has no fields"),
+                        )
+                        .label("no fields here"),
+                    );
+                    return Ty::Any;
+                }
+                (Segment::Index { .. }, Ty::List(item)) => *item,
+                (Segment::Index { span, .. }, other) => {
+                    self.push(
+                        Diagnostic::new(
+                            Code::NotAList,
+                            self.file,
+                            *span,
+                            format!("{described} is `{other}`, not a list"),
+                        )
+                        .label("cannot index this"),
+                    );
+                    return Ty::Any;
+                }
+            };
+            described = match segment {
+                Segment::Field { name, .. } => format!("`{}`", name.text),
+                Segment::Index { index, .. } => format!("element [{index}]"),
+            };
+        }
+        if absent { ty.optional() } else { ty }
+    }
+}
+
+/// The type of `a ?? b` when `b` fits `a`'s inner type.
+fn inner_or(inner: Ty, default: &Ty) -> Ty {
+    if default.is_optional() {
+        inner.optional()
+    } else {
+        inner
+    }
+}
+
+fn show_ms(ms: u64) -> String {
+    match ms {
+        ms if ms % 86_400_000 == 0 => format!("{}d", ms / 86_400_000),
+        ms if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
+        ms if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
+        ms if ms % 1_000 == 0 => format!("{}s", ms / 1_000),
+        ms => format!("{ms}ms"),
+    }
+}

@@ -1,0 +1,143 @@
+//! Diagnostics: what the compiler reports, independent of how it is shown.
+//!
+//! A diagnostic has a stable code (see `codes.rs`), a primary label, secondary
+//! labels (possibly in other files), and hints. Renderers live outside the core:
+//! `flowc` renders with miette and as JSON or GitHub annotations, `flow-lsp` as
+//! LSP diagnostics.
+
+use serde::Serialize;
+
+use crate::codes::Code;
+
+/// A byte range in one source file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, PartialOrd, Ord)]
+pub struct Span {
+    pub start: u32,
+    pub end: u32,
+}
+
+impl Span {
+    pub fn new(start: usize, end: usize) -> Span {
+        // Files larger than 4 GiB are refused before parsing (see `Files::add`).
+        Span {
+            start: start as u32,
+            end: end as u32,
+        }
+    }
+
+    pub fn len(self) -> u32 {
+        self.end - self.start
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.start == self.end
+    }
+
+    pub fn shifted(self, by: u32) -> Span {
+        Span {
+            start: self.start + by,
+            end: self.end + by,
+        }
+    }
+
+    pub fn contains(self, offset: u32) -> bool {
+        self.start <= offset && offset <= self.end
+    }
+
+    pub fn to(self, other: Span) -> Span {
+        Span {
+            start: self.start.min(other.start),
+            end: self.end.max(other.end),
+        }
+    }
+}
+
+/// Which loaded file a span belongs to; an index into `Files`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct FileId(pub u32);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Error,
+    Warning,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Label {
+    pub file: FileId,
+    pub span: Span,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Diagnostic {
+    pub code: Code,
+    pub severity: Severity,
+    pub message: String,
+    pub primary: Label,
+    pub secondary: Vec<Label>,
+    pub hints: Vec<String>,
+}
+
+impl Diagnostic {
+    /// A diagnostic with the severity its code declares.
+    pub fn new(code: Code, file: FileId, span: Span, message: impl Into<String>) -> Diagnostic {
+        Diagnostic {
+            code,
+            severity: code.info().severity,
+            message: message.into(),
+            primary: Label {
+                file,
+                span,
+                message: String::new(),
+            },
+            secondary: Vec::new(),
+            hints: Vec::new(),
+        }
+    }
+
+    pub fn label(mut self, message: impl Into<String>) -> Diagnostic {
+        self.primary.message = message.into();
+        self
+    }
+
+    pub fn secondary(mut self, file: FileId, span: Span, message: impl Into<String>) -> Diagnostic {
+        self.secondary.push(Label {
+            file,
+            span,
+            message: message.into(),
+        });
+        self
+    }
+
+    pub fn hint(mut self, hint: impl Into<String>) -> Diagnostic {
+        self.hints.push(hint.into());
+        self
+    }
+
+    pub fn file(&self) -> FileId {
+        self.primary.file
+    }
+
+    pub fn is_error(&self) -> bool {
+        self.severity == Severity::Error
+    }
+}
+
+/// Where a byte offset is in human terms: 1-based line and column (in chars).
+pub fn line_col(source: &str, offset: u32) -> (usize, usize) {
+    let offset = (offset as usize).min(source.len());
+    let before = &source[..floor_char_boundary(source, offset)];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = before[line_start..].chars().count() + 1;
+    (line, column)
+}
+
+fn floor_char_boundary(source: &str, mut offset: usize) -> usize {
+    while !source.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    offset
+}

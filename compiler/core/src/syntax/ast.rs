@@ -1,0 +1,424 @@
+//! The syntax tree of one `.flow` file.
+//!
+//! The tree is built from the pest parse by `parse.rs`. It keeps every span the
+//! checker needs for labels, and nothing of pest: later stages never see a `Pair`.
+//! Where the source had a syntax error, the tree simply lacks the broken part
+//! (a statement skipped by recovery) or holds `ExprKind::Error`.
+
+use crate::diagnostic::Span;
+
+/// A name as written, with where it was written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Name {
+    pub text: String,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SourceFile {
+    pub items: Vec<Item>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Item {
+    Import(Import),
+    Type(TypeDecl),
+    Recipe(Recipe),
+    Mcp(McpServer),
+    Workflow(Workflow),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Import {
+    pub path: StringLit,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TypeDecl {
+    pub docs: Vec<String>,
+    pub name: Name,
+    pub ty: TypeExpr,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TypeExpr {
+    pub kind: TypeExprKind,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum TypeExprKind {
+    /// `string`, `int`, ..., or an alias declared with `type`.
+    Named(Name),
+    List(Box<TypeExpr>),
+    Record(Vec<FieldDecl>),
+    /// A string literal type; a union of them is an enum.
+    Literal(String),
+    Union(Vec<TypeExpr>),
+    Optional(Box<TypeExpr>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldDecl {
+    pub docs: Vec<String>,
+    pub name: Name,
+    pub ty: TypeExpr,
+}
+
+/// A record type written as a member (`input { ... }`), with its span.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordTypeDecl {
+    pub fields: Vec<FieldDecl>,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recipe {
+    pub docs: Vec<String>,
+    pub name: Name,
+    pub model: Option<StringLit>,
+    pub input: Option<RecordTypeDecl>,
+    pub output: Option<TypeExpr>,
+    pub prompt: Option<StringLit>,
+    pub context: Vec<StringLit>,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct McpServer {
+    pub docs: Vec<String>,
+    pub name: Name,
+    pub command: Option<StringLit>,
+    pub args: Vec<Expr>,
+    pub url: Option<StringLit>,
+    pub env: Option<RecordLit>,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workflow {
+    pub docs: Vec<String>,
+    pub name: Name,
+    pub input: Option<RecordTypeDecl>,
+    pub timeout: Option<DurationLit>,
+    pub context: Vec<StringLit>,
+    pub durability: Option<Name>,
+    pub on_error: Option<ErrorPolicy>,
+    pub body: Vec<Stmt>,
+    pub output: Option<RecordLit>,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Block {
+    pub stmts: Vec<Stmt>,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Stmt {
+    Step(Step),
+    If(IfStmt),
+    For(ForStmt),
+    Parallel(ParallelStmt),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    pub docs: Vec<String>,
+    pub id: Name,
+    pub call: StepCall,
+    pub options: StepOptions,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepCall {
+    Recipe {
+        recipe: Name,
+        args: RecordLit,
+    },
+    Approval {
+        keyword: Span,
+        args: RecordLit,
+    },
+    KbWrite {
+        collection: StringLit,
+        args: RecordLit,
+    },
+    Handoff {
+        department: StringLit,
+        args: RecordLit,
+    },
+    Browser {
+        server: Name,
+        tool: Name,
+        args: RecordLit,
+    },
+}
+
+impl StepCall {
+    pub fn args(&self) -> &RecordLit {
+        match self {
+            StepCall::Recipe { args, .. }
+            | StepCall::Approval { args, .. }
+            | StepCall::KbWrite { args, .. }
+            | StepCall::Handoff { args, .. }
+            | StepCall::Browser { args, .. } => args,
+        }
+    }
+
+    /// Whether running the step twice is visible outside the run; such steps
+    /// want an idempotency key when they are retried.
+    pub fn has_side_effects(&self) -> bool {
+        matches!(
+            self,
+            StepCall::KbWrite { .. } | StepCall::Handoff { .. } | StepCall::Browser { .. }
+        )
+    }
+
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            StepCall::Recipe { .. } => "recipe",
+            StepCall::Approval { .. } => "approval",
+            StepCall::KbWrite { .. } => "kb_write",
+            StepCall::Handoff { .. } => "handoff",
+            StepCall::Browser { .. } => "browser",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepOptions {
+    pub retry: Option<Retry>,
+    pub timeout: Option<DurationLit>,
+    pub on_error: Option<ErrorPolicy>,
+    pub idempotency: Option<Expr>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Retry {
+    pub attempts: i64,
+    pub attempts_span: Span,
+    pub backoff: Option<(DurationLit, DurationLit)>,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ErrorPolicy {
+    Fail(Span),
+    Continue(Span),
+    Fallback(Block),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct IfStmt {
+    /// The `if` and every `else if`, in order.
+    pub branches: Vec<(Expr, Block)>,
+    pub else_block: Option<Block>,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ForStmt {
+    pub collection: Expr,
+    pub id: Name,
+    pub concurrency: Option<(i64, Span)>,
+    pub body: Block,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParallelStmt {
+    pub id: Name,
+    pub branches: Vec<Branch>,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Branch {
+    pub name: Name,
+    pub body: Block,
+    pub span: Span,
+}
+
+/// A duration as written: digits and a unit the checker validates. A bare
+/// number has no unit (`timeout 60`), which the checker reports.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DurationLit {
+    pub amount: Option<u64>,
+    pub unit: Option<String>,
+    pub span: Span,
+}
+
+impl DurationLit {
+    /// The duration in milliseconds, when the unit is one we know.
+    pub fn millis(&self) -> Option<u64> {
+        let per_unit: u64 = match self.unit.as_deref()? {
+            "ms" => 1,
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            _ => return None,
+        };
+        self.amount?.checked_mul(per_unit)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordLit {
+    pub fields: Vec<RecordField>,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordField {
+    pub name: Name,
+    pub value: Expr,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expr {
+    pub kind: ExprKind,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ExprKind {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Duration(DurationLit),
+    String(StringLit),
+    List(Vec<Expr>),
+    Record(RecordLit),
+    Path(Path),
+    Not(Box<Expr>),
+    Binary(BinaryOp, Box<Expr>, Box<Expr>),
+    /// A part the parser could not read; it has already been reported.
+    Error,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BinaryOp {
+    Coalesce,
+    Or,
+    And,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl BinaryOp {
+    pub fn symbol(self) -> &'static str {
+        match self {
+            BinaryOp::Coalesce => "??",
+            BinaryOp::Or => "||",
+            BinaryOp::And => "&&",
+            BinaryOp::Eq => "==",
+            BinaryOp::Ne => "!=",
+            BinaryOp::Lt => "<",
+            BinaryOp::Le => "<=",
+            BinaryOp::Gt => ">",
+            BinaryOp::Ge => ">=",
+        }
+    }
+
+    /// Binding strength: higher binds tighter.
+    pub(crate) fn precedence(self) -> u8 {
+        match self {
+            BinaryOp::Coalesce => 1,
+            BinaryOp::Or => 2,
+            BinaryOp::And => 3,
+            _ => 4,
+        }
+    }
+}
+
+/// A reference such as `step.classify?.summary` or `loop_item.tags[0]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Path {
+    pub root: Name,
+    pub segments: Vec<Segment>,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Segment {
+    Field { name: Name, optional: bool },
+    Index { index: i64, span: Span },
+}
+
+impl Segment {
+    pub fn span(&self) -> Span {
+        match self {
+            Segment::Field { name, .. } => name.span,
+            Segment::Index { span, .. } => *span,
+        }
+    }
+}
+
+/// A string literal: its span in the source and its decoded template.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StringLit {
+    pub template: Template,
+    pub span: Span,
+}
+
+impl StringLit {
+    /// The text when the string has no references.
+    pub fn as_plain(&self) -> Option<&str> {
+        match self.template.parts.as_slice() {
+            [] => Some(""),
+            [TemplatePart::Text(text)] => Some(text),
+            _ => None,
+        }
+    }
+
+    /// The text with references written back as `{{...}}`, for names and messages.
+    pub fn display_text(&self) -> String {
+        self.template
+            .parts
+            .iter()
+            .map(|part| match part {
+                TemplatePart::Text(text) => text.clone(),
+                TemplatePart::Ref(path) => format!("{{{{{}}}}}", path_text(path)),
+            })
+            .collect()
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Template {
+    pub parts: Vec<TemplatePart>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum TemplatePart {
+    Text(String),
+    Ref(Path),
+}
+
+/// Writes a path back as source text (`step.a?.b[0]`).
+pub fn path_text(path: &Path) -> String {
+    let mut text = path.root.text.clone();
+    for segment in &path.segments {
+        match segment {
+            Segment::Field { name, optional } => {
+                text.push_str(if *optional { "?." } else { "." });
+                text.push_str(&name.text);
+            }
+            Segment::Index { index, .. } => {
+                text.push_str(&format!("[{index}]"));
+            }
+        }
+    }
+    text
+}

@@ -1,0 +1,7 @@
+//! Syntax: the pest grammar, the syntax tree, and the template parser.
+
+pub mod ast;
+mod parse;
+mod template;
+
+pub use parse::parse;

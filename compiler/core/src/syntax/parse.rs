@@ -1,0 +1,994 @@
+//! From source text to the syntax tree, with error recovery.
+//!
+//! pest parses the whole file in one go: the grammar's catch-all productions
+//! (`bad_item`, `bad_stmt`, `bad_member`) absorb what does not parse, so the
+//! parse itself succeeds on any input. Each absorbed region is then parsed
+//! again with the production that was meant there, with pest's error detail on,
+//! to say what was expected at the exact position things went wrong.
+
+use pest::Parser as _;
+use pest::iterators::Pair;
+
+use crate::codes::Code;
+use crate::diagnostic::{Diagnostic, FileId, Span};
+use crate::syntax::ast::*;
+use crate::syntax::template::parse_string;
+
+#[derive(pest_derive::Parser)]
+#[grammar = "syntax/flow.pest"]
+struct FlowParser;
+
+/// How deep blocks, types and expressions may nest. Deeper input is refused
+/// with E003 so that every later pass can recurse without a stack overflow.
+const MAX_DEPTH: usize = 128;
+
+/// Parses one file. Never fails: what cannot be read is reported and left out.
+pub fn parse(source: &str, file: FileId) -> (SourceFile, Vec<Diagnostic>) {
+    let mut parser = Parser {
+        source,
+        file,
+        problems: Vec::new(),
+        depth: 0,
+        too_deep_reported: false,
+    };
+    let tree = parser.file();
+    (tree, parser.problems)
+}
+
+struct Parser<'s> {
+    source: &'s str,
+    file: FileId,
+    problems: Vec<Diagnostic>,
+    depth: usize,
+    too_deep_reported: bool,
+}
+
+/// Where a catch-all region was, which decides what it should have been.
+#[derive(Clone, Copy)]
+enum Context {
+    Item,
+    RecipeMember,
+    McpMember,
+    /// A workflow body before its first statement, where settings may still come.
+    WorkflowHead,
+    /// A workflow body after its first statement.
+    WorkflowBody,
+    Block,
+    Parallel,
+}
+
+fn span_of(pair: &Pair<'_, Rule>) -> Span {
+    let span = pair.as_span();
+    Span::new(span.start(), span.end())
+}
+
+fn docs(pair: &Pair<'_, Rule>) -> Vec<String> {
+    pair.clone()
+        .into_inner()
+        .filter(|p| p.as_rule() == Rule::doc)
+        .map(|p| {
+            let text = p.as_str().trim_start_matches('/');
+            text.strip_prefix(' ')
+                .unwrap_or(text)
+                .trim_end()
+                .to_string()
+        })
+        .collect()
+}
+
+/// The children of `pair` other than doc comments.
+fn children<'i>(pair: Pair<'i, Rule>) -> impl Iterator<Item = Pair<'i, Rule>> {
+    pair.into_inner().filter(|p| p.as_rule() != Rule::doc)
+}
+
+fn first_child(pair: Pair<'_, Rule>) -> Pair<'_, Rule> {
+    children(pair)
+        .next()
+        .expect("the grammar gives this rule a child")
+}
+
+fn name(pair: Pair<'_, Rule>) -> Name {
+    Name {
+        text: pair.as_str().to_string(),
+        span: span_of(&pair),
+    }
+}
+
+impl<'s> Parser<'s> {
+    fn file(&mut self) -> SourceFile {
+        let pairs = match FlowParser::parse(Rule::file, self.source) {
+            Ok(pairs) => pairs,
+            Err(error) => {
+                // Only resource limits (pest's stack guard) fail the catch-all grammar.
+                let at = match error.location {
+                    pest::error::InputLocation::Pos(at) => at,
+                    pest::error::InputLocation::Span((at, _)) => at,
+                };
+                self.problems.push(
+                    Diagnostic::new(
+                        Code::TooDeep,
+                        self.file,
+                        Span::new(at, at),
+                        "the file is nested too deeply to parse",
+                    )
+                    .label("here"),
+                );
+                return SourceFile::default();
+            }
+        };
+        let mut items = Vec::new();
+        for pair in pairs.flatten().take(1).flat_map(|file| file.into_inner()) {
+            match pair.as_rule() {
+                Rule::item => {
+                    if let Some(item) = self.item(pair) {
+                        items.push(item);
+                    }
+                }
+                Rule::bad_item => self.recover(&pair, Context::Item),
+                _ => {}
+            }
+        }
+        SourceFile { items }
+    }
+
+    fn item(&mut self, pair: Pair<'_, Rule>) -> Option<Item> {
+        let docs = docs(&pair);
+        let decl = first_child(pair);
+        let span = span_of(&decl);
+        Some(match decl.as_rule() {
+            Rule::import_decl => Item::Import(Import {
+                path: self.string(first_child(decl)),
+                span,
+            }),
+            Rule::type_decl => {
+                let mut inner = decl.into_inner();
+                let name = name(inner.next()?);
+                let ty = self.type_expr(inner.next()?);
+                Item::Type(TypeDecl {
+                    docs,
+                    name,
+                    ty,
+                    span,
+                })
+            }
+            Rule::recipe_decl => Item::Recipe(self.recipe(decl, docs)),
+            Rule::mcp_decl => Item::Mcp(self.mcp(decl, docs)),
+            Rule::workflow_decl => Item::Workflow(self.workflow(decl, docs)),
+            _ => return None,
+        })
+    }
+
+    // ------------------------------------------------------------ errors
+
+    fn recover(&mut self, pair: &Pair<'_, Rule>, context: Context) {
+        let start = pair.as_span().start();
+        let candidates: &[Rule] = match context {
+            Context::Item => &[Rule::item],
+            Context::RecipeMember => &[Rule::recipe_member],
+            Context::McpMember => &[Rule::mcp_member],
+            Context::WorkflowHead => &[Rule::statement, Rule::workflow_setting],
+            Context::WorkflowBody | Context::Block => &[Rule::statement],
+            Context::Parallel => &[Rule::branch],
+        };
+        let rest = &self.source[start..];
+        // A step option that does not parse ends the step before it, so the
+        // option's words arrive here as a statement: explain the option instead.
+        let option_words = ["retry", "backoff", "timeout", "on_error", "idempotency"];
+        let candidates: &[Rule] = if matches!(
+            context,
+            Context::Block | Context::WorkflowHead | Context::WorkflowBody
+        ) && option_words.iter().any(|w| rest.starts_with(w))
+        {
+            &[Rule::step_option]
+        } else {
+            candidates
+        };
+        if matches!(context, Context::WorkflowBody)
+            && FlowParser::parse(Rule::workflow_setting, rest).is_ok()
+        {
+            self.problems.push(
+                Diagnostic::new(
+                    Code::Syntax,
+                    self.file,
+                    span_of(pair),
+                    "workflow settings must come before the first statement",
+                )
+                .label("this setting comes after a statement")
+                .hint("move `input`, `timeout`, `context`, `durability` and `on_error` to the top of the workflow"),
+            );
+            return;
+        }
+        // pest collects which tokens it tried at the furthest position only when
+        // error detail is on. It is a process-wide switch, so it is turned on for
+        // this re-parse alone; another thread parsing meanwhile only pays in speed.
+        pest::set_error_detail(true);
+        let mut best: Option<(usize, Vec<String>)> = None;
+        for rule in candidates {
+            if let Err(error) = FlowParser::parse(*rule, rest) {
+                let at = match error.location {
+                    pest::error::InputLocation::Pos(at) => at,
+                    pest::error::InputLocation::Span((at, _)) => at,
+                };
+                let expected = expected_words(&error);
+                match &mut best {
+                    Some((best_at, words)) if *best_at == at => words.extend(expected),
+                    Some((best_at, _)) if *best_at > at => {}
+                    _ => best = Some((at, expected)),
+                }
+            }
+        }
+        pest::set_error_detail(false);
+        let (at, mut expected) = best.unwrap_or((0, Vec::new()));
+        expected.sort();
+        expected.dedup();
+        let at = start + at;
+        let found = describe_found(&self.source[at..]);
+        let end = at + found.1;
+        let message = if expected.is_empty() {
+            format!("unexpected {}", found.0)
+        } else {
+            format!("expected {}, found {}", join_or(&expected), found.0)
+        };
+        let mut diagnostic = Diagnostic::new(Code::Syntax, self.file, Span::new(at, end), message)
+            .label(if expected.is_empty() {
+                "unexpected here".to_string()
+            } else {
+                format!("expected {}", join_or(&expected))
+            });
+        if matches!(
+            context,
+            Context::Item | Context::RecipeMember | Context::McpMember
+        ) || at > pair.as_span().end()
+        {
+            diagnostic = diagnostic.secondary(
+                self.file,
+                Span::new(start, start + first_line_len(&self.source[start..])),
+                "skipped from here to the next line that can start over",
+            );
+        }
+        self.problems.push(diagnostic);
+    }
+
+    fn too_deep(&mut self, span: Span) {
+        if !self.too_deep_reported {
+            self.too_deep_reported = true;
+            self.problems.push(
+                Diagnostic::new(
+                    Code::TooDeep,
+                    self.file,
+                    span,
+                    format!("nesting deeper than {MAX_DEPTH} levels"),
+                )
+                .label("too deep from here"),
+            );
+        }
+    }
+
+    fn int(&mut self, pair: Pair<'_, Rule>) -> i64 {
+        pair.as_str().parse().unwrap_or_else(|_| {
+            self.problems.push(
+                Diagnostic::new(
+                    Code::Syntax,
+                    self.file,
+                    span_of(&pair),
+                    "integer literal does not fit in 64 bits",
+                )
+                .label("too large"),
+            );
+            0
+        })
+    }
+
+    // ------------------------------------------------------------ types
+
+    fn type_expr(&mut self, pair: Pair<'_, Rule>) -> TypeExpr {
+        let span = span_of(&pair);
+        if self.depth >= MAX_DEPTH {
+            self.too_deep(span);
+            return TypeExpr {
+                kind: TypeExprKind::Named(Name {
+                    text: "json".into(),
+                    span,
+                }),
+                span,
+            };
+        }
+        self.depth += 1;
+        let mut alternatives: Vec<TypeExpr> =
+            pair.into_inner().map(|p| self.type_postfix(p)).collect();
+        self.depth -= 1;
+        if alternatives.len() == 1 {
+            alternatives.pop().expect("one alternative")
+        } else {
+            TypeExpr {
+                kind: TypeExprKind::Union(alternatives),
+                span,
+            }
+        }
+    }
+
+    fn type_postfix(&mut self, pair: Pair<'_, Rule>) -> TypeExpr {
+        let span = span_of(&pair);
+        let mut inner = pair.into_inner();
+        let atom = inner.next().expect("type_postfix has an atom");
+        let mut ty = self.type_atom(atom);
+        if inner.next().is_some() {
+            ty = TypeExpr {
+                kind: TypeExprKind::Optional(Box::new(ty)),
+                span,
+            };
+        }
+        ty
+    }
+
+    fn type_atom(&mut self, pair: Pair<'_, Rule>) -> TypeExpr {
+        let span = span_of(&pair);
+        let inner = first_child(pair);
+        let kind = match inner.as_rule() {
+            Rule::list_type => TypeExprKind::List(Box::new(self.type_expr(first_child(inner)))),
+            Rule::record_type => TypeExprKind::Record(self.fields(inner)),
+            Rule::string => {
+                let lit = self.string(inner);
+                TypeExprKind::Literal(lit.display_text())
+            }
+            Rule::paren_type => return self.type_expr(first_child(inner)),
+            _ => TypeExprKind::Named(name(first_child(inner))),
+        };
+        TypeExpr { kind, span }
+    }
+
+    fn fields(&mut self, record_type: Pair<'_, Rule>) -> Vec<FieldDecl> {
+        record_type
+            .into_inner()
+            .map(|field| {
+                let docs = docs(&field);
+                let mut inner = children(field);
+                let name = name(inner.next().expect("field name"));
+                let ty = self.type_expr(inner.next().expect("field type"));
+                FieldDecl { docs, name, ty }
+            })
+            .collect()
+    }
+
+    fn record_type_decl(&mut self, pair: Pair<'_, Rule>) -> RecordTypeDecl {
+        let record = first_child(pair);
+        RecordTypeDecl {
+            span: span_of(&record),
+            fields: self.fields(record),
+        }
+    }
+
+    // ------------------------------------------------------------ declarations
+
+    /// Reports a member given twice; the first one stays.
+    fn once<T>(&mut self, slot: &mut Option<T>, value: T, span: Span, what: &str) {
+        if slot.is_some() {
+            self.problems.push(
+                Diagnostic::new(
+                    Code::Member,
+                    self.file,
+                    span,
+                    format!("`{what}` is given twice"),
+                )
+                .label("second one here")
+                .hint("keep one of them"),
+            );
+        } else {
+            *slot = Some(value);
+        }
+    }
+
+    fn recipe(&mut self, pair: Pair<'_, Rule>, docs: Vec<String>) -> Recipe {
+        let span = span_of(&pair);
+        let mut inner = pair.into_inner();
+        let mut recipe = Recipe {
+            docs,
+            name: name(inner.next().expect("recipe name")),
+            model: None,
+            input: None,
+            output: None,
+            prompt: None,
+            context: Vec::new(),
+            span,
+        };
+        for member in inner {
+            if member.as_rule() == Rule::bad_member {
+                self.recover(&member, Context::RecipeMember);
+                continue;
+            }
+            let member = first_child(member);
+            let member_span = span_of(&member);
+            match member.as_rule() {
+                Rule::model_member => {
+                    let model = self.string(first_child(member));
+                    self.once(&mut recipe.model, model, member_span, "model");
+                }
+                Rule::input_member => {
+                    let input = self.record_type_decl(member);
+                    self.once(&mut recipe.input, input, member_span, "input");
+                }
+                Rule::output_type_member => {
+                    let output = self.type_expr(first_child(member));
+                    self.once(&mut recipe.output, output, member_span, "output");
+                }
+                Rule::prompt_member => {
+                    let prompt = self.string(first_child(member));
+                    self.once(&mut recipe.prompt, prompt, member_span, "prompt");
+                }
+                Rule::context_member => {
+                    let context: Vec<StringLit> =
+                        member.into_inner().map(|s| self.string(s)).collect();
+                    recipe.context.extend(context);
+                }
+                _ => {}
+            }
+        }
+        recipe
+    }
+
+    fn mcp(&mut self, pair: Pair<'_, Rule>, docs: Vec<String>) -> McpServer {
+        let span = span_of(&pair);
+        let mut inner = pair.into_inner();
+        let mut server = McpServer {
+            docs,
+            name: name(inner.next().expect("server name")),
+            command: None,
+            args: Vec::new(),
+            url: None,
+            env: None,
+            span,
+        };
+        let mut args_seen = None;
+        for member in inner {
+            if member.as_rule() == Rule::bad_member {
+                self.recover(&member, Context::McpMember);
+                continue;
+            }
+            let member = first_child(member);
+            let member_span = span_of(&member);
+            match member.as_rule() {
+                Rule::command_member => {
+                    let command = self.string(first_child(member));
+                    self.once(&mut server.command, command, member_span, "command");
+                }
+                Rule::url_member => {
+                    let url = self.string(first_child(member));
+                    self.once(&mut server.url, url, member_span, "url");
+                }
+                Rule::args_member => {
+                    let list = first_child(member);
+                    let args: Vec<Expr> = list.into_inner().map(|e| self.expr(e)).collect();
+                    self.once(&mut args_seen, (), member_span, "args");
+                    server.args.extend(args);
+                }
+                Rule::env_member => {
+                    let env = self.record_lit(first_child(member));
+                    self.once(&mut server.env, env, member_span, "env");
+                }
+                _ => {}
+            }
+        }
+        server
+    }
+
+    fn workflow(&mut self, pair: Pair<'_, Rule>, docs: Vec<String>) -> Workflow {
+        let span = span_of(&pair);
+        let mut inner = pair.into_inner();
+        let mut workflow = Workflow {
+            docs,
+            name: name(inner.next().expect("workflow name")),
+            input: None,
+            timeout: None,
+            context: Vec::new(),
+            durability: None,
+            on_error: None,
+            body: Vec::new(),
+            output: None,
+            span,
+        };
+        for part in inner {
+            match part.as_rule() {
+                Rule::workflow_setting => {
+                    let setting = first_child(part);
+                    let setting_span = span_of(&setting);
+                    match setting.as_rule() {
+                        Rule::input_member => {
+                            let input = self.record_type_decl(setting);
+                            self.once(&mut workflow.input, input, setting_span, "input");
+                        }
+                        Rule::timeout_setting => {
+                            let timeout = self.duration_value(first_child(setting));
+                            self.once(&mut workflow.timeout, timeout, setting_span, "timeout");
+                        }
+                        Rule::context_member => {
+                            let context: Vec<StringLit> =
+                                setting.into_inner().map(|s| self.string(s)).collect();
+                            workflow.context.extend(context);
+                        }
+                        Rule::durability_setting => {
+                            let mode = name(first_child(setting));
+                            self.once(&mut workflow.durability, mode, setting_span, "durability");
+                        }
+                        Rule::on_error_setting => {
+                            let policy = self.error_policy(first_child(setting));
+                            self.once(&mut workflow.on_error, policy, setting_span, "on_error");
+                        }
+                        _ => {}
+                    }
+                }
+                Rule::statement => {
+                    if let Some(stmt) = self.statement(part) {
+                        workflow.body.push(stmt);
+                    }
+                }
+                Rule::bad_stmt if workflow.body.is_empty() => {
+                    self.recover(&part, Context::WorkflowHead)
+                }
+                Rule::bad_stmt => self.recover(&part, Context::WorkflowBody),
+                Rule::workflow_output => {
+                    workflow.output = Some(self.record_lit(first_child(part)));
+                }
+                _ => {}
+            }
+        }
+        workflow
+    }
+
+    // ------------------------------------------------------------ statements
+
+    fn block(&mut self, pair: Pair<'_, Rule>) -> Block {
+        let span = span_of(&pair);
+        if self.depth >= MAX_DEPTH {
+            self.too_deep(span);
+            return Block {
+                stmts: Vec::new(),
+                span,
+            };
+        }
+        self.depth += 1;
+        let mut stmts = Vec::new();
+        for part in pair.into_inner() {
+            match part.as_rule() {
+                Rule::statement => stmts.extend(self.statement(part)),
+                Rule::bad_stmt => self.recover(&part, Context::Block),
+                _ => {}
+            }
+        }
+        self.depth -= 1;
+        Block { stmts, span }
+    }
+
+    fn statement(&mut self, pair: Pair<'_, Rule>) -> Option<Stmt> {
+        let docs = docs(&pair);
+        let stmt = first_child(pair);
+        let span = span_of(&stmt);
+        Some(match stmt.as_rule() {
+            Rule::step_stmt => {
+                let mut inner = stmt.into_inner();
+                let id = name(inner.next()?);
+                let call = self.step_call(inner.next()?);
+                let mut options = StepOptions::default();
+                for option in inner {
+                    self.step_option(option, &mut options);
+                }
+                Stmt::Step(Step {
+                    docs,
+                    id,
+                    call,
+                    options,
+                    span,
+                })
+            }
+            Rule::if_stmt => {
+                let mut inner = stmt.into_inner();
+                let condition = self.expr(inner.next()?);
+                let block = self.block(inner.next()?);
+                let mut branches = vec![(condition, block)];
+                let mut else_block = None;
+                for part in inner {
+                    match part.as_rule() {
+                        Rule::else_if => {
+                            let mut parts = part.into_inner();
+                            let condition = self.expr(parts.next()?);
+                            let block = self.block(parts.next()?);
+                            branches.push((condition, block));
+                        }
+                        _ => else_block = Some(self.block(first_child(part))),
+                    }
+                }
+                Stmt::If(IfStmt {
+                    branches,
+                    else_block,
+                    span,
+                })
+            }
+            Rule::for_stmt => {
+                let mut inner = stmt.into_inner();
+                let collection = self.expr(inner.next()?);
+                let id = name(inner.next()?);
+                let mut concurrency = None;
+                let mut body = None;
+                for part in inner {
+                    match part.as_rule() {
+                        Rule::concurrency => {
+                            let int = first_child(part);
+                            let int_span = span_of(&int);
+                            concurrency = Some((self.int(int), int_span));
+                        }
+                        _ => body = Some(self.block(part)),
+                    }
+                }
+                Stmt::For(ForStmt {
+                    collection,
+                    id,
+                    concurrency,
+                    body: body?,
+                    span,
+                })
+            }
+            Rule::parallel_stmt => {
+                let mut inner = stmt.into_inner();
+                let id = name(inner.next()?);
+                let mut branches = Vec::new();
+                for part in inner {
+                    match part.as_rule() {
+                        Rule::branch => {
+                            let branch_span = span_of(&part);
+                            let mut parts = part.into_inner();
+                            let name = name(parts.next()?);
+                            let body = self.block(parts.next()?);
+                            branches.push(Branch {
+                                name,
+                                body,
+                                span: branch_span,
+                            });
+                        }
+                        _ => self.recover(&part, Context::Parallel),
+                    }
+                }
+                Stmt::Parallel(ParallelStmt { id, branches, span })
+            }
+            _ => return None,
+        })
+    }
+
+    fn step_call(&mut self, pair: Pair<'_, Rule>) -> StepCall {
+        let call = first_child(pair);
+        let rule = call.as_rule();
+        let keyword = Span::new(call.as_span().start(), call.as_span().start() + 8);
+        let mut inner = call.into_inner();
+        let mut next = || inner.next().expect("the grammar fixes the call's parts");
+        match rule {
+            Rule::approval_call => StepCall::Approval {
+                keyword,
+                args: self.record_lit(next()),
+            },
+            Rule::kb_write_call => {
+                let collection = self.string(next());
+                StepCall::KbWrite {
+                    collection,
+                    args: self.record_lit(next()),
+                }
+            }
+            Rule::handoff_call => {
+                let department = self.string(next());
+                StepCall::Handoff {
+                    department,
+                    args: self.record_lit(next()),
+                }
+            }
+            Rule::browser_call => {
+                let server = name(next());
+                let tool = name(next());
+                StepCall::Browser {
+                    server,
+                    tool,
+                    args: self.record_lit(next()),
+                }
+            }
+            _ => {
+                let recipe = name(next());
+                StepCall::Recipe {
+                    recipe,
+                    args: self.record_lit(next()),
+                }
+            }
+        }
+    }
+
+    fn step_option(&mut self, pair: Pair<'_, Rule>, options: &mut StepOptions) {
+        let option = first_child(pair);
+        let span = span_of(&option);
+        match option.as_rule() {
+            Rule::retry_option => {
+                let mut inner = option.into_inner();
+                let attempts_pair = inner.next().expect("retry count");
+                let attempts_span = span_of(&attempts_pair);
+                let attempts = self.int(attempts_pair);
+                let backoff = match (inner.next(), inner.next()) {
+                    (Some(min), Some(max)) => {
+                        Some((self.duration_value(min), self.duration_value(max)))
+                    }
+                    _ => None,
+                };
+                let retry = Retry {
+                    attempts,
+                    attempts_span,
+                    backoff,
+                    span,
+                };
+                self.once(&mut options.retry, retry, span, "retry");
+            }
+            Rule::timeout_option => {
+                let timeout = self.duration_value(first_child(option));
+                self.once(&mut options.timeout, timeout, span, "timeout");
+            }
+            Rule::on_error_option => {
+                let policy = self.error_policy(first_child(option));
+                self.once(&mut options.on_error, policy, span, "on_error");
+            }
+            Rule::idempotency_option => {
+                let key = self.expr(first_child(option));
+                self.once(&mut options.idempotency, key, span, "idempotency");
+            }
+            _ => {}
+        }
+    }
+
+    fn error_policy(&mut self, pair: Pair<'_, Rule>) -> ErrorPolicy {
+        let policy = first_child(pair);
+        let span = span_of(&policy);
+        match policy.as_rule() {
+            Rule::fallback_policy => ErrorPolicy::Fallback(self.block(first_child(policy))),
+            _ if policy.as_str().starts_with("continue") => ErrorPolicy::Continue(span),
+            _ => ErrorPolicy::Fail(span),
+        }
+    }
+
+    fn duration_value(&mut self, pair: Pair<'_, Rule>) -> DurationLit {
+        let inner = first_child(pair);
+        let span = span_of(&inner);
+        let text = inner.as_str();
+        let digits_end = text
+            .find(|c: char| !c.is_ascii_digit() && c != '-')
+            .unwrap_or(text.len());
+        let unit = &text[digits_end..];
+        DurationLit {
+            amount: text[..digits_end].parse().ok(),
+            unit: (!unit.is_empty()).then(|| unit.to_string()),
+            span,
+        }
+    }
+
+    // ------------------------------------------------------------ expressions
+
+    fn record_lit(&mut self, pair: Pair<'_, Rule>) -> RecordLit {
+        let span = span_of(&pair);
+        let fields = pair
+            .into_inner()
+            .map(|field| {
+                let mut inner = field.into_inner();
+                let name = name(inner.next().expect("field name"));
+                let value = self.expr(inner.next().expect("field value"));
+                RecordField { name, value }
+            })
+            .collect();
+        RecordLit { fields, span }
+    }
+
+    fn string(&mut self, pair: Pair<'_, Rule>) -> StringLit {
+        parse_string(
+            pair.as_str(),
+            pair.as_span().start(),
+            self.file,
+            &mut self.problems,
+        )
+    }
+
+    fn expr(&mut self, pair: Pair<'_, Rule>) -> Expr {
+        let span = span_of(&pair);
+        if self.depth >= MAX_DEPTH {
+            self.too_deep(span);
+            return Expr {
+                kind: ExprKind::Error,
+                span,
+            };
+        }
+        self.depth += 1;
+        // Operator precedence by shunting-yard over the flat operand/operator
+        // list the grammar gives, so that long chains do not recurse.
+        let mut operands: Vec<Expr> = Vec::new();
+        let mut operators: Vec<BinaryOp> = Vec::new();
+        let mut nots: Vec<Span> = Vec::new();
+        for part in pair.into_inner() {
+            match part.as_rule() {
+                Rule::prefix => nots.push(span_of(&part)),
+                Rule::infix => {
+                    let op = match part.as_str() {
+                        "??" => BinaryOp::Coalesce,
+                        "||" => BinaryOp::Or,
+                        "&&" => BinaryOp::And,
+                        "==" => BinaryOp::Eq,
+                        "!=" => BinaryOp::Ne,
+                        "<=" => BinaryOp::Le,
+                        ">=" => BinaryOp::Ge,
+                        "<" => BinaryOp::Lt,
+                        _ => BinaryOp::Gt,
+                    };
+                    while operators
+                        .last()
+                        .is_some_and(|top| top.precedence() >= op.precedence())
+                    {
+                        reduce(&mut operands, &mut operators);
+                    }
+                    operators.push(op);
+                }
+                _ => {
+                    let mut operand = self.primary(part);
+                    if nots.len() > MAX_DEPTH {
+                        self.too_deep(operand.span);
+                        nots.clear();
+                    }
+                    while let Some(not) = nots.pop() {
+                        operand = Expr {
+                            span: not.to(operand.span),
+                            kind: ExprKind::Not(Box::new(operand)),
+                        };
+                    }
+                    operands.push(operand);
+                }
+            }
+        }
+        while !operators.is_empty() {
+            reduce(&mut operands, &mut operators);
+        }
+        self.depth -= 1;
+        operands.pop().unwrap_or(Expr {
+            kind: ExprKind::Error,
+            span,
+        })
+    }
+
+    fn primary(&mut self, pair: Pair<'_, Rule>) -> Expr {
+        let inner = first_child(pair);
+        let span = span_of(&inner);
+        let kind = match inner.as_rule() {
+            Rule::duration => {
+                let text = inner.as_str();
+                let digits_end = text
+                    .find(|c: char| !c.is_ascii_digit())
+                    .unwrap_or(text.len());
+                ExprKind::Duration(DurationLit {
+                    amount: text[..digits_end].parse().ok(),
+                    unit: Some(text[digits_end..].to_string()),
+                    span,
+                })
+            }
+            Rule::float => ExprKind::Float(inner.as_str().parse().unwrap_or(0.0)),
+            Rule::int => ExprKind::Int(self.int(inner)),
+            Rule::bool => ExprKind::Bool(inner.as_str() == "true"),
+            Rule::null => ExprKind::Null,
+            Rule::string => ExprKind::String(self.string(inner)),
+            Rule::list_lit => ExprKind::List(inner.into_inner().map(|e| self.expr(e)).collect()),
+            Rule::record_lit => ExprKind::Record(self.record_lit(inner)),
+            Rule::path => ExprKind::Path(self.path(inner)),
+            Rule::paren_expr => return self.expr(first_child(inner)),
+            _ => ExprKind::Error,
+        };
+        Expr { kind, span }
+    }
+
+    fn path(&mut self, pair: Pair<'_, Rule>) -> Path {
+        let span = span_of(&pair);
+        let mut inner = pair.into_inner();
+        let root = name(inner.next().expect("path root"));
+        let mut segments = Vec::new();
+        for seg in inner {
+            let seg = first_child(seg);
+            let seg_span = span_of(&seg);
+            match seg.as_rule() {
+                Rule::index_seg => {
+                    let index = self.int(first_child(seg));
+                    segments.push(Segment::Index {
+                        index,
+                        span: seg_span,
+                    });
+                }
+                rule => segments.push(Segment::Field {
+                    optional: rule == Rule::opt_field_seg,
+                    name: name(first_child(seg)),
+                }),
+            }
+        }
+        Path {
+            root,
+            segments,
+            span,
+        }
+    }
+}
+
+fn reduce(operands: &mut Vec<Expr>, operators: &mut Vec<BinaryOp>) {
+    let (Some(op), Some(right), Some(left)) = (operators.pop(), operands.pop(), operands.pop())
+    else {
+        return;
+    };
+    operands.push(Expr {
+        span: left.span.to(right.span),
+        kind: ExprKind::Binary(op, Box::new(left), Box::new(right)),
+    });
+}
+
+/// Turns pest's record of what it tried at the failure point into words.
+fn expected_words(error: &pest::error::Error<Rule>) -> Vec<String> {
+    let mut words = Vec::new();
+    let Some(attempts) = error.parse_attempts() else {
+        return words;
+    };
+    for stack in attempts.call_stacks() {
+        let rule = stack.deepest.get_rule().copied().or(stack.parent);
+        if let Some(word) = rule.and_then(rule_word) {
+            words.push(word.to_string());
+        }
+    }
+    // pest does not export its token type, so tokens are read through Display;
+    // ranges and built-in classes are covered by the rule words above.
+    for token in attempts.expected_tokens() {
+        let token = token.to_string();
+        let keyword = token.len() > 1 && token.chars().all(|c| c.is_ascii_lowercase() || c == '_');
+        let punctuation = matches!(
+            token.as_str(),
+            "{" | "}" | "[" | "]" | "(" | ")" | "=" | ":" | "," | "." | "|" | "?" | ".." | "?."
+        );
+        if keyword || punctuation {
+            words.push(format!("`{token}`"));
+        }
+    }
+    words
+}
+
+/// The words for rules that stand for a kind of token or phrase.
+fn rule_word(rule: Rule) -> Option<&'static str> {
+    Some(match rule {
+        Rule::ident | Rule::field_name => "a name",
+        Rule::string | Rule::plain_string | Rule::triple_string => "a string",
+        Rule::int => "a whole number",
+        Rule::duration | Rule::duration_value => "a duration such as `30s`",
+        Rule::expr | Rule::primary | Rule::path => "an expression",
+        Rule::type_expr | Rule::type_atom | Rule::type_postfix | Rule::named_type => "a type",
+        Rule::record_lit => "`{`",
+        Rule::doc => "a doc comment",
+        Rule::infix => "an operator",
+        Rule::EOI => "the end of the file",
+        _ => return None,
+    })
+}
+
+/// Describes the text at an error position: what it is, and how long.
+fn describe_found(rest: &str) -> (String, usize) {
+    let Some(c) = rest.chars().next() else {
+        return ("the end of the file".into(), 0);
+    };
+    if c == '\n' || c == '\r' {
+        return ("the end of the line".into(), 1);
+    }
+    if c.is_ascii_alphanumeric() || c == '_' {
+        let len = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        return (format!("`{}`", &rest[..len]), len);
+    }
+    (format!("`{c}`"), c.len_utf8())
+}
+
+fn first_line_len(text: &str) -> usize {
+    text.find('\n').unwrap_or(text.len())
+}
+
+fn join_or(words: &[String]) -> String {
+    match words {
+        [] => String::new(),
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} or {}", init.join(", "), last),
+    }
+}

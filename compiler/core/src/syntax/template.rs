@@ -1,0 +1,328 @@
+//! The template parser: decodes a string literal's raw text into literal parts
+//! and `{{ path }}` references, keeping exact source offsets for every name.
+//!
+//! It is separate from the pest grammar on purpose: strings are one token to the
+//! grammar, and their inside has its own small language. Decoding happens once,
+//! here, so the runtime renders a pre-split template in one pass and text that an
+//! LLM returns is never parsed as a template.
+
+use crate::codes::Code;
+use crate::diagnostic::{Diagnostic, FileId, Span};
+use crate::syntax::ast::{Name, Path, Segment, StringLit, Template, TemplatePart};
+
+/// Parses a string literal whose raw source text (quotes included) starts at
+/// byte `offset` of the file.
+pub(crate) fn parse_string(
+    raw: &str,
+    offset: usize,
+    file: FileId,
+    problems: &mut Vec<Diagnostic>,
+) -> StringLit {
+    let span = Span::new(offset, offset + raw.len());
+    let mut builder = Builder {
+        parts: Vec::new(),
+        text: String::new(),
+        file,
+        problems,
+    };
+    if let Some(body) = raw
+        .strip_prefix("\"\"\"")
+        .and_then(|r| r.strip_suffix("\"\"\""))
+    {
+        builder.triple(body, offset + 3);
+    } else {
+        let body = raw
+            .strip_prefix('"')
+            .and_then(|r| r.strip_suffix('"'))
+            .unwrap_or("");
+        builder.line(body, offset + 1, true);
+    }
+    builder.flush();
+    StringLit {
+        template: Template {
+            parts: builder.parts,
+        },
+        span,
+    }
+}
+
+struct Builder<'p> {
+    parts: Vec<TemplatePart>,
+    text: String,
+    file: FileId,
+    problems: &'p mut Vec<Diagnostic>,
+}
+
+impl Builder<'_> {
+    fn flush(&mut self) {
+        if !self.text.is_empty() {
+            self.parts
+                .push(TemplatePart::Text(std::mem::take(&mut self.text)));
+        }
+    }
+
+    /// A `"""` string: raw text whose first line (when blank), last line (when
+    /// blank) and common indentation are removed, like Kotlin's `trimIndent`.
+    fn triple(&mut self, body: &str, offset: usize) {
+        let mut lines: Vec<(usize, &str)> = Vec::new();
+        let mut start = 0;
+        for line in body.split('\n') {
+            lines.push((start, line));
+            start += line.len() + 1;
+        }
+        if lines.len() > 1 && lines[0].1.trim().is_empty() {
+            lines.remove(0);
+        }
+        if lines.len() > 1 && lines.last().is_some_and(|(_, l)| l.trim().is_empty()) {
+            lines.pop();
+        }
+        let indent = lines
+            .iter()
+            .filter(|(_, line)| !line.trim().is_empty())
+            .map(|(_, line)| line.len() - line.trim_start_matches([' ', '\t']).len())
+            .min()
+            .unwrap_or(0);
+        for (index, (line_start, line)) in lines.iter().enumerate() {
+            if index > 0 {
+                self.text.push('\n');
+            }
+            let cut = indent.min(line.len());
+            let line = line[cut..].trim_end_matches('\r');
+            self.line(line, offset + line_start + cut, false);
+        }
+    }
+
+    /// One line of template text starting at file offset `offset`.
+    fn line(&mut self, line: &str, offset: usize, escapes: bool) {
+        let mut chars = line.char_indices().peekable();
+        while let Some((index, c)) = chars.next() {
+            if escapes && c == '\\' {
+                let Some((_, escaped)) = chars.next() else {
+                    break;
+                };
+                match escaped {
+                    'n' => self.text.push('\n'),
+                    't' => self.text.push('\t'),
+                    'r' => self.text.push('\r'),
+                    '"' | '\\' | '{' | '}' => self.text.push(escaped),
+                    other => {
+                        let at = offset + index;
+                        self.problems.push(
+                            Diagnostic::new(
+                                Code::Template,
+                                self.file,
+                                Span::new(at, at + 1 + other.len_utf8()),
+                                format!("unknown escape `\\{other}`"),
+                            )
+                            .label("not an escape")
+                            .hint("the escapes are \\n \\t \\r \\\" \\\\ \\{ \\}"),
+                        );
+                    }
+                }
+            } else if c == '{' && line[index..].starts_with("{{") {
+                chars.next();
+                let inner_start = index + 2;
+                match line[inner_start..].find("}}") {
+                    Some(length) => {
+                        let inner = &line[inner_start..inner_start + length];
+                        self.reference(inner, offset + inner_start, offset + index);
+                        // Skip the reference and its closing braces.
+                        let resume = inner_start + length + 2;
+                        while chars.peek().is_some_and(|(i, _)| *i < resume) {
+                            chars.next();
+                        }
+                    }
+                    None => {
+                        let at = offset + index;
+                        self.problems.push(
+                            Diagnostic::new(
+                                Code::Template,
+                                self.file,
+                                Span::new(at, offset + line.len()),
+                                "`{{` is not closed by `}}`",
+                            )
+                            .label("this reference is not closed")
+                            .hint("close it with `}}`, or write a literal `{{` as `\\{\\{`"),
+                        );
+                        return;
+                    }
+                }
+            } else {
+                self.text.push(c);
+            }
+        }
+    }
+
+    /// The inside of `{{ ... }}` at file offset `offset`; `open` is where `{{` is.
+    fn reference(&mut self, inner: &str, offset: usize, open: usize) {
+        let trimmed_start = inner.len() - inner.trim_start().len();
+        let text = inner.trim();
+        let start = offset + trimmed_start;
+        match parse_path(text, start) {
+            Ok(path) => {
+                self.flush();
+                self.parts.push(TemplatePart::Ref(path));
+            }
+            Err((at, message)) => {
+                let span = if text.is_empty() {
+                    Span::new(open, offset + inner.len() + 2)
+                } else {
+                    Span::new(at, (at + 1).min(start + text.len()).max(at))
+                };
+                self.problems.push(
+                    Diagnostic::new(Code::Template, self.file, span, message)
+                        .label("in this reference")
+                        .hint("a reference is a path such as `workflow_input.field`, `step.id.field[0]` or `loop_item.field`"),
+                );
+            }
+        }
+    }
+}
+
+/// Parses a reference path (`step.a?.b[0]`) starting at file offset `offset`.
+/// On failure gives the offset of the offending character and a message.
+pub(crate) fn parse_path(text: &str, offset: usize) -> Result<Path, (usize, String)> {
+    let bytes = text.as_bytes();
+    let mut pos = 0;
+    let name_at = |pos: usize| -> Option<usize> {
+        let first = *bytes.get(pos)?;
+        if !(first.is_ascii_alphabetic() || first == b'_') {
+            return None;
+        }
+        let mut end = pos + 1;
+        while end < bytes.len() && (bytes[end].is_ascii_alphanumeric() || bytes[end] == b'_') {
+            end += 1;
+        }
+        Some(end)
+    };
+    if text.is_empty() {
+        return Err((offset, "empty reference `{{}}`".to_string()));
+    }
+    let Some(end) = name_at(0) else {
+        return Err((offset, "a reference starts with a name".to_string()));
+    };
+    let root = Name {
+        text: text[..end].to_string(),
+        span: Span::new(offset, offset + end),
+    };
+    pos = end.max(pos);
+    let mut segments = Vec::new();
+    while pos < bytes.len() {
+        let (optional, after) = if text[pos..].starts_with("?.") {
+            (true, pos + 2)
+        } else if bytes[pos] == b'.' {
+            (false, pos + 1)
+        } else if bytes[pos] == b'[' {
+            let close = text[pos..]
+                .find(']')
+                .map(|i| pos + i)
+                .ok_or((offset + pos, "`[` is not closed by `]`".to_string()))?;
+            let digits = &text[pos + 1..close];
+            let index = digits
+                .parse::<i64>()
+                .map_err(|_| (offset + pos + 1, "an index is a whole number".to_string()))?;
+            segments.push(Segment::Index {
+                index,
+                span: Span::new(offset + pos, offset + close + 1),
+            });
+            pos = close + 1;
+            continue;
+        } else {
+            let c = text[pos..].chars().next().unwrap_or(' ');
+            return Err((offset + pos, format!("unexpected `{c}` in a reference")));
+        };
+        let end = name_at(after).ok_or((offset + after, "expected a field name".to_string()))?;
+        segments.push(Segment::Field {
+            name: Name {
+                text: text[after..end].to_string(),
+                span: Span::new(offset + after, offset + end),
+            },
+            optional,
+        });
+        pos = end;
+    }
+    Ok(Path {
+        root,
+        segments,
+        span: Span::new(offset, offset + text.len()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::syntax::ast::path_text;
+
+    fn parse(raw: &str) -> (Vec<String>, Vec<String>) {
+        let mut problems = Vec::new();
+        let lit = parse_string(raw, 0, FileId(0), &mut problems);
+        let parts = lit
+            .template
+            .parts
+            .iter()
+            .map(|part| match part {
+                TemplatePart::Text(text) => format!("text:{text}"),
+                TemplatePart::Ref(path) => {
+                    format!("ref:{}@{}", path_text(path), path.span.start)
+                }
+            })
+            .collect();
+        (parts, problems.into_iter().map(|p| p.message).collect())
+    }
+
+    #[test]
+    fn splits_text_and_references_with_offsets() {
+        let (parts, problems) = parse(r#""Ticket {{ workflow_input.id }}: {{step.c?.tags[0]}}""#);
+        assert_eq!(
+            parts,
+            [
+                "text:Ticket ",
+                "ref:workflow_input.id@11",
+                "text:: ",
+                "ref:step.c?.tags[0]@37"
+            ]
+        );
+        assert!(problems.is_empty());
+    }
+
+    #[test]
+    fn decodes_escapes_and_escaped_braces() {
+        let (parts, problems) = parse(r#""a\"b\n\{\{x}}""#);
+        assert_eq!(parts, ["text:a\"b\n{{x}}"]);
+        assert!(problems.is_empty());
+    }
+
+    #[test]
+    fn reports_unclosed_empty_and_malformed_references() {
+        assert_eq!(
+            parse(r#""{{workflow_input.x}""#).1,
+            ["`{{` is not closed by `}}`"]
+        );
+        assert_eq!(parse(r#""{{ }}""#).1, ["empty reference `{{}}`"]);
+        assert_eq!(
+            parse(r#""{{step.a b}}""#).1,
+            ["unexpected ` ` in a reference"]
+        );
+        assert_eq!(
+            parse(r#""{{step.a[x]}}""#).1,
+            ["an index is a whole number"]
+        );
+        assert_eq!(parse(r#""\q""#).1, ["unknown escape `\\q`"]);
+    }
+
+    #[test]
+    fn triple_strings_lose_common_indentation_and_keep_offsets() {
+        let raw = "\"\"\"\n    Hello {{input.name}}\n      indented\n    \"\"\"";
+        let (parts, problems) = parse(raw);
+        assert_eq!(
+            parts,
+            ["text:Hello ", "ref:input.name@15", "text:\n  indented"]
+        );
+        assert!(problems.is_empty());
+    }
+
+    #[test]
+    fn a_lone_brace_is_text() {
+        assert_eq!(parse(r#""{ json: 1 }""#).0, ["text:{ json: 1 }"]);
+    }
+}
