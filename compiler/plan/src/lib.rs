@@ -1,1 +1,461 @@
+//! The plan: what `flowc build` emits and the runtime executes.
+//!
+//! This crate is the whole contract between the compiler and the runtime, and
+//! depends on nothing but serde and a hash. A plan is self-contained: names are
+//! resolved to slots (steps, input fields, loop levels), templates are split
+//! into text and references, and every schema the runtime validates against is
+//! included as JSON Schema.
+//!
+//! A plan carries its format version and a content hash. [`Plan::from_json`]
+//! refuses a plan of another version or whose hash does not match its content,
+//! so a run can be pinned to the exact plan it started on.
 
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// The plan format this crate reads and writes. Bumped on any change that an
+/// older runtime would misread.
+pub const FORMAT_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub format_version: u32,
+    /// `sha256:` and the hex digest of the plan's JSON with this field empty.
+    pub hash: String,
+    /// The path of the root source file, for messages.
+    pub source: String,
+    pub workflows: Vec<Workflow>,
+    /// Every recipe the workflows may call, by index.
+    pub recipes: Vec<Recipe>,
+    /// Every MCP server the workflows may call, by index.
+    pub mcp_servers: Vec<McpServer>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Recipe {
+    pub name: String,
+    /// A model alias that the runtime's configuration resolves.
+    pub model: String,
+    /// Input field names; `Root::RecipeInput(i)` is the i-th.
+    pub input_fields: Vec<String>,
+    pub input_schema: Value,
+    pub output_schema: Value,
+    pub prompt: Template,
+    /// Knowledge-base documents or collections retrieved into the prompt.
+    pub context: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct McpServer {
+    pub name: String,
+    pub transport: McpTransport,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum McpTransport {
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        env: Vec<(String, String)>,
+    },
+    Http {
+        url: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Workflow {
+    pub name: String,
+    /// Input field names; `Root::InputField(i)` is the i-th.
+    pub input_fields: Vec<String>,
+    /// The runtime validates a run's input against this before the first step.
+    pub input_schema: Value,
+    /// Active time allowed for a run; time parked at an approval does not count.
+    pub timeout_ms: u64,
+    pub durability: Durability,
+    /// Knowledge-base documents or collections resolved at preflight.
+    pub context: Vec<String>,
+    pub on_error: OnError,
+    /// The slot table: `slots[i]` describes the step whose output is slot `i`.
+    pub slots: Vec<Slot>,
+    pub body: Vec<Node>,
+    /// The run's output, evaluated after the last step.
+    pub output: Vec<Field>,
+}
+
+/// One entry of a workflow's slot table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Slot {
+    pub id: String,
+    pub kind: StepKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepKind {
+    Recipe,
+    Approval,
+    KbWrite,
+    Handoff,
+    Browser,
+    Loop,
+    Parallel,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// Every completed step is journaled before a dependent step starts.
+    Full,
+    /// The run is persisted only when it parks and when it ends.
+    Approval,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "body", rename_all = "snake_case")]
+pub enum OnError {
+    /// The failure fails the run (or, for a step, propagates to the workflow).
+    Fail,
+    /// The step ends without output and the run goes on.
+    Continue,
+    /// These nodes run with `Root::Error` in scope, instead of failing.
+    Fallback(Vec<Node>),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "node", rename_all = "snake_case")]
+pub enum Node {
+    Step(Step),
+    /// `if / else if / else`: the first branch whose condition holds runs.
+    Condition {
+        /// A stable name for the journal: `if@<line>:<column>` of the source.
+        id: String,
+        branches: Vec<ConditionBranch>,
+        otherwise: Option<Vec<Node>>,
+    },
+    Loop {
+        slot: u32,
+        id: String,
+        collection: Expr,
+        /// Iterations in flight at once; 1 runs them in order.
+        concurrency: u32,
+        /// The nesting level of this loop, 0 for the outermost:
+        /// `Root::LoopItem(level)` inside refers to its item.
+        level: u32,
+        body: Vec<Node>,
+    },
+    Parallel {
+        slot: u32,
+        id: String,
+        branches: Vec<ParallelBranch>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConditionBranch {
+    pub condition: Expr,
+    pub body: Vec<Node>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ParallelBranch {
+    pub name: String,
+    pub body: Vec<Node>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    pub slot: u32,
+    pub id: String,
+    pub action: Action,
+    pub retry: Retry,
+    pub timeout_ms: u64,
+    pub on_error: OnError,
+    pub idempotency_key: Option<Expr>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Retry {
+    /// Total attempts, at least 1.
+    pub attempts: u32,
+    pub backoff_min_ms: u64,
+    pub backoff_max_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Action {
+    Recipe {
+        recipe: u32,
+        args: Vec<Field>,
+    },
+    Approval {
+        approvers: Expr,
+        message: Expr,
+        expires_ms: Option<u64>,
+        on_reject: OnReject,
+        on_expire: OnExpire,
+    },
+    KbWrite {
+        collection: Template,
+        title: Expr,
+        content: Expr,
+        metadata: Option<Expr>,
+    },
+    Handoff {
+        department: Template,
+        message: Expr,
+        subject: Option<Expr>,
+    },
+    Browser {
+        server: u32,
+        tool: String,
+        args: Vec<Field>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnReject {
+    Fail,
+    Continue,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnExpire {
+    Reject,
+    Fail,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Field {
+    pub name: String,
+    pub value: Expr,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "expr", content = "value", rename_all = "snake_case")]
+pub enum Expr {
+    Literal(Value),
+    /// A duration literal, in milliseconds.
+    Duration(u64),
+    Template(Template),
+    Ref(Ref),
+    List(Vec<Expr>),
+    Record(Vec<Field>),
+    Not(Box<Expr>),
+    Binary {
+        op: BinaryOp,
+        left: Box<Expr>,
+        right: Box<Expr>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BinaryOp {
+    /// `a ?? b`: `b` when `a` is null or absent.
+    Coalesce,
+    Or,
+    And,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+/// A string pre-split into text and references, rendered in a single pass:
+/// text that a reference yields is never parsed as a template again.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Template {
+    pub parts: Vec<TemplatePart>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TemplatePart {
+    Text(String),
+    Ref(Ref),
+}
+
+/// A resolved reference: a root and a path below it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ref {
+    pub root: Root,
+    pub path: Vec<PathSegment>,
+    /// Whether absence (a step that did not run, a missing optional field) is
+    /// expected here and yields null, as written with `?.` or under `??`.
+    pub optional: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "root", content = "index", rename_all = "snake_case")]
+pub enum Root {
+    /// The whole workflow input.
+    Input,
+    /// One field of the workflow input, by index into `Workflow::input_fields`.
+    InputField(u32),
+    /// A step's output, by slot.
+    Step(u32),
+    /// The current item of the loop at this nesting level.
+    LoopItem(u32),
+    /// The current index of the loop at this nesting level.
+    LoopIndex(u32),
+    /// The error in a fallback block: `{ message, kind, step }`.
+    Error,
+    /// A recipe's input field in its prompt, by index into `Recipe::input_fields`.
+    RecipeInput(u32),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PathSegment {
+    Field(String),
+    Index(i64),
+}
+
+/// Why a plan was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlanError {
+    /// The text is not JSON, or not a plan.
+    Malformed(String),
+    /// A plan of another format version.
+    Version { found: u64 },
+    /// The content does not match the recorded hash: it was edited by hand or damaged.
+    Hash { recorded: String, computed: String },
+}
+
+impl fmt::Display for PlanError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PlanError::Malformed(message) => write!(f, "not a valid plan: {message}"),
+            PlanError::Version { found } => write!(
+                f,
+                "plan format version {found} is not supported (this runtime reads version {FORMAT_VERSION}); rebuild the plan with a matching `flowc build`"
+            ),
+            PlanError::Hash { recorded, computed } => write!(
+                f,
+                "the plan's content does not match its hash (recorded {recorded}, computed {computed}); it was changed after `flowc build`: rebuild it"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for PlanError {}
+
+impl Plan {
+    /// The hash of this plan's content, ignoring the `hash` field itself.
+    pub fn compute_hash(&self) -> String {
+        let mut unhashed = self.clone();
+        unhashed.hash = String::new();
+        let bytes = serde_json::to_vec(&unhashed).expect("a plan always serializes");
+        let digest = Sha256::digest(&bytes);
+        let mut hex = String::with_capacity(64);
+        for byte in digest {
+            hex.push_str(&format!("{byte:02x}"));
+        }
+        format!("sha256:{hex}")
+    }
+
+    /// Sets the format version and the hash; call after building a plan.
+    pub fn seal(mut self) -> Plan {
+        self.format_version = FORMAT_VERSION;
+        self.hash = self.compute_hash();
+        self
+    }
+
+    /// The plan as pretty JSON, as `flowc build` writes it.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a plan always serializes")
+    }
+
+    /// Reads a plan, refusing another format version or a hash mismatch.
+    pub fn from_json(text: &str) -> Result<Plan, PlanError> {
+        // The version is read first, so that a plan of another version gets a
+        // version error rather than a confusing error about its shape.
+        let value: Value = serde_json::from_str(text).map_err(|e| PlanError::Malformed(e.to_string()))?;
+        let version = value
+            .get("format_version")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| PlanError::Malformed("no `format_version`".to_string()))?;
+        if version != u64::from(FORMAT_VERSION) {
+            return Err(PlanError::Version { found: version });
+        }
+        let plan: Plan = serde_json::from_value(value).map_err(|e| PlanError::Malformed(e.to_string()))?;
+        let computed = plan.compute_hash();
+        if computed != plan.hash {
+            return Err(PlanError::Hash {
+                recorded: plan.hash.clone(),
+                computed,
+            });
+        }
+        Ok(plan)
+    }
+
+    pub fn workflow(&self, name: &str) -> Option<&Workflow> {
+        self.workflows.iter().find(|w| w.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small_plan() -> Plan {
+        Plan {
+            format_version: 0,
+            hash: String::new(),
+            source: "a.flow".into(),
+            workflows: vec![Workflow {
+                name: "w".into(),
+                input_fields: vec!["x".into()],
+                input_schema: serde_json::json!({ "type": "object" }),
+                timeout_ms: 300_000,
+                durability: Durability::Full,
+                context: vec![],
+                on_error: OnError::Fail,
+                slots: vec![],
+                body: vec![],
+                output: vec![Field {
+                    name: "echo".into(),
+                    value: Expr::Ref(Ref {
+                        root: Root::InputField(0),
+                        path: vec![],
+                        optional: false,
+                    }),
+                }],
+            }],
+            recipes: vec![],
+            mcp_servers: vec![],
+        }
+        .seal()
+    }
+
+    #[test]
+    fn a_sealed_plan_round_trips() {
+        let plan = small_plan();
+        assert_eq!(plan.format_version, FORMAT_VERSION);
+        assert!(plan.hash.starts_with("sha256:"));
+        assert_eq!(Plan::from_json(&plan.to_json()), Ok(plan));
+    }
+
+    #[test]
+    fn an_edited_plan_is_refused() {
+        let text = small_plan().to_json().replace("\"echo\"", "\"other\"");
+        assert!(matches!(Plan::from_json(&text), Err(PlanError::Hash { .. })));
+    }
+
+    #[test]
+    fn another_version_is_refused_before_its_shape_is_read() {
+        let text = r#"{ "format_version": 99, "something": "else" }"#;
+        assert_eq!(Plan::from_json(text), Err(PlanError::Version { found: 99 }));
+        assert!(Plan::from_json("[1").unwrap_err().to_string().starts_with("not a valid plan"));
+    }
+}
