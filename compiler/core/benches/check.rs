@@ -147,6 +147,39 @@ fn main() {
         report(&format!("one workflow, {steps} steps"), &m, steps);
     }
 
+    // Where the time goes, on the 10k-step workflow: parsing alone, then
+    // parse + check, then everything with lowering and hashing.
+    let text = format!(
+        "{RECIPE}{}",
+        workflow("big", if quick { 1_000 } else { 10_000 })
+    );
+    let phase = |f: &dyn Fn()| {
+        let start = Instant::now();
+        for _ in 0..runs {
+            f();
+        }
+        start.elapsed().as_secs_f64() * 1e3 / runs as f64
+    };
+    let parse_ms = phase(&|| {
+        std::hint::black_box(flow_compiler::syntax::parse(
+            &text,
+            flow_compiler::FileId(0),
+        ));
+    });
+    let check_ms = phase(&|| {
+        std::hint::black_box(flow_compiler::check_source("big.flow", &text));
+    });
+    let lower_ms = phase(&|| {
+        let checked = flow_compiler::check_source("big.flow", &text);
+        std::hint::black_box(flow_compiler::lower(&checked));
+    });
+    println!(
+        "\nphases ({:.2} MB): parse {parse_ms:.1} ms, check {:.1} ms, lower+hash {:.1} ms\n",
+        text.len() as f64 / 1e6,
+        check_ms - parse_ms,
+        lower_ms - check_ms
+    );
+
     let files = if quick { 50 } else { 1_000 };
     let mut roots = Vec::new();
     for index in 0..files {
