@@ -4,6 +4,10 @@
 //! (`flowc`, `flow-lsp`, the runtime's CLIs) load sources and hand them in, so
 //! that the command line and the editor report exactly the same diagnostics.
 
+// pest's generated parser names `alloc` directly when pest is built without
+// `std` (see the workspace Cargo.toml for why it is).
+extern crate alloc;
+
 pub mod check;
 pub mod codes;
 pub mod diagnostic;

@@ -30,11 +30,21 @@ const KEYWORDS: &[&str] = &[
 
 /// Parses one file. Never fails: what cannot be read is reported and left out.
 pub fn parse(source: &str, file: FileId) -> (SourceFile, Vec<Diagnostic>) {
+    if let Some(at) = too_deep_at(source) {
+        let diagnostic = Diagnostic::new(
+            Code::TooDeep,
+            file,
+            Span::new(at, at + 1),
+            format!("nesting deeper than {MAX_DEPTH} levels"),
+        )
+        .label("too deep from here")
+        .hint("the file is not parsed further; flatten the nesting");
+        return (SourceFile::default(), vec![diagnostic]);
+    }
     let mut parser = Parser {
         source,
         file,
         problems: Vec::new(),
-        depth: 0,
         too_deep_reported: false,
     };
     let tree = parser.file();
@@ -45,7 +55,6 @@ struct Parser<'s> {
     source: &'s str,
     file: FileId,
     problems: Vec<Diagnostic>,
-    depth: usize,
     too_deep_reported: bool,
 }
 
@@ -105,17 +114,18 @@ impl<'s> Parser<'s> {
         let pairs = match FlowParser::parse(Rule::file, self.source) {
             Ok(pairs) => pairs,
             Err(error) => {
-                // Only resource limits (pest's stack guard) fail the catch-all grammar.
+                // The catch-all productions let `file` match any input; this
+                // is a safety net, not a path that input is known to reach.
                 let at = match error.location {
                     pest::error::InputLocation::Pos(at) => at,
                     pest::error::InputLocation::Span((at, _)) => at,
                 };
                 self.problems.push(
                     Diagnostic::new(
-                        Code::TooDeep,
+                        Code::Syntax,
                         self.file,
                         Span::new(at, at),
-                        "the file is nested too deeply to parse",
+                        "the file could not be parsed",
                     )
                     .label("here"),
                 );
@@ -308,20 +318,8 @@ impl<'s> Parser<'s> {
 
     fn type_expr(&mut self, pair: Pair<'_, Rule>) -> TypeExpr {
         let span = span_of(&pair);
-        if self.depth >= MAX_DEPTH {
-            self.too_deep(span);
-            return TypeExpr {
-                kind: TypeExprKind::Named(Name {
-                    text: "json".into(),
-                    span,
-                }),
-                span,
-            };
-        }
-        self.depth += 1;
         let mut alternatives: Vec<TypeExpr> =
             pair.into_inner().map(|p| self.type_postfix(p)).collect();
-        self.depth -= 1;
         if alternatives.len() == 1 {
             alternatives.pop().expect("one alternative")
         } else {
@@ -563,14 +561,6 @@ impl<'s> Parser<'s> {
 
     fn block(&mut self, pair: Pair<'_, Rule>) -> Block {
         let span = span_of(&pair);
-        if self.depth >= MAX_DEPTH {
-            self.too_deep(span);
-            return Block {
-                stmts: Vec::new(),
-                span,
-            };
-        }
-        self.depth += 1;
         let mut stmts = Vec::new();
         for part in pair.into_inner() {
             match part.as_rule() {
@@ -579,7 +569,6 @@ impl<'s> Parser<'s> {
                 _ => {}
             }
         }
-        self.depth -= 1;
         Block { stmts, span }
     }
 
@@ -821,14 +810,6 @@ impl<'s> Parser<'s> {
 
     fn expr(&mut self, pair: Pair<'_, Rule>) -> Expr {
         let span = span_of(&pair);
-        if self.depth >= MAX_DEPTH {
-            self.too_deep(span);
-            return Expr {
-                kind: ExprKind::Error,
-                span,
-            };
-        }
-        self.depth += 1;
         // Operator precedence by shunting-yard over the flat operand/operator
         // list the grammar gives, so that long chains do not recurse.
         let mut operands: Vec<Expr> = Vec::new();
@@ -859,6 +840,8 @@ impl<'s> Parser<'s> {
                 }
                 _ => {
                     let mut operand = self.primary(part);
+                    // `!` chains are flat in the grammar, so the bracket scan
+                    // does not bound them; later passes recurse once per `!`.
                     if nots.len() > MAX_DEPTH {
                         self.too_deep(operand.span);
                         nots.clear();
@@ -876,7 +859,6 @@ impl<'s> Parser<'s> {
         while !operators.is_empty() {
             reduce(&mut operands, &mut operators);
         }
-        self.depth -= 1;
         operands.pop().unwrap_or(Expr {
             kind: ExprKind::Error,
             span,
@@ -940,6 +922,56 @@ impl<'s> Parser<'s> {
             span,
         }
     }
+}
+
+/// The offset of the first bracket that opens more than `MAX_DEPTH` levels,
+/// if any. pest recurses once per level and is built without its stack probe
+/// (see Cargo.toml), so input this deep is refused before it is parsed. The scan
+/// skips strings and comments, and counts `list<` as a level of its own.
+fn too_deep_at(source: &str) -> Option<usize> {
+    let bytes = source.as_bytes();
+    let mut open: Vec<u8> = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' if bytes[i..].starts_with(b"\"\"\"") => {
+                i = source[i + 3..]
+                    .find("\"\"\"")
+                    .map_or(bytes.len(), |end| i + 3 + end + 3);
+                continue;
+            }
+            b'"' => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' && bytes[i] != b'\n' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'/' if bytes[i..].starts_with(b"//") => {
+                i = source[i..].find('\n').map_or(bytes.len(), |end| i + end);
+                continue;
+            }
+            b'/' if bytes[i..].starts_with(b"/*") => {
+                i = source[i + 2..]
+                    .find("*/")
+                    .map_or(bytes.len(), |end| i + 2 + end + 2);
+                continue;
+            }
+            b'(' | b'[' | b'{' => open.push(bytes[i]),
+            b'<' if source[..i].ends_with("list") => open.push(b'<'),
+            b'>' if open.last() == Some(&b'<') => {
+                open.pop();
+            }
+            b')' | b']' | b'}' => {
+                open.pop();
+            }
+            _ => {}
+        }
+        if open.len() > MAX_DEPTH {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
 }
 
 fn reduce(operands: &mut Vec<Expr>, operators: &mut Vec<BinaryOp>) {
