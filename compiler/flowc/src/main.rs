@@ -1,1 +1,89 @@
-fn main() {}
+//! `flowc`, the flow compiler's command line: check, build, explain, format
+//! and graph `.flow` workflows.
+//!
+//! Exit codes are part of the interface, for CI: 0 when clean, 1 when the
+//! sources have problems (errors, warnings under `--deny-warnings`, files that
+//! `fmt --check` would change), 2 for usage and IO errors.
+
+mod commands;
+mod loader;
+mod render;
+mod report;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// How a command ended; the process exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Exit {
+    Ok = 0,
+    /// The sources have problems: errors, denied warnings, unformatted files.
+    Problems = 1,
+    /// The command could not do its work: a bad argument, a path that cannot
+    /// be read or written.
+    Usage = 2,
+}
+
+impl From<Exit> for ExitCode {
+    fn from(exit: Exit) -> ExitCode {
+        ExitCode::from(exit as u8)
+    }
+}
+
+#[derive(Debug, Parser)]
+#[command(name = "flowc", version, about = "The flow workflow compiler")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check files and directories (recursively, `*.flow`) for errors.
+    Check {
+        /// How to print diagnostics.
+        #[arg(long, value_enum, default_value_t = Format::Human)]
+        format: Format,
+        /// Fail (exit 1) on warnings too.
+        #[arg(long)]
+        deny_warnings: bool,
+        /// Files and directories to check.
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
+    },
+    /// Print the documentation of a diagnostic code (`E101` or `unknown-step`).
+    Explain {
+        /// The code or its name.
+        #[arg(required_unless_present = "list", value_name = "CODE")]
+        code: Option<String>,
+        /// List every code with its summary.
+        #[arg(long, conflicts_with = "code")]
+        list: bool,
+    },
+}
+
+/// Output formats of `check` and `build`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Format {
+    /// Graphical reports with source snippets, on stderr.
+    Human,
+    /// One JSON document on stdout.
+    Json,
+    /// GitHub Actions annotations (`::error file=...::message`) on stdout.
+    Github,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let exit = match cli.command {
+        Command::Check {
+            format,
+            deny_warnings,
+            paths,
+        } => commands::check::run(&paths, format, deny_warnings),
+        Command::Explain { code, list } => commands::explain::run(code.as_deref(), list),
+    };
+    exit.into()
+}

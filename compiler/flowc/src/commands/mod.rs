@@ -1,0 +1,4 @@
+//! One module per subcommand; each returns the process exit code.
+
+pub(crate) mod check;
+pub(crate) mod explain;
