@@ -7,6 +7,7 @@
 pub mod check;
 pub mod codes;
 pub mod diagnostic;
+pub mod graph;
 pub mod suggest;
 pub mod syntax;
 

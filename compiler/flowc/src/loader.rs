@@ -41,6 +41,21 @@ pub(crate) fn io_reason(error: &io::Error) -> String {
     }
 }
 
+/// A single-file argument as the checker should see it, in lexical normal
+/// form; prints the error and returns `None` when the path is not UTF-8.
+pub(crate) fn normalize_arg(path: &Path) -> Option<String> {
+    match path.to_str() {
+        Some(text) => Some(normalize(text)),
+        None => {
+            eprintln!(
+                "error: cannot read {}: the path is not valid UTF-8",
+                path.display()
+            );
+            None
+        }
+    }
+}
+
 /// A command-line path that could not be used, with the reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PathProblem {

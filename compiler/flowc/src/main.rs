@@ -62,6 +62,16 @@ enum Command {
         #[arg(long, conflicts_with = "code")]
         list: bool,
     },
+    /// Print a Mermaid flowchart of a workflow (steps, branches, loops,
+    /// parallel joins and approval gates).
+    Graph {
+        /// The file that declares the workflow.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        /// The workflow to draw, when the file declares several.
+        #[arg(long, value_name = "NAME")]
+        workflow: Option<String>,
+    },
 }
 
 /// Output formats of `check` and `build`.
@@ -84,6 +94,7 @@ fn main() -> ExitCode {
             paths,
         } => commands::check::run(&paths, format, deny_warnings),
         Command::Explain { code, list } => commands::explain::run(code.as_deref(), list),
+        Command::Graph { file, workflow } => commands::graph::run(&file, workflow.as_deref()),
     };
     exit.into()
 }

@@ -2,3 +2,4 @@
 
 pub(crate) mod check;
 pub(crate) mod explain;
+pub(crate) mod graph;
