@@ -8,8 +8,10 @@ pub mod check;
 pub mod codes;
 pub mod diagnostic;
 pub mod graph;
+pub mod lower;
 pub mod suggest;
 pub mod syntax;
 
 pub use check::{Checked, LoadError, SourceLoader, check, check_source};
 pub use diagnostic::{Diagnostic, FileId, Label, Severity, Span};
+pub use lower::lower;

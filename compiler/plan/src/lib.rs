@@ -380,7 +380,8 @@ impl Plan {
     pub fn from_json(text: &str) -> Result<Plan, PlanError> {
         // The version is read first, so that a plan of another version gets a
         // version error rather than a confusing error about its shape.
-        let value: Value = serde_json::from_str(text).map_err(|e| PlanError::Malformed(e.to_string()))?;
+        let value: Value =
+            serde_json::from_str(text).map_err(|e| PlanError::Malformed(e.to_string()))?;
         let version = value
             .get("format_version")
             .and_then(Value::as_u64)
@@ -388,7 +389,8 @@ impl Plan {
         if version != u64::from(FORMAT_VERSION) {
             return Err(PlanError::Version { found: version });
         }
-        let plan: Plan = serde_json::from_value(value).map_err(|e| PlanError::Malformed(e.to_string()))?;
+        let plan: Plan =
+            serde_json::from_value(value).map_err(|e| PlanError::Malformed(e.to_string()))?;
         let computed = plan.compute_hash();
         if computed != plan.hash {
             return Err(PlanError::Hash {
@@ -449,13 +451,21 @@ mod tests {
     #[test]
     fn an_edited_plan_is_refused() {
         let text = small_plan().to_json().replace("\"echo\"", "\"other\"");
-        assert!(matches!(Plan::from_json(&text), Err(PlanError::Hash { .. })));
+        assert!(matches!(
+            Plan::from_json(&text),
+            Err(PlanError::Hash { .. })
+        ));
     }
 
     #[test]
     fn another_version_is_refused_before_its_shape_is_read() {
         let text = r#"{ "format_version": 99, "something": "else" }"#;
         assert_eq!(Plan::from_json(text), Err(PlanError::Version { found: 99 }));
-        assert!(Plan::from_json("[1").unwrap_err().to_string().starts_with("not a valid plan"));
+        assert!(
+            Plan::from_json("[1")
+                .unwrap_err()
+                .to_string()
+                .starts_with("not a valid plan")
+        );
     }
 }

@@ -199,6 +199,29 @@ fn check_mcp(server: &McpServer, file: FileId, diagnostics: &mut Vec<Diagnostic>
         ),
         _ => {}
     }
+    // Arguments and environment values are passed to a process as they are,
+    // before any run exists, so they cannot hold references.
+    let values = server.args.iter().chain(
+        server
+            .env
+            .iter()
+            .flat_map(|env| env.fields.iter().map(|f| &f.value)),
+    );
+    for value in values {
+        let plain = matches!(&value.kind, crate::syntax::ast::ExprKind::String(lit) if lit.as_plain().is_some());
+        if !plain {
+            diagnostics.push(
+                Diagnostic::new(
+                    Code::TypeMismatch,
+                    file,
+                    value.span,
+                    "MCP server arguments and environment values are plain strings",
+                )
+                .label("not a plain string")
+                .hint("write a string literal without `{{...}}` references"),
+            );
+        }
+    }
     if server.url.is_some() && !server.args.is_empty() {
         diagnostics.push(
             Diagnostic::new(

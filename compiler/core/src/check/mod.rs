@@ -13,6 +13,7 @@ use std::collections::HashMap;
 pub use env::{Env, McpInfo, RecipeInfo};
 pub use types::Ty;
 pub use workflow::{Container, StepInfo, StepKind, WorkflowInfo};
+pub(crate) use workflow::{DEFAULT_ATTEMPTS, DEFAULT_STEP_TIMEOUT_MS};
 
 use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, FileId, Span};

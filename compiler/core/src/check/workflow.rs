@@ -509,7 +509,7 @@ impl Checker<'_, '_> {
                 self.loops.pop();
             }
             Stmt::Parallel(stmt) => {
-                if stmt.branches.is_empty() {
+                if stmt.branches.is_empty() && !stmt.recovered {
                     self.push(
                         Diagnostic::new(
                             Code::Member,
@@ -789,6 +789,9 @@ impl Checker<'_, '_> {
         decl: Option<(FileId, Span)>,
     ) {
         let mut seen: Vec<&str> = Vec::new();
+        // A misspelt argument is reported once, as unknown with a suggestion,
+        // not a second time as the missing input it was meant to be.
+        let mut suggested: Vec<&str> = Vec::new();
         for field in &args.fields {
             let name = field.name.text.as_str();
             if seen.contains(&name) {
@@ -819,6 +822,7 @@ impl Checker<'_, '_> {
                         did_you_mean(name, names.clone().filter(|n| !seen.contains(n)))
                     {
                         diagnostic = diagnostic.hint(format!("did you mean `{best}`?"));
+                        suggested.push(best);
                     }
                     diagnostic = if params.is_empty() {
                         diagnostic.hint(format!("{callee} takes no inputs"))
@@ -835,7 +839,11 @@ impl Checker<'_, '_> {
         }
         let missing: Vec<&(String, Ty)> = params
             .iter()
-            .filter(|(name, ty)| !ty.is_optional() && !seen.contains(&name.as_str()))
+            .filter(|(name, ty)| {
+                !ty.is_optional()
+                    && !seen.contains(&name.as_str())
+                    && !suggested.contains(&name.as_str())
+            })
             .collect();
         if !missing.is_empty() {
             let list: Vec<String> = missing.iter().map(|(n, t)| format!("`{n}: {t}`")).collect();
@@ -1391,6 +1399,15 @@ impl Checker<'_, '_> {
         {
             return Some(NotRun::Unfinished);
         }
+        // The workflow's handler runs after a failure anywhere, wherever it is written.
+        let in_handler = |containers: &[Container]| {
+            containers
+                .iter()
+                .any(|c| matches!(c, Container::WorkflowHandler { .. }))
+        };
+        if in_handler(use_containers) && !in_handler(&step.containers) {
+            return Some(NotRun::InHandler);
+        }
         if step.span.end > use_at {
             // A sibling parallel branch written later is not "later": it runs alongside.
             return match step.containers.get(shared) {
@@ -1405,12 +1422,6 @@ impl Checker<'_, '_> {
                 Container::ParallelBranch { span, .. } if span.end <= use_at => {}
                 other => return Some(NotRun::Container(other.clone())),
             }
-        }
-        if use_containers
-            .iter()
-            .any(|c| matches!(c, Container::WorkflowHandler { .. }))
-        {
-            return Some(NotRun::InHandler);
         }
         if step.may_fail {
             return Some(NotRun::MayFail);

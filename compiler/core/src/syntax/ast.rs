@@ -234,6 +234,8 @@ pub struct ForStmt {
 pub struct ParallelStmt {
     pub id: Name,
     pub branches: Vec<Branch>,
+    /// Part of the block did not parse; a missing branch may be in that part.
+    pub recovered: bool,
     pub span: Span,
 }
 

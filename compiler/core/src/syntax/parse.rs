@@ -630,6 +630,7 @@ impl<'s> Parser<'s> {
                 let mut inner = stmt.into_inner();
                 let id = name(inner.next()?);
                 let mut branches = Vec::new();
+                let mut recovered = false;
                 for part in inner {
                     match part.as_rule() {
                         Rule::branch => {
@@ -643,10 +644,18 @@ impl<'s> Parser<'s> {
                                 span: branch_span,
                             });
                         }
-                        _ => self.recover(&part, Context::Parallel),
+                        _ => {
+                            recovered = true;
+                            self.recover(&part, Context::Parallel);
+                        }
                     }
                 }
-                Stmt::Parallel(ParallelStmt { id, branches, span })
+                Stmt::Parallel(ParallelStmt {
+                    id,
+                    branches,
+                    recovered,
+                    span,
+                })
             }
             _ => return None,
         })

@@ -279,7 +279,7 @@ mod tests {
                 "text:Ticket ",
                 "ref:workflow_input.id@11",
                 "text:: ",
-                "ref:step.c?.tags[0]@37"
+                "ref:step.c?.tags[0]@35"
             ]
         );
         assert!(problems.is_empty());
@@ -316,7 +316,7 @@ mod tests {
         let (parts, problems) = parse(raw);
         assert_eq!(
             parts,
-            ["text:Hello ", "ref:input.name@15", "text:\n  indented"]
+            ["text:Hello ", "ref:input.name@16", "text:\n  indented"]
         );
         assert!(problems.is_empty());
     }

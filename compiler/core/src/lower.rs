@@ -1,0 +1,516 @@
+//! Lowering: from a checked program to the plan the runtime executes.
+//!
+//! Lowering runs only on a program without errors, so every name resolves
+//! here; a failed lookup would be a checker bug, and is reported as one.
+
+use std::collections::HashMap;
+
+use flow_plan as plan;
+use serde_json::Value;
+
+use crate::check::{Checked, DEFAULT_ATTEMPTS, DEFAULT_STEP_TIMEOUT_MS, Ty, WorkflowInfo};
+use crate::diagnostic::line_col;
+use crate::syntax::ast::{
+    self, ErrorPolicy, ExprKind, Item, Segment, StepCall, Stmt, TemplatePart,
+};
+
+/// The default backoff range between attempts: `min(30 s, 2 s * 2^attempt + jitter)`.
+const DEFAULT_BACKOFF_MS: (u64, u64) = (2_000, 30_000);
+
+/// Lowers every workflow of the root file, with the recipes and MCP servers in
+/// scope. `None` when the program has errors.
+pub fn lower(checked: &Checked) -> Option<plan::Plan> {
+    let program = checked.program()?;
+    let checked = program.checked;
+    let env = &checked.analysis.env;
+
+    let mut recipe_names: Vec<&String> = env.recipes.keys().collect();
+    recipe_names.sort();
+    let recipe_index: HashMap<&str, u32> = recipe_names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| (name.as_str(), i as u32))
+        .collect();
+    let recipes = recipe_names
+        .iter()
+        .map(|name| {
+            let info = &env.recipes[*name];
+            let input_fields: Vec<String> = info.input.iter().map(|(n, _)| n.clone()).collect();
+            let prompt = info
+                .decl
+                .prompt
+                .as_ref()
+                .map(|prompt| recipe_template(prompt, &input_fields))
+                .unwrap_or_default();
+            plan::Recipe {
+                name: (*name).clone(),
+                model: info
+                    .decl
+                    .model
+                    .as_ref()
+                    .map(ast::StringLit::display_text)
+                    .unwrap_or_default(),
+                input_schema: Ty::Record(info.input.clone()).json_schema(),
+                output_schema: info.output.json_schema(),
+                input_fields,
+                prompt,
+                context: info
+                    .decl
+                    .context
+                    .iter()
+                    .map(ast::StringLit::display_text)
+                    .collect(),
+            }
+        })
+        .collect();
+
+    let mut server_names: Vec<&String> = env.mcp_servers.keys().collect();
+    server_names.sort();
+    let server_index: HashMap<&str, u32> = server_names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| (name.as_str(), i as u32))
+        .collect();
+    let mcp_servers = server_names
+        .iter()
+        .map(|name| {
+            let decl = &env.mcp_servers[*name].decl;
+            let transport = match (&decl.command, &decl.url) {
+                (_, Some(url)) => plan::McpTransport::Http {
+                    url: url.display_text(),
+                },
+                (command, None) => plan::McpTransport::Stdio {
+                    command: command
+                        .as_ref()
+                        .map(ast::StringLit::display_text)
+                        .unwrap_or_default(),
+                    args: decl.args.iter().map(literal_text).collect(),
+                    env: decl
+                        .env
+                        .iter()
+                        .flat_map(|record| &record.fields)
+                        .map(|field| (field.name.text.clone(), literal_text(&field.value)))
+                        .collect(),
+                },
+            };
+            plan::McpServer {
+                name: (*name).clone(),
+                transport,
+            }
+        })
+        .collect();
+
+    let decls = checked.files[0]
+        .tree
+        .items
+        .iter()
+        .filter_map(|item| match item {
+            Item::Workflow(workflow) => Some(workflow),
+            _ => None,
+        });
+    let workflows = decls
+        .zip(&checked.analysis.workflows)
+        .map(|(decl, info)| {
+            let lowerer = Lowerer {
+                info,
+                text: &checked.file(info.file).text,
+                slots: info
+                    .steps
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| (s.id.as_str(), i as u32))
+                    .collect(),
+                recipe_index: &recipe_index,
+                server_index: &server_index,
+                loops: Vec::new(),
+            };
+            lowerer.workflow(decl)
+        })
+        .collect();
+
+    Some(
+        plan::Plan {
+            format_version: plan::FORMAT_VERSION,
+            hash: String::new(),
+            source: checked.files[0].path.clone(),
+            workflows,
+            recipes,
+            mcp_servers,
+        }
+        .seal(),
+    )
+}
+
+/// The text of a string literal where the checker demands one (MCP arguments).
+fn literal_text(expr: &ast::Expr) -> String {
+    match &expr.kind {
+        ExprKind::String(lit) => lit.display_text(),
+        _ => String::new(),
+    }
+}
+
+fn segments(path: &[Segment]) -> Vec<plan::PathSegment> {
+    path.iter()
+        .map(|segment| match segment {
+            Segment::Field { name, .. } => plan::PathSegment::Field(name.text.clone()),
+            Segment::Index { index, .. } => plan::PathSegment::Index(*index),
+        })
+        .collect()
+}
+
+fn is_optional(path: &ast::Path) -> bool {
+    path.segments
+        .iter()
+        .any(|s| matches!(s, Segment::Field { optional: true, .. }))
+}
+
+/// A recipe prompt: its references are `input.<field>` only.
+fn recipe_template(lit: &ast::StringLit, input_fields: &[String]) -> plan::Template {
+    let parts = lit
+        .template
+        .parts
+        .iter()
+        .map(|part| match part {
+            TemplatePart::Text(text) => plan::TemplatePart::Text(text.clone()),
+            TemplatePart::Ref(path) => {
+                let (field, rest) = match path.segments.split_first() {
+                    Some((Segment::Field { name, .. }, rest)) => (name.text.as_str(), rest),
+                    _ => ("", &path.segments[..]),
+                };
+                let index = input_fields.iter().position(|f| f == field).unwrap_or(0) as u32;
+                plan::TemplatePart::Ref(plan::Ref {
+                    root: plan::Root::RecipeInput(index),
+                    path: segments(rest),
+                    optional: is_optional(path),
+                })
+            }
+        })
+        .collect();
+    plan::Template { parts }
+}
+
+struct Lowerer<'a> {
+    info: &'a WorkflowInfo,
+    text: &'a str,
+    slots: HashMap<&'a str, u32>,
+    recipe_index: &'a HashMap<&'a str, u32>,
+    server_index: &'a HashMap<&'a str, u32>,
+    /// Enclosing loop ids, outermost first; the index is the loop's level.
+    loops: Vec<String>,
+}
+
+impl Lowerer<'_> {
+    fn workflow(mut self, decl: &ast::Workflow) -> plan::Workflow {
+        let on_error = self.policy(decl.on_error.as_ref());
+        let body = self.block(&decl.body);
+        let output = decl
+            .output
+            .iter()
+            .flat_map(|record| &record.fields)
+            .map(|field| plan::Field {
+                name: field.name.text.clone(),
+                value: self.expr(&field.value, false),
+            })
+            .collect();
+        plan::Workflow {
+            name: decl.name.text.clone(),
+            input_fields: self.info.input.iter().map(|(n, _)| n.clone()).collect(),
+            input_schema: Ty::Record(self.info.input.clone()).json_schema(),
+            timeout_ms: self.info.timeout_ms,
+            durability: match decl.durability.as_ref().map(|d| d.text.as_str()) {
+                Some("approval") => plan::Durability::Approval,
+                _ => plan::Durability::Full,
+            },
+            context: decl
+                .context
+                .iter()
+                .map(ast::StringLit::display_text)
+                .collect(),
+            on_error,
+            slots: self
+                .info
+                .steps
+                .iter()
+                .map(|step| plan::Slot {
+                    id: step.id.clone(),
+                    kind: match step.kind {
+                        crate::check::StepKind::Recipe(_) => plan::StepKind::Recipe,
+                        crate::check::StepKind::Approval => plan::StepKind::Approval,
+                        crate::check::StepKind::KbWrite => plan::StepKind::KbWrite,
+                        crate::check::StepKind::Handoff => plan::StepKind::Handoff,
+                        crate::check::StepKind::Browser { .. } => plan::StepKind::Browser,
+                        crate::check::StepKind::Loop => plan::StepKind::Loop,
+                        crate::check::StepKind::Parallel => plan::StepKind::Parallel,
+                    },
+                })
+                .collect(),
+            body,
+            output,
+        }
+    }
+
+    fn policy(&mut self, policy: Option<&ErrorPolicy>) -> plan::OnError {
+        match policy {
+            None | Some(ErrorPolicy::Fail(_)) => plan::OnError::Fail,
+            Some(ErrorPolicy::Continue(_)) => plan::OnError::Continue,
+            Some(ErrorPolicy::Fallback(block)) => plan::OnError::Fallback(self.block(&block.stmts)),
+        }
+    }
+
+    fn slot(&self, id: &str) -> u32 {
+        *self.slots.get(id).expect("the checker registered every id")
+    }
+
+    fn block(&mut self, stmts: &[Stmt]) -> Vec<plan::Node> {
+        stmts.iter().map(|stmt| self.stmt(stmt)).collect()
+    }
+
+    fn stmt(&mut self, stmt: &Stmt) -> plan::Node {
+        match stmt {
+            Stmt::Step(step) => plan::Node::Step(self.step(step)),
+            Stmt::If(stmt) => {
+                let (line, column) = line_col(self.text, stmt.span.start);
+                plan::Node::Condition {
+                    id: format!("if@{line}:{column}"),
+                    branches: stmt
+                        .branches
+                        .iter()
+                        .map(|(condition, block)| plan::ConditionBranch {
+                            condition: self.expr(condition, false),
+                            body: self.block(&block.stmts),
+                        })
+                        .collect(),
+                    otherwise: stmt
+                        .else_block
+                        .as_ref()
+                        .map(|block| self.block(&block.stmts)),
+                }
+            }
+            Stmt::For(stmt) => {
+                let collection = self.expr(&stmt.collection, false);
+                let level = self.loops.len() as u32;
+                self.loops.push(stmt.id.text.clone());
+                let body = self.block(&stmt.body.stmts);
+                self.loops.pop();
+                plan::Node::Loop {
+                    slot: self.slot(&stmt.id.text),
+                    id: stmt.id.text.clone(),
+                    collection,
+                    concurrency: stmt.concurrency.map_or(1, |(n, _)| n.max(1) as u32),
+                    level,
+                    body,
+                }
+            }
+            Stmt::Parallel(stmt) => plan::Node::Parallel {
+                slot: self.slot(&stmt.id.text),
+                id: stmt.id.text.clone(),
+                branches: stmt
+                    .branches
+                    .iter()
+                    .map(|branch| plan::ParallelBranch {
+                        name: branch.name.text.clone(),
+                        body: self.block(&branch.body.stmts),
+                    })
+                    .collect(),
+            },
+        }
+    }
+
+    fn step(&mut self, step: &ast::Step) -> plan::Step {
+        let args = step.call.args();
+        let arg = |this: &mut Self, name: &str| -> Option<plan::Expr> {
+            args.fields
+                .iter()
+                .find(|f| f.name.text == name)
+                .map(|f| this.expr(&f.value, false))
+        };
+        let literal = |name: &str| -> Option<String> {
+            args.fields
+                .iter()
+                .find(|f| f.name.text == name)
+                .and_then(|f| match &f.value.kind {
+                    ExprKind::String(lit) => lit.as_plain().map(str::to_string),
+                    _ => None,
+                })
+        };
+        let action = match &step.call {
+            StepCall::Recipe { recipe, .. } => plan::Action::Recipe {
+                recipe: *self
+                    .recipe_index
+                    .get(recipe.text.as_str())
+                    .expect("checked recipe"),
+                args: self.fields(args),
+            },
+            StepCall::Approval { .. } => plan::Action::Approval {
+                approvers: arg(self, "approvers").unwrap_or(plan::Expr::List(Vec::new())),
+                message: arg(self, "message").unwrap_or(plan::Expr::Literal(Value::Null)),
+                expires_ms: args
+                    .fields
+                    .iter()
+                    .find(|f| f.name.text == "expires")
+                    .and_then(|f| match &f.value.kind {
+                        ExprKind::Duration(duration) => duration.millis(),
+                        _ => None,
+                    }),
+                on_reject: match literal("on_reject").as_deref() {
+                    Some("continue") => plan::OnReject::Continue,
+                    _ => plan::OnReject::Fail,
+                },
+                on_expire: match literal("on_expire").as_deref() {
+                    Some("fail") => plan::OnExpire::Fail,
+                    _ => plan::OnExpire::Reject,
+                },
+            },
+            StepCall::KbWrite { collection, .. } => plan::Action::KbWrite {
+                collection: self.template(collection, false),
+                title: arg(self, "title").unwrap_or(plan::Expr::Literal(Value::Null)),
+                content: arg(self, "content").unwrap_or(plan::Expr::Literal(Value::Null)),
+                metadata: arg(self, "metadata"),
+            },
+            StepCall::Handoff { department, .. } => plan::Action::Handoff {
+                department: self.template(department, false),
+                message: arg(self, "message").unwrap_or(plan::Expr::Literal(Value::Null)),
+                subject: arg(self, "subject"),
+            },
+            StepCall::Browser { server, tool, .. } => plan::Action::Browser {
+                server: *self
+                    .server_index
+                    .get(server.text.as_str())
+                    .expect("checked server"),
+                tool: tool.text.clone(),
+                args: self.fields(args),
+            },
+        };
+        let options = &step.options;
+        let retry = options.retry.as_ref();
+        let backoff = retry
+            .and_then(|r| r.backoff.as_ref())
+            .and_then(|(min, max)| Some((min.millis()?, max.millis()?)))
+            .unwrap_or(DEFAULT_BACKOFF_MS);
+        plan::Step {
+            slot: self.slot(&step.id.text),
+            id: step.id.text.clone(),
+            action,
+            retry: plan::Retry {
+                attempts: retry
+                    .map_or(DEFAULT_ATTEMPTS, |r| r.attempts)
+                    .clamp(1, i64::from(u32::MAX)) as u32,
+                backoff_min_ms: backoff.0,
+                backoff_max_ms: backoff.1,
+            },
+            timeout_ms: options
+                .timeout
+                .as_ref()
+                .and_then(ast::DurationLit::millis)
+                .unwrap_or(DEFAULT_STEP_TIMEOUT_MS),
+            on_error: self.policy(options.on_error.as_ref()),
+            idempotency_key: options
+                .idempotency
+                .as_ref()
+                .map(|key| self.expr(key, false)),
+        }
+    }
+
+    fn fields(&mut self, record: &ast::RecordLit) -> Vec<plan::Field> {
+        record
+            .fields
+            .iter()
+            .map(|field| plan::Field {
+                name: field.name.text.clone(),
+                value: self.expr(&field.value, false),
+            })
+            .collect()
+    }
+
+    fn template(&mut self, lit: &ast::StringLit, optional: bool) -> plan::Template {
+        plan::Template {
+            parts: lit
+                .template
+                .parts
+                .iter()
+                .map(|part| match part {
+                    TemplatePart::Text(text) => plan::TemplatePart::Text(text.clone()),
+                    TemplatePart::Ref(path) => {
+                        plan::TemplatePart::Ref(self.reference(path, optional))
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    /// `optional`: the expression is the left side of `??`.
+    fn expr(&mut self, expr: &ast::Expr, optional: bool) -> plan::Expr {
+        match &expr.kind {
+            ExprKind::Null | ExprKind::Error => plan::Expr::Literal(Value::Null),
+            ExprKind::Bool(b) => plan::Expr::Literal(Value::Bool(*b)),
+            ExprKind::Int(i) => plan::Expr::Literal(Value::from(*i)),
+            ExprKind::Float(f) => plan::Expr::Literal(
+                serde_json::Number::from_f64(*f).map_or(Value::Null, Value::Number),
+            ),
+            ExprKind::Duration(duration) => plan::Expr::Duration(duration.millis().unwrap_or(0)),
+            ExprKind::String(lit) => match lit.as_plain() {
+                Some(text) => plan::Expr::Literal(Value::String(text.to_string())),
+                None => plan::Expr::Template(self.template(lit, optional)),
+            },
+            ExprKind::List(items) => {
+                plan::Expr::List(items.iter().map(|item| self.expr(item, false)).collect())
+            }
+            ExprKind::Record(record) => plan::Expr::Record(self.fields(record)),
+            ExprKind::Path(path) => plan::Expr::Ref(self.reference(path, optional)),
+            ExprKind::Not(inner) => plan::Expr::Not(Box::new(self.expr(inner, false))),
+            ExprKind::Binary(op, left, right) => plan::Expr::Binary {
+                op: match op {
+                    ast::BinaryOp::Coalesce => plan::BinaryOp::Coalesce,
+                    ast::BinaryOp::Or => plan::BinaryOp::Or,
+                    ast::BinaryOp::And => plan::BinaryOp::And,
+                    ast::BinaryOp::Eq => plan::BinaryOp::Eq,
+                    ast::BinaryOp::Ne => plan::BinaryOp::Ne,
+                    ast::BinaryOp::Lt => plan::BinaryOp::Lt,
+                    ast::BinaryOp::Le => plan::BinaryOp::Le,
+                    ast::BinaryOp::Gt => plan::BinaryOp::Gt,
+                    ast::BinaryOp::Ge => plan::BinaryOp::Ge,
+                },
+                left: Box::new(self.expr(left, *op == ast::BinaryOp::Coalesce)),
+                right: Box::new(self.expr(right, false)),
+            },
+        }
+    }
+
+    fn reference(&mut self, path: &ast::Path, optional: bool) -> plan::Ref {
+        let optional = optional || is_optional(path);
+        let field_name = |index: usize| match path.segments.get(index) {
+            Some(Segment::Field { name, .. }) => Some(name.text.as_str()),
+            _ => None,
+        };
+        let innermost = self.loops.len().saturating_sub(1) as u32;
+        let (root, rest) = match path.root.text.as_str() {
+            "workflow_input" => {
+                match field_name(0).and_then(|f| self.info.input.iter().position(|(n, _)| n == f)) {
+                    Some(index) => (plan::Root::InputField(index as u32), 1),
+                    None => (plan::Root::Input, 0),
+                }
+            }
+            "step" => (
+                plan::Root::Step(self.slot(field_name(0).unwrap_or_default())),
+                1,
+            ),
+            "loop_item" => (plan::Root::LoopItem(innermost), 0),
+            "loop_index" => (plan::Root::LoopIndex(innermost), 0),
+            "loop" => {
+                let level = field_name(0)
+                    .and_then(|id| self.loops.iter().rposition(|l| l == id))
+                    .unwrap_or(innermost as usize) as u32;
+                match field_name(1) {
+                    Some("index") => (plan::Root::LoopIndex(level), 2),
+                    _ => (plan::Root::LoopItem(level), 2),
+                }
+            }
+            _ => (plan::Root::Error, 0),
+        };
+        plan::Ref {
+            root,
+            path: segments(&path.segments[rest.min(path.segments.len())..]),
+            optional,
+        }
+    }
+}

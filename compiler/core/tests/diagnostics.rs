@@ -1,0 +1,304 @@
+//! Data-driven checker tests.
+//!
+//! Every `.flow` file under `tests/diagnostics/` holds named cases separated by
+//! `--- name ---` lines. A case may span several files: a line `// file: x.flow`
+//! starts another file that the case's root (`main.flow`) can import.
+//! Expected diagnostics are written under the line they point at:
+//!
+//! ```text
+//!   step a = r { x: step.clasify.summary }
+//!   //                   ^^^^^^^ E101 unknown step
+//! ```
+//!
+//! The carets give the exact columns of the primary label; the code must match;
+//! the text after the code, when present, must appear in the message. A case
+//! without annotations must check clean. The rendered diagnostics of each
+//! fixture file are also kept as an insta snapshot, so that changes to
+//! messages, labels and hints show up in review.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::Path;
+
+use flow_compiler::codes::Code;
+use flow_compiler::diagnostic::line_col;
+use flow_compiler::{Checked, SourceLoader};
+
+struct Case {
+    name: String,
+    /// Virtual files, the root `main.flow` first.
+    files: Vec<(String, String)>,
+}
+
+struct Memory<'c>(&'c [(String, String)]);
+
+impl SourceLoader for Memory<'_> {
+    fn load(&self, path: &str) -> Result<Vec<u8>, String> {
+        self.0
+            .iter()
+            .find(|(name, _)| name == path)
+            .map(|(_, text)| text.as_bytes().to_vec())
+            .ok_or_else(|| "no such file".to_string())
+    }
+}
+
+fn cases(text: &str) -> Vec<Case> {
+    let mut cases: Vec<Case> = Vec::new();
+    for line in text.lines() {
+        if let Some(name) = line
+            .strip_prefix("--- ")
+            .and_then(|l| l.strip_suffix(" ---"))
+        {
+            cases.push(Case {
+                name: name.to_string(),
+                files: vec![("main.flow".to_string(), String::new())],
+            });
+            continue;
+        }
+        let Some(case) = cases.last_mut() else {
+            continue;
+        };
+        if let Some(path) = line.strip_prefix("// file: ") {
+            case.files.push((path.trim().to_string(), String::new()));
+            continue;
+        }
+        let file = &mut case.files.last_mut().expect("a case has a file").1;
+        file.push_str(line);
+        file.push('\n');
+    }
+    cases
+}
+
+/// (file, line, start column, end column, code) with 1-based lines and 0-based byte columns.
+type Key = (String, usize, usize, usize, String);
+
+fn expected(files: &[(String, String)]) -> BTreeMap<Key, Option<String>> {
+    let mut expected = BTreeMap::new();
+    for (path, text) in files {
+        let mut target = 0;
+        for (index, line) in text.lines().enumerate() {
+            let trimmed = line.trim_start();
+            let annotation = trimmed
+                .strip_prefix("//")
+                .map(str::trim_start)
+                .filter(|rest| rest.starts_with('^'));
+            let Some(rest) = annotation else {
+                target = index + 1;
+                continue;
+            };
+            let start = line.find('^').expect("an annotation has carets");
+            let end = start + rest.chars().take_while(|c| *c == '^').count();
+            let after = rest.trim_start_matches('^').trim();
+            let (code, message) = after.split_once(' ').unwrap_or((after, ""));
+            let message = (!message.trim().is_empty()).then(|| message.trim().to_string());
+            expected.insert(
+                (path.clone(), target, start, end, code.to_string()),
+                message,
+            );
+        }
+    }
+    expected
+}
+
+fn actual(checked: &Checked) -> BTreeMap<Key, String> {
+    checked
+        .diagnostics
+        .iter()
+        .map(|d| {
+            let file = checked.file(d.primary.file);
+            let (line, _) = line_col(&file.text, d.primary.span.start);
+            let line_start = file.text[..d.primary.span.start as usize]
+                .rfind('\n')
+                .map_or(0, |i| i + 1);
+            let start = d.primary.span.start as usize - line_start;
+            let line_end = file.text[line_start..]
+                .find('\n')
+                .map_or(file.text.len(), |i| line_start + i);
+            let end = (d.primary.span.end as usize)
+                .min(line_end)
+                .max(d.primary.span.start as usize + 1)
+                - line_start;
+            (
+                (
+                    file.path.clone(),
+                    line,
+                    start,
+                    end,
+                    d.code.as_str().to_string(),
+                ),
+                d.message.clone(),
+            )
+        })
+        .collect()
+}
+
+/// A plain rendering for snapshots: position, code, message, labels, hints.
+fn render(checked: &Checked) -> String {
+    let mut out = String::new();
+    for d in &checked.diagnostics {
+        let file = checked.file(d.primary.file);
+        let (line, column) = line_col(&file.text, d.primary.span.start);
+        let _ = writeln!(
+            out,
+            "{}:{line}:{column}: {} {}: {}",
+            file.path,
+            d.severity_word(),
+            d.code.as_str(),
+            d.message
+        );
+        if !d.primary.message.is_empty() {
+            let _ = writeln!(out, "    label: {}", d.primary.message);
+        }
+        for label in &d.secondary {
+            let other = checked.file(label.file);
+            let (line, column) = line_col(&other.text, label.span.start);
+            let _ = writeln!(
+                out,
+                "    note: {}:{line}:{column}: {}",
+                other.path, label.message
+            );
+        }
+        for hint in &d.hints {
+            let _ = writeln!(out, "    help: {hint}");
+        }
+    }
+    out
+}
+
+trait SeverityWord {
+    fn severity_word(&self) -> &'static str;
+}
+
+impl SeverityWord for flow_compiler::Diagnostic {
+    fn severity_word(&self) -> &'static str {
+        if self.is_error() { "error" } else { "warning" }
+    }
+}
+
+fn fixture_files() -> Vec<std::path::PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/diagnostics");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("tests/diagnostics exists")
+        .map(|e| e.expect("readable entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "flow"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn fixtures_report_exactly_the_annotated_diagnostics() {
+    let mut failures = Vec::new();
+    let mut seen_codes = BTreeSet::new();
+    let mut snapshots = Vec::new();
+    for path in fixture_files() {
+        let text = std::fs::read_to_string(&path).expect("readable fixture");
+        let mut rendered = String::new();
+        for case in cases(&text) {
+            let checked =
+                flow_compiler::check("main.flow", &Memory(&case.files)).expect("main.flow exists");
+            let expected = expected(&case.files);
+            let actual = actual(&checked);
+            for (key, message) in &expected {
+                seen_codes.insert(key.4.clone());
+                match actual.get(key) {
+                    None => failures.push(format!(
+                        "{} / {}: missing {:?}",
+                        path.display(),
+                        case.name,
+                        key
+                    )),
+                    Some(actual_message) => {
+                        if let Some(message) = message
+                            && !actual_message.contains(message.as_str())
+                        {
+                            failures.push(format!(
+                                "{} / {}: {:?}: message {actual_message:?} does not contain {message:?}",
+                                path.display(),
+                                case.name,
+                                key
+                            ));
+                        }
+                    }
+                }
+            }
+            for (key, message) in &actual {
+                if !expected.contains_key(key) {
+                    failures.push(format!(
+                        "{} / {}: unexpected {:?} {message}",
+                        path.display(),
+                        case.name,
+                        key
+                    ));
+                }
+            }
+            let _ = writeln!(rendered, "--- {} ---\n{}", case.name, render(&checked));
+        }
+        let name = path
+            .file_stem()
+            .expect("a file name")
+            .to_string_lossy()
+            .to_string();
+        snapshots.push((name, rendered));
+    }
+    assert!(
+        failures.is_empty(),
+        "{} fixture mismatches:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    // Snapshots come second: a wrong diagnostic is reported as a fixture
+    // mismatch first, which says more than a snapshot diff.
+    for (name, rendered) in snapshots {
+        insta::with_settings!({ snapshot_path => "diagnostics/snapshots", prepend_module_to_snapshot => false }, {
+            insta::assert_snapshot!(name, rendered);
+        });
+    }
+    // E004 needs bytes that a text fixture cannot hold; `invalid_utf8_is_located` covers it.
+    seen_codes.insert("E004".to_string());
+    let missing: Vec<&str> = Code::ALL
+        .iter()
+        .map(|c| c.as_str())
+        .filter(|c| !seen_codes.contains(*c))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "codes without a failing fixture case: {missing:?}"
+    );
+}
+
+#[test]
+fn every_code_is_documented() {
+    for code in Code::ALL {
+        let info = code.info();
+        assert!(
+            info.explanation.trim().len() > 40,
+            "{} needs an explanation",
+            info.code
+        );
+        assert_eq!(Code::parse(info.code), Some(*code));
+        assert_eq!(Code::parse(info.name), Some(*code));
+    }
+}
+
+#[test]
+fn invalid_utf8_is_located() {
+    struct Bytes;
+    impl SourceLoader for Bytes {
+        fn load(&self, _: &str) -> Result<Vec<u8>, String> {
+            Ok(b"workflow w {\n  step a = \xff\xfe }\n".to_vec())
+        }
+    }
+    let checked = flow_compiler::check("bad.flow", &Bytes).expect("loads");
+    let first = checked
+        .diagnostics
+        .iter()
+        .find(|d| d.code == Code::NotUtf8)
+        .expect("an E004 diagnostic");
+    assert_eq!(first.primary.span.start, 24);
+    assert!(
+        first.message.contains("`bad.flow`") && first.message.contains("offset 24"),
+        "{}",
+        first.message
+    );
+}

@@ -1,0 +1,66 @@
+//! The plans of the examples, as insta snapshots: any change to lowering or to
+//! the plan format shows up in review as a diff of these files.
+
+use std::path::{Path, PathBuf};
+
+use flow_compiler::SourceLoader;
+
+/// Reads files relative to the workspace root, so that plans record the same
+/// `source` path on every machine.
+struct Workspace(PathBuf);
+
+impl SourceLoader for Workspace {
+    fn load(&self, path: &str) -> Result<Vec<u8>, String> {
+        std::fs::read(self.0.join(path)).map_err(|e| e.to_string())
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn examples() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(workspace_root().join("examples"))
+        .expect("examples/ exists")
+        .map(|e| {
+            e.expect("readable entry")
+                .file_name()
+                .to_string_lossy()
+                .to_string()
+        })
+        .filter(|name| name.ends_with(".flow"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn every_example_lowers_to_a_verified_plan() {
+    let loader = Workspace(workspace_root());
+    let names = examples();
+    assert!(names.len() >= 4, "the examples are missing: {names:?}");
+    for name in names {
+        let path = format!("examples/{name}");
+        let checked = flow_compiler::check(&path, &loader).expect("the example is readable");
+        let errors: Vec<_> = checked
+            .diagnostics
+            .iter()
+            .filter(|d| d.is_error())
+            .collect();
+        assert!(errors.is_empty(), "{path} has errors: {errors:#?}");
+        let plan = flow_compiler::lower(&checked).expect("a program without errors lowers");
+        let json = plan.to_json();
+        // What the runtime will do with the file: read it back and verify it.
+        assert_eq!(flow_plan::Plan::from_json(&json).as_ref(), Ok(&plan));
+        insta::with_settings!({ snapshot_path => "plans", prepend_module_to_snapshot => false }, {
+            insta::assert_snapshot!(name.trim_end_matches(".flow").to_string(), json);
+        });
+    }
+}
+
+#[test]
+fn a_program_with_errors_does_not_lower() {
+    let checked = flow_compiler::check_source("x.flow", "workflow w { step a = nope {} }");
+    assert!(checked.has_errors());
+    assert!(flow_compiler::lower(&checked).is_none());
+}

@@ -1,0 +1,93 @@
+//! Parse + check never panic or hang, whatever the bytes: random input,
+//! truncations and byte-level mutations of the examples.
+
+use proptest::prelude::*;
+
+fn example_sources() -> Vec<String> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let mut sources: Vec<String> = std::fs::read_dir(dir)
+        .expect("examples/ exists")
+        .map(|e| e.expect("readable entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "flow"))
+        .map(|p| std::fs::read_to_string(p).expect("readable example"))
+        .collect();
+    sources.sort();
+    sources
+}
+
+/// Checks bytes the way a driver would, and lowers when there is no error.
+fn check_bytes(bytes: &[u8]) {
+    struct One<'b>(&'b [u8]);
+    impl flow_compiler::SourceLoader for One<'_> {
+        fn load(&self, path: &str) -> Result<Vec<u8>, String> {
+            if path == "fuzz.flow" {
+                Ok(self.0.to_vec())
+            } else {
+                Err("not found".into())
+            }
+        }
+    }
+    let checked = flow_compiler::check("fuzz.flow", &One(bytes)).expect("the root loads");
+    if !checked.has_errors() {
+        let plan = flow_compiler::lower(&checked).expect("no errors, so it lowers");
+        assert!(flow_plan::Plan::from_json(&plan.to_json()).is_ok());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
+        check_bytes(&bytes);
+    }
+
+    #[test]
+    fn random_text_from_the_language_alphabet(text in "[a-z_{}()\\[\\].?:,=<>!&|\"\\\\ \n0-9]{0,300}") {
+        check_bytes(text.as_bytes());
+    }
+
+    #[test]
+    fn truncated_examples(which in 0usize..16, cut in 0.0f64..1.0) {
+        let sources = example_sources();
+        let source = &sources[which % sources.len()];
+        let at = (source.len() as f64 * cut) as usize;
+        check_bytes(&source.as_bytes()[..at]);
+    }
+
+    #[test]
+    fn mutated_examples(which in 0usize..16, edits in proptest::collection::vec((0.0f64..1.0, any::<u8>(), 0u8..3), 1..8)) {
+        let sources = example_sources();
+        let mut bytes = sources[which % sources.len()].as_bytes().to_vec();
+        for (position, byte, kind) in edits {
+            let at = ((bytes.len() as f64) * position) as usize;
+            match kind {
+                0 if at < bytes.len() => { bytes[at] = byte; }
+                1 => bytes.insert(at.min(bytes.len()), byte),
+                _ if at < bytes.len() => { bytes.remove(at); }
+                _ => {}
+            }
+        }
+        check_bytes(&bytes);
+    }
+}
+
+#[test]
+fn pathological_nesting_is_refused_not_overflowed() {
+    for depth in [1_000, 100_000] {
+        let parens = format!(
+            "workflow w {{ output {{ x: {}1{} }} }}",
+            "(".repeat(depth),
+            ")".repeat(depth)
+        );
+        check_bytes(parens.as_bytes());
+        let nots = format!("workflow w {{ output {{ x: {}true }} }}", "!".repeat(depth));
+        check_bytes(nots.as_bytes());
+        let blocks = format!(
+            "workflow w {{ {}{} }}",
+            "if true { ".repeat(depth),
+            "}".repeat(depth)
+        );
+        check_bytes(blocks.as_bytes());
+    }
+}
