@@ -53,6 +53,21 @@ enum Command {
         #[arg(required = true, value_name = "PATH")]
         paths: Vec<PathBuf>,
     },
+    /// Check a file and write its plan (JSON) for the runtime.
+    Build {
+        /// The file to build.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        /// Where to write the plan (`-` for stdout); default: FILE with `.plan.json`.
+        #[arg(short, long, value_name = "PLAN.json")]
+        output: Option<PathBuf>,
+        /// Build only this workflow of the file.
+        #[arg(long, value_name = "NAME")]
+        workflow: Option<String>,
+        /// How to print diagnostics.
+        #[arg(long, value_enum, default_value_t = Format::Human)]
+        format: Format,
+    },
     /// Print the documentation of a diagnostic code (`E101` or `unknown-step`).
     Explain {
         /// The code or its name.
@@ -93,6 +108,12 @@ fn main() -> ExitCode {
             deny_warnings,
             paths,
         } => commands::check::run(&paths, format, deny_warnings),
+        Command::Build {
+            file,
+            output,
+            workflow,
+            format,
+        } => commands::build::run(&file, output.as_deref(), workflow.as_deref(), format),
         Command::Explain { code, list } => commands::explain::run(code.as_deref(), list),
         Command::Graph { file, workflow } => commands::graph::run(&file, workflow.as_deref()),
     };

@@ -1,5 +1,6 @@
 //! One module per subcommand; each returns the process exit code.
 
+pub(crate) mod build;
 pub(crate) mod check;
 pub(crate) mod explain;
 pub(crate) mod graph;
