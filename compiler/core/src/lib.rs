@@ -7,6 +7,7 @@
 pub mod check;
 pub mod codes;
 pub mod diagnostic;
+pub mod format;
 pub mod graph;
 pub mod lower;
 pub mod suggest;

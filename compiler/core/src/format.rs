@@ -1,0 +1,691 @@
+//! The source formatter behind `flowc fmt`.
+//!
+//! The formatter is a token-stream pretty printer, like a small gofmt, rather than a
+//! printer of the parse tree: comments are ordinary tokens here, so they survive as
+//! written, and a file with syntax or semantic errors still formats as long as it can
+//! be tokenised. It only ever changes the whitespace between tokens and never adds,
+//! drops or reorders a token, so the parser sees the same tokens before and after.
+//!
+//! The layout rules:
+//! * The author's line breaks are kept. Runs of blank lines collapse to one, and blank
+//!   lines right after an opening bracket or right before a closing one are removed.
+//!   Leading blank lines go, and the file ends with exactly one newline.
+//! * A line is indented by two spaces for every earlier line that left a bracket
+//!   (`{`, `[`, `(`) open; several brackets opened on one line count once. A line that
+//!   starts with closing brackets is indented like the line that opened them.
+//!   Indentation stops growing at 64 levels.
+//! * Within a line: one space around binary operators (`== != < <= > >= && || ??`, `=`
+//!   and `|` in types); a space after `,` and `:` and none before; nothing inside
+//!   `( )` and `[ ]` or after `!`; `{ a: 1 }` keeps one space inside its braces and
+//!   `{}` none; `.`, `?.` and `..` are tight; `list<T>` is tight; `T?` is tight; a
+//!   space separates everything else. An index `[` directly after a name or `]` stays
+//!   tight only when the author wrote it tight, because `args ["x"]` is a list literal.
+//! * Comments keep their text (minus trailing whitespace) and stay on their own line,
+//!   re-indented, or at the end of the line they were on, one space after the code.
+//! * The content of strings, including multi-line `"""` strings, is never touched.
+//! * Characters the language does not use are left with the spacing the author gave
+//!   them, and two tokens are never written adjacent when the result would read as
+//!   different tokens (`! =` is not `!=`).
+
+use std::borrow::Cow;
+use std::fmt;
+
+/// Why a source could not be formatted: it could not be tokenised.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FormatError {
+    /// Byte offset of the start of the token that could not be read.
+    pub offset: usize,
+    /// What was wrong, in words for the user.
+    pub message: String,
+}
+
+impl fmt::Display for FormatError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (at byte {})", self.message, self.offset)
+    }
+}
+
+impl std::error::Error for FormatError {}
+
+/// Formats a .flow source. Returns Err with the byte offset and a message when the
+/// source cannot be tokenised (an unterminated string or block comment); callers refuse
+/// to format such files. Never panics on any input.
+pub fn format_source(source: &str) -> Result<String, FormatError> {
+    let tokens = tokenize(source)?;
+    Ok(Printer::new(&tokens).print())
+}
+
+// ---------------------------------------------------------------- lexer
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// An identifier or keyword.
+    Word,
+    /// An int, float or duration, possibly negative: `3`, `-3`, `1.5`, `5m`.
+    Number,
+    /// A `"..."` or `"""..."""` string, quotes included.
+    Str,
+    /// A `//` comment or a `///` doc comment, up to the end of the line.
+    LineComment,
+    /// A `/* ... */` comment, which may span lines.
+    BlockComment,
+    /// One of the language's operators or brackets.
+    Punct,
+    /// Any other single character; the language has no use for it.
+    Other,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Token<'a> {
+    kind: Kind,
+    text: &'a str,
+    /// How many line breaks the whitespace before the token holds.
+    newlines_before: usize,
+    /// Whether any whitespace separates the token from the previous one.
+    spaced: bool,
+}
+
+/// The multi-character operators; they are matched before the single characters.
+const TWO_CHAR_PUNCT: [&str; 9] = ["?.", "??", "==", "!=", "<=", ">=", "&&", "||", ".."];
+const ONE_CHAR_PUNCT: &[u8] = b"{}[](),:=<>|!?.";
+
+/// Splits a whole file into tokens, following the lexical rules of `syntax/flow.pest`
+/// closely enough that every token the grammar reads atomically is one token here.
+fn tokenize(source: &str) -> Result<Vec<Token<'_>>, FormatError> {
+    let bytes = source.as_bytes();
+    let mut tokens = Vec::new();
+    let mut pos = 0;
+    let mut newlines_before = 0;
+    let mut spaced = false;
+    // Once a search for a closing `"""` has failed, every later search would fail too;
+    // remembering that keeps a file full of `""` from being scanned quadratically.
+    let mut no_closing_triple_quote = false;
+    while let Some(&byte) = bytes.get(pos) {
+        // The grammar's WHITESPACE: a lone `\r` is not a line break for it either.
+        if matches!(byte, b' ' | b'\t' | b'\r' | b'\n') {
+            newlines_before += usize::from(byte == b'\n');
+            spaced = true;
+            pos += 1;
+            continue;
+        }
+        let rest = &source[pos..];
+        let unterminated = |what: &str| FormatError {
+            offset: pos,
+            message: format!("unterminated {what}"),
+        };
+        let (kind, len) = if rest.starts_with("//") {
+            (Kind::LineComment, rest.find('\n').unwrap_or(rest.len()))
+        } else if let Some(body) = rest.strip_prefix("/*") {
+            let end = body
+                .find("*/")
+                .ok_or_else(|| unterminated("block comment"))?;
+            (Kind::BlockComment, end + 4)
+        } else if byte == b'"' {
+            let len = string_len(rest, &mut no_closing_triple_quote)
+                .ok_or_else(|| unterminated("string"))?;
+            (Kind::Str, len)
+        } else if byte.is_ascii_digit()
+            || (byte == b'-' && bytes.get(pos + 1).is_some_and(u8::is_ascii_digit))
+        {
+            (Kind::Number, number_len(rest))
+        } else if byte.is_ascii_alphabetic() || byte == b'_' {
+            (Kind::Word, word_len(rest))
+        } else if TWO_CHAR_PUNCT.iter().any(|punct| rest.starts_with(punct)) {
+            (Kind::Punct, 2)
+        } else if ONE_CHAR_PUNCT.contains(&byte) {
+            (Kind::Punct, 1)
+        } else {
+            (Kind::Other, rest.chars().next().map_or(1, char::len_utf8))
+        };
+        tokens.push(Token {
+            kind,
+            text: &rest[..len],
+            newlines_before,
+            spaced,
+        });
+        pos += len;
+        newlines_before = 0;
+        spaced = false;
+    }
+    Ok(tokens)
+}
+
+/// The length of the string literal at the start of `rest` (which starts with `"`), or
+/// None when it is unterminated.
+fn string_len(rest: &str, no_closing_triple_quote: &mut bool) -> Option<usize> {
+    if !*no_closing_triple_quote && let Some(body) = rest.strip_prefix("\"\"\"") {
+        match body.find("\"\"\"") {
+            Some(end) => return Some(end + 6),
+            // The grammar then reads `""` as an empty plain string, and so do we.
+            None => *no_closing_triple_quote = true,
+        }
+    }
+    let bytes = rest.as_bytes();
+    let mut i = 1;
+    loop {
+        match bytes.get(i)? {
+            b'"' => return Some(i + 1),
+            b'\n' => return None,
+            // An escape covers the next character, which may not be a line break.
+            // Stepping over just its first byte is fine: the bytes of a multi-byte
+            // character are never `"`, `\` or a line break.
+            b'\\' => match bytes.get(i + 1) {
+                None | Some(b'\n') => return None,
+                Some(_) => i += 2,
+            },
+            _ => i += 1,
+        }
+    }
+}
+
+/// The length of the number at the start of `rest`. Trailing letters belong to it, so
+/// that a duration (`5m`) or a malformed one (`5x`) is one token, as in the grammar.
+fn number_len(rest: &str) -> usize {
+    let bytes = rest.as_bytes();
+    let digits_from = |i: usize| i + bytes[i..].iter().take_while(|b| b.is_ascii_digit()).count();
+    let mut len = digits_from(usize::from(bytes.first() == Some(&b'-')));
+    if bytes.get(len) == Some(&b'.') && bytes.get(len + 1).is_some_and(u8::is_ascii_digit) {
+        len = digits_from(len + 1);
+    }
+    len + word_len(&rest[len..])
+}
+
+fn word_len(rest: &str) -> usize {
+    rest.bytes()
+        .take_while(|b| b.is_ascii_alphanumeric() || *b == b'_')
+        .count()
+}
+
+/// Whether `a` written directly before `b` still reads as those two tokens, so that
+/// removing the space between them cannot merge them (`!` `=` would read as `!=`).
+fn lexes_apart(a: &str, b: &str) -> bool {
+    let joined = format!("{a}{b}");
+    matches!(tokenize(&joined).as_deref(), Ok([first, _]) if first.text == a)
+}
+
+/// The text a token is written as: comments lose trailing whitespace on every line,
+/// everything else is kept byte for byte.
+fn emitted_text<'a>(token: &Token<'a>) -> Cow<'a, str> {
+    const TRAILING: [char; 3] = [' ', '\t', '\r'];
+    match token.kind {
+        Kind::LineComment => Cow::Borrowed(token.text.trim_end_matches(TRAILING)),
+        Kind::BlockComment if token.text.contains('\n') => Cow::Owned(
+            token
+                .text
+                .split('\n')
+                .map(|line| line.trim_end_matches(TRAILING))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+        _ => Cow::Borrowed(token.text),
+    }
+}
+
+// ---------------------------------------------------------------- printer
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bracket {
+    Brace,
+    Square,
+    Paren,
+}
+
+/// What a token is for the layout rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Comment,
+    Other,
+    Open(Bracket),
+    Close(Bracket),
+    Comma,
+    Colon,
+    /// `.`, `?.` and `..`, which bind tightly on both sides.
+    Access,
+    Not,
+    /// The postfix `?` of an optional type.
+    Question,
+    BinOp,
+    /// The `<` of `list<T>`.
+    TypeOpen,
+    /// The `>` that closes a `list<`.
+    TypeClose,
+    Word,
+    Number,
+    Str,
+}
+
+fn bracket_class(text: &str) -> Option<Class> {
+    Some(match text {
+        "{" => Class::Open(Bracket::Brace),
+        "[" => Class::Open(Bracket::Square),
+        "(" => Class::Open(Bracket::Paren),
+        "}" => Class::Close(Bracket::Brace),
+        "]" => Class::Close(Bracket::Square),
+        ")" => Class::Close(Bracket::Paren),
+        _ => return None,
+    })
+}
+
+#[derive(Debug, Clone, Copy)]
+struct OpenBracket {
+    bracket: Bracket,
+    /// The output line the bracket was opened on.
+    line: usize,
+    /// The indentation, in levels, of lines inside this bracket.
+    levels: usize,
+}
+
+/// Indentation stops growing here. No real file nests this deep, and without a cap a
+/// small file of nothing but opening brackets would format to a quadratically large
+/// output.
+const MAX_INDENT_LEVELS: usize = 64;
+
+struct Printer<'t, 'a> {
+    tokens: &'t [Token<'a>],
+    out: String,
+    /// The brackets open at the current token, innermost last.
+    open: Vec<OpenBracket>,
+    /// How many brackets of each kind are open, so that a stray closer is found to have
+    /// no match without scanning the stack.
+    open_counts: [usize; 3],
+    /// For each `list<` not yet closed, innermost last, how many brackets were open at
+    /// its `<`: a `>` closes it only at that same depth.
+    angles: Vec<usize>,
+    /// The number of the current output line.
+    line: usize,
+}
+
+impl<'t, 'a> Printer<'t, 'a> {
+    fn new(tokens: &'t [Token<'a>]) -> Self {
+        Printer {
+            tokens,
+            out: String::new(),
+            open: Vec::new(),
+            open_counts: [0; 3],
+            angles: Vec::new(),
+            line: 0,
+        }
+    }
+
+    fn print(mut self) -> String {
+        let mut prev: Option<(Token<'a>, Class)> = None;
+        // Tokens before this index are closing brackets already closed by `start_line`.
+        let mut closed_until = 0;
+        for (index, &token) in self.tokens.iter().enumerate() {
+            let class = self.classify(index);
+            match prev {
+                None => closed_until = self.start_line(index),
+                Some((_, prev_class)) if token.newlines_before > 0 => {
+                    let breaks = if matches!(prev_class, Class::Open(_))
+                        || matches!(class, Class::Close(_))
+                    {
+                        1
+                    } else {
+                        token.newlines_before.min(2)
+                    };
+                    for _ in 0..breaks {
+                        self.out.push('\n');
+                    }
+                    self.line += 1;
+                    closed_until = self.start_line(index);
+                }
+                Some((prev_token, prev_class)) => {
+                    if wants_space(&prev_token, prev_class, &token, class)
+                        || !lexes_apart(prev_token.text, token.text)
+                    {
+                        self.out.push(' ');
+                    }
+                }
+            }
+            self.out.push_str(&emitted_text(&token));
+            match class {
+                Class::Open(bracket) => self.open_bracket(bracket),
+                Class::Close(bracket) if index >= closed_until => self.close_bracket(bracket),
+                _ => {}
+            }
+            prev = Some((token, class));
+        }
+        if !self.out.is_empty() {
+            self.out.push('\n');
+        }
+        self.out
+    }
+
+    /// Classifies the token at `index` and keeps track of `list<...>` type brackets.
+    fn classify(&mut self, index: usize) -> Class {
+        let token = self.tokens[index];
+        let class = match token.kind {
+            Kind::LineComment | Kind::BlockComment => Class::Comment,
+            Kind::Other => Class::Other,
+            Kind::Word => Class::Word,
+            Kind::Number => Class::Number,
+            Kind::Str => Class::Str,
+            Kind::Punct => match token.text {
+                "," => Class::Comma,
+                ":" => Class::Colon,
+                "." | "?." | ".." => Class::Access,
+                "!" => Class::Not,
+                "?" => Class::Question,
+                "<" if self.follows_list_keyword(index) => {
+                    self.angles.push(self.open.len());
+                    Class::TypeOpen
+                }
+                ">" if self.angles.last() == Some(&self.open.len()) => {
+                    self.angles.pop();
+                    Class::TypeClose
+                }
+                text => bracket_class(text).unwrap_or(Class::BinOp),
+            },
+        };
+        // A token that cannot appear in a type ends every `list<` still open: that `<`
+        // was a comparison after all (`x.list < 3`), and a later `>` must not pair up
+        // with it.
+        let in_type = matches!(
+            class,
+            Class::Comment
+                | Class::Word
+                | Class::Str
+                | Class::Open(_)
+                | Class::Close(_)
+                | Class::Comma
+                | Class::Colon
+                | Class::Question
+                | Class::TypeOpen
+                | Class::TypeClose
+        ) || token.text == "|";
+        if !in_type {
+            self.angles.clear();
+        }
+        class
+    }
+
+    /// Whether the token at `index` comes right after the type name `list`, rather than
+    /// after a field that happens to be called `list` (`step.x.list < 3`).
+    fn follows_list_keyword(&self, index: usize) -> bool {
+        let before = |back: usize| index.checked_sub(back).map(|i| self.tokens[i]);
+        before(1).is_some_and(|t| t.kind == Kind::Word && t.text == "list")
+            && !before(2).is_some_and(|t| matches!(t.text, "." | "?."))
+    }
+
+    /// Starts the line whose first token is at `first`: closes the brackets the line
+    /// starts with, so that `}` or `} else {` sits at the indentation of the line that
+    /// opened the block, then writes the indentation. Returns the index of the first
+    /// token whose bracket is not closed yet.
+    fn start_line(&mut self, first: usize) -> usize {
+        let mut end = first;
+        while let Some(token) = self.tokens.get(end) {
+            if end > first && token.newlines_before > 0 {
+                break;
+            }
+            let Some(Class::Close(bracket)) = bracket_class(token.text) else {
+                break;
+            };
+            self.close_bracket(bracket);
+            end += 1;
+        }
+        let levels = self.open.last().map_or(0, |open| open.levels);
+        for _ in 0..levels.min(MAX_INDENT_LEVELS) {
+            self.out.push_str("  ");
+        }
+        end
+    }
+
+    fn open_bracket(&mut self, bracket: Bracket) {
+        // Brackets opened on the same line share one level of indentation, so that
+        // `{ tags: [` indents its content once, not twice.
+        let levels = match self.open.last() {
+            Some(outer) if outer.line == self.line => outer.levels,
+            Some(outer) => outer.levels + 1,
+            None => 1,
+        };
+        self.open.push(OpenBracket {
+            bracket,
+            line: self.line,
+            levels,
+        });
+        self.open_counts[bracket as usize] += 1;
+    }
+
+    /// Closes the innermost open `bracket` and any unclosed brackets inside it. A
+    /// closer without a matching open bracket is ignored.
+    fn close_bracket(&mut self, bracket: Bracket) {
+        if self.open_counts[bracket as usize] == 0 {
+            return;
+        }
+        while let Some(open) = self.open.pop() {
+            self.open_counts[open.bracket as usize] -= 1;
+            if open.bracket == bracket {
+                break;
+            }
+        }
+        while self
+            .angles
+            .last()
+            .is_some_and(|&depth| depth > self.open.len())
+        {
+            self.angles.pop();
+        }
+    }
+}
+
+/// Whether the layout rules want a space between two tokens on the same line. The
+/// caller adds one anyway when the two would otherwise merge into other tokens.
+fn wants_space(prev: &Token<'_>, prev_class: Class, next: &Token<'_>, next_class: Class) -> bool {
+    use Class::*;
+    match (prev_class, next_class) {
+        (Comment, _) | (_, Comment) => true,
+        // The formatter has no rule for characters the language does not use.
+        (Other, _) | (_, Other) => next.spaced,
+        (_, Comma | Colon) => false,
+        (Open(Bracket::Brace), Close(Bracket::Brace)) => false,
+        (Open(Bracket::Brace), _) | (_, Close(Bracket::Brace)) => true,
+        (Open(_) | TypeOpen, _) | (_, Close(_) | TypeOpen | TypeClose) => false,
+        (Comma | Colon, _) => true,
+        // `2` `.` `5` written tight would read as the float `2.5`.
+        (Number, Access) if next.text == "." && is_integer(prev.text) => true,
+        (Access, _) | (_, Access) => false,
+        (Not, _) => false,
+        (BinOp, _) | (_, BinOp) => true,
+        (_, Question) => false,
+        // An index (`x[0]`, `x[0][1]`) is tight, but a list literal after a keyword
+        // (`args ["a"]`) is not, and only the author's spacing tells them apart.
+        (Word | Close(Bracket::Square), Open(Bracket::Square)) => next.spaced,
+        _ => true,
+    }
+}
+
+fn is_integer(text: &str) -> bool {
+    text.strip_prefix('-')
+        .unwrap_or(text)
+        .bytes()
+        .all(|b| b.is_ascii_digit())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The named cases: (name, input, expected output).
+    const CASES: &[(&str, &str, &str)] = &[
+        (
+            "badly indented workflow",
+            r#"import "recipes/support.flow"
+/// A ticket attachment.
+type Attachment = { url: string, name: string }
+workflow support_triage {
+input { ticket_id: string
+  attachments: list<Attachment> }
+    timeout 5m
+  step classify = classify_ticket { subject: workflow_input.subject, body: "{{workflow_input.body}}" } retry 3 backoff 2s..30s timeout 60s
+  if step.classify.urgency>=4&&!false {
+       step escalate = handoff "tier2" { message: "{{workflow_input.ticket_id}}" } // page tier 2
+  } else {
+  }
+  output { refunded: step.refund?.approved??false }
+}
+"#,
+            r#"import "recipes/support.flow"
+/// A ticket attachment.
+type Attachment = { url: string, name: string }
+workflow support_triage {
+  input { ticket_id: string
+    attachments: list<Attachment> }
+  timeout 5m
+  step classify = classify_ticket { subject: workflow_input.subject, body: "{{workflow_input.body}}" } retry 3 backoff 2s..30s timeout 60s
+  if step.classify.urgency >= 4 && !false {
+    step escalate = handoff "tier2" { message: "{{workflow_input.ticket_id}}" } // page tier 2
+  } else {
+  }
+  output { refunded: step.refund?.approved ?? false }
+}
+"#,
+        ),
+        (
+            "comments on their own lines and at line ends",
+            "workflow w {\n        // leading comment\n  step a = r { x: 1 }   // trailing comment  \n/* block */ step b = r { x: 2 }\n    /* multi   \n       line */\n  step c = r {\n    x: 3, /* inline */ y: 4\n  // last\n  }\n}\n",
+            "workflow w {\n  // leading comment\n  step a = r { x: 1 } // trailing comment\n  /* block */ step b = r { x: 2 }\n  /* multi\n       line */\n  step c = r {\n    x: 3, /* inline */ y: 4\n    // last\n  }\n}\n",
+        ),
+        (
+            "doc comments",
+            "///   Spacing inside a doc comment is kept.\ntype Ticket = {\n/// The id.\n      id: string\n  /// How urgent.\n  priority: \"low\"|\"high\"\n}\n",
+            "///   Spacing inside a doc comment is kept.\ntype Ticket = {\n  /// The id.\n  id: string\n  /// How urgent.\n  priority: \"low\" | \"high\"\n}\n",
+        ),
+        (
+            "triple strings keep their odd indentation",
+            "recipe summarise {\nmodel \"fast\"\n      prompt \"\"\"\n    Summarise {{input.text}}.\n\n\n        Keep it short.   \n  \"\"\"\n  output { summary: string }\n}\n",
+            "recipe summarise {\n  model \"fast\"\n  prompt \"\"\"\n    Summarise {{input.text}}.\n\n\n        Keep it short.   \n  \"\"\"\n  output { summary: string }\n}\n",
+        ),
+        (
+            "blank lines collapse",
+            "\n\nworkflow w {\n\n\n  step a = r {}\n\n\n\n  step b = r {\n\n    x: [\n\n      1,\n\n\n      2\n\n    ]\n\n  }\n\n}\n\n\n",
+            "workflow w {\n  step a = r {}\n\n  step b = r {\n    x: [\n      1,\n\n      2\n    ]\n  }\n}\n",
+        ),
+        (
+            "operators",
+            "workflow w {\n  if !( step.a.score>=0.5||step.a.label==\"spam\" )&&workflow_input.n<3 {\n    step b = r { ok: step.a?.ok??false , tags: [ \"x\",\"y\" ] , n : -3 }\n  }\n}\n",
+            "workflow w {\n  if !(step.a.score >= 0.5 || step.a.label == \"spam\") && workflow_input.n < 3 {\n    step b = r { ok: step.a?.ok ?? false, tags: [\"x\", \"y\"], n: -3 }\n  }\n}\n",
+        ),
+        (
+            "list types",
+            "type T = { tags: list < string >, nested: list<list<\"a\"|\"b\">>, maybe: ( \"a\"|\"b\" ) ?, n: int ?, rows: list<{ a: int }> }\nworkflow w {\n  if step.a.list < 3 && step.a.n > 2 {\n  }\n}\n",
+            "type T = { tags: list<string>, nested: list<list<\"a\" | \"b\">>, maybe: (\"a\" | \"b\")?, n: int?, rows: list<{ a: int }> }\nworkflow w {\n  if step.a.list < 3 && step.a.n > 2 {\n  }\n}\n",
+        ),
+        (
+            "ranges, paths and indexes",
+            "workflow w {\n  step a = r {} retry 3 backoff 2s .. 30s timeout 60s\n  step b = r { v: step . a ?. rows[0][1] . x ?? false }\n  output { y: step.x?.y ?? false }\n}\nmcp browser {\n  command \"npx\" args [\"@playwright/mcp\", \"--headless\"]\n}\n",
+            "workflow w {\n  step a = r {} retry 3 backoff 2s..30s timeout 60s\n  step b = r { v: step.a?.rows[0][1].x ?? false }\n  output { y: step.x?.y ?? false }\n}\nmcp browser {\n  command \"npx\" args [\"@playwright/mcp\", \"--headless\"]\n}\n",
+        ),
+        (
+            "nested brackets opened on one line indent once",
+            "workflow w {\n  step a = r { tags: [\n\"a\",\n\"b\"\n] }\n  step b = approval { approvers: [\"ops\"],\n  message: \"ok?\" }\n}\n",
+            "workflow w {\n  step a = r { tags: [\n    \"a\",\n    \"b\"\n  ] }\n  step b = approval { approvers: [\"ops\"],\n    message: \"ok?\" }\n}\n",
+        ),
+        (
+            "tabs and carriage returns",
+            "workflow w {\r\n\tstep a = r {}\t\r\n\r\n\r\n\tstep b = r {}\r\n}",
+            "workflow w {\n  step a = r {}\n\n  step b = r {}\n}\n",
+        ),
+        (
+            "tokens that would merge keep a space",
+            "x ! = y ? . z ? ? 2 .5 \"\" \"\"\"a\" a -3 - 3 @ x",
+            "x ! = y? .z? ? 2 .5 \"\" \"\" \"a\" a -3 - 3 @ x\n",
+        ),
+        ("empty file", " \n\n\t\n", ""),
+    ];
+
+    #[test]
+    fn named_cases() {
+        for (name, input, expected) in CASES {
+            assert_eq!(
+                format_source(input).as_deref(),
+                Ok(*expected),
+                "case: {name}"
+            );
+        }
+    }
+
+    #[test]
+    fn named_cases_are_idempotent() {
+        for (name, input, _) in CASES {
+            let once = format_source(input).unwrap();
+            assert_eq!(format_source(&once), Ok(once.clone()), "case: {name}");
+            assert_eq!(
+                significant_tokens(&once),
+                significant_tokens(input),
+                "case: {name}"
+            );
+        }
+    }
+
+    #[test]
+    fn untokenisable_sources_are_refused() {
+        let unterminated = |offset: usize, what: &str| {
+            Err(FormatError {
+                offset,
+                message: format!("unterminated {what}"),
+            })
+        };
+        assert_eq!(format_source("x = \"oops }\n"), unterminated(4, "string"));
+        assert_eq!(format_source("x = \"oops\\"), unterminated(4, "string"));
+        assert_eq!(
+            format_source("a /* never closed"),
+            unterminated(2, "block comment")
+        );
+        // Without a closing `"""` the grammar reads `""` and then a plain string.
+        assert_eq!(format_source("p \"\"\"abc\n"), unterminated(4, "string"));
+        assert_eq!(
+            format_source("p \"\"\"abc\"").as_deref(),
+            Ok("p \"\" \"abc\"\n")
+        );
+    }
+
+    #[test]
+    fn indentation_is_capped() {
+        let formatted = format_source(&"{\n".repeat(100)).unwrap();
+        let widest = formatted.lines().map(str::len).max();
+        assert_eq!(widest, Some(2 * MAX_INDENT_LEVELS + 1));
+    }
+
+    /// The tokens of a source as the parser sees them: comments compare without the
+    /// trailing whitespace the formatter removes.
+    fn significant_tokens(source: &str) -> Vec<(Kind, String)> {
+        tokenize(source)
+            .unwrap()
+            .iter()
+            .map(|token| (token.kind, emitted_text(token).into_owned()))
+            .collect()
+    }
+
+    fn check_formats_stably(source: &str) -> Result<(), TestCaseError> {
+        if let Ok(once) = format_source(source) {
+            prop_assert_eq!(format_source(&once), Ok(once.clone()));
+            prop_assert_eq!(significant_tokens(&once), significant_tokens(source));
+        }
+        Ok(())
+    }
+
+    /// Pieces of .flow text, chosen so that random sequences of them hit the tricky
+    /// spots: tokens that merge when written tight, strings and comments that open and
+    /// close, brackets that do not match, and `list<` against a comparison.
+    const FRAGMENTS: &[&str] = &[
+        " ", " ", "\n", "\n\n\n", "\t", "\r\n", "{", "}", "[", "]", "(", ")", "<", ">", "list",
+        "step", "x", "_1", "é", ".", "..", "?", "?.", "??", "!", "=", "==", "<=", "&", "|", ",",
+        ":", "-", "2", "0", "5m", "1.5", "\"", "\"\"", "\"\"\"", "\"a b\"", "\\", "/", "//", "///",
+        "/*", "*/", "*", ";",
+    ];
+
+    proptest! {
+        #[test]
+        fn arbitrary_text_formats_stably(source in any::<String>()) {
+            check_formats_stably(&source)?;
+        }
+
+        #[test]
+        fn token_soup_formats_stably(
+            parts in proptest::collection::vec(proptest::sample::select(FRAGMENTS), 0..60)
+        ) {
+            check_formats_stably(&parts.concat())?;
+        }
+    }
+}
