@@ -472,6 +472,43 @@ fn graph_names_the_workflows_when_the_name_is_unknown() {
     assert_eq!(named.code, 0, "{}", named.all());
 }
 
+// ---------------------------------------------------------------- fmt
+
+#[test]
+fn fmt_check_lists_then_fmt_fixes() {
+    let dir = TempDir::new("fmt");
+    let messy = "workflow   w{\ninput{a:string}\n     step x=handoff \"t\"{message:\"{{workflow_input.a}}\"}   // keep me\n}\n";
+    dir.write("messy.flow", messy);
+    let check = flowc_in(dir.path(), &["fmt", "--check", "."]);
+    assert_eq!(check.code, 1, "{}", check.all());
+    assert_eq!(check.stdout, "messy.flow\n");
+    assert_eq!(dir.read("messy.flow"), messy, "--check changes nothing");
+
+    let fix = flowc_in(dir.path(), &["fmt", "."]);
+    assert_eq!(fix.code, 0, "{}", fix.all());
+    let formatted = dir.read("messy.flow");
+    assert_ne!(formatted, messy);
+    assert!(formatted.contains("// keep me"), "{formatted}");
+    let again = flowc_in(dir.path(), &["fmt", "--check", "messy.flow"]);
+    assert_eq!(again.code, 0, "{}", again.all());
+    assert_eq!(again.stdout, "");
+}
+
+#[test]
+fn fmt_names_the_place_it_cannot_tokenise() {
+    let dir = TempDir::new("fmt-bad");
+    dir.write("bad.flow", "type A = string\ntype B = \"unterminated\n");
+    let run = flowc_in(dir.path(), &["fmt", "bad.flow"]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    assert!(
+        run.stderr.contains("error: bad.flow:2:10: cannot format"),
+        "{}",
+        run.stderr
+    );
+    let missing = flowc_in(dir.path(), &["fmt", "gone.flow"]);
+    assert_eq!(missing.code, 2, "{}", missing.all());
+}
+
 // ---------------------------------------------------------------- build
 
 #[test]

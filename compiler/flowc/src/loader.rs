@@ -4,7 +4,7 @@
 //! The core does no IO, so everything that touches the file system for the
 //! compiler lives here.
 
-use std::io;
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use crate::report::normalize;
@@ -21,6 +21,33 @@ impl flow_compiler::SourceLoader for DiskLoader {
             return Err("it is a directory".to_string());
         }
         std::fs::read(path).map_err(|error| io_reason(&error))
+    }
+}
+
+/// Writes through a temporary file in the same directory and renames it, so
+/// that a runtime watching the path never reads half a plan.
+///
+/// Only a regular file (or a new one) is replaced that way: renaming over a
+/// device such as `/dev/null`, a pipe or a symbolic link would replace the
+/// special file itself, so those are written in place.
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    if std::fs::symlink_metadata(path).is_ok_and(|meta| !meta.is_file()) {
+        return std::fs::write(path, bytes);
+    }
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(format!(".{}.tmp", std::process::id()));
+    let temporary = PathBuf::from(temporary);
+    let written = std::fs::File::create(&temporary).and_then(|mut out| {
+        out.write_all(bytes)?;
+        out.sync_all()
+    });
+    match written.and_then(|()| std::fs::rename(&temporary, path)) {
+        Ok(()) => Ok(()),
+        Err(error) => {
+            // Leave no stray temporary behind; the first error is the one to report.
+            let _ = std::fs::remove_file(&temporary);
+            Err(error)
+        }
     }
 }
 

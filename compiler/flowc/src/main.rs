@@ -77,6 +77,15 @@ enum Command {
         #[arg(long, conflicts_with = "code")]
         list: bool,
     },
+    /// Format files and directories (recursively, `*.flow`) in place.
+    Fmt {
+        /// Change nothing: list the files that would change, and exit 1 if any.
+        #[arg(long)]
+        check: bool,
+        /// Files and directories to format.
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
+    },
     /// Print a Mermaid flowchart of a workflow (steps, branches, loops,
     /// parallel joins and approval gates).
     Graph {
@@ -115,6 +124,7 @@ fn main() -> ExitCode {
             format,
         } => commands::build::run(&file, output.as_deref(), workflow.as_deref(), format),
         Command::Explain { code, list } => commands::explain::run(code.as_deref(), list),
+        Command::Fmt { check, paths } => commands::fmt::run(&paths, check),
         Command::Graph { file, workflow } => commands::graph::run(&file, workflow.as_deref()),
     };
     exit.into()

@@ -1,10 +1,9 @@
 //! `flowc build`: check a file and write its plan as JSON.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::commands::check::print;
-use crate::loader::{DiskLoader, io_reason, normalize_arg};
+use crate::loader::{DiskLoader, io_reason, normalize_arg, write_atomically};
 use crate::report::Reports;
 use crate::{Exit, Format};
 
@@ -82,33 +81,6 @@ pub(crate) fn run(
 /// `dir/name.flow` builds to `dir/name.plan.json`.
 fn default_output(file: &Path) -> PathBuf {
     file.with_extension("plan.json")
-}
-
-/// Writes through a temporary file in the same directory and renames it, so
-/// that a runtime watching the path never reads half a plan.
-///
-/// Only a regular file (or a new one) is replaced that way: renaming over a
-/// device such as `/dev/null`, a pipe or a symbolic link would replace the
-/// special file itself, so those are written in place.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    if std::fs::symlink_metadata(path).is_ok_and(|meta| !meta.is_file()) {
-        return std::fs::write(path, bytes);
-    }
-    let mut temporary = path.as_os_str().to_owned();
-    temporary.push(format!(".{}.tmp", std::process::id()));
-    let temporary = PathBuf::from(temporary);
-    let written = std::fs::File::create(&temporary).and_then(|mut out| {
-        out.write_all(bytes)?;
-        out.sync_all()
-    });
-    match written.and_then(|()| std::fs::rename(&temporary, path)) {
-        Ok(()) => Ok(()),
-        Err(error) => {
-            // Leave no stray temporary behind; the first error is the one to report.
-            let _ = std::fs::remove_file(&temporary);
-            Err(error)
-        }
-    }
 }
 
 #[cfg(test)]

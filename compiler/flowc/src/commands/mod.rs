@@ -3,4 +3,5 @@
 pub(crate) mod build;
 pub(crate) mod check;
 pub(crate) mod explain;
+pub(crate) mod fmt;
 pub(crate) mod graph;
