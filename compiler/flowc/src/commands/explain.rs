@@ -43,13 +43,20 @@ fn severity(info: &CodeInfo) -> &'static str {
 }
 
 fn explain(info: CodeInfo) -> String {
+    // The explanation is the doc comment of the code, whose lines keep the
+    // space after `///`.
+    let body: String = info
+        .explanation
+        .trim_end()
+        .lines()
+        .map(|line| format!("{}\n", line.strip_prefix(' ').unwrap_or(line)))
+        .collect();
     format!(
-        "{} {} ({})\n\n{}.\n\n{}",
+        "{} {} ({})\n\n{}.\n\n{body}",
         info.code,
         info.name,
         severity(&info),
         capitalize(info.summary),
-        info.explanation.trim_end().to_string() + "\n"
     )
 }
 
@@ -94,6 +101,13 @@ mod tests {
         assert_eq!(parse("unknown-step"), Some(Code::UnknownStep));
         assert_eq!(parse("Unknown-Step"), Some(Code::UnknownStep));
         assert_eq!(parse("E999"), None);
+    }
+
+    #[test]
+    fn explanations_are_dedented() {
+        let text = explain(Code::UnknownStep.info());
+        assert!(text.starts_with("E101 unknown-step (error)\n\nReference to a step"));
+        assert!(text.contains("\nA path names a step id"), "{text}");
     }
 
     #[test]
