@@ -125,6 +125,31 @@ impl Diagnostic {
     }
 }
 
+/// Line starts of a text, for many offset lookups in one file without
+/// rescanning it each time.
+#[derive(Debug, Clone)]
+pub struct LineIndex {
+    starts: Vec<u32>,
+}
+
+impl LineIndex {
+    pub fn new(text: &str) -> LineIndex {
+        let mut starts = vec![0];
+        starts.extend(text.match_indices('\n').map(|(i, _)| i as u32 + 1));
+        LineIndex { starts }
+    }
+
+    /// 1-based line and column (in chars) of `offset` in `text`, the text this
+    /// index was built from.
+    pub fn line_col(&self, text: &str, offset: u32) -> (usize, usize) {
+        let offset = offset.min(text.len() as u32);
+        let line = self.starts.partition_point(|start| *start <= offset) - 1;
+        let start = self.starts[line] as usize;
+        let end = floor_char_boundary(text, offset as usize).max(start);
+        (line + 1, text[start..end].chars().count() + 1)
+    }
+}
+
 /// Where a byte offset is in human terms: 1-based line and column (in chars).
 pub fn line_col(source: &str, offset: u32) -> (usize, usize) {
     let offset = (offset as usize).min(source.len());

@@ -9,7 +9,7 @@ use flow_plan as plan;
 use serde_json::Value;
 
 use crate::check::{Checked, DEFAULT_ATTEMPTS, DEFAULT_STEP_TIMEOUT_MS, Ty, WorkflowInfo};
-use crate::diagnostic::line_col;
+use crate::diagnostic::LineIndex;
 use crate::syntax::ast::{
     self, ErrorPolicy, ExprKind, Item, Segment, StepCall, Stmt, TemplatePart,
 };
@@ -114,6 +114,7 @@ pub fn lower(checked: &Checked) -> Option<plan::Plan> {
             let lowerer = Lowerer {
                 info,
                 text: &checked.file(info.file).text,
+                lines: LineIndex::new(&checked.file(info.file).text),
                 slots: info
                     .steps
                     .iter()
@@ -192,6 +193,7 @@ fn recipe_template(lit: &ast::StringLit, input_fields: &[String]) -> plan::Templ
 struct Lowerer<'a> {
     info: &'a WorkflowInfo,
     text: &'a str,
+    lines: LineIndex,
     slots: HashMap<&'a str, u32>,
     recipe_index: &'a HashMap<&'a str, u32>,
     server_index: &'a HashMap<&'a str, u32>,
@@ -269,7 +271,7 @@ impl Lowerer<'_> {
         match stmt {
             Stmt::Step(step) => plan::Node::Step(self.step(step)),
             Stmt::If(stmt) => {
-                let (line, column) = line_col(self.text, stmt.span.start);
+                let (line, column) = self.lines.line_col(self.text, stmt.span.start);
                 plan::Node::Condition {
                     id: format!("if@{line}:{column}"),
                     branches: stmt

@@ -10,7 +10,7 @@
 //! refuses a plan of another version or whose hash does not match its content,
 //! so a run can be pinned to the exact plan it started on.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -351,23 +351,26 @@ impl fmt::Display for PlanError {
 impl std::error::Error for PlanError {}
 
 impl Plan {
-    /// The hash of this plan's content, ignoring the `hash` field itself.
-    pub fn compute_hash(&self) -> String {
-        let mut unhashed = self.clone();
-        unhashed.hash = String::new();
-        let bytes = serde_json::to_vec(&unhashed).expect("a plan always serializes");
+    /// The hash of this plan's content: SHA-256 of its compact JSON with the
+    /// `hash` field empty. Takes `&mut` to blank the field in place rather than
+    /// clone a whole plan; the field is restored before returning.
+    fn content_hash(&mut self) -> String {
+        let recorded = std::mem::take(&mut self.hash);
+        let bytes = serde_json::to_vec(&*self).expect("a plan always serializes");
+        self.hash = recorded;
         let digest = Sha256::digest(&bytes);
-        let mut hex = String::with_capacity(64);
+        let mut hex = String::with_capacity(7 + 64);
+        hex.push_str("sha256:");
         for byte in digest {
-            hex.push_str(&format!("{byte:02x}"));
+            let _ = write!(hex, "{byte:02x}");
         }
-        format!("sha256:{hex}")
+        hex
     }
 
     /// Sets the format version and the hash; call after building a plan.
     pub fn seal(mut self) -> Plan {
         self.format_version = FORMAT_VERSION;
-        self.hash = self.compute_hash();
+        self.hash = self.content_hash();
         self
     }
 
@@ -389,9 +392,9 @@ impl Plan {
         if version != u64::from(FORMAT_VERSION) {
             return Err(PlanError::Version { found: version });
         }
-        let plan: Plan =
+        let mut plan: Plan =
             serde_json::from_value(value).map_err(|e| PlanError::Malformed(e.to_string()))?;
-        let computed = plan.compute_hash();
+        let computed = plan.content_hash();
         if computed != plan.hash {
             return Err(PlanError::Hash {
                 recorded: plan.hash.clone(),

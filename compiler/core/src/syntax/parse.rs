@@ -22,6 +22,12 @@ struct FlowParser;
 /// with E003 so that every later pass can recurse without a stack overflow.
 const MAX_DEPTH: usize = 128;
 
+/// Words that start statements, items or step calls, or are literals.
+const KEYWORDS: &[&str] = &[
+    "import", "type", "recipe", "mcp", "workflow", "step", "if", "else", "for", "as", "parallel",
+    "branch", "approval", "kb_write", "handoff", "true", "false", "null",
+];
+
 /// Parses one file. Never fails: what cannot be read is reported and left out.
 pub fn parse(source: &str, file: FileId) -> (SourceFile, Vec<Diagnostic>) {
     let mut parser = Parser {
@@ -142,7 +148,7 @@ impl<'s> Parser<'s> {
             }),
             Rule::type_decl => {
                 let mut inner = decl.into_inner();
-                let name = name(inner.next()?);
+                let name = self.declared(inner.next()?);
                 let ty = self.type_expr(inner.next()?);
                 Item::Type(TypeDecl {
                     docs,
@@ -156,6 +162,25 @@ impl<'s> Parser<'s> {
             Rule::workflow_decl => Item::Workflow(self.workflow(decl, docs)),
             _ => return None,
         })
+    }
+
+    /// A name that a declaration introduces; keywords are refused here rather
+    /// than in the grammar (see `ident` in flow.pest).
+    fn declared(&mut self, pair: Pair<'_, Rule>) -> Name {
+        let name = name(pair);
+        if KEYWORDS.contains(&name.text.as_str()) {
+            self.problems.push(
+                Diagnostic::new(
+                    Code::Syntax,
+                    self.file,
+                    name.span,
+                    format!("`{}` is a keyword and cannot be used as a name", name.text),
+                )
+                .label("keyword")
+                .hint(format!("pick another name, such as `{}_step`", name.text)),
+            );
+        }
+        name
     }
 
     // ------------------------------------------------------------ errors
@@ -383,7 +408,7 @@ impl<'s> Parser<'s> {
         let mut inner = pair.into_inner();
         let mut recipe = Recipe {
             docs,
-            name: name(inner.next().expect("recipe name")),
+            name: self.declared(inner.next().expect("recipe name")),
             model: None,
             input: None,
             output: None,
@@ -431,7 +456,7 @@ impl<'s> Parser<'s> {
         let mut inner = pair.into_inner();
         let mut server = McpServer {
             docs,
-            name: name(inner.next().expect("server name")),
+            name: self.declared(inner.next().expect("server name")),
             command: None,
             args: Vec::new(),
             url: None,
@@ -476,7 +501,7 @@ impl<'s> Parser<'s> {
         let mut inner = pair.into_inner();
         let mut workflow = Workflow {
             docs,
-            name: name(inner.next().expect("workflow name")),
+            name: self.declared(inner.next().expect("workflow name")),
             input: None,
             timeout: None,
             context: Vec::new(),
@@ -565,7 +590,7 @@ impl<'s> Parser<'s> {
         Some(match stmt.as_rule() {
             Rule::step_stmt => {
                 let mut inner = stmt.into_inner();
-                let id = name(inner.next()?);
+                let id = self.declared(inner.next()?);
                 let call = self.step_call(inner.next()?);
                 let mut options = StepOptions::default();
                 for option in inner {
@@ -605,7 +630,7 @@ impl<'s> Parser<'s> {
             Rule::for_stmt => {
                 let mut inner = stmt.into_inner();
                 let collection = self.expr(inner.next()?);
-                let id = name(inner.next()?);
+                let id = self.declared(inner.next()?);
                 let mut concurrency = None;
                 let mut body = None;
                 for part in inner {
@@ -628,7 +653,7 @@ impl<'s> Parser<'s> {
             }
             Rule::parallel_stmt => {
                 let mut inner = stmt.into_inner();
-                let id = name(inner.next()?);
+                let id = self.declared(inner.next()?);
                 let mut branches = Vec::new();
                 let mut recovered = false;
                 for part in inner {
@@ -636,7 +661,7 @@ impl<'s> Parser<'s> {
                         Rule::branch => {
                             let branch_span = span_of(&part);
                             let mut parts = part.into_inner();
-                            let name = name(parts.next()?);
+                            let name = self.declared(parts.next()?);
                             let body = self.block(parts.next()?);
                             branches.push(Branch {
                                 name,
