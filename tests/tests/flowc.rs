@@ -4,23 +4,77 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::SystemTime;
 
-/// The `flowc` binary that `cargo test --workspace` built next to this test.
+/// The `flowc` binary that `cargo test --workspace` built (the flowc package's
+/// own smoke test makes Cargo build it) in `target/<profile>/`, beside this
+/// test's `deps/` folder.
+///
+/// A bin-only package cannot be a dependency, so `cargo test -p flow-tests`
+/// alone does not rebuild it: a binary missing or older than the compiler's
+/// sources fails here with the command to run, rather than testing stale code.
 fn flowc_path() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test knows its own path");
-    // target/debug/deps/flowc-<hash> -> target/debug/flowc
-    let path = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("the test runs from target/<profile>/deps")
-        .join(format!("flowc{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo build -p flowc` (or `cargo test --workspace`) first",
-        path.display()
-    );
-    path
+    static CHECKED: OnceLock<PathBuf> = OnceLock::new();
+    CHECKED
+        .get_or_init(|| {
+            let exe = std::env::current_exe().expect("the test knows its own path");
+            let path = exe
+                .parent()
+                .and_then(Path::parent)
+                .expect("the test runs from target/<profile>/deps")
+                .join(format!("flowc{}", std::env::consts::EXE_SUFFIX));
+            let built = std::fs::metadata(&path)
+                .and_then(|meta| meta.modified())
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "{} is missing: run `cargo build -p flowc` (or `cargo test --workspace`)",
+                        path.display()
+                    )
+                });
+            let sources = [
+                "compiler/flowc/src",
+                "compiler/core/src",
+                "compiler/plan/src",
+            ];
+            if let Some(newer) = sources
+                .iter()
+                .filter_map(|dir| newest_file(&root().join(dir)))
+                .find(|(modified, _)| *modified > built)
+            {
+                panic!(
+                    "{} is older than {}: run `cargo build -p flowc` (or `cargo test --workspace`)",
+                    path.display(),
+                    newer.1.display()
+                );
+            }
+            path
+        })
+        .clone()
+}
+
+/// The most recently modified file below `dir`, with its time.
+fn newest_file(dir: &Path) -> Option<(SystemTime, PathBuf)> {
+    let mut newest: Option<(SystemTime, PathBuf)> = None;
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        let candidate = if path.is_dir() {
+            newest_file(&path)
+        } else {
+            entry
+                .metadata()
+                .and_then(|meta| meta.modified())
+                .ok()
+                .map(|time| (time, path))
+        };
+        if let Some(candidate) = candidate
+            && newest.as_ref().is_none_or(|(time, _)| candidate.0 > *time)
+        {
+            newest = Some(candidate);
+        }
+    }
+    newest
 }
 
 /// The repository root, where `examples/` lives.
