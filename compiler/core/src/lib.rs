@@ -12,6 +12,7 @@ pub mod check;
 pub mod codes;
 pub mod diagnostic;
 pub mod format;
+pub mod graph;
 pub mod lower;
 pub mod suggest;
 pub mod syntax;

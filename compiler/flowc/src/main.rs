@@ -1,1 +1,131 @@
-fn main() {}
+//! `flowc`, the flow compiler's command line: check, build, explain, format
+//! and graph `.flow` workflows.
+//!
+//! Exit codes are part of the interface, for CI: 0 when clean, 1 when the
+//! sources have problems (errors, warnings under `--deny-warnings`, files that
+//! `fmt --check` would change), 2 for usage and IO errors.
+
+mod commands;
+mod loader;
+mod render;
+mod report;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// How a command ended; the process exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Exit {
+    Ok = 0,
+    /// The sources have problems: errors, denied warnings, unformatted files.
+    Problems = 1,
+    /// The command could not do its work: a bad argument, a path that cannot
+    /// be read or written.
+    Usage = 2,
+}
+
+impl From<Exit> for ExitCode {
+    fn from(exit: Exit) -> ExitCode {
+        ExitCode::from(exit as u8)
+    }
+}
+
+#[derive(Debug, Parser)]
+#[command(name = "flowc", version, about = "The flow workflow compiler")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check files and directories (recursively, `*.flow`) for errors.
+    Check {
+        /// How to print diagnostics.
+        #[arg(long, value_enum, default_value_t = Format::Human)]
+        format: Format,
+        /// Fail (exit 1) on warnings too.
+        #[arg(long)]
+        deny_warnings: bool,
+        /// Files and directories to check.
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
+    },
+    /// Check a file and write its plan (JSON) for the runtime.
+    Build {
+        /// The file to build.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        /// Where to write the plan (`-` for stdout); default: FILE with `.plan.json`.
+        #[arg(short, long, value_name = "PLAN.json")]
+        output: Option<PathBuf>,
+        /// Build only this workflow of the file.
+        #[arg(long, value_name = "NAME")]
+        workflow: Option<String>,
+        /// How to print diagnostics.
+        #[arg(long, value_enum, default_value_t = Format::Human)]
+        format: Format,
+    },
+    /// Print the documentation of a diagnostic code (`E101` or `unknown-step`).
+    Explain {
+        /// The code or its name.
+        #[arg(required_unless_present = "list", value_name = "CODE")]
+        code: Option<String>,
+        /// List every code with its summary.
+        #[arg(long, conflicts_with = "code")]
+        list: bool,
+    },
+    /// Format files and directories (recursively, `*.flow`) in place.
+    Fmt {
+        /// Change nothing: list the files that would change, and exit 1 if any.
+        #[arg(long)]
+        check: bool,
+        /// Files and directories to format.
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
+    },
+    /// Print a Mermaid flowchart of a workflow (steps, branches, loops,
+    /// parallel joins and approval gates).
+    Graph {
+        /// The file that declares the workflow.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        /// The workflow to draw, when the file declares several.
+        #[arg(long, value_name = "NAME")]
+        workflow: Option<String>,
+    },
+}
+
+/// Output formats of `check` and `build`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Format {
+    /// Graphical reports with source snippets, on stderr.
+    Human,
+    /// One JSON document on stdout.
+    Json,
+    /// GitHub Actions annotations (`::error file=...::message`) on stdout.
+    Github,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let exit = match cli.command {
+        Command::Check {
+            format,
+            deny_warnings,
+            paths,
+        } => commands::check::run(&paths, format, deny_warnings),
+        Command::Build {
+            file,
+            output,
+            workflow,
+            format,
+        } => commands::build::run(&file, output.as_deref(), workflow.as_deref(), format),
+        Command::Explain { code, list } => commands::explain::run(code.as_deref(), list),
+        Command::Fmt { check, paths } => commands::fmt::run(&paths, check),
+        Command::Graph { file, workflow } => commands::graph::run(&file, workflow.as_deref()),
+    };
+    exit.into()
+}

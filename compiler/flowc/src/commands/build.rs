@@ -1,0 +1,98 @@
+//! `flowc build`: check a file and write its plan as JSON.
+
+use std::path::{Path, PathBuf};
+
+use crate::commands::check::print;
+use crate::loader::{DiskLoader, io_reason, normalize_arg, write_atomically};
+use crate::report::Reports;
+use crate::{Exit, Format};
+
+pub(crate) fn run(
+    file: &Path,
+    output: Option<&Path>,
+    workflow: Option<&str>,
+    format: Format,
+) -> Exit {
+    let Some(path) = normalize_arg(file) else {
+        return Exit::Usage;
+    };
+    let checked = match flow_compiler::check(&path, &DiskLoader) {
+        Ok(checked) => checked,
+        Err(error) => {
+            eprintln!("error: cannot read {}: {}", error.path, error.message);
+            return Exit::Usage;
+        }
+    };
+    // Warnings are shown on a successful build too; errors stop it.
+    if !checked.diagnostics.is_empty() {
+        let mut reports = Reports::default();
+        reports.add(&checked);
+        reports.sort();
+        print(&reports, format);
+    }
+    if checked.has_errors() {
+        return Exit::Problems;
+    }
+    let Some(mut plan) = flow_compiler::lower(&checked) else {
+        // `lower` refuses only programs with errors, which returned above.
+        eprintln!("error: internal: {path} checked clean but could not be lowered");
+        return Exit::Problems;
+    };
+    if let Some(name) = workflow {
+        if plan.workflow(name).is_none() {
+            let names: Vec<&str> = plan.workflows.iter().map(|w| w.name.as_str()).collect();
+            eprintln!(
+                "error: no workflow named `{name}` in {path}; its workflows are: {}",
+                if names.is_empty() {
+                    "(none)".to_string()
+                } else {
+                    names.join(", ")
+                }
+            );
+            return Exit::Usage;
+        }
+        plan.workflows.retain(|w| w.name == name);
+        // The hash covers the workflows, so it must be taken again.
+        plan = plan.seal();
+    }
+    let json = plan.to_json() + "\n";
+    let destination = output.map_or_else(|| default_output(file), Path::to_path_buf);
+    if destination == Path::new("-") {
+        print!("{json}");
+        eprintln!("wrote plan to stdout ({})", plan.hash);
+        return Exit::Ok;
+    }
+    match write_atomically(&destination, json.as_bytes()) {
+        Ok(()) => {
+            eprintln!("wrote {} ({})", destination.display(), plan.hash);
+            Exit::Ok
+        }
+        Err(error) => {
+            eprintln!(
+                "error: cannot write {}: {}",
+                destination.display(),
+                io_reason(&error)
+            );
+            Exit::Usage
+        }
+    }
+}
+
+/// `dir/name.flow` builds to `dir/name.plan.json`.
+fn default_output(file: &Path) -> PathBuf {
+    file.with_extension("plan.json")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_path_replaces_the_extension() {
+        assert_eq!(
+            default_output(Path::new("examples/a.flow")),
+            PathBuf::from("examples/a.plan.json")
+        );
+        assert_eq!(default_output(Path::new("a")), PathBuf::from("a.plan.json"));
+    }
+}

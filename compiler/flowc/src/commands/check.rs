@@ -1,0 +1,104 @@
+//! `flowc check`: check files and directories, in parallel, and report.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use flow_compiler::{Checked, LoadError};
+
+use crate::loader::{DiskLoader, expand_paths};
+use crate::render::{self, Human};
+use crate::report::Reports;
+use crate::{Exit, Format};
+
+pub(crate) fn run(paths: &[PathBuf], format: Format, deny_warnings: bool) -> Exit {
+    let (files, problems) = expand_paths(paths);
+    for problem in &problems {
+        eprintln!("error: {problem}");
+    }
+    let mut reports = Reports::default();
+    let mut io_failed = !problems.is_empty();
+    for (path, result) in files.iter().zip(check_all(&files)) {
+        match result {
+            Ok(checked) => reports.add(&checked),
+            Err(error) => {
+                eprintln!("error: cannot read {path}: {}", error.message);
+                io_failed = true;
+            }
+        }
+    }
+    reports.sort();
+    // When nothing could be read, the IO errors above say all there is.
+    if !files.is_empty() || format == Format::Json {
+        print(&reports, format);
+    }
+
+    if io_failed {
+        Exit::Usage
+    } else if reports.errors() > 0 || (deny_warnings && reports.warnings() > 0) {
+        Exit::Problems
+    } else {
+        Exit::Ok
+    }
+}
+
+/// Prints the diagnostics in `format`: human text goes to stderr, because it
+/// is commentary; the machine formats go to stdout, to be piped.
+pub(crate) fn print(reports: &Reports, format: Format) {
+    match format {
+        Format::Human => {
+            let human = Human::for_stderr();
+            let mut err = std::io::stderr().lock();
+            for report in &reports.reports {
+                // A closed stderr leaves nothing useful to do with the error.
+                let _ = writeln!(err, "{}", human.render(reports, report));
+            }
+            let _ = writeln!(err, "{}", render::summary(reports));
+        }
+        Format::Json => println!("{}", render::json(reports)),
+        Format::Github => {
+            print!("{}", render::github(reports));
+            eprintln!("{}", render::summary(reports));
+        }
+    }
+}
+
+/// Checks every root on a pool of scoped threads, one per available core,
+/// and returns the results in the order of `roots`.
+///
+/// Roots are handed out one at a time from a shared counter rather than in
+/// fixed chunks, so that one large file does not leave the other workers idle.
+pub(crate) fn check_all(roots: &[String]) -> Vec<Result<Checked, LoadError>> {
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(roots.len())
+        .max(1);
+    let next = AtomicUsize::new(0);
+    let mut done: Vec<(usize, Result<Checked, LoadError>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let index = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(root) = roots.get(index) else { break };
+                        mine.push((index, flow_compiler::check(root, &DiskLoader)));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|handle| {
+                // The checker never panics on input (a property test holds it to
+                // that), so a panic here is a compiler bug: surface it as one.
+                handle
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    });
+    done.sort_by_key(|(index, _)| *index);
+    done.into_iter().map(|(_, result)| result).collect()
+}

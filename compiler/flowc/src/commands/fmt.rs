@@ -1,0 +1,88 @@
+//! `flowc fmt`: format files in place, or list the files that would change.
+
+use std::path::PathBuf;
+
+use flow_compiler::diagnostic::line_col;
+use flow_compiler::format::format_source;
+
+use crate::Exit;
+use crate::loader::{expand_paths, io_reason, write_atomically};
+
+pub(crate) fn run(paths: &[PathBuf], check: bool) -> Exit {
+    let (files, problems) = expand_paths(paths);
+    let mut exit = Exit::Ok;
+    for problem in &problems {
+        eprintln!("error: {problem}");
+        exit = Exit::Usage;
+    }
+    let mut changed = 0;
+    for path in &files {
+        match format_file(path, check) {
+            Ok(false) => {}
+            Ok(true) => {
+                changed += 1;
+                if check {
+                    // Only the names on stdout, like `gofmt -l`, for scripts.
+                    println!("{path}");
+                    exit = exit.max(Exit::Problems);
+                }
+            }
+            Err((code, message)) => {
+                eprintln!("error: {message}");
+                exit = exit.max(code);
+            }
+        }
+    }
+    if !files.is_empty() {
+        let verb = if check {
+            "would be reformatted"
+        } else {
+            "reformatted"
+        };
+        eprintln!(
+            "{changed} of {} file{} {verb}",
+            files.len(),
+            if files.len() == 1 { "" } else { "s" }
+        );
+    }
+    exit
+}
+
+/// Formats one file; `Ok(true)` when its formatting changes (and, unless
+/// `check`, was written). A file that cannot be read or written is an IO
+/// error; one that is not UTF-8 or cannot be tokenised is a problem with the
+/// file, reported at its line and column.
+fn format_file(path: &str, check: bool) -> Result<bool, (Exit, String)> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        (
+            Exit::Usage,
+            format!("cannot read {path}: {}", io_reason(&e)),
+        )
+    })?;
+    let text = std::str::from_utf8(&bytes).map_err(|e| {
+        let offset = e.valid_up_to();
+        (
+            Exit::Problems,
+            format!("{path}: not valid UTF-8: invalid byte at offset {offset}; not formatted"),
+        )
+    })?;
+    let formatted = format_source(text).map_err(|e| {
+        let (line, column) = line_col(text, e.offset as u32);
+        (
+            Exit::Problems,
+            format!("{path}:{line}:{column}: cannot format: {}", e.message),
+        )
+    })?;
+    if formatted == text {
+        return Ok(false);
+    }
+    if !check {
+        write_atomically(path.as_ref(), formatted.as_bytes()).map_err(|e| {
+            (
+                Exit::Usage,
+                format!("cannot write {path}: {}", io_reason(&e)),
+            )
+        })?;
+    }
+    Ok(true)
+}

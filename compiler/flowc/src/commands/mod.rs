@@ -1,0 +1,7 @@
+//! One module per subcommand; each returns the process exit code.
+
+pub(crate) mod build;
+pub(crate) mod check;
+pub(crate) mod explain;
+pub(crate) mod fmt;
+pub(crate) mod graph;

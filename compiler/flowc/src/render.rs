@@ -1,0 +1,318 @@
+//! The three output formats of diagnostics: human (miette's graphical report),
+//! JSON (one document for tools) and GitHub workflow commands (annotations).
+
+use std::fmt;
+use std::io::IsTerminal;
+use std::sync::Arc;
+
+use miette::{
+    GraphicalReportHandler, GraphicalTheme, LabeledSpan, MietteHandler, MietteHandlerOpts,
+    NamedSource, ReportHandler, SourceCode,
+};
+use serde::Serialize;
+
+use flow_compiler::Severity;
+
+use crate::report::{Report, Reports, clamp_span};
+
+/// Width of the human output when it does not go to a terminal, so that logs
+/// and snapshot tests wrap the same way everywhere.
+pub(crate) const PLAIN_WIDTH: usize = 100;
+
+/// Renders diagnostics for people, in colour on a terminal and as plain
+/// Unicode text elsewhere.
+pub(crate) enum Human {
+    /// miette's own handler: it detects the terminal's width and colours.
+    Terminal(Box<MietteHandler>),
+    Plain(GraphicalReportHandler),
+}
+
+impl Human {
+    /// The renderer for text written to stderr.
+    pub(crate) fn for_stderr() -> Human {
+        if std::io::stderr().is_terminal() {
+            Human::Terminal(Box::new(
+                MietteHandlerOpts::new().force_graphical(true).build(),
+            ))
+        } else {
+            Human::plain(PLAIN_WIDTH)
+        }
+    }
+
+    pub(crate) fn plain(width: usize) -> Human {
+        Human::Plain(
+            GraphicalReportHandler::new_themed(GraphicalTheme::unicode_nocolor()).with_width(width),
+        )
+    }
+
+    /// One diagnostic as text, ending with a newline.
+    pub(crate) fn render(&self, reports: &Reports, report: &Report) -> String {
+        let view = View::new(reports, report);
+        let mut out = match self {
+            Human::Terminal(handler) => Shown(handler, &view).to_string(),
+            Human::Plain(handler) => {
+                let mut out = String::new();
+                handler
+                    .render_report(&mut out, &view)
+                    .expect("writing to a String cannot fail");
+                out
+            }
+        };
+        // Labels in other files cannot be drawn in this file's snippet; point
+        // at them the way compilers do, so that editors can jump there.
+        for label in &report.secondary {
+            if label.file != report.primary.file {
+                let at = reports.position(label.file, label.span.start);
+                out.push_str(&format!(
+                    "  note: {}:{}:{}: {}\n",
+                    reports.path(label.file),
+                    at.line,
+                    at.column,
+                    label.message
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// Adapts a `MietteHandler`, which only renders through `Debug`, to `Display`.
+struct Shown<'a>(&'a MietteHandler, &'a View);
+
+impl fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.debug(self.1, f)
+    }
+}
+
+/// A report as miette sees it: the primary file as source, the labels that
+/// fall in it, and the hints joined into miette's single `help`.
+#[derive(Debug)]
+struct View {
+    code: String,
+    severity: miette::Severity,
+    message: String,
+    source: NamedSource<Arc<str>>,
+    labels: Vec<LabeledSpan>,
+    help: Option<String>,
+}
+
+impl View {
+    fn new(reports: &Reports, report: &Report) -> View {
+        let source = &reports.sources[report.primary.file];
+        let text = &source.text;
+        let labeled = |message: &str, span, primary: bool| {
+            let (start, end) = clamp_span(text, span);
+            let message = (!message.is_empty()).then(|| message.to_string());
+            if primary {
+                LabeledSpan::new_primary_with_span(message, (start, end - start))
+            } else {
+                LabeledSpan::new_with_span(message, (start, end - start))
+            }
+        };
+        let mut labels = vec![labeled(&report.primary.message, report.primary.span, true)];
+        labels.extend(
+            report
+                .secondary
+                .iter()
+                .filter(|label| label.file == report.primary.file)
+                .map(|label| labeled(&label.message, label.span, false)),
+        );
+        let info = report.code.info();
+        View {
+            code: format!("{}({})", info.code, info.name),
+            severity: match report.severity {
+                Severity::Error => miette::Severity::Error,
+                Severity::Warning => miette::Severity::Warning,
+            },
+            message: report.message.clone(),
+            source: NamedSource::new(source.path.clone(), Arc::clone(text)),
+            labels,
+            help: (!report.hints.is_empty()).then(|| report.hints.join("\n")),
+        }
+    }
+}
+
+impl fmt::Display for View {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for View {}
+
+impl miette::Diagnostic for View {
+    fn code<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
+        Some(Box::new(&self.code))
+    }
+
+    fn severity(&self) -> Option<miette::Severity> {
+        Some(self.severity)
+    }
+
+    fn help<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
+        self.help
+            .as_ref()
+            .map(|help| Box::new(help) as Box<dyn fmt::Display>)
+    }
+
+    fn source_code(&self) -> Option<&dyn SourceCode> {
+        Some(&self.source)
+    }
+
+    fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
+        Some(Box::new(self.labels.iter().cloned()))
+    }
+}
+
+/// The closing line of `check`: `N errors, M warnings in K files`.
+pub(crate) fn summary(reports: &Reports) -> String {
+    fn plural(n: usize, word: &str) -> String {
+        if n == 1 {
+            format!("{n} {word}")
+        } else {
+            format!("{n} {word}s")
+        }
+    }
+    format!(
+        "{}, {} in {}",
+        plural(reports.errors(), "error"),
+        plural(reports.warnings(), "warning"),
+        plural(reports.sources.len(), "file")
+    )
+}
+
+#[derive(Serialize)]
+struct JsonOutput<'a> {
+    files: usize,
+    errors: usize,
+    warnings: usize,
+    diagnostics: Vec<JsonDiagnostic<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonDiagnostic<'a> {
+    code: &'static str,
+    name: &'static str,
+    severity: Severity,
+    message: &'a str,
+    file: &'a str,
+    line: usize,
+    column: usize,
+    end_line: usize,
+    end_column: usize,
+    label: &'a str,
+    secondary: Vec<JsonLabel<'a>>,
+    hints: &'a [String],
+}
+
+#[derive(Serialize)]
+struct JsonLabel<'a> {
+    file: &'a str,
+    line: usize,
+    column: usize,
+    message: &'a str,
+}
+
+/// Every diagnostic as one JSON document, with 1-based lines and columns
+/// (columns count characters).
+pub(crate) fn json(reports: &Reports) -> String {
+    let diagnostics = reports
+        .reports
+        .iter()
+        .map(|report| {
+            let file = report.primary.file;
+            let (start, end) = reports.range(file, report.primary.span);
+            let info = report.code.info();
+            JsonDiagnostic {
+                code: info.code,
+                name: info.name,
+                severity: report.severity,
+                message: &report.message,
+                file: reports.path(file),
+                line: start.line,
+                column: start.column,
+                end_line: end.line,
+                end_column: end.column,
+                label: &report.primary.message,
+                secondary: report
+                    .secondary
+                    .iter()
+                    .map(|label| {
+                        let at = reports.position(label.file, label.span.start);
+                        JsonLabel {
+                            file: reports.path(label.file),
+                            line: at.line,
+                            column: at.column,
+                            message: &label.message,
+                        }
+                    })
+                    .collect(),
+                hints: &report.hints,
+            }
+        })
+        .collect();
+    let output = JsonOutput {
+        files: reports.sources.len(),
+        errors: reports.errors(),
+        warnings: reports.warnings(),
+        diagnostics,
+    };
+    serde_json::to_string_pretty(&output).expect("diagnostics always serialize")
+}
+
+/// One GitHub Actions workflow command per diagnostic, which the Actions UI
+/// shows as an annotation on the line. The hints follow the message on their
+/// own lines, because "did you mean" is the most useful part in a review.
+pub(crate) fn github(reports: &Reports) -> String {
+    let mut out = String::new();
+    for report in &reports.reports {
+        let file = report.primary.file;
+        let (start, end) = reports.range(file, report.primary.span);
+        let info = report.code.info();
+        let command = match report.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        };
+        let mut message = report.message.clone();
+        for hint in &report.hints {
+            message.push_str("\nhelp: ");
+            message.push_str(hint);
+        }
+        out.push_str(&format!(
+            "::{command} file={},line={},col={},endLine={},endColumn={},title={}::{}\n",
+            escape_property(reports.path(file)),
+            start.line,
+            start.column,
+            end.line,
+            end.column,
+            escape_property(&format!("{} {}", info.code, info.name)),
+            escape_data(&message),
+        ));
+    }
+    out
+}
+
+/// GitHub's escaping of a workflow command's message.
+fn escape_data(text: &str) -> String {
+    text.replace('%', "%25")
+        .replace('\r', "%0D")
+        .replace('\n', "%0A")
+}
+
+/// GitHub's escaping of a workflow command's property value, which also
+/// reserves `:` and `,`.
+fn escape_property(text: &str) -> String {
+    escape_data(text).replace(':', "%3A").replace(',', "%2C")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn github_escaping() {
+        assert_eq!(escape_data("50% done\r\nnext"), "50%25 done%0D%0Anext");
+        assert_eq!(escape_property("a:b,c%"), "a%3Ab%2Cc%25");
+    }
+}

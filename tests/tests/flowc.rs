@@ -1,0 +1,599 @@
+//! End-to-end tests of the `flowc` binary: exit codes, the three output
+//! formats, and every subcommand, on the examples and on small files written
+//! to temporary directories.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::SystemTime;
+
+/// The `flowc` binary that `cargo test --workspace` built (the flowc package's
+/// own smoke test makes Cargo build it) in `target/<profile>/`, beside this
+/// test's `deps/` folder.
+///
+/// A bin-only package cannot be a dependency, so `cargo test -p flow-tests`
+/// alone does not rebuild it: a binary missing or older than the compiler's
+/// sources fails here with the command to run, rather than testing stale code.
+fn flowc_path() -> PathBuf {
+    static CHECKED: OnceLock<PathBuf> = OnceLock::new();
+    CHECKED
+        .get_or_init(|| {
+            let exe = std::env::current_exe().expect("the test knows its own path");
+            let path = exe
+                .parent()
+                .and_then(Path::parent)
+                .expect("the test runs from target/<profile>/deps")
+                .join(format!("flowc{}", std::env::consts::EXE_SUFFIX));
+            let built = std::fs::metadata(&path)
+                .and_then(|meta| meta.modified())
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "{} is missing: run `cargo build -p flowc` (or `cargo test --workspace`)",
+                        path.display()
+                    )
+                });
+            let sources = [
+                "compiler/flowc/src",
+                "compiler/core/src",
+                "compiler/plan/src",
+            ];
+            if let Some(newer) = sources
+                .iter()
+                .filter_map(|dir| newest_file(&root().join(dir)))
+                .find(|(modified, _)| *modified > built)
+            {
+                panic!(
+                    "{} is older than {}: run `cargo build -p flowc` (or `cargo test --workspace`)",
+                    path.display(),
+                    newer.1.display()
+                );
+            }
+            path
+        })
+        .clone()
+}
+
+/// The most recently modified file below `dir`, with its time.
+fn newest_file(dir: &Path) -> Option<(SystemTime, PathBuf)> {
+    let mut newest: Option<(SystemTime, PathBuf)> = None;
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        let candidate = if path.is_dir() {
+            newest_file(&path)
+        } else {
+            entry
+                .metadata()
+                .and_then(|meta| meta.modified())
+                .ok()
+                .map(|time| (time, path))
+        };
+        if let Some(candidate) = candidate
+            && newest.as_ref().is_none_or(|(time, _)| candidate.0 > *time)
+        {
+            newest = Some(candidate);
+        }
+    }
+    newest
+}
+
+/// The repository root, where `examples/` lives.
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ is inside the repository")
+        .to_path_buf()
+}
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    /// Both streams, for assertions that do not care where a line went.
+    fn all(&self) -> String {
+        format!("{}{}", self.stdout, self.stderr)
+    }
+}
+
+fn flowc_in(dir: &Path, args: &[&str]) -> Run {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = Command::new(flowc_path())
+        .args(args)
+        .current_dir(dir)
+        // Keep the rendering independent of the developer's terminal setup.
+        .env_remove("COLUMNS")
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("flowc starts");
+    Run {
+        code: status
+            .code()
+            .expect("flowc exits normally, not by a signal"),
+        stdout: String::from_utf8(stdout).expect("stdout is UTF-8"),
+        stderr: String::from_utf8(stderr).expect("stderr is UTF-8"),
+    }
+}
+
+fn flowc(args: &[&str]) -> Run {
+    flowc_in(&root(), args)
+}
+
+/// A temporary directory removed on drop; unique per process and test.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "flowc-test-{}-{}-{name}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("the temporary directory can be created");
+        TempDir(path)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+
+    fn write(&self, name: &str, contents: impl AsRef<[u8]>) -> PathBuf {
+        let path = self.0.join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("the parent directory can be created");
+        }
+        std::fs::write(&path, contents).expect("the file can be written");
+        path
+    }
+
+    fn read(&self, name: &str) -> String {
+        std::fs::read_to_string(self.0.join(name)).expect("the file can be read")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A copy of `examples/support_triage.flow` and its `recipes/` folder, with
+/// `from` replaced by `to` in the workflow.
+fn mutated_support_triage(from: &str, to: &str) -> TempDir {
+    let dir = TempDir::new("triage");
+    let source = std::fs::read_to_string(root().join("examples/support_triage.flow"))
+        .expect("the example exists");
+    assert!(
+        source.contains(from),
+        "the example no longer contains {from}"
+    );
+    dir.write("support_triage.flow", source.replacen(from, to, 1));
+    for entry in std::fs::read_dir(root().join("examples/recipes")).expect("recipes/ exists") {
+        let entry = entry.expect("recipes/ can be listed");
+        let name = format!("recipes/{}", entry.file_name().to_string_lossy());
+        dir.write(
+            &name,
+            std::fs::read(entry.path()).expect("a recipe file is readable"),
+        );
+    }
+    dir
+}
+
+// ---------------------------------------------------------------- check
+
+#[test]
+fn the_examples_are_clean() {
+    let run = flowc(&["check", "examples/"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert!(
+        run.stderr
+            .trim_end()
+            .ends_with("0 errors, 0 warnings in 6 files"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_misspelt_step_field_is_named_and_corrected() {
+    let dir = mutated_support_triage("{{step.classify.summary}}", "{{step.classify.sumary}}");
+    let run = flowc_in(dir.path(), &["check", "."]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    assert!(run.stderr.contains("E104"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("has no field `sumary`"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("did you mean `summary`?"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_misspelt_input_field_is_named_and_corrected() {
+    let dir = mutated_support_triage(
+        "{{workflow_input.ticket_id}}",
+        "{{workflow_input.ticket_idd}}",
+    );
+    let run = flowc_in(dir.path(), &["check", "support_triage.flow"]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    assert!(
+        run.stderr.contains("has no field `ticket_idd`"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("did you mean `ticket_id`?"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn json_output_parses_and_counts() {
+    let dir = mutated_support_triage("{{step.classify.summary}}", "{{step.classify.sumary}}");
+    let run = flowc_in(dir.path(), &["check", "--format", "json", "."]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    let json: serde_json::Value = serde_json::from_str(&run.stdout).expect("stdout is JSON");
+    assert_eq!(json["files"], 3, "{json}");
+    assert_eq!(json["errors"], 1, "{json}");
+    assert_eq!(json["warnings"], 0, "{json}");
+    let diagnostic = &json["diagnostics"][0];
+    assert_eq!(diagnostic["code"], "E104");
+    assert_eq!(diagnostic["name"], "unknown-field");
+    assert_eq!(diagnostic["severity"], "error");
+    assert_eq!(diagnostic["file"], "support_triage.flow");
+    assert_eq!(diagnostic["line"], 29);
+    assert_eq!(diagnostic["column"], 25);
+    assert_eq!(diagnostic["end_line"], 29);
+    assert_eq!(diagnostic["end_column"], 31);
+    assert_eq!(diagnostic["label"], "unknown field");
+    assert!(
+        diagnostic["hints"][0]
+            .as_str()
+            .is_some_and(|hint| hint.contains("`summary`")),
+        "{diagnostic}"
+    );
+}
+
+#[test]
+fn clean_json_output_has_no_diagnostics() {
+    let run = flowc(&["check", "--format", "json", "examples"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    let json: serde_json::Value = serde_json::from_str(&run.stdout).expect("stdout is JSON");
+    assert_eq!(json["files"], 6);
+    assert_eq!(json["errors"], 0);
+    assert_eq!(json["diagnostics"], serde_json::json!([]));
+}
+
+#[test]
+fn github_output_is_one_workflow_command_per_diagnostic() {
+    let dir = mutated_support_triage("{{step.classify.summary}}", "{{step.classify.sumary}}");
+    let run = flowc_in(dir.path(), &["check", "--format", "github", "."]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "{}", run.stdout);
+    assert!(
+        lines[0].starts_with(
+            "::error file=support_triage.flow,line=29,col=25,endLine=29,endColumn=31,title=E104 unknown-field::the output of step `classify` has no field `sumary`"
+        ),
+        "{}",
+        lines[0]
+    );
+    // Hints follow on escaped new lines, so the annotation stays one command.
+    assert!(
+        lines[0].contains("%0Ahelp: did you mean `summary`?"),
+        "{}",
+        lines[0]
+    );
+}
+
+#[test]
+fn warnings_fail_only_when_denied() {
+    let dir = TempDir::new("warning");
+    dir.write(
+        "w.flow",
+        "workflow w {\n  input { id: string }\n  step note = handoff \"team\" { message: \"hi\" }\n}\n",
+    );
+    let allowed = flowc_in(dir.path(), &["check", "w.flow"]);
+    assert_eq!(allowed.code, 0, "{}", allowed.all());
+    assert!(allowed.stderr.contains("W302"), "{}", allowed.stderr);
+    assert!(
+        allowed.stderr.contains("0 errors, 1 warning in 1 file"),
+        "{}",
+        allowed.stderr
+    );
+    let denied = flowc_in(dir.path(), &["check", "--deny-warnings", "w.flow"]);
+    assert_eq!(denied.code, 1, "{}", denied.all());
+    let github = flowc_in(dir.path(), &["check", "--format", "github", "w.flow"]);
+    assert!(
+        github.stdout.starts_with("::warning file=w.flow,"),
+        "{}",
+        github.stdout
+    );
+}
+
+#[test]
+fn a_file_imported_by_several_roots_is_reported_once() {
+    let dir = TempDir::new("dedup");
+    dir.write("lib.flow", "type Broken = Missing\n");
+    dir.write("a.flow", "import \"lib.flow\"\n");
+    dir.write("b.flow", "import \"./lib.flow\"\n");
+    let run = flowc_in(dir.path(), &["check", "--format", "json", "."]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    let json: serde_json::Value = serde_json::from_str(&run.stdout).expect("stdout is JSON");
+    assert_eq!(json["files"], 3, "{json}");
+    assert_eq!(json["errors"], 1, "{json}");
+    assert_eq!(json["diagnostics"][0]["code"], "E111", "{json}");
+    assert_eq!(json["diagnostics"][0]["file"], "lib.flow", "{json}");
+}
+
+#[test]
+fn a_missing_path_is_an_io_error() {
+    let run = flowc(&["check", "examples/nope.flow"]);
+    assert_eq!(run.code, 2, "{}", run.all());
+    assert!(
+        run.stderr
+            .contains("error: cannot read examples/nope.flow: no such file or directory"),
+        "{}",
+        run.stderr
+    );
+    // The paths that do exist are still checked.
+    let run = flowc_in(
+        &root(),
+        &[
+            "check",
+            "examples/nope.flow",
+            "examples/support_triage.flow",
+        ],
+    );
+    assert_eq!(run.code, 2, "{}", run.all());
+    assert!(run.stderr.contains("in 2 files"), "{}", run.stderr);
+}
+
+#[test]
+fn no_path_is_a_usage_error() {
+    let run = flowc(&["check"]);
+    assert_eq!(run.code, 2, "{}", run.all());
+    let run = flowc(&["check", "--format", "xml", "examples"]);
+    assert_eq!(run.code, 2, "{}", run.all());
+}
+
+#[test]
+fn a_file_that_is_not_utf8_names_the_byte_offset() {
+    let dir = TempDir::new("utf8");
+    dir.write("latin1.flow", b"// caf\xe9\ntype A = string\n");
+    let run = flowc_in(dir.path(), &["check", "--format", "json", "latin1.flow"]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    let json: serde_json::Value = serde_json::from_str(&run.stdout).expect("stdout is JSON");
+    let diagnostic = &json["diagnostics"][0];
+    assert_eq!(diagnostic["code"], "E004", "{json}");
+    assert_eq!(
+        diagnostic["message"],
+        "`latin1.flow` is not valid UTF-8: invalid byte at offset 6"
+    );
+    assert_eq!(
+        (&diagnostic["line"], &diagnostic["column"]),
+        (&1.into(), &7.into())
+    );
+    // The human rendering survives the replacement character.
+    let human = flowc_in(dir.path(), &["check", "latin1.flow"]);
+    assert!(
+        human.stderr.contains("invalid byte at offset 6"),
+        "{}",
+        human.stderr
+    );
+}
+
+#[test]
+fn an_import_cycle_shows_the_chain() {
+    let dir = TempDir::new("cycle");
+    dir.write("a.flow", "import \"b.flow\"\ntype A = string\n");
+    dir.write("b.flow", "import \"a.flow\"\ntype B = string\n");
+    let run = flowc_in(dir.path(), &["check", "a.flow"]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    assert!(run.stderr.contains("E114"), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("import cycle: a.flow -> b.flow -> a.flow"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_missing_import_shows_the_chain() {
+    let dir = TempDir::new("missing-import");
+    dir.write("a.flow", "import \"b.flow\"\n");
+    dir.write("b.flow", "import \"gone.flow\"\n");
+    let run = flowc_in(dir.path(), &["check", "--format", "json", "a.flow"]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    let json: serde_json::Value = serde_json::from_str(&run.stdout).expect("stdout is JSON");
+    let diagnostic = &json["diagnostics"][0];
+    assert_eq!(diagnostic["code"], "E113", "{json}");
+    assert_eq!(diagnostic["file"], "b.flow", "{json}");
+    let hints = diagnostic["hints"].to_string();
+    assert!(hints.contains("a.flow -> b.flow -> gone.flow"), "{hints}");
+}
+
+/// The human rendering of a file with several diagnostics: labels, secondary
+/// labels in the same file, a note for a label in another file, hints, a
+/// warning, and the summary.
+#[test]
+fn human_output_snapshot() {
+    let run = flowc(&["check", "tests/fixtures/cli/several.flow"]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    assert!(
+        !run.stderr.contains('\u{1b}'),
+        "no colours when not a terminal"
+    );
+    insta::assert_snapshot!(run.stderr);
+}
+
+// ---------------------------------------------------------------- explain
+
+#[test]
+fn explain_prints_the_documentation() {
+    for spelling in ["E101", "e101", "unknown-step"] {
+        let run = flowc(&["explain", spelling]);
+        assert_eq!(run.code, 0, "{}", run.all());
+        assert!(
+            run.stdout.starts_with("E101 unknown-step (error)\n"),
+            "{}",
+            run.stdout
+        );
+        assert!(
+            run.stdout.contains("did you mean `classify`?"),
+            "{}",
+            run.stdout
+        );
+    }
+}
+
+#[test]
+fn explain_rejects_an_unknown_code_with_the_list() {
+    let run = flowc(&["explain", "E999"]);
+    assert_eq!(run.code, 2, "{}", run.all());
+    assert!(
+        run.stderr.contains("unknown diagnostic code `E999`"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("E101  unknown-step"), "{}", run.stderr);
+}
+
+#[test]
+fn explain_lists_every_code() {
+    let run = flowc(&["explain", "--list"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert!(run.stdout.lines().count() > 20, "{}", run.stdout);
+    assert!(
+        run.stdout.contains("W302  retried-side-effect"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(flowc_in(&root(), &["explain"]).code, 2);
+}
+
+// ---------------------------------------------------------------- graph
+
+#[test]
+fn graph_draws_a_flowchart() {
+    let run = flowc(&["graph", "examples/incident_response.flow"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert!(run.stdout.starts_with("flowchart TD\n"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("{{\"go_ahead<br/>approval\"}}"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("subgraph n_branch_respond_comms"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn graph_names_the_workflows_when_the_name_is_unknown() {
+    let run = flowc(&[
+        "graph",
+        "examples/support_triage.flow",
+        "--workflow",
+        "nope",
+    ]);
+    assert_eq!(run.code, 2, "{}", run.all());
+    assert!(run.stderr.contains("support_triage"), "{}", run.stderr);
+    let named = flowc_in(
+        &root(),
+        &[
+            "graph",
+            "examples/support_triage.flow",
+            "--workflow",
+            "support_triage",
+        ],
+    );
+    assert_eq!(named.code, 0, "{}", named.all());
+}
+
+// ---------------------------------------------------------------- fmt
+
+#[test]
+fn fmt_check_lists_then_fmt_fixes() {
+    let dir = TempDir::new("fmt");
+    let messy = "workflow   w{\ninput{a:string}\n     step x=handoff \"t\"{message:\"{{workflow_input.a}}\"}   // keep me\n}\n";
+    dir.write("messy.flow", messy);
+    let check = flowc_in(dir.path(), &["fmt", "--check", "."]);
+    assert_eq!(check.code, 1, "{}", check.all());
+    assert_eq!(check.stdout, "messy.flow\n");
+    assert_eq!(dir.read("messy.flow"), messy, "--check changes nothing");
+
+    let fix = flowc_in(dir.path(), &["fmt", "."]);
+    assert_eq!(fix.code, 0, "{}", fix.all());
+    let formatted = dir.read("messy.flow");
+    assert_ne!(formatted, messy);
+    assert!(formatted.contains("// keep me"), "{formatted}");
+    let again = flowc_in(dir.path(), &["fmt", "--check", "messy.flow"]);
+    assert_eq!(again.code, 0, "{}", again.all());
+    assert_eq!(again.stdout, "");
+}
+
+#[test]
+fn fmt_names_the_place_it_cannot_tokenise() {
+    let dir = TempDir::new("fmt-bad");
+    dir.write("bad.flow", "type A = string\ntype B = \"unterminated\n");
+    let run = flowc_in(dir.path(), &["fmt", "bad.flow"]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    assert!(
+        run.stderr.contains("error: bad.flow:2:10: cannot format"),
+        "{}",
+        run.stderr
+    );
+    let missing = flowc_in(dir.path(), &["fmt", "gone.flow"]);
+    assert_eq!(missing.code, 2, "{}", missing.all());
+}
+
+// ---------------------------------------------------------------- build
+
+#[test]
+fn build_writes_a_plan_with_its_hash() {
+    let dir = TempDir::new("build");
+    let out = dir.path().join("triage.json");
+    let out_arg = out.to_str().expect("temporary paths are UTF-8");
+    let run = flowc(&["build", "examples/support_triage.flow", "-o", out_arg]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    let plan: serde_json::Value =
+        serde_json::from_str(&dir.read("triage.json")).expect("the plan is JSON");
+    let hash = plan["hash"].as_str().expect("the plan has a hash");
+    assert!(hash.starts_with("sha256:"), "{hash}");
+    assert_eq!(run.stderr.trim_end(), format!("wrote {out_arg} ({hash})"));
+    assert_eq!(plan["workflows"][0]["name"], "support_triage");
+}
+
+#[test]
+fn build_refuses_a_program_with_errors() {
+    let dir = mutated_support_triage("{{step.classify.summary}}", "{{step.classify.sumary}}");
+    let run = flowc_in(dir.path(), &["build", "support_triage.flow"]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    assert!(run.stderr.contains("sumary"), "{}", run.stderr);
+    assert!(!dir.path().join("support_triage.plan.json").exists());
+}
+
+#[test]
+fn build_defaults_to_a_plan_beside_the_source() {
+    // Replacing a string by itself gives an unchanged copy.
+    let dir = mutated_support_triage("timeout 10m", "timeout 10m");
+    let run = flowc_in(dir.path(), &["build", "support_triage.flow"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert!(dir.path().join("support_triage.plan.json").is_file());
+}
