@@ -73,7 +73,7 @@ fn workflow(name: &str, steps: usize) -> String {
                 let _ = writeln!(
                     out,
                     "  step s{i} = summarize {{ text: \"Step {i}: {{{{{}}}}}\", n: {} }} retry 3 backoff 2s..30s timeout 60s",
-                    last.replace("step.", "step."),
+                    last,
                     i % 50
                 );
                 last = format!("step.s{i}.summary");

@@ -31,8 +31,6 @@ pub struct Env {
     pub recipes: HashMap<String, RecipeInfo>,
     pub mcp_servers: HashMap<String, McpInfo>,
     pub types: HashMap<String, Ty>,
-    /// Where each workflow name is first declared, for duplicate detection.
-    workflows: HashMap<String, (FileId, Span)>,
 }
 
 pub(crate) const BUILTIN_TYPES: &[&str] = &["string", "int", "float", "bool", "json"];
@@ -93,35 +91,34 @@ pub(crate) fn build(files: &[LoadedFile], diagnostics: &mut Vec<Diagnostic>) -> 
                         diagnostics,
                     );
                 }
-                Item::Mcp(server) => {
+                Item::Mcp(server)
                     if !duplicate(
                         "mcp server",
                         &server.name.text,
                         file,
                         server.name.span,
                         diagnostics,
-                    ) {
-                        check_mcp(server, file, diagnostics);
-                        env.mcp_servers.insert(
-                            server.name.text.clone(),
-                            McpInfo {
-                                file,
-                                decl: server.clone(),
-                            },
-                        );
-                    }
+                    ) =>
+                {
+                    check_mcp(server, file, diagnostics);
+                    env.mcp_servers.insert(
+                        server.name.text.clone(),
+                        McpInfo {
+                            file,
+                            decl: server.clone(),
+                        },
+                    );
                 }
+                // Only the root file's workflows are checked and built; an
+                // imported file contributes declarations, not workflows.
                 Item::Workflow(workflow) if index == 0 => {
-                    if !duplicate(
+                    duplicate(
                         "workflow",
                         &workflow.name.text,
                         file,
                         workflow.name.span,
                         diagnostics,
-                    ) {
-                        env.workflows
-                            .insert(workflow.name.text.clone(), (file, workflow.name.span));
-                    }
+                    );
                 }
                 _ => {}
             }

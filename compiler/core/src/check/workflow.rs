@@ -1454,7 +1454,7 @@ impl Checker<'_, '_> {
                     Ty::Any
                 }
                 Ty::Any => return Ty::Any,
-                Ty::Json => return if absent { Ty::Json } else { Ty::Json },
+                Ty::Json => return Ty::Json,
                 other => {
                     if optional_segment {
                         self.push(

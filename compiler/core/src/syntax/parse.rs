@@ -72,9 +72,12 @@ enum Context {
     Parallel,
 }
 
+/// The span of a pair without the whitespace that pest's implicit rule
+/// consumed after it (before an optional part that did not match).
 fn span_of(pair: &Pair<'_, Rule>) -> Span {
     let span = pair.as_span();
-    Span::new(span.start(), span.end())
+    let text = span.as_str().trim_end_matches([' ', '\t', '\r', '\n']);
+    Span::new(span.start(), span.start() + text.len())
 }
 
 fn docs(pair: &Pair<'_, Rule>) -> Vec<String> {
@@ -888,7 +891,12 @@ impl<'s> Parser<'s> {
             Rule::list_lit => ExprKind::List(inner.into_inner().map(|e| self.expr(e)).collect()),
             Rule::record_lit => ExprKind::Record(self.record_lit(inner)),
             Rule::path => ExprKind::Path(self.path(inner)),
-            Rule::paren_expr => return self.expr(first_child(inner)),
+            Rule::paren_expr => {
+                // Labels on a parenthesised expression cover its parentheses.
+                let mut expr = self.expr(first_child(inner));
+                expr.span = span;
+                return expr;
+            }
             _ => ExprKind::Error,
         };
         Expr { kind, span }
