@@ -10,8 +10,14 @@ pub fn did_you_mean<'c>(
     candidates
         .into_iter()
         .filter(|candidate| *candidate != name)
-        .map(|candidate| (strsim::damerau_levenshtein(name, candidate), candidate))
-        .filter(|(distance, _)| *distance <= limit)
+        .filter_map(|candidate| {
+            let distance = strsim::damerau_levenshtein(name, candidate);
+            // A name cut short (`ticket` for `ticket_id`) is a likely mistake
+            // too, however many characters are missing.
+            let truncated =
+                name.len() >= 3 && (candidate.starts_with(name) || name.starts_with(candidate));
+            (distance <= limit || truncated).then_some((distance, candidate))
+        })
         .min_by_key(|(distance, candidate)| (*distance, *candidate))
         .map(|(_, candidate)| candidate)
 }
@@ -45,6 +51,10 @@ mod tests {
         assert_eq!(did_you_mean("urgnecy", names), Some("urgency"));
         assert_eq!(did_you_mean("title", names), None);
         assert_eq!(did_you_mean("x", ["y", "xy"]), Some("xy"));
+        assert_eq!(
+            did_you_mean("ticket", ["ticket_id", "subject"]),
+            Some("ticket_id")
+        );
     }
 
     #[test]
