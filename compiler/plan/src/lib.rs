@@ -355,10 +355,26 @@ impl Plan {
     /// `hash` field empty. Takes `&mut` to blank the field in place rather than
     /// clone a whole plan; the field is restored before returning.
     fn content_hash(&mut self) -> String {
+        /// Feeds serialized JSON straight into the hasher: a plan's JSON can be
+        /// many megabytes, and there is no need to hold it in memory.
+        struct Hashing(Sha256);
+        impl std::io::Write for Hashing {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.update(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
         let recorded = std::mem::take(&mut self.hash);
-        let bytes = serde_json::to_vec(&*self).expect("a plan always serializes");
+        let mut hashing = Hashing(Sha256::new());
+        let mut writer = std::io::BufWriter::with_capacity(64 * 1024, &mut hashing);
+        serde_json::to_writer(&mut writer, &*self).expect("a plan always serializes");
+        std::io::Write::flush(&mut writer).expect("hashing does not fail");
+        drop(writer);
         self.hash = recorded;
-        let digest = Sha256::digest(&bytes);
+        let digest = hashing.0.finalize();
         let mut hex = String::with_capacity(7 + 64);
         hex.push_str("sha256:");
         for byte in digest {
