@@ -14,6 +14,16 @@
 //!   (`{`, `[`, `(`) open; several brackets opened on one line count once. A line that
 //!   starts with closing brackets is indented like the line that opened them.
 //!   Indentation stops growing at 64 levels.
+//! * A line that starts with a step option keyword (`retry`, `backoff`, `timeout`,
+//!   `on_error`, `idempotency`) and continues a step statement is a continuation line,
+//!   indented one level more than the step. It continues a step when the last code line
+//!   at its bracket depth (comment-only lines and lines inside deeper brackets do not
+//!   count) started with `step name` or was itself a continuation line, so that after
+//!   `step x = r {` ... `}` the options still count as the step's. A workflow-level
+//!   `timeout 5m` follows `workflow w {`, `input` or another setting, never a step, and
+//!   stays where it is. A block opened on a continuation line (`on_error fallback {`)
+//!   indents its content from that line and closes at its indentation. A comment-only
+//!   line is indented like the code line after it.
 //! * Within a line: one space around binary operators (`== != < <= > >= && || ??`, `=`
 //!   and `|` in types); a space after `,` and `:` and none before; nothing inside
 //!   `( )` and `[ ]` or after `!`; `{ a: 1 }` keeps one space inside its braces and
@@ -273,7 +283,16 @@ struct OpenBracket {
     line: usize,
     /// The indentation, in levels, of lines inside this bracket.
     levels: usize,
+    /// The indentation of the line the bracket was opened on, when that was a
+    /// continuation line: a line that starts by closing the bracket sits there.
+    continuation_indent: Option<usize>,
+    /// Whether the last code line directly inside this bracket belongs to a step
+    /// statement, so that a step option starting the next line continues it.
+    in_step: bool,
 }
+
+/// The step options, which may start a continuation line of a step statement.
+const STEP_OPTION_KEYWORDS: [&str; 5] = ["retry", "backoff", "timeout", "on_error", "idempotency"];
 
 /// Indentation stops growing here. No real file nests this deep, and without a cap a
 /// small file of nothing but opening brackets would format to a quadratically large
@@ -293,6 +312,15 @@ struct Printer<'t, 'a> {
     angles: Vec<usize>,
     /// The number of the current output line.
     line: usize,
+    /// Whether the current line is a continuation line of a step statement.
+    continuation: bool,
+    /// The indentation of the current line, in levels.
+    indent: usize,
+    /// `OpenBracket::in_step` for the top level, outside every bracket.
+    top_in_step: bool,
+    /// The index of the first token that is not a comment at or after some earlier
+    /// line start, cached so that a long run of comment lines is scanned once.
+    next_code: usize,
 }
 
 impl<'t, 'a> Printer<'t, 'a> {
@@ -304,6 +332,10 @@ impl<'t, 'a> Printer<'t, 'a> {
             open_counts: [0; 3],
             angles: Vec::new(),
             line: 0,
+            continuation: false,
+            indent: 0,
+            top_in_step: false,
+            next_code: 0,
         }
     }
 
@@ -340,7 +372,9 @@ impl<'t, 'a> Printer<'t, 'a> {
             self.out.push_str(&emitted_text(&token));
             match class {
                 Class::Open(bracket) => self.open_bracket(bracket),
-                Class::Close(bracket) if index >= closed_until => self.close_bracket(bracket),
+                Class::Close(bracket) if index >= closed_until => {
+                    self.close_bracket(bracket);
+                }
                 _ => {}
             }
             prev = Some((token, class));
@@ -413,6 +447,8 @@ impl<'t, 'a> Printer<'t, 'a> {
     /// token whose bracket is not closed yet.
     fn start_line(&mut self, first: usize) -> usize {
         let mut end = first;
+        // The outermost bracket the line's leading closers closed.
+        let mut closed = None;
         while let Some(token) = self.tokens.get(end) {
             if end > first && token.newlines_before > 0 {
                 break;
@@ -420,40 +456,99 @@ impl<'t, 'a> Printer<'t, 'a> {
             let Some(Class::Close(bracket)) = bracket_class(token.text) else {
                 break;
             };
-            self.close_bracket(bracket);
+            closed = self.close_bracket(bracket).or(closed);
             end += 1;
         }
         let levels = self.open.last().map_or(0, |open| open.levels);
-        for _ in 0..levels.min(MAX_INDENT_LEVELS) {
+        self.continuation = false;
+        let indent = if end > first {
+            // A line that starts by closing brackets is part of no statement of its own
+            // and leaves the step context of the bracket it returns to as it was.
+            match closed.and_then(|open| open.continuation_indent) {
+                Some(indent) => indent.max(levels),
+                None => levels,
+            }
+        } else {
+            self.continuation = self.continues_step(first);
+            levels + usize::from(self.continuation)
+        };
+        self.indent = indent;
+        for _ in 0..indent.min(MAX_INDENT_LEVELS) {
             self.out.push_str("  ");
         }
         end
     }
 
+    /// Whether the line starting at `first`, which does not start with a closing
+    /// bracket, is a continuation line of a step statement. A code line also records
+    /// whether it leaves the enclosing bracket inside a step statement.
+    fn continues_step(&mut self, first: usize) -> bool {
+        if self.next_code < first {
+            self.next_code = first;
+        }
+        while self
+            .tokens
+            .get(self.next_code)
+            .is_some_and(|token| matches!(token.kind, Kind::LineComment | Kind::BlockComment))
+        {
+            self.next_code += 1;
+        }
+        let lead = self.next_code;
+        let Some(token) = self.tokens.get(lead) else {
+            return false;
+        };
+        let in_step = match self.open.last_mut() {
+            Some(open) => &mut open.in_step,
+            None => &mut self.top_in_step,
+        };
+        let is_option = token.kind == Kind::Word && STEP_OPTION_KEYWORDS.contains(&token.text);
+        // A comment-only line goes with the code line after it and changes nothing.
+        let comment_only = self.tokens[first + 1..=lead]
+            .iter()
+            .any(|token| token.newlines_before > 0);
+        if comment_only || is_option {
+            return is_option && *in_step;
+        }
+        // `step name = ...`, not a path (`step.a`) or a field (`step: 1`).
+        *in_step = token.kind == Kind::Word
+            && token.text == "step"
+            && self
+                .tokens
+                .get(lead + 1)
+                .is_some_and(|next| next.kind == Kind::Word);
+        false
+    }
+
     fn open_bracket(&mut self, bracket: Bracket) {
         // Brackets opened on the same line share one level of indentation, so that
-        // `{ tags: [` indents its content once, not twice.
+        // `{ tags: [` indents its content once, not twice. The content of a bracket
+        // opened on a continuation line is indented from that line.
+        let extra = usize::from(self.continuation);
         let levels = match self.open.last() {
             Some(outer) if outer.line == self.line => outer.levels,
-            Some(outer) => outer.levels + 1,
-            None => 1,
+            Some(outer) => outer.levels + 1 + extra,
+            None => 1 + extra,
         };
         self.open.push(OpenBracket {
             bracket,
             line: self.line,
             levels,
+            continuation_indent: self.continuation.then_some(self.indent),
+            in_step: false,
         });
         self.open_counts[bracket as usize] += 1;
     }
 
-    /// Closes the innermost open `bracket` and any unclosed brackets inside it. A
-    /// closer without a matching open bracket is ignored.
-    fn close_bracket(&mut self, bracket: Bracket) {
+    /// Closes the innermost open `bracket` and any unclosed brackets inside it, and
+    /// returns it. A closer without a matching open bracket is ignored.
+    fn close_bracket(&mut self, bracket: Bracket) -> Option<OpenBracket> {
         if self.open_counts[bracket as usize] == 0 {
-            return;
+            return None;
         }
+        let mut closed = None;
         while let Some(open) = self.open.pop() {
             self.open_counts[open.bracket as usize] -= 1;
+            closed = Some(open);
             if open.bracket == bracket {
                 break;
             }
@@ -465,6 +560,7 @@ impl<'t, 'a> Printer<'t, 'a> {
         {
             self.angles.pop();
         }
+        closed
     }
 }
 
@@ -591,6 +687,103 @@ workflow support_triage {
             "x ! = y ? . z ? ? 2 .5 \"\" \"\"\"a\" a -3 - 3 @ x",
             "x ! = y? .z? ? 2 .5 \"\" \"\" \"a\" a -3 - 3 @ x\n",
         ),
+        (
+            "step options on continuation lines",
+            r#"workflow incident {
+  step history = similar_incidents { service: workflow_input.service }
+  timeout 30s on_error continue
+  step dashboard = browser.browser_navigate { url: workflow_input.alert.dashboard_url }
+retry 2 backoff 1s..5s timeout 30s on_error continue idempotency "{{workflow_input.incident_id}}-dashboard"
+  step next = r {}
+          retry 2
+     backoff 1s..5s
+
+    // Why this timeout.
+  timeout 30s /* trailing */
+  /* leading */ on_error continue
+}
+"#,
+            r#"workflow incident {
+  step history = similar_incidents { service: workflow_input.service }
+    timeout 30s on_error continue
+  step dashboard = browser.browser_navigate { url: workflow_input.alert.dashboard_url }
+    retry 2 backoff 1s..5s timeout 30s on_error continue idempotency "{{workflow_input.incident_id}}-dashboard"
+  step next = r {}
+    retry 2
+    backoff 1s..5s
+
+    // Why this timeout.
+    timeout 30s /* trailing */
+    /* leading */ on_error continue
+}
+"#,
+        ),
+        (
+            "options after a multi-line record",
+            "workflow w {\n  for workflow_input.xs as xs {\n    step score = score_contact {\n      contact: loop_item\n      timeout: 3\n    }\n    retry 3\n    step tags = r { tags: [\n      \"a\"\n    ], n: 1 }\n    timeout 5s\n  }\n  retry 1\n}\n",
+            "workflow w {\n  for workflow_input.xs as xs {\n    step score = score_contact {\n      contact: loop_item\n      timeout: 3\n    }\n      retry 3\n    step tags = r { tags: [\n      \"a\"\n      ], n: 1 }\n      timeout 5s\n  }\n  retry 1\n}\n",
+        ),
+        (
+            "workflow settings are not continuation lines",
+            "workflow a {\n    timeout 5m\n  on_error continue\n}\nworkflow b {\n  input { x: string }\n    timeout 5m\n}\nworkflow c {\n  input {\n    x: string\n  }\n    timeout 5m\n  context kb \"docs\"\n    timeout 5m\n  step a = r {}\n}\n",
+            "workflow a {\n  timeout 5m\n  on_error continue\n}\nworkflow b {\n  input { x: string }\n  timeout 5m\n}\nworkflow c {\n  input {\n    x: string\n  }\n  timeout 5m\n  context kb \"docs\"\n  timeout 5m\n  step a = r {}\n}\n",
+        ),
+        (
+            "a fallback block on a continuation line",
+            r#"workflow w {
+  on_error fallback {
+  step page = handoff "oncall" { message: "{{error.message}}" }
+  }
+  parallel respond {
+    branch comms {
+      step status = status_update { service: workflow_input.service }
+        retry 3 backoff 2s..10s timeout 45s
+      on_error fallback {
+      // By hand.
+      step by_hand = handoff "comms" {
+      message: "{{error.message}}"
+      }
+      retry 1
+      }
+      timeout 5s
+    }
+  }
+  if step.x.ok {
+    step y = r {}
+  }
+  timeout 5s
+}
+"#,
+            r#"workflow w {
+  on_error fallback {
+    step page = handoff "oncall" { message: "{{error.message}}" }
+  }
+  parallel respond {
+    branch comms {
+      step status = status_update { service: workflow_input.service }
+        retry 3 backoff 2s..10s timeout 45s
+        on_error fallback {
+          // By hand.
+          step by_hand = handoff "comms" {
+            message: "{{error.message}}"
+          }
+            retry 1
+        }
+        timeout 5s
+    }
+  }
+  if step.x.ok {
+    step y = r {}
+  }
+  timeout 5s
+}
+"#,
+        ),
+        (
+            "step as a path or a field does not start a step",
+            "workflow w {\n  step a = r { v: 1,\n    step: 2 }\n  retry 1\n  if true &&\n  step.a.v {\n  }\n  retry 1\n}\n",
+            "workflow w {\n  step a = r { v: 1,\n    step: 2 }\n    retry 1\n  if true &&\n  step.a.v {\n  }\n  retry 1\n}\n",
+        ),
         ("empty file", " \n\n\t\n", ""),
     ];
 
@@ -667,12 +860,13 @@ workflow support_triage {
 
     /// Pieces of .flow text, chosen so that random sequences of them hit the tricky
     /// spots: tokens that merge when written tight, strings and comments that open and
-    /// close, brackets that do not match, and `list<` against a comparison.
+    /// close, brackets that do not match, `list<` against a comparison, and step options
+    /// on lines of their own.
     const FRAGMENTS: &[&str] = &[
         " ", " ", "\n", "\n\n\n", "\t", "\r\n", "{", "}", "[", "]", "(", ")", "<", ">", "list",
-        "step", "x", "_1", "é", ".", "..", "?", "?.", "??", "!", "=", "==", "<=", "&", "|", ",",
-        ":", "-", "2", "0", "5m", "1.5", "\"", "\"\"", "\"\"\"", "\"a b\"", "\\", "/", "//", "///",
-        "/*", "*/", "*", ";",
+        "step", "timeout", "on_error", "x", "_1", "é", ".", "..", "?", "?.", "??", "!", "=", "==",
+        "<=", "&", "|", ",", ":", "-", "2", "0", "5m", "1.5", "\"", "\"\"", "\"\"\"", "\"a b\"",
+        "\\", "/", "//", "///", "/*", "*/", "*", ";",
     ];
 
     proptest! {
