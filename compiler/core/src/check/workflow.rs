@@ -1128,7 +1128,9 @@ impl Checker<'_, '_> {
         match root {
             "workflow_input" => {
                 let input = self.input.clone();
-                self.walk(input, segments, optional_ok, "the workflow input")
+                self.walk(input, segments, optional_ok, &|| {
+                    "the workflow input".into()
+                })
             }
             "step" => self.step_ref(path, optional_ok),
             "loop_item" | "loop_index" => {
@@ -1141,19 +1143,16 @@ impl Checker<'_, '_> {
                     return Ty::Any;
                 };
                 if root == "loop_index" {
-                    self.walk(Ty::Int, segments, optional_ok, "`loop_index`")
+                    self.walk(Ty::Int, segments, optional_ok, &|| "`loop_index`".into())
                 } else {
-                    self.walk(
-                        item,
-                        segments,
-                        optional_ok,
-                        &format!("an item of loop `{id}`"),
-                    )
+                    self.walk(item, segments, optional_ok, &|| {
+                        format!("an item of loop `{id}`")
+                    })
                 }
             }
             "loop" => self.loop_ref(path, optional_ok),
             "error" if self.error_in_scope => {
-                self.walk(error_ty(), segments, optional_ok, "the error")
+                self.walk(error_ty(), segments, optional_ok, &|| "the error".into())
             }
             "error" => {
                 self.push(
@@ -1236,12 +1235,9 @@ impl Checker<'_, '_> {
             return Ty::Any;
         };
         let view = Ty::Record(vec![("item".into(), item), ("index".into(), Ty::Int)]);
-        self.walk(
-            view,
-            &path.segments[1..],
-            optional_ok,
-            &format!("loop `{}`", id.text),
-        )
+        self.walk(view, &path.segments[1..], optional_ok, &|| {
+            format!("loop `{}`", id.text)
+        })
     }
 
     fn step_ref(&mut self, path: &Path, optional_ok: bool) -> Ty {
@@ -1287,6 +1283,16 @@ impl Checker<'_, '_> {
             self.push(diagnostic);
             return Ty::Any;
         };
+        let reason = self.not_run(&self.steps[index], use_at);
+        // The common case, a step that has run and has an output, needs no
+        // copy of the step's record.
+        if reason.is_none()
+            && let Some(output) = self.steps[index].output.clone()
+        {
+            return self.walk(output, &path.segments[1..], optional_ok, &|| {
+                format!("the output of step `{}`", id.text)
+            });
+        }
         let step = self.steps[index].clone();
         let Some(output) = step.output.clone() else {
             self.push(
@@ -1306,7 +1312,7 @@ impl Checker<'_, '_> {
             Some(Segment::Field { optional: true, .. })
         );
         let mut base = output;
-        match self.not_run(&step, use_at) {
+        match reason {
             None => {}
             Some(NotRun::Later) => {
                 let message = if step.span.contains(use_at) {
@@ -1376,8 +1382,9 @@ impl Checker<'_, '_> {
                 return Ty::Any;
             }
         }
-        let what = format!("the output of step `{}`", step.id);
-        self.walk(base, &path.segments[1..], optional_ok, &what)
+        self.walk(base, &path.segments[1..], optional_ok, &|| {
+            format!("the output of step `{}`", id.text)
+        })
     }
 
     /// Why `step` has not certainly run at byte offset `use_at`, if it has not.
@@ -1430,17 +1437,30 @@ impl Checker<'_, '_> {
     }
 
     /// Follows `segments` through `ty`, reporting the first step that fails.
-    fn walk(&mut self, ty: Ty, segments: &[Segment], optional_ok: bool, what: &str) -> Ty {
+    fn walk(
+        &mut self,
+        ty: Ty,
+        segments: &[Segment],
+        optional_ok: bool,
+        what: &dyn Fn() -> String,
+    ) -> Ty {
         let mut ty = ty;
         let mut absent = false;
-        let mut described = what.to_string();
+        // What the value at the current segment is, for messages; built only
+        // when a message needs it, since references are checked by the thousand.
+        let mut previous: Option<&Segment> = None;
+        let describe = |previous: Option<&Segment>| match previous {
+            None => what(),
+            Some(Segment::Field { name, .. }) => format!("`{}`", name.text),
+            Some(Segment::Index { index, .. }) => format!("element [{index}]"),
+        };
         for segment in segments {
             let optional_segment = matches!(segment, Segment::Field { optional: true, .. });
             let current = match ty {
                 Ty::Optional(inner) => {
                     if !(optional_segment || optional_ok) {
                         self.push(
-                            Diagnostic::new(Code::OptionalAccess, self.file, segment.span(), format!("{described} may be absent"))
+                            Diagnostic::new(Code::OptionalAccess, self.file, segment.span(), format!("{} may be absent", describe(previous)))
                                 .label("read from a value that may be absent")
                                 .hint("use `?.` to read it only when present, and `?? default` for a fallback"),
                         );
@@ -1462,7 +1482,7 @@ impl Checker<'_, '_> {
                                 Code::NeedlessOptional,
                                 self.file,
                                 segment.span(),
-                                format!("{described} is always present"),
+                                format!("{} is always present", describe(previous)),
                             )
                             .label("`?.` is not needed here")
                             .hint("write `.` instead of `?.`"),
@@ -1483,14 +1503,14 @@ impl Checker<'_, '_> {
                                 Code::UnknownField,
                                 self.file,
                                 name.span,
-                                format!("{described} has no field `{}`", name.text),
+                                format!("{} has no field `{}`", describe(previous), name.text),
                             )
                             .label("unknown field");
                             if let Some(best) = did_you_mean(&name.text, names.clone()) {
                                 diagnostic = diagnostic.hint(format!("did you mean `{best}`?"));
                             }
                             diagnostic = if fields.is_empty() {
-                                diagnostic.hint(format!("{described} has no fields"))
+                                diagnostic.hint(format!("{} has no fields", describe(previous)))
                             } else {
                                 diagnostic
                                     .hint(format!("the fields are {}", candidates_list(names)))
@@ -1506,7 +1526,7 @@ impl Checker<'_, '_> {
                             Code::UnknownField,
                             self.file,
                             name.span,
-                            format!("{described} is `{other}`, which has no fields"),
+                            format!("{} is `{other}`, which has no fields", describe(previous)),
                         )
                         .label("no fields here"),
                     );
@@ -1519,17 +1539,14 @@ impl Checker<'_, '_> {
                             Code::NotAList,
                             self.file,
                             *span,
-                            format!("{described} is `{other}`, not a list"),
+                            format!("{} is `{other}`, not a list", describe(previous)),
                         )
                         .label("cannot index this"),
                     );
                     return Ty::Any;
                 }
             };
-            described = match segment {
-                Segment::Field { name, .. } => format!("`{}`", name.text),
-                Segment::Index { index, .. } => format!("element [{index}]"),
-            };
+            previous = Some(segment);
         }
         if absent { ty.optional() } else { ty }
     }
