@@ -4,7 +4,8 @@
 //! It generates workflows of 1k, 10k and 100k steps and 1,000 files of about
 //! 100 lines into a temporary directory, then compiles each several times and
 //! reports the best throughput. The figures go into docs/benchmarks.md.
-//! `--quick` runs each case once, small, to show that the benchmark works.
+//! `--quick` runs each case once, small, to show that the benchmark works;
+//! `--keep` leaves the generated files in place for timing `flowc check`.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -195,7 +196,12 @@ fn main() {
     let m = measure(&roots, runs);
     report(&format!("{files} files of {lines} lines"), &m, files * 16);
 
-    remove(&dir);
+    // `--keep` leaves the generated files, to time the `flowc` binary on them.
+    if std::env::args().any(|a| a == "--keep") {
+        println!("\ngenerated files kept in {}", dir.display());
+    } else {
+        remove(&dir);
+    }
 }
 
 fn remove(dir: &Path) {
