@@ -50,7 +50,7 @@ pub fn lower(checked: &Checked) -> Option<plan::Plan> {
                     .as_ref()
                     .map(ast::StringLit::display_text)
                     .unwrap_or_default(),
-                input_schema: Ty::Record(info.input.clone()).json_schema(),
+                input_schema: Ty::record(info.input.clone()).json_schema(),
                 output_schema: info.output.json_schema(),
                 input_fields,
                 prompt,
@@ -217,7 +217,7 @@ impl Lowerer<'_> {
         plan::Workflow {
             name: decl.name.text.clone(),
             input_fields: self.info.input.iter().map(|(n, _)| n.clone()).collect(),
-            input_schema: Ty::Record(self.info.input.clone()).json_schema(),
+            input_schema: Ty::record(self.info.input.clone()).json_schema(),
             timeout_ms: self.info.timeout_ms,
             durability: match decl.durability.as_ref().map(|d| d.text.as_str()) {
                 Some("approval") => plan::Durability::Approval,

@@ -296,7 +296,7 @@ fn check_prompt(
     file: FileId,
     diagnostics: &mut Vec<Diagnostic>,
 ) {
-    let input_ty = Ty::Record(input.to_vec());
+    let input_ty = Ty::record(input.to_vec());
     for part in &prompt.template.parts {
         let TemplatePart::Ref(path) = part else {
             continue;
@@ -394,7 +394,7 @@ fn check_prompt(
                     }
                 }
                 crate::syntax::ast::Segment::Index { span, .. } => match ty.required().clone() {
-                    Ty::List(item) => ty = *item,
+                    Ty::List(item) => ty = Ty::clone(&item),
                     Ty::Json | Ty::Any => break,
                     other => {
                         diagnostics.push(
@@ -497,13 +497,9 @@ fn resolve_with(
                 }
             },
         },
-        TypeExprKind::List(item) => Ty::List(Box::new(resolve_with(
-            item,
-            file,
-            diagnostics,
-            lookup,
-            names,
-        ))),
+        TypeExprKind::List(item) => {
+            Ty::list((resolve_with(item, file, diagnostics, lookup, names)))
+        }
         TypeExprKind::Record(fields) => {
             let mut resolved: Vec<(String, Ty)> = Vec::new();
             for field in fields {
@@ -522,9 +518,9 @@ fn resolve_with(
                     resolved.push((field.name.text.clone(), ty));
                 }
             }
-            Ty::Record(resolved)
+            Ty::record(resolved)
         }
-        TypeExprKind::Literal(text) => Ty::Enum(vec![text.clone()]),
+        TypeExprKind::Literal(text) => Ty::enumeration(vec![text.clone()]),
         TypeExprKind::Optional(inner) => {
             resolve_with(inner, file, diagnostics, lookup, names).optional()
         }
@@ -536,7 +532,7 @@ fn resolve_with(
                 optional |= ty.is_optional();
                 match ty.required() {
                     Ty::Enum(vs) => {
-                        for v in vs {
+                        for v in vs.iter() {
                             if !variants.contains(v) {
                                 variants.push(v.clone());
                             }
@@ -553,7 +549,7 @@ fn resolve_with(
                     }
                 }
             }
-            let ty = Ty::Enum(variants);
+            let ty = Ty::enumeration(variants);
             if optional { ty.optional() } else { ty }
         }
     }

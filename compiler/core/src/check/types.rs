@@ -1,10 +1,15 @@
 //! The checker's types: what a value can be, assignability, and display.
 
 use std::fmt;
+use std::rc::Rc;
 
 use serde_json::{Value, json};
 
 /// A resolved type. Aliases are gone; records keep their field order.
+///
+/// Compound types share their parts through `Rc`: a recipe's output type is
+/// copied into every step that calls it and every reference that reads it, and
+/// a copy must not allocate.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Ty {
     /// The type of an expression that already has an error: it fits anywhere,
@@ -19,17 +24,17 @@ pub enum Ty {
     Duration,
     Null,
     /// A union of string literals, in declaration order.
-    Enum(Vec<String>),
-    List(Box<Ty>),
-    Record(Vec<(String, Ty)>),
-    Optional(Box<Ty>),
+    Enum(Rc<[String]>),
+    List(Rc<Ty>),
+    Record(Rc<[(String, Ty)]>),
+    Optional(Rc<Ty>),
 }
 
 impl Ty {
     pub fn optional(self) -> Ty {
         match self {
             Ty::Optional(_) | Ty::Any | Ty::Null => self,
-            other => Ty::Optional(Box::new(other)),
+            other => Ty::Optional(Rc::new(other)),
         }
     }
 
@@ -43,6 +48,18 @@ impl Ty {
             Ty::Optional(inner) => inner,
             other => other,
         }
+    }
+
+    pub fn record(fields: Vec<(String, Ty)>) -> Ty {
+        Ty::Record(fields.into())
+    }
+
+    pub fn list(item: Ty) -> Ty {
+        Ty::List(Rc::new(item))
+    }
+
+    pub fn enumeration(variants: Vec<String>) -> Ty {
+        Ty::Enum(variants.into())
     }
 
     pub fn is_unchecked(&self) -> bool {
@@ -96,7 +113,7 @@ impl Ty {
             Ty::Bool => json!({ "type": "boolean" }),
             Ty::Duration => json!({ "type": "string", "pattern": "^[0-9]+(ms|s|m|h|d)$" }),
             Ty::Null => json!({ "type": "null" }),
-            Ty::Enum(variants) => json!({ "type": "string", "enum": variants }),
+            Ty::Enum(variants) => json!({ "type": "string", "enum": &variants[..] }),
             Ty::List(item) => json!({ "type": "array", "items": item.json_schema() }),
             Ty::Record(fields) => {
                 let properties: serde_json::Map<String, Value> = fields
@@ -167,7 +184,7 @@ mod tests {
 
     #[test]
     fn assignability_rules() {
-        let en = Ty::Enum(vec!["a".into(), "b".into()]);
+        let en = Ty::enumeration(vec!["a".into(), "b".into()]);
         assert!(Ty::Int.assignable_to(&Ty::Float));
         assert!(!Ty::Float.assignable_to(&Ty::Int));
         assert!(en.assignable_to(&Ty::String));
@@ -185,8 +202,8 @@ mod tests {
     #[test]
     fn display_reads_like_source() {
         let ty = record(&[
-            ("tags", Ty::List(Box::new(Ty::String))),
-            ("kind", Ty::Enum(vec!["x".into()]).optional()),
+            ("tags", Ty::list(Ty::String)),
+            ("kind", Ty::enumeration(vec!["x".into()]).optional()),
         ]);
         assert_eq!(ty.to_string(), r#"{ tags: list<string>, kind: ("x")? }"#);
     }

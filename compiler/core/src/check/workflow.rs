@@ -101,7 +101,7 @@ const ROOTS: &[&str] = &[
 ];
 
 pub(crate) fn approval_output() -> Ty {
-    Ty::Record(vec![
+    Ty::record(vec![
         ("approved".into(), Ty::Bool),
         ("approver".into(), Ty::String),
         ("comment".into(), Ty::String.optional()),
@@ -110,11 +110,11 @@ pub(crate) fn approval_output() -> Ty {
 }
 
 pub(crate) fn kb_write_output() -> Ty {
-    Ty::Record(vec![("id".into(), Ty::String), ("version".into(), Ty::Int)])
+    Ty::record(vec![("id".into(), Ty::String), ("version".into(), Ty::Int)])
 }
 
 pub(crate) fn error_ty() -> Ty {
-    Ty::Record(vec![
+    Ty::record(vec![
         ("message".into(), Ty::String),
         ("kind".into(), Ty::String),
         ("step".into(), Ty::String),
@@ -123,16 +123,16 @@ pub(crate) fn error_ty() -> Ty {
 
 fn approval_params() -> Vec<(String, Ty)> {
     vec![
-        ("approvers".into(), Ty::List(Box::new(Ty::String))),
+        ("approvers".into(), Ty::list((Ty::String))),
         ("message".into(), Ty::String),
         ("expires".into(), Ty::Duration.optional()),
         (
             "on_reject".into(),
-            Ty::Enum(vec!["fail".into(), "continue".into()]).optional(),
+            Ty::enumeration(vec!["fail".into(), "continue".into()]).optional(),
         ),
         (
             "on_expire".into(),
-            Ty::Enum(vec!["reject".into(), "fail".into()]).optional(),
+            Ty::enumeration(vec!["reject".into(), "fail".into()]).optional(),
         ),
     ]
 }
@@ -172,7 +172,7 @@ pub(crate) fn check_workflow(
         loops: Vec::new(),
         error_in_scope: false,
         workflow_timeout_ms: DEFAULT_WORKFLOW_TIMEOUT_MS,
-        input: Ty::Record(input.clone()),
+        input: Ty::record(input.clone()),
     };
     if let Some(timeout) = &decl.timeout
         && let Some(ms) = checker.duration(timeout, "a workflow timeout")
@@ -355,7 +355,7 @@ impl Checker<'_, '_> {
                         id_span: stmt.id.span,
                         span: stmt.span,
                         kind: StepKind::Loop,
-                        output: Some(Ty::List(Box::new(iteration))),
+                        output: Some(Ty::list((iteration))),
                         containers: self.containers.clone(),
                         may_fail: false,
                     });
@@ -401,7 +401,7 @@ impl Checker<'_, '_> {
                         id_span: stmt.id.span,
                         span: stmt.span,
                         kind: StepKind::Parallel,
-                        output: Some(Ty::Record(branches)),
+                        output: Some(Ty::record(branches)),
                         containers: self.containers.clone(),
                         may_fail: false,
                     });
@@ -465,7 +465,7 @@ impl Checker<'_, '_> {
             Stmt::For(stmt) => {
                 let ty = self.expr(&stmt.collection, false);
                 let item = match ty {
-                    Ty::List(item) => *item,
+                    Ty::List(item) => std::rc::Rc::unwrap_or_clone(item),
                     Ty::Any | Ty::Json => ty,
                     other => {
                         let mut diagnostic = Diagnostic::new(
@@ -956,9 +956,9 @@ impl Checker<'_, '_> {
                 let types: Vec<Ty> = items.iter().map(|item| self.expr(item, false)).collect();
                 let first = types.first().cloned().unwrap_or(Ty::Json);
                 if types.iter().all(|t| t.assignable_to(&first)) {
-                    Ty::List(Box::new(first))
+                    Ty::list((first))
                 } else {
-                    Ty::List(Box::new(Ty::Json))
+                    Ty::list((Ty::Json))
                 }
             }
             ExprKind::Record(record) => {
@@ -979,7 +979,7 @@ impl Checker<'_, '_> {
                         fields.push((field.name.text.clone(), ty));
                     }
                 }
-                Ty::Record(fields)
+                Ty::record(fields)
             }
             ExprKind::Path(path) => self.path(path, optional_ok),
             ExprKind::Not(inner) => {
@@ -1234,7 +1234,7 @@ impl Checker<'_, '_> {
             self.push(diagnostic);
             return Ty::Any;
         };
-        let view = Ty::Record(vec![("item".into(), item), ("index".into(), Ty::Int)]);
+        let view = Ty::record(vec![("item".into(), item), ("index".into(), Ty::Int)]);
         self.walk(view, &path.segments[1..], optional_ok, &|| {
             format!("loop `{}`", id.text)
         })
@@ -1467,7 +1467,7 @@ impl Checker<'_, '_> {
                         return Ty::Any;
                     }
                     absent = true;
-                    *inner
+                    std::rc::Rc::unwrap_or_clone(inner)
                 }
                 Ty::Null => {
                     absent = true;
@@ -1532,7 +1532,7 @@ impl Checker<'_, '_> {
                     );
                     return Ty::Any;
                 }
-                (Segment::Index { .. }, Ty::List(item)) => *item,
+                (Segment::Index { .. }, Ty::List(item)) => std::rc::Rc::unwrap_or_clone(item),
                 (Segment::Index { span, .. }, other) => {
                     self.push(
                         Diagnostic::new(

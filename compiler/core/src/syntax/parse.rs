@@ -678,8 +678,7 @@ impl<'s> Parser<'s> {
         })
     }
 
-    fn step_call(&mut self, pair: Pair<'_, Rule>) -> StepCall {
-        let call = first_child(pair);
+    fn step_call(&mut self, call: Pair<'_, Rule>) -> StepCall {
         let rule = call.as_rule();
         let keyword = Span::new(call.as_span().start(), call.as_span().start() + 8);
         let mut inner = call.into_inner();
@@ -761,8 +760,7 @@ impl<'s> Parser<'s> {
         }
     }
 
-    fn error_policy(&mut self, pair: Pair<'_, Rule>) -> ErrorPolicy {
-        let policy = first_child(pair);
+    fn error_policy(&mut self, policy: Pair<'_, Rule>) -> ErrorPolicy {
         let span = span_of(&policy);
         match policy.as_rule() {
             Rule::fallback_policy => ErrorPolicy::Fallback(self.block(first_child(policy))),
@@ -771,8 +769,7 @@ impl<'s> Parser<'s> {
         }
     }
 
-    fn duration_value(&mut self, pair: Pair<'_, Rule>) -> DurationLit {
-        let inner = first_child(pair);
+    fn duration_value(&mut self, inner: Pair<'_, Rule>) -> DurationLit {
         let span = span_of(&inner);
         let text = inner.as_str();
         let digits_end = text
@@ -868,8 +865,7 @@ impl<'s> Parser<'s> {
         })
     }
 
-    fn primary(&mut self, pair: Pair<'_, Rule>) -> Expr {
-        let inner = first_child(pair);
+    fn primary(&mut self, inner: Pair<'_, Rule>) -> Expr {
         let span = span_of(&inner);
         let kind = match inner.as_rule() {
             Rule::duration => {
@@ -908,7 +904,6 @@ impl<'s> Parser<'s> {
         let root = name(inner.next().expect("path root"));
         let mut segments = Vec::new();
         for seg in inner {
-            let seg = first_child(seg);
             let seg_span = span_of(&seg);
             match seg.as_rule() {
                 Rule::index_seg => {
@@ -1025,10 +1020,10 @@ fn expected_words(error: &pest::error::Error<Rule>) -> Vec<String> {
 fn rule_word(rule: Rule) -> Option<&'static str> {
     Some(match rule {
         Rule::ident | Rule::field_name => "a name",
-        Rule::string | Rule::plain_string | Rule::triple_string => "a string",
+        Rule::string => "a string",
         Rule::int => "a whole number",
-        Rule::duration | Rule::duration_value => "a duration such as `30s`",
-        Rule::expr | Rule::primary | Rule::path => "an expression",
+        Rule::duration => "a duration such as `30s`",
+        Rule::expr | Rule::path => "an expression",
         Rule::type_expr | Rule::type_atom | Rule::type_postfix | Rule::named_type => "a type",
         Rule::record_lit => "`{`",
         Rule::doc => "a doc comment",
