@@ -497,9 +497,7 @@ fn resolve_with(
                 }
             },
         },
-        TypeExprKind::List(item) => {
-            Ty::list((resolve_with(item, file, diagnostics, lookup, names)))
-        }
+        TypeExprKind::List(item) => Ty::list(resolve_with(item, file, diagnostics, lookup, names)),
         TypeExprKind::Record(fields) => {
             let mut resolved: Vec<(String, Ty)> = Vec::new();
             for field in fields {

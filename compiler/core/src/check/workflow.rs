@@ -123,7 +123,7 @@ pub(crate) fn error_ty() -> Ty {
 
 fn approval_params() -> Vec<(String, Ty)> {
     vec![
-        ("approvers".into(), Ty::list((Ty::String))),
+        ("approvers".into(), Ty::list(Ty::String)),
         ("message".into(), Ty::String),
         ("expires".into(), Ty::Duration.optional()),
         (
@@ -355,7 +355,7 @@ impl Checker<'_, '_> {
                         id_span: stmt.id.span,
                         span: stmt.span,
                         kind: StepKind::Loop,
-                        output: Some(Ty::list((iteration))),
+                        output: Some(Ty::list(iteration)),
                         containers: self.containers.clone(),
                         may_fail: false,
                     });
@@ -956,9 +956,9 @@ impl Checker<'_, '_> {
                 let types: Vec<Ty> = items.iter().map(|item| self.expr(item, false)).collect();
                 let first = types.first().cloned().unwrap_or(Ty::Json);
                 if types.iter().all(|t| t.assignable_to(&first)) {
-                    Ty::list((first))
+                    Ty::list(first)
                 } else {
-                    Ty::list((Ty::Json))
+                    Ty::list(Ty::Json)
                 }
             }
             ExprKind::Record(record) => {
