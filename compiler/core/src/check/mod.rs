@@ -293,6 +293,14 @@ fn normalize(path: &str) -> String {
 mod tests {
     use super::*;
 
+    /// flowc checks files on several threads and flow-lsp hands results
+    /// between tasks, so a check result must cross threads.
+    #[test]
+    fn checked_programs_cross_threads() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<Checked>();
+    }
+
     #[test]
     fn imports_resolve_relative_to_the_importer() {
         assert_eq!(

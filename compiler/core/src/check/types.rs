@@ -1,13 +1,13 @@
 //! The checker's types: what a value can be, assignability, and display.
 
 use std::fmt;
-use std::rc::Rc;
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 
 /// A resolved type. Aliases are gone; records keep their field order.
 ///
-/// Compound types share their parts through `Rc`: a recipe's output type is
+/// Compound types share their parts through `Arc`: a recipe's output type is
 /// copied into every step that calls it and every reference that reads it, and
 /// a copy must not allocate.
 #[derive(Debug, Clone, PartialEq)]
@@ -24,17 +24,17 @@ pub enum Ty {
     Duration,
     Null,
     /// A union of string literals, in declaration order.
-    Enum(Rc<[String]>),
-    List(Rc<Ty>),
-    Record(Rc<[(String, Ty)]>),
-    Optional(Rc<Ty>),
+    Enum(Arc<[String]>),
+    List(Arc<Ty>),
+    Record(Arc<[(String, Ty)]>),
+    Optional(Arc<Ty>),
 }
 
 impl Ty {
     pub fn optional(self) -> Ty {
         match self {
             Ty::Optional(_) | Ty::Any | Ty::Null => self,
-            other => Ty::Optional(Rc::new(other)),
+            other => Ty::Optional(Arc::new(other)),
         }
     }
 
@@ -55,7 +55,7 @@ impl Ty {
     }
 
     pub fn list(item: Ty) -> Ty {
-        Ty::List(Rc::new(item))
+        Ty::List(Arc::new(item))
     }
 
     pub fn enumeration(variants: Vec<String>) -> Ty {

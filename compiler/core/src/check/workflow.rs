@@ -465,7 +465,7 @@ impl Checker<'_, '_> {
             Stmt::For(stmt) => {
                 let ty = self.expr(&stmt.collection, false);
                 let item = match ty {
-                    Ty::List(item) => std::rc::Rc::unwrap_or_clone(item),
+                    Ty::List(item) => std::sync::Arc::unwrap_or_clone(item),
                     Ty::Any | Ty::Json => ty,
                     other => {
                         let mut diagnostic = Diagnostic::new(
@@ -1467,7 +1467,7 @@ impl Checker<'_, '_> {
                         return Ty::Any;
                     }
                     absent = true;
-                    std::rc::Rc::unwrap_or_clone(inner)
+                    std::sync::Arc::unwrap_or_clone(inner)
                 }
                 Ty::Null => {
                     absent = true;
@@ -1532,7 +1532,7 @@ impl Checker<'_, '_> {
                     );
                     return Ty::Any;
                 }
-                (Segment::Index { .. }, Ty::List(item)) => std::rc::Rc::unwrap_or_clone(item),
+                (Segment::Index { .. }, Ty::List(item)) => std::sync::Arc::unwrap_or_clone(item),
                 (Segment::Index { span, .. }, other) => {
                     self.push(
                         Diagnostic::new(
