@@ -11,6 +11,10 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// The allocator of the `flowc` binary, so that the figures match it.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 struct Disk;
 
 impl flow_compiler::SourceLoader for Disk {
