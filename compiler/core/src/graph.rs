@@ -21,7 +21,7 @@ use std::collections::HashSet;
 use crate::check::Checked;
 use crate::diagnostic::Span;
 use crate::syntax::ast::{
-    Block, ErrorPolicy, ForStmt, IfStmt, Item, ParallelStmt, Step, StepCall, Stmt, Workflow,
+    Block, ErrorPolicy, ForStmt, IfStmt, ParallelStmt, Step, StepCall, Stmt, Workflow,
 };
 
 /// Draws the workflow `workflow` of the root file, or its only workflow when
@@ -31,15 +31,7 @@ pub fn mermaid(checked: &Checked, workflow: Option<&str>) -> Result<String, Stri
         .files
         .first()
         .ok_or_else(|| "no file was loaded".to_string())?;
-    let workflows: Vec<&Workflow> = root
-        .tree
-        .items
-        .iter()
-        .filter_map(|item| match item {
-            Item::Workflow(workflow) => Some(workflow),
-            _ => None,
-        })
-        .collect();
+    let workflows: Vec<&Workflow> = root.tree.workflows().collect();
     let names = || {
         workflows
             .iter()

@@ -10,9 +10,7 @@ use serde_json::Value;
 
 use crate::check::{Checked, DEFAULT_ATTEMPTS, DEFAULT_STEP_TIMEOUT_MS, Ty, WorkflowInfo};
 use crate::diagnostic::LineIndex;
-use crate::syntax::ast::{
-    self, ErrorPolicy, ExprKind, Item, Segment, StepCall, Stmt, TemplatePart,
-};
+use crate::syntax::ast::{self, ErrorPolicy, ExprKind, Segment, StepCall, Stmt, TemplatePart};
 
 /// The default backoff range between attempts: `min(30 s, 2 s * 2^attempt + jitter)`.
 const DEFAULT_BACKOFF_MS: (u64, u64) = (2_000, 30_000);
@@ -24,13 +22,7 @@ pub fn lower(checked: &Checked) -> Option<plan::Plan> {
     let checked = program.checked;
     let env = &checked.analysis.env;
 
-    let mut recipe_names: Vec<&String> = env.recipes.keys().collect();
-    recipe_names.sort();
-    let recipe_index: HashMap<&str, u32> = recipe_names
-        .iter()
-        .enumerate()
-        .map(|(i, name)| (name.as_str(), i as u32))
-        .collect();
+    let (recipe_names, recipe_index) = sorted_with_index(&env.recipes);
     let recipes = recipe_names
         .iter()
         .map(|name| {
@@ -64,13 +56,7 @@ pub fn lower(checked: &Checked) -> Option<plan::Plan> {
         })
         .collect();
 
-    let mut server_names: Vec<&String> = env.mcp_servers.keys().collect();
-    server_names.sort();
-    let server_index: HashMap<&str, u32> = server_names
-        .iter()
-        .enumerate()
-        .map(|(i, name)| (name.as_str(), i as u32))
-        .collect();
+    let (server_names, server_index) = sorted_with_index(&env.mcp_servers);
     let mcp_servers = server_names
         .iter()
         .map(|name| {
@@ -100,15 +86,9 @@ pub fn lower(checked: &Checked) -> Option<plan::Plan> {
         })
         .collect();
 
-    let decls = checked.files[0]
+    let workflows = checked.files[0]
         .tree
-        .items
-        .iter()
-        .filter_map(|item| match item {
-            Item::Workflow(workflow) => Some(workflow),
-            _ => None,
-        });
-    let workflows = decls
+        .workflows()
         .zip(&checked.analysis.workflows)
         .map(|(decl, info)| {
             let lowerer = Lowerer {
@@ -140,6 +120,19 @@ pub fn lower(checked: &Checked) -> Option<plan::Plan> {
         }
         .seal(),
     )
+}
+
+/// The names of a declaration table in a stable order (the plan's indices) and
+/// each name's index; plans must not depend on hash map order.
+fn sorted_with_index<V>(table: &HashMap<String, V>) -> (Vec<&String>, HashMap<&str, u32>) {
+    let mut names: Vec<&String> = table.keys().collect();
+    names.sort();
+    let index = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| (name.as_str(), i as u32))
+        .collect();
+    (names, index)
 }
 
 /// The text of a string literal where the checker demands one (MCP arguments).

@@ -7,7 +7,7 @@
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use crate::report::normalize;
+use flow_compiler::check::normalize;
 
 /// Loads sources straight from the file system.
 #[derive(Debug, Clone, Copy, Default)]

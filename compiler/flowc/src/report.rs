@@ -137,7 +137,7 @@ impl Reports {
     /// The index of the file at `path`, registering it on first sight. Two
     /// spellings of one path (`a/b/../c.flow`, `a/c.flow`) are one file.
     fn source(&mut self, path: &str, text: &str) -> usize {
-        let shown = normalize(path);
+        let shown = flow_compiler::check::normalize(path);
         // Canonical paths also merge symbolic links; a file that vanished
         // since it was read keeps its lexical key.
         let key = std::fs::canonicalize(&shown)
@@ -153,27 +153,6 @@ impl Reports {
         });
         self.by_key.insert(key, index);
         index
-    }
-}
-
-/// A lexical normal form of a path: `a/./b/../c` is `a/c`.
-pub(crate) fn normalize(path: &str) -> String {
-    let mut parts: Vec<&str> = Vec::new();
-    for (index, part) in path.split('/').enumerate() {
-        match part {
-            // A leading empty part is the root of an absolute path.
-            "" if index == 0 => parts.push(""),
-            "" | "." => {}
-            ".." if parts.last().is_some_and(|p| *p != ".." && !p.is_empty()) => {
-                parts.pop();
-            }
-            other => parts.push(other),
-        }
-    }
-    if parts.is_empty() {
-        ".".to_string()
-    } else {
-        parts.join("/")
     }
 }
 
@@ -198,9 +177,9 @@ mod tests {
 
     #[test]
     fn paths_normalize() {
-        assert_eq!(normalize("a/b/../c.flow"), "a/c.flow");
-        assert_eq!(normalize("./a.flow"), "a.flow");
-        assert_eq!(normalize("/x/./y.flow"), "/x/y.flow");
+        assert_eq!(flow_compiler::check::normalize("a/b/../c.flow"), "a/c.flow");
+        assert_eq!(flow_compiler::check::normalize("./a.flow"), "a.flow");
+        assert_eq!(flow_compiler::check::normalize("/x/./y.flow"), "/x/y.flow");
     }
 
     #[test]

@@ -420,9 +420,22 @@ pub(crate) fn resolve_fields(
     env: &Env,
     diagnostics: &mut Vec<Diagnostic>,
 ) -> Vec<(String, Ty)> {
+    record_fields(fields, file, diagnostics, &mut |ty, diagnostics| {
+        resolve(ty, file, env, diagnostics)
+    })
+}
+
+/// Resolves the fields of a record type with `resolve_one`, reporting a field
+/// declared twice.
+fn record_fields(
+    fields: &[FieldDecl],
+    file: FileId,
+    diagnostics: &mut Vec<Diagnostic>,
+    resolve_one: &mut dyn FnMut(&TypeExpr, &mut Vec<Diagnostic>) -> Ty,
+) -> Vec<(String, Ty)> {
     let mut resolved: Vec<(String, Ty)> = Vec::new();
     for field in fields {
-        let ty = resolve(&field.ty, file, env, diagnostics);
+        let ty = resolve_one(&field.ty, diagnostics);
         if resolved.iter().any(|(name, _)| *name == field.name.text) {
             diagnostics.push(
                 Diagnostic::new(
@@ -433,9 +446,9 @@ pub(crate) fn resolve_fields(
                 )
                 .label("declared again here"),
             );
-            continue;
+        } else {
+            resolved.push((field.name.text.clone(), ty));
         }
-        resolved.push((field.name.text.clone(), ty));
     }
     resolved
 }
@@ -498,26 +511,12 @@ fn resolve_with(
             },
         },
         TypeExprKind::List(item) => Ty::list(resolve_with(item, file, diagnostics, lookup, names)),
-        TypeExprKind::Record(fields) => {
-            let mut resolved: Vec<(String, Ty)> = Vec::new();
-            for field in fields {
-                let ty = resolve_with(&field.ty, file, diagnostics, lookup, names);
-                if resolved.iter().any(|(n, _)| *n == field.name.text) {
-                    diagnostics.push(
-                        Diagnostic::new(
-                            Code::DuplicateId,
-                            file,
-                            field.name.span,
-                            format!("field `{}` is declared twice", field.name.text),
-                        )
-                        .label("declared again here"),
-                    );
-                } else {
-                    resolved.push((field.name.text.clone(), ty));
-                }
-            }
-            Ty::record(resolved)
-        }
+        TypeExprKind::Record(fields) => Ty::record(record_fields(
+            fields,
+            file,
+            diagnostics,
+            &mut |ty, diagnostics| resolve_with(ty, file, diagnostics, lookup, names),
+        )),
         TypeExprKind::Literal(text) => Ty::enumeration(vec![text.clone()]),
         TypeExprKind::Optional(inner) => {
             resolve_with(inner, file, diagnostics, lookup, names).optional()

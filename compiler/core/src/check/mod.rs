@@ -104,15 +104,13 @@ pub fn check(root: &str, loader: &dyn SourceLoader) -> Result<Checked, LoadError
 
     let env = env::build(&files, &mut diagnostics);
     let mut workflows = Vec::new();
-    for item in &files[0].tree.items {
-        if let Item::Workflow(decl) = item {
-            workflows.push(workflow::check_workflow(
-                decl,
-                root_id,
-                &env,
-                &mut diagnostics,
-            ));
-        }
+    for decl in files[0].tree.workflows() {
+        workflows.push(workflow::check_workflow(
+            decl,
+            root_id,
+            &env,
+            &mut diagnostics,
+        ));
     }
     sort_diagnostics(&mut diagnostics);
     Ok(Checked {
@@ -272,8 +270,8 @@ pub fn resolve_import(importer: &str, relative: &str) -> String {
 }
 
 /// A lexical normal form of a path (`a/./b/../c` is `a/c`), so that one file
-/// reached by two spellings is loaded once.
-fn normalize(path: &str) -> String {
+/// reached by two spellings is loaded once, and shown once.
+pub fn normalize(path: &str) -> String {
     let mut parts: Vec<&str> = Vec::new();
     for (index, part) in path.split('/').enumerate() {
         match part {
@@ -286,7 +284,11 @@ fn normalize(path: &str) -> String {
             other => parts.push(other),
         }
     }
-    parts.join("/")
+    if parts.is_empty() {
+        ".".to_string()
+    } else {
+        parts.join("/")
+    }
 }
 
 #[cfg(test)]

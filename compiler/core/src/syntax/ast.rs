@@ -19,6 +19,15 @@ pub struct SourceFile {
     pub items: Vec<Item>,
 }
 
+impl SourceFile {
+    pub fn workflows(&self) -> impl Iterator<Item = &Workflow> {
+        self.items.iter().filter_map(|item| match item {
+            Item::Workflow(workflow) => Some(workflow),
+            _ => None,
+        })
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Item {
     Import(Import),
