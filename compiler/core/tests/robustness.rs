@@ -74,7 +74,9 @@ proptest! {
 
 #[test]
 fn pathological_nesting_is_refused_not_overflowed() {
-    for depth in [1_000, 100_000] {
+    // 128 is the deepest accepted nesting: it must parse and check on a test
+    // thread's 2 MiB stack, in a debug build.
+    for depth in [127, 128, 1_000, 100_000] {
         let parens = format!(
             "workflow w {{ output {{ x: {}1{} }} }}",
             "(".repeat(depth),
@@ -89,5 +91,23 @@ fn pathological_nesting_is_refused_not_overflowed() {
             "}".repeat(depth)
         );
         check_bytes(blocks.as_bytes());
+        // Regressions found in review: each of these overflowed the stack.
+        let chain = format!("workflow w {{ if true{} {{ }} }}", " && true".repeat(depth));
+        check_bytes(chain.as_bytes());
+        let coalesce = format!(
+            "workflow w {{ output {{ x: null{} }} }}",
+            " ?? null".repeat(depth)
+        );
+        check_bytes(coalesce.as_bytes());
+        let spaced_lists = format!(
+            "type T = {}string{}",
+            "list <".repeat(depth),
+            ">".repeat(depth)
+        );
+        check_bytes(spaced_lists.as_bytes());
+        let braces_after_comment = format!("workflow w {{\n  x // {}\n}}", "{".repeat(depth));
+        check_bytes(braces_after_comment.as_bytes());
+        let braces_after_open_string = format!("workflow w {{\n  x \"{}\n}}", "{".repeat(depth));
+        check_bytes(braces_after_open_string.as_bytes());
     }
 }

@@ -810,8 +810,31 @@ impl<'s> Parser<'s> {
 
     fn expr(&mut self, pair: Pair<'_, Rule>) -> Expr {
         let span = span_of(&pair);
+        // The grammar gives a flat list, but the tree a chain of operators
+        // builds is as deep as the chain, and every later pass recurses on it.
+        let operators_in_chain = pair
+            .clone()
+            .into_inner()
+            .filter(|p| p.as_rule() == Rule::infix)
+            .count();
+        if operators_in_chain > MAX_DEPTH {
+            self.problems.push(
+                Diagnostic::new(
+                    Code::TooDeep,
+                    self.file,
+                    span,
+                    format!("more than {MAX_DEPTH} operators in one expression"),
+                )
+                .label("this expression")
+                .hint("split the condition into steps, or simplify it"),
+            );
+            return Expr {
+                kind: ExprKind::Error,
+                span,
+            };
+        }
         // Operator precedence by shunting-yard over the flat operand/operator
-        // list the grammar gives, so that long chains do not recurse.
+        // list the grammar gives, so that long chains do not recurse here.
         let mut operands: Vec<Expr> = Vec::new();
         let mut operators: Vec<BinaryOp> = Vec::new();
         let mut nots: Vec<Span> = Vec::new();
@@ -929,38 +952,41 @@ impl<'s> Parser<'s> {
 
 /// The offset of the first bracket that opens more than `MAX_DEPTH` levels,
 /// if any. pest recurses once per level and is built without its stack probe
-/// (see Cargo.toml), so input this deep is refused before it is parsed. The scan
-/// skips strings and comments, and counts `list<` as a level of its own.
+/// (see Cargo.toml), so input this deep is refused before it is parsed.
+///
+/// The scan is deliberately conservative: it counts brackets inside comments
+/// and after an unterminated string too, because the recovery productions
+/// (`bad_stmt`'s `balanced`) recurse on those; only properly closed strings are
+/// skipped. `list` followed by `<` (with any whitespace or comments between)
+/// opens a level as well.
 fn too_deep_at(source: &str) -> Option<usize> {
     let bytes = source.as_bytes();
     let mut open: Vec<u8> = Vec::new();
+    let mut after_list = false;
     let mut i = 0;
     while i < bytes.len() {
-        match bytes[i] {
+        let byte = bytes[i];
+        match byte {
             b'"' if bytes[i..].starts_with(b"\"\"\"") => {
-                i = source[i + 3..]
-                    .find("\"\"\"")
-                    .map_or(bytes.len(), |end| i + 3 + end + 3);
-                continue;
-            }
-            b'"' => {
-                i += 1;
-                while i < bytes.len() && bytes[i] != b'"' && bytes[i] != b'\n' {
-                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                if let Some(end) = source[i + 3..].find("\"\"\"") {
+                    i += 3 + end + 3;
+                    after_list = false;
+                    continue;
                 }
             }
-            b'/' if bytes[i..].starts_with(b"//") => {
-                i = source[i..].find('\n').map_or(bytes.len(), |end| i + end);
-                continue;
+            b'"' => {
+                let mut end = i + 1;
+                while end < bytes.len() && bytes[end] != b'"' && bytes[end] != b'\n' {
+                    end += if bytes[end] == b'\\' { 2 } else { 1 };
+                }
+                if end < bytes.len() && bytes[end] == b'"' {
+                    i = end + 1;
+                    after_list = false;
+                    continue;
+                }
             }
-            b'/' if bytes[i..].starts_with(b"/*") => {
-                i = source[i + 2..]
-                    .find("*/")
-                    .map_or(bytes.len(), |end| i + 2 + end + 2);
-                continue;
-            }
-            b'(' | b'[' | b'{' => open.push(bytes[i]),
-            b'<' if source[..i].ends_with("list") => open.push(b'<'),
+            b'(' | b'[' | b'{' => open.push(byte),
+            b'<' if after_list => open.push(b'<'),
             b'>' if open.last() == Some(&b'<') => {
                 open.pop();
             }
@@ -971,6 +997,19 @@ fn too_deep_at(source: &str) -> Option<usize> {
         }
         if open.len() > MAX_DEPTH {
             return Some(i);
+        }
+        if byte.is_ascii_alphanumeric() || byte == b'_' {
+            let end = bytes[i..]
+                .iter()
+                .position(|b| !(b.is_ascii_alphanumeric() || *b == b'_'))
+                .map_or(bytes.len(), |n| i + n);
+            after_list = &source[i..end] == "list";
+            i = end;
+            continue;
+        }
+        // Whitespace and comment characters keep `list` pending for a `<`.
+        if !(byte.is_ascii_whitespace() || byte == b'/' || byte == b'*') {
+            after_list = false;
         }
         i += 1;
     }

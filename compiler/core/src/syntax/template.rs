@@ -70,23 +70,27 @@ impl Builder<'_> {
             lines.push((start, line));
             start += line.len() + 1;
         }
-        if lines.len() > 1 && lines[0].1.trim().is_empty() {
+        // Indentation is spaces and tabs only, so that cutting it always lands
+        // on a character boundary, whatever other whitespace a line holds.
+        let leading = |line: &str| line.len() - line.trim_start_matches([' ', '\t']).len();
+        let blank = |line: &str| line.trim_matches([' ', '\t', '\r']).is_empty();
+        if lines.len() > 1 && blank(lines[0].1) {
             lines.remove(0);
         }
-        if lines.len() > 1 && lines.last().is_some_and(|(_, l)| l.trim().is_empty()) {
+        if lines.len() > 1 && lines.last().is_some_and(|(_, l)| blank(l)) {
             lines.pop();
         }
         let indent = lines
             .iter()
-            .filter(|(_, line)| !line.trim().is_empty())
-            .map(|(_, line)| line.len() - line.trim_start_matches([' ', '\t']).len())
+            .filter(|(_, line)| !blank(line))
+            .map(|(_, line)| leading(line))
             .min()
             .unwrap_or(0);
         for (index, (line_start, line)) in lines.iter().enumerate() {
             if index > 0 {
                 self.text.push('\n');
             }
-            let cut = indent.min(line.len());
+            let cut = indent.min(leading(line));
             let line = line[cut..].trim_end_matches('\r');
             self.line(line, offset + line_start + cut, false);
         }
@@ -318,6 +322,16 @@ mod tests {
             parts,
             ["text:Hello ", "ref:input.name@16", "text:\n  indented"]
         );
+        assert!(problems.is_empty());
+    }
+
+    /// Regression: a line of non-ASCII whitespace counted as blank but was cut
+    /// at the indentation's byte count, inside a character.
+    #[test]
+    fn dedent_never_cuts_inside_a_character() {
+        let raw = "\"\"\"\n    hello\n\u{3000}\u{3000}\n    \"\"\"";
+        let (parts, problems) = parse(raw);
+        assert_eq!(parts, ["text:    hello\n\u{3000}\u{3000}"]);
         assert!(problems.is_empty());
     }
 
