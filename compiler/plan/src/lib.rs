@@ -350,6 +350,41 @@ impl fmt::Display for PlanError {
 
 impl std::error::Error for PlanError {}
 
+/// How deeply a plan's JSON may nest. The deepest workflow the compiler accepts
+/// (128 levels of blocks) lowers to about 520 levels; reading recurses once per
+/// level, and 1,024 levels stay well inside a 2 MiB thread stack.
+const MAX_NESTING: usize = 1024;
+
+/// The offset of the first `[` or `{` that nests deeper than `MAX_NESTING`.
+fn too_deep_at(text: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for (at, byte) in text.bytes().enumerate() {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_NESTING {
+                    return Some(at);
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    None
+}
+
 impl Plan {
     /// The hash of this plan's content: SHA-256 of its compact JSON with the
     /// `hash` field empty. Takes `&mut` to blank the field in place rather than
@@ -399,8 +434,18 @@ impl Plan {
     pub fn from_json(text: &str) -> Result<Plan, PlanError> {
         // The version is read first, so that a plan of another version gets a
         // version error rather than a confusing error about its shape.
-        let value: Value =
-            serde_json::from_str(text).map_err(|e| PlanError::Malformed(e.to_string()))?;
+        if let Some(at) = too_deep_at(text) {
+            return Err(PlanError::Malformed(format!(
+                "nested more than {MAX_NESTING} levels deep at byte {at}"
+            )));
+        }
+        // serde_json's own limit (128 levels) is below what a deep but valid
+        // workflow lowers to; the scan above bounds the depth instead.
+        let mut deserializer = serde_json::Deserializer::from_str(text);
+        deserializer.disable_recursion_limit();
+        let value = Value::deserialize(&mut deserializer)
+            .and_then(|value| deserializer.end().map(|()| value))
+            .map_err(|e| PlanError::Malformed(e.to_string()))?;
         let version = value
             .get("format_version")
             .and_then(Value::as_u64)
@@ -474,6 +519,17 @@ mod tests {
             Plan::from_json(&text),
             Err(PlanError::Hash { .. })
         ));
+    }
+
+    #[test]
+    fn absurdly_deep_json_is_refused_without_recursing() {
+        let text = format!(
+            "{{\"format_version\": 1, \"x\": {}{}}}",
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
+        let error = Plan::from_json(&text).unwrap_err().to_string();
+        assert!(error.contains("nested more than 1024 levels"), "{error}");
     }
 
     #[test]
