@@ -110,12 +110,19 @@ codes! {
     /// reference after the step, or the step before it.
     LaterStep = ("E102", "later-step", Error, "reference to a step that runs later");
 
-    /// The referenced step may not have run at this point: it is defined in one
-    /// branch of an `if`, inside a loop body seen from outside the loop, in a
-    /// sibling parallel branch, inside an error handler, or it has
-    /// `on_error continue` / `fallback` and may have failed. Make the use optional
-    /// (`step.x?.field`, `step.x.field ?? default`) or move it where the step has
-    /// certainly run. After a loop, use the loop's iteration list: `step.loop_id[0].x`.
+    /// The referenced step may not have run at this point.
+    ///
+    /// When it may or may not have run, an optional use is the fix
+    /// (`step.x?.field`, `step.x.field ?? default`): the step is in a branch of
+    /// an earlier `if`, in a fallback block, has `on_error continue` or a
+    /// fallback (and may have failed), or the use is in the workflow's error
+    /// handler.
+    ///
+    /// When it cannot be there, `?.` does not help and is refused too: the step
+    /// is in another branch of the same `if`, in a sibling parallel branch (it
+    /// runs at the same time), in a loop body seen from outside the loop (use
+    /// the loop's list of iterations, `step.loop_id[0].x`), or in the workflow's
+    /// error handler seen from outside it.
     ///
     /// ```flow
     /// if step.classify.urgency >= 4 {

@@ -32,9 +32,11 @@ pub enum StepKind {
 /// A construct that encloses a step, outermost first in `StepInfo::containers`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Container {
-    /// A branch of the `if` statement spanning `span`.
+    /// Branch `branch` (0 for `if`, then each `else if`, then `else`) of the
+    /// `if` statement spanning `span`.
     IfBranch {
         span: Span,
+        branch: usize,
     },
     LoopBody {
         id: String,
@@ -260,9 +262,27 @@ enum NotRun {
     Later,
     /// The use is inside the loop or parallel block that the id names.
     Unfinished,
+    /// The step is in another branch of the `if` spanning this span.
+    OtherIfBranch(Span),
     Container(Container),
     MayFail,
     InHandler,
+}
+
+impl NotRun {
+    /// Whether the step may or may not have run at the use, so that an
+    /// optional use (`?.`, `??`) means something. A step in a sibling branch
+    /// (of an `if` or a `parallel`), in a loop body seen from outside, or in
+    /// the error handler seen from the body is never there or races with the
+    /// use: `?.` would only hide the mistake.
+    fn absence_is_possible(&self) -> bool {
+        matches!(
+            self,
+            NotRun::Container(Container::IfBranch { .. } | Container::Fallback { .. })
+                | NotRun::MayFail
+                | NotRun::InHandler
+        )
+    }
 }
 
 impl Checker<'_, '_> {
@@ -334,9 +354,12 @@ impl Checker<'_, '_> {
                     }
                 }
                 Stmt::If(stmt) => {
-                    for block in stmt.branches.iter().map(|(_, b)| b).chain(&stmt.else_block) {
-                        self.containers
-                            .push(Container::IfBranch { span: stmt.span });
+                    let blocks = stmt.branches.iter().map(|(_, b)| b).chain(&stmt.else_block);
+                    for (branch, block) in blocks.enumerate() {
+                        self.containers.push(Container::IfBranch {
+                            span: stmt.span,
+                            branch,
+                        });
                         self.collect(&block.stmts);
                         self.containers.pop();
                     }
@@ -455,9 +478,12 @@ impl Checker<'_, '_> {
                     let ty = self.expr(condition, false);
                     self.expect_bool(condition, &ty);
                 }
-                for block in stmt.branches.iter().map(|(_, b)| b).chain(&stmt.else_block) {
-                    self.containers
-                        .push(Container::IfBranch { span: stmt.span });
+                let blocks = stmt.branches.iter().map(|(_, b)| b).chain(&stmt.else_block);
+                for (branch, block) in blocks.enumerate() {
+                    self.containers.push(Container::IfBranch {
+                        span: stmt.span,
+                        branch,
+                    });
                     self.block(&block.stmts);
                     self.containers.pop();
                 }
@@ -1342,8 +1368,7 @@ impl Checker<'_, '_> {
                 );
                 return Ty::Any;
             }
-            Some(reason) if optional_access || optional_ok => {
-                let _ = reason;
+            Some(reason) if (optional_access || optional_ok) && reason.absence_is_possible() => {
                 base = base.optional();
             }
             Some(reason) => {
@@ -1351,12 +1376,20 @@ impl Checker<'_, '_> {
                     Code::MaybeNotRun,
                     self.file,
                     id.span,
-                    format!("step `{}` may not have run here", step.id),
+                    if matches!(reason, NotRun::OtherIfBranch(_)) {
+                        format!("step `{}` never runs here", step.id)
+                    } else {
+                        format!("step `{}` may not have run here", step.id)
+                    },
                 )
-                .label("may not have run")
+                .label(if matches!(reason, NotRun::OtherIfBranch(_)) {
+                    "never runs here"
+                } else {
+                    "may not have run"
+                })
                 .secondary(self.file, step.id_span, "defined here");
                 diagnostic = match reason {
-                    NotRun::Container(Container::IfBranch { span }) => diagnostic
+                    NotRun::Container(Container::IfBranch { span, .. }) => diagnostic
                         .secondary(self.file, span, "it runs only in a branch of this `if`")
                         .hint(format!("use `step.{}?.field` or add a default with `?? ...`", step.id)),
                     NotRun::Container(Container::LoopBody { id: loop_id, span }) => diagnostic
@@ -1369,7 +1402,10 @@ impl Checker<'_, '_> {
                         .secondary(self.file, span, format!("it runs only when step `{failed}` fails"))
                         .hint(format!("use `step.{}?.field` or add a default with `?? ...`", step.id)),
                     NotRun::Container(Container::WorkflowHandler { span }) => diagnostic
-                        .secondary(self.file, span, "it runs only when the workflow fails"),
+                        .secondary(self.file, span, "it runs only when the workflow fails")
+                        .hint("a step of the error handler can be read only inside the handler"),
+                    NotRun::OtherIfBranch(span) => diagnostic
+                        .secondary(self.file, span, "it runs in another branch of this `if`, never in this one"),
                     NotRun::MayFail => diagnostic
                         .hint(format!("`{}` has `on_error continue` or a fallback, so it may end without output", step.id))
                         .hint(format!("use `step.{}?.field` or add a default with `?? ...`", step.id)),
@@ -1414,6 +1450,14 @@ impl Checker<'_, '_> {
         };
         if in_handler(use_containers) && !in_handler(&step.containers) {
             return Some(NotRun::InHandler);
+        }
+        if let (
+            Some(Container::IfBranch { span, .. }),
+            Some(Container::IfBranch { span: use_span, .. }),
+        ) = (step.containers.get(shared), self.containers.get(shared))
+            && span == use_span
+        {
+            return Some(NotRun::OtherIfBranch(*span));
         }
         if step.span.end > use_at {
             // A sibling parallel branch written later is not "later": it runs alongside.
