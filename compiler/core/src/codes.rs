@@ -229,8 +229,11 @@ codes! {
     /// as enums: `"a" | "b"`. Use `json` for values of several shapes.
     BadUnion = ("E208", "invalid-union", Error, "unions must be string-literal enums");
 
-    /// A step option or setting has a value out of range (`retry 0`,
-    /// `concurrency 0`, an unknown `durability` mode).
+    /// A step option or setting has a value out of range or of the wrong form:
+    /// `retry` outside 1..=100, `concurrency` outside 1..=1000, an unknown
+    /// `durability` mode, an approval with no approver, or an approval's
+    /// `expires`, `on_reject` or `on_expire` not written as a literal (the
+    /// runtime needs them before any value exists).
     BadOption = ("E209", "invalid-option", Error, "invalid option value");
 
     /// A field is read from an optional value without `?.`.

@@ -174,7 +174,38 @@ fn missing_member(
     );
 }
 
+/// Reports a string that must be plain text: it is used before any run exists
+/// (a model alias, a knowledge-base id, a server command), so a `{{...}}`
+/// reference in it could never be filled in.
+pub(crate) fn require_plain(
+    lit: &StringLit,
+    what: &str,
+    file: FileId,
+    diagnostics: &mut Vec<Diagnostic>,
+) {
+    if lit.as_plain().is_none() {
+        diagnostics.push(
+            Diagnostic::new(
+                Code::TypeMismatch,
+                file,
+                lit.span,
+                format!("{what} is a plain string, without `{{{{...}}}}` references"),
+            )
+            .label("has a reference")
+            .hint("it is read before the run starts, when no value exists yet"),
+        );
+    }
+}
+
 fn check_mcp(server: &McpServer, file: FileId, diagnostics: &mut Vec<Diagnostic>) {
+    for (lit, what) in [
+        (&server.command, "an MCP server's `command`"),
+        (&server.url, "an MCP server's `url`"),
+    ] {
+        if let Some(lit) = lit {
+            require_plain(lit, what, file, diagnostics);
+        }
+    }
     match (&server.command, &server.url) {
         (None, None) => missing_member(
             diagnostics,
@@ -239,6 +270,12 @@ fn check_recipe(
     diagnostics: &mut Vec<Diagnostic>,
 ) -> RecipeInfo {
     let what = format!("recipe `{}`", recipe.name.text);
+    if let Some(model) = &recipe.model {
+        require_plain(model, "a model alias", file, diagnostics);
+    }
+    for context in &recipe.context {
+        require_plain(context, "a knowledge-base id", file, diagnostics);
+    }
     if recipe.model.is_none() {
         missing_member(
             diagnostics,

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use crate::check::env::{Env, resolve_fields};
+use crate::check::env::{Env, require_plain, resolve_fields};
 use crate::check::types::Ty;
 use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, FileId, Span};
@@ -93,6 +93,11 @@ impl WorkflowInfo {
 pub(crate) const DEFAULT_WORKFLOW_TIMEOUT_MS: u64 = 5 * 60 * 1000;
 pub(crate) const DEFAULT_STEP_TIMEOUT_MS: u64 = 60 * 1000;
 pub(crate) const DEFAULT_ATTEMPTS: i64 = 3;
+/// Bounds that keep a plan's numbers meaningful to the runtime: more attempts
+/// than this is a loop, not a retry, and more iterations in flight than this
+/// would only queue on the account's concurrency limit.
+const MAX_ATTEMPTS: i64 = 100;
+const MAX_CONCURRENCY: i64 = 1000;
 const ROOTS: &[&str] = &[
     "workflow_input",
     "step",
@@ -181,6 +186,9 @@ pub(crate) fn check_workflow(
     {
         checker.workflow_timeout_ms = ms;
     }
+    for context in &decl.context {
+        require_plain(context, "a knowledge-base id", file, checker.diagnostics);
+    }
     if let Some(mode) = &decl.durability
         && mode.text != "full"
         && mode.text != "approval"
@@ -264,6 +272,9 @@ enum NotRun {
     Unfinished,
     /// The step is in another branch of the `if` spanning this span.
     OtherIfBranch(Span),
+    /// The use is in the step's own fallback block, which runs because the
+    /// step failed.
+    OwnFallback,
     Container(Container),
     MayFail,
     InHandler,
@@ -512,16 +523,16 @@ impl Checker<'_, '_> {
                     }
                 };
                 if let Some((concurrency, span)) = stmt.concurrency
-                    && concurrency < 1
+                    && !(1..=MAX_CONCURRENCY).contains(&concurrency)
                 {
                     self.push(
                         Diagnostic::new(
                             Code::BadOption,
                             self.file,
                             span,
-                            "`concurrency` must be at least 1",
+                            format!("`concurrency` is from 1 to {MAX_CONCURRENCY}"),
                         )
-                        .label("too small")
+                        .label("out of range")
                         .hint("leave it out to run iterations one at a time"),
                     );
                 }
@@ -602,7 +613,10 @@ impl Checker<'_, '_> {
                     self.unchecked_args(args);
                 }
             },
-            StepCall::Approval { .. } => self.args(args, &approval_params(), "`approval`", None),
+            StepCall::Approval { .. } => {
+                self.args(args, &approval_params(), "`approval`", None);
+                self.approval_literals(args);
+            }
             StepCall::KbWrite { collection, .. } => {
                 self.template(collection);
                 self.args(args, &kb_write_params(), "`kb_write`", None);
@@ -640,20 +654,64 @@ impl Checker<'_, '_> {
         self.options(step);
     }
 
+    /// The approval's settings decide how the runtime parks the run, before
+    /// any value exists, so they are written as literals; and an approval with
+    /// no approver could never be decided.
+    fn approval_literals(&mut self, args: &RecordLit) {
+        for field in &args.fields {
+            let literal = match (field.name.text.as_str(), &field.value.kind) {
+                ("expires", ExprKind::Duration(_)) => true,
+                ("expires", _) => false,
+                ("on_reject" | "on_expire", ExprKind::String(lit)) => lit.as_plain().is_some(),
+                ("on_reject" | "on_expire", _) => false,
+                ("approvers", ExprKind::List(items)) if items.is_empty() => {
+                    self.push(
+                        Diagnostic::new(
+                            Code::BadOption,
+                            self.file,
+                            field.value.span,
+                            "an approval needs at least one approver",
+                        )
+                        .label("no approver")
+                        .hint("name a group or an email: `approvers: [\"billing-leads\"]`"),
+                    );
+                    true
+                }
+                _ => true,
+            };
+            if !literal {
+                self.push(
+                    Diagnostic::new(
+                        Code::BadOption,
+                        self.file,
+                        field.value.span,
+                        format!("`{}` is written as a literal", field.name.text),
+                    )
+                    .label("not a literal")
+                    .hint(if field.name.text == "expires" {
+                        "write a duration such as `48h`"
+                    } else {
+                        "write one of the variants as a string, such as `\"fail\"`"
+                    }),
+                );
+            }
+        }
+    }
+
     fn options(&mut self, step: &Step) {
         let options = &step.options;
         let mut attempts = DEFAULT_ATTEMPTS;
         if let Some(retry) = &options.retry {
             attempts = retry.attempts;
-            if retry.attempts < 1 {
+            if !(1..=MAX_ATTEMPTS).contains(&retry.attempts) {
                 self.push(
                     Diagnostic::new(
                         Code::BadOption,
                         self.file,
                         retry.attempts_span,
-                        "`retry` counts attempts and must be at least 1",
+                        format!("`retry` counts attempts, from 1 to {MAX_ATTEMPTS}"),
                     )
-                    .label("too small")
+                    .label("out of range")
                     .hint("`retry 1` runs the step once, without retrying"),
                 );
             }
@@ -1047,6 +1105,21 @@ impl Checker<'_, '_> {
                     return left_ty;
                 }
                 let inner = left_ty.required().clone();
+                // A literal default for an enum value stays an enum, and must be
+                // one of its variants.
+                if let (Ty::Enum(variants), ExprKind::String(lit)) = (&inner, &right.kind)
+                    && let Some(text) = lit.as_plain()
+                {
+                    if !variants.iter().any(|v| v == text) {
+                        self.not_a_variant(
+                            right.span,
+                            text,
+                            variants,
+                            "the default must be one of",
+                        );
+                    }
+                    return inner;
+                }
                 if matches!(left_ty, Ty::Null) || right_ty.assignable_to(&inner) {
                     return if matches!(left_ty, Ty::Null) {
                         right_ty
@@ -1105,7 +1178,13 @@ impl Checker<'_, '_> {
                         return Ty::Bool;
                     }
                 }
-                let comparable = left_ty.assignable_to(&right_ty)
+                // Two enums can be equal when they share a variant.
+                let overlapping_enums = match (left_ty.required(), right_ty.required()) {
+                    (Ty::Enum(a), Ty::Enum(b)) => a.iter().any(|v| b.contains(v)),
+                    _ => false,
+                };
+                let comparable = overlapping_enums
+                    || left_ty.assignable_to(&right_ty)
                     || right_ty.assignable_to(&left_ty)
                     || (left_ty.is_numeric() && right_ty.is_numeric())
                     || matches!(left_ty, Ty::Null)
@@ -1260,6 +1339,22 @@ impl Checker<'_, '_> {
             self.push(diagnostic);
             return Ty::Any;
         };
+        if path.segments.len() < 2 {
+            self.push(
+                Diagnostic::new(
+                    Code::UnknownField,
+                    self.file,
+                    id.span,
+                    format!("`loop.{}` needs `.item` or `.index`", id.text),
+                )
+                .label("the loop itself is not a value")
+                .hint(format!(
+                    "write `loop.{}.item` for its current item",
+                    id.text
+                )),
+            );
+            return Ty::Any;
+        }
         let view = Ty::record(vec![("item".into(), item), ("index".into(), Ty::Int)]);
         self.walk(view, &path.segments[1..], optional_ok, &|| {
             format!("loop `{}`", id.text)
@@ -1279,6 +1374,21 @@ impl Checker<'_, '_> {
             );
             return Ty::Any;
         };
+        if let Some(Segment::Field { optional: true, .. }) = path.segments.first() {
+            self.push(
+                Diagnostic::new(
+                    Code::NeedlessOptional,
+                    self.file,
+                    id.span,
+                    "`?.` right after `step` does nothing",
+                )
+                .label("the step id is not optional")
+                .hint(format!(
+                    "to read a step that may not have run, write `step.{}?.field`",
+                    id.text
+                )),
+            );
+        }
         let use_at = path.span.start;
         let Some(&index) = self.by_id.get(&id.text) else {
             let ran: Vec<&str> = self
@@ -1404,6 +1514,9 @@ impl Checker<'_, '_> {
                     NotRun::Container(Container::WorkflowHandler { span }) => diagnostic
                         .secondary(self.file, span, "it runs only when the workflow fails")
                         .hint("a step of the error handler can be read only inside the handler"),
+                    NotRun::OwnFallback => diagnostic
+                        .hint(format!("this is the fallback of `{}`, which runs because `{}` failed and has no output", step.id, step.id))
+                        .hint("read `error.message` to see why it failed"),
                     NotRun::OtherIfBranch(span) => diagnostic
                         .secondary(self.file, span, "it runs in another branch of this `if`, never in this one"),
                     NotRun::MayFail => diagnostic
@@ -1433,6 +1546,12 @@ impl Checker<'_, '_> {
             shared += 1;
         }
         let use_containers = &self.containers[shared..];
+        if use_containers
+            .iter()
+            .any(|c| matches!(c, Container::Fallback { step: failed, .. } if *failed == step.id))
+        {
+            return Some(NotRun::OwnFallback);
+        }
         if matches!(step.kind, StepKind::Loop | StepKind::Parallel)
             && use_containers.iter().any(|c| match c {
                 Container::LoopBody { id, .. } => *id == step.id,

@@ -243,9 +243,13 @@ impl<'s> Parser<'s> {
         let mut best: Option<(usize, Vec<String>)> = None;
         for rule in candidates {
             if let Err(error) = FlowParser::parse(*rule, rest) {
-                let at = match error.location {
-                    pest::error::InputLocation::Pos(at) => at,
-                    pest::error::InputLocation::Span((at, _)) => at,
+                // pest's own position is that of the furthest failed *rule*;
+                // the furthest failed token (a missing `=`, say) is further on,
+                // and is where the reader should look.
+                let at = match (error.parse_attempts(), &error.location) {
+                    (Some(attempts), _) => attempts.max_position,
+                    (None, pest::error::InputLocation::Pos(at)) => *at,
+                    (None, pest::error::InputLocation::Span((at, _))) => *at,
                 };
                 let expected = expected_words(&error);
                 match &mut best {
@@ -302,7 +306,9 @@ impl<'s> Parser<'s> {
         }
     }
 
-    fn int(&mut self, pair: Pair<'_, Rule>) -> i64 {
+    /// An integer literal; on overflow, reports it and gives `neutral`, a
+    /// value that draws no second diagnostic where it is used.
+    fn int(&mut self, pair: Pair<'_, Rule>, neutral: i64) -> i64 {
         pair.as_str().parse().unwrap_or_else(|_| {
             self.problems.push(
                 Diagnostic::new(
@@ -313,7 +319,7 @@ impl<'s> Parser<'s> {
                 )
                 .label("too large"),
             );
-            0
+            neutral
         })
     }
 
@@ -630,7 +636,7 @@ impl<'s> Parser<'s> {
                         Rule::concurrency => {
                             let int = first_child(part);
                             let int_span = span_of(&int);
-                            concurrency = Some((self.int(int), int_span));
+                            concurrency = Some((self.int(int, 1), int_span));
                         }
                         _ => body = Some(self.block(part)),
                     }
@@ -729,7 +735,7 @@ impl<'s> Parser<'s> {
                 let mut inner = option.into_inner();
                 let attempts_pair = inner.next().expect("retry count");
                 let attempts_span = span_of(&attempts_pair);
-                let attempts = self.int(attempts_pair);
+                let attempts = self.int(attempts_pair, 1);
                 let backoff = match (inner.next(), inner.next()) {
                     (Some(min), Some(max)) => {
                         Some((self.duration_value(min), self.duration_value(max)))
@@ -903,7 +909,7 @@ impl<'s> Parser<'s> {
                 })
             }
             Rule::float => ExprKind::Float(inner.as_str().parse().unwrap_or(0.0)),
-            Rule::int => ExprKind::Int(self.int(inner)),
+            Rule::int => ExprKind::Int(self.int(inner, 0)),
             Rule::bool => ExprKind::Bool(inner.as_str() == "true"),
             Rule::null => ExprKind::Null,
             Rule::string => ExprKind::String(self.string(inner)),
@@ -930,7 +936,19 @@ impl<'s> Parser<'s> {
             let seg_span = span_of(&seg);
             match seg.as_rule() {
                 Rule::index_seg => {
-                    let index = self.int(first_child(seg));
+                    let index = self.int(first_child(seg), 0);
+                    if index < 0 {
+                        self.problems.push(
+                            Diagnostic::new(
+                                Code::Syntax,
+                                self.file,
+                                seg_span,
+                                "a list index is 0 or more",
+                            )
+                            .label("negative index")
+                            .hint("indices count from 0, the first element"),
+                        );
+                    }
                     segments.push(Segment::Index {
                         index,
                         span: seg_span,

@@ -224,7 +224,12 @@ pub(crate) fn parse_path(text: &str, offset: usize) -> Result<Path, (usize, Stri
             let digits = &text[pos + 1..close];
             let index = digits
                 .parse::<i64>()
-                .map_err(|_| (offset + pos + 1, "an index is a whole number".to_string()))?;
+                .ok()
+                .filter(|index| *index >= 0)
+                .ok_or((
+                    offset + pos + 1,
+                    "an index is a whole number, 0 or more".to_string(),
+                ))?;
             segments.push(Segment::Index {
                 index,
                 span: Span::new(offset + pos, offset + close + 1),
@@ -309,7 +314,7 @@ mod tests {
         );
         assert_eq!(
             parse(r#""{{step.a[x]}}""#).1,
-            ["an index is a whole number"]
+            ["an index is a whole number, 0 or more"]
         );
         assert_eq!(parse(r#""\q""#).1, ["unknown escape `\\q`"]);
     }
