@@ -597,3 +597,40 @@ fn build_defaults_to_a_plan_beside_the_source() {
     assert_eq!(run.code, 0, "{}", run.all());
     assert!(dir.path().join("support_triage.plan.json").is_file());
 }
+
+/// Regression: with `-o -`, machine-format diagnostics went to stdout before
+/// the plan, so stdout was not JSON.
+#[test]
+fn build_to_stdout_keeps_diagnostics_out_of_the_plan() {
+    let dir = TempDir::new("stdout");
+    dir.write(
+        "warn.flow",
+        "workflow w {\n  step note = kb_write \"notes\" { title: \"t\", content: \"c\" }\n}\n",
+    );
+    for format in ["json", "github", "human"] {
+        let run = flowc_in(
+            dir.path(),
+            &["build", "warn.flow", "-o", "-", "--format", format],
+        );
+        assert_eq!(run.code, 0, "{}", run.all());
+        let plan: serde_json::Value =
+            serde_json::from_str(&run.stdout).expect("stdout is the plan alone");
+        assert_eq!(plan["workflows"][0]["name"], "w");
+        assert!(run.stderr.contains("W302"), "{format}: {}", run.stderr);
+    }
+}
+
+/// Regression: JSON output said `"errors": 0` for a path it could not read.
+#[test]
+fn json_output_names_unreadable_paths() {
+    let run = flowc(&["check", "--format", "json", "examples/nope.flow"]);
+    assert_eq!(run.code, 2, "{}", run.all());
+    let output: serde_json::Value = serde_json::from_str(&run.stdout).expect("stdout is JSON");
+    assert_eq!(output["unreadable"][0]["path"], "examples/nope.flow");
+    assert!(
+        output["unreadable"][0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("no such file")),
+        "{output}"
+    );
+}

@@ -188,6 +188,13 @@ struct JsonOutput<'a> {
     errors: usize,
     warnings: usize,
     diagnostics: Vec<JsonDiagnostic<'a>>,
+    unreadable: Vec<JsonUnreadable<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonUnreadable<'a> {
+    path: &'a str,
+    message: &'a str,
 }
 
 #[derive(Serialize)]
@@ -257,6 +264,11 @@ pub(crate) fn json(reports: &Reports) -> String {
         errors: reports.errors(),
         warnings: reports.warnings(),
         diagnostics,
+        unreadable: reports
+            .unreadable
+            .iter()
+            .map(|(path, message)| JsonUnreadable { path, message })
+            .collect(),
     };
     serde_json::to_string_pretty(&output).expect("diagnostics always serialize")
 }

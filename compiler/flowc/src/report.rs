@@ -49,6 +49,9 @@ pub(crate) struct Position {
 pub(crate) struct Reports {
     pub(crate) sources: Vec<Source>,
     pub(crate) reports: Vec<Report>,
+    /// Paths that could not be read, with the reason; they make the exit code 2
+    /// and appear in the JSON output, so that a script sees why.
+    pub(crate) unreadable: Vec<(String, String)>,
     by_key: HashMap<String, usize>,
     seen: HashSet<(usize, Span, Code, String)>,
 }

@@ -211,21 +211,7 @@ fn load_imports(
         let key = normalize(&path);
         if let Some(&existing) = by_path.get(&key) {
             if let Some(position) = chain.iter().position(|id| *id == existing) {
-                let cycle: Vec<String> = chain[position..]
-                    .iter()
-                    .map(|id| files[id.0 as usize].path.clone())
-                    .chain(std::iter::once(path.clone()))
-                    .collect();
-                diagnostics.push(
-                    Diagnostic::new(
-                        Code::ImportCycle,
-                        file,
-                        span,
-                        format!("import cycle: {}", cycle.join(" -> ")),
-                    )
-                    .label("this import closes the cycle")
-                    .hint("move what both files need into a third file that both import"),
-                );
+                diagnostics.push(cycle_diagnostic(files, &chain[position..]));
             }
             continue;
         }
@@ -256,6 +242,45 @@ fn load_imports(
             }
         }
     }
+}
+
+/// The diagnostic for the import cycle through `cycle` (each file imports the
+/// next, the last imports the first). It is always told from the file whose
+/// path sorts first, at its import of the next file, so that checking the
+/// cycle from any of its files reports it once, identically.
+fn cycle_diagnostic(files: &[LoadedFile], cycle: &[FileId]) -> Diagnostic {
+    let path = |id: FileId| files[id.0 as usize].path.as_str();
+    let start = (0..cycle.len())
+        .min_by_key(|i| path(cycle[*i]))
+        .expect("a cycle has a file");
+    let from = cycle[start];
+    let to = cycle[(start + 1) % cycle.len()];
+    let span = files[from.0 as usize]
+        .tree
+        .items
+        .iter()
+        .find_map(|item| match item {
+            Item::Import(import)
+                if normalize(&resolve_import(path(from), &import.path.display_text()))
+                    == normalize(path(to)) =>
+            {
+                Some(import.path.span)
+            }
+            _ => None,
+        })
+        .unwrap_or_default();
+    let mut names: Vec<&str> = (0..cycle.len())
+        .map(|i| path(cycle[(start + i) % cycle.len()]))
+        .collect();
+    names.push(path(from));
+    Diagnostic::new(
+        Code::ImportCycle,
+        from,
+        span,
+        format!("import cycle: {}", names.join(" -> ")),
+    )
+    .label("this import starts the cycle")
+    .hint("move what the files share into a file that each of them imports")
 }
 
 /// The path of an import written in the file at `importer`.

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::commands::check::print;
+use crate::commands::check::{Stream, print};
 use crate::loader::{DiskLoader, io_reason, normalize_arg, write_atomically};
 use crate::report::Reports;
 use crate::{Exit, Format};
@@ -28,7 +28,17 @@ pub(crate) fn run(
         let mut reports = Reports::default();
         reports.add(&checked);
         reports.sort();
-        print(&reports, format);
+        // The plan may be going to stdout; diagnostics must not mix into it.
+        let writes_stdout = output.is_some_and(|o| o == Path::new("-"));
+        print(
+            &reports,
+            format,
+            if writes_stdout {
+                Stream::Stderr
+            } else {
+                Stream::Stdout
+            },
+        );
     }
     if checked.has_errors() {
         return Exit::Problems;

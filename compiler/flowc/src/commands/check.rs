@@ -17,23 +17,26 @@ pub(crate) fn run(paths: &[PathBuf], format: Format, deny_warnings: bool) -> Exi
         eprintln!("error: {problem}");
     }
     let mut reports = Reports::default();
-    let mut io_failed = !problems.is_empty();
+    reports.unreadable = problems
+        .iter()
+        .map(|problem| (problem.path.clone(), problem.reason.clone()))
+        .collect();
     for (path, result) in files.iter().zip(check_all(&files)) {
         match result {
             Ok(checked) => reports.add(&checked),
             Err(error) => {
                 eprintln!("error: cannot read {path}: {}", error.message);
-                io_failed = true;
+                reports.unreadable.push((path.clone(), error.message));
             }
         }
     }
     reports.sort();
     // When nothing could be read, the IO errors above say all there is.
     if !files.is_empty() || format == Format::Json {
-        print(&reports, format);
+        print(&reports, format, Stream::Stdout);
     }
 
-    if io_failed {
+    if !reports.unreadable.is_empty() {
         Exit::Usage
     } else if reports.errors() > 0 || (deny_warnings && reports.warnings() > 0) {
         Exit::Problems
@@ -42,9 +45,21 @@ pub(crate) fn run(paths: &[PathBuf], format: Format, deny_warnings: bool) -> Exi
     }
 }
 
+/// Where the machine formats go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stream {
+    Stdout,
+    /// When stdout carries something else, such as `flowc build -o -`'s plan.
+    Stderr,
+}
+
 /// Prints the diagnostics in `format`: human text goes to stderr, because it
-/// is commentary; the machine formats go to stdout, to be piped.
-pub(crate) fn print(reports: &Reports, format: Format) {
+/// is commentary; the machine formats go to `machine`, to be piped.
+pub(crate) fn print(reports: &Reports, format: Format, machine: Stream) {
+    let emit = |text: &str| match machine {
+        Stream::Stdout => print!("{text}"),
+        Stream::Stderr => eprint!("{text}"),
+    };
     match format {
         Format::Human => {
             let human = Human::for_stderr();
@@ -55,9 +70,9 @@ pub(crate) fn print(reports: &Reports, format: Format) {
             }
             let _ = writeln!(err, "{}", render::summary(reports));
         }
-        Format::Json => println!("{}", render::json(reports)),
+        Format::Json => emit(&format!("{}\n", render::json(reports))),
         Format::Github => {
-            print!("{}", render::github(reports));
+            emit(&render::github(reports));
             eprintln!("{}", render::summary(reports));
         }
     }
