@@ -271,6 +271,31 @@ impl<'s> Parser<'s> {
         } else {
             format!("expected {}, found {}", join_or(&expected), found.0)
         };
+        // The re-parse ran past the region that was skipped: something opened
+        // in it is never closed. The end of the file is no place to point at;
+        // the brace left open is, when the layout shows which one it is.
+        let region = pair.as_span();
+        if at >= region.end()
+            && let Some(brace) = suspect_unclosed_brace(region.as_str())
+        {
+            let brace = region.start() + brace;
+            self.problems.push(
+                Diagnostic::new(
+                    Code::Syntax,
+                    self.file,
+                    Span::new(brace, brace + 1),
+                    "this `{` is not closed",
+                )
+                .label("not closed")
+                .hint("the next line starts at the same indentation, so `}` is probably missing at the end of this line")
+                .secondary(
+                    self.file,
+                    Span::new(start, start + first_line_len(&self.source[start..])),
+                    "skipped from here to the next line that can start over",
+                ),
+            );
+            return;
+        }
         let mut diagnostic = Diagnostic::new(Code::Syntax, self.file, Span::new(at, end), message)
             .label(if expected.is_empty() {
                 "unexpected here".to_string()
@@ -966,6 +991,77 @@ impl<'s> Parser<'s> {
             span,
         }
     }
+}
+
+/// The offset of a `{` that is likely never closed: it is left open at the end
+/// of its line, and the next line that is not blank starts at the same or a
+/// smaller indentation with something other than `}`. That is how a missing
+/// `}` at the end of a one-line record looks; a multi-line record indents its
+/// fields and is not suspected.
+fn suspect_unclosed_brace(text: &str) -> Option<usize> {
+    let indent = |line: &str| line.len() - line.trim_start_matches([' ', '\t']).len();
+    let lines: Vec<(usize, &str)> = text
+        .split('\n')
+        .scan(0, |start, line| {
+            let at = *start;
+            *start += line.len() + 1;
+            Some((at, line))
+        })
+        .collect();
+    let mut open: Vec<(usize, usize)> = Vec::new();
+    let mut in_triple = false;
+    for (index, (line_start, line)) in lines.iter().enumerate() {
+        let bytes = line.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            if in_triple {
+                match line[i..].find("\"\"\"") {
+                    Some(end) => {
+                        in_triple = false;
+                        i += end + 3;
+                        continue;
+                    }
+                    None => break,
+                }
+            }
+            match bytes[i] {
+                b'"' if line[i..].starts_with("\"\"\"") => {
+                    in_triple = true;
+                    i += 3;
+                    continue;
+                }
+                b'"' => {
+                    i += 1;
+                    while i < bytes.len() && bytes[i] != b'"' {
+                        i += if bytes[i] == b'\\' { 2 } else { 1 };
+                    }
+                }
+                b'/' if line[i..].starts_with("//") => break,
+                b'{' => open.push((line_start + i, index)),
+                b'}' => {
+                    open.pop();
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        let Some(&(brace, opened_on)) = open.last() else {
+            continue;
+        };
+        if opened_on != index || in_triple {
+            continue;
+        }
+        let next = lines[index + 1..]
+            .iter()
+            .find(|(_, l)| !l.trim().is_empty());
+        if let Some((_, next)) = next
+            && indent(next) <= indent(line)
+            && !next.trim_start().starts_with('}')
+        {
+            return Some(brace);
+        }
+    }
+    None
 }
 
 /// The offset of the first bracket that opens more than `MAX_DEPTH` levels,
