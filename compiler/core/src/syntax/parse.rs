@@ -12,6 +12,7 @@ use pest::iterators::Pair;
 use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, FileId, Span};
 use crate::syntax::ast::*;
+use crate::syntax::fast::parse_fast;
 use crate::syntax::template::parse_string;
 
 #[derive(pest_derive::Parser)]
@@ -20,27 +21,47 @@ struct FlowParser;
 
 /// How deep blocks, types and expressions may nest. Deeper input is refused
 /// with E003 so that every later pass can recurse without a stack overflow.
-const MAX_DEPTH: usize = 128;
+pub(crate) const MAX_DEPTH: usize = 128;
 
 /// Words that start statements, items or step calls, or are literals.
-const KEYWORDS: &[&str] = &[
+pub(crate) const KEYWORDS: &[&str] = &[
     "import", "type", "recipe", "mcp", "workflow", "step", "if", "else", "for", "as", "parallel",
     "branch", "approval", "kb_write", "handoff", "true", "false", "null",
 ];
 
 /// Parses one file. Never fails: what cannot be read is reported and left out.
 pub fn parse(source: &str, file: FileId) -> (SourceFile, Vec<Diagnostic>) {
-    if let Some(at) = too_deep_at(source) {
-        let diagnostic = Diagnostic::new(
-            Code::TooDeep,
-            file,
-            Span::new(at, at + 1),
-            format!("nesting deeper than {MAX_DEPTH} levels"),
-        )
-        .label("too deep from here")
-        .hint("the file is not parsed further; flatten the nesting");
-        return (SourceFile::default(), vec![diagnostic]);
+    if let Some(refused) = refuse_too_deep(source, file) {
+        return refused;
     }
+    match parse_fast(source, file) {
+        Some(tree) => (tree, Vec::new()),
+        None => pest_parse(source, file),
+    }
+}
+
+/// The pest parser with recovery: the grammar of record, and the path for
+/// every file that has a problem (see `fast.rs` for the fast path).
+#[cfg(test)]
+pub(crate) fn parse_with_pest(source: &str, file: FileId) -> (SourceFile, Vec<Diagnostic>) {
+    refuse_too_deep(source, file).unwrap_or_else(|| pest_parse(source, file))
+}
+
+/// Input nested deeper than both parsers recurse safely is refused whole.
+fn refuse_too_deep(source: &str, file: FileId) -> Option<(SourceFile, Vec<Diagnostic>)> {
+    let at = too_deep_at(source)?;
+    let diagnostic = Diagnostic::new(
+        Code::TooDeep,
+        file,
+        Span::new(at, at + 1),
+        format!("nesting deeper than {MAX_DEPTH} levels"),
+    )
+    .label("too deep from here")
+    .hint("the file is not parsed further; flatten the nesting");
+    Some((SourceFile::default(), vec![diagnostic]))
+}
+
+fn pest_parse(source: &str, file: FileId) -> (SourceFile, Vec<Diagnostic>) {
     let mut parser = Parser {
         source,
         file,
@@ -84,14 +105,31 @@ fn docs(pair: &Pair<'_, Rule>) -> Vec<String> {
     pair.clone()
         .into_inner()
         .filter(|p| p.as_rule() == Rule::doc)
-        .map(|p| {
-            let text = p.as_str().trim_start_matches('/');
-            text.strip_prefix(' ')
-                .unwrap_or(text)
-                .trim_end()
-                .to_string()
-        })
+        .map(|p| docs_text(p.as_str()))
         .collect()
+}
+
+/// The text of a `///` doc comment, without the slashes and one space.
+pub(crate) fn docs_text(comment: &str) -> String {
+    let text = comment.trim_start_matches('/');
+    text.strip_prefix(' ')
+        .unwrap_or(text)
+        .trim_end()
+        .to_string()
+}
+
+/// A duration literal from its text: digits (a sign stays with them, so that
+/// `-5` has no amount) and an optional unit; the checker validates both.
+pub(crate) fn duration_lit(text: &str, span: Span) -> DurationLit {
+    let digits_end = text
+        .find(|c: char| !c.is_ascii_digit() && c != '-')
+        .unwrap_or(text.len());
+    let unit = &text[digits_end..];
+    DurationLit {
+        amount: text[..digits_end].parse().ok(),
+        unit: (!unit.is_empty()).then(|| unit.to_string()),
+        span,
+    }
 }
 
 /// The children of `pair` other than doc comments.
@@ -801,17 +839,7 @@ impl<'s> Parser<'s> {
     }
 
     fn duration_value(&mut self, inner: Pair<'_, Rule>) -> DurationLit {
-        let span = span_of(&inner);
-        let text = inner.as_str();
-        let digits_end = text
-            .find(|c: char| !c.is_ascii_digit() && c != '-')
-            .unwrap_or(text.len());
-        let unit = &text[digits_end..];
-        DurationLit {
-            amount: text[..digits_end].parse().ok(),
-            unit: (!unit.is_empty()).then(|| unit.to_string()),
-            span,
-        }
+        duration_lit(inner.as_str(), span_of(&inner))
     }
 
     // ------------------------------------------------------------ expressions
@@ -922,17 +950,7 @@ impl<'s> Parser<'s> {
     fn primary(&mut self, inner: Pair<'_, Rule>) -> Expr {
         let span = span_of(&inner);
         let kind = match inner.as_rule() {
-            Rule::duration => {
-                let text = inner.as_str();
-                let digits_end = text
-                    .find(|c: char| !c.is_ascii_digit())
-                    .unwrap_or(text.len());
-                ExprKind::Duration(DurationLit {
-                    amount: text[..digits_end].parse().ok(),
-                    unit: Some(text[digits_end..].to_string()),
-                    span,
-                })
-            }
+            Rule::duration => ExprKind::Duration(duration_lit(inner.as_str(), span)),
             Rule::float => ExprKind::Float(inner.as_str().parse().unwrap_or(0.0)),
             Rule::int => ExprKind::Int(self.int(inner, 0)),
             Rule::bool => ExprKind::Bool(inner.as_str() == "true"),
@@ -1073,7 +1091,7 @@ fn suspect_unclosed_brace(text: &str) -> Option<usize> {
 /// (`bad_stmt`'s `balanced`) recurse on those; only properly closed strings are
 /// skipped. `list` followed by `<` (with any whitespace or comments between)
 /// opens a level as well.
-fn too_deep_at(source: &str) -> Option<usize> {
+pub(crate) fn too_deep_at(source: &str) -> Option<usize> {
     let bytes = source.as_bytes();
     let mut open: Vec<u8> = Vec::new();
     let mut after_list = false;
@@ -1130,7 +1148,7 @@ fn too_deep_at(source: &str) -> Option<usize> {
     None
 }
 
-fn reduce(operands: &mut Vec<Expr>, operators: &mut Vec<BinaryOp>) {
+pub(crate) fn reduce(operands: &mut Vec<Expr>, operators: &mut Vec<BinaryOp>) {
     let (Some(op), Some(right), Some(left)) = (operators.pop(), operands.pop(), operands.pop())
     else {
         return;
