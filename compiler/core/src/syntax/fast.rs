@@ -29,6 +29,7 @@ pub(crate) fn parse_fast(source: &str, file: FileId) -> Option<SourceFile> {
         pos: 0,
         token_end: 0,
         trailing_end: 0,
+        depth: 0,
         file,
     };
     if source.starts_with('\u{FEFF}') {
@@ -54,8 +55,15 @@ struct Fast<'s> {
     /// is an optional or a repetition that matched nothing (pest keeps the
     /// trivia it skipped before trying it, and `span_of` trims only spaces).
     trailing_end: usize,
+    /// Brackets open at `pos`; deeper input is left to the pest path.
+    depth: usize,
     file: FileId,
 }
+
+/// How deep the direct parser nests before it leaves a file to pest. Its
+/// frames are large in debug builds, and real workflows nest a few levels;
+/// pest, with its smaller frames, takes the rest up to `MAX_DEPTH`.
+const FAST_MAX_DEPTH: usize = 32;
 
 /// `None` is "give up": the pest path will parse the file.
 type P<T> = Option<T>;
@@ -117,13 +125,22 @@ impl<'s> Fast<'s> {
         self.src[self.pos..].starts_with(text)
     }
 
-    /// Consumes punctuation `text` or gives up.
+    /// Consumes punctuation `text` or gives up. Brackets count nesting.
     fn punct(&mut self, text: &str) -> P<Span> {
-        if self.at(text) {
-            self.advance(text.len())
-        } else {
-            None
+        if !self.at(text) {
+            return None;
         }
+        match text {
+            "{" | "(" | "[" | "<" => {
+                self.depth += 1;
+                if self.depth > FAST_MAX_DEPTH {
+                    return None;
+                }
+            }
+            "}" | ")" | "]" | ">" => self.depth = self.depth.saturating_sub(1),
+            _ => {}
+        }
+        self.advance(text.len())
     }
 
     fn eat(&mut self, text: &str) -> P<bool> {
@@ -496,7 +513,7 @@ impl<'s> Fast<'s> {
                 }
             }
         }
-        workflow.body = self.statements(0)?;
+        workflow.body = self.statements()?;
         if self.keyword(&["output"])? == Some("output") {
             self.advance(6)?;
             workflow.output = Some(self.record_lit()?);
@@ -509,18 +526,15 @@ impl<'s> Fast<'s> {
     // ------------------------------------------------------------ statements
 
     /// Statements up to (not including) the closing `}` or `output`.
-    fn statements(&mut self, depth: usize) -> P<Vec<Stmt>> {
-        if depth > MAX_DEPTH {
-            return None;
-        }
+    fn statements(&mut self) -> P<Vec<Stmt>> {
         let mut stmts = Vec::new();
         loop {
             let docs = self.docs()?;
             match self.keyword(&["step", "if", "for", "parallel", "output"])? {
                 Some("step") => stmts.push(Stmt::Step(self.step(docs)?)),
-                Some("if") => stmts.push(Stmt::If(self.if_stmt(depth)?)),
-                Some("for") => stmts.push(Stmt::For(self.for_stmt(depth)?)),
-                Some("parallel") => stmts.push(Stmt::Parallel(self.parallel(depth)?)),
+                Some("if") => stmts.push(Stmt::If(self.if_stmt()?)),
+                Some("for") => stmts.push(Stmt::For(self.for_stmt()?)),
+                Some("parallel") => stmts.push(Stmt::Parallel(self.parallel()?)),
                 _ if docs.is_empty() && (self.at("}") || self.word() == "output") => {
                     return Some(stmts);
                 }
@@ -529,10 +543,10 @@ impl<'s> Fast<'s> {
         }
     }
 
-    fn block(&mut self, depth: usize) -> P<Block> {
+    fn block(&mut self) -> P<Block> {
         let start = self.pos;
         self.punct("{")?;
-        let stmts = self.statements(depth + 1)?;
+        let stmts = self.statements()?;
         self.punct("}")?;
         Some(Block {
             stmts,
@@ -661,18 +675,18 @@ impl<'s> Fast<'s> {
         match self.keyword(&["fallback", "fail", "continue"])?? {
             "fallback" => {
                 self.advance(8)?;
-                Some(ErrorPolicy::Fallback(self.block(1)?))
+                Some(ErrorPolicy::Fallback(self.block()?))
             }
             "fail" => Some(ErrorPolicy::Fail(self.advance(4)?)),
             _ => Some(ErrorPolicy::Continue(self.advance(8)?)),
         }
     }
 
-    fn if_stmt(&mut self, depth: usize) -> P<IfStmt> {
+    fn if_stmt(&mut self) -> P<IfStmt> {
         let start = self.pos;
         self.advance(2)?;
         let (condition, _) = self.expr()?;
-        let block = self.block(depth)?;
+        let block = self.block()?;
         let mut branches = vec![(condition, block)];
         let mut else_block = None;
         let mut end = self.trailing_end;
@@ -681,11 +695,11 @@ impl<'s> Fast<'s> {
             if self.keyword(&["if"])? == Some("if") {
                 self.advance(2)?;
                 let (condition, _) = self.expr()?;
-                let block = self.block(depth)?;
+                let block = self.block()?;
                 branches.push((condition, block));
                 end = self.trailing_end;
             } else {
-                else_block = Some(self.block(depth)?);
+                else_block = Some(self.block()?);
                 end = self.token_end;
                 break;
             }
@@ -697,7 +711,7 @@ impl<'s> Fast<'s> {
         })
     }
 
-    fn for_stmt(&mut self, depth: usize) -> P<ForStmt> {
+    fn for_stmt(&mut self) -> P<ForStmt> {
         let start = self.pos;
         self.advance(3)?;
         let (collection, _) = self.expr()?;
@@ -709,7 +723,7 @@ impl<'s> Fast<'s> {
         } else {
             None
         };
-        let body = self.block(depth)?;
+        let body = self.block()?;
         Some(ForStmt {
             collection,
             id,
@@ -719,7 +733,7 @@ impl<'s> Fast<'s> {
         })
     }
 
-    fn parallel(&mut self, depth: usize) -> P<ParallelStmt> {
+    fn parallel(&mut self) -> P<ParallelStmt> {
         let start = self.pos;
         self.advance(8)?;
         let id = self.declared()?;
@@ -729,7 +743,7 @@ impl<'s> Fast<'s> {
             let branch_start = self.pos;
             self.expect_keyword("branch")?;
             let name = self.declared()?;
-            let body = self.block(depth)?;
+            let body = self.block()?;
             branches.push(Branch {
                 name,
                 body,
@@ -797,7 +811,7 @@ impl<'s> Fast<'s> {
             b'{' => TypeExprKind::Record(self.record_type()?.fields),
             b'"' => TypeExprKind::Literal(self.string()?.display_text()),
             b'(' => {
-                self.advance(1)?;
+                self.punct("(")?;
                 let (inner, _) = self.type_expr()?;
                 self.punct(")")?;
                 return Some(inner);
@@ -843,6 +857,7 @@ impl<'s> Fast<'s> {
     fn expr(&mut self) -> P<(Expr, usize)> {
         let mut operands: Vec<Expr> = Vec::new();
         let mut operators: Vec<BinaryOp> = Vec::new();
+        let mut chain = 0;
         let mut end;
         loop {
             let mut nots = Vec::new();
@@ -876,7 +891,10 @@ impl<'s> Fast<'s> {
                 },
             };
             let Some((op, len)) = op else { break };
-            if operators.len() >= MAX_DEPTH {
+            // The tree is as deep as the chain is long, whatever the stack
+            // of pending operators holds; the pest path reports long chains.
+            chain += 1;
+            if chain > MAX_DEPTH {
                 return None;
             }
             self.advance(len)?;
@@ -910,7 +928,7 @@ impl<'s> Fast<'s> {
             b'[' => ExprKind::List(self.list()?.0),
             b'{' => ExprKind::Record(self.record_lit()?),
             b'(' => {
-                self.advance(1)?;
+                self.punct("(")?;
                 let (mut inner, _) = self.expr()?;
                 self.punct(")")?;
                 inner.span = Span::new(start, self.token_end);
@@ -1155,6 +1173,19 @@ mod tests {
         ];
         for case in cases {
             assert!(agree(case), "left the fast path:\n{case}");
+        }
+    }
+
+    /// Regression: the operator limit counted pending operators, which stay
+    /// at one in a left-associative chain, so a chain of 100,000 passed.
+    #[test]
+    fn limits_agree_with_the_pest_path() {
+        for n in [MAX_DEPTH, MAX_DEPTH + 1, 1_000] {
+            let chain = format!("workflow w {{ if true{} {{ }} }}", " && true".repeat(n));
+            let accepted = agree(&chain);
+            assert_eq!(accepted, n <= MAX_DEPTH, "a chain of {n} operators");
+            let nots = format!("workflow w {{ output {{ x: {}true }} }}", "!".repeat(n));
+            assert_eq!(agree(&nots), n <= MAX_DEPTH, "{n} negations");
         }
     }
 
