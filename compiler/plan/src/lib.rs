@@ -117,8 +117,10 @@ pub enum Durability {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", content = "body", rename_all = "snake_case")]
+#[derive(Default)]
 pub enum OnError {
     /// The failure fails the run (or, for a step, propagates to the workflow).
+    #[default]
     Fail,
     /// The step ends without output and the run goes on.
     Continue,
@@ -174,7 +176,9 @@ pub struct Step {
     pub action: Action,
     pub retry: Retry,
     pub timeout_ms: u64,
+    #[serde(default, skip_serializing_if = "OnError::is_fail")]
     pub on_error: OnError,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<Expr>,
 }
 
@@ -289,10 +293,18 @@ pub enum TemplatePart {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Ref {
     pub root: Root,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub path: Vec<PathSegment>,
     /// Whether absence (a step that did not run, a missing optional field) is
     /// expected here and yields null, as written with `?.` or under `??`.
+    #[serde(default, skip_serializing_if = "is_false")]
     pub optional: bool,
+}
+
+/// Defaults are left out of a plan's JSON: references and steps are most of a
+/// plan, and their defaults were most of its size.
+fn is_false(value: &bool) -> bool {
+    !*value
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -349,6 +361,12 @@ impl fmt::Display for PlanError {
 }
 
 impl std::error::Error for PlanError {}
+
+impl OnError {
+    fn is_fail(&self) -> bool {
+        matches!(self, OnError::Fail)
+    }
+}
 
 /// How deeply a plan's JSON may nest. The deepest workflow the compiler accepts
 /// (128 levels of blocks) lowers to about 520 levels; reading recurses once per
