@@ -1,0 +1,11 @@
+//! The flow runtime: executes plans.
+//!
+//! The runtime knows the plan format (`flow-plan`) and nothing else of the
+//! compiler. A run is the deterministic replay of a plan over a journal: every
+//! step execution is recorded under its execution path (`lookups/billing/invoices`,
+//! `scans[3]/page`), and executing a path that the journal already holds takes
+//! the recorded outcome instead of running the step again. Resuming after an
+//! approval and recovering after a crash are both that replay.
+
+pub mod offline;
+pub mod schema;
