@@ -7,5 +7,11 @@
 //! the recorded outcome instead of running the step again. Resuming after an
 //! approval and recovering after a crash are both that replay.
 
+pub mod eval;
+pub mod interp;
+pub mod memory;
 pub mod offline;
 pub mod schema;
+pub mod scope;
+
+pub use interp::{Outcome, Services, run};

@@ -1,0 +1,317 @@
+//! Evaluating a plan's expressions, references and templates against a run's
+//! values.
+//!
+//! Templates are rendered in one pass over their pre-split parts, so text that
+//! a reference yields (an LLM's answer, say) is never read as a template again.
+
+use std::sync::Arc;
+
+use flow_plan::{BinaryOp, Expr, PathSegment, Ref, Root, Template, TemplatePart};
+use serde_json::{Map, Value};
+
+use crate::scope::Scope;
+
+/// Why an expression could not be evaluated. The checker rules most of these
+/// out; what remains comes from `json` values whose shape is only known at run
+/// time, and from indices past the end of a list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EvalError(pub String);
+
+impl std::fmt::Display for EvalError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What an expression sees: the run's input, the step outputs in scope, the
+/// loop items and indices of the enclosing loops, and the error in a fallback.
+pub struct Env<'a> {
+    pub input: &'a Value,
+    pub input_fields: &'a [String],
+    pub scope: &'a Scope,
+    /// Item and index of each enclosing loop, outermost first.
+    pub loops: &'a [(Arc<Value>, usize)],
+    pub error: Option<&'a Value>,
+    /// A recipe's input values, in its prompt.
+    pub recipe_input: Option<(&'a [String], &'a Map<String, Value>)>,
+}
+
+impl Env<'_> {
+    pub fn eval(&self, expr: &Expr) -> Result<Value, EvalError> {
+        Ok(match expr {
+            Expr::Literal(value) => value.clone(),
+            Expr::Duration(ms) => Value::from(*ms),
+            Expr::Template(template) => Value::String(self.render(template)?),
+            Expr::Ref(reference) => self.resolve(reference)?,
+            Expr::List(items) => Value::Array(
+                items
+                    .iter()
+                    .map(|item| self.eval(item))
+                    .collect::<Result<_, _>>()?,
+            ),
+            Expr::Record(fields) => {
+                let mut map = Map::with_capacity(fields.len());
+                for field in fields {
+                    map.insert(field.name.clone(), self.eval(&field.value)?);
+                }
+                Value::Object(map)
+            }
+            Expr::Not(inner) => Value::Bool(!truthy(&self.eval(inner)?)?),
+            Expr::Binary { op, left, right } => self.binary(*op, left, right)?,
+        })
+    }
+
+    fn binary(&self, op: BinaryOp, left: &Expr, right: &Expr) -> Result<Value, EvalError> {
+        // `??`, `&&` and `||` evaluate their right side only when needed.
+        match op {
+            BinaryOp::Coalesce => {
+                let value = self.eval(left)?;
+                return if value.is_null() {
+                    self.eval(right)
+                } else {
+                    Ok(value)
+                };
+            }
+            BinaryOp::And => {
+                return Ok(Value::Bool(
+                    truthy(&self.eval(left)?)? && truthy(&self.eval(right)?)?,
+                ));
+            }
+            BinaryOp::Or => {
+                return Ok(Value::Bool(
+                    truthy(&self.eval(left)?)? || truthy(&self.eval(right)?)?,
+                ));
+            }
+            _ => {}
+        }
+        let (a, b) = (self.eval(left)?, self.eval(right)?);
+        Ok(Value::Bool(match op {
+            BinaryOp::Eq => equal(&a, &b),
+            BinaryOp::Ne => !equal(&a, &b),
+            _ => {
+                let (Some(x), Some(y)) = (a.as_f64(), b.as_f64()) else {
+                    return Err(EvalError(format!(
+                        "cannot compare {} with {} as numbers",
+                        describe(&a),
+                        describe(&b)
+                    )));
+                };
+                match op {
+                    BinaryOp::Lt => x < y,
+                    BinaryOp::Le => x <= y,
+                    BinaryOp::Gt => x > y,
+                    _ => x >= y,
+                }
+            }
+        }))
+    }
+
+    /// Renders a template: text as it is, references as text (strings as they
+    /// are, other values as compact JSON, absent optional values as nothing).
+    pub fn render(&self, template: &Template) -> Result<String, EvalError> {
+        let mut out = String::new();
+        for part in &template.parts {
+            match part {
+                TemplatePart::Text(text) => out.push_str(text),
+                TemplatePart::Ref(reference) => match self.resolve(reference)? {
+                    Value::String(text) => out.push_str(&text),
+                    Value::Null => {}
+                    other => out.push_str(&other.to_string()),
+                },
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn resolve(&self, reference: &Ref) -> Result<Value, EvalError> {
+        let absent = |what: String| {
+            if reference.optional {
+                Ok(Value::Null)
+            } else {
+                Err(EvalError(what))
+            }
+        };
+        let root: Value = match reference.root {
+            Root::Input => self.input.clone(),
+            Root::InputField(index) => {
+                let name = self.input_fields.get(index as usize).ok_or_else(|| {
+                    EvalError(format!("the plan names input field {index}, which it does not declare"))
+                })?;
+                match self.input.get(name) {
+                    Some(value) => value.clone(),
+                    None => return absent(format!("the input has no field `{name}`")),
+                }
+            }
+            Root::Step(slot) => match self.scope.get(slot) {
+                Some(value) => return walk(&value, &reference.path, reference.optional),
+                None => return absent(format!("step slot {slot} has no output here")),
+            },
+            Root::LoopItem(level) => match self.loops.get(level as usize) {
+                Some((item, _)) => return walk(item, &reference.path, reference.optional),
+                None => return Err(EvalError(format!("no loop at level {level}"))),
+            },
+            Root::LoopIndex(level) => match self.loops.get(level as usize) {
+                Some((_, index)) => Value::from(*index),
+                None => return Err(EvalError(format!("no loop at level {level}"))),
+            },
+            Root::Error => match self.error {
+                Some(error) => error.clone(),
+                None => return absent("no error is in scope".to_string()),
+            },
+            Root::RecipeInput(index) => {
+                let Some((fields, values)) = self.recipe_input else {
+                    return Err(EvalError("a recipe input outside a prompt".to_string()));
+                };
+                let name = fields.get(index as usize).map(String::as_str).unwrap_or("");
+                match values.get(name) {
+                    Some(value) => value.clone(),
+                    None => return absent(format!("the recipe input `{name}` is not given")),
+                }
+            }
+        };
+        walk(&root, &reference.path, reference.optional)
+    }
+}
+
+/// Follows a path into a value. A missing field or index is an error unless
+/// the reference is optional; then it is null.
+fn walk(value: &Value, path: &[PathSegment], optional: bool) -> Result<Value, EvalError> {
+    let mut current = value;
+    for segment in path {
+        let next = match (segment, current) {
+            (PathSegment::Field(name), Value::Object(map)) => map.get(name),
+            (PathSegment::Index(index), Value::Array(items)) => {
+                usize::try_from(*index).ok().and_then(|i| items.get(i))
+            }
+            (_, Value::Null) if optional => return Ok(Value::Null),
+            _ => None,
+        };
+        match next {
+            Some(value) => current = value,
+            None if optional => return Ok(Value::Null),
+            None => {
+                return Err(EvalError(match segment {
+                    PathSegment::Field(name) => format!("no field `{name}` in {}", describe(current)),
+                    PathSegment::Index(index) => format!("no element [{index}] in {}", describe(current)),
+                }));
+            }
+        }
+    }
+    Ok(current.clone())
+}
+
+fn truthy(value: &Value) -> Result<bool, EvalError> {
+    value
+        .as_bool()
+        .ok_or_else(|| EvalError(format!("expected a boolean, found {}", describe(value))))
+}
+
+/// Equality as the language defines it: numbers by value (`1 == 1.0`), the
+/// rest structurally.
+fn equal(a: &Value, b: &Value) -> bool {
+    match (a.as_f64(), b.as_f64()) {
+        (Some(x), Some(y)) => x == y,
+        _ => a == b,
+    }
+}
+
+/// A short description of a value for messages.
+pub fn describe(value: &Value) -> String {
+    match value {
+        Value::Null => "null".to_string(),
+        Value::Bool(b) => format!("the boolean {b}"),
+        Value::Number(n) => format!("the number {n}"),
+        Value::String(s) if s.chars().count() > 40 => "a string".to_string(),
+        Value::String(s) => format!("the string {s:?}"),
+        Value::Array(items) => format!("a list of {}", items.len()),
+        Value::Object(_) => "an object".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flow_plan::Field;
+    use serde_json::json;
+
+    fn reference(root: Root, path: &[&str], optional: bool) -> Ref {
+        Ref {
+            root,
+            path: path
+                .iter()
+                .map(|p| match p.parse::<i64>() {
+                    Ok(i) => PathSegment::Index(i),
+                    Err(_) => PathSegment::Field(p.to_string()),
+                })
+                .collect(),
+            optional,
+        }
+    }
+
+    #[test]
+    fn references_templates_and_operators() {
+        let input = json!({ "name": "Ada", "tags": ["a", "b"] });
+        let fields = vec!["name".to_string(), "tags".to_string()];
+        let scope = Scope::root(2);
+        scope.set(0, json!({ "score": 4, "summary": "ok" }));
+        let env = Env {
+            input: &input,
+            input_fields: &fields,
+            scope: &scope,
+            loops: &[],
+            error: None,
+            recipe_input: None,
+        };
+        let template = Template {
+            parts: vec![
+                TemplatePart::Text("Hi ".into()),
+                TemplatePart::Ref(reference(Root::InputField(0), &[], false)),
+                TemplatePart::Text(": ".into()),
+                TemplatePart::Ref(reference(Root::Step(0), &["score"], false)),
+                TemplatePart::Ref(reference(Root::Step(1), &["x"], true)),
+            ],
+        };
+        assert_eq!(env.render(&template), Ok("Hi Ada: 4".to_string()));
+        let second_tag = Expr::Ref(reference(Root::InputField(1), &["1"], false));
+        assert_eq!(env.eval(&second_tag), Ok(json!("b")));
+        let urgent = Expr::Binary {
+            op: BinaryOp::Ge,
+            left: Box::new(Expr::Ref(reference(Root::Step(0), &["score"], false))),
+            right: Box::new(Expr::Literal(json!(4.0))),
+        };
+        assert_eq!(env.eval(&urgent), Ok(json!(true)));
+        let defaulted = Expr::Binary {
+            op: BinaryOp::Coalesce,
+            left: Box::new(Expr::Ref(reference(Root::Step(1), &["approved"], true))),
+            right: Box::new(Expr::Literal(json!(false))),
+        };
+        assert_eq!(env.eval(&defaulted), Ok(json!(false)));
+        let record = Expr::Record(vec![Field {
+            name: "n".into(),
+            value: Expr::Literal(json!(1)),
+        }]);
+        assert_eq!(env.eval(&record), Ok(json!({ "n": 1 })));
+        let missing = Expr::Ref(reference(Root::Step(0), &["nope"], false));
+        assert!(env.eval(&missing).is_err());
+    }
+
+    /// Text that a step returned is inserted as it is, never read as a template.
+    #[test]
+    fn rendered_text_is_never_evaluated_again() {
+        let input = json!({});
+        let scope = Scope::root(1);
+        scope.set(0, json!({ "text": "{{workflow_input.secret}}" }));
+        let env = Env {
+            input: &input,
+            input_fields: &[],
+            scope: &scope,
+            loops: &[],
+            error: None,
+            recipe_input: None,
+        };
+        let template = Template {
+            parts: vec![TemplatePart::Ref(reference(Root::Step(0), &["text"], false))],
+        };
+        assert_eq!(env.render(&template), Ok("{{workflow_input.secret}}".to_string()));
+    }
+}

@@ -1,0 +1,831 @@
+//! The interpreter: runs a workflow of a plan as a replay over its journal.
+//!
+//! Every step execution is recorded under its execution path. Before running a
+//! step, the interpreter looks its path up in the journal: a completed step
+//! gives its recorded output and is not run again, a decided approval gives its
+//! decision, a pending one parks the run again. So resuming after an approval
+//! and recovering after a crash are the same operation: run the plan again.
+//!
+//! Concurrency (parallel branches, loop iterations with `concurrency N`) is
+//! cooperative, within the run's task: the work is waiting on providers, and
+//! one task per run keeps a run's state free of locks held across awaits.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use flow_plan::{Action, Node, OnError, OnExpire, OnReject, Plan, Step, StepKind, Workflow};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use crate::eval::{Env, EvalError};
+use crate::scope::Scope;
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What kind of failure a step attempt had; it decides whether to retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// 429: retried, honouring `Retry-After` within the backoff cap.
+    RateLimited,
+    /// 5xx: retried.
+    Server,
+    /// The attempt ran past the step's timeout: retried.
+    Timeout,
+    /// The connection failed or was reset: retried.
+    Connection,
+    /// Any other 4xx: not retried.
+    Client,
+    /// The output does not fit the recipe's schema, after the repair attempt.
+    InvalidOutput,
+    /// An expression could not be evaluated (a `json` value of another shape).
+    Expression,
+    /// The step needs something this runtime does not have (an MCP client).
+    Unsupported,
+    /// An approval was rejected with `on_reject: "fail"`.
+    Rejected,
+    /// An approval expired with `on_expire: "fail"`.
+    Expired,
+}
+
+impl ErrorKind {
+    pub fn retryable(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::RateLimited | ErrorKind::Server | ErrorKind::Timeout | ErrorKind::Connection
+        )
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            ErrorKind::RateLimited => "rate_limited",
+            ErrorKind::Server => "server",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Connection => "connection",
+            ErrorKind::Client => "client",
+            ErrorKind::InvalidOutput => "invalid_output",
+            ErrorKind::Expression => "expression",
+            ErrorKind::Unsupported => "unsupported",
+            ErrorKind::Rejected => "rejected",
+            ErrorKind::Expired => "expired",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepError {
+    pub kind: ErrorKind,
+    pub message: String,
+    /// A provider's `Retry-After`, honoured within the backoff cap.
+    #[serde(skip)]
+    pub retry_after: Option<Duration>,
+}
+
+impl StepError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> StepError {
+        StepError {
+            kind,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+}
+
+impl From<EvalError> for StepError {
+    fn from(error: EvalError) -> StepError {
+        StepError::new(ErrorKind::Expression, error.0)
+    }
+}
+
+/// One call of a recipe, as a provider receives it.
+#[derive(Debug, Clone)]
+pub struct RecipeCall {
+    pub recipe: String,
+    /// The model alias; the provider's configuration resolves it.
+    pub model: String,
+    pub prompt: String,
+    pub input: Value,
+    pub output_schema: Value,
+    /// Stable identity of this attempt (run id, path, attempt index), for
+    /// deterministic providers and idempotent requests.
+    pub call_id: String,
+}
+
+/// A model provider (OpenAI-compatible, Anthropic, the offline fabricator).
+pub trait Provider: Send + Sync {
+    fn complete<'a>(&'a self, call: &'a RecipeCall) -> BoxFuture<'a, Result<Value, StepError>>;
+}
+
+/// A call to an MCP server's tool.
+pub trait McpClient: Send + Sync {
+    fn call_tool<'a>(
+        &'a self,
+        server: &'a flow_plan::McpServer,
+        tool: &'a str,
+        args: &'a Value,
+    ) -> BoxFuture<'a, Result<Value, StepError>>;
+}
+
+/// The effects of KB writes and handoffs, kept by the store.
+pub trait Effects: Send + Sync {
+    /// Creates or updates a document; the same idempotency key returns the
+    /// first write's result instead of writing again.
+    fn kb_write<'a>(&'a self, write: &'a KbWrite) -> BoxFuture<'a, Result<Value, StepError>>;
+    /// Records an in-app notification for a department; never blocks the run.
+    fn handoff<'a>(&'a self, handoff: &'a Handoff) -> BoxFuture<'a, Result<(), StepError>>;
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KbWrite {
+    pub collection: String,
+    pub title: String,
+    pub content: String,
+    pub metadata: Option<Value>,
+    pub key: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Handoff {
+    pub run_id: String,
+    pub department: String,
+    pub message: String,
+    pub subject: Option<String>,
+    pub key: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepStatus {
+    Completed,
+    Failed,
+    /// An approval waiting for a decision.
+    Pending,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Attempt {
+    pub index: u32,
+    pub error: Option<String>,
+    /// The wait before the next attempt.
+    pub delay_ms: Option<u64>,
+}
+
+/// One step execution: the journal's unit and the trace tree's node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    pub path: String,
+    pub step_id: String,
+    pub kind: StepKind,
+    pub status: StepStatus,
+    pub input: Value,
+    pub output: Option<Value>,
+    pub error: Option<StepError>,
+    pub attempts: Vec<Attempt>,
+    pub started_ms: u64,
+    pub ended_ms: u64,
+}
+
+/// Where step records go, and where a replay finds them.
+pub trait Journal: Send + Sync {
+    fn lookup(&self, path: &str) -> Option<StepRecord>;
+    /// Durable before the future resolves, in the stores that promise it.
+    fn record<'a>(&'a self, record: StepRecord) -> BoxFuture<'a, Result<(), StepError>>;
+}
+
+/// An approval the run is parked at.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingApproval {
+    pub path: String,
+    pub step_id: String,
+    pub approvers: Vec<String>,
+    pub message: String,
+    pub expires_ms: Option<u64>,
+    pub on_reject: OnReject,
+    pub on_expire: OnExpire,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Outcome {
+    Completed { output: Value },
+    Parked { pending: Vec<PendingApproval> },
+    Failed { error: StepError, step: Option<String> },
+}
+
+/// The services a run uses.
+#[derive(Clone)]
+pub struct Services {
+    pub provider: Arc<dyn Provider>,
+    pub effects: Arc<dyn Effects>,
+    pub mcp: Option<Arc<dyn McpClient>>,
+    pub journal: Arc<dyn Journal>,
+}
+
+/// Why a block stopped early.
+enum Interrupt {
+    Parked,
+    Failed { error: StepError, step: String },
+}
+
+/// Where a node runs: its scope, its enclosing loops, the error in scope, and
+/// the execution path of its parent.
+#[derive(Clone)]
+struct Ctx {
+    scope: Arc<Scope>,
+    loops: Arc<Vec<(Arc<Value>, usize)>>,
+    error: Option<Arc<Value>>,
+    prefix: String,
+}
+
+struct Interpreter<'p> {
+    plan: &'p Plan,
+    workflow: &'p Workflow,
+    run_id: String,
+    input: Value,
+    services: Services,
+    pending: Mutex<Vec<PendingApproval>>,
+}
+
+/// Runs (or resumes) the workflow `workflow` of `plan` with `input`.
+pub async fn run(plan: &Plan, workflow: &str, run_id: &str, input: Value, services: Services) -> Outcome {
+    let Some(workflow) = plan.workflow(workflow) else {
+        return Outcome::Failed {
+            error: StepError::new(ErrorKind::Unsupported, format!("the plan has no workflow `{workflow}`")),
+            step: None,
+        };
+    };
+    let mismatches = crate::schema::validate(&workflow.input_schema, &input);
+    if !mismatches.is_empty() {
+        let list: Vec<String> = mismatches.iter().map(ToString::to_string).collect();
+        return Outcome::Failed {
+            error: StepError::new(
+                ErrorKind::Client,
+                format!("the input does not match the workflow's input: {}", list.join("; ")),
+            ),
+            step: None,
+        };
+    }
+    let interpreter = Interpreter {
+        plan,
+        workflow,
+        run_id: run_id.to_string(),
+        input,
+        services,
+        pending: Mutex::new(Vec::new()),
+    };
+    interpreter.workflow().await
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl<'p> Interpreter<'p> {
+    async fn workflow(&self) -> Outcome {
+        let root = Ctx {
+            scope: Arc::new(Scope::root(self.workflow.slots.len())),
+            loops: Arc::new(Vec::new()),
+            error: None,
+            prefix: String::new(),
+        };
+        match self.block(&self.workflow.body, root.clone()).await {
+            Ok(()) => {}
+            Err(Interrupt::Parked) => {
+                let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|p| p.into_inner()));
+                return Outcome::Parked { pending };
+            }
+            Err(Interrupt::Failed { error, step }) => {
+                if let OnError::Fallback(handler) = &self.workflow.on_error {
+                    let ctx = Ctx {
+                        error: Some(Arc::new(error_value(&error, &step))),
+                        prefix: "on_error/".to_string(),
+                        ..root
+                    };
+                    // The handler's own failure or park does not hide the
+                    // failure that ran it.
+                    let _ = self.block(handler, ctx).await;
+                }
+                return Outcome::Failed { error, step: Some(step) };
+            }
+        }
+        let env = self.env(&root, None);
+        let mut output = Map::new();
+        for field in &self.workflow.output {
+            match env.eval(&field.value) {
+                Ok(value) => {
+                    output.insert(field.name.clone(), value);
+                }
+                Err(error) => {
+                    return Outcome::Failed {
+                        error: StepError::new(ErrorKind::Expression, format!("output `{}`: {error}", field.name)),
+                        step: None,
+                    };
+                }
+            }
+        }
+        Outcome::Completed {
+            output: Value::Object(output),
+        }
+    }
+
+    fn env<'a>(&'a self, ctx: &'a Ctx, recipe_input: Option<(&'a [String], &'a Map<String, Value>)>) -> Env<'a> {
+        Env {
+            input: &self.input,
+            input_fields: &self.workflow.input_fields,
+            scope: &ctx.scope,
+            loops: &ctx.loops,
+            error: ctx.error.as_deref(),
+            recipe_input,
+        }
+    }
+
+    fn block<'a>(&'a self, nodes: &'a [Node], ctx: Ctx) -> BoxFuture<'a, Result<(), Interrupt>> {
+        Box::pin(async move {
+            for node in nodes {
+                self.node(node, &ctx).await?;
+            }
+            Ok(())
+        })
+    }
+
+    async fn node(&self, node: &'p Node, ctx: &Ctx) -> Result<(), Interrupt> {
+        match node {
+            Node::Step(step) => self.step(step, ctx).await,
+            Node::Condition { branches, otherwise, .. } => {
+                for branch in branches {
+                    let holds = self
+                        .env(ctx, None)
+                        .eval(&branch.condition)
+                        .map_err(|error| self.failed(StepError::from(error), "condition"))?;
+                    if holds == Value::Bool(true) {
+                        return self.block(&branch.body, ctx.clone()).await;
+                    }
+                }
+                match otherwise {
+                    Some(body) => self.block(body, ctx.clone()).await,
+                    None => Ok(()),
+                }
+            }
+            Node::Loop { slot, id, collection, concurrency, body, .. } => {
+                let items = match self.env(ctx, None).eval(collection) {
+                    Ok(Value::Array(items)) => items,
+                    Ok(other) => {
+                        let error = StepError::new(
+                            ErrorKind::Expression,
+                            format!("loop `{id}` needs a list, found {}", crate::eval::describe(&other)),
+                        );
+                        return Err(self.failed(error, id));
+                    }
+                    Err(error) => return Err(self.failed(error.into(), id)),
+                };
+                let iterations: Vec<BoxFuture<'_, (Arc<Scope>, Result<(), Interrupt>)>> = items
+                    .into_iter()
+                    .enumerate()
+                    .map(|(index, item)| {
+                        let mut loops = (*ctx.loops).clone();
+                        loops.push((Arc::new(item), index));
+                        let iteration = Ctx {
+                            scope: Scope::child(&ctx.scope),
+                            loops: Arc::new(loops),
+                            error: ctx.error.clone(),
+                            prefix: format!("{}{id}[{index}]/", ctx.prefix),
+                        };
+                        let scope = Arc::clone(&iteration.scope);
+                        let run: BoxFuture<'_, (Arc<Scope>, Result<(), Interrupt>)> =
+                            Box::pin(async move { (scope, self.block(body, iteration).await) });
+                        run
+                    })
+                    .collect();
+                let results = run_bounded(iterations, (*concurrency).max(1) as usize).await;
+                let mut records = Vec::with_capacity(results.len());
+                let mut interrupt = None;
+                for (scope, result) in results {
+                    if let Err(error) = result {
+                        interrupt = Some(merge_interrupts(interrupt, error));
+                    }
+                    records.push(self.record_of(&scope));
+                }
+                if let Some(interrupt) = interrupt {
+                    return Err(interrupt);
+                }
+                ctx.scope.set(*slot, Value::Array(records));
+                Ok(())
+            }
+            Node::Parallel { slot, id, branches } => {
+                let runs: Vec<BoxFuture<'_, (Arc<Scope>, Result<(), Interrupt>)>> = branches
+                    .iter()
+                    .map(|branch| {
+                        let child = Ctx {
+                            scope: Scope::child(&ctx.scope),
+                            loops: Arc::clone(&ctx.loops),
+                            error: ctx.error.clone(),
+                            prefix: format!("{}{id}/{}/", ctx.prefix, branch.name),
+                        };
+                        let scope = Arc::clone(&child.scope);
+                        let run: BoxFuture<'_, (Arc<Scope>, Result<(), Interrupt>)> =
+                            Box::pin(async move { (scope, self.block(&branch.body, child).await) });
+                        run
+                    })
+                    .collect();
+                // Every branch settles before the join, whatever the others do.
+                let results = run_bounded(runs, branches.len().max(1)).await;
+                let mut record = Map::new();
+                let mut interrupt = None;
+                for (branch, (scope, result)) in branches.iter().zip(results) {
+                    if let Err(error) = result {
+                        interrupt = Some(merge_interrupts(interrupt, error));
+                    }
+                    record.insert(branch.name.clone(), self.record_of(&scope));
+                    scope.merge_into(&ctx.scope);
+                }
+                if let Some(interrupt) = interrupt {
+                    return Err(interrupt);
+                }
+                ctx.scope.set(*slot, Value::Object(record));
+                Ok(())
+            }
+        }
+    }
+
+    /// The outputs set in one iteration or branch, by step id.
+    fn record_of(&self, scope: &Scope) -> Value {
+        let mut record = Map::new();
+        for (slot, value) in scope.own_outputs() {
+            if let Some(info) = self.workflow.slots.get(slot as usize) {
+                record.insert(info.id.clone(), (*value).clone());
+            }
+        }
+        Value::Object(record)
+    }
+
+    fn failed(&self, error: StepError, step: &str) -> Interrupt {
+        Interrupt::Failed {
+            error,
+            step: step.to_string(),
+        }
+    }
+
+    async fn step(&self, step: &'p Step, ctx: &Ctx) -> Result<(), Interrupt> {
+        let path = format!("{}{}", ctx.prefix, step.id);
+        if let Some(record) = self.services.journal.lookup(&path) {
+            return self.replay(step, ctx, &path, record).await;
+        }
+        let started_ms = now_ms();
+        let kind = self.workflow.slots.get(step.slot as usize).map_or(StepKind::Recipe, |s| s.kind);
+        let env = self.env(ctx, None);
+        let args = match self.args(step, &env) {
+            Ok(args) => args,
+            Err(error) => {
+                return self
+                    .settle(step, ctx, &path, kind, Value::Null, Err(error), Vec::new(), started_ms)
+                    .await;
+            }
+        };
+        if let Action::Approval { approvers, message, expires_ms, on_reject, on_expire } = &step.action {
+            let approvers: Vec<String> = match env.eval(approvers) {
+                Ok(Value::Array(items)) => items
+                    .into_iter()
+                    .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            let message = env.eval(message).ok().map_or_else(String::new, |m| {
+                m.as_str().map_or_else(|| m.to_string(), str::to_string)
+            });
+            let pending = PendingApproval {
+                path: path.clone(),
+                step_id: step.id.clone(),
+                approvers,
+                message,
+                expires_ms: *expires_ms,
+                on_reject: *on_reject,
+                on_expire: *on_expire,
+            };
+            let record = StepRecord {
+                path: path.clone(),
+                step_id: step.id.clone(),
+                kind,
+                status: StepStatus::Pending,
+                input: serde_json::to_value(&pending).unwrap_or(Value::Null),
+                output: None,
+                error: None,
+                attempts: Vec::new(),
+                started_ms,
+                ended_ms: started_ms,
+            };
+            self.journal(record).await?;
+            self.pending.lock().unwrap_or_else(|p| p.into_inner()).push(pending);
+            return Err(Interrupt::Parked);
+        }
+        let (result, attempts) = self.attempts(step, &path, &args, ctx).await;
+        self.settle(step, ctx, &path, kind, args, result, attempts, started_ms).await
+    }
+
+    /// A step the journal already holds: its recorded outcome, not a new run.
+    async fn replay(&self, step: &'p Step, ctx: &Ctx, path: &str, record: StepRecord) -> Result<(), Interrupt> {
+        match record.status {
+            StepStatus::Completed => {
+                if let Some(output) = record.output {
+                    ctx.scope.set(step.slot, output);
+                }
+                Ok(())
+            }
+            StepStatus::Pending => {
+                if let Ok(pending) = serde_json::from_value::<PendingApproval>(record.input) {
+                    self.pending.lock().unwrap_or_else(|p| p.into_inner()).push(pending);
+                }
+                Err(Interrupt::Parked)
+            }
+            StepStatus::Failed => {
+                let error = record
+                    .error
+                    .unwrap_or_else(|| StepError::new(ErrorKind::Server, "failed"));
+                self.on_error(step, ctx, path, error).await
+            }
+        }
+    }
+
+    fn args(&self, step: &Step, env: &Env<'_>) -> Result<Value, StepError> {
+        let fields = match &step.action {
+            Action::Recipe { args, .. } | Action::Browser { args, .. } => args.as_slice(),
+            Action::Approval { .. } => return Ok(Value::Null),
+            Action::KbWrite { collection, title, content, metadata } => {
+                return Ok(json!({
+                    "collection": env.render(collection)?,
+                    "title": env.eval(title)?,
+                    "content": env.eval(content)?,
+                    "metadata": metadata.as_ref().map(|m| env.eval(m)).transpose()?,
+                    "key": self.key(step, env)?,
+                }));
+            }
+            Action::Handoff { department, message, subject } => {
+                return Ok(json!({
+                    "department": env.render(department)?,
+                    "message": env.eval(message)?,
+                    "subject": subject.as_ref().map(|s| env.eval(s)).transpose()?,
+                    "key": self.key(step, env)?,
+                }));
+            }
+        };
+        let mut map = Map::with_capacity(fields.len());
+        for field in fields {
+            map.insert(field.name.clone(), env.eval(&field.value)?);
+        }
+        Ok(Value::Object(map))
+    }
+
+    fn key(&self, step: &Step, env: &Env<'_>) -> Result<Option<String>, StepError> {
+        Ok(match &step.idempotency_key {
+            Some(key) => Some(match env.eval(key)? {
+                Value::String(text) => text,
+                other => other.to_string(),
+            }),
+            None => None,
+        })
+    }
+
+    /// Runs the step's action with its retries and per-attempt timeout.
+    async fn attempts(&self, step: &Step, path: &str, args: &Value, ctx: &Ctx) -> (Result<Option<Value>, StepError>, Vec<Attempt>) {
+        let mut attempts = Vec::new();
+        let mut index = 0;
+        loop {
+            let call_id = format!("{}:{path}:{index}", self.run_id);
+            let timeout = Duration::from_millis(step.timeout_ms);
+            let result = match tokio::time::timeout(timeout, self.action(step, args, &call_id, ctx)).await {
+                Ok(result) => result,
+                Err(_) => Err(StepError::new(
+                    ErrorKind::Timeout,
+                    format!("the attempt ran past the step's timeout of {} ms", step.timeout_ms),
+                )),
+            };
+            match result {
+                Ok(output) => {
+                    attempts.push(Attempt {
+                        index,
+                        error: None,
+                        delay_ms: None,
+                    });
+                    return (Ok(output), attempts);
+                }
+                Err(error) => {
+                    let last = index + 1 >= step.retry.attempts || !error.kind.retryable();
+                    let delay = (!last).then(|| backoff(step, index, &error, &call_id));
+                    attempts.push(Attempt {
+                        index,
+                        error: Some(format!("{}: {}", error.kind.name(), error.message)),
+                        delay_ms: delay.map(|d| d.as_millis() as u64),
+                    });
+                    match delay {
+                        Some(delay) => tokio::time::sleep(delay).await,
+                        None => return (Err(error), attempts),
+                    }
+                }
+            }
+            index += 1;
+        }
+    }
+
+    async fn action(&self, step: &Step, args: &Value, call_id: &str, ctx: &Ctx) -> Result<Option<Value>, StepError> {
+        match &step.action {
+            Action::Recipe { recipe, .. } => {
+                let recipe = self.plan.recipes.get(*recipe as usize).ok_or_else(|| {
+                    StepError::new(ErrorKind::Unsupported, "the plan names a recipe it does not hold")
+                })?;
+                let inputs = args.as_object().cloned().unwrap_or_default();
+                let prompt = self
+                    .env(ctx, Some((&recipe.input_fields, &inputs)))
+                    .render(&recipe.prompt)?;
+                let call = RecipeCall {
+                    recipe: recipe.name.clone(),
+                    model: recipe.model.clone(),
+                    prompt,
+                    input: args.clone(),
+                    output_schema: recipe.output_schema.clone(),
+                    call_id: call_id.to_string(),
+                };
+                let output = self.services.provider.complete(&call).await?;
+                let mismatches = crate::schema::validate(&recipe.output_schema, &output);
+                if !mismatches.is_empty() {
+                    let list: Vec<String> = mismatches.iter().map(ToString::to_string).collect();
+                    return Err(StepError::new(
+                        ErrorKind::InvalidOutput,
+                        format!("the output does not match recipe `{}`: {}", recipe.name, list.join("; ")),
+                    ));
+                }
+                Ok(Some(output))
+            }
+            Action::KbWrite { .. } => {
+                let write: KbWrite = serde_json::from_value(args.clone())
+                    .map_err(|e| StepError::new(ErrorKind::Expression, format!("kb_write: {e}")))?;
+                Ok(Some(self.services.effects.kb_write(&write).await?))
+            }
+            Action::Handoff { .. } => {
+                let mut handoff = args.clone();
+                if let Some(map) = handoff.as_object_mut() {
+                    map.insert("run_id".into(), Value::String(self.run_id.clone()));
+                }
+                let handoff: Handoff = serde_json::from_value(handoff)
+                    .map_err(|e| StepError::new(ErrorKind::Expression, format!("handoff: {e}")))?;
+                self.services.effects.handoff(&handoff).await?;
+                Ok(None)
+            }
+            Action::Browser { server, tool, .. } => {
+                let Some(mcp) = &self.services.mcp else {
+                    return Err(StepError::new(
+                        ErrorKind::Unsupported,
+                        format!("no MCP client configured: cannot call `{tool}`"),
+                    ));
+                };
+                let server = self.plan.mcp_servers.get(*server as usize).ok_or_else(|| {
+                    StepError::new(ErrorKind::Unsupported, "the plan names an MCP server it does not hold")
+                })?;
+                Ok(Some(mcp.call_tool(server, tool, args).await?))
+            }
+            Action::Approval { .. } => Ok(None),
+        }
+    }
+
+    /// Journals a step's outcome and applies its error policy.
+    #[allow(clippy::too_many_arguments)] // reason: one call site per outcome; a struct would only rename them
+    async fn settle(
+        &self,
+        step: &'p Step,
+        ctx: &Ctx,
+        path: &str,
+        kind: StepKind,
+        input: Value,
+        result: Result<Option<Value>, StepError>,
+        attempts: Vec<Attempt>,
+        started_ms: u64,
+    ) -> Result<(), Interrupt> {
+        let (status, output, error) = match &result {
+            Ok(output) => (StepStatus::Completed, output.clone(), None),
+            Err(error) => (StepStatus::Failed, None, Some(error.clone())),
+        };
+        let record = StepRecord {
+            path: path.to_string(),
+            step_id: step.id.clone(),
+            kind,
+            status,
+            input,
+            output: output.clone(),
+            error: error.clone(),
+            attempts,
+            started_ms,
+            ended_ms: now_ms(),
+        };
+        // The output is durable before a dependent step can use it.
+        self.journal(record).await?;
+        match result {
+            Ok(output) => {
+                if let Some(output) = output {
+                    ctx.scope.set(step.slot, output);
+                }
+                Ok(())
+            }
+            Err(error) => self.on_error(step, ctx, path, error).await,
+        }
+    }
+
+    async fn journal(&self, record: StepRecord) -> Result<(), Interrupt> {
+        let step = record.step_id.clone();
+        self.services
+            .journal
+            .record(record)
+            .await
+            .map_err(|error| self.failed(error, &step))
+    }
+
+    async fn on_error(&self, step: &'p Step, ctx: &Ctx, path: &str, error: StepError) -> Result<(), Interrupt> {
+        let policy = match (&step.on_error, &self.workflow.on_error) {
+            // A workflow's `on_error continue` is the default of its steps.
+            (OnError::Fail, OnError::Continue) => &OnError::Continue,
+            (policy, _) => policy,
+        };
+        match policy {
+            OnError::Fail => Err(self.failed(error, &step.id)),
+            OnError::Continue => Ok(()),
+            OnError::Fallback(block) => {
+                let fallback = Ctx {
+                    error: Some(Arc::new(error_value(&error, &step.id))),
+                    prefix: format!("{path}/fallback/"),
+                    ..ctx.clone()
+                };
+                self.block(block, fallback).await
+            }
+        }
+    }
+}
+
+/// The `error` value in a fallback block.
+fn error_value(error: &StepError, step: &str) -> Value {
+    json!({ "message": error.message, "kind": error.kind.name(), "step": step })
+}
+
+/// A failure outweighs a park: the run fails even if another branch waits.
+fn merge_interrupts(current: Option<Interrupt>, next: Interrupt) -> Interrupt {
+    match (current, next) {
+        (Some(failed @ Interrupt::Failed { .. }), _) => failed,
+        (_, next) => next,
+    }
+}
+
+/// `min(cap, first · 2^attempt + jitter)`, or the provider's `Retry-After`
+/// when it asks for more, within the cap. The jitter (up to a quarter of the
+/// delay) is derived from the call id, so a replay waits the same.
+fn backoff(step: &Step, attempt: u32, error: &StepError, call_id: &str) -> Duration {
+    let first = step.retry.backoff_min_ms;
+    let cap = step.retry.backoff_max_ms.max(first);
+    let base = first.saturating_mul(1u64 << attempt.min(32));
+    let jitter = crate::offline::seed_of(&[call_id]) % (base / 4 + 1);
+    let mut delay = base.saturating_add(jitter).min(cap);
+    if let Some(after) = error.retry_after {
+        delay = delay.max((after.as_millis() as u64).min(cap));
+    }
+    Duration::from_millis(delay)
+}
+
+/// Runs futures with at most `limit` in flight, in their order, and returns
+/// every result once all have settled.
+async fn run_bounded<'a, T: Send + 'a>(futures: Vec<BoxFuture<'a, T>>, limit: usize) -> Vec<T> {
+    let mut results: Vec<Option<T>> = futures.iter().map(|_| None).collect();
+    let mut waiting = futures.into_iter().enumerate();
+    let mut running: Vec<(usize, BoxFuture<'a, T>)> = Vec::new();
+    loop {
+        while running.len() < limit {
+            match waiting.next() {
+                Some(next) => running.push(next),
+                None => break,
+            }
+        }
+        if running.is_empty() {
+            break;
+        }
+        let (index, result) = FirstReady(&mut running).await;
+        results[index] = Some(result);
+    }
+    results.into_iter().flatten().collect()
+}
+
+/// Resolves with the first of the running futures that completes, removing it.
+struct FirstReady<'r, 'a, T>(&'r mut Vec<(usize, BoxFuture<'a, T>)>);
+
+impl<T> Future for FirstReady<'_, '_, T> {
+    type Output = (usize, T);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<(usize, T)> {
+        let running = &mut *self.0;
+        for position in 0..running.len() {
+            if let Poll::Ready(result) = running[position].1.as_mut().poll(cx) {
+                let (index, _) = running.remove(position);
+                return Poll::Ready((index, result));
+            }
+        }
+        Poll::Pending
+    }
+}

@@ -1,0 +1,154 @@
+//! An in-memory store: journal, knowledge-base documents and notifications.
+//!
+//! It serves single in-process runs (`flow run --memory`, the in-memory
+//! benchmark) and the interpreter's tests; it keeps nothing across a restart.
+//! The SQLite store implements the same traits with durability.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, MutexGuard};
+
+use flow_plan::OnReject;
+use serde_json::{Value, json};
+
+use crate::interp::{
+    BoxFuture, Effects, ErrorKind, Handoff, Journal, KbWrite, PendingApproval, StepError,
+    StepRecord, StepStatus,
+};
+
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    records: Mutex<BTreeMap<String, StepRecord>>,
+    /// (collection, title) → current version and content.
+    documents: Mutex<HashMap<(String, String), (i64, String)>>,
+    /// Idempotency key → the result of the first write with it.
+    keyed: Mutex<HashMap<String, Value>>,
+    notifications: Mutex<Vec<Handoff>>,
+}
+
+/// Why a decision on an approval was refused; nothing changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecideError {
+    UnknownStep(String),
+    NotPending(String),
+    NotAnApprover { approver: String, approvers: Vec<String> },
+}
+
+impl std::fmt::Display for DecideError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecideError::UnknownStep(path) => write!(f, "no approval at `{path}` in this run"),
+            DecideError::NotPending(path) => write!(f, "the approval at `{path}` is already decided"),
+            DecideError::NotAnApprover { approver, approvers } => write!(
+                f,
+                "{approver} may not decide this approval; its approvers are {}",
+                approvers.join(", ")
+            ),
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section is one insert or lookup; a panic elsewhere
+    // leaves the data whole.
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl MemoryStore {
+    pub fn records(&self) -> Vec<StepRecord> {
+        lock(&self.records).values().cloned().collect()
+    }
+
+    pub fn notifications(&self) -> Vec<Handoff> {
+        lock(&self.notifications).clone()
+    }
+
+    /// Decides the approval pending at `path`, exactly once: the check and the
+    /// write happen under one lock, so of concurrent decisions one wins.
+    pub fn decide(
+        &self,
+        path: &str,
+        approver: &str,
+        approved: bool,
+        comment: Option<&str>,
+        decided_at: &str,
+    ) -> Result<(), DecideError> {
+        let mut records = lock(&self.records);
+        let record = records
+            .get_mut(path)
+            .ok_or_else(|| DecideError::UnknownStep(path.to_string()))?;
+        if record.status != StepStatus::Pending {
+            return Err(DecideError::NotPending(path.to_string()));
+        }
+        let pending: PendingApproval = serde_json::from_value(record.input.clone())
+            .map_err(|_| DecideError::UnknownStep(path.to_string()))?;
+        if !pending.approvers.iter().any(|a| a == approver) {
+            return Err(DecideError::NotAnApprover {
+                approver: approver.to_string(),
+                approvers: pending.approvers,
+            });
+        }
+        let decision = json!({
+            "approved": approved,
+            "approver": approver,
+            "comment": comment,
+            "decided_at": decided_at,
+        });
+        if !approved && pending.on_reject == OnReject::Fail {
+            record.status = StepStatus::Failed;
+            record.error = Some(StepError::new(
+                ErrorKind::Rejected,
+                format!("{approver} rejected the approval"),
+            ));
+            record.output = Some(decision);
+        } else {
+            record.status = StepStatus::Completed;
+            record.output = Some(decision);
+        }
+        Ok(())
+    }
+}
+
+impl Journal for MemoryStore {
+    fn lookup(&self, path: &str) -> Option<StepRecord> {
+        let record = lock(&self.records).get(path).cloned()?;
+        // A rejected approval that fails its run replays as that failure.
+        Some(record)
+    }
+
+    fn record<'a>(&'a self, record: StepRecord) -> BoxFuture<'a, Result<(), StepError>> {
+        lock(&self.records).insert(record.path.clone(), record);
+        Box::pin(async { Ok(()) })
+    }
+}
+
+impl Effects for MemoryStore {
+    fn kb_write<'a>(&'a self, write: &'a KbWrite) -> BoxFuture<'a, Result<Value, StepError>> {
+        Box::pin(async move {
+            if let Some(key) = &write.key
+                && let Some(first) = lock(&self.keyed).get(key)
+            {
+                return Ok(first.clone());
+            }
+            let id = format!("{}/{}", write.collection, write.title);
+            let version = {
+                let mut documents = lock(&self.documents);
+                let entry = documents
+                    .entry((write.collection.clone(), write.title.clone()))
+                    .or_insert((0, String::new()));
+                entry.0 += 1;
+                entry.1 = write.content.clone();
+                entry.0
+            };
+            let result = json!({ "id": id, "version": version });
+            if let Some(key) = &write.key {
+                lock(&self.keyed).insert(key.clone(), result.clone());
+            }
+            Ok(result)
+        })
+    }
+
+    fn handoff<'a>(&'a self, handoff: &'a Handoff) -> BoxFuture<'a, Result<(), StepError>> {
+        lock(&self.notifications).push(handoff.clone());
+        Box::pin(async { Ok(()) })
+    }
+}
