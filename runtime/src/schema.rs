@@ -1,1 +1,810 @@
-//! Placeholder replaced by the helper.
+//! Validation of JSON values against the JSON Schemas that the compiler writes
+//! into plans.
+//!
+//! The runtime checks a workflow's input before a run starts and an LLM's
+//! output before a step completes. Both checks exist to tell a person what to
+//! fix, so validation does not stop at the first problem: it lists every
+//! mismatch, each with the place in the value, what the plan expected there and
+//! what was actually found.
+//!
+//! Only the forms the compiler emits are understood (see
+//! `flow_compiler::check::types::Ty::json_schema`): `{}`, the scalar `type`s, a
+//! string `enum`, the one duration `pattern`, `array` with `items`, closed
+//! `object`s with `properties` and `required`, and `anyOf` (in practice an
+//! optional: a type or null). Any other keyword is ignored rather than
+//! rejected, because a schema that is more permissive than intended is a far
+//! smaller problem at run time than a run that refuses valid input.
+
+use serde_json::{Map, Value};
+use std::fmt;
+
+/// The duration pattern the compiler emits for `duration` values. It is the only
+/// pattern checked, by hand, so the runtime needs no regular-expression engine.
+pub(crate) const DURATION_PATTERN: &str = "^[0-9]+(ms|s|m|h|d)$";
+
+/// How deep validation descends before it gives up. Values come from users and
+/// from LLMs, and serde_json is built without its nesting limit in this
+/// workspace, so without a bound a hostile value could exhaust the stack.
+pub(crate) const MAX_DEPTH: usize = 256;
+
+const DEPTH_WORDS: &str = "a value nested at most 256 levels deep";
+
+/// One mismatch: where (a JSON Pointer-like path such as `/customer/plan` or
+/// `/contacts/3/email`, "" for the root), what was expected (human words: "a
+/// string", "one of \"free\", \"pro\"", "an integer", "no field `x` (allowed:
+/// `a`, `b`)"), and what was found (a short description: "a number 3.5",
+/// "null", "an object", "missing").
+///
+/// A required field that is absent is reported at the field's own path (e.g.
+/// `/customer/email`) with what the field should hold as `expected` and
+/// "missing" as `found`, so every mismatch points at the exact place to fix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mismatch {
+    /// Where the mismatch is, as a JSON Pointer (`~` and `/` in field names are
+    /// escaped as `~0` and `~1`); empty for the value itself.
+    pub path: String,
+    /// What the schema wanted there, in words.
+    pub expected: String,
+    /// What the value holds there, in words.
+    pub found: String,
+}
+
+impl fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The root has an empty pointer; printing ": expected ..." would look
+        // like a formatting slip, so the root mismatch is printed without a path.
+        if self.path.is_empty() {
+            write!(f, "expected {}, found {}", self.expected, self.found)
+        } else {
+            write!(
+                f,
+                "{}: expected {}, found {}",
+                self.path, self.expected, self.found
+            )
+        }
+    }
+}
+
+/// Every mismatch of `value` against `schema`, in document order; empty when it
+/// fits.
+///
+/// Within an object, the fields present are visited in the value's own order
+/// (their mismatches and any fields the schema does not allow), then the
+/// required fields that are missing are listed in the schema's `required`
+/// order. An integer is a JSON number that serde_json parsed as a whole number
+/// (`3`); `3.0` and `3.5` are not integers, because a number written with a
+/// fraction is a float in flow's type system even when the fraction is zero.
+pub fn validate(schema: &Value, value: &Value) -> Vec<Mismatch> {
+    let mut out = Vec::new();
+    let mut path = String::new();
+    check(schema, value, &mut path, 0, &mut out);
+    out
+}
+
+/// Validates one node. `path` is extended and restored by the callers of each
+/// nested check, so that no path string is allocated unless a mismatch is
+/// recorded.
+fn check(schema: &Value, value: &Value, path: &mut String, depth: usize, out: &mut Vec<Mismatch>) {
+    if depth > MAX_DEPTH {
+        out.push(Mismatch {
+            path: path.clone(),
+            expected: DEPTH_WORDS.to_string(),
+            found: "deeper nesting".to_string(),
+        });
+        return;
+    }
+    let schema = match schema {
+        Value::Object(schema) => schema,
+        // JSON Schema allows the booleans as schemas: `false` accepts nothing.
+        Value::Bool(false) => {
+            out.push(mismatch(path, "nothing", value));
+            return;
+        }
+        // `true` and anything that is not a schema at all constrain nothing.
+        _ => return,
+    };
+
+    if let Some(Value::Array(branches)) = schema.get("anyOf")
+        && !branches.is_empty()
+    {
+        check_any_of(schema, branches, value, path, depth, out);
+    }
+
+    if let Some(Value::String(ty)) = schema.get("type")
+        && let Some(fits) = fits_type(ty, value)
+        && !fits
+    {
+        out.push(mismatch(path, &describe(schema), value));
+        // The value's shape is wrong, so checking its contents against the
+        // expected shape would only add noise.
+        return;
+    }
+
+    if let Some(Value::Array(variants)) = schema.get("enum")
+        && !variants.contains(value)
+    {
+        out.push(mismatch(path, &describe_enum(variants), value));
+        return;
+    }
+
+    if let (Some(Value::String(pattern)), Value::String(text)) = (schema.get("pattern"), value)
+        && pattern == DURATION_PATTERN
+        && !is_duration(text)
+    {
+        out.push(mismatch(path, DURATION_WORDS, value));
+        return;
+    }
+
+    match value {
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for (index, item) in items.iter().enumerate() {
+                    let len = path.len();
+                    path.push('/');
+                    path.push_str(&index.to_string());
+                    check(item_schema, item, path, depth + 1, out);
+                    path.truncate(len);
+                }
+            }
+        }
+        Value::Object(fields) => check_object(schema, fields, path, depth, out),
+        _ => {}
+    }
+}
+
+/// `anyOf`: the value fits when it fits one branch. When it fits none and the
+/// schema is an optional (one real branch plus null), the mismatches of the
+/// real branch are what the user needs to see, with "or null" added where the
+/// whole value was rejected; for other unions one summary mismatch is clearer
+/// than the mismatches of every branch.
+fn check_any_of(
+    schema: &Map<String, Value>,
+    branches: &[Value],
+    value: &Value,
+    path: &mut String,
+    depth: usize,
+    out: &mut Vec<Mismatch>,
+) {
+    let has_null = branches.iter().any(is_null_schema);
+    // Null fits an optional without looking at the other branch at all.
+    if has_null && value.is_null() {
+        return;
+    }
+    let mut non_null = Vec::new();
+    for branch in branches {
+        if !is_null_schema(branch) {
+            let mut found = Vec::new();
+            check(branch, value, path, depth + 1, &mut found);
+            if found.is_empty() {
+                return;
+            }
+            non_null.push(found);
+        }
+    }
+    match non_null.len() {
+        // Only null branches, and the value is not null.
+        0 => out.push(mismatch(path, "null", value)),
+        1 => {
+            let mut found = non_null.pop().unwrap_or_default();
+            if has_null {
+                for m in &mut found {
+                    // Only a rejection of the whole value gains "or null"; the
+                    // depth limit is no such rejection, and a nested optional
+                    // has already said "or null".
+                    if m.path == *path
+                        && m.expected != DEPTH_WORDS
+                        && !m.expected.ends_with(" or null")
+                    {
+                        m.expected.push_str(" or null");
+                    }
+                }
+            }
+            out.extend(found);
+        }
+        _ => out.push(mismatch(path, &describe(schema), value)),
+    }
+}
+
+/// The keywords of a closed record: every present field is checked against its
+/// property schema (or reported when the schema does not allow it), then every
+/// required field that is absent is reported at its own path.
+fn check_object(
+    schema: &Map<String, Value>,
+    fields: &Map<String, Value>,
+    path: &mut String,
+    depth: usize,
+    out: &mut Vec<Mismatch>,
+) {
+    let empty = Map::new();
+    let properties = match schema.get("properties") {
+        Some(Value::Object(properties)) => properties,
+        _ => &empty,
+    };
+    let additional = schema.get("additionalProperties");
+    for (name, field) in fields {
+        let len = path.len();
+        push_segment(path, name);
+        if let Some(field_schema) = properties.get(name) {
+            check(field_schema, field, path, depth + 1, out);
+        } else {
+            match additional {
+                Some(Value::Bool(false)) => out.push(Mismatch {
+                    path: path.clone(),
+                    expected: describe_extra(name, properties),
+                    found: describe_value(field),
+                }),
+                // An `additionalProperties` schema constrains the extra fields.
+                Some(extra @ Value::Object(_)) => check(extra, field, path, depth + 1, out),
+                _ => {}
+            }
+        }
+        path.truncate(len);
+    }
+    if let Some(Value::Array(required)) = schema.get("required") {
+        for name in required.iter().filter_map(Value::as_str) {
+            if fields.contains_key(name) {
+                continue;
+            }
+            let len = path.len();
+            push_segment(path, name);
+            let expected = match properties.get(name) {
+                Some(field_schema) => describe(field_schema.as_object().unwrap_or(&empty)),
+                None => "a value".to_string(),
+            };
+            out.push(Mismatch {
+                path: path.clone(),
+                expected,
+                found: "missing".to_string(),
+            });
+            path.truncate(len);
+        }
+    }
+}
+
+/// Appends `/name` to a pointer, escaping as RFC 6901 requires so that a field
+/// called `a/b` cannot be confused with a nested field.
+fn push_segment(path: &mut String, name: &str) {
+    path.push('/');
+    for c in name.chars() {
+        match c {
+            '~' => path.push_str("~0"),
+            '/' => path.push_str("~1"),
+            c => path.push(c),
+        }
+    }
+}
+
+/// Whether `value` has JSON Schema type `ty`; `None` for a type name this module
+/// does not know, which then constrains nothing.
+fn fits_type(ty: &str, value: &Value) -> Option<bool> {
+    Some(match ty {
+        "string" => value.is_string(),
+        // serde_json keeps a number written with a fraction or exponent as an
+        // f64 even when its value is whole, and flow treats such a number as a
+        // float; only numbers parsed as i64 or u64 are integers.
+        "integer" => value.is_i64() || value.is_u64(),
+        "number" => value.is_number(),
+        "boolean" => value.is_boolean(),
+        "null" => value.is_null(),
+        "array" => value.is_array(),
+        "object" => value.is_object(),
+        _ => return None,
+    })
+}
+
+/// Whether `text` matches `^[0-9]+(ms|s|m|h|d)$`.
+pub(crate) fn is_duration(text: &str) -> bool {
+    let unit_at = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    unit_at > 0 && matches!(&text[unit_at..], "ms" | "s" | "m" | "h" | "d")
+}
+
+/// Whether a schema is exactly the null type, i.e. the optional half of an
+/// `anyOf`.
+pub(crate) fn is_null_schema(schema: &Value) -> bool {
+    schema.get("type").and_then(Value::as_str) == Some("null")
+}
+
+const DURATION_WORDS: &str = "a duration such as \"30s\" (digits, then ms, s, m, h or d)";
+
+/// What a schema accepts, in words, for the `expected` half of a mismatch.
+fn describe(schema: &Map<String, Value>) -> String {
+    if let Some(Value::Array(branches)) = schema.get("anyOf")
+        && !branches.is_empty()
+    {
+        let words: Vec<String> = branches.iter().map(describe_value_schema).collect();
+        return words.join(" or ");
+    }
+    if let Some(Value::Array(variants)) = schema.get("enum") {
+        return describe_enum(variants);
+    }
+    let ty = schema.get("type").and_then(Value::as_str);
+    match ty {
+        Some("string")
+            if schema.get("pattern").and_then(Value::as_str) == Some(DURATION_PATTERN) =>
+        {
+            DURATION_WORDS.to_string()
+        }
+        Some("string") => "a string".to_string(),
+        Some("integer") => "an integer".to_string(),
+        Some("number") => "a number".to_string(),
+        Some("boolean") => "a boolean".to_string(),
+        Some("null") => "null".to_string(),
+        Some("array") => "an array".to_string(),
+        Some("object") => "an object".to_string(),
+        _ if schema.contains_key("properties") => "an object".to_string(),
+        _ if schema.contains_key("items") => "an array".to_string(),
+        _ => "anything".to_string(),
+    }
+}
+
+/// [`describe`] for a schema that may be a boolean rather than an object.
+fn describe_value_schema(schema: &Value) -> String {
+    match schema {
+        Value::Object(schema) => describe(schema),
+        Value::Bool(false) => "nothing".to_string(),
+        _ => "anything".to_string(),
+    }
+}
+
+/// `one of "free", "pro"`; a long enum is cut short because the message is for
+/// reading, and the plan holds the full list.
+fn describe_enum(variants: &[Value]) -> String {
+    const SHOWN: usize = 10;
+    let mut shown: Vec<String> = variants.iter().take(SHOWN).map(Value::to_string).collect();
+    if variants.len() > SHOWN {
+        shown.push(format!("… ({} in all)", variants.len()));
+    }
+    match variants.len() {
+        0 => "nothing (the enum is empty)".to_string(),
+        1 => shown.remove(0),
+        _ => format!("one of {}", shown.join(", ")),
+    }
+}
+
+/// "no field `x` (allowed: `a`, `b`)".
+fn describe_extra(name: &str, properties: &Map<String, Value>) -> String {
+    if properties.is_empty() {
+        return format!("no field `{name}` (the object allows no fields)");
+    }
+    let allowed: Vec<String> = properties.keys().map(|k| format!("`{k}`")).collect();
+    format!("no field `{name}` (allowed: {})", allowed.join(", "))
+}
+
+/// A short description of a value for the `found` half of a mismatch. Strings
+/// are quoted and cut short, and containers are summarised, because the whole
+/// value may be large and is available to whoever needs it.
+pub(crate) fn describe_value(value: &Value) -> String {
+    const MAX_CHARS: usize = 40;
+    match value {
+        Value::Null => "null".to_string(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => format!("a number {n}"),
+        Value::String(s) => {
+            let count = s.chars().count();
+            if count > MAX_CHARS {
+                let head: String = s.chars().take(MAX_CHARS).collect();
+                format!("{}… ({count} characters)", Value::String(head))
+            } else {
+                Value::String(s.clone()).to_string()
+            }
+        }
+        Value::Array(items) => match items.len() {
+            0 => "an empty array".to_string(),
+            1 => "an array of 1 item".to_string(),
+            n => format!("an array of {n} items"),
+        },
+        Value::Object(_) => "an object".to_string(),
+    }
+}
+
+fn mismatch(path: &str, expected: &str, value: &Value) -> Mismatch {
+    Mismatch {
+        path: path.to_string(),
+        expected: expected.to_string(),
+        found: describe_value(value),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn record(properties: Value, required: &[&str]) -> Value {
+        json!({
+            "type": "object",
+            "properties": properties,
+            "required": required,
+            "additionalProperties": false,
+        })
+    }
+
+    fn optional(inner: Value) -> Value {
+        json!({ "anyOf": [inner, { "type": "null" }] })
+    }
+
+    fn duration() -> Value {
+        json!({ "type": "string", "pattern": DURATION_PATTERN })
+    }
+
+    /// The mismatches as `path: expected, found` lines, which keeps the
+    /// expectations of the tests readable.
+    fn lines(schema: &Value, value: &Value) -> Vec<String> {
+        validate(schema, value)
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn anything_fits_the_empty_schema() {
+        for value in [
+            json!(null),
+            json!(1),
+            json!("x"),
+            json!([1, {"a": []}]),
+            json!({}),
+        ] {
+            assert!(validate(&json!({}), &value).is_empty());
+            assert!(validate(&json!(true), &value).is_empty());
+        }
+    }
+
+    #[test]
+    fn the_false_schema_rejects_everything() {
+        assert_eq!(
+            lines(&json!(false), &json!(1)),
+            ["expected nothing, found a number 1"]
+        );
+    }
+
+    #[test]
+    fn scalar_types() {
+        let cases = [
+            (
+                "string",
+                json!("hi"),
+                json!(3),
+                "expected a string, found a number 3",
+            ),
+            (
+                "integer",
+                json!(3),
+                json!("3"),
+                "expected an integer, found \"3\"",
+            ),
+            (
+                "number",
+                json!(3.5),
+                json!(true),
+                "expected a number, found true",
+            ),
+            (
+                "boolean",
+                json!(false),
+                json!(null),
+                "expected a boolean, found null",
+            ),
+            (
+                "null",
+                json!(null),
+                json!(0),
+                "expected null, found a number 0",
+            ),
+            (
+                "array",
+                json!([]),
+                json!({}),
+                "expected an array, found an object",
+            ),
+            (
+                "object",
+                json!({}),
+                json!([1, 2]),
+                "expected an object, found an array of 2 items",
+            ),
+        ];
+        for (ty, good, bad, message) in cases {
+            let schema = json!({ "type": ty });
+            assert!(validate(&schema, &good).is_empty(), "{ty} rejected {good}");
+            assert_eq!(lines(&schema, &bad), [message], "{ty}");
+        }
+    }
+
+    #[test]
+    fn integers_are_numbers_parsed_as_whole_numbers() {
+        let int = json!({ "type": "integer" });
+        let number = json!({ "type": "number" });
+        // Parsed from text, as user input and LLM output are.
+        for text in ["3", "-3", "0", "18446744073709551615"] {
+            let value: Value = serde_json::from_str(text).unwrap();
+            assert!(validate(&int, &value).is_empty(), "{text}");
+            assert!(validate(&number, &value).is_empty(), "{text}");
+        }
+        // A fraction or an exponent makes an f64 even when the value is whole:
+        // such a number is a float to flow, so it is not an integer.
+        for text in ["3.5", "3.0", "1e3", "-0.0"] {
+            let value: Value = serde_json::from_str(text).unwrap();
+            let found = validate(&int, &value);
+            assert_eq!(found.len(), 1, "{text}");
+            assert_eq!(found[0].expected, "an integer");
+            assert!(validate(&number, &value).is_empty(), "{text}");
+        }
+        assert_eq!(
+            lines(&int, &json!(3.5)),
+            ["expected an integer, found a number 3.5"]
+        );
+        assert_eq!(
+            lines(&int, &json!(3.0)),
+            ["expected an integer, found a number 3.0"]
+        );
+    }
+
+    #[test]
+    fn enums() {
+        let schema = json!({ "type": "string", "enum": ["free", "pro"] });
+        assert!(validate(&schema, &json!("pro")).is_empty());
+        assert_eq!(
+            lines(&schema, &json!("gold")),
+            [r#"expected one of "free", "pro", found "gold""#]
+        );
+        // The wrong type is described by the variants, which is what to write.
+        assert_eq!(
+            lines(&schema, &json!(1)),
+            [r#"expected one of "free", "pro", found a number 1"#]
+        );
+        let single = json!({ "type": "string", "enum": ["only"] });
+        assert_eq!(
+            lines(&single, &json!("x")),
+            [r#"expected "only", found "x""#]
+        );
+    }
+
+    #[test]
+    fn durations() {
+        for good in ["30s", "0ms", "15m", "2h", "7d", "0001s"] {
+            assert!(validate(&duration(), &json!(good)).is_empty(), "{good}");
+        }
+        for bad in [
+            "", "s", "30", "30 s", "30sec", "-1s", "1.5h", "30S", "١s", "30ms ",
+        ] {
+            let found = validate(&duration(), &json!(bad));
+            assert_eq!(found.len(), 1, "{bad:?}");
+            assert_eq!(found[0].expected, DURATION_WORDS);
+        }
+        assert_eq!(
+            lines(&duration(), &json!(30)),
+            [format!("expected {DURATION_WORDS}, found a number 30")]
+        );
+    }
+
+    #[test]
+    fn unknown_patterns_and_keywords_are_ignored() {
+        let schema =
+            json!({ "type": "string", "pattern": "^a$", "minLength": 9, "format": "email" });
+        assert!(validate(&schema, &json!("b")).is_empty());
+        let unknown_type = json!({ "type": "decimal" });
+        assert!(validate(&unknown_type, &json!("1.0")).is_empty());
+    }
+
+    #[test]
+    fn arrays_report_item_indexes() {
+        let schema = json!({ "type": "array", "items": { "type": "integer" } });
+        assert!(validate(&schema, &json!([])).is_empty());
+        assert!(validate(&schema, &json!([1, 2])).is_empty());
+        assert_eq!(
+            lines(&schema, &json!([1, "2", 3, 4.5])),
+            [
+                "/1: expected an integer, found \"2\"",
+                "/3: expected an integer, found a number 4.5"
+            ]
+        );
+    }
+
+    #[test]
+    fn nested_paths() {
+        let contact = record(json!({ "email": { "type": "string" } }), &["email"]);
+        let schema = record(
+            json!({
+                "customer": record(json!({ "plan": { "type": "string", "enum": ["free", "pro"] } }), &["plan"]),
+                "contacts": { "type": "array", "items": contact },
+            }),
+            &["customer", "contacts"],
+        );
+        let value = json!({
+            "customer": { "plan": "gold" },
+            "contacts": [{ "email": "a@x" }, { "email": "b@x" }, { "email": "c@x" }, { "email": 7 }],
+        });
+        let mut found = lines(&schema, &value);
+        found.sort();
+        assert_eq!(
+            found,
+            [
+                "/contacts/3/email: expected a string, found a number 7",
+                r#"/customer/plan: expected one of "free", "pro", found "gold""#,
+            ]
+        );
+    }
+
+    #[test]
+    fn missing_and_extra_fields() {
+        let schema = record(
+            json!({ "a": { "type": "string" }, "b": { "type": "integer" }, "c": optional(json!({ "type": "boolean" })) }),
+            &["a", "b"],
+        );
+        assert!(validate(&schema, &json!({ "a": "x", "b": 1 })).is_empty());
+        assert!(validate(&schema, &json!({ "a": "x", "b": 1, "c": null })).is_empty());
+        assert_eq!(
+            lines(&schema, &json!({ "x": 1 })),
+            [
+                "/x: expected no field `x` (allowed: `a`, `b`, `c`), found a number 1",
+                "/a: expected a string, found missing",
+                "/b: expected an integer, found missing",
+            ]
+        );
+        let closed_empty = record(json!({}), &[]);
+        assert_eq!(
+            lines(&closed_empty, &json!({ "y": [] })),
+            ["/y: expected no field `y` (the object allows no fields), found an empty array"]
+        );
+        // Without `additionalProperties: false` extra fields are allowed.
+        let open = json!({ "type": "object", "properties": { "a": { "type": "string" } } });
+        assert!(validate(&open, &json!({ "z": 1 })).is_empty());
+    }
+
+    #[test]
+    fn several_mismatches_at_once_in_document_order() {
+        let schema = record(
+            json!({
+                "a": { "type": "string" },
+                "b": { "type": "array", "items": { "type": "number" } },
+                "c": { "type": "boolean" },
+                "d": { "type": "null" },
+            }),
+            &["a", "b", "c", "d"],
+        );
+        let value = json!({ "a": 1, "b": [1, "x", 2, null], "c": "yes" });
+        assert_eq!(
+            lines(&schema, &value),
+            [
+                "/a: expected a string, found a number 1",
+                "/b/1: expected a number, found \"x\"",
+                "/b/3: expected a number, found null",
+                "/c: expected a boolean, found \"yes\"",
+                "/d: expected null, found missing",
+            ]
+        );
+    }
+
+    #[test]
+    fn optionals() {
+        let schema = optional(json!({ "type": "string" }));
+        assert!(validate(&schema, &json!(null)).is_empty());
+        assert!(validate(&schema, &json!("x")).is_empty());
+        assert_eq!(
+            lines(&schema, &json!(1)),
+            ["expected a string or null, found a number 1"]
+        );
+
+        // Inside an optional record, the record's own mismatches are reported
+        // unchanged: "or null" only makes sense for the whole value.
+        let schema = optional(record(json!({ "n": { "type": "integer" } }), &["n"]));
+        assert!(validate(&schema, &json!(null)).is_empty());
+        assert_eq!(
+            lines(&schema, &json!({ "n": "1" })),
+            ["/n: expected an integer, found \"1\""]
+        );
+        assert_eq!(
+            lines(&schema, &json!("1")),
+            ["expected an object or null, found \"1\""]
+        );
+
+        let optional_enum = optional(json!({ "type": "string", "enum": ["a", "b"] }));
+        assert_eq!(
+            lines(&optional_enum, &json!("c")),
+            [r#"expected one of "a", "b" or null, found "c""#]
+        );
+    }
+
+    #[test]
+    fn unions_without_null_get_one_summary() {
+        let schema = json!({ "anyOf": [{ "type": "string" }, { "type": "integer" }] });
+        assert!(validate(&schema, &json!(1)).is_empty());
+        assert!(validate(&schema, &json!("1")).is_empty());
+        assert_eq!(
+            lines(&schema, &json!(1.5)),
+            ["expected a string or an integer, found a number 1.5"]
+        );
+    }
+
+    #[test]
+    fn field_names_are_escaped_in_paths() {
+        let schema = record(
+            json!({ "a/b": { "type": "string" }, "c~d": { "type": "string" } }),
+            &["a/b", "c~d"],
+        );
+        let found = validate(&schema, &json!({ "a/b": 1 }));
+        let paths: Vec<&str> = found.iter().map(|m| m.path.as_str()).collect();
+        assert_eq!(paths, ["/a~1b", "/c~0d"]);
+    }
+
+    #[test]
+    fn long_strings_are_cut_short() {
+        let long = "x".repeat(100);
+        let found = validate(&json!({ "type": "integer" }), &json!(long));
+        assert_eq!(
+            found[0].found,
+            format!("\"{}\"… (100 characters)", "x".repeat(40))
+        );
+    }
+
+    /// A list nested `levels` deep, ending in an integer, and its schema.
+    fn nested(levels: usize) -> (Value, Value) {
+        let mut schema = json!({ "type": "integer" });
+        let mut value = json!(1);
+        for _ in 0..levels {
+            schema = json!({ "type": "array", "items": schema });
+            value = json!([value]);
+        }
+        (schema, value)
+    }
+
+    #[test]
+    fn depth_limit() {
+        let (schema, value) = nested(MAX_DEPTH);
+        assert!(validate(&schema, &value).is_empty());
+
+        let (schema, value) = nested(MAX_DEPTH + 50);
+        let found = validate(&schema, &value);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].path, "/0".repeat(MAX_DEPTH + 1));
+        assert_eq!(found[0].expected, "a value nested at most 256 levels deep");
+
+        // A deep value under a shallow schema is only looked at as far as the
+        // schema goes.
+        let (_, value) = nested(MAX_DEPTH * 4);
+        assert!(validate(&json!({}), &value).is_empty());
+        assert_eq!(
+            lines(
+                &json!({ "type": "array", "items": { "type": "integer" } }),
+                &value
+            ),
+            ["/0: expected an integer, found an array of 1 item"]
+        );
+
+        // A chain of unions nests the schema without nesting the value; the
+        // limit holds there too.
+        let mut schema = json!({ "type": "string" });
+        for _ in 0..MAX_DEPTH + 10 {
+            schema = optional(schema);
+        }
+        assert_eq!(
+            lines(&schema, &json!(1)),
+            ["expected a value nested at most 256 levels deep, found deeper nesting"]
+        );
+        assert!(validate(&schema, &json!(null)).is_empty());
+    }
+
+    #[test]
+    fn display() {
+        let m = Mismatch {
+            path: "/customer/plan".into(),
+            expected: r#"one of "free", "pro""#.into(),
+            found: r#""gold""#.into(),
+        };
+        assert_eq!(
+            m.to_string(),
+            r#"/customer/plan: expected one of "free", "pro", found "gold""#
+        );
+        let root = Mismatch {
+            path: String::new(),
+            ..m
+        };
+        assert_eq!(
+            root.to_string(),
+            r#"expected one of "free", "pro", found "gold""#
+        );
+    }
+}
