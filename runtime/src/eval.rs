@@ -135,7 +135,9 @@ impl Env<'_> {
             Root::Input => self.input.clone(),
             Root::InputField(index) => {
                 let name = self.input_fields.get(index as usize).ok_or_else(|| {
-                    EvalError(format!("the plan names input field {index}, which it does not declare"))
+                    EvalError(format!(
+                        "the plan names input field {index}, which it does not declare"
+                    ))
                 })?;
                 match self.input.get(name) {
                     Some(value) => value.clone(),
@@ -191,8 +193,12 @@ fn walk(value: &Value, path: &[PathSegment], optional: bool) -> Result<Value, Ev
             None if optional => return Ok(Value::Null),
             None => {
                 return Err(EvalError(match segment {
-                    PathSegment::Field(name) => format!("no field `{name}` in {}", describe(current)),
-                    PathSegment::Index(index) => format!("no element [{index}] in {}", describe(current)),
+                    PathSegment::Field(name) => {
+                        format!("no field `{name}` in {}", describe(current))
+                    }
+                    PathSegment::Index(index) => {
+                        format!("no element [{index}] in {}", describe(current))
+                    }
                 }));
             }
         }
@@ -310,8 +316,15 @@ mod tests {
             recipe_input: None,
         };
         let template = Template {
-            parts: vec![TemplatePart::Ref(reference(Root::Step(0), &["text"], false))],
+            parts: vec![TemplatePart::Ref(reference(
+                Root::Step(0),
+                &["text"],
+                false,
+            ))],
         };
-        assert_eq!(env.render(&template), Ok("{{workflow_input.secret}}".to_string()));
+        assert_eq!(
+            env.render(&template),
+            Ok("{{workflow_input.secret}}".to_string())
+        );
     }
 }

@@ -210,9 +210,16 @@ pub struct PendingApproval {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum Outcome {
-    Completed { output: Value },
-    Parked { pending: Vec<PendingApproval> },
-    Failed { error: StepError, step: Option<String> },
+    Completed {
+        output: Value,
+    },
+    Parked {
+        pending: Vec<PendingApproval>,
+    },
+    Failed {
+        error: StepError,
+        step: Option<String>,
+    },
 }
 
 /// The services a run uses.
@@ -223,6 +230,9 @@ pub struct Services {
     pub mcp: Option<Arc<dyn McpClient>>,
     pub journal: Arc<dyn Journal>,
 }
+
+/// A loop iteration or parallel branch once it has run: its scope and how it ended.
+type Settled<'a> = BoxFuture<'a, (Arc<Scope>, Result<(), Interrupt>)>;
 
 /// Why a block stopped early.
 enum Interrupt {
@@ -250,10 +260,19 @@ struct Interpreter<'p> {
 }
 
 /// Runs (or resumes) the workflow `workflow` of `plan` with `input`.
-pub async fn run(plan: &Plan, workflow: &str, run_id: &str, input: Value, services: Services) -> Outcome {
+pub async fn run(
+    plan: &Plan,
+    workflow: &str,
+    run_id: &str,
+    input: Value,
+    services: Services,
+) -> Outcome {
     let Some(workflow) = plan.workflow(workflow) else {
         return Outcome::Failed {
-            error: StepError::new(ErrorKind::Unsupported, format!("the plan has no workflow `{workflow}`")),
+            error: StepError::new(
+                ErrorKind::Unsupported,
+                format!("the plan has no workflow `{workflow}`"),
+            ),
             step: None,
         };
     };
@@ -263,7 +282,10 @@ pub async fn run(plan: &Plan, workflow: &str, run_id: &str, input: Value, servic
         return Outcome::Failed {
             error: StepError::new(
                 ErrorKind::Client,
-                format!("the input does not match the workflow's input: {}", list.join("; ")),
+                format!(
+                    "the input does not match the workflow's input: {}",
+                    list.join("; ")
+                ),
             ),
             step: None,
         };
@@ -296,7 +318,8 @@ impl<'p> Interpreter<'p> {
         match self.block(&self.workflow.body, root.clone()).await {
             Ok(()) => {}
             Err(Interrupt::Parked) => {
-                let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|p| p.into_inner()));
+                let pending =
+                    std::mem::take(&mut *self.pending.lock().unwrap_or_else(|p| p.into_inner()));
                 return Outcome::Parked { pending };
             }
             Err(Interrupt::Failed { error, step }) => {
@@ -310,7 +333,10 @@ impl<'p> Interpreter<'p> {
                     // failure that ran it.
                     let _ = self.block(handler, ctx).await;
                 }
-                return Outcome::Failed { error, step: Some(step) };
+                return Outcome::Failed {
+                    error,
+                    step: Some(step),
+                };
             }
         }
         let env = self.env(&root, None);
@@ -322,7 +348,10 @@ impl<'p> Interpreter<'p> {
                 }
                 Err(error) => {
                     return Outcome::Failed {
-                        error: StepError::new(ErrorKind::Expression, format!("output `{}`: {error}", field.name)),
+                        error: StepError::new(
+                            ErrorKind::Expression,
+                            format!("output `{}`: {error}", field.name),
+                        ),
                         step: None,
                     };
                 }
@@ -333,7 +362,11 @@ impl<'p> Interpreter<'p> {
         }
     }
 
-    fn env<'a>(&'a self, ctx: &'a Ctx, recipe_input: Option<(&'a [String], &'a Map<String, Value>)>) -> Env<'a> {
+    fn env<'a>(
+        &'a self,
+        ctx: &'a Ctx,
+        recipe_input: Option<(&'a [String], &'a Map<String, Value>)>,
+    ) -> Env<'a> {
         Env {
             input: &self.input,
             input_fields: &self.workflow.input_fields,
@@ -356,7 +389,11 @@ impl<'p> Interpreter<'p> {
     async fn node(&self, node: &'p Node, ctx: &Ctx) -> Result<(), Interrupt> {
         match node {
             Node::Step(step) => self.step(step, ctx).await,
-            Node::Condition { branches, otherwise, .. } => {
+            Node::Condition {
+                branches,
+                otherwise,
+                ..
+            } => {
                 for branch in branches {
                     let holds = self
                         .env(ctx, None)
@@ -371,19 +408,29 @@ impl<'p> Interpreter<'p> {
                     None => Ok(()),
                 }
             }
-            Node::Loop { slot, id, collection, concurrency, body, .. } => {
+            Node::Loop {
+                slot,
+                id,
+                collection,
+                concurrency,
+                body,
+                ..
+            } => {
                 let items = match self.env(ctx, None).eval(collection) {
                     Ok(Value::Array(items)) => items,
                     Ok(other) => {
                         let error = StepError::new(
                             ErrorKind::Expression,
-                            format!("loop `{id}` needs a list, found {}", crate::eval::describe(&other)),
+                            format!(
+                                "loop `{id}` needs a list, found {}",
+                                crate::eval::describe(&other)
+                            ),
                         );
                         return Err(self.failed(error, id));
                     }
                     Err(error) => return Err(self.failed(error.into(), id)),
                 };
-                let iterations: Vec<BoxFuture<'_, (Arc<Scope>, Result<(), Interrupt>)>> = items
+                let iterations: Vec<Settled<'_>> = items
                     .into_iter()
                     .enumerate()
                     .map(|(index, item)| {
@@ -396,7 +443,7 @@ impl<'p> Interpreter<'p> {
                             prefix: format!("{}{id}[{index}]/", ctx.prefix),
                         };
                         let scope = Arc::clone(&iteration.scope);
-                        let run: BoxFuture<'_, (Arc<Scope>, Result<(), Interrupt>)> =
+                        let run: Settled<'_> =
                             Box::pin(async move { (scope, self.block(body, iteration).await) });
                         run
                     })
@@ -417,7 +464,7 @@ impl<'p> Interpreter<'p> {
                 Ok(())
             }
             Node::Parallel { slot, id, branches } => {
-                let runs: Vec<BoxFuture<'_, (Arc<Scope>, Result<(), Interrupt>)>> = branches
+                let runs: Vec<Settled<'_>> = branches
                     .iter()
                     .map(|branch| {
                         let child = Ctx {
@@ -427,7 +474,7 @@ impl<'p> Interpreter<'p> {
                             prefix: format!("{}{id}/{}/", ctx.prefix, branch.name),
                         };
                         let scope = Arc::clone(&child.scope);
-                        let run: BoxFuture<'_, (Arc<Scope>, Result<(), Interrupt>)> =
+                        let run: Settled<'_> =
                             Box::pin(async move { (scope, self.block(&branch.body, child).await) });
                         run
                     })
@@ -476,17 +523,37 @@ impl<'p> Interpreter<'p> {
             return self.replay(step, ctx, &path, record).await;
         }
         let started_ms = now_ms();
-        let kind = self.workflow.slots.get(step.slot as usize).map_or(StepKind::Recipe, |s| s.kind);
+        let kind = self
+            .workflow
+            .slots
+            .get(step.slot as usize)
+            .map_or(StepKind::Recipe, |s| s.kind);
         let env = self.env(ctx, None);
         let args = match self.args(step, &env) {
             Ok(args) => args,
             Err(error) => {
                 return self
-                    .settle(step, ctx, &path, kind, Value::Null, Err(error), Vec::new(), started_ms)
+                    .settle(
+                        step,
+                        ctx,
+                        &path,
+                        kind,
+                        Value::Null,
+                        Err(error),
+                        Vec::new(),
+                        started_ms,
+                    )
                     .await;
             }
         };
-        if let Action::Approval { approvers, message, expires_ms, on_reject, on_expire } = &step.action {
+        if let Action::Approval {
+            approvers,
+            message,
+            expires_ms,
+            on_reject,
+            on_expire,
+        } = &step.action
+        {
             let approvers: Vec<String> = match env.eval(approvers) {
                 Ok(Value::Array(items)) => items
                     .into_iter()
@@ -519,15 +586,25 @@ impl<'p> Interpreter<'p> {
                 ended_ms: started_ms,
             };
             self.journal(record).await?;
-            self.pending.lock().unwrap_or_else(|p| p.into_inner()).push(pending);
+            self.pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(pending);
             return Err(Interrupt::Parked);
         }
         let (result, attempts) = self.attempts(step, &path, &args, ctx).await;
-        self.settle(step, ctx, &path, kind, args, result, attempts, started_ms).await
+        self.settle(step, ctx, &path, kind, args, result, attempts, started_ms)
+            .await
     }
 
     /// A step the journal already holds: its recorded outcome, not a new run.
-    async fn replay(&self, step: &'p Step, ctx: &Ctx, path: &str, record: StepRecord) -> Result<(), Interrupt> {
+    async fn replay(
+        &self,
+        step: &'p Step,
+        ctx: &Ctx,
+        path: &str,
+        record: StepRecord,
+    ) -> Result<(), Interrupt> {
         match record.status {
             StepStatus::Completed => {
                 if let Some(output) = record.output {
@@ -537,7 +614,10 @@ impl<'p> Interpreter<'p> {
             }
             StepStatus::Pending => {
                 if let Ok(pending) = serde_json::from_value::<PendingApproval>(record.input) {
-                    self.pending.lock().unwrap_or_else(|p| p.into_inner()).push(pending);
+                    self.pending
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(pending);
                 }
                 Err(Interrupt::Parked)
             }
@@ -554,7 +634,12 @@ impl<'p> Interpreter<'p> {
         let fields = match &step.action {
             Action::Recipe { args, .. } | Action::Browser { args, .. } => args.as_slice(),
             Action::Approval { .. } => return Ok(Value::Null),
-            Action::KbWrite { collection, title, content, metadata } => {
+            Action::KbWrite {
+                collection,
+                title,
+                content,
+                metadata,
+            } => {
                 return Ok(json!({
                     "collection": env.render(collection)?,
                     "title": env.eval(title)?,
@@ -563,7 +648,11 @@ impl<'p> Interpreter<'p> {
                     "key": self.key(step, env)?,
                 }));
             }
-            Action::Handoff { department, message, subject } => {
+            Action::Handoff {
+                department,
+                message,
+                subject,
+            } => {
                 return Ok(json!({
                     "department": env.render(department)?,
                     "message": env.eval(message)?,
@@ -590,19 +679,29 @@ impl<'p> Interpreter<'p> {
     }
 
     /// Runs the step's action with its retries and per-attempt timeout.
-    async fn attempts(&self, step: &Step, path: &str, args: &Value, ctx: &Ctx) -> (Result<Option<Value>, StepError>, Vec<Attempt>) {
+    async fn attempts(
+        &self,
+        step: &Step,
+        path: &str,
+        args: &Value,
+        ctx: &Ctx,
+    ) -> (Result<Option<Value>, StepError>, Vec<Attempt>) {
         let mut attempts = Vec::new();
         let mut index = 0;
         loop {
             let call_id = format!("{}:{path}:{index}", self.run_id);
             let timeout = Duration::from_millis(step.timeout_ms);
-            let result = match tokio::time::timeout(timeout, self.action(step, args, &call_id, ctx)).await {
-                Ok(result) => result,
-                Err(_) => Err(StepError::new(
-                    ErrorKind::Timeout,
-                    format!("the attempt ran past the step's timeout of {} ms", step.timeout_ms),
-                )),
-            };
+            let result =
+                match tokio::time::timeout(timeout, self.action(step, args, &call_id, ctx)).await {
+                    Ok(result) => result,
+                    Err(_) => Err(StepError::new(
+                        ErrorKind::Timeout,
+                        format!(
+                            "the attempt ran past the step's timeout of {} ms",
+                            step.timeout_ms
+                        ),
+                    )),
+                };
             match result {
                 Ok(output) => {
                     attempts.push(Attempt {
@@ -630,11 +729,20 @@ impl<'p> Interpreter<'p> {
         }
     }
 
-    async fn action(&self, step: &Step, args: &Value, call_id: &str, ctx: &Ctx) -> Result<Option<Value>, StepError> {
+    async fn action(
+        &self,
+        step: &Step,
+        args: &Value,
+        call_id: &str,
+        ctx: &Ctx,
+    ) -> Result<Option<Value>, StepError> {
         match &step.action {
             Action::Recipe { recipe, .. } => {
                 let recipe = self.plan.recipes.get(*recipe as usize).ok_or_else(|| {
-                    StepError::new(ErrorKind::Unsupported, "the plan names a recipe it does not hold")
+                    StepError::new(
+                        ErrorKind::Unsupported,
+                        "the plan names a recipe it does not hold",
+                    )
                 })?;
                 let inputs = args.as_object().cloned().unwrap_or_default();
                 let prompt = self
@@ -654,7 +762,11 @@ impl<'p> Interpreter<'p> {
                     let list: Vec<String> = mismatches.iter().map(ToString::to_string).collect();
                     return Err(StepError::new(
                         ErrorKind::InvalidOutput,
-                        format!("the output does not match recipe `{}`: {}", recipe.name, list.join("; ")),
+                        format!(
+                            "the output does not match recipe `{}`: {}",
+                            recipe.name,
+                            list.join("; ")
+                        ),
                     ));
                 }
                 Ok(Some(output))
@@ -682,7 +794,10 @@ impl<'p> Interpreter<'p> {
                     ));
                 };
                 let server = self.plan.mcp_servers.get(*server as usize).ok_or_else(|| {
-                    StepError::new(ErrorKind::Unsupported, "the plan names an MCP server it does not hold")
+                    StepError::new(
+                        ErrorKind::Unsupported,
+                        "the plan names an MCP server it does not hold",
+                    )
                 })?;
                 Ok(Some(mcp.call_tool(server, tool, args).await?))
             }
@@ -741,7 +856,13 @@ impl<'p> Interpreter<'p> {
             .map_err(|error| self.failed(error, &step))
     }
 
-    async fn on_error(&self, step: &'p Step, ctx: &Ctx, path: &str, error: StepError) -> Result<(), Interrupt> {
+    async fn on_error(
+        &self,
+        step: &'p Step,
+        ctx: &Ctx,
+        path: &str,
+        error: StepError,
+    ) -> Result<(), Interrupt> {
         let policy = match (&step.on_error, &self.workflow.on_error) {
             // A workflow's `on_error continue` is the default of its steps.
             (OnError::Fail, OnError::Continue) => &OnError::Continue,

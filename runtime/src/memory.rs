@@ -30,15 +30,23 @@ pub struct MemoryStore {
 pub enum DecideError {
     UnknownStep(String),
     NotPending(String),
-    NotAnApprover { approver: String, approvers: Vec<String> },
+    NotAnApprover {
+        approver: String,
+        approvers: Vec<String>,
+    },
 }
 
 impl std::fmt::Display for DecideError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             DecideError::UnknownStep(path) => write!(f, "no approval at `{path}` in this run"),
-            DecideError::NotPending(path) => write!(f, "the approval at `{path}` is already decided"),
-            DecideError::NotAnApprover { approver, approvers } => write!(
+            DecideError::NotPending(path) => {
+                write!(f, "the approval at `{path}` is already decided")
+            }
+            DecideError::NotAnApprover {
+                approver,
+                approvers,
+            } => write!(
                 f,
                 "{approver} may not decide this approval; its approvers are {}",
                 approvers.join(", ")
@@ -50,7 +58,9 @@ impl std::fmt::Display for DecideError {
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // Every critical section is one insert or lookup; a panic elsewhere
     // leaves the data whole.
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl MemoryStore {

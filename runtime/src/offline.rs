@@ -195,6 +195,23 @@ fn index(rng: &mut SplitMix64, len: usize) -> usize {
     rng.below(len as u64) as usize
 }
 
+/// The provider used when none is configured: it answers every recipe call
+/// with [`fabricate`]d output, seeded by the call's identity (run, execution
+/// path, attempt), so a replay sees the same answers. Drivers say on stderr
+/// that it is in use.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OfflineProvider;
+
+impl crate::interp::Provider for OfflineProvider {
+    fn complete<'a>(
+        &'a self,
+        call: &'a crate::interp::RecipeCall,
+    ) -> crate::interp::BoxFuture<'a, Result<Value, crate::interp::StepError>> {
+        let value = fabricate(&call.output_schema, seed_of(&[&call.recipe, &call.call_id]));
+        Box::pin(async move { Ok(value) })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -32,7 +32,9 @@ impl Scope {
     fn own(&self) -> MutexGuard<'_, HashMap<u32, Arc<Value>>> {
         // A panic while the lock was held left no half-written output: every
         // write is a single insert. Keep going with the data as it is.
-        self.outputs.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.outputs
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The output of the step in `slot`, here or in an enclosing scope.

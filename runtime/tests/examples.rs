@@ -20,7 +20,12 @@ fn examples() -> (PathBuf, Vec<String>) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut names: Vec<String> = std::fs::read_dir(root.join("examples"))
         .expect("examples/ exists")
-        .map(|e| e.expect("readable").file_name().to_string_lossy().to_string())
+        .map(|e| {
+            e.expect("readable")
+                .file_name()
+                .to_string_lossy()
+                .to_string()
+        })
         .filter(|n| n.ends_with(".flow"))
         .collect();
     names.sort();
@@ -35,7 +40,8 @@ async fn every_example_completes_after_its_approvals() {
         let checked = flow_compiler::check(&path, &Disk(root.clone())).expect("readable");
         let plan = flow_compiler::lower(&checked).expect("the example checks clean");
         let input: serde_json::Value = serde_json::from_slice(
-            &std::fs::read(root.join(path.replace(".flow", ".input.json"))).expect("an input beside it"),
+            &std::fs::read(root.join(path.replace(".flow", ".input.json")))
+                .expect("an input beside it"),
         )
         .expect("the input is JSON");
         let store = Arc::new(MemoryStore::default());
@@ -48,13 +54,25 @@ async fn every_example_completes_after_its_approvals() {
         let workflow = plan.workflows[0].name.clone();
         let mut decisions = 0;
         let outcome = loop {
-            let outcome = flow_runtime::run(&plan, &workflow, "run-1", input.clone(), services.clone()).await;
-            let Outcome::Parked { pending } = &outcome else { break outcome };
-            assert!(!pending.is_empty(), "{name}: parked without a pending approval");
+            let outcome =
+                flow_runtime::run(&plan, &workflow, "run-1", input.clone(), services.clone()).await;
+            let Outcome::Parked { pending } = &outcome else {
+                break outcome;
+            };
+            assert!(
+                !pending.is_empty(),
+                "{name}: parked without a pending approval"
+            );
             for approval in pending {
                 let approver = approval.approvers.first().cloned().unwrap_or_default();
                 store
-                    .decide(&approval.path, &approver, true, None, "2026-11-29T00:00:00Z")
+                    .decide(
+                        &approval.path,
+                        &approver,
+                        true,
+                        None,
+                        "2026-11-29T00:00:00Z",
+                    )
                     .expect("a pending approval can be decided once");
                 decisions += 1;
             }
@@ -62,9 +80,16 @@ async fn every_example_completes_after_its_approvals() {
         };
         match outcome {
             Outcome::Completed { output } => {
-                let fields: Vec<&str> = plan.workflows[0].output.iter().map(|f| f.name.as_str()).collect();
+                let fields: Vec<&str> = plan.workflows[0]
+                    .output
+                    .iter()
+                    .map(|f| f.name.as_str())
+                    .collect();
                 for field in fields {
-                    assert!(output.get(field).is_some(), "{name}: output lacks `{field}`: {output}");
+                    assert!(
+                        output.get(field).is_some(),
+                        "{name}: output lacks `{field}`: {output}"
+                    );
                 }
             }
             other => panic!("{name}: {other:?}"),

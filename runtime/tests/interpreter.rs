@@ -1,0 +1,393 @@
+//! The interpreter's promises, one named case each: retries by error kind,
+//! replay without re-execution, approvals at depth, exactly-once decisions,
+//! input validation before the first step.
+//!
+//! The provider here is a scripted stand-in for a model, in process; the HTTP
+//! providers and their loopback fake server come with the providers work.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use flow_plan::Plan;
+use flow_runtime::interp::{
+    BoxFuture, ErrorKind, Outcome, Provider, RecipeCall, Services, StepError, StepStatus,
+};
+use flow_runtime::memory::{DecideError, MemoryStore};
+use flow_runtime::offline::fabricate;
+use serde_json::{Value, json};
+
+/// Answers from a script per recipe: each call takes the next entry (an error
+/// kind to fail with, or `None` to answer with a valid value); past the end
+/// of the script every call succeeds. Counts calls per recipe.
+#[derive(Default)]
+struct Scripted {
+    script: Mutex<HashMap<String, Vec<Option<ErrorKind>>>>,
+    calls: Mutex<HashMap<String, usize>>,
+}
+
+impl Scripted {
+    fn with(recipe: &str, script: Vec<Option<ErrorKind>>) -> Scripted {
+        let scripted = Scripted::default();
+        scripted
+            .script
+            .lock()
+            .unwrap()
+            .insert(recipe.to_string(), script);
+        scripted
+    }
+
+    fn calls(&self, recipe: &str) -> usize {
+        self.calls.lock().unwrap().get(recipe).copied().unwrap_or(0)
+    }
+}
+
+impl Provider for Scripted {
+    fn complete<'a>(&'a self, call: &'a RecipeCall) -> BoxFuture<'a, Result<Value, StepError>> {
+        let count = {
+            let mut calls = self.calls.lock().unwrap();
+            let count = calls.entry(call.recipe.clone()).or_insert(0);
+            *count += 1;
+            *count
+        };
+        let next = self
+            .script
+            .lock()
+            .unwrap()
+            .get(&call.recipe)
+            .and_then(|script| script.get(count - 1).copied())
+            .flatten();
+        let result = match next {
+            Some(kind) => Err(StepError::new(kind, format!("scripted {kind:?}"))),
+            None => Ok(fabricate(&call.output_schema, count as u64)),
+        };
+        Box::pin(async move { result })
+    }
+}
+
+fn plan(source: &str) -> Plan {
+    let checked = flow_compiler::check_source("test.flow", source);
+    assert!(!checked.has_errors(), "{:#?}", checked.diagnostics);
+    flow_compiler::lower(&checked).expect("lowers")
+}
+
+const RECIPE: &str = r#"
+recipe answer {
+  model "default"
+  input { q: string }
+  output { text: string, score: int }
+  prompt "Answer {{input.q}}"
+}
+"#;
+
+fn services(provider: Arc<dyn Provider>, store: &Arc<MemoryStore>) -> Services {
+    Services {
+        provider,
+        effects: store.clone(),
+        mcp: None,
+        journal: store.clone(),
+    }
+}
+
+#[tokio::test]
+async fn retryable_errors_are_retried_and_each_attempt_is_recorded() {
+    let plan = plan(&format!(
+        "{RECIPE}workflow w {{ step a = answer {{ q: \"x\" }} retry 3 backoff 1ms..2ms\n output {{ t: step.a.text }} }}"
+    ));
+    let provider = Arc::new(Scripted::with(
+        "answer",
+        vec![Some(ErrorKind::RateLimited), Some(ErrorKind::Server)],
+    ));
+    let store = Arc::new(MemoryStore::default());
+    let outcome = flow_runtime::run(
+        &plan,
+        "w",
+        "r",
+        json!({}),
+        services(provider.clone(), &store),
+    )
+    .await;
+    assert!(matches!(outcome, Outcome::Completed { .. }), "{outcome:?}");
+    assert_eq!(provider.calls("answer"), 3);
+    let record = &store.records()[0];
+    assert_eq!(record.attempts.len(), 3);
+    assert!(
+        record.attempts[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .starts_with("rate_limited")
+    );
+    assert!(record.attempts[0].delay_ms.is_some());
+    assert!(record.attempts[2].error.is_none());
+}
+
+#[tokio::test]
+async fn client_errors_fail_at_once_and_attempts_stop_at_the_limit() {
+    let plan = plan(&format!(
+        "{RECIPE}workflow w {{ step a = answer {{ q: \"x\" }} retry 3 backoff 1ms..2ms }}"
+    ));
+    let provider = Arc::new(Scripted::with("answer", vec![Some(ErrorKind::Client)]));
+    let store = Arc::new(MemoryStore::default());
+    let outcome = flow_runtime::run(
+        &plan,
+        "w",
+        "r",
+        json!({}),
+        services(provider.clone(), &store),
+    )
+    .await;
+    assert!(
+        matches!(&outcome, Outcome::Failed { error, .. } if error.kind == ErrorKind::Client),
+        "{outcome:?}"
+    );
+    assert_eq!(provider.calls("answer"), 1);
+
+    let provider = Arc::new(Scripted::with("answer", vec![Some(ErrorKind::Server); 5]));
+    let store = Arc::new(MemoryStore::default());
+    let outcome = flow_runtime::run(
+        &plan,
+        "w",
+        "r",
+        json!({}),
+        services(provider.clone(), &store),
+    )
+    .await;
+    assert!(matches!(outcome, Outcome::Failed { .. }), "{outcome:?}");
+    assert_eq!(provider.calls("answer"), 3, "three attempts in all");
+    assert_eq!(store.records()[0].status, StepStatus::Failed);
+}
+
+#[tokio::test]
+async fn on_error_continue_and_fallback_keep_the_run_going() {
+    let plan = plan(&format!(
+        "{RECIPE}workflow w {{
+          step a = answer {{ q: \"x\" }} retry 1 on_error continue
+          step b = answer {{ q: \"y\" }} retry 1 on_error fallback {{
+            step c = answer {{ q: \"{{{{error.kind}}}}: {{{{error.message}}}}\" }}
+          }}
+          output {{ a: step.a?.text ?? \"none\", c: step.c?.text ?? \"none\" }}
+        }}"
+    ));
+    let provider = Arc::new(Scripted::with(
+        "answer",
+        vec![Some(ErrorKind::Client), Some(ErrorKind::Client)],
+    ));
+    let store = Arc::new(MemoryStore::default());
+    let outcome = flow_runtime::run(&plan, "w", "r", json!({}), services(provider, &store)).await;
+    let Outcome::Completed { output } = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(output["a"], "none");
+    assert_ne!(output["c"], "none", "the fallback ran");
+    let paths: Vec<String> = store.records().iter().map(|r| r.path.clone()).collect();
+    assert!(paths.contains(&"b/fallback/c".to_string()), "{paths:?}");
+}
+
+/// Two approvals pending at once, in parallel branches: deciding one leaves the
+/// run parked at the other; deciding both completes it. Completed steps are
+/// not run again on either resume.
+#[tokio::test]
+async fn approvals_in_parallel_branches_park_together_and_resume_by_replay() {
+    let plan = plan(&format!(
+        "{RECIPE}workflow w {{
+          step first = answer {{ q: \"x\" }}
+          parallel gates {{
+            branch legal {{ step l = approval {{ approvers: [\"lee@x.io\"], message: \"ok?\" }} }}
+            branch money {{ step m = approval {{ approvers: [\"mo@x.io\"], message: \"{{{{step.first.text}}}}\" }} }}
+          }}
+          step last = answer {{ q: \"{{{{step.l.approver}}}} {{{{step.m.approver}}}}\" }}
+          output {{ who: step.last.text, legal: step.l.approved }}
+        }}"
+    ));
+    let provider = Arc::new(Scripted::default());
+    let store = Arc::new(MemoryStore::default());
+    let services = services(provider.clone(), &store);
+    let Outcome::Parked { pending } =
+        flow_runtime::run(&plan, "w", "r", json!({}), services.clone()).await
+    else {
+        panic!("expected to park")
+    };
+    let mut paths: Vec<&str> = pending.iter().map(|p| p.path.as_str()).collect();
+    paths.sort();
+    assert_eq!(paths, ["gates/legal/l", "gates/money/m"]);
+
+    store
+        .decide("gates/legal/l", "lee@x.io", true, Some("fine"), "t")
+        .unwrap();
+    let Outcome::Parked { pending } =
+        flow_runtime::run(&plan, "w", "r", json!({}), services.clone()).await
+    else {
+        panic!("still parked at the other gate")
+    };
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].path, "gates/money/m");
+
+    store
+        .decide("gates/money/m", "mo@x.io", true, None, "t")
+        .unwrap();
+    let outcome = flow_runtime::run(&plan, "w", "r", json!({}), services).await;
+    let Outcome::Completed { output } = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(output["legal"], true);
+    assert_eq!(
+        provider.calls("answer"),
+        2,
+        "`first` ran once over three runs, `last` once"
+    );
+}
+
+#[tokio::test]
+async fn approvals_inside_loop_iterations_and_branches_of_a_condition() {
+    let plan = plan(&format!(
+        "{RECIPE}workflow w {{
+          input {{ items: list<string>, urgent: bool }}
+          if workflow_input.urgent {{
+            step esc = approval {{ approvers: [\"boss\"], message: \"escalate?\" }}
+          }}
+          for workflow_input.items as each concurrency 2 {{
+            step ok = approval {{ approvers: [\"boss\"], message: \"{{{{loop_item}}}}?\" }}
+          }}
+          output {{ n: step.each, esc: step.esc?.approved ?? false }}
+        }}"
+    ));
+    let store = Arc::new(MemoryStore::default());
+    let services = services(Arc::new(Scripted::default()), &store);
+    let input = json!({ "items": ["a", "b"], "urgent": true });
+    let Outcome::Parked { pending } =
+        flow_runtime::run(&plan, "w", "r", input.clone(), services.clone()).await
+    else {
+        panic!("expected to park at the condition's approval")
+    };
+    assert_eq!(pending[0].path, "esc");
+    store.decide("esc", "boss", true, None, "t").unwrap();
+    let Outcome::Parked { pending } =
+        flow_runtime::run(&plan, "w", "r", input.clone(), services.clone()).await
+    else {
+        panic!("expected to park in the loop")
+    };
+    let mut paths: Vec<&str> = pending.iter().map(|p| p.path.as_str()).collect();
+    paths.sort();
+    assert_eq!(
+        paths,
+        ["each[0]/ok", "each[1]/ok"],
+        "both iterations in flight park"
+    );
+    for path in ["each[0]/ok", "each[1]/ok"] {
+        store.decide(path, "boss", false, Some("no"), "t").unwrap();
+    }
+    let outcome = flow_runtime::run(&plan, "w", "r", input, services).await;
+    // Rejections with the default `on_reject: "fail"` fail the step, and the run.
+    assert!(
+        matches!(&outcome, Outcome::Failed { error, .. } if error.kind == ErrorKind::Rejected),
+        "{outcome:?}"
+    );
+}
+
+/// Of fifty concurrent decisions on one gate, exactly one is applied.
+#[tokio::test]
+async fn a_gate_is_decided_exactly_once() {
+    let plan = plan("workflow w { step g = approval { approvers: [\"a\"], message: \"m\" } }");
+    let store = Arc::new(MemoryStore::default());
+    let services = services(Arc::new(Scripted::default()), &store);
+    let _ = flow_runtime::run(&plan, "w", "r", json!({}), services).await;
+    let applied = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..50)
+        .map(|i| {
+            let store = Arc::clone(&store);
+            let applied = Arc::clone(&applied);
+            std::thread::spawn(move || {
+                if store.decide("g", "a", i % 2 == 0, None, "t").is_ok() {
+                    applied.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    assert_eq!(applied.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        store.decide("g", "a", true, None, "t"),
+        Err(DecideError::NotPending("g".into()))
+    );
+    assert!(matches!(
+        store.decide("nope", "a", true, None, "t"),
+        Err(DecideError::UnknownStep(_))
+    ));
+}
+
+#[tokio::test]
+async fn only_an_approver_decides() {
+    let plan = plan("workflow w { step g = approval { approvers: [\"a@x.io\"], message: \"m\" } }");
+    let store = Arc::new(MemoryStore::default());
+    let _ = flow_runtime::run(
+        &plan,
+        "w",
+        "r",
+        json!({}),
+        services(Arc::new(Scripted::default()), &store),
+    )
+    .await;
+    assert!(matches!(
+        store.decide("g", "eve@x.io", true, None, "t"),
+        Err(DecideError::NotAnApprover { .. })
+    ));
+    assert_eq!(
+        store.records()[0].status,
+        StepStatus::Pending,
+        "nothing changed"
+    );
+}
+
+#[tokio::test]
+async fn an_input_that_does_not_match_is_refused_before_the_first_step() {
+    let plan = plan(&format!(
+        "{RECIPE}workflow w {{ input {{ q: string, n: int }} step a = answer {{ q: workflow_input.q }} }}"
+    ));
+    let provider = Arc::new(Scripted::default());
+    let store = Arc::new(MemoryStore::default());
+    let outcome = flow_runtime::run(
+        &plan,
+        "w",
+        "r",
+        json!({ "q": 3, "extra": true }),
+        services(provider.clone(), &store),
+    )
+    .await;
+    let Outcome::Failed { error, .. } = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert!(error.message.contains("/q"), "{}", error.message);
+    assert!(error.message.contains("/n"), "{}", error.message);
+    assert!(error.message.contains("extra"), "{}", error.message);
+    assert_eq!(provider.calls("answer"), 0);
+    assert!(store.records().is_empty());
+}
+
+#[tokio::test]
+async fn a_browser_step_without_an_mcp_client_fails_clearly() {
+    let plan = plan(
+        "mcp b { command \"npx\" }\nworkflow w { step p = b.browser_navigate { url: \"http://127.0.0.1\" } retry 1 }",
+    );
+    let store = Arc::new(MemoryStore::default());
+    let outcome = flow_runtime::run(
+        &plan,
+        "w",
+        "r",
+        json!({}),
+        services(Arc::new(Scripted::default()), &store),
+    )
+    .await;
+    let Outcome::Failed { error, step } = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(error.kind, ErrorKind::Unsupported);
+    assert!(
+        error.message.contains("no MCP client configured"),
+        "{}",
+        error.message
+    );
+    assert_eq!(step.as_deref(), Some("p"));
+}
