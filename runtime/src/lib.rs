@@ -13,5 +13,6 @@ pub mod memory;
 pub mod offline;
 pub mod schema;
 pub mod scope;
+pub mod sqlite;
 
 pub use interp::{Outcome, Services, run};

@@ -3,165 +3,27 @@
 //! to temporary directories.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::SystemTime;
 
-/// The `flowc` binary that `cargo test --workspace` built (the flowc package's
-/// own smoke test makes Cargo build it) in `target/<profile>/`, beside this
-/// test's `deps/` folder.
-///
-/// A bin-only package cannot be a dependency, so `cargo test -p flow-tests`
-/// alone does not rebuild it: a binary missing or older than the compiler's
-/// sources fails here with the command to run, rather than testing stale code.
+use flow_tests::{Run, TempDir, binary, root, run_in};
+
 fn flowc_path() -> PathBuf {
-    static CHECKED: OnceLock<PathBuf> = OnceLock::new();
-    CHECKED
-        .get_or_init(|| {
-            let exe = std::env::current_exe().expect("the test knows its own path");
-            let path = exe
-                .parent()
-                .and_then(Path::parent)
-                .expect("the test runs from target/<profile>/deps")
-                .join(format!("flowc{}", std::env::consts::EXE_SUFFIX));
-            let built = std::fs::metadata(&path)
-                .and_then(|meta| meta.modified())
-                .unwrap_or_else(|_| {
-                    panic!(
-                        "{} is missing: run `cargo build -p flowc` (or `cargo test --workspace`)",
-                        path.display()
-                    )
-                });
-            let sources = [
-                "compiler/flowc/src",
-                "compiler/core/src",
-                "compiler/plan/src",
-            ];
-            if let Some(newer) = sources
-                .iter()
-                .filter_map(|dir| newest_file(&root().join(dir)))
-                .find(|(modified, _)| *modified > built)
-            {
-                panic!(
-                    "{} is older than {}: run `cargo build -p flowc` (or `cargo test --workspace`)",
-                    path.display(),
-                    newer.1.display()
-                );
-            }
-            path
-        })
-        .clone()
-}
-
-/// The most recently modified file below `dir`, with its time.
-fn newest_file(dir: &Path) -> Option<(SystemTime, PathBuf)> {
-    let mut newest: Option<(SystemTime, PathBuf)> = None;
-    for entry in std::fs::read_dir(dir).ok()?.flatten() {
-        let path = entry.path();
-        let candidate = if path.is_dir() {
-            newest_file(&path)
-        } else {
-            entry
-                .metadata()
-                .and_then(|meta| meta.modified())
-                .ok()
-                .map(|time| (time, path))
-        };
-        if let Some(candidate) = candidate
-            && newest.as_ref().is_none_or(|(time, _)| candidate.0 > *time)
-        {
-            newest = Some(candidate);
-        }
-    }
-    newest
-}
-
-/// The repository root, where `examples/` lives.
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ is inside the repository")
-        .to_path_buf()
-}
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    /// Both streams, for assertions that do not care where a line went.
-    fn all(&self) -> String {
-        format!("{}{}", self.stdout, self.stderr)
-    }
+    binary(
+        "flowc",
+        "flowc",
+        &[
+            "compiler/flowc/src",
+            "compiler/core/src",
+            "compiler/plan/src",
+        ],
+    )
 }
 
 fn flowc_in(dir: &Path, args: &[&str]) -> Run {
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = Command::new(flowc_path())
-        .args(args)
-        .current_dir(dir)
-        // Keep the rendering independent of the developer's terminal setup.
-        .env_remove("COLUMNS")
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("flowc starts");
-    Run {
-        code: status
-            .code()
-            .expect("flowc exits normally, not by a signal"),
-        stdout: String::from_utf8(stdout).expect("stdout is UTF-8"),
-        stderr: String::from_utf8(stderr).expect("stderr is UTF-8"),
-    }
+    run_in(&flowc_path(), dir, args)
 }
 
 fn flowc(args: &[&str]) -> Run {
     flowc_in(&root(), args)
-}
-
-/// A temporary directory removed on drop; unique per process and test.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "flowc-test-{}-{}-{name}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).expect("the temporary directory can be created");
-        TempDir(path)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-
-    fn write(&self, name: &str, contents: impl AsRef<[u8]>) -> PathBuf {
-        let path = self.0.join(name);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).expect("the parent directory can be created");
-        }
-        std::fs::write(&path, contents).expect("the file can be written");
-        path
-    }
-
-    fn read(&self, name: &str) -> String {
-        std::fs::read_to_string(self.0.join(name)).expect("the file can be read")
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// A copy of `examples/support_triage.flow` and its `recipes/` folder, with

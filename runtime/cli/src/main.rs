@@ -1,0 +1,408 @@
+//! `flow`: runs a workflow on the embedded store (a SQLite file), approves or
+//! rejects its gates, lists runs and shows a run's trace.
+//!
+//! Exit codes are part of the interface: 0 the run completed, 3 it is parked
+//! at an approval, 1 it failed (or the source does not check), 2 a usage,
+//! input or store error (nothing ran).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+use flow_plan::Plan;
+use flow_runtime::interp::{Outcome, Services};
+use flow_runtime::offline::OfflineProvider;
+use flow_runtime::sqlite::{RunJournal, SqliteStore};
+use serde_json::{Value, json};
+
+/// See the workspace Cargo.toml for why the binaries use mimalloc.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Parser)]
+#[command(
+    name = "flow",
+    version,
+    about = "Run flow workflows on the embedded store"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a workflow of a `.flow` file or a plan (`flowc build` output).
+    Run {
+        file: PathBuf,
+        /// The workflow to run, when the file has several.
+        #[arg(long)]
+        workflow: Option<String>,
+        /// The run's input, a JSON file.
+        #[arg(long)]
+        input: PathBuf,
+        #[arg(long, default_value = "flow.db")]
+        db: PathBuf,
+        /// Print the run record as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve (or reject) a pending approval, then resume the run.
+    Approve {
+        run: String,
+        /// The approval's execution path, as `flow run` printed it.
+        step_path: String,
+        /// Who decides; must be one of the approval's approvers.
+        #[arg(long = "as")]
+        approver: String,
+        #[arg(long)]
+        reject: bool,
+        #[arg(long)]
+        comment: Option<String>,
+        #[arg(long, default_value = "flow.db")]
+        db: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the runs in the store.
+    Runs {
+        #[arg(long, default_value = "flow.db")]
+        db: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a run's trace: every step run with its status, timing and attempts.
+    Show {
+        run: String,
+        #[arg(long, default_value = "flow.db")]
+        db: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// A failure before or around a run: the message and the exit code.
+struct Fail(u8, String);
+
+type Result<T> = std::result::Result<T, Fail>;
+
+fn usage(message: impl Into<String>) -> Fail {
+    Fail(2, message.into())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(dispatch(cli.command)) {
+        Ok(code) => ExitCode::from(code),
+        Err(Fail(code, message)) => {
+            eprintln!("error: {message}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+async fn dispatch(command: Command) -> Result<u8> {
+    match command {
+        Command::Run {
+            file,
+            workflow,
+            input,
+            db,
+            json,
+        } => {
+            let plan = load_plan(&file)?;
+            let workflow = pick_workflow(&plan, workflow.as_deref())?;
+            let input = read_input(&input)?;
+            let store = open_store(&db)?;
+            store.put_plan(&plan).map_err(|e| usage(e.to_string()))?;
+            let run_id = new_run_id();
+            store
+                .create_run(&run_id, &workflow, &plan.hash, &input)
+                .map_err(|e| usage(e.to_string()))?;
+            execute(&store, &plan, &workflow, &run_id, input, json).await
+        }
+        Command::Approve {
+            run,
+            step_path,
+            approver,
+            reject,
+            comment,
+            db,
+            json,
+        } => {
+            let store = open_store(&db)?;
+            let row = store
+                .run(&run)
+                .map_err(|e| usage(e.to_string()))?
+                .ok_or_else(|| usage(format!("no run `{run}` in {}", db.display())))?;
+            store
+                .decide(
+                    &run,
+                    &step_path,
+                    &approver,
+                    !reject,
+                    comment.as_deref(),
+                    &timestamp(),
+                )
+                .map_err(|e| usage(e.to_string()))?;
+            let plan = store
+                .plan(&row.plan_hash)
+                .map_err(|e| usage(e.to_string()))?;
+            execute(&store, &plan, &row.workflow, &run, row.input, json).await
+        }
+        Command::Runs { db, json } => {
+            let store = open_store(&db)?;
+            let runs = store.runs().map_err(|e| usage(e.to_string()))?;
+            if json {
+                let list: Vec<Value> = runs
+                    .iter()
+                    .map(|r| json!({ "run_id": r.id, "workflow": r.workflow, "status": r.status, "created_ms": r.created_ms }))
+                    .collect();
+                println!("{}", Value::Array(list));
+            } else {
+                for run in runs {
+                    println!("{}  {:<18} {}", run.id, run.status, run.workflow);
+                }
+            }
+            Ok(0)
+        }
+        Command::Show { run, db, json } => {
+            let store = open_store(&db)?;
+            store
+                .run(&run)
+                .map_err(|e| usage(e.to_string()))?
+                .ok_or_else(|| usage(format!("no run `{run}` in {}", db.display())))?;
+            let records = store.step_records(&run).map_err(|e| usage(e.to_string()))?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&records).map_err(|e| usage(e.to_string()))?
+                );
+            } else {
+                for record in records {
+                    let depth = record.path.matches('/').count();
+                    let attempts = record.attempts.len();
+                    println!(
+                        "{}{}  {:?}  {} ms{}",
+                        "  ".repeat(depth),
+                        record.path,
+                        record.status,
+                        record.ended_ms.saturating_sub(record.started_ms),
+                        if attempts > 1 {
+                            format!("  ({attempts} attempts)")
+                        } else {
+                            String::new()
+                        }
+                    );
+                    for attempt in record.attempts.iter().filter(|a| a.error.is_some()) {
+                        println!(
+                            "{}  attempt {}: {}",
+                            "  ".repeat(depth),
+                            attempt.index + 1,
+                            attempt.error.as_deref().unwrap_or("")
+                        );
+                    }
+                }
+            }
+            Ok(0)
+        }
+    }
+}
+
+/// Runs (or resumes) a run and reports it; the exit code says how it ended.
+async fn execute(
+    store: &Arc<SqliteStore>,
+    plan: &Plan,
+    workflow: &str,
+    run_id: &str,
+    input: Value,
+    json: bool,
+) -> Result<u8> {
+    let journal = RunJournal::open(store, run_id).map_err(|e| usage(e.to_string()))?;
+    eprintln!(
+        "flow: no LLM provider is configured; recipes answer with the offline provider's fabricated outputs"
+    );
+    let services = Services {
+        provider: Arc::new(OfflineProvider),
+        effects: journal.clone(),
+        mcp: None,
+        journal,
+    };
+    let outcome = flow_runtime::run(plan, workflow, run_id, input, services).await;
+    let (status, code) = match &outcome {
+        Outcome::Completed { .. } => ("completed", 0),
+        Outcome::Parked { .. } => ("pending_approval", 3),
+        Outcome::Failed { .. } => ("failed", 1),
+    };
+    let record = serde_json::to_value(&outcome).map_err(|e| usage(e.to_string()))?;
+    store
+        .finish_run(run_id, status, &record)
+        .map_err(|e| usage(e.to_string()))?;
+    if json {
+        let mut report = json!({ "run_id": run_id, "status": status });
+        match &outcome {
+            Outcome::Completed { output } => report["output"] = output.clone(),
+            Outcome::Parked { pending } => {
+                report["pending_approvals"] = serde_json::to_value(pending).unwrap_or(Value::Null);
+            }
+            Outcome::Failed { error, step } => {
+                report["error"] =
+                    json!({ "kind": error.kind, "message": error.message, "step": step });
+            }
+        }
+        println!("{report}");
+    } else {
+        match &outcome {
+            Outcome::Completed { output } => {
+                println!("run {run_id} completed");
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(output).unwrap_or_default()
+                );
+            }
+            Outcome::Parked { pending } => {
+                println!("run {run_id} is waiting for {} approval(s):", pending.len());
+                for approval in pending {
+                    println!(
+                        "  {}  approvers: {}  \"{}\"",
+                        approval.path,
+                        approval.approvers.join(", "),
+                        approval.message
+                    );
+                    println!(
+                        "    flow approve {run_id} {} --as {}",
+                        approval.path,
+                        approval
+                            .approvers
+                            .first()
+                            .map_or("APPROVER", String::as_str)
+                    );
+                }
+            }
+            Outcome::Failed { error, step } => {
+                println!(
+                    "run {run_id} failed{}: {}",
+                    step.as_deref()
+                        .map(|s| format!(" at step `{s}`"))
+                        .unwrap_or_default(),
+                    error.message
+                );
+            }
+        }
+    }
+    Ok(code)
+}
+
+struct Disk;
+
+impl flow_compiler::SourceLoader for Disk {
+    fn load(&self, path: &str) -> std::result::Result<Vec<u8>, String> {
+        std::fs::read(path).map_err(|e| e.to_string())
+    }
+}
+
+/// A plan from `flowc build` output, or compiled from a `.flow` source.
+fn load_plan(file: &Path) -> Result<Plan> {
+    let path = file
+        .to_str()
+        .ok_or_else(|| usage(format!("{} is not a UTF-8 path", file.display())))?;
+    if path.ends_with(".json") {
+        let text =
+            std::fs::read_to_string(file).map_err(|e| usage(format!("cannot read {path}: {e}")))?;
+        return Plan::from_json(&text).map_err(|e| usage(format!("{path}: {e}")));
+    }
+    let checked = flow_compiler::check(path, &Disk)
+        .map_err(|e| usage(format!("cannot read {}: {}", e.path, e.message)))?;
+    if checked.has_errors() {
+        for diagnostic in checked.diagnostics.iter().filter(|d| d.is_error()) {
+            let file = checked.file(diagnostic.primary.file);
+            let (line, column) =
+                flow_compiler::diagnostic::line_col(&file.text, diagnostic.primary.span.start);
+            eprintln!(
+                "{}:{line}:{column}: error {}: {}",
+                file.path,
+                diagnostic.code.as_str(),
+                diagnostic.message
+            );
+        }
+        return Err(Fail(
+            1,
+            format!("{path} does not check; see `flowc check {path}`"),
+        ));
+    }
+    flow_compiler::lower(&checked).ok_or_else(|| Fail(1, format!("{path} could not be lowered")))
+}
+
+fn pick_workflow(plan: &Plan, wanted: Option<&str>) -> Result<String> {
+    let names: Vec<&str> = plan.workflows.iter().map(|w| w.name.as_str()).collect();
+    match (wanted, names.as_slice()) {
+        (Some(name), _) if names.contains(&name) => Ok(name.to_string()),
+        (Some(name), _) => Err(usage(format!(
+            "no workflow `{name}`; the workflows are {}",
+            names.join(", ")
+        ))),
+        (None, [only]) => Ok((*only).to_string()),
+        (None, []) => Err(usage("the file declares no workflow")),
+        (None, _) => Err(usage(format!(
+            "name one with --workflow: {}",
+            names.join(", ")
+        ))),
+    }
+}
+
+fn read_input(path: &Path) -> Result<Value> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| usage(format!("cannot read {}: {e}", path.display())))?;
+    serde_json::from_str(&text).map_err(|e| usage(format!("{} is not JSON: {e}", path.display())))
+}
+
+fn open_store(db: &Path) -> Result<Arc<SqliteStore>> {
+    SqliteStore::open(db).map_err(|e| usage(format!("cannot open the store {}: {e}", db.display())))
+}
+
+/// A run id unique enough for one store: the time in microseconds and the
+/// process id, in base 36.
+fn new_run_id() -> String {
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64);
+    format!(
+        "run-{}-{}",
+        base36(micros),
+        base36(u64::from(std::process::id()))
+    )
+}
+
+fn base36(mut n: u64) -> String {
+    const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = Vec::new();
+    loop {
+        out.push(DIGITS[(n % 36) as usize]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    out.reverse();
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// The decision time, in seconds since the epoch (RFC 3339 formatting needs
+/// a date library this binary does not otherwise need).
+fn timestamp() -> String {
+    let seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    seconds.to_string()
+}

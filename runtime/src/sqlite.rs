@@ -1,0 +1,551 @@
+//! The embedded store: SQLite in WAL mode with `synchronous=FULL`.
+//!
+//! One writer thread owns the write connection. Step records from every run
+//! in the process queue to it; it takes all that are waiting, writes them in
+//! one transaction and commits once (one fsync), then answers each caller. A
+//! step's record is therefore durable before the run goes on to a dependent
+//! step, at the cost of one fsync per batch rather than per step.
+//!
+//! Reads for a replay happen once per run (`RunJournal::open` loads the run's
+//! records); later lookups are answered from that copy, which the run's own
+//! writes keep current.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use flow_plan::{OnReject, Plan};
+use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+use crate::interp::{
+    BoxFuture, Effects, ErrorKind, Handoff, Journal, KbWrite, PendingApproval, StepError,
+    StepRecord, StepStatus,
+};
+use crate::memory::DecideError;
+
+/// Schema migrations, applied in order; `PRAGMA user_version` counts them.
+const MIGRATIONS: &[&str] = &[r#"
+    CREATE TABLE plans (
+        hash TEXT PRIMARY KEY,
+        json TEXT NOT NULL
+    );
+    CREATE TABLE runs (
+        id TEXT PRIMARY KEY,
+        workflow TEXT NOT NULL,
+        plan_hash TEXT NOT NULL REFERENCES plans(hash),
+        status TEXT NOT NULL,
+        input TEXT NOT NULL,
+        outcome TEXT,
+        created_ms INTEGER NOT NULL,
+        updated_ms INTEGER NOT NULL
+    );
+    CREATE INDEX runs_by_status ON runs(status);
+    CREATE TABLE step_runs (
+        run_id TEXT NOT NULL REFERENCES runs(id),
+        path TEXT NOT NULL,
+        status TEXT NOT NULL,
+        record TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        PRIMARY KEY (run_id, path)
+    );
+    CREATE TABLE kb_documents (
+        collection TEXT NOT NULL,
+        title TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        content TEXT NOT NULL,
+        metadata TEXT,
+        PRIMARY KEY (collection, title)
+    );
+    CREATE VIRTUAL TABLE kb_search USING fts5(collection, title, content);
+    CREATE TABLE kb_keys (
+        key TEXT PRIMARY KEY,
+        result TEXT NOT NULL
+    );
+    CREATE TABLE notifications (
+        id INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        department TEXT NOT NULL,
+        subject TEXT,
+        message TEXT NOT NULL,
+        key TEXT UNIQUE,
+        created_ms INTEGER NOT NULL
+    );
+"#];
+
+/// A store error: what failed, in words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreError(pub String);
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(error: rusqlite::Error) -> StoreError {
+        StoreError(error.to_string())
+    }
+}
+
+fn store_error(error: StoreError) -> StepError {
+    StepError::new(ErrorKind::Server, format!("store: {error}"))
+}
+
+/// A run as the store keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRow {
+    pub id: String,
+    pub workflow: String,
+    pub plan_hash: String,
+    pub status: String,
+    pub input: Value,
+    pub outcome: Option<Value>,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+}
+
+type Reply = oneshot::Sender<Result<(), StoreError>>;
+
+/// The writer's queue: one statement's worth of work each, answered after
+/// the commit that made it durable.
+enum Write {
+    Step {
+        run_id: String,
+        record: Box<StepRecord>,
+        reply: Reply,
+    },
+}
+
+pub struct SqliteStore {
+    queue: Mutex<Sender<Write>>,
+    /// For everything but step records: plans, runs, decisions, effects.
+    /// They are few per run, so they take this connection directly.
+    conn: Mutex<Connection>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn open(path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open(path)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    Ok(conn)
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn status_name(status: StepStatus) -> &'static str {
+    match status {
+        StepStatus::Completed => "completed",
+        StepStatus::Failed => "failed",
+        StepStatus::Pending => "pending",
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating and migrating if needed) the store at `path`.
+    pub fn open(path: &Path) -> Result<Arc<SqliteStore>, StoreError> {
+        let conn = open(path)?;
+        let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
+        if version as usize > MIGRATIONS.len() {
+            return Err(StoreError(format!(
+                "{} was written by a newer flow (schema version {version}, this one knows {})",
+                path.display(),
+                MIGRATIONS.len()
+            )));
+        }
+        for (index, migration) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+            let tx = conn.unchecked_transaction()?;
+            tx.execute_batch(migration)?;
+            tx.pragma_update(None, "user_version", (index + 1) as i64)?;
+            tx.commit()?;
+        }
+        let writer = open(path)?;
+        let (sender, receiver) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("flow-journal-writer".into())
+            .spawn(move || write_batches(writer, receiver))
+            .map_err(|e| StoreError(format!("cannot start the journal writer: {e}")))?;
+        Ok(Arc::new(SqliteStore {
+            queue: Mutex::new(sender),
+            conn: Mutex::new(conn),
+        }))
+    }
+
+    /// Keeps a plan (once per hash) so that every live run's plan stays available.
+    pub fn put_plan(&self, plan: &Plan) -> Result<(), StoreError> {
+        lock(&self.conn).execute(
+            "INSERT OR IGNORE INTO plans (hash, json) VALUES (?1, ?2)",
+            params![
+                plan.hash,
+                serde_json::to_string(plan).map_err(|e| StoreError(e.to_string()))?
+            ],
+        )?;
+        Ok(())
+    }
+
+    pub fn plan(&self, hash: &str) -> Result<Plan, StoreError> {
+        let json: String = lock(&self.conn)
+            .query_row("SELECT json FROM plans WHERE hash = ?1", [hash], |row| {
+                row.get(0)
+            })
+            .optional()?
+            .ok_or_else(|| StoreError(format!("no plan {hash} in the store")))?;
+        Plan::from_json(&json).map_err(|e| StoreError(e.to_string()))
+    }
+
+    pub fn create_run(
+        &self,
+        id: &str,
+        workflow: &str,
+        plan_hash: &str,
+        input: &Value,
+    ) -> Result<(), StoreError> {
+        let now = now_ms();
+        lock(&self.conn).execute(
+            "INSERT INTO runs (id, workflow, plan_hash, status, input, created_ms, updated_ms)
+             VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?5)",
+            params![id, workflow, plan_hash, input.to_string(), now],
+        )?;
+        Ok(())
+    }
+
+    pub fn finish_run(&self, id: &str, status: &str, outcome: &Value) -> Result<(), StoreError> {
+        lock(&self.conn).execute(
+            "UPDATE runs SET status = ?2, outcome = ?3, updated_ms = ?4 WHERE id = ?1",
+            params![id, status, outcome.to_string(), now_ms()],
+        )?;
+        Ok(())
+    }
+
+    pub fn run(&self, id: &str) -> Result<Option<RunRow>, StoreError> {
+        Ok(lock(&self.conn)
+            .query_row(
+                "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms FROM runs WHERE id = ?1",
+                [id],
+                run_row,
+            )
+            .optional()?)
+    }
+
+    pub fn runs(&self) -> Result<Vec<RunRow>, StoreError> {
+        let conn = lock(&self.conn);
+        let mut statement = conn.prepare(
+            "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms FROM runs ORDER BY created_ms, id",
+        )?;
+        let rows = statement
+            .query_map([], run_row)?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    /// The runs left `running`: a process died with them in flight.
+    pub fn unfinished_runs(&self) -> Result<Vec<RunRow>, StoreError> {
+        Ok(self
+            .runs()?
+            .into_iter()
+            .filter(|r| r.status == "running")
+            .collect())
+    }
+
+    pub fn step_records(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError> {
+        let conn = lock(&self.conn);
+        let mut statement =
+            conn.prepare("SELECT record FROM step_runs WHERE run_id = ?1 ORDER BY seq")?;
+        let records = statement
+            .query_map([run_id], |row| row.get::<_, String>(0))?
+            .collect::<Result<Vec<_>, _>>()?;
+        records
+            .iter()
+            .map(|json| {
+                serde_json::from_str(json)
+                    .map_err(|e| StoreError(format!("a damaged step record: {e}")))
+            })
+            .collect()
+    }
+
+    /// Decides the approval pending at `path` of run `run_id`, exactly once:
+    /// the update applies only while the record is still pending, and SQLite
+    /// serializes writers, so of concurrent decisions one changes a row.
+    pub fn decide(
+        &self,
+        run_id: &str,
+        path: &str,
+        approver: &str,
+        approved: bool,
+        comment: Option<&str>,
+        decided_at: &str,
+    ) -> Result<(), StoreError> {
+        let mut conn = lock(&self.conn);
+        let tx = conn.transaction()?;
+        let row: Option<(String, String)> = tx
+            .query_row(
+                "SELECT status, record FROM step_runs WHERE run_id = ?1 AND path = ?2",
+                params![run_id, path],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .optional()?;
+        let Some((status, record)) = row else {
+            return Err(StoreError(
+                DecideError::UnknownStep(path.to_string()).to_string(),
+            ));
+        };
+        if status != "pending" {
+            return Err(StoreError(
+                DecideError::NotPending(path.to_string()).to_string(),
+            ));
+        }
+        let mut record: StepRecord =
+            serde_json::from_str(&record).map_err(|e| StoreError(e.to_string()))?;
+        let pending: PendingApproval =
+            serde_json::from_value(record.input.clone()).map_err(|e| StoreError(e.to_string()))?;
+        if !pending.approvers.iter().any(|a| a == approver) {
+            return Err(StoreError(
+                DecideError::NotAnApprover {
+                    approver: approver.to_string(),
+                    approvers: pending.approvers,
+                }
+                .to_string(),
+            ));
+        }
+        record.output = Some(json!({
+            "approved": approved,
+            "approver": approver,
+            "comment": comment,
+            "decided_at": decided_at,
+        }));
+        if !approved && pending.on_reject == OnReject::Fail {
+            record.status = StepStatus::Failed;
+            record.error = Some(StepError::new(
+                ErrorKind::Rejected,
+                format!("{approver} rejected the approval"),
+            ));
+        } else {
+            record.status = StepStatus::Completed;
+        }
+        let changed = tx.execute(
+            "UPDATE step_runs SET status = ?3, record = ?4 WHERE run_id = ?1 AND path = ?2 AND status = 'pending'",
+            params![
+                run_id,
+                path,
+                status_name(record.status),
+                serde_json::to_string(&record).map_err(|e| StoreError(e.to_string()))?
+            ],
+        )?;
+        if changed != 1 {
+            return Err(StoreError(
+                DecideError::NotPending(path.to_string()).to_string(),
+            ));
+        }
+        tx.execute(
+            "UPDATE runs SET status = 'running', updated_ms = ?2 WHERE id = ?1",
+            params![run_id, now_ms()],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Notifications recorded by handoffs, newest last.
+    pub fn notifications(&self) -> Result<Vec<Handoff>, StoreError> {
+        let conn = lock(&self.conn);
+        let mut statement = conn.prepare(
+            "SELECT run_id, department, message, subject, key FROM notifications ORDER BY id",
+        )?;
+        let rows = statement
+            .query_map([], |row| {
+                Ok(Handoff {
+                    run_id: row.get(0)?,
+                    department: row.get(1)?,
+                    message: row.get(2)?,
+                    subject: row.get(3)?,
+                    key: row.get(4)?,
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    fn append(
+        &self,
+        run_id: &str,
+        record: StepRecord,
+    ) -> BoxFuture<'static, Result<(), StepError>> {
+        let (reply, answer) = oneshot::channel();
+        let sent = lock(&self.queue).send(Write::Step {
+            run_id: run_id.to_string(),
+            record: Box::new(record),
+            reply,
+        });
+        Box::pin(async move {
+            if sent.is_err() {
+                return Err(store_error(StoreError(
+                    "the journal writer has stopped".into(),
+                )));
+            }
+            match answer.await {
+                Ok(result) => result.map_err(store_error),
+                Err(_) => Err(store_error(StoreError(
+                    "the journal writer has stopped".into(),
+                ))),
+            }
+        })
+    }
+}
+
+fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
+    let input: String = row.get(4)?;
+    let outcome: Option<String> = row.get(5)?;
+    Ok(RunRow {
+        id: row.get(0)?,
+        workflow: row.get(1)?,
+        plan_hash: row.get(2)?,
+        status: row.get(3)?,
+        input: serde_json::from_str(&input).unwrap_or(Value::Null),
+        outcome: outcome.and_then(|o| serde_json::from_str(&o).ok()),
+        created_ms: row.get(6)?,
+        updated_ms: row.get(7)?,
+    })
+}
+
+/// The writer thread: group commit of step records until every sender is gone.
+fn write_batches(mut conn: Connection, queue: Receiver<Write>) {
+    const MAX_BATCH: usize = 4096;
+    while let Ok(first) = queue.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        let result = write_batch(&mut conn, &batch).map_err(StoreError::from);
+        for Write::Step { reply, .. } in batch {
+            // A caller that went away no longer needs the answer.
+            let _ = reply.send(result.clone());
+        }
+    }
+}
+
+fn write_batch(conn: &mut Connection, batch: &[Write]) -> rusqlite::Result<()> {
+    let tx = conn.transaction()?;
+    {
+        let mut insert = tx.prepare_cached(
+            "INSERT INTO step_runs (run_id, path, status, record, seq)
+             VALUES (?1, ?2, ?3, ?4, (SELECT COUNT(*) FROM step_runs WHERE run_id = ?1))
+             ON CONFLICT (run_id, path) DO UPDATE SET status = excluded.status, record = excluded.record",
+        )?;
+        for Write::Step { run_id, record, .. } in batch {
+            let json = serde_json::to_string(record).unwrap_or_default();
+            insert.execute(params![
+                run_id,
+                record.path,
+                status_name(record.status),
+                json
+            ])?;
+        }
+    }
+    tx.commit()
+}
+
+/// One run's view of the store: its journal (loaded once for replay) and the
+/// store's effects.
+pub struct RunJournal {
+    store: Arc<SqliteStore>,
+    run_id: String,
+    records: Mutex<HashMap<String, StepRecord>>,
+}
+
+impl RunJournal {
+    pub fn open(store: &Arc<SqliteStore>, run_id: &str) -> Result<Arc<RunJournal>, StoreError> {
+        let records = store
+            .step_records(run_id)?
+            .into_iter()
+            .map(|record| (record.path.clone(), record))
+            .collect();
+        Ok(Arc::new(RunJournal {
+            store: Arc::clone(store),
+            run_id: run_id.to_string(),
+            records: Mutex::new(records),
+        }))
+    }
+}
+
+impl Journal for RunJournal {
+    fn lookup(&self, path: &str) -> Option<StepRecord> {
+        lock(&self.records).get(path).cloned()
+    }
+
+    fn record<'a>(&'a self, record: StepRecord) -> BoxFuture<'a, Result<(), StepError>> {
+        lock(&self.records).insert(record.path.clone(), record.clone());
+        self.store.append(&self.run_id, record)
+    }
+}
+
+impl Effects for RunJournal {
+    fn kb_write<'a>(&'a self, write: &'a KbWrite) -> BoxFuture<'a, Result<Value, StepError>> {
+        let result = (|| -> Result<Value, StoreError> {
+            let mut conn = lock(&self.store.conn);
+            let tx = conn.transaction()?;
+            if let Some(key) = &write.key {
+                let first: Option<String> = tx
+                    .query_row("SELECT result FROM kb_keys WHERE key = ?1", [key], |row| row.get(0))
+                    .optional()?;
+                if let Some(first) = first {
+                    return serde_json::from_str(&first).map_err(|e| StoreError(e.to_string()));
+                }
+            }
+            let version: i64 = tx.query_row(
+                "INSERT INTO kb_documents (collection, title, version, content, metadata) VALUES (?1, ?2, 1, ?3, ?4)
+                 ON CONFLICT (collection, title) DO UPDATE SET version = version + 1, content = excluded.content, metadata = excluded.metadata
+                 RETURNING version",
+                params![write.collection, write.title, write.content, write.metadata.as_ref().map(Value::to_string)],
+                |row| row.get(0),
+            )?;
+            tx.execute(
+                "DELETE FROM kb_search WHERE collection = ?1 AND title = ?2",
+                params![write.collection, write.title],
+            )?;
+            tx.execute(
+                "INSERT INTO kb_search (collection, title, content) VALUES (?1, ?2, ?3)",
+                params![write.collection, write.title, write.content],
+            )?;
+            let result = json!({ "id": format!("{}/{}", write.collection, write.title), "version": version });
+            if let Some(key) = &write.key {
+                tx.execute(
+                    "INSERT INTO kb_keys (key, result) VALUES (?1, ?2)",
+                    params![key, result.to_string()],
+                )?;
+            }
+            tx.commit()?;
+            Ok(result)
+        })()
+        .map_err(store_error);
+        Box::pin(async move { result })
+    }
+
+    fn handoff<'a>(&'a self, handoff: &'a Handoff) -> BoxFuture<'a, Result<(), StepError>> {
+        let result = lock(&self.store.conn)
+            .execute(
+                "INSERT OR IGNORE INTO notifications (run_id, department, subject, message, key, created_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![handoff.run_id, handoff.department, handoff.subject, handoff.message, handoff.key, now_ms()],
+            )
+            .map(|_| ())
+            .map_err(|e| store_error(e.into()));
+        Box::pin(async move { result })
+    }
+}

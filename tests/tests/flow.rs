@@ -1,0 +1,168 @@
+//! End-to-end tests of the `flow` binary on the examples: every example runs
+//! to completion with the offline provider, or parks and completes after
+//! `flow approve`; exit codes and the `--json` run record are the interface.
+
+use std::path::PathBuf;
+
+use flow_tests::{Run, TempDir, binary, root, run_in};
+use serde_json::Value;
+
+fn flow_path() -> PathBuf {
+    binary(
+        "flow",
+        "flow-cli",
+        &[
+            "runtime/cli/src",
+            "runtime/src",
+            "compiler/core/src",
+            "compiler/plan/src",
+        ],
+    )
+}
+
+fn flow(dir: &TempDir, args: &[&str]) -> Run {
+    run_in(&flow_path(), dir.path(), args)
+}
+
+fn json(run: &Run) -> Value {
+    serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", run.all()))
+}
+
+#[test]
+fn every_example_completes_after_flow_approve() {
+    let examples = root().join("examples");
+    let mut names: Vec<String> = std::fs::read_dir(&examples)
+        .expect("examples/ exists")
+        .map(|e| {
+            e.expect("readable")
+                .file_name()
+                .to_string_lossy()
+                .to_string()
+        })
+        .filter(|n| n.ends_with(".flow"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 4);
+    for name in names {
+        let dir = TempDir::new("flow-run");
+        let source = examples.join(&name);
+        let input = examples.join(name.replace(".flow", ".input.json"));
+        let mut run = flow(
+            &dir,
+            &[
+                "run",
+                source.to_str().unwrap(),
+                "--input",
+                input.to_str().unwrap(),
+                "--json",
+            ],
+        );
+        let mut record = json(&run);
+        let run_id = record["run_id"].as_str().expect("a run id").to_string();
+        let mut decisions = 0;
+        while run.code == 3 {
+            assert_eq!(record["status"], "pending_approval", "{name}: {record}");
+            let pending = record["pending_approvals"]
+                .as_array()
+                .expect("pending approvals")
+                .clone();
+            assert!(!pending.is_empty(), "{name}");
+            for approval in pending {
+                let path = approval["path"].as_str().unwrap();
+                let approver = approval["approvers"][0].as_str().unwrap();
+                run = flow(
+                    &dir,
+                    &["approve", &run_id, path, "--as", approver, "--json"],
+                );
+                decisions += 1;
+                if run.code != 3 {
+                    break;
+                }
+            }
+            record = json(&run);
+            assert!(decisions < 50, "{name}: keeps parking");
+        }
+        assert_eq!(run.code, 0, "{name}: {}", run.all());
+        assert_eq!(record["status"], "completed", "{name}: {record}");
+        assert!(record["output"].is_object(), "{name}: {record}");
+        assert!(
+            run.stderr.contains("offline provider"),
+            "{name}: the offline provider says so"
+        );
+
+        // The trace lists the steps that ran, and `flow runs` the run.
+        let show = flow(&dir, &["show", &run_id, "--json"]);
+        assert_eq!(show.code, 0, "{}", show.all());
+        assert!(!json(&show).as_array().expect("records").is_empty());
+        let runs = flow(&dir, &["runs", "--json"]);
+        assert_eq!(json(&runs)[0]["status"], "completed");
+    }
+}
+
+#[test]
+fn a_decision_is_refused_when_it_cannot_apply() {
+    let dir = TempDir::new("flow-approve");
+    dir.write(
+        "gate.flow",
+        "workflow w { step g = approval { approvers: [\"a@x.io\"], message: \"m\" } }\n",
+    );
+    dir.write("in.json", "{}");
+    let run = flow(&dir, &["run", "gate.flow", "--input", "in.json", "--json"]);
+    assert_eq!(run.code, 3, "{}", run.all());
+    let run_id = json(&run)["run_id"].as_str().unwrap().to_string();
+
+    let wrong = flow(&dir, &["approve", &run_id, "g", "--as", "eve@x.io"]);
+    assert_eq!(wrong.code, 2);
+    assert!(
+        wrong.stderr.contains("eve@x.io may not decide"),
+        "{}",
+        wrong.stderr
+    );
+    let unknown = flow(&dir, &["approve", &run_id, "nope", "--as", "a@x.io"]);
+    assert_eq!(unknown.code, 2);
+    let no_run = flow(&dir, &["approve", "run-x", "g", "--as", "a@x.io"]);
+    assert_eq!(no_run.code, 2);
+
+    let rejected = flow(
+        &dir,
+        &[
+            "approve", &run_id, "g", "--as", "a@x.io", "--reject", "--json",
+        ],
+    );
+    assert_eq!(
+        rejected.code,
+        1,
+        "a rejection fails the run by default: {}",
+        rejected.all()
+    );
+    let again = flow(&dir, &["approve", &run_id, "g", "--as", "a@x.io"]);
+    assert_eq!(again.code, 2);
+    assert!(again.stderr.contains("already decided"), "{}", again.stderr);
+}
+
+#[test]
+fn a_mismatched_input_is_refused_with_every_mismatch() {
+    let dir = TempDir::new("flow-input");
+    let source = root().join("examples/support_triage.flow");
+    dir.write("in.json", r#"{ "ticket_id": 7, "subject": "s" }"#);
+    let run = flow(
+        &dir,
+        &[
+            "run",
+            source.to_str().unwrap(),
+            "--input",
+            "in.json",
+            "--json",
+        ],
+    );
+    assert_eq!(run.code, 1, "{}", run.all());
+    let message = json(&run)["error"]["message"].as_str().unwrap().to_string();
+    for field in ["/ticket_id", "/body", "/customer"] {
+        assert!(message.contains(field), "{field} in {message}");
+    }
+    let bad_json = flow(
+        &dir,
+        &["run", source.to_str().unwrap(), "--input", "missing.json"],
+    );
+    assert_eq!(bad_json.code, 2);
+}
