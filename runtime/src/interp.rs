@@ -100,15 +100,17 @@ impl From<EvalError> for StepError {
     }
 }
 
-/// One call of a recipe, as a provider receives it.
+/// One call of a recipe, as a provider receives it. It borrows from the plan
+/// and the step's arguments: a call is made per step, and copying a schema
+/// for each would cost more than the engine's own work.
 #[derive(Debug, Clone)]
-pub struct RecipeCall {
-    pub recipe: String,
+pub struct RecipeCall<'a> {
+    pub recipe: &'a str,
     /// The model alias; the provider's configuration resolves it.
-    pub model: String,
+    pub model: &'a str,
     pub prompt: String,
-    pub input: Value,
-    pub output_schema: Value,
+    pub input: &'a Value,
+    pub output_schema: &'a Value,
     /// Stable identity of this attempt (run id, path, attempt index), for
     /// deterministic providers and idempotent requests.
     pub call_id: String,
@@ -116,7 +118,7 @@ pub struct RecipeCall {
 
 /// A model provider (OpenAI-compatible, Anthropic, the offline fabricator).
 pub trait Provider: Send + Sync {
-    fn complete<'a>(&'a self, call: &'a RecipeCall) -> BoxFuture<'a, Result<Value, StepError>>;
+    fn complete<'a>(&'a self, call: &'a RecipeCall<'a>) -> BoxFuture<'a, Result<Value, StepError>>;
 }
 
 /// A call to an MCP server's tool.
@@ -744,16 +746,17 @@ impl<'p> Interpreter<'p> {
                         "the plan names a recipe it does not hold",
                     )
                 })?;
-                let inputs = args.as_object().cloned().unwrap_or_default();
+                let no_inputs = Map::new();
+                let inputs = args.as_object().unwrap_or(&no_inputs);
                 let prompt = self
-                    .env(ctx, Some((&recipe.input_fields, &inputs)))
+                    .env(ctx, Some((&recipe.input_fields, inputs)))
                     .render(&recipe.prompt)?;
                 let call = RecipeCall {
-                    recipe: recipe.name.clone(),
-                    model: recipe.model.clone(),
+                    recipe: &recipe.name,
+                    model: &recipe.model,
                     prompt,
-                    input: args.clone(),
-                    output_schema: recipe.output_schema.clone(),
+                    input: args,
+                    output_schema: &recipe.output_schema,
                     call_id: call_id.to_string(),
                 };
                 let output = self.services.provider.complete(&call).await?;

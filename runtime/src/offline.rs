@@ -205,9 +205,9 @@ pub struct OfflineProvider;
 impl crate::interp::Provider for OfflineProvider {
     fn complete<'a>(
         &'a self,
-        call: &'a crate::interp::RecipeCall,
+        call: &'a crate::interp::RecipeCall<'a>,
     ) -> crate::interp::BoxFuture<'a, Result<Value, crate::interp::StepError>> {
-        let value = fabricate(&call.output_schema, seed_of(&[&call.recipe, &call.call_id]));
+        let value = fabricate(call.output_schema, seed_of(&[call.recipe, &call.call_id]));
         Box::pin(async move { Ok(value) })
     }
 }

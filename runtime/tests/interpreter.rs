@@ -43,10 +43,10 @@ impl Scripted {
 }
 
 impl Provider for Scripted {
-    fn complete<'a>(&'a self, call: &'a RecipeCall) -> BoxFuture<'a, Result<Value, StepError>> {
+    fn complete<'a>(&'a self, call: &'a RecipeCall<'a>) -> BoxFuture<'a, Result<Value, StepError>> {
         let count = {
             let mut calls = self.calls.lock().unwrap();
-            let count = calls.entry(call.recipe.clone()).or_insert(0);
+            let count = calls.entry(call.recipe.to_string()).or_insert(0);
             *count += 1;
             *count
         };
@@ -54,12 +54,12 @@ impl Provider for Scripted {
             .script
             .lock()
             .unwrap()
-            .get(&call.recipe)
+            .get(call.recipe)
             .and_then(|script| script.get(count - 1).copied())
             .flatten();
         let result = match next {
             Some(kind) => Err(StepError::new(kind, format!("scripted {kind:?}"))),
-            None => Ok(fabricate(&call.output_schema, count as u64)),
+            None => Ok(fabricate(call.output_schema, count as u64)),
         };
         Box::pin(async move { result })
     }
