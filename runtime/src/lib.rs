@@ -11,6 +11,7 @@ pub mod eval;
 pub mod interp;
 pub mod memory;
 pub mod offline;
+pub mod openai;
 pub mod schema;
 pub mod scope;
 pub mod sqlite;

@@ -11,8 +11,9 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use flow_plan::Plan;
-use flow_runtime::interp::{Outcome, Services};
+use flow_runtime::interp::{Outcome, Provider, Services};
 use flow_runtime::offline::OfflineProvider;
+use flow_runtime::openai::{OpenAiConfig, OpenAiProvider};
 use flow_runtime::sqlite::{RunJournal, SqliteStore};
 use serde_json::{Value, json};
 
@@ -230,11 +231,17 @@ async fn execute(
     json: bool,
 ) -> Result<u8> {
     let journal = RunJournal::open(store, run_id).map_err(|e| usage(e.to_string()))?;
-    eprintln!(
-        "flow: no LLM provider is configured; recipes answer with the offline provider's fabricated outputs"
-    );
+    let provider: Arc<dyn Provider> = match OpenAiConfig::from_env() {
+        Some(config) => Arc::new(OpenAiProvider::new(config).map_err(usage)?),
+        None => {
+            eprintln!(
+                "flow: no LLM provider is configured (set FLOW_LLM_BASE_URL); recipes answer with the offline provider's fabricated outputs"
+            );
+            Arc::new(OfflineProvider)
+        }
+    };
     let services = Services {
-        provider: Arc::new(OfflineProvider),
+        provider,
         effects: journal.clone(),
         mcp: None,
         journal,

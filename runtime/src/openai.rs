@@ -1,0 +1,209 @@
+//! The OpenAI-compatible chat completions provider (OpenAI, Ollama, vLLM,
+//! llama.cpp servers): structured output with the recipe's JSON Schema.
+//!
+//! Errors are classified for the interpreter's retry policy: 429 (with its
+//! `Retry-After`), 5xx, timeouts and connection failures retry; other 4xx do
+//! not. An answer that is not JSON, or does not fit the schema, gets one
+//! repair request in the same attempt; if that fails too, the step fails at
+//! once with the raw text in its error.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::interp::{BoxFuture, ErrorKind, Provider, RecipeCall, StepError};
+
+#[derive(Debug, Clone)]
+pub struct OpenAiConfig {
+    /// Up to and including `/v1`, e.g. `https://api.openai.com/v1` or
+    /// `http://127.0.0.1:11434/v1` for Ollama.
+    pub base_url: String,
+    pub api_key: Option<String>,
+    /// Model aliases (`model "default"` in recipes) to the provider's names.
+    pub models: HashMap<String, String>,
+}
+
+impl OpenAiConfig {
+    /// From the environment: `FLOW_LLM_BASE_URL` (required), `FLOW_LLM_API_KEY`
+    /// or `OPENAI_API_KEY`, `FLOW_LLM_MODEL` for the alias `default`, and
+    /// `FLOW_LLM_MODEL_<ALIAS>` for others. `None` when no base URL is set.
+    pub fn from_env() -> Option<OpenAiConfig> {
+        let base_url = std::env::var("FLOW_LLM_BASE_URL").ok()?;
+        let api_key = std::env::var("FLOW_LLM_API_KEY")
+            .or_else(|_| std::env::var("OPENAI_API_KEY"))
+            .ok();
+        let mut models = HashMap::new();
+        for (name, value) in std::env::vars() {
+            if name == "FLOW_LLM_MODEL" {
+                models.insert("default".to_string(), value);
+            } else if let Some(alias) = name.strip_prefix("FLOW_LLM_MODEL_") {
+                models.insert(alias.to_ascii_lowercase(), value);
+            }
+        }
+        Some(OpenAiConfig {
+            base_url,
+            api_key,
+            models,
+        })
+    }
+}
+
+pub struct OpenAiProvider {
+    client: reqwest::Client,
+    config: OpenAiConfig,
+}
+
+impl OpenAiProvider {
+    pub fn new(config: OpenAiConfig) -> Result<OpenAiProvider, String> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        Ok(OpenAiProvider { client, config })
+    }
+
+    fn model(&self, alias: &str) -> String {
+        self.config
+            .models
+            .get(alias)
+            .cloned()
+            .unwrap_or_else(|| alias.to_string())
+    }
+
+    /// One chat completion; the content of the first choice.
+    async fn chat(&self, call: &RecipeCall<'_>, messages: &[Value]) -> Result<String, StepError> {
+        let body = json!({
+            "model": self.model(call.model),
+            "messages": messages,
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": { "name": schema_name(call.recipe), "schema": call.output_schema, "strict": true },
+            },
+        });
+        let url = format!(
+            "{}/chat/completions",
+            self.config.base_url.trim_end_matches('/')
+        );
+        let mut request = self
+            .client
+            .post(&url)
+            .header("Idempotency-Key", &call.call_id)
+            .json(&body);
+        if let Some(key) = &self.config.api_key {
+            request = request.bearer_auth(key);
+        }
+        let response = request.send().await.map_err(transport_error)?;
+        let status = response.status();
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let text = response.text().await.map_err(transport_error)?;
+        if !status.is_success() {
+            let kind = match status.as_u16() {
+                429 => ErrorKind::RateLimited,
+                500..=599 => ErrorKind::Server,
+                _ => ErrorKind::Client,
+            };
+            let mut error =
+                StepError::new(kind, format!("{url} answered {status}: {}", excerpt(&text)));
+            error.retry_after = retry_after;
+            return Err(error);
+        }
+        let reply: Value = serde_json::from_str(&text).map_err(|e| {
+            StepError::new(
+                ErrorKind::Server,
+                format!("the provider's reply is not JSON ({e}): {}", excerpt(&text)),
+            )
+        })?;
+        reply["choices"][0]["message"]["content"]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| {
+                StepError::new(
+                    ErrorKind::Server,
+                    format!("the reply has no message content: {}", excerpt(&text)),
+                )
+            })
+    }
+}
+
+impl Provider for OpenAiProvider {
+    fn complete<'a>(&'a self, call: &'a RecipeCall<'a>) -> BoxFuture<'a, Result<Value, StepError>> {
+        Box::pin(async move {
+            let mut messages = vec![
+                json!({ "role": "system", "content": "Answer with a single JSON value that matches the given JSON Schema." }),
+                json!({ "role": "user", "content": call.prompt }),
+            ];
+            let first = self.chat(call, &messages).await?;
+            let problem = match parse_and_check(&first, call.output_schema) {
+                Ok(value) => return Ok(value),
+                Err(problem) => problem,
+            };
+            // One repair request: the model sees its answer and what is wrong.
+            messages.push(json!({ "role": "assistant", "content": first }));
+            messages.push(json!({
+                "role": "user",
+                "content": format!("That answer is not valid: {problem}. Answer again with JSON only, matching the schema."),
+            }));
+            let second = self.chat(call, &messages).await?;
+            parse_and_check(&second, call.output_schema).map_err(|problem| {
+                StepError::new(
+                    ErrorKind::InvalidOutput,
+                    format!(
+                        "the output is invalid after one repair ({problem}); raw text: {}",
+                        excerpt(&second)
+                    ),
+                )
+            })
+        })
+    }
+}
+
+fn parse_and_check(text: &str, schema: &Value) -> Result<Value, String> {
+    let value: Value = serde_json::from_str(text.trim()).map_err(|e| format!("not JSON: {e}"))?;
+    let mismatches = crate::schema::validate(schema, &value);
+    if mismatches.is_empty() {
+        Ok(value)
+    } else {
+        Err(mismatches
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; "))
+    }
+}
+
+fn transport_error(error: reqwest::Error) -> StepError {
+    let kind = if error.is_timeout() {
+        ErrorKind::Timeout
+    } else {
+        ErrorKind::Connection
+    };
+    StepError::new(kind, error.to_string())
+}
+
+/// OpenAI requires schema names of `[a-zA-Z0-9_-]`.
+fn schema_name(recipe: &str) -> String {
+    recipe
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+fn excerpt(text: &str) -> String {
+    const LIMIT: usize = 500;
+    match text.char_indices().nth(LIMIT) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
+    }
+}
