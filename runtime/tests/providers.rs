@@ -1,121 +1,23 @@
 //! The OpenAI-compatible provider against a fake server on loopback: each
 //! failure class gives the exact number of requests and the final status.
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use flow_runtime::interp::{ErrorKind, Outcome, Services};
 use flow_runtime::memory::MemoryStore;
 use flow_runtime::openai::{OpenAiConfig, OpenAiProvider};
-use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+use flow_tests::fake_llm::{FakeLlm, Reply, ok};
+use serde_json::json;
 
-/// What the fake server does with one request.
-#[derive(Clone)]
-enum Reply {
-    /// Status, extra headers, and the assistant's message content (for 200).
-    Answer(u16, Vec<(&'static str, &'static str)>, String),
-    /// Closes the connection without answering.
-    Reset,
-    /// Waits this long before answering 200 with a valid answer.
-    Stall(Duration),
-}
-
-fn ok(content: Value) -> Reply {
-    Reply::Answer(200, vec![], content.to_string())
-}
-
-/// A scripted OpenAI-compatible server; past the script it answers validly.
-struct FakeLlm {
-    url: String,
-    requests: Arc<AtomicUsize>,
-}
-
+/// The scripted server of the end-to-end harness, answering validly past its script.
 async fn fake_llm(script: Vec<Reply>) -> FakeLlm {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a loopback port");
-    let url = format!("http://{}/v1", listener.local_addr().expect("an address"));
-    let requests = Arc::new(AtomicUsize::new(0));
-    let script = Arc::new(Mutex::new(VecDeque::from(script)));
-    let counter = Arc::clone(&requests);
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut socket, _)) = listener.accept().await else {
-                return;
-            };
-            let (script, counter) = (Arc::clone(&script), Arc::clone(&counter));
-            tokio::spawn(async move {
-                // Read headers, then the body by Content-Length.
-                let mut buffer = Vec::new();
-                let mut chunk = [0u8; 4096];
-                let body_start = loop {
-                    let Ok(n) = socket.read(&mut chunk).await else {
-                        return;
-                    };
-                    if n == 0 {
-                        return;
-                    }
-                    buffer.extend_from_slice(&chunk[..n]);
-                    if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-                        break end + 4;
-                    }
-                };
-                let head = String::from_utf8_lossy(&buffer[..body_start]).to_ascii_lowercase();
-                let length: usize = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length:"))
-                    .and_then(|v| v.trim().parse().ok())
-                    .unwrap_or(0);
-                while buffer.len() < body_start + length {
-                    let Ok(n) = socket.read(&mut chunk).await else {
-                        return;
-                    };
-                    if n == 0 {
-                        return;
-                    }
-                    buffer.extend_from_slice(&chunk[..n]);
-                }
-                counter.fetch_add(1, Ordering::SeqCst);
-                let reply = script
-                    .lock()
-                    .unwrap()
-                    .pop_front()
-                    .unwrap_or_else(|| ok(json!({ "text": "fine", "score": 1 })));
-                let (status, headers, content) = match reply {
-                    Reply::Reset => return,
-                    Reply::Stall(wait) => {
-                        tokio::time::sleep(wait).await;
-                        (
-                            200,
-                            vec![],
-                            json!({ "text": "late", "score": 1 }).to_string(),
-                        )
-                    }
-                    Reply::Answer(status, headers, content) => (status, headers, content),
-                };
-                let body = if status == 200 {
-                    json!({ "choices": [{ "message": { "role": "assistant", "content": content } }] }).to_string()
-                } else {
-                    json!({ "error": { "message": content } }).to_string()
-                };
-                let mut response = format!(
-                    "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
-                    body.len()
-                );
-                for (name, value) in headers {
-                    response.push_str(&format!("{name}: {value}\r\n"));
-                }
-                response.push_str("\r\n");
-                response.push_str(&body);
-                let _ = socket.write_all(response.as_bytes()).await;
-            });
-        }
-    });
-    FakeLlm { url, requests }
+    FakeLlm::start(
+        script,
+        json!({ "text": "fine", "score": 1 }),
+        Duration::ZERO,
+    )
+    .await
 }
 
 async fn run_against(server: &FakeLlm, options: &str) -> (Outcome, Arc<MemoryStore>) {
@@ -172,7 +74,7 @@ async fn a_rate_limit_is_retried_after_its_retry_after() {
     .await;
     let (outcome, store) = run_against(&server, "retry 3 backoff 1ms..2s timeout 2s").await;
     assert!(matches!(outcome, Outcome::Completed { .. }), "{outcome:?}");
-    assert_eq!(server.requests.load(Ordering::SeqCst), 2);
+    assert_eq!(server.requests(), 2);
     let attempts = &store.records()[0].attempts;
     assert_eq!(attempts.len(), 2);
     assert_eq!(
@@ -191,7 +93,7 @@ async fn server_errors_and_resets_are_retried() {
     .await;
     let (outcome, _) = run_against(&server, FAST_RETRIES).await;
     assert!(matches!(outcome, Outcome::Completed { .. }), "{outcome:?}");
-    assert_eq!(server.requests.load(Ordering::SeqCst), 3);
+    assert_eq!(server.requests(), 3);
 
     let server = fake_llm(vec![Reply::Reset, Reply::Reset, Reply::Reset]).await;
     let (outcome, store) = run_against(&server, FAST_RETRIES).await;
@@ -200,11 +102,7 @@ async fn server_errors_and_resets_are_retried() {
         Some(ErrorKind::Connection),
         "{outcome:?}"
     );
-    assert_eq!(
-        server.requests.load(Ordering::SeqCst),
-        3,
-        "three attempts, all reset"
-    );
+    assert_eq!(server.requests(), 3, "three attempts, all reset");
     assert_eq!(store.records()[0].attempts.len(), 3);
 }
 
@@ -230,7 +128,7 @@ async fn a_client_error_fails_at_once() {
         Some(ErrorKind::Client),
         "{outcome:?}"
     );
-    assert_eq!(server.requests.load(Ordering::SeqCst), 1);
+    assert_eq!(server.requests(), 1);
 }
 
 #[tokio::test]
@@ -245,7 +143,7 @@ async fn invalid_output_gets_one_repair_then_fails_with_the_raw_text() {
         panic!("{outcome:?}")
     };
     assert_eq!(output["text"], "repaired");
-    assert_eq!(server.requests.load(Ordering::SeqCst), 2);
+    assert_eq!(server.requests(), 2);
 
     let server = fake_llm(vec![
         ok(json!({ "text": 1 })),
@@ -259,7 +157,7 @@ async fn invalid_output_gets_one_repair_then_fails_with_the_raw_text() {
         "{outcome:?}"
     );
     assert_eq!(
-        server.requests.load(Ordering::SeqCst),
+        server.requests(),
         2,
         "one attempt with its repair, no retry"
     );

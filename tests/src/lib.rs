@@ -1,6 +1,8 @@
 //! The end-to-end test harness: locating the workspace's binaries, running
 //! them, and temporary directories. The tests themselves are in `tests/`.
 
+pub mod fake_llm;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -166,3 +166,85 @@ fn a_mismatched_input_is_refused_with_every_mismatch() {
     );
     assert_eq!(bad_json.code, 2);
 }
+
+/// A `flow` process killed (SIGKILL) in the middle of a run against a real
+/// HTTP provider: `flow recover` completes the run, and the provider sees each
+/// completed step's call exactly once; only the step in flight may run twice.
+#[test]
+fn a_killed_run_resumes_without_repeating_completed_steps() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use flow_tests::fake_llm::FakeLlm;
+
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    let server = runtime.block_on(FakeLlm::start(
+        vec![],
+        serde_json::json!({ "text": "t", "score": 1 }),
+        Duration::from_millis(150),
+    ));
+    let dir = TempDir::new("flow-crash");
+    let mut source = String::from(
+        "recipe answer { model \"default\" input { q: string } output { text: string, score: int } prompt \"{{input.q}}\" }\nworkflow chain {\n",
+    );
+    for i in 0..8 {
+        source.push_str(&format!("  step s{i} = answer {{ q: \"step {i}\" }}\n"));
+    }
+    source.push_str("  output { last: step.s7.text }\n}\n");
+    dir.write("chain.flow", source);
+    dir.write("in.json", "{}");
+    let flow = |args: &[&str]| {
+        let mut command = Command::new(flow_path());
+        command
+            .args(args)
+            .current_dir(dir.path())
+            .env("FLOW_LLM_BASE_URL", &server.url)
+            .env("FLOW_LLM_MODEL", "fake");
+        command
+    };
+    let mut child = flow(&["run", "chain.flow", "--input", "in.json"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("flow starts");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.requests() < 4 {
+        assert!(
+            Instant::now() < deadline,
+            "the run did not reach its fourth step"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().expect("the child is reaped");
+
+    let recovered = flow(&["recover", "--json"])
+        .output()
+        .expect("flow recover runs");
+    assert_eq!(
+        recovered.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&recovered.stderr)
+    );
+    let record: Value = serde_json::from_slice(&recovered.stdout).expect("the run record");
+    assert_eq!(record["status"], "completed", "{record}");
+
+    let prompts = server.prompts();
+    let mut repeated = 0;
+    for i in 0..8 {
+        let calls = prompts
+            .iter()
+            .filter(|p| **p == format!("step {i}"))
+            .count();
+        assert!(
+            (1..=2).contains(&calls),
+            "step {i} was called {calls} times: {prompts:?}"
+        );
+        repeated += calls - 1;
+    }
+    assert!(
+        repeated <= 1,
+        "only the step in flight may run again: {prompts:?}"
+    );
+}

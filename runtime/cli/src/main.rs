@@ -66,6 +66,14 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Resume every run left `running`: a process died with it in flight.
+    /// Completed steps are not run again; the step in flight runs again.
+    Recover {
+        #[arg(long, default_value = "flow.db")]
+        db: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
     /// List the runs in the store.
     Runs {
         #[arg(long, default_value = "flow.db")]
@@ -161,6 +169,27 @@ async fn dispatch(command: Command) -> Result<u8> {
                 .plan(&row.plan_hash)
                 .map_err(|e| usage(e.to_string()))?;
             execute(&store, &plan, &row.workflow, &run, row.input, json).await
+        }
+        Command::Recover { db, json } => {
+            let store = open_store(&db)?;
+            let runs = store.unfinished_runs().map_err(|e| usage(e.to_string()))?;
+            if runs.is_empty() && !json {
+                println!("no run to recover");
+            }
+            // Failed outweighs parked, which outweighs completed.
+            let mut worst = 0;
+            for row in runs {
+                let plan = store
+                    .plan(&row.plan_hash)
+                    .map_err(|e| usage(e.to_string()))?;
+                let code = execute(&store, &plan, &row.workflow, &row.id, row.input, json).await?;
+                worst = match (worst, code) {
+                    (1, _) | (_, 1) => 1,
+                    (3, _) | (_, 3) => 3,
+                    _ => 0,
+                };
+            }
+            Ok(worst)
         }
         Command::Runs { db, json } => {
             let store = open_store(&db)?;

@@ -1,0 +1,157 @@
+//! A scripted OpenAI-compatible chat completions server on loopback, for the
+//! provider tests and the crash-recovery test. Each request takes the next
+//! reply of the script; past the script it answers with `default_answer`.
+//! It records every request's last user message (the step's prompt), so that a
+//! test can count how often each step was called.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// What the server does with one request.
+#[derive(Clone, Debug)]
+pub enum Reply {
+    /// Status, extra headers, and the assistant's message content (for 200)
+    /// or the error message.
+    Answer(u16, Vec<(&'static str, &'static str)>, String),
+    /// Closes the connection without answering.
+    Reset,
+    /// Waits this long, then answers 200 with the default answer.
+    Stall(Duration),
+}
+
+/// A 200 answer whose content is `content`.
+pub fn ok(content: Value) -> Reply {
+    Reply::Answer(200, vec![], content.to_string())
+}
+
+pub struct FakeLlm {
+    /// The base URL, up to `/v1`.
+    pub url: String,
+    prompts: Arc<Mutex<Vec<String>>>,
+}
+
+impl FakeLlm {
+    /// Starts the server on a loopback port, on the current tokio runtime.
+    /// `delay` is added before every answer.
+    pub async fn start(script: Vec<Reply>, default_answer: Value, delay: Duration) -> FakeLlm {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a loopback port");
+        let url = format!("http://{}/v1", listener.local_addr().expect("an address"));
+        let prompts = Arc::new(Mutex::new(Vec::new()));
+        let script = Arc::new(Mutex::new(VecDeque::from(script)));
+        let recorded = Arc::clone(&prompts);
+        tokio::spawn(async move {
+            loop {
+                let Ok((socket, _)) = listener.accept().await else {
+                    return;
+                };
+                let (script, recorded, default_answer) = (
+                    Arc::clone(&script),
+                    Arc::clone(&recorded),
+                    default_answer.clone(),
+                );
+                tokio::spawn(serve(socket, script, recorded, default_answer, delay));
+            }
+        });
+        FakeLlm { url, prompts }
+    }
+
+    /// How many requests were answered or cut off.
+    pub fn requests(&self) -> usize {
+        self.prompts.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// The prompt of every request, in order.
+    pub fn prompts(&self) -> Vec<String> {
+        self.prompts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+async fn serve(
+    mut socket: tokio::net::TcpStream,
+    script: Arc<Mutex<VecDeque<Reply>>>,
+    recorded: Arc<Mutex<Vec<String>>>,
+    default_answer: Value,
+    delay: Duration,
+) {
+    // Read the headers, then the body by Content-Length.
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let body_start = loop {
+        let Ok(n) = socket.read(&mut chunk).await else {
+            return;
+        };
+        if n == 0 {
+            return;
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            break end + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&buffer[..body_start]).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    while buffer.len() < body_start + length {
+        let Ok(n) = socket.read(&mut chunk).await else {
+            return;
+        };
+        if n == 0 {
+            return;
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+    }
+    let request: Value = serde_json::from_slice(&buffer[body_start..]).unwrap_or(Value::Null);
+    let prompt = request["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or("")
+        .to_string();
+    recorded
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(prompt);
+    let reply = script
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .pop_front()
+        .unwrap_or_else(|| ok(default_answer.clone()));
+    tokio::time::sleep(delay).await;
+    let (status, headers, content) = match reply {
+        Reply::Reset => return,
+        Reply::Stall(wait) => {
+            tokio::time::sleep(wait).await;
+            (200, vec![], default_answer.to_string())
+        }
+        Reply::Answer(status, headers, content) => (status, headers, content),
+    };
+    let body = if status == 200 {
+        json!({ "choices": [{ "message": { "role": "assistant", "content": content } }] })
+            .to_string()
+    } else {
+        json!({ "error": { "message": content } }).to_string()
+    };
+    let mut response = format!(
+        "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        response.push_str(&format!("{name}: {value}\r\n"));
+    }
+    response.push_str("\r\n");
+    response.push_str(&body);
+    let _ = socket.write_all(response.as_bytes()).await;
+}
