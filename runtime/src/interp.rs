@@ -269,6 +269,22 @@ pub async fn run(
     input: Value,
     services: Services,
 ) -> Outcome {
+    run_within(plan, workflow, run_id, input, services, Duration::ZERO).await
+}
+
+/// Runs (or resumes) a run that has already been active for `spent`. The
+/// workflow's timeout counts active time only: time parked at an approval is
+/// not in `spent`. When the budget runs out, everything in flight (other
+/// parallel branches and iterations included) is cancelled and the run fails;
+/// the cancelled steps have no record, so a later replay would run them again.
+pub async fn run_within(
+    plan: &Plan,
+    workflow: &str,
+    run_id: &str,
+    input: Value,
+    services: Services,
+    spent: Duration,
+) -> Outcome {
     let Some(workflow) = plan.workflow(workflow) else {
         return Outcome::Failed {
             error: StepError::new(
@@ -300,7 +316,29 @@ pub async fn run(
         services,
         pending: Mutex::new(Vec::new()),
     };
-    interpreter.workflow().await
+    let budget = Duration::from_millis(workflow.timeout_ms).saturating_sub(spent);
+    // `timeout` polls once before it checks the clock; a run with no time
+    // left must not start at all.
+    let outcome = if budget.is_zero() {
+        None
+    } else {
+        tokio::time::timeout(budget, interpreter.workflow())
+            .await
+            .ok()
+    };
+    match outcome {
+        Some(outcome) => outcome,
+        None => Outcome::Failed {
+            error: StepError::new(
+                ErrorKind::Timeout,
+                format!(
+                    "the workflow ran past its timeout of {} ms of active time",
+                    workflow.timeout_ms
+                ),
+            ),
+            step: None,
+        },
+    }
 }
 
 fn now_ms() -> u64 {

@@ -27,7 +27,8 @@ use crate::interp::{
 use crate::memory::DecideError;
 
 /// Schema migrations, applied in order; `PRAGMA user_version` counts them.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
     CREATE TABLE plans (
         hash TEXT PRIMARY KEY,
         json TEXT NOT NULL
@@ -73,7 +74,10 @@ const MIGRATIONS: &[&str] = &[r#"
         key TEXT UNIQUE,
         created_ms INTEGER NOT NULL
     );
-"#];
+"#,
+    // The active time a run has used, for the workflow's timeout across resumes.
+    "ALTER TABLE runs ADD COLUMN active_ms INTEGER NOT NULL DEFAULT 0;",
+];
 
 /// A store error: what failed, in words.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,6 +110,8 @@ pub struct RunRow {
     pub outcome: Option<Value>,
     pub created_ms: i64,
     pub updated_ms: i64,
+    /// Active time used so far (not counting time parked at approvals).
+    pub active_ms: i64,
 }
 
 type Reply = oneshot::Sender<Result<(), StoreError>>;
@@ -224,10 +230,17 @@ impl SqliteStore {
         Ok(())
     }
 
-    pub fn finish_run(&self, id: &str, status: &str, outcome: &Value) -> Result<(), StoreError> {
+    /// Records how an invocation of the run ended and the active time it used.
+    pub fn finish_run(
+        &self,
+        id: &str,
+        status: &str,
+        outcome: &Value,
+        active: std::time::Duration,
+    ) -> Result<(), StoreError> {
         lock(&self.conn).execute(
-            "UPDATE runs SET status = ?2, outcome = ?3, updated_ms = ?4 WHERE id = ?1",
-            params![id, status, outcome.to_string(), now_ms()],
+            "UPDATE runs SET status = ?2, outcome = ?3, updated_ms = ?4, active_ms = active_ms + ?5 WHERE id = ?1",
+            params![id, status, outcome.to_string(), now_ms(), active.as_millis() as i64],
         )?;
         Ok(())
     }
@@ -235,7 +248,7 @@ impl SqliteStore {
     pub fn run(&self, id: &str) -> Result<Option<RunRow>, StoreError> {
         Ok(lock(&self.conn)
             .query_row(
-                "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms FROM runs WHERE id = ?1",
+                "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms FROM runs WHERE id = ?1",
                 [id],
                 run_row,
             )
@@ -245,7 +258,7 @@ impl SqliteStore {
     pub fn runs(&self) -> Result<Vec<RunRow>, StoreError> {
         let conn = lock(&self.conn);
         let mut statement = conn.prepare(
-            "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms FROM runs ORDER BY created_ms, id",
+            "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms FROM runs ORDER BY created_ms, id",
         )?;
         let rows = statement
             .query_map([], run_row)?
@@ -418,6 +431,7 @@ fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
         outcome: outcome.and_then(|o| serde_json::from_str(&o).ok()),
         created_ms: row.get(6)?,
         updated_ms: row.get(7)?,
+        active_ms: row.get(8)?,
     })
 }
 

@@ -391,3 +391,59 @@ async fn a_browser_step_without_an_mcp_client_fails_clearly() {
     );
     assert_eq!(step.as_deref(), Some("p"));
 }
+
+/// Answers after a long wait: for the workflow's deadline.
+struct Slow;
+
+impl Provider for Slow {
+    fn complete<'a>(&'a self, call: &'a RecipeCall<'a>) -> BoxFuture<'a, Result<Value, StepError>> {
+        Box::pin(async move {
+            tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+            Ok(fabricate(call.output_schema, 1))
+        })
+    }
+}
+
+/// The workflow's timeout cancels everything in flight, parallel branches
+/// included, and counts only active time: a resume gets what is left.
+#[tokio::test]
+async fn the_workflow_deadline_cancels_work_in_flight() {
+    let plan = plan(&format!(
+        "{RECIPE}workflow w {{
+          timeout 300ms
+          parallel both {{
+            branch one {{ step a = answer {{ q: \"1\" }} }}
+            branch two {{ step b = answer {{ q: \"2\" }} }}
+          }}
+        }}"
+    ));
+    let store = Arc::new(MemoryStore::default());
+    let started = std::time::Instant::now();
+    let outcome =
+        flow_runtime::run(&plan, "w", "r", json!({}), services(Arc::new(Slow), &store)).await;
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(2),
+        "cancelled, not awaited"
+    );
+    let Outcome::Failed { error, .. } = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(error.kind, ErrorKind::Timeout);
+    assert!(error.message.contains("active time"), "{}", error.message);
+    assert!(store.records().is_empty(), "nothing completed");
+
+    let spent = std::time::Duration::from_millis(300);
+    let outcome = flow_runtime::interp::run_within(
+        &plan,
+        "w",
+        "r",
+        json!({}),
+        services(Arc::new(Scripted::default()), &store),
+        spent,
+    )
+    .await;
+    assert!(
+        matches!(&outcome, Outcome::Failed { error, .. } if error.kind == ErrorKind::Timeout),
+        "no active time left: {outcome:?}"
+    );
+}

@@ -275,7 +275,23 @@ async fn execute(
         mcp: None,
         journal,
     };
-    let outcome = flow_runtime::run(plan, workflow, run_id, input, services).await;
+    // The workflow's timeout counts active time across invocations of the run.
+    let spent = store
+        .run(run_id)
+        .ok()
+        .flatten()
+        .map_or(0, |row| row.active_ms.max(0) as u64);
+    let started = std::time::Instant::now();
+    let outcome = flow_runtime::interp::run_within(
+        plan,
+        workflow,
+        run_id,
+        input,
+        services,
+        std::time::Duration::from_millis(spent),
+    )
+    .await;
+    let active = started.elapsed();
     let (status, code) = match &outcome {
         Outcome::Completed { .. } => ("completed", 0),
         Outcome::Parked { .. } => ("pending_approval", 3),
@@ -283,7 +299,7 @@ async fn execute(
     };
     let record = serde_json::to_value(&outcome).map_err(|e| usage(e.to_string()))?;
     store
-        .finish_run(run_id, status, &record)
+        .finish_run(run_id, status, &record, active)
         .map_err(|e| usage(e.to_string()))?;
     if json {
         let mut report = json!({ "run_id": run_id, "status": status });
