@@ -96,7 +96,8 @@ fn b1(runtime: &tokio::runtime::Runtime, quick: bool) {
             let (store, plan, input) = (Arc::clone(&store), Arc::clone(&ten), input.clone());
             tasks.push(tokio::spawn(async move {
                 let run_id = format!("run-{i}");
-                let journal = RunJournal::open(&store, &run_id).expect("journal");
+                let journal = RunJournal::open(&store, &run_id, flow_plan::Durability::Full)
+                    .expect("journal");
                 let services = Services {
                     provider: Arc::new(Instant0),
                     effects: journal.clone(),

@@ -481,10 +481,20 @@ pub struct RunJournal {
     store: Arc<SqliteStore>,
     run_id: String,
     records: Mutex<HashMap<String, StepRecord>>,
+    /// `durability approval`: records wait here until `flush`, at a pause or
+    /// at the end of the run, instead of being committed one batch at a time.
+    deferred: Option<Mutex<Vec<StepRecord>>>,
 }
 
 impl RunJournal {
-    pub fn open(store: &Arc<SqliteStore>, run_id: &str) -> Result<Arc<RunJournal>, StoreError> {
+    /// Opens a run's journal. With `Durability::Approval`, step records are
+    /// persisted only by `flush`: a crash loses the progress since the last
+    /// pause, which the workflow chose in exchange for fewer commits.
+    pub fn open(
+        store: &Arc<SqliteStore>,
+        run_id: &str,
+        durability: flow_plan::Durability,
+    ) -> Result<Arc<RunJournal>, StoreError> {
         let records = store
             .step_records(run_id)?
             .into_iter()
@@ -494,7 +504,26 @@ impl RunJournal {
             store: Arc::clone(store),
             run_id: run_id.to_string(),
             records: Mutex::new(records),
+            deferred: (durability == flow_plan::Durability::Approval)
+                .then(|| Mutex::new(Vec::new())),
         }))
+    }
+
+    /// Persists the records that `durability approval` held back; call when
+    /// the run parks or ends. Does nothing under full durability.
+    pub async fn flush(&self) -> Result<(), StepError> {
+        let Some(deferred) = &self.deferred else {
+            return Ok(());
+        };
+        let records = std::mem::take(&mut *lock(deferred));
+        let writes: Vec<_> = records
+            .into_iter()
+            .map(|record| self.store.append(&self.run_id, record))
+            .collect();
+        for write in writes {
+            write.await?;
+        }
+        Ok(())
     }
 }
 
@@ -505,7 +534,13 @@ impl Journal for RunJournal {
 
     fn record<'a>(&'a self, record: StepRecord) -> BoxFuture<'a, Result<(), StepError>> {
         lock(&self.records).insert(record.path.clone(), record.clone());
-        self.store.append(&self.run_id, record)
+        match &self.deferred {
+            Some(deferred) => {
+                lock(deferred).push(record);
+                Box::pin(async { Ok(()) })
+            }
+            None => self.store.append(&self.run_id, record),
+        }
     }
 }
 

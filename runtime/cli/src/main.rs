@@ -259,7 +259,10 @@ async fn execute(
     input: Value,
     json: bool,
 ) -> Result<u8> {
-    let journal = RunJournal::open(store, run_id).map_err(|e| usage(e.to_string()))?;
+    let durability = plan
+        .workflow(workflow)
+        .map_or(flow_plan::Durability::Full, |w| w.durability);
+    let journal = RunJournal::open(store, run_id, durability).map_err(|e| usage(e.to_string()))?;
     let provider: Arc<dyn Provider> = match OpenAiConfig::from_env() {
         Some(config) => Arc::new(OpenAiProvider::new(config).map_err(usage)?),
         None => {
@@ -269,6 +272,7 @@ async fn execute(
             Arc::new(OfflineProvider)
         }
     };
+    let journal_for_flush = Arc::clone(&journal);
     let services = Services {
         provider,
         effects: journal.clone(),
@@ -292,6 +296,11 @@ async fn execute(
     )
     .await;
     let active = started.elapsed();
+    // Under `durability approval`, this is where the run's records are kept.
+    journal_for_flush
+        .flush()
+        .await
+        .map_err(|e| usage(format!("cannot persist the run: {}", e.message)))?;
     let (status, code) = match &outcome {
         Outcome::Completed { .. } => ("completed", 0),
         Outcome::Parked { .. } => ("pending_approval", 3),

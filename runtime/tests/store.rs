@@ -1,0 +1,138 @@
+//! The SQLite store: durability modes, exactly-once decisions, KB versions
+//! and idempotency keys, migrations on reopen.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use flow_plan::Durability;
+use flow_runtime::interp::{Effects, KbWrite, Outcome, Services};
+use flow_runtime::offline::OfflineProvider;
+use flow_runtime::sqlite::{RunJournal, SqliteStore};
+use flow_tests::TempDir;
+use serde_json::json;
+
+fn plan(source: &str) -> flow_plan::Plan {
+    let checked = flow_compiler::check_source("s.flow", source);
+    assert!(!checked.has_errors(), "{:#?}", checked.diagnostics);
+    flow_compiler::lower(&checked).expect("lowers")
+}
+
+const TWO_STEPS: &str = r#"recipe r { model "m" input { q: string } output { a: string } prompt "{{input.q}}" }
+workflow w {
+  durability approval
+  step one = r { q: "1" }
+  step two = r { q: step.one.a }
+}"#;
+
+async fn run(
+    store: &Arc<SqliteStore>,
+    journal: Arc<RunJournal>,
+    plan: &flow_plan::Plan,
+) -> Outcome {
+    let _ = store;
+    let services = Services {
+        provider: Arc::new(OfflineProvider),
+        effects: journal.clone(),
+        mcp: None,
+        journal,
+    };
+    flow_runtime::run(plan, "w", "run-1", json!({}), services).await
+}
+
+#[tokio::test]
+async fn durability_approval_persists_at_the_end_only() {
+    let dir = TempDir::new("store-durability");
+    let store = SqliteStore::open(&dir.path().join("s.db")).expect("opens");
+    let plan = plan(TWO_STEPS);
+    store.put_plan(&plan).unwrap();
+    store
+        .create_run("run-1", "w", &plan.hash, &json!({}))
+        .unwrap();
+    let journal = RunJournal::open(&store, "run-1", Durability::Approval).unwrap();
+    let outcome = run(journal.clone(), &plan).await;
+    assert!(matches!(outcome, Outcome::Completed { .. }), "{outcome:?}");
+    assert!(
+        store.step_records("run-1").unwrap().is_empty(),
+        "nothing written before the flush"
+    );
+    journal.flush().await.unwrap();
+    assert_eq!(store.step_records("run-1").unwrap().len(), 2);
+
+    // Full durability writes as it goes.
+    store
+        .create_run("run-2", "w", &plan.hash, &json!({}))
+        .unwrap();
+    let journal = RunJournal::open(&store, "run-2", Durability::Full).unwrap();
+    let services = Services {
+        provider: Arc::new(OfflineProvider),
+        effects: journal.clone(),
+        mcp: None,
+        journal,
+    };
+    let _ = flow_runtime::run(&plan, "w", "run-2", json!({}), services).await;
+    assert_eq!(store.step_records("run-2").unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn a_decision_applies_once_across_threads_and_survives_reopening() {
+    let dir = TempDir::new("store-decide");
+    let path = dir.path().join("s.db");
+    let store = SqliteStore::open(&path).expect("opens");
+    let plan = plan("workflow w { step g = approval { approvers: [\"a\"], message: \"m\" } }");
+    store.put_plan(&plan).unwrap();
+    store
+        .create_run("run-1", "w", &plan.hash, &json!({}))
+        .unwrap();
+    let journal = RunJournal::open(&store, "run-1", Durability::Full).unwrap();
+    assert!(matches!(run(journal, &plan).await, Outcome::Parked { .. }));
+
+    let applied = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..50)
+        .map(|i| {
+            let (store, applied) = (Arc::clone(&store), Arc::clone(&applied));
+            std::thread::spawn(move || {
+                if store
+                    .decide("run-1", "g", "a", i % 2 == 0, None, "t")
+                    .is_ok()
+                {
+                    applied.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    assert_eq!(applied.load(Ordering::SeqCst), 1);
+    drop(store);
+
+    let reopened = SqliteStore::open(&path).expect("reopens, migrations already applied");
+    let records = reopened.step_records("run-1").unwrap();
+    assert_eq!(records.len(), 1);
+    assert_ne!(records[0].status, flow_runtime::interp::StepStatus::Pending);
+    assert_eq!(
+        reopened.plan(&plan.hash).unwrap(),
+        plan,
+        "the run's plan is kept"
+    );
+}
+
+#[tokio::test]
+async fn kb_writes_version_documents_and_keys_make_retries_no_ops() {
+    let dir = TempDir::new("store-kb");
+    let store = SqliteStore::open(&dir.path().join("s.db")).expect("opens");
+    let journal = RunJournal::open(&store, "run-1", Durability::Full).unwrap();
+    let write = |content: &str, key: Option<&str>| KbWrite {
+        collection: "notes".into(),
+        title: "T".into(),
+        content: content.into(),
+        metadata: None,
+        key: key.map(str::to_string),
+    };
+    let first = journal.kb_write(&write("a", Some("k1"))).await.unwrap();
+    assert_eq!(first, json!({ "id": "notes/T", "version": 1 }));
+    let again = journal.kb_write(&write("b", Some("k1"))).await.unwrap();
+    assert_eq!(again, first, "the same key is the same write");
+    let second = journal.kb_write(&write("c", None)).await.unwrap();
+    assert_eq!(second["version"], 2);
+}
