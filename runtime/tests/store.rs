@@ -24,12 +24,7 @@ workflow w {
   step two = r { q: step.one.a }
 }"#;
 
-async fn run(
-    store: &Arc<SqliteStore>,
-    journal: Arc<RunJournal>,
-    plan: &flow_plan::Plan,
-) -> Outcome {
-    let _ = store;
+async fn run(journal: Arc<RunJournal>, plan: &flow_plan::Plan) -> Outcome {
     let services = Services {
         provider: Arc::new(OfflineProvider),
         effects: journal.clone(),
