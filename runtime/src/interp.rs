@@ -653,12 +653,19 @@ impl<'p> Interpreter<'p> {
                 Ok(())
             }
             StepStatus::Pending => {
-                if let Ok(pending) = serde_json::from_value::<PendingApproval>(record.input) {
-                    self.pending
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push(pending);
+                let Ok(pending) = serde_json::from_value::<PendingApproval>(record.input.clone())
+                else {
+                    return Err(Interrupt::Parked);
+                };
+                if let Some(expired) = expire(&record, &pending, now_ms()) {
+                    // Journal the expiry as the decision, then replay it.
+                    self.journal(expired.clone()).await?;
+                    return Box::pin(self.replay(step, ctx, path, expired)).await;
                 }
+                self.pending
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(pending);
                 Err(Interrupt::Parked)
             }
             StepStatus::Failed => {
@@ -922,6 +929,38 @@ impl<'p> Interpreter<'p> {
             }
         }
     }
+}
+
+/// The record of an approval whose time ran out, decided by its `on_expire`:
+/// `reject` counts as a rejection (then `on_reject` applies), `fail` fails the
+/// step. `None` while it has time left or never expires.
+pub fn expire(record: &StepRecord, pending: &PendingApproval, now_ms: u64) -> Option<StepRecord> {
+    let expires_ms = pending.expires_ms?;
+    if now_ms < record.started_ms.saturating_add(expires_ms) {
+        return None;
+    }
+    let mut expired = record.clone();
+    expired.ended_ms = now_ms;
+    expired.output = Some(json!({
+        "approved": false,
+        "approver": "",
+        "comment": "expired",
+        "decided_at": (now_ms / 1000).to_string(),
+    }));
+    let fails = match pending.on_expire {
+        OnExpire::Fail => true,
+        OnExpire::Reject => pending.on_reject == OnReject::Fail,
+    };
+    if fails {
+        expired.status = StepStatus::Failed;
+        expired.error = Some(StepError::new(
+            ErrorKind::Expired,
+            format!("the approval expired after {expires_ms} ms"),
+        ));
+    } else {
+        expired.status = StepStatus::Completed;
+    }
+    Some(expired)
 }
 
 /// The `error` value in a fallback block.

@@ -447,3 +447,41 @@ async fn the_workflow_deadline_cancels_work_in_flight() {
         "no active time left: {outcome:?}"
     );
 }
+
+/// An approval past its expiry is decided by its `on_expire` when the run is
+/// resumed: `reject` then `on_reject`, or `fail`.
+#[tokio::test]
+async fn an_expired_approval_applies_its_declared_behaviour() {
+    let plan = plan(
+        r#"workflow w {
+          step soft = approval { approvers: ["a"], message: "m", expires: 1ms, on_reject: "continue" }
+          step hard = approval { approvers: ["a"], message: "m", expires: 1ms, on_expire: "fail" }
+          output { soft: step.soft.approved }
+        }"#,
+    );
+    let store = Arc::new(MemoryStore::default());
+    let services = services(Arc::new(Scripted::default()), &store);
+    assert!(matches!(
+        flow_runtime::run(&plan, "w", "r", json!({}), services.clone()).await,
+        Outcome::Parked { .. }
+    ));
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    // `soft` expires into a rejection that continues; the run parks at `hard`.
+    assert!(matches!(
+        flow_runtime::run(&plan, "w", "r", json!({}), services.clone()).await,
+        Outcome::Parked { .. }
+    ));
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let outcome = flow_runtime::run(&plan, "w", "r", json!({}), services).await;
+    assert!(
+        matches!(&outcome, Outcome::Failed { error, .. } if error.kind == ErrorKind::Expired),
+        "{outcome:?}"
+    );
+    let soft = store
+        .records()
+        .into_iter()
+        .find(|r| r.path == "soft")
+        .unwrap();
+    assert_eq!(soft.status, StepStatus::Completed);
+    assert_eq!(soft.output.unwrap()["approved"], false);
+}

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use flow_plan::Plan;
-use flow_runtime::interp::{Outcome, Provider, Services};
+use flow_runtime::interp::{Outcome, Provider, Services, StepStatus};
 use flow_runtime::offline::OfflineProvider;
 use flow_runtime::openai::{OpenAiConfig, OpenAiProvider};
 use flow_runtime::sqlite::{RunJournal, SqliteStore};
@@ -172,7 +172,29 @@ async fn dispatch(command: Command) -> Result<u8> {
         }
         Command::Recover { db, json } => {
             let store = open_store(&db)?;
-            let runs = store.unfinished_runs().map_err(|e| usage(e.to_string()))?;
+            let mut runs = store.unfinished_runs().map_err(|e| usage(e.to_string()))?;
+            // Parked runs whose approval has expired resume too, to apply
+            // the approval's `on_expire`.
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            for row in store.runs().map_err(|e| usage(e.to_string()))? {
+                if row.status != "pending_approval" {
+                    continue;
+                }
+                let records = store
+                    .step_records(&row.id)
+                    .map_err(|e| usage(e.to_string()))?;
+                let expired = records.iter().any(|record| {
+                    serde_json::from_value(record.input.clone()).is_ok_and(|pending| {
+                        record.status == StepStatus::Pending
+                            && flow_runtime::interp::expire(record, &pending, now).is_some()
+                    })
+                });
+                if expired {
+                    runs.push(row);
+                }
+            }
             if runs.is_empty() && !json {
                 println!("no run to recover");
             }
