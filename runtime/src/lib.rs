@@ -7,8 +7,10 @@
 //! the recorded outcome instead of running the step again. Resuming after an
 //! approval and recovering after a crash are both that replay.
 
+pub mod anthropic;
 pub mod eval;
 pub mod interp;
+pub mod llm;
 pub mod memory;
 pub mod offline;
 pub mod openai;

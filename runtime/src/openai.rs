@@ -24,31 +24,6 @@ pub struct OpenAiConfig {
     pub models: HashMap<String, String>,
 }
 
-impl OpenAiConfig {
-    /// From the environment: `FLOW_LLM_BASE_URL` (required), `FLOW_LLM_API_KEY`
-    /// or `OPENAI_API_KEY`, `FLOW_LLM_MODEL` for the alias `default`, and
-    /// `FLOW_LLM_MODEL_<ALIAS>` for others. `None` when no base URL is set.
-    pub fn from_env() -> Option<OpenAiConfig> {
-        let base_url = std::env::var("FLOW_LLM_BASE_URL").ok()?;
-        let api_key = std::env::var("FLOW_LLM_API_KEY")
-            .or_else(|_| std::env::var("OPENAI_API_KEY"))
-            .ok();
-        let mut models = HashMap::new();
-        for (name, value) in std::env::vars() {
-            if name == "FLOW_LLM_MODEL" {
-                models.insert("default".to_string(), value);
-            } else if let Some(alias) = name.strip_prefix("FLOW_LLM_MODEL_") {
-                models.insert(alias.to_ascii_lowercase(), value);
-            }
-        }
-        Some(OpenAiConfig {
-            base_url,
-            api_key,
-            models,
-        })
-    }
-}
-
 pub struct OpenAiProvider {
     client: reqwest::Client,
     config: OpenAiConfig,
@@ -72,7 +47,13 @@ impl OpenAiProvider {
     }
 
     /// One chat completion; the content of the first choice.
-    async fn chat(&self, call: &RecipeCall<'_>, messages: &[Value]) -> Result<String, StepError> {
+    async fn chat(
+        &self,
+        call: &RecipeCall<'_>,
+        conversation: &[Value],
+    ) -> Result<String, StepError> {
+        let mut messages = vec![json!({ "role": "system", "content": SYSTEM_PROMPT })];
+        messages.extend_from_slice(conversation);
         let body = json!({
             "model": self.model(call.model),
             "messages": messages,
@@ -95,30 +76,12 @@ impl OpenAiProvider {
         }
         let response = request.send().await.map_err(transport_error)?;
         let status = response.status();
-        let retry_after = response
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
+        let wait = retry_after(response.headers());
         let text = response.text().await.map_err(transport_error)?;
         if !status.is_success() {
-            let kind = match status.as_u16() {
-                429 => ErrorKind::RateLimited,
-                500..=599 => ErrorKind::Server,
-                _ => ErrorKind::Client,
-            };
-            let mut error =
-                StepError::new(kind, format!("{url} answered {status}: {}", excerpt(&text)));
-            error.retry_after = retry_after;
-            return Err(error);
+            return Err(status_error(&url, status, wait, &text));
         }
-        let reply: Value = serde_json::from_str(&text).map_err(|e| {
-            StepError::new(
-                ErrorKind::Server,
-                format!("the provider's reply is not JSON ({e}): {}", excerpt(&text)),
-            )
-        })?;
+        let reply = reply_json(&text)?;
         reply["choices"][0]["message"]["content"]
             .as_str()
             .map(str::to_string)
@@ -133,34 +96,48 @@ impl OpenAiProvider {
 
 impl Provider for OpenAiProvider {
     fn complete<'a>(&'a self, call: &'a RecipeCall<'a>) -> BoxFuture<'a, Result<Value, StepError>> {
-        Box::pin(async move {
-            let mut messages = vec![
-                json!({ "role": "system", "content": "Answer with a single JSON value that matches the given JSON Schema." }),
-                json!({ "role": "user", "content": call.prompt }),
-            ];
-            let first = self.chat(call, &messages).await?;
-            let problem = match parse_and_check(&first, call.output_schema) {
-                Ok(value) => return Ok(value),
-                Err(problem) => problem,
-            };
-            // One repair request: the model sees its answer and what is wrong.
-            messages.push(json!({ "role": "assistant", "content": first }));
-            messages.push(json!({
-                "role": "user",
-                "content": format!("That answer is not valid: {problem}. Answer again with JSON only, matching the schema."),
-            }));
-            let second = self.chat(call, &messages).await?;
-            parse_and_check(&second, call.output_schema).map_err(|problem| {
-                StepError::new(
-                    ErrorKind::InvalidOutput,
-                    format!(
-                        "the output is invalid after one repair ({problem}); raw text: {}",
-                        excerpt(&second)
-                    ),
-                )
-            })
-        })
+        Box::pin(answer_with_repair(call, move |conversation| {
+            Box::pin(async move { self.chat(call, &conversation).await })
+        }))
     }
+}
+
+/// What every provider tells the model, besides the schema it enforces.
+pub(crate) const SYSTEM_PROMPT: &str =
+    "Answer with a single JSON value that matches the given JSON Schema.";
+
+/// Asks for an answer; when it is not JSON or does not fit the schema, asks
+/// once more with the answer and what is wrong; then gives up with the raw
+/// text. `chat` takes the conversation (user and assistant messages) and
+/// returns the model's text.
+pub(crate) async fn answer_with_repair<'a, F>(
+    call: &'a RecipeCall<'a>,
+    chat: F,
+) -> Result<Value, StepError>
+where
+    F: Fn(Vec<Value>) -> BoxFuture<'a, Result<String, StepError>>,
+{
+    let mut conversation = vec![json!({ "role": "user", "content": call.prompt })];
+    let first = chat(conversation.clone()).await?;
+    let problem = match parse_and_check(&first, call.output_schema) {
+        Ok(value) => return Ok(value),
+        Err(problem) => problem,
+    };
+    conversation.push(json!({ "role": "assistant", "content": first }));
+    conversation.push(json!({
+        "role": "user",
+        "content": format!("That answer is not valid: {problem}. Answer again with JSON only, matching the schema."),
+    }));
+    let second = chat(conversation).await?;
+    parse_and_check(&second, call.output_schema).map_err(|problem| {
+        StepError::new(
+            ErrorKind::InvalidOutput,
+            format!(
+                "the output is invalid after one repair ({problem}); raw text: {}",
+                excerpt(&second)
+            ),
+        )
+    })
 }
 
 fn parse_and_check(text: &str, schema: &Value) -> Result<Value, String> {
@@ -177,7 +154,44 @@ fn parse_and_check(text: &str, schema: &Value) -> Result<Value, String> {
     }
 }
 
-fn transport_error(error: reqwest::Error) -> StepError {
+/// A provider's reply body as JSON; a reply that is not JSON is a server fault.
+pub(crate) fn reply_json(text: &str) -> Result<Value, StepError> {
+    serde_json::from_str(text).map_err(|e| {
+        StepError::new(
+            ErrorKind::Server,
+            format!("the provider's reply is not JSON ({e}): {}", excerpt(text)),
+        )
+    })
+}
+
+/// The error for a non-success HTTP status, classified for retries.
+pub(crate) fn status_error(
+    url: &str,
+    status: reqwest::StatusCode,
+    retry_after: Option<Duration>,
+    text: &str,
+) -> StepError {
+    let kind = match status.as_u16() {
+        429 => ErrorKind::RateLimited,
+        // Anthropic's "overloaded" is 529, within this range.
+        500..=599 => ErrorKind::Server,
+        _ => ErrorKind::Client,
+    };
+    let mut error = StepError::new(kind, format!("{url} answered {status}: {}", excerpt(text)));
+    error.retry_after = retry_after;
+    error
+}
+
+/// `Retry-After` in seconds, as the providers send it.
+pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    headers
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs)
+}
+
+pub(crate) fn transport_error(error: reqwest::Error) -> StepError {
     let kind = if error.is_timeout() {
         ErrorKind::Timeout
     } else {
@@ -186,8 +200,8 @@ fn transport_error(error: reqwest::Error) -> StepError {
     StepError::new(kind, error.to_string())
 }
 
-/// OpenAI requires schema names of `[a-zA-Z0-9_-]`.
-fn schema_name(recipe: &str) -> String {
+/// Schema and tool names allow `[a-zA-Z0-9_-]` only.
+pub(crate) fn schema_name(recipe: &str) -> String {
     recipe
         .chars()
         .map(|c| {
@@ -200,7 +214,7 @@ fn schema_name(recipe: &str) -> String {
         .collect()
 }
 
-fn excerpt(text: &str) -> String {
+pub(crate) fn excerpt(text: &str) -> String {
     const LIMIT: usize = 500;
     match text.char_indices().nth(LIMIT) {
         Some((cut, _)) => format!("{}…", &text[..cut]),

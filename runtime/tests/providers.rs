@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use flow_runtime::anthropic::{AnthropicConfig, AnthropicProvider};
+use flow_runtime::interp::Provider;
 use flow_runtime::interp::{ErrorKind, Outcome, Services};
 use flow_runtime::memory::MemoryStore;
 use flow_runtime::openai::{OpenAiConfig, OpenAiProvider};
@@ -21,6 +23,16 @@ async fn fake_llm(script: Vec<Reply>) -> FakeLlm {
 }
 
 async fn run_against(server: &FakeLlm, options: &str) -> (Outcome, Arc<MemoryStore>) {
+    let provider = OpenAiProvider::new(OpenAiConfig {
+        base_url: server.url.clone(),
+        api_key: Some("test-key".into()),
+        models: [("default".to_string(), "fake-model".to_string())].into(),
+    })
+    .expect("a client");
+    run_with(Arc::new(provider), options).await
+}
+
+async fn run_with(provider: Arc<dyn Provider>, options: &str) -> (Outcome, Arc<MemoryStore>) {
     let source = format!(
         r#"recipe answer {{
   model "default"
@@ -36,15 +48,9 @@ workflow w {{
     let checked = flow_compiler::check_source("p.flow", &source);
     assert!(!checked.has_errors(), "{:#?}", checked.diagnostics);
     let plan = flow_compiler::lower(&checked).expect("lowers");
-    let provider = OpenAiProvider::new(OpenAiConfig {
-        base_url: server.url.clone(),
-        api_key: Some("test-key".into()),
-        models: [("default".to_string(), "fake-model".to_string())].into(),
-    })
-    .expect("a client");
     let store = Arc::new(MemoryStore::default());
     let services = Services {
-        provider: Arc::new(provider),
+        provider,
         effects: store.clone(),
         mcp: None,
         journal: store.clone(),
@@ -163,4 +169,41 @@ async fn invalid_output_gets_one_repair_then_fails_with_the_raw_text() {
     );
     let error = store.records()[0].error.clone().expect("an error");
     assert!(error.message.contains("still wrong"), "{}", error.message);
+}
+
+fn anthropic(server: &FakeLlm) -> Arc<dyn Provider> {
+    Arc::new(
+        AnthropicProvider::new(AnthropicConfig {
+            base_url: server.url.trim_end_matches("/v1").to_string(),
+            api_key: Some("test-key".into()),
+            models: [("default".to_string(), "claude-test".to_string())].into(),
+        })
+        .expect("a client"),
+    )
+}
+
+#[tokio::test]
+async fn anthropic_overload_is_retried_and_the_tool_input_is_the_answer() {
+    let server = fake_llm(vec![Reply::Answer(529, vec![], "overloaded".into())]).await;
+    let (outcome, _) = run_with(anthropic(&server), FAST_RETRIES).await;
+    let Outcome::Completed { output } = &outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(output["text"], "fine");
+    assert_eq!(server.requests(), 2);
+}
+
+#[tokio::test]
+async fn anthropic_text_instead_of_the_tool_gets_the_repair_request() {
+    let server = fake_llm(vec![
+        Reply::Answer(200, vec![], "I think the answer is fine".into()),
+        ok(json!({ "text": "repaired", "score": 3 })),
+    ])
+    .await;
+    let (outcome, _) = run_with(anthropic(&server), FAST_RETRIES).await;
+    let Outcome::Completed { output } = &outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(output["text"], "repaired");
+    assert_eq!(server.requests(), 2);
 }

@@ -2,7 +2,9 @@
 //! provider tests and the crash-recovery test. Each request takes the next
 //! reply of the script; past the script it answers with `default_answer`.
 //! It records every request's last user message (the step's prompt), so that a
-//! test can count how often each step was called.
+//! test can count how often each step was called. Requests to
+//! `/v1/messages` get Anthropic's reply shape (the content as a forced tool
+//! call's input), all others OpenAI's chat completion shape.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -99,6 +101,7 @@ async fn serve(
         }
     };
     let head = String::from_utf8_lossy(&buffer[..body_start]).to_ascii_lowercase();
+    let anthropic = head.starts_with("post /v1/messages");
     let length: usize = head
         .lines()
         .find_map(|l| l.strip_prefix("content-length:"))
@@ -138,7 +141,13 @@ async fn serve(
         }
         Reply::Answer(status, headers, content) => (status, headers, content),
     };
-    let body = if status == 200 {
+    let body = if status == 200 && anthropic {
+        match serde_json::from_str::<Value>(&content) {
+            Ok(input) => json!({ "content": [{ "type": "tool_use", "id": "t1", "name": "answer", "input": input }] }),
+            Err(_) => json!({ "content": [{ "type": "text", "text": content }] }),
+        }
+        .to_string()
+    } else if status == 200 {
         json!({ "choices": [{ "message": { "role": "assistant", "content": content } }] })
             .to_string()
     } else {

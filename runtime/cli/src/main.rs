@@ -13,7 +13,6 @@ use clap::{Parser, Subcommand};
 use flow_plan::Plan;
 use flow_runtime::interp::{Outcome, Provider, Services, StepStatus};
 use flow_runtime::offline::OfflineProvider;
-use flow_runtime::openai::{OpenAiConfig, OpenAiProvider};
 use flow_runtime::sqlite::{RunJournal, SqliteStore};
 use serde_json::{Value, json};
 
@@ -285,8 +284,8 @@ async fn execute(
         .workflow(workflow)
         .map_or(flow_plan::Durability::Full, |w| w.durability);
     let journal = RunJournal::open(store, run_id, durability).map_err(|e| usage(e.to_string()))?;
-    let provider: Arc<dyn Provider> = match OpenAiConfig::from_env() {
-        Some(config) => Arc::new(OpenAiProvider::new(config).map_err(usage)?),
+    let provider: Arc<dyn Provider> = match flow_runtime::llm::provider_from_env().map_err(usage)? {
+        Some(provider) => provider,
         None => {
             eprintln!(
                 "flow: no LLM provider is configured (set FLOW_LLM_BASE_URL); recipes answer with the offline provider's fabricated outputs"
@@ -294,6 +293,7 @@ async fn execute(
             Arc::new(OfflineProvider)
         }
     };
+
     let journal_for_flush = Arc::clone(&journal);
     let services = Services {
         provider,

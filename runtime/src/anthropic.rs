@@ -1,0 +1,106 @@
+//! The Anthropic messages provider: structured output through a forced tool
+//! call whose input schema is the recipe's output schema. Error classes,
+//! `Retry-After` and the repair request are the same as the OpenAI-compatible
+//! provider's (`openai.rs`).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::interp::{BoxFuture, ErrorKind, Provider, RecipeCall, StepError};
+use crate::openai::{
+    SYSTEM_PROMPT, answer_with_repair, excerpt, reply_json, retry_after, schema_name, status_error,
+    transport_error,
+};
+
+#[derive(Debug, Clone)]
+pub struct AnthropicConfig {
+    /// The API root, without `/v1`: `https://api.anthropic.com`.
+    pub base_url: String,
+    pub api_key: Option<String>,
+    /// Model aliases to Anthropic's model names.
+    pub models: HashMap<String, String>,
+}
+
+pub struct AnthropicProvider {
+    client: reqwest::Client,
+    config: AnthropicConfig,
+}
+
+impl AnthropicProvider {
+    pub fn new(config: AnthropicConfig) -> Result<AnthropicProvider, String> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        Ok(AnthropicProvider { client, config })
+    }
+
+    async fn message(
+        &self,
+        call: &RecipeCall<'_>,
+        conversation: &[Value],
+    ) -> Result<String, StepError> {
+        let model = self
+            .config
+            .models
+            .get(call.model)
+            .cloned()
+            .unwrap_or_else(|| call.model.to_string());
+        let tool = schema_name(call.recipe);
+        let body = json!({
+            "model": model,
+            "max_tokens": 4096,
+            "system": SYSTEM_PROMPT,
+            "messages": conversation,
+            "tools": [{ "name": tool, "description": "Give the answer.", "input_schema": call.output_schema }],
+            "tool_choice": { "type": "tool", "name": tool },
+        });
+        let url = format!("{}/v1/messages", self.config.base_url.trim_end_matches('/'));
+        let mut request = self
+            .client
+            .post(&url)
+            .header("anthropic-version", "2023-06-01")
+            .json(&body);
+        if let Some(key) = &self.config.api_key {
+            request = request.header("x-api-key", key);
+        }
+        let response = request.send().await.map_err(transport_error)?;
+        let status = response.status();
+        let wait = retry_after(response.headers());
+        let text = response.text().await.map_err(transport_error)?;
+        if !status.is_success() {
+            return Err(status_error(&url, status, wait, &text));
+        }
+        let reply = reply_json(&text)?;
+        let blocks = reply["content"].as_array().cloned().unwrap_or_default();
+        // The forced tool call carries the answer; a text block is the model
+        // ignoring the tool, which the repair request then addresses.
+        if let Some(input) = blocks
+            .iter()
+            .find(|b| b["type"] == "tool_use")
+            .map(|b| &b["input"])
+        {
+            return Ok(input.to_string());
+        }
+        blocks
+            .iter()
+            .find_map(|b| b["text"].as_str())
+            .map(str::to_string)
+            .ok_or_else(|| {
+                StepError::new(
+                    ErrorKind::Server,
+                    format!("the reply has no content: {}", excerpt(&text)),
+                )
+            })
+    }
+}
+
+impl Provider for AnthropicProvider {
+    fn complete<'a>(&'a self, call: &'a RecipeCall<'a>) -> BoxFuture<'a, Result<Value, StepError>> {
+        Box::pin(answer_with_repair(call, move |conversation| {
+            Box::pin(async move { self.message(call, &conversation).await })
+        }))
+    }
+}

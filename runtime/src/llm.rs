@@ -1,0 +1,69 @@
+//! Choosing the model provider from the environment.
+//!
+//! * `FLOW_LLM_PROVIDER`: `openai` (the default: any OpenAI-compatible API)
+//!   or `anthropic`.
+//! * `FLOW_LLM_BASE_URL`: the API's address; for `openai` it is required and
+//!   ends with `/v1`, for `anthropic` it defaults to `https://api.anthropic.com`.
+//! * `FLOW_LLM_API_KEY` (or `OPENAI_API_KEY` / `ANTHROPIC_API_KEY`).
+//! * `FLOW_LLM_MODEL`: the model behind the alias `default`;
+//!   `FLOW_LLM_MODEL_<ALIAS>` for other aliases.
+//!
+//! Without a provider, drivers use the offline provider and say so.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::anthropic::{AnthropicConfig, AnthropicProvider};
+use crate::interp::Provider;
+use crate::openai::{OpenAiConfig, OpenAiProvider};
+
+/// The configured provider, or `None` when none is configured. An unknown
+/// provider name is an error.
+pub fn provider_from_env() -> Result<Option<Arc<dyn Provider>>, String> {
+    let kind = std::env::var("FLOW_LLM_PROVIDER").unwrap_or_else(|_| "openai".to_string());
+    let base_url = std::env::var("FLOW_LLM_BASE_URL").ok();
+    let models = models_from_env();
+    match kind.as_str() {
+        "openai" => {
+            let Some(base_url) = base_url else {
+                return Ok(None);
+            };
+            let api_key = std::env::var("FLOW_LLM_API_KEY")
+                .or_else(|_| std::env::var("OPENAI_API_KEY"))
+                .ok();
+            let provider = OpenAiProvider::new(OpenAiConfig {
+                base_url,
+                api_key,
+                models,
+            })?;
+            Ok(Some(Arc::new(provider)))
+        }
+        "anthropic" => {
+            let api_key = std::env::var("FLOW_LLM_API_KEY")
+                .or_else(|_| std::env::var("ANTHROPIC_API_KEY"))
+                .ok();
+            let base_url = base_url.unwrap_or_else(|| "https://api.anthropic.com".to_string());
+            let provider = AnthropicProvider::new(AnthropicConfig {
+                base_url,
+                api_key,
+                models,
+            })?;
+            Ok(Some(Arc::new(provider)))
+        }
+        other => Err(format!(
+            "FLOW_LLM_PROVIDER is `{other}`; the providers are `openai` and `anthropic`"
+        )),
+    }
+}
+
+fn models_from_env() -> HashMap<String, String> {
+    let mut models = HashMap::new();
+    for (name, value) in std::env::vars() {
+        if name == "FLOW_LLM_MODEL" {
+            models.insert("default".to_string(), value);
+        } else if let Some(alias) = name.strip_prefix("FLOW_LLM_MODEL_") {
+            models.insert(alias.to_ascii_lowercase(), value);
+        }
+    }
+    models
+}
