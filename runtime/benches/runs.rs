@@ -63,6 +63,90 @@ fn main() {
     if wants("b2") {
         b2(&runtime, quick);
     }
+    if wants("b3") {
+        b3(&runtime, quick);
+    }
+}
+
+/// Resident memory of this process, in bytes (Linux).
+fn rss() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u64>().ok())
+        })
+        .map_or(0, |pages| pages * 4096)
+}
+
+/// B3: park many runs at an approval, then decide and resume them all.
+fn b3(runtime: &tokio::runtime::Runtime, quick: bool) {
+    let runs = if quick { 100 } else { 10_000 };
+    let gated = Arc::new(plan(&format!(
+        "{RECIPE}workflow gated {{\n  step a = answer {{ q: \"x\" }}\n  step ok = approval {{ approvers: [\"boss\"], message: \"go?\" }}\n  step b = answer {{ q: step.a.text }}\n}}\n"
+    )));
+    let dir = std::env::temp_dir().join(format!("flow-bench-park-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let store = SqliteStore::open(&dir.join("park.db")).expect("the store opens");
+    store.put_plan(&gated).expect("the plan is stored");
+    for i in 0..runs {
+        store
+            .create_run(&format!("run-{i}"), "gated", &gated.hash, &json!({}))
+            .expect("run created");
+    }
+    let go = |resume: bool| {
+        let (store, gated) = (Arc::clone(&store), Arc::clone(&gated));
+        runtime.block_on(async move {
+            let mut tasks = Vec::new();
+            for i in 0..runs {
+                let (store, plan) = (Arc::clone(&store), Arc::clone(&gated));
+                tasks.push(tokio::spawn(async move {
+                    let run_id = format!("run-{i}");
+                    if resume {
+                        store
+                            .decide(&run_id, "ok", "boss", true, None, "0")
+                            .expect("the gate is pending");
+                    }
+                    let journal = RunJournal::open(&store, &run_id, flow_plan::Durability::Full)
+                        .expect("journal");
+                    let services = Services {
+                        provider: Arc::new(Instant0),
+                        effects: journal.clone(),
+                        mcp: None,
+                        journal,
+                    };
+                    flow_runtime::run(&plan, "gated", &run_id, json!({}), services).await
+                }));
+            }
+            let mut parked = 0;
+            let mut completed = 0;
+            for task in tasks {
+                match task.await {
+                    Ok(Outcome::Parked { .. }) => parked += 1,
+                    Ok(Outcome::Completed { .. }) => completed += 1,
+                    other => panic!("{other:?}"),
+                }
+            }
+            (parked, completed)
+        })
+    };
+    let before = rss();
+    let start = Instant::now();
+    let (parked, _) = go(false);
+    let park = start.elapsed().as_secs_f64();
+    assert_eq!(parked, runs);
+    let after_park = rss();
+    let start = Instant::now();
+    let (_, completed) = go(true);
+    let resume = start.elapsed().as_secs_f64();
+    assert_eq!(completed, runs);
+    println!(
+        "| B3 | park {runs} runs at an approval, then resume them | park {park:.2} s, resume {resume:.2} s | RSS +{:.1} MB while parked ({:.0} B per run) |",
+        after_park.saturating_sub(before) as f64 / 1e6,
+        after_park.saturating_sub(before) as f64 / runs as f64
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// B1: concurrent durable runs.

@@ -16,7 +16,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use flow_plan::{OnReject, Plan};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
@@ -139,6 +139,10 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Every write transaction begins `IMMEDIATE`: in WAL mode a transaction that
+/// reads first and then writes cannot wait for another writer (SQLite answers
+/// "database is locked" at once), while one that takes the write lock first
+/// waits up to the busy timeout.
 fn open(path: &Path) -> Result<Connection, StoreError> {
     let conn = Connection::open(path)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
@@ -304,7 +308,7 @@ impl SqliteStore {
         decided_at: &str,
     ) -> Result<(), StoreError> {
         let mut conn = lock(&self.conn);
-        let tx = conn.transaction()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let row: Option<(String, String)> = tx
             .query_row(
                 "SELECT status, record FROM step_runs WHERE run_id = ?1 AND path = ?2",
@@ -455,7 +459,7 @@ fn write_batches(mut conn: Connection, queue: Receiver<Write>) {
 }
 
 fn write_batch(conn: &mut Connection, batch: &[Write]) -> rusqlite::Result<()> {
-    let tx = conn.transaction()?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     {
         let mut insert = tx.prepare_cached(
             "INSERT INTO step_runs (run_id, path, status, record, seq)
@@ -548,7 +552,7 @@ impl Effects for RunJournal {
     fn kb_write<'a>(&'a self, write: &'a KbWrite) -> BoxFuture<'a, Result<Value, StepError>> {
         let result = (|| -> Result<Value, StoreError> {
             let mut conn = lock(&self.store.conn);
-            let tx = conn.transaction()?;
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             if let Some(key) = &write.key {
                 let first: Option<String> = tx
                     .query_row("SELECT result FROM kb_keys WHERE key = ?1", [key], |row| row.get(0))
