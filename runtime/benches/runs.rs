@@ -106,6 +106,7 @@ fn b3(runtime: &tokio::runtime::Runtime, quick: bool) {
                     if resume {
                         store
                             .decide(&run_id, "ok", "boss", true, None, "0")
+                            .await
                             .expect("the gate is pending");
                     }
                     let journal = RunJournal::open(&store, &run_id, flow_plan::Durability::Full)

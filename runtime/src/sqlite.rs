@@ -116,14 +116,38 @@ pub struct RunRow {
 
 type Reply = oneshot::Sender<Result<(), StoreError>>;
 
-/// The writer's queue: one statement's worth of work each, answered after
-/// the commit that made it durable.
+/// A decision on an approval, applied by the writer.
+struct Decision {
+    run_id: String,
+    path: String,
+    approver: String,
+    approved: bool,
+    comment: Option<String>,
+    decided_at: String,
+}
+
+/// The writer's queue: one item's worth of work each, answered after the
+/// commit that made it durable (or with why it could not apply).
 enum Write {
     Step {
         run_id: String,
         record: Box<StepRecord>,
         reply: Reply,
     },
+    Decide {
+        decision: Decision,
+        reply: Reply,
+    },
+}
+
+impl Write {
+    fn reply(self, result: Result<(), StoreError>) {
+        let reply = match self {
+            Write::Step { reply, .. } | Write::Decide { reply, .. } => reply,
+        };
+        // A caller that went away no longer needs the answer.
+        let _ = reply.send(result);
+    }
 }
 
 pub struct SqliteStore {
@@ -296,9 +320,10 @@ impl SqliteStore {
     }
 
     /// Decides the approval pending at `path` of run `run_id`, exactly once:
-    /// the update applies only while the record is still pending, and SQLite
-    /// serializes writers, so of concurrent decisions one changes a row.
-    pub fn decide(
+    /// decisions go through the journal writer, which applies them one after
+    /// another (a decided record is no longer pending) and commits them in
+    /// groups, so that many decisions share an fsync.
+    pub async fn decide(
         &self,
         run_id: &str,
         path: &str,
@@ -307,73 +332,21 @@ impl SqliteStore {
         comment: Option<&str>,
         decided_at: &str,
     ) -> Result<(), StoreError> {
-        let mut conn = lock(&self.conn);
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let row: Option<(String, String)> = tx
-            .query_row(
-                "SELECT status, record FROM step_runs WHERE run_id = ?1 AND path = ?2",
-                params![run_id, path],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )
-            .optional()?;
-        let Some((status, record)) = row else {
-            return Err(StoreError(
-                DecideError::UnknownStep(path.to_string()).to_string(),
-            ));
+        let (reply, answer) = oneshot::channel();
+        let decision = Decision {
+            run_id: run_id.to_string(),
+            path: path.to_string(),
+            approver: approver.to_string(),
+            approved,
+            comment: comment.map(str::to_string),
+            decided_at: decided_at.to_string(),
         };
-        if status != "pending" {
-            return Err(StoreError(
-                DecideError::NotPending(path.to_string()).to_string(),
-            ));
-        }
-        let mut record: StepRecord =
-            serde_json::from_str(&record).map_err(|e| StoreError(e.to_string()))?;
-        let pending: PendingApproval =
-            serde_json::from_value(record.input.clone()).map_err(|e| StoreError(e.to_string()))?;
-        if !pending.approvers.iter().any(|a| a == approver) {
-            return Err(StoreError(
-                DecideError::NotAnApprover {
-                    approver: approver.to_string(),
-                    approvers: pending.approvers,
-                }
-                .to_string(),
-            ));
-        }
-        record.output = Some(json!({
-            "approved": approved,
-            "approver": approver,
-            "comment": comment,
-            "decided_at": decided_at,
-        }));
-        if !approved && pending.on_reject == OnReject::Fail {
-            record.status = StepStatus::Failed;
-            record.error = Some(StepError::new(
-                ErrorKind::Rejected,
-                format!("{approver} rejected the approval"),
-            ));
-        } else {
-            record.status = StepStatus::Completed;
-        }
-        let changed = tx.execute(
-            "UPDATE step_runs SET status = ?3, record = ?4 WHERE run_id = ?1 AND path = ?2 AND status = 'pending'",
-            params![
-                run_id,
-                path,
-                status_name(record.status),
-                serde_json::to_string(&record).map_err(|e| StoreError(e.to_string()))?
-            ],
-        )?;
-        if changed != 1 {
-            return Err(StoreError(
-                DecideError::NotPending(path.to_string()).to_string(),
-            ));
-        }
-        tx.execute(
-            "UPDATE runs SET status = 'running', updated_ms = ?2 WHERE id = ?1",
-            params![run_id, now_ms()],
-        )?;
-        tx.commit()?;
-        Ok(())
+        lock(&self.queue)
+            .send(Write::Decide { decision, reply })
+            .map_err(|_| StoreError("the journal writer has stopped".into()))?;
+        answer
+            .await
+            .map_err(|_| StoreError("the journal writer has stopped".into()))?
     }
 
     /// Notifications recorded by handoffs, newest last.
@@ -450,33 +423,127 @@ fn write_batches(mut conn: Connection, queue: Receiver<Write>) {
                 Err(_) => break,
             }
         }
-        let result = write_batch(&mut conn, &batch).map_err(StoreError::from);
-        for Write::Step { reply, .. } in batch {
-            // A caller that went away no longer needs the answer.
-            let _ = reply.send(result.clone());
+        match write_batch(&mut conn, &batch) {
+            Ok(results) => {
+                for (write, result) in batch.into_iter().zip(results) {
+                    write.reply(result);
+                }
+            }
+            Err(error) => {
+                let error = StoreError::from(error);
+                for write in batch {
+                    write.reply(Err(error.clone()));
+                }
+            }
         }
     }
 }
 
-fn write_batch(conn: &mut Connection, batch: &[Write]) -> rusqlite::Result<()> {
+/// Writes a batch in one transaction. A database error fails the whole batch;
+/// a decision that cannot apply (not pending, not an approver) fails alone.
+fn write_batch(
+    conn: &mut Connection,
+    batch: &[Write],
+) -> rusqlite::Result<Vec<Result<(), StoreError>>> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let mut results = Vec::with_capacity(batch.len());
     {
         let mut insert = tx.prepare_cached(
             "INSERT INTO step_runs (run_id, path, status, record, seq)
              VALUES (?1, ?2, ?3, ?4, (SELECT COUNT(*) FROM step_runs WHERE run_id = ?1))
              ON CONFLICT (run_id, path) DO UPDATE SET status = excluded.status, record = excluded.record",
         )?;
-        for Write::Step { run_id, record, .. } in batch {
-            let json = serde_json::to_string(record).unwrap_or_default();
-            insert.execute(params![
-                run_id,
-                record.path,
-                status_name(record.status),
-                json
-            ])?;
+        for write in batch {
+            match write {
+                Write::Step { run_id, record, .. } => {
+                    let json = serde_json::to_string(record).unwrap_or_default();
+                    insert.execute(params![
+                        run_id,
+                        record.path,
+                        status_name(record.status),
+                        json
+                    ])?;
+                    results.push(Ok(()));
+                }
+                Write::Decide { decision, .. } => results.push(apply_decision(&tx, decision)?),
+            }
         }
     }
-    tx.commit()
+    tx.commit()?;
+    Ok(results)
+}
+
+fn apply_decision(
+    tx: &rusqlite::Transaction<'_>,
+    decision: &Decision,
+) -> rusqlite::Result<Result<(), StoreError>> {
+    let Decision {
+        run_id,
+        path,
+        approver,
+        approved,
+        comment,
+        decided_at,
+    } = decision;
+    let row: Option<(String, String)> = tx
+        .query_row(
+            "SELECT status, record FROM step_runs WHERE run_id = ?1 AND path = ?2",
+            params![run_id, path],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .optional()?;
+    let refuse = |error: DecideError| Ok(Err(StoreError(error.to_string())));
+    let Some((status, record)) = row else {
+        return refuse(DecideError::UnknownStep(path.clone()));
+    };
+    if status != "pending" {
+        return refuse(DecideError::NotPending(path.clone()));
+    }
+    let (Ok(mut record), Ok(pending)) = (
+        serde_json::from_str::<StepRecord>(&record),
+        serde_json::from_str::<Value>(&record)
+            .map(|r| r["input"].clone())
+            .and_then(serde_json::from_value::<PendingApproval>),
+    ) else {
+        return Ok(Err(StoreError(format!(
+            "a damaged approval record at `{path}`"
+        ))));
+    };
+    if !pending.approvers.iter().any(|a| a == approver) {
+        return refuse(DecideError::NotAnApprover {
+            approver: approver.clone(),
+            approvers: pending.approvers,
+        });
+    }
+    record.output = Some(json!({
+        "approved": approved,
+        "approver": approver,
+        "comment": comment,
+        "decided_at": decided_at,
+    }));
+    if !approved && pending.on_reject == OnReject::Fail {
+        record.status = StepStatus::Failed;
+        record.error = Some(StepError::new(
+            ErrorKind::Rejected,
+            format!("{approver} rejected the approval"),
+        ));
+    } else {
+        record.status = StepStatus::Completed;
+    }
+    tx.execute(
+        "UPDATE step_runs SET status = ?3, record = ?4 WHERE run_id = ?1 AND path = ?2",
+        params![
+            run_id,
+            path,
+            status_name(record.status),
+            serde_json::to_string(&record).unwrap_or_default()
+        ],
+    )?;
+    tx.execute(
+        "UPDATE runs SET status = 'running', updated_ms = ?2 WHERE id = ?1",
+        params![run_id, now_ms()],
+    )?;
+    Ok(Ok(()))
 }
 
 /// One run's view of the store: its journal (loaded once for replay) and the

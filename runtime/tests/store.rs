@@ -68,8 +68,8 @@ async fn durability_approval_persists_at_the_end_only() {
     assert_eq!(store.step_records("run-2").unwrap().len(), 2);
 }
 
-#[tokio::test]
-async fn a_decision_applies_once_across_threads_and_survives_reopening() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_applies_once_across_tasks_and_survives_reopening() {
     let dir = TempDir::new("store-decide");
     let path = dir.path().join("s.db");
     let store = SqliteStore::open(&path).expect("opens");
@@ -82,12 +82,13 @@ async fn a_decision_applies_once_across_threads_and_survives_reopening() {
     assert!(matches!(run(journal, &plan).await, Outcome::Parked { .. }));
 
     let applied = Arc::new(AtomicUsize::new(0));
-    let threads: Vec<_> = (0..50)
+    let tasks: Vec<_> = (0..50)
         .map(|i| {
             let (store, applied) = (Arc::clone(&store), Arc::clone(&applied));
-            std::thread::spawn(move || {
+            tokio::spawn(async move {
                 if store
                     .decide("run-1", "g", "a", i % 2 == 0, None, "t")
+                    .await
                     .is_ok()
                 {
                     applied.fetch_add(1, Ordering::SeqCst);
@@ -95,8 +96,8 @@ async fn a_decision_applies_once_across_threads_and_survives_reopening() {
             })
         })
         .collect();
-    for thread in threads {
-        thread.join().unwrap();
+    for task in tasks {
+        task.await.unwrap();
     }
     assert_eq!(applied.load(Ordering::SeqCst), 1);
     drop(store);

@@ -163,6 +163,7 @@ async fn dispatch(command: Command) -> Result<u8> {
                     comment.as_deref(),
                     &timestamp(),
                 )
+                .await
                 .map_err(|e| usage(e.to_string()))?;
             let plan = store
                 .plan(&row.plan_hash)
