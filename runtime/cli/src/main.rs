@@ -5,13 +5,16 @@
 //! at an approval, 1 it failed (or the source does not check), 2 a usage,
 //! input or store error (nothing ran).
 
+use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use flow_plan::Plan;
-use flow_runtime::interp::{Outcome, Provider, Services, StepStatus};
+use flow_runtime::interp::{
+    BoxFuture, Journal, Outcome, Provider, Services, StepError, StepRecord, StepStatus,
+};
 use flow_runtime::offline::OfflineProvider;
 use flow_runtime::sqlite::{RunJournal, SqliteStore};
 use serde_json::{Value, json};
@@ -296,11 +299,26 @@ async fn execute(
     };
 
     let journal_for_flush = Arc::clone(&journal);
+    // A spinner with the step being journaled, on a terminal only: scripts
+    // and `--json` get clean output.
+    let progress = (!json && std::io::stderr().is_terminal()).then(|| {
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.enable_steady_tick(std::time::Duration::from_millis(100));
+        bar
+    });
+    let recorder: Arc<dyn Journal> = match &progress {
+        Some(bar) => Arc::new(Progress {
+            inner: journal.clone(),
+            bar: bar.clone(),
+            steps: std::sync::atomic::AtomicUsize::new(0),
+        }),
+        None => journal.clone(),
+    };
     let services = Services {
         provider,
-        effects: journal.clone(),
+        effects: journal,
         mcp: None,
-        journal,
+        journal: recorder,
     };
     // The workflow's timeout counts active time across invocations of the run.
     let spent = store
@@ -319,6 +337,9 @@ async fn execute(
     )
     .await;
     let active = started.elapsed();
+    if let Some(bar) = progress {
+        bar.finish_and_clear();
+    }
     // Under `durability approval`, this is where the run's records are kept.
     journal_for_flush
         .flush()
@@ -386,6 +407,34 @@ async fn execute(
         }
     }
     Ok(code)
+}
+
+/// The run's journal, reporting each step it records on the spinner.
+struct Progress {
+    inner: Arc<RunJournal>,
+    bar: indicatif::ProgressBar,
+    steps: std::sync::atomic::AtomicUsize,
+}
+
+impl Journal for Progress {
+    fn lookup(&self, path: &str) -> Option<StepRecord> {
+        self.inner.lookup(path)
+    }
+
+    fn record<'a>(
+        &'a self,
+        record: StepRecord,
+    ) -> BoxFuture<'a, std::result::Result<(), StepError>> {
+        let done = self
+            .steps
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        self.bar.set_message(format!(
+            "{done} steps · {} {:?}",
+            record.path, record.status
+        ));
+        self.inner.record(record)
+    }
 }
 
 struct Disk;
