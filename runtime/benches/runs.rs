@@ -218,21 +218,29 @@ fn b2(runtime: &tokio::runtime::Runtime, quick: bool) {
     let looped = plan(&format!(
         "{RECIPE}workflow many {{\n  input {{ items: list<string> }}\n  for workflow_input.items as each {{\n    step a = answer {{ q: loop_item }}\n  }}\n  output {{ n: step.each[0].a.score }}\n}}\n"
     ));
-    let store = Arc::new(MemoryStore::default());
-    let services = Services {
-        provider: Arc::new(Instant0),
-        effects: store.clone(),
-        mcp: None,
-        journal: store,
-    };
-    let input = json!({ "items": vec!["x"; items] });
-    let start = Instant::now();
-    let outcome = runtime.block_on(flow_runtime::run(&looped, "many", "loop", input, services));
-    let elapsed = start.elapsed();
-    assert!(matches!(outcome, Outcome::Completed { .. }), "{outcome:?}");
+    // Best and median of five runs, each with a fresh store: the first run of
+    // a process pays for page faults that the later ones do not.
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let store = Arc::new(MemoryStore::default());
+        let services = Services {
+            provider: Arc::new(Instant0),
+            effects: store.clone(),
+            mcp: None,
+            journal: store,
+        };
+        let input = json!({ "items": vec!["x"; items] });
+        let start = Instant::now();
+        let outcome = runtime.block_on(flow_runtime::run(&looped, "many", "loop", input, services));
+        times.push(start.elapsed().as_secs_f64());
+        assert!(matches!(outcome, Outcome::Completed { .. }), "{outcome:?}");
+    }
+    times.sort_by(f64::total_cmp);
     println!(
-        "| B2 | one run, {items}-item loop, in memory | {:.1} ms | {:.2} µs/step |",
-        elapsed.as_secs_f64() * 1e3,
-        elapsed.as_secs_f64() * 1e6 / items as f64
+        "| B2 | one run, {items}-item loop, in memory | best {:.1} ms, median {:.1} ms | {:.2} µs/step (median {:.2}) |",
+        times[0] * 1e3,
+        times[2] * 1e3,
+        times[0] * 1e6 / items as f64,
+        times[2] * 1e6 / items as f64
     );
 }
