@@ -77,6 +77,9 @@ const MIGRATIONS: &[&str] = &[
 "#,
     // The active time a run has used, for the workflow's timeout across resumes.
     "ALTER TABLE runs ADD COLUMN active_ms INTEGER NOT NULL DEFAULT 0;",
+    // Which process is executing a run (see `claim_run`).
+    "ALTER TABLE runs ADD COLUMN owner TEXT;
+     CREATE INDEX step_runs_by_seq ON step_runs(seq);",
 ];
 
 /// A store error: what failed, in words.
@@ -169,11 +172,48 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// waits up to the busy timeout.
 fn open(path: &Path) -> Result<Connection, StoreError> {
     let conn = Connection::open(path)?;
+    // First, so that the pragmas below wait for another process too.
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
-    conn.busy_timeout(std::time::Duration::from_secs(10))?;
     Ok(conn)
+}
+
+/// Runs `body` in a `BEGIN IMMEDIATE` transaction on `conn`: committed when
+/// it succeeds, rolled back when it fails.
+fn in_immediate<T>(
+    conn: &Connection,
+    body: impl FnOnce() -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    match body() {
+        Ok(value) => {
+            conn.execute_batch("COMMIT")?;
+            Ok(value)
+        }
+        Err(error) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(error)
+        }
+    }
+}
+
+/// This process, as the owner of the runs it executes: its pid and start time.
+fn owner() -> &'static str {
+    static OWNER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    OWNER.get_or_init(|| format!("{}:{}", std::process::id(), now_ms()))
+}
+
+/// Whether the process that owns a run is still alive, on this machine. The
+/// embedded store is local to one machine, so a pid is enough; flowd's
+/// shared stores will use leases instead.
+fn owner_alive(owner: &str) -> bool {
+    owner
+        .split(':')
+        .next()
+        .and_then(|pid| pid.parse::<u32>().ok())
+        .is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists())
 }
 
 fn now_ms() -> i64 {
@@ -194,20 +234,23 @@ impl SqliteStore {
     /// Opens (creating and migrating if needed) the store at `path`.
     pub fn open(path: &Path) -> Result<Arc<SqliteStore>, StoreError> {
         let conn = open(path)?;
-        let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
-        if version as usize > MIGRATIONS.len() {
-            return Err(StoreError(format!(
-                "{} was written by a newer flow (schema version {version}, this one knows {})",
-                path.display(),
-                MIGRATIONS.len()
-            )));
-        }
-        for (index, migration) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-            let tx = conn.unchecked_transaction()?;
-            tx.execute_batch(migration)?;
-            tx.pragma_update(None, "user_version", (index + 1) as i64)?;
-            tx.commit()?;
-        }
+        // Several processes may open a new store at once: the version is read
+        // and the migrations applied under one write lock.
+        in_immediate(&conn, || {
+            let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
+            if version as usize > MIGRATIONS.len() {
+                return Err(StoreError(format!(
+                    "{} was written by a newer flow (schema version {version}, this one knows {})",
+                    path.display(),
+                    MIGRATIONS.len()
+                )));
+            }
+            for migration in MIGRATIONS.iter().skip(version as usize) {
+                conn.execute_batch(migration)?;
+            }
+            conn.pragma_update(None, "user_version", MIGRATIONS.len() as i64)?;
+            Ok(())
+        })?;
         let writer = open(path)?;
         let (sender, receiver) = mpsc::channel();
         std::thread::Builder::new()
@@ -251,11 +294,43 @@ impl SqliteStore {
     ) -> Result<(), StoreError> {
         let now = now_ms();
         lock(&self.conn).execute(
-            "INSERT INTO runs (id, workflow, plan_hash, status, input, created_ms, updated_ms)
-             VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?5)",
-            params![id, workflow, plan_hash, input.to_string(), now],
+            "INSERT INTO runs (id, workflow, plan_hash, status, input, created_ms, updated_ms, owner)
+             VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?5, ?6)",
+            params![id, workflow, plan_hash, input.to_string(), now, owner()],
         )?;
         Ok(())
+    }
+
+    /// Takes the run for this process if its status is one of `from`; a run
+    /// that another live process is executing is not taken. Only the owner
+    /// resumes a run and records how it ended, so two processes never run the
+    /// same run at once.
+    pub fn claim_run(&self, id: &str, from: &[&str]) -> Result<bool, StoreError> {
+        let conn = lock(&self.conn);
+        in_immediate(&conn, || {
+            let row: Option<(String, Option<String>)> = conn
+                .query_row(
+                    "SELECT status, owner FROM runs WHERE id = ?1",
+                    [id],
+                    |row| Ok((row.get(0)?, row.get(1)?)),
+                )
+                .optional()?;
+            let Some((status, current)) = row else {
+                return Ok(false);
+            };
+            let live_elsewhere = status == "running"
+                && current
+                    .as_deref()
+                    .is_some_and(|o| o != owner() && owner_alive(o));
+            if !from.contains(&status.as_str()) || live_elsewhere {
+                return Ok(false);
+            }
+            conn.execute(
+                "UPDATE runs SET status = 'running', owner = ?2, updated_ms = ?3 WHERE id = ?1",
+                params![id, owner(), now_ms()],
+            )?;
+            Ok(true)
+        })
     }
 
     /// Records how an invocation of the run ended and the active time it used.
@@ -267,8 +342,9 @@ impl SqliteStore {
         active: std::time::Duration,
     ) -> Result<(), StoreError> {
         lock(&self.conn).execute(
-            "UPDATE runs SET status = ?2, outcome = ?3, updated_ms = ?4, active_ms = active_ms + ?5 WHERE id = ?1",
-            params![id, status, outcome.to_string(), now_ms(), active.as_millis() as i64],
+            "UPDATE runs SET status = ?2, outcome = ?3, updated_ms = ?4, active_ms = active_ms + ?5, owner = NULL
+             WHERE id = ?1 AND owner = ?6",
+            params![id, status, outcome.to_string(), now_ms(), active.as_millis() as i64, owner()],
         )?;
         Ok(())
     }
@@ -450,8 +526,9 @@ fn write_batch(
     {
         let mut insert = tx.prepare_cached(
             "INSERT INTO step_runs (run_id, path, status, record, seq)
-             VALUES (?1, ?2, ?3, ?4, (SELECT COUNT(*) FROM step_runs WHERE run_id = ?1))
-             ON CONFLICT (run_id, path) DO UPDATE SET status = excluded.status, record = excluded.record",
+             VALUES (?1, ?2, ?3, ?4, (SELECT COALESCE(MAX(seq), 0) + 1 FROM step_runs))
+             ON CONFLICT (run_id, path) DO UPDATE SET status = excluded.status, record = excluded.record
+             WHERE step_runs.status = 'pending'",
         )?;
         for write in batch {
             match write {
@@ -485,6 +562,17 @@ fn apply_decision(
         comment,
         decided_at,
     } = decision;
+    let run_status: Option<String> = tx
+        .query_row("SELECT status FROM runs WHERE id = ?1", [run_id], |row| {
+            row.get(0)
+        })
+        .optional()?;
+    if !matches!(run_status.as_deref(), Some("pending_approval" | "running")) {
+        return Ok(Err(StoreError(format!(
+            "run `{run_id}` is {}: its approvals can no longer be decided",
+            run_status.as_deref().unwrap_or("unknown")
+        ))));
+    }
     let row: Option<(String, String)> = tx
         .query_row(
             "SELECT status, record FROM step_runs WHERE run_id = ?1 AND path = ?2",
@@ -509,6 +597,14 @@ fn apply_decision(
             "a damaged approval record at `{path}`"
         ))));
     };
+    if pending
+        .expires_ms
+        .is_some_and(|expires| now_ms() as u64 >= record.started_ms.saturating_add(expires))
+    {
+        return Ok(Err(StoreError(format!(
+            "the approval at `{path}` has expired; resuming the run applies its `on_expire`"
+        ))));
+    }
     if !pending.approvers.iter().any(|a| a == approver) {
         return refuse(DecideError::NotAnApprover {
             approver: approver.clone(),
@@ -538,10 +634,6 @@ fn apply_decision(
             status_name(record.status),
             serde_json::to_string(&record).unwrap_or_default()
         ],
-    )?;
-    tx.execute(
-        "UPDATE runs SET status = 'running', updated_ms = ?2 WHERE id = ?1",
-        params![run_id, now_ms()],
     )?;
     Ok(Ok(()))
 }

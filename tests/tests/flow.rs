@@ -135,9 +135,39 @@ fn a_decision_is_refused_when_it_cannot_apply() {
         "a rejection fails the run by default: {}",
         rejected.all()
     );
+    // The rejection failed the run: nothing of it can be decided any more.
     let again = flow(&dir, &["approve", &run_id, "g", "--as", "a@x.io"]);
     assert_eq!(again.code, 2);
-    assert!(again.stderr.contains("already decided"), "{}", again.stderr);
+    assert!(
+        again.stderr.contains("can no longer be decided"),
+        "{}",
+        again.stderr
+    );
+}
+
+/// Regression (review): an approval past its expiry could still be approved.
+#[test]
+fn an_expired_approval_cannot_be_decided() {
+    let dir = TempDir::new("flow-expired");
+    dir.write(
+        "gate.flow",
+        "workflow w { step g = approval { approvers: [\"a\"], message: \"m\", expires: 10ms, on_expire: \"fail\" } }\n",
+    );
+    dir.write("in.json", "{}");
+    let run = flow(&dir, &["run", "gate.flow", "--input", "in.json", "--json"]);
+    assert_eq!(run.code, 3, "{}", run.all());
+    let run_id = json(&run)["run_id"].as_str().unwrap().to_string();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let late = flow(&dir, &["approve", &run_id, "g", "--as", "a"]);
+    assert_eq!(late.code, 2, "{}", late.all());
+    assert!(late.stderr.contains("has expired"), "{}", late.stderr);
+    let recovered = flow(&dir, &["recover", "--json"]);
+    assert_eq!(
+        recovered.code,
+        1,
+        "the expiry fails the run: {}",
+        recovered.all()
+    );
 }
 
 #[test]

@@ -168,6 +168,17 @@ async fn dispatch(command: Command) -> Result<u8> {
                 )
                 .await
                 .map_err(|e| usage(e.to_string()))?;
+            // A run that another live process is executing picks the
+            // decision up itself when it parks (see `execute`).
+            if !store
+                .claim_run(&run, &["pending_approval"])
+                .map_err(|e| usage(e.to_string()))?
+            {
+                eprintln!(
+                    "flow: decision recorded; run {run} is running in another process, which will continue it"
+                );
+                return Ok(0);
+            }
             let plan = store
                 .plan(&row.plan_hash)
                 .map_err(|e| usage(e.to_string()))?;
@@ -189,6 +200,7 @@ async fn dispatch(command: Command) -> Result<u8> {
                     .step_records(&row.id)
                     .map_err(|e| usage(e.to_string()))?;
                 let expired = records.iter().any(|record| {
+                    // (A pending record whose input is not a pending approval is not an approval.)
                     serde_json::from_value(record.input.clone()).is_ok_and(|pending| {
                         record.status == StepStatus::Pending
                             && flow_runtime::interp::expire(record, &pending, now).is_some()
@@ -204,6 +216,13 @@ async fn dispatch(command: Command) -> Result<u8> {
             // Failed outweighs parked, which outweighs completed.
             let mut worst = 0;
             for row in runs {
+                // Runs still executing in a live process are not this one's.
+                if !store
+                    .claim_run(&row.id, &["running", "pending_approval"])
+                    .map_err(|e| usage(e.to_string()))?
+                {
+                    continue;
+                }
                 let plan = store
                     .plan(&row.plan_hash)
                     .map_err(|e| usage(e.to_string()))?;
@@ -327,6 +346,7 @@ async fn execute(
         .flatten()
         .map_or(0, |row| row.active_ms.max(0) as u64);
     let started = std::time::Instant::now();
+    let input_again = input.clone();
     let outcome = flow_runtime::interp::run_within(
         plan,
         workflow,
@@ -345,6 +365,29 @@ async fn execute(
         .flush()
         .await
         .map_err(|e| usage(format!("cannot persist the run: {}", e.message)))?;
+    // A decision taken while this process was running the run (`flow approve`
+    // from elsewhere) is not in this invocation's journal: run again to use it.
+    if let Outcome::Parked { pending } = &outcome {
+        let records = store
+            .step_records(run_id)
+            .map_err(|e| usage(e.to_string()))?;
+        let decided = pending.iter().any(|approval| {
+            records
+                .iter()
+                .any(|r| r.path == approval.path && r.status != StepStatus::Pending)
+        });
+        if decided {
+            store
+                .finish_run(run_id, "running", &Value::Null, active)
+                .map_err(|e| usage(e.to_string()))?;
+            if store
+                .claim_run(run_id, &["running"])
+                .map_err(|e| usage(e.to_string()))?
+            {
+                return Box::pin(execute(store, plan, workflow, run_id, input_again, json)).await;
+            }
+        }
+    }
     let (status, code) = match &outcome {
         Outcome::Completed { .. } => ("completed", 0),
         Outcome::Parked { .. } => ("pending_approval", 3),
