@@ -363,6 +363,13 @@ impl<'p> Interpreter<'p> {
                 return Outcome::Parked { pending };
             }
             Err(Interrupt::Failed { error, step }) => {
+                // `on_error continue` on the workflow: a failure ends the run
+                // without running the rest, and without output, not as failed.
+                if let OnError::Continue = &self.workflow.on_error {
+                    return Outcome::Completed {
+                        output: Value::Null,
+                    };
+                }
                 if let OnError::Fallback(handler) = &self.workflow.on_error {
                     let ctx = Ctx {
                         error: Some(Arc::new(error_value(&error, &step))),
@@ -470,25 +477,27 @@ impl<'p> Interpreter<'p> {
                     }
                     Err(error) => return Err(self.failed(error.into(), id)),
                 };
-                let iterations: Vec<Settled<'_>> = items
-                    .into_iter()
-                    .enumerate()
-                    .map(|(index, item)| {
-                        let mut loops = (*ctx.loops).clone();
-                        loops.push((Arc::new(item), index));
-                        let iteration = Ctx {
-                            scope: Scope::child(&ctx.scope),
-                            loops: Arc::new(loops),
-                            error: ctx.error.clone(),
-                            prefix: format!("{}{id}[{index}]/", ctx.prefix),
-                        };
-                        let scope = Arc::clone(&iteration.scope);
-                        let run: Settled<'_> =
-                            Box::pin(async move { (scope, self.block(body, iteration).await) });
-                        run
+                let iterations = items.into_iter().enumerate().map(|(index, item)| {
+                    let mut loops = (*ctx.loops).clone();
+                    loops.push((Arc::new(item), index));
+                    let iteration = Ctx {
+                        scope: Scope::child(&ctx.scope),
+                        loops: Arc::new(loops),
+                        error: ctx.error.clone(),
+                        prefix: format!("{}{id}[{index}]/", ctx.prefix),
+                    };
+                    let scope = Arc::clone(&iteration.scope);
+                    let run: Settled<'_> =
+                        Box::pin(async move { (scope, self.block(body, iteration).await) });
+                    run
+                });
+                // Iterations start as others finish; after one fails or
+                // parks, no new one starts (those in flight settle).
+                let results =
+                    run_bounded(iterations, (*concurrency).max(1) as usize, |(_, result)| {
+                        result.is_err()
                     })
-                    .collect();
-                let results = run_bounded(iterations, (*concurrency).max(1) as usize).await;
+                    .await;
                 let mut records = Vec::with_capacity(results.len());
                 let mut interrupt = None;
                 for (scope, result) in results {
@@ -520,7 +529,7 @@ impl<'p> Interpreter<'p> {
                     })
                     .collect();
                 // Every branch settles before the join, whatever the others do.
-                let results = run_bounded(runs, branches.len().max(1)).await;
+                let results = run_bounded(runs.into_iter(), branches.len().max(1), |_| false).await;
                 let mut record = Map::new();
                 let mut interrupt = None;
                 for (branch, (scope, result)) in branches.iter().zip(results) {
@@ -911,12 +920,7 @@ impl<'p> Interpreter<'p> {
         path: &str,
         error: StepError,
     ) -> Result<(), Interrupt> {
-        let policy = match (&step.on_error, &self.workflow.on_error) {
-            // A workflow's `on_error continue` is the default of its steps.
-            (OnError::Fail, OnError::Continue) => &OnError::Continue,
-            (policy, _) => policy,
-        };
-        match policy {
+        match &step.on_error {
             OnError::Fail => Err(self.failed(error, &step.id)),
             OnError::Continue => Ok(()),
             OnError::Fallback(block) => {
@@ -992,15 +996,26 @@ fn backoff(step: &Step, attempt: u32, error: &StepError, call_id: &str) -> Durat
 }
 
 /// Runs futures with at most `limit` in flight, in their order, and returns
-/// every result once all have settled.
-async fn run_bounded<'a, T: Send + 'a>(futures: Vec<BoxFuture<'a, T>>, limit: usize) -> Vec<T> {
-    let mut results: Vec<Option<T>> = futures.iter().map(|_| None).collect();
-    let mut waiting = futures.into_iter().enumerate();
+/// the results in that order once all that started have settled; after a
+/// result for which `stop` holds, no further future starts.
+async fn run_bounded<'a, T: Send + 'a>(
+    futures: impl Iterator<Item = BoxFuture<'a, T>>,
+    limit: usize,
+    stop: impl Fn(&T) -> bool,
+) -> Vec<T> {
+    let mut results: Vec<Option<T>> = Vec::new();
+    let mut waiting = futures.enumerate();
     let mut running: Vec<(usize, BoxFuture<'a, T>)> = Vec::new();
+    let mut stopped = false;
     loop {
-        while running.len() < limit {
+        // Futures are created only when they start, so a long loop does not
+        // hold every iteration at once.
+        while !stopped && running.len() < limit {
             match waiting.next() {
-                Some(next) => running.push(next),
+                Some(next) => {
+                    results.push(None);
+                    running.push(next);
+                }
                 None => break,
             }
         }
@@ -1008,6 +1023,7 @@ async fn run_bounded<'a, T: Send + 'a>(futures: Vec<BoxFuture<'a, T>>, limit: us
             break;
         }
         let (index, result) = FirstReady(&mut running).await;
+        stopped |= stop(&result);
         results[index] = Some(result);
     }
     results.into_iter().flatten().collect()

@@ -485,3 +485,58 @@ async fn an_expired_approval_applies_its_declared_behaviour() {
     assert_eq!(soft.status, StepStatus::Completed);
     assert_eq!(soft.output.unwrap()["approved"], false);
 }
+
+/// Regression (review): a loop that runs in order went on after an
+/// iteration failed, so later items still took effect.
+#[tokio::test]
+async fn a_sequential_loop_stops_at_the_first_failure() {
+    let plan = plan(&format!(
+        "{RECIPE}workflow w {{
+          input {{ items: list<string> }}
+          for workflow_input.items as each {{
+            step a = answer {{ q: loop_item }} retry 1
+          }}
+        }}"
+    ));
+    let provider = Arc::new(Scripted::with("answer", vec![Some(ErrorKind::Client)]));
+    let store = Arc::new(MemoryStore::default());
+    let input = json!({ "items": ["x", "y", "z"] });
+    let outcome =
+        flow_runtime::run(&plan, "w", "r", input, services(provider.clone(), &store)).await;
+    assert!(matches!(outcome, Outcome::Failed { .. }), "{outcome:?}");
+    assert_eq!(
+        provider.calls("answer"),
+        1,
+        "items after the failure never start"
+    );
+}
+
+/// The workflow's `on_error continue` ends the run at the first failure,
+/// without output and without the rest, as completed (docs/language.md §7).
+#[tokio::test]
+async fn workflow_on_error_continue_ends_the_run_quietly() {
+    let plan = plan(&format!(
+        "{RECIPE}workflow w {{
+          on_error continue
+          step a = answer {{ q: \"x\" }} retry 1
+          step b = answer {{ q: \"y\" }}
+        }}"
+    ));
+    let provider = Arc::new(Scripted::with("answer", vec![Some(ErrorKind::Client)]));
+    let store = Arc::new(MemoryStore::default());
+    let outcome = flow_runtime::run(
+        &plan,
+        "w",
+        "r",
+        json!({}),
+        services(provider.clone(), &store),
+    )
+    .await;
+    assert_eq!(
+        outcome,
+        Outcome::Completed {
+            output: Value::Null
+        }
+    );
+    assert_eq!(provider.calls("answer"), 1, "`b` never runs");
+}
