@@ -603,12 +603,48 @@ impl<'p> Interpreter<'p> {
             on_expire,
         } = &step.action
         {
+            // An approval nobody may decide would park the run for ever:
+            // it fails instead, saying why.
             let approvers: Vec<String> = match env.eval(approvers) {
-                Ok(Value::Array(items)) => items
+                Ok(Value::Array(items)) if !items.is_empty() => items
                     .into_iter()
                     .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
                     .collect(),
-                _ => Vec::new(),
+                Ok(other) => {
+                    let error = StepError::new(
+                        ErrorKind::Expression,
+                        format!(
+                            "an approval needs at least one approver, found {}",
+                            crate::eval::describe(&other)
+                        ),
+                    );
+                    return self
+                        .settle(
+                            step,
+                            ctx,
+                            &path,
+                            kind,
+                            Value::Null,
+                            Err(error),
+                            Vec::new(),
+                            started_ms,
+                        )
+                        .await;
+                }
+                Err(error) => {
+                    return self
+                        .settle(
+                            step,
+                            ctx,
+                            &path,
+                            kind,
+                            Value::Null,
+                            Err(error.into()),
+                            Vec::new(),
+                            started_ms,
+                        )
+                        .await;
+                }
             };
             let message = env.eval(message).ok().map_or_else(String::new, |m| {
                 m.as_str().map_or_else(|| m.to_string(), str::to_string)
@@ -921,11 +957,11 @@ impl<'p> Interpreter<'p> {
         error: StepError,
     ) -> Result<(), Interrupt> {
         match &step.on_error {
-            OnError::Fail => Err(self.failed(error, &step.id)),
+            OnError::Fail => Err(self.failed(error, path)),
             OnError::Continue => Ok(()),
             OnError::Fallback(block) => {
                 let fallback = Ctx {
-                    error: Some(Arc::new(error_value(&error, &step.id))),
+                    error: Some(Arc::new(error_value(&error, path))),
                     prefix: format!("{path}/fallback/"),
                     ..ctx.clone()
                 };

@@ -69,7 +69,11 @@ impl OpenAiProvider {
         let mut request = self
             .client
             .post(&url)
-            .header("Idempotency-Key", &call.call_id)
+            // The repair request has another body, so another key.
+            .header(
+                "Idempotency-Key",
+                format!("{}:{}", call.call_id, conversation.len()),
+            )
             .json(&body);
         if let Some(key) = &self.config.api_key {
             request = request.bearer_auth(key);
@@ -173,6 +177,8 @@ pub(crate) fn status_error(
 ) -> StepError {
     let kind = match status.as_u16() {
         429 => ErrorKind::RateLimited,
+        // A request timeout on the server's side is worth another try.
+        408 => ErrorKind::Timeout,
         // Anthropic's "overloaded" is 529, within this range.
         500..=599 => ErrorKind::Server,
         _ => ErrorKind::Client,

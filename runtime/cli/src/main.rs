@@ -2,8 +2,10 @@
 //! rejects its gates, lists runs and shows a run's trace.
 //!
 //! Exit codes are part of the interface: 0 the run completed, 3 it is parked
-//! at an approval, 1 it failed (or the source does not check), 2 a usage,
-//! input or store error (nothing ran).
+//! at an approval, 1 it failed (or the source does not check, or its input
+//! does not match the workflow's input: the run is recorded as failed before
+//! its first step), 2 a usage or store error, or a decision that cannot apply
+//! (nothing changed).
 
 use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
@@ -68,8 +70,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Resume every run left `running`: a process died with it in flight.
-    /// Completed steps are not run again; the step in flight runs again.
+    /// Resume every run left `running` by a process that died, and every
+    /// parked run whose approval expired. Completed steps are not run again;
+    /// the step in flight runs again. With `--json`, one run record per line.
     Recover {
         #[arg(long, default_value = "flow.db")]
         db: PathBuf,
