@@ -52,6 +52,7 @@ impl OpenAiProvider {
         call: &RecipeCall<'_>,
         conversation: &[Value],
     ) -> Result<String, StepError> {
+        let (schema, strict) = strict_schema(call.output_schema);
         let mut messages = vec![json!({ "role": "system", "content": SYSTEM_PROMPT })];
         messages.extend_from_slice(conversation);
         let body = json!({
@@ -59,7 +60,7 @@ impl OpenAiProvider {
             "messages": messages,
             "response_format": {
                 "type": "json_schema",
-                "json_schema": { "name": schema_name(call.recipe), "schema": call.output_schema, "strict": true },
+                "json_schema": { "name": schema_name(call.recipe), "schema": schema, "strict": strict },
             },
         });
         let url = format!(
@@ -104,6 +105,46 @@ impl Provider for OpenAiProvider {
             Box::pin(async move { self.chat(call, &conversation).await })
         }))
     }
+}
+
+/// The schema in OpenAI's strict form, and whether strict mode can hold it.
+/// Strict mode wants every property listed in `required` (an optional one is
+/// already `anyOf` with null, so listing it keeps its meaning) and admits no
+/// schema without a type; a `json` field (`{}`) therefore turns strict mode
+/// off, and the answer is still validated against the schema afterwards.
+fn strict_schema(schema: &Value) -> (Value, bool) {
+    let Value::Object(map) = schema else {
+        return (schema.clone(), true);
+    };
+    if map.is_empty() {
+        return (schema.clone(), false);
+    }
+    let mut out = map.clone();
+    let mut strict = true;
+    let mut convert = |value: &Value| {
+        let (value, ok) = strict_schema(value);
+        strict &= ok;
+        value
+    };
+    if let Some(Value::Object(properties)) = map.get("properties") {
+        let converted: serde_json::Map<String, Value> = properties
+            .iter()
+            .map(|(name, property)| (name.clone(), convert(property)))
+            .collect();
+        let names = converted.keys().map(|k| Value::String(k.clone())).collect();
+        out.insert("properties".into(), Value::Object(converted));
+        out.insert("required".into(), Value::Array(names));
+    }
+    if let Some(items) = map.get("items") {
+        out.insert("items".into(), convert(items));
+    }
+    if let Some(Value::Array(alternatives)) = map.get("anyOf") {
+        out.insert(
+            "anyOf".into(),
+            Value::Array(alternatives.iter().map(&mut convert).collect()),
+        );
+    }
+    (Value::Object(out), strict)
 }
 
 /// What every provider tells the model, besides the schema it enforces.
@@ -225,5 +266,35 @@ pub(crate) fn excerpt(text: &str) -> String {
     match text.char_indices().nth(LIMIT) {
         Some((cut, _)) => format!("{}…", &text[..cut]),
         None => text.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strict_schemas_require_every_property_and_refuse_untyped_parts() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "a": { "type": "string" },
+                "b": { "anyOf": [{ "type": "object", "properties": { "c": { "type": "integer" } }, "required": [], "additionalProperties": false }, { "type": "null" }] },
+            },
+            "required": ["a"],
+            "additionalProperties": false,
+        });
+        let (strict, ok) = strict_schema(&schema);
+        assert!(ok);
+        assert_eq!(strict["required"], json!(["a", "b"]));
+        assert_eq!(
+            strict["properties"]["b"]["anyOf"][0]["required"],
+            json!(["c"])
+        );
+        let loose = json!({ "type": "object", "properties": { "j": {} }, "required": ["j"] });
+        assert!(
+            !strict_schema(&loose).1,
+            "a json field turns strict mode off"
+        );
     }
 }
