@@ -328,16 +328,38 @@ pub async fn run_within(
     };
     match outcome {
         Some(outcome) => outcome,
-        None => Outcome::Failed {
-            error: StepError::new(
+        None => {
+            let error = StepError::new(
                 ErrorKind::Timeout,
                 format!(
                     "the workflow ran past its timeout of {} ms of active time",
                     workflow.timeout_ms
                 ),
-            ),
-            step: None,
-        },
+            );
+            // The work in flight is gone; the workflow's handler still runs,
+            // seeing the top-level steps that completed (from the journal).
+            if let OnError::Fallback(handler) = &workflow.on_error {
+                let scope = Arc::new(Scope::root(workflow.slots.len()));
+                for (slot, info) in workflow.slots.iter().enumerate() {
+                    if let Some(StepRecord {
+                        status: StepStatus::Completed,
+                        output: Some(output),
+                        ..
+                    }) = interpreter.services.journal.lookup(&info.id)
+                    {
+                        scope.set(slot as u32, output);
+                    }
+                }
+                let ctx = Ctx {
+                    scope,
+                    loops: Arc::new(Vec::new()),
+                    error: Some(Arc::new(error_value(&error, ""))),
+                    prefix: "on_error/".to_string(),
+                };
+                let _ = interpreter.block(handler, ctx).await;
+            }
+            Outcome::Failed { error, step: None }
+        }
     }
 }
 

@@ -540,3 +540,32 @@ async fn workflow_on_error_continue_ends_the_run_quietly() {
     );
     assert_eq!(provider.calls("answer"), 1, "`b` never runs");
 }
+
+/// Regression (review): the workflow's handler did not run when the deadline
+/// cancelled the run.
+#[tokio::test]
+async fn the_handler_runs_after_the_deadline() {
+    let plan = plan(&format!(
+        "{RECIPE}workflow w {{
+          timeout 200ms
+          on_error fallback {{
+            step page = handoff \"ops\" {{ message: \"{{{{error.kind}}}}: {{{{error.message}}}}\" }} retry 1
+          }}
+          step a = answer {{ q: \"x\" }}
+        }}"
+    ));
+    let store = Arc::new(MemoryStore::default());
+    let outcome =
+        flow_runtime::run(&plan, "w", "r", json!({}), services(Arc::new(Slow), &store)).await;
+    assert!(
+        matches!(&outcome, Outcome::Failed { error, .. } if error.kind == ErrorKind::Timeout),
+        "{outcome:?}"
+    );
+    let notes = store.notifications();
+    assert_eq!(notes.len(), 1, "the handler paged ops");
+    assert!(
+        notes[0].message.starts_with("timeout: "),
+        "{}",
+        notes[0].message
+    );
+}
