@@ -333,6 +333,16 @@ impl SqliteStore {
         })
     }
 
+    /// Adds active time to a run this process owns, while it executes, so that
+    /// a crash loses at most the time since the last call.
+    pub fn add_active(&self, id: &str, active: std::time::Duration) -> Result<(), StoreError> {
+        lock(&self.conn).execute(
+            "UPDATE runs SET active_ms = active_ms + ?2 WHERE id = ?1 AND owner = ?3",
+            params![id, active.as_millis() as i64, owner()],
+        )?;
+        Ok(())
+    }
+
     /// Records how an invocation of the run ended and the active time it used.
     pub fn finish_run(
         &self,

@@ -349,6 +349,23 @@ async fn execute(
         .flatten()
         .map_or(0, |row| row.active_ms.max(0) as u64);
     let started = std::time::Instant::now();
+    // Active time is recorded each second while the run executes, so that a
+    // crash does not hand the recovered run a fresh budget.
+    const TICK: std::time::Duration = std::time::Duration::from_secs(1);
+    let ticks = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let ticker = {
+        let (store, run_id, ticks) = (Arc::clone(store), run_id.to_string(), Arc::clone(&ticks));
+        tokio::spawn(async move {
+            let mut interval = tokio::time::interval(TICK);
+            interval.tick().await;
+            loop {
+                interval.tick().await;
+                if store.add_active(&run_id, TICK).is_ok() {
+                    ticks.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+        })
+    };
     let input_again = input.clone();
     let outcome = flow_runtime::interp::run_within(
         plan,
@@ -359,7 +376,10 @@ async fn execute(
         std::time::Duration::from_millis(spent),
     )
     .await;
-    let active = started.elapsed();
+    ticker.abort();
+    let _ = ticker.await;
+    let recorded = TICK * ticks.load(std::sync::atomic::Ordering::SeqCst);
+    let active = started.elapsed().saturating_sub(recorded);
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }
