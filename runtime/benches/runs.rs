@@ -6,6 +6,11 @@
 //! * B2: one run through a 10,000-item loop, journaled in memory: the
 //!   engine's overhead per step.
 //!
+//! * B3: park many runs at an approval, then decide and resume them.
+//! * B4: stop a process dead half-way through B1's workload, then resume
+//!   every run in a new one: time until all move again, runs lost, completed
+//!   steps run twice.
+//!
 //! `--quick` runs each once, small, to show that the benchmarks work.
 
 use std::sync::Arc;
@@ -66,6 +71,166 @@ fn main() {
     if wants("b3") {
         b3(&runtime, quick);
     }
+    if wants("b4") {
+        b4(quick);
+    }
+}
+
+/// Answers after a delay, and notes which calls it answered: for B4.
+struct Counted {
+    delay: std::time::Duration,
+    calls: std::sync::Mutex<Vec<(String, Instant)>>,
+}
+
+impl Provider for Counted {
+    fn complete<'a>(&'a self, call: &'a RecipeCall<'a>) -> BoxFuture<'a, Result<Value, StepError>> {
+        Box::pin(async move {
+            tokio::time::sleep(self.delay).await;
+            self.calls
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((call.call_id.clone(), Instant::now()));
+            Ok(json!({ "text": "x".repeat(100), "score": 3 }))
+        })
+    }
+}
+
+/// B4: the process running B1's workload stops dead half-way (its runtime is
+/// dropped with every run in flight); a new one resumes every unfinished run.
+/// Measured: time until every unfinished run has called its provider again,
+/// runs lost, and completed steps executed a second time.
+fn b4(quick: bool) {
+    use std::collections::{HashMap, HashSet};
+
+    let runs = if quick { 50 } else { 1_000 };
+    let mut chain = String::from(
+        "workflow ten {\n  input { q: string }\n  step s0 = answer { q: workflow_input.q }\n",
+    );
+    for i in 1..10 {
+        chain.push_str(&format!(
+            "  step s{i} = answer {{ q: step.s{}.text }}\n",
+            i - 1
+        ));
+    }
+    chain.push_str("  output { last: step.s9.score }\n}\n");
+    let ten = Arc::new(plan(&format!("{RECIPE}{chain}")));
+    let dir = std::env::temp_dir().join(format!("flow-bench-crash-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let db = dir.join("crash.db");
+    let input = json!({ "q": "x".repeat(1000) });
+    let start_runs = |store: &Arc<SqliteStore>,
+                      runtime: &tokio::runtime::Runtime,
+                      provider: &Arc<Counted>| {
+        (0..runs)
+            .map(|i| {
+                let (store, plan, input, provider) = (
+                    Arc::clone(store),
+                    Arc::clone(&ten),
+                    input.clone(),
+                    Arc::clone(provider),
+                );
+                runtime.spawn(async move {
+                    let run_id = format!("run-{i}");
+                    let journal = RunJournal::open(&store, &run_id, flow_plan::Durability::Full)
+                        .expect("journal");
+                    let services = Services {
+                        provider,
+                        effects: journal.clone(),
+                        mcp: None,
+                        journal,
+                    };
+                    flow_runtime::run(&plan, "ten", &run_id, input, services).await
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    let calls_of = |provider: &Counted| {
+        provider
+            .calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    };
+
+    // The first process: runs until about half the steps are done, then stops dead.
+    {
+        let store = SqliteStore::open(&db).expect("the store opens");
+        store.put_plan(&ten).expect("the plan is stored");
+        for i in 0..runs {
+            store
+                .create_run(&format!("run-{i}"), "ten", &ten.hash, &input)
+                .expect("run created");
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let provider = Arc::new(Counted {
+            delay: std::time::Duration::from_millis(5),
+            calls: Default::default(),
+        });
+        let _handles = start_runs(&store, &runtime, &provider);
+        let deadline = Instant::now() + std::time::Duration::from_secs(60);
+        while calls_of(&provider).len() < runs * 5 && Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        runtime.shutdown_timeout(std::time::Duration::ZERO);
+    }
+
+    // The second process: opens the store and resumes every run.
+    let store = SqliteStore::open(&db).expect("the store reopens");
+    let mut done: HashSet<(String, String)> = HashSet::new();
+    let mut unfinished = 0;
+    for i in 0..runs {
+        let run_id = format!("run-{i}");
+        let records = store.step_records(&run_id).expect("records");
+        if records.len() < 10 {
+            unfinished += 1;
+        }
+        done.extend(records.into_iter().map(|r| (run_id.clone(), r.path)));
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let provider = Arc::new(Counted {
+        delay: std::time::Duration::ZERO,
+        calls: Default::default(),
+    });
+    let restart = Instant::now();
+    let handles = start_runs(&store, &runtime, &provider);
+    let outcomes: Vec<_> = runtime.block_on(async {
+        let mut outcomes = Vec::new();
+        for handle in handles {
+            outcomes.push(handle.await);
+        }
+        outcomes
+    });
+    let calls = calls_of(&provider);
+    let mut first_call: HashMap<&str, Instant> = HashMap::new();
+    let mut repeated = 0;
+    for (id, at) in &calls {
+        let mut parts = id.split(':');
+        let (run, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        first_call.entry(run).or_insert(*at);
+        if done.contains(&(run.to_string(), path.to_string())) {
+            repeated += 1;
+        }
+    }
+    let moving_again = first_call
+        .values()
+        .max()
+        .map_or(0.0, |at| (*at - restart).as_secs_f64());
+    let lost = outcomes
+        .iter()
+        .filter(|o| !matches!(o, Ok(Outcome::Completed { .. })))
+        .count();
+    println!(
+        "| B4 | {runs} runs x 10 steps stopped dead with {} steps done; {unfinished} runs resumed | every run moving again after {:.1} ms | runs lost: {lost}, completed steps run again: {repeated} |",
+        done.len(),
+        moving_again * 1e3
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Resident memory of this process, in bytes (Linux).
