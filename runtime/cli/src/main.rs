@@ -216,8 +216,9 @@ async fn dispatch(command: Command) -> Result<u8> {
             if runs.is_empty() && !json {
                 println!("no run to recover");
             }
-            // Failed outweighs parked, which outweighs completed.
-            let mut worst = 0;
+            // Every run resumes at once: a restart brings them all back to
+            // work together, not one after another.
+            let mut resumed = tokio::task::JoinSet::new();
             for row in runs {
                 // Runs still executing in a live process are not this one's.
                 if !store
@@ -229,8 +230,28 @@ async fn dispatch(command: Command) -> Result<u8> {
                 let plan = store
                     .plan(&row.plan_hash)
                     .map_err(|e| usage(e.to_string()))?;
-                let code = execute(&store, &plan, &row.workflow, &row.id, row.input, json).await?;
+                let store = Arc::clone(&store);
+                resumed.spawn(async move {
+                    execute(&store, &plan, &row.workflow, &row.id, row.input, json).await
+                });
+            }
+            // Failed outweighs parked, which outweighs completed; a store
+            // error (2) outweighs them all.
+            let mut worst = 0;
+            while let Some(joined) = resumed.join_next().await {
+                let code = match joined {
+                    Ok(Ok(code)) => code,
+                    Ok(Err(Fail(code, message))) => {
+                        eprintln!("error: {message}");
+                        code
+                    }
+                    Err(error) => {
+                        eprintln!("error: a resumed run stopped: {error}");
+                        2
+                    }
+                };
                 worst = match (worst, code) {
+                    (2, _) | (_, 2) => 2,
                     (1, _) | (_, 1) => 1,
                     (3, _) | (_, 3) => 3,
                     _ => 0,
