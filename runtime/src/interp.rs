@@ -363,7 +363,7 @@ pub async fn run_within(
     }
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
@@ -991,6 +991,96 @@ impl<'p> Interpreter<'p> {
             }
         }
     }
+}
+
+/// Why a decision on an approval was refused; nothing changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecideError {
+    UnknownStep(String),
+    NotPending(String),
+    Expired(String),
+    NotAnApprover {
+        approver: String,
+        approvers: Vec<String>,
+    },
+    /// The run has ended (failed or completed): nothing of it is decided any more.
+    RunEnded {
+        run_id: String,
+        status: String,
+    },
+}
+
+impl std::fmt::Display for DecideError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecideError::UnknownStep(path) => write!(f, "no approval at `{path}` in this run"),
+            DecideError::NotPending(path) => {
+                write!(f, "the approval at `{path}` is already decided")
+            }
+            DecideError::Expired(path) => write!(
+                f,
+                "the approval at `{path}` has expired; resuming the run applies its `on_expire`"
+            ),
+            DecideError::NotAnApprover {
+                approver,
+                approvers,
+            } => write!(
+                f,
+                "{approver} may not decide this approval; its approvers are {}",
+                approvers.join(", ")
+            ),
+            DecideError::RunEnded { run_id, status } => write!(
+                f,
+                "run `{run_id}` is {status}: its approvals can no longer be decided"
+            ),
+        }
+    }
+}
+
+/// The decision rule, shared by every store: the record of the approval at
+/// `path` after `approver` decides it at `now_ms`, or why that is refused.
+pub fn decide_record(
+    record: Option<&StepRecord>,
+    path: &str,
+    approver: &str,
+    approved: bool,
+    comment: Option<&str>,
+    decided_at: &str,
+    now_ms: u64,
+) -> Result<StepRecord, DecideError> {
+    let record = record.ok_or_else(|| DecideError::UnknownStep(path.to_string()))?;
+    if record.status != StepStatus::Pending {
+        return Err(DecideError::NotPending(path.to_string()));
+    }
+    let pending: PendingApproval = serde_json::from_value(record.input.clone())
+        .map_err(|_| DecideError::UnknownStep(path.to_string()))?;
+    if expire(record, &pending, now_ms).is_some() {
+        return Err(DecideError::Expired(path.to_string()));
+    }
+    if !pending.approvers.iter().any(|a| a == approver) {
+        return Err(DecideError::NotAnApprover {
+            approver: approver.to_string(),
+            approvers: pending.approvers,
+        });
+    }
+    let mut decided = record.clone();
+    decided.ended_ms = now_ms;
+    decided.output = Some(json!({
+        "approved": approved,
+        "approver": approver,
+        "comment": comment,
+        "decided_at": decided_at,
+    }));
+    if !approved && pending.on_reject == OnReject::Fail {
+        decided.status = StepStatus::Failed;
+        decided.error = Some(StepError::new(
+            ErrorKind::Rejected,
+            format!("{approver} rejected the approval"),
+        ));
+    } else {
+        decided.status = StepStatus::Completed;
+    }
+    Ok(decided)
 }
 
 /// The record of an approval whose time ran out, decided by its `on_expire`:

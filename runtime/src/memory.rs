@@ -7,12 +7,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
-use flow_plan::OnReject;
 use serde_json::{Value, json};
 
+pub use crate::interp::DecideError;
 use crate::interp::{
-    BoxFuture, Effects, ErrorKind, Handoff, Journal, KbWrite, PendingApproval, StepError,
-    StepRecord, StepStatus,
+    BoxFuture, Effects, Handoff, Journal, KbWrite, StepError, StepRecord, decide_record,
 };
 
 #[derive(Debug, Default)]
@@ -23,36 +22,6 @@ pub struct MemoryStore {
     /// Idempotency key → the result of the first write with it.
     keyed: Mutex<HashMap<String, Value>>,
     notifications: Mutex<Vec<Handoff>>,
-}
-
-/// Why a decision on an approval was refused; nothing changed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DecideError {
-    UnknownStep(String),
-    NotPending(String),
-    NotAnApprover {
-        approver: String,
-        approvers: Vec<String>,
-    },
-}
-
-impl std::fmt::Display for DecideError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DecideError::UnknownStep(path) => write!(f, "no approval at `{path}` in this run"),
-            DecideError::NotPending(path) => {
-                write!(f, "the approval at `{path}` is already decided")
-            }
-            DecideError::NotAnApprover {
-                approver,
-                approvers,
-            } => write!(
-                f,
-                "{approver} may not decide this approval; its approvers are {}",
-                approvers.join(", ")
-            ),
-        }
-    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -83,37 +52,16 @@ impl MemoryStore {
         decided_at: &str,
     ) -> Result<(), DecideError> {
         let mut records = lock(&self.records);
-        let record = records
-            .get_mut(path)
-            .ok_or_else(|| DecideError::UnknownStep(path.to_string()))?;
-        if record.status != StepStatus::Pending {
-            return Err(DecideError::NotPending(path.to_string()));
-        }
-        let pending: PendingApproval = serde_json::from_value(record.input.clone())
-            .map_err(|_| DecideError::UnknownStep(path.to_string()))?;
-        if !pending.approvers.iter().any(|a| a == approver) {
-            return Err(DecideError::NotAnApprover {
-                approver: approver.to_string(),
-                approvers: pending.approvers,
-            });
-        }
-        let decision = json!({
-            "approved": approved,
-            "approver": approver,
-            "comment": comment,
-            "decided_at": decided_at,
-        });
-        if !approved && pending.on_reject == OnReject::Fail {
-            record.status = StepStatus::Failed;
-            record.error = Some(StepError::new(
-                ErrorKind::Rejected,
-                format!("{approver} rejected the approval"),
-            ));
-            record.output = Some(decision);
-        } else {
-            record.status = StepStatus::Completed;
-            record.output = Some(decision);
-        }
+        let decided = decide_record(
+            records.get(path),
+            path,
+            approver,
+            approved,
+            comment,
+            decided_at,
+            crate::interp::now_ms(),
+        )?;
+        records.insert(path.to_string(), decided);
         Ok(())
     }
 }

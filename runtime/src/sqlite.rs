@@ -15,16 +15,15 @@ use std::path::Path;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use flow_plan::{OnReject, Plan};
+use flow_plan::Plan;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use crate::interp::{
-    BoxFuture, Effects, ErrorKind, Handoff, Journal, KbWrite, PendingApproval, StepError,
-    StepRecord, StepStatus,
+    BoxFuture, Effects, ErrorKind, Handoff, Journal, KbWrite, StepError, StepRecord, StepStatus,
 };
-use crate::memory::DecideError;
+use crate::interp::{DecideError, decide_record};
 
 /// Schema migrations, applied in order; `PRAGMA user_version` counts them.
 const MIGRATIONS: &[&str] = &[
@@ -578,71 +577,39 @@ fn apply_decision(
         })
         .optional()?;
     if !matches!(run_status.as_deref(), Some("pending_approval" | "running")) {
-        return Ok(Err(StoreError(format!(
-            "run `{run_id}` is {}: its approvals can no longer be decided",
-            run_status.as_deref().unwrap_or("unknown")
-        ))));
+        let error = DecideError::RunEnded {
+            run_id: run_id.clone(),
+            status: run_status.unwrap_or_else(|| "unknown".into()),
+        };
+        return Ok(Err(StoreError(error.to_string())));
     }
-    let row: Option<(String, String)> = tx
+    let record: Option<String> = tx
         .query_row(
-            "SELECT status, record FROM step_runs WHERE run_id = ?1 AND path = ?2",
+            "SELECT record FROM step_runs WHERE run_id = ?1 AND path = ?2",
             params![run_id, path],
-            |row| Ok((row.get(0)?, row.get(1)?)),
+            |row| row.get(0),
         )
         .optional()?;
-    let refuse = |error: DecideError| Ok(Err(StoreError(error.to_string())));
-    let Some((status, record)) = row else {
-        return refuse(DecideError::UnknownStep(path.clone()));
+    let record = record.and_then(|json| serde_json::from_str::<StepRecord>(&json).ok());
+    let decided = match decide_record(
+        record.as_ref(),
+        path,
+        approver,
+        *approved,
+        comment.as_deref(),
+        decided_at,
+        now_ms() as u64,
+    ) {
+        Ok(decided) => decided,
+        Err(error) => return Ok(Err(StoreError(error.to_string()))),
     };
-    if status != "pending" {
-        return refuse(DecideError::NotPending(path.clone()));
-    }
-    let (Ok(mut record), Ok(pending)) = (
-        serde_json::from_str::<StepRecord>(&record),
-        serde_json::from_str::<Value>(&record)
-            .map(|r| r["input"].clone())
-            .and_then(serde_json::from_value::<PendingApproval>),
-    ) else {
-        return Ok(Err(StoreError(format!(
-            "a damaged approval record at `{path}`"
-        ))));
-    };
-    if pending
-        .expires_ms
-        .is_some_and(|expires| now_ms() as u64 >= record.started_ms.saturating_add(expires))
-    {
-        return Ok(Err(StoreError(format!(
-            "the approval at `{path}` has expired; resuming the run applies its `on_expire`"
-        ))));
-    }
-    if !pending.approvers.iter().any(|a| a == approver) {
-        return refuse(DecideError::NotAnApprover {
-            approver: approver.clone(),
-            approvers: pending.approvers,
-        });
-    }
-    record.output = Some(json!({
-        "approved": approved,
-        "approver": approver,
-        "comment": comment,
-        "decided_at": decided_at,
-    }));
-    if !approved && pending.on_reject == OnReject::Fail {
-        record.status = StepStatus::Failed;
-        record.error = Some(StepError::new(
-            ErrorKind::Rejected,
-            format!("{approver} rejected the approval"),
-        ));
-    } else {
-        record.status = StepStatus::Completed;
-    }
     tx.execute(
         "UPDATE step_runs SET status = ?3, record = ?4 WHERE run_id = ?1 AND path = ?2",
         params![
             run_id,
             path,
-            status_name(record.status),
-            serde_json::to_string(&record).unwrap_or_default()
+            status_name(decided.status),
+            serde_json::to_string(&decided).unwrap_or_default()
         ],
     )?;
     Ok(Ok(()))
