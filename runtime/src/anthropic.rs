@@ -3,38 +3,26 @@
 //! `Retry-After` and the repair request are the same as the OpenAI-compatible
 //! provider's (`openai.rs`).
 
-use std::collections::HashMap;
-use std::time::Duration;
-
 use serde_json::{Value, json};
 
 use crate::interp::{BoxFuture, ErrorKind, Provider, RecipeCall, StepError};
+use crate::llm::{ProviderConfig, http_client};
 use crate::openai::{
     SYSTEM_PROMPT, answer_with_repair, excerpt, reply_json, retry_after, schema_name, status_error,
     transport_error,
 };
 
-#[derive(Debug, Clone)]
-pub struct AnthropicConfig {
-    /// The API root, without `/v1`: `https://api.anthropic.com`.
-    pub base_url: String,
-    pub api_key: Option<String>,
-    /// Model aliases to Anthropic's model names.
-    pub models: HashMap<String, String>,
-}
-
 pub struct AnthropicProvider {
     client: reqwest::Client,
-    config: AnthropicConfig,
+    config: ProviderConfig,
 }
 
 impl AnthropicProvider {
-    pub fn new(config: AnthropicConfig) -> Result<AnthropicProvider, String> {
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
-        Ok(AnthropicProvider { client, config })
+    pub fn new(config: ProviderConfig) -> Result<AnthropicProvider, String> {
+        Ok(AnthropicProvider {
+            client: http_client()?,
+            config,
+        })
     }
 
     async fn message(
@@ -42,12 +30,7 @@ impl AnthropicProvider {
         call: &RecipeCall<'_>,
         conversation: &[Value],
     ) -> Result<String, StepError> {
-        let model = self
-            .config
-            .models
-            .get(call.model)
-            .cloned()
-            .unwrap_or_else(|| call.model.to_string());
+        let model = self.config.model(call.model);
         let tool = schema_name(call.recipe);
         let body = json!({
             "model": model,

@@ -625,34 +625,8 @@ impl<'p> Interpreter<'p> {
             on_expire,
         } = &step.action
         {
-            // An approval nobody may decide would park the run for ever:
-            // it fails instead, saying why.
-            let approvers: Vec<String> = match env.eval(approvers) {
-                Ok(Value::Array(items)) if !items.is_empty() => items
-                    .into_iter()
-                    .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
-                    .collect(),
-                Ok(other) => {
-                    let error = StepError::new(
-                        ErrorKind::Expression,
-                        format!(
-                            "an approval needs at least one approver, found {}",
-                            crate::eval::describe(&other)
-                        ),
-                    );
-                    return self
-                        .settle(
-                            step,
-                            ctx,
-                            &path,
-                            kind,
-                            Value::Null,
-                            Err(error),
-                            Vec::new(),
-                            started_ms,
-                        )
-                        .await;
-                }
+            let approvers = match approver_list(&env, approvers) {
+                Ok(approvers) => approvers,
                 Err(error) => {
                     return self
                         .settle(
@@ -661,7 +635,7 @@ impl<'p> Interpreter<'p> {
                             &path,
                             kind,
                             Value::Null,
-                            Err(error.into()),
+                            Err(error),
                             Vec::new(),
                             started_ms,
                         )
@@ -1113,6 +1087,24 @@ pub fn expire(record: &StepRecord, pending: &PendingApproval, now_ms: u64) -> Op
         expired.status = StepStatus::Completed;
     }
     Some(expired)
+}
+
+/// An approval's approvers. An approval nobody may decide would park the run
+/// for ever, so an empty list fails the step instead, saying why.
+fn approver_list(env: &Env<'_>, approvers: &flow_plan::Expr) -> Result<Vec<String>, StepError> {
+    match env.eval(approvers)? {
+        Value::Array(items) if !items.is_empty() => Ok(items
+            .into_iter()
+            .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+            .collect()),
+        other => Err(StepError::new(
+            ErrorKind::Expression,
+            format!(
+                "an approval needs at least one approver, found {}",
+                crate::eval::describe(&other)
+            ),
+        )),
+    }
 }
 
 /// The `error` value in a fallback block.

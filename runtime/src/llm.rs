@@ -13,9 +13,39 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::anthropic::{AnthropicConfig, AnthropicProvider};
+use crate::anthropic::AnthropicProvider;
 use crate::interp::Provider;
-use crate::openai::{OpenAiConfig, OpenAiProvider};
+use crate::openai::OpenAiProvider;
+
+/// Where a provider is and how to call it.
+#[derive(Debug, Clone)]
+pub struct ProviderConfig {
+    /// For OpenAI-compatible APIs, up to and including `/v1` (e.g.
+    /// `http://127.0.0.1:11434/v1` for Ollama); for Anthropic, the API root
+    /// without `/v1` (`https://api.anthropic.com`).
+    pub base_url: String,
+    pub api_key: Option<String>,
+    /// Model aliases (`model "default"` in recipes) to the provider's names.
+    pub models: HashMap<String, String>,
+}
+
+impl ProviderConfig {
+    /// The provider's name for a recipe's model alias.
+    pub(crate) fn model(&self, alias: &str) -> String {
+        self.models
+            .get(alias)
+            .cloned()
+            .unwrap_or_else(|| alias.to_string())
+    }
+}
+
+/// The HTTP client of every provider.
+pub(crate) fn http_client() -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        .connect_timeout(std::time::Duration::from_secs(10))
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))
+}
 
 /// The configured provider, or `None` when none is configured. An unknown
 /// provider name is an error.
@@ -31,7 +61,7 @@ pub fn provider_from_env() -> Result<Option<Arc<dyn Provider>>, String> {
             let api_key = std::env::var("FLOW_LLM_API_KEY")
                 .or_else(|_| std::env::var("OPENAI_API_KEY"))
                 .ok();
-            let provider = OpenAiProvider::new(OpenAiConfig {
+            let provider = OpenAiProvider::new(ProviderConfig {
                 base_url,
                 api_key,
                 models,
@@ -43,7 +73,7 @@ pub fn provider_from_env() -> Result<Option<Arc<dyn Provider>>, String> {
                 .or_else(|_| std::env::var("ANTHROPIC_API_KEY"))
                 .ok();
             let base_url = base_url.unwrap_or_else(|| "https://api.anthropic.com".to_string());
-            let provider = AnthropicProvider::new(AnthropicConfig {
+            let provider = AnthropicProvider::new(ProviderConfig {
                 base_url,
                 api_key,
                 models,

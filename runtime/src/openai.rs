@@ -7,43 +7,24 @@
 //! repair request in the same attempt; if that fails too, the step fails at
 //! once with the raw text in its error.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::interp::{BoxFuture, ErrorKind, Provider, RecipeCall, StepError};
-
-#[derive(Debug, Clone)]
-pub struct OpenAiConfig {
-    /// Up to and including `/v1`, e.g. `https://api.openai.com/v1` or
-    /// `http://127.0.0.1:11434/v1` for Ollama.
-    pub base_url: String,
-    pub api_key: Option<String>,
-    /// Model aliases (`model "default"` in recipes) to the provider's names.
-    pub models: HashMap<String, String>,
-}
+use crate::llm::{ProviderConfig, http_client};
 
 pub struct OpenAiProvider {
     client: reqwest::Client,
-    config: OpenAiConfig,
+    config: ProviderConfig,
 }
 
 impl OpenAiProvider {
-    pub fn new(config: OpenAiConfig) -> Result<OpenAiProvider, String> {
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
-        Ok(OpenAiProvider { client, config })
-    }
-
-    fn model(&self, alias: &str) -> String {
-        self.config
-            .models
-            .get(alias)
-            .cloned()
-            .unwrap_or_else(|| alias.to_string())
+    pub fn new(config: ProviderConfig) -> Result<OpenAiProvider, String> {
+        Ok(OpenAiProvider {
+            client: http_client()?,
+            config,
+        })
     }
 
     /// One chat completion; the content of the first choice.
@@ -56,7 +37,7 @@ impl OpenAiProvider {
         let mut messages = vec![json!({ "role": "system", "content": SYSTEM_PROMPT })];
         messages.extend_from_slice(conversation);
         let body = json!({
-            "model": self.model(call.model),
+            "model": self.config.model(call.model),
             "messages": messages,
             "response_format": {
                 "type": "json_schema",

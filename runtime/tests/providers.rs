@@ -4,11 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flow_runtime::anthropic::{AnthropicConfig, AnthropicProvider};
+use flow_runtime::anthropic::AnthropicProvider;
 use flow_runtime::interp::Provider;
 use flow_runtime::interp::{ErrorKind, Outcome, Services};
+use flow_runtime::llm::ProviderConfig;
 use flow_runtime::memory::MemoryStore;
-use flow_runtime::openai::{OpenAiConfig, OpenAiProvider};
+use flow_runtime::openai::OpenAiProvider;
 use flow_tests::fake_llm::{FakeLlm, Reply, ok};
 use serde_json::json;
 
@@ -23,7 +24,7 @@ async fn fake_llm(script: Vec<Reply>) -> FakeLlm {
 }
 
 async fn run_against(server: &FakeLlm, options: &str) -> (Outcome, Arc<MemoryStore>) {
-    let provider = OpenAiProvider::new(OpenAiConfig {
+    let provider = OpenAiProvider::new(ProviderConfig {
         base_url: server.url.clone(),
         api_key: Some("test-key".into()),
         models: [("default".to_string(), "fake-model".to_string())].into(),
@@ -173,7 +174,7 @@ async fn invalid_output_gets_one_repair_then_fails_with_the_raw_text() {
 
 fn anthropic(server: &FakeLlm) -> Arc<dyn Provider> {
     Arc::new(
-        AnthropicProvider::new(AnthropicConfig {
+        AnthropicProvider::new(ProviderConfig {
             base_url: server.url.trim_end_matches("/v1").to_string(),
             api_key: Some("test-key".into()),
             models: [("default".to_string(), "claude-test".to_string())].into(),
