@@ -17,5 +17,6 @@ pub mod openai;
 pub mod schema;
 pub mod scope;
 pub mod sqlite;
+pub mod store;
 
 pub use interp::{Outcome, Services, run};

@@ -24,6 +24,7 @@ use crate::interp::{
     BoxFuture, Effects, ErrorKind, Handoff, Journal, KbWrite, StepError, StepRecord, StepStatus,
 };
 use crate::interp::{DecideError, decide_record};
+use crate::store::{RunLog, RunRow, Store, StoreError};
 
 /// Schema migrations, applied in order; `PRAGMA user_version` counts them.
 const MIGRATIONS: &[&str] = &[
@@ -81,16 +82,6 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX step_runs_by_seq ON step_runs(seq);",
 ];
 
-/// A store error: what failed, in words.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoreError(pub String);
-
-impl std::fmt::Display for StoreError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
 impl From<rusqlite::Error> for StoreError {
     fn from(error: rusqlite::Error) -> StoreError {
         StoreError(error.to_string())
@@ -99,21 +90,6 @@ impl From<rusqlite::Error> for StoreError {
 
 fn store_error(error: StoreError) -> StepError {
     StepError::new(ErrorKind::Server, format!("store: {error}"))
-}
-
-/// A run as the store keeps it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RunRow {
-    pub id: String,
-    pub workflow: String,
-    pub plan_hash: String,
-    pub status: String,
-    pub input: Value,
-    pub outcome: Option<Value>,
-    pub created_ms: i64,
-    pub updated_ms: i64,
-    /// Active time used so far (not counting time parked at approvals).
-    pub active_ms: i64,
 }
 
 type Reply = oneshot::Sender<Result<(), StoreError>>;
@@ -261,9 +237,11 @@ impl SqliteStore {
             conn: Mutex::new(conn),
         }))
     }
+}
 
+impl Store for SqliteStore {
     /// Keeps a plan (once per hash) so that every live run's plan stays available.
-    pub fn put_plan(&self, plan: &Plan) -> Result<(), StoreError> {
+    fn put_plan(&self, plan: &Plan) -> Result<(), StoreError> {
         lock(&self.conn).execute(
             "INSERT OR IGNORE INTO plans (hash, json) VALUES (?1, ?2)",
             params![
@@ -274,7 +252,7 @@ impl SqliteStore {
         Ok(())
     }
 
-    pub fn plan(&self, hash: &str) -> Result<Plan, StoreError> {
+    fn plan(&self, hash: &str) -> Result<Plan, StoreError> {
         let json: String = lock(&self.conn)
             .query_row("SELECT json FROM plans WHERE hash = ?1", [hash], |row| {
                 row.get(0)
@@ -284,7 +262,7 @@ impl SqliteStore {
         Plan::from_json(&json).map_err(|e| StoreError(e.to_string()))
     }
 
-    pub fn create_run(
+    fn create_run(
         &self,
         id: &str,
         workflow: &str,
@@ -304,7 +282,7 @@ impl SqliteStore {
     /// that another live process is executing is not taken. Only the owner
     /// resumes a run and records how it ended, so two processes never run the
     /// same run at once.
-    pub fn claim_run(&self, id: &str, from: &[&str]) -> Result<bool, StoreError> {
+    fn claim_run(&self, id: &str, from: &[&str]) -> Result<bool, StoreError> {
         let conn = lock(&self.conn);
         in_immediate(&conn, || {
             let row: Option<(String, Option<String>)> = conn
@@ -334,7 +312,7 @@ impl SqliteStore {
 
     /// Adds active time to a run this process owns, while it executes, so that
     /// a crash loses at most the time since the last call.
-    pub fn add_active(&self, id: &str, active: std::time::Duration) -> Result<(), StoreError> {
+    fn add_active(&self, id: &str, active: std::time::Duration) -> Result<(), StoreError> {
         lock(&self.conn).execute(
             "UPDATE runs SET active_ms = active_ms + ?2 WHERE id = ?1 AND owner = ?3",
             params![id, active.as_millis() as i64, owner()],
@@ -343,7 +321,7 @@ impl SqliteStore {
     }
 
     /// Records how an invocation of the run ended and the active time it used.
-    pub fn finish_run(
+    fn finish_run(
         &self,
         id: &str,
         status: &str,
@@ -358,7 +336,7 @@ impl SqliteStore {
         Ok(())
     }
 
-    pub fn run(&self, id: &str) -> Result<Option<RunRow>, StoreError> {
+    fn run(&self, id: &str) -> Result<Option<RunRow>, StoreError> {
         Ok(lock(&self.conn)
             .query_row(
                 "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms FROM runs WHERE id = ?1",
@@ -368,7 +346,7 @@ impl SqliteStore {
             .optional()?)
     }
 
-    pub fn runs(&self) -> Result<Vec<RunRow>, StoreError> {
+    fn runs(&self) -> Result<Vec<RunRow>, StoreError> {
         let conn = lock(&self.conn);
         let mut statement = conn.prepare(
             "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms FROM runs ORDER BY created_ms, id",
@@ -379,16 +357,7 @@ impl SqliteStore {
         Ok(rows)
     }
 
-    /// The runs left `running`: a process died with them in flight.
-    pub fn unfinished_runs(&self) -> Result<Vec<RunRow>, StoreError> {
-        Ok(self
-            .runs()?
-            .into_iter()
-            .filter(|r| r.status == "running")
-            .collect())
-    }
-
-    pub fn step_records(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError> {
+    fn step_records(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError> {
         let conn = lock(&self.conn);
         let mut statement =
             conn.prepare("SELECT record FROM step_runs WHERE run_id = ?1 ORDER BY seq")?;
@@ -408,15 +377,15 @@ impl SqliteStore {
     /// decisions go through the journal writer, which applies them one after
     /// another (a decided record is no longer pending) and commits them in
     /// groups, so that many decisions share an fsync.
-    pub async fn decide(
-        &self,
-        run_id: &str,
-        path: &str,
-        approver: &str,
+    fn decide<'a>(
+        &'a self,
+        run_id: &'a str,
+        path: &'a str,
+        approver: &'a str,
         approved: bool,
-        comment: Option<&str>,
-        decided_at: &str,
-    ) -> Result<(), StoreError> {
+        comment: Option<&'a str>,
+        decided_at: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
         let (reply, answer) = oneshot::channel();
         let decision = Decision {
             run_id: run_id.to_string(),
@@ -426,16 +395,25 @@ impl SqliteStore {
             comment: comment.map(str::to_string),
             decided_at: decided_at.to_string(),
         };
-        lock(&self.queue)
-            .send(Write::Decide { decision, reply })
-            .map_err(|_| StoreError("the journal writer has stopped".into()))?;
-        answer
-            .await
-            .map_err(|_| StoreError("the journal writer has stopped".into()))?
+        let queued = lock(&self.queue).send(Write::Decide { decision, reply });
+        Box::pin(async move {
+            queued.map_err(|_| StoreError("the journal writer has stopped".into()))?;
+            answer
+                .await
+                .map_err(|_| StoreError("the journal writer has stopped".into()))?
+        })
+    }
+
+    fn open_journal(
+        self: Arc<Self>,
+        run_id: &str,
+        durability: flow_plan::Durability,
+    ) -> Result<Arc<dyn RunLog>, StoreError> {
+        Ok(RunJournal::open(&self, run_id, durability)?)
     }
 
     /// Notifications recorded by handoffs, newest last.
-    pub fn notifications(&self) -> Result<Vec<Handoff>, StoreError> {
+    fn notifications(&self) -> Result<Vec<Handoff>, StoreError> {
         let conn = lock(&self.conn);
         let mut statement = conn.prepare(
             "SELECT run_id, department, message, subject, key FROM notifications ORDER BY id",
@@ -453,7 +431,9 @@ impl SqliteStore {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(rows)
     }
+}
 
+impl SqliteStore {
     fn append(
         &self,
         run_id: &str,
@@ -648,22 +628,23 @@ impl RunJournal {
                 .then(|| Mutex::new(Vec::new())),
         }))
     }
+}
 
-    /// Persists the records that `durability approval` held back; call when
-    /// the run parks or ends. Does nothing under full durability.
-    pub async fn flush(&self) -> Result<(), StepError> {
-        let Some(deferred) = &self.deferred else {
-            return Ok(());
+impl RunLog for RunJournal {
+    fn flush(&self) -> BoxFuture<'_, Result<(), StepError>> {
+        let writes: Vec<_> = match &self.deferred {
+            Some(deferred) => std::mem::take(&mut *lock(deferred))
+                .into_iter()
+                .map(|record| self.store.append(&self.run_id, record))
+                .collect(),
+            None => Vec::new(),
         };
-        let records = std::mem::take(&mut *lock(deferred));
-        let writes: Vec<_> = records
-            .into_iter()
-            .map(|record| self.store.append(&self.run_id, record))
-            .collect();
-        for write in writes {
-            write.await?;
-        }
-        Ok(())
+        Box::pin(async move {
+            for write in writes {
+                write.await?;
+            }
+            Ok(())
+        })
     }
 }
 

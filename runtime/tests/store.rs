@@ -8,6 +8,7 @@ use flow_plan::Durability;
 use flow_runtime::interp::{Effects, KbWrite, Outcome, Services};
 use flow_runtime::offline::OfflineProvider;
 use flow_runtime::sqlite::{RunJournal, SqliteStore};
+use flow_runtime::store::{RunLog, Store};
 use flow_tests::TempDir;
 use serde_json::json;
 

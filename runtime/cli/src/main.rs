@@ -18,7 +18,8 @@ use flow_runtime::interp::{
     BoxFuture, Journal, Outcome, Provider, Services, StepError, StepRecord, StepStatus,
 };
 use flow_runtime::offline::OfflineProvider;
-use flow_runtime::sqlite::{RunJournal, SqliteStore};
+use flow_runtime::sqlite::SqliteStore;
+use flow_runtime::store::{RunLog, Store};
 use serde_json::{Value, json};
 
 /// See the workspace Cargo.toml for why the binaries use mimalloc.
@@ -320,7 +321,7 @@ async fn dispatch(command: Command) -> Result<u8> {
 
 /// Runs (or resumes) a run and reports it; the exit code says how it ended.
 async fn execute(
-    store: &Arc<SqliteStore>,
+    store: &Arc<dyn Store>,
     plan: &Plan,
     workflow: &str,
     run_id: &str,
@@ -330,7 +331,9 @@ async fn execute(
     let durability = plan
         .workflow(workflow)
         .map_or(flow_plan::Durability::Full, |w| w.durability);
-    let journal = RunJournal::open(store, run_id, durability).map_err(|e| usage(e.to_string()))?;
+    let journal = Arc::clone(store)
+        .open_journal(run_id, durability)
+        .map_err(|e| usage(e.to_string()))?;
     let provider: Arc<dyn Provider> = match flow_runtime::llm::provider_from_env().map_err(usage)? {
         Some(provider) => provider,
         None => {
@@ -498,7 +501,7 @@ async fn execute(
 
 /// The run's journal, reporting each step it records on the spinner.
 struct Progress {
-    inner: Arc<RunJournal>,
+    inner: Arc<dyn RunLog>,
     bar: indicatif::ProgressBar,
     steps: std::sync::atomic::AtomicUsize,
 }
@@ -587,8 +590,11 @@ fn read_input(path: &Path) -> Result<Value> {
     serde_json::from_str(&text).map_err(|e| usage(format!("{} is not JSON: {e}", path.display())))
 }
 
-fn open_store(db: &Path) -> Result<Arc<SqliteStore>> {
-    SqliteStore::open(db).map_err(|e| usage(format!("cannot open the store {}: {e}", db.display())))
+fn open_store(db: &Path) -> Result<Arc<dyn Store>> {
+    // SQLite is the embedded default; the rest of the CLI sees only `Store`.
+    let store: Arc<dyn Store> = SqliteStore::open(db)
+        .map_err(|e| usage(format!("cannot open the store {}: {e}", db.display())))?;
+    Ok(store)
 }
 
 /// A run id unique enough for one store: the time in microseconds and the

@@ -1,0 +1,127 @@
+//! The store interface: what the runtime and the `flow` CLI need of a durable
+//! store, whatever keeps it.
+//!
+//! SQLite (`crate::sqlite`) is the embedded default; a PostgreSQL store
+//! implements the same traits. The invariants every implementation keeps:
+//!
+//! * A step record is durable when `Journal::record` returns (under full
+//!   durability), so a dependent step never starts on an output a crash could
+//!   lose.
+//! * `decide` applies `crate::interp::decide_record` to the pending record
+//!   atomically: of concurrent decisions on one gate, exactly one applies.
+//! * `claim_run` gives a run to at most one live process; only the owner adds
+//!   active time to it or records how it ended.
+
+use std::sync::Arc;
+
+use flow_plan::{Durability, Plan};
+use serde_json::Value;
+
+use crate::interp::{BoxFuture, Effects, Handoff, Journal, StepError, StepRecord};
+
+/// A store error: what failed, in words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreError(pub String);
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A run as the store keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRow {
+    pub id: String,
+    pub workflow: String,
+    pub plan_hash: String,
+    pub status: String,
+    pub input: Value,
+    pub outcome: Option<Value>,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+    /// Active time used so far (not counting time parked at approvals).
+    pub active_ms: i64,
+}
+
+/// One run's view of a store: the journal the interpreter replays and
+/// records into, and the effects (KB writes, notifications) its steps have.
+pub trait RunLog: Journal + Effects {
+    /// Persists the records that `durability approval` held back; called when
+    /// the run parks or ends. Does nothing under full durability.
+    fn flush(&self) -> BoxFuture<'_, Result<(), StepError>>;
+}
+
+/// Runs, their plans and journals, and approval decisions.
+pub trait Store: Send + Sync {
+    fn put_plan(&self, plan: &Plan) -> Result<(), StoreError>;
+
+    fn plan(&self, hash: &str) -> Result<Plan, StoreError>;
+
+    /// Creates a run, `running` and owned by this process.
+    fn create_run(
+        &self,
+        id: &str,
+        workflow: &str,
+        plan_hash: &str,
+        input: &Value,
+    ) -> Result<(), StoreError>;
+
+    /// Takes the run for this process if its status is one of `from` and no
+    /// other live process is executing it; says whether it was taken.
+    fn claim_run(&self, id: &str, from: &[&str]) -> Result<bool, StoreError>;
+
+    /// Adds active time to a run this process owns, while it executes, so that
+    /// a crash loses at most the time since the last call.
+    fn add_active(&self, id: &str, active: std::time::Duration) -> Result<(), StoreError>;
+
+    /// Records how an invocation of the run ended and the active time it used,
+    /// and gives the run up.
+    fn finish_run(
+        &self,
+        id: &str,
+        status: &str,
+        outcome: &Value,
+        active: std::time::Duration,
+    ) -> Result<(), StoreError>;
+
+    fn run(&self, id: &str) -> Result<Option<RunRow>, StoreError>;
+
+    /// Every run, oldest first.
+    fn runs(&self) -> Result<Vec<RunRow>, StoreError>;
+
+    /// The runs left `running`: a process died with them in flight (or is
+    /// still executing them; `claim_run` tells which).
+    fn unfinished_runs(&self) -> Result<Vec<RunRow>, StoreError> {
+        Ok(self
+            .runs()?
+            .into_iter()
+            .filter(|r| r.status == "running")
+            .collect())
+    }
+
+    /// A run's step records in the order they were recorded.
+    fn step_records(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError>;
+
+    /// Decides the approval pending at `path` of run `run_id`, exactly once.
+    fn decide<'a>(
+        &'a self,
+        run_id: &'a str,
+        path: &'a str,
+        approver: &'a str,
+        approved: bool,
+        comment: Option<&'a str>,
+        decided_at: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// Notifications recorded by handoffs, oldest first.
+    fn notifications(&self) -> Result<Vec<Handoff>, StoreError>;
+
+    /// Opens a run's journal, loading its records for replay. With
+    /// `Durability::Approval`, records are persisted only by `RunLog::flush`.
+    fn open_journal(
+        self: Arc<Self>,
+        run_id: &str,
+        durability: Durability,
+    ) -> Result<Arc<dyn RunLog>, StoreError>;
+}
