@@ -91,6 +91,26 @@ async fn a_rate_limit_is_retried_after_its_retry_after() {
     );
 }
 
+/// A `Retry-After` HTTP-date is a wait too, held to the cap like seconds are
+/// (before, any non-number was ignored and the backoff alone decided).
+#[tokio::test]
+async fn a_retry_after_date_is_waited_for_within_the_cap() {
+    let server = fake_llm(vec![Reply::Answer(
+        429,
+        vec![("retry-after", "Fri, 01 Jan 2100 00:00:00 GMT")],
+        "slow down".into(),
+    )])
+    .await;
+    let (outcome, store) = run_against(&server, "retry 3 backoff 1ms..1s timeout 2s").await;
+    assert!(matches!(outcome, Outcome::Completed { .. }), "{outcome:?}");
+    assert_eq!(server.requests(), 2);
+    assert_eq!(
+        store.records()[0].attempts[0].delay_ms,
+        Some(1000),
+        "a date decades away waits the 1 s cap, not the 1 ms backoff"
+    );
+}
+
 #[tokio::test]
 async fn server_errors_and_resets_are_retried() {
     let server = fake_llm(vec![
