@@ -20,7 +20,7 @@ pub struct AnthropicProvider {
 impl AnthropicProvider {
     pub fn new(config: ProviderConfig) -> Result<AnthropicProvider, String> {
         Ok(AnthropicProvider {
-            client: http_client()?,
+            client: http_client(&config)?,
             config,
         })
     }

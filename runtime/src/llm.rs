@@ -39,8 +39,20 @@ impl ProviderConfig {
     }
 }
 
-/// The HTTP client of every provider.
-pub(crate) fn http_client() -> Result<reqwest::Client, String> {
+/// The HTTP client of every provider, once its configuration holds up: a
+/// base URL that cannot be called is a configuration error, said once, not a
+/// connection failure that every step would retry.
+pub(crate) fn http_client(config: &ProviderConfig) -> Result<reqwest::Client, String> {
+    let base = &config.base_url;
+    match reqwest::Url::parse(base) {
+        Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => {}
+        Ok(_) => {
+            return Err(format!(
+                "the LLM base URL `{base}` is not an http(s) address with a host"
+            ));
+        }
+        Err(error) => return Err(format!("the LLM base URL `{base}` is not a URL: {error}")),
+    }
     reqwest::Client::builder()
         .connect_timeout(std::time::Duration::from_secs(10))
         .build()

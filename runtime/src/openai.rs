@@ -22,7 +22,7 @@ pub struct OpenAiProvider {
 impl OpenAiProvider {
     pub fn new(config: ProviderConfig) -> Result<OpenAiProvider, String> {
         Ok(OpenAiProvider {
-            client: http_client()?,
+            client: http_client(&config)?,
             config,
         })
     }

@@ -228,3 +228,28 @@ async fn anthropic_text_instead_of_the_tool_gets_the_repair_request() {
     assert_eq!(output["text"], "repaired");
     assert_eq!(server.requests(), 2);
 }
+
+/// A base URL that cannot be called is refused when the provider is made,
+/// naming the URL; before, every step retried it as a connection failure.
+#[test]
+fn a_malformed_base_url_is_a_configuration_error() {
+    for (base_url, says) in [
+        ("localhost:11434/v1", "not an http(s) address"),
+        ("http//127.0.0.1/v1", "not a URL"),
+        ("ftp://example.com/v1", "not an http(s) address"),
+    ] {
+        let config = ProviderConfig {
+            base_url: base_url.into(),
+            api_key: None,
+            models: Default::default(),
+        };
+        let error = OpenAiProvider::new(config.clone())
+            .err()
+            .unwrap_or_else(|| panic!("{base_url} was accepted"));
+        assert!(
+            error.contains(base_url) && error.contains(says),
+            "{base_url}: {error}"
+        );
+        assert!(AnthropicProvider::new(config).is_err(), "{base_url}");
+    }
+}
