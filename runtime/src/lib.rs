@@ -14,6 +14,7 @@ pub mod llm;
 pub mod memory;
 pub mod offline;
 pub mod openai;
+pub mod runner;
 pub mod schema;
 pub mod scope;
 pub mod sqlite;

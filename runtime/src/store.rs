@@ -90,16 +90,6 @@ pub trait Store: Send + Sync {
     /// Every run, oldest first.
     fn runs(&self) -> Result<Vec<RunRow>, StoreError>;
 
-    /// The runs left `running`: a process died with them in flight (or is
-    /// still executing them; `claim_run` tells which).
-    fn unfinished_runs(&self) -> Result<Vec<RunRow>, StoreError> {
-        Ok(self
-            .runs()?
-            .into_iter()
-            .filter(|r| r.status == "running")
-            .collect())
-    }
-
     /// A run's step records in the order they were recorded.
     fn step_records(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError>;
 

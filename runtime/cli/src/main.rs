@@ -14,12 +14,11 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use flow_plan::Plan;
-use flow_runtime::interp::{
-    BoxFuture, Journal, Outcome, Provider, Services, StepError, StepRecord, StepStatus,
-};
+use flow_runtime::interp::{Outcome, Provider, StepRecord};
 use flow_runtime::offline::OfflineProvider;
+use flow_runtime::runner::{self, Observer};
 use flow_runtime::sqlite::SqliteStore;
-use flow_runtime::store::{RunLog, Store};
+use flow_runtime::store::Store;
 use serde_json::{Value, json};
 
 /// See the workspace Cargo.toml for why the binaries use mimalloc.
@@ -190,30 +189,11 @@ async fn dispatch(command: Command) -> Result<u8> {
         }
         Command::Recover { db, json } => {
             let store = open_store(&db)?;
-            let mut runs = store.unfinished_runs().map_err(|e| usage(e.to_string()))?;
-            // Parked runs whose approval has expired resume too, to apply
-            // the approval's `on_expire`.
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64);
-            for row in store.runs().map_err(|e| usage(e.to_string()))? {
-                if row.status != "pending_approval" {
-                    continue;
-                }
-                let records = store
-                    .step_records(&row.id)
-                    .map_err(|e| usage(e.to_string()))?;
-                let expired = records.iter().any(|record| {
-                    // (A pending record whose input is not a pending approval is not an approval.)
-                    serde_json::from_value(record.input.clone()).is_ok_and(|pending| {
-                        record.status == StepStatus::Pending
-                            && flow_runtime::interp::expire(record, &pending, now).is_some()
-                    })
-                });
-                if expired {
-                    runs.push(row);
-                }
-            }
+            let runs =
+                runner::runs_to_recover(store.as_ref(), now).map_err(|e| usage(e.to_string()))?;
             if runs.is_empty() && !json {
                 println!("no run to recover");
             }
@@ -328,12 +308,6 @@ async fn execute(
     input: Value,
     json: bool,
 ) -> Result<u8> {
-    let durability = plan
-        .workflow(workflow)
-        .map_or(flow_plan::Durability::Full, |w| w.durability);
-    let journal = Arc::clone(store)
-        .open_journal(run_id, durability)
-        .map_err(|e| usage(e.to_string()))?;
     let provider: Arc<dyn Provider> = match flow_runtime::llm::provider_from_env().map_err(usage)? {
         Some(provider) => provider,
         None => {
@@ -343,8 +317,6 @@ async fn execute(
             Arc::new(OfflineProvider)
         }
     };
-
-    let journal_for_flush = Arc::clone(&journal);
     // A spinner with the step being journaled, on a terminal only: scripts
     // and `--json` get clean output.
     let progress = (!json && std::io::stderr().is_terminal()).then(|| {
@@ -352,98 +324,28 @@ async fn execute(
         bar.enable_steady_tick(std::time::Duration::from_millis(100));
         bar
     });
-    let recorder: Arc<dyn Journal> = match &progress {
-        Some(bar) => Arc::new(Progress {
-            inner: journal.clone(),
-            bar: bar.clone(),
-            steps: std::sync::atomic::AtomicUsize::new(0),
-        }),
-        None => journal.clone(),
-    };
-    let services = Services {
-        provider,
-        effects: journal,
-        mcp: None,
-        journal: recorder,
-    };
-    // The workflow's timeout counts active time across invocations of the run.
-    let spent = store
-        .run(run_id)
-        .ok()
-        .flatten()
-        .map_or(0, |row| row.active_ms.max(0) as u64);
-    let started = std::time::Instant::now();
-    // Active time is recorded each second while the run executes, so that a
-    // crash does not hand the recovered run a fresh budget.
-    const TICK: std::time::Duration = std::time::Duration::from_secs(1);
-    let ticks = Arc::new(std::sync::atomic::AtomicU32::new(0));
-    let ticker = {
-        let (store, run_id, ticks) = (Arc::clone(store), run_id.to_string(), Arc::clone(&ticks));
-        tokio::spawn(async move {
-            let mut interval = tokio::time::interval(TICK);
-            interval.tick().await;
-            loop {
-                interval.tick().await;
-                if store.add_active(&run_id, TICK).is_ok() {
-                    ticks.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                }
-            }
-        })
-    };
-    let input_again = input.clone();
-    let outcome = flow_runtime::interp::run_within(
-        plan,
-        workflow,
-        run_id,
-        input,
-        services,
-        std::time::Duration::from_millis(spent),
-    )
-    .await;
-    ticker.abort();
-    let _ = ticker.await;
-    let recorded = TICK * ticks.load(std::sync::atomic::Ordering::SeqCst);
-    let active = started.elapsed().saturating_sub(recorded);
+    let observer: Option<Observer> = progress.clone().map(|bar| {
+        let steps = std::sync::atomic::AtomicUsize::new(0);
+        Arc::new(move |record: &StepRecord| {
+            let done = steps.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            bar.set_message(format!(
+                "{done} steps · {} {:?}",
+                record.path, record.status
+            ));
+        }) as Observer
+    });
+    let outcome = runner::drive(store, plan, workflow, run_id, input, provider, observer)
+        .await
+        .map_err(|e| usage(e.to_string()))?;
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }
-    // Under `durability approval`, this is where the run's records are kept.
-    journal_for_flush
-        .flush()
-        .await
-        .map_err(|e| usage(format!("cannot persist the run: {}", e.message)))?;
-    // A decision taken while this process was running the run (`flow approve`
-    // from elsewhere) is not in this invocation's journal: run again to use it.
-    if let Outcome::Parked { pending } = &outcome {
-        let records = store
-            .step_records(run_id)
-            .map_err(|e| usage(e.to_string()))?;
-        let decided = pending.iter().any(|approval| {
-            records
-                .iter()
-                .any(|r| r.path == approval.path && r.status != StepStatus::Pending)
-        });
-        if decided {
-            store
-                .finish_run(run_id, "running", &Value::Null, active)
-                .map_err(|e| usage(e.to_string()))?;
-            if store
-                .claim_run(run_id, &["running"])
-                .map_err(|e| usage(e.to_string()))?
-            {
-                return Box::pin(execute(store, plan, workflow, run_id, input_again, json)).await;
-            }
-        }
-    }
-    let (status, code) = match &outcome {
-        Outcome::Completed { .. } => ("completed", 0),
-        Outcome::Parked { .. } => ("pending_approval", 3),
-        Outcome::Failed { .. } => ("failed", 1),
+    let status = runner::status_of(&outcome);
+    let code = match &outcome {
+        Outcome::Completed { .. } => 0,
+        Outcome::Parked { .. } => 3,
+        Outcome::Failed { .. } => 1,
     };
-    let record = serde_json::to_value(&outcome).map_err(|e| usage(e.to_string()))?;
-    store
-        .finish_run(run_id, status, &record, active)
-        .map_err(|e| usage(e.to_string()))?;
     if json {
         let mut report = json!({ "run_id": run_id, "status": status });
         match &outcome {
@@ -497,34 +399,6 @@ async fn execute(
         }
     }
     Ok(code)
-}
-
-/// The run's journal, reporting each step it records on the spinner.
-struct Progress {
-    inner: Arc<dyn RunLog>,
-    bar: indicatif::ProgressBar,
-    steps: std::sync::atomic::AtomicUsize,
-}
-
-impl Journal for Progress {
-    fn lookup(&self, path: &str) -> Option<StepRecord> {
-        self.inner.lookup(path)
-    }
-
-    fn record<'a>(
-        &'a self,
-        record: StepRecord,
-    ) -> BoxFuture<'a, std::result::Result<(), StepError>> {
-        let done = self
-            .steps
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            + 1;
-        self.bar.set_message(format!(
-            "{done} steps · {} {:?}",
-            record.path, record.status
-        ));
-        self.inner.record(record)
-    }
 }
 
 struct Disk;

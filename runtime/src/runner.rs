@@ -1,0 +1,170 @@
+//! Driving a run on a `Store`: one invocation of a run from claim to finish.
+//!
+//! The interpreter knows journals; this module knows runs. It opens the run's
+//! journal, counts the run's active time against the workflow's deadline
+//! across invocations, records how the invocation ended, and picks up a
+//! decision that arrived while the run was executing. The `flow` CLI and the
+//! daemon both drive runs through it; they differ in how they report.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use flow_plan::Plan;
+use serde_json::Value;
+
+use crate::interp::{BoxFuture, Journal, Outcome, Provider, Services, StepError, StepRecord};
+use crate::interp::{PendingApproval, StepStatus, expire};
+use crate::store::{RunLog, RunRow, Store, StoreError};
+
+/// Called with each step record as the run journals it (a progress display).
+pub type Observer = Arc<dyn Fn(&StepRecord) + Send + Sync>;
+
+/// How often a running run's active time is recorded, so that a crash does not
+/// hand the recovered run a fresh budget.
+const ACTIVE_TICK: Duration = Duration::from_secs(1);
+
+/// The status a run is stored with once an invocation ends this way.
+pub fn status_of(outcome: &Outcome) -> &'static str {
+    match outcome {
+        Outcome::Completed { .. } => "completed",
+        Outcome::Parked { .. } => "pending_approval",
+        Outcome::Failed { .. } => "failed",
+    }
+}
+
+/// Runs (or resumes) `run_id`, which this process has created or claimed,
+/// until it completes, fails or parks, and records how it ended.
+pub async fn drive(
+    store: &Arc<dyn Store>,
+    plan: &Plan,
+    workflow: &str,
+    run_id: &str,
+    input: Value,
+    provider: Arc<dyn Provider>,
+    observer: Option<Observer>,
+) -> Result<Outcome, StoreError> {
+    loop {
+        let durability = plan
+            .workflow(workflow)
+            .map_or(flow_plan::Durability::Full, |w| w.durability);
+        let log = Arc::clone(store).open_journal(run_id, durability)?;
+        let journal: Arc<dyn Journal> = match &observer {
+            Some(observer) => Arc::new(Observed {
+                inner: Arc::clone(&log),
+                observer: Arc::clone(observer),
+            }),
+            None => log.clone(),
+        };
+        let services = Services {
+            provider: Arc::clone(&provider),
+            effects: log.clone(),
+            mcp: None,
+            journal,
+        };
+        // The workflow's deadline counts active time across invocations.
+        let spent = store
+            .run(run_id)?
+            .map_or(0, |row| row.active_ms.max(0) as u64);
+        let started = Instant::now();
+        let ticks = Arc::new(AtomicU32::new(0));
+        let ticker = {
+            let (store, run_id, ticks) =
+                (Arc::clone(store), run_id.to_string(), Arc::clone(&ticks));
+            tokio::spawn(async move {
+                let mut interval = tokio::time::interval(ACTIVE_TICK);
+                interval.tick().await;
+                loop {
+                    interval.tick().await;
+                    if store.add_active(&run_id, ACTIVE_TICK).is_ok() {
+                        ticks.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            })
+        };
+        let outcome = crate::interp::run_within(
+            plan,
+            workflow,
+            run_id,
+            input.clone(),
+            services,
+            Duration::from_millis(spent),
+        )
+        .await;
+        ticker.abort();
+        let _ = ticker.await;
+        let recorded = ACTIVE_TICK * ticks.load(Ordering::SeqCst);
+        let active = started.elapsed().saturating_sub(recorded);
+        // Under `durability approval`, this is where the run's records are kept.
+        log.flush()
+            .await
+            .map_err(|e| StoreError(format!("cannot persist the run: {}", e.message)))?;
+        // A decision taken while this invocation was running the run (from
+        // another process) is not in its journal: run again to use it.
+        if let Outcome::Parked { pending } = &outcome
+            && decided_meanwhile(store, run_id, pending)?
+        {
+            store.finish_run(run_id, "running", &Value::Null, active)?;
+            if store.claim_run(run_id, &["running"])? {
+                continue;
+            }
+        }
+        let record = serde_json::to_value(&outcome).map_err(|e| StoreError(e.to_string()))?;
+        store.finish_run(run_id, status_of(&outcome), &record, active)?;
+        return Ok(outcome);
+    }
+}
+
+fn decided_meanwhile(
+    store: &Arc<dyn Store>,
+    run_id: &str,
+    pending: &[PendingApproval],
+) -> Result<bool, StoreError> {
+    let records = store.step_records(run_id)?;
+    Ok(pending.iter().any(|approval| {
+        records
+            .iter()
+            .any(|r| r.path == approval.path && r.status != StepStatus::Pending)
+    }))
+}
+
+/// The runs a restart resumes: those left `running`, and those parked at an
+/// approval that has expired by `now_ms` (to apply its `on_expire`). Runs
+/// another live process is executing are listed too; `claim_run` refuses them.
+pub fn runs_to_recover(store: &dyn Store, now_ms: u64) -> Result<Vec<RunRow>, StoreError> {
+    let mut runs = Vec::new();
+    for row in store.runs()? {
+        let due = match row.status.as_str() {
+            "running" => true,
+            "pending_approval" => store.step_records(&row.id)?.iter().any(|record| {
+                // A pending record whose input is not a pending approval is
+                // not an approval.
+                record.status == StepStatus::Pending
+                    && serde_json::from_value::<PendingApproval>(record.input.clone())
+                        .is_ok_and(|pending| expire(record, &pending, now_ms).is_some())
+            }),
+            _ => false,
+        };
+        if due {
+            runs.push(row);
+        }
+    }
+    Ok(runs)
+}
+
+/// A run's journal that tells an observer about each record.
+struct Observed {
+    inner: Arc<dyn RunLog>,
+    observer: Observer,
+}
+
+impl Journal for Observed {
+    fn lookup(&self, path: &str) -> Option<StepRecord> {
+        self.inner.lookup(path)
+    }
+
+    fn record<'a>(&'a self, record: StepRecord) -> BoxFuture<'a, Result<(), StepError>> {
+        (self.observer)(&record);
+        self.inner.record(record)
+    }
+}
