@@ -1071,7 +1071,7 @@ pub fn expire(record: &StepRecord, pending: &PendingApproval, now_ms: u64) -> Op
         "approved": false,
         "approver": "",
         "comment": "expired",
-        "decided_at": (now_ms / 1000).to_string(),
+        "decided_at": crate::time::rfc3339_utc(now_ms),
     }));
     let fails = match pending.on_expire {
         OnExpire::Fail => true,

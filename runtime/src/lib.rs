@@ -19,5 +19,6 @@ pub mod schema;
 pub mod scope;
 pub mod sqlite;
 pub mod store;
+pub mod time;
 
 pub use interp::{Outcome, Services, run};

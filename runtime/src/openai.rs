@@ -219,46 +219,12 @@ pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Durati
     if let Ok(seconds) = value.parse::<u64>() {
         return Some(Duration::from_secs(seconds));
     }
-    let at = http_date_secs(value)?;
+    let at = crate::time::http_date_secs(value)?;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .ok()?
         .as_secs();
     Some(Duration::from_secs(at.saturating_sub(now)))
-}
-
-/// Seconds since the Unix epoch of an IMF-fixdate (`Sun, 06 Nov 1994
-/// 08:49:37 GMT`), the HTTP-date form servers send (RFC 9110 §5.6.7).
-fn http_date_secs(text: &str) -> Option<u64> {
-    let (_weekday, rest) = text.split_once(", ")?;
-    let mut fields = rest.split(' ');
-    let day: u64 = fields.next()?.parse().ok()?;
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    let month_name = fields.next()?;
-    let month = MONTHS.iter().position(|m| *m == month_name)? as u64 + 1;
-    let year: u64 = fields.next()?.parse().ok()?;
-    let mut clock = fields.next()?.split(':').map(|f| f.parse::<u64>().ok());
-    let (hour, minute, second) = (clock.next()??, clock.next()??, clock.next()??);
-    if fields.next()? != "GMT" || fields.next().is_some() || clock.next().is_some() {
-        return None;
-    }
-    if !(1..=31).contains(&day) || year < 1970 || hour > 23 || minute > 59 || second > 60 {
-        return None;
-    }
-    // Days from the civil date (Howard Hinnant's algorithm, years from March).
-    let (y, m) = if month <= 2 {
-        (year - 1, month + 9)
-    } else {
-        (year, month - 3)
-    };
-    let era = y / 400;
-    let year_of_era = y % 400;
-    let day_of_year = (153 * m + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    let days = (era * 146_097 + day_of_era).checked_sub(719_468)?;
-    Some(days * 86_400 + hour * 3_600 + minute * 60 + second)
 }
 
 pub(crate) fn transport_error(error: reqwest::Error) -> StepError {
@@ -319,30 +285,5 @@ mod tests {
             !strict_schema(&loose).1,
             "a json field turns strict mode off"
         );
-    }
-
-    #[test]
-    fn http_dates_in_retry_after_are_understood() {
-        assert_eq!(http_date_secs("Thu, 01 Jan 1970 00:00:00 GMT"), Some(0));
-        assert_eq!(
-            http_date_secs("Sun, 06 Nov 1994 08:49:37 GMT"),
-            Some(784_111_777)
-        );
-        assert_eq!(
-            http_date_secs("Tue, 29 Feb 2028 12:00:05 GMT"),
-            Some(1_835_438_405)
-        );
-        for bad in [
-            "",
-            "soon",
-            "Sun, 06 Nov 1994 08:49:37 PST",
-            "Sun, 06 Nov 1994 08:49 GMT",
-            "Sun, 06 Foo 1994 08:49:37 GMT",
-            "Sun, 32 Nov 1994 08:49:37 GMT",
-            "Sun, 06 Nov 1994 08:49:37 GMT extra",
-            "Sunday, 06-Nov-94 08:49:37 GMT",
-        ] {
-            assert_eq!(http_date_secs(bad), None, "{bad:?}");
-        }
     }
 }

@@ -93,7 +93,18 @@ fn every_example_completes_after_flow_approve() {
         // The trace lists the steps that ran, and `flow runs` the run.
         let show = flow(&dir, &["show", &run_id, "--json"]);
         assert_eq!(show.code, 0, "{}", show.all());
-        assert!(!json(&show).as_array().expect("records").is_empty());
+        let records = json(&show);
+        assert!(!records.as_array().expect("records").is_empty());
+        // A decision's time is an RFC 3339 UTC timestamp, as `decided_at: string` promises.
+        for record in records.as_array().unwrap() {
+            if let Some(decided_at) = record["output"]["decided_at"].as_str() {
+                let shape: String = decided_at
+                    .chars()
+                    .map(|c| if c.is_ascii_digit() { '0' } else { c })
+                    .collect();
+                assert_eq!(shape, "0000-00-00T00:00:00Z", "{name}: {decided_at}");
+            }
+        }
         let runs = flow(&dir, &["runs", "--json"]);
         assert_eq!(json(&runs)[0]["status"], "completed");
     }

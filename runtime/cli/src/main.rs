@@ -167,7 +167,7 @@ async fn dispatch(command: Command) -> Result<u8> {
                     &approver,
                     !reject,
                     comment.as_deref(),
-                    &timestamp(),
+                    &flow_runtime::time::now_rfc3339(),
                 )
                 .await
                 .map_err(|e| usage(e.to_string()))?;
@@ -496,13 +496,4 @@ fn base36(mut n: u64) -> String {
     }
     out.reverse();
     String::from_utf8(out).unwrap_or_default()
-}
-
-/// The decision time, in seconds since the epoch (RFC 3339 formatting needs
-/// a date library this binary does not otherwise need).
-fn timestamp() -> String {
-    let seconds = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    seconds.to_string()
 }

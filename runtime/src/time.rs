@@ -1,0 +1,125 @@
+//! Dates without a date crate: the two conversions the runtime needs, both
+//! in UTC on the proleptic Gregorian calendar (Howard Hinnant's algorithms,
+//! which count years from March so that the leap day ends the year).
+
+/// `2026-11-29T22:31:07Z` for a time in milliseconds since the Unix epoch: the
+/// form of an approval's `decided_at`.
+pub fn rfc3339_utc(epoch_ms: u64) -> String {
+    let seconds = epoch_ms / 1000;
+    let (days, of_day) = (seconds / 86_400, seconds % 86_400);
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        of_day / 3_600,
+        of_day % 3_600 / 60,
+        of_day % 60
+    )
+}
+
+/// The current time as `rfc3339_utc` writes it.
+pub fn now_rfc3339() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    rfc3339_utc(now)
+}
+
+/// Seconds since the Unix epoch of an IMF-fixdate (`Sun, 06 Nov 1994
+/// 08:49:37 GMT`), the HTTP-date form servers send (RFC 9110 §5.6.7).
+pub fn http_date_secs(text: &str) -> Option<u64> {
+    let (_weekday, rest) = text.split_once(", ")?;
+    let mut fields = rest.split(' ');
+    let day: u64 = fields.next()?.parse().ok()?;
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let month_name = fields.next()?;
+    let month = MONTHS.iter().position(|m| *m == month_name)? as u64 + 1;
+    let year: u64 = fields.next()?.parse().ok()?;
+    let mut clock = fields.next()?.split(':').map(|f| f.parse::<u64>().ok());
+    let (hour, minute, second) = (clock.next()??, clock.next()??, clock.next()??);
+    if fields.next()? != "GMT" || fields.next().is_some() || clock.next().is_some() {
+        return None;
+    }
+    if !(1..=31).contains(&day) || year < 1970 || hour > 23 || minute > 59 || second > 60 {
+        return None;
+    }
+    let days = days_from_civil(year, month, day)?;
+    Some(days * 86_400 + hour * 3_600 + minute * 60 + second)
+}
+
+/// Days since 1970-01-01 of a date on or after it.
+fn days_from_civil(year: u64, month: u64, day: u64) -> Option<u64> {
+    let (y, m) = if month <= 2 {
+        (year - 1, month + 9)
+    } else {
+        (year, month - 3)
+    };
+    let (era, year_of_era) = (y / 400, y % 400);
+    let day_of_year = (153 * m + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    (era * 146_097 + day_of_era).checked_sub(719_468)
+}
+
+/// The date `days` after 1970-01-01.
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let (era, day_of_era) = (z / 146_097, z % 146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let mp = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = year_of_era + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_dates_in_retry_after_are_understood() {
+        assert_eq!(http_date_secs("Thu, 01 Jan 1970 00:00:00 GMT"), Some(0));
+        assert_eq!(
+            http_date_secs("Sun, 06 Nov 1994 08:49:37 GMT"),
+            Some(784_111_777)
+        );
+        assert_eq!(
+            http_date_secs("Tue, 29 Feb 2028 12:00:05 GMT"),
+            Some(1_835_438_405)
+        );
+        for bad in [
+            "",
+            "soon",
+            "Sun, 06 Nov 1994 08:49:37 PST",
+            "Sun, 06 Nov 1994 08:49 GMT",
+            "Sun, 06 Foo 1994 08:49:37 GMT",
+            "Sun, 32 Nov 1994 08:49:37 GMT",
+            "Sun, 06 Nov 1994 08:49:37 GMT extra",
+            "Sunday, 06-Nov-94 08:49:37 GMT",
+        ] {
+            assert_eq!(http_date_secs(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn rfc3339_times_are_utc_calendar_dates() {
+        assert_eq!(rfc3339_utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339_utc(784_111_777_999), "1994-11-06T08:49:37Z");
+        assert_eq!(rfc3339_utc(1_835_438_405_000), "2028-02-29T12:00:05Z");
+        assert_eq!(rfc3339_utc(1_835_481_600_000), "2028-03-01T00:00:00Z");
+        assert_eq!(rfc3339_utc(253_402_300_799_000), "9999-12-31T23:59:59Z");
+    }
+
+    /// The two directions agree on every day for centuries, leap days and
+    /// century years included.
+    #[test]
+    fn days_round_trip() {
+        for days in 0..200_000 {
+            let (y, m, d) = civil_from_days(days);
+            assert_eq!(days_from_civil(y, m, d), Some(days), "{y}-{m}-{d}");
+        }
+    }
+}
