@@ -10,6 +10,33 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::SystemTime;
 
+/// The `flowc` binary, rebuilt when the compiler's sources change.
+pub fn flowc_path() -> PathBuf {
+    binary(
+        "flowc",
+        "flowc",
+        &[
+            "compiler/flowc/src",
+            "compiler/core/src",
+            "compiler/plan/src",
+        ],
+    )
+}
+
+/// The `flow` binary, rebuilt when the runtime's or compiler's sources change.
+pub fn flow_path() -> PathBuf {
+    binary(
+        "flow",
+        "flow-cli",
+        &[
+            "runtime/cli/src",
+            "runtime/src",
+            "compiler/core/src",
+            "compiler/plan/src",
+        ],
+    )
+}
+
 /// The binary `name` that `cargo test --workspace` built (its package's own
 /// smoke test makes Cargo build it) in `target/<profile>/`, beside this test's
 /// `deps/` folder.

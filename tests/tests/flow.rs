@@ -2,23 +2,8 @@
 //! to completion with the offline provider, or parks and completes after
 //! `flow approve`; exit codes and the `--json` run record are the interface.
 
-use std::path::PathBuf;
-
-use flow_tests::{Run, TempDir, binary, root, run_in};
+use flow_tests::{Run, TempDir, flow_path, flowc_path, root, run_in};
 use serde_json::Value;
-
-fn flow_path() -> PathBuf {
-    binary(
-        "flow",
-        "flow-cli",
-        &[
-            "runtime/cli/src",
-            "runtime/src",
-            "compiler/core/src",
-            "compiler/plan/src",
-        ],
-    )
-}
 
 fn flow(dir: &TempDir, args: &[&str]) -> Run {
     run_in(&flow_path(), dir.path(), args)
@@ -287,5 +272,55 @@ fn a_killed_run_resumes_without_repeating_completed_steps() {
     assert!(
         repeated <= 1,
         "only the step in flight may run again: {prompts:?}"
+    );
+}
+
+/// A plan edited after `flowc build`, or written by a flowc of another format
+/// version, is refused before anything runs or is stored.
+#[test]
+fn a_changed_or_foreign_plan_is_refused() {
+    let dir = TempDir::new("flow-plan");
+    dir.write(
+        "w.flow",
+        "workflow w {\n  input { q: string }\n  step g = approval { approvers: [\"a@x.io\"], message: \"{{workflow_input.q}}\" }\n}\n",
+    );
+    dir.write("in.json", r#"{ "q": "go?" }"#);
+    let build = run_in(
+        &flowc_path(),
+        dir.path(),
+        &["build", "w.flow", "-o", "w.json"],
+    );
+    assert_eq!(build.code, 0, "{}", build.all());
+    let built = dir.read("w.json");
+    let run = flow(&dir, &["run", "w.json", "--input", "in.json", "--json"]);
+    assert_eq!(run.code, 3, "the plan as built runs: {}", run.all());
+
+    dir.write("changed.json", built.replace("a@x.io", "eve@x.io"));
+    let changed = flow(&dir, &["run", "changed.json", "--input", "in.json"]);
+    assert_eq!(changed.code, 2, "{}", changed.all());
+    assert!(
+        changed.stderr.contains("changed.json")
+            && changed.stderr.contains("does not match its hash"),
+        "{}",
+        changed.stderr
+    );
+
+    let mut foreign: Value = serde_json::from_str(&built).expect("the plan is JSON");
+    foreign["format_version"] = 99.into();
+    dir.write("foreign.json", foreign.to_string());
+    let refused = flow(&dir, &["run", "foreign.json", "--input", "in.json"]);
+    assert_eq!(refused.code, 2, "{}", refused.all());
+    assert!(
+        refused
+            .stderr
+            .contains("format version 99 is not supported"),
+        "{}",
+        refused.stderr
+    );
+    let runs = flow(&dir, &["runs", "--json"]);
+    assert_eq!(
+        json(&runs).as_array().map(Vec::len),
+        Some(1),
+        "only the plan as built made a run"
     );
 }

@@ -2,21 +2,9 @@
 //! formats, and every subcommand, on the examples and on small files written
 //! to temporary directories.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use flow_tests::{Run, TempDir, binary, root, run_in};
-
-fn flowc_path() -> PathBuf {
-    binary(
-        "flowc",
-        "flowc",
-        &[
-            "compiler/flowc/src",
-            "compiler/core/src",
-            "compiler/plan/src",
-        ],
-    )
-}
+use flow_tests::{Run, TempDir, flowc_path, root, run_in};
 
 fn flowc_in(dir: &Path, args: &[&str]) -> Run {
     run_in(&flowc_path(), dir, args)
