@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::interp::{BoxFuture, Journal, Outcome, Provider, Services, StepError, StepRecord};
 use crate::interp::{PendingApproval, StepStatus, expire};
-use crate::store::{RunLog, RunRow, Store, StoreError};
+use crate::store::{RunLog, RunRow, RunStatus, Store, StoreError};
 
 /// Called with each step record as the run journals it (a progress display).
 pub type Observer = Arc<dyn Fn(&StepRecord) + Send + Sync>;
@@ -23,15 +23,6 @@ pub type Observer = Arc<dyn Fn(&StepRecord) + Send + Sync>;
 /// How often a running run's active time is recorded, so that a crash does not
 /// hand the recovered run a fresh budget.
 const ACTIVE_TICK: Duration = Duration::from_secs(1);
-
-/// The status a run is stored with once an invocation ends this way.
-pub fn status_of(outcome: &Outcome) -> &'static str {
-    match outcome {
-        Outcome::Completed { .. } => "completed",
-        Outcome::Parked { .. } => "pending_approval",
-        Outcome::Failed { .. } => "failed",
-    }
-}
 
 /// Runs (or resumes) `run_id`, which this process has created or claimed,
 /// until it completes, fails or parks, and records how it ended.
@@ -104,13 +95,13 @@ pub async fn drive(
         if let Outcome::Parked { pending } = &outcome
             && decided_meanwhile(store, run_id, pending)?
         {
-            store.finish_run(run_id, "running", &Value::Null, active)?;
-            if store.claim_run(run_id, &["running"])? {
+            store.finish_run(run_id, RunStatus::Running, &Value::Null, active)?;
+            if store.claim_run(run_id, &[RunStatus::Running])? {
                 continue;
             }
         }
         let record = serde_json::to_value(&outcome).map_err(|e| StoreError(e.to_string()))?;
-        store.finish_run(run_id, status_of(&outcome), &record, active)?;
+        store.finish_run(run_id, RunStatus::of(&outcome), &record, active)?;
         return Ok(outcome);
     }
 }
@@ -134,16 +125,16 @@ fn decided_meanwhile(
 pub fn runs_to_recover(store: &dyn Store, now_ms: u64) -> Result<Vec<RunRow>, StoreError> {
     let mut runs = Vec::new();
     for row in store.runs()? {
-        let due = match row.status.as_str() {
-            "running" => true,
-            "pending_approval" => store.step_records(&row.id)?.iter().any(|record| {
+        let due = match row.status {
+            RunStatus::Running => true,
+            RunStatus::PendingApproval => store.step_records(&row.id)?.iter().any(|record| {
                 // A pending record whose input is not a pending approval is
                 // not an approval.
                 record.status == StepStatus::Pending
                     && serde_json::from_value::<PendingApproval>(record.input.clone())
                         .is_ok_and(|pending| expire(record, &pending, now_ms).is_some())
             }),
-            _ => false,
+            RunStatus::Completed | RunStatus::Failed => false,
         };
         if due {
             runs.push(row);

@@ -24,7 +24,22 @@ use crate::interp::{
     BoxFuture, Effects, ErrorKind, Handoff, Journal, KbWrite, StepError, StepRecord, StepStatus,
 };
 use crate::interp::{DecideError, decide_record};
-use crate::store::{RunLog, RunRow, Store, StoreError};
+use crate::store::{RunLog, RunRow, RunStatus, Store, StoreError};
+
+impl rusqlite::types::ToSql for RunStatus {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        Ok(self.as_str().into())
+    }
+}
+
+impl rusqlite::types::FromSql for RunStatus {
+    fn column_result(value: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+        let name = value.as_str()?;
+        RunStatus::parse(name).ok_or_else(|| {
+            rusqlite::types::FromSqlError::Other(format!("unknown run status `{name}`").into())
+        })
+    }
+}
 
 /// Schema migrations, applied in order; `PRAGMA user_version` counts them.
 const MIGRATIONS: &[&str] = &[
@@ -282,10 +297,10 @@ impl Store for SqliteStore {
     /// that another live process is executing is not taken. Only the owner
     /// resumes a run and records how it ended, so two processes never run the
     /// same run at once.
-    fn claim_run(&self, id: &str, from: &[&str]) -> Result<bool, StoreError> {
+    fn claim_run(&self, id: &str, from: &[RunStatus]) -> Result<bool, StoreError> {
         let conn = lock(&self.conn);
         in_immediate(&conn, || {
-            let row: Option<(String, Option<String>)> = conn
+            let row: Option<(RunStatus, Option<String>)> = conn
                 .query_row(
                     "SELECT status, owner FROM runs WHERE id = ?1",
                     [id],
@@ -295,11 +310,11 @@ impl Store for SqliteStore {
             let Some((status, current)) = row else {
                 return Ok(false);
             };
-            let live_elsewhere = status == "running"
+            let live_elsewhere = status == RunStatus::Running
                 && current
                     .as_deref()
                     .is_some_and(|o| o != owner() && owner_alive(o));
-            if !from.contains(&status.as_str()) || live_elsewhere {
+            if !from.contains(&status) || live_elsewhere {
                 return Ok(false);
             }
             conn.execute(
@@ -324,7 +339,7 @@ impl Store for SqliteStore {
     fn finish_run(
         &self,
         id: &str,
-        status: &str,
+        status: RunStatus,
         outcome: &Value,
         active: std::time::Duration,
     ) -> Result<(), StoreError> {
@@ -551,15 +566,18 @@ fn apply_decision(
         comment,
         decided_at,
     } = decision;
-    let run_status: Option<String> = tx
+    let run_status: Option<RunStatus> = tx
         .query_row("SELECT status FROM runs WHERE id = ?1", [run_id], |row| {
             row.get(0)
         })
         .optional()?;
-    if !matches!(run_status.as_deref(), Some("pending_approval" | "running")) {
+    if !matches!(
+        run_status,
+        Some(RunStatus::PendingApproval | RunStatus::Running)
+    ) {
         let error = DecideError::RunEnded {
             run_id: run_id.clone(),
-            status: run_status.unwrap_or_else(|| "unknown".into()),
+            status: run_status.map_or("unknown", RunStatus::as_str).into(),
         };
         return Ok(Err(StoreError(error.to_string())));
     }

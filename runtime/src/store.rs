@@ -15,9 +15,10 @@
 use std::sync::Arc;
 
 use flow_plan::{Durability, Plan};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::interp::{BoxFuture, Effects, Handoff, Journal, StepError, StepRecord};
+use crate::interp::{BoxFuture, Effects, Handoff, Journal, Outcome, StepError, StepRecord};
 
 /// A store error: what failed, in words.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,13 +30,63 @@ impl std::fmt::Display for StoreError {
     }
 }
 
+/// Where a run stands. Stored as its `as_str` name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Executing, or left so by a process that died (then due for recovery).
+    Running,
+    /// Parked at one or more approvals; holds no task or memory.
+    PendingApproval,
+    Completed,
+    Failed,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::PendingApproval => "pending_approval",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+        }
+    }
+
+    /// The status named `name`, as `as_str` writes it.
+    pub fn parse(name: &str) -> Option<RunStatus> {
+        [
+            RunStatus::Running,
+            RunStatus::PendingApproval,
+            RunStatus::Completed,
+            RunStatus::Failed,
+        ]
+        .into_iter()
+        .find(|status| status.as_str() == name)
+    }
+
+    /// The status a run is stored with once an invocation ends this way.
+    pub fn of(outcome: &Outcome) -> RunStatus {
+        match outcome {
+            Outcome::Completed { .. } => RunStatus::Completed,
+            Outcome::Parked { .. } => RunStatus::PendingApproval,
+            Outcome::Failed { .. } => RunStatus::Failed,
+        }
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 /// A run as the store keeps it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunRow {
     pub id: String,
     pub workflow: String,
     pub plan_hash: String,
-    pub status: String,
+    pub status: RunStatus,
     pub input: Value,
     pub outcome: Option<Value>,
     pub created_ms: i64,
@@ -69,7 +120,7 @@ pub trait Store: Send + Sync {
 
     /// Takes the run for this process if its status is one of `from` and no
     /// other live process is executing it; says whether it was taken.
-    fn claim_run(&self, id: &str, from: &[&str]) -> Result<bool, StoreError>;
+    fn claim_run(&self, id: &str, from: &[RunStatus]) -> Result<bool, StoreError>;
 
     /// Adds active time to a run this process owns, while it executes, so that
     /// a crash loses at most the time since the last call.
@@ -80,7 +131,7 @@ pub trait Store: Send + Sync {
     fn finish_run(
         &self,
         id: &str,
-        status: &str,
+        status: RunStatus,
         outcome: &Value,
         active: std::time::Duration,
     ) -> Result<(), StoreError>;

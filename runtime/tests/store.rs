@@ -8,7 +8,7 @@ use flow_plan::Durability;
 use flow_runtime::interp::{Effects, KbWrite, Outcome, Services};
 use flow_runtime::offline::OfflineProvider;
 use flow_runtime::sqlite::{RunJournal, SqliteStore};
-use flow_runtime::store::{RunLog, Store};
+use flow_runtime::store::{RunLog, RunStatus, Store};
 use flow_tests::TempDir;
 use serde_json::json;
 
@@ -185,7 +185,7 @@ async fn the_runner_parks_resumes_and_lists_runs_to_recover() {
     );
     assert_eq!(
         store.run("run-1").unwrap().unwrap().status,
-        "pending_approval"
+        RunStatus::PendingApproval
     );
 
     // run-2 was created but never driven: as after a crash, it is due for
@@ -201,7 +201,11 @@ async fn the_runner_parks_resumes_and_lists_runs_to_recover() {
         .decide("run-1", "ok", "boss@example.com", true, None, "0")
         .await
         .unwrap();
-    assert!(store.claim_run("run-1", &["pending_approval"]).unwrap());
+    assert!(
+        store
+            .claim_run("run-1", &[RunStatus::PendingApproval])
+            .unwrap()
+    );
     let done = drive(
         &store,
         &plan,
@@ -215,7 +219,7 @@ async fn the_runner_parks_resumes_and_lists_runs_to_recover() {
     .unwrap();
     assert!(matches!(done, Outcome::Completed { .. }), "{done:?}");
     let row = store.run("run-1").unwrap().unwrap();
-    assert_eq!(row.status, "completed");
+    assert_eq!(row.status, RunStatus::Completed);
     assert_eq!(row.outcome.unwrap()["output"], done_output(&done));
 }
 

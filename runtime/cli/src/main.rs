@@ -18,7 +18,7 @@ use flow_runtime::interp::{Outcome, Provider, StepRecord};
 use flow_runtime::offline::OfflineProvider;
 use flow_runtime::runner::{self, Observer};
 use flow_runtime::sqlite::SqliteStore;
-use flow_runtime::store::Store;
+use flow_runtime::store::{RunStatus, Store};
 use serde_json::{Value, json};
 
 /// See the workspace Cargo.toml for why the binaries use mimalloc.
@@ -174,7 +174,7 @@ async fn dispatch(command: Command) -> Result<u8> {
             // A run that another live process is executing picks the
             // decision up itself when it parks (see `execute`).
             if !store
-                .claim_run(&run, &["pending_approval"])
+                .claim_run(&run, &[RunStatus::PendingApproval])
                 .map_err(|e| usage(e.to_string()))?
             {
                 eprintln!(
@@ -203,7 +203,7 @@ async fn dispatch(command: Command) -> Result<u8> {
             for row in runs {
                 // Runs still executing in a live process are not this one's.
                 if !store
-                    .claim_run(&row.id, &["running", "pending_approval"])
+                    .claim_run(&row.id, &[RunStatus::Running, RunStatus::PendingApproval])
                     .map_err(|e| usage(e.to_string()))?
                 {
                     continue;
@@ -340,7 +340,7 @@ async fn execute(
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }
-    let status = runner::status_of(&outcome);
+    let status = RunStatus::of(&outcome);
     let code = match &outcome {
         Outcome::Completed { .. } => 0,
         Outcome::Parked { .. } => 3,
