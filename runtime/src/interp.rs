@@ -1130,7 +1130,8 @@ fn backoff(step: &Step, attempt: u32, error: &StepError, call_id: &str) -> Durat
     let jitter = crate::offline::seed_of(&[call_id]) % (base / 4 + 1);
     let mut delay = base.saturating_add(jitter).min(cap);
     if let Some(after) = error.retry_after {
-        delay = delay.max((after.as_millis() as u64).min(cap));
+        let after = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
+        delay = delay.max(after.min(cap));
     }
     Duration::from_millis(delay)
 }

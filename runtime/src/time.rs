@@ -41,7 +41,14 @@ pub fn http_date_secs(text: &str) -> Option<u64> {
     if fields.next()? != "GMT" || fields.next().is_some() || clock.next().is_some() {
         return None;
     }
-    if !(1..=31).contains(&day) || year < 1970 || hour > 23 || minute > 59 || second > 60 {
+    // IMF-fixdate years have four digits; the bound also keeps the
+    // arithmetic below far from overflow on a hostile header.
+    if !(1..=31).contains(&day)
+        || !(1970..=9999).contains(&year)
+        || hour > 23
+        || minute > 59
+        || second > 60
+    {
         return None;
     }
     let days = days_from_civil(year, month, day)?;
@@ -99,6 +106,8 @@ mod tests {
             "Sun, 32 Nov 1994 08:49:37 GMT",
             "Sun, 06 Nov 1994 08:49:37 GMT extra",
             "Sunday, 06-Nov-94 08:49:37 GMT",
+            "Sun, 06 Nov 600000000000 08:49:37 GMT",
+            "Sun, 06 Nov 18446744073709551615 08:49:37 GMT",
         ] {
             assert_eq!(http_date_secs(bad), None, "{bad:?}");
         }

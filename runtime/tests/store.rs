@@ -198,7 +198,14 @@ async fn the_runner_parks_resumes_and_lists_runs_to_recover() {
     assert_eq!(due, ["run-2"]);
 
     store
-        .decide("run-1", "ok", "boss@example.com", true, None, "0")
+        .decide(
+            "run-1",
+            "ok",
+            "boss@example.com",
+            true,
+            None,
+            "2026-11-29T12:00:00Z",
+        )
         .await
         .unwrap();
     assert!(

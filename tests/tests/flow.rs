@@ -81,8 +81,10 @@ fn every_example_completes_after_flow_approve() {
         let records = json(&show);
         assert!(!records.as_array().expect("records").is_empty());
         // A decision's time is an RFC 3339 UTC timestamp, as `decided_at: string` promises.
+        let mut timestamps = 0;
         for record in records.as_array().unwrap() {
             if let Some(decided_at) = record["output"]["decided_at"].as_str() {
+                timestamps += 1;
                 let shape: String = decided_at
                     .chars()
                     .map(|c| if c.is_ascii_digit() { '0' } else { c })
@@ -90,6 +92,10 @@ fn every_example_completes_after_flow_approve() {
                 assert_eq!(shape, "0000-00-00T00:00:00Z", "{name}: {decided_at}");
             }
         }
+        assert_eq!(
+            timestamps, decisions,
+            "{name}: one decision time per decision"
+        );
         let runs = flow(&dir, &["runs", "--json"]);
         assert_eq!(json(&runs)[0]["status"], "completed");
     }
