@@ -19,7 +19,6 @@ use std::time::Instant;
 use flow_runtime::interp::{BoxFuture, Outcome, Provider, RecipeCall, Services, StepError};
 use flow_runtime::memory::MemoryStore;
 use flow_runtime::sqlite::{RunJournal, SqliteStore};
-use flow_runtime::store::Store;
 use serde_json::{Value, json};
 
 #[global_allocator]

@@ -39,7 +39,7 @@ pub async fn drive(
         let durability = plan
             .workflow(workflow)
             .map_or(flow_plan::Durability::Full, |w| w.durability);
-        let log = Arc::clone(store).open_journal(run_id, durability)?;
+        let log = Arc::clone(store).open_journal(run_id, durability).await?;
         let journal: Arc<dyn Journal> = match &observer {
             Some(observer) => Arc::new(Observed {
                 inner: Arc::clone(&log),
@@ -55,7 +55,8 @@ pub async fn drive(
         };
         // The workflow's deadline counts active time across invocations.
         let spent = store
-            .run(run_id)?
+            .run(run_id)
+            .await?
             .map_or(0, |row| row.active_ms.max(0) as u64);
         let started = Instant::now();
         let ticks = Arc::new(AtomicU32::new(0));
@@ -67,7 +68,7 @@ pub async fn drive(
                 interval.tick().await;
                 loop {
                     interval.tick().await;
-                    if store.add_active(&run_id, ACTIVE_TICK).is_ok() {
+                    if store.add_active(&run_id, ACTIVE_TICK).await.is_ok() {
                         ticks.fetch_add(1, Ordering::SeqCst);
                     }
                 }
@@ -93,25 +94,29 @@ pub async fn drive(
         // A decision taken while this invocation was running the run (from
         // another process) is not in its journal: run again to use it.
         if let Outcome::Parked { pending } = &outcome
-            && decided_meanwhile(store, run_id, pending)?
+            && decided_meanwhile(store, run_id, pending).await?
         {
-            store.finish_run(run_id, RunStatus::Running, &Value::Null, active)?;
-            if store.claim_run(run_id, &[RunStatus::Running])? {
+            store
+                .finish_run(run_id, RunStatus::Running, &Value::Null, active)
+                .await?;
+            if store.claim_run(run_id, &[RunStatus::Running]).await? {
                 continue;
             }
         }
         let record = serde_json::to_value(&outcome).map_err(|e| StoreError(e.to_string()))?;
-        store.finish_run(run_id, RunStatus::of(&outcome), &record, active)?;
+        store
+            .finish_run(run_id, RunStatus::of(&outcome), &record, active)
+            .await?;
         return Ok(outcome);
     }
 }
 
-fn decided_meanwhile(
+async fn decided_meanwhile(
     store: &Arc<dyn Store>,
     run_id: &str,
     pending: &[PendingApproval],
 ) -> Result<bool, StoreError> {
-    let records = store.step_records(run_id)?;
+    let records = store.step_records(run_id).await?;
     Ok(pending.iter().any(|approval| {
         records
             .iter()
@@ -122,12 +127,12 @@ fn decided_meanwhile(
 /// The runs a restart resumes: those left `running`, and those parked at an
 /// approval that has expired by `now_ms` (to apply its `on_expire`). Runs
 /// another live process is executing are listed too; `claim_run` refuses them.
-pub fn runs_to_recover(store: &dyn Store, now_ms: u64) -> Result<Vec<RunRow>, StoreError> {
+pub async fn runs_to_recover(store: &dyn Store, now_ms: u64) -> Result<Vec<RunRow>, StoreError> {
     let mut runs = Vec::new();
-    for row in store.runs()? {
+    for row in store.runs().await? {
         let due = match row.status {
             RunStatus::Running => true,
-            RunStatus::PendingApproval => store.step_records(&row.id)?.iter().any(|record| {
+            RunStatus::PendingApproval => store.step_records(&row.id).await?.iter().any(|record| {
                 // A pending record whose input is not a pending approval is
                 // not an approval.
                 record.status == StepStatus::Pending

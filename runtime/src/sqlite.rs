@@ -24,7 +24,7 @@ use crate::interp::{
     BoxFuture, Effects, ErrorKind, Handoff, Journal, KbWrite, StepError, StepRecord, StepStatus,
 };
 use crate::interp::{DecideError, decide_record};
-use crate::store::{RunLog, RunRow, RunStatus, Store, StoreError};
+use crate::store::{RunLog, RunRow, RunStatus, Store, StoreError, StoreFuture};
 
 impl rusqlite::types::ToSql for RunStatus {
     fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
@@ -254,9 +254,9 @@ impl SqliteStore {
     }
 }
 
-impl Store for SqliteStore {
+impl SqliteStore {
     /// Keeps a plan (once per hash) so that every live run's plan stays available.
-    fn put_plan(&self, plan: &Plan) -> Result<(), StoreError> {
+    pub fn put_plan(&self, plan: &Plan) -> Result<(), StoreError> {
         lock(&self.conn).execute(
             "INSERT OR IGNORE INTO plans (hash, json) VALUES (?1, ?2)",
             params![
@@ -267,7 +267,7 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    fn plan(&self, hash: &str) -> Result<Plan, StoreError> {
+    pub fn plan(&self, hash: &str) -> Result<Plan, StoreError> {
         let json: String = lock(&self.conn)
             .query_row("SELECT json FROM plans WHERE hash = ?1", [hash], |row| {
                 row.get(0)
@@ -277,7 +277,7 @@ impl Store for SqliteStore {
         Plan::from_json(&json).map_err(|e| StoreError(e.to_string()))
     }
 
-    fn create_run(
+    pub fn create_run(
         &self,
         id: &str,
         workflow: &str,
@@ -297,7 +297,7 @@ impl Store for SqliteStore {
     /// that another live process is executing is not taken. Only the owner
     /// resumes a run and records how it ended, so two processes never run the
     /// same run at once.
-    fn claim_run(&self, id: &str, from: &[RunStatus]) -> Result<bool, StoreError> {
+    pub fn claim_run(&self, id: &str, from: &[RunStatus]) -> Result<bool, StoreError> {
         let conn = lock(&self.conn);
         in_immediate(&conn, || {
             let row: Option<(RunStatus, Option<String>)> = conn
@@ -327,7 +327,7 @@ impl Store for SqliteStore {
 
     /// Adds active time to a run this process owns, while it executes, so that
     /// a crash loses at most the time since the last call.
-    fn add_active(&self, id: &str, active: std::time::Duration) -> Result<(), StoreError> {
+    pub fn add_active(&self, id: &str, active: std::time::Duration) -> Result<(), StoreError> {
         lock(&self.conn).execute(
             "UPDATE runs SET active_ms = active_ms + ?2 WHERE id = ?1 AND owner = ?3",
             params![id, active.as_millis() as i64, owner()],
@@ -336,7 +336,7 @@ impl Store for SqliteStore {
     }
 
     /// Records how an invocation of the run ended and the active time it used.
-    fn finish_run(
+    pub fn finish_run(
         &self,
         id: &str,
         status: RunStatus,
@@ -351,7 +351,7 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    fn run(&self, id: &str) -> Result<Option<RunRow>, StoreError> {
+    pub fn run(&self, id: &str) -> Result<Option<RunRow>, StoreError> {
         Ok(lock(&self.conn)
             .query_row(
                 "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms FROM runs WHERE id = ?1",
@@ -361,7 +361,7 @@ impl Store for SqliteStore {
             .optional()?)
     }
 
-    fn runs(&self) -> Result<Vec<RunRow>, StoreError> {
+    pub fn runs(&self) -> Result<Vec<RunRow>, StoreError> {
         let conn = lock(&self.conn);
         let mut statement = conn.prepare(
             "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms FROM runs ORDER BY created_ms, id",
@@ -372,7 +372,7 @@ impl Store for SqliteStore {
         Ok(rows)
     }
 
-    fn step_records(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError> {
+    pub fn step_records(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError> {
         let conn = lock(&self.conn);
         let mut statement =
             conn.prepare("SELECT record FROM step_runs WHERE run_id = ?1 ORDER BY seq")?;
@@ -392,7 +392,7 @@ impl Store for SqliteStore {
     /// decisions go through the journal writer, which applies them one after
     /// another (a decided record is no longer pending) and commits them in
     /// groups, so that many decisions share an fsync.
-    fn decide<'a>(
+    pub fn decide<'a>(
         &'a self,
         run_id: &'a str,
         path: &'a str,
@@ -419,16 +419,8 @@ impl Store for SqliteStore {
         })
     }
 
-    fn open_journal(
-        self: Arc<Self>,
-        run_id: &str,
-        durability: flow_plan::Durability,
-    ) -> Result<Arc<dyn RunLog>, StoreError> {
-        Ok(RunJournal::open(&self, run_id, durability)?)
-    }
-
     /// Notifications recorded by handoffs, newest last.
-    fn notifications(&self) -> Result<Vec<Handoff>, StoreError> {
+    pub fn notifications(&self) -> Result<Vec<Handoff>, StoreError> {
         let conn = lock(&self.conn);
         let mut statement = conn.prepare(
             "SELECT run_id, department, message, subject, key FROM notifications ORDER BY id",
@@ -446,6 +438,88 @@ impl Store for SqliteStore {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(rows)
     }
+}
+
+/// The trait over the inherent methods. SQLite answers at once (its calls
+/// take a local lock and, for writes other than the journal's, one commit),
+/// so each future is ready when returned.
+impl Store for SqliteStore {
+    fn put_plan<'a>(&'a self, plan: &'a Plan) -> StoreFuture<'a, ()> {
+        ready(self.put_plan(plan))
+    }
+
+    fn plan<'a>(&'a self, hash: &'a str) -> StoreFuture<'a, Plan> {
+        ready(self.plan(hash))
+    }
+
+    fn create_run<'a>(
+        &'a self,
+        id: &'a str,
+        workflow: &'a str,
+        plan_hash: &'a str,
+        input: &'a Value,
+    ) -> StoreFuture<'a, ()> {
+        ready(self.create_run(id, workflow, plan_hash, input))
+    }
+
+    fn claim_run<'a>(&'a self, id: &'a str, from: &'a [RunStatus]) -> StoreFuture<'a, bool> {
+        ready(self.claim_run(id, from))
+    }
+
+    fn add_active<'a>(&'a self, id: &'a str, active: std::time::Duration) -> StoreFuture<'a, ()> {
+        ready(self.add_active(id, active))
+    }
+
+    fn finish_run<'a>(
+        &'a self,
+        id: &'a str,
+        status: RunStatus,
+        outcome: &'a Value,
+        active: std::time::Duration,
+    ) -> StoreFuture<'a, ()> {
+        ready(self.finish_run(id, status, outcome, active))
+    }
+
+    fn run<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<RunRow>> {
+        ready(self.run(id))
+    }
+
+    fn runs(&self) -> StoreFuture<'_, Vec<RunRow>> {
+        ready(self.runs())
+    }
+
+    fn step_records<'a>(&'a self, run_id: &'a str) -> StoreFuture<'a, Vec<StepRecord>> {
+        ready(self.step_records(run_id))
+    }
+
+    fn decide<'a>(
+        &'a self,
+        run_id: &'a str,
+        path: &'a str,
+        approver: &'a str,
+        approved: bool,
+        comment: Option<&'a str>,
+        decided_at: &'a str,
+    ) -> StoreFuture<'a, ()> {
+        self.decide(run_id, path, approver, approved, comment, decided_at)
+    }
+
+    fn notifications(&self) -> StoreFuture<'_, Vec<Handoff>> {
+        ready(self.notifications())
+    }
+
+    fn open_journal<'a>(
+        self: Arc<Self>,
+        run_id: &'a str,
+        durability: flow_plan::Durability,
+    ) -> StoreFuture<'a, Arc<dyn RunLog>> {
+        let journal = RunJournal::open(&self, run_id, durability);
+        ready(journal.map(|journal| journal as Arc<dyn RunLog>))
+    }
+}
+
+fn ready<'a, T: Send + 'a>(result: Result<T, StoreError>) -> StoreFuture<'a, T> {
+    Box::pin(std::future::ready(result))
 }
 
 impl SqliteStore {

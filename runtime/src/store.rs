@@ -103,46 +103,52 @@ pub trait RunLog: Journal + Effects {
     fn flush(&self) -> BoxFuture<'_, Result<(), StepError>>;
 }
 
+/// What a store answers: a future, so that a store over the network
+/// (PostgreSQL) can wait without blocking the runtime's threads.
+pub type StoreFuture<'a, T> = BoxFuture<'a, Result<T, StoreError>>;
+
 /// Runs, their plans and journals, and approval decisions.
 pub trait Store: Send + Sync {
-    fn put_plan(&self, plan: &Plan) -> Result<(), StoreError>;
+    fn put_plan<'a>(&'a self, plan: &'a Plan) -> StoreFuture<'a, ()>;
 
-    fn plan(&self, hash: &str) -> Result<Plan, StoreError>;
+    fn plan<'a>(&'a self, hash: &'a str) -> StoreFuture<'a, Plan>;
 
     /// Creates a run, `running` and owned by this process.
-    fn create_run(
-        &self,
-        id: &str,
-        workflow: &str,
-        plan_hash: &str,
-        input: &Value,
-    ) -> Result<(), StoreError>;
+    fn create_run<'a>(
+        &'a self,
+        id: &'a str,
+        workflow: &'a str,
+        plan_hash: &'a str,
+        input: &'a Value,
+    ) -> StoreFuture<'a, ()>;
 
     /// Takes the run for this process if its status is one of `from` and no
     /// other live process is executing it; says whether it was taken.
-    fn claim_run(&self, id: &str, from: &[RunStatus]) -> Result<bool, StoreError>;
+    fn claim_run<'a>(&'a self, id: &'a str, from: &'a [RunStatus]) -> StoreFuture<'a, bool>;
 
     /// Adds active time to a run this process owns, while it executes, so that
-    /// a crash loses at most the time since the last call.
-    fn add_active(&self, id: &str, active: std::time::Duration) -> Result<(), StoreError>;
+    /// a crash loses at most the time since the last call. It is called each
+    /// second while a run executes: a store whose owners are not processes on
+    /// one machine can take it as the owner's heartbeat.
+    fn add_active<'a>(&'a self, id: &'a str, active: std::time::Duration) -> StoreFuture<'a, ()>;
 
     /// Records how an invocation of the run ended and the active time it used,
     /// and gives the run up.
-    fn finish_run(
-        &self,
-        id: &str,
+    fn finish_run<'a>(
+        &'a self,
+        id: &'a str,
         status: RunStatus,
-        outcome: &Value,
+        outcome: &'a Value,
         active: std::time::Duration,
-    ) -> Result<(), StoreError>;
+    ) -> StoreFuture<'a, ()>;
 
-    fn run(&self, id: &str) -> Result<Option<RunRow>, StoreError>;
+    fn run<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<RunRow>>;
 
     /// Every run, oldest first.
-    fn runs(&self) -> Result<Vec<RunRow>, StoreError>;
+    fn runs(&self) -> StoreFuture<'_, Vec<RunRow>>;
 
     /// A run's step records in the order they were recorded.
-    fn step_records(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError>;
+    fn step_records<'a>(&'a self, run_id: &'a str) -> StoreFuture<'a, Vec<StepRecord>>;
 
     /// Decides the approval pending at `path` of run `run_id`, exactly once.
     fn decide<'a>(
@@ -153,16 +159,16 @@ pub trait Store: Send + Sync {
         approved: bool,
         comment: Option<&'a str>,
         decided_at: &'a str,
-    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    ) -> StoreFuture<'a, ()>;
 
     /// Notifications recorded by handoffs, oldest first.
-    fn notifications(&self) -> Result<Vec<Handoff>, StoreError>;
+    fn notifications(&self) -> StoreFuture<'_, Vec<Handoff>>;
 
     /// Opens a run's journal, loading its records for replay. With
     /// `Durability::Approval`, records are persisted only by `RunLog::flush`.
-    fn open_journal(
+    fn open_journal<'a>(
         self: Arc<Self>,
-        run_id: &str,
+        run_id: &'a str,
         durability: Durability,
-    ) -> Result<Arc<dyn RunLog>, StoreError>;
+    ) -> StoreFuture<'a, Arc<dyn RunLog>>;
 }

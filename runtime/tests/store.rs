@@ -152,12 +152,14 @@ async fn the_runner_parks_resumes_and_lists_runs_to_recover() {
     let sqlite = SqliteStore::open(&dir.path().join("s.db")).expect("opens");
     let store: Arc<dyn Store> = sqlite;
     let plan = plan(GATED);
-    store.put_plan(&plan).unwrap();
+    store.put_plan(&plan).await.unwrap();
     store
         .create_run("run-1", "w", &plan.hash, &json!({}))
+        .await
         .unwrap();
     store
         .create_run("run-2", "w", &plan.hash, &json!({}))
+        .await
         .unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let observer: flow_runtime::runner::Observer = {
@@ -184,13 +186,14 @@ async fn the_runner_parks_resumes_and_lists_runs_to_recover() {
         "step one and the gate were observed"
     );
     assert_eq!(
-        store.run("run-1").unwrap().unwrap().status,
+        store.run("run-1").await.unwrap().unwrap().status,
         RunStatus::PendingApproval
     );
 
     // run-2 was created but never driven: as after a crash, it is due for
     // recovery; the parked run-1 is not (its approval has no expiry).
     let due: Vec<String> = runs_to_recover(store.as_ref(), u64::MAX)
+        .await
         .unwrap()
         .into_iter()
         .map(|row| row.id)
@@ -211,6 +214,7 @@ async fn the_runner_parks_resumes_and_lists_runs_to_recover() {
     assert!(
         store
             .claim_run("run-1", &[RunStatus::PendingApproval])
+            .await
             .unwrap()
     );
     let done = drive(
@@ -225,7 +229,7 @@ async fn the_runner_parks_resumes_and_lists_runs_to_recover() {
     .await
     .unwrap();
     assert!(matches!(done, Outcome::Completed { .. }), "{done:?}");
-    let row = store.run("run-1").unwrap().unwrap();
+    let row = store.run("run-1").await.unwrap().unwrap();
     assert_eq!(row.status, RunStatus::Completed);
     assert_eq!(row.outcome.unwrap()["output"], done_output(&done));
 }

@@ -139,10 +139,14 @@ async fn dispatch(command: Command) -> Result<u8> {
             let workflow = pick_workflow(&plan, workflow.as_deref())?;
             let input = read_input(&input)?;
             let store = open_store(&db)?;
-            store.put_plan(&plan).map_err(|e| usage(e.to_string()))?;
+            store
+                .put_plan(&plan)
+                .await
+                .map_err(|e| usage(e.to_string()))?;
             let run_id = new_run_id();
             store
                 .create_run(&run_id, &workflow, &plan.hash, &input)
+                .await
                 .map_err(|e| usage(e.to_string()))?;
             execute(&store, &plan, &workflow, &run_id, input, json).await
         }
@@ -158,6 +162,7 @@ async fn dispatch(command: Command) -> Result<u8> {
             let store = open_store(&db)?;
             let row = store
                 .run(&run)
+                .await
                 .map_err(|e| usage(e.to_string()))?
                 .ok_or_else(|| usage(format!("no run `{run}` in {}", db.display())))?;
             store
@@ -175,6 +180,7 @@ async fn dispatch(command: Command) -> Result<u8> {
             // decision up itself when it parks (see `execute`).
             if !store
                 .claim_run(&run, &[RunStatus::PendingApproval])
+                .await
                 .map_err(|e| usage(e.to_string()))?
             {
                 eprintln!(
@@ -184,6 +190,7 @@ async fn dispatch(command: Command) -> Result<u8> {
             }
             let plan = store
                 .plan(&row.plan_hash)
+                .await
                 .map_err(|e| usage(e.to_string()))?;
             execute(&store, &plan, &row.workflow, &run, row.input, json).await
         }
@@ -192,8 +199,9 @@ async fn dispatch(command: Command) -> Result<u8> {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64);
-            let runs =
-                runner::runs_to_recover(store.as_ref(), now).map_err(|e| usage(e.to_string()))?;
+            let runs = runner::runs_to_recover(store.as_ref(), now)
+                .await
+                .map_err(|e| usage(e.to_string()))?;
             if runs.is_empty() && !json {
                 println!("no run to recover");
             }
@@ -204,12 +212,14 @@ async fn dispatch(command: Command) -> Result<u8> {
                 // Runs still executing in a live process are not this one's.
                 if !store
                     .claim_run(&row.id, &[RunStatus::Running, RunStatus::PendingApproval])
+                    .await
                     .map_err(|e| usage(e.to_string()))?
                 {
                     continue;
                 }
                 let plan = store
                     .plan(&row.plan_hash)
+                    .await
                     .map_err(|e| usage(e.to_string()))?;
                 let store = Arc::clone(&store);
                 resumed.spawn(async move {
@@ -242,7 +252,7 @@ async fn dispatch(command: Command) -> Result<u8> {
         }
         Command::Runs { db, json } => {
             let store = open_store(&db)?;
-            let runs = store.runs().map_err(|e| usage(e.to_string()))?;
+            let runs = store.runs().await.map_err(|e| usage(e.to_string()))?;
             if json {
                 let list: Vec<Value> = runs
                     .iter()
@@ -260,9 +270,13 @@ async fn dispatch(command: Command) -> Result<u8> {
             let store = open_store(&db)?;
             store
                 .run(&run)
+                .await
                 .map_err(|e| usage(e.to_string()))?
                 .ok_or_else(|| usage(format!("no run `{run}` in {}", db.display())))?;
-            let records = store.step_records(&run).map_err(|e| usage(e.to_string()))?;
+            let records = store
+                .step_records(&run)
+                .await
+                .map_err(|e| usage(e.to_string()))?;
             if json {
                 println!(
                     "{}",
