@@ -43,20 +43,20 @@ impl ProviderConfig {
 /// base URL that cannot be called is a configuration error, said once, not a
 /// connection failure that every step would retry.
 pub(crate) fn http_client(config: &ProviderConfig) -> Result<reqwest::Client, String> {
-    let base = &config.base_url;
-    match reqwest::Url::parse(base) {
-        Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => {}
-        Ok(_) => {
-            return Err(format!(
-                "the LLM base URL `{base}` is not an http(s) address with a host"
-            ));
-        }
-        Err(error) => return Err(format!("the LLM base URL `{base}` is not a URL: {error}")),
-    }
+    check_http_url(&config.base_url).map_err(|message| format!("the LLM base URL {message}"))?;
     reqwest::Client::builder()
         .connect_timeout(std::time::Duration::from_secs(10))
         .build()
         .map_err(|e| format!("cannot build the HTTP client: {e}"))
+}
+
+/// `Err` says why `text` is not an http(s) URL with a host, naming it.
+pub fn check_http_url(text: &str) -> Result<(), String> {
+    match reqwest::Url::parse(text) {
+        Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => Ok(()),
+        Ok(_) => Err(format!("`{text}` is not an http(s) address with a host")),
+        Err(error) => Err(format!("`{text}` is not a URL: {error}")),
+    }
 }
 
 /// The configured provider, or `None` when none is configured. An unknown

@@ -1,0 +1,448 @@
+//! flowd's configuration: a TOML file, then environment overrides.
+//!
+//! Loading never stops at the first mistake: every problem in the file is
+//! listed with where it is (`flowd.toml:12:3`), so an operator fixes them in
+//! one pass. Environment variables (`FLOWD_LISTEN`, `FLOWD_STORE`,
+//! `FLOWD_PUBLIC_URL`, `FLOWD_LINK_SECRET`, `FLOWD_SMTP_HOST`,
+//! `FLOWD_SMTP_PORT`, `FLOWD_OTLP_ENDPOINT`) override the file's values, for
+//! containers and secrets kept out of files.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+
+use flow_runtime::llm::check_http_url;
+use serde::Deserialize;
+
+/// A secret from the configuration: usable, but never printed (a `Debug` of
+/// the configuration in a log shows that it is set, not what it is).
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Secret(<{} characters>)", self.0.chars().count())
+    }
+}
+
+/// The daemon's configuration once checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub listen: SocketAddr,
+    /// The store: a SQLite file path, or a `postgres://` URL.
+    pub store: String,
+    /// Where approvers' links point, without a trailing slash.
+    pub public_url: String,
+    /// The HMAC key that signs approval links.
+    pub link_secret: Secret,
+    pub smtp: Option<Smtp>,
+    pub provider: Option<Provider>,
+    pub accounts: Vec<Account>,
+    /// Department name to member emails (handoff recipients).
+    pub departments: BTreeMap<String, Vec<String>>,
+    /// Approver group name to member emails: an approval naming the group
+    /// may be decided by any member.
+    pub approver_groups: BTreeMap<String, Vec<String>>,
+    pub webhooks: Vec<Webhook>,
+    /// OTLP/HTTP endpoint for traces; none exports nothing.
+    pub otlp_endpoint: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Smtp {
+    pub host: String,
+    #[serde(default = "default_smtp_port")]
+    pub port: u16,
+    /// The sender of every email flowd sends.
+    pub from: String,
+    pub username: Option<String>,
+    pub password: Option<Secret>,
+}
+
+fn default_smtp_port() -> u16 {
+    25
+}
+
+/// The model provider; without one, recipes answer with the offline provider.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Provider {
+    /// `openai` (any OpenAI-compatible API) or `anthropic`.
+    pub kind: String,
+    pub base_url: String,
+    pub api_key: Option<Secret>,
+    /// Model aliases used by recipes (`model "default"`) to the provider's names.
+    #[serde(default)]
+    pub models: HashMap<String, String>,
+}
+
+/// An account: its runs and workflows are visible only to its API keys.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Account {
+    pub id: String,
+    pub api_keys: Vec<Secret>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Webhook {
+    pub url: String,
+    /// The HMAC-SHA256 key of the signature header.
+    pub secret: Secret,
+    /// Which run events are posted: `completed`, `failed`, `parked`; all by default.
+    #[serde(default = "all_events")]
+    pub events: Vec<String>,
+}
+
+const EVENTS: [&str; 3] = ["completed", "failed", "parked"];
+
+fn all_events() -> Vec<String> {
+    EVENTS.iter().map(ToString::to_string).collect()
+}
+
+/// The file as written, before checks and overrides.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    listen: Option<toml::Spanned<String>>,
+    store: Option<String>,
+    public_url: Option<toml::Spanned<String>>,
+    link_secret: Option<toml::Spanned<String>>,
+    smtp: Option<Smtp>,
+    provider: Option<toml::Spanned<Provider>>,
+    #[serde(default)]
+    accounts: Vec<toml::Spanned<Account>>,
+    #[serde(default)]
+    departments: BTreeMap<String, toml::Spanned<Vec<String>>>,
+    #[serde(default)]
+    approver_groups: BTreeMap<String, toml::Spanned<Vec<String>>>,
+    #[serde(default)]
+    webhooks: Vec<toml::Spanned<Webhook>>,
+    otlp_endpoint: Option<toml::Spanned<String>>,
+}
+
+/// A mistake in the configuration, and where it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// `flowd.toml:3:10`, or the environment variable that was wrong.
+    pub place: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.place, self.message)
+    }
+}
+
+const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+const DEFAULT_STORE: &str = "flowd.db";
+
+/// Reads the configuration from `text` (the file `path`, for messages), then
+/// applies overrides from `env`. Returns every problem found.
+pub fn load(
+    path: &str,
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, Vec<Problem>> {
+    let file: File = match toml::from_str(text) {
+        Ok(file) => file,
+        Err(error) => {
+            let place = match error.span() {
+                Some(span) => at(path, text, span.start),
+                None => path.to_string(),
+            };
+            return Err(vec![Problem {
+                place,
+                message: error.message().to_string(),
+            }]);
+        }
+    };
+    let mut problems = Problems {
+        path,
+        text,
+        list: Vec::new(),
+    };
+    let spanned = |value: &Option<toml::Spanned<String>>| {
+        value.as_ref().map(|v| (v.get_ref().clone(), v.span()))
+    };
+    // A value from the environment has no span: its problems name the variable.
+    let setting = |name: &str, file_value: Option<(String, Span)>| match env(name) {
+        Some(value) => Some((value, Place::Env(name.to_string()))),
+        None => file_value.map(|(value, span)| (value, Place::File(span))),
+    };
+    let listen_setting = setting("FLOWD_LISTEN", spanned(&file.listen));
+    let public_setting = setting("FLOWD_PUBLIC_URL", spanned(&file.public_url));
+    let secret_setting = setting("FLOWD_LINK_SECRET", spanned(&file.link_secret));
+    let otlp_setting = setting("FLOWD_OTLP_ENDPOINT", spanned(&file.otlp_endpoint));
+
+    let listen = match listen_setting {
+        None => DEFAULT_LISTEN.parse().ok(),
+        Some((value, place)) => match value.parse::<SocketAddr>() {
+            Ok(address) => Some(address),
+            Err(_) => {
+                problems.report(
+                    place,
+                    format!("`{value}` is not a listen address; write it as `127.0.0.1:8080`"),
+                );
+                None
+            }
+        },
+    };
+    let public_url = match public_setting {
+        None => listen.map_or_else(String::new, |address| format!("http://{address}")),
+        Some((value, place)) => {
+            if let Err(message) = check_http_url(&value) {
+                problems.report(place, format!("public_url {message}"));
+            }
+            value.trim_end_matches('/').to_string()
+        }
+    };
+    let link_secret = match secret_setting {
+        Some((value, place)) => {
+            if value.len() < 32 {
+                problems.report(
+                    place,
+                    "link_secret is shorter than 32 characters: approval links signed with it could be forged".to_string(),
+                );
+            }
+            value
+        }
+        None => {
+            problems.report(
+                Place::Whole,
+                "no link_secret: approval links need a key of at least 32 characters (set it here or in FLOWD_LINK_SECRET)".to_string(),
+            );
+            String::new()
+        }
+    };
+    let otlp_endpoint = match otlp_setting {
+        None => None,
+        Some((value, place)) => {
+            if let Err(message) = check_http_url(&value) {
+                problems.report(place, format!("otlp_endpoint {message}"));
+            }
+            Some(value)
+        }
+    };
+
+    let mut smtp = file.smtp;
+    if let Some(host) = env("FLOWD_SMTP_HOST") {
+        let port = smtp.as_ref().map_or(default_smtp_port(), |s| s.port);
+        let from = smtp.as_ref().map(|s| s.from.clone()).unwrap_or_default();
+        smtp = Some(Smtp {
+            host,
+            port,
+            from,
+            username: smtp.as_ref().and_then(|s| s.username.clone()),
+            password: smtp.as_ref().and_then(|s| s.password.clone()),
+        });
+    }
+    if let Some(port) = env("FLOWD_SMTP_PORT") {
+        match (port.parse::<u16>(), smtp.as_mut()) {
+            (Ok(port), Some(smtp)) => smtp.port = port,
+            (Ok(_), None) => problems.report(
+                Place::Env("FLOWD_SMTP_PORT".into()),
+                "a port without an SMTP host (set [smtp] host or FLOWD_SMTP_HOST)".into(),
+            ),
+            (Err(_), _) => problems.report(
+                Place::Env("FLOWD_SMTP_PORT".into()),
+                format!("`{port}` is not a port number"),
+            ),
+        }
+    }
+    if let Some(smtp) = &smtp
+        && !smtp.from.contains('@')
+    {
+        problems.report(
+            Place::Whole,
+            format!(
+                "[smtp] from `{}` is not an email address: emails need a sender",
+                smtp.from
+            ),
+        );
+    }
+
+    let provider = file.provider.map(|provider| {
+        let span = provider.span();
+        let provider = provider.into_inner();
+        if !matches!(provider.kind.as_str(), "openai" | "anthropic") {
+            problems.at(
+                span.clone(),
+                format!(
+                    "[provider] kind is `{}`; the providers are `openai` and `anthropic`",
+                    provider.kind
+                ),
+            );
+        }
+        if let Err(message) = check_http_url(&provider.base_url) {
+            problems.at(span, format!("[provider] base_url {message}"));
+        }
+        provider
+    });
+
+    let mut accounts = Vec::new();
+    let mut key_owner: HashMap<String, String> = HashMap::new();
+    for account in file.accounts {
+        let span = account.span();
+        let account = account.into_inner();
+        if account.id.is_empty() || accounts.iter().any(|a: &Account| a.id == account.id) {
+            problems.at(
+                span.clone(),
+                format!("account id `{}` is empty or used twice", account.id),
+            );
+        }
+        if account.api_keys.is_empty() {
+            problems.at(
+                span.clone(),
+                format!(
+                    "account `{}` has no api_keys: nobody could use it",
+                    account.id
+                ),
+            );
+        }
+        for Secret(key) in &account.api_keys {
+            if key.len() < 16 {
+                problems.at(
+                    span.clone(),
+                    format!(
+                        "an API key of account `{}` is shorter than 16 characters",
+                        account.id
+                    ),
+                );
+            }
+            if let Some(owner) = key_owner.insert(key.clone(), account.id.clone()) {
+                problems.at(
+                    span.clone(),
+                    format!(
+                        "an API key of account `{}` is also a key of account `{owner}`: a key belongs to one account",
+                        account.id
+                    ),
+                );
+            }
+        }
+        accounts.push(account);
+    }
+
+    let people = |problems: &mut Problems<'_>,
+                  table: &str,
+                  entries: BTreeMap<String, toml::Spanned<Vec<String>>>|
+     -> BTreeMap<String, Vec<String>> {
+        entries
+            .into_iter()
+            .map(|(name, members)| {
+                let span = members.span();
+                let members = members.into_inner();
+                if members.is_empty() {
+                    problems.at(span.clone(), format!("[{table}] `{name}` has no members"));
+                }
+                for member in members.iter().filter(|m| !is_email(m)) {
+                    problems.at(
+                        span.clone(),
+                        format!("[{table}] `{name}`: `{member}` is not an email address"),
+                    );
+                }
+                (name, members)
+            })
+            .collect()
+    };
+    let departments = people(&mut problems, "departments", file.departments);
+    let approver_groups = people(&mut problems, "approver_groups", file.approver_groups);
+
+    let webhooks = file
+        .webhooks
+        .into_iter()
+        .map(|webhook| {
+            let span = webhook.span();
+            let webhook = webhook.into_inner();
+            if let Err(message) = check_http_url(&webhook.url) {
+                problems.at(span.clone(), format!("webhook url {message}"));
+            }
+            if webhook.secret.0.len() < 16 {
+                problems.at(
+                    span.clone(),
+                    "a webhook secret is shorter than 16 characters".to_string(),
+                );
+            }
+            for event in webhook
+                .events
+                .iter()
+                .filter(|e| !EVENTS.contains(&e.as_str()))
+            {
+                problems.at(
+                    span.clone(),
+                    format!(
+                        "webhook event `{event}` is not one of `completed`, `failed`, `parked`"
+                    ),
+                );
+            }
+            webhook
+        })
+        .collect();
+
+    if !problems.list.is_empty() {
+        return Err(problems.list);
+    }
+    Ok(Config {
+        listen: listen.expect("a listen address without a problem parsed"),
+        store: env("FLOWD_STORE")
+            .or(file.store)
+            .unwrap_or_else(|| DEFAULT_STORE.to_string()),
+        public_url,
+        link_secret: Secret(link_secret),
+        smtp,
+        provider,
+        accounts,
+        departments,
+        approver_groups,
+        webhooks,
+        otlp_endpoint,
+    })
+}
+
+type Span = std::ops::Range<usize>;
+
+/// Where a setting came from, for its problems.
+enum Place {
+    File(Span),
+    Env(String),
+    /// The file as a whole (a setting it lacks).
+    Whole,
+}
+
+/// The problems found so far, each placed in the file or the environment.
+struct Problems<'a> {
+    path: &'a str,
+    text: &'a str,
+    list: Vec<Problem>,
+}
+
+impl Problems<'_> {
+    fn at(&mut self, span: Span, message: String) {
+        self.report(Place::File(span), message);
+    }
+
+    fn report(&mut self, place: Place, message: String) {
+        let place = match place {
+            Place::File(span) => at(self.path, self.text, span.start),
+            Place::Env(variable) => format!("environment variable {variable}"),
+            Place::Whole => self.path.to_string(),
+        };
+        self.list.push(Problem { place, message });
+    }
+}
+
+fn is_email(text: &str) -> bool {
+    text.split_once('@')
+        .is_some_and(|(user, domain)| !user.is_empty() && domain.contains('.'))
+}
+
+/// `path:line:column` of byte `offset` in `text`, both counted from 1.
+fn at(path: &str, text: &str, offset: usize) -> String {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    format!("{path}:{line}:{column}")
+}

@@ -1,0 +1,4 @@
+//! flowd: the runtime as a service. The library holds what the binary and the
+//! end-to-end tests share; `main.rs` only parses the command line.
+
+pub mod config;

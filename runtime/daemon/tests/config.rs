@@ -1,0 +1,135 @@
+//! flowd.toml: named cases, each a file (and environment) with the
+//! configuration it gives or every problem it has, as a snapshot.
+
+use flow_daemon::config::load;
+
+const SECRET: &str = "link_secret = \"0123456789abcdef0123456789abcdef\"\n";
+
+/// Loads `text` as `flowd.toml` with `env`, rendered for a snapshot.
+fn render(text: &str, env: &[(&str, &str)]) -> String {
+    let lookup = |name: &str| {
+        env.iter()
+            .find(|(key, _)| *key == name)
+            .map(|(_, value)| value.to_string())
+    };
+    match load("flowd.toml", text, &lookup) {
+        Ok(config) => format!("{config:#?}"),
+        Err(problems) => problems.iter().map(|p| format!("error: {p}\n")).collect(),
+    }
+}
+
+#[test]
+fn a_minimal_file_takes_the_defaults() {
+    insta::assert_snapshot!(render(SECRET, &[]));
+}
+
+#[test]
+fn a_full_file() {
+    let text = format!(
+        r#"{SECRET}listen = "0.0.0.0:9000"
+store = "postgres://flow@db/flow"
+public_url = "https://flow.example.com/"
+otlp_endpoint = "http://127.0.0.1:4318"
+
+[smtp]
+host = "127.0.0.1"
+port = 2525
+from = "flow@example.com"
+
+[provider]
+kind = "openai"
+base_url = "http://127.0.0.1:11434/v1"
+models = {{ default = "llama3.1" }}
+
+[[accounts]]
+id = "acme"
+api_keys = ["acme-key-0123456789"]
+
+[[accounts]]
+id = "globex"
+api_keys = ["globex-key-0123456789", "globex-key-abcdefghij"]
+
+[departments]
+billing = ["ana@acme.io", "bo@acme.io"]
+
+[approver_groups]
+billing-leads = ["ana@acme.io"]
+
+[[webhooks]]
+url = "https://hooks.example.com/flow"
+secret = "whsec-0123456789abcdef"
+events = ["completed", "failed"]
+"#
+    );
+    insta::assert_snapshot!(render(&text, &[]));
+}
+
+#[test]
+fn the_environment_overrides_the_file() {
+    let text =
+        format!("{SECRET}listen = \"127.0.0.1:1\"\n[smtp]\nhost = \"mail\"\nfrom = \"f@x.io\"\n");
+    insta::assert_snapshot!(render(
+        &text,
+        &[
+            ("FLOWD_LISTEN", "127.0.0.1:7000"),
+            ("FLOWD_STORE", "/var/lib/flow/flowd.db"),
+            ("FLOWD_SMTP_PORT", "1025"),
+            (
+                "FLOWD_LINK_SECRET",
+                "a-secret-from-the-environment-0123456789"
+            ),
+        ]
+    ));
+}
+
+#[test]
+fn every_problem_is_listed_with_its_place() {
+    let text = r#"listen = "localhost"
+public_url = "flow.example.com"
+
+[smtp]
+host = "mail"
+from = "nobody"
+
+[provider]
+kind = "gemini"
+base_url = "localhost:11434"
+
+[[accounts]]
+id = "acme"
+api_keys = ["short"]
+
+[[accounts]]
+id = "acme"
+api_keys = []
+
+[[accounts]]
+id = "globex"
+api_keys = ["short"]
+
+[departments]
+billing = ["ana", "bo@acme.io"]
+empty = []
+
+[[webhooks]]
+url = "ftp://hooks"
+secret = "s"
+events = ["started"]
+"#;
+    insta::assert_snapshot!(render(text, &[("FLOWD_SMTP_PORT", "many")]));
+}
+
+#[test]
+fn a_syntax_error_is_placed() {
+    insta::assert_snapshot!(render("listen = \"127.0.0.1:80\"\n[smtp\nhost = 1\n", &[]));
+}
+
+#[test]
+fn an_unknown_key_is_refused_not_ignored() {
+    insta::assert_snapshot!(render(&format!("{SECRET}listne = \"127.0.0.1:80\"\n"), &[]));
+}
+
+#[test]
+fn a_short_link_secret_is_refused() {
+    insta::assert_snapshot!(render("link_secret = \"hunter2\"\n", &[]));
+}
