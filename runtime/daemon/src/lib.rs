@@ -2,3 +2,4 @@
 //! end-to-end tests share; `main.rs` only parses the command line.
 
 pub mod config;
+pub mod server;

@@ -1,45 +1,100 @@
 //! `flowd`: the runtime daemon.
+//!
+//! * `flowd serve [--config flowd.toml]` serves the API until SIGINT/SIGTERM.
+//! * `flowd check-config [--config flowd.toml]` checks the configuration.
+//!
+//! Exit codes: 0 done, 2 a usage or configuration error (every problem listed).
 
-fn main() -> std::process::ExitCode {
+use std::process::ExitCode;
+
+use flow_daemon::config::{self, Config};
+use flow_daemon::server;
+
+fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
-    let (Some(command), config) = (args.next(), args.collect::<Vec<_>>()) else {
-        eprintln!("usage: flowd check-config [--config flowd.toml]");
-        return std::process::ExitCode::from(2);
+    let (Some(command), rest) = (args.next(), args.collect::<Vec<_>>()) else {
+        eprintln!("usage: flowd serve|check-config [--config flowd.toml]");
+        return ExitCode::from(2);
     };
-    let path = match config.as_slice() {
+    let path = match rest.as_slice() {
         [] => "flowd.toml".to_string(),
         [flag, path] if flag == "--config" => path.clone(),
         _ => {
             eprintln!("usage: flowd {command} [--config flowd.toml]");
-            return std::process::ExitCode::from(2);
+            return ExitCode::from(2);
         }
     };
-    if command != "check-config" {
-        eprintln!("flowd: unknown command `{command}`; the commands are: check-config");
-        return std::process::ExitCode::from(2);
+    if !matches!(command.as_str(), "serve" | "check-config") {
+        eprintln!("flowd: unknown command `{command}`; the commands are: serve, check-config");
+        return ExitCode::from(2);
     }
-    let text = match std::fs::read_to_string(&path) {
-        Ok(text) => text,
+    let config = match load(&path) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    if command == "check-config" {
+        println!(
+            "{path}: ok ({} accounts, listening on {}, store {})",
+            config.accounts.len(),
+            config.listen,
+            config.store
+        );
+        return ExitCode::SUCCESS;
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("flowd: cannot read {path}: {error}");
-            return std::process::ExitCode::from(2);
+            eprintln!("flowd: cannot start the async runtime: {error}");
+            return ExitCode::from(2);
         }
     };
-    match flow_daemon::config::load(&path, &text, &|name| std::env::var(name).ok()) {
-        Ok(config) => {
-            println!(
-                "{path}: ok ({} accounts, listening on {}, store {})",
-                config.accounts.len(),
-                config.listen,
-                config.store
-            );
-            std::process::ExitCode::SUCCESS
-        }
-        Err(problems) => {
-            for problem in &problems {
-                eprintln!("error: {problem}");
-            }
-            std::process::ExitCode::from(2)
+    let served = runtime.block_on(async {
+        let daemon = server::Daemon::open(config)?;
+        server::serve(daemon, shutdown_signal(), |address| {
+            eprintln!("flowd: listening on {address}");
+        })
+        .await
+    });
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("flowd: {message}");
+            ExitCode::from(2)
         }
     }
+}
+
+fn load(path: &str) -> Result<Config, ExitCode> {
+    let text = std::fs::read_to_string(path).map_err(|error| {
+        eprintln!("flowd: cannot read {path}: {error}");
+        ExitCode::from(2)
+    })?;
+    config::load(path, &text, &|name| std::env::var(name).ok()).map_err(|problems| {
+        for problem in &problems {
+            eprintln!("error: {problem}");
+        }
+        ExitCode::from(2)
+    })
+}
+
+/// SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(signal) => signal,
+                Err(_) => {
+                    let _ = interrupt.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
 }

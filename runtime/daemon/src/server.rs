@@ -1,0 +1,235 @@
+//! `flowd serve`: the store opened, unfinished runs resumed, the HTTP API
+//! served until a shutdown signal, then the runs in flight given time to
+//! settle (whatever does not settle is in the journal and resumes on the
+//! next start).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use flow_runtime::interp::Provider;
+use flow_runtime::llm::ProviderConfig;
+use flow_runtime::store::{RunStatus, Store};
+use serde_json::json;
+use tokio::task::JoinSet;
+
+use crate::config::{Config, Secret};
+
+/// What every request handler shares.
+pub struct Daemon {
+    pub config: Config,
+    pub store: Arc<dyn Store>,
+    pub provider: Arc<dyn Provider>,
+    /// API key to the account it belongs to.
+    keys: HashMap<String, String>,
+}
+
+/// The account a request was authenticated as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccountId(pub String);
+
+/// How long runs in flight get to settle after a shutdown signal.
+const SETTLE: Duration = Duration::from_secs(10);
+
+/// Largest request body accepted (a `.flow` source or a run's input).
+const BODY_LIMIT: usize = 2 * 1024 * 1024;
+
+impl Daemon {
+    /// Opens the store and the provider that `config` names.
+    pub fn open(config: Config) -> Result<Arc<Daemon>, String> {
+        if config.store.starts_with("postgres://") || config.store.starts_with("postgresql://") {
+            return Err(format!(
+                "store `{}`: this flowd has no PostgreSQL store yet; give a SQLite file path",
+                config.store
+            ));
+        }
+        let store: Arc<dyn Store> =
+            flow_runtime::sqlite::SqliteStore::open(std::path::Path::new(&config.store))
+                .map_err(|e| format!("cannot open the store {}: {e}", config.store))?;
+        let provider: Arc<dyn Provider> = match &config.provider {
+            None => {
+                eprintln!(
+                    "flowd: no [provider] configured; recipes answer with the offline provider's fabricated outputs"
+                );
+                Arc::new(flow_runtime::offline::OfflineProvider)
+            }
+            Some(provider) => {
+                let settings = ProviderConfig {
+                    base_url: provider.base_url.clone(),
+                    api_key: provider.api_key.as_ref().map(|Secret(key)| key.clone()),
+                    models: provider.models.clone(),
+                };
+                match provider.kind.as_str() {
+                    "anthropic" => {
+                        Arc::new(flow_runtime::anthropic::AnthropicProvider::new(settings)?)
+                    }
+                    _ => Arc::new(flow_runtime::openai::OpenAiProvider::new(settings)?),
+                }
+            }
+        };
+        let keys = config
+            .accounts
+            .iter()
+            .flat_map(|account| {
+                account
+                    .api_keys
+                    .iter()
+                    .map(|Secret(key)| (key.clone(), account.id.clone()))
+            })
+            .collect();
+        Ok(Arc::new(Daemon {
+            config,
+            store,
+            provider,
+            keys,
+        }))
+    }
+
+    /// Resumes every run a stopped flowd left unfinished (and parked runs
+    /// whose approval expired) into `runs`.
+    async fn recover(self: &Arc<Daemon>, runs: &mut JoinSet<()>) -> Result<usize, String> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let due = flow_runtime::runner::runs_to_recover(self.store.as_ref(), now)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut resumed = 0;
+        for row in due {
+            let claimed = self
+                .store
+                .claim_run(&row.id, &[RunStatus::Running, RunStatus::PendingApproval])
+                .await
+                .map_err(|e| e.to_string())?;
+            if !claimed {
+                continue;
+            }
+            let plan = self
+                .store
+                .plan(&row.plan_hash)
+                .await
+                .map_err(|e| e.to_string())?;
+            let daemon = Arc::clone(self);
+            runs.spawn(async move {
+                let outcome = flow_runtime::runner::drive(
+                    &daemon.store,
+                    &plan,
+                    &row.workflow,
+                    &row.id,
+                    row.input,
+                    Arc::clone(&daemon.provider),
+                    None,
+                )
+                .await;
+                if let Err(error) = outcome {
+                    eprintln!("flowd: run {}: {error}", row.id);
+                }
+            });
+            resumed += 1;
+        }
+        Ok(resumed)
+    }
+}
+
+/// The API's routes, every one behind API-key authentication.
+pub fn router(daemon: Arc<Daemon>) -> Router {
+    Router::new()
+        .fallback(|| async {
+            problem(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "no such route; the API is under /v1 (see /v1/openapi.json)",
+            )
+        })
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&daemon),
+            authenticate,
+        ))
+        .layer(axum::extract::DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(daemon)
+}
+
+/// Serves until `shutdown` completes, then lets runs in flight settle.
+/// `ready` gets the bound address (the configured port may be 0).
+pub async fn serve(
+    daemon: Arc<Daemon>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    ready: impl FnOnce(SocketAddr),
+) -> Result<(), String> {
+    let listener = tokio::net::TcpListener::bind(daemon.config.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", daemon.config.listen))?;
+    let address = listener.local_addr().map_err(|e| e.to_string())?;
+    let mut runs = JoinSet::new();
+    let resumed = daemon.recover(&mut runs).await?;
+    if resumed > 0 {
+        eprintln!("flowd: resumed {resumed} unfinished run(s)");
+    }
+    ready(address);
+    axum::serve(listener, router(Arc::clone(&daemon)))
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(|e| format!("the server stopped: {e}"))?;
+    // Runs still going after the grace period are dropped mid-step: their
+    // journals hold every completed step, and the next start resumes them.
+    let settle = async { while runs.join_next().await.is_some() {} };
+    if tokio::time::timeout(SETTLE, settle).await.is_err() {
+        eprintln!(
+            "flowd: {} run(s) still in flight after {SETTLE:?}; they resume on the next start",
+            runs.len()
+        );
+    }
+    Ok(())
+}
+
+/// Finds the request's account from `Authorization: Bearer KEY`.
+async fn authenticate(
+    State(daemon): State<Arc<Daemon>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let key = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "));
+    let Some(key) = key else {
+        return problem(
+            StatusCode::UNAUTHORIZED,
+            "unauthenticated",
+            "send an API key as `Authorization: Bearer KEY`",
+        );
+    };
+    let Some(account) = daemon.keys.get(key) else {
+        return problem(
+            StatusCode::UNAUTHORIZED,
+            "unauthenticated",
+            "this API key belongs to no account",
+        );
+    };
+    request.extensions_mut().insert(AccountId(account.clone()));
+    next.run(request).await
+}
+
+/// An error as a JSON problem object (RFC 9457) with a stable `code`.
+pub fn problem(status: StatusCode, code: &str, detail: &str) -> Response {
+    let body = json!({
+        "type": format!("https://flow.dev/problems/{code}"),
+        "title": status.canonical_reason().unwrap_or("error"),
+        "status": status.as_u16(),
+        "code": code,
+        "detail": detail,
+    });
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/problem+json")],
+        body.to_string(),
+    )
+        .into_response()
+}
