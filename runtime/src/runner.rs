@@ -124,6 +124,26 @@ async fn decided_meanwhile(
     }))
 }
 
+/// Claims the runs due for recovery (see `runs_to_recover`) for this
+/// process, with their plans: the caller drives each. Runs another live
+/// process is executing are left to it.
+pub async fn claim_runs_to_recover(store: &dyn Store) -> Result<Vec<(RunRow, Plan)>, StoreError> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let mut claimed = Vec::new();
+    for row in runs_to_recover(store, now).await? {
+        if store
+            .claim_run(&row.id, &[RunStatus::Running, RunStatus::PendingApproval])
+            .await?
+        {
+            let plan = store.plan(&row.plan_hash).await?;
+            claimed.push((row, plan));
+        }
+    }
+    Ok(claimed)
+}
+
 /// The runs a restart resumes: those left `running`, and those parked at an
 /// approval that has expired by `now_ms` (to apply its `on_expire`). Runs
 /// another live process is executing are listed too; `claim_run` refuses them.

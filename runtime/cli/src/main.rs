@@ -196,10 +196,7 @@ async fn dispatch(command: Command) -> Result<u8> {
         }
         Command::Recover { db, json } => {
             let store = open_store(&db)?;
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64);
-            let runs = runner::runs_to_recover(store.as_ref(), now)
+            let runs = runner::claim_runs_to_recover(store.as_ref())
                 .await
                 .map_err(|e| usage(e.to_string()))?;
             if runs.is_empty() && !json {
@@ -208,19 +205,7 @@ async fn dispatch(command: Command) -> Result<u8> {
             // Every run resumes at once: a restart brings them all back to
             // work together, not one after another.
             let mut resumed = tokio::task::JoinSet::new();
-            for row in runs {
-                // Runs still executing in a live process are not this one's.
-                if !store
-                    .claim_run(&row.id, &[RunStatus::Running, RunStatus::PendingApproval])
-                    .await
-                    .map_err(|e| usage(e.to_string()))?
-                {
-                    continue;
-                }
-                let plan = store
-                    .plan(&row.plan_hash)
-                    .await
-                    .map_err(|e| usage(e.to_string()))?;
+            for (row, plan) in runs {
                 let store = Arc::clone(&store);
                 resumed.spawn(async move {
                     execute(&store, &plan, &row.workflow, &row.id, row.input, json).await

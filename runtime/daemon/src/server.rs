@@ -15,7 +15,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use flow_runtime::interp::Provider;
 use flow_runtime::llm::ProviderConfig;
-use flow_runtime::store::{RunStatus, Store};
+use flow_runtime::store::Store;
 use serde_json::json;
 use tokio::task::JoinSet;
 
@@ -94,27 +94,11 @@ impl Daemon {
     /// Resumes every run a stopped flowd left unfinished (and parked runs
     /// whose approval expired) into `runs`.
     async fn recover(self: &Arc<Daemon>, runs: &mut JoinSet<()>) -> Result<usize, String> {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        let due = flow_runtime::runner::runs_to_recover(self.store.as_ref(), now)
+        let due = flow_runtime::runner::claim_runs_to_recover(self.store.as_ref())
             .await
             .map_err(|e| e.to_string())?;
-        let mut resumed = 0;
-        for row in due {
-            let claimed = self
-                .store
-                .claim_run(&row.id, &[RunStatus::Running, RunStatus::PendingApproval])
-                .await
-                .map_err(|e| e.to_string())?;
-            if !claimed {
-                continue;
-            }
-            let plan = self
-                .store
-                .plan(&row.plan_hash)
-                .await
-                .map_err(|e| e.to_string())?;
+        let resumed = due.len();
+        for (row, plan) in due {
             let daemon = Arc::clone(self);
             runs.spawn(async move {
                 let outcome = flow_runtime::runner::drive(
@@ -131,7 +115,6 @@ impl Daemon {
                     eprintln!("flowd: run {}: {error}", row.id);
                 }
             });
-            resumed += 1;
         }
         Ok(resumed)
     }
