@@ -158,7 +158,7 @@ fn b4(quick: bool) {
         store.put_plan(&ten).expect("the plan is stored");
         for i in 0..runs {
             store
-                .create_run(&format!("run-{i}"), "ten", &ten.hash, &input)
+                .create_run(&format!("run-{i}"), "", "ten", &ten.hash, &input)
                 .expect("run created");
         }
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -257,7 +257,7 @@ fn b3(runtime: &tokio::runtime::Runtime, quick: bool) {
     store.put_plan(&gated).expect("the plan is stored");
     for i in 0..runs {
         store
-            .create_run(&format!("run-{i}"), "gated", &gated.hash, &json!({}))
+            .create_run(&format!("run-{i}"), "", "gated", &gated.hash, &json!({}))
             .expect("run created");
     }
     let go = |which: std::ops::Range<usize>, resume: bool| {
@@ -348,7 +348,7 @@ fn b1(runtime: &tokio::runtime::Runtime, quick: bool) {
     let input = json!({ "q": "x".repeat(1000) });
     for i in 0..runs {
         store
-            .create_run(&format!("run-{i}"), "ten", &ten.hash, &input)
+            .create_run(&format!("run-{i}"), "", "ten", &ten.hash, &input)
             .expect("run created");
     }
     let start = Instant::now();

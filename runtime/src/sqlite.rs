@@ -24,7 +24,7 @@ use crate::interp::{
     BoxFuture, Effects, ErrorKind, Handoff, Journal, KbWrite, StepError, StepRecord, StepStatus,
 };
 use crate::interp::{DecideError, decide_record};
-use crate::store::{RunLog, RunRow, RunStatus, Store, StoreError, StoreFuture};
+use crate::store::{Deployment, RunLog, RunRow, RunStatus, Store, StoreError, StoreFuture};
 
 impl rusqlite::types::ToSql for RunStatus {
     fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
@@ -95,6 +95,18 @@ const MIGRATIONS: &[&str] = &[
     // Which process is executing a run (see `claim_run`).
     "ALTER TABLE runs ADD COLUMN owner TEXT;
      CREATE INDEX step_runs_by_seq ON step_runs(seq);",
+    // Whose a run is (flowd's accounts; runs of the local CLI have none), and
+    // the workflows each account has deployed, by version.
+    "ALTER TABLE runs ADD COLUMN account TEXT NOT NULL DEFAULT '';
+     CREATE INDEX runs_by_account ON runs(account, created_ms);
+     CREATE TABLE deployments (
+         account TEXT NOT NULL,
+         workflow TEXT NOT NULL,
+         version INTEGER NOT NULL,
+         plan_hash TEXT NOT NULL REFERENCES plans(hash),
+         created_ms INTEGER NOT NULL,
+         PRIMARY KEY (account, workflow, version)
+     );",
 ];
 
 impl From<rusqlite::Error> for StoreError {
@@ -280,15 +292,16 @@ impl SqliteStore {
     pub fn create_run(
         &self,
         id: &str,
+        account: &str,
         workflow: &str,
         plan_hash: &str,
         input: &Value,
     ) -> Result<(), StoreError> {
         let now = now_ms();
         lock(&self.conn).execute(
-            "INSERT INTO runs (id, workflow, plan_hash, status, input, created_ms, updated_ms, owner)
-             VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?5, ?6)",
-            params![id, workflow, plan_hash, input.to_string(), now, owner()],
+            "INSERT INTO runs (id, workflow, plan_hash, status, input, created_ms, updated_ms, owner, account)
+             VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?5, ?6, ?7)",
+            params![id, workflow, plan_hash, input.to_string(), now, owner(), account],
         )?;
         Ok(())
     }
@@ -354,7 +367,7 @@ impl SqliteStore {
     pub fn run(&self, id: &str) -> Result<Option<RunRow>, StoreError> {
         Ok(lock(&self.conn)
             .query_row(
-                "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms FROM runs WHERE id = ?1",
+                "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account FROM runs WHERE id = ?1",
                 [id],
                 run_row,
             )
@@ -364,7 +377,7 @@ impl SqliteStore {
     pub fn runs(&self) -> Result<Vec<RunRow>, StoreError> {
         let conn = lock(&self.conn);
         let mut statement = conn.prepare(
-            "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms FROM runs ORDER BY created_ms, id",
+            "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account FROM runs ORDER BY created_ms, id",
         )?;
         let rows = statement
             .query_map([], run_row)?
@@ -419,6 +432,67 @@ impl SqliteStore {
         })
     }
 
+    pub fn deploy(
+        &self,
+        account: &str,
+        workflow: &str,
+        plan_hash: &str,
+    ) -> Result<Deployment, StoreError> {
+        let conn = lock(&self.conn);
+        in_immediate(&conn, || {
+            let latest: Option<(u32, String, i64)> = conn
+                .query_row(
+                    "SELECT version, plan_hash, created_ms FROM deployments
+                     WHERE account = ?1 AND workflow = ?2 ORDER BY version DESC LIMIT 1",
+                    params![account, workflow],
+                    |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+                )
+                .optional()?;
+            if let Some((version, hash, created_ms)) = &latest
+                && hash == plan_hash
+            {
+                return Ok(Deployment {
+                    workflow: workflow.to_string(),
+                    version: *version,
+                    plan_hash: hash.clone(),
+                    created_ms: *created_ms,
+                });
+            }
+            let version = latest.map_or(1, |(version, ..)| version + 1);
+            let created_ms = now_ms();
+            conn.execute(
+                "INSERT INTO deployments (account, workflow, version, plan_hash, created_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![account, workflow, version, plan_hash, created_ms],
+            )?;
+            Ok(Deployment {
+                workflow: workflow.to_string(),
+                version,
+                plan_hash: plan_hash.to_string(),
+                created_ms,
+            })
+        })
+    }
+
+    pub fn deployments(&self, account: &str) -> Result<Vec<Deployment>, StoreError> {
+        let conn = lock(&self.conn);
+        let mut statement = conn.prepare(
+            "SELECT workflow, version, plan_hash, created_ms FROM deployments
+             WHERE account = ?1 ORDER BY workflow, version",
+        )?;
+        let rows = statement
+            .query_map([account], |row| {
+                Ok(Deployment {
+                    workflow: row.get(0)?,
+                    version: row.get(1)?,
+                    plan_hash: row.get(2)?,
+                    created_ms: row.get(3)?,
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
     /// Notifications recorded by handoffs, newest last.
     pub fn notifications(&self) -> Result<Vec<Handoff>, StoreError> {
         let conn = lock(&self.conn);
@@ -455,11 +529,12 @@ impl Store for SqliteStore {
     fn create_run<'a>(
         &'a self,
         id: &'a str,
+        account: &'a str,
         workflow: &'a str,
         plan_hash: &'a str,
         input: &'a Value,
     ) -> StoreFuture<'a, ()> {
-        ready(self.create_run(id, workflow, plan_hash, input))
+        ready(self.create_run(id, account, workflow, plan_hash, input))
     }
 
     fn claim_run<'a>(&'a self, id: &'a str, from: &'a [RunStatus]) -> StoreFuture<'a, bool> {
@@ -502,6 +577,19 @@ impl Store for SqliteStore {
         decided_at: &'a str,
     ) -> StoreFuture<'a, ()> {
         self.decide(run_id, path, approver, approved, comment, decided_at)
+    }
+
+    fn deploy<'a>(
+        &'a self,
+        account: &'a str,
+        workflow: &'a str,
+        plan_hash: &'a str,
+    ) -> StoreFuture<'a, Deployment> {
+        ready(self.deploy(account, workflow, plan_hash))
+    }
+
+    fn deployments<'a>(&'a self, account: &'a str) -> StoreFuture<'a, Vec<Deployment>> {
+        ready(self.deployments(account))
     }
 
     fn notifications(&self) -> StoreFuture<'_, Vec<Handoff>> {
@@ -563,6 +651,7 @@ fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
         created_ms: row.get(6)?,
         updated_ms: row.get(7)?,
         active_ms: row.get(8)?,
+        account: row.get(9)?,
     })
 }
 

@@ -80,6 +80,10 @@ impl std::fmt::Display for RunStatus {
     }
 }
 
+/// The account of runs started by the local `flow` CLI; flowd's account ids
+/// are never empty.
+pub const NO_ACCOUNT: &str = "";
+
 /// A run as the store keeps it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunRow {
@@ -93,6 +97,18 @@ pub struct RunRow {
     pub updated_ms: i64,
     /// Active time used so far (not counting time parked at approvals).
     pub active_ms: i64,
+    /// Whose run it is (`NO_ACCOUNT` for the local CLI's).
+    pub account: String,
+}
+
+/// A workflow an account deployed: each deployment of a changed plan is a
+/// new version; runs start on a version's plan and stay on it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deployment {
+    pub workflow: String,
+    pub version: u32,
+    pub plan_hash: String,
+    pub created_ms: i64,
 }
 
 /// One run's view of a store: the journal the interpreter replays and
@@ -113,10 +129,11 @@ pub trait Store: Send + Sync {
 
     fn plan<'a>(&'a self, hash: &'a str) -> StoreFuture<'a, Plan>;
 
-    /// Creates a run, `running` and owned by this process.
+    /// Creates a run of `account`, `running` and owned by this process.
     fn create_run<'a>(
         &'a self,
         id: &'a str,
+        account: &'a str,
         workflow: &'a str,
         plan_hash: &'a str,
         input: &'a Value,
@@ -160,6 +177,18 @@ pub trait Store: Send + Sync {
         comment: Option<&'a str>,
         decided_at: &'a str,
     ) -> StoreFuture<'a, ()>;
+
+    /// Deploys `workflow` of the stored plan `plan_hash` for `account`: a new
+    /// version, unless the latest version already has this plan.
+    fn deploy<'a>(
+        &'a self,
+        account: &'a str,
+        workflow: &'a str,
+        plan_hash: &'a str,
+    ) -> StoreFuture<'a, Deployment>;
+
+    /// The account's deployments, by workflow then version.
+    fn deployments<'a>(&'a self, account: &'a str) -> StoreFuture<'a, Vec<Deployment>>;
 
     /// Notifications recorded by handoffs, oldest first.
     fn notifications(&self) -> StoreFuture<'_, Vec<Handoff>>;

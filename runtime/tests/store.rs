@@ -42,7 +42,7 @@ async fn durability_approval_persists_at_the_end_only() {
     let plan = plan(TWO_STEPS);
     store.put_plan(&plan).unwrap();
     store
-        .create_run("run-1", "w", &plan.hash, &json!({}))
+        .create_run("run-1", "", "w", &plan.hash, &json!({}))
         .unwrap();
     let journal = RunJournal::open(&store, "run-1", Durability::Approval).unwrap();
     let outcome = run(journal.clone(), &plan).await;
@@ -56,7 +56,7 @@ async fn durability_approval_persists_at_the_end_only() {
 
     // Full durability writes as it goes.
     store
-        .create_run("run-2", "w", &plan.hash, &json!({}))
+        .create_run("run-2", "", "w", &plan.hash, &json!({}))
         .unwrap();
     let journal = RunJournal::open(&store, "run-2", Durability::Full).unwrap();
     let services = Services {
@@ -77,7 +77,7 @@ async fn a_decision_applies_once_across_tasks_and_survives_reopening() {
     let plan = plan("workflow w { step g = approval { approvers: [\"a\"], message: \"m\" } }");
     store.put_plan(&plan).unwrap();
     store
-        .create_run("run-1", "w", &plan.hash, &json!({}))
+        .create_run("run-1", "", "w", &plan.hash, &json!({}))
         .unwrap();
     let journal = RunJournal::open(&store, "run-1", Durability::Full).unwrap();
     assert!(matches!(run(journal, &plan).await, Outcome::Parked { .. }));
@@ -154,11 +154,11 @@ async fn the_runner_parks_resumes_and_lists_runs_to_recover() {
     let plan = plan(GATED);
     store.put_plan(&plan).await.unwrap();
     store
-        .create_run("run-1", "w", &plan.hash, &json!({}))
+        .create_run("run-1", "", "w", &plan.hash, &json!({}))
         .await
         .unwrap();
     store
-        .create_run("run-2", "w", &plan.hash, &json!({}))
+        .create_run("run-2", "", "w", &plan.hash, &json!({}))
         .await
         .unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
@@ -239,4 +239,41 @@ fn done_output(outcome: &Outcome) -> serde_json::Value {
         Outcome::Completed { output } => output.clone(),
         other => panic!("not completed: {other:?}"),
     }
+}
+
+/// Deploying makes versions per account and workflow; deploying the same plan
+/// again is the same version; runs keep their account.
+#[tokio::test]
+async fn deployments_are_versioned_per_account_and_runs_keep_their_account() {
+    let dir = TempDir::new("store-deploy");
+    let store: Arc<dyn Store> = SqliteStore::open(&dir.path().join("s.db")).expect("opens");
+    let first = plan(TWO_STEPS);
+    let second = plan(GATED);
+    store.put_plan(&first).await.unwrap();
+    store.put_plan(&second).await.unwrap();
+    let v1 = store.deploy("acme", "w", &first.hash).await.unwrap();
+    assert_eq!(v1.version, 1);
+    let again = store.deploy("acme", "w", &first.hash).await.unwrap();
+    assert_eq!(again, v1, "the same plan is the same version");
+    let v2 = store.deploy("acme", "w", &second.hash).await.unwrap();
+    assert_eq!(
+        (v2.version, v2.plan_hash.as_str()),
+        (2, second.hash.as_str())
+    );
+    let other = store.deploy("globex", "w", &second.hash).await.unwrap();
+    assert_eq!(other.version, 1, "versions count per account");
+    let acme: Vec<u32> = store
+        .deployments("acme")
+        .await
+        .unwrap()
+        .iter()
+        .map(|d| d.version)
+        .collect();
+    assert_eq!(acme, [1, 2]);
+
+    store
+        .create_run("run-a", "acme", "w", &second.hash, &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(store.run("run-a").await.unwrap().unwrap().account, "acme");
 }

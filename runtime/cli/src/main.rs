@@ -18,7 +18,7 @@ use flow_runtime::interp::{Outcome, Provider, StepRecord};
 use flow_runtime::offline::OfflineProvider;
 use flow_runtime::runner::{self, Observer};
 use flow_runtime::sqlite::SqliteStore;
-use flow_runtime::store::{RunStatus, Store};
+use flow_runtime::store::{NO_ACCOUNT, RunStatus, Store};
 use serde_json::{Value, json};
 
 /// See the workspace Cargo.toml for why the binaries use mimalloc.
@@ -145,7 +145,7 @@ async fn dispatch(command: Command) -> Result<u8> {
                 .map_err(|e| usage(e.to_string()))?;
             let run_id = new_run_id();
             store
-                .create_run(&run_id, &workflow, &plan.hash, &input)
+                .create_run(&run_id, NO_ACCOUNT, &workflow, &plan.hash, &input)
                 .await
                 .map_err(|e| usage(e.to_string()))?;
             execute(&store, &plan, &workflow, &run_id, input, json).await
