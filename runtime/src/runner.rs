@@ -24,6 +24,53 @@ pub type Observer = Arc<dyn Fn(&StepRecord) + Send + Sync>;
 /// hand the recovered run a fresh budget.
 const ACTIVE_TICK: Duration = Duration::from_secs(1);
 
+/// A new run id, unique in one store: the time in microseconds, the process
+/// id and a per-process count (runs started in the same microsecond differ
+/// by it), in base 36.
+pub fn new_run_id() -> String {
+    static STARTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64);
+    format!(
+        "run-{}-{}-{}",
+        base36(micros),
+        base36(u64::from(std::process::id())),
+        base36(STARTED.fetch_add(1, Ordering::Relaxed))
+    )
+}
+
+fn base36(mut n: u64) -> String {
+    const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = Vec::new();
+    loop {
+        out.push(DIGITS[(n % 36) as usize]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    out.reverse();
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// The run record of `flow run --json` and flowd's API: `run_id`, `status`,
+/// and `output`, `pending_approvals` (with their step paths) or `error`.
+pub fn run_record(run_id: &str, outcome: &Outcome) -> Value {
+    let mut record = serde_json::json!({ "run_id": run_id, "status": RunStatus::of(outcome) });
+    match outcome {
+        Outcome::Completed { output } => record["output"] = output.clone(),
+        Outcome::Parked { pending } => {
+            record["pending_approvals"] = serde_json::to_value(pending).unwrap_or(Value::Null);
+        }
+        Outcome::Failed { error, step } => {
+            record["error"] =
+                serde_json::json!({ "kind": error.kind, "message": error.message, "step": step });
+        }
+    }
+    record
+}
+
 /// Runs (or resumes) `run_id`, which this process has created or claimed,
 /// until it completes, fails or parks, and records how it ended.
 pub async fn drive(

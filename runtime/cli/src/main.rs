@@ -143,7 +143,7 @@ async fn dispatch(command: Command) -> Result<u8> {
                 .put_plan(&plan)
                 .await
                 .map_err(|e| usage(e.to_string()))?;
-            let run_id = new_run_id();
+            let run_id = runner::new_run_id();
             store
                 .create_run(&run_id, NO_ACCOUNT, &workflow, &plan.hash, &input)
                 .await
@@ -339,24 +339,13 @@ async fn execute(
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }
-    let status = RunStatus::of(&outcome);
     let code = match &outcome {
         Outcome::Completed { .. } => 0,
         Outcome::Parked { .. } => 3,
         Outcome::Failed { .. } => 1,
     };
     if json {
-        let mut report = json!({ "run_id": run_id, "status": status });
-        match &outcome {
-            Outcome::Completed { output } => report["output"] = output.clone(),
-            Outcome::Parked { pending } => {
-                report["pending_approvals"] = serde_json::to_value(pending).unwrap_or(Value::Null);
-            }
-            Outcome::Failed { error, step } => {
-                report["error"] =
-                    json!({ "kind": error.kind, "message": error.message, "step": step });
-            }
-        }
+        let report = runner::run_record(run_id, &outcome);
         println!("{report}");
     } else {
         match &outcome {
@@ -468,31 +457,4 @@ fn open_store(db: &Path) -> Result<Arc<dyn Store>> {
     let store: Arc<dyn Store> = SqliteStore::open(db)
         .map_err(|e| usage(format!("cannot open the store {}: {e}", db.display())))?;
     Ok(store)
-}
-
-/// A run id unique enough for one store: the time in microseconds and the
-/// process id, in base 36.
-fn new_run_id() -> String {
-    let micros = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64);
-    format!(
-        "run-{}-{}",
-        base36(micros),
-        base36(u64::from(std::process::id()))
-    )
-}
-
-fn base36(mut n: u64) -> String {
-    const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
-    let mut out = Vec::new();
-    loop {
-        out.push(DIGITS[(n % 36) as usize]);
-        n /= 36;
-        if n == 0 {
-            break;
-        }
-    }
-    out.reverse();
-    String::from_utf8(out).unwrap_or_default()
 }

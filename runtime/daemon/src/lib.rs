@@ -1,5 +1,6 @@
 //! flowd: the runtime as a service. The library holds what the binary and the
 //! end-to-end tests share; `main.rs` only parses the command line.
 
+mod api;
 pub mod config;
 pub mod server;

@@ -28,6 +28,8 @@ pub struct Daemon {
     pub provider: Arc<dyn Provider>,
     /// API key to the account it belongs to.
     keys: HashMap<String, String>,
+    /// The runs this process is driving; shutdown waits for them to settle.
+    runs: std::sync::Mutex<JoinSet<()>>,
 }
 
 /// The account a request was authenticated as.
@@ -88,41 +90,62 @@ impl Daemon {
             store,
             provider,
             keys,
+            runs: std::sync::Mutex::new(JoinSet::new()),
         }))
     }
 
     /// Resumes every run a stopped flowd left unfinished (and parked runs
-    /// whose approval expired) into `runs`.
-    async fn recover(self: &Arc<Daemon>, runs: &mut JoinSet<()>) -> Result<usize, String> {
+    /// whose approval expired).
+    async fn recover(self: &Arc<Daemon>) -> Result<usize, String> {
         let due = flow_runtime::runner::claim_runs_to_recover(self.store.as_ref())
             .await
             .map_err(|e| e.to_string())?;
         let resumed = due.len();
         for (row, plan) in due {
-            let daemon = Arc::clone(self);
-            runs.spawn(async move {
-                let outcome = flow_runtime::runner::drive(
-                    &daemon.store,
-                    &plan,
-                    &row.workflow,
-                    &row.id,
-                    row.input,
-                    Arc::clone(&daemon.provider),
-                    None,
-                )
-                .await;
-                if let Err(error) = outcome {
-                    eprintln!("flowd: run {}: {error}", row.id);
-                }
-            });
+            self.spawn_run(plan, row.workflow, row.id, row.input);
         }
         Ok(resumed)
+    }
+
+    /// Drives a run this process has created or claimed, in the background.
+    pub(crate) fn spawn_run(
+        self: &Arc<Daemon>,
+        plan: flow_plan::Plan,
+        workflow: String,
+        run_id: String,
+        input: serde_json::Value,
+    ) {
+        let daemon = Arc::clone(self);
+        let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+        // Finished runs leave their results in the set until collected.
+        while runs.try_join_next().is_some() {}
+        runs.spawn(async move {
+            let driven = flow_runtime::runner::drive(
+                &daemon.store,
+                &plan,
+                &workflow,
+                &run_id,
+                input,
+                Arc::clone(&daemon.provider),
+                None,
+            )
+            .await;
+            if let Err(error) = driven {
+                eprintln!("flowd: run {run_id}: {error}");
+            }
+        });
     }
 }
 
 /// The API's routes, every one behind API-key authentication.
 pub fn router(daemon: Arc<Daemon>) -> Router {
     Router::new()
+        .route(
+            "/v1/workflows",
+            axum::routing::post(crate::api::deploy).get(crate::api::workflows),
+        )
+        .route("/v1/runs", axum::routing::post(crate::api::start_run))
+        .route("/v1/runs/{id}", axum::routing::get(crate::api::get_run))
         .fallback(|| async {
             problem(
                 StatusCode::NOT_FOUND,
@@ -149,8 +172,7 @@ pub async fn serve(
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", daemon.config.listen))?;
     let address = listener.local_addr().map_err(|e| e.to_string())?;
-    let mut runs = JoinSet::new();
-    let resumed = daemon.recover(&mut runs).await?;
+    let resumed = daemon.recover().await?;
     if resumed > 0 {
         eprintln!("flowd: resumed {resumed} unfinished run(s)");
     }
@@ -161,6 +183,7 @@ pub async fn serve(
         .map_err(|e| format!("the server stopped: {e}"))?;
     // Runs still going after the grace period are dropped mid-step: their
     // journals hold every completed step, and the next start resumes them.
+    let mut runs = std::mem::take(&mut *daemon.runs.lock().unwrap_or_else(|p| p.into_inner()));
     let settle = async { while runs.join_next().await.is_some() {} };
     if tokio::time::timeout(SETTLE, settle).await.is_err() {
         eprintln!(
@@ -200,19 +223,46 @@ async fn authenticate(
     next.run(request).await
 }
 
-/// An error as a JSON problem object (RFC 9457) with a stable `code`.
+/// An error answer: a JSON problem object (RFC 9457) with a stable `code`,
+/// and whatever fields say more (`diagnostics`, `mismatches`).
+#[derive(Debug)]
+pub struct Problem {
+    status: StatusCode,
+    body: serde_json::Value,
+}
+
+impl Problem {
+    pub fn new(status: StatusCode, code: &str, detail: &str) -> Problem {
+        Problem {
+            status,
+            body: json!({
+                "type": format!("https://flow.dev/problems/{code}"),
+                "title": status.canonical_reason().unwrap_or("error"),
+                "status": status.as_u16(),
+                "code": code,
+                "detail": detail,
+            }),
+        }
+    }
+
+    pub fn with(mut self, field: &str, value: serde_json::Value) -> Problem {
+        self.body[field] = value;
+        self
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            [(header::CONTENT_TYPE, "application/problem+json")],
+            self.body.to_string(),
+        )
+            .into_response()
+    }
+}
+
+/// A problem as a response, for middleware and fallbacks.
 pub fn problem(status: StatusCode, code: &str, detail: &str) -> Response {
-    let body = json!({
-        "type": format!("https://flow.dev/problems/{code}"),
-        "title": status.canonical_reason().unwrap_or("error"),
-        "status": status.as_u16(),
-        "code": code,
-        "detail": detail,
-    });
-    (
-        status,
-        [(header::CONTENT_TYPE, "application/problem+json")],
-        body.to_string(),
-    )
-        .into_response()
+    Problem::new(status, code, detail).into_response()
 }

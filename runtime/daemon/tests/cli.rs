@@ -52,70 +52,269 @@ fn check_config_says_ok_or_lists_every_problem() {
     );
 }
 
-/// `flowd serve` answers every request with a JSON problem until it has a
-/// route for it, refuses requests without a valid API key, and stops cleanly
-/// on SIGTERM.
+/// A `flowd serve` child process on a loopback port, stopped on drop.
+struct Flowd {
+    child: std::process::Child,
+    url: String,
+    client: reqwest::Client,
+}
+
+const CONFIG: &str = "listen = \"127.0.0.1:0\"
+link_secret = \"0123456789abcdef0123456789abcdef\"
+[[accounts]]
+id = \"acme\"
+api_keys = [\"acme-key-0123456789\"]
+[[accounts]]
+id = \"globex\"
+api_keys = [\"globex-key-0123456789\"]
+";
+const ACME: &str = "acme-key-0123456789";
+const GLOBEX: &str = "globex-key-0123456789";
+
+impl Flowd {
+    fn start(dir: &TempDir) -> Flowd {
+        use std::io::{BufRead, BufReader};
+        dir.write("flowd.toml", CONFIG);
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_flowd"))
+            .arg("serve")
+            .current_dir(dir.path())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("flowd starts");
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        let address = loop {
+            line.clear();
+            if stderr.read_line(&mut line).unwrap_or(0) == 0 {
+                panic!("flowd exited before listening");
+            }
+            if let Some(found) = line.trim().strip_prefix("flowd: listening on ") {
+                break found.to_string();
+            }
+        };
+        // Keep reading stderr so that flowd never blocks on a full pipe.
+        std::thread::spawn(move || for _ in stderr.lines() {});
+        Flowd {
+            child,
+            url: format!("http://{address}"),
+            client: reqwest::Client::new(),
+        }
+    }
+
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        key: Option<&str>,
+        body: Option<serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
+        let mut request = self.client.request(method, format!("{}{path}", self.url));
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/json")
+                .body(body.to_string());
+        }
+        let response = request.send().await.expect("flowd answers");
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+        )
+    }
+
+    /// SIGTERM, then the exit code.
+    fn stop(mut self) -> Option<i32> {
+        let killed = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(killed.success());
+        self.child.wait().expect("flowd exits").code()
+    }
+}
+
+impl Drop for Flowd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `flowd serve` refuses requests without a valid API key, answers unknown
+/// routes with a JSON problem, and stops cleanly on SIGTERM.
 #[tokio::test]
 async fn serve_authenticates_answers_problems_and_stops_on_sigterm() {
-    use std::io::{BufRead, BufReader};
+    use reqwest::Method;
     let dir = TempDir::new("flowd-serve");
-    dir.write(
-        "flowd.toml",
-        "listen = \"127.0.0.1:0\"\nlink_secret = \"0123456789abcdef0123456789abcdef\"\n[[accounts]]\nid = \"acme\"\napi_keys = [\"acme-key-0123456789\"]\n",
+    let flowd = Flowd::start(&dir);
+    let (status, body) = flowd.send(Method::GET, "/v1/nothing", None, None).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (401, Some("unauthenticated"))
     );
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_flowd"))
-        .arg("serve")
-        .current_dir(dir.path())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("flowd starts");
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut address = None;
-    let mut line = String::new();
-    while stderr.read_line(&mut line).unwrap_or(0) > 0 {
-        if let Some(found) = line.trim().strip_prefix("flowd: listening on ") {
-            address = Some(found.to_string());
+    let (status, _) = flowd
+        .send(
+            Method::GET,
+            "/v1/nothing",
+            Some("not-a-key-of-anyone"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 401);
+    let (status, body) = flowd
+        .send(Method::GET, "/v1/nothing", Some(ACME), None)
+        .await;
+    assert_eq!((status, body["code"].as_str()), (404, Some("not_found")));
+    assert_eq!(body["status"], 404);
+    assert_eq!(flowd.stop(), Some(0), "a clean stop on SIGTERM");
+}
+
+const TWO_STEPS: &str = r#"recipe summarize {
+  model "default"
+  input { text: string }
+  output { summary: string }
+  prompt "Summarize {{input.text}}"
+}
+workflow digest {
+  input { text: string }
+  step first = summarize { text: workflow_input.text }
+  step second = summarize { text: step.first.summary }
+  output { summary: step.second.summary }
+}
+"#;
+
+/// Deploy a source, start a run, watch it complete; bad bodies, bad input
+/// and another account's keys get problems, and nothing runs for them.
+#[tokio::test]
+async fn deploy_start_and_read_a_run_scoped_to_its_account() {
+    use reqwest::Method;
+    use serde_json::json;
+    let dir = TempDir::new("flowd-api");
+    let flowd = Flowd::start(&dir);
+
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/workflows",
+            Some(ACME),
+            Some(json!({ "source": TWO_STEPS, "path": "digest.flow" })),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["deployments"][0]["workflow"], "digest");
+    assert_eq!(body["deployments"][0]["version"], 1);
+
+    let broken = TWO_STEPS.replace("step.first.summary", "step.first.sumary");
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/workflows",
+            Some(ACME),
+            Some(json!({ "source": broken, "path": "digest.flow" })),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (422, Some("does_not_check")),
+        "{body}"
+    );
+    assert_eq!(body["diagnostics"][0]["line"], 10, "{body}");
+
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/runs",
+            Some(ACME),
+            Some(json!({ "workflow": "digest", "input": { "text": 7 } })),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (422, Some("invalid_input")),
+        "{body}"
+    );
+    assert_eq!(body["mismatches"][0]["path"], "/text", "{body}");
+
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/runs",
+            Some(GLOBEX),
+            Some(json!({ "workflow": "digest", "input": { "text": "x" } })),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("unknown_workflow")),
+        "another account's workflow: {body}"
+    );
+
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/runs",
+            Some(ACME),
+            Some(json!({ "workflow": "digest", "input": { "text": "a long text" } })),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let run_id = body["run_id"].as_str().expect("a run id").to_string();
+    let path = format!("/v1/runs/{run_id}");
+    let mut record = json!(null);
+    for _ in 0..200 {
+        let (status, body) = flowd.send(Method::GET, &path, Some(ACME), None).await;
+        assert_eq!(status, 200, "{body}");
+        record = body;
+        if record["status"] != "running" {
             break;
         }
-        line.clear();
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    let address = address.expect("flowd says where it listens");
-    let client = reqwest::Client::new();
-    let url = format!("http://{address}/v1/nothing");
+    assert_eq!(record["status"], "completed", "{record}");
+    assert!(record["output"]["summary"].is_string(), "{record}");
+    assert_eq!(record["workflow"], "digest");
 
-    let anonymous = client.get(&url).send().await.expect("flowd answers");
-    assert_eq!(anonymous.status(), 401);
+    let (status, body) = flowd.send(Method::GET, &path, Some(GLOBEX), None).await;
     assert_eq!(
-        anonymous.headers()["content-type"],
-        "application/problem+json"
+        (status, body["code"].as_str()),
+        (404, Some("unknown_run")),
+        "{body}"
     );
-    let body: serde_json::Value = anonymous.json().await.unwrap();
-    assert_eq!(body["code"], "unauthenticated");
 
-    let wrong = client
-        .get(&url)
-        .bearer_auth("not-a-key-of-anyone")
+    // Bodies that are not what the route takes.
+    let response = flowd
+        .client
+        .post(format!("{}/v1/runs", flowd.url))
+        .bearer_auth(ACME)
+        .header("content-type", "application/json")
+        .body("{ not json")
         .send()
         .await
         .unwrap();
-    assert_eq!(wrong.status(), 401);
-
-    let unknown = client
-        .get(&url)
-        .bearer_auth("acme-key-0123456789")
+    assert_eq!(response.status(), 400);
+    let response = flowd
+        .client
+        .post(format!("{}/v1/runs", flowd.url))
+        .bearer_auth(ACME)
+        .header("content-type", "text/plain")
+        .body("{}")
         .send()
         .await
         .unwrap();
-    assert_eq!(unknown.status(), 404);
-    let body: serde_json::Value = unknown.json().await.unwrap();
-    assert_eq!(body["code"], "not_found");
-    assert_eq!(body["status"], 404);
-
-    let killed = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(killed.success());
-    let status = child.wait().expect("flowd exits");
-    assert_eq!(status.code(), Some(0), "a clean stop on SIGTERM");
+    assert_eq!(response.status(), 415);
+    let response = flowd
+        .client
+        .post(format!("{}/v1/workflows", flowd.url))
+        .bearer_auth(ACME)
+        .header("content-type", "application/json")
+        .body(vec![b' '; 3 * 1024 * 1024])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 413);
+    assert_eq!(flowd.stop(), Some(0));
 }

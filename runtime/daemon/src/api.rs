@@ -1,0 +1,288 @@
+//! The `/v1` routes. Every handler runs for an authenticated account
+//! (`AccountId`), and sees only that account's workflows and runs: another
+//! account's run is a 404, exactly as a run that does not exist.
+
+use std::sync::Arc;
+
+use axum::Extension;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use flow_plan::Plan;
+use flow_runtime::interp::Outcome;
+use flow_runtime::runner;
+use flow_runtime::store::RunStatus;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::server::{AccountId, Daemon, Problem};
+
+type Answer = Result<Response, Problem>;
+
+/// `POST /v1/workflows`: a `.flow` source compiled here, or a built plan.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Deploy {
+    source: Option<String>,
+    /// The source's file name, for diagnostics.
+    path: Option<String>,
+    plan: Option<Value>,
+}
+
+pub(crate) async fn deploy(
+    State(daemon): State<Arc<Daemon>>,
+    Extension(AccountId(account)): Extension<AccountId>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer {
+    let request: Deploy = json_body(&headers, body)?;
+    let plan = match (request.source, request.plan) {
+        (Some(source), None) => {
+            compile(request.path.as_deref().unwrap_or("workflow.flow"), &source)?
+        }
+        (None, Some(plan)) => Plan::from_json(&plan.to_string()).map_err(|e| {
+            Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_plan",
+                &e.to_string(),
+            )
+        })?,
+        _ => {
+            return Err(Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_request",
+                "send either `source` (a .flow file's text) or `plan` (flowc build output)",
+            ));
+        }
+    };
+    daemon.store.put_plan(&plan).await.map_err(store_problem)?;
+    let mut deployed = Vec::new();
+    for workflow in &plan.workflows {
+        deployed.push(
+            daemon
+                .store
+                .deploy(&account, &workflow.name, &plan.hash)
+                .await
+                .map_err(store_problem)?,
+        );
+    }
+    Ok((
+        StatusCode::CREATED,
+        axum::Json(json!({ "deployments": deployed })),
+    )
+        .into_response())
+}
+
+/// A source checked and lowered, or a 422 listing every error.
+fn compile(path: &str, source: &str) -> Result<Plan, Problem> {
+    let checked = flow_compiler::check_source(path, source);
+    if checked.has_errors() {
+        let errors: Vec<Value> = checked
+            .diagnostics
+            .iter()
+            .filter(|d| d.is_error())
+            .map(|d| {
+                let file = checked.file(d.primary.file);
+                let (line, column) =
+                    flow_compiler::diagnostic::line_col(&file.text, d.primary.span.start);
+                json!({ "code": d.code.as_str(), "message": d.message, "line": line, "column": column })
+            })
+            .collect();
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "does_not_check",
+            &format!("{path} has {} error(s)", errors.len()),
+        )
+        .with("diagnostics", Value::Array(errors)));
+    }
+    flow_compiler::lower(&checked).ok_or_else(|| {
+        Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "does_not_check",
+            "the source could not be lowered to a plan",
+        )
+    })
+}
+
+/// `GET /v1/workflows`: the account's deployments.
+pub(crate) async fn workflows(
+    State(daemon): State<Arc<Daemon>>,
+    Extension(AccountId(account)): Extension<AccountId>,
+) -> Answer {
+    let deployments = daemon
+        .store
+        .deployments(&account)
+        .await
+        .map_err(store_problem)?;
+    Ok(axum::Json(json!({ "deployments": deployments })).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StartRun {
+    workflow: String,
+    /// The deployed version; the latest by default.
+    version: Option<u32>,
+    #[serde(default)]
+    input: Value,
+}
+
+/// `POST /v1/runs`: starts a run of a deployed workflow. The input is checked
+/// against the workflow's input schema before anything is stored or runs.
+pub(crate) async fn start_run(
+    State(daemon): State<Arc<Daemon>>,
+    Extension(AccountId(account)): Extension<AccountId>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer {
+    let request: StartRun = json_body(&headers, body)?;
+    let deployments = daemon
+        .store
+        .deployments(&account)
+        .await
+        .map_err(store_problem)?;
+    let deployment = deployments
+        .iter()
+        .filter(|d| d.workflow == request.workflow)
+        .filter(|d| request.version.is_none_or(|v| v == d.version))
+        .max_by_key(|d| d.version)
+        .ok_or_else(|| {
+            Problem::new(
+                StatusCode::NOT_FOUND,
+                "unknown_workflow",
+                &match request.version {
+                    Some(v) => format!(
+                        "no version {v} of workflow `{}` is deployed",
+                        request.workflow
+                    ),
+                    None => format!("no workflow `{}` is deployed", request.workflow),
+                },
+            )
+        })?;
+    let plan = daemon
+        .store
+        .plan(&deployment.plan_hash)
+        .await
+        .map_err(store_problem)?;
+    let input = if request.input.is_null() {
+        json!({})
+    } else {
+        request.input
+    };
+    if let Some(workflow) = plan.workflow(&request.workflow) {
+        let mismatches = flow_runtime::schema::validate(&workflow.input_schema, &input);
+        if !mismatches.is_empty() {
+            return Err(Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_input",
+                &format!(
+                    "the input does not match workflow `{}`'s input",
+                    request.workflow
+                ),
+            )
+            .with(
+                "mismatches",
+                mismatches
+                    .iter()
+                    .map(|m| json!({ "path": m.path, "expected": m.expected, "found": m.found }))
+                    .collect(),
+            ));
+        }
+    }
+    let run_id = flow_runtime::runner::new_run_id();
+    daemon
+        .store
+        .create_run(&run_id, &account, &request.workflow, &plan.hash, &input)
+        .await
+        .map_err(store_problem)?;
+    daemon.spawn_run(plan, request.workflow.clone(), run_id.clone(), input);
+    Ok((
+        StatusCode::ACCEPTED,
+        [(header::LOCATION, format!("/v1/runs/{run_id}"))],
+        axum::Json(json!({ "run_id": run_id, "status": RunStatus::Running })),
+    )
+        .into_response())
+}
+
+/// `GET /v1/runs/{id}`: the run record (status, output, pending approvals or error).
+pub(crate) async fn get_run(
+    State(daemon): State<Arc<Daemon>>,
+    Extension(AccountId(account)): Extension<AccountId>,
+    Path(id): Path<String>,
+) -> Answer {
+    let row = daemon
+        .store
+        .run(&id)
+        .await
+        .map_err(store_problem)?
+        .filter(|row| row.account == account)
+        .ok_or_else(|| {
+            Problem::new(
+                StatusCode::NOT_FOUND,
+                "unknown_run",
+                &format!("no run `{id}`"),
+            )
+        })?;
+    let outcome: Option<Outcome> = row
+        .outcome
+        .as_ref()
+        .and_then(|o| serde_json::from_value(o.clone()).ok());
+    let mut record = match (&outcome, row.status) {
+        (Some(outcome), RunStatus::Completed | RunStatus::Failed | RunStatus::PendingApproval) => {
+            runner::run_record(&row.id, outcome)
+        }
+        _ => json!({ "run_id": row.id, "status": row.status }),
+    };
+    record["workflow"] = json!(row.workflow);
+    record["created_ms"] = json!(row.created_ms);
+    Ok(axum::Json(record).into_response())
+}
+
+/// The body as `T`, or a problem saying what is wrong with it.
+fn json_body<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, Problem> {
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(';')
+                .next()
+                .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
+        });
+    if !is_json {
+        return Err(Problem::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "send the body as `Content-Type: application/json`",
+        ));
+    }
+    let body = body.map_err(|rejection| {
+        let status = rejection.status();
+        let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            "body_too_large"
+        } else {
+            "unreadable_body"
+        };
+        Problem::new(status, code, &rejection.body_text())
+    })?;
+    serde_json::from_slice(&body).map_err(|error| {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "malformed_json",
+            &format!("the body is not the JSON expected here: {error}"),
+        )
+    })
+}
+
+fn store_problem(error: flow_runtime::store::StoreError) -> Problem {
+    Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "store_unavailable",
+        &error.to_string(),
+    )
+}
