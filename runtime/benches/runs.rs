@@ -270,7 +270,7 @@ fn b3(runtime: &tokio::runtime::Runtime, quick: bool) {
                     let run_id = format!("run-{i}");
                     if resume {
                         store
-                            .decide(&run_id, "ok", "boss", true, None, "0")
+                            .decide(&run_id, "ok", &approve("boss"))
                             .await
                             .expect("the gate is pending");
                     }
@@ -420,4 +420,15 @@ fn b2(runtime: &tokio::runtime::Runtime, quick: bool) {
         times[0] * 1e6 / items as f64,
         times[2] * 1e6 / items as f64
     );
+}
+
+/// An approval by `approver`.
+fn approve(approver: &str) -> flow_runtime::interp::Decision {
+    flow_runtime::interp::Decision {
+        approver: approver.to_string(),
+        groups: Vec::new(),
+        approved: true,
+        comment: None,
+        decided_at: "2026-11-29T00:00:00Z".to_string(),
+    }
 }

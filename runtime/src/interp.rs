@@ -1011,17 +1011,33 @@ impl std::fmt::Display for DecideError {
     }
 }
 
+/// A decision on an approval: who decides (and the approver groups they
+/// belong to: an approval may name a group), and what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub approver: String,
+    pub groups: Vec<String>,
+    pub approved: bool,
+    pub comment: Option<String>,
+    /// RFC 3339, UTC.
+    pub decided_at: String,
+}
+
 /// The decision rule, shared by every store: the record of the approval at
 /// `path` after `approver` decides it at `now_ms`, or why that is refused.
 pub fn decide_record(
     record: Option<&StepRecord>,
     path: &str,
-    approver: &str,
-    approved: bool,
-    comment: Option<&str>,
-    decided_at: &str,
+    decision: &Decision,
     now_ms: u64,
 ) -> Result<StepRecord, DecideError> {
+    let Decision {
+        approver,
+        groups,
+        approved,
+        comment,
+        decided_at,
+    } = decision;
     let record = record.ok_or_else(|| DecideError::UnknownStep(path.to_string()))?;
     if record.status != StepStatus::Pending {
         return Err(DecideError::NotPending(path.to_string()));
@@ -1031,7 +1047,13 @@ pub fn decide_record(
     if expire(record, &pending, now_ms).is_some() {
         return Err(DecideError::Expired(path.to_string()));
     }
-    if !pending.approvers.iter().any(|a| a == approver) {
+    // An approval names people and approver groups; `groups` are the ones
+    // the approver belongs to.
+    if !pending
+        .approvers
+        .iter()
+        .any(|a| a == approver || groups.contains(a))
+    {
         return Err(DecideError::NotAnApprover {
             approver: approver.to_string(),
             approvers: pending.approvers,

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 pub use crate::interp::DecideError;
 use crate::interp::{
-    BoxFuture, Effects, Handoff, Journal, KbWrite, StepError, StepRecord, decide_record,
+    BoxFuture, Decision, Effects, Handoff, Journal, KbWrite, StepError, StepRecord, decide_record,
 };
 
 #[derive(Debug, Default)]
@@ -55,10 +55,13 @@ impl MemoryStore {
         let decided = decide_record(
             records.get(path),
             path,
-            approver,
-            approved,
-            comment,
-            decided_at,
+            &Decision {
+                approver: approver.to_string(),
+                groups: Vec::new(),
+                approved,
+                comment: comment.map(str::to_string),
+                decided_at: decided_at.to_string(),
+            },
             crate::interp::now_ms(),
         )?;
         records.insert(path.to_string(), decided);

@@ -23,7 +23,7 @@ use tokio::sync::oneshot;
 use crate::interp::{
     BoxFuture, Effects, ErrorKind, Handoff, Journal, KbWrite, StepError, StepRecord, StepStatus,
 };
-use crate::interp::{DecideError, decide_record};
+use crate::interp::{DecideError, Decision, decide_record};
 use crate::store::{Deployment, RunLog, RunRow, RunStatus, Store, StoreError, StoreFuture};
 
 impl rusqlite::types::ToSql for RunStatus {
@@ -122,13 +122,10 @@ fn store_error(error: StoreError) -> StepError {
 type Reply = oneshot::Sender<Result<(), StoreError>>;
 
 /// A decision on an approval, applied by the writer.
-struct Decision {
+struct Decide {
     run_id: String,
     path: String,
-    approver: String,
-    approved: bool,
-    comment: Option<String>,
-    decided_at: String,
+    decision: Decision,
 }
 
 /// The writer's queue: one item's worth of work each, answered after the
@@ -140,7 +137,7 @@ enum Write {
         reply: Reply,
     },
     Decide {
-        decision: Decision,
+        decision: Decide,
         reply: Reply,
     },
 }
@@ -409,19 +406,13 @@ impl SqliteStore {
         &'a self,
         run_id: &'a str,
         path: &'a str,
-        approver: &'a str,
-        approved: bool,
-        comment: Option<&'a str>,
-        decided_at: &'a str,
+        decision: &'a Decision,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         let (reply, answer) = oneshot::channel();
-        let decision = Decision {
+        let decision = Decide {
             run_id: run_id.to_string(),
             path: path.to_string(),
-            approver: approver.to_string(),
-            approved,
-            comment: comment.map(str::to_string),
-            decided_at: decided_at.to_string(),
+            decision: decision.clone(),
         };
         let queued = lock(&self.queue).send(Write::Decide { decision, reply });
         Box::pin(async move {
@@ -571,12 +562,9 @@ impl Store for SqliteStore {
         &'a self,
         run_id: &'a str,
         path: &'a str,
-        approver: &'a str,
-        approved: bool,
-        comment: Option<&'a str>,
-        decided_at: &'a str,
+        decision: &'a Decision,
     ) -> StoreFuture<'a, ()> {
-        self.decide(run_id, path, approver, approved, comment, decided_at)
+        self.decide(run_id, path, decision)
     }
 
     fn deploy<'a>(
@@ -719,16 +707,13 @@ fn write_batch(
 
 fn apply_decision(
     tx: &rusqlite::Transaction<'_>,
-    decision: &Decision,
+    decide: &Decide,
 ) -> rusqlite::Result<Result<(), StoreError>> {
-    let Decision {
+    let Decide {
         run_id,
         path,
-        approver,
-        approved,
-        comment,
-        decided_at,
-    } = decision;
+        decision,
+    } = decide;
     let run_status: Option<RunStatus> = tx
         .query_row("SELECT status FROM runs WHERE id = ?1", [run_id], |row| {
             row.get(0)
@@ -752,15 +737,7 @@ fn apply_decision(
         )
         .optional()?;
     let record = record.and_then(|json| serde_json::from_str::<StepRecord>(&json).ok());
-    let decided = match decide_record(
-        record.as_ref(),
-        path,
-        approver,
-        *approved,
-        comment.as_deref(),
-        decided_at,
-        now_ms() as u64,
-    ) {
+    let decided = match decide_record(record.as_ref(), path, decision, now_ms() as u64) {
         Ok(decided) => decided,
         Err(error) => return Ok(Err(StoreError(error.to_string()))),
     };

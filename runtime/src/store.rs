@@ -18,7 +18,9 @@ use flow_plan::{Durability, Plan};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::interp::{BoxFuture, Effects, Handoff, Journal, Outcome, StepError, StepRecord};
+use crate::interp::{
+    BoxFuture, Decision, Effects, Handoff, Journal, Outcome, StepError, StepRecord,
+};
 
 /// A store error: what failed, in words.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -167,15 +169,13 @@ pub trait Store: Send + Sync {
     /// A run's step records in the order they were recorded.
     fn step_records<'a>(&'a self, run_id: &'a str) -> StoreFuture<'a, Vec<StepRecord>>;
 
-    /// Decides the approval pending at `path` of run `run_id`, exactly once.
+    /// Decides the approval pending at `path` of run `run_id`, exactly once
+    /// (`crate::interp::decide_record` says when a decision applies).
     fn decide<'a>(
         &'a self,
         run_id: &'a str,
         path: &'a str,
-        approver: &'a str,
-        approved: bool,
-        comment: Option<&'a str>,
-        decided_at: &'a str,
+        decision: &'a Decision,
     ) -> StoreFuture<'a, ()>;
 
     /// Deploys `workflow` of the stored plan `plan_hash` for `account`: a new

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use flow_plan::Durability;
-use flow_runtime::interp::{Effects, KbWrite, Outcome, Services};
+use flow_runtime::interp::{Decision, Effects, KbWrite, Outcome, Services};
 use flow_runtime::offline::OfflineProvider;
 use flow_runtime::sqlite::{RunJournal, SqliteStore};
 use flow_runtime::store::{RunLog, RunStatus, Store};
@@ -88,7 +88,7 @@ async fn a_decision_applies_once_across_tasks_and_survives_reopening() {
             let (store, applied) = (Arc::clone(&store), Arc::clone(&applied));
             tokio::spawn(async move {
                 if store
-                    .decide("run-1", "g", "a", i % 2 == 0, None, "t")
+                    .decide("run-1", "g", &decision("a", i % 2 == 0))
                     .await
                     .is_ok()
                 {
@@ -201,14 +201,7 @@ async fn the_runner_parks_resumes_and_lists_runs_to_recover() {
     assert_eq!(due, ["run-2"]);
 
     store
-        .decide(
-            "run-1",
-            "ok",
-            "boss@example.com",
-            true,
-            None,
-            "2026-11-29T12:00:00Z",
-        )
+        .decide("run-1", "ok", &decision("boss@example.com", true))
         .await
         .unwrap();
     assert!(
@@ -276,4 +269,61 @@ async fn deployments_are_versioned_per_account_and_runs_keep_their_account() {
         .await
         .unwrap();
     assert_eq!(store.run("run-a").await.unwrap().unwrap().account, "acme");
+}
+
+/// A decision by `approver`, who belongs to no approver group.
+fn decision(approver: &str, approved: bool) -> Decision {
+    Decision {
+        approver: approver.to_string(),
+        groups: Vec::new(),
+        approved,
+        comment: None,
+        decided_at: "2026-11-29T12:00:00Z".to_string(),
+    }
+}
+
+/// An approval may name an approver group: a member (the caller says which
+/// groups the approver is in) may decide; anyone else may not.
+#[tokio::test]
+async fn a_member_of_a_named_group_may_decide() {
+    let dir = TempDir::new("store-groups");
+    let store: Arc<dyn Store> = SqliteStore::open(&dir.path().join("s.db")).expect("opens");
+    let gated = plan(&GATED.replace("boss@example.com", "billing-leads"));
+    store.put_plan(&gated).await.unwrap();
+    store
+        .create_run("run-1", "", "w", &gated.hash, &json!({}))
+        .await
+        .unwrap();
+    let parked = flow_runtime::runner::drive(
+        &store,
+        &gated,
+        "w",
+        "run-1",
+        json!({}),
+        Arc::new(OfflineProvider),
+        None,
+    )
+    .await
+    .unwrap();
+    assert!(matches!(parked, Outcome::Parked { .. }), "{parked:?}");
+    let outsider = store
+        .decide("run-1", "ok", &decision("ana@x.io", true))
+        .await;
+    assert!(
+        outsider.is_err_and(|e| e.0.contains("may not decide")),
+        "not in the group"
+    );
+    let member = Decision {
+        groups: vec!["billing-leads".to_string()],
+        ..decision("ana@x.io", true)
+    };
+    store.decide("run-1", "ok", &member).await.unwrap();
+    let record = store
+        .step_records("run-1")
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|r| r.path == "ok")
+        .unwrap();
+    assert_eq!(record.output.unwrap()["approver"], "ana@x.io");
 }

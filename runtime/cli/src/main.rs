@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use flow_plan::Plan;
-use flow_runtime::interp::{Outcome, Provider, StepRecord};
+use flow_runtime::interp::{Decision, Outcome, Provider, StepRecord};
 use flow_runtime::offline::OfflineProvider;
 use flow_runtime::runner::{self, Observer};
 use flow_runtime::sqlite::SqliteStore;
@@ -165,15 +165,17 @@ async fn dispatch(command: Command) -> Result<u8> {
                 .await
                 .map_err(|e| usage(e.to_string()))?
                 .ok_or_else(|| usage(format!("no run `{run}` in {}", db.display())))?;
+            // The local CLI has no approver groups: it decides as the person
+            // named, who must be in the approval's list.
+            let decision = Decision {
+                approver,
+                groups: Vec::new(),
+                approved: !reject,
+                comment,
+                decided_at: flow_runtime::time::now_rfc3339(),
+            };
             store
-                .decide(
-                    &run,
-                    &step_path,
-                    &approver,
-                    !reject,
-                    comment.as_deref(),
-                    &flow_runtime::time::now_rfc3339(),
-                )
+                .decide(&run, &step_path, &decision)
                 .await
                 .map_err(|e| usage(e.to_string()))?;
             // A run that another live process is executing picks the
