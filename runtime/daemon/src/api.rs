@@ -11,9 +11,9 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use flow_plan::Plan;
-use flow_runtime::interp::Outcome;
+use flow_runtime::interp::{Decision, Outcome};
 use flow_runtime::runner;
-use flow_runtime::store::RunStatus;
+use flow_runtime::store::{RunRow, RunStatus};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -213,19 +213,7 @@ pub(crate) async fn get_run(
     Extension(AccountId(account)): Extension<AccountId>,
     Path(id): Path<String>,
 ) -> Answer {
-    let row = daemon
-        .store
-        .run(&id)
-        .await
-        .map_err(store_problem)?
-        .filter(|row| row.account == account)
-        .ok_or_else(|| {
-            Problem::new(
-                StatusCode::NOT_FOUND,
-                "unknown_run",
-                &format!("no run `{id}`"),
-            )
-        })?;
+    let row = own_run(&daemon, &account, &id).await?;
     let outcome: Option<Outcome> = row
         .outcome
         .as_ref()
@@ -239,6 +227,84 @@ pub(crate) async fn get_run(
     record["workflow"] = json!(row.workflow);
     record["created_ms"] = json!(row.created_ms);
     Ok(axum::Json(record).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Decide {
+    /// The email of the person deciding; the account vouches for them.
+    approver: String,
+    approved: bool,
+    comment: Option<String>,
+}
+
+/// `POST /v1/runs/{id}/approvals/{step_path}`: approve or reject a pending
+/// gate, exactly once, then continue the run in the background.
+pub(crate) async fn decide(
+    State(daemon): State<Arc<Daemon>>,
+    Extension(AccountId(account)): Extension<AccountId>,
+    Path((id, step_path)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer {
+    let request: Decide = json_body(&headers, body)?;
+    let row = own_run(&daemon, &account, &id).await?;
+    let groups = daemon
+        .config
+        .approver_groups
+        .iter()
+        .filter(|(_, members)| members.contains(&request.approver))
+        .map(|(group, _)| group.clone())
+        .collect();
+    let decision = Decision {
+        approver: request.approver,
+        groups,
+        approved: request.approved,
+        comment: request.comment,
+        decided_at: flow_runtime::time::now_rfc3339(),
+    };
+    daemon
+        .store
+        .decide(&id, &step_path, &decision)
+        .await
+        .map_err(|e| Problem::new(StatusCode::CONFLICT, "decision_refused", &e.to_string()))?;
+    // A run this process (or another live one) is executing picks the
+    // decision up when it parks; otherwise it continues here.
+    if daemon
+        .store
+        .claim_run(&id, &[RunStatus::PendingApproval])
+        .await
+        .map_err(store_problem)?
+    {
+        let plan = daemon
+            .store
+            .plan(&row.plan_hash)
+            .await
+            .map_err(store_problem)?;
+        daemon.spawn_run(plan, row.workflow, id.clone(), row.input);
+    }
+    Ok((
+        StatusCode::ACCEPTED,
+        axum::Json(json!({ "run_id": id, "status": RunStatus::Running })),
+    )
+        .into_response())
+}
+
+/// The account's run `id`, or a 404 that does not say whether it exists.
+async fn own_run(daemon: &Daemon, account: &str, id: &str) -> Result<RunRow, Problem> {
+    daemon
+        .store
+        .run(id)
+        .await
+        .map_err(store_problem)?
+        .filter(|row| row.account == account)
+        .ok_or_else(|| {
+            Problem::new(
+                StatusCode::NOT_FOUND,
+                "unknown_run",
+                &format!("no run `{id}`"),
+            )
+        })
 }
 
 /// The body as `T`, or a problem saying what is wrong with it.

@@ -146,6 +146,10 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         )
         .route("/v1/runs", axum::routing::post(crate::api::start_run))
         .route("/v1/runs/{id}", axum::routing::get(crate::api::get_run))
+        .route(
+            "/v1/runs/{id}/approvals/{*step_path}",
+            axum::routing::post(crate::api::decide),
+        )
         .fallback(|| async {
             problem(
                 StatusCode::NOT_FOUND,

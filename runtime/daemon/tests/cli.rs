@@ -67,6 +67,8 @@ api_keys = [\"acme-key-0123456789\"]
 [[accounts]]
 id = \"globex\"
 api_keys = [\"globex-key-0123456789\"]
+[approver_groups]
+leads = [\"ana@acme.io\"]
 ";
 const ACME: &str = "acme-key-0123456789";
 const GLOBEX: &str = "globex-key-0123456789";
@@ -124,6 +126,26 @@ impl Flowd {
             status,
             serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
         )
+    }
+
+    /// Polls run `id` until it is no longer `running`; its record.
+    async fn settled(&self, id: &str, key: &str) -> serde_json::Value {
+        for _ in 0..500 {
+            let (status, body) = self
+                .send(
+                    reqwest::Method::GET,
+                    &format!("/v1/runs/{id}"),
+                    Some(key),
+                    None,
+                )
+                .await;
+            assert_eq!(status, 200, "{body}");
+            if body["status"] != "running" {
+                return body;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("run {id} is still running");
     }
 
     /// SIGTERM, then the exit code.
@@ -264,16 +286,7 @@ async fn deploy_start_and_read_a_run_scoped_to_its_account() {
     assert_eq!(status, 202, "{body}");
     let run_id = body["run_id"].as_str().expect("a run id").to_string();
     let path = format!("/v1/runs/{run_id}");
-    let mut record = json!(null);
-    for _ in 0..200 {
-        let (status, body) = flowd.send(Method::GET, &path, Some(ACME), None).await;
-        assert_eq!(status, 200, "{body}");
-        record = body;
-        if record["status"] != "running" {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    let record = flowd.settled(&run_id, ACME).await;
     assert_eq!(record["status"], "completed", "{record}");
     assert!(record["output"]["summary"].is_string(), "{record}");
     assert_eq!(record["workflow"], "digest");
@@ -316,5 +329,76 @@ async fn deploy_start_and_read_a_run_scoped_to_its_account() {
         .await
         .unwrap();
     assert_eq!(response.status(), 413);
+    assert_eq!(flowd.stop(), Some(0));
+}
+
+/// A gate naming an approver group: it parks, a member decides over HTTP
+/// (once), and the run completes; outsiders and other accounts are refused.
+#[tokio::test]
+async fn an_approval_is_decided_over_http_by_a_group_member() {
+    use reqwest::Method;
+    use serde_json::json;
+    let dir = TempDir::new("flowd-approve");
+    let flowd = Flowd::start(&dir);
+    let gated = r#"workflow refund {
+  step ok = approval { approvers: ["leads"], message: "Refund?" }
+  output { approved: step.ok.approved, by: step.ok.approver }
+}
+"#;
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/workflows",
+            Some(ACME),
+            Some(json!({ "source": gated })),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/runs",
+            Some(ACME),
+            Some(json!({ "workflow": "refund" })),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let run_id = body["run_id"].as_str().unwrap().to_string();
+    let parked = flowd.settled(&run_id, ACME).await;
+    assert_eq!(parked["status"], "pending_approval", "{parked}");
+    assert_eq!(parked["pending_approvals"][0]["path"], "ok");
+
+    let gate = format!("/v1/runs/{run_id}/approvals/ok");
+    let by = |approver: &str| json!({ "approver": approver, "approved": true, "comment": "fine" });
+    let (status, body) = flowd
+        .send(Method::POST, &gate, Some(ACME), Some(by("eve@acme.io")))
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (409, Some("decision_refused")),
+        "{body}"
+    );
+    let (status, _) = flowd
+        .send(Method::POST, &gate, Some(GLOBEX), Some(by("ana@acme.io")))
+        .await;
+    assert_eq!(status, 404, "another account's run");
+    let (status, body) = flowd
+        .send(Method::POST, &gate, Some(ACME), Some(by("ana@acme.io")))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let done = flowd.settled(&run_id, ACME).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        done["output"],
+        json!({ "approved": true, "by": "ana@acme.io" })
+    );
+    let (status, body) = flowd
+        .send(Method::POST, &gate, Some(ACME), Some(by("ana@acme.io")))
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (409, Some("decision_refused")),
+        "decided once: {body}"
+    );
     assert_eq!(flowd.stop(), Some(0));
 }
