@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use axum::Extension;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use flow_plan::Plan;
@@ -227,6 +227,66 @@ pub(crate) async fn get_run(
     record["workflow"] = json!(row.workflow);
     record["created_ms"] = json!(row.created_ms);
     Ok(axum::Json(record).into_response())
+}
+
+/// `GET /v1/runs/{id}/trace`: every step run of the journal, in the order
+/// recorded, with inputs, output, status, timings and attempts.
+pub(crate) async fn trace(
+    State(daemon): State<Arc<Daemon>>,
+    Extension(AccountId(account)): Extension<AccountId>,
+    Path(id): Path<String>,
+) -> Answer {
+    own_run(&daemon, &account, &id).await?;
+    let records = daemon
+        .store
+        .step_records(&id)
+        .await
+        .map_err(store_problem)?;
+    Ok(axum::Json(json!({ "run_id": id, "steps": records })).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RunFilter {
+    workflow: Option<String>,
+    status: Option<RunStatus>,
+    /// At most this many, newest first (default 100, at most 1,000).
+    limit: Option<usize>,
+}
+
+/// `GET /v1/runs?workflow=&status=&limit=`: the account's runs, newest first.
+pub(crate) async fn runs(
+    State(daemon): State<Arc<Daemon>>,
+    Extension(AccountId(account)): Extension<AccountId>,
+    filter: Result<Query<RunFilter>, QueryRejection>,
+) -> Answer {
+    let Query(filter) = filter.map_err(|rejection| {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_query",
+            &rejection.body_text(),
+        )
+    })?;
+    let limit = filter.limit.unwrap_or(100).min(1_000);
+    let rows = daemon.store.runs().await.map_err(store_problem)?;
+    let list: Vec<Value> = rows
+        .iter()
+        .rev()
+        .filter(|row| row.account == account)
+        .filter(|row| filter.workflow.as_ref().is_none_or(|w| *w == row.workflow))
+        .filter(|row| filter.status.is_none_or(|s| s == row.status))
+        .take(limit)
+        .map(|row| {
+            json!({
+                "run_id": row.id,
+                "workflow": row.workflow,
+                "status": row.status,
+                "created_ms": row.created_ms,
+                "updated_ms": row.updated_ms,
+            })
+        })
+        .collect();
+    Ok(axum::Json(json!({ "runs": list })).into_response())
 }
 
 #[derive(Deserialize)]

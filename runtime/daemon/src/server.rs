@@ -144,7 +144,11 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
             "/v1/workflows",
             axum::routing::post(crate::api::deploy).get(crate::api::workflows),
         )
-        .route("/v1/runs", axum::routing::post(crate::api::start_run))
+        .route(
+            "/v1/runs",
+            axum::routing::post(crate::api::start_run).get(crate::api::runs),
+        )
+        .route("/v1/runs/{id}/trace", axum::routing::get(crate::api::trace))
         .route("/v1/runs/{id}", axum::routing::get(crate::api::get_run))
         .route(
             "/v1/runs/{id}/approvals/{*step_path}",

@@ -400,5 +400,46 @@ async fn an_approval_is_decided_over_http_by_a_group_member() {
         (409, Some("decision_refused")),
         "decided once: {body}"
     );
+
+    // The run is listed for its account only, and its trace shows the gate.
+    let (_, body) = flowd
+        .send(Method::GET, "/v1/runs?status=completed", Some(ACME), None)
+        .await;
+    assert_eq!(body["runs"][0]["run_id"], run_id.as_str(), "{body}");
+    let (_, body) = flowd
+        .send(Method::GET, "/v1/runs", Some(GLOBEX), None)
+        .await;
+    assert_eq!(body["runs"], json!([]), "{body}");
+    let (status, body) = flowd
+        .send(Method::GET, "/v1/runs?status=bogus", Some(ACME), None)
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("invalid_query")),
+        "{body}"
+    );
+    let (status, body) = flowd
+        .send(
+            Method::GET,
+            &format!("/v1/runs/{run_id}/trace"),
+            Some(ACME),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["steps"][0]["path"], "ok", "{body}");
+    assert_eq!(
+        body["steps"][0]["output"]["approver"], "ana@acme.io",
+        "{body}"
+    );
+    let (status, _) = flowd
+        .send(
+            Method::GET,
+            &format!("/v1/runs/{run_id}/trace"),
+            Some(GLOBEX),
+            None,
+        )
+        .await;
+    assert_eq!(status, 404);
     assert_eq!(flowd.stop(), Some(0));
 }
