@@ -75,8 +75,12 @@ const GLOBEX: &str = "globex-key-0123456789";
 
 impl Flowd {
     fn start(dir: &TempDir) -> Flowd {
+        Flowd::start_with(dir, CONFIG)
+    }
+
+    fn start_with(dir: &TempDir, config: &str) -> Flowd {
         use std::io::{BufRead, BufReader};
-        dir.write("flowd.toml", CONFIG);
+        dir.write("flowd.toml", config);
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_flowd"))
             .arg("serve")
             .current_dir(dir.path())
@@ -441,5 +445,96 @@ async fn an_approval_is_decided_over_http_by_a_group_member() {
         )
         .await;
     assert_eq!(status, 404);
+    assert_eq!(flowd.stop(), Some(0));
+}
+
+/// flowd killed with SIGKILL while runs are in flight, then started again,
+/// finishes them all, and no completed step is called twice at the LLM.
+#[tokio::test]
+async fn a_killed_flowd_finishes_every_run_without_repeating_completed_steps() {
+    use flow_tests::fake_llm::FakeLlm;
+    use reqwest::Method;
+    use serde_json::json;
+    use std::time::{Duration, Instant};
+
+    let server = FakeLlm::start(
+        vec![],
+        json!({ "text": "t", "score": 1 }),
+        Duration::from_millis(100),
+    )
+    .await;
+    let config = format!(
+        "{CONFIG}[provider]\nkind = \"openai\"\nbase_url = \"{}\"\nmodels = {{ default = \"fake\" }}\n",
+        server.url
+    );
+    let mut source = String::from(
+        "recipe answer { model \"default\" input { q: string } output { text: string, score: int } prompt \"{{input.q}}\" }\nworkflow chain {\n  input { tag: string }\n",
+    );
+    const STEPS: usize = 6;
+    const RUNS: usize = 4;
+    for i in 0..STEPS {
+        source.push_str(&format!(
+            "  step s{i} = answer {{ q: \"{{{{workflow_input.tag}}}} step {i}\" }}\n"
+        ));
+    }
+    source.push_str("  output { last: step.s5.text }\n}\n");
+
+    let dir = TempDir::new("flowd-crash");
+    let flowd = Flowd::start_with(&dir, &config);
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/workflows",
+            Some(ACME),
+            Some(json!({ "source": source })),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let mut ids = Vec::new();
+    for r in 0..RUNS {
+        let (status, body) = flowd
+            .send(
+                Method::POST,
+                "/v1/runs",
+                Some(ACME),
+                Some(json!({ "workflow": "chain", "input": { "tag": format!("run{r}") } })),
+            )
+            .await;
+        assert_eq!(status, 202, "{body}");
+        ids.push(body["run_id"].as_str().unwrap().to_string());
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.requests() < RUNS * 2 {
+        assert!(Instant::now() < deadline, "the runs did not get going");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(flowd); // SIGKILL: no graceful stop, runs mid-step.
+    assert!(
+        server.requests() < RUNS * STEPS,
+        "the runs were still in flight when flowd was killed"
+    );
+
+    let flowd = Flowd::start_with(&dir, &config);
+    for id in &ids {
+        let record = flowd.settled(id, ACME).await;
+        assert_eq!(record["status"], "completed", "{record}");
+    }
+    let prompts = server.prompts();
+    for r in 0..RUNS {
+        let mut repeated = 0;
+        for i in 0..STEPS {
+            let prompt = format!("run{r} step {i}");
+            let calls = prompts.iter().filter(|p| **p == prompt).count();
+            assert!(
+                (1..=2).contains(&calls),
+                "{prompt} was called {calls} times"
+            );
+            repeated += calls - 1;
+        }
+        assert!(
+            repeated <= 1,
+            "run{r}: only the step in flight may run again"
+        );
+    }
     assert_eq!(flowd.stop(), Some(0));
 }
