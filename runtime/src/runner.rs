@@ -206,7 +206,7 @@ pub async fn runs_to_recover(store: &dyn Store, now_ms: u64) -> Result<Vec<RunRo
                     && serde_json::from_value::<PendingApproval>(record.input.clone())
                         .is_ok_and(|pending| expire(record, &pending, now_ms).is_some())
             }),
-            RunStatus::Completed | RunStatus::Failed => false,
+            RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled => false,
         };
         if due {
             runs.push(row);

@@ -423,6 +423,15 @@ impl SqliteStore {
         })
     }
 
+    pub fn cancel_run(&self, id: &str) -> Result<bool, StoreError> {
+        let changed = lock(&self.conn).execute(
+            "UPDATE runs SET status = 'cancelled', owner = NULL, updated_ms = ?2
+             WHERE id = ?1 AND status IN ('running', 'pending_approval')",
+            params![id, now_ms()],
+        )?;
+        Ok(changed == 1)
+    }
+
     pub fn deploy(
         &self,
         account: &str,
@@ -565,6 +574,10 @@ impl Store for SqliteStore {
         decision: &'a Decision,
     ) -> StoreFuture<'a, ()> {
         self.decide(run_id, path, decision)
+    }
+
+    fn cancel_run<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
+        ready(self.cancel_run(id))
     }
 
     fn deploy<'a>(

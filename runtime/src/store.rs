@@ -42,6 +42,8 @@ pub enum RunStatus {
     PendingApproval,
     Completed,
     Failed,
+    /// Stopped by a cancel request; it does not resume.
+    Cancelled,
 }
 
 impl RunStatus {
@@ -51,6 +53,7 @@ impl RunStatus {
             RunStatus::PendingApproval => "pending_approval",
             RunStatus::Completed => "completed",
             RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
         }
     }
 
@@ -61,6 +64,7 @@ impl RunStatus {
             RunStatus::PendingApproval,
             RunStatus::Completed,
             RunStatus::Failed,
+            RunStatus::Cancelled,
         ]
         .into_iter()
         .find(|status| status.as_str() == name)
@@ -177,6 +181,12 @@ pub trait Store: Send + Sync {
         path: &'a str,
         decision: &'a Decision,
     ) -> StoreFuture<'a, ()>;
+
+    /// Cancels a run that is running or parked: it becomes `cancelled`, has no
+    /// owner, and whatever an executing process records of it afterwards is
+    /// ignored (`finish_run` applies to its owner only). Says whether it was
+    /// cancelled (false: unknown or already ended).
+    fn cancel_run<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool>;
 
     /// Deploys `workflow` of the stored plan `plan_hash` for `account`: a new
     /// version, unless the latest version already has this plan.

@@ -289,6 +289,24 @@ pub(crate) async fn runs(
     Ok(axum::Json(json!({ "runs": list })).into_response())
 }
 
+/// `POST /v1/runs/{id}/cancel`: stops a running or parked run for good.
+pub(crate) async fn cancel(
+    State(daemon): State<Arc<Daemon>>,
+    Extension(AccountId(account)): Extension<AccountId>,
+    Path(id): Path<String>,
+) -> Answer {
+    let row = own_run(&daemon, &account, &id).await?;
+    if !daemon.store.cancel_run(&id).await.map_err(store_problem)? {
+        return Err(Problem::new(
+            StatusCode::CONFLICT,
+            "run_ended",
+            &format!("run `{id}` has already ended ({})", row.status),
+        ));
+    }
+    daemon.stop_driving(&id);
+    Ok(axum::Json(json!({ "run_id": id, "status": RunStatus::Cancelled })).into_response())
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Decide {

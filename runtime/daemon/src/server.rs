@@ -30,6 +30,8 @@ pub struct Daemon {
     keys: HashMap<String, String>,
     /// The runs this process is driving; shutdown waits for them to settle.
     runs: std::sync::Mutex<JoinSet<()>>,
+    /// How to stop each run this process is driving (a cancel request).
+    driving: std::sync::Mutex<HashMap<String, tokio::task::AbortHandle>>,
 }
 
 /// The account a request was authenticated as.
@@ -91,6 +93,7 @@ impl Daemon {
             provider,
             keys,
             runs: std::sync::Mutex::new(JoinSet::new()),
+            driving: std::sync::Mutex::new(HashMap::new()),
         }))
     }
 
@@ -107,6 +110,18 @@ impl Daemon {
         Ok(resumed)
     }
 
+    /// Stops driving run `id` here, if this process is (a cancelled run).
+    pub(crate) fn stop_driving(&self, id: &str) {
+        let handle = self
+            .driving
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
+        if let Some(handle) = handle {
+            handle.abort();
+        }
+    }
+
     /// Drives a run this process has created or claimed, in the background.
     pub(crate) fn spawn_run(
         self: &Arc<Daemon>,
@@ -119,7 +134,11 @@ impl Daemon {
         let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
         // Finished runs leave their results in the set until collected.
         while runs.try_join_next().is_some() {}
-        runs.spawn(async move {
+        let id = run_id.clone();
+        // Held until the handle is in: a run that ends at once removes its
+        // entry only after it was added.
+        let mut driving = self.driving.lock().unwrap_or_else(|p| p.into_inner());
+        let handle = runs.spawn(async move {
             let driven = flow_runtime::runner::drive(
                 &daemon.store,
                 &plan,
@@ -133,7 +152,13 @@ impl Daemon {
             if let Err(error) = driven {
                 eprintln!("flowd: run {run_id}: {error}");
             }
+            daemon
+                .driving
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&run_id);
         });
+        driving.insert(id, handle);
     }
 }
 
@@ -149,6 +174,10 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
             axum::routing::post(crate::api::start_run).get(crate::api::runs),
         )
         .route("/v1/runs/{id}/trace", axum::routing::get(crate::api::trace))
+        .route(
+            "/v1/runs/{id}/cancel",
+            axum::routing::post(crate::api::cancel),
+        )
         .route("/v1/runs/{id}", axum::routing::get(crate::api::get_run))
         .route(
             "/v1/runs/{id}/approvals/{*step_path}",

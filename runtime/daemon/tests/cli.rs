@@ -538,3 +538,67 @@ async fn a_killed_flowd_finishes_every_run_without_repeating_completed_steps() {
     }
     assert_eq!(flowd.stop(), Some(0));
 }
+
+/// A parked run cancelled over HTTP stays cancelled: its gate can no longer
+/// be decided, and a second cancel says it has ended.
+#[tokio::test]
+async fn a_cancelled_run_cannot_be_resumed() {
+    use reqwest::Method;
+    use serde_json::json;
+    let dir = TempDir::new("flowd-cancel");
+    let flowd = Flowd::start(&dir);
+    let gated = "workflow w {\n  step ok = approval { approvers: [\"ana@acme.io\"], message: \"go?\" }\n}\n";
+    let (status, _) = flowd
+        .send(
+            Method::POST,
+            "/v1/workflows",
+            Some(ACME),
+            Some(json!({ "source": gated })),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let (_, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/runs",
+            Some(ACME),
+            Some(json!({ "workflow": "w" })),
+        )
+        .await;
+    let run_id = body["run_id"].as_str().unwrap().to_string();
+    assert_eq!(
+        flowd.settled(&run_id, ACME).await["status"],
+        "pending_approval"
+    );
+
+    let cancel = format!("/v1/runs/{run_id}/cancel");
+    let (status, _) = flowd.send(Method::POST, &cancel, Some(GLOBEX), None).await;
+    assert_eq!(status, 404, "another account's run");
+    let (status, body) = flowd.send(Method::POST, &cancel, Some(ACME), None).await;
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (200, Some("cancelled")),
+        "{body}"
+    );
+    assert_eq!(flowd.settled(&run_id, ACME).await["status"], "cancelled");
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            &format!("/v1/runs/{run_id}/approvals/ok"),
+            Some(ACME),
+            Some(json!({ "approver": "ana@acme.io", "approved": true })),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (409, Some("decision_refused")),
+        "{body}"
+    );
+    let (status, body) = flowd.send(Method::POST, &cancel, Some(ACME), None).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (409, Some("run_ended")),
+        "{body}"
+    );
+    assert_eq!(flowd.stop(), Some(0));
+}
