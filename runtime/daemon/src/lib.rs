@@ -3,4 +3,5 @@
 
 mod api;
 pub mod config;
+pub mod metrics;
 pub mod server;

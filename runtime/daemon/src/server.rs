@@ -15,7 +15,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use flow_runtime::interp::Provider;
 use flow_runtime::llm::ProviderConfig;
-use flow_runtime::store::Store;
+use flow_runtime::store::{RunStatus, Store};
 use serde_json::json;
 use tokio::task::JoinSet;
 
@@ -30,6 +30,7 @@ pub struct Daemon {
     keys: HashMap<String, String>,
     /// The runs this process is driving; shutdown waits for them to settle.
     runs: std::sync::Mutex<JoinSet<()>>,
+    pub metrics: crate::metrics::Metrics,
     /// How to stop each run this process is driving (a cancel request).
     driving: std::sync::Mutex<HashMap<String, tokio::task::AbortHandle>>,
 }
@@ -94,6 +95,7 @@ impl Daemon {
             keys,
             runs: std::sync::Mutex::new(JoinSet::new()),
             driving: std::sync::Mutex::new(HashMap::new()),
+            metrics: crate::metrics::Metrics::default(),
         }))
     }
 
@@ -139,6 +141,7 @@ impl Daemon {
         // entry only after it was added.
         let mut driving = self.driving.lock().unwrap_or_else(|p| p.into_inner());
         let handle = runs.spawn(async move {
+            let started = std::time::Instant::now();
             let driven = flow_runtime::runner::drive(
                 &daemon.store,
                 &plan,
@@ -146,11 +149,16 @@ impl Daemon {
                 &run_id,
                 input,
                 Arc::clone(&daemon.provider),
-                None,
+                Some(daemon.metrics.observer()),
             )
             .await;
-            if let Err(error) = driven {
-                eprintln!("flowd: run {run_id}: {error}");
+            match driven {
+                Ok(outcome) => {
+                    daemon
+                        .metrics
+                        .run_ended(&workflow, RunStatus::of(&outcome), started.elapsed())
+                }
+                Err(error) => eprintln!("flowd: run {run_id}: {error}"),
             }
             daemon
                 .driving
@@ -162,9 +170,22 @@ impl Daemon {
     }
 }
 
-/// The API's routes, every one behind API-key authentication.
+/// `/metrics` for Prometheus, then the API's routes, every one behind
+/// API-key authentication.
 pub fn router(daemon: Arc<Daemon>) -> Router {
-    Router::new()
+    let metrics = Router::new().route(
+        "/metrics",
+        axum::routing::get(|State(daemon): State<Arc<Daemon>>| async move {
+            (
+                [(
+                    header::CONTENT_TYPE,
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                )],
+                daemon.metrics.encode(),
+            )
+        }),
+    );
+    let api = Router::new()
         .route(
             "/v1/workflows",
             axum::routing::post(crate::api::deploy).get(crate::api::workflows),
@@ -194,8 +215,8 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
             Arc::clone(&daemon),
             authenticate,
         ))
-        .layer(axum::extract::DefaultBodyLimit::max(BODY_LIMIT))
-        .with_state(daemon)
+        .layer(axum::extract::DefaultBodyLimit::max(BODY_LIMIT));
+    metrics.merge(api).with_state(daemon)
 }
 
 /// Serves until `shutdown` completes, then lets runs in flight settle.

@@ -295,6 +295,27 @@ async fn deploy_start_and_read_a_run_scoped_to_its_account() {
     assert!(record["output"]["summary"].is_string(), "{record}");
     assert_eq!(record["workflow"], "digest");
 
+    // Prometheus scrapes without a key; the run and its steps are counted.
+    let metrics = flowd
+        .client
+        .get(format!("{}/metrics", flowd.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "flow_workflow_executions_total{workflow=\"digest\",status=\"completed\"} 1",
+        "flow_workflow_duration_seconds_count{workflow=\"digest\",status=\"completed\"} 1",
+        "flow_step_duration_seconds_count{kind=\"recipe\",status=\"completed\"} 2",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "no `{line}` in:\n{metrics}"
+        );
+    }
+
     let (status, body) = flowd.send(Method::GET, &path, Some(GLOBEX), None).await;
     assert_eq!(
         (status, body["code"].as_str()),

@@ -1,0 +1,143 @@
+//! `/metrics`: Prometheus text format (prometheus-client), names by the
+//! Prometheus conventions (`_total` counters, `_seconds` units).
+//!
+//! Step metrics come from the runner's observer (each step record as it is
+//! journaled), run metrics from how each invocation of a run ends; nothing
+//! here reads the store.
+
+use std::sync::Arc;
+
+use flow_runtime::interp::{StepRecord, StepStatus};
+use flow_runtime::runner::Observer;
+use flow_runtime::store::RunStatus;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WorkflowLabels {
+    workflow: String,
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StepLabels {
+    kind: String,
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Durations from 1 ms to about 9 minutes.
+fn duration_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 20))
+}
+
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    executions: Family<WorkflowLabels, Counter>,
+    durations: Histograms<WorkflowLabels>,
+    steps: Histograms<StepLabels>,
+    retries: Family<KindLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        let mut registry = Registry::default();
+        let executions = Family::<WorkflowLabels, Counter>::default();
+        registry.register(
+            "flow_workflow_executions",
+            "Invocations of workflow runs, by workflow and how they ended (completed, failed, pending_approval)",
+            executions.clone(),
+        );
+        let durations: Histograms<WorkflowLabels> = Family::new_with_constructor(duration_buckets);
+        registry.register_with_unit(
+            "flow_workflow_duration",
+            "Active time of an invocation of a run, by workflow and how it ended",
+            Unit::Seconds,
+            durations.clone(),
+        );
+        let steps: Histograms<StepLabels> = Family::new_with_constructor(duration_buckets);
+        registry.register_with_unit(
+            "flow_step_duration",
+            "Duration of a step execution (all its attempts), by step kind and status",
+            Unit::Seconds,
+            steps.clone(),
+        );
+        let retries = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "flow_step_retries",
+            "Attempts after the first, by step kind",
+            retries.clone(),
+        );
+        Metrics {
+            registry,
+            executions,
+            durations,
+            steps,
+            retries,
+        }
+    }
+}
+
+impl Metrics {
+    /// The runner observer that records each journaled step.
+    pub fn observer(&self) -> Observer {
+        let (steps, retries) = (self.steps.clone(), self.retries.clone());
+        Arc::new(move |record: &StepRecord| {
+            // A pending approval is recorded when the run parks; its duration
+            // is the decision's, recorded when it is decided.
+            if record.status == StepStatus::Pending {
+                return;
+            }
+            let kind = name_of(&record.kind);
+            let seconds = record.ended_ms.saturating_sub(record.started_ms) as f64 / 1000.0;
+            steps
+                .get_or_create(&StepLabels {
+                    kind: kind.clone(),
+                    status: name_of(&record.status),
+                })
+                .observe(seconds);
+            let again = record.attempts.len().saturating_sub(1) as u64;
+            if again > 0 {
+                retries.get_or_create(&KindLabels { kind }).inc_by(again);
+            }
+        })
+    }
+
+    /// Records how an invocation of a run of `workflow` ended.
+    pub fn run_ended(&self, workflow: &str, status: RunStatus, active: std::time::Duration) {
+        let labels = WorkflowLabels {
+            workflow: workflow.to_string(),
+            status: status.as_str().to_string(),
+        };
+        self.executions.get_or_create(&labels).inc();
+        self.durations
+            .get_or_create(&labels)
+            .observe(active.as_secs_f64());
+    }
+
+    /// The text exposition format.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+}
+
+/// The snake_case name a kind or status has in plans and journals.
+fn name_of(value: &impl serde::Serialize) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
