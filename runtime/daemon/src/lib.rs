@@ -5,3 +5,4 @@ mod api;
 pub mod config;
 pub mod metrics;
 pub mod server;
+pub mod webhooks;

@@ -10,6 +10,8 @@ use std::sync::Arc;
 use flow_runtime::interp::{StepRecord, StepStatus};
 use flow_runtime::runner::Observer;
 use flow_runtime::store::RunStatus;
+
+use crate::webhooks::Delivery;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -40,9 +42,15 @@ fn duration_buckets() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 20))
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeliveryLabels {
+    result: String,
+}
+
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
+    deliveries: Family<DeliveryLabels, Counter>,
     executions: Family<WorkflowLabels, Counter>,
     durations: Histograms<WorkflowLabels>,
     steps: Histograms<StepLabels>,
@@ -78,8 +86,15 @@ impl Default for Metrics {
             "Attempts after the first, by step kind",
             retries.clone(),
         );
+        let deliveries = Family::<DeliveryLabels, Counter>::default();
+        registry.register(
+            "flow_webhook_deliveries",
+            "Webhook deliveries by result (delivered, or failed after every retry)",
+            deliveries.clone(),
+        );
         Metrics {
             registry,
+            deliveries,
             executions,
             durations,
             steps,
@@ -111,6 +126,22 @@ impl Metrics {
                 retries.get_or_create(&KindLabels { kind }).inc_by(again);
             }
         })
+    }
+
+    /// Counts each webhook delivery as it ends.
+    pub fn delivery_counter(&self) -> impl Fn(Delivery) + Clone + Send + Sync + 'static {
+        let deliveries = self.deliveries.clone();
+        move |delivery| {
+            let result = match delivery {
+                Delivery::Delivered => "delivered",
+                Delivery::Failed => "failed",
+            };
+            deliveries
+                .get_or_create(&DeliveryLabels {
+                    result: result.to_string(),
+                })
+                .inc();
+        }
     }
 
     /// Records how an invocation of a run of `workflow` ended.

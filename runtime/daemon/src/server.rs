@@ -13,7 +13,7 @@ use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use flow_runtime::interp::Provider;
+use flow_runtime::interp::{Outcome, Provider};
 use flow_runtime::llm::ProviderConfig;
 use flow_runtime::store::{RunStatus, Store};
 use serde_json::json;
@@ -31,6 +31,8 @@ pub struct Daemon {
     /// The runs this process is driving; shutdown waits for them to settle.
     runs: std::sync::Mutex<JoinSet<()>>,
     pub metrics: crate::metrics::Metrics,
+    /// The client of webhook deliveries.
+    http: reqwest::Client,
     /// How to stop each run this process is driving (a cancel request).
     driving: std::sync::Mutex<HashMap<String, tokio::task::AbortHandle>>,
 }
@@ -96,6 +98,7 @@ impl Daemon {
             runs: std::sync::Mutex::new(JoinSet::new()),
             driving: std::sync::Mutex::new(HashMap::new()),
             metrics: crate::metrics::Metrics::default(),
+            http: reqwest::Client::new(),
         }))
     }
 
@@ -156,7 +159,21 @@ impl Daemon {
                 Ok(outcome) => {
                     daemon
                         .metrics
-                        .run_ended(&workflow, RunStatus::of(&outcome), started.elapsed())
+                        .run_ended(&workflow, RunStatus::of(&outcome), started.elapsed());
+                    let event = match outcome {
+                        Outcome::Completed { .. } => "completed",
+                        Outcome::Failed { .. } => "failed",
+                        Outcome::Parked { .. } => "parked",
+                    };
+                    let mut record = flow_runtime::runner::run_record(&run_id, &outcome);
+                    record["workflow"] = serde_json::json!(workflow);
+                    crate::webhooks::dispatch(
+                        &daemon.http,
+                        &daemon.config.webhooks,
+                        event,
+                        &record,
+                        daemon.metrics.delivery_counter(),
+                    );
                 }
                 Err(error) => eprintln!("flowd: run {run_id}: {error}"),
             }

@@ -623,3 +623,112 @@ async fn a_cancelled_run_cannot_be_resumed() {
     );
     assert_eq!(flowd.stop(), Some(0));
 }
+
+/// A run's end is posted to the configured webhook, signed with HMAC-SHA256
+/// over the body; when the receiver first answers 500, the delivery is
+/// retried and then counted as delivered.
+#[tokio::test]
+async fn webhooks_are_signed_and_retried_after_a_500() {
+    use axum::http::{HeaderMap, StatusCode};
+    use hmac::{Hmac, Mac};
+    use reqwest::Method;
+    use serde_json::json;
+    use std::sync::{Arc, Mutex};
+
+    type Received = Arc<Mutex<Vec<(HeaderMap, String)>>>;
+    let received: Received = Arc::default();
+    let receiver = {
+        let received = Arc::clone(&received);
+        axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |headers: HeaderMap, body: String| async move {
+                let mut seen = received.lock().unwrap();
+                seen.push((headers, body));
+                if seen.len() == 1 {
+                    StatusCode::INTERNAL_SERVER_ERROR
+                } else {
+                    StatusCode::NO_CONTENT
+                }
+            }),
+        )
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook_url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, receiver).await });
+
+    const SECRET: &str = "whsec-0123456789abcdef";
+    let config = format!(
+        "{CONFIG}[[webhooks]]\nurl = \"{hook_url}\"\nsecret = \"{SECRET}\"\nevents = [\"completed\"]\n"
+    );
+    let dir = TempDir::new("flowd-webhook");
+    let flowd = Flowd::start_with(&dir, &config);
+    let (status, _) = flowd
+        .send(
+            Method::POST,
+            "/v1/workflows",
+            Some(ACME),
+            Some(json!({ "source": TWO_STEPS })),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let (_, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/runs",
+            Some(ACME),
+            Some(json!({ "workflow": "digest", "input": { "text": "t" } })),
+        )
+        .await;
+    let run_id = body["run_id"].as_str().unwrap().to_string();
+    assert_eq!(flowd.settled(&run_id, ACME).await["status"], "completed");
+
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while received.lock().unwrap().len() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no retry after the 500"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let deliveries = received.lock().unwrap().clone();
+    assert_eq!(
+        deliveries.len(),
+        2,
+        "delivered once the receiver answered 2xx"
+    );
+    let (headers, body) = &deliveries[1];
+    assert_eq!(headers["x-flow-event"], "completed");
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+    mac.update(body.as_bytes());
+    let expected: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(
+        headers["x-flow-signature"],
+        format!("sha256={expected}").as_str()
+    );
+    let event: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(event["event"], "completed");
+    assert_eq!(event["run"]["run_id"], run_id.as_str());
+    assert_eq!(event["run"]["workflow"], "digest");
+
+    let metrics = flowd
+        .client
+        .get(format!("{}/metrics", flowd.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "flow_webhook_deliveries_total{result=\"delivered\"} 1"),
+        "{metrics}"
+    );
+    assert_eq!(flowd.stop(), Some(0));
+}
