@@ -132,6 +132,16 @@ impl Flowd {
         )
     }
 
+    /// The `/metrics` text (Prometheus scrapes without a key).
+    async fn metrics(&self) -> String {
+        let response = self
+            .client
+            .get(format!("{}/metrics", self.url))
+            .send()
+            .await;
+        response.expect("flowd answers").text().await.unwrap()
+    }
+
     /// Polls run `id` until it is no longer `running`; its record.
     async fn settled(&self, id: &str, key: &str) -> serde_json::Value {
         for _ in 0..500 {
@@ -296,15 +306,7 @@ async fn deploy_start_and_read_a_run_scoped_to_its_account() {
     assert_eq!(record["workflow"], "digest");
 
     // Prometheus scrapes without a key; the run and its steps are counted.
-    let metrics = flowd
-        .client
-        .get(format!("{}/metrics", flowd.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = flowd.metrics().await;
     for line in [
         "flow_workflow_executions_total{workflow=\"digest\",status=\"completed\"} 1",
         "flow_workflow_duration_seconds_count{workflow=\"digest\",status=\"completed\"} 1",
@@ -715,15 +717,7 @@ async fn webhooks_are_signed_and_retried_after_a_500() {
     assert_eq!(event["run"]["run_id"], run_id.as_str());
     assert_eq!(event["run"]["workflow"], "digest");
 
-    let metrics = flowd
-        .client
-        .get(format!("{}/metrics", flowd.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = flowd.metrics().await;
     assert!(
         metrics
             .lines()
