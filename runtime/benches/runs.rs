@@ -156,15 +156,19 @@ fn b4(quick: bool) {
     {
         let store = SqliteStore::open(&db).expect("the store opens");
         store.put_plan(&ten).expect("the plan is stored");
-        for i in 0..runs {
-            store
-                .create_run(&format!("run-{i}"), "", "ten", &ten.hash, &input)
-                .expect("run created");
-        }
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
             .expect("runtime");
+        // Queued at once, the starts share the journal writer's commits.
+        let starts: Vec<_> = (0..runs)
+            .map(|i| store.create_run(&format!("run-{i}"), "", "ten", &ten.hash, &input))
+            .collect();
+        runtime.block_on(async {
+            for start in starts {
+                start.await.expect("run created");
+            }
+        });
         let provider = Arc::new(Counted {
             delay: std::time::Duration::from_millis(5),
             calls: Default::default(),
@@ -255,11 +259,15 @@ fn b3(runtime: &tokio::runtime::Runtime, quick: bool) {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let store = SqliteStore::open(&dir.join("park.db")).expect("the store opens");
     store.put_plan(&gated).expect("the plan is stored");
-    for i in 0..runs {
-        store
-            .create_run(&format!("run-{i}"), "", "gated", &gated.hash, &json!({}))
-            .expect("run created");
-    }
+    // Queued at once, the starts share the journal writer's commits.
+    let starts: Vec<_> = (0..runs)
+        .map(|i| store.create_run(&format!("run-{i}"), "", "gated", &gated.hash, &json!({})))
+        .collect();
+    runtime.block_on(async {
+        for start in starts {
+            start.await.expect("run created");
+        }
+    });
     let go = |which: std::ops::Range<usize>, resume: bool| {
         let (store, gated) = (Arc::clone(&store), Arc::clone(&gated));
         runtime.block_on(async move {
@@ -346,11 +354,15 @@ fn b1(runtime: &tokio::runtime::Runtime, quick: bool) {
     let store = SqliteStore::open(&dir.join("bench.db")).expect("the store opens");
     store.put_plan(&ten).expect("the plan is stored");
     let input = json!({ "q": "x".repeat(1000) });
-    for i in 0..runs {
-        store
-            .create_run(&format!("run-{i}"), "", "ten", &ten.hash, &input)
-            .expect("run created");
-    }
+    // Queued at once, the starts share the journal writer's commits.
+    let starts: Vec<_> = (0..runs)
+        .map(|i| store.create_run(&format!("run-{i}"), "", "ten", &ten.hash, &input))
+        .collect();
+    runtime.block_on(async {
+        for start in starts {
+            start.await.expect("run created");
+        }
+    });
     let start = Instant::now();
     let completed = runtime.block_on(async {
         let mut tasks = Vec::new();

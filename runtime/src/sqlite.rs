@@ -140,15 +140,26 @@ enum Write {
         decision: Decide,
         reply: Reply,
     },
+    /// A run's row written with the journal's commits: one fsync serves many
+    /// run starts and ends. Answers the number of rows changed.
+    Statement {
+        sql: &'static str,
+        params: Vec<rusqlite::types::Value>,
+        reply: oneshot::Sender<Result<usize, StoreError>>,
+    },
 }
 
 impl Write {
-    fn reply(self, result: Result<(), StoreError>) {
-        let reply = match self {
-            Write::Step { reply, .. } | Write::Decide { reply, .. } => reply,
-        };
+    fn reply(self, result: Result<usize, StoreError>) {
         // A caller that went away no longer needs the answer.
-        let _ = reply.send(result);
+        match self {
+            Write::Step { reply, .. } | Write::Decide { reply, .. } => {
+                let _ = reply.send(result.map(|_| ()));
+            }
+            Write::Statement { reply, .. } => {
+                let _ = reply.send(result);
+            }
+        }
     }
 }
 
@@ -293,14 +304,38 @@ impl SqliteStore {
         workflow: &str,
         plan_hash: &str,
         input: &Value,
-    ) -> Result<(), StoreError> {
+    ) -> StoreFuture<'static, ()> {
         let now = now_ms();
-        lock(&self.conn).execute(
+        let written = self.statement(
             "INSERT INTO runs (id, workflow, plan_hash, status, input, created_ms, updated_ms, owner, account)
              VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?5, ?6, ?7)",
-            params![id, workflow, plan_hash, input.to_string(), now, owner(), account],
-        )?;
-        Ok(())
+            vec![
+                id.to_string().into(),
+                workflow.to_string().into(),
+                plan_hash.to_string().into(),
+                input.to_string().into(),
+                now.into(),
+                owner().to_string().into(),
+                account.to_string().into(),
+            ],
+        );
+        Box::pin(async move { written.await.map(|_| ()) })
+    }
+
+    /// Queues a statement for the journal writer's next commit.
+    fn statement(
+        &self,
+        sql: &'static str,
+        params: Vec<rusqlite::types::Value>,
+    ) -> StoreFuture<'static, usize> {
+        let (reply, answer) = oneshot::channel();
+        let queued = lock(&self.queue).send(Write::Statement { sql, params, reply });
+        Box::pin(async move {
+            queued.map_err(|_| StoreError("the journal writer has stopped".into()))?;
+            answer
+                .await
+                .map_err(|_| StoreError("the journal writer has stopped".into()))?
+        })
     }
 
     /// Takes the run for this process if its status is one of `from`; a run
@@ -337,12 +372,16 @@ impl SqliteStore {
 
     /// Adds active time to a run this process owns, while it executes, so that
     /// a crash loses at most the time since the last call.
-    pub fn add_active(&self, id: &str, active: std::time::Duration) -> Result<(), StoreError> {
-        lock(&self.conn).execute(
+    pub fn add_active(&self, id: &str, active: std::time::Duration) -> StoreFuture<'static, ()> {
+        let written = self.statement(
             "UPDATE runs SET active_ms = active_ms + ?2 WHERE id = ?1 AND owner = ?3",
-            params![id, active.as_millis() as i64, owner()],
-        )?;
-        Ok(())
+            vec![
+                id.to_string().into(),
+                (active.as_millis() as i64).into(),
+                owner().to_string().into(),
+            ],
+        );
+        Box::pin(async move { written.await.map(|_| ()) })
     }
 
     /// Records how an invocation of the run ended and the active time it used.
@@ -352,13 +391,20 @@ impl SqliteStore {
         status: RunStatus,
         outcome: &Value,
         active: std::time::Duration,
-    ) -> Result<(), StoreError> {
-        lock(&self.conn).execute(
+    ) -> StoreFuture<'static, ()> {
+        let written = self.statement(
             "UPDATE runs SET status = ?2, outcome = ?3, updated_ms = ?4, active_ms = active_ms + ?5, owner = NULL
              WHERE id = ?1 AND owner = ?6",
-            params![id, status, outcome.to_string(), now_ms(), active.as_millis() as i64, owner()],
-        )?;
-        Ok(())
+            vec![
+                id.to_string().into(),
+                status.as_str().to_string().into(),
+                outcome.to_string().into(),
+                now_ms().into(),
+                (active.as_millis() as i64).into(),
+                owner().to_string().into(),
+            ],
+        );
+        Box::pin(async move { written.await.map(|_| ()) })
     }
 
     pub fn run(&self, id: &str) -> Result<Option<RunRow>, StoreError> {
@@ -534,7 +580,7 @@ impl Store for SqliteStore {
         plan_hash: &'a str,
         input: &'a Value,
     ) -> StoreFuture<'a, ()> {
-        ready(self.create_run(id, account, workflow, plan_hash, input))
+        self.create_run(id, account, workflow, plan_hash, input)
     }
 
     fn claim_run<'a>(&'a self, id: &'a str, from: &'a [RunStatus]) -> StoreFuture<'a, bool> {
@@ -542,7 +588,7 @@ impl Store for SqliteStore {
     }
 
     fn add_active<'a>(&'a self, id: &'a str, active: std::time::Duration) -> StoreFuture<'a, ()> {
-        ready(self.add_active(id, active))
+        self.add_active(id, active)
     }
 
     fn finish_run<'a>(
@@ -552,7 +598,7 @@ impl Store for SqliteStore {
         outcome: &'a Value,
         active: std::time::Duration,
     ) -> StoreFuture<'a, ()> {
-        ready(self.finish_run(id, status, outcome, active))
+        self.finish_run(id, status, outcome, active)
     }
 
     fn run<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<RunRow>> {
@@ -684,11 +730,12 @@ fn write_batches(mut conn: Connection, queue: Receiver<Write>) {
 }
 
 /// Writes a batch in one transaction. A database error fails the whole batch;
-/// a decision that cannot apply (not pending, not an approver) fails alone.
+/// a decision that cannot apply (not pending, not an approver) or a statement
+/// that breaks a constraint fails alone.
 fn write_batch(
     conn: &mut Connection,
     batch: &[Write],
-) -> rusqlite::Result<Vec<Result<(), StoreError>>> {
+) -> rusqlite::Result<Vec<Result<usize, StoreError>>> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut results = Vec::with_capacity(batch.len());
     {
@@ -708,9 +755,17 @@ fn write_batch(
                         status_name(record.status),
                         json
                     ])?;
-                    results.push(Ok(()));
+                    results.push(Ok(1));
                 }
-                Write::Decide { decision, .. } => results.push(apply_decision(&tx, decision)?),
+                Write::Decide { decision, .. } => {
+                    results.push(apply_decision(&tx, decision)?.map(|()| 1));
+                }
+                // A statement that fails (a run id taken twice) fails alone:
+                // SQLite undoes that statement and the transaction goes on.
+                Write::Statement { sql, params, .. } => results.push(
+                    tx.execute(sql, rusqlite::params_from_iter(params.iter()))
+                        .map_err(StoreError::from),
+                ),
             }
         }
     }

@@ -43,6 +43,7 @@ async fn durability_approval_persists_at_the_end_only() {
     store.put_plan(&plan).unwrap();
     store
         .create_run("run-1", "", "w", &plan.hash, &json!({}))
+        .await
         .unwrap();
     let journal = RunJournal::open(&store, "run-1", Durability::Approval).unwrap();
     let outcome = run(journal.clone(), &plan).await;
@@ -57,6 +58,7 @@ async fn durability_approval_persists_at_the_end_only() {
     // Full durability writes as it goes.
     store
         .create_run("run-2", "", "w", &plan.hash, &json!({}))
+        .await
         .unwrap();
     let journal = RunJournal::open(&store, "run-2", Durability::Full).unwrap();
     let services = Services {
@@ -78,6 +80,7 @@ async fn a_decision_applies_once_across_tasks_and_survives_reopening() {
     store.put_plan(&plan).unwrap();
     store
         .create_run("run-1", "", "w", &plan.hash, &json!({}))
+        .await
         .unwrap();
     let journal = RunJournal::open(&store, "run-1", Durability::Full).unwrap();
     assert!(matches!(run(journal, &plan).await, Outcome::Parked { .. }));
