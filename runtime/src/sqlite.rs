@@ -165,9 +165,42 @@ impl Write {
 
 pub struct SqliteStore {
     queue: Mutex<Sender<Write>>,
-    /// For everything but step records: plans, runs, decisions, effects.
-    /// They are few per run, so they take this connection directly.
+    /// For the writes that are not the writer's: claims, deployments,
+    /// cancels, effects. They are few per run.
     conn: Mutex<Connection>,
+    /// Idle read connections. In WAL mode a reader sees every committed
+    /// write and never waits for a writer, so reads (the API's above all)
+    /// do not queue behind `conn`.
+    readers: Mutex<Vec<Connection>>,
+    path: std::path::PathBuf,
+}
+
+/// A read connection, back in the pool when dropped.
+struct Reader<'a> {
+    store: &'a SqliteStore,
+    conn: Option<Connection>,
+}
+
+impl std::ops::Deref for Reader<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        self.conn
+            .as_ref()
+            .expect("a reader holds its connection until dropped")
+    }
+}
+
+impl Drop for Reader<'_> {
+    fn drop(&mut self) {
+        const IDLE: usize = 8;
+        let mut idle = lock(&self.store.readers);
+        if let Some(conn) = self.conn.take()
+            && idle.len() < IDLE
+        {
+            idle.push(conn);
+        }
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -270,7 +303,22 @@ impl SqliteStore {
         Ok(Arc::new(SqliteStore {
             queue: Mutex::new(sender),
             conn: Mutex::new(conn),
+            readers: Mutex::new(Vec::new()),
+            path: path.to_path_buf(),
         }))
+    }
+
+    /// A read connection from the pool, or a new one.
+    fn reader(&self) -> Result<Reader<'_>, StoreError> {
+        let idle = lock(&self.readers).pop();
+        let conn = match idle {
+            Some(conn) => conn,
+            None => open(&self.path)?,
+        };
+        Ok(Reader {
+            store: self,
+            conn: Some(conn),
+        })
     }
 }
 
@@ -288,7 +336,8 @@ impl SqliteStore {
     }
 
     pub fn plan(&self, hash: &str) -> Result<Plan, StoreError> {
-        let json: String = lock(&self.conn)
+        let json: String = self
+            .reader()?
             .query_row("SELECT json FROM plans WHERE hash = ?1", [hash], |row| {
                 row.get(0)
             })
@@ -408,7 +457,7 @@ impl SqliteStore {
     }
 
     pub fn run(&self, id: &str) -> Result<Option<RunRow>, StoreError> {
-        Ok(lock(&self.conn)
+        Ok(self.reader()?
             .query_row(
                 "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account FROM runs WHERE id = ?1",
                 [id],
@@ -418,7 +467,7 @@ impl SqliteStore {
     }
 
     pub fn runs(&self) -> Result<Vec<RunRow>, StoreError> {
-        let conn = lock(&self.conn);
+        let conn = self.reader()?;
         let mut statement = conn.prepare(
             "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account FROM runs ORDER BY created_ms, id",
         )?;
@@ -429,7 +478,7 @@ impl SqliteStore {
     }
 
     pub fn step_records(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError> {
-        let conn = lock(&self.conn);
+        let conn = self.reader()?;
         let mut statement =
             conn.prepare("SELECT record FROM step_runs WHERE run_id = ?1 ORDER BY seq")?;
         let records = statement
@@ -521,7 +570,7 @@ impl SqliteStore {
     }
 
     pub fn deployments(&self, account: &str) -> Result<Vec<Deployment>, StoreError> {
-        let conn = lock(&self.conn);
+        let conn = self.reader()?;
         let mut statement = conn.prepare(
             "SELECT workflow, version, plan_hash, created_ms FROM deployments
              WHERE account = ?1 ORDER BY workflow, version",
@@ -541,7 +590,7 @@ impl SqliteStore {
 
     /// Notifications recorded by handoffs, newest last.
     pub fn notifications(&self) -> Result<Vec<Handoff>, StoreError> {
-        let conn = lock(&self.conn);
+        let conn = self.reader()?;
         let mut statement = conn.prepare(
             "SELECT run_id, department, message, subject, key FROM notifications ORDER BY id",
         )?;
