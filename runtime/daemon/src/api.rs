@@ -163,7 +163,6 @@ pub(crate) async fn start_run(
             )
         })?;
     let plan = daemon
-        .store
         .plan(&deployment.plan_hash)
         .await
         .map_err(store_problem)?;
@@ -354,11 +353,7 @@ pub(crate) async fn decide(
         .await
         .map_err(store_problem)?
     {
-        let plan = daemon
-            .store
-            .plan(&row.plan_hash)
-            .await
-            .map_err(store_problem)?;
+        let plan = daemon.plan(&row.plan_hash).await.map_err(store_problem)?;
         daemon.spawn_run(plan, row.workflow, id.clone(), row.input);
     }
     Ok((

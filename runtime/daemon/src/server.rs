@@ -13,9 +13,10 @@ use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
+use flow_plan::Plan;
 use flow_runtime::interp::{Outcome, Provider};
 use flow_runtime::llm::ProviderConfig;
-use flow_runtime::store::{RunStatus, Store};
+use flow_runtime::store::{RunStatus, Store, StoreError};
 use serde_json::json;
 use tokio::task::JoinSet;
 
@@ -33,6 +34,8 @@ pub struct Daemon {
     pub metrics: crate::metrics::Metrics,
     /// The client of webhook deliveries.
     http: reqwest::Client,
+    /// Plans by hash: a hash names one plan for ever, so it is parsed once.
+    plans: std::sync::Mutex<HashMap<String, Arc<Plan>>>,
     /// How to stop each run this process is driving (a cancel request).
     driving: std::sync::Mutex<HashMap<String, tokio::task::AbortHandle>>,
 }
@@ -97,6 +100,7 @@ impl Daemon {
             keys,
             runs: std::sync::Mutex::new(JoinSet::new()),
             driving: std::sync::Mutex::new(HashMap::new()),
+            plans: std::sync::Mutex::new(HashMap::new()),
             metrics: crate::metrics::Metrics::default(),
             http: reqwest::Client::new(),
         }))
@@ -110,9 +114,28 @@ impl Daemon {
             .map_err(|e| e.to_string())?;
         let resumed = due.len();
         for (row, plan) in due {
-            self.spawn_run(plan, row.workflow, row.id, row.input);
+            self.spawn_run(Arc::new(plan), row.workflow, row.id, row.input);
         }
         Ok(resumed)
+    }
+
+    /// The stored plan `hash`, parsed once per process.
+    pub(crate) async fn plan(&self, hash: &str) -> Result<Arc<Plan>, StoreError> {
+        let cached = self
+            .plans
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(hash)
+            .cloned();
+        if let Some(plan) = cached {
+            return Ok(plan);
+        }
+        let plan = Arc::new(self.store.plan(hash).await?);
+        self.plans
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(hash.to_string(), Arc::clone(&plan));
+        Ok(plan)
     }
 
     /// Stops driving run `id` here, if this process is (a cancelled run).
@@ -130,7 +153,7 @@ impl Daemon {
     /// Drives a run this process has created or claimed, in the background.
     pub(crate) fn spawn_run(
         self: &Arc<Daemon>,
-        plan: flow_plan::Plan,
+        plan: Arc<Plan>,
         workflow: String,
         run_id: String,
         input: serde_json::Value,
