@@ -110,7 +110,7 @@ pub async fn drive(
         let ticker = {
             let (store, run_id, ticks) =
                 (Arc::clone(store), run_id.to_string(), Arc::clone(&ticks));
-            tokio::spawn(async move {
+            AbortOnDrop(tokio::spawn(async move {
                 let mut interval = tokio::time::interval(ACTIVE_TICK);
                 interval.tick().await;
                 loop {
@@ -119,7 +119,7 @@ pub async fn drive(
                         ticks.fetch_add(1, Ordering::SeqCst);
                     }
                 }
-            })
+            }))
         };
         let outcome = crate::interp::run_within(
             plan,
@@ -130,31 +130,41 @@ pub async fn drive(
             Duration::from_millis(spent),
         )
         .await;
-        ticker.abort();
-        let _ = ticker.await;
+        drop(ticker);
         let recorded = ACTIVE_TICK * ticks.load(Ordering::SeqCst);
         let active = started.elapsed().saturating_sub(recorded);
         // Under `durability approval`, this is where the run's records are kept.
         log.flush()
             .await
             .map_err(|e| StoreError(format!("cannot persist the run: {}", e.message)))?;
-        // A decision taken while this invocation was running the run (from
-        // another process) is not in its journal: run again to use it.
-        if let Outcome::Parked { pending } = &outcome
-            && decided_meanwhile(store, run_id, pending).await?
-        {
-            store
-                .finish_run(run_id, RunStatus::Running, &Value::Null, active)
-                .await?;
-            if store.claim_run(run_id, &[RunStatus::Running]).await? {
-                continue;
-            }
-        }
         let record = serde_json::to_value(&outcome).map_err(|e| StoreError(e.to_string()))?;
         store
             .finish_run(run_id, RunStatus::of(&outcome), &record, active)
             .await?;
+        // A decision taken while this invocation was running the run (from
+        // another process, which could not claim it then) is not in its
+        // journal: take the run back and go on. Checked after the run is
+        // recorded as parked, so that a decision is either seen here or
+        // finds the run parked and continues it itself.
+        if let Outcome::Parked { pending } = &outcome
+            && decided_meanwhile(store, run_id, pending).await?
+            && store
+                .claim_run(run_id, &[RunStatus::PendingApproval])
+                .await?
+        {
+            continue;
+        }
         return Ok(outcome);
+    }
+}
+
+/// Aborts the task when dropped (also when the run's own task is aborted,
+/// a cancelled run): the active-time ticker never outlives its run.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -252,11 +252,16 @@ fn owner() -> &'static str {
 /// embedded store is local to one machine, so a pid is enough; flowd's
 /// shared stores will use leases instead.
 fn owner_alive(owner: &str) -> bool {
-    owner
+    if owner == self::owner() {
+        return true;
+    }
+    let pid = owner
         .split(':')
         .next()
-        .and_then(|pid| pid.parse::<u32>().ok())
-        .is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists())
+        .and_then(|pid| pid.parse::<u32>().ok());
+    // A container starts its process with the same pid every time: an owner
+    // with this process's pid but another start time is a previous life.
+    pid.is_some_and(|pid| pid != std::process::id() && Path::new(&format!("/proc/{pid}")).exists())
 }
 
 fn now_ms() -> i64 {
@@ -811,10 +816,15 @@ fn write_batch(
                 }
                 // A statement that fails (a run id taken twice) fails alone:
                 // SQLite undoes that statement and the transaction goes on.
-                Write::Statement { sql, params, .. } => results.push(
-                    tx.execute(sql, rusqlite::params_from_iter(params.iter()))
-                        .map_err(StoreError::from),
-                ),
+                Write::Statement { sql, params, .. } => {
+                    let result = tx.execute(sql, rusqlite::params_from_iter(params.iter()));
+                    // Some errors (disk full, I/O) roll the whole transaction
+                    // back, not just the statement: then the batch fails.
+                    match result {
+                        Err(error) if tx.is_autocommit() => return Err(error),
+                        result => results.push(result.map_err(StoreError::from)),
+                    }
+                }
             }
         }
     }

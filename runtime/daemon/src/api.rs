@@ -192,12 +192,21 @@ pub(crate) async fn start_run(
         }
     }
     let run_id = flow_runtime::runner::new_run_id();
-    daemon
-        .store
-        .create_run(&run_id, &account, &request.workflow, &plan.hash, &input)
-        .await
-        .map_err(store_problem)?;
-    daemon.spawn_run(plan, request.workflow.clone(), run_id.clone(), input);
+    // Stored and started in a task of its own: a client that hangs up
+    // mid-request must not leave a stored run that nothing drives.
+    let started = {
+        let (daemon, run_id, workflow) = (Arc::clone(&daemon), run_id.clone(), request.workflow);
+        tokio::spawn(async move {
+            daemon
+                .store
+                .create_run(&run_id, &account, &workflow, &plan.hash, &input)
+                .await
+                .map_err(store_problem)?;
+            daemon.spawn_run(plan, workflow, run_id, input);
+            Ok(())
+        })
+    };
+    joined(started).await?;
     Ok((
         StatusCode::ACCEPTED,
         [(header::LOCATION, format!("/v1/runs/{run_id}"))],
@@ -340,27 +349,49 @@ pub(crate) async fn decide(
         comment: request.comment,
         decided_at: flow_runtime::time::now_rfc3339(),
     };
-    daemon
-        .store
-        .decide(&id, &step_path, &decision)
-        .await
-        .map_err(|e| Problem::new(StatusCode::CONFLICT, "decision_refused", &e.to_string()))?;
-    // A run this process (or another live one) is executing picks the
-    // decision up when it parks; otherwise it continues here.
-    if daemon
-        .store
-        .claim_run(&id, &[RunStatus::PendingApproval])
-        .await
-        .map_err(store_problem)?
-    {
-        let plan = daemon.plan(&row.plan_hash).await.map_err(store_problem)?;
-        daemon.spawn_run(plan, row.workflow, id.clone(), row.input);
-    }
+    // Decided, and then continued here unless a live process is executing
+    // the run (it picks the decision up when it parks), in a task of its own:
+    // a client that hangs up cannot strand a decided run.
+    let decided = {
+        let (daemon, id) = (Arc::clone(&daemon), id.clone());
+        tokio::spawn(async move {
+            daemon
+                .store
+                .decide(&id, &step_path, &decision)
+                .await
+                .map_err(|e| {
+                    Problem::new(StatusCode::CONFLICT, "decision_refused", &e.to_string())
+                })?;
+            if daemon
+                .store
+                .claim_run(&id, &[RunStatus::PendingApproval])
+                .await
+                .map_err(store_problem)?
+            {
+                let plan = daemon.plan(&row.plan_hash).await.map_err(store_problem)?;
+                daemon.spawn_run(plan, row.workflow, id, row.input);
+            }
+            Ok(())
+        })
+    };
+    joined(decided).await?;
     Ok((
         StatusCode::ACCEPTED,
         axum::Json(json!({ "run_id": id, "status": RunStatus::Running })),
     )
         .into_response())
+}
+
+/// The result of a store task spawned by a handler, as the handler's.
+async fn joined(task: tokio::task::JoinHandle<Result<(), Problem>>) -> Result<(), Problem> {
+    match task.await {
+        Ok(result) => result,
+        Err(error) => Err(Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            &format!("the request's task stopped: {error}"),
+        )),
+    }
 }
 
 /// The account's run `id`, or a 404 that does not say whether it exists.
@@ -410,11 +441,20 @@ fn json_body<T: DeserializeOwned>(
         Problem::new(status, code, &rejection.body_text())
     })?;
     serde_json::from_slice(&body).map_err(|error| {
-        Problem::new(
-            StatusCode::BAD_REQUEST,
-            "malformed_json",
-            &format!("the body is not the JSON expected here: {error}"),
-        )
+        // Well-formed JSON of the wrong shape is unprocessable, not malformed.
+        if error.classify() == serde_json::error::Category::Data {
+            Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_request",
+                &format!("the body is not what this route takes: {error}"),
+            )
+        } else {
+            Problem::new(
+                StatusCode::BAD_REQUEST,
+                "malformed_json",
+                &format!("the body is not JSON: {error}"),
+            )
+        }
     })
 }
 

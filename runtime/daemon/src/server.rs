@@ -198,13 +198,30 @@ impl Daemon {
                         daemon.metrics.delivery_counter(),
                     );
                 }
-                Err(error) => eprintln!("flowd: run {run_id}: {error}"),
+                Err(error) => {
+                    eprintln!("flowd: run {run_id}: {error}");
+                    // Give the run up, still `running`: the next start
+                    // resumes it rather than leaving it owned by a live
+                    // process that no longer drives it.
+                    let _ = daemon
+                        .store
+                        .finish_run(
+                            &run_id,
+                            RunStatus::Running,
+                            &serde_json::Value::Null,
+                            Duration::ZERO,
+                        )
+                        .await;
+                }
             }
-            daemon
-                .driving
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&run_id);
+            // Only this task's entry: a decision may have started a new one.
+            let mut driving = daemon.driving.lock().unwrap_or_else(|p| p.into_inner());
+            if driving
+                .get(&run_id)
+                .is_some_and(|handle| handle.id() == tokio::task::id())
+            {
+                driving.remove(&run_id);
+            }
         });
         driving.insert(id, handle);
     }

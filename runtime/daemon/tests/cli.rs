@@ -318,6 +318,12 @@ async fn deploy_start_and_read_a_run_scoped_to_its_account() {
         );
     }
 
+    let (_, listed) = flowd.send(Method::GET, "/v1/runs", Some(ACME), None).await;
+    assert_eq!(
+        listed["runs"].as_array().map(Vec::len),
+        Some(1),
+        "the refused starts stored nothing: {listed}"
+    );
     let (status, body) = flowd.send(Method::GET, &path, Some(GLOBEX), None).await;
     assert_eq!(
         (status, body["code"].as_str()),
@@ -717,12 +723,13 @@ async fn webhooks_are_signed_and_retried_after_a_500() {
     assert_eq!(event["run"]["run_id"], run_id.as_str());
     assert_eq!(event["run"]["workflow"], "digest");
 
-    let metrics = flowd.metrics().await;
-    assert!(
-        metrics
-            .lines()
-            .any(|l| l == "flow_webhook_deliveries_total{result=\"delivered\"} 1"),
-        "{metrics}"
-    );
+    // flowd counts the delivery once the receiver's answer is back.
+    let delivered = "flow_webhook_deliveries_total{result=\"delivered\"} 1";
+    let mut metrics = flowd.metrics().await;
+    while !metrics.lines().any(|l| l == delivered) {
+        assert!(std::time::Instant::now() < deadline, "{metrics}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        metrics = flowd.metrics().await;
+    }
     assert_eq!(flowd.stop(), Some(0));
 }
