@@ -733,3 +733,79 @@ async fn webhooks_are_signed_and_retried_after_a_500() {
     }
     assert_eq!(flowd.stop(), Some(0));
 }
+
+/// Cancelling a run while it executes stops it: no step starts after the
+/// cancel, and it stays cancelled.
+#[tokio::test]
+async fn a_running_run_is_stopped_by_cancel() {
+    use flow_tests::fake_llm::FakeLlm;
+    use reqwest::Method;
+    use serde_json::json;
+    use std::time::{Duration, Instant};
+
+    let server = FakeLlm::start(
+        vec![],
+        json!({ "summary": "s" }),
+        Duration::from_millis(100),
+    )
+    .await;
+    let config = format!(
+        "{CONFIG}[provider]\nkind = \"openai\"\nbase_url = \"{}\"\nmodels = {{ default = \"fake\" }}\n",
+        server.url
+    );
+    let dir = TempDir::new("flowd-cancel-running");
+    let flowd = Flowd::start_with(&dir, &config);
+    let mut source = String::from(TWO_STEPS);
+    source.push_str("workflow long {\n  input { text: string }\n");
+    for i in 0..20 {
+        source.push_str(&format!(
+            "  step s{i} = summarize {{ text: workflow_input.text }}\n"
+        ));
+    }
+    source.push_str("}\n");
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/workflows",
+            Some(ACME),
+            Some(json!({ "source": source })),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let (_, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/runs",
+            Some(ACME),
+            Some(json!({ "workflow": "long", "input": { "text": "t" } })),
+        )
+        .await;
+    let run_id = body["run_id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.requests() < 2 {
+        assert!(Instant::now() < deadline, "the run did not start");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            &format!("/v1/runs/{run_id}/cancel"),
+            Some(ACME),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (200, Some("cancelled")),
+        "{body}"
+    );
+    let at_cancel = server.requests();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        server.requests() <= at_cancel + 1,
+        "steps went on after the cancel: {} calls, {at_cancel} at the cancel",
+        server.requests()
+    );
+    assert_eq!(flowd.settled(&run_id, ACME).await["status"], "cancelled");
+    assert_eq!(flowd.stop(), Some(0));
+}
