@@ -138,9 +138,14 @@ pub async fn drive(
             .await
             .map_err(|e| StoreError(format!("cannot persist the run: {}", e.message)))?;
         let record = serde_json::to_value(&outcome).map_err(|e| StoreError(e.to_string()))?;
-        store
+        if !store
             .finish_run(run_id, RunStatus::of(&outcome), &record, active)
-            .await?;
+            .await?
+        {
+            return Err(StoreError(format!(
+                "run {run_id} was cancelled or taken over by another process while this one ran it; how this invocation ended is not recorded"
+            )));
+        }
         // A decision taken while this invocation was running the run (from
         // another process, which could not claim it then) is not in its
         // journal: take the run back and go on. Checked after the run is

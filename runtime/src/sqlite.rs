@@ -445,7 +445,7 @@ impl SqliteStore {
         status: RunStatus,
         outcome: &Value,
         active: std::time::Duration,
-    ) -> StoreFuture<'static, ()> {
+    ) -> StoreFuture<'static, bool> {
         let written = self.statement(
             "UPDATE runs SET status = ?2, outcome = ?3, updated_ms = ?4, active_ms = active_ms + ?5, owner = NULL
              WHERE id = ?1 AND owner = ?6",
@@ -458,7 +458,7 @@ impl SqliteStore {
                 owner().to_string().into(),
             ],
         );
-        Box::pin(async move { written.await.map(|_| ()) })
+        Box::pin(async move { written.await.map(|changed| changed == 1) })
     }
 
     pub fn run(&self, id: &str) -> Result<Option<RunRow>, StoreError> {
@@ -651,7 +651,7 @@ impl Store for SqliteStore {
         status: RunStatus,
         outcome: &'a Value,
         active: std::time::Duration,
-    ) -> StoreFuture<'a, ()> {
+    ) -> StoreFuture<'a, bool> {
         self.finish_run(id, status, outcome, active)
     }
 

@@ -156,14 +156,15 @@ pub trait Store: Send + Sync {
     fn add_active<'a>(&'a self, id: &'a str, active: std::time::Duration) -> StoreFuture<'a, ()>;
 
     /// Records how an invocation of the run ended and the active time it used,
-    /// and gives the run up.
+    /// and gives the run up. False when this process no longer owns the run
+    /// (it was cancelled, or another process took it): nothing is recorded.
     fn finish_run<'a>(
         &'a self,
         id: &'a str,
         status: RunStatus,
         outcome: &'a Value,
         active: std::time::Duration,
-    ) -> StoreFuture<'a, ()>;
+    ) -> StoreFuture<'a, bool>;
 
     fn run<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<RunRow>>;
 
