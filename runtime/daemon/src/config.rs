@@ -434,6 +434,23 @@ impl Problems<'_> {
     }
 }
 
+impl Config {
+    /// The store as it may be printed: a URL's password is replaced by `***`
+    /// (`postgres://flow:***@db/flow`).
+    pub fn store_for_display(&self) -> String {
+        let Some((scheme, rest)) = self.store.split_once("://") else {
+            return self.store.clone();
+        };
+        let Some((userinfo, host)) = rest.rsplit_once('@') else {
+            return self.store.clone();
+        };
+        match userinfo.split_once(':') {
+            Some((user, _password)) => format!("{scheme}://{user}:***@{host}"),
+            None => self.store.clone(),
+        }
+    }
+}
+
 fn is_email(text: &str) -> bool {
     text.split_once('@')
         .is_some_and(|(user, domain)| !user.is_empty() && domain.contains('.'))

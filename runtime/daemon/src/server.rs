@@ -56,7 +56,7 @@ impl Daemon {
         if config.store.starts_with("postgres://") || config.store.starts_with("postgresql://") {
             return Err(format!(
                 "store `{}`: this flowd has no PostgreSQL store yet; give a SQLite file path",
-                config.store
+                config.store_for_display()
             ));
         }
         let store: Arc<dyn Store> =

@@ -133,3 +133,19 @@ fn an_unknown_key_is_refused_not_ignored() {
 fn a_short_link_secret_is_refused() {
     insta::assert_snapshot!(render("link_secret = \"hunter2\"\n", &[]));
 }
+
+#[test]
+fn a_store_url_prints_without_its_password() {
+    let shown = |store: &str| {
+        let text = format!("{SECRET}store = \"{store}\"\n");
+        load("flowd.toml", &text, &|_| None)
+            .expect("valid")
+            .store_for_display()
+    };
+    assert_eq!(
+        shown("postgres://flow:hunter2@db:5432/flow"),
+        "postgres://flow:***@db:5432/flow"
+    );
+    assert_eq!(shown("postgres://flow@db/flow"), "postgres://flow@db/flow");
+    assert_eq!(shown("/var/lib/flow/flowd.db"), "/var/lib/flow/flowd.db");
+}
