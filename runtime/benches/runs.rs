@@ -103,17 +103,7 @@ fn b4(quick: bool) {
     use std::collections::{HashMap, HashSet};
 
     let runs = if quick { 50 } else { 1_000 };
-    let mut chain = String::from(
-        "workflow ten {\n  input { q: string }\n  step s0 = answer { q: workflow_input.q }\n",
-    );
-    for i in 1..10 {
-        chain.push_str(&format!(
-            "  step s{i} = answer {{ q: step.s{}.text }}\n",
-            i - 1
-        ));
-    }
-    chain.push_str("  output { last: step.s9.score }\n}\n");
-    let ten = Arc::new(plan(&format!("{RECIPE}{chain}")));
+    let ten = Arc::new(ten_steps());
     let dir = std::env::temp_dir().join(format!("flow-bench-crash-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let db = dir.join("crash.db");
@@ -335,9 +325,8 @@ fn b3(runtime: &tokio::runtime::Runtime, quick: bool) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// B1: concurrent durable runs.
-fn b1(runtime: &tokio::runtime::Runtime, quick: bool) {
-    let runs = if quick { 50 } else { 1_000 };
+/// The workflow `ten` of B1 and B4: ten recipe steps, each on the last one's output.
+fn ten_steps() -> flow_plan::Plan {
     let mut chain = String::from(
         "workflow ten {\n  input { q: string }\n  step s0 = answer { q: workflow_input.q }\n",
     );
@@ -348,7 +337,13 @@ fn b1(runtime: &tokio::runtime::Runtime, quick: bool) {
         ));
     }
     chain.push_str("  output { last: step.s9.score }\n}\n");
-    let ten = Arc::new(plan(&format!("{RECIPE}{chain}")));
+    plan(&format!("{RECIPE}{chain}"))
+}
+
+/// B1: concurrent durable runs.
+fn b1(runtime: &tokio::runtime::Runtime, quick: bool) {
+    let runs = if quick { 50 } else { 1_000 };
+    let ten = Arc::new(ten_steps());
     let dir = std::env::temp_dir().join(format!("flow-bench-runs-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let store = SqliteStore::open(&dir.join("bench.db")).expect("the store opens");

@@ -7,10 +7,7 @@ use serde_json::{Value, json};
 
 use crate::interp::{BoxFuture, ErrorKind, Provider, RecipeCall, StepError};
 use crate::llm::{ProviderConfig, http_client};
-use crate::openai::{
-    SYSTEM_PROMPT, answer_with_repair, excerpt, reply_json, retry_after, schema_name, status_error,
-    transport_error,
-};
+use crate::openai::{SYSTEM_PROMPT, answer_with_repair, excerpt, schema_name, send_for_json};
 
 pub struct AnthropicProvider {
     client: reqwest::Client,
@@ -49,14 +46,7 @@ impl AnthropicProvider {
         if let Some(key) = &self.config.api_key {
             request = request.header("x-api-key", key);
         }
-        let response = request.send().await.map_err(transport_error)?;
-        let status = response.status();
-        let wait = retry_after(response.headers());
-        let text = response.text().await.map_err(transport_error)?;
-        if !status.is_success() {
-            return Err(status_error(&url, status, wait, &text));
-        }
-        let reply = reply_json(&text)?;
+        let (reply, text) = send_for_json(request, &url).await?;
         let blocks = reply["content"].as_array().cloned().unwrap_or_default();
         // The forced tool call carries the answer; a text block is the model
         // ignoring the tool, which the repair request then addresses.

@@ -600,22 +600,22 @@ impl<'p> Interpreter<'p> {
             .get(step.slot as usize)
             .map_or(StepKind::Recipe, |s| s.kind);
         let env = self.env(ctx, None);
+        // A step whose arguments cannot be evaluated fails before any attempt.
+        let refused = |error: StepError| {
+            self.settle(
+                step,
+                ctx,
+                &path,
+                kind,
+                Value::Null,
+                Err(error),
+                Vec::new(),
+                started_ms,
+            )
+        };
         let args = match self.args(step, &env) {
             Ok(args) => args,
-            Err(error) => {
-                return self
-                    .settle(
-                        step,
-                        ctx,
-                        &path,
-                        kind,
-                        Value::Null,
-                        Err(error),
-                        Vec::new(),
-                        started_ms,
-                    )
-                    .await;
-            }
+            Err(error) => return refused(error).await,
         };
         if let Action::Approval {
             approvers,
@@ -627,20 +627,7 @@ impl<'p> Interpreter<'p> {
         {
             let approvers = match approver_list(&env, approvers) {
                 Ok(approvers) => approvers,
-                Err(error) => {
-                    return self
-                        .settle(
-                            step,
-                            ctx,
-                            &path,
-                            kind,
-                            Value::Null,
-                            Err(error),
-                            Vec::new(),
-                            started_ms,
-                        )
-                        .await;
-                }
+                Err(error) => return refused(error).await,
             };
             let message = env.eval(message).ok().map_or_else(String::new, |m| {
                 m.as_str().map_or_else(|| m.to_string(), str::to_string)

@@ -215,22 +215,10 @@ impl crate::interp::Provider for OfflineProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::schema::tests::{optional, record};
     use crate::schema::validate;
     use proptest::prelude::*;
     use serde_json::json;
-
-    fn record(properties: Value, required: &[&str]) -> Value {
-        json!({
-            "type": "object",
-            "properties": properties,
-            "required": required,
-            "additionalProperties": false,
-        })
-    }
-
-    fn optional(inner: Value) -> Value {
-        json!({ "anyOf": [inner, { "type": "null" }] })
-    }
 
     /// A schema using every form the compiler emits.
     fn every_form() -> Value {

@@ -60,14 +60,7 @@ impl OpenAiProvider {
         if let Some(key) = &self.config.api_key {
             request = request.bearer_auth(key);
         }
-        let response = request.send().await.map_err(transport_error)?;
-        let status = response.status();
-        let wait = retry_after(response.headers());
-        let text = response.text().await.map_err(transport_error)?;
-        if !status.is_success() {
-            return Err(status_error(&url, status, wait, &text));
-        }
-        let reply = reply_json(&text)?;
+        let (reply, text) = send_for_json(request, &url).await?;
         reply["choices"][0]["message"]["content"]
             .as_str()
             .map(str::to_string)
@@ -181,7 +174,24 @@ fn parse_and_check(text: &str, schema: &Value) -> Result<Value, String> {
 }
 
 /// A provider's reply body as JSON; a reply that is not JSON is a server fault.
-pub(crate) fn reply_json(text: &str) -> Result<Value, StepError> {
+/// Sends a provider request: the reply as JSON and as text (for messages),
+/// or the error class the retry policy needs (status, `Retry-After`,
+/// transport failure, a body that is not JSON).
+pub(crate) async fn send_for_json(
+    request: reqwest::RequestBuilder,
+    url: &str,
+) -> Result<(Value, String), StepError> {
+    let response = request.send().await.map_err(transport_error)?;
+    let status = response.status();
+    let wait = retry_after(response.headers());
+    let text = response.text().await.map_err(transport_error)?;
+    if !status.is_success() {
+        return Err(status_error(url, status, wait, &text));
+    }
+    Ok((reply_json(&text)?, text))
+}
+
+fn reply_json(text: &str) -> Result<Value, StepError> {
     serde_json::from_str(text).map_err(|e| {
         StepError::new(
             ErrorKind::Server,

@@ -408,11 +408,12 @@ fn mismatch(path: &str, expected: &str, value: &Value) -> Mismatch {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
 
-    fn record(properties: Value, required: &[&str]) -> Value {
+    /// A closed record schema, as the compiler emits for a record type.
+    pub(crate) fn record(properties: Value, required: &[&str]) -> Value {
         json!({
             "type": "object",
             "properties": properties,
@@ -421,7 +422,8 @@ mod tests {
         })
     }
 
-    fn optional(inner: Value) -> Value {
+    /// An optional type's schema.
+    pub(crate) fn optional(inner: Value) -> Value {
         json!({ "anyOf": [inner, { "type": "null" }] })
     }
 

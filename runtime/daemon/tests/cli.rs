@@ -332,36 +332,33 @@ async fn deploy_start_and_read_a_run_scoped_to_its_account() {
     );
 
     // Bodies that are not what the route takes.
-    let response = flowd
-        .client
-        .post(format!("{}/v1/runs", flowd.url))
-        .bearer_auth(ACME)
-        .header("content-type", "application/json")
-        .body("{ not json")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 400);
-    let response = flowd
-        .client
-        .post(format!("{}/v1/runs", flowd.url))
-        .bearer_auth(ACME)
-        .header("content-type", "text/plain")
-        .body("{}")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 415);
-    let response = flowd
-        .client
-        .post(format!("{}/v1/workflows", flowd.url))
-        .bearer_auth(ACME)
-        .header("content-type", "application/json")
-        .body(vec![b' '; 3 * 1024 * 1024])
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 413);
+    for (path, content_type, body, status) in [
+        ("/v1/runs", "application/json", b"{ not json".to_vec(), 400),
+        (
+            "/v1/runs",
+            "application/json",
+            br#"{"workflow": 7}"#.to_vec(),
+            422,
+        ),
+        ("/v1/runs", "text/plain", b"{}".to_vec(), 415),
+        (
+            "/v1/workflows",
+            "application/json",
+            vec![b' '; 3 * 1024 * 1024],
+            413,
+        ),
+    ] {
+        let response = flowd
+            .client
+            .post(format!("{}{path}", flowd.url))
+            .bearer_auth(ACME)
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), status, "{path} {content_type}");
+    }
     assert_eq!(flowd.stop(), Some(0));
 }
 
