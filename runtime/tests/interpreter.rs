@@ -80,6 +80,13 @@ recipe answer {
 }
 "#;
 
+/// Runs workflow `w` of `plan` with no input on a fresh in-memory store.
+async fn run_w(plan: &flow_plan::Plan, provider: Arc<dyn Provider>) -> (Outcome, Arc<MemoryStore>) {
+    let store = Arc::new(MemoryStore::default());
+    let outcome = flow_runtime::run(plan, "w", "r", json!({}), services(provider, &store)).await;
+    (outcome, store)
+}
+
 fn services(provider: Arc<dyn Provider>, store: &Arc<MemoryStore>) -> Services {
     Services {
         provider,
@@ -98,15 +105,7 @@ async fn retryable_errors_are_retried_and_each_attempt_is_recorded() {
         "answer",
         vec![Some(ErrorKind::RateLimited), Some(ErrorKind::Server)],
     ));
-    let store = Arc::new(MemoryStore::default());
-    let outcome = flow_runtime::run(
-        &plan,
-        "w",
-        "r",
-        json!({}),
-        services(provider.clone(), &store),
-    )
-    .await;
+    let (outcome, store) = run_w(&plan, provider.clone()).await;
     assert!(matches!(outcome, Outcome::Completed { .. }), "{outcome:?}");
     assert_eq!(provider.calls("answer"), 3);
     let record = &store.records()[0];
@@ -128,15 +127,7 @@ async fn client_errors_fail_at_once_and_attempts_stop_at_the_limit() {
         "{RECIPE}workflow w {{ step a = answer {{ q: \"x\" }} retry 3 backoff 1ms..2ms }}"
     ));
     let provider = Arc::new(Scripted::with("answer", vec![Some(ErrorKind::Client)]));
-    let store = Arc::new(MemoryStore::default());
-    let outcome = flow_runtime::run(
-        &plan,
-        "w",
-        "r",
-        json!({}),
-        services(provider.clone(), &store),
-    )
-    .await;
+    let (outcome, _) = run_w(&plan, provider.clone()).await;
     assert!(
         matches!(&outcome, Outcome::Failed { error, .. } if error.kind == ErrorKind::Client),
         "{outcome:?}"
@@ -144,15 +135,7 @@ async fn client_errors_fail_at_once_and_attempts_stop_at_the_limit() {
     assert_eq!(provider.calls("answer"), 1);
 
     let provider = Arc::new(Scripted::with("answer", vec![Some(ErrorKind::Server); 5]));
-    let store = Arc::new(MemoryStore::default());
-    let outcome = flow_runtime::run(
-        &plan,
-        "w",
-        "r",
-        json!({}),
-        services(provider.clone(), &store),
-    )
-    .await;
+    let (outcome, store) = run_w(&plan, provider.clone()).await;
     assert!(matches!(outcome, Outcome::Failed { .. }), "{outcome:?}");
     assert_eq!(provider.calls("answer"), 3, "three attempts in all");
     assert_eq!(store.records()[0].status, StepStatus::Failed);
@@ -523,15 +506,7 @@ async fn workflow_on_error_continue_ends_the_run_quietly() {
         }}"
     ));
     let provider = Arc::new(Scripted::with("answer", vec![Some(ErrorKind::Client)]));
-    let store = Arc::new(MemoryStore::default());
-    let outcome = flow_runtime::run(
-        &plan,
-        "w",
-        "r",
-        json!({}),
-        services(provider.clone(), &store),
-    )
-    .await;
+    let (outcome, _) = run_w(&plan, provider.clone()).await;
     assert_eq!(
         outcome,
         Outcome::Completed {
