@@ -270,6 +270,7 @@ fn b3(runtime: &tokio::runtime::Runtime, quick: bool) {
                         store
                             .decide(&run_id, "ok", &approve("boss"))
                             .await
+                            .expect("the store answers")
                             .expect("the gate is pending");
                     }
                     let journal = RunJournal::open(&store, &run_id, flow_plan::Durability::Full)

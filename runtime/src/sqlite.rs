@@ -24,7 +24,10 @@ use crate::interp::{
     BoxFuture, Effects, ErrorKind, Handoff, Journal, KbWrite, StepError, StepRecord, StepStatus,
 };
 use crate::interp::{DecideError, Decision, decide_record};
-use crate::store::{Deployment, RunLog, RunRow, RunStatus, Store, StoreError, StoreFuture};
+use crate::store::{
+    Deployment, MailState, NO_ACCOUNT, NewNotification, Notification, NotificationKind, RunLog,
+    RunQuery, RunRow, RunStatus, Store, StoreError, StoreFuture,
+};
 
 impl rusqlite::types::ToSql for RunStatus {
     fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
@@ -107,6 +110,62 @@ const MIGRATIONS: &[&str] = &[
          created_ms INTEGER NOT NULL,
          PRIMARY KEY (account, workflow, version)
      );",
+    // Knowledge and notifications belong to an account: one account's
+    // workflow can neither overwrite another's document nor get its keyed
+    // result. Notifications name their audience (a department, an approver
+    // or an approver group), say what they are about, whether they have been
+    // mailed (flowd's outbox) and who has read them.
+    "CREATE TABLE kb_documents_v5 (
+         account TEXT NOT NULL,
+         collection TEXT NOT NULL,
+         title TEXT NOT NULL,
+         version INTEGER NOT NULL,
+         content TEXT NOT NULL,
+         metadata TEXT,
+         PRIMARY KEY (account, collection, title)
+     );
+     INSERT INTO kb_documents_v5 SELECT '', collection, title, version, content, metadata FROM kb_documents;
+     DROP TABLE kb_documents;
+     ALTER TABLE kb_documents_v5 RENAME TO kb_documents;
+     DROP TABLE kb_search;
+     CREATE VIRTUAL TABLE kb_search USING fts5(account UNINDEXED, collection, title, content);
+     INSERT INTO kb_search (account, collection, title, content)
+         SELECT account, collection, title, content FROM kb_documents;
+     CREATE TABLE kb_keys_v5 (
+         account TEXT NOT NULL,
+         key TEXT NOT NULL,
+         result TEXT NOT NULL,
+         PRIMARY KEY (account, key)
+     );
+     INSERT INTO kb_keys_v5 SELECT '', key, result FROM kb_keys;
+     DROP TABLE kb_keys;
+     ALTER TABLE kb_keys_v5 RENAME TO kb_keys;
+     CREATE TABLE notifications_v5 (
+         id INTEGER PRIMARY KEY,
+         account TEXT NOT NULL,
+         kind TEXT NOT NULL,
+         audience TEXT NOT NULL,
+         run_id TEXT NOT NULL,
+         step_path TEXT,
+         subject TEXT,
+         message TEXT NOT NULL,
+         key TEXT,
+         created_ms INTEGER NOT NULL,
+         mail TEXT,
+         UNIQUE (account, key)
+     );
+     INSERT INTO notifications_v5 (id, account, kind, audience, run_id, subject, message, key, created_ms, mail)
+         SELECT id, '', 'handoff', department, run_id, subject, message, key, created_ms, 'skipped' FROM notifications;
+     DROP TABLE notifications;
+     ALTER TABLE notifications_v5 RENAME TO notifications;
+     CREATE INDEX notifications_by_account ON notifications(account, audience);
+     CREATE INDEX notifications_to_mail ON notifications(id) WHERE mail IS NULL;
+     CREATE TABLE notification_reads (
+         notification_id INTEGER NOT NULL REFERENCES notifications(id),
+         reader TEXT NOT NULL,
+         read_ms INTEGER NOT NULL,
+         PRIMARY KEY (notification_id, reader)
+     );",
 ];
 
 impl From<rusqlite::Error> for StoreError {
@@ -120,6 +179,14 @@ fn store_error(error: StoreError) -> StepError {
 }
 
 type Reply = oneshot::Sender<Result<(), StoreError>>;
+
+/// Why one write of a batch did not apply.
+enum WriteError {
+    /// The database failed it.
+    Store(StoreError),
+    /// A decision the rules refuse (not pending, not an approver, ended run).
+    Refused(DecideError),
+}
 
 /// A decision on an approval, applied by the writer.
 struct Decide {
@@ -138,7 +205,7 @@ enum Write {
     },
     Decide {
         decision: Decide,
-        reply: Reply,
+        reply: oneshot::Sender<Result<Result<(), DecideError>, StoreError>>,
     },
     /// A run's row written with the journal's commits: one fsync serves many
     /// run starts and ends. Answers the number of rows changed.
@@ -150,14 +217,28 @@ enum Write {
 }
 
 impl Write {
-    fn reply(self, result: Result<usize, StoreError>) {
+    fn reply(self, result: Result<usize, WriteError>) {
+        // Only decisions are ever refused; the rest fail in the store.
+        let stored = |result: Result<usize, WriteError>| {
+            result.map_err(|error| match error {
+                WriteError::Store(error) => error,
+                WriteError::Refused(refused) => StoreError(refused.to_string()),
+            })
+        };
         // A caller that went away no longer needs the answer.
         match self {
-            Write::Step { reply, .. } | Write::Decide { reply, .. } => {
-                let _ = reply.send(result.map(|_| ()));
+            Write::Step { reply, .. } => {
+                let _ = reply.send(stored(result).map(|_| ()));
+            }
+            Write::Decide { reply, .. } => {
+                let _ = reply.send(match result {
+                    Ok(_) => Ok(Ok(())),
+                    Err(WriteError::Refused(refused)) => Ok(Err(refused)),
+                    Err(WriteError::Store(error)) => Err(error),
+                });
             }
             Write::Statement { reply, .. } => {
-                let _ = reply.send(result);
+                let _ = reply.send(stored(result));
             }
         }
     }
@@ -507,7 +588,7 @@ impl SqliteStore {
         run_id: &'a str,
         path: &'a str,
         decision: &'a Decision,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
+    ) -> StoreFuture<'a, Result<(), DecideError>> {
         let (reply, answer) = oneshot::channel();
         let decision = Decide {
             run_id: run_id.to_string(),
@@ -593,24 +674,108 @@ impl SqliteStore {
         Ok(rows)
     }
 
-    /// Notifications recorded by handoffs, newest last.
-    pub fn notifications(&self) -> Result<Vec<Handoff>, StoreError> {
+    pub fn account_runs(&self, account: &str, query: &RunQuery) -> Result<Vec<RunRow>, StoreError> {
         let conn = self.reader()?;
-        let mut statement = conn.prepare(
-            "SELECT run_id, department, message, subject, key FROM notifications ORDER BY id",
+        let mut statement = conn.prepare_cached(
+            "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account
+             FROM runs
+             WHERE account = ?1 AND (?2 IS NULL OR workflow = ?2) AND (?3 IS NULL OR status = ?3)
+             ORDER BY created_ms DESC, id DESC
+             LIMIT ?4",
         )?;
         let rows = statement
-            .query_map([], |row| {
-                Ok(Handoff {
-                    run_id: row.get(0)?,
-                    department: row.get(1)?,
-                    message: row.get(2)?,
-                    subject: row.get(3)?,
-                    key: row.get(4)?,
-                })
-            })?
+            .query_map(
+                params![account, query.workflow, query.status, query.limit as i64],
+                run_row,
+            )?
             .collect::<Result<Vec<_>, _>>()?;
         Ok(rows)
+    }
+
+    pub fn notify(&self, note: &NewNotification<'_>) -> Result<bool, StoreError> {
+        let changed = lock(&self.conn).execute(
+            "INSERT OR IGNORE INTO notifications
+                 (account, kind, audience, run_id, step_path, subject, message, key, created_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![
+                note.account,
+                note.kind.as_str(),
+                note.audience,
+                note.run_id,
+                note.step_path,
+                note.subject,
+                note.message,
+                note.key,
+                now_ms()
+            ],
+        )?;
+        Ok(changed == 1)
+    }
+
+    pub fn notifications(
+        &self,
+        account: &str,
+        audiences: &[String],
+        reader: &str,
+    ) -> Result<Vec<Notification>, StoreError> {
+        let conn = self.reader()?;
+        // The audiences as a JSON array: one statement for any number of them.
+        let audiences = serde_json::to_string(audiences).map_err(|e| StoreError(e.to_string()))?;
+        let mut statement = conn.prepare_cached(
+            "SELECT n.id, n.account, n.kind, n.audience, n.run_id, n.step_path, n.subject, n.message,
+                    n.created_ms, r.reader IS NOT NULL
+             FROM notifications n
+             LEFT JOIN notification_reads r ON r.notification_id = n.id AND r.reader = ?3
+             WHERE n.account = ?1 AND n.audience IN (SELECT value FROM json_each(?2))
+             ORDER BY n.id DESC",
+        )?;
+        let rows = statement
+            .query_map(params![account, audiences, reader], notification_row)?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    pub fn mark_read(&self, account: &str, reader: &str, ids: &[i64]) -> Result<usize, StoreError> {
+        let conn = lock(&self.conn);
+        in_immediate(&conn, || {
+            let mut marked = 0;
+            for id in ids {
+                let exists: bool = conn.query_row(
+                    "SELECT EXISTS (SELECT 1 FROM notifications WHERE id = ?1 AND account = ?2)",
+                    params![id, account],
+                    |row| row.get(0),
+                )?;
+                if exists {
+                    conn.execute(
+                        "INSERT OR IGNORE INTO notification_reads (notification_id, reader, read_ms)
+                         VALUES (?1, ?2, ?3)",
+                        params![id, reader, now_ms()],
+                    )?;
+                    marked += 1;
+                }
+            }
+            Ok(marked)
+        })
+    }
+
+    pub fn to_mail(&self, limit: usize) -> Result<Vec<Notification>, StoreError> {
+        let conn = self.reader()?;
+        let mut statement = conn.prepare_cached(
+            "SELECT id, account, kind, audience, run_id, step_path, subject, message, created_ms, 0
+             FROM notifications WHERE mail IS NULL ORDER BY id LIMIT ?1",
+        )?;
+        let rows = statement
+            .query_map([limit as i64], notification_row)?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    pub fn set_mailed(&self, id: i64, state: MailState) -> Result<(), StoreError> {
+        lock(&self.conn).execute(
+            "UPDATE notifications SET mail = ?2 WHERE id = ?1",
+            params![id, state.as_str()],
+        )?;
+        Ok(())
     }
 }
 
@@ -672,7 +837,7 @@ impl Store for SqliteStore {
         run_id: &'a str,
         path: &'a str,
         decision: &'a Decision,
-    ) -> StoreFuture<'a, ()> {
+    ) -> StoreFuture<'a, Result<(), DecideError>> {
         self.decide(run_id, path, decision)
     }
 
@@ -693,8 +858,42 @@ impl Store for SqliteStore {
         ready(self.deployments(account))
     }
 
-    fn notifications(&self) -> StoreFuture<'_, Vec<Handoff>> {
-        ready(self.notifications())
+    fn account_runs<'a>(
+        &'a self,
+        account: &'a str,
+        query: &'a RunQuery,
+    ) -> StoreFuture<'a, Vec<RunRow>> {
+        ready(self.account_runs(account, query))
+    }
+
+    fn notify<'a>(&'a self, notification: &'a NewNotification<'a>) -> StoreFuture<'a, bool> {
+        ready(self.notify(notification))
+    }
+
+    fn notifications<'a>(
+        &'a self,
+        account: &'a str,
+        audiences: &'a [String],
+        reader: &'a str,
+    ) -> StoreFuture<'a, Vec<Notification>> {
+        ready(self.notifications(account, audiences, reader))
+    }
+
+    fn mark_read<'a>(
+        &'a self,
+        account: &'a str,
+        reader: &'a str,
+        ids: &'a [i64],
+    ) -> StoreFuture<'a, usize> {
+        ready(self.mark_read(account, reader, ids))
+    }
+
+    fn to_mail(&self, limit: usize) -> StoreFuture<'_, Vec<Notification>> {
+        ready(self.to_mail(limit))
+    }
+
+    fn set_mailed(&self, id: i64, state: MailState) -> StoreFuture<'_, ()> {
+        ready(self.set_mailed(id, state))
     }
 
     fn open_journal<'a>(
@@ -756,6 +955,28 @@ fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
     })
 }
 
+fn notification_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Notification> {
+    let kind: String = row.get(2)?;
+    Ok(Notification {
+        id: row.get(0)?,
+        account: row.get(1)?,
+        kind: NotificationKind::parse(&kind).ok_or_else(|| {
+            rusqlite::Error::FromSqlConversionFailure(
+                2,
+                rusqlite::types::Type::Text,
+                format!("unknown notification kind `{kind}`").into(),
+            )
+        })?,
+        audience: row.get(3)?,
+        run_id: row.get(4)?,
+        step_path: row.get(5)?,
+        subject: row.get(6)?,
+        message: row.get(7)?,
+        created_ms: row.get(8)?,
+        read: row.get(9)?,
+    })
+}
+
 /// The writer thread: group commit of step records until every sender is gone.
 fn write_batches(mut conn: Connection, queue: Receiver<Write>) {
     const MAX_BATCH: usize = 4096;
@@ -776,7 +997,7 @@ fn write_batches(mut conn: Connection, queue: Receiver<Write>) {
             Err(error) => {
                 let error = StoreError::from(error);
                 for write in batch {
-                    write.reply(Err(error.clone()));
+                    write.reply(Err(WriteError::Store(error.clone())));
                 }
             }
         }
@@ -789,7 +1010,7 @@ fn write_batches(mut conn: Connection, queue: Receiver<Write>) {
 fn write_batch(
     conn: &mut Connection,
     batch: &[Write],
-) -> rusqlite::Result<Vec<Result<usize, StoreError>>> {
+) -> rusqlite::Result<Vec<Result<usize, WriteError>>> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut results = Vec::with_capacity(batch.len());
     {
@@ -812,7 +1033,11 @@ fn write_batch(
                     results.push(Ok(1));
                 }
                 Write::Decide { decision, .. } => {
-                    results.push(apply_decision(&tx, decision)?.map(|()| 1));
+                    results.push(
+                        apply_decision(&tx, decision)?
+                            .map(|()| 1)
+                            .map_err(WriteError::Refused),
+                    );
                 }
                 // A statement that fails (a run id taken twice) fails alone:
                 // SQLite undoes that statement and the transaction goes on.
@@ -822,7 +1047,7 @@ fn write_batch(
                     // back, not just the statement: then the batch fails.
                     match result {
                         Err(error) if tx.is_autocommit() => return Err(error),
-                        result => results.push(result.map_err(StoreError::from)),
+                        result => results.push(result.map_err(|e| WriteError::Store(e.into()))),
                     }
                 }
             }
@@ -835,7 +1060,7 @@ fn write_batch(
 fn apply_decision(
     tx: &rusqlite::Transaction<'_>,
     decide: &Decide,
-) -> rusqlite::Result<Result<(), StoreError>> {
+) -> rusqlite::Result<Result<(), DecideError>> {
     let Decide {
         run_id,
         path,
@@ -854,7 +1079,7 @@ fn apply_decision(
             run_id: run_id.clone(),
             status: run_status.map_or("unknown", RunStatus::as_str).into(),
         };
-        return Ok(Err(StoreError(error.to_string())));
+        return Ok(Err(error));
     }
     let record: Option<String> = tx
         .query_row(
@@ -866,7 +1091,7 @@ fn apply_decision(
     let record = record.and_then(|json| serde_json::from_str::<StepRecord>(&json).ok());
     let decided = match decide_record(record.as_ref(), path, decision, now_ms() as u64) {
         Ok(decided) => decided,
-        Err(error) => return Ok(Err(StoreError(error.to_string()))),
+        Err(error) => return Ok(Err(error)),
     };
     tx.execute(
         "UPDATE step_runs SET status = ?3, record = ?4 WHERE run_id = ?1 AND path = ?2",
@@ -885,6 +1110,8 @@ fn apply_decision(
 pub struct RunJournal {
     store: Arc<SqliteStore>,
     run_id: String,
+    /// The run's account: its KB documents and notifications are this account's.
+    account: String,
     records: Mutex<HashMap<String, StepRecord>>,
     /// `durability approval`: records wait here until `flush`, at a pause or
     /// at the end of the run, instead of being committed one batch at a time.
@@ -900,6 +1127,9 @@ impl RunJournal {
         run_id: &str,
         durability: flow_plan::Durability,
     ) -> Result<Arc<RunJournal>, StoreError> {
+        let account = store
+            .run(run_id)?
+            .map_or_else(|| NO_ACCOUNT.to_string(), |row| row.account);
         let records = store
             .step_records(run_id)?
             .into_iter()
@@ -908,6 +1138,7 @@ impl RunJournal {
         Ok(Arc::new(RunJournal {
             store: Arc::clone(store),
             run_id: run_id.to_string(),
+            account,
             records: Mutex::new(records),
             deferred: (durability == flow_plan::Durability::Approval)
                 .then(|| Mutex::new(Vec::new())),
@@ -957,32 +1188,35 @@ impl Effects for RunJournal {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             if let Some(key) = &write.key {
                 let first: Option<String> = tx
-                    .query_row("SELECT result FROM kb_keys WHERE key = ?1", [key], |row| row.get(0))
+                    .query_row("SELECT result FROM kb_keys WHERE account = ?1 AND key = ?2",
+                        params![self.account, key],
+                        |row| row.get(0),
+                    )
                     .optional()?;
                 if let Some(first) = first {
                     return serde_json::from_str(&first).map_err(|e| StoreError(e.to_string()));
                 }
             }
             let version: i64 = tx.query_row(
-                "INSERT INTO kb_documents (collection, title, version, content, metadata) VALUES (?1, ?2, 1, ?3, ?4)
-                 ON CONFLICT (collection, title) DO UPDATE SET version = version + 1, content = excluded.content, metadata = excluded.metadata
+                "INSERT INTO kb_documents (account, collection, title, version, content, metadata) VALUES (?1, ?2, ?3, 1, ?4, ?5)
+                 ON CONFLICT (account, collection, title) DO UPDATE SET version = version + 1, content = excluded.content, metadata = excluded.metadata
                  RETURNING version",
-                params![write.collection, write.title, write.content, write.metadata.as_ref().map(Value::to_string)],
+                params![self.account, write.collection, write.title, write.content, write.metadata.as_ref().map(Value::to_string)],
                 |row| row.get(0),
             )?;
             tx.execute(
-                "DELETE FROM kb_search WHERE collection = ?1 AND title = ?2",
-                params![write.collection, write.title],
+                "DELETE FROM kb_search WHERE account = ?1 AND collection = ?2 AND title = ?3",
+                params![self.account, write.collection, write.title],
             )?;
             tx.execute(
-                "INSERT INTO kb_search (collection, title, content) VALUES (?1, ?2, ?3)",
-                params![write.collection, write.title, write.content],
+                "INSERT INTO kb_search (account, collection, title, content) VALUES (?1, ?2, ?3, ?4)",
+                params![self.account, write.collection, write.title, write.content],
             )?;
             let result = json!({ "id": format!("{}/{}", write.collection, write.title), "version": version });
             if let Some(key) = &write.key {
                 tx.execute(
-                    "INSERT INTO kb_keys (key, result) VALUES (?1, ?2)",
-                    params![key, result.to_string()],
+                    "INSERT INTO kb_keys (account, key, result) VALUES (?1, ?2, ?3)",
+                    params![self.account, key, result.to_string()],
                 )?;
             }
             tx.commit()?;
@@ -993,14 +1227,20 @@ impl Effects for RunJournal {
     }
 
     fn handoff<'a>(&'a self, handoff: &'a Handoff) -> BoxFuture<'a, Result<(), StepError>> {
-        let result = lock(&self.store.conn)
-            .execute(
-                "INSERT OR IGNORE INTO notifications (run_id, department, subject, message, key, created_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![handoff.run_id, handoff.department, handoff.subject, handoff.message, handoff.key, now_ms()],
-            )
+        let result = self
+            .store
+            .notify(&NewNotification {
+                account: &self.account,
+                kind: NotificationKind::Handoff,
+                audience: &handoff.department,
+                run_id: &handoff.run_id,
+                step_path: None,
+                subject: handoff.subject.as_deref(),
+                message: &handoff.message,
+                key: handoff.key.as_deref(),
+            })
             .map(|_| ())
-            .map_err(|e| store_error(e.into()));
+            .map_err(store_error);
         Box::pin(async move { result })
     }
 }

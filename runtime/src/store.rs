@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::interp::{
-    BoxFuture, Decision, Effects, Handoff, Journal, Outcome, StepError, StepRecord,
+    BoxFuture, DecideError, Decision, Effects, Journal, Outcome, StepError, StepRecord,
 };
 
 /// A store error: what failed, in words.
@@ -117,6 +117,93 @@ pub struct Deployment {
     pub created_ms: i64,
 }
 
+/// What a notification is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NotificationKind {
+    /// A handoff step passed work to a department.
+    Handoff,
+    /// A run parked at an approval its audience may decide.
+    Approval,
+}
+
+impl NotificationKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotificationKind::Handoff => "handoff",
+            NotificationKind::Approval => "approval",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<NotificationKind> {
+        [NotificationKind::Handoff, NotificationKind::Approval]
+            .into_iter()
+            .find(|kind| kind.as_str() == name)
+    }
+}
+
+/// An in-app notification of an account. Its audience is a department (a
+/// handoff) or an approval's approver entry (an email or an approver group);
+/// who belongs to a department or group is the daemon's configuration, so
+/// membership changes apply to notifications already stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Notification {
+    pub id: i64,
+    pub account: String,
+    pub kind: NotificationKind,
+    pub audience: String,
+    pub run_id: String,
+    /// The approval's execution path (approval notifications).
+    pub step_path: Option<String>,
+    pub subject: Option<String>,
+    pub message: String,
+    pub created_ms: i64,
+    /// Whether the reader it was listed for has marked it read.
+    pub read: bool,
+}
+
+/// A notification to store; `key` makes storing it again a no-op.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewNotification<'a> {
+    pub account: &'a str,
+    pub kind: NotificationKind,
+    pub audience: &'a str,
+    pub run_id: &'a str,
+    pub step_path: Option<&'a str>,
+    pub subject: Option<&'a str>,
+    pub message: &'a str,
+    pub key: Option<&'a str>,
+}
+
+/// How an outbox entry's email went (`Store::set_mailed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MailState {
+    Sent,
+    /// Every attempt failed; logged and counted, never retried.
+    Failed,
+    /// No SMTP server is configured, or nobody to send it to.
+    Skipped,
+}
+
+impl MailState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MailState::Sent => "sent",
+            MailState::Failed => "failed",
+            MailState::Skipped => "skipped",
+        }
+    }
+}
+
+/// Which of an account's runs to list (`Store::account_runs`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunQuery {
+    pub workflow: Option<String>,
+    pub status: Option<RunStatus>,
+    /// At most this many, newest first.
+    pub limit: usize,
+}
+
 /// One run's view of a store: the journal the interpreter replays and
 /// records into, and the effects (KB writes, notifications) its steps have.
 pub trait RunLog: Journal + Effects {
@@ -175,13 +262,14 @@ pub trait Store: Send + Sync {
     fn step_records<'a>(&'a self, run_id: &'a str) -> StoreFuture<'a, Vec<StepRecord>>;
 
     /// Decides the approval pending at `path` of run `run_id`, exactly once
-    /// (`crate::interp::decide_record` says when a decision applies).
+    /// (`crate::interp::decide_record` says when a decision applies). The
+    /// inner error is a refusal by those rules; the outer one, the store's.
     fn decide<'a>(
         &'a self,
         run_id: &'a str,
         path: &'a str,
         decision: &'a Decision,
-    ) -> StoreFuture<'a, ()>;
+    ) -> StoreFuture<'a, Result<(), DecideError>>;
 
     /// Cancels a run that is running or parked: it becomes `cancelled`, has no
     /// owner, and whatever an executing process records of it afterwards is
@@ -201,8 +289,40 @@ pub trait Store: Send + Sync {
     /// The account's deployments, by workflow then version.
     fn deployments<'a>(&'a self, account: &'a str) -> StoreFuture<'a, Vec<Deployment>>;
 
-    /// Notifications recorded by handoffs, oldest first.
-    fn notifications(&self) -> StoreFuture<'_, Vec<Handoff>>;
+    /// The account's runs that match `query`, newest first.
+    fn account_runs<'a>(
+        &'a self,
+        account: &'a str,
+        query: &'a RunQuery,
+    ) -> StoreFuture<'a, Vec<RunRow>>;
+
+    /// Stores a notification (a no-op when its key is already stored); says
+    /// whether it was new.
+    fn notify<'a>(&'a self, notification: &'a NewNotification<'a>) -> StoreFuture<'a, bool>;
+
+    /// The account's notifications addressed to any of `audiences`, newest
+    /// first, each saying whether `reader` has read it.
+    fn notifications<'a>(
+        &'a self,
+        account: &'a str,
+        audiences: &'a [String],
+        reader: &'a str,
+    ) -> StoreFuture<'a, Vec<Notification>>;
+
+    /// Marks the account's notifications `ids` read by `reader`; answers how
+    /// many of them exist in the account.
+    fn mark_read<'a>(
+        &'a self,
+        account: &'a str,
+        reader: &'a str,
+        ids: &'a [i64],
+    ) -> StoreFuture<'a, usize>;
+
+    /// Notifications not yet mailed, oldest first (the daemon's outbox).
+    fn to_mail(&self, limit: usize) -> StoreFuture<'_, Vec<Notification>>;
+
+    /// Takes notification `id` out of the outbox.
+    fn set_mailed(&self, id: i64, state: MailState) -> StoreFuture<'_, ()>;
 
     /// Opens a run's journal, loading its records for replay. With
     /// `Durability::Approval`, records are persisted only by `RunLog::flush`.

@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use flow_plan::Durability;
-use flow_runtime::interp::{Decision, Effects, KbWrite, Outcome, Services};
+use flow_runtime::interp::{Decision, Effects, Handoff, KbWrite, Outcome, Services};
 use flow_runtime::offline::OfflineProvider;
 use flow_runtime::sqlite::{RunJournal, SqliteStore};
-use flow_runtime::store::{RunLog, RunStatus, Store};
+use flow_runtime::store::{MailState, NotificationKind, RunLog, RunStatus, Store};
 use flow_tests::TempDir;
 use serde_json::json;
 
@@ -93,6 +93,7 @@ async fn a_decision_applies_once_across_tasks_and_survives_reopening() {
                 if store
                     .decide("run-1", "g", &decision("a", i % 2 == 0))
                     .await
+                    .expect("the store answers")
                     .is_ok()
                 {
                     applied.fetch_add(1, Ordering::SeqCst);
@@ -135,6 +136,80 @@ async fn kb_writes_version_documents_and_keys_make_retries_no_ops() {
     assert_eq!(again, first, "the same key is the same write");
     let second = journal.kb_write(&write("c", None)).await.unwrap();
     assert_eq!(second["version"], 2);
+}
+
+/// Regression: KB documents, write keys and notifications had no account, so
+/// one account's workflow could overwrite another's document, get its keyed
+/// result back, or read its handoffs.
+#[tokio::test]
+async fn kb_documents_keys_and_notifications_belong_to_the_run_account() {
+    let dir = TempDir::new("store-kb-accounts");
+    let store = SqliteStore::open(&dir.path().join("s.db")).expect("opens");
+    let plan = plan(TWO_STEPS);
+    store.put_plan(&plan).unwrap();
+    let mut journals = Vec::new();
+    for (run, account) in [("run-a", "acme"), ("run-b", "globex")] {
+        store
+            .create_run(run, account, "w", &plan.hash, &json!({}))
+            .await
+            .unwrap();
+        journals.push(RunJournal::open(&store, run, Durability::Full).unwrap());
+    }
+    let write = |content: &str| KbWrite {
+        collection: "notes".into(),
+        title: "T".into(),
+        content: content.into(),
+        metadata: None,
+        key: Some("k1".into()),
+    };
+    let acme = journals[0].kb_write(&write("acme's")).await.unwrap();
+    let globex = journals[1].kb_write(&write("globex's")).await.unwrap();
+    assert_eq!(acme["version"], 1);
+    assert_eq!(
+        globex["version"], 1,
+        "globex's write neither returns acme's keyed result nor versions acme's document"
+    );
+
+    for (journal, run) in journals.iter().zip(["run-a", "run-b"]) {
+        journal
+            .handoff(&Handoff {
+                run_id: run.into(),
+                department: "support".into(),
+                message: format!("from {run}"),
+                subject: None,
+                key: Some("h1".into()),
+            })
+            .await
+            .unwrap();
+    }
+    let audiences = ["support".to_string()];
+    let listed = store.notifications("acme", &audiences, "ana@x.io").unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].message, "from run-a");
+    assert_eq!(listed[0].kind, NotificationKind::Handoff);
+    assert!(!listed[0].read);
+
+    // Marking is per reader and per account: globex cannot mark acme's.
+    assert_eq!(
+        store
+            .mark_read("globex", "ana@x.io", &[listed[0].id])
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        store
+            .mark_read("acme", "ana@x.io", &[listed[0].id])
+            .unwrap(),
+        1
+    );
+    assert!(store.notifications("acme", &audiences, "ana@x.io").unwrap()[0].read);
+    assert!(!store.notifications("acme", &audiences, "bo@x.io").unwrap()[0].read);
+
+    // Both handoffs wait in the outbox until mailed.
+    let outbox = store.to_mail(10).unwrap();
+    assert_eq!(outbox.len(), 2);
+    store.set_mailed(outbox[0].id, MailState::Sent).unwrap();
+    assert_eq!(store.to_mail(10).unwrap().len(), 1);
 }
 
 const GATED: &str = r#"recipe r { model "m" input { q: string } output { a: string } prompt "{{input.q}}" }
@@ -206,6 +281,7 @@ async fn the_runner_parks_resumes_and_lists_runs_to_recover() {
     store
         .decide("run-1", "ok", &decision("boss@example.com", true))
         .await
+        .unwrap()
         .unwrap();
     assert!(
         store
@@ -311,16 +387,17 @@ async fn a_member_of_a_named_group_may_decide() {
     assert!(matches!(parked, Outcome::Parked { .. }), "{parked:?}");
     let outsider = store
         .decide("run-1", "ok", &decision("ana@x.io", true))
-        .await;
+        .await
+        .unwrap();
     assert!(
-        outsider.is_err_and(|e| e.0.contains("may not decide")),
+        outsider.is_err_and(|e| e.to_string().contains("may not decide")),
         "not in the group"
     );
     let member = Decision {
         groups: vec!["billing-leads".to_string()],
         ..decision("ana@x.io", true)
     };
-    store.decide("run-1", "ok", &member).await.unwrap();
+    store.decide("run-1", "ok", &member).await.unwrap().unwrap();
     let record = store
         .step_records("run-1")
         .await

@@ -177,7 +177,8 @@ async fn dispatch(command: Command) -> Result<u8> {
             store
                 .decide(&run, &step_path, &decision)
                 .await
-                .map_err(|e| usage(e.to_string()))?;
+                .map_err(|e| usage(e.to_string()))?
+                .map_err(|refused| usage(refused.to_string()))?;
             // A run that another live process is executing picks the
             // decision up itself when it parks (see `execute`).
             if !store

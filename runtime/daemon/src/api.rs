@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use flow_plan::Plan;
 use flow_runtime::interp::{Decision, Outcome};
 use flow_runtime::runner;
-use flow_runtime::store::{RunRow, RunStatus};
+use flow_runtime::store::{RunQuery, RunRow, RunStatus};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -275,15 +275,18 @@ pub(crate) async fn runs(
             &rejection.body_text(),
         )
     })?;
-    let limit = filter.limit.unwrap_or(100).min(1_000);
-    let rows = daemon.store.runs().await.map_err(store_problem)?;
+    let query = RunQuery {
+        workflow: filter.workflow,
+        status: filter.status,
+        limit: filter.limit.unwrap_or(100).min(1_000),
+    };
+    let rows = daemon
+        .store
+        .account_runs(&account, &query)
+        .await
+        .map_err(store_problem)?;
     let list: Vec<Value> = rows
         .iter()
-        .rev()
-        .filter(|row| row.account == account)
-        .filter(|row| filter.workflow.as_ref().is_none_or(|w| *w == row.workflow))
-        .filter(|row| filter.status.is_none_or(|s| s == row.status))
-        .take(limit)
         .map(|row| {
             json!({
                 "run_id": row.id,
@@ -359,8 +362,13 @@ pub(crate) async fn decide(
                 .store
                 .decide(&id, &step_path, &decision)
                 .await
-                .map_err(|e| {
-                    Problem::new(StatusCode::CONFLICT, "decision_refused", &e.to_string())
+                .map_err(store_problem)?
+                .map_err(|refused| {
+                    Problem::new(
+                        StatusCode::CONFLICT,
+                        "decision_refused",
+                        &refused.to_string(),
+                    )
                 })?;
             if daemon
                 .store
