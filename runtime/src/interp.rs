@@ -1010,6 +1010,16 @@ pub struct Decision {
     pub decided_at: String,
 }
 
+impl PendingApproval {
+    /// Whether `approver`, a member of the approver `groups`, may decide it:
+    /// an approval names people and approver groups.
+    pub fn may_decide(&self, approver: &str, groups: &[String]) -> bool {
+        self.approvers
+            .iter()
+            .any(|a| a == approver || groups.contains(a))
+    }
+}
+
 /// The decision rule, shared by every store: the record of the approval at
 /// `path` after `approver` decides it at `now_ms`, or why that is refused.
 pub fn decide_record(
@@ -1034,13 +1044,7 @@ pub fn decide_record(
     if expire(record, &pending, now_ms).is_some() {
         return Err(DecideError::Expired(path.to_string()));
     }
-    // An approval names people and approver groups; `groups` are the ones
-    // the approver belongs to.
-    if !pending
-        .approvers
-        .iter()
-        .any(|a| a == approver || groups.contains(a))
-    {
+    if !pending.may_decide(approver, groups) {
         return Err(DecideError::NotAnApprover {
             approver: approver.to_string(),
             approvers: pending.approvers,

@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::server::{AccountId, Daemon, Problem};
+use crate::server::{AccountId, Daemon, Problem, joined, store_problem};
 
 type Answer = Result<Response, Problem>;
 
@@ -268,13 +268,7 @@ pub(crate) async fn runs(
     Extension(AccountId(account)): Extension<AccountId>,
     filter: Result<Query<RunFilter>, QueryRejection>,
 ) -> Answer {
-    let Query(filter) = filter.map_err(|rejection| {
-        Problem::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_query",
-            &rejection.body_text(),
-        )
-    })?;
+    let Query(filter) = filter.map_err(invalid_query)?;
     let query = RunQuery {
         workflow: filter.workflow,
         status: filter.status,
@@ -337,52 +331,15 @@ pub(crate) async fn decide(
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
     let request: Decide = json_body(&headers, body)?;
-    let row = own_run(&daemon, &account, &id).await?;
-    let groups = daemon
-        .config
-        .approver_groups
-        .iter()
-        .filter(|(_, members)| members.contains(&request.approver))
-        .map(|(group, _)| group.clone())
-        .collect();
+    let run = own_run(&daemon, &account, &id).await?;
     let decision = Decision {
+        groups: daemon.config.groups_of(&request.approver),
         approver: request.approver,
-        groups,
         approved: request.approved,
         comment: request.comment,
         decided_at: flow_runtime::time::now_rfc3339(),
     };
-    // Decided, and then continued here unless a live process is executing
-    // the run (it picks the decision up when it parks), in a task of its own:
-    // a client that hangs up cannot strand a decided run.
-    let decided = {
-        let (daemon, id) = (Arc::clone(&daemon), id.clone());
-        tokio::spawn(async move {
-            daemon
-                .store
-                .decide(&id, &step_path, &decision)
-                .await
-                .map_err(store_problem)?
-                .map_err(|refused| {
-                    Problem::new(
-                        StatusCode::CONFLICT,
-                        "decision_refused",
-                        &refused.to_string(),
-                    )
-                })?;
-            if daemon
-                .store
-                .claim_run(&id, &[RunStatus::PendingApproval])
-                .await
-                .map_err(store_problem)?
-            {
-                let plan = daemon.plan(&row.plan_hash).await.map_err(store_problem)?;
-                daemon.spawn_run(plan, row.workflow, id, row.input);
-            }
-            Ok(())
-        })
-    };
-    joined(decided).await?;
+    daemon.decide(run, step_path, decision).await?;
     Ok((
         StatusCode::ACCEPTED,
         axum::Json(json!({ "run_id": id, "status": RunStatus::Running })),
@@ -390,16 +347,120 @@ pub(crate) async fn decide(
         .into_response())
 }
 
-/// The result of a store task spawned by a handler, as the handler's.
-async fn joined(task: tokio::task::JoinHandle<Result<(), Problem>>) -> Result<(), Problem> {
-    match task.await {
-        Ok(result) => result,
-        Err(error) => Err(Problem::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            &format!("the request's task stopped: {error}"),
-        )),
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ApproverQuery {
+    /// The approver's email; the account vouches for them.
+    approver: String,
+}
+
+/// `GET /v1/approvals?approver=EMAIL`: the gates of the account's parked
+/// runs that this approver (or an approver group of theirs) may decide.
+pub(crate) async fn my_approvals(
+    State(daemon): State<Arc<Daemon>>,
+    Extension(AccountId(account)): Extension<AccountId>,
+    query: Result<Query<ApproverQuery>, QueryRejection>,
+) -> Answer {
+    let Query(ApproverQuery { approver }) = query.map_err(invalid_query)?;
+    let groups = daemon.config.groups_of(&approver);
+    let parked = RunQuery {
+        workflow: None,
+        status: Some(RunStatus::PendingApproval),
+        limit: 1_000,
+    };
+    let runs = daemon
+        .store
+        .account_runs(&account, &parked)
+        .await
+        .map_err(store_problem)?;
+    let mut approvals = Vec::new();
+    for run in runs {
+        let Some(Outcome::Parked { pending }) = run
+            .outcome
+            .and_then(|outcome| serde_json::from_value(outcome).ok())
+        else {
+            continue;
+        };
+        for gate in pending
+            .into_iter()
+            .filter(|gate| gate.may_decide(&approver, &groups))
+        {
+            approvals.push(json!({
+                "run_id": run.id,
+                "workflow": run.workflow,
+                "step_path": gate.path,
+                "step_id": gate.step_id,
+                "message": gate.message,
+                "approvers": gate.approvers,
+                "expires_ms": gate.expires_ms,
+                "created_ms": run.updated_ms,
+            }));
+        }
     }
+    Ok(axum::Json(json!({ "approvals": approvals })).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReaderQuery {
+    /// The reader's email; the account vouches for them.
+    reader: String,
+    /// Only the ones this reader has not marked read.
+    #[serde(default)]
+    unread: bool,
+}
+
+/// `GET /v1/notifications?reader=EMAIL&unread=true`: handoffs to the
+/// reader's departments and approval requests to them or their approver
+/// groups, newest first.
+pub(crate) async fn notifications(
+    State(daemon): State<Arc<Daemon>>,
+    Extension(AccountId(account)): Extension<AccountId>,
+    query: Result<Query<ReaderQuery>, QueryRejection>,
+) -> Answer {
+    let Query(query) = query.map_err(invalid_query)?;
+    let audiences = daemon.config.audiences_of(&query.reader);
+    let mut list = daemon
+        .store
+        .notifications(&account, &audiences, &query.reader)
+        .await
+        .map_err(store_problem)?;
+    if query.unread {
+        list.retain(|notification| !notification.read);
+    }
+    Ok(axum::Json(json!({ "notifications": list })).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MarkRead {
+    reader: String,
+    ids: Vec<i64>,
+}
+
+/// `POST /v1/notifications/read` `{reader, ids}`: marks them read for that
+/// reader; answers how many of them the account has.
+pub(crate) async fn mark_read(
+    State(daemon): State<Arc<Daemon>>,
+    Extension(AccountId(account)): Extension<AccountId>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer {
+    let request: MarkRead = json_body(&headers, body)?;
+    let marked = daemon
+        .store
+        .mark_read(&account, &request.reader, &request.ids)
+        .await
+        .map_err(store_problem)?;
+    Ok(axum::Json(json!({ "marked": marked })).into_response())
+}
+
+fn invalid_query(rejection: QueryRejection) -> Problem {
+    Problem::new(
+        StatusCode::BAD_REQUEST,
+        "invalid_query",
+        &rejection.body_text(),
+    )
 }
 
 /// The account's run `id`, or a 404 that does not say whether it exists.
@@ -464,12 +525,4 @@ fn json_body<T: DeserializeOwned>(
             )
         }
     })
-}
-
-fn store_problem(error: flow_runtime::store::StoreError) -> Problem {
-    Problem::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "store_unavailable",
-        &error.to_string(),
-    )
 }

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 
 use flow_runtime::llm::check_http_url;
+use flow_runtime::store::NotificationKind;
 use serde::Deserialize;
 
 /// A secret from the configuration: usable, but never printed (a `Debug` of
@@ -31,8 +32,9 @@ pub struct Config {
     pub listen: SocketAddr,
     /// The store: a SQLite file path, or a `postgres://` URL.
     pub store: String,
-    /// Where approvers' links point, without a trailing slash.
-    pub public_url: String,
+    /// Where approvers' links point, without a trailing slash; by default
+    /// the address flowd listens on (`Daemon::public_url`).
+    pub public_url: Option<String>,
     /// The HMAC key that signs approval links.
     pub link_secret: Secret,
     pub smtp: Option<Smtp>,
@@ -58,6 +60,23 @@ pub struct Smtp {
     pub from: String,
     pub username: Option<String>,
     pub password: Option<Secret>,
+    /// How the connection is secured.
+    #[serde(default)]
+    pub tls: SmtpTls,
+}
+
+/// `tls` of `[smtp]`: credentials and links never travel in clear text unless
+/// the operator says so (a relay on loopback, a test's sink).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SmtpTls {
+    /// STARTTLS, required (port 587, or 25).
+    #[default]
+    Starttls,
+    /// TLS from the first byte (port 465).
+    Implicit,
+    /// Plain text.
+    None,
 }
 
 fn default_smtp_port() -> u16 {
@@ -191,15 +210,12 @@ pub fn load(
             }
         },
     };
-    let public_url = match public_setting {
-        None => listen.map_or_else(String::new, |address| format!("http://{address}")),
-        Some((value, place)) => {
-            if let Err(message) = check_http_url(&value) {
-                problems.report(place, format!("public_url {message}"));
-            }
-            value.trim_end_matches('/').to_string()
+    let public_url = public_setting.map(|(value, place)| {
+        if let Err(message) = check_http_url(&value) {
+            problems.report(place, format!("public_url {message}"));
         }
-    };
+        value.trim_end_matches('/').to_string()
+    });
     let link_secret = match secret_setting {
         Some((value, place)) => {
             if value.len() < 32 {
@@ -238,6 +254,7 @@ pub fn load(
             from,
             username: smtp.as_ref().and_then(|s| s.username.clone()),
             password: smtp.as_ref().and_then(|s| s.password.clone()),
+            tls: smtp.as_ref().map(|s| s.tls).unwrap_or_default(),
         });
     }
     if let Some(port) = env("FLOWD_SMTP_PORT") {
@@ -449,6 +466,49 @@ impl Config {
             None => self.store.clone(),
         }
     }
+}
+
+impl Config {
+    /// The approver groups `email` belongs to.
+    pub fn groups_of(&self, email: &str) -> Vec<String> {
+        member_of(&self.approver_groups, email)
+    }
+
+    /// Every audience whose notifications `email` reads: the address
+    /// itself, its approver groups and its departments.
+    pub fn audiences_of(&self, email: &str) -> Vec<String> {
+        let mut audiences = vec![email.to_string()];
+        audiences.extend(self.groups_of(email));
+        audiences.extend(member_of(&self.departments, email));
+        audiences.sort();
+        audiences.dedup();
+        audiences
+    }
+
+    /// The addresses a notification of `kind` for `audience` goes to: a
+    /// handoff's department members; an approval's approver, or the members
+    /// of the approver group it names.
+    pub fn recipients(&self, kind: NotificationKind, audience: &str) -> Vec<String> {
+        let table = match kind {
+            NotificationKind::Handoff => &self.departments,
+            NotificationKind::Approval => &self.approver_groups,
+        };
+        match table.get(audience) {
+            Some(members) => members.clone(),
+            None if kind == NotificationKind::Approval && is_email(audience) => {
+                vec![audience.to_string()]
+            }
+            None => Vec::new(),
+        }
+    }
+}
+
+fn member_of(table: &BTreeMap<String, Vec<String>>, email: &str) -> Vec<String> {
+    table
+        .iter()
+        .filter(|(_, members)| members.iter().any(|m| m == email))
+        .map(|(name, _)| name.clone())
+        .collect()
 }
 
 fn is_email(text: &str) -> bool {

@@ -3,6 +3,9 @@
 
 mod api;
 pub mod config;
+pub mod links;
+mod mailer;
 pub mod metrics;
+mod pages;
 pub mod server;
 pub mod webhooks;

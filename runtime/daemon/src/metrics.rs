@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use flow_runtime::interp::{StepRecord, StepStatus};
 use flow_runtime::runner::Observer;
-use flow_runtime::store::RunStatus;
+use flow_runtime::store::{MailState, NotificationKind, RunStatus};
 
 use crate::webhooks::Delivery;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -47,9 +47,16 @@ struct DeliveryLabels {
     result: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EmailLabels {
+    kind: String,
+    result: String,
+}
+
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
+    emails: Family<EmailLabels, Counter>,
     deliveries: Family<DeliveryLabels, Counter>,
     executions: Family<WorkflowLabels, Counter>,
     durations: Histograms<WorkflowLabels>,
@@ -92,8 +99,15 @@ impl Default for Metrics {
             "Webhook deliveries by result (delivered, or failed after every retry)",
             deliveries.clone(),
         );
+        let emails = Family::<EmailLabels, Counter>::default();
+        registry.register(
+            "flow_emails",
+            "Emails by notification kind (approval, handoff) and result (sent, failed after every retry, skipped)",
+            emails.clone(),
+        );
         Metrics {
             registry,
+            emails,
             deliveries,
             executions,
             durations,
@@ -142,6 +156,16 @@ impl Metrics {
                 })
                 .inc();
         }
+    }
+
+    /// Counts an email of a notification of `kind`, once it went as it went.
+    pub fn email(&self, kind: NotificationKind, result: MailState) {
+        self.emails
+            .get_or_create(&EmailLabels {
+                kind: kind.as_str().to_string(),
+                result: result.as_str().to_string(),
+            })
+            .inc();
     }
 
     /// Records how an invocation of a run of `workflow` ended.

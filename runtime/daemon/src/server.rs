@@ -14,9 +14,13 @@ use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use flow_plan::Plan;
-use flow_runtime::interp::{Outcome, Provider};
+use flow_plan::StepKind;
+use flow_runtime::interp::{Decision, Outcome, PendingApproval, Provider, StepRecord};
 use flow_runtime::llm::ProviderConfig;
-use flow_runtime::store::{RunStatus, Store, StoreError};
+use flow_runtime::runner::Observer;
+use flow_runtime::store::{
+    NewNotification, NotificationKind, RunRow, RunStatus, Store, StoreError,
+};
 use serde_json::json;
 use tokio::task::JoinSet;
 
@@ -38,6 +42,12 @@ pub struct Daemon {
     plans: std::sync::Mutex<HashMap<String, Arc<Plan>>>,
     /// How to stop each run this process is driving (a cancel request).
     driving: std::sync::Mutex<HashMap<String, tokio::task::AbortHandle>>,
+    /// The SMTP client, when `[smtp]` is configured.
+    pub(crate) mail: Option<crate::mailer::Transport>,
+    /// The configured public URL, or the address bound at start.
+    public_url: std::sync::OnceLock<String>,
+    /// Wakes the mailer when there is something to mail.
+    pub(crate) mail_wake: tokio::sync::Notify,
 }
 
 /// The account a request was authenticated as.
@@ -93,7 +103,15 @@ impl Daemon {
                     .map(|Secret(key)| (key.clone(), account.id.clone()))
             })
             .collect();
+        let mail = config
+            .smtp
+            .as_ref()
+            .map(crate::mailer::transport)
+            .transpose()?;
         Ok(Arc::new(Daemon {
+            mail,
+            mail_wake: tokio::sync::Notify::new(),
+            public_url: std::sync::OnceLock::new(),
             config,
             store,
             provider,
@@ -138,6 +156,83 @@ impl Daemon {
         Ok(plan)
     }
 
+    /// Decides the approval at `path` of `run`, then continues the run here
+    /// unless a live process is executing it (that one picks the decision up
+    /// when it parks). Done in a task of its own: a client that hangs up
+    /// cannot strand a decided run.
+    pub(crate) async fn decide(
+        self: &Arc<Daemon>,
+        run: RunRow,
+        path: String,
+        decision: Decision,
+    ) -> Result<(), Problem> {
+        let daemon = Arc::clone(self);
+        let decided = tokio::spawn(async move {
+            daemon
+                .store
+                .decide(&run.id, &path, &decision)
+                .await
+                .map_err(store_problem)?
+                .map_err(|refused| {
+                    Problem::new(
+                        StatusCode::CONFLICT,
+                        "decision_refused",
+                        &refused.to_string(),
+                    )
+                })?;
+            if daemon
+                .store
+                .claim_run(&run.id, &[RunStatus::PendingApproval])
+                .await
+                .map_err(store_problem)?
+            {
+                let plan = daemon.plan(&run.plan_hash).await.map_err(store_problem)?;
+                daemon.spawn_run(plan, run.workflow, run.id, run.input);
+            }
+            Ok(())
+        });
+        joined(decided).await
+    }
+
+    /// Where links to this flowd point, without a trailing slash.
+    pub fn public_url(&self) -> &str {
+        self.public_url.get().map_or(
+            self.config.public_url.as_deref().unwrap_or_default(),
+            |url| url,
+        )
+    }
+
+    /// Stores an in-app notification for every approver entry of the gates
+    /// a run parked at (the mailer then emails them), once per gate.
+    async fn notify_approvers(&self, run_id: &str, pending: &[PendingApproval]) {
+        let Ok(Some(run)) = self.store.run(run_id).await else {
+            return;
+        };
+        for gate in pending {
+            let subject = format!("Approval needed: {} ({})", run.workflow, gate.step_id);
+            for approver in &gate.approvers {
+                let key = format!("approval:{run_id}:{}:{approver}", gate.path);
+                let stored = self
+                    .store
+                    .notify(&NewNotification {
+                        account: &run.account,
+                        kind: NotificationKind::Approval,
+                        audience: approver,
+                        run_id,
+                        step_path: Some(&gate.path),
+                        subject: Some(&subject),
+                        message: &gate.message,
+                        key: Some(&key),
+                    })
+                    .await;
+                if let Err(error) = stored {
+                    eprintln!("flowd: run {run_id}: cannot notify {approver}: {error}");
+                }
+            }
+        }
+        self.mail_wake.notify_one();
+    }
+
     /// Stops driving run `id` here, if this process is (a cancelled run).
     pub(crate) fn stop_driving(&self, id: &str) {
         let handle = self
@@ -168,6 +263,16 @@ impl Daemon {
         let mut driving = self.driving.lock().unwrap_or_else(|p| p.into_inner());
         let handle = runs.spawn(async move {
             let started = std::time::Instant::now();
+            // Metrics of each step; a handoff has something to mail at once.
+            let observer: Observer = {
+                let (metrics, daemon) = (daemon.metrics.observer(), Arc::clone(&daemon));
+                Arc::new(move |record: &StepRecord| {
+                    metrics(record);
+                    if record.kind == StepKind::Handoff {
+                        daemon.mail_wake.notify_one();
+                    }
+                })
+            };
             let driven = flow_runtime::runner::drive(
                 &daemon.store,
                 &plan,
@@ -175,7 +280,7 @@ impl Daemon {
                 &run_id,
                 input,
                 Arc::clone(&daemon.provider),
-                Some(daemon.metrics.observer()),
+                Some(observer),
             )
             .await;
             match driven {
@@ -183,6 +288,9 @@ impl Daemon {
                     daemon
                         .metrics
                         .run_ended(&workflow, RunStatus::of(&outcome), started.elapsed());
+                    if let Outcome::Parked { pending } = &outcome {
+                        daemon.notify_approvers(&run_id, pending).await;
+                    }
                     let event = match outcome {
                         Outcome::Completed { .. } => "completed",
                         Outcome::Failed { .. } => "failed",
@@ -261,6 +369,18 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
             "/v1/runs/{id}/approvals/{*step_path}",
             axum::routing::post(crate::api::decide),
         )
+        .route(
+            "/v1/approvals",
+            axum::routing::get(crate::api::my_approvals),
+        )
+        .route(
+            "/v1/notifications",
+            axum::routing::get(crate::api::notifications),
+        )
+        .route(
+            "/v1/notifications/read",
+            axum::routing::post(crate::api::mark_read),
+        )
         .fallback(|| async {
             problem(
                 StatusCode::NOT_FOUND,
@@ -273,7 +393,12 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
             authenticate,
         ))
         .layer(axum::extract::DefaultBodyLimit::max(BODY_LIMIT));
-    metrics.merge(api).with_state(daemon)
+    // An approval link's token is its credential: no API key.
+    let links = Router::new().route(
+        "/approvals/{token}",
+        axum::routing::get(crate::pages::show).post(crate::pages::confirm),
+    );
+    metrics.merge(links).merge(api).with_state(daemon)
 }
 
 /// Serves until `shutdown` completes, then lets runs in flight settle.
@@ -287,7 +412,14 @@ pub async fn serve(
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", daemon.config.listen))?;
     let address = listener.local_addr().map_err(|e| e.to_string())?;
+    let public_url = daemon
+        .config
+        .public_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{address}"));
+    let _ = daemon.public_url.set(public_url);
     let resumed = daemon.recover().await?;
+    let mailer = tokio::spawn(crate::mailer::run(Arc::clone(&daemon)));
     if resumed > 0 {
         eprintln!("flowd: resumed {resumed} unfinished run(s)");
     }
@@ -296,6 +428,7 @@ pub async fn serve(
         .with_graceful_shutdown(shutdown)
         .await
         .map_err(|e| format!("the server stopped: {e}"))?;
+    mailer.abort();
     // Runs still going after the grace period are dropped mid-step: their
     // journals hold every completed step, and the next start resumes them.
     let mut runs = std::mem::take(&mut *daemon.runs.lock().unwrap_or_else(|p| p.into_inner()));
@@ -364,6 +497,15 @@ impl Problem {
         self.body[field] = value;
         self
     }
+
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// What went wrong, in words.
+    pub fn detail(&self) -> &str {
+        self.body["detail"].as_str().unwrap_or_default()
+    }
 }
 
 impl IntoResponse for Problem {
@@ -374,6 +516,29 @@ impl IntoResponse for Problem {
             self.body.to_string(),
         )
             .into_response()
+    }
+}
+
+/// A store that failed to answer: the request may succeed when retried.
+pub(crate) fn store_problem(error: StoreError) -> Problem {
+    Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "store_unavailable",
+        &error.to_string(),
+    )
+}
+
+/// The result of a store task spawned by a handler, as the handler's.
+pub(crate) async fn joined(
+    task: tokio::task::JoinHandle<Result<(), Problem>>,
+) -> Result<(), Problem> {
+    match task.await {
+        Ok(result) => result,
+        Err(error) => Err(Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            &format!("the request's task stopped: {error}"),
+        )),
     }
 }
 

@@ -806,3 +806,238 @@ async fn a_running_run_is_stopped_by_cancel() {
     assert_eq!(flowd.settled(&run_id, ACME).await["status"], "cancelled");
     assert_eq!(flowd.stop(), Some(0));
 }
+
+/// Posts an approval page's form, as a browser would.
+fn confirm(client: &reqwest::Client, link: &str, comment: &str) -> reqwest::RequestBuilder {
+    client
+        .post(link)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("comment={}", comment.replace(' ', "+")))
+}
+
+/// The links of an approval email, approve first.
+fn links_in(mail: &flow_tests::smtp_sink::Mail) -> (String, String) {
+    let find = |label: &str| {
+        mail.body
+            .lines()
+            .find_map(|line| line.strip_prefix(label))
+            .unwrap_or_else(|| panic!("no `{label}` line in {}", mail.body))
+            .trim()
+            .to_string()
+    };
+    (find("Approve: "), find("Reject: "))
+}
+
+/// A parked run emails every eligible approver (a named one and each member
+/// of a named group) signed approve and reject links and lists the gate as
+/// theirs; following a link only shows the request, confirming decides it
+/// once, a tampered or already used link is refused; the handoff after it is
+/// emailed to each member of the department and listed as a notification.
+/// The sink refuses the first message, so delivery is retried.
+#[tokio::test]
+async fn approvals_and_handoffs_are_emailed_with_signed_single_use_links() {
+    use reqwest::Method;
+    use serde_json::json;
+    let sink = flow_tests::smtp_sink::SmtpSink::refusing(1).await;
+    let dir = TempDir::new("flowd-emails");
+    let config = format!(
+        "{CONFIG}
+[departments]
+support = [\"sam@acme.io\", \"sue@acme.io\"]
+[smtp]
+host = \"127.0.0.1\"
+port = {port}
+from = \"flowd@acme.io\"
+tls = \"none\"
+",
+        port = sink.port
+    )
+    .replace(
+        "leads = [\"ana@acme.io\"]",
+        "leads = [\"ana@acme.io\", \"al@acme.io\"]",
+    );
+    let flowd = Flowd::start_with(&dir, &config);
+    let source = r#"workflow refund {
+  step ok = approval { approvers: ["leads", "boss@acme.io"], message: "Refund 40 EUR to Ada?" }
+  step tell = handoff "support" { message: "Refund for Ada approved" }
+  output { by: step.ok.approver, comment: step.ok.comment }
+}
+"#;
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/workflows",
+            Some(ACME),
+            Some(json!({ "source": source })),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let (_, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/runs",
+            Some(ACME),
+            Some(json!({ "workflow": "refund" })),
+        )
+        .await;
+    let run_id = body["run_id"].as_str().unwrap().to_string();
+    assert_eq!(
+        flowd.settled(&run_id, ACME).await["status"],
+        "pending_approval"
+    );
+
+    let mails = sink.wait_for(3).await;
+    let mut to: Vec<&str> = mails.iter().map(|m| m.to[0].as_str()).collect();
+    to.sort_unstable();
+    assert_eq!(to, ["al@acme.io", "ana@acme.io", "boss@acme.io"]);
+    for mail in &mails {
+        assert_eq!(mail.from, "flowd@acme.io");
+        assert_eq!(mail.header("Subject"), Some("Approval needed: refund (ok)"));
+        assert!(mail.body.contains("Refund 40 EUR to Ada?"), "{}", mail.body);
+    }
+    let mail_to = |who: &str| mails.iter().find(|m| m.to[0] == who).unwrap().clone();
+    let (ana_approve, _) = links_in(&mail_to("ana@acme.io"));
+    let (al_approve, _) = links_in(&mail_to("al@acme.io"));
+    let (_, boss_reject) = links_in(&mail_to("boss@acme.io"));
+    assert!(ana_approve.starts_with(&flowd.url), "{ana_approve}");
+
+    // The gate is listed as ana's (through her group) and the boss's only.
+    let mine = |who: &str, key: &'static str| {
+        let path = format!("/v1/approvals?approver={who}");
+        let flowd = &flowd;
+        async move { flowd.send(Method::GET, &path, Some(key), None).await.1 }
+    };
+    let ana = mine("ana@acme.io", ACME).await;
+    assert_eq!(ana["approvals"][0]["step_path"], "ok", "{ana}");
+    assert_eq!(ana["approvals"][0]["run_id"], run_id.as_str());
+    assert_eq!(
+        mine("boss@acme.io", ACME).await["approvals"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(mine("eve@acme.io", ACME).await["approvals"], json!([]));
+    assert_eq!(mine("ana@acme.io", GLOBEX).await["approvals"], json!([]));
+    let (_, body) = flowd
+        .send(
+            Method::GET,
+            "/v1/notifications?reader=ana@acme.io",
+            Some(ACME),
+            None,
+        )
+        .await;
+    assert_eq!(body["notifications"][0]["kind"], "approval", "{body}");
+    assert_eq!(body["notifications"][0]["audience"], "leads", "{body}");
+
+    let client = reqwest::Client::new();
+    // Following a link shows the request and decides nothing.
+    let page = client.get(&ana_approve).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let html = page.text().await.unwrap();
+    assert!(html.contains("Approve this request?"), "{html}");
+    assert!(html.contains("Refund 40 EUR to Ada?"), "{html}");
+    assert!(html.contains("ana@acme.io"), "{html}");
+    assert_eq!(
+        flowd.settled(&run_id, ACME).await["status"],
+        "pending_approval"
+    );
+    // A link changed in any way is refused.
+    let mut tampered = ana_approve.clone().into_bytes();
+    let at = tampered.len() - 3;
+    tampered[at] = if tampered[at] == b'A' { b'B' } else { b'A' };
+    let tampered = String::from_utf8(tampered).unwrap();
+    assert_eq!(client.get(&tampered).send().await.unwrap().status(), 403);
+    assert_eq!(
+        confirm(&client, &tampered, "x")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        403
+    );
+
+    // Confirming decides, once.
+    let confirmed = confirm(&client, &ana_approve, "ok by me")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(confirmed.status(), 200);
+    assert!(
+        confirmed
+            .text()
+            .await
+            .unwrap()
+            .contains("You approved step")
+    );
+    let done = flowd.settled(&run_id, ACME).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        done["output"],
+        json!({ "by": "ana@acme.io", "comment": "ok by me" })
+    );
+    for used in [&ana_approve, &al_approve, &boss_reject] {
+        let again = confirm(&client, used, "").send().await.unwrap();
+        assert_eq!(again.status(), 409, "{used}");
+        assert!(again.text().await.unwrap().contains("Already decided"));
+    }
+
+    // The handoff went to each member of the department, by email and in app.
+    let mails = sink.wait_for(5).await;
+    let handoffs: Vec<_> = mails
+        .iter()
+        .filter(|m| m.body.contains("Refund for Ada approved"))
+        .collect();
+    let mut to: Vec<&str> = handoffs.iter().map(|m| m.to[0].as_str()).collect();
+    to.sort_unstable();
+    assert_eq!(to, ["sam@acme.io", "sue@acme.io"]);
+    let (_, body) = flowd
+        .send(
+            Method::GET,
+            "/v1/notifications?reader=sam@acme.io",
+            Some(ACME),
+            None,
+        )
+        .await;
+    assert_eq!(body["notifications"][0]["kind"], "handoff", "{body}");
+    assert_eq!(body["notifications"][0]["read"], false, "{body}");
+    let id = body["notifications"][0]["id"].clone();
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/notifications/read",
+            Some(ACME),
+            Some(json!({ "reader": "sam@acme.io", "ids": [id] })),
+        )
+        .await;
+    assert_eq!((status, &body["marked"]), (200, &json!(1)), "{body}");
+    let (_, body) = flowd
+        .send(
+            Method::GET,
+            "/v1/notifications?reader=sam@acme.io&unread=true",
+            Some(ACME),
+            None,
+        )
+        .await;
+    assert_eq!(body["notifications"], json!([]), "{body}");
+    let (_, body) = flowd
+        .send(
+            Method::GET,
+            "/v1/notifications?reader=sam@acme.io",
+            Some(GLOBEX),
+            None,
+        )
+        .await;
+    assert_eq!(body["notifications"], json!([]), "another account's");
+
+    let metrics = flowd.metrics().await;
+    assert!(
+        metrics.contains(r#"flow_emails_total{kind="approval",result="sent"} 3"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"flow_emails_total{kind="handoff",result="sent"} 2"#),
+        "{metrics}"
+    );
+    assert_eq!(flowd.stop(), Some(0));
+}
