@@ -1,5 +1,8 @@
 //! The `flowd` binary's command line: exit codes and messages.
 
+mod common;
+
+use common::{ACME, CONFIG, Flowd, GLOBEX};
 use flow_tests::{TempDir, run_in};
 
 fn flowd(dir: &TempDir, args: &[&str]) -> flow_tests::Run {
@@ -50,134 +53,6 @@ fn check_config_says_ok_or_lists_every_problem() {
         "{}",
         unknown.stderr
     );
-}
-
-/// A `flowd serve` child process on a loopback port, stopped on drop.
-struct Flowd {
-    child: std::process::Child,
-    url: String,
-    client: reqwest::Client,
-}
-
-const CONFIG: &str = "listen = \"127.0.0.1:0\"
-link_secret = \"0123456789abcdef0123456789abcdef\"
-[[accounts]]
-id = \"acme\"
-api_keys = [\"acme-key-0123456789\"]
-[[accounts]]
-id = \"globex\"
-api_keys = [\"globex-key-0123456789\"]
-[approver_groups]
-leads = [\"ana@acme.io\"]
-";
-const ACME: &str = "acme-key-0123456789";
-const GLOBEX: &str = "globex-key-0123456789";
-
-impl Flowd {
-    fn start(dir: &TempDir) -> Flowd {
-        Flowd::start_with(dir, CONFIG)
-    }
-
-    fn start_with(dir: &TempDir, config: &str) -> Flowd {
-        use std::io::{BufRead, BufReader};
-        dir.write("flowd.toml", config);
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_flowd"))
-            .arg("serve")
-            .current_dir(dir.path())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("flowd starts");
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        let address = loop {
-            line.clear();
-            if stderr.read_line(&mut line).unwrap_or(0) == 0 {
-                panic!("flowd exited before listening");
-            }
-            if let Some(found) = line.trim().strip_prefix("flowd: listening on ") {
-                break found.to_string();
-            }
-        };
-        // Keep reading stderr so that flowd never blocks on a full pipe.
-        std::thread::spawn(move || for _ in stderr.lines() {});
-        Flowd {
-            child,
-            url: format!("http://{address}"),
-            client: reqwest::Client::new(),
-        }
-    }
-
-    async fn send(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        key: Option<&str>,
-        body: Option<serde_json::Value>,
-    ) -> (u16, serde_json::Value) {
-        let mut request = self.client.request(method, format!("{}{path}", self.url));
-        if let Some(key) = key {
-            request = request.bearer_auth(key);
-        }
-        if let Some(body) = body {
-            request = request
-                .header("content-type", "application/json")
-                .body(body.to_string());
-        }
-        let response = request.send().await.expect("flowd answers");
-        let status = response.status().as_u16();
-        let text = response.text().await.unwrap();
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
-        )
-    }
-
-    /// The `/metrics` text (Prometheus scrapes without a key).
-    async fn metrics(&self) -> String {
-        let response = self
-            .client
-            .get(format!("{}/metrics", self.url))
-            .send()
-            .await;
-        response.expect("flowd answers").text().await.unwrap()
-    }
-
-    /// Polls run `id` until it is no longer `running`; its record.
-    async fn settled(&self, id: &str, key: &str) -> serde_json::Value {
-        for _ in 0..500 {
-            let (status, body) = self
-                .send(
-                    reqwest::Method::GET,
-                    &format!("/v1/runs/{id}"),
-                    Some(key),
-                    None,
-                )
-                .await;
-            assert_eq!(status, 200, "{body}");
-            if body["status"] != "running" {
-                return body;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        panic!("run {id} is still running");
-    }
-
-    /// SIGTERM, then the exit code.
-    fn stop(mut self) -> Option<i32> {
-        let killed = std::process::Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(killed.success());
-        self.child.wait().expect("flowd exits").code()
-    }
-}
-
-impl Drop for Flowd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// `flowd serve` refuses requests without a valid API key, answers unknown
