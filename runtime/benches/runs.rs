@@ -152,7 +152,7 @@ fn b4(quick: bool) {
             .expect("runtime");
         // Queued at once, the starts share the journal writer's commits.
         let starts: Vec<_> = (0..runs)
-            .map(|i| store.create_run(&format!("run-{i}"), "", "ten", &ten.hash, &input))
+            .map(|i| store.create_run(&format!("run-{i}"), "", "ten", &ten.hash, &input, None))
             .collect();
         runtime.block_on(async {
             for start in starts {
@@ -251,7 +251,16 @@ fn b3(runtime: &tokio::runtime::Runtime, quick: bool) {
     store.put_plan(&gated).expect("the plan is stored");
     // Queued at once, the starts share the journal writer's commits.
     let starts: Vec<_> = (0..runs)
-        .map(|i| store.create_run(&format!("run-{i}"), "", "gated", &gated.hash, &json!({})))
+        .map(|i| {
+            store.create_run(
+                &format!("run-{i}"),
+                "",
+                "gated",
+                &gated.hash,
+                &json!({}),
+                None,
+            )
+        })
         .collect();
     runtime.block_on(async {
         for start in starts {
@@ -352,7 +361,7 @@ fn b1(runtime: &tokio::runtime::Runtime, quick: bool) {
     let input = json!({ "q": "x".repeat(1000) });
     // Queued at once, the starts share the journal writer's commits.
     let starts: Vec<_> = (0..runs)
-        .map(|i| store.create_run(&format!("run-{i}"), "", "ten", &ten.hash, &input))
+        .map(|i| store.create_run(&format!("run-{i}"), "", "ten", &ten.hash, &input, None))
         .collect();
     runtime.block_on(async {
         for start in starts {

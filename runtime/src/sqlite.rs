@@ -166,6 +166,11 @@ const MIGRATIONS: &[&str] = &[
          read_ms INTEGER NOT NULL,
          PRIMARY KEY (notification_id, reader)
      );",
+    // A client's idempotency key for starting a run: the same key in one
+    // account starts one run, however often the request is retried.
+    "ALTER TABLE runs ADD COLUMN idempotency_key TEXT;
+     CREATE UNIQUE INDEX runs_by_idempotency_key ON runs(account, idempotency_key)
+         WHERE idempotency_key IS NOT NULL;",
 ];
 
 impl From<rusqlite::Error> for StoreError {
@@ -439,11 +444,13 @@ impl SqliteStore {
         workflow: &str,
         plan_hash: &str,
         input: &Value,
-    ) -> StoreFuture<'static, ()> {
+        idempotency_key: Option<&str>,
+    ) -> StoreFuture<'static, bool> {
         let now = now_ms();
         let written = self.statement(
-            "INSERT INTO runs (id, workflow, plan_hash, status, input, created_ms, updated_ms, owner, account)
-             VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?5, ?6, ?7)",
+            "INSERT INTO runs (id, workflow, plan_hash, status, input, created_ms, updated_ms, owner, account, idempotency_key)
+             VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?5, ?6, ?7, ?8)
+             ON CONFLICT (account, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING",
             vec![
                 id.to_string().into(),
                 workflow.to_string().into(),
@@ -452,9 +459,10 @@ impl SqliteStore {
                 now.into(),
                 owner().to_string().into(),
                 account.to_string().into(),
+                idempotency_key.map(str::to_string).into(),
             ],
         );
-        Box::pin(async move { written.await.map(|_| ()) })
+        Box::pin(async move { written.await.map(|changed| changed == 1) })
     }
 
     /// Queues a statement for the journal writer's next commit.
@@ -674,6 +682,17 @@ impl SqliteStore {
         Ok(rows)
     }
 
+    pub fn run_by_key(&self, account: &str, key: &str) -> Result<Option<RunRow>, StoreError> {
+        Ok(self.reader()?
+            .query_row(
+                "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account
+                 FROM runs WHERE account = ?1 AND idempotency_key = ?2",
+                [account, key],
+                run_row,
+            )
+            .optional()?)
+    }
+
     pub fn account_runs(&self, account: &str, query: &RunQuery) -> Result<Vec<RunRow>, StoreError> {
         let conn = self.reader()?;
         let mut statement = conn.prepare_cached(
@@ -798,8 +817,9 @@ impl Store for SqliteStore {
         workflow: &'a str,
         plan_hash: &'a str,
         input: &'a Value,
-    ) -> StoreFuture<'a, ()> {
-        self.create_run(id, account, workflow, plan_hash, input)
+        idempotency_key: Option<&'a str>,
+    ) -> StoreFuture<'a, bool> {
+        self.create_run(id, account, workflow, plan_hash, input, idempotency_key)
     }
 
     fn claim_run<'a>(&'a self, id: &'a str, from: &'a [RunStatus]) -> StoreFuture<'a, bool> {
@@ -856,6 +876,10 @@ impl Store for SqliteStore {
 
     fn deployments<'a>(&'a self, account: &'a str) -> StoreFuture<'a, Vec<Deployment>> {
         ready(self.deployments(account))
+    }
+
+    fn run_by_key<'a>(&'a self, account: &'a str, key: &'a str) -> StoreFuture<'a, Option<RunRow>> {
+        ready(self.run_by_key(account, key))
     }
 
     fn account_runs<'a>(

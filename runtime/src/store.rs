@@ -222,7 +222,9 @@ pub trait Store: Send + Sync {
 
     fn plan<'a>(&'a self, hash: &'a str) -> StoreFuture<'a, Plan>;
 
-    /// Creates a run of `account`, `running` and owned by this process.
+    /// Creates a run of `account`, `running` and owned by this process. With
+    /// an idempotency key that one of the account's runs already has, creates
+    /// nothing and answers false (`run_by_key` finds that run).
     fn create_run<'a>(
         &'a self,
         id: &'a str,
@@ -230,7 +232,11 @@ pub trait Store: Send + Sync {
         workflow: &'a str,
         plan_hash: &'a str,
         input: &'a Value,
-    ) -> StoreFuture<'a, ()>;
+        idempotency_key: Option<&'a str>,
+    ) -> StoreFuture<'a, bool>;
+
+    /// The account's run started with idempotency key `key`.
+    fn run_by_key<'a>(&'a self, account: &'a str, key: &'a str) -> StoreFuture<'a, Option<RunRow>>;
 
     /// Takes the run for this process if its status is one of `from` and no
     /// other live process is executing it; says whether it was taken.

@@ -42,7 +42,7 @@ async fn durability_approval_persists_at_the_end_only() {
     let plan = plan(TWO_STEPS);
     store.put_plan(&plan).unwrap();
     store
-        .create_run("run-1", "", "w", &plan.hash, &json!({}))
+        .create_run("run-1", "", "w", &plan.hash, &json!({}), None)
         .await
         .unwrap();
     let journal = RunJournal::open(&store, "run-1", Durability::Approval).unwrap();
@@ -57,7 +57,7 @@ async fn durability_approval_persists_at_the_end_only() {
 
     // Full durability writes as it goes.
     store
-        .create_run("run-2", "", "w", &plan.hash, &json!({}))
+        .create_run("run-2", "", "w", &plan.hash, &json!({}), None)
         .await
         .unwrap();
     let journal = RunJournal::open(&store, "run-2", Durability::Full).unwrap();
@@ -79,7 +79,7 @@ async fn a_decision_applies_once_across_tasks_and_survives_reopening() {
     let plan = plan("workflow w { step g = approval { approvers: [\"a\"], message: \"m\" } }");
     store.put_plan(&plan).unwrap();
     store
-        .create_run("run-1", "", "w", &plan.hash, &json!({}))
+        .create_run("run-1", "", "w", &plan.hash, &json!({}), None)
         .await
         .unwrap();
     let journal = RunJournal::open(&store, "run-1", Durability::Full).unwrap();
@@ -150,7 +150,7 @@ async fn kb_documents_keys_and_notifications_belong_to_the_run_account() {
     let mut journals = Vec::new();
     for (run, account) in [("run-a", "acme"), ("run-b", "globex")] {
         store
-            .create_run(run, account, "w", &plan.hash, &json!({}))
+            .create_run(run, account, "w", &plan.hash, &json!({}), None)
             .await
             .unwrap();
         journals.push(RunJournal::open(&store, run, Durability::Full).unwrap());
@@ -232,11 +232,11 @@ async fn the_runner_parks_resumes_and_lists_runs_to_recover() {
     let plan = plan(GATED);
     store.put_plan(&plan).await.unwrap();
     store
-        .create_run("run-1", "", "w", &plan.hash, &json!({}))
+        .create_run("run-1", "", "w", &plan.hash, &json!({}), None)
         .await
         .unwrap();
     store
-        .create_run("run-2", "", "w", &plan.hash, &json!({}))
+        .create_run("run-2", "", "w", &plan.hash, &json!({}), None)
         .await
         .unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
@@ -344,7 +344,7 @@ async fn deployments_are_versioned_per_account_and_runs_keep_their_account() {
     assert_eq!(acme, [1, 2]);
 
     store
-        .create_run("run-a", "acme", "w", &second.hash, &json!({}))
+        .create_run("run-a", "acme", "w", &second.hash, &json!({}), None)
         .await
         .unwrap();
     assert_eq!(store.run("run-a").await.unwrap().unwrap().account, "acme");
@@ -370,7 +370,7 @@ async fn a_member_of_a_named_group_may_decide() {
     let gated = plan(&GATED.replace("boss@example.com", "billing-leads"));
     store.put_plan(&gated).await.unwrap();
     store
-        .create_run("run-1", "", "w", &gated.hash, &json!({}))
+        .create_run("run-1", "", "w", &gated.hash, &json!({}), None)
         .await
         .unwrap();
     let parked = flow_runtime::runner::drive(

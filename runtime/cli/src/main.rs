@@ -145,7 +145,7 @@ async fn dispatch(command: Command) -> Result<u8> {
                 .map_err(|e| usage(e.to_string()))?;
             let run_id = runner::new_run_id();
             store
-                .create_run(&run_id, NO_ACCOUNT, &workflow, &plan.hash, &input)
+                .create_run(&run_id, NO_ACCOUNT, &workflow, &plan.hash, &input, None)
                 .await
                 .map_err(|e| usage(e.to_string()))?;
             execute(&store, &plan, &workflow, &run_id, input, json).await

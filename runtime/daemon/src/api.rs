@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use flow_plan::Plan;
 use flow_runtime::interp::{Decision, Outcome};
 use flow_runtime::runner;
-use flow_runtime::store::{RunQuery, RunRow, RunStatus};
+use flow_runtime::store::{RunQuery, RunRow, RunStatus, StoreError};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -130,8 +130,21 @@ struct StartRun {
     input: Value,
 }
 
+impl StartRun {
+    /// The run's input; none is the empty object.
+    fn input(&self) -> Value {
+        if self.input.is_null() {
+            json!({})
+        } else {
+            self.input.clone()
+        }
+    }
+}
+
 /// `POST /v1/runs`: starts a run of a deployed workflow. The input is checked
 /// against the workflow's input schema before anything is stored or runs.
+/// With an `Idempotency-Key` header, a retried request answers the run the
+/// first one started instead of starting another.
 pub(crate) async fn start_run(
     State(daemon): State<Arc<Daemon>>,
     Extension(AccountId(account)): Extension<AccountId>,
@@ -139,6 +152,16 @@ pub(crate) async fn start_run(
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
     let request: StartRun = json_body(&headers, body)?;
+    let key = idempotency_key(&headers)?;
+    if let Some(key) = &key
+        && let Some(first) = daemon
+            .store
+            .run_by_key(&account, key)
+            .await
+            .map_err(store_problem)?
+    {
+        return replayed(first, key, &request);
+    }
     let deployments = daemon
         .store
         .deployments(&account)
@@ -166,11 +189,7 @@ pub(crate) async fn start_run(
         .plan(&deployment.plan_hash)
         .await
         .map_err(store_problem)?;
-    let input = if request.input.is_null() {
-        json!({})
-    } else {
-        request.input
-    };
+    let input = request.input();
     if let Some(workflow) = plan.workflow(&request.workflow) {
         let mismatches = flow_runtime::schema::validate(&workflow.input_schema, &input);
         if !mismatches.is_empty() {
@@ -195,22 +214,84 @@ pub(crate) async fn start_run(
     // Stored and started in a task of its own: a client that hangs up
     // mid-request must not leave a stored run that nothing drives.
     let started = {
-        let (daemon, run_id, workflow) = (Arc::clone(&daemon), run_id.clone(), request.workflow);
+        let (daemon, run_id, account) = (Arc::clone(&daemon), run_id.clone(), account.clone());
+        let (workflow, key) = (request.workflow.clone(), key.clone());
         tokio::spawn(async move {
-            daemon
+            let created = daemon
                 .store
-                .create_run(&run_id, &account, &workflow, &plan.hash, &input)
+                .create_run(
+                    &run_id,
+                    &account,
+                    &workflow,
+                    &plan.hash,
+                    &input,
+                    key.as_deref(),
+                )
                 .await
                 .map_err(store_problem)?;
-            daemon.spawn_run(plan, workflow, run_id, input);
-            Ok(())
+            if created {
+                daemon.spawn_run(plan, workflow, run_id, input);
+            }
+            Ok(created)
         })
     };
-    joined(started).await?;
+    if !joined(started).await? {
+        // A request with the same key got in first, a moment ago.
+        let key = key.unwrap_or_default();
+        let first = daemon
+            .store
+            .run_by_key(&account, &key)
+            .await
+            .map_err(store_problem)?
+            .ok_or_else(|| store_problem(StoreError(format!("no run has key `{key}`"))))?;
+        return replayed(first, &key, &request);
+    }
     Ok((
         StatusCode::ACCEPTED,
         [(header::LOCATION, format!("/v1/runs/{run_id}"))],
         axum::Json(json!({ "run_id": run_id, "status": RunStatus::Running })),
+    )
+        .into_response())
+}
+
+/// The `Idempotency-Key` header, if the request has one.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Problem> {
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    match value.to_str() {
+        Ok(key) if !key.is_empty() && key.len() <= 255 => Ok(Some(key.to_string())),
+        _ => Err(Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_idempotency_key",
+            "an Idempotency-Key is 1 to 255 visible ASCII characters",
+        )),
+    }
+}
+
+/// The answer to a retried start: the run the key's first request started,
+/// if this request asks for the same thing.
+fn replayed(first: RunRow, key: &str, request: &StartRun) -> Answer {
+    if first.workflow != request.workflow || first.input != request.input() {
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "idempotency_key_reused",
+            &format!(
+                "Idempotency-Key `{key}` already started run `{}` of workflow `{}` with another request; use a new key for a new run",
+                first.id, first.workflow
+            ),
+        ));
+    }
+    Ok((
+        StatusCode::OK,
+        [
+            (header::LOCATION, format!("/v1/runs/{}", first.id)),
+            (
+                header::HeaderName::from_static("idempotent-replayed"),
+                "true".to_string(),
+            ),
+        ],
+        axum::Json(json!({ "run_id": first.id, "status": first.status })),
     )
         .into_response())
 }

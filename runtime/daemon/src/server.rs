@@ -529,9 +529,9 @@ pub(crate) fn store_problem(error: StoreError) -> Problem {
 }
 
 /// The result of a store task spawned by a handler, as the handler's.
-pub(crate) async fn joined(
-    task: tokio::task::JoinHandle<Result<(), Problem>>,
-) -> Result<(), Problem> {
+pub(crate) async fn joined<T>(
+    task: tokio::task::JoinHandle<Result<T, Problem>>,
+) -> Result<T, Problem> {
     match task.await {
         Ok(result) => result,
         Err(error) => Err(Problem::new(

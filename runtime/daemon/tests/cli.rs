@@ -916,3 +916,76 @@ tls = \"none\"
     );
     assert_eq!(flowd.stop(), Some(0));
 }
+
+/// Twenty concurrent retries of a start with one `Idempotency-Key` start one
+/// run and all answer it; the key with another input is refused; another
+/// account's key space is its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotency_key_starts_one_run_however_often_it_is_sent() {
+    use reqwest::Method;
+    use serde_json::json;
+    let dir = TempDir::new("flowd-idempotency");
+    let flowd = std::sync::Arc::new(Flowd::start(&dir));
+    let source =
+        "workflow greet {\n  input { name: string }\n  output { hello: workflow_input.name }\n}\n";
+    for key in [ACME, GLOBEX] {
+        let (status, body) = flowd
+            .send(
+                Method::POST,
+                "/v1/workflows",
+                Some(key),
+                Some(json!({ "source": source })),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    let start = |account: &'static str, key: &'static str, name: &'static str| {
+        let flowd = std::sync::Arc::clone(&flowd);
+        async move {
+            let response = flowd
+                .client
+                .post(format!("{}/v1/runs", flowd.url))
+                .bearer_auth(account)
+                .header("content-type", "application/json")
+                .header("idempotency-key", key)
+                .body(json!({ "workflow": "greet", "input": { "name": name } }).to_string())
+                .send()
+                .await
+                .expect("flowd answers");
+            let status = response.status().as_u16();
+            let body: serde_json::Value = response.json().await.unwrap();
+            (status, body)
+        }
+    };
+    let tries: Vec<_> = (0..20)
+        .map(|_| tokio::spawn(start(ACME, "order-42", "Ada")))
+        .collect();
+    let mut ids = std::collections::BTreeSet::new();
+    let mut created = 0;
+    for attempt in tries {
+        let (status, body) = attempt.await.unwrap();
+        assert!(matches!(status, 200 | 202), "{status} {body}");
+        created += usize::from(status == 202);
+        ids.insert(body["run_id"].as_str().unwrap().to_string());
+    }
+    assert_eq!((created, ids.len()), (1, 1), "one run: {ids:?}");
+    let (_, listed) = flowd
+        .send(Method::GET, "/v1/runs?workflow=greet", Some(ACME), None)
+        .await;
+    assert_eq!(listed["runs"].as_array().unwrap().len(), 1, "{listed}");
+
+    let (status, body) = start(ACME, "order-42", "Bob").await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (422, Some("idempotency_key_reused")),
+        "{body}"
+    );
+    let (status, body) = start(GLOBEX, "order-42", "Bob").await;
+    assert_eq!(status, 202, "globex's keys are its own: {body}");
+    let (status, body) = start(ACME, "", "Ada").await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("invalid_idempotency_key")),
+        "{body}"
+    );
+}
