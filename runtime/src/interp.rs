@@ -27,6 +27,7 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// What kind of failure a step attempt had; it decides whether to retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorKind {
     /// 429: retried, honouring `Retry-After` within the backoff cap.
@@ -76,6 +77,7 @@ impl ErrorKind {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StepError {
     pub kind: ErrorKind,
     pub message: String,
@@ -159,6 +161,7 @@ pub struct Handoff {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum StepStatus {
     Completed,
@@ -168,6 +171,7 @@ pub enum StepStatus {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Attempt {
     pub index: u32,
     pub error: Option<String>,
@@ -177,6 +181,7 @@ pub struct Attempt {
 
 /// One step execution: the journal's unit and the trace tree's node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StepRecord {
     pub path: String,
     pub step_id: String,
@@ -199,6 +204,7 @@ pub trait Journal: Send + Sync {
 
 /// An approval the run is parked at.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PendingApproval {
     pub path: String,
     pub step_id: String,

@@ -11,9 +11,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use flow_plan::Plan;
+use serde::Serialize;
 use serde_json::Value;
 
-use crate::interp::{BoxFuture, Journal, Outcome, Provider, Services, StepError, StepRecord};
+use crate::interp::{
+    BoxFuture, ErrorKind, Journal, Outcome, Provider, Services, StepError, StepRecord,
+};
 use crate::interp::{PendingApproval, StepStatus, expire};
 use crate::store::{RunLog, RunRow, RunStatus, Store, StoreError};
 
@@ -54,18 +57,66 @@ fn base36(mut n: u64) -> String {
     String::from_utf8(out).unwrap_or_default()
 }
 
-/// The run record of `flow run --json` and flowd's API: `run_id`, `status`,
-/// and `output`, `pending_approvals` (with their step paths) or `error`.
-pub fn run_record(run_id: &str, outcome: &Outcome) -> Value {
-    let mut record = serde_json::json!({ "run_id": run_id, "status": RunStatus::of(outcome) });
-    match outcome {
-        Outcome::Completed { output } => record["output"] = output.clone(),
-        Outcome::Parked { pending } => {
-            record["pending_approvals"] = serde_json::to_value(pending).unwrap_or(Value::Null);
+/// How a run stands: what `flow run --json` prints, flowd's
+/// `GET /v1/runs/{id}` answers and its webhooks post.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RunRecord {
+    pub run_id: String,
+    pub status: RunStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
+    /// When the run was started, in milliseconds since the Unix epoch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_ms: Option<i64>,
+    /// The workflow's output, once it completed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub output: Option<Value>,
+    /// The approvals it is parked at.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pending_approvals: Option<Vec<PendingApproval>>,
+    /// Why it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<RunError>,
+}
+
+impl RunRecord {
+    /// The record of a run that has no outcome to tell (running, cancelled).
+    pub fn new(run_id: &str, status: RunStatus) -> RunRecord {
+        RunRecord {
+            run_id: run_id.to_string(),
+            status,
+            workflow: None,
+            created_ms: None,
+            output: None,
+            pending_approvals: None,
+            error: None,
         }
+    }
+}
+
+/// Why a run failed: the error and the execution path of the step it came from.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RunError {
+    pub kind: ErrorKind,
+    pub message: String,
+    pub step: Option<String>,
+}
+
+/// The record of run `run_id` once an invocation ended with `outcome`.
+pub fn run_record(run_id: &str, outcome: &Outcome) -> RunRecord {
+    let mut record = RunRecord::new(run_id, RunStatus::of(outcome));
+    match outcome {
+        Outcome::Completed { output } => record.output = Some(output.clone()),
+        Outcome::Parked { pending } => record.pending_approvals = Some(pending.clone()),
         Outcome::Failed { error, step } => {
-            record["error"] =
-                serde_json::json!({ "kind": error.kind, "message": error.message, "step": step });
+            record.error = Some(RunError {
+                kind: error.kind,
+                message: error.message.clone(),
+                step: step.clone(),
+            });
         }
     }
     record

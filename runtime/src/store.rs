@@ -34,6 +34,7 @@ impl std::fmt::Display for StoreError {
 
 /// Where a run stands. Stored as its `as_str` name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     /// Executing, or left so by a process that died (then due for recovery).
@@ -110,6 +111,7 @@ pub struct RunRow {
 /// A workflow an account deployed: each deployment of a changed plan is a
 /// new version; runs start on a version's plan and stay on it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Deployment {
     pub workflow: String,
     pub version: u32,
@@ -119,6 +121,7 @@ pub struct Deployment {
 
 /// What a notification is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum NotificationKind {
     /// A handoff step passed work to a department.
@@ -147,6 +150,7 @@ impl NotificationKind {
 /// who belongs to a department or group is the daemon's configuration, so
 /// membership changes apply to notifications already stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Notification {
     pub id: i64,
     pub account: String,

@@ -349,7 +349,7 @@ async fn execute(
     };
     if json {
         let report = runner::run_record(run_id, &outcome);
-        println!("{report}");
+        println!("{}", serde_json::to_string(&report).unwrap_or_default());
     } else {
         match &outcome {
             Outcome::Completed { output } => {

@@ -11,52 +11,249 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use flow_plan::Plan;
-use flow_runtime::interp::{Decision, Outcome};
-use flow_runtime::runner;
-use flow_runtime::store::{RunQuery, RunRow, RunStatus, StoreError};
-use serde::Deserialize;
+use flow_runtime::interp::{Decision, Outcome, StepRecord};
+use flow_runtime::runner::{self, RunRecord};
+use flow_runtime::store::{Deployment, Notification, RunQuery, RunRow, RunStatus, StoreError};
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use utoipa::{IntoParams, OpenApi, ToSchema};
 
 use crate::server::{AccountId, Daemon, Problem, joined, store_problem};
 
 type Answer = Result<Response, Problem>;
 
-/// `POST /v1/workflows`: a `.flow` source compiled here, or a built plan.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Deploy {
-    source: Option<String>,
-    /// The source's file name, for diagnostics.
-    path: Option<String>,
-    plan: Option<Value>,
+/// The API's OpenAPI document, derived from the handlers below and the types
+/// they take and answer, served at `/v1/openapi.json`.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "flowd",
+        description = "Deploy workflows, start and inspect runs, decide approvals. Every request \
+            carries an account's API key as `Authorization: Bearer KEY` and sees that account's \
+            workflows and runs only. Errors are `application/problem+json` with a stable `code`."
+    ),
+    paths(
+        deploy, workflows, start_run, get_run, trace, runs, cancel, decide, my_approvals,
+        notifications, mark_read
+    ),
+    components(schemas(ProblemDoc)),
+    modifiers(&CommonAnswers),
+    security(("api_key" = []))
+)]
+pub(crate) struct ApiDoc;
+
+/// What every route has in common, added to each operation once rather
+/// than written on each: the `api_key` bearer scheme, and the problems that
+/// authentication, the store and body parsing answer.
+struct CommonAnswers;
+
+impl utoipa::Modify for CommonAnswers {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+        use utoipa::openapi::{Content, Ref, RefOr, ResponseBuilder};
+        openapi
+            .components
+            .get_or_insert_with(Default::default)
+            .add_security_scheme(
+                "api_key",
+                SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
+            );
+        let problem = |description: &str| {
+            RefOr::T(
+                ResponseBuilder::new()
+                    .description(description)
+                    .content(
+                        "application/problem+json",
+                        Content::new(Some(Ref::from_schema_name("Problem"))),
+                    )
+                    .build(),
+            )
+        };
+        for item in openapi.paths.paths.values_mut() {
+            for operation in [&mut item.get, &mut item.post].into_iter().flatten() {
+                let takes_body = operation.request_body.is_some();
+                let mut answers = vec![
+                    (
+                        "401",
+                        "No API key, or one of no account (`unauthenticated`)",
+                    ),
+                    (
+                        "503",
+                        "The store did not answer (`store_unavailable`); try again",
+                    ),
+                ];
+                if takes_body {
+                    answers.extend([
+                        ("400", "The body is not JSON (`malformed_json`)"),
+                        ("413", "The body is over 2 MiB (`body_too_large`)"),
+                        (
+                            "415",
+                            "The body is not `application/json` (`unsupported_media_type`)",
+                        ),
+                        (
+                            "422",
+                            "The body is JSON of another shape (`invalid_request`)",
+                        ),
+                    ]);
+                }
+                for (status, description) in answers {
+                    operation
+                        .responses
+                        .responses
+                        .entry(status.to_string())
+                        .or_insert_with(|| problem(description));
+                }
+            }
+        }
+    }
 }
 
+/// An error answer (RFC 9457), as `crate::server::Problem` writes it.
+#[derive(ToSchema)]
+#[schema(as = Problem)]
+#[allow(dead_code, reason = "describes the JSON that Problem builds")]
+struct ProblemDoc {
+    r#type: String,
+    title: String,
+    status: u16,
+    /// Stable and documented: what a client branches on.
+    code: String,
+    detail: String,
+    /// `does_not_check`: each error of the source (`code`, `message`, `line`, `column`).
+    diagnostics: Option<Vec<Object>>,
+    /// `invalid_input`: each place the input does not match (`path`, `expected`, `found`).
+    mismatches: Option<Vec<Object>>,
+}
+
+/// A JSON object, in documentation.
+type Object = std::collections::BTreeMap<String, Value>;
+
+#[derive(Serialize, ToSchema)]
+struct Deployments {
+    deployments: Vec<Deployment>,
+}
+
+/// A run's id and where it stands.
+#[derive(Serialize, ToSchema)]
+struct RunState {
+    run_id: String,
+    status: RunStatus,
+}
+
+#[derive(Serialize, ToSchema)]
+struct RunSummary {
+    run_id: String,
+    workflow: String,
+    status: RunStatus,
+    created_ms: i64,
+    updated_ms: i64,
+}
+
+#[derive(Serialize, ToSchema)]
+struct Runs {
+    runs: Vec<RunSummary>,
+}
+
+/// A run's journal: every step execution in the order recorded.
+#[derive(Serialize, ToSchema)]
+struct Trace {
+    run_id: String,
+    steps: Vec<StepRecord>,
+}
+
+/// A gate an approver may decide.
+#[derive(Serialize, ToSchema)]
+struct Gate {
+    run_id: String,
+    workflow: String,
+    step_path: String,
+    step_id: String,
+    message: String,
+    approvers: Vec<String>,
+    expires_ms: Option<u64>,
+    /// When the run parked.
+    created_ms: i64,
+}
+
+#[derive(Serialize, ToSchema)]
+struct Gates {
+    approvals: Vec<Gate>,
+}
+
+#[derive(Serialize, ToSchema)]
+struct Notifications {
+    notifications: Vec<Notification>,
+}
+
+#[derive(Serialize, ToSchema)]
+struct Marked {
+    marked: usize,
+}
+
+/// `POST /v1/workflows`: a `.flow` source compiled here, or a built plan.
+#[derive(Deserialize, ToSchema)]
+#[serde(untagged)]
+enum Deploy {
+    Source(DeploySource),
+    Plan(DeployPlan),
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct DeploySource {
+    /// A `.flow` file's text.
+    source: String,
+    /// The source's file name, for diagnostics.
+    path: Option<String>,
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct DeployPlan {
+    /// `flowc build` output.
+    #[schema(value_type = Object)]
+    plan: Value,
+}
+
+/// Deploys each workflow of a source or plan: a new version of a workflow
+/// whose plan changed.
+#[utoipa::path(
+    post, path = "/v1/workflows", tag = "workflows", request_body = Deploy,
+    responses(
+        (status = 201, description = "Deployed", body = Deployments),
+        (status = 422, description = "The source does not check (`does_not_check`), the plan is invalid", body = ProblemDoc, content_type = "application/problem+json"),
+    )
+)]
 pub(crate) async fn deploy(
     State(daemon): State<Arc<Daemon>>,
     Extension(AccountId(account)): Extension<AccountId>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
-    let request: Deploy = json_body(&headers, body)?;
-    let plan = match (request.source, request.plan) {
-        (Some(source), None) => {
-            compile(request.path.as_deref().unwrap_or("workflow.flow"), &source)?
+    let request: Deploy = json_body(&headers, body).map_err(|problem| {
+        // Serde's words for an untagged enum say nothing useful.
+        if problem.code() == "invalid_request" {
+            Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_request",
+                "send either `source` (a .flow file's text, and optionally its `path`) or `plan` (flowc build output)",
+            )
+        } else {
+            problem
         }
-        (None, Some(plan)) => Plan::from_json(&plan.to_string()).map_err(|e| {
+    })?;
+    let plan = match request {
+        Deploy::Source(DeploySource { source, path }) => {
+            compile(path.as_deref().unwrap_or("workflow.flow"), &source)?
+        }
+        Deploy::Plan(DeployPlan { plan }) => Plan::from_json(&plan.to_string()).map_err(|e| {
             Problem::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "invalid_plan",
                 &e.to_string(),
             )
         })?,
-        _ => {
-            return Err(Problem::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_request",
-                "send either `source` (a .flow file's text) or `plan` (flowc build output)",
-            ));
-        }
     };
     daemon.store.put_plan(&plan).await.map_err(store_problem)?;
     let mut deployed = Vec::new();
@@ -71,7 +268,9 @@ pub(crate) async fn deploy(
     }
     Ok((
         StatusCode::CREATED,
-        axum::Json(json!({ "deployments": deployed })),
+        axum::Json(Deployments {
+            deployments: deployed,
+        }),
     )
         .into_response())
 }
@@ -107,7 +306,11 @@ fn compile(path: &str, source: &str) -> Result<Plan, Problem> {
     })
 }
 
-/// `GET /v1/workflows`: the account's deployments.
+/// The account's deployments, by workflow then version.
+#[utoipa::path(
+    get, path = "/v1/workflows", tag = "workflows",
+    responses((status = 200, description = "The deployments", body = Deployments))
+)]
 pub(crate) async fn workflows(
     State(daemon): State<Arc<Daemon>>,
     Extension(AccountId(account)): Extension<AccountId>,
@@ -117,17 +320,41 @@ pub(crate) async fn workflows(
         .deployments(&account)
         .await
         .map_err(store_problem)?;
-    Ok(axum::Json(json!({ "deployments": deployments })).into_response())
+    Ok(axum::Json(Deployments { deployments }).into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct StartRun {
     workflow: String,
     /// The deployed version; the latest by default.
+    #[serde(default, deserialize_with = "whole_number")]
+    #[schema(minimum = 1, maximum = 4_294_967_295_u64)]
     version: Option<u32>,
+    /// The workflow's input, checked against its input schema.
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     input: Value,
+}
+
+/// A version number written as any JSON number with no fraction (`2` or
+/// `2.0`), as JSON Schema's `integer` allows.
+fn whole_number<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<u32>, D::Error> {
+    let number = Option::<f64>::deserialize(deserializer)?;
+    number
+        .map(|n| {
+            if n.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(&n) {
+                Ok(n as u32)
+            } else {
+                Err(serde::de::Error::custom(format!(
+                    "version {n} is not a whole number from 0 to {}",
+                    u32::MAX
+                )))
+            }
+        })
+        .transpose()
 }
 
 impl StartRun {
@@ -141,10 +368,20 @@ impl StartRun {
     }
 }
 
-/// `POST /v1/runs`: starts a run of a deployed workflow. The input is checked
-/// against the workflow's input schema before anything is stored or runs.
-/// With an `Idempotency-Key` header, a retried request answers the run the
-/// first one started instead of starting another.
+/// Starts a run of a deployed workflow. The input is checked against the
+/// workflow's input schema before anything is stored or runs. With an
+/// `Idempotency-Key` header, a retried request answers the run the first one
+/// started instead of starting another.
+#[utoipa::path(
+    post, path = "/v1/runs", tag = "runs", request_body = StartRun,
+    params(("Idempotency-Key" = Option<String>, Header, description = "1 to 255 visible ASCII characters")),
+    responses(
+        (status = 202, description = "Started", body = RunState),
+        (status = 200, description = "Started before with this Idempotency-Key", body = RunState),
+        (status = 404, description = "No such workflow or version (`unknown_workflow`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 422, description = "The input does not match (`invalid_input`), or the key started another request (`idempotency_key_reused`)", body = ProblemDoc, content_type = "application/problem+json"),
+    )
+)]
 pub(crate) async fn start_run(
     State(daemon): State<Arc<Daemon>>,
     Extension(AccountId(account)): Extension<AccountId>,
@@ -249,7 +486,10 @@ pub(crate) async fn start_run(
     Ok((
         StatusCode::ACCEPTED,
         [(header::LOCATION, format!("/v1/runs/{run_id}"))],
-        axum::Json(json!({ "run_id": run_id, "status": RunStatus::Running })),
+        axum::Json(RunState {
+            run_id,
+            status: RunStatus::Running,
+        }),
     )
         .into_response())
 }
@@ -291,12 +531,23 @@ fn replayed(first: RunRow, key: &str, request: &StartRun) -> Answer {
                 "true".to_string(),
             ),
         ],
-        axum::Json(json!({ "run_id": first.id, "status": first.status })),
+        axum::Json(RunState {
+            run_id: first.id,
+            status: first.status,
+        }),
     )
         .into_response())
 }
 
-/// `GET /v1/runs/{id}`: the run record (status, output, pending approvals or error).
+/// The run: its status and its output, pending approvals or error.
+#[utoipa::path(
+    get, path = "/v1/runs/{id}", tag = "runs",
+    params(("id" = String, Path, description = "The run's id")),
+    responses(
+        (status = 200, description = "The run", body = RunRecord),
+        (status = 404, description = "No such run in this account (`unknown_run`)", body = ProblemDoc, content_type = "application/problem+json"),
+    )
+)]
 pub(crate) async fn get_run(
     State(daemon): State<Arc<Daemon>>,
     Extension(AccountId(account)): Extension<AccountId>,
@@ -311,15 +562,23 @@ pub(crate) async fn get_run(
         (Some(outcome), RunStatus::Completed | RunStatus::Failed | RunStatus::PendingApproval) => {
             runner::run_record(&row.id, outcome)
         }
-        _ => json!({ "run_id": row.id, "status": row.status }),
+        _ => RunRecord::new(&row.id, row.status),
     };
-    record["workflow"] = json!(row.workflow);
-    record["created_ms"] = json!(row.created_ms);
+    record.workflow = Some(row.workflow);
+    record.created_ms = Some(row.created_ms);
     Ok(axum::Json(record).into_response())
 }
 
-/// `GET /v1/runs/{id}/trace`: every step run of the journal, in the order
-/// recorded, with inputs, output, status, timings and attempts.
+/// Every step execution of the run's journal, in the order recorded, with
+/// inputs, output, status, timings and attempts.
+#[utoipa::path(
+    get, path = "/v1/runs/{id}/trace", tag = "runs",
+    params(("id" = String, Path, description = "The run's id")),
+    responses(
+        (status = 200, description = "The trace", body = Trace),
+        (status = 404, description = "No such run in this account", body = ProblemDoc, content_type = "application/problem+json"),
+    )
+)]
 pub(crate) async fn trace(
     State(daemon): State<Arc<Daemon>>,
     Extension(AccountId(account)): Extension<AccountId>,
@@ -331,19 +590,34 @@ pub(crate) async fn trace(
         .step_records(&id)
         .await
         .map_err(store_problem)?;
-    Ok(axum::Json(json!({ "run_id": id, "steps": records })).into_response())
+    Ok(axum::Json(Trace {
+        run_id: id,
+        steps: records,
+    })
+    .into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct RunFilter {
+    /// Only runs of this workflow.
     workflow: Option<String>,
+    /// Only runs that stand so.
     status: Option<RunStatus>,
-    /// At most this many, newest first (default 100, at most 1,000).
+    /// At most this many, newest first (default 100; more is read as 1,000).
+    #[param(minimum = 0, maximum = 1000)]
     limit: Option<usize>,
 }
 
-/// `GET /v1/runs?workflow=&status=&limit=`: the account's runs, newest first.
+/// The account's runs, newest first.
+#[utoipa::path(
+    get, path = "/v1/runs", tag = "runs", params(RunFilter),
+    responses(
+        (status = 200, description = "The runs", body = Runs),
+        (status = 400, description = "A filter is not understood (`invalid_query`)", body = ProblemDoc, content_type = "application/problem+json"),
+    )
+)]
 pub(crate) async fn runs(
     State(daemon): State<Arc<Daemon>>,
     Extension(AccountId(account)): Extension<AccountId>,
@@ -360,22 +634,29 @@ pub(crate) async fn runs(
         .account_runs(&account, &query)
         .await
         .map_err(store_problem)?;
-    let list: Vec<Value> = rows
-        .iter()
-        .map(|row| {
-            json!({
-                "run_id": row.id,
-                "workflow": row.workflow,
-                "status": row.status,
-                "created_ms": row.created_ms,
-                "updated_ms": row.updated_ms,
-            })
+    let runs = rows
+        .into_iter()
+        .map(|row| RunSummary {
+            run_id: row.id,
+            workflow: row.workflow,
+            status: row.status,
+            created_ms: row.created_ms,
+            updated_ms: row.updated_ms,
         })
         .collect();
-    Ok(axum::Json(json!({ "runs": list })).into_response())
+    Ok(axum::Json(Runs { runs }).into_response())
 }
 
-/// `POST /v1/runs/{id}/cancel`: stops a running or parked run for good.
+/// Stops a running or parked run for good.
+#[utoipa::path(
+    post, path = "/v1/runs/{id}/cancel", tag = "runs",
+    params(("id" = String, Path, description = "The run's id")),
+    responses(
+        (status = 200, description = "Cancelled", body = RunState),
+        (status = 404, description = "No such run in this account", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 409, description = "The run has already ended (`run_ended`)", body = ProblemDoc, content_type = "application/problem+json"),
+    )
+)]
 pub(crate) async fn cancel(
     State(daemon): State<Arc<Daemon>>,
     Extension(AccountId(account)): Extension<AccountId>,
@@ -390,10 +671,14 @@ pub(crate) async fn cancel(
         ));
     }
     daemon.stop_driving(&id);
-    Ok(axum::Json(json!({ "run_id": id, "status": RunStatus::Cancelled })).into_response())
+    Ok(axum::Json(RunState {
+        run_id: id,
+        status: RunStatus::Cancelled,
+    })
+    .into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct Decide {
     /// The email of the person deciding; the account vouches for them.
@@ -402,8 +687,20 @@ struct Decide {
     comment: Option<String>,
 }
 
-/// `POST /v1/runs/{id}/approvals/{step_path}`: approve or reject a pending
-/// gate, exactly once, then continue the run in the background.
+/// Approves or rejects a pending gate, exactly once, then continues the run
+/// in the background.
+#[utoipa::path(
+    post, path = "/v1/runs/{id}/approvals/{step_path}", tag = "approvals", request_body = Decide,
+    params(
+        ("id" = String, Path, description = "The run's id"),
+        ("step_path" = String, Path, description = "The gate's execution path (`gates/legal/l`)"),
+    ),
+    responses(
+        (status = 202, description = "Decided; the run continues", body = RunState),
+        (status = 404, description = "No such run in this account", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 409, description = "Not an approver, not pending, expired, or the run ended (`decision_refused`)", body = ProblemDoc, content_type = "application/problem+json"),
+    )
+)]
 pub(crate) async fn decide(
     State(daemon): State<Arc<Daemon>>,
     Extension(AccountId(account)): Extension<AccountId>,
@@ -423,20 +720,31 @@ pub(crate) async fn decide(
     daemon.decide(run, step_path, decision).await?;
     Ok((
         StatusCode::ACCEPTED,
-        axum::Json(json!({ "run_id": id, "status": RunStatus::Running })),
+        axum::Json(RunState {
+            run_id: id,
+            status: RunStatus::Running,
+        }),
     )
         .into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct ApproverQuery {
     /// The approver's email; the account vouches for them.
     approver: String,
 }
 
-/// `GET /v1/approvals?approver=EMAIL`: the gates of the account's parked
-/// runs that this approver (or an approver group of theirs) may decide.
+/// The gates of the account's parked runs that this approver (or an
+/// approver group of theirs) may decide.
+#[utoipa::path(
+    get, path = "/v1/approvals", tag = "approvals", params(ApproverQuery),
+    responses(
+        (status = 200, description = "The gates", body = Gates),
+        (status = 400, description = "No approver (`invalid_query`)", body = ProblemDoc, content_type = "application/problem+json"),
+    )
+)]
 pub(crate) async fn my_approvals(
     State(daemon): State<Arc<Daemon>>,
     Extension(AccountId(account)): Extension<AccountId>,
@@ -466,23 +774,24 @@ pub(crate) async fn my_approvals(
             .into_iter()
             .filter(|gate| gate.may_decide(&approver, &groups))
         {
-            approvals.push(json!({
-                "run_id": run.id,
-                "workflow": run.workflow,
-                "step_path": gate.path,
-                "step_id": gate.step_id,
-                "message": gate.message,
-                "approvers": gate.approvers,
-                "expires_ms": gate.expires_ms,
-                "created_ms": run.updated_ms,
-            }));
+            approvals.push(Gate {
+                run_id: run.id.clone(),
+                workflow: run.workflow.clone(),
+                step_path: gate.path,
+                step_id: gate.step_id,
+                message: gate.message,
+                approvers: gate.approvers,
+                expires_ms: gate.expires_ms,
+                created_ms: run.updated_ms,
+            });
         }
     }
-    Ok(axum::Json(json!({ "approvals": approvals })).into_response())
+    Ok(axum::Json(Gates { approvals }).into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct ReaderQuery {
     /// The reader's email; the account vouches for them.
     reader: String,
@@ -491,9 +800,15 @@ pub(crate) struct ReaderQuery {
     unread: bool,
 }
 
-/// `GET /v1/notifications?reader=EMAIL&unread=true`: handoffs to the
-/// reader's departments and approval requests to them or their approver
-/// groups, newest first.
+/// Handoffs to the reader's departments and approval requests to them or
+/// their approver groups, newest first.
+#[utoipa::path(
+    get, path = "/v1/notifications", tag = "notifications", params(ReaderQuery),
+    responses(
+        (status = 200, description = "The notifications", body = Notifications),
+        (status = 400, description = "No reader (`invalid_query`)", body = ProblemDoc, content_type = "application/problem+json"),
+    )
+)]
 pub(crate) async fn notifications(
     State(daemon): State<Arc<Daemon>>,
     Extension(AccountId(account)): Extension<AccountId>,
@@ -509,18 +824,25 @@ pub(crate) async fn notifications(
     if query.unread {
         list.retain(|notification| !notification.read);
     }
-    Ok(axum::Json(json!({ "notifications": list })).into_response())
+    Ok(axum::Json(Notifications {
+        notifications: list,
+    })
+    .into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct MarkRead {
     reader: String,
     ids: Vec<i64>,
 }
 
-/// `POST /v1/notifications/read` `{reader, ids}`: marks them read for that
-/// reader; answers how many of them the account has.
+/// Marks notifications read for a reader; answers how many of them the
+/// account has.
+#[utoipa::path(
+    post, path = "/v1/notifications/read", tag = "notifications", request_body = MarkRead,
+    responses((status = 200, description = "Marked", body = Marked))
+)]
 pub(crate) async fn mark_read(
     State(daemon): State<Arc<Daemon>>,
     Extension(AccountId(account)): Extension<AccountId>,
@@ -533,7 +855,7 @@ pub(crate) async fn mark_read(
         .mark_read(&account, &request.reader, &request.ids)
         .await
         .map_err(store_problem)?;
-    Ok(axum::Json(json!({ "marked": marked })).into_response())
+    Ok(axum::Json(Marked { marked }).into_response())
 }
 
 fn invalid_query(rejection: QueryRejection) -> Problem {

@@ -297,7 +297,7 @@ impl Daemon {
                         Outcome::Parked { .. } => "parked",
                     };
                     let mut record = flow_runtime::runner::run_record(&run_id, &outcome);
-                    record["workflow"] = serde_json::json!(workflow);
+                    record.workflow = Some(workflow.clone());
                     crate::webhooks::dispatch(
                         &daemon.http,
                         &daemon.config.webhooks,
@@ -393,12 +393,23 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
             authenticate,
         ))
         .layer(axum::extract::DefaultBodyLimit::max(BODY_LIMIT));
+    // The API's description is public, like the API's existence.
+    let openapi = Router::new().route(
+        "/v1/openapi.json",
+        axum::routing::get(|| async {
+            axum::Json(<crate::api::ApiDoc as utoipa::OpenApi>::openapi())
+        }),
+    );
     // An approval link's token is its credential: no API key.
     let links = Router::new().route(
         "/approvals/{token}",
         axum::routing::get(crate::pages::show).post(crate::pages::confirm),
     );
-    metrics.merge(links).merge(api).with_state(daemon)
+    metrics
+        .merge(openapi)
+        .merge(links)
+        .merge(api)
+        .with_state(daemon)
 }
 
 /// Serves until `shutdown` completes, then lets runs in flight settle.
@@ -496,6 +507,11 @@ impl Problem {
     pub fn with(mut self, field: &str, value: serde_json::Value) -> Problem {
         self.body[field] = value;
         self
+    }
+
+    /// The stable code clients branch on.
+    pub fn code(&self) -> &str {
+        self.body["code"].as_str().unwrap_or_default()
     }
 
     pub fn status(&self) -> StatusCode {

@@ -8,8 +8,9 @@
 
 use std::time::Duration;
 
+use flow_runtime::runner::RunRecord;
 use hmac::{Hmac, Mac};
-use serde_json::{Value, json};
+use serde_json::json;
 use sha2::Sha256;
 
 use crate::config::{Secret, Webhook};
@@ -42,7 +43,7 @@ pub fn dispatch(
     client: &reqwest::Client,
     hooks: &[Webhook],
     event: &'static str,
-    record: &Value,
+    record: &RunRecord,
     done: impl Fn(Delivery) + Clone + Send + Sync + 'static,
 ) {
     let body = json!({ "event": event, "run": record }).to_string();

@@ -989,3 +989,55 @@ async fn an_idempotency_key_starts_one_run_however_often_it_is_sent() {
         "{body}"
     );
 }
+
+/// `/v1/openapi.json` is served without a key and describes every `/v1`
+/// route, with the bearer scheme and the problem object.
+#[tokio::test]
+async fn the_openapi_document_describes_every_route() {
+    let dir = TempDir::new("flowd-openapi");
+    let flowd = Flowd::start(&dir);
+    let (status, document) = flowd
+        .send(reqwest::Method::GET, "/v1/openapi.json", None, None)
+        .await;
+    assert_eq!(status, 200, "{document}");
+    let mut routes: Vec<String> = document["paths"]
+        .as_object()
+        .expect("paths")
+        .iter()
+        .flat_map(|(path, item)| {
+            item.as_object()
+                .unwrap()
+                .keys()
+                .map(move |method| format!("{} {path}", method.to_uppercase()))
+        })
+        .collect();
+    routes.sort();
+    assert_eq!(
+        routes,
+        [
+            "GET /v1/approvals",
+            "GET /v1/notifications",
+            "GET /v1/runs",
+            "GET /v1/runs/{id}",
+            "GET /v1/runs/{id}/trace",
+            "GET /v1/workflows",
+            "POST /v1/notifications/read",
+            "POST /v1/runs",
+            "POST /v1/runs/{id}/approvals/{step_path}",
+            "POST /v1/runs/{id}/cancel",
+            "POST /v1/workflows",
+        ]
+    );
+    assert_eq!(
+        document["components"]["securitySchemes"]["api_key"]["scheme"],
+        "bearer"
+    );
+    let start = &document["paths"]["/v1/runs"]["post"]["responses"];
+    for status in ["202", "401", "415", "422", "503"] {
+        assert!(
+            start.get(status).is_some(),
+            "POST /v1/runs documents {status}"
+        );
+    }
+    assert!(document["components"]["schemas"]["Problem"]["properties"]["code"].is_object());
+}
