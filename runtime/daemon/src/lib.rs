@@ -8,4 +8,5 @@ mod mailer;
 pub mod metrics;
 mod pages;
 pub mod server;
+mod traces;
 pub mod webhooks;

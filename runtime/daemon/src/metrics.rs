@@ -58,6 +58,7 @@ pub struct Metrics {
     registry: Registry,
     emails: Family<EmailLabels, Counter>,
     deliveries: Family<DeliveryLabels, Counter>,
+    exports: Family<DeliveryLabels, Counter>,
     executions: Family<WorkflowLabels, Counter>,
     durations: Histograms<WorkflowLabels>,
     steps: Histograms<StepLabels>,
@@ -99,6 +100,12 @@ impl Default for Metrics {
             "Webhook deliveries by result (delivered, or failed after every retry)",
             deliveries.clone(),
         );
+        let exports = Family::<DeliveryLabels, Counter>::default();
+        registry.register(
+            "flow_trace_exports",
+            "OTLP trace exports by result (delivered, or failed after every retry)",
+            exports.clone(),
+        );
         let emails = Family::<EmailLabels, Counter>::default();
         registry.register(
             "flow_emails",
@@ -109,6 +116,7 @@ impl Default for Metrics {
             registry,
             emails,
             deliveries,
+            exports,
             executions,
             durations,
             steps,
@@ -144,18 +152,12 @@ impl Metrics {
 
     /// Counts each webhook delivery as it ends.
     pub fn delivery_counter(&self) -> impl Fn(Delivery) + Clone + Send + Sync + 'static {
-        let deliveries = self.deliveries.clone();
-        move |delivery| {
-            let result = match delivery {
-                Delivery::Delivered => "delivered",
-                Delivery::Failed => "failed",
-            };
-            deliveries
-                .get_or_create(&DeliveryLabels {
-                    result: result.to_string(),
-                })
-                .inc();
-        }
+        counting(self.deliveries.clone())
+    }
+
+    /// Counts each trace export as it ends.
+    pub fn export_counter(&self) -> impl Fn(Delivery) + Clone + Send + Sync + 'static {
+        counting(self.exports.clone())
     }
 
     /// Counts an email of a notification of `kind`, once it went as it went.
@@ -189,8 +191,25 @@ impl Metrics {
     }
 }
 
+/// A counter of deliveries by result, as a callback.
+fn counting(
+    family: Family<DeliveryLabels, Counter>,
+) -> impl Fn(Delivery) + Clone + Send + Sync + 'static {
+    move |delivery| {
+        let result = match delivery {
+            Delivery::Delivered => "delivered",
+            Delivery::Failed => "failed",
+        };
+        family
+            .get_or_create(&DeliveryLabels {
+                result: result.to_string(),
+            })
+            .inc();
+    }
+}
+
 /// The snake_case name a kind or status has in plans and journals.
-fn name_of(value: &impl serde::Serialize) -> String {
+pub(crate) fn name_of(value: &impl serde::Serialize) -> String {
     serde_json::to_value(value)
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))

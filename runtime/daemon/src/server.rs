@@ -15,7 +15,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use flow_plan::Plan;
 use flow_plan::StepKind;
-use flow_runtime::interp::{Decision, Outcome, PendingApproval, Provider, StepRecord};
+use flow_runtime::interp::{Decision, Outcome, PendingApproval, Provider, StepRecord, StepStatus};
 use flow_runtime::llm::ProviderConfig;
 use flow_runtime::runner::Observer;
 use flow_runtime::store::{
@@ -180,6 +180,9 @@ impl Daemon {
                         &refused.to_string(),
                     )
                 })?;
+            // A decided gate's record is the store's, not an invocation's:
+            // its span goes now.
+            daemon.export_decision(&run, &path).await;
             if daemon
                 .store
                 .claim_run(&run.id, &[RunStatus::PendingApproval])
@@ -233,6 +236,62 @@ impl Daemon {
         self.mail_wake.notify_one();
     }
 
+    /// Exports the spans of an invocation's steps, and the run's own span
+    /// once it has ended, when an OTLP endpoint is configured.
+    async fn export_trace(
+        &self,
+        plan_hash: &str,
+        workflow: &str,
+        run_id: &str,
+        outcome: &Outcome,
+        steps: Vec<StepRecord>,
+    ) {
+        let Some(endpoint) = &self.config.otlp_endpoint else {
+            return;
+        };
+        let run = crate::traces::RunContext {
+            run_id,
+            workflow,
+            plan_hash,
+        };
+        let mut spans: Vec<_> = steps.iter().map(|record| run.step_span(record)).collect();
+        let failure = match outcome {
+            Outcome::Parked { .. } => None,
+            Outcome::Completed { .. } => Some(None),
+            Outcome::Failed { error, .. } => Some(Some(error.message.as_str())),
+        };
+        if let Some(failure) = failure
+            && let Ok(Some(row)) = self.store.run(run_id).await
+        {
+            if let Ok(records) = self.store.step_records(run_id).await {
+                spans.extend(run.container_spans(&records));
+            }
+            spans.push(run.run_span(row.created_ms, row.updated_ms, failure));
+        }
+        crate::traces::export(&self.http, endpoint, spans, self.metrics.export_counter());
+    }
+
+    /// Exports the span of the gate at `path` of `run`, just decided.
+    async fn export_decision(&self, run: &RunRow, path: &str) {
+        let Some(endpoint) = &self.config.otlp_endpoint else {
+            return;
+        };
+        let Ok(records) = self.store.step_records(&run.id).await else {
+            return;
+        };
+        let context = crate::traces::RunContext {
+            run_id: &run.id,
+            workflow: &run.workflow,
+            plan_hash: &run.plan_hash,
+        };
+        let spans = records
+            .iter()
+            .filter(|record| record.path == path)
+            .map(|record| context.step_span(record))
+            .collect();
+        crate::traces::export(&self.http, endpoint, spans, self.metrics.export_counter());
+    }
+
     /// Stops driving run `id` here, if this process is (a cancelled run).
     pub(crate) fn stop_driving(&self, id: &str) {
         let handle = self
@@ -263,13 +322,23 @@ impl Daemon {
         let mut driving = self.driving.lock().unwrap_or_else(|p| p.into_inner());
         let handle = runs.spawn(async move {
             let started = std::time::Instant::now();
-            // Metrics of each step; a handoff has something to mail at once.
+            // Metrics of each step; a handoff has something to mail at once;
+            // the steps of this invocation are its trace spans.
+            let traced: Arc<std::sync::Mutex<Vec<StepRecord>>> = Arc::default();
             let observer: Observer = {
                 let (metrics, daemon) = (daemon.metrics.observer(), Arc::clone(&daemon));
+                let traced = Arc::clone(&traced);
+                let tracing = daemon.config.otlp_endpoint.is_some();
                 Arc::new(move |record: &StepRecord| {
                     metrics(record);
                     if record.kind == StepKind::Handoff {
                         daemon.mail_wake.notify_one();
+                    }
+                    if tracing && record.status != StepStatus::Pending {
+                        traced
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push(record.clone());
                     }
                 })
             };
@@ -291,6 +360,11 @@ impl Daemon {
                     if let Outcome::Parked { pending } = &outcome {
                         daemon.notify_approvers(&run_id, pending).await;
                     }
+                    let steps =
+                        std::mem::take(&mut *traced.lock().unwrap_or_else(|p| p.into_inner()));
+                    daemon
+                        .export_trace(&plan.hash, &workflow, &run_id, &outcome, steps)
+                        .await;
                     let event = match outcome {
                         Outcome::Completed { .. } => "completed",
                         Outcome::Failed { .. } => "failed",

@@ -55,32 +55,44 @@ pub fn dispatch(
             .header("x-flow-event", event)
             .header("x-flow-signature", signature(secret, body.as_bytes()))
             .body(body.clone());
-        let (url, done) = (hook.url.clone(), done.clone());
-        tokio::spawn(async move {
-            let mut wait = FIRST_WAIT;
-            for attempt in 1..=ATTEMPTS {
-                let Some(request) = request.try_clone() else {
-                    break;
-                };
-                let failure = match request.timeout(Duration::from_secs(10)).send().await {
-                    Ok(response) if response.status().is_success() => {
-                        done(Delivery::Delivered);
-                        return;
-                    }
-                    Ok(response) => format!("answered {}", response.status()),
-                    Err(error) => error.to_string(),
-                };
-                eprintln!(
-                    "flowd: webhook {url} ({event}), attempt {attempt}/{ATTEMPTS}: {failure}"
-                );
-                if attempt < ATTEMPTS {
-                    tokio::time::sleep(wait).await;
-                    wait *= 2;
-                }
-            }
-            done(Delivery::Failed);
-        });
+        deliver(
+            request,
+            format!("webhook {} ({event})", hook.url),
+            done.clone(),
+        );
     }
+}
+
+/// Sends `request` in a task of its own until it is answered with a 2xx,
+/// retrying with backoff; `done` hears how it ended, and failed attempts are
+/// logged as `what`. Shared by webhooks and trace exports.
+pub(crate) fn deliver(
+    request: reqwest::RequestBuilder,
+    what: String,
+    done: impl Fn(Delivery) + Send + Sync + 'static,
+) {
+    tokio::spawn(async move {
+        let mut wait = FIRST_WAIT;
+        for attempt in 1..=ATTEMPTS {
+            let Some(request) = request.try_clone() else {
+                break;
+            };
+            let failure = match request.timeout(Duration::from_secs(10)).send().await {
+                Ok(response) if response.status().is_success() => {
+                    done(Delivery::Delivered);
+                    return;
+                }
+                Ok(response) => format!("answered {}", response.status()),
+                Err(error) => error.to_string(),
+            };
+            eprintln!("flowd: {what}, attempt {attempt}/{ATTEMPTS}: {failure}");
+            if attempt < ATTEMPTS {
+                tokio::time::sleep(wait).await;
+                wait *= 2;
+            }
+        }
+        done(Delivery::Failed);
+    });
 }
 
 #[cfg(test)]

@@ -1041,3 +1041,104 @@ async fn the_openapi_document_describes_every_route() {
     }
     assert!(document["components"]["schemas"]["Problem"]["properties"]["code"].is_object());
 }
+
+/// With `otlp_endpoint` set, a run's trace reaches an OTLP receiver: one span
+/// for the run and one per step, in one trace, loop iterations' steps under
+/// the loop's span and top-level steps under the run's, with the workflow,
+/// run, path, kind and attempt attributes; a run parked and resumed by a
+/// decision still adds to the same trace.
+#[tokio::test]
+async fn a_run_is_traced_to_an_otlp_receiver() {
+    use common::{OtlpReceiver, attribute};
+    use reqwest::Method;
+    use serde_json::json;
+    let receiver = OtlpReceiver::start().await;
+    let dir = TempDir::new("flowd-otlp");
+    let flowd = Flowd::start_with(
+        &dir,
+        &format!("otlp_endpoint = \"{}\"\n{CONFIG}", receiver.url),
+    );
+    let source = r#"recipe shout { model "m" input { word: string } output { loud: string } prompt "{{input.word}}" }
+workflow echo {
+  input { words: list<string> }
+  step first = shout { word: "hello" }
+  for workflow_input.words as each {
+    step one = shout { word: loop_item }
+  }
+  step ok = approval { approvers: ["boss@acme.io"], message: "Go?" }
+  output { n: step.first.loud }
+}
+"#;
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/workflows",
+            Some(ACME),
+            Some(json!({ "source": source })),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let (_, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/runs",
+            Some(ACME),
+            Some(json!({ "workflow": "echo", "input": { "words": ["a", "b"] } })),
+        )
+        .await;
+    let run_id = body["run_id"].as_str().unwrap().to_string();
+    assert_eq!(
+        flowd.settled(&run_id, ACME).await["status"],
+        "pending_approval"
+    );
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            &format!("/v1/runs/{run_id}/approvals/ok"),
+            Some(ACME),
+            Some(json!({ "approver": "boss@acme.io", "approved": true })),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(flowd.settled(&run_id, ACME).await["status"], "completed");
+
+    // The decided gate's span is sent on its own, when it is decided.
+    receiver.wait_for("run echo").await;
+    let spans = receiver.wait_for("approval ok").await;
+    let by_path = |path: &str| {
+        spans
+            .iter()
+            .find(|s| attribute(s, "flow.step.path") == path)
+            .unwrap_or_else(|| panic!("no span of `{path}` in {spans:#?}"))
+    };
+    let run = spans.iter().find(|s| s["name"] == "run echo").unwrap();
+    assert_eq!(attribute(run, "flow.run.id"), run_id);
+    assert_eq!(attribute(run, "flow.workflow.name"), "echo");
+    assert_eq!(run["status"]["code"], 1);
+    let trace = run["traceId"].as_str().unwrap();
+    assert_eq!(trace.len(), 32);
+    assert!(spans.iter().all(|s| s["traceId"] == trace), "one trace");
+
+    let first = by_path("first");
+    assert_eq!(first["parentSpanId"], run["spanId"]);
+    assert_eq!(first["name"], "recipe first");
+    assert_eq!(attribute(first, "flow.step.kind"), "recipe");
+    assert_eq!(attribute(first, "flow.step.attempts"), "1");
+    let each = by_path("each");
+    assert_eq!(each["name"], "loop each");
+    assert_eq!(each["parentSpanId"], run["spanId"]);
+    for iteration in ["each[0]/one", "each[1]/one"] {
+        assert_eq!(
+            by_path(iteration)["parentSpanId"],
+            each["spanId"],
+            "{iteration}"
+        );
+    }
+    // The gate, decided in a second invocation, is in the same trace.
+    assert_eq!(by_path("ok")["parentSpanId"], run["spanId"]);
+    let metrics = flowd.metrics().await;
+    assert!(
+        metrics.contains(r#"flow_trace_exports_total{result="delivered"}"#),
+        "{metrics}"
+    );
+}

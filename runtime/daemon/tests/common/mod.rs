@@ -132,3 +132,65 @@ impl Drop for Flowd {
         let _ = self.child.wait();
     }
 }
+
+/// An OTLP/HTTP trace receiver on loopback: it decodes each export (the
+/// JSON encoding) into its spans and keeps them.
+pub(crate) struct OtlpReceiver {
+    /// The collector's base URL, as `otlp_endpoint` takes it.
+    pub(crate) url: String,
+    spans: std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+}
+
+impl OtlpReceiver {
+    pub(crate) async fn start() -> OtlpReceiver {
+        use std::sync::{Arc, Mutex};
+        let spans: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+        let kept = Arc::clone(&spans);
+        let app = axum::Router::new().route(
+            "/v1/traces",
+            axum::routing::post(move |body: String| async move {
+                let export: serde_json::Value =
+                    serde_json::from_str(&body).expect("an export is JSON");
+                let mut kept = kept.lock().unwrap();
+                for resource in export["resourceSpans"].as_array().expect("resourceSpans") {
+                    for scope in resource["scopeSpans"].as_array().expect("scopeSpans") {
+                        kept.extend(scope["spans"].as_array().expect("spans").iter().cloned());
+                    }
+                }
+                axum::http::StatusCode::OK
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        OtlpReceiver { url, spans }
+    }
+
+    /// Waits up to ten seconds for a span named `name`; every span so far.
+    pub(crate) async fn wait_for(&self, name: &str) -> Vec<serde_json::Value> {
+        for _ in 0..1_000 {
+            let spans = self.spans.lock().unwrap().clone();
+            if spans.iter().any(|span| span["name"] == name) {
+                return spans;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("no span `{name}` arrived");
+    }
+}
+
+/// The value of attribute `key` of an OTLP span, as text.
+pub(crate) fn attribute(span: &serde_json::Value, key: &str) -> String {
+    span["attributes"]
+        .as_array()
+        .and_then(|attributes| attributes.iter().find(|a| a["key"] == key))
+        .map(|a| {
+            let value = &a["value"];
+            value["stringValue"]
+                .as_str()
+                .or(value["intValue"].as_str())
+                .unwrap_or_default()
+                .to_string()
+        })
+        .unwrap_or_default()
+}
