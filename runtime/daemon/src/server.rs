@@ -398,7 +398,12 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         "/approvals/{token}",
         axum::routing::get(crate::pages::show).post(crate::pages::confirm),
     );
-    metrics.merge(links).merge(api).with_state(daemon)
+    // The inspector's files hold no data: no API key (the page sends one).
+    metrics
+        .merge(links)
+        .merge(crate::inspector::routes())
+        .merge(api)
+        .with_state(daemon)
 }
 
 /// Serves until `shutdown` completes, then lets runs in flight settle.
