@@ -3,6 +3,7 @@
 
 mod api;
 pub mod config;
+mod inspector;
 pub mod links;
 mod mailer;
 pub mod metrics;

@@ -479,9 +479,11 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         "/approvals/{token}",
         axum::routing::get(crate::pages::show).post(crate::pages::confirm),
     );
+    // The inspector's files hold no data: no API key (the page sends one).
     metrics
         .merge(openapi)
         .merge(links)
+        .merge(crate::inspector::routes())
         .merge(api)
         .with_state(daemon)
 }

@@ -1,0 +1,182 @@
+// The run inspector in headless Chromium, as a person would use it: enter an
+// API key and an email, open a run parked at an approval, read its steps,
+// approve, and watch the run complete. Run by tests/inspector.rs as
+//
+//   node inspector.mjs URL API_KEY RUN_ID SCREENSHOT.png
+//
+// It exits 0 when every expectation held, 1 with a message saying which did
+// not (and a screenshot of the page as it was), 2 when it cannot start.
+
+import { execFileSync } from 'node:child_process';
+import { chromium } from 'playwright-core';
+
+const APPROVER = 'boss@acme.io';
+const COMMENT = 'Ship it.';
+// The whole script's budget: a hung page must fail the test, not stall it.
+const DEADLINE_MS = 90_000;
+// How long one expectation may take to come true.
+const EXPECT_MS = 15_000;
+
+const [url, key, runId, screenshot] = process.argv.slice(2);
+if (!screenshot) {
+  console.error('usage: node inspector.mjs URL API_KEY RUN_ID SCREENSHOT.png');
+  process.exit(2);
+}
+
+/** Debian's chromium, wherever PATH finds it. */
+function chromiumPath() {
+  try {
+    return execFileSync('sh', ['-c', 'command -v chromium'], { encoding: 'utf8' }).trim();
+  } catch {
+    return '/usr/bin/chromium';
+  }
+}
+
+class Unmet extends Error {}
+
+/**
+ * Waits until `check` returns true; it returns anything else to say what it
+ * saw instead, which the failure message quotes.
+ */
+async function until(expectation, check, timeoutMs = EXPECT_MS) {
+  const deadline = Date.now() + timeoutMs;
+  let seen;
+  for (;;) {
+    try {
+      seen = await check();
+      if (seen === true) return;
+    } catch (error) {
+      seen = error.message.split('\n')[0];
+    }
+    if (Date.now() > deadline) throw new Unmet(`${expectation}; saw: ${seen}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+const step = (message) => console.log(`inspector.mjs: ${message}`);
+
+const timer = setTimeout(() => {
+  console.error(`inspector.mjs: FAILED: not done within ${DEADLINE_MS / 1000} s`);
+  process.exit(1);
+}, DEADLINE_MS);
+
+const browser = await chromium.launch({
+  executablePath: chromiumPath(),
+  headless: true,
+  args: ['--no-sandbox'],
+});
+let failure = null;
+try {
+  const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
+  // Nothing on this path should go wrong, so any error the page reports is
+  // a failure: an exception in its script, inline script or style that the
+  // Content-Security-Policy blocked, or a request that was refused.
+  const pageProblems = [];
+  page.on('pageerror', (error) => pageProblems.push(`uncaught: ${error.message}`));
+  page.on('console', (message) => {
+    if (message.type() === 'error') pageProblems.push(`console: ${message.text()}`);
+  });
+  page.on('response', (response) => {
+    if (response.status() >= 400) pageProblems.push(`HTTP ${response.status()}: ${response.url()}`);
+  });
+  const attribute = (locator, name) => locator.getAttribute(name, { timeout: 500 });
+  const text = async (locator) => (await locator.textContent({ timeout: 500 }))?.trim();
+
+  step(`open ${url}/inspector`);
+  const response = await page.goto(`${url}/inspector`);
+  if (response?.status() !== 200) throw new Unmet(`/inspector answered ${response?.status()}`);
+  await until('the page asks for an API key', async () =>
+    (await page.getByTestId('need-key').isVisible()) || 'no prompt for a key');
+
+  step('enter the API key and the approver');
+  await page.getByTestId('api-key').fill(key);
+  await page.getByTestId('approver').fill(APPROVER);
+  await page.getByTestId('save-identity').click();
+
+  const row = page.locator(`[data-testid="run-row"][data-run-id="${runId}"]`);
+  await until('the runs list shows the run as pending_approval', async () => {
+    const status = await text(row.getByTestId('run-row-status'));
+    return status === 'pending_approval' || `status ${status}`;
+  });
+
+  step('open the run from the list');
+  await row.getByRole('link').click();
+  await until('the address is the run\'s', async () =>
+    page.url().endsWith(`#/runs/${runId}`) || page.url());
+  await until('the run shows pending_approval', async () => {
+    const status = await text(page.getByTestId('run-status'));
+    return status === 'pending_approval' || `status ${status}`;
+  });
+
+  const stepAt = (path) => page.locator(`[data-testid="step"][data-path="${path}"]`);
+  const expectStep = async (path, kind, status) => {
+    await until(`step ${path} shows as a ${status} ${kind}`, async () => {
+      const seen = [await attribute(stepAt(path), 'data-kind'), await attribute(stepAt(path), 'data-status')];
+      const shown = await text(stepAt(path).getByTestId('step-status').first());
+      return (seen[0] === kind && seen[1] === status && shown === status) || `${seen.join(' ')}, badge ${shown}`;
+    });
+  };
+  step('read the steps');
+  await expectStep('outline', 'recipe', 'completed');
+  await expectStep('signoff', 'approval', 'pending');
+  // Nested steps sit under their loop iteration and parallel branch.
+  for (const [group, path] of [['sections', 'sections[1]/section'], ['checks', 'checks/legal/terms']]) {
+    await until(`step ${path} is nested under ${group}`, async () => {
+      const nested = page.locator(`[data-testid="group"][data-path="${group}"] [data-testid="step"][data-path="${path}"]`);
+      return (await nested.count()) === 1 || 'not found under it';
+    });
+  }
+  await until('the later step has not run yet', async () =>
+    (await stepAt('publish').count()) === 0 || 'step publish is shown');
+
+  // The gate's message holds markup; the page must show it as text.
+  const gate = page.locator('[data-testid="gate"][data-path="signoff"]');
+  await until('the gate shows its message as text', async () => {
+    const message = await text(gate.getByTestId('gate-message'));
+    return message === 'Publish <img src=x data-injected=1>?' || `message ${message}`;
+  });
+  if ((await page.locator('[data-injected]').count()) !== 0) {
+    throw new Unmet('the gate\'s message was rendered as HTML');
+  }
+  await until('the gate lists its approvers', async () => {
+    const approvers = await text(gate.getByTestId('gate-approvers'));
+    return approvers === `Approvers: ${APPROVER}` || approvers;
+  });
+
+  step('approve');
+  await gate.getByTestId('comment').fill(COMMENT);
+  await gate.getByTestId('approve').click();
+  await until('the run completes', async () => {
+    const status = await text(page.getByTestId('run-status'));
+    const refusal = await gate.getByTestId('gate-status').textContent({ timeout: 100 }).catch(() => null);
+    return status === 'completed' || `status ${status}${refusal ? `, gate says: ${refusal}` : ''}`;
+  });
+  await expectStep('signoff', 'approval', 'completed');
+  await expectStep('publish', 'recipe', 'completed');
+  await until('the output names the approver', async () =>
+    (await text(page.getByTestId('run-output'))).includes(APPROVER) || 'no approver in the output');
+
+  step('open the gate\'s details');
+  await stepAt('signoff').locator('summary').first().click();
+  await until('the gate\'s details show the decision and its comment', async () => {
+    const details = await text(stepAt('signoff').locator('.step-body').first());
+    return (details.includes(`"approver": "${APPROVER}"`) && details.includes(COMMENT)) || details;
+  });
+
+  if (pageProblems.length) throw new Unmet(`the page reported problems:\n  ${pageProblems.join('\n  ')}`);
+  await page.screenshot({ path: screenshot, fullPage: true });
+  step(`screenshot: ${screenshot}`);
+} catch (error) {
+  failure = error;
+  const page = browser.contexts()[0]?.pages()[0];
+  // The page as it was when the expectation failed is the best clue.
+  await page?.screenshot({ path: screenshot, fullPage: true }).catch(() => {});
+}
+await browser.close();
+clearTimeout(timer);
+if (failure) {
+  const what = failure instanceof Unmet ? failure.message : failure.stack;
+  console.error(`inspector.mjs: FAILED: ${what}\n(the page at that moment: ${screenshot})`);
+  process.exit(1);
+}
+step('every expectation held');
