@@ -38,6 +38,17 @@ pub(crate) fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
             "/inspector/icon.svg",
             get(|| async { asset("image/svg+xml", ICON_SVG) }),
         )
+        // Not the API's key-guarded fallback: a mistyped file is a 404.
+        .route(
+            "/inspector/{*rest}",
+            get(|| async {
+                crate::server::problem(
+                    axum::http::StatusCode::NOT_FOUND,
+                    "not_found",
+                    "the inspector has no such file; open /inspector",
+                )
+            }),
+        )
 }
 
 /// One of the files, revalidated on each load (`no-cache`): after a flowd

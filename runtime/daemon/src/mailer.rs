@@ -120,7 +120,7 @@ async fn deliver(daemon: &Daemon, notification: &Notification) -> MailState {
     let mut state = MailState::Sent;
     for recipient in &recipients {
         let text = match &gate {
-            None => handoff_text(notification, &run.workflow),
+            None => handoff_text(daemon, notification, &run.workflow),
             Some(pending) => approval_text(daemon, &run.id, &run.workflow, pending, recipient),
         };
         let subject = notification.subject.clone().unwrap_or_else(|| match &gate {
@@ -217,7 +217,9 @@ fn approval_text(
          Reject: {reject}\n\n\
          Each link shows the request and asks you to confirm. The links work once: \
          when the step is decided (by you or another approver) they stop working, \
-         and they expire at {expires}.\n",
+         and they expire at {expires}.\n\n\
+         The run: {url}/inspector#/runs/{run_id}\n",
+        url = daemon.public_url(),
         step = pending.path,
         message = pending.message,
         approve = url(true),
@@ -226,12 +228,14 @@ fn approval_text(
     )
 }
 
-fn handoff_text(notification: &Notification, workflow: &str) -> String {
+fn handoff_text(daemon: &Daemon, notification: &Notification, workflow: &str) -> String {
     format!(
         "{message}\n\n\
-         Handed to {department} by run {run} of workflow `{workflow}`.\n",
+         Handed to {department} by run {run} of workflow `{workflow}`.\n\
+         The run: {url}/inspector#/runs/{run}\n",
         message = notification.message,
         department = notification.audience,
         run = notification.run_id,
+        url = daemon.public_url(),
     )
 }

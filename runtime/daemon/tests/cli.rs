@@ -769,6 +769,12 @@ tls = \"none\"
         assert_eq!(mail.from, "flowd@acme.io");
         assert_eq!(mail.header("Subject"), Some("Approval needed: refund (ok)"));
         assert!(mail.body.contains("Refund 40 EUR to Ada?"), "{}", mail.body);
+        assert!(
+            mail.body
+                .contains(&format!("{}/inspector#/runs/{run_id}", flowd.url)),
+            "{}",
+            mail.body
+        );
     }
     let mail_to = |who: &str| mails.iter().find(|m| m.to[0] == who).unwrap().clone();
     let (ana_approve, _) = links_in(&mail_to("ana@acme.io"));
@@ -1040,6 +1046,10 @@ async fn the_openapi_document_describes_every_route() {
         );
     }
     assert!(document["components"]["schemas"]["Problem"]["properties"]["code"].is_object());
+    let (status, body) = flowd
+        .send(reqwest::Method::GET, "/inspector/nope.js", None, None)
+        .await;
+    assert_eq!(status, 404, "no key asked for a missing file: {body}");
 }
 
 /// With `otlp_endpoint` set, a run's trace reaches an OTLP receiver: one span
