@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use flow_plan::Plan;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::interp::{
@@ -59,7 +59,7 @@ fn base36(mut n: u64) -> String {
 
 /// How a run stands: what `flow run --json` prints, flowd's
 /// `GET /v1/runs/{id}` answers and its webhooks post.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RunRecord {
     pub run_id: String,
@@ -97,7 +97,7 @@ impl RunRecord {
 }
 
 /// Why a run failed: the error and the execution path of the step it came from.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RunError {
     pub kind: ErrorKind,

@@ -1,5 +1,7 @@
 //! `flow`: runs a workflow on the embedded store (a SQLite file), approves or
-//! rejects its gates, lists runs and shows a run's trace.
+//! rejects its gates, lists runs and shows a run's trace. With `--server URL
+//! --api-key KEY` the same commands go to a flowd (`remote.rs`), with the same
+//! output and exit codes.
 //!
 //! Exit codes are part of the interface: 0 the run completed, 3 it is parked
 //! at an approval, 1 it failed (or the source does not check, or its input
@@ -13,10 +15,12 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
+
+mod remote;
 use flow_plan::Plan;
-use flow_runtime::interp::{Decision, Outcome, Provider, StepRecord};
+use flow_runtime::interp::{Decision, Provider, StepRecord};
 use flow_runtime::offline::OfflineProvider;
-use flow_runtime::runner::{self, Observer};
+use flow_runtime::runner::{self, Observer, RunRecord};
 use flow_runtime::sqlite::SqliteStore;
 use flow_runtime::store::{NO_ACCOUNT, RunStatus, Store};
 use serde_json::{Value, json};
@@ -34,13 +38,21 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// A flowd to run on instead of the embedded store (`http://host:8080`).
+    #[arg(long, global = true, env = "FLOW_SERVER")]
+    server: Option<String>,
+    /// The API key of a flowd account, with --server.
+    #[arg(long, global = true, env = "FLOW_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run a workflow of a `.flow` file or a plan (`flowc build` output).
+    /// Run a workflow of a `.flow` file or a plan (`flowc build` output). With
+    /// --server, the file's workflows are deployed first; without a file, the
+    /// deployed workflow named by --workflow runs.
     Run {
-        file: PathBuf,
+        file: Option<PathBuf>,
         /// The workflow to run, when the file has several.
         #[arg(long)]
         workflow: Option<String>,
@@ -117,7 +129,21 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match runtime.block_on(dispatch(cli.command)) {
+    let remote = match cli.server {
+        Some(url) => match remote::Server::new(&url, cli.api_key) {
+            Ok(server) => Some(server),
+            Err(Fail(code, message)) => {
+                eprintln!("error: {message}");
+                return ExitCode::from(code);
+            }
+        },
+        None => None,
+    };
+    let dispatched = match remote {
+        Some(server) => runtime.block_on(dispatch_remote(cli.command, &server)),
+        None => runtime.block_on(dispatch(cli.command)),
+    };
+    match dispatched {
         Ok(code) => ExitCode::from(code),
         Err(Fail(code, message)) => {
             eprintln!("error: {message}");
@@ -135,6 +161,7 @@ async fn dispatch(command: Command) -> Result<u8> {
             db,
             json,
         } => {
+            let file = file.ok_or_else(|| usage("name the .flow file or plan to run"))?;
             let plan = load_plan(&file)?;
             let workflow = pick_workflow(&plan, workflow.as_deref())?;
             let input = read_input(&input)?;
@@ -241,17 +268,11 @@ async fn dispatch(command: Command) -> Result<u8> {
         Command::Runs { db, json } => {
             let store = open_store(&db)?;
             let runs = store.runs().await.map_err(|e| usage(e.to_string()))?;
-            if json {
-                let list: Vec<Value> = runs
-                    .iter()
-                    .map(|r| json!({ "run_id": r.id, "workflow": r.workflow, "status": r.status, "created_ms": r.created_ms }))
-                    .collect();
-                println!("{}", Value::Array(list));
-            } else {
-                for run in runs {
-                    println!("{}  {:<18} {}", run.id, run.status, run.workflow);
-                }
-            }
+            let list: Vec<Value> = runs
+                .iter()
+                .map(|r| json!({ "run_id": r.id, "workflow": r.workflow, "status": r.status, "created_ms": r.created_ms }))
+                .collect();
+            print_runs(&list, json);
             Ok(0)
         }
         Command::Show { run, db, json } => {
@@ -265,40 +286,61 @@ async fn dispatch(command: Command) -> Result<u8> {
                 .step_records(&run)
                 .await
                 .map_err(|e| usage(e.to_string()))?;
-            if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&records).map_err(|e| usage(e.to_string()))?
-                );
-            } else {
-                for record in records {
-                    let depth = record.path.matches('/').count();
-                    let attempts = record.attempts.len();
-                    println!(
-                        "{}{}  {:?}  {} ms{}",
-                        "  ".repeat(depth),
-                        record.path,
-                        record.status,
-                        record.ended_ms.saturating_sub(record.started_ms),
-                        if attempts > 1 {
-                            format!("  ({attempts} attempts)")
-                        } else {
-                            String::new()
-                        }
-                    );
-                    for attempt in record.attempts.iter().filter(|a| a.error.is_some()) {
-                        println!(
-                            "{}  attempt {}: {}",
-                            "  ".repeat(depth),
-                            attempt.index + 1,
-                            attempt.error.as_deref().unwrap_or("")
-                        );
-                    }
-                }
-            }
-            Ok(0)
+            print_trace(&records, json)
         }
     }
+}
+
+/// The runs as `flow runs` prints them.
+fn print_runs(runs: &[Value], json: bool) {
+    if json {
+        println!("{}", Value::Array(runs.to_vec()));
+        return;
+    }
+    for run in runs {
+        println!(
+            "{}  {:<18} {}",
+            run["run_id"].as_str().unwrap_or(""),
+            run["status"].as_str().unwrap_or(""),
+            run["workflow"].as_str().unwrap_or("")
+        );
+    }
+}
+
+/// A run's trace as `flow show` prints it.
+fn print_trace(records: &[StepRecord], json: bool) -> Result<u8> {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&records).map_err(|e| usage(e.to_string()))?
+        );
+    } else {
+        for record in records {
+            let depth = record.path.matches('/').count();
+            let attempts = record.attempts.len();
+            println!(
+                "{}{}  {:?}  {} ms{}",
+                "  ".repeat(depth),
+                record.path,
+                record.status,
+                record.ended_ms.saturating_sub(record.started_ms),
+                if attempts > 1 {
+                    format!("  ({attempts} attempts)")
+                } else {
+                    String::new()
+                }
+            );
+            for attempt in record.attempts.iter().filter(|a| a.error.is_some()) {
+                println!(
+                    "{}  attempt {}: {}",
+                    "  ".repeat(depth),
+                    attempt.index + 1,
+                    attempt.error.as_deref().unwrap_or("")
+                );
+            }
+        }
+    }
+    Ok(0)
 }
 
 /// Runs (or resumes) a run and reports it; the exit code says how it ended.
@@ -342,24 +384,32 @@ async fn execute(
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }
-    let code = match &outcome {
-        Outcome::Completed { .. } => 0,
-        Outcome::Parked { .. } => 3,
-        Outcome::Failed { .. } => 1,
+    Ok(report(&runner::run_record(run_id, &outcome), json))
+}
+
+/// Prints how a run stands; the exit code that says it: 0 completed, 3
+/// parked, 1 failed or cancelled.
+fn report(record: &RunRecord, json: bool) -> u8 {
+    let code = match record.status {
+        RunStatus::Completed => 0,
+        RunStatus::PendingApproval => 3,
+        RunStatus::Failed | RunStatus::Cancelled | RunStatus::Running => 1,
     };
+    let run_id = &record.run_id;
     if json {
-        let report = runner::run_record(run_id, &outcome);
-        println!("{}", serde_json::to_string(&report).unwrap_or_default());
+        println!("{}", serde_json::to_string(record).unwrap_or_default());
     } else {
-        match &outcome {
-            Outcome::Completed { output } => {
+        match record.status {
+            RunStatus::Completed => {
                 println!("run {run_id} completed");
                 println!(
                     "{}",
-                    serde_json::to_string_pretty(output).unwrap_or_default()
+                    serde_json::to_string_pretty(record.output.as_ref().unwrap_or(&Value::Null))
+                        .unwrap_or_default()
                 );
             }
-            Outcome::Parked { pending } => {
+            RunStatus::PendingApproval => {
+                let pending = record.pending_approvals.as_deref().unwrap_or_default();
                 println!("run {run_id} is waiting for {} approval(s):", pending.len());
                 for approval in pending {
                     println!(
@@ -378,18 +428,73 @@ async fn execute(
                     );
                 }
             }
-            Outcome::Failed { error, step } => {
+            RunStatus::Failed => {
+                let error = record.error.as_ref();
                 println!(
                     "run {run_id} failed{}: {}",
-                    step.as_deref()
+                    error
+                        .and_then(|e| e.step.as_deref())
                         .map(|s| format!(" at step `{s}`"))
                         .unwrap_or_default(),
-                    error.message
+                    error.map_or("", |e| e.message.as_str())
                 );
             }
+            RunStatus::Cancelled => println!("run {run_id} was cancelled"),
+            RunStatus::Running => println!("run {run_id} is running"),
         }
     }
-    Ok(code)
+    code
+}
+
+/// The commands against a flowd.
+async fn dispatch_remote(command: Command, server: &remote::Server) -> Result<u8> {
+    match command {
+        Command::Run {
+            file,
+            workflow,
+            input,
+            db: _,
+            json,
+        } => {
+            let input = read_input(&input)?;
+            let workflow = match file {
+                Some(file) => {
+                    // Compiled here, imports and all, and deployed as a plan.
+                    let plan = load_plan(&file)?;
+                    let workflow = pick_workflow(&plan, workflow.as_deref())?;
+                    server.deploy(&plan).await?;
+                    workflow
+                }
+                None => workflow.ok_or_else(|| {
+                    usage("name a .flow file to deploy and run, or a deployed workflow with --workflow")
+                })?,
+            };
+            let run_id = server.start(&workflow, input).await?;
+            Ok(report(&server.settled(&run_id).await?, json))
+        }
+        Command::Approve {
+            run,
+            step_path,
+            approver,
+            reject,
+            comment,
+            db: _,
+            json,
+        } => {
+            server
+                .decide(&run, &step_path, &approver, !reject, comment)
+                .await?;
+            Ok(report(&server.settled(&run).await?, json))
+        }
+        Command::Recover { .. } => Err(usage(
+            "flowd resumes its runs itself when it starts; `flow recover` is for the embedded store",
+        )),
+        Command::Runs { db: _, json } => {
+            print_runs(&server.runs().await?, json);
+            Ok(0)
+        }
+        Command::Show { run, db: _, json } => print_trace(&server.trace(&run).await?, json),
+    }
 }
 
 struct Disk;

@@ -1152,3 +1152,88 @@ workflow echo {
         "{metrics}"
     );
 }
+
+/// `flow --server URL --api-key KEY` runs, approves, lists and shows runs on
+/// a flowd, with the embedded store's output and exit codes: 3 parked, 0
+/// completed, 1 input that does not match, 2 a bad key or a local-only
+/// command.
+#[tokio::test]
+async fn the_flow_cli_drives_runs_on_a_flowd() {
+    let dir = TempDir::new("flowd-remote-cli");
+    let flowd = Flowd::start(&dir);
+    dir.write(
+        "refund.flow",
+        "workflow refund {\n  input { amount: int }\n  step ok = approval { approvers: [\"boss@acme.io\"], message: \"Refund?\" }\n  output { amount: workflow_input.amount, by: step.ok.approver }\n}\n",
+    );
+    dir.write("input.json", r#"{ "amount": 40 }"#);
+    dir.write("bad.json", r#"{ "amount": "forty" }"#);
+    let flow = flow_tests::flow_path();
+    let remote = |args: &[&str]| {
+        let mut all = vec!["--server", flowd.url.as_str(), "--api-key", ACME];
+        all.extend_from_slice(args);
+        run_in(&flow, dir.path(), &all)
+    };
+
+    let parked = remote(&["run", "refund.flow", "--input", "input.json", "--json"]);
+    assert_eq!(parked.code, 3, "{}", parked.all());
+    let record: serde_json::Value = serde_json::from_str(&parked.stdout).unwrap();
+    assert_eq!(record["status"], "pending_approval");
+    assert_eq!(record["pending_approvals"][0]["path"], "ok");
+    let run_id = record["run_id"].as_str().unwrap().to_string();
+    assert!(
+        !dir.path().join("flow.db").exists(),
+        "nothing ran on the embedded store"
+    );
+
+    let done = remote(&["approve", &run_id, "ok", "--as", "boss@acme.io"]);
+    assert_eq!(done.code, 0, "{}", done.all());
+    assert!(
+        done.stdout.contains(&format!("run {run_id} completed")),
+        "{}",
+        done.stdout
+    );
+    assert!(
+        done.stdout.contains("\"by\": \"boss@acme.io\""),
+        "{}",
+        done.stdout
+    );
+
+    // The deployed workflow runs again by name, without the file.
+    let again = remote(&["run", "--workflow", "refund", "--input", "input.json"]);
+    assert_eq!(again.code, 3, "{}", again.all());
+    let listed = remote(&["runs"]);
+    assert_eq!(listed.code, 0, "{}", listed.all());
+    assert!(listed.stdout.contains(&run_id), "{}", listed.stdout);
+    let shown = remote(&["show", &run_id]);
+    assert_eq!(shown.code, 0, "{}", shown.all());
+    assert!(
+        shown.stdout.starts_with("ok  Completed"),
+        "{}",
+        shown.stdout
+    );
+
+    let mismatch = remote(&["run", "refund.flow", "--input", "bad.json"]);
+    assert_eq!(mismatch.code, 1, "{}", mismatch.all());
+    assert!(mismatch.stderr.contains("amount"), "{}", mismatch.stderr);
+    let refused = run_in(
+        &flow,
+        dir.path(),
+        &[
+            "--server",
+            &flowd.url,
+            "--api-key",
+            "nobody-0123456789",
+            "runs",
+        ],
+    );
+    assert_eq!(refused.code, 2, "{}", refused.all());
+    assert!(
+        refused.stderr.contains("belongs to no account"),
+        "{}",
+        refused.stderr
+    );
+    let keyless = run_in(&flow, dir.path(), &["--server", &flowd.url, "runs"]);
+    assert_eq!(keyless.code, 2, "{}", keyless.all());
+    assert!(keyless.stderr.contains("--api-key"), "{}", keyless.stderr);
+    assert_eq!(remote(&["recover"]).code, 2);
+}
