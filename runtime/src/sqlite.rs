@@ -171,6 +171,9 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE runs ADD COLUMN idempotency_key TEXT;
      CREATE UNIQUE INDEX runs_by_idempotency_key ON runs(account, idempotency_key)
          WHERE idempotency_key IS NOT NULL;",
+    // The gates waiting for a decision, counted for flowd's metrics without
+    // reading every step record.
+    "CREATE INDEX step_runs_pending ON step_runs(run_id) WHERE status = 'pending';",
 ];
 
 impl From<rusqlite::Error> for StoreError {
@@ -711,6 +714,19 @@ impl SqliteStore {
         Ok(rows)
     }
 
+    pub fn pending_approvals(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        let conn = self.reader()?;
+        let mut statement = conn.prepare_cached(
+            "SELECT r.workflow, COUNT(*) FROM step_runs s JOIN runs r ON r.id = s.run_id
+             WHERE s.status = 'pending' AND r.status = 'pending_approval'
+             GROUP BY r.workflow ORDER BY r.workflow",
+        )?;
+        let rows = statement
+            .query_map([], |row| Ok((row.get(0)?, row.get::<_, i64>(1)? as u64)))?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
     pub fn notify(&self, note: &NewNotification<'_>) -> Result<bool, StoreError> {
         let changed = lock(&self.conn).execute(
             "INSERT OR IGNORE INTO notifications
@@ -888,6 +904,10 @@ impl Store for SqliteStore {
         query: &'a RunQuery,
     ) -> StoreFuture<'a, Vec<RunRow>> {
         ready(self.account_runs(account, query))
+    }
+
+    fn pending_approvals(&self) -> StoreFuture<'_, Vec<(String, u64)>> {
+        ready(self.pending_approvals())
     }
 
     fn notify<'a>(&'a self, notification: &'a NewNotification<'a>) -> StoreFuture<'a, bool> {

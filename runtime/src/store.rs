@@ -306,6 +306,9 @@ pub trait Store: Send + Sync {
         query: &'a RunQuery,
     ) -> StoreFuture<'a, Vec<RunRow>>;
 
+    /// How many gates of parked runs wait for a decision, by workflow.
+    fn pending_approvals(&self) -> StoreFuture<'_, Vec<(String, u64)>>;
+
     /// Stores a notification (a no-op when its key is already stored); says
     /// whether it was new.
     fn notify<'a>(&'a self, notification: &'a NewNotification<'a>) -> StoreFuture<'a, bool>;

@@ -15,6 +15,7 @@ use crate::webhooks::Delivery;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
@@ -53,9 +54,15 @@ struct EmailLabels {
     result: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PendingLabels {
+    workflow: String,
+}
+
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
+    pending: Family<PendingLabels, Gauge>,
     emails: Family<EmailLabels, Counter>,
     deliveries: Family<DeliveryLabels, Counter>,
     exports: Family<DeliveryLabels, Counter>,
@@ -106,6 +113,12 @@ impl Default for Metrics {
             "OTLP trace exports by result (delivered, or failed after every retry)",
             exports.clone(),
         );
+        let pending = Family::<PendingLabels, Gauge>::default();
+        registry.register(
+            "flow_approvals_pending",
+            "Gates of parked runs waiting for a decision, by workflow (read from the store at each scrape)",
+            pending.clone(),
+        );
         let emails = Family::<EmailLabels, Counter>::default();
         registry.register(
             "flow_emails",
@@ -114,6 +127,7 @@ impl Default for Metrics {
         );
         Metrics {
             registry,
+            pending,
             emails,
             deliveries,
             exports,
@@ -180,6 +194,19 @@ impl Metrics {
         self.durations
             .get_or_create(&labels)
             .observe(active.as_secs_f64());
+    }
+
+    /// Sets the pending approvals gauge to the store's count, by workflow.
+    pub fn set_pending_approvals(&self, counts: &[(String, u64)]) {
+        // A workflow with none left must not keep showing its last count.
+        self.pending.clear();
+        for (workflow, count) in counts {
+            self.pending
+                .get_or_create(&PendingLabels {
+                    workflow: workflow.clone(),
+                })
+                .set(*count as i64);
+        }
     }
 
     /// The text exposition format.

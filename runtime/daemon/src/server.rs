@@ -415,6 +415,12 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
     let metrics = Router::new().route(
         "/metrics",
         axum::routing::get(|State(daemon): State<Arc<Daemon>>| async move {
+            // The store is the truth of what waits: a restart or another
+            // process deciding keeps it right, as a counter here would not.
+            match daemon.store.pending_approvals().await {
+                Ok(counts) => daemon.metrics.set_pending_approvals(&counts),
+                Err(error) => eprintln!("flowd: metrics: cannot count pending approvals: {error}"),
+            }
             (
                 [(
                     header::CONTENT_TYPE,

@@ -272,6 +272,11 @@ async fn an_approval_is_decided_over_http_by_a_group_member() {
     let parked = flowd.settled(&run_id, ACME).await;
     assert_eq!(parked["status"], "pending_approval", "{parked}");
     assert_eq!(parked["pending_approvals"][0]["path"], "ok");
+    let metrics = flowd.metrics().await;
+    assert!(
+        metrics.contains(r#"flow_approvals_pending{workflow="refund"} 1"#),
+        "{metrics}"
+    );
 
     let gate = format!("/v1/runs/{run_id}/approvals/ok");
     let by = |approver: &str| json!({ "approver": approver, "approved": true, "comment": "fine" });
@@ -296,6 +301,13 @@ async fn an_approval_is_decided_over_http_by_a_group_member() {
     assert_eq!(
         done["output"],
         json!({ "approved": true, "by": "ana@acme.io" })
+    );
+    assert!(
+        !flowd
+            .metrics()
+            .await
+            .contains(r#"flow_approvals_pending{workflow="refund"}"#),
+        "nothing waits any more"
     );
     let (status, body) = flowd
         .send(Method::POST, &gate, Some(ACME), Some(by("ana@acme.io")))
