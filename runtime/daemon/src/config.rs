@@ -30,8 +30,7 @@ impl std::fmt::Debug for Secret {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub listen: SocketAddr,
-    /// The store: a SQLite file path, or a `postgres://` URL.
-    pub store: String,
+    pub store: StoreLocation,
     /// Where approvers' links point, without a trailing slash; by default
     /// the address flowd listens on (`Daemon::public_url`).
     pub public_url: Option<String>,
@@ -404,9 +403,11 @@ pub fn load(
     }
     Ok(Config {
         listen: listen.expect("a listen address without a problem parsed"),
-        store: env("FLOWD_STORE")
-            .or(file.store)
-            .unwrap_or_else(|| DEFAULT_STORE.to_string()),
+        store: StoreLocation(
+            env("FLOWD_STORE")
+                .or(file.store)
+                .unwrap_or_else(|| DEFAULT_STORE.to_string()),
+        ),
         public_url,
         link_secret: Secret(link_secret),
         smtp,
@@ -451,20 +452,27 @@ impl Problems<'_> {
     }
 }
 
-impl Config {
-    /// The store as it may be printed: a URL's password is replaced by `***`
-    /// (`postgres://flow:***@db/flow`).
-    pub fn store_for_display(&self) -> String {
-        let Some((scheme, rest)) = self.store.split_once("://") else {
-            return self.store.clone();
-        };
-        let Some((userinfo, host)) = rest.rsplit_once('@') else {
-            return self.store.clone();
-        };
-        match userinfo.split_once(':') {
-            Some((user, _password)) => format!("{scheme}://{user}:***@{host}"),
-            None => self.store.clone(),
-        }
+/// Where the store is: a SQLite file path, or a `postgres://` URL. It prints
+/// (`Display` and `Debug` alike) with a URL's password replaced by `***`, so
+/// that a log of the configuration or an error never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct StoreLocation(pub String);
+
+impl std::fmt::Display for StoreLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let whole = &self.0;
+        let masked = whole.split_once("://").and_then(|(scheme, rest)| {
+            let (userinfo, host) = rest.rsplit_once('@')?;
+            let (user, _password) = userinfo.split_once(':')?;
+            Some(format!("{scheme}://{user}:***@{host}"))
+        });
+        f.write_str(masked.as_deref().unwrap_or(whole))
+    }
+}
+
+impl std::fmt::Debug for StoreLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.to_string())
     }
 }
 

@@ -37,7 +37,7 @@ fn main() -> ExitCode {
             "{path}: ok ({} accounts, listening on {}, store {})",
             config.accounts.len(),
             config.listen,
-            config.store_for_display()
+            config.store
         );
         return ExitCode::SUCCESS;
     }

@@ -24,7 +24,7 @@ use flow_runtime::store::{
 use serde_json::json;
 use tokio::task::JoinSet;
 
-use crate::config::{Config, Secret};
+use crate::config::{Config, Secret, StoreLocation};
 
 /// What every request handler shares.
 pub struct Daemon {
@@ -63,14 +63,15 @@ const BODY_LIMIT: usize = 2 * 1024 * 1024;
 impl Daemon {
     /// Opens the store and the provider that `config` names.
     pub fn open(config: Config) -> Result<Arc<Daemon>, String> {
-        if config.store.starts_with("postgres://") || config.store.starts_with("postgresql://") {
+        let StoreLocation(location) = &config.store;
+        if location.starts_with("postgres://") || location.starts_with("postgresql://") {
             return Err(format!(
                 "store `{}`: this flowd has no PostgreSQL store yet; give a SQLite file path",
-                config.store_for_display()
+                config.store
             ));
         }
         let store: Arc<dyn Store> =
-            flow_runtime::sqlite::SqliteStore::open(std::path::Path::new(&config.store))
+            flow_runtime::sqlite::SqliteStore::open(std::path::Path::new(location))
                 .map_err(|e| format!("cannot open the store {}: {e}", config.store))?;
         let provider: Arc<dyn Provider> = match &config.provider {
             None => {
