@@ -1,17 +1,17 @@
 //! B7 (issue 4): starting runs over HTTP, and reading one under that load.
 //!
-//! flowd runs in this process on loopback (SQLite store in a temporary
-//! directory, full durability, the offline provider: no model latency). A
-//! load generator with 64 connections starts runs of a 3-step workflow; a
-//! reader meanwhile sends `GET /v1/runs/{id}` one after another and keeps
-//! each latency. `--quick` runs a small count (CI shows that it works).
+//! flowd runs as a process of its own on loopback (SQLite store in a
+//! temporary directory, full durability, the offline provider: no model
+//! latency). This process is the load generator: 64 connections start runs
+//! of a 3-step workflow, while a reader on a thread of its own sends
+//! `GET /v1/runs/{id}` one after another and keeps each latency. `--quick`
+//! runs a small count (CI shows that it works).
 //!
 //! `cargo bench -p flow-daemon --bench http [-- --quick]`
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flow_daemon::{config, server};
 use serde_json::json;
 
 const KEY: &str = "bench-key-0123456789";
@@ -30,27 +30,20 @@ fn main() {
     let runs: usize = if quick { 200 } else { 20_000 };
     let dir = std::env::temp_dir().join(format!("flow-bench-http-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let text = format!(
-        "listen = \"127.0.0.1:0\"\nstore = \"{}\"\nlink_secret = \"0123456789abcdef0123456789abcdef\"\n[[accounts]]\nid = \"bench\"\napi_keys = [\"{KEY}\"]\n",
-        dir.join("flowd.db").display()
-    );
-    let config = config::load("bench.toml", &text, &|_| None).expect("the bench config is valid");
+    std::fs::write(
+        dir.join("flowd.toml"),
+        format!(
+            "listen = \"127.0.0.1:0\"\nstore = \"{}\"\nlink_secret = \"0123456789abcdef0123456789abcdef\"\n[[accounts]]\nid = \"bench\"\napi_keys = [\"{KEY}\"]\n",
+            dir.join("flowd.db").display()
+        ),
+    )
+    .expect("the bench config is written");
+    let mut flowd = Flowd::start(&dir);
+    let base = flowd.url.clone();
+
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
-    runtime.block_on(async move {
-        let daemon = server::Daemon::open(config).expect("flowd opens");
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let (ready, address) = tokio::sync::oneshot::channel();
-        let served = tokio::spawn(server::serve(
-            daemon,
-            async move {
-                let _ = stopped.await;
-            },
-            move |address| {
-                let _ = ready.send(address);
-            },
-        ));
-        let base = format!("http://{}", address.await.expect("flowd listens"));
-        let client = reqwest::Client::new();
+    let client = reqwest::Client::new();
+    let probe = runtime.block_on(async {
         let post = |path: &str, body: serde_json::Value| {
             client
                 .post(format!("{base}{path}"))
@@ -59,19 +52,33 @@ fn main() {
                 .body(body.to_string())
                 .send()
         };
-        let deployed = post("/v1/workflows", json!({ "source": WORKFLOW })).await.unwrap();
-        assert_eq!(deployed.status(), 201);
-        let first = post("/v1/runs", json!({ "workflow": "three", "input": { "q": "x" } }))
+        let deployed = post("/v1/workflows", json!({ "source": WORKFLOW }))
             .await
             .unwrap();
+        assert_eq!(deployed.status(), 201);
+        let first = post(
+            "/v1/runs",
+            json!({ "workflow": "three", "input": { "q": "x" } }),
+        )
+        .await
+        .unwrap();
         let probe: serde_json::Value = first.json().await.unwrap();
-        let probe = probe["run_id"].as_str().unwrap().to_string();
+        probe["run_id"].as_str().unwrap().to_string()
+    });
 
-        // The reader: GET one run again and again while the load runs.
-        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let reader = {
-            let (client, base, done) = (client.clone(), base.clone(), Arc::clone(&done));
-            tokio::spawn(async move {
+    // The reader: GET one run again and again while the load runs, from a
+    // thread and runtime of its own, so that its latencies are flowd's and
+    // not the wait for a turn among the load generator's tasks.
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (base, done) = (base.clone(), Arc::clone(&done));
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            runtime.block_on(async move {
+                let client = reqwest::Client::new();
                 let mut latencies = Vec::new();
                 while !done.load(std::sync::atomic::Ordering::Relaxed) {
                     let start = Instant::now();
@@ -87,9 +94,11 @@ fn main() {
                 }
                 latencies
             })
-        };
+        })
+    };
 
-        const CONNECTIONS: usize = 64;
+    const CONNECTIONS: usize = 64;
+    let (started, finished) = runtime.block_on(async {
         let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let start = Instant::now();
         let mut workers = Vec::new();
@@ -112,22 +121,81 @@ fn main() {
         for worker in workers {
             worker.await.unwrap();
         }
-        let elapsed = start.elapsed();
-        done.store(true, std::sync::atomic::Ordering::Relaxed);
-        let mut latencies = reader.await.unwrap();
-        latencies.sort();
-        let p = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
-        println!(
-            "| B7 | start {runs} runs of a 3-step workflow over HTTP, {CONNECTIONS} connections, SQLite full durability | {:.0} runs/s | GET /v1/runs/{{id}} under load: p50 {:.2} ms, p99 {:.2} ms ({} requests) |",
-            runs as f64 / elapsed.as_secs_f64(),
-            ms(p(0.50)),
-            ms(p(0.99)),
-            latencies.len()
-        );
-        let _ = stop.send(());
-        served.await.unwrap().expect("flowd stops");
+        let started = start.elapsed();
+        // Started is not finished: wait until no run is left running.
+        loop {
+            let running: serde_json::Value = client
+                .get(format!("{base}/v1/runs?status=running&limit=1"))
+                .bearer_auth(KEY)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if running["runs"].as_array().is_none_or(Vec::is_empty) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        (started, start.elapsed())
     });
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut latencies = reader.join().expect("the reader finishes");
+    latencies.sort();
+    let p = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
+    println!(
+        "| B7 | {runs} runs of a 3-step workflow started over HTTP, {CONNECTIONS} connections, SQLite full durability | started {:.0} runs/s, all completed at {:.0} runs/s | GET /v1/runs/{{id}} under load: p50 {:.2} ms, p99 {:.2} ms ({} requests) |",
+        runs as f64 / started.as_secs_f64(),
+        runs as f64 / finished.as_secs_f64(),
+        ms(p(0.50)),
+        ms(p(0.99)),
+        latencies.len()
+    );
+    flowd.stop();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// flowd as a process of its own (the release binary beside this bench),
+/// stopped with SIGTERM.
+struct Flowd {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Flowd {
+    fn start(dir: &std::path::Path) -> Flowd {
+        use std::io::{BufRead, BufReader};
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_flowd"))
+            .arg("serve")
+            .current_dir(dir)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("flowd starts");
+        let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+        let mut line = String::new();
+        let address = loop {
+            line.clear();
+            if stderr.read_line(&mut line).unwrap_or(0) == 0 {
+                panic!("flowd exited before listening");
+            }
+            if let Some(found) = line.trim().strip_prefix("flowd: listening on ") {
+                break found.to_string();
+            }
+        };
+        std::thread::spawn(move || for _ in stderr.lines() {});
+        Flowd {
+            child,
+            url: format!("http://{address}"),
+        }
+    }
+
+    fn stop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
 }
 
 fn ms(duration: Duration) -> f64 {

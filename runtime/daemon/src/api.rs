@@ -260,7 +260,6 @@ pub(crate) async fn deploy(
     for workflow in &plan.workflows {
         deployed.push(
             daemon
-                .store
                 .deploy(&account, &workflow.name, &plan.hash)
                 .await
                 .map_err(store_problem)?,
@@ -315,12 +314,11 @@ pub(crate) async fn workflows(
     State(daemon): State<Arc<Daemon>>,
     Extension(AccountId(account)): Extension<AccountId>,
 ) -> Answer {
-    let deployments = daemon
-        .store
-        .deployments(&account)
-        .await
-        .map_err(store_problem)?;
-    Ok(axum::Json(Deployments { deployments }).into_response())
+    let deployments = daemon.deployments(&account).await.map_err(store_problem)?;
+    Ok(axum::Json(Deployments {
+        deployments: deployments.to_vec(),
+    })
+    .into_response())
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -399,11 +397,7 @@ pub(crate) async fn start_run(
     {
         return replayed(first, key, &request);
     }
-    let deployments = daemon
-        .store
-        .deployments(&account)
-        .await
-        .map_err(store_problem)?;
+    let deployments = daemon.deployments(&account).await.map_err(store_problem)?;
     let deployment = deployments
         .iter()
         .filter(|d| d.workflow == request.workflow)

@@ -19,7 +19,7 @@ use flow_runtime::interp::{Decision, Outcome, PendingApproval, Provider, StepRec
 use flow_runtime::llm::ProviderConfig;
 use flow_runtime::runner::Observer;
 use flow_runtime::store::{
-    NewNotification, NotificationKind, RunRow, RunStatus, Store, StoreError,
+    Deployment, NewNotification, NotificationKind, RunRow, RunStatus, Store, StoreError,
 };
 use serde_json::json;
 use tokio::task::JoinSet;
@@ -40,6 +40,12 @@ pub struct Daemon {
     http: reqwest::Client,
     /// Plans by hash: a hash names one plan for ever, so it is parsed once.
     plans: std::sync::Mutex<HashMap<String, Arc<Plan>>>,
+    /// Each account's deployments, read once and dropped when the account
+    /// deploys: every run start looks them up. (This flowd is the only
+    /// writer of deployments to its store.)
+    deployments: std::sync::Mutex<HashMap<String, Arc<Vec<Deployment>>>>,
+    /// Counts deploys, so that a list read before one is not cached after it.
+    deploys: std::sync::atomic::AtomicU64,
     /// How to stop each run this process is driving (a cancel request).
     driving: std::sync::Mutex<HashMap<String, tokio::task::AbortHandle>>,
     /// The SMTP client, when `[smtp]` is configured.
@@ -120,6 +126,8 @@ impl Daemon {
             runs: std::sync::Mutex::new(JoinSet::new()),
             driving: std::sync::Mutex::new(HashMap::new()),
             plans: std::sync::Mutex::new(HashMap::new()),
+            deployments: std::sync::Mutex::new(HashMap::new()),
+            deploys: std::sync::atomic::AtomicU64::new(0),
             metrics: crate::metrics::Metrics::default(),
             http: reqwest::Client::new(),
         }))
@@ -291,6 +299,46 @@ impl Daemon {
             .map(|record| context.step_span(record))
             .collect();
         crate::traces::export(&self.http, endpoint, spans, self.metrics.export_counter());
+    }
+
+    /// The account's deployments, by workflow then version.
+    pub(crate) async fn deployments(
+        &self,
+        account: &str,
+    ) -> Result<Arc<Vec<Deployment>>, StoreError> {
+        let cached = self
+            .deployments
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(account)
+            .cloned();
+        if let Some(deployments) = cached {
+            return Ok(deployments);
+        }
+        let before = self.deploys.load(std::sync::atomic::Ordering::SeqCst);
+        let deployments = Arc::new(self.store.deployments(account).await?);
+        let mut cache = self.deployments.lock().unwrap_or_else(|p| p.into_inner());
+        if self.deploys.load(std::sync::atomic::Ordering::SeqCst) == before {
+            cache.insert(account.to_string(), Arc::clone(&deployments));
+        }
+        Ok(deployments)
+    }
+
+    /// Deploys `workflow` of the stored plan `plan_hash` for `account`.
+    pub(crate) async fn deploy(
+        &self,
+        account: &str,
+        workflow: &str,
+        plan_hash: &str,
+    ) -> Result<Deployment, StoreError> {
+        let deployed = self.store.deploy(account, workflow, plan_hash).await;
+        // Under the lock: a list read before this deploy is not cached
+        // once the count has moved.
+        let mut cache = self.deployments.lock().unwrap_or_else(|p| p.into_inner());
+        self.deploys
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        cache.remove(account);
+        deployed
     }
 
     /// Stops driving run `id` here, if this process is (a cancelled run).
