@@ -1249,3 +1249,45 @@ async fn the_flow_cli_drives_runs_on_a_flowd() {
     assert!(keyless.stderr.contains("--api-key"), "{}", keyless.stderr);
     assert_eq!(remote(&["recover"]).code, 2);
 }
+
+/// Regression: flowd caches each account's deployments; a version deployed
+/// after a start filled that cache is the one the next start runs, and an
+/// older version can still be named.
+#[tokio::test]
+async fn a_start_after_a_deploy_runs_the_new_version() {
+    use reqwest::Method;
+    use serde_json::json;
+    let dir = TempDir::new("flowd-versions");
+    let flowd = Flowd::start(&dir);
+    let source = |tag: &str| format!("workflow tagged {{\n  output {{ tag: \"{tag}\" }}\n}}\n");
+    let run = |version: Option<u32>| {
+        let flowd = &flowd;
+        async move {
+            let (status, body) = flowd
+                .send(
+                    Method::POST,
+                    "/v1/runs",
+                    Some(ACME),
+                    Some(json!({ "workflow": "tagged", "version": version })),
+                )
+                .await;
+            assert_eq!(status, 202, "{body}");
+            let record = flowd.settled(body["run_id"].as_str().unwrap(), ACME).await;
+            record["output"]["tag"].clone()
+        }
+    };
+    for (tag, version) in [("one", 1), ("two", 2)] {
+        let (status, body) = flowd
+            .send(
+                Method::POST,
+                "/v1/workflows",
+                Some(ACME),
+                Some(json!({ "source": source(tag) })),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+        assert_eq!(body["deployments"][0]["version"], version, "{body}");
+        assert_eq!(run(None).await, tag, "the latest version runs");
+    }
+    assert_eq!(run(Some(1)).await, "one");
+}
