@@ -17,7 +17,7 @@ use serde_json::Value;
 use crate::interp::{
     BoxFuture, ErrorKind, Journal, Outcome, Provider, Services, StepError, StepRecord,
 };
-use crate::interp::{PendingApproval, StepStatus, expire};
+use crate::interp::{PendingApproval, StepStatus};
 use crate::store::{RunLog, RunRow, RunStatus, Store, StoreError};
 
 /// Called with each step record as the run journals it (a progress display).
@@ -261,23 +261,8 @@ pub async fn claim_runs_to_recover(store: &dyn Store) -> Result<Vec<(RunRow, Pla
 /// approval that has expired by `now_ms` (to apply its `on_expire`). Runs
 /// another live process is executing are listed too; `claim_run` refuses them.
 pub async fn runs_to_recover(store: &dyn Store, now_ms: u64) -> Result<Vec<RunRow>, StoreError> {
-    let mut runs = Vec::new();
-    for row in store.runs().await? {
-        let due = match row.status {
-            RunStatus::Running => true,
-            RunStatus::PendingApproval => store.step_records(&row.id).await?.iter().any(|record| {
-                // A pending record whose input is not a pending approval is
-                // not an approval.
-                record.status == StepStatus::Pending
-                    && serde_json::from_value::<PendingApproval>(record.input.clone())
-                        .is_ok_and(|pending| expire(record, &pending, now_ms).is_some())
-            }),
-            RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled => false,
-        };
-        if due {
-            runs.push(row);
-        }
-    }
+    let mut runs = store.unfinished_runs().await?;
+    runs.extend(store.expired_gates(now_ms).await?);
     Ok(runs)
 }
 

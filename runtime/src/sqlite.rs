@@ -23,7 +23,7 @@ use tokio::sync::oneshot;
 use crate::interp::{
     BoxFuture, Effects, ErrorKind, Handoff, Journal, KbWrite, StepError, StepRecord, StepStatus,
 };
-use crate::interp::{DecideError, Decision, decide_record};
+use crate::interp::{DecideError, Decision, decide_record, gate_due_ms};
 use crate::store::{
     Deployment, MailState, NO_ACCOUNT, NewNotification, Notification, NotificationKind, RunLog,
     RunQuery, RunRow, RunStatus, Store, StoreError, StoreFuture,
@@ -174,6 +174,13 @@ const MIGRATIONS: &[&str] = &[
     // The gates waiting for a decision, counted for flowd's metrics without
     // reading every step record.
     "CREATE INDEX step_runs_pending ON step_runs(run_id) WHERE status = 'pending';",
+    // When each pending gate expires (`interp::gate_due_ms`), so that the
+    // gates due are found by an index, not by reading every parked run.
+    "ALTER TABLE step_runs ADD COLUMN due_ms INTEGER;
+     UPDATE step_runs
+        SET due_ms = json_extract(record, '$.started_ms') + json_extract(record, '$.input.expires_ms')
+      WHERE status = 'pending' AND json_extract(record, '$.input.expires_ms') IS NOT NULL;
+     CREATE INDEX step_runs_due ON step_runs(due_ms) WHERE status = 'pending' AND due_ms IS NOT NULL;",
 ];
 
 impl From<rusqlite::Error> for StoreError {
@@ -714,6 +721,34 @@ impl SqliteStore {
         Ok(rows)
     }
 
+    pub fn unfinished_runs(&self) -> Result<Vec<RunRow>, StoreError> {
+        let conn = self.reader()?;
+        let mut statement = conn.prepare_cached(
+            "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account
+             FROM runs WHERE status = 'running' ORDER BY created_ms, id",
+        )?;
+        let rows = statement
+            .query_map([], run_row)?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    pub fn expired_gates(&self, now_ms: u64) -> Result<Vec<RunRow>, StoreError> {
+        let conn = self.reader()?;
+        let mut statement = conn.prepare_cached(
+            "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account
+             FROM runs
+             WHERE status = 'pending_approval' AND id IN (
+                 SELECT run_id FROM step_runs
+                 WHERE status = 'pending' AND due_ms IS NOT NULL AND due_ms <= ?1)
+             ORDER BY created_ms, id",
+        )?;
+        let rows = statement
+            .query_map([now_ms as i64], run_row)?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
     pub fn pending_approvals(&self) -> Result<Vec<(String, u64)>, StoreError> {
         let conn = self.reader()?;
         let mut statement = conn.prepare_cached(
@@ -906,6 +941,14 @@ impl Store for SqliteStore {
         ready(self.account_runs(account, query))
     }
 
+    fn unfinished_runs(&self) -> StoreFuture<'_, Vec<RunRow>> {
+        ready(self.unfinished_runs())
+    }
+
+    fn expired_gates(&self, now_ms: u64) -> StoreFuture<'_, Vec<RunRow>> {
+        ready(self.expired_gates(now_ms))
+    }
+
     fn pending_approvals(&self) -> StoreFuture<'_, Vec<(String, u64)>> {
         ready(self.pending_approvals())
     }
@@ -1059,9 +1102,10 @@ fn write_batch(
     let mut results = Vec::with_capacity(batch.len());
     {
         let mut insert = tx.prepare_cached(
-            "INSERT INTO step_runs (run_id, path, status, record, seq)
-             VALUES (?1, ?2, ?3, ?4, (SELECT COALESCE(MAX(seq), 0) + 1 FROM step_runs))
-             ON CONFLICT (run_id, path) DO UPDATE SET status = excluded.status, record = excluded.record
+            "INSERT INTO step_runs (run_id, path, status, record, seq, due_ms)
+             VALUES (?1, ?2, ?3, ?4, (SELECT COALESCE(MAX(seq), 0) + 1 FROM step_runs), ?5)
+             ON CONFLICT (run_id, path) DO UPDATE SET status = excluded.status, record = excluded.record,
+                 due_ms = excluded.due_ms
              WHERE step_runs.status = 'pending'",
         )?;
         for write in batch {
@@ -1072,7 +1116,8 @@ fn write_batch(
                         run_id,
                         record.path,
                         status_name(record.status),
-                        json
+                        json,
+                        gate_due_ms(record).map(|ms| ms as i64),
                     ])?;
                     results.push(Ok(1));
                 }

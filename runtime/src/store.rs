@@ -268,6 +268,14 @@ pub trait Store: Send + Sync {
     /// Every run, oldest first.
     fn runs(&self) -> StoreFuture<'_, Vec<RunRow>>;
 
+    /// The runs left `running` (executing, or left so by a process that
+    /// died), oldest first.
+    fn unfinished_runs(&self) -> StoreFuture<'_, Vec<RunRow>>;
+
+    /// The parked runs with a gate whose expiry (`interp::gate_due_ms`) is
+    /// at or before `now_ms`, oldest first.
+    fn expired_gates(&self, now_ms: u64) -> StoreFuture<'_, Vec<RunRow>>;
+
     /// A run's step records in the order they were recorded.
     fn step_records<'a>(&'a self, run_id: &'a str) -> StoreFuture<'a, Vec<StepRecord>>;
 
