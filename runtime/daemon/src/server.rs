@@ -60,6 +60,10 @@ pub struct Daemon {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AccountId(pub String);
 
+/// How often parked runs are looked at for an expired gate: an approval's
+/// expiry applies within this much of being due.
+const EXPIRY_SWEEP: Duration = Duration::from_secs(1);
+
 /// How long runs in flight get to settle after a shutdown signal.
 const SETTLE: Duration = Duration::from_secs(10);
 
@@ -144,6 +148,25 @@ impl Daemon {
             self.spawn_run(Arc::new(plan), row.workflow, row.id, row.input);
         }
         Ok(resumed)
+    }
+
+    /// Resumes the parked runs whose gate has expired by now, so that its
+    /// `on_expire` applies when it is due rather than at the next start.
+    async fn resume_expired(self: &Arc<Daemon>) -> Result<(), StoreError> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        for run in self.store.expired_gates(now).await? {
+            if self
+                .store
+                .claim_run(&run.id, &[RunStatus::PendingApproval])
+                .await?
+            {
+                let plan = self.plan(&run.plan_hash).await?;
+                self.spawn_run(plan, run.workflow, run.id, run.input);
+            }
+        }
+        Ok(())
     }
 
     /// The stored plan `hash`, parsed once per process.
@@ -562,6 +585,17 @@ pub async fn serve(
     let _ = daemon.public_url.set(public_url);
     let resumed = daemon.recover().await?;
     let mailer = tokio::spawn(crate::mailer::run(Arc::clone(&daemon)));
+    let expiry = {
+        let daemon = Arc::clone(&daemon);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(EXPIRY_SWEEP).await;
+                if let Err(error) = daemon.resume_expired().await {
+                    eprintln!("flowd: cannot look for expired approvals: {error}");
+                }
+            }
+        })
+    };
     if resumed > 0 {
         eprintln!("flowd: resumed {resumed} unfinished run(s)");
     }
@@ -571,6 +605,7 @@ pub async fn serve(
         .await
         .map_err(|e| format!("the server stopped: {e}"))?;
     mailer.abort();
+    expiry.abort();
     // Runs still going after the grace period are dropped mid-step: their
     // journals hold every completed step, and the next start resumes them.
     let mut runs = std::mem::take(&mut *daemon.runs.lock().unwrap_or_else(|p| p.into_inner()));

@@ -1291,3 +1291,62 @@ async fn a_start_after_a_deploy_runs_the_new_version() {
     }
     assert_eq!(run(Some(1)).await, "one");
 }
+
+/// A gate with `expires` applies its `on_expire` when it is due while flowd
+/// runs, with no request and no restart: the run goes on as rejected.
+#[tokio::test]
+async fn an_expired_gate_moves_its_run_on_without_a_request() {
+    use reqwest::Method;
+    use serde_json::json;
+    let dir = TempDir::new("flowd-expiry");
+    let flowd = Flowd::start(&dir);
+    let source = r#"workflow timed {
+  step ok = approval {
+    approvers: ["boss@acme.io"]
+    message: "Quick?"
+    expires: 1s
+    on_reject: "continue"
+    on_expire: "reject"
+  }
+  output { approved: step.ok.approved, comment: step.ok.comment }
+}
+"#;
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/workflows",
+            Some(ACME),
+            Some(json!({ "source": source })),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let (_, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/runs",
+            Some(ACME),
+            Some(json!({ "workflow": "timed" })),
+        )
+        .await;
+    let run_id = body["run_id"].as_str().unwrap().to_string();
+    assert_eq!(
+        flowd.settled(&run_id, ACME).await["status"],
+        "pending_approval"
+    );
+    // Due after a second; the sweep looks each second.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let record = loop {
+        let (_, record) = flowd
+            .send(Method::GET, &format!("/v1/runs/{run_id}"), Some(ACME), None)
+            .await;
+        if record["status"] == "completed" {
+            break record;
+        }
+        assert!(std::time::Instant::now() < deadline, "still {record}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        record["output"],
+        json!({ "approved": false, "comment": "expired" })
+    );
+}
