@@ -709,12 +709,21 @@ impl SqliteStore {
             "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account
              FROM runs
              WHERE account = ?1 AND (?2 IS NULL OR workflow = ?2) AND (?3 IS NULL OR status = ?3)
+               AND (?5 IS NULL OR (created_ms, id) < (?5, ?6))
              ORDER BY created_ms DESC, id DESC
              LIMIT ?4",
         )?;
+        let (before_ms, before_id) = query.before.clone().unzip();
         let rows = statement
             .query_map(
-                params![account, query.workflow, query.status, query.limit as i64],
+                params![
+                    account,
+                    query.workflow,
+                    query.status,
+                    query.limit as i64,
+                    before_ms,
+                    before_id
+                ],
                 run_row,
             )?
             .collect::<Result<Vec<_>, _>>()?;

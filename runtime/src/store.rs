@@ -206,6 +206,9 @@ pub struct RunQuery {
     pub status: Option<RunStatus>,
     /// At most this many, newest first.
     pub limit: usize,
+    /// Only runs older than this one (its `created_ms` and id): the next
+    /// page after a page that ended with it.
+    pub before: Option<(i64, String)>,
 }
 
 /// One run's view of a store: the journal the interpreter replays and

@@ -560,6 +560,8 @@ pub(crate) async fn get_run(
     };
     record.workflow = Some(row.workflow);
     record.created_ms = Some(row.created_ms);
+    record.updated_ms = Some(row.updated_ms);
+    record.input = Some(row.input);
     Ok(axum::Json(record).into_response())
 }
 
@@ -602,6 +604,8 @@ pub(crate) struct RunFilter {
     /// At most this many, newest first (default 100; more is read as 1,000).
     #[param(minimum = 0, maximum = 1000)]
     limit: Option<usize>,
+    /// The next page: only runs older than this run (the last of a page).
+    before: Option<String>,
 }
 
 /// The account's runs, newest first.
@@ -610,6 +614,7 @@ pub(crate) struct RunFilter {
     responses(
         (status = 200, description = "The runs", body = Runs),
         (status = 400, description = "A filter is not understood (`invalid_query`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 404, description = "`before` names no run of this account (`unknown_run`)", body = ProblemDoc, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn runs(
@@ -618,10 +623,18 @@ pub(crate) async fn runs(
     filter: Result<Query<RunFilter>, QueryRejection>,
 ) -> Answer {
     let Query(filter) = filter.map_err(invalid_query)?;
+    let before = match &filter.before {
+        Some(id) => {
+            let run = own_run(&daemon, &account, id).await?;
+            Some((run.created_ms, run.id))
+        }
+        None => None,
+    };
     let query = RunQuery {
         workflow: filter.workflow,
         status: filter.status,
         limit: filter.limit.unwrap_or(100).min(1_000),
+        before,
     };
     let rows = daemon
         .store
@@ -750,6 +763,7 @@ pub(crate) async fn my_approvals(
         workflow: None,
         status: Some(RunStatus::PendingApproval),
         limit: 1_000,
+        before: None,
     };
     let runs = daemon
         .store

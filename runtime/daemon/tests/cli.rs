@@ -1290,6 +1290,42 @@ async fn a_start_after_a_deploy_runs_the_new_version() {
         assert_eq!(run(None).await, tag, "the latest version runs");
     }
     assert_eq!(run(Some(1)).await, "one");
+
+    // Three runs, read in pages of two, newest first.
+    let page = |query: String| {
+        let flowd = &flowd;
+        async move {
+            let (status, body) = flowd
+                .send(Method::GET, &format!("/v1/runs?{query}"), Some(ACME), None)
+                .await;
+            assert_eq!(status, 200, "{body}");
+            body["runs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|run| run["run_id"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        }
+    };
+    let first = page("limit=2".into()).await;
+    assert_eq!(first.len(), 2);
+    let second = page(format!("limit=2&before={}", first[1])).await;
+    assert_eq!(second.len(), 1, "{first:?} then {second:?}");
+    assert!(!first.contains(&second[0]));
+    let (status, _) = flowd
+        .send(Method::GET, "/v1/runs?before=no-such-run", Some(ACME), None)
+        .await;
+    assert_eq!(status, 404);
+    let (_, record) = flowd
+        .send(
+            Method::GET,
+            &format!("/v1/runs/{}", second[0]),
+            Some(ACME),
+            None,
+        )
+        .await;
+    assert_eq!(record["input"], json!({}), "{record}");
+    assert!(record["updated_ms"].as_i64() >= record["created_ms"].as_i64());
 }
 
 /// A gate with `expires` applies its `on_expire` when it is due while flowd
