@@ -250,15 +250,7 @@ async fn an_approval_is_decided_over_http_by_a_group_member() {
   output { approved: step.ok.approved, by: step.ok.approver }
 }
 "#;
-    let (status, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/workflows",
-            Some(ACME),
-            Some(json!({ "source": gated })),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
+    flowd.deploy(ACME, gated).await;
     let (status, body) = flowd
         .send(
             Method::POST,
@@ -394,15 +386,7 @@ async fn a_killed_flowd_finishes_every_run_without_repeating_completed_steps() {
 
     let dir = TempDir::new("flowd-crash");
     let flowd = Flowd::start_with(&dir, &config);
-    let (status, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/workflows",
-            Some(ACME),
-            Some(json!({ "source": source })),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
+    flowd.deploy(ACME, &source).await;
     let mut ids = Vec::new();
     for r in 0..RUNS {
         let (status, body) = flowd
@@ -461,15 +445,7 @@ async fn a_cancelled_run_cannot_be_resumed() {
     let dir = TempDir::new("flowd-cancel");
     let flowd = Flowd::start(&dir);
     let gated = "workflow w {\n  step ok = approval { approvers: [\"ana@acme.io\"], message: \"go?\" }\n}\n";
-    let (status, _) = flowd
-        .send(
-            Method::POST,
-            "/v1/workflows",
-            Some(ACME),
-            Some(json!({ "source": gated })),
-        )
-        .await;
-    assert_eq!(status, 201);
+    flowd.deploy(ACME, gated).await;
     let (_, body) = flowd
         .send(
             Method::POST,
@@ -554,15 +530,7 @@ async fn webhooks_are_signed_and_retried_after_a_500() {
     );
     let dir = TempDir::new("flowd-webhook");
     let flowd = Flowd::start_with(&dir, &config);
-    let (status, _) = flowd
-        .send(
-            Method::POST,
-            "/v1/workflows",
-            Some(ACME),
-            Some(json!({ "source": TWO_STEPS })),
-        )
-        .await;
-    assert_eq!(status, 201);
+    flowd.deploy(ACME, TWO_STEPS).await;
     let (_, body) = flowd
         .send(
             Method::POST,
@@ -647,15 +615,7 @@ async fn a_running_run_is_stopped_by_cancel() {
         ));
     }
     source.push_str("}\n");
-    let (status, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/workflows",
-            Some(ACME),
-            Some(json!({ "source": source })),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
+    flowd.deploy(ACME, &source).await;
     let (_, body) = flowd
         .send(
             Method::POST,
@@ -750,15 +710,7 @@ tls = \"none\"
   output { by: step.ok.approver, comment: step.ok.comment }
 }
 "#;
-    let (status, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/workflows",
-            Some(ACME),
-            Some(json!({ "source": source })),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
+    flowd.deploy(ACME, source).await;
     let (_, body) = flowd
         .send(
             Method::POST,
@@ -947,15 +899,7 @@ async fn an_idempotency_key_starts_one_run_however_often_it_is_sent() {
     let source =
         "workflow greet {\n  input { name: string }\n  output { hello: workflow_input.name }\n}\n";
     for key in [ACME, GLOBEX] {
-        let (status, body) = flowd
-            .send(
-                Method::POST,
-                "/v1/workflows",
-                Some(key),
-                Some(json!({ "source": source })),
-            )
-            .await;
-        assert_eq!(status, 201, "{body}");
+        flowd.deploy(key, source).await;
     }
     let start = |account: &'static str, key: &'static str, name: &'static str| {
         let flowd = std::sync::Arc::clone(&flowd);
@@ -1091,15 +1035,7 @@ workflow echo {
   output { n: step.first.loud }
 }
 "#;
-    let (status, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/workflows",
-            Some(ACME),
-            Some(json!({ "source": source })),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
+    flowd.deploy(ACME, source).await;
     let (_, body) = flowd
         .send(
             Method::POST,
@@ -1347,15 +1283,7 @@ async fn an_expired_gate_moves_its_run_on_without_a_request() {
   output { approved: step.ok.approved, comment: step.ok.comment }
 }
 "#;
-    let (status, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/workflows",
-            Some(ACME),
-            Some(json!({ "source": source })),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
+    flowd.deploy(ACME, source).await;
     let (_, body) = flowd
         .send(
             Method::POST,

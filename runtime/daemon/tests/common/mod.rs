@@ -85,6 +85,19 @@ impl Flowd {
         )
     }
 
+    /// Deploys a `.flow` source to the account of `key`.
+    pub(crate) async fn deploy(&self, key: &str, source: &str) {
+        let (status, body) = self
+            .send(
+                reqwest::Method::POST,
+                "/v1/workflows",
+                Some(key),
+                Some(serde_json::json!({ "source": source })),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+    }
+
     /// The `/metrics` text (Prometheus scrapes without a key).
     pub(crate) async fn metrics(&self) -> String {
         let response = self
