@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flow_runtime::interp::{Outcome, PendingApproval};
+use flow_runtime::interp::{PendingApproval, StepStatus, gate_due_ms};
 use flow_runtime::store::{MailState, Notification, NotificationKind};
 use lettre::message::header::ContentType;
 use lettre::transport::smtp::authentication::Credentials;
@@ -101,18 +101,23 @@ async fn deliver(daemon: &Daemon, notification: &Notification) -> MailState {
     let gate = match notification.kind {
         NotificationKind::Handoff => None,
         NotificationKind::Approval => {
-            // A gate decided or expired before its email went out needs none.
-            let pending = run
-                .outcome
-                .and_then(|outcome| serde_json::from_value::<Outcome>(outcome).ok())
-                .and_then(|outcome| match outcome {
-                    Outcome::Parked { pending } => pending
-                        .into_iter()
-                        .find(|p| Some(&p.path) == notification.step_path.as_ref()),
-                    _ => None,
+            // The gate as its record has it: still pending (one decided or
+            // expired before its email went out needs none), and when it
+            // expires.
+            let Ok(records) = daemon.store.step_records(&run.id).await else {
+                return MailState::Skipped;
+            };
+            let gate = records
+                .iter()
+                .filter(|record| Some(&record.path) == notification.step_path.as_ref())
+                .find(|record| record.status == StepStatus::Pending)
+                .and_then(|record| {
+                    let pending: PendingApproval =
+                        serde_json::from_value(record.input.clone()).ok()?;
+                    Some((pending, gate_due_ms(record)))
                 });
-            match pending {
-                Some(pending) => Some(pending),
+            match gate {
+                Some(gate) => Some(gate),
                 None => return MailState::Skipped,
             }
         }
@@ -121,11 +126,15 @@ async fn deliver(daemon: &Daemon, notification: &Notification) -> MailState {
     for recipient in &recipients {
         let text = match &gate {
             None => handoff_text(daemon, notification, &run.workflow),
-            Some(pending) => approval_text(daemon, &run.id, &run.workflow, pending, recipient),
+            Some((pending, due_ms)) => {
+                approval_text(daemon, &run.id, &run.workflow, pending, *due_ms, recipient)
+            }
         };
         let subject = notification.subject.clone().unwrap_or_else(|| match &gate {
             None => format!("{}: handed to {}", run.workflow, notification.audience),
-            Some(pending) => format!("Approval needed: {} ({})", run.workflow, pending.step_id),
+            Some((pending, _)) => {
+                format!("Approval needed: {} ({})", run.workflow, pending.step_id)
+            }
         });
         let sent = send(transport, &daemon_from(daemon), recipient, &subject, text).await;
         let result = match sent {
@@ -191,12 +200,12 @@ fn approval_text(
     run_id: &str,
     workflow: &str,
     pending: &PendingApproval,
+    due_ms: Option<u64>,
     approver: &str,
 ) -> String {
+    // The gate's own expiry, or the links' lifetime if that comes first.
     let latest = links::now_s() + links::LIFETIME.as_secs();
-    let expires_s = pending
-        .expires_ms
-        .map_or(latest, |ms| (ms / 1000).min(latest));
+    let expires_s = due_ms.map_or(latest, |ms| (ms / 1000).min(latest));
     let url = |approve: bool| {
         let token = links::sign(
             &daemon.config.link_secret.0,
@@ -210,18 +219,24 @@ fn approval_text(
         );
         format!("{}/approvals/{token}", daemon.public_url())
     };
+    // The links come before the message, and the message is quoted: text a
+    // run wrote (from its input or a model) cannot pose as the real links.
+    let quoted: String = pending
+        .message
+        .lines()
+        .map(|line| format!("> {line}\n"))
+        .collect();
     format!(
         "Run {run_id} of workflow `{workflow}` is waiting for your decision at step `{step}`.\n\n\
-         {message}\n\n\
          Approve: {approve}\n\n\
          Reject: {reject}\n\n\
          Each link shows the request and asks you to confirm. The links work once: \
          when the step is decided (by you or another approver) they stop working, \
          and they expire at {expires}.\n\n\
+         The request:\n\n{quoted}\n\
          The run: {url}/inspector#/runs/{run_id}\n",
         url = daemon.public_url(),
         step = pending.path,
-        message = pending.message,
         approve = url(true),
         reject = url(false),
         expires = flow_runtime::time::rfc3339_utc(expires_s * 1000),

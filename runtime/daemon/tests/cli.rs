@@ -705,7 +705,7 @@ tls = \"none\"
     );
     let flowd = Flowd::start_with(&dir, &config);
     let source = r#"workflow refund {
-  step ok = approval { approvers: ["leads", "boss@acme.io"], message: "Refund 40 EUR to Ada?" }
+  step ok = approval { approvers: ["leads", "boss@acme.io"], message: "Refund 40 EUR to Ada?", expires: 2h }
   step tell = handoff "support" { message: "Refund for Ada approved" }
   output { by: step.ok.approver, comment: step.ok.comment }
 }
@@ -732,7 +732,11 @@ tls = \"none\"
     for mail in &mails {
         assert_eq!(mail.from, "flowd@acme.io");
         assert_eq!(mail.header("Subject"), Some("Approval needed: refund (ok)"));
-        assert!(mail.body.contains("Refund 40 EUR to Ada?"), "{}", mail.body);
+        // Quoted after the links, so that a message cannot pose as them.
+        assert!(mail.body.contains("> Refund 40 EUR to Ada?"), "{}", mail.body);
+        // Regression: the gate's `expires` (a duration) was read as a
+        // deadline, and every link was expired in 1970 when it was sent.
+        assert!(!mail.body.contains("1970"), "{}", mail.body);
         assert!(
             mail.body
                 .contains(&format!("{}/inspector#/runs/{run_id}", flowd.url)),
