@@ -15,7 +15,7 @@ use std::path::Path;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use flow_plan::Plan;
+use flow_plan::{Plan, StepKind};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
@@ -23,7 +23,7 @@ use tokio::sync::oneshot;
 use crate::interp::{
     BoxFuture, Effects, ErrorKind, Handoff, Journal, KbWrite, StepError, StepRecord, StepStatus,
 };
-use crate::interp::{DecideError, Decision, decide_record, gate_due_ms};
+use crate::interp::{DecideError, Decision, PendingApproval, decide_record, gate_due_ms};
 use crate::store::{
     Deployment, MailState, NO_ACCOUNT, NewNotification, Notification, NotificationKind, RunLog,
     RunQuery, RunRow, RunStatus, Store, StoreError, StoreFuture,
@@ -1128,6 +1128,7 @@ fn write_batch(
                         json,
                         gate_due_ms(record).map(|ms| ms as i64),
                     ])?;
+                    notify_gate(&tx, run_id, record)?;
                     results.push(Ok(1));
                 }
                 Write::Decide { decision, .. } => {
@@ -1153,6 +1154,42 @@ fn write_batch(
     }
     tx.commit()?;
     Ok(results)
+}
+
+/// A gate reached is a notification to each of its approvers (a person or
+/// an approver group), stored in the transaction that stores the gate: a
+/// parked run never waits unannounced, whatever happens to the process after
+/// the commit. The key makes writing the record again a no-op.
+fn notify_gate(
+    tx: &rusqlite::Transaction<'_>,
+    run_id: &str,
+    record: &StepRecord,
+) -> rusqlite::Result<()> {
+    if record.kind != StepKind::Approval || record.status != StepStatus::Pending {
+        return Ok(());
+    }
+    let Ok(gate) = serde_json::from_value::<PendingApproval>(record.input.clone()) else {
+        return Ok(());
+    };
+    let mut insert = tx.prepare_cached(
+        "INSERT OR IGNORE INTO notifications
+             (account, kind, audience, run_id, step_path, subject, message, key, created_ms)
+         SELECT account, 'approval', ?2, id, ?3, 'Approval needed: ' || workflow || ' (' || ?4 || ')',
+                ?5, ?6, ?7
+         FROM runs WHERE id = ?1",
+    )?;
+    for approver in &gate.approvers {
+        insert.execute(params![
+            run_id,
+            approver,
+            gate.path,
+            gate.step_id,
+            gate.message,
+            format!("approval:{run_id}:{}:{approver}", gate.path),
+            now_ms()
+        ])?;
+    }
+    Ok(())
 }
 
 fn apply_decision(

@@ -267,6 +267,16 @@ async fn the_runner_parks_resumes_and_lists_runs_to_recover() {
         store.run("run-1").await.unwrap().unwrap().status,
         RunStatus::PendingApproval
     );
+    // The gate's approver was notified in the commit that stored the gate:
+    // no later step (that a crash could skip) is needed for it.
+    let notes = store
+        .notifications("", &["boss@example.com".to_string()], "boss@example.com")
+        .await
+        .unwrap();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert_eq!(notes[0].kind, NotificationKind::Approval);
+    assert_eq!(notes[0].step_path.as_deref(), Some("ok"));
+    assert_eq!(notes[0].subject.as_deref(), Some("Approval needed: w (ok)"));
 
     // run-2 was created but never driven: as after a crash, it is due for
     // recovery; the parked run-1 is not (its approval has no expiry).

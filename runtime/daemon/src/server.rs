@@ -15,12 +15,10 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use flow_plan::Plan;
 use flow_plan::StepKind;
-use flow_runtime::interp::{Decision, Outcome, PendingApproval, Provider, StepRecord, StepStatus};
+use flow_runtime::interp::{Decision, Outcome, Provider, StepRecord, StepStatus};
 use flow_runtime::llm::ProviderConfig;
 use flow_runtime::runner::Observer;
-use flow_runtime::store::{
-    Deployment, NewNotification, NotificationKind, RunRow, RunStatus, Store, StoreError,
-};
+use flow_runtime::store::{Deployment, RunRow, RunStatus, Store, StoreError};
 use serde_json::json;
 use tokio::task::JoinSet;
 
@@ -237,37 +235,6 @@ impl Daemon {
         )
     }
 
-    /// Stores an in-app notification for every approver entry of the gates
-    /// a run parked at (the mailer then emails them), once per gate.
-    async fn notify_approvers(&self, run_id: &str, pending: &[PendingApproval]) {
-        let Ok(Some(run)) = self.store.run(run_id).await else {
-            return;
-        };
-        for gate in pending {
-            let subject = format!("Approval needed: {} ({})", run.workflow, gate.step_id);
-            for approver in &gate.approvers {
-                let key = format!("approval:{run_id}:{}:{approver}", gate.path);
-                let stored = self
-                    .store
-                    .notify(&NewNotification {
-                        account: &run.account,
-                        kind: NotificationKind::Approval,
-                        audience: approver,
-                        run_id,
-                        step_path: Some(&gate.path),
-                        subject: Some(&subject),
-                        message: &gate.message,
-                        key: Some(&key),
-                    })
-                    .await;
-                if let Err(error) = stored {
-                    eprintln!("flowd: run {run_id}: cannot notify {approver}: {error}");
-                }
-            }
-        }
-        self.mail_wake.notify_one();
-    }
-
     /// Exports the spans of an invocation's steps, and the run's own span
     /// once it has ended, when an OTLP endpoint is configured.
     async fn export_trace(
@@ -429,8 +396,10 @@ impl Daemon {
                     daemon
                         .metrics
                         .run_ended(&workflow, RunStatus::of(&outcome), started.elapsed());
-                    if let Outcome::Parked { pending } = &outcome {
-                        daemon.notify_approvers(&run_id, pending).await;
+                    // The store noted each gate's approvers with the gate
+                    // itself; they are mailed now.
+                    if let Outcome::Parked { .. } = &outcome {
+                        daemon.mail_wake.notify_one();
                     }
                     let steps =
                         std::mem::take(&mut *traced.lock().unwrap_or_else(|p| p.into_inner()));

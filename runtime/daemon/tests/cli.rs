@@ -733,7 +733,11 @@ tls = \"none\"
         assert_eq!(mail.from, "flowd@acme.io");
         assert_eq!(mail.header("Subject"), Some("Approval needed: refund (ok)"));
         // Quoted after the links, so that a message cannot pose as them.
-        assert!(mail.body.contains("> Refund 40 EUR to Ada?"), "{}", mail.body);
+        assert!(
+            mail.body.contains("> Refund 40 EUR to Ada?"),
+            "{}",
+            mail.body
+        );
         // Regression: the gate's `expires` (a duration) was read as a
         // deadline, and every link was expired in 1970 when it was sent.
         assert!(!mail.body.contains("1970"), "{}", mail.body);
