@@ -114,7 +114,10 @@ const MIGRATIONS: &[&str] = &[
     // workflow can neither overwrite another's document nor get its keyed
     // result. Notifications name their audience (a department, an approver
     // or an approver group), say what they are about, whether they have been
-    // mailed (flowd's outbox) and who has read them.
+    // mailed (flowd's outbox) and who has read them. A notification takes its
+    // run's account. Documents and keys did not say which run wrote them:
+    // they go to the one account that has runs, if only one has, and to the
+    // local CLI's otherwise.
     "CREATE TABLE kb_documents_v5 (
          account TEXT NOT NULL,
          collection TEXT NOT NULL,
@@ -124,7 +127,10 @@ const MIGRATIONS: &[&str] = &[
          metadata TEXT,
          PRIMARY KEY (account, collection, title)
      );
-     INSERT INTO kb_documents_v5 SELECT '', collection, title, version, content, metadata FROM kb_documents;
+     CREATE TEMP TABLE kb_owner AS
+         SELECT CASE WHEN COUNT(DISTINCT account) = 1 THEN MAX(account) ELSE '' END AS account FROM runs;
+     INSERT INTO kb_documents_v5
+         SELECT (SELECT account FROM kb_owner), collection, title, version, content, metadata FROM kb_documents;
      DROP TABLE kb_documents;
      ALTER TABLE kb_documents_v5 RENAME TO kb_documents;
      DROP TABLE kb_search;
@@ -137,7 +143,8 @@ const MIGRATIONS: &[&str] = &[
          result TEXT NOT NULL,
          PRIMARY KEY (account, key)
      );
-     INSERT INTO kb_keys_v5 SELECT '', key, result FROM kb_keys;
+     INSERT INTO kb_keys_v5 SELECT (SELECT account FROM kb_owner), key, result FROM kb_keys;
+     DROP TABLE kb_owner;
      DROP TABLE kb_keys;
      ALTER TABLE kb_keys_v5 RENAME TO kb_keys;
      CREATE TABLE notifications_v5 (
@@ -155,7 +162,9 @@ const MIGRATIONS: &[&str] = &[
          UNIQUE (account, key)
      );
      INSERT INTO notifications_v5 (id, account, kind, audience, run_id, subject, message, key, created_ms, mail)
-         SELECT id, '', 'handoff', department, run_id, subject, message, key, created_ms, 'skipped' FROM notifications;
+         SELECT id, COALESCE((SELECT account FROM runs WHERE runs.id = notifications.run_id), ''),
+                'handoff', department, run_id, subject, message, key, created_ms, 'skipped'
+         FROM notifications;
      DROP TABLE notifications;
      ALTER TABLE notifications_v5 RENAME TO notifications;
      CREATE INDEX notifications_by_account ON notifications(account, audience);
@@ -1377,5 +1386,74 @@ impl Effects for RunJournal {
             .map(|_| ())
             .map_err(store_error);
         Box::pin(async move { result })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store written before accounts owned knowledge and notifications
+    /// (schema version 4), with data in every table the later migrations
+    /// change, opens at the current version: each row keeps its data and
+    /// gets the account it belongs to, and the pending gate its due time.
+    #[test]
+    fn a_populated_version_4_store_migrates_to_the_current_schema() {
+        let dir = flow_tests::TempDir::new("sqlite-migrate-v4");
+        let path = dir.path().join("v4.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            for migration in &MIGRATIONS[..4] {
+                conn.execute_batch(migration).unwrap();
+            }
+            conn.pragma_update(None, "user_version", 4).unwrap();
+            let gate = json!({
+                "path": "ok", "step_id": "ok", "kind": "approval", "status": "pending",
+                "input": { "path": "ok", "step_id": "ok", "approvers": ["boss@acme.io"], "message": "go?",
+                           "expires_ms": 1000, "on_reject": "fail", "on_expire": "reject" },
+                "output": null, "error": null, "attempts": [], "started_ms": 5000, "ended_ms": 5000
+            });
+            conn.execute_batch(&format!(
+                "INSERT INTO plans VALUES ('h', '{{}}');
+                 INSERT INTO runs (id, workflow, plan_hash, status, input, created_ms, updated_ms, account)
+                     VALUES ('r1', 'w', 'h', 'pending_approval', '{{}}', 1, 1, 'acme');
+                 INSERT INTO step_runs (run_id, path, status, record, seq) VALUES ('r1', 'ok', 'pending', '{gate}', 1);
+                 INSERT INTO kb_documents VALUES ('notes', 'T', 3, 'text', NULL);
+                 INSERT INTO kb_search VALUES ('notes', 'T', 'text');
+                 INSERT INTO kb_keys VALUES ('k1', '{{\"version\": 3}}');
+                 INSERT INTO notifications (run_id, department, subject, message, key, created_ms)
+                     VALUES ('r1', 'support', NULL, 'look', 'h1', 2);"
+            ))
+            .unwrap();
+        }
+        let store = SqliteStore::open(&path).expect("migrates");
+        let conn = lock(&store.conn);
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .unwrap();
+        assert_eq!(version as usize, MIGRATIONS.len());
+        let owner = |sql: &str| -> String { conn.query_row(sql, [], |row| row.get(0)).unwrap() };
+        assert_eq!(owner("SELECT account FROM kb_documents"), "acme");
+        assert_eq!(owner("SELECT account FROM kb_keys"), "acme");
+        assert_eq!(owner("SELECT account FROM kb_search"), "acme");
+        assert_eq!(owner("SELECT content FROM kb_documents"), "text");
+        drop(conn);
+        let notes = store
+            .notifications("acme", &["support".to_string()], "sam@acme.io")
+            .unwrap();
+        assert_eq!(notes.len(), 1, "the run's account: {notes:?}");
+        assert_eq!(notes[0].message, "look");
+        assert!(
+            store.to_mail(10).unwrap().is_empty(),
+            "old ones are not mailed now"
+        );
+        let due: Vec<String> = store
+            .expired_gates(6_000)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(due, ["r1"], "the gate's due time was filled in");
+        assert!(store.expired_gates(5_999).unwrap().is_empty());
     }
 }
