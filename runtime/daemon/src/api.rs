@@ -388,6 +388,7 @@ pub(crate) async fn start_run(
 ) -> Answer {
     let request: StartRun = json_body(&headers, body)?;
     let key = idempotency_key(&headers)?;
+    let deployments = daemon.deployments(&account).await.map_err(store_problem)?;
     if let Some(key) = &key
         && let Some(first) = daemon
             .store
@@ -395,9 +396,8 @@ pub(crate) async fn start_run(
             .await
             .map_err(store_problem)?
     {
-        return replayed(first, key, &request);
+        return replayed(first, key, &request, &deployments);
     }
-    let deployments = daemon.deployments(&account).await.map_err(store_problem)?;
     let deployment = deployments
         .iter()
         .filter(|d| d.workflow == request.workflow)
@@ -475,7 +475,7 @@ pub(crate) async fn start_run(
             .await
             .map_err(store_problem)?
             .ok_or_else(|| store_problem(StoreError(format!("no run has key `{key}`"))))?;
-        return replayed(first, &key, &request);
+        return replayed(first, &key, &request, &deployments);
     }
     Ok((
         StatusCode::ACCEPTED,
@@ -505,8 +505,15 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Problem> {
 
 /// The answer to a retried start: the run the key's first request started,
 /// if this request asks for the same thing.
-fn replayed(first: RunRow, key: &str, request: &StartRun) -> Answer {
-    if first.workflow != request.workflow || first.input != request.input() {
+fn replayed(first: RunRow, key: &str, request: &StartRun, deployments: &[Deployment]) -> Answer {
+    // A version named must be the one the first request ran; with none
+    // named, a retry after a deploy still answers the first run.
+    let other_version = request.version.is_some_and(|version| {
+        !deployments.iter().any(|d| {
+            d.workflow == request.workflow && d.version == version && d.plan_hash == first.plan_hash
+        })
+    });
+    if first.workflow != request.workflow || first.input != request.input() || other_version {
         return Err(Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "idempotency_key_reused",
@@ -704,8 +711,9 @@ struct Decide {
     ),
     responses(
         (status = 202, description = "Decided; the run continues", body = RunState),
-        (status = 404, description = "No such run in this account", body = ProblemDoc, content_type = "application/problem+json"),
-        (status = 409, description = "Not an approver, not pending, expired, or the run ended (`decision_refused`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 403, description = "The approver may not decide this gate (`not_an_approver`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 404, description = "No such run in this account (`unknown_run`), or no gate at this path (`unknown_step`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 409, description = "Already decided, expired, or the run ended (`decision_refused`)", body = ProblemDoc, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn decide(
@@ -842,8 +850,13 @@ pub(crate) async fn notifications(
 #[serde(deny_unknown_fields)]
 struct MarkRead {
     reader: String,
+    #[schema(max_items = 1000)]
     ids: Vec<i64>,
 }
+
+/// The most notifications one request marks: each is a write in one
+/// transaction that other writers wait for.
+const MARK_AT_ONCE: usize = 1_000;
 
 /// Marks notifications read for a reader; answers how many of them the
 /// account has.
@@ -858,6 +871,13 @@ pub(crate) async fn mark_read(
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
     let request: MarkRead = json_body(&headers, body)?;
+    if request.ids.len() > MARK_AT_ONCE {
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+            &format!("mark at most {MARK_AT_ONCE} notifications at once"),
+        ));
+    }
     let marked = daemon
         .store
         .mark_read(&account, &request.reader, &request.ids)

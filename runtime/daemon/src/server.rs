@@ -15,7 +15,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use flow_plan::Plan;
 use flow_plan::StepKind;
-use flow_runtime::interp::{Decision, Outcome, Provider, StepRecord, StepStatus};
+use flow_runtime::interp::{DecideError, Decision, Outcome, Provider, StepRecord, StepStatus};
 use flow_runtime::llm::ProviderConfig;
 use flow_runtime::runner::Observer;
 use flow_runtime::store::{Deployment, RunRow, RunStatus, Store, StoreError};
@@ -155,12 +155,14 @@ impl Daemon {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
         for run in self.store.expired_gates(now).await? {
+            // The plan first: a run claimed and then not driven would be
+            // stranded, owned by a live process, until the next start.
+            let plan = self.plan(&run.plan_hash).await?;
             if self
                 .store
                 .claim_run(&run.id, &[RunStatus::PendingApproval])
                 .await?
             {
-                let plan = self.plan(&run.plan_hash).await?;
                 self.spawn_run(plan, run.workflow, run.id, run.input);
             }
         }
@@ -203,23 +205,18 @@ impl Daemon {
                 .decide(&run.id, &path, &decision)
                 .await
                 .map_err(store_problem)?
-                .map_err(|refused| {
-                    Problem::new(
-                        StatusCode::CONFLICT,
-                        "decision_refused",
-                        &refused.to_string(),
-                    )
-                })?;
+                .map_err(|refused| refusal(&refused))?;
             // A decided gate's record is the store's, not an invocation's:
             // its span goes now.
             daemon.export_decision(&run, &path).await;
+            // The plan before the claim, as in `resume_expired`.
+            let plan = daemon.plan(&run.plan_hash).await.map_err(store_problem)?;
             if daemon
                 .store
                 .claim_run(&run.id, &[RunStatus::PendingApproval])
                 .await
                 .map_err(store_problem)?
             {
-                let plan = daemon.plan(&run.plan_hash).await.map_err(store_problem)?;
                 daemon.spawn_run(plan, run.workflow, run.id, run.input);
             }
             Ok(())
@@ -314,21 +311,34 @@ impl Daemon {
         Ok(deployments)
     }
 
-    /// Deploys `workflow` of the stored plan `plan_hash` for `account`.
+    /// Deploys `workflow` of the stored plan `plan_hash` for `account`, in a
+    /// task of its own: a client that hangs up between the write and the
+    /// cache's update must not leave the cache behind the store.
     pub(crate) async fn deploy(
-        &self,
+        self: &Arc<Daemon>,
         account: &str,
         workflow: &str,
         plan_hash: &str,
     ) -> Result<Deployment, StoreError> {
-        let deployed = self.store.deploy(account, workflow, plan_hash).await;
-        // Under the lock: a list read before this deploy is not cached
-        // once the count has moved.
-        let mut cache = self.deployments.lock().unwrap_or_else(|p| p.into_inner());
-        self.deploys
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        cache.remove(account);
-        deployed
+        let daemon = Arc::clone(self);
+        let (account, workflow, plan_hash) = (
+            account.to_string(),
+            workflow.to_string(),
+            plan_hash.to_string(),
+        );
+        let task = tokio::spawn(async move {
+            let deployed = daemon.store.deploy(&account, &workflow, &plan_hash).await;
+            // Under the lock: a list read before this deploy is not cached
+            // once the count has moved.
+            let mut cache = daemon.deployments.lock().unwrap_or_else(|p| p.into_inner());
+            daemon
+                .deploys
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            cache.remove(&account);
+            deployed
+        });
+        task.await
+            .map_err(|e| StoreError(format!("the deploy's task stopped: {e}")))?
     }
 
     /// Stops driving run `id` here, if this process is (a cancelled run).
@@ -360,81 +370,95 @@ impl Daemon {
         // entry only after it was added.
         let mut driving = self.driving.lock().unwrap_or_else(|p| p.into_inner());
         let handle = runs.spawn(async move {
-            let started = std::time::Instant::now();
-            // Metrics of each step; a handoff has something to mail at once;
-            // the steps of this invocation are its trace spans.
-            let traced: Arc<std::sync::Mutex<Vec<StepRecord>>> = Arc::default();
-            let observer: Observer = {
-                let (metrics, daemon) = (daemon.metrics.observer(), Arc::clone(&daemon));
-                let traced = Arc::clone(&traced);
-                let tracing = daemon.config.otlp_endpoint.is_some();
-                Arc::new(move |record: &StepRecord| {
-                    metrics(record);
-                    if record.kind == StepKind::Handoff {
-                        daemon.mail_wake.notify_one();
-                    }
-                    if tracing && record.status != StepStatus::Pending {
-                        traced
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .push(record.clone());
-                    }
-                })
-            };
-            let driven = flow_runtime::runner::drive(
-                &daemon.store,
-                &plan,
-                &workflow,
-                &run_id,
-                input,
-                Arc::clone(&daemon.provider),
-                Some(observer),
-            )
-            .await;
-            match driven {
-                Ok(outcome) => {
-                    daemon
-                        .metrics
-                        .run_ended(&workflow, RunStatus::of(&outcome), started.elapsed());
-                    // The store noted each gate's approvers with the gate
-                    // itself; they are mailed now.
-                    if let Outcome::Parked { .. } = &outcome {
-                        daemon.mail_wake.notify_one();
-                    }
-                    let steps =
-                        std::mem::take(&mut *traced.lock().unwrap_or_else(|p| p.into_inner()));
-                    daemon
-                        .export_trace(&plan.hash, &workflow, &run_id, &outcome, steps)
-                        .await;
-                    let event = match outcome {
-                        Outcome::Completed { .. } => "completed",
-                        Outcome::Failed { .. } => "failed",
-                        Outcome::Parked { .. } => "parked",
-                    };
-                    let mut record = flow_runtime::runner::run_record(&run_id, &outcome);
-                    record.workflow = Some(workflow.clone());
-                    crate::webhooks::dispatch(
-                        &daemon.http,
-                        &daemon.config.webhooks,
-                        event,
-                        &record,
-                        daemon.metrics.delivery_counter(),
-                    );
+            // A cancel that came between the claim and this task found
+            // nothing to stop: the run is not driven if it is no longer
+            // running.
+            let cancelled = !matches!(
+                daemon.store.run(&run_id).await,
+                Ok(Some(row)) if row.status == RunStatus::Running
+            );
+            'drive: {
+                if cancelled {
+                    break 'drive;
                 }
-                Err(error) => {
-                    eprintln!("flowd: run {run_id}: {error}");
-                    // Give the run up, still `running`: the next start
-                    // resumes it rather than leaving it owned by a live
-                    // process that no longer drives it.
-                    let _ = daemon
-                        .store
-                        .finish_run(
-                            &run_id,
-                            RunStatus::Running,
-                            &serde_json::Value::Null,
-                            Duration::ZERO,
-                        )
-                        .await;
+                let started = std::time::Instant::now();
+                // Metrics of each step; a handoff has something to mail at once;
+                // the steps of this invocation are its trace spans.
+                let traced: Arc<std::sync::Mutex<Vec<StepRecord>>> = Arc::default();
+                let observer: Observer = {
+                    let (metrics, daemon) = (daemon.metrics.observer(), Arc::clone(&daemon));
+                    let traced = Arc::clone(&traced);
+                    let tracing = daemon.config.otlp_endpoint.is_some();
+                    Arc::new(move |record: &StepRecord| {
+                        metrics(record);
+                        if record.kind == StepKind::Handoff {
+                            daemon.mail_wake.notify_one();
+                        }
+                        if tracing && record.status != StepStatus::Pending {
+                            traced
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .push(record.clone());
+                        }
+                    })
+                };
+                let driven = flow_runtime::runner::drive(
+                    &daemon.store,
+                    &plan,
+                    &workflow,
+                    &run_id,
+                    input,
+                    Arc::clone(&daemon.provider),
+                    Some(observer),
+                )
+                .await;
+                match driven {
+                    Ok(outcome) => {
+                        daemon.metrics.run_ended(
+                            &workflow,
+                            RunStatus::of(&outcome),
+                            started.elapsed(),
+                        );
+                        // The store noted each gate's approvers with the gate
+                        // itself; they are mailed now.
+                        if let Outcome::Parked { .. } = &outcome {
+                            daemon.mail_wake.notify_one();
+                        }
+                        let steps =
+                            std::mem::take(&mut *traced.lock().unwrap_or_else(|p| p.into_inner()));
+                        daemon
+                            .export_trace(&plan.hash, &workflow, &run_id, &outcome, steps)
+                            .await;
+                        let event = match outcome {
+                            Outcome::Completed { .. } => "completed",
+                            Outcome::Failed { .. } => "failed",
+                            Outcome::Parked { .. } => "parked",
+                        };
+                        let mut record = flow_runtime::runner::run_record(&run_id, &outcome);
+                        record.workflow = Some(workflow.clone());
+                        crate::webhooks::dispatch(
+                            &daemon.http,
+                            &daemon.config.webhooks,
+                            event,
+                            &record,
+                            daemon.metrics.delivery_counter(),
+                        );
+                    }
+                    Err(error) => {
+                        eprintln!("flowd: run {run_id}: {error}");
+                        // Give the run up, still `running`: the next start
+                        // resumes it rather than leaving it owned by a live
+                        // process that no longer drives it.
+                        let _ = daemon
+                            .store
+                            .finish_run(
+                                &run_id,
+                                RunStatus::Running,
+                                &serde_json::Value::Null,
+                                Duration::ZERO,
+                            )
+                            .await;
+                    }
                 }
             }
             // Only this task's entry: a decision may have started a new one.
@@ -668,6 +692,19 @@ impl IntoResponse for Problem {
         )
             .into_response()
     }
+}
+
+/// A decision the rules refuse, as the problem that says why: no such gate
+/// (404), not this person's to decide (403), or not any more (409).
+fn refusal(refused: &DecideError) -> Problem {
+    let (status, code) = match refused {
+        DecideError::UnknownStep(_) => (StatusCode::NOT_FOUND, "unknown_step"),
+        DecideError::NotAnApprover { .. } => (StatusCode::FORBIDDEN, "not_an_approver"),
+        DecideError::NotPending(_) | DecideError::Expired(_) | DecideError::RunEnded { .. } => {
+            (StatusCode::CONFLICT, "decision_refused")
+        }
+    };
+    Problem::new(status, code, &refused.to_string())
 }
 
 /// A store that failed to answer: the request may succeed when retried.

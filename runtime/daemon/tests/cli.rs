@@ -277,9 +277,31 @@ async fn an_approval_is_decided_over_http_by_a_group_member() {
         .await;
     assert_eq!(
         (status, body["code"].as_str()),
-        (409, Some("decision_refused")),
+        (403, Some("not_an_approver")),
         "{body}"
     );
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            &format!("/v1/runs/{run_id}/approvals/nope"),
+            Some(ACME),
+            Some(by("ana@acme.io")),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("unknown_step")),
+        "{body}"
+    );
+    // Another account's key reaches nothing of the run.
+    for (method, path) in [
+        (Method::GET, format!("/v1/runs/{run_id}/trace")),
+        (Method::POST, format!("/v1/runs/{run_id}/cancel")),
+        (Method::GET, format!("/v1/runs?before={run_id}")),
+    ] {
+        let (status, body) = flowd.send(method, &path, Some(GLOBEX), None).await;
+        assert_eq!(status, 404, "{path}: {body}");
+    }
     let (status, _) = flowd
         .send(Method::POST, &gate, Some(GLOBEX), Some(by("ana@acme.io")))
         .await;
@@ -958,6 +980,31 @@ async fn an_idempotency_key_starts_one_run_however_often_it_is_sent() {
         (400, Some("invalid_idempotency_key")),
         "{body}"
     );
+
+    // After a new version: the key with no version still answers the first
+    // run; naming the version it ran too; naming another is refused.
+    flowd
+        .deploy(
+            ACME,
+            &source.replace("hello: workflow_input.name", "hello: \"hi\""),
+        )
+        .await;
+    for (version, expected) in [(None, 200), (Some(1), 200), (Some(2), 422)] {
+        let response = flowd
+            .client
+            .post(format!("{}/v1/runs", flowd.url))
+            .bearer_auth(ACME)
+            .header("content-type", "application/json")
+            .header("idempotency-key", "order-42")
+            .body(
+                json!({ "workflow": "greet", "version": version, "input": { "name": "Ada" } })
+                    .to_string(),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), expected, "version {version:?}");
+    }
 }
 
 /// `/v1/openapi.json` is served without a key and describes every `/v1`
