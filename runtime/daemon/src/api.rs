@@ -726,7 +726,7 @@ pub(crate) async fn decide(
     let request: Decide = json_body(&headers, body)?;
     let run = own_run(&daemon, &account, &id).await?;
     let decision = Decision {
-        groups: daemon.config.groups_of(&request.approver),
+        groups: daemon.config.people(&account).groups_of(&request.approver),
         approver: request.approver,
         approved: request.approved,
         comment: request.comment,
@@ -766,7 +766,7 @@ pub(crate) async fn my_approvals(
     query: Result<Query<ApproverQuery>, QueryRejection>,
 ) -> Answer {
     let Query(ApproverQuery { approver }) = query.map_err(invalid_query)?;
-    let groups = daemon.config.groups_of(&approver);
+    let groups = daemon.config.people(&account).groups_of(&approver);
     let parked = RunQuery {
         workflow: None,
         status: Some(RunStatus::PendingApproval),
@@ -831,7 +831,7 @@ pub(crate) async fn notifications(
     query: Result<Query<ReaderQuery>, QueryRejection>,
 ) -> Answer {
     let Query(query) = query.map_err(invalid_query)?;
-    let audiences = daemon.config.audiences_of(&query.reader);
+    let audiences = daemon.config.people(&account).audiences_of(&query.reader);
     let mut list = daemon
         .store
         .notifications(&account, &audiences, &query.reader)

@@ -39,11 +39,6 @@ pub struct Config {
     pub smtp: Option<Smtp>,
     pub provider: Option<Provider>,
     pub accounts: Vec<Account>,
-    /// Department name to member emails (handoff recipients).
-    pub departments: BTreeMap<String, Vec<String>>,
-    /// Approver group name to member emails: an approval naming the group
-    /// may be decided by any member.
-    pub approver_groups: BTreeMap<String, Vec<String>>,
     pub webhooks: Vec<Webhook>,
     /// OTLP/HTTP endpoint for traces; none exports nothing.
     pub otlp_endpoint: Option<String>,
@@ -96,11 +91,21 @@ pub struct Provider {
 }
 
 /// An account: its runs and workflows are visible only to its API keys.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Account {
     pub id: String,
     pub api_keys: Vec<Secret>,
+    /// Department name to member emails (handoff recipients). An account's
+    /// workflows reach its own departments only.
+    pub departments: BTreeMap<String, Vec<String>>,
+    /// Approver group name to member emails: an approval naming the group
+    /// may be decided by any member.
+    pub approver_groups: BTreeMap<String, Vec<String>>,
+    /// The domains flowd may email an approver named by address in: by
+    /// default those of the account's own people. An approval's approvers
+    /// are an expression (they can come from a run's input), and flowd must
+    /// not mail a link to anyone a caller names.
+    pub mail_domains: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -120,6 +125,20 @@ fn all_events() -> Vec<String> {
     EVENTS.iter().map(ToString::to_string).collect()
 }
 
+/// An `[[accounts]]` entry as written: its people keep their places, for
+/// problems.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AccountFile {
+    id: String,
+    api_keys: Vec<Secret>,
+    #[serde(default)]
+    departments: BTreeMap<String, toml::Spanned<Vec<String>>>,
+    #[serde(default)]
+    approver_groups: BTreeMap<String, toml::Spanned<Vec<String>>>,
+    mail_domains: Option<Vec<String>>,
+}
+
 /// The file as written, before checks and overrides.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -131,11 +150,7 @@ struct File {
     smtp: Option<Smtp>,
     provider: Option<toml::Spanned<Provider>>,
     #[serde(default)]
-    accounts: Vec<toml::Spanned<Account>>,
-    #[serde(default)]
-    departments: BTreeMap<String, toml::Spanned<Vec<String>>>,
-    #[serde(default)]
-    approver_groups: BTreeMap<String, toml::Spanned<Vec<String>>>,
+    accounts: Vec<toml::Spanned<AccountFile>>,
     #[serde(default)]
     webhooks: Vec<toml::Spanned<Webhook>>,
     otlp_endpoint: Option<toml::Spanned<String>>,
@@ -339,33 +354,41 @@ pub fn load(
                 );
             }
         }
-        accounts.push(account);
+        let mut people = |table: &str, entries: BTreeMap<String, toml::Spanned<Vec<String>>>| {
+            entries
+                .into_iter()
+                .map(|(name, members)| {
+                    let span = members.span();
+                    let members = members.into_inner();
+                    if members.is_empty() {
+                        problems.at(
+                            span.clone(),
+                            format!("account `{}`: {table} `{name}` has no members", account.id),
+                        );
+                    }
+                    for member in members.iter().filter(|m| !is_email(m)) {
+                        problems.at(
+                            span.clone(),
+                            format!(
+                                "account `{}`: {table} `{name}`: `{member}` is not an email address",
+                                account.id
+                            ),
+                        );
+                    }
+                    (name, members)
+                })
+                .collect::<BTreeMap<_, _>>()
+        };
+        let departments = people("departments", account.departments);
+        let approver_groups = people("approver_groups", account.approver_groups);
+        accounts.push(Account {
+            id: account.id,
+            api_keys: account.api_keys,
+            departments,
+            approver_groups,
+            mail_domains: account.mail_domains,
+        });
     }
-
-    let people = |problems: &mut Problems<'_>,
-                  table: &str,
-                  entries: BTreeMap<String, toml::Spanned<Vec<String>>>|
-     -> BTreeMap<String, Vec<String>> {
-        entries
-            .into_iter()
-            .map(|(name, members)| {
-                let span = members.span();
-                let members = members.into_inner();
-                if members.is_empty() {
-                    problems.at(span.clone(), format!("[{table}] `{name}` has no members"));
-                }
-                for member in members.iter().filter(|m| !is_email(m)) {
-                    problems.at(
-                        span.clone(),
-                        format!("[{table}] `{name}`: `{member}` is not an email address"),
-                    );
-                }
-                (name, members)
-            })
-            .collect()
-    };
-    let departments = people(&mut problems, "departments", file.departments);
-    let approver_groups = people(&mut problems, "approver_groups", file.approver_groups);
 
     let webhooks = file
         .webhooks
@@ -413,8 +436,6 @@ pub fn load(
         smtp,
         provider,
         accounts,
-        departments,
-        approver_groups,
         webhooks,
         otlp_endpoint,
     })
@@ -477,6 +498,26 @@ impl std::fmt::Debug for StoreLocation {
 }
 
 impl Config {
+    /// The account `id`'s people: its departments and approver groups (none
+    /// for an id that is no account's).
+    pub fn people(&self, id: &str) -> &Account {
+        static NOBODY: std::sync::OnceLock<Account> = std::sync::OnceLock::new();
+        self.accounts
+            .iter()
+            .find(|account| account.id == id)
+            .unwrap_or_else(|| {
+                NOBODY.get_or_init(|| Account {
+                    id: String::new(),
+                    api_keys: Vec::new(),
+                    departments: BTreeMap::new(),
+                    approver_groups: BTreeMap::new(),
+                    mail_domains: Some(Vec::new()),
+                })
+            })
+    }
+}
+
+impl Account {
     /// The approver groups `email` belongs to.
     pub fn groups_of(&self, email: &str) -> Vec<String> {
         member_of(&self.approver_groups, email)
@@ -494,8 +535,8 @@ impl Config {
     }
 
     /// The addresses a notification of `kind` for `audience` goes to: a
-    /// handoff's department members; an approval's approver, or the members
-    /// of the approver group it names.
+    /// handoff's department members; an approval's approver group's
+    /// members, or the approver named, if flowd may mail that address.
     pub fn recipients(&self, kind: NotificationKind, audience: &str) -> Vec<String> {
         let table = match kind {
             NotificationKind::Handoff => &self.departments,
@@ -503,10 +544,31 @@ impl Config {
         };
         match table.get(audience) {
             Some(members) => members.clone(),
-            None if kind == NotificationKind::Approval && is_email(audience) => {
+            None if kind == NotificationKind::Approval && self.may_mail(audience) => {
                 vec![audience.to_string()]
             }
             None => Vec::new(),
+        }
+    }
+
+    /// Whether flowd may email `address` for this account: one of its people,
+    /// or an address in one of its mail domains.
+    pub fn may_mail(&self, address: &str) -> bool {
+        if !is_email(address) {
+            return false;
+        }
+        let domain = |email: &str| email.rsplit_once('@').map(|(_, d)| d.to_ascii_lowercase());
+        let people = || {
+            self.departments
+                .values()
+                .chain(self.approver_groups.values())
+                .flatten()
+        };
+        match &self.mail_domains {
+            Some(domains) => domains
+                .iter()
+                .any(|d| Some(d.to_ascii_lowercase()) == domain(address)),
+            None => people().any(|p| p == address || domain(p) == domain(address)),
         }
     }
 }

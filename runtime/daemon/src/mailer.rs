@@ -86,11 +86,12 @@ async fn deliver(daemon: &Daemon, notification: &Notification) -> MailState {
     };
     let recipients = daemon
         .config
+        .people(&notification.account)
         .recipients(notification.kind, &notification.audience);
     if recipients.is_empty() {
         eprintln!(
-            "flowd: notification {} for `{}` has nobody to mail (no such department or approver group)",
-            notification.id, notification.audience
+            "flowd: notification {} for `{}` has nobody to mail (no such department or approver group of account `{}`, nor an address it may mail)",
+            notification.id, notification.audience, notification.account
         );
         daemon.metrics.email(notification.kind, MailState::Skipped);
         return MailState::Skipped;

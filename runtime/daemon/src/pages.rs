@@ -59,7 +59,7 @@ pub(crate) async fn confirm(
     };
     let comment = form.comment.trim();
     let decision = Decision {
-        groups: daemon.config.groups_of(&link.approver),
+        groups: daemon.config.people(&run.account).groups_of(&link.approver),
         approver: link.approver.clone(),
         approved: link.approve,
         comment: (!comment.is_empty()).then(|| comment.to_string()),

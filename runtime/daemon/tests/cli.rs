@@ -711,7 +711,7 @@ async fn approvals_and_handoffs_are_emailed_with_signed_single_use_links() {
     let dir = TempDir::new("flowd-emails");
     let config = format!(
         "{CONFIG}
-[departments]
+[accounts.departments]
 support = [\"sam@acme.io\", \"sue@acme.io\"]
 [smtp]
 host = \"127.0.0.1\"
@@ -914,6 +914,46 @@ tls = \"none\"
         metrics.contains(r#"flow_emails_total{kind="handoff",result="sent"} 2"#),
         "{metrics}"
     );
+
+    // Another account's workflow reaches neither acme's approver group nor
+    // an address it names outside its own people's domains: flowd is no
+    // relay for links and text to whoever a caller names.
+    flowd
+        .deploy(
+            GLOBEX,
+            r#"workflow lure {
+  step ok = approval { approvers: ["leads", "mallory@evil.example"], message: "Urgent: approve" }
+}
+"#,
+        )
+        .await;
+    let (_, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/runs",
+            Some(GLOBEX),
+            Some(json!({ "workflow": "lure" })),
+        )
+        .await;
+    let lure = body["run_id"].as_str().unwrap().to_string();
+    assert_eq!(
+        flowd.settled(&lure, GLOBEX).await["status"],
+        "pending_approval"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !flowd
+        .metrics()
+        .await
+        .contains(r#"flow_emails_total{kind="approval",result="skipped"} 2"#)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}",
+            flowd.metrics().await
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(sink.mails().len(), 5, "nothing more was sent");
     assert_eq!(flowd.stop(), Some(0));
 }
 

@@ -44,16 +44,17 @@ models = {{ default = "llama3.1" }}
 [[accounts]]
 id = "acme"
 api_keys = ["acme-key-0123456789"]
+mail_domains = ["acme.io", "acme-partners.com"]
+
+[accounts.departments]
+billing = ["ana@acme.io", "bo@acme.io"]
+
+[accounts.approver_groups]
+billing-leads = ["ana@acme.io"]
 
 [[accounts]]
 id = "globex"
 api_keys = ["globex-key-0123456789", "globex-key-abcdefghij"]
-
-[departments]
-billing = ["ana@acme.io", "bo@acme.io"]
-
-[approver_groups]
-billing-leads = ["ana@acme.io"]
 
 [[webhooks]]
 url = "https://hooks.example.com/flow"
@@ -107,7 +108,7 @@ api_keys = []
 id = "globex"
 api_keys = ["short"]
 
-[departments]
+[accounts.departments]
 billing = ["ana", "bo@acme.io"]
 empty = []
 

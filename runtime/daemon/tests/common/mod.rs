@@ -12,15 +12,16 @@ pub(crate) struct Flowd {
     pub(crate) client: reqwest::Client,
 }
 
+/// Acme comes last: a test may add tables of its own (`[accounts.departments]`).
 pub(crate) const CONFIG: &str = "listen = \"127.0.0.1:0\"
 link_secret = \"0123456789abcdef0123456789abcdef\"
 [[accounts]]
-id = \"acme\"
-api_keys = [\"acme-key-0123456789\"]
-[[accounts]]
 id = \"globex\"
 api_keys = [\"globex-key-0123456789\"]
-[approver_groups]
+[[accounts]]
+id = \"acme\"
+api_keys = [\"acme-key-0123456789\"]
+[accounts.approver_groups]
 leads = [\"ana@acme.io\"]
 ";
 pub(crate) const ACME: &str = "acme-key-0123456789";
