@@ -25,8 +25,8 @@ use crate::interp::{
 };
 use crate::interp::{DecideError, Decision, PendingApproval, decide_record, gate_due_ms};
 use crate::store::{
-    Deployment, MailState, NO_ACCOUNT, NewNotification, Notification, NotificationKind, RunLog,
-    RunQuery, RunRow, RunStatus, Store, StoreError, StoreFuture,
+    Deployment, MailNext, NO_ACCOUNT, NewNotification, Notification, NotificationKind, Outgoing,
+    RunLog, RunQuery, RunRow, RunStatus, Store, StoreError, StoreFuture,
 };
 
 impl rusqlite::types::ToSql for RunStatus {
@@ -190,6 +190,16 @@ const MIGRATIONS: &[&str] = &[
         SET due_ms = json_extract(record, '$.started_ms') + json_extract(record, '$.input.expires_ms')
       WHERE status = 'pending' AND json_extract(record, '$.input.expires_ms') IS NOT NULL;
      CREATE INDEX step_runs_due ON step_runs(due_ms) WHERE status = 'pending' AND due_ms IS NOT NULL;",
+    // The outbox retries: an SMTP server down for a while delays emails, it
+    // does not lose them; a recipient reached is not mailed again.
+    "ALTER TABLE notifications ADD COLUMN mail_attempts INTEGER NOT NULL DEFAULT 0;
+     ALTER TABLE notifications ADD COLUMN mail_next_ms INTEGER;
+     CREATE TABLE notification_sends (
+         notification_id INTEGER NOT NULL REFERENCES notifications(id),
+         recipient TEXT NOT NULL,
+         sent_ms INTEGER NOT NULL,
+         PRIMARY KEY (notification_id, recipient)
+     );",
 ];
 
 impl From<rusqlite::Error> for StoreError {
@@ -846,24 +856,61 @@ impl SqliteStore {
         })
     }
 
-    pub fn to_mail(&self, limit: usize) -> Result<Vec<Notification>, StoreError> {
+    pub fn to_mail(&self, now_ms: u64, limit: usize) -> Result<Vec<Outgoing>, StoreError> {
         let conn = self.reader()?;
         let mut statement = conn.prepare_cached(
-            "SELECT id, account, kind, audience, run_id, step_path, subject, message, created_ms, 0
-             FROM notifications WHERE mail IS NULL ORDER BY id LIMIT ?1",
+            "SELECT id, account, kind, audience, run_id, step_path, subject, message, created_ms, 0,
+                    mail_attempts
+             FROM notifications
+             WHERE mail IS NULL AND (mail_next_ms IS NULL OR mail_next_ms <= ?1)
+             ORDER BY id LIMIT ?2",
         )?;
         let rows = statement
-            .query_map([limit as i64], notification_row)?
+            .query_map(params![now_ms as i64, limit as i64], |row| {
+                Ok((notification_row(row)?, row.get::<_, i64>(10)?))
+            })?
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(rows)
+        let mut sends = conn.prepare_cached(
+            "SELECT recipient FROM notification_sends WHERE notification_id = ?1 ORDER BY recipient",
+        )?;
+        let mut outgoing = Vec::with_capacity(rows.len());
+        for (notification, attempts) in rows {
+            let sent_to = sends
+                .query_map([notification.id], |row| row.get(0))?
+                .collect::<Result<Vec<String>, _>>()?;
+            outgoing.push(Outgoing {
+                notification,
+                attempts: attempts as u32,
+                sent_to,
+            });
+        }
+        Ok(outgoing)
     }
 
-    pub fn set_mailed(&self, id: i64, state: MailState) -> Result<(), StoreError> {
-        lock(&self.conn).execute(
-            "UPDATE notifications SET mail = ?2 WHERE id = ?1",
-            params![id, state.as_str()],
-        )?;
-        Ok(())
+    pub fn mailed(&self, id: i64, reached: &[String], next: MailNext) -> Result<(), StoreError> {
+        let conn = lock(&self.conn);
+        in_immediate(&conn, || {
+            let now = now_ms();
+            for recipient in reached {
+                conn.execute(
+                    "INSERT OR IGNORE INTO notification_sends (notification_id, recipient, sent_ms)
+                     VALUES (?1, ?2, ?3)",
+                    params![id, recipient, now],
+                )?;
+            }
+            match next {
+                MailNext::Done(state) => conn.execute(
+                    "UPDATE notifications SET mail = ?2 WHERE id = ?1",
+                    params![id, state.as_str()],
+                )?,
+                MailNext::Retry(at_ms) => conn.execute(
+                    "UPDATE notifications SET mail_attempts = mail_attempts + 1, mail_next_ms = ?2
+                     WHERE id = ?1",
+                    params![id, at_ms as i64],
+                )?,
+            };
+            Ok(())
+        })
     }
 }
 
@@ -993,12 +1040,12 @@ impl Store for SqliteStore {
         ready(self.mark_read(account, reader, ids))
     }
 
-    fn to_mail(&self, limit: usize) -> StoreFuture<'_, Vec<Notification>> {
-        ready(self.to_mail(limit))
+    fn to_mail(&self, now_ms: u64, limit: usize) -> StoreFuture<'_, Vec<Outgoing>> {
+        ready(self.to_mail(now_ms, limit))
     }
 
-    fn set_mailed(&self, id: i64, state: MailState) -> StoreFuture<'_, ()> {
-        ready(self.set_mailed(id, state))
+    fn mailed<'a>(&'a self, id: i64, reached: &'a [String], next: MailNext) -> StoreFuture<'a, ()> {
+        ready(self.mailed(id, reached, next))
     }
 
     fn open_journal<'a>(
@@ -1444,7 +1491,7 @@ mod tests {
         assert_eq!(notes.len(), 1, "the run's account: {notes:?}");
         assert_eq!(notes[0].message, "look");
         assert!(
-            store.to_mail(10).unwrap().is_empty(),
+            store.to_mail(u64::MAX, 10).unwrap().is_empty(),
             "old ones are not mailed now"
         );
         let due: Vec<String> = store

@@ -179,7 +179,27 @@ pub struct NewNotification<'a> {
     pub key: Option<&'a str>,
 }
 
-/// How an outbox entry's email went (`Store::set_mailed`).
+/// A notification due to be mailed, with what earlier attempts did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outgoing {
+    pub notification: Notification,
+    /// Attempts so far that left some recipient to try again.
+    pub attempts: u32,
+    /// The recipients an earlier attempt already reached.
+    pub sent_to: Vec<String>,
+}
+
+/// What an attempt at mailing a notification leaves to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MailNext {
+    /// Nothing: it is out of the outbox, so.
+    Done(MailState),
+    /// Try the recipients not reached yet again at this time (ms since the
+    /// epoch).
+    Retry(u64),
+}
+
+/// How an outbox entry's email went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MailState {
     Sent,
@@ -342,11 +362,13 @@ pub trait Store: Send + Sync {
         ids: &'a [i64],
     ) -> StoreFuture<'a, usize>;
 
-    /// Notifications not yet mailed, oldest first (the daemon's outbox).
-    fn to_mail(&self, limit: usize) -> StoreFuture<'_, Vec<Notification>>;
+    /// Notifications due to be mailed by `now_ms`, oldest first (the
+    /// daemon's outbox).
+    fn to_mail(&self, now_ms: u64, limit: usize) -> StoreFuture<'_, Vec<Outgoing>>;
 
-    /// Takes notification `id` out of the outbox.
-    fn set_mailed(&self, id: i64, state: MailState) -> StoreFuture<'_, ()>;
+    /// Records an attempt at mailing notification `id`: the recipients it
+    /// reached, and what is left to do.
+    fn mailed<'a>(&'a self, id: i64, reached: &'a [String], next: MailNext) -> StoreFuture<'a, ()>;
 
     /// Opens a run's journal, loading its records for replay. With
     /// `Durability::Approval`, records are persisted only by `RunLog::flush`.

@@ -8,7 +8,7 @@ use flow_plan::Durability;
 use flow_runtime::interp::{Decision, Effects, Handoff, KbWrite, Outcome, Services};
 use flow_runtime::offline::OfflineProvider;
 use flow_runtime::sqlite::{RunJournal, SqliteStore};
-use flow_runtime::store::{MailState, NotificationKind, RunLog, RunStatus, Store};
+use flow_runtime::store::{MailNext, MailState, NotificationKind, RunLog, RunStatus, Store};
 use flow_tests::TempDir;
 use serde_json::json;
 
@@ -206,10 +206,29 @@ async fn kb_documents_keys_and_notifications_belong_to_the_run_account() {
     assert!(!store.notifications("acme", &audiences, "bo@x.io").unwrap()[0].read);
 
     // Both handoffs wait in the outbox until mailed.
-    let outbox = store.to_mail(10).unwrap();
+    let outbox = store.to_mail(u64::MAX, 10).unwrap();
     assert_eq!(outbox.len(), 2);
-    store.set_mailed(outbox[0].id, MailState::Sent).unwrap();
-    assert_eq!(store.to_mail(10).unwrap().len(), 1);
+    store
+        .mailed(
+            outbox[0].notification.id,
+            &[],
+            MailNext::Done(MailState::Sent),
+        )
+        .unwrap();
+    assert_eq!(store.to_mail(u64::MAX, 10).unwrap().len(), 1);
+
+    // A retry: the recipients reached are kept, and the notification waits
+    // until its time.
+    let left = outbox[1].notification.id;
+    store
+        .mailed(left, &["sam@x.io".to_string()], MailNext::Retry(5_000))
+        .unwrap();
+    assert!(store.to_mail(4_999, 10).unwrap().is_empty(), "not yet");
+    let again = store.to_mail(5_000, 10).unwrap();
+    assert_eq!(
+        (again[0].attempts, again[0].sent_to.clone()),
+        (1, vec!["sam@x.io".to_string()])
+    );
 }
 
 const GATED: &str = r#"recipe r { model "m" input { q: string } output { a: string } prompt "{{input.q}}" }

@@ -3,16 +3,18 @@
 //!
 //! The store's notifications are the outbox. A handoff step and a parked run
 //! only store a notification (in the run's path, a local write); this task
-//! mails what is due, off the run's path, and marks each notification sent,
-//! failed or skipped. A crash between sending and marking sends an email
-//! twice rather than never. A delivery that keeps failing is logged and
+//! mails what is due, off the run's path. Each recipient reached is recorded;
+//! those a failing server did not take are tried again later (from 30 s,
+//! doubling, for about two hours), so an SMTP outage delays email rather
+//! than losing it. A crash between sending and recording sends an email
+//! twice rather than never. A delivery that fails for good is logged and
 //! counted (`flow_emails_total{result="failed"}`), never fails a run.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use flow_runtime::interp::{PendingApproval, StepStatus, gate_due_ms};
-use flow_runtime::store::{MailState, Notification, NotificationKind};
+use flow_runtime::store::{MailNext, MailState, Notification, NotificationKind, Outgoing};
 use lettre::message::header::ContentType;
 use lettre::transport::smtp::authentication::Credentials;
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
@@ -64,25 +66,45 @@ pub(crate) async fn run(daemon: Arc<Daemon>) {
 
 async fn deliver_due(daemon: &Arc<Daemon>) -> Result<(), String> {
     loop {
-        let due = daemon.store.to_mail(64).await.map_err(|e| e.to_string())?;
+        let due = daemon
+            .store
+            .to_mail(now_ms(), 64)
+            .await
+            .map_err(|e| e.to_string())?;
         if due.is_empty() {
             return Ok(());
         }
-        for notification in due {
-            let state = deliver(daemon, &notification).await;
+        for outgoing in due {
+            let (reached, next) = deliver(daemon, &outgoing).await;
             daemon
                 .store
-                .set_mailed(notification.id, state)
+                .mailed(outgoing.notification.id, &reached, next)
                 .await
                 .map_err(|e| e.to_string())?;
         }
     }
 }
 
-/// Sends one notification's emails; how it went.
-async fn deliver(daemon: &Daemon, notification: &Notification) -> MailState {
+/// How many times a notification's unreached recipients are tried (each
+/// attempt retries a few times itself), and the wait after the first
+/// attempt, doubling up to an hour: about two hours in all.
+const OUTBOX_ATTEMPTS: u32 = 8;
+const OUTBOX_FIRST_WAIT_MS: u64 = 30_000;
+const OUTBOX_LONGEST_WAIT_MS: u64 = 3_600_000;
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Sends a notification's emails to the recipients not reached yet; those
+/// it reached, and what is left to do.
+async fn deliver(daemon: &Daemon, outgoing: &Outgoing) -> (Vec<String>, MailNext) {
+    let notification = &outgoing.notification;
+    let skipped = (Vec::new(), MailNext::Done(MailState::Skipped));
     let Some(transport) = &daemon.mail else {
-        return MailState::Skipped;
+        return skipped;
     };
     let recipients = daemon
         .config
@@ -94,10 +116,14 @@ async fn deliver(daemon: &Daemon, notification: &Notification) -> MailState {
             notification.id, notification.audience, notification.account
         );
         daemon.metrics.email(notification.kind, MailState::Skipped);
-        return MailState::Skipped;
+        return skipped;
     }
-    let Ok(Some(run)) = daemon.store.run(&notification.run_id).await else {
-        return MailState::Skipped;
+    // A store that does not answer now may answer at the next attempt.
+    let retry_soon = |reached| (reached, MailNext::Retry(now_ms() + OUTBOX_FIRST_WAIT_MS));
+    let run = match daemon.store.run(&notification.run_id).await {
+        Ok(Some(run)) => run,
+        Ok(None) => return skipped,
+        Err(_) => return retry_soon(Vec::new()),
     };
     let gate = match notification.kind {
         NotificationKind::Handoff => None,
@@ -106,7 +132,7 @@ async fn deliver(daemon: &Daemon, notification: &Notification) -> MailState {
             // expired before its email went out needs none), and when it
             // expires.
             let Ok(records) = daemon.store.step_records(&run.id).await else {
-                return MailState::Skipped;
+                return retry_soon(Vec::new());
             };
             let gate = records
                 .iter()
@@ -119,12 +145,13 @@ async fn deliver(daemon: &Daemon, notification: &Notification) -> MailState {
                 });
             match gate {
                 Some(gate) => Some(gate),
-                None => return MailState::Skipped,
+                None => return skipped,
             }
         }
     };
-    let mut state = MailState::Sent;
-    for recipient in &recipients {
+    let mut reached = Vec::new();
+    let (mut refused, mut unreachable) = (false, false);
+    for recipient in recipients.iter().filter(|r| !outgoing.sent_to.contains(r)) {
         let text = match &gate {
             None => handoff_text(daemon, notification, &run.workflow),
             Some((pending, due_ms)) => {
@@ -137,21 +164,47 @@ async fn deliver(daemon: &Daemon, notification: &Notification) -> MailState {
                 format!("Approval needed: {} ({})", run.workflow, pending.step_id)
             }
         });
-        let sent = send(transport, &daemon_from(daemon), recipient, &subject, text).await;
-        let result = match sent {
-            Ok(()) => MailState::Sent,
-            Err(error) => {
-                eprintln!(
-                    "flowd: email to {recipient} about run {} failed: {error}",
-                    run.id
-                );
-                state = MailState::Failed;
-                MailState::Failed
+        match send(transport, &daemon_from(daemon), recipient, &subject, text).await {
+            Ok(()) => {
+                daemon.metrics.email(notification.kind, MailState::Sent);
+                reached.push(recipient.clone());
             }
-        };
-        daemon.metrics.email(notification.kind, result);
+            Err(Failure { message, permanent }) => {
+                eprintln!(
+                    "flowd: email to {recipient} about run {} failed{}: {message}",
+                    run.id,
+                    if permanent {
+                        " for good"
+                    } else {
+                        "; it is tried again later"
+                    }
+                );
+                if permanent {
+                    daemon.metrics.email(notification.kind, MailState::Failed);
+                    refused = true;
+                } else {
+                    unreachable = true;
+                }
+            }
+        }
     }
-    state
+    let attempt = outgoing.attempts + 1;
+    let next = if unreachable && attempt < OUTBOX_ATTEMPTS {
+        let wait = (OUTBOX_FIRST_WAIT_MS << (attempt - 1).min(16)).min(OUTBOX_LONGEST_WAIT_MS);
+        MailNext::Retry(now_ms() + wait)
+    } else if unreachable || refused {
+        if unreachable {
+            // The last attempt: whoever is still unreached is counted now.
+            let left = recipients.len() - outgoing.sent_to.len() - reached.len();
+            for _ in 0..left {
+                daemon.metrics.email(notification.kind, MailState::Failed);
+            }
+        }
+        MailNext::Done(MailState::Failed)
+    } else {
+        MailNext::Done(MailState::Sent)
+    };
+    (reached, next)
 }
 
 fn daemon_from(daemon: &Daemon) -> String {
@@ -163,29 +216,47 @@ fn daemon_from(daemon: &Daemon) -> String {
         .unwrap_or_default()
 }
 
-/// Sends one email, with retries.
+/// Why an email was not sent; a permanent failure (a refused mailbox, an
+/// address that does not parse) is not tried again.
+struct Failure {
+    message: String,
+    permanent: bool,
+}
+
+/// Sends one email, retrying a few times within a couple of seconds.
 async fn send(
     transport: &Transport,
     from: &str,
     to: &str,
     subject: &str,
     text: String,
-) -> Result<(), String> {
+) -> Result<(), Failure> {
+    let permanent = |message: String| Failure {
+        message,
+        permanent: true,
+    };
     let message = Message::builder()
-        .from(from.parse().map_err(|e| format!("sender `{from}`: {e}"))?)
-        .to(to.parse().map_err(|e| format!("recipient `{to}`: {e}"))?)
+        .from(
+            from.parse()
+                .map_err(|e| permanent(format!("sender `{from}`: {e}")))?,
+        )
+        .to(to
+            .parse()
+            .map_err(|e| permanent(format!("recipient `{to}`: {e}")))?)
         .subject(subject)
         .header(ContentType::TEXT_PLAIN)
         .body(text)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| permanent(e.to_string()))?;
     let mut wait = FIRST_WAIT;
     let mut attempt = 1;
     loop {
         match transport.send(message.clone()).await {
             Ok(_) => return Ok(()),
-            // A permanent refusal (unknown mailbox) is not retried.
             Err(error) if error.is_permanent() || attempt == ATTEMPTS => {
-                return Err(error.to_string());
+                return Err(Failure {
+                    message: error.to_string(),
+                    permanent: error.is_permanent(),
+                });
             }
             Err(_) => {
                 tokio::time::sleep(wait).await;
