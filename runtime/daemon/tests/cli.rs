@@ -1136,7 +1136,7 @@ workflow echo {
             Method::POST,
             "/v1/runs",
             Some(ACME),
-            Some(json!({ "workflow": "echo", "input": { "words": ["a", "b"] } })),
+            Some(json!({ "workflow": "echo", "input": { "words": ["s3cret-a", "s3cret-b"] } })),
         )
         .await;
     let run_id = body["run_id"].as_str().unwrap().to_string();
@@ -1171,6 +1171,9 @@ workflow echo {
     let trace = run["traceId"].as_str().unwrap();
     assert_eq!(trace.len(), 32);
     assert!(spans.iter().all(|s| s["traceId"] == trace), "one trace");
+    // Spans say what ran, never with what: no input or output in them.
+    let exported = serde_json::to_string(&spans).unwrap();
+    assert!(!exported.contains("s3cret"), "{exported}");
 
     let first = by_path("first");
     assert_eq!(first["parentSpanId"], run["spanId"]);
