@@ -4,7 +4,8 @@
 //! listed with where it is (`flowd.toml:12:3`), so an operator fixes them in
 //! one pass. Environment variables (`FLOWD_LISTEN`, `FLOWD_STORE`,
 //! `FLOWD_PUBLIC_URL`, `FLOWD_LINK_SECRET`, `FLOWD_SMTP_HOST`,
-//! `FLOWD_SMTP_PORT`, `FLOWD_OTLP_ENDPOINT`) override the file's values, for
+//! `FLOWD_SMTP_PORT`, `FLOWD_OTLP_ENDPOINT`, `FLOWD_METRICS_TOKEN`) override
+//! the file's values, for
 //! containers and secrets kept out of files.
 
 use std::collections::{BTreeMap, HashMap};
@@ -42,6 +43,9 @@ pub struct Config {
     pub webhooks: Vec<Webhook>,
     /// OTLP/HTTP endpoint for traces; none exports nothing.
     pub otlp_endpoint: Option<String>,
+    /// When set, `/metrics` answers only `Authorization: Bearer TOKEN`: its
+    /// labels name every account's workflows.
+    pub metrics_token: Option<Secret>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -154,6 +158,7 @@ struct File {
     #[serde(default)]
     webhooks: Vec<toml::Spanned<Webhook>>,
     otlp_endpoint: Option<toml::Spanned<String>>,
+    metrics_token: Option<toml::Spanned<String>>,
 }
 
 /// A mistake in the configuration, and where it is.
@@ -210,6 +215,7 @@ pub fn load(
     let public_setting = setting("FLOWD_PUBLIC_URL", spanned(&file.public_url));
     let secret_setting = setting("FLOWD_LINK_SECRET", spanned(&file.link_secret));
     let otlp_setting = setting("FLOWD_OTLP_ENDPOINT", spanned(&file.otlp_endpoint));
+    let metrics_setting = setting("FLOWD_METRICS_TOKEN", spanned(&file.metrics_token));
 
     let listen = match listen_setting {
         None => DEFAULT_LISTEN.parse().ok(),
@@ -257,6 +263,15 @@ pub fn load(
             Some(value)
         }
     };
+    let metrics_token = metrics_setting.map(|(value, place)| {
+        if value.len() < 16 {
+            problems.report(
+                place,
+                "metrics_token is shorter than 16 characters".to_string(),
+            );
+        }
+        Secret(value)
+    });
 
     let mut smtp = file.smtp;
     if let Some(host) = env("FLOWD_SMTP_HOST") {
@@ -438,6 +453,7 @@ pub fn load(
         accounts,
         webhooks,
         otlp_endpoint,
+        metrics_token,
     })
 }
 

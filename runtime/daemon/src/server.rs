@@ -29,8 +29,8 @@ pub struct Daemon {
     pub config: Config,
     pub store: Arc<dyn Store>,
     pub provider: Arc<dyn Provider>,
-    /// API key to the account it belongs to.
-    keys: HashMap<String, String>,
+    /// API key (its digest, `key_digest`) to the account it belongs to.
+    keys: HashMap<[u8; 32], String>,
     /// The runs this process is driving; shutdown waits for them to settle.
     runs: std::sync::Mutex<JoinSet<()>>,
     pub metrics: crate::metrics::Metrics,
@@ -109,7 +109,7 @@ impl Daemon {
                 account
                     .api_keys
                     .iter()
-                    .map(|Secret(key)| (key.clone(), account.id.clone()))
+                    .map(|Secret(key)| (key_digest(key), account.id.clone()))
             })
             .collect();
         let mail = config
@@ -479,21 +479,40 @@ impl Daemon {
 pub fn router(daemon: Arc<Daemon>) -> Router {
     let metrics = Router::new().route(
         "/metrics",
-        axum::routing::get(|State(daemon): State<Arc<Daemon>>| async move {
-            // The store is the truth of what waits: a restart or another
-            // process deciding keeps it right, as a counter here would not.
-            match daemon.store.pending_approvals().await {
-                Ok(counts) => daemon.metrics.set_pending_approvals(&counts),
-                Err(error) => eprintln!("flowd: metrics: cannot count pending approvals: {error}"),
-            }
-            (
-                [(
-                    header::CONTENT_TYPE,
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                )],
-                daemon.metrics.encode(),
-            )
-        }),
+        axum::routing::get(
+            |State(daemon): State<Arc<Daemon>>, headers: axum::http::HeaderMap| async move {
+                if let Some(Secret(token)) = &daemon.config.metrics_token {
+                    let sent = headers
+                        .get(header::AUTHORIZATION)
+                        .and_then(|value| value.to_str().ok())
+                        .and_then(|value| value.strip_prefix("Bearer "));
+                    // Compared in constant time, as a MAC is.
+                    if !sent.is_some_and(|sent| same_secret(sent, token)) {
+                        return problem(
+                            StatusCode::UNAUTHORIZED,
+                            "unauthenticated",
+                            "/metrics needs `Authorization: Bearer` with the metrics_token",
+                        );
+                    }
+                }
+                // The store is the truth of what waits: a restart or another
+                // process deciding keeps it right, as a counter here would not.
+                match daemon.store.pending_approvals().await {
+                    Ok(counts) => daemon.metrics.set_pending_approvals(&counts),
+                    Err(error) => {
+                        eprintln!("flowd: metrics: cannot count pending approvals: {error}")
+                    }
+                }
+                (
+                    [(
+                        header::CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    daemon.metrics.encode(),
+                )
+                    .into_response()
+            },
+        ),
     );
     let api = Router::new()
         .route(
@@ -630,7 +649,7 @@ async fn authenticate(
             "send an API key as `Authorization: Bearer KEY`",
         );
     };
-    let Some(account) = daemon.keys.get(key) else {
+    let Some(account) = daemon.keys.get(&key_digest(key)) else {
         return problem(
             StatusCode::UNAUTHORIZED,
             "unauthenticated",
@@ -728,6 +747,27 @@ pub(crate) async fn joined<T>(
             &format!("the request's task stopped: {error}"),
         )),
     }
+}
+
+/// An API key as the daemon looks it up: its SHA-256, so that the lookup's
+/// timing says nothing about the keys themselves.
+fn key_digest(key: &str) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(key.as_bytes()).into()
+}
+
+/// Whether `sent` is `secret`, compared in constant time (both hashed
+/// first, so that neither length nor content leaks through timing).
+fn same_secret(sent: &str, secret: &str) -> bool {
+    use sha2::{Digest, Sha256};
+    let (a, b) = (
+        Sha256::digest(sent.as_bytes()),
+        Sha256::digest(secret.as_bytes()),
+    );
+    a.iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
 }
 
 /// A problem as a response, for middleware and fallbacks.

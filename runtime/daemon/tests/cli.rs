@@ -1412,3 +1412,25 @@ async fn an_expired_gate_moves_its_run_on_without_a_request() {
         json!({ "approved": false, "comment": "expired" })
     );
 }
+
+/// With `metrics_token` set, `/metrics` (whose labels name every account's
+/// workflows) answers only that token.
+#[tokio::test]
+async fn a_metrics_token_guards_the_metrics() {
+    let dir = TempDir::new("flowd-metrics-token");
+    let flowd = Flowd::start_with(
+        &dir,
+        &format!("metrics_token = \"scrape-0123456789abcdef\"\n{CONFIG}"),
+    );
+    let scrape = |token: Option<&'static str>| {
+        let mut request = flowd.client.get(format!("{}/metrics", flowd.url));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(scrape(None).await, 401);
+    assert_eq!(scrape(Some("scrape-0123456789abcdeX")).await, 401);
+    assert_eq!(scrape(Some(ACME)).await, 401, "an API key is not the token");
+    assert_eq!(scrape(Some("scrape-0123456789abcdef")).await, 200);
+}

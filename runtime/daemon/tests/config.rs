@@ -30,6 +30,7 @@ fn a_full_file() {
 store = "postgres://flow@db/flow"
 public_url = "https://flow.example.com/"
 otlp_endpoint = "http://127.0.0.1:4318"
+metrics_token = "scrape-0123456789abcdef"
 
 [smtp]
 host = "127.0.0.1"
