@@ -25,8 +25,9 @@ use crate::interp::{
 };
 use crate::interp::{DecideError, Decision, PendingApproval, decide_record, gate_due_ms};
 use crate::store::{
-    Deployment, MailNext, NO_ACCOUNT, NewNotification, Notification, NotificationKind, Outgoing,
-    RunLog, RunQuery, RunRow, RunStatus, Store, StoreError, StoreFuture,
+    Deployment, MailNext, NO_ACCOUNT, NewNotification, Notification, NotificationKind,
+    NotificationQuery, Outgoing, RunLog, RunQuery, RunRow, RunStatus, Store, StoreError,
+    StoreFuture,
 };
 
 impl rusqlite::types::ToSql for RunStatus {
@@ -815,6 +816,7 @@ impl SqliteStore {
         account: &str,
         audiences: &[String],
         reader: &str,
+        query: &NotificationQuery,
     ) -> Result<Vec<Notification>, StoreError> {
         let conn = self.reader()?;
         // The audiences as a JSON array: one statement for any number of them.
@@ -825,10 +827,21 @@ impl SqliteStore {
              FROM notifications n
              LEFT JOIN notification_reads r ON r.notification_id = n.id AND r.reader = ?3
              WHERE n.account = ?1 AND n.audience IN (SELECT value FROM json_each(?2))
-             ORDER BY n.id DESC",
+               AND (?4 = 0 OR r.reader IS NULL)
+             ORDER BY n.id DESC
+             LIMIT ?5",
         )?;
         let rows = statement
-            .query_map(params![account, audiences, reader], notification_row)?
+            .query_map(
+                params![
+                    account,
+                    audiences,
+                    reader,
+                    query.unread_only,
+                    query.limit as i64
+                ],
+                notification_row,
+            )?
             .collect::<Result<Vec<_>, _>>()?;
         Ok(rows)
     }
@@ -1027,8 +1040,9 @@ impl Store for SqliteStore {
         account: &'a str,
         audiences: &'a [String],
         reader: &'a str,
+        query: &'a NotificationQuery,
     ) -> StoreFuture<'a, Vec<Notification>> {
-        ready(self.notifications(account, audiences, reader))
+        ready(self.notifications(account, audiences, reader, query))
     }
 
     fn mark_read<'a>(
@@ -1486,7 +1500,15 @@ mod tests {
         assert_eq!(owner("SELECT content FROM kb_documents"), "text");
         drop(conn);
         let notes = store
-            .notifications("acme", &["support".to_string()], "sam@acme.io")
+            .notifications(
+                "acme",
+                &["support".to_string()],
+                "sam@acme.io",
+                &NotificationQuery {
+                    unread_only: false,
+                    limit: 10,
+                },
+            )
             .unwrap();
         assert_eq!(notes.len(), 1, "the run's account: {notes:?}");
         assert_eq!(notes[0].message, "look");

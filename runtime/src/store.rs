@@ -219,6 +219,15 @@ impl MailState {
     }
 }
 
+/// Which of a reader's notifications to list (`Store::notifications`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotificationQuery {
+    /// Only those the reader has not marked read.
+    pub unread_only: bool,
+    /// At most this many, newest first.
+    pub limit: usize,
+}
+
 /// Which of an account's runs to list (`Store::account_runs`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunQuery {
@@ -351,6 +360,7 @@ pub trait Store: Send + Sync {
         account: &'a str,
         audiences: &'a [String],
         reader: &'a str,
+        query: &'a NotificationQuery,
     ) -> StoreFuture<'a, Vec<Notification>>;
 
     /// Marks the account's notifications `ids` read by `reader`; answers how

@@ -8,7 +8,9 @@ use flow_plan::Durability;
 use flow_runtime::interp::{Decision, Effects, Handoff, KbWrite, Outcome, Services};
 use flow_runtime::offline::OfflineProvider;
 use flow_runtime::sqlite::{RunJournal, SqliteStore};
-use flow_runtime::store::{MailNext, MailState, NotificationKind, RunLog, RunStatus, Store};
+use flow_runtime::store::{
+    MailNext, MailState, NotificationKind, NotificationQuery, RunLog, RunStatus, Store,
+};
 use flow_tests::TempDir;
 use serde_json::json;
 
@@ -17,6 +19,12 @@ fn plan(source: &str) -> flow_plan::Plan {
     assert!(!checked.has_errors(), "{:#?}", checked.diagnostics);
     flow_compiler::lower(&checked).expect("lowers")
 }
+
+/// Every notification, read or not.
+const ALL: NotificationQuery = NotificationQuery {
+    unread_only: false,
+    limit: 1_000,
+};
 
 const TWO_STEPS: &str = r#"recipe r { model "m" input { q: string } output { a: string } prompt "{{input.q}}" }
 workflow w {
@@ -183,7 +191,9 @@ async fn kb_documents_keys_and_notifications_belong_to_the_run_account() {
             .unwrap();
     }
     let audiences = ["support".to_string()];
-    let listed = store.notifications("acme", &audiences, "ana@x.io").unwrap();
+    let listed = store
+        .notifications("acme", &audiences, "ana@x.io", &ALL)
+        .unwrap();
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0].message, "from run-a");
     assert_eq!(listed[0].kind, NotificationKind::Handoff);
@@ -202,8 +212,28 @@ async fn kb_documents_keys_and_notifications_belong_to_the_run_account() {
             .unwrap(),
         1
     );
-    assert!(store.notifications("acme", &audiences, "ana@x.io").unwrap()[0].read);
-    assert!(!store.notifications("acme", &audiences, "bo@x.io").unwrap()[0].read);
+    assert!(
+        store
+            .notifications("acme", &audiences, "ana@x.io", &ALL)
+            .unwrap()[0]
+            .read
+    );
+    assert!(
+        !store
+            .notifications("acme", &audiences, "bo@x.io", &ALL)
+            .unwrap()[0]
+            .read
+    );
+    let unread = NotificationQuery {
+        unread_only: true,
+        ..ALL
+    };
+    assert!(
+        store
+            .notifications("acme", &audiences, "ana@x.io", &unread)
+            .unwrap()
+            .is_empty()
+    );
 
     // Both handoffs wait in the outbox until mailed.
     let outbox = store.to_mail(u64::MAX, 10).unwrap();
@@ -289,7 +319,12 @@ async fn the_runner_parks_resumes_and_lists_runs_to_recover() {
     // The gate's approver was notified in the commit that stored the gate:
     // no later step (that a crash could skip) is needed for it.
     let notes = store
-        .notifications("", &["boss@example.com".to_string()], "boss@example.com")
+        .notifications(
+            "",
+            &["boss@example.com".to_string()],
+            "boss@example.com",
+            &ALL,
+        )
         .await
         .unwrap();
     assert_eq!(notes.len(), 1, "{notes:?}");

@@ -13,7 +13,9 @@ use axum::response::{IntoResponse, Response};
 use flow_plan::Plan;
 use flow_runtime::interp::{Decision, Outcome, StepRecord};
 use flow_runtime::runner::{self, RunRecord};
-use flow_runtime::store::{Deployment, Notification, RunQuery, RunRow, RunStatus, StoreError};
+use flow_runtime::store::{
+    Deployment, Notification, NotificationQuery, RunQuery, RunRow, RunStatus, StoreError,
+};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -814,6 +816,9 @@ pub(crate) struct ReaderQuery {
     /// Only the ones this reader has not marked read.
     #[serde(default)]
     unread: bool,
+    /// At most this many, newest first (default 100; more is read as 1,000).
+    #[param(minimum = 0, maximum = 1000)]
+    limit: Option<usize>,
 }
 
 /// Handoffs to the reader's departments and approval requests to them or
@@ -832,14 +837,15 @@ pub(crate) async fn notifications(
 ) -> Answer {
     let Query(query) = query.map_err(invalid_query)?;
     let audiences = daemon.config.people(&account).audiences_of(&query.reader);
-    let mut list = daemon
+    let wanted = NotificationQuery {
+        unread_only: query.unread,
+        limit: query.limit.unwrap_or(100).min(1_000),
+    };
+    let list = daemon
         .store
-        .notifications(&account, &audiences, &query.reader)
+        .notifications(&account, &audiences, &query.reader, &wanted)
         .await
         .map_err(store_problem)?;
-    if query.unread {
-        list.retain(|notification| !notification.read);
-    }
     Ok(axum::Json(Notifications {
         notifications: list,
     })

@@ -395,10 +395,12 @@ impl Daemon {
                             daemon.mail_wake.notify_one();
                         }
                         if tracing && record.status != StepStatus::Pending {
-                            traced
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .push(record.clone());
+                            // A span needs the record's shape, not its data:
+                            // inputs and outputs are not kept for it.
+                            let mut kept = record.clone();
+                            kept.input = serde_json::Value::Null;
+                            kept.output = None;
+                            traced.lock().unwrap_or_else(|p| p.into_inner()).push(kept);
                         }
                     })
                 };
