@@ -462,6 +462,35 @@ impl Drop for ReleaseOnDrop {
     }
 }
 
+/// The limiter `flow run` uses: `FLOW_LLM_CONCURRENCY` calls in flight
+/// (default 10), through the Redis at `FLOW_REDIS_URL` when it is set (shared
+/// with every process using it), in this process otherwise.
+pub fn limiter_from_env() -> Result<Arc<dyn Limiter>, String> {
+    let limit = match std::env::var("FLOW_LLM_CONCURRENCY") {
+        Ok(text) => match text.parse::<usize>() {
+            Ok(limit) if limit > 0 => limit,
+            _ => {
+                return Err(format!(
+                    "FLOW_LLM_CONCURRENCY `{text}` is not a number of calls above 0"
+                ));
+            }
+        },
+        Err(_) => DEFAULT_LIMIT,
+    };
+    let limits = Limits {
+        default: limit,
+        accounts: HashMap::new(),
+    };
+    Ok(match std::env::var("FLOW_REDIS_URL") {
+        Ok(url) => Arc::new(RedisLimiter::new(
+            RedisSettings::new(&url),
+            limits,
+            Arc::new(Unobserved),
+        )?),
+        Err(_) => Arc::new(LocalLimiter::new(limits, Arc::new(Unobserved))),
+    })
+}
+
 /// A provider whose calls take a permit of the run's account first.
 pub struct LimitedProvider {
     pub inner: Arc<dyn Provider>,

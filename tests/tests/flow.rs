@@ -330,3 +330,37 @@ fn a_changed_or_foreign_plan_is_refused() {
         "only the plan as built made a run"
     );
 }
+
+/// Regression: `flow ... | head` panicked ("failed printing to stdout") when
+/// the reader closed the pipe; it now ends as a process killed by SIGPIPE.
+#[test]
+fn a_closed_stdout_ends_flow_quietly() {
+    let dir = TempDir::new("flow-closed-stdout");
+    let example = root().join("examples/support_triage.flow");
+    let input = root().join("examples/support_triage.input.json");
+    for _ in 0..3 {
+        let run = flow(
+            &dir,
+            &[
+                "run",
+                example.to_str().unwrap(),
+                "--input",
+                input.to_str().unwrap(),
+            ],
+        );
+        assert_eq!(run.code, 0, "{}", run.all());
+    }
+    let mut child = std::process::Command::new(flow_path())
+        .args(["runs", "--db", "flow.db"])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Closed before the child has started writing.
+    drop(child.stdout.take());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(output.status.code(), Some(141), "{stderr}");
+}

@@ -19,11 +19,26 @@ use clap::{Parser, Subcommand};
 mod remote;
 use flow_plan::Plan;
 use flow_runtime::interp::{Decision, Provider, StepRecord};
+use flow_runtime::limit::{LimitedProvider, Limiter};
 use flow_runtime::offline::OfflineProvider;
 use flow_runtime::runner::{self, Observer, RunRecord};
 use flow_runtime::sqlite::SqliteStore;
 use flow_runtime::store::{NO_ACCOUNT, RunStatus, Store};
 use serde_json::{Value, json};
+
+/// `println!` that ends the process when stdout has been closed (`flow runs |
+/// head`), with the status a shell gives a process killed by SIGPIPE, as Unix
+/// tools do, rather than panicking.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(error) = writeln!(std::io::stdout(), $($arg)*)
+            && error.kind() == std::io::ErrorKind::BrokenPipe
+        {
+            std::process::exit(141);
+        }
+    }};
+}
 
 /// See the workspace Cargo.toml for why the binaries use mimalloc.
 #[global_allocator]
@@ -153,6 +168,8 @@ fn main() -> ExitCode {
 }
 
 async fn dispatch(command: Command) -> Result<u8> {
+    // One limiter for every run this process executes (`recover` runs many).
+    let limiter = flow_runtime::limit::limiter_from_env().map_err(usage)?;
     match command {
         Command::Run {
             file,
@@ -175,7 +192,7 @@ async fn dispatch(command: Command) -> Result<u8> {
                 .create_run(&run_id, NO_ACCOUNT, &workflow, &plan.hash, &input, None)
                 .await
                 .map_err(|e| usage(e.to_string()))?;
-            execute(&store, &plan, &workflow, &run_id, input, json).await
+            execute(&store, &limiter, &plan, &workflow, &run_id, input, json).await
         }
         Command::Approve {
             run,
@@ -222,7 +239,16 @@ async fn dispatch(command: Command) -> Result<u8> {
                 .plan(&row.plan_hash)
                 .await
                 .map_err(|e| usage(e.to_string()))?;
-            execute(&store, &plan, &row.workflow, &run, row.input, json).await
+            execute(
+                &store,
+                &limiter,
+                &plan,
+                &row.workflow,
+                &run,
+                row.input,
+                json,
+            )
+            .await
         }
         Command::Recover { db, json } => {
             let store = open_store(&db)?;
@@ -230,15 +256,24 @@ async fn dispatch(command: Command) -> Result<u8> {
                 .await
                 .map_err(|e| usage(e.to_string()))?;
             if runs.is_empty() && !json {
-                println!("no run to recover");
+                out!("no run to recover");
             }
             // Every run resumes at once: a restart brings them all back to
             // work together, not one after another.
             let mut resumed = tokio::task::JoinSet::new();
             for (row, plan) in runs {
-                let store = Arc::clone(&store);
+                let (store, limiter) = (Arc::clone(&store), Arc::clone(&limiter));
                 resumed.spawn(async move {
-                    execute(&store, &plan, &row.workflow, &row.id, row.input, json).await
+                    execute(
+                        &store,
+                        &limiter,
+                        &plan,
+                        &row.workflow,
+                        &row.id,
+                        row.input,
+                        json,
+                    )
+                    .await
                 });
             }
             // Failed outweighs parked, which outweighs completed; a store
@@ -294,11 +329,11 @@ async fn dispatch(command: Command) -> Result<u8> {
 /// The runs as `flow runs` prints them.
 fn print_runs(runs: &[Value], json: bool) {
     if json {
-        println!("{}", Value::Array(runs.to_vec()));
+        out!("{}", Value::Array(runs.to_vec()));
         return;
     }
     for run in runs {
-        println!(
+        out!(
             "{}  {:<18} {}",
             run["run_id"].as_str().unwrap_or(""),
             run["status"].as_str().unwrap_or(""),
@@ -310,7 +345,7 @@ fn print_runs(runs: &[Value], json: bool) {
 /// A run's trace as `flow show` prints it.
 fn print_trace(records: &[StepRecord], json: bool) -> Result<u8> {
     if json {
-        println!(
+        out!(
             "{}",
             serde_json::to_string_pretty(&records).map_err(|e| usage(e.to_string()))?
         );
@@ -318,7 +353,7 @@ fn print_trace(records: &[StepRecord], json: bool) -> Result<u8> {
         for record in records {
             let depth = record.path.matches('/').count();
             let attempts = record.attempts.len();
-            println!(
+            out!(
                 "{}{}  {:?}  {} ms{}",
                 "  ".repeat(depth),
                 record.path,
@@ -331,7 +366,7 @@ fn print_trace(records: &[StepRecord], json: bool) -> Result<u8> {
                 }
             );
             for attempt in record.attempts.iter().filter(|a| a.error.is_some()) {
-                println!(
+                out!(
                     "{}  attempt {}: {}",
                     "  ".repeat(depth),
                     attempt.index + 1,
@@ -346,6 +381,7 @@ fn print_trace(records: &[StepRecord], json: bool) -> Result<u8> {
 /// Runs (or resumes) a run and reports it; the exit code says how it ended.
 async fn execute(
     store: &Arc<dyn Store>,
+    limiter: &Arc<dyn Limiter>,
     plan: &Plan,
     workflow: &str,
     run_id: &str,
@@ -361,6 +397,12 @@ async fn execute(
             Arc::new(OfflineProvider)
         }
     };
+    // The local runs' account is the CLI's: one limit for all of them.
+    let provider: Arc<dyn Provider> = Arc::new(LimitedProvider {
+        inner: provider,
+        limiter: Arc::clone(limiter),
+        account: NO_ACCOUNT.to_string(),
+    });
     // A spinner with the step being journaled, on a terminal only: scripts
     // and `--json` get clean output.
     let progress = (!json && std::io::stderr().is_terminal()).then(|| {
@@ -397,12 +439,12 @@ fn report(record: &RunRecord, json: bool) -> u8 {
     };
     let run_id = &record.run_id;
     if json {
-        println!("{}", serde_json::to_string(record).unwrap_or_default());
+        out!("{}", serde_json::to_string(record).unwrap_or_default());
     } else {
         match record.status {
             RunStatus::Completed => {
-                println!("run {run_id} completed");
-                println!(
+                out!("run {run_id} completed");
+                out!(
                     "{}",
                     serde_json::to_string_pretty(record.output.as_ref().unwrap_or(&Value::Null))
                         .unwrap_or_default()
@@ -410,15 +452,15 @@ fn report(record: &RunRecord, json: bool) -> u8 {
             }
             RunStatus::PendingApproval => {
                 let pending = record.pending_approvals.as_deref().unwrap_or_default();
-                println!("run {run_id} is waiting for {} approval(s):", pending.len());
+                out!("run {run_id} is waiting for {} approval(s):", pending.len());
                 for approval in pending {
-                    println!(
+                    out!(
                         "  {}  approvers: {}  \"{}\"",
                         approval.path,
                         approval.approvers.join(", "),
                         approval.message
                     );
-                    println!(
+                    out!(
                         "    flow approve {run_id} {} --as {}",
                         approval.path,
                         approval
@@ -430,7 +472,7 @@ fn report(record: &RunRecord, json: bool) -> u8 {
             }
             RunStatus::Failed => {
                 let error = record.error.as_ref();
-                println!(
+                out!(
                     "run {run_id} failed{}: {}",
                     error
                         .and_then(|e| e.step.as_deref())
@@ -439,8 +481,8 @@ fn report(record: &RunRecord, json: bool) -> u8 {
                     error.map_or("", |e| e.message.as_str())
                 );
             }
-            RunStatus::Cancelled => println!("run {run_id} was cancelled"),
-            RunStatus::Running => println!("run {run_id} is running"),
+            RunStatus::Cancelled => out!("run {run_id} was cancelled"),
+            RunStatus::Running => out!("run {run_id} is running"),
         }
     }
     code

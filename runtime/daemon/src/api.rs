@@ -463,7 +463,7 @@ pub(crate) async fn start_run(
                 .await
                 .map_err(store_problem)?;
             if created {
-                daemon.spawn_run(plan, workflow, run_id, input);
+                daemon.spawn_run(plan, account, workflow, run_id, input);
             }
             Ok(created)
         })

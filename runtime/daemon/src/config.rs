@@ -4,7 +4,8 @@
 //! listed with where it is (`flowd.toml:12:3`), so an operator fixes them in
 //! one pass. Environment variables (`FLOWD_LISTEN`, `FLOWD_STORE`,
 //! `FLOWD_PUBLIC_URL`, `FLOWD_LINK_SECRET`, `FLOWD_SMTP_HOST`,
-//! `FLOWD_SMTP_PORT`, `FLOWD_OTLP_ENDPOINT`, `FLOWD_METRICS_TOKEN`) override
+//! `FLOWD_SMTP_PORT`, `FLOWD_OTLP_ENDPOINT`, `FLOWD_METRICS_TOKEN`,
+//! `FLOWD_REDIS_URL`) override
 //! the file's values, for
 //! containers and secrets kept out of files.
 
@@ -46,6 +47,40 @@ pub struct Config {
     /// When set, `/metrics` answers only `Authorization: Bearer TOKEN`: its
     /// labels name every account's workflows.
     pub metrics_token: Option<Secret>,
+    pub limits: LimitsSection,
+}
+
+/// `[limits]`: LLM calls in flight per account.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSection {
+    /// A Redis shared by every flowd of a deployment (`redis://host:6379`);
+    /// without one, each flowd limits its own calls.
+    pub redis_url: Option<String>,
+    /// Every key flowd writes in that Redis starts with it.
+    #[serde(default = "default_redis_prefix")]
+    pub redis_prefix: String,
+    /// The limit of an account that sets none.
+    #[serde(default = "default_llm_concurrency")]
+    pub llm_concurrency: usize,
+}
+
+impl Default for LimitsSection {
+    fn default() -> LimitsSection {
+        LimitsSection {
+            redis_url: None,
+            redis_prefix: default_redis_prefix(),
+            llm_concurrency: default_llm_concurrency(),
+        }
+    }
+}
+
+fn default_redis_prefix() -> String {
+    "flow".to_string()
+}
+
+fn default_llm_concurrency() -> usize {
+    flow_runtime::limit::DEFAULT_LIMIT
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -110,6 +145,8 @@ pub struct Account {
     /// are an expression (they can come from a run's input), and flowd must
     /// not mail a link to anyone a caller names.
     pub mail_domains: Option<Vec<String>>,
+    /// LLM calls in flight at most for this account (`[limits]`'s otherwise).
+    pub llm_concurrency: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -141,6 +178,7 @@ struct AccountFile {
     #[serde(default)]
     approver_groups: BTreeMap<String, toml::Spanned<Vec<String>>>,
     mail_domains: Option<Vec<String>>,
+    llm_concurrency: Option<toml::Spanned<usize>>,
 }
 
 /// The file as written, before checks and overrides.
@@ -159,6 +197,7 @@ struct File {
     webhooks: Vec<toml::Spanned<Webhook>>,
     otlp_endpoint: Option<toml::Spanned<String>>,
     metrics_token: Option<toml::Spanned<String>>,
+    limits: Option<toml::Spanned<LimitsSection>>,
 }
 
 /// A mistake in the configuration, and where it is.
@@ -272,6 +311,35 @@ pub fn load(
         }
         Secret(value)
     });
+
+    let (mut limits, limits_span) = match file.limits {
+        Some(limits) => {
+            let span = limits.span();
+            (limits.into_inner(), Place::File(span))
+        }
+        None => (LimitsSection::default(), Place::Whole),
+    };
+    if let Some(url) = env("FLOWD_REDIS_URL") {
+        limits.redis_url = Some(url);
+    }
+    if let Some(url) = &limits.redis_url
+        && !(url.starts_with("redis://") || url.starts_with("rediss://"))
+    {
+        let place = match env("FLOWD_REDIS_URL") {
+            Some(_) => Place::Env("FLOWD_REDIS_URL".into()),
+            None => limits_span.clone(),
+        };
+        problems.report(
+            place,
+            format!("[limits] redis_url `{url}` is not a redis:// URL"),
+        );
+    }
+    if limits.llm_concurrency == 0 {
+        problems.report(
+            limits_span,
+            "[limits] llm_concurrency 0 would stop every recipe".to_string(),
+        );
+    }
 
     let mut smtp = file.smtp;
     if let Some(host) = env("FLOWD_SMTP_HOST") {
@@ -396,12 +464,25 @@ pub fn load(
         };
         let departments = people("departments", account.departments);
         let approver_groups = people("approver_groups", account.approver_groups);
+        let llm_concurrency = account.llm_concurrency.map(|limit| {
+            if *limit.get_ref() == 0 {
+                problems.at(
+                    limit.span(),
+                    format!(
+                        "account `{}`: llm_concurrency 0 would stop every recipe",
+                        account.id
+                    ),
+                );
+            }
+            limit.into_inner()
+        });
         accounts.push(Account {
             id: account.id,
             api_keys: account.api_keys,
             departments,
             approver_groups,
             mail_domains: account.mail_domains,
+            llm_concurrency,
         });
     }
 
@@ -454,12 +535,14 @@ pub fn load(
         webhooks,
         otlp_endpoint,
         metrics_token,
+        limits,
     })
 }
 
 type Span = std::ops::Range<usize>;
 
 /// Where a setting came from, for its problems.
+#[derive(Clone)]
 enum Place {
     File(Span),
     Env(String),
@@ -528,6 +611,7 @@ impl Config {
                     departments: BTreeMap::new(),
                     approver_groups: BTreeMap::new(),
                     mail_domains: Some(Vec::new()),
+                    llm_concurrency: None,
                 })
             })
     }

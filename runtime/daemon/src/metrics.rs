@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use flow_runtime::interp::{StepRecord, StepStatus};
+use flow_runtime::limit::LimitEvents;
 use flow_runtime::runner::Observer;
 use flow_runtime::store::{MailState, NotificationKind, RunStatus};
 
@@ -55,6 +56,11 @@ struct EmailLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AccountLabels {
+    account: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PendingLabels {
     workflow: String,
 }
@@ -63,6 +69,8 @@ struct PendingLabels {
 pub struct Metrics {
     registry: Registry,
     pending: Family<PendingLabels, Gauge>,
+    llm_waits: Histograms<AccountLabels>,
+    fail_opens: Family<AccountLabels, Counter>,
     emails: Family<EmailLabels, Counter>,
     deliveries: Family<DeliveryLabels, Counter>,
     exports: Family<DeliveryLabels, Counter>,
@@ -119,6 +127,22 @@ impl Default for Metrics {
             "Gates of parked runs waiting for a decision, by workflow (read from the store at each scrape)",
             pending.clone(),
         );
+        let llm_waits: Histograms<AccountLabels> = Family::new_with_constructor(|| {
+            // From 0.1 ms: a permit at hand costs about that in Redis.
+            Histogram::new(exponential_buckets(0.000_1, 2.0, 22))
+        });
+        registry.register_with_unit(
+            "flow_llm_semaphore_wait",
+            "Time an LLM call waited for a permit of its account's concurrency limit",
+            Unit::Seconds,
+            llm_waits.clone(),
+        );
+        let fail_opens = Family::<AccountLabels, Counter>::default();
+        registry.register(
+            "flow_llm_semaphore_fail_open",
+            "LLM calls let through without a permit because Redis failed or was slow",
+            fail_opens.clone(),
+        );
         let emails = Family::<EmailLabels, Counter>::default();
         registry.register(
             "flow_emails",
@@ -128,6 +152,8 @@ impl Default for Metrics {
         Metrics {
             registry,
             pending,
+            llm_waits,
+            fail_opens,
             emails,
             deliveries,
             exports,
@@ -196,6 +222,14 @@ impl Metrics {
             .observe(active.as_secs_f64());
     }
 
+    /// The limiter's events, as these metrics.
+    pub fn limit_events(&self) -> LimitMetrics {
+        LimitMetrics {
+            waits: self.llm_waits.clone(),
+            fail_opens: self.fail_opens.clone(),
+        }
+    }
+
     /// Sets the pending approvals gauge to the store's count, by workflow.
     pub fn set_pending_approvals(&self, counts: &[(String, u64)]) {
         // A workflow with none left must not keep showing its last count.
@@ -215,6 +249,30 @@ impl Metrics {
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
         text
+    }
+}
+
+/// The concurrency limiter's waits and fail-opens, by account.
+pub struct LimitMetrics {
+    waits: Histograms<AccountLabels>,
+    fail_opens: Family<AccountLabels, Counter>,
+}
+
+impl LimitEvents for LimitMetrics {
+    fn waited(&self, account: &str, wait: std::time::Duration) {
+        self.waits
+            .get_or_create(&AccountLabels {
+                account: account.to_string(),
+            })
+            .observe(wait.as_secs_f64());
+    }
+
+    fn failed_open(&self, account: &str) {
+        self.fail_opens
+            .get_or_create(&AccountLabels {
+                account: account.to_string(),
+            })
+            .inc();
     }
 }
 

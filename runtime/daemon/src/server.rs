@@ -16,6 +16,9 @@ use axum::response::{IntoResponse, Response};
 use flow_plan::Plan;
 use flow_plan::StepKind;
 use flow_runtime::interp::{DecideError, Decision, Outcome, Provider, StepRecord, StepStatus};
+use flow_runtime::limit::{
+    LimitedProvider, Limiter, Limits, LocalLimiter, RedisLimiter, RedisSettings,
+};
 use flow_runtime::llm::ProviderConfig;
 use flow_runtime::runner::Observer;
 use flow_runtime::store::{Deployment, RunRow, RunStatus, Store, StoreError};
@@ -29,6 +32,8 @@ pub struct Daemon {
     pub config: Config,
     pub store: Arc<dyn Store>,
     pub provider: Arc<dyn Provider>,
+    /// The per-account limit on LLM calls in flight.
+    limiter: Arc<dyn Limiter>,
     /// API key (its digest, `key_digest`) to the account it belongs to.
     keys: HashMap<[u8; 32], String>,
     /// The runs this process is driving; shutdown waits for them to settle.
@@ -117,6 +122,24 @@ impl Daemon {
             .as_ref()
             .map(crate::mailer::transport)
             .transpose()?;
+        let metrics = crate::metrics::Metrics::default();
+        let limits = Limits {
+            default: config.limits.llm_concurrency,
+            accounts: config
+                .accounts
+                .iter()
+                .filter_map(|a| Some((a.id.clone(), a.llm_concurrency?)))
+                .collect(),
+        };
+        let events = Arc::new(metrics.limit_events());
+        let limiter: Arc<dyn Limiter> = match &config.limits.redis_url {
+            Some(url) => {
+                let mut settings = RedisSettings::new(url);
+                settings.prefix = config.limits.redis_prefix.clone();
+                Arc::new(RedisLimiter::new(settings, limits, events)?)
+            }
+            None => Arc::new(LocalLimiter::new(limits, events)),
+        };
         Ok(Arc::new(Daemon {
             mail,
             mail_wake: tokio::sync::Notify::new(),
@@ -130,7 +153,8 @@ impl Daemon {
             plans: std::sync::Mutex::new(HashMap::new()),
             deployments: std::sync::Mutex::new(HashMap::new()),
             deploys: std::sync::atomic::AtomicU64::new(0),
-            metrics: crate::metrics::Metrics::default(),
+            metrics,
+            limiter,
             http: reqwest::Client::new(),
         }))
     }
@@ -143,7 +167,7 @@ impl Daemon {
             .map_err(|e| e.to_string())?;
         let resumed = due.len();
         for (row, plan) in due {
-            self.spawn_run(Arc::new(plan), row.workflow, row.id, row.input);
+            self.spawn_run(Arc::new(plan), row.account, row.workflow, row.id, row.input);
         }
         Ok(resumed)
     }
@@ -163,7 +187,7 @@ impl Daemon {
                 .claim_run(&run.id, &[RunStatus::PendingApproval])
                 .await?
             {
-                self.spawn_run(plan, run.workflow, run.id, run.input);
+                self.spawn_run(plan, run.account, run.workflow, run.id, run.input);
             }
         }
         Ok(())
@@ -217,7 +241,7 @@ impl Daemon {
                 .await
                 .map_err(store_problem)?
             {
-                daemon.spawn_run(plan, run.workflow, run.id, run.input);
+                daemon.spawn_run(plan, run.account, run.workflow, run.id, run.input);
             }
             Ok(())
         });
@@ -357,6 +381,7 @@ impl Daemon {
     pub(crate) fn spawn_run(
         self: &Arc<Daemon>,
         plan: Arc<Plan>,
+        account: String,
         workflow: String,
         run_id: String,
         input: serde_json::Value,
@@ -404,13 +429,19 @@ impl Daemon {
                         }
                     })
                 };
+                // Each LLM call takes a permit of the run's account first.
+                let provider: Arc<dyn Provider> = Arc::new(LimitedProvider {
+                    inner: Arc::clone(&daemon.provider),
+                    limiter: Arc::clone(&daemon.limiter),
+                    account,
+                });
                 let driven = flow_runtime::runner::drive(
                     &daemon.store,
                     &plan,
                     &workflow,
                     &run_id,
                     input,
-                    Arc::clone(&daemon.provider),
+                    provider,
                     Some(observer),
                 )
                 .await;

@@ -1434,3 +1434,83 @@ async fn a_metrics_token_guards_the_metrics() {
     assert_eq!(scrape(Some(ACME)).await, 401, "an API key is not the token");
     assert_eq!(scrape(Some("scrape-0123456789abcdef")).await, 200);
 }
+
+/// Two flowd processes sharing one Redis hold an account to one limit of LLM
+/// calls in flight, and say how long calls waited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_flowds_sharing_redis_hold_an_account_to_one_limit() {
+    use flow_tests::fake_llm::FakeLlm;
+    use reqwest::Method;
+    use serde_json::json;
+    let llm = FakeLlm::start(
+        vec![],
+        json!({ "summary": "s" }),
+        std::time::Duration::from_millis(40),
+    )
+    .await;
+    let prefix = format!("flow-test-flowd-{}", std::process::id());
+    let config = format!(
+        "{}[provider]
+kind = \"openai\"
+base_url = \"{url}\"
+models = {{ default = \"fake\" }}
+[limits]
+redis_url = \"redis://127.0.0.1:6379\"
+redis_prefix = \"{prefix}\"
+",
+        CONFIG.replace(
+            "api_keys = [\"acme-key-0123456789\"]\n",
+            "api_keys = [\"acme-key-0123456789\"]\nllm_concurrency = 3\n"
+        ),
+        url = llm.url
+    );
+    let source = r#"recipe summarize { model "default" input { text: string } output { summary: string } prompt "{{input.text}}" }
+workflow one {
+  step s = summarize { text: "t" }
+  output { summary: step.s.summary }
+}
+"#;
+    let (first_dir, second_dir) = (TempDir::new("flowd-redis-1"), TempDir::new("flowd-redis-2"));
+    let flowds = [
+        Flowd::start_with(&first_dir, &config),
+        Flowd::start_with(&second_dir, &config),
+    ];
+    let mut runs = Vec::new();
+    for flowd in &flowds {
+        flowd.deploy(ACME, source).await;
+        for _ in 0..12 {
+            let (status, body) = flowd
+                .send(
+                    Method::POST,
+                    "/v1/runs",
+                    Some(ACME),
+                    Some(json!({ "workflow": "one" })),
+                )
+                .await;
+            assert_eq!(status, 202, "{body}");
+            runs.push((flowd, body["run_id"].as_str().unwrap().to_string()));
+        }
+    }
+    for (flowd, run) in &runs {
+        assert_eq!(flowd.settled(run, ACME).await["status"], "completed");
+    }
+    assert_eq!(llm.requests(), 24);
+    assert_eq!(llm.most_at_once(), 3, "one limit across both processes");
+    for flowd in &flowds {
+        let metrics = flowd.metrics().await;
+        assert!(
+            metrics.contains(r#"flow_llm_semaphore_wait_seconds_count{account="acme"} 12"#),
+            "{metrics}"
+        );
+    }
+    // The test's keys go; the limiter's own expire soon anyway.
+    let keys = std::process::Command::new("redis-cli")
+        .args(["--scan", "--pattern", &format!("{prefix}:*")])
+        .output()
+        .expect("redis-cli runs");
+    for key in String::from_utf8_lossy(&keys.stdout).lines() {
+        let _ = std::process::Command::new("redis-cli")
+            .args(["DEL", key])
+            .output();
+    }
+}

@@ -37,6 +37,10 @@ host = "127.0.0.1"
 port = 2525
 from = "flow@example.com"
 
+[limits]
+redis_url = "redis://127.0.0.1:6379"
+llm_concurrency = 20
+
 [provider]
 kind = "openai"
 base_url = "http://127.0.0.1:11434/v1"
@@ -46,6 +50,7 @@ models = {{ default = "llama3.1" }}
 id = "acme"
 api_keys = ["acme-key-0123456789"]
 mail_domains = ["acme.io", "acme-partners.com"]
+llm_concurrency = 4
 
 [accounts.departments]
 billing = ["ana@acme.io", "bo@acme.io"]
