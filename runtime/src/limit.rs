@@ -208,6 +208,10 @@ pub struct RedisLimiter {
     next_id: AtomicU64,
     process: String,
     fail_opens: AtomicU64,
+    /// Wakes this process's waiters of an account when it gives a permit
+    /// back: they ask at once instead of at their next poll (another
+    /// process's releases are seen at the next poll).
+    released: Mutex<HashMap<String, Arc<tokio::sync::Notify>>>,
 }
 
 impl RedisLimiter {
@@ -239,7 +243,18 @@ impl RedisLimiter {
                     .map_or(0, |d| d.as_micros())
             ),
             fail_opens: AtomicU64::new(0),
+            released: Mutex::new(HashMap::new()),
         })
+    }
+
+    fn released(&self, account: &str) -> Arc<tokio::sync::Notify> {
+        Arc::clone(
+            self.released
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(account.to_string())
+                .or_default(),
+        )
     }
 
     /// How many calls went ahead without a permit because Redis failed.
@@ -364,12 +379,19 @@ impl Limiter for RedisLimiter {
                 Ok(connection) => connection,
                 Err(why) => return self.fail_open(account, &why),
             };
+            let released = self.released(account);
             let mut poll = Duration::from_millis(1);
             loop {
+                // Registered before asking, so that a release between the
+                // answer and the wait is not missed.
+                let woken = released.notified();
                 match self.run(&mut connection, &self.acquire, &keys, &args).await {
                     Ok(1) => break,
                     Ok(_) => {
-                        tokio::time::sleep(poll).await;
+                        tokio::select! {
+                            () = tokio::time::sleep(poll) => {}
+                            () = woken => {}
+                        }
                         poll = (poll * 2).min(LONGEST_POLL);
                     }
                     Err(why) => return self.fail_open(account, &why),
@@ -378,7 +400,9 @@ impl Limiter for RedisLimiter {
             self.events.waited(account, started.elapsed());
             let [holders, ..] = keys;
             Permit {
-                _release: Some(Box::new(Held::start(self, connection, holders, id))),
+                _release: Some(Box::new(Held::start(
+                    self, connection, holders, id, released,
+                ))),
             }
         })
     }
@@ -395,6 +419,7 @@ impl Held {
         mut connection: redis::aio::ConnectionManager,
         holders: String,
         id: String,
+        released: Arc<tokio::sync::Notify>,
     ) -> Held {
         let renew = limiter.renew.clone();
         let lease = limiter.settings.lease;
@@ -403,6 +428,7 @@ impl Held {
             connection: connection.clone(),
             holders: holders.clone(),
             id: id.clone(),
+            released,
         };
         let renewal = tokio::spawn(async move {
             // Held by the task: aborting it drops this, which releases.
@@ -441,6 +467,7 @@ struct ReleaseOnDrop {
     connection: redis::aio::ConnectionManager,
     holders: String,
     id: String,
+    released: Arc<tokio::sync::Notify>,
 }
 
 impl Drop for ReleaseOnDrop {
@@ -450,6 +477,7 @@ impl Drop for ReleaseOnDrop {
             std::mem::take(&mut self.holders),
             std::mem::take(&mut self.id),
         );
+        let released = Arc::clone(&self.released);
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
                 let _: Result<i64, _> = redis::cmd("ZREM")
@@ -457,6 +485,7 @@ impl Drop for ReleaseOnDrop {
                     .arg(&id)
                     .query_async(&mut connection)
                     .await;
+                released.notify_waiters();
             });
         }
     }
