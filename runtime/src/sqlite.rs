@@ -10,7 +10,6 @@
 //! records); later lookups are answered from that copy, which the run's own
 //! writes keep current.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -25,8 +24,8 @@ use crate::interp::{
 };
 use crate::interp::{DecideError, Decision, decide_record, gate_due_ms};
 use crate::store::{
-    Deployment, MailState, NO_ACCOUNT, NewNotification, Notification, NotificationKind, RunLog,
-    RunQuery, RunRow, RunStatus, Store, StoreError, StoreFuture,
+    Deployment, JournalMemory, MailState, NO_ACCOUNT, NewNotification, Notification,
+    NotificationKind, RunLog, RunQuery, RunRow, RunStatus, Store, StoreError, StoreFuture,
 };
 
 impl rusqlite::types::ToSql for RunStatus {
@@ -1201,10 +1200,9 @@ pub struct RunJournal {
     run_id: String,
     /// The run's account: its KB documents and notifications are this account's.
     account: String,
-    records: Mutex<HashMap<String, StepRecord>>,
-    /// `durability approval`: records wait here until `flush`, at a pause or
+    /// `durability approval`: records wait there until `flush`, at a pause or
     /// at the end of the run, instead of being committed one batch at a time.
-    deferred: Option<Mutex<Vec<StepRecord>>>,
+    memory: JournalMemory,
 }
 
 impl RunJournal {
@@ -1219,31 +1217,24 @@ impl RunJournal {
         let account = store
             .run(run_id)?
             .map_or_else(|| NO_ACCOUNT.to_string(), |row| row.account);
-        let records = store
-            .step_records(run_id)?
-            .into_iter()
-            .map(|record| (record.path.clone(), record))
-            .collect();
+        let records = store.step_records(run_id)?;
         Ok(Arc::new(RunJournal {
             store: Arc::clone(store),
             run_id: run_id.to_string(),
             account,
-            records: Mutex::new(records),
-            deferred: (durability == flow_plan::Durability::Approval)
-                .then(|| Mutex::new(Vec::new())),
+            memory: JournalMemory::new(records, durability),
         }))
     }
 }
 
 impl RunLog for RunJournal {
     fn flush(&self) -> BoxFuture<'_, Result<(), StepError>> {
-        let writes: Vec<_> = match &self.deferred {
-            Some(deferred) => std::mem::take(&mut *lock(deferred))
-                .into_iter()
-                .map(|record| self.store.append(&self.run_id, record))
-                .collect(),
-            None => Vec::new(),
-        };
+        let writes: Vec<_> = self
+            .memory
+            .take_deferred()
+            .into_iter()
+            .map(|record| self.store.append(&self.run_id, record))
+            .collect();
         Box::pin(async move {
             for write in writes {
                 write.await?;
@@ -1255,17 +1246,13 @@ impl RunLog for RunJournal {
 
 impl Journal for RunJournal {
     fn lookup(&self, path: &str) -> Option<StepRecord> {
-        lock(&self.records).get(path).cloned()
+        self.memory.lookup(path)
     }
 
     fn record<'a>(&'a self, record: StepRecord) -> BoxFuture<'a, Result<(), StepError>> {
-        lock(&self.records).insert(record.path.clone(), record.clone());
-        match &self.deferred {
-            Some(deferred) => {
-                lock(deferred).push(record);
-                Box::pin(async { Ok(()) })
-            }
-            None => self.store.append(&self.run_id, record),
+        match self.memory.remember(record) {
+            Some(record) => self.store.append(&self.run_id, record),
+            None => Box::pin(async { Ok(()) }),
         }
     }
 }
