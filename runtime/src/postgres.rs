@@ -918,6 +918,17 @@ impl Store for PostgresStore {
         Box::pin(self.runs_where("status = 'running' ORDER BY created_ms, id", &[]))
     }
 
+    fn orphaned_runs(&self) -> StoreFuture<'_, Vec<RunRow>> {
+        Box::pin(async move {
+            self.runs_where(
+                "status = 'running' AND (owner IS NULL OR (owner <> $1 AND lease_until <= now()))
+                 ORDER BY created_ms, id",
+                &[&self.owner],
+            )
+            .await
+        })
+    }
+
     fn expired_gates(&self, now_ms: u64) -> StoreFuture<'_, Vec<RunRow>> {
         Box::pin(async move {
             let now = i64::try_from(now_ms).unwrap_or(i64::MAX);

@@ -344,8 +344,8 @@ fn owner() -> &'static str {
 }
 
 /// Whether the process that owns a run is still alive, on this machine. The
-/// embedded store is local to one machine, so a pid is enough; flowd's
-/// shared stores will use leases instead.
+/// embedded store is local to one machine, so a pid is enough; the
+/// PostgreSQL store, shared across machines, uses leases instead.
 fn owner_alive(owner: &str) -> bool {
     if owner == self::owner() {
         return true;
@@ -732,6 +732,24 @@ impl SqliteStore {
         Ok(rows)
     }
 
+    pub fn orphaned_runs(&self) -> Result<Vec<RunRow>, StoreError> {
+        let conn = self.reader()?;
+        let mut statement = conn.prepare_cached(
+            "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account, owner
+             FROM runs WHERE status = 'running' ORDER BY created_ms, id",
+        )?;
+        let rows = statement
+            .query_map([], |row| {
+                Ok((run_row(row)?, row.get::<_, Option<String>>(10)?))
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows
+            .into_iter()
+            .filter(|(_, owner)| owner.as_deref().is_none_or(|owner| !owner_alive(owner)))
+            .map(|(row, _)| row)
+            .collect())
+    }
+
     pub fn expired_gates(&self, now_ms: u64) -> Result<Vec<RunRow>, StoreError> {
         let conn = self.reader()?;
         let mut statement = conn.prepare_cached(
@@ -942,6 +960,10 @@ impl Store for SqliteStore {
 
     fn unfinished_runs(&self) -> StoreFuture<'_, Vec<RunRow>> {
         ready(self.unfinished_runs())
+    }
+
+    fn orphaned_runs(&self) -> StoreFuture<'_, Vec<RunRow>> {
+        ready(self.orphaned_runs())
     }
 
     fn expired_gates(&self, now_ms: u64) -> StoreFuture<'_, Vec<RunRow>> {

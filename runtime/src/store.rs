@@ -273,6 +273,14 @@ pub trait Store: Send + Sync {
     /// died), oldest first.
     fn unfinished_runs(&self) -> StoreFuture<'_, Vec<RunRow>>;
 
+    /// The runs left `running` that no live process holds: given up (no
+    /// owner), or whose owner is gone (the SQLite store: its process died;
+    /// PostgreSQL: its lease ran out). Never this process's own. Oldest
+    /// first; `claim_run` takes them over. A daemon sharing its store looks
+    /// for them while it serves, so that a process that died does not leave
+    /// its runs until some process restarts.
+    fn orphaned_runs(&self) -> StoreFuture<'_, Vec<RunRow>>;
+
     /// The parked runs with a gate whose expiry (`interp::gate_due_ms`) is
     /// at or before `now_ms`, oldest first.
     fn expired_gates(&self, now_ms: u64) -> StoreFuture<'_, Vec<RunRow>>;

@@ -82,6 +82,7 @@ on_each_store!(
     an_idempotency_key_starts_one_run_per_account,
     expired_gates_are_listed_when_due,
     a_cancelled_run_records_nothing_more,
+    a_run_given_up_is_orphaned_until_claimed,
 );
 
 fn plan(source: &str) -> flow_plan::Plan {
@@ -654,6 +655,10 @@ async fn a_cancelled_run_records_nothing_more(backend: Backend) {
         .create_run("run-1", "", "w", &plan.hash, &json!({}), None)
         .await
         .unwrap();
+    assert!(
+        store.orphaned_runs().await.unwrap().is_empty(),
+        "a run its live creator holds is nobody's to take"
+    );
     assert!(store.cancel_run("run-1").await.unwrap());
     assert!(!store.cancel_run("run-1").await.unwrap(), "already ended");
     store
@@ -678,6 +683,39 @@ async fn a_cancelled_run_records_nothing_more(backend: Backend) {
             .await
             .unwrap()
     );
+}
+
+/// A run its owner gave up while still `running` (its driving failed) is
+/// orphaned: any process may claim it and resume it.
+async fn a_run_given_up_is_orphaned_until_claimed(backend: Backend) {
+    let store = backend.open().await;
+    let plan = plan(TWO_STEPS);
+    store.put_plan(&plan).await.unwrap();
+    store
+        .create_run("run-1", "", "w", &plan.hash, &json!({}), None)
+        .await
+        .unwrap();
+    assert!(
+        store
+            .finish_run("run-1", RunStatus::Running, &json!(null), Duration::ZERO)
+            .await
+            .unwrap()
+    );
+    let orphaned: Vec<String> = store
+        .orphaned_runs()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|row| row.id)
+        .collect();
+    assert_eq!(orphaned, ["run-1"]);
+    assert!(
+        store
+            .claim_run("run-1", &[RunStatus::Running])
+            .await
+            .unwrap()
+    );
+    assert!(store.orphaned_runs().await.unwrap().is_empty());
 }
 
 /// Two PostgreSQL store instances are two owners, as two flowd processes on
@@ -730,8 +768,11 @@ async fn postgres_leases_keep_a_run_with_its_live_owner_until_they_run_out() {
             .unwrap();
         assert!(!second.claim_run("run-1", &running).await.unwrap());
     }
-    // Without a heartbeat the lease runs out.
+    // Without a heartbeat the lease runs out: the run is orphaned for
+    // others to take, never for its owner.
     tokio::time::sleep(lease + Duration::from_millis(200)).await;
+    assert!(first.orphaned_runs().await.unwrap().is_empty());
+    assert_eq!(second.orphaned_runs().await.unwrap().len(), 1);
     assert!(
         second.claim_run("run-1", &running).await.unwrap(),
         "an expired lease is taken over"
