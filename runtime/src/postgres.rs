@@ -17,7 +17,9 @@
 //! * **Durable step records, committed in groups.** `Journal::record` queues
 //!   the record for one writer task, which takes every record waiting, inserts
 //!   them in one statement (one commit, one WAL flush under the server's
-//!   default `synchronous_commit = on`) and then answers each caller. Should
+//!   default `synchronous_commit = on`) and then answers each caller. A gate
+//!   reached is a notification to each of its approvers, stored in that same
+//!   commit, so that no parked run waits unannounced. Should
 //!   the batch fail (a record of a run that does not exist), each record is
 //!   written alone, so that only the faulty one fails.
 //! * **Decisions apply once.** `decide` locks the step record
@@ -39,10 +41,11 @@
 //!   leases are the database's clock only, so the machines' clocks need not
 //!   agree. Each store instance is an owner of its own (host, pid and a
 //!   random id), so two instances in one process act as two processes.
-//! * **The outbox is shared.** `to_mail` hands each notification to one
-//!   process at a time: it claims what it returns for `MAIL_CLAIM`
-//!   (`FOR UPDATE SKIP LOCKED`, so that two mailers take different rows); an
-//!   entry not marked by then, its process having died, is offered again.
+//! * **The outbox is shared.** `to_mail` hands each notification that is due
+//!   to one process at a time: it claims what it returns for `MAIL_CLAIM`
+//!   (`FOR UPDATE SKIP LOCKED`, so that two mailers take different rows);
+//!   `mailed` records the attempt and lets the claim go. An entry not marked
+//!   by then, its process having died, is offered again.
 //! * **JSON is stored as text.** Records, inputs and outcomes are read and
 //!   written whole, never queried inside, and `jsonb` refuses the `\u0000`
 //!   escape that a model's output may contain.
@@ -62,12 +65,13 @@ use tokio_postgres::NoTls;
 use tokio_postgres::types::ToSql;
 
 use crate::interp::{
-    BoxFuture, DecideError, Decision, Effects, ErrorKind, Handoff, Journal, KbWrite, StepError,
-    StepRecord, StepStatus, decide_record, gate_due_ms,
+    BoxFuture, DecideError, Decision, Effects, ErrorKind, Handoff, Journal, KbWrite,
+    PendingApproval, StepError, StepRecord, StepStatus, decide_record, gate_due_ms,
 };
 use crate::store::{
-    Deployment, JournalMemory, MailState, NO_ACCOUNT, NewNotification, Notification,
-    NotificationKind, RunLog, RunQuery, RunRow, RunStatus, Store, StoreError, StoreFuture,
+    Deployment, JournalMemory, MailNext, NO_ACCOUNT, NewNotification, Notification,
+    NotificationKind, NotificationQuery, Outgoing, RunLog, RunQuery, RunRow, RunStatus, Store,
+    StoreError, StoreFuture,
 };
 
 /// Schema migrations, applied in order; `flow_migrations` has a row for each.
@@ -145,6 +149,8 @@ const MIGRATIONS: &[&str] = &[r#"
         key TEXT,
         created_ms BIGINT NOT NULL,
         mail TEXT,
+        mail_attempts INTEGER NOT NULL DEFAULT 0,
+        mail_next_ms BIGINT,
         mail_owner TEXT,
         mail_until TIMESTAMPTZ,
         UNIQUE (account, key)
@@ -156,6 +162,12 @@ const MIGRATIONS: &[&str] = &[r#"
         reader TEXT NOT NULL,
         read_ms BIGINT NOT NULL,
         PRIMARY KEY (notification_id, reader)
+    );
+    CREATE TABLE notification_sends (
+        notification_id BIGINT NOT NULL REFERENCES notifications(id),
+        recipient TEXT NOT NULL,
+        sent_ms BIGINT NOT NULL,
+        PRIMARY KEY (notification_id, recipient)
     );
 "#];
 
@@ -586,25 +598,77 @@ impl PostgresStore {
         Ok(ids.iter().filter(|id| found.contains(id)).count())
     }
 
-    async fn to_mail(&self, limit: usize) -> Result<Vec<Notification>, StoreError> {
+    async fn to_mail(&self, now_ms: u64, limit: usize) -> Result<Vec<Outgoing>, StoreError> {
         let sql = format!(
-            "UPDATE notifications SET mail_owner = $2,
-                 mail_until = now() + $3 * interval '1 millisecond'
-             WHERE id IN (
+            "WITH due AS (
                  SELECT id FROM notifications
-                 WHERE mail IS NULL AND (mail_until IS NULL OR mail_until < now())
-                 ORDER BY id LIMIT $1
+                 WHERE mail IS NULL AND (mail_next_ms IS NULL OR mail_next_ms <= $1)
+                   AND (mail_until IS NULL OR mail_until < now())
+                 ORDER BY id LIMIT $2
                  FOR UPDATE SKIP LOCKED)
-             RETURNING {NOTIFICATION_COLUMNS}, false"
+             UPDATE notifications n SET mail_owner = $3,
+                 mail_until = now() + $4 * interval '1 millisecond'
+             FROM due WHERE n.id = due.id
+             RETURNING {}, false, n.mail_attempts,
+                 ARRAY(SELECT recipient FROM notification_sends s
+                       WHERE s.notification_id = n.id ORDER BY recipient)",
+            NOTIFICATION_COLUMNS
+                .split(", ")
+                .map(|column| format!("n.{column}"))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
+        let now = i64::try_from(now_ms).unwrap_or(i64::MAX);
         let mut due = self
-            .query(&sql, &[&(limit as i64), &self.owner, &millis(MAIL_CLAIM)])
+            .query(
+                &sql,
+                &[&now, &(limit as i64), &self.owner, &millis(MAIL_CLAIM)],
+            )
             .await?
             .iter()
-            .map(notification_row)
-            .collect::<Result<Vec<_>, _>>()?;
-        due.sort_by_key(|notification| notification.id);
+            .map(|row| {
+                Ok(Outgoing {
+                    notification: notification_row(row)?,
+                    attempts: row.get::<_, i32>(10) as u32,
+                    sent_to: row.get(11),
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        due.sort_by_key(|outgoing| outgoing.notification.id);
         Ok(due)
+    }
+
+    async fn mailed(&self, id: i64, reached: &[String], next: MailNext) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        tx.execute(
+            "INSERT INTO notification_sends (notification_id, recipient, sent_ms)
+             SELECT $1, recipient, $3 FROM unnest($2::text[]) AS recipient
+             ON CONFLICT DO NOTHING",
+            &[&id, &reached, &now_ms()],
+        )
+        .await?;
+        match next {
+            MailNext::Done(state) => {
+                tx.execute(
+                    "UPDATE notifications SET mail = $2, mail_owner = NULL, mail_until = NULL
+                     WHERE id = $1",
+                    &[&id, &state.as_str()],
+                )
+                .await?
+            }
+            MailNext::Retry(at_ms) => {
+                tx.execute(
+                    "UPDATE notifications SET mail_attempts = mail_attempts + 1,
+                         mail_next_ms = $2, mail_owner = NULL, mail_until = NULL
+                     WHERE id = $1",
+                    &[&id, &i64::try_from(at_ms).unwrap_or(i64::MAX)],
+                )
+                .await?
+            }
+        };
+        tx.commit().await?;
+        Ok(())
     }
 }
 
@@ -720,7 +784,8 @@ async fn write_batches(pool: Pool, mut queue: mpsc::UnboundedReceiver<Append>) {
     }
 }
 
-/// Inserts a batch of records in one statement (one commit). A record
+/// Inserts a batch of records in one statement, and the notifications of the
+/// gates among them in another, in one transaction (one commit). A record
 /// replaces a stored one only while that is pending (an approval's record,
 /// decided or expired), as in the SQLite store.
 async fn insert_records(pool: &Pool, batch: &[Append]) -> Result<(), StoreError> {
@@ -754,8 +819,10 @@ async fn insert_records(pool: &Pool, batch: &[Append]) -> Result<(), StoreError>
         records.push(to_json(&append.record)?);
         due.push(gate_due_ms(&append.record).map(|ms| ms as i64));
     }
-    let client = pool.get().await?;
-    let statement = client
+    let gates = GateNotifications::of(batch);
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    let statement = tx
         .prepare_cached(
             "INSERT INTO step_runs (run_id, path, status, record, due_ms)
              SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[])
@@ -764,10 +831,79 @@ async fn insert_records(pool: &Pool, batch: &[Append]) -> Result<(), StoreError>
                  WHERE step_runs.status = 'pending'",
         )
         .await?;
-    client
-        .execute(&statement, &[&run_ids, &paths, &statuses, &records, &due])
+    tx.execute(&statement, &[&run_ids, &paths, &statuses, &records, &due])
         .await?;
+    if !gates.run_ids.is_empty() {
+        let statement = tx
+            .prepare_cached(
+                "INSERT INTO notifications
+                     (account, kind, audience, run_id, step_path, subject, message, key, created_ms)
+                 SELECT r.account, 'approval', g.audience, r.id, g.path,
+                        'Approval needed: ' || r.workflow || ' (' || g.step_id || ')',
+                        g.message, g.key, $7
+                 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
+                     AS g(run_id, audience, path, step_id, message, key)
+                 JOIN runs r ON r.id = g.run_id
+                 ON CONFLICT (account, key) DO NOTHING",
+            )
+            .await?;
+        tx.execute(
+            &statement,
+            &[
+                &gates.run_ids,
+                &gates.audiences,
+                &gates.paths,
+                &gates.step_ids,
+                &gates.messages,
+                &gates.keys,
+                &now_ms(),
+            ],
+        )
+        .await?;
+    }
+    tx.commit().await?;
     Ok(())
+}
+
+/// The notification of each approver of each gate reached in a batch, as
+/// columns. The key (the daemon's and the SQLite store's) makes storing a
+/// gate's record again a no-op.
+#[derive(Default)]
+struct GateNotifications<'a> {
+    run_ids: Vec<&'a str>,
+    audiences: Vec<String>,
+    paths: Vec<String>,
+    step_ids: Vec<String>,
+    messages: Vec<String>,
+    keys: Vec<String>,
+}
+
+impl<'a> GateNotifications<'a> {
+    fn of(batch: &'a [Append]) -> GateNotifications<'a> {
+        let mut gates = GateNotifications::default();
+        for append in batch {
+            let record = &append.record;
+            if record.kind != flow_plan::StepKind::Approval || record.status != StepStatus::Pending
+            {
+                continue;
+            }
+            let Ok(gate) = serde_json::from_value::<PendingApproval>(record.input.clone()) else {
+                continue;
+            };
+            for approver in gate.approvers {
+                gates.run_ids.push(&append.run_id);
+                gates.paths.push(gate.path.clone());
+                gates.step_ids.push(gate.step_id.clone());
+                gates.messages.push(gate.message.clone());
+                gates.keys.push(format!(
+                    "approval:{}:{}:{approver}",
+                    append.run_id, gate.path
+                ));
+                gates.audiences.push(approver);
+            }
+        }
+        gates
+    }
 }
 
 impl Store for PostgresStore {
@@ -1006,11 +1142,20 @@ impl Store for PostgresStore {
     ) -> StoreFuture<'a, Vec<RunRow>> {
         Box::pin(async move {
             let status = query.status.map(RunStatus::as_str);
+            let (before_ms, before_id) = query.before.clone().unzip();
             self.runs_where(
                 "account = $1 AND ($2::text IS NULL OR workflow = $2)
                    AND ($3::text IS NULL OR status = $3)
+                   AND ($5::bigint IS NULL OR (created_ms, id) < ($5, $6::text))
                  ORDER BY created_ms DESC, id DESC LIMIT $4",
-                &[&account, &query.workflow, &status, &(query.limit as i64)],
+                &[
+                    &account,
+                    &query.workflow,
+                    &status,
+                    &(query.limit as i64),
+                    &before_ms,
+                    &before_id,
+                ],
             )
             .await
         })
@@ -1041,6 +1186,7 @@ impl Store for PostgresStore {
         account: &'a str,
         audiences: &'a [String],
         reader: &'a str,
+        query: &'a NotificationQuery,
     ) -> StoreFuture<'a, Vec<Notification>> {
         Box::pin(async move {
             self.query(
@@ -1049,8 +1195,16 @@ impl Store for PostgresStore {
                  FROM notifications n
                  LEFT JOIN notification_reads r ON r.notification_id = n.id AND r.reader = $3
                  WHERE n.account = $1 AND n.audience = ANY($2)
-                 ORDER BY n.id DESC",
-                &[&account, &audiences, &reader],
+                   AND (NOT $4 OR r.reader IS NULL)
+                 ORDER BY n.id DESC
+                 LIMIT $5",
+                &[
+                    &account,
+                    &audiences,
+                    &reader,
+                    &query.unread_only,
+                    &(query.limit as i64),
+                ],
             )
             .await?
             .iter()
@@ -1070,20 +1224,12 @@ impl Store for PostgresStore {
 
     /// Hands out what is due to this process: each entry goes to one
     /// process at a time (see the module doc).
-    fn to_mail(&self, limit: usize) -> StoreFuture<'_, Vec<Notification>> {
-        Box::pin(self.to_mail(limit))
+    fn to_mail(&self, now_ms: u64, limit: usize) -> StoreFuture<'_, Vec<Outgoing>> {
+        Box::pin(self.to_mail(now_ms, limit))
     }
 
-    fn set_mailed(&self, id: i64, state: MailState) -> StoreFuture<'_, ()> {
-        Box::pin(async move {
-            self.execute(
-                "UPDATE notifications SET mail = $2, mail_owner = NULL, mail_until = NULL
-                 WHERE id = $1",
-                &[&id, &state.as_str()],
-            )
-            .await?;
-            Ok(())
-        })
+    fn mailed<'a>(&'a self, id: i64, reached: &'a [String], next: MailNext) -> StoreFuture<'a, ()> {
+        Box::pin(self.mailed(id, reached, next))
     }
 
     fn open_journal<'a>(

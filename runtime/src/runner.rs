@@ -69,6 +69,13 @@ pub struct RunRecord {
     /// When the run was started, in milliseconds since the Unix epoch.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub created_ms: Option<i64>,
+    /// When it last changed (started, parked, resumed, ended).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub updated_ms: Option<i64>,
+    /// The run's input.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub input: Option<Value>,
     /// The workflow's output, once it completed.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
@@ -89,6 +96,8 @@ impl RunRecord {
             status,
             workflow: None,
             created_ms: None,
+            updated_ms: None,
+            input: None,
             output: None,
             pending_approvals: None,
             error: None,

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use flow_plan::Plan;
+use flow_plan::{Plan, StepKind};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
@@ -22,10 +22,11 @@ use tokio::sync::oneshot;
 use crate::interp::{
     BoxFuture, Effects, ErrorKind, Handoff, Journal, KbWrite, StepError, StepRecord, StepStatus,
 };
-use crate::interp::{DecideError, Decision, decide_record, gate_due_ms};
+use crate::interp::{DecideError, Decision, PendingApproval, decide_record, gate_due_ms};
 use crate::store::{
-    Deployment, JournalMemory, MailState, NO_ACCOUNT, NewNotification, Notification,
-    NotificationKind, RunLog, RunQuery, RunRow, RunStatus, Store, StoreError, StoreFuture,
+    Deployment, JournalMemory, MailNext, NO_ACCOUNT, NewNotification, Notification,
+    NotificationKind, NotificationQuery, Outgoing, RunLog, RunQuery, RunRow, RunStatus, Store,
+    StoreError, StoreFuture,
 };
 
 impl rusqlite::types::ToSql for RunStatus {
@@ -113,7 +114,10 @@ const MIGRATIONS: &[&str] = &[
     // workflow can neither overwrite another's document nor get its keyed
     // result. Notifications name their audience (a department, an approver
     // or an approver group), say what they are about, whether they have been
-    // mailed (flowd's outbox) and who has read them.
+    // mailed (flowd's outbox) and who has read them. A notification takes its
+    // run's account. Documents and keys did not say which run wrote them:
+    // they go to the one account that has runs, if only one has, and to the
+    // local CLI's otherwise.
     "CREATE TABLE kb_documents_v5 (
          account TEXT NOT NULL,
          collection TEXT NOT NULL,
@@ -123,7 +127,10 @@ const MIGRATIONS: &[&str] = &[
          metadata TEXT,
          PRIMARY KEY (account, collection, title)
      );
-     INSERT INTO kb_documents_v5 SELECT '', collection, title, version, content, metadata FROM kb_documents;
+     CREATE TEMP TABLE kb_owner AS
+         SELECT CASE WHEN COUNT(DISTINCT account) = 1 THEN MAX(account) ELSE '' END AS account FROM runs;
+     INSERT INTO kb_documents_v5
+         SELECT (SELECT account FROM kb_owner), collection, title, version, content, metadata FROM kb_documents;
      DROP TABLE kb_documents;
      ALTER TABLE kb_documents_v5 RENAME TO kb_documents;
      DROP TABLE kb_search;
@@ -136,7 +143,8 @@ const MIGRATIONS: &[&str] = &[
          result TEXT NOT NULL,
          PRIMARY KEY (account, key)
      );
-     INSERT INTO kb_keys_v5 SELECT '', key, result FROM kb_keys;
+     INSERT INTO kb_keys_v5 SELECT (SELECT account FROM kb_owner), key, result FROM kb_keys;
+     DROP TABLE kb_owner;
      DROP TABLE kb_keys;
      ALTER TABLE kb_keys_v5 RENAME TO kb_keys;
      CREATE TABLE notifications_v5 (
@@ -154,7 +162,9 @@ const MIGRATIONS: &[&str] = &[
          UNIQUE (account, key)
      );
      INSERT INTO notifications_v5 (id, account, kind, audience, run_id, subject, message, key, created_ms, mail)
-         SELECT id, '', 'handoff', department, run_id, subject, message, key, created_ms, 'skipped' FROM notifications;
+         SELECT id, COALESCE((SELECT account FROM runs WHERE runs.id = notifications.run_id), ''),
+                'handoff', department, run_id, subject, message, key, created_ms, 'skipped'
+         FROM notifications;
      DROP TABLE notifications;
      ALTER TABLE notifications_v5 RENAME TO notifications;
      CREATE INDEX notifications_by_account ON notifications(account, audience);
@@ -180,6 +190,16 @@ const MIGRATIONS: &[&str] = &[
         SET due_ms = json_extract(record, '$.started_ms') + json_extract(record, '$.input.expires_ms')
       WHERE status = 'pending' AND json_extract(record, '$.input.expires_ms') IS NOT NULL;
      CREATE INDEX step_runs_due ON step_runs(due_ms) WHERE status = 'pending' AND due_ms IS NOT NULL;",
+    // The outbox retries: an SMTP server down for a while delays emails, it
+    // does not lose them; a recipient reached is not mailed again.
+    "ALTER TABLE notifications ADD COLUMN mail_attempts INTEGER NOT NULL DEFAULT 0;
+     ALTER TABLE notifications ADD COLUMN mail_next_ms INTEGER;
+     CREATE TABLE notification_sends (
+         notification_id INTEGER NOT NULL REFERENCES notifications(id),
+         recipient TEXT NOT NULL,
+         sent_ms INTEGER NOT NULL,
+         PRIMARY KEY (notification_id, recipient)
+     );",
 ];
 
 impl From<rusqlite::Error> for StoreError {
@@ -708,12 +728,21 @@ impl SqliteStore {
             "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account
              FROM runs
              WHERE account = ?1 AND (?2 IS NULL OR workflow = ?2) AND (?3 IS NULL OR status = ?3)
+               AND (?5 IS NULL OR (created_ms, id) < (?5, ?6))
              ORDER BY created_ms DESC, id DESC
              LIMIT ?4",
         )?;
+        let (before_ms, before_id) = query.before.clone().unzip();
         let rows = statement
             .query_map(
-                params![account, query.workflow, query.status, query.limit as i64],
+                params![
+                    account,
+                    query.workflow,
+                    query.status,
+                    query.limit as i64,
+                    before_ms,
+                    before_id
+                ],
                 run_row,
             )?
             .collect::<Result<Vec<_>, _>>()?;
@@ -804,6 +833,7 @@ impl SqliteStore {
         account: &str,
         audiences: &[String],
         reader: &str,
+        query: &NotificationQuery,
     ) -> Result<Vec<Notification>, StoreError> {
         let conn = self.reader()?;
         // The audiences as a JSON array: one statement for any number of them.
@@ -814,10 +844,21 @@ impl SqliteStore {
              FROM notifications n
              LEFT JOIN notification_reads r ON r.notification_id = n.id AND r.reader = ?3
              WHERE n.account = ?1 AND n.audience IN (SELECT value FROM json_each(?2))
-             ORDER BY n.id DESC",
+               AND (?4 = 0 OR r.reader IS NULL)
+             ORDER BY n.id DESC
+             LIMIT ?5",
         )?;
         let rows = statement
-            .query_map(params![account, audiences, reader], notification_row)?
+            .query_map(
+                params![
+                    account,
+                    audiences,
+                    reader,
+                    query.unread_only,
+                    query.limit as i64
+                ],
+                notification_row,
+            )?
             .collect::<Result<Vec<_>, _>>()?;
         Ok(rows)
     }
@@ -845,24 +886,61 @@ impl SqliteStore {
         })
     }
 
-    pub fn to_mail(&self, limit: usize) -> Result<Vec<Notification>, StoreError> {
+    pub fn to_mail(&self, now_ms: u64, limit: usize) -> Result<Vec<Outgoing>, StoreError> {
         let conn = self.reader()?;
         let mut statement = conn.prepare_cached(
-            "SELECT id, account, kind, audience, run_id, step_path, subject, message, created_ms, 0
-             FROM notifications WHERE mail IS NULL ORDER BY id LIMIT ?1",
+            "SELECT id, account, kind, audience, run_id, step_path, subject, message, created_ms, 0,
+                    mail_attempts
+             FROM notifications
+             WHERE mail IS NULL AND (mail_next_ms IS NULL OR mail_next_ms <= ?1)
+             ORDER BY id LIMIT ?2",
         )?;
         let rows = statement
-            .query_map([limit as i64], notification_row)?
+            .query_map(params![now_ms as i64, limit as i64], |row| {
+                Ok((notification_row(row)?, row.get::<_, i64>(10)?))
+            })?
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(rows)
+        let mut sends = conn.prepare_cached(
+            "SELECT recipient FROM notification_sends WHERE notification_id = ?1 ORDER BY recipient",
+        )?;
+        let mut outgoing = Vec::with_capacity(rows.len());
+        for (notification, attempts) in rows {
+            let sent_to = sends
+                .query_map([notification.id], |row| row.get(0))?
+                .collect::<Result<Vec<String>, _>>()?;
+            outgoing.push(Outgoing {
+                notification,
+                attempts: attempts as u32,
+                sent_to,
+            });
+        }
+        Ok(outgoing)
     }
 
-    pub fn set_mailed(&self, id: i64, state: MailState) -> Result<(), StoreError> {
-        lock(&self.conn).execute(
-            "UPDATE notifications SET mail = ?2 WHERE id = ?1",
-            params![id, state.as_str()],
-        )?;
-        Ok(())
+    pub fn mailed(&self, id: i64, reached: &[String], next: MailNext) -> Result<(), StoreError> {
+        let conn = lock(&self.conn);
+        in_immediate(&conn, || {
+            let now = now_ms();
+            for recipient in reached {
+                conn.execute(
+                    "INSERT OR IGNORE INTO notification_sends (notification_id, recipient, sent_ms)
+                     VALUES (?1, ?2, ?3)",
+                    params![id, recipient, now],
+                )?;
+            }
+            match next {
+                MailNext::Done(state) => conn.execute(
+                    "UPDATE notifications SET mail = ?2 WHERE id = ?1",
+                    params![id, state.as_str()],
+                )?,
+                MailNext::Retry(at_ms) => conn.execute(
+                    "UPDATE notifications SET mail_attempts = mail_attempts + 1, mail_next_ms = ?2
+                     WHERE id = ?1",
+                    params![id, at_ms as i64],
+                )?,
+            };
+            Ok(())
+        })
     }
 }
 
@@ -983,8 +1061,9 @@ impl Store for SqliteStore {
         account: &'a str,
         audiences: &'a [String],
         reader: &'a str,
+        query: &'a NotificationQuery,
     ) -> StoreFuture<'a, Vec<Notification>> {
-        ready(self.notifications(account, audiences, reader))
+        ready(self.notifications(account, audiences, reader, query))
     }
 
     fn mark_read<'a>(
@@ -996,12 +1075,12 @@ impl Store for SqliteStore {
         ready(self.mark_read(account, reader, ids))
     }
 
-    fn to_mail(&self, limit: usize) -> StoreFuture<'_, Vec<Notification>> {
-        ready(self.to_mail(limit))
+    fn to_mail(&self, now_ms: u64, limit: usize) -> StoreFuture<'_, Vec<Outgoing>> {
+        ready(self.to_mail(now_ms, limit))
     }
 
-    fn set_mailed(&self, id: i64, state: MailState) -> StoreFuture<'_, ()> {
-        ready(self.set_mailed(id, state))
+    fn mailed<'a>(&'a self, id: i64, reached: &'a [String], next: MailNext) -> StoreFuture<'a, ()> {
+        ready(self.mailed(id, reached, next))
     }
 
     fn open_journal<'a>(
@@ -1140,6 +1219,7 @@ fn write_batch(
                         json,
                         gate_due_ms(record).map(|ms| ms as i64),
                     ])?;
+                    notify_gate(&tx, run_id, record)?;
                     results.push(Ok(1));
                 }
                 Write::Decide { decision, .. } => {
@@ -1165,6 +1245,42 @@ fn write_batch(
     }
     tx.commit()?;
     Ok(results)
+}
+
+/// A gate reached is a notification to each of its approvers (a person or
+/// an approver group), stored in the transaction that stores the gate: a
+/// parked run never waits unannounced, whatever happens to the process after
+/// the commit. The key makes writing the record again a no-op.
+fn notify_gate(
+    tx: &rusqlite::Transaction<'_>,
+    run_id: &str,
+    record: &StepRecord,
+) -> rusqlite::Result<()> {
+    if record.kind != StepKind::Approval || record.status != StepStatus::Pending {
+        return Ok(());
+    }
+    let Ok(gate) = serde_json::from_value::<PendingApproval>(record.input.clone()) else {
+        return Ok(());
+    };
+    let mut insert = tx.prepare_cached(
+        "INSERT OR IGNORE INTO notifications
+             (account, kind, audience, run_id, step_path, subject, message, key, created_ms)
+         SELECT account, 'approval', ?2, id, ?3, 'Approval needed: ' || workflow || ' (' || ?4 || ')',
+                ?5, ?6, ?7
+         FROM runs WHERE id = ?1",
+    )?;
+    for approver in &gate.approvers {
+        insert.execute(params![
+            run_id,
+            approver,
+            gate.path,
+            gate.step_id,
+            gate.message,
+            format!("approval:{run_id}:{}:{approver}", gate.path),
+            now_ms()
+        ])?;
+    }
+    Ok(())
 }
 
 fn apply_decision(
@@ -1340,5 +1456,82 @@ impl Effects for RunJournal {
             .map(|_| ())
             .map_err(store_error);
         Box::pin(async move { result })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store written before accounts owned knowledge and notifications
+    /// (schema version 4), with data in every table the later migrations
+    /// change, opens at the current version: each row keeps its data and
+    /// gets the account it belongs to, and the pending gate its due time.
+    #[test]
+    fn a_populated_version_4_store_migrates_to_the_current_schema() {
+        let dir = flow_tests::TempDir::new("sqlite-migrate-v4");
+        let path = dir.path().join("v4.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            for migration in &MIGRATIONS[..4] {
+                conn.execute_batch(migration).unwrap();
+            }
+            conn.pragma_update(None, "user_version", 4).unwrap();
+            let gate = json!({
+                "path": "ok", "step_id": "ok", "kind": "approval", "status": "pending",
+                "input": { "path": "ok", "step_id": "ok", "approvers": ["boss@acme.io"], "message": "go?",
+                           "expires_ms": 1000, "on_reject": "fail", "on_expire": "reject" },
+                "output": null, "error": null, "attempts": [], "started_ms": 5000, "ended_ms": 5000
+            });
+            conn.execute_batch(&format!(
+                "INSERT INTO plans VALUES ('h', '{{}}');
+                 INSERT INTO runs (id, workflow, plan_hash, status, input, created_ms, updated_ms, account)
+                     VALUES ('r1', 'w', 'h', 'pending_approval', '{{}}', 1, 1, 'acme');
+                 INSERT INTO step_runs (run_id, path, status, record, seq) VALUES ('r1', 'ok', 'pending', '{gate}', 1);
+                 INSERT INTO kb_documents VALUES ('notes', 'T', 3, 'text', NULL);
+                 INSERT INTO kb_search VALUES ('notes', 'T', 'text');
+                 INSERT INTO kb_keys VALUES ('k1', '{{\"version\": 3}}');
+                 INSERT INTO notifications (run_id, department, subject, message, key, created_ms)
+                     VALUES ('r1', 'support', NULL, 'look', 'h1', 2);"
+            ))
+            .unwrap();
+        }
+        let store = SqliteStore::open(&path).expect("migrates");
+        let conn = lock(&store.conn);
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .unwrap();
+        assert_eq!(version as usize, MIGRATIONS.len());
+        let owner = |sql: &str| -> String { conn.query_row(sql, [], |row| row.get(0)).unwrap() };
+        assert_eq!(owner("SELECT account FROM kb_documents"), "acme");
+        assert_eq!(owner("SELECT account FROM kb_keys"), "acme");
+        assert_eq!(owner("SELECT account FROM kb_search"), "acme");
+        assert_eq!(owner("SELECT content FROM kb_documents"), "text");
+        drop(conn);
+        let notes = store
+            .notifications(
+                "acme",
+                &["support".to_string()],
+                "sam@acme.io",
+                &NotificationQuery {
+                    unread_only: false,
+                    limit: 10,
+                },
+            )
+            .unwrap();
+        assert_eq!(notes.len(), 1, "the run's account: {notes:?}");
+        assert_eq!(notes[0].message, "look");
+        assert!(
+            store.to_mail(u64::MAX, 10).unwrap().is_empty(),
+            "old ones are not mailed now"
+        );
+        let due: Vec<String> = store
+            .expired_gates(6_000)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(due, ["r1"], "the gate's due time was filled in");
+        assert!(store.expired_gates(5_999).unwrap().is_empty());
     }
 }

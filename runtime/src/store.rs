@@ -180,7 +180,27 @@ pub struct NewNotification<'a> {
     pub key: Option<&'a str>,
 }
 
-/// How an outbox entry's email went (`Store::set_mailed`).
+/// A notification due to be mailed, with what earlier attempts did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outgoing {
+    pub notification: Notification,
+    /// Attempts so far that left some recipient to try again.
+    pub attempts: u32,
+    /// The recipients an earlier attempt already reached.
+    pub sent_to: Vec<String>,
+}
+
+/// What an attempt at mailing a notification leaves to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MailNext {
+    /// Nothing: it is out of the outbox, so.
+    Done(MailState),
+    /// Try the recipients not reached yet again at this time (ms since the
+    /// epoch).
+    Retry(u64),
+}
+
+/// How an outbox entry's email went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MailState {
     Sent,
@@ -200,6 +220,15 @@ impl MailState {
     }
 }
 
+/// Which of a reader's notifications to list (`Store::notifications`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotificationQuery {
+    /// Only those the reader has not marked read.
+    pub unread_only: bool,
+    /// At most this many, newest first.
+    pub limit: usize,
+}
+
 /// Which of an account's runs to list (`Store::account_runs`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunQuery {
@@ -207,6 +236,9 @@ pub struct RunQuery {
     pub status: Option<RunStatus>,
     /// At most this many, newest first.
     pub limit: usize,
+    /// Only runs older than this one (its `created_ms` and id): the next
+    /// page after a page that ended with it.
+    pub before: Option<(i64, String)>,
 }
 
 /// One run's view of a store: the journal the interpreter replays and
@@ -337,6 +369,7 @@ pub trait Store: Send + Sync {
         account: &'a str,
         audiences: &'a [String],
         reader: &'a str,
+        query: &'a NotificationQuery,
     ) -> StoreFuture<'a, Vec<Notification>>;
 
     /// Marks the account's notifications `ids` read by `reader`; answers how
@@ -348,11 +381,13 @@ pub trait Store: Send + Sync {
         ids: &'a [i64],
     ) -> StoreFuture<'a, usize>;
 
-    /// Notifications not yet mailed, oldest first (the daemon's outbox).
-    fn to_mail(&self, limit: usize) -> StoreFuture<'_, Vec<Notification>>;
+    /// Notifications due to be mailed by `now_ms`, oldest first (the
+    /// daemon's outbox).
+    fn to_mail(&self, now_ms: u64, limit: usize) -> StoreFuture<'_, Vec<Outgoing>>;
 
-    /// Takes notification `id` out of the outbox.
-    fn set_mailed(&self, id: i64, state: MailState) -> StoreFuture<'_, ()>;
+    /// Records an attempt at mailing notification `id`: the recipients it
+    /// reached, and what is left to do.
+    fn mailed<'a>(&'a self, id: i64, reached: &'a [String], next: MailNext) -> StoreFuture<'a, ()>;
 
     /// Opens a run's journal, loading its records for replay. With
     /// `Durability::Approval`, records are persisted only by `RunLog::flush`.

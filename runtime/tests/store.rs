@@ -17,7 +17,9 @@ use flow_runtime::interp::{Decision, Handoff, KbWrite, Outcome, Services, StepSt
 use flow_runtime::offline::OfflineProvider;
 use flow_runtime::postgres::{PostgresOptions, PostgresStore};
 use flow_runtime::sqlite::SqliteStore;
-use flow_runtime::store::{MailState, NotificationKind, RunLog, RunStatus, Store};
+use flow_runtime::store::{
+    MailNext, MailState, NotificationKind, NotificationQuery, RunLog, RunStatus, Store,
+};
 use flow_tests::TempDir;
 use flow_tests::postgres::TestSchema;
 use serde_json::json;
@@ -90,6 +92,12 @@ fn plan(source: &str) -> flow_plan::Plan {
     assert!(!checked.has_errors(), "{:#?}", checked.diagnostics);
     flow_compiler::lower(&checked).expect("lowers")
 }
+
+/// Every notification, read or not.
+const ALL: NotificationQuery = NotificationQuery {
+    unread_only: false,
+    limit: 1_000,
+};
 
 const TWO_STEPS: &str = r#"recipe r { model "m" input { q: string } output { a: string } prompt "{{input.q}}" }
 workflow w {
@@ -291,7 +299,7 @@ async fn kb_documents_keys_and_notifications_belong_to_the_run_account(backend: 
     }
     let audiences = ["support".to_string()];
     let listed = store
-        .notifications("acme", &audiences, "ana@x.io")
+        .notifications("acme", &audiences, "ana@x.io", &ALL)
         .await
         .unwrap();
     assert_eq!(listed.len(), 1, "a key stores one notification: {listed:?}");
@@ -301,7 +309,7 @@ async fn kb_documents_keys_and_notifications_belong_to_the_run_account(backend: 
     let elsewhere = ["billing".to_string()];
     assert!(
         store
-            .notifications("acme", &elsewhere, "ana@x.io")
+            .notifications("acme", &elsewhere, "ana@x.io", &ALL)
             .await
             .unwrap()
             .is_empty(),
@@ -323,32 +331,60 @@ async fn kb_documents_keys_and_notifications_belong_to_the_run_account(backend: 
             .unwrap(),
         1
     );
-    let read = |reader: &'static str| {
+    let read = |reader: &'static str, query: NotificationQuery| {
         let (store, audiences) = (Arc::clone(&store), audiences.clone());
         async move {
             store
-                .notifications("acme", &audiences, reader)
+                .notifications("acme", &audiences, reader, &query)
                 .await
-                .unwrap()[0]
-                .read
+                .unwrap()
         }
     };
-    assert!(read("ana@x.io").await);
-    assert!(!read("bo@x.io").await);
+    assert!(read("ana@x.io", ALL).await[0].read);
+    assert!(!read("bo@x.io", ALL).await[0].read);
+    let unread = NotificationQuery {
+        unread_only: true,
+        ..ALL
+    };
+    assert!(read("ana@x.io", unread).await.is_empty());
 
     // Both handoffs wait in the outbox until mailed.
-    let outbox = store.to_mail(10).await.unwrap();
+    let outbox = store.to_mail(u64::MAX, 10).await.unwrap();
     assert_eq!(outbox.len(), 2);
-    assert!(outbox[0].id < outbox[1].id, "oldest first");
+    assert!(
+        outbox[0].notification.id < outbox[1].notification.id,
+        "oldest first"
+    );
     store
-        .set_mailed(outbox[0].id, MailState::Sent)
+        .mailed(
+            outbox[0].notification.id,
+            &[],
+            MailNext::Done(MailState::Sent),
+        )
         .await
         .unwrap();
+
+    // A retry: the recipients reached are kept, and the notification waits
+    // until its time.
+    let left = outbox[1].notification.id;
     store
-        .set_mailed(outbox[1].id, MailState::Failed)
+        .mailed(left, &["sam@x.io".to_string()], MailNext::Retry(5_000))
         .await
         .unwrap();
-    assert!(store.to_mail(10).await.unwrap().is_empty());
+    assert!(
+        store.to_mail(4_999, 10).await.unwrap().is_empty(),
+        "not yet"
+    );
+    let again = store.to_mail(5_000, 10).await.unwrap();
+    assert_eq!(
+        (again[0].attempts, again[0].sent_to.clone()),
+        (1, vec!["sam@x.io".to_string()])
+    );
+    store
+        .mailed(left, &[], MailNext::Done(MailState::Failed))
+        .await
+        .unwrap();
+    assert!(store.to_mail(u64::MAX, 10).await.unwrap().is_empty());
 }
 
 const GATED: &str = r#"recipe r { model "m" input { q: string } output { a: string } prompt "{{input.q}}" }
@@ -405,6 +441,21 @@ async fn the_runner_parks_resumes_and_lists_runs_to_recover(backend: Backend) {
         store.pending_approvals().await.unwrap(),
         [("w".to_string(), 1)]
     );
+    // The gate's approver was notified in the commit that stored the gate:
+    // no later step (that a crash could skip) is needed for it.
+    let notes = store
+        .notifications(
+            "",
+            &["boss@example.com".to_string()],
+            "boss@example.com",
+            &ALL,
+        )
+        .await
+        .unwrap();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert_eq!(notes[0].kind, NotificationKind::Approval);
+    assert_eq!(notes[0].step_path.as_deref(), Some("ok"));
+    assert_eq!(notes[0].subject.as_deref(), Some("Approval needed: w (ok)"));
 
     // run-2 was created but never driven: as after a crash, it is due for
     // recovery; the parked run-1 is not (its approval has no expiry).
@@ -490,9 +541,38 @@ async fn deployments_are_versioned_per_account_and_runs_keep_their_account(backe
         workflow: Some("w".into()),
         status: Some(RunStatus::Running),
         limit: 10,
+        before: None,
     };
     let listed = store.account_runs("acme", &query).await.unwrap();
     assert_eq!(listed.len(), 1);
+    // Pages: newest first, the next page after the last run of the one before.
+    store
+        .create_run("run-b", "acme", "w", &second.hash, &json!({}), None)
+        .await
+        .unwrap();
+    let page = |before: Option<(i64, String)>| {
+        let store = Arc::clone(&store);
+        async move {
+            let query = flow_runtime::store::RunQuery {
+                workflow: None,
+                status: None,
+                limit: 1,
+                before,
+            };
+            store.account_runs("acme", &query).await.unwrap()
+        }
+    };
+    let first_page = page(None).await;
+    let second_page = page(Some((first_page[0].created_ms, first_page[0].id.clone()))).await;
+    let mut ids = vec![first_page[0].id.clone(), second_page[0].id.clone()];
+    ids.sort();
+    assert_eq!(ids, ["run-a", "run-b"], "each run on one page");
+    let last = &second_page[0];
+    assert!(
+        page(Some((last.created_ms, last.id.clone())))
+            .await
+            .is_empty()
+    );
     assert!(
         store
             .account_runs("globex", &query)
@@ -825,17 +905,34 @@ async fn postgres_outbox_entries_go_to_one_mailer_at_a_time() {
         assert!(stored);
     }
     let taken: Vec<String> = first
-        .to_mail(2)
+        .to_mail(u64::MAX, 2)
         .await
         .unwrap()
         .into_iter()
-        .map(|n| n.message)
+        .map(|outgoing| outgoing.notification.message)
         .collect();
     assert_eq!(taken, ["a", "b"]);
-    let rest = second.to_mail(10).await.unwrap();
+    let rest = second.to_mail(u64::MAX, 10).await.unwrap();
     assert_eq!(rest.len(), 1);
-    assert_eq!(rest[0].message, "c");
-    assert!(second.to_mail(10).await.unwrap().is_empty());
+    assert_eq!(rest[0].notification.message, "c");
+    assert!(second.to_mail(u64::MAX, 10).await.unwrap().is_empty());
+    // An attempt recorded lets the entry go: due again at its retry time,
+    // to whichever mailer asks first.
+    let retried = rest[0].notification.id;
+    second
+        .mailed(retried, &["sam@x.io".to_string()], MailNext::Retry(0))
+        .await
+        .unwrap();
+    let again = first.to_mail(u64::MAX, 10).await.unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!(
+        (
+            again[0].notification.id,
+            again[0].attempts,
+            again[0].sent_to.clone()
+        ),
+        (retried, 1, vec!["sam@x.io".to_string()])
+    );
 }
 
 /// Processes starting together on a new schema migrate it once: the

@@ -13,7 +13,9 @@ use axum::response::{IntoResponse, Response};
 use flow_plan::Plan;
 use flow_runtime::interp::{Decision, Outcome, StepRecord};
 use flow_runtime::runner::{self, RunRecord};
-use flow_runtime::store::{Deployment, Notification, RunQuery, RunRow, RunStatus, StoreError};
+use flow_runtime::store::{
+    Deployment, Notification, NotificationQuery, RunQuery, RunRow, RunStatus, StoreError,
+};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -388,6 +390,7 @@ pub(crate) async fn start_run(
 ) -> Answer {
     let request: StartRun = json_body(&headers, body)?;
     let key = idempotency_key(&headers)?;
+    let deployments = daemon.deployments(&account).await.map_err(store_problem)?;
     if let Some(key) = &key
         && let Some(first) = daemon
             .store
@@ -395,9 +398,8 @@ pub(crate) async fn start_run(
             .await
             .map_err(store_problem)?
     {
-        return replayed(first, key, &request);
+        return replayed(first, key, &request, &deployments);
     }
-    let deployments = daemon.deployments(&account).await.map_err(store_problem)?;
     let deployment = deployments
         .iter()
         .filter(|d| d.workflow == request.workflow)
@@ -475,7 +477,7 @@ pub(crate) async fn start_run(
             .await
             .map_err(store_problem)?
             .ok_or_else(|| store_problem(StoreError(format!("no run has key `{key}`"))))?;
-        return replayed(first, &key, &request);
+        return replayed(first, &key, &request, &deployments);
     }
     Ok((
         StatusCode::ACCEPTED,
@@ -505,8 +507,15 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Problem> {
 
 /// The answer to a retried start: the run the key's first request started,
 /// if this request asks for the same thing.
-fn replayed(first: RunRow, key: &str, request: &StartRun) -> Answer {
-    if first.workflow != request.workflow || first.input != request.input() {
+fn replayed(first: RunRow, key: &str, request: &StartRun, deployments: &[Deployment]) -> Answer {
+    // A version named must be the one the first request ran; with none
+    // named, a retry after a deploy still answers the first run.
+    let other_version = request.version.is_some_and(|version| {
+        !deployments.iter().any(|d| {
+            d.workflow == request.workflow && d.version == version && d.plan_hash == first.plan_hash
+        })
+    });
+    if first.workflow != request.workflow || first.input != request.input() || other_version {
         return Err(Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "idempotency_key_reused",
@@ -560,6 +569,8 @@ pub(crate) async fn get_run(
     };
     record.workflow = Some(row.workflow);
     record.created_ms = Some(row.created_ms);
+    record.updated_ms = Some(row.updated_ms);
+    record.input = Some(row.input);
     Ok(axum::Json(record).into_response())
 }
 
@@ -602,6 +613,8 @@ pub(crate) struct RunFilter {
     /// At most this many, newest first (default 100; more is read as 1,000).
     #[param(minimum = 0, maximum = 1000)]
     limit: Option<usize>,
+    /// The next page: only runs older than this run (the last of a page).
+    before: Option<String>,
 }
 
 /// The account's runs, newest first.
@@ -610,6 +623,7 @@ pub(crate) struct RunFilter {
     responses(
         (status = 200, description = "The runs", body = Runs),
         (status = 400, description = "A filter is not understood (`invalid_query`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 404, description = "`before` names no run of this account (`unknown_run`)", body = ProblemDoc, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn runs(
@@ -618,10 +632,18 @@ pub(crate) async fn runs(
     filter: Result<Query<RunFilter>, QueryRejection>,
 ) -> Answer {
     let Query(filter) = filter.map_err(invalid_query)?;
+    let before = match &filter.before {
+        Some(id) => {
+            let run = own_run(&daemon, &account, id).await?;
+            Some((run.created_ms, run.id))
+        }
+        None => None,
+    };
     let query = RunQuery {
         workflow: filter.workflow,
         status: filter.status,
         limit: filter.limit.unwrap_or(100).min(1_000),
+        before,
     };
     let rows = daemon
         .store
@@ -691,8 +713,9 @@ struct Decide {
     ),
     responses(
         (status = 202, description = "Decided; the run continues", body = RunState),
-        (status = 404, description = "No such run in this account", body = ProblemDoc, content_type = "application/problem+json"),
-        (status = 409, description = "Not an approver, not pending, expired, or the run ended (`decision_refused`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 403, description = "The approver may not decide this gate (`not_an_approver`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 404, description = "No such run in this account (`unknown_run`), or no gate at this path (`unknown_step`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 409, description = "Already decided, expired, or the run ended (`decision_refused`)", body = ProblemDoc, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn decide(
@@ -705,7 +728,7 @@ pub(crate) async fn decide(
     let request: Decide = json_body(&headers, body)?;
     let run = own_run(&daemon, &account, &id).await?;
     let decision = Decision {
-        groups: daemon.config.groups_of(&request.approver),
+        groups: daemon.config.people(&account).groups_of(&request.approver),
         approver: request.approver,
         approved: request.approved,
         comment: request.comment,
@@ -745,11 +768,12 @@ pub(crate) async fn my_approvals(
     query: Result<Query<ApproverQuery>, QueryRejection>,
 ) -> Answer {
     let Query(ApproverQuery { approver }) = query.map_err(invalid_query)?;
-    let groups = daemon.config.groups_of(&approver);
+    let groups = daemon.config.people(&account).groups_of(&approver);
     let parked = RunQuery {
         workflow: None,
         status: Some(RunStatus::PendingApproval),
         limit: 1_000,
+        before: None,
     };
     let runs = daemon
         .store
@@ -792,6 +816,9 @@ pub(crate) struct ReaderQuery {
     /// Only the ones this reader has not marked read.
     #[serde(default)]
     unread: bool,
+    /// At most this many, newest first (default 100; more is read as 1,000).
+    #[param(minimum = 0, maximum = 1000)]
+    limit: Option<usize>,
 }
 
 /// Handoffs to the reader's departments and approval requests to them or
@@ -809,15 +836,16 @@ pub(crate) async fn notifications(
     query: Result<Query<ReaderQuery>, QueryRejection>,
 ) -> Answer {
     let Query(query) = query.map_err(invalid_query)?;
-    let audiences = daemon.config.audiences_of(&query.reader);
-    let mut list = daemon
+    let audiences = daemon.config.people(&account).audiences_of(&query.reader);
+    let wanted = NotificationQuery {
+        unread_only: query.unread,
+        limit: query.limit.unwrap_or(100).min(1_000),
+    };
+    let list = daemon
         .store
-        .notifications(&account, &audiences, &query.reader)
+        .notifications(&account, &audiences, &query.reader, &wanted)
         .await
         .map_err(store_problem)?;
-    if query.unread {
-        list.retain(|notification| !notification.read);
-    }
     Ok(axum::Json(Notifications {
         notifications: list,
     })
@@ -828,8 +856,13 @@ pub(crate) async fn notifications(
 #[serde(deny_unknown_fields)]
 struct MarkRead {
     reader: String,
+    #[schema(max_items = 1000)]
     ids: Vec<i64>,
 }
+
+/// The most notifications one request marks: each is a write in one
+/// transaction that other writers wait for.
+const MARK_AT_ONCE: usize = 1_000;
 
 /// Marks notifications read for a reader; answers how many of them the
 /// account has.
@@ -844,6 +877,13 @@ pub(crate) async fn mark_read(
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
     let request: MarkRead = json_body(&headers, body)?;
+    if request.ids.len() > MARK_AT_ONCE {
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+            &format!("mark at most {MARK_AT_ONCE} notifications at once"),
+        ));
+    }
     let marked = daemon
         .store
         .mark_read(&account, &request.reader, &request.ids)

@@ -4,7 +4,8 @@
 //! listed with where it is (`flowd.toml:12:3`), so an operator fixes them in
 //! one pass. Environment variables (`FLOWD_LISTEN`, `FLOWD_STORE`,
 //! `FLOWD_PUBLIC_URL`, `FLOWD_LINK_SECRET`, `FLOWD_SMTP_HOST`,
-//! `FLOWD_SMTP_PORT`, `FLOWD_OTLP_ENDPOINT`) override the file's values, for
+//! `FLOWD_SMTP_PORT`, `FLOWD_OTLP_ENDPOINT`, `FLOWD_METRICS_TOKEN`) override
+//! the file's values, for
 //! containers and secrets kept out of files.
 
 use std::collections::{BTreeMap, HashMap};
@@ -39,14 +40,12 @@ pub struct Config {
     pub smtp: Option<Smtp>,
     pub provider: Option<Provider>,
     pub accounts: Vec<Account>,
-    /// Department name to member emails (handoff recipients).
-    pub departments: BTreeMap<String, Vec<String>>,
-    /// Approver group name to member emails: an approval naming the group
-    /// may be decided by any member.
-    pub approver_groups: BTreeMap<String, Vec<String>>,
     pub webhooks: Vec<Webhook>,
     /// OTLP/HTTP endpoint for traces; none exports nothing.
     pub otlp_endpoint: Option<String>,
+    /// When set, `/metrics` answers only `Authorization: Bearer TOKEN`: its
+    /// labels name every account's workflows.
+    pub metrics_token: Option<Secret>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -96,11 +95,21 @@ pub struct Provider {
 }
 
 /// An account: its runs and workflows are visible only to its API keys.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Account {
     pub id: String,
     pub api_keys: Vec<Secret>,
+    /// Department name to member emails (handoff recipients). An account's
+    /// workflows reach its own departments only.
+    pub departments: BTreeMap<String, Vec<String>>,
+    /// Approver group name to member emails: an approval naming the group
+    /// may be decided by any member.
+    pub approver_groups: BTreeMap<String, Vec<String>>,
+    /// The domains flowd may email an approver named by address in: by
+    /// default those of the account's own people. An approval's approvers
+    /// are an expression (they can come from a run's input), and flowd must
+    /// not mail a link to anyone a caller names.
+    pub mail_domains: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -120,6 +129,20 @@ fn all_events() -> Vec<String> {
     EVENTS.iter().map(ToString::to_string).collect()
 }
 
+/// An `[[accounts]]` entry as written: its people keep their places, for
+/// problems.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AccountFile {
+    id: String,
+    api_keys: Vec<Secret>,
+    #[serde(default)]
+    departments: BTreeMap<String, toml::Spanned<Vec<String>>>,
+    #[serde(default)]
+    approver_groups: BTreeMap<String, toml::Spanned<Vec<String>>>,
+    mail_domains: Option<Vec<String>>,
+}
+
 /// The file as written, before checks and overrides.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -131,14 +154,11 @@ struct File {
     smtp: Option<Smtp>,
     provider: Option<toml::Spanned<Provider>>,
     #[serde(default)]
-    accounts: Vec<toml::Spanned<Account>>,
-    #[serde(default)]
-    departments: BTreeMap<String, toml::Spanned<Vec<String>>>,
-    #[serde(default)]
-    approver_groups: BTreeMap<String, toml::Spanned<Vec<String>>>,
+    accounts: Vec<toml::Spanned<AccountFile>>,
     #[serde(default)]
     webhooks: Vec<toml::Spanned<Webhook>>,
     otlp_endpoint: Option<toml::Spanned<String>>,
+    metrics_token: Option<toml::Spanned<String>>,
 }
 
 /// A mistake in the configuration, and where it is.
@@ -195,6 +215,7 @@ pub fn load(
     let public_setting = setting("FLOWD_PUBLIC_URL", spanned(&file.public_url));
     let secret_setting = setting("FLOWD_LINK_SECRET", spanned(&file.link_secret));
     let otlp_setting = setting("FLOWD_OTLP_ENDPOINT", spanned(&file.otlp_endpoint));
+    let metrics_setting = setting("FLOWD_METRICS_TOKEN", spanned(&file.metrics_token));
 
     let listen = match listen_setting {
         None => DEFAULT_LISTEN.parse().ok(),
@@ -242,6 +263,15 @@ pub fn load(
             Some(value)
         }
     };
+    let metrics_token = metrics_setting.map(|(value, place)| {
+        if value.len() < 16 {
+            problems.report(
+                place,
+                "metrics_token is shorter than 16 characters".to_string(),
+            );
+        }
+        Secret(value)
+    });
 
     let mut smtp = file.smtp;
     if let Some(host) = env("FLOWD_SMTP_HOST") {
@@ -339,33 +369,41 @@ pub fn load(
                 );
             }
         }
-        accounts.push(account);
+        let mut people = |table: &str, entries: BTreeMap<String, toml::Spanned<Vec<String>>>| {
+            entries
+                .into_iter()
+                .map(|(name, members)| {
+                    let span = members.span();
+                    let members = members.into_inner();
+                    if members.is_empty() {
+                        problems.at(
+                            span.clone(),
+                            format!("account `{}`: {table} `{name}` has no members", account.id),
+                        );
+                    }
+                    for member in members.iter().filter(|m| !is_email(m)) {
+                        problems.at(
+                            span.clone(),
+                            format!(
+                                "account `{}`: {table} `{name}`: `{member}` is not an email address",
+                                account.id
+                            ),
+                        );
+                    }
+                    (name, members)
+                })
+                .collect::<BTreeMap<_, _>>()
+        };
+        let departments = people("departments", account.departments);
+        let approver_groups = people("approver_groups", account.approver_groups);
+        accounts.push(Account {
+            id: account.id,
+            api_keys: account.api_keys,
+            departments,
+            approver_groups,
+            mail_domains: account.mail_domains,
+        });
     }
-
-    let people = |problems: &mut Problems<'_>,
-                  table: &str,
-                  entries: BTreeMap<String, toml::Spanned<Vec<String>>>|
-     -> BTreeMap<String, Vec<String>> {
-        entries
-            .into_iter()
-            .map(|(name, members)| {
-                let span = members.span();
-                let members = members.into_inner();
-                if members.is_empty() {
-                    problems.at(span.clone(), format!("[{table}] `{name}` has no members"));
-                }
-                for member in members.iter().filter(|m| !is_email(m)) {
-                    problems.at(
-                        span.clone(),
-                        format!("[{table}] `{name}`: `{member}` is not an email address"),
-                    );
-                }
-                (name, members)
-            })
-            .collect()
-    };
-    let departments = people(&mut problems, "departments", file.departments);
-    let approver_groups = people(&mut problems, "approver_groups", file.approver_groups);
 
     let webhooks = file
         .webhooks
@@ -413,10 +451,9 @@ pub fn load(
         smtp,
         provider,
         accounts,
-        departments,
-        approver_groups,
         webhooks,
         otlp_endpoint,
+        metrics_token,
     })
 }
 
@@ -487,6 +524,26 @@ impl std::fmt::Debug for StoreLocation {
 }
 
 impl Config {
+    /// The account `id`'s people: its departments and approver groups (none
+    /// for an id that is no account's).
+    pub fn people(&self, id: &str) -> &Account {
+        static NOBODY: std::sync::OnceLock<Account> = std::sync::OnceLock::new();
+        self.accounts
+            .iter()
+            .find(|account| account.id == id)
+            .unwrap_or_else(|| {
+                NOBODY.get_or_init(|| Account {
+                    id: String::new(),
+                    api_keys: Vec::new(),
+                    departments: BTreeMap::new(),
+                    approver_groups: BTreeMap::new(),
+                    mail_domains: Some(Vec::new()),
+                })
+            })
+    }
+}
+
+impl Account {
     /// The approver groups `email` belongs to.
     pub fn groups_of(&self, email: &str) -> Vec<String> {
         member_of(&self.approver_groups, email)
@@ -504,8 +561,8 @@ impl Config {
     }
 
     /// The addresses a notification of `kind` for `audience` goes to: a
-    /// handoff's department members; an approval's approver, or the members
-    /// of the approver group it names.
+    /// handoff's department members; an approval's approver group's
+    /// members, or the approver named, if flowd may mail that address.
     pub fn recipients(&self, kind: NotificationKind, audience: &str) -> Vec<String> {
         let table = match kind {
             NotificationKind::Handoff => &self.departments,
@@ -513,10 +570,31 @@ impl Config {
         };
         match table.get(audience) {
             Some(members) => members.clone(),
-            None if kind == NotificationKind::Approval && is_email(audience) => {
+            None if kind == NotificationKind::Approval && self.may_mail(audience) => {
                 vec![audience.to_string()]
             }
             None => Vec::new(),
+        }
+    }
+
+    /// Whether flowd may email `address` for this account: one of its people,
+    /// or an address in one of its mail domains.
+    pub fn may_mail(&self, address: &str) -> bool {
+        if !is_email(address) {
+            return false;
+        }
+        let domain = |email: &str| email.rsplit_once('@').map(|(_, d)| d.to_ascii_lowercase());
+        let people = || {
+            self.departments
+                .values()
+                .chain(self.approver_groups.values())
+                .flatten()
+        };
+        match &self.mail_domains {
+            Some(domains) => domains
+                .iter()
+                .any(|d| Some(d.to_ascii_lowercase()) == domain(address)),
+            None => people().any(|p| p == address || domain(p) == domain(address)),
         }
     }
 }

@@ -3,16 +3,18 @@
 //!
 //! The store's notifications are the outbox. A handoff step and a parked run
 //! only store a notification (in the run's path, a local write); this task
-//! mails what is due, off the run's path, and marks each notification sent,
-//! failed or skipped. A crash between sending and marking sends an email
-//! twice rather than never. A delivery that keeps failing is logged and
+//! mails what is due, off the run's path. Each recipient reached is recorded;
+//! those a failing server did not take are tried again later (from 30 s,
+//! doubling, for about two hours), so an SMTP outage delays email rather
+//! than losing it. A crash between sending and recording sends an email
+//! twice rather than never. A delivery that fails for good is logged and
 //! counted (`flow_emails_total{result="failed"}`), never fails a run.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use flow_runtime::interp::{Outcome, PendingApproval};
-use flow_runtime::store::{MailState, Notification, NotificationKind};
+use flow_runtime::interp::{PendingApproval, StepStatus, gate_due_ms};
+use flow_runtime::store::{MailNext, MailState, Notification, NotificationKind, Outgoing};
 use lettre::message::header::ContentType;
 use lettre::transport::smtp::authentication::Credentials;
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
@@ -64,84 +66,145 @@ pub(crate) async fn run(daemon: Arc<Daemon>) {
 
 async fn deliver_due(daemon: &Arc<Daemon>) -> Result<(), String> {
     loop {
-        let due = daemon.store.to_mail(64).await.map_err(|e| e.to_string())?;
+        let due = daemon
+            .store
+            .to_mail(now_ms(), 64)
+            .await
+            .map_err(|e| e.to_string())?;
         if due.is_empty() {
             return Ok(());
         }
-        for notification in due {
-            let state = deliver(daemon, &notification).await;
+        for outgoing in due {
+            let (reached, next) = deliver(daemon, &outgoing).await;
             daemon
                 .store
-                .set_mailed(notification.id, state)
+                .mailed(outgoing.notification.id, &reached, next)
                 .await
                 .map_err(|e| e.to_string())?;
         }
     }
 }
 
-/// Sends one notification's emails; how it went.
-async fn deliver(daemon: &Daemon, notification: &Notification) -> MailState {
+/// How many times a notification's unreached recipients are tried (each
+/// attempt retries a few times itself), and the wait after the first
+/// attempt, doubling up to an hour: about two hours in all.
+const OUTBOX_ATTEMPTS: u32 = 8;
+const OUTBOX_FIRST_WAIT_MS: u64 = 30_000;
+const OUTBOX_LONGEST_WAIT_MS: u64 = 3_600_000;
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Sends a notification's emails to the recipients not reached yet; those
+/// it reached, and what is left to do.
+async fn deliver(daemon: &Daemon, outgoing: &Outgoing) -> (Vec<String>, MailNext) {
+    let notification = &outgoing.notification;
+    let skipped = (Vec::new(), MailNext::Done(MailState::Skipped));
     let Some(transport) = &daemon.mail else {
-        return MailState::Skipped;
+        return skipped;
     };
     let recipients = daemon
         .config
+        .people(&notification.account)
         .recipients(notification.kind, &notification.audience);
     if recipients.is_empty() {
         eprintln!(
-            "flowd: notification {} for `{}` has nobody to mail (no such department or approver group)",
-            notification.id, notification.audience
+            "flowd: notification {} for `{}` has nobody to mail (no such department or approver group of account `{}`, nor an address it may mail)",
+            notification.id, notification.audience, notification.account
         );
         daemon.metrics.email(notification.kind, MailState::Skipped);
-        return MailState::Skipped;
+        return skipped;
     }
-    let Ok(Some(run)) = daemon.store.run(&notification.run_id).await else {
-        return MailState::Skipped;
+    // A store that does not answer now may answer at the next attempt.
+    let retry_soon = |reached| (reached, MailNext::Retry(now_ms() + OUTBOX_FIRST_WAIT_MS));
+    let run = match daemon.store.run(&notification.run_id).await {
+        Ok(Some(run)) => run,
+        Ok(None) => return skipped,
+        Err(_) => return retry_soon(Vec::new()),
     };
     let gate = match notification.kind {
         NotificationKind::Handoff => None,
         NotificationKind::Approval => {
-            // A gate decided or expired before its email went out needs none.
-            let pending = run
-                .outcome
-                .and_then(|outcome| serde_json::from_value::<Outcome>(outcome).ok())
-                .and_then(|outcome| match outcome {
-                    Outcome::Parked { pending } => pending
-                        .into_iter()
-                        .find(|p| Some(&p.path) == notification.step_path.as_ref()),
-                    _ => None,
+            // The gate as its record has it: still pending (one decided or
+            // expired before its email went out needs none), and when it
+            // expires.
+            let Ok(records) = daemon.store.step_records(&run.id).await else {
+                return retry_soon(Vec::new());
+            };
+            let gate = records
+                .iter()
+                .filter(|record| Some(&record.path) == notification.step_path.as_ref())
+                .find(|record| record.status == StepStatus::Pending)
+                .and_then(|record| {
+                    let pending: PendingApproval =
+                        serde_json::from_value(record.input.clone()).ok()?;
+                    Some((pending, gate_due_ms(record)))
                 });
-            match pending {
-                Some(pending) => Some(pending),
-                None => return MailState::Skipped,
+            match gate {
+                Some(gate) => Some(gate),
+                None => return skipped,
             }
         }
     };
-    let mut state = MailState::Sent;
-    for recipient in &recipients {
+    let mut reached = Vec::new();
+    let (mut refused, mut unreachable) = (false, false);
+    for recipient in recipients.iter().filter(|r| !outgoing.sent_to.contains(r)) {
         let text = match &gate {
             None => handoff_text(daemon, notification, &run.workflow),
-            Some(pending) => approval_text(daemon, &run.id, &run.workflow, pending, recipient),
+            Some((pending, due_ms)) => {
+                approval_text(daemon, &run.id, &run.workflow, pending, *due_ms, recipient)
+            }
         };
         let subject = notification.subject.clone().unwrap_or_else(|| match &gate {
             None => format!("{}: handed to {}", run.workflow, notification.audience),
-            Some(pending) => format!("Approval needed: {} ({})", run.workflow, pending.step_id),
-        });
-        let sent = send(transport, &daemon_from(daemon), recipient, &subject, text).await;
-        let result = match sent {
-            Ok(()) => MailState::Sent,
-            Err(error) => {
-                eprintln!(
-                    "flowd: email to {recipient} about run {} failed: {error}",
-                    run.id
-                );
-                state = MailState::Failed;
-                MailState::Failed
+            Some((pending, _)) => {
+                format!("Approval needed: {} ({})", run.workflow, pending.step_id)
             }
-        };
-        daemon.metrics.email(notification.kind, result);
+        });
+        match send(transport, &daemon_from(daemon), recipient, &subject, text).await {
+            Ok(()) => {
+                daemon.metrics.email(notification.kind, MailState::Sent);
+                reached.push(recipient.clone());
+            }
+            Err(Failure { message, permanent }) => {
+                eprintln!(
+                    "flowd: email to {recipient} about run {} failed{}: {message}",
+                    run.id,
+                    if permanent {
+                        " for good"
+                    } else {
+                        "; it is tried again later"
+                    }
+                );
+                if permanent {
+                    daemon.metrics.email(notification.kind, MailState::Failed);
+                    refused = true;
+                } else {
+                    unreachable = true;
+                }
+            }
+        }
     }
-    state
+    let attempt = outgoing.attempts + 1;
+    let next = if unreachable && attempt < OUTBOX_ATTEMPTS {
+        let wait = (OUTBOX_FIRST_WAIT_MS << (attempt - 1).min(16)).min(OUTBOX_LONGEST_WAIT_MS);
+        MailNext::Retry(now_ms() + wait)
+    } else if unreachable || refused {
+        if unreachable {
+            // The last attempt: whoever is still unreached is counted now.
+            let left = recipients.len() - outgoing.sent_to.len() - reached.len();
+            for _ in 0..left {
+                daemon.metrics.email(notification.kind, MailState::Failed);
+            }
+        }
+        MailNext::Done(MailState::Failed)
+    } else {
+        MailNext::Done(MailState::Sent)
+    };
+    (reached, next)
 }
 
 fn daemon_from(daemon: &Daemon) -> String {
@@ -153,29 +216,47 @@ fn daemon_from(daemon: &Daemon) -> String {
         .unwrap_or_default()
 }
 
-/// Sends one email, with retries.
+/// Why an email was not sent; a permanent failure (a refused mailbox, an
+/// address that does not parse) is not tried again.
+struct Failure {
+    message: String,
+    permanent: bool,
+}
+
+/// Sends one email, retrying a few times within a couple of seconds.
 async fn send(
     transport: &Transport,
     from: &str,
     to: &str,
     subject: &str,
     text: String,
-) -> Result<(), String> {
+) -> Result<(), Failure> {
+    let permanent = |message: String| Failure {
+        message,
+        permanent: true,
+    };
     let message = Message::builder()
-        .from(from.parse().map_err(|e| format!("sender `{from}`: {e}"))?)
-        .to(to.parse().map_err(|e| format!("recipient `{to}`: {e}"))?)
+        .from(
+            from.parse()
+                .map_err(|e| permanent(format!("sender `{from}`: {e}")))?,
+        )
+        .to(to
+            .parse()
+            .map_err(|e| permanent(format!("recipient `{to}`: {e}")))?)
         .subject(subject)
         .header(ContentType::TEXT_PLAIN)
         .body(text)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| permanent(e.to_string()))?;
     let mut wait = FIRST_WAIT;
     let mut attempt = 1;
     loop {
         match transport.send(message.clone()).await {
             Ok(_) => return Ok(()),
-            // A permanent refusal (unknown mailbox) is not retried.
             Err(error) if error.is_permanent() || attempt == ATTEMPTS => {
-                return Err(error.to_string());
+                return Err(Failure {
+                    message: error.to_string(),
+                    permanent: error.is_permanent(),
+                });
             }
             Err(_) => {
                 tokio::time::sleep(wait).await;
@@ -191,12 +272,12 @@ fn approval_text(
     run_id: &str,
     workflow: &str,
     pending: &PendingApproval,
+    due_ms: Option<u64>,
     approver: &str,
 ) -> String {
+    // The gate's own expiry, or the links' lifetime if that comes first.
     let latest = links::now_s() + links::LIFETIME.as_secs();
-    let expires_s = pending
-        .expires_ms
-        .map_or(latest, |ms| (ms / 1000).min(latest));
+    let expires_s = due_ms.map_or(latest, |ms| (ms / 1000).min(latest));
     let url = |approve: bool| {
         let token = links::sign(
             &daemon.config.link_secret.0,
@@ -210,18 +291,24 @@ fn approval_text(
         );
         format!("{}/approvals/{token}", daemon.public_url())
     };
+    // The links come before the message, and the message is quoted: text a
+    // run wrote (from its input or a model) cannot pose as the real links.
+    let quoted: String = pending
+        .message
+        .lines()
+        .map(|line| format!("> {line}\n"))
+        .collect();
     format!(
         "Run {run_id} of workflow `{workflow}` is waiting for your decision at step `{step}`.\n\n\
-         {message}\n\n\
          Approve: {approve}\n\n\
          Reject: {reject}\n\n\
          Each link shows the request and asks you to confirm. The links work once: \
          when the step is decided (by you or another approver) they stop working, \
          and they expire at {expires}.\n\n\
+         The request:\n\n{quoted}\n\
          The run: {url}/inspector#/runs/{run_id}\n",
         url = daemon.public_url(),
         step = pending.path,
-        message = pending.message,
         approve = url(true),
         reject = url(false),
         expires = flow_runtime::time::rfc3339_utc(expires_s * 1000),

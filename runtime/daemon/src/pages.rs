@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use axum::Form;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use flow_runtime::interp::{Decision, Outcome, PendingApproval, StepStatus};
 use flow_runtime::store::RunRow;
@@ -59,7 +59,7 @@ pub(crate) async fn confirm(
     };
     let comment = form.comment.trim();
     let decision = Decision {
-        groups: daemon.config.groups_of(&link.approver),
+        groups: daemon.config.people(&run.account).groups_of(&link.approver),
         approver: link.approver.clone(),
         approved: link.approve,
         comment: (!comment.is_empty()).then(|| comment.to_string()),
@@ -201,7 +201,22 @@ button {{ font: inherit; padding: .5rem 1.5rem; border: 0; border-radius: 6px; c
 </body></html>"#,
         title = escape(title),
     );
-    (status, Html(html)).into_response()
+    (
+        status,
+        [
+            // Its own inline style only, no script, forms posting here
+            // only, never framed (an overlaid Confirm button), never cached
+            // (the page shows a pending request).
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
+            ),
+            (header::CACHE_CONTROL, "no-store"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        Html(html),
+    )
+        .into_response()
 }
 
 /// `text` safe inside HTML elements and attribute values.

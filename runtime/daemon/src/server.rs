@@ -15,12 +15,10 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use flow_plan::Plan;
 use flow_plan::StepKind;
-use flow_runtime::interp::{Decision, Outcome, PendingApproval, Provider, StepRecord, StepStatus};
+use flow_runtime::interp::{DecideError, Decision, Outcome, Provider, StepRecord, StepStatus};
 use flow_runtime::llm::ProviderConfig;
 use flow_runtime::runner::Observer;
-use flow_runtime::store::{
-    Deployment, NewNotification, NotificationKind, RunRow, RunStatus, Store, StoreError,
-};
+use flow_runtime::store::{Deployment, RunRow, RunStatus, Store, StoreError};
 use serde_json::json;
 use tokio::task::JoinSet;
 
@@ -31,8 +29,8 @@ pub struct Daemon {
     pub config: Config,
     pub store: Arc<dyn Store>,
     pub provider: Arc<dyn Provider>,
-    /// API key to the account it belongs to.
-    keys: HashMap<String, String>,
+    /// API key (its digest, `key_digest`) to the account it belongs to.
+    keys: HashMap<[u8; 32], String>,
     /// The runs this process is driving; shutdown waits for them to settle.
     runs: std::sync::Mutex<JoinSet<()>>,
     pub metrics: crate::metrics::Metrics,
@@ -122,7 +120,7 @@ impl Daemon {
                 account
                     .api_keys
                     .iter()
-                    .map(|Secret(key)| (key.clone(), account.id.clone()))
+                    .map(|Secret(key)| (key_digest(key), account.id.clone()))
             })
             .collect();
         let mail = config
@@ -169,12 +167,14 @@ impl Daemon {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
         for run in self.store.expired_gates(now).await? {
+            // The plan first: a run claimed and then not driven would be
+            // stranded, owned by a live process, until the next start.
+            let plan = self.plan(&run.plan_hash).await?;
             if self
                 .store
                 .claim_run(&run.id, &[RunStatus::PendingApproval])
                 .await?
             {
-                let plan = self.plan(&run.plan_hash).await?;
                 self.spawn_run(plan, run.workflow, run.id, run.input);
             }
         }
@@ -192,12 +192,16 @@ impl Daemon {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .contains_key(&run.id);
-            if !driven_here && self.store.claim_run(&run.id, &[RunStatus::Running]).await? {
+            if driven_here {
+                continue;
+            }
+            // The plan first, as in `resume_expired`.
+            let plan = self.plan(&run.plan_hash).await?;
+            if self.store.claim_run(&run.id, &[RunStatus::Running]).await? {
                 eprintln!(
                     "flowd: run {}: taken over from a process that is gone",
                     run.id
                 );
-                let plan = self.plan(&run.plan_hash).await?;
                 self.spawn_run(plan, run.workflow, run.id, run.input);
             }
         }
@@ -240,23 +244,18 @@ impl Daemon {
                 .decide(&run.id, &path, &decision)
                 .await
                 .map_err(store_problem)?
-                .map_err(|refused| {
-                    Problem::new(
-                        StatusCode::CONFLICT,
-                        "decision_refused",
-                        &refused.to_string(),
-                    )
-                })?;
+                .map_err(|refused| refusal(&refused))?;
             // A decided gate's record is the store's, not an invocation's:
             // its span goes now.
             daemon.export_decision(&run, &path).await;
+            // The plan before the claim, as in `resume_expired`.
+            let plan = daemon.plan(&run.plan_hash).await.map_err(store_problem)?;
             if daemon
                 .store
                 .claim_run(&run.id, &[RunStatus::PendingApproval])
                 .await
                 .map_err(store_problem)?
             {
-                let plan = daemon.plan(&run.plan_hash).await.map_err(store_problem)?;
                 daemon.spawn_run(plan, run.workflow, run.id, run.input);
             }
             Ok(())
@@ -270,37 +269,6 @@ impl Daemon {
             self.config.public_url.as_deref().unwrap_or_default(),
             |url| url,
         )
-    }
-
-    /// Stores an in-app notification for every approver entry of the gates
-    /// a run parked at (the mailer then emails them), once per gate.
-    async fn notify_approvers(&self, run_id: &str, pending: &[PendingApproval]) {
-        let Ok(Some(run)) = self.store.run(run_id).await else {
-            return;
-        };
-        for gate in pending {
-            let subject = format!("Approval needed: {} ({})", run.workflow, gate.step_id);
-            for approver in &gate.approvers {
-                let key = format!("approval:{run_id}:{}:{approver}", gate.path);
-                let stored = self
-                    .store
-                    .notify(&NewNotification {
-                        account: &run.account,
-                        kind: NotificationKind::Approval,
-                        audience: approver,
-                        run_id,
-                        step_path: Some(&gate.path),
-                        subject: Some(&subject),
-                        message: &gate.message,
-                        key: Some(&key),
-                    })
-                    .await;
-                if let Err(error) = stored {
-                    eprintln!("flowd: run {run_id}: cannot notify {approver}: {error}");
-                }
-            }
-        }
-        self.mail_wake.notify_one();
     }
 
     /// Exports the spans of an invocation's steps, and the run's own span
@@ -385,21 +353,34 @@ impl Daemon {
         Ok(deployments)
     }
 
-    /// Deploys `workflow` of the stored plan `plan_hash` for `account`.
+    /// Deploys `workflow` of the stored plan `plan_hash` for `account`, in a
+    /// task of its own: a client that hangs up between the write and the
+    /// cache's update must not leave the cache behind the store.
     pub(crate) async fn deploy(
-        &self,
+        self: &Arc<Daemon>,
         account: &str,
         workflow: &str,
         plan_hash: &str,
     ) -> Result<Deployment, StoreError> {
-        let deployed = self.store.deploy(account, workflow, plan_hash).await;
-        // Under the lock: a list read before this deploy is not cached
-        // once the count has moved.
-        let mut cache = self.deployments.lock().unwrap_or_else(|p| p.into_inner());
-        self.deploys
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        cache.remove(account);
-        deployed
+        let daemon = Arc::clone(self);
+        let (account, workflow, plan_hash) = (
+            account.to_string(),
+            workflow.to_string(),
+            plan_hash.to_string(),
+        );
+        let task = tokio::spawn(async move {
+            let deployed = daemon.store.deploy(&account, &workflow, &plan_hash).await;
+            // Under the lock: a list read before this deploy is not cached
+            // once the count has moved.
+            let mut cache = daemon.deployments.lock().unwrap_or_else(|p| p.into_inner());
+            daemon
+                .deploys
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            cache.remove(&account);
+            deployed
+        });
+        task.await
+            .map_err(|e| StoreError(format!("the deploy's task stopped: {e}")))?
     }
 
     /// Stops driving run `id` here, if this process is (a cancelled run).
@@ -431,79 +412,97 @@ impl Daemon {
         // entry only after it was added.
         let mut driving = self.driving.lock().unwrap_or_else(|p| p.into_inner());
         let handle = runs.spawn(async move {
-            let started = std::time::Instant::now();
-            // Metrics of each step; a handoff has something to mail at once;
-            // the steps of this invocation are its trace spans.
-            let traced: Arc<std::sync::Mutex<Vec<StepRecord>>> = Arc::default();
-            let observer: Observer = {
-                let (metrics, daemon) = (daemon.metrics.observer(), Arc::clone(&daemon));
-                let traced = Arc::clone(&traced);
-                let tracing = daemon.config.otlp_endpoint.is_some();
-                Arc::new(move |record: &StepRecord| {
-                    metrics(record);
-                    if record.kind == StepKind::Handoff {
-                        daemon.mail_wake.notify_one();
-                    }
-                    if tracing && record.status != StepStatus::Pending {
-                        traced
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .push(record.clone());
-                    }
-                })
-            };
-            let driven = flow_runtime::runner::drive(
-                &daemon.store,
-                &plan,
-                &workflow,
-                &run_id,
-                input,
-                Arc::clone(&daemon.provider),
-                Some(observer),
-            )
-            .await;
-            match driven {
-                Ok(outcome) => {
-                    daemon
-                        .metrics
-                        .run_ended(&workflow, RunStatus::of(&outcome), started.elapsed());
-                    if let Outcome::Parked { pending } = &outcome {
-                        daemon.notify_approvers(&run_id, pending).await;
-                    }
-                    let steps =
-                        std::mem::take(&mut *traced.lock().unwrap_or_else(|p| p.into_inner()));
-                    daemon
-                        .export_trace(&plan.hash, &workflow, &run_id, &outcome, steps)
-                        .await;
-                    let event = match outcome {
-                        Outcome::Completed { .. } => "completed",
-                        Outcome::Failed { .. } => "failed",
-                        Outcome::Parked { .. } => "parked",
-                    };
-                    let mut record = flow_runtime::runner::run_record(&run_id, &outcome);
-                    record.workflow = Some(workflow.clone());
-                    crate::webhooks::dispatch(
-                        &daemon.http,
-                        &daemon.config.webhooks,
-                        event,
-                        &record,
-                        daemon.metrics.delivery_counter(),
-                    );
+            // A cancel that came between the claim and this task found
+            // nothing to stop: the run is not driven if it is no longer
+            // running.
+            let cancelled = !matches!(
+                daemon.store.run(&run_id).await,
+                Ok(Some(row)) if row.status == RunStatus::Running
+            );
+            'drive: {
+                if cancelled {
+                    break 'drive;
                 }
-                Err(error) => {
-                    eprintln!("flowd: run {run_id}: {error}");
-                    // Give the run up, still `running`: the next start
-                    // resumes it rather than leaving it owned by a live
-                    // process that no longer drives it.
-                    let _ = daemon
-                        .store
-                        .finish_run(
-                            &run_id,
-                            RunStatus::Running,
-                            &serde_json::Value::Null,
-                            Duration::ZERO,
-                        )
-                        .await;
+                let started = std::time::Instant::now();
+                // Metrics of each step; a handoff has something to mail at once;
+                // the steps of this invocation are its trace spans.
+                let traced: Arc<std::sync::Mutex<Vec<StepRecord>>> = Arc::default();
+                let observer: Observer = {
+                    let (metrics, daemon) = (daemon.metrics.observer(), Arc::clone(&daemon));
+                    let traced = Arc::clone(&traced);
+                    let tracing = daemon.config.otlp_endpoint.is_some();
+                    Arc::new(move |record: &StepRecord| {
+                        metrics(record);
+                        if record.kind == StepKind::Handoff {
+                            daemon.mail_wake.notify_one();
+                        }
+                        if tracing && record.status != StepStatus::Pending {
+                            // A span needs the record's shape, not its data:
+                            // inputs and outputs are not kept for it.
+                            let mut kept = record.clone();
+                            kept.input = serde_json::Value::Null;
+                            kept.output = None;
+                            traced.lock().unwrap_or_else(|p| p.into_inner()).push(kept);
+                        }
+                    })
+                };
+                let driven = flow_runtime::runner::drive(
+                    &daemon.store,
+                    &plan,
+                    &workflow,
+                    &run_id,
+                    input,
+                    Arc::clone(&daemon.provider),
+                    Some(observer),
+                )
+                .await;
+                match driven {
+                    Ok(outcome) => {
+                        daemon.metrics.run_ended(
+                            &workflow,
+                            RunStatus::of(&outcome),
+                            started.elapsed(),
+                        );
+                        // The store noted each gate's approvers with the gate
+                        // itself; they are mailed now.
+                        if let Outcome::Parked { .. } = &outcome {
+                            daemon.mail_wake.notify_one();
+                        }
+                        let steps =
+                            std::mem::take(&mut *traced.lock().unwrap_or_else(|p| p.into_inner()));
+                        daemon
+                            .export_trace(&plan.hash, &workflow, &run_id, &outcome, steps)
+                            .await;
+                        let event = match outcome {
+                            Outcome::Completed { .. } => "completed",
+                            Outcome::Failed { .. } => "failed",
+                            Outcome::Parked { .. } => "parked",
+                        };
+                        let mut record = flow_runtime::runner::run_record(&run_id, &outcome);
+                        record.workflow = Some(workflow.clone());
+                        crate::webhooks::dispatch(
+                            &daemon.http,
+                            &daemon.config.webhooks,
+                            event,
+                            &record,
+                            daemon.metrics.delivery_counter(),
+                        );
+                    }
+                    Err(error) => {
+                        eprintln!("flowd: run {run_id}: {error}");
+                        // Give the run up, still `running`: the next start
+                        // resumes it rather than leaving it owned by a live
+                        // process that no longer drives it.
+                        let _ = daemon
+                            .store
+                            .finish_run(
+                                &run_id,
+                                RunStatus::Running,
+                                &serde_json::Value::Null,
+                                Duration::ZERO,
+                            )
+                            .await;
+                    }
                 }
             }
             // Only this task's entry: a decision may have started a new one.
@@ -524,21 +523,40 @@ impl Daemon {
 pub fn router(daemon: Arc<Daemon>) -> Router {
     let metrics = Router::new().route(
         "/metrics",
-        axum::routing::get(|State(daemon): State<Arc<Daemon>>| async move {
-            // The store is the truth of what waits: a restart or another
-            // process deciding keeps it right, as a counter here would not.
-            match daemon.store.pending_approvals().await {
-                Ok(counts) => daemon.metrics.set_pending_approvals(&counts),
-                Err(error) => eprintln!("flowd: metrics: cannot count pending approvals: {error}"),
-            }
-            (
-                [(
-                    header::CONTENT_TYPE,
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                )],
-                daemon.metrics.encode(),
-            )
-        }),
+        axum::routing::get(
+            |State(daemon): State<Arc<Daemon>>, headers: axum::http::HeaderMap| async move {
+                if let Some(Secret(token)) = &daemon.config.metrics_token {
+                    let sent = headers
+                        .get(header::AUTHORIZATION)
+                        .and_then(|value| value.to_str().ok())
+                        .and_then(|value| value.strip_prefix("Bearer "));
+                    // Compared in constant time, as a MAC is.
+                    if !sent.is_some_and(|sent| same_secret(sent, token)) {
+                        return problem(
+                            StatusCode::UNAUTHORIZED,
+                            "unauthenticated",
+                            "/metrics needs `Authorization: Bearer` with the metrics_token",
+                        );
+                    }
+                }
+                // The store is the truth of what waits: a restart or another
+                // process deciding keeps it right, as a counter here would not.
+                match daemon.store.pending_approvals().await {
+                    Ok(counts) => daemon.metrics.set_pending_approvals(&counts),
+                    Err(error) => {
+                        eprintln!("flowd: metrics: cannot count pending approvals: {error}")
+                    }
+                }
+                (
+                    [(
+                        header::CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    daemon.metrics.encode(),
+                )
+                    .into_response()
+            },
+        ),
     );
     let api = Router::new()
         .route(
@@ -687,7 +705,7 @@ async fn authenticate(
             "send an API key as `Authorization: Bearer KEY`",
         );
     };
-    let Some(account) = daemon.keys.get(key) else {
+    let Some(account) = daemon.keys.get(&key_digest(key)) else {
         return problem(
             StatusCode::UNAUTHORIZED,
             "unauthenticated",
@@ -751,6 +769,19 @@ impl IntoResponse for Problem {
     }
 }
 
+/// A decision the rules refuse, as the problem that says why: no such gate
+/// (404), not this person's to decide (403), or not any more (409).
+fn refusal(refused: &DecideError) -> Problem {
+    let (status, code) = match refused {
+        DecideError::UnknownStep(_) => (StatusCode::NOT_FOUND, "unknown_step"),
+        DecideError::NotAnApprover { .. } => (StatusCode::FORBIDDEN, "not_an_approver"),
+        DecideError::NotPending(_) | DecideError::Expired(_) | DecideError::RunEnded { .. } => {
+            (StatusCode::CONFLICT, "decision_refused")
+        }
+    };
+    Problem::new(status, code, &refused.to_string())
+}
+
 /// A store that failed to answer: the request may succeed when retried.
 pub(crate) fn store_problem(error: StoreError) -> Problem {
     Problem::new(
@@ -772,6 +803,27 @@ pub(crate) async fn joined<T>(
             &format!("the request's task stopped: {error}"),
         )),
     }
+}
+
+/// An API key as the daemon looks it up: its SHA-256, so that the lookup's
+/// timing says nothing about the keys themselves.
+fn key_digest(key: &str) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(key.as_bytes()).into()
+}
+
+/// Whether `sent` is `secret`, compared in constant time (both hashed
+/// first, so that neither length nor content leaks through timing).
+fn same_secret(sent: &str, secret: &str) -> bool {
+    use sha2::{Digest, Sha256};
+    let (a, b) = (
+        Sha256::digest(sent.as_bytes()),
+        Sha256::digest(secret.as_bytes()),
+    );
+    a.iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
 }
 
 /// A problem as a response, for middleware and fallbacks.

@@ -250,15 +250,7 @@ async fn an_approval_is_decided_over_http_by_a_group_member() {
   output { approved: step.ok.approved, by: step.ok.approver }
 }
 "#;
-    let (status, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/workflows",
-            Some(ACME),
-            Some(json!({ "source": gated })),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
+    flowd.deploy(ACME, gated).await;
     let (status, body) = flowd
         .send(
             Method::POST,
@@ -285,9 +277,31 @@ async fn an_approval_is_decided_over_http_by_a_group_member() {
         .await;
     assert_eq!(
         (status, body["code"].as_str()),
-        (409, Some("decision_refused")),
+        (403, Some("not_an_approver")),
         "{body}"
     );
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            &format!("/v1/runs/{run_id}/approvals/nope"),
+            Some(ACME),
+            Some(by("ana@acme.io")),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("unknown_step")),
+        "{body}"
+    );
+    // Another account's key reaches nothing of the run.
+    for (method, path) in [
+        (Method::GET, format!("/v1/runs/{run_id}/trace")),
+        (Method::POST, format!("/v1/runs/{run_id}/cancel")),
+        (Method::GET, format!("/v1/runs?before={run_id}")),
+    ] {
+        let (status, body) = flowd.send(method, &path, Some(GLOBEX), None).await;
+        assert_eq!(status, 404, "{path}: {body}");
+    }
     let (status, _) = flowd
         .send(Method::POST, &gate, Some(GLOBEX), Some(by("ana@acme.io")))
         .await;
@@ -394,15 +408,7 @@ async fn a_killed_flowd_finishes_every_run_without_repeating_completed_steps() {
 
     let dir = TempDir::new("flowd-crash");
     let flowd = Flowd::start_with(&dir, &config);
-    let (status, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/workflows",
-            Some(ACME),
-            Some(json!({ "source": source })),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
+    flowd.deploy(ACME, &source).await;
     let mut ids = Vec::new();
     for r in 0..RUNS {
         let (status, body) = flowd
@@ -461,15 +467,7 @@ async fn a_cancelled_run_cannot_be_resumed() {
     let dir = TempDir::new("flowd-cancel");
     let flowd = Flowd::start(&dir);
     let gated = "workflow w {\n  step ok = approval { approvers: [\"ana@acme.io\"], message: \"go?\" }\n}\n";
-    let (status, _) = flowd
-        .send(
-            Method::POST,
-            "/v1/workflows",
-            Some(ACME),
-            Some(json!({ "source": gated })),
-        )
-        .await;
-    assert_eq!(status, 201);
+    flowd.deploy(ACME, gated).await;
     let (_, body) = flowd
         .send(
             Method::POST,
@@ -554,15 +552,7 @@ async fn webhooks_are_signed_and_retried_after_a_500() {
     );
     let dir = TempDir::new("flowd-webhook");
     let flowd = Flowd::start_with(&dir, &config);
-    let (status, _) = flowd
-        .send(
-            Method::POST,
-            "/v1/workflows",
-            Some(ACME),
-            Some(json!({ "source": TWO_STEPS })),
-        )
-        .await;
-    assert_eq!(status, 201);
+    flowd.deploy(ACME, TWO_STEPS).await;
     let (_, body) = flowd
         .send(
             Method::POST,
@@ -647,15 +637,7 @@ async fn a_running_run_is_stopped_by_cancel() {
         ));
     }
     source.push_str("}\n");
-    let (status, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/workflows",
-            Some(ACME),
-            Some(json!({ "source": source })),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
+    flowd.deploy(ACME, &source).await;
     let (_, body) = flowd
         .send(
             Method::POST,
@@ -729,7 +711,7 @@ async fn approvals_and_handoffs_are_emailed_with_signed_single_use_links() {
     let dir = TempDir::new("flowd-emails");
     let config = format!(
         "{CONFIG}
-[departments]
+[accounts.departments]
 support = [\"sam@acme.io\", \"sue@acme.io\"]
 [smtp]
 host = \"127.0.0.1\"
@@ -745,20 +727,12 @@ tls = \"none\"
     );
     let flowd = Flowd::start_with(&dir, &config);
     let source = r#"workflow refund {
-  step ok = approval { approvers: ["leads", "boss@acme.io"], message: "Refund 40 EUR to Ada?" }
+  step ok = approval { approvers: ["leads", "boss@acme.io"], message: "Refund 40 EUR to Ada?", expires: 2h }
   step tell = handoff "support" { message: "Refund for Ada approved" }
   output { by: step.ok.approver, comment: step.ok.comment }
 }
 "#;
-    let (status, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/workflows",
-            Some(ACME),
-            Some(json!({ "source": source })),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
+    flowd.deploy(ACME, source).await;
     let (_, body) = flowd
         .send(
             Method::POST,
@@ -780,7 +754,15 @@ tls = \"none\"
     for mail in &mails {
         assert_eq!(mail.from, "flowd@acme.io");
         assert_eq!(mail.header("Subject"), Some("Approval needed: refund (ok)"));
-        assert!(mail.body.contains("Refund 40 EUR to Ada?"), "{}", mail.body);
+        // Quoted after the links, so that a message cannot pose as them.
+        assert!(
+            mail.body.contains("> Refund 40 EUR to Ada?"),
+            "{}",
+            mail.body
+        );
+        // Regression: the gate's `expires` (a duration) was read as a
+        // deadline, and every link was expired in 1970 when it was sent.
+        assert!(!mail.body.contains("1970"), "{}", mail.body);
         assert!(
             mail.body
                 .contains(&format!("{}/inspector#/runs/{run_id}", flowd.url)),
@@ -932,6 +914,46 @@ tls = \"none\"
         metrics.contains(r#"flow_emails_total{kind="handoff",result="sent"} 2"#),
         "{metrics}"
     );
+
+    // Another account's workflow reaches neither acme's approver group nor
+    // an address it names outside its own people's domains: flowd is no
+    // relay for links and text to whoever a caller names.
+    flowd
+        .deploy(
+            GLOBEX,
+            r#"workflow lure {
+  step ok = approval { approvers: ["leads", "mallory@evil.example"], message: "Urgent: approve" }
+}
+"#,
+        )
+        .await;
+    let (_, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/runs",
+            Some(GLOBEX),
+            Some(json!({ "workflow": "lure" })),
+        )
+        .await;
+    let lure = body["run_id"].as_str().unwrap().to_string();
+    assert_eq!(
+        flowd.settled(&lure, GLOBEX).await["status"],
+        "pending_approval"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !flowd
+        .metrics()
+        .await
+        .contains(r#"flow_emails_total{kind="approval",result="skipped"} 2"#)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}",
+            flowd.metrics().await
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(sink.mails().len(), 5, "nothing more was sent");
     assert_eq!(flowd.stop(), Some(0));
 }
 
@@ -947,15 +969,7 @@ async fn an_idempotency_key_starts_one_run_however_often_it_is_sent() {
     let source =
         "workflow greet {\n  input { name: string }\n  output { hello: workflow_input.name }\n}\n";
     for key in [ACME, GLOBEX] {
-        let (status, body) = flowd
-            .send(
-                Method::POST,
-                "/v1/workflows",
-                Some(key),
-                Some(json!({ "source": source })),
-            )
-            .await;
-        assert_eq!(status, 201, "{body}");
+        flowd.deploy(key, source).await;
     }
     let start = |account: &'static str, key: &'static str, name: &'static str| {
         let flowd = std::sync::Arc::clone(&flowd);
@@ -1006,6 +1020,31 @@ async fn an_idempotency_key_starts_one_run_however_often_it_is_sent() {
         (400, Some("invalid_idempotency_key")),
         "{body}"
     );
+
+    // After a new version: the key with no version still answers the first
+    // run; naming the version it ran too; naming another is refused.
+    flowd
+        .deploy(
+            ACME,
+            &source.replace("hello: workflow_input.name", "hello: \"hi\""),
+        )
+        .await;
+    for (version, expected) in [(None, 200), (Some(1), 200), (Some(2), 422)] {
+        let response = flowd
+            .client
+            .post(format!("{}/v1/runs", flowd.url))
+            .bearer_auth(ACME)
+            .header("content-type", "application/json")
+            .header("idempotency-key", "order-42")
+            .body(
+                json!({ "workflow": "greet", "version": version, "input": { "name": "Ada" } })
+                    .to_string(),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), expected, "version {version:?}");
+    }
 }
 
 /// `/v1/openapi.json` is served without a key and describes every `/v1`
@@ -1091,21 +1130,13 @@ workflow echo {
   output { n: step.first.loud }
 }
 "#;
-    let (status, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/workflows",
-            Some(ACME),
-            Some(json!({ "source": source })),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
+    flowd.deploy(ACME, source).await;
     let (_, body) = flowd
         .send(
             Method::POST,
             "/v1/runs",
             Some(ACME),
-            Some(json!({ "workflow": "echo", "input": { "words": ["a", "b"] } })),
+            Some(json!({ "workflow": "echo", "input": { "words": ["s3cret-a", "s3cret-b"] } })),
         )
         .await;
     let run_id = body["run_id"].as_str().unwrap().to_string();
@@ -1140,6 +1171,9 @@ workflow echo {
     let trace = run["traceId"].as_str().unwrap();
     assert_eq!(trace.len(), 32);
     assert!(spans.iter().all(|s| s["traceId"] == trace), "one trace");
+    // Spans say what ran, never with what: no input or output in them.
+    let exported = serde_json::to_string(&spans).unwrap();
+    assert!(!exported.contains("s3cret"), "{exported}");
 
     let first = by_path("first");
     assert_eq!(first["parentSpanId"], run["spanId"]);
@@ -1290,6 +1324,42 @@ async fn a_start_after_a_deploy_runs_the_new_version() {
         assert_eq!(run(None).await, tag, "the latest version runs");
     }
     assert_eq!(run(Some(1)).await, "one");
+
+    // Three runs, read in pages of two, newest first.
+    let page = |query: String| {
+        let flowd = &flowd;
+        async move {
+            let (status, body) = flowd
+                .send(Method::GET, &format!("/v1/runs?{query}"), Some(ACME), None)
+                .await;
+            assert_eq!(status, 200, "{body}");
+            body["runs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|run| run["run_id"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        }
+    };
+    let first = page("limit=2".into()).await;
+    assert_eq!(first.len(), 2);
+    let second = page(format!("limit=2&before={}", first[1])).await;
+    assert_eq!(second.len(), 1, "{first:?} then {second:?}");
+    assert!(!first.contains(&second[0]));
+    let (status, _) = flowd
+        .send(Method::GET, "/v1/runs?before=no-such-run", Some(ACME), None)
+        .await;
+    assert_eq!(status, 404);
+    let (_, record) = flowd
+        .send(
+            Method::GET,
+            &format!("/v1/runs/{}", second[0]),
+            Some(ACME),
+            None,
+        )
+        .await;
+    assert_eq!(record["input"], json!({}), "{record}");
+    assert!(record["updated_ms"].as_i64() >= record["created_ms"].as_i64());
 }
 
 /// A gate with `expires` applies its `on_expire` when it is due while flowd
@@ -1311,15 +1381,7 @@ async fn an_expired_gate_moves_its_run_on_without_a_request() {
   output { approved: step.ok.approved, comment: step.ok.comment }
 }
 "#;
-    let (status, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/workflows",
-            Some(ACME),
-            Some(json!({ "source": source })),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
+    flowd.deploy(ACME, source).await;
     let (_, body) = flowd
         .send(
             Method::POST,
@@ -1349,4 +1411,26 @@ async fn an_expired_gate_moves_its_run_on_without_a_request() {
         record["output"],
         json!({ "approved": false, "comment": "expired" })
     );
+}
+
+/// With `metrics_token` set, `/metrics` (whose labels name every account's
+/// workflows) answers only that token.
+#[tokio::test]
+async fn a_metrics_token_guards_the_metrics() {
+    let dir = TempDir::new("flowd-metrics-token");
+    let flowd = Flowd::start_with(
+        &dir,
+        &format!("metrics_token = \"scrape-0123456789abcdef\"\n{CONFIG}"),
+    );
+    let scrape = |token: Option<&'static str>| {
+        let mut request = flowd.client.get(format!("{}/metrics", flowd.url));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(scrape(None).await, 401);
+    assert_eq!(scrape(Some("scrape-0123456789abcdeX")).await, 401);
+    assert_eq!(scrape(Some(ACME)).await, 401, "an API key is not the token");
+    assert_eq!(scrape(Some("scrape-0123456789abcdef")).await, 200);
 }

@@ -30,6 +30,7 @@ fn a_full_file() {
 store = "postgres://flow@db/flow"
 public_url = "https://flow.example.com/"
 otlp_endpoint = "http://127.0.0.1:4318"
+metrics_token = "scrape-0123456789abcdef"
 
 [smtp]
 host = "127.0.0.1"
@@ -44,16 +45,17 @@ models = {{ default = "llama3.1" }}
 [[accounts]]
 id = "acme"
 api_keys = ["acme-key-0123456789"]
+mail_domains = ["acme.io", "acme-partners.com"]
+
+[accounts.departments]
+billing = ["ana@acme.io", "bo@acme.io"]
+
+[accounts.approver_groups]
+billing-leads = ["ana@acme.io"]
 
 [[accounts]]
 id = "globex"
 api_keys = ["globex-key-0123456789", "globex-key-abcdefghij"]
-
-[departments]
-billing = ["ana@acme.io", "bo@acme.io"]
-
-[approver_groups]
-billing-leads = ["ana@acme.io"]
 
 [[webhooks]]
 url = "https://hooks.example.com/flow"
@@ -107,7 +109,7 @@ api_keys = []
 id = "globex"
 api_keys = ["short"]
 
-[departments]
+[accounts.departments]
 billing = ["ana", "bo@acme.io"]
 empty = []
 

@@ -22,7 +22,8 @@ fi
 if ! command -v chromium >/dev/null; then
   as_root=()
   if [ "$(id -u)" -ne 0 ]; then
-    as_root=(sudo)
+    # -n: fail at once rather than wait for a password nobody will type.
+    as_root=(sudo -n)
   fi
   echo "setup.sh: installing Debian's chromium" >&2
   # The package lists may be empty or stale on a new machine.

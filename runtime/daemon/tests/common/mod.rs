@@ -12,15 +12,16 @@ pub(crate) struct Flowd {
     pub(crate) client: reqwest::Client,
 }
 
+/// Acme comes last: a test may add tables of its own (`[accounts.departments]`).
 pub(crate) const CONFIG: &str = "listen = \"127.0.0.1:0\"
 link_secret = \"0123456789abcdef0123456789abcdef\"
 [[accounts]]
-id = \"acme\"
-api_keys = [\"acme-key-0123456789\"]
-[[accounts]]
 id = \"globex\"
 api_keys = [\"globex-key-0123456789\"]
-[approver_groups]
+[[accounts]]
+id = \"acme\"
+api_keys = [\"acme-key-0123456789\"]
+[accounts.approver_groups]
 leads = [\"ana@acme.io\"]
 ";
 pub(crate) const ACME: &str = "acme-key-0123456789";
@@ -83,6 +84,19 @@ impl Flowd {
             status,
             serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
         )
+    }
+
+    /// Deploys a `.flow` source to the account of `key`.
+    pub(crate) async fn deploy(&self, key: &str, source: &str) {
+        let (status, body) = self
+            .send(
+                reqwest::Method::POST,
+                "/v1/workflows",
+                Some(key),
+                Some(serde_json::json!({ "source": source })),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
     }
 
     /// The `/metrics` text (Prometheus scrapes without a key).
