@@ -19,9 +19,9 @@
 //!   them in one statement (one commit, one WAL flush under the server's
 //!   default `synchronous_commit = on`) and then answers each caller. A gate
 //!   reached is a notification to each of its approvers, stored in that same
-//!   commit, so that no parked run waits unannounced. Should
-//!   the batch fail (a record of a run that does not exist), each record is
-//!   written alone, so that only the faulty one fails.
+//!   commit, so that no parked run waits unannounced. Should the batch fail
+//!   (a record of a run that does not exist), each record is written alone,
+//!   so that only the faulty one fails.
 //! * **Decisions apply once.** `decide` locks the step record
 //!   (`SELECT ... FOR UPDATE`) and applies `interp::decide_record` to what it
 //!   read: of concurrent decisions, the first to lock it decides and the
@@ -35,9 +35,11 @@
 //!   set it to the database's `now()` plus the lease (10 s by default), and
 //!   `add_active`, which the runner calls each second while the run
 //!   executes, renews it. A run left `running` whose lease has run out (its
-//!   owner died, or lost the database for longer than the lease) may be
-//!   claimed by another process; its old owner's `add_active` and
-//!   `finish_run` then change nothing, as for a cancelled run. Times of
+//!   owner died, or lost the database for longer than the lease) is listed
+//!   by `orphaned_runs` and may be claimed by another process; its old
+//!   owner's `add_active` and `finish_run` then change nothing, as for a
+//!   cancelled run, and the step it had in flight runs again (at least
+//!   once, as after a crash: steps with effects carry keys). Times of
 //!   leases are the database's clock only, so the machines' clocks need not
 //!   agree. Each store instance is an owner of its own (host, pid and a
 //!   random id), so two instances in one process act as two processes.
