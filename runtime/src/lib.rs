@@ -10,6 +10,7 @@
 pub mod anthropic;
 pub mod eval;
 pub mod interp;
+pub mod limit;
 pub mod llm;
 pub mod memory;
 pub mod offline;

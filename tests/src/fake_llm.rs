@@ -35,6 +35,14 @@ pub struct FakeLlm {
     /// The base URL, up to `/v1`.
     pub url: String,
     prompts: Arc<Mutex<Vec<String>>>,
+    concurrency: Arc<Concurrency>,
+}
+
+/// Requests being answered now, and the most there were at once.
+#[derive(Default)]
+struct Concurrency {
+    now: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
 }
 
 impl FakeLlm {
@@ -48,20 +56,41 @@ impl FakeLlm {
         let prompts = Arc::new(Mutex::new(Vec::new()));
         let script = Arc::new(Mutex::new(VecDeque::from(script)));
         let recorded = Arc::clone(&prompts);
+        let concurrency = Arc::new(Concurrency::default());
+        let counted = Arc::clone(&concurrency);
         tokio::spawn(async move {
             loop {
                 let Ok((socket, _)) = listener.accept().await else {
                     return;
                 };
-                let (script, recorded, default_answer) = (
+                let (script, recorded, default_answer, counted) = (
                     Arc::clone(&script),
                     Arc::clone(&recorded),
                     default_answer.clone(),
+                    Arc::clone(&counted),
                 );
-                tokio::spawn(serve(socket, script, recorded, default_answer, delay));
+                tokio::spawn(serve(
+                    socket,
+                    script,
+                    recorded,
+                    default_answer,
+                    delay,
+                    counted,
+                ));
             }
         });
-        FakeLlm { url, prompts }
+        FakeLlm {
+            url,
+            prompts,
+            concurrency,
+        }
+    }
+
+    /// The most requests that were being answered at once.
+    pub fn most_at_once(&self) -> usize {
+        self.concurrency
+            .most
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// How many requests were answered or cut off.
@@ -84,6 +113,7 @@ async fn serve(
     recorded: Arc<Mutex<Vec<String>>>,
     default_answer: Value,
     delay: Duration,
+    concurrency: Arc<Concurrency>,
 ) {
     // Read the headers, then the body by Content-Length.
     let mut buffer = Vec::new();
@@ -132,7 +162,13 @@ async fn serve(
         .unwrap_or_else(|p| p.into_inner())
         .pop_front()
         .unwrap_or_else(|| ok(default_answer.clone()));
-    tokio::time::sleep(delay).await;
+    {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = concurrency.now.fetch_add(1, SeqCst) + 1;
+        concurrency.most.fetch_max(now, SeqCst);
+        tokio::time::sleep(delay).await;
+        concurrency.now.fetch_sub(1, SeqCst);
+    }
     let (status, headers, content) = match reply {
         Reply::Reset => return,
         Reply::Stall(wait) => {
