@@ -3,6 +3,10 @@
 //! * B1: 1,000 concurrent runs of 10 recipe steps against a zero-latency
 //!   provider, journaled in the SQLite store with full durability (WAL,
 //!   `synchronous=FULL`, group commit): steps per second.
+//! * B1pg: B1's workload on the PostgreSQL store (the server on
+//!   127.0.0.1:5432, or `FLOW_TEST_POSTGRES_URL`; a schema of its own,
+//!   dropped after): each step record committed before the run goes on,
+//!   records of concurrent runs committed together.
 //! * B2: one run through a 10,000-item loop, journaled in memory: the
 //!   engine's overhead per step.
 //!
@@ -64,6 +68,9 @@ fn main() {
 
     if wants("b1") {
         b1(&runtime, quick);
+    }
+    if wants("b1pg") {
+        b1_postgres(&runtime, quick);
     }
     if wants("b2") {
         b2(&runtime, quick);
@@ -404,6 +411,77 @@ fn b1(runtime: &tokio::runtime::Runtime, quick: bool) {
         steps as f64 / elapsed
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// B1pg: B1 on the PostgreSQL store, through the `Store` trait as flowd uses it.
+fn b1_postgres(runtime: &tokio::runtime::Runtime, quick: bool) {
+    use flow_runtime::store::Store;
+    let runs = if quick { 50 } else { 1_000 };
+    let ten = Arc::new(ten_steps());
+    let schema = flow_tests::postgres::TestSchema::new();
+    let store: Arc<dyn Store> = runtime
+        .block_on(flow_runtime::postgres::PostgresStore::connect(
+            &schema.url(),
+        ))
+        .expect("the store connects");
+    let input = json!({ "q": "x".repeat(1000) });
+    runtime.block_on(async {
+        store.put_plan(&ten).await.expect("the plan is stored");
+        let starts: Vec<_> = (0..runs)
+            .map(|i| {
+                let (store, hash, input) = (Arc::clone(&store), ten.hash.clone(), input.clone());
+                tokio::spawn(async move {
+                    let run_id = format!("run-{i}");
+                    store
+                        .create_run(&run_id, "", "ten", &hash, &input, None)
+                        .await
+                })
+            })
+            .collect();
+        for start in starts {
+            start.await.expect("joined").expect("run created");
+        }
+    });
+    let start = Instant::now();
+    let completed = runtime.block_on(async {
+        let mut tasks = Vec::new();
+        for i in 0..runs {
+            let (store, plan, input) = (Arc::clone(&store), Arc::clone(&ten), input.clone());
+            tasks.push(tokio::spawn(async move {
+                let run_id = format!("run-{i}");
+                let journal = store
+                    .open_journal(&run_id, flow_plan::Durability::Full)
+                    .await
+                    .expect("journal");
+                let services = Services {
+                    provider: Arc::new(Instant0),
+                    effects: journal.clone(),
+                    mcp: None,
+                    journal,
+                };
+                matches!(
+                    flow_runtime::run(&plan, "ten", &run_id, input, services).await,
+                    Outcome::Completed { .. }
+                )
+            }));
+        }
+        let mut completed = 0;
+        for task in tasks {
+            completed += usize::from(task.await.unwrap_or(false));
+        }
+        completed
+    });
+    let elapsed = start.elapsed().as_secs_f64();
+    assert_eq!(completed, runs, "every run completes");
+    let steps = runs * 10;
+    println!(
+        "| B1pg | {runs} runs x 10 steps, PostgreSQL, synchronous_commit=on, group commit | {steps} steps in {:.3} s | {:.0} steps/s |",
+        elapsed,
+        steps as f64 / elapsed
+    );
+    // The store's pool and writer belong to this runtime: closed before the
+    // schema is dropped.
+    drop(store);
 }
 
 /// B2: one long loop, in memory.

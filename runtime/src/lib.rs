@@ -15,6 +15,8 @@ pub mod llm;
 pub mod memory;
 pub mod offline;
 pub mod openai;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod runner;
 pub mod schema;
 pub mod scope;

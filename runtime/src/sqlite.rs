@@ -10,7 +10,6 @@
 //! records); later lookups are answered from that copy, which the run's own
 //! writes keep current.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -25,9 +24,9 @@ use crate::interp::{
 };
 use crate::interp::{DecideError, Decision, PendingApproval, decide_record, gate_due_ms};
 use crate::store::{
-    Deployment, MailNext, NO_ACCOUNT, NewNotification, Notification, NotificationKind,
-    NotificationQuery, Outgoing, RunLog, RunQuery, RunRow, RunStatus, Store, StoreError,
-    StoreFuture,
+    Deployment, JournalMemory, MailNext, NO_ACCOUNT, NewNotification, Notification,
+    NotificationKind, NotificationQuery, Outgoing, RunLog, RunQuery, RunRow, RunStatus, Store,
+    StoreError, StoreFuture,
 };
 
 impl rusqlite::types::ToSql for RunStatus {
@@ -365,8 +364,8 @@ fn owner() -> &'static str {
 }
 
 /// Whether the process that owns a run is still alive, on this machine. The
-/// embedded store is local to one machine, so a pid is enough; flowd's
-/// shared stores will use leases instead.
+/// embedded store is local to one machine, so a pid is enough; the
+/// PostgreSQL store, shared across machines, uses leases instead.
 fn owner_alive(owner: &str) -> bool {
     if owner == self::owner() {
         return true;
@@ -762,6 +761,24 @@ impl SqliteStore {
         Ok(rows)
     }
 
+    pub fn orphaned_runs(&self) -> Result<Vec<RunRow>, StoreError> {
+        let conn = self.reader()?;
+        let mut statement = conn.prepare_cached(
+            "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account, owner
+             FROM runs WHERE status = 'running' ORDER BY created_ms, id",
+        )?;
+        let rows = statement
+            .query_map([], |row| {
+                Ok((run_row(row)?, row.get::<_, Option<String>>(10)?))
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows
+            .into_iter()
+            .filter(|(_, owner)| owner.as_deref().is_none_or(|owner| !owner_alive(owner)))
+            .map(|(row, _)| row)
+            .collect())
+    }
+
     pub fn expired_gates(&self, now_ms: u64) -> Result<Vec<RunRow>, StoreError> {
         let conn = self.reader()?;
         let mut statement = conn.prepare_cached(
@@ -1021,6 +1038,10 @@ impl Store for SqliteStore {
 
     fn unfinished_runs(&self) -> StoreFuture<'_, Vec<RunRow>> {
         ready(self.unfinished_runs())
+    }
+
+    fn orphaned_runs(&self) -> StoreFuture<'_, Vec<RunRow>> {
+        ready(self.orphaned_runs())
     }
 
     fn expired_gates(&self, now_ms: u64) -> StoreFuture<'_, Vec<RunRow>> {
@@ -1317,10 +1338,9 @@ pub struct RunJournal {
     run_id: String,
     /// The run's account: its KB documents and notifications are this account's.
     account: String,
-    records: Mutex<HashMap<String, StepRecord>>,
-    /// `durability approval`: records wait here until `flush`, at a pause or
+    /// `durability approval`: records wait there until `flush`, at a pause or
     /// at the end of the run, instead of being committed one batch at a time.
-    deferred: Option<Mutex<Vec<StepRecord>>>,
+    memory: JournalMemory,
 }
 
 impl RunJournal {
@@ -1335,31 +1355,24 @@ impl RunJournal {
         let account = store
             .run(run_id)?
             .map_or_else(|| NO_ACCOUNT.to_string(), |row| row.account);
-        let records = store
-            .step_records(run_id)?
-            .into_iter()
-            .map(|record| (record.path.clone(), record))
-            .collect();
+        let records = store.step_records(run_id)?;
         Ok(Arc::new(RunJournal {
             store: Arc::clone(store),
             run_id: run_id.to_string(),
             account,
-            records: Mutex::new(records),
-            deferred: (durability == flow_plan::Durability::Approval)
-                .then(|| Mutex::new(Vec::new())),
+            memory: JournalMemory::new(records, durability),
         }))
     }
 }
 
 impl RunLog for RunJournal {
     fn flush(&self) -> BoxFuture<'_, Result<(), StepError>> {
-        let writes: Vec<_> = match &self.deferred {
-            Some(deferred) => std::mem::take(&mut *lock(deferred))
-                .into_iter()
-                .map(|record| self.store.append(&self.run_id, record))
-                .collect(),
-            None => Vec::new(),
-        };
+        let writes: Vec<_> = self
+            .memory
+            .take_deferred()
+            .into_iter()
+            .map(|record| self.store.append(&self.run_id, record))
+            .collect();
         Box::pin(async move {
             for write in writes {
                 write.await?;
@@ -1371,17 +1384,13 @@ impl RunLog for RunJournal {
 
 impl Journal for RunJournal {
     fn lookup(&self, path: &str) -> Option<StepRecord> {
-        lock(&self.records).get(path).cloned()
+        self.memory.lookup(path)
     }
 
     fn record<'a>(&'a self, record: StepRecord) -> BoxFuture<'a, Result<(), StepError>> {
-        lock(&self.records).insert(record.path.clone(), record.clone());
-        match &self.deferred {
-            Some(deferred) => {
-                lock(deferred).push(record);
-                Box::pin(async { Ok(()) })
-            }
-            None => self.store.append(&self.run_id, record),
+        match self.memory.remember(record) {
+            Some(record) => self.store.append(&self.run_id, record),
+            None => Box::pin(async { Ok(()) }),
         }
     }
 }

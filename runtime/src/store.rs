@@ -12,7 +12,8 @@
 //! * `claim_run` gives a run to at most one live process; only the owner adds
 //!   active time to it or records how it ended.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use flow_plan::{Durability, Plan};
 use serde::{Deserialize, Serialize};
@@ -304,6 +305,14 @@ pub trait Store: Send + Sync {
     /// died), oldest first.
     fn unfinished_runs(&self) -> StoreFuture<'_, Vec<RunRow>>;
 
+    /// The runs left `running` that no live process holds: given up (no
+    /// owner), or whose owner is gone (the SQLite store: its process died;
+    /// PostgreSQL: its lease ran out). Never this process's own. Oldest
+    /// first; `claim_run` takes them over. A daemon sharing its store looks
+    /// for them while it serves, so that a process that died does not leave
+    /// its runs until some process restarts.
+    fn orphaned_runs(&self) -> StoreFuture<'_, Vec<RunRow>>;
+
     /// The parked runs with a gate whose expiry (`interp::gate_due_ms`) is
     /// at or before `now_ms`, oldest first.
     fn expired_gates(&self, now_ms: u64) -> StoreFuture<'_, Vec<RunRow>>;
@@ -387,4 +396,62 @@ pub trait Store: Send + Sync {
         run_id: &'a str,
         durability: Durability,
     ) -> StoreFuture<'a, Arc<dyn RunLog>>;
+}
+
+/// What a store's `RunLog` keeps of its run in memory: the records loaded
+/// once for replay, kept current by the run's own writes, and under
+/// `durability approval` the records that wait for `RunLog::flush`. Every
+/// store's journal is this plus how it writes.
+#[derive(Debug)]
+pub struct JournalMemory {
+    records: Mutex<HashMap<String, StepRecord>>,
+    deferred: Option<Mutex<Vec<StepRecord>>>,
+}
+
+impl JournalMemory {
+    /// The memory of a run whose stored records are `records`.
+    pub fn new(records: Vec<StepRecord>, durability: Durability) -> JournalMemory {
+        JournalMemory {
+            records: Mutex::new(
+                records
+                    .into_iter()
+                    .map(|record| (record.path.clone(), record))
+                    .collect(),
+            ),
+            deferred: (durability == Durability::Approval).then(|| Mutex::new(Vec::new())),
+        }
+    }
+
+    pub fn lookup(&self, path: &str) -> Option<StepRecord> {
+        lock(&self.records).get(path).cloned()
+    }
+
+    /// Remembers `record` for lookups; gives it back when it is to be
+    /// written now, or keeps it for `take_deferred` under `durability approval`.
+    pub fn remember(&self, record: StepRecord) -> Option<StepRecord> {
+        lock(&self.records).insert(record.path.clone(), record.clone());
+        match &self.deferred {
+            Some(deferred) => {
+                lock(deferred).push(record);
+                None
+            }
+            None => Some(record),
+        }
+    }
+
+    /// The records held back since the last call, in the order they came.
+    pub fn take_deferred(&self) -> Vec<StepRecord> {
+        self.deferred
+            .as_ref()
+            .map(|deferred| std::mem::take(&mut *lock(deferred)))
+            .unwrap_or_default()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Each critical section is one insert, lookup or take: a panic elsewhere
+    // leaves the data whole.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -1,18 +1,91 @@
-//! The SQLite store: durability modes, exactly-once decisions, KB versions
-//! and idempotency keys, migrations on reopen, and the runner on top of it.
+//! The durable stores, SQLite and PostgreSQL, held to the same rules by the
+//! same tests: durability modes, exactly-once decisions, KB versions and
+//! idempotency keys per account, notifications and the outbox, deployments,
+//! idempotent starts, expired gates, migrations on reopen, and the runner on
+//! top of them. Each test body runs once per store (`sqlite::NAME`,
+//! `postgres::NAME`); what only one store has (leases) is tested at the end.
+//!
+//! The PostgreSQL tests need the server at 127.0.0.1:5432 (or
+//! `FLOW_TEST_POSTGRES_URL`); each uses a schema of its own, dropped after.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use flow_plan::Durability;
-use flow_runtime::interp::{Decision, Effects, Handoff, KbWrite, Outcome, Services};
+use flow_runtime::interp::{Decision, Handoff, KbWrite, Outcome, Services, StepStatus};
 use flow_runtime::offline::OfflineProvider;
-use flow_runtime::sqlite::{RunJournal, SqliteStore};
+use flow_runtime::postgres::{PostgresOptions, PostgresStore};
+use flow_runtime::sqlite::SqliteStore;
 use flow_runtime::store::{
     MailNext, MailState, NotificationKind, NotificationQuery, RunLog, RunStatus, Store,
 };
 use flow_tests::TempDir;
+use flow_tests::postgres::TestSchema;
 use serde_json::json;
+
+/// Where a store under test keeps its data; it can be opened again there.
+enum Backend {
+    Sqlite(TempDir),
+    Postgres(TestSchema),
+}
+
+impl Backend {
+    fn sqlite() -> Backend {
+        Backend::Sqlite(TempDir::new("store"))
+    }
+
+    fn postgres() -> Backend {
+        Backend::Postgres(TestSchema::new())
+    }
+
+    /// Opens the store (again, the second time: migrations already applied).
+    async fn open(&self) -> Arc<dyn Store> {
+        match self {
+            Backend::Sqlite(dir) => SqliteStore::open(&dir.path().join("s.db")).expect("opens"),
+            Backend::Postgres(schema) => PostgresStore::connect(&schema.url())
+                .await
+                .expect("connects"),
+        }
+    }
+}
+
+/// Each test body, as a test on each store.
+macro_rules! on_each_store {
+    ($($body:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $body() {
+                    super::$body(super::Backend::sqlite()).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $body() {
+                    super::$body(super::Backend::postgres()).await;
+                }
+            )*
+        }
+    };
+}
+
+on_each_store!(
+    durability_approval_persists_at_the_end_only,
+    a_decision_applies_once_across_tasks_and_survives_reopening,
+    kb_writes_version_documents_and_keys_make_retries_no_ops,
+    concurrent_kb_writes_with_one_key_write_once,
+    kb_documents_keys_and_notifications_belong_to_the_run_account,
+    the_runner_parks_resumes_and_lists_runs_to_recover,
+    deployments_are_versioned_per_account_and_runs_keep_their_account,
+    a_member_of_a_named_group_may_decide,
+    an_idempotency_key_starts_one_run_per_account,
+    expired_gates_are_listed_when_due,
+    a_cancelled_run_records_nothing_more,
+    a_run_given_up_is_orphaned_until_claimed,
+);
 
 fn plan(source: &str) -> flow_plan::Plan {
     let checked = flow_compiler::check_source("s.flow", source);
@@ -33,65 +106,69 @@ workflow w {
   step two = r { q: step.one.a }
 }"#;
 
-async fn run(journal: Arc<RunJournal>, plan: &flow_plan::Plan) -> Outcome {
+async fn run(journal: Arc<dyn RunLog>, plan: &flow_plan::Plan, run_id: &str) -> Outcome {
     let services = Services {
         provider: Arc::new(OfflineProvider),
         effects: journal.clone(),
         mcp: None,
         journal,
     };
-    flow_runtime::run(plan, "w", "run-1", json!({}), services).await
+    flow_runtime::run(plan, "w", run_id, json!({}), services).await
 }
 
-#[tokio::test]
-async fn durability_approval_persists_at_the_end_only() {
-    let dir = TempDir::new("store-durability");
-    let store = SqliteStore::open(&dir.path().join("s.db")).expect("opens");
+async fn durability_approval_persists_at_the_end_only(backend: Backend) {
+    let store = backend.open().await;
     let plan = plan(TWO_STEPS);
-    store.put_plan(&plan).unwrap();
+    store.put_plan(&plan).await.unwrap();
     store
         .create_run("run-1", "", "w", &plan.hash, &json!({}), None)
         .await
         .unwrap();
-    let journal = RunJournal::open(&store, "run-1", Durability::Approval).unwrap();
-    let outcome = run(journal.clone(), &plan).await;
+    let journal = Arc::clone(&store)
+        .open_journal("run-1", Durability::Approval)
+        .await
+        .unwrap();
+    let outcome = run(journal.clone(), &plan, "run-1").await;
     assert!(matches!(outcome, Outcome::Completed { .. }), "{outcome:?}");
     assert!(
-        store.step_records("run-1").unwrap().is_empty(),
+        store.step_records("run-1").await.unwrap().is_empty(),
         "nothing written before the flush"
     );
     journal.flush().await.unwrap();
-    assert_eq!(store.step_records("run-1").unwrap().len(), 2);
+    assert_eq!(store.step_records("run-1").await.unwrap().len(), 2);
 
-    // Full durability writes as it goes.
+    // Full durability writes as it goes: each record is stored when
+    // `record` returns, before the next step starts.
     store
         .create_run("run-2", "", "w", &plan.hash, &json!({}), None)
         .await
         .unwrap();
-    let journal = RunJournal::open(&store, "run-2", Durability::Full).unwrap();
-    let services = Services {
-        provider: Arc::new(OfflineProvider),
-        effects: journal.clone(),
-        mcp: None,
-        journal,
-    };
-    let _ = flow_runtime::run(&plan, "w", "run-2", json!({}), services).await;
-    assert_eq!(store.step_records("run-2").unwrap().len(), 2);
+    let journal = Arc::clone(&store)
+        .open_journal("run-2", Durability::Full)
+        .await
+        .unwrap();
+    let _ = run(journal, &plan, "run-2").await;
+    let records = store.step_records("run-2").await.unwrap();
+    let paths: Vec<&str> = records.iter().map(|r| r.path.as_str()).collect();
+    assert_eq!(paths, ["one", "two"], "stored in the order recorded");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_decision_applies_once_across_tasks_and_survives_reopening() {
-    let dir = TempDir::new("store-decide");
-    let path = dir.path().join("s.db");
-    let store = SqliteStore::open(&path).expect("opens");
+async fn a_decision_applies_once_across_tasks_and_survives_reopening(backend: Backend) {
+    let store = backend.open().await;
     let plan = plan("workflow w { step g = approval { approvers: [\"a\"], message: \"m\" } }");
-    store.put_plan(&plan).unwrap();
+    store.put_plan(&plan).await.unwrap();
     store
         .create_run("run-1", "", "w", &plan.hash, &json!({}), None)
         .await
         .unwrap();
-    let journal = RunJournal::open(&store, "run-1", Durability::Full).unwrap();
-    assert!(matches!(run(journal, &plan).await, Outcome::Parked { .. }));
+    let journal = Arc::clone(&store)
+        .open_journal("run-1", Durability::Full)
+        .await
+        .unwrap();
+    assert!(matches!(
+        run(journal, &plan, "run-1").await,
+        Outcome::Parked { .. }
+    ));
 
     let applied = Arc::new(AtomicUsize::new(0));
     let tasks: Vec<_> = (0..50)
@@ -115,63 +192,91 @@ async fn a_decision_applies_once_across_tasks_and_survives_reopening() {
     assert_eq!(applied.load(Ordering::SeqCst), 1);
     drop(store);
 
-    let reopened = SqliteStore::open(&path).expect("reopens, migrations already applied");
-    let records = reopened.step_records("run-1").unwrap();
+    let reopened = backend.open().await;
+    let records = reopened.step_records("run-1").await.unwrap();
     assert_eq!(records.len(), 1);
-    assert_ne!(records[0].status, flow_runtime::interp::StepStatus::Pending);
+    assert_ne!(records[0].status, StepStatus::Pending);
     assert_eq!(
-        reopened.plan(&plan.hash).unwrap(),
+        reopened.plan(&plan.hash).await.unwrap(),
         plan,
         "the run's plan is kept"
     );
 }
 
-#[tokio::test]
-async fn kb_writes_version_documents_and_keys_make_retries_no_ops() {
-    let dir = TempDir::new("store-kb");
-    let store = SqliteStore::open(&dir.path().join("s.db")).expect("opens");
-    let journal = RunJournal::open(&store, "run-1", Durability::Full).unwrap();
-    let write = |content: &str, key: Option<&str>| KbWrite {
+fn kb_write(content: &str, key: Option<&str>) -> KbWrite {
+    KbWrite {
         collection: "notes".into(),
         title: "T".into(),
         content: content.into(),
-        metadata: None,
+        metadata: Some(json!({ "source": "test" })),
         key: key.map(str::to_string),
-    };
-    let first = journal.kb_write(&write("a", Some("k1"))).await.unwrap();
+    }
+}
+
+async fn kb_writes_version_documents_and_keys_make_retries_no_ops(backend: Backend) {
+    let store = backend.open().await;
+    let journal = store.open_journal("run-1", Durability::Full).await.unwrap();
+    let first = journal.kb_write(&kb_write("a", Some("k1"))).await.unwrap();
     assert_eq!(first, json!({ "id": "notes/T", "version": 1 }));
-    let again = journal.kb_write(&write("b", Some("k1"))).await.unwrap();
+    let again = journal.kb_write(&kb_write("b", Some("k1"))).await.unwrap();
     assert_eq!(again, first, "the same key is the same write");
-    let second = journal.kb_write(&write("c", None)).await.unwrap();
+    let second = journal.kb_write(&kb_write("c", None)).await.unwrap();
     assert_eq!(second["version"], 2);
+}
+
+/// A step retried in several places at once (a process presumed dead and
+/// its successor) writes with one key: one document version, one result.
+async fn concurrent_kb_writes_with_one_key_write_once(backend: Backend) {
+    let store = backend.open().await;
+    let journal = store.open_journal("run-1", Durability::Full).await.unwrap();
+    let writes: Vec<_> = (0..10)
+        .map(|i| {
+            let journal = Arc::clone(&journal);
+            tokio::spawn(async move {
+                journal
+                    .kb_write(&kb_write(&format!("attempt {i}"), Some("once")))
+                    .await
+            })
+        })
+        .collect();
+    for write in writes {
+        assert_eq!(
+            write.await.unwrap().expect("each write answers"),
+            json!({ "id": "notes/T", "version": 1 })
+        );
+    }
+    let unkeyed = journal.kb_write(&kb_write("after", None)).await.unwrap();
+    assert_eq!(unkeyed["version"], 2, "the keyed writes made one version");
 }
 
 /// Regression: KB documents, write keys and notifications had no account, so
 /// one account's workflow could overwrite another's document, get its keyed
 /// result back, or read its handoffs.
-#[tokio::test]
-async fn kb_documents_keys_and_notifications_belong_to_the_run_account() {
-    let dir = TempDir::new("store-kb-accounts");
-    let store = SqliteStore::open(&dir.path().join("s.db")).expect("opens");
+async fn kb_documents_keys_and_notifications_belong_to_the_run_account(backend: Backend) {
+    let store = backend.open().await;
     let plan = plan(TWO_STEPS);
-    store.put_plan(&plan).unwrap();
+    store.put_plan(&plan).await.unwrap();
     let mut journals = Vec::new();
     for (run, account) in [("run-a", "acme"), ("run-b", "globex")] {
         store
             .create_run(run, account, "w", &plan.hash, &json!({}), None)
             .await
             .unwrap();
-        journals.push(RunJournal::open(&store, run, Durability::Full).unwrap());
+        journals.push(
+            Arc::clone(&store)
+                .open_journal(run, Durability::Full)
+                .await
+                .unwrap(),
+        );
     }
-    let write = |content: &str| KbWrite {
-        collection: "notes".into(),
-        title: "T".into(),
-        content: content.into(),
-        metadata: None,
-        key: Some("k1".into()),
-    };
-    let acme = journals[0].kb_write(&write("acme's")).await.unwrap();
-    let globex = journals[1].kb_write(&write("globex's")).await.unwrap();
+    let acme = journals[0]
+        .kb_write(&kb_write("acme's", Some("k1")))
+        .await
+        .unwrap();
+    let globex = journals[1]
+        .kb_write(&kb_write("globex's", Some("k1")))
+        .await
+        .unwrap();
     assert_eq!(acme["version"], 1);
     assert_eq!(
         globex["version"], 1,
@@ -179,86 +284,107 @@ async fn kb_documents_keys_and_notifications_belong_to_the_run_account() {
     );
 
     for (journal, run) in journals.iter().zip(["run-a", "run-b"]) {
-        journal
-            .handoff(&Handoff {
-                run_id: run.into(),
-                department: "support".into(),
-                message: format!("from {run}"),
-                subject: None,
-                key: Some("h1".into()),
-            })
-            .await
-            .unwrap();
+        for _ in 0..2 {
+            journal
+                .handoff(&Handoff {
+                    run_id: run.into(),
+                    department: "support".into(),
+                    message: format!("from {run}"),
+                    subject: None,
+                    key: Some("h1".into()),
+                })
+                .await
+                .unwrap();
+        }
     }
     let audiences = ["support".to_string()];
     let listed = store
         .notifications("acme", &audiences, "ana@x.io", &ALL)
+        .await
         .unwrap();
-    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed.len(), 1, "a key stores one notification: {listed:?}");
     assert_eq!(listed[0].message, "from run-a");
     assert_eq!(listed[0].kind, NotificationKind::Handoff);
     assert!(!listed[0].read);
+    let elsewhere = ["billing".to_string()];
+    assert!(
+        store
+            .notifications("acme", &elsewhere, "ana@x.io", &ALL)
+            .await
+            .unwrap()
+            .is_empty(),
+        "another audience's"
+    );
 
     // Marking is per reader and per account: globex cannot mark acme's.
     assert_eq!(
         store
             .mark_read("globex", "ana@x.io", &[listed[0].id])
+            .await
             .unwrap(),
         0
     );
     assert_eq!(
         store
             .mark_read("acme", "ana@x.io", &[listed[0].id])
+            .await
             .unwrap(),
         1
     );
-    assert!(
-        store
-            .notifications("acme", &audiences, "ana@x.io", &ALL)
-            .unwrap()[0]
-            .read
-    );
-    assert!(
-        !store
-            .notifications("acme", &audiences, "bo@x.io", &ALL)
-            .unwrap()[0]
-            .read
-    );
+    let read = |reader: &'static str, query: NotificationQuery| {
+        let (store, audiences) = (Arc::clone(&store), audiences.clone());
+        async move {
+            store
+                .notifications("acme", &audiences, reader, &query)
+                .await
+                .unwrap()
+        }
+    };
+    assert!(read("ana@x.io", ALL).await[0].read);
+    assert!(!read("bo@x.io", ALL).await[0].read);
     let unread = NotificationQuery {
         unread_only: true,
         ..ALL
     };
-    assert!(
-        store
-            .notifications("acme", &audiences, "ana@x.io", &unread)
-            .unwrap()
-            .is_empty()
-    );
+    assert!(read("ana@x.io", unread).await.is_empty());
 
     // Both handoffs wait in the outbox until mailed.
-    let outbox = store.to_mail(u64::MAX, 10).unwrap();
+    let outbox = store.to_mail(u64::MAX, 10).await.unwrap();
     assert_eq!(outbox.len(), 2);
+    assert!(
+        outbox[0].notification.id < outbox[1].notification.id,
+        "oldest first"
+    );
     store
         .mailed(
             outbox[0].notification.id,
             &[],
             MailNext::Done(MailState::Sent),
         )
+        .await
         .unwrap();
-    assert_eq!(store.to_mail(u64::MAX, 10).unwrap().len(), 1);
 
     // A retry: the recipients reached are kept, and the notification waits
     // until its time.
     let left = outbox[1].notification.id;
     store
         .mailed(left, &["sam@x.io".to_string()], MailNext::Retry(5_000))
+        .await
         .unwrap();
-    assert!(store.to_mail(4_999, 10).unwrap().is_empty(), "not yet");
-    let again = store.to_mail(5_000, 10).unwrap();
+    assert!(
+        store.to_mail(4_999, 10).await.unwrap().is_empty(),
+        "not yet"
+    );
+    let again = store.to_mail(5_000, 10).await.unwrap();
     assert_eq!(
         (again[0].attempts, again[0].sent_to.clone()),
         (1, vec!["sam@x.io".to_string()])
     );
+    store
+        .mailed(left, &[], MailNext::Done(MailState::Failed))
+        .await
+        .unwrap();
+    assert!(store.to_mail(u64::MAX, 10).await.unwrap().is_empty());
 }
 
 const GATED: &str = r#"recipe r { model "m" input { q: string } output { a: string } prompt "{{input.q}}" }
@@ -272,22 +398,17 @@ workflow w {
 /// The runner drives a run through the `Store` trait alone: it parks with the
 /// run stored as `pending_approval`, a decision lets the next invocation
 /// complete it, and recovery lists only what is due.
-#[tokio::test]
-async fn the_runner_parks_resumes_and_lists_runs_to_recover() {
+async fn the_runner_parks_resumes_and_lists_runs_to_recover(backend: Backend) {
     use flow_runtime::runner::{drive, runs_to_recover};
-    let dir = TempDir::new("store-runner");
-    let sqlite = SqliteStore::open(&dir.path().join("s.db")).expect("opens");
-    let store: Arc<dyn Store> = sqlite;
+    let store = backend.open().await;
     let plan = plan(GATED);
     store.put_plan(&plan).await.unwrap();
-    store
-        .create_run("run-1", "", "w", &plan.hash, &json!({}), None)
-        .await
-        .unwrap();
-    store
-        .create_run("run-2", "", "w", &plan.hash, &json!({}), None)
-        .await
-        .unwrap();
+    for run in ["run-1", "run-2"] {
+        store
+            .create_run(run, "", "w", &plan.hash, &json!({}), None)
+            .await
+            .unwrap();
+    }
     let calls = Arc::new(AtomicUsize::new(0));
     let observer: flow_runtime::runner::Observer = {
         let calls = Arc::clone(&calls);
@@ -315,6 +436,10 @@ async fn the_runner_parks_resumes_and_lists_runs_to_recover() {
     assert_eq!(
         store.run("run-1").await.unwrap().unwrap().status,
         RunStatus::PendingApproval
+    );
+    assert_eq!(
+        store.pending_approvals().await.unwrap(),
+        [("w".to_string(), 1)]
     );
     // The gate's approver was notified in the commit that stored the gate:
     // no later step (that a crash could skip) is needed for it.
@@ -368,6 +493,8 @@ async fn the_runner_parks_resumes_and_lists_runs_to_recover() {
     let row = store.run("run-1").await.unwrap().unwrap();
     assert_eq!(row.status, RunStatus::Completed);
     assert_eq!(row.outcome.unwrap()["output"], done_output(&done));
+    assert!(store.pending_approvals().await.unwrap().is_empty());
+    assert_eq!(store.runs().await.unwrap().len(), 2);
 }
 
 fn done_output(outcome: &Outcome) -> serde_json::Value {
@@ -379,10 +506,8 @@ fn done_output(outcome: &Outcome) -> serde_json::Value {
 
 /// Deploying makes versions per account and workflow; deploying the same plan
 /// again is the same version; runs keep their account.
-#[tokio::test]
-async fn deployments_are_versioned_per_account_and_runs_keep_their_account() {
-    let dir = TempDir::new("store-deploy");
-    let store: Arc<dyn Store> = SqliteStore::open(&dir.path().join("s.db")).expect("opens");
+async fn deployments_are_versioned_per_account_and_runs_keep_their_account(backend: Backend) {
+    let store = backend.open().await;
     let first = plan(TWO_STEPS);
     let second = plan(GATED);
     store.put_plan(&first).await.unwrap();
@@ -412,6 +537,49 @@ async fn deployments_are_versioned_per_account_and_runs_keep_their_account() {
         .await
         .unwrap();
     assert_eq!(store.run("run-a").await.unwrap().unwrap().account, "acme");
+    let query = flow_runtime::store::RunQuery {
+        workflow: Some("w".into()),
+        status: Some(RunStatus::Running),
+        limit: 10,
+        before: None,
+    };
+    let listed = store.account_runs("acme", &query).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    // Pages: newest first, the next page after the last run of the one before.
+    store
+        .create_run("run-b", "acme", "w", &second.hash, &json!({}), None)
+        .await
+        .unwrap();
+    let page = |before: Option<(i64, String)>| {
+        let store = Arc::clone(&store);
+        async move {
+            let query = flow_runtime::store::RunQuery {
+                workflow: None,
+                status: None,
+                limit: 1,
+                before,
+            };
+            store.account_runs("acme", &query).await.unwrap()
+        }
+    };
+    let first_page = page(None).await;
+    let second_page = page(Some((first_page[0].created_ms, first_page[0].id.clone()))).await;
+    let mut ids = vec![first_page[0].id.clone(), second_page[0].id.clone()];
+    ids.sort();
+    assert_eq!(ids, ["run-a", "run-b"], "each run on one page");
+    let last = &second_page[0];
+    assert!(
+        page(Some((last.created_ms, last.id.clone())))
+            .await
+            .is_empty()
+    );
+    assert!(
+        store
+            .account_runs("globex", &query)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// A decision by `approver`, who belongs to no approver group.
@@ -427,10 +595,8 @@ fn decision(approver: &str, approved: bool) -> Decision {
 
 /// An approval may name an approver group: a member (the caller says which
 /// groups the approver is in) may decide; anyone else may not.
-#[tokio::test]
-async fn a_member_of_a_named_group_may_decide() {
-    let dir = TempDir::new("store-groups");
-    let store: Arc<dyn Store> = SqliteStore::open(&dir.path().join("s.db")).expect("opens");
+async fn a_member_of_a_named_group_may_decide(backend: Backend) {
+    let store = backend.open().await;
     let gated = plan(&GATED.replace("boss@example.com", "billing-leads"));
     store.put_plan(&gated).await.unwrap();
     store
@@ -470,4 +636,320 @@ async fn a_member_of_a_named_group_may_decide() {
         .find(|r| r.path == "ok")
         .unwrap();
     assert_eq!(record.output.unwrap()["approver"], "ana@x.io");
+}
+
+/// One key starts one run in an account, however often it is sent; another
+/// account's same key is its own.
+async fn an_idempotency_key_starts_one_run_per_account(backend: Backend) {
+    let store = backend.open().await;
+    let plan = plan(TWO_STEPS);
+    store.put_plan(&plan).await.unwrap();
+    let input = json!({ "n": 1 });
+    let start = |id: &'static str, account: &'static str| {
+        let (store, plan_hash, input) = (Arc::clone(&store), plan.hash.clone(), input.clone());
+        async move {
+            store
+                .create_run(id, account, "w", &plan_hash, &input, Some("key-1"))
+                .await
+                .unwrap()
+        }
+    };
+    assert!(start("run-1", "acme").await);
+    assert!(!start("run-2", "acme").await, "the key is taken");
+    assert!(start("run-3", "globex").await, "keys are per account");
+    let first = store.run_by_key("acme", "key-1").await.unwrap().unwrap();
+    assert_eq!((first.id.as_str(), &first.input), ("run-1", &input));
+    assert!(store.run("run-2").await.unwrap().is_none());
+    assert!(store.run_by_key("acme", "key-2").await.unwrap().is_none());
+    // Runs without a key never collide.
+    for id in ["run-4", "run-5"] {
+        assert!(
+            store
+                .create_run(id, "acme", "w", &plan.hash, &input, None)
+                .await
+                .unwrap()
+        );
+    }
+}
+
+/// A parked run is listed as having an expired gate once its approval's
+/// expiry has passed, and not before; a decided gate is never listed.
+async fn expired_gates_are_listed_when_due(backend: Backend) {
+    let store = backend.open().await;
+    let gated = plan(&GATED.replace("message: \"go?\"", "message: \"go?\", expires: 1h"));
+    store.put_plan(&gated).await.unwrap();
+    for run in ["run-1", "run-2"] {
+        store
+            .create_run(run, "", "w", &gated.hash, &json!({}), None)
+            .await
+            .unwrap();
+        let parked = flow_runtime::runner::drive(
+            &store,
+            &gated,
+            "w",
+            run,
+            json!({}),
+            Arc::new(OfflineProvider),
+            None,
+        )
+        .await
+        .unwrap();
+        assert!(matches!(parked, Outcome::Parked { .. }), "{parked:?}");
+    }
+    let gate = store
+        .step_records("run-1")
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|r| r.path == "ok")
+        .unwrap();
+    let due_ms = gate.started_ms + 3_600_000;
+    let listed = |now_ms: u64| {
+        let store = Arc::clone(&store);
+        async move {
+            store
+                .expired_gates(now_ms)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|row| row.id)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert!(listed(due_ms - 1_000).await.is_empty(), "not yet due");
+    store
+        .decide("run-2", "ok", &decision("boss@example.com", false))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(listed(due_ms + 1_000).await, ["run-1"], "run-2 was decided");
+}
+
+/// Cancelling takes the run from its owner: the owner's later `finish_run`
+/// and `add_active` change nothing, and it cannot be claimed to resume.
+async fn a_cancelled_run_records_nothing_more(backend: Backend) {
+    let store = backend.open().await;
+    let plan = plan(TWO_STEPS);
+    store.put_plan(&plan).await.unwrap();
+    store
+        .create_run("run-1", "", "w", &plan.hash, &json!({}), None)
+        .await
+        .unwrap();
+    assert!(
+        store.orphaned_runs().await.unwrap().is_empty(),
+        "a run its live creator holds is nobody's to take"
+    );
+    assert!(store.cancel_run("run-1").await.unwrap());
+    assert!(!store.cancel_run("run-1").await.unwrap(), "already ended");
+    store
+        .add_active("run-1", Duration::from_secs(1))
+        .await
+        .unwrap();
+    let finished = store
+        .finish_run(
+            "run-1",
+            RunStatus::Completed,
+            &json!({}),
+            Duration::from_secs(1),
+        )
+        .await
+        .unwrap();
+    assert!(!finished);
+    let row = store.run("run-1").await.unwrap().unwrap();
+    assert_eq!((row.status, row.active_ms), (RunStatus::Cancelled, 0));
+    assert!(
+        !store
+            .claim_run("run-1", &[RunStatus::Running, RunStatus::PendingApproval])
+            .await
+            .unwrap()
+    );
+}
+
+/// A run its owner gave up while still `running` (its driving failed) is
+/// orphaned: any process may claim it and resume it.
+async fn a_run_given_up_is_orphaned_until_claimed(backend: Backend) {
+    let store = backend.open().await;
+    let plan = plan(TWO_STEPS);
+    store.put_plan(&plan).await.unwrap();
+    store
+        .create_run("run-1", "", "w", &plan.hash, &json!({}), None)
+        .await
+        .unwrap();
+    assert!(
+        store
+            .finish_run("run-1", RunStatus::Running, &json!(null), Duration::ZERO)
+            .await
+            .unwrap()
+    );
+    let orphaned: Vec<String> = store
+        .orphaned_runs()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|row| row.id)
+        .collect();
+    assert_eq!(orphaned, ["run-1"]);
+    assert!(
+        store
+            .claim_run("run-1", &[RunStatus::Running])
+            .await
+            .unwrap()
+    );
+    assert!(store.orphaned_runs().await.unwrap().is_empty());
+}
+
+/// Two PostgreSQL store instances are two owners, as two flowd processes on
+/// two machines would be.
+async fn two_owners(schema: &TestSchema, lease: Duration) -> [Arc<PostgresStore>; 2] {
+    let options = PostgresOptions {
+        lease,
+        ..PostgresOptions::default()
+    };
+    let first = PostgresStore::connect_with(&schema.url(), options.clone())
+        .await
+        .expect("connects");
+    let second = PostgresStore::connect_with(&schema.url(), options)
+        .await
+        .expect("connects");
+    assert_ne!(first.owner(), second.owner());
+    [first, second]
+}
+
+/// A run's owner holds it while its lease is live, and renews the lease
+/// with each `add_active`; once the lease runs out another process takes
+/// the run over, and the old owner can no longer record anything of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_leases_keep_a_run_with_its_live_owner_until_they_run_out() {
+    let schema = TestSchema::new();
+    let lease = Duration::from_millis(800);
+    let [first, second] = two_owners(&schema, lease).await;
+    let plan = plan(TWO_STEPS);
+    first.put_plan(&plan).await.unwrap();
+    first
+        .create_run("run-1", "", "w", &plan.hash, &json!({}), None)
+        .await
+        .unwrap();
+    let running = [RunStatus::Running];
+    assert!(
+        !second.claim_run("run-1", &running).await.unwrap(),
+        "the creator's lease is live"
+    );
+    assert!(
+        first.claim_run("run-1", &running).await.unwrap(),
+        "its owner may take it again"
+    );
+    // Renewed twice within the lease, the run stays with its owner past
+    // the first lease's end.
+    for _ in 0..2 {
+        tokio::time::sleep(lease / 2).await;
+        first
+            .add_active("run-1", Duration::from_millis(400))
+            .await
+            .unwrap();
+        assert!(!second.claim_run("run-1", &running).await.unwrap());
+    }
+    // Without a heartbeat the lease runs out: the run is orphaned for
+    // others to take, never for its owner.
+    tokio::time::sleep(lease + Duration::from_millis(200)).await;
+    assert!(first.orphaned_runs().await.unwrap().is_empty());
+    assert_eq!(second.orphaned_runs().await.unwrap().len(), 1);
+    assert!(
+        second.claim_run("run-1", &running).await.unwrap(),
+        "an expired lease is taken over"
+    );
+    first
+        .add_active("run-1", Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(
+        !first
+            .finish_run("run-1", RunStatus::Completed, &json!({}), Duration::ZERO)
+            .await
+            .unwrap(),
+        "the old owner records nothing"
+    );
+    assert!(
+        !first.claim_run("run-1", &running).await.unwrap(),
+        "the new owner's lease is live"
+    );
+    assert!(
+        second
+            .finish_run("run-1", RunStatus::Completed, &json!({}), Duration::ZERO)
+            .await
+            .unwrap()
+    );
+    let row = second.run("run-1").await.unwrap().unwrap();
+    assert_eq!((row.status, row.active_ms), (RunStatus::Completed, 800));
+}
+
+/// Two mailers sharing the database never get the same outbox entry while
+/// the first holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_outbox_entries_go_to_one_mailer_at_a_time() {
+    let schema = TestSchema::new();
+    let [first, second] = two_owners(&schema, Duration::from_secs(10)).await;
+    for key in ["a", "b", "c"] {
+        let stored = first
+            .notify(&flow_runtime::store::NewNotification {
+                account: "acme",
+                kind: NotificationKind::Handoff,
+                audience: "support",
+                run_id: "run-1",
+                step_path: None,
+                subject: None,
+                message: key,
+                key: Some(key),
+            })
+            .await
+            .unwrap();
+        assert!(stored);
+    }
+    let taken: Vec<String> = first
+        .to_mail(u64::MAX, 2)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|outgoing| outgoing.notification.message)
+        .collect();
+    assert_eq!(taken, ["a", "b"]);
+    let rest = second.to_mail(u64::MAX, 10).await.unwrap();
+    assert_eq!(rest.len(), 1);
+    assert_eq!(rest[0].notification.message, "c");
+    assert!(second.to_mail(u64::MAX, 10).await.unwrap().is_empty());
+    // An attempt recorded lets the entry go: due again at its retry time,
+    // to whichever mailer asks first.
+    let retried = rest[0].notification.id;
+    second
+        .mailed(retried, &["sam@x.io".to_string()], MailNext::Retry(0))
+        .await
+        .unwrap();
+    let again = first.to_mail(u64::MAX, 10).await.unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!(
+        (
+            again[0].notification.id,
+            again[0].attempts,
+            again[0].sent_to.clone()
+        ),
+        (retried, 1, vec!["sam@x.io".to_string()])
+    );
+}
+
+/// Processes starting together on a new schema migrate it once: the
+/// advisory lock makes them take turns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_concurrent_starts_migrate_once() {
+    let schema = TestSchema::new();
+    let url = schema.url();
+    let starts: Vec<_> = (0..4)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { PostgresStore::connect(&url).await.map(|_| ()) })
+        })
+        .collect();
+    for start in starts {
+        start.await.unwrap().expect("each start succeeds");
+    }
+    let store = PostgresStore::connect(&url).await.unwrap();
+    assert!(store.runs().await.unwrap().is_empty());
 }

@@ -572,11 +572,21 @@ impl Problems<'_> {
     }
 }
 
-/// Where the store is: a SQLite file path, or a `postgres://` URL. It prints
-/// (`Display` and `Debug` alike) with a URL's password replaced by `***`, so
-/// that a log of the configuration or an error never shows it.
+/// Where the store is: a SQLite file path, or a PostgreSQL URL
+/// (`postgres://` or `postgresql://`) that several flowds may share, with an
+/// optional `schema=NAME` parameter naming the schema its tables go to
+/// (`flow_runtime::postgres`). It prints (`Display` and `Debug` alike) with a
+/// URL's password replaced by `***`, so that a log of the configuration or
+/// an error never shows it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct StoreLocation(pub String);
+
+impl StoreLocation {
+    /// Whether it is a PostgreSQL database, which other flowds may share.
+    pub fn is_shared(&self) -> bool {
+        self.0.starts_with("postgres://") || self.0.starts_with("postgresql://")
+    }
+}
 
 impl std::fmt::Display for StoreLocation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

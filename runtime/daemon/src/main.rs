@@ -49,7 +49,7 @@ fn main() -> ExitCode {
         }
     };
     let served = runtime.block_on(async {
-        let daemon = server::Daemon::open(config)?;
+        let daemon = server::Daemon::open(config).await?;
         server::serve(daemon, shutdown_signal(), |address| {
             eprintln!("flowd: listening on {address}");
         })

@@ -44,9 +44,13 @@ pub struct Daemon {
     /// Plans by hash: a hash names one plan for ever, so it is parsed once.
     plans: std::sync::Mutex<HashMap<String, Arc<Plan>>>,
     /// Each account's deployments, read once and dropped when the account
-    /// deploys: every run start looks them up. (This flowd is the only
-    /// writer of deployments to its store.)
+    /// deploys: every run start looks them up. Only when this flowd is the
+    /// only writer of deployments to its store (SQLite): flowds sharing a
+    /// PostgreSQL database deploy behind each other's backs, so there each
+    /// start reads the deployments.
     deployments: std::sync::Mutex<HashMap<String, Arc<Vec<Deployment>>>>,
+    /// Whether `deployments` is used (see there).
+    cache_deployments: bool,
     /// Counts deploys, so that a list read before one is not cached after it.
     deploys: std::sync::atomic::AtomicU64,
     /// How to stop each run this process is driving (a cancel request).
@@ -67,6 +71,11 @@ pub struct AccountId(pub String);
 /// expiry applies within this much of being due.
 const EXPIRY_SWEEP: Duration = Duration::from_secs(1);
 
+/// How often the runs of processes that are gone are looked for: with the
+/// PostgreSQL store's 10 s leases, a dead flowd's runs move again within
+/// about 15 s.
+const ORPHAN_SWEEP: Duration = Duration::from_secs(5);
+
 /// How long runs in flight get to settle after a shutdown signal.
 const SETTLE: Duration = Duration::from_secs(10);
 
@@ -75,17 +84,19 @@ const BODY_LIMIT: usize = 2 * 1024 * 1024;
 
 impl Daemon {
     /// Opens the store and the provider that `config` names.
-    pub fn open(config: Config) -> Result<Arc<Daemon>, String> {
+    pub async fn open(config: Config) -> Result<Arc<Daemon>, String> {
         let StoreLocation(location) = &config.store;
-        if location.starts_with("postgres://") || location.starts_with("postgresql://") {
-            return Err(format!(
-                "store `{}`: this flowd has no PostgreSQL store yet; give a SQLite file path",
-                config.store
-            ));
-        }
-        let store: Arc<dyn Store> =
+        // The location prints through `StoreLocation`, without a password.
+        let cannot_open = |e: StoreError| format!("cannot open the store {}: {e}", config.store);
+        let shared = config.store.is_shared();
+        let store: Arc<dyn Store> = if shared {
+            flow_runtime::postgres::PostgresStore::connect(location)
+                .await
+                .map_err(cannot_open)?
+        } else {
             flow_runtime::sqlite::SqliteStore::open(std::path::Path::new(location))
-                .map_err(|e| format!("cannot open the store {}: {e}", config.store))?;
+                .map_err(cannot_open)?
+        };
         let provider: Arc<dyn Provider> = match &config.provider {
             None => {
                 eprintln!(
@@ -152,6 +163,7 @@ impl Daemon {
             driving: std::sync::Mutex::new(HashMap::new()),
             plans: std::sync::Mutex::new(HashMap::new()),
             deployments: std::sync::Mutex::new(HashMap::new()),
+            cache_deployments: !shared,
             deploys: std::sync::atomic::AtomicU64::new(0),
             metrics,
             limiter,
@@ -188,6 +200,33 @@ impl Daemon {
                 .await?
             {
                 self.spawn_run(plan, run.account, run.workflow, run.id, run.input);
+            }
+        }
+        Ok(())
+    }
+
+    /// Resumes the runs that no live process holds any more (another flowd
+    /// sharing the store died, or lost it for longer than its lease), so
+    /// that they go on here without waiting for a restart. Runs this
+    /// process drives are left alone.
+    async fn resume_orphaned(self: &Arc<Daemon>) -> Result<(), StoreError> {
+        for run in self.store.orphaned_runs().await? {
+            let driven_here = self
+                .driving
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains_key(&run.id);
+            if driven_here {
+                continue;
+            }
+            // The plan first, as in `resume_expired`.
+            let plan = self.plan(&run.plan_hash).await?;
+            if self.store.claim_run(&run.id, &[RunStatus::Running]).await? {
+                eprintln!(
+                    "flowd: run {}: taken over from a process that is gone",
+                    run.id
+                );
+                self.spawn_run(plan, run.workflow, run.id, run.input);
             }
         }
         Ok(())
@@ -325,6 +364,9 @@ impl Daemon {
             .cloned();
         if let Some(deployments) = cached {
             return Ok(deployments);
+        }
+        if !self.cache_deployments {
+            return Ok(Arc::new(self.store.deployments(account).await?));
         }
         let before = self.deploys.load(std::sync::atomic::Ordering::SeqCst);
         let deployments = Arc::new(self.store.deployments(account).await?);
@@ -641,6 +683,17 @@ pub async fn serve(
             }
         })
     };
+    let orphans = {
+        let daemon = Arc::clone(&daemon);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(ORPHAN_SWEEP).await;
+                if let Err(error) = daemon.resume_orphaned().await {
+                    eprintln!("flowd: cannot look for runs left by other processes: {error}");
+                }
+            }
+        })
+    };
     if resumed > 0 {
         eprintln!("flowd: resumed {resumed} unfinished run(s)");
     }
@@ -651,6 +704,7 @@ pub async fn serve(
         .map_err(|e| format!("the server stopped: {e}"))?;
     mailer.abort();
     expiry.abort();
+    orphans.abort();
     // Runs still going after the grace period are dropped mid-step: their
     // journals hold every completed step, and the next start resumes them.
     let mut runs = std::mem::take(&mut *daemon.runs.lock().unwrap_or_else(|p| p.into_inner()));

@@ -111,7 +111,19 @@ impl Flowd {
 
     /// Polls run `id` until it is no longer `running`; its record.
     pub(crate) async fn settled(&self, id: &str, key: &str) -> serde_json::Value {
-        for _ in 0..500 {
+        self.settled_within(id, key, std::time::Duration::from_secs(10))
+            .await
+    }
+
+    /// Polls run `id` for up to `wait` until it is no longer `running`.
+    pub(crate) async fn settled_within(
+        &self,
+        id: &str,
+        key: &str,
+        wait: std::time::Duration,
+    ) -> serde_json::Value {
+        let deadline = std::time::Instant::now() + wait;
+        while std::time::Instant::now() < deadline {
             let (status, body) = self
                 .send(
                     reqwest::Method::GET,

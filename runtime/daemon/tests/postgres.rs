@@ -1,0 +1,218 @@
+//! flowd on PostgreSQL: `store = "postgres://...?schema=NAME"`, two flowds
+//! sharing one database, and a flowd that dies while its runs are in flight
+//! taken over by the one that lives (its leases run out).
+//!
+//! They need the server at 127.0.0.1:5432 (or `FLOW_TEST_POSTGRES_URL`);
+//! each test's flowds use a schema of their own, dropped after.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{ACME, CONFIG, Flowd};
+use flow_tests::postgres::TestSchema;
+use flow_tests::{TempDir, run_in};
+use reqwest::Method;
+use serde_json::json;
+
+/// The test configuration on the schema's store, plus `extra`.
+fn config_on(schema: &TestSchema, extra: &str) -> String {
+    format!("store = \"{}\"\n{CONFIG}{extra}", schema.url())
+}
+
+/// Deployed on one flowd, started on the other, approved over HTTP on the
+/// first, completed as both see it: two flowds share one database.
+#[tokio::test]
+async fn two_flowds_share_deployments_runs_and_approvals() {
+    let schema = TestSchema::new();
+    let (dir_a, dir_b) = (TempDir::new("flowd-pg-a"), TempDir::new("flowd-pg-b"));
+    let config = config_on(&schema, "");
+    let a = Flowd::start_with(&dir_a, &config);
+    let b = Flowd::start_with(&dir_b, &config);
+    let gated = r#"workflow refund {
+  step ok = approval { approvers: ["leads"], message: "Refund?" }
+  output { approved: step.ok.approved, by: step.ok.approver }
+}
+"#;
+    // A start on b right after a deploy on a runs the new version: b keeps
+    // no stale copy of the deployments.
+    for version in [1, 2] {
+        let source = gated.replace("Refund?", &format!("Refund (v{version})?"));
+        let (status, body) = a
+            .send(
+                Method::POST,
+                "/v1/workflows",
+                Some(ACME),
+                Some(json!({ "source": source })),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+        let (status, body) = b
+            .send(
+                Method::POST,
+                "/v1/runs",
+                Some(ACME),
+                Some(json!({ "workflow": "refund" })),
+            )
+            .await;
+        assert_eq!(status, 202, "{body}");
+        let run_id = body["run_id"].as_str().unwrap().to_string();
+        let parked = b.settled(&run_id, ACME).await;
+        assert_eq!(parked["status"], "pending_approval", "{parked}");
+        assert_eq!(
+            parked["pending_approvals"][0]["message"],
+            format!("Refund (v{version})?")
+        );
+
+        let gate = format!("/v1/runs/{run_id}/approvals/ok");
+        let decision = json!({ "approver": "ana@acme.io", "approved": true });
+        let (status, body) = a
+            .send(Method::POST, &gate, Some(ACME), Some(decision.clone()))
+            .await;
+        assert_eq!(status, 202, "{body}");
+        let done = b.settled(&run_id, ACME).await;
+        assert_eq!(done["status"], "completed", "{done}");
+        assert_eq!(
+            done["output"],
+            json!({ "approved": true, "by": "ana@acme.io" })
+        );
+        let (status, body) = b
+            .send(Method::POST, &gate, Some(ACME), Some(decision))
+            .await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (409, Some("decision_refused")),
+            "decided once, whichever flowd is asked: {body}"
+        );
+    }
+    let (_, listed) = a
+        .send(Method::GET, "/v1/runs?status=completed", Some(ACME), None)
+        .await;
+    assert_eq!(listed["runs"].as_array().map(Vec::len), Some(2), "{listed}");
+    assert_eq!(a.stop(), Some(0));
+    assert_eq!(b.stop(), Some(0));
+}
+
+/// A flowd killed mid-run leaves its runs `running` under leases that are
+/// no longer renewed; the other flowd takes them over once they run out and
+/// finishes them, without asking any step that completed a second time.
+#[tokio::test]
+async fn a_dead_flowds_runs_are_taken_over_when_their_leases_run_out() {
+    use flow_tests::fake_llm::FakeLlm;
+
+    let server = FakeLlm::start(
+        vec![],
+        json!({ "text": "t", "score": 1 }),
+        Duration::from_millis(200),
+    )
+    .await;
+    let schema = TestSchema::new();
+    let config = config_on(
+        &schema,
+        &format!(
+            "[provider]\nkind = \"openai\"\nbase_url = \"{}\"\nmodels = {{ default = \"fake\" }}\n",
+            server.url
+        ),
+    );
+    let mut source = String::from(
+        "recipe answer { model \"default\" input { q: string } output { text: string, score: int } prompt \"{{input.q}}\" }\nworkflow chain {\n  input { tag: string }\n",
+    );
+    const STEPS: usize = 6;
+    const RUNS: usize = 3;
+    for i in 0..STEPS {
+        source.push_str(&format!(
+            "  step s{i} = answer {{ q: \"{{{{workflow_input.tag}}}} step {i}\" }}\n"
+        ));
+    }
+    source.push_str("  output { last: step.s5.text }\n}\n");
+
+    let (dir_a, dir_b) = (
+        TempDir::new("flowd-pg-dies"),
+        TempDir::new("flowd-pg-lives"),
+    );
+    let dying = Flowd::start_with(&dir_a, &config);
+    let living = Flowd::start_with(&dir_b, &config);
+    let (status, body) = dying
+        .send(
+            Method::POST,
+            "/v1/workflows",
+            Some(ACME),
+            Some(json!({ "source": source })),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let mut ids = Vec::new();
+    for r in 0..RUNS {
+        let (status, body) = dying
+            .send(
+                Method::POST,
+                "/v1/runs",
+                Some(ACME),
+                Some(json!({ "workflow": "chain", "input": { "tag": format!("run{r}") } })),
+            )
+            .await;
+        assert_eq!(status, 202, "{body}");
+        ids.push(body["run_id"].as_str().unwrap().to_string());
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.requests() < RUNS * 2 {
+        assert!(Instant::now() < deadline, "the runs did not get going");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(dying); // SIGKILL: its leases are never renewed again.
+    assert!(
+        server.requests() < RUNS * STEPS,
+        "the runs were still in flight when flowd was killed"
+    );
+
+    // The 10 s lease, then up to one 5 s sweep, then the remaining steps.
+    for id in &ids {
+        let record = living
+            .settled_within(id, ACME, Duration::from_secs(60))
+            .await;
+        assert_eq!(record["status"], "completed", "{record}");
+    }
+    let prompts = server.prompts();
+    for r in 0..RUNS {
+        let mut repeated = 0;
+        for i in 0..STEPS {
+            let prompt = format!("run{r} step {i}");
+            let calls = prompts.iter().filter(|p| **p == prompt).count();
+            assert!(
+                (1..=2).contains(&calls),
+                "{prompt} was called {calls} times"
+            );
+            repeated += calls - 1;
+        }
+        assert!(
+            repeated <= 1,
+            "run{r}: only the step in flight may run again"
+        );
+    }
+    assert_eq!(living.stop(), Some(0));
+}
+
+/// A database that cannot be reached stops `flowd serve` with exit code 2
+/// and a message that names the store without its password.
+#[test]
+fn an_unreachable_database_is_reported_without_its_password() {
+    let dir = TempDir::new("flowd-pg-unreachable");
+    dir.write(
+        "flowd.toml",
+        format!("store = \"postgres://flow:hunter2-secret@127.0.0.1:1/test\"\n{CONFIG}"),
+    );
+    let served = run_in(
+        std::path::Path::new(env!("CARGO_BIN_EXE_flowd")),
+        dir.path(),
+        &["serve"],
+    );
+    assert_eq!(served.code, 2, "{}", served.all());
+    assert!(
+        served
+            .stderr
+            .contains("cannot open the store postgres://flow:***@127.0.0.1:1/test"),
+        "{}",
+        served.stderr
+    );
+    assert!(!served.all().contains("hunter2"), "{}", served.all());
+}

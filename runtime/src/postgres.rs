@@ -1,0 +1,1422 @@
+//! The shared store: PostgreSQL, for several processes (flowd workers on
+//! several machines) that run workflows from one database.
+//!
+//! It keeps the invariants of `crate::store` as the SQLite store does, with
+//! what a database over the network needs instead of a file:
+//!
+//! * **Where.** A URL, `postgres://user@host:5432/db?schema=NAME`. `schema`
+//!   is this store's, not PostgreSQL's: it is taken out of the URL, created
+//!   if missing, and set as every connection's `search_path`, so that one
+//!   database holds several stores (each test its own). Without it the
+//!   tables go to the first schema of the server's `search_path`. The
+//!   connections do not use TLS: the database is on loopback or a private
+//!   network.
+//! * **Migrations** are numbered in `flow_migrations`, and applied in one
+//!   transaction under an advisory lock on the schema's name, so that
+//!   processes starting together neither race nor apply one twice.
+//! * **Durable step records, committed in groups.** `Journal::record` queues
+//!   the record for one writer task, which takes every record waiting, inserts
+//!   them in one statement (one commit, one WAL flush under the server's
+//!   default `synchronous_commit = on`) and then answers each caller. A gate
+//!   reached is a notification to each of its approvers, stored in that same
+//!   commit, so that no parked run waits unannounced. Should the batch fail
+//!   (a record of a run that does not exist), each record is written alone,
+//!   so that only the faulty one fails.
+//! * **Decisions apply once.** `decide` locks the step record
+//!   (`SELECT ... FOR UPDATE`) and applies `interp::decide_record` to what it
+//!   read: of concurrent decisions, the first to lock it decides and the
+//!   others find it no longer pending. A run's own write of the record (an
+//!   expired gate) is an upsert that changes only a pending record, so it
+//!   too either applies before a decision or finds it decided.
+//! * **Owners hold leases, not pids.** The processes sharing the database
+//!   are on several machines, so whether an owner is alive cannot be asked
+//!   of the operating system, as the SQLite store does. A process owns a run
+//!   it created or claimed until `lease_until`: `create_run` and `claim_run`
+//!   set it to the database's `now()` plus the lease (10 s by default), and
+//!   `add_active`, which the runner calls each second while the run
+//!   executes, renews it. A run left `running` whose lease has run out (its
+//!   owner died, or lost the database for longer than the lease) is listed
+//!   by `orphaned_runs` and may be claimed by another process; its old
+//!   owner's `add_active` and `finish_run` then change nothing, as for a
+//!   cancelled run, and the step it had in flight runs again (at least
+//!   once, as after a crash: steps with effects carry keys). Times of
+//!   leases are the database's clock only, so the machines' clocks need not
+//!   agree. Each store instance is an owner of its own (host, pid and a
+//!   random id), so two instances in one process act as two processes.
+//! * **The outbox is shared.** `to_mail` hands each notification that is due
+//!   to one process at a time: it claims what it returns for `MAIL_CLAIM`
+//!   (`FOR UPDATE SKIP LOCKED`, so that two mailers take different rows);
+//!   `mailed` records the attempt and lets the claim go. An entry not marked
+//!   by then, its process having died, is offered again.
+//! * **JSON is stored as text.** Records, inputs and outcomes are read and
+//!   written whole, never queried inside, and `jsonb` refuses the `\u0000`
+//!   escape that a model's output may contain.
+//! * **KB documents are searchable.** Each has a `tsvector` of its title and
+//!   content (the `simple` configuration: no stemming, as documents come in
+//!   any language, like SQLite's FTS5 tokenizer) with a GIN index, for the
+//!   search that retrieval will run.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use flow_plan::{Durability, Plan};
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+use tokio_postgres::NoTls;
+use tokio_postgres::types::ToSql;
+
+use crate::interp::{
+    BoxFuture, DecideError, Decision, Effects, ErrorKind, Handoff, Journal, KbWrite,
+    PendingApproval, StepError, StepRecord, StepStatus, decide_record, gate_due_ms,
+};
+use crate::store::{
+    Deployment, JournalMemory, MailNext, NO_ACCOUNT, NewNotification, Notification,
+    NotificationKind, NotificationQuery, Outgoing, RunLog, RunQuery, RunRow, RunStatus, Store,
+    StoreError, StoreFuture,
+};
+
+/// Schema migrations, applied in order; `flow_migrations` has a row for each.
+const MIGRATIONS: &[&str] = &[r#"
+    CREATE TABLE plans (
+        hash TEXT PRIMARY KEY,
+        json TEXT NOT NULL
+    );
+    CREATE TABLE runs (
+        id TEXT PRIMARY KEY,
+        account TEXT NOT NULL,
+        workflow TEXT NOT NULL,
+        plan_hash TEXT NOT NULL REFERENCES plans(hash),
+        status TEXT NOT NULL,
+        input TEXT NOT NULL,
+        outcome TEXT,
+        created_ms BIGINT NOT NULL,
+        updated_ms BIGINT NOT NULL,
+        active_ms BIGINT NOT NULL DEFAULT 0,
+        owner TEXT,
+        lease_until TIMESTAMPTZ,
+        idempotency_key TEXT
+    );
+    CREATE INDEX runs_by_status ON runs (status);
+    CREATE INDEX runs_by_account ON runs (account, created_ms);
+    CREATE UNIQUE INDEX runs_by_idempotency_key ON runs (account, idempotency_key)
+        WHERE idempotency_key IS NOT NULL;
+    CREATE TABLE step_runs (
+        run_id TEXT NOT NULL REFERENCES runs(id),
+        path TEXT NOT NULL,
+        status TEXT NOT NULL,
+        record TEXT NOT NULL,
+        seq BIGINT GENERATED ALWAYS AS IDENTITY,
+        due_ms BIGINT,
+        PRIMARY KEY (run_id, path)
+    );
+    CREATE INDEX step_runs_pending ON step_runs (run_id) WHERE status = 'pending';
+    CREATE INDEX step_runs_due ON step_runs (due_ms)
+        WHERE status = 'pending' AND due_ms IS NOT NULL;
+    CREATE TABLE deployments (
+        account TEXT NOT NULL,
+        workflow TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        plan_hash TEXT NOT NULL REFERENCES plans(hash),
+        created_ms BIGINT NOT NULL,
+        PRIMARY KEY (account, workflow, version)
+    );
+    CREATE TABLE kb_documents (
+        account TEXT NOT NULL,
+        collection TEXT NOT NULL,
+        title TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        content TEXT NOT NULL,
+        metadata TEXT,
+        search TSVECTOR GENERATED ALWAYS AS
+            (to_tsvector('simple', title || ' ' || content)) STORED,
+        PRIMARY KEY (account, collection, title)
+    );
+    CREATE INDEX kb_documents_search ON kb_documents USING GIN (search);
+    CREATE TABLE kb_keys (
+        account TEXT NOT NULL,
+        key TEXT NOT NULL,
+        result TEXT,
+        PRIMARY KEY (account, key)
+    );
+    CREATE TABLE notifications (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        account TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        audience TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        step_path TEXT,
+        subject TEXT,
+        message TEXT NOT NULL,
+        key TEXT,
+        created_ms BIGINT NOT NULL,
+        mail TEXT,
+        mail_attempts INTEGER NOT NULL DEFAULT 0,
+        mail_next_ms BIGINT,
+        mail_owner TEXT,
+        mail_until TIMESTAMPTZ,
+        UNIQUE (account, key)
+    );
+    CREATE INDEX notifications_by_account ON notifications (account, audience);
+    CREATE INDEX notifications_to_mail ON notifications (id) WHERE mail IS NULL;
+    CREATE TABLE notification_reads (
+        notification_id BIGINT NOT NULL REFERENCES notifications(id),
+        reader TEXT NOT NULL,
+        read_ms BIGINT NOT NULL,
+        PRIMARY KEY (notification_id, reader)
+    );
+    CREATE TABLE notification_sends (
+        notification_id BIGINT NOT NULL REFERENCES notifications(id),
+        recipient TEXT NOT NULL,
+        sent_ms BIGINT NOT NULL,
+        PRIMARY KEY (notification_id, recipient)
+    );
+"#];
+
+/// How long a run stays its owner's without a heartbeat (`add_active`).
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
+
+/// How long an outbox entry handed out by `to_mail` stays with that
+/// process: long enough to mail a batch through retries and timeouts.
+const MAIL_CLAIM: Duration = Duration::from_secs(120);
+
+/// The columns `run_row` reads, in its order.
+const RUN_COLUMNS: &str =
+    "id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account";
+
+/// The columns `notification_row` reads, less the read mark.
+const NOTIFICATION_COLUMNS: &str =
+    "id, account, kind, audience, run_id, step_path, subject, message, created_ms";
+
+/// What a store can be tuned by; the defaults suit flowd.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostgresOptions {
+    /// How long an owner holds a run without renewing it (tests shorten it).
+    pub lease: Duration,
+    /// The most connections the store opens.
+    pub pool_size: usize,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> PostgresOptions {
+        PostgresOptions {
+            lease: DEFAULT_LEASE,
+            pool_size: 16,
+        }
+    }
+}
+
+impl From<tokio_postgres::Error> for StoreError {
+    fn from(error: tokio_postgres::Error) -> StoreError {
+        StoreError(format!("postgres: {error}"))
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for StoreError {
+    fn from(error: deadpool_postgres::PoolError) -> StoreError {
+        StoreError(format!("postgres: {error}"))
+    }
+}
+
+fn store_error(error: StoreError) -> StepError {
+    StepError::new(ErrorKind::Server, format!("store: {error}"))
+}
+
+/// A record for the writer, answered once its batch is committed.
+struct Append {
+    run_id: String,
+    record: StepRecord,
+    reply: oneshot::Sender<Result<(), StoreError>>,
+}
+
+pub struct PostgresStore {
+    pool: Pool,
+    /// The group-commit writer of step records.
+    appends: mpsc::UnboundedSender<Append>,
+    /// This store instance as the owner of the runs it executes.
+    owner: String,
+    lease: Duration,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("owner", &self.owner)
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn status_name(status: StepStatus) -> &'static str {
+    match status {
+        StepStatus::Completed => "completed",
+        StepStatus::Failed => "failed",
+        StepStatus::Pending => "pending",
+    }
+}
+
+fn to_json(value: &impl serde::Serialize) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError(e.to_string()))
+}
+
+/// A duration as PostgreSQL's milliseconds, for `now() + $n * interval '1 millisecond'`.
+fn millis(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e3
+}
+
+/// Takes this store's `schema=NAME` out of a URL's query: the rest is for
+/// tokio-postgres, which refuses parameters it does not know.
+fn split_schema(location: &str) -> Result<(String, Option<String>), StoreError> {
+    let Some((base, query)) = location.split_once('?') else {
+        return Ok((location.to_string(), None));
+    };
+    let mut schema = None;
+    let mut kept = Vec::new();
+    for parameter in query.split('&').filter(|p| !p.is_empty()) {
+        match parameter.strip_prefix("schema=") {
+            Some(name) => schema = Some(name.to_string()),
+            None => kept.push(parameter),
+        }
+    }
+    if let Some(name) = &schema {
+        let mut characters = name.chars();
+        let valid = name.len() <= 63
+            && characters
+                .next()
+                .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+            && characters.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !valid {
+            return Err(StoreError(format!(
+                "schema `{name}`: a schema name is a lowercase letter or `_`, then letters, digits or `_` (at most 63)"
+            )));
+        }
+    }
+    let rest = if kept.is_empty() {
+        base.to_string()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    Ok((rest, schema))
+}
+
+/// The machine's name, to tell owners apart in the `runs` table.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_string())
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_string())
+}
+
+impl PostgresStore {
+    /// Connects to the database at `location` (see the module doc for
+    /// `schema=`), migrating it if needed, with the default options.
+    pub async fn connect(location: &str) -> Result<Arc<PostgresStore>, StoreError> {
+        PostgresStore::connect_with(location, PostgresOptions::default()).await
+    }
+
+    pub async fn connect_with(
+        location: &str,
+        options: PostgresOptions,
+    ) -> Result<Arc<PostgresStore>, StoreError> {
+        let (url, schema) = split_schema(location)?;
+        // The URL's own error messages never quote it, so no password leaks.
+        let mut config: tokio_postgres::Config = url
+            .parse()
+            .map_err(|e| StoreError(format!("postgres: {e}")))?;
+        if let Some(schema) = &schema {
+            let options = match config.get_options() {
+                Some(given) => format!("{given} -csearch_path={schema}"),
+                None => format!("-csearch_path={schema}"),
+            };
+            config.options(options);
+        }
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        // Bounded waits: a database that does not answer fails a call
+        // rather than hanging it.
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .create_timeout(Some(Duration::from_secs(10)))
+            .wait_timeout(Some(Duration::from_secs(30)))
+            .build()
+            .map_err(|e| StoreError(format!("postgres: {e}")))?;
+        migrate(&pool, schema.as_deref()).await?;
+        let client = pool.get().await?;
+        let id: String = client
+            .query_one("SELECT gen_random_uuid()::text", &[])
+            .await?
+            .get(0);
+        drop(client);
+        let (appends, queue) = mpsc::unbounded_channel();
+        tokio::spawn(write_batches(pool.clone(), queue));
+        Ok(Arc::new(PostgresStore {
+            pool,
+            appends,
+            owner: format!("{}:{}:{id}", host_name(), std::process::id()),
+            lease: options.lease,
+        }))
+    }
+
+    /// This store instance as an owner of runs.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Client, StoreError> {
+        Ok(self.pool.get().await?)
+    }
+
+    /// Runs one statement on a pooled connection; the rows it returns.
+    async fn query(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
+        let client = self.client().await?;
+        let statement = client.prepare_cached(sql).await?;
+        Ok(client.query(&statement, params).await?)
+    }
+
+    /// Runs one statement on a pooled connection; how many rows it changed.
+    async fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        let statement = client.prepare_cached(sql).await?;
+        Ok(client.execute(&statement, params).await?)
+    }
+
+    async fn runs_where(
+        &self,
+        condition: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<RunRow>, StoreError> {
+        let sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE {condition}");
+        self.query(&sql, params)
+            .await?
+            .iter()
+            .map(run_row)
+            .collect()
+    }
+
+    /// Queues `record` for the writer's next commit; resolves once it is durable.
+    fn append(
+        &self,
+        run_id: &str,
+        record: StepRecord,
+    ) -> BoxFuture<'static, Result<(), StepError>> {
+        let (reply, answer) = oneshot::channel();
+        let queued = self.appends.send(Append {
+            run_id: run_id.to_string(),
+            record,
+            reply,
+        });
+        Box::pin(async move {
+            let stopped = || store_error(StoreError("the journal writer has stopped".into()));
+            queued.map_err(|_| stopped())?;
+            answer.await.map_err(|_| stopped())?.map_err(store_error)
+        })
+    }
+
+    async fn step_records(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError> {
+        self.query(
+            "SELECT record FROM step_runs WHERE run_id = $1 ORDER BY seq",
+            &[&run_id],
+        )
+        .await?
+        .iter()
+        .map(|row| {
+            serde_json::from_str(row.get(0))
+                .map_err(|e| StoreError(format!("a damaged step record: {e}")))
+        })
+        .collect()
+    }
+
+    async fn run(&self, id: &str) -> Result<Option<RunRow>, StoreError> {
+        Ok(self.runs_where("id = $1", &[&id]).await?.pop())
+    }
+
+    async fn decide(
+        &self,
+        run_id: &str,
+        path: &str,
+        decision: &Decision,
+    ) -> Result<Result<(), DecideError>, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let run_status = tx
+            .query_opt("SELECT status FROM runs WHERE id = $1", &[&run_id])
+            .await?
+            .map(|row| row.get::<_, String>(0));
+        let run_status = run_status.as_deref().and_then(RunStatus::parse);
+        if !matches!(
+            run_status,
+            Some(RunStatus::PendingApproval | RunStatus::Running)
+        ) {
+            return Ok(Err(DecideError::RunEnded {
+                run_id: run_id.to_string(),
+                status: run_status.map_or("unknown", RunStatus::as_str).into(),
+            }));
+        }
+        // The lock makes concurrent decisions on this gate take turns: each
+        // reads the record as the previous one left it.
+        let statement = tx
+            .prepare_cached(
+                "SELECT record FROM step_runs WHERE run_id = $1 AND path = $2 FOR UPDATE",
+            )
+            .await?;
+        let record = tx
+            .query_opt(&statement, &[&run_id, &path])
+            .await?
+            .and_then(|row| serde_json::from_str::<StepRecord>(row.get(0)).ok());
+        let decided = match decide_record(record.as_ref(), path, decision, now_ms() as u64) {
+            Ok(decided) => decided,
+            Err(refused) => return Ok(Err(refused)),
+        };
+        let statement = tx
+            .prepare_cached(
+                "UPDATE step_runs SET status = $3, record = $4, due_ms = NULL
+                 WHERE run_id = $1 AND path = $2",
+            )
+            .await?;
+        tx.execute(
+            &statement,
+            &[
+                &run_id,
+                &path,
+                &status_name(decided.status),
+                &to_json(&decided)?,
+            ],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(Ok(()))
+    }
+
+    async fn deploy(
+        &self,
+        account: &str,
+        workflow: &str,
+        plan_hash: &str,
+    ) -> Result<Deployment, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        // Deploys of one workflow take turns, so that each reads the latest
+        // version the previous one wrote.
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended('flow deploy ' || $1 || '/' || $2, 0))",
+            &[&account, &workflow],
+        )
+        .await?;
+        let latest = tx
+            .query_opt(
+                "SELECT version, plan_hash, created_ms FROM deployments
+                 WHERE account = $1 AND workflow = $2 ORDER BY version DESC LIMIT 1",
+                &[&account, &workflow],
+            )
+            .await?
+            .map(|row| (row.get::<_, i32>(0), row.get::<_, String>(1), row.get(2)));
+        if let Some((version, hash, created_ms)) = &latest
+            && hash == plan_hash
+        {
+            return Ok(Deployment {
+                workflow: workflow.to_string(),
+                version: *version as u32,
+                plan_hash: hash.clone(),
+                created_ms: *created_ms,
+            });
+        }
+        let version = latest.map_or(1, |(version, ..)| version + 1);
+        let created_ms = now_ms();
+        tx.execute(
+            "INSERT INTO deployments (account, workflow, version, plan_hash, created_ms)
+             VALUES ($1, $2, $3, $4, $5)",
+            &[&account, &workflow, &version, &plan_hash, &created_ms],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(Deployment {
+            workflow: workflow.to_string(),
+            version: version as u32,
+            plan_hash: plan_hash.to_string(),
+            created_ms,
+        })
+    }
+
+    async fn notify(&self, note: &NewNotification<'_>) -> Result<bool, StoreError> {
+        let changed = self
+            .execute(
+                "INSERT INTO notifications
+                     (account, kind, audience, run_id, step_path, subject, message, key, created_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                 ON CONFLICT (account, key) DO NOTHING",
+                &[
+                    &note.account,
+                    &note.kind.as_str(),
+                    &note.audience,
+                    &note.run_id,
+                    &note.step_path,
+                    &note.subject,
+                    &note.message,
+                    &note.key,
+                    &now_ms(),
+                ],
+            )
+            .await?;
+        Ok(changed == 1)
+    }
+
+    async fn mark_read(
+        &self,
+        account: &str,
+        reader: &str,
+        ids: &[i64],
+    ) -> Result<usize, StoreError> {
+        let found: Vec<i64> = self
+            .query(
+                "WITH found AS (SELECT id FROM notifications WHERE account = $1 AND id = ANY($3)),
+                      marked AS (
+                          INSERT INTO notification_reads (notification_id, reader, read_ms)
+                          SELECT id, $2, $4 FROM found
+                          ON CONFLICT DO NOTHING)
+                 SELECT id FROM found",
+                &[&account, &reader, &ids, &now_ms()],
+            )
+            .await?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        Ok(ids.iter().filter(|id| found.contains(id)).count())
+    }
+
+    async fn to_mail(&self, now_ms: u64, limit: usize) -> Result<Vec<Outgoing>, StoreError> {
+        let sql = format!(
+            "WITH due AS (
+                 SELECT id FROM notifications
+                 WHERE mail IS NULL AND (mail_next_ms IS NULL OR mail_next_ms <= $1)
+                   AND (mail_until IS NULL OR mail_until < now())
+                 ORDER BY id LIMIT $2
+                 FOR UPDATE SKIP LOCKED)
+             UPDATE notifications n SET mail_owner = $3,
+                 mail_until = now() + $4 * interval '1 millisecond'
+             FROM due WHERE n.id = due.id
+             RETURNING {}, false, n.mail_attempts,
+                 ARRAY(SELECT recipient FROM notification_sends s
+                       WHERE s.notification_id = n.id ORDER BY recipient)",
+            NOTIFICATION_COLUMNS
+                .split(", ")
+                .map(|column| format!("n.{column}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let now = i64::try_from(now_ms).unwrap_or(i64::MAX);
+        let mut due = self
+            .query(
+                &sql,
+                &[&now, &(limit as i64), &self.owner, &millis(MAIL_CLAIM)],
+            )
+            .await?
+            .iter()
+            .map(|row| {
+                Ok(Outgoing {
+                    notification: notification_row(row)?,
+                    attempts: row.get::<_, i32>(10) as u32,
+                    sent_to: row.get(11),
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        due.sort_by_key(|outgoing| outgoing.notification.id);
+        Ok(due)
+    }
+
+    async fn mailed(&self, id: i64, reached: &[String], next: MailNext) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        tx.execute(
+            "INSERT INTO notification_sends (notification_id, recipient, sent_ms)
+             SELECT $1, recipient, $3 FROM unnest($2::text[]) AS recipient
+             ON CONFLICT DO NOTHING",
+            &[&id, &reached, &now_ms()],
+        )
+        .await?;
+        match next {
+            MailNext::Done(state) => {
+                tx.execute(
+                    "UPDATE notifications SET mail = $2, mail_owner = NULL, mail_until = NULL
+                     WHERE id = $1",
+                    &[&id, &state.as_str()],
+                )
+                .await?
+            }
+            MailNext::Retry(at_ms) => {
+                tx.execute(
+                    "UPDATE notifications SET mail_attempts = mail_attempts + 1,
+                         mail_next_ms = $2, mail_owner = NULL, mail_until = NULL
+                     WHERE id = $1",
+                    &[&id, &i64::try_from(at_ms).unwrap_or(i64::MAX)],
+                )
+                .await?
+            }
+        };
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+/// Creates the schema if asked and applies the migrations it lacks, in one
+/// transaction under an advisory lock on the schema's name.
+async fn migrate(pool: &Pool, schema: Option<&str>) -> Result<(), StoreError> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    let schema = match schema {
+        Some(schema) => schema.to_string(),
+        None => tx
+            .query_one("SELECT current_schema()", &[])
+            .await?
+            .get::<_, Option<String>>(0)
+            .ok_or_else(|| {
+                StoreError(
+                    "no schema of the server's search_path exists; name one with `?schema=NAME` in the store URL".into(),
+                )
+            })?,
+    };
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended('flow migrations ' || $1, 0))",
+        &[&schema],
+    )
+    .await?;
+    // The name was checked to be a plain identifier (`split_schema`).
+    tx.batch_execute(&format!(
+        "CREATE SCHEMA IF NOT EXISTS {schema};
+         CREATE TABLE IF NOT EXISTS flow_migrations (
+             version INTEGER PRIMARY KEY,
+             applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+         );"
+    ))
+    .await?;
+    let version: i32 = tx
+        .query_one("SELECT COALESCE(MAX(version), 0) FROM flow_migrations", &[])
+        .await?
+        .get(0);
+    if version as usize > MIGRATIONS.len() {
+        return Err(StoreError(format!(
+            "schema {schema} was written by a newer flow (version {version}, this one knows {})",
+            MIGRATIONS.len()
+        )));
+    }
+    for (index, migration) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        tx.batch_execute(migration).await?;
+        tx.execute(
+            "INSERT INTO flow_migrations (version) VALUES ($1)",
+            &[&(index as i32 + 1)],
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+fn run_row(row: &tokio_postgres::Row) -> Result<RunRow, StoreError> {
+    let status: String = row.get(3);
+    let outcome: Option<String> = row.get(5);
+    Ok(RunRow {
+        id: row.get(0),
+        workflow: row.get(1),
+        plan_hash: row.get(2),
+        status: RunStatus::parse(&status)
+            .ok_or_else(|| StoreError(format!("unknown run status `{status}`")))?,
+        input: serde_json::from_str(row.get(4)).unwrap_or(Value::Null),
+        outcome: outcome.and_then(|o| serde_json::from_str(&o).ok()),
+        created_ms: row.get(6),
+        updated_ms: row.get(7),
+        active_ms: row.get(8),
+        account: row.get(9),
+    })
+}
+
+/// A notification from `NOTIFICATION_COLUMNS` and then its read mark.
+fn notification_row(row: &tokio_postgres::Row) -> Result<Notification, StoreError> {
+    let kind: String = row.get(2);
+    Ok(Notification {
+        id: row.get(0),
+        account: row.get(1),
+        kind: NotificationKind::parse(&kind)
+            .ok_or_else(|| StoreError(format!("unknown notification kind `{kind}`")))?,
+        audience: row.get(3),
+        run_id: row.get(4),
+        step_path: row.get(5),
+        subject: row.get(6),
+        message: row.get(7),
+        created_ms: row.get(8),
+        read: row.get(9),
+    })
+}
+
+/// The writer task: group commit of step records until the store is dropped.
+async fn write_batches(pool: Pool, mut queue: mpsc::UnboundedReceiver<Append>) {
+    const MAX_BATCH: usize = 4096;
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        match insert_records(&pool, &batch).await {
+            Ok(()) => {
+                for append in batch.drain(..) {
+                    let _ = append.reply.send(Ok(()));
+                }
+            }
+            // One faulty record must not fail the others: each alone.
+            Err(_) => {
+                for append in batch.drain(..) {
+                    let result = insert_records(&pool, std::slice::from_ref(&append)).await;
+                    // A caller that went away no longer needs the answer.
+                    let _ = append.reply.send(result);
+                }
+            }
+        }
+    }
+}
+
+/// Inserts a batch of records in one statement, and the notifications of the
+/// gates among them in another, in one transaction (one commit). A record
+/// replaces a stored one only while that is pending (an approval's record,
+/// decided or expired), as in the SQLite store.
+async fn insert_records(pool: &Pool, batch: &[Append]) -> Result<(), StoreError> {
+    // One statement cannot change a row twice: when a batch holds two
+    // records of one path, the second replaces the first only if that one
+    // is pending, as two statements would have had it.
+    let mut chosen: Vec<&Append> = Vec::with_capacity(batch.len());
+    let mut at: std::collections::HashMap<(&str, &str), usize> = Default::default();
+    for append in batch {
+        let key = (append.run_id.as_str(), append.record.path.as_str());
+        match at.get(&key) {
+            Some(&index) if chosen[index].record.status == StepStatus::Pending => {
+                chosen[index] = append;
+            }
+            Some(_) => {}
+            None => {
+                at.insert(key, chosen.len());
+                chosen.push(append);
+            }
+        }
+    }
+    let mut run_ids = Vec::with_capacity(chosen.len());
+    let mut paths = Vec::with_capacity(chosen.len());
+    let mut statuses = Vec::with_capacity(chosen.len());
+    let mut records = Vec::with_capacity(chosen.len());
+    let mut due = Vec::with_capacity(chosen.len());
+    for append in chosen {
+        run_ids.push(append.run_id.as_str());
+        paths.push(append.record.path.as_str());
+        statuses.push(status_name(append.record.status));
+        records.push(to_json(&append.record)?);
+        due.push(gate_due_ms(&append.record).map(|ms| ms as i64));
+    }
+    let gates = GateNotifications::of(batch);
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    let statement = tx
+        .prepare_cached(
+            "INSERT INTO step_runs (run_id, path, status, record, due_ms)
+             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[])
+             ON CONFLICT (run_id, path) DO UPDATE
+                 SET status = excluded.status, record = excluded.record, due_ms = excluded.due_ms
+                 WHERE step_runs.status = 'pending'",
+        )
+        .await?;
+    tx.execute(&statement, &[&run_ids, &paths, &statuses, &records, &due])
+        .await?;
+    if !gates.run_ids.is_empty() {
+        let statement = tx
+            .prepare_cached(
+                "INSERT INTO notifications
+                     (account, kind, audience, run_id, step_path, subject, message, key, created_ms)
+                 SELECT r.account, 'approval', g.audience, r.id, g.path,
+                        'Approval needed: ' || r.workflow || ' (' || g.step_id || ')',
+                        g.message, g.key, $7
+                 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
+                     AS g(run_id, audience, path, step_id, message, key)
+                 JOIN runs r ON r.id = g.run_id
+                 ON CONFLICT (account, key) DO NOTHING",
+            )
+            .await?;
+        tx.execute(
+            &statement,
+            &[
+                &gates.run_ids,
+                &gates.audiences,
+                &gates.paths,
+                &gates.step_ids,
+                &gates.messages,
+                &gates.keys,
+                &now_ms(),
+            ],
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The notification of each approver of each gate reached in a batch, as
+/// columns. The key (the daemon's and the SQLite store's) makes storing a
+/// gate's record again a no-op.
+#[derive(Default)]
+struct GateNotifications<'a> {
+    run_ids: Vec<&'a str>,
+    audiences: Vec<String>,
+    paths: Vec<String>,
+    step_ids: Vec<String>,
+    messages: Vec<String>,
+    keys: Vec<String>,
+}
+
+impl<'a> GateNotifications<'a> {
+    fn of(batch: &'a [Append]) -> GateNotifications<'a> {
+        let mut gates = GateNotifications::default();
+        for append in batch {
+            let record = &append.record;
+            if record.kind != flow_plan::StepKind::Approval || record.status != StepStatus::Pending
+            {
+                continue;
+            }
+            let Ok(gate) = serde_json::from_value::<PendingApproval>(record.input.clone()) else {
+                continue;
+            };
+            for approver in gate.approvers {
+                gates.run_ids.push(&append.run_id);
+                gates.paths.push(gate.path.clone());
+                gates.step_ids.push(gate.step_id.clone());
+                gates.messages.push(gate.message.clone());
+                gates.keys.push(format!(
+                    "approval:{}:{}:{approver}",
+                    append.run_id, gate.path
+                ));
+                gates.audiences.push(approver);
+            }
+        }
+        gates
+    }
+}
+
+impl Store for PostgresStore {
+    fn put_plan<'a>(&'a self, plan: &'a Plan) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            self.execute(
+                "INSERT INTO plans (hash, json) VALUES ($1, $2) ON CONFLICT (hash) DO NOTHING",
+                &[&plan.hash, &to_json(plan)?],
+            )
+            .await?;
+            Ok(())
+        })
+    }
+
+    fn plan<'a>(&'a self, hash: &'a str) -> StoreFuture<'a, Plan> {
+        Box::pin(async move {
+            let rows = self
+                .query("SELECT json FROM plans WHERE hash = $1", &[&hash])
+                .await?;
+            let row = rows
+                .first()
+                .ok_or_else(|| StoreError(format!("no plan {hash} in the store")))?;
+            Plan::from_json(row.get(0)).map_err(|e| StoreError(e.to_string()))
+        })
+    }
+
+    fn create_run<'a>(
+        &'a self,
+        id: &'a str,
+        account: &'a str,
+        workflow: &'a str,
+        plan_hash: &'a str,
+        input: &'a Value,
+        idempotency_key: Option<&'a str>,
+    ) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let now = now_ms();
+            let changed = self
+                .execute(
+                    "INSERT INTO runs (id, account, workflow, plan_hash, status, input, created_ms,
+                         updated_ms, owner, lease_until, idempotency_key)
+                     VALUES ($1, $2, $3, $4, 'running', $5, $6, $6, $7,
+                         now() + $8 * interval '1 millisecond', $9)
+                     ON CONFLICT (account, idempotency_key) WHERE idempotency_key IS NOT NULL
+                         DO NOTHING",
+                    &[
+                        &id,
+                        &account,
+                        &workflow,
+                        &plan_hash,
+                        &input.to_string(),
+                        &now,
+                        &self.owner,
+                        &millis(self.lease),
+                        &idempotency_key,
+                    ],
+                )
+                .await?;
+            Ok(changed == 1)
+        })
+    }
+
+    fn run_by_key<'a>(&'a self, account: &'a str, key: &'a str) -> StoreFuture<'a, Option<RunRow>> {
+        Box::pin(async move {
+            Ok(self
+                .runs_where("account = $1 AND idempotency_key = $2", &[&account, &key])
+                .await?
+                .pop())
+        })
+    }
+
+    /// Takes the run if its status is one of `from` and no other owner's
+    /// lease on it is live: a run left `running` by an owner whose lease ran
+    /// out is taken over.
+    fn claim_run<'a>(&'a self, id: &'a str, from: &'a [RunStatus]) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let from: Vec<&str> = from.iter().map(|status| status.as_str()).collect();
+            let changed = self
+                .execute(
+                    "UPDATE runs SET status = 'running', owner = $3, updated_ms = $5,
+                         lease_until = now() + $4 * interval '1 millisecond'
+                     WHERE id = $1 AND status = ANY($2)
+                       AND NOT (status = 'running' AND owner IS NOT NULL AND owner <> $3
+                                AND lease_until > now())",
+                    &[&id, &from, &self.owner, &millis(self.lease), &now_ms()],
+                )
+                .await?;
+            Ok(changed == 1)
+        })
+    }
+
+    /// Adds active time and renews this owner's lease: the runner's
+    /// heartbeat, each second while the run executes.
+    fn add_active<'a>(&'a self, id: &'a str, active: Duration) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            self.execute(
+                "UPDATE runs SET active_ms = active_ms + $2,
+                     lease_until = now() + $4 * interval '1 millisecond'
+                 WHERE id = $1 AND owner = $3",
+                &[
+                    &id,
+                    &(active.as_millis() as i64),
+                    &self.owner,
+                    &millis(self.lease),
+                ],
+            )
+            .await?;
+            Ok(())
+        })
+    }
+
+    fn finish_run<'a>(
+        &'a self,
+        id: &'a str,
+        status: RunStatus,
+        outcome: &'a Value,
+        active: Duration,
+    ) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let changed = self
+                .execute(
+                    "UPDATE runs SET status = $2, outcome = $3, updated_ms = $4,
+                         active_ms = active_ms + $5, owner = NULL, lease_until = NULL
+                     WHERE id = $1 AND owner = $6",
+                    &[
+                        &id,
+                        &status.as_str(),
+                        &outcome.to_string(),
+                        &now_ms(),
+                        &(active.as_millis() as i64),
+                        &self.owner,
+                    ],
+                )
+                .await?;
+            Ok(changed == 1)
+        })
+    }
+
+    fn run<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<RunRow>> {
+        Box::pin(self.run(id))
+    }
+
+    fn runs(&self) -> StoreFuture<'_, Vec<RunRow>> {
+        Box::pin(self.runs_where("true ORDER BY created_ms, id", &[]))
+    }
+
+    fn unfinished_runs(&self) -> StoreFuture<'_, Vec<RunRow>> {
+        Box::pin(self.runs_where("status = 'running' ORDER BY created_ms, id", &[]))
+    }
+
+    fn orphaned_runs(&self) -> StoreFuture<'_, Vec<RunRow>> {
+        Box::pin(async move {
+            self.runs_where(
+                "status = 'running' AND (owner IS NULL OR (owner <> $1 AND lease_until <= now()))
+                 ORDER BY created_ms, id",
+                &[&self.owner],
+            )
+            .await
+        })
+    }
+
+    fn expired_gates(&self, now_ms: u64) -> StoreFuture<'_, Vec<RunRow>> {
+        Box::pin(async move {
+            let now = i64::try_from(now_ms).unwrap_or(i64::MAX);
+            self.runs_where(
+                "status = 'pending_approval' AND id IN (
+                     SELECT run_id FROM step_runs
+                     WHERE status = 'pending' AND due_ms IS NOT NULL AND due_ms <= $1)
+                 ORDER BY created_ms, id",
+                &[&now],
+            )
+            .await
+        })
+    }
+
+    fn step_records<'a>(&'a self, run_id: &'a str) -> StoreFuture<'a, Vec<StepRecord>> {
+        Box::pin(self.step_records(run_id))
+    }
+
+    fn decide<'a>(
+        &'a self,
+        run_id: &'a str,
+        path: &'a str,
+        decision: &'a Decision,
+    ) -> StoreFuture<'a, Result<(), DecideError>> {
+        Box::pin(self.decide(run_id, path, decision))
+    }
+
+    fn cancel_run<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let changed = self
+                .execute(
+                    "UPDATE runs SET status = 'cancelled', owner = NULL, lease_until = NULL,
+                         updated_ms = $2
+                     WHERE id = $1 AND status IN ('running', 'pending_approval')",
+                    &[&id, &now_ms()],
+                )
+                .await?;
+            Ok(changed == 1)
+        })
+    }
+
+    fn deploy<'a>(
+        &'a self,
+        account: &'a str,
+        workflow: &'a str,
+        plan_hash: &'a str,
+    ) -> StoreFuture<'a, Deployment> {
+        Box::pin(self.deploy(account, workflow, plan_hash))
+    }
+
+    fn deployments<'a>(&'a self, account: &'a str) -> StoreFuture<'a, Vec<Deployment>> {
+        Box::pin(async move {
+            Ok(self
+                .query(
+                    "SELECT workflow, version, plan_hash, created_ms FROM deployments
+                     WHERE account = $1 ORDER BY workflow, version",
+                    &[&account],
+                )
+                .await?
+                .iter()
+                .map(|row| Deployment {
+                    workflow: row.get(0),
+                    version: row.get::<_, i32>(1) as u32,
+                    plan_hash: row.get(2),
+                    created_ms: row.get(3),
+                })
+                .collect())
+        })
+    }
+
+    fn account_runs<'a>(
+        &'a self,
+        account: &'a str,
+        query: &'a RunQuery,
+    ) -> StoreFuture<'a, Vec<RunRow>> {
+        Box::pin(async move {
+            let status = query.status.map(RunStatus::as_str);
+            let (before_ms, before_id) = query.before.clone().unzip();
+            self.runs_where(
+                "account = $1 AND ($2::text IS NULL OR workflow = $2)
+                   AND ($3::text IS NULL OR status = $3)
+                   AND ($5::bigint IS NULL OR (created_ms, id) < ($5, $6::text))
+                 ORDER BY created_ms DESC, id DESC LIMIT $4",
+                &[
+                    &account,
+                    &query.workflow,
+                    &status,
+                    &(query.limit as i64),
+                    &before_ms,
+                    &before_id,
+                ],
+            )
+            .await
+        })
+    }
+
+    fn pending_approvals(&self) -> StoreFuture<'_, Vec<(String, u64)>> {
+        Box::pin(async move {
+            Ok(self
+                .query(
+                    "SELECT r.workflow, COUNT(*) FROM step_runs s JOIN runs r ON r.id = s.run_id
+                     WHERE s.status = 'pending' AND r.status = 'pending_approval'
+                     GROUP BY r.workflow ORDER BY r.workflow",
+                    &[],
+                )
+                .await?
+                .iter()
+                .map(|row| (row.get(0), row.get::<_, i64>(1) as u64))
+                .collect())
+        })
+    }
+
+    fn notify<'a>(&'a self, notification: &'a NewNotification<'a>) -> StoreFuture<'a, bool> {
+        Box::pin(self.notify(notification))
+    }
+
+    fn notifications<'a>(
+        &'a self,
+        account: &'a str,
+        audiences: &'a [String],
+        reader: &'a str,
+        query: &'a NotificationQuery,
+    ) -> StoreFuture<'a, Vec<Notification>> {
+        Box::pin(async move {
+            self.query(
+                "SELECT n.id, n.account, n.kind, n.audience, n.run_id, n.step_path, n.subject,
+                        n.message, n.created_ms, r.reader IS NOT NULL
+                 FROM notifications n
+                 LEFT JOIN notification_reads r ON r.notification_id = n.id AND r.reader = $3
+                 WHERE n.account = $1 AND n.audience = ANY($2)
+                   AND (NOT $4 OR r.reader IS NULL)
+                 ORDER BY n.id DESC
+                 LIMIT $5",
+                &[
+                    &account,
+                    &audiences,
+                    &reader,
+                    &query.unread_only,
+                    &(query.limit as i64),
+                ],
+            )
+            .await?
+            .iter()
+            .map(notification_row)
+            .collect()
+        })
+    }
+
+    fn mark_read<'a>(
+        &'a self,
+        account: &'a str,
+        reader: &'a str,
+        ids: &'a [i64],
+    ) -> StoreFuture<'a, usize> {
+        Box::pin(self.mark_read(account, reader, ids))
+    }
+
+    /// Hands out what is due to this process: each entry goes to one
+    /// process at a time (see the module doc).
+    fn to_mail(&self, now_ms: u64, limit: usize) -> StoreFuture<'_, Vec<Outgoing>> {
+        Box::pin(self.to_mail(now_ms, limit))
+    }
+
+    fn mailed<'a>(&'a self, id: i64, reached: &'a [String], next: MailNext) -> StoreFuture<'a, ()> {
+        Box::pin(self.mailed(id, reached, next))
+    }
+
+    fn open_journal<'a>(
+        self: Arc<Self>,
+        run_id: &'a str,
+        durability: Durability,
+    ) -> StoreFuture<'a, Arc<dyn RunLog>> {
+        Box::pin(async move {
+            let journal = PostgresJournal::open(&self, run_id, durability).await?;
+            Ok(journal as Arc<dyn RunLog>)
+        })
+    }
+}
+
+/// One run's view of a PostgreSQL store: its journal (loaded once for
+/// replay) and the store's effects in the run's account.
+#[derive(Debug)]
+pub struct PostgresJournal {
+    store: Arc<PostgresStore>,
+    run_id: String,
+    /// The run's account: its KB documents and notifications are this account's.
+    account: String,
+    memory: JournalMemory,
+}
+
+impl PostgresJournal {
+    /// Opens a run's journal. With `Durability::Approval`, step records are
+    /// persisted only by `flush`.
+    pub async fn open(
+        store: &Arc<PostgresStore>,
+        run_id: &str,
+        durability: Durability,
+    ) -> Result<Arc<PostgresJournal>, StoreError> {
+        let account = store
+            .run(run_id)
+            .await?
+            .map_or_else(|| NO_ACCOUNT.to_string(), |row| row.account);
+        let records = store.step_records(run_id).await?;
+        Ok(Arc::new(PostgresJournal {
+            store: Arc::clone(store),
+            run_id: run_id.to_string(),
+            account,
+            memory: JournalMemory::new(records, durability),
+        }))
+    }
+
+    async fn kb_write(&self, write: &KbWrite) -> Result<Value, StoreError> {
+        let mut client = self.store.client().await?;
+        let tx = client.transaction().await?;
+        if let Some(key) = &write.key {
+            // Taking the key first makes a concurrent write with the same key
+            // wait for this one, then find its result.
+            let taken = tx
+                .execute(
+                    "INSERT INTO kb_keys (account, key) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                    &[&self.account, key],
+                )
+                .await?;
+            if taken == 0 {
+                let first: Option<String> = tx
+                    .query_one(
+                        "SELECT result FROM kb_keys WHERE account = $1 AND key = $2",
+                        &[&self.account, key],
+                    )
+                    .await?
+                    .get(0);
+                let first = first.ok_or_else(|| {
+                    StoreError(format!("KB write key `{key}` has no result stored"))
+                })?;
+                return serde_json::from_str(&first).map_err(|e| StoreError(e.to_string()));
+            }
+        }
+        let metadata = write.metadata.as_ref().map(Value::to_string);
+        let version: i32 = tx
+            .query_one(
+                "INSERT INTO kb_documents (account, collection, title, version, content, metadata)
+                 VALUES ($1, $2, $3, 1, $4, $5)
+                 ON CONFLICT (account, collection, title) DO UPDATE
+                     SET version = kb_documents.version + 1, content = excluded.content,
+                         metadata = excluded.metadata
+                 RETURNING version",
+                &[
+                    &self.account,
+                    &write.collection,
+                    &write.title,
+                    &write.content,
+                    &metadata,
+                ],
+            )
+            .await?
+            .get(0);
+        let result = json!({
+            "id": format!("{}/{}", write.collection, write.title),
+            "version": version,
+        });
+        if let Some(key) = &write.key {
+            tx.execute(
+                "UPDATE kb_keys SET result = $3 WHERE account = $1 AND key = $2",
+                &[&self.account, key, &result.to_string()],
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(result)
+    }
+}
+
+impl RunLog for PostgresJournal {
+    fn flush(&self) -> BoxFuture<'_, Result<(), StepError>> {
+        // Queued together, the held-back records share one commit.
+        let writes: Vec<_> = self
+            .memory
+            .take_deferred()
+            .into_iter()
+            .map(|record| self.store.append(&self.run_id, record))
+            .collect();
+        Box::pin(async move {
+            for write in writes {
+                write.await?;
+            }
+            Ok(())
+        })
+    }
+}
+
+impl Journal for PostgresJournal {
+    fn lookup(&self, path: &str) -> Option<StepRecord> {
+        self.memory.lookup(path)
+    }
+
+    fn record<'a>(&'a self, record: StepRecord) -> BoxFuture<'a, Result<(), StepError>> {
+        match self.memory.remember(record) {
+            Some(record) => self.store.append(&self.run_id, record),
+            None => Box::pin(async { Ok(()) }),
+        }
+    }
+}
+
+impl Effects for PostgresJournal {
+    fn kb_write<'a>(&'a self, write: &'a KbWrite) -> BoxFuture<'a, Result<Value, StepError>> {
+        Box::pin(async move { self.kb_write(write).await.map_err(store_error) })
+    }
+
+    fn handoff<'a>(&'a self, handoff: &'a Handoff) -> BoxFuture<'a, Result<(), StepError>> {
+        Box::pin(async move {
+            self.store
+                .notify(&NewNotification {
+                    account: &self.account,
+                    kind: NotificationKind::Handoff,
+                    audience: &handoff.department,
+                    run_id: &handoff.run_id,
+                    step_path: None,
+                    subject: handoff.subject.as_deref(),
+                    message: &handoff.message,
+                    key: handoff.key.as_deref(),
+                })
+                .await
+                .map(|_| ())
+                .map_err(store_error)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_schema;
+
+    #[test]
+    fn the_schema_parameter_is_taken_out_of_the_url() {
+        assert_eq!(
+            split_schema("postgres://u@h/db?schema=flow_a&connect_timeout=5").unwrap(),
+            (
+                "postgres://u@h/db?connect_timeout=5".to_string(),
+                Some("flow_a".to_string())
+            )
+        );
+        assert_eq!(
+            split_schema("postgres://u@h/db?schema=flow_a").unwrap(),
+            ("postgres://u@h/db".to_string(), Some("flow_a".to_string()))
+        );
+        assert_eq!(
+            split_schema("postgres://u@h/db").unwrap(),
+            ("postgres://u@h/db".to_string(), None)
+        );
+        assert!(split_schema("postgres://u@h/db?schema=Flow;drop").is_err());
+        assert!(split_schema("postgres://u@h/db?schema=").is_err());
+    }
+}
