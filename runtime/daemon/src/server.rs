@@ -226,7 +226,7 @@ impl Daemon {
                     "flowd: run {}: taken over from a process that is gone",
                     run.id
                 );
-                self.spawn_run(plan, run.workflow, run.id, run.input);
+                self.spawn_run(plan, run.account, run.workflow, run.id, run.input);
             }
         }
         Ok(())
