@@ -534,4 +534,8 @@ impl Provider for LimitedProvider {
             self.inner.complete(call).await
         })
     }
+
+    fn check_models(&self, aliases: &[String]) -> Vec<String> {
+        self.inner.check_models(aliases)
+    }
 }
