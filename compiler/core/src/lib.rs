@@ -13,6 +13,7 @@ pub mod codes;
 pub mod diagnostic;
 pub mod format;
 pub mod graph;
+pub mod ide;
 pub mod lower;
 pub mod suggest;
 pub mod syntax;
