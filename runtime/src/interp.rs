@@ -237,6 +237,9 @@ pub struct StepRecord {
 /// Where step records go, and where a replay finds them.
 pub trait Journal: Send + Sync {
     fn lookup(&self, path: &str) -> Option<StepRecord>;
+    /// Whether the run has recorded any step: a resumed invocation, not a
+    /// first one.
+    fn resumed(&self) -> bool;
     /// Durable before the future resolves, in the stores that promise it.
     fn record<'a>(&'a self, record: StepRecord) -> BoxFuture<'a, Result<(), StepError>>;
 }

@@ -286,6 +286,10 @@ impl Journal for Observed {
         self.inner.lookup(path)
     }
 
+    fn resumed(&self) -> bool {
+        self.inner.resumed()
+    }
+
     fn record<'a>(&'a self, record: StepRecord) -> BoxFuture<'a, Result<(), StepError>> {
         (self.observer)(&record);
         self.inner.record(record)
