@@ -12,6 +12,7 @@ pub mod eval;
 pub mod interp;
 pub mod limit;
 pub mod llm;
+pub mod mcp;
 pub mod memory;
 pub mod offline;
 pub mod openai;
