@@ -72,6 +72,11 @@ pub struct McpPoolConfig {
     /// step needs it. Playwright's server takes about a second, `npx`
     /// fetching a package first far longer.
     pub connect_timeout: Duration,
+    /// How many tool calls one connection serves at once. An MCP session is
+    /// stateful: Playwright's is one browser, and two navigations at once
+    /// (a loop with `concurrency 4`) would each report whichever page loaded
+    /// last. One at a time makes each call's answer its own.
+    pub calls_per_connection: usize,
 }
 
 impl Default for McpPoolConfig {
@@ -82,6 +87,7 @@ impl Default for McpPoolConfig {
             keepalive_interval: Duration::from_secs(15),
             ping_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(60),
+            calls_per_connection: 1,
         }
     }
 }
@@ -300,6 +306,14 @@ impl McpPool {
         if let Some(arguments) = arguments {
             params = params.with_arguments(arguments);
         }
+        // Waiting for its turn happens under the lease: the slot is in use.
+        let Ok(_turn) = connection.calls.acquire().await else {
+            return Err(McpError::new(
+                server,
+                ErrorKind::Connection,
+                "the connection was closed",
+            ));
+        };
         match connection.peer.call_tool(params).await {
             Ok(result) => tool_output(result).map_err(|(kind, message)| McpError {
                 server: describe(server),
@@ -724,6 +738,8 @@ struct Connection {
     /// This connection's place among the servers running; given back once
     /// its server has exited.
     permit: Mutex<Option<OwnedSemaphorePermit>>,
+    /// Turns for tool calls (`calls_per_connection`).
+    calls: Semaphore,
 }
 
 impl Connection {
@@ -761,6 +777,7 @@ impl Connection {
                     service: Mutex::new(Some(service)),
                     process: Some(process),
                     permit: Mutex::new(Some(permit)),
+                    calls: Semaphore::new(shared.config.calls_per_connection.max(1)),
                 })
             }
             McpTransport::Http { url } => {
@@ -792,6 +809,7 @@ impl Connection {
                     service: Mutex::new(Some(service)),
                     process: None,
                     permit: Mutex::new(Some(permit)),
+                    calls: Semaphore::new(shared.config.calls_per_connection.max(1)),
                 })
             }
         }
