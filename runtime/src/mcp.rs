@@ -332,6 +332,16 @@ impl McpPool {
         }
     }
 
+    /// The rmcp peer of `server`'s pooled connection, started if needed: for
+    /// MCP requests the pool does not wrap, and for the benchmark that sets
+    /// a direct call beside a pooled one. Requests on it bypass the pool's
+    /// turns (`calls_per_connection`) and do not count as uses for idleness.
+    pub async fn peer(&self, server: &McpServer) -> Result<Peer<RoleClient>, McpError> {
+        let lease = self.lease(server).await;
+        let deadline = Instant::now() + self.shared.config.connect_timeout;
+        Ok(lease.connection(server, deadline).await?.peer.clone())
+    }
+
     /// The tools `server` lists, connecting to it first if needed; fails
     /// within `within`, saying which phase ran out of time.
     pub async fn tools(
