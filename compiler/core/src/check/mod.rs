@@ -17,6 +17,7 @@ pub(crate) use workflow::{DEFAULT_ATTEMPTS, DEFAULT_STEP_TIMEOUT_MS};
 
 use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, FileId, Span};
+use crate::lock::ToolLock;
 use crate::syntax::ast::{Item, SourceFile};
 use crate::syntax::parse;
 
@@ -84,6 +85,17 @@ pub struct LoadError {
 
 /// Checks the file at `root` and everything it imports.
 pub fn check(root: &str, loader: &dyn SourceLoader) -> Result<Checked, LoadError> {
+    check_with_tools(root, loader, None)
+}
+
+/// `check`, with the tools of the MCP servers from `flow.lock` (which the
+/// caller read): browser steps' tool names and arguments are checked against
+/// them. Without a lock they are not checked.
+pub fn check_with_tools(
+    root: &str,
+    loader: &dyn SourceLoader,
+    tools: Option<&ToolLock>,
+) -> Result<Checked, LoadError> {
     let bytes = loader.load(root).map_err(|message| LoadError {
         path: root.to_string(),
         message,
@@ -109,6 +121,7 @@ pub fn check(root: &str, loader: &dyn SourceLoader) -> Result<Checked, LoadError
             decl,
             root_id,
             &env,
+            tools,
             &mut diagnostics,
         ));
     }
