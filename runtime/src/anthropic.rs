@@ -76,4 +76,8 @@ impl Provider for AnthropicProvider {
             Box::pin(async move { self.message(call, &conversation).await })
         }))
     }
+
+    fn check_models(&self, aliases: &[String]) -> Vec<String> {
+        self.config.unknown_models(aliases)
+    }
 }

@@ -56,6 +56,9 @@ pub enum ErrorKind {
     Rejected,
     /// An approval expired with `on_expire: "fail"`.
     Expired,
+    /// What the run needs is missing or wrong (its input, a model alias, an
+    /// MCP server, its knowledge base): nothing ran.
+    Preflight,
 }
 
 impl ErrorKind {
@@ -79,6 +82,7 @@ impl ErrorKind {
             ErrorKind::Tool => "tool",
             ErrorKind::Rejected => "rejected",
             ErrorKind::Expired => "expired",
+            ErrorKind::Preflight => "preflight",
         }
     }
 }
@@ -128,6 +132,14 @@ pub struct RecipeCall<'a> {
 /// A model provider (OpenAI-compatible, Anthropic, the offline fabricator).
 pub trait Provider: Send + Sync {
     fn complete<'a>(&'a self, call: &'a RecipeCall<'a>) -> BoxFuture<'a, Result<Value, StepError>>;
+
+    /// What is wrong with calling these model aliases (preflight): nothing,
+    /// for a provider that takes any (the offline one; one whose aliases
+    /// pass through as model names).
+    fn check_models(&self, aliases: &[String]) -> Vec<String> {
+        let _ = aliases;
+        Vec::new()
+    }
 }
 
 /// A call to an MCP server's tool.
@@ -138,6 +150,14 @@ pub trait McpClient: Send + Sync {
         tool: &'a str,
         args: &'a Value,
     ) -> BoxFuture<'a, Result<Value, StepError>>;
+
+    /// Whether `server` answers `initialize` and lists every one of `tools`
+    /// (preflight); what went wrong otherwise.
+    fn check<'a>(
+        &'a self,
+        server: &'a flow_plan::McpServer,
+        tools: &'a [String],
+    ) -> BoxFuture<'a, Result<(), String>>;
 }
 
 /// The effects of KB writes and handoffs, kept by the store.
@@ -147,6 +167,25 @@ pub trait Effects: Send + Sync {
     fn kb_write<'a>(&'a self, write: &'a KbWrite) -> BoxFuture<'a, Result<Value, StepError>>;
     /// Records an in-app notification for a department; never blocks the run.
     fn handoff<'a>(&'a self, handoff: &'a Handoff) -> BoxFuture<'a, Result<(), StepError>>;
+    /// At most `limit` of the run's account's documents that `ids` name (a
+    /// collection, or one document as `collection/title`), those that match
+    /// `terms` best first (`crate::kb::search_terms`), then the others by
+    /// collection and title.
+    fn kb_context<'a>(
+        &'a self,
+        ids: &'a [String],
+        terms: &'a [String],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<KbDocument>, StepError>>;
+}
+
+/// A knowledge-base document as a recipe's context gets it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KbDocument {
+    pub collection: String,
+    pub title: String,
+    pub version: i64,
+    pub content: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -272,6 +311,8 @@ struct Interpreter<'p> {
     input: Value,
     services: Services,
     pending: Mutex<Vec<PendingApproval>>,
+    /// The workflow's `context kb` documents, resolved at preflight.
+    context: Vec<KbDocument>,
 }
 
 /// Runs (or resumes) the workflow `workflow` of `plan` with `input`.
@@ -307,20 +348,18 @@ pub async fn run_within(
             step: None,
         };
     };
-    let mismatches = crate::schema::validate(&workflow.input_schema, &input);
-    if !mismatches.is_empty() {
-        let list: Vec<String> = mismatches.iter().map(ToString::to_string).collect();
-        return Outcome::Failed {
-            error: StepError::new(
-                ErrorKind::Client,
-                format!(
-                    "the input does not match the workflow's input: {}",
-                    list.join("; ")
+    let ready = match crate::preflight::preflight(plan, workflow, &input, &services).await {
+        Ok(ready) => ready,
+        Err(problems) => {
+            return Outcome::Failed {
+                error: StepError::new(
+                    ErrorKind::Preflight,
+                    format!("the run cannot start: {}", problems.join("; ")),
                 ),
-            ),
-            step: None,
-        };
-    }
+                step: None,
+            };
+        }
+    };
     let interpreter = Interpreter {
         plan,
         workflow,
@@ -328,6 +367,7 @@ pub async fn run_within(
         input,
         services,
         pending: Mutex::new(Vec::new()),
+        context: ready.context,
     };
     let budget = Duration::from_millis(workflow.timeout_ms).saturating_sub(spent);
     // `timeout` polls once before it checks the clock; a run with no time
@@ -837,6 +877,19 @@ impl<'p> Interpreter<'p> {
                 let prompt = self
                     .env(ctx, Some((&recipe.input_fields, inputs)))
                     .render(&recipe.prompt)?;
+                // The workflow's documents, then the recipe's own, ranked
+                // against what this call asks.
+                let own = if recipe.context.is_empty() {
+                    Vec::new()
+                } else {
+                    let terms = crate::kb::search_terms(&prompt);
+                    self.services
+                        .effects
+                        .kb_context(&recipe.context, &terms, crate::kb::MOST_DOCUMENTS)
+                        .await?
+                };
+                let prompt =
+                    crate::kb::with_context(prompt, &crate::kb::merged(&self.context, own));
                 let call = RecipeCall {
                     recipe: &recipe.name,
                     model: &recipe.model,
@@ -1176,7 +1229,7 @@ fn backoff(step: &Step, attempt: u32, error: &StepError, call_id: &str) -> Durat
 /// Runs futures with at most `limit` in flight, in their order, and returns
 /// the results in that order once all that started have settled; after a
 /// result for which `stop` holds, no further future starts.
-async fn run_bounded<'a, T: Send + 'a>(
+pub(crate) async fn run_bounded<'a, T: Send + 'a>(
     futures: impl Iterator<Item = BoxFuture<'a, T>>,
     limit: usize,
     stop: impl Fn(&T) -> bool,

@@ -10,6 +10,7 @@
 pub mod anthropic;
 pub mod eval;
 pub mod interp;
+pub mod kb;
 pub mod limit;
 pub mod llm;
 pub mod mcp;
@@ -18,6 +19,7 @@ pub mod offline;
 pub mod openai;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub(crate) mod preflight;
 pub mod runner;
 pub mod schema;
 pub mod scope;

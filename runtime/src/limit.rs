@@ -257,6 +257,21 @@ impl RedisLimiter {
         )
     }
 
+    /// Whether Redis answers now (what it said otherwise, naming its URL).
+    pub async fn probe(&self) -> Result<(), String> {
+        let mut connection = self.connection().await?;
+        match tokio::time::timeout(
+            self.settings.answer_within,
+            redis::cmd("PING").query_async::<String>(&mut connection),
+        )
+        .await
+        {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(error)) => Err(format!("redis {}: {error}", self.settings.url)),
+            Err(_) => Err(format!("redis {} did not answer", self.settings.url)),
+        }
+    }
+
     /// How many calls went ahead without a permit because Redis failed.
     pub fn fail_opens(&self) -> u64 {
         self.fail_opens.load(Ordering::Relaxed)
@@ -533,5 +548,9 @@ impl Provider for LimitedProvider {
             let _permit = self.limiter.acquire(&self.account).await;
             self.inner.complete(call).await
         })
+    }
+
+    fn check_models(&self, aliases: &[String]) -> Vec<String> {
+        self.inner.check_models(aliases)
     }
 }

@@ -30,6 +30,29 @@ pub struct ProviderConfig {
 }
 
 impl ProviderConfig {
+    /// The aliases of `aliases` this configuration does not map. With no
+    /// aliases configured at all, every alias is passed on as a model name;
+    /// once some are, a recipe naming another is a mistake to report before
+    /// the run, not a 404 in the middle of it.
+    pub(crate) fn unknown_models(&self, aliases: &[String]) -> Vec<String> {
+        if self.models.is_empty() {
+            return Vec::new();
+        }
+        let mut known: Vec<&str> = self.models.keys().map(String::as_str).collect();
+        known.sort_unstable();
+        aliases
+            .iter()
+            .filter(|alias| !self.models.contains_key(alias.as_str()))
+            .map(|alias| {
+                format!(
+                    "model alias `{alias}` is not configured (the configured ones: {}); map it, e.g. FLOW_LLM_MODEL_{} for flow or [provider] models for flowd",
+                    known.join(", "),
+                    alias.to_ascii_uppercase()
+                )
+            })
+            .collect()
+    }
+
     /// The provider's name for a recipe's model alias.
     pub(crate) fn model(&self, alias: &str) -> String {
         self.models

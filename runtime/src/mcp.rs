@@ -77,6 +77,11 @@ pub struct McpPoolConfig {
     /// (a loop with `concurrency 4`) would each report whichever page loaded
     /// last. One at a time makes each call's answer its own.
     pub calls_per_connection: usize,
+    /// How long preflight's check of a server (start, `initialize`,
+    /// `tools/list`) may take. Below preflight's own bound on all servers
+    /// together (30 s), so that a slow server is reported with the phase it
+    /// was stuck in.
+    pub check_timeout: Duration,
 }
 
 impl Default for McpPoolConfig {
@@ -88,6 +93,7 @@ impl Default for McpPoolConfig {
             ping_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(60),
             calls_per_connection: 1,
+            check_timeout: Duration::from_secs(25),
         }
     }
 }
@@ -561,6 +567,28 @@ impl McpClient for McpPool {
         args: &'a Value,
     ) -> BoxFuture<'a, Result<Value, StepError>> {
         Box::pin(async move { Ok(self.call(server, tool, args).await?) })
+    }
+
+    /// Preflight: the server answers and has `tools`. The caller names the
+    /// server; the message says how it is reached and what went wrong.
+    fn check<'a>(
+        &'a self,
+        server: &'a McpServer,
+        tools: &'a [String],
+    ) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            let tools: Vec<&str> = tools.iter().map(String::as_str).collect();
+            McpPool::check(self, server, &tools, self.shared.config.check_timeout)
+                .await
+                .map_err(|error| {
+                    let how = error
+                        .server
+                        .split_once(' ')
+                        .map_or("", |(_, how)| how)
+                        .to_string();
+                    format!("{how} {}", error.message).trim_start().to_string()
+                })
+        })
     }
 }
 

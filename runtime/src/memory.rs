@@ -11,7 +11,8 @@ use serde_json::{Value, json};
 
 pub use crate::interp::DecideError;
 use crate::interp::{
-    BoxFuture, Decision, Effects, Handoff, Journal, KbWrite, StepError, StepRecord, decide_record,
+    BoxFuture, Decision, Effects, Handoff, Journal, KbDocument, KbWrite, StepError, StepRecord,
+    decide_record,
 };
 
 #[derive(Debug, Default)]
@@ -111,5 +112,38 @@ impl Effects for MemoryStore {
     fn handoff<'a>(&'a self, handoff: &'a Handoff) -> BoxFuture<'a, Result<(), StepError>> {
         lock(&self.notifications).push(handoff.clone());
         Box::pin(async { Ok(()) })
+    }
+
+    fn kb_context<'a>(
+        &'a self,
+        ids: &'a [String],
+        terms: &'a [String],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<KbDocument>, StepError>> {
+        // Ranked by how many of the terms a document has, then by id.
+        let mut scored: Vec<(usize, KbDocument)> = lock(&self.documents)
+            .iter()
+            .filter(|((collection, title), _)| {
+                ids.iter()
+                    .any(|id| id == collection || *id == format!("{collection}/{title}"))
+            })
+            .map(|((collection, title), (version, content))| {
+                let text = format!("{title} {content}").to_lowercase();
+                let score = terms.iter().filter(|t| text.contains(t.as_str())).count();
+                let document = KbDocument {
+                    collection: collection.clone(),
+                    title: title.clone(),
+                    version: *version,
+                    content: content.clone(),
+                };
+                (score, document)
+            })
+            .collect();
+        scored.sort_by(|(a, x), (b, y)| {
+            b.cmp(a)
+                .then_with(|| (&x.collection, &x.title).cmp(&(&y.collection, &y.title)))
+        });
+        let found = scored.into_iter().take(limit).map(|(_, d)| d).collect();
+        Box::pin(async move { Ok(found) })
     }
 }

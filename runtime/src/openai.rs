@@ -79,6 +79,10 @@ impl Provider for OpenAiProvider {
             Box::pin(async move { self.chat(call, &conversation).await })
         }))
     }
+
+    fn check_models(&self, aliases: &[String]) -> Vec<String> {
+        self.config.unknown_models(aliases)
+    }
 }
 
 /// The schema in OpenAI's strict form, and whether strict mode can hold it.

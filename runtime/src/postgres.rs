@@ -67,7 +67,7 @@ use tokio_postgres::NoTls;
 use tokio_postgres::types::ToSql;
 
 use crate::interp::{
-    BoxFuture, DecideError, Decision, Effects, ErrorKind, Handoff, Journal, KbWrite,
+    BoxFuture, DecideError, Decision, Effects, ErrorKind, Handoff, Journal, KbDocument, KbWrite,
     PendingApproval, StepError, StepRecord, StepStatus, decide_record, gate_due_ms,
 };
 use crate::store::{
@@ -1278,6 +1278,59 @@ impl PostgresJournal {
         }))
     }
 
+    async fn kb_context(
+        &self,
+        ids: &[String],
+        terms: &[String],
+        limit: usize,
+    ) -> Result<Vec<KbDocument>, StoreError> {
+        let client = self.store.client().await?;
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let document = |row: &tokio_postgres::Row| KbDocument {
+            collection: row.get(0),
+            title: row.get(1),
+            version: i64::from(row.get::<_, i32>(2)),
+            content: row.get(3),
+        };
+        let mut found: Vec<KbDocument> = Vec::new();
+        if !terms.is_empty() {
+            // Plain words joined by `|`: to_tsquery reads no syntax from them.
+            let query = terms.join(" | ");
+            found = client
+                .query(
+                    "SELECT collection, title, version, content FROM kb_documents
+                     WHERE account = $1
+                       AND (collection = ANY($2) OR collection || '/' || title = ANY($2))
+                       AND search @@ to_tsquery('simple', $3)
+                     ORDER BY ts_rank(search, to_tsquery('simple', $3)) DESC, collection, title
+                     LIMIT $4",
+                    &[&self.account, &ids, &query, &(limit as i64)],
+                )
+                .await?
+                .iter()
+                .map(document)
+                .collect();
+        }
+        if found.len() < limit {
+            let others = client
+                .query(
+                    "SELECT collection, title, version, content FROM kb_documents
+                     WHERE account = $1
+                       AND (collection = ANY($2) OR collection || '/' || title = ANY($2))
+                     ORDER BY collection, title
+                     LIMIT $3",
+                    &[&self.account, &ids, &(limit as i64)],
+                )
+                .await?
+                .iter()
+                .map(document)
+                .collect();
+            found = crate::kb::merged(&found, others);
+            found.truncate(limit);
+        }
+        Ok(found)
+    }
+
     async fn kb_write(&self, write: &KbWrite) -> Result<Value, StoreError> {
         let mut client = self.store.client().await?;
         let tx = client.transaction().await?;
@@ -1373,6 +1426,19 @@ impl Journal for PostgresJournal {
 impl Effects for PostgresJournal {
     fn kb_write<'a>(&'a self, write: &'a KbWrite) -> BoxFuture<'a, Result<Value, StepError>> {
         Box::pin(async move { self.kb_write(write).await.map_err(store_error) })
+    }
+
+    fn kb_context<'a>(
+        &'a self,
+        ids: &'a [String],
+        terms: &'a [String],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<KbDocument>, StepError>> {
+        Box::pin(async move {
+            self.kb_context(ids, terms, limit)
+                .await
+                .map_err(store_error)
+        })
     }
 
     fn handoff<'a>(&'a self, handoff: &'a Handoff) -> BoxFuture<'a, Result<(), StepError>> {

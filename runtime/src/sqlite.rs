@@ -20,7 +20,8 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use crate::interp::{
-    BoxFuture, Effects, ErrorKind, Handoff, Journal, KbWrite, StepError, StepRecord, StepStatus,
+    BoxFuture, Effects, ErrorKind, Handoff, Journal, KbDocument, KbWrite, StepError, StepRecord,
+    StepStatus,
 };
 use crate::interp::{DecideError, Decision, PendingApproval, decide_record, gate_due_ms};
 use crate::store::{
@@ -1395,6 +1396,73 @@ impl Journal for RunJournal {
     }
 }
 
+/// The `kb_context` query of both stores' SQL: documents of `ids` matching
+/// any of `terms`, best first.
+fn fts_query(terms: &[String]) -> String {
+    // Each term quoted: FTS5 reads it as a word, never as syntax.
+    terms
+        .iter()
+        .map(|term| format!("\"{term}\""))
+        .collect::<Vec<_>>()
+        .join(" OR ")
+}
+
+impl RunJournal {
+    fn kb_context(
+        &self,
+        ids: &[String],
+        terms: &[String],
+        limit: usize,
+    ) -> Result<Vec<KbDocument>, StoreError> {
+        let conn = self.store.reader()?;
+        let ids = serde_json::to_string(ids).map_err(|e| StoreError(e.to_string()))?;
+        let document = |row: &rusqlite::Row<'_>| {
+            Ok(KbDocument {
+                collection: row.get(0)?,
+                title: row.get(1)?,
+                version: row.get(2)?,
+                content: row.get(3)?,
+            })
+        };
+        let mut found: Vec<KbDocument> = Vec::new();
+        if !terms.is_empty() {
+            let mut ranked = conn.prepare_cached(
+                "SELECT d.collection, d.title, d.version, d.content
+                 FROM kb_search s
+                 JOIN kb_documents d
+                   ON d.account = s.account AND d.collection = s.collection AND d.title = s.title
+                 WHERE kb_search MATCH ?2 AND s.account = ?1
+                   AND (d.collection IN (SELECT value FROM json_each(?3))
+                        OR d.collection || '/' || d.title IN (SELECT value FROM json_each(?3)))
+                 ORDER BY bm25(kb_search)
+                 LIMIT ?4",
+            )?;
+            found = ranked
+                .query_map(
+                    params![self.account, fts_query(terms), ids, limit as i64],
+                    document,
+                )?
+                .collect::<Result<_, _>>()?;
+        }
+        if found.len() < limit {
+            let mut rest = conn.prepare_cached(
+                "SELECT collection, title, version, content FROM kb_documents
+                 WHERE account = ?1
+                   AND (collection IN (SELECT value FROM json_each(?2))
+                        OR collection || '/' || title IN (SELECT value FROM json_each(?2)))
+                 ORDER BY collection, title
+                 LIMIT ?3",
+            )?;
+            let others: Vec<KbDocument> = rest
+                .query_map(params![self.account, ids, limit as i64], document)?
+                .collect::<Result<_, _>>()?;
+            found = crate::kb::merged(&found, others);
+            found.truncate(limit);
+        }
+        Ok(found)
+    }
+}
+
 impl Effects for RunJournal {
     fn kb_write<'a>(&'a self, write: &'a KbWrite) -> BoxFuture<'a, Result<Value, StepError>> {
         let result = (|| -> Result<Value, StoreError> {
@@ -1437,6 +1505,16 @@ impl Effects for RunJournal {
             Ok(result)
         })()
         .map_err(store_error);
+        Box::pin(async move { result })
+    }
+
+    fn kb_context<'a>(
+        &'a self,
+        ids: &'a [String],
+        terms: &'a [String],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<KbDocument>, StepError>> {
+        let result = self.kb_context(ids, terms, limit).map_err(store_error);
         Box::pin(async move { result })
     }
 

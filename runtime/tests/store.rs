@@ -85,6 +85,7 @@ on_each_store!(
     expired_gates_are_listed_when_due,
     a_cancelled_run_records_nothing_more,
     a_run_given_up_is_orphaned_until_claimed,
+    kb_context_ranks_by_the_terms_within_the_ids,
 );
 
 fn plan(source: &str) -> flow_plan::Plan {
@@ -222,6 +223,59 @@ async fn kb_writes_version_documents_and_keys_make_retries_no_ops(backend: Backe
     assert_eq!(again, first, "the same key is the same write");
     let second = journal.kb_write(&kb_write("c", None)).await.unwrap();
     assert_eq!(second["version"], 2);
+}
+
+/// A recipe's context: the documents its ids name (a collection, or one
+/// document as `collection/title`), those matching the prompt's terms first,
+/// the rest after, within the limit.
+async fn kb_context_ranks_by_the_terms_within_the_ids(backend: Backend) {
+    let store = backend.open().await;
+    let journal = store.open_journal("run-1", Durability::Full).await.unwrap();
+    for (collection, title, content) in [
+        (
+            "fixes",
+            "printer",
+            "Printers jam when the tray is overfilled.",
+        ),
+        ("fixes", "router", "Error E42: reset the router firmware."),
+        (
+            "fixes",
+            "billing",
+            "Wrong currency: change the billing country.",
+        ),
+        ("other", "router", "A router elsewhere, firmware too."),
+    ] {
+        journal
+            .kb_write(&KbWrite {
+                collection: collection.into(),
+                title: title.into(),
+                content: content.into(),
+                metadata: None,
+                key: None,
+            })
+            .await
+            .unwrap();
+    }
+    let terms = flow_runtime::kb::search_terms("How to fix E42 on the router firmware?");
+    let ids = ["fixes".to_string()];
+    let found = journal.kb_context(&ids, &terms, 2).await.unwrap();
+    let titles: Vec<&str> = found.iter().map(|d| d.title.as_str()).collect();
+    assert_eq!(titles[0], "router", "{found:?}");
+    assert_eq!(found.len(), 2, "filled up to the limit: {found:?}");
+    assert!(found.iter().all(|d| d.collection == "fixes"), "{found:?}");
+    let one = journal
+        .kb_context(&["other/router".to_string()], &[], 5)
+        .await
+        .unwrap();
+    assert_eq!(one.len(), 1);
+    assert_eq!((one[0].collection.as_str(), one[0].version), ("other", 1));
+    assert!(
+        journal
+            .kb_context(&["nothing".to_string()], &terms, 5)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// A step retried in several places at once (a process presumed dead and

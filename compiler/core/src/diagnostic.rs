@@ -78,6 +78,12 @@ pub struct Diagnostic {
     pub primary: Label,
     pub secondary: Vec<Label>,
     pub hints: Vec<String>,
+    /// The text that should replace the primary span: the "did you mean"
+    /// candidate when the span is exactly the misspelt name. Editors offer it as
+    /// a quick fix; it is not part of the JSON that `flowc` prints, whose hints
+    /// already say it in words.
+    #[serde(skip)]
+    pub fix: Option<String>,
 }
 
 impl Diagnostic {
@@ -94,6 +100,7 @@ impl Diagnostic {
             },
             secondary: Vec::new(),
             hints: Vec::new(),
+            fix: None,
         }
     }
 
@@ -113,6 +120,12 @@ impl Diagnostic {
 
     pub fn hint(mut self, hint: impl Into<String>) -> Diagnostic {
         self.hints.push(hint.into());
+        self
+    }
+
+    /// Proposes `replacement` for the primary span (see [`Diagnostic::fix`]).
+    pub fn fix(mut self, replacement: impl Into<String>) -> Diagnostic {
+        self.fix = Some(replacement.into());
         self
     }
 

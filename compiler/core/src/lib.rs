@@ -13,6 +13,7 @@ pub mod codes;
 pub mod diagnostic;
 pub mod format;
 pub mod graph;
+pub mod ide;
 pub mod lock;
 pub mod lower;
 pub mod suggest;

@@ -158,6 +158,47 @@ pub enum Node {
     },
 }
 
+impl Workflow {
+    /// Calls `visit` on every step the workflow can run: in branches, loops,
+    /// parallel branches, step fallbacks and the workflow's error handler.
+    pub fn each_step(&self, visit: &mut impl FnMut(&Step)) {
+        fn nodes(list: &[Node], visit: &mut impl FnMut(&Step)) {
+            for node in list {
+                match node {
+                    Node::Step(step) => {
+                        visit(step);
+                        if let OnError::Fallback(body) = &step.on_error {
+                            nodes(body, visit);
+                        }
+                    }
+                    Node::Condition {
+                        branches,
+                        otherwise,
+                        ..
+                    } => {
+                        for branch in branches {
+                            nodes(&branch.body, visit);
+                        }
+                        if let Some(body) = otherwise {
+                            nodes(body, visit);
+                        }
+                    }
+                    Node::Loop { body, .. } => nodes(body, visit),
+                    Node::Parallel { branches, .. } => {
+                        for branch in branches {
+                            nodes(&branch.body, visit);
+                        }
+                    }
+                }
+            }
+        }
+        nodes(&self.body, visit);
+        if let OnError::Fallback(handler) = &self.on_error {
+            nodes(handler, visit);
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConditionBranch {
     pub condition: Expr,

@@ -150,7 +150,14 @@ impl Daemon {
             Some(url) => {
                 let mut settings = RedisSettings::new(url);
                 settings.prefix = config.limits.redis_prefix.clone();
-                Arc::new(RedisLimiter::new(settings, limits, events)?)
+                let redis = RedisLimiter::new(settings, limits, events)?;
+                // Not a reason to refuse to start: calls fail open until it answers.
+                if let Err(why) = redis.probe().await {
+                    eprintln!(
+                        "flowd: warning: {why}; LLM calls go ahead without the concurrency limit (fail-open, counted) until Redis answers"
+                    );
+                }
+                Arc::new(redis)
             }
             None => Arc::new(LocalLimiter::new(limits, events)),
         };

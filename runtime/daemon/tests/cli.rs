@@ -1514,3 +1514,37 @@ workflow one {
             .output();
     }
 }
+
+/// A Redis that does not answer when flowd starts is a warning naming it,
+/// not a refusal to start: runs go on, their calls failing open (counted).
+#[tokio::test]
+async fn an_unreachable_redis_at_start_is_a_warning_and_calls_fail_open() {
+    use reqwest::Method;
+    use serde_json::json;
+    let dir = TempDir::new("flowd-redis-down");
+    let flowd = Flowd::start_with(
+        &dir,
+        &format!("{CONFIG}[limits]\nredis_url = \"redis://127.0.0.1:1\"\n"),
+    );
+    assert!(
+        flowd.startup.contains("warning: redis redis://127.0.0.1:1"),
+        "{}",
+        flowd.startup
+    );
+    flowd.deploy(ACME, TWO_STEPS).await;
+    let (_, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/runs",
+            Some(ACME),
+            Some(json!({ "workflow": "digest", "input": { "text": "t" } })),
+        )
+        .await;
+    let run = body["run_id"].as_str().unwrap().to_string();
+    assert_eq!(flowd.settled(&run, ACME).await["status"], "completed");
+    let metrics = flowd.metrics().await;
+    assert!(
+        metrics.contains(r#"flow_llm_semaphore_fail_open_total{account="acme"} 2"#),
+        "{metrics}"
+    );
+}

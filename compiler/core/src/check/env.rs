@@ -381,7 +381,7 @@ fn check_prompt(
             )
             .label("not a declared input");
             if let Some(best) = did_you_mean(&name.text, names.clone()) {
-                diagnostic = diagnostic.hint(format!("did you mean `{best}`?"));
+                diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
             }
             diagnostic = if input.is_empty() {
                 diagnostic.hint("the recipe declares no inputs; add `input { ... }`")
@@ -536,7 +536,7 @@ fn resolve_with(
                     )
                     .label("not a type");
                     if let Some(best) = did_you_mean(other, candidates.clone()) {
-                        diagnostic = diagnostic.hint(format!("did you mean `{best}`?"));
+                        diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
                     }
                     diagnostic = diagnostic.hint(format!(
                         "the types in scope are {}",

@@ -83,6 +83,17 @@ pub struct WorkflowInfo {
     /// Every id of the workflow; its index is the step's slot in the plan.
     pub steps: Vec<StepInfo>,
     pub timeout_ms: u64,
+    /// Every `for` loop with the type of its items, for editors: the checker
+    /// knows `loop_item`'s type only while it is inside the loop.
+    pub loops: Vec<LoopInfo>,
+}
+
+#[derive(Debug, Clone)]
+pub struct LoopInfo {
+    pub id: String,
+    /// The whole `for` statement, as in [`Container::LoopBody`].
+    pub span: Span,
+    pub item: Ty,
 }
 
 impl WorkflowInfo {
@@ -99,7 +110,7 @@ pub(crate) const DEFAULT_ATTEMPTS: i64 = 3;
 /// would only queue on the account's concurrency limit.
 const MAX_ATTEMPTS: i64 = 100;
 const MAX_CONCURRENCY: i64 = 1000;
-const ROOTS: &[&str] = &[
+pub(crate) const ROOTS: &[&str] = &[
     "workflow_input",
     "step",
     "loop_item",
@@ -129,7 +140,7 @@ pub(crate) fn error_ty() -> Ty {
     ])
 }
 
-fn approval_params() -> Vec<(String, Ty)> {
+pub(crate) fn approval_params() -> Vec<(String, Ty)> {
     vec![
         ("approvers".into(), Ty::list(Ty::String)),
         ("message".into(), Ty::String),
@@ -145,7 +156,7 @@ fn approval_params() -> Vec<(String, Ty)> {
     ]
 }
 
-fn kb_write_params() -> Vec<(String, Ty)> {
+pub(crate) fn kb_write_params() -> Vec<(String, Ty)> {
     vec![
         ("title".into(), Ty::String),
         ("content".into(), Ty::String),
@@ -153,7 +164,7 @@ fn kb_write_params() -> Vec<(String, Ty)> {
     ]
 }
 
-fn handoff_params() -> Vec<(String, Ty)> {
+pub(crate) fn handoff_params() -> Vec<(String, Ty)> {
     vec![
         ("message".into(), Ty::String),
         ("subject".into(), Ty::String.optional()),
@@ -180,6 +191,7 @@ pub(crate) fn check_workflow(
         by_id: HashMap::new(),
         containers: Vec::new(),
         loops: Vec::new(),
+        loop_infos: Vec::new(),
         error_in_scope: false,
         workflow_timeout_ms: DEFAULT_WORKFLOW_TIMEOUT_MS,
         input: Ty::record(input.clone()),
@@ -200,7 +212,7 @@ pub(crate) fn check_workflow(
             .label("not a durability mode")
             .hint("`durability full` journals every step before dependants run (the default); `durability approval` persists only at pauses and at the end");
         if let Some(best) = did_you_mean(&mode.text, ["full", "approval"]) {
-            diagnostic = diagnostic.hint(format!("did you mean `{best}`?"));
+            diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
         }
         checker.diagnostics.push(diagnostic);
     }
@@ -250,6 +262,7 @@ pub(crate) fn check_workflow(
         input,
         timeout_ms: checker.workflow_timeout_ms,
         steps: checker.steps,
+        loops: checker.loop_infos,
     }
 }
 
@@ -265,13 +278,14 @@ struct Checker<'e, 'd> {
     containers: Vec<Container>,
     /// Enclosing loops, outermost first: id and item type.
     loops: Vec<(String, Ty)>,
+    loop_infos: Vec<LoopInfo>,
     error_in_scope: bool,
     workflow_timeout_ms: u64,
     input: Ty,
 }
 
 /// Why a step has not certainly run at a use.
-enum NotRun {
+pub(crate) enum NotRun {
     Later,
     /// The use is inside the loop or parallel block that the id names.
     Unfinished,
@@ -541,6 +555,11 @@ impl Checker<'_, '_> {
                         .hint("leave it out to run iterations one at a time"),
                     );
                 }
+                self.loop_infos.push(LoopInfo {
+                    id: stmt.id.text.clone(),
+                    span: stmt.span,
+                    item: item.clone(),
+                });
                 self.loops.push((stmt.id.text.clone(), item));
                 self.containers.push(Container::LoopBody {
                     id: stmt.id.text.clone(),
@@ -604,7 +623,7 @@ impl Checker<'_, '_> {
                     )
                     .label("no recipe by this name");
                     if let Some(best) = did_you_mean(&recipe.text, names.clone()) {
-                        diagnostic = diagnostic.hint(format!("did you mean `{best}`?"));
+                        diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
                     }
                     diagnostic = if self.env.recipes.is_empty() {
                         diagnostic.hint("no recipe is declared or imported; declare one with `recipe name { ... }` or `import` a file")
@@ -647,7 +666,7 @@ impl Checker<'_, '_> {
                     )
                     .label("no `mcp` declaration by this name");
                     if let Some(best) = did_you_mean(&server.text, names.clone()) {
-                        diagnostic = diagnostic.hint(format!("did you mean `{best}`?"));
+                        diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
                     }
                     diagnostic = if self.env.mcp_servers.is_empty() {
                         diagnostic.hint("declare it: `mcp browser { command \"npx\" args [\"@playwright/mcp\"] }`")
@@ -976,7 +995,7 @@ impl Checker<'_, '_> {
                     if let Some(best) =
                         did_you_mean(name, names.clone().filter(|n| !seen.contains(n)))
                     {
-                        diagnostic = diagnostic.hint(format!("did you mean `{best}`?"));
+                        diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
                         suggested.push(best);
                     }
                     diagnostic = if params.is_empty() {
@@ -1076,7 +1095,9 @@ impl Checker<'_, '_> {
         )
         .label("not a variant");
         if let Some(best) = did_you_mean(text, variants.iter().map(String::as_str)) {
-            diagnostic = diagnostic.hint(format!("did you mean \"{best}\"?"));
+            diagnostic = diagnostic
+                .hint(format!("did you mean \"{best}\"?"))
+                .fix(format!("\"{best}\""));
         }
         self.push(diagnostic);
     }
@@ -1356,7 +1377,7 @@ impl Checker<'_, '_> {
                 if root == "input" {
                     diagnostic = diagnostic.hint("in a workflow, its input is `workflow_input`; `input` is for recipe prompts");
                 } else if let Some(best) = did_you_mean(root, ROOTS.iter().copied()) {
-                    diagnostic = diagnostic.hint(format!("did you mean `{best}`?"));
+                    diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
                 }
                 diagnostic = diagnostic.hint(format!(
                     "references start with {}",
@@ -1400,7 +1421,7 @@ impl Checker<'_, '_> {
                 diagnostic = diagnostic.hint("`loop.<id>` refers to an enclosing `for ... as id` loop, and there is none here");
             } else {
                 if let Some(best) = did_you_mean(&id.text, names.clone()) {
-                    diagnostic = diagnostic.hint(format!("did you mean `{best}`?"));
+                    diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
                 }
                 diagnostic = diagnostic.hint(format!(
                     "the enclosing loops are {}",
@@ -1465,7 +1486,7 @@ impl Checker<'_, '_> {
             let ran: Vec<&str> = self
                 .steps
                 .iter()
-                .filter(|s| self.not_run(s, use_at).is_none())
+                .filter(|s| not_run(s, &self.containers, use_at).is_none())
                 .map(|s| s.id.as_str())
                 .collect();
             let all = self.steps.iter().map(|s| s.id.as_str());
@@ -1477,7 +1498,7 @@ impl Checker<'_, '_> {
             )
             .label("no step has this id");
             if let Some(best) = did_you_mean(&id.text, all) {
-                diagnostic = diagnostic.hint(format!("did you mean `{best}`?"));
+                diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
             }
             diagnostic = if ran.is_empty() {
                 diagnostic.hint("no step has run at this point")
@@ -1490,7 +1511,7 @@ impl Checker<'_, '_> {
             self.push(diagnostic);
             return Ty::Any;
         };
-        let reason = self.not_run(&self.steps[index], use_at);
+        let reason = not_run(&self.steps[index], &self.containers, use_at);
         // The common case, a step that has run and has an output, needs no
         // copy of the step's record.
         if reason.is_none()
@@ -1607,69 +1628,6 @@ impl Checker<'_, '_> {
         })
     }
 
-    /// Why `step` has not certainly run at byte offset `use_at`, if it has not.
-    fn not_run(&self, step: &StepInfo, use_at: u32) -> Option<NotRun> {
-        let mut shared = 0;
-        while shared < step.containers.len()
-            && shared < self.containers.len()
-            && step.containers[shared] == self.containers[shared]
-        {
-            shared += 1;
-        }
-        let use_containers = &self.containers[shared..];
-        if use_containers
-            .iter()
-            .any(|c| matches!(c, Container::Fallback { step: failed, .. } if *failed == step.id))
-        {
-            return Some(NotRun::OwnFallback);
-        }
-        if matches!(step.kind, StepKind::Loop | StepKind::Parallel)
-            && use_containers.iter().any(|c| match c {
-                Container::LoopBody { id, .. } => *id == step.id,
-                Container::ParallelBranch { parallel, .. } => *parallel == step.id,
-                _ => false,
-            })
-        {
-            return Some(NotRun::Unfinished);
-        }
-        // The workflow's handler runs after a failure anywhere, wherever it is written.
-        let in_handler = |containers: &[Container]| {
-            containers
-                .iter()
-                .any(|c| matches!(c, Container::WorkflowHandler { .. }))
-        };
-        if in_handler(use_containers) && !in_handler(&step.containers) {
-            return Some(NotRun::InHandler);
-        }
-        if let (
-            Some(Container::IfBranch { span, .. }),
-            Some(Container::IfBranch { span: use_span, .. }),
-        ) = (step.containers.get(shared), self.containers.get(shared))
-            && span == use_span
-        {
-            return Some(NotRun::OtherIfBranch(*span));
-        }
-        if step.span.end > use_at {
-            // A sibling parallel branch written later is not "later": it runs alongside.
-            return match step.containers.get(shared) {
-                Some(container @ Container::ParallelBranch { span, .. }) if span.end > use_at => {
-                    Some(NotRun::Container(container.clone()))
-                }
-                _ => Some(NotRun::Later),
-            };
-        }
-        for container in &step.containers[shared..] {
-            match container {
-                Container::ParallelBranch { span, .. } if span.end <= use_at => {}
-                other => return Some(NotRun::Container(other.clone())),
-            }
-        }
-        if step.may_fail {
-            return Some(NotRun::MayFail);
-        }
-        None
-    }
-
     /// Follows `segments` through `ty`, reporting the first step that fails.
     fn walk(
         &mut self,
@@ -1741,7 +1699,8 @@ impl Checker<'_, '_> {
                             )
                             .label("unknown field");
                             if let Some(best) = did_you_mean(&name.text, names.clone()) {
-                                diagnostic = diagnostic.hint(format!("did you mean `{best}`?"));
+                                diagnostic =
+                                    diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
                             }
                             diagnostic = if fields.is_empty() {
                                 diagnostic.hint(format!("{} has no fields", describe(previous)))
@@ -1784,6 +1743,71 @@ impl Checker<'_, '_> {
         }
         if absent { ty.optional() } else { ty }
     }
+}
+
+/// Why `step` has not certainly run at byte offset `use_at`, inside
+/// `containers` (outermost first), if it has not. The editor asks the same
+/// question at the cursor to offer only the steps a reference may use.
+pub(crate) fn not_run(step: &StepInfo, containers: &[Container], use_at: u32) -> Option<NotRun> {
+    let mut shared = 0;
+    while shared < step.containers.len()
+        && shared < containers.len()
+        && step.containers[shared] == containers[shared]
+    {
+        shared += 1;
+    }
+    let use_containers = &containers[shared..];
+    if use_containers
+        .iter()
+        .any(|c| matches!(c, Container::Fallback { step: failed, .. } if *failed == step.id))
+    {
+        return Some(NotRun::OwnFallback);
+    }
+    if matches!(step.kind, StepKind::Loop | StepKind::Parallel)
+        && use_containers.iter().any(|c| match c {
+            Container::LoopBody { id, .. } => *id == step.id,
+            Container::ParallelBranch { parallel, .. } => *parallel == step.id,
+            _ => false,
+        })
+    {
+        return Some(NotRun::Unfinished);
+    }
+    // The workflow's handler runs after a failure anywhere, wherever it is written.
+    let in_handler = |containers: &[Container]| {
+        containers
+            .iter()
+            .any(|c| matches!(c, Container::WorkflowHandler { .. }))
+    };
+    if in_handler(use_containers) && !in_handler(&step.containers) {
+        return Some(NotRun::InHandler);
+    }
+    if let (
+        Some(Container::IfBranch { span, .. }),
+        Some(Container::IfBranch { span: use_span, .. }),
+    ) = (step.containers.get(shared), containers.get(shared))
+        && span == use_span
+    {
+        return Some(NotRun::OtherIfBranch(*span));
+    }
+    if step.span.end > use_at {
+        // A sibling parallel branch written later is not "later": it runs alongside.
+        return match step.containers.get(shared) {
+            Some(container @ Container::ParallelBranch { span, .. }) if span.end > use_at => {
+                Some(NotRun::Container(container.clone()))
+            }
+            _ => Some(NotRun::Later),
+        };
+    }
+    for container in &step.containers[shared..] {
+        match container {
+            Container::ParallelBranch { span, .. } if span.end <= use_at => {}
+            other => return Some(NotRun::Container(other.clone())),
+        }
+    }
+    if step.may_fail {
+        return Some(NotRun::MayFail);
+    }
+    None
 }
 
 /// The type of `a ?? b` when `b` fits `a`'s inner type.

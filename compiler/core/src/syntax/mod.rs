@@ -5,4 +5,5 @@ mod fast;
 mod parse;
 mod template;
 
+pub(crate) use parse::KEYWORDS;
 pub use parse::parse;

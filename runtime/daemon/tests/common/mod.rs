@@ -10,6 +10,8 @@ pub(crate) struct Flowd {
     pub(crate) child: std::process::Child,
     pub(crate) url: String,
     pub(crate) client: reqwest::Client,
+    /// What flowd said on stderr before it listened (warnings).
+    pub(crate) startup: String,
 }
 
 /// Acme comes last: a test may add tables of its own (`[accounts.departments]`).
@@ -43,14 +45,16 @@ impl Flowd {
             .expect("flowd starts");
         let mut stderr = BufReader::new(child.stderr.take().unwrap());
         let mut line = String::new();
+        let mut startup = String::new();
         let address = loop {
             line.clear();
             if stderr.read_line(&mut line).unwrap_or(0) == 0 {
-                panic!("flowd exited before listening");
+                panic!("flowd exited before listening:\n{startup}");
             }
             if let Some(found) = line.trim().strip_prefix("flowd: listening on ") {
                 break found.to_string();
             }
+            startup.push_str(&line);
         };
         // Keep reading stderr so that flowd never blocks on a full pipe.
         std::thread::spawn(move || for _ in stderr.lines() {});
@@ -58,6 +62,7 @@ impl Flowd {
             child,
             url: format!("http://{address}"),
             client: reqwest::Client::new(),
+            startup,
         }
     }
 

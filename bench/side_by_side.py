@@ -1,0 +1,227 @@
+"""Runs flow's benchmarks and its peers' (LangGraph, DBOS) on the same
+workflow shapes, alternating them, and writes the table into
+docs/benchmarks.md between its markers. Called by bench/run.
+
+Every figure is the median of the repetitions, with their min-max; each
+peer's figure also as a ratio to flow's. The disk's fsync time is measured
+first: with full durability it bounds how often a commit can happen.
+"""
+
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+PYTHON = sys.executable
+QUICK = "--quick" in sys.argv
+REPS = 1 if QUICK else 3
+
+START = "<!-- side-by-side:start -->"
+END = "<!-- side-by-side:end -->"
+
+
+def run(command, **kwargs):
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, **kwargs)
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(command)} failed:\n{done.stdout}\n{done.stderr}")
+    return done.stdout
+
+
+def ours(benchmark):
+    """flow's `runs` bench, one benchmark, its markdown row."""
+    args = ["cargo", "bench", "-q", "-p", "flow-runtime", "--bench", "runs", "--"]
+    if QUICK:
+        args.append("--quick")
+    row = [line for line in run(args + ["--only", benchmark]).splitlines() if line.startswith("|")]
+    if not row:
+        sys.exit(f"flow's bench {benchmark} printed no row")
+    return row[0]
+
+
+def ours_only():
+    """flow's benchmarks that have no peer here, as their rows: B4 (a crash
+    and restart), B5 (the Redis limit), B6 (the checker)."""
+    quick = ["--quick"] if QUICK else []
+    rows = [line for line in run(["cargo", "bench", "-q", "-p", "flow-runtime", "--bench", "runs", "--", *quick, "--only", "b4"]).splitlines() if line.startswith("| B4")]
+    rows += [line for line in run(["cargo", "bench", "-q", "-p", "flow-runtime", "--bench", "limit", "--", *quick]).splitlines() if line.startswith("| B5")]
+    rows += [
+        "| B6 " + line[2:]
+        for line in run(["cargo", "bench", "-q", "-p", "flow-compiler", "--bench", "check", "--", *quick]).splitlines()
+        if line.startswith("| one workflow") or line.startswith("| 1000 files") or line.startswith("| 50 files")
+    ]
+    return rows
+
+
+def peer(script, benchmark, size):
+    output = run([PYTHON, os.path.join("bench", "peers", script), benchmark, str(size)])
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def number(pattern, text):
+    found = re.search(pattern, text)
+    if not found:
+        sys.exit(f"no `{pattern}` in: {text}")
+    return float(found.group(1))
+
+
+def fsync_us():
+    """The disk's fsync time, as SQLite would pay it: 4 KiB written, synced."""
+    times = []
+    with tempfile.NamedTemporaryFile(dir=ROOT) as handle:
+        for _ in range(50 if QUICK else 500):
+            handle.write(b"x" * 4096)
+            handle.flush()
+            started = time.perf_counter()
+            os.fsync(handle.fileno())
+            times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1e6
+
+
+def cold_start_ms(command, runs):
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        run(command)
+        times.append((time.perf_counter() - started) * 1e3)
+    return times
+
+
+def spread(values):
+    return statistics.median(values), min(values), max(values)
+
+
+def cell(values, unit, digits=0):
+    middle, low, high = spread(values)
+    return f"{middle:,.{digits}f} {unit} ({low:,.{digits}f} – {high:,.{digits}f})"
+
+
+def main():
+    fsync = fsync_us()
+    print(f"fsync: {fsync:.0f} µs", file=sys.stderr)
+    b1_runs = 50 if QUICK else 1000
+    b2_items = 1000 if QUICK else 10000
+    b3_runs = 100 if QUICK else 2000
+    flow_b1, langgraph_b1, dbos_b1 = [], [], []
+    flow_b2, langgraph_b2 = [], []
+    flow_b3, langgraph_b3 = [], []
+    for rep in range(REPS):
+        print(f"repetition {rep + 1} of {REPS}", file=sys.stderr)
+        # Alternated: ours, then each peer, so that the machine's state
+        # drifts over all of them alike.
+        flow_b1.append(number(r"\| ([0-9.]+) steps/s", ours("b1")))
+        langgraph_b1.append(peer("langgraph_bench.py", "b1", b1_runs)["steps_per_second"])
+        dbos_b1.append(peer("dbos_bench.py", "b1", b1_runs)["steps_per_second"])
+        flow_b2.append(number(r"\| ([0-9.]+) µs/step", ours("b2")))
+        langgraph_b2.append(peer("langgraph_bench.py", "b2", b2_items)["us_per_step"])
+        row = ours("b3")
+        parked_runs = number(r"park ([0-9]+) runs", row)
+        # Rates, runs per second: the two sides park different counts. Two
+        # decimals of a quick run can read 0.00 s: at least 5 ms.
+        flow_b3.append(
+            (
+                parked_runs / max(number(r"park ([0-9.]+) s", row), 0.005),
+                parked_runs / max(number(r"resume ([0-9.]+) s", row), 0.005),
+            )
+        )
+        answer = peer("langgraph_bench.py", "b3", b3_runs)
+        langgraph_b3.append((b3_runs / answer["park_seconds"], b3_runs / answer["resume_seconds"]))
+
+    workdir = tempfile.mkdtemp()
+    with open(os.path.join(workdir, "one.flow"), "w") as source:
+        source.write(
+            'recipe r { model "m" input { q: string } output { a: string } prompt "{{input.q}}" }\n'
+            "workflow one {\n  step s = r { q: \"x\" }\n}\n"
+        )
+    with open(os.path.join(workdir, "in.json"), "w") as handle:
+        handle.write("{}")
+    starts = 3 if QUICK else 10
+    flow_b8 = cold_start_ms(
+        [
+            os.path.join(TARGET, "release", "flow"),
+            "run",
+            os.path.join(workdir, "one.flow"),
+            "--input",
+            os.path.join(workdir, "in.json"),
+            "--db",
+            os.path.join(workdir, "b8.db"),
+            "--json",
+        ],
+        starts,
+    )
+    import_b8 = cold_start_ms([PYTHON, "-c", "import langgraph"], starts)
+    langgraph_b8 = cold_start_ms([PYTHON, os.path.join("bench", "peers", "langgraph_bench.py"), "b8"], starts)
+
+    def ratio(ours_values, theirs_values, higher_is_better=True):
+        a, b = statistics.median(ours_values), statistics.median(theirs_values)
+        return f"{(a / b if higher_is_better else b / a):,.1f}×"
+
+    rows = [
+        f"| B1 {b1_runs} runs × 10 steps, full durability | {cell(flow_b1, 'steps/s')} "
+        f"| LangGraph {cell(langgraph_b1, 'steps/s')}; DBOS {cell(dbos_b1, 'steps/s')} "
+        f"| {ratio(flow_b1, langgraph_b1)} LangGraph, {ratio(flow_b1, dbos_b1)} DBOS "
+        f"| {statistics.median(flow_b1) * fsync / 1e6:,.1f} steps per fsync time |",
+        f"| B2 one run, loop of {b2_items:,} items, in memory | {cell(flow_b2, 'µs/step', 2)} "
+        f"| LangGraph {cell(langgraph_b2, 'µs/step', 1)} | {ratio(flow_b2, langgraph_b2, False)} | – |",
+        f"| B3 park runs at an approval, then resume them all (LangGraph: {b3_runs:,} runs) "
+        f"| park {cell([p for p, _ in flow_b3], 'runs/s')}, resume {cell([r for _, r in flow_b3], 'runs/s')} "
+        f"| LangGraph park {cell([p for p, _ in langgraph_b3], 'runs/s')}, resume {cell([r for _, r in langgraph_b3], 'runs/s')} "
+        f"| {ratio([p for p, _ in flow_b3], [p for p, _ in langgraph_b3])} parking, "
+        f"{ratio([r for _, r in flow_b3], [r for _, r in langgraph_b3])} resuming | – |",
+        f"| B8 cold start to a 1-step run completed | `flow run` {cell(flow_b8, 'ms', 1)} "
+        f"| `import langgraph` {cell(import_b8, 'ms', 1)}; a 1-step LangGraph run {cell(langgraph_b8, 'ms', 1)} "
+        f"| {ratio(flow_b8, langgraph_b8, False)} | – |",
+    ]
+    cpu = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as info:
+            cpu = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    table = "\n".join(
+        [
+            START,
+            f"Measured {date.today().isoformat()} by `bench/run` on {os.cpu_count()} cores ({cpu}), "
+            f"{platform.system()} {platform.release()}, Python {platform.python_version()}; "
+            f"the disk's fsync: {fsync:,.0f} µs. Median of {REPS} alternated repetitions (min – max).",
+            "",
+            "| benchmark | flow | peers | flow's lead | against the disk |",
+            "|---|---|---|---|---|",
+            *rows,
+            END,
+        ]
+    )
+    alone = ours_only()
+    table = table.replace(
+        END,
+        "\nflow's benchmarks with no peer here (one run each; their own sections below have more):\n\n"
+        # Each bench prints its own columns: listed, not tabled.
+        + "\n".join("- " + " · ".join(c.strip() for c in row.strip("|").split("|")) for row in alone)
+        + "\n"
+        + END,
+    )
+    print(table)
+    if QUICK:
+        return
+    path = os.path.join(ROOT, "docs", "benchmarks.md")
+    with open(path) as handle:
+        text = handle.read()
+    if START in text and END in text:
+        before, rest = text.split(START, 1)
+        _, after = rest.split(END, 1)
+        text = before + table + after
+    else:
+        text = text.rstrip() + "\n\n## Side by side: flow, LangGraph and DBOS\n\n" + table + "\n"
+    with open(path, "w") as handle:
+        handle.write(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,539 @@
+//! Completion: the names that may go at the cursor.
+//!
+//! The position is classified from the text around the cursor (see
+//! `cursor.rs`); the names come from the analysis: the steps that have
+//! certainly run at the cursor, the fields of the type a path has reached,
+//! recipes and their inputs, types, keywords. When the file has a syntax
+//! error, the caller's analysis may lack the construct being typed, so the
+//! query re-checks a repaired copy of the text (a placeholder name at the
+//! cursor, the open reference, string and brackets of its line closed).
+
+use crate::Checked;
+use crate::check::{StepInfo, StepKind, Ty, approval_params, handoff_params, kb_write_params};
+use crate::codes::Code;
+use crate::diagnostic::{FileId, Span};
+use crate::ide::cursor::{self, Lexical};
+use crate::ide::scope::{Scope, Seg, walk};
+use crate::syntax::ast::Item;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CompletionKind {
+    Step,
+    Field,
+    /// An enum variant, inserted as a string literal.
+    Variant,
+    /// An input of the recipe or step kind being called.
+    Argument,
+    Recipe,
+    McpServer,
+    Loop,
+    /// A reference root: `workflow_input`, `step`, `loop_item`, ...
+    Root,
+    Type,
+    Keyword,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Completion {
+    pub label: String,
+    pub kind: CompletionKind,
+    /// A one-line description: a type, a step's kind and output.
+    pub detail: String,
+    /// The text to insert when it differs from the label.
+    pub insert: Option<String>,
+}
+
+/// The candidates and the span of source text they replace.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Completions {
+    pub replace: Span,
+    pub items: Vec<Completion>,
+}
+
+const TOP_LEVEL: &[&str] = &["import", "type", "recipe", "mcp", "workflow"];
+const STATEMENTS: &[&str] = &["step", "if", "for", "parallel"];
+const WORKFLOW_SETTINGS: &[&str] = &["input", "timeout", "context", "durability", "on_error"];
+const STEP_OPTIONS: &[&str] = &["retry", "timeout", "on_error", "idempotency"];
+const RECIPE_MEMBERS: &[&str] = &["model", "input", "output", "prompt", "context"];
+const MCP_MEMBERS: &[&str] = &["command", "args", "url", "env"];
+const BUILTIN_TYPES: &[&str] = &["string", "int", "float", "bool", "json", "list"];
+
+/// The completions at byte `offset` of the root file of `checked`.
+///
+/// `recheck` checks another text in place of the root file (with the same
+/// imports); it is called only when the root file has a syntax error.
+pub fn completions(
+    checked: &Checked,
+    offset: u32,
+    recheck: &mut dyn FnMut(&str) -> Checked,
+) -> Completions {
+    let Some(root) = checked.files.first() else {
+        return Completions::default();
+    };
+    let offset = cursor::floor_boundary(&root.text, offset as usize);
+    let broken = checked.diagnostics.iter().any(|d| {
+        d.primary.file == FileId(0)
+            && matches!(d.code, Code::Syntax | Code::Template | Code::TooDeep)
+    });
+    if broken {
+        let repaired = recheck(&cursor::repair(&root.text, offset));
+        complete_in(&repaired, &root.text, offset)
+    } else {
+        complete_in(checked, &root.text, offset)
+    }
+}
+
+/// Completes at `offset` of `text`, with `checked` an analysis of `text` or
+/// of its repaired copy (which agrees with `text` before the cursor).
+fn complete_in(checked: &Checked, text: &str, offset: usize) -> Completions {
+    let state = cursor::scan(text, offset);
+    let (start, typed) = cursor::path_before(text, offset);
+    let replace_from = typed.rfind('.').map_or(start, |dot| start + dot + 1);
+    let mut out = Completions {
+        replace: Span::new(replace_from, offset),
+        items: Vec::new(),
+    };
+    let scope = Scope::at(checked, offset as u32);
+    match state.lexical {
+        Lexical::Comment | Lexical::String { .. } => {}
+        Lexical::Template { .. } => {
+            if let Some(scope) = &scope {
+                reference(scope, typed, &mut out.items);
+            } else if let Some(recipe) = recipe_at(checked, offset) {
+                prompt_reference(checked, &recipe, typed, &mut out.items);
+            }
+        }
+        Lexical::Code => code(
+            checked,
+            text,
+            offset,
+            start,
+            typed,
+            &state,
+            scope.as_ref(),
+            &mut out.items,
+        ),
+    }
+    // Most specific first, then alphabetical, as editors show them.
+    out.items
+        .sort_by(|a, b| (a.kind, &a.label).cmp(&(b.kind, &b.label)));
+    out.items
+        .dedup_by(|a, b| a.label == b.label && a.kind == b.kind);
+    out
+}
+
+/// A reference being typed, in a template or as a bare value: roots before
+/// the first dot, then the members of whatever the path has reached.
+fn reference(scope: &Scope<'_>, typed: &str, items: &mut Vec<Completion>) {
+    let Some((head, _partial)) = typed.rsplit_once('.') else {
+        for (root, detail) in scope.roots() {
+            items.push(simple(root, CompletionKind::Root, detail));
+        }
+        return;
+    };
+    let mut parts = head.split(['.', '?']).filter(|p| !p.is_empty());
+    let Some(root) = parts.next() else { return };
+    let segments: Vec<Seg> = parts.flat_map(segments_of).collect();
+    match (root, segments.as_slice()) {
+        ("step", []) => {
+            for step in scope.ran_steps() {
+                items.push(step_item(step));
+            }
+        }
+        ("loop", []) => {
+            for info in scope.loops() {
+                items.push(simple(
+                    &info.id,
+                    CompletionKind::Loop,
+                    &format!("loop over `{}`", info.item),
+                ));
+            }
+        }
+        _ => {
+            if let Some(ty) = scope.resolve(root, &segments) {
+                fields(&ty, items);
+            }
+        }
+    }
+}
+
+/// `name[0][1]` as a field and two indices.
+fn segments_of(part: &str) -> Vec<Seg> {
+    let mut pieces = part.split('[');
+    let mut segments = Vec::new();
+    if let Some(name) = pieces.next()
+        && !name.is_empty()
+    {
+        segments.push(Seg::Field(name.to_string()));
+    }
+    segments.extend(pieces.map(|_| Seg::Index));
+    segments
+}
+
+fn fields(ty: &Ty, items: &mut Vec<Completion>) {
+    if let Ty::Record(fields) = ty.required() {
+        for (name, field) in fields.iter() {
+            items.push(simple(name, CompletionKind::Field, &field.to_string()));
+        }
+    }
+}
+
+fn step_item(step: &StepInfo) -> Completion {
+    let kind = match &step.kind {
+        StepKind::Recipe(recipe) => format!("recipe `{recipe}`"),
+        StepKind::Approval => "approval".to_string(),
+        StepKind::KbWrite => "kb_write".to_string(),
+        StepKind::Handoff => "handoff".to_string(),
+        StepKind::Browser { server, tool } => format!("browser `{server}.{tool}`"),
+        StepKind::Loop => "loop".to_string(),
+        StepKind::Parallel => "parallel".to_string(),
+    };
+    let output = step
+        .output
+        .as_ref()
+        .map_or("no output".to_string(), Ty::to_string);
+    simple(
+        &step.id,
+        CompletionKind::Step,
+        &format!("{kind} → {output}"),
+    )
+}
+
+fn simple(label: &str, kind: CompletionKind, detail: &str) -> Completion {
+    Completion {
+        label: label.to_string(),
+        kind,
+        detail: detail.to_string(),
+        insert: None,
+    }
+}
+
+fn keywords(words: &[&str], items: &mut Vec<Completion>) {
+    for word in words {
+        items.push(simple(word, CompletionKind::Keyword, "keyword"));
+    }
+}
+
+/// The recipe whose declaration spans `offset`, for `{{input.x}}` in a prompt.
+fn recipe_at(checked: &Checked, offset: usize) -> Option<String> {
+    checked
+        .files
+        .first()?
+        .tree
+        .items
+        .iter()
+        .find_map(|item| match item {
+            Item::Recipe(recipe) if recipe.span.contains(offset as u32) => {
+                Some(recipe.name.text.clone())
+            }
+            _ => None,
+        })
+}
+
+fn prompt_reference(checked: &Checked, recipe: &str, typed: &str, items: &mut Vec<Completion>) {
+    let Some(info) = checked.analysis.env.recipes.get(recipe) else {
+        return;
+    };
+    match typed.rsplit_once('.') {
+        None => items.push(simple("input", CompletionKind::Root, "the recipe's input")),
+        Some((head, _)) => {
+            let mut parts = head.split(['.', '?']).filter(|p| !p.is_empty());
+            if parts.next() != Some("input") {
+                return;
+            }
+            let segments: Vec<Seg> = parts.flat_map(segments_of).collect();
+            if let Some(ty) = walk(Ty::record(info.input.clone()), &segments) {
+                fields(&ty, items);
+            }
+        }
+    }
+}
+
+/// A position in code: a name being typed where a reference, a callee, a
+/// type, an argument name or a keyword may go.
+#[allow(clippy::too_many_arguments)] // reason: the classified position, passed on rather than re-derived
+fn code(
+    checked: &Checked,
+    text: &str,
+    offset: usize,
+    start: usize,
+    typed: &str,
+    state: &cursor::Cursor,
+    scope: Option<&Scope<'_>>,
+    items: &mut Vec<Completion>,
+) {
+    let env = &checked.analysis.env;
+    let previous = cursor::previous_byte(text, start);
+    let enclosing = state.open.last().copied();
+    let head = |at: usize| cursor::words_before(text, at, 3);
+
+    // `server.` in a step call: the tools are not known without `flow.lock`.
+    if typed.contains('.') {
+        let root = typed.split(['.', '?']).next().unwrap_or_default();
+        if let Some(scope) = scope
+            && !env.mcp_servers.contains_key(root)
+        {
+            reference(scope, typed, items);
+        }
+        return;
+    }
+
+    match previous {
+        // `step id = |`: what a step can call.
+        Some((at, b'='))
+            if head(at).first() == Some(&"step")
+                || head(at).len() == 2 && head(at)[0] == "step" =>
+        {
+            for (name, info) in &env.recipes {
+                items.push(simple(name, CompletionKind::Recipe, &signature(info)));
+            }
+            for name in env.mcp_servers.keys() {
+                items.push(simple(
+                    name,
+                    CompletionKind::McpServer,
+                    "MCP server: `server.tool { ... }`",
+                ));
+            }
+            keywords(&["approval", "kb_write", "handoff"], items);
+        }
+        // `type T = |`, `list<|`, `a | |`, `output |` in a recipe: a type.
+        Some((at, b'=')) if head(at).first() == Some(&"type") => types(checked, items),
+        Some((_, b'<' | b'|'))
+            if in_type(text, enclosing)
+                || previous.is_some_and(|(at, _)| text[..at].trim_end().ends_with("list")) =>
+        {
+            types(checked, items)
+        }
+        Some((_, b':')) if in_type(text, enclosing) => types(checked, items),
+        Some((at, _))
+            if cursor::words_before(text, at + 1, 1) == ["output"]
+                && enclosing.is_some_and(|(brace, _)| head(brace).first() == Some(&"recipe")) =>
+        {
+            types(checked, items)
+        }
+        // A value: after `:` in a record literal, an operator, `if`, `for`, `[`, `(`.
+        Some((_, b':' | b'(' | b'[' | b'!' | b'&' | b'|' | b'?' | b'<' | b'>')) => {
+            value(scope, items)
+        }
+        Some((at, b'=')) if text[..=at].ends_with("==") || text[..=at].ends_with("!=") => {
+            value(scope, items);
+            variants(text, at - 1, scope, items);
+        }
+        Some((_, b',')) if enclosing.is_some_and(|(_, b)| b == b'[') => value(scope, items),
+        Some((at, _))
+            if matches!(
+                cursor::words_before(text, at + 1, 1).as_slice(),
+                ["if" | "for" | "idempotency"]
+            ) =>
+        {
+            value(scope, items)
+        }
+        _ => member(checked, text, offset, enclosing, items),
+    }
+}
+
+/// Names at the start of a member, statement or argument: what the
+/// enclosing brace holds decides.
+fn member(
+    checked: &Checked,
+    text: &str,
+    offset: usize,
+    enclosing: Option<(usize, u8)>,
+    items: &mut Vec<Completion>,
+) {
+    let Some((brace, b'{')) = enclosing else {
+        if enclosing.is_none() {
+            keywords(TOP_LEVEL, items);
+        }
+        return;
+    };
+    let words = cursor::words_before(text, brace, 3);
+    match words.as_slice() {
+        [.., "recipe", _] => keywords(RECIPE_MEMBERS, items),
+        [.., "mcp", _] => keywords(MCP_MEMBERS, items),
+        [.., "workflow", _] => {
+            keywords(STATEMENTS, items);
+            keywords(WORKFLOW_SETTINGS, items);
+            keywords(&["output"], items);
+            after_step(text, offset, items);
+        }
+        [.., "parallel", _] => keywords(&["branch"], items),
+        _ if step_callee(text, brace).is_some() => {
+            let callee = step_callee(text, brace).unwrap_or_default();
+            arguments(checked, text, brace, offset, callee, items)
+        }
+        _ => {
+            // A block of statements: `if ... {`, `else {`, `as id {`, `branch b {`, `fallback {`.
+            keywords(STATEMENTS, items);
+            after_step(text, offset, items);
+        }
+    }
+}
+
+/// Options after a step's closing brace on the same statement.
+fn after_step(text: &str, offset: usize, items: &mut Vec<Completion>) {
+    if let Some((_, b'}')) = cursor::previous_byte(text, cursor::path_before(text, offset).0) {
+        keywords(STEP_OPTIONS, items);
+    }
+}
+
+/// The callee of the step call whose argument list opens at `brace`:
+/// `step id = recipe {`, `approval {`, `kb_write "c" {`, `handoff "d" {`.
+fn step_callee(text: &str, brace: usize) -> Option<&str> {
+    let line_start = text[..brace].rfind('\n').map_or(0, |i| i + 1);
+    let head = text[line_start..brace].trim();
+    let rest = head.strip_prefix("step")?.trim_start();
+    let (_, call) = rest.split_once('=')?;
+    let call = call.trim();
+    let callee = call.split(|c: char| c.is_whitespace() || c == '"').next()?;
+    (is_name(callee) && !callee.is_empty()).then_some(callee)
+}
+
+fn is_name(word: &str) -> bool {
+    word.bytes().all(cursor::is_name_byte)
+}
+
+/// The inputs of the callee that the argument list does not give yet.
+fn arguments(
+    checked: &Checked,
+    text: &str,
+    brace: usize,
+    offset: usize,
+    callee: &str,
+    items: &mut Vec<Completion>,
+) {
+    let params: Vec<(String, Ty)> = match callee {
+        "approval" => approval_params(),
+        "kb_write" => kb_write_params(),
+        "handoff" => handoff_params(),
+        recipe => match checked.analysis.env.recipes.get(recipe) {
+            Some(info) => info.input.clone(),
+            None => return,
+        },
+    };
+    let given = given_fields(&text[brace + 1..offset.max(brace + 1)]);
+    for (name, ty) in params {
+        if !given.contains(&name.as_str()) {
+            items.push(Completion {
+                label: name.clone(),
+                kind: CompletionKind::Argument,
+                detail: ty.to_string(),
+                insert: Some(format!("{name}: ")),
+            });
+        }
+    }
+}
+
+/// The field names already written at the top level of a record literal.
+fn given_fields(body: &str) -> Vec<&str> {
+    let bytes = body.as_bytes();
+    let mut names = Vec::new();
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut word_start = None;
+    for (i, b) in bytes.iter().enumerate() {
+        match b {
+            b'"' => in_string = !in_string,
+            _ if in_string => {}
+            b'{' | b'[' | b'(' => depth += 1,
+            b'}' | b']' | b')' => depth = depth.saturating_sub(1),
+            b':' if depth == 0 => {
+                if let Some(start) = word_start {
+                    let name = body[start..i].trim();
+                    if is_name(name) && !name.is_empty() {
+                        names.push(name);
+                    }
+                }
+            }
+            b',' | b'\n' if depth == 0 => word_start = Some(i + 1),
+            _ => {}
+        }
+        if i == 0 && word_start.is_none() {
+            word_start = Some(0);
+        }
+    }
+    names
+}
+
+/// A value position: reference roots, and literals.
+fn value(scope: Option<&Scope<'_>>, items: &mut Vec<Completion>) {
+    if let Some(scope) = scope {
+        for (root, detail) in scope.roots() {
+            items.push(simple(root, CompletionKind::Root, detail));
+        }
+    }
+    keywords(&["true", "false", "null"], items);
+}
+
+/// After `path ==`: the variants of the path's enum type, as literals.
+fn variants(text: &str, operator: usize, scope: Option<&Scope<'_>>, items: &mut Vec<Completion>) {
+    let Some(scope) = scope else { return };
+    let end = text[..operator].trim_end().len();
+    let (_, path) = cursor::path_before(text, end);
+    let mut parts = path.split(['.', '?']).filter(|p| !p.is_empty());
+    let Some(root) = parts.next() else { return };
+    let segments: Vec<Seg> = parts.flat_map(segments_of).collect();
+    if let Some(Ty::Enum(names)) = scope.resolve(root, &segments).as_ref().map(Ty::required) {
+        for name in names.iter() {
+            items.push(Completion {
+                label: format!("\"{name}\""),
+                kind: CompletionKind::Variant,
+                detail: format!("variant of `{path}`"),
+                insert: None,
+            });
+        }
+    }
+}
+
+fn types(checked: &Checked, items: &mut Vec<Completion>) {
+    for name in BUILTIN_TYPES {
+        items.push(simple(name, CompletionKind::Type, "built-in type"));
+    }
+    for (name, ty) in &checked.analysis.env.types {
+        items.push(simple(name, CompletionKind::Type, &ty.to_string()));
+    }
+}
+
+/// Whether the brace around the cursor holds field declarations of a type
+/// (`input {`, `output {`, `type T = {`, a record type nested in one).
+fn in_type(text: &str, enclosing: Option<(usize, u8)>) -> bool {
+    let Some((brace, b'{')) = enclosing else {
+        return false;
+    };
+    let words = cursor::words_before(text, brace, 1);
+    if matches!(words.as_slice(), ["input" | "output"]) {
+        return true;
+    }
+    // `type T = {` or a record type as a field's type (`a: {`).
+    matches!(
+        cursor::previous_byte(text, brace),
+        Some((_, b'=' | b':' | b'<' | b'|'))
+    ) && cursor::scan(text, brace)
+        .open
+        .last()
+        .is_some_and(|outer| in_type(text, Some(*outer)))
+        || cursor::words_before(text, brace, 3).first() == Some(&"type")
+}
+
+/// `recipe(input { ... }) -> output` for a completion's detail line.
+pub(crate) fn signature(info: &crate::check::RecipeInfo) -> String {
+    let inputs: Vec<String> = info
+        .input
+        .iter()
+        .map(|(n, t)| format!("{n}: {t}"))
+        .collect();
+    format!("({}) → {}", inputs.join(", "), info.output)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn given_fields_are_found_at_the_top_level_only() {
+        assert_eq!(
+            given_fields(" a: 1, b: { c: 2 }\n d: \"e: f\", "),
+            vec!["a", "b", "d"]
+        );
+    }
+}

@@ -1,0 +1,328 @@
+//! What surrounds the cursor in the text itself: inside a comment, a string or
+//! a `{{ ... }}` reference, which brackets are open, and the path being typed.
+//!
+//! This is read from the text rather than the syntax tree because the text at
+//! the cursor is usually unfinished: `{{step.` has no closing braces yet and
+//! the parser has skipped it. A single forward scan from the start of the file
+//! is exact about strings and comments, and costs well under a millisecond on
+//! a large file.
+
+/// Where the cursor is, lexically.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lexical {
+    Code,
+    Comment,
+    /// In a string, outside any reference.
+    String {
+        triple: bool,
+    },
+    /// Inside an unclosed `{{` of a string.
+    Template {
+        triple: bool,
+    },
+}
+
+/// The state of the text at the cursor.
+#[derive(Debug, Clone)]
+pub(crate) struct Cursor {
+    pub(crate) lexical: Lexical,
+    /// The brackets open at the cursor outside strings: (byte offset, bracket).
+    pub(crate) open: Vec<(usize, u8)>,
+}
+
+/// Scans `text` up to `offset` (clamped to a character boundary).
+pub(crate) fn scan(text: &str, offset: usize) -> Cursor {
+    let bytes = text.as_bytes();
+    let end = offset.min(bytes.len());
+    let mut open = Vec::new();
+    let mut lexical = Lexical::Code;
+    let mut i = 0;
+    while i < end {
+        let b = bytes[i];
+        match lexical {
+            Lexical::Code => match b {
+                b'/' if bytes.get(i + 1) == Some(&b'/') => {
+                    match memchr_newline(bytes, i) {
+                        Some(newline) if newline < end => i = newline,
+                        _ => {
+                            lexical = Lexical::Comment;
+                            i = end;
+                        }
+                    }
+                    continue;
+                }
+                b'/' if bytes.get(i + 1) == Some(&b'*') => {
+                    match text[i + 2..].find("*/") {
+                        Some(close) if i + 2 + close + 2 <= end => i = i + 2 + close + 2,
+                        _ => {
+                            lexical = Lexical::Comment;
+                            i = end;
+                        }
+                    }
+                    continue;
+                }
+                b'"' => {
+                    let triple = bytes[i..].starts_with(b"\"\"\"");
+                    lexical = Lexical::String { triple };
+                    i += if triple { 3 } else { 1 };
+                    continue;
+                }
+                b'{' | b'[' | b'(' => open.push((i, b)),
+                b'}' | b']' | b')' => {
+                    open.pop();
+                }
+                _ => {}
+            },
+            Lexical::String { triple } | Lexical::Template { triple } => {
+                let in_ref = matches!(lexical, Lexical::Template { .. });
+                if b == b'\\' && !triple {
+                    i += 2;
+                    continue;
+                }
+                if triple && bytes[i..].starts_with(b"\"\"\"") {
+                    lexical = Lexical::Code;
+                    i += 3;
+                    continue;
+                }
+                if !triple && (b == b'"' || b == b'\n') {
+                    // A line break ends an unterminated plain string, as for the parser.
+                    lexical = Lexical::Code;
+                } else if !in_ref && bytes[i..].starts_with(b"{{") {
+                    lexical = Lexical::Template { triple };
+                    i += 2;
+                    continue;
+                } else if in_ref && bytes[i..].starts_with(b"}}") {
+                    lexical = Lexical::String { triple };
+                    i += 2;
+                    continue;
+                }
+            }
+            Lexical::Comment => unreachable!("a comment runs to the cursor"),
+        }
+        i += 1;
+    }
+    Cursor { lexical, open }
+}
+
+fn memchr_newline(bytes: &[u8], from: usize) -> Option<usize> {
+    bytes[from..]
+        .iter()
+        .position(|b| *b == b'\n')
+        .map(|p| from + p)
+}
+
+/// A word character of names and paths.
+pub(crate) fn is_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}
+
+/// The reference path typed just before `offset`: `step.classify?.sum`
+/// gives its start offset and text. Index segments are kept as written.
+pub(crate) fn path_before(text: &str, offset: usize) -> (usize, &str) {
+    let bytes = text.as_bytes();
+    let mut start = offset.min(bytes.len());
+    while start > 0 {
+        let b = bytes[start - 1];
+        if is_name_byte(b) || matches!(b, b'.' | b'?' | b'[' | b']') {
+            start -= 1;
+        } else {
+            break;
+        }
+    }
+    // A path starts with a letter or `_`; skip anything before (`1.5`, `?.`).
+    while start < offset && !(bytes[start].is_ascii_alphabetic() || bytes[start] == b'_') {
+        start += 1;
+    }
+    (start, &text[start..offset.min(bytes.len())])
+}
+
+/// The previous non-blank byte before `offset`, skipping `//` comments is not
+/// needed: completion positions follow code on the same or an earlier line.
+pub(crate) fn previous_byte(text: &str, offset: usize) -> Option<(usize, u8)> {
+    let bytes = text.as_bytes();
+    let mut i = offset.min(bytes.len());
+    while i > 0 {
+        i -= 1;
+        if !bytes[i].is_ascii_whitespace() {
+            return Some((i, bytes[i]));
+        }
+    }
+    None
+}
+
+/// The words (names and keywords) just before `offset`, nearest last, at most
+/// `count`, stopping at anything that is not a word or blank.
+pub(crate) fn words_before(text: &str, offset: usize, count: usize) -> Vec<&str> {
+    let bytes = text.as_bytes();
+    let mut words = Vec::new();
+    let mut i = offset.min(bytes.len());
+    while words.len() < count {
+        while i > 0 && bytes[i - 1].is_ascii_whitespace() {
+            i -= 1;
+        }
+        let end = i;
+        while i > 0 && is_name_byte(bytes[i - 1]) {
+            i -= 1;
+        }
+        if i == end {
+            break;
+        }
+        words.push(&text[i..end]);
+    }
+    words.reverse();
+    words
+}
+
+/// A name used in place of the half-typed text at the cursor when the text is
+/// repaired for a re-check. It can never be a user's step id.
+pub(crate) const PLACEHOLDER: &str = "__flow_cursor__";
+
+/// A copy of `text` made parseable around `offset`: a placeholder name at the
+/// cursor, then whatever closes the reference, string and brackets that the
+/// cursor's line left open. Offsets before the cursor are unchanged, so an
+/// analysis of the copy answers for the original.
+pub(crate) fn repair(text: &str, offset: usize) -> String {
+    let offset = floor_boundary(text, offset);
+    let line_end = text[offset..].find('\n').map_or(text.len(), |i| offset + i);
+    let line_start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let rest = &text[offset..line_end];
+    let cursor = scan(text, offset);
+    let mut patched = String::with_capacity(text.len() + 32);
+    patched.push_str(&text[..offset]);
+    patched.push_str(PLACEHOLDER);
+    let mut tail = rest.to_string();
+    // The part of the line's rest that is code, where brackets count.
+    let mut code_from = Some(0);
+    match cursor.lexical {
+        Lexical::Template { triple } => {
+            let close = rest.find("}}");
+            let closed = if triple {
+                close.is_some()
+            } else {
+                close.is_some_and(|close| rest.find('"').is_none_or(|quote| close < quote))
+            };
+            if !closed {
+                // Drop the rest of a broken reference: it cannot be repaired in place.
+                tail = String::from("}}");
+                if !triple {
+                    tail.push('"');
+                }
+                code_from = None;
+            } else if triple {
+                code_from = None;
+            } else {
+                let after = close.unwrap_or(0) + 2;
+                match rest[after..].find('"') {
+                    Some(quote) => code_from = Some(after + quote + 1),
+                    None => {
+                        tail.push('"');
+                        code_from = None;
+                    }
+                }
+            }
+        }
+        Lexical::String { triple: false } => match rest.find('"') {
+            Some(quote) => code_from = Some(quote + 1),
+            None => {
+                tail.push('"');
+                code_from = None;
+            }
+        },
+        Lexical::String { triple: true } | Lexical::Comment => code_from = None,
+        Lexical::Code => {}
+    }
+    // Close what the cursor's line opened and the rest of the line does not
+    // close, innermost first.
+    let opened_here: Vec<u8> = cursor
+        .open
+        .iter()
+        .filter(|(at, _)| *at >= line_start)
+        .map(|(_, b)| *b)
+        .collect();
+    let mut closes = code_from.map_or(0, |from| rest_closers(&rest[from..]));
+    for bracket in opened_here.iter().rev() {
+        if closes > 0 {
+            closes -= 1;
+            continue;
+        }
+        tail.push(match bracket {
+            b'{' => '}',
+            b'[' => ']',
+            _ => ')',
+        });
+    }
+    patched.push_str(&tail);
+    patched.push_str(&text[line_end..]);
+    patched
+}
+
+/// How many closing brackets `rest` has beyond those it opens, outside strings.
+fn rest_closers(rest: &str) -> usize {
+    let mut depth: isize = 0;
+    let mut closers = 0;
+    let mut in_string = false;
+    for b in rest.bytes() {
+        match b {
+            b'"' => in_string = !in_string,
+            b'{' | b'[' | b'(' if !in_string => depth += 1,
+            b'}' | b']' | b')' if !in_string => {
+                if depth > 0 {
+                    depth -= 1;
+                } else {
+                    closers += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    closers
+}
+
+pub(crate) fn floor_boundary(text: &str, offset: usize) -> usize {
+    let mut offset = offset.min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    offset
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lexical_states() {
+        let text = "a { b: \"x {{ step.";
+        assert_eq!(
+            scan(text, text.len()).lexical,
+            Lexical::Template { triple: false }
+        );
+        assert_eq!(scan(text, 8).lexical, Lexical::String { triple: false });
+        assert_eq!(scan(text, 3).lexical, Lexical::Code);
+        assert_eq!(scan(text, 3).open, vec![(2, b'{')]);
+        assert_eq!(scan("// {{", 5).lexical, Lexical::Comment);
+        assert_eq!(
+            scan("\"\"\"\n{{a}} {{", 12).lexical,
+            Lexical::Template { triple: true }
+        );
+    }
+
+    #[test]
+    fn repairs_close_what_the_line_opened() {
+        let text = "w {\n  s = r { t: \"{{step.\n}\n";
+        let offset = text.find("step.").unwrap() + 5;
+        assert_eq!(
+            repair(text, offset),
+            "w {\n  s = r { t: \"{{step.__flow_cursor__}}\"}\n}\n"
+        );
+        let text = "x: \"{{step.}}\" }";
+        assert_eq!(repair(text, 11), "x: \"{{step.__flow_cursor__}}\" }");
+    }
+
+    #[test]
+    fn paths_before_the_cursor() {
+        assert_eq!(path_before("{{ step.a?.b", 12), (3, "step.a?.b"));
+        assert_eq!(path_before("x: 1.5", 6), (6, ""));
+        assert_eq!(words_before("step x = ", 7, 2), vec!["step", "x"]);
+    }
+}

@@ -1,0 +1,160 @@
+//! Hover: what the name under the cursor is, in Markdown.
+
+use crate::Checked;
+use crate::check::{StepInfo, StepKind};
+use crate::diagnostic::{FileId, Span};
+use crate::ide::completion::signature;
+use crate::ide::navigation::{Symbol, symbol_at};
+use crate::ide::scope::{Scope, Seg};
+use crate::ide::visit;
+use crate::syntax::ast::{Path, Segment, path_text};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hover {
+    /// The name the text describes.
+    pub span: Span,
+    pub markdown: String,
+}
+
+/// What to show for the name at `offset` of file `file`.
+pub fn hover(checked: &Checked, file: FileId, offset: u32) -> Option<Hover> {
+    if file == FileId(0)
+        && let Some(hover) = path_hover(checked, offset)
+    {
+        return Some(hover);
+    }
+    let (symbol, span) = symbol_at(checked, file, offset)?;
+    let env = &checked.analysis.env;
+    let markdown = match &symbol {
+        Symbol::Step { workflow, id } => {
+            let info = checked
+                .analysis
+                .workflows
+                .iter()
+                .find(|w| w.name == *workflow)?;
+            let (_, step) = info.step(id)?;
+            step_text(checked, step)
+        }
+        Symbol::Recipe { name, .. } => {
+            let info = env.recipes.get(name)?;
+            let mut text = format!("```flow\nrecipe {name}{}\n```", signature(info));
+            docs(&mut text, &info.decl.docs);
+            text
+        }
+        Symbol::Type { name, .. } => {
+            let ty = env.types.get(name)?;
+            format!("```flow\ntype {name} = {ty}\n```")
+        }
+        Symbol::Mcp { name, .. } => {
+            let info = env.mcp_servers.get(name)?;
+            let how = match (&info.decl.command, &info.decl.url) {
+                (Some(command), _) => format!("runs `{}`", command.display_text()),
+                (None, Some(url)) => format!("at `{}`", url.display_text()),
+                (None, None) => "no command or url".to_string(),
+            };
+            let mut text = format!("MCP server `{name}`: {how}");
+            docs(&mut text, &info.decl.docs);
+            text
+        }
+        Symbol::Import { path } => format!("imports `{path}`"),
+    };
+    Some(Hover { span, markdown })
+}
+
+fn docs(text: &mut String, docs: &[String]) {
+    if !docs.is_empty() {
+        text.push_str("\n\n");
+        text.push_str(&docs.join("\n"));
+    }
+}
+
+fn step_text(checked: &Checked, step: &StepInfo) -> String {
+    let kind = match &step.kind {
+        StepKind::Recipe(recipe) => format!("calls recipe `{recipe}`"),
+        StepKind::Approval => "an approval".to_string(),
+        StepKind::KbWrite => "a knowledge-base write".to_string(),
+        StepKind::Handoff => "a handoff (no output)".to_string(),
+        StepKind::Browser { server, tool } => format!("calls MCP tool `{server}.{tool}`"),
+        StepKind::Loop => "a loop; its output is the list of iteration outputs".to_string(),
+        StepKind::Parallel => "a parallel block; its output has one record per branch".to_string(),
+    };
+    let mut text = format!("step `{}`: {kind}", step.id);
+    if let Some(output) = &step.output {
+        text.push_str(&format!("\n\n```flow\n{output}\n```"));
+    }
+    if step.may_fail {
+        text.push_str("\n\nmay end without output (`on_error continue` or a fallback)");
+    }
+    let mut step_docs = Vec::new();
+    for item in &checked.files[0].tree.items {
+        visit::steps(item, &mut |s| {
+            if s.id.span == step.id_span {
+                step_docs = s.docs.clone();
+            }
+        });
+    }
+    docs(&mut text, &step_docs);
+    text
+}
+
+/// Hover on a segment of a reference path: the type of the value up to it.
+fn path_hover(checked: &Checked, offset: u32) -> Option<Hover> {
+    let mut target: Option<Path> = None;
+    for item in &checked.files[0].tree.items {
+        visit::paths(item, &mut |path| {
+            if path.span.contains(offset) {
+                target = Some(path.clone());
+            }
+        });
+    }
+    let path = target?;
+    let scope = Scope::at(checked, path.span.start);
+    // The recipe prompt's `input` has its own root.
+    if path.root.text == "input" && scope.is_none() {
+        return None;
+    }
+    let scope = scope?;
+    let mut segments = Vec::new();
+    if path.root.span.contains(offset) {
+        let description = scope
+            .roots()
+            .into_iter()
+            .find(|(root, _)| *root == path.root.text)
+            .map_or("not a reference root", |(_, d)| d);
+        return Some(Hover {
+            span: path.root.span,
+            markdown: format!("`{}`: {description}", path.root.text),
+        });
+    }
+    for (index, segment) in path.segments.iter().enumerate() {
+        segments.push(match segment {
+            Segment::Field { name, .. } => Seg::Field(name.text.clone()),
+            Segment::Index { .. } => Seg::Index,
+        });
+        if !segment.span().contains(offset) {
+            continue;
+        }
+        if index == 0 && matches!(path.root.text.as_str(), "step") {
+            let id = match segment {
+                Segment::Field { name, .. } => &name.text,
+                Segment::Index { .. } => return None,
+            };
+            let (_, step) = scope.workflow.step(id)?;
+            return Some(Hover {
+                span: segment.span(),
+                markdown: step_text(checked, step),
+            });
+        }
+        let ty = scope.resolve(&path.root.text, &segments)?;
+        let shown = Path {
+            root: path.root.clone(),
+            segments: path.segments[..=index].to_vec(),
+            span: path.span,
+        };
+        return Some(Hover {
+            span: segment.span(),
+            markdown: format!("```flow\n{}: {ty}\n```", path_text(&shown)),
+        });
+    }
+    None
+}

@@ -1,0 +1,387 @@
+//! Go to definition, find references and rename.
+//!
+//! A [`Symbol`] names what the cursor is on independently of one analysis:
+//! a step by its workflow and id, a declaration by its name and the path of
+//! the file that declares it. That lets an editor collect the references of a
+//! recipe from every file of a workspace that imports it, each checked on its
+//! own, and merge them.
+
+use crate::Checked;
+use crate::check::{normalize, resolve_import};
+use crate::diagnostic::{FileId, Span};
+use crate::ide::visit;
+use crate::syntax::KEYWORDS;
+use crate::syntax::ast::{Item, Segment, StepCall};
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Symbol {
+    /// A step, loop or parallel id in a workflow of the root file.
+    Step {
+        workflow: String,
+        id: String,
+    },
+    Recipe {
+        name: String,
+        file: String,
+    },
+    Type {
+        name: String,
+        file: String,
+    },
+    Mcp {
+        name: String,
+        file: String,
+    },
+    /// An imported file, by its normal path.
+    Import {
+        path: String,
+    },
+}
+
+impl Symbol {
+    pub fn name(&self) -> &str {
+        match self {
+            Symbol::Step { id: name, .. }
+            | Symbol::Recipe { name, .. }
+            | Symbol::Type { name, .. }
+            | Symbol::Mcp { name, .. }
+            | Symbol::Import { path: name } => name,
+        }
+    }
+}
+
+/// Why a rename was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RenameError {
+    /// Nothing renamable is at the cursor.
+    NothingHere,
+    /// The new name is not an identifier, or is a keyword.
+    InvalidName(String),
+    /// The new name already names something of the same kind in scope.
+    InUse(String),
+}
+
+impl std::fmt::Display for RenameError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RenameError::NothingHere => write!(f, "there is nothing to rename here"),
+            RenameError::InvalidName(name) => write!(f, "`{name}` is not a valid name"),
+            RenameError::InUse(name) => write!(f, "`{name}` is already in use"),
+        }
+    }
+}
+
+/// The symbol at `offset` of file `file`, with the span of the name there.
+pub fn symbol_at(checked: &Checked, file: FileId, offset: u32) -> Option<(Symbol, Span)> {
+    let loaded = checked.files.get(file.0 as usize)?;
+    let env = &checked.analysis.env;
+    let declared_in = |id: FileId| checked.file(id).path.clone();
+    let mut found = None;
+    for item in &loaded.tree.items {
+        if !item_span(item).contains(offset) {
+            continue;
+        }
+        match item {
+            Item::Import(import) if import.path.span.contains(offset) => {
+                let path = normalize(&resolve_import(&loaded.path, &import.path.display_text()));
+                return Some((Symbol::Import { path }, import.path.span));
+            }
+            Item::Recipe(recipe) if recipe.name.span.contains(offset) => {
+                let name = recipe.name.text.clone();
+                return Some((
+                    Symbol::Recipe {
+                        name,
+                        file: loaded.path.clone(),
+                    },
+                    recipe.name.span,
+                ));
+            }
+            Item::Mcp(server) if server.name.span.contains(offset) => {
+                let name = server.name.text.clone();
+                return Some((
+                    Symbol::Mcp {
+                        name,
+                        file: loaded.path.clone(),
+                    },
+                    server.name.span,
+                ));
+            }
+            Item::Type(decl) if decl.name.span.contains(offset) => {
+                let name = decl.name.text.clone();
+                return Some((
+                    Symbol::Type {
+                        name,
+                        file: loaded.path.clone(),
+                    },
+                    decl.name.span,
+                ));
+            }
+            _ => {}
+        }
+        visit::type_names(item, &mut |name| {
+            if name.span.contains(offset)
+                && let Some(file) = type_file(checked, &name.text)
+            {
+                found = Some((
+                    Symbol::Type {
+                        name: name.text.clone(),
+                        file,
+                    },
+                    name.span,
+                ));
+            }
+        });
+        let Item::Workflow(workflow) = item else {
+            continue;
+        };
+        let in_root = file == FileId(0);
+        let info = checked
+            .analysis
+            .workflows
+            .iter()
+            .find(|w| w.name == workflow.name.text && in_root);
+        let step_symbol = |id: &str| Symbol::Step {
+            workflow: workflow.name.text.clone(),
+            id: id.to_string(),
+        };
+        if let Some(info) = info {
+            if let Some(step) = info.steps.iter().find(|s| s.id_span.contains(offset)) {
+                return Some((step_symbol(&step.id), step.id_span));
+            }
+            visit::paths(item, &mut |path| {
+                if let ("step" | "loop", Some(Segment::Field { name, .. })) =
+                    (path.root.text.as_str(), path.segments.first())
+                    && name.span.contains(offset)
+                    && info.step(&name.text).is_some()
+                {
+                    found = Some((step_symbol(&name.text), name.span));
+                }
+            });
+        }
+        visit::steps(item, &mut |step| match &step.call {
+            StepCall::Recipe { recipe, .. } if recipe.span.contains(offset) => {
+                if let Some(info) = env.recipes.get(&recipe.text) {
+                    found = Some((
+                        Symbol::Recipe {
+                            name: recipe.text.clone(),
+                            file: declared_in(info.file),
+                        },
+                        recipe.span,
+                    ));
+                }
+            }
+            StepCall::Browser { server, .. } if server.span.contains(offset) => {
+                if let Some(info) = env.mcp_servers.get(&server.text) {
+                    found = Some((
+                        Symbol::Mcp {
+                            name: server.text.clone(),
+                            file: declared_in(info.file),
+                        },
+                        server.span,
+                    ));
+                }
+            }
+            _ => {}
+        });
+    }
+    found
+}
+
+fn item_span(item: &Item) -> Span {
+    match item {
+        Item::Import(import) => import.span,
+        Item::Type(decl) => decl.span,
+        Item::Recipe(recipe) => recipe.span,
+        Item::Mcp(server) => server.span,
+        Item::Workflow(workflow) => workflow.span,
+    }
+}
+
+/// The path of the file declaring type `name`, when one of the loaded files does.
+fn type_file(checked: &Checked, name: &str) -> Option<String> {
+    checked.files.iter().find_map(|file| {
+        file.tree.items.iter().find_map(|item| match item {
+            Item::Type(decl) if decl.name.text == name => Some(file.path.clone()),
+            _ => None,
+        })
+    })
+}
+
+fn file_id(checked: &Checked, path: &str) -> Option<FileId> {
+    let path = normalize(path);
+    checked
+        .files
+        .iter()
+        .position(|file| normalize(&file.path) == path)
+        .map(|index| FileId(index as u32))
+}
+
+/// Where the symbol at `offset` is declared.
+pub fn definition(checked: &Checked, file: FileId, offset: u32) -> Option<(FileId, Span)> {
+    let (symbol, _) = symbol_at(checked, file, offset)?;
+    match &symbol {
+        Symbol::Import { path } => Some((file_id(checked, path)?, Span::default())),
+        _ => declaration(checked, &symbol),
+    }
+}
+
+fn declaration(checked: &Checked, symbol: &Symbol) -> Option<(FileId, Span)> {
+    let env = &checked.analysis.env;
+    match symbol {
+        Symbol::Step { workflow, id } => {
+            let info = checked
+                .analysis
+                .workflows
+                .iter()
+                .find(|w| w.name == *workflow)?;
+            Some((FileId(0), info.step(id)?.1.id_span))
+        }
+        Symbol::Recipe { name, file } => {
+            let info = env.recipes.get(name)?;
+            (normalize(&checked.file(info.file).path) == normalize(file))
+                .then_some((info.file, info.decl.name.span))
+        }
+        Symbol::Mcp { name, file } => {
+            let info = env.mcp_servers.get(name)?;
+            (normalize(&checked.file(info.file).path) == normalize(file))
+                .then_some((info.file, info.decl.name.span))
+        }
+        Symbol::Type { name, file } => {
+            let id = file_id(checked, file)?;
+            checked
+                .file(id)
+                .tree
+                .items
+                .iter()
+                .find_map(|item| match item {
+                    Item::Type(decl) if decl.name.text == *name => Some((id, decl.name.span)),
+                    _ => None,
+                })
+        }
+        Symbol::Import { path } => Some((file_id(checked, path)?, Span::default())),
+    }
+}
+
+/// Every occurrence of `symbol` in the files of `checked`, its declaration
+/// first when `checked` holds it, then in file and source order.
+pub fn references(checked: &Checked, symbol: &Symbol) -> Vec<(FileId, Span)> {
+    let mut found = Vec::new();
+    let Some(declared) = declaration(checked, symbol) else {
+        return found;
+    };
+    if !matches!(symbol, Symbol::Import { .. }) {
+        found.push(declared);
+    }
+    for (index, loaded) in checked.files.iter().enumerate() {
+        let file = FileId(index as u32);
+        for item in &loaded.tree.items {
+            match symbol {
+                Symbol::Step { workflow, id } => {
+                    let Item::Workflow(decl) = item else { continue };
+                    if file != FileId(0) || decl.name.text != *workflow {
+                        continue;
+                    }
+                    visit::paths(item, &mut |path| {
+                        if let ("step" | "loop", Some(Segment::Field { name, .. })) =
+                            (path.root.text.as_str(), path.segments.first())
+                            && name.text == *id
+                        {
+                            found.push((file, name.span));
+                        }
+                    });
+                }
+                Symbol::Recipe { name, .. } => visit::steps(item, &mut |step| {
+                    if let StepCall::Recipe { recipe, .. } = &step.call
+                        && recipe.text == *name
+                    {
+                        found.push((file, recipe.span));
+                    }
+                }),
+                Symbol::Mcp { name, .. } => visit::steps(item, &mut |step| {
+                    if let StepCall::Browser { server, .. } = &step.call
+                        && server.text == *name
+                    {
+                        found.push((file, server.span));
+                    }
+                }),
+                Symbol::Type { name, .. } => visit::type_names(item, &mut |used| {
+                    if used.text == *name {
+                        found.push((file, used.span));
+                    }
+                }),
+                Symbol::Import { path } => {
+                    if let Item::Import(import) = item
+                        && normalize(&resolve_import(&loaded.path, &import.path.display_text()))
+                            == *path
+                    {
+                        found.push((file, import.path.span));
+                    }
+                }
+            }
+        }
+    }
+    found.sort();
+    found.dedup();
+    // The declaration goes first, as editors list it.
+    if let Some(at) = found.iter().position(|f| *f == declared) {
+        found.remove(at);
+        found.insert(0, declared);
+    }
+    found
+}
+
+/// The spans to replace with `new_name` to rename the symbol at `offset`.
+pub fn rename(
+    checked: &Checked,
+    file: FileId,
+    offset: u32,
+    new_name: &str,
+) -> Result<(Symbol, Vec<(FileId, Span)>), RenameError> {
+    let (symbol, _) = symbol_at(checked, file, offset).ok_or(RenameError::NothingHere)?;
+    if matches!(symbol, Symbol::Import { .. }) {
+        return Err(RenameError::NothingHere);
+    }
+    check_new_name(checked, &symbol, new_name)?;
+    Ok((symbol.clone(), references(checked, &symbol)))
+}
+
+/// Refuses a name that is not an identifier, is a keyword, or already names
+/// something of the same kind: a rename must not change what any reference means.
+pub fn check_new_name(
+    checked: &Checked,
+    symbol: &Symbol,
+    new_name: &str,
+) -> Result<(), RenameError> {
+    let valid = new_name
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && new_name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && !KEYWORDS.contains(&new_name);
+    if !valid {
+        return Err(RenameError::InvalidName(new_name.to_string()));
+    }
+    if new_name == symbol.name() {
+        return Ok(());
+    }
+    let env = &checked.analysis.env;
+    let taken = match symbol {
+        Symbol::Step { workflow, .. } => checked
+            .analysis
+            .workflows
+            .iter()
+            .any(|w| w.name == *workflow && w.step(new_name).is_some()),
+        Symbol::Recipe { .. } => env.recipes.contains_key(new_name),
+        Symbol::Mcp { .. } => env.mcp_servers.contains_key(new_name),
+        Symbol::Type { .. } => {
+            env.types.contains_key(new_name) || crate::check::BUILTIN_TYPES.contains(&new_name)
+        }
+        Symbol::Import { .. } => false,
+    };
+    if taken {
+        return Err(RenameError::InUse(new_name.to_string()));
+    }
+    Ok(())
+}

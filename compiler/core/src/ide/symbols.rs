@@ -1,0 +1,206 @@
+//! Document symbols: the outline of a file, with each workflow's steps nested
+//! under the conditions, loops and parallel branches that hold them.
+
+use crate::Checked;
+use crate::diagnostic::{FileId, Span};
+use crate::syntax::ast::{ErrorPolicy, Item, StepCall, Stmt};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SymbolKind {
+    Import,
+    Type,
+    Recipe,
+    Mcp,
+    Workflow,
+    Step,
+    Condition,
+    Loop,
+    Parallel,
+    Branch,
+    Fallback,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DocumentSymbol {
+    pub name: String,
+    pub detail: String,
+    pub kind: SymbolKind,
+    /// The whole construct.
+    pub span: Span,
+    /// Its name, or its keyword when it has none.
+    pub selection: Span,
+    pub children: Vec<DocumentSymbol>,
+}
+
+/// The outline of file `file` of `checked`.
+pub fn document_symbols(checked: &Checked, file: FileId) -> Vec<DocumentSymbol> {
+    let Some(loaded) = checked.files.get(file.0 as usize) else {
+        return Vec::new();
+    };
+    loaded
+        .tree
+        .items
+        .iter()
+        .map(|item| match item {
+            Item::Import(import) => leaf(
+                &import.path.display_text(),
+                "import",
+                SymbolKind::Import,
+                import.span,
+                import.path.span,
+            ),
+            Item::Type(decl) => leaf(
+                &decl.name.text,
+                "type",
+                SymbolKind::Type,
+                decl.span,
+                decl.name.span,
+            ),
+            Item::Recipe(recipe) => leaf(
+                &recipe.name.text,
+                "recipe",
+                SymbolKind::Recipe,
+                recipe.span,
+                recipe.name.span,
+            ),
+            Item::Mcp(server) => leaf(
+                &server.name.text,
+                "mcp",
+                SymbolKind::Mcp,
+                server.span,
+                server.name.span,
+            ),
+            Item::Workflow(workflow) => {
+                let mut children = stmts(&workflow.body);
+                if let Some(ErrorPolicy::Fallback(block)) = &workflow.on_error {
+                    children.push(DocumentSymbol {
+                        name: "on_error".to_string(),
+                        detail: "fallback".to_string(),
+                        kind: SymbolKind::Fallback,
+                        span: block.span,
+                        selection: block.span,
+                        children: stmts(&block.stmts),
+                    });
+                }
+                DocumentSymbol {
+                    children,
+                    ..leaf(
+                        &workflow.name.text,
+                        "workflow",
+                        SymbolKind::Workflow,
+                        workflow.span,
+                        workflow.name.span,
+                    )
+                }
+            }
+        })
+        .collect()
+}
+
+fn leaf(name: &str, detail: &str, kind: SymbolKind, span: Span, selection: Span) -> DocumentSymbol {
+    DocumentSymbol {
+        name: name.to_string(),
+        detail: detail.to_string(),
+        kind,
+        span,
+        selection,
+        children: Vec::new(),
+    }
+}
+
+fn stmts(stmts: &[Stmt]) -> Vec<DocumentSymbol> {
+    stmts
+        .iter()
+        .map(|stmt| match stmt {
+            Stmt::Step(step) => {
+                let detail = match &step.call {
+                    StepCall::Recipe { recipe, .. } => recipe.text.clone(),
+                    StepCall::Browser { server, tool, .. } => {
+                        format!("{}.{}", server.text, tool.text)
+                    }
+                    other => other.kind_name().to_string(),
+                };
+                let mut symbol = leaf(
+                    &step.id.text,
+                    &detail,
+                    SymbolKind::Step,
+                    step.span,
+                    step.id.span,
+                );
+                if let Some(ErrorPolicy::Fallback(block)) = &step.options.on_error {
+                    symbol.children.push(DocumentSymbol {
+                        children: self::stmts(&block.stmts),
+                        ..leaf(
+                            "fallback",
+                            "on_error",
+                            SymbolKind::Fallback,
+                            block.span,
+                            block.span,
+                        )
+                    });
+                }
+                symbol
+            }
+            Stmt::If(stmt) => {
+                let mut children = Vec::new();
+                for (index, (condition, block)) in stmt.branches.iter().enumerate() {
+                    let name = if index == 0 { "if" } else { "else if" };
+                    children.push(DocumentSymbol {
+                        children: self::stmts(&block.stmts),
+                        ..leaf(
+                            name,
+                            "branch",
+                            SymbolKind::Branch,
+                            condition.span.to(block.span),
+                            condition.span,
+                        )
+                    });
+                }
+                if let Some(block) = &stmt.else_block {
+                    children.push(DocumentSymbol {
+                        children: self::stmts(&block.stmts),
+                        ..leaf("else", "branch", SymbolKind::Branch, block.span, block.span)
+                    });
+                }
+                let keyword = Span::new(stmt.span.start as usize, stmt.span.start as usize + 2);
+                DocumentSymbol {
+                    children,
+                    ..leaf("if", "condition", SymbolKind::Condition, stmt.span, keyword)
+                }
+            }
+            Stmt::For(stmt) => DocumentSymbol {
+                children: self::stmts(&stmt.body.stmts),
+                ..leaf(
+                    &stmt.id.text,
+                    "for",
+                    SymbolKind::Loop,
+                    stmt.span,
+                    stmt.id.span,
+                )
+            },
+            Stmt::Parallel(stmt) => DocumentSymbol {
+                children: stmt
+                    .branches
+                    .iter()
+                    .map(|branch| DocumentSymbol {
+                        children: self::stmts(&branch.body.stmts),
+                        ..leaf(
+                            &branch.name.text,
+                            "branch",
+                            SymbolKind::Branch,
+                            branch.span,
+                            branch.name.span,
+                        )
+                    })
+                    .collect(),
+                ..leaf(
+                    &stmt.id.text,
+                    "parallel",
+                    SymbolKind::Parallel,
+                    stmt.span,
+                    stmt.id.span,
+                )
+            },
+        })
+        .collect()
+}

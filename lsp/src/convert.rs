@@ -1,0 +1,104 @@
+//! Positions: LSP lines and characters (UTF-16 code units by default, UTF-8
+//! bytes when the client accepts them) to the compiler's byte offsets and back.
+
+use flow_compiler::Span;
+use tower_lsp_server::ls_types::{Position, Range};
+
+/// How the client counts characters within a line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    Utf8,
+    Utf16,
+}
+
+/// The start of every line of a text, for conversions in O(log lines).
+#[derive(Debug, Clone)]
+pub struct Lines {
+    starts: Vec<u32>,
+}
+
+impl Lines {
+    pub fn new(text: &str) -> Lines {
+        let mut starts = vec![0];
+        starts.extend(text.match_indices('\n').map(|(i, _)| i as u32 + 1));
+        Lines { starts }
+    }
+
+    /// The byte offset of `position` in `text`, clamped to the text: a client
+    /// may send a position past the end of a line or of the file.
+    pub fn offset(&self, text: &str, position: Position, encoding: Encoding) -> u32 {
+        let Some(&start) = self.starts.get(position.line as usize) else {
+            return text.len() as u32;
+        };
+        let end = self
+            .starts
+            .get(position.line as usize + 1)
+            .map_or(text.len(), |next| *next as usize - 1);
+        let line = &text[start as usize..end.max(start as usize)];
+        let mut units = 0u32;
+        for (index, ch) in line.char_indices() {
+            if units >= position.character {
+                return start + index as u32;
+            }
+            units += match encoding {
+                Encoding::Utf8 => ch.len_utf8() as u32,
+                Encoding::Utf16 => ch.len_utf16() as u32,
+            };
+        }
+        start + line.len() as u32
+    }
+
+    pub fn position(&self, text: &str, offset: u32, encoding: Encoding) -> Position {
+        let offset = offset.min(text.len() as u32);
+        let line = self.starts.partition_point(|start| *start <= offset) - 1;
+        let start = self.starts[line] as usize;
+        let mut end = offset as usize;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let prefix = &text[start..end.max(start)];
+        let character = match encoding {
+            Encoding::Utf8 => prefix.len(),
+            Encoding::Utf16 => prefix.encode_utf16().count(),
+        };
+        Position::new(line as u32, character as u32)
+    }
+
+    pub fn range(&self, text: &str, span: Span, encoding: Encoding) -> Range {
+        Range::new(
+            self.position(text, span.start, encoding),
+            self.position(text, span.end, encoding),
+        )
+    }
+
+    pub fn span(&self, text: &str, range: Range, encoding: Encoding) -> Span {
+        let start = self.offset(text, range.start, encoding);
+        let end = self.offset(text, range.end, encoding).max(start);
+        Span { start, end }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_in_both_encodings() {
+        let text = "a\nbé😀c\n";
+        let lines = Lines::new(text);
+        let c = text.find('c').unwrap() as u32;
+        assert_eq!(
+            lines.position(text, c, Encoding::Utf16),
+            Position::new(1, 4)
+        );
+        assert_eq!(lines.position(text, c, Encoding::Utf8), Position::new(1, 7));
+        assert_eq!(lines.offset(text, Position::new(1, 4), Encoding::Utf16), c);
+        assert_eq!(lines.offset(text, Position::new(1, 7), Encoding::Utf8), c);
+        // Past the end of a line or the file is clamped.
+        assert_eq!(lines.offset(text, Position::new(0, 99), Encoding::Utf16), 1);
+        assert_eq!(
+            lines.offset(text, Position::new(9, 0), Encoding::Utf16),
+            text.len() as u32
+        );
+    }
+}

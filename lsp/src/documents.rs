@@ -1,0 +1,139 @@
+//! Open documents, their latest analyses, and the loader that serves open
+//! buffers before the disk, so that an import sees unsaved edits.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use flow_compiler::Checked;
+use flow_compiler::check::normalize;
+
+use crate::convert::{Encoding, Lines};
+use tower_lsp_server::ls_types::{TextDocumentContentChangeEvent, Uri};
+
+#[derive(Debug)]
+pub struct Document {
+    pub uri: Uri,
+    pub text: Arc<str>,
+    pub lines: Arc<Lines>,
+    pub version: i32,
+}
+
+/// An analysis of one document at one version.
+#[derive(Debug, Clone)]
+pub struct Analysis {
+    pub version: i32,
+    pub text: Arc<str>,
+    pub lines: Arc<Lines>,
+    pub checked: Arc<Checked>,
+}
+
+#[derive(Debug, Default)]
+pub struct Documents {
+    /// By normal path.
+    pub open: HashMap<String, Document>,
+    pub analyses: HashMap<String, Analysis>,
+    /// What each open document imported when it was last checked (normal
+    /// paths), kept when an analysis is invalidated, to find dependants.
+    pub imports: HashMap<String, Vec<String>>,
+}
+
+impl Documents {
+    /// Applies edits in order; a change without a range replaces the text.
+    pub fn change(
+        &mut self,
+        path: &str,
+        version: i32,
+        changes: Vec<TextDocumentContentChangeEvent>,
+        encoding: Encoding,
+    ) {
+        let Some(doc) = self.open.get_mut(path) else {
+            return;
+        };
+        let mut text = doc.text.to_string();
+        let mut lines = Lines::new(&text);
+        for change in changes {
+            match change.range {
+                Some(range) => {
+                    let span = lines.span(&text, range, encoding);
+                    text.replace_range(span.start as usize..span.end as usize, &change.text);
+                }
+                None => text = change.text,
+            }
+            lines = Lines::new(&text);
+        }
+        doc.text = text.into();
+        doc.lines = Arc::new(lines);
+        doc.version = version;
+    }
+
+    /// The loader's view: every open buffer's text by normal path.
+    pub fn overlay(&self) -> Overlay {
+        Overlay {
+            buffers: self
+                .open
+                .iter()
+                .map(|(path, doc)| (path.clone(), doc.text.clone()))
+                .collect(),
+        }
+    }
+
+    /// Keeps `analysis` as the current one of `path`.
+    pub fn store(&mut self, path: &str, analysis: Analysis) {
+        let imports = analysis
+            .checked
+            .files
+            .iter()
+            .skip(1)
+            .map(|file| normalize(&file.path))
+            .collect();
+        self.imports.insert(path.to_string(), imports);
+        self.analyses.insert(path.to_string(), analysis);
+    }
+
+    /// The open documents whose last analysis loaded `path` as an import,
+    /// directly or not.
+    pub fn dependants(&self, path: &str) -> Vec<String> {
+        let mut found: Vec<String> = self
+            .imports
+            .iter()
+            .filter(|(root, imports)| {
+                root.as_str() != path
+                    && self.open.contains_key(root.as_str())
+                    && imports.iter().any(|import| import == path)
+            })
+            .map(|(root, _)| root.clone())
+            .collect();
+        found.sort();
+        found
+    }
+}
+
+/// Open buffers first, then the disk.
+#[derive(Debug, Clone, Default)]
+pub struct Overlay {
+    pub buffers: HashMap<String, Arc<str>>,
+}
+
+impl flow_compiler::SourceLoader for Overlay {
+    fn load(&self, path: &str) -> Result<Vec<u8>, String> {
+        if let Some(text) = self.buffers.get(&normalize(path)) {
+            return Ok(text.as_bytes().to_vec());
+        }
+        if std::path::Path::new(path).is_dir() {
+            return Err("it is a directory".to_string());
+        }
+        std::fs::read(path).map_err(|error| match error.kind() {
+            std::io::ErrorKind::NotFound => "no such file or directory".to_string(),
+            std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+            _ => error.to_string(),
+        })
+    }
+}
+
+/// Checks `root` with `text` in place of its buffer.
+pub fn check_with(overlay: &Overlay, root: &str, text: &str) -> Checked {
+    let mut overlay = overlay.clone();
+    overlay.buffers.insert(normalize(root), Arc::from(text));
+    // The root is in the overlay, so loading it cannot fail.
+    flow_compiler::check(root, &overlay).unwrap_or_else(|_| flow_compiler::check_source(root, text))
+}

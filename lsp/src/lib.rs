@@ -1,0 +1,28 @@
+//! `flow-lsp`: the language server for `.flow` files.
+//!
+//! A thin adapter: every answer comes from `flow_compiler` (the same `check`
+//! as `flowc check`, and the queries of `flow_compiler::ide`); this crate
+//! converts positions and types, keeps the open documents, and decides when
+//! to check. It is the only crate that knows LSP types.
+
+pub mod convert;
+pub mod documents;
+pub mod server;
+
+use tower_lsp_server::{LspService, Server};
+
+/// Serves the protocol on `input` and `output` until the client exits.
+pub async fn serve<I, O>(input: I, output: O)
+where
+    I: tokio::io::AsyncRead + Unpin,
+    O: tokio::io::AsyncWrite,
+{
+    let (service, socket) = LspService::new(server::Backend::new);
+    // One message at a time, in the order sent: an edit must be applied
+    // before the completion request that follows it. The handlers are quick
+    // (checks run on the blocking pool, diagnostics in their own tasks).
+    Server::new(input, output, socket)
+        .concurrency_level(1)
+        .serve(service)
+        .await;
+}

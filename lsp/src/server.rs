@@ -1,0 +1,879 @@
+//! The language server: LSP requests and notifications to the compiler's IDE
+//! functions (`flow_compiler::ide`), and diagnostics published after edits.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use flow_compiler::check::normalize;
+use flow_compiler::diagnostic::Severity;
+use flow_compiler::ide::{self, CompletionKind, SymbolKind as FlowSymbolKind, TokenKind};
+use flow_compiler::{FileId, Span};
+use tower_lsp_server::jsonrpc::{Error, Result};
+use tower_lsp_server::ls_types::*;
+use tower_lsp_server::{Client, LanguageServer};
+
+use crate::convert::{Encoding, Lines};
+use crate::documents::{Analysis, Document, Documents, Overlay, check_with};
+
+/// How long edits must pause before the file is checked again: a burst of
+/// keystrokes is checked once. `initializationOptions.debounceMs` overrides it.
+const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(40);
+
+const TOKEN_TYPES: &[SemanticTokenType] = &[
+    SemanticTokenType::MACRO,
+    SemanticTokenType::NAMESPACE,
+    SemanticTokenType::VARIABLE,
+    SemanticTokenType::PROPERTY,
+    SemanticTokenType::FUNCTION,
+    SemanticTokenType::TYPE,
+    SemanticTokenType::CLASS,
+];
+
+fn token_type(kind: TokenKind) -> u32 {
+    match kind {
+        TokenKind::TemplateDelimiter => 0,
+        TokenKind::Root => 1,
+        TokenKind::Step => 2,
+        TokenKind::Field => 3,
+        TokenKind::Recipe => 4,
+        TokenKind::Type => 5,
+        TokenKind::McpServer => 6,
+    }
+}
+
+#[derive(Debug)]
+pub struct Backend {
+    client: Client,
+    state: Arc<Mutex<State>>,
+}
+
+#[derive(Debug)]
+struct State {
+    documents: Documents,
+    encoding: Encoding,
+    debounce: Duration,
+    /// Workspace folders, for references and renames across files.
+    roots: Vec<std::path::PathBuf>,
+    /// Where the language reference is, for diagnostics' `codeDescription`.
+    docs: Option<Uri>,
+}
+
+impl Backend {
+    pub fn new(client: Client) -> Backend {
+        Backend {
+            client,
+            state: Arc::new(Mutex::new(State {
+                documents: Documents::default(),
+                encoding: Encoding::Utf16,
+                debounce: DEFAULT_DEBOUNCE,
+                roots: Vec::new(),
+                docs: None,
+            })),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while holding the lock would be a bug in this crate; the
+        // state is still consistent (every update is one assignment).
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Checks `path` after the debounce delay, unless a newer edit comes, and
+    /// publishes the result unless the document moved on meanwhile; then
+    /// re-checks the open documents that import it.
+    fn schedule(&self, path: String) {
+        let client = self.client.clone();
+        let state = self.state.clone();
+        tokio::spawn(async move {
+            let (version, debounce) = {
+                let state = state.lock().unwrap_or_else(|p| p.into_inner());
+                let Some(doc) = state.documents.open.get(&path) else {
+                    return;
+                };
+                (doc.version, state.debounce)
+            };
+            if !debounce.is_zero() {
+                tokio::time::sleep(debounce).await;
+            }
+            let mut queue = vec![path.clone()];
+            let mut done = HashSet::new();
+            while let Some(path) = queue.pop() {
+                if !done.insert(path.clone()) {
+                    continue;
+                }
+                let Some(analysis) =
+                    analyse(&state, &path, (done.len() == 1).then_some(version)).await
+                else {
+                    continue;
+                };
+                let (uri, diagnostics, dependants) = {
+                    let state = state.lock().unwrap_or_else(|p| p.into_inner());
+                    let Some(doc) = state.documents.open.get(&path) else {
+                        continue;
+                    };
+                    if doc.version != analysis.version {
+                        // A newer edit will publish its own result.
+                        continue;
+                    }
+                    let diagnostics = diagnostics(&analysis, state.encoding, state.docs.as_ref());
+                    (
+                        doc.uri.clone(),
+                        diagnostics,
+                        state.documents.dependants(&path),
+                    )
+                };
+                client
+                    .publish_diagnostics(uri, diagnostics, Some(analysis.version))
+                    .await;
+                queue.extend(dependants);
+            }
+        });
+    }
+
+    /// The analysis of the document at `uri` at its current version.
+    async fn current(&self, uri: &Uri) -> Option<(String, Analysis)> {
+        let path = path_of(uri)?;
+        let analysis = analyse(&self.state, &path, None).await?;
+        Some((path, analysis))
+    }
+
+    /// The analysis of a file that may not be open, from the cache or checked now.
+    async fn any_file(&self, path: &str) -> Option<Analysis> {
+        if self.lock().documents.open.contains_key(path) {
+            return analyse(&self.state, path, None).await;
+        }
+        let overlay = self.lock().documents.overlay();
+        let path = path.to_string();
+        tokio::task::spawn_blocking(move || {
+            let checked = flow_compiler::check(&path, &overlay).ok()?;
+            let text: Arc<str> = checked.files[0].text.clone().into();
+            Some(Analysis {
+                version: 0,
+                lines: Arc::new(Lines::new(&text)),
+                text,
+                checked: Arc::new(checked),
+            })
+        })
+        .await
+        .ok()
+        .flatten()
+    }
+
+    fn encoding(&self) -> Encoding {
+        self.lock().encoding
+    }
+
+    /// Every `.flow` file that a workspace-wide query should look at: the
+    /// open documents and the files under the workspace folders.
+    fn workspace_files(&self) -> Vec<String> {
+        let state = self.lock();
+        let mut files: Vec<String> = state.documents.open.keys().cloned().collect();
+        for root in &state.roots {
+            walk(root, &mut files, 0);
+        }
+        files.sort();
+        files.dedup();
+        files
+    }
+}
+
+fn walk(dir: &std::path::Path, out: &mut Vec<String>, depth: usize) {
+    // Deep trees are not a workspace's sources; stop before walking a disk.
+    if depth > 12 {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with('.') || name == "target" || name == "node_modules" {
+            continue;
+        }
+        let path = entry.path();
+        match entry.file_type() {
+            Ok(kind) if kind.is_dir() => walk(&path, out, depth + 1),
+            Ok(_) if path.extension().is_some_and(|e| e == "flow") => {
+                if let Some(text) = path.to_str() {
+                    out.push(normalize(text));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The analysis of open document `path`: the cached one if it is current,
+/// else a check now. With `only`, returns nothing unless the document is
+/// still at that version (a debounced check that a newer edit overtook).
+async fn analyse(state: &Arc<Mutex<State>>, path: &str, only: Option<i32>) -> Option<Analysis> {
+    let (text, lines, version, overlay) = {
+        let state = state.lock().unwrap_or_else(|p| p.into_inner());
+        let doc = state.documents.open.get(path)?;
+        if only.is_some_and(|v| v != doc.version) {
+            return None;
+        }
+        if let Some(analysis) = state.documents.analyses.get(path)
+            && analysis.version == doc.version
+            && Arc::ptr_eq(&analysis.text, &doc.text)
+            && only.is_none()
+        {
+            return Some(analysis.clone());
+        }
+        (
+            doc.text.clone(),
+            doc.lines.clone(),
+            doc.version,
+            state.documents.overlay(),
+        )
+    };
+    let root = path.to_string();
+    let checked_text = text.clone();
+    let checked = tokio::task::spawn_blocking(move || check_with(&overlay, &root, &checked_text))
+        .await
+        .ok()?;
+    let analysis = Analysis {
+        version,
+        text,
+        lines,
+        checked: Arc::new(checked),
+    };
+    let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
+    if state
+        .documents
+        .open
+        .get(path)
+        .is_some_and(|doc| doc.version == version)
+    {
+        state.documents.store(path, analysis.clone());
+    }
+    Some(analysis)
+}
+
+fn path_of(uri: &Uri) -> Option<String> {
+    let path = uri.to_file_path()?;
+    Some(normalize(path.to_str()?))
+}
+
+fn uri_of(path: &str) -> Option<Uri> {
+    Uri::from_file_path(path)
+}
+
+/// The root file's diagnostics as LSP diagnostics: the same codes, messages
+/// and hints as `flowc check`, secondary labels as related information.
+fn diagnostics(analysis: &Analysis, encoding: Encoding, docs: Option<&Uri>) -> Vec<Diagnostic> {
+    let checked = &analysis.checked;
+    let mut lines_of: HashMap<FileId, Lines> = HashMap::new();
+    checked
+        .diagnostics
+        .iter()
+        .filter(|d| d.primary.file == FileId(0))
+        .map(|d| {
+            let range = analysis
+                .lines
+                .range(&analysis.text, d.primary.span, encoding);
+            let mut message = d.message.clone();
+            if !d.primary.message.is_empty() {
+                message.push_str(&format!(" ({})", d.primary.message));
+            }
+            for hint in &d.hints {
+                message.push_str("\nhelp: ");
+                message.push_str(hint);
+            }
+            let related: Vec<DiagnosticRelatedInformation> = d
+                .secondary
+                .iter()
+                .filter_map(|label| {
+                    let file = checked.file(label.file);
+                    let lines = lines_of
+                        .entry(label.file)
+                        .or_insert_with(|| Lines::new(&file.text));
+                    Some(DiagnosticRelatedInformation {
+                        location: Location::new(
+                            uri_of(&file.path)?,
+                            lines.range(&file.text, label.span, encoding),
+                        ),
+                        message: label.message.clone(),
+                    })
+                })
+                .collect();
+            let info = d.code.info();
+            Diagnostic {
+                range,
+                severity: Some(match d.severity {
+                    Severity::Error => DiagnosticSeverity::ERROR,
+                    Severity::Warning => DiagnosticSeverity::WARNING,
+                }),
+                code: Some(NumberOrString::String(info.code.to_string())),
+                code_description: docs.and_then(|docs| {
+                    format!("{}#{}", docs.as_str(), info.code.to_ascii_lowercase())
+                        .parse()
+                        .ok()
+                        .map(|href| CodeDescription { href })
+                }),
+                source: Some("flow".to_string()),
+                message,
+                related_information: (!related.is_empty()).then_some(related),
+                tags: None,
+                data: None,
+            }
+        })
+        .collect()
+}
+
+fn completion_kind(kind: CompletionKind) -> CompletionItemKind {
+    match kind {
+        CompletionKind::Root => CompletionItemKind::MODULE,
+        CompletionKind::Step => CompletionItemKind::VARIABLE,
+        CompletionKind::Field => CompletionItemKind::FIELD,
+        CompletionKind::Variant => CompletionItemKind::ENUM_MEMBER,
+        CompletionKind::Recipe => CompletionItemKind::FUNCTION,
+        CompletionKind::Argument => CompletionItemKind::PROPERTY,
+        CompletionKind::McpServer => CompletionItemKind::MODULE,
+        CompletionKind::Loop => CompletionItemKind::VARIABLE,
+        CompletionKind::Type => CompletionItemKind::CLASS,
+        CompletionKind::Keyword => CompletionItemKind::KEYWORD,
+    }
+}
+
+fn symbol_kind(kind: FlowSymbolKind) -> SymbolKind {
+    match kind {
+        FlowSymbolKind::Import => SymbolKind::FILE,
+        FlowSymbolKind::Type => SymbolKind::STRUCT,
+        FlowSymbolKind::Recipe => SymbolKind::FUNCTION,
+        FlowSymbolKind::Mcp => SymbolKind::MODULE,
+        FlowSymbolKind::Workflow => SymbolKind::CLASS,
+        FlowSymbolKind::Step => SymbolKind::METHOD,
+        FlowSymbolKind::Condition | FlowSymbolKind::Branch | FlowSymbolKind::Fallback => {
+            SymbolKind::NAMESPACE
+        }
+        FlowSymbolKind::Loop => SymbolKind::ARRAY,
+        FlowSymbolKind::Parallel => SymbolKind::EVENT,
+    }
+}
+
+#[allow(deprecated)] // reason: `DocumentSymbol::deprecated` must still be written
+fn document_symbol(
+    symbol: &ide::DocumentSymbol,
+    analysis: &Analysis,
+    encoding: Encoding,
+) -> DocumentSymbol {
+    let range = analysis.lines.range(&analysis.text, symbol.span, encoding);
+    let selection = analysis
+        .lines
+        .range(&analysis.text, symbol.selection, encoding);
+    DocumentSymbol {
+        name: if symbol.name.is_empty() {
+            "_".to_string()
+        } else {
+            symbol.name.clone()
+        },
+        detail: Some(symbol.detail.clone()),
+        kind: symbol_kind(symbol.kind),
+        tags: None,
+        deprecated: None,
+        range,
+        // The selection must lie inside the range.
+        selection_range: if symbol.span.start <= symbol.selection.start
+            && symbol.selection.end <= symbol.span.end
+        {
+            selection
+        } else {
+            range
+        },
+        children: Some(
+            symbol
+                .children
+                .iter()
+                .map(|child| document_symbol(child, analysis, encoding))
+                .collect(),
+        ),
+    }
+}
+
+impl Backend {
+    /// The locations of `symbol` in every file that may mention it: for a
+    /// step, its own file; for a declaration, every workspace file that sees it.
+    async fn locations(
+        &self,
+        root: &str,
+        analysis: &Analysis,
+        symbol: &ide::Symbol,
+    ) -> Vec<(String, Span, Arc<flow_compiler::Checked>)> {
+        let mut found = Vec::new();
+        let mut push = |checked: &Arc<flow_compiler::Checked>, file: FileId, span: Span| {
+            found.push((normalize(&checked.file(file).path), span, checked.clone()));
+        };
+        for (file, span) in ide::references(&analysis.checked, symbol) {
+            push(&analysis.checked, file, span);
+        }
+        if !matches!(symbol, ide::Symbol::Step { .. }) {
+            for path in self.workspace_files() {
+                if path == root {
+                    continue;
+                }
+                if let Some(other) = self.any_file(&path).await {
+                    for (file, span) in ide::references(&other.checked, symbol) {
+                        push(&other.checked, file, span);
+                    }
+                }
+            }
+        }
+        let mut seen = HashSet::new();
+        found.retain(|(path, span, _)| seen.insert((path.clone(), *span)));
+        found
+    }
+
+    fn location(
+        &self,
+        path: &str,
+        span: Span,
+        checked: &flow_compiler::Checked,
+        encoding: Encoding,
+    ) -> Option<Location> {
+        let file = checked.files.iter().find(|f| normalize(&f.path) == path)?;
+        let lines = Lines::new(&file.text);
+        Some(Location::new(
+            uri_of(path)?,
+            lines.range(&file.text, span, encoding),
+        ))
+    }
+}
+
+impl LanguageServer for Backend {
+    async fn initialize(&self, params: InitializeParams) -> Result<InitializeResult> {
+        let utf8 = params
+            .capabilities
+            .general
+            .as_ref()
+            .and_then(|general| general.position_encodings.as_ref())
+            .is_some_and(|encodings| encodings.contains(&PositionEncodingKind::UTF8));
+        {
+            let mut state = self.lock();
+            state.encoding = if utf8 {
+                Encoding::Utf8
+            } else {
+                Encoding::Utf16
+            };
+            if let Some(ms) = params
+                .initialization_options
+                .as_ref()
+                .and_then(|options| options.get("debounceMs"))
+                .and_then(serde_json::Value::as_u64)
+            {
+                state.debounce = Duration::from_millis(ms);
+            }
+            let folders = params.workspace_folders.unwrap_or_default();
+            state.roots = folders
+                .iter()
+                .filter_map(|folder| folder.uri.to_file_path().map(|p| p.into_owned()))
+                .collect();
+            state.docs = state
+                .roots
+                .iter()
+                .map(|root| root.join("docs/language.md"))
+                .find(|docs| docs.is_file())
+                .and_then(Uri::from_file_path);
+        }
+        Ok(InitializeResult {
+            server_info: Some(ServerInfo {
+                name: "flow-lsp".to_string(),
+                version: Some(env!("CARGO_PKG_VERSION").to_string()),
+            }),
+            capabilities: ServerCapabilities {
+                position_encoding: Some(if utf8 {
+                    PositionEncodingKind::UTF8
+                } else {
+                    PositionEncodingKind::UTF16
+                }),
+                text_document_sync: Some(TextDocumentSyncCapability::Kind(
+                    TextDocumentSyncKind::INCREMENTAL,
+                )),
+                completion_provider: Some(CompletionOptions {
+                    trigger_characters: Some(vec![
+                        ".".to_string(),
+                        "{".to_string(),
+                        " ".to_string(),
+                    ]),
+                    ..CompletionOptions::default()
+                }),
+                hover_provider: Some(HoverProviderCapability::Simple(true)),
+                definition_provider: Some(OneOf::Left(true)),
+                references_provider: Some(OneOf::Left(true)),
+                rename_provider: Some(OneOf::Right(RenameOptions {
+                    prepare_provider: Some(true),
+                    work_done_progress_options: WorkDoneProgressOptions::default(),
+                })),
+                document_symbol_provider: Some(OneOf::Left(true)),
+                document_formatting_provider: Some(OneOf::Left(true)),
+                code_action_provider: Some(CodeActionProviderCapability::Simple(true)),
+                semantic_tokens_provider: Some(
+                    SemanticTokensServerCapabilities::SemanticTokensOptions(
+                        SemanticTokensOptions {
+                            legend: SemanticTokensLegend {
+                                token_types: TOKEN_TYPES.to_vec(),
+                                token_modifiers: vec![SemanticTokenModifier::DECLARATION],
+                            },
+                            full: Some(SemanticTokensFullOptions::Bool(true)),
+                            range: None,
+                            work_done_progress_options: WorkDoneProgressOptions::default(),
+                        },
+                    ),
+                ),
+                ..ServerCapabilities::default()
+            },
+            offset_encoding: None,
+        })
+    }
+
+    async fn shutdown(&self) -> Result<()> {
+        Ok(())
+    }
+
+    async fn did_open(&self, params: DidOpenTextDocumentParams) {
+        let Some(path) = path_of(&params.text_document.uri) else {
+            return;
+        };
+        let text: Arc<str> = params.text_document.text.into();
+        self.lock().documents.open.insert(
+            path.clone(),
+            Document {
+                uri: params.text_document.uri,
+                lines: Arc::new(Lines::new(&text)),
+                text,
+                version: params.text_document.version,
+            },
+        );
+        self.schedule(path);
+    }
+
+    async fn did_change(&self, params: DidChangeTextDocumentParams) {
+        let Some(path) = path_of(&params.text_document.uri) else {
+            return;
+        };
+        {
+            let mut state = self.lock();
+            let encoding = state.encoding;
+            state.documents.change(
+                &path,
+                params.text_document.version,
+                params.content_changes,
+                encoding,
+            );
+            // What imports this file must be checked again, now or when asked.
+            for dependant in state.documents.dependants(&path) {
+                state.documents.analyses.remove(&dependant);
+            }
+        }
+        self.schedule(path);
+    }
+
+    async fn did_save(&self, params: DidSaveTextDocumentParams) {
+        // Files that import this one and are not open read it from disk.
+        if let Some(path) = path_of(&params.text_document.uri) {
+            let dependants = {
+                let mut state = self.lock();
+                let dependants = state.documents.dependants(&path);
+                for dependant in &dependants {
+                    state.documents.analyses.remove(dependant);
+                }
+                dependants
+            };
+            for dependant in dependants {
+                self.schedule(dependant);
+            }
+        }
+    }
+
+    async fn did_close(&self, params: DidCloseTextDocumentParams) {
+        let Some(path) = path_of(&params.text_document.uri) else {
+            return;
+        };
+        let dependants = {
+            let mut state = self.lock();
+            state.documents.open.remove(&path);
+            state.documents.analyses.remove(&path);
+            state.documents.imports.remove(&path);
+            state.documents.dependants(&path)
+        };
+        self.client
+            .publish_diagnostics(params.text_document.uri, Vec::new(), None)
+            .await;
+        // Its importers now read the saved file instead of the buffer.
+        for dependant in dependants {
+            self.schedule(dependant);
+        }
+    }
+
+    async fn completion(&self, params: CompletionParams) -> Result<Option<CompletionResponse>> {
+        let position = params.text_document_position;
+        let Some((path, analysis)) = self.current(&position.text_document.uri).await else {
+            return Ok(None);
+        };
+        let encoding = self.encoding();
+        let offset = analysis
+            .lines
+            .offset(&analysis.text, position.position, encoding);
+        let overlay: Overlay = self.lock().documents.overlay();
+        let found = tokio::task::spawn_blocking({
+            let analysis = analysis.clone();
+            move || {
+                ide::completions(&analysis.checked, offset, &mut |text| {
+                    check_with(&overlay, &path, text)
+                })
+            }
+        })
+        .await
+        .map_err(|_| Error::internal_error())?;
+        let range = analysis
+            .lines
+            .range(&analysis.text, found.replace, encoding);
+        let items = found
+            .items
+            .into_iter()
+            .enumerate()
+            .map(|(index, item)| CompletionItem {
+                kind: Some(completion_kind(item.kind)),
+                detail: Some(item.detail),
+                sort_text: Some(format!("{index:05}")),
+                filter_text: Some(item.label.clone()),
+                text_edit: Some(CompletionTextEdit::Edit(TextEdit::new(
+                    range,
+                    item.insert.unwrap_or_else(|| item.label.clone()),
+                ))),
+                label: item.label,
+                ..CompletionItem::default()
+            })
+            .collect();
+        Ok(Some(CompletionResponse::List(CompletionList {
+            is_incomplete: false,
+            items,
+        })))
+    }
+
+    async fn hover(&self, params: HoverParams) -> Result<Option<Hover>> {
+        let position = params.text_document_position_params;
+        let Some((_, analysis)) = self.current(&position.text_document.uri).await else {
+            return Ok(None);
+        };
+        let encoding = self.encoding();
+        let offset = analysis
+            .lines
+            .offset(&analysis.text, position.position, encoding);
+        Ok(
+            ide::hover(&analysis.checked, FileId(0), offset).map(|hover| Hover {
+                contents: HoverContents::Markup(MarkupContent {
+                    kind: MarkupKind::Markdown,
+                    value: hover.markdown,
+                }),
+                range: Some(analysis.lines.range(&analysis.text, hover.span, encoding)),
+            }),
+        )
+    }
+
+    async fn goto_definition(
+        &self,
+        params: GotoDefinitionParams,
+    ) -> Result<Option<GotoDefinitionResponse>> {
+        let position = params.text_document_position_params;
+        let Some((_, analysis)) = self.current(&position.text_document.uri).await else {
+            return Ok(None);
+        };
+        let encoding = self.encoding();
+        let offset = analysis
+            .lines
+            .offset(&analysis.text, position.position, encoding);
+        let Some((file, span)) = ide::definition(&analysis.checked, FileId(0), offset) else {
+            return Ok(None);
+        };
+        let path = normalize(&analysis.checked.file(file).path);
+        Ok(self
+            .location(&path, span, &analysis.checked, encoding)
+            .map(GotoDefinitionResponse::Scalar))
+    }
+
+    async fn references(&self, params: ReferenceParams) -> Result<Option<Vec<Location>>> {
+        let position = params.text_document_position;
+        let Some((root, analysis)) = self.current(&position.text_document.uri).await else {
+            return Ok(None);
+        };
+        let encoding = self.encoding();
+        let offset = analysis
+            .lines
+            .offset(&analysis.text, position.position, encoding);
+        let Some((symbol, _)) = ide::symbol_at(&analysis.checked, FileId(0), offset) else {
+            return Ok(None);
+        };
+        let mut locations: Vec<Location> = Vec::new();
+        for (path, span, checked) in self.locations(&root, &analysis, &symbol).await {
+            if let Some(location) = self.location(&path, span, &checked, encoding) {
+                locations.push(location);
+            }
+        }
+        if !params.context.include_declaration
+            && let Some((file, span)) = ide::definition(&analysis.checked, FileId(0), offset)
+            && let Some(declaration) = self.location(
+                &normalize(&analysis.checked.file(file).path),
+                span,
+                &analysis.checked,
+                encoding,
+            )
+        {
+            locations.retain(|location| *location != declaration);
+        }
+        Ok(Some(locations))
+    }
+
+    async fn prepare_rename(
+        &self,
+        params: TextDocumentPositionParams,
+    ) -> Result<Option<PrepareRenameResponse>> {
+        let Some((_, analysis)) = self.current(&params.text_document.uri).await else {
+            return Ok(None);
+        };
+        let encoding = self.encoding();
+        let offset = analysis
+            .lines
+            .offset(&analysis.text, params.position, encoding);
+        Ok(match ide::symbol_at(&analysis.checked, FileId(0), offset) {
+            Some((ide::Symbol::Import { .. }, _)) | None => None,
+            Some((_, span)) => Some(PrepareRenameResponse::Range(analysis.lines.range(
+                &analysis.text,
+                span,
+                encoding,
+            ))),
+        })
+    }
+
+    async fn rename(&self, params: RenameParams) -> Result<Option<WorkspaceEdit>> {
+        let position = params.text_document_position;
+        let Some((root, analysis)) = self.current(&position.text_document.uri).await else {
+            return Ok(None);
+        };
+        let encoding = self.encoding();
+        let offset = analysis
+            .lines
+            .offset(&analysis.text, position.position, encoding);
+        let (symbol, _) = ide::rename(&analysis.checked, FileId(0), offset, &params.new_name)
+            .map_err(|error| Error::invalid_params(error.to_string()))?;
+        let mut changes: HashMap<Uri, Vec<TextEdit>> = HashMap::new();
+        for (path, span, checked) in self.locations(&root, &analysis, &symbol).await {
+            // The name must be free in every file the rename reaches.
+            ide::check_new_name(&checked, &symbol, &params.new_name)
+                .map_err(|error| Error::invalid_params(format!("{error} in {path}")))?;
+            if let Some(location) = self.location(&path, span, &checked, encoding) {
+                changes
+                    .entry(location.uri)
+                    .or_default()
+                    .push(TextEdit::new(location.range, params.new_name.clone()));
+            }
+        }
+        Ok(Some(WorkspaceEdit {
+            changes: Some(changes),
+            ..WorkspaceEdit::default()
+        }))
+    }
+
+    async fn document_symbol(
+        &self,
+        params: DocumentSymbolParams,
+    ) -> Result<Option<DocumentSymbolResponse>> {
+        let Some((_, analysis)) = self.current(&params.text_document.uri).await else {
+            return Ok(None);
+        };
+        let encoding = self.encoding();
+        let symbols = ide::document_symbols(&analysis.checked, FileId(0))
+            .iter()
+            .map(|symbol| document_symbol(symbol, &analysis, encoding))
+            .collect();
+        Ok(Some(DocumentSymbolResponse::Nested(symbols)))
+    }
+
+    async fn semantic_tokens_full(
+        &self,
+        params: SemanticTokensParams,
+    ) -> Result<Option<SemanticTokensResult>> {
+        let Some((_, analysis)) = self.current(&params.text_document.uri).await else {
+            return Ok(None);
+        };
+        let encoding = self.encoding();
+        let mut data = Vec::new();
+        let mut last = Position::new(0, 0);
+        for token in ide::semantic_tokens(&analysis.checked, FileId(0)) {
+            let range = analysis.lines.range(&analysis.text, token.span, encoding);
+            if range.start.line != range.end.line {
+                continue;
+            }
+            let delta_line = range.start.line - last.line;
+            let delta_start = if delta_line == 0 {
+                range.start.character - last.character
+            } else {
+                range.start.character
+            };
+            data.push(SemanticToken {
+                delta_line,
+                delta_start,
+                length: range.end.character - range.start.character,
+                token_type: token_type(token.kind),
+                token_modifiers_bitset: u32::from(token.definition),
+            });
+            last = range.start;
+        }
+        Ok(Some(SemanticTokensResult::Tokens(SemanticTokens {
+            result_id: None,
+            data,
+        })))
+    }
+
+    async fn formatting(&self, params: DocumentFormattingParams) -> Result<Option<Vec<TextEdit>>> {
+        let Some((_, analysis)) = self.current(&params.text_document.uri).await else {
+            return Ok(None);
+        };
+        let encoding = self.encoding();
+        // A file that cannot be tokenised (an unterminated string) is left as is.
+        let Ok(formatted) = flow_compiler::format::format_source(&analysis.text) else {
+            return Ok(None);
+        };
+        if *formatted == *analysis.text {
+            return Ok(Some(Vec::new()));
+        }
+        let whole =
+            analysis
+                .lines
+                .range(&analysis.text, Span::new(0, analysis.text.len()), encoding);
+        Ok(Some(vec![TextEdit::new(whole, formatted)]))
+    }
+
+    async fn code_action(&self, params: CodeActionParams) -> Result<Option<CodeActionResponse>> {
+        let Some((_, analysis)) = self.current(&params.text_document.uri).await else {
+            return Ok(None);
+        };
+        let encoding = self.encoding();
+        let range = analysis.lines.span(&analysis.text, params.range, encoding);
+        let uri = params.text_document.uri;
+        let actions = ide::quick_fixes(&analysis.checked, FileId(0), range)
+            .into_iter()
+            .map(|fix| {
+                let edit = TextEdit::new(
+                    analysis.lines.range(&analysis.text, fix.span, encoding),
+                    fix.replacement,
+                );
+                CodeActionOrCommand::CodeAction(CodeAction {
+                    title: fix.title,
+                    kind: Some(CodeActionKind::QUICKFIX),
+                    is_preferred: Some(true),
+                    edit: Some(WorkspaceEdit {
+                        changes: Some(HashMap::from([(uri.clone(), vec![edit])])),
+                        ..WorkspaceEdit::default()
+                    }),
+                    ..CodeAction::default()
+                })
+            })
+            .collect();
+        Ok(Some(actions))
+    }
+}

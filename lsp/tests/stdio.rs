@@ -1,0 +1,268 @@
+//! End-to-end tests of the `flow-lsp` binary, driven over stdio with JSON-RPC.
+
+mod client;
+
+use std::time::Duration;
+
+use client::{Client, TempDir, position};
+use serde_json::{Value, json};
+
+const RECIPES: &str = r#"recipe classify {
+  model "default"
+  input { subject: string }
+  output { category: "billing" | "bug", urgency: int }
+  prompt "{{input.subject}}"
+}
+"#;
+
+fn workflow(body: &str) -> String {
+    format!(
+        "import \"recipes.flow\"\n\nworkflow triage {{\n  input {{ subject: string }}\n{body}}}\n"
+    )
+}
+
+fn codes(params: &Value) -> Vec<String> {
+    params["diagnostics"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|d| d["code"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+#[test]
+fn diagnostics_match_flowc_and_follow_edits() {
+    let dir = TempDir::new("diagnostics");
+    dir.write("recipes.flow", RECIPES);
+    let text = workflow(
+        "  step first = classify { subject: workflow_input.subject }\n  step second = classify { subject: \"{{step.frist.category}}\" }\n",
+    );
+    let path = dir.write("main.flow", &text);
+    let mut client = Client::start(&dir.0);
+    let uri = client.open(&path, &text);
+    let published = client.diagnostics_for(&uri, |p| p["version"] == 1);
+    assert_eq!(codes(&published), ["E101"]);
+    let diagnostic = &published["diagnostics"][0];
+    let message = diagnostic["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("unknown step `frist`") && message.contains("did you mean `first`?"),
+        "{message}"
+    );
+    assert_eq!(diagnostic["range"]["start"], position(&text, "frist", 0));
+    assert_eq!(diagnostic["source"], "flow");
+
+    // The quick fix replaces the name.
+    let actions = client.request(
+        "textDocument/codeAction",
+        json!({ "textDocument": { "uri": uri }, "range": diagnostic["range"], "context": { "diagnostics": [] } }),
+    );
+    let edit = &actions["result"][0]["edit"]["changes"][&uri][0];
+    assert_eq!(edit["newText"], "first", "{actions}");
+
+    // Two quick edits: only the newer version's diagnostics are published.
+    let fixed = text.replace("frist", "first");
+    for (version, body) in [(2, text.replace("frist", "fir")), (3, fixed)] {
+        client.notify(
+            "textDocument/didChange",
+            json!({ "textDocument": { "uri": uri, "version": version }, "contentChanges": [{ "text": body }] }),
+        );
+    }
+    let published = client.diagnostics_for(&uri, |p| p["version"] == 3);
+    assert!(codes(&published).is_empty(), "{published}");
+    assert!(
+        !client
+            .notifications
+            .iter()
+            .any(|n| n["params"]["version"] == 2),
+        "a stale version was published"
+    );
+    client.shutdown();
+}
+
+#[test]
+fn an_edit_to_an_import_rechecks_its_importers() {
+    let dir = TempDir::new("dependants");
+    let recipes = dir.write("recipes.flow", RECIPES);
+    let text = workflow("  step first = classify { subject: workflow_input.subject }\n");
+    let main = dir.write("main.flow", &text);
+    let mut client = Client::start(&dir.0);
+    let main_uri = client.open(&main, &text);
+    let recipes_uri = client.open(&recipes, RECIPES);
+    client.diagnostics_for(&main_uri, |p| {
+        p["version"] == 1 && p["diagnostics"] == json!([])
+    });
+    // Renaming the recipe in the (unsaved) imported buffer breaks the importer.
+    client.notify(
+        "textDocument/didChange",
+        json!({
+            "textDocument": { "uri": recipes_uri, "version": 2 },
+            "contentChanges": [{
+                "range": { "start": { "line": 0, "character": 7 }, "end": { "line": 0, "character": 15 } },
+                "text": "sort"
+            }]
+        }),
+    );
+    let published = client.diagnostics_for(&main_uri, |p| {
+        !p["diagnostics"].as_array().is_some_and(Vec::is_empty)
+    });
+    assert_eq!(codes(&published), ["E110"], "{published}");
+    client.shutdown();
+}
+
+#[test]
+fn completion_hover_definition_and_rename() {
+    let dir = TempDir::new("queries");
+    dir.write("recipes.flow", RECIPES);
+    let text = workflow(
+        "  step first = classify { subject: workflow_input.subject }\n  if step.first.urgency > 2 {\n    step maybe = classify { subject: \"x\" }\n  }\n  step second = classify { subject: \"{{step.first.category}}\" }\n  step third = classify { subject: \"{{step.\n}\n",
+    );
+    let path = dir.write("main.flow", &text);
+    let mut client = Client::start(&dir.0);
+    let uri = client.open(&path, &text);
+
+    // After `{{step.`, in a half-typed line: the steps that have surely run.
+    let answer = client.request(
+        "textDocument/completion",
+        json!({ "textDocument": { "uri": uri }, "position": position(&text, "{{step.\n", 7) }),
+    );
+    let labels: Vec<&str> = answer["result"]["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|item| item["label"].as_str())
+        .collect();
+    assert_eq!(labels, ["first", "second"], "{answer}");
+
+    // The user finishes the reference; the other queries run on that text.
+    let text = text.replace("{{step.\n}\n", "{{step.first.summary}}\" }\n");
+    client.notify(
+        "textDocument/didChange",
+        json!({ "textDocument": { "uri": uri, "version": 2 }, "contentChanges": [{ "text": text }] }),
+    );
+
+    let answer = client.request(
+        "textDocument/hover",
+        json!({ "textDocument": { "uri": uri }, "position": position(&text, "category}}", 2) }),
+    );
+    let hover = answer["result"]["contents"]["value"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(hover.contains("\"billing\" | \"bug\""), "{answer}");
+
+    let answer = client.request(
+        "textDocument/definition",
+        json!({ "textDocument": { "uri": uri }, "position": position(&text, "classify", 1) }),
+    );
+    assert_eq!(
+        answer["result"]["uri"],
+        client::uri(&dir.0.join("recipes.flow")),
+        "{answer}"
+    );
+
+    // Renaming to a name in use is refused; a free name changes every reference.
+    let rename = |client: &mut Client, name: &str| {
+        client.request(
+            "textDocument/rename",
+            json!({ "textDocument": { "uri": uri }, "position": position(&text, "step first", 6), "newName": name }),
+        )
+    };
+    let refused = rename(&mut client, "second");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("already in use"),
+        "{refused}"
+    );
+    let renamed = rename(&mut client, "sorted");
+    assert_eq!(
+        renamed["result"]["changes"][&uri].as_array().map(Vec::len),
+        Some(4),
+        "{renamed}"
+    );
+    client.shutdown();
+}
+
+#[test]
+fn symbols_tokens_formatting_and_unknown_methods() {
+    let dir = TempDir::new("misc");
+    dir.write("recipes.flow", RECIPES);
+    let text = workflow("  step first = classify {subject: workflow_input.subject}\n");
+    let path = dir.write("main.flow", &text);
+    let mut client = Client::start(&dir.0);
+    let uri = client.open(&path, &text);
+    let symbols = client.request(
+        "textDocument/documentSymbol",
+        json!({ "textDocument": { "uri": uri } }),
+    );
+    assert_eq!(symbols["result"][1]["name"], "triage", "{symbols}");
+    assert_eq!(
+        symbols["result"][1]["children"][0]["name"], "first",
+        "{symbols}"
+    );
+
+    let tokens = client.request(
+        "textDocument/semanticTokens/full",
+        json!({ "textDocument": { "uri": uri } }),
+    );
+    assert!(
+        tokens["result"]["data"]
+            .as_array()
+            .is_some_and(|d| d.len() % 5 == 0 && !d.is_empty()),
+        "{tokens}"
+    );
+
+    let edits = client.request(
+        "textDocument/formatting",
+        json!({ "textDocument": { "uri": uri }, "options": { "tabSize": 2, "insertSpaces": true } }),
+    );
+    let formatted = edits["result"][0]["newText"].as_str().unwrap_or_default();
+    assert!(
+        formatted.contains("classify { subject: workflow_input.subject }"),
+        "{edits}"
+    );
+
+    let unknown = client.request("flow/noSuchMethod", json!({}));
+    assert_eq!(unknown["error"]["code"], -32601, "{unknown}");
+    client.drain(Duration::from_millis(50));
+    client.shutdown();
+}
+
+#[test]
+fn references_reach_every_file_of_the_workspace() {
+    let dir = TempDir::new("references");
+    let recipes = dir.write("recipes.flow", RECIPES);
+    let one = workflow("  step a = classify { subject: \"1\" }\n");
+    dir.write("one.flow", &one);
+    dir.write(
+        "two.flow",
+        &workflow("  step b = classify { subject: \"2\" }\n"),
+    );
+    let mut client = Client::start(&dir.0);
+    let recipes_uri = client.open(&recipes, RECIPES);
+    let answer = client.request(
+        "textDocument/references",
+        json!({
+            "textDocument": { "uri": recipes_uri },
+            "position": { "line": 0, "character": 9 },
+            "context": { "includeDeclaration": true }
+        }),
+    );
+    let mut files: Vec<String> = answer["result"]
+        .as_array()
+        .expect("locations")
+        .iter()
+        .map(|l| {
+            l["uri"]
+                .as_str()
+                .unwrap_or_default()
+                .rsplit('/')
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    files.sort();
+    assert_eq!(files, ["one.flow", "recipes.flow", "two.flow"], "{answer}");
+    client.shutdown();
+}

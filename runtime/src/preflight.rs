@@ -1,0 +1,131 @@
+//! Preflight: what a run needs, checked before its first step (and again
+//! before each resumed invocation), every problem listed and nothing run.
+//!
+//! * the input against the workflow's input schema;
+//! * the plan's mappings: every recipe, MCP server and slot a step names is
+//!   in the plan (its format and hash were checked when it was read:
+//!   `Plan::from_json`);
+//! * the provider knows every model alias the workflow's recipes use;
+//! * every MCP server the workflow can call answers `initialize` and lists
+//!   the tools it needs (when the runtime has an MCP client);
+//! * the workflow's `context kb` documents are resolved, once, for every
+//!   recipe of the run.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use flow_plan::{Action, Plan, Workflow};
+use serde_json::Value;
+
+use crate::interp::{BoxFuture, KbDocument, Services};
+
+/// How long the MCP servers get to answer, all of them together.
+const MCP_WITHIN: Duration = Duration::from_secs(30);
+
+/// What a run gets from its preflight.
+pub(crate) struct Ready {
+    /// The workflow's `context kb` documents, for every recipe call.
+    pub(crate) context: Vec<KbDocument>,
+}
+
+pub(crate) async fn preflight(
+    plan: &Plan,
+    workflow: &Workflow,
+    input: &Value,
+    services: &Services,
+) -> Result<Ready, Vec<String>> {
+    let mut problems: Vec<String> = crate::schema::validate(&workflow.input_schema, input)
+        .iter()
+        .map(|mismatch| format!("input: {mismatch}"))
+        .collect();
+
+    let mut models: Vec<String> = Vec::new();
+    // Server index to the tools the workflow calls on it.
+    let mut servers: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    workflow.each_step(&mut |step| {
+        if step.slot as usize >= workflow.slots.len() {
+            problems.push(format!(
+                "plan: step `{}` has slot {}, the workflow has {}",
+                step.id,
+                step.slot,
+                workflow.slots.len()
+            ));
+        }
+        match &step.action {
+            Action::Recipe { recipe, .. } => match plan.recipes.get(*recipe as usize) {
+                Some(recipe) if !models.contains(&recipe.model) => {
+                    models.push(recipe.model.clone())
+                }
+                Some(_) => {}
+                None => problems.push(format!(
+                    "plan: step `{}` names recipe {recipe}, the plan has {}",
+                    step.id,
+                    plan.recipes.len()
+                )),
+            },
+            Action::Browser { server, tool, .. } => {
+                if (*server as usize) < plan.mcp_servers.len() {
+                    let tools = servers.entry(*server).or_default();
+                    if !tools.contains(tool) {
+                        tools.push(tool.clone());
+                    }
+                } else {
+                    problems.push(format!(
+                        "plan: step `{}` names MCP server {server}, the plan has {}",
+                        step.id,
+                        plan.mcp_servers.len()
+                    ));
+                }
+            }
+            _ => {}
+        }
+    });
+
+    problems.extend(services.provider.check_models(&models));
+
+    if let Some(mcp) = &services.mcp {
+        // Asked together, not one after another.
+        let checks = servers.iter().map(|(server, tools)| {
+            let check: BoxFuture<'_, Option<String>> = Box::pin(async move {
+                let server = &plan.mcp_servers[*server as usize];
+                mcp.check(server, tools)
+                    .await
+                    .err()
+                    .map(|why| format!("MCP server `{}`: {why}", server.name))
+            });
+            check
+        });
+        let all = crate::interp::run_bounded(checks, servers.len().max(1), |_| false);
+        match tokio::time::timeout(MCP_WITHIN, all).await {
+            Ok(failed) => problems.extend(failed.into_iter().flatten()),
+            Err(_) => problems.push(format!(
+                "MCP servers: no answer from all of them within {MCP_WITHIN:?}"
+            )),
+        }
+    }
+
+    let context = if workflow.context.is_empty() {
+        Vec::new()
+    } else {
+        match services
+            .effects
+            .kb_context(&workflow.context, &[], crate::kb::MOST_DOCUMENTS)
+            .await
+        {
+            Ok(documents) => documents,
+            Err(error) => {
+                problems.push(format!(
+                    "knowledge base: the workflow's context {:?} could not be read: {}",
+                    workflow.context, error.message
+                ));
+                Vec::new()
+            }
+        }
+    };
+
+    if problems.is_empty() {
+        Ok(Ready { context })
+    } else {
+        Err(problems)
+    }
+}
