@@ -843,3 +843,58 @@ async fn a_browser_step_journals_its_input_and_the_pages_output() {
     page_server.abort();
     let _ = std::fs::remove_dir_all(&output);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preflight_names_each_server_that_does_not_answer_and_runs_nothing() {
+    setup();
+    let mark = mark("preflight");
+    let pool = Arc::new(McpPool::new(McpPoolConfig {
+        check_timeout: Duration::from_secs(2),
+        ..McpPoolConfig::default()
+    }));
+    let source = format!(
+        "mcp everything {{ command \"node\" args [{:?}, \"stdio\"] env {{ FLOW_MCP_TEST_MARK: {mark:?} }} }}\n\
+         mcp hangs {{ command \"sleep\" args [\"30\"] env {{ FLOW_MCP_TEST_MARK: {mark:?} }} }}\n\
+         mcp crashes {{ command \"sh\" args [\"-c\", \"echo 'no config' >&2; exit 3\"] env {{ FLOW_MCP_TEST_MARK: {mark:?} }} }}\n\
+         workflow w {{\n  step said = everything.echo {{ message: \"x\" }} retry 1\n  step missing = everything.nonexistent {{}} retry 1\n  \
+         step stuck = hangs.anything {{}} retry 1\n  step broken = crashes.anything {{}} retry 1\n}}\n",
+        everything_js()
+    );
+    let plan = compile(&source);
+    let store = Arc::new(MemoryStore::default());
+    let services = Services {
+        provider: Arc::new(OfflineProvider),
+        effects: store.clone(),
+        mcp: Some(pool.clone()),
+        journal: store.clone(),
+    };
+    let started = Instant::now();
+    let outcome = flow_runtime::run(&plan, "w", "run-1", json!({}), services).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let Outcome::Failed { error, step: None } = outcome else {
+        panic!("preflight fails the run: {outcome:?}");
+    };
+    assert_eq!(error.kind, ErrorKind::Preflight);
+    for phrase in [
+        "MCP server `everything`",
+        "has no tool `nonexistent`",
+        "MCP server `hangs`",
+        "did not answer `initialize`",
+        "MCP server `crashes`",
+        "exit status: 3",
+        "no config",
+    ] {
+        assert!(
+            error.message.contains(phrase),
+            "{phrase:?} not in: {}",
+            error.message
+        );
+    }
+    assert!(store.lookup("said").is_none(), "no step ran");
+    pool.shutdown().await;
+    assert!(marked_processes(&mark).is_empty());
+}
