@@ -18,6 +18,7 @@ use flow_runtime::interp::{ErrorKind, Journal as _, Outcome, Services, StepStatu
 use flow_runtime::mcp::{McpPool, McpPoolConfig};
 use flow_runtime::memory::MemoryStore;
 use flow_runtime::offline::OfflineProvider;
+use flow_tests::mcp_servers::dead;
 use serde_json::{Value, json};
 
 fn mcp_dir() -> PathBuf {
@@ -26,26 +27,7 @@ fn mcp_dir() -> PathBuf {
 
 /// Runs `tests/mcp/setup.sh` once per test process; panics if it fails.
 fn setup() {
-    static DONE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
-    let result = DONE.get_or_init(|| {
-        let output = std::process::Command::new("bash")
-            .arg(mcp_dir().join("setup.sh"))
-            .output()
-            .map_err(|e| format!("cannot run tests/mcp/setup.sh: {e}"))?;
-        if output.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "tests/mcp/setup.sh failed ({})\n{}{}",
-                output.status,
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            ))
-        }
-    });
-    if let Err(message) = result {
-        panic!("{message}");
-    }
+    flow_tests::mcp_servers::setup_mcp_servers();
 }
 
 fn everything_js() -> String {
@@ -76,56 +58,9 @@ fn everything(mark: &str) -> McpServer {
     stdio("everything", "node", &[&everything_js(), "stdio"], mark)
 }
 
-/// The live (not zombie) processes whose environment holds `mark`.
+/// The live processes whose environment holds `mark`.
 fn marked_processes(mark: &str) -> Vec<u32> {
-    marks_running(|found| found == mark)
-}
-
-/// One scan of /proc: the live processes whose mark `matches`. A process
-/// whose environment cannot be read any more (it is exiting) does not count.
-fn marks_running(matches: impl Fn(&str) -> bool) -> Vec<u32> {
-    const KEY: &[u8] = b"FLOW_MCP_TEST_MARK=";
-    let mut pids = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return pids;
-    };
-    for entry in entries.flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
-            continue;
-        };
-        let found = environ
-            .split(|b| *b == 0)
-            .find_map(|variable| variable.strip_prefix(KEY));
-        let Some(found) = found else {
-            continue;
-        };
-        if matches(&String::from_utf8_lossy(found)) && !dead(pid) {
-            pids.push(pid);
-        }
-    }
-    pids
-}
-
-/// Whether `pid` has exited: gone, or a zombie whose every thread has
-/// exited too. (A multi-threaded leader shows as a zombie while its other
-/// threads are still tearing down; its parent cannot reap it before they are
-/// done, and its pipes stay open until then.)
-fn dead(pid: u32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return true;
-    };
-    tasks.flatten().all(|task| {
-        std::fs::read_to_string(task.path().join("stat"))
-            .ok()
-            .and_then(|stat| {
-                stat.rsplit_once(')')
-                    .map(|(_, rest)| rest.trim_start().starts_with('Z'))
-            })
-            .unwrap_or(true)
-    })
+    flow_tests::mcp_servers::marked_processes(|found| found == mark)
 }
 
 async fn wait_until(within: Duration, what: &str, mut condition: impl FnMut() -> bool) {
@@ -386,7 +321,7 @@ async fn fifty_servers_worth_of_demand_never_run_more_than_twenty() {
 
 /// How many live processes carry a mark that starts with `prefix`.
 fn marked_processes_with_prefix(prefix: &str) -> usize {
-    marks_running(|found| found.starts_with(prefix)).len()
+    flow_tests::mcp_servers::marked_processes(|found| found.starts_with(prefix)).len()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

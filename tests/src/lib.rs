@@ -1,8 +1,8 @@
 //! The end-to-end test harness: locating the workspace's binaries, running
 //! them, and temporary directories. The tests themselves are in `tests/`.
 
-pub mod browser_examples;
 pub mod fake_llm;
+pub mod mcp_servers;
 pub mod postgres;
 pub mod smtp_sink;
 

@@ -2,7 +2,7 @@
 //! server (project-local, on Debian's Chromium) visits pages this test serves
 //! on loopback, and each step's journaled output is the page it was sent to.
 
-use flow_tests::browser_examples::{PageServer, local_examples, setup_mcp_servers};
+use flow_tests::mcp_servers::{PageServer, local_examples, marked_processes, setup_mcp_servers};
 use flow_tests::{Run, TempDir, flow_path, run_in};
 use serde_json::Value;
 
@@ -103,4 +103,8 @@ fn the_examples_browser_steps_visit_their_pages() {
             "contact {i}: {page}"
         );
     }
+
+    // Every `flow` process has exited, and left no server or browser behind.
+    let mark = examples.to_string_lossy().to_string();
+    assert_eq!(marked_processes(|found| found == mark), Vec::<u32>::new());
 }

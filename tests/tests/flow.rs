@@ -2,7 +2,7 @@
 //! to completion with the offline provider, or parks and completes after
 //! `flow approve`; exit codes and the `--json` run record are the interface.
 
-use flow_tests::browser_examples::{PageServer, local_examples, setup_mcp_servers};
+use flow_tests::mcp_servers::{PageServer, local_examples, setup_mcp_servers};
 use flow_tests::{Run, TempDir, flow_path, flowc_path, root, run_in};
 use serde_json::Value;
 
@@ -16,7 +16,7 @@ fn json(run: &Run) -> Value {
 
 #[test]
 fn every_example_completes_after_flow_approve() {
-    // The browser steps run for real, on loopback pages (see browser_examples).
+    // The browser steps run for real, on loopback pages (see flow_tests::mcp_servers).
     setup_mcp_servers();
     let pages = PageServer::start();
     let copy = TempDir::new("flow-examples");

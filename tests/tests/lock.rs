@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use flow_tests::browser_examples::{mcp_servers_dir, setup_mcp_servers};
+use flow_tests::mcp_servers::{mcp_servers_dir, setup_mcp_servers};
 use flow_tests::{Run, TempDir, flowc_path, run_in};
 
 fn flowc(dir: &Path, args: &[&str]) -> Run {

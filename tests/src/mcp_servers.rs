@@ -1,6 +1,7 @@
-//! The examples with their browser steps pointed at this machine: Playwright's
-//! MCP server installed by `runtime/tests/mcp/setup.sh` (on Debian's
-//! Chromium), and pages served on loopback by `PageServer`.
+//! The MCP servers of the tests, and the examples with their browser steps
+//! pointed at this machine: Playwright's MCP server installed by
+//! `runtime/tests/mcp/setup.sh` (on Debian's Chromium), and pages served on
+//! loopback by `PageServer`.
 //!
 //! The examples declare `mcp browser { command "npx" args ["@playwright/mcp",
 //! ...] }` and take URLs of the outside world in their inputs. A test must
@@ -8,6 +9,10 @@
 //! package, so `local_examples` copies `examples/` with the declaration
 //! rewritten to the project-local install and every URL of an input moved to
 //! the page server, keeping its path.
+//!
+//! Servers a test starts carry `FLOW_MCP_TEST_MARK=<mark>` in their
+//! environment (their children inherit it), so that a test finds its own
+//! processes in /proc (`marked_processes`) while other tests run beside it.
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpListener;
@@ -49,13 +54,63 @@ pub fn setup_mcp_servers() {
     }
 }
 
+/// The environment variable that marks a test's servers.
+pub const MARK: &str = "FLOW_MCP_TEST_MARK";
+
+/// One scan of /proc: the live processes whose mark `matches`. A process
+/// whose environment cannot be read any more (it is exiting) does not count.
+pub fn marked_processes(matches: impl Fn(&str) -> bool) -> Vec<u32> {
+    let key = format!("{MARK}=");
+    let mut pids = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return pids;
+    };
+    for entry in entries.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        let found = environ
+            .split(|b| *b == 0)
+            .find_map(|variable| variable.strip_prefix(key.as_bytes()));
+        let Some(found) = found else {
+            continue;
+        };
+        if matches(&String::from_utf8_lossy(found)) && !dead(pid) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Whether `pid` has exited: gone, or a zombie whose every thread has
+/// exited too. (A multi-threaded leader shows as a zombie while its other
+/// threads are still tearing down; its parent cannot reap it before they are
+/// done, and its pipes stay open until then.)
+pub fn dead(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    tasks.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat"))
+            .ok()
+            .and_then(|stat| {
+                stat.rsplit_once(')')
+                    .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+            })
+            .unwrap_or(true)
+    })
+}
+
 /// The examples' own declaration of their browser server.
 pub const EXAMPLES_BROWSER: &str =
     r#"mcp browser { command "npx" args ["@playwright/mcp", "--headless", "--isolated"] }"#;
 
 /// The same server, installed in the project and driving Debian's Chromium
-/// (`--no-sandbox`: tests run as root).
-pub fn local_browser() -> String {
+/// (`--no-sandbox`: tests run as root), its processes marked with `mark`.
+pub fn local_browser(mark: &str) -> String {
     let chromium = std::process::Command::new("sh")
         .args(["-c", "command -v chromium"])
         .output()
@@ -64,19 +119,19 @@ pub fn local_browser() -> String {
     assert!(!chromium.is_empty(), "chromium is installed (setup.sh)");
     let cli = mcp_servers_dir().join("node_modules/@playwright/mcp/cli.js");
     format!(
-        r#"mcp browser {{ command "node" args [{:?}, "--executable-path", {chromium:?}, "--headless", "--no-sandbox", "--isolated"] }}"#,
+        r#"mcp browser {{ command "node" args [{:?}, "--executable-path", {chromium:?}, "--headless", "--no-sandbox", "--isolated"] env {{ {MARK}: {mark:?} }} }}"#,
         cli.to_string_lossy()
     )
 }
 
 /// Copies `examples/` into `dir/examples`, the browser server made local
-/// and every URL in the inputs moved to `base` (keeping its path); returns
-/// the copy's folder.
+/// (its processes marked with the copy's path) and every URL in the inputs
+/// moved to `base` (keeping its path); returns the copy's folder.
 pub fn local_examples(dir: &Path, base: &str) -> PathBuf {
     let from = root().join("examples");
     let to = dir.join("examples");
     copy_dir(&from, &to);
-    let browser = local_browser();
+    let browser = local_browser(&to.to_string_lossy());
     for entry in std::fs::read_dir(&to).expect("the copy exists").flatten() {
         let path = entry.path();
         let name = path.to_string_lossy().to_string();
