@@ -89,6 +89,16 @@ pub(crate) async fn preflight(
         problems.extend(services.provider.check_models(&models));
     }
 
+    if services.mcp.is_none() && !servers.is_empty() {
+        let names: Vec<&str> = servers
+            .keys()
+            .map(|server| plan.mcp_servers[*server as usize].name.as_str())
+            .collect();
+        problems.push(format!(
+            "the workflow calls MCP servers ({}) but this runtime has no MCP client",
+            names.join(", ")
+        ));
+    }
     if let Some(mcp) = services.mcp.as_ref().filter(|_| !resumed) {
         // Asked together, not one after another.
         let checks = servers.iter().map(|(server, tools)| {

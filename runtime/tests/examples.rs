@@ -1,5 +1,8 @@
 //! Every example runs to completion with the offline provider, parking at
-//! each approval and resuming after it is decided.
+//! each approval and resuming after it is decided. The examples that drive a
+//! browser need an MCP client, which this in-memory run has none of: their
+//! preflight says so and nothing runs (`tests/tests/flow.rs` and
+//! `tests/tests/browser.rs` run them with real servers).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -52,6 +55,20 @@ async fn every_example_completes_after_its_approvals() {
             journal: store.clone(),
         };
         let workflow = plan.workflows[0].name.clone();
+        if !plan.mcp_servers.is_empty() {
+            let outcome =
+                flow_runtime::run(&plan, &workflow, "run-1", input.clone(), services.clone()).await;
+            let Outcome::Failed { error, step: None } = &outcome else {
+                panic!("{name}: {outcome:?}");
+            };
+            assert!(
+                error.message.contains("has no MCP client"),
+                "{name}: {}",
+                error.message
+            );
+            assert!(store.records().is_empty(), "{name}: a step ran");
+            continue;
+        }
         let mut decisions = 0;
         let outcome = loop {
             let outcome =

@@ -349,6 +349,8 @@ async fn an_input_that_does_not_match_is_refused_before_the_first_step() {
     assert!(store.records().is_empty());
 }
 
+/// Found at preflight, before any step: a run that would fail half-way at
+/// its first browser step does not start.
 #[tokio::test]
 async fn a_browser_step_without_an_mcp_client_fails_clearly() {
     let plan = plan(
@@ -366,13 +368,16 @@ async fn a_browser_step_without_an_mcp_client_fails_clearly() {
     let Outcome::Failed { error, step } = outcome else {
         panic!("{outcome:?}")
     };
-    assert_eq!(error.kind, ErrorKind::Unsupported);
+    assert_eq!(error.kind, ErrorKind::Preflight);
     assert!(
-        error.message.contains("no MCP client configured"),
+        error
+            .message
+            .contains("calls MCP servers (b) but this runtime has no MCP client"),
         "{}",
         error.message
     );
-    assert_eq!(step.as_deref(), Some("p"));
+    assert_eq!(step, None);
+    assert!(store.records().is_empty(), "nothing ran");
 }
 
 /// Answers after a long wait: for the workflow's deadline.
