@@ -44,8 +44,14 @@ pub enum ErrorKind {
     InvalidOutput,
     /// An expression could not be evaluated (a `json` value of another shape).
     Expression,
-    /// The step needs something this runtime does not have (an MCP client).
+    /// The step needs something this runtime does not have (an MCP client,
+    /// an MCP server's command).
     Unsupported,
+    /// An MCP tool answered with an error (`isError`, or a JSON-RPC error
+    /// about the request such as an unknown tool): not retried, since the
+    /// same call would get the same answer. Errors that say they are
+    /// transient (a timeout, a reset connection) get those kinds instead.
+    Tool,
     /// An approval was rejected with `on_reject: "fail"`.
     Rejected,
     /// An approval expired with `on_expire: "fail"`.
@@ -73,6 +79,7 @@ impl ErrorKind {
             ErrorKind::InvalidOutput => "invalid_output",
             ErrorKind::Expression => "expression",
             ErrorKind::Unsupported => "unsupported",
+            ErrorKind::Tool => "tool",
             ErrorKind::Rejected => "rejected",
             ErrorKind::Expired => "expired",
             ErrorKind::Preflight => "preflight",
@@ -237,6 +244,9 @@ pub struct StepRecord {
 /// Where step records go, and where a replay finds them.
 pub trait Journal: Send + Sync {
     fn lookup(&self, path: &str) -> Option<StepRecord>;
+    /// Whether the run has recorded any step: a resumed invocation, not a
+    /// first one.
+    fn resumed(&self) -> bool;
     /// Durable before the future resolves, in the stores that promise it.
     fn record<'a>(&'a self, record: StepRecord) -> BoxFuture<'a, Result<(), StepError>>;
 }

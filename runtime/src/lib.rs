@@ -13,6 +13,7 @@ pub mod interp;
 pub mod kb;
 pub mod limit;
 pub mod llm;
+pub mod mcp;
 pub mod memory;
 pub mod offline;
 pub mod openai;

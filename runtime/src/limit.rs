@@ -387,12 +387,20 @@ impl Limiter for RedisLimiter {
                 self.next_id.fetch_add(1, Ordering::Relaxed)
             );
             let lease = self.settings.lease.as_millis().to_string();
-            // A waiter that has not asked for this long has left the line.
-            let ttl = (LONGEST_POLL * 10).as_millis().to_string();
+            let ttl = WAITER_TTL.as_millis().to_string();
             let args = [self.limits.of(account).to_string(), id.clone(), lease, ttl];
             let mut connection = match self.connection().await {
                 Ok(connection) => connection,
                 Err(why) => return self.fail_open(account, &why),
+            };
+            // Until a permit is granted and held, leaving (a timeout, a
+            // cancelled attempt, failing open) takes this id out of Redis: a
+            // grant whose answer came too late must not hold a permit for a
+            // whole lease, nor a gone waiter keep its place in line.
+            let mut leave = LeaveOnDrop {
+                connection: Some(connection.clone()),
+                keys: keys.clone(),
+                id: id.clone(),
             };
             let released = self.released(account);
             let mut poll = Duration::from_millis(1);
@@ -401,7 +409,10 @@ impl Limiter for RedisLimiter {
                 // answer and the wait is not missed.
                 let woken = released.notified();
                 match self.run(&mut connection, &self.acquire, &keys, &args).await {
-                    Ok(1) => break,
+                    Ok(1) => {
+                        leave.connection = None;
+                        break;
+                    }
                     Ok(_) => {
                         tokio::select! {
                             () = tokio::time::sleep(poll) => {}
@@ -420,6 +431,47 @@ impl Limiter for RedisLimiter {
                 ))),
             }
         })
+    }
+}
+
+/// How long a waiter that stopped asking keeps its place in line: much longer
+/// than a poll (20 ms) or a slow answer (250 ms), since a waiter put back at
+/// the end of the line could wait for ever.
+const WAITER_TTL: Duration = Duration::from_secs(2);
+
+/// Takes an id out of holders, waiters and the waiters' deadlines when
+/// dropped, unless disarmed (`connection` taken).
+struct LeaveOnDrop {
+    connection: Option<redis::aio::ConnectionManager>,
+    keys: [String; 4],
+    id: String,
+}
+
+impl Drop for LeaveOnDrop {
+    fn drop(&mut self) {
+        let Some(mut connection) = self.connection.take() else {
+            return;
+        };
+        let (keys, id) = (self.keys.clone(), std::mem::take(&mut self.id));
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _: Result<(), _> = redis::pipe()
+                    .cmd("ZREM")
+                    .arg(&keys[0])
+                    .arg(&id)
+                    .ignore()
+                    .cmd("ZREM")
+                    .arg(&keys[1])
+                    .arg(&id)
+                    .ignore()
+                    .cmd("ZREM")
+                    .arg(&keys[2])
+                    .arg(&id)
+                    .ignore()
+                    .query_async(&mut connection)
+                    .await;
+            });
+        }
     }
 }
 

@@ -42,7 +42,10 @@ impl ProviderConfig {
         known.sort_unstable();
         aliases
             .iter()
-            .filter(|alias| !self.models.contains_key(alias.as_str()))
+            .filter(|alias| self.resolve(alias).is_none())
+            // A concrete model id (`gpt-4o-mini`, `llama3.1`) is passed on as
+            // it is; a plain word (`fast`, `smart`) is an alias to map.
+            .filter(|alias| alias.chars().all(|c| c.is_ascii_alphabetic() || c == '_'))
             .map(|alias| {
                 format!(
                     "model alias `{alias}` is not configured (the configured ones: {}); map it, e.g. FLOW_LLM_MODEL_{} for flow or [provider] models for flowd",
@@ -55,10 +58,18 @@ impl ProviderConfig {
 
     /// The provider's name for a recipe's model alias.
     pub(crate) fn model(&self, alias: &str) -> String {
-        self.models
-            .get(alias)
-            .cloned()
-            .unwrap_or_else(|| alias.to_string())
+        self.resolve(alias).unwrap_or_else(|| alias.to_string())
+    }
+
+    /// The model an alias maps to, its case ignored (aliases from the
+    /// environment are lowercased).
+    fn resolve(&self, alias: &str) -> Option<String> {
+        self.models.get(alias).cloned().or_else(|| {
+            self.models
+                .iter()
+                .find(|(known, _)| known.eq_ignore_ascii_case(alias))
+                .map(|(_, model)| model.clone())
+        })
     }
 }
 
@@ -131,4 +142,32 @@ fn models_from_env() -> HashMap<String, String> {
         }
     }
     models
+}
+
+#[cfg(test)]
+mod alias_tests {
+    use super::ProviderConfig;
+
+    /// Regression: aliases from the environment are lowercased, so `Smart`
+    /// in a recipe was reported unmapped; and a concrete model id failed
+    /// preflight as soon as any alias was configured.
+    #[test]
+    fn aliases_match_without_case_and_model_ids_pass_through() {
+        let config = ProviderConfig {
+            base_url: "http://127.0.0.1:1/v1".into(),
+            api_key: None,
+            models: [("smart".to_string(), "big-model".to_string())].into(),
+        };
+        let asked = |alias: &str| config.unknown_models(&[alias.to_string()]);
+        assert!(asked("Smart").is_empty());
+        assert_eq!(config.model("SMART"), "big-model");
+        assert!(asked("gpt-4o-mini").is_empty(), "an id is passed on");
+        assert!(asked("llama3.1").is_empty());
+        let unmapped = asked("fast");
+        assert_eq!(unmapped.len(), 1);
+        assert!(
+            unmapped[0].contains("model alias `fast` is not configured"),
+            "{unmapped:?}"
+        );
+    }
 }

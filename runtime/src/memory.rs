@@ -77,6 +77,10 @@ impl Journal for MemoryStore {
         Some(record)
     }
 
+    fn resumed(&self) -> bool {
+        !lock(&self.records).is_empty()
+    }
+
     fn record<'a>(&'a self, record: StepRecord) -> BoxFuture<'a, Result<(), StepError>> {
         lock(&self.records).insert(record.path.clone(), record);
         Box::pin(async { Ok(()) })

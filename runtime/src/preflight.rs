@@ -1,5 +1,8 @@
-//! Preflight: what a run needs, checked before its first step (and again
-//! before each resumed invocation), every problem listed and nothing run.
+//! Preflight: what a run needs, checked before its first step, every problem
+//! listed and nothing run. A resumed invocation (after an approval, after a
+//! crash) has steps behind it that failing now would throw away: it checks
+//! again only what cannot have changed (the input, the plan), and resolves
+//! the workflow's context again without failing on it.
 //!
 //! * the input against the workflow's input schema;
 //! * the plan's mappings: every recipe, MCP server and slot a step names is
@@ -81,9 +84,12 @@ pub(crate) async fn preflight(
         }
     });
 
-    problems.extend(services.provider.check_models(&models));
+    let resumed = services.journal.resumed();
+    if !resumed {
+        problems.extend(services.provider.check_models(&models));
+    }
 
-    if let Some(mcp) = &services.mcp {
+    if let Some(mcp) = services.mcp.as_ref().filter(|_| !resumed) {
         // Asked together, not one after another.
         let checks = servers.iter().map(|(server, tools)| {
             let check: BoxFuture<'_, Option<String>> = Box::pin(async move {
@@ -113,6 +119,14 @@ pub(crate) async fn preflight(
             .await
         {
             Ok(documents) => documents,
+            // A resumed run goes on without the context rather than fail.
+            Err(error) if resumed => {
+                eprintln!(
+                    "flow: the workflow's context {:?} could not be read; the run goes on without it: {}",
+                    workflow.context, error.message
+                );
+                Vec::new()
+            }
             Err(error) => {
                 problems.push(format!(
                     "knowledge base: the workflow's context {:?} could not be read: {}",

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::interp::{
-    BoxFuture, ErrorKind, Journal, Outcome, Provider, Services, StepError, StepRecord,
+    BoxFuture, ErrorKind, Journal, McpClient, Outcome, Provider, Services, StepError, StepRecord,
 };
 use crate::interp::{PendingApproval, StepStatus};
 use crate::store::{RunLog, RunRow, RunStatus, Store, StoreError};
@@ -132,7 +132,10 @@ pub fn run_record(run_id: &str, outcome: &Outcome) -> RunRecord {
 }
 
 /// Runs (or resumes) `run_id`, which this process has created or claimed,
-/// until it completes, fails or parks, and records how it ended.
+/// until it completes, fails or parks, and records how it ended. `mcp` is
+/// the process's MCP pool (issue 5), shared by its runs; without one a
+/// browser step fails as unsupported.
+#[allow(clippy::too_many_arguments)] // reason: the services of a run; the binaries pass each from its own place
 pub async fn drive(
     store: &Arc<dyn Store>,
     plan: &Plan,
@@ -140,6 +143,7 @@ pub async fn drive(
     run_id: &str,
     input: Value,
     provider: Arc<dyn Provider>,
+    mcp: Option<Arc<dyn McpClient>>,
     observer: Option<Observer>,
 ) -> Result<Outcome, StoreError> {
     loop {
@@ -157,7 +161,7 @@ pub async fn drive(
         let services = Services {
             provider: Arc::clone(&provider),
             effects: log.clone(),
-            mcp: None,
+            mcp: mcp.clone(),
             journal,
         };
         // The workflow's deadline counts active time across invocations.
@@ -284,6 +288,10 @@ struct Observed {
 impl Journal for Observed {
     fn lookup(&self, path: &str) -> Option<StepRecord> {
         self.inner.lookup(path)
+    }
+
+    fn resumed(&self) -> bool {
+        self.inner.resumed()
     }
 
     fn record<'a>(&'a self, record: StepRecord) -> BoxFuture<'a, Result<(), StepError>> {

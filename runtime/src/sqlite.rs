@@ -1388,6 +1388,10 @@ impl Journal for RunJournal {
         self.memory.lookup(path)
     }
 
+    fn resumed(&self) -> bool {
+        self.memory.any()
+    }
+
     fn record<'a>(&'a self, record: StepRecord) -> BoxFuture<'a, Result<(), StepError>> {
         match self.memory.remember(record) {
             Some(record) => self.store.append(&self.run_id, record),

@@ -426,6 +426,11 @@ impl JournalMemory {
         lock(&self.records).get(path).cloned()
     }
 
+    /// Whether any step was recorded (stored or in this invocation).
+    pub fn any(&self) -> bool {
+        !lock(&self.records).is_empty()
+    }
+
     /// Remembers `record` for lookups; gives it back when it is to be
     /// written now, or keeps it for `take_deferred` under `durability approval`.
     pub fn remember(&self, record: StepRecord) -> Option<StepRecord> {

@@ -301,3 +301,33 @@ async fn calls_fail_open_while_redis_is_down_and_the_limit_returns_with_it() {
     assert_eq!(limited_again.most_at_once(), 2, "the limit is back");
     assert_eq!(events.fail_opens.load(Ordering::SeqCst), before);
 }
+
+/// Regression: a waiter whose wait was cancelled (its step timed out) kept
+/// its place at the head of the line, holding a free permit from the next
+/// caller; it now leaves the line at once.
+#[tokio::test]
+async fn a_cancelled_waiter_leaves_the_line() {
+    let prefix = Prefix::new("cancelled");
+    let limiter = Arc::new(redis_limiter(REDIS, &prefix, 1, Arc::new(Unobserved)));
+    let held = limiter.acquire("acme").await;
+    let waited = tokio::time::timeout(Duration::from_millis(100), limiter.acquire("acme")).await;
+    assert!(waited.is_err(), "the limit is taken");
+    // The cleanup is sent when the wait is dropped; give it a moment.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let client = redis::Client::open(REDIS).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let waiting: i64 = redis::cmd("ZCARD")
+        .arg(format!("{}:llm:acme:waiters", prefix.0))
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert_eq!(waiting, 0, "nobody is left in line");
+    drop(held);
+    let started = Instant::now();
+    let _next = limiter.acquire("acme").await;
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+}

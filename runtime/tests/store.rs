@@ -477,6 +477,7 @@ async fn the_runner_parks_resumes_and_lists_runs_to_recover(backend: Backend) {
         "run-1",
         json!({}),
         Arc::new(OfflineProvider),
+        None,
         Some(observer),
     )
     .await
@@ -539,6 +540,7 @@ async fn the_runner_parks_resumes_and_lists_runs_to_recover(backend: Backend) {
         "run-1",
         json!({}),
         Arc::new(OfflineProvider),
+        None,
         None,
     )
     .await
@@ -665,6 +667,7 @@ async fn a_member_of_a_named_group_may_decide(backend: Backend) {
         json!({}),
         Arc::new(OfflineProvider),
         None,
+        None,
     )
     .await
     .unwrap();
@@ -744,6 +747,7 @@ async fn expired_gates_are_listed_when_due(backend: Backend) {
             run,
             json!({}),
             Arc::new(OfflineProvider),
+            None,
             None,
         )
         .await

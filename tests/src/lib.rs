@@ -2,6 +2,7 @@
 //! them, and temporary directories. The tests themselves are in `tests/`.
 
 pub mod fake_llm;
+pub mod mcp_servers;
 pub mod postgres;
 pub mod smtp_sink;
 

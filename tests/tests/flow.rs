@@ -2,6 +2,7 @@
 //! to completion with the offline provider, or parks and completes after
 //! `flow approve`; exit codes and the `--json` run record are the interface.
 
+use flow_tests::mcp_servers::{PageServer, local_examples, setup_mcp_servers};
 use flow_tests::{Run, TempDir, flow_path, flowc_path, root, run_in};
 use serde_json::Value;
 
@@ -15,7 +16,11 @@ fn json(run: &Run) -> Value {
 
 #[test]
 fn every_example_completes_after_flow_approve() {
-    let examples = root().join("examples");
+    // The browser steps run for real, on loopback pages (see flow_tests::mcp_servers).
+    setup_mcp_servers();
+    let pages = PageServer::start();
+    let copy = TempDir::new("flow-examples");
+    let examples = local_examples(copy.path(), &pages.base);
     let mut names: Vec<String> = std::fs::read_dir(&examples)
         .expect("examples/ exists")
         .map(|e| {

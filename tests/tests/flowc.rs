@@ -42,6 +42,12 @@ fn mutated_support_triage(from: &str, to: &str) -> TempDir {
 fn the_examples_are_clean() {
     let run = flowc(&["check", "examples/"]);
     assert_eq!(run.code, 0, "{}", run.all());
+    // The examples have no flow.lock: their browser steps' tools are unchecked.
+    assert!(
+        run.stderr.contains("note: no flow.lock beside examples/incident_response.flow, examples/lead_enrichment.flow"),
+        "{}",
+        run.stderr
+    );
     assert!(
         run.stderr
             .trim_end()

@@ -193,11 +193,25 @@ codes! {
     /// appears twice.
     Member = ("E117", "member", Error, "missing or repeated member");
 
+    /// A browser step calls a tool that its MCP server does not have, according
+    /// to `flow.lock` (written by `flowc lock`, which asks each server declared
+    /// in the files for its tools). Without a lock, tool names are not checked.
+    ///
+    /// ```flow
+    /// step page = browser.browser_navigat { url: loop_item.website }
+    /// //                  ^^^^^^^^^^^^^^^ did you mean `browser_navigate`?
+    /// ```
+    ///
+    /// If the server has changed since the lock was taken, run `flowc lock` again.
+    UnknownMcpTool = ("E118", "unknown-mcp-tool", Error, "the MCP server has no such tool");
+
     /// A required input of the called recipe (or of a built-in step such as
-    /// `approval`) is not given.
+    /// `approval`, or of an MCP tool according to `flow.lock`) is not given.
     MissingArgument = ("E201", "missing-argument", Error, "missing argument");
 
-    /// An argument is given that the called recipe or built-in step does not declare.
+    /// An argument is given that the called recipe or built-in step does not
+    /// declare, or that an MCP tool's input schema in `flow.lock` does not list
+    /// while it admits no other property.
     UnknownArgument = ("E202", "unknown-argument", Error, "unknown argument");
 
     /// A value's type does not fit where it is used: an argument, a record
@@ -257,4 +271,10 @@ codes! {
     /// An optional access (`?.` or `??`) on a value that is always present. It is
     /// harmless but hides the fact that the value cannot be missing.
     NeedlessOptional = ("W303", "needless-optional", Warning, "optional access on a value that is always present");
+
+    /// The files have a `flow.lock`, but it has no tools for this MCP server as
+    /// it is declared now (a new server, or one whose command, arguments,
+    /// environment or URL changed since the lock was taken), so its browser
+    /// steps' tools and arguments are not checked. Run `flowc lock` again.
+    McpServerNotLocked = ("W304", "mcp-server-not-locked", Warning, "flow.lock does not cover this MCP server");
 }

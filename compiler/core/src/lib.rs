@@ -14,10 +14,11 @@ pub mod diagnostic;
 pub mod format;
 pub mod graph;
 pub mod ide;
+pub mod lock;
 pub mod lower;
 pub mod suggest;
 pub mod syntax;
 
-pub use check::{Checked, LoadError, SourceLoader, check, check_source};
+pub use check::{Checked, LoadError, SourceLoader, check, check_source, check_with_tools};
 pub use diagnostic::{Diagnostic, FileId, Label, Severity, Span};
 pub use lower::lower;

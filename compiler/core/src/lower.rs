@@ -59,30 +59,9 @@ pub fn lower(checked: &Checked) -> Option<plan::Plan> {
     let (server_names, server_index) = sorted_with_index(&env.mcp_servers);
     let mcp_servers = server_names
         .iter()
-        .map(|name| {
-            let decl = &env.mcp_servers[*name].decl;
-            let transport = match (&decl.command, &decl.url) {
-                (_, Some(url)) => plan::McpTransport::Http {
-                    url: url.display_text(),
-                },
-                (command, None) => plan::McpTransport::Stdio {
-                    command: command
-                        .as_ref()
-                        .map(ast::StringLit::display_text)
-                        .unwrap_or_default(),
-                    args: decl.args.iter().map(literal_text).collect(),
-                    env: decl
-                        .env
-                        .iter()
-                        .flat_map(|record| &record.fields)
-                        .map(|field| (field.name.text.clone(), literal_text(&field.value)))
-                        .collect(),
-                },
-            };
-            plan::McpServer {
-                name: (*name).clone(),
-                transport,
-            }
+        .map(|name| plan::McpServer {
+            name: (*name).clone(),
+            transport: mcp_transport(&env.mcp_servers[*name].decl),
         })
         .collect();
 
@@ -136,6 +115,29 @@ fn sorted_with_index<V>(table: &HashMap<String, V>) -> (Vec<&String>, HashMap<&s
 }
 
 /// The text of a string literal where the checker demands one (MCP arguments).
+/// How the runtime reaches a declared MCP server: what the plan holds, and
+/// the server's identity in `flow.lock`.
+pub fn mcp_transport(decl: &ast::McpServer) -> plan::McpTransport {
+    match (&decl.command, &decl.url) {
+        (_, Some(url)) => plan::McpTransport::Http {
+            url: url.display_text(),
+        },
+        (command, None) => plan::McpTransport::Stdio {
+            command: command
+                .as_ref()
+                .map(ast::StringLit::display_text)
+                .unwrap_or_default(),
+            args: decl.args.iter().map(literal_text).collect(),
+            env: decl
+                .env
+                .iter()
+                .flat_map(|record| &record.fields)
+                .map(|field| (field.name.text.clone(), literal_text(&field.value)))
+                .collect(),
+        },
+    }
+}
+
 fn literal_text(expr: &ast::Expr) -> String {
     match &expr.kind {
         ExprKind::String(lit) => lit.display_text(),

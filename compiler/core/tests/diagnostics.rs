@@ -10,6 +10,9 @@
 //!   //                   ^^^^^^^ E101 unknown step
 //! ```
 //!
+//! A case with a `// file: flow.lock` checks against that lock (JSON, as
+//! `flowc lock` writes it), as `flowc check` does with the lock beside a file.
+//!
 //! The carets give the exact columns of the primary label; the code must match;
 //! the text after the code, when present, must appear in the message. A case
 //! without annotations must check clean. The rendered diagnostics of each
@@ -195,8 +198,18 @@ fn fixtures_report_exactly_the_annotated_diagnostics() {
         let text = std::fs::read_to_string(&path).expect("readable fixture");
         let mut rendered = String::new();
         for case in cases(&text) {
+            let lock = case
+                .files
+                .iter()
+                .find(|(name, _)| name == flow_compiler::lock::LOCK_FILE)
+                .map(|(_, text)| {
+                    flow_compiler::lock::ToolLock::from_json(text).unwrap_or_else(|e| {
+                        panic!("{} / {}: flow.lock: {e}", path.display(), case.name)
+                    })
+                });
             let checked =
-                flow_compiler::check("main.flow", &Memory(&case.files)).expect("main.flow exists");
+                flow_compiler::check_with_tools("main.flow", &Memory(&case.files), lock.as_ref())
+                    .expect("main.flow exists");
             let expected = expected(&case.files);
             let actual = actual(&checked);
             for (key, message) in &expected {

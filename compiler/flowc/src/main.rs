@@ -1,5 +1,5 @@
-//! `flowc`, the flow compiler's command line: check, build, explain, format
-//! and graph `.flow` workflows.
+//! `flowc`, the flow compiler's command line: check, build, explain, format,
+//! graph and lock `.flow` workflows.
 //!
 //! Exit codes are part of the interface, for CI: 0 when clean, 1 when the
 //! sources have problems (errors, warnings under `--deny-warnings`, files that
@@ -90,6 +90,16 @@ enum Command {
         #[arg(required = true, value_name = "PATH")]
         paths: Vec<PathBuf>,
     },
+    /// Ask every MCP server the files declare for its tools, and write their
+    /// names and input schemas to `flow.lock` beside the files, for `check`.
+    Lock {
+        /// How long each server may take to start and list its tools, in seconds.
+        #[arg(long, default_value_t = 60, value_name = "SECONDS")]
+        timeout: u64,
+        /// Files and directories (recursively, `*.flow`).
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
+    },
     /// Print a Mermaid flowchart of a workflow (steps, branches, loops,
     /// parallel joins and approval gates).
     Graph {
@@ -130,6 +140,9 @@ fn main() -> ExitCode {
         Command::Explain { code, list } => commands::explain::run(code.as_deref(), list),
         Command::Fmt { check, paths } => commands::fmt::run(&paths, check),
         Command::Graph { file, workflow } => commands::graph::run(&file, workflow.as_deref()),
+        Command::Lock { timeout, paths } => {
+            commands::lock::run(&paths, std::time::Duration::from_secs(timeout))
+        }
     };
     exit.into()
 }

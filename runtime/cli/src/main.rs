@@ -20,6 +20,7 @@ mod remote;
 use flow_plan::Plan;
 use flow_runtime::interp::{Decision, Provider, StepRecord};
 use flow_runtime::limit::{LimitedProvider, Limiter};
+use flow_runtime::mcp::{McpPool, McpPoolConfig};
 use flow_runtime::offline::OfflineProvider;
 use flow_runtime::runner::{self, Observer, RunRecord};
 use flow_runtime::sqlite::SqliteStore;
@@ -154,10 +155,14 @@ fn main() -> ExitCode {
         },
         None => None,
     };
+    // MCP (issue 5): one pool of MCP connections for every run this process
+    // executes; its servers are closed gracefully before the process exits.
+    let mcp = Arc::new(McpPool::new(McpPoolConfig::default()));
     let dispatched = match remote {
         Some(server) => runtime.block_on(dispatch_remote(cli.command, &server)),
-        None => runtime.block_on(dispatch(cli.command)),
+        None => runtime.block_on(dispatch(cli.command, &mcp)),
     };
+    runtime.block_on(mcp.shutdown());
     match dispatched {
         Ok(code) => ExitCode::from(code),
         Err(Fail(code, message)) => {
@@ -167,7 +172,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn dispatch(command: Command) -> Result<u8> {
+async fn dispatch(command: Command, mcp: &Arc<McpPool>) -> Result<u8> {
     // One limiter for every run this process executes (`recover` runs many).
     let limiter = flow_runtime::limit::limiter_from_env().map_err(usage)?;
     match command {
@@ -192,7 +197,10 @@ async fn dispatch(command: Command) -> Result<u8> {
                 .create_run(&run_id, NO_ACCOUNT, &workflow, &plan.hash, &input, None)
                 .await
                 .map_err(|e| usage(e.to_string()))?;
-            execute(&store, &limiter, &plan, &workflow, &run_id, input, json).await
+            execute(
+                &store, &limiter, mcp, &plan, &workflow, &run_id, input, json,
+            )
+            .await
         }
         Command::Approve {
             run,
@@ -242,6 +250,7 @@ async fn dispatch(command: Command) -> Result<u8> {
             execute(
                 &store,
                 &limiter,
+                mcp,
                 &plan,
                 &row.workflow,
                 &run,
@@ -263,10 +272,12 @@ async fn dispatch(command: Command) -> Result<u8> {
             let mut resumed = tokio::task::JoinSet::new();
             for (row, plan) in runs {
                 let (store, limiter) = (Arc::clone(&store), Arc::clone(&limiter));
+                let mcp = Arc::clone(mcp);
                 resumed.spawn(async move {
                     execute(
                         &store,
                         &limiter,
+                        &mcp,
                         &plan,
                         &row.workflow,
                         &row.id,
@@ -379,9 +390,11 @@ fn print_trace(records: &[StepRecord], json: bool) -> Result<u8> {
 }
 
 /// Runs (or resumes) a run and reports it; the exit code says how it ended.
+#[allow(clippy::too_many_arguments)] // reason: what one run needs; each caller has them at hand
 async fn execute(
     store: &Arc<dyn Store>,
     limiter: &Arc<dyn Limiter>,
+    mcp: &Arc<McpPool>,
     plan: &Plan,
     workflow: &str,
     run_id: &str,
@@ -420,9 +433,19 @@ async fn execute(
             ));
         }) as Observer
     });
-    let outcome = runner::drive(store, plan, workflow, run_id, input, provider, observer)
-        .await
-        .map_err(|e| usage(e.to_string()))?;
+    let mcp: Arc<dyn flow_runtime::interp::McpClient> = mcp.clone();
+    let outcome = runner::drive(
+        store,
+        plan,
+        workflow,
+        run_id,
+        input,
+        provider,
+        Some(mcp),
+        observer,
+    )
+    .await
+    .map_err(|e| usage(e.to_string()))?;
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }

@@ -34,6 +34,9 @@ pub struct Daemon {
     pub provider: Arc<dyn Provider>,
     /// The per-account limit on LLM calls in flight.
     limiter: Arc<dyn Limiter>,
+    /// MCP (issue 5): the connections to MCP servers that every run of this
+    /// process shares; closed at shutdown, after the runs settled.
+    mcp: Arc<flow_runtime::mcp::McpPool>,
     /// API key (its digest, `key_digest`) to the account it belongs to.
     keys: HashMap<[u8; 32], String>,
     /// The runs this process is driving; shutdown waits for them to settle.
@@ -174,6 +177,9 @@ impl Daemon {
             deploys: std::sync::atomic::AtomicU64::new(0),
             metrics,
             limiter,
+            mcp: Arc::new(flow_runtime::mcp::McpPool::new(
+                flow_runtime::mcp::McpPoolConfig::default(),
+            )),
             http: reqwest::Client::new(),
         }))
     }
@@ -491,6 +497,7 @@ impl Daemon {
                     &run_id,
                     input,
                     provider,
+                    Some(daemon.mcp.clone()),
                     Some(observer),
                 )
                 .await;
@@ -722,6 +729,8 @@ pub async fn serve(
             runs.len()
         );
     }
+    // MCP (issue 5): the servers the runs used are closed with flowd.
+    daemon.mcp.shutdown().await;
     Ok(())
 }
 

@@ -19,6 +19,7 @@ pub(crate) use workflow::{approval_params, error_ty, handoff_params, kb_write_pa
 
 use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, FileId, Span};
+use crate::lock::ToolLock;
 use crate::syntax::ast::{Item, SourceFile};
 use crate::syntax::parse;
 
@@ -86,6 +87,17 @@ pub struct LoadError {
 
 /// Checks the file at `root` and everything it imports.
 pub fn check(root: &str, loader: &dyn SourceLoader) -> Result<Checked, LoadError> {
+    check_with_tools(root, loader, None)
+}
+
+/// `check`, with the tools of the MCP servers from `flow.lock` (which the
+/// caller read): browser steps' tool names and arguments are checked against
+/// them. Without a lock they are not checked.
+pub fn check_with_tools(
+    root: &str,
+    loader: &dyn SourceLoader,
+    tools: Option<&ToolLock>,
+) -> Result<Checked, LoadError> {
     let bytes = loader.load(root).map_err(|message| LoadError {
         path: root.to_string(),
         message,
@@ -111,6 +123,7 @@ pub fn check(root: &str, loader: &dyn SourceLoader) -> Result<Checked, LoadError
             decl,
             root_id,
             &env,
+            tools,
             &mut diagnostics,
         ));
     }

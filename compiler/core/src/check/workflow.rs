@@ -10,10 +10,11 @@
 
 use std::collections::HashMap;
 
-use crate::check::env::{Env, require_plain, resolve_fields};
+use crate::check::env::{Env, McpInfo, require_plain, resolve_fields};
 use crate::check::types::Ty;
 use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, FileId, Span};
+use crate::lock::ToolLock;
 use crate::suggest::{candidates_list, did_you_mean};
 use crate::syntax::ast::*;
 
@@ -174,6 +175,7 @@ pub(crate) fn check_workflow(
     decl: &Workflow,
     file: FileId,
     env: &Env,
+    tools: Option<&ToolLock>,
     diagnostics: &mut Vec<Diagnostic>,
 ) -> WorkflowInfo {
     let input = match &decl.input {
@@ -182,6 +184,7 @@ pub(crate) fn check_workflow(
     };
     let mut checker = Checker {
         env,
+        tools,
         file,
         diagnostics,
         steps: Vec::new(),
@@ -265,6 +268,8 @@ pub(crate) fn check_workflow(
 
 struct Checker<'e, 'd> {
     env: &'e Env,
+    /// The MCP servers' tools from `flow.lock`, when the caller has one.
+    tools: Option<&'e ToolLock>,
     file: FileId,
     diagnostics: &'d mut Vec<Diagnostic>,
     steps: Vec<StepInfo>,
@@ -644,8 +649,14 @@ impl Checker<'_, '_> {
                 self.template(department);
                 self.args(args, &handoff_params(), "`handoff`", None);
             }
-            StepCall::Browser { server, .. } => {
-                if !self.env.mcp_servers.contains_key(&server.text) {
+            StepCall::Browser { server, tool, .. } => {
+                let env = self.env;
+                if let Some(info) = env.mcp_servers.get(&server.text) {
+                    if self.tool_call(server, tool, args, info) {
+                        self.options(step);
+                        return;
+                    }
+                } else {
                     let names = self.env.mcp_servers.keys().map(String::as_str);
                     let mut diagnostic = Diagnostic::new(
                         Code::UnknownMcpServer,
@@ -876,6 +887,66 @@ impl Checker<'_, '_> {
     }
 
     // ------------------------------------------------------------ arguments and values
+
+    /// Checks a browser step against its server's tools in `flow.lock`:
+    /// the tool exists, its arguments are the tool's and fit its schema.
+    /// False when there is nothing to check against (no lock, or the lock
+    /// does not have this server as declared), and the arguments are
+    /// checked only as expressions.
+    fn tool_call(&mut self, server: &Name, tool: &Name, args: &RecordLit, info: &McpInfo) -> bool {
+        let Some(lock) = self.tools else {
+            return false;
+        };
+        let Some(locked) = lock.server(&crate::lower::mcp_transport(&info.decl)) else {
+            self.push(
+                Diagnostic::new(
+                    Code::McpServerNotLocked,
+                    self.file,
+                    server.span,
+                    format!(
+                        "flow.lock has no tools for MCP server `{}` as it is declared",
+                        server.text
+                    ),
+                )
+                .label("its tool and arguments are not checked")
+                .secondary(info.file, info.decl.span, "declared here")
+                .hint("run `flowc lock` on these files to record its tools"),
+            );
+            return false;
+        };
+        let Some(found) = locked.tools.iter().find(|t| t.name == tool.text) else {
+            let names = locked.tools.iter().map(|t| t.name.as_str());
+            let mut diagnostic = Diagnostic::new(
+                Code::UnknownMcpTool,
+                self.file,
+                tool.span,
+                format!("MCP server `{}` has no tool `{}`", server.text, tool.text),
+            )
+            .label("no such tool in flow.lock");
+            if let Some(best) = did_you_mean(&tool.text, names.clone()) {
+                diagnostic = diagnostic.hint(format!("did you mean `{best}`?"));
+            }
+            diagnostic = if locked.tools.is_empty() {
+                diagnostic.hint("the server listed no tool when flow.lock was taken")
+            } else {
+                diagnostic.hint(format!("its tools are {}", candidates_list(names)))
+            };
+            self.push(diagnostic.hint(
+                "flow.lock records the tools the server listed; if it has changed, run `flowc lock` again",
+            ));
+            self.unchecked_args(args);
+            return true;
+        };
+        let given: Vec<&str> = args.fields.iter().map(|f| f.name.text.as_str()).collect();
+        let params = crate::lock::tool_params(&found.input_schema, &given);
+        self.args(
+            args,
+            &params,
+            &format!("tool `{}.{}`", server.text, tool.text),
+            None,
+        );
+        true
+    }
 
     fn unchecked_args(&mut self, args: &RecordLit) {
         for field in &args.fields {

@@ -1,9 +1,12 @@
 //! `flowc check`: check files and directories, in parallel, and report.
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use flow_compiler::lock::ToolLock;
 use flow_compiler::{Checked, LoadError};
 
 use crate::loader::{DiskLoader, expand_paths};
@@ -21,7 +24,21 @@ pub(crate) fn run(paths: &[PathBuf], format: Format, deny_warnings: bool) -> Exi
         .iter()
         .map(|problem| (problem.path.clone(), problem.reason.clone()))
         .collect();
-    for (path, result) in files.iter().zip(check_all(&files)) {
+    let locks = match crate::commands::lock::read_locks(&files) {
+        Ok(locks) => locks,
+        Err(problem) => {
+            eprintln!("error: {problem}");
+            return Exit::Usage;
+        }
+    };
+    let mut unchecked_tools: Vec<String> = Vec::new();
+    for (path, result) in files.iter().zip(check_all(&files, &locks)) {
+        if let Ok(checked) = &result
+            && !locks.contains_key(path)
+            && has_browser_steps(checked)
+        {
+            unchecked_tools.push(path.clone());
+        }
         match result {
             Ok(checked) => reports.add(&checked),
             Err(error) => {
@@ -31,6 +48,14 @@ pub(crate) fn run(paths: &[PathBuf], format: Format, deny_warnings: bool) -> Exi
         }
     }
     reports.sort();
+    // Before the report, whose summary line stays the last.
+    if !unchecked_tools.is_empty() {
+        eprintln!(
+            "note: no {} beside {}: the tools and arguments of browser steps are unchecked (`flowc lock` records the MCP servers' tools)",
+            flow_compiler::lock::LOCK_FILE,
+            unchecked_tools.join(", ")
+        );
+    }
     // When nothing could be read, the IO errors above say all there is.
     if !files.is_empty() || format == Format::Json {
         print(&reports, format, Stream::Stdout);
@@ -83,7 +108,21 @@ pub(crate) fn print(reports: &Reports, format: Format, machine: Stream) {
 ///
 /// Roots are handed out one at a time from a shared counter rather than in
 /// fixed chunks, so that one large file does not leave the other workers idle.
-pub(crate) fn check_all(roots: &[String]) -> Vec<Result<Checked, LoadError>> {
+/// Whether a checked file's workflows call MCP tools.
+fn has_browser_steps(checked: &Checked) -> bool {
+    checked.analysis.workflows.iter().any(|workflow| {
+        workflow
+            .steps
+            .iter()
+            .any(|step| matches!(step.kind, flow_compiler::check::StepKind::Browser { .. }))
+    })
+}
+
+/// `locks` gives the `flow.lock` beside a root, when there is one.
+pub(crate) fn check_all(
+    roots: &[String],
+    locks: &HashMap<String, Arc<ToolLock>>,
+) -> Vec<Result<Checked, LoadError>> {
     let workers = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(roots.len())
@@ -97,7 +136,11 @@ pub(crate) fn check_all(roots: &[String]) -> Vec<Result<Checked, LoadError>> {
                     loop {
                         let index = next.fetch_add(1, Ordering::Relaxed);
                         let Some(root) = roots.get(index) else { break };
-                        mine.push((index, flow_compiler::check(root, &DiskLoader)));
+                        let lock = locks.get(root).map(Arc::as_ref);
+                        mine.push((
+                            index,
+                            flow_compiler::check_with_tools(root, &DiskLoader, lock),
+                        ));
                     }
                     mine
                 })

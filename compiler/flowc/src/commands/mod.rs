@@ -5,3 +5,4 @@ pub(crate) mod check;
 pub(crate) mod explain;
 pub(crate) mod fmt;
 pub(crate) mod graph;
+pub(crate) mod lock;

@@ -1,0 +1,181 @@
+//! `flowc lock`: asks every MCP server that the given files declare for its
+//! tools, and writes their names and input schemas to `flow.lock` beside the
+//! files (one lock per folder), so that `flowc check` can check browser steps
+//! offline. The servers are reached through the runtime's MCP pool, exactly
+//! as a run would reach them; nothing of a failed folder is written.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use flow_compiler::lock::{LOCK_FILE, LOCK_VERSION, LockedServer, LockedTool, ToolLock};
+use flow_plan::McpServer;
+use flow_runtime::mcp::{McpPool, McpPoolConfig};
+
+use crate::Exit;
+use crate::loader::{DiskLoader, expand_paths, io_reason, write_atomically};
+
+pub(crate) fn run(paths: &[PathBuf], timeout: Duration) -> Exit {
+    let (files, problems) = expand_paths(paths);
+    for problem in &problems {
+        eprintln!("error: {problem}");
+    }
+    if !problems.is_empty() {
+        return Exit::Usage;
+    }
+    // The servers each folder's files declare (or import), once each.
+    let mut folders: BTreeMap<PathBuf, Vec<McpServer>> = BTreeMap::new();
+    for file in &files {
+        let checked = match flow_compiler::check(file, &DiskLoader) {
+            Ok(checked) => checked,
+            Err(error) => {
+                eprintln!("error: cannot read {file}: {}", error.message);
+                return Exit::Usage;
+            }
+        };
+        let servers = folders.entry(folder_of(file)).or_default();
+        let mut names: Vec<&String> = checked.analysis.env.mcp_servers.keys().collect();
+        names.sort();
+        for name in names {
+            let server = McpServer {
+                name: name.clone(),
+                transport: flow_compiler::lower::mcp_transport(
+                    &checked.analysis.env.mcp_servers[name].decl,
+                ),
+            };
+            if !servers.contains(&server) {
+                servers.push(server);
+            }
+        }
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return Exit::Usage;
+        }
+    };
+    runtime.block_on(lock_folders(folders, timeout))
+}
+
+async fn lock_folders(folders: BTreeMap<PathBuf, Vec<McpServer>>, timeout: Duration) -> Exit {
+    let pool = Arc::new(McpPool::new(McpPoolConfig {
+        connect_timeout: timeout,
+        ..McpPoolConfig::default()
+    }));
+    let mut exit = Exit::Ok;
+    for (folder, servers) in folders {
+        // The servers of a folder start at once: a lock waits for the
+        // slowest, not for their sum.
+        let mut asked = tokio::task::JoinSet::new();
+        for (index, server) in servers.into_iter().enumerate() {
+            let pool = Arc::clone(&pool);
+            asked.spawn(async move {
+                let tools = pool.tools(&server, timeout).await;
+                (index, server, tools)
+            });
+        }
+        let mut answers = Vec::new();
+        while let Some(joined) = asked.join_next().await {
+            if let Ok(answer) = joined {
+                answers.push(answer);
+            }
+        }
+        answers.sort_by_key(|(index, _, _)| *index);
+        let mut locked = Vec::new();
+        let mut failed = false;
+        for (_, server, tools) in answers {
+            match tools {
+                Ok(tools) => {
+                    eprintln!("flowc: `{}` has {} tool(s)", server.name, tools.len());
+                    locked.push(LockedServer {
+                        name: server.name,
+                        transport: server.transport,
+                        tools: tools
+                            .into_iter()
+                            .map(|tool| LockedTool {
+                                name: tool.name,
+                                description: tool.description,
+                                input_schema: tool.input_schema,
+                            })
+                            .collect(),
+                    });
+                }
+                Err(error) => {
+                    eprintln!("error: {error}");
+                    failed = true;
+                }
+            }
+        }
+        let path = folder.join(LOCK_FILE);
+        if failed {
+            eprintln!("error: {} not written", path.display());
+            exit = Exit::Usage;
+            continue;
+        }
+        let lock = ToolLock {
+            version: LOCK_VERSION,
+            servers: locked,
+        };
+        match write_atomically(&path, lock.to_json().as_bytes()) {
+            Ok(()) => eprintln!(
+                "flowc: wrote {} ({} server(s))",
+                path.display(),
+                lock.servers.len()
+            ),
+            Err(error) => {
+                eprintln!(
+                    "error: cannot write {}: {}",
+                    path.display(),
+                    io_reason(&error)
+                );
+                exit = Exit::Usage;
+            }
+        }
+    }
+    pool.shutdown().await;
+    exit
+}
+
+/// The folder a file's lock is in: its own.
+fn folder_of(file: &str) -> PathBuf {
+    match Path::new(file).parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// The lock beside each of `files` that has one; an unreadable or malformed
+/// lock is an error, since checking without it would pass what it forbids.
+pub(crate) fn read_locks(files: &[String]) -> Result<HashMap<String, Arc<ToolLock>>, String> {
+    let mut by_folder: HashMap<PathBuf, Option<Arc<ToolLock>>> = HashMap::new();
+    let mut locks = HashMap::new();
+    for file in files {
+        let folder = folder_of(file);
+        if !by_folder.contains_key(&folder) {
+            let path = folder.join(LOCK_FILE);
+            let lock = match std::fs::read_to_string(&path) {
+                Ok(text) => Some(Arc::new(ToolLock::from_json(&text).map_err(|reason| {
+                    format!("{} cannot be used: {reason}", path.display())
+                })?)),
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+                Err(error) => {
+                    return Err(format!(
+                        "cannot read {}: {}",
+                        path.display(),
+                        io_reason(&error)
+                    ));
+                }
+            };
+            by_folder.insert(folder.clone(), lock);
+        }
+        if let Some(Some(lock)) = by_folder.get(&folder) {
+            locks.insert(file.clone(), Arc::clone(lock));
+        }
+    }
+    Ok(locks)
+}

@@ -1,0 +1,132 @@
+//! `flowc lock` against a real MCP server (server-everything over stdio,
+//! installed by `runtime/tests/mcp/setup.sh`), then `flowc check` reading the
+//! lock: unknown tools and missing, unknown or ill-typed arguments of browser
+//! steps are reported offline; without a lock a note says they are unchecked.
+
+use std::path::Path;
+
+use flow_tests::mcp_servers::{mcp_servers_dir, setup_mcp_servers};
+use flow_tests::{Run, TempDir, flowc_path, run_in};
+
+fn flowc(dir: &Path, args: &[&str]) -> Run {
+    run_in(&flowc_path(), dir, args)
+}
+
+/// A workflow with browser steps calling server-everything's `echo`.
+fn source(steps: &str) -> String {
+    let server = mcp_servers_dir()
+        .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    format!(
+        "mcp everything {{ command \"node\" args [{:?}, \"stdio\"] }}\n\nworkflow echoes {{\n{steps}}}\n",
+        server.to_string_lossy()
+    )
+}
+
+#[test]
+fn flowc_lock_records_the_tools_and_check_holds_browser_steps_to_them() {
+    setup_mcp_servers();
+    let dir = TempDir::new("flowc-lock");
+    dir.write(
+        "echo.flow",
+        source("  step said = everything.echo { message: \"hello\" } retry 1\n"),
+    );
+
+    // No lock: clean, with a note that the tool calls are unchecked.
+    let unchecked = flowc(dir.path(), &["check", "echo.flow"]);
+    assert_eq!(unchecked.code, 0, "{}", unchecked.all());
+    assert!(
+        unchecked
+            .stderr
+            .contains("note: no flow.lock beside echo.flow: the tools and arguments of browser steps are unchecked"),
+        "{}",
+        unchecked.stderr
+    );
+
+    let locked = flowc(dir.path(), &["lock", "."]);
+    assert_eq!(locked.code, 0, "{}", locked.all());
+    assert!(
+        locked.stderr.contains("wrote ./flow.lock (1 server(s))"),
+        "{}",
+        locked.stderr
+    );
+    let lock_text =
+        std::fs::read_to_string(dir.path().join("flow.lock")).expect("flow.lock written");
+    let lock: serde_json::Value = serde_json::from_str(&lock_text).expect("JSON");
+    assert_eq!(lock["version"], 1);
+    assert_eq!(lock["servers"][0]["name"], "everything");
+    let echo = lock["servers"][0]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .find(|tool| tool["name"] == "echo")
+        .expect("echo is locked");
+    assert_eq!(
+        echo["input_schema"]["required"],
+        serde_json::json!(["message"])
+    );
+    // Taken again, the lock is the same file.
+    assert_eq!(flowc(dir.path(), &["lock", "echo.flow"]).code, 0);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("flow.lock")).expect("flow.lock"),
+        lock_text
+    );
+
+    let clean = flowc(dir.path(), &["check", "echo.flow"]);
+    assert_eq!(clean.code, 0, "{}", clean.all());
+    assert!(!clean.stderr.contains("unchecked"), "{}", clean.stderr);
+
+    dir.write(
+        "echo.flow",
+        source(
+            "  step a = everything.ecoh { message: \"hello\" } retry 1\n  \
+             step b = everything.echo { mesage: \"hello\" } retry 1\n  \
+             step c = everything.echo { message: 42 } retry 1\n",
+        ),
+    );
+    let checked = flowc(dir.path(), &["check", "--format", "json", "echo.flow"]);
+    assert_eq!(checked.code, 1, "{}", checked.all());
+    let report: serde_json::Value = serde_json::from_str(&checked.stdout).expect("JSON report");
+    let diagnostics = report["diagnostics"]
+        .as_array()
+        .unwrap_or_else(|| panic!("diagnostics in {report}"))
+        .clone();
+    let codes: Vec<&str> = diagnostics
+        .iter()
+        .filter_map(|d| d["code"].as_str())
+        .collect();
+    assert_eq!(codes, ["E118", "E202", "E203"], "{report}");
+    let text = checked.stdout;
+    assert!(
+        text.contains("MCP server `everything` has no tool `ecoh`"),
+        "{text}"
+    );
+    assert!(text.contains("did you mean `echo`?"), "{text}");
+    assert!(
+        text.contains("tool `everything.echo` has no input `mesage`"),
+        "{text}"
+    );
+    assert!(text.contains("did you mean `message`?"), "{text}");
+}
+
+#[test]
+fn flowc_lock_names_a_server_that_does_not_answer_and_writes_nothing() {
+    let dir = TempDir::new("flowc-lock-fails");
+    dir.write(
+        "broken.flow",
+        "mcp ghost { command \"/nonexistent/mcp-server\" }\n\nworkflow w {\n  step a = ghost.anything {} retry 1\n}\n",
+    );
+    let run = flowc(dir.path(), &["lock", "--timeout", "5", "broken.flow"]);
+    assert_eq!(run.code, 2, "{}", run.all());
+    assert!(
+        run.stderr
+            .contains("MCP server `ghost` (/nonexistent/mcp-server): cannot start"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("flow.lock not written"),
+        "{}",
+        run.stderr
+    );
+    assert!(!dir.path().join("flow.lock").exists());
+}
