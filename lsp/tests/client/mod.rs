@@ -23,6 +23,11 @@ pub struct Client {
 impl Client {
     /// Starts the server and initializes it with `root` as workspace folder.
     pub fn start(root: &Path) -> Client {
+        Client::start_with(root, json!({ "debounceMs": 20 }))
+    }
+
+    /// Starts the server with these `initializationOptions`.
+    pub fn start_with(root: &Path, options: Value) -> Client {
         let mut child = Command::new(env!("CARGO_BIN_EXE_flow-lsp"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -77,7 +82,7 @@ impl Client {
                 "rootUri": root_uri,
                 "workspaceFolders": [{ "uri": root_uri, "name": "test" }],
                 "capabilities": { "general": { "positionEncodings": ["utf-16"] } },
-                "initializationOptions": { "debounceMs": 20 }
+                "initializationOptions": options
             }),
         );
         assert!(
@@ -86,6 +91,11 @@ impl Client {
         );
         client.notify("initialized", json!({}));
         client
+    }
+
+    /// The server's process id, to read its memory from /proc.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn send(&mut self, message: &Value) {
