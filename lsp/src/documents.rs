@@ -130,10 +130,22 @@ impl flow_compiler::SourceLoader for Overlay {
     }
 }
 
-/// Checks `root` with `text` in place of its buffer.
+/// Checks `root` with `text` in place of its buffer, with the `flow.lock`
+/// beside it when there is one: the editor reports the MCP tool problems
+/// that `flowc check` does.
 pub fn check_with(overlay: &Overlay, root: &str, text: &str) -> Checked {
     let mut overlay = overlay.clone();
     overlay.buffers.insert(normalize(root), Arc::from(text));
+    let lock = tool_lock(root);
     // The root is in the overlay, so loading it cannot fail.
-    flow_compiler::check(root, &overlay).unwrap_or_else(|_| flow_compiler::check_source(root, text))
+    flow_compiler::check_with_tools(root, &overlay, lock.as_ref())
+        .unwrap_or_else(|_| flow_compiler::check_source(root, text))
+}
+
+/// The `flow.lock` in the folder of `file`, if it exists and reads; a lock
+/// that does not parse is as none (`flowc check` reports it).
+fn tool_lock(file: &str) -> Option<flow_compiler::lock::ToolLock> {
+    let folder = std::path::Path::new(file).parent()?;
+    let text = std::fs::read_to_string(folder.join("flow.lock")).ok()?;
+    flow_compiler::lock::ToolLock::from_json(&text).ok()
 }
