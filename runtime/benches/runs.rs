@@ -69,6 +69,9 @@ fn main() {
     if wants("b1") {
         b1(&runtime, quick);
     }
+    if wants("b1seq") {
+        b1_sequential(&runtime, quick);
+    }
     if wants("b1pg") {
         b1_postgres(&runtime, quick);
     }
@@ -408,6 +411,52 @@ fn b1(runtime: &tokio::runtime::Runtime, quick: bool) {
     println!(
         "| B1 | {runs} runs x 10 steps, SQLite, synchronous=FULL, group commit | {steps} steps in {:.3} s | {:.0} steps/s |",
         elapsed,
+        steps as f64 / elapsed
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// B1seq: B1's runs one after another, each created, driven and finished
+/// inside the timer (`runner::drive`, as `flow run` does): the shape of the
+/// peers' B1 in the side-by-side table, where no commit is shared.
+fn b1_sequential(runtime: &tokio::runtime::Runtime, quick: bool) {
+    use flow_runtime::store::Store;
+    let runs = if quick { 20 } else { 300 };
+    let ten = ten_steps();
+    let dir = std::env::temp_dir().join(format!("flow-bench-seq-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let sqlite = SqliteStore::open(&dir.join("bench.db")).expect("the store opens");
+    sqlite.put_plan(&ten).expect("the plan is stored");
+    let store: Arc<dyn Store> = sqlite;
+    let input = json!({ "q": "x".repeat(1000) });
+    let provider: Arc<dyn flow_runtime::interp::Provider> = Arc::new(Instant0);
+    let start = Instant::now();
+    runtime.block_on(async {
+        for i in 0..runs {
+            let run_id = format!("run-{i}");
+            store
+                .create_run(&run_id, "", "ten", &ten.hash, &input, None)
+                .await
+                .expect("run created");
+            let outcome = flow_runtime::runner::drive(
+                &store,
+                &ten,
+                "ten",
+                &run_id,
+                input.clone(),
+                Arc::clone(&provider),
+                None,
+                None,
+            )
+            .await
+            .expect("the run is driven");
+            assert!(matches!(outcome, Outcome::Completed { .. }), "{outcome:?}");
+        }
+    });
+    let elapsed = start.elapsed().as_secs_f64();
+    let steps = runs * 10;
+    println!(
+        "| B1seq | {runs} runs x 10 steps one after another, created and finished in the timer, SQLite, synchronous=FULL | {steps} steps in {elapsed:.3} s | {:.0} steps/s |",
         steps as f64 / elapsed
     );
     let _ = std::fs::remove_dir_all(&dir);
