@@ -112,7 +112,7 @@ def main():
     b3_runs = 100 if QUICK else 2000
     flow_b1, flow_b1_seq, langgraph_b1, dbos_b1 = [], [], [], []
     flow_b2, langgraph_b2 = [], []
-    flow_b3, langgraph_b3 = [], []
+    flow_b3, flow_b3_seq, langgraph_b3 = [], [], []
     for rep in range(REPS):
         print(f"repetition {rep + 1} of {REPS}", file=sys.stderr)
         # Alternated: ours, then each peer, so that the machine's state
@@ -134,6 +134,8 @@ def main():
                 parked_runs / max(number(r"resume ([0-9.]+) s", row), 0.005),
             )
         )
+        row = ours("b3seq")
+        flow_b3_seq.append((number(r"([0-9.]+) parked/s", row), number(r"([0-9.]+) resumed/s", row)))
         answer = peer("langgraph_bench.py", "b3", b3_runs)
         langgraph_b3.append((b3_runs / answer["park_seconds"], b3_runs / answer["resume_seconds"]))
 
@@ -181,11 +183,16 @@ def main():
         f"| {statistics.median(flow_b1_seq) * fsync / 1e6:,.2f}× |",
         f"| B2 one run, loop of {b2_items:,} items, in memory | {cell(flow_b2, 'µs/step', 2)} "
         f"| LangGraph {cell(langgraph_b2, 'µs/step', 1)} | {ratio(flow_b2, langgraph_b2, False)} | – |",
-        f"| B3 park runs at an approval, then resume them all (LangGraph: {b3_runs:,} runs) "
+        f"| B3 park runs at an approval, then resume them all, at once (flow) (LangGraph: {b3_runs:,} runs) "
         f"| park {cell([p for p, _ in flow_b3], 'runs/s')}, resume {cell([r for _, r in flow_b3], 'runs/s')} "
         f"| LangGraph park {cell([p for p, _ in langgraph_b3], 'runs/s')}, resume {cell([r for _, r in langgraph_b3], 'runs/s')} "
         f"| {ratio([p for p, _ in flow_b3], [p for p, _ in langgraph_b3])} parking, "
         f"{ratio([r for _, r in flow_b3], [r for _, r in langgraph_b3])} resuming | – |",
+        f"| B3 one run after another (as the peers run) "
+        f"| park {cell([p for p, _ in flow_b3_seq], 'runs/s')}, resume {cell([r for _, r in flow_b3_seq], 'runs/s')} "
+        f"| LangGraph park {cell([p for p, _ in langgraph_b3], 'runs/s')}, resume {cell([r for _, r in langgraph_b3], 'runs/s')} "
+        f"| {ratio([p for p, _ in flow_b3_seq], [p for p, _ in langgraph_b3])} parking, "
+        f"{ratio([r for _, r in flow_b3_seq], [r for _, r in langgraph_b3])} resuming | – |",
         f"| B8 cold start to a 1-step run completed | `flow run` {cell(flow_b8, 'ms', 1)} "
         f"| `import langgraph.graph` {cell(import_b8, 'ms', 1)}; a 1-step LangGraph run {cell(langgraph_b8, 'ms', 1)} "
         f"| {ratio(flow_b8, langgraph_b8, False)} | – |",

@@ -78,6 +78,9 @@ fn main() {
     if wants("b2") {
         b2(&runtime, quick);
     }
+    if wants("b3seq") {
+        b3_sequential(&runtime, quick);
+    }
     if wants("b3") {
         b3(&runtime, quick);
     }
@@ -250,6 +253,76 @@ fn rss() -> u64 {
 }
 
 /// B3: park many runs at an approval, then decide and resume them all.
+/// B3seq: B3 one run after another, as `flow run` and `flow approve` do:
+/// each run created and driven until it parks, then each decided and
+/// driven to its end, all inside the timers; the peers' shape.
+fn b3_sequential(runtime: &tokio::runtime::Runtime, quick: bool) {
+    use flow_runtime::store::{RunStatus, Store};
+    let runs = if quick { 20 } else { 300 };
+    let gated = plan(&format!(
+        "{RECIPE}workflow gated {{\n  step a = answer {{ q: \"x\" }}\n  step ok = approval {{ approvers: [\"boss\"], message: \"go?\" }}\n  step b = answer {{ q: step.a.text }}\n}}\n"
+    ));
+    let dir = std::env::temp_dir().join(format!("flow-bench-park-seq-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let sqlite = SqliteStore::open(&dir.join("park.db")).expect("the store opens");
+    sqlite.put_plan(&gated).expect("the plan is stored");
+    let store: Arc<dyn Store> = sqlite;
+    let provider: Arc<dyn flow_runtime::interp::Provider> = Arc::new(Instant0);
+    let input = json!({});
+    let drive = |run_id: String| {
+        let (store, gated, provider, input) = (
+            Arc::clone(&store),
+            &gated,
+            Arc::clone(&provider),
+            input.clone(),
+        );
+        async move {
+            flow_runtime::runner::drive(
+                &store, gated, "gated", &run_id, input, provider, None, None,
+            )
+            .await
+            .expect("the run is driven")
+        }
+    };
+    let (park, resume) = runtime.block_on(async {
+        let start = Instant::now();
+        for i in 0..runs {
+            let run_id = format!("run-{i}");
+            store
+                .create_run(&run_id, "", "gated", &gated.hash, &input, None)
+                .await
+                .expect("run created");
+            let outcome = drive(run_id).await;
+            assert!(matches!(outcome, Outcome::Parked { .. }), "{outcome:?}");
+        }
+        let park = start.elapsed().as_secs_f64();
+        let start = Instant::now();
+        for i in 0..runs {
+            let run_id = format!("run-{i}");
+            store
+                .decide(&run_id, "ok", &approve("boss"))
+                .await
+                .expect("the store answers")
+                .expect("the gate is pending");
+            assert!(
+                store
+                    .claim_run(&run_id, &[RunStatus::PendingApproval])
+                    .await
+                    .expect("claimed")
+            );
+            let outcome = drive(run_id).await;
+            assert!(matches!(outcome, Outcome::Completed { .. }), "{outcome:?}");
+        }
+        (park, start.elapsed().as_secs_f64())
+    });
+    println!(
+        "| B3seq | park {runs} runs one after another, then decide and resume each | park {park:.3} s, resume {resume:.3} s | {:.0} parked/s, {:.0} resumed/s |",
+        runs as f64 / park,
+        runs as f64 / resume
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn b3(runtime: &tokio::runtime::Runtime, quick: bool) {
     let runs = if quick { 100 } else { 10_000 };
     let gated = Arc::new(plan(&format!(
