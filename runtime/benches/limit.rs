@@ -15,9 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use flow_runtime::interp::{BoxFuture, Provider, RecipeCall, StepError};
-use flow_runtime::limit::{
-    LimitedProvider, Limiter, Limits, RedisLimiter, RedisSettings, Unobserved,
-};
+use flow_runtime::limit::{LimitedProvider, Limiter, Limits, RedisLimiter, RedisSettings};
 use serde_json::{Value, json};
 
 const REDIS: &str = "redis://127.0.0.1:6379";
@@ -105,7 +103,26 @@ fn main() {
         );
     });
     clean(&prefix);
+    assert_eq!(
+        FAIL_OPENS.0.load(Ordering::Relaxed),
+        0,
+        "a call failed open: these figures would not be the limit's"
+    );
 }
+
+/// Counts fail-opens: a bench that failed open would measure how fast the
+/// limiter gives up, not the limit.
+#[derive(Default)]
+struct FailOpens(AtomicUsize);
+
+impl flow_runtime::limit::LimitEvents for FailOpens {
+    fn waited(&self, _: &str, _: Duration) {}
+    fn failed_open(&self, _: &str) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+static FAIL_OPENS: std::sync::LazyLock<Arc<FailOpens>> = std::sync::LazyLock::new(Arc::default);
 
 fn redis_limiter(prefix: &str, limit: usize) -> Arc<dyn Limiter> {
     let mut settings = RedisSettings::new(REDIS);
@@ -117,7 +134,7 @@ fn redis_limiter(prefix: &str, limit: usize) -> Arc<dyn Limiter> {
                 default: limit,
                 accounts: HashMap::new(),
             },
-            Arc::new(Unobserved),
+            Arc::clone(&*FAIL_OPENS) as Arc<dyn flow_runtime::limit::LimitEvents>,
         )
         .expect("a redis URL"),
     )
