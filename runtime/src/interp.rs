@@ -14,7 +14,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use flow_plan::{Action, Node, OnError, OnExpire, OnReject, Plan, Step, StepKind, Workflow};
 use serde::{Deserialize, Serialize};
@@ -420,9 +420,7 @@ pub async fn run_within(
 }
 
 pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+    crate::time::now_ms()
 }
 
 impl<'p> Interpreter<'p> {

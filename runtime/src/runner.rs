@@ -254,9 +254,7 @@ async fn decided_meanwhile(
 /// process, with their plans: the caller drives each. Runs another live
 /// process is executing are left to it.
 pub async fn claim_runs_to_recover(store: &dyn Store) -> Result<Vec<(RunRow, Plan)>, StoreError> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
+    let now = crate::time::now_ms();
     let mut claimed = Vec::new();
     for row in runs_to_recover(store, now).await? {
         if store

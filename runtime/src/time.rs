@@ -16,12 +16,16 @@ pub fn rfc3339_utc(epoch_ms: u64) -> String {
     )
 }
 
+/// Milliseconds since the Unix epoch, now (0 on a clock before it).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// The current time as `rfc3339_utc` writes it.
 pub fn now_rfc3339() -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    rfc3339_utc(now)
+    rfc3339_utc(now_ms())
 }
 
 /// Seconds since the Unix epoch of an IMF-fixdate (`Sun, 06 Nov 1994

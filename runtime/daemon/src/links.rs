@@ -26,9 +26,7 @@ pub const LIFETIME: std::time::Duration = std::time::Duration::from_secs(7 * 24 
 
 /// Seconds since the Unix epoch, as links count expiry.
 pub fn now_s() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    flow_runtime::time::now_ms() / 1000
 }
 
 /// What a link does.

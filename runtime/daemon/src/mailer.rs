@@ -68,7 +68,7 @@ async fn deliver_due(daemon: &Arc<Daemon>) -> Result<(), String> {
     loop {
         let due = daemon
             .store
-            .to_mail(now_ms(), 64)
+            .to_mail(flow_runtime::time::now_ms(), 64)
             .await
             .map_err(|e| e.to_string())?;
         if due.is_empty() {
@@ -92,12 +92,6 @@ const OUTBOX_ATTEMPTS: u32 = 8;
 const OUTBOX_FIRST_WAIT_MS: u64 = 30_000;
 const OUTBOX_LONGEST_WAIT_MS: u64 = 3_600_000;
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 /// Sends a notification's emails to the recipients not reached yet; those
 /// it reached, and what is left to do.
 async fn deliver(daemon: &Daemon, outgoing: &Outgoing) -> (Vec<String>, MailNext) {
@@ -119,7 +113,12 @@ async fn deliver(daemon: &Daemon, outgoing: &Outgoing) -> (Vec<String>, MailNext
         return skipped;
     }
     // A store that does not answer now may answer at the next attempt.
-    let retry_soon = |reached| (reached, MailNext::Retry(now_ms() + OUTBOX_FIRST_WAIT_MS));
+    let retry_soon = |reached| {
+        (
+            reached,
+            MailNext::Retry(flow_runtime::time::now_ms() + OUTBOX_FIRST_WAIT_MS),
+        )
+    };
     let run = match daemon.store.run(&notification.run_id).await {
         Ok(Some(run)) => run,
         Ok(None) => return skipped,
@@ -191,7 +190,7 @@ async fn deliver(daemon: &Daemon, outgoing: &Outgoing) -> (Vec<String>, MailNext
     let attempt = outgoing.attempts + 1;
     let next = if unreachable && attempt < OUTBOX_ATTEMPTS {
         let wait = (OUTBOX_FIRST_WAIT_MS << (attempt - 1).min(16)).min(OUTBOX_LONGEST_WAIT_MS);
-        MailNext::Retry(now_ms() + wait)
+        MailNext::Retry(flow_runtime::time::now_ms() + wait)
     } else if unreachable || refused {
         if unreachable {
             // The last attempt: whoever is still unreached is counted now.

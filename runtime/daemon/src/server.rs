@@ -200,10 +200,11 @@ impl Daemon {
     /// Resumes the parked runs whose gate has expired by now, so that its
     /// `on_expire` applies when it is due rather than at the next start.
     async fn resume_expired(self: &Arc<Daemon>) -> Result<(), StoreError> {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        for run in self.store.expired_gates(now).await? {
+        for run in self
+            .store
+            .expired_gates(flow_runtime::time::now_ms())
+            .await?
+        {
             // The plan first: a run claimed and then not driven would be
             // stranded, owned by a live process, until the next start.
             let plan = self.plan(&run.plan_hash).await?;
