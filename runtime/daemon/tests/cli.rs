@@ -164,16 +164,12 @@ async fn deploy_start_and_read_a_run_scoped_to_its_account() {
         "another account's workflow: {body}"
     );
 
-    let (status, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/runs",
-            Some(ACME),
-            Some(json!({ "workflow": "digest", "input": { "text": "a long text" } })),
+    let run_id = flowd
+        .start_run(
+            ACME,
+            json!({ "workflow": "digest", "input": { "text": "a long text" } }),
         )
         .await;
-    assert_eq!(status, 202, "{body}");
-    let run_id = body["run_id"].as_str().expect("a run id").to_string();
     let path = format!("/v1/runs/{run_id}");
     let record = flowd.settled(&run_id, ACME).await;
     assert_eq!(record["status"], "completed", "{record}");
@@ -251,16 +247,7 @@ async fn an_approval_is_decided_over_http_by_a_group_member() {
 }
 "#;
     flowd.deploy(ACME, gated).await;
-    let (status, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/runs",
-            Some(ACME),
-            Some(json!({ "workflow": "refund" })),
-        )
-        .await;
-    assert_eq!(status, 202, "{body}");
-    let run_id = body["run_id"].as_str().unwrap().to_string();
+    let run_id = flowd.start_run(ACME, json!({ "workflow": "refund" })).await;
     let parked = flowd.settled(&run_id, ACME).await;
     assert_eq!(parked["status"], "pending_approval", "{parked}");
     assert_eq!(parked["pending_approvals"][0]["path"], "ok");
@@ -468,15 +455,7 @@ async fn a_cancelled_run_cannot_be_resumed() {
     let flowd = Flowd::start(&dir);
     let gated = "workflow w {\n  step ok = approval { approvers: [\"ana@acme.io\"], message: \"go?\" }\n}\n";
     flowd.deploy(ACME, gated).await;
-    let (_, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/runs",
-            Some(ACME),
-            Some(json!({ "workflow": "w" })),
-        )
-        .await;
-    let run_id = body["run_id"].as_str().unwrap().to_string();
+    let run_id = flowd.start_run(ACME, json!({ "workflow": "w" })).await;
     assert_eq!(
         flowd.settled(&run_id, ACME).await["status"],
         "pending_approval"
@@ -521,7 +500,6 @@ async fn a_cancelled_run_cannot_be_resumed() {
 async fn webhooks_are_signed_and_retried_after_a_500() {
     use axum::http::{HeaderMap, StatusCode};
     use hmac::{Hmac, Mac};
-    use reqwest::Method;
     use serde_json::json;
     use std::sync::{Arc, Mutex};
 
@@ -553,15 +531,12 @@ async fn webhooks_are_signed_and_retried_after_a_500() {
     let dir = TempDir::new("flowd-webhook");
     let flowd = Flowd::start_with(&dir, &config);
     flowd.deploy(ACME, TWO_STEPS).await;
-    let (_, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/runs",
-            Some(ACME),
-            Some(json!({ "workflow": "digest", "input": { "text": "t" } })),
+    let run_id = flowd
+        .start_run(
+            ACME,
+            json!({ "workflow": "digest", "input": { "text": "t" } }),
         )
         .await;
-    let run_id = body["run_id"].as_str().unwrap().to_string();
     assert_eq!(flowd.settled(&run_id, ACME).await["status"], "completed");
 
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -638,15 +613,12 @@ async fn a_running_run_is_stopped_by_cancel() {
     }
     source.push_str("}\n");
     flowd.deploy(ACME, &source).await;
-    let (_, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/runs",
-            Some(ACME),
-            Some(json!({ "workflow": "long", "input": { "text": "t" } })),
+    let run_id = flowd
+        .start_run(
+            ACME,
+            json!({ "workflow": "long", "input": { "text": "t" } }),
         )
         .await;
-    let run_id = body["run_id"].as_str().unwrap().to_string();
     let deadline = Instant::now() + Duration::from_secs(10);
     while server.requests() < 2 {
         assert!(Instant::now() < deadline, "the run did not start");
@@ -733,15 +705,7 @@ tls = \"none\"
 }
 "#;
     flowd.deploy(ACME, source).await;
-    let (_, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/runs",
-            Some(ACME),
-            Some(json!({ "workflow": "refund" })),
-        )
-        .await;
-    let run_id = body["run_id"].as_str().unwrap().to_string();
+    let run_id = flowd.start_run(ACME, json!({ "workflow": "refund" })).await;
     assert_eq!(
         flowd.settled(&run_id, ACME).await["status"],
         "pending_approval"
@@ -927,15 +891,7 @@ tls = \"none\"
 "#,
         )
         .await;
-    let (_, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/runs",
-            Some(GLOBEX),
-            Some(json!({ "workflow": "lure" })),
-        )
-        .await;
-    let lure = body["run_id"].as_str().unwrap().to_string();
+    let lure = flowd.start_run(GLOBEX, json!({ "workflow": "lure" })).await;
     assert_eq!(
         flowd.settled(&lure, GLOBEX).await["status"],
         "pending_approval"
@@ -1131,15 +1087,12 @@ workflow echo {
 }
 "#;
     flowd.deploy(ACME, source).await;
-    let (_, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/runs",
-            Some(ACME),
-            Some(json!({ "workflow": "echo", "input": { "words": ["s3cret-a", "s3cret-b"] } })),
+    let run_id = flowd
+        .start_run(
+            ACME,
+            json!({ "workflow": "echo", "input": { "words": ["s3cret-a", "s3cret-b"] } }),
         )
         .await;
-    let run_id = body["run_id"].as_str().unwrap().to_string();
     assert_eq!(
         flowd.settled(&run_id, ACME).await["status"],
         "pending_approval"
@@ -1382,15 +1335,7 @@ async fn an_expired_gate_moves_its_run_on_without_a_request() {
 }
 "#;
     flowd.deploy(ACME, source).await;
-    let (_, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/runs",
-            Some(ACME),
-            Some(json!({ "workflow": "timed" })),
-        )
-        .await;
-    let run_id = body["run_id"].as_str().unwrap().to_string();
+    let run_id = flowd.start_run(ACME, json!({ "workflow": "timed" })).await;
     assert_eq!(
         flowd.settled(&run_id, ACME).await["status"],
         "pending_approval"
@@ -1519,7 +1464,6 @@ workflow one {
 /// not a refusal to start: runs go on, their calls failing open (counted).
 #[tokio::test]
 async fn an_unreachable_redis_at_start_is_a_warning_and_calls_fail_open() {
-    use reqwest::Method;
     use serde_json::json;
     let dir = TempDir::new("flowd-redis-down");
     let flowd = Flowd::start_with(
@@ -1532,15 +1476,12 @@ async fn an_unreachable_redis_at_start_is_a_warning_and_calls_fail_open() {
         flowd.startup
     );
     flowd.deploy(ACME, TWO_STEPS).await;
-    let (_, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/runs",
-            Some(ACME),
-            Some(json!({ "workflow": "digest", "input": { "text": "t" } })),
+    let run = flowd
+        .start_run(
+            ACME,
+            json!({ "workflow": "digest", "input": { "text": "t" } }),
         )
         .await;
-    let run = body["run_id"].as_str().unwrap().to_string();
     assert_eq!(flowd.settled(&run, ACME).await["status"], "completed");
     let metrics = flowd.metrics().await;
     assert!(

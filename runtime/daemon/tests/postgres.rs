@@ -47,16 +47,7 @@ async fn two_flowds_share_deployments_runs_and_approvals() {
             )
             .await;
         assert_eq!(status, 201, "{body}");
-        let (status, body) = b
-            .send(
-                Method::POST,
-                "/v1/runs",
-                Some(ACME),
-                Some(json!({ "workflow": "refund" })),
-            )
-            .await;
-        assert_eq!(status, 202, "{body}");
-        let run_id = body["run_id"].as_str().unwrap().to_string();
+        let run_id = b.start_run(ACME, json!({ "workflow": "refund" })).await;
         let parked = b.settled(&run_id, ACME).await;
         assert_eq!(parked["status"], "pending_approval", "{parked}");
         assert_eq!(
@@ -143,16 +134,14 @@ async fn a_dead_flowds_runs_are_taken_over_when_their_leases_run_out() {
     assert_eq!(status, 201, "{body}");
     let mut ids = Vec::new();
     for r in 0..RUNS {
-        let (status, body) = dying
-            .send(
-                Method::POST,
-                "/v1/runs",
-                Some(ACME),
-                Some(json!({ "workflow": "chain", "input": { "tag": format!("run{r}") } })),
-            )
-            .await;
-        assert_eq!(status, 202, "{body}");
-        ids.push(body["run_id"].as_str().unwrap().to_string());
+        ids.push(
+            dying
+                .start_run(
+                    ACME,
+                    json!({ "workflow": "chain", "input": { "tag": format!("run{r}") } }),
+                )
+                .await,
+        );
     }
     let deadline = Instant::now() + Duration::from_secs(30);
     while server.requests() < RUNS * 2 {

@@ -104,6 +104,16 @@ impl Flowd {
         assert_eq!(status, 201, "{body}");
     }
 
+    /// Starts a run (`POST /v1/runs` with `body`) for the account of `key`;
+    /// its id.
+    pub(crate) async fn start_run(&self, key: &str, body: serde_json::Value) -> String {
+        let (status, answer) = self
+            .send(reqwest::Method::POST, "/v1/runs", Some(key), Some(body))
+            .await;
+        assert_eq!(status, 202, "{answer}");
+        answer["run_id"].as_str().expect("a run id").to_string()
+    }
+
     /// The `/metrics` text (Prometheus scrapes without a key).
     pub(crate) async fn metrics(&self) -> String {
         let response = self
