@@ -168,12 +168,13 @@ pub trait Effects: Send + Sync {
     /// Records an in-app notification for a department; never blocks the run.
     fn handoff<'a>(&'a self, handoff: &'a Handoff) -> BoxFuture<'a, Result<(), StepError>>;
     /// At most `limit` of the run's account's documents that `ids` name (a
-    /// collection, or one document as `collection/title`), those that match
-    /// `terms` best first (`crate::kb::search_terms`), then the others by
-    /// collection and title.
+    /// collection, or one document as `collection/title`) or that
+    /// `department` owns, those that match `terms` best first
+    /// (`crate::kb::search_terms`), then the others by collection and title.
     fn kb_context<'a>(
         &'a self,
         ids: &'a [String],
+        department: Option<&'a str>,
         terms: &'a [String],
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<KbDocument>, StepError>>;
@@ -195,6 +196,11 @@ pub struct KbWrite {
     pub content: String,
     pub metadata: Option<Value>,
     pub key: Option<String>,
+    /// The department of the workflow that writes: the document becomes
+    /// its. A write from a workflow without one keeps the document's owner.
+    /// Absent from the arguments journaled before departments existed.
+    #[serde(default)]
+    pub department: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -314,7 +320,8 @@ struct Interpreter<'p> {
     input: Value,
     services: Services,
     pending: Mutex<Vec<PendingApproval>>,
-    /// The workflow's `context kb` documents, resolved at preflight.
+    /// The workflow's `context kb` documents and its department's,
+    /// resolved at preflight.
     context: Vec<KbDocument>,
 }
 
@@ -775,6 +782,7 @@ impl<'p> Interpreter<'p> {
                     "content": env.eval(content)?,
                     "metadata": metadata.as_ref().map(|m| env.eval(m)).transpose()?,
                     "key": self.key(step, env)?,
+                    "department": self.workflow.department,
                 }));
             }
             Action::Handoff {
@@ -886,7 +894,7 @@ impl<'p> Interpreter<'p> {
                     let terms = crate::kb::search_terms(&prompt);
                     self.services
                         .effects
-                        .kb_context(&recipe.context, &terms, crate::kb::MOST_DOCUMENTS)
+                        .kb_context(&recipe.context, None, &terms, crate::kb::MOST_DOCUMENTS)
                         .await?
                 };
                 let prompt =

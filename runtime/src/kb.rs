@@ -33,6 +33,23 @@ pub fn search_terms(text: &str) -> Vec<String> {
     terms
 }
 
+/// The search words of a run's input: those of its strings, at any depth.
+/// The workflow's context is resolved before any prompt exists, so what the
+/// run is about is what ranks it.
+pub fn input_terms(input: &serde_json::Value) -> Vec<String> {
+    fn strings<'v>(value: &'v serde_json::Value, out: &mut Vec<&'v str>) {
+        match value {
+            serde_json::Value::String(text) => out.push(text),
+            serde_json::Value::Array(items) => items.iter().for_each(|v| strings(v, out)),
+            serde_json::Value::Object(fields) => fields.values().for_each(|v| strings(v, out)),
+            _ => {}
+        }
+    }
+    let mut texts = Vec::new();
+    strings(input, &mut texts);
+    search_terms(&texts.join(" "))
+}
+
 /// `prompt` with the documents after it, each under its id and version, the
 /// whole within `MOST_CONTEXT_BYTES` (a document that does not fit is cut at
 /// a character boundary and says so).
@@ -93,6 +110,17 @@ mod tests {
             search_terms("Refund: the REFUND policy, \"quoted\" AND NEAR(x) -- ok"),
             ["refund", "the", "policy", "quoted", "and", "near"]
         );
+    }
+
+    #[test]
+    fn input_terms_are_the_words_of_its_strings_at_any_depth() {
+        let input = serde_json::json!({
+            "subject": "Refund please",
+            "ticket": { "tags": ["billing", 7], "urgent": true },
+        });
+        let mut terms = input_terms(&input);
+        terms.sort();
+        assert_eq!(terms, ["billing", "please", "refund"]);
     }
 
     #[test]

@@ -31,7 +31,8 @@
 //! `max_connections` permits), so that no more than `max_connections` servers
 //! are ever running, not merely held.
 
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::pin::Pin;
 use std::process::{ExitStatus, Stdio};
@@ -82,6 +83,12 @@ pub struct McpPoolConfig {
     /// together (30 s), so that a slow server is reported with the phase it
     /// was stuck in.
     pub check_timeout: Duration,
+    /// Servers as this deployment reaches them, by name: a plan's server of
+    /// that name is started or called this way instead of as its `.flow`
+    /// file declares it. A file says what a workflow needs (`npx
+    /// @playwright/mcp`); the machine it runs on knows where its browser is
+    /// or which shared server to use.
+    pub servers: BTreeMap<String, McpTransport>,
 }
 
 impl Default for McpPoolConfig {
@@ -94,6 +101,7 @@ impl Default for McpPoolConfig {
             connect_timeout: Duration::from_secs(60),
             calls_per_connection: 1,
             check_timeout: Duration::from_secs(25),
+            servers: BTreeMap::new(),
         }
     }
 }
@@ -279,6 +287,17 @@ impl McpPool {
         }
     }
 
+    /// `server` as this deployment reaches it (`McpPoolConfig::servers`).
+    fn resolve<'s>(&self, server: &'s McpServer) -> Cow<'s, McpServer> {
+        match self.shared.config.servers.get(&server.name) {
+            Some(transport) if *transport != server.transport => Cow::Owned(McpServer {
+                name: server.name.clone(),
+                transport: transport.clone(),
+            }),
+            _ => Cow::Borrowed(server),
+        }
+    }
+
     /// Servers running (or being closed) for this pool now.
     pub fn live_connections(&self) -> usize {
         self.shared.config.max_connections - self.shared.running.available_permits()
@@ -294,6 +313,7 @@ impl McpPool {
         tool: &str,
         args: &Value,
     ) -> Result<Value, McpError> {
+        let server = &*self.resolve(server);
         let arguments = match args {
             Value::Object(map) => Some(map.clone()),
             Value::Null => None,
@@ -343,6 +363,7 @@ impl McpPool {
     /// a direct call beside a pooled one. Requests on it bypass the pool's
     /// turns (`calls_per_connection`) and do not count as uses for idleness.
     pub async fn peer(&self, server: &McpServer) -> Result<Peer<RoleClient>, McpError> {
+        let server = &*self.resolve(server);
         let lease = self.lease(server).await;
         let deadline = Instant::now() + self.shared.config.connect_timeout;
         Ok(lease.connection(server, deadline).await?.peer.clone())
@@ -355,6 +376,7 @@ impl McpPool {
         server: &McpServer,
         within: Duration,
     ) -> Result<Vec<McpTool>, McpError> {
+        let server = &*self.resolve(server);
         let deadline = Instant::now() + within;
         let Ok(lease) = tokio::time::timeout_at(deadline, self.lease(server)).await else {
             return Err(McpError::new(

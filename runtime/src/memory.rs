@@ -19,7 +19,8 @@ use crate::interp::{
 pub struct MemoryStore {
     records: Mutex<BTreeMap<String, StepRecord>>,
     /// (collection, title) → current version and content.
-    documents: Mutex<HashMap<(String, String), (i64, String)>>,
+    /// By (collection, title).
+    documents: Mutex<HashMap<(String, String), StoredDocument>>,
     /// Idempotency key → the result of the first write with it.
     keyed: Mutex<HashMap<String, Value>>,
     notifications: Mutex<Vec<Handoff>>,
@@ -87,6 +88,14 @@ impl Journal for MemoryStore {
     }
 }
 
+/// A document as the memory store keeps it.
+#[derive(Debug, Default)]
+struct StoredDocument {
+    version: i64,
+    content: String,
+    department: Option<String>,
+}
+
 impl Effects for MemoryStore {
     fn kb_write<'a>(&'a self, write: &'a KbWrite) -> BoxFuture<'a, Result<Value, StepError>> {
         Box::pin(async move {
@@ -100,10 +109,13 @@ impl Effects for MemoryStore {
                 let mut documents = lock(&self.documents);
                 let entry = documents
                     .entry((write.collection.clone(), write.title.clone()))
-                    .or_insert((0, String::new()));
-                entry.0 += 1;
-                entry.1 = write.content.clone();
-                entry.0
+                    .or_default();
+                entry.version += 1;
+                entry.content = write.content.clone();
+                if write.department.is_some() {
+                    entry.department = write.department.clone();
+                }
+                entry.version
             };
             let result = json!({ "id": id, "version": version });
             if let Some(key) = &write.key {
@@ -121,24 +133,26 @@ impl Effects for MemoryStore {
     fn kb_context<'a>(
         &'a self,
         ids: &'a [String],
+        department: Option<&'a str>,
         terms: &'a [String],
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<KbDocument>, StepError>> {
         // Ranked by how many of the terms a document has, then by id.
         let mut scored: Vec<(usize, KbDocument)> = lock(&self.documents)
             .iter()
-            .filter(|((collection, title), _)| {
+            .filter(|((collection, title), stored)| {
                 ids.iter()
                     .any(|id| id == collection || *id == format!("{collection}/{title}"))
+                    || (department.is_some() && stored.department.as_deref() == department)
             })
-            .map(|((collection, title), (version, content))| {
-                let text = format!("{title} {content}").to_lowercase();
+            .map(|((collection, title), stored)| {
+                let text = format!("{title} {}", stored.content).to_lowercase();
                 let score = terms.iter().filter(|t| text.contains(t.as_str())).count();
                 let document = KbDocument {
                     collection: collection.clone(),
                     title: title.clone(),
-                    version: *version,
-                    content: content.clone(),
+                    version: stored.version,
+                    content: stored.content.clone(),
                 };
                 (score, document)
             })

@@ -77,7 +77,8 @@ use crate::store::{
 };
 
 /// Schema migrations, applied in order; `flow_migrations` has a row for each.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
     CREATE TABLE plans (
         hash TEXT PRIMARY KEY,
         json TEXT NOT NULL
@@ -171,7 +172,13 @@ const MIGRATIONS: &[&str] = &[r#"
         sent_ms BIGINT NOT NULL,
         PRIMARY KEY (notification_id, recipient)
     );
-"#];
+"#,
+    // A document belongs to the department of the workflow that wrote it
+    // last; a department's documents are context for its workflows.
+    "ALTER TABLE kb_documents ADD COLUMN department TEXT;
+     CREATE INDEX kb_documents_by_department ON kb_documents (account, department)
+         WHERE department IS NOT NULL;",
+];
 
 /// How long a run stays its owner's without a heartbeat (`add_active`).
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
@@ -1281,6 +1288,7 @@ impl PostgresJournal {
     async fn kb_context(
         &self,
         ids: &[String],
+        department: Option<&str>,
         terms: &[String],
         limit: usize,
     ) -> Result<Vec<KbDocument>, StoreError> {
@@ -1300,11 +1308,12 @@ impl PostgresJournal {
                 .query(
                     "SELECT collection, title, version, content FROM kb_documents
                      WHERE account = $1
-                       AND (collection = ANY($2) OR collection || '/' || title = ANY($2))
+                       AND (collection = ANY($2) OR collection || '/' || title = ANY($2)
+                            OR department = $5)
                        AND search @@ to_tsquery('simple', $3)
                      ORDER BY ts_rank(search, to_tsquery('simple', $3)) DESC, collection, title
                      LIMIT $4",
-                    &[&self.account, &ids, &query, &(limit as i64)],
+                    &[&self.account, &ids, &query, &(limit as i64), &department],
                 )
                 .await?
                 .iter()
@@ -1316,10 +1325,11 @@ impl PostgresJournal {
                 .query(
                     "SELECT collection, title, version, content FROM kb_documents
                      WHERE account = $1
-                       AND (collection = ANY($2) OR collection || '/' || title = ANY($2))
+                       AND (collection = ANY($2) OR collection || '/' || title = ANY($2)
+                            OR department = $4)
                      ORDER BY collection, title
                      LIMIT $3",
-                    &[&self.account, &ids, &(limit as i64)],
+                    &[&self.account, &ids, &(limit as i64), &department],
                 )
                 .await?
                 .iter()
@@ -1360,11 +1370,13 @@ impl PostgresJournal {
         let metadata = write.metadata.as_ref().map(Value::to_string);
         let version: i32 = tx
             .query_one(
-                "INSERT INTO kb_documents (account, collection, title, version, content, metadata)
-                 VALUES ($1, $2, $3, 1, $4, $5)
+                "INSERT INTO kb_documents
+                     (account, collection, title, version, content, metadata, department)
+                 VALUES ($1, $2, $3, 1, $4, $5, $6)
                  ON CONFLICT (account, collection, title) DO UPDATE
                      SET version = kb_documents.version + 1, content = excluded.content,
-                         metadata = excluded.metadata
+                         metadata = excluded.metadata,
+                         department = COALESCE(excluded.department, kb_documents.department)
                  RETURNING version",
                 &[
                     &self.account,
@@ -1372,6 +1384,7 @@ impl PostgresJournal {
                     &write.title,
                     &write.content,
                     &metadata,
+                    &write.department,
                 ],
             )
             .await?
@@ -1435,11 +1448,12 @@ impl Effects for PostgresJournal {
     fn kb_context<'a>(
         &'a self,
         ids: &'a [String],
+        department: Option<&'a str>,
         terms: &'a [String],
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<KbDocument>, StepError>> {
         Box::pin(async move {
-            self.kb_context(ids, terms, limit)
+            self.kb_context(ids, department, terms, limit)
                 .await
                 .map_err(store_error)
         })

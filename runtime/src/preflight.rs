@@ -11,8 +11,10 @@
 //! * the provider knows every model alias the workflow's recipes use;
 //! * every MCP server the workflow can call answers `initialize` and lists
 //!   the tools it needs (when the runtime has an MCP client);
-//! * the workflow's `context kb` documents are resolved, once, for every
-//!   recipe of the run.
+//! * the workflow's context is resolved, once, for every recipe of the run:
+//!   the documents its `context kb` ids name and those its `department`
+//!   owns, ranked by the words of the run's input (the prompts do not exist
+//!   yet; the input is what the run is about).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -27,7 +29,8 @@ const MCP_WITHIN: Duration = Duration::from_secs(30);
 
 /// What a run gets from its preflight.
 pub(crate) struct Ready {
-    /// The workflow's `context kb` documents, for every recipe call.
+    /// The workflow's `context kb` documents and its department's, for
+    /// every recipe call.
     pub(crate) context: Vec<KbDocument>,
 }
 
@@ -120,27 +123,41 @@ pub(crate) async fn preflight(
         }
     }
 
-    let context = if workflow.context.is_empty() {
+    let department = workflow.department.as_deref();
+    let context = if workflow.context.is_empty() && department.is_none() {
         Vec::new()
     } else {
+        let terms = crate::kb::input_terms(input);
+        let what = match department {
+            Some(department) => format!(
+                "the workflow's context {:?} and department `{department}`'s documents",
+                workflow.context
+            ),
+            None => format!("the workflow's context {:?}", workflow.context),
+        };
         match services
             .effects
-            .kb_context(&workflow.context, &[], crate::kb::MOST_DOCUMENTS)
+            .kb_context(
+                &workflow.context,
+                department,
+                &terms,
+                crate::kb::MOST_DOCUMENTS,
+            )
             .await
         {
             Ok(documents) => documents,
             // A resumed run goes on without the context rather than fail.
             Err(error) if resumed => {
                 eprintln!(
-                    "flow: the workflow's context {:?} could not be read; the run goes on without it: {}",
-                    workflow.context, error.message
+                    "flow: {what} could not be read; the run goes on without them: {}",
+                    error.message
                 );
                 Vec::new()
             }
             Err(error) => {
                 problems.push(format!(
-                    "knowledge base: the workflow's context {:?} could not be read: {}",
-                    workflow.context, error.message
+                    "knowledge base: {what} could not be read: {}",
+                    error.message
                 ));
                 Vec::new()
             }

@@ -201,6 +201,13 @@ const MIGRATIONS: &[&str] = &[
          sent_ms INTEGER NOT NULL,
          PRIMARY KEY (notification_id, recipient)
      );",
+    // A document belongs to the department of the workflow that wrote it
+    // last (none for documents written before departments existed, or by a
+    // workflow that names none); a department's documents are context for
+    // its workflows.
+    "ALTER TABLE kb_documents ADD COLUMN department TEXT;
+     CREATE INDEX kb_documents_by_department ON kb_documents(account, department)
+         WHERE department IS NOT NULL;",
 ];
 
 impl From<rusqlite::Error> for StoreError {
@@ -1415,6 +1422,7 @@ impl RunJournal {
     fn kb_context(
         &self,
         ids: &[String],
+        department: Option<&str>,
         terms: &[String],
         limit: usize,
     ) -> Result<Vec<KbDocument>, StoreError> {
@@ -1437,13 +1445,20 @@ impl RunJournal {
                    ON d.account = s.account AND d.collection = s.collection AND d.title = s.title
                  WHERE kb_search MATCH ?2 AND s.account = ?1
                    AND (d.collection IN (SELECT value FROM json_each(?3))
-                        OR d.collection || '/' || d.title IN (SELECT value FROM json_each(?3)))
+                        OR d.collection || '/' || d.title IN (SELECT value FROM json_each(?3))
+                        OR d.department = ?5)
                  ORDER BY bm25(kb_search)
                  LIMIT ?4",
             )?;
             found = ranked
                 .query_map(
-                    params![self.account, fts_query(terms), ids, limit as i64],
+                    params![
+                        self.account,
+                        fts_query(terms),
+                        ids,
+                        limit as i64,
+                        department
+                    ],
                     document,
                 )?
                 .collect::<Result<_, _>>()?;
@@ -1453,12 +1468,16 @@ impl RunJournal {
                 "SELECT collection, title, version, content FROM kb_documents
                  WHERE account = ?1
                    AND (collection IN (SELECT value FROM json_each(?2))
-                        OR collection || '/' || title IN (SELECT value FROM json_each(?2)))
+                        OR collection || '/' || title IN (SELECT value FROM json_each(?2))
+                        OR department = ?4)
                  ORDER BY collection, title
                  LIMIT ?3",
             )?;
             let others: Vec<KbDocument> = rest
-                .query_map(params![self.account, ids, limit as i64], document)?
+                .query_map(
+                    params![self.account, ids, limit as i64, department],
+                    document,
+                )?
                 .collect::<Result<_, _>>()?;
             found = crate::kb::merged(&found, others);
             found.truncate(limit);
@@ -1484,10 +1503,11 @@ impl Effects for RunJournal {
                 }
             }
             let version: i64 = tx.query_row(
-                "INSERT INTO kb_documents (account, collection, title, version, content, metadata) VALUES (?1, ?2, ?3, 1, ?4, ?5)
-                 ON CONFLICT (account, collection, title) DO UPDATE SET version = version + 1, content = excluded.content, metadata = excluded.metadata
+                "INSERT INTO kb_documents (account, collection, title, version, content, metadata, department) VALUES (?1, ?2, ?3, 1, ?4, ?5, ?6)
+                 ON CONFLICT (account, collection, title) DO UPDATE SET version = version + 1, content = excluded.content, metadata = excluded.metadata,
+                     department = COALESCE(excluded.department, department)
                  RETURNING version",
-                params![self.account, write.collection, write.title, write.content, write.metadata.as_ref().map(Value::to_string)],
+                params![self.account, write.collection, write.title, write.content, write.metadata.as_ref().map(Value::to_string), write.department],
                 |row| row.get(0),
             )?;
             tx.execute(
@@ -1515,10 +1535,13 @@ impl Effects for RunJournal {
     fn kb_context<'a>(
         &'a self,
         ids: &'a [String],
+        department: Option<&'a str>,
         terms: &'a [String],
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<KbDocument>, StepError>> {
-        let result = self.kb_context(ids, terms, limit).map_err(store_error);
+        let result = self
+            .kb_context(ids, department, terms, limit)
+            .map_err(store_error);
         Box::pin(async move { result })
     }
 

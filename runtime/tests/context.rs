@@ -49,6 +49,27 @@ workflow ask {
   output { text: step.reply.text }
 }
 
+workflow support_note {
+  input { title: string, text: string }
+  department "support"
+  step save = kb_write "notes" { title: workflow_input.title, content: workflow_input.text }
+    idempotency "{{workflow_input.title}}"
+}
+
+workflow sales_note {
+  input { title: string, text: string }
+  department "sales"
+  step save = kb_write "notes" { title: workflow_input.title, content: workflow_input.text }
+    idempotency "{{workflow_input.title}}"
+}
+
+workflow support_desk {
+  input { question: string }
+  department "support"
+  step reply = plain { question: workflow_input.question }
+  output { text: step.reply.text }
+}
+
 workflow with_policy {
   input { question: string }
   context kb "policies"
@@ -222,6 +243,58 @@ async fn a_workflows_context_reaches_every_recipe() {
     assert!(
         !prompt.contains("Unplug"),
         "not another collection: {prompt}"
+    );
+}
+
+/// Auto-context: a workflow of a department gets the documents its
+/// department's workflows wrote, whatever their collection, without naming
+/// it; another department's documents stay out.
+#[tokio::test]
+async fn a_departments_documents_are_context_for_its_workflows() {
+    let setup = setup(&[]).await;
+    for (workflow, title, text) in [
+        (
+            "support_note",
+            "refund-rule",
+            "Refunds go back to the card that paid.",
+        ),
+        (
+            "sales_note",
+            "discount-rule",
+            "Discounts above 20 percent need the sales lead.",
+        ),
+    ] {
+        let saved = setup
+            .run("acme", workflow, json!({ "title": title, "text": text }))
+            .await;
+        assert!(matches!(saved, Outcome::Completed { .. }), "{saved:?}");
+    }
+    let asked = setup
+        .run(
+            "acme",
+            "support_desk",
+            json!({ "question": "Where does my refund go?" }),
+        )
+        .await;
+    assert!(matches!(asked, Outcome::Completed { .. }), "{asked:?}");
+    let prompt = setup.llm.prompts().pop().unwrap();
+    assert!(
+        prompt.contains("notes/refund-rule (version 1)") && prompt.contains("card that paid"),
+        "the support department's document: {prompt}"
+    );
+    assert!(
+        !prompt.contains("sales lead"),
+        "not the sales department's: {prompt}"
+    );
+
+    let foreign = setup
+        .run("globex", "support_desk", json!({ "question": "Refund?" }))
+        .await;
+    assert!(matches!(foreign, Outcome::Completed { .. }));
+    let prompt = setup.llm.prompts().pop().unwrap();
+    assert!(
+        !prompt.contains("card that paid"),
+        "a department is a department of its account: {prompt}"
     );
 }
 

@@ -171,14 +171,7 @@ async fn a_tool_error_fails_the_step_with_the_tools_message_without_a_retry() {
         everything_js()
     );
     let plan = compile(&source);
-    let store = Arc::new(MemoryStore::default());
-    let services = Services {
-        provider: Arc::new(OfflineProvider),
-        effects: store.clone(),
-        mcp: Some(pool.clone()),
-        journal: store.clone(),
-    };
-    let outcome = flow_runtime::run(&plan, "echoes", "run-1", json!({}), services).await;
+    let (outcome, store) = run_on_pool(&pool, &plan, "echoes", json!({})).await;
     let Outcome::Failed { error, step } = outcome else {
         panic!("the run fails: {outcome:?}");
     };
@@ -193,6 +186,55 @@ async fn a_tool_error_fails_the_step_with_the_tools_message_without_a_retry() {
     assert_eq!(record.attempts.len(), 1, "{:?}", record.attempts);
     assert_eq!(record.input, json!({ "text": "hello" }));
     pool.shutdown().await;
+}
+
+/// A tool named with hyphens is written as it is named, and a deployment's
+/// `McpPoolConfig::servers` replaces the file's declaration of a server: the
+/// file's command does not exist here, the configured one does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_server_replaces_the_files_declaration() {
+    setup();
+    let mark = mark("configured");
+    let source = "mcp everything { command \"no-such-command-here\" args [\"--x\"] }\n\
+         workflow sums {\n  step sum = everything.get-sum { a: 2, b: 3 } retry 1\n  output { sum: step.sum }\n}\n";
+    let plan = compile(source);
+    let configured = everything(&mark);
+    let pool = Arc::new(McpPool::new(McpPoolConfig {
+        servers: [("everything".to_string(), configured.transport.clone())].into(),
+        ..McpPoolConfig::default()
+    }));
+    let (outcome, _) = run_on_pool(&pool, &plan, "sums", json!({})).await;
+    let Outcome::Completed { output } = outcome else {
+        panic!("the run completes on the configured server: {outcome:?}");
+    };
+    assert!(
+        output["sum"].to_string().contains('5'),
+        "get-sum's answer: {output}"
+    );
+    assert!(
+        !marked_processes(&mark).is_empty(),
+        "the configured command is the one running"
+    );
+    pool.shutdown().await;
+}
+
+/// Runs `workflow` of `plan` as `run-1` on a fresh memory store, its
+/// browser steps on `pool`; the outcome and the store (for its journal).
+async fn run_on_pool(
+    pool: &Arc<McpPool>,
+    plan: &flow_plan::Plan,
+    workflow: &str,
+    input: Value,
+) -> (Outcome, Arc<MemoryStore>) {
+    let store = Arc::new(MemoryStore::default());
+    let services = Services {
+        provider: Arc::new(OfflineProvider),
+        effects: store.clone(),
+        mcp: Some(pool.clone()),
+        journal: store.clone(),
+    };
+    let outcome = flow_runtime::run(plan, workflow, "run-1", input, services).await;
+    (outcome, store)
 }
 
 /// A `.flow` source lowered to a plan.
@@ -751,15 +793,8 @@ async fn a_browser_step_journals_its_input_and_the_pages_output() {
         env[0].1
     );
     let plan = compile(&source);
-    let store = Arc::new(MemoryStore::default());
-    let services = Services {
-        provider: Arc::new(OfflineProvider),
-        effects: store.clone(),
-        mcp: Some(pool.clone()),
-        journal: store.clone(),
-    };
     let url = format!("{base}/journaled");
-    let outcome = flow_runtime::run(&plan, "visit", "run-1", json!({ "url": url }), services).await;
+    let (outcome, store) = run_on_pool(&pool, &plan, "visit", json!({ "url": url })).await;
     let Outcome::Completed { output: result } = outcome else {
         panic!("the run completes: {outcome:?}");
     };
@@ -796,15 +831,8 @@ async fn preflight_names_each_server_that_does_not_answer_and_runs_nothing() {
         everything_js()
     );
     let plan = compile(&source);
-    let store = Arc::new(MemoryStore::default());
-    let services = Services {
-        provider: Arc::new(OfflineProvider),
-        effects: store.clone(),
-        mcp: Some(pool.clone()),
-        journal: store.clone(),
-    };
     let started = Instant::now();
-    let outcome = flow_runtime::run(&plan, "w", "run-1", json!({}), services).await;
+    let (outcome, store) = run_on_pool(&pool, &plan, "w", json!({})).await;
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "{:?}",

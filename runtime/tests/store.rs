@@ -86,6 +86,7 @@ on_each_store!(
     a_cancelled_run_records_nothing_more,
     a_run_given_up_is_orphaned_until_claimed,
     kb_context_ranks_by_the_terms_within_the_ids,
+    a_department_owns_the_documents_its_workflows_write,
 );
 
 fn plan(source: &str) -> flow_plan::Plan {
@@ -211,6 +212,7 @@ fn kb_write(content: &str, key: Option<&str>) -> KbWrite {
         content: content.into(),
         metadata: Some(json!({ "source": "test" })),
         key: key.map(str::to_string),
+        department: None,
     }
 }
 
@@ -252,26 +254,27 @@ async fn kb_context_ranks_by_the_terms_within_the_ids(backend: Backend) {
                 content: content.into(),
                 metadata: None,
                 key: None,
+                department: None,
             })
             .await
             .unwrap();
     }
     let terms = flow_runtime::kb::search_terms("How to fix E42 on the router firmware?");
     let ids = ["fixes".to_string()];
-    let found = journal.kb_context(&ids, &terms, 2).await.unwrap();
+    let found = journal.kb_context(&ids, None, &terms, 2).await.unwrap();
     let titles: Vec<&str> = found.iter().map(|d| d.title.as_str()).collect();
     assert_eq!(titles[0], "router", "{found:?}");
     assert_eq!(found.len(), 2, "filled up to the limit: {found:?}");
     assert!(found.iter().all(|d| d.collection == "fixes"), "{found:?}");
     let one = journal
-        .kb_context(&["other/router".to_string()], &[], 5)
+        .kb_context(&["other/router".to_string()], None, &[], 5)
         .await
         .unwrap();
     assert_eq!(one.len(), 1);
     assert_eq!((one[0].collection.as_str(), one[0].version), ("other", 1));
     assert!(
         journal
-            .kb_context(&["nothing".to_string()], &terms, 5)
+            .kb_context(&["nothing".to_string()], None, &terms, 5)
             .await
             .unwrap()
             .is_empty()
@@ -1010,4 +1013,105 @@ async fn postgres_concurrent_starts_migrate_once() {
     }
     let store = PostgresStore::connect(&url).await.unwrap();
     assert!(store.runs().await.unwrap().is_empty());
+}
+
+/// Documents belong to the department of the workflow that wrote them last;
+/// a department's documents are found without naming their collections, and
+/// another department's are not.
+async fn a_department_owns_the_documents_its_workflows_write(backend: Backend) {
+    let store = backend.open().await;
+    let journal = store.open_journal("run-1", Durability::Full).await.unwrap();
+    let write = |collection: &str, title: &str, content: &str, department: Option<&str>| KbWrite {
+        collection: collection.into(),
+        title: title.into(),
+        content: content.into(),
+        metadata: None,
+        key: None,
+        department: department.map(str::to_string),
+    };
+    for document in [
+        write(
+            "resolutions",
+            "t-1",
+            "Refunds go to the card used.",
+            Some("support"),
+        ),
+        write(
+            "resolutions",
+            "t-2",
+            "Invoices are sent monthly.",
+            Some("support"),
+        ),
+        write("deals", "acme", "Acme renews in March.", Some("sales")),
+        write("misc", "loose", "Nobody owns this refund note.", None),
+    ] {
+        journal.kb_write(&document).await.unwrap();
+    }
+    let titles = |found: Vec<flow_runtime::interp::KbDocument>| -> Vec<String> {
+        found
+            .into_iter()
+            .map(|d| format!("{}/{}", d.collection, d.title))
+            .collect()
+    };
+    let terms = flow_runtime::kb::search_terms("refund please");
+    let support = journal
+        .kb_context(&[], Some("support"), &terms, 5)
+        .await
+        .unwrap();
+    assert_eq!(
+        titles(support),
+        ["resolutions/t-1", "resolutions/t-2"],
+        "ranked, then the rest"
+    );
+    let sales = journal
+        .kb_context(&[], Some("sales"), &[], 5)
+        .await
+        .unwrap();
+    assert_eq!(titles(sales), ["deals/acme"]);
+    let both = journal
+        .kb_context(&["misc".to_string()], Some("sales"), &[], 5)
+        .await
+        .unwrap();
+    assert_eq!(
+        titles(both),
+        ["deals/acme", "misc/loose"],
+        "ids and department together"
+    );
+
+    // An update from a workflow without a department keeps the owner; one
+    // from another department takes the document over.
+    journal
+        .kb_write(&write("deals", "acme", "Acme renews in April.", None))
+        .await
+        .unwrap();
+    let sales = journal
+        .kb_context(&[], Some("sales"), &[], 5)
+        .await
+        .unwrap();
+    assert_eq!(sales[0].content, "Acme renews in April.");
+    journal
+        .kb_write(&write(
+            "deals",
+            "acme",
+            "Acme moved to support.",
+            Some("support"),
+        ))
+        .await
+        .unwrap();
+    assert!(
+        journal
+            .kb_context(&[], Some("sales"), &[], 5)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        titles(
+            journal
+                .kb_context(&[], Some("support"), &[], 5)
+                .await
+                .unwrap()
+        ),
+        ["deals/acme", "resolutions/t-1", "resolutions/t-2"]
+    );
 }

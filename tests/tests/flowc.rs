@@ -109,9 +109,9 @@ fn json_output_parses_and_counts() {
     assert_eq!(diagnostic["name"], "unknown-field");
     assert_eq!(diagnostic["severity"], "error");
     assert_eq!(diagnostic["file"], "support_triage.flow");
-    assert_eq!(diagnostic["line"], 29);
+    assert_eq!(diagnostic["line"], 32);
     assert_eq!(diagnostic["column"], 25);
-    assert_eq!(diagnostic["end_line"], 29);
+    assert_eq!(diagnostic["end_line"], 32);
     assert_eq!(diagnostic["end_column"], 31);
     assert_eq!(diagnostic["label"], "unknown field");
     assert!(
@@ -141,7 +141,7 @@ fn github_output_is_one_workflow_command_per_diagnostic() {
     assert_eq!(lines.len(), 1, "{}", run.stdout);
     assert!(
         lines[0].starts_with(
-            "::error file=support_triage.flow,line=29,col=25,endLine=29,endColumn=31,title=E104 unknown-field::the output of step `classify` has no field `sumary`"
+            "::error file=support_triage.flow,line=32,col=25,endLine=32,endColumn=31,title=E104 unknown-field::the output of step `classify` has no field `sumary`"
         ),
         "{}",
         lines[0]

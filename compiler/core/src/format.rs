@@ -201,9 +201,15 @@ fn number_len(rest: &str) -> usize {
 }
 
 fn word_len(rest: &str) -> usize {
-    rest.bytes()
-        .take_while(|b| b.is_ascii_alphanumeric() || *b == b'_')
-        .count()
+    let bytes = rest.as_bytes();
+    let is_name = |b: &u8| b.is_ascii_alphanumeric() || *b == b'_';
+    let mut len = bytes.iter().take_while(|b| is_name(b)).count();
+    // An MCP tool's name may have hyphens between name characters
+    // (`get-sum`); a hyphen is nothing else after a word.
+    while len > 0 && bytes.get(len) == Some(&b'-') && bytes.get(len + 1).is_some_and(is_name) {
+        len += 1 + bytes[len + 1..].iter().take_while(|b| is_name(b)).count();
+    }
+    len
 }
 
 /// Whether `a` written directly before `b` still reads as those two tokens, so that
@@ -641,6 +647,11 @@ workflow support_triage {
             "comments on their own lines and at line ends",
             "workflow w {\n        // leading comment\n  step a = r { x: 1 }   // trailing comment  \n/* block */ step b = r { x: 2 }\n    /* multi   \n       line */\n  step c = r {\n    x: 3, /* inline */ y: 4\n  // last\n  }\n}\n",
             "workflow w {\n  // leading comment\n  step a = r { x: 1 } // trailing comment\n  /* block */ step b = r { x: 2 }\n  /* multi\n       line */\n  step c = r {\n    x: 3, /* inline */ y: 4\n    // last\n  }\n}\n",
+        ),
+        (
+            "hyphenated tool names stay whole",
+            "workflow w {\n  department   \"support\"\n step s = everything.get-sum{a:1,b:-2} retry 1\n step t = everything.step-2 {}\n}\n",
+            "workflow w {\n  department \"support\"\n  step s = everything.get-sum { a: 1, b: -2 } retry 1\n  step t = everything.step-2 {}\n}\n",
         ),
         (
             "doc comments",

@@ -223,6 +223,7 @@ impl Lowerer<'_> {
                 .iter()
                 .map(ast::StringLit::display_text)
                 .collect(),
+            department: decl.department.as_ref().map(ast::StringLit::display_text),
             on_error,
             slots: self
                 .info

@@ -79,6 +79,12 @@ pub struct Workflow {
     pub durability: Durability,
     /// Knowledge-base documents or collections resolved at preflight.
     pub context: Vec<String>,
+    /// The department that owns the workflow: the knowledge-base documents
+    /// its runs write belong to it, and the department's documents are
+    /// context for its recipes. Absent in plans that name none, so their
+    /// JSON (and hash) is what it was before departments existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub department: Option<String>,
     pub on_error: OnError,
     /// The slot table: `slots[i]` describes the step whose output is slot `i`.
     pub slots: Vec<Slot>,
@@ -548,6 +554,7 @@ mod tests {
                 timeout_ms: 300_000,
                 durability: Durability::Full,
                 context: vec![],
+                department: None,
                 on_error: OnError::Fail,
                 slots: vec![],
                 body: vec![],

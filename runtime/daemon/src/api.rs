@@ -257,6 +257,29 @@ pub(crate) async fn deploy(
             )
         })?,
     };
+    // A department is one of the account's: a misspelt one would quietly
+    // give the workflow no department context and its documents no owner.
+    let departments = &daemon.config.people(&account).departments;
+    for workflow in &plan.workflows {
+        if let Some(department) = &workflow.department
+            && !departments.contains_key(department)
+        {
+            let known: Vec<&str> = departments.keys().map(String::as_str).collect();
+            return Err(Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "unknown_department",
+                &format!(
+                    "workflow `{}` names department `{department}`, which is not one of this account's ({})",
+                    workflow.name,
+                    if known.is_empty() {
+                        "it has none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            ));
+        }
+    }
     daemon.store.put_plan(&plan).await.map_err(store_problem)?;
     let mut deployed = Vec::new();
     for workflow in &plan.workflows {

@@ -48,6 +48,102 @@ pub struct Config {
     /// labels name every account's workflows.
     pub metrics_token: Option<Secret>,
     pub limits: LimitsSection,
+    pub mcp: McpSection,
+}
+
+/// `[mcp]`: the pool of MCP connections, and servers as this deployment
+/// reaches them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct McpSection {
+    /// The most MCP servers running (or connected) at once.
+    pub max_connections: usize,
+    /// A connection unused for this many seconds is closed.
+    pub idle_timeout_secs: u64,
+    /// `[mcp.servers.NAME]`: replaces the `.flow` files' `mcp NAME { ... }`
+    /// declaration, e.g. to give Playwright this machine's Chromium or to
+    /// use a shared server over HTTP.
+    pub servers: BTreeMap<String, McpServerEntry>,
+}
+
+/// `[mcp]` as written, with places for its problems.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct McpFile {
+    #[serde(default = "default_mcp_connections")]
+    max_connections: toml::Spanned<usize>,
+    #[serde(default = "default_mcp_idle_secs")]
+    idle_timeout_secs: toml::Spanned<u64>,
+    #[serde(default)]
+    servers: BTreeMap<String, toml::Spanned<McpServerEntry>>,
+}
+
+impl Default for McpSection {
+    fn default() -> McpSection {
+        McpSection {
+            max_connections: default_mcp_connections().into_inner(),
+            idle_timeout_secs: default_mcp_idle_secs().into_inner(),
+            servers: BTreeMap::new(),
+        }
+    }
+}
+
+fn default_mcp_connections() -> toml::Spanned<usize> {
+    toml::Spanned::new(
+        0..0,
+        flow_runtime::mcp::McpPoolConfig::default().max_connections,
+    )
+}
+
+fn default_mcp_idle_secs() -> toml::Spanned<u64> {
+    toml::Spanned::new(
+        0..0,
+        flow_runtime::mcp::McpPoolConfig::default()
+            .idle_timeout
+            .as_secs(),
+    )
+}
+
+/// One `[mcp.servers.NAME]`: a command flowd starts, or a URL.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerEntry {
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    pub url: Option<String>,
+}
+
+impl McpSection {
+    /// The pool's configuration: the runtime's defaults with this section's
+    /// values (its servers checked by `load`).
+    pub fn pool_config(&self) -> flow_runtime::mcp::McpPoolConfig {
+        use flow_plan::McpTransport;
+        let servers = self
+            .servers
+            .iter()
+            .map(|(name, entry)| {
+                let transport = match (&entry.command, &entry.url) {
+                    (Some(command), _) => McpTransport::Stdio {
+                        command: command.clone(),
+                        args: entry.args.clone(),
+                        env: entry.env.clone().into_iter().collect(),
+                    },
+                    (None, url) => McpTransport::Http {
+                        url: url.clone().unwrap_or_default(),
+                    },
+                };
+                (name.clone(), transport)
+            })
+            .collect();
+        flow_runtime::mcp::McpPoolConfig {
+            max_connections: self.max_connections,
+            idle_timeout: std::time::Duration::from_secs(self.idle_timeout_secs),
+            servers,
+            ..flow_runtime::mcp::McpPoolConfig::default()
+        }
+    }
 }
 
 /// `[limits]`: LLM calls in flight per account.
@@ -198,6 +294,7 @@ struct File {
     otlp_endpoint: Option<toml::Spanned<String>>,
     metrics_token: Option<toml::Spanned<String>>,
     limits: Option<toml::Spanned<LimitsSection>>,
+    mcp: Option<McpFile>,
 }
 
 /// A mistake in the configuration, and where it is.
@@ -340,6 +437,62 @@ pub fn load(
             "[limits] llm_concurrency 0 would stop every recipe".to_string(),
         );
     }
+
+    let mcp = match file.mcp {
+        Some(mcp) => {
+            if !(1..=1000).contains(mcp.max_connections.get_ref()) {
+                problems.at(
+                    mcp.max_connections.span(),
+                    format!(
+                        "[mcp] max_connections is {}; it must be 1 to 1000",
+                        mcp.max_connections.get_ref()
+                    ),
+                );
+            }
+            if *mcp.idle_timeout_secs.get_ref() == 0 {
+                problems.at(
+                    mcp.idle_timeout_secs.span(),
+                    "[mcp] idle_timeout_secs 0 would close every connection at once".to_string(),
+                );
+            }
+            for (name, entry) in &mcp.servers {
+                let span = entry.span();
+                let entry = entry.get_ref();
+                match (&entry.command, &entry.url) {
+                    (Some(_), Some(_)) | (None, None) => problems.at(
+                        span.clone(),
+                        format!("[mcp.servers.{name}] needs either `command` (a server flowd starts) or `url` (one it connects to), not both or neither"),
+                    ),
+                    (Some(command), None) if command.trim().is_empty() => problems.at(
+                        span.clone(),
+                        format!("[mcp.servers.{name}] command is empty"),
+                    ),
+                    (None, Some(url)) => {
+                        if let Err(message) = check_http_url(url) {
+                            problems.at(span.clone(), format!("[mcp.servers.{name}] url {message}"));
+                        }
+                        if !entry.args.is_empty() || !entry.env.is_empty() {
+                            problems.at(
+                                span.clone(),
+                                format!("[mcp.servers.{name}] args and env are for a `command`, not a `url`"),
+                            );
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            McpSection {
+                max_connections: mcp.max_connections.into_inner(),
+                idle_timeout_secs: mcp.idle_timeout_secs.into_inner(),
+                servers: mcp
+                    .servers
+                    .into_iter()
+                    .map(|(name, entry)| (name, entry.into_inner()))
+                    .collect(),
+            }
+        }
+        None => McpSection::default(),
+    };
 
     let mut smtp = file.smtp;
     if let Some(host) = env("FLOWD_SMTP_HOST") {
@@ -536,6 +689,7 @@ pub fn load(
         otlp_endpoint,
         metrics_token,
         limits,
+        mcp,
     })
 }
 

@@ -146,6 +146,7 @@ impl Daemon {
                 .collect(),
         };
         let events = Arc::new(metrics.limit_events());
+        let mcp = Arc::new(flow_runtime::mcp::McpPool::new(config.mcp.pool_config()));
         let limiter: Arc<dyn Limiter> = match &config.limits.redis_url {
             Some(url) => {
                 let mut settings = RedisSettings::new(url);
@@ -177,9 +178,7 @@ impl Daemon {
             deploys: std::sync::atomic::AtomicU64::new(0),
             metrics,
             limiter,
-            mcp: Arc::new(flow_runtime::mcp::McpPool::new(
-                flow_runtime::mcp::McpPoolConfig::default(),
-            )),
+            mcp,
             http: reqwest::Client::new(),
         }))
     }

@@ -135,6 +135,33 @@ async fn deploy_start_and_read_a_run_scoped_to_its_account() {
     );
     assert_eq!(body["diagnostics"][0]["line"], 10, "{body}");
 
+    // A department must be one of the account's (this account has none).
+    let owned = TWO_STEPS.replace(
+        "input { text: string }\n  step",
+        "input { text: string }\n  department \"support\"\n  step",
+    );
+    assert_ne!(owned, TWO_STEPS);
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/workflows",
+            Some(ACME),
+            Some(json!({ "source": owned, "path": "digest.flow" })),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (422, Some("unknown_department")),
+        "{body}"
+    );
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("department `support`"),
+        "{body}"
+    );
+
     let (status, body) = flowd
         .send(
             Method::POST,
@@ -699,6 +726,7 @@ tls = \"none\"
     );
     let flowd = Flowd::start_with(&dir, &config);
     let source = r#"workflow refund {
+  department "support"
   step ok = approval { approvers: ["leads", "boss@acme.io"], message: "Refund 40 EUR to Ada?", expires: 2h }
   step tell = handoff "support" { message: "Refund for Ada approved" }
   output { by: step.ok.approver, comment: step.ok.comment }

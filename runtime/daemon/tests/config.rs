@@ -41,6 +41,18 @@ from = "flow@example.com"
 redis_url = "redis://127.0.0.1:6379"
 llm_concurrency = 20
 
+[mcp]
+max_connections = 8
+idle_timeout_secs = 30
+
+[mcp.servers.browser]
+command = "npx"
+args = ["@playwright/mcp", "--executable-path", "/usr/bin/chromium", "--headless"]
+env = {{ DEBUG = "pw:mcp" }}
+
+[mcp.servers.tickets]
+url = "http://127.0.0.1:8931/mcp"
+
 [provider]
 kind = "openai"
 base_url = "http://127.0.0.1:11434/v1"
@@ -122,6 +134,20 @@ empty = []
 url = "ftp://hooks"
 secret = "s"
 events = ["started"]
+
+[mcp]
+max_connections = 0
+
+[mcp.servers.both]
+command = "npx"
+url = "http://127.0.0.1:1/mcp"
+
+[mcp.servers.neither]
+args = ["x"]
+
+[mcp.servers.remote]
+url = "localhost:8931"
+env = { A = "b" }
 "#;
     insta::assert_snapshot!(render(text, &[("FLOWD_SMTP_PORT", "many")]));
 }

@@ -204,6 +204,14 @@ pub(crate) fn check_workflow(
     for context in &decl.context {
         require_plain(context, "a knowledge-base id", file, checker.diagnostics);
     }
+    if let Some(department) = &decl.department {
+        require_plain(
+            department,
+            "a workflow's department",
+            file,
+            checker.diagnostics,
+        );
+    }
     if let Some(mode) = &decl.durability
         && mode.text != "full"
         && mode.text != "approval"

@@ -52,7 +52,6 @@ pub struct Completions {
 
 const TOP_LEVEL: &[&str] = &["import", "type", "recipe", "mcp", "workflow"];
 const STATEMENTS: &[&str] = &["step", "if", "for", "parallel"];
-const WORKFLOW_SETTINGS: &[&str] = &["input", "timeout", "context", "durability", "on_error"];
 const STEP_OPTIONS: &[&str] = &["retry", "timeout", "on_error", "idempotency"];
 const RECIPE_MEMBERS: &[&str] = &["model", "input", "output", "prompt", "context"];
 const MCP_MEMBERS: &[&str] = &["command", "args", "url", "env"];
@@ -353,7 +352,7 @@ fn member(
         [.., "mcp", _] => keywords(MCP_MEMBERS, items),
         [.., "workflow", _] => {
             keywords(STATEMENTS, items);
-            keywords(WORKFLOW_SETTINGS, items);
+            keywords(crate::syntax::WORKFLOW_SETTINGS, items);
             keywords(&["output"], items);
             after_step(text, offset, items);
         }

@@ -113,6 +113,9 @@ pub struct Workflow {
     pub input: Option<RecordTypeDecl>,
     pub timeout: Option<DurationLit>,
     pub context: Vec<StringLit>,
+    /// The department that owns the workflow: documents its runs write
+    /// belong to it, and its documents are context for every recipe.
+    pub department: Option<StringLit>,
     pub durability: Option<Name>,
     pub on_error: Option<ErrorPolicy>,
     pub body: Vec<Stmt>,

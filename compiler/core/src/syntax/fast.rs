@@ -203,6 +203,27 @@ impl<'s> Fast<'s> {
         })
     }
 
+    /// An MCP tool's name: a name, with hyphens between name characters
+    /// (`get-sum`), as the grammar's `tool_name`.
+    fn tool_name(&mut self) -> P<Name> {
+        let word = self.word();
+        if word.is_empty() {
+            return None;
+        }
+        let bytes = self.bytes;
+        let mut end = self.pos + word.len();
+        while bytes.get(end) == Some(&b'-') && bytes.get(end + 1).is_some_and(|b| is_name_byte(*b))
+        {
+            end += 1;
+            while bytes.get(end).is_some_and(|b| is_name_byte(*b)) {
+                end += 1;
+            }
+        }
+        let text = self.src[self.pos..end].to_string();
+        let span = self.advance(end - self.pos)?;
+        Some(Name { text, span })
+    }
+
     /// A name a declaration introduces: keywords are left to the pest path,
     /// whose tree builder reports them.
     fn declared(&mut self) -> P<Name> {
@@ -469,6 +490,7 @@ impl<'s> Fast<'s> {
             input: None,
             timeout: None,
             context: Vec::new(),
+            department: None,
             durability: None,
             on_error: None,
             body: Vec::new(),
@@ -481,8 +503,7 @@ impl<'s> Fast<'s> {
             let mark = self.pos;
             let (saved_end, saved_trailing) = (self.token_end, self.trailing_end);
             self.docs()?;
-            let setting =
-                self.keyword(&["input", "timeout", "context", "durability", "on_error"])?;
+            let setting = self.keyword(super::WORKFLOW_SETTINGS)?;
             let Some(setting) = setting else {
                 self.pos = mark;
                 self.token_end = saved_end;
@@ -502,6 +523,10 @@ impl<'s> Fast<'s> {
                 "context" => {
                     let context = self.context()?;
                     workflow.context.extend(context);
+                }
+                "department" => {
+                    let department = self.string()?;
+                    once(&mut workflow.department, department)?;
                 }
                 "durability" => {
                     let mode = self.name()?;
@@ -655,7 +680,7 @@ impl<'s> Fast<'s> {
                 let first = self.name()?;
                 if self.at(".") {
                     self.advance(1)?;
-                    let tool = self.name()?;
+                    let tool = self.tool_name()?;
                     Some(StepCall::Browser {
                         server: first,
                         tool,

@@ -270,7 +270,7 @@ impl<'s> Parser<'s> {
                     "workflow settings must come before the first statement",
                 )
                 .label("this setting comes after a statement")
-                .hint("move `input`, `timeout`, `context`, `durability` and `on_error` to the top of the workflow"),
+                .hint("move `input`, `timeout`, `context`, `department`, `durability` and `on_error` to the top of the workflow"),
             );
             return;
         }
@@ -575,6 +575,7 @@ impl<'s> Parser<'s> {
             input: None,
             timeout: None,
             context: Vec::new(),
+            department: None,
             durability: None,
             on_error: None,
             body: Vec::new(),
@@ -599,6 +600,15 @@ impl<'s> Parser<'s> {
                             let context: Vec<StringLit> =
                                 setting.into_inner().map(|s| self.string(s)).collect();
                             workflow.context.extend(context);
+                        }
+                        Rule::department_setting => {
+                            let department = self.string(first_child(setting));
+                            self.once(
+                                &mut workflow.department,
+                                department,
+                                setting_span,
+                                "department",
+                            );
                         }
                         Rule::durability_setting => {
                             let mode = name(first_child(setting));
