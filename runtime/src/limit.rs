@@ -14,7 +14,12 @@
 //!   lease ends. Waiters take a ticket in a second sorted set and are served
 //!   in ticket order, so no run starves; a waiter that stops asking (its
 //!   process died, its attempt timed out) drops out of the line. Both are
-//!   changed only by Lua scripts, atomically, on Redis's clock. **Fail-open**:
+//!   changed only by Lua scripts, atomically, on Redis's clock. Within a
+//!   process, a call first takes a place in a local line (a `LocalLimiter`
+//!   of the same limit): a process never holds more permits of an account
+//!   than the limit, so only that many of its waiters need to ask Redis, and
+//!   a thousand runs waiting in one process cost Redis what `limit` do.
+//!   **Fail-open**:
 //!   on any Redis error or slow answer the call goes ahead, a warning is
 //!   logged and `LimitEvents::failed_open` is told.
 
@@ -212,6 +217,13 @@ pub struct RedisLimiter {
     /// back: they ask at once instead of at their next poll (another
     /// process's releases are seen at the next poll).
     released: Mutex<HashMap<String, Arc<tokio::sync::Notify>>>,
+    /// The local line in front of Redis's: at most `limit` of this
+    /// process's calls of an account wait in Redis or hold a permit there.
+    local: LocalLimiter,
+    /// Whether Redis failed last time it was asked. Calls then skip the
+    /// local line: each finds out for itself that Redis is down and fails
+    /// open at once, rather than `limit` at a time.
+    sick: std::sync::atomic::AtomicBool,
 }
 
 impl RedisLimiter {
@@ -227,7 +239,6 @@ impl RedisLimiter {
             .map_err(|e| format!("redis URL `{}`: {e}", settings.url))?;
         Ok(RedisLimiter {
             settings,
-            limits,
             client,
             connection: tokio::sync::Mutex::new(None),
             failed_at: Mutex::new(None),
@@ -244,6 +255,10 @@ impl RedisLimiter {
             ),
             fail_opens: AtomicU64::new(0),
             released: Mutex::new(HashMap::new()),
+            // Its waits are part of the whole wait, which `acquire` reports.
+            local: LocalLimiter::new(limits.clone(), Arc::new(Unobserved)),
+            limits,
+            sick: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -361,6 +376,7 @@ impl RedisLimiter {
     }
 
     fn fail_open(&self, account: &str, why: &str) -> Permit {
+        self.sick.store(true, Ordering::Relaxed);
         let count = self.fail_opens.fetch_add(1, Ordering::Relaxed) + 1;
         // One line per hundred, not one per call, when Redis is down.
         if count % 100 == 1 {
@@ -393,6 +409,17 @@ impl Limiter for RedisLimiter {
                 Ok(connection) => connection,
                 Err(why) => return self.fail_open(account, &why),
             };
+            // Dropped when failing open: a call let through without Redis
+            // is not held back by this process's line either.
+            let mut local = None;
+            if !self.sick.load(Ordering::Relaxed) {
+                let place = self.local.acquire(account).await;
+                // Redis may have failed while this call waited: it leaves
+                // the line at once, letting those behind it find out too.
+                if !self.sick.load(Ordering::Relaxed) {
+                    local = Some(place);
+                }
+            }
             // Until a permit is granted and held, leaving (a timeout, a
             // cancelled attempt, failing open) takes this id out of Redis: a
             // grant whose answer came too late must not hold a permit for a
@@ -408,7 +435,9 @@ impl Limiter for RedisLimiter {
                 // Registered before asking, so that a release between the
                 // answer and the wait is not missed.
                 let woken = released.notified();
-                match self.run(&mut connection, &self.acquire, &keys, &args).await {
+                let answer = self.run(&mut connection, &self.acquire, &keys, &args).await;
+                self.sick.store(answer.is_err(), Ordering::Relaxed);
+                match answer {
                     Ok(1) => {
                         leave.connection = None;
                         break;
@@ -425,10 +454,11 @@ impl Limiter for RedisLimiter {
             }
             self.events.waited(account, started.elapsed());
             let [holders, ..] = keys;
+            let held = Held::start(self, connection, holders, id, released);
             Permit {
-                _release: Some(Box::new(Held::start(
-                    self, connection, holders, id, released,
-                ))),
+                // Redis's permit goes back before the local place: `held`
+                // is dropped first.
+                _release: Some(Box::new((held, local))),
             }
         })
     }

@@ -133,17 +133,45 @@ impl LimitEvents for Counted {
     }
 }
 
+/// Also guards the local line: of the 45 calls waiting at any moment, only
+/// as many as the limit wait in Redis (and poll it); the rest wait in the
+/// process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_calls_of_one_account_run_five_at_a_time_through_redis() {
     let prefix = Prefix::new("fifty");
     let server = slow_llm().await;
     let events = Arc::new(Counted::default());
     let limiter: Arc<dyn Limiter> = Arc::new(redis_limiter(REDIS, &prefix, 5, events.clone()));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (done, waiters) = (Arc::clone(&done), format!("{}:llm:acme:waiters", prefix.0));
+        tokio::spawn(async move {
+            let client = redis::Client::open(REDIS).unwrap();
+            let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+            let mut most = 0;
+            while !done.load(Ordering::SeqCst) {
+                let waiting: i64 = redis::cmd("ZCARD")
+                    .arg(&waiters)
+                    .query_async(&mut connection)
+                    .await
+                    .unwrap();
+                most = most.max(waiting);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            most
+        })
+    };
     call_at_once(&limited(&server, limiter, "acme"), 50).await;
+    done.store(true, Ordering::SeqCst);
+    let most_in_redis_line = sampler.await.unwrap();
     assert_eq!(server.requests(), 50);
     assert_eq!(server.most_at_once(), 5, "at most 5, and the limit is used");
     assert_eq!(events.fail_opens.load(Ordering::SeqCst), 0);
     assert_eq!(events.waits.load(Ordering::SeqCst), 50);
+    assert!(
+        (1..=5).contains(&most_in_redis_line),
+        "at most the limit waits in Redis's line: {most_in_redis_line}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -308,8 +336,11 @@ async fn calls_fail_open_while_redis_is_down_and_the_limit_returns_with_it() {
 #[tokio::test]
 async fn a_cancelled_waiter_leaves_the_line() {
     let prefix = Prefix::new("cancelled");
+    // The holder in another process: this one's waiter waits in Redis's
+    // line, not in its own process's.
+    let holder = redis_limiter(REDIS, &prefix, 1, Arc::new(Unobserved));
     let limiter = Arc::new(redis_limiter(REDIS, &prefix, 1, Arc::new(Unobserved)));
-    let held = limiter.acquire("acme").await;
+    let held = holder.acquire("acme").await;
     let waited = tokio::time::timeout(Duration::from_millis(100), limiter.acquire("acme")).await;
     assert!(waited.is_err(), "the limit is taken");
     // The cleanup is sent when the wait is dropped; give it a moment.
