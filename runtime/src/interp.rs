@@ -776,14 +776,17 @@ impl<'p> Interpreter<'p> {
                 content,
                 metadata,
             } => {
-                return Ok(json!({
+                let mut args = json!({
                     "collection": env.render(collection)?,
                     "title": env.eval(title)?,
                     "content": env.eval(content)?,
                     "metadata": metadata.as_ref().map(|m| env.eval(m)).transpose()?,
                     "key": self.key(step, env)?,
-                    "department": self.workflow.department,
-                }));
+                });
+                if let Some(department) = &self.workflow.department {
+                    args["department"] = Value::String(department.clone());
+                }
+                return Ok(args);
             }
             Action::Handoff {
                 department,

@@ -223,7 +223,30 @@ pub struct RedisLimiter {
     /// Whether Redis failed last time it was asked. Calls then skip the
     /// local line: each finds out for itself that Redis is down and fails
     /// open at once, rather than `limit` at a time.
+    health: Arc<Health>,
+}
+
+/// Whether Redis failed last time anyone asked it (an acquire, a renewal),
+/// and a wake-up for the calls waiting in the local line when it does: with
+/// Redis down, nothing would free their places but the calls ahead of them
+/// ending, and a call must not wait a model call's time to fail open.
+#[derive(Default)]
+struct Health {
     sick: std::sync::atomic::AtomicBool,
+    fell_sick: tokio::sync::Notify,
+}
+
+impl Health {
+    fn is_sick(&self) -> bool {
+        self.sick.load(Ordering::Relaxed)
+    }
+
+    fn answered(&self, ok: bool) {
+        let was_sick = self.sick.swap(!ok, Ordering::Relaxed);
+        if !ok && !was_sick {
+            self.fell_sick.notify_waiters();
+        }
+    }
 }
 
 impl RedisLimiter {
@@ -258,7 +281,7 @@ impl RedisLimiter {
             // Its waits are part of the whole wait, which `acquire` reports.
             local: LocalLimiter::new(limits.clone(), Arc::new(Unobserved)),
             limits,
-            sick: std::sync::atomic::AtomicBool::new(false),
+            health: Arc::default(),
         })
     }
 
@@ -376,7 +399,7 @@ impl RedisLimiter {
     }
 
     fn fail_open(&self, account: &str, why: &str) -> Permit {
-        self.sick.store(true, Ordering::Relaxed);
+        self.health.answered(false);
         let count = self.fail_opens.fetch_add(1, Ordering::Relaxed) + 1;
         // One line per hundred, not one per call, when Redis is down.
         if count % 100 == 1 {
@@ -410,16 +433,18 @@ impl Limiter for RedisLimiter {
                 Err(why) => return self.fail_open(account, &why),
             };
             // Dropped when failing open: a call let through without Redis
-            // is not held back by this process's line either.
-            let mut local = None;
-            if !self.sick.load(Ordering::Relaxed) {
-                let place = self.local.acquire(account).await;
-                // Redis may have failed while this call waited: it leaves
-                // the line at once, letting those behind it find out too.
-                if !self.sick.load(Ordering::Relaxed) {
-                    local = Some(place);
+            // is not held back by this process's line either. If Redis
+            // fails while this call waits in the line, it leaves the line
+            // at once and finds out for itself.
+            let fell_sick = self.health.fell_sick.notified();
+            let local = if self.health.is_sick() {
+                None
+            } else {
+                tokio::select! {
+                    place = self.local.acquire(account) => Some(place),
+                    () = fell_sick => None,
                 }
-            }
+            };
             // Until a permit is granted and held, leaving (a timeout, a
             // cancelled attempt, failing open) takes this id out of Redis: a
             // grant whose answer came too late must not hold a permit for a
@@ -436,7 +461,7 @@ impl Limiter for RedisLimiter {
                 // answer and the wait is not missed.
                 let woken = released.notified();
                 let answer = self.run(&mut connection, &self.acquire, &keys, &args).await;
-                self.sick.store(answer.is_err(), Ordering::Relaxed);
+                self.health.answered(answer.is_ok());
                 match answer {
                     Ok(1) => {
                         leave.connection = None;
@@ -454,11 +479,9 @@ impl Limiter for RedisLimiter {
             }
             self.events.waited(account, started.elapsed());
             let [holders, ..] = keys;
-            let held = Held::start(self, connection, holders, id, released);
+            let held = Held::start(self, connection, holders, id, released, local);
             Permit {
-                // Redis's permit goes back before the local place: `held`
-                // is dropped first.
-                _release: Some(Box::new((held, local))),
+                _release: Some(Box::new(held)),
             }
         })
     }
@@ -517,15 +540,18 @@ impl Held {
         holders: String,
         id: String,
         released: Arc<tokio::sync::Notify>,
+        local: Option<Permit>,
     ) -> Held {
         let renew = limiter.renew.clone();
         let lease = limiter.settings.lease;
         let answer_within = limiter.settings.answer_within;
+        let health = Arc::clone(&limiter.health);
         let release = ReleaseOnDrop {
             connection: connection.clone(),
             holders: holders.clone(),
             id: id.clone(),
             released,
+            local,
         };
         let renewal = tokio::spawn(async move {
             // Held by the task: aborting it drops this, which releases.
@@ -538,12 +564,14 @@ impl Held {
                     .arg(&id)
                     .arg(lease.as_millis().to_string());
                 // A renewal that fails leaves the lease to run out; the call
-                // goes on either way.
-                let _ = tokio::time::timeout(
+                // goes on either way, and the calls waiting behind it in
+                // this process learn that Redis is down.
+                let answer = tokio::time::timeout(
                     answer_within,
                     invocation.invoke_async::<i64>(&mut connection),
                 )
                 .await;
+                health.answered(matches!(answer, Ok(Ok(_))));
             }
         });
         Held { renewal }
@@ -559,12 +587,14 @@ impl Drop for Held {
 }
 
 /// Removes a holder from Redis when dropped (in a task of its own: drop
-/// cannot wait).
+/// cannot wait), then gives its place in the local line back: the next call
+/// of this process asks Redis once the permit is free there.
 struct ReleaseOnDrop {
     connection: redis::aio::ConnectionManager,
     holders: String,
     id: String,
     released: Arc<tokio::sync::Notify>,
+    local: Option<Permit>,
 }
 
 impl Drop for ReleaseOnDrop {
@@ -575,6 +605,7 @@ impl Drop for ReleaseOnDrop {
             std::mem::take(&mut self.id),
         );
         let released = Arc::clone(&self.released);
+        let local = self.local.take();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
                 let _: Result<i64, _> = redis::cmd("ZREM")
@@ -582,6 +613,7 @@ impl Drop for ReleaseOnDrop {
                     .arg(&id)
                     .query_async(&mut connection)
                     .await;
+                drop(local);
                 released.notify_waiters();
             });
         }

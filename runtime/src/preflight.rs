@@ -135,16 +135,35 @@ pub(crate) async fn preflight(
             ),
             None => format!("the workflow's context {:?}", workflow.context),
         };
-        match services
-            .effects
-            .kb_context(
-                &workflow.context,
-                department,
-                &terms,
-                crate::kb::MOST_DOCUMENTS,
-            )
-            .await
-        {
+        // The documents the workflow names first; its department's fill
+        // the room left. A department's documents pile up (every run of its
+        // workflows may write one) and must not push out what the author
+        // asked for by name.
+        let resolved = async {
+            let most = crate::kb::MOST_DOCUMENTS;
+            let named = match workflow.context.is_empty() {
+                true => Vec::new(),
+                false => {
+                    services
+                        .effects
+                        .kb_context(&workflow.context, None, &terms, most)
+                        .await?
+                }
+            };
+            let owned = match department {
+                Some(department) if named.len() < most => {
+                    services
+                        .effects
+                        .kb_context(&[], Some(department), &terms, most)
+                        .await?
+                }
+                _ => Vec::new(),
+            };
+            let mut documents = crate::kb::merged(&named, owned);
+            documents.truncate(most);
+            Ok::<_, crate::interp::StepError>(documents)
+        };
+        match resolved.await {
             Ok(documents) => documents,
             // A resumed run goes on without the context rather than fail.
             Err(error) if resumed => {

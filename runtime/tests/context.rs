@@ -65,6 +65,7 @@ workflow sales_note {
 
 workflow support_desk {
   input { question: string }
+  context kb "policies"
   department "support"
   step reply = plain { question: workflow_input.question }
   output { text: step.reply.text }
@@ -248,22 +249,38 @@ async fn a_workflows_context_reaches_every_recipe() {
 
 /// Auto-context: a workflow of a department gets the documents its
 /// department's workflows wrote, whatever their collection, without naming
-/// it; another department's documents stay out.
+/// it, the ones matching the run's input first; another department's stay
+/// out, and the documents the workflow names come first: six department
+/// notes do not push out its one policy.
 #[tokio::test]
 async fn a_departments_documents_are_context_for_its_workflows() {
     let setup = setup(&[]).await;
-    for (workflow, title, text) in [
-        (
+    let policy = setup
+        .run(
+            "acme",
+            "set_policy",
+            json!({ "name": "refunds", "text": "Refunds above 100 EUR need a second approver." }),
+        )
+        .await;
+    assert!(matches!(policy, Outcome::Completed { .. }), "{policy:?}");
+    let mut notes = vec![(
+        "support_note",
+        "refund-rule".to_string(),
+        "A refund goes back to the card that paid.".to_string(),
+    )];
+    for i in 0..5 {
+        notes.push((
             "support_note",
-            "refund-rule",
-            "Refunds go back to the card that paid.",
-        ),
-        (
-            "sales_note",
-            "discount-rule",
-            "Discounts above 20 percent need the sales lead.",
-        ),
-    ] {
+            format!("note-{i}"),
+            format!("Printer model {i} needs its own toner."),
+        ));
+    }
+    notes.push((
+        "sales_note",
+        "discount-rule".to_string(),
+        "Discounts above 20 percent need the sales lead; a refund too.".to_string(),
+    ));
+    for (workflow, title, text) in notes {
         let saved = setup
             .run("acme", workflow, json!({ "title": title, "text": text }))
             .await;
@@ -279,8 +296,17 @@ async fn a_departments_documents_are_context_for_its_workflows() {
     assert!(matches!(asked, Outcome::Completed { .. }), "{asked:?}");
     let prompt = setup.llm.prompts().pop().unwrap();
     assert!(
+        prompt.contains("second approver"),
+        "the policy the workflow names: {prompt}"
+    );
+    assert!(
         prompt.contains("notes/refund-rule (version 1)") && prompt.contains("card that paid"),
-        "the support department's document: {prompt}"
+        "the support department's matching note: {prompt}"
+    );
+    assert_eq!(
+        prompt.matches("\n--- ").count(),
+        flow_runtime::kb::MOST_DOCUMENTS,
+        "{prompt}"
     );
     assert!(
         !prompt.contains("sales lead"),

@@ -168,8 +168,10 @@ async fn fifty_calls_of_one_account_run_five_at_a_time_through_redis() {
     assert_eq!(server.most_at_once(), 5, "at most 5, and the limit is used");
     assert_eq!(events.fail_opens.load(Ordering::SeqCst), 0);
     assert_eq!(events.waits.load(Ordering::SeqCst), 50);
+    // Often none: a place in the local line comes back only once Redis has
+    // the permit back, so the next call is usually granted at once.
     assert!(
-        (1..=5).contains(&most_in_redis_line),
+        most_in_redis_line <= 5,
         "at most the limit waits in Redis's line: {most_in_redis_line}"
     );
 }
@@ -293,8 +295,9 @@ fn spare_port() -> u16 {
         .expect("a spare port")
 }
 
-/// Redis killed under load: every call still completes (fail-open, counted);
-/// Redis back: the limit applies again. Redis down at the start is the same.
+/// Redis killed between two batches of calls: every call still completes
+/// (fail-open, counted); Redis back: the limit applies again. Redis down at
+/// the start is the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_fail_open_while_redis_is_down_and_the_limit_returns_with_it() {
     let prefix = Prefix::new("down");
@@ -328,6 +331,47 @@ async fn calls_fail_open_while_redis_is_down_and_the_limit_returns_with_it() {
     call_at_once(&limited(&limited_again, limiter, "acme"), 10).await;
     assert_eq!(limited_again.most_at_once(), 2, "the limit is back");
     assert_eq!(events.fail_opens.load(Ordering::SeqCst), before);
+}
+
+/// Regression: with the local line, a call waiting behind calls that hold
+/// every permit had nothing to free its place when Redis died but those
+/// calls ending (a model call's time). A holder's failed renewal now tells
+/// it, and it fails open within a renewal period and an answer's time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_waiting_in_the_local_line_fails_open_soon_after_redis_dies() {
+    let prefix = Prefix::new("dies-while-held");
+    let port = spare_port();
+    let mut redis = OwnRedis::start(port);
+    let events = Arc::new(Counted::default());
+    let mut settings = RedisSettings::new(&format!("redis://127.0.0.1:{port}"));
+    settings.prefix = prefix.0.clone();
+    settings.lease = Duration::from_millis(900);
+    let limiter = Arc::new(
+        RedisLimiter::new(settings, limits(1), events.clone() as Arc<dyn LimitEvents>)
+            .expect("a redis URL"),
+    );
+    let held = limiter.acquire("acme").await;
+    assert_eq!(events.fail_opens.load(Ordering::SeqCst), 0);
+    let waiting = {
+        let limiter = Arc::clone(&limiter);
+        tokio::spawn(async move {
+            let _permit = limiter.acquire("acme").await;
+            Instant::now()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!waiting.is_finished(), "the limit is taken");
+    let killed = Instant::now();
+    redis.kill();
+    let through = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the waiting call goes ahead while the first still holds its permit")
+        .unwrap();
+    let after = through - killed;
+    // A renewal every 300 ms, an answer within 250 ms, then its own try.
+    assert!(after < Duration::from_millis(1_500), "{after:?}");
+    assert!(events.fail_opens.load(Ordering::SeqCst) >= 1);
+    drop(held);
 }
 
 /// Regression: a waiter whose wait was cancelled (its step timed out) kept

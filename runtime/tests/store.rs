@@ -1033,13 +1033,13 @@ async fn a_department_owns_the_documents_its_workflows_write(backend: Backend) {
         write(
             "resolutions",
             "t-1",
-            "Refunds go to the card used.",
+            "Invoices are sent monthly.",
             Some("support"),
         ),
         write(
             "resolutions",
             "t-2",
-            "Invoices are sent monthly.",
+            "A refund goes to the card used.",
             Some("support"),
         ),
         write("deals", "acme", "Acme renews in March.", Some("sales")),
@@ -1060,8 +1060,8 @@ async fn a_department_owns_the_documents_its_workflows_write(backend: Backend) {
         .unwrap();
     assert_eq!(
         titles(support),
-        ["resolutions/t-1", "resolutions/t-2"],
-        "ranked, then the rest"
+        ["resolutions/t-2", "resolutions/t-1"],
+        "the one with the word first (t-2), then the rest"
     );
     let sales = journal
         .kb_context(&[], Some("sales"), &[], 5)

@@ -224,7 +224,7 @@ struct DeployPlan {
     post, path = "/v1/workflows", tag = "workflows", request_body = Deploy,
     responses(
         (status = 201, description = "Deployed", body = Deployments),
-        (status = 422, description = "The source does not check (`does_not_check`), the plan is invalid", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 422, description = "The source does not check (`does_not_check`), the plan is invalid (`invalid_plan`), or a workflow names a department the account does not have (`unknown_department`)", body = ProblemDoc, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn deploy(

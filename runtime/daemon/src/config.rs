@@ -110,8 +110,9 @@ pub struct McpServerEntry {
     pub command: Option<String>,
     #[serde(default)]
     pub args: Vec<String>,
+    /// Often tokens: printed as `Secret(<n characters>)`.
     #[serde(default)]
-    pub env: BTreeMap<String, String>,
+    pub env: BTreeMap<String, Secret>,
     pub url: Option<String>,
 }
 
@@ -128,7 +129,11 @@ impl McpSection {
                     (Some(command), _) => McpTransport::Stdio {
                         command: command.clone(),
                         args: entry.args.clone(),
-                        env: entry.env.clone().into_iter().collect(),
+                        env: entry
+                            .env
+                            .iter()
+                            .map(|(name, Secret(value))| (name.clone(), value.clone()))
+                            .collect(),
                     },
                     (None, url) => McpTransport::Http {
                         url: url.clone().unwrap_or_default(),

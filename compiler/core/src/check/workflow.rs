@@ -211,6 +211,18 @@ pub(crate) fn check_workflow(
             file,
             checker.diagnostics,
         );
+        if department.display_text().trim().is_empty() {
+            checker.diagnostics.push(
+                Diagnostic::new(
+                    Code::BadOption,
+                    file,
+                    department.span,
+                    "a workflow's department has no name",
+                )
+                .label("empty")
+                .hint("name the department that owns the workflow, e.g. `department \"support\"`, or leave the setting out"),
+            );
+        }
     }
     if let Some(mode) = &decl.durability
         && mode.text != "full"
