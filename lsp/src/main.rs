@@ -9,11 +9,16 @@
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
-        // The checks run on the blocking pool, one at a time in practice
-        // (messages are handled in order): two threads suffice, and each
-        // extra thread would keep a malloc arena of freed check memory, which
-        // took the server from 34 MB to 70 MB over a thousand requests.
-        .max_blocking_threads(2)
+        // The blocking pool runs the checks and tokio's stdin and stdout:
+        // a read of stdin waits there for the next message, holding a thread.
+        // With two threads, a debounced check of a large file took the other
+        // and a completion request waited for it to end (its answer too, as
+        // writes to stdout go through the pool). Three leave one thread for
+        // the requests and the writes while a check runs (the server runs one
+        // debounced check at a time). Each extra thread would keep a malloc
+        // arena of freed check memory, which took the server from 34 MB to
+        // 70 MB over a thousand requests without a cap.
+        .max_blocking_threads(3)
         .enable_all()
         .build()
         .expect("a tokio runtime starts");

@@ -10,6 +10,7 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
+use std::sync::Arc;
 
 use flow_compiler::diagnostic::{FileId, Span, line_col};
 use flow_compiler::ide;
@@ -93,7 +94,9 @@ fn run(case: &Case) -> String {
             let mut recheck = |text: &str| {
                 let mut files = case.files.clone();
                 files[0].1 = text.to_string();
-                flow_compiler::check("main.flow", &Memory(&files)).expect("main.flow exists")
+                Arc::new(
+                    flow_compiler::check("main.flow", &Memory(&files)).expect("main.flow exists"),
+                )
             };
             let found = ide::completions(&checked, offset, &mut recheck);
             let _ = writeln!(

@@ -5,8 +5,11 @@
 //! certainly run at the cursor, the fields of the type a path has reached,
 //! recipes and their inputs, types, keywords. When the file has a syntax
 //! error, the caller's analysis may lack the construct being typed, so the
-//! query re-checks a repaired copy of the text (a placeholder name at the
-//! cursor, the open reference, string and brackets of its line closed).
+//! query re-checks a repaired copy of the text (a placeholder name in place of
+//! the path typed at the cursor, the open reference, string and brackets of
+//! its line closed).
+
+use std::sync::Arc;
 
 use crate::Checked;
 use crate::check::{StepInfo, StepKind, Ty, approval_params, handoff_params, kb_write_params};
@@ -61,31 +64,61 @@ const BUILTIN_TYPES: &[&str] = &["string", "int", "float", "bool", "json", "list
 /// The completions at byte `offset` of the root file of `checked`.
 ///
 /// `recheck` checks another text in place of the root file (with the same
-/// imports); it is called only when the root file has a syntax error.
+/// imports); it is called only when the root file has a syntax error, with a
+/// copy repaired at the cursor (see [`completions_in_broken`]).
 pub fn completions(
     checked: &Checked,
     offset: u32,
-    recheck: &mut dyn FnMut(&str) -> Checked,
+    recheck: &mut dyn FnMut(&str) -> Arc<Checked>,
 ) -> Completions {
     let Some(root) = checked.files.first() else {
         return Completions::default();
     };
-    let offset = cursor::floor_boundary(&root.text, offset as usize);
     let broken = checked.diagnostics.iter().any(|d| {
         d.primary.file == FileId(0)
             && matches!(d.code, Code::Syntax | Code::Template | Code::TooDeep)
     });
     if broken {
-        let repaired = recheck(&cursor::repair(&root.text, offset));
-        complete_in(&repaired, &root.text, offset)
+        completions_in_broken(&root.text, offset, recheck)
     } else {
-        complete_in(checked, &root.text, offset)
+        let offset = cursor::floor_boundary(&root.text, offset as usize);
+        complete_in(checked, &root.text, offset, offset)
     }
 }
 
+/// The completions at byte `offset` of `text`, a root file with a syntax
+/// error, without an analysis of `text` itself: the parser's recovery drops
+/// the half-typed construct, and with it what encloses the cursor, so the
+/// names come from `recheck` of a copy repaired at the cursor.
+///
+/// Every keystroke within one reference path gives the same copy (see
+/// `cursor::repair`), so a caller that keeps the last copy's analysis checks
+/// once per path typed rather than once per keystroke.
+pub fn completions_in_broken(
+    text: &str,
+    offset: u32,
+    recheck: &mut dyn FnMut(&str) -> Arc<Checked>,
+) -> Completions {
+    let offset = cursor::floor_boundary(text, offset as usize);
+    let (repaired, anchor) = cursor::repair(text, offset);
+    complete_in(&recheck(&repaired), text, offset, anchor)
+}
+
+/// Whether the cursor at `offset` of `text` is in a reference or a plain
+/// string that its line leaves open, as while `"{{step.` is being typed. The
+/// text then certainly has a syntax error, so a caller may go straight to
+/// [`completions_in_broken`] without checking the text itself, which for a
+/// text with a syntax error takes the slower, recovering parser.
+pub fn half_typed(text: &str, offset: u32) -> bool {
+    let offset = cursor::floor_boundary(text, offset as usize);
+    let line_end = text[offset..].find('\n').map_or(text.len(), |i| offset + i);
+    cursor::left_open(cursor::scan(text, offset).lexical, &text[offset..line_end])
+}
+
 /// Completes at `offset` of `text`, with `checked` an analysis of `text` or
-/// of its repaired copy (which agrees with `text` before the cursor).
-fn complete_in(checked: &Checked, text: &str, offset: usize) -> Completions {
+/// of its repaired copy, which agrees with `text` before `anchor`: the
+/// analysis is asked about `anchor`, the text about `offset`.
+fn complete_in(checked: &Checked, text: &str, offset: usize, anchor: usize) -> Completions {
     let state = cursor::scan(text, offset);
     let (start, typed) = cursor::path_before(text, offset);
     let replace_from = typed.rfind('.').map_or(start, |dot| start + dot + 1);
@@ -93,13 +126,13 @@ fn complete_in(checked: &Checked, text: &str, offset: usize) -> Completions {
         replace: Span::new(replace_from, offset),
         items: Vec::new(),
     };
-    let scope = Scope::at(checked, offset as u32);
+    let scope = Scope::at(checked, anchor as u32);
     match state.lexical {
         Lexical::Comment | Lexical::String { .. } => {}
         Lexical::Template { .. } => {
             if let Some(scope) = &scope {
                 reference(scope, typed, &mut out.items);
-            } else if let Some(recipe) = recipe_at(checked, offset) {
+            } else if let Some(recipe) = recipe_at(checked, anchor) {
                 prompt_reference(checked, &recipe, typed, &mut out.items);
             }
         }
@@ -528,6 +561,16 @@ pub(crate) fn signature(info: &crate::check::RecipeInfo) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn half_typed_means_left_open_on_the_line() {
+        let line = "  s = r { t: \"{{step.";
+        assert!(half_typed(&format!("{line}\n}}\n"), line.len() as u32));
+        assert!(half_typed("t: \"abc\nx", 6));
+        assert!(!half_typed("t: \"{{step.}}\"\n", 11), "closed on its line");
+        assert!(!half_typed("t: \"abc\"\n", 6));
+        assert!(!half_typed("t: step.\n", 8), "code is not certainly broken");
+    }
 
     #[test]
     fn given_fields_are_found_at_the_top_level_only() {

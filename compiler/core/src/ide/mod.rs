@@ -18,7 +18,9 @@ pub mod symbols;
 pub mod tokens;
 mod visit;
 
-pub use completion::{Completion, CompletionKind, Completions, completions};
+pub use completion::{
+    Completion, CompletionKind, Completions, completions, completions_in_broken, half_typed,
+};
 pub use fixes::{QuickFix, quick_fixes};
 pub use hover::{Hover, hover};
 pub use navigation::{
