@@ -344,6 +344,7 @@ fn completion_kind(kind: CompletionKind) -> CompletionItemKind {
         CompletionKind::Recipe => CompletionItemKind::FUNCTION,
         CompletionKind::Argument => CompletionItemKind::PROPERTY,
         CompletionKind::McpServer => CompletionItemKind::MODULE,
+        CompletionKind::Tool => CompletionItemKind::METHOD,
         CompletionKind::Loop => CompletionItemKind::VARIABLE,
         CompletionKind::Type => CompletionItemKind::CLASS,
         CompletionKind::Keyword => CompletionItemKind::KEYWORD,

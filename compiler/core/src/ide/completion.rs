@@ -12,11 +12,14 @@
 use std::sync::Arc;
 
 use crate::Checked;
-use crate::check::{StepInfo, StepKind, Ty, approval_params, handoff_params, kb_write_params};
+use crate::check::{
+    Env, McpInfo, StepInfo, StepKind, Ty, approval_params, handoff_params, kb_write_params,
+};
 use crate::codes::Code;
 use crate::diagnostic::{FileId, Span};
 use crate::ide::cursor::{self, Lexical};
 use crate::ide::scope::{Scope, Seg, walk};
+use crate::lock::LockedTool;
 use crate::syntax::ast::Item;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -29,6 +32,8 @@ pub enum CompletionKind {
     Argument,
     Recipe,
     McpServer,
+    /// A tool of an MCP server, from `flow.lock`.
+    Tool,
     Loop,
     /// A reference root: `workflow_input`, `step`, `loop_item`, ...
     Root,
@@ -298,25 +303,31 @@ fn code(
     let env = &checked.analysis.env;
     let previous = cursor::previous_byte(text, start);
     let enclosing = state.open.last().copied();
-    let head = |at: usize| cursor::words_before(text, at, 3);
+    // `keyword name` just before `at`, as in `step id =` and `recipe r {`.
+    let declares = |at: usize, keyword: &str| matches!(cursor::words_before(text, at, 2).as_slice(), [word, _] if *word == keyword);
+    let step_call = matches!(previous, Some((at, b'=')) if declares(at, "step"));
 
-    // `server.` in a step call: the tools are not known without `flow.lock`.
     if typed.contains('.') {
         let root = typed.split(['.', '?']).next().unwrap_or_default();
-        if let Some(scope) = scope
-            && !env.mcp_servers.contains_key(root)
-        {
-            reference(scope, typed, items);
+        match env.mcp_servers.get(root) {
+            // `step id = server.|`: the tools that flow.lock recorded for it.
+            Some(info) => {
+                if step_call && is_name(&typed[root.len() + 1..]) {
+                    tools(info, items);
+                }
+            }
+            None => {
+                if let Some(scope) = scope {
+                    reference(scope, typed, items);
+                }
+            }
         }
         return;
     }
 
     match previous {
         // `step id = |`: what a step can call.
-        Some((at, b'='))
-            if head(at).first() == Some(&"step")
-                || head(at).len() == 2 && head(at)[0] == "step" =>
-        {
+        Some(_) if step_call => {
             for (name, info) in &env.recipes {
                 items.push(simple(name, CompletionKind::Recipe, &signature(info)));
             }
@@ -330,7 +341,7 @@ fn code(
             keywords(&["approval", "kb_write", "handoff"], items);
         }
         // `type T = |`, `list<|`, `a | |`, `output |` in a recipe: a type.
-        Some((at, b'=')) if head(at).first() == Some(&"type") => types(checked, items),
+        Some((at, b'=')) if declares(at, "type") => types(checked, items),
         Some((_, b'<' | b'|'))
             if in_type(text, enclosing)
                 || previous.is_some_and(|(at, _)| text[..at].trim_end().ends_with("list")) =>
@@ -340,7 +351,7 @@ fn code(
         Some((_, b':')) if in_type(text, enclosing) => types(checked, items),
         Some((at, _))
             if cursor::words_before(text, at + 1, 1) == ["output"]
-                && enclosing.is_some_and(|(brace, _)| head(brace).first() == Some(&"recipe")) =>
+                && enclosing.is_some_and(|(brace, _)| declares(brace, "recipe")) =>
         {
             types(checked, items)
         }
@@ -411,7 +422,8 @@ fn after_step(text: &str, offset: usize, items: &mut Vec<Completion>) {
 }
 
 /// The callee of the step call whose argument list opens at `brace`:
-/// `step id = recipe {`, `approval {`, `kb_write "c" {`, `handoff "d" {`.
+/// `step id = recipe {`, `approval {`, `kb_write "c" {`, `handoff "d" {`,
+/// `server.tool {`.
 fn step_callee(text: &str, brace: usize) -> Option<&str> {
     let line_start = text[..brace].rfind('\n').map_or(0, |i| i + 1);
     let head = text[line_start..brace].trim();
@@ -419,7 +431,10 @@ fn step_callee(text: &str, brace: usize) -> Option<&str> {
     let (_, call) = rest.split_once('=')?;
     let call = call.trim();
     let callee = call.split(|c: char| c.is_whitespace() || c == '"').next()?;
-    (is_name(callee) && !callee.is_empty()).then_some(callee)
+    let mut parts = callee.splitn(2, '.');
+    parts
+        .all(|part| is_name(part) && !part.is_empty())
+        .then_some(callee)
 }
 
 fn is_name(word: &str) -> bool {
@@ -435,13 +450,21 @@ fn arguments(
     callee: &str,
     items: &mut Vec<Completion>,
 ) {
-    let params: Vec<(String, Ty)> = match callee {
-        "approval" => approval_params(),
-        "kb_write" => kb_write_params(),
-        "handoff" => handoff_params(),
-        recipe => match checked.analysis.env.recipes.get(recipe) {
-            Some(info) => info.input.clone(),
+    let env = &checked.analysis.env;
+    let params: Vec<(String, Ty)> = match callee.split_once('.') {
+        // A tool's arguments are the properties of its input schema.
+        Some((server, tool)) => match locked_tool(env, server, tool) {
+            Some(tool) => crate::lock::tool_params(&tool.input_schema, &[]),
             None => return,
+        },
+        None => match callee {
+            "approval" => approval_params(),
+            "kb_write" => kb_write_params(),
+            "handoff" => handoff_params(),
+            recipe => match env.recipes.get(recipe) {
+                Some(info) => info.input.clone(),
+                None => return,
+            },
         },
     };
     let given = given_fields(&text[brace + 1..offset.max(brace + 1)]);
@@ -455,6 +478,24 @@ fn arguments(
             });
         }
     }
+}
+
+/// The tools of an MCP server as `flow.lock` recorded them.
+fn tools(info: &McpInfo, items: &mut Vec<Completion>) {
+    for tool in info.locked.iter().flat_map(|locked| &locked.tools) {
+        // The description's first line: some run to pages.
+        let detail = tool
+            .description
+            .as_deref()
+            .and_then(|d| d.lines().find(|line| !line.trim().is_empty()))
+            .map_or("MCP tool".to_string(), |line| line.trim().to_string());
+        items.push(simple(&tool.name, CompletionKind::Tool, &detail));
+    }
+}
+
+fn locked_tool<'e>(env: &'e Env, server: &str, tool: &str) -> Option<&'e LockedTool> {
+    let locked = env.mcp_servers.get(server)?.locked.as_ref()?;
+    locked.tools.iter().find(|t| t.name == tool)
 }
 
 /// The field names already written at the top level of a record literal.
