@@ -249,11 +249,7 @@ pub(crate) fn repair(text: &str, offset: usize) -> (String, usize) {
             closes -= 1;
             continue;
         }
-        tail.push(match bracket {
-            b'{' => '}',
-            b'[' => ']',
-            _ => ')',
-        });
+        tail.push(closing(*bracket));
     }
     patched.push_str(&tail);
     patched.push_str(&text[line_end..]);
@@ -273,6 +269,15 @@ pub(crate) fn left_open(lexical: Lexical, rest: &str) -> bool {
             .is_none_or(|close| rest.find('"').is_some_and(|quote| quote < close)),
         Lexical::String { triple: false } => !rest.contains('"'),
         Lexical::String { triple: true } | Lexical::Comment | Lexical::Code => false,
+    }
+}
+
+/// The bracket that closes `bracket` (`{`, `[` or `(`).
+pub(crate) fn closing(bracket: u8) -> char {
+    match bracket {
+        b'{' => '}',
+        b'[' => ']',
+        _ => ')',
     }
 }
 
