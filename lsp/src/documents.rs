@@ -51,7 +51,8 @@ pub struct Documents {
     /// the copy leaves out the path being typed, so the keystrokes within
     /// one path repair to the same text and are answered from one check. It
     /// is dropped when another document changes, is opened, closed or saved,
-    /// since an import may have changed.
+    /// since an import may have changed; files changed on disk only (an
+    /// import not open, `flow.lock`) are read again at the next path typed.
     pub repaired: Option<Repaired>,
 }
 
