@@ -27,6 +27,16 @@ pub struct Analysis {
     pub checked: Arc<Checked>,
 }
 
+/// The analysis of a copy of a document repaired for completion (see
+/// `flow_compiler::ide::completions_in_broken`).
+#[derive(Debug, Clone)]
+pub struct Repaired {
+    /// The document's normal path.
+    pub path: String,
+    pub text: Arc<str>,
+    pub checked: Arc<Checked>,
+}
+
 #[derive(Debug, Default)]
 pub struct Documents {
     /// By normal path.
@@ -35,6 +45,15 @@ pub struct Documents {
     /// What each open document imported when it was last checked (normal
     /// paths), kept when an analysis is invalidated, to find dependants.
     pub imports: HashMap<String, Vec<String>>,
+    /// The last repaired copy checked for completion, in whichever document
+    /// (one, since the author types in one place; an analysis of a large
+    /// file takes megabytes). It outlives its document's edits on purpose:
+    /// the copy leaves out the path being typed, so the keystrokes within
+    /// one path repair to the same text and are answered from one check. It
+    /// is dropped when another document changes, is opened, closed or saved,
+    /// since an import may have changed; files changed on disk only (an
+    /// import not open, `flow.lock`) are read again at the next path typed.
+    pub repaired: Option<Repaired>,
 }
 
 impl Documents {
@@ -49,6 +68,9 @@ impl Documents {
         let Some(doc) = self.open.get_mut(path) else {
             return;
         };
+        if self.repaired.as_ref().is_some_and(|kept| kept.path != path) {
+            self.repaired = None;
+        }
         let mut text = doc.text.to_string();
         let mut lines = Lines::new(&text);
         for change in changes {
@@ -75,6 +97,26 @@ impl Documents {
                 .map(|(path, doc)| (path.clone(), doc.text.clone()))
                 .collect(),
         }
+    }
+
+    /// The analysis of open document `path` if it is of its current text.
+    pub fn fresh(&self, path: &str) -> Option<Analysis> {
+        let doc = self.open.get(path)?;
+        self.analyses
+            .get(path)
+            .filter(|analysis| {
+                analysis.version == doc.version && Arc::ptr_eq(&analysis.text, &doc.text)
+            })
+            .cloned()
+    }
+
+    /// The kept analysis of `text`, a repaired copy of document `path`, if
+    /// the last copy checked was that text.
+    pub fn kept_repair(&self, path: &str, text: &str) -> Option<Arc<Checked>> {
+        self.repaired
+            .as_ref()
+            .filter(|kept| kept.path == path && *kept.text == *text)
+            .map(|kept| kept.checked.clone())
     }
 
     /// Keeps `analysis` as the current one of `path`.

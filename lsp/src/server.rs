@@ -14,7 +14,7 @@ use tower_lsp_server::ls_types::*;
 use tower_lsp_server::{Client, LanguageServer};
 
 use crate::convert::{Encoding, Lines};
-use crate::documents::{Analysis, Document, Documents, Overlay, check_with};
+use crate::documents::{Analysis, Document, Documents, Repaired, check_with};
 
 /// How long edits must pause before the file is checked again: a burst of
 /// keystrokes is checked once. `initializationOptions.debounceMs` overrides it.
@@ -46,6 +46,12 @@ fn token_type(kind: TokenKind) -> u32 {
 pub struct Backend {
     client: Client,
     state: Arc<Mutex<State>>,
+    /// One debounced check at a time. When a check of a large file with a
+    /// syntax error (the recovering parser) takes longer than the pause
+    /// between keystrokes, checks of successive versions would otherwise run
+    /// side by side, taking both blocking threads from the requests; queued
+    /// instead, a check whose version was overtaken meanwhile is skipped.
+    checks: Arc<tokio::sync::Semaphore>,
 }
 
 #[derive(Debug)]
@@ -70,6 +76,7 @@ impl Backend {
                 roots: Vec::new(),
                 docs: None,
             })),
+            checks: Arc::new(tokio::sync::Semaphore::new(1)),
         }
     }
 
@@ -87,6 +94,7 @@ impl Backend {
     fn schedule(&self, path: String) {
         let client = self.client.clone();
         let state = self.state.clone();
+        let checks = self.checks.clone();
         tokio::spawn(async move {
             let (version, debounce) = {
                 let state = state.lock().unwrap_or_else(|p| p.into_inner());
@@ -98,6 +106,10 @@ impl Backend {
             if !debounce.is_zero() {
                 tokio::time::sleep(debounce).await;
             }
+            // The semaphore is never closed.
+            let Ok(_turn) = checks.acquire().await else {
+                return;
+            };
             let mut queue = vec![path.clone()];
             let mut done = HashSet::new();
             while let Some(path) = queue.pop() {
@@ -217,12 +229,10 @@ async fn analyse(state: &Arc<Mutex<State>>, path: &str, only: Option<i32>) -> Op
         if only.is_some_and(|v| v != doc.version) {
             return None;
         }
-        if let Some(analysis) = state.documents.analyses.get(path)
-            && analysis.version == doc.version
-            && Arc::ptr_eq(&analysis.text, &doc.text)
-            && only.is_none()
+        if only.is_none()
+            && let Some(analysis) = state.documents.fresh(path)
         {
-            return Some(analysis.clone());
+            return Some(analysis);
         }
         (
             doc.text.clone(),
@@ -334,6 +344,7 @@ fn completion_kind(kind: CompletionKind) -> CompletionItemKind {
         CompletionKind::Recipe => CompletionItemKind::FUNCTION,
         CompletionKind::Argument => CompletionItemKind::PROPERTY,
         CompletionKind::McpServer => CompletionItemKind::MODULE,
+        CompletionKind::Tool => CompletionItemKind::METHOD,
         CompletionKind::Loop => CompletionItemKind::VARIABLE,
         CompletionKind::Type => CompletionItemKind::CLASS,
         CompletionKind::Keyword => CompletionItemKind::KEYWORD,
@@ -539,15 +550,20 @@ impl LanguageServer for Backend {
             return;
         };
         let text: Arc<str> = params.text_document.text.into();
-        self.lock().documents.open.insert(
-            path.clone(),
-            Document {
-                uri: params.text_document.uri,
-                lines: Arc::new(Lines::new(&text)),
-                text,
-                version: params.text_document.version,
-            },
-        );
+        {
+            let mut state = self.lock();
+            // The new buffer replaces the disk for whatever imports it.
+            state.documents.repaired = None;
+            state.documents.open.insert(
+                path.clone(),
+                Document {
+                    uri: params.text_document.uri,
+                    lines: Arc::new(Lines::new(&text)),
+                    text,
+                    version: params.text_document.version,
+                },
+            );
+        }
         self.schedule(path);
     }
 
@@ -577,6 +593,7 @@ impl LanguageServer for Backend {
         if let Some(path) = path_of(&params.text_document.uri) {
             let dependants = {
                 let mut state = self.lock();
+                state.documents.repaired = None;
                 let dependants = state.documents.dependants(&path);
                 for dependant in &dependants {
                     state.documents.analyses.remove(dependant);
@@ -595,6 +612,7 @@ impl LanguageServer for Backend {
         };
         let dependants = {
             let mut state = self.lock();
+            state.documents.repaired = None;
             state.documents.open.remove(&path);
             state.documents.analyses.remove(&path);
             state.documents.imports.remove(&path);
@@ -611,27 +629,62 @@ impl LanguageServer for Backend {
 
     async fn completion(&self, params: CompletionParams) -> Result<Option<CompletionResponse>> {
         let position = params.text_document_position;
-        let Some((path, analysis)) = self.current(&position.text_document.uri).await else {
+        let Some(path) = path_of(&position.text_document.uri) else {
             return Ok(None);
         };
         let encoding = self.encoding();
-        let offset = analysis
-            .lines
-            .offset(&analysis.text, position.position, encoding);
-        let overlay: Overlay = self.lock().documents.overlay();
+        let (text, lines, fresh, overlay) = {
+            let state = self.lock();
+            let Some(doc) = state.documents.open.get(&path) else {
+                return Ok(None);
+            };
+            (
+                doc.text.clone(),
+                doc.lines.clone(),
+                state.documents.fresh(&path),
+                state.documents.overlay(),
+            )
+        };
+        let offset = lines.offset(&text, position.position, encoding);
+        // In a reference or string being typed, the text certainly has a
+        // syntax error and the answer comes from a copy repaired at the
+        // cursor, so the text itself is not checked first: with a syntax
+        // error that takes the recovering parser, slow on a large file, and
+        // the debounced check does it for the diagnostics anyway.
+        let analysis = match fresh {
+            Some(analysis) => Some(analysis),
+            None if ide::half_typed(&text, offset) => None,
+            None => match self.current(&position.text_document.uri).await {
+                Some((_, analysis)) => Some(analysis),
+                None => return Ok(None),
+            },
+        };
+        let state = self.state.clone();
         let found = tokio::task::spawn_blocking({
-            let analysis = analysis.clone();
+            let text = text.clone();
             move || {
-                ide::completions(&analysis.checked, offset, &mut |text| {
-                    check_with(&overlay, &path, text)
-                })
+                let mut recheck = |repaired: &str| {
+                    let lock = || state.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some(kept) = lock().documents.kept_repair(&path, repaired) {
+                        return kept;
+                    }
+                    let checked = Arc::new(check_with(&overlay, &path, repaired));
+                    lock().documents.repaired = Some(Repaired {
+                        path: path.clone(),
+                        text: repaired.into(),
+                        checked: checked.clone(),
+                    });
+                    checked
+                };
+                match analysis {
+                    Some(analysis) => ide::completions(&analysis.checked, offset, &mut recheck),
+                    None => ide::completions_in_broken(&text, offset, &mut recheck),
+                }
             }
         })
         .await
         .map_err(|_| Error::internal_error())?;
-        let range = analysis
-            .lines
-            .range(&analysis.text, found.replace, encoding);
+        let range = lines.range(&text, found.replace, encoding);
         let items = found
             .items
             .into_iter()
@@ -640,7 +693,6 @@ impl LanguageServer for Backend {
                 kind: Some(completion_kind(item.kind)),
                 detail: Some(item.detail),
                 sort_text: Some(format!("{index:05}")),
-                filter_text: Some(item.label.clone()),
                 text_edit: Some(CompletionTextEdit::Edit(TextEdit::new(
                     range,
                     item.insert.unwrap_or_else(|| item.label.clone()),

@@ -183,6 +183,61 @@ fn completion_hover_definition_and_rename() {
     client.shutdown();
 }
 
+fn labels(answer: &Value) -> Vec<String> {
+    answer["result"]["items"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no items: {answer}"))
+        .iter()
+        .filter_map(|item| item["label"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Keystrokes in a half-typed reference are answered from one repaired copy
+/// of the file, kept between them; an edit to an import drops it.
+#[test]
+fn completion_while_typing_a_reference_follows_the_imports() {
+    let dir = TempDir::new("typing");
+    let recipes = dir.write("recipes.flow", RECIPES);
+    let text = workflow(
+        "  step first = classify { subject: workflow_input.subject }
+  step second = classify { subject: \"{{step.\n}\n",
+    );
+    let main = dir.write("main.flow", &text);
+    let mut client = Client::start(&dir.0);
+    let uri = client.open(&main, &text);
+    let recipes_uri = client.open(&recipes, RECIPES);
+    let mut at = position(&text, "{{step.\n", 7);
+    let complete = |client: &mut Client, at: &Value| {
+        labels(&client.request(
+            "textDocument/completion",
+            json!({ "textDocument": { "uri": uri }, "position": at }),
+        ))
+    };
+    assert_eq!(complete(&mut client, &at), ["first"]);
+    // `first.` typed one character at a time, each answered at once.
+    for (version, typed) in "first.".chars().enumerate() {
+        client.notify(
+            "textDocument/didChange",
+            json!({
+                "textDocument": { "uri": uri, "version": version + 2 },
+                "contentChanges": [{ "range": { "start": at, "end": at }, "text": typed.to_string() }]
+            }),
+        );
+        at["character"] = json!(at["character"].as_u64().expect("a number") + 1);
+    }
+    assert_eq!(complete(&mut client, &at), ["category", "urgency"]);
+    // The recipe gains an output field in its unsaved buffer.
+    client.notify(
+        "textDocument/didChange",
+        json!({
+            "textDocument": { "uri": recipes_uri, "version": 2 },
+            "contentChanges": [{ "text": RECIPES.replace("urgency: int", "urgency: int, team: string") }]
+        }),
+    );
+    assert_eq!(complete(&mut client, &at), ["category", "team", "urgency"]);
+    client.shutdown();
+}
+
 #[test]
 fn symbols_tokens_formatting_and_unknown_methods() {
     let dir = TempDir::new("misc");

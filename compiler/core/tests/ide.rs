@@ -3,13 +3,15 @@
 //! Each `.flow` file under `tests/ide/` holds named cases, `--- query name ---`,
 //! in the style of rust-analyzer's fixtures: `$0` marks the cursor, and a line
 //! `// file: x.flow` starts another file of the case (the root is
-//! `main.flow`). The query is one of `complete`, `hover`, `definition`,
-//! `references`, `rename(new_name)`, `symbols`, `tokens`, `fixes`. The result
+//! `main.flow`; a `// file: flow.lock` is the lock beside it). The query is
+//! one of `complete`, `hover`, `definition`, `references`,
+//! `rename(new_name)`, `symbols`, `tokens`, `fixes`. The result
 //! of every case is rendered as text, and each fixture file's results are one
 //! insta snapshot, so that a review sees every answer change.
 
 use std::fmt::Write as _;
 use std::path::Path;
+use std::sync::Arc;
 
 use flow_compiler::diagnostic::{FileId, Span, line_col};
 use flow_compiler::ide;
@@ -81,9 +83,23 @@ fn position(checked: &Checked, file: FileId, span: Span) -> String {
     format!("{}:{line}:{column} `{text}`", loaded.path)
 }
 
+/// Checks `files` (the root first) with the case's `flow.lock`, if it has one,
+/// as `flow-lsp` checks with the lock beside a file.
+fn check(case: &Case, files: &[(String, String)]) -> Checked {
+    let lock = case
+        .files
+        .iter()
+        .find(|(name, _)| name == flow_compiler::lock::LOCK_FILE)
+        .map(|(_, text)| {
+            flow_compiler::lock::ToolLock::from_json(text)
+                .unwrap_or_else(|e| panic!("{}: flow.lock: {e}", case.name))
+        });
+    flow_compiler::check_with_tools("main.flow", &Memory(files), lock.as_ref())
+        .expect("main.flow exists")
+}
+
 fn run(case: &Case) -> String {
-    let checked =
-        flow_compiler::check("main.flow", &Memory(&case.files)).expect("main.flow exists");
+    let checked = check(case, &case.files);
     let (file_index, offset) = case.cursor.unwrap_or((0, 0));
     let file = FileId(file_index as u32);
     let mut out = String::new();
@@ -93,7 +109,7 @@ fn run(case: &Case) -> String {
             let mut recheck = |text: &str| {
                 let mut files = case.files.clone();
                 files[0].1 = text.to_string();
-                flow_compiler::check("main.flow", &Memory(&files)).expect("main.flow exists")
+                Arc::new(check(case, &files))
             };
             let found = ide::completions(&checked, offset, &mut recheck);
             let _ = writeln!(

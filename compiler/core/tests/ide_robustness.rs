@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::channel;
 use std::time::Duration;
 
+use flow_compiler::codes::Code;
 use flow_compiler::diagnostic::FileId;
 use flow_compiler::{Checked, SourceLoader, ide};
 use proptest::prelude::*;
@@ -128,7 +129,9 @@ fn check(root: &str, text: &str) -> Checked {
 
 /// Everything the server asks of the compiler at `offset`.
 fn query(root: &str, checked: &Checked, offset: u32) {
-    let found = ide::completions(checked, offset, &mut |repaired| check(root, repaired));
+    let found = ide::completions(checked, offset, &mut |repaired| {
+        std::sync::Arc::new(check(root, repaired))
+    });
     let text = &checked.file(FileId(0)).text;
     assert!(
         found.replace.start <= found.replace.end && found.replace.end as usize <= text.len(),
@@ -136,6 +139,18 @@ fn query(root: &str, checked: &Checked, offset: u32) {
         found.replace,
         text.len()
     );
+    // The server answers completion in a half-typed reference or string
+    // without checking the text first: it must be certainly broken there.
+    if ide::half_typed(text, offset) {
+        assert!(
+            checked
+                .diagnostics
+                .iter()
+                .any(|d| d.primary.file == FileId(0)
+                    && matches!(d.code, Code::Syntax | Code::Template | Code::TooDeep)),
+            "half-typed at {offset} but no syntax error in {text:?}"
+        );
+    }
     if let Some(hover) = ide::hover(checked, FileId(0), offset) {
         assert!(!hover.markdown.is_empty());
     }

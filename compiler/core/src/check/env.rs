@@ -7,6 +7,7 @@ use crate::check::LoadedFile;
 use crate::check::types::Ty;
 use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, FileId, Span};
+use crate::lock::LockedServer;
 use crate::suggest::{candidates_list, did_you_mean};
 use crate::syntax::ast::{
     FieldDecl, Item, McpServer, Recipe, StringLit, TemplatePart, TypeDecl, TypeExpr, TypeExprKind,
@@ -24,6 +25,10 @@ pub struct RecipeInfo {
 pub struct McpInfo {
     pub file: FileId,
     pub decl: McpServer,
+    /// What `flow.lock` recorded for the server as it is declared, when the
+    /// caller gave a lock that has it: its tools, for the checker and for
+    /// completion.
+    pub locked: Option<LockedServer>,
 }
 
 #[derive(Debug, Default)]
@@ -106,6 +111,7 @@ pub(crate) fn build(files: &[LoadedFile], diagnostics: &mut Vec<Diagnostic>) -> 
                         McpInfo {
                             file,
                             decl: server.clone(),
+                            locked: None,
                         },
                     );
                 }

@@ -116,14 +116,23 @@ pub fn check_with_tools(
         &mut vec![root_id],
     );
 
-    let env = env::build(&files, &mut diagnostics);
+    let mut env = env::build(&files, &mut diagnostics);
+    // Each server is looked up in the lock once, by its identity, for the
+    // checker's browser steps and for the editor's completion of tools.
+    if let Some(lock) = tools {
+        for info in env.mcp_servers.values_mut() {
+            info.locked = lock
+                .server(&crate::lower::mcp_transport(&info.decl))
+                .cloned();
+        }
+    }
     let mut workflows = Vec::new();
     for decl in files[0].tree.workflows() {
         workflows.push(workflow::check_workflow(
             decl,
             root_id,
             &env,
-            tools,
+            tools.is_some(),
             &mut diagnostics,
         ));
     }

@@ -14,7 +14,6 @@ use crate::check::env::{Env, McpInfo, require_plain, resolve_fields};
 use crate::check::types::Ty;
 use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, FileId, Span};
-use crate::lock::ToolLock;
 use crate::suggest::{candidates_list, did_you_mean};
 use crate::syntax::ast::*;
 
@@ -175,7 +174,7 @@ pub(crate) fn check_workflow(
     decl: &Workflow,
     file: FileId,
     env: &Env,
-    tools: Option<&ToolLock>,
+    locked: bool,
     diagnostics: &mut Vec<Diagnostic>,
 ) -> WorkflowInfo {
     let input = match &decl.input {
@@ -184,7 +183,7 @@ pub(crate) fn check_workflow(
     };
     let mut checker = Checker {
         env,
-        tools,
+        locked,
         file,
         diagnostics,
         steps: Vec::new(),
@@ -288,8 +287,9 @@ pub(crate) fn check_workflow(
 
 struct Checker<'e, 'd> {
     env: &'e Env,
-    /// The MCP servers' tools from `flow.lock`, when the caller has one.
-    tools: Option<&'e ToolLock>,
+    /// Whether the caller gave `flow.lock`: then each MCP server's tools are
+    /// in its `McpInfo`, or the lock does not cover the server.
+    locked: bool,
     file: FileId,
     diagnostics: &'d mut Vec<Diagnostic>,
     steps: Vec<StepInfo>,
@@ -914,10 +914,10 @@ impl Checker<'_, '_> {
     /// does not have this server as declared), and the arguments are
     /// checked only as expressions.
     fn tool_call(&mut self, server: &Name, tool: &Name, args: &RecordLit, info: &McpInfo) -> bool {
-        let Some(lock) = self.tools else {
+        if !self.locked {
             return false;
-        };
-        let Some(locked) = lock.server(&crate::lower::mcp_transport(&info.decl)) else {
+        }
+        let Some(locked) = &info.locked else {
             self.push(
                 Diagnostic::new(
                     Code::McpServerNotLocked,

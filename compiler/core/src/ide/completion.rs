@@ -5,15 +5,21 @@
 //! certainly run at the cursor, the fields of the type a path has reached,
 //! recipes and their inputs, types, keywords. When the file has a syntax
 //! error, the caller's analysis may lack the construct being typed, so the
-//! query re-checks a repaired copy of the text (a placeholder name at the
-//! cursor, the open reference, string and brackets of its line closed).
+//! query re-checks a repaired copy of the text (a placeholder name in place of
+//! the path typed at the cursor, the open reference, string and brackets of
+//! its line closed).
+
+use std::sync::Arc;
 
 use crate::Checked;
-use crate::check::{StepInfo, StepKind, Ty, approval_params, handoff_params, kb_write_params};
+use crate::check::{
+    Env, McpInfo, StepInfo, StepKind, Ty, approval_params, handoff_params, kb_write_params,
+};
 use crate::codes::Code;
 use crate::diagnostic::{FileId, Span};
 use crate::ide::cursor::{self, Lexical};
 use crate::ide::scope::{Scope, Seg, walk};
+use crate::lock::LockedTool;
 use crate::syntax::ast::Item;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -26,6 +32,8 @@ pub enum CompletionKind {
     Argument,
     Recipe,
     McpServer,
+    /// A tool of an MCP server, from `flow.lock`.
+    Tool,
     Loop,
     /// A reference root: `workflow_input`, `step`, `loop_item`, ...
     Root,
@@ -60,31 +68,61 @@ const BUILTIN_TYPES: &[&str] = &["string", "int", "float", "bool", "json", "list
 /// The completions at byte `offset` of the root file of `checked`.
 ///
 /// `recheck` checks another text in place of the root file (with the same
-/// imports); it is called only when the root file has a syntax error.
+/// imports); it is called only when the root file has a syntax error, with a
+/// copy repaired at the cursor (see [`completions_in_broken`]).
 pub fn completions(
     checked: &Checked,
     offset: u32,
-    recheck: &mut dyn FnMut(&str) -> Checked,
+    recheck: &mut dyn FnMut(&str) -> Arc<Checked>,
 ) -> Completions {
     let Some(root) = checked.files.first() else {
         return Completions::default();
     };
-    let offset = cursor::floor_boundary(&root.text, offset as usize);
     let broken = checked.diagnostics.iter().any(|d| {
         d.primary.file == FileId(0)
             && matches!(d.code, Code::Syntax | Code::Template | Code::TooDeep)
     });
     if broken {
-        let repaired = recheck(&cursor::repair(&root.text, offset));
-        complete_in(&repaired, &root.text, offset)
+        completions_in_broken(&root.text, offset, recheck)
     } else {
-        complete_in(checked, &root.text, offset)
+        let offset = cursor::floor_boundary(&root.text, offset as usize);
+        complete_in(checked, &root.text, offset, offset)
     }
 }
 
+/// The completions at byte `offset` of `text`, a root file with a syntax
+/// error, without an analysis of `text` itself: the parser's recovery drops
+/// the half-typed construct, and with it what encloses the cursor, so the
+/// names come from `recheck` of a copy repaired at the cursor.
+///
+/// Every keystroke within one reference path gives the same copy (see
+/// `cursor::repair`), so a caller that keeps the last copy's analysis checks
+/// once per path typed rather than once per keystroke.
+pub fn completions_in_broken(
+    text: &str,
+    offset: u32,
+    recheck: &mut dyn FnMut(&str) -> Arc<Checked>,
+) -> Completions {
+    let offset = cursor::floor_boundary(text, offset as usize);
+    let (repaired, anchor) = cursor::repair(text, offset);
+    complete_in(&recheck(&repaired), text, offset, anchor)
+}
+
+/// Whether the cursor at `offset` of `text` is in a reference or a plain
+/// string that its line leaves open, as while `"{{step.` is being typed. The
+/// text then certainly has a syntax error, so a caller may go straight to
+/// [`completions_in_broken`] without checking the text itself, which for a
+/// text with a syntax error takes the slower, recovering parser.
+pub fn half_typed(text: &str, offset: u32) -> bool {
+    let offset = cursor::floor_boundary(text, offset as usize);
+    let line_end = text[offset..].find('\n').map_or(text.len(), |i| offset + i);
+    cursor::left_open(cursor::scan(text, offset).lexical, &text[offset..line_end])
+}
+
 /// Completes at `offset` of `text`, with `checked` an analysis of `text` or
-/// of its repaired copy (which agrees with `text` before the cursor).
-fn complete_in(checked: &Checked, text: &str, offset: usize) -> Completions {
+/// of its repaired copy, which agrees with `text` before `anchor`: the
+/// analysis is asked about `anchor`, the text about `offset`.
+fn complete_in(checked: &Checked, text: &str, offset: usize, anchor: usize) -> Completions {
     let state = cursor::scan(text, offset);
     let (start, typed) = cursor::path_before(text, offset);
     let replace_from = typed.rfind('.').map_or(start, |dot| start + dot + 1);
@@ -92,13 +130,13 @@ fn complete_in(checked: &Checked, text: &str, offset: usize) -> Completions {
         replace: Span::new(replace_from, offset),
         items: Vec::new(),
     };
-    let scope = Scope::at(checked, offset as u32);
+    let scope = Scope::at(checked, anchor as u32);
     match state.lexical {
         Lexical::Comment | Lexical::String { .. } => {}
         Lexical::Template { .. } => {
             if let Some(scope) = &scope {
                 reference(scope, typed, &mut out.items);
-            } else if let Some(recipe) = recipe_at(checked, offset) {
+            } else if let Some(recipe) = recipe_at(checked, anchor) {
                 prompt_reference(checked, &recipe, typed, &mut out.items);
             }
         }
@@ -264,25 +302,31 @@ fn code(
     let env = &checked.analysis.env;
     let previous = cursor::previous_byte(text, start);
     let enclosing = state.open.last().copied();
-    let head = |at: usize| cursor::words_before(text, at, 3);
+    // `keyword name` just before `at`, as in `step id =` and `recipe r {`.
+    let declares = |at: usize, keyword: &str| matches!(cursor::words_before(text, at, 2).as_slice(), [word, _] if *word == keyword);
+    let step_call = matches!(previous, Some((at, b'=')) if declares(at, "step"));
 
-    // `server.` in a step call: the tools are not known without `flow.lock`.
     if typed.contains('.') {
         let root = typed.split(['.', '?']).next().unwrap_or_default();
-        if let Some(scope) = scope
-            && !env.mcp_servers.contains_key(root)
-        {
-            reference(scope, typed, items);
+        match env.mcp_servers.get(root) {
+            // `step id = server.|`: the tools that flow.lock recorded for it.
+            Some(info) => {
+                if step_call && is_name(&typed[root.len() + 1..]) {
+                    tools(info, items);
+                }
+            }
+            None => {
+                if let Some(scope) = scope {
+                    reference(scope, typed, items);
+                }
+            }
         }
         return;
     }
 
     match previous {
         // `step id = |`: what a step can call.
-        Some((at, b'='))
-            if head(at).first() == Some(&"step")
-                || head(at).len() == 2 && head(at)[0] == "step" =>
-        {
+        Some(_) if step_call => {
             for (name, info) in &env.recipes {
                 items.push(simple(name, CompletionKind::Recipe, &signature(info)));
             }
@@ -296,7 +340,7 @@ fn code(
             keywords(&["approval", "kb_write", "handoff"], items);
         }
         // `type T = |`, `list<|`, `a | |`, `output |` in a recipe: a type.
-        Some((at, b'=')) if head(at).first() == Some(&"type") => types(checked, items),
+        Some((at, b'=')) if declares(at, "type") => types(checked, items),
         Some((_, b'<' | b'|'))
             if in_type(text, enclosing)
                 || previous.is_some_and(|(at, _)| text[..at].trim_end().ends_with("list")) =>
@@ -306,7 +350,7 @@ fn code(
         Some((_, b':')) if in_type(text, enclosing) => types(checked, items),
         Some((at, _))
             if cursor::words_before(text, at + 1, 1) == ["output"]
-                && enclosing.is_some_and(|(brace, _)| head(brace).first() == Some(&"recipe")) =>
+                && enclosing.is_some_and(|(brace, _)| declares(brace, "recipe")) =>
         {
             types(checked, items)
         }
@@ -377,7 +421,8 @@ fn after_step(text: &str, offset: usize, items: &mut Vec<Completion>) {
 }
 
 /// The callee of the step call whose argument list opens at `brace`:
-/// `step id = recipe {`, `approval {`, `kb_write "c" {`, `handoff "d" {`.
+/// `step id = recipe {`, `approval {`, `kb_write "c" {`, `handoff "d" {`,
+/// `server.tool {`.
 fn step_callee(text: &str, brace: usize) -> Option<&str> {
     let line_start = text[..brace].rfind('\n').map_or(0, |i| i + 1);
     let head = text[line_start..brace].trim();
@@ -385,7 +430,10 @@ fn step_callee(text: &str, brace: usize) -> Option<&str> {
     let (_, call) = rest.split_once('=')?;
     let call = call.trim();
     let callee = call.split(|c: char| c.is_whitespace() || c == '"').next()?;
-    (is_name(callee) && !callee.is_empty()).then_some(callee)
+    let mut parts = callee.splitn(2, '.');
+    parts
+        .all(|part| is_name(part) && !part.is_empty())
+        .then_some(callee)
 }
 
 fn is_name(word: &str) -> bool {
@@ -401,13 +449,21 @@ fn arguments(
     callee: &str,
     items: &mut Vec<Completion>,
 ) {
-    let params: Vec<(String, Ty)> = match callee {
-        "approval" => approval_params(),
-        "kb_write" => kb_write_params(),
-        "handoff" => handoff_params(),
-        recipe => match checked.analysis.env.recipes.get(recipe) {
-            Some(info) => info.input.clone(),
+    let env = &checked.analysis.env;
+    let params: Vec<(String, Ty)> = match callee.split_once('.') {
+        // A tool's arguments are the properties of its input schema.
+        Some((server, tool)) => match locked_tool(env, server, tool) {
+            Some(tool) => crate::lock::tool_params(&tool.input_schema, &[]),
             None => return,
+        },
+        None => match callee {
+            "approval" => approval_params(),
+            "kb_write" => kb_write_params(),
+            "handoff" => handoff_params(),
+            recipe => match env.recipes.get(recipe) {
+                Some(info) => info.input.clone(),
+                None => return,
+            },
         },
     };
     let given = given_fields(&text[brace + 1..offset.max(brace + 1)]);
@@ -421,6 +477,24 @@ fn arguments(
             });
         }
     }
+}
+
+/// The tools of an MCP server as `flow.lock` recorded them.
+fn tools(info: &McpInfo, items: &mut Vec<Completion>) {
+    for tool in info.locked.iter().flat_map(|locked| &locked.tools) {
+        // The description's first line: some run to pages.
+        let detail = tool
+            .description
+            .as_deref()
+            .and_then(|d| d.lines().find(|line| !line.trim().is_empty()))
+            .map_or("MCP tool".to_string(), |line| line.trim().to_string());
+        items.push(simple(&tool.name, CompletionKind::Tool, &detail));
+    }
+}
+
+fn locked_tool<'e>(env: &'e Env, server: &str, tool: &str) -> Option<&'e LockedTool> {
+    let locked = env.mcp_servers.get(server)?.locked.as_ref()?;
+    locked.tools.iter().find(|t| t.name == tool)
 }
 
 /// The field names already written at the top level of a record literal.
@@ -527,6 +601,16 @@ pub(crate) fn signature(info: &crate::check::RecipeInfo) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn half_typed_means_left_open_on_the_line() {
+        let line = "  s = r { t: \"{{step.";
+        assert!(half_typed(&format!("{line}\n}}\n"), line.len() as u32));
+        assert!(half_typed("t: \"abc\nx", 6));
+        assert!(!half_typed("t: \"{{step.}}\"\n", 11), "closed on its line");
+        assert!(!half_typed("t: \"abc\"\n", 6));
+        assert!(!half_typed("t: step.\n", 8), "code is not certainly broken");
+    }
 
     #[test]
     fn given_fields_are_found_at_the_top_level_only() {

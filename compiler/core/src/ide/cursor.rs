@@ -177,18 +177,27 @@ pub(crate) fn words_before(text: &str, offset: usize, count: usize) -> Vec<&str>
 /// repaired for a re-check. It can never be a user's step id.
 pub(crate) const PLACEHOLDER: &str = "__flow_cursor__";
 
-/// A copy of `text` made parseable around `offset`: a placeholder name at the
-/// cursor, then whatever closes the reference, string and brackets that the
-/// cursor's line left open. Offsets before the cursor are unchanged, so an
-/// analysis of the copy answers for the original.
-pub(crate) fn repair(text: &str, offset: usize) -> String {
+/// A copy of `text` made parseable around `offset`: a placeholder name in
+/// place of the path typed before the cursor, then whatever closes the
+/// reference, string and brackets that the cursor's line left open. Returns
+/// the copy and where the placeholder starts (the start of the typed path).
+/// Offsets before that are unchanged, so an analysis of the copy answers for
+/// the original there.
+///
+/// The typed path is left out so that every keystroke within one path gives
+/// the same copy: `{{step.`, `{{step.s1` and `{{step.s1.su` are all repaired
+/// to `{{__flow_cursor__}}`, and a caller can keep the copy's analysis while
+/// the author types. What the path names is read from the original text.
+pub(crate) fn repair(text: &str, offset: usize) -> (String, usize) {
     let offset = floor_boundary(text, offset);
+    let (anchor, _) = path_before(text, offset);
     let line_end = text[offset..].find('\n').map_or(text.len(), |i| offset + i);
-    let line_start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let line_start = text[..anchor].rfind('\n').map_or(0, |i| i + 1);
     let rest = &text[offset..line_end];
-    let cursor = scan(text, offset);
+    // Scanned to the path's start: a `[` typed in the path is left out too.
+    let cursor = scan(text, anchor);
     let mut patched = String::with_capacity(text.len() + 32);
-    patched.push_str(&text[..offset]);
+    patched.push_str(&text[..anchor]);
     patched.push_str(PLACEHOLDER);
     let mut tail = rest.to_string();
     // The part of the line's rest that is code, where brackets count.
@@ -196,12 +205,7 @@ pub(crate) fn repair(text: &str, offset: usize) -> String {
     match cursor.lexical {
         Lexical::Template { triple } => {
             let close = rest.find("}}");
-            let closed = if triple {
-                close.is_some()
-            } else {
-                close.is_some_and(|close| rest.find('"').is_none_or(|quote| close < quote))
-            };
-            if !closed {
+            if left_open(cursor.lexical, rest) {
                 // Drop the rest of a broken reference: it cannot be repaired in place.
                 tail = String::from("}}");
                 if !triple {
@@ -245,15 +249,36 @@ pub(crate) fn repair(text: &str, offset: usize) -> String {
             closes -= 1;
             continue;
         }
-        tail.push(match bracket {
-            b'{' => '}',
-            b'[' => ']',
-            _ => ')',
-        });
+        tail.push(closing(*bracket));
     }
     patched.push_str(&tail);
     patched.push_str(&text[line_end..]);
-    patched
+    (patched, anchor)
+}
+
+/// Whether the reference or plain string open at the cursor stays open to
+/// the end of the cursor's line, `rest` being the line after the cursor.
+/// The parser then certainly reports it: a reference and a plain string end
+/// on the line they start.
+pub(crate) fn left_open(lexical: Lexical, rest: &str) -> bool {
+    match lexical {
+        Lexical::Template { triple: true } => !rest.contains("}}"),
+        // Closed only by a `}}` before the string's closing quote.
+        Lexical::Template { triple: false } => rest
+            .find("}}")
+            .is_none_or(|close| rest.find('"').is_some_and(|quote| quote < close)),
+        Lexical::String { triple: false } => !rest.contains('"'),
+        Lexical::String { triple: true } | Lexical::Comment | Lexical::Code => false,
+    }
+}
+
+/// The bracket that closes `bracket` (`{`, `[` or `(`).
+pub(crate) fn closing(bracket: u8) -> char {
+    match bracket {
+        b'{' => '}',
+        b'[' => ']',
+        _ => ')',
+    }
 }
 
 /// How many closing brackets `rest` has beyond those it opens, outside strings.
@@ -313,10 +338,36 @@ mod tests {
         let offset = text.find("step.").unwrap() + 5;
         assert_eq!(
             repair(text, offset),
-            "w {\n  s = r { t: \"{{step.__flow_cursor__}}\"}\n}\n"
+            (
+                "w {\n  s = r { t: \"{{__flow_cursor__}}\"}\n}\n".to_string(),
+                offset - 5
+            )
         );
         let text = "x: \"{{step.}}\" }";
-        assert_eq!(repair(text, 11), "x: \"{{step.__flow_cursor__}}\" }");
+        assert_eq!(
+            repair(text, 11),
+            ("x: \"{{__flow_cursor__}}\" }".to_string(), 6)
+        );
+    }
+
+    #[test]
+    fn keystrokes_in_one_path_give_one_repaired_copy() {
+        let copies: Vec<_> = ["", "s", "s1", "s1.", "s1.su"]
+            .iter()
+            .map(|typed| {
+                let before = format!("w {{\n  s = r {{ t: \"{{{{step.{typed}");
+                repair(&format!("{before}\n}}\n"), before.len())
+            })
+            .collect();
+        assert!(
+            copies.windows(2).all(|pair| pair[0] == pair[1]),
+            "{copies:?}"
+        );
+        // A `[` typed in the path is not closed in the copy: it is not there.
+        assert_eq!(
+            repair("x: [loop_item.tags[", 19),
+            ("x: [__flow_cursor__]".to_string(), 4)
+        );
     }
 
     #[test]

@@ -4,12 +4,13 @@
 //! Every query is a plain function of a [`Checked`](crate::Checked) and a byte
 //! offset into one of its files, so that it is tested here, without any editor
 //! protocol; `flow-lsp` only converts positions and types. Queries never panic
-//! on a document in any state: they answer from whatever the parser recovered,
-//! and completion re-checks a repaired copy of the text when the cursor sits
-//! in a half-typed construct (see [`completion`]).
+//! on a document in any state: they answer from whatever the parser recovered
+//! (of a workflow with a `{` left open, what comes before the line it is
+//! blamed on), and completion re-checks a repaired copy of the text when the
+//! cursor sits in a half-typed construct (see [`completion`]).
 
 pub mod completion;
-mod cursor;
+pub(crate) mod cursor;
 pub mod fixes;
 pub mod hover;
 pub mod navigation;
@@ -18,7 +19,9 @@ pub mod symbols;
 pub mod tokens;
 mod visit;
 
-pub use completion::{Completion, CompletionKind, Completions, completions};
+pub use completion::{
+    Completion, CompletionKind, Completions, completions, completions_in_broken, half_typed,
+};
 pub use fixes::{QuickFix, quick_fixes};
 pub use hover::{Hover, hover};
 pub use navigation::{

@@ -11,6 +11,8 @@ use pest::iterators::Pair;
 
 use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, FileId, Span};
+// The lexical scan that completion reads the cursor's surroundings with.
+use crate::ide::cursor;
 use crate::syntax::ast::*;
 use crate::syntax::fast::parse_fast;
 use crate::syntax::template::parse_string;
@@ -181,11 +183,78 @@ impl<'s> Parser<'s> {
                         items.push(item);
                     }
                 }
-                Rule::bad_item => self.recover(&pair, Context::Item),
+                Rule::bad_item => {
+                    let blamed = self.recover(&pair, Context::Item);
+                    if let Some((workflow, cut)) = self.salvage_workflow(&pair, blamed) {
+                        // What is skipped now starts at the blamed line.
+                        let skipped = Span::new(cut, cut + first_line_len(&self.source[cut..]));
+                        let start = pair.as_span().start() as u32;
+                        if let Some(diagnostic) = self.problems.last_mut() {
+                            for label in &mut diagnostic.secondary {
+                                if label.span.start == start {
+                                    label.span = skipped;
+                                }
+                            }
+                        }
+                        items.push(workflow);
+                    }
+                }
                 _ => {}
             }
         }
         SourceFile { items }
+    }
+
+    /// The part of a skipped workflow that comes before the line where its
+    /// error was found (`blamed`), when that part parses on its own, and
+    /// where that line starts.
+    ///
+    /// A workflow with a `{` left open, as while a step's record or a
+    /// `"{{step.` is being typed, does not match `workflow_decl`, so
+    /// `bad_item` skips it whole, and with it every step that hover,
+    /// definition and references could answer about. The copy parsed here
+    /// has the file's offsets: everything outside the workflow's region and
+    /// from the blamed line on is blanked, and the brackets open at that line
+    /// are closed at the region's end, so the salvaged blocks span what the
+    /// author sees. The copy is kept only if it parses without any syntax
+    /// diagnostic (the fast parser accepts it), so the region's one stays
+    /// the only one; the checker then checks the kept steps as any others.
+    fn salvage_workflow(&self, region: &Pair<'_, Rule>, blamed: usize) -> Option<(Item, usize)> {
+        let (start, end) = (region.as_span().start(), region.as_span().end());
+        let text = region.as_str();
+        let decl = text
+            .lines()
+            .map(str::trim_start)
+            .find(|line| !line.is_empty() && !line.starts_with("///"))?;
+        if !decl.starts_with("workflow") || !(start..end).contains(&blamed) {
+            return None;
+        }
+        let cut = self.source[..blamed].rfind('\n').map_or(0, |i| i + 1);
+        let kept = &self.source[start..cut.max(start)];
+        let open = cursor::scan(kept, kept.len());
+        if open.lexical != cursor::Lexical::Code
+            || open.open.is_empty()
+            || end - cut < open.open.len()
+        {
+            return None;
+        }
+        // Byte for byte, so that every offset stays the file's.
+        let blank = |text: &str| -> String {
+            text.bytes()
+                .map(|b| if b == b'\n' { '\n' } else { ' ' })
+                .collect()
+        };
+        let mut copy = blank(&self.source[..start]);
+        copy.push_str(kept);
+        copy.push_str(&blank(&self.source[cut..end - open.open.len()]));
+        copy.extend(open.open.iter().rev().map(|(_, b)| cursor::closing(*b)));
+        let mut items = parse_fast(&copy, self.file)?.items;
+        match items.pop() {
+            Some(Item::Workflow(workflow)) if items.is_empty() => {
+                Some((Item::Workflow(workflow), cut))
+            }
+            _ => None,
+        }
     }
 
     fn item(&mut self, pair: Pair<'_, Rule>) -> Option<Item> {
@@ -236,7 +305,9 @@ impl<'s> Parser<'s> {
 
     // ------------------------------------------------------------ errors
 
-    fn recover(&mut self, pair: &Pair<'_, Rule>, context: Context) {
+    /// Reports the region of a catch-all production; returns the offset the
+    /// diagnostic points at.
+    fn recover(&mut self, pair: &Pair<'_, Rule>, context: Context) -> usize {
         let start = pair.as_span().start();
         let candidates: &[Rule] = match context {
             Context::Item => &[Rule::item],
@@ -272,7 +343,7 @@ impl<'s> Parser<'s> {
                 .label("this setting comes after a statement")
                 .hint("move `input`, `timeout`, `context`, `department`, `durability` and `on_error` to the top of the workflow"),
             );
-            return;
+            return start;
         }
         // pest collects which tokens it tried at the furthest position only when
         // error detail is on. It is a process-wide switch, so it is turned on for
@@ -314,7 +385,7 @@ impl<'s> Parser<'s> {
         // the brace left open is, when the layout shows which one it is.
         let region = pair.as_span();
         if at >= region.end()
-            && let Some(brace) = suspect_unclosed_brace(region.as_str())
+            && let Some((brace, why)) = suspect_unclosed_brace(region.as_str())
         {
             let brace = region.start() + brace;
             self.problems.push(
@@ -325,14 +396,14 @@ impl<'s> Parser<'s> {
                     "this `{` is not closed",
                 )
                 .label("not closed")
-                .hint("the next line starts at the same indentation, so `}` is probably missing at the end of this line")
+                .hint(why)
                 .secondary(
                     self.file,
                     Span::new(start, start + first_line_len(&self.source[start..])),
                     "skipped from here to the next line that can start over",
                 ),
             );
-            return;
+            return brace;
         }
         let mut diagnostic = Diagnostic::new(Code::Syntax, self.file, Span::new(at, end), message)
             .label(if expected.is_empty() {
@@ -352,6 +423,7 @@ impl<'s> Parser<'s> {
             );
         }
         self.problems.push(diagnostic);
+        at
     }
 
     fn too_deep(&mut self, span: Span) {
@@ -627,9 +699,11 @@ impl<'s> Parser<'s> {
                     }
                 }
                 Rule::bad_stmt if workflow.body.is_empty() => {
-                    self.recover(&part, Context::WorkflowHead)
+                    self.recover(&part, Context::WorkflowHead);
                 }
-                Rule::bad_stmt => self.recover(&part, Context::WorkflowBody),
+                Rule::bad_stmt => {
+                    self.recover(&part, Context::WorkflowBody);
+                }
                 Rule::workflow_output => {
                     workflow.output = Some(self.record_lit(first_child(part)));
                 }
@@ -647,7 +721,9 @@ impl<'s> Parser<'s> {
         for part in pair.into_inner() {
             match part.as_rule() {
                 Rule::statement => stmts.extend(self.statement(part)),
-                Rule::bad_stmt => self.recover(&part, Context::Block),
+                Rule::bad_stmt => {
+                    self.recover(&part, Context::Block);
+                }
                 _ => {}
             }
         }
@@ -1025,8 +1101,12 @@ impl<'s> Parser<'s> {
 /// of its line, and the next line that is not blank starts at the same or a
 /// smaller indentation with something other than `}`. That is how a missing
 /// `}` at the end of a one-line record looks; a multi-line record indents its
-/// fields and is not suspected.
-fn suspect_unclosed_brace(text: &str) -> Option<usize> {
+/// fields and is not suspected. When such a record is the last statement of
+/// a block, the next line is the block's `}`: a `}` that starts a line less
+/// indented than the line of the `{` it would close belongs to an outer
+/// brace, and the one it would close is suspected. Returns the offset and
+/// why, as a hint.
+fn suspect_unclosed_brace(text: &str) -> Option<(usize, &'static str)> {
     let indent = |line: &str| line.len() - line.trim_start_matches([' ', '\t']).len();
     let lines: Vec<(usize, &str)> = text
         .split('\n')
@@ -1039,6 +1119,16 @@ fn suspect_unclosed_brace(text: &str) -> Option<usize> {
     let mut open: Vec<(usize, usize)> = Vec::new();
     let mut in_triple = false;
     for (index, (line_start, line)) in lines.iter().enumerate() {
+        if !in_triple
+            && line.trim_start().starts_with('}')
+            && let Some(&(brace, opened_on)) = open.last()
+            && indent(line) < indent(lines[opened_on].1)
+        {
+            return Some((
+                brace,
+                "a later `}` is indented as for an outer block, so `}` is probably missing at the end of this line",
+            ));
+        }
         let bytes = line.as_bytes();
         let mut i = 0;
         while i < bytes.len() {
@@ -1079,14 +1169,19 @@ fn suspect_unclosed_brace(text: &str) -> Option<usize> {
         if opened_on != index || in_triple {
             continue;
         }
-        let next = lines[index + 1..]
-            .iter()
-            .find(|(_, l)| !l.trim().is_empty());
+        // Comments say nothing of the structure.
+        let next = lines[index + 1..].iter().find(|(_, l)| {
+            let l = l.trim_start();
+            !l.is_empty() && !l.starts_with("//")
+        });
         if let Some((_, next)) = next
             && indent(next) <= indent(line)
             && !next.trim_start().starts_with('}')
         {
-            return Some(brace);
+            return Some((
+                brace,
+                "the next line starts at the same indentation, so `}` is probably missing at the end of this line",
+            ));
         }
     }
     None
