@@ -335,6 +335,38 @@ fn diagnostics(analysis: &Analysis, encoding: Encoding, docs: Option<&Uri>) -> V
         .collect()
 }
 
+/// The most completion items one answer carries. A 5,000-line workflow has
+/// hundreds of steps in scope, and their items are most of a completion's
+/// cost (JSON the server writes and the editor parses); nobody scrolls them.
+const MOST_COMPLETIONS: usize = 100;
+
+/// At most `MOST_COMPLETIONS` of `items`, those whose label has the `typed`
+/// characters in order (as editors filter), in the query's order; and
+/// whether some were left out, in which case the editor asks again as the
+/// user types (`isIncomplete`), and the next answer narrows down.
+fn capped(items: Vec<ide::Completion>, typed: &str) -> (Vec<ide::Completion>, bool) {
+    if items.len() <= MOST_COMPLETIONS {
+        return (items, false);
+    }
+    let typed: Vec<char> = typed.chars().flat_map(char::to_lowercase).collect();
+    let matches = |label: &str| {
+        let mut wanted = typed.iter().peekable();
+        for c in label.chars().flat_map(char::to_lowercase) {
+            if wanted.peek() == Some(&&c) {
+                wanted.next();
+            }
+        }
+        wanted.peek().is_none()
+    };
+    let mut kept: Vec<ide::Completion> = items
+        .into_iter()
+        .filter(|item| matches(&item.label))
+        .collect();
+    let cut = kept.len() > MOST_COMPLETIONS;
+    kept.truncate(MOST_COMPLETIONS);
+    (kept, cut)
+}
+
 fn completion_kind(kind: CompletionKind) -> CompletionItemKind {
     match kind {
         CompletionKind::Root => CompletionItemKind::MODULE,
@@ -685,8 +717,11 @@ impl LanguageServer for Backend {
         .await
         .map_err(|_| Error::internal_error())?;
         let range = lines.range(&text, found.replace, encoding);
-        let items = found
-            .items
+        let typed = text
+            .get(found.replace.start as usize..(offset as usize).max(found.replace.start as usize))
+            .unwrap_or_default();
+        let (kept, is_incomplete) = capped(found.items, typed);
+        let items = kept
             .into_iter()
             .enumerate()
             .map(|(index, item)| CompletionItem {
@@ -702,7 +737,7 @@ impl LanguageServer for Backend {
             })
             .collect();
         Ok(Some(CompletionResponse::List(CompletionList {
-            is_incomplete: false,
+            is_incomplete,
             items,
         })))
     }
@@ -927,5 +962,45 @@ impl LanguageServer for Backend {
             })
             .collect();
         Ok(Some(actions))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(label: &str) -> ide::Completion {
+        ide::Completion {
+            label: label.to_string(),
+            kind: CompletionKind::Step,
+            detail: String::new(),
+            insert: None,
+        }
+    }
+
+    #[test]
+    fn a_long_list_is_cut_and_narrowed_by_what_is_typed() {
+        let few: Vec<_> = (0..10).map(|i| item(&format!("s{i}"))).collect();
+        assert_eq!(
+            capped(few.clone(), "zz"),
+            (few, false),
+            "short lists stay whole"
+        );
+
+        let many: Vec<_> = (0..700).map(|i| item(&format!("s{i}"))).collect();
+        let (kept, cut) = capped(many.clone(), "");
+        assert!(cut);
+        assert_eq!(kept.len(), MOST_COMPLETIONS);
+        assert_eq!(kept[0].label, "s0", "in the query's order");
+
+        let (kept, cut) = capped(many, "S69");
+        assert!(!cut, "few enough match");
+        // The typed characters in order, not necessarily together.
+        let labels: Vec<&str> = kept.iter().map(|i| i.label.as_str()).collect();
+        assert_eq!(
+            labels[..7],
+            ["s69", "s169", "s269", "s369", "s469", "s569", "s609"]
+        );
+        assert_eq!(labels.len(), 25, "{labels:?}");
     }
 }
