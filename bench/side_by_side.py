@@ -60,6 +60,26 @@ def ours_only():
     return rows
 
 
+def lsp():
+    """flow-lsp's latency (B7) on the 5,000-line file: the p50 and p99 of
+    each case its bench prints (diagnostics after an edit, completion),
+    keyed by the case's name."""
+    args = ["cargo", "bench", "-q", "-p", "flow-lsp", "--bench", "lsp", "--"]
+    if QUICK:
+        args.append("--quick")
+    cases = {}
+    for line in run(args).splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        # | case | samples | p50 | p99 | max | goal |
+        if line.startswith("|") and len(cells) >= 4 and cells[2].endswith(" ms") and cells[3].endswith(" ms"):
+            cases[cells[0]] = (float(cells[2][:-3]), float(cells[3][:-3]))
+    if not any(case.startswith("diagnostics") for case in cases) or not any(
+        case.startswith("completion") for case in cases
+    ):
+        sys.exit(f"flow-lsp's bench printed no diagnostics or completion row: {cases}")
+    return cases
+
+
 def peer(script, benchmark, size):
     output = run([PYTHON, os.path.join("bench", "peers", script), benchmark, str(size)])
     return json.loads(output.strip().splitlines()[-1])
@@ -110,9 +130,13 @@ def main():
     b1_runs = 50 if QUICK else 1000
     b2_items = 1000 if QUICK else 10000
     b3_runs = 100 if QUICK else 2000
+    # DBOS's waiters are woken by a listener that polls the database once per
+    # waiter per tick, so its B3 slows as parked runs grow: flow's B3seq count.
+    dbos_b3_runs = 20 if QUICK else 300
     flow_b1, flow_b1_seq, langgraph_b1, dbos_b1 = [], [], [], []
     flow_b2, langgraph_b2 = [], []
-    flow_b3, flow_b3_seq, langgraph_b3 = [], [], []
+    flow_b3, flow_b3_seq, langgraph_b3, dbos_b3 = [], [], [], []
+    flow_b7 = []
     for rep in range(REPS):
         print(f"repetition {rep + 1} of {REPS}", file=sys.stderr)
         # Alternated: ours, then each peer, so that the machine's state
@@ -135,9 +159,13 @@ def main():
             )
         )
         row = ours("b3seq")
+        seq_runs = number(r"park ([0-9]+) runs", row)
         flow_b3_seq.append((number(r"([0-9.]+) parked/s", row), number(r"([0-9.]+) resumed/s", row)))
         answer = peer("langgraph_bench.py", "b3", b3_runs)
         langgraph_b3.append((b3_runs / answer["park_seconds"], b3_runs / answer["resume_seconds"]))
+        answer = peer("dbos_bench.py", "b3", dbos_b3_runs)
+        dbos_b3.append((dbos_b3_runs / answer["park_seconds"], dbos_b3_runs / answer["resume_seconds"]))
+        flow_b7.append(lsp())
 
     workdir = tempfile.mkdtemp()
     with open(os.path.join(workdir, "one.flow"), "w") as source:
@@ -171,6 +199,32 @@ def main():
         a, b = statistics.median(ours_values), statistics.median(theirs_values)
         return f"{(a / b if higher_is_better else b / a):,.1f}×"
 
+    def b3_cell(name, values):
+        return (
+            f"{name} park {cell([p for p, _ in values], 'runs/s')}, "
+            f"resume {cell([r for _, r in values], 'runs/s')}"
+        )
+
+    b3_peers = f"{b3_cell('LangGraph', langgraph_b3)}; {b3_cell('DBOS', dbos_b3)}"
+
+    def b3_lead(ours_values):
+        return "; ".join(
+            f"{ratio([p for p, _ in ours_values], [p for p, _ in theirs])} {name} parking, "
+            f"{ratio([r for _, r in ours_values], [r for _, r in theirs])} resuming"
+            for name, theirs in (("LangGraph", langgraph_b3), ("DBOS", dbos_b3))
+        )
+
+    def b7_cell():
+        parts = []
+        for case in flow_b7[0]:
+            p50 = [figures[case][0] for figures in flow_b7]
+            p99 = [figures[case][1] for figures in flow_b7]
+            if case.startswith("diagnostics"):
+                parts.append(f"{case}: p99 {cell(p99, 'ms', 1)}")
+            else:
+                parts.append(f"{case}: p50 {cell(p50, 'ms', 1)}, p99 {cell(p99, 'ms', 1)}")
+        return "; ".join(parts)
+
     rows = [
         f"| B1 {b1_runs} runs × 10 steps at once (flow), full durability | {cell(flow_b1, 'steps/s')} "
         f"| LangGraph {cell(langgraph_b1, 'steps/s')}; DBOS {cell(dbos_b1, 'steps/s')} "
@@ -183,16 +237,17 @@ def main():
         f"| {statistics.median(flow_b1_seq) * fsync / 1e6:,.2f}× |",
         f"| B2 one run, loop of {b2_items:,} items, in memory | {cell(flow_b2, 'µs/step', 2)} "
         f"| LangGraph {cell(langgraph_b2, 'µs/step', 1)} | {ratio(flow_b2, langgraph_b2, False)} | – |",
-        f"| B3 park runs at an approval, then resume them all, at once (flow) (LangGraph: {b3_runs:,} runs) "
+        f"| B3 park runs at an approval, then resume them all: flow's {parked_runs:,.0f} at once "
+        f"(the peers' one after another: LangGraph {b3_runs:,} runs, DBOS {dbos_b3_runs:,}) "
         f"| park {cell([p for p, _ in flow_b3], 'runs/s')}, resume {cell([r for _, r in flow_b3], 'runs/s')} "
-        f"| LangGraph park {cell([p for p, _ in langgraph_b3], 'runs/s')}, resume {cell([r for _, r in langgraph_b3], 'runs/s')} "
-        f"| {ratio([p for p, _ in flow_b3], [p for p, _ in langgraph_b3])} parking, "
-        f"{ratio([r for _, r in flow_b3], [r for _, r in langgraph_b3])} resuming | – |",
-        f"| B3 one run after another (as the peers run) "
+        f"| {b3_peers} "
+        f"| {b3_lead(flow_b3)} | – |",
+        f"| B3 one run after another (as the peers run; flow {seq_runs:,.0f} runs) "
         f"| park {cell([p for p, _ in flow_b3_seq], 'runs/s')}, resume {cell([r for _, r in flow_b3_seq], 'runs/s')} "
-        f"| LangGraph park {cell([p for p, _ in langgraph_b3], 'runs/s')}, resume {cell([r for _, r in langgraph_b3], 'runs/s')} "
-        f"| {ratio([p for p, _ in flow_b3_seq], [p for p, _ in langgraph_b3])} parking, "
-        f"{ratio([r for _, r in flow_b3_seq], [r for _, r in langgraph_b3])} resuming | – |",
+        f"| {b3_peers} "
+        f"| {b3_lead(flow_b3_seq)} | – |",
+        f"| B7 `flow-lsp` on a 5,000-line file, over stdio (goals: diagnostics p99 ≤ 30 ms; completion p50 ≤ 5 ms, p99 ≤ 16 ms) "
+        f"| {b7_cell()} | none: neither has a language server | – | – |",
         f"| B8 cold start to a 1-step run completed | `flow run` {cell(flow_b8, 'ms', 1)} "
         f"| `import langgraph.graph` {cell(import_b8, 'ms', 1)}; a 1-step LangGraph run {cell(langgraph_b8, 'ms', 1)} "
         f"| {ratio(flow_b8, langgraph_b8, False)} | – |",
