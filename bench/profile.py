@@ -25,7 +25,8 @@ WRITER = [
     ("writer: step records to JSON (serde_json)", r"Serialize for flow_runtime::interp::StepRecord|serde_json::ser"),
     ("writer: SQLite commit (WAL frames written)", r"sqlite3VdbeHalt|CommitPhase|pagerWalFrames"),
     ("writer: SQLite insert statements", r"sqlite3|rusqlite"),
-    ("writer: batching and replies", r"."),
+    ("writer: freeing the batch's records (allocated by the runs' threads)", r"drop_in_place"),
+    ("writer: batching, waking the runs", r"."),
 ]
 # Every other thread: tokio's workers (the runs), the bench's main thread.
 RUNS = [

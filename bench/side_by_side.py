@@ -125,6 +125,9 @@ def cell(values, unit, digits=0):
 
 
 def main():
+    started = time.perf_counter()
+    # Other work on the machine moves every figure: said with them.
+    load_before = os.getloadavg()[0]
     fsync = fsync_us()
     print(f"fsync: {fsync:.0f} µs", file=sys.stderr)
     b1_runs = 50 if QUICK else 1000
@@ -136,7 +139,6 @@ def main():
     flow_b1, flow_b1_seq, langgraph_b1, dbos_b1 = [], [], [], []
     flow_b2, langgraph_b2 = [], []
     flow_b3, flow_b3_seq, langgraph_b3, dbos_b3 = [], [], [], []
-    flow_b7 = []
     for rep in range(REPS):
         print(f"repetition {rep + 1} of {REPS}", file=sys.stderr)
         # Alternated: ours, then each peer, so that the machine's state
@@ -165,7 +167,9 @@ def main():
         langgraph_b3.append((b3_runs / answer["park_seconds"], b3_runs / answer["resume_seconds"]))
         answer = peer("dbos_bench.py", "b3", dbos_b3_runs)
         dbos_b3.append((dbos_b3_runs / answer["park_seconds"], dbos_b3_runs / answer["resume_seconds"]))
-        flow_b7.append(lsp())
+
+    # B7 once: its bench takes hundreds of samples of each case itself.
+    flow_b7 = lsp()
 
     workdir = tempfile.mkdtemp()
     with open(os.path.join(workdir, "one.flow"), "w") as source:
@@ -214,15 +218,24 @@ def main():
             for name, theirs in (("LangGraph", langgraph_b3), ("DBOS", dbos_b3))
         )
 
+    def b3_disk(ours_values):
+        """Runs per fsync time: 1× would be one fsync per run parked (or resumed)."""
+
+        def both(values):
+            return (
+                f"park {statistics.median([p for p, _ in values]) * fsync / 1e6:,.2f}×, "
+                f"resume {statistics.median([r for _, r in values]) * fsync / 1e6:,.2f}×"
+            )
+
+        return f"{both(ours_values)} (LangGraph {both(langgraph_b3)}; DBOS {both(dbos_b3)})"
+
     def b7_cell():
         parts = []
-        for case in flow_b7[0]:
-            p50 = [figures[case][0] for figures in flow_b7]
-            p99 = [figures[case][1] for figures in flow_b7]
+        for case, (p50, p99) in flow_b7.items():
             if case.startswith("diagnostics"):
-                parts.append(f"{case}: p99 {cell(p99, 'ms', 1)}")
+                parts.append(f"{case}: p99 {p99:.1f} ms")
             else:
-                parts.append(f"{case}: p50 {cell(p50, 'ms', 1)}, p99 {cell(p99, 'ms', 1)}")
+                parts.append(f"{case}: p50 {p50:.1f} ms, p99 {p99:.1f} ms")
         return "; ".join(parts)
 
     rows = [
@@ -241,12 +254,13 @@ def main():
         f"(the peers' one after another: LangGraph {b3_runs:,} runs, DBOS {dbos_b3_runs:,}) "
         f"| park {cell([p for p, _ in flow_b3], 'runs/s')}, resume {cell([r for _, r in flow_b3], 'runs/s')} "
         f"| {b3_peers} "
-        f"| {b3_lead(flow_b3)} | – |",
+        f"| {b3_lead(flow_b3)} | {b3_disk(flow_b3)} |",
         f"| B3 one run after another (as the peers run; flow {seq_runs:,.0f} runs) "
         f"| park {cell([p for p, _ in flow_b3_seq], 'runs/s')}, resume {cell([r for _, r in flow_b3_seq], 'runs/s')} "
         f"| {b3_peers} "
-        f"| {b3_lead(flow_b3_seq)} | – |",
-        f"| B7 `flow-lsp` on a 5,000-line file, over stdio (goals: diagnostics p99 ≤ 30 ms; completion p50 ≤ 5 ms, p99 ≤ 16 ms) "
+        f"| {b3_lead(flow_b3_seq)} | {b3_disk(flow_b3_seq)} |",
+        f"| B7 `flow-lsp` on a 5,000-line file, over stdio, one run of its bench "
+        f"(goals: diagnostics p99 ≤ 30 ms; completion p50 ≤ 5 ms, p99 ≤ 16 ms) "
         f"| {b7_cell()} | none: neither has a language server | – | – |",
         f"| B8 cold start to a 1-step run completed | `flow run` {cell(flow_b8, 'ms', 1)} "
         f"| `import langgraph.graph` {cell(import_b8, 'ms', 1)}; a 1-step LangGraph run {cell(langgraph_b8, 'ms', 1)} "
@@ -258,20 +272,23 @@ def main():
             cpu = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
+    alone = ours_only()
+    load_after = os.getloadavg()[0]
+    minutes = (time.perf_counter() - started) / 60
     table = "\n".join(
         [
             START,
             f"Measured {date.today().isoformat()} by `bench/run` on {os.cpu_count()} cores ({cpu}), "
             f"{platform.system()} {platform.release()}, Python {platform.python_version()}; "
-            f"the disk's fsync: {fsync:,.0f} µs. Median of {REPS} alternated repetitions (min – max).",
+            f"the disk's fsync: {fsync:,.0f} µs; load average {load_before:.1f} at the start, {load_after:.1f} at the end; "
+            f"the benchmarks took {minutes:.1f} minutes. Median of {REPS} alternated repetitions (min – max).",
             "",
-            "| benchmark | flow | peers | flow's lead | against the disk (one fsync per step) |",
+            "| benchmark | flow | peers | flow's lead | against the disk (rate × fsync time: 1× = one fsync per step, or per run in B3) |",
             "|---|---|---|---|---|",
             *rows,
             END,
         ]
     )
-    alone = ours_only()
     table = table.replace(
         END,
         "\nflow's benchmarks with no peer here (one run each; their own sections below have more):\n\n"
