@@ -60,6 +60,26 @@ def ours_only():
     return rows
 
 
+def lsp():
+    """flow-lsp's latency (B7) on the 5,000-line file: the p50 and p99 of
+    each case its bench prints (diagnostics after an edit, completion),
+    keyed by the case's name."""
+    args = ["cargo", "bench", "-q", "-p", "flow-lsp", "--bench", "lsp", "--"]
+    if QUICK:
+        args.append("--quick")
+    cases = {}
+    for line in run(args).splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        # | case | samples | p50 | p99 | max | goal |
+        if line.startswith("|") and len(cells) >= 4 and cells[2].endswith(" ms") and cells[3].endswith(" ms"):
+            cases[cells[0]] = (float(cells[2][:-3]), float(cells[3][:-3]))
+    if not any(case.startswith("diagnostics") for case in cases) or not any(
+        case.startswith("completion") for case in cases
+    ):
+        sys.exit(f"flow-lsp's bench printed no diagnostics or completion row: {cases}")
+    return cases
+
+
 def peer(script, benchmark, size):
     output = run([PYTHON, os.path.join("bench", "peers", script), benchmark, str(size)])
     return json.loads(output.strip().splitlines()[-1])
@@ -105,14 +125,23 @@ def cell(values, unit, digits=0):
 
 
 def main():
+    started = time.perf_counter()
+    # Other work on the machine moves every figure: said with them.
+    load_before = os.getloadavg()[0]
     fsync = fsync_us()
     print(f"fsync: {fsync:.0f} µs", file=sys.stderr)
     b1_runs = 50 if QUICK else 1000
     b2_items = 1000 if QUICK else 10000
     b3_runs = 100 if QUICK else 2000
+    # DBOS's waiters are woken by a listener that polls the database once per
+    # waiter per tick, so its B3 slows as parked runs grow: flow's B3seq count.
+    dbos_b3_runs = 20 if QUICK else 300
     flow_b1, flow_b1_seq, langgraph_b1, dbos_b1 = [], [], [], []
     flow_b2, langgraph_b2 = [], []
-    flow_b3, flow_b3_seq, langgraph_b3 = [], [], []
+    flow_b3, flow_b3_seq, langgraph_b3, dbos_b3 = [], [], [], []
+    # B7 once, first: its bench takes hundreds of samples of each case itself.
+    flow_b7 = lsp()
+    print("B7 done", file=sys.stderr)
     for rep in range(REPS):
         print(f"repetition {rep + 1} of {REPS}", file=sys.stderr)
         # Alternated: ours, then each peer, so that the machine's state
@@ -135,9 +164,12 @@ def main():
             )
         )
         row = ours("b3seq")
+        seq_runs = number(r"park ([0-9]+) runs", row)
         flow_b3_seq.append((number(r"([0-9.]+) parked/s", row), number(r"([0-9.]+) resumed/s", row)))
         answer = peer("langgraph_bench.py", "b3", b3_runs)
         langgraph_b3.append((b3_runs / answer["park_seconds"], b3_runs / answer["resume_seconds"]))
+        answer = peer("dbos_bench.py", "b3", dbos_b3_runs)
+        dbos_b3.append((dbos_b3_runs / answer["park_seconds"], dbos_b3_runs / answer["resume_seconds"]))
 
     workdir = tempfile.mkdtemp()
     with open(os.path.join(workdir, "one.flow"), "w") as source:
@@ -171,6 +203,41 @@ def main():
         a, b = statistics.median(ours_values), statistics.median(theirs_values)
         return f"{(a / b if higher_is_better else b / a):,.1f}×"
 
+    def b3_cell(name, values):
+        return (
+            f"{name} park {cell([p for p, _ in values], 'runs/s')}, "
+            f"resume {cell([r for _, r in values], 'runs/s')}"
+        )
+
+    b3_peers = f"{b3_cell('LangGraph', langgraph_b3)}; {b3_cell('DBOS', dbos_b3)}"
+
+    def b3_lead(ours_values):
+        return "; ".join(
+            f"{ratio([p for p, _ in ours_values], [p for p, _ in theirs])} {name} parking, "
+            f"{ratio([r for _, r in ours_values], [r for _, r in theirs])} resuming"
+            for name, theirs in (("LangGraph", langgraph_b3), ("DBOS", dbos_b3))
+        )
+
+    def b3_disk(ours_values):
+        """Runs per fsync time: 1× would be one fsync per run parked (or resumed)."""
+
+        def both(values):
+            return (
+                f"park {statistics.median([p for p, _ in values]) * fsync / 1e6:,.2f}×, "
+                f"resume {statistics.median([r for _, r in values]) * fsync / 1e6:,.2f}×"
+            )
+
+        return f"{both(ours_values)} (LangGraph {both(langgraph_b3)}; DBOS {both(dbos_b3)})"
+
+    def b7_cell():
+        parts = []
+        for case, (p50, p99) in flow_b7.items():
+            if case.startswith("diagnostics"):
+                parts.append(f"{case}: p99 {p99:.1f} ms")
+            else:
+                parts.append(f"{case}: p50 {p50:.1f} ms, p99 {p99:.1f} ms")
+        return "; ".join(parts)
+
     rows = [
         f"| B1 {b1_runs} runs × 10 steps at once (flow), full durability | {cell(flow_b1, 'steps/s')} "
         f"| LangGraph {cell(langgraph_b1, 'steps/s')}; DBOS {cell(dbos_b1, 'steps/s')} "
@@ -183,16 +250,18 @@ def main():
         f"| {statistics.median(flow_b1_seq) * fsync / 1e6:,.2f}× |",
         f"| B2 one run, loop of {b2_items:,} items, in memory | {cell(flow_b2, 'µs/step', 2)} "
         f"| LangGraph {cell(langgraph_b2, 'µs/step', 1)} | {ratio(flow_b2, langgraph_b2, False)} | – |",
-        f"| B3 park runs at an approval, then resume them all, at once (flow) (LangGraph: {b3_runs:,} runs) "
+        f"| B3 park runs at an approval, then resume them all: flow's {parked_runs:,.0f} at once "
+        f"(the peers' one after another: LangGraph {b3_runs:,} runs, DBOS {dbos_b3_runs:,}) "
         f"| park {cell([p for p, _ in flow_b3], 'runs/s')}, resume {cell([r for _, r in flow_b3], 'runs/s')} "
-        f"| LangGraph park {cell([p for p, _ in langgraph_b3], 'runs/s')}, resume {cell([r for _, r in langgraph_b3], 'runs/s')} "
-        f"| {ratio([p for p, _ in flow_b3], [p for p, _ in langgraph_b3])} parking, "
-        f"{ratio([r for _, r in flow_b3], [r for _, r in langgraph_b3])} resuming | – |",
-        f"| B3 one run after another (as the peers run) "
+        f"| {b3_peers} "
+        f"| {b3_lead(flow_b3)} | {b3_disk(flow_b3)} |",
+        f"| B3 one run after another (as the peers run; flow {seq_runs:,.0f} runs) "
         f"| park {cell([p for p, _ in flow_b3_seq], 'runs/s')}, resume {cell([r for _, r in flow_b3_seq], 'runs/s')} "
-        f"| LangGraph park {cell([p for p, _ in langgraph_b3], 'runs/s')}, resume {cell([r for _, r in langgraph_b3], 'runs/s')} "
-        f"| {ratio([p for p, _ in flow_b3_seq], [p for p, _ in langgraph_b3])} parking, "
-        f"{ratio([r for _, r in flow_b3_seq], [r for _, r in langgraph_b3])} resuming | – |",
+        f"| {b3_peers} "
+        f"| {b3_lead(flow_b3_seq)} | {b3_disk(flow_b3_seq)} |",
+        f"| B7 `flow-lsp` on a 5,000-line file, over stdio, one run of its bench "
+        f"(goals: diagnostics p99 ≤ 30 ms; completion p50 ≤ 5 ms, p99 ≤ 16 ms) "
+        f"| {b7_cell()} | none: neither has a language server | – | – |",
         f"| B8 cold start to a 1-step run completed | `flow run` {cell(flow_b8, 'ms', 1)} "
         f"| `import langgraph.graph` {cell(import_b8, 'ms', 1)}; a 1-step LangGraph run {cell(langgraph_b8, 'ms', 1)} "
         f"| {ratio(flow_b8, langgraph_b8, False)} | – |",
@@ -203,20 +272,23 @@ def main():
             cpu = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
+    alone = ours_only()
+    load_after = os.getloadavg()[0]
+    minutes = (time.perf_counter() - started) / 60
     table = "\n".join(
         [
             START,
             f"Measured {date.today().isoformat()} by `bench/run` on {os.cpu_count()} cores ({cpu}), "
             f"{platform.system()} {platform.release()}, Python {platform.python_version()}; "
-            f"the disk's fsync: {fsync:,.0f} µs. Median of {REPS} alternated repetitions (min – max).",
+            f"the disk's fsync: {fsync:,.0f} µs; load average {load_before:.1f} at the start, {load_after:.1f} at the end; "
+            f"the benchmarks took {minutes:.1f} minutes. Median of {REPS} alternated repetitions (min – max).",
             "",
-            "| benchmark | flow | peers | flow's lead | against the disk (one fsync per step) |",
+            "| benchmark | flow | peers | flow's lead | against the disk (rate × fsync time: 1× = one fsync per step, or per run in B3) |",
             "|---|---|---|---|---|",
             *rows,
             END,
         ]
     )
-    alone = ours_only()
     table = table.replace(
         END,
         "\nflow's benchmarks with no peer here (one run each; their own sections below have more):\n\n"

@@ -61,32 +61,66 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .cloned();
     let wants = |name: &str| only.as_deref().is_none_or(|o| o == name);
+    // `--repeat N` runs the selection N times in this process, for a profile
+    // with enough samples (`bench/profile`).
+    let repeat = args
+        .iter()
+        .position(|a| a == "--repeat")
+        .and_then(|i| args.get(i + 1))
+        .map_or(1, |n| n.parse::<usize>().expect("--repeat N"));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("a tokio runtime");
 
+    for _ in 0..repeat {
+        run_selected(&runtime, quick, &wants);
+    }
+}
+
+fn run_selected(runtime: &tokio::runtime::Runtime, quick: bool, wants: &dyn Fn(&str) -> bool) {
     if wants("b1") {
-        b1(&runtime, quick);
+        b1(runtime, quick);
     }
     if wants("b1seq") {
-        b1_sequential(&runtime, quick);
+        b1_sequential(runtime, quick);
     }
     if wants("b1pg") {
-        b1_postgres(&runtime, quick);
+        b1_postgres(runtime, quick);
     }
     if wants("b2") {
-        b2(&runtime, quick);
+        b2(runtime, quick);
     }
     if wants("b3seq") {
-        b3_sequential(&runtime, quick);
+        b3_sequential(runtime, quick);
     }
     if wants("b3") {
-        b3(&runtime, quick);
+        b3(runtime, quick);
     }
     if wants("b4") {
         b4(quick);
     }
+}
+
+/// With `FLOW_BENCH_PERF=CTL,ACK`, the fifos of a `perf record -D -1
+/// --control fifo:CTL,ACK` that runs this bench (`bench/profile`), tells perf
+/// to `enable` or `disable` recording and waits for its answer: the profile
+/// then holds a benchmark's timed part only, not its setup.
+fn profiler(command: &str) {
+    use std::io::{Read, Write};
+    let Ok(fifos) = std::env::var("FLOW_BENCH_PERF") else {
+        return;
+    };
+    let (control, ack) = fifos.split_once(',').expect("FLOW_BENCH_PERF=CTL,ACK");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(control)
+        .and_then(|mut fifo| fifo.write_all(format!("{command}\n").as_bytes()))
+        .expect("perf's control fifo");
+    let mut answer = [0; 4];
+    std::fs::File::open(ack)
+        .and_then(|mut fifo| fifo.read_exact(&mut answer))
+        .expect("perf's answer");
 }
 
 /// Answers after a delay, and notes which calls it answered: for B4.
@@ -284,6 +318,7 @@ fn b3_sequential(runtime: &tokio::runtime::Runtime, quick: bool) {
             .expect("the run is driven")
         }
     };
+    profiler("enable");
     let (park, resume) = runtime.block_on(async {
         let start = Instant::now();
         for i in 0..runs {
@@ -315,6 +350,7 @@ fn b3_sequential(runtime: &tokio::runtime::Runtime, quick: bool) {
         }
         (park, start.elapsed().as_secs_f64())
     });
+    profiler("disable");
     println!(
         "| B3seq | park {runs} runs one after another, then decide and resume each | park {park:.3} s, resume {resume:.3} s | {:.0} parked/s, {:.0} resumed/s |",
         runs as f64 / park,
@@ -451,6 +487,7 @@ fn b1(runtime: &tokio::runtime::Runtime, quick: bool) {
             start.await.expect("run created");
         }
     });
+    profiler("enable");
     let start = Instant::now();
     let completed = runtime.block_on(async {
         let mut tasks = Vec::new();
@@ -479,6 +516,7 @@ fn b1(runtime: &tokio::runtime::Runtime, quick: bool) {
         completed
     });
     let elapsed = start.elapsed().as_secs_f64();
+    profiler("disable");
     assert_eq!(completed, runs, "every run completes");
     let steps = runs * 10;
     println!(
@@ -503,6 +541,7 @@ fn b1_sequential(runtime: &tokio::runtime::Runtime, quick: bool) {
     let store: Arc<dyn Store> = sqlite;
     let input = json!({ "q": "x".repeat(1000) });
     let provider: Arc<dyn flow_runtime::interp::Provider> = Arc::new(Instant0);
+    profiler("enable");
     let start = Instant::now();
     runtime.block_on(async {
         for i in 0..runs {
@@ -527,6 +566,7 @@ fn b1_sequential(runtime: &tokio::runtime::Runtime, quick: bool) {
         }
     });
     let elapsed = start.elapsed().as_secs_f64();
+    profiler("disable");
     let steps = runs * 10;
     println!(
         "| B1seq | {runs} runs x 10 steps one after another, created and finished in the timer, SQLite, synchronous=FULL | {steps} steps in {elapsed:.3} s | {:.0} steps/s |",
