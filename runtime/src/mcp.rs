@@ -175,34 +175,19 @@ fn describe(server: &McpServer) -> String {
 }
 
 /// What makes two declarations the same server: the name a file gives it
-/// does not, its command line and environment (or URL) do.
+/// does not, its command line and environment (or URL) do. The transport
+/// with its `env` sorted, so that the order of a declaration's `env` does
+/// not matter.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum ServerKey {
-    Stdio {
-        command: String,
-        args: Vec<String>,
-        /// Sorted, so that the order of a declaration's `env` does not matter.
-        env: Vec<(String, String)>,
-    },
-    Http {
-        url: String,
-    },
-}
+struct ServerKey(McpTransport);
 
 impl ServerKey {
     fn of(server: &McpServer) -> ServerKey {
-        match &server.transport {
-            McpTransport::Stdio { command, args, env } => {
-                let mut env = env.clone();
-                env.sort();
-                ServerKey::Stdio {
-                    command: command.clone(),
-                    args: args.clone(),
-                    env,
-                }
-            }
-            McpTransport::Http { url } => ServerKey::Http { url: url.clone() },
+        let mut transport = server.transport.clone();
+        if let McpTransport::Stdio { env, .. } = &mut transport {
+            env.sort();
         }
+        ServerKey(transport)
     }
 }
 
