@@ -8,6 +8,7 @@
 //! approval and recovering after a crash are both that replay.
 
 pub mod anthropic;
+pub mod egress;
 pub mod eval;
 pub mod interp;
 pub mod kb;

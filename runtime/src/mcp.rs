@@ -31,7 +31,6 @@
 //! `max_connections` permits), so that no more than `max_connections` servers
 //! are ever running, not merely held.
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::pin::Pin;
@@ -56,6 +55,7 @@ use tokio::io::{AsyncBufReadExt as _, AsyncRead, ReadBuf};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
+use crate::egress::{EgressPolicy, EgressProxy};
 use crate::interp::{BoxFuture, ErrorKind, McpClient, StepError};
 
 /// How a pool behaves; `Default` is what `flow run` and flowd use.
@@ -88,7 +88,81 @@ pub struct McpPoolConfig {
     /// file declares it. A file says what a workflow needs (`npx
     /// @playwright/mcp`); the machine it runs on knows where its browser is
     /// or which shared server to use.
-    pub servers: BTreeMap<String, McpTransport>,
+    pub servers: BTreeMap<String, ServerSetup>,
+    /// Whether a server that `servers` does not name may be started or
+    /// reached as its plan declares it. `flow run` runs its user's own file
+    /// (as `make` runs a Makefile); flowd runs tenants' plans and must never
+    /// let their text choose a command or an address (`false`).
+    pub servers_from_plans: bool,
+    /// The most connections one account holds at once (flowd), so that one
+    /// tenant's runs cannot take every place of the pool.
+    pub max_connections_per_account: usize,
+}
+
+/// How a server is started or reached, and what it may do.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerSetup {
+    pub transport: McpTransport,
+    /// Which calls share one connection (one server process, one browser).
+    pub isolation: Isolation,
+    /// The variables of this process's environment a stdio server gets
+    /// besides its own `env`; `None` passes all of them. A server is often
+    /// third-party code fetched by `npx`: it must not see flowd's secrets.
+    pub inherited_env: Option<Vec<String>>,
+    /// Whether a stdio server starts in a fresh empty directory of its own
+    /// (removed when it exits) rather than this process's: Playwright lets a
+    /// page's file upload and its screenshots reach its working directory.
+    pub private_workdir: bool,
+    /// For a browser server (Playwright's): where its browser may connect.
+    pub browser: Option<BrowserPolicy>,
+}
+
+impl ServerSetup {
+    /// A server as a plan declares it, shared by the whole process and
+    /// started with this process's environment and working directory.
+    pub fn from_plan(transport: McpTransport) -> ServerSetup {
+        ServerSetup {
+            transport,
+            isolation: Isolation::Process,
+            inherited_env: None,
+            private_workdir: false,
+            browser: None,
+        }
+    }
+}
+
+/// Which calls share a connection to a server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Isolation {
+    /// Every call of the process (`flow run`: one person's runs).
+    Process,
+    /// The calls of one account's runs.
+    Account,
+    /// The calls of one run's invocation: a browser's cookies, tabs and
+    /// pages never outlive the run that made them, nor reach another run.
+    Run,
+}
+
+/// Where a browser server's browser may connect (see `egress`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct BrowserPolicy {
+    /// The private hosts allowed, and whether all are.
+    pub egress: EgressPolicy,
+    /// Playwright's `--allowed-origins`: when not empty, the only origins
+    /// its browser requests.
+    pub allowed_origins: Vec<String>,
+    /// Playwright's `--blocked-origins`.
+    pub blocked_origins: Vec<String>,
+}
+
+/// Whose calls a connection serves: a process's, an account's or a run's
+/// (`Isolation`). flowd gives each invocation of a run its scope.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct McpScope {
+    /// The account; empty for `flow run`.
+    pub account: String,
+    /// The run; empty when calls are not a run's (`flowc lock`).
+    pub run: String,
 }
 
 impl Default for McpPoolConfig {
@@ -102,6 +176,8 @@ impl Default for McpPoolConfig {
             calls_per_connection: 1,
             check_timeout: Duration::from_secs(25),
             servers: BTreeMap::new(),
+            servers_from_plans: true,
+            max_connections_per_account: 20,
         }
     }
 }
@@ -126,28 +202,52 @@ pub struct McpTool {
 
 /// Why talking to an MCP server failed: the server, in words a person
 /// recognises from the `.flow` file, and what went wrong.
+///
+/// What a tenant may read is kept apart from what only the operator may:
+/// `server` and `message` never carry a command line, a URL (which may hold
+/// a password or a key), nor anything the server wrote to stderr; `how` and
+/// `detail` do. `flow run` shows all of it (its user runs their own file);
+/// flowd shows tenants `server` and `message` and logs the rest.
 #[derive(Debug, Clone, PartialEq)]
 pub struct McpError {
-    /// The server's name and how it is reached: "`browser` (npx @playwright/mcp)".
+    /// The server's name, as its plan gives it.
     pub server: String,
+    /// How it is reached: its command line, or its URL.
+    pub how: String,
     /// The retry policy's view of the failure.
     pub kind: ErrorKind,
+    /// What went wrong.
     pub message: String,
+    /// What else is known, for the operator: the server's exit status and
+    /// the end of its stderr, a transport error's own words. Empty, or
+    /// starting with "; ".
+    pub detail: String,
 }
 
 impl McpError {
     fn new(server: &McpServer, kind: ErrorKind, message: impl Into<String>) -> McpError {
         McpError {
-            server: describe(server),
+            server: server.name.clone(),
+            how: how_reached(server),
             kind,
             message: message.into(),
+            detail: String::new(),
         }
+    }
+
+    fn with_detail(mut self, detail: impl Into<String>) -> McpError {
+        self.detail.push_str(&detail.into());
+        self
     }
 }
 
 impl fmt::Display for McpError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "MCP server {}: {}", self.server, self.message)
+        write!(
+            f,
+            "MCP server `{}` ({}): {}{}",
+            self.server, self.how, self.message, self.detail
+        )
     }
 }
 
@@ -159,8 +259,8 @@ impl From<McpError> for StepError {
     }
 }
 
-/// A server's name and how it is reached, for messages.
-fn describe(server: &McpServer) -> String {
+/// How a server is reached, for messages: its command line or URL.
+fn how_reached(server: &McpServer) -> String {
     match &server.transport {
         McpTransport::Stdio { command, args, .. } => {
             let mut line = command.clone();
@@ -168,26 +268,52 @@ fn describe(server: &McpServer) -> String {
                 line.push(' ');
                 line.push_str(arg);
             }
-            format!("`{}` ({line})", server.name)
+            line
         }
-        McpTransport::Http { url } => format!("`{}` ({url})", server.name),
+        McpTransport::Http { url } => url.clone(),
     }
 }
 
-/// What makes two declarations the same server: the name a file gives it
-/// does not, its command line and environment (or URL) do. The transport
-/// with its `env` sorted, so that the order of a declaration's `env` does
-/// not matter.
+/// What makes two uses the same server: the name a file gives it does not;
+/// its command line and environment (or URL), how it is set up, and whose
+/// calls it serves (`Isolation`) do. The transport has its `env` sorted, so
+/// that the order of a declaration's `env` does not matter.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct ServerKey(McpTransport);
+struct ServerKey {
+    transport: McpTransport,
+    browser: Option<BrowserPolicy>,
+    inherited_env: Option<Vec<String>>,
+    private_workdir: bool,
+    /// The account it serves, unless the process shares it.
+    account: Option<String>,
+    /// The run it serves, when isolated per run.
+    run: Option<String>,
+}
 
 impl ServerKey {
-    fn of(server: &McpServer) -> ServerKey {
-        let mut transport = server.transport.clone();
+    fn of(setup: &ServerSetup, scope: &McpScope) -> ServerKey {
+        let mut transport = setup.transport.clone();
         if let McpTransport::Stdio { env, .. } = &mut transport {
             env.sort();
         }
-        ServerKey(transport)
+        let (account, run) = match setup.isolation {
+            Isolation::Process => (None, None),
+            Isolation::Account => (Some(scope.account.clone()), None),
+            Isolation::Run => (Some(scope.account.clone()), Some(scope.run.clone())),
+        };
+        ServerKey {
+            transport,
+            browser: setup.browser.clone(),
+            inherited_env: setup.inherited_env.clone(),
+            private_workdir: setup.private_workdir,
+            account,
+            run,
+        }
+    }
+
+    fn in_scope(&self, scope: &McpScope) -> bool {
+        self.account.as_deref() == Some(scope.account.as_str())
+            && self.run.as_deref() == Some(scope.run.as_str())
     }
 }
 
@@ -272,14 +398,34 @@ impl McpPool {
         }
     }
 
-    /// `server` as this deployment reaches it (`McpPoolConfig::servers`).
-    fn resolve<'s>(&self, server: &'s McpServer) -> Cow<'s, McpServer> {
-        match self.shared.config.servers.get(&server.name) {
-            Some(transport) if *transport != server.transport => Cow::Owned(McpServer {
-                name: server.name.clone(),
-                transport: transport.clone(),
+    /// `server` as this deployment reaches it (`McpPoolConfig::servers`),
+    /// and how it is set up; an error for a server the configuration does
+    /// not name when plans may not bring their own.
+    fn resolve(&self, server: &McpServer) -> Result<(McpServer, ServerSetup), McpError> {
+        let config = &self.shared.config;
+        match config.servers.get(&server.name) {
+            Some(setup) => Ok((
+                McpServer {
+                    name: server.name.clone(),
+                    transport: setup.transport.clone(),
+                },
+                setup.clone(),
+            )),
+            None if config.servers_from_plans => Ok((
+                server.clone(),
+                ServerSetup::from_plan(server.transport.clone()),
+            )),
+            None => Err(McpError {
+                server: server.name.clone(),
+                // How the plan declares it is not how anything is reached here.
+                how: "not configured".to_string(),
+                kind: ErrorKind::Unsupported,
+                message: format!(
+                    "no MCP server `{}` is configured here; the operator configures the servers workflows may use ([mcp.servers.{}])",
+                    server.name, server.name
+                ),
+                detail: String::new(),
             }),
-            _ => Cow::Borrowed(server),
         }
     }
 
@@ -298,7 +444,20 @@ impl McpPool {
         tool: &str,
         args: &Value,
     ) -> Result<Value, McpError> {
-        let server = &*self.resolve(server);
+        self.call_in(&McpScope::default(), server, tool, args).await
+    }
+
+    /// `call` on behalf of `scope`: on a connection of its own when the
+    /// server is isolated per account or per run.
+    pub async fn call_in(
+        &self,
+        scope: &McpScope,
+        server: &McpServer,
+        tool: &str,
+        args: &Value,
+    ) -> Result<Value, McpError> {
+        let (server, setup) = self.resolve(server)?;
+        let server = &server;
         let arguments = match args {
             Value::Object(map) => Some(map.clone()),
             Value::Null => None,
@@ -310,9 +469,10 @@ impl McpPool {
                 ));
             }
         };
-        let lease = self.lease(server).await;
+        let began = Instant::now();
+        let lease = self.lease(&setup, scope).await;
         let deadline = Instant::now() + self.shared.config.connect_timeout;
-        let connection = lease.connection(server, deadline).await?;
+        let connection = lease.connection(server, &setup, began, deadline).await?;
         let mut params = CallToolRequestParams::new(tool.to_string());
         if let Some(arguments) = arguments {
             params = params.with_arguments(arguments);
@@ -325,20 +485,30 @@ impl McpPool {
                 "the connection was closed",
             ));
         };
+        // Refusals before this call are another call's.
+        connection.take_refusals();
         match connection.peer.call_tool(params).await {
-            Ok(result) => tool_output(result).map_err(|(kind, message)| McpError {
-                server: describe(server),
-                kind,
-                message: format!("`{tool}` failed: {message}"),
+            Ok(result) => tool_output(result).map_err(|(kind, message)| {
+                let mut message = format!("`{tool}` failed: {message}");
+                let refused = connection.take_refusals();
+                if !refused.is_empty() {
+                    let refused: Vec<String> = refused.iter().map(ToString::to_string).collect();
+                    message.push_str(&format!(
+                        "; the browser may not connect to {}: its network policy allows private addresses only where the operator allows their origin (`allowed_origins`)",
+                        refused.join(", ")
+                    ));
+                }
+                McpError::new(server, kind, message)
             }),
             Err(error) => {
-                let (kind, message, broken) = service_error(&error);
-                let mut message = format!("`{tool}`: {message}");
+                let (kind, message, detail, broken) = service_error(&error);
+                let mut error =
+                    McpError::new(server, kind, format!("`{tool}`: {message}")).with_detail(detail);
                 if broken {
-                    message.push_str(&connection.ending().await);
+                    error = error.with_detail(connection.ending().await);
                     lease.discard(&connection).await;
                 }
-                Err(McpError::new(server, kind, message))
+                Err(error)
             }
         }
     }
@@ -348,10 +518,16 @@ impl McpPool {
     /// a direct call beside a pooled one. Requests on it bypass the pool's
     /// turns (`calls_per_connection`) and do not count as uses for idleness.
     pub async fn peer(&self, server: &McpServer) -> Result<Peer<RoleClient>, McpError> {
-        let server = &*self.resolve(server);
-        let lease = self.lease(server).await;
+        let (server, setup) = self.resolve(server)?;
+        let scope = McpScope::default();
+        let began = Instant::now();
+        let lease = self.lease(&setup, &scope).await;
         let deadline = Instant::now() + self.shared.config.connect_timeout;
-        Ok(lease.connection(server, deadline).await?.peer.clone())
+        Ok(lease
+            .connection(&server, &setup, began, deadline)
+            .await?
+            .peer
+            .clone())
     }
 
     /// The tools `server` lists, connecting to it first if needed; fails
@@ -361,9 +537,21 @@ impl McpPool {
         server: &McpServer,
         within: Duration,
     ) -> Result<Vec<McpTool>, McpError> {
-        let server = &*self.resolve(server);
-        let deadline = Instant::now() + within;
-        let Ok(lease) = tokio::time::timeout_at(deadline, self.lease(server)).await else {
+        self.tools_in(&McpScope::default(), server, within).await
+    }
+
+    /// `tools` on behalf of `scope` (see `call_in`).
+    pub async fn tools_in(
+        &self,
+        scope: &McpScope,
+        server: &McpServer,
+        within: Duration,
+    ) -> Result<Vec<McpTool>, McpError> {
+        let (server, setup) = self.resolve(server)?;
+        let server = &server;
+        let began = Instant::now();
+        let deadline = began + within;
+        let Ok(lease) = tokio::time::timeout_at(deadline, self.lease(&setup, scope)).await else {
             return Err(McpError::new(
                 server,
                 ErrorKind::Timeout,
@@ -373,7 +561,7 @@ impl McpPool {
                 ),
             ));
         };
-        let connection = lease.connection(server, deadline).await?;
+        let connection = lease.connection(server, &setup, began, deadline).await?;
         match tokio::time::timeout_at(deadline, connection.peer.list_all_tools()).await {
             Ok(Ok(tools)) => Ok(tools
                 .into_iter()
@@ -384,13 +572,14 @@ impl McpPool {
                 })
                 .collect()),
             Ok(Err(error)) => {
-                let (kind, message, broken) = service_error(&error);
-                let mut message = format!("`tools/list`: {message}");
+                let (kind, message, detail, broken) = service_error(&error);
+                let mut error = McpError::new(server, kind, format!("`tools/list`: {message}"))
+                    .with_detail(detail);
                 if broken {
-                    message.push_str(&connection.ending().await);
+                    error = error.with_detail(connection.ending().await);
                     lease.discard(&connection).await;
                 }
-                Err(McpError::new(server, kind, message))
+                Err(error)
             }
             Err(_) => Err(McpError::new(
                 server,
@@ -408,7 +597,19 @@ impl McpPool {
         tools: &[&str],
         within: Duration,
     ) -> Result<(), McpError> {
-        let listed = self.tools(server, within).await?;
+        self.check_in(&McpScope::default(), server, tools, within)
+            .await
+    }
+
+    /// `check` on behalf of `scope` (see `call_in`).
+    pub async fn check_in(
+        &self,
+        scope: &McpScope,
+        server: &McpServer,
+        tools: &[&str],
+        within: Duration,
+    ) -> Result<(), McpError> {
+        let listed = self.tools_in(scope, server, within).await?;
         let missing: Vec<String> = tools
             .iter()
             .filter(|wanted| !listed.iter().any(|tool| tool.name == **wanted))
@@ -460,7 +661,7 @@ impl McpPool {
     /// Takes a slot for `server`: its own, or a new one in the place of the
     /// least recently used free slot, or, when all are in use, the first
     /// that frees up.
-    async fn lease(&self, server: &McpServer) -> Lease {
+    async fn lease(&self, setup: &ServerSetup, scope: &McpScope) -> Lease {
         {
             let mut housekeeper = self.lock_housekeeper();
             if housekeeper.is_none() {
@@ -474,7 +675,7 @@ impl McpPool {
                 *housekeeper = Some(tokio::spawn(housekeep(Arc::downgrade(&self.shared), tick)));
             }
         }
-        let key = ServerKey::of(server);
+        let key = ServerKey::of(setup, scope);
         loop {
             let room = self.shared.room.notified();
             tokio::pin!(room);
@@ -511,13 +712,25 @@ impl McpPool {
             slot.holders += 1;
             return Some((Arc::clone(&slot.entry), None));
         }
-        let evicted = if state.slots.len() < self.shared.config.max_connections {
+        let config = &self.shared.config;
+        // An account at its share makes room among its own connections; a
+        // full pool, among everyone's.
+        let account_full = key.account.as_ref().is_some_and(|account| {
+            state
+                .slots
+                .keys()
+                .filter(|other| other.account.as_ref() == Some(account))
+                .count()
+                >= config.max_connections_per_account.max(1)
+        });
+        let evicted = if !account_full && state.slots.len() < config.max_connections {
             None
         } else {
             let victim = state
                 .slots
                 .iter()
                 .filter(|(_, slot)| slot.holders == 0)
+                .filter(|(other, _)| !account_full || other.account == key.account)
                 .min_by_key(|(_, slot)| slot.last_used)
                 .map(|(key, _)| key.clone());
             let Some(victim) = victim else {
@@ -540,6 +753,47 @@ impl McpPool {
             },
         );
         Some((entry, evicted))
+    }
+
+    /// Closes the connections that serve `scope`'s run alone (`Isolation::Run`):
+    /// its invocation has ended, and its browser's pages, cookies and
+    /// storage go with it. Connections shared by the account or the
+    /// process stay.
+    pub fn close_scope(&self, scope: &McpScope) {
+        let entries: Vec<Arc<Entry>> = {
+            let mut state = self.shared.lock_state();
+            let keys: Vec<ServerKey> = state
+                .slots
+                .keys()
+                .filter(|key| key.in_scope(scope))
+                .cloned()
+                .collect();
+            keys.iter()
+                .filter_map(|key| state.slots.remove(key))
+                .map(|slot| slot.entry)
+                .collect()
+        };
+        if entries.is_empty() {
+            return;
+        }
+        self.shared.room.notify_waiters();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                for entry in entries {
+                    runtime.spawn(async move { entry.close().await });
+                }
+            }
+            // No runtime to close them gracefully: at once.
+            Err(_) => {
+                for entry in entries {
+                    if let Ok(mut connection) = entry.connection.try_lock()
+                        && let Some(connection) = connection.take()
+                    {
+                        connection.kill_now();
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -587,14 +841,7 @@ impl McpClient for McpPool {
             let tools: Vec<&str> = tools.iter().map(String::as_str).collect();
             McpPool::check(self, server, &tools, self.shared.config.check_timeout)
                 .await
-                .map_err(|error| {
-                    let how = error
-                        .server
-                        .split_once(' ')
-                        .map_or("", |(_, how)| how)
-                        .to_string();
-                    format!("{how} {}", error.message).trim_start().to_string()
-                })
+                .map_err(|error| format!("({}) {}{}", error.how, error.message, error.detail))
         })
     }
 }
@@ -631,6 +878,8 @@ impl Lease {
     async fn connection(
         &self,
         server: &McpServer,
+        setup: &ServerSetup,
+        began: Instant,
         deadline: Instant,
     ) -> Result<Arc<Connection>, McpError> {
         let mut slot = match tokio::time::timeout_at(deadline, self.entry.connection.lock()).await {
@@ -669,7 +918,8 @@ impl Lease {
                 "the MCP pool is closed",
             ));
         };
-        let connection = Arc::new(Connection::open(&self.shared, server, permit, deadline).await?);
+        let connection =
+            Arc::new(Connection::open(&self.shared, server, setup, permit, began, deadline).await?);
         *slot = Some(Arc::clone(&connection));
         Ok(connection)
     }
@@ -780,6 +1030,8 @@ struct Connection {
     service: Mutex<Option<RunningService<RoleClient, ClientConfig>>>,
     /// The server's process, for a stdio server.
     process: Option<ServerProcess>,
+    /// The proxy in front of a browser server's browser.
+    proxy: Option<EgressProxy>,
     /// This connection's place among the servers running; given back once
     /// its server has exited.
     permit: Mutex<Option<OwnedSemaphorePermit>>,
@@ -791,36 +1043,69 @@ impl Connection {
     async fn open(
         shared: &Shared,
         server: &McpServer,
+        setup: &ServerSetup,
         permit: OwnedSemaphorePermit,
+        began: Instant,
         deadline: Instant,
     ) -> Result<Connection, McpError> {
         let client = client_info();
+        // What a timeout says: the whole time the caller gave, and how much
+        // of it went to waiting for room in the pool, not the moments the
+        // server had after that wait.
+        let too_slow = |started: Instant| {
+            let mut message = format!("did not answer `initialize` within {:?}", deadline - began);
+            let waited = started.saturating_duration_since(began);
+            if waited >= Duration::from_millis(100) {
+                message.push_str(&format!(
+                    " ({waited:?} of it waiting for a place in the MCP pool)"
+                ));
+            }
+            message
+        };
         match &server.transport {
             McpTransport::Stdio { command, args, env } => {
-                let process = ServerProcess::spawn(server, command, args, env)?;
+                let proxy = match &setup.browser {
+                    Some(policy) => Some(EgressProxy::start(policy.egress.clone()).await.map_err(
+                        |error| {
+                            McpError::new(
+                                server,
+                                ErrorKind::Connection,
+                                "the browser's network proxy could not start",
+                            )
+                            .with_detail(format!("; {error}"))
+                        },
+                    )?),
+                    None => None,
+                };
+                let mut args = args.clone();
+                if let (Some(policy), Some(proxy)) = (&setup.browser, &proxy) {
+                    args.extend(browser_arguments(policy, proxy));
+                }
+                let process = ServerProcess::spawn(server, setup, command, &args, env)?;
                 let transport = process.transport();
                 let started = Instant::now();
                 let service = match tokio::time::timeout_at(deadline, client.serve(transport)).await
                 {
                     Ok(Ok(service)) => service,
                     Ok(Err(error)) => {
-                        let mut message = initialize_error(&error);
-                        message.push_str(&process.ending().await);
+                        let (message, detail) = initialize_error(&error);
+                        let detail = format!("{detail}{}", process.ending().await);
                         process.stop().await;
-                        return Err(McpError::new(server, ErrorKind::Connection, message));
+                        return Err(McpError::new(server, ErrorKind::Connection, message)
+                            .with_detail(detail));
                     }
                     Err(_) => {
-                        let mut message =
-                            format!("did not answer `initialize` within {:?}", started.elapsed());
-                        message.push_str(&process.ending().await);
+                        let detail = process.ending().await;
                         process.stop().await;
-                        return Err(McpError::new(server, ErrorKind::Timeout, message));
+                        return Err(McpError::new(server, ErrorKind::Timeout, too_slow(started))
+                            .with_detail(detail));
                     }
                 };
                 Ok(Connection {
                     peer: service.peer().clone(),
                     service: Mutex::new(Some(service)),
                     process: Some(process),
+                    proxy,
                     permit: Mutex::new(Some(permit)),
                     calls: Semaphore::new(shared.config.calls_per_connection.max(1)),
                 })
@@ -835,29 +1120,32 @@ impl Connection {
                 {
                     Ok(Ok(service)) => service,
                     Ok(Err(error)) => {
-                        return Err(McpError::new(
-                            server,
-                            ErrorKind::Connection,
-                            initialize_error(&error),
-                        ));
+                        let (message, detail) = initialize_error(&error);
+                        return Err(McpError::new(server, ErrorKind::Connection, message)
+                            .with_detail(detail));
                     }
                     Err(_) => {
-                        return Err(McpError::new(
-                            server,
-                            ErrorKind::Timeout,
-                            format!("did not answer `initialize` within {:?}", started.elapsed()),
-                        ));
+                        return Err(McpError::new(server, ErrorKind::Timeout, too_slow(started)));
                     }
                 };
                 Ok(Connection {
                     peer: service.peer().clone(),
                     service: Mutex::new(Some(service)),
                     process: None,
+                    proxy: None,
                     permit: Mutex::new(Some(permit)),
                     calls: Semaphore::new(shared.config.calls_per_connection.max(1)),
                 })
             }
         }
+    }
+
+    /// The connections the browser's proxy refused since the last call.
+    fn take_refusals(&self) -> Vec<crate::egress::Refusal> {
+        self.proxy
+            .as_ref()
+            .map(EgressProxy::take_refusals)
+            .unwrap_or_default()
     }
 
     fn is_alive(&self) -> bool {
@@ -919,35 +1207,65 @@ fn client_info() -> ClientConfig {
     .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
 }
 
-fn initialize_error(error: &ClientInitializeError) -> String {
+/// What failed in `initialize`, and the words of the server or transport
+/// for the operator (`McpError::detail`).
+fn initialize_error(error: &ClientInitializeError) -> (String, String) {
     match error {
-        ClientInitializeError::ConnectionClosed(_) => {
-            "closed the connection before answering `initialize`".to_string()
-        }
-        ClientInitializeError::JsonRpcError(data) => {
-            format!("refused `initialize`: {}", data.message)
-        }
-        ClientInitializeError::ExpectedInitResponse(message) => format!(
-            "answered `initialize` with a malformed message: {}",
-            message
-                .as_ref()
-                .and_then(|m| serde_json::to_string(m).ok())
-                .map_or_else(|| "nothing".to_string(), |m| truncate(&m, 200))
+        ClientInitializeError::ConnectionClosed(_) => (
+            "closed the connection before answering `initialize`".to_string(),
+            String::new(),
         ),
-        ClientInitializeError::ExpectedInitResult(result) => format!(
-            "answered `initialize` with something that is not its result: {}",
-            result
-                .as_ref()
-                .and_then(|r| serde_json::to_string(r).ok())
-                .map_or_else(|| "nothing".to_string(), |r| truncate(&r, 200))
+        ClientInitializeError::JsonRpcError(data) => (
+            "refused `initialize`".to_string(),
+            format!(": {}", truncate(&data.message, 300)),
         ),
-        other => format!("failed in `initialize`: {other}"),
+        ClientInitializeError::ExpectedInitResponse(message) => (
+            "answered `initialize` with a malformed message".to_string(),
+            format!(
+                ": {}",
+                message
+                    .as_ref()
+                    .and_then(|m| serde_json::to_string(m).ok())
+                    .map_or_else(|| "nothing".to_string(), |m| truncate(&m, 200))
+            ),
+        ),
+        ClientInitializeError::ExpectedInitResult(result) => (
+            "answered `initialize` with something that is not its result".to_string(),
+            format!(
+                ": {}",
+                result
+                    .as_ref()
+                    .and_then(|r| serde_json::to_string(r).ok())
+                    .map_or_else(|| "nothing".to_string(), |r| truncate(&r, 200))
+            ),
+        ),
+        // Transport errors name the URL, which may carry credentials.
+        other => (
+            "failed in `initialize`".to_string(),
+            format!(": {}", truncate(&other.to_string(), 300)),
+        ),
     }
 }
 
-/// The retry policy's kind of a request's failure, its message, and whether
-/// the connection is broken (and must be replaced).
-fn service_error(error: &ServiceError) -> (ErrorKind, String, bool) {
+/// The arguments that put Playwright's MCP server under a browser policy:
+/// its browser behind the egress proxy, and the operator's origin lists.
+fn browser_arguments(policy: &BrowserPolicy, proxy: &EgressProxy) -> Vec<String> {
+    let mut arguments = vec!["--proxy-server".to_string(), proxy.url()];
+    if !policy.allowed_origins.is_empty() {
+        arguments.push("--allowed-origins".to_string());
+        arguments.push(policy.allowed_origins.join(";"));
+    }
+    if !policy.blocked_origins.is_empty() {
+        arguments.push("--blocked-origins".to_string());
+        arguments.push(policy.blocked_origins.join(";"));
+    }
+    arguments
+}
+
+/// The retry policy's kind of a request's failure, its message, the words
+/// of the transport for the operator (`McpError::detail`), and whether the
+/// connection is broken (and must be replaced).
+fn service_error(error: &ServiceError) -> (ErrorKind, String, String, bool) {
     match error {
         ServiceError::McpError(data) => {
             let kind = match data.code {
@@ -957,37 +1275,45 @@ fn service_error(error: &ServiceError) -> (ErrorKind, String, bool) {
                 ErrorCode(-32000) => ErrorKind::Connection,
                 _ => ErrorKind::Tool,
             };
-            (kind, data.message.to_string(), false)
+            // The server's answer to this request: the caller's business.
+            (kind, data.message.to_string(), String::new(), false)
         }
         ServiceError::TransportSend(error) => (
             ErrorKind::Connection,
-            format!("the connection failed: {error}"),
+            "the connection failed".to_string(),
+            format!(": {error}"),
             true,
         ),
         ServiceError::TransportClosed => (
             ErrorKind::Connection,
             "the server closed the connection".to_string(),
+            String::new(),
             true,
         ),
         ServiceError::Cancelled { reason } => (
             ErrorKind::Connection,
-            format!(
-                "the connection was cancelled: {}",
-                reason.as_deref().unwrap_or("no reason given")
-            ),
+            "the connection was cancelled".to_string(),
+            format!(": {}", reason.as_deref().unwrap_or("no reason given")),
             true,
         ),
         ServiceError::Timeout { timeout } => (
             ErrorKind::Timeout,
             format!("no answer within {timeout:?}"),
+            String::new(),
             false,
         ),
         ServiceError::UnexpectedResponse => (
             ErrorKind::Server,
             "the server answered with a message of another kind".to_string(),
+            String::new(),
             false,
         ),
-        other => (ErrorKind::Server, other.to_string(), false),
+        other => (
+            ErrorKind::Server,
+            "the request failed".to_string(),
+            format!(": {other}"),
+            false,
+        ),
     }
 }
 
@@ -1062,16 +1388,69 @@ struct ServerProcess {
     stderr: Arc<Mutex<std::collections::VecDeque<String>>>,
     /// The last line of its stdout that was not a JSON-RPC message.
     foreign: Arc<Mutex<Option<String>>>,
+    /// Its working directory when it has one of its own; removed with it.
+    _workdir: Option<PrivateDir>,
+}
+
+/// A directory only this process's user can enter, removed on drop.
+struct PrivateDir(std::path::PathBuf);
+
+impl PrivateDir {
+    fn create() -> std::io::Result<PrivateDir> {
+        use std::os::unix::fs::DirBuilderExt as _;
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let path = std::env::temp_dir().join(format!(
+            "flow-mcp-{}-{}-{nanos}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        // `create`, not `create_all`: a path that exists already is not ours.
+        std::fs::DirBuilder::new().mode(0o700).create(&path)?;
+        Ok(PrivateDir(path))
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 impl ServerProcess {
     fn spawn(
         server: &McpServer,
+        setup: &ServerSetup,
         command: &str,
         args: &[String],
         env: &[(String, String)],
     ) -> Result<ServerProcess, McpError> {
-        let mut child = tokio::process::Command::new(command)
+        let mut command_line = tokio::process::Command::new(command);
+        if let Some(inherited) = &setup.inherited_env {
+            command_line.env_clear();
+            for name in inherited {
+                if let Some(value) = std::env::var_os(name) {
+                    command_line.env(name, value);
+                }
+            }
+        }
+        let workdir = if setup.private_workdir {
+            let dir = PrivateDir::create().map_err(|error| {
+                McpError::new(
+                    server,
+                    ErrorKind::Connection,
+                    "the server's working directory could not be made",
+                )
+                .with_detail(format!("; {error}"))
+            })?;
+            command_line.current_dir(&dir.0);
+            Some(dir)
+        } else {
+            None
+        };
+        let mut child = command_line
             .args(args)
             .envs(env.iter().map(|(name, value)| (name, value)))
             .stdin(Stdio::piped())
@@ -1089,7 +1468,8 @@ impl ServerProcess {
                     }
                     _ => ErrorKind::Connection,
                 };
-                McpError::new(server, kind, format!("cannot start `{command}`: {error}"))
+                McpError::new(server, kind, "the server could not be started")
+                    .with_detail(format!("; cannot start `{command}`: {error}"))
             })?;
         let group = child
             .id()
@@ -1128,6 +1508,7 @@ impl ServerProcess {
             ))),
             stderr: stderr_tail,
             foreign,
+            _workdir: workdir,
         })
     }
 
@@ -1386,13 +1767,49 @@ mod tests {
                     .collect(),
             },
         };
+        let key = |server: McpServer, isolation: Isolation, account: &str, run: &str| {
+            let setup = ServerSetup {
+                isolation,
+                ..ServerSetup::from_plan(server.transport)
+            };
+            let scope = McpScope {
+                account: account.to_string(),
+                run: run.to_string(),
+            };
+            ServerKey::of(&setup, &scope)
+        };
+        let process = Isolation::Process;
         assert_eq!(
-            ServerKey::of(&server("a", &[("X", "1"), ("Y", "2")])),
-            ServerKey::of(&server("b", &[("Y", "2"), ("X", "1")]))
+            key(server("a", &[("X", "1"), ("Y", "2")]), process, "", ""),
+            key(server("b", &[("Y", "2"), ("X", "1")]), process, "", "")
         );
         assert_ne!(
-            ServerKey::of(&server("a", &[("X", "1")])),
-            ServerKey::of(&server("a", &[("X", "2")]))
+            key(server("a", &[("X", "1")]), process, "", ""),
+            key(server("a", &[("X", "2")]), process, "", "")
+        );
+        // Shared by a process, whatever the scope; never across accounts
+        // when isolated per account; never across runs when per run.
+        assert_eq!(
+            key(server("a", &[]), process, "acme", "r1"),
+            key(server("a", &[]), process, "other", "r2")
+        );
+        let account = Isolation::Account;
+        assert_eq!(
+            key(server("a", &[]), account, "acme", "r1"),
+            key(server("a", &[]), account, "acme", "r2")
+        );
+        assert_ne!(
+            key(server("a", &[]), account, "acme", "r1"),
+            key(server("a", &[]), account, "other", "r1")
+        );
+        let run = Isolation::Run;
+        assert_ne!(
+            key(server("a", &[]), run, "acme", "r1"),
+            key(server("a", &[]), run, "acme", "r2")
+        );
+        assert_ne!(
+            key(server("a", &[]), run, "acme", "r1"),
+            key(server("a", &[]), run, "other", "r1")
         );
     }
 

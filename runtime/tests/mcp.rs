@@ -14,8 +14,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use flow_plan::{McpServer, McpTransport};
+use flow_runtime::egress::{AllowedHost, EgressPolicy};
 use flow_runtime::interp::{ErrorKind, Journal as _, Outcome, Services, StepStatus};
-use flow_runtime::mcp::{McpPool, McpPoolConfig};
+use flow_runtime::mcp::{BrowserPolicy, McpPool, McpPoolConfig, ServerSetup};
 use flow_runtime::memory::MemoryStore;
 use flow_runtime::offline::OfflineProvider;
 use flow_tests::mcp_servers::dead;
@@ -200,7 +201,11 @@ async fn a_configured_server_replaces_the_files_declaration() {
     let plan = compile(source);
     let configured = everything(&mark);
     let pool = Arc::new(McpPool::new(McpPoolConfig {
-        servers: [("everything".to_string(), configured.transport.clone())].into(),
+        servers: [(
+            "everything".to_string(),
+            ServerSetup::from_plan(configured.transport.clone()),
+        )]
+        .into(),
         ..McpPoolConfig::default()
     }));
     let (outcome, _) = run_on_pool(&pool, &plan, "sums", json!({})).await;
@@ -857,4 +862,155 @@ async fn preflight_names_each_server_that_does_not_answer_and_runs_nothing() {
     assert!(store.lookup("said").is_none(), "no step ran");
     pool.shutdown().await;
     assert!(marked_processes(&mark).is_empty());
+}
+
+/// A browser server under a policy (flowd's default for a browser) reaches
+/// no loopback or link-local address, by address or by name, and says why;
+/// the origin the operator allows it does reach. Guards tenants' browser
+/// steps against reaching flowd's host, its network and cloud metadata.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_under_a_policy_reaches_private_addresses_only_where_allowed() {
+    setup();
+    let mark = mark("egress");
+    let output = tempdir("egress");
+    let (base, page_server) = serve_page().await;
+    let browser = playwright(&mark, &output);
+    let pool_with = |policy: BrowserPolicy| {
+        McpPool::new(McpPoolConfig {
+            servers: [(
+                "browser".to_string(),
+                ServerSetup {
+                    browser: Some(policy),
+                    private_workdir: true,
+                    ..ServerSetup::from_plan(browser.transport.clone())
+                },
+            )]
+            .into(),
+            servers_from_plans: false,
+            ..McpPoolConfig::default()
+        })
+    };
+
+    let strict = pool_with(BrowserPolicy::default());
+    let port = base.rsplit(':').next().unwrap();
+    for (url, why) in [
+        (format!("{base}/secret"), "a loopback address"),
+        (
+            format!("http://localhost:{port}/secret"),
+            "a loopback address",
+        ),
+        (
+            "http://169.254.169.254/latest/meta-data/".to_string(),
+            "a link-local address",
+        ),
+    ] {
+        let refused = strict
+            .call(&browser, "browser_navigate", &json!({ "url": url }))
+            .await
+            .expect_err("a private address is refused");
+        assert_eq!(refused.kind, ErrorKind::Tool, "{refused}");
+        assert!(
+            refused.message.contains(why) && refused.message.contains("allowed_origins"),
+            "{url}: {refused}"
+        );
+    }
+    strict.shutdown().await;
+
+    let allowing = pool_with(BrowserPolicy {
+        egress: EgressPolicy {
+            allowed: vec![AllowedHost::of_origin(&base).unwrap()],
+            allow_private: false,
+        },
+        allowed_origins: vec![base.clone()],
+        blocked_origins: Vec::new(),
+    });
+    let page = allowing
+        .call(
+            &browser,
+            "browser_navigate",
+            &json!({ "url": format!("{base}/allowed") }),
+        )
+        .await
+        .expect("the allowed origin is reached");
+    assert!(format!("{page}").contains("Page /allowed"), "{page}");
+    allowing.shutdown().await;
+    page_server.abort();
+    let _ = std::fs::remove_dir_all(&output);
+}
+
+/// A server set up as flowd sets up the operator's servers sees none of the
+/// process's environment but what it is given, and starts in an empty
+/// directory of its own that is gone once it exits. Guards flowd's secrets
+/// (`FLOWD_LINK_SECRET`, the provider's key) from third-party servers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_gets_only_the_environment_it_is_given_and_a_private_directory() {
+    assert!(
+        std::env::var_os("CARGO_MANIFEST_DIR").is_some(),
+        "cargo gives test processes CARGO_MANIFEST_DIR; the test needs a variable to miss"
+    );
+    let seen = tempdir("environment");
+    let script = format!(
+        "env > {0}/env; pwd > {0}/pwd; ls -A > {0}/ls; sleep 30",
+        seen.display()
+    );
+    let server = stdio("peek", "sh", &["-c", &script], &mark("environment"));
+    let pool = McpPool::new(McpPoolConfig {
+        servers: [(
+            "peek".to_string(),
+            ServerSetup {
+                inherited_env: Some(vec!["PATH".to_string()]),
+                private_workdir: true,
+                ..ServerSetup::from_plan(server.transport.clone())
+            },
+        )]
+        .into(),
+        servers_from_plans: false,
+        ..McpPoolConfig::default()
+    });
+    // Not an MCP server: it never answers, but it has looked by then.
+    let error = pool
+        .tools(&server, Duration::from_secs(2))
+        .await
+        .expect_err("it never answers");
+    assert_eq!(error.kind, ErrorKind::Timeout, "{error}");
+    let env = std::fs::read_to_string(seen.join("env")).expect("the server wrote its env");
+    assert!(env.contains("PATH="), "{env}");
+    assert!(env.contains("FLOW_MCP_TEST_MARK="), "its own env: {env}");
+    assert!(!env.contains("CARGO_MANIFEST_DIR"), "{env}");
+    let workdir = std::fs::read_to_string(seen.join("pwd")).unwrap();
+    let workdir = Path::new(workdir.trim());
+    assert_ne!(workdir, std::env::current_dir().unwrap());
+    assert_eq!(std::fs::read_to_string(seen.join("ls")).unwrap(), "");
+    pool.shutdown().await;
+    assert!(!workdir.exists(), "{} is removed", workdir.display());
+    let _ = std::fs::remove_dir_all(&seen);
+}
+
+/// A pool that takes servers from its configuration only refuses any other
+/// name, whatever command the plan declares, and starts nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_without_servers_from_plans_starts_nothing_a_plan_declares() {
+    let seen = tempdir("from-plans");
+    let touched = seen.join("touched");
+    let server = stdio(
+        "evil",
+        "sh",
+        &["-c", &format!("touch {}", touched.display())],
+        &mark("from-plans"),
+    );
+    let pool = McpPool::new(McpPoolConfig {
+        servers_from_plans: false,
+        ..McpPoolConfig::default()
+    });
+    let error = pool
+        .call(&server, "anything", &json!({}))
+        .await
+        .expect_err("not configured");
+    assert_eq!(error.kind, ErrorKind::Unsupported, "{error}");
+    assert!(error.message.contains("[mcp.servers.evil]"), "{error}");
+    assert!(!error.to_string().contains("touch"), "{error}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!touched.exists(), "the plan's command ran");
+    assert_eq!(pool.live_connections(), 0);
+    let _ = std::fs::remove_dir_all(&seen);
 }
