@@ -421,12 +421,18 @@ impl McpPool {
                 how: "not configured".to_string(),
                 kind: ErrorKind::Unsupported,
                 message: format!(
-                    "no MCP server `{}` is configured here; the operator configures the servers workflows may use ([mcp.servers.{}])",
+                    "no MCP server `{}` is configured here, and servers that files declare are not started here; the operator configures the servers workflows may use ([mcp.servers.{}] in flowd.toml)",
                     server.name, server.name
                 ),
                 detail: String::new(),
             }),
         }
+    }
+
+    /// Whether a server that the configuration does not name is started or
+    /// reached as its plan declares it (`McpPoolConfig::servers_from_plans`).
+    pub fn servers_from_plans(&self) -> bool {
+        self.shared.config.servers_from_plans
     }
 
     /// Servers running (or being closed) for this pool now.

@@ -369,3 +369,59 @@ fn a_closed_stdout_ends_flow_quietly() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(output.status.code(), Some(141), "{stderr}");
 }
+
+/// `flow run` runs what its file declares (the person runs their own file),
+/// but says first which commands it starts, naming `env` variables and not
+/// their values; `--no-mcp-from-file` starts nothing a file declares, for CI
+/// jobs that run files from pull requests.
+#[test]
+fn flow_run_names_the_commands_it_starts_and_can_refuse_them() {
+    let dir = TempDir::new("flow-mcp-from-file");
+    let touched = dir.path().join("started");
+    dir.write(
+        "tool.flow",
+        format!(
+            "mcp tool {{ command \"sh\" args [\"-c\", \"touch {}\"] env {{ TOKEN: \"s3cret-value\" }} }}\n\
+             workflow w {{\n  step a = tool.anything {{}} retry 1\n  output {{ ok: true }}\n}}\n",
+            touched.display()
+        ),
+    );
+    dir.write("input.json", "{}");
+
+    let refused = flow(
+        &dir,
+        &[
+            "run",
+            "tool.flow",
+            "--input",
+            "input.json",
+            "--no-mcp-from-file",
+        ],
+    );
+    assert_eq!(refused.code, 1, "{}", refused.all());
+    assert!(
+        refused
+            .all()
+            .contains("no MCP server `tool` is configured here"),
+        "{}",
+        refused.all()
+    );
+    assert!(!touched.exists(), "the file's command ran");
+
+    let announced = flow(&dir, &["run", "tool.flow", "--input", "input.json"]);
+    let stderr = &announced.stderr;
+    let line = format!(
+        "flow: MCP server `tool` starts `sh -c touch {}` with TOKEN",
+        touched.display()
+    );
+    assert!(stderr.contains(&line), "{stderr}");
+    assert!(
+        !announced.all().contains("s3cret-value"),
+        "{}",
+        announced.all()
+    );
+    assert!(
+        touched.exists(),
+        "without the flag the declared command runs"
+    );
+}

@@ -60,6 +60,11 @@ struct Cli {
     /// The API key of a flowd account, with --server.
     #[arg(long, global = true, env = "FLOW_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
+    /// Refuse to start or reach the MCP servers that `.flow` files declare
+    /// (their commands and URLs): for CI jobs that run files from pull
+    /// requests. Browser steps then fail preflight, nothing started.
+    #[arg(long, global = true, env = "FLOW_NO_MCP_FROM_FILE")]
+    no_mcp_from_file: bool,
 }
 
 #[derive(Subcommand)]
@@ -157,7 +162,10 @@ fn main() -> ExitCode {
     };
     // MCP (issue 5): one pool of MCP connections for every run this process
     // executes; its servers are closed gracefully before the process exits.
-    let mcp = Arc::new(McpPool::new(McpPoolConfig::default()));
+    let mcp = Arc::new(McpPool::new(McpPoolConfig {
+        servers_from_plans: !cli.no_mcp_from_file,
+        ..McpPoolConfig::default()
+    }));
     let dispatched = match remote {
         Some(server) => runtime.block_on(dispatch_remote(cli.command, &server)),
         None => runtime.block_on(dispatch(cli.command, &mcp)),
@@ -433,6 +441,9 @@ async fn execute(
             ));
         }) as Observer
     });
+    if mcp.servers_from_plans() {
+        announce_mcp_servers(plan, workflow);
+    }
     let mcp: Arc<dyn flow_runtime::interp::McpClient> = mcp.clone();
     let outcome = runner::drive(
         store,
@@ -450,6 +461,82 @@ async fn execute(
         bar.finish_and_clear();
     }
     Ok(report(&runner::run_record(run_id, &outcome), json))
+}
+
+/// Says on stderr, before the first step, which commands the run may start
+/// and which URLs it may reach for the MCP servers its workflow calls, as
+/// the file declares them: running a file runs what it declares (as `make`
+/// does), and a person should see what that is. The names of `env`
+/// variables are shown, not their values.
+fn announce_mcp_servers(plan: &Plan, workflow: &str) {
+    let Some(workflow) = plan.workflow(workflow) else {
+        return;
+    };
+    let mut used: Vec<u32> = Vec::new();
+    workflow.each_step(&mut |step| {
+        if let flow_plan::Action::Browser { server, .. } = &step.action
+            && !used.contains(server)
+        {
+            used.push(*server);
+        }
+    });
+    used.sort_unstable();
+    for server in used
+        .iter()
+        .filter_map(|i| plan.mcp_servers.get(*i as usize))
+    {
+        let what = match &server.transport {
+            flow_plan::McpTransport::Stdio { command, args, env } => {
+                let mut line = format!("starts `{command}");
+                for arg in args {
+                    line.push(' ');
+                    line.push_str(arg);
+                }
+                line.push('`');
+                if !env.is_empty() {
+                    let names: Vec<&str> = env.iter().map(|(name, _)| name.as_str()).collect();
+                    line.push_str(&format!(" with {}", names.join(", ")));
+                }
+                line
+            }
+            flow_plan::McpTransport::Http { url } => format!("reaches {}", without_secrets(url)),
+        };
+        eprintln!(
+            "flow: MCP server `{}` {what} (declared in the file; --no-mcp-from-file refuses)",
+            server.name
+        );
+    }
+}
+
+/// `url` for a log that others may read (a CI job's): its password and its
+/// query's values masked.
+fn without_secrets(url: &str) -> String {
+    let (url, query) = match url.split_once('?') {
+        Some((url, query)) => (url, Some(query)),
+        None => (url, None),
+    };
+    let mut shown = match url.split_once("://") {
+        Some((scheme, rest)) => match rest.split_once('@') {
+            Some((userinfo, host)) => {
+                let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+                format!("{scheme}://{user}:***@{host}")
+            }
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    };
+    if let Some(query) = query {
+        let names: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((name, _)) => format!("{name}=***"),
+                None => pair.to_string(),
+            })
+            .collect();
+        shown.push('?');
+        shown.push_str(&names.join("&"));
+    }
+    shown
 }
 
 /// Prints how a run stands; the exit code that says it: 0 completed, 3

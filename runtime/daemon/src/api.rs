@@ -224,7 +224,7 @@ struct DeployPlan {
     post, path = "/v1/workflows", tag = "workflows", request_body = Deploy,
     responses(
         (status = 201, description = "Deployed", body = Deployments),
-        (status = 422, description = "The source does not check (`does_not_check`), the plan is invalid (`invalid_plan`), or a workflow names a department the account does not have (`unknown_department`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 422, description = "The source does not check (`does_not_check`), the plan is invalid (`invalid_plan`), a workflow names a department the account does not have (`unknown_department`), or the plan names an MCP server or tool the operator does not offer this account (`mcp_server_not_allowed`, `mcp_tool_not_allowed`; every one in `refusals`)", body = ProblemDoc, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn deploy(
@@ -280,6 +280,7 @@ pub(crate) async fn deploy(
             ));
         }
     }
+    mcp_allowed(&daemon, &account, &plan)?;
     daemon.store.put_plan(&plan).await.map_err(store_problem)?;
     let mut deployed = Vec::new();
     for workflow in &plan.workflows {
@@ -297,6 +298,24 @@ pub(crate) async fn deploy(
         }),
     )
         .into_response())
+}
+
+/// A 422 when `plan` uses an MCP server or tool that the account may not
+/// (`tenant_mcp::refusals`): the first refusal's code, and every refusal.
+fn mcp_allowed(daemon: &Daemon, account: &str, plan: &Plan) -> Result<(), Problem> {
+    let refusals = crate::tenant_mcp::refusals(&daemon.config, account, plan);
+    let Some(first) = refusals.first() else {
+        return Ok(());
+    };
+    Err(
+        Problem::new(StatusCode::UNPROCESSABLE_ENTITY, first.code, &first.message).with(
+            "refusals",
+            refusals
+                .iter()
+                .map(|refusal| json!({ "code": refusal.code, "message": refusal.message }))
+                .collect(),
+        ),
+    )
 }
 
 /// A source checked and lowered, or a 422 listing every error.
@@ -402,7 +421,7 @@ impl StartRun {
         (status = 202, description = "Started", body = RunState),
         (status = 200, description = "Started before with this Idempotency-Key", body = RunState),
         (status = 404, description = "No such workflow or version (`unknown_workflow`)", body = ProblemDoc, content_type = "application/problem+json"),
-        (status = 422, description = "The input does not match (`invalid_input`), or the key started another request (`idempotency_key_reused`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 422, description = "The input does not match (`invalid_input`), the key started another request (`idempotency_key_reused`), or the workflow names an MCP server or tool the operator no longer offers this account (`mcp_server_not_allowed`, `mcp_tool_not_allowed`)", body = ProblemDoc, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn start_run(
@@ -445,6 +464,8 @@ pub(crate) async fn start_run(
         .plan(&deployment.plan_hash)
         .await
         .map_err(store_problem)?;
+    // The configuration may have changed since the deploy.
+    mcp_allowed(&daemon, &account, &plan)?;
     let input = request.input();
     if let Some(workflow) = plan.workflow(&request.workflow) {
         let mismatches = flow_runtime::schema::validate(&workflow.input_schema, &input);

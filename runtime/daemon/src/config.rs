@@ -51,17 +51,25 @@ pub struct Config {
     pub mcp: McpSection,
 }
 
-/// `[mcp]`: the pool of MCP connections, and servers as this deployment
-/// reaches them.
+/// `[mcp]`: the pool of MCP connections, and the servers workflows may
+/// use. Only the operator decides what runs on flowd's host: a deployed
+/// workflow uses a server by a name configured here and allowed for its
+/// account (`[[accounts]] mcp_servers`), and its file's own `command`,
+/// `args`, `env` or `url` never reach a process or a socket.
 #[derive(Debug, Clone, PartialEq)]
 pub struct McpSection {
     /// The most MCP servers running (or connected) at once.
     pub max_connections: usize,
+    /// The most of them one account's runs hold at once.
+    pub max_connections_per_account: usize,
     /// A connection unused for this many seconds is closed.
     pub idle_timeout_secs: u64,
-    /// `[mcp.servers.NAME]`: replaces the `.flow` files' `mcp NAME { ... }`
-    /// declaration, e.g. to give Playwright this machine's Chromium or to
-    /// use a shared server over HTTP.
+    /// The variables of flowd's environment that servers started here get
+    /// (each server's own `env` besides); nothing else of it, since servers
+    /// are often third-party code fetched by `npx`, and flowd's environment
+    /// holds its secrets.
+    pub pass_env: Vec<String>,
+    /// `[mcp.servers.NAME]`: the servers workflows may use, by name.
     pub servers: BTreeMap<String, McpServerEntry>,
 }
 
@@ -71,21 +79,72 @@ pub struct McpSection {
 struct McpFile {
     #[serde(default = "default_mcp_connections")]
     max_connections: toml::Spanned<usize>,
+    max_connections_per_account: Option<toml::Spanned<usize>>,
     #[serde(default = "default_mcp_idle_secs")]
     idle_timeout_secs: toml::Spanned<u64>,
+    #[serde(default = "default_pass_env")]
+    pass_env: Vec<String>,
     #[serde(default)]
     servers: BTreeMap<String, toml::Spanned<McpServerEntry>>,
 }
 
 impl Default for McpSection {
     fn default() -> McpSection {
+        let max_connections = default_mcp_connections().into_inner();
         McpSection {
-            max_connections: default_mcp_connections().into_inner(),
+            max_connections,
+            max_connections_per_account: default_per_account(max_connections),
             idle_timeout_secs: default_mcp_idle_secs().into_inner(),
+            pass_env: default_pass_env(),
             servers: BTreeMap::new(),
         }
     }
 }
+
+/// Half the pool: one account's runs can never hold all of it.
+fn default_per_account(max_connections: usize) -> usize {
+    (max_connections / 2).max(1)
+}
+
+/// What a server needs to find programs and its caches, and no secret.
+fn default_pass_env() -> Vec<String> {
+    ["PATH", "HOME", "LANG", "TZ", "TMPDIR"]
+        .map(String::from)
+        .to_vec()
+}
+
+/// The tools of Playwright's MCP server that a browser server offers when
+/// the operator lists none: reading and operating pages. Left out: running
+/// code in the server's process (`browser_run_code_unsafe`: its own
+/// documentation calls it RCE-equivalent), uploading the host's files,
+/// rewriting the browser's network (routes, offline mode), and reading the
+/// server's configuration. A tool a newer Playwright adds is not offered
+/// until the operator lists it.
+pub const BROWSER_TOOLS: &[&str] = &[
+    "browser_click",
+    "browser_close",
+    "browser_console_messages",
+    "browser_drag",
+    "browser_drop",
+    "browser_emulate_media",
+    "browser_evaluate",
+    "browser_fill_form",
+    "browser_find",
+    "browser_handle_dialog",
+    "browser_hover",
+    "browser_navigate",
+    "browser_navigate_back",
+    "browser_network_request",
+    "browser_network_requests",
+    "browser_press_key",
+    "browser_resize",
+    "browser_select_option",
+    "browser_snapshot",
+    "browser_tabs",
+    "browser_take_screenshot",
+    "browser_type",
+    "browser_wait_for",
+];
 
 fn default_mcp_connections() -> toml::Spanned<usize> {
     toml::Spanned::new(
@@ -113,7 +172,59 @@ pub struct McpServerEntry {
     /// Often tokens: printed as `Secret(<n characters>)`.
     #[serde(default)]
     pub env: BTreeMap<String, Secret>,
-    pub url: Option<String>,
+    /// May carry a password or a key: shown to nobody but the operator.
+    pub url: Option<Secret>,
+    /// Which runs share a connection: `run` (each run its own server,
+    /// the default: a browser's pages and cookies never reach another run)
+    /// or `account` (the runs of one account).
+    #[serde(default)]
+    pub isolation: IsolationSetting,
+    /// Whether it is Playwright's MCP server, whose browser flowd puts
+    /// behind its network policy. By default, when its command line names
+    /// `@playwright/mcp`.
+    pub browser: Option<bool>,
+    /// The origins a browser may request (Playwright's `--allowed-origins`);
+    /// the private hosts among them are exempt from the network policy.
+    #[serde(default)]
+    pub allowed_origins: Vec<String>,
+    /// The origins a browser may not request (`--blocked-origins`).
+    #[serde(default)]
+    pub blocked_origins: Vec<String>,
+    /// Lets a browser reach loopback, link-local and private addresses.
+    #[serde(default)]
+    pub allow_private_network: bool,
+    /// The tools workflows may call; all of a server's by default, but a
+    /// browser's `BROWSER_TOOLS`.
+    pub tools: Option<Vec<String>>,
+}
+
+/// `isolation` of an `[mcp.servers.NAME]`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IsolationSetting {
+    #[default]
+    Run,
+    Account,
+}
+
+impl McpServerEntry {
+    /// Whether this is a browser server (see `browser`).
+    pub fn is_browser(&self) -> bool {
+        self.browser.unwrap_or_else(|| {
+            let names_playwright =
+                |word: &str| word.contains("@playwright/mcp") || word.contains("playwright-mcp");
+            self.command.as_deref().is_some_and(names_playwright)
+                || self.args.iter().any(|arg| names_playwright(arg))
+        })
+    }
+
+    /// Whether workflows may call `tool` of this server.
+    pub fn allows_tool(&self, tool: &str) -> bool {
+        match &self.tools {
+            Some(tools) => tools.iter().any(|t| t == tool),
+            None => !self.is_browser() || BROWSER_TOOLS.contains(&tool),
+        }
+    }
 }
 
 impl McpSection {
@@ -121,6 +232,8 @@ impl McpSection {
     /// values (its servers checked by `load`).
     pub fn pool_config(&self) -> flow_runtime::mcp::McpPoolConfig {
         use flow_plan::McpTransport;
+        use flow_runtime::egress::{AllowedHost, EgressPolicy};
+        use flow_runtime::mcp::{BrowserPolicy, Isolation, ServerSetup};
         let servers = self
             .servers
             .iter()
@@ -136,16 +249,40 @@ impl McpSection {
                             .collect(),
                     },
                     (None, url) => McpTransport::Http {
-                        url: url.clone().unwrap_or_default(),
+                        url: url.clone().map(|Secret(url)| url).unwrap_or_default(),
                     },
                 };
-                (name.clone(), transport)
+                let browser = entry.is_browser().then(|| BrowserPolicy {
+                    egress: EgressPolicy {
+                        allowed: entry
+                            .allowed_origins
+                            .iter()
+                            .filter_map(|origin| AllowedHost::of_origin(origin))
+                            .collect(),
+                        allow_private: entry.allow_private_network,
+                    },
+                    allowed_origins: entry.allowed_origins.clone(),
+                    blocked_origins: entry.blocked_origins.clone(),
+                });
+                let setup = ServerSetup {
+                    transport,
+                    isolation: match entry.isolation {
+                        IsolationSetting::Run => Isolation::Run,
+                        IsolationSetting::Account => Isolation::Account,
+                    },
+                    inherited_env: Some(self.pass_env.clone()),
+                    private_workdir: true,
+                    browser,
+                };
+                (name.clone(), setup)
             })
             .collect();
         flow_runtime::mcp::McpPoolConfig {
             max_connections: self.max_connections,
+            max_connections_per_account: self.max_connections_per_account,
             idle_timeout: std::time::Duration::from_secs(self.idle_timeout_secs),
             servers,
+            servers_from_plans: false,
             ..flow_runtime::mcp::McpPoolConfig::default()
         }
     }
@@ -248,6 +385,8 @@ pub struct Account {
     pub mail_domains: Option<Vec<String>>,
     /// LLM calls in flight at most for this account (`[limits]`'s otherwise).
     pub llm_concurrency: Option<usize>,
+    /// The `[mcp.servers.NAME]` its workflows may use; none by default.
+    pub mcp_servers: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -280,6 +419,7 @@ struct AccountFile {
     approver_groups: BTreeMap<String, toml::Spanned<Vec<String>>>,
     mail_domains: Option<Vec<String>>,
     llm_concurrency: Option<toml::Spanned<usize>>,
+    mcp_servers: Option<toml::Spanned<Vec<String>>>,
 }
 
 /// The file as written, before checks and overrides.
@@ -460,9 +600,48 @@ pub fn load(
                     "[mcp] idle_timeout_secs 0 would close every connection at once".to_string(),
                 );
             }
+            let per_account = match &mcp.max_connections_per_account {
+                Some(limit) => {
+                    if !(1..=*mcp.max_connections.get_ref()).contains(limit.get_ref()) {
+                        problems.at(
+                            limit.span(),
+                            format!(
+                                "[mcp] max_connections_per_account is {}; it must be 1 to max_connections ({})",
+                                limit.get_ref(),
+                                mcp.max_connections.get_ref()
+                            ),
+                        );
+                    }
+                    *limit.get_ref()
+                }
+                None => default_per_account(*mcp.max_connections.get_ref()),
+            };
             for (name, entry) in &mcp.servers {
                 let span = entry.span();
                 let entry = entry.get_ref();
+                for origin in entry.allowed_origins.iter().chain(&entry.blocked_origins) {
+                    if flow_runtime::egress::AllowedHost::of_origin(origin).is_none() {
+                        problems.at(
+                            span.clone(),
+                            format!("[mcp.servers.{name}] `{origin}` is not an origin; write `scheme://host`, `scheme://host:port` or `scheme://host:*`"),
+                        );
+                    }
+                }
+                let browser_only = !entry.allowed_origins.is_empty()
+                    || !entry.blocked_origins.is_empty()
+                    || entry.allow_private_network;
+                if browser_only && !entry.is_browser() {
+                    problems.at(
+                        span.clone(),
+                        format!("[mcp.servers.{name}] allowed_origins, blocked_origins and allow_private_network are for a browser server (Playwright's: `browser = true`)"),
+                    );
+                }
+                if entry.is_browser() && entry.url.is_some() {
+                    problems.at(
+                        span.clone(),
+                        format!("[mcp.servers.{name}] a browser server reached by `url` runs outside flowd, which cannot put its browser behind the network policy; start it with `command`, or set `browser = false` and secure that server yourself"),
+                    );
+                }
                 match (&entry.command, &entry.url) {
                     (Some(_), Some(_)) | (None, None) => problems.at(
                         span.clone(),
@@ -472,7 +651,7 @@ pub fn load(
                         span.clone(),
                         format!("[mcp.servers.{name}] command is empty"),
                     ),
-                    (None, Some(url)) => {
+                    (None, Some(Secret(url))) => {
                         if let Err(message) = check_http_url(url) {
                             problems.at(span.clone(), format!("[mcp.servers.{name}] url {message}"));
                         }
@@ -488,7 +667,9 @@ pub fn load(
             }
             McpSection {
                 max_connections: mcp.max_connections.into_inner(),
+                max_connections_per_account: per_account,
                 idle_timeout_secs: mcp.idle_timeout_secs.into_inner(),
+                pass_env: mcp.pass_env,
                 servers: mcp
                     .servers
                     .into_iter()
@@ -634,6 +815,25 @@ pub fn load(
             }
             limit.into_inner()
         });
+        let (mcp_span, mcp_servers) = match account.mcp_servers {
+            Some(servers) => (servers.span(), servers.into_inner()),
+            None => (span.clone(), Vec::new()),
+        };
+        for name in mcp_servers.iter().filter(|n| !mcp.servers.contains_key(*n)) {
+            let known: Vec<&str> = mcp.servers.keys().map(String::as_str).collect();
+            problems.at(
+                mcp_span.clone(),
+                format!(
+                    "account `{}`: mcp_servers names `{name}`, which no [mcp.servers.{name}] configures ({})",
+                    account.id,
+                    if known.is_empty() {
+                        "none is configured".to_string()
+                    } else {
+                        format!("configured: {}", known.join(", "))
+                    }
+                ),
+            );
+        }
         accounts.push(Account {
             id: account.id,
             api_keys: account.api_keys,
@@ -641,6 +841,7 @@ pub fn load(
             approver_groups,
             mail_domains: account.mail_domains,
             llm_concurrency,
+            mcp_servers,
         });
     }
 
@@ -781,6 +982,7 @@ impl Config {
                     approver_groups: BTreeMap::new(),
                     mail_domains: Some(Vec::new()),
                     llm_concurrency: None,
+                    mcp_servers: Vec::new(),
                 })
             })
     }

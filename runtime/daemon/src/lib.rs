@@ -9,5 +9,6 @@ mod mailer;
 pub mod metrics;
 mod pages;
 pub mod server;
+mod tenant_mcp;
 mod traces;
 pub mod webhooks;

@@ -36,7 +36,7 @@ pub struct Daemon {
     limiter: Arc<dyn Limiter>,
     /// MCP (issue 5): the connections to MCP servers that every run of this
     /// process shares; closed at shutdown, after the runs settled.
-    mcp: Arc<flow_runtime::mcp::McpPool>,
+    pub(crate) mcp: Arc<flow_runtime::mcp::McpPool>,
     /// API key (its digest, `key_digest`) to the account it belongs to.
     keys: HashMap<[u8; 32], String>,
     /// The runs this process is driving; shutdown waits for them to settle.
@@ -485,6 +485,10 @@ impl Daemon {
                     })
                 };
                 // Each LLM call takes a permit of the run's account first.
+                // The account's MCP servers only, on this run's connections.
+                let mcp: Arc<dyn flow_runtime::interp::McpClient> = Arc::new(
+                    crate::tenant_mcp::TenantMcp::new(Arc::clone(&daemon), &account, &run_id),
+                );
                 let provider: Arc<dyn Provider> = Arc::new(LimitedProvider {
                     inner: Arc::clone(&daemon.provider),
                     limiter: Arc::clone(&daemon.limiter),
@@ -497,7 +501,7 @@ impl Daemon {
                     &run_id,
                     input,
                     provider,
-                    Some(daemon.mcp.clone()),
+                    Some(mcp),
                     Some(observer),
                 )
                 .await;

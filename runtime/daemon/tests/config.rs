@@ -43,15 +43,20 @@ llm_concurrency = 20
 
 [mcp]
 max_connections = 8
+max_connections_per_account = 3
 idle_timeout_secs = 30
+pass_env = ["PATH"]
 
 [mcp.servers.browser]
 command = "npx"
 args = ["@playwright/mcp", "--executable-path", "/usr/bin/chromium", "--headless"]
 env = {{ DEBUG = "pw:mcp" }}
+allowed_origins = ["https://intranet.acme.io", "http://127.0.0.1:*"]
 
 [mcp.servers.tickets]
-url = "http://127.0.0.1:8931/mcp"
+url = "http://127.0.0.1:8931/mcp?key=hunter2-hunter2"
+isolation = "account"
+tools = ["create_ticket"]
 
 [provider]
 kind = "openai"
@@ -63,6 +68,7 @@ id = "acme"
 api_keys = ["acme-key-0123456789"]
 mail_domains = ["acme.io", "acme-partners.com"]
 llm_concurrency = 4
+mcp_servers = ["browser", "tickets"]
 
 [accounts.departments]
 billing = ["ana@acme.io", "bo@acme.io"]
@@ -148,6 +154,20 @@ args = ["x"]
 [mcp.servers.remote]
 url = "localhost:8931"
 env = { A = "b" }
+
+[mcp.servers.tools]
+command = "node"
+allowed_origins = ["intranet.acme.io"]
+
+[mcp.servers.far-browser]
+url = "http://10.0.0.5:8931/mcp"
+browser = true
+blocked_origins = ["http://10.0.0.5/admin"]
+
+[[accounts]]
+id = "initech"
+api_keys = ["initech-key-0123456789"]
+mcp_servers = ["browser", "tools"]
 "#;
     insta::assert_snapshot!(render(text, &[("FLOWD_SMTP_PORT", "many")]));
 }
