@@ -1014,3 +1014,38 @@ async fn a_pool_without_servers_from_plans_starts_nothing_a_plan_declares() {
     assert_eq!(pool.live_connections(), 0);
     let _ = std::fs::remove_dir_all(&seen);
 }
+
+/// Regression: a preflight that waited 25 s for a place in the pool said
+/// its server "did not answer `initialize` within 1.263615ms". A timeout
+/// says the whole time it was given, and how much went to waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_after_waiting_for_the_pool_says_the_whole_time_given() {
+    let mark = mark("whole-time");
+    let first = stdio("first", "sleep", &["30"], &mark);
+    let second = stdio("second", "sleep", &["31"], &mark);
+    let pool = Arc::new(McpPool::new(McpPoolConfig {
+        max_connections: 1,
+        ..McpPoolConfig::default()
+    }));
+    // The first holds the pool's only place while it fails to start.
+    let holder = {
+        let pool = Arc::clone(&pool);
+        tokio::spawn(async move { pool.tools(&first, Duration::from_secs(2)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let error = pool
+        .tools(&second, Duration::from_secs(4))
+        .await
+        .expect_err("sleep is no MCP server");
+    assert_eq!(error.kind, ErrorKind::Timeout, "{error}");
+    assert!(
+        error.message.contains("within 4s") && error.message.contains("waiting for a place"),
+        "{error}"
+    );
+    assert!(holder.await.unwrap().is_err());
+    pool.shutdown().await;
+    wait_until(Duration::from_secs(5), "the servers exit", || {
+        marked_processes(&mark).is_empty()
+    })
+    .await;
+}
