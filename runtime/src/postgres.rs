@@ -178,6 +178,8 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE kb_documents ADD COLUMN department TEXT;
      CREATE INDEX kb_documents_by_department ON kb_documents (account, department)
          WHERE department IS NOT NULL;",
+    // A run looked up for an account (`account_run`).
+    "CREATE INDEX runs_by_account_id ON runs (account, id);",
 ];
 
 /// How long a run stays its owner's without a heartbeat (`add_active`).
@@ -1053,6 +1055,16 @@ impl Store for PostgresStore {
 
     fn run<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<RunRow>> {
         Box::pin(self.run(id))
+    }
+
+    fn account_run<'a>(&'a self, account: &'a str, id: &'a str) -> StoreFuture<'a, Option<RunRow>> {
+        // Large values live in TOAST tables and are read only when selected.
+        Box::pin(async move {
+            Ok(self
+                .runs_where("id = $1 AND account = $2", &[&id, &account])
+                .await?
+                .pop())
+        })
     }
 
     fn runs(&self) -> StoreFuture<'_, Vec<RunRow>> {

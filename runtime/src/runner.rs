@@ -27,23 +27,34 @@ pub type Observer = Arc<dyn Fn(&StepRecord) + Send + Sync>;
 /// hand the recovered run a fresh budget.
 const ACTIVE_TICK: Duration = Duration::from_secs(1);
 
-/// A new run id, unique in one store: the time in microseconds, the process
-/// id and a per-process count (runs started in the same microsecond differ
-/// by it), in base 36.
+/// A new run id: the time in milliseconds and 96 random bits, in base 36.
 pub fn new_run_id() -> String {
-    static STARTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let micros = std::time::SystemTime::now()
+    let millis = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64);
+        .map_or(0, |d| d.as_millis() as u64);
+    // 96 random bits: an id names one run and says nothing of others (a
+    // counter shared by every account told each tenant how many runs the
+    // others started), and nobody can guess another's.
+    let mut random = [0u8; 12];
+    if getrandom::getrandom(&mut random).is_err() {
+        // No randomness from the system: not worth refusing a run for, but
+        // never a predictable id either.
+        let fallback = std::collections::hash_map::RandomState::new();
+        let high = std::hash::BuildHasher::hash_one(&fallback, millis);
+        let low = std::hash::BuildHasher::hash_one(&fallback, high);
+        random[..8].copy_from_slice(&high.to_le_bytes());
+        random[8..].copy_from_slice(&low.to_le_bytes()[..4]);
+    }
+    let mut wide = [0u8; 16];
+    wide[..12].copy_from_slice(&random);
     format!(
-        "run-{}-{}-{}",
-        base36(micros),
-        base36(u64::from(std::process::id())),
-        base36(STARTED.fetch_add(1, Ordering::Relaxed))
+        "run-{}-{}",
+        base36(u128::from(millis)),
+        base36(u128::from_le_bytes(wide))
     )
 }
 
-fn base36(mut n: u64) -> String {
+fn base36(mut n: u128) -> String {
     const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
     let mut out = Vec::new();
     loop {
@@ -295,5 +306,29 @@ impl Journal for Observed {
     fn record<'a>(&'a self, record: StepRecord) -> BoxFuture<'a, Result<(), StepError>> {
         (self.observer)(&record);
         self.inner.record(record)
+    }
+}
+
+#[cfg(test)]
+mod id_tests {
+    /// Regression: ids were `run-<µs>-<pid>-<counter>`, the counter shared
+    /// by every account, so each tenant saw how many runs others started.
+    #[test]
+    fn run_ids_carry_no_counter_and_differ_in_their_random_part() {
+        let ids: Vec<String> = (0..1000).map(|_| super::new_run_id()).collect();
+        let mut unique = ids.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), ids.len());
+        for id in &ids {
+            let parts: Vec<&str> = id.split('-').collect();
+            assert_eq!(parts.len(), 3, "{id}");
+            assert_eq!(parts[0], "run");
+            // 96 bits in base 36: about 18 characters, rarely fewer.
+            assert!(parts[2].len() >= 12, "{id}");
+        }
+        // Two ids in a row share no long prefix of their random parts.
+        let random = |id: &str| id.rsplit('-').next().unwrap().to_string();
+        assert_ne!(random(&ids[0])[..6], random(&ids[1])[..6]);
     }
 }

@@ -208,7 +208,18 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE kb_documents ADD COLUMN department TEXT;
      CREATE INDEX kb_documents_by_department ON kb_documents(account, department)
          WHERE department IS NOT NULL;",
+    // A run looked up for an account: whether it is the account's is read
+    // from this index, never from the run's row, whose input and outcome
+    // may take many pages (`account_run`).
+    "CREATE INDEX runs_by_account_id ON runs(account, id);",
 ];
+
+/// Run `?2` if account `?1` owns it. Ownership is read from the covering
+/// index: reading the row's `account` would walk the pages of its input and
+/// outcome first, so that another account's large run took measurably
+/// longer to be refused than a made-up id.
+const ACCOUNT_RUN: &str = "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account FROM runs
+     WHERE id = (SELECT id FROM runs INDEXED BY runs_by_account_id WHERE account = ?1 AND id = ?2)";
 
 impl From<rusqlite::Error> for StoreError {
     fn from(error: rusqlite::Error) -> StoreError {
@@ -594,6 +605,13 @@ impl SqliteStore {
                 [id],
                 run_row,
             )
+            .optional()?)
+    }
+
+    pub fn account_run(&self, account: &str, id: &str) -> Result<Option<RunRow>, StoreError> {
+        Ok(self
+            .reader()?
+            .query_row(ACCOUNT_RUN, [account, id], run_row)
             .optional()?)
     }
 
@@ -996,6 +1014,10 @@ impl Store for SqliteStore {
 
     fn run<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<RunRow>> {
         ready(self.run(id))
+    }
+
+    fn account_run<'a>(&'a self, account: &'a str, id: &'a str) -> StoreFuture<'a, Option<RunRow>> {
+        ready(self.account_run(account, id))
     }
 
     fn runs(&self) -> StoreFuture<'_, Vec<RunRow>> {
@@ -1567,6 +1589,28 @@ impl Effects for RunJournal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether a run is an account's is read from an index alone: another
+    /// account's run, however large its input, costs the lookup what a
+    /// made-up id costs (no timing in tests: the plan is what guards it).
+    #[test]
+    fn an_account_run_lookup_reads_the_index_not_the_row() {
+        let dir = flow_tests::TempDir::new("sqlite-account-run");
+        let store = SqliteStore::open(&dir.path().join("flow.db")).unwrap();
+        let conn = store.reader().unwrap();
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {ACCOUNT_RUN}"))
+            .unwrap()
+            .query_map(["acme", "run-x"], |row| row.get::<_, String>(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(
+            plan.iter()
+                .any(|step| step.contains("COVERING INDEX runs_by_account_id")),
+            "{plan:?}"
+        );
+    }
 
     /// A store written before accounts owned knowledge and notifications
     /// (schema version 4), with data in every table the later migrations

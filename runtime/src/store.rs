@@ -298,6 +298,13 @@ pub trait Store: Send + Sync {
 
     fn run<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<RunRow>>;
 
+    /// Run `id` if `account` owns it. Another account's run is answered as
+    /// a run that does not exist, in about the same time whatever its size,
+    /// so that a tenant learns nothing of others' runs by asking.
+    fn account_run<'a>(&'a self, account: &'a str, id: &'a str) -> StoreFuture<'a, Option<RunRow>> {
+        Box::pin(async move { Ok(self.run(id).await?.filter(|row| row.account == account)) })
+    }
+
     /// Every run, oldest first.
     fn runs(&self) -> StoreFuture<'_, Vec<RunRow>>;
 

@@ -596,6 +596,11 @@ async fn deployments_are_versioned_per_account_and_runs_keep_their_account(backe
         .await
         .unwrap();
     assert_eq!(store.run("run-a").await.unwrap().unwrap().account, "acme");
+    // Another account's run is no run at all to it.
+    let own = store.account_run("acme", "run-a").await.unwrap();
+    assert_eq!(own.map(|row| row.id).as_deref(), Some("run-a"));
+    assert_eq!(store.account_run("globex", "run-a").await.unwrap(), None);
+    assert_eq!(store.account_run("acme", "run-zz").await.unwrap(), None);
     let query = flow_runtime::store::RunQuery {
         workflow: Some("w".into()),
         status: Some(RunStatus::Running),

@@ -948,10 +948,9 @@ fn invalid_query(rejection: QueryRejection) -> Problem {
 async fn own_run(daemon: &Daemon, account: &str, id: &str) -> Result<RunRow, Problem> {
     daemon
         .store
-        .run(id)
+        .account_run(account, id)
         .await
         .map_err(store_problem)?
-        .filter(|row| row.account == account)
         .ok_or_else(|| {
             Problem::new(
                 StatusCode::NOT_FOUND,
