@@ -36,8 +36,11 @@ pub struct Config {
     /// Where approvers' links point, without a trailing slash; by default
     /// the address flowd listens on (`Daemon::public_url`).
     pub public_url: Option<String>,
-    /// The HMAC key that signs approval links.
+    /// The secret each account's approval-link key is derived from.
     pub link_secret: Secret,
+    /// Secrets that signed links before `link_secret` replaced them: links
+    /// already sent keep working until they expire.
+    pub previous_link_secrets: Vec<Secret>,
     pub smtp: Option<Smtp>,
     pub provider: Option<Provider>,
     pub accounts: Vec<Account>,
@@ -430,6 +433,8 @@ struct File {
     store: Option<String>,
     public_url: Option<toml::Spanned<String>>,
     link_secret: Option<toml::Spanned<String>>,
+    #[serde(default)]
+    previous_link_secrets: Vec<toml::Spanned<String>>,
     smtp: Option<Smtp>,
     provider: Option<toml::Spanned<Provider>>,
     #[serde(default)]
@@ -535,6 +540,19 @@ pub fn load(
             String::new()
         }
     };
+    let previous_link_secrets = file
+        .previous_link_secrets
+        .into_iter()
+        .map(|secret| {
+            if secret.get_ref().len() < 32 {
+                problems.at(
+                    secret.span(),
+                    "a previous_link_secrets entry is shorter than 32 characters".to_string(),
+                );
+            }
+            Secret(secret.into_inner())
+        })
+        .collect();
     let otlp_endpoint = match otlp_setting {
         None => None,
         Some((value, place)) => {
@@ -888,6 +906,7 @@ pub fn load(
         ),
         public_url,
         link_secret: Secret(link_secret),
+        previous_link_secrets,
         smtp,
         provider,
         accounts,

@@ -2,15 +2,22 @@
 //! reject one gate.
 //!
 //! A link is `{public_url}/approvals/{token}`, the token being the link's
-//! fields (run, step path, approver, decision, expiry) and their HMAC-SHA256
-//! under the configured `link_secret`. It is
+//! fields (account, run, step path, approver, decision, expiry, key id) and
+//! their HMAC-SHA256 under the account's own key. It is
 //! * bound: changing any field breaks the signature, so a link decides that
-//!   gate, as that approver, that way, and nothing else;
+//!   gate of that account's run, as that approver, that way, and nothing
+//!   else;
 //! * expiring: at the gate's own expiry, and at most `LIFETIME` after it
 //!   was sent;
 //! * single use: a decision applies only to a pending gate (the store's
 //!   rule), so once any decision is taken every link to the gate only says
 //!   so.
+//!
+//! Each account's key is derived from the configured `link_secret` and the
+//! account's id, so that no two accounts' links share a key. The token names
+//! the secret it was signed under (`k`, a digest of it): an operator rotates
+//! the secret by moving the old one to `previous_link_secrets`, and the
+//! links already sent keep working until they expire.
 //!
 //! Following a link only shows what it would do: mail scanners fetch links,
 //! so the decision needs the confirmation page's POST.
@@ -19,7 +26,7 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
-use sha2::Sha256;
+use sha2::{Digest, Sha256};
 
 /// The longest a link stays valid, for a gate that does not expire sooner.
 pub const LIFETIME: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
@@ -32,6 +39,9 @@ pub fn now_s() -> u64 {
 /// What a link does.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Link {
+    /// The account whose run it decides; its key signs the link.
+    #[serde(rename = "c")]
+    pub account: String,
     #[serde(rename = "r")]
     pub run_id: String,
     #[serde(rename = "p")]
@@ -46,6 +56,15 @@ pub struct Link {
     pub expires_s: u64,
 }
 
+/// The fields as signed: the link and the id of the secret behind its key.
+#[derive(Serialize, Deserialize)]
+struct Signed {
+    #[serde(flatten)]
+    link: Link,
+    #[serde(rename = "k")]
+    key_id: String,
+}
+
 /// Why a token is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LinkError {
@@ -54,43 +73,94 @@ pub enum LinkError {
     Expired,
 }
 
-fn mac(secret: &str) -> Hmac<Sha256> {
-    Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes keys of any length")
+/// The secrets links are signed with: the current one signs, and the
+/// current and previous ones verify.
+#[derive(Clone)]
+pub struct LinkKeys {
+    secrets: Vec<(String, Vec<u8>)>,
 }
 
-/// The token of `link`, signed with `secret`.
-pub fn sign(secret: &str, link: &Link) -> String {
-    let fields = serde_json::to_vec(link).expect("a link serializes");
-    let mut mac = mac(secret);
-    mac.update(&fields);
-    let signature = mac.finalize().into_bytes();
-    format!(
-        "{}.{}",
-        URL_SAFE_NO_PAD.encode(&fields),
-        URL_SAFE_NO_PAD.encode(signature)
-    )
-}
-
-/// The link `token` stands for, if `secret` signed it and it has not expired
-/// at `now_s`.
-pub fn verify(secret: &str, token: &str, now_s: u64) -> Result<Link, LinkError> {
-    let (fields, signature) = token.split_once('.').ok_or(LinkError::Invalid)?;
-    let fields = URL_SAFE_NO_PAD
-        .decode(fields)
-        .map_err(|_| LinkError::Invalid)?;
-    let signature = URL_SAFE_NO_PAD
-        .decode(signature)
-        .map_err(|_| LinkError::Invalid)?;
-    let mut mac = mac(secret);
-    mac.update(&fields);
-    // Compared in constant time.
-    mac.verify_slice(&signature)
-        .map_err(|_| LinkError::Invalid)?;
-    let link: Link = serde_json::from_slice(&fields).map_err(|_| LinkError::Invalid)?;
-    if now_s > link.expires_s {
-        return Err(LinkError::Expired);
+impl std::fmt::Debug for LinkKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ids: Vec<&str> = self.secrets.iter().map(|(id, _)| id.as_str()).collect();
+        f.debug_struct("LinkKeys").field("key_ids", &ids).finish()
     }
-    Ok(link)
+}
+
+impl LinkKeys {
+    /// `current` signs; `previous` still verify the links signed with them.
+    pub fn new(current: &str, previous: &[String]) -> LinkKeys {
+        let secrets = std::iter::once(current)
+            .chain(previous.iter().map(String::as_str))
+            .map(|secret| (key_id(secret), secret.as_bytes().to_vec()))
+            .collect();
+        LinkKeys { secrets }
+    }
+
+    /// The key of `account`'s links under the secret `key_id` names.
+    fn mac(&self, key_id: &str, account: &str) -> Option<Hmac<Sha256>> {
+        let (_, secret) = self.secrets.iter().find(|(id, _)| id == key_id)?;
+        let mut derive =
+            Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes keys of any length");
+        derive.update(b"flow approval links\0");
+        derive.update(account.as_bytes());
+        let key = derive.finalize().into_bytes();
+        Some(Hmac::<Sha256>::new_from_slice(&key).expect("HMAC takes keys of any length"))
+    }
+
+    /// The token of `link`, signed with its account's key under the current
+    /// secret.
+    pub fn sign(&self, link: &Link) -> String {
+        let key_id = self.secrets[0].0.clone();
+        let fields = serde_json::to_vec(&Signed {
+            link: link.clone(),
+            key_id: key_id.clone(),
+        })
+        .expect("a link serializes");
+        let mut mac = self
+            .mac(&key_id, &link.account)
+            .expect("the current secret is known");
+        mac.update(&fields);
+        let signature = mac.finalize().into_bytes();
+        format!(
+            "{}.{}",
+            URL_SAFE_NO_PAD.encode(&fields),
+            URL_SAFE_NO_PAD.encode(signature)
+        )
+    }
+
+    /// The link `token` stands for, if one of these secrets signed it with
+    /// its account's key and it has not expired at `now_s`.
+    pub fn verify(&self, token: &str, now_s: u64) -> Result<Link, LinkError> {
+        let (fields, signature) = token.split_once('.').ok_or(LinkError::Invalid)?;
+        let fields = URL_SAFE_NO_PAD
+            .decode(fields)
+            .map_err(|_| LinkError::Invalid)?;
+        let signature = URL_SAFE_NO_PAD
+            .decode(signature)
+            .map_err(|_| LinkError::Invalid)?;
+        // Read before the signature is checked, to know which key checks it;
+        // nothing of it is used unless the signature holds.
+        let signed: Signed = serde_json::from_slice(&fields).map_err(|_| LinkError::Invalid)?;
+        let mut mac = self
+            .mac(&signed.key_id, &signed.link.account)
+            .ok_or(LinkError::Invalid)?;
+        mac.update(&fields);
+        // Compared in constant time.
+        mac.verify_slice(&signature)
+            .map_err(|_| LinkError::Invalid)?;
+        if now_s > signed.link.expires_s {
+            return Err(LinkError::Expired);
+        }
+        Ok(signed.link)
+    }
+}
+
+/// A secret's id in tokens: the start of its SHA-256, which names it without
+/// telling it.
+fn key_id(secret: &str) -> String {
+    let digest = Sha256::digest(secret.as_bytes());
+    digest[..4].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
@@ -101,6 +171,7 @@ mod tests {
 
     fn link() -> Link {
         Link {
+            account: "acme".into(),
             run_id: "r1".into(),
             path: "gates/legal".into(),
             approver: "ana@x.io".into(),
@@ -109,29 +180,66 @@ mod tests {
         }
     }
 
+    fn keys() -> LinkKeys {
+        LinkKeys::new(SECRET, &[])
+    }
+
     #[test]
     fn a_signed_link_verifies_until_it_expires() {
-        let token = sign(SECRET, &link());
-        assert_eq!(verify(SECRET, &token, 1_000), Ok(link()));
-        assert_eq!(verify(SECRET, &token, 1_001), Err(LinkError::Expired));
+        let token = keys().sign(&link());
+        assert_eq!(keys().verify(&token, 1_000), Ok(link()));
+        assert_eq!(keys().verify(&token, 1_001), Err(LinkError::Expired));
     }
 
     #[test]
     fn a_changed_field_or_another_secret_is_refused() {
-        let token = sign(SECRET, &link());
-        let (_, signature) = token.split_once('.').unwrap();
-        // The same signature over a link that rejects instead.
-        let forged = Link {
-            approve: false,
-            ..link()
-        };
-        let fields = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&forged).unwrap());
-        let forged = format!("{fields}.{signature}");
-        assert_eq!(verify(SECRET, &forged, 0), Err(LinkError::Invalid));
-        let other = sign("another secret of thirty-two chars", &link());
-        assert_eq!(verify(SECRET, &other, 0), Err(LinkError::Invalid));
+        let token = keys().sign(&link());
+        let (fields, signature) = token.split_once('.').unwrap();
+        let signed: serde_json::Value =
+            serde_json::from_slice(&URL_SAFE_NO_PAD.decode(fields).unwrap()).unwrap();
+        // The same signature over a link that rejects instead, or over the
+        // same link for another account.
+        for (field, value) in [("y", json!(false)), ("c", json!("globex"))] {
+            let mut forged = signed.clone();
+            forged[field] = value;
+            let fields = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&forged).unwrap());
+            let forged = format!("{fields}.{signature}");
+            assert_eq!(
+                keys().verify(&forged, 0),
+                Err(LinkError::Invalid),
+                "{field}"
+            );
+        }
+        let other = LinkKeys::new("another secret of thirty-two chars", &[]).sign(&link());
+        assert_eq!(keys().verify(&other, 0), Err(LinkError::Invalid));
         for garbage in ["", ".", "abc", "a.b.c", "%%%.%%%"] {
-            assert_eq!(verify(SECRET, garbage, 0), Err(LinkError::Invalid));
+            assert_eq!(keys().verify(garbage, 0), Err(LinkError::Invalid));
         }
     }
+
+    /// Each account's links have their own key: the signature of one
+    /// account's link does not sign the same fields for another.
+    #[test]
+    fn accounts_sign_with_keys_of_their_own() {
+        let keys = keys();
+        let acme = keys.mac(&key_id(SECRET), "acme").unwrap().finalize();
+        let globex = keys.mac(&key_id(SECRET), "globex").unwrap().finalize();
+        assert_ne!(acme.into_bytes(), globex.into_bytes());
+    }
+
+    /// Rotating the secret: links signed with the old one keep working
+    /// while it is listed as previous, and stop when it is dropped.
+    #[test]
+    fn a_rotated_secret_keeps_the_links_already_sent() {
+        let old = keys().sign(&link());
+        let rotated = LinkKeys::new("a brand new secret of 32 characters", &[SECRET.to_string()]);
+        assert_eq!(rotated.verify(&old, 0), Ok(link()));
+        let new = rotated.sign(&link());
+        assert_ne!(new, old);
+        assert_eq!(rotated.verify(&new, 0), Ok(link()));
+        let dropped = LinkKeys::new("a brand new secret of 32 characters", &[]);
+        assert_eq!(dropped.verify(&old, 0), Err(LinkError::Invalid));
+    }
+
+    use serde_json::json;
 }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flow_runtime::interp::{PendingApproval, StepStatus, gate_due_ms};
-use flow_runtime::store::{MailNext, MailState, Notification, NotificationKind, Outgoing};
+use flow_runtime::store::{MailNext, MailState, Notification, NotificationKind, Outgoing, RunRow};
 use lettre::message::header::ContentType;
 use lettre::transport::smtp::authentication::Credentials;
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
@@ -153,9 +153,7 @@ async fn deliver(daemon: &Daemon, outgoing: &Outgoing) -> (Vec<String>, MailNext
     for recipient in recipients.iter().filter(|r| !outgoing.sent_to.contains(r)) {
         let text = match &gate {
             None => handoff_text(daemon, notification, &run.workflow),
-            Some((pending, due_ms)) => {
-                approval_text(daemon, &run.id, &run.workflow, pending, *due_ms, recipient)
-            }
+            Some((pending, due_ms)) => approval_text(daemon, &run, pending, *due_ms, recipient),
         };
         let subject = notification.subject.clone().unwrap_or_else(|| match &gate {
             None => format!("{}: handed to {}", run.workflow, notification.audience),
@@ -268,8 +266,7 @@ async fn send(
 
 fn approval_text(
     daemon: &Daemon,
-    run_id: &str,
-    workflow: &str,
+    run: &RunRow,
     pending: &PendingApproval,
     due_ms: Option<u64>,
     approver: &str,
@@ -278,16 +275,14 @@ fn approval_text(
     let latest = links::now_s() + links::LIFETIME.as_secs();
     let expires_s = due_ms.map_or(latest, |ms| (ms / 1000).min(latest));
     let url = |approve: bool| {
-        let token = links::sign(
-            &daemon.config.link_secret.0,
-            &Link {
-                run_id: run_id.to_string(),
-                path: pending.path.clone(),
-                approver: approver.to_string(),
-                approve,
-                expires_s,
-            },
-        );
+        let token = daemon.links.sign(&Link {
+            account: run.account.clone(),
+            run_id: run.id.clone(),
+            path: pending.path.clone(),
+            approver: approver.to_string(),
+            approve,
+            expires_s,
+        });
         format!("{}/approvals/{token}", daemon.public_url())
     };
     // The links come before the message, and the message is quoted: text a
@@ -307,6 +302,8 @@ fn approval_text(
          The request:\n\n{quoted}\n\
          The run: {url}/inspector#/runs/{run_id}\n",
         url = daemon.public_url(),
+        run_id = run.id,
+        workflow = run.workflow,
         step = pending.path,
         approve = url(true),
         reject = url(false),

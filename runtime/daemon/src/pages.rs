@@ -91,7 +91,7 @@ pub(crate) async fn confirm(
 
 /// The link's run and pending gate, or the page that says why there is none.
 async fn open(daemon: &Daemon, token: &str) -> Result<(Link, RunRow, PendingApproval), Response> {
-    let link = links::verify(&daemon.config.link_secret.0, token, links::now_s()).map_err(|error| {
+    let link = daemon.links.verify(token, links::now_s()).map_err(|error| {
         match error {
             LinkError::Invalid => page(
                 StatusCode::FORBIDDEN,
@@ -112,9 +112,10 @@ async fn open(daemon: &Daemon, token: &str) -> Result<(Link, RunRow, PendingAppr
             &format!("<p>{}</p>", escape(detail)),
         )
     };
+    // The account the link was signed for owns the run, or there is none.
     let run = daemon
         .store
-        .run(&link.run_id)
+        .account_run(&link.account, &link.run_id)
         .await
         .map_err(|e| unavailable(&e.to_string()))?
         .ok_or_else(|| {

@@ -64,6 +64,8 @@ pub struct Daemon {
     public_url: std::sync::OnceLock<String>,
     /// Wakes the mailer when there is something to mail.
     pub(crate) mail_wake: tokio::sync::Notify,
+    /// The keys of approval links (`links`).
+    pub(crate) links: crate::links::LinkKeys,
 }
 
 /// The account a request was authenticated as.
@@ -162,7 +164,16 @@ impl Daemon {
             }
             None => Arc::new(LocalLimiter::new(limits, events)),
         };
+        let links = crate::links::LinkKeys::new(
+            &config.link_secret.0,
+            &config
+                .previous_link_secrets
+                .iter()
+                .map(|Secret(secret)| secret.clone())
+                .collect::<Vec<_>>(),
+        );
         Ok(Arc::new(Daemon {
+            links,
             mail,
             mail_wake: tokio::sync::Notify::new(),
             public_url: std::sync::OnceLock::new(),

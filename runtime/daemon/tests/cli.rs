@@ -1517,3 +1517,58 @@ async fn an_unreachable_redis_at_start_is_a_warning_and_calls_fail_open() {
         "{metrics}"
     );
 }
+
+/// Links are signed with a key of the run's account, derived from the link
+/// secret; the token names the secret, so that an operator who rotates it
+/// (the old one moved to `previous_link_secrets`) breaks no link already
+/// sent, and one who drops the old secret voids its links.
+#[tokio::test]
+async fn a_rotated_link_secret_keeps_the_links_already_sent() {
+    let sink = flow_tests::smtp_sink::SmtpSink::refusing(0).await;
+    let dir = TempDir::new("flowd-link-rotation");
+    let smtp = format!(
+        "[smtp]\nhost = \"127.0.0.1\"\nport = {}\nfrom = \"flowd@acme.io\"\ntls = \"none\"\n",
+        sink.port
+    );
+    let old = "0123456789abcdef0123456789abcdef";
+    let new = "a brand new secret of 32 characters";
+    let flowd = Flowd::start_with(&dir, &format!("{CONFIG}{smtp}"));
+    flowd
+        .deploy(
+            ACME,
+            "workflow gate {\n  step ok = approval { approvers: [\"ana@acme.io\"], message: \"Go?\" }\n}\n",
+        )
+        .await;
+    let run_id = flowd
+        .start_run(ACME, serde_json::json!({ "workflow": "gate" }))
+        .await;
+    let mails = sink.wait_for(1).await;
+    let (approve, _) = links_in(&mails[0]);
+    let token = approve.rsplit('/').next().unwrap().to_string();
+    drop(flowd);
+
+    let opens = |flowd: &Flowd| {
+        let url = format!("{}/approvals/{token}", flowd.url);
+        let client = flowd.client.clone();
+        async move { client.get(url).send().await.unwrap().status().as_u16() }
+    };
+    // `previous_link_secrets` is a top-level key: before any table.
+    let rotated = format!(
+        "previous_link_secrets = [{old:?}]\n{}",
+        CONFIG.replace(old, new)
+    ) + &smtp;
+    let flowd = Flowd::start_with(&dir, &rotated);
+    assert_eq!(opens(&flowd).await, 200, "a link sent before the rotation");
+    drop(flowd);
+    let flowd = Flowd::start_with(&dir, &(CONFIG.replace(old, new) + &smtp));
+    assert_eq!(opens(&flowd).await, 403, "the old secret was dropped");
+    let (status, _) = flowd
+        .send(
+            reqwest::Method::GET,
+            &format!("/v1/runs/{run_id}"),
+            Some(ACME),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "the run is still there, waiting");
+}
