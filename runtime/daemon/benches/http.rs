@@ -9,9 +9,12 @@
 //!
 //! `cargo bench -p flow-daemon --bench http [-- --quick]`
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{Flowd, ms};
 use serde_json::json;
 
 const KEY: &str = "bench-key-0123456789";
@@ -154,50 +157,4 @@ fn main() {
     );
     flowd.stop();
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// flowd as a process of its own (the release binary beside this bench),
-/// stopped with SIGTERM.
-struct Flowd {
-    child: std::process::Child,
-    url: String,
-}
-
-impl Flowd {
-    fn start(dir: &std::path::Path) -> Flowd {
-        use std::io::{BufRead, BufReader};
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_flowd"))
-            .arg("serve")
-            .current_dir(dir)
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("flowd starts");
-        let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
-        let mut line = String::new();
-        let address = loop {
-            line.clear();
-            if stderr.read_line(&mut line).unwrap_or(0) == 0 {
-                panic!("flowd exited before listening");
-            }
-            if let Some(found) = line.trim().strip_prefix("flowd: listening on ") {
-                break found.to_string();
-            }
-        };
-        std::thread::spawn(move || for _ in stderr.lines() {});
-        Flowd {
-            child,
-            url: format!("http://{address}"),
-        }
-    }
-
-    fn stop(&mut self) {
-        let _ = std::process::Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
-    }
-}
-
-fn ms(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1000.0
 }

@@ -1,0 +1,51 @@
+//! What flowd's benches share: flowd as a process of its own.
+
+#![allow(dead_code, reason = "each bench uses a part of it")]
+
+use std::time::Duration;
+
+/// flowd as a process of its own (the release binary beside this bench),
+/// stopped with SIGTERM.
+pub struct Flowd {
+    pub child: std::process::Child,
+    pub url: String,
+}
+
+impl Flowd {
+    pub fn start(dir: &std::path::Path) -> Flowd {
+        use std::io::{BufRead, BufReader};
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_flowd"))
+            .arg("serve")
+            .current_dir(dir)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("flowd starts");
+        let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+        let mut line = String::new();
+        let address = loop {
+            line.clear();
+            if stderr.read_line(&mut line).unwrap_or(0) == 0 {
+                panic!("flowd exited before listening");
+            }
+            if let Some(found) = line.trim().strip_prefix("flowd: listening on ") {
+                break found.to_string();
+            }
+        };
+        std::thread::spawn(move || for _ in stderr.lines() {});
+        Flowd {
+            child,
+            url: format!("http://{address}"),
+        }
+    }
+
+    pub fn stop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1000.0
+}
