@@ -157,17 +157,19 @@ pub struct Overlay {
 }
 
 impl flow_compiler::SourceLoader for Overlay {
-    fn load(&self, path: &str) -> Result<Vec<u8>, String> {
+    fn load(&self, path: &str) -> Result<Vec<u8>, flow_compiler::LoadFailure> {
         if let Some(text) = self.buffers.get(&normalize(path)) {
             return Ok(text.as_bytes().to_vec());
         }
         if std::path::Path::new(path).is_dir() {
-            return Err("it is a directory".to_string());
+            return Err(flow_compiler::LoadFailure::unreadable("it is a directory"));
         }
-        std::fs::read(path).map_err(|error| match error.kind() {
-            std::io::ErrorKind::NotFound => "no such file or directory".to_string(),
-            std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
-            _ => error.to_string(),
+        std::fs::read(path).map_err(|error| {
+            flow_compiler::LoadFailure::unreadable(match error.kind() {
+                std::io::ErrorKind::NotFound => "no such file or directory".to_string(),
+                std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+                _ => error.to_string(),
+            })
         })
     }
 }

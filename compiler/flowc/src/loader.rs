@@ -14,13 +14,14 @@ use flow_compiler::check::normalize;
 pub(crate) struct DiskLoader;
 
 impl flow_compiler::SourceLoader for DiskLoader {
-    fn load(&self, path: &str) -> Result<Vec<u8>, String> {
+    fn load(&self, path: &str) -> Result<Vec<u8>, flow_compiler::LoadFailure> {
         // A directory opens fine on some platforms and only fails on read, with
         // a cryptic message; say what is wrong instead.
         if Path::new(path).is_dir() {
-            return Err("it is a directory".to_string());
+            return Err(flow_compiler::LoadFailure::unreadable("it is a directory"));
         }
-        std::fs::read(path).map_err(|error| io_reason(&error))
+        std::fs::read(path)
+            .map_err(|error| flow_compiler::LoadFailure::unreadable(io_reason(&error)))
     }
 }
 

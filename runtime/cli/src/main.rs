@@ -565,8 +565,8 @@ async fn dispatch_remote(command: Command, server: &remote::Server) -> Result<u8
 struct Disk;
 
 impl flow_compiler::SourceLoader for Disk {
-    fn load(&self, path: &str) -> std::result::Result<Vec<u8>, String> {
-        std::fs::read(path).map_err(|e| e.to_string())
+    fn load(&self, path: &str) -> std::result::Result<Vec<u8>, flow_compiler::LoadFailure> {
+        std::fs::read(path).map_err(|e| flow_compiler::LoadFailure::unreadable(e.to_string()))
     }
 }
 
