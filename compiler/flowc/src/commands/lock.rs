@@ -14,10 +14,10 @@ use flow_plan::McpServer;
 use flow_runtime::mcp::{McpPool, McpPoolConfig};
 
 use crate::Exit;
-use crate::loader::{DiskLoader, expand_paths, io_reason, write_atomically};
+use crate::loader::{RootFile, expand_paths, io_reason, print_load_error, write_atomically};
 
-pub(crate) fn run(paths: &[PathBuf], timeout: Duration) -> Exit {
-    let (files, problems) = expand_paths(paths);
+pub(crate) fn run(paths: &[PathBuf], root: Option<&Path>, timeout: Duration) -> Exit {
+    let (files, problems) = expand_paths(paths, root);
     for problem in &problems {
         eprintln!("error: {problem}");
     }
@@ -27,14 +27,14 @@ pub(crate) fn run(paths: &[PathBuf], timeout: Duration) -> Exit {
     // The servers each folder's files declare (or import), once each.
     let mut folders: BTreeMap<PathBuf, Vec<McpServer>> = BTreeMap::new();
     for file in &files {
-        let checked = match flow_compiler::check(file, &DiskLoader) {
+        let checked = match flow_compiler::check(&file.path, &file.loader()) {
             Ok(checked) => checked,
             Err(error) => {
-                eprintln!("error: cannot read {file}: {}", error.message);
+                print_load_error(&error);
                 return Exit::Usage;
             }
         };
-        let servers = folders.entry(folder_of(file)).or_default();
+        let servers = folders.entry(folder_of(&file.path)).or_default();
         let mut names: Vec<&String> = checked.analysis.env.mcp_servers.keys().collect();
         names.sort();
         for name in names {
@@ -151,30 +151,33 @@ fn folder_of(file: &str) -> PathBuf {
 
 /// The lock beside each of `files` that has one; an unreadable or malformed
 /// lock is an error, since checking without it would pass what it forbids.
-pub(crate) fn read_locks(files: &[String]) -> Result<HashMap<String, Arc<ToolLock>>, String> {
+/// A lock is read through its file's project, like a source: a `flow.lock`
+/// that is a link out of the project, a device or huge is refused.
+pub(crate) fn read_locks(files: &[RootFile]) -> Result<HashMap<String, Arc<ToolLock>>, String> {
     let mut by_folder: HashMap<PathBuf, Option<Arc<ToolLock>>> = HashMap::new();
     let mut locks = HashMap::new();
     for file in files {
-        let folder = folder_of(file);
+        let folder = folder_of(&file.path);
         if !by_folder.contains_key(&folder) {
             let path = folder.join(LOCK_FILE);
-            let lock = match std::fs::read_to_string(&path) {
-                Ok(text) => Some(Arc::new(ToolLock::from_json(&text).map_err(|reason| {
-                    format!("{} cannot be used: {reason}", path.display())
-                })?)),
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
-                Err(error) => {
-                    return Err(format!(
-                        "cannot read {}: {}",
-                        path.display(),
-                        io_reason(&error)
-                    ));
+            let lock = match file.project.read_other(&path) {
+                Ok(Some(bytes)) => {
+                    let text = String::from_utf8(bytes).map_err(|_| {
+                        format!("{} cannot be used: it is not valid UTF-8", path.display())
+                    })?;
+                    Some(Arc::new(ToolLock::from_json(&text).map_err(|reason| {
+                        format!("{} cannot be used: {reason}", path.display())
+                    })?))
+                }
+                Ok(None) => None,
+                Err(failure) => {
+                    return Err(format!("cannot read {}: {failure}", path.display()));
                 }
             };
             by_folder.insert(folder.clone(), lock);
         }
         if let Some(Some(lock)) = by_folder.get(&folder) {
-            locks.insert(file.clone(), Arc::clone(lock));
+            locks.insert(file.path.clone(), Arc::clone(lock));
         }
     }
     Ok(locks)
