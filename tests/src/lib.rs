@@ -37,6 +37,7 @@ pub fn flow_path() -> PathBuf {
             "runtime/cli/src",
             "runtime/src",
             "compiler/core/src",
+            "compiler/loader/src",
             "compiler/plan/src",
         ],
     )
