@@ -96,12 +96,23 @@ enum Command {
         #[arg(required = true, value_name = "PATH")]
         paths: Vec<PathBuf>,
     },
-    /// Ask every MCP server the files declare for its tools, and write their
-    /// names and input schemas to `flow.lock` beside the files, for `check`.
+    /// Start every MCP server the files and their imports declare, ask it for
+    /// its tools, and write them to `flow.lock` beside the files, for `check`.
+    ///
+    /// This runs programs: every `mcp` server declared in the files, or in
+    /// the files they import, is started (its `command`, with its `args` and
+    /// `env`) or reached (its `url`). Each command is printed on stderr
+    /// before it starts, with the names of its environment variables (not
+    /// their values); `--dry-run` lists them and starts nothing. Lock only
+    /// files you would trust as a script.
     Lock {
         /// How long each server may take to start and list its tools, in seconds.
         #[arg(long, default_value_t = 60, value_name = "SECONDS")]
         timeout: u64,
+        /// List the commands that would be started and the URLs that would
+        /// be reached, start nothing, write nothing.
+        #[arg(long)]
+        dry_run: bool,
         #[command(flatten)]
         project: ProjectArg,
         /// Files and directories (recursively, `*.flow`).
@@ -178,12 +189,14 @@ fn main() -> ExitCode {
         } => commands::graph::run(&file, project.root.as_deref(), workflow.as_deref()),
         Command::Lock {
             timeout,
+            dry_run,
             project,
             paths,
         } => commands::lock::run(
             &paths,
             project.root.as_deref(),
             std::time::Duration::from_secs(timeout),
+            dry_run,
         ),
     };
     exit.into()

@@ -3,20 +3,31 @@
 //! files (one lock per folder), so that `flowc check` can check browser steps
 //! offline. The servers are reached through the runtime's MCP pool, exactly
 //! as a run would reach them; nothing of a failed folder is written.
+//!
+//! Locking runs programs: a stdio server is its `command`, started with its
+//! `args` and `env`, and the files that declare it may be imports the user
+//! has not read. So every command is printed (program, arguments and the
+//! names of its environment variables, whose values may be secrets) before
+//! it starts, and `--dry-run` lists them without starting anything.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use flow_compiler::lock::{LOCK_FILE, LOCK_VERSION, LockedServer, LockedTool, ToolLock};
-use flow_plan::McpServer;
+use flow_plan::{McpServer, McpTransport};
 use flow_runtime::mcp::{McpPool, McpPoolConfig};
 
 use crate::Exit;
 use crate::loader::{RootFile, expand_paths, io_reason, print_load_error, write_atomically};
 
-pub(crate) fn run(paths: &[PathBuf], root: Option<&Path>, timeout: Duration) -> Exit {
+pub(crate) fn run(
+    paths: &[PathBuf],
+    root: Option<&Path>,
+    timeout: Duration,
+    dry_run: bool,
+) -> Exit {
     let (files, problems) = expand_paths(paths, root);
     for problem in &problems {
         eprintln!("error: {problem}");
@@ -49,6 +60,9 @@ pub(crate) fn run(paths: &[PathBuf], root: Option<&Path>, timeout: Duration) -> 
             }
         }
     }
+    if dry_run {
+        return list(&folders);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -62,17 +76,106 @@ pub(crate) fn run(paths: &[PathBuf], root: Option<&Path>, timeout: Duration) -> 
     runtime.block_on(lock_folders(folders, timeout))
 }
 
+/// `--dry-run`: what locking would start or reach, one line per server and
+/// lock on stdout (for a reviewer or a script), nothing started or written.
+fn list(folders: &BTreeMap<PathBuf, Vec<McpServer>>) -> Exit {
+    let mut count = 0;
+    for (folder, servers) in folders {
+        let path = folder.join(LOCK_FILE);
+        for server in servers {
+            println!("{}: would {}", path.display(), describe(server));
+            count += 1;
+        }
+    }
+    eprintln!(
+        "flowc: dry run: {count} MCP server(s) for {} lock(s); nothing started, nothing written",
+        folders.len()
+    );
+    Exit::Ok
+}
+
+/// What asking `server` does, for a person: the command line it starts
+/// (quoted as a shell would need it) and the names of its environment
+/// variables, never their values, which may be secrets; or the URL it
+/// reaches, without the password it may carry.
+pub(crate) fn describe(server: &McpServer) -> String {
+    match &server.transport {
+        McpTransport::Stdio { command, args, env } => {
+            let mut line = format!(
+                "start MCP server `{}`: {}",
+                server.name,
+                shell_quote(command)
+            );
+            for arg in args {
+                line.push(' ');
+                line.push_str(&shell_quote(arg));
+            }
+            if !env.is_empty() {
+                let names: Vec<&str> = env.iter().map(|(name, _)| name.as_str()).collect();
+                line.push_str(&format!(" (environment: {})", names.join(", ")));
+            }
+            line
+        }
+        McpTransport::Http { url } => {
+            format!(
+                "reach MCP server `{}` at {}",
+                server.name,
+                without_password(url)
+            )
+        }
+    }
+}
+
+/// `word` as a shell would need it written: bare when it has only safe
+/// characters, else in single quotes.
+fn shell_quote(word: &str) -> String {
+    let safe = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c));
+    if safe {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
+/// `url` with the user information of its authority (`user:password@`)
+/// replaced, since a token there is a secret.
+fn without_password(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_string();
+    };
+    let authority_start = scheme_end + 3;
+    let authority_end = url[authority_start..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |i| authority_start + i);
+    match url[authority_start..authority_end].rfind('@') {
+        Some(at) => format!(
+            "{}***{}",
+            &url[..authority_start],
+            &url[authority_start + at..]
+        ),
+        None => url.to_string(),
+    }
+}
+
 async fn lock_folders(folders: BTreeMap<PathBuf, Vec<McpServer>>, timeout: Duration) -> Exit {
     let pool = Arc::new(McpPool::new(McpPoolConfig {
         connect_timeout: timeout,
         ..McpPoolConfig::default()
     }));
     let mut exit = Exit::Ok;
+    let mut announced: HashSet<McpTransport> = HashSet::new();
     for (folder, servers) in folders {
         // The servers of a folder start at once: a lock waits for the
         // slowest, not for their sum.
         let mut asked = tokio::task::JoinSet::new();
         for (index, server) in servers.into_iter().enumerate() {
+            // Said once per server: the pool keeps it for the next folder.
+            if announced.insert(server.transport.clone()) {
+                eprintln!("flowc: {}", describe(&server));
+            }
             let pool = Arc::clone(&pool);
             asked.spawn(async move {
                 let tools = pool.tools(&server, timeout).await;
@@ -181,4 +284,49 @@ pub(crate) fn read_locks(files: &[RootFile]) -> Result<HashMap<String, Arc<ToolL
         }
     }
     Ok(locks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_is_described_with_env_names_but_not_values() {
+        let server = McpServer {
+            name: "x".to_string(),
+            transport: McpTransport::Stdio {
+                command: "node".to_string(),
+                args: vec![
+                    "server.js".to_string(),
+                    "a b".to_string(),
+                    "it's".to_string(),
+                ],
+                env: vec![("TOKEN".to_string(), "s3cret".to_string())],
+            },
+        };
+        let text = describe(&server);
+        assert_eq!(
+            text,
+            "start MCP server `x`: node server.js 'a b' 'it'\\''s' (environment: TOKEN)"
+        );
+        assert!(!text.contains("s3cret"));
+    }
+
+    #[test]
+    fn a_url_is_described_without_its_password() {
+        let server = McpServer {
+            name: "web".to_string(),
+            transport: McpTransport::Http {
+                url: "https://me:token@example.com/mcp?x=1".to_string(),
+            },
+        };
+        assert_eq!(
+            describe(&server),
+            "reach MCP server `web` at https://***@example.com/mcp?x=1"
+        );
+        assert_eq!(
+            without_password("http://127.0.0.1:8931/mcp"),
+            "http://127.0.0.1:8931/mcp"
+        );
+    }
 }
