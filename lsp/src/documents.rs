@@ -2,10 +2,12 @@
 //! buffers before the disk, so that an import sees unsaved edits.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use flow_compiler::Checked;
 use flow_compiler::check::normalize;
+use flow_compiler::{Checked, LoadFailure};
+use flow_loader::Project;
 
 use crate::convert::{Encoding, Lines};
 use tower_lsp_server::ls_types::{TextDocumentContentChangeEvent, Uri};
@@ -54,6 +56,9 @@ pub struct Documents {
     /// since an import may have changed; files changed on disk only (an
     /// import not open, `flow.lock`) are read again at the next path typed.
     pub repaired: Option<Repaired>,
+    /// The workspace folders (or the root URI), each a project: imports may
+    /// not lead outside the one that holds the importing file.
+    pub roots: Vec<PathBuf>,
 }
 
 impl Documents {
@@ -88,7 +93,8 @@ impl Documents {
         doc.version = version;
     }
 
-    /// The loader's view: every open buffer's text by normal path.
+    /// The loader's view: every open buffer's text by normal path, and the
+    /// workspace folders that bound what a file may import.
     pub fn overlay(&self) -> Overlay {
         Overlay {
             buffers: self
@@ -96,6 +102,7 @@ impl Documents {
                 .iter()
                 .map(|(path, doc)| (path.clone(), doc.text.clone()))
                 .collect(),
+            roots: self.roots.clone(),
         }
     }
 
@@ -150,25 +157,73 @@ impl Documents {
     }
 }
 
-/// Open buffers first, then the disk.
+/// Open buffers first, then the disk, within the project of the file being
+/// checked.
 #[derive(Debug, Clone, Default)]
 pub struct Overlay {
     pub buffers: HashMap<String, Arc<str>>,
+    /// The workspace folders, each a project: a file's imports are confined
+    /// to the folder that holds it (the innermost), or to the file's own
+    /// folder when none does.
+    pub roots: Vec<PathBuf>,
 }
 
-impl flow_compiler::SourceLoader for Overlay {
-    fn load(&self, path: &str) -> Result<Vec<u8>, String> {
-        if let Some(text) = self.buffers.get(&normalize(path)) {
+/// How to name a wider project, in an editor.
+const WIDEN: &str = "the project is the editor's workspace folder, or the file's own folder outside any; open a wider folder as the workspace to import from it";
+
+impl Overlay {
+    /// The project whose files `file` may import.
+    fn project_of(&self, file: &str) -> Option<Project> {
+        let path = Path::new(file);
+        let folder = self
+            .roots
+            .iter()
+            .filter(|root| path.starts_with(root))
+            .max_by_key(|root| root.components().count())
+            .cloned()
+            .or_else(|| path.parent().map(Path::to_path_buf))?;
+        Project::new(&folder, WIDEN).ok()
+    }
+
+    /// The loader for checking `root`.
+    pub fn loader(&self, root: &str) -> OverlayLoader<'_> {
+        OverlayLoader {
+            overlay: self,
+            root: normalize(root),
+            project: self.project_of(root),
+        }
+    }
+}
+
+/// An [`Overlay`] as the checker's loader for one root file.
+#[derive(Debug)]
+pub struct OverlayLoader<'o> {
+    overlay: &'o Overlay,
+    root: String,
+    /// `None` when the file's folder cannot be opened (an unsaved buffer in
+    /// a folder since removed): then only the root's own buffer is served.
+    project: Option<Project>,
+}
+
+impl flow_compiler::SourceLoader for OverlayLoader<'_> {
+    fn load(&self, path: &str) -> Result<Vec<u8>, LoadFailure> {
+        let normal = normalize(path);
+        let Some(project) = &self.project else {
+            return match self.overlay.buffers.get(&normal) {
+                Some(text) if normal == self.root => Ok(text.as_bytes().to_vec()),
+                _ => Err(LoadFailure::unreadable("the file's folder cannot be read")),
+            };
+        };
+        // The project's bounds hold for open buffers too: the editor's
+        // buffers are not read from disk, but an import must mean the same
+        // in the editor as in `flowc check`.
+        if !project.contains(path) {
+            return Err(project.outside());
+        }
+        if let Some(text) = self.overlay.buffers.get(&normal) {
             return Ok(text.as_bytes().to_vec());
         }
-        if std::path::Path::new(path).is_dir() {
-            return Err("it is a directory".to_string());
-        }
-        std::fs::read(path).map_err(|error| match error.kind() {
-            std::io::ErrorKind::NotFound => "no such file or directory".to_string(),
-            std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
-            _ => error.to_string(),
-        })
+        project.read(path, false)
     }
 }
 
@@ -178,16 +233,28 @@ impl flow_compiler::SourceLoader for Overlay {
 pub fn check_with(overlay: &Overlay, root: &str, text: &str) -> Checked {
     let mut overlay = overlay.clone();
     overlay.buffers.insert(normalize(root), Arc::from(text));
-    let lock = tool_lock(root);
+    let loader = overlay.loader(root);
+    let lock = tool_lock(&loader, root);
     // The root is in the overlay, so loading it cannot fail.
-    flow_compiler::check_with_tools(root, &overlay, lock.as_ref())
+    flow_compiler::check_with_tools(root, &loader, lock.as_ref())
         .unwrap_or_else(|_| flow_compiler::check_source(root, text))
 }
 
-/// The `flow.lock` in the folder of `file`, if it exists and reads; a lock
-/// that does not parse is as none (`flowc check` reports it).
-fn tool_lock(file: &str) -> Option<flow_compiler::lock::ToolLock> {
-    let folder = std::path::Path::new(file).parent()?;
-    let text = std::fs::read_to_string(folder.join("flow.lock")).ok()?;
+/// Checks `root`, a file that is not open, as it is on disk.
+pub fn check_file(overlay: &Overlay, root: &str) -> Option<Checked> {
+    flow_compiler::check(root, &overlay.loader(root)).ok()
+}
+
+/// The `flow.lock` in the folder of `file`, if it exists and reads (through
+/// the file's project, like a source); a lock that does not parse is as none
+/// (`flowc check` reports it).
+fn tool_lock(loader: &OverlayLoader<'_>, file: &str) -> Option<flow_compiler::lock::ToolLock> {
+    let folder = Path::new(file).parent()?;
+    let bytes = loader
+        .project
+        .as_ref()?
+        .read_other(&folder.join("flow.lock"))
+        .ok()??;
+    let text = String::from_utf8(bytes).ok()?;
     flow_compiler::lock::ToolLock::from_json(&text).ok()
 }

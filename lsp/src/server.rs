@@ -14,7 +14,7 @@ use tower_lsp_server::ls_types::*;
 use tower_lsp_server::{Client, LanguageServer};
 
 use crate::convert::{Encoding, Lines};
-use crate::documents::{Analysis, Document, Documents, Repaired, check_with};
+use crate::documents::{Analysis, Document, Documents, Repaired, check_file, check_with};
 
 /// How long edits must pause before the file is checked again: a burst of
 /// keystrokes is checked once. `initializationOptions.debounceMs` overrides it.
@@ -59,8 +59,6 @@ struct State {
     documents: Documents,
     encoding: Encoding,
     debounce: Duration,
-    /// Workspace folders, for references and renames across files.
-    roots: Vec<std::path::PathBuf>,
     /// Where the language reference is, for diagnostics' `codeDescription`.
     docs: Option<Uri>,
 }
@@ -73,7 +71,6 @@ impl Backend {
                 documents: Documents::default(),
                 encoding: Encoding::Utf16,
                 debounce: DEFAULT_DEBOUNCE,
-                roots: Vec::new(),
                 docs: None,
             })),
             checks: Arc::new(tokio::sync::Semaphore::new(1)),
@@ -160,7 +157,7 @@ impl Backend {
         let overlay = self.lock().documents.overlay();
         let path = path.to_string();
         tokio::task::spawn_blocking(move || {
-            let checked = flow_compiler::check(&path, &overlay).ok()?;
+            let checked = check_file(&overlay, &path)?;
             let text: Arc<str> = checked.files[0].text.clone().into();
             Some(Analysis {
                 version: 0,
@@ -183,7 +180,7 @@ impl Backend {
     fn workspace_files(&self) -> Vec<String> {
         let state = self.lock();
         let mut files: Vec<String> = state.documents.open.keys().cloned().collect();
-        for root in &state.roots {
+        for root in &state.documents.roots {
             walk(root, &mut files, 0);
         }
         files.sort();
@@ -262,6 +259,27 @@ async fn analyse(state: &Arc<Mutex<State>>, path: &str, only: Option<i32>) -> Op
         state.documents.store(path, analysis.clone());
     }
     Some(analysis)
+}
+
+/// The workspace folders, or the root URI of a client that sends no
+/// folders: the projects whose files the documents may import.
+fn workspace_roots(params: &InitializeParams) -> Vec<std::path::PathBuf> {
+    let folders: Vec<std::path::PathBuf> = params
+        .workspace_folders
+        .iter()
+        .flatten()
+        .filter_map(|folder| folder.uri.to_file_path().map(|p| p.into_owned()))
+        .collect();
+    if !folders.is_empty() {
+        return folders;
+    }
+    // The protocol deprecates `rootUri` in favour of the folders, but
+    // clients without folder support still send only it.
+    #[allow(deprecated)]
+    let root = params.root_uri.as_ref();
+    root.and_then(|uri| uri.to_file_path().map(|p| p.into_owned()))
+        .into_iter()
+        .collect()
 }
 
 fn path_of(uri: &Uri) -> Option<String> {
@@ -510,12 +528,9 @@ impl LanguageServer for Backend {
             {
                 state.debounce = Duration::from_millis(ms);
             }
-            let folders = params.workspace_folders.unwrap_or_default();
-            state.roots = folders
-                .iter()
-                .filter_map(|folder| folder.uri.to_file_path().map(|p| p.into_owned()))
-                .collect();
+            state.documents.roots = workspace_roots(&params);
             state.docs = state
+                .documents
                 .roots
                 .iter()
                 .map(|root| root.join("docs/language.md"))

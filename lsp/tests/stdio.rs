@@ -109,6 +109,41 @@ fn an_edit_to_an_import_rechecks_its_importers() {
     client.shutdown();
 }
 
+/// The editor confines imports as `flowc check` does, to the workspace
+/// folder: a file beside it, `/proc/self/environ` and a symbolic link out
+/// are refused (E119), and nothing of them reaches the client.
+#[test]
+fn an_import_outside_the_workspace_is_refused_and_never_shown() {
+    let dir = TempDir::new("confined");
+    let project = dir.0.join("project");
+    std::fs::create_dir_all(&project).expect("project/ is made");
+    dir.write("secret.flow", "TOP_SECRET_MARKER=hunter2\n");
+    std::os::unix::fs::symlink("../secret.flow", project.join("link.flow")).expect("a link");
+    let text = "import \"../secret.flow\"\nimport \"/proc/self/environ\"\nimport \"link.flow\"\n";
+    let main = project.join("main.flow");
+    std::fs::write(&main, text).expect("writable");
+    let mut client = Client::start(&project);
+    let uri = client.open(&main, text);
+    let published = client.diagnostics_for(&uri, |p| p["version"] == 1);
+    assert_eq!(codes(&published), ["E119", "E119", "E119"], "{published}");
+    let shown = published.to_string();
+    assert!(!shown.contains("TOP_SECRET_MARKER"), "{shown}");
+    assert!(shown.contains("workspace folder"), "{shown}");
+    assert_eq!(
+        published["diagnostics"][0]["range"]["start"],
+        position(text, "\"../secret.flow\"", 0)
+    );
+    client.drain(Duration::from_millis(200));
+    assert!(
+        !client
+            .notifications
+            .iter()
+            .any(|n| n.to_string().contains("TOP_SECRET_MARKER")),
+        "the secret reached the client"
+    );
+    client.shutdown();
+}
+
 #[test]
 fn completion_hover_definition_and_rename() {
     let dir = TempDir::new("queries");

@@ -243,7 +243,7 @@ async fn run_on_pool(
 fn compile(source: &str) -> flow_plan::Plan {
     struct One(String);
     impl flow_compiler::SourceLoader for One {
-        fn load(&self, _: &str) -> Result<Vec<u8>, String> {
+        fn load(&self, _: &str) -> Result<Vec<u8>, flow_compiler::LoadFailure> {
             Ok(self.0.clone().into_bytes())
         }
     }

@@ -7,11 +7,12 @@ pub mod postgres;
 pub mod smtp_sink;
 
 use std::collections::HashMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 /// The `flowc` binary, rebuilt when the compiler's sources change.
 pub fn flowc_path() -> PathBuf {
@@ -21,6 +22,7 @@ pub fn flowc_path() -> PathBuf {
         &[
             "compiler/flowc/src",
             "compiler/core/src",
+            "compiler/loader/src",
             "compiler/plan/src",
         ],
     )
@@ -35,6 +37,7 @@ pub fn flow_path() -> PathBuf {
             "runtime/cli/src",
             "runtime/src",
             "compiler/core/src",
+            "compiler/loader/src",
             "compiler/plan/src",
         ],
     )
@@ -148,6 +151,80 @@ pub fn run_in(binary: &Path, dir: &Path, args: &[&str]) -> Run {
             .expect("the binary exits normally, not by a signal"),
         stdout: String::from_utf8(stdout).expect("stdout is UTF-8"),
         stderr: String::from_utf8(stderr).expect("stderr is UTF-8"),
+    }
+}
+
+/// Runs `binary` in `dir` like [`run_in`], with `env` added, and fails the
+/// test if it has not ended within `limit` (killing it): for what could hang
+/// or grow without end (an import of `/dev/stdin` or `/dev/zero`), so that a
+/// regression fails rather than hangs. Its stdin is a pipe held open that
+/// never delivers, as a CI runner's may be, so reading it would block. Output
+/// that is not UTF-8 is kept, lossily, so that an assertion about what must
+/// not be printed sees everything.
+pub fn run_bounded(
+    binary: &Path,
+    dir: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    limit: Duration,
+) -> Run {
+    let mut child = Command::new(binary)
+        .args(args)
+        .current_dir(dir)
+        .env_remove("COLUMNS")
+        .env("NO_COLOR", "1")
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let stdin = child.stdin.take();
+    let collect = |stream: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut stream) = stream {
+                let _ = stream.read_to_end(&mut bytes);
+            }
+            String::from_utf8_lossy(&bytes).into_owned()
+        })
+    };
+    let stdout = collect(
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
+    let stderr = collect(
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("the child can be waited for") {
+            break status;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            drop(stdin);
+            panic!(
+                "{} {args:?} did not end within {limit:?}; stderr so far:\n{}",
+                binary.display(),
+                stderr.join().unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    drop(stdin);
+    Run {
+        code: status
+            .code()
+            .expect("the binary exits normally, not by a signal"),
+        stdout: stdout.join().expect("stdout is read"),
+        stderr: stderr.join().expect("stderr is read"),
     }
 }
 

@@ -3,7 +3,9 @@
 //! `flow approve`; exit codes and the `--json` run record are the interface.
 
 use flow_tests::mcp_servers::{PageServer, local_examples, setup_mcp_servers};
-use flow_tests::{Run, TempDir, flow_path, flowc_path, root, run_in};
+use std::time::Duration;
+
+use flow_tests::{Run, TempDir, flow_path, flowc_path, root, run_bounded, run_in};
 use serde_json::Value;
 
 fn flow(dir: &TempDir, args: &[&str]) -> Run {
@@ -202,6 +204,60 @@ fn a_mismatched_input_is_refused_with_every_mismatch() {
         &["run", source.to_str().unwrap(), "--input", "missing.json"],
     );
     assert_eq!(bad_json.code, 2);
+}
+
+/// `flow run FILE.flow` reads sources as flowc does: an import out of the
+/// file's folder is refused (E119) before anything is read, so the secret
+/// in the environment never shows, and nothing runs; `--root` widens the
+/// project.
+#[test]
+fn flow_run_refuses_an_import_outside_the_project() {
+    let dir = TempDir::new("flow-confined");
+    dir.write("shared.flow", "type Note = string\n");
+    dir.write(
+        "project/main.flow",
+        "import \"/proc/self/environ\"\nimport \"../shared.flow\"\n\nworkflow w {\n  input { note: Note }\n  output { note: workflow_input.note }\n}\n",
+    );
+    dir.write("in.json", r#"{ "note": "hi" }"#);
+    let secret = format!("flow-run-secret-{}", std::process::id());
+    let run = run_bounded(
+        &flow_path(),
+        dir.path(),
+        &["run", "project/main.flow", "--input", "in.json"],
+        &[("CI_SECRET", secret.as_str())],
+        Duration::from_secs(20),
+    );
+    assert_eq!(run.code, 1, "{}", run.all());
+    assert!(
+        run.stderr
+            .contains("project/main.flow:1:8: error E119: cannot import `/proc/self/environ`"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("`flow run --root DIR`"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.all().contains(&secret), "{}", run.all());
+    assert!(!dir.path().join("flow.db").exists(), "nothing ran");
+
+    dir.write(
+        "project/main.flow",
+        "import \"../shared.flow\"\n\nworkflow w {\n  input { note: Note }\n  output { note: workflow_input.note }\n}\n",
+    );
+    let wider = flow(
+        &dir,
+        &[
+            "run",
+            "project/main.flow",
+            "--root",
+            ".",
+            "--input",
+            "in.json",
+        ],
+    );
+    assert_eq!(wider.code, 0, "{}", wider.all());
 }
 
 /// A `flow` process killed (SIGKILL) in the middle of a run against a real

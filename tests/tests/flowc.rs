@@ -3,8 +3,9 @@
 //! to temporary directories.
 
 use std::path::Path;
+use std::time::Duration;
 
-use flow_tests::{Run, TempDir, flowc_path, root, run_in};
+use flow_tests::{Run, TempDir, flowc_path, root, run_bounded, run_in};
 
 fn flowc_in(dir: &Path, args: &[&str]) -> Run {
     run_in(&flowc_path(), dir, args)
@@ -226,7 +227,7 @@ fn no_path_is_a_usage_error() {
 }
 
 #[test]
-fn a_file_that_is_not_utf8_names_the_byte_offset() {
+fn a_file_that_is_not_utf8_names_the_byte_offset_but_shows_none_of_it() {
     let dir = TempDir::new("utf8");
     dir.write("latin1.flow", b"// caf\xe9\ntype A = string\n");
     let run = flowc_in(dir.path(), &["check", "--format", "json", "latin1.flow"]);
@@ -236,19 +237,24 @@ fn a_file_that_is_not_utf8_names_the_byte_offset() {
     assert_eq!(diagnostic["code"], "E004", "{json}");
     assert_eq!(
         diagnostic["message"],
-        "`latin1.flow` is not valid UTF-8: invalid byte at offset 6"
+        "`latin1.flow` is not valid UTF-8: invalid byte at offset 6 (line 1, column 7); the file is not checked"
     );
     assert_eq!(
         (&diagnostic["line"], &diagnostic["column"]),
-        (&1.into(), &7.into())
+        (&1.into(), &1.into())
     );
-    // The human rendering survives the replacement character.
-    let human = flowc_in(dir.path(), &["check", "latin1.flow"]);
-    assert!(
-        human.stderr.contains("invalid byte at offset 6"),
-        "{}",
-        human.stderr
-    );
+    // A file that is not UTF-8 may not be a source at all: nothing of it is
+    // echoed, in any format.
+    for format in ["human", "json", "github"] {
+        let run = flowc_in(dir.path(), &["check", "--format", format, "latin1.flow"]);
+        assert!(
+            run.all().contains("invalid byte at offset 6"),
+            "{}",
+            run.all()
+        );
+        assert!(!run.all().contains("caf"), "{format}: {}", run.all());
+        assert!(!run.all().contains("type A"), "{format}: {}", run.all());
+    }
 }
 
 #[test]
@@ -294,6 +300,272 @@ fn human_output_snapshot() {
         "no colours when not a terminal"
     );
     insta::assert_snapshot!(run.stderr);
+}
+
+// ------------------------------------------------ imports stay in the project
+//
+// A program checked in CI is untrusted input: its imports must not make
+// flowc read, and print in a diagnostic's snippet, a file outside the
+// project (the folder named, the file's folder, or `--root DIR`), nor a
+// device, pipe or huge file. Each refusal is a diagnostic at the import.
+
+/// How long a check that must refuse at once may take; a regression that
+/// reads `/dev/zero` or waits on `/dev/stdin` fails here instead of hanging.
+const PROMPTLY: Duration = Duration::from_secs(20);
+
+fn flowc_bounded(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+    run_bounded(&flowc_path(), dir, args, env, PROMPTLY)
+}
+
+/// The codes of `--format json`'s diagnostics, in order.
+fn json_codes(run: &Run) -> Vec<String> {
+    let json: serde_json::Value = serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|_| panic!("stdout is JSON: {}", run.all()));
+    json["diagnostics"]
+        .as_array()
+        .expect("a list of diagnostics")
+        .iter()
+        .map(|d| d["code"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// A folder `project/` in a temporary directory, with a file beside it
+/// (outside the project) that holds a secret and does not parse, so that
+/// any snippet of it would show the secret.
+fn project_beside_a_secret(name: &str) -> TempDir {
+    let dir = TempDir::new(name);
+    dir.write("secret.flow", "TOP_SECRET_MARKER=hunter2\n");
+    dir.write(
+        ".git-credentials",
+        "https://me:TOP_SECRET_MARKER@example.com\n",
+    );
+    std::fs::create_dir_all(dir.path().join("project")).expect("project/ is made");
+    dir
+}
+
+#[test]
+fn an_import_of_proc_self_environ_never_prints_the_environment() {
+    let dir = TempDir::new("environ");
+    dir.write("main.flow", "import \"/proc/self/environ\"\n");
+    let secret = format!("flow-ci-secret-{}", std::process::id());
+    let env = [("CI_SECRET", secret.as_str())];
+    for format in ["human", "json", "github"] {
+        let run = flowc_bounded(
+            dir.path(),
+            &["check", "--format", format, "main.flow"],
+            &env,
+        );
+        assert_eq!(run.code, 1, "{}", run.all());
+        assert!(run.all().contains("E119"), "{}", run.all());
+        assert!(
+            !run.all().contains(&secret),
+            "{format} leaked: {}",
+            run.all()
+        );
+    }
+    let json = flowc_bounded(
+        dir.path(),
+        &["check", "--format", "json", "main.flow"],
+        &env,
+    );
+    assert_eq!(json_codes(&json), ["E119"]);
+    assert!(
+        json.stdout.contains(
+            "cannot import `/proc/self/environ`: the path leads outside the project folder `.`"
+        ),
+        "{}",
+        json.stdout
+    );
+    assert!(
+        json.stdout.contains("name it with `--root DIR`"),
+        "{}",
+        json.stdout
+    );
+
+    // With the whole disk as the project, the file is still no source.
+    let wide = flowc_bounded(
+        dir.path(),
+        &["check", "--root", "/", "--format", "json", "main.flow"],
+        &env,
+    );
+    assert_eq!(json_codes(&wide), ["E113"], "{}", wide.all());
+    assert!(!wide.all().contains(&secret), "{}", wide.all());
+}
+
+#[test]
+fn an_import_that_climbs_out_of_the_project_is_refused_unread() {
+    let dir = project_beside_a_secret("climb");
+    let project = dir.path().join("project");
+    dir.write(
+        "project/main.flow",
+        "import \"../secret.flow\"\nimport \"../../../../../../etc/passwd\"\nimport \"sub/../../.git-credentials\"\n",
+    );
+    let run = flowc_bounded(&project, &["check", "--format", "json", "main.flow"], &[]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    assert_eq!(json_codes(&run), ["E119", "E119", "E119"], "{}", run.all());
+    assert!(!run.all().contains("TOP_SECRET_MARKER"), "{}", run.all());
+    assert!(!run.all().contains("root:x:0"), "{}", run.all());
+    let human = flowc_bounded(&project, &["check", "main.flow"], &[]);
+    assert!(
+        !human.all().contains("TOP_SECRET_MARKER"),
+        "{}",
+        human.all()
+    );
+    assert!(
+        human.stderr.contains("E119(import-outside-project)"),
+        "{}",
+        human.stderr
+    );
+
+    // Named as the project, the parent folder's `.flow` file is imported
+    // (and fails to parse); `/etc/passwd` is still outside, and the
+    // credentials, now inside, are no `.flow` source.
+    let wider = flowc_bounded(
+        &project,
+        &["check", "--root", "..", "--format", "json", "main.flow"],
+        &[],
+    );
+    // (Reports are sorted by file: `../secret.flow` before `main.flow`.)
+    assert_eq!(
+        json_codes(&wider),
+        ["E001", "E119", "E113"],
+        "{}",
+        wider.all()
+    );
+}
+
+#[test]
+fn a_symbolic_link_out_of_the_project_is_refused() {
+    let dir = project_beside_a_secret("symlink");
+    let project = dir.path().join("project");
+    std::os::unix::fs::symlink("../secret.flow", project.join("link.flow")).expect("a link");
+    std::os::unix::fs::symlink("../.git-credentials", project.join("creds.flow")).expect("a link");
+    std::os::unix::fs::symlink("..", project.join("up")).expect("a link");
+    dir.write(
+        "project/main.flow",
+        "import \"link.flow\"\nimport \"creds.flow\"\nimport \"up/secret.flow\"\n",
+    );
+    let run = flowc_bounded(&project, &["check", "--format", "json", "main.flow"], &[]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    assert_eq!(json_codes(&run), ["E119", "E119", "E119"], "{}", run.all());
+    assert!(
+        run.stdout
+            .contains("a symbolic link leads outside the project folder `.`"),
+        "{}",
+        run.stdout
+    );
+    assert!(!run.all().contains("TOP_SECRET_MARKER"), "{}", run.all());
+
+    // A link found by walking the folder is refused as a root too.
+    let walked = flowc_bounded(&project, &["check", "."], &[]);
+    assert_eq!(walked.code, 2, "{}", walked.all());
+    assert!(
+        walked.stderr.contains(
+            "error: cannot read link.flow: a symbolic link leads outside the project folder `.`"
+        ),
+        "{}",
+        walked.stderr
+    );
+    assert!(
+        !walked.all().contains("TOP_SECRET_MARKER"),
+        "{}",
+        walked.all()
+    );
+    // And `fmt` neither reads nor writes through it.
+    let formatted = flowc_bounded(&project, &["fmt", "."], &[]);
+    assert_eq!(formatted.code, 2, "{}", formatted.all());
+    assert_eq!(dir.read("secret.flow"), "TOP_SECRET_MARKER=hunter2\n");
+}
+
+#[test]
+fn imports_of_dev_zero_dev_stdin_and_a_fifo_end_at_once() {
+    let dir = TempDir::new("devices");
+    dir.write(
+        "main.flow",
+        "import \"/dev/zero\"\nimport \"/dev/stdin\"\nimport \"pipe.flow\"\nimport \"zero.flow\"\n",
+    );
+    let made = std::process::Command::new("mkfifo")
+        .arg(dir.path().join("pipe.flow"))
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+    std::os::unix::fs::symlink("/dev/zero", dir.path().join("zero.flow")).expect("a link");
+    let run = flowc_bounded(dir.path(), &["check", "--format", "json", "main.flow"], &[]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    // Outside the project: /dev/zero, /dev/stdin and the link to /dev/zero;
+    // inside, the pipe is no regular file (opened without blocking).
+    assert_eq!(
+        json_codes(&run),
+        ["E119", "E119", "E113", "E119"],
+        "{}",
+        run.all()
+    );
+    assert!(
+        run.stdout.contains("it is not a regular file"),
+        "{}",
+        run.stdout
+    );
+
+    // With the whole disk as the project the devices are reached, and refused.
+    let wide = flowc_bounded(
+        dir.path(),
+        &["check", "--root", "/", "--format", "json", "main.flow"],
+        &[],
+    );
+    assert_eq!(
+        json_codes(&wide),
+        ["E113", "E113", "E113", "E113"],
+        "{}",
+        wide.all()
+    );
+}
+
+#[test]
+fn an_import_above_the_size_cap_is_refused() {
+    let dir = TempDir::new("large");
+    dir.write("main.flow", "import \"big.flow\"\n");
+    std::fs::File::create(dir.path().join("big.flow"))
+        .and_then(|file| file.set_len(9 * 1024 * 1024))
+        .expect("a sparse file");
+    let run = flowc_bounded(dir.path(), &["check", "--format", "json", "main.flow"], &[]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    assert_eq!(json_codes(&run), ["E113"], "{}", run.all());
+    assert!(
+        run.stdout
+            .contains("cannot import `big.flow`: it is larger than 8 MiB"),
+        "{}",
+        run.stdout
+    );
+    // Named on the command line, it is refused the same way.
+    let named = flowc_bounded(dir.path(), &["check", "big.flow"], &[]);
+    assert_eq!(named.code, 2, "{}", named.all());
+    assert!(
+        named.stderr.contains("larger than 8 MiB"),
+        "{}",
+        named.stderr
+    );
+}
+
+#[test]
+fn an_import_that_is_not_a_flow_file_or_not_utf8_is_not_echoed() {
+    let dir = TempDir::new("not-source");
+    dir.write(".env", "TOP_SECRET_MARKER=1\n");
+    dir.write("binary.flow", b"TOP_SECRET_MARKER \xff\xfe\n");
+    dir.write("main.flow", "import \".env\"\nimport \"binary.flow\"\n");
+    let run = flowc_bounded(dir.path(), &["check", "--format", "json", "main.flow"], &[]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    assert_eq!(json_codes(&run), ["E004", "E113"], "{}", run.all());
+    assert!(
+        run.stdout.contains("it is not a `.flow` file"),
+        "{}",
+        run.stdout
+    );
+    let human = flowc_bounded(dir.path(), &["check", "main.flow"], &[]);
+    assert!(
+        !human.all().contains("TOP_SECRET_MARKER"),
+        "{}",
+        human.all()
+    );
 }
 
 // ---------------------------------------------------------------- explain

@@ -130,3 +130,93 @@ fn flowc_lock_names_a_server_that_does_not_answer_and_writes_nothing() {
     );
     assert!(!dir.path().join("flow.lock").exists());
 }
+
+/// `flowc lock` runs the commands of every file it reaches, imports
+/// included; `--dry-run` lists them (and the URLs it would reach) without
+/// starting any: the command here would create a file, which must not exist
+/// afterwards. Environment values and URL passwords are not printed.
+#[test]
+fn flowc_lock_dry_run_lists_the_commands_and_starts_nothing() {
+    let dir = TempDir::new("flowc-lock-dry-run");
+    let marker = dir.path().join("started");
+    dir.write(
+        "servers.flow",
+        format!(
+            "mcp toucher {{ command \"/bin/sh\" args [\"-c\", \"touch {}\"] env {{ API_TOKEN: \"s3cret-value\" }} }}\nmcp web {{ url \"https://me:pa55word@example.invalid/mcp\" }}\n",
+            marker.display()
+        ),
+    );
+    dir.write("main.flow", "import \"servers.flow\"\n");
+    let run = flowc(dir.path(), &["lock", "--dry-run", "main.flow"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert!(
+        run.stdout.contains(&format!(
+            "flow.lock: would start MCP server `toucher`: /bin/sh -c 'touch {}' (environment: API_TOKEN)",
+            marker.display()
+        )),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("flow.lock: would reach MCP server `web` at https://***@example.invalid/mcp"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stderr.contains("nothing started, nothing written"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.all().contains("s3cret-value"), "{}", run.all());
+    assert!(!run.all().contains("pa55word"), "{}", run.all());
+    // Give a server that was started anyway the time to run.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(!marker.exists(), "--dry-run started a server");
+    assert!(!dir.path().join("flow.lock").exists());
+}
+
+/// Without `--dry-run`, each command is printed before it starts: here the
+/// command is no MCP server (it creates a file and exits), so the lock
+/// fails, but the line naming it came first and the file exists.
+#[test]
+fn flowc_lock_prints_each_command_before_starting_it() {
+    let dir = TempDir::new("flowc-lock-prints");
+    let marker = dir.path().join("started");
+    dir.write(
+        "main.flow",
+        format!(
+            "mcp toucher {{ command \"/bin/sh\" args [\"-c\", \"touch {}\"] env {{ API_TOKEN: \"s3cret-value\" }} }}\n",
+            marker.display()
+        ),
+    );
+    let run = flowc(dir.path(), &["lock", "--timeout", "5", "main.flow"]);
+    assert_eq!(run.code, 2, "{}", run.all());
+    let announced = format!(
+        "flowc: start MCP server `toucher`: /bin/sh -c 'touch {}' (environment: API_TOKEN)",
+        marker.display()
+    );
+    let at = run
+        .stderr
+        .find(&announced)
+        .unwrap_or_else(|| panic!("{}", run.stderr));
+    let failed = run.stderr.find("error: ").expect("the lock fails");
+    assert!(at < failed, "{}", run.stderr);
+    assert!(!run.all().contains("s3cret-value"), "{}", run.all());
+    assert!(marker.exists(), "the command was started");
+}
+
+#[test]
+fn flowc_lock_help_says_it_starts_programs() {
+    let dir = TempDir::new("flowc-lock-help");
+    let run = flowc(dir.path(), &["lock", "--help"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert!(run.stdout.contains("This runs programs"), "{}", run.stdout);
+    assert!(run.stdout.contains("--dry-run"), "{}", run.stdout);
+    let short = flowc(dir.path(), &["lock", "-h"]);
+    assert!(
+        short.stdout.contains("Start every MCP server"),
+        "{}",
+        short.stdout
+    );
+}

@@ -18,8 +18,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct Disk;
 
 impl flow_compiler::SourceLoader for Disk {
-    fn load(&self, path: &str) -> Result<Vec<u8>, String> {
-        std::fs::read(path).map_err(|e| e.to_string())
+    fn load(&self, path: &str) -> Result<Vec<u8>, flow_compiler::LoadFailure> {
+        std::fs::read(path).map_err(|e| flow_compiler::LoadFailure::unreadable(e.to_string()))
     }
 }
 

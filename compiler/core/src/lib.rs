@@ -19,6 +19,8 @@ pub mod lower;
 pub mod suggest;
 pub mod syntax;
 
-pub use check::{Checked, LoadError, SourceLoader, check, check_source, check_with_tools};
+pub use check::{
+    Checked, LoadError, LoadFailure, SourceLoader, check, check_source, check_with_tools,
+};
 pub use diagnostic::{Diagnostic, FileId, Label, Severity, Span};
 pub use lower::lower;

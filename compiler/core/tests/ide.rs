@@ -28,12 +28,12 @@ struct Case {
 struct Memory<'c>(&'c [(String, String)]);
 
 impl SourceLoader for Memory<'_> {
-    fn load(&self, path: &str) -> Result<Vec<u8>, String> {
+    fn load(&self, path: &str) -> Result<Vec<u8>, flow_compiler::LoadFailure> {
         self.0
             .iter()
             .find(|(name, _)| name == path)
             .map(|(_, text)| text.as_bytes().to_vec())
-            .ok_or_else(|| "no such file".to_string())
+            .ok_or_else(|| flow_compiler::LoadFailure::unreadable("no such file"))
     }
 }
 

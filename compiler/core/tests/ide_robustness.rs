@@ -114,11 +114,11 @@ struct Buffer<'a> {
 }
 
 impl SourceLoader for Buffer<'_> {
-    fn load(&self, path: &str) -> Result<Vec<u8>, String> {
+    fn load(&self, path: &str) -> Result<Vec<u8>, flow_compiler::LoadFailure> {
         if path == self.root {
             Ok(self.text.as_bytes().to_vec())
         } else {
-            std::fs::read(path).map_err(|e| e.to_string())
+            std::fs::read(path).map_err(|e| flow_compiler::LoadFailure::unreadable(e.to_string()))
         }
     }
 }

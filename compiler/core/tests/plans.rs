@@ -10,8 +10,9 @@ use flow_compiler::SourceLoader;
 struct Workspace(PathBuf);
 
 impl SourceLoader for Workspace {
-    fn load(&self, path: &str) -> Result<Vec<u8>, String> {
-        std::fs::read(self.0.join(path)).map_err(|e| e.to_string())
+    fn load(&self, path: &str) -> Result<Vec<u8>, flow_compiler::LoadFailure> {
+        std::fs::read(self.0.join(path))
+            .map_err(|e| flow_compiler::LoadFailure::unreadable(e.to_string()))
     }
 }
 

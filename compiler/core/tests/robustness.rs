@@ -19,11 +19,11 @@ fn example_sources() -> Vec<String> {
 fn check_bytes(bytes: &[u8]) {
     struct One<'b>(&'b [u8]);
     impl flow_compiler::SourceLoader for One<'_> {
-        fn load(&self, path: &str) -> Result<Vec<u8>, String> {
+        fn load(&self, path: &str) -> Result<Vec<u8>, flow_compiler::LoadFailure> {
             if path == "fuzz.flow" {
                 Ok(self.0.to_vec())
             } else {
-                Err("not found".into())
+                Err(flow_compiler::LoadFailure::unreadable("not found"))
             }
         }
     }

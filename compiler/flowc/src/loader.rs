@@ -1,26 +1,86 @@
-//! Reading sources from disk: the `SourceLoader` that `flowc` hands to the
-//! compiler core, and the expansion of command-line paths into `.flow` files.
+//! Reading sources from disk: the projects whose files `flowc` hands to the
+//! compiler core (through `flow-loader`, shared with `flow` and `flow-lsp`),
+//! and the expansion of command-line paths into `.flow` files.
 //!
 //! The core does no IO, so everything that touches the file system for the
-//! compiler lives here.
+//! compiler lives here and in `flow-loader`.
 
-use std::io::{self, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use flow_compiler::check::normalize;
+pub(crate) use flow_loader::io_reason;
+use flow_loader::{Project, ProjectLoader};
 
-/// Loads sources straight from the file system.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct DiskLoader;
+/// How to name a wider project, the end of the hint of an import refused
+/// for leaving the project.
+const WIDEN: &str = "to import from a wider folder, name it with `--root DIR`";
 
-impl flow_compiler::SourceLoader for DiskLoader {
-    fn load(&self, path: &str) -> Result<Vec<u8>, String> {
-        // A directory opens fine on some platforms and only fails on read, with
-        // a cryptic message; say what is wrong instead.
-        if Path::new(path).is_dir() {
-            return Err("it is a directory".to_string());
+/// A file to process, with the project its imports are confined to.
+#[derive(Debug, Clone)]
+pub(crate) struct RootFile {
+    /// In lexical normal form, as the checker names it.
+    pub(crate) path: String,
+    pub(crate) project: Arc<Project>,
+    /// Named on the command line, rather than found by walking a folder: it
+    /// may have any extension, since the user chose it.
+    pub(crate) named: bool,
+}
+
+impl RootFile {
+    /// The loader that reads this file and its imports.
+    pub(crate) fn loader(&self) -> ProjectLoader<'_> {
+        self.project
+            .loader(self.named.then_some(self.path.as_str()))
+    }
+}
+
+/// The project of the paths on a command line: `--root DIR` when given.
+fn given_root(root: Option<&Path>) -> Result<Option<Arc<Project>>, PathProblem> {
+    root.map(|root| {
+        Project::new(root, WIDEN)
+            .map(Arc::new)
+            .map_err(|error| PathProblem {
+                path: format!("the project folder {}", error.root),
+                reason: error.reason,
+            })
+    })
+    .transpose()
+}
+
+/// The one file of `build` and `graph`, with its project (`--root`, or its
+/// folder); prints the problem and returns `None` when there is one.
+pub(crate) fn single_file(file: &Path, root: Option<&Path>) -> Option<RootFile> {
+    let path = normalize_arg(file)?;
+    let project = match given_root(root) {
+        Ok(Some(project)) => Ok(project),
+        Ok(None) => Project::of_file(file, WIDEN)
+            .map(Arc::new)
+            .map_err(|error| PathProblem {
+                path: path.clone(),
+                reason: error.reason,
+            }),
+        Err(problem) => Err(problem),
+    };
+    match project {
+        Ok(project) => Some(RootFile {
+            path,
+            project,
+            named: true,
+        }),
+        Err(problem) => {
+            eprintln!("error: {problem}");
+            None
         }
-        std::fs::read(path).map_err(|error| io_reason(&error))
+    }
+}
+
+/// Prints why a root file could not be checked at all.
+pub(crate) fn print_load_error(error: &flow_compiler::LoadError) {
+    eprintln!("error: cannot read {}: {}", error.path, error.message);
+    if let Some(hint) = &error.hint {
+        eprintln!("  help: {hint}");
     }
 }
 
@@ -51,26 +111,9 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()>
     }
 }
 
-/// A short, human reason for an IO error, without the `(os error N)` suffix
-/// that `io::Error`'s `Display` appends.
-pub(crate) fn io_reason(error: &io::Error) -> String {
-    match error.kind() {
-        io::ErrorKind::NotFound => "no such file or directory".to_string(),
-        io::ErrorKind::PermissionDenied => "permission denied".to_string(),
-        io::ErrorKind::IsADirectory => "it is a directory".to_string(),
-        _ => {
-            let text = error.to_string();
-            match text.find(" (os error") {
-                Some(cut) => text[..cut].to_string(),
-                None => text,
-            }
-        }
-    }
-}
-
 /// A single-file argument as the checker should see it, in lexical normal
 /// form; prints the error and returns `None` when the path is not UTF-8.
-pub(crate) fn normalize_arg(path: &Path) -> Option<String> {
+fn normalize_arg(path: &Path) -> Option<String> {
     match path.to_str() {
         Some(text) => Some(normalize(text)),
         None => {
@@ -96,7 +139,9 @@ impl std::fmt::Display for PathProblem {
     }
 }
 
-/// Expands command-line paths into the files to process.
+/// Expands command-line paths into the files to process, each with its
+/// project: `root` when given, else the folder named (for the files found
+/// in it) or the file's own folder.
 ///
 /// A file is taken as given, whatever its extension, because the user named it;
 /// paths are put in lexical normal form (`./a.flow` is `a.flow`), because the
@@ -104,34 +149,71 @@ impl std::fmt::Display for PathProblem {
 /// A directory contributes every `*.flow` file below it, sorted, so that output
 /// is stable across runs and machines. Hidden entries (`.git`, `.cache`, ...)
 /// are skipped when walking, and symbolic links to directories are not
-/// followed, so that a walk always ends. A file reached twice is kept once.
-pub(crate) fn expand_paths(paths: &[PathBuf]) -> (Vec<String>, Vec<PathProblem>) {
-    let mut files = Vec::new();
+/// followed, so that a walk always ends; a link to a file is kept, and its
+/// project's loader refuses it if it leads out of the project. A file reached
+/// twice is kept once.
+pub(crate) fn expand_paths(
+    paths: &[PathBuf],
+    root: Option<&Path>,
+) -> (Vec<RootFile>, Vec<PathProblem>) {
+    let mut files: Vec<RootFile> = Vec::new();
     let mut problems = Vec::new();
+    let given = match given_root(root) {
+        Ok(given) => given,
+        Err(problem) => return (files, vec![problem]),
+    };
     for path in paths {
         let shown = path.display().to_string();
-        match std::fs::metadata(path) {
-            Err(error) => problems.push(PathProblem {
-                path: shown,
-                reason: io_reason(&error),
-            }),
-            Ok(meta) if meta.is_dir() => {
-                let mut found = Vec::new();
-                walk(path, &mut found, &mut problems);
-                found.sort();
-                files.extend(found);
+        let meta = match std::fs::metadata(path) {
+            Ok(meta) => meta,
+            Err(error) => {
+                problems.push(PathProblem {
+                    path: shown,
+                    reason: io_reason(&error),
+                });
+                continue;
             }
-            Ok(_) => match path.to_str() {
-                Some(text) => files.push(normalize(text)),
+        };
+        let project = match &given {
+            Some(project) => Ok(Arc::clone(project)),
+            None if meta.is_dir() => Project::new(path, WIDEN).map(Arc::new),
+            None => Project::of_file(path, WIDEN).map(Arc::new),
+        };
+        let project = match project {
+            Ok(project) => project,
+            Err(error) => {
+                problems.push(PathProblem {
+                    path: shown,
+                    reason: error.reason,
+                });
+                continue;
+            }
+        };
+        if meta.is_dir() {
+            let mut found = Vec::new();
+            walk(path, &mut found, &mut problems);
+            found.sort();
+            files.extend(found.into_iter().map(|path| RootFile {
+                path,
+                project: Arc::clone(&project),
+                named: false,
+            }));
+        } else {
+            match path.to_str() {
+                Some(text) => files.push(RootFile {
+                    path: normalize(text),
+                    project,
+                    named: true,
+                }),
                 None => problems.push(PathProblem {
                     path: shown,
                     reason: "the path is not valid UTF-8".to_string(),
                 }),
-            },
+            }
         }
     }
     let mut seen = std::collections::HashSet::new();
-    files.retain(|file| seen.insert(file.clone()));
+    files.retain(|file| seen.insert(file.path.clone()));
     (files, problems)
 }
 
@@ -177,16 +259,5 @@ fn walk(dir: &Path, found: &mut Vec<String>, problems: &mut Vec<PathProblem>) {
                 }),
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn os_error_suffix_is_dropped() {
-        let error = io::Error::from_raw_os_error(21);
-        assert!(!io_reason(&error).contains("os error"));
     }
 }

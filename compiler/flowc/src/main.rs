@@ -53,6 +53,8 @@ enum Command {
         /// Fail (exit 1) on warnings too.
         #[arg(long)]
         deny_warnings: bool,
+        #[command(flatten)]
+        project: ProjectArg,
         /// Files and directories to check.
         #[arg(required = true, value_name = "PATH")]
         paths: Vec<PathBuf>,
@@ -71,6 +73,8 @@ enum Command {
         /// How to print diagnostics.
         #[arg(long, value_enum, default_value_t = Format::Human)]
         format: Format,
+        #[command(flatten)]
+        project: ProjectArg,
     },
     /// Print the documentation of a diagnostic code (`E101` or `unknown-step`).
     Explain {
@@ -86,16 +90,31 @@ enum Command {
         /// Change nothing: list the files that would change, and exit 1 if any.
         #[arg(long)]
         check: bool,
+        #[command(flatten)]
+        project: ProjectArg,
         /// Files and directories to format.
         #[arg(required = true, value_name = "PATH")]
         paths: Vec<PathBuf>,
     },
-    /// Ask every MCP server the files declare for its tools, and write their
-    /// names and input schemas to `flow.lock` beside the files, for `check`.
+    /// Start every MCP server the files and their imports declare, ask it for
+    /// its tools, and write them to `flow.lock` beside the files, for `check`.
+    ///
+    /// This runs programs: every `mcp` server declared in the files, or in
+    /// the files they import, is started (its `command`, with its `args` and
+    /// `env`) or reached (its `url`). Each command is printed on stderr
+    /// before it starts, with the names of its environment variables (not
+    /// their values); `--dry-run` lists them and starts nothing. Lock only
+    /// files you would trust as a script.
     Lock {
         /// How long each server may take to start and list its tools, in seconds.
         #[arg(long, default_value_t = 60, value_name = "SECONDS")]
         timeout: u64,
+        /// List the commands that would be started and the URLs that would
+        /// be reached, start nothing, write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        project: ProjectArg,
         /// Files and directories (recursively, `*.flow`).
         #[arg(required = true, value_name = "PATH")]
         paths: Vec<PathBuf>,
@@ -109,7 +128,19 @@ enum Command {
         /// The workflow to draw, when the file declares several.
         #[arg(long, value_name = "NAME")]
         workflow: Option<String>,
+        #[command(flatten)]
+        project: ProjectArg,
     },
+}
+
+/// The project whose files a program may import.
+#[derive(Debug, clap::Args)]
+struct ProjectArg {
+    /// The project folder: imports may not lead outside it (no absolute
+    /// paths, no `..` or symbolic link out of it). Default: the folder
+    /// named, or the folder of the file named.
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
 }
 
 /// Output formats of `check` and `build`.
@@ -129,20 +160,44 @@ fn main() -> ExitCode {
         Command::Check {
             format,
             deny_warnings,
+            project,
             paths,
-        } => commands::check::run(&paths, format, deny_warnings),
+        } => commands::check::run(&paths, project.root.as_deref(), format, deny_warnings),
         Command::Build {
             file,
             output,
             workflow,
             format,
-        } => commands::build::run(&file, output.as_deref(), workflow.as_deref(), format),
+            project,
+        } => commands::build::run(
+            &file,
+            project.root.as_deref(),
+            output.as_deref(),
+            workflow.as_deref(),
+            format,
+        ),
         Command::Explain { code, list } => commands::explain::run(code.as_deref(), list),
-        Command::Fmt { check, paths } => commands::fmt::run(&paths, check),
-        Command::Graph { file, workflow } => commands::graph::run(&file, workflow.as_deref()),
-        Command::Lock { timeout, paths } => {
-            commands::lock::run(&paths, std::time::Duration::from_secs(timeout))
-        }
+        Command::Fmt {
+            check,
+            project,
+            paths,
+        } => commands::fmt::run(&paths, project.root.as_deref(), check),
+        Command::Graph {
+            file,
+            workflow,
+            project,
+        } => commands::graph::run(&file, project.root.as_deref(), workflow.as_deref()),
+        Command::Lock {
+            timeout,
+            dry_run,
+            project,
+            paths,
+        } => commands::lock::run(
+            &paths,
+            project.root.as_deref(),
+            std::time::Duration::from_secs(timeout),
+            dry_run,
+        ),
     };
     exit.into()
 }

@@ -77,6 +77,10 @@ enum Command {
         /// The workflow to run, when the file has several.
         #[arg(long)]
         workflow: Option<String>,
+        /// The project folder of a `.flow` file: its imports may not lead
+        /// outside it. Default: the file's folder.
+        #[arg(long, value_name = "DIR")]
+        root: Option<PathBuf>,
         /// The run's input, a JSON file.
         #[arg(long)]
         input: PathBuf,
@@ -187,12 +191,13 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>) -> Result<u8> {
         Command::Run {
             file,
             workflow,
+            root,
             input,
             db,
             json,
         } => {
             let file = file.ok_or_else(|| usage("name the .flow file or plan to run"))?;
-            let plan = load_plan(&file)?;
+            let plan = load_plan(&file, root.as_deref())?;
             let workflow = pick_workflow(&plan, workflow.as_deref())?;
             let input = read_input(&input)?;
             let store = open_store(&db)?;
@@ -604,6 +609,7 @@ async fn dispatch_remote(command: Command, server: &remote::Server) -> Result<u8
         Command::Run {
             file,
             workflow,
+            root,
             input,
             db: _,
             json,
@@ -612,7 +618,7 @@ async fn dispatch_remote(command: Command, server: &remote::Server) -> Result<u8
             let workflow = match file {
                 Some(file) => {
                     // Compiled here, imports and all, and deployed as a plan.
-                    let plan = load_plan(&file)?;
+                    let plan = load_plan(&file, root.as_deref())?;
                     let workflow = pick_workflow(&plan, workflow.as_deref())?;
                     server.deploy(&plan).await?;
                     workflow
@@ -649,16 +655,14 @@ async fn dispatch_remote(command: Command, server: &remote::Server) -> Result<u8
     }
 }
 
-struct Disk;
+/// How to name a wider project, the end of the hint of an import refused
+/// for leaving the project.
+const WIDEN: &str = "to import from a wider folder, name it with `flow run --root DIR`";
 
-impl flow_compiler::SourceLoader for Disk {
-    fn load(&self, path: &str) -> std::result::Result<Vec<u8>, String> {
-        std::fs::read(path).map_err(|e| e.to_string())
-    }
-}
-
-/// A plan from `flowc build` output, or compiled from a `.flow` source.
-fn load_plan(file: &Path) -> Result<Plan> {
+/// A plan from `flowc build` output, or compiled from a `.flow` source whose
+/// imports stay inside `root` (default: the file's folder), read as `flowc`
+/// reads them (`flow-loader`).
+fn load_plan(file: &Path, root: Option<&Path>) -> Result<Plan> {
     let path = file
         .to_str()
         .ok_or_else(|| usage(format!("{} is not a UTF-8 path", file.display())))?;
@@ -667,8 +671,18 @@ fn load_plan(file: &Path) -> Result<Plan> {
             std::fs::read_to_string(file).map_err(|e| usage(format!("cannot read {path}: {e}")))?;
         return Plan::from_json(&text).map_err(|e| usage(format!("{path}: {e}")));
     }
-    let checked = flow_compiler::check(path, &Disk)
-        .map_err(|e| usage(format!("cannot read {}: {}", e.path, e.message)))?;
+    let project = match root {
+        Some(root) => flow_loader::Project::new(root, WIDEN),
+        None => flow_loader::Project::of_file(file, WIDEN),
+    }
+    .map_err(|e| usage(e.to_string()))?;
+    let path = flow_compiler::check::normalize(path);
+    let checked = flow_compiler::check(&path, &project.loader(Some(&path))).map_err(|e| {
+        usage(match &e.hint {
+            Some(hint) => format!("cannot read {}: {}\n  help: {hint}", e.path, e.message),
+            None => format!("cannot read {}: {}", e.path, e.message),
+        })
+    })?;
     if checked.has_errors() {
         for diagnostic in checked.diagnostics.iter().filter(|d| d.is_error()) {
             let file = checked.file(diagnostic.primary.file);
@@ -680,6 +694,9 @@ fn load_plan(file: &Path) -> Result<Plan> {
                 diagnostic.code.as_str(),
                 diagnostic.message
             );
+            for hint in &diagnostic.hints {
+                eprintln!("  help: {hint}");
+            }
         }
         return Err(Fail(
             1,

@@ -25,9 +25,75 @@ use crate::syntax::parse;
 
 /// Reads source files for the checker. `flowc` reads the disk; `flow-lsp`
 /// serves open buffers first. The checker itself does no IO.
+///
+/// A loader decides which files a program may reach: the disk loaders of the
+/// drivers (crate `flow-loader`) serve only the regular `.flow` files inside
+/// the project's folder, so that an import cannot make the checker read, and
+/// print, a file it has no business with.
 pub trait SourceLoader {
-    /// The bytes of the file at `path`, or a message saying why it cannot be read.
-    fn load(&self, path: &str) -> Result<Vec<u8>, String>;
+    /// The bytes of the file at `path`, or why the loader gives none.
+    fn load(&self, path: &str) -> Result<Vec<u8>, LoadFailure>;
+}
+
+/// Why a loader gives no source for a path; each kind is its own code when
+/// the path was imported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoadFailure {
+    /// The file cannot be read as a source: it does not exist, is a
+    /// directory, is not a regular file, is too large, is not a `.flow`
+    /// file (E113).
+    Unreadable {
+        reason: String,
+        /// What the loader accepts instead, when that helps.
+        hint: Option<String>,
+    },
+    /// The path leaves the files the loader serves: the project's folder
+    /// (E119). Nothing was read.
+    OutsideProject {
+        reason: String,
+        /// What is allowed, and how to name a wider project.
+        hint: String,
+    },
+}
+
+impl LoadFailure {
+    /// An unreadable file, for `reason`, without a hint.
+    pub fn unreadable(reason: impl Into<String>) -> LoadFailure {
+        LoadFailure::Unreadable {
+            reason: reason.into(),
+            hint: None,
+        }
+    }
+
+    /// Why, in a few words, to follow "cannot read PATH: ".
+    pub fn reason(&self) -> &str {
+        match self {
+            LoadFailure::Unreadable { reason, .. } | LoadFailure::OutsideProject { reason, .. } => {
+                reason
+            }
+        }
+    }
+
+    pub fn hint(&self) -> Option<&str> {
+        match self {
+            LoadFailure::Unreadable { hint, .. } => hint.as_deref(),
+            LoadFailure::OutsideProject { hint, .. } => Some(hint),
+        }
+    }
+
+    /// The code of a diagnostic at an import that failed this way.
+    pub fn code(&self) -> Code {
+        match self {
+            LoadFailure::Unreadable { .. } => Code::UnresolvedImport,
+            LoadFailure::OutsideProject { .. } => Code::ImportOutsideProject,
+        }
+    }
+}
+
+impl std::fmt::Display for LoadFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.reason())
+    }
 }
 
 /// One loaded and parsed file.
@@ -83,6 +149,8 @@ pub struct Program<'c> {
 pub struct LoadError {
     pub path: String,
     pub message: String,
+    /// What the loader allows, when it refused the file.
+    pub hint: Option<String>,
 }
 
 /// Checks the file at `root` and everything it imports.
@@ -98,9 +166,10 @@ pub fn check_with_tools(
     loader: &dyn SourceLoader,
     tools: Option<&ToolLock>,
 ) -> Result<Checked, LoadError> {
-    let bytes = loader.load(root).map_err(|message| LoadError {
+    let bytes = loader.load(root).map_err(|failure| LoadError {
         path: root.to_string(),
-        message,
+        message: failure.reason().to_string(),
+        hint: failure.hint().map(str::to_string),
     })?;
     let mut files = Vec::new();
     let mut diagnostics = Vec::new();
@@ -149,11 +218,11 @@ pub fn check_with_tools(
 pub fn check_source(path: &str, text: &str) -> Checked {
     struct OneFile<'a>(&'a str, &'a str);
     impl SourceLoader for OneFile<'_> {
-        fn load(&self, path: &str) -> Result<Vec<u8>, String> {
+        fn load(&self, path: &str) -> Result<Vec<u8>, LoadFailure> {
             if path == self.0 {
                 Ok(self.1.as_bytes().to_vec())
             } else {
-                Err("not found".to_string())
+                Err(LoadFailure::unreadable("not found"))
             }
         }
     }
@@ -175,18 +244,27 @@ fn add_file(
     let text = match std::str::from_utf8(bytes) {
         Ok(text) => text.to_string(),
         Err(error) => {
+            // A file that is not UTF-8 is most likely not a flow source at
+            // all (a binary, a key, a file the import names by mistake), so
+            // none of it is kept: a diagnostic's snippet, a parse error's
+            // "found ..." or a CI log must not echo its bytes. The position
+            // of the bad byte is told in the message instead.
             let at = error.valid_up_to();
+            let prefix = String::from_utf8_lossy(&bytes[..at]);
+            let (line, column) = crate::diagnostic::line_col(&prefix, at as u32);
             diagnostics.push(
                 Diagnostic::new(
                     Code::NotUtf8,
                     id,
-                    Span::new(at, at + 1),
-                    format!("`{path}` is not valid UTF-8: invalid byte at offset {at}"),
+                    Span::new(0, 0),
+                    format!(
+                        "`{path}` is not valid UTF-8: invalid byte at offset {at} (line {line}, column {column}); the file is not checked"
+                    ),
                 )
-                .label("invalid UTF-8 here")
+                .label("this file is not valid UTF-8")
                 .hint("save the file as UTF-8"),
             );
-            String::from_utf8_lossy(bytes).into_owned()
+            String::new()
         }
     };
     let text = if text.len() > u32::MAX as usize / 2 {
@@ -247,22 +325,28 @@ fn load_imports(
                 load_imports(id, loader, files, by_path, diagnostics, chain);
                 chain.pop();
             }
-            Err(message) => {
+            Err(failure) => {
                 let via: Vec<String> = chain
                     .iter()
                     .map(|id| files[id.0 as usize].path.clone())
                     .collect();
-                diagnostics.push(
-                    Diagnostic::new(
-                        Code::UnresolvedImport,
-                        file,
-                        span,
-                        format!("cannot import `{path}`: {message}"),
-                    )
-                    .label("imported here")
-                    .hint(format!("import chain: {} -> {path}", via.join(" -> ")))
-                    .hint("import paths are relative to the importing file"),
-                );
+                let code = failure.code();
+                let mut diagnostic = Diagnostic::new(
+                    code,
+                    file,
+                    span,
+                    format!("cannot import `{path}`: {}", failure.reason()),
+                )
+                .label("imported here");
+                if let Some(hint) = failure.hint() {
+                    diagnostic = diagnostic.hint(hint);
+                }
+                diagnostic =
+                    diagnostic.hint(format!("import chain: {} -> {path}", via.join(" -> ")));
+                if code == Code::UnresolvedImport {
+                    diagnostic = diagnostic.hint("import paths are relative to the importing file");
+                }
+                diagnostics.push(diagnostic);
             }
         }
     }

@@ -3,23 +3,25 @@
 use std::path::{Path, PathBuf};
 
 use crate::commands::check::{Stream, print};
-use crate::loader::{DiskLoader, io_reason, normalize_arg, write_atomically};
+use crate::loader::{io_reason, print_load_error, single_file, write_atomically};
 use crate::report::Reports;
 use crate::{Exit, Format};
 
 pub(crate) fn run(
     file: &Path,
+    root: Option<&Path>,
     output: Option<&Path>,
     workflow: Option<&str>,
     format: Format,
 ) -> Exit {
-    let Some(path) = normalize_arg(file) else {
+    let Some(source) = single_file(file, root) else {
         return Exit::Usage;
     };
-    let checked = match flow_compiler::check(&path, &DiskLoader) {
+    let path = source.path.clone();
+    let checked = match flow_compiler::check(&path, &source.loader()) {
         Ok(checked) => checked,
         Err(error) => {
-            eprintln!("error: cannot read {}: {}", error.path, error.message);
+            print_load_error(&error);
             return Exit::Usage;
         }
     };

@@ -2,20 +2,26 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use flow_compiler::lock::ToolLock;
 use flow_compiler::{Checked, LoadError};
 
-use crate::loader::{DiskLoader, expand_paths};
+use crate::loader::{RootFile, expand_paths};
 use crate::render::{self, Human};
 use crate::report::Reports;
 use crate::{Exit, Format};
 
-pub(crate) fn run(paths: &[PathBuf], format: Format, deny_warnings: bool) -> Exit {
-    let (files, problems) = expand_paths(paths);
+pub(crate) fn run(
+    paths: &[PathBuf],
+    root: Option<&Path>,
+    format: Format,
+    deny_warnings: bool,
+) -> Exit {
+    let (roots, problems) = expand_paths(paths, root);
+    let files: Vec<String> = roots.iter().map(|file| file.path.clone()).collect();
     for problem in &problems {
         eprintln!("error: {problem}");
     }
@@ -24,7 +30,7 @@ pub(crate) fn run(paths: &[PathBuf], format: Format, deny_warnings: bool) -> Exi
         .iter()
         .map(|problem| (problem.path.clone(), problem.reason.clone()))
         .collect();
-    let locks = match crate::commands::lock::read_locks(&files) {
+    let locks = match crate::commands::lock::read_locks(&roots) {
         Ok(locks) => locks,
         Err(problem) => {
             eprintln!("error: {problem}");
@@ -32,7 +38,7 @@ pub(crate) fn run(paths: &[PathBuf], format: Format, deny_warnings: bool) -> Exi
         }
     };
     let mut unchecked_tools: Vec<String> = Vec::new();
-    for (path, result) in files.iter().zip(check_all(&files, &locks)) {
+    for (path, result) in files.iter().zip(check_all(&roots, &locks)) {
         if let Ok(checked) = &result
             && !locks.contains_key(path)
             && has_browser_steps(checked)
@@ -42,7 +48,7 @@ pub(crate) fn run(paths: &[PathBuf], format: Format, deny_warnings: bool) -> Exi
         match result {
             Ok(checked) => reports.add(&checked),
             Err(error) => {
-                eprintln!("error: cannot read {path}: {}", error.message);
+                crate::loader::print_load_error(&error);
                 reports.unreadable.push((path.clone(), error.message));
             }
         }
@@ -120,7 +126,7 @@ fn has_browser_steps(checked: &Checked) -> bool {
 
 /// `locks` gives the `flow.lock` beside a root, when there is one.
 pub(crate) fn check_all(
-    roots: &[String],
+    roots: &[RootFile],
     locks: &HashMap<String, Arc<ToolLock>>,
 ) -> Vec<Result<Checked, LoadError>> {
     let workers = std::thread::available_parallelism()
@@ -136,10 +142,10 @@ pub(crate) fn check_all(
                     loop {
                         let index = next.fetch_add(1, Ordering::Relaxed);
                         let Some(root) = roots.get(index) else { break };
-                        let lock = locks.get(root).map(Arc::as_ref);
+                        let lock = locks.get(&root.path).map(Arc::as_ref);
                         mine.push((
                             index,
-                            flow_compiler::check_with_tools(root, &DiskLoader, lock),
+                            flow_compiler::check_with_tools(&root.path, &root.loader(), lock),
                         ));
                     }
                     mine

@@ -1,23 +1,24 @@
 //! `flowc fmt`: format files in place, or list the files that would change.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use flow_compiler::diagnostic::line_col;
 use flow_compiler::format::format_source;
 
 use crate::Exit;
-use crate::loader::{expand_paths, io_reason, write_atomically};
+use crate::loader::{RootFile, expand_paths, io_reason, write_atomically};
 
-pub(crate) fn run(paths: &[PathBuf], check: bool) -> Exit {
-    let (files, problems) = expand_paths(paths);
+pub(crate) fn run(paths: &[PathBuf], root: Option<&Path>, check: bool) -> Exit {
+    let (files, problems) = expand_paths(paths, root);
     let mut exit = Exit::Ok;
     for problem in &problems {
         eprintln!("error: {problem}");
         exit = Exit::Usage;
     }
     let mut changed = 0;
-    for path in &files {
-        match format_file(path, check) {
+    for file in &files {
+        let path = &file.path;
+        match format_file(file, check) {
             Ok(false) => {}
             Ok(true) => {
                 changed += 1;
@@ -52,11 +53,19 @@ pub(crate) fn run(paths: &[PathBuf], check: bool) -> Exit {
 /// `check`, was written). A file that cannot be read or written is an IO
 /// error; one that is not UTF-8 or cannot be tokenised is a problem with the
 /// file, reported at its line and column.
-fn format_file(path: &str, check: bool) -> Result<bool, (Exit, String)> {
-    let bytes = std::fs::read(path).map_err(|e| {
+///
+/// The file is read as the checker reads it, through its project, so that a
+/// symbolic link out of the folder being formatted is neither read nor
+/// written through.
+fn format_file(file: &RootFile, check: bool) -> Result<bool, (Exit, String)> {
+    let path = file.path.as_str();
+    let bytes = file.project.read(path, file.named).map_err(|failure| {
         (
             Exit::Usage,
-            format!("cannot read {path}: {}", io_reason(&e)),
+            match failure.hint() {
+                Some(hint) => format!("cannot read {path}: {failure}\n  help: {hint}"),
+                None => format!("cannot read {path}: {failure}"),
+            },
         )
     })?;
     let text = std::str::from_utf8(&bytes).map_err(|e| {

@@ -3,16 +3,17 @@
 use std::path::Path;
 
 use crate::Exit;
-use crate::loader::{DiskLoader, normalize_arg};
+use crate::loader::{print_load_error, single_file};
 
-pub(crate) fn run(file: &Path, workflow: Option<&str>) -> Exit {
-    let Some(path) = normalize_arg(file) else {
+pub(crate) fn run(file: &Path, root: Option<&Path>, workflow: Option<&str>) -> Exit {
+    let Some(source) = single_file(file, root) else {
         return Exit::Usage;
     };
-    let checked = match flow_compiler::check(&path, &DiskLoader) {
+    let path = source.path.clone();
+    let checked = match flow_compiler::check(&path, &source.loader()) {
         Ok(checked) => checked,
         Err(error) => {
-            eprintln!("error: cannot read {}: {}", error.path, error.message);
+            print_load_error(&error);
             return Exit::Usage;
         }
     };

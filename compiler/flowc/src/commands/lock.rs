@@ -3,21 +3,32 @@
 //! files (one lock per folder), so that `flowc check` can check browser steps
 //! offline. The servers are reached through the runtime's MCP pool, exactly
 //! as a run would reach them; nothing of a failed folder is written.
+//!
+//! Locking runs programs: a stdio server is its `command`, started with its
+//! `args` and `env`, and the files that declare it may be imports the user
+//! has not read. So every command is printed (program, arguments and the
+//! names of its environment variables, whose values may be secrets) before
+//! it starts, and `--dry-run` lists them without starting anything.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use flow_compiler::lock::{LOCK_FILE, LOCK_VERSION, LockedServer, LockedTool, ToolLock};
-use flow_plan::McpServer;
+use flow_plan::{McpServer, McpTransport};
 use flow_runtime::mcp::{McpPool, McpPoolConfig};
 
 use crate::Exit;
-use crate::loader::{DiskLoader, expand_paths, io_reason, write_atomically};
+use crate::loader::{RootFile, expand_paths, io_reason, print_load_error, write_atomically};
 
-pub(crate) fn run(paths: &[PathBuf], timeout: Duration) -> Exit {
-    let (files, problems) = expand_paths(paths);
+pub(crate) fn run(
+    paths: &[PathBuf],
+    root: Option<&Path>,
+    timeout: Duration,
+    dry_run: bool,
+) -> Exit {
+    let (files, problems) = expand_paths(paths, root);
     for problem in &problems {
         eprintln!("error: {problem}");
     }
@@ -27,14 +38,14 @@ pub(crate) fn run(paths: &[PathBuf], timeout: Duration) -> Exit {
     // The servers each folder's files declare (or import), once each.
     let mut folders: BTreeMap<PathBuf, Vec<McpServer>> = BTreeMap::new();
     for file in &files {
-        let checked = match flow_compiler::check(file, &DiskLoader) {
+        let checked = match flow_compiler::check(&file.path, &file.loader()) {
             Ok(checked) => checked,
             Err(error) => {
-                eprintln!("error: cannot read {file}: {}", error.message);
+                print_load_error(&error);
                 return Exit::Usage;
             }
         };
-        let servers = folders.entry(folder_of(file)).or_default();
+        let servers = folders.entry(folder_of(&file.path)).or_default();
         let mut names: Vec<&String> = checked.analysis.env.mcp_servers.keys().collect();
         names.sort();
         for name in names {
@@ -49,6 +60,9 @@ pub(crate) fn run(paths: &[PathBuf], timeout: Duration) -> Exit {
             }
         }
     }
+    if dry_run {
+        return list(&folders);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -62,17 +76,106 @@ pub(crate) fn run(paths: &[PathBuf], timeout: Duration) -> Exit {
     runtime.block_on(lock_folders(folders, timeout))
 }
 
+/// `--dry-run`: what locking would start or reach, one line per server and
+/// lock on stdout (for a reviewer or a script), nothing started or written.
+fn list(folders: &BTreeMap<PathBuf, Vec<McpServer>>) -> Exit {
+    let mut count = 0;
+    for (folder, servers) in folders {
+        let path = folder.join(LOCK_FILE);
+        for server in servers {
+            println!("{}: would {}", path.display(), describe(server));
+            count += 1;
+        }
+    }
+    eprintln!(
+        "flowc: dry run: {count} MCP server(s) for {} lock(s); nothing started, nothing written",
+        folders.len()
+    );
+    Exit::Ok
+}
+
+/// What asking `server` does, for a person: the command line it starts
+/// (quoted as a shell would need it) and the names of its environment
+/// variables, never their values, which may be secrets; or the URL it
+/// reaches, without the password it may carry.
+pub(crate) fn describe(server: &McpServer) -> String {
+    match &server.transport {
+        McpTransport::Stdio { command, args, env } => {
+            let mut line = format!(
+                "start MCP server `{}`: {}",
+                server.name,
+                shell_quote(command)
+            );
+            for arg in args {
+                line.push(' ');
+                line.push_str(&shell_quote(arg));
+            }
+            if !env.is_empty() {
+                let names: Vec<&str> = env.iter().map(|(name, _)| name.as_str()).collect();
+                line.push_str(&format!(" (environment: {})", names.join(", ")));
+            }
+            line
+        }
+        McpTransport::Http { url } => {
+            format!(
+                "reach MCP server `{}` at {}",
+                server.name,
+                without_password(url)
+            )
+        }
+    }
+}
+
+/// `word` as a shell would need it written: bare when it has only safe
+/// characters, else in single quotes.
+fn shell_quote(word: &str) -> String {
+    let safe = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c));
+    if safe {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
+/// `url` with the user information of its authority (`user:password@`)
+/// replaced, since a token there is a secret.
+fn without_password(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_string();
+    };
+    let authority_start = scheme_end + 3;
+    let authority_end = url[authority_start..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |i| authority_start + i);
+    match url[authority_start..authority_end].rfind('@') {
+        Some(at) => format!(
+            "{}***{}",
+            &url[..authority_start],
+            &url[authority_start + at..]
+        ),
+        None => url.to_string(),
+    }
+}
+
 async fn lock_folders(folders: BTreeMap<PathBuf, Vec<McpServer>>, timeout: Duration) -> Exit {
     let pool = Arc::new(McpPool::new(McpPoolConfig {
         connect_timeout: timeout,
         ..McpPoolConfig::default()
     }));
     let mut exit = Exit::Ok;
+    let mut announced: HashSet<McpTransport> = HashSet::new();
     for (folder, servers) in folders {
         // The servers of a folder start at once: a lock waits for the
         // slowest, not for their sum.
         let mut asked = tokio::task::JoinSet::new();
         for (index, server) in servers.into_iter().enumerate() {
+            // Said once per server: the pool keeps it for the next folder.
+            if announced.insert(server.transport.clone()) {
+                eprintln!("flowc: {}", describe(&server));
+            }
             let pool = Arc::clone(&pool);
             asked.spawn(async move {
                 let tools = pool.tools(&server, timeout).await;
@@ -151,31 +254,79 @@ fn folder_of(file: &str) -> PathBuf {
 
 /// The lock beside each of `files` that has one; an unreadable or malformed
 /// lock is an error, since checking without it would pass what it forbids.
-pub(crate) fn read_locks(files: &[String]) -> Result<HashMap<String, Arc<ToolLock>>, String> {
+/// A lock is read through its file's project, like a source: a `flow.lock`
+/// that is a link out of the project, a device or huge is refused.
+pub(crate) fn read_locks(files: &[RootFile]) -> Result<HashMap<String, Arc<ToolLock>>, String> {
     let mut by_folder: HashMap<PathBuf, Option<Arc<ToolLock>>> = HashMap::new();
     let mut locks = HashMap::new();
     for file in files {
-        let folder = folder_of(file);
+        let folder = folder_of(&file.path);
         if !by_folder.contains_key(&folder) {
             let path = folder.join(LOCK_FILE);
-            let lock = match std::fs::read_to_string(&path) {
-                Ok(text) => Some(Arc::new(ToolLock::from_json(&text).map_err(|reason| {
-                    format!("{} cannot be used: {reason}", path.display())
-                })?)),
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
-                Err(error) => {
-                    return Err(format!(
-                        "cannot read {}: {}",
-                        path.display(),
-                        io_reason(&error)
-                    ));
+            let lock = match file.project.read_other(&path) {
+                Ok(Some(bytes)) => {
+                    let text = String::from_utf8(bytes).map_err(|_| {
+                        format!("{} cannot be used: it is not valid UTF-8", path.display())
+                    })?;
+                    Some(Arc::new(ToolLock::from_json(&text).map_err(|reason| {
+                        format!("{} cannot be used: {reason}", path.display())
+                    })?))
+                }
+                Ok(None) => None,
+                Err(failure) => {
+                    return Err(format!("cannot read {}: {failure}", path.display()));
                 }
             };
             by_folder.insert(folder.clone(), lock);
         }
         if let Some(Some(lock)) = by_folder.get(&folder) {
-            locks.insert(file.clone(), Arc::clone(lock));
+            locks.insert(file.path.clone(), Arc::clone(lock));
         }
     }
     Ok(locks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_is_described_with_env_names_but_not_values() {
+        let server = McpServer {
+            name: "x".to_string(),
+            transport: McpTransport::Stdio {
+                command: "node".to_string(),
+                args: vec![
+                    "server.js".to_string(),
+                    "a b".to_string(),
+                    "it's".to_string(),
+                ],
+                env: vec![("TOKEN".to_string(), "s3cret".to_string())],
+            },
+        };
+        let text = describe(&server);
+        assert_eq!(
+            text,
+            "start MCP server `x`: node server.js 'a b' 'it'\\''s' (environment: TOKEN)"
+        );
+        assert!(!text.contains("s3cret"));
+    }
+
+    #[test]
+    fn a_url_is_described_without_its_password() {
+        let server = McpServer {
+            name: "web".to_string(),
+            transport: McpTransport::Http {
+                url: "https://me:token@example.com/mcp?x=1".to_string(),
+            },
+        };
+        assert_eq!(
+            describe(&server),
+            "reach MCP server `web` at https://***@example.com/mcp?x=1"
+        );
+        assert_eq!(
+            without_password("http://127.0.0.1:8931/mcp"),
+            "http://127.0.0.1:8931/mcp"
+        );
+    }
 }
