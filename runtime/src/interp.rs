@@ -913,13 +913,11 @@ impl<'p> Interpreter<'p> {
                 let output = self.services.provider.complete(&call).await?;
                 let mismatches = crate::schema::validate(&recipe.output_schema, &output);
                 if !mismatches.is_empty() {
-                    let list: Vec<String> = mismatches.iter().map(ToString::to_string).collect();
                     return Err(StepError::new(
                         ErrorKind::InvalidOutput,
                         format!(
-                            "the output does not match recipe `{}`: {}",
-                            recipe.name,
-                            list.join("; ")
+                            "the output does not match recipe `{}`: {mismatches}",
+                            recipe.name
                         ),
                     ));
                 }

@@ -169,11 +169,7 @@ fn parse_and_check(text: &str, schema: &Value) -> Result<Value, String> {
     if mismatches.is_empty() {
         Ok(value)
     } else {
-        Err(mismatches
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; "))
+        Err(mismatches.to_string())
     }
 }
 

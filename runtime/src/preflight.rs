@@ -40,10 +40,14 @@ pub(crate) async fn preflight(
     input: &Value,
     services: &Services,
 ) -> Result<Ready, Vec<String>> {
-    let mut problems: Vec<String> = crate::schema::validate(&workflow.input_schema, input)
+    let mismatches = crate::schema::validate(&workflow.input_schema, input);
+    let mut problems: Vec<String> = mismatches
         .iter()
         .map(|mismatch| format!("input: {mismatch}"))
         .collect();
+    if mismatches.omitted > 0 {
+        problems.push(format!("input: and {} more mismatches", mismatches.omitted));
+    }
 
     let mut models: Vec<String> = Vec::new();
     // Server index to the tools the workflow calls on it.

@@ -3,9 +3,13 @@
 //!
 //! The runtime checks a workflow's input before a run starts and an LLM's
 //! output before a step completes. Both checks exist to tell a person what to
-//! fix, so validation does not stop at the first problem: it lists every
-//! mismatch, each with the place in the value, what the plan expected there and
-//! what was actually found.
+//! fix, so validation does not stop at the first problem: it lists the
+//! mismatches, each with the place in the value, what the plan expected there
+//! and what was actually found. The answer is bounded whatever the schema and
+//! the value: at most [`MAX_MISMATCHES`] are listed (the rest are counted),
+//! and each part of one is at most [`MAX_PART_CHARS`] characters, because a
+//! value of a few kilobytes against a wide schema (every branch of a union,
+//! every allowed field named in each message) once made a 422 of 480 MB.
 //!
 //! Only the forms the compiler emits are understood (see
 //! `flow_compiler::check::types::Ty::json_schema`): `{}`, the scalar `type`s, a
@@ -20,7 +24,19 @@ use std::fmt;
 
 /// The duration pattern the compiler emits for `duration` values. It is the only
 /// pattern checked, by hand, so the runtime needs no regular-expression engine.
-pub(crate) const DURATION_PATTERN: &str = "^[0-9]+(ms|s|m|h|d)$";
+pub(crate) const DURATION_PATTERN: &str = flow_plan::DURATION_PATTERN;
+
+/// Mismatches listed by [`validate`]; the rest are only counted. A hundred is
+/// more than anyone fixes from one message, and bounds a 422's size.
+pub const MAX_MISMATCHES: usize = 100;
+
+/// Characters of each part (path, expected, found) of one mismatch. Paths
+/// hold field names from the value, and `expected` names from the schema.
+pub const MAX_PART_CHARS: usize = 160;
+
+/// Branches of a union, variants of an enum and allowed fields that one
+/// `expected` names before it says how many there are in all.
+const SHOWN: usize = 10;
 
 /// How deep validation descends before it gives up. Values come from users and
 /// from LLMs, and serde_json is built without its nesting limit in this
@@ -65,8 +81,50 @@ impl fmt::Display for Mismatch {
     }
 }
 
-/// Every mismatch of `value` against `schema`, in document order; empty when it
-/// fits.
+/// The mismatches of a value: the first [`MAX_MISMATCHES`], in document
+/// order, and how many more there are. Derefs to the listed ones.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Mismatches {
+    pub listed: Vec<Mismatch>,
+    /// Mismatches found past the listed ones.
+    pub omitted: usize,
+}
+
+impl std::ops::Deref for Mismatches {
+    type Target = [Mismatch];
+
+    fn deref(&self) -> &[Mismatch] {
+        &self.listed
+    }
+}
+
+impl<'a> IntoIterator for &'a Mismatches {
+    type Item = &'a Mismatch;
+    type IntoIter = std::slice::Iter<'a, Mismatch>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.listed.iter()
+    }
+}
+
+/// The listed mismatches joined by `; `, and how many more there are.
+impl fmt::Display for Mismatches {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (index, mismatch) in self.listed.iter().enumerate() {
+            if index > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{mismatch}")?;
+        }
+        if self.omitted > 0 {
+            write!(f, "; and {} more", self.omitted)?;
+        }
+        Ok(())
+    }
+}
+
+/// The mismatches of `value` against `schema`, in document order; empty when
+/// it fits. At most [`MAX_MISMATCHES`] are listed and the rest counted.
 ///
 /// Within an object, the fields present are visited in the value's own order
 /// (their mismatches and any fields the schema does not allow), then the
@@ -74,19 +132,81 @@ impl fmt::Display for Mismatch {
 /// order. An integer is a JSON number that serde_json parsed as a whole number
 /// (`3`); `3.0` and `3.5` are not integers, because a number written with a
 /// fraction is a float in flow's type system even when the fraction is zero.
-pub fn validate(schema: &Value, value: &Value) -> Vec<Mismatch> {
-    let mut out = Vec::new();
+pub fn validate(schema: &Value, value: &Value) -> Mismatches {
+    let mut sink = Sink {
+        listed: Vec::new(),
+        room: MAX_MISMATCHES,
+        omitted: 0,
+        first_only: false,
+    };
     let mut path = String::new();
-    check(schema, value, &mut path, 0, &mut out);
-    out
+    check(schema, value, &mut path, 0, &mut sink);
+    Mismatches {
+        listed: sink.listed,
+        omitted: sink.omitted,
+    }
+}
+
+/// Whether `value` fits `schema`, looking no further than the first mismatch.
+fn fits(schema: &Value, value: &Value, path: &mut String, depth: usize) -> bool {
+    let mut sink = Sink {
+        listed: Vec::new(),
+        room: 0,
+        omitted: 0,
+        first_only: true,
+    };
+    check(schema, value, path, depth, &mut sink);
+    !sink.found_any()
+}
+
+/// Where mismatches go: the first `room` are kept, each cut to size, and the
+/// rest counted; a mismatch is built only when it is kept.
+struct Sink {
+    listed: Vec<Mismatch>,
+    room: usize,
+    omitted: usize,
+    /// The question is only whether the value fits: the first mismatch ends
+    /// the walk.
+    first_only: bool,
+}
+
+impl Sink {
+    fn push(&mut self, mismatch: impl FnOnce() -> Mismatch) {
+        if self.listed.len() < self.room {
+            let Mismatch {
+                path,
+                expected,
+                found,
+            } = mismatch();
+            self.listed.push(Mismatch {
+                path: cut_path(&path),
+                expected: cut(&expected, MAX_PART_CHARS),
+                found: cut(&found, MAX_PART_CHARS),
+            });
+        } else {
+            self.omitted += 1;
+        }
+    }
+
+    fn found_any(&self) -> bool {
+        !self.listed.is_empty() || self.omitted > 0
+    }
+
+    /// Whether the walk can stop: a fit question has its answer.
+    fn done(&self) -> bool {
+        self.first_only && self.found_any()
+    }
 }
 
 /// Validates one node. `path` is extended and restored by the callers of each
 /// nested check, so that no path string is allocated unless a mismatch is
 /// recorded.
-fn check(schema: &Value, value: &Value, path: &mut String, depth: usize, out: &mut Vec<Mismatch>) {
+fn check(schema: &Value, value: &Value, path: &mut String, depth: usize, out: &mut Sink) {
+    if out.done() {
+        return;
+    }
     if depth > MAX_DEPTH {
-        out.push(Mismatch {
+        out.push(|| Mismatch {
             path: path.clone(),
             expected: DEPTH_WORDS.to_string(),
             found: "deeper nesting".to_string(),
@@ -97,7 +217,7 @@ fn check(schema: &Value, value: &Value, path: &mut String, depth: usize, out: &m
         Value::Object(schema) => schema,
         // JSON Schema allows the booleans as schemas: `false` accepts nothing.
         Value::Bool(false) => {
-            out.push(mismatch(path, "nothing", value));
+            out.push(|| mismatch(path, "nothing", value));
             return;
         }
         // `true` and anything that is not a schema at all constrain nothing.
@@ -114,7 +234,7 @@ fn check(schema: &Value, value: &Value, path: &mut String, depth: usize, out: &m
         && let Some(fits) = fits_type(ty, value)
         && !fits
     {
-        out.push(mismatch(path, &describe(schema), value));
+        out.push(|| mismatch(path, &describe(schema, 0), value));
         // The value's shape is wrong, so checking its contents against the
         // expected shape would only add noise.
         return;
@@ -123,7 +243,7 @@ fn check(schema: &Value, value: &Value, path: &mut String, depth: usize, out: &m
     if let Some(Value::Array(variants)) = schema.get("enum")
         && !variants.contains(value)
     {
-        out.push(mismatch(path, &describe_enum(variants), value));
+        out.push(|| mismatch(path, &describe_enum(variants), value));
         return;
     }
 
@@ -131,7 +251,7 @@ fn check(schema: &Value, value: &Value, path: &mut String, depth: usize, out: &m
         && pattern == DURATION_PATTERN
         && !is_duration(text)
     {
-        out.push(mismatch(path, DURATION_WORDS, value));
+        out.push(|| mismatch(path, DURATION_WORDS, value));
         return;
     }
 
@@ -139,6 +259,9 @@ fn check(schema: &Value, value: &Value, path: &mut String, depth: usize, out: &m
         Value::Array(items) => {
             if let Some(item_schema) = schema.get("items") {
                 for (index, item) in items.iter().enumerate() {
+                    if out.done() {
+                        return;
+                    }
                     let len = path.len();
                     path.push('/');
                     path.push_str(&index.to_string());
@@ -156,42 +279,35 @@ fn check(schema: &Value, value: &Value, path: &mut String, depth: usize, out: &m
 /// schema is an optional (one real branch plus null), the mismatches of the
 /// real branch are what the user needs to see, with "or null" added where the
 /// whole value was rejected; for other unions one summary mismatch is clearer
-/// than the mismatches of every branch.
+/// than the mismatches of every branch, and each branch is only asked whether
+/// the value fits it, so a union costs no mismatch per branch.
 fn check_any_of(
     schema: &Map<String, Value>,
     branches: &[Value],
     value: &Value,
     path: &mut String,
     depth: usize,
-    out: &mut Vec<Mismatch>,
+    out: &mut Sink,
 ) {
     let has_null = branches.iter().any(is_null_schema);
     // Null fits an optional without looking at the other branch at all.
     if has_null && value.is_null() {
         return;
     }
-    let mut non_null = Vec::new();
-    for branch in branches {
-        if !is_null_schema(branch) {
-            let mut found = Vec::new();
-            check(branch, value, path, depth + 1, &mut found);
-            if found.is_empty() {
-                return;
-            }
-            non_null.push(found);
-        }
-    }
-    match non_null.len() {
+    let mut real = branches.iter().filter(|branch| !is_null_schema(branch));
+    match (real.next(), real.next()) {
         // Only null branches, and the value is not null.
-        0 => out.push(mismatch(path, "null", value)),
-        1 => {
-            let mut found = non_null.pop().unwrap_or_default();
+        (None, _) => out.push(|| mismatch(path, "null", value)),
+        (Some(only), None) => {
+            let first = out.listed.len();
+            check(only, value, path, depth + 1, out);
             if has_null {
-                for m in &mut found {
+                let here = cut_path(path);
+                for m in &mut out.listed[first..] {
                     // Only a rejection of the whole value gains "or null"; the
                     // depth limit is no such rejection, and a nested optional
                     // has already said "or null".
-                    if m.path == *path
+                    if m.path == here
                         && m.expected != DEPTH_WORDS
                         && !m.expected.ends_with(" or null")
                     {
@@ -199,9 +315,15 @@ fn check_any_of(
                     }
                 }
             }
-            out.extend(found);
         }
-        _ => out.push(mismatch(path, &describe(schema), value)),
+        (Some(_), Some(_)) => {
+            for branch in branches.iter().filter(|branch| !is_null_schema(branch)) {
+                if fits(branch, value, path, depth + 1) {
+                    return;
+                }
+            }
+            out.push(|| mismatch(path, &describe(schema, 0), value));
+        }
     }
 }
 
@@ -213,7 +335,7 @@ fn check_object(
     fields: &Map<String, Value>,
     path: &mut String,
     depth: usize,
-    out: &mut Vec<Mismatch>,
+    out: &mut Sink,
 ) {
     let empty = Map::new();
     let properties = match schema.get("properties") {
@@ -222,13 +344,16 @@ fn check_object(
     };
     let additional = schema.get("additionalProperties");
     for (name, field) in fields {
+        if out.done() {
+            return;
+        }
         let len = path.len();
         push_segment(path, name);
         if let Some(field_schema) = properties.get(name) {
             check(field_schema, field, path, depth + 1, out);
         } else {
             match additional {
-                Some(Value::Bool(false)) => out.push(Mismatch {
+                Some(Value::Bool(false)) => out.push(|| Mismatch {
                     path: path.clone(),
                     expected: describe_extra(name, properties),
                     found: describe_value(field),
@@ -245,15 +370,17 @@ fn check_object(
             if fields.contains_key(name) {
                 continue;
             }
+            if out.done() {
+                return;
+            }
             let len = path.len();
             push_segment(path, name);
-            let expected = match properties.get(name) {
-                Some(field_schema) => describe(field_schema.as_object().unwrap_or(&empty)),
-                None => "a value".to_string(),
-            };
-            out.push(Mismatch {
+            out.push(|| Mismatch {
                 path: path.clone(),
-                expected,
+                expected: match properties.get(name) {
+                    Some(field_schema) => describe(field_schema.as_object().unwrap_or(&empty), 0),
+                    None => "a value".to_string(),
+                },
                 found: "missing".to_string(),
             });
             path.truncate(len);
@@ -309,11 +436,23 @@ pub(crate) fn is_null_schema(schema: &Value) -> bool {
 const DURATION_WORDS: &str = "a duration such as \"30s\" (digits, then ms, s, m, h or d)";
 
 /// What a schema accepts, in words, for the `expected` half of a mismatch.
-fn describe(schema: &Map<String, Value>) -> String {
+/// `depth` counts the unions around it: words for unions nested deeper than
+/// a few levels say only "a value", so describing is bounded too.
+fn describe(schema: &Map<String, Value>, depth: usize) -> String {
     if let Some(Value::Array(branches)) = schema.get("anyOf")
         && !branches.is_empty()
     {
-        let words: Vec<String> = branches.iter().map(describe_value_schema).collect();
+        if depth >= 3 {
+            return "a value".to_string();
+        }
+        let mut words: Vec<String> = branches
+            .iter()
+            .take(SHOWN)
+            .map(|branch| describe_value_schema(branch, depth + 1))
+            .collect();
+        if branches.len() > SHOWN {
+            words.push(format!("… ({} in all)", branches.len()));
+        }
         return words.join(" or ");
     }
     if let Some(Value::Array(variants)) = schema.get("enum") {
@@ -340,9 +479,9 @@ fn describe(schema: &Map<String, Value>) -> String {
 }
 
 /// [`describe`] for a schema that may be a boolean rather than an object.
-fn describe_value_schema(schema: &Value) -> String {
+fn describe_value_schema(schema: &Value, depth: usize) -> String {
     match schema {
-        Value::Object(schema) => describe(schema),
+        Value::Object(schema) => describe(schema, depth),
         Value::Bool(false) => "nothing".to_string(),
         _ => "anything".to_string(),
     }
@@ -351,8 +490,7 @@ fn describe_value_schema(schema: &Value) -> String {
 /// `one of "free", "pro"`; a long enum is cut short because the message is for
 /// reading, and the plan holds the full list.
 fn describe_enum(variants: &[Value]) -> String {
-    const SHOWN: usize = 10;
-    let mut shown: Vec<String> = variants.iter().take(SHOWN).map(Value::to_string).collect();
+    let mut shown: Vec<String> = variants.iter().take(SHOWN).map(describe_variant).collect();
     if variants.len() > SHOWN {
         shown.push(format!("… ({} in all)", variants.len()));
     }
@@ -363,13 +501,65 @@ fn describe_enum(variants: &[Value]) -> String {
     }
 }
 
-/// "no field `x` (allowed: `a`, `b`)".
+/// One variant as JSON, a long one cut short.
+fn describe_variant(variant: &Value) -> String {
+    match variant {
+        Value::String(_) => describe_value(variant),
+        other => cut(&other.to_string(), 40),
+    }
+}
+
+/// "no field `x` (allowed: `a`, `b`)"; a long name is cut, and a record of
+/// many fields says how many first, then names a few.
 fn describe_extra(name: &str, properties: &Map<String, Value>) -> String {
+    let name = cut(name, 40);
     if properties.is_empty() {
         return format!("no field `{name}` (the object allows no fields)");
     }
-    let allowed: Vec<String> = properties.keys().map(|k| format!("`{k}`")).collect();
-    format!("no field `{name}` (allowed: {})", allowed.join(", "))
+    // Fewer than SHOWN: field names are longer than variants, and the
+    // message must stay whole within MAX_PART_CHARS.
+    const FIELDS_SHOWN: usize = 5;
+    let allowed: Vec<String> = properties
+        .keys()
+        .take(FIELDS_SHOWN)
+        .map(|k| format!("`{}`", cut(k, 24)))
+        .collect();
+    if properties.len() > FIELDS_SHOWN {
+        format!(
+            "no field `{name}` ({} allowed, such as {}, …)",
+            properties.len(),
+            allowed.join(", ")
+        )
+    } else {
+        format!("no field `{name}` (allowed: {})", allowed.join(", "))
+    }
+}
+
+/// `text` cut to at most `most` characters, the cut marked.
+fn cut(text: &str, most: usize) -> String {
+    match text.char_indices().nth(most) {
+        None => text.to_string(),
+        Some(_) => {
+            let end = text
+                .char_indices()
+                .nth(most.saturating_sub(1))
+                .map_or(text.len(), |(at, _)| at);
+            format!("{}…", &text[..end])
+        }
+    }
+}
+
+/// A path cut to [`MAX_PART_CHARS`]: its start and its end, which say where
+/// in the value and which field.
+fn cut_path(path: &str) -> String {
+    let count = path.chars().count();
+    if count <= MAX_PART_CHARS {
+        return path.to_string();
+    }
+    let head: String = path.chars().take(MAX_PART_CHARS / 4).collect();
+    let keep = MAX_PART_CHARS - MAX_PART_CHARS / 4 - 1;
+    let tail: String = path.chars().skip(count - keep).collect();
+    format!("{head}…{tail}")
 }
 
 /// A short description of a value for the `found` half of a mismatch. Strings
@@ -761,7 +951,11 @@ pub(crate) mod tests {
         let (schema, value) = nested(MAX_DEPTH + 50);
         let found = validate(&schema, &value);
         assert_eq!(found.len(), 1);
-        assert_eq!(found[0].path, "/0".repeat(MAX_DEPTH + 1));
+        // The path is 257 levels long, so it is cut to its start and end.
+        let path = "/0".repeat(MAX_DEPTH + 1);
+        assert_eq!(found[0].path, cut_path(&path));
+        assert_eq!(found[0].path.chars().count(), MAX_PART_CHARS);
+        assert!(found[0].path.starts_with("/0/0") && found[0].path.ends_with("0/0"));
         assert_eq!(found[0].expected, "a value nested at most 256 levels deep");
 
         // A deep value under a shallow schema is only looked at as far as the
@@ -787,6 +981,95 @@ pub(crate) mod tests {
             ["expected a value nested at most 256 levels deep, found deeper nesting"]
         );
         assert!(validate(&schema, &json!(null)).is_empty());
+    }
+
+    /// Regression (issue 21): a 6 KB input against an `anyOf` of 20,000
+    /// branches answered 480 MB, a mismatch per item naming every branch.
+    /// Now each item is one short mismatch, and only 100 are listed.
+    #[test]
+    fn a_union_of_many_branches_answers_a_bounded_list() {
+        let branches: Vec<Value> = (0..20_000)
+            .map(|i| json!({ "type": "string", "enum": [format!("v{i}")] }))
+            .collect();
+        let schema = json!({ "type": "array", "items": { "anyOf": branches } });
+        let value = json!(vec![1; 110]);
+        let found = validate(&schema, &value);
+        assert_eq!(found.len(), MAX_MISMATCHES);
+        assert_eq!(found.omitted, 10);
+        assert_eq!(
+            found[0].to_string(),
+            "/0: expected \"v0\" or \"v1\" or \"v2\" or \"v3\" or \"v4\" or \"v5\" or \"v6\" or \"v7\" or \"v8\" or \"v9\" or … (20000 in all), found a number 1"
+        );
+        assert!(found.to_string().ends_with("; and 10 more"));
+        assert!(validate(&schema, &json!(["v19999"])).is_empty());
+    }
+
+    #[test]
+    fn at_most_100_mismatches_are_listed_and_the_rest_counted() {
+        let schema = json!({ "type": "array", "items": { "type": "integer" } });
+        let found = validate(&schema, &json!(vec!["x"; 250]));
+        assert_eq!(found.len(), MAX_MISMATCHES);
+        assert_eq!(found.omitted, 150);
+        assert_eq!(found[99].path, "/99");
+        // Counted even where they are not listed: missing required fields.
+        let names: Vec<String> = (0..300).map(|i| format!("f{i:03}")).collect();
+        let properties: Map<String, Value> = names
+            .iter()
+            .map(|n| (n.clone(), json!({ "type": "string" })))
+            .collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let found = validate(&record(Value::Object(properties), &names), &json!({}));
+        assert_eq!((found.len(), found.omitted), (100, 200));
+        assert_eq!(found[0].path, "/f000");
+    }
+
+    /// Each part of a mismatch is at most `MAX_PART_CHARS` characters,
+    /// whatever the value's field names or the schema's width.
+    #[test]
+    fn every_part_of_a_mismatch_is_cut_short() {
+        let wide: Map<String, Value> = (0..5_000)
+            .map(|i| {
+                (
+                    format!("{}{i}", "field".repeat(20)),
+                    json!({ "type": "string" }),
+                )
+            })
+            .collect();
+        let long_name = "k".repeat(1_000_000);
+        let deep_name = "d".repeat(10_000);
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "nested": record(json!({ deep_name.clone(): { "type": "integer" } }), &[]),
+                "wide": { "type": "object", "properties": wide, "required": [], "additionalProperties": false },
+                "choice": { "type": "string", "enum": ["x".repeat(10_000), "y".repeat(10_000)] },
+            },
+            "required": [],
+            "additionalProperties": false,
+        });
+        let value = json!({
+            long_name.clone(): 1,
+            "nested": { deep_name: "not a number" },
+            "wide": { long_name: 1 },
+            "choice": "z".repeat(10_000),
+        });
+        let found = validate(&schema, &value);
+        assert_eq!(found.len(), 4, "{found:?}");
+        for mismatch in &found {
+            for part in [&mismatch.path, &mismatch.expected, &mismatch.found] {
+                assert!(
+                    part.chars().count() <= MAX_PART_CHARS + " or null".len(),
+                    "{} characters: {part}",
+                    part.chars().count()
+                );
+            }
+        }
+        assert!(
+            found
+                .iter()
+                .any(|m| m.expected.contains("(5000 allowed, such as `fieldfield")),
+            "{found:?}"
+        );
     }
 
     #[test]

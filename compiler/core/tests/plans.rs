@@ -35,8 +35,10 @@ fn examples() -> Vec<String> {
     names
 }
 
+/// The compiler's output is what `Plan::validate` accepts: flowd validates
+/// every plan it is given, compiled from a source or not.
 #[test]
-fn every_example_lowers_to_a_verified_plan() {
+fn every_example_lowers_to_a_verified_and_valid_plan() {
     let loader = Workspace(workspace_root());
     let names = examples();
     assert!(names.len() >= 4, "the examples are missing: {names:?}");
@@ -53,6 +55,9 @@ fn every_example_lowers_to_a_verified_plan() {
         let json = plan.to_json();
         // What the runtime will do with the file: read it back and verify it.
         assert_eq!(flow_plan::Plan::from_json(&json).as_ref(), Ok(&plan));
+        if let Err(problems) = plan.validate() {
+            panic!("{path}: {problems}");
+        }
         insta::with_settings!({ snapshot_path => "plans", prepend_module_to_snapshot => false }, {
             insta::assert_snapshot!(name.trim_end_matches(".flow").to_string(), json);
         });

@@ -15,7 +15,8 @@ fn example_sources() -> Vec<String> {
     sources
 }
 
-/// Checks bytes the way a driver would, and lowers when there is no error.
+/// Checks bytes the way a driver would, and lowers when there is no error;
+/// whatever lowers is a plan that reads back and validates.
 fn check_bytes(bytes: &[u8]) {
     struct One<'b>(&'b [u8]);
     impl flow_compiler::SourceLoader for One<'_> {
@@ -31,6 +32,9 @@ fn check_bytes(bytes: &[u8]) {
     if !checked.has_errors() {
         let plan = flow_compiler::lower(&checked).expect("no errors, so it lowers");
         assert!(flow_plan::Plan::from_json(&plan.to_json()).is_ok());
+        if let Err(problems) = plan.validate() {
+            panic!("the compiler wrote a plan that does not validate: {problems}");
+        }
     }
 }
 

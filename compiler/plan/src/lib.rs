@@ -8,9 +8,16 @@
 //!
 //! A plan carries its format version and a content hash. [`Plan::from_json`]
 //! refuses a plan of another version or whose hash does not match its content,
-//! so a run can be pinned to the exact plan it started on.
+//! so a run can be pinned to the exact plan it started on. A hash proves
+//! nothing about who wrote a plan, so [`Plan::validate`] holds a plan from
+//! outside to what the compiler writes, within the bounds of [`limits`].
 
 use std::fmt::{self, Write as _};
+
+pub mod limits;
+mod validate;
+
+pub use validate::{PlanProblem, PlanProblems};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -19,6 +26,10 @@ use sha2::{Digest, Sha256};
 /// The plan format this crate reads and writes. Bumped on any change that an
 /// older runtime would misread.
 pub const FORMAT_VERSION: u32 = 1;
+
+/// The `pattern` of a `duration` value's schema, the only pattern a plan
+/// holds; the runtime matches it by hand rather than with a regex engine.
+pub const DURATION_PATTERN: &str = "^[0-9]+(ms|s|m|h|d)$";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
@@ -499,6 +510,9 @@ impl Plan {
     }
 
     /// Reads a plan, refusing another format version or a hash mismatch.
+    /// It does not [`validate`](Plan::validate) the plan: the runtime reads
+    /// its stored plans through here, and one stored before a bound existed
+    /// must still resume its runs.
     pub fn from_json(text: &str) -> Result<Plan, PlanError> {
         // The version is read first, so that a plan of another version gets a
         // version error rather than a confusing error about its shape.

@@ -669,7 +669,12 @@ fn load_plan(file: &Path, root: Option<&Path>) -> Result<Plan> {
     if path.ends_with(".json") {
         let text =
             std::fs::read_to_string(file).map_err(|e| usage(format!("cannot read {path}: {e}")))?;
-        return Plan::from_json(&text).map_err(|e| usage(format!("{path}: {e}")));
+        // A plan file is data anyone could have written: it is held to what
+        // `flowc build` writes before anything is stored or run.
+        let plan = Plan::from_json(&text).map_err(|e| usage(format!("{path}: {e}")))?;
+        plan.validate()
+            .map_err(|problems| usage(format!("{path}: {problems}")))?;
+        return Ok(plan);
     }
     let project = match root {
         Some(root) => flow_loader::Project::new(root, WIDEN),

@@ -32,7 +32,8 @@ impl Server {
     }
 
     /// Sends a request; the answer's JSON, or a failure saying what flowd
-    /// said (its problem's `detail`, with any diagnostics or mismatches).
+    /// said (its problem's `detail`, with any diagnostics, mismatches or
+    /// plan problems).
     async fn call(
         &self,
         method: reqwest::Method,
@@ -77,6 +78,16 @@ impl Server {
                 mismatch["path"].as_str().unwrap_or(""),
                 mismatch["expected"].as_str().unwrap_or(""),
                 mismatch["found"].as_str().unwrap_or("")
+            ));
+        }
+        if let Some(more) = answer["mismatches_omitted"].as_u64().filter(|n| *n > 0) {
+            message.push_str(&format!("\n  and {more} more"));
+        }
+        for problem in answer["problems"].as_array().into_iter().flatten() {
+            message.push_str(&format!(
+                "\n  {}: {}",
+                problem["path"].as_str().unwrap_or(""),
+                problem["message"].as_str().unwrap_or("")
             ));
         }
         // As on the embedded store: input that does not match fails the run

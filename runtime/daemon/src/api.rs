@@ -10,7 +10,7 @@ use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use flow_plan::Plan;
+use flow_plan::{Plan, PlanProblems};
 use flow_runtime::interp::{Decision, Outcome, StepRecord};
 use flow_runtime::runner::{self, RunRecord};
 use flow_runtime::store::{
@@ -124,8 +124,20 @@ struct ProblemDoc {
     detail: String,
     /// `does_not_check`: each error of the source (`code`, `message`, `line`, `column`).
     diagnostics: Option<Vec<Object>>,
-    /// `invalid_input`: each place the input does not match (`path`, `expected`, `found`).
+    /// `invalid_input`: each place the input does not match (`path`, `expected`, `found`),
+    /// at most 100, each part at most 160 characters.
     mismatches: Option<Vec<Object>>,
+    /// `invalid_input`: how many mismatches there are past those listed.
+    mismatches_omitted: Option<u64>,
+    /// `invalid_plan`: each way the plan differs from what `flowc build` writes
+    /// (`path`, a JSON Pointer into the plan, and `message`), at most 100, each
+    /// at most 300 characters.
+    problems: Option<Vec<Object>>,
+    /// `invalid_plan`: validation stopped at the 100th problem; there may be more.
+    more_problems: Option<bool>,
+    /// `mcp_server_not_allowed`, `mcp_tool_not_allowed`: every MCP server or
+    /// tool of the plan the account may not use (`code`, `message`), at most 20.
+    refusals: Option<Vec<Object>>,
 }
 
 /// A JSON object, in documentation.
@@ -224,7 +236,7 @@ struct DeployPlan {
     post, path = "/v1/workflows", tag = "workflows", request_body = Deploy,
     responses(
         (status = 201, description = "Deployed", body = Deployments),
-        (status = 422, description = "The source does not check (`does_not_check`), the plan is invalid (`invalid_plan`), a workflow names a department the account does not have (`unknown_department`), or the plan names an MCP server or tool the operator does not offer this account (`mcp_server_not_allowed`, `mcp_tool_not_allowed`; every one in `refusals`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 422, description = "The source does not check (`does_not_check`); the plan is not one `flowc build` could have written, or is past flowd's bounds (`invalid_plan`, with `problems` and `more_problems`); a workflow names a department the account does not have (`unknown_department`); or the plan names an MCP server or tool the operator does not offer this account (`mcp_server_not_allowed`, `mcp_tool_not_allowed`; every one in `refusals`)", body = ProblemDoc, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn deploy(
@@ -245,17 +257,35 @@ pub(crate) async fn deploy(
             problem
         }
     })?;
+    // A plan from outside is held to what the compiler writes before it is
+    // stored: the runtime trusts a plan's indices, numbers and schemas. A
+    // plan compiled here is checked too, which costs one pass over it and
+    // refuses a source whose plan is past flowd's bounds.
     let plan = match request {
         Deploy::Source(DeploySource { source, path }) => {
-            compile(path.as_deref().unwrap_or("workflow.flow"), &source)?
+            let path = path.as_deref().unwrap_or("workflow.flow");
+            let plan = compile(path, &source)?;
+            plan.validate().map_err(|problems| {
+                invalid_plan(
+                    &format!("{path} compiles to a plan flowd refuses"),
+                    &problems,
+                )
+            })?;
+            plan
         }
-        Deploy::Plan(DeployPlan { plan }) => Plan::from_json(&plan.to_string()).map_err(|e| {
-            Problem::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_plan",
-                &e.to_string(),
-            )
-        })?,
+        Deploy::Plan(DeployPlan { plan }) => {
+            let plan = Plan::from_json(&plan.to_string()).map_err(|e| {
+                Problem::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "invalid_plan",
+                    &e.to_string(),
+                )
+            })?;
+            plan.validate().map_err(|problems| {
+                invalid_plan("the plan is not one flowc could have built", &problems)
+            })?;
+            plan
+        }
     };
     // A department is one of the account's: a misspelt one would quietly
     // give the workflow no department context and its documents no owner.
@@ -316,6 +346,31 @@ fn mcp_allowed(daemon: &Daemon, account: &str, plan: &Plan) -> Result<(), Proble
                 .collect(),
         ),
     )
+}
+
+/// 422 `invalid_plan` with each problem the validator found: at most
+/// `flow_plan::limits::MAX_PROBLEMS`, each a JSON Pointer and a short message.
+fn invalid_plan(detail: &str, found: &PlanProblems) -> Problem {
+    let problems: Vec<Value> = found
+        .problems
+        .iter()
+        .map(|p| json!({ "path": p.path, "message": p.message }))
+        .collect();
+    Problem::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_plan",
+        &format!(
+            "{detail}: {} problem(s){}",
+            problems.len(),
+            if found.stopped {
+                ", and validation stopped there"
+            } else {
+                ""
+            }
+        ),
+    )
+    .with("problems", Value::Array(problems))
+    .with("more_problems", Value::Bool(found.stopped))
 }
 
 /// A source checked and lowered, or a 422 listing every error.
@@ -421,7 +476,7 @@ impl StartRun {
         (status = 202, description = "Started", body = RunState),
         (status = 200, description = "Started before with this Idempotency-Key", body = RunState),
         (status = 404, description = "No such workflow or version (`unknown_workflow`)", body = ProblemDoc, content_type = "application/problem+json"),
-        (status = 422, description = "The input does not match (`invalid_input`), the key started another request (`idempotency_key_reused`), or the workflow names an MCP server or tool the operator no longer offers this account (`mcp_server_not_allowed`, `mcp_tool_not_allowed`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 422, description = "The input does not match (`invalid_input`, with at most 100 `mismatches` and `mismatches_omitted`), the key started another request (`idempotency_key_reused`), or the workflow names an MCP server or tool the operator no longer offers this account (`mcp_server_not_allowed`, `mcp_tool_not_allowed`)", body = ProblemDoc, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn start_run(
@@ -468,14 +523,25 @@ pub(crate) async fn start_run(
     mcp_allowed(&daemon, &account, &plan)?;
     let input = request.input();
     if let Some(workflow) = plan.workflow(&request.workflow) {
+        // Bounded whatever the plan: at most 100 mismatches are listed, each
+        // cut short, and the rest counted.
         let mismatches = flow_runtime::schema::validate(&workflow.input_schema, &input);
         if !mismatches.is_empty() {
             return Err(Problem::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "invalid_input",
                 &format!(
-                    "the input does not match workflow `{}`'s input",
-                    request.workflow
+                    "the input does not match workflow `{}`'s input{}",
+                    request.workflow,
+                    if mismatches.omitted > 0 {
+                        format!(
+                            " ({} mismatches; the first {} are listed)",
+                            mismatches.len() + mismatches.omitted,
+                            mismatches.len()
+                        )
+                    } else {
+                        String::new()
+                    }
                 ),
             )
             .with(
@@ -484,7 +550,8 @@ pub(crate) async fn start_run(
                     .iter()
                     .map(|m| json!({ "path": m.path, "expected": m.expected, "found": m.found }))
                     .collect(),
-            ));
+            )
+            .with("mismatches_omitted", Value::from(mismatches.omitted)));
         }
     }
     let run_id = flow_runtime::runner::new_run_id();

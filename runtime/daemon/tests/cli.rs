@@ -1572,3 +1572,210 @@ async fn a_rotated_link_secret_keeps_the_links_already_sent() {
         .await;
     assert_eq!(status, 200, "the run is still there, waiting");
 }
+
+/// Regression (issue 21): a deployed plan whose input schema was an `anyOf`
+/// of 20,000 branches made each 6 KB start request answer 480 MB in 13.5 s.
+/// A plan from outside is validated before it is stored: this one is refused
+/// at deploy with one short problem, and nothing is deployed.
+#[tokio::test]
+async fn a_plan_with_an_anyof_of_20000_branches_is_refused_at_deploy() {
+    use reqwest::Method;
+    use serde_json::json;
+    let dir = TempDir::new("flowd-anyof");
+    let flowd = Flowd::start(&dir);
+    let checked = flow_compiler::check_source(
+        "wide.flow",
+        "workflow wide {\n  input { tags: list<string> }\n  output { tags: workflow_input.tags }\n}\n",
+    );
+    let mut plan = flow_compiler::lower(&checked).expect("the source lowers");
+    let branches: Vec<serde_json::Value> = (0..20_000)
+        .map(|i| json!({ "type": "string", "enum": [format!("v{i}")] }))
+        .collect();
+    plan.workflows[0].input_schema["properties"]["tags"]["items"] = json!({ "anyOf": branches });
+    // The hash is recomputed, as an attacker would: only validation stands
+    // between this plan and the store.
+    let plan: serde_json::Value = serde_json::from_str(&plan.seal().to_json()).unwrap();
+
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/workflows",
+            Some(ACME),
+            Some(json!({ "plan": plan })),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (422, Some("invalid_plan")),
+        "{body}"
+    );
+    assert_eq!(
+        body["problems"],
+        json!([{
+            "path": "/workflows/0/input_schema/properties/tags/items/anyOf",
+            "message": "`anyOf` has 20000 branches; a plan's `anyOf` is an optional, [a schema, {\"type\": \"null\"}]",
+        }]),
+        "{body}"
+    );
+    assert_eq!(body["more_problems"], false);
+    assert!(body.to_string().len() < 1_024, "{body}");
+
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/runs",
+            Some(ACME),
+            Some(json!({ "workflow": "wide", "input": { "tags": ["x"] } })),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("unknown_workflow")),
+        "nothing was deployed: {body}"
+    );
+}
+
+/// A plan with many problems is answered with the first 100, each short,
+/// and says that validation stopped there.
+#[tokio::test]
+async fn an_invalid_plan_is_answered_with_at_most_100_short_problems() {
+    use reqwest::Method;
+    use serde_json::json;
+    let dir = TempDir::new("flowd-problems");
+    let flowd = Flowd::start(&dir);
+    let checked = flow_compiler::check_source(
+        "many.flow",
+        "workflow many {\n  input { text: string }\n  output { text: workflow_input.text }\n}\n",
+    );
+    let mut plan = flow_compiler::lower(&checked).expect("the source lowers");
+    // Within the 2 MiB body: 500 names of 3,000 bytes.
+    let long = "x".repeat(3_000);
+    plan.workflows[0].output = (0..500)
+        .map(|i| flow_plan::Field {
+            name: format!("{long}{i}"),
+            value: flow_plan::Expr::Ref(flow_plan::Ref {
+                root: flow_plan::Root::Step(1_000 + i),
+                path: vec![],
+                optional: false,
+            }),
+        })
+        .collect();
+    let plan: serde_json::Value = serde_json::from_str(&plan.seal().to_json()).unwrap();
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/workflows",
+            Some(ACME),
+            Some(json!({ "plan": plan })),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (422, Some("invalid_plan")),
+        "{body}"
+    );
+    let problems = body["problems"].as_array().expect("a list of problems");
+    assert_eq!(problems.len(), flow_plan::limits::MAX_PROBLEMS);
+    assert_eq!(body["more_problems"], true);
+    for problem in problems {
+        let length = problem["path"].as_str().unwrap().chars().count()
+            + problem["message"].as_str().unwrap().chars().count()
+            + 2;
+        assert!(length <= flow_plan::limits::MAX_PROBLEM_CHARS, "{problem}");
+    }
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .ends_with("100 problem(s), and validation stopped there"),
+        "{body}"
+    );
+}
+
+/// Regression (issue 21): even a valid schema can be wide. A start request
+/// of 7,000 mismatches against a record of 2,000 fields (each unknown field's
+/// message once named every allowed one) answers at most 100 mismatches,
+/// each short, and how many were left out.
+#[tokio::test]
+async fn a_start_against_a_wide_valid_schema_answers_a_bounded_422() {
+    use reqwest::Method;
+    use serde_json::json;
+    let dir = TempDir::new("flowd-wide-input");
+    let flowd = Flowd::start(&dir);
+    let fields: Vec<String> = (0..2_000).map(|i| format!("field_{i}: string")).collect();
+    let source = format!(
+        "workflow wide {{\n  input {{ {} }}\n  output {{ first: workflow_input.field_0 }}\n}}\n",
+        fields.join(", ")
+    );
+    flowd.deploy(ACME, &source).await;
+
+    let input: serde_json::Map<String, serde_json::Value> = (0..5_000)
+        .map(|i| (format!("unknown_{i}"), json!(i)))
+        .collect();
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/runs",
+            Some(ACME),
+            Some(json!({ "workflow": "wide", "input": input })),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (422, Some("invalid_input")),
+        "{body}"
+    );
+    let mismatches = body["mismatches"].as_array().expect("a list of mismatches");
+    assert_eq!(mismatches.len(), 100);
+    assert_eq!(
+        body["mismatches_omitted"], 6_900,
+        "5,000 unknown and 2,000 missing fields"
+    );
+    assert_eq!(mismatches[0]["path"], "/unknown_0");
+    assert_eq!(
+        mismatches[0]["expected"],
+        "no field `unknown_0` (2000 allowed, such as `field_0`, `field_1`, `field_10`, `field_100`, `field_1000`, …)"
+    );
+    let size = body.to_string().len();
+    assert!(size < 32 * 1024, "a 422 of {size} bytes");
+
+    let (status, body) = flowd.send(Method::GET, "/v1/runs", Some(ACME), None).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["runs"], json!([]), "nothing was stored");
+}
+
+/// A source is compiled here and its plan validated like any other: one
+/// the checker accepts but whose plan is past the bounds (a timeout over a
+/// year) is refused as `invalid_plan`, not stored.
+#[tokio::test]
+async fn a_source_that_compiles_past_the_plan_bounds_is_refused() {
+    use reqwest::Method;
+    use serde_json::json;
+    let dir = TempDir::new("flowd-source-bounds");
+    let flowd = Flowd::start(&dir);
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/workflows",
+            Some(ACME),
+            Some(json!({
+                "source": "workflow slow {\n  timeout 400d\n  output { x: 1 }\n}\n",
+                "path": "slow.flow",
+            })),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (422, Some("invalid_plan")),
+        "{body}"
+    );
+    assert_eq!(
+        body["detail"],
+        "slow.flow compiles to a plan flowd refuses: 1 problem(s)"
+    );
+    assert_eq!(body["problems"][0]["path"], "/workflows/0/timeout_ms");
+    let (_, body) = flowd
+        .send(Method::GET, "/v1/workflows", Some(ACME), None)
+        .await;
+    assert_eq!(body["deployments"], json!([]), "nothing was deployed");
+}

@@ -111,7 +111,7 @@ impl Ty {
             Ty::Int => json!({ "type": "integer" }),
             Ty::Float => json!({ "type": "number" }),
             Ty::Bool => json!({ "type": "boolean" }),
-            Ty::Duration => json!({ "type": "string", "pattern": "^[0-9]+(ms|s|m|h|d)$" }),
+            Ty::Duration => json!({ "type": "string", "pattern": flow_plan::DURATION_PATTERN }),
             Ty::Null => json!({ "type": "null" }),
             Ty::Enum(variants) => json!({ "type": "string", "enum": &variants[..] }),
             Ty::List(item) => json!({ "type": "array", "items": item.json_schema() }),

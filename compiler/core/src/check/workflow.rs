@@ -106,9 +106,10 @@ pub(crate) const DEFAULT_STEP_TIMEOUT_MS: u64 = 60 * 1000;
 pub(crate) const DEFAULT_ATTEMPTS: i64 = 3;
 /// Bounds that keep a plan's numbers meaningful to the runtime: more attempts
 /// than this is a loop, not a retry, and more iterations in flight than this
-/// would only queue on the account's concurrency limit.
-const MAX_ATTEMPTS: i64 = 100;
-const MAX_CONCURRENCY: i64 = 1000;
+/// would only queue on the account's concurrency limit. They are the plan
+/// format's, so that `Plan::validate` refuses exactly what the checker does.
+const MAX_ATTEMPTS: i64 = flow_plan::limits::MAX_ATTEMPTS as i64;
+const MAX_CONCURRENCY: i64 = flow_plan::limits::MAX_CONCURRENCY as i64;
 pub(crate) const ROOTS: &[&str] = &[
     "workflow_input",
     "step",

@@ -6,13 +6,13 @@ use std::time::Duration;
 
 /// flowd as a process of its own (the release binary beside this bench),
 /// stopped with SIGTERM.
-pub struct Flowd {
-    pub child: std::process::Child,
-    pub url: String,
+pub(crate) struct Flowd {
+    pub(crate) child: std::process::Child,
+    pub(crate) url: String,
 }
 
 impl Flowd {
-    pub fn start(dir: &std::path::Path) -> Flowd {
+    pub(crate) fn start(dir: &std::path::Path) -> Flowd {
         use std::io::{BufRead, BufReader};
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_flowd"))
             .arg("serve")
@@ -38,7 +38,7 @@ impl Flowd {
         }
     }
 
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         let _ = std::process::Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
@@ -46,6 +46,6 @@ impl Flowd {
     }
 }
 
-pub fn ms(duration: Duration) -> f64 {
+pub(crate) fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1000.0
 }

@@ -1,0 +1,67 @@
+//! `flow run PLAN.json` holds a plan file to what `flowc build` writes.
+
+use std::process::Command;
+
+/// A directory of its own under the system's temporary one, removed on drop.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("a scratch directory");
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A plan whose hash is right but whose numbers and indices the compiler
+/// never writes is refused with its problems listed and exit code 2, and no
+/// store is created for it.
+#[test]
+fn an_invalid_plan_file_is_refused_with_its_problems_and_exit_code_2() {
+    let dir = Scratch::new("flow-cli-invalid-plan");
+    let checked = flow_compiler::check_source(
+        "w.flow",
+        "recipe echo {\n  model \"default\"\n  input { text: string }\n  output { text: string }\n  prompt \"{{input.text}}\"\n}\nworkflow w {\n  input { text: string }\n  step a = echo { text: workflow_input.text }\n  output { text: step.a.text }\n}\n",
+    );
+    let mut plan = flow_compiler::lower(&checked).expect("the source lowers");
+    let flow_plan::Node::Step(step) = &mut plan.workflows[0].body[0] else {
+        panic!("the first node is a step");
+    };
+    step.retry.attempts = 1_000_000;
+    step.retry.backoff_min_ms = 0;
+    if let flow_plan::Action::Recipe { recipe, .. } = &mut step.action {
+        *recipe = 7;
+    }
+    std::fs::write(dir.0.join("bad.json"), plan.seal().to_json()).unwrap();
+    std::fs::write(dir.0.join("in.json"), r#"{ "text": "hi" }"#).unwrap();
+
+    let output = Command::new(env!("CARGO_BIN_EXE_flow"))
+        .args(["run", "bad.json", "--input", "in.json"])
+        .current_dir(&dir.0)
+        .output()
+        .expect("flow starts");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("error: bad.json: the plan is not one flowc could have built (3 problems)")
+            && stderr.contains(
+                "/workflows/0/body/0/action/recipe: recipe 7 is past the end of the plan's 1 recipes"
+            )
+            && stderr.contains(
+                "/workflows/0/body/0/retry/attempts: 1000000 attempts; a retry makes from 1 to 100"
+            )
+            && stderr.contains("/workflows/0/body/0/retry/backoff_min_ms: a backoff of 0 ms"),
+        "{stderr}"
+    );
+    assert!(
+        !dir.0.join("flow.db").exists(),
+        "nothing was stored for the refused plan"
+    );
+}
