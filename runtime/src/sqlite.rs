@@ -212,7 +212,23 @@ const MIGRATIONS: &[&str] = &[
     // from this index, never from the run's row, whose input and outcome
     // may take many pages (`account_run`).
     "CREATE INDEX runs_by_account_id ON runs(account, id);",
+    // A document's row in the full-text index, by its rowid: FTS5 finds rows
+    // by rowid or MATCH only, and deleting one by (account, collection,
+    // title) read the whole index, once per write (a loop of 5,000 writes
+    // took minutes). FTS5 keeps its rowids across VACUUM; a table's own
+    // rowid (kb_documents has no INTEGER PRIMARY KEY) may change, so the
+    // link is a column of its own.
+    "ALTER TABLE kb_documents ADD COLUMN search_id INTEGER;
+     UPDATE kb_documents SET search_id = rowid;
+     DELETE FROM kb_search;
+     INSERT INTO kb_search (rowid, account, collection, title, content)
+         SELECT search_id, account, collection, title, content FROM kb_documents;",
 ];
+
+/// A notification, once per key.
+const NOTIFY: &str = "INSERT OR IGNORE INTO notifications
+     (account, kind, audience, run_id, step_path, subject, message, key, created_ms)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
 
 /// Run `?2` if account `?1` owns it. Ownership is read from the covering
 /// index: reading the row's `account` would walk the pages of its input and
@@ -267,16 +283,38 @@ enum Write {
         params: Vec<rusqlite::types::Value>,
         reply: oneshot::Sender<Result<usize, StoreError>>,
     },
+    /// A `kb_write` step's document, written with the journal's commits
+    /// rather than in a transaction and fsync of its own on the caller's
+    /// thread: a loop of writes at high concurrency held every worker
+    /// thread of the async runtime waiting for the database, and every
+    /// other account's runs with them. Answers the document's id and version.
+    KbWrite {
+        account: String,
+        write: Box<KbWrite>,
+        reply: oneshot::Sender<Result<Value, StoreError>>,
+    },
+}
+
+/// What a write of a batch did, when it applied.
+enum Written {
+    /// Rows changed.
+    Rows(usize),
+    /// A KB document's id and version.
+    Document(Value),
 }
 
 impl Write {
-    fn reply(self, result: Result<usize, WriteError>) {
+    fn reply(self, result: Result<Written, WriteError>) {
         // Only decisions are ever refused; the rest fail in the store.
-        let stored = |result: Result<usize, WriteError>| {
+        let stored = |result: Result<Written, WriteError>| {
             result.map_err(|error| match error {
                 WriteError::Store(error) => error,
                 WriteError::Refused(refused) => StoreError(refused.to_string()),
             })
+        };
+        let rows = |written| match written {
+            Written::Rows(rows) => rows,
+            Written::Document(_) => 1,
         };
         // A caller that went away no longer needs the answer.
         match self {
@@ -291,7 +329,13 @@ impl Write {
                 });
             }
             Write::Statement { reply, .. } => {
-                let _ = reply.send(stored(result));
+                let _ = reply.send(stored(result).map(rows));
+            }
+            Write::KbWrite { reply, .. } => {
+                let _ = reply.send(stored(result).map(|written| match written {
+                    Written::Document(document) => document,
+                    Written::Rows(_) => Value::Null,
+                }));
             }
         }
     }
@@ -836,9 +880,7 @@ impl SqliteStore {
 
     pub fn notify(&self, note: &NewNotification<'_>) -> Result<bool, StoreError> {
         let changed = lock(&self.conn).execute(
-            "INSERT OR IGNORE INTO notifications
-                 (account, kind, audience, run_id, step_path, subject, message, key, created_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            NOTIFY,
             params![
                 note.account,
                 note.kind.as_str(),
@@ -1227,7 +1269,7 @@ fn write_batches(mut conn: Connection, queue: Receiver<Write>) {
 fn write_batch(
     conn: &mut Connection,
     batch: &[Write],
-) -> rusqlite::Result<Vec<Result<usize, WriteError>>> {
+) -> rusqlite::Result<Vec<Result<Written, WriteError>>> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut results = Vec::with_capacity(batch.len());
     {
@@ -1250,14 +1292,30 @@ fn write_batch(
                         gate_due_ms(record).map(|ms| ms as i64),
                     ])?;
                     notify_gate(&tx, run_id, record)?;
-                    results.push(Ok(1));
+                    results.push(Ok(Written::Rows(1)));
                 }
                 Write::Decide { decision, .. } => {
                     results.push(
                         apply_decision(&tx, decision)?
-                            .map(|()| 1)
+                            .map(|()| Written::Rows(1))
                             .map_err(WriteError::Refused),
                     );
+                }
+                // A document that fails (a constraint) fails alone: its
+                // statements are undone to the savepoint before it.
+                Write::KbWrite { account, write, .. } => {
+                    tx.execute_batch("SAVEPOINT kb_write")?;
+                    match write_document(&tx, account, write) {
+                        Ok(document) => {
+                            tx.execute_batch("RELEASE kb_write")?;
+                            results.push(Ok(Written::Document(document)));
+                        }
+                        Err(error) if tx.is_autocommit() => return Err(error),
+                        Err(error) => {
+                            tx.execute_batch("ROLLBACK TO kb_write; RELEASE kb_write")?;
+                            results.push(Err(WriteError::Store(error.into())));
+                        }
+                    }
                 }
                 // A statement that fails (a run id taken twice) fails alone:
                 // SQLite undoes that statement and the transaction goes on.
@@ -1267,7 +1325,11 @@ fn write_batch(
                     // back, not just the statement: then the batch fails.
                     match result {
                         Err(error) if tx.is_autocommit() => return Err(error),
-                        result => results.push(result.map_err(|e| WriteError::Store(e.into()))),
+                        result => results.push(
+                            result
+                                .map(Written::Rows)
+                                .map_err(|e| WriteError::Store(e.into())),
+                        ),
                     }
                 }
             }
@@ -1275,6 +1337,60 @@ fn write_batch(
     }
     tx.commit()?;
     Ok(results)
+}
+
+/// Creates or updates `write`'s document of `account`, unless its
+/// idempotency key wrote one before (then that write's result); its id and
+/// version.
+fn write_document(
+    tx: &rusqlite::Transaction<'_>,
+    account: &str,
+    write: &KbWrite,
+) -> rusqlite::Result<Value> {
+    if let Some(key) = &write.key {
+        let first: Option<String> = tx
+            .prepare_cached("SELECT result FROM kb_keys WHERE account = ?1 AND key = ?2")?
+            .query_row(params![account, key], |row| row.get(0))
+            .optional()?;
+        if let Some(first) = first {
+            return Ok(serde_json::from_str(&first).unwrap_or(Value::Null));
+        }
+    }
+    let (version, search_id): (i64, Option<i64>) = tx
+        .prepare_cached(
+            "INSERT INTO kb_documents (account, collection, title, version, content, metadata, department) VALUES (?1, ?2, ?3, 1, ?4, ?5, ?6)
+             ON CONFLICT (account, collection, title) DO UPDATE SET version = version + 1, content = excluded.content, metadata = excluded.metadata,
+                 department = COALESCE(excluded.department, department)
+             RETURNING version, search_id",
+        )?
+        .query_row(
+            params![account, write.collection, write.title, write.content, write.metadata.as_ref().map(Value::to_string), write.department],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )?;
+    match search_id {
+        Some(search_id) => {
+            tx.prepare_cached("UPDATE kb_search SET content = ?2 WHERE rowid = ?1")?
+                .execute(params![search_id, write.content])?;
+        }
+        None => {
+            tx.prepare_cached(
+                "INSERT INTO kb_search (account, collection, title, content) VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![account, write.collection, write.title, write.content])?;
+            let search_id = tx.last_insert_rowid();
+            tx.prepare_cached(
+                "UPDATE kb_documents SET search_id = ?4 WHERE account = ?1 AND collection = ?2 AND title = ?3",
+            )?
+            .execute(params![account, write.collection, write.title, search_id])?;
+        }
+    }
+    let result =
+        json!({ "id": format!("{}/{}", write.collection, write.title), "version": version });
+    if let Some(key) = &write.key {
+        tx.prepare_cached("INSERT INTO kb_keys (account, key, result) VALUES (?1, ?2, ?3)")?
+            .execute(params![account, key, result.to_string()])?;
+    }
+    Ok(result)
 }
 
 /// A gate reached is a notification to each of its approvers (a person or
@@ -1510,48 +1626,17 @@ impl RunJournal {
 
 impl Effects for RunJournal {
     fn kb_write<'a>(&'a self, write: &'a KbWrite) -> BoxFuture<'a, Result<Value, StepError>> {
-        let result = (|| -> Result<Value, StoreError> {
-            let mut conn = lock(&self.store.conn);
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            if let Some(key) = &write.key {
-                let first: Option<String> = tx
-                    .query_row("SELECT result FROM kb_keys WHERE account = ?1 AND key = ?2",
-                        params![self.account, key],
-                        |row| row.get(0),
-                    )
-                    .optional()?;
-                if let Some(first) = first {
-                    return serde_json::from_str(&first).map_err(|e| StoreError(e.to_string()));
-                }
-            }
-            let version: i64 = tx.query_row(
-                "INSERT INTO kb_documents (account, collection, title, version, content, metadata, department) VALUES (?1, ?2, ?3, 1, ?4, ?5, ?6)
-                 ON CONFLICT (account, collection, title) DO UPDATE SET version = version + 1, content = excluded.content, metadata = excluded.metadata,
-                     department = COALESCE(excluded.department, department)
-                 RETURNING version",
-                params![self.account, write.collection, write.title, write.content, write.metadata.as_ref().map(Value::to_string), write.department],
-                |row| row.get(0),
-            )?;
-            tx.execute(
-                "DELETE FROM kb_search WHERE account = ?1 AND collection = ?2 AND title = ?3",
-                params![self.account, write.collection, write.title],
-            )?;
-            tx.execute(
-                "INSERT INTO kb_search (account, collection, title, content) VALUES (?1, ?2, ?3, ?4)",
-                params![self.account, write.collection, write.title, write.content],
-            )?;
-            let result = json!({ "id": format!("{}/{}", write.collection, write.title), "version": version });
-            if let Some(key) = &write.key {
-                tx.execute(
-                    "INSERT INTO kb_keys (account, key, result) VALUES (?1, ?2, ?3)",
-                    params![self.account, key, result.to_string()],
-                )?;
-            }
-            tx.commit()?;
-            Ok(result)
-        })()
-        .map_err(store_error);
-        Box::pin(async move { result })
+        let (reply, answer) = oneshot::channel();
+        let queued = lock(&self.store.queue).send(Write::KbWrite {
+            account: self.account.clone(),
+            write: Box::new(write.clone()),
+            reply,
+        });
+        Box::pin(async move {
+            let stopped = || store_error(StoreError("the journal writer has stopped".into()));
+            queued.map_err(|_| stopped())?;
+            answer.await.map_err(|_| stopped())?.map_err(store_error)
+        })
     }
 
     fn kb_context<'a>(
@@ -1568,27 +1653,67 @@ impl Effects for RunJournal {
     }
 
     fn handoff<'a>(&'a self, handoff: &'a Handoff) -> BoxFuture<'a, Result<(), StepError>> {
-        let result = self
-            .store
-            .notify(&NewNotification {
-                account: &self.account,
-                kind: NotificationKind::Handoff,
-                audience: &handoff.department,
-                run_id: &handoff.run_id,
-                step_path: None,
-                subject: handoff.subject.as_deref(),
-                message: &handoff.message,
-                key: handoff.key.as_deref(),
-            })
-            .map(|_| ())
-            .map_err(store_error);
-        Box::pin(async move { result })
+        // With the journal's commits, as a KB write, for the same reason.
+        let written = self.store.statement(
+            NOTIFY,
+            vec![
+                self.account.clone().into(),
+                NotificationKind::Handoff.as_str().to_string().into(),
+                handoff.department.clone().into(),
+                handoff.run_id.clone().into(),
+                rusqlite::types::Value::Null,
+                handoff.subject.clone().into(),
+                handoff.message.clone().into(),
+                handoff.key.clone().into(),
+                (now_ms() as i64).into(),
+            ],
+        );
+        Box::pin(async move { written.await.map(|_| ()).map_err(store_error) })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A document written again replaces its row of the full-text index,
+    /// found by rowid (not by a scan of the index), and keeps one row.
+    #[tokio::test]
+    async fn a_rewritten_document_keeps_one_row_of_the_full_text_index() {
+        let dir = flow_tests::TempDir::new("sqlite-kb-rewrite");
+        let store = Arc::new(SqliteStore::open(&dir.path().join("flow.db")).unwrap());
+        let journal = RunJournal {
+            store: Arc::clone(&store),
+            run_id: "r1".to_string(),
+            account: "acme".to_string(),
+            memory: JournalMemory::new(Vec::new(), flow_plan::Durability::Full),
+        };
+        for (content, version) in [("first words", 1), ("second words", 2)] {
+            let write = KbWrite {
+                collection: "notes".into(),
+                title: "T".into(),
+                content: content.into(),
+                metadata: None,
+                key: None,
+                department: None,
+            };
+            let written = journal.kb_write(&write).await.unwrap();
+            assert_eq!(written["version"], version, "{written}");
+        }
+        let conn = store.reader().unwrap();
+        let rows: i64 = conn
+            .query_row("SELECT COUNT(*) FROM kb_search", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(rows, 1);
+        let found: String = conn
+            .query_row(
+                "SELECT content FROM kb_search WHERE kb_search MATCH 'second'",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(found, "second words");
+    }
 
     /// Whether a run is an account's is read from an index alone: another
     /// account's run, however large its input, costs the lookup what a
@@ -1656,6 +1781,11 @@ mod tests {
         assert_eq!(owner("SELECT account FROM kb_keys"), "acme");
         assert_eq!(owner("SELECT account FROM kb_search"), "acme");
         assert_eq!(owner("SELECT content FROM kb_documents"), "text");
+        // The document and its row of the full-text index are linked.
+        assert_eq!(
+            owner("SELECT s.content FROM kb_search s JOIN kb_documents d ON d.search_id = s.rowid"),
+            "text"
+        );
         drop(conn);
         let notes = store
             .notifications(
