@@ -288,7 +288,7 @@ enum Write {
     /// thread: a loop of writes at high concurrency held every worker
     /// thread of the async runtime waiting for the database, and every
     /// other account's runs with them. Answers the document's id and version.
-    KbWrite {
+    Document {
         account: String,
         write: Box<KbWrite>,
         reply: oneshot::Sender<Result<Value, StoreError>>,
@@ -331,7 +331,7 @@ impl Write {
             Write::Statement { reply, .. } => {
                 let _ = reply.send(stored(result).map(rows));
             }
-            Write::KbWrite { reply, .. } => {
+            Write::Document { reply, .. } => {
                 let _ = reply.send(stored(result).map(|written| match written {
                     Written::Document(document) => document,
                     Written::Rows(_) => Value::Null,
@@ -1303,7 +1303,7 @@ fn write_batch(
                 }
                 // A document that fails (a constraint) fails alone: its
                 // statements are undone to the savepoint before it.
-                Write::KbWrite { account, write, .. } => {
+                Write::Document { account, write, .. } => {
                     tx.execute_batch("SAVEPOINT kb_write")?;
                     match write_document(&tx, account, write) {
                         Ok(document) => {
@@ -1627,7 +1627,7 @@ impl RunJournal {
 impl Effects for RunJournal {
     fn kb_write<'a>(&'a self, write: &'a KbWrite) -> BoxFuture<'a, Result<Value, StepError>> {
         let (reply, answer) = oneshot::channel();
-        let queued = lock(&self.store.queue).send(Write::KbWrite {
+        let queued = lock(&self.store.queue).send(Write::Document {
             account: self.account.clone(),
             write: Box::new(write.clone()),
             reply,
@@ -1665,7 +1665,7 @@ impl Effects for RunJournal {
                 handoff.subject.clone().into(),
                 handoff.message.clone().into(),
                 handoff.key.clone().into(),
-                (now_ms() as i64).into(),
+                now_ms().into(),
             ],
         );
         Box::pin(async move { written.await.map(|_| ()).map_err(store_error) })
