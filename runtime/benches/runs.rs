@@ -175,6 +175,7 @@ fn b4(quick: bool) {
                         effects: journal.clone(),
                         mcp: None,
                         journal,
+                        steps: None,
                     };
                     flow_runtime::run(&plan, "ten", &run_id, input, services).await
                 })
@@ -312,7 +313,7 @@ fn b3_sequential(runtime: &tokio::runtime::Runtime, quick: bool) {
         );
         async move {
             flow_runtime::runner::drive(
-                &store, gated, "gated", &run_id, input, provider, None, None,
+                &store, gated, "gated", &run_id, input, provider, None, None, None,
             )
             .await
             .expect("the run is driven")
@@ -408,6 +409,7 @@ fn b3(runtime: &tokio::runtime::Runtime, quick: bool) {
                         effects: journal.clone(),
                         mcp: None,
                         journal,
+                        steps: None,
                     };
                     flow_runtime::run(&plan, "gated", &run_id, json!({}), services).await
                 }));
@@ -502,6 +504,7 @@ fn b1(runtime: &tokio::runtime::Runtime, quick: bool) {
                     effects: journal.clone(),
                     mcp: None,
                     journal,
+                    steps: None,
                 };
                 matches!(
                     flow_runtime::run(&plan, "ten", &run_id, input, services).await,
@@ -557,6 +560,7 @@ fn b1_sequential(runtime: &tokio::runtime::Runtime, quick: bool) {
                 &run_id,
                 input.clone(),
                 Arc::clone(&provider),
+                None,
                 None,
                 None,
             )
@@ -620,6 +624,7 @@ fn b1_postgres(runtime: &tokio::runtime::Runtime, quick: bool) {
                     effects: journal.clone(),
                     mcp: None,
                     journal,
+                    steps: None,
                 };
                 matches!(
                     flow_runtime::run(&plan, "ten", &run_id, input, services).await,
@@ -662,6 +667,7 @@ fn b2(runtime: &tokio::runtime::Runtime, quick: bool) {
             effects: store.clone(),
             mcp: None,
             journal: store,
+            steps: None,
         };
         let input = json!({ "items": vec!["x"; items] });
         let start = Instant::now();

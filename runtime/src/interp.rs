@@ -292,6 +292,12 @@ pub struct Services {
     pub effects: Arc<dyn Effects>,
     pub mcp: Option<Arc<dyn McpClient>>,
     pub journal: Arc<dyn Journal>,
+    /// Places for steps executing at once, shared by the runs of one
+    /// account (flowd): a step holds one from its first attempt until its
+    /// record is journaled, so that one account's loop at `concurrency
+    /// 1000` runs at most this many steps at a time and cannot fill the
+    /// journal's commits and the runtime's threads for everyone else.
+    pub steps: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 /// A loop iteration or parallel branch once it has run: its scope and how it ended.
@@ -721,6 +727,10 @@ impl<'p> Interpreter<'p> {
                 .push(pending);
             return Err(Interrupt::Parked);
         }
+        let _place = match &self.services.steps {
+            Some(places) => places.acquire().await.ok(),
+            None => None,
+        };
         let (result, attempts) = self.attempts(step, &path, &args, ctx).await;
         self.settle(step, ctx, &path, kind, args, result, attempts, started_ms)
             .await

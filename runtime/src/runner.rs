@@ -145,7 +145,8 @@ pub fn run_record(run_id: &str, outcome: &Outcome) -> RunRecord {
 /// Runs (or resumes) `run_id`, which this process has created or claimed,
 /// until it completes, fails or parks, and records how it ended. `mcp` is
 /// the process's MCP pool (issue 5), shared by its runs; without one a
-/// browser step fails as unsupported.
+/// browser step fails as unsupported. `steps` bounds the steps executing at
+/// once (`Services::steps`).
 #[allow(clippy::too_many_arguments)] // reason: the services of a run; the binaries pass each from its own place
 pub async fn drive(
     store: &Arc<dyn Store>,
@@ -156,6 +157,7 @@ pub async fn drive(
     provider: Arc<dyn Provider>,
     mcp: Option<Arc<dyn McpClient>>,
     observer: Option<Observer>,
+    steps: Option<Arc<tokio::sync::Semaphore>>,
 ) -> Result<Outcome, StoreError> {
     loop {
         let durability = plan
@@ -174,6 +176,7 @@ pub async fn drive(
             effects: log.clone(),
             mcp: mcp.clone(),
             journal,
+            steps: steps.clone(),
         };
         // The workflow's deadline counts active time across invocations.
         let spent = store

@@ -132,6 +132,7 @@ impl Setup {
             effects: journal.clone(),
             mcp: None,
             journal,
+            steps: None,
         };
         flow_runtime::run(&self.plan, workflow, &id, input, services).await
     }

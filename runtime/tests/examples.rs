@@ -54,6 +54,7 @@ async fn every_example_completes_after_its_approvals() {
             effects: store.clone(),
             mcp: None,
             journal: store.clone(),
+            steps: None,
         };
         let workflow = plan.workflows[0].name.clone();
         if !plan.mcp_servers.is_empty() {

@@ -93,6 +93,7 @@ fn services(provider: Arc<dyn Provider>, store: &Arc<MemoryStore>) -> Services {
         effects: store.clone(),
         mcp: None,
         journal: store.clone(),
+        steps: None,
     }
 }
 

@@ -234,6 +234,7 @@ async fn run_on_pool(
         effects: store.clone(),
         mcp: Some(pool.clone()),
         journal: store.clone(),
+        steps: None,
     };
     let outcome = flow_runtime::run(plan, workflow, "run-1", input, services).await;
     (outcome, store)

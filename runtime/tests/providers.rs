@@ -55,6 +55,7 @@ workflow w {{
         effects: store.clone(),
         mcp: None,
         journal: store.clone(),
+        steps: None,
     };
     (
         flow_runtime::run(&plan, "w", "r", json!({}), services).await,

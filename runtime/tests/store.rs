@@ -114,6 +114,7 @@ async fn run(journal: Arc<dyn RunLog>, plan: &flow_plan::Plan, run_id: &str) -> 
         effects: journal.clone(),
         mcp: None,
         journal,
+        steps: None,
     };
     flow_runtime::run(plan, "w", run_id, json!({}), services).await
 }
@@ -482,6 +483,7 @@ async fn the_runner_parks_resumes_and_lists_runs_to_recover(backend: Backend) {
         Arc::new(OfflineProvider),
         None,
         Some(observer),
+        None,
     )
     .await
     .unwrap();
@@ -543,6 +545,7 @@ async fn the_runner_parks_resumes_and_lists_runs_to_recover(backend: Backend) {
         "run-1",
         json!({}),
         Arc::new(OfflineProvider),
+        None,
         None,
         None,
     )
@@ -676,6 +679,7 @@ async fn a_member_of_a_named_group_may_decide(backend: Backend) {
         Arc::new(OfflineProvider),
         None,
         None,
+        None,
     )
     .await
     .unwrap();
@@ -755,6 +759,7 @@ async fn expired_gates_are_listed_when_due(backend: Backend) {
             run,
             json!({}),
             Arc::new(OfflineProvider),
+            None,
             None,
             None,
         )

@@ -459,6 +459,7 @@ async fn execute(
         provider,
         Some(mcp),
         observer,
+        None,
     )
     .await
     .map_err(|e| usage(e.to_string()))?;

@@ -236,7 +236,7 @@ struct DeployPlan {
     post, path = "/v1/workflows", tag = "workflows", request_body = Deploy,
     responses(
         (status = 201, description = "Deployed", body = Deployments),
-        (status = 422, description = "The source does not check (`does_not_check`); the plan is not one `flowc build` could have written, or is past flowd's bounds (`invalid_plan`, with `problems` and `more_problems`); a workflow names a department the account does not have (`unknown_department`); or the plan names an MCP server or tool the operator does not offer this account (`mcp_server_not_allowed`, `mcp_tool_not_allowed`; every one in `refusals`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 422, description = "The source does not check (`does_not_check`); the plan is not one `flowc build` could have written, or is past flowd's bounds (`invalid_plan`, with `problems` and `more_problems`); a workflow names a department the account does not have (`unknown_department`); the plan names an MCP server or tool the operator does not offer this account (`mcp_server_not_allowed`, `mcp_tool_not_allowed`; every one in `refusals`); or the account keeps as many deployed versions as its quota (`quota_exceeded`)", body = ProblemDoc, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn deploy(
@@ -311,6 +311,27 @@ pub(crate) async fn deploy(
         }
     }
     mcp_allowed(&daemon, &account, &plan)?;
+    let kept = daemon.deployments(&account).await.map_err(store_problem)?;
+    let quota = daemon.config.quotas(&account).deployments;
+    let new_versions = plan
+        .workflows
+        .iter()
+        .filter(|w| {
+            !kept
+                .iter()
+                .any(|d| d.workflow == w.name && d.plan_hash == plan.hash)
+        })
+        .count();
+    if kept.len() + new_versions > quota {
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "quota_exceeded",
+            &format!(
+                "this account keeps {} deployed versions and this deploy adds {new_versions}; its quota (deployments) is {quota}",
+                kept.len()
+            ),
+        ));
+    }
     daemon.store.put_plan(&plan).await.map_err(store_problem)?;
     let mut deployed = Vec::new();
     for workflow in &plan.workflows {
@@ -477,6 +498,7 @@ impl StartRun {
         (status = 200, description = "Started before with this Idempotency-Key", body = RunState),
         (status = 404, description = "No such workflow or version (`unknown_workflow`)", body = ProblemDoc, content_type = "application/problem+json"),
         (status = 422, description = "The input does not match (`invalid_input`, with at most 100 `mismatches` and `mismatches_omitted`), the key started another request (`idempotency_key_reused`), or the workflow names an MCP server or tool the operator no longer offers this account (`mcp_server_not_allowed`, `mcp_tool_not_allowed`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 429, description = "The account has as many runs in flight as its quota (`quota_exceeded`); `Retry-After` says when to try again", body = ProblemDoc, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn start_run(
@@ -521,6 +543,17 @@ pub(crate) async fn start_run(
         .map_err(store_problem)?;
     // The configuration may have changed since the deploy.
     mcp_allowed(&daemon, &account, &plan)?;
+    let quota = daemon.config.quotas(&account).runs_in_flight;
+    if daemon.runs_in_flight(&account) >= quota {
+        return Err(Problem::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "quota_exceeded",
+            &format!(
+                "this account has {quota} runs in flight, its quota (runs_in_flight); start this one when one of them has ended or parked"
+            ),
+        )
+        .retry_after(1));
+    }
     let input = request.input();
     if let Some(workflow) = plan.workflow(&request.workflow) {
         // Bounded whatever the plan: at most 100 mismatches are listed, each

@@ -291,7 +291,11 @@ impl McpSection {
     }
 }
 
-/// `[limits]`: LLM calls in flight per account.
+/// `[limits]`: what one account may hold at once, so that no tenant slows
+/// the others down: LLM calls in flight (shared through Redis by every
+/// flowd), and in each flowd its steps executing and runs in flight, and
+/// its deployed versions. An account's own values (`[[accounts]]`)
+/// replace these.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsSection {
@@ -304,6 +308,12 @@ pub struct LimitsSection {
     /// The limit of an account that sets none.
     #[serde(default = "default_llm_concurrency")]
     pub llm_concurrency: usize,
+    #[serde(default = "default_steps_in_flight")]
+    pub steps_in_flight: usize,
+    #[serde(default = "default_runs_in_flight")]
+    pub runs_in_flight: usize,
+    #[serde(default = "default_deployments")]
+    pub deployments: usize,
 }
 
 impl Default for LimitsSection {
@@ -312,8 +322,36 @@ impl Default for LimitsSection {
             redis_url: None,
             redis_prefix: default_redis_prefix(),
             llm_concurrency: default_llm_concurrency(),
+            steps_in_flight: default_steps_in_flight(),
+            runs_in_flight: default_runs_in_flight(),
+            deployments: default_deployments(),
         }
     }
+}
+
+/// An account's quotas in one flowd (see `LimitsSection`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quotas {
+    /// Steps executing at once, over all its runs (`Services::steps`).
+    pub steps_in_flight: usize,
+    /// Runs being driven at once; a start beyond answers 429.
+    pub runs_in_flight: usize,
+    /// Deployed versions kept, over all its workflows.
+    pub deployments: usize,
+}
+
+/// Enough for a loop to keep a model or a browser busy, and few enough
+/// that the journal's commits are not one account's.
+fn default_steps_in_flight() -> usize {
+    32
+}
+
+fn default_runs_in_flight() -> usize {
+    1_000
+}
+
+fn default_deployments() -> usize {
+    1_000
 }
 
 fn default_redis_prefix() -> String {
@@ -390,6 +428,10 @@ pub struct Account {
     pub llm_concurrency: Option<usize>,
     /// The `[mcp.servers.NAME]` its workflows may use; none by default.
     pub mcp_servers: Vec<String>,
+    /// Its own quotas, where `[limits]`'s do not fit it.
+    pub steps_in_flight: Option<usize>,
+    pub runs_in_flight: Option<usize>,
+    pub deployments: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -423,6 +465,9 @@ struct AccountFile {
     mail_domains: Option<Vec<String>>,
     llm_concurrency: Option<toml::Spanned<usize>>,
     mcp_servers: Option<toml::Spanned<Vec<String>>>,
+    steps_in_flight: Option<toml::Spanned<usize>>,
+    runs_in_flight: Option<toml::Spanned<usize>>,
+    deployments: Option<toml::Spanned<usize>>,
 }
 
 /// The file as written, before checks and overrides.
@@ -594,11 +639,18 @@ pub fn load(
             format!("[limits] redis_url `{url}` is not a redis:// URL"),
         );
     }
-    if limits.llm_concurrency == 0 {
-        problems.report(
-            limits_span,
-            "[limits] llm_concurrency 0 would stop every recipe".to_string(),
-        );
+    for (name, value) in [
+        ("llm_concurrency", limits.llm_concurrency),
+        ("steps_in_flight", limits.steps_in_flight),
+        ("runs_in_flight", limits.runs_in_flight),
+        ("deployments", limits.deployments),
+    ] {
+        if value == 0 {
+            problems.report(
+                limits_span.clone(),
+                format!("[limits] {name} 0 would stop everything"),
+            );
+        }
     }
 
     let mcp = match file.mcp {
@@ -821,18 +873,21 @@ pub fn load(
         };
         let departments = people("departments", account.departments);
         let approver_groups = people("approver_groups", account.approver_groups);
-        let llm_concurrency = account.llm_concurrency.map(|limit| {
-            if *limit.get_ref() == 0 {
-                problems.at(
-                    limit.span(),
-                    format!(
-                        "account `{}`: llm_concurrency 0 would stop every recipe",
-                        account.id
-                    ),
-                );
-            }
-            limit.into_inner()
-        });
+        let mut positive = |name: &str, value: Option<toml::Spanned<usize>>| {
+            value.map(|limit| {
+                if *limit.get_ref() == 0 {
+                    problems.at(
+                        limit.span(),
+                        format!("account `{}`: {name} 0 would stop everything", account.id),
+                    );
+                }
+                limit.into_inner()
+            })
+        };
+        let llm_concurrency = positive("llm_concurrency", account.llm_concurrency);
+        let steps_in_flight = positive("steps_in_flight", account.steps_in_flight);
+        let runs_in_flight = positive("runs_in_flight", account.runs_in_flight);
+        let deployments = positive("deployments", account.deployments);
         let (mcp_span, mcp_servers) = match account.mcp_servers {
             Some(servers) => (servers.span(), servers.into_inner()),
             None => (span.clone(), Vec::new()),
@@ -860,6 +915,9 @@ pub fn load(
             mail_domains: account.mail_domains,
             llm_concurrency,
             mcp_servers,
+            steps_in_flight,
+            runs_in_flight,
+            deployments,
         });
     }
 
@@ -986,6 +1044,18 @@ impl std::fmt::Debug for StoreLocation {
 }
 
 impl Config {
+    /// The quotas of account `id`: its own, else `[limits]`'s.
+    pub fn quotas(&self, id: &str) -> Quotas {
+        let account = self.people(id);
+        Quotas {
+            steps_in_flight: account
+                .steps_in_flight
+                .unwrap_or(self.limits.steps_in_flight),
+            runs_in_flight: account.runs_in_flight.unwrap_or(self.limits.runs_in_flight),
+            deployments: account.deployments.unwrap_or(self.limits.deployments),
+        }
+    }
+
     /// The account `id`'s people: its departments and approver groups (none
     /// for an id that is no account's).
     pub fn people(&self, id: &str) -> &Account {
@@ -1002,6 +1072,9 @@ impl Config {
                     mail_domains: Some(Vec::new()),
                     llm_concurrency: None,
                     mcp_servers: Vec::new(),
+                    steps_in_flight: None,
+                    runs_in_flight: None,
+                    deployments: None,
                 })
             })
     }

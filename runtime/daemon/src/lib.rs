@@ -8,6 +8,7 @@ pub mod links;
 mod mailer;
 pub mod metrics;
 mod pages;
+mod plan_cache;
 pub mod server;
 mod tenant_mcp;
 mod traces;

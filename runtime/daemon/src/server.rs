@@ -44,8 +44,9 @@ pub struct Daemon {
     pub metrics: crate::metrics::Metrics,
     /// The client of webhook deliveries.
     http: reqwest::Client,
-    /// Plans by hash: a hash names one plan for ever, so it is parsed once.
-    plans: std::sync::Mutex<HashMap<String, Arc<Plan>>>,
+    /// Plans by hash: a hash names one plan for ever, so it is parsed once
+    /// while it stays among the recently used.
+    plans: crate::plan_cache::PlanCache,
     /// Each account's deployments, read once and dropped when the account
     /// deploys: every run start looks them up. Only when this flowd is the
     /// only writer of deployments to its store (SQLite): flowds sharing a
@@ -66,6 +67,10 @@ pub struct Daemon {
     pub(crate) mail_wake: tokio::sync::Notify,
     /// The keys of approval links (`links`).
     pub(crate) links: crate::links::LinkKeys,
+    /// Each account's places for steps executing at once (`Quotas`).
+    step_places: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
+    /// Each account's runs this process drives now (`Quotas`).
+    in_flight: Arc<std::sync::Mutex<HashMap<String, usize>>>,
 }
 
 /// The account a request was authenticated as.
@@ -83,6 +88,10 @@ const ORPHAN_SWEEP: Duration = Duration::from_secs(5);
 
 /// How long runs in flight get to settle after a shutdown signal.
 const SETTLE: Duration = Duration::from_secs(10);
+
+/// The plans kept parsed, as JSON bytes (`plan_cache`): thousands of
+/// ordinary plans, or a few dozen of the largest a deploy can bring.
+const PLAN_CACHE_BYTES: usize = 64 * 1024 * 1024;
 
 /// Largest request body accepted (a `.flow` source or a run's input).
 const BODY_LIMIT: usize = 2 * 1024 * 1024;
@@ -173,6 +182,8 @@ impl Daemon {
                 .collect::<Vec<_>>(),
         );
         Ok(Arc::new(Daemon {
+            step_places: std::sync::Mutex::new(HashMap::new()),
+            in_flight: Arc::default(),
             links,
             mail,
             mail_wake: tokio::sync::Notify::new(),
@@ -183,7 +194,7 @@ impl Daemon {
             keys,
             runs: std::sync::Mutex::new(JoinSet::new()),
             driving: std::sync::Mutex::new(HashMap::new()),
-            plans: std::sync::Mutex::new(HashMap::new()),
+            plans: crate::plan_cache::PlanCache::new(PLAN_CACHE_BYTES),
             deployments: std::sync::Mutex::new(HashMap::new()),
             cache_deployments: !shared,
             deploys: std::sync::atomic::AtomicU64::new(0),
@@ -258,20 +269,11 @@ impl Daemon {
 
     /// The stored plan `hash`, parsed once per process.
     pub(crate) async fn plan(&self, hash: &str) -> Result<Arc<Plan>, StoreError> {
-        let cached = self
-            .plans
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(hash)
-            .cloned();
-        if let Some(plan) = cached {
+        if let Some(plan) = self.plans.get(hash) {
             return Ok(plan);
         }
         let plan = Arc::new(self.store.plan(hash).await?);
-        self.plans
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(hash.to_string(), Arc::clone(&plan));
+        self.plans.insert(hash, Arc::clone(&plan));
         Ok(plan)
     }
 
@@ -431,6 +433,26 @@ impl Daemon {
             .map_err(|e| StoreError(format!("the deploy's task stopped: {e}")))?
     }
 
+    /// `account`'s places for steps executing at once.
+    fn step_places(&self, account: &str) -> Arc<tokio::sync::Semaphore> {
+        let mut places = self.step_places.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(places.entry(account.to_string()).or_insert_with(|| {
+            Arc::new(tokio::sync::Semaphore::new(
+                self.config.quotas(account).steps_in_flight,
+            ))
+        }))
+    }
+
+    /// How many of `account`'s runs this process drives now.
+    pub(crate) fn runs_in_flight(&self, account: &str) -> usize {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(account)
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// Stops driving run `id` here, if this process is (a cancelled run).
     pub(crate) fn stop_driving(&self, id: &str) {
         let handle = self
@@ -453,6 +475,8 @@ impl Daemon {
         input: serde_json::Value,
     ) {
         let daemon = Arc::clone(self);
+        // Counted from now until the task ends, aborted or not.
+        let counted = InFlight::count(&self.in_flight, &account);
         let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
         // Finished runs leave their results in the set until collected.
         while runs.try_join_next().is_some() {}
@@ -461,6 +485,7 @@ impl Daemon {
         // entry only after it was added.
         let mut driving = self.driving.lock().unwrap_or_else(|p| p.into_inner());
         let handle = runs.spawn(async move {
+            let _counted = counted;
             // A cancel that came between the claim and this task found
             // nothing to stop: the run is not driven if it is no longer
             // running.
@@ -495,11 +520,12 @@ impl Daemon {
                         }
                     })
                 };
-                // Each LLM call takes a permit of the run's account first.
                 // The account's MCP servers only, on this run's connections.
                 let mcp: Arc<dyn flow_runtime::interp::McpClient> = Arc::new(
                     crate::tenant_mcp::TenantMcp::new(Arc::clone(&daemon), &account, &run_id),
                 );
+                let steps = daemon.step_places(&account);
+                // Each LLM call takes a permit of the run's account first.
                 let provider: Arc<dyn Provider> = Arc::new(LimitedProvider {
                     inner: Arc::clone(&daemon.provider),
                     limiter: Arc::clone(&daemon.limiter),
@@ -514,6 +540,7 @@ impl Daemon {
                     provider,
                     Some(mcp),
                     Some(observer),
+                    Some(steps),
                 )
                 .await;
                 match driven {
@@ -575,6 +602,38 @@ impl Daemon {
             }
         });
         driving.insert(id, handle);
+    }
+}
+
+/// One run counted among its account's runs in flight while it lives.
+struct InFlight {
+    counts: Arc<std::sync::Mutex<HashMap<String, usize>>>,
+    account: String,
+}
+
+impl InFlight {
+    fn count(counts: &Arc<std::sync::Mutex<HashMap<String, usize>>>, account: &str) -> InFlight {
+        *counts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(account.to_string())
+            .or_default() += 1;
+        InFlight {
+            counts: Arc::clone(counts),
+            account: account.to_string(),
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = counts.get_mut(&self.account) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.account);
+            }
+        }
     }
 }
 
@@ -784,6 +843,8 @@ async fn authenticate(
 pub struct Problem {
     status: StatusCode,
     body: serde_json::Value,
+    /// Seconds for a `Retry-After` header (a 429).
+    retry_after: Option<u32>,
 }
 
 impl Problem {
@@ -797,7 +858,14 @@ impl Problem {
                 "code": code,
                 "detail": detail,
             }),
+            retry_after: None,
         }
+    }
+
+    /// Says in `Retry-After` when to try again.
+    pub fn retry_after(mut self, seconds: u32) -> Problem {
+        self.retry_after = Some(seconds);
+        self
     }
 
     pub fn with(mut self, field: &str, value: serde_json::Value) -> Problem {
@@ -822,12 +890,18 @@ impl Problem {
 
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
-        (
+        let mut response = (
             self.status,
             [(header::CONTENT_TYPE, "application/problem+json")],
             self.body.to_string(),
         )
-            .into_response()
+            .into_response();
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, seconds.into());
+        }
+        response
     }
 }
 

@@ -1,0 +1,136 @@
+//! Per-account quotas (issue 21): one tenant cannot hold every step, run or
+//! deployment of a flowd. flowd runs as its own process; the model is a
+//! fake on loopback that answers slowly, so that what is in flight at once
+//! can be counted.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{ACME, CONFIG, Flowd, GLOBEX};
+use flow_tests::TempDir;
+use flow_tests::fake_llm::FakeLlm;
+use reqwest::Method;
+use serde_json::json;
+
+const RECIPE: &str = "recipe answer { model \"default\" input { q: string } output { text: string } prompt \"{{input.q}}\" }\n";
+
+/// `CONFIG` with the fake model and `acme`'s own quotas.
+fn config(server: &FakeLlm, acme_quotas: &str) -> String {
+    CONFIG.replace("id = \"acme\"\n", &format!("id = \"acme\"\n{acme_quotas}"))
+        + &format!(
+            "[provider]\nkind = \"openai\"\nbase_url = \"{}\"\nmodels = {{ default = \"fake\" }}\n",
+            server.url
+        )
+}
+
+/// A loop at `concurrency 20` runs at most the account's `steps_in_flight`
+/// steps at once, whatever its own concurrency says.
+#[tokio::test]
+async fn an_accounts_steps_in_flight_bound_its_loops() {
+    let server = FakeLlm::start(vec![], json!({ "text": "t" }), Duration::from_millis(200)).await;
+    let dir = TempDir::new("quota-steps");
+    let flowd = Flowd::start_with(
+        &dir,
+        &config(&server, "steps_in_flight = 3\nllm_concurrency = 50\n"),
+    );
+    let source = format!(
+        "{RECIPE}workflow fan {{\n  input {{ items: list<string> }}\n  for workflow_input.items as each concurrency 20 {{\n    step a = answer {{ q: loop_item }}\n  }}\n}}\n"
+    );
+    flowd.deploy(ACME, &source).await;
+    let items: Vec<String> = (0..12).map(|i| format!("item {i}")).collect();
+    let run = flowd
+        .start_run(
+            ACME,
+            json!({ "workflow": "fan", "input": { "items": items } }),
+        )
+        .await;
+    let record = flowd
+        .settled_within(&run, ACME, Duration::from_secs(30))
+        .await;
+    assert_eq!(record["status"], "completed", "{record}");
+    assert_eq!(server.requests(), 12);
+    assert_eq!(server.most_at_once(), 3, "steps at once");
+}
+
+/// A start beyond the account's runs in flight answers 429 with
+/// `Retry-After`, and another account is not held back by it.
+#[tokio::test]
+async fn a_start_beyond_the_runs_in_flight_is_refused_with_429() {
+    let server = FakeLlm::start(vec![], json!({ "text": "t" }), Duration::from_millis(1500)).await;
+    let dir = TempDir::new("quota-runs");
+    let flowd = Flowd::start_with(&dir, &config(&server, "runs_in_flight = 1\n"));
+    let source = format!(
+        "{RECIPE}workflow slow {{\n  step a = answer {{ q: \"x\" }}\n  output {{ text: step.a.text }}\n}}\n"
+    );
+    flowd.deploy(ACME, &source).await;
+    flowd.deploy(GLOBEX, &source).await;
+    let first = flowd.start_run(ACME, json!({ "workflow": "slow" })).await;
+    let response = flowd
+        .client
+        .post(format!("{}/v1/runs", flowd.url))
+        .bearer_auth(ACME)
+        .header("content-type", "application/json")
+        .body(json!({ "workflow": "slow" }).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 429);
+    assert_eq!(
+        response
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap()),
+        Some("1")
+    );
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["code"], "quota_exceeded", "{body}");
+    // Another account's quota is its own.
+    flowd.start_run(GLOBEX, json!({ "workflow": "slow" })).await;
+    let record = flowd
+        .settled_within(&first, ACME, Duration::from_secs(30))
+        .await;
+    assert_eq!(record["status"], "completed", "{record}");
+    // Room again once the run has ended (its task counts until it is gone).
+    let mut started = false;
+    for _ in 0..100 {
+        let (status, _) = flowd
+            .send(
+                Method::POST,
+                "/v1/runs",
+                Some(ACME),
+                Some(json!({ "workflow": "slow" })),
+            )
+            .await;
+        if status == 202 {
+            started = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(started, "a start after the first run ended");
+}
+
+/// An account keeps at most its quota of deployed versions; deploying a
+/// plan it has already deployed adds none.
+#[tokio::test]
+async fn deployments_beyond_the_quota_are_refused() {
+    let server = FakeLlm::start(vec![], json!({ "text": "t" }), Duration::ZERO).await;
+    let dir = TempDir::new("quota-deployments");
+    let flowd = Flowd::start_with(&dir, &config(&server, "deployments = 2\n"));
+    let version = |n: usize| format!("workflow w {{\n  output {{ n: {n} }}\n}}\n");
+    flowd.deploy(ACME, &version(1)).await;
+    flowd.deploy(ACME, &version(2)).await;
+    flowd.deploy(ACME, &version(2)).await;
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/workflows",
+            Some(ACME),
+            Some(json!({ "source": version(3) })),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["code"], "quota_exceeded", "{body}");
+    flowd.deploy(GLOBEX, &version(3)).await;
+}
