@@ -343,7 +343,7 @@ pub struct Quotas {
 /// Enough for a loop to keep a model or a browser busy, and few enough
 /// that the journal's commits are not one account's.
 fn default_steps_in_flight() -> usize {
-    32
+    16
 }
 
 fn default_runs_in_flight() -> usize {
