@@ -63,14 +63,10 @@ impl PlanCache {
         let mut state = self.lock();
         state.clock += 1;
         let used = state.clock;
-        if let Some(old) = state.plans.insert(
-            hash.to_string(),
-            Kept {
-                plan,
-                weight,
-                used,
-            },
-        ) {
+        if let Some(old) = state
+            .plans
+            .insert(hash.to_string(), Kept { plan, weight, used })
+        {
             state.weight -= old.weight;
         }
         state.weight += weight;
