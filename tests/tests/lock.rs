@@ -118,8 +118,9 @@ fn flowc_lock_names_a_server_that_does_not_answer_and_writes_nothing() {
     let run = flowc(dir.path(), &["lock", "--timeout", "5", "broken.flow"]);
     assert_eq!(run.code, 2, "{}", run.all());
     assert!(
-        run.stderr
-            .contains("MCP server `ghost` (/nonexistent/mcp-server): cannot start"),
+        run.stderr.contains(
+            "MCP server `ghost` (/nonexistent/mcp-server): the server could not be started"
+        ) && run.stderr.contains("No such file"),
         "{}",
         run.stderr
     );
