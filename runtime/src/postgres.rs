@@ -71,9 +71,9 @@ use crate::interp::{
     PendingApproval, StepError, StepRecord, StepStatus, decide_record, gate_due_ms,
 };
 use crate::store::{
-    Deployment, JournalMemory, MailNext, NO_ACCOUNT, NewNotification, Notification,
-    NotificationKind, NotificationQuery, Outgoing, RunLog, RunQuery, RunRow, RunStatus, Store,
-    StoreError, StoreFuture,
+    DELETE_AFTER_CANCEL_MS, Deletion, Deployment, JournalMemory, MailNext, NO_ACCOUNT,
+    NewNotification, Notification, NotificationKind, NotificationQuery, Outgoing, RunLog, RunQuery,
+    RunRow, RunStatus, Store, StoreError, StoreFuture,
 };
 
 /// Schema migrations, applied in order; `flow_migrations` has a row for each.
@@ -180,6 +180,19 @@ const MIGRATIONS: &[&str] = &[
          WHERE department IS NOT NULL;",
     // A run looked up for an account (`account_run`).
     "CREATE INDEX runs_by_account_id ON runs (account, id);",
+    // Deployments and runs can be deleted (see the SQLite store's
+    // migration 13): version numbers kept apart, lookups by plan and run.
+    "CREATE TABLE workflow_versions (
+         account TEXT NOT NULL,
+         workflow TEXT NOT NULL,
+         last_version INTEGER NOT NULL,
+         PRIMARY KEY (account, workflow)
+     );
+     INSERT INTO workflow_versions
+         SELECT account, workflow, MAX(version) FROM deployments GROUP BY account, workflow;
+     CREATE INDEX runs_by_plan ON runs (plan_hash);
+     CREATE INDEX deployments_by_plan ON deployments (plan_hash);
+     CREATE INDEX notifications_by_run ON notifications (run_id);",
 ];
 
 /// How long a run stays its owner's without a heartbeat (`add_active`).
@@ -456,6 +469,104 @@ impl PostgresStore {
         Ok(self.runs_where("id = $1", &[&id]).await?.pop())
     }
 
+    async fn undeploy(
+        &self,
+        account: &str,
+        workflow: &str,
+        version: Option<u32>,
+    ) -> Result<usize, StoreError> {
+        let version = version.map(|v| v as i32);
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let hashes: Vec<String> = tx
+            .query(
+                "DELETE FROM deployments
+                 WHERE account = $1 AND workflow = $2 AND ($3::INTEGER IS NULL OR version = $3)
+                 RETURNING plan_hash",
+                &[&account, &workflow, &version],
+            )
+            .await?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        let mut unique = hashes.clone();
+        unique.sort();
+        unique.dedup();
+        forget_plans(&tx, &unique).await?;
+        tx.commit().await?;
+        Ok(hashes.len())
+    }
+
+    async fn delete_run(&self, account: &str, id: &str) -> Result<Deletion, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let row = tx
+            .query_opt(
+                "SELECT status, updated_ms, plan_hash FROM runs
+                 WHERE id = $1 AND account = $2 FOR UPDATE",
+                &[&id, &account],
+            )
+            .await?;
+        let Some(row) = row else {
+            return Ok(Deletion::Unknown);
+        };
+        let status = RunStatus::parse(row.get(0))
+            .ok_or_else(|| StoreError(format!("run {id} has an unknown status")))?;
+        let updated_ms: i64 = row.get(1);
+        let plan_hash: String = row.get(2);
+        let deletable = match status {
+            RunStatus::Cancelled => updated_ms < now_ms() - DELETE_AFTER_CANCEL_MS,
+            status => status.has_ended(),
+        };
+        if !deletable {
+            return Ok(Deletion::NotEnded(status));
+        }
+        delete_run_rows(&tx, &[id.to_string()]).await?;
+        forget_plans(&tx, &[plan_hash]).await?;
+        tx.commit().await?;
+        Ok(Deletion::Deleted)
+    }
+
+    async fn delete_ended_runs(&self, before_ms: i64, limit: usize) -> Result<usize, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let cancelled_before = before_ms.min(now_ms() - DELETE_AFTER_CANCEL_MS);
+        let rows = tx
+            .query(
+                "SELECT id, plan_hash FROM runs
+                 WHERE (status IN ('completed', 'failed') AND updated_ms < $1)
+                    OR (status = 'cancelled' AND updated_ms < $2)
+                 LIMIT $3 FOR UPDATE SKIP LOCKED",
+                &[&before_ms, &cancelled_before, &(limit as i64)],
+            )
+            .await?;
+        let ids: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
+        let mut hashes: Vec<String> = rows.iter().map(|row| row.get(1)).collect();
+        hashes.sort();
+        hashes.dedup();
+        delete_run_rows(&tx, &ids).await?;
+        forget_plans(&tx, &hashes).await?;
+        tx.commit().await?;
+        Ok(ids.len())
+    }
+
+    async fn delete_document(
+        &self,
+        account: &str,
+        collection: &str,
+        title: &str,
+    ) -> Result<bool, StoreError> {
+        let deleted = self
+            .client()
+            .await?
+            .execute(
+                "DELETE FROM kb_documents WHERE account = $1 AND collection = $2 AND title = $3",
+                &[&account, &collection, &title],
+            )
+            .await?;
+        Ok(deleted == 1)
+    }
+
     async fn decide(
         &self,
         run_id: &str,
@@ -546,7 +657,15 @@ impl PostgresStore {
                 created_ms: *created_ms,
             });
         }
-        let version = latest.map_or(1, |(version, ..)| version + 1);
+        let version: i32 = tx
+            .query_one(
+                "INSERT INTO workflow_versions (account, workflow, last_version) VALUES ($1, $2, 1)
+                 ON CONFLICT (account, workflow) DO UPDATE SET last_version = workflow_versions.last_version + 1
+                 RETURNING last_version",
+                &[&account, &workflow],
+            )
+            .await?
+            .get(0);
         let created_ms = now_ms();
         tx.execute(
             "INSERT INTO deployments (account, workflow, version, plan_hash, created_ms)
@@ -917,6 +1036,39 @@ impl<'a> GateNotifications<'a> {
     }
 }
 
+/// Deletes the runs `ids`' rows: their notifications (with their reads and
+/// sends), their journals and themselves.
+async fn delete_run_rows(
+    tx: &deadpool_postgres::Transaction<'_>,
+    ids: &[String],
+) -> Result<(), StoreError> {
+    for sql in [
+        "DELETE FROM notification_reads WHERE notification_id IN (SELECT id FROM notifications WHERE run_id = ANY($1))",
+        "DELETE FROM notification_sends WHERE notification_id IN (SELECT id FROM notifications WHERE run_id = ANY($1))",
+        "DELETE FROM notifications WHERE run_id = ANY($1)",
+        "DELETE FROM step_runs WHERE run_id = ANY($1)",
+        "DELETE FROM runs WHERE id = ANY($1)",
+    ] {
+        tx.execute(sql, &[&ids]).await?;
+    }
+    Ok(())
+}
+
+/// Deletes the plans of `hashes` that no deployment and no run uses.
+async fn forget_plans(
+    tx: &deadpool_postgres::Transaction<'_>,
+    hashes: &[String],
+) -> Result<(), StoreError> {
+    tx.execute(
+        "DELETE FROM plans p WHERE hash = ANY($1)
+           AND NOT EXISTS (SELECT 1 FROM deployments WHERE plan_hash = p.hash)
+           AND NOT EXISTS (SELECT 1 FROM runs WHERE plan_hash = p.hash)",
+        &[&hashes],
+    )
+    .await?;
+    Ok(())
+}
+
 impl Store for PostgresStore {
     fn put_plan<'a>(&'a self, plan: &'a Plan) -> StoreFuture<'a, ()> {
         Box::pin(async move {
@@ -1134,6 +1286,32 @@ impl Store for PostgresStore {
         plan_hash: &'a str,
     ) -> StoreFuture<'a, Deployment> {
         Box::pin(self.deploy(account, workflow, plan_hash))
+    }
+
+    fn undeploy<'a>(
+        &'a self,
+        account: &'a str,
+        workflow: &'a str,
+        version: Option<u32>,
+    ) -> StoreFuture<'a, usize> {
+        Box::pin(self.undeploy(account, workflow, version))
+    }
+
+    fn delete_run<'a>(&'a self, account: &'a str, id: &'a str) -> StoreFuture<'a, Deletion> {
+        Box::pin(self.delete_run(account, id))
+    }
+
+    fn delete_ended_runs(&self, before_ms: i64, limit: usize) -> StoreFuture<'_, usize> {
+        Box::pin(self.delete_ended_runs(before_ms, limit))
+    }
+
+    fn delete_document<'a>(
+        &'a self,
+        account: &'a str,
+        collection: &'a str,
+        title: &'a str,
+    ) -> StoreFuture<'a, bool> {
+        Box::pin(self.delete_document(account, collection, title))
     }
 
     fn deployments<'a>(&'a self, account: &'a str) -> StoreFuture<'a, Vec<Deployment>> {

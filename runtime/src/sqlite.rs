@@ -25,9 +25,9 @@ use crate::interp::{
 };
 use crate::interp::{DecideError, Decision, PendingApproval, decide_record, gate_due_ms};
 use crate::store::{
-    Deployment, JournalMemory, MailNext, NO_ACCOUNT, NewNotification, Notification,
-    NotificationKind, NotificationQuery, Outgoing, RunLog, RunQuery, RunRow, RunStatus, Store,
-    StoreError, StoreFuture,
+    DELETE_AFTER_CANCEL_MS, Deletion, Deployment, JournalMemory, MailNext, NO_ACCOUNT,
+    NewNotification, Notification, NotificationKind, NotificationQuery, Outgoing, RunLog, RunQuery,
+    RunRow, RunStatus, Store, StoreError, StoreFuture,
 };
 
 impl rusqlite::types::ToSql for RunStatus {
@@ -223,7 +223,57 @@ const MIGRATIONS: &[&str] = &[
      DELETE FROM kb_search;
      INSERT INTO kb_search (rowid, account, collection, title, content)
          SELECT search_id, account, collection, title, content FROM kb_documents;",
+    // Deployments and runs can be deleted, and the plans nothing uses then
+    // with them. A workflow's last version number is kept apart from its
+    // deployments, so that a number is never given twice (a client may
+    // have pinned it); plans are found by the runs and deployments using
+    // them, notifications by run.
+    "CREATE TABLE workflow_versions (
+         account TEXT NOT NULL,
+         workflow TEXT NOT NULL,
+         last_version INTEGER NOT NULL,
+         PRIMARY KEY (account, workflow)
+     );
+     INSERT INTO workflow_versions
+         SELECT account, workflow, MAX(version) FROM deployments GROUP BY account, workflow;
+     CREATE INDEX runs_by_plan ON runs(plan_hash);
+     CREATE INDEX deployments_by_plan ON deployments(plan_hash);
+     CREATE INDEX notifications_by_run ON notifications(run_id);",
 ];
+
+/// Whether a run with `status`, last changed at `updated_ms`, may be deleted.
+fn deletable(status: RunStatus, updated_ms: i64) -> bool {
+    match status {
+        RunStatus::Cancelled => updated_ms < now_ms() - DELETE_AFTER_CANCEL_MS,
+        status => status.has_ended(),
+    }
+}
+
+/// Deletes run `id`'s rows: its notifications (with their reads and
+/// sends), its journal and itself.
+fn delete_run_rows(conn: &Connection, id: &str) -> rusqlite::Result<()> {
+    for sql in [
+        "DELETE FROM notification_reads WHERE notification_id IN (SELECT id FROM notifications WHERE run_id = ?1)",
+        "DELETE FROM notification_sends WHERE notification_id IN (SELECT id FROM notifications WHERE run_id = ?1)",
+        "DELETE FROM notifications WHERE run_id = ?1",
+        "DELETE FROM step_runs WHERE run_id = ?1",
+        "DELETE FROM runs WHERE id = ?1",
+    ] {
+        conn.prepare_cached(sql)?.execute([id])?;
+    }
+    Ok(())
+}
+
+/// Deletes plan `hash` if no deployment and no run uses it any more.
+fn forget_plan(conn: &Connection, hash: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "DELETE FROM plans WHERE hash = ?1
+           AND NOT EXISTS (SELECT 1 FROM deployments WHERE plan_hash = ?1)
+           AND NOT EXISTS (SELECT 1 FROM runs WHERE plan_hash = ?1)",
+    )?
+    .execute([hash])?;
+    Ok(())
+}
 
 /// A notification, once per key.
 const NOTIFY: &str = "INSERT OR IGNORE INTO notifications
@@ -746,7 +796,13 @@ impl SqliteStore {
                     created_ms: *created_ms,
                 });
             }
-            let version = latest.map_or(1, |(version, ..)| version + 1);
+            let version: u32 = conn.query_row(
+                "INSERT INTO workflow_versions (account, workflow, last_version) VALUES (?1, ?2, 1)
+                 ON CONFLICT (account, workflow) DO UPDATE SET last_version = last_version + 1
+                 RETURNING last_version",
+                params![account, workflow],
+                |row| row.get(0),
+            )?;
             let created_ms = now_ms();
             conn.execute(
                 "INSERT INTO deployments (account, workflow, version, plan_hash, created_ms)
@@ -759,6 +815,109 @@ impl SqliteStore {
                 plan_hash: plan_hash.to_string(),
                 created_ms,
             })
+        })
+    }
+
+    pub fn undeploy(
+        &self,
+        account: &str,
+        workflow: &str,
+        version: Option<u32>,
+    ) -> Result<usize, StoreError> {
+        let conn = lock(&self.conn);
+        in_immediate(&conn, || {
+            let hashes: Vec<String> = conn
+                .prepare(
+                    "SELECT DISTINCT plan_hash FROM deployments
+                     WHERE account = ?1 AND workflow = ?2 AND (?3 IS NULL OR version = ?3)",
+                )?
+                .query_map(params![account, workflow, version], |row| row.get(0))?
+                .collect::<Result<_, _>>()?;
+            let retired = conn.execute(
+                "DELETE FROM deployments
+                 WHERE account = ?1 AND workflow = ?2 AND (?3 IS NULL OR version = ?3)",
+                params![account, workflow, version],
+            )?;
+            for hash in &hashes {
+                forget_plan(&conn, hash)?;
+            }
+            Ok(retired)
+        })
+    }
+
+    pub fn delete_run(&self, account: &str, id: &str) -> Result<Deletion, StoreError> {
+        let conn = lock(&self.conn);
+        in_immediate(&conn, || {
+            let row: Option<(RunStatus, i64, String)> = conn
+                .query_row(
+                    "SELECT status, updated_ms, plan_hash FROM runs WHERE id = ?1 AND account = ?2",
+                    params![id, account],
+                    |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+                )
+                .optional()?;
+            let Some((status, updated_ms, hash)) = row else {
+                return Ok(Deletion::Unknown);
+            };
+            if !deletable(status, updated_ms) {
+                return Ok(Deletion::NotEnded(status));
+            }
+            delete_run_rows(&conn, id)?;
+            forget_plan(&conn, &hash)?;
+            Ok(Deletion::Deleted)
+        })
+    }
+
+    pub fn delete_ended_runs(&self, before_ms: i64, limit: usize) -> Result<usize, StoreError> {
+        let conn = lock(&self.conn);
+        in_immediate(&conn, || {
+            let ended: Vec<(String, String)> = conn
+                .prepare(
+                    "SELECT id, plan_hash FROM runs
+                     WHERE (status IN ('completed', 'failed') AND updated_ms < ?1)
+                        OR (status = 'cancelled' AND updated_ms < MIN(?1, ?2))
+                     LIMIT ?3",
+                )?
+                .query_map(
+                    params![before_ms, now_ms() - DELETE_AFTER_CANCEL_MS, limit as i64],
+                    |row| Ok((row.get(0)?, row.get(1)?)),
+                )?
+                .collect::<Result<_, _>>()?;
+            for (id, _) in &ended {
+                delete_run_rows(&conn, id)?;
+            }
+            let mut hashes: Vec<&String> = ended.iter().map(|(_, hash)| hash).collect();
+            hashes.sort();
+            hashes.dedup();
+            for hash in hashes {
+                forget_plan(&conn, hash)?;
+            }
+            Ok(ended.len())
+        })
+    }
+
+    pub fn delete_document(
+        &self,
+        account: &str,
+        collection: &str,
+        title: &str,
+    ) -> Result<bool, StoreError> {
+        let conn = lock(&self.conn);
+        in_immediate(&conn, || {
+            let search_id: Option<Option<i64>> = conn
+                .query_row(
+                    "DELETE FROM kb_documents WHERE account = ?1 AND collection = ?2 AND title = ?3
+                     RETURNING search_id",
+                    params![account, collection, title],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            let Some(search_id) = search_id else {
+                return Ok(false);
+            };
+            if let Some(search_id) = search_id {
+                conn.execute("DELETE FROM kb_search WHERE rowid = ?1", [search_id])?;
+            }
+            Ok(true)
         })
     }
 
@@ -1090,6 +1249,32 @@ impl Store for SqliteStore {
         plan_hash: &'a str,
     ) -> StoreFuture<'a, Deployment> {
         ready(self.deploy(account, workflow, plan_hash))
+    }
+
+    fn undeploy<'a>(
+        &'a self,
+        account: &'a str,
+        workflow: &'a str,
+        version: Option<u32>,
+    ) -> StoreFuture<'a, usize> {
+        ready(self.undeploy(account, workflow, version))
+    }
+
+    fn delete_run<'a>(&'a self, account: &'a str, id: &'a str) -> StoreFuture<'a, Deletion> {
+        ready(self.delete_run(account, id))
+    }
+
+    fn delete_ended_runs(&self, before_ms: i64, limit: usize) -> StoreFuture<'_, usize> {
+        ready(self.delete_ended_runs(before_ms, limit))
+    }
+
+    fn delete_document<'a>(
+        &'a self,
+        account: &'a str,
+        collection: &'a str,
+        title: &'a str,
+    ) -> StoreFuture<'a, bool> {
+        ready(self.delete_document(account, collection, title))
     }
 
     fn deployments<'a>(&'a self, account: &'a str) -> StoreFuture<'a, Vec<Deployment>> {

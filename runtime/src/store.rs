@@ -355,6 +355,34 @@ pub trait Store: Send + Sync {
     /// The account's deployments, by workflow then version.
     fn deployments<'a>(&'a self, account: &'a str) -> StoreFuture<'a, Vec<Deployment>>;
 
+    /// Retires `account`'s deployments of `workflow`, one `version` or all:
+    /// new runs cannot start them, runs already started keep their plan,
+    /// and a version number is never given again. A plan that nothing uses
+    /// any more is deleted. How many deployments were retired.
+    fn undeploy<'a>(
+        &'a self,
+        account: &'a str,
+        workflow: &'a str,
+        version: Option<u32>,
+    ) -> StoreFuture<'a, usize>;
+
+    /// Deletes `account`'s run `id` with its journal and its notifications,
+    /// if it has ended (a cancelled run once `DELETE_AFTER_CANCEL_MS` has
+    /// passed: a process cut off from the store may still be writing it).
+    fn delete_run<'a>(&'a self, account: &'a str, id: &'a str) -> StoreFuture<'a, Deletion>;
+
+    /// Deletes at most `limit` runs of any account that ended before
+    /// `before_ms` (retention); how many.
+    fn delete_ended_runs(&self, before_ms: i64, limit: usize) -> StoreFuture<'_, usize>;
+
+    /// Deletes `account`'s KB document; whether there was one.
+    fn delete_document<'a>(
+        &'a self,
+        account: &'a str,
+        collection: &'a str,
+        title: &'a str,
+    ) -> StoreFuture<'a, bool>;
+
     /// The account's runs that match `query`, newest first.
     fn account_runs<'a>(
         &'a self,
@@ -403,6 +431,31 @@ pub trait Store: Send + Sync {
         run_id: &'a str,
         durability: Durability,
     ) -> StoreFuture<'a, Arc<dyn RunLog>>;
+}
+
+/// What `Store::delete_run` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deletion {
+    Deleted,
+    /// The run has not ended (or was cancelled too recently): nothing deleted.
+    NotEnded(RunStatus),
+    /// No such run of the account.
+    Unknown,
+}
+
+/// How long a cancelled run is kept before it may be deleted: longer than a
+/// lease, after which no other process still writes it.
+pub const DELETE_AFTER_CANCEL_MS: i64 = 30_000;
+
+impl RunStatus {
+    /// Whether a run with this status will never change again (but by a
+    /// cancel's stragglers, see `DELETE_AFTER_CANCEL_MS`).
+    pub fn has_ended(self) -> bool {
+        matches!(
+            self,
+            RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled
+        )
+    }
 }
 
 /// What a store's `RunLog` keeps of its run in memory: the records loaded

@@ -18,7 +18,7 @@ use flow_runtime::offline::OfflineProvider;
 use flow_runtime::postgres::{PostgresOptions, PostgresStore};
 use flow_runtime::sqlite::SqliteStore;
 use flow_runtime::store::{
-    MailNext, MailState, NotificationKind, NotificationQuery, RunLog, RunStatus, Store,
+    Deletion, MailNext, MailState, NotificationKind, NotificationQuery, RunLog, RunStatus, Store,
 };
 use flow_tests::TempDir;
 use flow_tests::postgres::TestSchema;
@@ -87,6 +87,7 @@ on_each_store!(
     a_run_given_up_is_orphaned_until_claimed,
     kb_context_ranks_by_the_terms_within_the_ids,
     a_department_owns_the_documents_its_workflows_write,
+    deployments_runs_and_documents_can_be_deleted,
 );
 
 fn plan(source: &str) -> flow_plan::Plan {
@@ -1124,4 +1125,126 @@ async fn a_department_owns_the_documents_its_workflows_write(backend: Backend) {
         ),
         ["deals/acme", "resolutions/t-1", "resolutions/t-2"]
     );
+}
+
+/// Deployments are retired without their version numbers coming back, ended
+/// runs are deleted with their journals (live ones are not), plans nothing
+/// uses go with them, and KB documents can be deleted; all per account.
+async fn deployments_runs_and_documents_can_be_deleted(backend: Backend) {
+    let store = backend.open().await;
+    let first = plan(TWO_STEPS);
+    let second = plan(GATED);
+    store.put_plan(&first).await.unwrap();
+    store.put_plan(&second).await.unwrap();
+    store.deploy("acme", "w", &first.hash).await.unwrap();
+    store.deploy("acme", "w", &second.hash).await.unwrap();
+    assert_eq!(store.undeploy("globex", "w", None).await.unwrap(), 0);
+    assert_eq!(store.undeploy("acme", "w", Some(1)).await.unwrap(), 1);
+    let versions = |list: Vec<flow_runtime::store::Deployment>| -> Vec<u32> {
+        list.iter().map(|d| d.version).collect()
+    };
+    assert_eq!(versions(store.deployments("acme").await.unwrap()), [2]);
+    assert!(
+        store.plan(&first.hash).await.is_err(),
+        "no one uses the plan"
+    );
+    store.put_plan(&first).await.unwrap();
+    let again = store.deploy("acme", "w", &first.hash).await.unwrap();
+    assert_eq!(again.version, 3, "a version number is never given twice");
+
+    // A run: not deleted while it runs, nor by another account.
+    store
+        .create_run("run-d", "acme", "w", &first.hash, &json!({}), None)
+        .await
+        .unwrap();
+    let journal = Arc::clone(&store)
+        .open_journal("run-d", Durability::Full)
+        .await
+        .unwrap();
+    let outcome = run(journal, &first, "run-d").await;
+    assert!(matches!(outcome, Outcome::Completed { .. }), "{outcome:?}");
+    assert_eq!(
+        store.delete_run("acme", "run-d").await.unwrap(),
+        Deletion::NotEnded(RunStatus::Running)
+    );
+    assert!(
+        store
+            .finish_run("run-d", RunStatus::Completed, &json!({}), Duration::ZERO)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.delete_run("globex", "run-d").await.unwrap(),
+        Deletion::Unknown
+    );
+    assert!(!store.step_records("run-d").await.unwrap().is_empty());
+    assert_eq!(
+        store.delete_run("acme", "run-d").await.unwrap(),
+        Deletion::Deleted
+    );
+    assert_eq!(store.run("run-d").await.unwrap(), None);
+    assert!(store.step_records("run-d").await.unwrap().is_empty());
+    assert!(store.plan(&first.hash).await.is_ok(), "still deployed");
+
+    // Retention: ended runs before a time go, with the plans they alone
+    // kept; a parked run stays, and so does a run cancelled just now.
+    for id in ["run-e", "run-f", "run-g"] {
+        store
+            .create_run(id, "acme", "w", &second.hash, &json!({}), None)
+            .await
+            .unwrap();
+    }
+    let journal = Arc::clone(&store)
+        .open_journal("run-g", Durability::Full)
+        .await
+        .unwrap();
+    assert!(matches!(
+        run(journal, &second, "run-g").await,
+        Outcome::Parked { .. }
+    ));
+    store
+        .finish_run(
+            "run-g",
+            RunStatus::PendingApproval,
+            &json!({}),
+            Duration::ZERO,
+        )
+        .await
+        .unwrap();
+    store
+        .finish_run("run-e", RunStatus::Failed, &json!({}), Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(store.cancel_run("run-f").await.unwrap());
+    let later = flow_runtime::time::now_ms() + 1_000;
+    assert_eq!(store.delete_ended_runs(later, 100).await.unwrap(), 1);
+    assert_eq!(store.run("run-e").await.unwrap(), None);
+    assert!(
+        store.run("run-f").await.unwrap().is_some(),
+        "cancelled just now"
+    );
+    assert!(store.run("run-g").await.unwrap().is_some(), "parked");
+
+    // Documents.
+    let journal = Arc::clone(&store)
+        .open_journal("run-g", Durability::Full)
+        .await
+        .unwrap();
+    let write = KbWrite {
+        collection: "notes".into(),
+        title: "T".into(),
+        content: "kept words".into(),
+        metadata: None,
+        key: None,
+        department: None,
+    };
+    journal.kb_write(&write).await.unwrap();
+    assert!(!store.delete_document("globex", "notes", "T").await.unwrap());
+    assert!(store.delete_document("acme", "notes", "T").await.unwrap());
+    assert!(!store.delete_document("acme", "notes", "T").await.unwrap());
+    let found = journal
+        .kb_context(&["notes".to_string()], None, &["kept".to_string()], 5)
+        .await
+        .unwrap();
+    assert!(found.is_empty(), "{found:?}");
 }

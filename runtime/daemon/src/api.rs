@@ -14,7 +14,7 @@ use flow_plan::{Plan, PlanProblems};
 use flow_runtime::interp::{Decision, Outcome, StepRecord};
 use flow_runtime::runner::{self, RunRecord};
 use flow_runtime::store::{
-    Deployment, Notification, NotificationQuery, RunQuery, RunRow, RunStatus, StoreError,
+    Deletion, Deployment, Notification, NotificationQuery, RunQuery, RunRow, RunStatus, StoreError,
 };
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -36,8 +36,8 @@ type Answer = Result<Response, Problem>;
             workflows and runs only. Errors are `application/problem+json` with a stable `code`."
     ),
     paths(
-        deploy, workflows, start_run, get_run, trace, runs, cancel, decide, my_approvals,
-        notifications, mark_read
+        deploy, workflows, undeploy, start_run, get_run, delete_run, trace, runs, cancel,
+        decide, my_approvals, notifications, mark_read, delete_document
     ),
     components(schemas(ProblemDoc)),
     modifiers(&CommonAnswers),
@@ -805,6 +805,140 @@ pub(crate) async fn runs(
         })
         .collect();
     Ok(axum::Json(Runs { runs }).into_response())
+}
+
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+struct UndeployQuery {
+    /// One version to retire; all of the workflow's by default.
+    #[param(minimum = 1, maximum = 4_294_967_295_u64)]
+    version: Option<u32>,
+}
+
+#[derive(Serialize, ToSchema)]
+struct Retired {
+    /// How many deployed versions were retired.
+    retired: usize,
+}
+
+/// Retires a workflow's deployed versions (one, or all): new runs can no
+/// longer start them, runs already started go on, and a version number is
+/// never given again. A plan nothing uses any more is deleted.
+#[utoipa::path(
+    delete, path = "/v1/workflows/{workflow}", tag = "workflows",
+    params(("workflow" = String, Path, description = "The workflow's name"), UndeployQuery),
+    responses(
+        (status = 200, description = "Retired", body = Retired),
+        (status = 400, description = "A malformed query (`invalid_query`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 404, description = "No such deployment in this account (`unknown_workflow`)", body = ProblemDoc, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn undeploy(
+    State(daemon): State<Arc<Daemon>>,
+    Extension(AccountId(account)): Extension<AccountId>,
+    Path(workflow): Path<String>,
+    query: Result<Query<UndeployQuery>, QueryRejection>,
+) -> Answer {
+    let Query(query) = query.map_err(invalid_query)?;
+    let retired = daemon
+        .undeploy(&account, &workflow, query.version)
+        .await
+        .map_err(store_problem)?;
+    if retired == 0 {
+        return Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            "unknown_workflow",
+            &match query.version {
+                Some(v) => format!("no version {v} of workflow `{workflow}` is deployed"),
+                None => format!("no workflow `{workflow}` is deployed"),
+            },
+        ));
+    }
+    Ok(axum::Json(Retired { retired }).into_response())
+}
+
+#[derive(Serialize, ToSchema)]
+struct Deleted {
+    deleted: bool,
+}
+
+/// Deletes an ended run with its trace and notifications (a cancelled one
+/// 30 s after its cancel): a run that has not ended must be cancelled first.
+#[utoipa::path(
+    delete, path = "/v1/runs/{id}", tag = "runs",
+    params(("id" = String, Path, description = "The run's id")),
+    responses(
+        (status = 200, description = "Deleted", body = Deleted),
+        (status = 404, description = "No such run in this account (`unknown_run`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 409, description = "The run has not ended, or was cancelled less than 30 s ago (`run_not_ended`)", body = ProblemDoc, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn delete_run(
+    State(daemon): State<Arc<Daemon>>,
+    Extension(AccountId(account)): Extension<AccountId>,
+    Path(id): Path<String>,
+) -> Answer {
+    match daemon
+        .store
+        .delete_run(&account, &id)
+        .await
+        .map_err(store_problem)?
+    {
+        Deletion::Deleted => Ok(axum::Json(Deleted { deleted: true }).into_response()),
+        Deletion::NotEnded(status) => Err(Problem::new(
+            StatusCode::CONFLICT,
+            "run_not_ended",
+            &format!(
+                "run `{id}` is {status}: cancel it first (a cancelled run can be deleted 30 s after its cancel)"
+            ),
+        )),
+        Deletion::Unknown => Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            "unknown_run",
+            &format!("no run `{id}`"),
+        )),
+    }
+}
+
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+struct DocumentQuery {
+    /// The document's collection.
+    collection: String,
+    /// The document's title.
+    title: String,
+}
+
+/// Deletes a knowledge-base document of this account (every version).
+#[utoipa::path(
+    delete, path = "/v1/kb/documents", tag = "knowledge",
+    params(DocumentQuery),
+    responses(
+        (status = 200, description = "Deleted", body = Deleted),
+        (status = 400, description = "A malformed query (`invalid_query`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 404, description = "No such document in this account (`unknown_document`)", body = ProblemDoc, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn delete_document(
+    State(daemon): State<Arc<Daemon>>,
+    Extension(AccountId(account)): Extension<AccountId>,
+    query: Result<Query<DocumentQuery>, QueryRejection>,
+) -> Answer {
+    let Query(query) = query.map_err(invalid_query)?;
+    if daemon
+        .store
+        .delete_document(&account, &query.collection, &query.title)
+        .await
+        .map_err(store_problem)?
+    {
+        Ok(axum::Json(Deleted { deleted: true }).into_response())
+    } else {
+        Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            "unknown_document",
+            &format!("no document `{}/{}`", query.collection, query.title),
+        ))
+    }
 }
 
 /// Stops a running or parked run for good.

@@ -314,6 +314,9 @@ pub struct LimitsSection {
     pub runs_in_flight: usize,
     #[serde(default = "default_deployments")]
     pub deployments: usize,
+    /// Ended runs (with their journals) are deleted this many days after
+    /// they ended; kept for ever without it.
+    pub retention_days: Option<u32>,
 }
 
 impl Default for LimitsSection {
@@ -325,6 +328,7 @@ impl Default for LimitsSection {
             steps_in_flight: default_steps_in_flight(),
             runs_in_flight: default_runs_in_flight(),
             deployments: default_deployments(),
+            retention_days: None,
         }
     }
 }
@@ -637,6 +641,13 @@ pub fn load(
         problems.report(
             place,
             format!("[limits] redis_url `{url}` is not a redis:// URL"),
+        );
+    }
+    if limits.retention_days == Some(0) {
+        problems.report(
+            limits_span.clone(),
+            "[limits] retention_days 0 would delete runs as they end; leave it out to keep them"
+                .to_string(),
         );
     }
     for (name, value) in [

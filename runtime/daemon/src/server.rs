@@ -86,6 +86,9 @@ const EXPIRY_SWEEP: Duration = Duration::from_secs(1);
 /// about 15 s.
 const ORPHAN_SWEEP: Duration = Duration::from_secs(5);
 
+/// How often ended runs past `[limits] retention_days` are deleted.
+const RETENTION_SWEEP: Duration = Duration::from_secs(60);
+
 /// How long runs in flight get to settle after a shutdown signal.
 const SETTLE: Duration = Duration::from_secs(10);
 
@@ -433,6 +436,22 @@ impl Daemon {
             .map_err(|e| StoreError(format!("the deploy's task stopped: {e}")))?
     }
 
+    /// Retires `account`'s deployments of `workflow` (`Store::undeploy`)
+    /// and forgets the account's cached list.
+    pub(crate) async fn undeploy(
+        &self,
+        account: &str,
+        workflow: &str,
+        version: Option<u32>,
+    ) -> Result<usize, StoreError> {
+        let retired = self.store.undeploy(account, workflow, version).await;
+        let mut cache = self.deployments.lock().unwrap_or_else(|p| p.into_inner());
+        self.deploys
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        cache.remove(account);
+        retired
+    }
+
     /// `account`'s places for steps executing at once.
     fn step_places(&self, account: &str) -> Arc<tokio::sync::Semaphore> {
         let mut places = self.step_places.lock().unwrap_or_else(|p| p.into_inner());
@@ -683,6 +702,14 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
             axum::routing::post(crate::api::deploy).get(crate::api::workflows),
         )
         .route(
+            "/v1/workflows/{workflow}",
+            axum::routing::delete(crate::api::undeploy),
+        )
+        .route(
+            "/v1/kb/documents",
+            axum::routing::delete(crate::api::delete_document),
+        )
+        .route(
             "/v1/runs",
             axum::routing::post(crate::api::start_run).get(crate::api::runs),
         )
@@ -691,7 +718,10 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
             "/v1/runs/{id}/cancel",
             axum::routing::post(crate::api::cancel),
         )
-        .route("/v1/runs/{id}", axum::routing::get(crate::api::get_run))
+        .route(
+            "/v1/runs/{id}",
+            axum::routing::get(crate::api::get_run).delete(crate::api::delete_run),
+        )
         .route(
             "/v1/runs/{id}/approvals/{*step_path}",
             axum::routing::post(crate::api::decide),
@@ -782,6 +812,28 @@ pub async fn serve(
             }
         })
     };
+    let retention = daemon.config.limits.retention_days.map(|days| {
+        let daemon = Arc::clone(&daemon);
+        tokio::spawn(async move {
+            let keep_ms = i64::from(days) * 24 * 3600 * 1000;
+            loop {
+                tokio::time::sleep(RETENTION_SWEEP).await;
+                let before = flow_runtime::time::now_ms() - keep_ms;
+                // A batch at a time, so that a store with a large backlog is
+                // not held by one long transaction.
+                loop {
+                    match daemon.store.delete_ended_runs(before, 500).await {
+                        Ok(deleted) if deleted == 500 => continue,
+                        Ok(_) => break,
+                        Err(error) => {
+                            eprintln!("flowd: cannot delete runs past their retention: {error}");
+                            break;
+                        }
+                    }
+                }
+            }
+        })
+    });
     if resumed > 0 {
         eprintln!("flowd: resumed {resumed} unfinished run(s)");
     }
@@ -793,6 +845,9 @@ pub async fn serve(
     mailer.abort();
     expiry.abort();
     orphans.abort();
+    if let Some(retention) = retention {
+        retention.abort();
+    }
     // Runs still going after the grace period are dropped mid-step: their
     // journals hold every completed step, and the next start resumes them.
     let mut runs = std::mem::take(&mut *daemon.runs.lock().unwrap_or_else(|p| p.into_inner()));

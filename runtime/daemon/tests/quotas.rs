@@ -134,3 +134,95 @@ async fn deployments_beyond_the_quota_are_refused() {
     assert_eq!(body["code"], "quota_exceeded", "{body}");
     flowd.deploy(GLOBEX, &version(3)).await;
 }
+
+/// What a tenant stores it can delete: an ended run with its trace (not
+/// another account's, not a live one), a workflow's deployments (its
+/// version numbers are not given again) and a KB document.
+#[tokio::test]
+async fn runs_deployments_and_documents_can_be_deleted() {
+    let dir = TempDir::new("flowd-deletes");
+    let flowd = Flowd::start(&dir);
+    let source = "workflow w {\n  step k = kb_write \"notes\" { title: \"T\", content: \"words\" } retry 1\n  output { ok: true }\n}\n";
+    flowd.deploy(ACME, source).await;
+    let run = flowd.start_run(ACME, json!({ "workflow": "w" })).await;
+    assert_eq!(flowd.settled(&run, ACME).await["status"], "completed");
+
+    let path = format!("/v1/runs/{run}");
+    let (status, body) = flowd.send(Method::DELETE, &path, Some(GLOBEX), None).await;
+    assert_eq!((status, body["code"].as_str()), (404, Some("unknown_run")));
+    let (status, body) = flowd.send(Method::DELETE, &path, Some(ACME), None).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _) = flowd.send(Method::GET, &path, Some(ACME), None).await;
+    assert_eq!(status, 404, "the run is gone");
+    let (status, _) = flowd
+        .send(Method::GET, &format!("{path}/trace"), Some(ACME), None)
+        .await;
+    assert_eq!(status, 404, "its trace too");
+
+    let documents = "/v1/kb/documents?collection=notes&title=T";
+    let (status, _) = flowd
+        .send(Method::DELETE, documents, Some(GLOBEX), None)
+        .await;
+    assert_eq!(status, 404, "another account's document");
+    let (status, body) = flowd
+        .send(Method::DELETE, documents, Some(ACME), None)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _) = flowd
+        .send(Method::DELETE, documents, Some(ACME), None)
+        .await;
+    assert_eq!(status, 404);
+
+    let (status, body) = flowd
+        .send(Method::DELETE, "/v1/workflows/w", Some(ACME), None)
+        .await;
+    assert_eq!((status, body["retired"].as_u64()), (200, Some(1)), "{body}");
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/runs",
+            Some(ACME),
+            Some(json!({ "workflow": "w" })),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("unknown_workflow"))
+    );
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/workflows",
+            Some(ACME),
+            Some(json!({ "source": source })),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["deployments"][0]["version"], 2, "{body}");
+}
+
+/// A run that has not ended is not deleted.
+#[tokio::test]
+async fn a_parked_run_is_not_deleted() {
+    let dir = TempDir::new("flowd-delete-parked");
+    let flowd = Flowd::start(&dir);
+    flowd
+        .deploy(
+            ACME,
+            "workflow g {\n  step ok = approval { approvers: [\"ana@acme.io\"], message: \"go?\" }\n}\n",
+        )
+        .await;
+    let run = flowd.start_run(ACME, json!({ "workflow": "g" })).await;
+    assert_eq!(
+        flowd.settled(&run, ACME).await["status"],
+        "pending_approval"
+    );
+    let (status, body) = flowd
+        .send(Method::DELETE, &format!("/v1/runs/{run}"), Some(ACME), None)
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (409, Some("run_not_ended")),
+        "{body}"
+    );
+}
