@@ -1216,7 +1216,7 @@ async fn deployments_runs_and_documents_can_be_deleted(backend: Backend) {
         .await
         .unwrap();
     assert!(store.cancel_run("run-f").await.unwrap());
-    let later = flow_runtime::time::now_ms() + 1_000;
+    let later = flow_runtime::time::now_ms() as i64 + 1_000;
     assert_eq!(store.delete_ended_runs(later, 100).await.unwrap(), 1);
     assert_eq!(store.run("run-e").await.unwrap(), None);
     assert!(

@@ -809,7 +809,7 @@ pub(crate) async fn runs(
 
 #[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
-struct UndeployQuery {
+pub(crate) struct UndeployQuery {
     /// One version to retire; all of the workflow's by default.
     #[param(minimum = 1, maximum = 4_294_967_295_u64)]
     version: Option<u32>,
@@ -902,7 +902,7 @@ pub(crate) async fn delete_run(
 
 #[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
-struct DocumentQuery {
+pub(crate) struct DocumentQuery {
     /// The document's collection.
     collection: String,
     /// The document's title.

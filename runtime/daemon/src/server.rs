@@ -818,7 +818,8 @@ pub async fn serve(
             let keep_ms = i64::from(days) * 24 * 3600 * 1000;
             loop {
                 tokio::time::sleep(RETENTION_SWEEP).await;
-                let before = flow_runtime::time::now_ms() - keep_ms;
+                let before =
+                    i64::try_from(flow_runtime::time::now_ms()).unwrap_or(i64::MAX) - keep_ms;
                 // A batch at a time, so that a store with a large backlog is
                 // not held by one long transaction.
                 loop {
