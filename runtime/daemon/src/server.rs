@@ -86,8 +86,10 @@ const EXPIRY_SWEEP: Duration = Duration::from_secs(1);
 /// about 15 s.
 const ORPHAN_SWEEP: Duration = Duration::from_secs(5);
 
-/// How often ended runs past `[limits] retention_days` are deleted.
+/// How often ended runs past `[limits] retention_days` are deleted, and
+/// how many at a time.
 const RETENTION_SWEEP: Duration = Duration::from_secs(60);
+const RETENTION_BATCH: usize = 500;
 
 /// How long runs in flight get to settle after a shutdown signal.
 const SETTLE: Duration = Duration::from_secs(10);
@@ -823,8 +825,12 @@ pub async fn serve(
                 // A batch at a time, so that a store with a large backlog is
                 // not held by one long transaction.
                 loop {
-                    match daemon.store.delete_ended_runs(before, 500).await {
-                        Ok(deleted) if deleted == 500 => continue,
+                    match daemon
+                        .store
+                        .delete_ended_runs(before, RETENTION_BATCH)
+                        .await
+                    {
+                        Ok(RETENTION_BATCH) => continue,
                         Ok(_) => break,
                         Err(error) => {
                             eprintln!("flowd: cannot delete runs past their retention: {error}");
