@@ -1056,6 +1056,9 @@ async fn the_openapi_document_describes_every_route() {
     assert_eq!(
         routes,
         [
+            "DELETE /v1/kb/documents",
+            "DELETE /v1/runs/{id}",
+            "DELETE /v1/workflows/{workflow}",
             "GET /v1/approvals",
             "GET /v1/notifications",
             "GET /v1/runs",
