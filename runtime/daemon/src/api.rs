@@ -73,7 +73,10 @@ impl utoipa::Modify for CommonAnswers {
             )
         };
         for item in openapi.paths.paths.values_mut() {
-            for operation in [&mut item.get, &mut item.post].into_iter().flatten() {
+            for operation in [&mut item.get, &mut item.post, &mut item.delete]
+                .into_iter()
+                .flatten()
+            {
                 let takes_body = operation.request_body.is_some();
                 let mut answers = vec![
                     (
