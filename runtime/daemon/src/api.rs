@@ -968,6 +968,9 @@ pub(crate) async fn cancel(
         ));
     }
     daemon.stop_driving(&id);
+    let mut record = RunRecord::new(&id, RunStatus::Cancelled);
+    record.workflow = Some(row.workflow.clone());
+    daemon.dispatch_webhooks(&account, "cancelled", &record);
     Ok(axum::Json(RunState {
         run_id: id,
         status: RunStatus::Cancelled,

@@ -44,7 +44,6 @@ pub struct Config {
     pub smtp: Option<Smtp>,
     pub provider: Option<Provider>,
     pub accounts: Vec<Account>,
-    pub webhooks: Vec<Webhook>,
     /// OTLP/HTTP endpoint for traces; none exports nothing.
     pub otlp_endpoint: Option<String>,
     /// When set, `/metrics` answers only `Authorization: Bearer TOKEN`: its
@@ -432,24 +431,33 @@ pub struct Account {
     pub llm_concurrency: Option<usize>,
     /// The `[mcp.servers.NAME]` its workflows may use; none by default.
     pub mcp_servers: Vec<String>,
+    /// Where its runs' events are posted.
+    pub webhooks: Vec<Webhook>,
     /// Its own quotas, where `[limits]`'s do not fit it.
     pub steps_in_flight: Option<usize>,
     pub runs_in_flight: Option<usize>,
     pub deployments: Option<usize>,
 }
 
+/// An account's webhook endpoint (`[[accounts.webhooks]]`): its runs'
+/// events, and nobody else's, are posted there.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Webhook {
+    /// How the account's workflows and this configuration name it.
+    pub name: String,
     pub url: String,
-    /// The HMAC-SHA256 key of the signature header.
+    /// The HMAC-SHA256 key of the signatures: the bytes of the string, or,
+    /// for a Standard Webhooks secret (`whsec_` and base64), the bytes it
+    /// encodes, as that convention's verifier libraries take it.
     pub secret: Secret,
-    /// Which run events are posted: `completed`, `failed`, `parked`; all by default.
+    /// Which run events are posted: `completed`, `failed`, `parked`,
+    /// `cancelled`; all by default.
     #[serde(default = "all_events")]
     pub events: Vec<String>,
 }
 
-const EVENTS: [&str; 3] = ["completed", "failed", "parked"];
+const EVENTS: [&str; 4] = ["completed", "failed", "parked", "cancelled"];
 
 fn all_events() -> Vec<String> {
     EVENTS.iter().map(ToString::to_string).collect()
@@ -472,6 +480,8 @@ struct AccountFile {
     steps_in_flight: Option<toml::Spanned<usize>>,
     runs_in_flight: Option<toml::Spanned<usize>>,
     deployments: Option<toml::Spanned<usize>>,
+    #[serde(default)]
+    webhooks: Vec<toml::Spanned<Webhook>>,
 }
 
 /// The file as written, before checks and overrides.
@@ -489,7 +499,7 @@ struct File {
     #[serde(default)]
     accounts: Vec<toml::Spanned<AccountFile>>,
     #[serde(default)]
-    webhooks: Vec<toml::Spanned<Webhook>>,
+    webhooks: Vec<toml::Spanned<toml::Value>>,
     otlp_endpoint: Option<toml::Spanned<String>>,
     metrics_token: Option<toml::Spanned<String>>,
     limits: Option<toml::Spanned<LimitsSection>>,
@@ -918,6 +928,44 @@ pub fn load(
                 ),
             );
         }
+        let mut names: Vec<&str> = Vec::new();
+        for webhook in &account.webhooks {
+            let span = webhook.span();
+            let hook = webhook.get_ref();
+            if hook.name.is_empty() || names.contains(&hook.name.as_str()) {
+                problems.at(
+                    span.clone(),
+                    format!(
+                        "account `{}`: webhook name `{}` is empty or used twice",
+                        account.id, hook.name
+                    ),
+                );
+            }
+            names.push(&hook.name);
+            if let Err(message) = check_http_url(&hook.url) {
+                problems.at(span.clone(), format!("webhook url {message}"));
+            }
+            if crate::webhooks::key(&hook.secret.0).len() < 16 {
+                problems.at(
+                    span.clone(),
+                    "a webhook secret is shorter than 16 characters (or 16 bytes, for a `whsec_` one)"
+                        .to_string(),
+                );
+            }
+            for event in hook.events.iter().filter(|e| !EVENTS.contains(&e.as_str())) {
+                problems.at(
+                    span.clone(),
+                    format!(
+                        "webhook event `{event}` is not one of `completed`, `failed`, `parked`, `cancelled`"
+                    ),
+                );
+            }
+        }
+        let webhooks = account
+            .webhooks
+            .into_iter()
+            .map(toml::Spanned::into_inner)
+            .collect();
         accounts.push(Account {
             id: account.id,
             api_keys: account.api_keys,
@@ -929,39 +977,19 @@ pub fn load(
             steps_in_flight,
             runs_in_flight,
             deployments,
+            webhooks,
         });
     }
 
-    let webhooks = file
-        .webhooks
-        .into_iter()
-        .map(|webhook| {
-            let span = webhook.span();
-            let webhook = webhook.into_inner();
-            if let Err(message) = check_http_url(&webhook.url) {
-                problems.at(span.clone(), format!("webhook url {message}"));
-            }
-            if webhook.secret.0.len() < 16 {
-                problems.at(
-                    span.clone(),
-                    "a webhook secret is shorter than 16 characters".to_string(),
-                );
-            }
-            for event in webhook
-                .events
-                .iter()
-                .filter(|e| !EVENTS.contains(&e.as_str()))
-            {
-                problems.at(
-                    span.clone(),
-                    format!(
-                        "webhook event `{event}` is not one of `completed`, `failed`, `parked`"
-                    ),
-                );
-            }
-            webhook
-        })
-        .collect();
+    // A webhook of no account received every account's runs, inputs and
+    // outputs included.
+    for webhook in &file.webhooks {
+        problems.at(
+            webhook.span(),
+            "webhooks belong to an account: write this [[webhooks]] as [[accounts.webhooks]] (with a `name`) under the [[accounts]] entry whose runs it receives"
+                .to_string(),
+        );
+    }
 
     if !problems.list.is_empty() {
         return Err(problems.list);
@@ -979,7 +1007,6 @@ pub fn load(
         smtp,
         provider,
         accounts,
-        webhooks,
         otlp_endpoint,
         metrics_token,
         limits,
@@ -1086,6 +1113,7 @@ impl Config {
                     steps_in_flight: None,
                     runs_in_flight: None,
                     deployments: None,
+                    webhooks: Vec::new(),
                 })
             })
     }

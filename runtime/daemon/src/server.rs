@@ -454,6 +454,23 @@ impl Daemon {
         retired
     }
 
+    /// Posts `event` of `account`'s run to the account's webhooks.
+    pub(crate) fn dispatch_webhooks(
+        &self,
+        account: &str,
+        event: &'static str,
+        record: &flow_runtime::runner::RunRecord,
+    ) {
+        crate::webhooks::dispatch(
+            &self.http,
+            &self.config.people(account).webhooks,
+            account,
+            event,
+            record,
+            self.metrics.delivery_counter(),
+        );
+    }
+
     /// `account`'s places for steps executing at once.
     fn step_places(&self, account: &str) -> Arc<tokio::sync::Semaphore> {
         let mut places = self.step_places.lock().unwrap_or_else(|p| p.into_inner());
@@ -550,7 +567,7 @@ impl Daemon {
                 let provider: Arc<dyn Provider> = Arc::new(LimitedProvider {
                     inner: Arc::clone(&daemon.provider),
                     limiter: Arc::clone(&daemon.limiter),
-                    account,
+                    account: account.clone(),
                 });
                 let driven = flow_runtime::runner::drive(
                     &daemon.store,
@@ -588,13 +605,7 @@ impl Daemon {
                         };
                         let mut record = flow_runtime::runner::run_record(&run_id, &outcome);
                         record.workflow = Some(workflow.clone());
-                        crate::webhooks::dispatch(
-                            &daemon.http,
-                            &daemon.config.webhooks,
-                            event,
-                            &record,
-                            daemon.metrics.delivery_counter(),
-                        );
+                        daemon.dispatch_webhooks(&account, event, &record);
                     }
                     Err(error) => {
                         eprintln!("flowd: run {run_id}: {error}");

@@ -1,13 +1,22 @@
-//! Webhooks: after a run completes, fails or parks, each subscribed endpoint
-//! gets a POST of the run record, signed, retried with backoff, off the run's
-//! path (the run never waits for a delivery, and a delivery that keeps
-//! failing is logged and counted, never fails the run).
+//! Webhooks: after a run completes, fails, parks or is cancelled, each
+//! endpoint of the run's account subscribed to that event gets a POST of the
+//! run record, signed, retried with backoff, off the run's path (the run
+//! never waits for a delivery, and a delivery that keeps failing is logged
+//! and counted, never fails the run). Another account's endpoints never see
+//! it.
 //!
-//! The receiver checks `X-Flow-Signature: sha256=HEX`, the HMAC-SHA256 of the
-//! exact body bytes under the webhook's secret.
+//! Signed as the Standard Webhooks convention says, so that receivers can use
+//! its verifier libraries and refuse replays: `webhook-id` (one per event,
+//! the same on every retry), `webhook-timestamp` (Unix seconds) and
+//! `webhook-signature: v1,BASE64` of the HMAC-SHA256 of `id.timestamp.body`.
+//! The key is the secret's bytes, or for a `whsec_` secret the bytes its
+//! base64 encodes. The older `X-Flow-Signature: sha256=HEX` (HMAC of the
+//! body alone) is sent as well.
 
 use std::time::Duration;
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
 use flow_runtime::runner::RunRecord;
 use hmac::{Hmac, Mac};
 use serde_json::json;
@@ -19,14 +28,34 @@ use crate::config::{Secret, Webhook};
 const ATTEMPTS: u32 = 5;
 const FIRST_WAIT: Duration = Duration::from_millis(250);
 
-/// The signature header's value for `body` under `secret`.
+/// The HMAC key of `secret`: a Standard Webhooks secret (`whsec_` and
+/// base64) is the bytes it encodes; any other, its own bytes.
+pub fn key(secret: &str) -> Vec<u8> {
+    secret
+        .strip_prefix("whsec_")
+        .and_then(|encoded| STANDARD.decode(encoded).ok())
+        .unwrap_or_else(|| secret.as_bytes().to_vec())
+}
+
+fn mac(secret: &str) -> Hmac<Sha256> {
+    Hmac::<Sha256>::new_from_slice(&key(secret)).expect("HMAC takes keys of any length")
+}
+
+/// The `X-Flow-Signature` header's value for `body` under `secret`.
 pub fn signature(secret: &str, body: &[u8]) -> String {
-    let mut mac =
-        Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes keys of any length");
+    let mut mac = mac(secret);
     mac.update(body);
     let digest = mac.finalize().into_bytes();
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
     format!("sha256={hex}")
+}
+
+/// The `webhook-signature` header's value (Standard Webhooks, `v1`).
+pub fn standard_signature(secret: &str, id: &str, timestamp: u64, body: &[u8]) -> String {
+    let mut mac = mac(secret);
+    mac.update(format!("{id}.{timestamp}.").as_bytes());
+    mac.update(body);
+    format!("v1,{}", STANDARD.encode(mac.finalize().into_bytes()))
 }
 
 /// How a delivery ended, for the metrics.
@@ -36,28 +65,43 @@ pub enum Delivery {
     Failed,
 }
 
-/// Posts `record` for `event` (`completed`, `failed`, `parked`) to every
-/// webhook subscribed to it, each in its own task; `done` hears how each
-/// delivery ended.
+/// Posts `record` of `account`'s run for `event` (`completed`, `failed`,
+/// `parked`, `cancelled`) to each of the account's webhooks subscribed to
+/// it, each in its own task; `done` hears how each delivery ended.
 pub fn dispatch(
     client: &reqwest::Client,
     hooks: &[Webhook],
+    account: &str,
     event: &'static str,
     record: &RunRecord,
     done: impl Fn(Delivery) + Clone + Send + Sync + 'static,
 ) {
-    let body = json!({ "event": event, "run": record }).to_string();
+    let body = json!({ "event": event, "account": account, "run": record }).to_string();
+    let timestamp = flow_runtime::time::now_ms() / 1000;
+    // One id per event and endpoint, kept by its retries: a receiver that
+    // saw it already drops the repeat.
+    let id = format!(
+        "msg_{}_{event}_{}",
+        record.run_id,
+        flow_runtime::time::now_ms()
+    );
     for hook in hooks.iter().filter(|h| h.events.iter().any(|e| e == event)) {
         let Secret(secret) = &hook.secret;
         let request = client
             .post(&hook.url)
             .header("content-type", "application/json")
+            .header("webhook-id", &id)
+            .header("webhook-timestamp", timestamp.to_string())
+            .header(
+                "webhook-signature",
+                standard_signature(secret, &id, timestamp, body.as_bytes()),
+            )
             .header("x-flow-event", event)
             .header("x-flow-signature", signature(secret, body.as_bytes()))
             .body(body.clone());
         deliver(
             request,
-            format!("webhook {} ({event})", hook.url),
+            format!("webhook `{}` of account `{account}` ({event})", hook.name),
             done.clone(),
         );
     }
@@ -97,7 +141,22 @@ pub(crate) fn deliver(
 
 #[cfg(test)]
 mod tests {
-    use super::signature;
+    use super::{signature, standard_signature};
+
+    /// The Standard Webhooks specification's own example, so that its
+    /// verifier libraries accept what flowd sends.
+    #[test]
+    fn the_standard_signature_matches_the_conventions_example() {
+        assert_eq!(
+            standard_signature(
+                "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+                "msg_p5jXN8AQM9LWM0D4loKWxJek",
+                1614265330,
+                br#"{"test": 2432232314}"#
+            ),
+            "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+        );
+    }
 
     /// RFC 4231 test case 2 (HMAC-SHA256), so receivers in any language agree.
     #[test]

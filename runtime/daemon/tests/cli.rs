@@ -553,7 +553,7 @@ async fn webhooks_are_signed_and_retried_after_a_500() {
 
     const SECRET: &str = "whsec-0123456789abcdef";
     let config = format!(
-        "{CONFIG}[[webhooks]]\nurl = \"{hook_url}\"\nsecret = \"{SECRET}\"\nevents = [\"completed\"]\n"
+        "{CONFIG}[[accounts.webhooks]]\nname = \"crm\"\nurl = \"{hook_url}\"\nsecret = \"{SECRET}\"\nevents = [\"completed\"]\n"
     );
     let dir = TempDir::new("flowd-webhook");
     let flowd = Flowd::start_with(&dir, &config);
@@ -594,8 +594,23 @@ async fn webhooks_are_signed_and_retried_after_a_500() {
         headers["x-flow-signature"],
         format!("sha256={expected}").as_str()
     );
+    // Standard Webhooks: the same id on the retry, and the signature of
+    // `id.timestamp.body`.
+    let (first_headers, _) = &deliveries[0];
+    assert_eq!(first_headers["webhook-id"], headers["webhook-id"]);
+    let id = headers["webhook-id"].to_str().unwrap();
+    let timestamp = headers["webhook-timestamp"].to_str().unwrap();
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+    mac.update(format!("{id}.{timestamp}.{body}").as_bytes());
+    use base64::Engine as _;
+    let standard = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
+    assert_eq!(
+        headers["webhook-signature"],
+        format!("v1,{standard}").as_str()
+    );
     let event: serde_json::Value = serde_json::from_str(body).unwrap();
     assert_eq!(event["event"], "completed");
+    assert_eq!(event["account"], "acme");
     assert_eq!(event["run"]["run_id"], run_id.as_str());
     assert_eq!(event["run"]["workflow"], "digest");
 
@@ -1781,4 +1796,131 @@ async fn a_source_that_compiles_past_the_plan_bounds_is_refused() {
         .send(Method::GET, "/v1/workflows", Some(ACME), None)
         .await;
     assert_eq!(body["deployments"], json!([]), "nothing was deployed");
+}
+
+/// Regression: `[[webhooks]]` was global, and one account's run output
+/// (its input included) went to the URL another account had configured.
+/// Each account's events go to its own endpoints only, cancels included,
+/// and a global `[[webhooks]]` is refused with what to write instead.
+#[tokio::test]
+async fn webhooks_are_an_accounts_own() {
+    use axum::http::StatusCode;
+    use serde_json::json;
+    use std::sync::{Arc, Mutex};
+
+    type Received = Arc<Mutex<Vec<serde_json::Value>>>;
+    async fn receiver() -> (String, Received) {
+        let received: Received = Arc::default();
+        let kept = Arc::clone(&received);
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |body: String| async move {
+                kept.lock()
+                    .unwrap()
+                    .push(serde_json::from_str(&body).unwrap());
+                StatusCode::NO_CONTENT
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (url, received)
+    }
+    let (acme_url, acme_seen) = receiver().await;
+    let (globex_url, globex_seen) = receiver().await;
+    let hook = |url: &str| {
+        format!(
+            "[[accounts.webhooks]]\nname = \"events\"\nurl = \"{url}\"\nsecret = \"whsec-0123456789abcdef\"\n"
+        )
+    };
+    let config = CONFIG.replace(
+        "api_keys = [\"globex-key-0123456789\"]\n",
+        &format!(
+            "api_keys = [\"globex-key-0123456789\"]\n{}",
+            hook(&globex_url)
+        ),
+    ) + &hook(&acme_url);
+    let dir = TempDir::new("flowd-webhooks-accounts");
+    let flowd = Flowd::start_with(&dir, &config);
+    flowd.deploy(ACME, TWO_STEPS).await;
+    flowd.deploy(GLOBEX, TWO_STEPS).await;
+    let acme_run = flowd
+        .start_run(
+            ACME,
+            json!({ "workflow": "digest", "input": { "text": "acme secret" } }),
+        )
+        .await;
+    let globex_run = flowd
+        .start_run(
+            GLOBEX,
+            json!({ "workflow": "digest", "input": { "text": "globex" } }),
+        )
+        .await;
+    flowd.settled(&acme_run, ACME).await;
+    flowd.settled(&globex_run, GLOBEX).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while acme_seen.lock().unwrap().is_empty() || globex_seen.lock().unwrap().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no delivery");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    for (seen, account, run) in [
+        (&acme_seen, "acme", &acme_run),
+        (&globex_seen, "globex", &globex_run),
+    ] {
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 1, "{account}: {seen:?}");
+        assert_eq!(seen[0]["account"], account);
+        assert_eq!(seen[0]["run"]["run_id"], run.as_str());
+    }
+
+    // A cancel is an event too.
+    flowd
+        .deploy(
+            ACME,
+            "workflow g {\n  step ok = approval { approvers: [\"ana@acme.io\"], message: \"go?\" }\n}\n",
+        )
+        .await;
+    let parked = flowd.start_run(ACME, json!({ "workflow": "g" })).await;
+    flowd.settled(&parked, ACME).await;
+    let (status, _) = flowd
+        .send(
+            reqwest::Method::POST,
+            &format!("/v1/runs/{parked}/cancel"),
+            Some(ACME),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !acme_seen
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|e| e["event"] == "cancelled" && e["run"]["run_id"] == parked.as_str())
+    {
+        assert!(std::time::Instant::now() < deadline, "no cancelled event");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(
+        globex_seen
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|e| e["account"] == "globex"),
+        "another account's event reached globex"
+    );
+    drop(flowd);
+
+    let global = format!(
+        "{CONFIG}[[webhooks]]\nurl = \"{acme_url}\"\nsecret = \"whsec-0123456789abcdef\"\n"
+    );
+    dir.write("global.toml", &global);
+    let refused = self::flowd(&dir, &["check-config", "--config", "global.toml"]);
+    assert_eq!(refused.code, 2, "{}", refused.all());
+    assert!(
+        refused.all().contains("webhooks belong to an account"),
+        "{}",
+        refused.all()
+    );
 }

@@ -76,14 +76,15 @@ billing = ["ana@acme.io", "bo@acme.io"]
 [accounts.approver_groups]
 billing-leads = ["ana@acme.io"]
 
+[[accounts.webhooks]]
+name = "crm"
+url = "https://hooks.example.com/flow"
+secret = "whsec-0123456789abcdef"
+events = ["completed", "failed", "cancelled"]
+
 [[accounts]]
 id = "globex"
 api_keys = ["globex-key-0123456789", "globex-key-abcdefghij"]
-
-[[webhooks]]
-url = "https://hooks.example.com/flow"
-secret = "whsec-0123456789abcdef"
-events = ["completed", "failed"]
 "#
     );
     insta::assert_snapshot!(render(&text, &[]));
@@ -136,10 +137,20 @@ api_keys = ["short"]
 billing = ["ana", "bo@acme.io"]
 empty = []
 
-[[webhooks]]
+[[accounts.webhooks]]
+name = "crm"
 url = "ftp://hooks"
 secret = "s"
 events = ["started"]
+
+[[accounts.webhooks]]
+name = "crm"
+url = "https://hooks.example.com"
+secret = "whsec_c2hvcnQ="
+
+[[webhooks]]
+url = "https://hooks.example.com/all"
+secret = "whsec-0123456789abcdef"
 
 [mcp]
 max_connections = 0
