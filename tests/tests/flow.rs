@@ -481,3 +481,37 @@ fn flow_run_names_the_commands_it_starts_and_can_refuse_them() {
         "without the flag the declared command runs"
     );
 }
+
+/// Regression (issue 13): `flow run` took a 50 MB input, sent it to the
+/// model and stored it three times. An input over the bound (2 MiB by
+/// default, `--max-input-bytes`) is refused before anything is stored.
+#[test]
+fn an_input_over_the_bound_is_refused_before_anything_runs() {
+    let dir = TempDir::new("flow-big-input");
+    dir.write(
+        "w.flow",
+        "workflow w {\n  input { text: string }\n  output { n: 1 }\n}\n",
+    );
+    let big = format!("{{\"text\": \"{}\"}}", "x".repeat(3 * 1024 * 1024));
+    dir.write("big.json", &big);
+    let refused = flow(&dir, &["run", "w.flow", "--input", "big.json"]);
+    assert_eq!(refused.code, 2, "{}", refused.all());
+    assert!(
+        refused.stderr.contains("--max-input-bytes"),
+        "{}",
+        refused.stderr
+    );
+    assert!(!dir.path().join("flow.db").exists(), "nothing was stored");
+    let allowed = flow(
+        &dir,
+        &[
+            "run",
+            "w.flow",
+            "--input",
+            "big.json",
+            "--max-input-bytes",
+            "4000000",
+        ],
+    );
+    assert_eq!(allowed.code, 0, "{}", allowed.all());
+}

@@ -84,6 +84,11 @@ enum Command {
         /// The run's input, a JSON file.
         #[arg(long)]
         input: PathBuf,
+        /// The largest input accepted, in bytes: an input is stored with
+        /// its run and sent to models, so an unbounded one costs memory,
+        /// disk and tokens (flowd's bound on a request is the same 2 MiB).
+        #[arg(long, env = "FLOW_MAX_INPUT_BYTES", default_value_t = MAX_INPUT_BYTES)]
+        max_input_bytes: u64,
         #[arg(long, default_value = "flow.db")]
         db: PathBuf,
         /// Print the run record as JSON.
@@ -193,13 +198,14 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>) -> Result<u8> {
             workflow,
             root,
             input,
+            max_input_bytes,
             db,
             json,
         } => {
             let file = file.ok_or_else(|| usage("name the .flow file or plan to run"))?;
             let plan = load_plan(&file, root.as_deref())?;
             let workflow = pick_workflow(&plan, workflow.as_deref())?;
-            let input = read_input(&input)?;
+            let input = read_input(&input, max_input_bytes)?;
             let store = open_store(&db)?;
             store
                 .put_plan(&plan)
@@ -612,10 +618,11 @@ async fn dispatch_remote(command: Command, server: &remote::Server) -> Result<u8
             workflow,
             root,
             input,
+            max_input_bytes,
             db: _,
             json,
         } => {
-            let input = read_input(&input)?;
+            let input = read_input(&input, max_input_bytes)?;
             let workflow = match file {
                 Some(file) => {
                     // Compiled here, imports and all, and deployed as a plan.
@@ -729,9 +736,28 @@ fn pick_workflow(plan: &Plan, wanted: Option<&str>) -> Result<String> {
     }
 }
 
-fn read_input(path: &Path) -> Result<Value> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| usage(format!("cannot read {}: {e}", path.display())))?;
+/// The default of `flow run --max-input-bytes`.
+const MAX_INPUT_BYTES: u64 = 2 * 1024 * 1024;
+
+/// The run's input from `path`, read no further than `max_bytes` (so that a
+/// huge file, or a device, costs no more than the bound to refuse).
+fn read_input(path: &Path, max_bytes: u64) -> Result<Value> {
+    use std::io::Read as _;
+    let cannot = |e: std::io::Error| usage(format!("cannot read {}: {e}", path.display()));
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .map_err(cannot)?
+        .take(max_bytes.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(cannot)?;
+    if bytes.len() as u64 > max_bytes {
+        return Err(usage(format!(
+            "{} is over {max_bytes} bytes, the largest input accepted (--max-input-bytes or FLOW_MAX_INPUT_BYTES raise it)",
+            path.display()
+        )));
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|_| usage(format!("{} is not UTF-8 text", path.display())))?;
     serde_json::from_str(&text).map_err(|e| usage(format!("{} is not JSON: {e}", path.display())))
 }
 
