@@ -40,7 +40,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use flow_plan::{McpServer, McpTransport};
+use flow_plan::{McpServer, McpTransport, cut};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ClientRequest,
     ErrorCode, Implementation, PingRequest, ProtocolVersion,
@@ -1223,7 +1223,7 @@ fn initialize_error(error: &ClientInitializeError) -> (String, String) {
         ),
         ClientInitializeError::JsonRpcError(data) => (
             "refused `initialize`".to_string(),
-            format!(": {}", truncate(&data.message, 300)),
+            format!(": {}", cut(&data.message, 300)),
         ),
         ClientInitializeError::ExpectedInitResponse(message) => (
             "answered `initialize` with a malformed message".to_string(),
@@ -1232,7 +1232,7 @@ fn initialize_error(error: &ClientInitializeError) -> (String, String) {
                 message
                     .as_ref()
                     .and_then(|m| serde_json::to_string(m).ok())
-                    .map_or_else(|| "nothing".to_string(), |m| truncate(&m, 200))
+                    .map_or_else(|| "nothing".to_string(), |m| cut(&m, 200))
             ),
         ),
         ClientInitializeError::ExpectedInitResult(result) => (
@@ -1242,13 +1242,13 @@ fn initialize_error(error: &ClientInitializeError) -> (String, String) {
                 result
                     .as_ref()
                     .and_then(|r| serde_json::to_string(r).ok())
-                    .map_or_else(|| "nothing".to_string(), |r| truncate(&r, 200))
+                    .map_or_else(|| "nothing".to_string(), |r| cut(&r, 200))
             ),
         ),
         // Transport errors name the URL, which may carry credentials.
         other => (
             "failed in `initialize`".to_string(),
-            format!(": {}", truncate(&other.to_string(), 300)),
+            format!(": {}", cut(&other.to_string(), 300)),
         ),
     }
 }
@@ -1368,13 +1368,6 @@ fn tool_output(result: CallToolResult) -> Result<Value, (ErrorKind, String)> {
         return Ok(Value::String(texts.join("\n")));
     }
     serde_json::to_value(&result.content).map_err(|e| (ErrorKind::Server, e.to_string()))
-}
-
-fn truncate(text: &str, max_chars: usize) -> String {
-    match text.char_indices().nth(max_chars) {
-        Some((end, _)) => format!("{}…", &text[..end]),
-        None => text.to_string(),
-    }
 }
 
 /// A stdio server's process: the leader of a process group of its own.
@@ -1646,7 +1639,7 @@ async fn keep_tail(
                 if tail.len() == STDERR_LINES {
                     tail.pop_front();
                 }
-                tail.push_back(truncate(text, STDERR_LINE_CHARS));
+                tail.push_back(cut(text, STDERR_LINE_CHARS));
             }
         }
     }
@@ -1696,7 +1689,7 @@ impl LineWatch {
         let text = String::from_utf8_lossy(&self.line);
         let text = text.trim();
         if !text.is_empty() && !text.starts_with('{') && !text.starts_with('[') {
-            *self.foreign.lock().unwrap_or_else(|p| p.into_inner()) = Some(truncate(text, 120));
+            *self.foreign.lock().unwrap_or_else(|p| p.into_inner()) = Some(cut(text, 120));
         }
         self.line.clear();
     }

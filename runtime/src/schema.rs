@@ -19,6 +19,7 @@
 //! rejected, because a schema that is more permissive than intended is a far
 //! smaller problem at run time than a run that refuses valid input.
 
+use flow_plan::cut;
 use serde_json::{Map, Value};
 use std::fmt;
 
@@ -532,20 +533,6 @@ fn describe_extra(name: &str, properties: &Map<String, Value>) -> String {
         )
     } else {
         format!("no field `{name}` (allowed: {})", allowed.join(", "))
-    }
-}
-
-/// `text` cut to at most `most` characters, the cut marked.
-fn cut(text: &str, most: usize) -> String {
-    match text.char_indices().nth(most) {
-        None => text.to_string(),
-        Some(_) => {
-            let end = text
-                .char_indices()
-                .nth(most.saturating_sub(1))
-                .map_or(text.len(), |(at, _)| at);
-            format!("{}…", &text[..end])
-        }
     }
 }
 

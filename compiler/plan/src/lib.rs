@@ -19,6 +19,19 @@ mod validate;
 
 pub use validate::{PlanProblem, PlanProblems};
 
+/// `text` cut to at most `most` characters, the cut marked with `…`: for
+/// messages that quote what a plan, an input, a model or a server said.
+/// Here because the compiler and the runtime both quote such text and
+/// this crate is what they share.
+pub fn cut(text: &str, most: usize) -> String {
+    if text.chars().count() <= most {
+        return text.to_string();
+    }
+    let mut out: String = text.chars().take(most.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};

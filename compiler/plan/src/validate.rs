@@ -22,7 +22,7 @@ use serde_json::{Map, Value};
 use crate::limits::*;
 use crate::{
     Action, DURATION_PATTERN, Expr, FORMAT_VERSION, Field, McpServer, McpTransport, Node, OnError,
-    PathSegment, Plan, Recipe, Ref, Root, Step, StepKind, Template, TemplatePart, Workflow,
+    PathSegment, Plan, Recipe, Ref, Root, Step, StepKind, Template, TemplatePart, Workflow, cut,
 };
 
 /// One way a plan differs from what the compiler writes.
@@ -1384,16 +1384,6 @@ fn quote(text: &str) -> String {
     } else {
         format!("{shown:?}")
     }
-}
-
-/// `text` cut to at most `most` characters, the cut marked.
-fn cut(text: &str, most: usize) -> String {
-    if text.chars().count() <= most {
-        return text.to_string();
-    }
-    let mut out: String = text.chars().take(most.saturating_sub(1)).collect();
-    out.push('…');
-    out
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use flow_plan::{Action, McpServer, Plan};
+use flow_plan::{Action, McpServer, Plan, cut};
 use flow_runtime::interp::{BoxFuture, ErrorKind, McpClient, StepError};
 use flow_runtime::mcp::{McpError, McpScope};
 use serde_json::Value;
@@ -79,7 +79,7 @@ pub(crate) fn refusals(config: &Config, account: &str, plan: &Plan) -> Vec<Refus
         };
         refusals.push(Refusal {
             code: "mcp_server_not_allowed",
-            message: truncate(
+            message: cut(
                 &format!(
                     "{user} MCP server `{}`, which this account may not use ({offer}); a workflow on flowd uses the servers the operator configures (`[mcp.servers.{}]` in flowd.toml) and allows for the account (`mcp_servers` of its [[accounts]] entry), never a command or URL of its own",
                     server.name, server.name
@@ -100,7 +100,7 @@ pub(crate) fn refusals(config: &Config, account: &str, plan: &Plan) -> Vec<Refus
         }
         refusals.push(Refusal {
             code: "mcp_tool_not_allowed",
-            message: truncate(
+            message: cut(
                 &format!(
                     "workflow `{workflow}` calls `{tool}` of MCP server `{name}`, which the operator does not offer; the operator lists the tools workflows may call in `tools` of [mcp.servers.{name}]"
                 ),
@@ -279,11 +279,4 @@ fn next_reference() -> String {
         flow_runtime::time::now_ms(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     )
-}
-
-fn truncate(text: &str, max_chars: usize) -> String {
-    match text.char_indices().nth(max_chars) {
-        Some((end, _)) => format!("{}…", &text[..end]),
-        None => text.to_string(),
-    }
 }
