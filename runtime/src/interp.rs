@@ -1100,9 +1100,11 @@ impl PendingApproval {
     /// Whether `approver`, a member of the approver `groups`, may decide it:
     /// an approval names people and approver groups.
     pub fn may_decide(&self, approver: &str, groups: &[String]) -> bool {
+        // Addresses compare without regard to case, as mail delivers them
+        // (`Carol@Acme.io` is mailed, then decides as `carol@acme.io`).
         self.approvers
             .iter()
-            .any(|a| a == approver || groups.contains(a))
+            .any(|a| a.eq_ignore_ascii_case(approver) || groups.contains(a))
     }
 }
 
@@ -1136,6 +1138,12 @@ pub fn decide_record(
             approvers: pending.approvers,
         });
     }
+    // An address is recorded in one spelling, whatever case it came in.
+    let approver = if approver.contains('@') {
+        approver.to_lowercase()
+    } else {
+        approver.clone()
+    };
     let mut decided = record.clone();
     decided.ended_ms = now_ms;
     decided.output = Some(json!({

@@ -325,6 +325,26 @@ async fn only_an_approver_decides() {
     );
 }
 
+/// Regression (issue 13): an approver's address in another case
+/// (`A@X.IO`, as mail may deliver it) was refused.
+#[tokio::test]
+async fn an_approvers_address_ignores_case() {
+    let plan = plan("workflow w { step g = approval { approvers: [\"a@x.io\"], message: \"m\" } }");
+    let store = Arc::new(MemoryStore::default());
+    let _ = flow_runtime::run(
+        &plan,
+        "w",
+        "r",
+        json!({}),
+        services(Arc::new(Scripted::default()), &store),
+    )
+    .await;
+    store
+        .decide("g", "A@X.IO", true, None, "t")
+        .expect("the same address in capitals");
+    assert_eq!(store.records()[0].status, StepStatus::Completed);
+}
+
 #[tokio::test]
 async fn an_input_that_does_not_match_is_refused_before_the_first_step() {
     let plan = plan(&format!(

@@ -1178,7 +1178,7 @@ impl Account {
 fn member_of(table: &BTreeMap<String, Vec<String>>, email: &str) -> Vec<String> {
     table
         .iter()
-        .filter(|(_, members)| members.iter().any(|m| m == email))
+        .filter(|(_, members)| members.iter().any(|m| m.eq_ignore_ascii_case(email)))
         .map(|(name, _)| name.clone())
         .collect()
 }

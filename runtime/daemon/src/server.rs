@@ -292,6 +292,23 @@ impl Daemon {
         path: String,
         decision: Decision,
     ) -> Result<(), Problem> {
+        // A group decides through its members: its name is no person.
+        if let Some(members) = self
+            .config
+            .people(&run.account)
+            .approver_groups
+            .get(&decision.approver)
+        {
+            return Err(Problem::new(
+                StatusCode::FORBIDDEN,
+                "not_an_approver",
+                &format!(
+                    "`{}` is an approver group, not a person: one of its members decides ({})",
+                    decision.approver,
+                    members.join(", ")
+                ),
+            ));
+        }
         let daemon = Arc::clone(self);
         let decided = tokio::spawn(async move {
             daemon

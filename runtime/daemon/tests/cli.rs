@@ -294,6 +294,19 @@ async fn an_approval_is_decided_over_http_by_a_group_member() {
         (403, Some("not_an_approver")),
         "{body}"
     );
+    // Regression (issue 13): the group's name decided as if a person.
+    let (status, body) = flowd
+        .send(Method::POST, &gate, Some(ACME), Some(by("leads")))
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (403, Some("not_an_approver")),
+        "{body}"
+    );
+    assert!(
+        body["detail"].as_str().unwrap().contains("ana@acme.io"),
+        "the hint names the group's members: {body}"
+    );
     let (status, body) = flowd
         .send(
             Method::POST,
@@ -320,8 +333,9 @@ async fn an_approval_is_decided_over_http_by_a_group_member() {
         .send(Method::POST, &gate, Some(GLOBEX), Some(by("ana@acme.io")))
         .await;
     assert_eq!(status, 404, "another account's run");
+    // A member's address in another case is the member (groups ignore case).
     let (status, body) = flowd
-        .send(Method::POST, &gate, Some(ACME), Some(by("ana@acme.io")))
+        .send(Method::POST, &gate, Some(ACME), Some(by("Ana@Acme.io")))
         .await;
     assert_eq!(status, 202, "{body}");
     let done = flowd.settled(&run_id, ACME).await;
