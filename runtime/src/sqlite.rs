@@ -489,7 +489,19 @@ fn owner_alive(owner: &str) -> bool {
         .and_then(|pid| pid.parse::<u32>().ok());
     // A container starts its process with the same pid every time: an owner
     // with this process's pid but another start time is a previous life.
-    pid.is_some_and(|pid| pid != std::process::id() && Path::new(&format!("/proc/{pid}")).exists())
+    pid.is_some_and(|pid| pid != std::process::id() && process_runs(pid))
+}
+
+/// Whether process `pid` exists and is not a zombie: a process killed with
+/// SIGKILL keeps its /proc entry until its parent reaps it, and a flowd
+/// restarted meanwhile must not wait for that to take its runs back.
+fn process_runs(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // The state follows the command name, which may hold spaces and
+        // parentheses: it is after the last `)`.
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X']))
+    })
 }
 
 fn now_ms() -> i64 {
@@ -1898,6 +1910,34 @@ mod tests {
             )
             .unwrap();
         assert_eq!(found, "second words");
+    }
+
+    /// Regression (issue 13): a flowd killed with SIGKILL and not yet reaped
+    /// by its parent (a zombie) still had a /proc entry, so a restarted
+    /// flowd took none of its runs back until the next orphan sweep.
+    #[test]
+    fn a_zombie_owner_is_dead() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let owner = format!("{}:1", child.id());
+        assert!(owner_alive(&owner), "a running process owns its runs");
+        child.kill().unwrap();
+        // Killed, not waited for: a zombie until `wait` below.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while owner_alive(&owner) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a zombie counts as alive"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(
+            Path::new(&format!("/proc/{}", child.id())).exists(),
+            "still a zombie"
+        );
+        child.wait().unwrap();
     }
 
     /// Whether a run is an account's is read from an index alone: another

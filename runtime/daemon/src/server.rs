@@ -250,6 +250,7 @@ impl Daemon {
     /// that they go on here without waiting for a restart. Runs this
     /// process drives are left alone.
     async fn resume_orphaned(self: &Arc<Daemon>) -> Result<(), StoreError> {
+        let mut taken = 0;
         for run in self.store.orphaned_runs().await? {
             let driven_here = self
                 .driving
@@ -262,12 +263,13 @@ impl Daemon {
             // The plan first, as in `resume_expired`.
             let plan = self.plan(&run.plan_hash).await?;
             if self.store.claim_run(&run.id, &[RunStatus::Running]).await? {
-                eprintln!(
-                    "flowd: run {}: taken over from a process that is gone",
-                    run.id
-                );
+                taken += 1;
                 self.spawn_run(plan, run.account, run.workflow, run.id, run.input);
             }
+        }
+        // One line, not one per run: a takeover can be thousands of runs.
+        if taken > 0 {
+            eprintln!("flowd: took over {taken} run(s) from processes that are gone");
         }
         Ok(())
     }
