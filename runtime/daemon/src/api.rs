@@ -357,8 +357,16 @@ pub(crate) async fn deploy(
 /// A 422 when `plan` uses an MCP server or tool that the account may not
 /// (`tenant_mcp::refusals`): the first refusal's code, and every refusal.
 fn mcp_allowed(daemon: &Daemon, account: &str, plan: &Plan) -> Result<(), Problem> {
+    // The configuration is this process's for its whole life: a plan that
+    // passed for an account passes again, and a start need not walk it.
+    let key = (account.to_string(), plan.hash.clone());
+    let mut passed = daemon.mcp_passed.lock().unwrap_or_else(|p| p.into_inner());
+    if passed.contains(&key) {
+        return Ok(());
+    }
     let refusals = crate::tenant_mcp::refusals(&daemon.config, account, plan);
     let Some(first) = refusals.first() else {
+        passed.insert(key);
         return Ok(());
     };
     Err(

@@ -71,6 +71,9 @@ pub struct Daemon {
     step_places: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
     /// Each account's runs this process drives now (`Quotas`).
     in_flight: Arc<std::sync::Mutex<HashMap<String, usize>>>,
+    /// The (account, plan hash) pairs whose MCP servers and tools the
+    /// account may use under this process's configuration.
+    pub(crate) mcp_passed: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
 }
 
 /// The account a request was authenticated as.
@@ -189,6 +192,7 @@ impl Daemon {
         Ok(Arc::new(Daemon {
             step_places: std::sync::Mutex::new(HashMap::new()),
             in_flight: Arc::default(),
+            mcp_passed: std::sync::Mutex::new(std::collections::HashSet::new()),
             links,
             mail,
             mail_wake: tokio::sync::Notify::new(),
