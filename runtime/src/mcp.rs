@@ -261,17 +261,75 @@ impl From<McpError> for StepError {
 
 /// How a server is reached, for messages: its command line or URL.
 fn how_reached(server: &McpServer) -> String {
-    match &server.transport {
-        McpTransport::Stdio { command, args, .. } => {
-            let mut line = command.clone();
+    describe_transport(&server.transport)
+}
+
+/// How a server is started or reached, for people and logs others may read
+/// (a CI job's): the command line, each word quoted as a shell would need
+/// it, and the names of its environment variables, never their values; or
+/// the URL without its user information and with its query's values masked,
+/// since tokens travel there.
+pub fn describe_transport(transport: &McpTransport) -> String {
+    match transport {
+        McpTransport::Stdio { command, args, env } => {
+            let mut line = shell_quote(command);
             for arg in args {
                 line.push(' ');
-                line.push_str(arg);
+                line.push_str(&shell_quote(arg));
+            }
+            if !env.is_empty() {
+                let names: Vec<&str> = env.iter().map(|(name, _)| name.as_str()).collect();
+                line.push_str(&format!(" (environment: {})", names.join(", ")));
             }
             line
         }
-        McpTransport::Http { url } => url.clone(),
+        McpTransport::Http { url } => masked_url(url),
     }
+}
+
+/// `word` as a shell would need it written: bare when it has only safe
+/// characters, else in single quotes.
+fn shell_quote(word: &str) -> String {
+    let safe = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c));
+    if safe {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
+/// `url` with its user information (`user:password@`) replaced and its
+/// query's values masked.
+fn masked_url(url: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let mut shown = match base.split_once("://") {
+        Some((scheme, rest)) => {
+            let authority_end = rest.find(['/', '#']).unwrap_or(rest.len());
+            match rest[..authority_end].rfind('@') {
+                Some(at) => format!("{scheme}://***{}", &rest[at..]),
+                None => base.to_string(),
+            }
+        }
+        None => base.to_string(),
+    };
+    if let Some(query) = query {
+        let masked: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((name, _)) => format!("{name}=***"),
+                None => pair.to_string(),
+            })
+            .collect();
+        shown.push('?');
+        shown.push_str(&masked.join("&"));
+    }
+    shown
 }
 
 /// What makes two uses the same server: the name a file gives it does not;

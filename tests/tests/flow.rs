@@ -467,7 +467,7 @@ fn flow_run_names_the_commands_it_starts_and_can_refuse_them() {
     let announced = flow(&dir, &["run", "tool.flow", "--input", "input.json"]);
     let stderr = &announced.stderr;
     let line = format!(
-        "flow: MCP server `tool` starts `sh -c touch {}` with TOKEN",
+        "flow: MCP server `tool` starts sh -c 'touch {}' (environment: TOKEN)",
         touched.display()
     );
     assert!(stderr.contains(&line), "{stderr}");

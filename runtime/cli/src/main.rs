@@ -497,58 +497,16 @@ fn announce_mcp_servers(plan: &Plan, workflow: &str) {
         .iter()
         .filter_map(|i| plan.mcp_servers.get(*i as usize))
     {
+        let how = flow_runtime::mcp::describe_transport(&server.transport);
         let what = match &server.transport {
-            flow_plan::McpTransport::Stdio { command, args, env } => {
-                let mut line = format!("starts `{command}");
-                for arg in args {
-                    line.push(' ');
-                    line.push_str(arg);
-                }
-                line.push('`');
-                if !env.is_empty() {
-                    let names: Vec<&str> = env.iter().map(|(name, _)| name.as_str()).collect();
-                    line.push_str(&format!(" with {}", names.join(", ")));
-                }
-                line
-            }
-            flow_plan::McpTransport::Http { url } => format!("reaches {}", without_secrets(url)),
+            flow_plan::McpTransport::Stdio { .. } => format!("starts {how}"),
+            flow_plan::McpTransport::Http { .. } => format!("reaches {how}"),
         };
         eprintln!(
             "flow: MCP server `{}` {what} (declared in the file; --no-mcp-from-file refuses)",
             server.name
         );
     }
-}
-
-/// `url` for a log that others may read (a CI job's): its password and its
-/// query's values masked.
-fn without_secrets(url: &str) -> String {
-    let (url, query) = match url.split_once('?') {
-        Some((url, query)) => (url, Some(query)),
-        None => (url, None),
-    };
-    let mut shown = match url.split_once("://") {
-        Some((scheme, rest)) => match rest.split_once('@') {
-            Some((userinfo, host)) => {
-                let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
-                format!("{scheme}://{user}:***@{host}")
-            }
-            None => url.to_string(),
-        },
-        None => url.to_string(),
-    };
-    if let Some(query) = query {
-        let names: Vec<String> = query
-            .split('&')
-            .map(|pair| match pair.split_once('=') {
-                Some((name, _)) => format!("{name}=***"),
-                None => pair.to_string(),
-            })
-            .collect();
-        shown.push('?');
-        shown.push_str(&names.join("&"));
-    }
-    shown
 }
 
 /// Prints how a run stands; the exit code that says it: 0 completed, 3

@@ -94,69 +94,13 @@ fn list(folders: &BTreeMap<PathBuf, Vec<McpServer>>) -> Exit {
     Exit::Ok
 }
 
-/// What asking `server` does, for a person: the command line it starts
-/// (quoted as a shell would need it) and the names of its environment
-/// variables, never their values, which may be secrets; or the URL it
-/// reaches, without the password it may carry.
+/// What asking `server` does, for a person (`mcp::describe_transport`:
+/// environment variables by name, a URL without its secrets).
 pub(crate) fn describe(server: &McpServer) -> String {
+    let how = flow_runtime::mcp::describe_transport(&server.transport);
     match &server.transport {
-        McpTransport::Stdio { command, args, env } => {
-            let mut line = format!(
-                "start MCP server `{}`: {}",
-                server.name,
-                shell_quote(command)
-            );
-            for arg in args {
-                line.push(' ');
-                line.push_str(&shell_quote(arg));
-            }
-            if !env.is_empty() {
-                let names: Vec<&str> = env.iter().map(|(name, _)| name.as_str()).collect();
-                line.push_str(&format!(" (environment: {})", names.join(", ")));
-            }
-            line
-        }
-        McpTransport::Http { url } => {
-            format!(
-                "reach MCP server `{}` at {}",
-                server.name,
-                without_password(url)
-            )
-        }
-    }
-}
-
-/// `word` as a shell would need it written: bare when it has only safe
-/// characters, else in single quotes.
-fn shell_quote(word: &str) -> String {
-    let safe = !word.is_empty()
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c));
-    if safe {
-        word.to_string()
-    } else {
-        format!("'{}'", word.replace('\'', "'\\''"))
-    }
-}
-
-/// `url` with the user information of its authority (`user:password@`)
-/// replaced, since a token there is a secret.
-fn without_password(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_string();
-    };
-    let authority_start = scheme_end + 3;
-    let authority_end = url[authority_start..]
-        .find(['/', '?', '#'])
-        .map_or(url.len(), |i| authority_start + i);
-    match url[authority_start..authority_end].rfind('@') {
-        Some(at) => format!(
-            "{}***{}",
-            &url[..authority_start],
-            &url[authority_start + at..]
-        ),
-        None => url.to_string(),
+        McpTransport::Stdio { .. } => format!("start MCP server `{}`: {how}", server.name),
+        McpTransport::Http { .. } => format!("reach MCP server `{}` at {how}", server.name),
     }
 }
 
@@ -322,11 +266,17 @@ mod tests {
         };
         assert_eq!(
             describe(&server),
-            "reach MCP server `web` at https://***@example.com/mcp?x=1"
+            "reach MCP server `web` at https://***@example.com/mcp?x=***"
         );
+        let plain = McpServer {
+            name: "web".to_string(),
+            transport: McpTransport::Http {
+                url: "http://127.0.0.1:8931/mcp".to_string(),
+            },
+        };
         assert_eq!(
-            without_password("http://127.0.0.1:8931/mcp"),
-            "http://127.0.0.1:8931/mcp"
+            describe(&plain),
+            "reach MCP server `web` at http://127.0.0.1:8931/mcp"
         );
     }
 }
