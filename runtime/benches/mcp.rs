@@ -5,8 +5,8 @@
 //! Direct and pooled calls alternate in blocks, so that drift in the server
 //! (its JIT warming up, the machine's load) falls on both alike.
 //!
-//! `cargo bench -p flow-runtime --bench mcp [-- --quick]`; runs
-//! `runtime/tests/mcp/setup.sh` first.
+//! `cargo bench -p flow-runtime --bench mcp [-- --quick]`, after
+//! `bash tests/setup.sh`.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -20,11 +20,11 @@ use serde_json::json;
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp");
-    let setup = std::process::Command::new("bash")
-        .arg(dir.join("setup.sh"))
-        .status()
-        .expect("bash runs");
-    assert!(setup.success(), "runtime/tests/mcp/setup.sh failed");
+    assert!(
+        dir.join("node_modules/@modelcontextprotocol/server-everything")
+            .is_dir(),
+        "the MCP servers are not installed: run `bash tests/setup.sh`"
+    );
     let server = McpServer {
         name: "everything".to_string(),
         transport: McpTransport::Stdio {

@@ -15,9 +15,8 @@ use flow_runtime::limit::{
 use flow_runtime::llm::ProviderConfig;
 use flow_runtime::openai::OpenAiProvider;
 use flow_tests::fake_llm::FakeLlm;
+use flow_tests::services::redis_url;
 use serde_json::json;
-
-const REDIS: &str = "redis://127.0.0.1:6379";
 
 /// A key prefix no other test (or test run) uses, and its keys deleted when
 /// dropped.
@@ -34,7 +33,7 @@ impl Prefix {
 
 impl Drop for Prefix {
     fn drop(&mut self) {
-        let Ok(client) = redis::Client::open(REDIS) else {
+        let Ok(client) = redis::Client::open(redis_url()) else {
             return;
         };
         let Ok(mut connection) = client.get_connection() else {
@@ -138,15 +137,17 @@ impl LimitEvents for Counted {
 /// process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_calls_of_one_account_run_five_at_a_time_through_redis() {
+    flow_tests::require!(Redis);
     let prefix = Prefix::new("fifty");
     let server = slow_llm().await;
     let events = Arc::new(Counted::default());
-    let limiter: Arc<dyn Limiter> = Arc::new(redis_limiter(REDIS, &prefix, 5, events.clone()));
+    let limiter: Arc<dyn Limiter> =
+        Arc::new(redis_limiter(&redis_url(), &prefix, 5, events.clone()));
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let sampler = {
         let (done, waiters) = (Arc::clone(&done), format!("{}:llm:acme:waiters", prefix.0));
         tokio::spawn(async move {
-            let client = redis::Client::open(REDIS).unwrap();
+            let client = redis::Client::open(redis_url()).unwrap();
             let mut connection = client.get_multiplexed_async_connection().await.unwrap();
             let mut most = 0;
             while !done.load(Ordering::SeqCst) {
@@ -188,10 +189,21 @@ async fn the_in_process_limiter_holds_the_same_limit() {
 /// share one account's limit; another account has a limit of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_sharing_redis_respect_one_limit() {
+    flow_tests::require!(Redis);
     let prefix = Prefix::new("shared");
     let server = slow_llm().await;
-    let first: Arc<dyn Limiter> = Arc::new(redis_limiter(REDIS, &prefix, 3, Arc::new(Unobserved)));
-    let second: Arc<dyn Limiter> = Arc::new(redis_limiter(REDIS, &prefix, 3, Arc::new(Unobserved)));
+    let first: Arc<dyn Limiter> = Arc::new(redis_limiter(
+        &redis_url(),
+        &prefix,
+        3,
+        Arc::new(Unobserved),
+    ));
+    let second: Arc<dyn Limiter> = Arc::new(redis_limiter(
+        &redis_url(),
+        &prefix,
+        3,
+        Arc::new(Unobserved),
+    ));
     let (a, b) = (
         limited(&server, Arc::clone(&first), "acme"),
         limited(&server, second, "acme"),
@@ -212,14 +224,15 @@ async fn two_processes_sharing_redis_respect_one_limit() {
 /// holds its permit until the lease ends, then the next caller gets it.
 #[tokio::test]
 async fn a_dead_holders_permit_comes_back_when_its_lease_ends() {
+    flow_tests::require!(Redis);
     let prefix = Prefix::new("lease");
-    let mut settings = RedisSettings::new(REDIS);
+    let mut settings = RedisSettings::new(&redis_url());
     settings.prefix = prefix.0.clone();
     settings.lease = Duration::from_millis(600);
     let limiter = RedisLimiter::new(settings, limits(1), Arc::new(Unobserved)).unwrap();
     // The permit a killed process left: its lease, that nobody renews or
     // releases any more.
-    let client = redis::Client::open(REDIS).unwrap();
+    let client = redis::Client::open(redis_url()).unwrap();
     let mut connection = client.get_multiplexed_async_connection().await.unwrap();
     let _: i64 = redis::cmd("ZADD")
         .arg(format!("{}:llm:acme:holders", prefix.0))
@@ -300,6 +313,7 @@ fn spare_port() -> u16 {
 /// the start is the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_fail_open_while_redis_is_down_and_the_limit_returns_with_it() {
+    flow_tests::require!(RedisServer);
     let prefix = Prefix::new("down");
     let port = spare_port();
     let url = format!("redis://127.0.0.1:{port}");
@@ -339,6 +353,7 @@ async fn calls_fail_open_while_redis_is_down_and_the_limit_returns_with_it() {
 /// it, and it fails open within a renewal period and an answer's time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_waiting_in_the_local_line_fails_open_soon_after_redis_dies() {
+    flow_tests::require!(RedisServer);
     let prefix = Prefix::new("dies-while-held");
     let port = spare_port();
     let mut redis = OwnRedis::start(port);
@@ -379,17 +394,23 @@ async fn a_call_waiting_in_the_local_line_fails_open_soon_after_redis_dies() {
 /// caller; it now leaves the line at once.
 #[tokio::test]
 async fn a_cancelled_waiter_leaves_the_line() {
+    flow_tests::require!(Redis);
     let prefix = Prefix::new("cancelled");
     // The holder in another process: this one's waiter waits in Redis's
     // line, not in its own process's.
-    let holder = redis_limiter(REDIS, &prefix, 1, Arc::new(Unobserved));
-    let limiter = Arc::new(redis_limiter(REDIS, &prefix, 1, Arc::new(Unobserved)));
+    let holder = redis_limiter(&redis_url(), &prefix, 1, Arc::new(Unobserved));
+    let limiter = Arc::new(redis_limiter(
+        &redis_url(),
+        &prefix,
+        1,
+        Arc::new(Unobserved),
+    ));
     let held = holder.acquire("acme").await;
     let waited = tokio::time::timeout(Duration::from_millis(100), limiter.acquire("acme")).await;
     assert!(waited.is_err(), "the limit is taken");
     // The cleanup is sent when the wait is dropped; give it a moment.
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let client = redis::Client::open(REDIS).unwrap();
+    let client = redis::Client::open(redis_url()).unwrap();
     let mut connection = client.get_multiplexed_async_connection().await.unwrap();
     let waiting: i64 = redis::cmd("ZCARD")
         .arg(format!("{}:llm:acme:waiters", prefix.0))

@@ -1,8 +1,9 @@
 //! The MCP pool against real servers from npm: the MCP reference server
 //! (`@modelcontextprotocol/server-everything`) over stdio and streamable HTTP,
 //! and Playwright's (`@playwright/mcp`) driving Debian's Chromium on a page
-//! this test serves on loopback. `tests/mcp/setup.sh` installs them first; a
-//! failed setup fails the tests, it never skips them.
+//! this test serves on loopback. `tests/setup.sh` (at the repository root)
+//! installs them; without them the tests say they were skipped, and under
+//! `FLOW_TEST_SERVICES=1` (CI) they fail.
 //!
 //! Servers started by a test carry `FLOW_MCP_TEST_MARK=<mark>` in their
 //! environment (inherited by their children), so that a test counts its own
@@ -24,11 +25,6 @@ use serde_json::{Value, json};
 
 fn mcp_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp")
-}
-
-/// Runs `tests/mcp/setup.sh` once per test process; panics if it fails.
-fn setup() {
-    flow_tests::mcp_servers::setup_mcp_servers();
 }
 
 fn everything_js() -> String {
@@ -82,7 +78,7 @@ fn kill(pid: u32, signal: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn everything_over_stdio_echoes_gives_structured_content_and_lists_its_tools() {
-    setup();
+    flow_tests::require!(McpServers);
     let mark = mark("stdio");
     let server = everything(&mark);
     let pool = McpPool::new(McpPoolConfig::default());
@@ -142,7 +138,7 @@ async fn everything_over_stdio_echoes_gives_structured_content_and_lists_its_too
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_error_fails_the_step_with_the_tools_message_without_a_retry() {
-    setup();
+    flow_tests::require!(McpServers);
     let mark = mark("tool-error");
     let server = everything(&mark);
     let pool = Arc::new(McpPool::new(McpPoolConfig::default()));
@@ -194,7 +190,7 @@ async fn a_tool_error_fails_the_step_with_the_tools_message_without_a_retry() {
 /// file's command does not exist here, the configured one does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_configured_server_replaces_the_files_declaration() {
-    setup();
+    flow_tests::require!(McpServers);
     let mark = mark("configured");
     let source = "mcp everything { command \"no-such-command-here\" args [\"--x\"] }\n\
          workflow sums {\n  step sum = everything.get-sum { a: 2, b: 3 } retry 1\n  output { sum: step.sum }\n}\n";
@@ -262,7 +258,7 @@ fn spare_port() -> u16 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn everything_over_streamable_http() {
-    setup();
+    flow_tests::require!(McpServers);
     let port = spare_port();
     let mut server_process = tokio::process::Command::new("node")
         .args([&everything_js(), "streamableHttp"])
@@ -311,7 +307,7 @@ async fn everything_over_streamable_http() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_servers_worth_of_demand_never_run_more_than_twenty() {
-    setup();
+    flow_tests::require!(McpServers);
     let pool = Arc::new(McpPool::new(McpPoolConfig::default()));
     let marks: Vec<String> = (0..50).map(|i| mark(&format!("fifty-{i}"))).collect();
     let prefix = mark("fifty-");
@@ -371,7 +367,7 @@ fn marked_processes_with_prefix(prefix: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_least_recently_used_connection_makes_room() {
-    setup();
+    flow_tests::require!(McpServers);
     let pool = McpPool::new(McpPoolConfig {
         max_connections: 3,
         ..McpPoolConfig::default()
@@ -409,7 +405,7 @@ async fn the_least_recently_used_connection_makes_room() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_connection_is_closed_and_its_server_exits() {
-    setup();
+    flow_tests::require!(McpServers);
     let mark = mark("idle");
     let pool = McpPool::new(McpPoolConfig {
         idle_timeout: Duration::from_millis(400),
@@ -435,7 +431,7 @@ async fn an_idle_connection_is_closed_and_its_server_exits() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_server_is_replaced_on_next_use() {
-    setup();
+    flow_tests::require!(McpServers);
     let mark = mark("killed");
     let pool = McpPool::new(McpPoolConfig::default());
     let server = everything(&mark);
@@ -481,7 +477,7 @@ async fn a_killed_server_is_replaced_on_next_use() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_stops_answering_pings_is_replaced() {
-    setup();
+    flow_tests::require!(McpServers);
     let mark = mark("frozen");
     let pool = McpPool::new(McpPoolConfig {
         keepalive_interval: Duration::from_millis(100),
@@ -510,7 +506,7 @@ async fn a_server_that_stops_answering_pings_is_replaced() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_server_outlives_a_dropped_pool_not_even_a_grandchild() {
-    setup();
+    flow_tests::require!(McpServers);
     let mark = mark("dropped");
     let pool = McpPool::new(McpPoolConfig::default());
     // `sh` stays the group's leader and runs node as its child, as npx does.
@@ -536,7 +532,7 @@ async fn no_server_outlives_a_dropped_pool_not_even_a_grandchild() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn servers_that_fail_to_start_fail_the_check_in_bounded_time_saying_why() {
-    setup();
+    flow_tests::require!(McpServers);
     let mark = mark("bad");
     let pool = McpPool::new(McpPoolConfig::default());
     let within = Duration::from_secs(2);
@@ -685,7 +681,7 @@ fn which(program: &str) -> String {
         .output()
         .expect("sh runs");
     let path = String::from_utf8_lossy(&output.stdout).trim().to_string();
-    assert!(!path.is_empty(), "{program} is installed (setup.sh)");
+    assert!(!path.is_empty(), "{program} is installed (tests/setup.sh)");
     path
 }
 
@@ -702,7 +698,7 @@ fn snapshot_ref(snapshot: &str, line_part: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn playwright_navigates_snapshots_reads_and_clicks_on_a_loopback_page() {
-    setup();
+    flow_tests::require!(McpServers, Chromium);
     let mark = mark("playwright");
     let output = tempdir("playwright");
     let (base, page_server) = serve_page().await;
@@ -781,7 +777,7 @@ fn tempdir(name: &str) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_browser_step_journals_its_input_and_the_pages_output() {
-    setup();
+    flow_tests::require!(McpServers, Chromium);
     let mark = mark("browser-step");
     let output = tempdir("browser-step");
     let (base, page_server) = serve_page().await;
@@ -819,7 +815,7 @@ async fn a_browser_step_journals_its_input_and_the_pages_output() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn preflight_names_each_server_that_does_not_answer_and_runs_nothing() {
-    setup();
+    flow_tests::require!(McpServers);
     let mark = mark("preflight");
     let pool = Arc::new(McpPool::new(McpPoolConfig {
         check_timeout: Duration::from_secs(2),
@@ -871,7 +867,7 @@ async fn preflight_names_each_server_that_does_not_answer_and_runs_nothing() {
 /// steps against reaching flowd's host, its network and cloud metadata.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_browser_under_a_policy_reaches_private_addresses_only_where_allowed() {
-    setup();
+    flow_tests::require!(McpServers, Chromium);
     let mark = mark("egress");
     let output = tempdir("egress");
     let (base, page_server) = serve_page().await;

@@ -65,6 +65,7 @@ macro_rules! on_each_store {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $body() {
+                    flow_tests::require!(Postgres);
                     super::$body(super::Backend::postgres()).await;
                 }
             )*
@@ -892,6 +893,7 @@ async fn two_owners(schema: &TestSchema, lease: Duration) -> [Arc<PostgresStore>
 /// the run over, and the old owner can no longer record anything of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_leases_keep_a_run_with_its_live_owner_until_they_run_out() {
+    flow_tests::require!(Postgres);
     let schema = TestSchema::new();
     let lease = Duration::from_millis(800);
     let [first, second] = two_owners(&schema, lease).await;
@@ -958,6 +960,7 @@ async fn postgres_leases_keep_a_run_with_its_live_owner_until_they_run_out() {
 /// the first holds it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_outbox_entries_go_to_one_mailer_at_a_time() {
+    flow_tests::require!(Postgres);
     let schema = TestSchema::new();
     let [first, second] = two_owners(&schema, Duration::from_secs(10)).await;
     for key in ["a", "b", "c"] {
@@ -1011,6 +1014,7 @@ async fn postgres_outbox_entries_go_to_one_mailer_at_a_time() {
 /// advisory lock makes them take turns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_concurrent_starts_migrate_once() {
+    flow_tests::require!(Postgres);
     let schema = TestSchema::new();
     let url = schema.url();
     let starts: Vec<_> = (0..4)

@@ -4,6 +4,7 @@
 pub mod fake_llm;
 pub mod mcp_servers;
 pub mod postgres;
+pub mod services;
 pub mod smtp_sink;
 
 use std::collections::HashMap;

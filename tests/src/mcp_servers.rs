@@ -1,6 +1,6 @@
 //! The MCP servers of the tests, and the examples with their browser steps
 //! pointed at this machine: Playwright's MCP server installed by
-//! `runtime/tests/mcp/setup.sh` (on Debian's Chromium), and pages served on
+//! `tests/setup.sh` in `runtime/tests/mcp` (on Debian's Chromium), and pages served on
 //! loopback by `PageServer`.
 //!
 //! The examples declare `mcp browser { command "npx" args ["@playwright/mcp",
@@ -27,31 +27,6 @@ use crate::root;
 /// The folder of the MCP servers' npm project.
 pub fn mcp_servers_dir() -> PathBuf {
     root().join("runtime/tests/mcp")
-}
-
-/// Runs `runtime/tests/mcp/setup.sh` (Chromium and the pinned servers) once
-/// per test process; panics if it fails, so that a test never runs without.
-pub fn setup_mcp_servers() {
-    static DONE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
-    let result = DONE.get_or_init(|| {
-        let output = std::process::Command::new("bash")
-            .arg(mcp_servers_dir().join("setup.sh"))
-            .output()
-            .map_err(|e| format!("cannot run runtime/tests/mcp/setup.sh: {e}"))?;
-        if output.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "runtime/tests/mcp/setup.sh failed ({})\n{}{}",
-                output.status,
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            ))
-        }
-    });
-    if let Err(message) = result {
-        panic!("{message}");
-    }
 }
 
 /// The environment variable that marks a test's servers.
@@ -116,7 +91,10 @@ pub fn local_browser(mark: &str) -> String {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default();
-    assert!(!chromium.is_empty(), "chromium is installed (setup.sh)");
+    assert!(
+        !chromium.is_empty(),
+        "chromium is installed (tests/setup.sh)"
+    );
     let cli = mcp_servers_dir().join("node_modules/@playwright/mcp/cli.js");
     format!(
         r#"mcp browser {{ command "node" args [{:?}, "--executable-path", {chromium:?}, "--headless", "--no-sandbox", "--isolated"] env {{ {MARK}: {mark:?} }} }}"#,

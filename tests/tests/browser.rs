@@ -2,7 +2,7 @@
 //! server (project-local, on Debian's Chromium) visits pages this test serves
 //! on loopback, and each step's journaled output is the page it was sent to.
 
-use flow_tests::mcp_servers::{PageServer, local_examples, marked_processes, setup_mcp_servers};
+use flow_tests::mcp_servers::{PageServer, local_examples, marked_processes};
 use flow_tests::{Run, TempDir, flow_path, run_in};
 use serde_json::Value;
 
@@ -63,7 +63,7 @@ fn record<'a>(trace: &'a [Value], path: &str) -> &'a Value {
 
 #[test]
 fn the_examples_browser_steps_visit_their_pages() {
-    setup_mcp_servers();
+    flow_tests::require!(McpServers, Chromium);
     let pages = PageServer::start();
     let dir = TempDir::new("browser-examples");
     let examples = local_examples(dir.path(), &pages.base);

@@ -2,7 +2,7 @@
 //! to completion with the offline provider, or parks and completes after
 //! `flow approve`; exit codes and the `--json` run record are the interface.
 
-use flow_tests::mcp_servers::{PageServer, local_examples, setup_mcp_servers};
+use flow_tests::mcp_servers::{PageServer, local_examples};
 use std::time::Duration;
 
 use flow_tests::{Run, TempDir, flow_path, flowc_path, root, run_bounded, run_in};
@@ -19,7 +19,7 @@ fn json(run: &Run) -> Value {
 #[test]
 fn every_example_completes_after_flow_approve() {
     // The browser steps run for real, on loopback pages (see flow_tests::mcp_servers).
-    setup_mcp_servers();
+    flow_tests::require!(McpServers, Chromium);
     let pages = PageServer::start();
     let copy = TempDir::new("flow-examples");
     let examples = local_examples(copy.path(), &pages.base);

@@ -1,11 +1,11 @@
 //! `flowc lock` against a real MCP server (server-everything over stdio,
-//! installed by `runtime/tests/mcp/setup.sh`), then `flowc check` reading the
+//! installed by `tests/setup.sh`), then `flowc check` reading the
 //! lock: unknown tools and missing, unknown or ill-typed arguments of browser
 //! steps are reported offline; without a lock a note says they are unchecked.
 
 use std::path::Path;
 
-use flow_tests::mcp_servers::{mcp_servers_dir, setup_mcp_servers};
+use flow_tests::mcp_servers::mcp_servers_dir;
 use flow_tests::{Run, TempDir, flowc_path, run_in};
 
 fn flowc(dir: &Path, args: &[&str]) -> Run {
@@ -24,7 +24,7 @@ fn source(steps: &str) -> String {
 
 #[test]
 fn flowc_lock_records_the_tools_and_check_holds_browser_steps_to_them() {
-    setup_mcp_servers();
+    flow_tests::require!(McpServers);
     let dir = TempDir::new("flowc-lock");
     dir.write(
         "echo.flow",

@@ -1444,6 +1444,7 @@ async fn a_metrics_token_guards_the_metrics() {
 /// calls in flight, and say how long calls waited.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_flowds_sharing_redis_hold_an_account_to_one_limit() {
+    flow_tests::require!(Redis);
     use flow_tests::fake_llm::FakeLlm;
     use reqwest::Method;
     use serde_json::json;
@@ -1460,14 +1461,15 @@ kind = \"openai\"
 base_url = \"{url}\"
 models = {{ default = \"fake\" }}
 [limits]
-redis_url = \"redis://127.0.0.1:6379\"
+redis_url = \"{redis}\"
 redis_prefix = \"{prefix}\"
 ",
         CONFIG.replace(
             "api_keys = [\"acme-key-0123456789\"]\n",
             "api_keys = [\"acme-key-0123456789\"]\nllm_concurrency = 3\n"
         ),
-        url = llm.url
+        url = llm.url,
+        redis = flow_tests::services::redis_url()
     );
     let source = r#"recipe summarize { model "default" input { text: string } output { summary: string } prompt "{{input.text}}" }
 workflow one {

@@ -1,7 +1,8 @@
 //! The run inspector in a real browser: flowd serves the page, headless
 //! Chromium (driven by `tests/browser/inspector.mjs` with playwright-core)
 //! opens a run parked at an approval, reads its steps and approves it.
-//! `tests/browser/setup.sh` installs Chromium and the npm package first.
+//! `tests/setup.sh` (at the repository root) installs Chromium and the npm
+//! package; without them the test says it was skipped.
 
 mod common;
 
@@ -58,17 +59,7 @@ fn transcript(output: &Output) -> String {
 
 #[tokio::test]
 async fn the_inspector_shows_a_parked_run_and_approves_it_in_a_browser() {
-    // Without a browser this test cannot say anything, so a failed setup
-    // fails it rather than skipping.
-    let setup = Command::new("bash")
-        .arg(browser_dir().join("setup.sh"))
-        .output()
-        .expect("bash runs");
-    assert!(
-        setup.status.success(),
-        "tests/browser/setup.sh failed\n{}",
-        transcript(&setup)
-    );
+    flow_tests::require!(Playwright, Chromium);
 
     let dir = TempDir::new("flowd-inspector");
     let flowd = Flowd::start(&dir);

@@ -24,6 +24,7 @@ fn config_on(schema: &TestSchema, extra: &str) -> String {
 /// first, completed as both see it: two flowds share one database.
 #[tokio::test]
 async fn two_flowds_share_deployments_runs_and_approvals() {
+    flow_tests::require!(Postgres);
     let schema = TestSchema::new();
     let (dir_a, dir_b) = (TempDir::new("flowd-pg-a"), TempDir::new("flowd-pg-b"));
     let config = config_on(&schema, "");
@@ -97,6 +98,7 @@ async fn a_dead_flowds_runs_are_taken_over_when_their_leases_run_out() {
         Duration::from_millis(200),
     )
     .await;
+    flow_tests::require!(Postgres);
     let schema = TestSchema::new();
     let config = config_on(
         &schema,

@@ -7,7 +7,7 @@ mod common;
 
 use common::{ACME, CONFIG, Flowd, GLOBEX};
 use flow_tests::TempDir;
-use flow_tests::mcp_servers::{PageServer, marked_processes, mcp_servers_dir, setup_mcp_servers};
+use flow_tests::mcp_servers::{PageServer, marked_processes, mcp_servers_dir};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -145,7 +145,7 @@ async fn a_workflow_with_its_own_command_is_refused_and_nothing_runs() {
 /// from an account after a deploy is refused at the next start.
 #[tokio::test]
 async fn an_allowed_server_serves_its_account_only_and_a_start_rechecks() {
-    setup_mcp_servers();
+    flow_tests::require!(McpServers);
     let dir = TempDir::new("tenant-mcp-allowed");
     let mark = mark("allowed");
     let touched = dir.path().join("declared-ran");
@@ -245,7 +245,7 @@ const VISIT: &str = "mcp browser { command \"npx\" args [\"@playwright/mcp\", \"
 /// line; the origin the operator allows is reached.
 #[tokio::test]
 async fn a_browser_step_reaches_loopback_only_when_the_operator_allows_its_origin() {
-    setup_mcp_servers();
+    flow_tests::require!(McpServers, Chromium);
     let dir = TempDir::new("tenant-mcp-egress");
     let pages = PageServer::start();
     let mark = mark("egress");
@@ -317,7 +317,7 @@ async fn a_browser_step_reaches_loopback_only_when_the_operator_allows_its_origi
 /// another's tabs. Each run now has a browser of its own.
 #[tokio::test]
 async fn a_run_never_sees_another_runs_browser() {
-    setup_mcp_servers();
+    flow_tests::require!(McpServers, Chromium);
     let dir = TempDir::new("tenant-mcp-isolation");
     let pages = PageServer::start();
     let mark = mark("isolation");
