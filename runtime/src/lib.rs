@@ -14,6 +14,7 @@ pub mod interp;
 pub mod kb;
 pub mod limit;
 pub mod llm;
+pub mod log;
 pub mod mcp;
 pub mod memory;
 pub mod offline;

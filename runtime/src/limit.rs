@@ -403,8 +403,9 @@ impl RedisLimiter {
         let count = self.fail_opens.fetch_add(1, Ordering::Relaxed) + 1;
         // One line per hundred, not one per call, when Redis is down.
         if count % 100 == 1 {
-            eprintln!(
-                "flow: LLM concurrency limit of account `{account}` not applied ({why}); calls go ahead (fail-open, {count} so far)"
+            tracing::warn!(
+                account,
+                "LLM concurrency limit not applied ({why}); calls go ahead (fail-open, {count} so far)"
             );
         }
         self.events.failed_open(account);

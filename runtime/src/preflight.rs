@@ -171,8 +171,8 @@ pub(crate) async fn preflight(
             Ok(documents) => documents,
             // A resumed run goes on without the context rather than fail.
             Err(error) if resumed => {
-                eprintln!(
-                    "flow: {what} could not be read; the run goes on without them: {}",
+                tracing::warn!(
+                    "{what} could not be read; the run goes on without them: {}",
                     error.message
                 );
                 Vec::new()

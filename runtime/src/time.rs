@@ -16,6 +16,14 @@ pub fn rfc3339_utc(epoch_ms: u64) -> String {
     )
 }
 
+/// `2026-11-29T22:31:07.123Z`: `rfc3339_utc` with the milliseconds, the
+/// time of a log line.
+pub fn rfc3339_utc_ms(epoch_ms: u64) -> String {
+    let mut text = rfc3339_utc(epoch_ms);
+    text.pop();
+    format!("{text}.{:03}Z", epoch_ms % 1000)
+}
+
 /// Milliseconds since the Unix epoch, now (0 on a clock before it).
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now()

@@ -149,6 +149,9 @@ fn usage(message: impl Into<String>) -> Fail {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The runtime's warnings (a knowledge base that could not be read, a
+    // limit not applied), in the words of flow's other messages.
+    flow_runtime::log::init(flow_runtime::log::LogSettings::brief());
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -55,7 +55,7 @@ pub(crate) fn transport(smtp: &Smtp) -> Result<Transport, String> {
 pub(crate) async fn run(daemon: Arc<Daemon>) {
     loop {
         if let Err(error) = deliver_due(&daemon).await {
-            eprintln!("flowd: mailer: {error}");
+            tracing::error!("mailer: {error}");
         }
         tokio::select! {
             () = daemon.mail_wake.notified() => {}
@@ -105,9 +105,11 @@ async fn deliver(daemon: &Daemon, outgoing: &Outgoing) -> (Vec<String>, MailNext
         .people(&notification.account)
         .recipients(notification.kind, &notification.audience);
     if recipients.is_empty() {
-        eprintln!(
-            "flowd: notification {} for `{}` has nobody to mail (no such department or approver group of account `{}`, nor an address it may mail)",
-            notification.id, notification.audience, notification.account
+        tracing::warn!(
+            notification = notification.id,
+            account = %notification.account,
+            "notification for `{}` has nobody to mail (no such department or approver group of the account, nor an address it may mail)",
+            notification.audience
         );
         daemon.metrics.email(notification.kind, MailState::Skipped);
         return skipped;
@@ -167,9 +169,9 @@ async fn deliver(daemon: &Daemon, outgoing: &Outgoing) -> (Vec<String>, MailNext
                 reached.push(recipient.clone());
             }
             Err(Failure { message, permanent }) => {
-                eprintln!(
-                    "flowd: email to {recipient} about run {} failed{}: {message}",
-                    run.id,
+                tracing::warn!(
+                    run = %run.id,
+                    "email to {recipient} failed{}: {message}",
                     if permanent {
                         " for good"
                     } else {

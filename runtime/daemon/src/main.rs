@@ -4,6 +4,12 @@
 //! * `flowd check-config [--config flowd.toml]` checks the configuration.
 //!
 //! Exit codes: 0 done, 2 a usage or configuration error (every problem listed).
+//!
+//! `serve` logs to standard error through `tracing`: `FLOWD_LOG` sets the
+//! level (`info` by default; `debug`, or per module as
+//! `warn,flow_runtime::mcp=debug`), `FLOWD_LOG_FORMAT` the form (`human`, the
+//! default, or `json`: one object per line). Its first line at `info` is
+//! `listening on ADDRESS`.
 
 use std::process::ExitCode;
 
@@ -41,6 +47,18 @@ fn main() -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
+    let log = flow_runtime::log::LogSettings::parse(
+        std::env::var("FLOWD_LOG").ok().as_deref(),
+        std::env::var("FLOWD_LOG_FORMAT").ok().as_deref(),
+        ["FLOWD_LOG", "FLOWD_LOG_FORMAT"],
+    );
+    match log {
+        Ok(log) => flow_runtime::log::init(log),
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(2);
+        }
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -51,7 +69,7 @@ fn main() -> ExitCode {
     let served = runtime.block_on(async {
         let daemon = server::Daemon::open(config).await?;
         server::serve(daemon, shutdown_signal(), |address| {
-            eprintln!("flowd: listening on {address}");
+            tracing::info!("listening on {address}");
         })
         .await
     });

@@ -121,8 +121,8 @@ impl Daemon {
         };
         let provider: Arc<dyn Provider> = match &config.provider {
             None => {
-                eprintln!(
-                    "flowd: no [provider] configured; recipes answer with the offline provider's fabricated outputs"
+                tracing::warn!(
+                    "no [provider] configured; recipes answer with the offline provider's fabricated outputs"
                 );
                 Arc::new(flow_runtime::offline::OfflineProvider)
             }
@@ -173,8 +173,8 @@ impl Daemon {
                 let redis = RedisLimiter::new(settings, limits, events)?;
                 // Not a reason to refuse to start: calls fail open until it answers.
                 if let Err(why) = redis.probe().await {
-                    eprintln!(
-                        "flowd: warning: {why}; LLM calls go ahead without the concurrency limit (fail-open, counted) until Redis answers"
+                    tracing::warn!(
+                        "{why}; LLM calls go ahead without the concurrency limit (fail-open, counted) until Redis answers"
                     );
                 }
                 Arc::new(redis)
@@ -273,7 +273,7 @@ impl Daemon {
         }
         // One line, not one per run: a takeover can be thousands of runs.
         if taken > 0 {
-            eprintln!("flowd: took over {taken} run(s) from processes that are gone");
+            tracing::info!("took over {taken} run(s) from processes that are gone");
         }
         Ok(())
     }
@@ -631,7 +631,7 @@ impl Daemon {
                         daemon.dispatch_webhooks(&account, event, &record);
                     }
                     Err(error) => {
-                        eprintln!("flowd: run {run_id}: {error}");
+                        tracing::error!(run = %run_id, "the run stopped: {error}");
                         // Give the run up, still `running`: the next start
                         // resumes it rather than leaving it owned by a live
                         // process that no longer drives it.
@@ -718,7 +718,7 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
                 match daemon.store.pending_approvals().await {
                     Ok(counts) => daemon.metrics.set_pending_approvals(&counts),
                     Err(error) => {
-                        eprintln!("flowd: metrics: cannot count pending approvals: {error}")
+                        tracing::error!("metrics: cannot count pending approvals: {error}")
                     }
                 }
                 (
@@ -832,7 +832,7 @@ pub async fn serve(
             loop {
                 tokio::time::sleep(EXPIRY_SWEEP).await;
                 if let Err(error) = daemon.resume_expired().await {
-                    eprintln!("flowd: cannot look for expired approvals: {error}");
+                    tracing::error!("cannot look for expired approvals: {error}");
                 }
             }
         })
@@ -843,7 +843,7 @@ pub async fn serve(
             loop {
                 tokio::time::sleep(ORPHAN_SWEEP).await;
                 if let Err(error) = daemon.resume_orphaned().await {
-                    eprintln!("flowd: cannot look for runs left by other processes: {error}");
+                    tracing::error!("cannot look for runs left by other processes: {error}");
                 }
             }
         })
@@ -867,7 +867,7 @@ pub async fn serve(
                         Ok(RETENTION_BATCH) => continue,
                         Ok(_) => break,
                         Err(error) => {
-                            eprintln!("flowd: cannot delete runs past their retention: {error}");
+                            tracing::error!("cannot delete runs past their retention: {error}");
                             break;
                         }
                     }
@@ -876,7 +876,7 @@ pub async fn serve(
         })
     });
     if resumed > 0 {
-        eprintln!("flowd: resumed {resumed} unfinished run(s)");
+        tracing::info!("resumed {resumed} unfinished run(s)");
     }
     ready(address);
     axum::serve(listener, router(Arc::clone(&daemon)))
@@ -894,8 +894,8 @@ pub async fn serve(
     let mut runs = std::mem::take(&mut *daemon.runs.lock().unwrap_or_else(|p| p.into_inner()));
     let settle = async { while runs.join_next().await.is_some() {} };
     if tokio::time::timeout(SETTLE, settle).await.is_err() {
-        eprintln!(
-            "flowd: {} run(s) still in flight after {SETTLE:?}; they resume on the next start",
+        tracing::warn!(
+            "{} run(s) still in flight after {SETTLE:?}; they resume on the next start",
             runs.len()
         );
     }

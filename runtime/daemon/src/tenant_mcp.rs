@@ -161,9 +161,10 @@ impl TenantMcp {
             return format!("MCP server `{}`: {message}", error.server);
         }
         let reference = next_reference();
-        eprintln!(
-            "flowd: run {}: MCP reference {reference}: {error}",
-            self.scope.run
+        tracing::warn!(
+            run = %self.scope.run,
+            reference = %reference,
+            "MCP: {error}"
         );
         format!(
             "MCP server `{}`: {message} (reference {reference}: the operator finds the details in flowd's log)",

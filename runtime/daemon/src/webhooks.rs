@@ -129,7 +129,7 @@ pub(crate) fn deliver(
                 Ok(response) => format!("answered {}", response.status()),
                 Err(error) => error.to_string(),
             };
-            eprintln!("flowd: {what}, attempt {attempt}/{ATTEMPTS}: {failure}");
+            tracing::warn!("{what}, attempt {attempt}/{ATTEMPTS}: {failure}");
             if attempt < ATTEMPTS {
                 tokio::time::sleep(wait).await;
                 wait *= 2;

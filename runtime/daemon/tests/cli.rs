@@ -55,6 +55,69 @@ fn check_config_says_ok_or_lists_every_problem() {
     );
 }
 
+/// flowd's log: `FLOWD_LOG_FORMAT=json` makes every line a JSON object, and a
+/// misspelt `FLOWD_LOG` is refused before anything starts rather than
+/// silencing the log.
+#[test]
+fn flowd_logs_json_lines_and_refuses_an_unknown_level() {
+    use std::io::{BufRead, BufReader};
+    let dir = TempDir::new("flowd-log");
+    dir.write("flowd.toml", CONFIG);
+    let flowd_path = std::path::Path::new(env!("CARGO_BIN_EXE_flowd"));
+    let bad = flow_tests::run_bounded(
+        flowd_path,
+        dir.path(),
+        &["serve"],
+        &[("FLOWD_LOG", "loud")],
+        std::time::Duration::from_secs(30),
+    );
+    assert_eq!(bad.code, 2, "{}", bad.all());
+    assert!(
+        bad.stderr
+            .contains("FLOWD_LOG `loud`: `loud` is not a level"),
+        "{}",
+        bad.stderr
+    );
+
+    let mut child = std::process::Command::new(flowd_path)
+        .arg("serve")
+        .current_dir(dir.path())
+        .env("FLOWD_LOG_FORMAT", "json")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("flowd starts");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let mut seen = Vec::new();
+    loop {
+        let line = lines
+            .next()
+            .unwrap_or_else(|| panic!("flowd exited before listening: {seen:?}"))
+            .expect("a line");
+        let event: serde_json::Value = serde_json::from_str(&line)
+            .unwrap_or_else(|error| panic!("not a JSON line ({error}): {line}"));
+        assert!(
+            event["time"].is_string() && event["level"].is_string(),
+            "{event}"
+        );
+        let listening = event["message"]
+            .as_str()
+            .is_some_and(|message| message.starts_with("listening on 127.0.0.1:"));
+        seen.push(event);
+        if listening {
+            break;
+        }
+    }
+    assert!(
+        seen.iter().any(|event| event["level"] == "WARN"
+            && event["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("no [provider] configured"))),
+        "{seen:?}"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 /// `flowd serve` refuses requests without a valid API key, answers unknown
 /// routes with a JSON problem, and stops cleanly on SIGTERM.
 #[tokio::test]
@@ -1533,7 +1596,7 @@ async fn an_unreachable_redis_at_start_is_a_warning_and_calls_fail_open() {
         &format!("{CONFIG}[limits]\nredis_url = \"redis://127.0.0.1:1\"\n"),
     );
     assert!(
-        flowd.startup.contains("warning: redis redis://127.0.0.1:1"),
+        flowd.startup.contains("WARN redis redis://127.0.0.1:1"),
         "{}",
         flowd.startup
     );

@@ -27,7 +27,8 @@ impl Flowd {
             if stderr.read_line(&mut line).unwrap_or(0) == 0 {
                 panic!("flowd exited before listening");
             }
-            if let Some(found) = line.trim().strip_prefix("flowd: listening on ") {
+            // The log line `<time>  INFO listening on ADDRESS`.
+            if let Some((_, found)) = line.trim().split_once(" listening on ") {
                 break found.to_string();
             }
         };
