@@ -255,6 +255,14 @@ pub trait Journal: Send + Sync {
     fn resumed(&self) -> bool;
     /// Durable before the future resolves, in the stores that promise it.
     fn record<'a>(&'a self, record: StepRecord) -> BoxFuture<'a, Result<(), StepError>>;
+    /// Whether this invocation may still act for the run: asked before each
+    /// attempt of a step goes out. A store whose processes hold runs by
+    /// leases answers an error once the lease passed to another process, so
+    /// that a process paused past its lease does not repeat the new owner's
+    /// work (see `postgres.rs`).
+    fn admit(&self) -> BoxFuture<'_, Result<(), StepError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
 }
 
 /// An approval the run is parked at.
@@ -839,6 +847,10 @@ impl<'p> Interpreter<'p> {
         let mut attempts = Vec::new();
         let mut index = 0;
         loop {
+            // Not once the run is another process's: it runs this step itself.
+            if let Err(error) = self.services.journal.admit().await {
+                return (Err(error), attempts);
+            }
             let call_id = format!("{}:{path}:{index}", self.run_id);
             let timeout = Duration::from_millis(step.timeout_ms);
             let result =

@@ -43,6 +43,18 @@
 //!   leases are the database's clock only, so the machines' clocks need not
 //!   agree. Each store instance is an owner of its own (host, pid and a
 //!   random id), so two instances in one process act as two processes.
+//! * **Writes are fenced.** Each claim starts a new `epoch` of the run, and
+//!   a journal acts only in the epoch it opened in: its records, KB writes
+//!   and handoffs are written in a transaction that first takes a share
+//!   lock on the run's row where `owner` and `epoch` are still its own (a
+//!   claim, which updates that row, waits for the commit and then loads the
+//!   records; or it comes first and the write is refused), and its
+//!   heartbeat renews the lease only in its epoch. Before each attempt of a
+//!   step, `Journal::admit` checks the lease: without a query while this
+//!   process's monotonic clock says it is live (nine tenths of the lease
+//!   since the last renewal was sent), otherwise by renewing it. A process
+//!   stopped past its lease (SIGSTOP, a long pause) thus starts nothing and
+//!   writes nothing of a run another process took over; it drops the run.
 //! * **The outbox is shared.** `to_mail` hands each notification that is due
 //!   to one process at a time: it claims what it returns for `MAIL_CLAIM`
 //!   (`FOR UPDATE SKIP LOCKED`, so that two mailers take different rows);
@@ -56,8 +68,9 @@
 //!   any language, like SQLite's FTS5 tokenizer) with a GIN index, for the
 //!   search that retrieval will run.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use flow_plan::{Durability, Plan};
@@ -193,6 +206,9 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX runs_by_plan ON runs (plan_hash);
      CREATE INDEX deployments_by_plan ON deployments (plan_hash);
      CREATE INDEX notifications_by_run ON notifications (run_id);",
+    // Fencing: each claim of a run starts a new epoch, and a journal writes
+    // only while the run is still in the epoch it opened in.
+    "ALTER TABLE runs ADD COLUMN epoch BIGINT NOT NULL DEFAULT 0;",
 ];
 
 /// How long a run stays its owner's without a heartbeat (`add_active`).
@@ -247,6 +263,9 @@ fn store_error(error: StoreError) -> StepError {
 /// A record for the writer, answered once its batch is committed.
 struct Append {
     run_id: String,
+    /// The epoch of the run its journal opened in: the record is written
+    /// only while the run is still this process's in that epoch.
+    epoch: i64,
     record: StepRecord,
     reply: oneshot::Sender<Result<(), StoreError>>,
 }
@@ -383,11 +402,12 @@ impl PostgresStore {
             .get(0);
         drop(client);
         let (appends, queue) = mpsc::unbounded_channel();
-        tokio::spawn(write_batches(pool.clone(), queue));
+        let owner = format!("{}:{}:{id}", host_name(), std::process::id());
+        tokio::spawn(write_batches(pool.clone(), owner.clone(), queue));
         Ok(Arc::new(PostgresStore {
             pool,
             appends,
-            owner: format!("{}:{}:{id}", host_name(), std::process::id()),
+            owner,
             lease: options.lease,
         }))
     }
@@ -436,11 +456,13 @@ impl PostgresStore {
     fn append(
         &self,
         run_id: &str,
+        epoch: i64,
         record: StepRecord,
     ) -> BoxFuture<'static, Result<(), StepError>> {
         let (reply, answer) = oneshot::channel();
         let queued = self.appends.send(Append {
             run_id: run_id.to_string(),
+            epoch,
             record,
             reply,
         });
@@ -683,26 +705,8 @@ impl PostgresStore {
     }
 
     async fn notify(&self, note: &NewNotification<'_>) -> Result<bool, StoreError> {
-        let changed = self
-            .execute(
-                "INSERT INTO notifications
-                     (account, kind, audience, run_id, step_path, subject, message, key, created_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-                 ON CONFLICT (account, key) DO NOTHING",
-                &[
-                    &note.account,
-                    &note.kind.as_str(),
-                    &note.audience,
-                    &note.run_id,
-                    &note.step_path,
-                    &note.subject,
-                    &note.message,
-                    &note.key,
-                    &now_ms(),
-                ],
-            )
-            .await?;
-        Ok(changed == 1)
+        let client = self.client().await?;
+        insert_notification(&client, note).await
     }
 
     async fn mark_read(
@@ -891,21 +895,58 @@ fn notification_row(row: &tokio_postgres::Row) -> Result<Notification, StoreErro
     })
 }
 
+/// Inserts a notification unless one with its key exists; true if inserted.
+async fn insert_notification(
+    client: &impl deadpool_postgres::GenericClient,
+    note: &NewNotification<'_>,
+) -> Result<bool, StoreError> {
+    let changed = client
+        .execute(
+            "INSERT INTO notifications
+                 (account, kind, audience, run_id, step_path, subject, message, key, created_ms)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+             ON CONFLICT (account, key) DO NOTHING",
+            &[
+                &note.account,
+                &note.kind.as_str(),
+                &note.audience,
+                &note.run_id,
+                &note.step_path,
+                &note.subject,
+                &note.message,
+                &note.key,
+                &now_ms(),
+            ],
+        )
+        .await?;
+    Ok(changed == 1)
+}
+
 /// The writer task: group commit of step records until the store is dropped.
-async fn write_batches(pool: Pool, mut queue: mpsc::UnboundedReceiver<Append>) {
+async fn write_batches(pool: Pool, owner: String, mut queue: mpsc::UnboundedReceiver<Append>) {
     const MAX_BATCH: usize = 4096;
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        match insert_records(&pool, &batch).await {
-            Ok(()) => {
-                for append in batch.drain(..) {
-                    let _ = append.reply.send(Ok(()));
+        match insert_records(&pool, &owner, &batch).await {
+            Ok(fenced) => {
+                for (index, append) in batch.drain(..).enumerate() {
+                    let result = if fenced.contains(&index) {
+                        Err(StoreError(LEASE_LOST.into()))
+                    } else {
+                        Ok(())
+                    };
+                    let _ = append.reply.send(result);
                 }
             }
             // One faulty record must not fail the others: each alone.
             Err(_) => {
                 for append in batch.drain(..) {
-                    let result = insert_records(&pool, std::slice::from_ref(&append)).await;
+                    let result = insert_records(&pool, &owner, std::slice::from_ref(&append))
+                        .await
+                        .and_then(|fenced| match fenced.is_empty() {
+                            true => Ok(()),
+                            false => Err(StoreError(LEASE_LOST.into())),
+                        });
                     // A caller that went away no longer needs the answer.
                     let _ = append.reply.send(result);
                 }
@@ -914,17 +955,60 @@ async fn write_batches(pool: Pool, mut queue: mpsc::UnboundedReceiver<Append>) {
     }
 }
 
+/// Why a journal write or a step was refused: the run is no longer this
+/// process's in the epoch its journal opened in.
+const LEASE_LOST: &str = "the run is no longer this process's (its lease passed to another process, or it was cancelled)";
+
 /// Inserts a batch of records in one statement, and the notifications of the
 /// gates among them in another, in one transaction (one commit). A record
 /// replaces a stored one only while that is pending (an approval's record,
 /// decided or expired), as in the SQLite store.
-async fn insert_records(pool: &Pool, batch: &[Append]) -> Result<(), StoreError> {
+///
+/// Fenced: a record is written only if its run is still `owner`'s in the
+/// record's epoch, checked under a share lock on the run's row, so that a
+/// claim by another process (which updates that row) either waits for this
+/// commit and then finds the record in the journal it loads, or comes first
+/// and the record is refused. Answers the indices of the refused records.
+async fn insert_records(
+    pool: &Pool,
+    owner: &str,
+    batch: &[Append],
+) -> Result<Vec<usize>, StoreError> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    let mut runs: Vec<&str> = batch.iter().map(|append| append.run_id.as_str()).collect();
+    runs.sort_unstable();
+    runs.dedup();
+    let statement = tx
+        .prepare_cached(
+            "SELECT id, epoch FROM runs WHERE id = ANY($1) AND owner = $2
+             ORDER BY id FOR SHARE",
+        )
+        .await?;
+    let live: std::collections::HashMap<String, i64> = tx
+        .query(&statement, &[&runs, &owner])
+        .await?
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    let fenced: Vec<usize> = batch
+        .iter()
+        .enumerate()
+        .filter(|(_, append)| live.get(&append.run_id) != Some(&append.epoch))
+        .map(|(index, _)| index)
+        .collect();
+    let admitted: Vec<&Append> = batch
+        .iter()
+        .enumerate()
+        .filter(|(index, _)| !fenced.contains(index))
+        .map(|(_, append)| append)
+        .collect();
     // One statement cannot change a row twice: when a batch holds two
     // records of one path, the second replaces the first only if that one
     // is pending, as two statements would have had it.
-    let mut chosen: Vec<&Append> = Vec::with_capacity(batch.len());
+    let mut chosen: Vec<&Append> = Vec::with_capacity(admitted.len());
     let mut at: std::collections::HashMap<(&str, &str), usize> = Default::default();
-    for append in batch {
+    for append in admitted.iter().copied() {
         let key = (append.run_id.as_str(), append.record.path.as_str());
         match at.get(&key) {
             Some(&index) if chosen[index].record.status == StepStatus::Pending => {
@@ -949,9 +1033,7 @@ async fn insert_records(pool: &Pool, batch: &[Append]) -> Result<(), StoreError>
         records.push(to_json(&append.record)?);
         due.push(gate_due_ms(&append.record).map(|ms| ms as i64));
     }
-    let gates = GateNotifications::of(batch);
-    let mut client = pool.get().await?;
-    let tx = client.transaction().await?;
+    let gates = GateNotifications::of(&admitted);
     let statement = tx
         .prepare_cached(
             "INSERT INTO step_runs (run_id, path, status, record, due_ms)
@@ -992,7 +1074,7 @@ async fn insert_records(pool: &Pool, batch: &[Append]) -> Result<(), StoreError>
         .await?;
     }
     tx.commit().await?;
-    Ok(())
+    Ok(fenced)
 }
 
 /// The notification of each approver of each gate reached in a batch, as
@@ -1009,9 +1091,9 @@ struct GateNotifications<'a> {
 }
 
 impl<'a> GateNotifications<'a> {
-    fn of(batch: &'a [Append]) -> GateNotifications<'a> {
+    fn of(batch: &[&'a Append]) -> GateNotifications<'a> {
         let mut gates = GateNotifications::default();
-        for append in batch {
+        for append in batch.iter().copied() {
             let record = &append.record;
             if record.kind != flow_plan::StepKind::Approval || record.status != StepStatus::Pending
             {
@@ -1147,7 +1229,7 @@ impl Store for PostgresStore {
             let changed = self
                 .execute(
                     "UPDATE runs SET status = 'running', owner = $3, updated_ms = $5,
-                         lease_until = now() + $4 * interval '1 millisecond'
+                         lease_until = now() + $4 * interval '1 millisecond', epoch = epoch + 1
                      WHERE id = $1 AND status = ANY($2)
                        AND NOT (status = 'running' AND owner IS NOT NULL AND owner <> $3
                                 AND lease_until > now())",
@@ -1452,27 +1534,108 @@ pub struct PostgresJournal {
     /// The run's account: its KB documents and notifications are this account's.
     account: String,
     memory: JournalMemory,
+    hold: Hold,
+}
+
+/// An invocation's hold on its run: the epoch its journal opened in, which
+/// every write and every step start is checked against (see the module doc).
+#[derive(Debug)]
+struct Hold {
+    epoch: i64,
+    /// Until when a step may start without asking the database: when the
+    /// last renewal was sent plus nine tenths of the lease, as this
+    /// process's monotonic clock counts (it runs on while the process is
+    /// stopped, so a process resumed after SIGSTOP asks first).
+    until: Mutex<Instant>,
+    lost: AtomicBool,
 }
 
 impl PostgresJournal {
-    /// Opens a run's journal. With `Durability::Approval`, step records are
-    /// persisted only by `flush`.
+    /// Opens a run's journal, in the epoch the run is in now. With
+    /// `Durability::Approval`, step records are persisted only by `flush`.
     pub async fn open(
         store: &Arc<PostgresStore>,
         run_id: &str,
         durability: Durability,
     ) -> Result<Arc<PostgresJournal>, StoreError> {
-        let account = store
-            .run(run_id)
+        let sent = Instant::now();
+        let row = store
+            .query(
+                "SELECT account, owner, epoch FROM runs WHERE id = $1",
+                &[&run_id],
+            )
             .await?
-            .map_or_else(|| NO_ACCOUNT.to_string(), |row| row.account);
+            .pop();
+        let (account, owner, epoch) = match row {
+            Some(row) => (row.get(0), row.get::<_, Option<String>>(1), row.get(2)),
+            None => (NO_ACCOUNT.to_string(), None, 0),
+        };
         let records = store.step_records(run_id).await?;
         Ok(Arc::new(PostgresJournal {
             store: Arc::clone(store),
             run_id: run_id.to_string(),
             account,
             memory: JournalMemory::new(records, durability),
+            hold: Hold {
+                epoch,
+                until: Mutex::new(sent + store.lease * 9 / 10),
+                lost: AtomicBool::new(owner.as_deref() != Some(store.owner.as_str())),
+            },
         }))
+    }
+
+    /// Renews the lease in this journal's epoch, adding `active` to the
+    /// run's active time; false (and lost for good) when the run has passed
+    /// to another epoch or owner.
+    async fn renew(&self, active: Duration) -> Result<bool, StoreError> {
+        if self.hold.lost.load(Ordering::SeqCst) {
+            return Ok(false);
+        }
+        let sent = Instant::now();
+        let changed = self
+            .store
+            .execute(
+                "UPDATE runs SET active_ms = active_ms + $2,
+                     lease_until = now() + $4 * interval '1 millisecond'
+                 WHERE id = $1 AND owner = $3 AND epoch = $5",
+                &[
+                    &self.run_id,
+                    &(active.as_millis() as i64),
+                    &self.store.owner,
+                    &millis(self.store.lease),
+                    &self.hold.epoch,
+                ],
+            )
+            .await?;
+        if changed == 1 {
+            *self.hold.until.lock().unwrap_or_else(|p| p.into_inner()) =
+                sent + self.store.lease * 9 / 10;
+            Ok(true)
+        } else {
+            self.hold.lost.store(true, Ordering::SeqCst);
+            Ok(false)
+        }
+    }
+
+    /// In `tx`: fails unless the run is still this journal's, holding a
+    /// share lock on its row until `tx` ends, so that no claim comes between.
+    async fn fence(&self, tx: &tokio_postgres::Transaction<'_>) -> Result<(), StoreError> {
+        let live = tx
+            .query_opt(
+                "SELECT 1 FROM runs WHERE id = $1 AND owner = $2 AND epoch = $3 FOR SHARE",
+                &[&self.run_id, &self.store.owner, &self.hold.epoch],
+            )
+            .await?;
+        if live.is_none() {
+            self.hold.lost.store(true, Ordering::SeqCst);
+            return Err(StoreError(LEASE_LOST.into()));
+        }
+        Ok(())
+    }
+
+    /// Appends `record` in this journal's epoch; a refusal marks the hold lost.
+    fn append(&self, record: StepRecord) -> BoxFuture<'static, Result<(), StepError>> {
+        self.store.append(&self.run_id, self.hold.epoch, record)
     }
 
     async fn kb_context(
@@ -1534,6 +1697,7 @@ impl PostgresJournal {
     async fn kb_write(&self, write: &KbWrite) -> Result<Value, StoreError> {
         let mut client = self.store.client().await?;
         let tx = client.transaction().await?;
+        self.fence(&tx).await?;
         if let Some(key) = &write.key {
             // Taking the key first makes a concurrent write with the same key
             // wait for this one, then find its result.
@@ -1602,7 +1766,7 @@ impl RunLog for PostgresJournal {
             .memory
             .take_deferred()
             .into_iter()
-            .map(|record| self.store.append(&self.run_id, record))
+            .map(|record| self.append(record))
             .collect();
         Box::pin(async move {
             for write in writes {
@@ -1610,6 +1774,10 @@ impl RunLog for PostgresJournal {
             }
             Ok(())
         })
+    }
+
+    fn heartbeat(&self, active: Duration) -> StoreFuture<'_, bool> {
+        Box::pin(self.renew(active))
     }
 }
 
@@ -1624,9 +1792,38 @@ impl Journal for PostgresJournal {
 
     fn record<'a>(&'a self, record: StepRecord) -> BoxFuture<'a, Result<(), StepError>> {
         match self.memory.remember(record) {
-            Some(record) => self.store.append(&self.run_id, record),
+            Some(record) => {
+                let written = self.append(record);
+                Box::pin(async move {
+                    let result = written.await;
+                    if result
+                        .as_ref()
+                        .is_err_and(|e| e.message.ends_with(LEASE_LOST))
+                    {
+                        self.hold.lost.store(true, Ordering::SeqCst);
+                    }
+                    result
+                })
+            }
             None => Box::pin(async { Ok(()) }),
         }
+    }
+
+    /// Without asking the database while the lease is surely live; after
+    /// that (a process paused past it), only once a renewal in this epoch
+    /// succeeded.
+    fn admit(&self) -> BoxFuture<'_, Result<(), StepError>> {
+        Box::pin(async move {
+            let live_until = *self.hold.until.lock().unwrap_or_else(|p| p.into_inner());
+            if !self.hold.lost.load(Ordering::SeqCst) && Instant::now() < live_until {
+                return Ok(());
+            }
+            match self.renew(Duration::ZERO).await {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(store_error(StoreError(LEASE_LOST.into()))),
+                Err(error) => Err(store_error(error)),
+            }
+        })
     }
 }
 
@@ -1651,20 +1848,25 @@ impl Effects for PostgresJournal {
 
     fn handoff<'a>(&'a self, handoff: &'a Handoff) -> BoxFuture<'a, Result<(), StepError>> {
         Box::pin(async move {
-            self.store
-                .notify(&NewNotification {
-                    account: &self.account,
-                    kind: NotificationKind::Handoff,
-                    audience: &handoff.department,
-                    run_id: &handoff.run_id,
-                    step_path: None,
-                    subject: handoff.subject.as_deref(),
-                    message: &handoff.message,
-                    key: handoff.key.as_deref(),
-                })
-                .await
-                .map(|_| ())
-                .map_err(store_error)
+            let note = NewNotification {
+                account: &self.account,
+                kind: NotificationKind::Handoff,
+                audience: &handoff.department,
+                run_id: &handoff.run_id,
+                step_path: None,
+                subject: handoff.subject.as_deref(),
+                message: &handoff.message,
+                key: handoff.key.as_deref(),
+            };
+            let notified = async {
+                let mut client = self.store.client().await?;
+                let tx = client.transaction().await?;
+                self.fence(&tx).await?;
+                insert_notification(&tx, &note).await?;
+                tx.commit().await?;
+                Ok::<_, StoreError>(())
+            };
+            notified.await.map_err(store_error)
         })
     }
 }

@@ -142,6 +142,33 @@ pub fn run_record(run_id: &str, outcome: &Outcome) -> RunRecord {
     record
 }
 
+/// Why `drive` did not record how an invocation ended.
+#[derive(Debug)]
+pub enum DriveError {
+    Store(StoreError),
+    /// The run was taken over by another process (this one's lease ran out)
+    /// or cancelled while this invocation ran it: nothing more of this
+    /// invocation was recorded, and the run is the other process's to go on.
+    Lost,
+}
+
+impl From<StoreError> for DriveError {
+    fn from(error: StoreError) -> DriveError {
+        DriveError::Store(error)
+    }
+}
+
+impl std::fmt::Display for DriveError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DriveError::Store(error) => write!(f, "{error}"),
+            DriveError::Lost => f.write_str(
+                "the run was cancelled or taken over by another process while this one ran it; how this invocation ended is not recorded",
+            ),
+        }
+    }
+}
+
 /// Runs (or resumes) `run_id`, which this process has created or claimed,
 /// until it completes, fails or parks, and records how it ended. `mcp` is
 /// the process's MCP pool (issue 5), shared by its runs; without one a
@@ -158,7 +185,7 @@ pub async fn drive(
     mcp: Option<Arc<dyn McpClient>>,
     observer: Option<Observer>,
     steps: Option<Arc<tokio::sync::Semaphore>>,
-) -> Result<Outcome, StoreError> {
+) -> Result<Outcome, DriveError> {
     loop {
         let durability = plan
             .workflow(workflow)
@@ -186,15 +213,20 @@ pub async fn drive(
         let started = Instant::now();
         let ticks = Arc::new(AtomicU32::new(0));
         let ticker = {
-            let (store, run_id, ticks) =
-                (Arc::clone(store), run_id.to_string(), Arc::clone(&ticks));
+            let (log, ticks) = (Arc::clone(&log), Arc::clone(&ticks));
             AbortOnDrop(tokio::spawn(async move {
                 let mut interval = tokio::time::interval(ACTIVE_TICK);
                 interval.tick().await;
                 loop {
                     interval.tick().await;
-                    if store.add_active(&run_id, ACTIVE_TICK).await.is_ok() {
-                        ticks.fetch_add(1, Ordering::SeqCst);
+                    match log.heartbeat(ACTIVE_TICK).await {
+                        Ok(true) => {
+                            ticks.fetch_add(1, Ordering::SeqCst);
+                        }
+                        // The run is another's now: its journal refuses
+                        // every step and write of this invocation.
+                        Ok(false) => return,
+                        Err(_) => {}
                     }
                 }
             }))
@@ -220,9 +252,7 @@ pub async fn drive(
             .finish_run(run_id, RunStatus::of(&outcome), &record, active)
             .await?
         {
-            return Err(StoreError(format!(
-                "run {run_id} was cancelled or taken over by another process while this one ran it; how this invocation ended is not recorded"
-            )));
+            return Err(DriveError::Lost);
         }
         // A decision taken while this invocation was running the run (from
         // another process, which could not claim it then) is not in its
@@ -309,6 +339,10 @@ impl Journal for Observed {
     fn record<'a>(&'a self, record: StepRecord) -> BoxFuture<'a, Result<(), StepError>> {
         (self.observer)(&record);
         self.inner.record(record)
+    }
+
+    fn admit(&self) -> BoxFuture<'_, Result<(), StepError>> {
+        self.inner.admit()
     }
 }
 

@@ -247,6 +247,12 @@ pub trait RunLog: Journal + Effects {
     /// Persists the records that `durability approval` held back; called when
     /// the run parks or ends. Does nothing under full durability.
     fn flush(&self) -> BoxFuture<'_, Result<(), StepError>>;
+
+    /// Adds `active` to the run's active time and renews this invocation's
+    /// hold on the run: the runner's heartbeat while the run executes.
+    /// False when the run is no longer this invocation's (taken over after
+    /// its lease ran out, or cancelled): nothing was changed.
+    fn heartbeat(&self, active: std::time::Duration) -> StoreFuture<'_, bool>;
 }
 
 /// What a store answers: a future, so that a store over the network

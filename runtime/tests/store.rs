@@ -956,6 +956,95 @@ async fn postgres_leases_keep_a_run_with_its_live_owner_until_they_run_out() {
     assert_eq!((row.status, row.active_ms), (RunStatus::Completed, 800));
 }
 
+/// Regression (issue 13): a flowd stopped (SIGSTOP) past its lease went on,
+/// once continued, with the runs another process had taken over: it called
+/// the model for their next steps again and wrote their handoffs twice.
+/// A journal acts only in the epoch it opened in: once another owner claims
+/// the run, the old journal's steps are refused before they start, and its
+/// records, KB writes and handoffs are refused in the transaction that
+/// would write them; the new owner's journal sees none of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_journal_whose_run_was_taken_over_does_nothing_more() {
+    flow_tests::require!(Postgres);
+    let schema = TestSchema::new();
+    let lease = Duration::from_millis(600);
+    let [first, second] = two_owners(&schema, lease).await;
+    let plan = plan(TWO_STEPS);
+    first.put_plan(&plan).await.unwrap();
+    first
+        .create_run("run-1", "acme", "w", &plan.hash, &json!({}), None)
+        .await
+        .unwrap();
+    let old = Arc::clone(&first)
+        .open_journal("run-1", Durability::Full)
+        .await
+        .unwrap();
+    old.admit().await.expect("its own run, within the lease");
+    assert!(old.heartbeat(Duration::from_millis(100)).await.unwrap());
+
+    // The old owner is paused past its lease; the other takes the run over.
+    tokio::time::sleep(lease + Duration::from_millis(300)).await;
+    let running = [RunStatus::Running];
+    assert!(second.claim_run("run-1", &running).await.unwrap());
+
+    let refused = old.admit().await.expect_err("a step may not start");
+    assert!(
+        refused.message.contains("no longer this process's"),
+        "{refused:?}"
+    );
+    assert!(!old.heartbeat(Duration::from_secs(1)).await.unwrap());
+    let record = flow_runtime::interp::StepRecord {
+        path: "one".into(),
+        step_id: "one".into(),
+        kind: flow_plan::StepKind::Recipe,
+        status: StepStatus::Completed,
+        input: json!({}),
+        output: Some(json!({ "a": "late" })),
+        error: None,
+        attempts: Vec::new(),
+        started_ms: 0,
+        ended_ms: 0,
+    };
+    assert!(old.record(record).await.is_err(), "no record");
+    assert!(
+        old.kb_write(&kb_write("late", None)).await.is_err(),
+        "no document"
+    );
+    let handoff = Handoff {
+        run_id: "run-1".into(),
+        department: "support".into(),
+        message: "late".into(),
+        subject: None,
+        key: None,
+    };
+    assert!(old.handoff(&handoff).await.is_err(), "no handoff");
+
+    // The new owner's journal holds none of it, and works.
+    let new = Arc::clone(&second)
+        .open_journal("run-1", Durability::Full)
+        .await
+        .unwrap();
+    assert!(new.lookup("one").is_none());
+    new.admit().await.expect("the new owner's steps start");
+    assert!(new.heartbeat(Duration::from_millis(100)).await.unwrap());
+    new.handoff(&handoff)
+        .await
+        .expect("the new owner's handoff");
+    let handoffs = second
+        .notifications("acme", &["support".to_string()], "ana@x.io", &ALL)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.kind == NotificationKind::Handoff)
+        .count();
+    assert_eq!(handoffs, 1);
+    let row = second.run("run-1").await.unwrap().unwrap();
+    assert_eq!(
+        row.active_ms, 200,
+        "the old heartbeat after the takeover added nothing"
+    );
+}
+
 /// Two mailers sharing the database never get the same outbox entry while
 /// the first holds it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

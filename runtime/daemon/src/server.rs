@@ -630,6 +630,15 @@ impl Daemon {
                         record.workflow = Some(workflow.clone());
                         daemon.dispatch_webhooks(&account, event, &record);
                     }
+                    // Another process has the run now (this one was paused
+                    // or cut off past its lease), or it was cancelled:
+                    // nothing of this invocation was kept, nothing to undo.
+                    Err(flow_runtime::runner::DriveError::Lost) => {
+                        tracing::info!(
+                            run = %run_id,
+                            "the run passed to another process or was cancelled; this process dropped it"
+                        );
+                    }
                     Err(error) => {
                         tracing::error!(run = %run_id, "the run stopped: {error}");
                         // Give the run up, still `running`: the next start

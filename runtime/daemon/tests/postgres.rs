@@ -183,6 +183,115 @@ async fn a_dead_flowds_runs_are_taken_over_when_their_leases_run_out() {
     assert_eq!(living.stop(), Some(0));
 }
 
+/// Regression (issue 13): a flowd stopped with SIGSTOP past its lease, whose
+/// runs another flowd took over and finished, ran their next steps again
+/// once continued (every run's later steps went to the model twice). Now it
+/// drops them: the step in flight at the pause may run twice (at least
+/// once, as after a crash), no other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flowd_paused_past_its_lease_does_not_repeat_the_new_owners_steps() {
+    use flow_tests::fake_llm::FakeLlm;
+    flow_tests::require!(Postgres);
+    let server = FakeLlm::start(
+        vec![],
+        json!({ "text": "t", "score": 1 }),
+        Duration::from_millis(300),
+    )
+    .await;
+    let schema = TestSchema::new();
+    let config = config_on(
+        &schema,
+        &format!(
+            "[provider]\nkind = \"openai\"\nbase_url = \"{}\"\nmodels = {{ default = \"fake\" }}\n",
+            server.url
+        ),
+    );
+    const STEPS: usize = 6;
+    const RUNS: usize = 3;
+    let mut source = String::from(
+        "recipe answer { model \"default\" input { q: string } output { text: string, score: int } prompt \"{{input.q}}\" }\nworkflow chain {\n  input { tag: string }\n",
+    );
+    for i in 0..STEPS {
+        source.push_str(&format!(
+            "  step s{i} = answer {{ q: \"{{{{workflow_input.tag}}}} step {i}\" }}\n"
+        ));
+    }
+    source.push_str("  output { last: step.s5.text }\n}\n");
+    let (dir_a, dir_b) = (
+        TempDir::new("flowd-pg-paused"),
+        TempDir::new("flowd-pg-other"),
+    );
+    let paused = Flowd::start_with(&dir_a, &config);
+    let other = Flowd::start_with(&dir_b, &config);
+    paused.deploy(ACME, &source).await;
+    let mut ids = Vec::new();
+    for r in 0..RUNS {
+        ids.push(
+            paused
+                .start_run(
+                    ACME,
+                    json!({ "workflow": "chain", "input": { "tag": format!("run{r}") } }),
+                )
+                .await,
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.requests() < RUNS * 2 {
+        assert!(Instant::now() < deadline, "the runs did not get going");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let signal = |name: &str| {
+        let status = std::process::Command::new("kill")
+            .args([&format!("-{name}"), &paused.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -{name}");
+    };
+    signal("STOP");
+    // The 10 s lease, then up to one 5 s sweep, then the remaining steps.
+    for id in &ids {
+        let record = other
+            .settled_within(id, ACME, Duration::from_secs(60))
+            .await;
+        assert_eq!(record["status"], "completed", "{record}");
+    }
+    let before_continue = server.requests();
+    signal("CONT");
+    // Long enough for the paused flowd to run every remaining step of
+    // every run, had it gone on with them.
+    tokio::time::sleep(Duration::from_millis(300 * STEPS as u64 + 2_000)).await;
+    let prompts = server.prompts();
+    for r in 0..RUNS {
+        let mut repeated = 0;
+        for i in 0..STEPS {
+            let prompt = format!("run{r} step {i}");
+            let calls = prompts.iter().filter(|p| **p == prompt).count();
+            assert!(
+                (1..=2).contains(&calls),
+                "{prompt} was called {calls} times"
+            );
+            repeated += calls - 1;
+        }
+        assert!(
+            repeated <= 1,
+            "run{r}: only the step in flight at the pause may run again"
+        );
+    }
+    assert_eq!(
+        server.requests(),
+        before_continue,
+        "the continued flowd called the model again"
+    );
+    for id in &ids {
+        let (_, record) = other
+            .send(Method::GET, &format!("/v1/runs/{id}"), Some(ACME), None)
+            .await;
+        assert_eq!(record["status"], "completed", "{record}");
+    }
+    assert_eq!(paused.stop(), Some(0));
+    assert_eq!(other.stop(), Some(0));
+}
+
 /// A database that cannot be reached stops `flowd serve` with exit code 2
 /// and a message that names the store without its password.
 #[test]
