@@ -225,36 +225,28 @@ impl flow_compiler::SourceLoader for OverlayLoader<'_> {
         }
         project.read(path, false)
     }
+
+    fn lock(&self, folder: &str) -> Result<Option<Vec<u8>>, LoadFailure> {
+        match &self.project {
+            Some(project) => {
+                project.read_other(&Path::new(folder).join(flow_compiler::lock::LOCK_FILE))
+            }
+            None => Ok(None),
+        }
+    }
 }
 
-/// Checks `root` with `text` in place of its buffer, with the `flow.lock`
-/// beside it when there is one: the editor reports the MCP tool problems
-/// that `flowc check` does.
+/// Checks `root` with `text` in place of its buffer, as `flowc check` does
+/// (the `flow.lock` beside it included, or E120 when it cannot be used).
 pub fn check_with(overlay: &Overlay, root: &str, text: &str) -> Checked {
     let mut overlay = overlay.clone();
     overlay.buffers.insert(normalize(root), Arc::from(text));
-    let loader = overlay.loader(root);
-    let lock = tool_lock(&loader, root);
     // The root is in the overlay, so loading it cannot fail.
-    flow_compiler::check_with_tools(root, &loader, lock.as_ref())
+    flow_compiler::check(root, &overlay.loader(root))
         .unwrap_or_else(|_| flow_compiler::check_source(root, text))
 }
 
 /// Checks `root`, a file that is not open, as it is on disk.
 pub fn check_file(overlay: &Overlay, root: &str) -> Option<Checked> {
     flow_compiler::check(root, &overlay.loader(root)).ok()
-}
-
-/// The `flow.lock` in the folder of `file`, if it exists and reads (through
-/// the file's project, like a source); a lock that does not parse is as none
-/// (`flowc check` reports it).
-fn tool_lock(loader: &OverlayLoader<'_>, file: &str) -> Option<flow_compiler::lock::ToolLock> {
-    let folder = Path::new(file).parent()?;
-    let bytes = loader
-        .project
-        .as_ref()?
-        .read_other(&folder.join("flow.lock"))
-        .ok()??;
-    let text = String::from_utf8(bytes).ok()?;
-    flow_compiler::lock::ToolLock::from_json(&text).ok()
 }

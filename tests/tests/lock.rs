@@ -106,6 +106,20 @@ fn flowc_lock_records_the_tools_and_check_holds_browser_steps_to_them() {
         "{text}"
     );
     assert!(text.contains("did you mean `message`?"), "{text}");
+
+    // Regression (issue 12): `flowc build` read no lock, so what `check`
+    // refused built with exit 0; every driver now compiles one way.
+    let built = flowc(dir.path(), &["build", "echo.flow", "-o", "echo.plan.json"]);
+    assert_eq!(built.code, 1, "{}", built.all());
+    assert!(built.all().contains("E118"), "{}", built.all());
+    assert!(!dir.path().join("echo.plan.json").exists());
+
+    // A lock that cannot be used is an error everywhere, not a reason to
+    // check without it.
+    dir.write("flow.lock", "{ \"version\": 1, ");
+    let unusable = flowc(dir.path(), &["check", "echo.flow"]);
+    assert_eq!(unusable.code, 1, "{}", unusable.all());
+    assert!(unusable.all().contains("E120"), "{}", unusable.all());
 }
 
 #[test]

@@ -235,6 +235,22 @@ codes! {
     /// or open it as the workspace in the editor.
     ImportOutsideProject = ("E119", "import-outside-project", Error, "the import leads outside the project");
 
+    /// The `flow.lock` beside the file cannot be used: it is not valid UTF-8,
+    /// not JSON of the lock's shape, of another version, or cannot be read
+    /// (a link out of the project, a device, too large). Every driver reads
+    /// the lock the same way (`flowc check` and `build`, `flow run`, flowd's
+    /// deploy of a file set, the editor), and none checks without it: that
+    /// would pass browser steps the lock forbids. The rest of the file is
+    /// checked as without a lock.
+    ///
+    /// ```flow
+    /// mcp browser { command "npx" args ["@playwright/mcp"] }
+    /// // flow.lock: {"version": 1, "servers": [   (cut short)
+    /// ```
+    ///
+    /// Run `flowc lock` to write it afresh.
+    UnusableLock = ("E120", "unusable-lock", Error, "flow.lock cannot be used");
+
     /// A required input of the called recipe (or of a built-in step such as
     /// `approval`, or of an MCP tool according to `flow.lock`) is not given.
     MissingArgument = ("E201", "missing-argument", Error, "missing argument");

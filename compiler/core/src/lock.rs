@@ -47,7 +47,8 @@ pub struct LockedTool {
 impl ToolLock {
     /// Reads a lock; refuses another format version.
     pub fn from_json(text: &str) -> Result<ToolLock, String> {
-        let lock: ToolLock = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let lock: ToolLock =
+            serde_json::from_str(text).map_err(|e| format!("not JSON of a lock ({e})"))?;
         if lock.version != LOCK_VERSION {
             return Err(format!(
                 "format version {} is not the version this flowc reads ({LOCK_VERSION}); run `flowc lock` again",

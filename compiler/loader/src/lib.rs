@@ -270,6 +270,13 @@ impl flow_compiler::SourceLoader for ProjectLoader<'_> {
         let named = self.named.as_deref() == Some(normalize(path).as_str());
         self.project.read(path, named)
     }
+
+    /// Read like a source, through the project: a `flow.lock` that is a
+    /// link out of it, a device or huge is refused.
+    fn lock(&self, folder: &str) -> Result<Option<Vec<u8>>, LoadFailure> {
+        self.project
+            .read_other(&Path::new(folder).join(flow_compiler::lock::LOCK_FILE))
+    }
 }
 
 /// Whether the file is on a file system whose files are not data: their

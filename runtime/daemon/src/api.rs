@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 use utoipa::{IntoParams, OpenApi, ToSchema};
 
 use crate::server::{AccountId, Daemon, Problem, joined, store_problem};
+use crate::sources::DeployedFiles;
 
 type Answer = Result<Response, Problem>;
 
@@ -208,12 +209,26 @@ struct Marked {
     marked: usize,
 }
 
-/// `POST /v1/workflows`: a `.flow` source compiled here, or a built plan.
+/// `POST /v1/workflows`: a `.flow` source compiled here, a set of files
+/// compiled here (a workflow and what it imports), or a built plan.
 #[derive(Deserialize, ToSchema)]
 #[serde(untagged)]
 enum Deploy {
     Source(DeploySource),
+    Files(DeployFiles),
     Plan(DeployPlan),
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct DeployFiles {
+    /// Path → text: the `.flow` file whose workflows are deployed, the
+    /// files it imports (at the paths its imports name, relative to it),
+    /// and the `flow.lock` beside it if it has one. At most 256 files.
+    files: std::collections::BTreeMap<String, String>,
+    /// Which file's workflows are deployed; needed when `files` holds more
+    /// than one `.flow` file.
+    root: Option<String>,
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -254,7 +269,7 @@ pub(crate) async fn deploy(
             Problem::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "invalid_request",
-                "send either `source` (a .flow file's text, and optionally its `path`) or `plan` (flowc build output)",
+                "send `source` (a .flow file's text, and optionally its `path`), `files` (path to text: a .flow file, what it imports and its flow.lock; with `root` naming the file to deploy) or `plan` (flowc build output)",
             )
         } else {
             problem
@@ -266,15 +281,26 @@ pub(crate) async fn deploy(
     // refuses a source whose plan is past flowd's bounds.
     let plan = match request {
         Deploy::Source(DeploySource { source, path }) => {
-            let path = path.as_deref().unwrap_or("workflow.flow");
-            let plan = compile(path, &source)?;
-            plan.validate().map_err(|problems| {
-                invalid_plan(
-                    &format!("{path} compiles to a plan flowd refuses"),
-                    &problems,
-                )
-            })?;
-            plan
+            let path = path.unwrap_or_else(|| "workflow.flow".to_string());
+            let files = DeployedFiles::new([(path.clone(), source)].into())
+                .map_err(|why| invalid_files(&why))?;
+            compile_valid(&path, &files)?
+        }
+        Deploy::Files(DeployFiles { files, root }) => {
+            let files = DeployedFiles::new(files).map_err(|why| invalid_files(&why))?;
+            let root = match root {
+                Some(root) if files.contains(&root) => root,
+                Some(root) => {
+                    return Err(invalid_files(&format!(
+                        "`root` {} is not among `files`",
+                        flow_plan::cut(&root, 200)
+                    )));
+                }
+                None => files.only_source().map(str::to_string).ok_or_else(|| {
+                    invalid_files("`files` holds several .flow files (or none): name the one to deploy with `root`")
+                })?,
+            };
+            compile_valid(&root, &files)?
         }
         Deploy::Plan(DeployPlan { plan }) => {
             let plan = Plan::from_json(&plan.to_string()).map_err(|e| {
@@ -405,9 +431,34 @@ fn invalid_plan(detail: &str, found: &PlanProblems) -> Problem {
     .with("more_problems", Value::Bool(found.stopped))
 }
 
-/// A source checked and lowered, or a 422 listing every error.
-fn compile(path: &str, source: &str) -> Result<Plan, Problem> {
-    let checked = flow_compiler::check_source(path, source);
+/// 422 `invalid_request` for a file set flowd will not compile.
+fn invalid_files(why: &str) -> Problem {
+    Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", why)
+}
+
+/// `root` of `files` compiled as `flowc build` would, and held to flowd's
+/// bounds, or a 422 saying why not.
+fn compile_valid(root: &str, files: &DeployedFiles) -> Result<Plan, Problem> {
+    let plan = compile(root, files)?;
+    plan.validate().map_err(|problems| {
+        invalid_plan(
+            &format!("{root} compiles to a plan flowd refuses"),
+            &problems,
+        )
+    })?;
+    Ok(plan)
+}
+
+/// `root` checked (through the compiler's one entry point, its imports and
+/// `flow.lock` from `files`) and lowered, or a 422 listing every error.
+fn compile(path: &str, files: &DeployedFiles) -> Result<Plan, Problem> {
+    let checked = flow_compiler::check(path, files).map_err(|error| {
+        Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "does_not_check",
+            &format!("{}: {}", error.path, error.message),
+        )
+    })?;
     if checked.has_errors() {
         let errors: Vec<Value> = checked
             .diagnostics
@@ -417,7 +468,7 @@ fn compile(path: &str, source: &str) -> Result<Plan, Problem> {
                 let file = checked.file(d.primary.file);
                 let (line, column) =
                     flow_compiler::diagnostic::line_col(&file.text, d.primary.span.start);
-                json!({ "code": d.code.as_str(), "message": d.message, "line": line, "column": column })
+                json!({ "code": d.code.as_str(), "message": d.message, "file": file.path, "line": line, "column": column })
             })
             .collect();
         return Err(Problem::new(

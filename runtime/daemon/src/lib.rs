@@ -10,6 +10,7 @@ pub mod metrics;
 mod pages;
 mod plan_cache;
 pub mod server;
+mod sources;
 mod tenant_mcp;
 mod traces;
 pub mod webhooks;

@@ -118,6 +118,102 @@ fn flowd_logs_json_lines_and_refuses_an_unknown_level() {
     let _ = child.wait();
 }
 
+/// Regression (issue 12): a deployed source could not import (every example
+/// with imports answered 422 `cannot import recipes/support.flow`). A set of
+/// files deploys as `flowc check` checks it: imports from the set, the
+/// `flow.lock` beside the root held to, and nothing outside the set read.
+#[tokio::test]
+async fn a_workflow_with_imports_deploys_as_a_set_of_files() {
+    let dir = TempDir::new("flowd-files");
+    let flowd = Flowd::start_with(
+        &dir,
+        &format!("{CONFIG}[accounts.departments]\nsupport = [\"sam@acme.io\"]\n"),
+    );
+    let examples = flow_tests::root().join("examples");
+    let read = |path: &str| std::fs::read_to_string(examples.join(path)).expect("an example");
+    let deploy = |body: serde_json::Value| {
+        let flowd = &flowd;
+        async move {
+            flowd
+                .send(
+                    reqwest::Method::POST,
+                    "/v1/workflows",
+                    Some(ACME),
+                    Some(body),
+                )
+                .await
+        }
+    };
+
+    let (status, body) = deploy(serde_json::json!({
+        "files": {
+            "support_triage.flow": read("support_triage.flow"),
+            "recipes/support.flow": read("recipes/support.flow"),
+        },
+        "root": "support_triage.flow",
+    }))
+    .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(
+        body["deployments"][0]["workflow"], "support_triage",
+        "{body}"
+    );
+
+    // Without the imported file: the checker's words, with the file named.
+    let (status, body) = deploy(serde_json::json!({
+        "files": { "support_triage.flow": read("support_triage.flow") },
+    }))
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["code"], "does_not_check", "{body}");
+    let diagnostics = body["diagnostics"].to_string();
+    assert!(
+        diagnostics.contains("E113") && diagnostics.contains("not among the deployed files"),
+        "{body}"
+    );
+    assert!(diagnostics.contains("support_triage.flow"), "{body}");
+
+    // A lock beside the root that cannot be used is the error flowc reports.
+    let (status, body) = deploy(serde_json::json!({
+        "files": {
+            "support_triage.flow": read("support_triage.flow"),
+            "recipes/support.flow": read("recipes/support.flow"),
+            "flow.lock": "{ \"version\": 1, ",
+        },
+        "root": "support_triage.flow",
+    }))
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body["diagnostics"].to_string().contains("E120"), "{body}");
+
+    // Paths stay within the set; several sources need a root.
+    for (files, needle) in [
+        (
+            serde_json::json!({ "../x.flow": "" }),
+            "stay within the set",
+        ),
+        (
+            serde_json::json!({ "/etc/passwd.flow": "" }),
+            "stay within the set",
+        ),
+        (
+            serde_json::json!({ "notes.txt": "" }),
+            "sources and `flow.lock` files only",
+        ),
+        (
+            serde_json::json!({ "a.flow": "", "b.flow": "" }),
+            "name the one to deploy with `root`",
+        ),
+    ] {
+        let (status, body) = deploy(serde_json::json!({ "files": files })).await;
+        assert_eq!(status, 422, "{body}");
+        assert!(
+            body["detail"].as_str().is_some_and(|d| d.contains(needle)),
+            "{body}"
+        );
+    }
+}
+
 /// `flowd serve` refuses requests without a valid API key, answers unknown
 /// routes with a JSON problem, and stops cleanly on SIGTERM.
 #[tokio::test]

@@ -33,6 +33,14 @@ use crate::syntax::parse;
 pub trait SourceLoader {
     /// The bytes of the file at `path`, or why the loader gives none.
     fn load(&self, path: &str) -> Result<Vec<u8>, LoadFailure>;
+
+    /// The bytes of the `flow.lock` in `folder` (named as paths are: `""`
+    /// for the folder relative paths start from), or `None` when it has
+    /// none. A loader of sources without locks has none.
+    fn lock(&self, folder: &str) -> Result<Option<Vec<u8>>, LoadFailure> {
+        let _ = folder;
+        Ok(None)
+    }
 }
 
 /// Why a loader gives no source for a path; each kind is its own code when
@@ -113,6 +121,8 @@ pub struct Checked {
     pub diagnostics: Vec<Diagnostic>,
     /// The analysis, present even with errors so that editors can use it.
     pub analysis: Analysis,
+    /// Whether a `flow.lock` held the browser steps' tools to its servers'.
+    pub tools_locked: bool,
 }
 
 impl Checked {
@@ -153,9 +163,83 @@ pub struct LoadError {
     pub hint: Option<String>,
 }
 
-/// Checks the file at `root` and everything it imports.
+/// Checks the file at `root` and everything it imports, with the
+/// `flow.lock` beside `root` when the loader has one: the one way every
+/// driver (`flowc check` and `build`, `flow run`, flowd's deploy, the
+/// language server) compiles a program, so that they all report the same.
+/// A lock that cannot be used is an error (E120), since checking without it
+/// would pass what it forbids; the rest is checked as without a lock.
 pub fn check(root: &str, loader: &dyn SourceLoader) -> Result<Checked, LoadError> {
-    check_with_tools(root, loader, None)
+    let (tools, unusable) = match read_lock(root, loader) {
+        Ok(tools) => (tools, None),
+        Err(unusable) => (None, Some(unusable)),
+    };
+    let mut checked = check_with_tools(root, loader, tools.as_ref())?;
+    if let Some(lock) = unusable {
+        // The lock is no source: its problem is shown on the name of the
+        // root's first MCP server (what a lock is about), or at its start.
+        let at = checked
+            .analysis
+            .env
+            .mcp_servers
+            .values()
+            .filter(|info| info.file == FileId(0))
+            .map(|info| info.decl.name.span)
+            .min_by_key(|span| span.start)
+            .unwrap_or(Span::new(0, 0));
+        let mut diagnostic = Diagnostic::new(
+            Code::UnusableLock,
+            FileId(0),
+            at,
+            format!("{} cannot be used: {}", lock.path, lock.message),
+        );
+        if let Some(hint) = lock.hint {
+            diagnostic = diagnostic.hint(hint);
+        }
+        checked.diagnostics.push(diagnostic);
+        sort_diagnostics(&mut checked.diagnostics);
+    }
+    Ok(checked)
+}
+
+/// The lock beside `root`, parsed, if its folder has one.
+pub fn read_lock(
+    root: &str,
+    loader: &dyn SourceLoader,
+) -> Result<Option<crate::lock::ToolLock>, LoadError> {
+    let folder = match normalize(root).rsplit_once('/') {
+        Some((folder, _)) => folder.to_string(),
+        None => String::new(),
+    };
+    let path = if folder.is_empty() {
+        crate::lock::LOCK_FILE.to_string()
+    } else {
+        format!("{folder}/{}", crate::lock::LOCK_FILE)
+    };
+    let unusable = |message: String, hint: Option<String>| LoadError {
+        path: path.clone(),
+        message,
+        hint,
+    };
+    let Some(bytes) = loader.lock(&folder).map_err(|failure| {
+        unusable(
+            failure.reason().to_string(),
+            failure.hint().map(str::to_string),
+        )
+    })?
+    else {
+        return Ok(None);
+    };
+    let text = String::from_utf8(bytes)
+        .map_err(|_| unusable("it is not valid UTF-8".to_string(), None))?;
+    crate::lock::ToolLock::from_json(&text)
+        .map(Some)
+        .map_err(|reason| {
+            unusable(
+                reason,
+                Some("run `flowc lock` again to write it afresh".to_string()),
+            )
+        })
 }
 
 /// `check`, with the tools of the MCP servers from `flow.lock` (which the
@@ -210,6 +294,7 @@ pub fn check_with_tools(
         files,
         diagnostics,
         analysis: Analysis { env, workflows },
+        tools_locked: tools.is_some(),
     })
 }
 

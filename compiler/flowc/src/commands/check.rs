@@ -1,12 +1,9 @@
 //! `flowc check`: check files and directories, in parallel, and report.
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use flow_compiler::lock::ToolLock;
 use flow_compiler::{Checked, LoadError};
 
 use crate::loader::{RootFile, expand_paths};
@@ -30,17 +27,14 @@ pub(crate) fn run(
         .iter()
         .map(|problem| (problem.path.clone(), problem.reason.clone()))
         .collect();
-    let locks = match crate::commands::lock::read_locks(&roots) {
-        Ok(locks) => locks,
-        Err(problem) => {
-            eprintln!("error: {problem}");
-            return Exit::Usage;
-        }
-    };
     let mut unchecked_tools: Vec<String> = Vec::new();
-    for (path, result) in files.iter().zip(check_all(&roots, &locks)) {
+    for (path, result) in files.iter().zip(check_all(&roots)) {
         if let Ok(checked) = &result
-            && !locks.contains_key(path)
+            && !checked.tools_locked
+            && !checked
+                .diagnostics
+                .iter()
+                .any(|d| d.code == flow_compiler::codes::Code::UnusableLock)
             && has_browser_steps(checked)
         {
             unchecked_tools.push(path.clone());
@@ -124,11 +118,8 @@ fn has_browser_steps(checked: &Checked) -> bool {
     })
 }
 
-/// `locks` gives the `flow.lock` beside a root, when there is one.
-pub(crate) fn check_all(
-    roots: &[RootFile],
-    locks: &HashMap<String, Arc<ToolLock>>,
-) -> Vec<Result<Checked, LoadError>> {
+/// Checks each root, with the `flow.lock` beside it when there is one.
+pub(crate) fn check_all(roots: &[RootFile]) -> Vec<Result<Checked, LoadError>> {
     let workers = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(roots.len())
@@ -142,11 +133,7 @@ pub(crate) fn check_all(
                     loop {
                         let index = next.fetch_add(1, Ordering::Relaxed);
                         let Some(root) = roots.get(index) else { break };
-                        let lock = locks.get(&root.path).map(Arc::as_ref);
-                        mine.push((
-                            index,
-                            flow_compiler::check_with_tools(&root.path, &root.loader(), lock),
-                        ));
+                        mine.push((index, flow_compiler::check(&root.path, &root.loader())));
                     }
                     mine
                 })

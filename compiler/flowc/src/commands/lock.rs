@@ -10,7 +10,7 @@
 //! names of its environment variables, whose values may be secrets) before
 //! it starts, and `--dry-run` lists them without starting anything.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +20,7 @@ use flow_plan::{McpServer, McpTransport};
 use flow_runtime::mcp::{McpPool, McpPoolConfig};
 
 use crate::Exit;
-use crate::loader::{RootFile, expand_paths, io_reason, print_load_error, write_atomically};
+use crate::loader::{expand_paths, io_reason, print_load_error, write_atomically};
 
 pub(crate) fn run(
     paths: &[PathBuf],
@@ -194,40 +194,6 @@ fn folder_of(file: &str) -> PathBuf {
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
         _ => PathBuf::from("."),
     }
-}
-
-/// The lock beside each of `files` that has one; an unreadable or malformed
-/// lock is an error, since checking without it would pass what it forbids.
-/// A lock is read through its file's project, like a source: a `flow.lock`
-/// that is a link out of the project, a device or huge is refused.
-pub(crate) fn read_locks(files: &[RootFile]) -> Result<HashMap<String, Arc<ToolLock>>, String> {
-    let mut by_folder: HashMap<PathBuf, Option<Arc<ToolLock>>> = HashMap::new();
-    let mut locks = HashMap::new();
-    for file in files {
-        let folder = folder_of(&file.path);
-        if !by_folder.contains_key(&folder) {
-            let path = folder.join(LOCK_FILE);
-            let lock = match file.project.read_other(&path) {
-                Ok(Some(bytes)) => {
-                    let text = String::from_utf8(bytes).map_err(|_| {
-                        format!("{} cannot be used: it is not valid UTF-8", path.display())
-                    })?;
-                    Some(Arc::new(ToolLock::from_json(&text).map_err(|reason| {
-                        format!("{} cannot be used: {reason}", path.display())
-                    })?))
-                }
-                Ok(None) => None,
-                Err(failure) => {
-                    return Err(format!("cannot read {}: {failure}", path.display()));
-                }
-            };
-            by_folder.insert(folder.clone(), lock);
-        }
-        if let Some(Some(lock)) = by_folder.get(&folder) {
-            locks.insert(file.path.clone(), Arc::clone(lock));
-        }
-    }
-    Ok(locks)
 }
 
 #[cfg(test)]

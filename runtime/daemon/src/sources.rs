@@ -1,0 +1,132 @@
+//! Sources deployed as a set of files (path → text): the compiler's loader
+//! for flowd's deploy, so that a workflow whose file imports others, or has
+//! a `flow.lock` beside it, deploys as `flowc check` checks it.
+//!
+//! The set is all there is: an import of a path not in it is unresolved
+//! (E113), and a path that climbs out of the set's root with `..` or is
+//! absolute is refused before anything is checked, as the disk loader
+//! refuses one outside its project.
+
+use std::collections::BTreeMap;
+
+use flow_compiler::LoadFailure;
+use flow_compiler::check::normalize;
+use flow_compiler::lock::LOCK_FILE;
+
+/// The most files one deploy may hold.
+pub(crate) const MAX_FILES: usize = 256;
+
+/// A deploy's files, by normalized path.
+#[derive(Debug)]
+pub(crate) struct DeployedFiles {
+    files: BTreeMap<String, String>,
+}
+
+impl DeployedFiles {
+    /// The set, or why it is refused: too many files, or a path that is
+    /// empty, absolute, leaves the set with `..`, or is neither a `.flow`
+    /// source nor a `flow.lock`.
+    pub(crate) fn new(files: BTreeMap<String, String>) -> Result<DeployedFiles, String> {
+        if files.len() > MAX_FILES {
+            return Err(format!(
+                "{} files; a deploy holds at most {MAX_FILES}",
+                files.len()
+            ));
+        }
+        let mut normal = BTreeMap::new();
+        for (path, text) in files {
+            let cleaned = normalize(&path);
+            let is_lock = cleaned == LOCK_FILE || cleaned.ends_with(&format!("/{LOCK_FILE}"));
+            if cleaned.is_empty()
+                || cleaned.starts_with('/')
+                || cleaned == ".."
+                || cleaned.starts_with("../")
+            {
+                return Err(format!(
+                    "`{}`: paths are relative and stay within the set",
+                    flow_plan::cut(&path, 200)
+                ));
+            }
+            if !cleaned.ends_with(".flow") && !is_lock {
+                return Err(format!(
+                    "`{}`: a deploy holds `.flow` sources and `{LOCK_FILE}` files only",
+                    flow_plan::cut(&path, 200)
+                ));
+            }
+            if normal.insert(cleaned, text).is_some() {
+                return Err(format!("`{}` is given twice", flow_plan::cut(&path, 200)));
+            }
+        }
+        Ok(DeployedFiles { files: normal })
+    }
+
+    /// The one `.flow` file of a set that has exactly one.
+    pub(crate) fn only_source(&self) -> Option<&str> {
+        let mut sources = self.files.keys().filter(|path| path.ends_with(".flow"));
+        match (sources.next(), sources.next()) {
+            (Some(only), None) => Some(only),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn contains(&self, path: &str) -> bool {
+        self.files.contains_key(&normalize(path))
+    }
+}
+
+impl flow_compiler::SourceLoader for DeployedFiles {
+    fn load(&self, path: &str) -> Result<Vec<u8>, LoadFailure> {
+        let normal = normalize(path);
+        if normal.starts_with('/') || normal == ".." || normal.starts_with("../") {
+            return Err(LoadFailure::OutsideProject {
+                reason: "the path leads outside the deployed files".to_string(),
+                hint: "send every file the workflow imports in `files`".to_string(),
+            });
+        }
+        self.files
+            .get(&normal)
+            .map(|text| text.as_bytes().to_vec())
+            .ok_or_else(|| LoadFailure::Unreadable {
+                reason: "not among the deployed files".to_string(),
+                hint: Some("send every file the workflow imports in `files`".to_string()),
+            })
+    }
+
+    fn lock(&self, folder: &str) -> Result<Option<Vec<u8>>, LoadFailure> {
+        let path = match folder {
+            "" => LOCK_FILE.to_string(),
+            folder => format!("{}/{LOCK_FILE}", normalize(folder)),
+        };
+        Ok(self.files.get(&path).map(|text| text.as_bytes().to_vec()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(paths: &[&str]) -> Result<DeployedFiles, String> {
+        DeployedFiles::new(
+            paths
+                .iter()
+                .map(|path| (path.to_string(), String::new()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn paths_stay_within_the_set_and_are_sources_or_locks() {
+        assert!(set(&["main.flow", "recipes/support.flow", "flow.lock"]).is_ok());
+        assert!(set(&["./main.flow", "a/../b.flow"]).is_ok());
+        for bad in [
+            "/etc/x.flow",
+            "../x.flow",
+            "a/../../x.flow",
+            "",
+            "notes.txt",
+        ] {
+            assert!(set(&[bad]).is_err(), "{bad:?}");
+        }
+        assert!(set(&["a.flow", "./a.flow"]).is_err(), "the same file twice");
+    }
+}
