@@ -1,4 +1,4 @@
-//! B5 (issue 5): the Redis concurrency limit on the Redis at 127.0.0.1:6379.
+//! B5: the Redis concurrency limit on the Redis at 127.0.0.1:6379.
 //!
 //! * acquire + release: 32 tasks of one process take and give back permits
 //!   of one account with room for all (the cost of the limit itself), and

@@ -1,4 +1,4 @@
-//! The MCP pool's overhead (issue 5): a tool call through the pool against
+//! The MCP pool's overhead: a tool call through the pool against
 //! the same call made directly on the pool's own rmcp connection, to
 //! server-everything's `echo` over stdio. The difference is what the pool
 //! adds (finding the slot, the call's turn, converting the result).

@@ -440,9 +440,7 @@ pub async fn run_within(
     }
 }
 
-pub(crate) fn now_ms() -> u64 {
-    crate::time::now_ms()
-}
+pub(crate) use crate::time::now_ms;
 
 impl<'p> Interpreter<'p> {
     async fn workflow(&self) -> Outcome {

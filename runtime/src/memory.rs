@@ -5,7 +5,7 @@
 //! The SQLite store implements the same traits with durability.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 
 use serde_json::{Value, json};
 
@@ -14,6 +14,7 @@ use crate::interp::{
     BoxFuture, Decision, Effects, Handoff, Journal, KbDocument, KbWrite, StepError, StepRecord,
     decide_record,
 };
+use crate::store::lock;
 
 #[derive(Debug, Default)]
 pub struct MemoryStore {
@@ -24,14 +25,6 @@ pub struct MemoryStore {
     /// Idempotency key → the result of the first write with it.
     keyed: Mutex<HashMap<String, Value>>,
     notifications: Mutex<Vec<Handoff>>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every critical section is one insert or lookup; a panic elsewhere
-    // leaves the data whole.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl MemoryStore {

@@ -88,6 +88,7 @@ use crate::store::{
     NewNotification, Notification, NotificationKind, NotificationQuery, Outgoing, RunLog, RunQuery,
     RunRow, RunStatus, Store, StoreError, StoreFuture,
 };
+use crate::time::now_stored_ms as now_ms;
 
 /// Schema migrations, applied in order; `flow_migrations` has a row for each.
 const MIGRATIONS: &[&str] = &[
@@ -286,12 +287,6 @@ impl std::fmt::Debug for PostgresStore {
             .field("lease", &self.lease)
             .finish_non_exhaustive()
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 fn status_name(status: StepStatus) -> &'static str {

@@ -171,7 +171,7 @@ impl std::fmt::Display for DriveError {
 
 /// Runs (or resumes) `run_id`, which this process has created or claimed,
 /// until it completes, fails or parks, and records how it ended. `mcp` is
-/// the process's MCP pool (issue 5), shared by its runs; without one a
+/// the process's MCP pool, shared by its runs; without one a
 /// browser step fails as unsupported. `steps` bounds the steps executing at
 /// once (`Services::steps`).
 #[allow(clippy::too_many_arguments)] // reason: the services of a run; the binaries pass each from its own place

@@ -12,7 +12,7 @@
 
 use std::path::Path;
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use flow_plan::{Plan, StepKind};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
@@ -24,11 +24,13 @@ use crate::interp::{
     StepStatus,
 };
 use crate::interp::{DecideError, Decision, PendingApproval, decide_record, gate_due_ms};
+use crate::store::lock;
 use crate::store::{
     DELETE_AFTER_CANCEL_MS, Deletion, Deployment, JournalMemory, MailNext, NO_ACCOUNT,
     NewNotification, Notification, NotificationKind, NotificationQuery, Outgoing, RunLog, RunQuery,
     RunRow, RunStatus, Store, StoreError, StoreFuture,
 };
+use crate::time::now_stored_ms as now_ms;
 
 impl rusqlite::types::ToSql for RunStatus {
     fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
@@ -431,12 +433,6 @@ impl Drop for Reader<'_> {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 /// Every write transaction begins `IMMEDIATE`: in WAL mode a transaction that
 /// reads first and then writes cannot wait for another writer (SQLite answers
 /// "database is locked" at once), while one that takes the write lock first
@@ -502,12 +498,6 @@ fn process_runs(pid: u32) -> bool {
         stat.rsplit_once(')')
             .is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X']))
     })
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 fn status_name(status: StepStatus) -> &'static str {

@@ -519,9 +519,10 @@ impl JournalMemory {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Each critical section is one insert, lookup or take: a panic elsewhere
-    // leaves the data whole.
+/// The stores' mutexes, taken even when poisoned: each critical section of
+/// the stores is one insert, lookup or take, so a panic elsewhere leaves
+/// the data whole.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())

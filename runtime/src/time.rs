@@ -31,6 +31,11 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// `now_ms` as the stores keep times: a signed 64-bit column.
+pub fn now_stored_ms() -> i64 {
+    now_ms() as i64
+}
+
 /// The current time as `rfc3339_utc` writes it.
 pub fn now_rfc3339() -> String {
     rfc3339_utc(now_ms())

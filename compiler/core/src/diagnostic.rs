@@ -18,7 +18,8 @@ pub struct Span {
 
 impl Span {
     pub fn new(start: usize, end: usize) -> Span {
-        // Files larger than 4 GiB are refused before parsing (see `Files::add`).
+        // Offsets fit in 32 bits: the drivers' loaders read at most 8 MiB of
+        // a source (`flow_loader::MAX_SOURCE_BYTES`), flowd's deploys less.
         Span {
             start: start as u32,
             end: end as u32,
@@ -52,7 +53,7 @@ impl Span {
     }
 }
 
-/// Which loaded file a span belongs to; an index into `Files`.
+/// Which loaded file a span belongs to: an index into `Checked::files`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct FileId(pub u32);
 

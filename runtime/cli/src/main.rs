@@ -172,7 +172,7 @@ fn main() -> ExitCode {
         },
         None => None,
     };
-    // MCP (issue 5): one pool of MCP connections for every run this process
+    // MCP: one pool of MCP connections for every run this process
     // executes; its servers are closed gracefully before the process exits.
     let mcp = Arc::new(McpPool::new(McpPoolConfig {
         servers_from_plans: !cli.no_mcp_from_file,

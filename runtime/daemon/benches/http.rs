@@ -1,4 +1,4 @@
-//! B7 (issue 4): starting runs over HTTP, and reading one under that load.
+//! B7: starting runs over HTTP, and reading one under that load.
 //!
 //! flowd runs as a process of its own on loopback (SQLite store in a
 //! temporary directory, full durability, the offline provider: no model

@@ -1,4 +1,4 @@
-//! B10 (issue 21): a noisy neighbour. One account floods flowd with a
+//! B10: a noisy neighbour. One account floods flowd with a
 //! `kb_write` loop at `concurrency 1000`; another starts trivial runs one
 //! after another. The victim's start-to-completion latency is measured
 //! alone, then during the flood; the goal is a p50 within 2x of alone.

@@ -814,7 +814,7 @@ pub(crate) async fn trace(
 pub(crate) struct RunFilter {
     /// Only runs of this workflow.
     workflow: Option<String>,
-    /// Only runs that stand so.
+    /// Only runs with this status.
     status: Option<RunStatus>,
     /// At most this many, newest first (default 100; more is read as 1,000).
     #[param(minimum = 0, maximum = 1000)]

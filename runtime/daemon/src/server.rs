@@ -34,7 +34,7 @@ pub struct Daemon {
     pub provider: Arc<dyn Provider>,
     /// The per-account limit on LLM calls in flight.
     limiter: Arc<dyn Limiter>,
-    /// MCP (issue 5): the connections to MCP servers that every run of this
+    /// MCP: the connections to MCP servers that every run of this
     /// process shares; closed at shutdown, after the runs settled.
     pub(crate) mcp: Arc<flow_runtime::mcp::McpPool>,
     /// API key (its digest, `key_digest`) to the account it belongs to.
@@ -908,7 +908,7 @@ pub async fn serve(
             runs.len()
         );
     }
-    // MCP (issue 5): the servers the runs used are closed with flowd.
+    // MCP: the servers the runs used are closed with flowd.
     daemon.mcp.shutdown().await;
     Ok(())
 }
