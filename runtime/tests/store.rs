@@ -219,9 +219,24 @@ fn kb_write(content: &str, key: Option<&str>) -> KbWrite {
     }
 }
 
+/// The journal of a new run of no account that this store's process owns:
+/// a PostgreSQL journal writes only for a run its process holds.
+async fn owned_journal(store: &Arc<dyn Store>, run_id: &str) -> Arc<dyn RunLog> {
+    let plan = plan(TWO_STEPS);
+    store.put_plan(&plan).await.unwrap();
+    store
+        .create_run(run_id, "", "w", &plan.hash, &json!({}), None)
+        .await
+        .unwrap();
+    Arc::clone(store)
+        .open_journal(run_id, Durability::Full)
+        .await
+        .unwrap()
+}
+
 async fn kb_writes_version_documents_and_keys_make_retries_no_ops(backend: Backend) {
     let store = backend.open().await;
-    let journal = store.open_journal("run-1", Durability::Full).await.unwrap();
+    let journal = owned_journal(&store, "run-1").await;
     let first = journal.kb_write(&kb_write("a", Some("k1"))).await.unwrap();
     assert_eq!(first, json!({ "id": "notes/T", "version": 1 }));
     let again = journal.kb_write(&kb_write("b", Some("k1"))).await.unwrap();
@@ -235,7 +250,7 @@ async fn kb_writes_version_documents_and_keys_make_retries_no_ops(backend: Backe
 /// the rest after, within the limit.
 async fn kb_context_ranks_by_the_terms_within_the_ids(backend: Backend) {
     let store = backend.open().await;
-    let journal = store.open_journal("run-1", Durability::Full).await.unwrap();
+    let journal = owned_journal(&store, "run-1").await;
     for (collection, title, content) in [
         (
             "fixes",
@@ -288,7 +303,7 @@ async fn kb_context_ranks_by_the_terms_within_the_ids(backend: Backend) {
 /// its successor) writes with one key: one document version, one result.
 async fn concurrent_kb_writes_with_one_key_write_once(backend: Backend) {
     let store = backend.open().await;
-    let journal = store.open_journal("run-1", Durability::Full).await.unwrap();
+    let journal = owned_journal(&store, "run-1").await;
     let writes: Vec<_> = (0..10)
         .map(|i| {
             let journal = Arc::clone(&journal);
@@ -1124,7 +1139,7 @@ async fn postgres_concurrent_starts_migrate_once() {
 /// another department's are not.
 async fn a_department_owns_the_documents_its_workflows_write(backend: Backend) {
     let store = backend.open().await;
-    let journal = store.open_journal("run-1", Durability::Full).await.unwrap();
+    let journal = owned_journal(&store, "run-1").await;
     let write = |collection: &str, title: &str, content: &str, department: Option<&str>| KbWrite {
         collection: collection.into(),
         title: title.into(),
@@ -1318,7 +1333,13 @@ async fn deployments_runs_and_documents_can_be_deleted(backend: Backend) {
     );
     assert!(store.run("run-g").await.unwrap().is_some(), "parked");
 
-    // Documents.
+    // Documents, written by a run its process holds again.
+    assert!(
+        store
+            .claim_run("run-g", &[RunStatus::PendingApproval])
+            .await
+            .unwrap()
+    );
     let journal = Arc::clone(&store)
         .open_journal("run-g", Durability::Full)
         .await
