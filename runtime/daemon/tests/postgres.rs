@@ -85,114 +85,25 @@ async fn two_flowds_share_deployments_runs_and_approvals() {
     assert_eq!(b.stop(), Some(0));
 }
 
-/// A flowd killed mid-run leaves its runs `running` under leases that are
-/// no longer renewed; the other flowd takes them over once they run out and
-/// finishes them, without asking any step that completed a second time.
-#[tokio::test]
-async fn a_dead_flowds_runs_are_taken_over_when_their_leases_run_out() {
-    use flow_tests::fake_llm::FakeLlm;
+const STEPS: usize = 6;
+const RUNS: usize = 3;
 
-    let server = FakeLlm::start(
-        vec![],
-        json!({ "text": "t", "score": 1 }),
-        Duration::from_millis(200),
-    )
-    .await;
-    flow_tests::require!(Postgres);
-    let schema = TestSchema::new();
-    let config = config_on(
-        &schema,
-        &format!(
-            "[provider]\nkind = \"openai\"\nbase_url = \"{}\"\nmodels = {{ default = \"fake\" }}\n",
-            server.url
-        ),
-    );
-    let mut source = String::from(
-        "recipe answer { model \"default\" input { q: string } output { text: string, score: int } prompt \"{{input.q}}\" }\nworkflow chain {\n  input { tag: string }\n",
-    );
-    const STEPS: usize = 6;
-    const RUNS: usize = 3;
-    for i in 0..STEPS {
-        source.push_str(&format!(
-            "  step s{i} = answer {{ q: \"{{{{workflow_input.tag}}}} step {i}\" }}\n"
-        ));
-    }
-    source.push_str("  output { last: step.s5.text }\n}\n");
-
-    let (dir_a, dir_b) = (
-        TempDir::new("flowd-pg-dies"),
-        TempDir::new("flowd-pg-lives"),
-    );
-    let dying = Flowd::start_with(&dir_a, &config);
-    let living = Flowd::start_with(&dir_b, &config);
-    let (status, body) = dying
-        .send(
-            Method::POST,
-            "/v1/workflows",
-            Some(ACME),
-            Some(json!({ "source": source })),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
-    let mut ids = Vec::new();
-    for r in 0..RUNS {
-        ids.push(
-            dying
-                .start_run(
-                    ACME,
-                    json!({ "workflow": "chain", "input": { "tag": format!("run{r}") } }),
-                )
-                .await,
-        );
-    }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while server.requests() < RUNS * 2 {
-        assert!(Instant::now() < deadline, "the runs did not get going");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    drop(dying); // SIGKILL: its leases are never renewed again.
-    assert!(
-        server.requests() < RUNS * STEPS,
-        "the runs were still in flight when flowd was killed"
-    );
-
-    // The 10 s lease, then up to one 5 s sweep, then the remaining steps.
-    for id in &ids {
-        let record = living
-            .settled_within(id, ACME, Duration::from_secs(60))
-            .await;
-        assert_eq!(record["status"], "completed", "{record}");
-    }
-    let prompts = server.prompts();
-    for r in 0..RUNS {
-        let mut repeated = 0;
-        for i in 0..STEPS {
-            let prompt = format!("run{r} step {i}");
-            let calls = prompts.iter().filter(|p| **p == prompt).count();
-            assert!(
-                (1..=2).contains(&calls),
-                "{prompt} was called {calls} times"
-            );
-            repeated += calls - 1;
-        }
-        assert!(
-            repeated <= 1,
-            "run{r}: only the step in flight may run again"
-        );
-    }
-    assert_eq!(living.stop(), Some(0));
+/// Two flowds sharing a schema, and `RUNS` runs of a chain of `STEPS` model
+/// calls (a fake model answering each in 300 ms) started on the first and
+/// under way. Fields drop in order: the flowds before their folders and
+/// the schema.
+struct Chains {
+    /// `None` once killed.
+    first: Option<Flowd>,
+    second: Flowd,
+    ids: Vec<String>,
+    server: flow_tests::fake_llm::FakeLlm,
+    _dirs: (TempDir, TempDir),
+    _schema: TestSchema,
 }
 
-/// Regression (issue 13): a flowd stopped with SIGSTOP past its lease, whose
-/// runs another flowd took over and finished, ran their next steps again
-/// once continued (every run's later steps went to the model twice). Now it
-/// drops them: the step in flight at the pause may run twice (at least
-/// once, as after a crash), no other.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flowd_paused_past_its_lease_does_not_repeat_the_new_owners_steps() {
-    use flow_tests::fake_llm::FakeLlm;
-    flow_tests::require!(Postgres);
-    let server = FakeLlm::start(
+async fn chains_under_way(name: &str) -> Chains {
+    let server = flow_tests::fake_llm::FakeLlm::start(
         vec![],
         json!({ "text": "t", "score": 1 }),
         Duration::from_millis(300),
@@ -206,8 +117,6 @@ async fn a_flowd_paused_past_its_lease_does_not_repeat_the_new_owners_steps() {
             server.url
         ),
     );
-    const STEPS: usize = 6;
-    const RUNS: usize = 3;
     let mut source = String::from(
         "recipe answer { model \"default\" input { q: string } output { text: string, score: int } prompt \"{{input.q}}\" }\nworkflow chain {\n  input { tag: string }\n",
     );
@@ -217,17 +126,17 @@ async fn a_flowd_paused_past_its_lease_does_not_repeat_the_new_owners_steps() {
         ));
     }
     source.push_str("  output { last: step.s5.text }\n}\n");
-    let (dir_a, dir_b) = (
-        TempDir::new("flowd-pg-paused"),
-        TempDir::new("flowd-pg-other"),
+    let dirs = (
+        TempDir::new(&format!("flowd-pg-{name}-first")),
+        TempDir::new(&format!("flowd-pg-{name}-second")),
     );
-    let paused = Flowd::start_with(&dir_a, &config);
-    let other = Flowd::start_with(&dir_b, &config);
-    paused.deploy(ACME, &source).await;
+    let first = Flowd::start_with(&dirs.0, &config);
+    let second = Flowd::start_with(&dirs.1, &config);
+    first.deploy(ACME, &source).await;
     let mut ids = Vec::new();
     for r in 0..RUNS {
         ids.push(
-            paused
+            first
                 .start_run(
                     ACME,
                     json!({ "workflow": "chain", "input": { "tag": format!("run{r}") } }),
@@ -240,6 +149,77 @@ async fn a_flowd_paused_past_its_lease_does_not_repeat_the_new_owners_steps() {
         assert!(Instant::now() < deadline, "the runs did not get going");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    Chains {
+        first: Some(first),
+        second,
+        ids,
+        server,
+        _dirs: dirs,
+        _schema: schema,
+    }
+}
+
+impl Chains {
+    /// Waits for the second flowd to finish every run: the 10 s lease,
+    /// then up to one 5 s sweep, then the remaining steps.
+    async fn finished_by_the_second(&self) {
+        for id in &self.ids {
+            let record = self
+                .second
+                .settled_within(id, ACME, Duration::from_secs(60))
+                .await;
+            assert_eq!(record["status"], "completed", "{record}");
+        }
+    }
+
+    /// Every step went to the model once, but the one in flight when the
+    /// first flowd went away, which may have gone twice (at least once).
+    fn assert_only_the_step_in_flight_ran_twice(&self) {
+        let prompts = self.server.prompts();
+        for r in 0..RUNS {
+            let mut repeated = 0;
+            for i in 0..STEPS {
+                let prompt = format!("run{r} step {i}");
+                let calls = prompts.iter().filter(|p| **p == prompt).count();
+                assert!(
+                    (1..=2).contains(&calls),
+                    "{prompt} was called {calls} times"
+                );
+                repeated += calls - 1;
+            }
+            assert!(
+                repeated <= 1,
+                "run{r}: only the step in flight may run again"
+            );
+        }
+    }
+}
+
+/// A flowd killed mid-run leaves its runs `running` under leases that are
+/// no longer renewed; the other flowd takes them over once they run out and
+/// finishes them, without asking any step that completed a second time.
+#[tokio::test]
+async fn a_dead_flowds_runs_are_taken_over_when_their_leases_run_out() {
+    flow_tests::require!(Postgres);
+    let mut chains = chains_under_way("dies").await;
+    chains.first = None; // SIGKILL: its leases are never renewed again.
+    assert!(
+        chains.server.requests() < RUNS * STEPS,
+        "the runs were still in flight when flowd was killed"
+    );
+    chains.finished_by_the_second().await;
+    chains.assert_only_the_step_in_flight_ran_twice();
+}
+/// Regression (issue 13): a flowd stopped with SIGSTOP past its lease, whose
+/// runs another flowd took over and finished, ran their next steps again
+/// once continued (every run's later steps went to the model twice). Now it
+/// drops them: the step in flight at the pause may run twice (at least
+/// once, as after a crash), no other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flowd_paused_past_its_lease_does_not_repeat_the_new_owners_steps() {
+    flow_tests::require!(Postgres);
+    let chains = chains_under_way("paused").await;
+    let paused = chains.first.as_ref().expect("started");
     let signal = |name: &str| {
         let status = std::process::Command::new("kill")
             .args([&format!("-{name}"), &paused.child.id().to_string()])
@@ -248,48 +228,25 @@ async fn a_flowd_paused_past_its_lease_does_not_repeat_the_new_owners_steps() {
         assert!(status.success(), "kill -{name}");
     };
     signal("STOP");
-    // The 10 s lease, then up to one 5 s sweep, then the remaining steps.
-    for id in &ids {
-        let record = other
-            .settled_within(id, ACME, Duration::from_secs(60))
-            .await;
-        assert_eq!(record["status"], "completed", "{record}");
-    }
-    let before_continue = server.requests();
+    chains.finished_by_the_second().await;
+    let before_continue = chains.server.requests();
     signal("CONT");
     // Long enough for the paused flowd to run every remaining step of
     // every run, had it gone on with them.
     tokio::time::sleep(Duration::from_millis(300 * STEPS as u64 + 2_000)).await;
-    let prompts = server.prompts();
-    for r in 0..RUNS {
-        let mut repeated = 0;
-        for i in 0..STEPS {
-            let prompt = format!("run{r} step {i}");
-            let calls = prompts.iter().filter(|p| **p == prompt).count();
-            assert!(
-                (1..=2).contains(&calls),
-                "{prompt} was called {calls} times"
-            );
-            repeated += calls - 1;
-        }
-        assert!(
-            repeated <= 1,
-            "run{r}: only the step in flight at the pause may run again"
-        );
-    }
+    chains.assert_only_the_step_in_flight_ran_twice();
     assert_eq!(
-        server.requests(),
+        chains.server.requests(),
         before_continue,
         "the continued flowd called the model again"
     );
-    for id in &ids {
-        let (_, record) = other
+    for id in &chains.ids {
+        let (_, record) = chains
+            .second
             .send(Method::GET, &format!("/v1/runs/{id}"), Some(ACME), None)
             .await;
         assert_eq!(record["status"], "completed", "{record}");
     }
-    assert_eq!(paused.stop(), Some(0));
-    assert_eq!(other.stop(), Some(0));
 }
 
 /// A database that cannot be reached stops `flowd serve` with exit code 2
