@@ -33,11 +33,11 @@
 //!   of the operating system, as the SQLite store does. A process owns a run
 //!   it created or claimed until `lease_until`: `create_run` and `claim_run`
 //!   set it to the database's `now()` plus the lease (10 s by default), and
-//!   `add_active`, which the runner calls each second while the run
-//!   executes, renews it. A run left `running` whose lease has run out (its
-//!   owner died, or lost the database for longer than the lease) is listed
-//!   by `orphaned_runs` and may be claimed by another process; its old
-//!   owner's `add_active` and `finish_run` then change nothing, as for a
+//!   the journal's heartbeat, which the runner sends each second while the
+//!   run executes, renews it. A run left `running` whose lease has run out
+//!   (its owner died, or lost the database for longer than the lease) is
+//!   listed by `orphaned_runs` and may be claimed by another process; its
+//!   old owner's heartbeat and `finish_run` then change nothing, as for a
 //!   cancelled run, and the step it had in flight runs again (at least
 //!   once, as after a crash: steps with effects carry keys). Times of
 //!   leases are the database's clock only, so the machines' clocks need not
@@ -212,7 +212,8 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE runs ADD COLUMN epoch BIGINT NOT NULL DEFAULT 0;",
 ];
 
-/// How long a run stays its owner's without a heartbeat (`add_active`).
+/// How long a run stays its owner's without a heartbeat
+/// (`RunLog::heartbeat`).
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
 
 /// How long an outbox entry handed out by `to_mail` stays with that
@@ -268,7 +269,7 @@ struct Append {
     /// only while the run is still this process's in that epoch.
     epoch: i64,
     record: StepRecord,
-    reply: oneshot::Sender<Result<(), StoreError>>,
+    reply: oneshot::Sender<Result<bool, StoreError>>,
 }
 
 pub struct PostgresStore {
@@ -447,13 +448,15 @@ impl PostgresStore {
             .collect()
     }
 
-    /// Queues `record` for the writer's next commit; resolves once it is durable.
+    /// Queues `record` for the writer's next commit; resolves once it is
+    /// durable, with false when the fence refused it (the run is no longer
+    /// this process's in `epoch`).
     fn append(
         &self,
         run_id: &str,
         epoch: i64,
         record: StepRecord,
-    ) -> BoxFuture<'static, Result<(), StepError>> {
+    ) -> BoxFuture<'static, Result<bool, StoreError>> {
         let (reply, answer) = oneshot::channel();
         let queued = self.appends.send(Append {
             run_id: run_id.to_string(),
@@ -462,9 +465,9 @@ impl PostgresStore {
             reply,
         });
         Box::pin(async move {
-            let stopped = || store_error(StoreError("the journal writer has stopped".into()));
+            let stopped = || StoreError("the journal writer has stopped".into());
             queued.map_err(|_| stopped())?;
-            answer.await.map_err(|_| stopped())?.map_err(store_error)
+            answer.await.map_err(|_| stopped())?
         })
     }
 
@@ -923,14 +926,9 @@ async fn write_batches(pool: Pool, owner: String, mut queue: mpsc::UnboundedRece
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
         match insert_records(&pool, &owner, &batch).await {
-            Ok(fenced) => {
-                for (index, append) in batch.drain(..).enumerate() {
-                    let result = if fenced.contains(&index) {
-                        Err(StoreError(LEASE_LOST.into()))
-                    } else {
-                        Ok(())
-                    };
-                    let _ = append.reply.send(result);
+            Ok(written) => {
+                for (append, written) in batch.drain(..).zip(written) {
+                    let _ = append.reply.send(Ok(written));
                 }
             }
             // One faulty record must not fail the others: each alone.
@@ -938,10 +936,7 @@ async fn write_batches(pool: Pool, owner: String, mut queue: mpsc::UnboundedRece
                 for append in batch.drain(..) {
                     let result = insert_records(&pool, &owner, std::slice::from_ref(&append))
                         .await
-                        .and_then(|fenced| match fenced.is_empty() {
-                            true => Ok(()),
-                            false => Err(StoreError(LEASE_LOST.into())),
-                        });
+                        .map(|written| written[0]);
                     // A caller that went away no longer needs the answer.
                     let _ = append.reply.send(result);
                 }
@@ -963,12 +958,13 @@ const LEASE_LOST: &str = "the run is no longer this process's (its lease passed 
 /// record's epoch, checked under a share lock on the run's row, so that a
 /// claim by another process (which updates that row) either waits for this
 /// commit and then finds the record in the journal it loads, or comes first
-/// and the record is refused. Answers the indices of the refused records.
+/// and the record is refused. Answers, for each record, whether it was
+/// written (false: refused by the fence).
 async fn insert_records(
     pool: &Pool,
     owner: &str,
     batch: &[Append],
-) -> Result<Vec<usize>, StoreError> {
+) -> Result<Vec<bool>, StoreError> {
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
     let mut runs: Vec<&str> = batch.iter().map(|append| append.run_id.as_str()).collect();
@@ -986,17 +982,14 @@ async fn insert_records(
         .iter()
         .map(|row| (row.get(0), row.get(1)))
         .collect();
-    let fenced: Vec<usize> = batch
+    let written: Vec<bool> = batch
         .iter()
-        .enumerate()
-        .filter(|(_, append)| live.get(&append.run_id) != Some(&append.epoch))
-        .map(|(index, _)| index)
+        .map(|append| live.get(&append.run_id) == Some(&append.epoch))
         .collect();
     let admitted: Vec<&Append> = batch
         .iter()
-        .enumerate()
-        .filter(|(index, _)| !fenced.contains(index))
-        .map(|(_, append)| append)
+        .zip(&written)
+        .filter_map(|(append, &written)| written.then_some(append))
         .collect();
     // One statement cannot change a row twice: when a batch holds two
     // records of one path, the second replaces the first only if that one
@@ -1069,7 +1062,7 @@ async fn insert_records(
         .await?;
     }
     tx.commit().await?;
-    Ok(fenced)
+    Ok(written)
 }
 
 /// The notification of each approver of each gate reached in a batch, as
@@ -1232,26 +1225,6 @@ impl Store for PostgresStore {
                 )
                 .await?;
             Ok(changed == 1)
-        })
-    }
-
-    /// Adds active time and renews this owner's lease: the runner's
-    /// heartbeat, each second while the run executes.
-    fn add_active<'a>(&'a self, id: &'a str, active: Duration) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
-            self.execute(
-                "UPDATE runs SET active_ms = active_ms + $2,
-                     lease_until = now() + $4 * interval '1 millisecond'
-                 WHERE id = $1 AND owner = $3",
-                &[
-                    &id,
-                    &(active.as_millis() as i64),
-                    &self.owner,
-                    &millis(self.lease),
-                ],
-            )
-            .await?;
-            Ok(())
         })
     }
 
@@ -1621,16 +1594,33 @@ impl PostgresJournal {
                 &[&self.run_id, &self.store.owner, &self.hold.epoch],
             )
             .await?;
-        if live.is_none() {
-            self.hold.lost.store(true, Ordering::SeqCst);
-            return Err(StoreError(LEASE_LOST.into()));
+        match live {
+            Some(_) => Ok(()),
+            None => Err(self.lose()),
         }
-        Ok(())
     }
 
-    /// Appends `record` in this journal's epoch; a refusal marks the hold lost.
-    fn append(&self, record: StepRecord) -> BoxFuture<'static, Result<(), StepError>> {
+    /// Marks the hold lost for good; answers the error that refuses what
+    /// was asked.
+    fn lose(&self) -> StoreError {
+        self.hold.lost.store(true, Ordering::SeqCst);
+        StoreError(LEASE_LOST.into())
+    }
+
+    /// Queues `record` in this journal's epoch, at once (records queued
+    /// together share a commit); `settle` its answer.
+    fn append(&self, record: StepRecord) -> BoxFuture<'static, Result<bool, StoreError>> {
         self.store.append(&self.run_id, self.hold.epoch, record)
+    }
+
+    /// A record's write as the interpreter sees it; a refusal by the fence
+    /// loses the hold.
+    fn settle(&self, written: Result<bool, StoreError>) -> Result<(), StepError> {
+        match written {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(store_error(self.lose())),
+            Err(error) => Err(store_error(error)),
+        }
     }
 
     async fn kb_context(
@@ -1765,7 +1755,7 @@ impl RunLog for PostgresJournal {
             .collect();
         Box::pin(async move {
             for write in writes {
-                write.await?;
+                self.settle(write.await)?;
             }
             Ok(())
         })
@@ -1789,16 +1779,7 @@ impl Journal for PostgresJournal {
         match self.memory.remember(record) {
             Some(record) => {
                 let written = self.append(record);
-                Box::pin(async move {
-                    let result = written.await;
-                    if result
-                        .as_ref()
-                        .is_err_and(|e| e.message.ends_with(LEASE_LOST))
-                    {
-                        self.hold.lost.store(true, Ordering::SeqCst);
-                    }
-                    result
-                })
+                Box::pin(async move { self.settle(written.await) })
             }
             None => Box::pin(async { Ok(()) }),
         }
@@ -1815,7 +1796,7 @@ impl Journal for PostgresJournal {
             }
             match self.renew(Duration::ZERO).await {
                 Ok(true) => Ok(()),
-                Ok(false) => Err(store_error(StoreError(LEASE_LOST.into()))),
+                Ok(false) => Err(store_error(self.lose())),
                 Err(error) => Err(store_error(error)),
             }
         })

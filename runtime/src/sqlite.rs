@@ -658,8 +658,9 @@ impl SqliteStore {
     }
 
     /// Adds active time to a run this process owns, while it executes, so that
-    /// a crash loses at most the time since the last call.
-    pub fn add_active(&self, id: &str, active: std::time::Duration) -> StoreFuture<'static, ()> {
+    /// a crash loses at most the time since the last call; false when the
+    /// process no longer owns it (cancelled).
+    fn add_active(&self, id: &str, active: std::time::Duration) -> StoreFuture<'static, bool> {
         let written = self.statement(
             "UPDATE runs SET active_ms = active_ms + ?2 WHERE id = ?1 AND owner = ?3",
             vec![
@@ -668,7 +669,7 @@ impl SqliteStore {
                 owner().to_string().into(),
             ],
         );
-        Box::pin(async move { written.await.map(|_| ()) })
+        Box::pin(async move { written.await.map(|changed| changed == 1) })
     }
 
     /// Records how an invocation of the run ended and the active time it used.
@@ -1201,10 +1202,6 @@ impl Store for SqliteStore {
         ready(self.claim_run(id, from))
     }
 
-    fn add_active<'a>(&'a self, id: &'a str, active: std::time::Duration) -> StoreFuture<'a, ()> {
-        self.add_active(id, active)
-    }
-
     fn finish_run<'a>(
         &'a self,
         id: &'a str,
@@ -1715,10 +1712,10 @@ impl RunLog for RunJournal {
     }
 
     /// A run here is its process's while that process lives (see the module
-    /// doc), so the heartbeat only counts active time.
+    /// doc): the heartbeat counts active time, and fails only for a run
+    /// that was cancelled.
     fn heartbeat(&self, active: std::time::Duration) -> StoreFuture<'_, bool> {
-        let added = self.store.add_active(&self.run_id, active);
-        Box::pin(async move { added.await.map(|()| true) })
+        self.store.add_active(&self.run_id, active)
     }
 }
 

@@ -285,12 +285,6 @@ pub trait Store: Send + Sync {
     /// other live process is executing it; says whether it was taken.
     fn claim_run<'a>(&'a self, id: &'a str, from: &'a [RunStatus]) -> StoreFuture<'a, bool>;
 
-    /// Adds active time to a run this process owns, while it executes, so that
-    /// a crash loses at most the time since the last call. It is called each
-    /// second while a run executes: a store whose owners are not processes on
-    /// one machine can take it as the owner's heartbeat.
-    fn add_active<'a>(&'a self, id: &'a str, active: std::time::Duration) -> StoreFuture<'a, ()>;
-
     /// Records how an invocation of the run ended and the active time it used,
     /// and gives the run up. False when this process no longer owns the run
     /// (it was cancelled, or another process took it): nothing is recorded.

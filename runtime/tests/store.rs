@@ -814,7 +814,7 @@ async fn expired_gates_are_listed_when_due(backend: Backend) {
 }
 
 /// Cancelling takes the run from its owner: the owner's later `finish_run`
-/// and `add_active` change nothing, and it cannot be claimed to resume.
+/// and heartbeat change nothing, and it cannot be claimed to resume.
 async fn a_cancelled_run_records_nothing_more(backend: Backend) {
     let store = backend.open().await;
     let plan = plan(TWO_STEPS);
@@ -827,12 +827,16 @@ async fn a_cancelled_run_records_nothing_more(backend: Backend) {
         store.orphaned_runs().await.unwrap().is_empty(),
         "a run its live creator holds is nobody's to take"
     );
-    assert!(store.cancel_run("run-1").await.unwrap());
-    assert!(!store.cancel_run("run-1").await.unwrap(), "already ended");
-    store
-        .add_active("run-1", Duration::from_secs(1))
+    let journal = Arc::clone(&store)
+        .open_journal("run-1", Durability::Full)
         .await
         .unwrap();
+    assert!(store.cancel_run("run-1").await.unwrap());
+    assert!(!store.cancel_run("run-1").await.unwrap(), "already ended");
+    assert!(
+        !journal.heartbeat(Duration::from_secs(1)).await.unwrap(),
+        "the heartbeat says the run is no longer the invocation's"
+    );
     let finished = store
         .finish_run(
             "run-1",
@@ -904,7 +908,7 @@ async fn two_owners(schema: &TestSchema, lease: Duration) -> [Arc<PostgresStore>
 }
 
 /// A run's owner holds it while its lease is live, and renews the lease
-/// with each `add_active`; once the lease runs out another process takes
+/// with each heartbeat; once the lease runs out another process takes
 /// the run over, and the old owner can no longer record anything of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_leases_keep_a_run_with_its_live_owner_until_they_run_out() {
@@ -927,14 +931,15 @@ async fn postgres_leases_keep_a_run_with_its_live_owner_until_they_run_out() {
         first.claim_run("run-1", &running).await.unwrap(),
         "its owner may take it again"
     );
+    let journal = Arc::clone(&first)
+        .open_journal("run-1", Durability::Full)
+        .await
+        .unwrap();
     // Renewed twice within the lease, the run stays with its owner past
     // the first lease's end.
     for _ in 0..2 {
         tokio::time::sleep(lease / 2).await;
-        first
-            .add_active("run-1", Duration::from_millis(400))
-            .await
-            .unwrap();
+        assert!(journal.heartbeat(Duration::from_millis(400)).await.unwrap());
         assert!(!second.claim_run("run-1", &running).await.unwrap());
     }
     // Without a heartbeat the lease runs out: the run is orphaned for
@@ -946,10 +951,7 @@ async fn postgres_leases_keep_a_run_with_its_live_owner_until_they_run_out() {
         second.claim_run("run-1", &running).await.unwrap(),
         "an expired lease is taken over"
     );
-    first
-        .add_active("run-1", Duration::from_secs(5))
-        .await
-        .unwrap();
+    assert!(!journal.heartbeat(Duration::from_secs(5)).await.unwrap());
     assert!(
         !first
             .finish_run("run-1", RunStatus::Completed, &json!({}), Duration::ZERO)
