@@ -655,7 +655,7 @@ async fn serve_page() -> (String, tokio::task::JoinHandle<()>) {
 
 /// Playwright's server on Debian's Chromium, headless, as design.md says.
 fn playwright(mark: &str, output_dir: &Path) -> McpServer {
-    let chromium = which("chromium");
+    let chromium = flow_tests::services::chromium();
     stdio(
         "browser",
         "node",
@@ -673,16 +673,6 @@ fn playwright(mark: &str, output_dir: &Path) -> McpServer {
         ],
         mark,
     )
-}
-
-fn which(program: &str) -> String {
-    let output = std::process::Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .output()
-        .expect("sh runs");
-    let path = String::from_utf8_lossy(&output.stdout).trim().to_string();
-    assert!(!path.is_empty(), "{program} is installed (tests/setup.sh)");
-    path
 }
 
 /// The `ref` Playwright's snapshot gives the element described by `line_part`.

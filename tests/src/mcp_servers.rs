@@ -86,15 +86,7 @@ pub const EXAMPLES_BROWSER: &str =
 /// The same server, installed in the project and driving Debian's Chromium
 /// (`--no-sandbox`: tests run as root), its processes marked with `mark`.
 pub fn local_browser(mark: &str) -> String {
-    let chromium = std::process::Command::new("sh")
-        .args(["-c", "command -v chromium"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
-    assert!(
-        !chromium.is_empty(),
-        "chromium is installed (tests/setup.sh)"
-    );
+    let chromium = crate::services::chromium();
     let cli = mcp_servers_dir().join("node_modules/@playwright/mcp/cli.js");
     format!(
         r#"mcp browser {{ command "node" args [{:?}, "--executable-path", {chromium:?}, "--headless", "--no-sandbox", "--isolated"] env {{ {MARK}: {mark:?} }} }}"#,

@@ -172,9 +172,24 @@ fn unreachable(address: String) -> Option<String> {
     Some(last)
 }
 
-fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+fn on_path(name: &str) -> bool {
+    program(name).is_some()
+}
+
+/// Where `name` is on PATH, if it is.
+pub fn program(name: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+}
+
+/// Debian's Chromium, for a test that has said `require!(Chromium)`.
+pub fn chromium() -> String {
+    program("chromium")
+        .expect("chromium is on PATH (`bash tests/setup.sh`)")
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// Why the npm project at `dir` (from the repository root) cannot run, or

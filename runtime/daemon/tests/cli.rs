@@ -131,28 +131,19 @@ async fn a_workflow_with_imports_deploys_as_a_set_of_files() {
     );
     let examples = flow_tests::root().join("examples");
     let read = |path: &str| std::fs::read_to_string(examples.join(path)).expect("an example");
-    let deploy = |body: serde_json::Value| {
-        let flowd = &flowd;
-        async move {
-            flowd
-                .send(
-                    reqwest::Method::POST,
-                    "/v1/workflows",
-                    Some(ACME),
-                    Some(body),
-                )
-                .await
-        }
-    };
 
-    let (status, body) = deploy(serde_json::json!({
-        "files": {
-            "support_triage.flow": read("support_triage.flow"),
-            "recipes/support.flow": read("recipes/support.flow"),
-        },
-        "root": "support_triage.flow",
-    }))
-    .await;
+    let (status, body) = flowd
+        .try_deploy(
+            ACME,
+            serde_json::json!({
+                "files": {
+                    "support_triage.flow": read("support_triage.flow"),
+                    "recipes/support.flow": read("recipes/support.flow"),
+                },
+                "root": "support_triage.flow",
+            }),
+        )
+        .await;
     assert_eq!(status, 201, "{body}");
     assert_eq!(
         body["deployments"][0]["workflow"], "support_triage",
@@ -160,10 +151,14 @@ async fn a_workflow_with_imports_deploys_as_a_set_of_files() {
     );
 
     // Without the imported file: the checker's words, with the file named.
-    let (status, body) = deploy(serde_json::json!({
-        "files": { "support_triage.flow": read("support_triage.flow") },
-    }))
-    .await;
+    let (status, body) = flowd
+        .try_deploy(
+            ACME,
+            serde_json::json!({
+                "files": { "support_triage.flow": read("support_triage.flow") },
+            }),
+        )
+        .await;
     assert_eq!(status, 422, "{body}");
     assert_eq!(body["code"], "does_not_check", "{body}");
     let diagnostics = body["diagnostics"].to_string();
@@ -174,15 +169,19 @@ async fn a_workflow_with_imports_deploys_as_a_set_of_files() {
     assert!(diagnostics.contains("support_triage.flow"), "{body}");
 
     // A lock beside the root that cannot be used is the error flowc reports.
-    let (status, body) = deploy(serde_json::json!({
-        "files": {
-            "support_triage.flow": read("support_triage.flow"),
-            "recipes/support.flow": read("recipes/support.flow"),
-            "flow.lock": "{ \"version\": 1, ",
-        },
-        "root": "support_triage.flow",
-    }))
-    .await;
+    let (status, body) = flowd
+        .try_deploy(
+            ACME,
+            serde_json::json!({
+                "files": {
+                    "support_triage.flow": read("support_triage.flow"),
+                    "recipes/support.flow": read("recipes/support.flow"),
+                    "flow.lock": "{ \"version\": 1, ",
+                },
+                "root": "support_triage.flow",
+            }),
+        )
+        .await;
     assert_eq!(status, 422, "{body}");
     assert!(body["diagnostics"].to_string().contains("E120"), "{body}");
 
@@ -205,7 +204,9 @@ async fn a_workflow_with_imports_deploys_as_a_set_of_files() {
             "name the one to deploy with `root`",
         ),
     ] {
-        let (status, body) = deploy(serde_json::json!({ "files": files })).await;
+        let (status, body) = flowd
+            .try_deploy(ACME, serde_json::json!({ "files": files }))
+            .await;
         assert_eq!(status, 422, "{body}");
         assert!(
             body["detail"].as_str().is_some_and(|d| d.contains(needle)),
@@ -267,12 +268,7 @@ async fn deploy_start_and_read_a_run_scoped_to_its_account() {
     let flowd = Flowd::start(&dir);
 
     let (status, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/workflows",
-            Some(ACME),
-            Some(json!({ "source": TWO_STEPS, "path": "digest.flow" })),
-        )
+        .try_deploy(ACME, json!({ "source": TWO_STEPS, "path": "digest.flow" }))
         .await;
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["deployments"][0]["workflow"], "digest");
@@ -280,12 +276,7 @@ async fn deploy_start_and_read_a_run_scoped_to_its_account() {
 
     let broken = TWO_STEPS.replace("step.first.summary", "step.first.sumary");
     let (status, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/workflows",
-            Some(ACME),
-            Some(json!({ "source": broken, "path": "digest.flow" })),
-        )
+        .try_deploy(ACME, json!({ "source": broken, "path": "digest.flow" }))
         .await;
     assert_eq!(
         (status, body["code"].as_str()),
@@ -301,12 +292,7 @@ async fn deploy_start_and_read_a_run_scoped_to_its_account() {
     );
     assert_ne!(owned, TWO_STEPS);
     let (status, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/workflows",
-            Some(ACME),
-            Some(json!({ "source": owned, "path": "digest.flow" })),
-        )
+        .try_deploy(ACME, json!({ "source": owned, "path": "digest.flow" }))
         .await;
     assert_eq!(
         (status, body["code"].as_str()),
@@ -1484,12 +1470,7 @@ async fn a_start_after_a_deploy_runs_the_new_version() {
     };
     for (tag, version) in [("one", 1), ("two", 2)] {
         let (status, body) = flowd
-            .send(
-                Method::POST,
-                "/v1/workflows",
-                Some(ACME),
-                Some(json!({ "source": source(tag) })),
-            )
+            .try_deploy(ACME, json!({ "source": source(tag) }))
             .await;
         assert_eq!(status, 201, "{body}");
         assert_eq!(body["deployments"][0]["version"], version, "{body}");
@@ -1789,14 +1770,7 @@ async fn a_plan_with_an_anyof_of_20000_branches_is_refused_at_deploy() {
     // between this plan and the store.
     let plan: serde_json::Value = serde_json::from_str(&plan.seal().to_json()).unwrap();
 
-    let (status, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/workflows",
-            Some(ACME),
-            Some(json!({ "plan": plan })),
-        )
-        .await;
+    let (status, body) = flowd.try_deploy(ACME, json!({ "plan": plan })).await;
     assert_eq!(
         (status, body["code"].as_str()),
         (422, Some("invalid_plan")),
@@ -1832,7 +1806,6 @@ async fn a_plan_with_an_anyof_of_20000_branches_is_refused_at_deploy() {
 /// and says that validation stopped there.
 #[tokio::test]
 async fn an_invalid_plan_is_answered_with_at_most_100_short_problems() {
-    use reqwest::Method;
     use serde_json::json;
     let dir = TempDir::new("flowd-problems");
     let flowd = Flowd::start(&dir);
@@ -1854,14 +1827,7 @@ async fn an_invalid_plan_is_answered_with_at_most_100_short_problems() {
         })
         .collect();
     let plan: serde_json::Value = serde_json::from_str(&plan.seal().to_json()).unwrap();
-    let (status, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/workflows",
-            Some(ACME),
-            Some(json!({ "plan": plan })),
-        )
-        .await;
+    let (status, body) = flowd.try_deploy(ACME, json!({ "plan": plan })).await;
     assert_eq!(
         (status, body["code"].as_str()),
         (422, Some("invalid_plan")),
@@ -1947,14 +1913,12 @@ async fn a_source_that_compiles_past_the_plan_bounds_is_refused() {
     let dir = TempDir::new("flowd-source-bounds");
     let flowd = Flowd::start(&dir);
     let (status, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/workflows",
-            Some(ACME),
-            Some(json!({
+        .try_deploy(
+            ACME,
+            json!({
                 "source": "workflow slow {\n  timeout 400d\n  output { x: 1 }\n}\n",
                 "path": "slow.flow",
-            })),
+            }),
         )
         .await;
     assert_eq!(

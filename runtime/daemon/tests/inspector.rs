@@ -101,12 +101,7 @@ async fn the_inspector_shows_a_parked_run_and_approves_it_in_a_browser() {
     }
 
     let (status, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/workflows",
-            Some(ACME),
-            Some(json!({ "source": RELEASE, "path": "release.flow" })),
-        )
+        .try_deploy(ACME, json!({ "source": RELEASE, "path": "release.flow" }))
         .await;
     assert_eq!(status, 201, "{body}");
     let (status, body) = flowd

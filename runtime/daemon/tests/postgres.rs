@@ -39,14 +39,7 @@ async fn two_flowds_share_deployments_runs_and_approvals() {
     // no stale copy of the deployments.
     for version in [1, 2] {
         let source = gated.replace("Refund?", &format!("Refund (v{version})?"));
-        let (status, body) = a
-            .send(
-                Method::POST,
-                "/v1/workflows",
-                Some(ACME),
-                Some(json!({ "source": source })),
-            )
-            .await;
+        let (status, body) = a.try_deploy(ACME, json!({ "source": source })).await;
         assert_eq!(status, 201, "{body}");
         let run_id = b.start_run(ACME, json!({ "workflow": "refund" })).await;
         let parked = b.settled(&run_id, ACME).await;

@@ -123,12 +123,7 @@ async fn deployments_beyond_the_quota_are_refused() {
     flowd.deploy(ACME, &version(2)).await;
     flowd.deploy(ACME, &version(2)).await;
     let (status, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/workflows",
-            Some(ACME),
-            Some(json!({ "source": version(3) })),
-        )
+        .try_deploy(ACME, json!({ "source": version(3) }))
         .await;
     assert_eq!(status, 422, "{body}");
     assert_eq!(body["code"], "quota_exceeded", "{body}");
@@ -189,14 +184,7 @@ async fn runs_deployments_and_documents_can_be_deleted() {
         (status, body["code"].as_str()),
         (404, Some("unknown_workflow"))
     );
-    let (status, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/workflows",
-            Some(ACME),
-            Some(json!({ "source": source })),
-        )
-        .await;
+    let (status, body) = flowd.try_deploy(ACME, json!({ "source": source })).await;
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["deployments"][0]["version"], 2, "{body}");
 }

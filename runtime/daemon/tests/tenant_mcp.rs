@@ -52,11 +52,8 @@ fn everything_server(mark: &str) -> String {
 
 fn browser_server(mark: &str, extra: &str) -> String {
     let cli = mcp_servers_dir().join("node_modules/@playwright/mcp/cli.js");
-    let chromium = std::process::Command::new("sh")
-        .args(["-c", "command -v chromium"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
+    // Not every test of this file starts the browser: one only deploys.
+    let chromium = flow_tests::services::program("chromium").unwrap_or_default();
     format!(
         "[mcp.servers.browser]\ncommand = \"node\"\nargs = [{:?}, \"--executable-path\", {chromium:?}, \"--headless\", \"--no-sandbox\", \"--isolated\"]\nenv = {{ FLOW_MCP_TEST_MARK = {mark:?} }}\n{extra}",
         cli.to_string_lossy()
@@ -91,14 +88,7 @@ async fn a_workflow_with_its_own_command_is_refused_and_nothing_runs() {
     let source = evil_source(&touched, &mark);
     let flowd = Flowd::start(&dir);
 
-    let (status, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/workflows",
-            Some(ACME),
-            Some(json!({ "source": source })),
-        )
-        .await;
+    let (status, body) = flowd.try_deploy(ACME, json!({ "source": source })).await;
     assert_eq!(status, 422, "{body}");
     assert_eq!(body["code"], "mcp_server_not_allowed", "{body}");
     let detail = body["detail"].as_str().unwrap();
@@ -112,12 +102,7 @@ async fn a_workflow_with_its_own_command_is_refused_and_nothing_runs() {
     );
 
     let (status, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/workflows",
-            Some(ACME),
-            Some(json!({ "plan": plan_of(&source) })),
-        )
+        .try_deploy(ACME, json!({ "plan": plan_of(&source) }))
         .await;
     assert_eq!(status, 422, "a plan is checked the same way: {body}");
     assert_eq!(body["code"], "mcp_server_not_allowed", "{body}");
@@ -170,14 +155,7 @@ async fn an_allowed_server_serves_its_account_only_and_a_start_rechecks() {
     );
     assert!(!touched.exists(), "the file's command ran");
 
-    let (status, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/workflows",
-            Some(GLOBEX),
-            Some(json!({ "source": source })),
-        )
-        .await;
+    let (status, body) = flowd.try_deploy(GLOBEX, json!({ "source": source })).await;
     assert_eq!(status, 422, "{body}");
     assert_eq!(body["code"], "mcp_server_not_allowed", "{body}");
     assert!(
@@ -217,14 +195,7 @@ async fn a_browser_tool_the_operator_does_not_offer_is_refused_at_deploy() {
     let flowd = Flowd::start_with(&dir, &config);
     let source = "mcp browser { command \"npx\" args [\"@playwright/mcp\"] }\n\
          workflow rce {\n  step a = browser.browser_run_code_unsafe { code: \"async () => 1\" }\n  output { ok: true }\n}\n";
-    let (status, body) = flowd
-        .send(
-            Method::POST,
-            "/v1/workflows",
-            Some(ACME),
-            Some(json!({ "source": source })),
-        )
-        .await;
+    let (status, body) = flowd.try_deploy(ACME, json!({ "source": source })).await;
     assert_eq!(status, 422, "{body}");
     assert_eq!(body["code"], "mcp_tool_not_allowed", "{body}");
     assert!(

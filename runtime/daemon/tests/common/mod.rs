@@ -95,14 +95,25 @@ impl Flowd {
     /// Deploys a `.flow` source to the account of `key`.
     pub(crate) async fn deploy(&self, key: &str, source: &str) {
         let (status, body) = self
-            .send(
-                reqwest::Method::POST,
-                "/v1/workflows",
-                Some(key),
-                Some(serde_json::json!({ "source": source })),
-            )
+            .try_deploy(key, serde_json::json!({ "source": source }))
             .await;
         assert_eq!(status, 201, "{body}");
+    }
+
+    /// `POST /v1/workflows` with `body` for the account of `key`: the
+    /// status and the answer, for a test of what is refused.
+    pub(crate) async fn try_deploy(
+        &self,
+        key: &str,
+        body: serde_json::Value,
+    ) -> (u16, serde_json::Value) {
+        self.send(
+            reqwest::Method::POST,
+            "/v1/workflows",
+            Some(key),
+            Some(body),
+        )
+        .await
     }
 
     /// Starts a run (`POST /v1/runs` with `body`) for the account of `key`;
