@@ -226,11 +226,9 @@ impl flow_compiler::SourceLoader for OverlayLoader<'_> {
         project.read(path, false)
     }
 
-    fn lock(&self, folder: &str) -> Result<Option<Vec<u8>>, LoadFailure> {
+    fn lock(&self, path: &str) -> Result<Option<Vec<u8>>, LoadFailure> {
         match &self.project {
-            Some(project) => {
-                project.read_other(&Path::new(folder).join(flow_compiler::lock::LOCK_FILE))
-            }
+            Some(project) => project.read_other(Path::new(path)),
             None => Ok(None),
         }
     }

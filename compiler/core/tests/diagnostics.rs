@@ -54,15 +54,11 @@ impl SourceLoader for Memory<'_> {
             .ok_or_else(|| LoadFailure::unreadable("no such file"))
     }
 
-    fn lock(&self, folder: &str) -> Result<Option<Vec<u8>>, LoadFailure> {
-        let path = match folder {
-            "" => flow_compiler::lock::LOCK_FILE.to_string(),
-            folder => format!("{folder}/{}", flow_compiler::lock::LOCK_FILE),
-        };
+    fn lock(&self, path: &str) -> Result<Option<Vec<u8>>, LoadFailure> {
         Ok(self
             .0
             .iter()
-            .find(|(name, _)| *name == path)
+            .find(|(name, _)| name == path)
             .map(|(_, text)| text.as_bytes().to_vec()))
     }
 }

@@ -273,9 +273,8 @@ impl flow_compiler::SourceLoader for ProjectLoader<'_> {
 
     /// Read like a source, through the project: a `flow.lock` that is a
     /// link out of it, a device or huge is refused.
-    fn lock(&self, folder: &str) -> Result<Option<Vec<u8>>, LoadFailure> {
-        self.project
-            .read_other(&Path::new(folder).join(flow_compiler::lock::LOCK_FILE))
+    fn lock(&self, path: &str) -> Result<Option<Vec<u8>>, LoadFailure> {
+        self.project.read_other(Path::new(path))
     }
 }
 

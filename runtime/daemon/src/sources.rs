@@ -92,12 +92,11 @@ impl flow_compiler::SourceLoader for DeployedFiles {
             })
     }
 
-    fn lock(&self, folder: &str) -> Result<Option<Vec<u8>>, LoadFailure> {
-        let path = match folder {
-            "" => LOCK_FILE.to_string(),
-            folder => format!("{}/{LOCK_FILE}", normalize(folder)),
-        };
-        Ok(self.files.get(&path).map(|text| text.as_bytes().to_vec()))
+    fn lock(&self, path: &str) -> Result<Option<Vec<u8>>, LoadFailure> {
+        Ok(self
+            .files
+            .get(&normalize(path))
+            .map(|text| text.as_bytes().to_vec()))
     }
 }
 

@@ -34,11 +34,11 @@ pub trait SourceLoader {
     /// The bytes of the file at `path`, or why the loader gives none.
     fn load(&self, path: &str) -> Result<Vec<u8>, LoadFailure>;
 
-    /// The bytes of the `flow.lock` in `folder` (named as paths are: `""`
-    /// for the folder relative paths start from), or `None` when it has
-    /// none. A loader of sources without locks has none.
-    fn lock(&self, folder: &str) -> Result<Option<Vec<u8>>, LoadFailure> {
-        let _ = folder;
+    /// The bytes of the lock file at `path` (the `flow.lock` beside a root,
+    /// named as the loader names sources), or `None` when there is none. A
+    /// loader of sources without locks has none.
+    fn lock(&self, path: &str) -> Result<Option<Vec<u8>>, LoadFailure> {
+        let _ = path;
         Ok(None)
     }
 }
@@ -122,7 +122,18 @@ pub struct Checked {
     /// The analysis, present even with errors so that editors can use it.
     pub analysis: Analysis,
     /// Whether a `flow.lock` held the browser steps' tools to its servers'.
-    pub tools_locked: bool,
+    pub lock: LockUse,
+}
+
+/// What became of the `flow.lock` beside the root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockUse {
+    /// There is none: browser steps' tools are unchecked.
+    Absent,
+    /// Browser steps' tools were checked against it.
+    Used,
+    /// It could not be used (E120): checked as without one.
+    Unusable,
 }
 
 impl Checked {
@@ -176,6 +187,7 @@ pub fn check(root: &str, loader: &dyn SourceLoader) -> Result<Checked, LoadError
     };
     let mut checked = check_with_tools(root, loader, tools.as_ref())?;
     if let Some(lock) = unusable {
+        checked.lock = LockUse::Unusable;
         // The lock is no source: its problem is shown on the name of the
         // root's first MCP server (what a lock is about), or at its start.
         let at = checked
@@ -203,25 +215,20 @@ pub fn check(root: &str, loader: &dyn SourceLoader) -> Result<Checked, LoadError
 }
 
 /// The lock beside `root`, parsed, if its folder has one.
-pub fn read_lock(
+fn read_lock(
     root: &str,
     loader: &dyn SourceLoader,
 ) -> Result<Option<crate::lock::ToolLock>, LoadError> {
-    let folder = match normalize(root).rsplit_once('/') {
-        Some((folder, _)) => folder.to_string(),
-        None => String::new(),
-    };
-    let path = if folder.is_empty() {
-        crate::lock::LOCK_FILE.to_string()
-    } else {
-        format!("{folder}/{}", crate::lock::LOCK_FILE)
+    let path = match normalize(root).rsplit_once('/') {
+        Some((folder, _)) => format!("{folder}/{}", crate::lock::LOCK_FILE),
+        None => crate::lock::LOCK_FILE.to_string(),
     };
     let unusable = |message: String, hint: Option<String>| LoadError {
         path: path.clone(),
         message,
         hint,
     };
-    let Some(bytes) = loader.lock(&folder).map_err(|failure| {
+    let Some(bytes) = loader.lock(&path).map_err(|failure| {
         unusable(
             failure.reason().to_string(),
             failure.hint().map(str::to_string),
@@ -294,7 +301,10 @@ pub fn check_with_tools(
         files,
         diagnostics,
         analysis: Analysis { env, workflows },
-        tools_locked: tools.is_some(),
+        lock: match tools {
+            Some(_) => LockUse::Used,
+            None => LockUse::Absent,
+        },
     })
 }
 

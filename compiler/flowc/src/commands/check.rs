@@ -30,11 +30,7 @@ pub(crate) fn run(
     let mut unchecked_tools: Vec<String> = Vec::new();
     for (path, result) in files.iter().zip(check_all(&roots)) {
         if let Ok(checked) = &result
-            && !checked.tools_locked
-            && !checked
-                .diagnostics
-                .iter()
-                .any(|d| d.code == flow_compiler::codes::Code::UnusableLock)
+            && checked.lock == flow_compiler::check::LockUse::Absent
             && has_browser_steps(checked)
         {
             unchecked_tools.push(path.clone());
