@@ -282,9 +282,7 @@ pub(crate) async fn deploy(
     let plan = match request {
         Deploy::Source(DeploySource { source, path }) => {
             let path = path.unwrap_or_else(|| "workflow.flow".to_string());
-            let files = DeployedFiles::new([(path.clone(), source)].into())
-                .map_err(|why| invalid_files(&why))?;
-            compile_valid(&path, &files)?
+            compile_valid(&path, &DeployedFiles::single(&path, source))?
         }
         Deploy::Files(DeployFiles { files, root }) => {
             let files = DeployedFiles::new(files).map_err(|why| invalid_files(&why))?;

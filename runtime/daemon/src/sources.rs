@@ -60,6 +60,16 @@ impl DeployedFiles {
         Ok(DeployedFiles { files: normal })
     }
 
+    /// One source under the name a client gave it, for its diagnostics
+    /// only: `{"source", "path"}` deploys took any name before file sets
+    /// came, so the rules for a set's paths do not apply to it. Nothing is
+    /// read by a name, and imports from it find nothing.
+    pub(crate) fn single(path: &str, text: String) -> DeployedFiles {
+        DeployedFiles {
+            files: [(normalize(path), text)].into(),
+        }
+    }
+
     /// The one `.flow` file of a set that has exactly one.
     pub(crate) fn only_source(&self) -> Option<&str> {
         let mut sources = self.files.keys().filter(|path| path.ends_with(".flow"));
@@ -77,19 +87,20 @@ impl DeployedFiles {
 impl flow_compiler::SourceLoader for DeployedFiles {
     fn load(&self, path: &str) -> Result<Vec<u8>, LoadFailure> {
         let normal = normalize(path);
+        if let Some(text) = self.files.get(&normal) {
+            return Ok(text.as_bytes().to_vec());
+        }
+        let hint = "send every file the workflow imports in `files`".to_string();
         if normal.starts_with('/') || normal == ".." || normal.starts_with("../") {
             return Err(LoadFailure::OutsideProject {
                 reason: "the path leads outside the deployed files".to_string(),
-                hint: "send every file the workflow imports in `files`".to_string(),
+                hint,
             });
         }
-        self.files
-            .get(&normal)
-            .map(|text| text.as_bytes().to_vec())
-            .ok_or_else(|| LoadFailure::Unreadable {
-                reason: "not among the deployed files".to_string(),
-                hint: Some("send every file the workflow imports in `files`".to_string()),
-            })
+        Err(LoadFailure::Unreadable {
+            reason: "not among the deployed files".to_string(),
+            hint: Some(hint),
+        })
     }
 
     fn lock(&self, path: &str) -> Result<Option<Vec<u8>>, LoadFailure> {

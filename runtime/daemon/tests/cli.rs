@@ -213,6 +213,19 @@ async fn a_workflow_with_imports_deploys_as_a_set_of_files() {
             "{body}"
         );
     }
+
+    // A single source keeps the name its client gave, whatever it is: the
+    // rules for a set's paths are not the `source` form's.
+    let (status, body) = flowd
+        .try_deploy(
+            ACME,
+            serde_json::json!({
+                "source": "workflow named {\n  output { ok: true }\n}\n",
+                "path": "/srv/flows/named",
+            }),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
 }
 
 /// `flowd serve` refuses requests without a valid API key, answers unknown
