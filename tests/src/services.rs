@@ -12,7 +12,7 @@
 //! project can install itself (Debian's Chromium, the npm packages, Neovim);
 //! the services are the machine's.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::path::Path;
@@ -97,10 +97,18 @@ impl Service {
 /// one line on standard error, that the tests needing it are skipped and
 /// why, and this answers `false`.
 pub fn ready(services: &[Service], test: &str) -> bool {
-    static SAID: Mutex<Option<HashSet<Service>>> = Mutex::new(None);
+    // What each service's first test found: asking again for every test (a
+    // connection each, seconds against a host that drops packets) would
+    // learn nothing new within one test process.
+    static FOUND: Mutex<Option<HashMap<Service, Option<String>>>> = Mutex::new(None);
     let mut all_here = true;
     for &service in services {
-        let Some(why) = service.missing() else {
+        let mut found = FOUND
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let found = found.get_or_insert_with(HashMap::new);
+        let first = !found.contains_key(&service);
+        let Some(why) = found.entry(service).or_insert_with(|| service.missing()) else {
             continue;
         };
         if std::env::var(MANDATORY).is_ok_and(|value| value == "1") {
@@ -110,8 +118,7 @@ pub fn ready(services: &[Service], test: &str) -> bool {
             );
         }
         all_here = false;
-        let mut said = SAID.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if said.get_or_insert_with(HashSet::new).insert(service) {
+        if first {
             // Straight to the stream: the test harness captures `eprintln!`
             // of passing tests, and this line is for the person running them.
             let _ = writeln!(
