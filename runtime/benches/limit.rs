@@ -14,8 +14,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use flow_runtime::interp::{BoxFuture, Provider, RecipeCall, StepError};
+use flow_runtime::error::StepError;
 use flow_runtime::limit::{LimitedProvider, Limiter, Limits, RedisLimiter, RedisSettings};
+use flow_runtime::services::{BoxFuture, Provider, RecipeCall};
 use serde_json::{Value, json};
 
 const REDIS: &str = "redis://127.0.0.1:6379";

@@ -12,8 +12,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use flow_plan::{McpServer, McpTransport};
-use flow_runtime::interp::McpClient as _;
 use flow_runtime::mcp::{McpPool, McpPoolConfig};
+use flow_runtime::services::McpClient as _;
 use rmcp::model::CallToolRequestParams;
 use serde_json::json;
 

@@ -20,8 +20,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use flow_runtime::interp::{BoxFuture, Outcome, Provider, RecipeCall, Services, StepError};
+use flow_runtime::error::StepError;
+use flow_runtime::journal::Outcome;
 use flow_runtime::memory::MemoryStore;
+use flow_runtime::services::{BoxFuture, Provider, RecipeCall, Services};
 use flow_runtime::sqlite::{RunJournal, SqliteStore};
 use serde_json::{Value, json};
 
@@ -302,7 +304,7 @@ fn b3_sequential(runtime: &tokio::runtime::Runtime, quick: bool) {
     let sqlite = SqliteStore::open(&dir.join("park.db")).expect("the store opens");
     sqlite.put_plan(&gated).expect("the plan is stored");
     let store: Arc<dyn Store> = sqlite;
-    let provider: Arc<dyn flow_runtime::interp::Provider> = Arc::new(Instant0);
+    let provider: Arc<dyn flow_runtime::services::Provider> = Arc::new(Instant0);
     let input = json!({});
     let drive = |run_id: String| {
         let (store, gated, provider, input) = (
@@ -543,7 +545,7 @@ fn b1_sequential(runtime: &tokio::runtime::Runtime, quick: bool) {
     sqlite.put_plan(&ten).expect("the plan is stored");
     let store: Arc<dyn Store> = sqlite;
     let input = json!({ "q": "x".repeat(1000) });
-    let provider: Arc<dyn flow_runtime::interp::Provider> = Arc::new(Instant0);
+    let provider: Arc<dyn flow_runtime::services::Provider> = Arc::new(Instant0);
     profiler("enable");
     let start = Instant::now();
     runtime.block_on(async {
@@ -686,8 +688,8 @@ fn b2(runtime: &tokio::runtime::Runtime, quick: bool) {
 }
 
 /// An approval by `approver`.
-fn approve(approver: &str) -> flow_runtime::interp::Decision {
-    flow_runtime::interp::Decision {
+fn approve(approver: &str) -> flow_runtime::approval::Decision {
+    flow_runtime::approval::Decision {
         approver: approver.to_string(),
         groups: Vec::new(),
         approved: true,

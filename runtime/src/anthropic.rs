@@ -5,9 +5,10 @@
 
 use serde_json::{Value, json};
 
-use crate::interp::{BoxFuture, ErrorKind, Provider, RecipeCall, StepError};
+use crate::error::{ErrorKind, StepError};
 use crate::llm::{ProviderConfig, http_client};
 use crate::openai::{SYSTEM_PROMPT, answer_with_repair, excerpt, schema_name, send_for_json};
+use crate::services::{BoxFuture, Provider, RecipeCall};
 
 pub struct AnthropicProvider {
     client: reqwest::Client,

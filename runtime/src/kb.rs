@@ -7,7 +7,7 @@
 //! resolved once for the run; each recipe call adds its own ids' documents
 //! ranked against its rendered prompt. Both are appended to the prompt.
 
-use crate::interp::KbDocument;
+use crate::services::KbDocument;
 
 /// The most documents one call gets, and the most text of them.
 pub const MOST_DOCUMENTS: usize = 5;

@@ -8,14 +8,18 @@
 //! approval and recovering after a crash are both that replay.
 
 pub mod anthropic;
-pub mod egress;
+pub mod approval;
+pub(crate) mod bounded;
+pub mod error;
 pub mod eval;
 pub mod interp;
+pub mod journal;
 pub mod kb;
 pub mod limit;
 pub mod llm;
 pub mod log;
 pub mod mcp;
+pub use flow_mcp::egress;
 pub mod memory;
 pub mod offline;
 pub mod openai;
@@ -25,8 +29,11 @@ pub(crate) mod preflight;
 pub mod runner;
 pub mod schema;
 pub mod scope;
+pub mod services;
 pub mod sqlite;
 pub mod store;
 pub mod time;
 
-pub use interp::{Outcome, Services, run};
+pub use interp::run;
+pub use journal::Outcome;
+pub use services::Services;

@@ -30,7 +30,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::interp::{BoxFuture, Provider, RecipeCall, StepError};
+use crate::error::StepError;
+use crate::services::{BoxFuture, Provider, RecipeCall};
 
 /// The default number of LLM calls in flight per account.
 pub const DEFAULT_LIMIT: usize = 10;

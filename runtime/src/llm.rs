@@ -14,8 +14,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::anthropic::AnthropicProvider;
-use crate::interp::Provider;
 use crate::openai::OpenAiProvider;
+use crate::services::Provider;
 
 /// Where a provider is and how to call it.
 #[derive(Debug, Clone)]

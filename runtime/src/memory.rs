@@ -9,11 +9,11 @@ use std::sync::Mutex;
 
 use serde_json::{Value, json};
 
-pub use crate::interp::DecideError;
-use crate::interp::{
-    BoxFuture, Decision, Effects, Handoff, Journal, KbDocument, KbWrite, StepError, StepRecord,
-    decide_record,
-};
+pub use crate::approval::DecideError;
+use crate::approval::{Decision, decide_record};
+use crate::error::StepError;
+use crate::journal::{Journal, StepRecord};
+use crate::services::{BoxFuture, Effects, Handoff, KbDocument, KbWrite};
 use crate::store::lock;
 
 #[derive(Debug, Default)]
@@ -57,7 +57,7 @@ impl MemoryStore {
                 comment: comment.map(str::to_string),
                 decided_at: decided_at.to_string(),
             },
-            crate::interp::now_ms(),
+            crate::time::now_ms(),
         )?;
         records.insert(path.to_string(), decided);
         Ok(())

@@ -202,11 +202,11 @@ fn index(rng: &mut SplitMix64, len: usize) -> usize {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OfflineProvider;
 
-impl crate::interp::Provider for OfflineProvider {
+impl crate::services::Provider for OfflineProvider {
     fn complete<'a>(
         &'a self,
-        call: &'a crate::interp::RecipeCall<'a>,
-    ) -> crate::interp::BoxFuture<'a, Result<Value, crate::interp::StepError>> {
+        call: &'a crate::services::RecipeCall<'a>,
+    ) -> crate::services::BoxFuture<'a, Result<Value, crate::error::StepError>> {
         let value = fabricate(call.output_schema, seed_of(&[call.recipe, &call.call_id]));
         Box::pin(async move { Ok(value) })
     }

@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::interp::{BoxFuture, ErrorKind, Provider, RecipeCall, StepError};
+use crate::error::{ErrorKind, StepError};
 use crate::llm::{ProviderConfig, http_client};
+use crate::services::{BoxFuture, Provider, RecipeCall};
 
 pub struct OpenAiProvider {
     client: reqwest::Client,

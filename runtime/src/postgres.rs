@@ -23,7 +23,7 @@
 //!   (a record of a run that does not exist), each record is written alone,
 //!   so that only the faulty one fails.
 //! * **Decisions apply once.** `decide` locks the step record
-//!   (`SELECT ... FOR UPDATE`) and applies `interp::decide_record` to what it
+//!   (`SELECT ... FOR UPDATE`) and applies `approval::decide_record` to what it
 //!   read: of concurrent decisions, the first to lock it decides and the
 //!   others find it no longer pending. A run's own write of the record (an
 //!   expired gate) is an upsert that changes only a pending record, so it
@@ -79,10 +79,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::NoTls;
 use tokio_postgres::types::ToSql;
 
-use crate::interp::{
-    BoxFuture, DecideError, Decision, Effects, ErrorKind, Handoff, Journal, KbDocument, KbWrite,
-    PendingApproval, StepError, StepRecord, StepStatus, decide_record, gate_due_ms,
-};
+use crate::approval::{DecideError, Decision, PendingApproval, decide_record, gate_due_ms};
+use crate::error::{ErrorKind, StepError};
+use crate::journal::{Journal, StepRecord, StepStatus};
+use crate::services::{BoxFuture, Effects, Handoff, KbDocument, KbWrite};
 use crate::store::{
     DELETE_AFTER_CANCEL_MS, Deletion, Deployment, JournalMemory, MailNext, NO_ACCOUNT,
     NewNotification, Notification, NotificationKind, NotificationQuery, Outgoing, RunLog, RunQuery,

@@ -22,7 +22,7 @@ use std::time::Duration;
 use flow_plan::{Action, Plan, Workflow};
 use serde_json::Value;
 
-use crate::interp::{BoxFuture, KbDocument, Services};
+use crate::services::{BoxFuture, KbDocument, Services};
 
 /// How long the MCP servers get to answer, all of them together.
 const MCP_WITHIN: Duration = Duration::from_secs(30);
@@ -118,7 +118,7 @@ pub(crate) async fn preflight(
             });
             check
         });
-        let all = crate::interp::run_bounded(checks, servers.len().max(1), |_| false);
+        let all = crate::bounded::run_bounded(checks, servers.len().max(1), |_| false);
         match tokio::time::timeout(MCP_WITHIN, all).await {
             Ok(failed) => problems.extend(failed.into_iter().flatten()),
             Err(_) => problems.push(format!(
@@ -165,7 +165,7 @@ pub(crate) async fn preflight(
             };
             let mut documents = crate::kb::merged(&named, owned);
             documents.truncate(most);
-            Ok::<_, crate::interp::StepError>(documents)
+            Ok::<_, crate::error::StepError>(documents)
         };
         match resolved.await {
             Ok(documents) => documents,

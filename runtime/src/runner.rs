@@ -14,10 +14,11 @@ use flow_plan::Plan;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::interp::{
-    BoxFuture, ErrorKind, Journal, McpClient, Outcome, Provider, Services, StepError, StepRecord,
-};
-use crate::interp::{PendingApproval, StepStatus};
+use crate::approval::PendingApproval;
+use crate::error::{ErrorKind, StepError};
+use crate::journal::StepStatus;
+use crate::journal::{Journal, Outcome, StepRecord};
+use crate::services::{BoxFuture, McpClient, Provider, Services};
 use crate::store::{RunLog, RunRow, RunStatus, Store, StoreError};
 
 /// Called with each step record as the run journals it (a progress display).

@@ -19,11 +19,10 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-use crate::interp::{
-    BoxFuture, Effects, ErrorKind, Handoff, Journal, KbDocument, KbWrite, StepError, StepRecord,
-    StepStatus,
-};
-use crate::interp::{DecideError, Decision, PendingApproval, decide_record, gate_due_ms};
+use crate::approval::{DecideError, Decision, PendingApproval, decide_record, gate_due_ms};
+use crate::error::{ErrorKind, StepError};
+use crate::journal::{Journal, StepRecord, StepStatus};
+use crate::services::{BoxFuture, Effects, Handoff, KbDocument, KbWrite};
 use crate::store::lock;
 use crate::store::{
     DELETE_AFTER_CANCEL_MS, Deletion, Deployment, JournalMemory, MailNext, NO_ACCOUNT,
@@ -186,7 +185,7 @@ const MIGRATIONS: &[&str] = &[
     // The gates waiting for a decision, counted for flowd's metrics without
     // reading every step record.
     "CREATE INDEX step_runs_pending ON step_runs(run_id) WHERE status = 'pending';",
-    // When each pending gate expires (`interp::gate_due_ms`), so that the
+    // When each pending gate expires (`approval::gate_due_ms`), so that the
     // gates due are found by an index, not by reading every parked run.
     "ALTER TABLE step_runs ADD COLUMN due_ms INTEGER;
      UPDATE step_runs

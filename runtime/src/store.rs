@@ -7,7 +7,7 @@
 //! * A step record is durable when `Journal::record` returns (under full
 //!   durability), so a dependent step never starts on an output a crash could
 //!   lose.
-//! * `decide` applies `crate::interp::decide_record` to the pending record
+//! * `decide` applies `crate::approval::decide_record` to the pending record
 //!   atomically: of concurrent decisions on one gate, exactly one applies.
 //! * `claim_run` gives a run to at most one live process; only the owner adds
 //!   active time to it or records how it ended.
@@ -19,9 +19,10 @@ use flow_plan::{Durability, Plan};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::interp::{
-    BoxFuture, DecideError, Decision, Effects, Journal, Outcome, StepError, StepRecord,
-};
+use crate::approval::{DecideError, Decision};
+use crate::error::StepError;
+use crate::journal::{Journal, Outcome, StepRecord};
+use crate::services::{BoxFuture, Effects};
 
 /// A store error: what failed, in words.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -320,7 +321,7 @@ pub trait Store: Send + Sync {
     /// its runs until some process restarts.
     fn orphaned_runs(&self) -> StoreFuture<'_, Vec<RunRow>>;
 
-    /// The parked runs with a gate whose expiry (`interp::gate_due_ms`) is
+    /// The parked runs with a gate whose expiry (`approval::gate_due_ms`) is
     /// at or before `now_ms`, oldest first.
     fn expired_gates(&self, now_ms: u64) -> StoreFuture<'_, Vec<RunRow>>;
 
@@ -328,7 +329,7 @@ pub trait Store: Send + Sync {
     fn step_records<'a>(&'a self, run_id: &'a str) -> StoreFuture<'a, Vec<StepRecord>>;
 
     /// Decides the approval pending at `path` of run `run_id`, exactly once
-    /// (`crate::interp::decide_record` says when a decision applies). The
+    /// (`crate::approval::decide_record` says when a decision applies). The
     /// inner error is a refusal by those rules; the outer one, the store's.
     fn decide<'a>(
         &'a self,

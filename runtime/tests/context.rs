@@ -5,9 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flow_plan::Durability;
-use flow_runtime::interp::{ErrorKind, Outcome, Provider, Services};
+use flow_runtime::error::ErrorKind;
+use flow_runtime::journal::Outcome;
 use flow_runtime::llm::ProviderConfig;
 use flow_runtime::openai::OpenAiProvider;
+use flow_runtime::services::{Provider, Services};
 use flow_runtime::sqlite::{RunJournal, SqliteStore};
 use flow_tests::TempDir;
 use flow_tests::fake_llm::FakeLlm;

@@ -7,9 +7,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use flow_runtime::interp::{Outcome, Services};
+use flow_runtime::journal::Outcome;
 use flow_runtime::memory::MemoryStore;
 use flow_runtime::offline::OfflineProvider;
+use flow_runtime::services::Services;
 
 struct Disk(PathBuf);
 

@@ -10,11 +10,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use flow_plan::Plan;
-use flow_runtime::interp::{
-    BoxFuture, ErrorKind, Outcome, Provider, RecipeCall, Services, StepError, StepStatus,
-};
+use flow_runtime::error::{ErrorKind, StepError};
+use flow_runtime::journal::{Outcome, StepStatus};
 use flow_runtime::memory::{DecideError, MemoryStore};
 use flow_runtime::offline::fabricate;
+use flow_runtime::services::{BoxFuture, Provider, RecipeCall, Services};
 use serde_json::{Value, json};
 
 /// Answers from a script per recipe: each call takes the next entry (an error

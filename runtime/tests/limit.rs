@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use flow_runtime::interp::{Provider, RecipeCall};
 use flow_runtime::limit::{
     LimitEvents, LimitedProvider, Limiter, Limits, LocalLimiter, RedisLimiter, RedisSettings,
     Unobserved,
 };
 use flow_runtime::llm::ProviderConfig;
 use flow_runtime::openai::OpenAiProvider;
+use flow_runtime::services::{Provider, RecipeCall};
 use flow_tests::fake_llm::FakeLlm;
 use flow_tests::services::redis_url;
 use serde_json::json;

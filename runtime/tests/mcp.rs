@@ -16,10 +16,12 @@ use std::time::{Duration, Instant};
 
 use flow_plan::{McpServer, McpTransport};
 use flow_runtime::egress::{AllowedHost, EgressPolicy};
-use flow_runtime::interp::{ErrorKind, Journal as _, Outcome, Services, StepStatus};
+use flow_runtime::error::ErrorKind;
+use flow_runtime::journal::{Journal as _, Outcome, StepStatus};
 use flow_runtime::mcp::{BrowserPolicy, McpPool, McpPoolConfig, ServerSetup};
 use flow_runtime::memory::MemoryStore;
 use flow_runtime::offline::OfflineProvider;
+use flow_runtime::services::Services;
 use flow_tests::mcp_servers::dead;
 use serde_json::{Value, json};
 

@@ -5,11 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flow_runtime::anthropic::AnthropicProvider;
-use flow_runtime::interp::Provider;
-use flow_runtime::interp::{ErrorKind, Outcome, Services};
+use flow_runtime::error::ErrorKind;
+use flow_runtime::journal::Outcome;
 use flow_runtime::llm::ProviderConfig;
 use flow_runtime::memory::MemoryStore;
 use flow_runtime::openai::OpenAiProvider;
+use flow_runtime::services::Provider;
+use flow_runtime::services::Services;
 use flow_tests::fake_llm::{FakeLlm, Reply, ok};
 use serde_json::json;
 

@@ -13,9 +13,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use flow_plan::Durability;
-use flow_runtime::interp::{Decision, Handoff, KbWrite, Outcome, Services, StepStatus};
+use flow_runtime::approval::Decision;
+use flow_runtime::journal::{Outcome, StepStatus};
 use flow_runtime::offline::OfflineProvider;
 use flow_runtime::postgres::{PostgresOptions, PostgresStore};
+use flow_runtime::services::{Handoff, KbWrite, Services};
 use flow_runtime::sqlite::SqliteStore;
 use flow_runtime::store::{
     Deletion, MailNext, MailState, NotificationKind, NotificationQuery, RunLog, RunStatus, Store,
@@ -1010,7 +1012,7 @@ async fn postgres_a_journal_whose_run_was_taken_over_does_nothing_more() {
         "{refused:?}"
     );
     assert!(!old.heartbeat(Duration::from_secs(1)).await.unwrap());
-    let record = flow_runtime::interp::StepRecord {
+    let record = flow_runtime::journal::StepRecord {
         path: "one".into(),
         step_id: "one".into(),
         kind: flow_plan::StepKind::Recipe,
@@ -1168,7 +1170,7 @@ async fn a_department_owns_the_documents_its_workflows_write(backend: Backend) {
     ] {
         journal.kb_write(&document).await.unwrap();
     }
-    let titles = |found: Vec<flow_runtime::interp::KbDocument>| -> Vec<String> {
+    let titles = |found: Vec<flow_runtime::services::KbDocument>| -> Vec<String> {
         found
             .into_iter()
             .map(|d| format!("{}/{}", d.collection, d.title))

@@ -78,37 +78,12 @@ impl ToolLock {
     pub fn server(&self, transport: &McpTransport) -> Option<&LockedServer> {
         self.servers
             .iter()
-            .find(|server| same_server(&server.transport, transport))
+            .find(|server| server.transport.identity() == transport.identity())
     }
 }
 
 fn transport_key(transport: &McpTransport) -> String {
     serde_json::to_string(transport).unwrap_or_default()
-}
-
-/// The runtime's identity of a server: the order of `env` does not matter.
-fn same_server(a: &McpTransport, b: &McpTransport) -> bool {
-    match (a, b) {
-        (
-            McpTransport::Stdio {
-                command: command_a,
-                args: args_a,
-                env: env_a,
-            },
-            McpTransport::Stdio {
-                command: command_b,
-                args: args_b,
-                env: env_b,
-            },
-        ) => {
-            let (mut env_a, mut env_b) = (env_a.clone(), env_b.clone());
-            env_a.sort();
-            env_b.sort();
-            command_a == command_b && args_a == args_b && env_a == env_b
-        }
-        (McpTransport::Http { url: a }, McpTransport::Http { url: b }) => a == b,
-        _ => false,
-    }
 }
 
 /// A tool's arguments as the parameters of a call: each property with its

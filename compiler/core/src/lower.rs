@@ -61,7 +61,7 @@ pub fn lower(checked: &Checked) -> Option<plan::Plan> {
         .iter()
         .map(|name| plan::McpServer {
             name: (*name).clone(),
-            transport: mcp_transport(&env.mcp_servers[*name].decl),
+            transport: env.mcp_servers[*name].transport.clone(),
         })
         .collect();
 
@@ -112,37 +112,6 @@ fn sorted_with_index<V>(table: &HashMap<String, V>) -> (Vec<&String>, HashMap<&s
         .map(|(i, name)| (name.as_str(), i as u32))
         .collect();
     (names, index)
-}
-
-/// The text of a string literal where the checker demands one (MCP arguments).
-/// How the runtime reaches a declared MCP server: what the plan holds, and
-/// the server's identity in `flow.lock`.
-pub fn mcp_transport(decl: &ast::McpServer) -> plan::McpTransport {
-    match (&decl.command, &decl.url) {
-        (_, Some(url)) => plan::McpTransport::Http {
-            url: url.display_text(),
-        },
-        (command, None) => plan::McpTransport::Stdio {
-            command: command
-                .as_ref()
-                .map(ast::StringLit::display_text)
-                .unwrap_or_default(),
-            args: decl.args.iter().map(literal_text).collect(),
-            env: decl
-                .env
-                .iter()
-                .flat_map(|record| &record.fields)
-                .map(|field| (field.name.text.clone(), literal_text(&field.value)))
-                .collect(),
-        },
-    }
-}
-
-fn literal_text(expr: &ast::Expr) -> String {
-    match &expr.kind {
-        ExprKind::String(lit) => lit.display_text(),
-        _ => String::new(),
-    }
 }
 
 fn segments(path: &[Segment]) -> Vec<plan::PathSegment> {

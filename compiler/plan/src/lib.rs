@@ -14,9 +14,11 @@
 
 use std::fmt::{self, Write as _};
 
+mod error_kind;
 pub mod limits;
 mod validate;
 
+pub use error_kind::ErrorKind;
 pub use validate::{PlanProblem, PlanProblems};
 
 /// `text` cut to at most `most` characters, the cut marked with `…`: for
@@ -89,6 +91,20 @@ pub enum McpTransport {
     Http {
         url: String,
     },
+}
+
+impl McpTransport {
+    /// What makes two declarations the same server, to `flow.lock` and to the
+    /// runtime's pool alike: the command line and environment (in any order
+    /// of `env`), or the URL. Two transports name one server exactly when
+    /// their identities are equal.
+    pub fn identity(&self) -> McpTransport {
+        let mut identity = self.clone();
+        if let McpTransport::Stdio { env, .. } = &mut identity {
+            env.sort();
+        }
+        identity
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -18,11 +18,13 @@ use clap::{Parser, Subcommand};
 
 mod remote;
 use flow_plan::Plan;
-use flow_runtime::interp::{Decision, Provider, StepRecord};
+use flow_runtime::approval::Decision;
+use flow_runtime::journal::StepRecord;
 use flow_runtime::limit::{LimitedProvider, Limiter};
 use flow_runtime::mcp::{McpPool, McpPoolConfig};
 use flow_runtime::offline::OfflineProvider;
 use flow_runtime::runner::{self, Observer, RunRecord};
+use flow_runtime::services::Provider;
 use flow_runtime::sqlite::SqliteStore;
 use flow_runtime::store::{NO_ACCOUNT, RunStatus, Store};
 use serde_json::{Value, json};
@@ -458,7 +460,7 @@ async fn execute(
     if mcp.servers_from_plans() {
         announce_mcp_servers(plan, workflow);
     }
-    let mcp: Arc<dyn flow_runtime::interp::McpClient> = mcp.clone();
+    let mcp: Arc<dyn flow_runtime::services::McpClient> = mcp.clone();
     let outcome = runner::drive(
         store,
         plan,

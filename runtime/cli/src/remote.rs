@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use flow_plan::Plan;
-use flow_runtime::interp::StepRecord;
+use flow_runtime::journal::StepRecord;
 use flow_runtime::runner::RunRecord;
 use flow_runtime::store::RunStatus;
 use serde_json::{Value, json};

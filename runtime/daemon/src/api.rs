@@ -11,7 +11,8 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use flow_plan::{Plan, PlanProblems};
-use flow_runtime::interp::{Decision, Outcome, StepRecord};
+use flow_runtime::approval::Decision;
+use flow_runtime::journal::{Outcome, StepRecord};
 use flow_runtime::runner::{self, RunRecord};
 use flow_runtime::store::{
     Deletion, Deployment, Notification, NotificationQuery, RunQuery, RunRow, RunStatus, StoreError,

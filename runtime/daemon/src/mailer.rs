@@ -13,7 +13,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flow_runtime::interp::{PendingApproval, StepStatus, gate_due_ms};
+use flow_runtime::approval::{PendingApproval, gate_due_ms};
+use flow_runtime::journal::StepStatus;
 use flow_runtime::store::{MailNext, MailState, Notification, NotificationKind, Outgoing, RunRow};
 use lettre::message::header::ContentType;
 use lettre::transport::smtp::authentication::Credentials;

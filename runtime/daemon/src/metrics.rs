@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use flow_runtime::interp::{StepRecord, StepStatus};
+use flow_runtime::journal::{StepRecord, StepStatus};
 use flow_runtime::limit::LimitEvents;
 use flow_runtime::runner::Observer;
 use flow_runtime::store::{MailState, NotificationKind, RunStatus};

@@ -8,7 +8,8 @@ use axum::Form;
 use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
-use flow_runtime::interp::{Decision, Outcome, PendingApproval, StepStatus};
+use flow_runtime::approval::{Decision, PendingApproval};
+use flow_runtime::journal::{Outcome, StepStatus};
 use flow_runtime::store::RunRow;
 use serde::Deserialize;
 

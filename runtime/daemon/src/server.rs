@@ -15,12 +15,14 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use flow_plan::Plan;
 use flow_plan::StepKind;
-use flow_runtime::interp::{DecideError, Decision, Outcome, Provider, StepRecord, StepStatus};
+use flow_runtime::approval::{DecideError, Decision};
+use flow_runtime::journal::{Outcome, StepRecord, StepStatus};
 use flow_runtime::limit::{
     LimitedProvider, Limiter, Limits, LocalLimiter, RedisLimiter, RedisSettings,
 };
 use flow_runtime::llm::ProviderConfig;
 use flow_runtime::runner::Observer;
+use flow_runtime::services::Provider;
 use flow_runtime::store::{Deployment, RunRow, RunStatus, Store, StoreError};
 use serde_json::json;
 use tokio::task::JoinSet;
@@ -582,7 +584,7 @@ impl Daemon {
                     })
                 };
                 // The account's MCP servers only, on this run's connections.
-                let mcp: Arc<dyn flow_runtime::interp::McpClient> = Arc::new(
+                let mcp: Arc<dyn flow_runtime::services::McpClient> = Arc::new(
                     crate::tenant_mcp::TenantMcp::new(Arc::clone(&daemon), &account, &run_id),
                 );
                 let steps = daemon.step_places(&account);

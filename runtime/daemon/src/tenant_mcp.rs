@@ -20,8 +20,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use flow_plan::{Action, McpServer, Plan, cut};
-use flow_runtime::interp::{BoxFuture, ErrorKind, McpClient, StepError};
+use flow_runtime::error::{ErrorKind, StepError};
 use flow_runtime::mcp::{McpError, McpScope};
+use flow_runtime::services::{BoxFuture, McpClient};
 use serde_json::Value;
 
 use crate::config::{Config, Secret};

@@ -12,7 +12,7 @@
 //! are sent as each invocation of the run ends. Exports leave the run's path, are
 //! retried, and a failed export is logged and counted, never fails a run.
 
-use flow_runtime::interp::{StepRecord, StepStatus};
+use flow_runtime::journal::{StepRecord, StepStatus};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 

@@ -10,7 +10,8 @@ use crate::diagnostic::{Diagnostic, FileId, Span};
 use crate::lock::LockedServer;
 use crate::suggest::{candidates_list, did_you_mean};
 use crate::syntax::ast::{
-    FieldDecl, Item, McpServer, Recipe, StringLit, TemplatePart, TypeDecl, TypeExpr, TypeExprKind,
+    Expr, ExprKind, FieldDecl, Item, McpServer, Recipe, StringLit, TemplatePart, TypeDecl,
+    TypeExpr, TypeExprKind,
 };
 
 #[derive(Debug, Clone)]
@@ -25,6 +26,9 @@ pub struct RecipeInfo {
 pub struct McpInfo {
     pub file: FileId,
     pub decl: McpServer,
+    /// How the runtime reaches it: what the plan holds, and the server's
+    /// identity in `flow.lock`.
+    pub transport: flow_plan::McpTransport,
     /// What `flow.lock` recorded for the server as it is declared, when the
     /// caller gave a lock that has it: its tools, for the checker and for
     /// completion.
@@ -111,6 +115,7 @@ pub(crate) fn build(files: &[LoadedFile], diagnostics: &mut Vec<Diagnostic>) -> 
                         McpInfo {
                             file,
                             decl: server.clone(),
+                            transport: mcp_transport(server),
                             locked: None,
                         },
                     );
@@ -659,5 +664,36 @@ fn collect_names(ty: &TypeExpr, names: &mut Vec<String>) {
             alternatives.iter().for_each(|a| collect_names(a, names))
         }
         TypeExprKind::Literal(_) => {}
+    }
+}
+
+/// How the runtime reaches a declared MCP server: what the plan holds, and
+/// the server's identity in `flow.lock`.
+fn mcp_transport(decl: &McpServer) -> flow_plan::McpTransport {
+    match (&decl.command, &decl.url) {
+        (_, Some(url)) => flow_plan::McpTransport::Http {
+            url: url.display_text(),
+        },
+        (command, None) => flow_plan::McpTransport::Stdio {
+            command: command
+                .as_ref()
+                .map(StringLit::display_text)
+                .unwrap_or_default(),
+            args: decl.args.iter().map(literal_text).collect(),
+            env: decl
+                .env
+                .iter()
+                .flat_map(|record| &record.fields)
+                .map(|field| (field.name.text.clone(), literal_text(&field.value)))
+                .collect(),
+        },
+    }
+}
+
+/// The text of a string literal where the checker demands one (MCP arguments).
+fn literal_text(expr: &Expr) -> String {
+    match &expr.kind {
+        ExprKind::String(lit) => lit.display_text(),
+        _ => String::new(),
     }
 }

@@ -281,9 +281,7 @@ pub fn check_with_tools(
     // checker's browser steps and for the editor's completion of tools.
     if let Some(lock) = tools {
         for info in env.mcp_servers.values_mut() {
-            info.locked = lock
-                .server(&crate::lower::mcp_transport(&info.decl))
-                .cloned();
+            info.locked = lock.server(&info.transport).cloned();
         }
     }
     let mut workflows = Vec::new();

@@ -17,10 +17,10 @@ use crate::check::{
 };
 use crate::codes::Code;
 use crate::diagnostic::{FileId, Span};
-use crate::ide::cursor::{self, Lexical};
 use crate::ide::scope::{Scope, Seg, walk};
 use crate::lock::LockedTool;
 use crate::syntax::ast::Item;
+use crate::syntax::cursor::{self, Lexical};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum CompletionKind {

@@ -10,7 +10,6 @@
 //! cursor sits in a half-typed construct (see [`completion`]).
 
 pub mod completion;
-pub(crate) mod cursor;
 pub mod fixes;
 pub mod hover;
 pub mod navigation;

@@ -1,6 +1,7 @@
 //! Syntax: the pest grammar, the syntax tree, and the template parser.
 
 pub mod ast;
+pub(crate) mod cursor;
 mod fast;
 mod parse;
 mod template;

@@ -11,9 +11,9 @@ use pest::iterators::Pair;
 
 use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, FileId, Span};
-// The lexical scan that completion reads the cursor's surroundings with.
-use crate::ide::cursor;
 use crate::syntax::ast::*;
+// The lexical scan that completion also reads the cursor's surroundings with.
+use crate::syntax::cursor;
 use crate::syntax::fast::parse_fast;
 use crate::syntax::template::parse_string;
 

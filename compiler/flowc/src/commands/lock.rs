@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flow_compiler::lock::{LOCK_FILE, LOCK_VERSION, LockedServer, LockedTool, ToolLock};
+use flow_mcp::{McpPool, McpPoolConfig};
 use flow_plan::{McpServer, McpTransport};
-use flow_runtime::mcp::{McpPool, McpPoolConfig};
 
 use crate::Exit;
 use crate::loader::{expand_paths, io_reason, print_load_error, write_atomically};
@@ -51,9 +51,7 @@ pub(crate) fn run(
         for name in names {
             let server = McpServer {
                 name: name.clone(),
-                transport: flow_compiler::lower::mcp_transport(
-                    &checked.analysis.env.mcp_servers[name].decl,
-                ),
+                transport: checked.analysis.env.mcp_servers[name].transport.clone(),
             };
             if !servers.contains(&server) {
                 servers.push(server);
@@ -97,7 +95,7 @@ fn list(folders: &BTreeMap<PathBuf, Vec<McpServer>>) -> Exit {
 /// What asking `server` does, for a person (`mcp::describe_transport`:
 /// environment variables by name, a URL without its secrets).
 pub(crate) fn describe(server: &McpServer) -> String {
-    let how = flow_runtime::mcp::describe_transport(&server.transport);
+    let how = flow_mcp::describe_transport(&server.transport);
     match &server.transport {
         McpTransport::Stdio { .. } => format!("start MCP server `{}`: {how}", server.name),
         McpTransport::Http { .. } => format!("reach MCP server `{}` at {how}", server.name),

@@ -1,0 +1,35 @@
+//! A step attempt's error; its kind (`flow_plan::ErrorKind`) decides whether it
+//! is retried.
+
+use std::time::Duration;
+
+pub use flow_plan::ErrorKind;
+use serde::{Deserialize, Serialize};
+
+use crate::eval::EvalError;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StepError {
+    pub kind: ErrorKind,
+    pub message: String,
+    /// A provider's `Retry-After`, honoured within the backoff cap.
+    #[serde(skip)]
+    pub retry_after: Option<Duration>,
+}
+
+impl StepError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> StepError {
+        StepError {
+            kind,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+}
+
+impl From<EvalError> for StepError {
+    fn from(error: EvalError) -> StepError {
+        StepError::new(ErrorKind::Expression, error.0)
+    }
+}

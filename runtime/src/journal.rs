@@ -1,0 +1,80 @@
+//! What a run leaves behind: one record per step execution, under its
+//! execution path, and the run's outcome. The `Journal` trait is where the
+//! interpreter writes records and where a replay finds them; the stores
+//! implement it.
+
+use flow_plan::StepKind;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::approval::PendingApproval;
+use crate::error::StepError;
+use crate::services::BoxFuture;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum StepStatus {
+    Completed,
+    Failed,
+    /// An approval waiting for a decision.
+    Pending,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Attempt {
+    pub index: u32,
+    pub error: Option<String>,
+    /// The wait before the next attempt.
+    pub delay_ms: Option<u64>,
+}
+
+/// One step execution: the journal's unit and the trace tree's node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StepRecord {
+    pub path: String,
+    pub step_id: String,
+    pub kind: StepKind,
+    pub status: StepStatus,
+    pub input: Value,
+    pub output: Option<Value>,
+    pub error: Option<StepError>,
+    pub attempts: Vec<Attempt>,
+    pub started_ms: u64,
+    pub ended_ms: u64,
+}
+
+/// Where step records go, and where a replay finds them.
+pub trait Journal: Send + Sync {
+    fn lookup(&self, path: &str) -> Option<StepRecord>;
+    /// Whether the run has recorded any step: a resumed invocation, not a
+    /// first one.
+    fn resumed(&self) -> bool;
+    /// Durable before the future resolves, in the stores that promise it.
+    fn record<'a>(&'a self, record: StepRecord) -> BoxFuture<'a, Result<(), StepError>>;
+    /// Whether this invocation may still act for the run: asked before each
+    /// attempt of a step goes out. A store whose processes hold runs by
+    /// leases answers an error once the lease passed to another process, so
+    /// that a process paused past its lease does not repeat the new owner's
+    /// work (see `postgres.rs`).
+    fn admit(&self) -> BoxFuture<'_, Result<(), StepError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Outcome {
+    Completed {
+        output: Value,
+    },
+    Parked {
+        pending: Vec<PendingApproval>,
+    },
+    Failed {
+        error: StepError,
+        step: Option<String>,
+    },
+}

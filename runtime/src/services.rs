@@ -1,0 +1,130 @@
+//! The services a run uses, as traits the interpreter calls: a model
+//! provider, an MCP client, the store's effects (KB writes, handoffs, KB
+//! context). Stores, flowd and the CLI implement them; none of them needs the
+//! interpreter to do so.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::StepError;
+use crate::journal::Journal;
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// One call of a recipe, as a provider receives it. It borrows from the plan
+/// and the step's arguments: a call is made per step, and copying a schema
+/// for each would cost more than the engine's own work.
+#[derive(Debug, Clone)]
+pub struct RecipeCall<'a> {
+    pub recipe: &'a str,
+    /// The model alias; the provider's configuration resolves it.
+    pub model: &'a str,
+    pub prompt: String,
+    pub input: &'a Value,
+    pub output_schema: &'a Value,
+    /// Stable identity of this attempt (run id, path, attempt index), for
+    /// deterministic providers and idempotent requests.
+    pub call_id: String,
+}
+
+/// A model provider (OpenAI-compatible, Anthropic, the offline fabricator).
+pub trait Provider: Send + Sync {
+    fn complete<'a>(&'a self, call: &'a RecipeCall<'a>) -> BoxFuture<'a, Result<Value, StepError>>;
+
+    /// What is wrong with calling these model aliases (preflight): nothing,
+    /// for a provider that takes any (the offline one; one whose aliases
+    /// pass through as model names).
+    fn check_models(&self, aliases: &[String]) -> Vec<String> {
+        let _ = aliases;
+        Vec::new()
+    }
+}
+
+/// A call to an MCP server's tool.
+pub trait McpClient: Send + Sync {
+    fn call_tool<'a>(
+        &'a self,
+        server: &'a flow_plan::McpServer,
+        tool: &'a str,
+        args: &'a Value,
+    ) -> BoxFuture<'a, Result<Value, StepError>>;
+
+    /// Whether `server` answers `initialize` and lists every one of `tools`
+    /// (preflight); what went wrong otherwise.
+    fn check<'a>(
+        &'a self,
+        server: &'a flow_plan::McpServer,
+        tools: &'a [String],
+    ) -> BoxFuture<'a, Result<(), String>>;
+}
+
+/// The effects of KB writes and handoffs, kept by the store.
+pub trait Effects: Send + Sync {
+    /// Creates or updates a document; the same idempotency key returns the
+    /// first write's result instead of writing again.
+    fn kb_write<'a>(&'a self, write: &'a KbWrite) -> BoxFuture<'a, Result<Value, StepError>>;
+    /// Records an in-app notification for a department; never blocks the run.
+    fn handoff<'a>(&'a self, handoff: &'a Handoff) -> BoxFuture<'a, Result<(), StepError>>;
+    /// At most `limit` of the run's account's documents that `ids` name (a
+    /// collection, or one document as `collection/title`) or that
+    /// `department` owns, those that match `terms` best first
+    /// (`crate::kb::search_terms`), then the others by collection and title.
+    fn kb_context<'a>(
+        &'a self,
+        ids: &'a [String],
+        department: Option<&'a str>,
+        terms: &'a [String],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<KbDocument>, StepError>>;
+}
+
+/// A knowledge-base document as a recipe's context gets it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KbDocument {
+    pub collection: String,
+    pub title: String,
+    pub version: i64,
+    pub content: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KbWrite {
+    pub collection: String,
+    pub title: String,
+    pub content: String,
+    pub metadata: Option<Value>,
+    pub key: Option<String>,
+    /// The department of the workflow that writes: the document becomes
+    /// its. A write from a workflow without one keeps the document's owner.
+    /// Absent from the arguments journaled before departments existed.
+    #[serde(default)]
+    pub department: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Handoff {
+    pub run_id: String,
+    pub department: String,
+    pub message: String,
+    pub subject: Option<String>,
+    pub key: Option<String>,
+}
+
+/// The services a run uses.
+#[derive(Clone)]
+pub struct Services {
+    pub provider: Arc<dyn Provider>,
+    pub effects: Arc<dyn Effects>,
+    pub mcp: Option<Arc<dyn McpClient>>,
+    pub journal: Arc<dyn Journal>,
+    /// Places for steps executing at once, shared by the runs of one
+    /// account (flowd): a step holds one from its first attempt until its
+    /// record is journaled, so that one account's loop at `concurrency
+    /// 1000` runs at most this many steps at a time and cannot fill the
+    /// journal's commits and the runtime's threads for everyone else.
+    pub steps: Option<Arc<tokio::sync::Semaphore>>,
+}
