@@ -68,8 +68,7 @@
 //!   any language, like SQLite's FTS5 tokenizer) with a GIN index, for the
 //!   search that retrieval will run.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -80,13 +79,12 @@ use tokio_postgres::NoTls;
 use tokio_postgres::types::ToSql;
 
 use crate::approval::{DecideError, Decision, PendingApproval, decide_record, gate_due_ms};
-use crate::error::{ErrorKind, StepError};
-use crate::journal::{Journal, StepRecord, StepStatus};
-use crate::services::{BoxFuture, Effects, Handoff, KbDocument, KbWrite};
+use crate::journal::{StepRecord, StepStatus};
+use crate::services::{Handoff, KbDocument, KbWrite};
 use crate::store::{
-    DELETE_AFTER_CANCEL_MS, Deletion, Deployment, JournalMemory, MailNext, NO_ACCOUNT,
-    NewNotification, Notification, NotificationKind, NotificationQuery, Outgoing, RunLog, RunQuery,
-    RunRow, RunStatus, Store, StoreError, StoreFuture,
+    DELETE_AFTER_CANCEL_MS, Deletion, Deployment, JournalBackend, MailNext, NO_ACCOUNT,
+    NewNotification, Notification, NotificationKind, NotificationQuery, Outgoing, RunHandle,
+    RunLog, RunQuery, RunRow, RunStatus, Store, StoreError, StoreFuture, StoreJournal,
 };
 use crate::time::now_stored_ms as now_ms;
 
@@ -248,18 +246,14 @@ impl Default for PostgresOptions {
 
 impl From<tokio_postgres::Error> for StoreError {
     fn from(error: tokio_postgres::Error) -> StoreError {
-        StoreError(format!("postgres: {error}"))
+        StoreError::Database(format!("postgres: {error}"))
     }
 }
 
 impl From<deadpool_postgres::PoolError> for StoreError {
     fn from(error: deadpool_postgres::PoolError) -> StoreError {
-        StoreError(format!("postgres: {error}"))
+        StoreError::Database(format!("postgres: {error}"))
     }
-}
-
-fn store_error(error: StoreError) -> StepError {
-    StepError::new(ErrorKind::Server, format!("store: {error}"))
 }
 
 /// A record for the writer, answered once its batch is committed.
@@ -299,7 +293,7 @@ fn status_name(status: StepStatus) -> &'static str {
 }
 
 fn to_json(value: &impl serde::Serialize) -> Result<String, StoreError> {
-    serde_json::to_string(value).map_err(|e| StoreError(e.to_string()))
+    serde_json::to_string(value).map_err(|e| StoreError::Damaged(e.to_string()))
 }
 
 /// A duration as PostgreSQL's milliseconds, for `now() + $n * interval '1 millisecond'`.
@@ -329,7 +323,7 @@ fn split_schema(location: &str) -> Result<(String, Option<String>), StoreError> 
                 .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
             && characters.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
         if !valid {
-            return Err(StoreError(format!(
+            return Err(StoreError::Unusable(format!(
                 "schema `{name}`: a schema name is a lowercase letter or `_`, then letters, digits or `_` (at most 63)"
             )));
         }
@@ -366,7 +360,7 @@ impl PostgresStore {
         // The URL's own error messages never quote it, so no password leaks.
         let mut config: tokio_postgres::Config = url
             .parse()
-            .map_err(|e| StoreError(format!("postgres: {e}")))?;
+            .map_err(|e| StoreError::Unusable(format!("postgres: {e}")))?;
         if let Some(schema) = &schema {
             let options = match config.get_options() {
                 Some(given) => format!("{given} -csearch_path={schema}"),
@@ -389,7 +383,7 @@ impl PostgresStore {
             .create_timeout(Some(Duration::from_secs(10)))
             .wait_timeout(Some(Duration::from_secs(30)))
             .build()
-            .map_err(|e| StoreError(format!("postgres: {e}")))?;
+            .map_err(|e| StoreError::Unusable(format!("postgres: {e}")))?;
         migrate(&pool, schema.as_deref()).await?;
         let client = pool.get().await?;
         let id: String = client
@@ -449,14 +443,9 @@ impl PostgresStore {
     }
 
     /// Queues `record` for the writer's next commit; resolves once it is
-    /// durable, with false when the fence refused it (the run is no longer
-    /// this process's in `epoch`).
-    fn append(
-        &self,
-        run_id: &str,
-        epoch: i64,
-        record: StepRecord,
-    ) -> BoxFuture<'static, Result<bool, StoreError>> {
+    /// durable, or with `LeaseLost` when the fence refused it (the run is no
+    /// longer this process's in `epoch`).
+    fn append(&self, run_id: &str, epoch: i64, record: StepRecord) -> StoreFuture<'static, ()> {
         let (reply, answer) = oneshot::channel();
         let queued = self.appends.send(Append {
             run_id: run_id.to_string(),
@@ -465,9 +454,11 @@ impl PostgresStore {
             reply,
         });
         Box::pin(async move {
-            let stopped = || StoreError("the journal writer has stopped".into());
-            queued.map_err(|_| stopped())?;
-            answer.await.map_err(|_| stopped())?
+            queued.map_err(|_| StoreError::WriterStopped)?;
+            match answer.await.map_err(|_| StoreError::WriterStopped)?? {
+                true => Ok(()),
+                false => Err(StoreError::LeaseLost),
+            }
         })
     }
 
@@ -480,7 +471,7 @@ impl PostgresStore {
         .iter()
         .map(|row| {
             serde_json::from_str(row.get(0))
-                .map_err(|e| StoreError(format!("a damaged step record: {e}")))
+                .map_err(|e| StoreError::Damaged(format!("a damaged step record: {e}")))
         })
         .collect()
     }
@@ -531,7 +522,7 @@ impl PostgresStore {
             return Ok(Deletion::Unknown);
         };
         let status = RunStatus::parse(row.get(0))
-            .ok_or_else(|| StoreError(format!("run {id} has an unknown status")))?;
+            .ok_or_else(|| StoreError::Damaged(format!("run {id} has an unknown status")))?;
         let updated_ms: i64 = row.get(1);
         let plan_hash: String = row.get(2);
         let deletable = match status {
@@ -816,7 +807,7 @@ async fn migrate(pool: &Pool, schema: Option<&str>) -> Result<(), StoreError> {
             .await?
             .get::<_, Option<String>>(0)
             .ok_or_else(|| {
-                StoreError(
+                StoreError::Unusable(
                     "no schema of the server's search_path exists; name one with `?schema=NAME` in the store URL".into(),
                 )
             })?,
@@ -840,7 +831,7 @@ async fn migrate(pool: &Pool, schema: Option<&str>) -> Result<(), StoreError> {
         .await?
         .get(0);
     if version as usize > MIGRATIONS.len() {
-        return Err(StoreError(format!(
+        return Err(StoreError::Unusable(format!(
             "schema {schema} was written by a newer flow (version {version}, this one knows {})",
             MIGRATIONS.len()
         )));
@@ -865,7 +856,7 @@ fn run_row(row: &tokio_postgres::Row) -> Result<RunRow, StoreError> {
         workflow: row.get(1),
         plan_hash: row.get(2),
         status: RunStatus::parse(&status)
-            .ok_or_else(|| StoreError(format!("unknown run status `{status}`")))?,
+            .ok_or_else(|| StoreError::Damaged(format!("unknown run status `{status}`")))?,
         input: serde_json::from_str(row.get(4)).unwrap_or(Value::Null),
         outcome: outcome.and_then(|o| serde_json::from_str(&o).ok()),
         created_ms: row.get(6),
@@ -882,7 +873,7 @@ fn notification_row(row: &tokio_postgres::Row) -> Result<Notification, StoreErro
         id: row.get(0),
         account: row.get(1),
         kind: NotificationKind::parse(&kind)
-            .ok_or_else(|| StoreError(format!("unknown notification kind `{kind}`")))?,
+            .ok_or_else(|| StoreError::Damaged(format!("unknown notification kind `{kind}`")))?,
         audience: row.get(3),
         run_id: row.get(4),
         step_path: row.get(5),
@@ -944,10 +935,6 @@ async fn write_batches(pool: Pool, owner: String, mut queue: mpsc::UnboundedRece
         }
     }
 }
-
-/// Why a journal write or a step was refused: the run is no longer this
-/// process's in the epoch its journal opened in.
-const LEASE_LOST: &str = "the run is no longer this process's (its lease passed to another process, or it was cancelled)";
 
 /// Inserts a batch of records in one statement, and the notifications of the
 /// gates among them in another, in one transaction (one commit). A record
@@ -1158,8 +1145,8 @@ impl Store for PostgresStore {
                 .await?;
             let row = rows
                 .first()
-                .ok_or_else(|| StoreError(format!("no plan {hash} in the store")))?;
-            Plan::from_json(row.get(0)).map_err(|e| StoreError(e.to_string()))
+                .ok_or_else(|| StoreError::Missing(format!("no plan {hash} in the store")))?;
+            Plan::from_json(row.get(0)).map_err(|e| StoreError::Damaged(e.to_string()))
         })
     }
 
@@ -1493,30 +1480,9 @@ impl Store for PostgresStore {
     }
 }
 
-/// One run's view of a PostgreSQL store: its journal (loaded once for
-/// replay) and the store's effects in the run's account.
-#[derive(Debug)]
-pub struct PostgresJournal {
-    store: Arc<PostgresStore>,
-    run_id: String,
-    /// The run's account: its KB documents and notifications are this account's.
-    account: String,
-    memory: JournalMemory,
-    hold: Hold,
-}
-
-/// An invocation's hold on its run: the epoch its journal opened in, which
-/// every write and every step start is checked against (see the module doc).
-#[derive(Debug)]
-struct Hold {
-    epoch: i64,
-    /// Until when a step may start without asking the database: when the
-    /// last renewal was sent plus nine tenths of the lease, as this
-    /// process's monotonic clock counts (it runs on while the process is
-    /// stopped, so a process resumed after SIGSTOP asks first).
-    until: Mutex<Instant>,
-    lost: AtomicBool,
-}
+/// One run's journal on PostgreSQL: the stores' shared journal over this
+/// store, fenced by the epoch it opened in (see the module doc).
+pub type PostgresJournal = StoreJournal<PostgresStore>;
 
 impl PostgresJournal {
     /// Opens a run's journal, in the epoch the run is in now. With
@@ -1526,7 +1492,7 @@ impl PostgresJournal {
         run_id: &str,
         durability: Durability,
     ) -> Result<Arc<PostgresJournal>, StoreError> {
-        let sent = Instant::now();
+        let read_at = Instant::now();
         let row = store
             .query(
                 "SELECT account, owner, epoch FROM runs WHERE id = $1",
@@ -1539,98 +1505,73 @@ impl PostgresJournal {
             None => (NO_ACCOUNT.to_string(), None, 0),
         };
         let records = store.step_records(run_id).await?;
-        Ok(Arc::new(PostgresJournal {
-            store: Arc::clone(store),
-            run_id: run_id.to_string(),
+        let run = RunHandle {
+            id: run_id.to_string(),
             account,
-            memory: JournalMemory::new(records, durability),
-            hold: Hold {
-                epoch,
-                until: Mutex::new(sent + store.lease * 9 / 10),
-                lost: AtomicBool::new(owner.as_deref() != Some(store.owner.as_str())),
-            },
-        }))
+            epoch,
+        };
+        let held = owner.as_deref() == Some(store.owner.as_str());
+        Ok(Arc::new(StoreJournal::new(
+            Arc::clone(store),
+            run,
+            held,
+            read_at,
+            records,
+            durability,
+        )))
+    }
+}
+
+impl PostgresStore {
+    /// In `tx`: fails with `LeaseLost` unless `run` is still this process's
+    /// in its journal's epoch, holding a share lock on its row until `tx`
+    /// ends, so that no claim comes between.
+    async fn fence(
+        &self,
+        tx: &tokio_postgres::Transaction<'_>,
+        run: &RunHandle,
+    ) -> Result<(), StoreError> {
+        let live = tx
+            .query_opt(
+                "SELECT 1 FROM runs WHERE id = $1 AND owner = $2 AND epoch = $3 FOR SHARE",
+                &[&run.id, &self.owner, &run.epoch],
+            )
+            .await?;
+        match live {
+            Some(_) => Ok(()),
+            None => Err(StoreError::LeaseLost),
+        }
     }
 
-    /// Renews the lease in this journal's epoch, adding `active` to the
-    /// run's active time; false (and lost for good) when the run has passed
-    /// to another epoch or owner.
-    async fn renew(&self, active: Duration) -> Result<bool, StoreError> {
-        if self.hold.lost.load(Ordering::SeqCst) {
-            return Ok(false);
-        }
-        let sent = Instant::now();
+    /// Renews the lease in `run`'s epoch, adding `active` to its active
+    /// time; false when the run has passed to another epoch or owner.
+    async fn renew(&self, run: &RunHandle, active: Duration) -> Result<bool, StoreError> {
         let changed = self
-            .store
             .execute(
                 "UPDATE runs SET active_ms = active_ms + $2,
                      lease_until = now() + $4 * interval '1 millisecond'
                  WHERE id = $1 AND owner = $3 AND epoch = $5",
                 &[
-                    &self.run_id,
+                    &run.id,
                     &(active.as_millis() as i64),
-                    &self.store.owner,
-                    &millis(self.store.lease),
-                    &self.hold.epoch,
+                    &self.owner,
+                    &millis(self.lease),
+                    &run.epoch,
                 ],
             )
             .await?;
-        if changed == 1 {
-            *self.hold.until.lock().unwrap_or_else(|p| p.into_inner()) =
-                sent + self.store.lease * 9 / 10;
-            Ok(true)
-        } else {
-            self.hold.lost.store(true, Ordering::SeqCst);
-            Ok(false)
-        }
-    }
-
-    /// In `tx`: fails unless the run is still this journal's, holding a
-    /// share lock on its row until `tx` ends, so that no claim comes between.
-    async fn fence(&self, tx: &tokio_postgres::Transaction<'_>) -> Result<(), StoreError> {
-        let live = tx
-            .query_opt(
-                "SELECT 1 FROM runs WHERE id = $1 AND owner = $2 AND epoch = $3 FOR SHARE",
-                &[&self.run_id, &self.store.owner, &self.hold.epoch],
-            )
-            .await?;
-        match live {
-            Some(_) => Ok(()),
-            None => Err(self.lose()),
-        }
-    }
-
-    /// Marks the hold lost for good; answers the error that refuses what
-    /// was asked.
-    fn lose(&self) -> StoreError {
-        self.hold.lost.store(true, Ordering::SeqCst);
-        StoreError(LEASE_LOST.into())
-    }
-
-    /// Queues `record` in this journal's epoch, at once (records queued
-    /// together share a commit); `settle` its answer.
-    fn append(&self, record: StepRecord) -> BoxFuture<'static, Result<bool, StoreError>> {
-        self.store.append(&self.run_id, self.hold.epoch, record)
-    }
-
-    /// A record's write as the interpreter sees it; a refusal by the fence
-    /// loses the hold.
-    fn settle(&self, written: Result<bool, StoreError>) -> Result<(), StepError> {
-        match written {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(store_error(self.lose())),
-            Err(error) => Err(store_error(error)),
-        }
+        Ok(changed == 1)
     }
 
     async fn kb_context(
         &self,
+        run: &RunHandle,
         ids: &[String],
         department: Option<&str>,
         terms: &[String],
         limit: usize,
     ) -> Result<Vec<KbDocument>, StoreError> {
-        let client = self.store.client().await?;
+        let client = self.client().await?;
         let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
         let document = |row: &tokio_postgres::Row| KbDocument {
             collection: row.get(0),
@@ -1651,7 +1592,7 @@ impl PostgresJournal {
                        AND search @@ to_tsquery('simple', $3)
                      ORDER BY ts_rank(search, to_tsquery('simple', $3)) DESC, collection, title
                      LIMIT $4",
-                    &[&self.account, &ids, &query, &(limit as i64), &department],
+                    &[&run.account, &ids, &query, &(limit as i64), &department],
                 )
                 .await?
                 .iter()
@@ -1667,7 +1608,7 @@ impl PostgresJournal {
                             OR department = $4)
                      ORDER BY collection, title
                      LIMIT $3",
-                    &[&self.account, &ids, &(limit as i64), &department],
+                    &[&run.account, &ids, &(limit as i64), &department],
                 )
                 .await?
                 .iter()
@@ -1679,31 +1620,32 @@ impl PostgresJournal {
         Ok(found)
     }
 
-    async fn kb_write(&self, write: &KbWrite) -> Result<Value, StoreError> {
-        let mut client = self.store.client().await?;
+    async fn kb_write(&self, run: &RunHandle, write: &KbWrite) -> Result<Value, StoreError> {
+        let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        self.fence(&tx).await?;
+        self.fence(&tx, run).await?;
         if let Some(key) = &write.key {
             // Taking the key first makes a concurrent write with the same key
             // wait for this one, then find its result.
             let taken = tx
                 .execute(
                     "INSERT INTO kb_keys (account, key) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-                    &[&self.account, key],
+                    &[&run.account, key],
                 )
                 .await?;
             if taken == 0 {
                 let first: Option<String> = tx
                     .query_one(
                         "SELECT result FROM kb_keys WHERE account = $1 AND key = $2",
-                        &[&self.account, key],
+                        &[&run.account, key],
                     )
                     .await?
                     .get(0);
                 let first = first.ok_or_else(|| {
-                    StoreError(format!("KB write key `{key}` has no result stored"))
+                    StoreError::Damaged(format!("KB write key `{key}` has no result stored"))
                 })?;
-                return serde_json::from_str(&first).map_err(|e| StoreError(e.to_string()));
+                return serde_json::from_str(&first)
+                    .map_err(|e| StoreError::Damaged(e.to_string()));
             }
         }
         let metadata = write.metadata.as_ref().map(Value::to_string);
@@ -1718,7 +1660,7 @@ impl PostgresJournal {
                          department = COALESCE(excluded.department, kb_documents.department)
                  RETURNING version",
                 &[
-                    &self.account,
+                    &run.account,
                     &write.collection,
                     &write.title,
                     &write.content,
@@ -1735,115 +1677,66 @@ impl PostgresJournal {
         if let Some(key) = &write.key {
             tx.execute(
                 "UPDATE kb_keys SET result = $3 WHERE account = $1 AND key = $2",
-                &[&self.account, key, &result.to_string()],
+                &[&run.account, key, &result.to_string()],
             )
             .await?;
         }
         tx.commit().await?;
         Ok(result)
     }
-}
 
-impl RunLog for PostgresJournal {
-    fn flush(&self) -> BoxFuture<'_, Result<(), StepError>> {
-        // Queued together, the held-back records share one commit.
-        let writes: Vec<_> = self
-            .memory
-            .take_deferred()
-            .into_iter()
-            .map(|record| self.append(record))
-            .collect();
-        Box::pin(async move {
-            for write in writes {
-                self.settle(write.await)?;
-            }
-            Ok(())
-        })
-    }
-
-    fn heartbeat(&self, active: Duration) -> StoreFuture<'_, bool> {
-        Box::pin(self.renew(active))
+    async fn handoff(&self, run: &RunHandle, handoff: &Handoff) -> Result<(), StoreError> {
+        let note = NewNotification {
+            account: &run.account,
+            kind: NotificationKind::Handoff,
+            audience: &handoff.department,
+            run_id: &handoff.run_id,
+            step_path: None,
+            subject: handoff.subject.as_deref(),
+            message: &handoff.message,
+            key: handoff.key.as_deref(),
+        };
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        self.fence(&tx, run).await?;
+        insert_notification(&tx, &note).await?;
+        tx.commit().await?;
+        Ok(())
     }
 }
 
-impl Journal for PostgresJournal {
-    fn lookup(&self, path: &str) -> Option<StepRecord> {
-        self.memory.lookup(path)
+impl JournalBackend for PostgresStore {
+    fn lease(&self) -> Option<Duration> {
+        Some(self.lease)
     }
 
-    fn resumed(&self) -> bool {
-        self.memory.any()
+    fn append(&self, run: &RunHandle, record: StepRecord) -> StoreFuture<'static, ()> {
+        PostgresStore::append(self, &run.id, run.epoch, record)
     }
 
-    fn record<'a>(&'a self, record: StepRecord) -> BoxFuture<'a, Result<(), StepError>> {
-        match self.memory.remember(record) {
-            Some(record) => {
-                let written = self.append(record);
-                Box::pin(async move { self.settle(written.await) })
-            }
-            None => Box::pin(async { Ok(()) }),
-        }
+    fn renew<'a>(&'a self, run: &'a RunHandle, active: Duration) -> StoreFuture<'a, bool> {
+        Box::pin(PostgresStore::renew(self, run, active))
     }
 
-    /// Without asking the database while the lease is surely live; after
-    /// that (a process paused past it), only once a renewal in this epoch
-    /// succeeded.
-    fn admit(&self) -> BoxFuture<'_, Result<(), StepError>> {
-        Box::pin(async move {
-            let live_until = *self.hold.until.lock().unwrap_or_else(|p| p.into_inner());
-            if !self.hold.lost.load(Ordering::SeqCst) && Instant::now() < live_until {
-                return Ok(());
-            }
-            match self.renew(Duration::ZERO).await {
-                Ok(true) => Ok(()),
-                Ok(false) => Err(store_error(self.lose())),
-                Err(error) => Err(store_error(error)),
-            }
-        })
-    }
-}
-
-impl Effects for PostgresJournal {
-    fn kb_write<'a>(&'a self, write: &'a KbWrite) -> BoxFuture<'a, Result<Value, StepError>> {
-        Box::pin(async move { self.kb_write(write).await.map_err(store_error) })
+    fn kb_write<'a>(&'a self, run: &'a RunHandle, write: &'a KbWrite) -> StoreFuture<'a, Value> {
+        Box::pin(PostgresStore::kb_write(self, run, write))
     }
 
     fn kb_context<'a>(
         &'a self,
+        run: &'a RunHandle,
         ids: &'a [String],
         department: Option<&'a str>,
         terms: &'a [String],
         limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<KbDocument>, StepError>> {
-        Box::pin(async move {
-            self.kb_context(ids, department, terms, limit)
-                .await
-                .map_err(store_error)
-        })
+    ) -> StoreFuture<'a, Vec<KbDocument>> {
+        Box::pin(PostgresStore::kb_context(
+            self, run, ids, department, terms, limit,
+        ))
     }
 
-    fn handoff<'a>(&'a self, handoff: &'a Handoff) -> BoxFuture<'a, Result<(), StepError>> {
-        Box::pin(async move {
-            let note = NewNotification {
-                account: &self.account,
-                kind: NotificationKind::Handoff,
-                audience: &handoff.department,
-                run_id: &handoff.run_id,
-                step_path: None,
-                subject: handoff.subject.as_deref(),
-                message: &handoff.message,
-                key: handoff.key.as_deref(),
-            };
-            let notified = async {
-                let mut client = self.store.client().await?;
-                let tx = client.transaction().await?;
-                self.fence(&tx).await?;
-                insert_notification(&tx, &note).await?;
-                tx.commit().await?;
-                Ok::<_, StoreError>(())
-            };
-            notified.await.map_err(store_error)
-        })
+    fn handoff<'a>(&'a self, run: &'a RunHandle, handoff: &'a Handoff) -> StoreFuture<'a, ()> {
+        Box::pin(PostgresStore::handoff(self, run, handoff))
     }
 }
 

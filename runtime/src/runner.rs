@@ -155,7 +155,10 @@ pub enum DriveError {
 
 impl From<StoreError> for DriveError {
     fn from(error: StoreError) -> DriveError {
-        DriveError::Store(error)
+        match error {
+            StoreError::LeaseLost => DriveError::Lost,
+            error => DriveError::Store(error),
+        }
     }
 }
 
@@ -245,10 +248,9 @@ pub async fn drive(
         let recorded = ACTIVE_TICK * ticks.load(Ordering::SeqCst);
         let active = started.elapsed().saturating_sub(recorded);
         // Under `durability approval`, this is where the run's records are kept.
-        log.flush()
-            .await
-            .map_err(|e| StoreError(format!("cannot persist the run: {}", e.message)))?;
-        let record = serde_json::to_value(&outcome).map_err(|e| StoreError(e.to_string()))?;
+        log.flush().await?;
+        let record =
+            serde_json::to_value(&outcome).map_err(|e| StoreError::Damaged(e.to_string()))?;
         if !store
             .finish_run(run_id, RunStatus::of(&outcome), &record, active)
             .await?

@@ -20,14 +20,13 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use crate::approval::{DecideError, Decision, PendingApproval, decide_record, gate_due_ms};
-use crate::error::{ErrorKind, StepError};
-use crate::journal::{Journal, StepRecord, StepStatus};
-use crate::services::{BoxFuture, Effects, Handoff, KbDocument, KbWrite};
+use crate::journal::{StepRecord, StepStatus};
+use crate::services::{Handoff, KbDocument, KbWrite};
 use crate::store::lock;
 use crate::store::{
-    DELETE_AFTER_CANCEL_MS, Deletion, Deployment, JournalMemory, MailNext, NO_ACCOUNT,
-    NewNotification, Notification, NotificationKind, NotificationQuery, Outgoing, RunLog, RunQuery,
-    RunRow, RunStatus, Store, StoreError, StoreFuture,
+    DELETE_AFTER_CANCEL_MS, Deletion, Deployment, JournalBackend, MailNext, NO_ACCOUNT,
+    NewNotification, Notification, NotificationKind, NotificationQuery, Outgoing, RunHandle,
+    RunLog, RunQuery, RunRow, RunStatus, Store, StoreError, StoreFuture, StoreJournal,
 };
 use crate::time::now_stored_ms as now_ms;
 
@@ -290,12 +289,8 @@ const ACCOUNT_RUN: &str = "SELECT id, workflow, plan_hash, status, input, outcom
 
 impl From<rusqlite::Error> for StoreError {
     fn from(error: rusqlite::Error) -> StoreError {
-        StoreError(error.to_string())
+        StoreError::Database(error.to_string())
     }
-}
-
-fn store_error(error: StoreError) -> StepError {
-    StepError::new(ErrorKind::Server, format!("store: {error}"))
 }
 
 type Reply = oneshot::Sender<Result<(), StoreError>>;
@@ -360,7 +355,7 @@ impl Write {
         let stored = |result: Result<Written, WriteError>| {
             result.map_err(|error| match error {
                 WriteError::Store(error) => error,
-                WriteError::Refused(refused) => StoreError(refused.to_string()),
+                WriteError::Refused(refused) => StoreError::Database(refused.to_string()),
             })
         };
         let rows = |written| match written {
@@ -516,7 +511,7 @@ impl SqliteStore {
         in_immediate(&conn, || {
             let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
             if version as usize > MIGRATIONS.len() {
-                return Err(StoreError(format!(
+                return Err(StoreError::Unusable(format!(
                     "{} was written by a newer flow (schema version {version}, this one knows {})",
                     path.display(),
                     MIGRATIONS.len()
@@ -533,7 +528,7 @@ impl SqliteStore {
         std::thread::Builder::new()
             .name("flow-journal-writer".into())
             .spawn(move || write_batches(writer, receiver))
-            .map_err(|e| StoreError(format!("cannot start the journal writer: {e}")))?;
+            .map_err(|e| StoreError::Unusable(format!("cannot start the journal writer: {e}")))?;
         Ok(Arc::new(SqliteStore {
             queue: Mutex::new(sender),
             conn: Mutex::new(conn),
@@ -563,7 +558,7 @@ impl SqliteStore {
             "INSERT OR IGNORE INTO plans (hash, json) VALUES (?1, ?2)",
             params![
                 plan.hash,
-                serde_json::to_string(plan).map_err(|e| StoreError(e.to_string()))?
+                serde_json::to_string(plan).map_err(|e| StoreError::Damaged(e.to_string()))?
             ],
         )?;
         Ok(())
@@ -576,8 +571,8 @@ impl SqliteStore {
                 row.get(0)
             })
             .optional()?
-            .ok_or_else(|| StoreError(format!("no plan {hash} in the store")))?;
-        Plan::from_json(&json).map_err(|e| StoreError(e.to_string()))
+            .ok_or_else(|| StoreError::Missing(format!("no plan {hash} in the store")))?;
+        Plan::from_json(&json).map_err(|e| StoreError::Damaged(e.to_string()))
     }
 
     pub fn create_run(
@@ -617,10 +612,8 @@ impl SqliteStore {
         let (reply, answer) = oneshot::channel();
         let queued = lock(&self.queue).send(Write::Statement { sql, params, reply });
         Box::pin(async move {
-            queued.map_err(|_| StoreError("the journal writer has stopped".into()))?;
-            answer
-                .await
-                .map_err(|_| StoreError("the journal writer has stopped".into()))?
+            queued.map_err(|_| StoreError::WriterStopped)?;
+            answer.await.map_err(|_| StoreError::WriterStopped)?
         })
     }
 
@@ -733,7 +726,7 @@ impl SqliteStore {
             .iter()
             .map(|json| {
                 serde_json::from_str(json)
-                    .map_err(|e| StoreError(format!("a damaged step record: {e}")))
+                    .map_err(|e| StoreError::Damaged(format!("a damaged step record: {e}")))
             })
             .collect()
     }
@@ -756,10 +749,8 @@ impl SqliteStore {
         };
         let queued = lock(&self.queue).send(Write::Decide { decision, reply });
         Box::pin(async move {
-            queued.map_err(|_| StoreError("the journal writer has stopped".into()))?;
-            answer
-                .await
-                .map_err(|_| StoreError("the journal writer has stopped".into()))?
+            queued.map_err(|_| StoreError::WriterStopped)?;
+            answer.await.map_err(|_| StoreError::WriterStopped)?
         })
     }
 
@@ -1066,7 +1057,8 @@ impl SqliteStore {
     ) -> Result<Vec<Notification>, StoreError> {
         let conn = self.reader()?;
         // The audiences as a JSON array: one statement for any number of them.
-        let audiences = serde_json::to_string(audiences).map_err(|e| StoreError(e.to_string()))?;
+        let audiences =
+            serde_json::to_string(audiences).map_err(|e| StoreError::Damaged(e.to_string()))?;
         let mut statement = conn.prepare_cached(
             "SELECT n.id, n.account, n.kind, n.audience, n.run_id, n.step_path, n.subject, n.message,
                     n.created_ms, r.reader IS NOT NULL
@@ -1353,11 +1345,7 @@ fn ready<'a, T: Send + 'a>(result: Result<T, StoreError>) -> StoreFuture<'a, T> 
 }
 
 impl SqliteStore {
-    fn append(
-        &self,
-        run_id: &str,
-        record: StepRecord,
-    ) -> BoxFuture<'static, Result<(), StepError>> {
+    fn append(&self, run_id: &str, record: StepRecord) -> StoreFuture<'static, ()> {
         let (reply, answer) = oneshot::channel();
         let sent = lock(&self.queue).send(Write::Step {
             run_id: run_id.to_string(),
@@ -1365,17 +1353,8 @@ impl SqliteStore {
             reply,
         });
         Box::pin(async move {
-            if sent.is_err() {
-                return Err(store_error(StoreError(
-                    "the journal writer has stopped".into(),
-                )));
-            }
-            match answer.await {
-                Ok(result) => result.map_err(store_error),
-                Err(_) => Err(store_error(StoreError(
-                    "the journal writer has stopped".into(),
-                ))),
-            }
+            sent.map_err(|_| StoreError::WriterStopped)?;
+            answer.await.map_err(|_| StoreError::WriterStopped)?
         })
     }
 }
@@ -1660,17 +1639,9 @@ fn apply_decision(
     Ok(Ok(()))
 }
 
-/// One run's view of the store: its journal (loaded once for replay) and the
-/// store's effects.
-pub struct RunJournal {
-    store: Arc<SqliteStore>,
-    run_id: String,
-    /// The run's account: its KB documents and notifications are this account's.
-    account: String,
-    /// `durability approval`: records wait there until `flush`, at a pause or
-    /// at the end of the run, instead of being committed one batch at a time.
-    memory: JournalMemory,
-}
+/// One run's journal on SQLite: the stores' shared journal over this
+/// store's writer.
+pub type RunJournal = StoreJournal<SqliteStore>;
 
 impl RunJournal {
     /// Opens a run's journal. With `Durability::Approval`, step records are
@@ -1681,57 +1652,95 @@ impl RunJournal {
         run_id: &str,
         durability: flow_plan::Durability,
     ) -> Result<Arc<RunJournal>, StoreError> {
+        let read_at = std::time::Instant::now();
         let account = store
             .run(run_id)?
             .map_or_else(|| NO_ACCOUNT.to_string(), |row| row.account);
         let records = store.step_records(run_id)?;
-        Ok(Arc::new(RunJournal {
-            store: Arc::clone(store),
-            run_id: run_id.to_string(),
+        let run = RunHandle {
+            id: run_id.to_string(),
             account,
-            memory: JournalMemory::new(records, durability),
-        }))
+            epoch: 0,
+        };
+        Ok(Arc::new(StoreJournal::new(
+            Arc::clone(store),
+            run,
+            true,
+            read_at,
+            records,
+            durability,
+        )))
     }
 }
 
-impl RunLog for RunJournal {
-    fn flush(&self) -> BoxFuture<'_, Result<(), StepError>> {
-        let writes: Vec<_> = self
-            .memory
-            .take_deferred()
-            .into_iter()
-            .map(|record| self.store.append(&self.run_id, record))
-            .collect();
+/// A run here is its process's while that process lives (see the module
+/// doc): no lease expires, and a renewal fails only for a run that was
+/// cancelled.
+impl JournalBackend for SqliteStore {
+    fn lease(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    fn append(&self, run: &RunHandle, record: StepRecord) -> StoreFuture<'static, ()> {
+        SqliteStore::append(self, &run.id, record)
+    }
+
+    fn renew<'a>(
+        &'a self,
+        run: &'a RunHandle,
+        active: std::time::Duration,
+    ) -> StoreFuture<'a, bool> {
+        self.add_active(&run.id, active)
+    }
+
+    fn kb_write<'a>(&'a self, run: &'a RunHandle, write: &'a KbWrite) -> StoreFuture<'a, Value> {
+        let (reply, answer) = oneshot::channel();
+        let queued = lock(&self.queue).send(Write::Document {
+            account: run.account.clone(),
+            write: Box::new(write.clone()),
+            reply,
+        });
         Box::pin(async move {
-            for write in writes {
-                write.await?;
-            }
-            Ok(())
+            queued.map_err(|_| StoreError::WriterStopped)?;
+            answer.await.map_err(|_| StoreError::WriterStopped)?
         })
     }
 
-    /// A run here is its process's while that process lives (see the module
-    /// doc): the heartbeat counts active time, and fails only for a run
-    /// that was cancelled.
-    fn heartbeat(&self, active: std::time::Duration) -> StoreFuture<'_, bool> {
-        self.store.add_active(&self.run_id, active)
+    fn kb_context<'a>(
+        &'a self,
+        run: &'a RunHandle,
+        ids: &'a [String],
+        department: Option<&'a str>,
+        terms: &'a [String],
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<KbDocument>> {
+        ready(SqliteStore::kb_context(
+            self,
+            &run.account,
+            ids,
+            department,
+            terms,
+            limit,
+        ))
     }
-}
 
-impl Journal for RunJournal {
-    fn lookup(&self, path: &str) -> Option<StepRecord> {
-        self.memory.lookup(path)
-    }
-
-    fn resumed(&self) -> bool {
-        self.memory.any()
-    }
-
-    fn record<'a>(&'a self, record: StepRecord) -> BoxFuture<'a, Result<(), StepError>> {
-        match self.memory.remember(record) {
-            Some(record) => self.store.append(&self.run_id, record),
-            None => Box::pin(async { Ok(()) }),
-        }
+    fn handoff<'a>(&'a self, run: &'a RunHandle, handoff: &'a Handoff) -> StoreFuture<'a, ()> {
+        // With the journal's commits, as a KB write, for the same reason.
+        let written = self.statement(
+            NOTIFY,
+            vec![
+                run.account.clone().into(),
+                NotificationKind::Handoff.as_str().to_string().into(),
+                handoff.department.clone().into(),
+                handoff.run_id.clone().into(),
+                rusqlite::types::Value::Null,
+                handoff.subject.clone().into(),
+                handoff.message.clone().into(),
+                handoff.key.clone().into(),
+                now_ms().into(),
+            ],
+        );
+        Box::pin(async move { written.await.map(|_| ()) })
     }
 }
 
@@ -1746,16 +1755,18 @@ fn fts_query(terms: &[String]) -> String {
         .join(" OR ")
 }
 
-impl RunJournal {
+impl SqliteStore {
+    /// `Effects::kb_context` of a run of `account`.
     fn kb_context(
         &self,
+        account: &str,
         ids: &[String],
         department: Option<&str>,
         terms: &[String],
         limit: usize,
     ) -> Result<Vec<KbDocument>, StoreError> {
-        let conn = self.store.reader()?;
-        let ids = serde_json::to_string(ids).map_err(|e| StoreError(e.to_string()))?;
+        let conn = self.reader()?;
+        let ids = serde_json::to_string(ids).map_err(|e| StoreError::Damaged(e.to_string()))?;
         let document = |row: &rusqlite::Row<'_>| {
             Ok(KbDocument {
                 collection: row.get(0)?,
@@ -1780,13 +1791,7 @@ impl RunJournal {
             )?;
             found = ranked
                 .query_map(
-                    params![
-                        self.account,
-                        fts_query(terms),
-                        ids,
-                        limit as i64,
-                        department
-                    ],
+                    params![account, fts_query(terms), ids, limit as i64, department],
                     document,
                 )?
                 .collect::<Result<_, _>>()?;
@@ -1802,10 +1807,7 @@ impl RunJournal {
                  LIMIT ?3",
             )?;
             let others: Vec<KbDocument> = rest
-                .query_map(
-                    params![self.account, ids, limit as i64, department],
-                    document,
-                )?
+                .query_map(params![account, ids, limit as i64, department], document)?
                 .collect::<Result<_, _>>()?;
             found = crate::kb::merged(&found, others);
             found.truncate(limit);
@@ -1814,70 +1816,30 @@ impl RunJournal {
     }
 }
 
-impl Effects for RunJournal {
-    fn kb_write<'a>(&'a self, write: &'a KbWrite) -> BoxFuture<'a, Result<Value, StepError>> {
-        let (reply, answer) = oneshot::channel();
-        let queued = lock(&self.store.queue).send(Write::Document {
-            account: self.account.clone(),
-            write: Box::new(write.clone()),
-            reply,
-        });
-        Box::pin(async move {
-            let stopped = || store_error(StoreError("the journal writer has stopped".into()));
-            queued.map_err(|_| stopped())?;
-            answer.await.map_err(|_| stopped())?.map_err(store_error)
-        })
-    }
-
-    fn kb_context<'a>(
-        &'a self,
-        ids: &'a [String],
-        department: Option<&'a str>,
-        terms: &'a [String],
-        limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<KbDocument>, StepError>> {
-        let result = self
-            .kb_context(ids, department, terms, limit)
-            .map_err(store_error);
-        Box::pin(async move { result })
-    }
-
-    fn handoff<'a>(&'a self, handoff: &'a Handoff) -> BoxFuture<'a, Result<(), StepError>> {
-        // With the journal's commits, as a KB write, for the same reason.
-        let written = self.store.statement(
-            NOTIFY,
-            vec![
-                self.account.clone().into(),
-                NotificationKind::Handoff.as_str().to_string().into(),
-                handoff.department.clone().into(),
-                handoff.run_id.clone().into(),
-                rusqlite::types::Value::Null,
-                handoff.subject.clone().into(),
-                handoff.message.clone().into(),
-                handoff.key.clone().into(),
-                now_ms().into(),
-            ],
-        );
-        Box::pin(async move { written.await.map(|_| ()).map_err(store_error) })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::services::Effects as _;
 
     /// A document written again replaces its row of the full-text index,
     /// found by rowid (not by a scan of the index), and keeps one row.
     #[tokio::test]
     async fn a_rewritten_document_keeps_one_row_of_the_full_text_index() {
         let dir = flow_tests::TempDir::new("sqlite-kb-rewrite");
-        let store = Arc::new(SqliteStore::open(&dir.path().join("flow.db")).unwrap());
-        let journal = RunJournal {
-            store: Arc::clone(&store),
-            run_id: "r1".to_string(),
+        let store = SqliteStore::open(&dir.path().join("flow.db")).unwrap();
+        let run = RunHandle {
+            id: "r1".to_string(),
             account: "acme".to_string(),
-            memory: JournalMemory::new(Vec::new(), flow_plan::Durability::Full),
+            epoch: 0,
         };
+        let journal = StoreJournal::new(
+            Arc::clone(&store),
+            run,
+            true,
+            std::time::Instant::now(),
+            Vec::new(),
+            flow_plan::Durability::Full,
+        );
         for (content, version) in [("first words", 1), ("second words", 2)] {
             let write = KbWrite {
                 collection: "notes".into(),

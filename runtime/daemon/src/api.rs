@@ -681,7 +681,7 @@ pub(crate) async fn start_run(
             .run_by_key(&account, &key)
             .await
             .map_err(store_problem)?
-            .ok_or_else(|| store_problem(StoreError(format!("no run has key `{key}`"))))?;
+            .ok_or_else(|| store_problem(StoreError::Missing(format!("no run has key `{key}`"))))?;
         return replayed(first, &key, &request, &deployments);
     }
     Ok((

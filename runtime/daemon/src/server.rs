@@ -460,7 +460,7 @@ impl Daemon {
             deployed
         });
         task.await
-            .map_err(|e| StoreError(format!("the deploy's task stopped: {e}")))?
+            .map_err(|e| StoreError::Database(format!("the deploy's task stopped: {e}")))?
     }
 
     /// Retires `account`'s deployments of `workflow` (`Store::undeploy`)

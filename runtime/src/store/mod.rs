@@ -12,7 +12,8 @@
 //! * `claim_run` gives a run to at most one live process; only the owner adds
 //!   active time to it or records how it ended.
 
-use std::collections::HashMap;
+mod journal;
+
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use flow_plan::{Durability, Plan};
@@ -20,17 +21,57 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::approval::{DecideError, Decision};
-use crate::error::StepError;
+use crate::error::{ErrorKind, StepError};
 use crate::journal::{Journal, Outcome, StepRecord};
 use crate::services::{BoxFuture, Effects};
 
-/// A store error: what failed, in words.
+pub use journal::{JournalBackend, RunHandle, StoreJournal};
+
+/// What went wrong in a store, as a value: callers decide by its kind
+/// (a lost lease ends an invocation quietly, the rest are failures) and
+/// render it at the edge (flowd's `store_unavailable` problem, the CLI's
+/// message).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoreError(pub String);
+pub enum StoreError {
+    /// The database failed or refused the request: its driver's words.
+    Database(String),
+    /// The store's writer (SQLite's thread, PostgreSQL's task) has stopped,
+    /// so nothing more is written.
+    WriterStopped,
+    /// Something stored could not be read back, or a value could not be
+    /// encoded for storing: what, and why.
+    Damaged(String),
+    /// The store holds nothing under that name (a plan's hash, a key).
+    Missing(String),
+    /// The run is no longer this invocation's: its lease passed to another
+    /// process, or it was cancelled. Nothing of the request was written.
+    LeaseLost,
+    /// The store cannot be used as it was given: its URL or schema name, a
+    /// database a newer flow wrote, a writer that could not start.
+    Unusable(String),
+}
 
 impl std::fmt::Display for StoreError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        match self {
+            StoreError::Database(message)
+            | StoreError::Damaged(message)
+            | StoreError::Missing(message)
+            | StoreError::Unusable(message) => f.write_str(message),
+            StoreError::WriterStopped => f.write_str("the journal writer has stopped"),
+            StoreError::LeaseLost => f.write_str(
+                "the run is no longer this process's (its lease passed to another process, or it was cancelled)",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+/// A store's failure as a step's: retried as a server error would be.
+impl From<StoreError> for StepError {
+    fn from(error: StoreError) -> StepError {
+        StepError::new(ErrorKind::Server, format!("store: {error}"))
     }
 }
 
@@ -247,7 +288,7 @@ pub struct RunQuery {
 pub trait RunLog: Journal + Effects {
     /// Persists the records that `durability approval` held back; called when
     /// the run parks or ends. Does nothing under full durability.
-    fn flush(&self) -> BoxFuture<'_, Result<(), StepError>>;
+    fn flush(&self) -> StoreFuture<'_, ()>;
 
     /// Adds `active` to the run's active time and renews this invocation's
     /// hold on the run: the runner's heartbeat while the run executes.
@@ -456,61 +497,6 @@ impl RunStatus {
             self,
             RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled
         )
-    }
-}
-
-/// What a store's `RunLog` keeps of its run in memory: the records loaded
-/// once for replay, kept current by the run's own writes, and under
-/// `durability approval` the records that wait for `RunLog::flush`. Every
-/// store's journal is this plus how it writes.
-#[derive(Debug)]
-pub struct JournalMemory {
-    records: Mutex<HashMap<String, StepRecord>>,
-    deferred: Option<Mutex<Vec<StepRecord>>>,
-}
-
-impl JournalMemory {
-    /// The memory of a run whose stored records are `records`.
-    pub fn new(records: Vec<StepRecord>, durability: Durability) -> JournalMemory {
-        JournalMemory {
-            records: Mutex::new(
-                records
-                    .into_iter()
-                    .map(|record| (record.path.clone(), record))
-                    .collect(),
-            ),
-            deferred: (durability == Durability::Approval).then(|| Mutex::new(Vec::new())),
-        }
-    }
-
-    pub fn lookup(&self, path: &str) -> Option<StepRecord> {
-        lock(&self.records).get(path).cloned()
-    }
-
-    /// Whether any step was recorded (stored or in this invocation).
-    pub fn any(&self) -> bool {
-        !lock(&self.records).is_empty()
-    }
-
-    /// Remembers `record` for lookups; gives it back when it is to be
-    /// written now, or keeps it for `take_deferred` under `durability approval`.
-    pub fn remember(&self, record: StepRecord) -> Option<StepRecord> {
-        lock(&self.records).insert(record.path.clone(), record.clone());
-        match &self.deferred {
-            Some(deferred) => {
-                lock(deferred).push(record);
-                None
-            }
-            None => Some(record),
-        }
-    }
-
-    /// The records held back since the last call, in the order they came.
-    pub fn take_deferred(&self) -> Vec<StepRecord> {
-        self.deferred
-            .as_ref()
-            .map(|deferred| std::mem::take(&mut *lock(deferred)))
-            .unwrap_or_default()
     }
 }
 
