@@ -82,9 +82,10 @@ use crate::approval::{DecideError, Decision, PendingApproval, decide_record, gat
 use crate::journal::{StepRecord, StepStatus};
 use crate::services::{Handoff, KbDocument, KbWrite};
 use crate::store::{
-    DELETE_AFTER_CANCEL_MS, Deletion, Deployment, JournalBackend, MailNext, NO_ACCOUNT,
-    NewNotification, Notification, NotificationKind, NotificationQuery, Outgoing, RunHandle,
-    RunLog, RunQuery, RunRow, RunStatus, Store, StoreError, StoreFuture, StoreJournal,
+    ApprovalStore, DELETE_AFTER_CANCEL_MS, Deletion, Deployment, JournalBackend, KbStore, MailNext,
+    NO_ACCOUNT, NewNotification, Notification, NotificationKind, NotificationQuery,
+    NotificationStore, Outgoing, PlanStore, RunHandle, RunLog, RunQuery, RunRow, RunStatus,
+    RunStore, StoreError, StoreFuture, StoreJournal,
 };
 use crate::time::now_stored_ms as now_ms;
 
@@ -1126,7 +1127,7 @@ async fn forget_plans(
     Ok(())
 }
 
-impl Store for PostgresStore {
+impl PlanStore for PostgresStore {
     fn put_plan<'a>(&'a self, plan: &'a Plan) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             self.execute(
@@ -1150,6 +1151,46 @@ impl Store for PostgresStore {
         })
     }
 
+    fn deploy<'a>(
+        &'a self,
+        account: &'a str,
+        workflow: &'a str,
+        plan_hash: &'a str,
+    ) -> StoreFuture<'a, Deployment> {
+        Box::pin(self.deploy(account, workflow, plan_hash))
+    }
+
+    fn undeploy<'a>(
+        &'a self,
+        account: &'a str,
+        workflow: &'a str,
+        version: Option<u32>,
+    ) -> StoreFuture<'a, usize> {
+        Box::pin(self.undeploy(account, workflow, version))
+    }
+
+    fn deployments<'a>(&'a self, account: &'a str) -> StoreFuture<'a, Vec<Deployment>> {
+        Box::pin(async move {
+            Ok(self
+                .query(
+                    "SELECT workflow, version, plan_hash, created_ms FROM deployments
+                     WHERE account = $1 ORDER BY workflow, version",
+                    &[&account],
+                )
+                .await?
+                .iter()
+                .map(|row| Deployment {
+                    workflow: row.get(0),
+                    version: row.get::<_, i32>(1) as u32,
+                    plan_hash: row.get(2),
+                    created_ms: row.get(3),
+                })
+                .collect())
+        })
+    }
+}
+
+impl RunStore for PostgresStore {
     fn create_run<'a>(
         &'a self,
         id: &'a str,
@@ -1275,31 +1316,8 @@ impl Store for PostgresStore {
         })
     }
 
-    fn expired_gates(&self, now_ms: u64) -> StoreFuture<'_, Vec<RunRow>> {
-        Box::pin(async move {
-            let now = i64::try_from(now_ms).unwrap_or(i64::MAX);
-            self.runs_where(
-                "status = 'pending_approval' AND id IN (
-                     SELECT run_id FROM step_runs
-                     WHERE status = 'pending' AND due_ms IS NOT NULL AND due_ms <= $1)
-                 ORDER BY created_ms, id",
-                &[&now],
-            )
-            .await
-        })
-    }
-
     fn step_records<'a>(&'a self, run_id: &'a str) -> StoreFuture<'a, Vec<StepRecord>> {
         Box::pin(self.step_records(run_id))
-    }
-
-    fn decide<'a>(
-        &'a self,
-        run_id: &'a str,
-        path: &'a str,
-        decision: &'a Decision,
-    ) -> StoreFuture<'a, Result<(), DecideError>> {
-        Box::pin(self.decide(run_id, path, decision))
     }
 
     fn cancel_run<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
@@ -1316,59 +1334,12 @@ impl Store for PostgresStore {
         })
     }
 
-    fn deploy<'a>(
-        &'a self,
-        account: &'a str,
-        workflow: &'a str,
-        plan_hash: &'a str,
-    ) -> StoreFuture<'a, Deployment> {
-        Box::pin(self.deploy(account, workflow, plan_hash))
-    }
-
-    fn undeploy<'a>(
-        &'a self,
-        account: &'a str,
-        workflow: &'a str,
-        version: Option<u32>,
-    ) -> StoreFuture<'a, usize> {
-        Box::pin(self.undeploy(account, workflow, version))
-    }
-
     fn delete_run<'a>(&'a self, account: &'a str, id: &'a str) -> StoreFuture<'a, Deletion> {
         Box::pin(self.delete_run(account, id))
     }
 
     fn delete_ended_runs(&self, before_ms: i64, limit: usize) -> StoreFuture<'_, usize> {
         Box::pin(self.delete_ended_runs(before_ms, limit))
-    }
-
-    fn delete_document<'a>(
-        &'a self,
-        account: &'a str,
-        collection: &'a str,
-        title: &'a str,
-    ) -> StoreFuture<'a, bool> {
-        Box::pin(self.delete_document(account, collection, title))
-    }
-
-    fn deployments<'a>(&'a self, account: &'a str) -> StoreFuture<'a, Vec<Deployment>> {
-        Box::pin(async move {
-            Ok(self
-                .query(
-                    "SELECT workflow, version, plan_hash, created_ms FROM deployments
-                     WHERE account = $1 ORDER BY workflow, version",
-                    &[&account],
-                )
-                .await?
-                .iter()
-                .map(|row| Deployment {
-                    workflow: row.get(0),
-                    version: row.get::<_, i32>(1) as u32,
-                    plan_hash: row.get(2),
-                    created_ms: row.get(3),
-                })
-                .collect())
-        })
     }
 
     fn account_runs<'a>(
@@ -1397,6 +1368,42 @@ impl Store for PostgresStore {
         })
     }
 
+    fn open_journal<'a>(
+        self: Arc<Self>,
+        run_id: &'a str,
+        durability: Durability,
+    ) -> StoreFuture<'a, Arc<dyn RunLog>> {
+        Box::pin(async move {
+            let journal = PostgresJournal::open(&self, run_id, durability).await?;
+            Ok(journal as Arc<dyn RunLog>)
+        })
+    }
+}
+
+impl ApprovalStore for PostgresStore {
+    fn expired_gates(&self, now_ms: u64) -> StoreFuture<'_, Vec<RunRow>> {
+        Box::pin(async move {
+            let now = i64::try_from(now_ms).unwrap_or(i64::MAX);
+            self.runs_where(
+                "status = 'pending_approval' AND id IN (
+                     SELECT run_id FROM step_runs
+                     WHERE status = 'pending' AND due_ms IS NOT NULL AND due_ms <= $1)
+                 ORDER BY created_ms, id",
+                &[&now],
+            )
+            .await
+        })
+    }
+
+    fn decide<'a>(
+        &'a self,
+        run_id: &'a str,
+        path: &'a str,
+        decision: &'a Decision,
+    ) -> StoreFuture<'a, Result<(), DecideError>> {
+        Box::pin(self.decide(run_id, path, decision))
+    }
+
     fn pending_approvals(&self) -> StoreFuture<'_, Vec<(String, u64)>> {
         Box::pin(async move {
             Ok(self
@@ -1412,7 +1419,9 @@ impl Store for PostgresStore {
                 .collect())
         })
     }
+}
 
+impl NotificationStore for PostgresStore {
     fn notify<'a>(&'a self, notification: &'a NewNotification<'a>) -> StoreFuture<'a, bool> {
         Box::pin(self.notify(notification))
     }
@@ -1467,16 +1476,16 @@ impl Store for PostgresStore {
     fn mailed<'a>(&'a self, id: i64, reached: &'a [String], next: MailNext) -> StoreFuture<'a, ()> {
         Box::pin(self.mailed(id, reached, next))
     }
+}
 
-    fn open_journal<'a>(
-        self: Arc<Self>,
-        run_id: &'a str,
-        durability: Durability,
-    ) -> StoreFuture<'a, Arc<dyn RunLog>> {
-        Box::pin(async move {
-            let journal = PostgresJournal::open(&self, run_id, durability).await?;
-            Ok(journal as Arc<dyn RunLog>)
-        })
+impl KbStore for PostgresStore {
+    fn delete_document<'a>(
+        &'a self,
+        account: &'a str,
+        collection: &'a str,
+        title: &'a str,
+    ) -> StoreFuture<'a, bool> {
+        Box::pin(self.delete_document(account, collection, title))
     }
 }
 

@@ -24,9 +24,10 @@ use crate::journal::{StepRecord, StepStatus};
 use crate::services::{Handoff, KbDocument, KbWrite};
 use crate::store::lock;
 use crate::store::{
-    DELETE_AFTER_CANCEL_MS, Deletion, Deployment, JournalBackend, MailNext, NO_ACCOUNT,
-    NewNotification, Notification, NotificationKind, NotificationQuery, Outgoing, RunHandle,
-    RunLog, RunQuery, RunRow, RunStatus, Store, StoreError, StoreFuture, StoreJournal,
+    ApprovalStore, DELETE_AFTER_CANCEL_MS, Deletion, Deployment, JournalBackend, KbStore, MailNext,
+    NO_ACCOUNT, NewNotification, Notification, NotificationKind, NotificationQuery,
+    NotificationStore, Outgoing, PlanStore, RunHandle, RunLog, RunQuery, RunRow, RunStatus,
+    RunStore, StoreError, StoreFuture, StoreJournal,
 };
 use crate::time::now_stored_ms as now_ms;
 
@@ -1168,7 +1169,7 @@ impl SqliteStore {
 /// The trait over the inherent methods. SQLite answers at once (its calls
 /// take a local lock and, for writes other than the journal's, one commit),
 /// so each future is ready when returned.
-impl Store for SqliteStore {
+impl PlanStore for SqliteStore {
     fn put_plan<'a>(&'a self, plan: &'a Plan) -> StoreFuture<'a, ()> {
         ready(self.put_plan(plan))
     }
@@ -1177,6 +1178,30 @@ impl Store for SqliteStore {
         ready(self.plan(hash))
     }
 
+    fn deploy<'a>(
+        &'a self,
+        account: &'a str,
+        workflow: &'a str,
+        plan_hash: &'a str,
+    ) -> StoreFuture<'a, Deployment> {
+        ready(self.deploy(account, workflow, plan_hash))
+    }
+
+    fn undeploy<'a>(
+        &'a self,
+        account: &'a str,
+        workflow: &'a str,
+        version: Option<u32>,
+    ) -> StoreFuture<'a, usize> {
+        ready(self.undeploy(account, workflow, version))
+    }
+
+    fn deployments<'a>(&'a self, account: &'a str) -> StoreFuture<'a, Vec<Deployment>> {
+        ready(self.deployments(account))
+    }
+}
+
+impl RunStore for SqliteStore {
     fn create_run<'a>(
         &'a self,
         id: &'a str,
@@ -1219,35 +1244,8 @@ impl Store for SqliteStore {
         ready(self.step_records(run_id))
     }
 
-    fn decide<'a>(
-        &'a self,
-        run_id: &'a str,
-        path: &'a str,
-        decision: &'a Decision,
-    ) -> StoreFuture<'a, Result<(), DecideError>> {
-        self.decide(run_id, path, decision)
-    }
-
     fn cancel_run<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
         ready(self.cancel_run(id))
-    }
-
-    fn deploy<'a>(
-        &'a self,
-        account: &'a str,
-        workflow: &'a str,
-        plan_hash: &'a str,
-    ) -> StoreFuture<'a, Deployment> {
-        ready(self.deploy(account, workflow, plan_hash))
-    }
-
-    fn undeploy<'a>(
-        &'a self,
-        account: &'a str,
-        workflow: &'a str,
-        version: Option<u32>,
-    ) -> StoreFuture<'a, usize> {
-        ready(self.undeploy(account, workflow, version))
     }
 
     fn delete_run<'a>(&'a self, account: &'a str, id: &'a str) -> StoreFuture<'a, Deletion> {
@@ -1256,19 +1254,6 @@ impl Store for SqliteStore {
 
     fn delete_ended_runs(&self, before_ms: i64, limit: usize) -> StoreFuture<'_, usize> {
         ready(self.delete_ended_runs(before_ms, limit))
-    }
-
-    fn delete_document<'a>(
-        &'a self,
-        account: &'a str,
-        collection: &'a str,
-        title: &'a str,
-    ) -> StoreFuture<'a, bool> {
-        ready(self.delete_document(account, collection, title))
-    }
-
-    fn deployments<'a>(&'a self, account: &'a str) -> StoreFuture<'a, Vec<Deployment>> {
-        ready(self.deployments(account))
     }
 
     fn run_by_key<'a>(&'a self, account: &'a str, key: &'a str) -> StoreFuture<'a, Option<RunRow>> {
@@ -1291,6 +1276,26 @@ impl Store for SqliteStore {
         ready(self.orphaned_runs())
     }
 
+    fn open_journal<'a>(
+        self: Arc<Self>,
+        run_id: &'a str,
+        durability: flow_plan::Durability,
+    ) -> StoreFuture<'a, Arc<dyn RunLog>> {
+        let journal = RunJournal::open(&self, run_id, durability);
+        ready(journal.map(|journal| journal as Arc<dyn RunLog>))
+    }
+}
+
+impl ApprovalStore for SqliteStore {
+    fn decide<'a>(
+        &'a self,
+        run_id: &'a str,
+        path: &'a str,
+        decision: &'a Decision,
+    ) -> StoreFuture<'a, Result<(), DecideError>> {
+        self.decide(run_id, path, decision)
+    }
+
     fn expired_gates(&self, now_ms: u64) -> StoreFuture<'_, Vec<RunRow>> {
         ready(self.expired_gates(now_ms))
     }
@@ -1298,7 +1303,9 @@ impl Store for SqliteStore {
     fn pending_approvals(&self) -> StoreFuture<'_, Vec<(String, u64)>> {
         ready(self.pending_approvals())
     }
+}
 
+impl NotificationStore for SqliteStore {
     fn notify<'a>(&'a self, notification: &'a NewNotification<'a>) -> StoreFuture<'a, bool> {
         ready(self.notify(notification))
     }
@@ -1329,14 +1336,16 @@ impl Store for SqliteStore {
     fn mailed<'a>(&'a self, id: i64, reached: &'a [String], next: MailNext) -> StoreFuture<'a, ()> {
         ready(self.mailed(id, reached, next))
     }
+}
 
-    fn open_journal<'a>(
-        self: Arc<Self>,
-        run_id: &'a str,
-        durability: flow_plan::Durability,
-    ) -> StoreFuture<'a, Arc<dyn RunLog>> {
-        let journal = RunJournal::open(&self, run_id, durability);
-        ready(journal.map(|journal| journal as Arc<dyn RunLog>))
+impl KbStore for SqliteStore {
+    fn delete_document<'a>(
+        &'a self,
+        account: &'a str,
+        collection: &'a str,
+        title: &'a str,
+    ) -> StoreFuture<'a, bool> {
+        ready(self.delete_document(account, collection, title))
     }
 }
 

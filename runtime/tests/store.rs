@@ -1,5 +1,6 @@
-//! The durable stores, SQLite and PostgreSQL, held to the same rules by the
-//! same tests: durability modes, exactly-once decisions, KB versions and
+//! The conformance suite of the durable stores: SQLite and PostgreSQL held
+//! to the same rules by the same tests, for each part of `Store` (grouped
+//! below by part): durability modes, exactly-once decisions, KB versions and
 //! idempotency keys per account, notifications and the outbox, deployments,
 //! idempotent starts, expired gates, migrations on reopen, and the runner on
 //! top of them. Each test body runs once per store (`sqlite::NAME`,
@@ -20,7 +21,8 @@ use flow_runtime::postgres::{PostgresOptions, PostgresStore};
 use flow_runtime::services::{Handoff, KbWrite, Services};
 use flow_runtime::sqlite::SqliteStore;
 use flow_runtime::store::{
-    Deletion, MailNext, MailState, NotificationKind, NotificationQuery, RunLog, RunStatus, Store,
+    Deletion, MailNext, MailState, NotificationKind, NotificationQuery, NotificationStore,
+    PlanStore, RunLog, RunStatus, RunStore, Store,
 };
 use flow_tests::TempDir;
 use flow_tests::postgres::TestSchema;
@@ -76,21 +78,26 @@ macro_rules! on_each_store {
 }
 
 on_each_store!(
-    durability_approval_persists_at_the_end_only,
-    a_decision_applies_once_across_tasks_and_survives_reopening,
-    kb_writes_version_documents_and_keys_make_retries_no_ops,
-    concurrent_kb_writes_with_one_key_write_once,
-    kb_documents_keys_and_notifications_belong_to_the_run_account,
-    the_runner_parks_resumes_and_lists_runs_to_recover,
+    // PlanStore
     deployments_are_versioned_per_account_and_runs_keep_their_account,
-    a_member_of_a_named_group_may_decide,
+    // RunStore and its journals
+    durability_approval_persists_at_the_end_only,
     an_idempotency_key_starts_one_run_per_account,
-    expired_gates_are_listed_when_due,
     a_cancelled_run_records_nothing_more,
     a_run_given_up_is_orphaned_until_claimed,
+    deployments_runs_and_documents_can_be_deleted,
+    the_runner_parks_resumes_and_lists_runs_to_recover,
+    // ApprovalStore
+    a_decision_applies_once_across_tasks_and_survives_reopening,
+    a_member_of_a_named_group_may_decide,
+    expired_gates_are_listed_when_due,
+    // NotificationStore, and a journal's handoffs
+    kb_documents_keys_and_notifications_belong_to_the_run_account,
+    // KbStore, and a journal's KB writes and context
+    kb_writes_version_documents_and_keys_make_retries_no_ops,
+    concurrent_kb_writes_with_one_key_write_once,
     kb_context_ranks_by_the_terms_within_the_ids,
     a_department_owns_the_documents_its_workflows_write,
-    deployments_runs_and_documents_can_be_deleted,
 );
 
 fn plan(source: &str) -> flow_plan::Plan {

@@ -301,12 +301,54 @@ pub trait RunLog: Journal + Effects {
 /// (PostgreSQL) can wait without blocking the runtime's threads.
 pub type StoreFuture<'a, T> = BoxFuture<'a, Result<T, StoreError>>;
 
-/// Runs, their plans and journals, and approval decisions.
-pub trait Store: Send + Sync {
+/// Everything a durable store keeps, in parts with one concern each; the
+/// CLI and flowd hold an `Arc<dyn Store>`. `runtime/tests/store.rs` holds
+/// every part of SQLite and PostgreSQL to the same rules.
+pub trait Store: PlanStore + RunStore + ApprovalStore + NotificationStore + KbStore {}
+
+impl<T: PlanStore + RunStore + ApprovalStore + NotificationStore + KbStore> Store for T {}
+
+/// Plans by content hash, and each account's deployments of them.
+///
+/// Invariants: a stored plan is never changed (its hash is its content); a
+/// version number of an account's workflow is never given twice, even after
+/// `undeploy`; a plan that no deployment or run uses any more is deleted.
+pub trait PlanStore: Send + Sync {
     fn put_plan<'a>(&'a self, plan: &'a Plan) -> StoreFuture<'a, ()>;
 
     fn plan<'a>(&'a self, hash: &'a str) -> StoreFuture<'a, Plan>;
 
+    /// Deploys `workflow` of the stored plan `plan_hash` for `account`: a new
+    /// version, unless the latest version already has this plan.
+    fn deploy<'a>(
+        &'a self,
+        account: &'a str,
+        workflow: &'a str,
+        plan_hash: &'a str,
+    ) -> StoreFuture<'a, Deployment>;
+
+    /// The account's deployments, by workflow then version.
+    fn deployments<'a>(&'a self, account: &'a str) -> StoreFuture<'a, Vec<Deployment>>;
+
+    /// Retires `account`'s deployments of `workflow`, one `version` or all:
+    /// new runs cannot start them, runs already started keep their plan,
+    /// and a version number is never given again. A plan that nothing uses
+    /// any more is deleted. How many deployments were retired.
+    fn undeploy<'a>(
+        &'a self,
+        account: &'a str,
+        workflow: &'a str,
+        version: Option<u32>,
+    ) -> StoreFuture<'a, usize>;
+}
+
+/// Runs: their rows, who executes them, their journals.
+///
+/// Invariants: `claim_run` gives a run to at most one live process; only
+/// the owner adds active time to it or records how it ended (`finish_run`
+/// answers false to any other); a cancelled run is ended for everyone; a
+/// run is deleted only once it has ended, with its journal.
+pub trait RunStore: Send + Sync {
     /// Creates a run of `account`, `running` and owned by this process. With
     /// an idempotency key that one of the account's runs already has, creates
     /// nothing and answers false (`run_by_key` finds that run).
@@ -362,12 +404,49 @@ pub trait Store: Send + Sync {
     /// its runs until some process restarts.
     fn orphaned_runs(&self) -> StoreFuture<'_, Vec<RunRow>>;
 
+    /// A run's step records in the order they were recorded.
+    fn step_records<'a>(&'a self, run_id: &'a str) -> StoreFuture<'a, Vec<StepRecord>>;
+
+    /// Cancels a run that is running or parked: it becomes `cancelled`, has no
+    /// owner, and whatever an executing process records of it afterwards is
+    /// ignored (`finish_run` applies to its owner only). Says whether it was
+    /// cancelled (false: unknown or already ended).
+    fn cancel_run<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool>;
+
+    /// Deletes `account`'s run `id` with its journal and its notifications,
+    /// if it has ended (a cancelled run once `DELETE_AFTER_CANCEL_MS` has
+    /// passed: a process cut off from the store may still be writing it).
+    fn delete_run<'a>(&'a self, account: &'a str, id: &'a str) -> StoreFuture<'a, Deletion>;
+
+    /// Deletes at most `limit` runs of any account that ended before
+    /// `before_ms` (retention); how many.
+    fn delete_ended_runs(&self, before_ms: i64, limit: usize) -> StoreFuture<'_, usize>;
+
+    /// The account's runs that match `query`, newest first.
+    fn account_runs<'a>(
+        &'a self,
+        account: &'a str,
+        query: &'a RunQuery,
+    ) -> StoreFuture<'a, Vec<RunRow>>;
+
+    /// Opens a run's journal, loading its records for replay. With
+    /// `Durability::Approval`, records are persisted only by `RunLog::flush`.
+    fn open_journal<'a>(
+        self: Arc<Self>,
+        run_id: &'a str,
+        durability: Durability,
+    ) -> StoreFuture<'a, Arc<dyn RunLog>>;
+}
+
+/// Decisions on the approvals runs are parked at.
+///
+/// Invariant: of concurrent decisions on one gate, exactly one applies
+/// (`crate::approval::decide_record`, atomically with the read of the
+/// pending record).
+pub trait ApprovalStore: Send + Sync {
     /// The parked runs with a gate whose expiry (`approval::gate_due_ms`) is
     /// at or before `now_ms`, oldest first.
     fn expired_gates(&self, now_ms: u64) -> StoreFuture<'_, Vec<RunRow>>;
-
-    /// A run's step records in the order they were recorded.
-    fn step_records<'a>(&'a self, run_id: &'a str) -> StoreFuture<'a, Vec<StepRecord>>;
 
     /// Decides the approval pending at `path` of run `run_id`, exactly once
     /// (`crate::approval::decide_record` says when a decision applies). The
@@ -379,62 +458,17 @@ pub trait Store: Send + Sync {
         decision: &'a Decision,
     ) -> StoreFuture<'a, Result<(), DecideError>>;
 
-    /// Cancels a run that is running or parked: it becomes `cancelled`, has no
-    /// owner, and whatever an executing process records of it afterwards is
-    /// ignored (`finish_run` applies to its owner only). Says whether it was
-    /// cancelled (false: unknown or already ended).
-    fn cancel_run<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool>;
-
-    /// Deploys `workflow` of the stored plan `plan_hash` for `account`: a new
-    /// version, unless the latest version already has this plan.
-    fn deploy<'a>(
-        &'a self,
-        account: &'a str,
-        workflow: &'a str,
-        plan_hash: &'a str,
-    ) -> StoreFuture<'a, Deployment>;
-
-    /// The account's deployments, by workflow then version.
-    fn deployments<'a>(&'a self, account: &'a str) -> StoreFuture<'a, Vec<Deployment>>;
-
-    /// Retires `account`'s deployments of `workflow`, one `version` or all:
-    /// new runs cannot start them, runs already started keep their plan,
-    /// and a version number is never given again. A plan that nothing uses
-    /// any more is deleted. How many deployments were retired.
-    fn undeploy<'a>(
-        &'a self,
-        account: &'a str,
-        workflow: &'a str,
-        version: Option<u32>,
-    ) -> StoreFuture<'a, usize>;
-
-    /// Deletes `account`'s run `id` with its journal and its notifications,
-    /// if it has ended (a cancelled run once `DELETE_AFTER_CANCEL_MS` has
-    /// passed: a process cut off from the store may still be writing it).
-    fn delete_run<'a>(&'a self, account: &'a str, id: &'a str) -> StoreFuture<'a, Deletion>;
-
-    /// Deletes at most `limit` runs of any account that ended before
-    /// `before_ms` (retention); how many.
-    fn delete_ended_runs(&self, before_ms: i64, limit: usize) -> StoreFuture<'_, usize>;
-
-    /// Deletes `account`'s KB document; whether there was one.
-    fn delete_document<'a>(
-        &'a self,
-        account: &'a str,
-        collection: &'a str,
-        title: &'a str,
-    ) -> StoreFuture<'a, bool>;
-
-    /// The account's runs that match `query`, newest first.
-    fn account_runs<'a>(
-        &'a self,
-        account: &'a str,
-        query: &'a RunQuery,
-    ) -> StoreFuture<'a, Vec<RunRow>>;
-
     /// How many gates of parked runs wait for a decision, by workflow.
     fn pending_approvals(&self) -> StoreFuture<'_, Vec<(String, u64)>>;
+}
 
+/// Notifications (handoffs, approval requests): the inbox people read, and
+/// the outbox flowd mails from.
+///
+/// Invariants: a notification with a key is stored once; an outbox entry
+/// is handed to one mailer at a time, and offered again if that mailer
+/// dies before it records the attempt.
+pub trait NotificationStore: Send + Sync {
     /// Stores a notification (a no-op when its key is already stored); says
     /// whether it was new.
     fn notify<'a>(&'a self, notification: &'a NewNotification<'a>) -> StoreFuture<'a, bool>;
@@ -465,14 +499,18 @@ pub trait Store: Send + Sync {
     /// Records an attempt at mailing notification `id`: the recipients it
     /// reached, and what is left to do.
     fn mailed<'a>(&'a self, id: i64, reached: &'a [String], next: MailNext) -> StoreFuture<'a, ()>;
+}
 
-    /// Opens a run's journal, loading its records for replay. With
-    /// `Durability::Approval`, records are persisted only by `RunLog::flush`.
-    fn open_journal<'a>(
-        self: Arc<Self>,
-        run_id: &'a str,
-        durability: Durability,
-    ) -> StoreFuture<'a, Arc<dyn RunLog>>;
+/// Each account's knowledge-base documents (written by runs through their
+/// journal's `Effects`).
+pub trait KbStore: Send + Sync {
+    /// Deletes `account`'s KB document; whether there was one.
+    fn delete_document<'a>(
+        &'a self,
+        account: &'a str,
+        collection: &'a str,
+        title: &'a str,
+    ) -> StoreFuture<'a, bool>;
 }
 
 /// What `Store::delete_run` did.
