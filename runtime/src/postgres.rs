@@ -82,10 +82,11 @@ use crate::approval::{DecideError, Decision, PendingApproval, decide_record, gat
 use crate::journal::{StepRecord, StepStatus};
 use crate::services::{Handoff, KbDocument, KbWrite};
 use crate::store::{
-    ApprovalStore, DELETE_AFTER_CANCEL_MS, Deletion, Deployment, JournalBackend, KbStore, MailNext,
-    NO_ACCOUNT, NewNotification, Notification, NotificationKind, NotificationQuery,
-    NotificationStore, Outgoing, PlanStore, RunHandle, RunLog, RunQuery, RunRow, RunStatus,
-    RunStore, StoreError, StoreFuture, StoreJournal,
+    ApprovalStore, DELETE_AFTER_CANCEL_MS, Deletion, Deployment, EVENT_CLAIM, EventNext,
+    EventStore, JournalBackend, KbStore, MailNext, NO_ACCOUNT, NewNotification, Notification,
+    NotificationKind, NotificationQuery, NotificationStore, Outgoing, PlanStore, RunEvent,
+    RunHandle, RunLog, RunQuery, RunRow, RunStatus, RunStore, StoreError, StoreFuture,
+    StoreJournal,
 };
 use crate::time::now_stored_ms as now_ms;
 
@@ -209,6 +210,39 @@ const MIGRATIONS: &[&str] = &[
     // Fencing: each claim of a run starts a new epoch, and a journal writes
     // only while the run is still in the epoch it opened in.
     "ALTER TABLE runs ADD COLUMN epoch BIGINT NOT NULL DEFAULT 0;",
+    // The outbox of run events for webhooks (see the SQLite store's
+    // migration 14): the trigger keeps an event in the transaction that
+    // changes the run's status. Claims are the database's clock, as leases.
+    "CREATE TABLE event_accounts (account TEXT PRIMARY KEY);
+     CREATE TABLE run_events (
+         id BIGSERIAL PRIMARY KEY,
+         account TEXT NOT NULL,
+         run_id TEXT NOT NULL,
+         workflow TEXT NOT NULL,
+         event TEXT NOT NULL,
+         outcome TEXT,
+         created_ms BIGINT NOT NULL,
+         attempts INTEGER NOT NULL DEFAULT 0,
+         next_ms BIGINT NOT NULL,
+         claimed_until TIMESTAMPTZ,
+         reached TEXT[] NOT NULL DEFAULT '{}'
+     );
+     CREATE INDEX run_events_due ON run_events (next_ms);
+     CREATE INDEX run_events_by_run ON run_events (run_id);
+     CREATE FUNCTION runs_keep_events() RETURNS trigger LANGUAGE plpgsql AS $$
+     BEGIN
+         IF NEW.status IN ('completed', 'failed', 'pending_approval', 'cancelled')
+            AND NEW.status IS DISTINCT FROM OLD.status
+            AND EXISTS (SELECT 1 FROM event_accounts WHERE account = NEW.account) THEN
+             INSERT INTO run_events (account, run_id, workflow, event, outcome, created_ms, next_ms)
+             VALUES (NEW.account, NEW.id, NEW.workflow,
+                     CASE NEW.status WHEN 'pending_approval' THEN 'parked' ELSE NEW.status END,
+                     NEW.outcome, NEW.updated_ms, NEW.updated_ms);
+         END IF;
+         RETURN NEW;
+     END $$;
+     CREATE TRIGGER runs_keep_events AFTER UPDATE OF status ON runs
+         FOR EACH ROW EXECUTE FUNCTION runs_keep_events();",
 ];
 
 /// How long a run stays its owner's without a heartbeat
@@ -796,6 +830,105 @@ impl PostgresStore {
     }
 }
 
+impl PostgresStore {
+    async fn keep_events_of(&self, accounts: &[String]) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        tx.execute(
+            "DELETE FROM event_accounts WHERE account <> ALL($1)",
+            &[&accounts],
+        )
+        .await?;
+        tx.execute(
+            "INSERT INTO event_accounts (account) SELECT unnest($1::text[])
+             ON CONFLICT DO NOTHING",
+            &[&accounts],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn due_events(&self, now_ms: u64, limit: usize) -> Result<Vec<RunEvent>, StoreError> {
+        let now = i64::try_from(now_ms).unwrap_or(i64::MAX);
+        let mut events = self
+            .query(
+                "WITH due AS (
+                     SELECT id FROM run_events
+                     WHERE next_ms <= $1 AND (claimed_until IS NULL OR claimed_until < now())
+                     ORDER BY id LIMIT $2
+                     FOR UPDATE SKIP LOCKED)
+                 UPDATE run_events e SET claimed_until = now() + $3 * interval '1 millisecond'
+                 FROM due WHERE e.id = due.id
+                 RETURNING e.id, e.account, e.run_id, e.workflow, e.event, e.outcome,
+                           e.created_ms, e.attempts, e.reached",
+                &[&now, &(limit as i64), &millis(EVENT_CLAIM)],
+            )
+            .await?
+            .iter()
+            .map(|row| RunEvent {
+                id: row.get(0),
+                account: row.get(1),
+                run_id: row.get(2),
+                workflow: row.get(3),
+                event: row.get(4),
+                outcome: row
+                    .get::<_, Option<&str>>(5)
+                    .and_then(|text| serde_json::from_str(text).ok()),
+                created_ms: row.get(6),
+                attempts: row.get::<_, i32>(7) as u32,
+                reached: row.get(8),
+            })
+            .collect::<Vec<_>>();
+        events.sort_by_key(|event| event.id);
+        Ok(events)
+    }
+
+    async fn event_attempted(
+        &self,
+        id: i64,
+        reached: &[String],
+        next: EventNext,
+    ) -> Result<(), StoreError> {
+        match next {
+            EventNext::Done => {
+                self.execute("DELETE FROM run_events WHERE id = $1", &[&id])
+                    .await?
+            }
+            EventNext::Retry(at_ms) => {
+                self.execute(
+                    "UPDATE run_events SET attempts = attempts + 1, next_ms = $2,
+                         claimed_until = NULL,
+                         reached = ARRAY(SELECT DISTINCT unnest(reached || $3::text[]) ORDER BY 1)
+                     WHERE id = $1",
+                    &[&id, &i64::try_from(at_ms).unwrap_or(i64::MAX), &reached],
+                )
+                .await?
+            }
+        };
+        Ok(())
+    }
+}
+
+impl EventStore for PostgresStore {
+    fn keep_events_of<'a>(&'a self, accounts: &'a [String]) -> StoreFuture<'a, ()> {
+        Box::pin(self.keep_events_of(accounts))
+    }
+
+    fn due_events(&self, now_ms: u64, limit: usize) -> StoreFuture<'_, Vec<RunEvent>> {
+        Box::pin(self.due_events(now_ms, limit))
+    }
+
+    fn event_attempted<'a>(
+        &'a self,
+        id: i64,
+        reached: &'a [String],
+        next: EventNext,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(self.event_attempted(id, reached, next))
+    }
+}
+
 /// Creates the schema if asked and applies the migrations it lacks, in one
 /// transaction under an advisory lock on the schema's name.
 async fn migrate(pool: &Pool, schema: Option<&str>) -> Result<(), StoreError> {
@@ -1095,7 +1228,7 @@ impl<'a> GateNotifications<'a> {
 }
 
 /// Deletes the runs `ids`' rows: their notifications (with their reads and
-/// sends), their journals and themselves.
+/// sends), their events not yet delivered, their journals and themselves.
 async fn delete_run_rows(
     tx: &deadpool_postgres::Transaction<'_>,
     ids: &[String],
@@ -1104,6 +1237,7 @@ async fn delete_run_rows(
         "DELETE FROM notification_reads WHERE notification_id IN (SELECT id FROM notifications WHERE run_id = ANY($1))",
         "DELETE FROM notification_sends WHERE notification_id IN (SELECT id FROM notifications WHERE run_id = ANY($1))",
         "DELETE FROM notifications WHERE run_id = ANY($1)",
+        "DELETE FROM run_events WHERE run_id = ANY($1)",
         "DELETE FROM step_runs WHERE run_id = ANY($1)",
         "DELETE FROM runs WHERE id = ANY($1)",
     ] {

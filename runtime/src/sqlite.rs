@@ -24,10 +24,11 @@ use crate::journal::{StepRecord, StepStatus};
 use crate::services::{Handoff, KbDocument, KbWrite};
 use crate::store::lock;
 use crate::store::{
-    ApprovalStore, DELETE_AFTER_CANCEL_MS, Deletion, Deployment, JournalBackend, KbStore, MailNext,
-    NO_ACCOUNT, NewNotification, Notification, NotificationKind, NotificationQuery,
-    NotificationStore, Outgoing, PlanStore, RunHandle, RunLog, RunQuery, RunRow, RunStatus,
-    RunStore, StoreError, StoreFuture, StoreJournal,
+    ApprovalStore, DELETE_AFTER_CANCEL_MS, Deletion, Deployment, EVENT_CLAIM, EventNext,
+    EventStore, JournalBackend, KbStore, MailNext, NO_ACCOUNT, NewNotification, Notification,
+    NotificationKind, NotificationQuery, NotificationStore, Outgoing, PlanStore, RunEvent,
+    RunHandle, RunLog, RunQuery, RunRow, RunStatus, RunStore, StoreError, StoreFuture,
+    StoreJournal,
 };
 use crate::time::now_stored_ms as now_ms;
 
@@ -240,6 +241,35 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX runs_by_plan ON runs(plan_hash);
      CREATE INDEX deployments_by_plan ON deployments(plan_hash);
      CREATE INDEX notifications_by_run ON notifications(run_id);",
+    // The outbox of run events for webhooks (`EventStore`). The trigger
+    // keeps an event in the transaction that changes the run's status,
+    // whatever changes it, for the accounts flowd has endpoints for.
+    "CREATE TABLE event_accounts (account TEXT PRIMARY KEY);
+     CREATE TABLE run_events (
+         id INTEGER PRIMARY KEY AUTOINCREMENT,
+         account TEXT NOT NULL,
+         run_id TEXT NOT NULL,
+         workflow TEXT NOT NULL,
+         event TEXT NOT NULL,
+         outcome TEXT,
+         created_ms INTEGER NOT NULL,
+         attempts INTEGER NOT NULL DEFAULT 0,
+         next_ms INTEGER NOT NULL,
+         claimed_until INTEGER NOT NULL DEFAULT 0,
+         reached TEXT NOT NULL DEFAULT '[]'
+     );
+     CREATE INDEX run_events_due ON run_events(next_ms);
+     CREATE INDEX run_events_by_run ON run_events(run_id);
+     CREATE TRIGGER runs_keep_events AFTER UPDATE OF status ON runs
+     WHEN NEW.status IN ('completed', 'failed', 'pending_approval', 'cancelled')
+          AND NEW.status IS NOT OLD.status
+          AND EXISTS (SELECT 1 FROM event_accounts WHERE account = NEW.account)
+     BEGIN
+         INSERT INTO run_events (account, run_id, workflow, event, outcome, created_ms, next_ms)
+         VALUES (NEW.account, NEW.id, NEW.workflow,
+                 CASE NEW.status WHEN 'pending_approval' THEN 'parked' ELSE NEW.status END,
+                 NEW.outcome, NEW.updated_ms, NEW.updated_ms);
+     END;",
 ];
 
 /// Whether a run with `status`, last changed at `updated_ms`, may be deleted.
@@ -251,12 +281,13 @@ fn deletable(status: RunStatus, updated_ms: i64) -> bool {
 }
 
 /// Deletes run `id`'s rows: its notifications (with their reads and
-/// sends), its journal and itself.
+/// sends), its events not yet delivered, its journal and itself.
 fn delete_run_rows(conn: &Connection, id: &str) -> rusqlite::Result<()> {
     for sql in [
         "DELETE FROM notification_reads WHERE notification_id IN (SELECT id FROM notifications WHERE run_id = ?1)",
         "DELETE FROM notification_sends WHERE notification_id IN (SELECT id FROM notifications WHERE run_id = ?1)",
         "DELETE FROM notifications WHERE run_id = ?1",
+        "DELETE FROM run_events WHERE run_id = ?1",
         "DELETE FROM step_runs WHERE run_id = ?1",
         "DELETE FROM runs WHERE id = ?1",
     ] {
@@ -1163,6 +1194,129 @@ impl SqliteStore {
             };
             Ok(())
         })
+    }
+}
+
+impl SqliteStore {
+    pub fn keep_events_of(&self, accounts: &[String]) -> Result<(), StoreError> {
+        let conn = lock(&self.conn);
+        in_immediate(&conn, || {
+            conn.execute("DELETE FROM event_accounts", [])?;
+            for account in accounts {
+                conn.execute(
+                    "INSERT OR IGNORE INTO event_accounts (account) VALUES (?1)",
+                    [account],
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    pub fn due_events(&self, now_ms: u64, limit: usize) -> Result<Vec<RunEvent>, StoreError> {
+        let now = i64::try_from(now_ms).unwrap_or(i64::MAX);
+        let claimed_until = now.saturating_add(EVENT_CLAIM.as_millis() as i64);
+        let conn = lock(&self.conn);
+        let mut events = in_immediate(&conn, || {
+            let mut statement = conn.prepare_cached(
+                "UPDATE run_events SET claimed_until = ?2
+                 WHERE id IN (SELECT id FROM run_events
+                              WHERE next_ms <= ?1 AND claimed_until <= ?1
+                              ORDER BY id LIMIT ?3)
+                 RETURNING id, account, run_id, workflow, event, outcome, created_ms, attempts,
+                           reached",
+            )?;
+            let rows = statement
+                .query_map(params![now, claimed_until, limit as i64], |row| {
+                    Ok((
+                        RunEvent {
+                            id: row.get(0)?,
+                            account: row.get(1)?,
+                            run_id: row.get(2)?,
+                            workflow: row.get(3)?,
+                            event: row.get(4)?,
+                            outcome: None,
+                            created_ms: row.get(6)?,
+                            attempts: row.get::<_, i64>(7)? as u32,
+                            reached: Vec::new(),
+                        },
+                        row.get::<_, Option<String>>(5)?,
+                        row.get::<_, String>(8)?,
+                    ))
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(rows)
+        })?
+        .into_iter()
+        .map(|(mut event, outcome, reached)| {
+            event.outcome = outcome.and_then(|text| serde_json::from_str(&text).ok());
+            event.reached = serde_json::from_str(&reached)
+                .map_err(|e| StoreError::Damaged(format!("event {}: {e}", event.id)))?;
+            Ok(event)
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+        events.sort_by_key(|event| event.id);
+        Ok(events)
+    }
+
+    pub fn event_attempted(
+        &self,
+        id: i64,
+        reached: &[String],
+        next: EventNext,
+    ) -> Result<(), StoreError> {
+        let conn = lock(&self.conn);
+        in_immediate(&conn, || {
+            match next {
+                EventNext::Done => conn.execute("DELETE FROM run_events WHERE id = ?1", [id])?,
+                EventNext::Retry(at_ms) => {
+                    // Its run may have been deleted meanwhile, and it with it.
+                    let Some(before) = conn
+                        .query_row(
+                            "SELECT reached FROM run_events WHERE id = ?1",
+                            [id],
+                            |row| row.get::<_, String>(0),
+                        )
+                        .optional()?
+                    else {
+                        return Ok(());
+                    };
+                    let mut all: Vec<String> = serde_json::from_str(&before).unwrap_or_default();
+                    all.extend(reached.iter().cloned());
+                    all.sort();
+                    all.dedup();
+                    conn.execute(
+                        "UPDATE run_events SET attempts = attempts + 1, next_ms = ?2,
+                             claimed_until = 0, reached = ?3
+                         WHERE id = ?1",
+                        params![
+                            id,
+                            i64::try_from(at_ms).unwrap_or(i64::MAX),
+                            serde_json::Value::from(all).to_string()
+                        ],
+                    )?
+                }
+            };
+            Ok(())
+        })
+    }
+}
+
+impl EventStore for SqliteStore {
+    fn keep_events_of<'a>(&'a self, accounts: &'a [String]) -> StoreFuture<'a, ()> {
+        ready(self.keep_events_of(accounts))
+    }
+
+    fn due_events(&self, now_ms: u64, limit: usize) -> StoreFuture<'_, Vec<RunEvent>> {
+        ready(self.due_events(now_ms, limit))
+    }
+
+    fn event_attempted<'a>(
+        &'a self,
+        id: i64,
+        reached: &'a [String],
+        next: EventNext,
+    ) -> StoreFuture<'a, ()> {
+        ready(self.event_attempted(id, reached, next))
     }
 }
 

@@ -21,8 +21,8 @@ use flow_runtime::postgres::{PostgresOptions, PostgresStore};
 use flow_runtime::services::{Handoff, KbWrite, Services};
 use flow_runtime::sqlite::SqliteStore;
 use flow_runtime::store::{
-    Deletion, MailNext, MailState, NotificationKind, NotificationQuery, NotificationStore,
-    PlanStore, RunLog, RunStatus, RunStore, Store,
+    Deletion, EventNext, MailNext, MailState, NotificationKind, NotificationQuery,
+    NotificationStore, PlanStore, RunLog, RunStatus, RunStore, Store,
 };
 use flow_tests::TempDir;
 use flow_tests::postgres::TestSchema;
@@ -92,6 +92,8 @@ on_each_store!(
     a_member_of_a_named_group_may_decide,
     expired_gates_are_listed_when_due,
     // NotificationStore, and a journal's handoffs
+    // EventStore
+    run_events_are_kept_with_each_status_change_and_handed_out_once,
     kb_documents_keys_and_notifications_belong_to_the_run_account,
     // KbStore, and a journal's KB writes and context
     kb_writes_version_documents_and_keys_make_retries_no_ops,
@@ -864,6 +866,93 @@ async fn a_cancelled_run_records_nothing_more(backend: Backend) {
             .await
             .unwrap()
     );
+}
+
+/// The outbox of run events: an event is kept with the change of status it
+/// reports, for the accounts asked for only; handed to one deliverer at a
+/// time; kept with the endpoints it reached until done; and deleted with
+/// its run.
+async fn run_events_are_kept_with_each_status_change_and_handed_out_once(backend: Backend) {
+    let store = backend.open().await;
+    let plan = plan(TWO_STEPS);
+    store.put_plan(&plan).await.unwrap();
+    store.keep_events_of(&["acme".to_string()]).await.unwrap();
+    for (id, account) in [("a1", "acme"), ("a2", "acme"), ("g1", "globex")] {
+        store
+            .create_run(id, account, "w", &plan.hash, &json!({}), None)
+            .await
+            .unwrap();
+    }
+    let done = json!({ "status": "completed", "output": { "x": 1 } });
+    for id in ["a1", "g1"] {
+        assert!(
+            store
+                .finish_run(id, RunStatus::Completed, &done, Duration::ZERO)
+                .await
+                .unwrap()
+        );
+    }
+    assert!(store.cancel_run("a2").await.unwrap());
+    // Giving a run up while it is still running is no event.
+    store
+        .create_run("a3", "acme", "w", &plan.hash, &json!({}), None)
+        .await
+        .unwrap();
+    store
+        .finish_run("a3", RunStatus::Running, &json!(null), Duration::ZERO)
+        .await
+        .unwrap();
+
+    let now = flow_runtime::time::now_ms() + 1_000;
+    let due = store.due_events(now, 10).await.unwrap();
+    let seen: Vec<(&str, &str, &str)> = due
+        .iter()
+        .map(|e| (e.run_id.as_str(), e.account.as_str(), e.event.as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        [("a1", "acme", "completed"), ("a2", "acme", "cancelled")],
+        "globex keeps no events"
+    );
+    assert_eq!(due[0].outcome, Some(done));
+    assert_eq!(due[0].workflow, "w");
+    assert!(
+        store.due_events(now, 10).await.unwrap().is_empty(),
+        "claimed: not handed out twice"
+    );
+
+    let (completed, cancelled) = (&due[0], &due[1]);
+    store
+        .event_attempted(completed.id, &["crm".to_string()], EventNext::Retry(now))
+        .await
+        .unwrap();
+    store
+        .event_attempted(cancelled.id, &[], EventNext::Done)
+        .await
+        .unwrap();
+    let again = store.due_events(now, 10).await.unwrap();
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_eq!(
+        (again[0].id, again[0].attempts, again[0].reached.clone()),
+        (completed.id, 1, vec!["crm".to_string()])
+    );
+    store
+        .event_attempted(completed.id, &["erp".to_string()], EventNext::Retry(now))
+        .await
+        .unwrap();
+    let third = store.due_events(now, 10).await.unwrap();
+    assert_eq!(third[0].reached, ["crm", "erp"]);
+
+    // Deleting the run deletes its events.
+    assert_eq!(
+        store.delete_run("acme", "a1").await.unwrap(),
+        Deletion::Deleted
+    );
+    store
+        .event_attempted(completed.id, &[], EventNext::Retry(now))
+        .await
+        .unwrap();
+    assert!(store.due_events(now, 10).await.unwrap().is_empty());
 }
 
 /// A run its owner gave up while still `running` (its driving failed) is

@@ -1026,9 +1026,8 @@ pub(crate) async fn cancel(
         ));
     }
     daemon.stop_driving(&id);
-    let mut record = RunRecord::new(&id, RunStatus::Cancelled);
-    record.workflow = Some(row.workflow.clone());
-    daemon.dispatch_webhooks(&account, "cancelled", &record);
+    // The store kept the run's `cancelled` event with the change.
+    daemon.events_wake.notify_one();
     Ok(axum::Json(RunState {
         run_id: id,
         status: RunStatus::Cancelled,

@@ -316,6 +316,14 @@ pub struct LimitsSection {
     /// Ended runs (with their journals) are deleted this many days after
     /// they ended; kept for ever without it.
     pub retention_days: Option<u32>,
+    /// How long a run's event is offered again to a webhook endpoint that
+    /// does not take it, counted from the event.
+    #[serde(default = "default_webhook_retry_secs")]
+    pub webhook_retry_secs: u64,
+}
+
+fn default_webhook_retry_secs() -> u64 {
+    24 * 60 * 60
 }
 
 impl Default for LimitsSection {
@@ -328,6 +336,7 @@ impl Default for LimitsSection {
             runs_in_flight: default_runs_in_flight(),
             deployments: default_deployments(),
             retention_days: None,
+            webhook_retry_secs: default_webhook_retry_secs(),
         }
     }
 }

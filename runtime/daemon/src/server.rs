@@ -45,7 +45,7 @@ pub struct Daemon {
     runs: std::sync::Mutex<JoinSet<()>>,
     pub metrics: crate::metrics::Metrics,
     /// The client of webhook deliveries.
-    http: reqwest::Client,
+    pub(crate) http: reqwest::Client,
     /// Plans by hash: a hash names one plan for ever, so it is parsed once
     /// while it stays among the recently used.
     plans: crate::plan_cache::PlanCache,
@@ -67,6 +67,8 @@ pub struct Daemon {
     public_url: std::sync::OnceLock<String>,
     /// Wakes the mailer when there is something to mail.
     pub(crate) mail_wake: tokio::sync::Notify,
+    /// Wakes the webhook deliverer: a run's status changed.
+    pub(crate) events_wake: tokio::sync::Notify,
     /// The keys of approval links (`links`).
     pub(crate) links: crate::links::LinkKeys,
     /// Each account's places for steps executing at once (`Quotas`).
@@ -198,6 +200,7 @@ impl Daemon {
             links,
             mail,
             mail_wake: tokio::sync::Notify::new(),
+            events_wake: tokio::sync::Notify::new(),
             public_url: std::sync::OnceLock::new(),
             config,
             store,
@@ -479,23 +482,6 @@ impl Daemon {
         retired
     }
 
-    /// Posts `event` of `account`'s run to the account's webhooks.
-    pub(crate) fn dispatch_webhooks(
-        &self,
-        account: &str,
-        event: &'static str,
-        record: &flow_runtime::runner::RunRecord,
-    ) {
-        crate::webhooks::dispatch(
-            &self.http,
-            &self.config.people(account).webhooks,
-            account,
-            event,
-            record,
-            self.metrics.delivery_counter(),
-        );
-    }
-
     /// `account`'s places for steps executing at once.
     fn step_places(&self, account: &str) -> Arc<tokio::sync::Semaphore> {
         let mut places = self.step_places.lock().unwrap_or_else(|p| p.into_inner());
@@ -623,14 +609,8 @@ impl Daemon {
                         daemon
                             .export_trace(&plan.hash, &workflow, &run_id, &outcome, steps)
                             .await;
-                        let event = match outcome {
-                            Outcome::Completed { .. } => "completed",
-                            Outcome::Failed { .. } => "failed",
-                            Outcome::Parked { .. } => "parked",
-                        };
-                        let mut record = flow_runtime::runner::run_record(&run_id, &outcome);
-                        record.workflow = Some(workflow.clone());
-                        daemon.dispatch_webhooks(&account, event, &record);
+                        // The store kept the run's event with its status.
+                        daemon.events_wake.notify_one();
                     }
                     // Another process has the run now (this one was paused
                     // or cut off past its lease), or it was cancelled:
@@ -835,8 +815,23 @@ pub async fn serve(
         .clone()
         .unwrap_or_else(|| format!("http://{address}"));
     let _ = daemon.public_url.set(public_url);
+    // Events are kept for the accounts with endpoints, before any run of
+    // theirs moves.
+    let with_webhooks: Vec<String> = daemon
+        .config
+        .accounts
+        .iter()
+        .filter(|account| !account.webhooks.is_empty())
+        .map(|account| account.id.clone())
+        .collect();
+    daemon
+        .store
+        .keep_events_of(&with_webhooks)
+        .await
+        .map_err(|e| format!("cannot prepare the webhook outbox: {e}"))?;
     let resumed = daemon.recover().await?;
     let mailer = tokio::spawn(crate::mailer::run(Arc::clone(&daemon)));
+    let webhooks = tokio::spawn(crate::webhooks::run(Arc::clone(&daemon)));
     let expiry = {
         let daemon = Arc::clone(&daemon);
         tokio::spawn(async move {
@@ -895,6 +890,7 @@ pub async fn serve(
         .await
         .map_err(|e| format!("the server stopped: {e}"))?;
     mailer.abort();
+    webhooks.abort();
     expiry.abort();
     orphans.abort();
     if let Some(retention) = retention {

@@ -12,6 +12,8 @@
 //! are sent as each invocation of the run ends. Exports leave the run's path, are
 //! retried, and a failed export is logged and counted, never fails a run.
 
+use std::time::Duration;
+
 use flow_runtime::journal::{StepRecord, StepStatus};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -236,7 +238,44 @@ pub(crate) fn export(
         .post(&url)
         .header("content-type", "application/json")
         .body(body.to_string());
-    crate::webhooks::deliver(request, format!("trace export to {url}"), done);
+    deliver(request, format!("trace export to {url}"), done);
+}
+
+/// Attempts per trace export, and the wait before the second one (doubling).
+const ATTEMPTS: u32 = 5;
+const FIRST_WAIT: Duration = Duration::from_millis(250);
+
+/// Sends `request` in a task of its own until it is answered with a 2xx,
+/// retrying with backoff in memory; `done` hears how it ended, and failed
+/// attempts are logged as `what`. Unlike webhooks, not durable: a trace
+/// lost to a restart costs a picture, not an event a receiver acts on.
+fn deliver(
+    request: reqwest::RequestBuilder,
+    what: String,
+    done: impl Fn(Delivery) + Send + Sync + 'static,
+) {
+    tokio::spawn(async move {
+        let mut wait = FIRST_WAIT;
+        for attempt in 1..=ATTEMPTS {
+            let Some(request) = request.try_clone() else {
+                break;
+            };
+            let failure = match request.timeout(Duration::from_secs(10)).send().await {
+                Ok(response) if response.status().is_success() => {
+                    done(Delivery::Delivered);
+                    return;
+                }
+                Ok(response) => format!("answered {}", response.status()),
+                Err(error) => error.to_string(),
+            };
+            tracing::warn!("{what}, attempt {attempt}/{ATTEMPTS}: {failure}");
+            if attempt < ATTEMPTS {
+                tokio::time::sleep(wait).await;
+                wait *= 2;
+            }
+        }
+        done(Delivery::Failed);
+    });
 }
 
 #[cfg(test)]

@@ -1,32 +1,40 @@
 //! Webhooks: after a run completes, fails, parks or is cancelled, each
 //! endpoint of the run's account subscribed to that event gets a POST of the
-//! run record, signed, retried with backoff, off the run's path (the run
-//! never waits for a delivery, and a delivery that keeps failing is logged
-//! and counted, never fails the run). Another account's endpoints never see
-//! it.
+//! run record, signed, off the run's path (the run never waits for a
+//! delivery, and a delivery that keeps failing is logged and counted, never
+//! fails the run). Another account's endpoints never see it.
+//!
+//! Delivery is durable: the store keeps each event in the transaction that
+//! changes the run's status (`EventStore`), and this task posts what is due,
+//! recording which endpoints took it. An endpoint that does not answer 2xx
+//! is tried again (from 1 s, doubling up to 10 minutes) for
+//! `[limits] webhook_retry_secs` (a day by default) after the event, across
+//! restarts of flowd and by whichever flowd of a shared store comes first.
+//! A crash between a post and its record posts it twice rather than never;
+//! the message id says it is the same event.
 //!
 //! Signed as the Standard Webhooks convention says, so that receivers can use
 //! its verifier libraries and refuse replays: `webhook-id` (one per event,
-//! the same on every retry), `webhook-timestamp` (Unix seconds) and
-//! `webhook-signature: v1,BASE64` of the HMAC-SHA256 of `id.timestamp.body`.
-//! The key is the secret's bytes, or for a `whsec_` secret the bytes its
-//! base64 encodes. The older `X-Flow-Signature: sha256=HEX` (HMAC of the
-//! body alone) is sent as well.
+//! the same on every retry), `webhook-timestamp` (Unix seconds of the
+//! attempt) and `webhook-signature: v1,BASE64` of the HMAC-SHA256 of
+//! `id.timestamp.body`. The key is the secret's bytes, or for a `whsec_`
+//! secret the bytes its base64 encodes. The older `X-Flow-Signature:
+//! sha256=HEX` (HMAC of the body alone) is sent as well.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use flow_runtime::journal::Outcome;
 use flow_runtime::runner::RunRecord;
+use flow_runtime::store::{EventNext, RunEvent, RunStatus, StoreError};
 use hmac::{Hmac, Mac};
 use serde_json::json;
 use sha2::Sha256;
 
 use crate::config::{Secret, Webhook};
-
-/// Attempts per delivery, and the wait before the second one (doubling).
-const ATTEMPTS: u32 = 5;
-const FIRST_WAIT: Duration = Duration::from_millis(250);
+use crate::server::Daemon;
 
 /// The HMAC key of `secret`: a Standard Webhooks secret (`whsec_` and
 /// base64) is the bytes it encodes; any other, its own bytes.
@@ -65,30 +73,106 @@ pub enum Delivery {
     Failed,
 }
 
-/// Posts `record` of `account`'s run for `event` (`completed`, `failed`,
-/// `parked`, `cancelled`) to each of the account's webhooks subscribed to
-/// it, each in its own task; `done` hears how each delivery ended.
-pub fn dispatch(
-    client: &reqwest::Client,
-    hooks: &[Webhook],
-    account: &str,
-    event: &'static str,
-    record: &RunRecord,
-    done: impl Fn(Delivery) + Clone + Send + Sync + 'static,
-) {
-    let body = json!({ "event": event, "account": account, "run": record }).to_string();
-    let timestamp = flow_runtime::time::now_ms() / 1000;
-    // One id per event and endpoint, kept by its retries: a receiver that
-    // saw it already drops the repeat.
-    let id = format!(
-        "msg_{}_{event}_{}",
-        record.run_id,
-        flow_runtime::time::now_ms()
-    );
-    for hook in hooks.iter().filter(|h| h.events.iter().any(|e| e == event)) {
+/// How often the outbox is looked at when nothing wakes the deliverer.
+const POLL: Duration = Duration::from_secs(1);
+/// The wait after an event's first attempt, doubling up to the longest.
+const FIRST_RETRY_MS: u64 = 1_000;
+const LONGEST_RETRY_MS: u64 = 600_000;
+/// How long one post may take.
+const POST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Delivers the store's due events until the process ends;
+/// `Daemon::events_wake` makes it look at once.
+pub(crate) async fn run(daemon: Arc<Daemon>) {
+    loop {
+        if let Err(error) = deliver_due(&daemon).await {
+            tracing::error!("webhooks: {error}");
+        }
+        tokio::select! {
+            () = daemon.events_wake.notified() => {}
+            () = tokio::time::sleep(POLL) => {}
+        }
+    }
+}
+
+async fn deliver_due(daemon: &Arc<Daemon>) -> Result<(), StoreError> {
+    loop {
+        let due = daemon
+            .store
+            .due_events(flow_runtime::time::now_ms(), 64)
+            .await?;
+        if due.is_empty() {
+            return Ok(());
+        }
+        // Events at once: an endpoint that hangs delays its own events only.
+        let mut attempts = tokio::task::JoinSet::new();
+        for event in due {
+            let daemon = Arc::clone(daemon);
+            attempts.spawn(async move {
+                let (reached, next) = post_event(&daemon, &event).await;
+                daemon.store.event_attempted(event.id, &reached, next).await
+            });
+        }
+        while let Some(recorded) = attempts.join_next().await {
+            if let Ok(Err(error)) = recorded {
+                return Err(error);
+            }
+        }
+    }
+}
+
+/// The run record an event carries, as it was when the run's status changed.
+fn event_record(event: &RunEvent) -> RunRecord {
+    let outcome = event
+        .outcome
+        .as_ref()
+        .and_then(|outcome| serde_json::from_value::<Outcome>(outcome.clone()).ok());
+    let mut record = match (event.event.as_str(), outcome) {
+        ("cancelled", _) | (_, None) => RunRecord::new(&event.run_id, event_status(&event.event)),
+        (_, Some(outcome)) => flow_runtime::runner::run_record(&event.run_id, &outcome),
+    };
+    record.workflow = Some(event.workflow.clone());
+    record
+}
+
+fn event_status(event: &str) -> RunStatus {
+    match event {
+        "completed" => RunStatus::Completed,
+        "failed" => RunStatus::Failed,
+        "parked" => RunStatus::PendingApproval,
+        _ => RunStatus::Cancelled,
+    }
+}
+
+/// Posts `event` to its account's endpoints subscribed to it that an
+/// earlier attempt did not reach; those it reached, and what is left to do.
+async fn post_event(daemon: &Daemon, event: &RunEvent) -> (Vec<String>, EventNext) {
+    let hooks: Vec<&Webhook> = daemon
+        .config
+        .people(&event.account)
+        .webhooks
+        .iter()
+        .filter(|hook| hook.events.contains(&event.event) && !event.reached.contains(&hook.name))
+        .collect();
+    if hooks.is_empty() {
+        return (Vec::new(), EventNext::Done);
+    }
+    let counted = daemon.metrics.delivery_counter();
+    let body = json!({
+        "event": event.event,
+        "account": event.account,
+        "run": event_record(event),
+    })
+    .to_string();
+    let id = message_id(event);
+    let mut reached = Vec::new();
+    for hook in &hooks {
+        let timestamp = flow_runtime::time::now_ms() / 1000;
         let Secret(secret) = &hook.secret;
-        let request = client
+        let posted = daemon
+            .http
             .post(&hook.url)
+            .timeout(POST_TIMEOUT)
             .header("content-type", "application/json")
             .header("webhook-id", &id)
             .header("webhook-timestamp", timestamp.to_string())
@@ -96,47 +180,57 @@ pub fn dispatch(
                 "webhook-signature",
                 standard_signature(secret, &id, timestamp, body.as_bytes()),
             )
-            .header("x-flow-event", event)
+            .header("x-flow-event", &event.event)
             .header("x-flow-signature", signature(secret, body.as_bytes()))
-            .body(body.clone());
-        deliver(
-            request,
-            format!("webhook `{}` of account `{account}` ({event})", hook.name),
-            done.clone(),
+            .body(body.clone())
+            .send()
+            .await;
+        let failure = match posted {
+            Ok(response) if response.status().is_success() => {
+                counted(Delivery::Delivered);
+                reached.push(hook.name.clone());
+                continue;
+            }
+            Ok(response) => format!("answered {}", response.status()),
+            Err(error) => error.to_string(),
+        };
+        tracing::warn!(
+            run = %event.run_id,
+            account = %event.account,
+            "webhook `{}` ({}), attempt {}: {failure}",
+            hook.name,
+            event.event,
+            event.attempts + 1
         );
     }
+    if reached.len() == hooks.len() {
+        return (reached, EventNext::Done);
+    }
+    let now = flow_runtime::time::now_ms();
+    let retry_for_ms = daemon.config.limits.webhook_retry_secs.saturating_mul(1000);
+    let age_ms = now.saturating_sub(u64::try_from(event.created_ms).unwrap_or(0));
+    if age_ms >= retry_for_ms {
+        for hook in hooks.iter().filter(|hook| !reached.contains(&hook.name)) {
+            counted(Delivery::Failed);
+            tracing::warn!(
+                run = %event.run_id,
+                account = %event.account,
+                "webhook `{}` ({}) given up after {} attempts over {} s",
+                hook.name,
+                event.event,
+                event.attempts + 1,
+                age_ms / 1000
+            );
+        }
+        return (reached, EventNext::Done);
+    }
+    let wait = (FIRST_RETRY_MS << event.attempts.min(20)).min(LONGEST_RETRY_MS);
+    (reached, EventNext::Retry(now + wait))
 }
 
-/// Sends `request` in a task of its own until it is answered with a 2xx,
-/// retrying with backoff; `done` hears how it ended, and failed attempts are
-/// logged as `what`. Shared by webhooks and trace exports.
-pub(crate) fn deliver(
-    request: reqwest::RequestBuilder,
-    what: String,
-    done: impl Fn(Delivery) + Send + Sync + 'static,
-) {
-    tokio::spawn(async move {
-        let mut wait = FIRST_WAIT;
-        for attempt in 1..=ATTEMPTS {
-            let Some(request) = request.try_clone() else {
-                break;
-            };
-            let failure = match request.timeout(Duration::from_secs(10)).send().await {
-                Ok(response) if response.status().is_success() => {
-                    done(Delivery::Delivered);
-                    return;
-                }
-                Ok(response) => format!("answered {}", response.status()),
-                Err(error) => error.to_string(),
-            };
-            tracing::warn!("{what}, attempt {attempt}/{ATTEMPTS}: {failure}");
-            if attempt < ATTEMPTS {
-                tokio::time::sleep(wait).await;
-                wait *= 2;
-            }
-        }
-        done(Delivery::Failed);
-    });
+/// The `webhook-id` of an event: the same on every attempt, in every flowd.
+fn message_id(event: &RunEvent) -> String {
+    format!("msg_{}_{}", event.run_id, event.id)
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{ACME, CONFIG, Flowd, GLOBEX};
+use common::{ACME, CONFIG, Flowd, GLOBEX, TWO_STEPS};
 use flow_tests::{TempDir, run_in};
 
 fn flowd(dir: &TempDir, args: &[&str]) -> flow_tests::Run {
@@ -256,20 +256,6 @@ async fn serve_authenticates_answers_problems_and_stops_on_sigterm() {
     assert_eq!(body["status"], 404);
     assert_eq!(flowd.stop(), Some(0), "a clean stop on SIGTERM");
 }
-
-const TWO_STEPS: &str = r#"recipe summarize {
-  model "default"
-  input { text: string }
-  output { summary: string }
-  prompt "Summarize {{input.text}}"
-}
-workflow digest {
-  input { text: string }
-  step first = summarize { text: workflow_input.text }
-  step second = summarize { text: step.first.summary }
-  output { summary: step.second.summary }
-}
-"#;
 
 /// Deploy a source, start a run, watch it complete; bad bodies, bad input
 /// and another account's keys get problems, and nothing runs for them.
@@ -787,13 +773,12 @@ async fn webhooks_are_signed_and_retried_after_a_500() {
     assert_eq!(event["run"]["workflow"], "digest");
 
     // flowd counts the delivery once the receiver's answer is back.
-    let delivered = "flow_webhook_deliveries_total{result=\"delivered\"} 1";
-    let mut metrics = flowd.metrics().await;
-    while !metrics.lines().any(|l| l == delivered) {
-        assert!(std::time::Instant::now() < deadline, "{metrics}");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        metrics = flowd.metrics().await;
-    }
+    flowd
+        .metric_reaches(
+            "flow_webhook_deliveries_total{result=\"delivered\"} 1",
+            std::time::Duration::from_secs(10),
+        )
+        .await;
     assert_eq!(flowd.stop(), Some(0));
 }
 

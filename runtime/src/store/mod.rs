@@ -304,9 +304,15 @@ pub type StoreFuture<'a, T> = BoxFuture<'a, Result<T, StoreError>>;
 /// Everything a durable store keeps, in parts with one concern each; the
 /// CLI and flowd hold an `Arc<dyn Store>`. `runtime/tests/store.rs` holds
 /// every part of SQLite and PostgreSQL to the same rules.
-pub trait Store: PlanStore + RunStore + ApprovalStore + NotificationStore + KbStore {}
+pub trait Store:
+    PlanStore + RunStore + ApprovalStore + NotificationStore + EventStore + KbStore
+{
+}
 
-impl<T: PlanStore + RunStore + ApprovalStore + NotificationStore + KbStore> Store for T {}
+impl<T: PlanStore + RunStore + ApprovalStore + NotificationStore + EventStore + KbStore> Store
+    for T
+{
+}
 
 /// Plans by content hash, and each account's deployments of them.
 ///
@@ -499,6 +505,67 @@ pub trait NotificationStore: Send + Sync {
     /// Records an attempt at mailing notification `id`: the recipients it
     /// reached, and what is left to do.
     fn mailed<'a>(&'a self, id: i64, reached: &'a [String], next: MailNext) -> StoreFuture<'a, ()>;
+}
+
+/// The outbox of run events (`completed`, `failed`, `parked`, `cancelled`)
+/// that flowd posts to its accounts' webhooks.
+///
+/// Invariants: an event is kept in the same transaction as the change of
+/// the run's status it reports, so no crash loses one, and only for the
+/// accounts `keep_events_of` names; an event is handed to one deliverer at
+/// a time (`due_events` claims it for `EVENT_CLAIM`), and offered again
+/// when that deliverer dies before it records its attempt; its id never
+/// changes, so every retry carries the same message id.
+pub trait EventStore: Send + Sync {
+    /// Keeps the events of `accounts` from now on (and of no other account).
+    fn keep_events_of<'a>(&'a self, accounts: &'a [String]) -> StoreFuture<'a, ()>;
+
+    /// At most `limit` events due by `now_ms`, oldest first, each claimed
+    /// for `EVENT_CLAIM`.
+    fn due_events(&self, now_ms: u64, limit: usize) -> StoreFuture<'_, Vec<RunEvent>>;
+
+    /// Records an attempt at delivering event `id`: the endpoints it
+    /// reached, and what is left to do (`Done` removes it).
+    fn event_attempted<'a>(
+        &'a self,
+        id: i64,
+        reached: &'a [String],
+        next: EventNext,
+    ) -> StoreFuture<'a, ()>;
+}
+
+/// How long a deliverer holds the events `due_events` gave it before they
+/// are offered again: longer than an attempt at every endpoint takes.
+pub const EVENT_CLAIM: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// A run event waiting in the outbox.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunEvent {
+    pub id: i64,
+    pub account: String,
+    pub run_id: String,
+    pub workflow: String,
+    /// `completed`, `failed`, `parked` or `cancelled`.
+    pub event: String,
+    /// The run's outcome as it was stored with the change (none for a run
+    /// cancelled before it recorded one).
+    pub outcome: Option<Value>,
+    /// When the run's status changed, in milliseconds since the epoch.
+    pub created_ms: i64,
+    /// Attempts so far that left some endpoint to try again.
+    pub attempts: u32,
+    /// The endpoints (by name) an earlier attempt already reached.
+    pub reached: Vec<String>,
+}
+
+/// What an attempt at delivering an event leaves to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventNext {
+    /// Nothing (delivered everywhere, or given up): out of the outbox.
+    Done,
+    /// Try the endpoints not reached yet again at this time (ms since the
+    /// epoch).
+    Retry(u64),
 }
 
 /// Each account's knowledge-base documents (written by runs through their

@@ -26,6 +26,21 @@ api_keys = [\"acme-key-0123456789\"]
 [accounts.approver_groups]
 leads = [\"ana@acme.io\"]
 ";
+/// A workflow of two recipe steps, the second reading the first.
+pub(crate) const TWO_STEPS: &str = r#"recipe summarize {
+  model "default"
+  input { text: string }
+  output { summary: string }
+  prompt "Summarize {{input.text}}"
+}
+workflow digest {
+  input { text: string }
+  step first = summarize { text: workflow_input.text }
+  step second = summarize { text: step.first.summary }
+  output { summary: step.second.summary }
+}
+"#;
+
 pub(crate) const ACME: &str = "acme-key-0123456789";
 pub(crate) const GLOBEX: &str = "globex-key-0123456789";
 
@@ -114,6 +129,22 @@ impl Flowd {
             Some(body),
         )
         .await
+    }
+
+    /// Waits until `/metrics` has the line `line`; panics after `within`.
+    pub(crate) async fn metric_reaches(&self, line: &str, within: std::time::Duration) {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let metrics = self.metrics().await;
+            if metrics.lines().any(|l| l == line) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no `{line}` within {within:?}:\n{metrics}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
     }
 
     /// Starts a run (`POST /v1/runs` with `body`) for the account of `key`;
