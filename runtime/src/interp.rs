@@ -10,7 +10,8 @@
 //! cooperative, within the run's task: the work is waiting on providers, and
 //! one task per run keeps a run's state free of locks held across awaits.
 
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use flow_plan::{Action, Node, OnError, Plan, Step, StepKind, Workflow};
@@ -54,6 +55,21 @@ struct Interpreter<'p> {
     /// The workflow's `context kb` documents and its department's,
     /// resolved at preflight.
     context: Vec<KbDocument>,
+    /// The steps executing now, by path: what a workflow timeout, which
+    /// drops them, records of them.
+    in_flight: Mutex<BTreeMap<String, InFlight>>,
+}
+
+/// A step executing now. Its input is not kept: copying every step's
+/// arguments for the rare timeout would cost every run.
+struct InFlight {
+    step_id: String,
+    kind: StepKind,
+    started_ms: u64,
+    /// Its attempts that ended.
+    attempts: Vec<Attempt>,
+    /// Whether an attempt's call is out now (else it waits to retry).
+    calling: bool,
 }
 
 /// Runs (or resumes) the workflow `workflow` of `plan` with `input`.
@@ -109,6 +125,7 @@ pub async fn run_within(
         services,
         pending: Mutex::new(Vec::new()),
         context: ready.context,
+        in_flight: Mutex::new(BTreeMap::new()),
     };
     let budget = Duration::from_millis(workflow.timeout_ms).saturating_sub(spent);
     // `timeout` polls once before it checks the clock; a run with no time
@@ -152,7 +169,8 @@ pub async fn run_within(
                 };
                 let _ = interpreter.block(handler, ctx).await;
             }
-            Outcome::Failed { error, step: None }
+            let step = interpreter.record_cut_short(workflow.timeout_ms).await;
+            Outcome::Failed { error, step }
         }
     }
 }
@@ -378,10 +396,14 @@ impl<'p> Interpreter<'p> {
 
     async fn step(&self, step: &'p Step, ctx: &Ctx) -> Result<(), Interrupt> {
         let path = format!("{}{}", ctx.prefix, step.id);
-        if let Some(record) = self.services.journal.lookup(&path) {
-            return self.replay(step, ctx, &path, record).await;
-        }
-        let started_ms = now_ms();
+        // A step recorded between two attempts goes on after its last one;
+        // any other record is the step's outcome.
+        let retrying = match self.services.journal.lookup(&path) {
+            Some(record) if record.status == StepStatus::Retrying => Some(record),
+            Some(record) => return self.replay(step, ctx, &path, record).await,
+            None => None,
+        };
+        let started_ms = retrying.as_ref().map_or_else(now_ms, |r| r.started_ms);
         let kind = self
             .workflow
             .slots
@@ -452,9 +474,79 @@ impl<'p> Interpreter<'p> {
             Some(places) => places.acquire().await.ok(),
             None => None,
         };
-        let (result, attempts) = self.attempts(step, &path, &args, ctx).await;
-        self.settle(step, ctx, &path, kind, args, result, attempts, started_ms)
-            .await
+        let (made, wait) = match retrying {
+            // What is left of the wait its last attempt asked for.
+            Some(record) => {
+                let wait_ms = record.attempts.last().and_then(|a| a.delay_ms).unwrap_or(0);
+                let due_ms = record.ended_ms.saturating_add(wait_ms);
+                let left = Duration::from_millis(due_ms.saturating_sub(now_ms()));
+                (record.attempts, left)
+            }
+            None => (Vec::new(), Duration::ZERO),
+        };
+        self.in_flight().insert(
+            path.clone(),
+            InFlight {
+                step_id: step.id.clone(),
+                kind,
+                started_ms,
+                attempts: made.clone(),
+                calling: false,
+            },
+        );
+        let (result, attempts) = self
+            .attempts(step, &path, &args, ctx, kind, started_ms, made, wait)
+            .await;
+        let settled = self
+            .settle(step, ctx, &path, kind, args, result, attempts, started_ms)
+            .await;
+        self.in_flight().remove(&path);
+        settled
+    }
+
+    fn in_flight(&self) -> MutexGuard<'_, BTreeMap<String, InFlight>> {
+        self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records the steps a workflow timeout cut short as failed by it, with
+    /// the attempts they made and the one whose call was out; answers the
+    /// path of the one that started first.
+    async fn record_cut_short(&self, timeout_ms: u64) -> Option<String> {
+        let cut: Vec<(String, InFlight)> =
+            std::mem::take(&mut *self.in_flight()).into_iter().collect();
+        let first = cut
+            .iter()
+            .min_by_key(|(_, step)| step.started_ms)
+            .map(|(path, _)| path.clone());
+        let error = StepError::new(
+            ErrorKind::Timeout,
+            format!("the workflow's timeout of {timeout_ms} ms ran out while this step ran"),
+        );
+        for (path, step) in cut {
+            let mut attempts = step.attempts;
+            if step.calling {
+                attempts.push(Attempt {
+                    index: attempts.len() as u32,
+                    error: Some(format!("timeout: {}", error.message)),
+                    delay_ms: None,
+                });
+            }
+            let record = StepRecord {
+                path,
+                step_id: step.step_id,
+                kind: step.kind,
+                status: StepStatus::Failed,
+                input: Value::Null,
+                output: None,
+                error: Some(error.clone()),
+                attempts,
+                started_ms: step.started_ms,
+                ended_ms: now_ms(),
+            };
+            // The run fails whatever happens to this record.
+            let _ = self.services.journal.record(record).await;
+        }
+        first
     }
 
     /// A step the journal already holds: its recorded outcome, not a new run.
@@ -488,7 +580,9 @@ impl<'p> Interpreter<'p> {
                     .push(pending);
                 Err(Interrupt::Parked)
             }
-            StepStatus::Failed => {
+            // A retrying record resumes in `step`; here it can only be a
+            // record that lost its last attempt, a failure.
+            StepStatus::Failed | StepStatus::Retrying => {
                 let error = record
                     .error
                     .unwrap_or_else(|| StepError::new(ErrorKind::Server, "failed"));
@@ -549,23 +643,42 @@ impl<'p> Interpreter<'p> {
         })
     }
 
-    /// Runs the step's action with its retries and per-attempt timeout.
+    /// Runs the step's action with its retries and per-attempt timeout,
+    /// after the attempts it `made` in earlier invocations and a `wait`
+    /// left of their backoff. Before each backoff, the attempts so far are
+    /// journaled (`StepStatus::Retrying`), so that however often the
+    /// process dies, the step makes at most its allowed attempts, plus the
+    /// one whose call was out at a crash.
+    #[allow(clippy::too_many_arguments)] // reason: the step's identity and where it resumes; one call site
     async fn attempts(
         &self,
         step: &Step,
         path: &str,
         args: &Value,
         ctx: &Ctx,
+        kind: StepKind,
+        started_ms: u64,
+        made: Vec<Attempt>,
+        wait: Duration,
     ) -> (Result<Option<Value>, StepError>, Vec<Attempt>) {
-        let mut attempts = Vec::new();
-        let mut index = 0;
+        let mut attempts = made;
+        let mut index = attempts.len() as u32;
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
         loop {
+            if index >= step.retry.attempts.max(1) {
+                // Only a plan changed under a resumed run gets here.
+                let error = StepError::new(ErrorKind::Server, "the step's attempts ran out");
+                return (Err(error), attempts);
+            }
             // Not once the run is another process's: it runs this step itself.
             if let Err(error) = self.services.journal.admit().await {
                 return (Err(error), attempts);
             }
             let call_id = format!("{}:{path}:{index}", self.run_id);
             let timeout = Duration::from_millis(step.timeout_ms);
+            self.calling(path, true);
             let result =
                 match tokio::time::timeout(timeout, self.action(step, args, &call_id, ctx)).await {
                     Ok(result) => result,
@@ -577,6 +690,7 @@ impl<'p> Interpreter<'p> {
                         ),
                     )),
                 };
+            self.calling(path, false);
             match result {
                 Ok(output) => {
                     attempts.push(Attempt {
@@ -594,13 +708,38 @@ impl<'p> Interpreter<'p> {
                         error: Some(format!("{}: {}", error.kind.name(), error.message)),
                         delay_ms: delay.map(|d| d.as_millis() as u64),
                     });
-                    match delay {
-                        Some(delay) => tokio::time::sleep(delay).await,
-                        None => return (Err(error), attempts),
+                    let Some(delay) = delay else {
+                        return (Err(error), attempts);
+                    };
+                    if let Some(in_flight) = self.in_flight().get_mut(path) {
+                        in_flight.attempts = attempts.clone();
                     }
+                    let retrying = StepRecord {
+                        path: path.to_string(),
+                        step_id: step.id.clone(),
+                        kind,
+                        status: StepStatus::Retrying,
+                        input: args.clone(),
+                        output: None,
+                        error: Some(error),
+                        attempts: attempts.clone(),
+                        started_ms,
+                        ended_ms: now_ms(),
+                    };
+                    if let Err(error) = self.services.journal.record(retrying).await {
+                        return (Err(error), attempts);
+                    }
+                    tokio::time::sleep(delay).await;
                 }
             }
             index += 1;
+        }
+    }
+
+    /// Notes whether the step at `path` has an attempt's call out.
+    fn calling(&self, path: &str, out: bool) {
+        if let Some(in_flight) = self.in_flight().get_mut(path) {
+            in_flight.calling = out;
         }
     }
 

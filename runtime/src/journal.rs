@@ -19,6 +19,30 @@ pub enum StepStatus {
     Failed,
     /// An approval waiting for a decision.
     Pending,
+    /// A step between two attempts: the attempts it made so far, journaled
+    /// before the wait, so that a crash does not give it a fresh budget. A
+    /// replay resumes it after its last attempt.
+    Retrying,
+}
+
+impl StepStatus {
+    /// The status as the stores keep it and the API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepStatus::Completed => "completed",
+            StepStatus::Failed => "failed",
+            StepStatus::Pending => "pending",
+            StepStatus::Retrying => "retrying",
+        }
+    }
+
+    /// Whether a later record of the same step replaces this one: an
+    /// approval's record when it is decided or expires, a retrying step's
+    /// when it makes its next attempt or ends. Completed and failed records
+    /// are final.
+    pub fn is_replaceable(self) -> bool {
+        matches!(self, StepStatus::Pending | StepStatus::Retrying)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

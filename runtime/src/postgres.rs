@@ -319,14 +319,6 @@ impl std::fmt::Debug for PostgresStore {
     }
 }
 
-fn status_name(status: StepStatus) -> &'static str {
-    match status {
-        StepStatus::Completed => "completed",
-        StepStatus::Failed => "failed",
-        StepStatus::Pending => "pending",
-    }
-}
-
 fn to_json(value: &impl serde::Serialize) -> Result<String, StoreError> {
     serde_json::to_string(value).map_err(|e| StoreError::Damaged(e.to_string()))
 }
@@ -661,7 +653,7 @@ impl PostgresStore {
             &[
                 &run_id,
                 &path,
-                &status_name(decided.status),
+                &decided.status.as_str(),
                 &to_json(&decided)?,
             ],
         )
@@ -1072,8 +1064,8 @@ async fn write_batches(pool: Pool, owner: String, mut queue: mpsc::UnboundedRece
 
 /// Inserts a batch of records in one statement, and the notifications of the
 /// gates among them in another, in one transaction (one commit). A record
-/// replaces a stored one only while that is pending (an approval's record,
-/// decided or expired), as in the SQLite store.
+/// replaces a stored one only while that is replaceable (an approval's
+/// record, decided or expired; a retrying step's), as in the SQLite store.
 ///
 /// Fenced: a record is written only if its run is still `owner`'s in the
 /// record's epoch, checked under a share lock on the run's row, so that a
@@ -1114,13 +1106,13 @@ async fn insert_records(
         .collect();
     // One statement cannot change a row twice: when a batch holds two
     // records of one path, the second replaces the first only if that one
-    // is pending, as two statements would have had it.
+    // is replaceable, as two statements would have had it.
     let mut chosen: Vec<&Append> = Vec::with_capacity(admitted.len());
     let mut at: std::collections::HashMap<(&str, &str), usize> = Default::default();
     for append in admitted.iter().copied() {
         let key = (append.run_id.as_str(), append.record.path.as_str());
         match at.get(&key) {
-            Some(&index) if chosen[index].record.status == StepStatus::Pending => {
+            Some(&index) if chosen[index].record.status.is_replaceable() => {
                 chosen[index] = append;
             }
             Some(_) => {}
@@ -1138,7 +1130,7 @@ async fn insert_records(
     for append in chosen {
         run_ids.push(append.run_id.as_str());
         paths.push(append.record.path.as_str());
-        statuses.push(status_name(append.record.status));
+        statuses.push(append.record.status.as_str());
         records.push(to_json(&append.record)?);
         due.push(gate_due_ms(&append.record).map(|ms| ms as i64));
     }
@@ -1149,7 +1141,7 @@ async fn insert_records(
              SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[])
              ON CONFLICT (run_id, path) DO UPDATE
                  SET status = excluded.status, record = excluded.record, due_ms = excluded.due_ms
-                 WHERE step_runs.status = 'pending'",
+                 WHERE step_runs.status IN ('pending', 'retrying')",
         )
         .await?;
     tx.execute(&statement, &[&run_ids, &paths, &statuses, &records, &due])

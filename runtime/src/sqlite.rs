@@ -526,14 +526,6 @@ fn process_runs(pid: u32) -> bool {
     })
 }
 
-fn status_name(status: StepStatus) -> &'static str {
-    match status {
-        StepStatus::Completed => "completed",
-        StepStatus::Failed => "failed",
-        StepStatus::Pending => "pending",
-    }
-}
-
 impl SqliteStore {
     /// Opens (creating and migrating if needed) the store at `path`.
     pub fn open(path: &Path) -> Result<Arc<SqliteStore>, StoreError> {
@@ -1603,7 +1595,7 @@ fn write_batch(
              VALUES (?1, ?2, ?3, ?4, (SELECT COALESCE(MAX(seq), 0) + 1 FROM step_runs), ?5)
              ON CONFLICT (run_id, path) DO UPDATE SET status = excluded.status, record = excluded.record,
                  due_ms = excluded.due_ms
-             WHERE step_runs.status = 'pending'",
+             WHERE step_runs.status IN ('pending', 'retrying')",
         )?;
         for write in batch {
             match write {
@@ -1612,7 +1604,7 @@ fn write_batch(
                     insert.execute(params![
                         run_id,
                         record.path,
-                        status_name(record.status),
+                        record.status.as_str(),
                         json,
                         gate_due_ms(record).map(|ms| ms as i64),
                     ])?;
@@ -1795,7 +1787,7 @@ fn apply_decision(
         params![
             run_id,
             path,
-            status_name(decided.status),
+            decided.status.as_str(),
             serde_json::to_string(&decided).unwrap_or_default()
         ],
     )?;

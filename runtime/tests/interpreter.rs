@@ -434,12 +434,35 @@ async fn the_workflow_deadline_cancels_work_in_flight() {
         started.elapsed() < std::time::Duration::from_secs(2),
         "cancelled, not awaited"
     );
-    let Outcome::Failed { error, .. } = outcome else {
+    let Outcome::Failed { error, step } = outcome else {
         panic!("{outcome:?}")
     };
     assert_eq!(error.kind, ErrorKind::Timeout);
     assert!(error.message.contains("active time"), "{}", error.message);
-    assert!(store.records().is_empty(), "nothing completed");
+    // Regression (issue 13): the steps in flight were missing from the
+    // trace, and `error.step` was null.
+    let records = store.records();
+    let cut: Vec<(&str, StepStatus, usize)> = records
+        .iter()
+        .map(|r| (r.path.as_str(), r.status, r.attempts.len()))
+        .collect();
+    assert_eq!(
+        cut,
+        [
+            ("both/one/a", StepStatus::Failed, 1),
+            ("both/two/b", StepStatus::Failed, 1)
+        ],
+        "each step in flight is recorded with the attempt that was cut"
+    );
+    assert!(
+        records
+            .iter()
+            .all(|r| r.error.as_ref().unwrap().kind == ErrorKind::Timeout)
+    );
+    assert!(
+        matches!(step.as_deref(), Some("both/one/a" | "both/two/b")),
+        "{step:?}"
+    );
 
     let spent = std::time::Duration::from_millis(300);
     let outcome = flow_runtime::interp::run_within(
@@ -455,6 +478,52 @@ async fn the_workflow_deadline_cancels_work_in_flight() {
         matches!(&outcome, Outcome::Failed { error, .. } if error.kind == ErrorKind::Timeout),
         "no active time left: {outcome:?}"
     );
+}
+
+/// Regression (issue 13): a `retry 3` step answering 500, killed during its
+/// backoff and recovered, made 5 calls and its trace showed 3. The attempts
+/// so far are journaled before each backoff, so the recovered run makes the
+/// one attempt left.
+#[tokio::test]
+async fn a_crash_during_backoff_does_not_give_the_step_a_fresh_budget() {
+    let plan = plan(&format!(
+        "{RECIPE}workflow w {{ step a = answer {{ q: \"x\" }} retry 3 backoff 200ms..200ms\n output {{ t: step.a.text }} }}"
+    ));
+    let provider = Arc::new(Scripted::with("answer", vec![Some(ErrorKind::Server); 5]));
+    let store = Arc::new(MemoryStore::default());
+    // The process dies during the second backoff (at about 300 ms).
+    let first = flow_runtime::run(
+        &plan,
+        "w",
+        "r",
+        json!({}),
+        services(provider.clone(), &store),
+    );
+    let cut = tokio::time::timeout(std::time::Duration::from_millis(300), first).await;
+    assert!(cut.is_err(), "still waiting to retry: {cut:?}");
+    assert_eq!(provider.calls("answer"), 2);
+    let record = &store.records()[0];
+    assert_eq!(
+        (record.status, record.attempts.len()),
+        (StepStatus::Retrying, 2)
+    );
+    let outcome = flow_runtime::run(
+        &plan,
+        "w",
+        "r",
+        json!({}),
+        services(provider.clone(), &store),
+    )
+    .await;
+    assert!(matches!(outcome, Outcome::Failed { .. }), "{outcome:?}");
+    assert_eq!(provider.calls("answer"), 3, "one attempt left, not three");
+    let record = &store.records()[0];
+    assert_eq!(
+        (record.status, record.attempts.len()),
+        (StepStatus::Failed, 3)
+    );
+    let indices: Vec<u32> = record.attempts.iter().map(|a| a.index).collect();
+    assert_eq!(indices, [0, 1, 2], "the trace shows every call");
 }
 
 /// An approval past its expiry is decided by its `on_expire` when the run is

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use flow_plan::Durability;
 use flow_runtime::approval::Decision;
-use flow_runtime::journal::{Outcome, StepStatus};
+use flow_runtime::journal::{Attempt, Outcome, StepRecord, StepStatus};
 use flow_runtime::offline::OfflineProvider;
 use flow_runtime::postgres::{PostgresOptions, PostgresStore};
 use flow_runtime::services::{Handoff, KbWrite, Services};
@@ -82,6 +82,7 @@ on_each_store!(
     deployments_are_versioned_per_account_and_runs_keep_their_account,
     // RunStore and its journals
     durability_approval_persists_at_the_end_only,
+    a_retrying_record_is_kept_until_its_step_ends,
     an_idempotency_key_starts_one_run_per_account,
     a_cancelled_run_records_nothing_more,
     a_run_given_up_is_orphaned_until_claimed,
@@ -130,6 +131,78 @@ async fn run(journal: Arc<dyn RunLog>, plan: &flow_plan::Plan, run_id: &str) -> 
         steps: None,
     };
     flow_runtime::run(plan, "w", run_id, json!({}), services).await
+}
+
+/// A step between attempts is journaled as retrying (so that a crash does
+/// not reset its attempts); its next record replaces that one, in the same
+/// batch or a later one, and a reopened journal finds whichever is last.
+async fn a_retrying_record_is_kept_until_its_step_ends(backend: Backend) {
+    let store = backend.open().await;
+    let plan = plan(TWO_STEPS);
+    store.put_plan(&plan).await.unwrap();
+    store
+        .create_run("run-1", "", "w", &plan.hash, &json!({}), None)
+        .await
+        .unwrap();
+    let open = || async {
+        Arc::clone(&store)
+            .open_journal("run-1", Durability::Full)
+            .await
+            .unwrap()
+    };
+    let journal = open().await;
+    let record = |status: StepStatus, attempts: u32| StepRecord {
+        path: "one".to_string(),
+        step_id: "one".to_string(),
+        kind: flow_plan::StepKind::Recipe,
+        status,
+        input: json!({ "q": "1" }),
+        output: (status == StepStatus::Completed).then(|| json!({ "a": "x" })),
+        error: None,
+        attempts: (0..attempts)
+            .map(|index| Attempt {
+                index,
+                error: (index + 1 < attempts || status != StepStatus::Completed)
+                    .then(|| "server: 500".to_string()),
+                delay_ms: Some(10),
+            })
+            .collect(),
+        started_ms: 1,
+        ended_ms: 2,
+    };
+    journal
+        .record(record(StepStatus::Retrying, 1))
+        .await
+        .unwrap();
+    let found = open().await.lookup("one").unwrap();
+    assert_eq!(
+        (found.status, found.attempts.len()),
+        (StepStatus::Retrying, 1)
+    );
+    // Two records of one path in one batch, then a final one.
+    let (second, third) = (
+        journal.record(record(StepStatus::Retrying, 2)),
+        journal.record(record(StepStatus::Retrying, 3)),
+    );
+    second.await.unwrap();
+    third.await.unwrap();
+    journal
+        .record(record(StepStatus::Completed, 4))
+        .await
+        .unwrap();
+    let stored = store.step_records("run-1").await.unwrap();
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    assert_eq!(
+        (stored[0].status, stored[0].attempts.len()),
+        (StepStatus::Completed, 4)
+    );
+    // A final record is never replaced.
+    journal
+        .record(record(StepStatus::Retrying, 5))
+        .await
+        .unwrap();
+    let stored = store.step_records("run-1").await.unwrap();
+    assert_eq!(stored[0].status, StepStatus::Completed);
 }
 
 async fn durability_approval_persists_at_the_end_only(backend: Backend) {

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use flow_runtime::journal::{StepRecord, StepStatus};
+use flow_runtime::journal::StepRecord;
 use flow_runtime::limit::LimitEvents;
 use flow_runtime::runner::Observer;
 use flow_runtime::store::{MailState, NotificationKind, RunStatus};
@@ -170,9 +170,9 @@ impl Metrics {
     pub fn observer(&self) -> Observer {
         let (steps, retries) = (self.steps.clone(), self.retries.clone());
         Arc::new(move |record: &StepRecord| {
-            // A pending approval is recorded when the run parks; its duration
-            // is the decision's, recorded when it is decided.
-            if record.status == StepStatus::Pending {
+            // A pending approval is recorded when the run parks, a retrying
+            // step between its attempts; each is counted once it ends.
+            if record.status.is_replaceable() {
                 return;
             }
             let kind = name_of(&record.kind);

@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use flow_plan::Plan;
 use flow_plan::StepKind;
 use flow_runtime::approval::{DecideError, Decision};
-use flow_runtime::journal::{Outcome, StepRecord, StepStatus};
+use flow_runtime::journal::{Outcome, StepRecord};
 use flow_runtime::limit::{
     LimitedProvider, Limiter, Limits, LocalLimiter, RedisLimiter, RedisSettings,
 };
@@ -559,7 +559,7 @@ impl Daemon {
                         if record.kind == StepKind::Handoff {
                             daemon.mail_wake.notify_one();
                         }
-                        if tracing && record.status != StepStatus::Pending {
+                        if tracing && !record.status.is_replaceable() {
                             // A span needs the record's shape, not its data:
                             // inputs and outputs are not kept for it.
                             let mut kept = record.clone();
