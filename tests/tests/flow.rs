@@ -342,6 +342,104 @@ fn a_killed_run_resumes_without_repeating_completed_steps() {
     );
 }
 
+/// Regression (issue 13): after Ctrl-C or SIGTERM a run stayed `running`,
+/// with no hint, and `flow runs` could not tell it from a live one. Now
+/// `flow` gives the run up, says how to resume it, and exits 130 (143 for
+/// SIGTERM); `flow runs` shows it interrupted; `flow recover` completes it.
+#[test]
+fn an_interrupted_run_says_how_to_resume_and_resumes() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use flow_tests::fake_llm::FakeLlm;
+
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    let server = runtime.block_on(FakeLlm::start(
+        vec![],
+        serde_json::json!({ "text": "t", "score": 1 }),
+        Duration::from_millis(150),
+    ));
+    let dir = TempDir::new("flow-interrupt");
+    let mut source = String::from(
+        "recipe answer { model \"default\" input { q: string } output { text: string, score: int } prompt \"{{input.q}}\" }\nworkflow chain {\n",
+    );
+    for i in 0..6 {
+        source.push_str(&format!("  step s{i} = answer {{ q: \"step {i}\" }}\n"));
+    }
+    source.push_str("  output { last: step.s5.text }\n}\n");
+    dir.write("chain.flow", source);
+    dir.write("in.json", "{}");
+    let flow = |args: &[&str]| {
+        let mut command = Command::new(flow_path());
+        command
+            .args(args)
+            .current_dir(dir.path())
+            .env("FLOW_LLM_BASE_URL", &server.url)
+            .env("FLOW_LLM_MODEL", "fake");
+        command
+    };
+    for (signal, code) in [("-INT", 130), ("-TERM", 143)] {
+        let child = flow(&["run", "chain.flow", "--input", "in.json"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("flow starts");
+        let before = server.requests();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while server.requests() < before + 2 {
+            assert!(Instant::now() < deadline, "the run did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let sent = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success());
+        let stopped = child.wait_with_output().expect("flow exits");
+        let stderr = String::from_utf8_lossy(&stopped.stderr);
+        assert_eq!(stopped.status.code(), Some(code), "{stderr}");
+        assert!(
+            stderr.contains("stopped before it ended") && stderr.contains("flow recover --db"),
+            "{stderr}"
+        );
+    }
+
+    let listed = flow(&["runs", "--json"]).output().expect("flow runs");
+    let runs: Value = serde_json::from_slice(&listed.stdout).expect("the runs");
+    let runs = runs.as_array().expect("a list");
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert!(
+        runs.iter()
+            .all(|run| run["status"] == "running" && run["interrupted"] == true),
+        "{runs:?}"
+    );
+    let human = flow(&["runs"]).output().expect("flow runs");
+    assert!(
+        String::from_utf8_lossy(&human.stdout).contains("running (interrupted)"),
+        "{}",
+        String::from_utf8_lossy(&human.stdout)
+    );
+
+    let recovered = flow(&["recover", "--json"])
+        .output()
+        .expect("flow recover runs");
+    assert_eq!(
+        recovered.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&recovered.stderr)
+    );
+    let listed = flow(&["runs", "--json"]).output().expect("flow runs");
+    let runs: Value = serde_json::from_slice(&listed.stdout).expect("the runs");
+    assert!(
+        runs.as_array()
+            .expect("a list")
+            .iter()
+            .all(|run| run["status"] == "completed" && run["interrupted"] == false),
+        "{runs}"
+    );
+}
+
 /// A plan edited after `flowc build`, or written by a flowc of another format
 /// version, is refused before anything runs or is stored.
 #[test]

@@ -222,7 +222,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>) -> Result<u8> {
                 .await
                 .map_err(|e| usage(e.to_string()))?;
             execute(
-                &store, &limiter, mcp, &plan, &workflow, &run_id, input, json,
+                &store, &db, &limiter, mcp, &plan, &workflow, &run_id, input, json,
             )
             .await
         }
@@ -273,6 +273,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>) -> Result<u8> {
                 .map_err(|e| usage(e.to_string()))?;
             execute(
                 &store,
+                &db,
                 &limiter,
                 mcp,
                 &plan,
@@ -296,10 +297,11 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>) -> Result<u8> {
             let mut resumed = tokio::task::JoinSet::new();
             for (row, plan) in runs {
                 let (store, limiter) = (Arc::clone(&store), Arc::clone(&limiter));
-                let mcp = Arc::clone(mcp);
+                let (mcp, db) = (Arc::clone(mcp), db.clone());
                 resumed.spawn(async move {
                     execute(
                         &store,
+                        &db,
                         &limiter,
                         &mcp,
                         &plan,
@@ -338,9 +340,26 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>) -> Result<u8> {
         Command::Runs { db, json } => {
             let store = open_store(&db)?;
             let runs = store.runs().await.map_err(|e| usage(e.to_string()))?;
+            // A run left `running` that no live process holds was
+            // interrupted (a signal, a crash): `flow recover` resumes it.
+            let orphaned: std::collections::HashSet<String> = store
+                .orphaned_runs()
+                .await
+                .map_err(|e| usage(e.to_string()))?
+                .into_iter()
+                .map(|row| row.id)
+                .collect();
             let list: Vec<Value> = runs
                 .iter()
-                .map(|r| json!({ "run_id": r.id, "workflow": r.workflow, "status": r.status, "created_ms": r.created_ms }))
+                .map(|r| {
+                    json!({
+                        "run_id": r.id,
+                        "workflow": r.workflow,
+                        "status": r.status,
+                        "interrupted": orphaned.contains(&r.id),
+                        "created_ms": r.created_ms,
+                    })
+                })
                 .collect();
             print_runs(&list, json);
             Ok(0)
@@ -368,12 +387,21 @@ fn print_runs(runs: &[Value], json: bool) {
         return;
     }
     for run in runs {
+        let status = run["status"].as_str().unwrap_or("");
+        let status = if run["interrupted"] == true {
+            format!("{status} (interrupted)")
+        } else {
+            status.to_string()
+        };
         out!(
-            "{}  {:<18} {}",
+            "{}  {:<30} {}",
             run["run_id"].as_str().unwrap_or(""),
-            run["status"].as_str().unwrap_or(""),
+            status,
             run["workflow"].as_str().unwrap_or("")
         );
+    }
+    if runs.iter().any(|run| run["interrupted"] == true) {
+        out!("interrupted runs resume with `flow recover`");
     }
 }
 
@@ -417,6 +445,7 @@ fn print_trace(records: &[StepRecord], json: bool) -> Result<u8> {
 #[allow(clippy::too_many_arguments)] // reason: what one run needs; each caller has them at hand
 async fn execute(
     store: &Arc<dyn Store>,
+    db: &Path,
     limiter: &Arc<dyn Limiter>,
     mcp: &Arc<McpPool>,
     plan: &Plan,
@@ -461,7 +490,7 @@ async fn execute(
         announce_mcp_servers(plan, workflow);
     }
     let mcp: Arc<dyn flow_runtime::services::McpClient> = mcp.clone();
-    let outcome = runner::drive(
+    let driven = runner::drive(
         store,
         plan,
         workflow,
@@ -471,13 +500,58 @@ async fn execute(
         Some(mcp),
         observer,
         None,
-    )
-    .await
-    .map_err(|e| usage(e.to_string()))?;
+    );
+    let outcome = tokio::select! {
+        outcome = driven => outcome.map_err(|e| usage(e.to_string()))?,
+        signal = interrupted() => {
+            if let Some(bar) = &progress {
+                bar.finish_and_clear();
+            }
+            return Ok(give_up(store, db, run_id, signal).await);
+        }
+    };
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }
     Ok(report(&runner::run_record(run_id, &outcome), json))
+}
+
+/// A signal that asks `flow` to stop: Ctrl-C, or SIGTERM (a service
+/// manager, a container stopping). Its name and the exit code it gives.
+async fn interrupted() -> (&'static str, u8) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).ok();
+    let terminated = async {
+        match term.as_mut() {
+            Some(term) => term.recv().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => ("interrupted", 130),
+        _ = terminated => ("terminated", 143),
+    }
+}
+
+/// Stops a run that a signal interrupted: its task is dropped where it is,
+/// as a crash would drop it (the step in flight, if any, runs again when
+/// the run resumes), and the run is given up, so that `flow runs` shows it
+/// interrupted rather than running and `flow recover` takes it.
+async fn give_up(store: &Arc<dyn Store>, db: &Path, run_id: &str, signal: (&str, u8)) -> u8 {
+    let (what, code) = signal;
+    let _ = store
+        .finish_run(
+            run_id,
+            RunStatus::Running,
+            &Value::Null,
+            std::time::Duration::ZERO,
+        )
+        .await;
+    eprintln!(
+        "flow: {what}: run {run_id} stopped before it ended; a step that was running runs again when it resumes. Resume it with:\n  flow recover --db {}",
+        db.display()
+    );
+    code
 }
 
 /// Says on stderr, before the first step, which commands the run may start
