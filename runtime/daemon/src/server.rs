@@ -691,10 +691,7 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         axum::routing::get(
             |State(daemon): State<Arc<Daemon>>, headers: axum::http::HeaderMap| async move {
                 if let Some(Secret(token)) = &daemon.config.metrics_token {
-                    let sent = headers
-                        .get(header::AUTHORIZATION)
-                        .and_then(|value| value.to_str().ok())
-                        .and_then(|value| value.strip_prefix("Bearer "));
+                    let sent = bearer_token(&headers);
                     // Compared in constant time, as a MAC is.
                     if !sent.is_some_and(|sent| same_secret(sent, token)) {
                         return problem(
@@ -795,7 +792,70 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         .merge(links)
         .merge(crate::inspector::routes())
         .merge(api)
+        .layer(middleware::map_response(plain_errors_as_problems))
+        .layer(middleware::from_fn(refuse_nul_in_uri))
         .with_state(daemon)
+}
+
+/// Refuses a path or query that holds a NUL byte (`%00`): no id, name or
+/// key of flow has one, and PostgreSQL cannot even compare one, so both
+/// stores answer the same 400 instead of a 404 on one and a 503 on the
+/// other.
+async fn refuse_nul_in_uri(request: Request, next: Next) -> Response {
+    let uri = request.uri();
+    let raw = uri.path_and_query().map_or(uri.path(), |pq| pq.as_str());
+    if raw.to_ascii_lowercase().contains("%00") {
+        return problem(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "a path or query cannot hold a NUL byte (%00)",
+        );
+    }
+    next.run(request).await
+}
+
+/// Errors that axum answers itself come as plain text or nothing: a method
+/// a route does not have (405), a body over the limit (413), a form of
+/// another media type (415), a path that does not decode (`%ff`, 400).
+/// They become problems like every other error, keeping their status and
+/// their `Allow` header; pages that answer HTML keep their own.
+async fn plain_errors_as_problems(response: Response) -> Response {
+    let status = response.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let plain = match response.headers().get(header::CONTENT_TYPE) {
+        None => true,
+        Some(kind) => kind
+            .to_str()
+            .is_ok_and(|kind| kind.starts_with("text/plain")),
+    };
+    if !plain {
+        return response;
+    }
+    let allow = response.headers().get(header::ALLOW).cloned();
+    let said = axum::body::to_bytes(response.into_body(), 2048)
+        .await
+        .map(|text| String::from_utf8_lossy(&text).trim().to_string())
+        .unwrap_or_default();
+    let code = match status {
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::NOT_FOUND => "not_found",
+        status if status.is_client_error() => "bad_request",
+        _ => "internal_error",
+    };
+    let detail = if said.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_string()
+    } else {
+        said
+    };
+    let mut answer = problem(status, code, &detail);
+    if let Some(allow) = allow {
+        answer.headers_mut().insert(header::ALLOW, allow);
+    }
+    answer
 }
 
 /// Serves until `shutdown` completes, then lets runs in flight settle.
@@ -911,18 +971,23 @@ pub async fn serve(
     Ok(())
 }
 
+/// The credentials of `Authorization: Bearer TOKEN`. The scheme's name is
+/// case-insensitive (RFC 9110, section 11.1), so `bearer` and `BEARER` are
+/// the same scheme; spaces around the token are not part of it.
+fn bearer_token(headers: &axum::http::HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
 /// Finds the request's account from `Authorization: Bearer KEY`.
 async fn authenticate(
     State(daemon): State<Arc<Daemon>>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    let key = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "));
-    let Some(key) = key else {
+    let Some(key) = bearer_token(request.headers()) else {
         return problem(
             StatusCode::UNAUTHORIZED,
             "unauthenticated",

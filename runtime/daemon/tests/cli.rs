@@ -254,7 +254,111 @@ async fn serve_authenticates_answers_problems_and_stops_on_sigterm() {
         .await;
     assert_eq!((status, body["code"].as_str()), (404, Some("not_found")));
     assert_eq!(body["status"], 404);
+    // Regression (issue 13): `bearer` in lower case was refused, though an
+    // authentication scheme's name is case-insensitive (RFC 9110).
+    for scheme in ["bearer", "BEARER", "Bearer "] {
+        let answer = flowd
+            .client
+            .get(format!("{}/v1/runs", flowd.url))
+            .header("authorization", format!("{scheme} {ACME}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200, "scheme `{scheme}`");
+    }
+    let answer = flowd
+        .client
+        .get(format!("{}/v1/runs", flowd.url))
+        .header("authorization", format!("Basic {ACME}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 401, "another scheme is not a bearer token");
     assert_eq!(flowd.stop(), Some(0), "a clean stop on SIGTERM");
+}
+
+/// Regression (issue 13): errors that axum answers itself were plain text
+/// or empty: a method a route lacks, a form of another type or too large on
+/// an approval link, a path that does not decode. They are problems now.
+#[tokio::test]
+async fn every_error_is_a_problem_even_those_of_the_framework() {
+    let dir = TempDir::new("flowd-problems");
+    let flowd = Flowd::start(&dir);
+    let url = |path: &str| format!("{}{path}", flowd.url);
+    let answers = [
+        (
+            flowd
+                .client
+                .put(url("/v1/runs"))
+                .bearer_auth(ACME)
+                .send()
+                .await
+                .unwrap(),
+            405,
+            "method_not_allowed",
+        ),
+        (
+            flowd
+                .client
+                .post(url("/approvals/some-token"))
+                .header("content-type", "text/plain")
+                .body("approve")
+                .send()
+                .await
+                .unwrap(),
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            flowd
+                .client
+                .post(url("/approvals/some-token"))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(format!("comment={}", "x".repeat(3 << 20)))
+                .send()
+                .await
+                .unwrap(),
+            413,
+            "body_too_large",
+        ),
+        (
+            flowd
+                .client
+                .get(url("/v1/runs/%ff"))
+                .bearer_auth(ACME)
+                .send()
+                .await
+                .unwrap(),
+            400,
+            "bad_request",
+        ),
+        (
+            flowd
+                .client
+                .get(url("/v1/runs/run%00x"))
+                .bearer_auth(ACME)
+                .send()
+                .await
+                .unwrap(),
+            400,
+            "bad_request",
+        ),
+    ];
+    for (answer, status, code) in answers {
+        assert_eq!(answer.status(), status);
+        let kind = answer.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(kind, "application/problem+json", "{status}");
+        if status == 405 {
+            assert!(answer.headers().contains_key("allow"));
+        }
+        let body: serde_json::Value = answer.json().await.unwrap();
+        assert_eq!(body["code"], code, "{body}");
+        assert_eq!(body["status"], status, "{body}");
+    }
+    assert_eq!(flowd.stop(), Some(0));
 }
 
 /// Deploy a source, start a run, watch it complete; bad bodies, bad input
