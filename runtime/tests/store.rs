@@ -100,6 +100,7 @@ on_each_store!(
     kb_writes_version_documents_and_keys_make_retries_no_ops,
     concurrent_kb_writes_with_one_key_write_once,
     kb_context_ranks_by_the_terms_within_the_ids,
+    a_nul_byte_in_a_documents_or_handoffs_text_is_kept_alike,
     a_department_owns_the_documents_its_workflows_write,
 );
 
@@ -406,6 +407,44 @@ async fn concurrent_kb_writes_with_one_key_write_once(backend: Backend) {
     }
     let unkeyed = journal.kb_write(&kb_write("after", None)).await.unwrap();
     assert_eq!(unkeyed["version"], 2, "the keyed writes made one version");
+}
+
+/// Regression (issue 13): a NUL byte in a run's text made PostgreSQL fail
+/// the step (its text columns cannot hold one) while SQLite stored it. Both
+/// now store U+FFFD in its place, in KB documents and handoffs alike.
+async fn a_nul_byte_in_a_documents_or_handoffs_text_is_kept_alike(backend: Backend) {
+    let store = backend.open().await;
+    let plan = plan(TWO_STEPS);
+    store.put_plan(&plan).await.unwrap();
+    store
+        .create_run("run-n", "acme", "w", &plan.hash, &json!({}), None)
+        .await
+        .unwrap();
+    let journal = Arc::clone(&store)
+        .open_journal("run-n", Durability::Full)
+        .await
+        .unwrap();
+    journal.kb_write(&kb_write("a\0b", None)).await.unwrap();
+    let found = journal
+        .kb_context(&["notes".to_string()], None, &[], 5)
+        .await
+        .unwrap();
+    assert_eq!(found[0].content, "a\u{fffd}b");
+    journal
+        .handoff(&Handoff {
+            run_id: "run-n".into(),
+            department: "support".into(),
+            message: "x\0y".into(),
+            subject: Some("s\0".into()),
+            key: None,
+        })
+        .await
+        .unwrap();
+    let listed = store
+        .notifications("acme", &["support".to_string()], "ana@x.io", &ALL)
+        .await
+        .unwrap();
+    assert_eq!(listed[0].message, "x\u{fffd}y");
 }
 
 /// Regression: KB documents, write keys and notifications had no account, so

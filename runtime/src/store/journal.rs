@@ -214,7 +214,15 @@ impl<B: JournalBackend> Effects for StoreJournal<B> {
             if self.is_lost() {
                 return Err(StoreError::LeaseLost.into());
             }
-            Ok(self.settle(self.backend.kb_write(&self.run, write).await)?)
+            let write = KbWrite {
+                collection: text_column(&write.collection),
+                title: text_column(&write.title),
+                content: text_column(&write.content),
+                metadata: write.metadata.clone(),
+                key: write.key.as_deref().map(text_column),
+                department: write.department.as_deref().map(text_column),
+            };
+            Ok(self.settle(self.backend.kb_write(&self.run, &write).await)?)
         })
     }
 
@@ -238,9 +246,24 @@ impl<B: JournalBackend> Effects for StoreJournal<B> {
             if self.is_lost() {
                 return Err(StoreError::LeaseLost.into());
             }
-            Ok(self.settle(self.backend.handoff(&self.run, handoff).await)?)
+            let handoff = Handoff {
+                run_id: handoff.run_id.clone(),
+                department: text_column(&handoff.department),
+                message: text_column(&handoff.message),
+                subject: handoff.subject.as_deref().map(text_column),
+                key: handoff.key.as_deref().map(text_column),
+            };
+            Ok(self.settle(self.backend.handoff(&self.run, &handoff).await)?)
         })
     }
+}
+
+/// Text as every store keeps it in a text column: PostgreSQL's cannot hold
+/// U+0000, which a model's output may carry into a KB document or a
+/// handoff, so it becomes U+FFFD in both stores alike rather than failing
+/// the step on one of them. (JSON columns keep it, escaped.)
+fn text_column(text: &str) -> String {
+    text.replace('\0', "\u{fffd}")
 }
 
 /// What a store's `RunLog` keeps of its run in memory: the records loaded
