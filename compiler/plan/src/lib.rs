@@ -493,11 +493,53 @@ fn too_deep_at(text: &str) -> Option<usize> {
     None
 }
 
+/// Numbers as a plan's hash sees them: a float that is an integer (within
+/// the 2^53 that a float holds exactly) is written as that integer, so
+/// that a plan whose numbers another tool re-spelled (`jq` writes `0.0` as
+/// `0`, and `1e3` as `1000`) keeps its hash. Other floats are written as
+/// serde_json writes them, the shortest form that reads back the same.
+struct CanonicalNumbers;
+
+impl serde_json::ser::Formatter for CanonicalNumbers {
+    fn write_f64<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        value: f64,
+    ) -> std::io::Result<()> {
+        const EXACT: f64 = 9_007_199_254_740_992.0;
+        if value.fract() == 0.0 && value.abs() < EXACT {
+            write!(writer, "{}", value as i64)
+        } else {
+            serde_json::ser::CompactFormatter.write_f64(writer, value)
+        }
+    }
+
+    fn write_f32<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        value: f32,
+    ) -> std::io::Result<()> {
+        self.write_f64(writer, f64::from(value))
+    }
+}
+
 impl Plan {
     /// The hash of this plan's content: SHA-256 of its compact JSON with the
-    /// `hash` field empty. Takes `&mut` to blank the field in place rather than
-    /// clone a whole plan; the field is restored before returning.
+    /// `hash` field empty, each integral number written as an integer
+    /// (`CanonicalNumbers`). Takes `&mut` to blank the field in place rather
+    /// than clone a whole plan; the field is restored before returning.
     fn content_hash(&mut self) -> String {
+        self.hash_with(CanonicalNumbers)
+    }
+
+    /// The hash that plans sealed before numbers were canonical carry:
+    /// numbers as serde_json writes them. Plans stored then keep it as their
+    /// identity, so it is still accepted.
+    fn legacy_hash(&mut self) -> String {
+        self.hash_with(serde_json::ser::CompactFormatter)
+    }
+
+    fn hash_with(&mut self, formatter: impl serde_json::ser::Formatter) -> String {
         /// Feeds serialized JSON straight into the hasher: a plan's JSON can be
         /// many megabytes, and there is no need to hold it in memory.
         struct Hashing(Sha256);
@@ -513,7 +555,9 @@ impl Plan {
         let recorded = std::mem::take(&mut self.hash);
         let mut hashing = Hashing(Sha256::new());
         let mut writer = std::io::BufWriter::with_capacity(64 * 1024, &mut hashing);
-        serde_json::to_writer(&mut writer, &*self).expect("a plan always serializes");
+        let mut serializer = serde_json::Serializer::with_formatter(&mut writer, formatter);
+        self.serialize(&mut serializer)
+            .expect("a plan always serializes");
         std::io::Write::flush(&mut writer).expect("hashing does not fail");
         drop(writer);
         self.hash = recorded;
@@ -567,7 +611,7 @@ impl Plan {
         let mut plan: Plan =
             serde_json::from_value(value).map_err(|e| PlanError::Malformed(e.to_string()))?;
         let computed = plan.content_hash();
-        if computed != plan.hash {
+        if computed != plan.hash && plan.legacy_hash() != plan.hash {
             return Err(PlanError::Hash {
                 recorded: plan.hash.clone(),
                 computed,
@@ -654,5 +698,35 @@ mod tests {
                 .to_string()
                 .starts_with("not a valid plan")
         );
+    }
+
+    /// Regression (issue 13): a plan passed through `jq` (which writes
+    /// `0.0` as `0` and `1e3` as `1000`) was refused as changed after
+    /// `flowc build`.
+    #[test]
+    fn the_hash_does_not_depend_on_how_numbers_are_spelled() {
+        let mut plan = small_plan();
+        plan.workflows[0].input_schema = serde_json::json!({
+            "type": "object",
+            "properties": { "x": { "type": "number", "minimum": 0.0, "maximum": 1e3, "multipleOf": 0.5 } }
+        });
+        let text = plan.seal().to_json();
+        assert!(text.contains("0.0") && text.contains("1000.0"), "{text}");
+        let respelled = text.replace("0.0,", "0,").replace("1000.0", "1000");
+        assert_ne!(text, respelled);
+        let read = Plan::from_json(&respelled).expect("the same plan");
+        assert_eq!(read.hash, Plan::from_json(&text).unwrap().hash);
+    }
+
+    /// A plan sealed before numbers were canonical keeps its hash.
+    #[test]
+    fn a_plan_sealed_with_the_legacy_hash_is_still_read() {
+        let mut plan = small_plan();
+        plan.format_version = FORMAT_VERSION;
+        plan.workflows[0].input_schema = serde_json::json!({ "minimum": 2.0 });
+        plan.hash = plan.legacy_hash();
+        assert_ne!(plan.hash, plan.clone().seal().hash);
+        let read = Plan::from_json(&plan.to_json()).expect("still accepted");
+        assert_eq!(read.hash, plan.hash);
     }
 }
