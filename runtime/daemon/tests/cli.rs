@@ -285,10 +285,12 @@ async fn every_error_is_a_problem_even_those_of_the_framework() {
     let dir = TempDir::new("flowd-problems");
     let flowd = Flowd::start(&dir);
     let url = |path: &str| format!("{}{path}", flowd.url);
+    // A client of its own per request: flowd closes the connection of a
+    // body it refused unread, which a pooled connection would trip on.
+    let fresh = reqwest::Client::new;
     let answers = [
         (
-            flowd
-                .client
+            fresh()
                 .put(url("/v1/runs"))
                 .bearer_auth(ACME)
                 .send()
@@ -298,8 +300,7 @@ async fn every_error_is_a_problem_even_those_of_the_framework() {
             "method_not_allowed",
         ),
         (
-            flowd
-                .client
+            fresh()
                 .post(url("/approvals/some-token"))
                 .header("content-type", "text/plain")
                 .body("approve")
@@ -310,8 +311,7 @@ async fn every_error_is_a_problem_even_those_of_the_framework() {
             "unsupported_media_type",
         ),
         (
-            flowd
-                .client
+            fresh()
                 .post(url("/approvals/some-token"))
                 .header("content-type", "application/x-www-form-urlencoded")
                 .body(format!("comment={}", "x".repeat(3 << 20)))
@@ -322,8 +322,7 @@ async fn every_error_is_a_problem_even_those_of_the_framework() {
             "body_too_large",
         ),
         (
-            flowd
-                .client
+            fresh()
                 .get(url("/v1/runs/%ff"))
                 .bearer_auth(ACME)
                 .send()
@@ -333,8 +332,7 @@ async fn every_error_is_a_problem_even_those_of_the_framework() {
             "bad_request",
         ),
         (
-            flowd
-                .client
+            fresh()
                 .get(url("/v1/runs/run%00x"))
                 .bearer_auth(ACME)
                 .send()
