@@ -3,6 +3,7 @@
 
 mod api;
 pub mod config;
+mod connections;
 mod inspector;
 pub mod links;
 mod mailer;

@@ -945,10 +945,7 @@ pub async fn serve(
         tracing::info!("resumed {resumed} unfinished run(s)");
     }
     ready(address);
-    axum::serve(listener, router(Arc::clone(&daemon)))
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(|e| format!("the server stopped: {e}"))?;
+    crate::connections::serve(listener, router(Arc::clone(&daemon)), shutdown).await;
     mailer.abort();
     webhooks.abort();
     expiry.abort();

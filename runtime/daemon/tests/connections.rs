@@ -1,0 +1,61 @@
+//! Connections a client holds open without playing fair (issue 13): 500
+//! idle or trickling connections stayed open indefinitely. A request's
+//! header must arrive within 10 s, and a fair client is served as before.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{ACME, Flowd};
+use flow_tests::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Reads until the server closes the connection; how long that took.
+async fn closed_within(stream: &mut TcpStream, limit: Duration) -> Duration {
+    let started = Instant::now();
+    let mut buf = [0u8; 1024];
+    loop {
+        match tokio::time::timeout(limit, stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return started.elapsed(),
+            Ok(Ok(_)) => {}
+            Err(_) => panic!("still open after {limit:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn silent_and_trickling_clients_are_cut_off_fair_ones_are_served() {
+    let dir = TempDir::new("flowd-connections");
+    let flowd = Flowd::start(&dir);
+    let address = flowd.url.trim_start_matches("http://").to_string();
+
+    // Says nothing at all.
+    let mut silent = TcpStream::connect(&address).await.unwrap();
+    // Sends its header a byte every half second, never finishing it.
+    let mut trickling = TcpStream::connect(&address).await.unwrap();
+    let trickle = tokio::spawn(async move {
+        let header = b"GET /v1/runs HTTP/1.1\r\nHost: flow\r\nX-Slow: ";
+        trickling.write_all(header).await.unwrap();
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(30) {
+            if trickling.write_all(b"a").await.is_err() {
+                return started.elapsed();
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        panic!("the trickling client was never cut off");
+    });
+
+    // Meanwhile, a fair client is served.
+    let (status, _) = flowd
+        .send(reqwest::Method::GET, "/v1/runs", Some(ACME), None)
+        .await;
+    assert_eq!(status, 200);
+
+    let silent_for = closed_within(&mut silent, Duration::from_secs(20)).await;
+    assert!(silent_for <= Duration::from_secs(15), "{silent_for:?}");
+    let trickled_for = trickle.await.unwrap();
+    assert!(trickled_for <= Duration::from_secs(15), "{trickled_for:?}");
+    assert_eq!(flowd.stop(), Some(0));
+}
