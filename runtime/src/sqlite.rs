@@ -1193,6 +1193,11 @@ impl SqliteStore {
     pub fn keep_events_of(&self, accounts: &[String]) -> Result<(), StoreError> {
         let conn = lock(&self.conn);
         in_immediate(&conn, || {
+            // Called as flowd starts: a deliverer that died (kill -9) left
+            // its claims, which would hold its events back for
+            // `EVENT_CLAIM`. One flowd delivers from one file, so they are
+            // released now.
+            conn.execute("UPDATE run_events SET claimed_until = 0", [])?;
             conn.execute("DELETE FROM event_accounts", [])?;
             for account in accounts {
                 conn.execute(

@@ -20,6 +20,8 @@ use serde_json::{Value, json};
 struct Receiver {
     url: String,
     answer: Arc<AtomicU16>,
+    /// How long it takes to answer, in milliseconds.
+    delay_ms: Arc<std::sync::atomic::AtomicU64>,
     posts: Arc<Mutex<Vec<Post>>>,
 }
 
@@ -34,9 +36,11 @@ struct Post {
 impl Receiver {
     async fn start(answer: u16) -> Receiver {
         let answer = Arc::new(AtomicU16::new(answer));
+        let delay_ms = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let posts: Arc<Mutex<Vec<Post>>> = Arc::default();
         let router = {
             let (answer, posts) = (Arc::clone(&answer), Arc::clone(&posts));
+            let delay_ms = Arc::clone(&delay_ms);
             axum::Router::new().route(
                 "/hook",
                 axum::routing::post(move |headers: HeaderMap, body: String| async move {
@@ -47,6 +51,8 @@ impl Receiver {
                         at: Instant::now(),
                         answered,
                     });
+                    let delay = delay_ms.load(Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(delay)).await;
                     StatusCode::from_u16(answered).unwrap()
                 }),
             )
@@ -54,7 +60,12 @@ impl Receiver {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/hook", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, router).await });
-        Receiver { url, answer, posts }
+        Receiver {
+            url,
+            answer,
+            delay_ms,
+            posts,
+        }
     }
 
     fn answer(&self, status: u16) {
@@ -140,6 +151,8 @@ async fn a_receiver_down_longer_than_four_seconds_still_gets_the_event() {
 #[tokio::test]
 async fn an_event_not_yet_delivered_survives_kill_9() {
     let receiver = Receiver::start(500).await;
+    // Killed while its post is out: the event is claimed, not yet recorded.
+    receiver.delay_ms.store(3_000, Ordering::SeqCst);
     let dir = TempDir::new("flowd-webhook-crash");
     let config = config(&receiver.url, "[\"completed\"]", "");
     let flowd = Flowd::start_with(&dir, &config);
@@ -149,6 +162,7 @@ async fn an_event_not_yet_delivered_survives_kill_9() {
         .await;
     drop(flowd); // SIGKILL
     receiver.answer(204);
+    receiver.delay_ms.store(0, Ordering::SeqCst);
     let flowd = Flowd::start_with(&dir, &config);
     let posts = receiver.until(Duration::from_secs(20), delivered).await;
     let ok = posts.iter().find(|post| post.answered == 204).unwrap();

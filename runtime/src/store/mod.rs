@@ -518,6 +518,9 @@ pub trait NotificationStore: Send + Sync {
 /// changes, so every retry carries the same message id.
 pub trait EventStore: Send + Sync {
     /// Keeps the events of `accounts` from now on (and of no other account).
+    /// flowd calls it as it starts; the SQLite store then also releases the
+    /// claims of a deliverer that died, since one flowd delivers from one
+    /// file (PostgreSQL's expire, as processes share it).
     fn keep_events_of<'a>(&'a self, accounts: &'a [String]) -> StoreFuture<'a, ()>;
 
     /// At most `limit` events due by `now_ms`, oldest first, each claimed
