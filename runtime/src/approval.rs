@@ -17,7 +17,12 @@ pub struct PendingApproval {
     pub step_id: String,
     pub approvers: Vec<String>,
     pub message: String,
+    /// How long after the gate opened it expires (milliseconds).
     pub expires_ms: Option<u64>,
+    /// When it expires: RFC 3339, UTC. Absent from gates recorded before
+    /// it was kept, and for a gate that never expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
     pub on_reject: OnReject,
     pub on_expire: OnExpire,
 }

@@ -448,6 +448,8 @@ impl<'p> Interpreter<'p> {
                 approvers,
                 message,
                 expires_ms: *expires_ms,
+                expires_at: expires_ms
+                    .map(|after| crate::time::rfc3339_utc(started_ms.saturating_add(after))),
                 on_reject: *on_reject,
                 on_expire: *on_expire,
             };

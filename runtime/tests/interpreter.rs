@@ -526,6 +526,32 @@ async fn a_crash_during_backoff_does_not_give_the_step_a_fresh_budget() {
     assert_eq!(indices, [0, 1, 2], "the trace shows every call");
 }
 
+/// Regression (issue 13): a gate said when it expires only as a duration
+/// (`expires_ms`) beside the run's creation time; it now says `expires_at`.
+#[tokio::test]
+async fn a_gate_says_when_it_expires() {
+    let plan = plan(
+        r#"workflow w {
+          step ok = approval { approvers: ["a"], message: "m", expires: 1h }
+          step open = approval { approvers: ["a"], message: "m" }
+        }"#,
+    );
+    let before = flow_runtime::time::now_ms();
+    let (outcome, _) = run_w(&plan, Arc::new(Scripted::default())).await;
+    let after = flow_runtime::time::now_ms();
+    let Outcome::Parked { pending } = outcome else {
+        panic!("{outcome:?}")
+    };
+    let at = pending[0].expires_at.as_deref().expect("an expiry");
+    let earliest = flow_runtime::time::rfc3339_utc(before + 3_600_000);
+    let latest = flow_runtime::time::rfc3339_utc(after + 3_600_000);
+    assert!(
+        earliest.as_str() <= at && at <= latest.as_str(),
+        "{earliest} <= {at} <= {latest}"
+    );
+    assert_eq!(pending[0].expires_ms, Some(3_600_000));
+}
+
 /// An approval past its expiry is decided by its `on_expire` when the run is
 /// resumed: `reject` then `on_reject`, or `fail`.
 #[tokio::test]

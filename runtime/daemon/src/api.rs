@@ -190,7 +190,11 @@ struct Gate {
     step_id: String,
     message: String,
     approvers: Vec<String>,
+    /// How long after the gate opened it expires (milliseconds).
     expires_ms: Option<u64>,
+    /// When it expires: RFC 3339, UTC.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expires_at: Option<String>,
     /// When the run parked.
     created_ms: i64,
 }
@@ -1141,6 +1145,7 @@ pub(crate) async fn my_approvals(
                 message: gate.message,
                 approvers: gate.approvers,
                 expires_ms: gate.expires_ms,
+                expires_at: gate.expires_at,
                 created_ms: run.updated_ms,
             });
         }
