@@ -20,8 +20,9 @@
 //!   than the limit, so only that many of its waiters need to ask Redis, and
 //!   a thousand runs waiting in one process cost Redis what `limit` do.
 //!   **Fail-open**:
-//!   on any Redis error or slow answer the call goes ahead, a warning is
-//!   logged and `LimitEvents::failed_open` is told.
+//!   on any Redis error or slow answer the call goes ahead without Redis,
+//!   holding its place in the local line, so that the process's own limit
+//!   still holds; a warning is logged and `LimitEvents::failed_open` is told.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,13 +55,6 @@ impl LimitEvents for Unobserved {
 /// A permit to make one LLM call; given back when dropped.
 pub struct Permit {
     _release: Option<Box<dyn Send + Sync>>,
-}
-
-impl Permit {
-    /// A permit that holds nothing (fail-open).
-    fn none() -> Permit {
-        Permit { _release: None }
-    }
 }
 
 /// Where permits come from.
@@ -220,34 +214,9 @@ pub struct RedisLimiter {
     released: Mutex<HashMap<String, Arc<tokio::sync::Notify>>>,
     /// The local line in front of Redis's: at most `limit` of this
     /// process's calls of an account wait in Redis or hold a permit there.
+    /// It holds when Redis fails too: failing open skips Redis, not this
+    /// process's own limit.
     local: LocalLimiter,
-    /// Whether Redis failed last time it was asked. Calls then skip the
-    /// local line: each finds out for itself that Redis is down and fails
-    /// open at once, rather than `limit` at a time.
-    health: Arc<Health>,
-}
-
-/// Whether Redis failed last time anyone asked it (an acquire, a renewal),
-/// and a wake-up for the calls waiting in the local line when it does: with
-/// Redis down, nothing would free their places but the calls ahead of them
-/// ending, and a call must not wait a model call's time to fail open.
-#[derive(Default)]
-struct Health {
-    sick: std::sync::atomic::AtomicBool,
-    fell_sick: tokio::sync::Notify,
-}
-
-impl Health {
-    fn is_sick(&self) -> bool {
-        self.sick.load(Ordering::Relaxed)
-    }
-
-    fn answered(&self, ok: bool) {
-        let was_sick = self.sick.swap(!ok, Ordering::Relaxed);
-        if !ok && !was_sick {
-            self.fell_sick.notify_waiters();
-        }
-    }
 }
 
 impl RedisLimiter {
@@ -282,7 +251,6 @@ impl RedisLimiter {
             // Its waits are part of the whole wait, which `acquire` reports.
             local: LocalLimiter::new(limits.clone(), Arc::new(Unobserved)),
             limits,
-            health: Arc::default(),
         })
     }
 
@@ -399,8 +367,9 @@ impl RedisLimiter {
         }
     }
 
-    fn fail_open(&self, account: &str, why: &str) -> Permit {
-        self.health.answered(false);
+    /// Lets a call go ahead without Redis, holding its place in this
+    /// process's line (`local`), which it gives back when it ends.
+    fn fail_open(&self, account: &str, why: &str, local: Permit) -> Permit {
         let count = self.fail_opens.fetch_add(1, Ordering::Relaxed) + 1;
         // One line per hundred, not one per call, when Redis is down.
         if count % 100 == 1 {
@@ -410,7 +379,7 @@ impl RedisLimiter {
             );
         }
         self.events.failed_open(account);
-        Permit::none()
+        local
     }
 }
 
@@ -430,22 +399,12 @@ impl Limiter for RedisLimiter {
             let lease = self.settings.lease.as_millis().to_string();
             let ttl = WAITER_TTL.as_millis().to_string();
             let args = [self.limits.of(account).to_string(), id.clone(), lease, ttl];
+            // A place in this process's line first: at most `limit` of its
+            // calls ask Redis, and, Redis down, at most `limit` go ahead.
+            let local = self.local.acquire(account).await;
             let mut connection = match self.connection().await {
                 Ok(connection) => connection,
-                Err(why) => return self.fail_open(account, &why),
-            };
-            // Dropped when failing open: a call let through without Redis
-            // is not held back by this process's line either. If Redis
-            // fails while this call waits in the line, it leaves the line
-            // at once and finds out for itself.
-            let fell_sick = self.health.fell_sick.notified();
-            let local = if self.health.is_sick() {
-                None
-            } else {
-                tokio::select! {
-                    place = self.local.acquire(account) => Some(place),
-                    () = fell_sick => None,
-                }
+                Err(why) => return self.fail_open(account, &why, local),
             };
             // Until a permit is granted and held, leaving (a timeout, a
             // cancelled attempt, failing open) takes this id out of Redis: a
@@ -463,7 +422,6 @@ impl Limiter for RedisLimiter {
                 // answer and the wait is not missed.
                 let woken = released.notified();
                 let answer = self.run(&mut connection, &self.acquire, &keys, &args).await;
-                self.health.answered(answer.is_ok());
                 match answer {
                     Ok(1) => {
                         leave.connection = None;
@@ -476,12 +434,12 @@ impl Limiter for RedisLimiter {
                         }
                         poll = (poll * 2).min(LONGEST_POLL);
                     }
-                    Err(why) => return self.fail_open(account, &why),
+                    Err(why) => return self.fail_open(account, &why, local),
                 }
             }
             self.events.waited(account, started.elapsed());
             let [holders, ..] = keys;
-            let held = Held::start(self, connection, holders, id, released, local);
+            let held = Held::start(self, connection, holders, id, released, Some(local));
             Permit {
                 _release: Some(Box::new(held)),
             }
@@ -547,7 +505,6 @@ impl Held {
         let renew = limiter.renew.clone();
         let lease = limiter.settings.lease;
         let answer_within = limiter.settings.answer_within;
-        let health = Arc::clone(&limiter.health);
         let release = ReleaseOnDrop {
             connection: connection.clone(),
             holders: holders.clone(),
@@ -566,14 +523,12 @@ impl Held {
                     .arg(&id)
                     .arg(lease.as_millis().to_string());
                 // A renewal that fails leaves the lease to run out; the call
-                // goes on either way, and the calls waiting behind it in
-                // this process learn that Redis is down.
-                let answer = tokio::time::timeout(
+                // goes on either way.
+                let _ = tokio::time::timeout(
                     answer_within,
                     invocation.invoke_async::<i64>(&mut connection),
                 )
                 .await;
-                health.answered(matches!(answer, Ok(Ok(_))));
             }
         });
         Held { renewal }
