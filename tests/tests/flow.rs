@@ -260,41 +260,64 @@ fn flow_run_refuses_an_import_outside_the_project() {
     assert_eq!(wider.code, 0, "{}", wider.all());
 }
 
+/// A workflow of `steps` recipe steps in a row (`chain.flow`, input
+/// `in.json`) against a fake model that answers each call in 150 ms, and
+/// `flow` commands in its folder that use that model.
+struct Chain {
+    server: flow_tests::fake_llm::FakeLlm,
+    dir: TempDir,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl Chain {
+    fn new(name: &str, steps: usize) -> Chain {
+        let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+        let server = runtime.block_on(flow_tests::fake_llm::FakeLlm::start(
+            vec![],
+            serde_json::json!({ "text": "t", "score": 1 }),
+            std::time::Duration::from_millis(150),
+        ));
+        let dir = TempDir::new(name);
+        let mut source = String::from(
+            "recipe answer { model \"default\" input { q: string } output { text: string, score: int } prompt \"{{input.q}}\" }\nworkflow chain {\n",
+        );
+        for i in 0..steps {
+            source.push_str(&format!("  step s{i} = answer {{ q: \"step {i}\" }}\n"));
+        }
+        source.push_str(&format!(
+            "  output {{ last: step.s{}.text }}\n}}\n",
+            steps - 1
+        ));
+        dir.write("chain.flow", source);
+        dir.write("in.json", "{}");
+        Chain {
+            server,
+            dir,
+            _runtime: runtime,
+        }
+    }
+
+    fn flow(&self, args: &[&str]) -> std::process::Command {
+        let mut command = std::process::Command::new(flow_path());
+        command
+            .args(args)
+            .current_dir(self.dir.path())
+            .env("FLOW_LLM_BASE_URL", &self.server.url)
+            .env("FLOW_LLM_MODEL", "fake");
+        command
+    }
+}
+
 /// A `flow` process killed (SIGKILL) in the middle of a run against a real
 /// HTTP provider: `flow recover` completes the run, and the provider sees each
 /// completed step's call exactly once; only the step in flight may run twice.
 #[test]
 fn a_killed_run_resumes_without_repeating_completed_steps() {
-    use std::process::{Command, Stdio};
+    use std::process::Stdio;
     use std::time::{Duration, Instant};
 
-    use flow_tests::fake_llm::FakeLlm;
-
-    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
-    let server = runtime.block_on(FakeLlm::start(
-        vec![],
-        serde_json::json!({ "text": "t", "score": 1 }),
-        Duration::from_millis(150),
-    ));
-    let dir = TempDir::new("flow-crash");
-    let mut source = String::from(
-        "recipe answer { model \"default\" input { q: string } output { text: string, score: int } prompt \"{{input.q}}\" }\nworkflow chain {\n",
-    );
-    for i in 0..8 {
-        source.push_str(&format!("  step s{i} = answer {{ q: \"step {i}\" }}\n"));
-    }
-    source.push_str("  output { last: step.s7.text }\n}\n");
-    dir.write("chain.flow", source);
-    dir.write("in.json", "{}");
-    let flow = |args: &[&str]| {
-        let mut command = Command::new(flow_path());
-        command
-            .args(args)
-            .current_dir(dir.path())
-            .env("FLOW_LLM_BASE_URL", &server.url)
-            .env("FLOW_LLM_MODEL", "fake");
-        command
-    };
+    let chain = Chain::new("flow-crash", 8);
+    let (server, flow) = (&chain.server, |args: &[&str]| chain.flow(args));
     let mut child = flow(&["run", "chain.flow", "--input", "in.json"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -348,36 +371,11 @@ fn a_killed_run_resumes_without_repeating_completed_steps() {
 /// SIGTERM); `flow runs` shows it interrupted; `flow recover` completes it.
 #[test]
 fn an_interrupted_run_says_how_to_resume_and_resumes() {
-    use std::process::{Command, Stdio};
+    use std::process::Stdio;
     use std::time::{Duration, Instant};
 
-    use flow_tests::fake_llm::FakeLlm;
-
-    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
-    let server = runtime.block_on(FakeLlm::start(
-        vec![],
-        serde_json::json!({ "text": "t", "score": 1 }),
-        Duration::from_millis(150),
-    ));
-    let dir = TempDir::new("flow-interrupt");
-    let mut source = String::from(
-        "recipe answer { model \"default\" input { q: string } output { text: string, score: int } prompt \"{{input.q}}\" }\nworkflow chain {\n",
-    );
-    for i in 0..6 {
-        source.push_str(&format!("  step s{i} = answer {{ q: \"step {i}\" }}\n"));
-    }
-    source.push_str("  output { last: step.s5.text }\n}\n");
-    dir.write("chain.flow", source);
-    dir.write("in.json", "{}");
-    let flow = |args: &[&str]| {
-        let mut command = Command::new(flow_path());
-        command
-            .args(args)
-            .current_dir(dir.path())
-            .env("FLOW_LLM_BASE_URL", &server.url)
-            .env("FLOW_LLM_MODEL", "fake");
-        command
-    };
+    let chain = Chain::new("flow-interrupt", 6);
+    let (server, flow) = (&chain.server, |args: &[&str]| chain.flow(args));
     for (signal, code) in [("-INT", 130), ("-TERM", 143)] {
         let child = flow(&["run", "chain.flow", "--input", "in.json"])
             .stdout(Stdio::null())
@@ -390,7 +388,7 @@ fn an_interrupted_run_says_how_to_resume_and_resumes() {
             assert!(Instant::now() < deadline, "the run did not start");
             std::thread::sleep(Duration::from_millis(10));
         }
-        let sent = Command::new("kill")
+        let sent = std::process::Command::new("kill")
             .args([signal, &child.id().to_string()])
             .status()
             .expect("kill runs");
