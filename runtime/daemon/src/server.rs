@@ -131,6 +131,12 @@ impl Daemon {
                 Arc::new(flow_runtime::offline::OfflineProvider)
             }
             Some(provider) => {
+                tracing::info!(
+                    "model provider: {} at {} ({} model alias(es))",
+                    provider.kind,
+                    shown_url(&provider.base_url),
+                    provider.models.len()
+                );
                 let settings = ProviderConfig {
                     base_url: provider.base_url.clone(),
                     api_key: provider.api_key.as_ref().map(|Secret(key)| key.clone()),
@@ -144,6 +150,11 @@ impl Daemon {
                 }
             }
         };
+        if config.metrics_token.is_none() {
+            tracing::warn!(
+                "/metrics answers anyone, and its labels name every account's workflows: set metrics_token (or FLOWD_METRICS_TOKEN) to require it as a bearer token"
+            );
+        }
         let keys = config
             .accounts
             .iter()
@@ -976,6 +987,20 @@ fn bearer_token(headers: &axum::http::HeaderMap) -> Option<&str> {
     let (scheme, token) = value.trim_start().split_once(' ')?;
     let token = token.trim();
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// A URL as a log may show it: without user information or query, where
+/// credentials travel.
+fn shown_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) => {
+            let _ = parsed.set_username("");
+            let _ = parsed.set_password(None);
+            parsed.set_query(None);
+            parsed.to_string()
+        }
+        Err(_) => "(an unparsable URL)".to_string(),
+    }
 }
 
 /// Finds the request's account from `Authorization: Bearer KEY`.

@@ -235,6 +235,14 @@ async fn serve_authenticates_answers_problems_and_stops_on_sigterm() {
     use reqwest::Method;
     let dir = TempDir::new("flowd-serve");
     let flowd = Flowd::start(&dir);
+    // Regression (issue 13): nothing said that /metrics was open to anyone,
+    // nor which model provider answers.
+    assert!(
+        flowd.startup.contains("/metrics answers anyone")
+            && flowd.startup.contains("offline provider"),
+        "{}",
+        flowd.startup
+    );
     let (status, body) = flowd.send(Method::GET, "/v1/nothing", None, None).await;
     assert_eq!(
         (status, body["code"].as_str()),
