@@ -493,7 +493,9 @@ impl<'p> Interpreter<'p> {
                 kind,
                 started_ms,
                 attempts: made.clone(),
-                calling: false,
+                // Set while it waits to retry, the rest of the time a call
+                // is out (or about to be).
+                calling: wait.is_zero(),
             },
         );
         let (result, attempts) = self
@@ -667,6 +669,7 @@ impl<'p> Interpreter<'p> {
         let mut index = attempts.len() as u32;
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
+            self.calling(path);
         }
         loop {
             if index >= step.retry.attempts.max(1) {
@@ -680,7 +683,6 @@ impl<'p> Interpreter<'p> {
             }
             let call_id = format!("{}:{path}:{index}", self.run_id);
             let timeout = Duration::from_millis(step.timeout_ms);
-            self.calling(path, true);
             let result =
                 match tokio::time::timeout(timeout, self.action(step, args, &call_id, ctx)).await {
                     Ok(result) => result,
@@ -692,7 +694,6 @@ impl<'p> Interpreter<'p> {
                         ),
                     )),
                 };
-            self.calling(path, false);
             match result {
                 Ok(output) => {
                     attempts.push(Attempt {
@@ -715,6 +716,7 @@ impl<'p> Interpreter<'p> {
                     };
                     if let Some(in_flight) = self.in_flight().get_mut(path) {
                         in_flight.attempts = attempts.clone();
+                        in_flight.calling = false;
                     }
                     let retrying = StepRecord {
                         path: path.to_string(),
@@ -732,16 +734,18 @@ impl<'p> Interpreter<'p> {
                         return (Err(error), attempts);
                     }
                     tokio::time::sleep(delay).await;
+                    self.calling(path);
                 }
             }
             index += 1;
         }
     }
 
-    /// Notes whether the step at `path` has an attempt's call out.
-    fn calling(&self, path: &str, out: bool) {
+    /// Notes that the step at `path` is done waiting: its next call goes
+    /// out. Only a retry takes the lock; the first attempt needs none.
+    fn calling(&self, path: &str) {
         if let Some(in_flight) = self.in_flight().get_mut(path) {
-            in_flight.calling = out;
+            in_flight.calling = true;
         }
     }
 

@@ -139,19 +139,13 @@ async fn run(journal: Arc<dyn RunLog>, plan: &flow_plan::Plan, run_id: &str) -> 
 /// batch or a later one, and a reopened journal finds whichever is last.
 async fn a_retrying_record_is_kept_until_its_step_ends(backend: Backend) {
     let store = backend.open().await;
-    let plan = plan(TWO_STEPS);
-    store.put_plan(&plan).await.unwrap();
-    store
-        .create_run("run-1", "", "w", &plan.hash, &json!({}), None)
-        .await
-        .unwrap();
-    let open = || async {
+    let journal = owned_journal(&store, "run-1").await;
+    let reopen = || async {
         Arc::clone(&store)
             .open_journal("run-1", Durability::Full)
             .await
             .unwrap()
     };
-    let journal = open().await;
     let record = |status: StepStatus, attempts: u32| StepRecord {
         path: "one".to_string(),
         step_id: "one".to_string(),
@@ -175,7 +169,7 @@ async fn a_retrying_record_is_kept_until_its_step_ends(backend: Backend) {
         .record(record(StepStatus::Retrying, 1))
         .await
         .unwrap();
-    let found = open().await.lookup("one").unwrap();
+    let found = reopen().await.lookup("one").unwrap();
     assert_eq!(
         (found.status, found.attempts.len()),
         (StepStatus::Retrying, 1)
@@ -307,10 +301,15 @@ fn kb_write(content: &str, key: Option<&str>) -> KbWrite {
 /// The journal of a new run of no account that this store's process owns:
 /// a PostgreSQL journal writes only for a run its process holds.
 async fn owned_journal(store: &Arc<dyn Store>, run_id: &str) -> Arc<dyn RunLog> {
+    account_journal(store, run_id, "").await
+}
+
+/// `owned_journal` for a run of `account`.
+async fn account_journal(store: &Arc<dyn Store>, run_id: &str, account: &str) -> Arc<dyn RunLog> {
     let plan = plan(TWO_STEPS);
     store.put_plan(&plan).await.unwrap();
     store
-        .create_run(run_id, "", "w", &plan.hash, &json!({}), None)
+        .create_run(run_id, account, "w", &plan.hash, &json!({}), None)
         .await
         .unwrap();
     Arc::clone(store)
@@ -414,16 +413,7 @@ async fn concurrent_kb_writes_with_one_key_write_once(backend: Backend) {
 /// now store U+FFFD in its place, in KB documents and handoffs alike.
 async fn a_nul_byte_in_a_documents_or_handoffs_text_is_kept_alike(backend: Backend) {
     let store = backend.open().await;
-    let plan = plan(TWO_STEPS);
-    store.put_plan(&plan).await.unwrap();
-    store
-        .create_run("run-n", "acme", "w", &plan.hash, &json!({}), None)
-        .await
-        .unwrap();
-    let journal = Arc::clone(&store)
-        .open_journal("run-n", Durability::Full)
-        .await
-        .unwrap();
+    let journal = account_journal(&store, "run-n", "acme").await;
     journal.kb_write(&kb_write("a\0b", None)).await.unwrap();
     let found = journal
         .kb_context(&["notes".to_string()], None, &[], 5)

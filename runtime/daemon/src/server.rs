@@ -134,7 +134,7 @@ impl Daemon {
                 tracing::info!(
                     "model provider: {} at {} ({} model alias(es))",
                     provider.kind,
-                    shown_url(&provider.base_url),
+                    flow_runtime::mcp::masked_url(&provider.base_url),
                     provider.models.len()
                 );
                 let settings = ProviderConfig {
@@ -987,20 +987,6 @@ fn bearer_token(headers: &axum::http::HeaderMap) -> Option<&str> {
     let (scheme, token) = value.trim_start().split_once(' ')?;
     let token = token.trim();
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
-}
-
-/// A URL as a log may show it: without user information or query, where
-/// credentials travel.
-fn shown_url(url: &str) -> String {
-    match reqwest::Url::parse(url) {
-        Ok(mut parsed) => {
-            let _ = parsed.set_username("");
-            let _ = parsed.set_password(None);
-            parsed.set_query(None);
-            parsed.to_string()
-        }
-        Err(_) => "(an unparsable URL)".to_string(),
-    }
 }
 
 /// Finds the request's account from `Authorization: Bearer KEY`.

@@ -297,8 +297,9 @@ fn shell_quote(word: &str) -> String {
 }
 
 /// `url` with its user information (`user:password@`) replaced and its
-/// query's values masked.
-fn masked_url(url: &str) -> String {
+/// query's values masked: how logs others may read show a URL (flowd's
+/// provider URL too).
+pub fn masked_url(url: &str) -> String {
     let (base, query) = match url.split_once('?') {
         Some((base, query)) => (base, Some(query)),
         None => (url, None),

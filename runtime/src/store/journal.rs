@@ -214,15 +214,23 @@ impl<B: JournalBackend> Effects for StoreJournal<B> {
             if self.is_lost() {
                 return Err(StoreError::LeaseLost.into());
             }
-            let write = KbWrite {
+            let cleaned = has_nul(&[
+                &write.collection,
+                &write.title,
+                &write.content,
+                write.key.as_deref().unwrap_or(""),
+                write.department.as_deref().unwrap_or(""),
+            ])
+            .then(|| KbWrite {
                 collection: text_column(&write.collection),
                 title: text_column(&write.title),
                 content: text_column(&write.content),
                 metadata: write.metadata.clone(),
                 key: write.key.as_deref().map(text_column),
                 department: write.department.as_deref().map(text_column),
-            };
-            Ok(self.settle(self.backend.kb_write(&self.run, &write).await)?)
+            });
+            let write = cleaned.as_ref().unwrap_or(write);
+            Ok(self.settle(self.backend.kb_write(&self.run, write).await)?)
         })
     }
 
@@ -246,14 +254,21 @@ impl<B: JournalBackend> Effects for StoreJournal<B> {
             if self.is_lost() {
                 return Err(StoreError::LeaseLost.into());
             }
-            let handoff = Handoff {
+            let cleaned = has_nul(&[
+                &handoff.department,
+                &handoff.message,
+                handoff.subject.as_deref().unwrap_or(""),
+                handoff.key.as_deref().unwrap_or(""),
+            ])
+            .then(|| Handoff {
                 run_id: handoff.run_id.clone(),
                 department: text_column(&handoff.department),
                 message: text_column(&handoff.message),
                 subject: handoff.subject.as_deref().map(text_column),
                 key: handoff.key.as_deref().map(text_column),
-            };
-            Ok(self.settle(self.backend.handoff(&self.run, &handoff).await)?)
+            });
+            let handoff = cleaned.as_ref().unwrap_or(handoff);
+            Ok(self.settle(self.backend.handoff(&self.run, handoff).await)?)
         })
     }
 }
@@ -264,6 +279,12 @@ impl<B: JournalBackend> Effects for StoreJournal<B> {
 /// the step on one of them. (JSON columns keep it, escaped.)
 fn text_column(text: &str) -> String {
     text.replace('\0', "\u{fffd}")
+}
+
+/// Whether any of `texts` holds U+0000: only then is a write copied to
+/// replace it (KB writes come by the thousand in a loop).
+fn has_nul(texts: &[&str]) -> bool {
+    texts.iter().any(|text| text.contains('\0'))
 }
 
 /// What a store's `RunLog` keeps of its run in memory: the records loaded
