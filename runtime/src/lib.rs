@@ -33,6 +33,7 @@ pub mod services;
 pub mod sqlite;
 pub mod store;
 pub mod time;
+pub mod tls;
 
 pub use interp::run;
 pub use journal::Outcome;

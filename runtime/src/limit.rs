@@ -33,6 +33,7 @@ use serde_json::Value;
 
 use crate::error::StepError;
 use crate::services::{BoxFuture, Provider, RecipeCall};
+use crate::tls::{TlsMode, TlsSettings};
 
 /// The default number of LLM calls in flight per account.
 pub const DEFAULT_LIMIT: usize = 10;
@@ -192,6 +193,64 @@ impl RedisSettings {
     }
 }
 
+/// The client of the Redis at `url`. A `rediss://` URL is TLS, checked as
+/// its `sslmode` says (`verify-full` by default; see `crate::tls`), against
+/// the authorities of its `sslrootcert` or the machine's.
+pub fn redis_client(url: &str) -> Result<redis::Client, String> {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let mut parameters: Vec<String> = query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(str::to_string)
+        .collect();
+    let tls = TlsSettings::take(&mut parameters, TlsMode::VerifyFull)?;
+    let rest = if parameters.is_empty() {
+        base.to_string()
+    } else {
+        format!("{base}?{}", parameters.join("&"))
+    };
+    let asked_for_tls = rest.len() != url.len();
+    if !rest.starts_with("rediss://") {
+        if asked_for_tls {
+            return Err("sslmode and sslrootcert are for a rediss:// URL".to_string());
+        }
+        return redis::Client::open(rest).map_err(|e| e.to_string());
+    }
+    // The authorities first: redis replaces the address's TLS parameters
+    // with those of the certificates, so the checks are set after.
+    let client = match &tls.root_cert {
+        None => redis::Client::open(rest.as_str()),
+        Some(path) => {
+            let pem = std::fs::read(path)
+                .map_err(|e| format!("sslrootcert `{}`: {e}", path.display()))?;
+            let certificates = redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem),
+            };
+            redis::Client::build_with_tls(rest.as_str(), certificates)
+        }
+    }
+    .map_err(|e| e.to_string())?;
+    let info = client.get_connection_info().clone();
+    let mut addr = info.addr().clone();
+    match tls.mode {
+        TlsMode::Disable => {
+            return Err("sslmode=disable contradicts rediss://; write redis://".to_string());
+        }
+        TlsMode::VerifyFull => return Ok(client),
+        TlsMode::VerifyCa => addr.set_danger_accept_invalid_hostnames(true),
+        TlsMode::Require | TlsMode::Prefer if tls.root_cert.is_some() => {
+            addr.set_danger_accept_invalid_hostnames(true);
+        }
+        TlsMode::Require | TlsMode::Prefer => {
+            if let redis::ConnectionAddr::TcpTls { insecure, .. } = &mut addr {
+                *insecure = true;
+            }
+        }
+    }
+    redis::Client::open(info.set_addr(addr)).map_err(|e| e.to_string())
+}
+
 /// One limit per account across every process sharing a Redis.
 pub struct RedisLimiter {
     settings: RedisSettings,
@@ -228,8 +287,8 @@ impl RedisLimiter {
         limits: Limits,
         events: Arc<dyn LimitEvents>,
     ) -> Result<RedisLimiter, String> {
-        let client = redis::Client::open(settings.url.as_str())
-            .map_err(|e| format!("redis URL `{}`: {e}", settings.url))?;
+        let client = redis_client(&settings.url)
+            .map_err(|e| format!("redis URL `{}`: {e}", crate::mcp::masked_url(&settings.url)))?;
         Ok(RedisLimiter {
             settings,
             client,

@@ -84,11 +84,12 @@ use crate::services::{Handoff, KbDocument, KbWrite};
 use crate::store::{
     ApprovalStore, DELETE_AFTER_CANCEL_MS, Deletion, Deployment, EVENT_CLAIM, EventNext,
     EventStore, JournalBackend, KbStore, MailNext, NO_ACCOUNT, NewNotification, Notification,
-    NotificationKind, NotificationQuery, NotificationStore, Outgoing, PlanStore, RunEvent,
-    RunHandle, RunLog, RunQuery, RunRow, RunStatus, RunStore, StoreError, StoreFuture,
+    NotificationKind, NotificationQuery, NotificationStore, Outgoing, PendingGates, PlanStore,
+    RunEvent, RunHandle, RunLog, RunQuery, RunRow, RunStatus, RunStore, StoreError, StoreFuture,
     StoreJournal,
 };
 use crate::time::now_stored_ms as now_ms;
+use crate::tls::{TlsMode, TlsSettings};
 
 /// Schema migrations, applied in order; `flow_migrations` has a row for each.
 const MIGRATIONS: &[&str] = &[
@@ -281,14 +282,30 @@ impl Default for PostgresOptions {
 
 impl From<tokio_postgres::Error> for StoreError {
     fn from(error: tokio_postgres::Error) -> StoreError {
-        StoreError::Database(format!("postgres: {error}"))
+        StoreError::Database(format!("postgres: {}", with_causes(&error)))
     }
 }
 
 impl From<deadpool_postgres::PoolError> for StoreError {
     fn from(error: deadpool_postgres::PoolError) -> StoreError {
-        StoreError::Database(format!("postgres: {error}"))
+        StoreError::Database(format!("postgres: {}", with_causes(&error)))
     }
+}
+
+/// An error and the errors under it: tokio-postgres says "error performing
+/// TLS handshake", and only its cause says which certificate was refused.
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        let said = inner.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        cause = inner.source();
+    }
+    text
 }
 
 /// A record for the writer, answered once its batch is committed.
@@ -328,20 +345,32 @@ fn millis(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e3
 }
 
-/// Takes this store's `schema=NAME` out of a URL's query: the rest is for
-/// tokio-postgres, which refuses parameters it does not know.
-fn split_schema(location: &str) -> Result<(String, Option<String>), StoreError> {
-    let Some((base, query)) = location.split_once('?') else {
-        return Ok((location.to_string(), None));
-    };
+/// A store URL read: what tokio-postgres reads, and what this store reads
+/// itself.
+struct Location {
+    /// The URL without this store's own parameters.
+    url: String,
+    schema: Option<String>,
+    tls: TlsSettings,
+}
+
+/// Takes this store's `schema=NAME`, and the TLS parameters tokio-postgres
+/// lacks (`sslmode=verify-ca|verify-full`, `sslrootcert`), out of a URL's
+/// query: the rest is for tokio-postgres, which refuses parameters it does
+/// not know. Without `sslmode` there is no TLS (libpq would `prefer` it):
+/// a deployment asks for it, and then gets it checked.
+fn split_location(location: &str) -> Result<Location, StoreError> {
+    let (base, query) = location.split_once('?').unwrap_or((location, ""));
     let mut schema = None;
-    let mut kept = Vec::new();
+    let mut kept: Vec<String> = Vec::new();
     for parameter in query.split('&').filter(|p| !p.is_empty()) {
         match parameter.strip_prefix("schema=") {
             Some(name) => schema = Some(name.to_string()),
-            None => kept.push(parameter),
+            None => kept.push(parameter.to_string()),
         }
     }
+    let tls = TlsSettings::take(&mut kept, TlsMode::Disable)
+        .map_err(|message| StoreError::Unusable(format!("postgres: {message}")))?;
     if let Some(name) = &schema {
         let mut characters = name.chars();
         let valid = name.len() <= 63
@@ -355,12 +384,48 @@ fn split_schema(location: &str) -> Result<(String, Option<String>), StoreError> 
             )));
         }
     }
-    let rest = if kept.is_empty() {
+    let url = if kept.is_empty() {
         base.to_string()
     } else {
         format!("{base}?{}", kept.join("&"))
     };
-    Ok((rest, schema))
+    Ok(Location { url, schema, tls })
+}
+
+/// Reads a store URL as `connect` does, without connecting: what a
+/// configuration check can refuse before a server starts.
+pub fn check_location(location: &str) -> Result<(), StoreError> {
+    parse_location(location).map(|_| ())
+}
+
+/// The connection settings, the schema and the TLS of a store URL.
+fn parse_location(
+    location: &str,
+) -> Result<(tokio_postgres::Config, Option<String>, TlsSettings), StoreError> {
+    let Location { url, schema, tls } = split_location(location)?;
+    // Neither parser's messages quote the URL, so no password leaks; the
+    // URL parser's say what is wrong (`invalid port number`) where
+    // tokio-postgres says only that something is.
+    let mut config: tokio_postgres::Config = url.parse().map_err(|e: tokio_postgres::Error| {
+        let why = reqwest::Url::parse(&url)
+            .err()
+            .map_or(e.to_string(), |e| e.to_string());
+        StoreError::Unusable(format!("postgres: {why}"))
+    })?;
+    config.ssl_mode(match tls.mode {
+        TlsMode::Disable => tokio_postgres::config::SslMode::Disable,
+        TlsMode::Prefer => tokio_postgres::config::SslMode::Prefer,
+        TlsMode::Require | TlsMode::VerifyCa | TlsMode::VerifyFull => {
+            tokio_postgres::config::SslMode::Require
+        }
+    });
+    if tls.mode != TlsMode::Disable {
+        // A root file that cannot be read is found now, not at the first
+        // connection.
+        tls.client_config()
+            .map_err(|message| StoreError::Unusable(format!("postgres: {message}")))?;
+    }
+    Ok((config, schema, tls))
 }
 
 /// The machine's name, to tell owners apart in the `runs` table.
@@ -383,11 +448,7 @@ impl PostgresStore {
         location: &str,
         options: PostgresOptions,
     ) -> Result<Arc<PostgresStore>, StoreError> {
-        let (url, schema) = split_schema(location)?;
-        // The URL's own error messages never quote it, so no password leaks.
-        let mut config: tokio_postgres::Config = url
-            .parse()
-            .map_err(|e| StoreError::Unusable(format!("postgres: {e}")))?;
+        let (mut config, schema, tls) = parse_location(location)?;
         if let Some(schema) = &schema {
             let options = match config.get_options() {
                 Some(given) => format!("{given} -csearch_path={schema}"),
@@ -395,13 +456,22 @@ impl PostgresStore {
             };
             config.options(options);
         }
-        let manager = Manager::from_config(
-            config,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
+        let manager_config = ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        };
+        let manager = match tls.mode {
+            TlsMode::Disable => Manager::from_config(config, NoTls, manager_config),
+            _ => {
+                let tls = tls
+                    .client_config()
+                    .map_err(|message| StoreError::Unusable(format!("postgres: {message}")))?;
+                Manager::from_config(
+                    config,
+                    crate::tls::postgres::MakeRustls::new(tls),
+                    manager_config,
+                )
+            }
+        };
         // Bounded waits: a database that does not answer fails a call
         // rather than hanging it.
         let pool = Pool::builder(manager)
@@ -943,7 +1013,7 @@ async fn migrate(pool: &Pool, schema: Option<&str>) -> Result<(), StoreError> {
         &[&schema],
     )
     .await?;
-    // The name was checked to be a plain identifier (`split_schema`).
+    // The name was checked to be a plain identifier (`split_location`).
     tx.batch_execute(&format!(
         "CREATE SCHEMA IF NOT EXISTS {schema};
          CREATE TABLE IF NOT EXISTS flow_migrations (
@@ -1530,18 +1600,22 @@ impl ApprovalStore for PostgresStore {
         Box::pin(self.decide(run_id, path, decision))
     }
 
-    fn pending_approvals(&self) -> StoreFuture<'_, Vec<(String, u64)>> {
+    fn pending_approvals(&self) -> StoreFuture<'_, Vec<PendingGates>> {
         Box::pin(async move {
             Ok(self
                 .query(
-                    "SELECT r.workflow, COUNT(*) FROM step_runs s JOIN runs r ON r.id = s.run_id
+                    "SELECT r.account, r.workflow, COUNT(*) FROM step_runs s JOIN runs r ON r.id = s.run_id
                      WHERE s.status = 'pending' AND r.status = 'pending_approval'
-                     GROUP BY r.workflow ORDER BY r.workflow",
+                     GROUP BY r.account, r.workflow ORDER BY r.account, r.workflow",
                     &[],
                 )
                 .await?
                 .iter()
-                .map(|row| (row.get(0), row.get::<_, i64>(1) as u64))
+                .map(|row| PendingGates {
+                    account: row.get(0),
+                    workflow: row.get(1),
+                    gates: row.get::<_, i64>(2) as u64,
+                })
                 .collect())
         })
     }
@@ -1877,26 +1951,50 @@ impl JournalBackend for PostgresStore {
 
 #[cfg(test)]
 mod tests {
-    use super::split_schema;
+    use super::split_location;
+    use crate::tls::TlsMode;
+
+    /// The URL tokio-postgres is given and the schema, of `location`.
+    fn split(location: &str) -> (String, Option<String>) {
+        let location = split_location(location).unwrap();
+        (location.url, location.schema)
+    }
 
     #[test]
     fn the_schema_parameter_is_taken_out_of_the_url() {
         assert_eq!(
-            split_schema("postgres://u@h/db?schema=flow_a&connect_timeout=5").unwrap(),
+            split("postgres://u@h/db?schema=flow_a&connect_timeout=5"),
             (
                 "postgres://u@h/db?connect_timeout=5".to_string(),
                 Some("flow_a".to_string())
             )
         );
         assert_eq!(
-            split_schema("postgres://u@h/db?schema=flow_a").unwrap(),
+            split("postgres://u@h/db?schema=flow_a"),
             ("postgres://u@h/db".to_string(), Some("flow_a".to_string()))
         );
         assert_eq!(
-            split_schema("postgres://u@h/db").unwrap(),
+            split("postgres://u@h/db"),
             ("postgres://u@h/db".to_string(), None)
         );
-        assert!(split_schema("postgres://u@h/db?schema=Flow;drop").is_err());
-        assert!(split_schema("postgres://u@h/db?schema=").is_err());
+        assert!(split_location("postgres://u@h/db?schema=Flow;drop").is_err());
+        assert!(split_location("postgres://u@h/db?schema=").is_err());
+    }
+
+    /// libpq's TLS words, which tokio-postgres partly lacks, are read here.
+    #[test]
+    fn the_tls_parameters_are_taken_out_of_the_url() {
+        let location = split_location(
+            "postgres://u@h/db?sslmode=verify-full&sslrootcert=/ca.pem&application_name=x",
+        )
+        .unwrap();
+        assert_eq!(location.url, "postgres://u@h/db?application_name=x");
+        assert_eq!(location.tls.mode, TlsMode::VerifyFull);
+        assert_eq!(location.tls.root_cert, Some("/ca.pem".into()));
+        assert_eq!(
+            split_location("postgres://u@h/db").unwrap().tls.mode,
+            TlsMode::Disable
+        );
+        assert!(split_location("postgres://u@h/db?sslmode=verify").is_err());
     }
 }

@@ -26,8 +26,8 @@ use crate::store::lock;
 use crate::store::{
     ApprovalStore, DELETE_AFTER_CANCEL_MS, Deletion, Deployment, EVENT_CLAIM, EventNext,
     EventStore, JournalBackend, KbStore, MailNext, NO_ACCOUNT, NewNotification, Notification,
-    NotificationKind, NotificationQuery, NotificationStore, Outgoing, PlanStore, RunEvent,
-    RunHandle, RunLog, RunQuery, RunRow, RunStatus, RunStore, StoreError, StoreFuture,
+    NotificationKind, NotificationQuery, NotificationStore, Outgoing, PendingGates, PlanStore,
+    RunEvent, RunHandle, RunLog, RunQuery, RunRow, RunStatus, RunStore, StoreError, StoreFuture,
     StoreJournal,
 };
 use crate::time::now_stored_ms as now_ms;
@@ -1041,15 +1041,21 @@ impl SqliteStore {
         Ok(rows)
     }
 
-    pub fn pending_approvals(&self) -> Result<Vec<(String, u64)>, StoreError> {
+    pub fn pending_approvals(&self) -> Result<Vec<PendingGates>, StoreError> {
         let conn = self.reader()?;
         let mut statement = conn.prepare_cached(
-            "SELECT r.workflow, COUNT(*) FROM step_runs s JOIN runs r ON r.id = s.run_id
+            "SELECT r.account, r.workflow, COUNT(*) FROM step_runs s JOIN runs r ON r.id = s.run_id
              WHERE s.status = 'pending' AND r.status = 'pending_approval'
-             GROUP BY r.workflow ORDER BY r.workflow",
+             GROUP BY r.account, r.workflow ORDER BY r.account, r.workflow",
         )?;
         let rows = statement
-            .query_map([], |row| Ok((row.get(0)?, row.get::<_, i64>(1)? as u64)))?
+            .query_map([], |row| {
+                Ok(PendingGates {
+                    account: row.get(0)?,
+                    workflow: row.get(1)?,
+                    gates: row.get::<_, i64>(2)? as u64,
+                })
+            })?
             .collect::<Result<Vec<_>, _>>()?;
         Ok(rows)
     }
@@ -1451,7 +1457,7 @@ impl ApprovalStore for SqliteStore {
         ready(self.expired_gates(now_ms))
     }
 
-    fn pending_approvals(&self) -> StoreFuture<'_, Vec<(String, u64)>> {
+    fn pending_approvals(&self) -> StoreFuture<'_, Vec<PendingGates>> {
         ready(self.pending_approvals())
     }
 }

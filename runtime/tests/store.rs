@@ -22,7 +22,7 @@ use flow_runtime::services::{Handoff, KbWrite, Services};
 use flow_runtime::sqlite::SqliteStore;
 use flow_runtime::store::{
     Deletion, EventNext, MailNext, MailState, NotificationKind, NotificationQuery,
-    NotificationStore, PlanStore, RunLog, RunStatus, RunStore, Store,
+    NotificationStore, PendingGates, PlanStore, RunLog, RunStatus, RunStore, Store,
 };
 use flow_tests::TempDir;
 use flow_tests::postgres::TestSchema;
@@ -629,7 +629,11 @@ async fn the_runner_parks_resumes_and_lists_runs_to_recover(backend: Backend) {
     );
     assert_eq!(
         store.pending_approvals().await.unwrap(),
-        [("w".to_string(), 1)]
+        [PendingGates {
+            account: String::new(),
+            workflow: "w".to_string(),
+            gates: 1
+        }]
     );
     // The gate's approver was notified in the commit that stored the gate:
     // no later step (that a crash could skip) is needed for it.

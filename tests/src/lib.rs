@@ -6,6 +6,7 @@ pub mod mcp_servers;
 pub mod postgres;
 pub mod services;
 pub mod smtp_sink;
+pub mod tls_proxy;
 
 use std::collections::HashMap;
 use std::io::Read;

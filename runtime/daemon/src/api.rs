@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::{IntoParams, OpenApi, ToSchema};
 
-use crate::server::{AccountId, Daemon, Problem, joined, store_problem};
+use crate::server::{AccountId, Daemon, KeyHolder, Problem, joined, store_problem};
 use crate::sources::DeployedFiles;
 
 type Answer = Result<Response, Problem>;
@@ -1042,8 +1042,9 @@ pub(crate) async fn cancel(
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct Decide {
-    /// The email of the person deciding; the account vouches for them.
-    approver: String,
+    /// The email of the person deciding: with an account's key, the account
+    /// vouches for them; a user's key decides as its user (leave it out).
+    approver: Option<String>,
     approved: bool,
     comment: Option<String>,
 }
@@ -1058,7 +1059,8 @@ struct Decide {
     ),
     responses(
         (status = 202, description = "Decided; the run continues", body = RunState),
-        (status = 403, description = "The approver may not decide this gate (`not_an_approver`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 400, description = "No approver, with an account's key (`no_person`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 403, description = "The approver may not decide this gate (`not_an_approver`), or a user's key names another approver (`not_this_person`)", body = ProblemDoc, content_type = "application/problem+json"),
         (status = 404, description = "No such run in this account (`unknown_run`), or no gate at this path (`unknown_step`)", body = ProblemDoc, content_type = "application/problem+json"),
         (status = 409, description = "Already decided, expired, or the run ended (`decision_refused`)", body = ProblemDoc, content_type = "application/problem+json"),
     )
@@ -1066,15 +1068,17 @@ struct Decide {
 pub(crate) async fn decide(
     State(daemon): State<Arc<Daemon>>,
     Extension(AccountId(account)): Extension<AccountId>,
+    Extension(holder): Extension<KeyHolder>,
     Path((id, step_path)): Path<(String, String)>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
     let request: Decide = json_body(&headers, body)?;
+    let approver = holder.acting_as(request.approver, "approver")?;
     let run = own_run(&daemon, &account, &id).await?;
     let decision = Decision {
-        groups: daemon.config.people(&account).groups_of(&request.approver),
-        approver: request.approver,
+        groups: daemon.config.people(&account).groups_of(&approver),
+        approver,
         approved: request.approved,
         comment: request.comment,
         decided_at: flow_runtime::time::now_rfc3339(),
@@ -1094,8 +1098,9 @@ pub(crate) async fn decide(
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub(crate) struct ApproverQuery {
-    /// The approver's email; the account vouches for them.
-    approver: String,
+    /// The approver's email: with an account's key, the account vouches for
+    /// them; a user's key reads as its user (leave it out).
+    approver: Option<String>,
 }
 
 /// The gates of the account's parked runs that this approver (or an
@@ -1104,15 +1109,18 @@ pub(crate) struct ApproverQuery {
     get, path = "/v1/approvals", tag = "approvals", params(ApproverQuery),
     responses(
         (status = 200, description = "The gates", body = Gates),
-        (status = 400, description = "No approver (`invalid_query`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 400, description = "No approver, with an account's key (`no_person`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 403, description = "A user's key naming another approver (`not_this_person`)", body = ProblemDoc, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn my_approvals(
     State(daemon): State<Arc<Daemon>>,
     Extension(AccountId(account)): Extension<AccountId>,
+    Extension(holder): Extension<KeyHolder>,
     query: Result<Query<ApproverQuery>, QueryRejection>,
 ) -> Answer {
     let Query(ApproverQuery { approver }) = query.map_err(invalid_query)?;
+    let approver = holder.acting_as(approver, "approver")?;
     let groups = daemon.config.people(&account).groups_of(&approver);
     let parked = RunQuery {
         workflow: None,
@@ -1157,8 +1165,9 @@ pub(crate) async fn my_approvals(
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub(crate) struct ReaderQuery {
-    /// The reader's email; the account vouches for them.
-    reader: String,
+    /// The reader's email: with an account's key, the account vouches for
+    /// them; a user's key reads as its user (leave it out).
+    reader: Option<String>,
     /// Only the ones this reader has not marked read.
     #[serde(default)]
     unread: bool,
@@ -1173,23 +1182,26 @@ pub(crate) struct ReaderQuery {
     get, path = "/v1/notifications", tag = "notifications", params(ReaderQuery),
     responses(
         (status = 200, description = "The notifications", body = Notifications),
-        (status = 400, description = "No reader (`invalid_query`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 400, description = "No reader, with an account's key (`no_person`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 403, description = "A user's key naming another reader (`not_this_person`)", body = ProblemDoc, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn notifications(
     State(daemon): State<Arc<Daemon>>,
     Extension(AccountId(account)): Extension<AccountId>,
+    Extension(holder): Extension<KeyHolder>,
     query: Result<Query<ReaderQuery>, QueryRejection>,
 ) -> Answer {
     let Query(query) = query.map_err(invalid_query)?;
-    let audiences = daemon.config.people(&account).audiences_of(&query.reader);
+    let reader = holder.acting_as(query.reader, "reader")?;
+    let audiences = daemon.config.people(&account).audiences_of(&reader);
     let wanted = NotificationQuery {
         unread_only: query.unread,
         limit: query.limit.unwrap_or(100).min(1_000),
     };
     let list = daemon
         .store
-        .notifications(&account, &audiences, &query.reader, &wanted)
+        .notifications(&account, &audiences, &reader, &wanted)
         .await
         .map_err(store_problem)?;
     Ok(axum::Json(Notifications {
@@ -1201,7 +1213,8 @@ pub(crate) async fn notifications(
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct MarkRead {
-    reader: String,
+    /// As in `GET /v1/notifications`.
+    reader: Option<String>,
     #[schema(max_items = 1000)]
     ids: Vec<i64>,
 }
@@ -1214,15 +1227,21 @@ const MARK_AT_ONCE: usize = 1_000;
 /// account has.
 #[utoipa::path(
     post, path = "/v1/notifications/read", tag = "notifications", request_body = MarkRead,
-    responses((status = 200, description = "Marked", body = Marked))
+    responses(
+        (status = 200, description = "Marked", body = Marked),
+        (status = 400, description = "No reader, with an account's key (`no_person`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 403, description = "A user's key naming another reader (`not_this_person`)", body = ProblemDoc, content_type = "application/problem+json"),
+    )
 )]
 pub(crate) async fn mark_read(
     State(daemon): State<Arc<Daemon>>,
     Extension(AccountId(account)): Extension<AccountId>,
+    Extension(holder): Extension<KeyHolder>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
     let request: MarkRead = json_body(&headers, body)?;
+    let reader = holder.acting_as(request.reader, "reader")?;
     if request.ids.len() > MARK_AT_ONCE {
         return Err(Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -1232,7 +1251,7 @@ pub(crate) async fn mark_read(
     }
     let marked = daemon
         .store
-        .mark_read(&account, &request.reader, &request.ids)
+        .mark_read(&account, &reader, &request.ids)
         .await
         .map_err(store_problem)?;
     Ok(axum::Json(Marked { marked }).into_response())

@@ -5,9 +5,10 @@
 //! one pass. Environment variables (`FLOWD_LISTEN`, `FLOWD_STORE`,
 //! `FLOWD_PUBLIC_URL`, `FLOWD_LINK_SECRET`, `FLOWD_SMTP_HOST`,
 //! `FLOWD_SMTP_PORT`, `FLOWD_OTLP_ENDPOINT`, `FLOWD_METRICS_TOKEN`,
-//! `FLOWD_REDIS_URL`) override
-//! the file's values, for
-//! containers and secrets kept out of files.
+//! `FLOWD_REDIS_URL`), and those `flow run` reads for its model provider
+//! (`FLOW_LLM_PROVIDER`, `FLOW_LLM_BASE_URL`, `FLOW_LLM_API_KEY`,
+//! `FLOW_LLM_MODEL*`, `FLOW_LLM_CONCURRENCY`), override the file's values,
+//! for containers and secrets kept out of files.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -424,7 +425,10 @@ pub struct Provider {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Account {
     pub id: String,
+    /// The account's keys, for services: they act for any of its people.
     pub api_keys: Vec<Secret>,
+    /// Its people with keys of their own.
+    pub users: Vec<User>,
     /// Department name to member emails (handoff recipients). An account's
     /// workflows reach its own departments only.
     pub departments: BTreeMap<String, Vec<String>>,
@@ -446,6 +450,17 @@ pub struct Account {
     pub steps_in_flight: Option<usize>,
     pub runs_in_flight: Option<usize>,
     pub deployments: Option<usize>,
+}
+
+/// A person of an account with API keys of their own (`[[accounts.users]]`):
+/// a request with one of them acts as that person, so that a decision made
+/// through the API is theirs and nobody else's. The account's own `api_keys`
+/// stay for services, which name the person they act for.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct User {
+    pub email: String,
+    pub api_keys: Vec<Secret>,
 }
 
 /// An account's webhook endpoint (`[[accounts.webhooks]]`): its runs'
@@ -478,7 +493,10 @@ fn all_events() -> Vec<String> {
 #[serde(deny_unknown_fields)]
 struct AccountFile {
     id: String,
+    #[serde(default)]
     api_keys: Vec<Secret>,
+    #[serde(default)]
+    users: Vec<toml::Spanned<User>>,
     #[serde(default)]
     departments: BTreeMap<String, toml::Spanned<Vec<String>>>,
     #[serde(default)]
@@ -498,7 +516,7 @@ struct AccountFile {
 #[serde(deny_unknown_fields)]
 struct File {
     listen: Option<toml::Spanned<String>>,
-    store: Option<String>,
+    store: Option<toml::Spanned<String>>,
     public_url: Option<toml::Spanned<String>>,
     link_secret: Option<toml::Spanned<String>>,
     #[serde(default)]
@@ -534,28 +552,15 @@ const DEFAULT_STORE: &str = "flowd.db";
 
 /// Reads the configuration from `text` (the file `path`, for messages), then
 /// applies overrides from `env`. Returns every problem found.
-pub fn load(
-    path: &str,
-    text: &str,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Config, Vec<Problem>> {
-    let file: File = match toml::from_str(text) {
-        Ok(file) => file,
-        Err(error) => {
-            let place = match error.span() {
-                Some(span) => at(path, text, span.start),
-                None => path.to_string(),
-            };
-            return Err(vec![Problem {
-                place,
-                message: error.message().to_string(),
-            }]);
-        }
-    };
+pub fn load(path: &str, text: &str, environment: &Environment) -> Result<Config, Vec<Problem>> {
+    let env = |name: &str| environment.get(name);
     let mut problems = Problems {
         path,
         text,
         list: Vec::new(),
+    };
+    let Some(file) = read_file(&mut problems) else {
+        return Err(problems.list);
     };
     let spanned = |value: &Option<toml::Spanned<String>>| {
         value.as_ref().map(|v| (v.get_ref().clone(), v.span()))
@@ -650,17 +655,20 @@ pub fn load(
     if let Some(url) = env("FLOWD_REDIS_URL") {
         limits.redis_url = Some(url);
     }
-    if let Some(url) = &limits.redis_url
-        && !(url.starts_with("redis://") || url.starts_with("rediss://"))
-    {
+    if let Some(url) = &limits.redis_url {
         let place = match env("FLOWD_REDIS_URL") {
             Some(_) => Place::Env("FLOWD_REDIS_URL".into()),
             None => limits_span.clone(),
         };
-        problems.report(
-            place,
-            format!("[limits] redis_url `{url}` is not a redis:// URL"),
-        );
+        let masked = flow_runtime::mcp::masked_url(url);
+        if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+            problems.report(
+                place,
+                format!("[limits] redis_url `{masked}` is not a redis:// or rediss:// URL"),
+            );
+        } else if let Err(message) = flow_runtime::limit::redis_client(url) {
+            problems.report(place, format!("[limits] redis_url `{masked}`: {message}"));
+        }
     }
     if limits.retention_days == Some(0) {
         problems.report(
@@ -818,23 +826,22 @@ pub fn load(
         );
     }
 
-    let provider = file.provider.map(|provider| {
-        let span = provider.span();
-        let provider = provider.into_inner();
-        if !matches!(provider.kind.as_str(), "openai" | "anthropic") {
-            problems.at(
-                span.clone(),
-                format!(
-                    "[provider] kind is `{}`; the providers are `openai` and `anthropic`",
-                    provider.kind
-                ),
-            );
+    // The transport serve builds, built here too: a host that TLS cannot
+    // name is refused by the check rather than at the first email.
+    if let Some(Err(message)) = smtp.as_ref().map(crate::mailer::transport) {
+        problems.report(Place::Whole, message);
+    }
+
+    let provider = provider_with_env(file.provider, environment, &mut problems);
+    if let Some(text) = env("FLOW_LLM_CONCURRENCY") {
+        match text.parse::<usize>() {
+            Ok(limit) if limit > 0 => limits.llm_concurrency = limit,
+            _ => problems.report(
+                Place::Env("FLOW_LLM_CONCURRENCY".into()),
+                format!("`{text}` is not a number of calls above 0"),
+            ),
         }
-        if let Err(message) = check_http_url(&provider.base_url) {
-            problems.at(span, format!("[provider] base_url {message}"));
-        }
-        provider
-    });
+    }
 
     let mut accounts = Vec::new();
     let mut key_owner: HashMap<String, String> = HashMap::new();
@@ -847,31 +854,73 @@ pub fn load(
                 format!("account id `{}` is empty or used twice", account.id),
             );
         }
-        if account.api_keys.is_empty() {
+        if account.api_keys.is_empty()
+            && account
+                .users
+                .iter()
+                .all(|u| u.get_ref().api_keys.is_empty())
+        {
             problems.at(
                 span.clone(),
                 format!(
-                    "account `{}` has no api_keys: nobody could use it",
+                    "account `{}` has no api_keys, nor users with keys: nobody could use it",
                     account.id
                 ),
             );
         }
-        for Secret(key) in &account.api_keys {
-            if key.len() < 16 {
+        let mut emails: Vec<String> = Vec::new();
+        for user in &account.users {
+            let email = &user.get_ref().email;
+            if !is_email(email) {
                 problems.at(
-                    span.clone(),
+                    user.span(),
                     format!(
-                        "an API key of account `{}` is shorter than 16 characters",
+                        "account `{}`: user `{email}` is not an email address",
                         account.id
                     ),
                 );
             }
-            if let Some(owner) = key_owner.insert(key.clone(), account.id.clone()) {
+            if emails.iter().any(|e| e.eq_ignore_ascii_case(email)) {
+                problems.at(
+                    user.span(),
+                    format!("account `{}`: user `{email}` is listed twice", account.id),
+                );
+            }
+            emails.push(email.clone());
+            if user.get_ref().api_keys.is_empty() {
+                problems.at(
+                    user.span(),
+                    format!("account `{}`: user `{email}` has no api_keys", account.id),
+                );
+            }
+        }
+        let keys = account
+            .api_keys
+            .iter()
+            .map(|key| (span.clone(), key, None))
+            .chain(account.users.iter().flat_map(|user| {
+                let email = &user.get_ref().email;
+                user.get_ref()
+                    .api_keys
+                    .iter()
+                    .map(move |key| (user.span(), key, Some(email)))
+            }));
+        for (span, Secret(key), user) in keys {
+            let holder = match user {
+                Some(email) => format!("user `{email}` of account `{}`", account.id),
+                None => format!("account `{}`", account.id),
+            };
+            if key.len() < 16 {
                 problems.at(
                     span.clone(),
+                    format!("an API key of {holder} is shorter than 16 characters"),
+                );
+            }
+            if let Some(owner) = key_owner.insert(key.clone(), holder.clone()) {
+                problems.at(
+                    span,
                     format!(
-                        "an API key of account `{}` is also a key of account `{owner}`: a key belongs to one account",
-                        account.id
+                        "an API key of {holder} is also a key of {owner}: a key belongs to one holder"
                     ),
                 );
             }
@@ -978,6 +1027,11 @@ pub fn load(
         accounts.push(Account {
             id: account.id,
             api_keys: account.api_keys,
+            users: account
+                .users
+                .into_iter()
+                .map(toml::Spanned::into_inner)
+                .collect(),
             departments,
             approver_groups,
             mail_domains: account.mail_domains,
@@ -1000,16 +1054,23 @@ pub fn load(
         );
     }
 
+    let store = match setting("FLOWD_STORE", spanned(&file.store)) {
+        None => StoreLocation(DEFAULT_STORE.to_string()),
+        Some((location, place)) => {
+            let store = StoreLocation(location);
+            if let Err(message) = store.check() {
+                problems.report(place, message);
+            }
+            store
+        }
+    };
+
     if !problems.list.is_empty() {
         return Err(problems.list);
     }
     Ok(Config {
         listen: listen.expect("a listen address without a problem parsed"),
-        store: StoreLocation(
-            env("FLOWD_STORE")
-                .or(file.store)
-                .unwrap_or_else(|| DEFAULT_STORE.to_string()),
-        ),
+        store,
         public_url,
         link_secret: Secret(link_secret),
         previous_link_secrets,
@@ -1020,6 +1081,184 @@ pub fn load(
         metrics_token,
         limits,
         mcp,
+    })
+}
+
+/// The `[provider]` section with the `FLOW_LLM_*` variables that `flow run`
+/// reads applied over it, so that one environment configures both:
+/// `FLOW_LLM_PROVIDER` and `FLOW_LLM_BASE_URL` (either one configures a
+/// provider the file lacks), `FLOW_LLM_API_KEY` (else `OPENAI_API_KEY` or
+/// `ANTHROPIC_API_KEY`, by kind, when the file gives no key),
+/// `FLOW_LLM_MODEL` (the alias `default`) and `FLOW_LLM_MODEL_ALIAS`.
+fn provider_with_env(
+    file: Option<toml::Spanned<Provider>>,
+    environment: &Environment,
+    problems: &mut Problems,
+) -> Option<Provider> {
+    let env = |name: &str| environment.get(name);
+    let kind = env("FLOW_LLM_PROVIDER");
+    let base_url = env("FLOW_LLM_BASE_URL");
+    let (mut place, mut provider) = match file {
+        Some(provider) => (Place::File(provider.span()), provider.into_inner()),
+        None if kind.is_some() || base_url.is_some() => (
+            Place::Env("FLOW_LLM_PROVIDER".into()),
+            Provider {
+                kind: "openai".to_string(),
+                base_url: String::new(),
+                api_key: None,
+                models: HashMap::new(),
+            },
+        ),
+        None => return None,
+    };
+    if let Some(kind) = kind {
+        provider.kind = kind;
+        place = Place::Env("FLOW_LLM_PROVIDER".into());
+    }
+    if !matches!(provider.kind.as_str(), "openai" | "anthropic") {
+        problems.report(
+            place.clone(),
+            format!(
+                "[provider] kind is `{}`; the providers are `openai` and `anthropic`",
+                provider.kind
+            ),
+        );
+    }
+    let mut url_place = place;
+    if let Some(url) = base_url {
+        provider.base_url = url;
+        url_place = Place::Env("FLOW_LLM_BASE_URL".into());
+    } else if provider.base_url.is_empty() && provider.kind == "anthropic" {
+        provider.base_url = "https://api.anthropic.com".to_string();
+    }
+    if provider.base_url.is_empty() {
+        problems.report(
+            url_place,
+            "no base URL for the provider: set FLOW_LLM_BASE_URL (an OpenAI-compatible API's, up to `/v1`)".to_string(),
+        );
+    } else if let Err(message) = check_http_url(&provider.base_url) {
+        problems.report(url_place, format!("[provider] base_url {message}"));
+    }
+    let vendor_key = match provider.kind.as_str() {
+        "anthropic" => "ANTHROPIC_API_KEY",
+        _ => "OPENAI_API_KEY",
+    };
+    if let Some(key) =
+        env("FLOW_LLM_API_KEY").or_else(|| env(vendor_key).filter(|_| provider.api_key.is_none()))
+    {
+        provider.api_key = Some(Secret(key));
+    }
+    for (name, model) in environment.with_prefix("FLOW_LLM_MODEL") {
+        let alias = match name.strip_prefix("FLOW_LLM_MODEL") {
+            Some("") => "default".to_string(),
+            Some(rest) => match rest.strip_prefix('_') {
+                Some(alias) if !alias.is_empty() => alias.to_ascii_lowercase(),
+                _ => continue,
+            },
+            None => continue,
+        };
+        provider.models.insert(alias, model);
+    }
+    Some(provider)
+}
+
+/// The environment variables flowd reads: the process's, or a test's.
+#[derive(Debug, Clone, Default)]
+pub struct Environment(BTreeMap<String, String>);
+
+impl Environment {
+    /// The process's variables that are Unicode (flowd reads no other).
+    pub fn of_process() -> Environment {
+        Environment(
+            std::env::vars_os()
+                .filter_map(|(name, value)| {
+                    Some((name.into_string().ok()?, value.into_string().ok()?))
+                })
+                .collect(),
+        )
+    }
+
+    pub fn get(&self, name: &str) -> Option<String> {
+        self.0.get(name).cloned()
+    }
+
+    fn with_prefix<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = (&'a str, String)> + 'a {
+        self.0
+            .range(prefix.to_string()..)
+            .take_while(move |(name, _)| name.starts_with(prefix))
+            .map(|(name, value)| (name.as_str(), value.clone()))
+    }
+}
+
+impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for Environment {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(pairs: I) -> Environment {
+        Environment(
+            pairs
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        )
+    }
+}
+
+/// The most unknown keys listed: past them the file is likely not flowd's.
+const UNKNOWN_KEYS_LISTED: usize = 100;
+
+/// Parses the file into its sections. serde stops at the first unknown key,
+/// which would hide the rest from an operator fixing them one by one: each
+/// unknown key is reported and taken out of the parsed document, and the
+/// document deserialized again, so that every unknown key is listed together
+/// with serde's own "expected one of" for it. `None` when the file cannot be
+/// read as flowd's (its problems reported).
+fn read_file(problems: &mut Problems) -> Option<File> {
+    let mut document = match toml::de::DeTable::parse(problems.text) {
+        Ok(document) => document,
+        Err(error) => {
+            problems.report_toml(&error);
+            return None;
+        }
+    };
+    // serde finds them in the order it reads fields; they are listed by
+    // position.
+    let mut unknown = Vec::new();
+    let read = loop {
+        let error = match File::deserialize(toml::de::Deserializer::from(document.clone())) {
+            Ok(file) => break Some(file),
+            Err(error) => error,
+        };
+        let removed = error.message().starts_with("unknown field")
+            && unknown.len() < UNKNOWN_KEYS_LISTED
+            && error
+                .span()
+                .is_some_and(|span| remove_key(document.get_mut(), &span));
+        if !removed {
+            problems.report_toml(&error);
+            break None;
+        }
+        unknown.push(error);
+    };
+    unknown.sort_by_key(|error| error.span().map_or(0, |span| span.start));
+    for error in &unknown {
+        problems.report_toml(error);
+    }
+    // The rest of the file is still checked: its problems are as real.
+    read
+}
+
+/// Removes the key written at `span` from `table` or a table inside it.
+fn remove_key(table: &mut toml::de::DeTable, span: &Span) -> bool {
+    let found = table.keys().find(|key| key.span() == *span).cloned();
+    if let Some(key) = found {
+        table.remove(&key);
+        return true;
+    }
+    table.iter_mut().any(|(_, value)| match value.get_mut() {
+        toml::de::DeValue::Table(inner) => remove_key(inner, span),
+        toml::de::DeValue::Array(items) => items.iter_mut().any(|item| match item.get_mut() {
+            toml::de::DeValue::Table(inner) => remove_key(inner, span),
+            _ => false,
+        }),
+        _ => false,
     })
 }
 
@@ -1046,6 +1285,14 @@ impl Problems<'_> {
         self.report(Place::File(span), message);
     }
 
+    fn report_toml(&mut self, error: &toml::de::Error) {
+        let place = match error.span() {
+            Some(span) => Place::File(span),
+            None => Place::Whole,
+        };
+        self.report(place, error.message().to_string());
+    }
+
     fn report(&mut self, place: Place, message: String) {
         let place = match place {
             Place::File(span) => at(self.path, self.text, span.start),
@@ -1069,6 +1316,38 @@ impl StoreLocation {
     /// Whether it is a PostgreSQL database, which other flowds may share.
     pub fn is_shared(&self) -> bool {
         self.0.starts_with("postgres://") || self.0.starts_with("postgresql://")
+    }
+
+    /// What `flowd serve` would refuse when it opens the store, found without
+    /// opening it: a URL of another database, a PostgreSQL URL its driver
+    /// cannot read (a port past 65535, an unknown parameter, a bad `schema`),
+    /// a SQLite file in a directory that does not exist.
+    fn check(&self) -> Result<(), String> {
+        if self.is_shared() {
+            return flow_runtime::postgres::check_location(&self.0)
+                .map_err(|error| format!("store {self}: {error}"));
+        }
+        if let Some((scheme, _)) = self.0.split_once("://") {
+            return Err(format!(
+                "store `{self}`: `{scheme}://` is no store of flowd's; give a SQLite file path or a postgres:// URL"
+            ));
+        }
+        let path = std::path::Path::new(&self.0);
+        if path.is_dir() {
+            return Err(format!(
+                "store `{self}` is a directory; give the path of a SQLite file (in it: `{}`)",
+                path.join(DEFAULT_STORE).display()
+            ));
+        }
+        match path.parent() {
+            Some(directory) if !directory.as_os_str().is_empty() && !directory.is_dir() => {
+                Err(format!(
+                    "store `{self}`: the directory `{}` does not exist",
+                    directory.display()
+                ))
+            }
+            _ => Ok(()),
+        }
     }
 }
 
@@ -1114,6 +1393,7 @@ impl Config {
                 NOBODY.get_or_init(|| Account {
                     id: String::new(),
                     api_keys: Vec::new(),
+                    users: Vec::new(),
                     departments: BTreeMap::new(),
                     approver_groups: BTreeMap::new(),
                     mail_domains: Some(Vec::new()),
@@ -1174,6 +1454,7 @@ impl Account {
                 .values()
                 .chain(self.approver_groups.values())
                 .flatten()
+                .chain(self.users.iter().map(|user| &user.email))
         };
         match &self.mail_domains {
             Some(domains) => domains

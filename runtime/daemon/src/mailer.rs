@@ -112,7 +112,9 @@ async fn deliver(daemon: &Daemon, outgoing: &Outgoing) -> (Vec<String>, MailNext
             "notification for `{}` has nobody to mail (no such department or approver group of the account, nor an address it may mail)",
             notification.audience
         );
-        daemon.metrics.email(notification.kind, MailState::Skipped);
+        daemon
+            .metrics
+            .email(&notification.account, notification.kind, MailState::Skipped);
         return skipped;
     }
     // A store that does not answer now may answer at the next attempt.
@@ -166,7 +168,9 @@ async fn deliver(daemon: &Daemon, outgoing: &Outgoing) -> (Vec<String>, MailNext
         });
         match send(transport, &daemon_from(daemon), recipient, &subject, text).await {
             Ok(()) => {
-                daemon.metrics.email(notification.kind, MailState::Sent);
+                daemon
+                    .metrics
+                    .email(&notification.account, notification.kind, MailState::Sent);
                 reached.push(recipient.clone());
             }
             Err(Failure { message, permanent }) => {
@@ -180,7 +184,11 @@ async fn deliver(daemon: &Daemon, outgoing: &Outgoing) -> (Vec<String>, MailNext
                     }
                 );
                 if permanent {
-                    daemon.metrics.email(notification.kind, MailState::Failed);
+                    daemon.metrics.email(
+                        &notification.account,
+                        notification.kind,
+                        MailState::Failed,
+                    );
                     refused = true;
                 } else {
                     unreachable = true;
@@ -197,7 +205,9 @@ async fn deliver(daemon: &Daemon, outgoing: &Outgoing) -> (Vec<String>, MailNext
             // The last attempt: whoever is still unreached is counted now.
             let left = recipients.len() - outgoing.sent_to.len() - reached.len();
             for _ in 0..left {
-                daemon.metrics.email(notification.kind, MailState::Failed);
+                daemon
+                    .metrics
+                    .email(&notification.account, notification.kind, MailState::Failed);
             }
         }
         MailNext::Done(MailState::Failed)

@@ -87,7 +87,7 @@ fn load(path: &str) -> Result<Config, ExitCode> {
         eprintln!("flowd: cannot read {path}: {error}");
         ExitCode::from(2)
     })?;
-    config::load(path, &text, &|name| std::env::var(name).ok()).map_err(|problems| {
+    config::load(path, &text, &config::Environment::of_process()).map_err(|problems| {
         for problem in &problems {
             eprintln!("error: {problem}");
         }

@@ -1,6 +1,9 @@
 //! `/metrics`: Prometheus text format (prometheus-client), names by the
 //! Prometheus conventions (`_total` counters, `_seconds` units).
 //!
+//! Every series of a run's doings carries its `account`, so that one
+//! tenant's load, failures and waits can be told from another's.
+//!
 //! Step metrics come from the runner's observer (each step record as it is
 //! journaled), run metrics from how each invocation of a run ends; nothing
 //! here reads the store.
@@ -10,7 +13,7 @@ use std::sync::Arc;
 use flow_runtime::journal::StepRecord;
 use flow_runtime::limit::LimitEvents;
 use flow_runtime::runner::Observer;
-use flow_runtime::store::{MailState, NotificationKind, RunStatus};
+use flow_runtime::store::{MailState, NotificationKind, PendingGates, RunStatus};
 
 use crate::webhooks::Delivery;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -22,18 +25,21 @@ use prometheus_client::registry::{Registry, Unit};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WorkflowLabels {
+    account: String,
     workflow: String,
     status: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StepLabels {
+    account: String,
     kind: String,
     status: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
+    account: String,
     kind: String,
 }
 
@@ -50,7 +56,14 @@ struct DeliveryLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WebhookLabels {
+    account: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EmailLabels {
+    account: String,
     kind: String,
     result: String,
 }
@@ -62,6 +75,7 @@ struct AccountLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PendingLabels {
+    account: String,
     workflow: String,
 }
 
@@ -72,7 +86,7 @@ pub struct Metrics {
     llm_waits: Histograms<AccountLabels>,
     fail_opens: Family<AccountLabels, Counter>,
     emails: Family<EmailLabels, Counter>,
-    deliveries: Family<DeliveryLabels, Counter>,
+    deliveries: Family<WebhookLabels, Counter>,
     exports: Family<DeliveryLabels, Counter>,
     executions: Family<WorkflowLabels, Counter>,
     durations: Histograms<WorkflowLabels>,
@@ -86,33 +100,33 @@ impl Default for Metrics {
         let executions = Family::<WorkflowLabels, Counter>::default();
         registry.register(
             "flow_workflow_executions",
-            "Invocations of workflow runs, by workflow and how they ended (completed, failed, pending_approval)",
+            "Invocations of workflow runs, by account, workflow and how they ended (completed, failed, pending_approval)",
             executions.clone(),
         );
         let durations: Histograms<WorkflowLabels> = Family::new_with_constructor(duration_buckets);
         registry.register_with_unit(
             "flow_workflow_duration",
-            "Active time of an invocation of a run, by workflow and how it ended",
+            "Active time of an invocation of a run, by account, workflow and how it ended",
             Unit::Seconds,
             durations.clone(),
         );
         let steps: Histograms<StepLabels> = Family::new_with_constructor(duration_buckets);
         registry.register_with_unit(
             "flow_step_duration",
-            "Duration of a step execution (all its attempts), by step kind and status",
+            "Duration of a step execution (all its attempts), by account, step kind and status",
             Unit::Seconds,
             steps.clone(),
         );
         let retries = Family::<KindLabels, Counter>::default();
         registry.register(
             "flow_step_retries",
-            "Attempts after the first, by step kind",
+            "Attempts after the first, by account and step kind",
             retries.clone(),
         );
-        let deliveries = Family::<DeliveryLabels, Counter>::default();
+        let deliveries = Family::<WebhookLabels, Counter>::default();
         registry.register(
             "flow_webhook_deliveries",
-            "Webhook deliveries by result (delivered, or failed after every retry)",
+            "Webhook deliveries by account and result (delivered, or failed after every retry)",
             deliveries.clone(),
         );
         let exports = Family::<DeliveryLabels, Counter>::default();
@@ -124,7 +138,7 @@ impl Default for Metrics {
         let pending = Family::<PendingLabels, Gauge>::default();
         registry.register(
             "flow_approvals_pending",
-            "Gates of parked runs waiting for a decision, by workflow (read from the store at each scrape)",
+            "Gates of parked runs waiting for a decision, by account and workflow (read from the store at each scrape)",
             pending.clone(),
         );
         let llm_waits: Histograms<AccountLabels> = Family::new_with_constructor(|| {
@@ -146,7 +160,7 @@ impl Default for Metrics {
         let emails = Family::<EmailLabels, Counter>::default();
         registry.register(
             "flow_emails",
-            "Emails by notification kind (approval, handoff) and result (sent, failed after every retry, skipped)",
+            "Emails by account, notification kind (approval, handoff) and result (sent, failed after every retry, skipped)",
             emails.clone(),
         );
         Metrics {
@@ -166,9 +180,11 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// The runner observer that records each journaled step.
-    pub fn observer(&self) -> Observer {
+    /// The runner observer that records each journaled step of a run of
+    /// `account`.
+    pub fn observer(&self, account: &str) -> Observer {
         let (steps, retries) = (self.steps.clone(), self.retries.clone());
+        let account = account.to_string();
         Arc::new(move |record: &StepRecord| {
             // A pending approval is recorded when the run parks, a retrying
             // step between its attempts; each is counted once it ends.
@@ -179,20 +195,31 @@ impl Metrics {
             let seconds = record.ended_ms.saturating_sub(record.started_ms) as f64 / 1000.0;
             steps
                 .get_or_create(&StepLabels {
+                    account: account.clone(),
                     kind: kind.clone(),
                     status: name_of(&record.status),
                 })
                 .observe(seconds);
             let again = record.attempts.len().saturating_sub(1) as u64;
             if again > 0 {
-                retries.get_or_create(&KindLabels { kind }).inc_by(again);
+                retries
+                    .get_or_create(&KindLabels {
+                        account: account.clone(),
+                        kind,
+                    })
+                    .inc_by(again);
             }
         })
     }
 
-    /// Counts each webhook delivery as it ends.
-    pub fn delivery_counter(&self) -> impl Fn(Delivery) + Clone + Send + Sync + 'static {
-        counting(self.deliveries.clone())
+    /// Counts a webhook delivery attempt of `account`'s as it ends.
+    pub fn webhook_delivery(&self, account: &str, delivery: Delivery) {
+        self.deliveries
+            .get_or_create(&WebhookLabels {
+                account: account.to_string(),
+                result: delivery.as_str().to_string(),
+            })
+            .inc();
     }
 
     /// Counts each trace export as it ends.
@@ -201,18 +228,26 @@ impl Metrics {
     }
 
     /// Counts an email of a notification of `kind`, once it went as it went.
-    pub fn email(&self, kind: NotificationKind, result: MailState) {
+    pub fn email(&self, account: &str, kind: NotificationKind, result: MailState) {
         self.emails
             .get_or_create(&EmailLabels {
+                account: account.to_string(),
                 kind: kind.as_str().to_string(),
                 result: result.as_str().to_string(),
             })
             .inc();
     }
 
-    /// Records how an invocation of a run of `workflow` ended.
-    pub fn run_ended(&self, workflow: &str, status: RunStatus, active: std::time::Duration) {
+    /// Records how an invocation of a run of `account`'s `workflow` ended.
+    pub fn run_ended(
+        &self,
+        account: &str,
+        workflow: &str,
+        status: RunStatus,
+        active: std::time::Duration,
+    ) {
         let labels = WorkflowLabels {
+            account: account.to_string(),
             workflow: workflow.to_string(),
             status: status.as_str().to_string(),
         };
@@ -230,16 +265,18 @@ impl Metrics {
         }
     }
 
-    /// Sets the pending approvals gauge to the store's count, by workflow.
-    pub fn set_pending_approvals(&self, counts: &[(String, u64)]) {
+    /// Sets the pending approvals gauge to the store's count, by account
+    /// and workflow.
+    pub fn set_pending_approvals(&self, counts: &[PendingGates]) {
         // A workflow with none left must not keep showing its last count.
         self.pending.clear();
-        for (workflow, count) in counts {
+        for count in counts {
             self.pending
                 .get_or_create(&PendingLabels {
-                    workflow: workflow.clone(),
+                    account: count.account.clone(),
+                    workflow: count.workflow.clone(),
                 })
-                .set(*count as i64);
+                .set(count.gates as i64);
         }
     }
 
@@ -281,13 +318,9 @@ fn counting(
     family: Family<DeliveryLabels, Counter>,
 ) -> impl Fn(Delivery) + Clone + Send + Sync + 'static {
     move |delivery| {
-        let result = match delivery {
-            Delivery::Delivered => "delivered",
-            Delivery::Failed => "failed",
-        };
         family
             .get_or_create(&DeliveryLabels {
-                result: result.to_string(),
+                result: delivery.as_str().to_string(),
             })
             .inc();
     }

@@ -39,8 +39,9 @@ pub struct Daemon {
     /// MCP: the connections to MCP servers that every run of this
     /// process shares; closed at shutdown, after the runs settled.
     pub(crate) mcp: Arc<flow_runtime::mcp::McpPool>,
-    /// API key (its digest, `key_digest`) to the account it belongs to.
-    keys: HashMap<[u8; 32], String>,
+    /// API key (its digest, `key_digest`) to the account it belongs to and
+    /// the person, for a user's key.
+    keys: HashMap<[u8; 32], (AccountId, KeyHolder)>,
     /// The runs this process is driving; shutdown waits for them to settle.
     runs: std::sync::Mutex<JoinSet<()>>,
     pub metrics: crate::metrics::Metrics,
@@ -83,6 +84,44 @@ pub struct Daemon {
 /// The account a request was authenticated as.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AccountId(pub String);
+
+/// Whom a request's API key belongs to, within its account.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyHolder {
+    /// An account-wide key: a service, which names the person it acts for.
+    Service,
+    /// A user's key (`[[accounts.users]]`): it acts as that person only.
+    Person(String),
+}
+
+impl KeyHolder {
+    /// The person a request acts as: the key's own person, or the one a
+    /// service names in `field`. A user's key naming someone else is
+    /// refused: a decision through it is its person's and nobody else's.
+    pub(crate) fn acting_as(&self, named: Option<String>, field: &str) -> Result<String, Problem> {
+        match (self, named) {
+            (KeyHolder::Person(person), None) => Ok(person.clone()),
+            (KeyHolder::Person(person), Some(named)) if named.eq_ignore_ascii_case(person) => {
+                Ok(person.clone())
+            }
+            (KeyHolder::Person(person), Some(named)) => Err(Problem::new(
+                StatusCode::FORBIDDEN,
+                "not_this_person",
+                &format!(
+                    "this API key is {person}'s: it acts as them, not as `{named}` (leave out `{field}`)"
+                ),
+            )),
+            (KeyHolder::Service, Some(named)) => Ok(named),
+            (KeyHolder::Service, None) => Err(Problem::new(
+                StatusCode::BAD_REQUEST,
+                "no_person",
+                &format!(
+                    "name the person in `{field}`: this API key is the account's, not a person's"
+                ),
+            )),
+        }
+    }
+}
 
 /// How often parked runs are looked at for an expired gate: an approval's
 /// expiry applies within this much of being due.
@@ -159,10 +198,20 @@ impl Daemon {
             .accounts
             .iter()
             .flat_map(|account| {
-                account
+                let id = || AccountId(account.id.clone());
+                let services = account
                     .api_keys
                     .iter()
-                    .map(|Secret(key)| (key_digest(key), account.id.clone()))
+                    .map(move |Secret(key)| (key_digest(key), (id(), KeyHolder::Service)));
+                let people = account.users.iter().flat_map(move |user| {
+                    user.api_keys.iter().map(move |Secret(key)| {
+                        (
+                            key_digest(key),
+                            (id(), KeyHolder::Person(user.email.clone())),
+                        )
+                    })
+                });
+                services.chain(people)
             })
             .collect();
         let mail = config
@@ -562,7 +611,7 @@ impl Daemon {
                 // the steps of this invocation are its trace spans.
                 let traced: Arc<std::sync::Mutex<Vec<StepRecord>>> = Arc::default();
                 let observer: Observer = {
-                    let (metrics, daemon) = (daemon.metrics.observer(), Arc::clone(&daemon));
+                    let (metrics, daemon) = (daemon.metrics.observer(&account), Arc::clone(&daemon));
                     let traced = Arc::clone(&traced);
                     let tracing = daemon.config.otlp_endpoint.is_some();
                     Arc::new(move |record: &StepRecord| {
@@ -606,6 +655,7 @@ impl Daemon {
                 match driven {
                     Ok(outcome) => {
                         daemon.metrics.run_ended(
+                            &account,
                             &workflow,
                             RunStatus::of(&outcome),
                             started.elapsed(),
@@ -1002,14 +1052,15 @@ async fn authenticate(
             "send an API key as `Authorization: Bearer KEY`",
         );
     };
-    let Some(account) = daemon.keys.get(&key_digest(key)) else {
+    let Some((account, holder)) = daemon.keys.get(&key_digest(key)) else {
         return problem(
             StatusCode::UNAUTHORIZED,
             "unauthenticated",
             "this API key belongs to no account",
         );
     };
-    request.extensions_mut().insert(AccountId(account.clone()));
+    request.extensions_mut().insert(account.clone());
+    request.extensions_mut().insert(holder.clone());
     next.run(request).await
 }
 

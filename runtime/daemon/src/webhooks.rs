@@ -73,6 +73,16 @@ pub enum Delivery {
     Failed,
 }
 
+impl Delivery {
+    /// Its name in metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Delivery::Delivered => "delivered",
+            Delivery::Failed => "failed",
+        }
+    }
+}
+
 /// How often the outbox is looked at when nothing wakes the deliverer.
 const POLL: Duration = Duration::from_secs(1);
 /// The wait after an event's first attempt, doubling up to the longest.
@@ -157,7 +167,7 @@ async fn post_event(daemon: &Daemon, event: &RunEvent) -> (Vec<String>, EventNex
     if hooks.is_empty() {
         return (Vec::new(), EventNext::Done);
     }
-    let counted = daemon.metrics.delivery_counter();
+    let counted = |delivery| daemon.metrics.webhook_delivery(&event.account, delivery);
     let body = json!({
         "event": event.event,
         "account": event.account,

@@ -445,9 +445,9 @@ async fn deploy_start_and_read_a_run_scoped_to_its_account() {
     // Prometheus scrapes without a key; the run and its steps are counted.
     let metrics = flowd.metrics().await;
     for line in [
-        "flow_workflow_executions_total{workflow=\"digest\",status=\"completed\"} 1",
-        "flow_workflow_duration_seconds_count{workflow=\"digest\",status=\"completed\"} 1",
-        "flow_step_duration_seconds_count{kind=\"recipe\",status=\"completed\"} 2",
+        "flow_workflow_executions_total{account=\"acme\",workflow=\"digest\",status=\"completed\"} 1",
+        "flow_workflow_duration_seconds_count{account=\"acme\",workflow=\"digest\",status=\"completed\"} 1",
+        "flow_step_duration_seconds_count{account=\"acme\",kind=\"recipe\",status=\"completed\"} 2",
     ] {
         assert!(
             metrics.lines().any(|l| l == line),
@@ -499,6 +499,98 @@ async fn deploy_start_and_read_a_run_scoped_to_its_account() {
     assert_eq!(flowd.stop(), Some(0));
 }
 
+/// Regression (issue 13): every API key was the account's, so whoever held
+/// one could decide as anyone. A user's key (`[[accounts.users]]`) acts as
+/// that user only; the account's keys, for services, must name the person.
+#[tokio::test]
+async fn a_users_key_decides_as_that_user_and_nobody_else() {
+    use reqwest::Method;
+    use serde_json::json;
+    const ANA: &str = "ana-key-0123456789";
+    let dir = TempDir::new("flowd-user-keys");
+    let flowd = Flowd::start_with(
+        &dir,
+        &format!("{CONFIG}[[accounts.users]]\nemail = \"ana@acme.io\"\napi_keys = [\"{ANA}\"]\n"),
+    );
+    flowd
+        .deploy(
+            ACME,
+            r#"workflow refund {
+  step ok = approval { approvers: ["leads"], message: "Refund?" }
+  output { by: step.ok.approver }
+}
+"#,
+        )
+        .await;
+    let run_id = flowd.start_run(ACME, json!({ "workflow": "refund" })).await;
+    assert_eq!(
+        flowd.settled(&run_id, ACME).await["status"],
+        "pending_approval"
+    );
+
+    // Ana's key reads her gates without naming her, and no one else's.
+    let (status, body) = flowd
+        .send(Method::GET, "/v1/approvals", Some(ANA), None)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["approvals"][0]["run_id"], run_id.as_str(), "{body}");
+    for path in [
+        "/v1/approvals?approver=eve@acme.io",
+        "/v1/notifications?reader=eve@acme.io",
+    ] {
+        let (status, body) = flowd.send(Method::GET, path, Some(ANA), None).await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (403, Some("not_this_person")),
+            "{path}: {body}"
+        );
+    }
+    let (status, body) = flowd
+        .send(Method::GET, "/v1/notifications", Some(ANA), None)
+        .await;
+    assert_eq!(status, 200, "{body}");
+
+    let gate = format!("/v1/runs/{run_id}/approvals/ok");
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            &gate,
+            Some(ANA),
+            Some(json!({ "approver": "eve@acme.io", "approved": true })),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (403, Some("not_this_person")),
+        "{body}"
+    );
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            &gate,
+            Some(ACME),
+            Some(json!({ "approved": true })),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("no_person")),
+        "a service's key names the person: {body}"
+    );
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            &gate,
+            Some(ANA),
+            Some(json!({ "approved": true })),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let done = flowd.settled(&run_id, ACME).await;
+    assert_eq!(done["output"], json!({ "by": "ana@acme.io" }), "{done}");
+    assert_eq!(flowd.stop(), Some(0));
+}
+
 /// A gate naming an approver group: it parks, a member decides over HTTP
 /// (once), and the run completes; outsiders and other accounts are refused.
 #[tokio::test]
@@ -519,7 +611,7 @@ async fn an_approval_is_decided_over_http_by_a_group_member() {
     assert_eq!(parked["pending_approvals"][0]["path"], "ok");
     let metrics = flowd.metrics().await;
     assert!(
-        metrics.contains(r#"flow_approvals_pending{workflow="refund"} 1"#),
+        metrics.contains(r#"flow_approvals_pending{account="acme",workflow="refund"} 1"#),
         "{metrics}"
     );
 
@@ -587,7 +679,7 @@ async fn an_approval_is_decided_over_http_by_a_group_member() {
         !flowd
             .metrics()
             .await
-            .contains(r#"flow_approvals_pending{workflow="refund"}"#),
+            .contains(r#"flow_approvals_pending{account="acme",workflow="refund"}"#),
         "nothing waits any more"
     );
     let (status, body) = flowd
@@ -870,7 +962,7 @@ async fn webhooks_are_signed_and_retried_after_a_500() {
     // flowd counts the delivery once the receiver's answer is back.
     flowd
         .metric_reaches(
-            "flow_webhook_deliveries_total{result=\"delivered\"} 1",
+            "flow_webhook_deliveries_total{account=\"acme\",result=\"delivered\"} 1",
             std::time::Duration::from_secs(10),
         )
         .await;
@@ -1166,11 +1258,11 @@ tls = \"none\"
 
     let metrics = flowd.metrics().await;
     assert!(
-        metrics.contains(r#"flow_emails_total{kind="approval",result="sent"} 3"#),
+        metrics.contains(r#"flow_emails_total{account="acme",kind="approval",result="sent"} 3"#),
         "{metrics}"
     );
     assert!(
-        metrics.contains(r#"flow_emails_total{kind="handoff",result="sent"} 2"#),
+        metrics.contains(r#"flow_emails_total{account="acme",kind="handoff",result="sent"} 2"#),
         "{metrics}"
     );
 
@@ -1195,7 +1287,7 @@ tls = \"none\"
     while !flowd
         .metrics()
         .await
-        .contains(r#"flow_emails_total{kind="approval",result="skipped"} 2"#)
+        .contains(r#"flow_emails_total{account="globex",kind="approval",result="skipped"} 2"#)
     {
         assert!(
             std::time::Instant::now() < deadline,

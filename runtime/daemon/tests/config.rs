@@ -1,18 +1,13 @@
 //! flowd.toml: named cases, each a file (and environment) with the
 //! configuration it gives or every problem it has, as a snapshot.
 
-use flow_daemon::config::load;
+use flow_daemon::config::{Environment, load};
 
 const SECRET: &str = "link_secret = \"0123456789abcdef0123456789abcdef\"\n";
 
 /// Loads `text` as `flowd.toml` with `env`, rendered for a snapshot.
 fn render(text: &str, env: &[(&str, &str)]) -> String {
-    let lookup = |name: &str| {
-        env.iter()
-            .find(|(key, _)| *key == name)
-            .map(|(_, value)| value.to_string())
-    };
-    match load("flowd.toml", text, &lookup) {
+    match load("flowd.toml", text, &env.iter().copied().collect()) {
         Ok(config) => format!("{config:#?}"),
         Err(problems) => problems.iter().map(|p| format!("error: {p}\n")).collect(),
     }
@@ -98,7 +93,7 @@ fn the_environment_overrides_the_file() {
         &text,
         &[
             ("FLOWD_LISTEN", "127.0.0.1:7000"),
-            ("FLOWD_STORE", "/var/lib/flow/flowd.db"),
+            ("FLOWD_STORE", "/tmp/flowd.db"),
             ("FLOWD_SMTP_PORT", "1025"),
             (
                 "FLOWD_LINK_SECRET",
@@ -202,7 +197,7 @@ fn a_short_link_secret_is_refused() {
 fn a_store_url_prints_without_its_password() {
     let shown = |store: &str| {
         let text = format!("{SECRET}store = \"{store}\"\n");
-        let config = load("flowd.toml", &text, &|_| None).expect("valid");
+        let config = load("flowd.toml", &text, &Environment::default()).expect("valid");
         // Printed and logged alike without the password.
         assert_eq!(
             format!("{:?}", config.store),
@@ -215,5 +210,89 @@ fn a_store_url_prints_without_its_password() {
         "postgres://flow:***@db:5432/flow"
     );
     assert_eq!(shown("postgres://flow@db/flow"), "postgres://flow@db/flow");
-    assert_eq!(shown("/var/lib/flow/flowd.db"), "/var/lib/flow/flowd.db");
+    assert_eq!(shown("/tmp/flowd.db"), "/tmp/flowd.db");
+}
+
+/// Regression (issue 13): `check-config` stopped at the first unknown key
+/// and accepted stores that `serve` then refused. Every unknown key is
+/// listed, in every section, and the store is read as `serve` reads it.
+#[test]
+fn every_unknown_key_and_unusable_store_is_listed() {
+    let text = format!(
+        r#"{SECRET}lisen = "127.0.0.1:80"
+[smtp]
+host = "mail"
+from = "f@x.io"
+prot = 25
+[[accounts]]
+id = "acme"
+api_key = ["acme-key-0123456789"]
+[[accounts.users]]
+email = "ana@acme.io"
+api_keys = ["ana-key-0123456789"]
+role = "lead"
+"#
+    );
+    insta::assert_snapshot!(render(&text, &[]));
+    for (store, why) in [
+        ("mysql://root@db/flow", "no store of flowd's"),
+        ("postgres://flow@db:99999/flow", "port"),
+        ("postgres://flow@db/flow?schema=x y", "schema `x y`"),
+        ("postgres://flow@db/flow?sslmode=verify", "sslmode `verify`"),
+        (
+            "postgres://flow@db/flow?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem",
+            "sslrootcert `/nonexistent/ca.pem`",
+        ),
+        (
+            "/nonexistent/flowd.db",
+            "the directory `/nonexistent` does not exist",
+        ),
+        ("/tmp", "is a directory"),
+    ] {
+        let text = format!("{SECRET}store = \"{store}\"\n");
+        let shown = render(&text, &[]);
+        assert!(
+            shown.starts_with("error: flowd.toml:2:9: store") && shown.contains(why),
+            "{store}: {shown}"
+        );
+    }
+}
+
+/// flowd reads the variables `flow run` reads for its model, over the file.
+#[test]
+fn the_model_variables_of_flow_run_configure_flowd_too() {
+    let config = load(
+        "flowd.toml",
+        SECRET,
+        &[
+            ("FLOW_LLM_BASE_URL", "http://127.0.0.1:11434/v1"),
+            ("FLOW_LLM_API_KEY", "sk-env"),
+            ("FLOW_LLM_MODEL", "llama3"),
+            ("FLOW_LLM_MODEL_SMART", "llama3:70b"),
+            ("FLOW_LLM_CONCURRENCY", "3"),
+        ]
+        .into_iter()
+        .collect(),
+    )
+    .expect("valid");
+    let provider = config.provider.expect("a provider from the environment");
+    assert_eq!(
+        (provider.kind.as_str(), provider.base_url.as_str()),
+        ("openai", "http://127.0.0.1:11434/v1")
+    );
+    assert_eq!(
+        provider.api_key.map(|key| key.0),
+        Some("sk-env".to_string())
+    );
+    assert_eq!(provider.models["default"], "llama3");
+    assert_eq!(provider.models["smart"], "llama3:70b");
+    assert_eq!(config.limits.llm_concurrency, 3);
+
+    insta::assert_snapshot!(render(
+        SECRET,
+        &[
+            ("FLOW_LLM_PROVIDER", "gemini"),
+            ("FLOW_LLM_CONCURRENCY", "0")
+        ]
+    ));
 }

@@ -267,7 +267,7 @@ async fn an_event_is_given_up_after_the_retry_period() {
     completed_run(&flowd).await;
     flowd
         .metric_reaches(
-            "flow_webhook_deliveries_total{result=\"failed\"} 1",
+            "flow_webhook_deliveries_total{account=\"acme\",result=\"failed\"} 1",
             Duration::from_secs(15),
         )
         .await;

@@ -444,6 +444,14 @@ pub trait RunStore: Send + Sync {
     ) -> StoreFuture<'a, Arc<dyn RunLog>>;
 }
 
+/// The gates of one account's workflow that wait for a decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingGates {
+    pub account: String,
+    pub workflow: String,
+    pub gates: u64,
+}
+
 /// Decisions on the approvals runs are parked at.
 ///
 /// Invariant: of concurrent decisions on one gate, exactly one applies
@@ -464,8 +472,9 @@ pub trait ApprovalStore: Send + Sync {
         decision: &'a Decision,
     ) -> StoreFuture<'a, Result<(), DecideError>>;
 
-    /// How many gates of parked runs wait for a decision, by workflow.
-    fn pending_approvals(&self) -> StoreFuture<'_, Vec<(String, u64)>>;
+    /// How many gates of parked runs wait for a decision, by account and
+    /// workflow.
+    fn pending_approvals(&self) -> StoreFuture<'_, Vec<PendingGates>>;
 }
 
 /// Notifications (handoffs, approval requests): the inbox people read, and
