@@ -1,8 +1,9 @@
 //! A scripted OpenAI-compatible chat completions server on loopback, for the
 //! provider tests and the crash-recovery test. Each request takes the next
 //! reply of the script; past the script it answers with `default_answer`.
-//! It records every request's last user message (the step's prompt), so that a
-//! test can count how often each step was called. Requests to
+//! It records every request's last user message (the step's prompt) and when
+//! the request began to arrive, so that a test can count how often each step
+//! was called, and when. Requests to
 //! `/v1/messages` get Anthropic's reply shape (the content as a forced tool
 //! call's input), all others OpenAI's chat completion shape.
 
@@ -34,8 +35,16 @@ pub fn ok(content: Value) -> Reply {
 pub struct FakeLlm {
     /// The base URL, up to `/v1`.
     pub url: String,
-    prompts: Arc<Mutex<Vec<String>>>,
+    calls: Arc<Mutex<Vec<Call>>>,
     concurrency: Arc<Concurrency>,
+}
+
+/// One request: its prompt, and the wall-clock time (ms since the epoch) its
+/// first bytes arrived.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Call {
+    pub prompt: String,
+    pub at_ms: u64,
 }
 
 /// Requests being answered now, and the most there were at once.
@@ -53,9 +62,9 @@ impl FakeLlm {
             .await
             .expect("a loopback port");
         let url = format!("http://{}/v1", listener.local_addr().expect("an address"));
-        let prompts = Arc::new(Mutex::new(Vec::new()));
+        let calls = Arc::new(Mutex::new(Vec::new()));
         let script = Arc::new(Mutex::new(VecDeque::from(script)));
-        let recorded = Arc::clone(&prompts);
+        let recorded = Arc::clone(&calls);
         let concurrency = Arc::new(Concurrency::default());
         let counted = Arc::clone(&concurrency);
         tokio::spawn(async move {
@@ -81,7 +90,7 @@ impl FakeLlm {
         });
         FakeLlm {
             url,
-            prompts,
+            calls,
             concurrency,
         }
     }
@@ -95,22 +104,24 @@ impl FakeLlm {
 
     /// How many requests were answered or cut off.
     pub fn requests(&self) -> usize {
-        self.prompts.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.calls.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
     /// The prompt of every request, in order.
     pub fn prompts(&self) -> Vec<String> {
-        self.prompts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.calls().into_iter().map(|call| call.prompt).collect()
+    }
+
+    /// Every request, in order.
+    pub fn calls(&self) -> Vec<Call> {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 
 async fn serve(
     mut socket: tokio::net::TcpStream,
     script: Arc<Mutex<VecDeque<Reply>>>,
-    recorded: Arc<Mutex<Vec<String>>>,
+    recorded: Arc<Mutex<Vec<Call>>>,
     default_answer: Value,
     delay: Duration,
     concurrency: Arc<Concurrency>,
@@ -118,6 +129,7 @@ async fn serve(
     // Read the headers, then the body by Content-Length.
     let mut buffer = Vec::new();
     let mut chunk = [0u8; 4096];
+    let mut began_ms = None;
     let body_start = loop {
         let Ok(n) = socket.read(&mut chunk).await else {
             return;
@@ -125,6 +137,7 @@ async fn serve(
         if n == 0 {
             return;
         }
+        began_ms.get_or_insert_with(now_ms);
         buffer.extend_from_slice(&chunk[..n]);
         if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
             break end + 4;
@@ -156,7 +169,10 @@ async fn serve(
     recorded
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .push(prompt);
+        .push(Call {
+            prompt,
+            at_ms: began_ms.unwrap_or_else(now_ms),
+        });
     let reply = script
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -199,4 +215,10 @@ async fn serve(
     response.push_str("\r\n");
     response.push_str(&body);
     let _ = socket.write_all(response.as_bytes()).await;
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }

@@ -10,6 +10,9 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+/// The client, for a test that reads a store's rows itself.
+pub use tokio_postgres;
+
 /// The database the tests use, without a schema.
 pub fn server_url() -> String {
     std::env::var("FLOW_TEST_POSTGRES_URL")
