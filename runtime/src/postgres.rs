@@ -81,10 +81,11 @@ use tokio_postgres::types::ToSql;
 use crate::approval::{DecideError, Decision, PendingApproval, decide_record, gate_due_ms};
 use crate::journal::{StepRecord, StepStatus};
 use crate::services::{Handoff, KbDocument, KbWrite};
+use crate::store::sql_limit;
 use crate::store::{
     ApprovalStore, DELETE_AFTER_CANCEL_MS, Deletion, Deployment, EVENT_CLAIM, EventNext,
-    EventStore, JournalBackend, KbStore, MailNext, NO_ACCOUNT, NewNotification, Notification,
-    NotificationKind, NotificationQuery, NotificationStore, Outgoing, PendingGates, PlanStore,
+    EventStore, JournalBackend, KbQuery, KbStore, MailNext, NO_ACCOUNT, NewNotification,
+    Notification, NotificationKind, NotificationQuery, NotificationStore, Outgoing, PendingGates, PlanStore,
     RunEvent, RunHandle, RunLog, RunQuery, RunRow, RunStatus, RunStore, StoreError, StoreFuture,
     StoreJournal,
 };
@@ -1063,6 +1064,16 @@ fn run_row(row: &tokio_postgres::Row) -> Result<RunRow, StoreError> {
 }
 
 /// A notification from `NOTIFICATION_COLUMNS` and then its read mark.
+/// A row of `collection, title, version, content` as a document.
+fn kb_row(row: &tokio_postgres::Row) -> KbDocument {
+    KbDocument {
+        collection: row.get(0),
+        title: row.get(1),
+        version: i64::from(row.get::<_, i32>(2)),
+        content: row.get(3),
+    }
+}
+
 fn notification_row(row: &tokio_postgres::Row) -> Result<Notification, StoreError> {
     let kind: String = row.get(2);
     Ok(Notification {
@@ -1555,7 +1566,7 @@ impl RunStore for PostgresStore {
                     &account,
                     &query.workflow,
                     &status,
-                    &(query.limit as i64),
+                    &sql_limit(query.limit),
                     &before_ms,
                     &before_id,
                 ],
@@ -1658,6 +1669,25 @@ impl NotificationStore for PostgresStore {
         })
     }
 
+    fn account_notifications<'a>(
+        &'a self,
+        account: &'a str,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<Notification>> {
+        Box::pin(async move {
+            self.query(
+                "SELECT id, account, kind, audience, run_id, step_path, subject, message,
+                        created_ms, false
+                 FROM notifications WHERE account = $1 ORDER BY id DESC LIMIT $2",
+                &[&account, &sql_limit(limit)],
+            )
+            .await?
+            .iter()
+            .map(notification_row)
+            .collect()
+        })
+    }
+
     fn mark_read<'a>(
         &'a self,
         account: &'a str,
@@ -1679,6 +1709,57 @@ impl NotificationStore for PostgresStore {
 }
 
 impl KbStore for PostgresStore {
+    fn kb_documents<'a>(
+        &'a self,
+        account: &'a str,
+        query: &'a KbQuery,
+    ) -> StoreFuture<'a, Vec<KbDocument>> {
+        Box::pin(async move {
+            let limit = sql_limit(query.limit);
+            let rows = if query.terms.is_empty() {
+                self.query(
+                    "SELECT collection, title, version, content FROM kb_documents
+                     WHERE account = $1 AND ($2::text IS NULL OR collection = $2)
+                     ORDER BY collection, title
+                     LIMIT $3",
+                    &[&account, &query.collection, &limit],
+                )
+                .await?
+            } else {
+                // Plain words joined by `|`: to_tsquery reads no syntax from them.
+                let words = query.terms.join(" | ");
+                self.query(
+                    "SELECT collection, title, version, content FROM kb_documents
+                     WHERE account = $1 AND ($2::text IS NULL OR collection = $2)
+                       AND search @@ to_tsquery('simple', $3)
+                     ORDER BY ts_rank(search, to_tsquery('simple', $3)) DESC, collection, title
+                     LIMIT $4",
+                    &[&account, &query.collection, &words, &limit],
+                )
+                .await?
+            };
+            Ok(rows.iter().map(kb_row).collect())
+        })
+    }
+
+    fn kb_document<'a>(
+        &'a self,
+        account: &'a str,
+        collection: &'a str,
+        title: &'a str,
+    ) -> StoreFuture<'a, Option<KbDocument>> {
+        Box::pin(async move {
+            let rows = self
+                .query(
+                    "SELECT collection, title, version, content FROM kb_documents
+                     WHERE account = $1 AND collection = $2 AND title = $3",
+                    &[&account, &collection, &title],
+                )
+                .await?;
+            Ok(rows.first().map(kb_row))
+        })
+    }
+
     fn delete_document<'a>(
         &'a self,
         account: &'a str,
@@ -1782,12 +1863,6 @@ impl PostgresStore {
     ) -> Result<Vec<KbDocument>, StoreError> {
         let client = self.client().await?;
         let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-        let document = |row: &tokio_postgres::Row| KbDocument {
-            collection: row.get(0),
-            title: row.get(1),
-            version: i64::from(row.get::<_, i32>(2)),
-            content: row.get(3),
-        };
         let mut found: Vec<KbDocument> = Vec::new();
         if !terms.is_empty() {
             // Plain words joined by `|`: to_tsquery reads no syntax from them.
@@ -1805,7 +1880,7 @@ impl PostgresStore {
                 )
                 .await?
                 .iter()
-                .map(document)
+                .map(kb_row)
                 .collect();
         }
         if found.len() < limit {
@@ -1821,7 +1896,7 @@ impl PostgresStore {
                 )
                 .await?
                 .iter()
-                .map(document)
+                .map(kb_row)
                 .collect();
             found = crate::kb::merged(&found, others);
             found.truncate(limit);

@@ -143,6 +143,29 @@ pub fn run_record(run_id: &str, outcome: &Outcome) -> RunRecord {
     record
 }
 
+impl RunRecord {
+    /// The record of a stored run: how it stands, with its workflow,
+    /// times and input (what flowd's `GET /v1/runs/{id}` answers).
+    pub fn of_row(row: &RunRow) -> RunRecord {
+        let outcome: Option<Outcome> = row
+            .outcome
+            .as_ref()
+            .and_then(|o| serde_json::from_value(o.clone()).ok());
+        let mut record = match (&outcome, row.status) {
+            (
+                Some(outcome),
+                RunStatus::Completed | RunStatus::Failed | RunStatus::PendingApproval,
+            ) => run_record(&row.id, outcome),
+            _ => RunRecord::new(&row.id, row.status),
+        };
+        record.workflow = Some(row.workflow.clone());
+        record.created_ms = Some(row.created_ms);
+        record.updated_ms = Some(row.updated_ms);
+        record.input = Some(row.input.clone());
+        record
+    }
+}
+
 /// Why `drive` did not record how an invocation ended.
 #[derive(Debug)]
 pub enum DriveError {

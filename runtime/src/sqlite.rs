@@ -22,14 +22,14 @@ use tokio::sync::oneshot;
 use crate::approval::{DecideError, Decision, PendingApproval, decide_record, gate_due_ms};
 use crate::journal::{StepRecord, StepStatus};
 use crate::services::{Handoff, KbDocument, KbWrite};
-use crate::store::lock;
 use crate::store::{
     ApprovalStore, DELETE_AFTER_CANCEL_MS, Deletion, Deployment, EVENT_CLAIM, EventNext,
-    EventStore, JournalBackend, KbStore, MailNext, NO_ACCOUNT, NewNotification, Notification,
-    NotificationKind, NotificationQuery, NotificationStore, Outgoing, PendingGates, PlanStore,
+    EventStore, JournalBackend, KbQuery, KbStore, MailNext, NO_ACCOUNT, NewNotification,
+    Notification, NotificationKind, NotificationQuery, NotificationStore, Outgoing, PendingGates, PlanStore,
     RunEvent, RunHandle, RunLog, RunQuery, RunRow, RunStatus, RunStore, StoreError, StoreFuture,
     StoreJournal,
 };
+use crate::store::{lock, sql_limit};
 use crate::time::now_stored_ms as now_ms;
 
 impl rusqlite::types::ToSql for RunStatus {
@@ -985,7 +985,7 @@ impl SqliteStore {
                     account,
                     query.workflow,
                     query.status,
-                    query.limit as i64,
+                    sql_limit(query.limit),
                     before_ms,
                     before_id
                 ],
@@ -1110,6 +1110,22 @@ impl SqliteStore {
                 ],
                 notification_row,
             )?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    pub fn account_notifications(
+        &self,
+        account: &str,
+        limit: usize,
+    ) -> Result<Vec<Notification>, StoreError> {
+        let conn = self.reader()?;
+        let mut statement = conn.prepare_cached(
+            "SELECT id, account, kind, audience, run_id, step_path, subject, message, created_ms, 0
+             FROM notifications WHERE account = ?1 ORDER BY id DESC LIMIT ?2",
+        )?;
+        let rows = statement
+            .query_map(params![account, sql_limit(limit)], notification_row)?
             .collect::<Result<Vec<_>, _>>()?;
         Ok(rows)
     }
@@ -1477,6 +1493,14 @@ impl NotificationStore for SqliteStore {
         ready(self.notifications(account, audiences, reader, query))
     }
 
+    fn account_notifications<'a>(
+        &'a self,
+        account: &'a str,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<Notification>> {
+        ready(self.account_notifications(account, limit))
+    }
+
     fn mark_read<'a>(
         &'a self,
         account: &'a str,
@@ -1496,6 +1520,23 @@ impl NotificationStore for SqliteStore {
 }
 
 impl KbStore for SqliteStore {
+    fn kb_documents<'a>(
+        &'a self,
+        account: &'a str,
+        query: &'a KbQuery,
+    ) -> StoreFuture<'a, Vec<KbDocument>> {
+        ready(self.kb_documents(account, query))
+    }
+
+    fn kb_document<'a>(
+        &'a self,
+        account: &'a str,
+        collection: &'a str,
+        title: &'a str,
+    ) -> StoreFuture<'a, Option<KbDocument>> {
+        ready(self.kb_document(account, collection, title))
+    }
+
     fn delete_document<'a>(
         &'a self,
         account: &'a str,
@@ -1921,7 +1962,66 @@ fn fts_query(terms: &[String]) -> String {
         .join(" OR ")
 }
 
+/// A row of `collection, title, version, content` as a document.
+fn kb_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<KbDocument> {
+    Ok(KbDocument {
+        collection: row.get(0)?,
+        title: row.get(1)?,
+        version: row.get(2)?,
+        content: row.get(3)?,
+    })
+}
+
 impl SqliteStore {
+    /// `KbStore::kb_documents`.
+    fn kb_documents(&self, account: &str, query: &KbQuery) -> Result<Vec<KbDocument>, StoreError> {
+        let conn = self.reader()?;
+        let limit = sql_limit(query.limit);
+        let found = if query.terms.is_empty() {
+            conn.prepare_cached(
+                "SELECT collection, title, version, content FROM kb_documents
+                 WHERE account = ?1 AND (?2 IS NULL OR collection = ?2)
+                 ORDER BY collection, title
+                 LIMIT ?3",
+            )?
+            .query_map(params![account, query.collection, limit], kb_row)?
+            .collect::<Result<_, _>>()?
+        } else {
+            conn.prepare_cached(
+                "SELECT d.collection, d.title, d.version, d.content
+                 FROM kb_search s JOIN kb_documents d ON d.search_id = s.rowid
+                 WHERE kb_search MATCH ?2 AND s.account = ?1 AND d.account = ?1
+                   AND (?3 IS NULL OR d.collection = ?3)
+                 ORDER BY bm25(kb_search), d.collection, d.title
+                 LIMIT ?4",
+            )?
+            .query_map(
+                params![account, fts_query(&query.terms), query.collection, limit],
+                kb_row,
+            )?
+            .collect::<Result<_, _>>()?
+        };
+        Ok(found)
+    }
+
+    /// `KbStore::kb_document`.
+    fn kb_document(
+        &self,
+        account: &str,
+        collection: &str,
+        title: &str,
+    ) -> Result<Option<KbDocument>, StoreError> {
+        let conn = self.reader()?;
+        let found = conn
+            .prepare_cached(
+                "SELECT collection, title, version, content FROM kb_documents
+                 WHERE account = ?1 AND collection = ?2 AND title = ?3",
+            )?
+            .query_row(params![account, collection, title], kb_row)
+            .optional()?;
+        Ok(found)
+    }
+
     /// `Effects::kb_context` of a run of `account`.
     fn kb_context(
         &self,
@@ -1933,14 +2033,6 @@ impl SqliteStore {
     ) -> Result<Vec<KbDocument>, StoreError> {
         let conn = self.reader()?;
         let ids = serde_json::to_string(ids).map_err(|e| StoreError::Damaged(e.to_string()))?;
-        let document = |row: &rusqlite::Row<'_>| {
-            Ok(KbDocument {
-                collection: row.get(0)?,
-                title: row.get(1)?,
-                version: row.get(2)?,
-                content: row.get(3)?,
-            })
-        };
         let mut found: Vec<KbDocument> = Vec::new();
         if !terms.is_empty() {
             let mut ranked = conn.prepare_cached(
@@ -1958,7 +2050,7 @@ impl SqliteStore {
             found = ranked
                 .query_map(
                     params![account, fts_query(terms), ids, limit as i64, department],
-                    document,
+                    kb_row,
                 )?
                 .collect::<Result<_, _>>()?;
         }
@@ -1973,7 +2065,7 @@ impl SqliteStore {
                  LIMIT ?3",
             )?;
             let others: Vec<KbDocument> = rest
-                .query_map(params![account, ids, limit as i64, department], document)?
+                .query_map(params![account, ids, limit as i64, department], kb_row)?
                 .collect::<Result<_, _>>()?;
             found = crate::kb::merged(&found, others);
             found.truncate(limit);

@@ -21,7 +21,7 @@ use flow_runtime::postgres::{PostgresOptions, PostgresStore};
 use flow_runtime::services::{Handoff, KbWrite, Services};
 use flow_runtime::sqlite::SqliteStore;
 use flow_runtime::store::{
-    Deletion, EventNext, MailNext, MailState, NotificationKind, NotificationQuery,
+    Deletion, EventNext, KbQuery, MailNext, MailState, NotificationKind, NotificationQuery,
     NotificationStore, PendingGates, PlanStore, RunLog, RunStatus, RunStore, Store,
 };
 use flow_tests::TempDir;
@@ -100,6 +100,7 @@ on_each_store!(
     kb_writes_version_documents_and_keys_make_retries_no_ops,
     concurrent_kb_writes_with_one_key_write_once,
     kb_context_ranks_by_the_terms_within_the_ids,
+    kb_documents_are_listed_searched_and_read_per_account,
     a_nul_byte_in_a_documents_or_handoffs_text_is_kept_alike,
     a_department_owns_the_documents_its_workflows_write,
 );
@@ -380,6 +381,115 @@ async fn kb_context_ranks_by_the_terms_within_the_ids(backend: Backend) {
             .await
             .unwrap()
             .is_empty()
+    );
+}
+
+/// What `flow kb` and `flow notifications` read: an account's documents
+/// listed by collection and title, searched by words, read one by one, and
+/// its notifications to every audience; never another account's.
+async fn kb_documents_are_listed_searched_and_read_per_account(backend: Backend) {
+    let store = backend.open().await;
+    let acme = account_journal(&store, "run-a", "acme").await;
+    let globex = account_journal(&store, "run-b", "globex").await;
+    for (collection, title, content) in [
+        ("fixes", "router", "Error E42: reset the router firmware."),
+        (
+            "fixes",
+            "printer",
+            "Printers jam when the tray is overfilled.",
+        ),
+        ("notes", "router", "The router in room 4 is new."),
+    ] {
+        let write = KbWrite {
+            collection: collection.into(),
+            title: title.into(),
+            content: content.into(),
+            metadata: None,
+            key: None,
+            department: None,
+        };
+        acme.kb_write(&write).await.unwrap();
+        acme.kb_write(&write).await.unwrap();
+    }
+    globex
+        .kb_write(&KbWrite {
+            collection: "fixes".into(),
+            title: "secret".into(),
+            content: "globex router".into(),
+            metadata: None,
+            key: None,
+            department: None,
+        })
+        .await
+        .unwrap();
+    let names = |found: &[flow_runtime::services::KbDocument]| -> Vec<String> {
+        found
+            .iter()
+            .map(|d| format!("{}/{}@{}", d.collection, d.title, d.version))
+            .collect()
+    };
+    let all = KbQuery {
+        limit: 10,
+        ..KbQuery::default()
+    };
+    let listed = store.kb_documents("acme", &all).await.unwrap();
+    assert_eq!(
+        names(&listed),
+        ["fixes/printer@2", "fixes/router@2", "notes/router@2"]
+    );
+    let fixes = KbQuery {
+        collection: Some("fixes".into()),
+        limit: 1,
+        ..KbQuery::default()
+    };
+    assert_eq!(
+        names(&store.kb_documents("acme", &fixes).await.unwrap()),
+        ["fixes/printer@2"]
+    );
+    let search = KbQuery {
+        terms: flow_runtime::kb::search_terms("router firmware"),
+        limit: 10,
+        ..KbQuery::default()
+    };
+    let found = store.kb_documents("acme", &search).await.unwrap();
+    assert_eq!(
+        names(&found),
+        ["fixes/router@2", "notes/router@2"],
+        "the better match first, and nothing of globex's"
+    );
+    let one = store
+        .kb_document("acme", "notes", "router")
+        .await
+        .unwrap()
+        .expect("the document");
+    assert_eq!(one.content, "The router in room 4 is new.");
+    assert_eq!(
+        store.kb_document("acme", "fixes", "secret").await.unwrap(),
+        None
+    );
+
+    for (department, journal, run) in [
+        ("support", &acme, "run-a"),
+        ("sales", &acme, "run-a"),
+        ("support", &globex, "run-b"),
+    ] {
+        journal
+            .handoff(&Handoff {
+                run_id: run.into(),
+                department: department.into(),
+                message: format!("to {department}"),
+                subject: None,
+                key: None,
+            })
+            .await
+            .unwrap();
+    }
+    let inbox = store.account_notifications("acme", 10).await.unwrap();
+    let messages: Vec<&str> = inbox.iter().map(|n| n.message.as_str()).collect();
+    assert_eq!(messages, ["to sales", "to support"], "newest first");
+    assert_eq!(
+        store.account_notifications("acme", 1).await.unwrap().len(),
+        1
     );
 }
 

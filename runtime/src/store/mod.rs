@@ -23,7 +23,7 @@ use serde_json::Value;
 use crate::approval::{DecideError, Decision};
 use crate::error::{ErrorKind, StepError};
 use crate::journal::{Journal, Outcome, StepRecord};
-use crate::services::{BoxFuture, Effects};
+use crate::services::{BoxFuture, Effects, KbDocument};
 
 pub use journal::{JournalBackend, RunHandle, StoreJournal};
 
@@ -101,17 +101,20 @@ impl RunStatus {
         }
     }
 
+    /// Every status, in the order a run may pass through them.
+    pub const ALL: [RunStatus; 5] = [
+        RunStatus::Running,
+        RunStatus::PendingApproval,
+        RunStatus::Completed,
+        RunStatus::Failed,
+        RunStatus::Cancelled,
+    ];
+
     /// The status named `name`, as `as_str` writes it.
     pub fn parse(name: &str) -> Option<RunStatus> {
-        [
-            RunStatus::Running,
-            RunStatus::PendingApproval,
-            RunStatus::Completed,
-            RunStatus::Failed,
-            RunStatus::Cancelled,
-        ]
-        .into_iter()
-        .find(|status| status.as_str() == name)
+        RunStatus::ALL
+            .into_iter()
+            .find(|status| status.as_str() == name)
     }
 
     /// The status a run is stored with once an invocation ends this way.
@@ -498,6 +501,16 @@ pub trait NotificationStore: Send + Sync {
         query: &'a NotificationQuery,
     ) -> StoreFuture<'a, Vec<Notification>>;
 
+    /// The account's notifications to any audience, newest first, at most
+    /// `limit`: the view of the local `flow` CLI, whose one user is every
+    /// department and approver of its store (it has no people to resolve
+    /// audiences with). `read` is false, since no reader is named.
+    fn account_notifications<'a>(
+        &'a self,
+        account: &'a str,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<Notification>>;
+
     /// Marks the account's notifications `ids` read by `reader`; answers how
     /// many of them exist in the account.
     fn mark_read<'a>(
@@ -580,9 +593,37 @@ pub enum EventNext {
     Retry(u64),
 }
 
+/// Which of an account's KB documents to list (`KbStore::kb_documents`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KbQuery {
+    /// Only this collection's.
+    pub collection: Option<String>,
+    /// Only those that contain any of these words (`crate::kb::search_terms`),
+    /// ranked by the store's full-text index; with none, every document by
+    /// collection and title.
+    pub terms: Vec<String>,
+    /// At most this many.
+    pub limit: usize,
+}
+
 /// Each account's knowledge-base documents (written by runs through their
-/// journal's `Effects`).
+/// journal's `Effects`), as people browse them.
 pub trait KbStore: Send + Sync {
+    /// `account`'s documents that match `query`: the latest version of each.
+    fn kb_documents<'a>(
+        &'a self,
+        account: &'a str,
+        query: &'a KbQuery,
+    ) -> StoreFuture<'a, Vec<KbDocument>>;
+
+    /// `account`'s document `title` of `collection`, its latest version.
+    fn kb_document<'a>(
+        &'a self,
+        account: &'a str,
+        collection: &'a str,
+        title: &'a str,
+    ) -> StoreFuture<'a, Option<KbDocument>>;
+
     /// Deletes `account`'s KB document; whether there was one.
     fn delete_document<'a>(
         &'a self,
@@ -615,6 +656,13 @@ impl RunStatus {
             RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled
         )
     }
+}
+
+/// A count as SQL's `LIMIT` takes it: past `i64::MAX` (`usize::MAX`, for
+/// "all") is as good as no limit, where a cast would make it negative, which
+/// PostgreSQL refuses.
+pub(crate) fn sql_limit(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
 /// The stores' mutexes, taken even when poisoned: each critical section of
