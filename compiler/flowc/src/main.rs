@@ -1,5 +1,5 @@
 //! `flowc`, the flow compiler's command line: check, build, explain, format,
-//! graph and lock `.flow` workflows.
+//! graph and lock `.flow` workflows; its own shell completions and man pages.
 //!
 //! Exit codes are part of the interface, for CI: 0 when clean, 1 when the
 //! sources have problems (errors, warnings under `--deny-warnings`, files that
@@ -13,7 +13,7 @@ mod report;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory as _, Parser, Subcommand, ValueEnum};
 
 /// See the workspace Cargo.toml for why the binaries use mimalloc.
 #[global_allocator]
@@ -131,6 +131,15 @@ enum Command {
         #[command(flatten)]
         project: ProjectArg,
     },
+    /// Print a shell's completion script for `flowc`: `flowc completions
+    /// bash > ~/.local/share/bash-completion/completions/flowc`.
+    Completions { shell: clap_complete::Shell },
+    /// Write `flowc`'s man pages (`flowc.1`, `flowc-check.1`, ...) into a
+    /// folder.
+    Man {
+        #[arg(long, value_name = "DIR", default_value = ".")]
+        dir: PathBuf,
+    },
 }
 
 /// The project whose files a program may import.
@@ -198,6 +207,20 @@ fn main() -> ExitCode {
             std::time::Duration::from_secs(timeout),
             dry_run,
         ),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "flowc", &mut std::io::stdout());
+            Exit::Ok
+        }
+        Command::Man { dir } => match clap_mangen::generate_to(Cli::command(), &dir) {
+            Ok(()) => Exit::Ok,
+            Err(error) => {
+                eprintln!(
+                    "error: cannot write man pages to {}: {error}",
+                    dir.display()
+                );
+                Exit::Usage
+            }
+        },
     };
     exit.into()
 }

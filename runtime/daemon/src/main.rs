@@ -2,6 +2,7 @@
 //!
 //! * `flowd serve [--config flowd.toml]` serves the API until SIGINT/SIGTERM.
 //! * `flowd check-config [--config flowd.toml]` checks the configuration.
+//! * `flowd --help`, `flowd --version`.
 //!
 //! Exit codes: 0 done, 2 a usage or configuration error (every problem listed).
 //!
@@ -16,10 +17,49 @@ use std::process::ExitCode;
 use flow_daemon::config::{self, Config};
 use flow_daemon::server;
 
+/// `flowd --help`.
+const HELP: &str = "\
+flowd: the flow runtime as a service: deployed workflows started over HTTP,
+approvals by email, webhooks, metrics, traces and a run inspector.
+
+Usage: flowd <COMMAND> [--config FILE]
+
+Commands:
+  serve         Serve the API until SIGINT or SIGTERM (logs to standard error)
+  check-config  Check the configuration; list every problem with its place
+
+Options:
+  --config FILE  The configuration file [default: flowd.toml]
+  -h, --help     Print this help
+  -V, --version  Print the version
+
+Environment:
+  FLOWD_*           Override the file's settings (FLOWD_LISTEN, FLOWD_STORE, ...)
+  FLOWD_LOG         The log level: info (default), debug, or per module
+  FLOWD_LOG_FORMAT  human (default) or json: one object per line
+";
+
 fn main() -> ExitCode {
-    let mut args = std::env::args().skip(1);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    // Asking for help or the version is answered whatever else is on the
+    // line (`flowd serve --help`), as clap-based tools do.
+    if args
+        .iter()
+        .any(|a| matches!(a.as_str(), "-h" | "--help" | "help"))
+    {
+        print!("{HELP}");
+        return ExitCode::SUCCESS;
+    }
+    if args
+        .iter()
+        .any(|a| matches!(a.as_str(), "-V" | "--version"))
+    {
+        println!("flowd {}", env!("CARGO_PKG_VERSION"));
+        return ExitCode::SUCCESS;
+    }
+    let mut args = args.into_iter();
     let (Some(command), rest) = (args.next(), args.collect::<Vec<_>>()) else {
-        eprintln!("usage: flowd serve|check-config [--config flowd.toml]");
+        eprintln!("usage: flowd serve|check-config [--config flowd.toml] (flowd --help says more)");
         return ExitCode::from(2);
     };
     let path = match rest.as_slice() {
@@ -31,7 +71,9 @@ fn main() -> ExitCode {
         }
     };
     if !matches!(command.as_str(), "serve" | "check-config") {
-        eprintln!("flowd: unknown command `{command}`; the commands are: serve, check-config");
+        eprintln!(
+            "flowd: unknown command `{command}`; the commands are: serve, check-config (flowd --help says more)"
+        );
         return ExitCode::from(2);
     }
     let config = match load(&path) {
