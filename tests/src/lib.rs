@@ -45,6 +45,21 @@ pub fn flow_path() -> PathBuf {
     )
 }
 
+/// The `flowd` binary, rebuilt when the daemon's or runtime's sources change.
+pub fn flowd_path() -> PathBuf {
+    binary(
+        "flowd",
+        "flow-daemon",
+        &[
+            "runtime/daemon/src",
+            "runtime/src",
+            "compiler/core/src",
+            "compiler/loader/src",
+            "compiler/plan/src",
+        ],
+    )
+}
+
 /// The binary `name` that `cargo test --workspace` built (its package's own
 /// smoke test makes Cargo build it) in `target/<profile>/`, beside this test's
 /// `deps/` folder.

@@ -611,3 +611,450 @@ fn an_input_over_the_bound_is_refused_before_anything_runs() {
     );
     assert_eq!(allowed.code, 0, "{}", allowed.all());
 }
+
+/// What changes from one run to the next, replaced so that a snapshot
+/// holds: the run ids given (`<run1>`...), RFC 3339 times (`<time>`),
+/// durations as `flow` writes them (`<dur>`) and plan hashes.
+fn normalised(text: &str, runs: &[&str]) -> String {
+    let mut text = text.to_string();
+    for (i, run) in runs.iter().enumerate() {
+        text = text.replace(run, &format!("<run{}>", i + 1));
+    }
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let two_digits = |s: &str| s.len() == 2 && digits(s);
+    let is_duration = |t: &str| {
+        let split = |unit: &str, inner: char| {
+            t.strip_suffix(unit)
+                .and_then(|body| body.split_once(inner))
+                .is_some_and(|(a, b)| {
+                    digits(a) && (two_digits(b) || (inner == '.' && b.len() == 1 && digits(b)))
+                })
+        };
+        t.strip_suffix("ms").is_some_and(digits)
+            || split("s", '.')
+            || split("s", 'm')
+            || split("m", 'h')
+            || split("h", 'd')
+    };
+    let is_time = |t: &str| {
+        let shape: String = t
+            .chars()
+            .map(|c| if c.is_ascii_digit() { '0' } else { c })
+            .collect();
+        shape == "0000-00-00T00:00:00Z"
+    };
+    text.lines()
+        .map(|line| {
+            line.split(' ')
+                .map(|token| {
+                    let core = token.trim_matches(|c: char| "(),:\"".contains(c));
+                    if core.starts_with("sha256:") {
+                        token.replace(core, "sha256:<hash>")
+                    } else if is_time(core) {
+                        token.replace(core, "<time>")
+                    } else if is_duration(core) {
+                        token.replace(core, "<dur>")
+                    } else {
+                        token.to_string()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A workflow of every nesting `flow show` draws: a retried step, a loop,
+/// a parallel, a handoff, a KB write, an approval rejected without failing
+/// the run and one left pending.
+const TRIAGE: &str = r#"type Item = { name: string }
+recipe answer { model "default" input { q: string } output { text: string } prompt "{{input.q}}" }
+workflow triage {
+  input { items: list<Item> }
+  step classify = answer { q: "classify" } retry 3 backoff 10ms..20ms
+  for workflow_input.items as scans {
+    step page = answer { q: "{{loop_item.name}}" }
+  }
+  parallel lookups {
+    branch crm { step account = answer { q: "crm" } }
+    branch billing { step invoices = answer { q: "billing" } }
+  }
+  step note = handoff "tier2" { message: "look at {{step.classify.text}}" }
+  step save = kb_write "resolutions" { title: "Ticket 1", content: "The router firmware was reset.\nThen it worked." }
+  step refund = approval { approvers: ["ana@acme.io"], message: "Refund?", on_reject: "continue" }
+  step legal = approval { approvers: ["lee@acme.io", "legal"], message: "Legal ok?" }
+  output { text: step.classify.text }
+}
+"#;
+
+/// `flow show` (issue 17): a header, then a tree that nests as the
+/// workflow does, with each step's kind, status, time and attempts (their
+/// error classes); a rejected approval says `rejected` and who decided, a
+/// pending one the command that decides it, naming the store; `--output`
+/// adds outputs; `--last`; `--json` keeps its records, versioned.
+#[test]
+fn flow_show_draws_the_trace_as_a_tree() {
+    use flow_tests::fake_llm::{FakeLlm, Reply};
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    let server = runtime.block_on(FakeLlm::start(
+        vec![Reply::Answer(429, vec![], "slow down".into())],
+        serde_json::json!({ "text": "t" }),
+        Duration::ZERO,
+    ));
+    let dir = TempDir::new("flow-show");
+    dir.write("triage.flow", TRIAGE);
+    let flow = |args: &[&str]| {
+        run_bounded(
+            &flow_path(),
+            dir.path(),
+            args,
+            &[
+                ("FLOW_LLM_BASE_URL", server.url.as_str()),
+                ("FLOW_LLM_MODEL", "fake"),
+            ],
+            Duration::from_secs(60),
+        )
+    };
+    let input = r#"{"items": [{"name": "a"}, {"name": "b"}]}"#;
+    let run = flow(&["run", "triage.flow", "--input", input, "--db", "runs.db"]);
+    assert_eq!(run.code, 3, "{}", run.all());
+    let last = flow(&["runs", "--db", "runs.db", "--json"]);
+    let run_id = json(&last)[0]["run_id"].as_str().unwrap().to_string();
+    assert!(
+        run.stdout.contains(&format!(
+            "flow approve {run_id} refund --as ana@acme.io --db runs.db"
+        )),
+        "the hint names the store: {}",
+        run.stdout
+    );
+    let rejected = flow(&[
+        "approve",
+        &run_id,
+        "refund",
+        "--as",
+        "ana@acme.io",
+        "--reject",
+        "--comment",
+        "too much",
+        "--db",
+        "runs.db",
+    ]);
+    assert_eq!(rejected.code, 3, "{}", rejected.all());
+
+    let shown = flow(&["show", &run_id, "--db", "runs.db"]);
+    assert_eq!(shown.code, 0, "{}", shown.all());
+    // The fake model's port changes from run to run.
+    let shown = shown.stdout.replace(&server.url, "<llm>");
+    insta::assert_snapshot!("show_parked", normalised(&shown, &[&run_id]));
+
+    let approved = flow(&[
+        "approve", &run_id, "legal", "--as", "legal", "--db", "runs.db",
+    ]);
+    assert_eq!(approved.code, 0, "{}", approved.all());
+    let last = flow(&["show", "--last", "--output", "--db", "runs.db"]);
+    assert_eq!(last.code, 0, "{}", last.all());
+    let last = last.stdout.replace(&server.url, "<llm>");
+    insta::assert_snapshot!("show_completed_with_outputs", normalised(&last, &[&run_id]));
+
+    let records = json(&flow(&["show", &run_id, "--db", "runs.db", "--json"]));
+    let records = records.as_array().expect("the records, as before");
+    assert!(
+        records
+            .iter()
+            .all(|r| r["trace_version"] == 1 && r["path"].is_string())
+    );
+    let classify = records.iter().find(|r| r["path"] == "classify").unwrap();
+    assert_eq!(classify["attempts"].as_array().map(Vec::len), Some(2));
+}
+
+/// `flow runs` (issue 17): times, workflow, status as every other place
+/// spells it, newest first; `--status`, `--workflow`, `--limit`.
+#[test]
+fn flow_runs_lists_and_filters() {
+    let dir = TempDir::new("flow-runs");
+    dir.write("done.flow", "workflow done { output { ok: true } }\n");
+    dir.write(
+        "gate.flow",
+        "workflow gate { step g = approval { approvers: [\"a@x.io\"], message: \"m\" } }\n",
+    );
+    assert_eq!(
+        flow(&dir, &["run", "done.flow"]).code,
+        0,
+        "no --input for a workflow without inputs"
+    );
+    assert_eq!(flow(&dir, &["run", "gate.flow"]).code, 3);
+    assert_eq!(flow(&dir, &["run", "done.flow"]).code, 0);
+    let all = json(&flow(&dir, &["runs", "--json"]));
+    let all = all.as_array().unwrap();
+    assert_eq!(all.len(), 3);
+    for run in all {
+        for field in [
+            "run_id",
+            "workflow",
+            "status",
+            "interrupted",
+            "created_ms",
+            "updated_ms",
+        ] {
+            assert!(!run[field].is_null(), "{field} in {run}");
+        }
+    }
+    let ids: Vec<&str> = all.iter().map(|r| r["run_id"].as_str().unwrap()).collect();
+    let listed = flow(&dir, &["runs"]);
+    assert_eq!(listed.code, 0);
+    insta::assert_snapshot!("runs", normalised(&listed.stdout, &ids));
+
+    let parked = json(&flow(
+        &dir,
+        &["runs", "--status", "pending_approval", "--json"],
+    ));
+    assert_eq!(parked.as_array().map(Vec::len), Some(1));
+    assert_eq!(parked[0]["workflow"], "gate");
+    let done = json(&flow(
+        &dir,
+        &["runs", "--workflow", "done", "--limit", "1", "--json"],
+    ));
+    assert_eq!(done.as_array().map(Vec::len), Some(1));
+    assert_eq!(done[0]["run_id"], all[0]["run_id"], "newest first");
+    let wrong = flow(&dir, &["runs", "--status", "parked"]);
+    assert_eq!(wrong.code, 2);
+    assert!(
+        wrong
+            .stderr
+            .contains("running, pending_approval, completed, failed, cancelled"),
+        "{}",
+        wrong.stderr
+    );
+}
+
+/// `flow approvals`, `flow approve` with a misspelt path, `flow kb`,
+/// `flow notifications` and `flow cancel` (issue 17), on one parked run.
+#[test]
+fn the_everyday_commands_read_the_store_flow_run_writes() {
+    let dir = TempDir::new("flow-everyday");
+    dir.write("triage.flow", TRIAGE);
+    let input = r#"{"items": [{"name": "a"}]}"#;
+    let run = flow(&dir, &["run", "triage.flow", "--input", input, "--json"]);
+    assert_eq!(run.code, 3, "{}", run.all());
+    let run_id = json(&run)["run_id"].as_str().unwrap().to_string();
+
+    let approvals = flow(&dir, &["approvals"]);
+    assert_eq!(approvals.code, 0, "{}", approvals.all());
+    insta::assert_snapshot!("approvals", normalised(&approvals.stdout, &[&run_id]));
+    let mine = json(&flow(&dir, &["approvals", "--as", "ana@acme.io", "--json"]));
+    assert_eq!(mine[0]["step_path"], "refund");
+    let theirs = json(&flow(&dir, &["approvals", "--as", "eve@acme.io", "--json"]));
+    assert_eq!(theirs.as_array().map(Vec::len), Some(0));
+
+    let misspelt = flow(&dir, &["approve", &run_id, "refnd", "--as", "ana@acme.io"]);
+    assert_eq!(misspelt.code, 2);
+    assert!(
+        misspelt.stderr.contains("did you mean `refund`?"),
+        "{}",
+        misspelt.stderr
+    );
+
+    let kb = flow(&dir, &["kb", "list"]);
+    assert_eq!(
+        kb.stdout,
+        "resolutions/Ticket 1  v1  The router firmware was reset.\n"
+    );
+    let found = flow(&dir, &["kb", "search", "firmware", "--json"]);
+    assert_eq!(json(&found)[0]["title"], "Ticket 1", "{}", found.all());
+    assert_eq!(
+        flow(&dir, &["kb", "search", "nothing-like-it", "--json"])
+            .stdout
+            .trim(),
+        "[]"
+    );
+    let shown = flow(&dir, &["kb", "show", "resolutions/Ticket 1"]);
+    assert_eq!(
+        shown.stdout,
+        "resolutions/Ticket 1  v1\n\nThe router firmware was reset.\nThen it worked.\n"
+    );
+    let missing = flow(&dir, &["kb", "show", "resolutions/Ticket"]);
+    assert_eq!(missing.code, 2);
+    assert!(
+        missing
+            .stderr
+            .contains("did you mean `resolutions/Ticket 1`?"),
+        "{}",
+        missing.stderr
+    );
+
+    let notes = json(&flow(&dir, &["notifications", "--json"]));
+    let kinds: Vec<(&str, &str)> = notes
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| (n["kind"].as_str().unwrap(), n["audience"].as_str().unwrap()))
+        .collect();
+    assert_eq!(kinds, [("approval", "ana@acme.io"), ("handoff", "tier2")]);
+    let tier2 = json(&flow(&dir, &["notifications", "--to", "tier2", "--json"]));
+    assert_eq!(tier2.as_array().map(Vec::len), Some(1));
+    assert!(
+        tier2[0]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("look at offline-")),
+        "{tier2}"
+    );
+
+    let cancelled = flow(&dir, &["cancel", &run_id]);
+    assert_eq!(cancelled.code, 0, "{}", cancelled.all());
+    assert_eq!(cancelled.stdout, format!("run {run_id} cancelled\n"));
+    let again = flow(&dir, &["cancel", &run_id]);
+    assert_eq!(again.code, 2);
+    assert!(
+        again.stderr.contains("has already ended (cancelled)"),
+        "{}",
+        again.stderr
+    );
+    assert_eq!(
+        json(&flow(&dir, &["runs", "--json"]))[0]["status"],
+        "cancelled"
+    );
+    assert_eq!(flow(&dir, &["cancel", "run-nope"]).code, 2);
+}
+
+/// `--input` (issue 17): a file, `-` for standard input, or JSON itself;
+/// none for a workflow without inputs, and a usage error naming the fields
+/// for one with.
+#[test]
+fn the_input_is_a_file_standard_input_or_json() {
+    use std::io::Write as _;
+    let dir = TempDir::new("flow-input-forms");
+    dir.write(
+        "echo.flow",
+        "workflow echo {\n  input { note: string }\n  output { note: workflow_input.note }\n}\n",
+    );
+    dir.write("in.json", r#"{"note": "from a file"}"#);
+    let output = |run: &Run| {
+        json(run)["output"]["note"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    let file = flow(&dir, &["run", "echo.flow", "--input", "in.json", "--json"]);
+    assert_eq!(output(&file), "from a file", "{}", file.all());
+    let inline = flow(
+        &dir,
+        &[
+            "run",
+            "echo.flow",
+            "--input",
+            r#"{"note": "inline"}"#,
+            "--json",
+        ],
+    );
+    assert_eq!(output(&inline), "inline", "{}", inline.all());
+
+    let mut child = std::process::Command::new(flow_path())
+        .args(["run", "echo.flow", "--input", "-", "--json"])
+        .current_dir(dir.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(br#"{"note": "piped"}"#)
+        .unwrap();
+    let piped = child.wait_with_output().unwrap();
+    let piped: Value = serde_json::from_slice(&piped.stdout).expect("a run record");
+    assert_eq!(piped["output"]["note"], "piped");
+
+    let missing = flow(&dir, &["run", "echo.flow"]);
+    assert_eq!(missing.code, 2);
+    assert!(
+        missing
+            .stderr
+            .contains("workflow `echo` takes an input (note)"),
+        "{}",
+        missing.stderr
+    );
+    let broken = flow(&dir, &["run", "echo.flow", "--input", "{nope"]);
+    assert_eq!(broken.code, 2);
+    assert!(
+        broken.stderr.contains("--input is not JSON"),
+        "{}",
+        broken.stderr
+    );
+}
+
+/// Regression (issue 17): a flowd that is not there was reported as "error
+/// sending request for url"; now the host and port, the request and the
+/// system's words.
+#[test]
+fn an_unreachable_flowd_is_named_with_what_was_tried() {
+    let dir = TempDir::new("flow-unreachable");
+    // A port nothing listens on: bound, then released.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let server = format!("http://127.0.0.1:{port}");
+    let run = flow(&dir, &["--server", &server, "--api-key", "k", "runs"]);
+    assert_eq!(run.code, 2, "{}", run.all());
+    assert!(
+        run.stderr.contains(&format!(
+            "cannot reach flowd at 127.0.0.1:{port} (GET {server}/v1/runs"
+        )),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.to_lowercase().contains("refused"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        !run.stderr.contains("error sending request"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// Shell completions and man pages come from the commands' definitions
+/// (issue 17), for `flow` and `flowc`; `flowd` answers `--help` and
+/// `--version`.
+#[test]
+fn completions_man_pages_help_and_versions() {
+    let dir = TempDir::new("flow-completions");
+    for (binary, name) in [(flow_path(), "flow"), (flowc_path(), "flowc")] {
+        for shell in ["bash", "zsh", "fish"] {
+            let script = run_in(&binary, dir.path(), &["completions", shell]);
+            assert_eq!(script.code, 0, "{name} {shell}: {}", script.all());
+            assert!(script.stdout.contains(name), "{name} {shell}");
+        }
+        let bash = run_in(&binary, dir.path(), &["completions", "bash"]).stdout;
+        let first = if name == "flow" { "approvals" } else { "check" };
+        assert!(bash.contains(first), "{name}: {first} completes");
+        let man = run_in(&binary, dir.path(), &["man", "--dir", "."]);
+        assert_eq!(man.code, 0, "{}", man.all());
+        let page = dir.read(&format!("{name}.1"));
+        assert!(page.contains(".TH"), "{name}.1 is a man page");
+    }
+    assert!(dir.path().join("flow-show.1").exists());
+    assert!(dir.path().join("flowc-check.1").exists());
+
+    let flowd = flow_tests::flowd_path();
+    for args in [&["--help"][..], &["serve", "--help"], &["-h"]] {
+        let help = run_in(&flowd, dir.path(), args);
+        assert_eq!(help.code, 0, "{args:?}: {}", help.all());
+        assert!(
+            help.stdout.contains("Usage: flowd <COMMAND>"),
+            "{}",
+            help.stdout
+        );
+    }
+    let version = run_in(&flowd, dir.path(), &["--version"]);
+    assert_eq!(version.code, 0);
+    assert!(version.stdout.starts_with("flowd "), "{}", version.stdout);
+    let unknown = run_in(&flowd, dir.path(), &["nope"]);
+    assert_eq!(unknown.code, 2);
+}

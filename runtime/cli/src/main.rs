@@ -1,33 +1,21 @@
 //! `flow`: runs a workflow on the embedded store (a SQLite file), approves or
-//! rejects its gates, lists runs and shows a run's trace. With `--server URL
-//! --api-key KEY` the same commands go to a flowd (`remote.rs`), with the same
-//! output and exit codes.
+//! rejects its gates, cancels runs, lists runs, pending approvals, knowledge-
+//! base documents and notifications, and shows a run's trace. With `--server
+//! URL --api-key KEY` the same commands go to a flowd (`remote.rs`), with the
+//! same output and exit codes.
 //!
 //! Exit codes are part of the interface: 0 the run completed, 3 it is parked
 //! at an approval, 1 it failed (or the source does not check, or its input
 //! does not match the workflow's input: the run is recorded as failed before
-//! its first step), 2 a usage or store error, or a decision that cannot apply
-//! (nothing changed).
+//! its first step), 2 a usage or store error, or a decision or cancel that
+//! cannot apply (nothing changed).
 
 use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{Parser, Subcommand};
-
-mod remote;
-use flow_plan::Plan;
-use flow_runtime::approval::Decision;
-use flow_runtime::journal::StepRecord;
-use flow_runtime::limit::{LimitedProvider, Limiter};
-use flow_runtime::mcp::{McpPool, McpPoolConfig};
-use flow_runtime::offline::OfflineProvider;
-use flow_runtime::runner::{self, Observer, RunRecord};
-use flow_runtime::services::Provider;
-use flow_runtime::sqlite::SqliteStore;
-use flow_runtime::store::{NO_ACCOUNT, RunStatus, Store};
-use serde_json::{Value, json};
+use clap::{CommandFactory as _, Parser, Subcommand};
 
 /// `println!` that ends the process when stdout has been closed (`flow runs |
 /// head`), with the status a shell gives a process killed by SIGPIPE, as Unix
@@ -42,6 +30,25 @@ macro_rules! out {
         }
     }};
 }
+
+mod lists;
+mod remote;
+mod style;
+mod trace;
+
+use flow_plan::Plan;
+use flow_runtime::approval::{DecideError, Decision};
+use flow_runtime::journal::{StepRecord, StepStatus};
+use flow_runtime::limit::{LimitedProvider, Limiter};
+use flow_runtime::mcp::{McpPool, McpPoolConfig};
+use flow_runtime::offline::OfflineProvider;
+use flow_runtime::runner::{self, Observer, RunRecord};
+use flow_runtime::services::Provider;
+use flow_runtime::sqlite::SqliteStore;
+use flow_runtime::store::{KbQuery, NO_ACCOUNT, RunQuery, RunRow, RunStatus, Store};
+use lists::{GateLine, RunLine};
+use serde_json::{Value, json};
+use style::{DEFAULT_DB, Paint};
 
 /// See the workspace Cargo.toml for why the binaries use mimalloc.
 #[global_allocator]
@@ -83,16 +90,18 @@ enum Command {
         /// outside it. Default: the file's folder.
         #[arg(long, value_name = "DIR")]
         root: Option<PathBuf>,
-        /// The run's input, a JSON file.
-        #[arg(long)]
-        input: PathBuf,
+        /// The run's input: a JSON file, `-` for standard input, or JSON
+        /// itself (`'{"ticket_id": "T-1"}'`). Optional for a workflow
+        /// without inputs.
+        #[arg(long, value_name = "FILE|-|JSON")]
+        input: Option<String>,
         /// The largest input accepted, in bytes: an input is stored with
         /// its run and sent to models, so an unbounded one costs memory,
         /// disk and tokens (flowd's bound on a request is the same 2 MiB).
         #[arg(long, env = "FLOW_MAX_INPUT_BYTES", default_value_t = MAX_INPUT_BYTES)]
         max_input_bytes: u64,
-        #[arg(long, default_value = "flow.db")]
-        db: PathBuf,
+        #[command(flatten)]
+        store: StoreArg,
         /// Print the run record as JSON.
         #[arg(long)]
         json: bool,
@@ -103,14 +112,23 @@ enum Command {
         /// The approval's execution path, as `flow run` printed it.
         step_path: String,
         /// Who decides; must be one of the approval's approvers.
-        #[arg(long = "as")]
+        #[arg(long = "as", value_name = "APPROVER")]
         approver: String,
         #[arg(long)]
         reject: bool,
         #[arg(long)]
         comment: Option<String>,
-        #[arg(long, default_value = "flow.db")]
-        db: PathBuf,
+        #[command(flatten)]
+        store: StoreArg,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel a run that is running or waiting at an approval: it becomes
+    /// `cancelled` and never resumes.
+    Cancel {
+        run: String,
+        #[command(flatten)]
+        store: StoreArg,
         #[arg(long)]
         json: bool,
     },
@@ -118,26 +136,148 @@ enum Command {
     /// parked run whose approval expired. Completed steps are not run again;
     /// the step in flight runs again. With `--json`, one run record per line.
     Recover {
-        #[arg(long, default_value = "flow.db")]
-        db: PathBuf,
+        #[command(flatten)]
+        store: StoreArg,
         #[arg(long)]
         json: bool,
     },
-    /// List the runs in the store.
+    /// List runs, newest first: when each started and last changed, its
+    /// workflow and status (`running (interrupted)`: left by a process that
+    /// is gone, for `flow recover`).
     Runs {
-        #[arg(long, default_value = "flow.db")]
-        db: PathBuf,
+        /// Only runs with this status.
+        #[arg(long, value_parser = run_status)]
+        status: Option<RunStatus>,
+        /// Only runs of this workflow.
+        #[arg(long)]
+        workflow: Option<String>,
+        /// At most this many (default: all; a flowd answers at most 1000).
+        #[arg(long)]
+        limit: Option<usize>,
+        #[command(flatten)]
+        store: StoreArg,
         #[arg(long)]
         json: bool,
     },
-    /// Show a run's trace: every step run with its status, timing and attempts.
+    /// Show a run's trace: how it stands, then its steps as a tree that
+    /// follows the workflow's nesting, each with its kind, status, active
+    /// time and attempts; approvals with their decision, or the command
+    /// that decides them.
     Show {
-        run: String,
-        #[arg(long, default_value = "flow.db")]
-        db: PathBuf,
+        #[arg(required_unless_present = "last", conflicts_with = "last")]
+        run: Option<String>,
+        /// The run started last.
+        #[arg(long)]
+        last: bool,
+        /// Show the run's output and each step's.
+        #[arg(long)]
+        output: bool,
+        #[command(flatten)]
+        store: StoreArg,
+        /// The step records as JSON (each with `trace_version`).
         #[arg(long)]
         json: bool,
     },
+    /// List the approvals runs are waiting at, with the command that
+    /// decides each.
+    Approvals {
+        /// Only those this person may decide (required with --server).
+        #[arg(long = "as", value_name = "APPROVER")]
+        approver: Option<String>,
+        #[command(flatten)]
+        store: StoreArg,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Read the knowledge base that `kb_write` steps write and recipes
+    /// draw context from.
+    Kb {
+        #[command(subcommand)]
+        command: KbCommand,
+    },
+    /// List notifications, newest first: handoffs to departments and
+    /// requests to approvers.
+    Notifications {
+        /// Only those to this department or approver (repeatable).
+        #[arg(long = "to", value_name = "AUDIENCE")]
+        audiences: Vec<String>,
+        /// The person reading: with --server, what they were notified of
+        /// (required there: flowd resolves their departments and groups).
+        #[arg(long = "as", value_name = "READER")]
+        reader: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        #[command(flatten)]
+        store: StoreArg,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a shell's completion script for `flow`: `flow completions bash
+    /// > ~/.local/share/bash-completion/completions/flow`.
+    Completions { shell: clap_complete::Shell },
+    /// Write `flow`'s man pages (`flow.1`, `flow-run.1`, ...) into a folder.
+    Man {
+        #[arg(long, value_name = "DIR", default_value = ".")]
+        dir: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum KbCommand {
+    /// List documents by collection and title, each with its version and
+    /// first line.
+    List {
+        /// Only this collection's.
+        #[arg(long)]
+        collection: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        #[command(flatten)]
+        store: StoreArg,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a document: `flow kb show COLLECTION/TITLE`.
+    Show {
+        #[arg(value_name = "COLLECTION/TITLE")]
+        document: String,
+        #[command(flatten)]
+        store: StoreArg,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Find documents by words, best match first (the full-text index
+    /// that recipes' context is drawn from).
+    Search {
+        #[arg(required = true, value_name = "WORDS")]
+        words: Vec<String>,
+        /// Only this collection's.
+        #[arg(long)]
+        collection: Option<String>,
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        #[command(flatten)]
+        store: StoreArg,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// The embedded store a local command reads and writes.
+#[derive(clap::Args)]
+struct StoreArg {
+    /// The SQLite file of the local store (ignored with --server).
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_DB)]
+    db: PathBuf,
+}
+
+/// `--status`: a run status as the store, the API and `--json` spell it.
+fn run_status(name: &str) -> std::result::Result<RunStatus, String> {
+    RunStatus::parse(name).ok_or_else(|| {
+        let names: Vec<&str> = RunStatus::ALL.iter().map(|s| s.as_str()).collect();
+        format!("the statuses are {}", names.join(", "))
+    })
 }
 
 /// A failure before or around a run: the message and the exit code.
@@ -151,6 +291,27 @@ fn usage(message: impl Into<String>) -> Fail {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // What needs neither a store nor a runtime: the definitions of the
+    // commands themselves.
+    match &cli.command {
+        Command::Completions { shell } => {
+            clap_complete::generate(*shell, &mut Cli::command(), "flow", &mut std::io::stdout());
+            return ExitCode::SUCCESS;
+        }
+        Command::Man { dir } => {
+            return match clap_mangen::generate_to(Cli::command(), dir) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    eprintln!(
+                        "error: cannot write man pages to {}: {error}",
+                        dir.display()
+                    );
+                    ExitCode::from(2)
+                }
+            };
+        }
+        _ => {}
+    }
     // The runtime's warnings (a knowledge base that could not be read, a
     // limit not applied), in the words of flow's other messages.
     flow_runtime::log::init(flow_runtime::log::LogSettings::brief());
@@ -194,9 +355,15 @@ fn main() -> ExitCode {
     }
 }
 
+/// A store's failure as the CLI's: a usage or store error (2).
+fn store_error(error: impl std::fmt::Display) -> Fail {
+    usage(error.to_string())
+}
+
 async fn dispatch(command: Command, mcp: &Arc<McpPool>) -> Result<u8> {
     // One limiter for every run this process executes (`recover` runs many).
     let limiter = flow_runtime::limit::limiter_from_env().map_err(usage)?;
+    let paint = Paint::for_stdout();
     match command {
         Command::Run {
             file,
@@ -204,23 +371,20 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>) -> Result<u8> {
             root,
             input,
             max_input_bytes,
-            db,
+            store: StoreArg { db },
             json,
         } => {
             let file = file.ok_or_else(|| usage("name the .flow file or plan to run"))?;
             let plan = load_plan(&file, root.as_deref())?;
             let workflow = pick_workflow(&plan, workflow.as_deref())?;
-            let input = read_input(&input, max_input_bytes)?;
+            let input = run_input(input.as_deref(), max_input_bytes, plan.workflow(&workflow))?;
             let store = open_store(&db)?;
-            store
-                .put_plan(&plan)
-                .await
-                .map_err(|e| usage(e.to_string()))?;
+            store.put_plan(&plan).await.map_err(store_error)?;
             let run_id = runner::new_run_id();
             store
                 .create_run(&run_id, NO_ACCOUNT, &workflow, &plan.hash, &input, None)
                 .await
-                .map_err(|e| usage(e.to_string()))?;
+                .map_err(store_error)?;
             execute(
                 &store, &db, &limiter, mcp, &plan, &workflow, &run_id, input, json,
             )
@@ -232,15 +396,11 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>) -> Result<u8> {
             approver,
             reject,
             comment,
-            db,
+            store: StoreArg { db },
             json,
         } => {
             let store = open_store(&db)?;
-            let row = store
-                .run(&run)
-                .await
-                .map_err(|e| usage(e.to_string()))?
-                .ok_or_else(|| usage(format!("no run `{run}` in {}", db.display())))?;
+            let row = find_run(&store, &run, &db).await?;
             // The local CLI has no approver groups: it decides as the person
             // named, who must be in the approval's list.
             let decision = Decision {
@@ -250,27 +410,39 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>) -> Result<u8> {
                 comment,
                 decided_at: flow_runtime::time::now_rfc3339(),
             };
-            store
+            match store
                 .decide(&run, &step_path, &decision)
                 .await
-                .map_err(|e| usage(e.to_string()))?
-                .map_err(|refused| usage(refused.to_string()))?;
+                .map_err(store_error)?
+            {
+                Ok(()) => {}
+                Err(refused @ DecideError::UnknownStep(_)) => {
+                    let records = store.step_records(&run).await.map_err(store_error)?;
+                    let waiting: Vec<&str> = records
+                        .iter()
+                        .filter(|r| r.status == StepStatus::Pending)
+                        .map(|r| r.path.as_str())
+                        .collect();
+                    return Err(usage(format!(
+                        "{refused}{}",
+                        gate_hint(&step_path, &waiting)
+                    )));
+                }
+                Err(refused) => return Err(usage(refused.to_string())),
+            }
             // A run that another live process is executing picks the
             // decision up itself when it parks (see `execute`).
             if !store
                 .claim_run(&run, &[RunStatus::PendingApproval])
                 .await
-                .map_err(|e| usage(e.to_string()))?
+                .map_err(store_error)?
             {
                 eprintln!(
                     "flow: decision recorded; run {run} is running in another process, which will continue it"
                 );
                 return Ok(0);
             }
-            let plan = store
-                .plan(&row.plan_hash)
-                .await
-                .map_err(|e| usage(e.to_string()))?;
+            let plan = store.plan(&row.plan_hash).await.map_err(store_error)?;
             execute(
                 &store,
                 &db,
@@ -284,11 +456,26 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>) -> Result<u8> {
             )
             .await
         }
-        Command::Recover { db, json } => {
+        Command::Cancel {
+            run,
+            store: StoreArg { db },
+            json,
+        } => {
+            let store = open_store(&db)?;
+            let row = find_run(&store, &run, &db).await?;
+            if !store.cancel_run(&run).await.map_err(store_error)? {
+                return Err(already_ended(&run, row.status));
+            }
+            Ok(cancelled(&run, json))
+        }
+        Command::Recover {
+            store: StoreArg { db },
+            json,
+        } => {
             let store = open_store(&db)?;
             let runs = runner::claim_runs_to_recover(store.as_ref())
                 .await
-                .map_err(|e| usage(e.to_string()))?;
+                .map_err(store_error)?;
             if runs.is_empty() && !json {
                 out!("no run to recover");
             }
@@ -337,108 +524,324 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>) -> Result<u8> {
             }
             Ok(worst)
         }
-        Command::Runs { db, json } => {
+        Command::Runs {
+            status,
+            workflow,
+            limit,
+            store: StoreArg { db },
+            json,
+        } => {
             let store = open_store(&db)?;
-            let runs = store.runs().await.map_err(|e| usage(e.to_string()))?;
-            // A run left `running` that no live process holds was
-            // interrupted (a signal, a crash): `flow recover` resumes it.
-            let orphaned: std::collections::HashSet<String> = store
-                .orphaned_runs()
+            let query = RunQuery {
+                workflow,
+                status,
+                limit: limit.unwrap_or(usize::MAX),
+                before: None,
+            };
+            let rows = store
+                .account_runs(NO_ACCOUNT, &query)
                 .await
-                .map_err(|e| usage(e.to_string()))?
+                .map_err(store_error)?;
+            let interrupted = interrupted_runs(&store).await?;
+            let runs: Vec<RunLine> = rows
                 .into_iter()
-                .map(|row| row.id)
-                .collect();
-            let list: Vec<Value> = runs
-                .iter()
-                .map(|r| {
-                    json!({
-                        "run_id": r.id,
-                        "workflow": r.workflow,
-                        "status": r.status,
-                        "interrupted": orphaned.contains(&r.id),
-                        "created_ms": r.created_ms,
-                    })
+                .map(|row| RunLine {
+                    interrupted: interrupted.contains(&row.id),
+                    run_id: row.id,
+                    workflow: row.workflow,
+                    status: row.status,
+                    created_ms: row.created_ms,
+                    updated_ms: row.updated_ms,
                 })
                 .collect();
-            print_runs(&list, json);
+            lists::print_runs(&runs, json, paint);
             Ok(0)
         }
-        Command::Show { run, db, json } => {
+        Command::Show {
+            run,
+            last: _,
+            output,
+            store: StoreArg { db },
+            json,
+        } => {
             let store = open_store(&db)?;
-            store
-                .run(&run)
-                .await
-                .map_err(|e| usage(e.to_string()))?
-                .ok_or_else(|| usage(format!("no run `{run}` in {}", db.display())))?;
-            let records = store
-                .step_records(&run)
-                .await
-                .map_err(|e| usage(e.to_string()))?;
-            print_trace(&records, json)
-        }
-    }
-}
-
-/// The runs as `flow runs` prints them.
-fn print_runs(runs: &[Value], json: bool) {
-    if json {
-        out!("{}", Value::Array(runs.to_vec()));
-        return;
-    }
-    for run in runs {
-        let status = run["status"].as_str().unwrap_or("");
-        let status = if run["interrupted"] == true {
-            format!("{status} (interrupted)")
-        } else {
-            status.to_string()
-        };
-        out!(
-            "{}  {:<30} {}",
-            run["run_id"].as_str().unwrap_or(""),
-            status,
-            run["workflow"].as_str().unwrap_or("")
-        );
-    }
-    if runs.iter().any(|run| run["interrupted"] == true) {
-        out!("interrupted runs resume with `flow recover`");
-    }
-}
-
-/// A run's trace as `flow show` prints it.
-fn print_trace(records: &[StepRecord], json: bool) -> Result<u8> {
-    if json {
-        out!(
-            "{}",
-            serde_json::to_string_pretty(&records).map_err(|e| usage(e.to_string()))?
-        );
-    } else {
-        for record in records {
-            let depth = record.path.matches('/').count();
-            let attempts = record.attempts.len();
-            out!(
-                "{}{}  {:?}  {} ms{}",
-                "  ".repeat(depth),
-                record.path,
-                record.status,
-                record.ended_ms.saturating_sub(record.started_ms),
-                if attempts > 1 {
-                    format!("  ({attempts} attempts)")
-                } else {
-                    String::new()
+            // Without a run, clap made sure `--last` was given.
+            let row = match run {
+                Some(run) => find_run(&store, &run, &db).await?,
+                None => {
+                    let newest = RunQuery {
+                        limit: 1,
+                        ..RunQuery::default()
+                    };
+                    let rows = store
+                        .account_runs(NO_ACCOUNT, &newest)
+                        .await
+                        .map_err(store_error)?;
+                    rows.into_iter()
+                        .next()
+                        .ok_or_else(|| usage(format!("no runs in {}", db.display())))?
                 }
-            );
-            for attempt in record.attempts.iter().filter(|a| a.error.is_some()) {
-                out!(
-                    "{}  attempt {}: {}",
-                    "  ".repeat(depth),
-                    attempt.index + 1,
-                    attempt.error.as_deref().unwrap_or("")
-                );
+            };
+            let records = store.step_records(&row.id).await.map_err(store_error)?;
+            let interrupted = row.status == RunStatus::Running
+                && interrupted_runs(&store).await?.contains(&row.id);
+            let record = RunRecord::of_row(&row);
+            let summary = trace::RunSummary {
+                interrupted,
+                plan_hash: Some(row.plan_hash.clone()),
+                active_ms: Some(row.active_ms),
+                ..summary_of(&record)
+            };
+            print_trace(&summary, &records, output, Some(&db), json);
+            Ok(0)
+        }
+        Command::Approvals {
+            approver,
+            store: StoreArg { db },
+            json,
+        } => {
+            let store = open_store(&db)?;
+            let parked = RunQuery {
+                status: Some(RunStatus::PendingApproval),
+                limit: usize::MAX,
+                ..RunQuery::default()
+            };
+            let mut rows = store
+                .account_runs(NO_ACCOUNT, &parked)
+                .await
+                .map_err(store_error)?;
+            // The gate that has waited longest first.
+            rows.reverse();
+            let mut gates = Vec::new();
+            for row in rows {
+                let record = RunRecord::of_row(&row);
+                for gate in record.pending_approvals.into_iter().flatten() {
+                    if approver
+                        .as_deref()
+                        .is_none_or(|approver| gate.may_decide(approver, &[]))
+                    {
+                        gates.push(GateLine::new(&row.id, &row.workflow, row.updated_ms, gate));
+                    }
+                }
+            }
+            lists::print_approvals(&gates, json, Some(&db), paint);
+            Ok(0)
+        }
+        Command::Kb { command } => kb(command, paint).await,
+        Command::Notifications {
+            audiences,
+            reader,
+            limit,
+            store: StoreArg { db },
+            json,
+        } => {
+            let store = open_store(&db)?;
+            let list = if audiences.is_empty() {
+                store.account_notifications(NO_ACCOUNT, limit).await
+            } else {
+                let query = flow_runtime::store::NotificationQuery {
+                    unread_only: false,
+                    limit,
+                };
+                let reader = reader.as_deref().unwrap_or_default();
+                store
+                    .notifications(NO_ACCOUNT, &audiences, reader, &query)
+                    .await
+            }
+            .map_err(store_error)?;
+            lists::print_notifications(&list, json, paint);
+            Ok(0)
+        }
+        Command::Completions { .. } | Command::Man { .. } => Ok(0),
+    }
+}
+
+/// `flow kb`, on the local store: flowd's API has no knowledge-base reads.
+async fn kb(command: KbCommand, paint: Paint) -> Result<u8> {
+    match command {
+        KbCommand::List {
+            collection,
+            limit,
+            store: StoreArg { db },
+            json,
+        } => {
+            let query = KbQuery {
+                collection,
+                terms: Vec::new(),
+                limit,
+            };
+            list_documents(&db, &query, json, paint).await
+        }
+        KbCommand::Search {
+            words,
+            collection,
+            limit,
+            store: StoreArg { db },
+            json,
+        } => {
+            let terms = flow_runtime::kb::search_terms(&words.join(" "));
+            if terms.is_empty() {
+                return Err(usage(
+                    "search for words of three letters or more: the index keeps no shorter ones",
+                ));
+            }
+            let query = KbQuery {
+                collection,
+                terms,
+                limit,
+            };
+            list_documents(&db, &query, json, paint).await
+        }
+        KbCommand::Show {
+            document,
+            store: StoreArg { db },
+            json,
+        } => {
+            let (collection, title) = lists::parse_document_id(&document).ok_or_else(|| {
+                usage(format!(
+                    "name a document as COLLECTION/TITLE (as `flow kb list` shows it), not `{document}`"
+                ))
+            })?;
+            let store = open_store(&db)?;
+            let found = store
+                .kb_document(NO_ACCOUNT, collection, title)
+                .await
+                .map_err(store_error)?;
+            match found {
+                Some(found) => {
+                    lists::print_document(&found, json, paint);
+                    Ok(0)
+                }
+                None => {
+                    let query = KbQuery {
+                        collection: Some(collection.to_string()),
+                        terms: Vec::new(),
+                        limit: 1_000,
+                    };
+                    let others = store
+                        .kb_documents(NO_ACCOUNT, &query)
+                        .await
+                        .map_err(store_error)?;
+                    let titles: Vec<&str> = others.iter().map(|d| d.title.as_str()).collect();
+                    let hint =
+                        match flow_compiler::suggest::did_you_mean(title, titles.iter().copied()) {
+                            Some(meant) => format!("; did you mean `{collection}/{meant}`?"),
+                            None => String::new(),
+                        };
+                    Err(usage(format!(
+                        "no document `{document}` in {}{hint}",
+                        db.display()
+                    )))
+                }
             }
         }
     }
+}
+
+/// `flow kb list` and `flow kb search`: the documents `query` finds.
+async fn list_documents(db: &Path, query: &KbQuery, json: bool, paint: Paint) -> Result<u8> {
+    let found = open_store(db)?
+        .kb_documents(NO_ACCOUNT, query)
+        .await
+        .map_err(store_error)?;
+    lists::print_documents(&found, json, paint);
     Ok(0)
+}
+
+/// The run `run` of the local store, or a usage error that names the store.
+async fn find_run(store: &Arc<dyn Store>, run: &str, db: &Path) -> Result<RunRow> {
+    store
+        .run(run)
+        .await
+        .map_err(store_error)?
+        .ok_or_else(|| usage(format!("no run `{run}` in {}", db.display())))
+}
+
+/// The runs left `running` that no live process holds: interrupted (a
+/// signal, a crash), for `flow recover`.
+async fn interrupted_runs(store: &Arc<dyn Store>) -> Result<std::collections::HashSet<String>> {
+    Ok(store
+        .orphaned_runs()
+        .await
+        .map_err(store_error)?
+        .into_iter()
+        .map(|row| row.id)
+        .collect())
+}
+
+/// The end of a refusal to decide at `path`: the gate meant, when `path`
+/// is a likely typo of one, and the gates the run waits at.
+fn gate_hint(path: &str, waiting: &[&str]) -> String {
+    let mut hint = String::new();
+    if let Some(meant) = flow_compiler::suggest::did_you_mean(path, waiting.iter().copied()) {
+        hint.push_str(&format!("\n  help: did you mean `{meant}`?"));
+    }
+    if waiting.is_empty() {
+        hint.push_str("\n  help: the run waits at no approval");
+    } else {
+        hint.push_str(&format!(
+            "\n  help: the run waits at {}",
+            flow_compiler::suggest::candidates_list(waiting.iter().copied())
+        ));
+    }
+    hint
+}
+
+/// A cancel that found the run already ended: nothing changed (2).
+fn already_ended(run: &str, status: RunStatus) -> Fail {
+    usage(format!(
+        "run `{run}` has already ended ({status}): nothing to cancel"
+    ))
+}
+
+/// Says that `run` is cancelled; its exit code.
+fn cancelled(run: &str, json: bool) -> u8 {
+    if json {
+        lists::print_json(&json!({ "run_id": run, "status": RunStatus::Cancelled }));
+    } else {
+        out!("run {run} cancelled");
+    }
+    0
+}
+
+/// What the trace's header says of a run, from its record.
+fn summary_of(record: &RunRecord) -> trace::RunSummary {
+    trace::RunSummary {
+        id: record.run_id.clone(),
+        workflow: record.workflow.clone(),
+        status: record.status,
+        interrupted: false,
+        plan_hash: None,
+        created_ms: record.created_ms,
+        active_ms: None,
+        error: record.error.clone(),
+        output: record.output.clone(),
+    }
+}
+
+/// `flow show`'s answer: the trace for people, or its records as JSON.
+fn print_trace(
+    summary: &trace::RunSummary,
+    records: &[StepRecord],
+    outputs: bool,
+    db: Option<&Path>,
+    json: bool,
+) {
+    if json {
+        out!(
+            "{}",
+            serde_json::to_string_pretty(&trace::json(records)).unwrap_or_default()
+        );
+        return;
+    }
+    let options = trace::Options {
+        outputs,
+        db,
+        paint: Paint::for_stdout(),
+        now_ms: flow_runtime::time::now_ms(),
+    };
+    let text = trace::render(summary, records, &options);
+    out!("{}", text.trim_end());
 }
 
 /// Runs (or resumes) a run and reports it; the exit code says how it ended.
@@ -481,8 +884,9 @@ async fn execute(
         Arc::new(move |record: &StepRecord| {
             let done = steps.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
             bar.set_message(format!(
-                "{done} steps · {} {:?}",
-                record.path, record.status
+                "{done} steps · {} {}",
+                record.path,
+                record.status.as_str()
             ));
         }) as Observer
     });
@@ -513,7 +917,11 @@ async fn execute(
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }
-    Ok(report(&runner::run_record(run_id, &outcome), json))
+    Ok(report(
+        &runner::run_record(run_id, &outcome),
+        json,
+        Some(db),
+    ))
 }
 
 /// A signal that asks `flow` to stop: Ctrl-C, or SIGTERM (a service
@@ -589,8 +997,9 @@ fn announce_mcp_servers(plan: &Plan, workflow: &str) {
 }
 
 /// Prints how a run stands; the exit code that says it: 0 completed, 3
-/// parked, 1 failed or cancelled.
-fn report(record: &RunRecord, json: bool) -> u8 {
+/// parked, 1 failed or cancelled. A parked run's hints name `db`, the
+/// local store it is in, unless it is the default.
+fn report(record: &RunRecord, json: bool, db: Option<&Path>) -> u8 {
     let code = match record.status {
         RunStatus::Completed => 0,
         RunStatus::PendingApproval => 3,
@@ -599,56 +1008,61 @@ fn report(record: &RunRecord, json: bool) -> u8 {
     let run_id = &record.run_id;
     if json {
         out!("{}", serde_json::to_string(record).unwrap_or_default());
-    } else {
-        match record.status {
-            RunStatus::Completed => {
-                out!("run {run_id} completed");
-                out!(
-                    "{}",
-                    serde_json::to_string_pretty(record.output.as_ref().unwrap_or(&Value::Null))
-                        .unwrap_or_default()
-                );
-            }
-            RunStatus::PendingApproval => {
-                let pending = record.pending_approvals.as_deref().unwrap_or_default();
-                out!("run {run_id} is waiting for {} approval(s):", pending.len());
-                for approval in pending {
-                    out!(
-                        "  {}  approvers: {}  \"{}\"",
-                        approval.path,
-                        approval.approvers.join(", "),
-                        approval.message
-                    );
-                    out!(
-                        "    flow approve {run_id} {} --as {}",
-                        approval.path,
-                        approval
-                            .approvers
-                            .first()
-                            .map_or("APPROVER", String::as_str)
-                    );
-                }
-            }
-            RunStatus::Failed => {
-                let error = record.error.as_ref();
-                out!(
-                    "run {run_id} failed{}: {}",
-                    error
-                        .and_then(|e| e.step.as_deref())
-                        .map(|s| format!(" at step `{s}`"))
-                        .unwrap_or_default(),
-                    error.map_or("", |e| e.message.as_str())
-                );
-            }
-            RunStatus::Cancelled => out!("run {run_id} was cancelled"),
-            RunStatus::Running => out!("run {run_id} is running"),
+        return code;
+    }
+    match record.status {
+        RunStatus::Completed => {
+            out!("run {run_id} completed");
+            out!(
+                "{}",
+                serde_json::to_string_pretty(record.output.as_ref().unwrap_or(&Value::Null))
+                    .unwrap_or_default()
+            );
         }
+        RunStatus::PendingApproval => {
+            let pending = record.pending_approvals.as_deref().unwrap_or_default();
+            out!("run {run_id} is waiting for {} approval(s):", pending.len());
+            for approval in pending {
+                out!(
+                    "  {}  approvers: {}  \"{}\"",
+                    approval.path,
+                    approval.approvers.join(", "),
+                    approval.message
+                );
+                let approver = approval
+                    .approvers
+                    .first()
+                    .map_or("APPROVER", String::as_str);
+                out!(
+                    "    {}",
+                    style::approve_command(run_id, &approval.path, approver, db)
+                );
+            }
+            out!(
+                "  (add --reject to reject; `flow show {run_id}{}` shows the trace)",
+                style::db_flag(db)
+            );
+        }
+        RunStatus::Failed => {
+            let error = record.error.as_ref();
+            out!(
+                "run {run_id} failed{}: {}",
+                error
+                    .and_then(|e| e.step.as_deref())
+                    .map(|s| format!(" at step `{s}`"))
+                    .unwrap_or_default(),
+                error.map_or("", |e| e.message.as_str())
+            );
+        }
+        RunStatus::Cancelled => out!("run {run_id} was cancelled"),
+        RunStatus::Running => out!("run {run_id} is running"),
     }
     code
 }
 
 /// The commands against a flowd.
 async fn dispatch_remote(command: Command, server: &remote::Server) -> Result<u8> {
+    let paint = Paint::for_stdout();
     match command {
         Command::Run {
             file,
@@ -656,24 +1070,32 @@ async fn dispatch_remote(command: Command, server: &remote::Server) -> Result<u8
             root,
             input,
             max_input_bytes,
-            db: _,
+            store: _,
             json,
         } => {
-            let input = read_input(&input, max_input_bytes)?;
-            let workflow = match file {
+            let (workflow, input) = match file {
                 Some(file) => {
                     // Compiled here, imports and all, and deployed as a plan.
                     let plan = load_plan(&file, root.as_deref())?;
                     let workflow = pick_workflow(&plan, workflow.as_deref())?;
+                    let input =
+                        run_input(input.as_deref(), max_input_bytes, plan.workflow(&workflow))?;
                     server.deploy(&plan).await?;
-                    workflow
+                    (workflow, input)
                 }
-                None => workflow.ok_or_else(|| {
-                    usage("name a .flow file to deploy and run, or a deployed workflow with --workflow")
-                })?,
+                None => {
+                    let workflow = workflow.ok_or_else(|| {
+                        usage("name a .flow file to deploy and run, or a deployed workflow with --workflow")
+                    })?;
+                    // flowd checks the input against the deployed workflow.
+                    (
+                        workflow,
+                        run_input(input.as_deref(), max_input_bytes, None)?,
+                    )
+                }
             };
             let run_id = server.start(&workflow, input).await?;
-            Ok(report(&server.settled(&run_id).await?, json))
+            Ok(report(&server.settled(&run_id).await?, json, None))
         }
         Command::Approve {
             run,
@@ -681,22 +1103,92 @@ async fn dispatch_remote(command: Command, server: &remote::Server) -> Result<u8
             approver,
             reject,
             comment,
-            db: _,
+            store: _,
             json,
         } => {
             server
                 .decide(&run, &step_path, &approver, !reject, comment)
                 .await?;
-            Ok(report(&server.settled(&run).await?, json))
+            Ok(report(&server.settled(&run).await?, json, None))
+        }
+        Command::Cancel {
+            run,
+            store: _,
+            json,
+        } => {
+            server.cancel(&run).await?;
+            Ok(cancelled(&run, json))
         }
         Command::Recover { .. } => Err(usage(
             "flowd resumes its runs itself when it starts; `flow recover` is for the embedded store",
         )),
-        Command::Runs { db: _, json } => {
-            print_runs(&server.runs().await?, json);
+        Command::Runs {
+            status,
+            workflow,
+            limit,
+            store: _,
+            json,
+        } => {
+            let runs = server
+                .runs(workflow.as_deref(), status, limit.unwrap_or(1_000))
+                .await?;
+            lists::print_runs(&runs, json, paint);
             Ok(0)
         }
-        Command::Show { run, db: _, json } => print_trace(&server.trace(&run).await?, json),
+        Command::Show {
+            run,
+            last: _,
+            output,
+            store: _,
+            json,
+        } => {
+            let run = match run {
+                Some(run) => run,
+                None => server
+                    .runs(None, None, 1)
+                    .await?
+                    .into_iter()
+                    .next()
+                    .map(|line| line.run_id)
+                    .ok_or_else(|| usage("the account has no runs"))?,
+            };
+            let record = server.run(&run).await?;
+            let records = server.trace(&run).await?;
+            print_trace(&summary_of(&record), &records, output, None, json);
+            Ok(0)
+        }
+        Command::Approvals {
+            approver,
+            store: _,
+            json,
+        } => {
+            let approver = approver.ok_or_else(|| {
+                usage("with --server, say whose approvals to list: --as APPROVER (flowd resolves their groups)")
+            })?;
+            lists::print_approvals(&server.approvals(&approver).await?, json, None, paint);
+            Ok(0)
+        }
+        Command::Notifications {
+            audiences,
+            reader,
+            limit,
+            store: _,
+            json,
+        } => {
+            let reader = reader.ok_or_else(|| {
+                usage("with --server, say whose notifications to list: --as READER (flowd resolves their departments and groups)")
+            })?;
+            let mut list = server.notifications(&reader, false, limit).await?;
+            if !audiences.is_empty() {
+                list.retain(|note| audiences.contains(&note.audience));
+            }
+            lists::print_notifications(&list, json, paint);
+            Ok(0)
+        }
+        Command::Kb { .. } => Err(usage(
+            "flowd's API has no knowledge-base reads yet; `flow kb` reads a local store (--db)",
+        )),
+        Command::Completions { .. } | Command::Man { .. } => Ok(0),
     }
 }
 
@@ -776,26 +1268,55 @@ fn pick_workflow(plan: &Plan, wanted: Option<&str>) -> Result<String> {
 /// The default of `flow run --max-input-bytes`.
 const MAX_INPUT_BYTES: u64 = 2 * 1024 * 1024;
 
-/// The run's input from `path`, read no further than `max_bytes` (so that a
-/// huge file, or a device, costs no more than the bound to refuse).
-fn read_input(path: &Path, max_bytes: u64) -> Result<Value> {
+/// The run's input, as `--input` gives it: `-` for standard input, JSON
+/// itself when it starts with `{` or `[` (no file path a person types
+/// does), else a file's path; each read no further than `max_bytes` (so
+/// that a huge file, a device or an endless pipe costs no more than the
+/// bound to refuse). Without `--input`, `{}` for a workflow that takes no
+/// input (or one not known here: flowd checks a deployed one's), and a
+/// usage error naming the fields for one that does.
+fn run_input(
+    input: Option<&str>,
+    max_bytes: u64,
+    workflow: Option<&flow_plan::Workflow>,
+) -> Result<Value> {
     use std::io::Read as _;
-    let cannot = |e: std::io::Error| usage(format!("cannot read {}: {e}", path.display()));
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .map_err(cannot)?
-        .take(max_bytes.saturating_add(1))
-        .read_to_end(&mut bytes)
-        .map_err(cannot)?;
+    let Some(input) = input else {
+        return match workflow {
+            Some(workflow) if !workflow.input_fields.is_empty() => Err(usage(format!(
+                "workflow `{}` takes an input ({}): give --input FILE.json, --input - (standard input) or --input '{{...}}'",
+                workflow.name,
+                workflow.input_fields.join(", ")
+            ))),
+            _ => Ok(json!({})),
+        };
+    };
+    let (what, bytes) = if input == "-" {
+        let mut bytes = Vec::new();
+        std::io::stdin()
+            .take(max_bytes.saturating_add(1))
+            .read_to_end(&mut bytes)
+            .map_err(|e| usage(format!("cannot read standard input: {e}")))?;
+        ("standard input".to_string(), bytes)
+    } else if input.trim_start().starts_with(['{', '[']) {
+        ("--input".to_string(), input.as_bytes().to_vec())
+    } else {
+        let cannot = |e: std::io::Error| usage(format!("cannot read {input}: {e}"));
+        let mut bytes = Vec::new();
+        std::fs::File::open(input)
+            .map_err(cannot)?
+            .take(max_bytes.saturating_add(1))
+            .read_to_end(&mut bytes)
+            .map_err(cannot)?;
+        (input.to_string(), bytes)
+    };
     if bytes.len() as u64 > max_bytes {
         return Err(usage(format!(
-            "{} is over {max_bytes} bytes, the largest input accepted (--max-input-bytes or FLOW_MAX_INPUT_BYTES raise it)",
-            path.display()
+            "{what} is over {max_bytes} bytes, the largest input accepted (--max-input-bytes or FLOW_MAX_INPUT_BYTES raise it)"
         )));
     }
-    let text = String::from_utf8(bytes)
-        .map_err(|_| usage(format!("{} is not UTF-8 text", path.display())))?;
-    serde_json::from_str(&text).map_err(|e| usage(format!("{} is not JSON: {e}", path.display())))
+    let text = String::from_utf8(bytes).map_err(|_| usage(format!("{what} is not UTF-8 text")))?;
+    serde_json::from_str(&text).map_err(|e| usage(format!("{what} is not JSON: {e}")))
 }
 
 fn open_store(db: &Path) -> Result<Arc<dyn Store>> {

@@ -283,8 +283,9 @@ pub fn describe_transport(transport: &McpTransport) -> String {
 }
 
 /// `word` as a shell would need it written: bare when it has only safe
-/// characters, else in single quotes.
-fn shell_quote(word: &str) -> String {
+/// characters, else in single quotes. `flow` writes the commands of its
+/// hints with it too.
+pub fn shell_quote(word: &str) -> String {
     let safe = !word.is_empty()
         && word
             .chars()
