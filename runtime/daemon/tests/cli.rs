@@ -1574,6 +1574,33 @@ async fn the_flow_cli_drives_runs_on_a_flowd() {
         "nothing ran on the embedded store"
     );
 
+    // The new everyday commands reach the same flowd (issue 17).
+    let waiting = remote(&["approvals", "--as", "boss@acme.io", "--json"]);
+    assert_eq!(waiting.code, 0, "{}", waiting.all());
+    let gates: serde_json::Value = serde_json::from_str(&waiting.stdout).unwrap();
+    assert_eq!(gates[0]["step_path"], "ok", "{gates}");
+    assert_eq!(gates[0]["run_id"], run_id.as_str(), "{gates}");
+    assert_eq!(remote(&["approvals"]).code, 2, "flowd needs to know whose");
+    let misspelt = remote(&["approve", &run_id, "okk", "--as", "boss@acme.io"]);
+    assert_eq!(misspelt.code, 2, "{}", misspelt.all());
+    assert!(
+        misspelt.stderr.contains("did you mean `ok`?"),
+        "{}",
+        misspelt.stderr
+    );
+    let parked_runs = remote(&["runs", "--status", "pending_approval", "--json"]);
+    let parked_runs: serde_json::Value = serde_json::from_str(&parked_runs.stdout).unwrap();
+    assert_eq!(parked_runs[0]["run_id"], run_id.as_str(), "{parked_runs}");
+    assert_eq!(parked_runs[0]["interrupted"], false, "{parked_runs}");
+    let pending = remote(&["show", "--last"]);
+    assert!(
+        pending.stdout.contains(&format!(
+            "approve: flow approve {run_id} ok --as boss@acme.io\n"
+        )),
+        "{}",
+        pending.stdout
+    );
+
     let done = remote(&["approve", &run_id, "ok", "--as", "boss@acme.io"]);
     assert_eq!(done.code, 0, "{}", done.all());
     assert!(
@@ -1596,10 +1623,19 @@ async fn the_flow_cli_drives_runs_on_a_flowd() {
     let shown = remote(&["show", &run_id]);
     assert_eq!(shown.code, 0, "{}", shown.all());
     assert!(
-        shown.stdout.starts_with("ok  Completed"),
+        shown.stdout.contains("status    completed\n")
+            && shown.stdout.contains("\nok  approval  approved  waited "),
         "{}",
         shown.stdout
     );
+    let again_id = remote(&["runs", "--limit", "1", "--json"]);
+    let again_id: serde_json::Value = serde_json::from_str(&again_id.stdout).unwrap();
+    let again_id = again_id[0]["run_id"].as_str().unwrap().to_string();
+    assert_ne!(again_id, run_id, "newest first");
+    let cancelled = remote(&["cancel", &again_id]);
+    assert_eq!(cancelled.code, 0, "{}", cancelled.all());
+    let twice = remote(&["cancel", &again_id]);
+    assert_eq!(twice.code, 2, "{}", twice.all());
 
     let mismatch = remote(&["run", "refund.flow", "--input", "bad.json"]);
     assert_eq!(mismatch.code, 1, "{}", mismatch.all());
