@@ -1024,11 +1024,13 @@ fn report(record: &RunRecord, json: bool, db: Option<&Path>) -> u8 {
             out!("run {run_id} is waiting for {} approval(s):", pending.len());
             for approval in pending {
                 out!(
-                    "  {}  approvers: {}  \"{}\"",
+                    "  {}  approvers: {}",
                     approval.path,
-                    approval.approvers.join(", "),
-                    approval.message
+                    approval.approvers.join(", ")
                 );
+                for line in style::quoted(&approval.message) {
+                    out!("    {line}");
+                }
                 let approver = approval
                     .approvers
                     .first()
