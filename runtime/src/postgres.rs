@@ -85,9 +85,9 @@ use crate::store::sql_limit;
 use crate::store::{
     ApprovalStore, DELETE_AFTER_CANCEL_MS, Deletion, Deployment, EVENT_CLAIM, EventNext,
     EventStore, JournalBackend, KbQuery, KbStore, MailNext, NO_ACCOUNT, NewNotification,
-    Notification, NotificationKind, NotificationQuery, NotificationStore, Outgoing, PendingGates, PlanStore,
-    RunEvent, RunHandle, RunLog, RunQuery, RunRow, RunStatus, RunStore, StoreError, StoreFuture,
-    StoreJournal,
+    Notification, NotificationKind, NotificationQuery, NotificationStore, Outgoing, PendingGates,
+    PlanStore, RunEvent, RunHandle, RunLog, RunQuery, RunRow, RunStatus, RunStore, StoreError,
+    StoreFuture, StoreJournal,
 };
 use crate::time::now_stored_ms as now_ms;
 use crate::tls::{TlsMode, TlsSettings};
