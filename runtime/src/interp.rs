@@ -58,6 +58,8 @@ struct Interpreter<'p> {
     /// The steps executing now, by path: what a workflow timeout, which
     /// drops them, records of them.
     in_flight: Mutex<BTreeMap<String, InFlight>>,
+    /// The redrive this invocation belongs to (0: the run's first drive).
+    round: u32,
 }
 
 /// A step executing now. Its input is not kept: copying every step's
@@ -80,7 +82,7 @@ pub async fn run(
     input: Value,
     services: Services,
 ) -> Outcome {
-    run_within(plan, workflow, run_id, input, services, Duration::ZERO).await
+    run_within(plan, workflow, run_id, input, services, Duration::ZERO, 0).await
 }
 
 /// Runs (or resumes) a run that has already been active for `spent`. The
@@ -88,6 +90,10 @@ pub async fn run(
 /// not in `spent`. When the budget runs out, everything in flight (other
 /// parallel branches and iterations included) is cancelled and the run fails;
 /// the cancelled steps have no record, so a later replay would run them again.
+///
+/// `round` is the run's redrive (0 before any): a step that failed the run
+/// in an earlier round runs again, with its retry budget anew; what
+/// completed is replayed.
 pub async fn run_within(
     plan: &Plan,
     workflow: &str,
@@ -95,6 +101,7 @@ pub async fn run_within(
     input: Value,
     services: Services,
     spent: Duration,
+    round: u32,
 ) -> Outcome {
     let Some(workflow) = plan.workflow(workflow) else {
         return Outcome::Failed {
@@ -126,6 +133,7 @@ pub async fn run_within(
         pending: Mutex::new(Vec::new()),
         context: ready.context,
         in_flight: Mutex::new(BTreeMap::new()),
+        round,
     };
     let budget = Duration::from_millis(workflow.timeout_ms).saturating_sub(spent);
     // `timeout` polls once before it checks the clock; a run with no time
@@ -396,14 +404,20 @@ impl<'p> Interpreter<'p> {
 
     async fn step(&self, step: &'p Step, ctx: &Ctx) -> Result<(), Interrupt> {
         let path = format!("{}{}", ctx.prefix, step.id);
-        // A step recorded between two attempts goes on after its last one;
-        // any other record is the step's outcome.
+        // A step recorded between two attempts goes on after its last one,
+        // as does one that failed the run before this redrive; any other
+        // record is the step's outcome.
         let retrying = match self.services.journal.lookup(&path) {
             Some(record) if record.status == StepStatus::Retrying => Some(record),
+            Some(record) if self.redrives(step, &record) => Some(record),
             Some(record) => return self.replay(step, ctx, &path, record).await,
             None => None,
         };
-        let started_ms = retrying.as_ref().map_or_else(now_ms, |r| r.started_ms);
+        // A redriven step starts anew; its earlier attempts are kept.
+        let started_ms = match &retrying {
+            Some(record) if record.status == StepStatus::Retrying => record.started_ms,
+            _ => now_ms(),
+        };
         let kind = self
             .workflow
             .slots
@@ -464,6 +478,7 @@ impl<'p> Interpreter<'p> {
                 attempts: Vec::new(),
                 started_ms,
                 ended_ms: started_ms,
+                round: self.round,
             };
             self.journal(record).await?;
             self.pending
@@ -477,6 +492,10 @@ impl<'p> Interpreter<'p> {
             None => None,
         };
         let (made, wait) = match retrying {
+            // A redriven step goes at once.
+            Some(record) if record.status == StepStatus::Failed => {
+                (record.attempts, Duration::ZERO)
+            }
             // What is left of the wait its last attempt asked for.
             Some(record) => {
                 let wait_ms = record.attempts.last().and_then(|a| a.delay_ms).unwrap_or(0);
@@ -508,6 +527,15 @@ impl<'p> Interpreter<'p> {
         settled
     }
 
+    /// Whether `record`, this step's, is a failure of an earlier round that
+    /// a redrive runs again: one that failed the run (a failure its
+    /// `on_error` takes in is kept, as the steps after it saw it).
+    fn redrives(&self, step: &Step, record: &StepRecord) -> bool {
+        record.status == StepStatus::Failed
+            && record.round < self.round
+            && matches!(step.on_error, OnError::Fail)
+    }
+
     fn in_flight(&self) -> MutexGuard<'_, BTreeMap<String, InFlight>> {
         self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -533,6 +561,7 @@ impl<'p> Interpreter<'p> {
                     index: attempts.len() as u32,
                     error: Some(format!("timeout: {}", error.message)),
                     delay_ms: None,
+                    round: self.round,
                 });
             }
             let record = StepRecord {
@@ -546,6 +575,7 @@ impl<'p> Interpreter<'p> {
                 attempts,
                 started_ms: step.started_ms,
                 ended_ms: now_ms(),
+                round: self.round,
             };
             // The run fails whatever happens to this record.
             let _ = self.services.journal.record(record).await;
@@ -666,13 +696,16 @@ impl<'p> Interpreter<'p> {
         wait: Duration,
     ) -> (Result<Option<Value>, StepError>, Vec<Attempt>) {
         let mut attempts = made;
+        // Every attempt has its own index (its call's identity); the retry
+        // budget counts this round's only.
         let mut index = attempts.len() as u32;
+        let mut tries = attempts.iter().filter(|a| a.round == self.round).count() as u32;
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
             self.calling(path);
         }
         loop {
-            if index >= step.retry.attempts.max(1) {
+            if tries >= step.retry.attempts.max(1) {
                 // Only a plan changed under a resumed run gets here.
                 let error = StepError::new(ErrorKind::Server, "the step's attempts ran out");
                 return (Err(error), attempts);
@@ -700,16 +733,18 @@ impl<'p> Interpreter<'p> {
                         index,
                         error: None,
                         delay_ms: None,
+                        round: self.round,
                     });
                     return (Ok(output), attempts);
                 }
                 Err(error) => {
-                    let last = index + 1 >= step.retry.attempts || !error.kind.retryable();
-                    let delay = (!last).then(|| backoff(step, index, &error, &call_id));
+                    let last = tries + 1 >= step.retry.attempts || !error.kind.retryable();
+                    let delay = (!last).then(|| backoff(step, tries, &error, &call_id));
                     attempts.push(Attempt {
                         index,
                         error: Some(format!("{}: {}", error.kind.name(), error.message)),
                         delay_ms: delay.map(|d| d.as_millis() as u64),
+                        round: self.round,
                     });
                     let Some(delay) = delay else {
                         return (Err(error), attempts);
@@ -729,6 +764,7 @@ impl<'p> Interpreter<'p> {
                         attempts: attempts.clone(),
                         started_ms,
                         ended_ms: now_ms(),
+                        round: self.round,
                     };
                     if let Err(error) = self.services.journal.record(retrying).await {
                         return (Err(error), attempts);
@@ -738,6 +774,7 @@ impl<'p> Interpreter<'p> {
                 }
             }
             index += 1;
+            tries += 1;
         }
     }
 
@@ -865,6 +902,7 @@ impl<'p> Interpreter<'p> {
             attempts,
             started_ms,
             ended_ms: now_ms(),
+            round: self.round,
         };
         // The output is durable before a dependent step can use it.
         self.journal(record).await?;

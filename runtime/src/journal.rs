@@ -52,6 +52,14 @@ pub struct Attempt {
     pub error: Option<String>,
     /// The wait before the next attempt.
     pub delay_ms: Option<u64>,
+    /// The redrive it was made in (0: the run's first drive). A redriven
+    /// step gets its retry budget anew; its earlier attempts stay.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub round: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// One step execution: the journal's unit and the trace tree's node.
@@ -68,6 +76,10 @@ pub struct StepRecord {
     pub attempts: Vec<Attempt>,
     pub started_ms: u64,
     pub ended_ms: u64,
+    /// The redrive it was written in (0: the run's first drive): a failed
+    /// step of an earlier one runs again in a redrive.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub round: u32,
 }
 
 /// Where step records go, and where a replay finds them.

@@ -84,10 +84,10 @@ use crate::services::{Handoff, KbDocument, KbWrite};
 use crate::store::sql_limit;
 use crate::store::{
     ApprovalStore, DELETE_AFTER_CANCEL_MS, Deletion, Deployment, EVENT_CLAIM, EventNext,
-    EventStore, JournalBackend, KbQuery, KbStore, MailNext, NO_ACCOUNT, NewNotification,
-    Notification, NotificationKind, NotificationQuery, NotificationStore, Outgoing, PendingGates,
-    PlanStore, RunEvent, RunHandle, RunLog, RunQuery, RunRow, RunStatus, RunStore, StoreError,
-    StoreFuture, StoreJournal,
+    EventStore, JournalBackend, KbQuery, KbStore, MAX_REDRIVES, MailNext, NO_ACCOUNT,
+    NewNotification, Notification, NotificationKind, NotificationQuery, NotificationStore,
+    Outgoing, PendingGates, PlanStore, RunEvent, RunHandle, RunLog, RunQuery, RunRow, RunStatus,
+    RunStore, StoreError, StoreFuture, StoreJournal,
 };
 use crate::time::now_stored_ms as now_ms;
 use crate::tls::{TlsMode, TlsSettings};
@@ -245,6 +245,8 @@ const MIGRATIONS: &[&str] = &[
      END $$;
      CREATE TRIGGER runs_keep_events AFTER UPDATE OF status ON runs
          FOR EACH ROW EXECUTE FUNCTION runs_keep_events();",
+    // How often a run was redriven (`RunStore::redrive_run`).
+    "ALTER TABLE runs ADD COLUMN redrives INTEGER NOT NULL DEFAULT 0;",
 ];
 
 /// How long a run stays its owner's without a heartbeat
@@ -256,8 +258,7 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
 const MAIL_CLAIM: Duration = Duration::from_secs(120);
 
 /// The columns `run_row` reads, in its order.
-const RUN_COLUMNS: &str =
-    "id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account";
+const RUN_COLUMNS: &str = "id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account, redrives";
 
 /// The columns `notification_row` reads, less the read mark.
 const NOTIFICATION_COLUMNS: &str =
@@ -1060,6 +1061,7 @@ fn run_row(row: &tokio_postgres::Row) -> Result<RunRow, StoreError> {
         updated_ms: row.get(7),
         active_ms: row.get(8),
         account: row.get(9),
+        redrives: row.get::<_, i32>(10).max(0) as u32,
     })
 }
 
@@ -1222,7 +1224,7 @@ async fn insert_records(
              SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[])
              ON CONFLICT (run_id, path) DO UPDATE
                  SET status = excluded.status, record = excluded.record, due_ms = excluded.due_ms
-                 WHERE step_runs.status IN ('pending', 'retrying')",
+                 WHERE step_runs.status IN ('pending', 'retrying', 'redriven')",
         )
         .await?;
     tx.execute(&statement, &[&run_ids, &paths, &statuses, &records, &due])
@@ -1538,6 +1540,33 @@ impl RunStore for PostgresStore {
                 )
                 .await?;
             Ok(changed == 1)
+        })
+    }
+
+    fn redrive_run<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<u32>> {
+        Box::pin(async move {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let round = tx
+                .query_opt(
+                    "UPDATE runs SET status = 'running', outcome = NULL, owner = $2, updated_ms = $3,
+                         active_ms = 0, redrives = redrives + 1, epoch = epoch + 1,
+                         lease_until = now() + $4 * interval '1 millisecond'
+                     WHERE id = $1 AND status IN ('failed', 'cancelled') AND redrives < $5
+                     RETURNING redrives",
+                    &[&id, &self.owner, &now_ms(), &millis(self.lease), &(MAX_REDRIVES as i32)],
+                )
+                .await?
+                .map(|row| row.get::<_, i32>(0).max(0) as u32);
+            if round.is_some() {
+                tx.execute(
+                    "UPDATE step_runs SET status = 'redriven' WHERE run_id = $1 AND status = 'failed'",
+                    &[&id],
+                )
+                .await?;
+            }
+            tx.commit().await?;
+            Ok(round)
         })
     }
 

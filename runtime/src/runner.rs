@@ -232,11 +232,11 @@ pub async fn drive(
             journal,
             steps: steps.clone(),
         };
-        // The workflow's deadline counts active time across invocations.
-        let spent = store
-            .run(run_id)
-            .await?
-            .map_or(0, |row| row.active_ms.max(0) as u64);
+        // The workflow's deadline counts active time across invocations
+        // (since the last redrive, which gives it a new budget).
+        let row = store.run(run_id).await?;
+        let spent = row.as_ref().map_or(0, |row| row.active_ms.max(0) as u64);
+        let round = row.as_ref().map_or(0, |row| row.redrives);
         let started = Instant::now();
         let ticks = Arc::new(AtomicU32::new(0));
         let ticker = {
@@ -265,6 +265,7 @@ pub async fn drive(
             input.clone(),
             services,
             Duration::from_millis(spent),
+            round,
         )
         .await;
         drop(ticker);

@@ -24,10 +24,10 @@ use crate::journal::{StepRecord, StepStatus};
 use crate::services::{Handoff, KbDocument, KbWrite};
 use crate::store::{
     ApprovalStore, DELETE_AFTER_CANCEL_MS, Deletion, Deployment, EVENT_CLAIM, EventNext,
-    EventStore, JournalBackend, KbQuery, KbStore, MailNext, NO_ACCOUNT, NewNotification,
-    Notification, NotificationKind, NotificationQuery, NotificationStore, Outgoing, PendingGates,
-    PlanStore, RunEvent, RunHandle, RunLog, RunQuery, RunRow, RunStatus, RunStore, StoreError,
-    StoreFuture, StoreJournal,
+    EventStore, JournalBackend, KbQuery, KbStore, MAX_REDRIVES, MailNext, NO_ACCOUNT,
+    NewNotification, Notification, NotificationKind, NotificationQuery, NotificationStore,
+    Outgoing, PendingGates, PlanStore, RunEvent, RunHandle, RunLog, RunQuery, RunRow, RunStatus,
+    RunStore, StoreError, StoreFuture, StoreJournal,
 };
 use crate::store::{lock, sql_limit};
 use crate::time::now_stored_ms as now_ms;
@@ -270,6 +270,8 @@ const MIGRATIONS: &[&str] = &[
                  CASE NEW.status WHEN 'pending_approval' THEN 'parked' ELSE NEW.status END,
                  NEW.outcome, NEW.updated_ms, NEW.updated_ms);
      END;",
+    // How often a run was redriven (`RunStore::redrive_run`).
+    "ALTER TABLE runs ADD COLUMN redrives INTEGER NOT NULL DEFAULT 0;",
 ];
 
 /// Whether a run with `status`, last changed at `updated_ms`, may be deleted.
@@ -316,7 +318,7 @@ const NOTIFY: &str = "INSERT OR IGNORE INTO notifications
 /// index: reading the row's `account` would walk the pages of its input and
 /// outcome first, so that another account's large run took measurably
 /// longer to be refused than a made-up id.
-const ACCOUNT_RUN: &str = "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account FROM runs
+const ACCOUNT_RUN: &str = "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account, redrives FROM runs
      WHERE id = (SELECT id FROM runs INDEXED BY runs_by_account_id WHERE account = ?1 AND id = ?2)";
 
 impl From<rusqlite::Error> for StoreError {
@@ -714,7 +716,7 @@ impl SqliteStore {
     pub fn run(&self, id: &str) -> Result<Option<RunRow>, StoreError> {
         Ok(self.reader()?
             .query_row(
-                "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account FROM runs WHERE id = ?1",
+                "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account, redrives FROM runs WHERE id = ?1",
                 [id],
                 run_row,
             )
@@ -731,7 +733,7 @@ impl SqliteStore {
     pub fn runs(&self) -> Result<Vec<RunRow>, StoreError> {
         let conn = self.reader()?;
         let mut statement = conn.prepare(
-            "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account FROM runs ORDER BY created_ms, id",
+            "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account, redrives FROM runs ORDER BY created_ms, id",
         )?;
         let rows = statement
             .query_map([], run_row)?
@@ -785,6 +787,29 @@ impl SqliteStore {
             params![id, now_ms()],
         )?;
         Ok(changed == 1)
+    }
+
+    pub fn redrive_run(&self, id: &str) -> Result<Option<u32>, StoreError> {
+        let conn = lock(&self.conn);
+        in_immediate(&conn, || {
+            let round: Option<u32> = conn
+                .query_row(
+                    "UPDATE runs SET status = 'running', outcome = NULL, owner = ?2, updated_ms = ?3,
+                         active_ms = 0, redrives = redrives + 1
+                     WHERE id = ?1 AND status IN ('failed', 'cancelled') AND redrives < ?4
+                     RETURNING redrives",
+                    params![id, owner(), now_ms(), MAX_REDRIVES],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            if round.is_some() {
+                conn.execute(
+                    "UPDATE step_runs SET status = 'redriven' WHERE run_id = ?1 AND status = 'failed'",
+                    [id],
+                )?;
+            }
+            Ok(round)
+        })
     }
 
     pub fn deploy(
@@ -960,7 +985,7 @@ impl SqliteStore {
     pub fn run_by_key(&self, account: &str, key: &str) -> Result<Option<RunRow>, StoreError> {
         Ok(self.reader()?
             .query_row(
-                "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account
+                "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account, redrives
                  FROM runs WHERE account = ?1 AND idempotency_key = ?2",
                 [account, key],
                 run_row,
@@ -971,7 +996,7 @@ impl SqliteStore {
     pub fn account_runs(&self, account: &str, query: &RunQuery) -> Result<Vec<RunRow>, StoreError> {
         let conn = self.reader()?;
         let mut statement = conn.prepare_cached(
-            "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account
+            "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account, redrives
              FROM runs
              WHERE account = ?1 AND (?2 IS NULL OR workflow = ?2) AND (?3 IS NULL OR status = ?3)
                AND (?5 IS NULL OR (created_ms, id) < (?5, ?6))
@@ -998,7 +1023,7 @@ impl SqliteStore {
     pub fn unfinished_runs(&self) -> Result<Vec<RunRow>, StoreError> {
         let conn = self.reader()?;
         let mut statement = conn.prepare_cached(
-            "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account
+            "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account, redrives
              FROM runs WHERE status = 'running' ORDER BY created_ms, id",
         )?;
         let rows = statement
@@ -1010,12 +1035,12 @@ impl SqliteStore {
     pub fn orphaned_runs(&self) -> Result<Vec<RunRow>, StoreError> {
         let conn = self.reader()?;
         let mut statement = conn.prepare_cached(
-            "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account, owner
+            "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account, redrives, owner
              FROM runs WHERE status = 'running' ORDER BY created_ms, id",
         )?;
         let rows = statement
             .query_map([], |row| {
-                Ok((run_row(row)?, row.get::<_, Option<String>>(10)?))
+                Ok((run_row(row)?, row.get::<_, Option<String>>(11)?))
             })?
             .collect::<Result<Vec<_>, _>>()?;
         Ok(rows
@@ -1028,7 +1053,7 @@ impl SqliteStore {
     pub fn expired_gates(&self, now_ms: u64) -> Result<Vec<RunRow>, StoreError> {
         let conn = self.reader()?;
         let mut statement = conn.prepare_cached(
-            "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account
+            "SELECT id, workflow, plan_hash, status, input, outcome, created_ms, updated_ms, active_ms, account, redrives
              FROM runs
              WHERE status = 'pending_approval' AND id IN (
                  SELECT run_id FROM step_runs
@@ -1421,6 +1446,10 @@ impl RunStore for SqliteStore {
         ready(self.cancel_run(id))
     }
 
+    fn redrive_run<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<u32>> {
+        ready(self.redrive_run(id))
+    }
+
     fn delete_run<'a>(&'a self, account: &'a str, id: &'a str) -> StoreFuture<'a, Deletion> {
         ready(self.delete_run(account, id))
     }
@@ -1580,6 +1609,7 @@ fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
         updated_ms: row.get(7)?,
         active_ms: row.get(8)?,
         account: row.get(9)?,
+        redrives: row.get(10)?,
     })
 }
 
@@ -1647,7 +1677,7 @@ fn write_batch(
              VALUES (?1, ?2, ?3, ?4, (SELECT COALESCE(MAX(seq), 0) + 1 FROM step_runs), ?5)
              ON CONFLICT (run_id, path) DO UPDATE SET status = excluded.status, record = excluded.record,
                  due_ms = excluded.due_ms
-             WHERE step_runs.status IN ('pending', 'retrying')",
+             WHERE step_runs.status IN ('pending', 'retrying', 'redriven')",
         )?;
         for write in batch {
             match write {

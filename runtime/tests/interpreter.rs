@@ -472,6 +472,7 @@ async fn the_workflow_deadline_cancels_work_in_flight() {
         json!({}),
         services(Arc::new(Scripted::default()), &store),
         spent,
+        0,
     )
     .await;
     assert!(

@@ -86,6 +86,10 @@ on_each_store!(
     an_idempotency_key_starts_one_run_per_account,
     a_cancelled_run_records_nothing_more,
     a_run_given_up_is_orphaned_until_claimed,
+    a_failed_run_is_redriven_from_the_step_that_failed_it,
+    a_redrive_reruns_only_the_failed_iterations_of_a_loop,
+    a_run_is_redriven_again_and_at_most_max_times,
+    a_redrive_cut_short_goes_on_from_where_it_was,
     deployments_runs_and_documents_can_be_deleted,
     the_runner_parks_resumes_and_lists_runs_to_recover,
     // ApprovalStore
@@ -161,10 +165,12 @@ async fn a_retrying_record_is_kept_until_its_step_ends(backend: Backend) {
                 error: (index + 1 < attempts || status != StepStatus::Completed)
                     .then(|| "server: 500".to_string()),
                 delay_ms: Some(10),
+                round: 0,
             })
             .collect(),
         started_ms: 1,
         ended_ms: 2,
+        round: 0,
     };
     journal
         .record(record(StepStatus::Retrying, 1))
@@ -1335,6 +1341,7 @@ async fn postgres_a_journal_whose_run_was_taken_over_does_nothing_more() {
         attempts: Vec::new(),
         started_ms: 0,
         ended_ms: 0,
+        round: 0,
     };
     assert!(old.record(record).await.is_err(), "no record");
     assert!(
@@ -1677,4 +1684,259 @@ async fn deployments_runs_and_documents_can_be_deleted(backend: Backend) {
         .await
         .unwrap();
     assert!(found.is_empty(), "{found:?}");
+}
+
+/// A model with an outage: a call whose prompt is `down` fails (a 5xx), one
+/// whose prompt is `hung` never answers; every call is noted by prompt.
+#[derive(Default)]
+struct Outage {
+    down: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    hung: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    calls: std::sync::Mutex<Vec<String>>,
+}
+
+impl Outage {
+    fn down(prompts: &[&str]) -> Arc<Outage> {
+        let outage = Outage::default();
+        outage
+            .down
+            .lock()
+            .unwrap()
+            .extend(prompts.iter().map(|p| p.to_string()));
+        Arc::new(outage)
+    }
+
+    fn over(&self) {
+        self.down.lock().unwrap().clear();
+        self.hung.lock().unwrap().clear();
+    }
+
+    fn calls_of(&self, prompt: &str) -> usize {
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|p| *p == prompt)
+            .count()
+    }
+}
+
+impl flow_runtime::services::Provider for Outage {
+    fn complete<'a>(
+        &'a self,
+        call: &'a flow_runtime::services::RecipeCall<'a>,
+    ) -> flow_runtime::services::BoxFuture<
+        'a,
+        Result<serde_json::Value, flow_runtime::error::StepError>,
+    > {
+        self.calls.lock().unwrap().push(call.prompt.clone());
+        let down = self.down.lock().unwrap().contains(&call.prompt);
+        let hung = self.hung.lock().unwrap().contains(&call.prompt);
+        Box::pin(async move {
+            if hung {
+                std::future::pending::<()>().await;
+            }
+            if down {
+                return Err(flow_runtime::error::StepError::new(
+                    flow_runtime::error::ErrorKind::Server,
+                    "503 the provider is down",
+                ));
+            }
+            Ok(json!({ "a": "fine" }))
+        })
+    }
+}
+
+const EIGHT_STEPS: &str = r#"recipe r { model "m" input { q: string } output { a: string } prompt "{{input.q}}" }
+workflow w {
+  step s1 = r { q: "s1" }
+  step s2 = r { q: "s2" }
+  step s3 = r { q: "s3" }
+  step s4 = r { q: "s4" }
+  step s5 = r { q: "s5" }
+  step s6 = r { q: "s6" }
+  step s7 = r { q: "s7" } retry 2 backoff 10ms..10ms
+  step s8 = r { q: "s8" }
+  output { last: step.s8.a }
+}"#;
+
+/// Creates run `run-1` of workflow `w` of `source` with `input`.
+async fn created(
+    store: &Arc<dyn Store>,
+    source: &str,
+    input: serde_json::Value,
+) -> flow_plan::Plan {
+    let plan = plan(source);
+    store.put_plan(&plan).await.unwrap();
+    store
+        .create_run("run-1", "", "w", &plan.hash, &input, None)
+        .await
+        .unwrap();
+    plan
+}
+
+async fn drive_with(
+    store: &Arc<dyn Store>,
+    plan: &flow_plan::Plan,
+    input: serde_json::Value,
+    model: &Arc<Outage>,
+) -> Outcome {
+    flow_runtime::runner::drive(
+        store,
+        plan,
+        "w",
+        "run-1",
+        input,
+        model.clone(),
+        None,
+        None,
+        None,
+    )
+    .await
+    .unwrap()
+}
+
+async fn record_of(store: &Arc<dyn Store>, path: &str) -> StepRecord {
+    store
+        .step_records("run-1")
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|r| r.path == path)
+        .unwrap_or_else(|| panic!("a record of {path}"))
+}
+
+/// Issue 15: a run failed by a provider outage at step 7 of 8 is redriven:
+/// steps 1 to 6 are kept, only 7 and 8 go to the model, and the trace keeps
+/// the failed attempt beside the one that succeeded.
+async fn a_failed_run_is_redriven_from_the_step_that_failed_it(backend: Backend) {
+    let store = backend.open().await;
+    let plan = created(&store, EIGHT_STEPS, json!({})).await;
+    let model = Outage::down(&["s7"]);
+    let failed = drive_with(&store, &plan, json!({}), &model).await;
+    assert!(
+        matches!(&failed, Outcome::Failed { step: Some(step), .. } if step == "s7"),
+        "{failed:?}"
+    );
+    assert_eq!(
+        store.redrive_run("never-started").await.unwrap(),
+        None,
+        "no such run"
+    );
+
+    model.over();
+    assert_eq!(store.redrive_run("run-1").await.unwrap(), Some(1));
+    let row = store.run("run-1").await.unwrap().unwrap();
+    assert_eq!(
+        (row.status, row.redrives, row.active_ms),
+        (RunStatus::Running, 1, 0)
+    );
+    let done = drive_with(&store, &plan, json!({}), &model).await;
+    assert!(matches!(done, Outcome::Completed { .. }), "{done:?}");
+    for step in ["s1", "s2", "s3", "s4", "s5", "s6", "s8"] {
+        assert_eq!(model.calls_of(step), 1, "{step}");
+    }
+    assert_eq!(
+        model.calls_of("s7"),
+        3,
+        "s7: two attempts, then the redrive"
+    );
+    let s7 = record_of(&store, "s7").await;
+    assert_eq!(s7.status, StepStatus::Completed);
+    assert_eq!(s7.round, 1);
+    let rounds: Vec<(u32, u32, bool)> = s7
+        .attempts
+        .iter()
+        .map(|a| (a.index, a.round, a.error.is_some()))
+        .collect();
+    assert_eq!(
+        rounds,
+        [(0, 0, true), (1, 0, true), (2, 1, false)],
+        "{s7:?}"
+    );
+    assert_eq!(
+        store.redrive_run("run-1").await.unwrap(),
+        None,
+        "a completed run is not redriven"
+    );
+}
+
+/// Issue 15: of a loop's 10 iterations 2 failed; a redrive runs those 2.
+async fn a_redrive_reruns_only_the_failed_iterations_of_a_loop(backend: Backend) {
+    let store = backend.open().await;
+    let source = r#"recipe r { model "m" input { q: string } output { a: string } prompt "{{input.q}}" }
+workflow w {
+  input { items: list<string> }
+  for workflow_input.items as each concurrency 10 {
+    step one = r { q: "item {{loop_item}}" } retry 1
+  }
+}"#;
+    let input = json!({ "items": (0..10).map(|i| i.to_string()).collect::<Vec<_>>() });
+    let plan = created(&store, source, input.clone()).await;
+    let model = Outage::down(&["item 3", "item 7"]);
+    let failed = drive_with(&store, &plan, input.clone(), &model).await;
+    assert!(matches!(failed, Outcome::Failed { .. }), "{failed:?}");
+    model.over();
+    assert_eq!(store.redrive_run("run-1").await.unwrap(), Some(1));
+    let done = drive_with(&store, &plan, input, &model).await;
+    assert!(matches!(done, Outcome::Completed { .. }), "{done:?}");
+    for i in 0..10 {
+        let expected = if i == 3 || i == 7 { 2 } else { 1 };
+        assert_eq!(model.calls_of(&format!("item {i}")), expected, "item {i}");
+    }
+}
+
+/// A redrive that fails again can be redriven again, each with the step's
+/// retry budget anew, up to `MAX_REDRIVES`.
+async fn a_run_is_redriven_again_and_at_most_max_times(backend: Backend) {
+    let store = backend.open().await;
+    let plan = created(&store, EIGHT_STEPS, json!({})).await;
+    let model = Outage::down(&["s7"]);
+    drive_with(&store, &plan, json!({}), &model).await;
+    for round in 1..=flow_runtime::store::MAX_REDRIVES {
+        assert_eq!(store.redrive_run("run-1").await.unwrap(), Some(round));
+        let failed = drive_with(&store, &plan, json!({}), &model).await;
+        assert!(matches!(failed, Outcome::Failed { .. }), "{failed:?}");
+        assert_eq!(
+            model.calls_of("s7"),
+            2 * (1 + round as usize),
+            "the step's two attempts in each round"
+        );
+    }
+    assert_eq!(store.redrive_run("run-1").await.unwrap(), None, "no more");
+    assert_eq!(
+        model.calls_of("s6"),
+        1,
+        "s6 completed once, before the outage"
+    );
+    let s7 = record_of(&store, "s7").await;
+    assert_eq!(
+        s7.attempts.len(),
+        2 * (1 + flow_runtime::store::MAX_REDRIVES as usize)
+    );
+}
+
+/// A process that dies during a redrive: the run is `running` in its
+/// redrive, and whoever drives it next goes on in that round, asking no
+/// completed step again.
+async fn a_redrive_cut_short_goes_on_from_where_it_was(backend: Backend) {
+    let store = backend.open().await;
+    let plan = created(&store, EIGHT_STEPS, json!({})).await;
+    let model = Outage::down(&["s7"]);
+    drive_with(&store, &plan, json!({}), &model).await;
+    model.over();
+    model.hung.lock().unwrap().insert("s8".to_string());
+    assert_eq!(store.redrive_run("run-1").await.unwrap(), Some(1));
+    let cut = tokio::time::timeout(
+        Duration::from_millis(500),
+        drive_with(&store, &plan, json!({}), &model),
+    )
+    .await;
+    assert!(cut.is_err(), "the redrive was cut short at s8");
+    model.over();
+    let done = drive_with(&store, &plan, json!({}), &model).await;
+    assert!(matches!(done, Outcome::Completed { .. }), "{done:?}");
+    assert_eq!(model.calls_of("s7"), 3, "s7 completed in the redrive, once");
+    assert_eq!(model.calls_of("s8"), 2, "s8 was in flight when it was cut");
+    assert_eq!(model.calls_of("s1"), 1);
 }

@@ -132,6 +132,18 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Continue a failed or cancelled run from where it stopped: completed
+    /// steps are kept, the steps that failed it run again (with their retry
+    /// budget anew), then the rest; the workflow's deadline starts over. A
+    /// run is redriven at most 10 times.
+    Redrive {
+        run: String,
+        #[command(flatten)]
+        store: StoreArg,
+        /// Print the run record as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Resume every run left `running` by a process that died, and every
     /// parked run whose approval expired. Completed steps are not run again;
     /// the step in flight runs again. With `--json`, one run record per line.
@@ -467,6 +479,37 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>) -> Result<u8> {
                 return Err(already_ended(&run, row.status));
             }
             Ok(cancelled(&run, json))
+        }
+        Command::Redrive {
+            run,
+            store: StoreArg { db },
+            json,
+        } => {
+            let store = open_store(&db)?;
+            let row = find_run(&store, &run, &db).await?;
+            let plan = store.plan(&row.plan_hash).await.map_err(store_error)?;
+            if store
+                .redrive_run(&run)
+                .await
+                .map_err(store_error)?
+                .is_none()
+            {
+                return Err(usage(
+                    flow_runtime::store::RedriveRefused::of(&row).to_string(),
+                ));
+            }
+            execute(
+                &store,
+                &db,
+                &limiter,
+                mcp,
+                &plan,
+                &row.workflow,
+                &run,
+                row.input,
+                json,
+            )
+            .await
         }
         Command::Recover {
             store: StoreArg { db },
@@ -1120,6 +1163,14 @@ async fn dispatch_remote(command: Command, server: &remote::Server) -> Result<u8
         } => {
             server.cancel(&run).await?;
             Ok(cancelled(&run, json))
+        }
+        Command::Redrive {
+            run,
+            store: _,
+            json,
+        } => {
+            server.redrive(&run).await?;
+            Ok(report(&server.settled(&run).await?, json, None))
         }
         Command::Recover { .. } => Err(usage(
             "flowd resumes its runs itself when it starts; `flow recover` is for the embedded store",

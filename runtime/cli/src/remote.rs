@@ -207,6 +207,16 @@ impl Server {
         Ok(())
     }
 
+    pub(crate) async fn redrive(&self, run: &str) -> Result<()> {
+        self.call(
+            reqwest::Method::POST,
+            &format!("/v1/runs/{}/redrive", segment(run)),
+            None,
+        )
+        .await?;
+        Ok(())
+    }
+
     /// The gates `approver` (or an approver group of theirs) may decide.
     pub(crate) async fn approvals(&self, approver: &str) -> Result<Vec<GateLine>> {
         let answer = self

@@ -39,7 +39,7 @@ type Answer = Result<Response, Problem>;
     ),
     paths(
         deploy, workflows, undeploy, start_run, get_run, delete_run, trace, runs, cancel,
-        decide, my_approvals, notifications, mark_read, delete_document
+        redrive, decide, my_approvals, notifications, mark_read, delete_document
     ),
     components(schemas(ProblemDoc)),
     modifiers(&CommonAnswers),
@@ -1004,6 +1004,53 @@ pub(crate) async fn delete_document(
             &format!("no document `{}/{}`", query.collection, query.title),
         ))
     }
+}
+
+/// Continues a failed or cancelled run from where it stopped: what completed
+/// is kept (not called again); the steps that failed it run again with their
+/// retry budget anew, then the rest; the workflow's deadline starts over.
+/// The trace keeps every attempt. At most `MAX_REDRIVES` times per run.
+#[utoipa::path(
+    post, path = "/v1/runs/{id}/redrive", tag = "runs",
+    params(("id" = String, Path, description = "The run's id")),
+    responses(
+        (status = 202, description = "Redriven; the run continues", body = RunState),
+        (status = 404, description = "No such run in this account (`unknown_run`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 409, description = "The run did not fail and was not cancelled (`not_redrivable`), or was redriven as often as it may be (`redrives_exhausted`)", body = ProblemDoc, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn redrive(
+    State(daemon): State<Arc<Daemon>>,
+    Extension(AccountId(account)): Extension<AccountId>,
+    Path(id): Path<String>,
+) -> Answer {
+    let row = own_run(&daemon, &account, &id).await?;
+    // The plan before the claim: a run claimed and then not driven would
+    // wait for the orphan sweep.
+    let plan = daemon.plan(&row.plan_hash).await.map_err(store_problem)?;
+    if daemon
+        .store
+        .redrive_run(&id)
+        .await
+        .map_err(store_problem)?
+        .is_none()
+    {
+        let refused = flow_runtime::store::RedriveRefused::of(&row);
+        return Err(Problem::new(
+            StatusCode::CONFLICT,
+            refused.code(),
+            &refused.to_string(),
+        ));
+    }
+    daemon.spawn_run(plan, row.account, row.workflow, id.clone(), row.input);
+    Ok((
+        StatusCode::ACCEPTED,
+        axum::Json(RunState {
+            run_id: id,
+            status: RunStatus::Running,
+        }),
+    )
+        .into_response())
 }
 
 /// Stops a running or parked run for good.

@@ -804,6 +804,10 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
             axum::routing::post(crate::api::cancel),
         )
         .route(
+            "/v1/runs/{id}/redrive",
+            axum::routing::post(crate::api::redrive),
+        )
+        .route(
             "/v1/runs/{id}",
             axum::routing::get(crate::api::get_run).delete(crate::api::delete_run),
         )

@@ -2284,3 +2284,81 @@ async fn webhooks_are_an_accounts_own() {
         refused.all()
     );
 }
+
+/// Issue 15: a run failed by a provider outage is redriven over HTTP and
+/// completes, asking the model only for the step that failed; a run that
+/// did not fail is refused, another account's run is not found.
+#[tokio::test]
+async fn a_failed_run_is_redriven_over_http() {
+    use flow_tests::fake_llm::{FakeLlm, Reply, ok};
+    use reqwest::Method;
+    use serde_json::json;
+    use std::time::Duration;
+
+    let answer = json!({ "text": "t", "score": 1 });
+    let server = FakeLlm::start(
+        vec![
+            ok(answer.clone()),
+            Reply::Answer(503, vec![], "down".to_string()),
+        ],
+        answer,
+        Duration::ZERO,
+    )
+    .await;
+    let config = format!(
+        "{CONFIG}[provider]\nkind = \"openai\"\nbase_url = \"{}\"\nmodels = {{ default = \"fake\" }}\n",
+        server.url
+    );
+    let dir = TempDir::new("flowd-redrive");
+    let flowd = Flowd::start_with(&dir, &config);
+    flowd
+        .deploy(
+            ACME,
+            r#"recipe answer { model "default" input { q: string } output { text: string, score: int } prompt "{{input.q}}" }
+workflow pair {
+  step first = answer { q: "first" }
+  step second = answer { q: "second" } retry 1
+  output { text: step.second.text }
+}
+"#,
+        )
+        .await;
+    let run_id = flowd.start_run(ACME, json!({ "workflow": "pair" })).await;
+    let failed = flowd.settled(&run_id, ACME).await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+
+    let redrive = format!("/v1/runs/{run_id}/redrive");
+    let (status, _) = flowd.send(Method::POST, &redrive, Some(GLOBEX), None).await;
+    assert_eq!(status, 404, "another account's run");
+    let (status, body) = flowd.send(Method::POST, &redrive, Some(ACME), None).await;
+    assert_eq!(status, 202, "{body}");
+    let done = flowd.settled(&run_id, ACME).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        server.prompts(),
+        ["first", "second", "second"],
+        "only the failed step went again"
+    );
+    let (status, body) = flowd.send(Method::POST, &redrive, Some(ACME), None).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (409, Some("not_redrivable")),
+        "{body}"
+    );
+    let (_, trace) = flowd
+        .send(
+            Method::GET,
+            &format!("/v1/runs/{run_id}/trace"),
+            Some(ACME),
+            None,
+        )
+        .await;
+    let second = trace["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|step| step["path"] == "second")
+        .unwrap();
+    assert_eq!(second["attempts"].as_array().unwrap().len(), 2, "{second}");
+    assert_eq!(flowd.stop(), Some(0));
+}

@@ -152,6 +152,8 @@ pub struct RunRow {
     pub active_ms: i64,
     /// Whose run it is (`NO_ACCOUNT` for the local CLI's).
     pub account: String,
+    /// How often it was redriven (`RunStore::redrive_run`).
+    pub redrives: u32,
 }
 
 /// A workflow an account deployed: each deployment of a changed plan is a
@@ -422,6 +424,14 @@ pub trait RunStore: Send + Sync {
     /// cancelled (false: unknown or already ended).
     fn cancel_run<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool>;
 
+    /// Makes a run that failed or was cancelled `running` again, claimed by
+    /// this process, for its next redrive: its outcome is cleared, its
+    /// active time (the workflow's deadline) starts over, and its failed
+    /// steps may be written again (`redriven`). The interpreter runs those
+    /// that failed the run; the rest replays. Answers the redrive's round,
+    /// or `None` (unknown, not failed or cancelled, or `MAX_REDRIVES` done).
+    fn redrive_run<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<u32>>;
+
     /// Deletes `account`'s run `id` with its journal and its notifications,
     /// if it has ended (a cancelled run once `DELETE_AFTER_CANCEL_MS` has
     /// passed: a process cut off from the store may still be writing it).
@@ -646,6 +656,57 @@ pub enum Deletion {
 /// How long a cancelled run is kept before it may be deleted: longer than a
 /// lease, after which no other process still writes it.
 pub const DELETE_AFTER_CANCEL_MS: i64 = 30_000;
+
+/// How often one run may be redriven: a run that keeps failing is a bug or
+/// an outage to look at, not one to retry for ever.
+pub const MAX_REDRIVES: u32 = 10;
+
+/// Why `redrive_run` refused a run, told from its row as read before.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedriveRefused {
+    /// It did not fail and was not cancelled.
+    NotRedrivable { run: String, status: RunStatus },
+    /// It was redriven `MAX_REDRIVES` times.
+    Exhausted { run: String, redrives: u32 },
+}
+
+impl RedriveRefused {
+    pub fn of(row: &RunRow) -> RedriveRefused {
+        match row.status {
+            RunStatus::Failed | RunStatus::Cancelled => RedriveRefused::Exhausted {
+                run: row.id.clone(),
+                redrives: row.redrives,
+            },
+            status => RedriveRefused::NotRedrivable {
+                run: row.id.clone(),
+                status,
+            },
+        }
+    }
+
+    /// Its code in flowd's problem answers.
+    pub fn code(&self) -> &'static str {
+        match self {
+            RedriveRefused::NotRedrivable { .. } => "not_redrivable",
+            RedriveRefused::Exhausted { .. } => "redrives_exhausted",
+        }
+    }
+}
+
+impl std::fmt::Display for RedriveRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RedriveRefused::NotRedrivable { run, status } => write!(
+                f,
+                "run `{run}` is {status}: only a failed or cancelled run is redriven"
+            ),
+            RedriveRefused::Exhausted { run, redrives } => write!(
+                f,
+                "run `{run}` was redriven {redrives} times, the most a run may be; start a new run"
+            ),
+        }
+    }
+}
 
 impl RunStatus {
     /// Whether a run with this status will never change again (but by a
