@@ -14,8 +14,10 @@
 
 use std::fmt::{self, Write as _};
 
+pub mod compat;
 mod error_kind;
 pub mod limits;
+pub mod schema;
 mod validate;
 
 pub use error_kind::ErrorKind;
@@ -151,6 +153,21 @@ pub enum StepKind {
     Browser,
     Loop,
     Parallel,
+}
+
+impl StepKind {
+    /// The kind as a plan's JSON and people write it: `kb_write`.
+    pub fn name(self) -> &'static str {
+        match self {
+            StepKind::Recipe => "recipe",
+            StepKind::Approval => "approval",
+            StepKind::KbWrite => "kb_write",
+            StepKind::Handoff => "handoff",
+            StepKind::Browser => "browser",
+            StepKind::Loop => "loop",
+            StepKind::Parallel => "parallel",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -310,6 +327,68 @@ pub enum Action {
     },
 }
 
+impl Action {
+    /// The kind of step this action makes; a step's slot says the same.
+    pub fn kind(&self) -> StepKind {
+        match self {
+            Action::Recipe { .. } => StepKind::Recipe,
+            Action::Approval { .. } => StepKind::Approval,
+            Action::KbWrite { .. } => StepKind::KbWrite,
+            Action::Handoff { .. } => StepKind::Handoff,
+            Action::Browser { .. } => StepKind::Browser,
+        }
+    }
+}
+
+impl Step {
+    /// Calls `visit` on every reference that executing the step evaluates:
+    /// its arguments (an approval's approvers and message, a KB write's
+    /// and a handoff's fields) and its idempotency key. Its fallback block
+    /// is made of steps of its own.
+    pub fn each_ref<'a>(&'a self, visit: &mut impl FnMut(&'a Ref)) {
+        match &self.action {
+            Action::Recipe { args, .. } | Action::Browser { args, .. } => {
+                for field in args {
+                    field.value.each_ref(visit);
+                }
+            }
+            Action::Approval {
+                approvers, message, ..
+            } => {
+                approvers.each_ref(visit);
+                message.each_ref(visit);
+            }
+            Action::KbWrite {
+                collection,
+                title,
+                content,
+                metadata,
+            } => {
+                collection.each_ref(visit);
+                title.each_ref(visit);
+                content.each_ref(visit);
+                if let Some(metadata) = metadata {
+                    metadata.each_ref(visit);
+                }
+            }
+            Action::Handoff {
+                department,
+                message,
+                subject,
+            } => {
+                department.each_ref(visit);
+                message.each_ref(visit);
+                if let Some(subject) = subject {
+                    subject.each_ref(visit);
+                }
+            }
+        }
+        if let Some(key) = &self.idempotency_key {
+            key.each_ref(visit);
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
@@ -350,6 +429,33 @@ pub enum Expr {
     },
 }
 
+impl Expr {
+    /// Calls `visit` on every reference in the expression, those in its
+    /// templates included, in the order they are written.
+    pub fn each_ref<'a>(&'a self, visit: &mut impl FnMut(&'a Ref)) {
+        match self {
+            Expr::Literal(_) | Expr::Duration(_) => {}
+            Expr::Template(template) => template.each_ref(visit),
+            Expr::Ref(reference) => visit(reference),
+            Expr::List(items) => {
+                for item in items {
+                    item.each_ref(visit);
+                }
+            }
+            Expr::Record(fields) => {
+                for field in fields {
+                    field.value.each_ref(visit);
+                }
+            }
+            Expr::Not(inner) => inner.each_ref(visit),
+            Expr::Binary { left, right, .. } => {
+                left.each_ref(visit);
+                right.each_ref(visit);
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BinaryOp {
@@ -370,6 +476,17 @@ pub enum BinaryOp {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Template {
     pub parts: Vec<TemplatePart>,
+}
+
+impl Template {
+    /// Calls `visit` on every reference among the template's parts.
+    pub fn each_ref<'a>(&'a self, visit: &mut impl FnMut(&'a Ref)) {
+        for part in &self.parts {
+            if let TemplatePart::Ref(reference) = part {
+                visit(reference);
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -599,8 +599,8 @@ impl<'p> Validator<'p> {
             self.problem_at("slot", || {
                 format!(
                     "slot {slot} is for a step of kind `{}`, and this one is of kind `{}`",
-                    kind_name(entry.kind),
-                    kind_name(kind)
+                    entry.kind.name(),
+                    kind.name()
                 )
             });
         }
@@ -1328,18 +1328,6 @@ fn is_null_type(schema: &Value) -> bool {
     schema
         .as_object()
         .is_some_and(|map| map.len() == 1 && map.get("type") == Some(&Value::from("null")))
-}
-
-fn kind_name(kind: StepKind) -> &'static str {
-    match kind {
-        StepKind::Recipe => "recipe",
-        StepKind::Approval => "approval",
-        StepKind::KbWrite => "kb_write",
-        StepKind::Handoff => "handoff",
-        StepKind::Browser => "browser",
-        StepKind::Loop => "loop",
-        StepKind::Parallel => "parallel",
-    }
 }
 
 fn root_name(root: Root) -> &'static str {

@@ -199,6 +199,55 @@ mod tests {
         assert!(Ty::Json.assignable_to(&full) && full.assignable_to(&Ty::Json));
     }
 
+    /// The runtime decides assignability on plans, from schemas
+    /// (`flow_plan::schema::assignable`, for `flowc diff` and moving runs
+    /// between versions); it must answer as the checker does on types.
+    #[test]
+    fn schemas_are_assignable_exactly_when_their_types_are() {
+        let en =
+            |variants: &[&str]| Ty::enumeration(variants.iter().map(|v| v.to_string()).collect());
+        let types = vec![
+            Ty::Json,
+            Ty::String,
+            Ty::Int,
+            Ty::Float,
+            Ty::Bool,
+            Ty::Duration,
+            Ty::Null,
+            en(&["a", "b"]),
+            en(&["a"]),
+            en(&["a", "c"]),
+            Ty::list(Ty::Int),
+            Ty::list(Ty::Float),
+            Ty::list(en(&["a"])),
+            Ty::Int.optional(),
+            Ty::Float.optional(),
+            en(&["a", "b"]).optional(),
+            record(&[("a", Ty::Int)]),
+            record(&[("a", Ty::Float)]),
+            record(&[("a", Ty::Int), ("b", Ty::String.optional())]),
+            record(&[("a", Ty::Int), ("b", Ty::String)]),
+            record(&[("b", Ty::String)]),
+            record(&[("a", Ty::Int.optional())]),
+            record(&[]),
+            Ty::list(record(&[("a", Ty::Int)])).optional(),
+        ];
+        for ty in &types {
+            // Field order aside (a schema's properties are sorted), a
+            // schema is named as its type is.
+            assert_eq!(flow_plan::schema::show(&ty.json_schema()), ty.to_string());
+        }
+        for from in &types {
+            for to in &types {
+                assert_eq!(
+                    flow_plan::schema::assignable(&from.json_schema(), &to.json_schema()),
+                    from.assignable_to(to),
+                    "{from} to {to}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn display_reads_like_source() {
         let ty = record(&[

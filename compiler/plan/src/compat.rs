@@ -1,0 +1,1271 @@
+//! Whether a run of one version of a workflow can go on on another: the
+//! analysis behind `flowc diff`, and behind moving parked runs to a newer
+//! version and redriving a failed run on one.
+//!
+//! It works on plans, so that the runtime can ask it without the compiler.
+//! The question is one of execution paths because a run is a replay: the
+//! interpreter runs the plan again from the top, and a step whose path the
+//! journal holds takes its recorded outcome instead of running. A run of
+//! OLD moved to NEW therefore keeps what its journal says at each path, and
+//! NEW decides everything else:
+//!
+//! * a record whose path NEW has no step at is never read again (its work
+//!   is lost, its effects are done but unknown to NEW);
+//! * a record is replayed as NEW's step at that path, so that step must be
+//!   of the same kind, and what NEW's references read from it must be what
+//!   OLD's type of it guarantees;
+//! * a step of NEW that the journal has no record of runs when the replay
+//!   reaches it, so a step NEW orders before where the run stopped would
+//!   run late, after work NEW orders after it (after the gate's decision);
+//! * a pending gate is found by its path; NEW must reach that path, under
+//!   the same conditions, or the decision is never asked for again.
+//!
+//! The places a run of OLD can be at are its steps: a gate (an approval) a
+//! run waits at, or any step a run failed at or was running when its
+//! process stopped. A place inside a loop stands for every iteration
+//! (`articles[*]/review`, see [`pattern`]). For each place, what a run there
+//! may hold is every step that may have completed before it: earlier
+//! statements (every branch of an earlier condition), other iterations of
+//! an enclosing loop, sibling parallel branches, the step whose fallback
+//! the place is in. The analysis is conservative: where a run may hold a
+//! record, it assumes it does.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::ops::Range;
+
+use serde::{Serialize, Serializer};
+use serde_json::Value;
+
+use crate::schema;
+use crate::{Expr, Node, OnError, PathSegment, Plan, Ref, Root, Step, StepKind, Workflow};
+
+/// What `flowc explain` prints about a code.
+#[derive(Debug, Clone, Copy)]
+pub struct CodeInfo {
+    pub code: &'static str,
+    pub name: &'static str,
+    pub summary: &'static str,
+    /// What to do about it, the `help:` line of a report.
+    pub hint: &'static str,
+    pub explanation: &'static str,
+}
+
+/// Each code's documentation is its doc comment, as for the compiler's
+/// diagnostics (`flow-compiler`'s `codes.rs`), which this crate cannot
+/// depend on; these codes have no severity, since every one means a run
+/// cannot move.
+macro_rules! codes {
+    ($(
+        $(#[doc = $doc:literal])*
+        $variant:ident = ($code:literal, $name:literal, $summary:literal, $hint:literal);
+    )*) => {
+        /// Why a run cannot go on on the other version. Codes are stable and
+        /// never reused for another meaning.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Code { $($variant,)* }
+
+        impl Code {
+            pub const ALL: &'static [Code] = &[$(Code::$variant,)*];
+
+            pub fn info(self) -> CodeInfo {
+                match self {
+                    $(Code::$variant => CodeInfo {
+                        code: $code,
+                        name: $name,
+                        summary: $summary,
+                        hint: $hint,
+                        explanation: concat!($($doc, "\n",)*),
+                    },)*
+                }
+            }
+        }
+    };
+}
+
+impl Code {
+    pub fn as_str(self) -> &'static str {
+        self.info().code
+    }
+
+    /// Looks a code up by its code (`D002`, case-insensitive) or its name.
+    pub fn parse(text: &str) -> Option<Code> {
+        Code::ALL.iter().copied().find(|code| {
+            let info = code.info();
+            info.code.eq_ignore_ascii_case(text) || info.name == text
+        })
+    }
+}
+
+impl Serialize for Code {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+codes! {
+    /// The new version has no workflow of this name. A run belongs to its
+    /// workflow by name, so a run of the old one has nothing to go on on.
+    ///
+    /// Renaming a workflow makes a new one: keep the old name, or leave its
+    /// runs on the version they started on.
+    WorkflowRemoved = ("D001", "workflow-removed", "the workflow is not in the new version",
+        "keep the workflow's name, or leave its runs on the old version");
+
+    /// A run waits or stopped at a step that the new version has no step
+    /// at: the step was removed or renamed, or it moved into or out of a
+    /// `parallel` branch, a loop or a fallback block, each of which is part
+    /// of a step's execution path (`lookups/billing/invoices`,
+    /// `articles[3]/review`). The runtime finds a pending decision by that
+    /// path; on the new version a waiting gate would be passed over, never
+    /// decided, and a failed step would not be run again.
+    ///
+    /// ```flow
+    /// // old                               // new
+    /// step review = approval { ... }       parallel checks {
+    ///                                        branch legal { step review = approval { ... } }
+    ///                                      }   // now checks/legal/review
+    /// ```
+    ResumePointRemoved = ("D002", "resume-point-removed",
+        "where a run waits or stopped has no step in the new version",
+        "keep the step at its path (same id, same enclosing loops, parallel branches and fallbacks), or leave these runs on the old version");
+
+    /// At an execution path a run has a record of (a completed step, or the
+    /// gate it waits at), the new version has a step of another kind: a
+    /// gate that became a recipe step, a recipe step that became a browser
+    /// action. The record would stand for a step that does something else:
+    /// a pending approval would park a recipe step, a recipe's output would
+    /// stand in for a tool's.
+    StepKindChanged = ("D003", "step-kind-changed",
+        "a step a run has a record of is of another kind in the new version",
+        "give the new step another id, so that it runs as a step of its own");
+
+    /// The new version reaches the place a run waits or stopped at under
+    /// other conditions than the old one: the step moved into or out of an
+    /// `if` branch (which is not part of its path), a condition on the way
+    /// to it changed, or the collection of a loop around it did. The replay
+    /// decides conditions and iterations again, so it may not reach the
+    /// place, and a gate's pending decision would never be asked for; a
+    /// changed collection may give an iteration index to another item.
+    ///
+    /// ```flow
+    /// // old                               // new
+    /// step review = approval { ... }       if step.score.value > 3 {
+    ///                                        step review = approval { ... }
+    ///                                      }
+    /// ```
+    ResumePointGuarded = ("D004", "resume-point-guarded",
+        "the new version reaches the place under other conditions",
+        "keep the conditions and loop collections around the step as they were, or leave these runs on the old version");
+
+    /// A step that a run may have completed before the place it waits at
+    /// has no step at its execution path in the new version (removed,
+    /// renamed, or moved into another block). Its record would never be
+    /// read again: what it produced is lost to the rest of the run, and
+    /// what it did (a KB write, a handoff, a browser action) is done
+    /// without the new version knowing.
+    CompletedStepRemoved = ("D005", "completed-step-removed",
+        "a step a run may have completed is not in the new version",
+        "keep the step at its path, or leave these runs on the old version");
+
+    /// The new version has a step before the place a run waits or stopped
+    /// at that such a run has no record of: a step added before a gate, a
+    /// step moved before it, a step added to a loop's body (earlier
+    /// iterations completed without it), or to a parallel branch before
+    /// steps that may have completed. The replay runs a step it has no
+    /// record of when it reaches it, so this one would run on resume, late:
+    /// after the gate was decided without it, after the steps it was meant
+    /// to come before.
+    ///
+    /// ```flow
+    /// // old                               // new
+    /// step draft = write_reply { ... }     step draft = write_reply { ... }
+    /// step review = approval { ... }       step check = policy_check { ... }   // new
+    ///                                      step review = approval { ... }
+    /// ```
+    StepAddedBefore = ("D006", "step-added-before",
+        "a step the new version runs before the place is not in a run's record",
+        "add the step after the place, or leave these runs on the old version");
+
+    /// A reference of the new version reads, from what a run recorded (a
+    /// completed step's output, or the run's input), a value that the old
+    /// version's type does not guarantee: the output type was narrowed (an
+    /// enum lost a variant, a field became required or changed type, a
+    /// field was added that old runs never recorded). Widening is fine: a
+    /// new variant, a field made optional, an `int` read as `float`. Only
+    /// what the new version reads is compared, with the assignability of
+    /// docs/language.md §3.
+    ///
+    /// ```flow
+    /// // old: recipe classify { output { category: "bug" | "billing" | "other" } }
+    /// // new: recipe classify { output { category: "bug" | "billing" } }
+    /// // runs recorded "other", which the new version's readers do not expect
+    /// ```
+    OutputIncompatible = ("D007", "output-incompatible",
+        "the new version reads from a run's records a value the old types do not guarantee",
+        "widen the new type to take the old values (an optional field, more enum variants), or leave these runs on the old version");
+}
+
+/// What a run is doing at a place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlaceKind {
+    /// An approval: runs wait here for a decision (or failed at it).
+    Gate,
+    /// Any other step: runs failed here, or were running it when their
+    /// process stopped.
+    Step,
+}
+
+/// One reason a run at a place cannot go on on the new version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Incompatibility {
+    pub code: Code,
+    /// Where the run waits or stopped: an execution path, with `[*]` for
+    /// any iteration of a loop.
+    pub place: String,
+    /// The execution path the problem is about: the place itself, a step
+    /// the run has a record of, a step the new version added, or
+    /// `workflow_input`.
+    pub step: String,
+    /// Why, in a sentence.
+    pub reason: String,
+}
+
+/// A place and whether runs there can go on on the new version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PlaceVerdict {
+    pub path: String,
+    pub kind: PlaceKind,
+    pub compatible: bool,
+}
+
+/// One problem and every place it stops runs at.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    pub code: Code,
+    pub step: String,
+    pub reason: String,
+    pub places: Vec<String>,
+}
+
+/// The comparison of one workflow across two versions, for people and
+/// tools: each place with its verdict, and each problem once with the
+/// places it stops runs at.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Report {
+    pub workflow: String,
+    pub compatible: bool,
+    pub places: Vec<PlaceVerdict>,
+    pub findings: Vec<Finding>,
+}
+
+/// `articles[3]/review` as a place: each iteration index as `[*]`. Ids and
+/// branch names are identifiers, so a `[` in a path opens an index.
+pub fn pattern(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    let mut rest = path;
+    while let Some(open) = rest.find('[') {
+        out.push_str(&rest[..=open]);
+        rest = &rest[open + 1..];
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits > 0 && rest[digits..].starts_with(']') {
+            out.push('*');
+            rest = &rest[digits..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// One workflow's versions, compared: ask it about places with
+/// [`Comparison::at`], or for everything with [`Comparison::report`].
+pub struct Comparison<'p> {
+    old: Version<'p>,
+    /// `None` when the new plan has no workflow of this name.
+    new: Option<Version<'p>>,
+    /// What the new version reads from records that the old types do not
+    /// guarantee, found once for every place.
+    reads: Vec<BadRead>,
+    /// By entry of the new version: what reads its output (steps by path,
+    /// conditions, loops, the workflow's output), for messages.
+    readers: Vec<Vec<String>>,
+}
+
+/// Compares the workflow `workflow` of `old` with the one of the same name
+/// in `new`; `None` when `old` has no such workflow.
+pub fn compare<'p>(old: &'p Plan, new: &'p Plan, workflow: &str) -> Option<Comparison<'p>> {
+    let old = Version::new(old, old.workflow(workflow)?);
+    let new = new.workflow(workflow).map(|w| Version::new(new, w));
+    let (reads, readers) = match &new {
+        Some(new) => (bad_reads(&old, new), readers(new)),
+        None => (Vec::new(), Vec::new()),
+    };
+    Some(Comparison {
+        old,
+        new,
+        reads,
+        readers,
+    })
+}
+
+impl Comparison<'_> {
+    pub fn workflow(&self) -> &str {
+        &self.old.workflow.name
+    }
+
+    /// Every place a run of the old version can be waiting or stopped at,
+    /// in the order of the workflow.
+    pub fn places(&self) -> impl Iterator<Item = (&str, PlaceKind)> {
+        self.old.entries.iter().map(|entry| {
+            let kind = match entry.kind {
+                StepKind::Approval => PlaceKind::Gate,
+                _ => PlaceKind::Step,
+            };
+            (entry.path.as_str(), kind)
+        })
+    }
+
+    /// Why a run waiting or stopped at `path` (a journal's path such as
+    /// `articles[3]/review`, or a place's pattern) cannot go on on the new
+    /// version: empty when it can. `None` when `path` is no step of the old
+    /// version. A run waiting at several gates (parallel branches, loop
+    /// iterations) can move when none of them has a problem.
+    pub fn at(&self, path: &str) -> Option<Vec<Incompatibility>> {
+        let place = *self.old.by_path.get(pattern(path).as_str())?;
+        let mut found = Vec::new();
+        self.check(place, &mut found);
+        Some(found)
+    }
+
+    /// Every place with its verdict, and each problem once with the places
+    /// it stops runs at.
+    pub fn report(&self) -> Report {
+        let mut places = Vec::with_capacity(self.old.entries.len());
+        let mut findings: Vec<Finding> = Vec::new();
+        let mut index: HashMap<(Code, String, String), usize> = HashMap::new();
+        let mut found = Vec::new();
+        for (place, (path, kind)) in self.places().enumerate() {
+            found.clear();
+            self.check(place, &mut found);
+            places.push(PlaceVerdict {
+                path: path.to_string(),
+                kind,
+                compatible: found.is_empty(),
+            });
+            for problem in found.drain(..) {
+                let key = (problem.code, problem.step, problem.reason);
+                match index.get(&key) {
+                    Some(&at) => findings[at].places.push(problem.place),
+                    None => {
+                        index.insert(key.clone(), findings.len());
+                        findings.push(Finding {
+                            code: key.0,
+                            step: key.1,
+                            reason: key.2,
+                            places: vec![problem.place],
+                        });
+                    }
+                }
+            }
+        }
+        findings.sort_by_key(|finding| finding.code);
+        Report {
+            workflow: self.workflow().to_string(),
+            compatible: findings.is_empty(),
+            places,
+            findings,
+        }
+    }
+
+    /// The problems of runs at the old version's entry `place`.
+    fn check(&self, place: usize, found: &mut Vec<Incompatibility>) {
+        let old = &self.old;
+        let at = &old.entries[place];
+        let mut problem = |code: Code, step: &str, reason: String| {
+            found.push(Incompatibility {
+                code,
+                place: at.path.clone(),
+                step: step.to_string(),
+                reason,
+            });
+        };
+        let Some(new) = &self.new else {
+            problem(
+                Code::WorkflowRemoved,
+                "",
+                format!("the new version has no workflow `{}`", old.workflow.name),
+            );
+            return;
+        };
+        let what = if at.kind == StepKind::Approval {
+            "the gate"
+        } else {
+            "the step"
+        };
+        let counterpart = new.by_path.get(at.path.as_str()).map(|&i| &new.entries[i]);
+        match counterpart {
+            None => problem(
+                Code::ResumePointRemoved,
+                &at.path,
+                format!(
+                    "{what} `{}` has no step at its path in the new version",
+                    at.path
+                ),
+            ),
+            Some(now) if now.kind != at.kind => problem(
+                Code::StepKindChanged,
+                &at.path,
+                format!(
+                    "`{}` was {} and is {} in the new version",
+                    at.path,
+                    described(at.kind),
+                    described(now.kind)
+                ),
+            ),
+            Some(now) if now.guards != at.guards => problem(
+                Code::ResumePointGuarded,
+                &at.path,
+                format!(
+                    "the new version reaches {what} `{}` under other conditions{}",
+                    at.path,
+                    guard_change(&at.guards, &now.guards)
+                ),
+            ),
+            Some(_) => {}
+        }
+        // What a run here may hold, as the new version would read it.
+        for entry in &old.entries {
+            if entry.path == at.path || !may_precede(&entry.position, &at.position) {
+                continue;
+            }
+            match new
+                .by_path
+                .get(entry.path.as_str())
+                .map(|&i| &new.entries[i])
+            {
+                None => problem(
+                    Code::CompletedStepRemoved,
+                    &entry.path,
+                    format!(
+                        "`{}` may have completed, and the new version has no step at its path",
+                        entry.path
+                    ),
+                ),
+                Some(now) if now.kind != entry.kind => problem(
+                    Code::StepKindChanged,
+                    &entry.path,
+                    format!(
+                        "`{}` was {} and is {} in the new version",
+                        entry.path,
+                        described(entry.kind),
+                        described(now.kind)
+                    ),
+                ),
+                Some(_) => {}
+            }
+        }
+        for read in &self.reads {
+            let recorded = read
+                .recorded
+                .is_none_or(|step| may_precede(&old.entries[step].position, &at.position));
+            // A gate's pending record is replayed: its own arguments are
+            // not evaluated again, those of a failed step are.
+            let done = read.reader.is_some_and(|step| {
+                certainly_precedes(&old.entries[step], at)
+                    || (step == place && at.kind == StepKind::Approval)
+            });
+            if recorded && !done {
+                problem(Code::OutputIncompatible, &read.step, read.reason.clone());
+            }
+        }
+        if let Some(now) = counterpart {
+            self.added_before(at, now, &mut problem);
+        }
+    }
+
+    /// D006: the steps the new version may run before `now` (the place
+    /// `at` in the new version) that a run at `at` has no record of, and
+    /// that would run out of order when the replay reaches them.
+    fn added_before(
+        &self,
+        at: &Entry<'_>,
+        now: &Entry<'_>,
+        problem: &mut impl FnMut(Code, &str, String),
+    ) {
+        let (old, Some(new)) = (&self.old, &self.new) else {
+            return;
+        };
+        let recorded = |entry: &Entry<'_>| {
+            old.by_path
+                .get(entry.path.as_str())
+                .is_some_and(|&i| may_precede(&old.entries[i].position, &at.position))
+        };
+        for (index, entry) in new.entries.iter().enumerate() {
+            if entry.path == now.path
+                || !may_precede(&entry.position, &now.position)
+                || recorded(entry)
+            {
+                continue;
+            }
+            let why = if certainly_precedes(entry, now) {
+                format!(
+                    "the new version runs `{}` before where these runs stopped",
+                    entry.path
+                )
+            } else if shares_loop(&entry.position, &now.position) {
+                format!(
+                    "`{}` is new in the loop's body, and earlier iterations completed without it",
+                    entry.path
+                )
+            } else if let Some(later) = new
+                .entries
+                .iter()
+                .find(|later| certainly_precedes(entry, later) && recorded(later))
+            {
+                format!(
+                    "the new version runs `{}` before `{}`, which these runs may have completed",
+                    entry.path, later.path
+                )
+            } else {
+                // A step alone at the end of a sibling branch: running it
+                // now is a schedule the new version could have had.
+                continue;
+            };
+            let read_by = match self.readers.get(index).map(Vec::as_slice) {
+                None | Some([]) => String::new(),
+                Some([one]) => format!(" (read by {one})"),
+                Some([first, second]) => format!(" (read by {first} and {second})"),
+                Some([first, rest @ ..]) => format!(" (read by {first} and {} more)", rest.len()),
+            };
+            problem(
+                Code::StepAddedBefore,
+                &entry.path,
+                format!(
+                    "{why}; they have no record of it, so it would run late, on resume{read_by}"
+                ),
+            );
+        }
+    }
+}
+
+/// A kind of step in a sentence.
+fn described(kind: StepKind) -> &'static str {
+    match kind {
+        StepKind::Recipe => "a recipe step",
+        StepKind::Approval => "an approval",
+        StepKind::KbWrite => "a KB write",
+        StepKind::Handoff => "a handoff",
+        StepKind::Browser => "a browser action",
+        StepKind::Loop => "a loop",
+        StepKind::Parallel => "a parallel block",
+    }
+}
+
+/// How one frame of a step's position nests in its parent's: the position
+/// is the path from the workflow to the step through these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Frame {
+    /// 0 for the workflow's body, 1 for its `on_error` handler.
+    Block(u8),
+    /// The statement's index in its block.
+    Seq(u32),
+    /// A branch of a condition (`otherwise` after the others).
+    Branch(u32),
+    /// A loop's body: every iteration at once.
+    Iter,
+    /// A parallel block's branch.
+    Par(u32),
+    /// The fallback block of the step before it.
+    Fallback,
+}
+
+/// Whether a run at position `at` may hold a record of the step at
+/// position `step`: it comes in an earlier statement, in a sibling parallel
+/// branch, in another iteration of a loop around both, or `at` is in its
+/// fallback block (it failed). Other branches of a condition around both
+/// did not run.
+fn may_precede(step: &[Frame], at: &[Frame]) -> bool {
+    let mut in_loop = false;
+    for (a, b) in step.iter().zip(at) {
+        if a != b {
+            return in_loop
+                || match (a, b) {
+                    (Frame::Seq(i), Frame::Seq(j)) => i < j,
+                    (Frame::Block(i), Frame::Block(j)) => i < j,
+                    (Frame::Par(_), Frame::Par(_)) => true,
+                    _ => false,
+                };
+        }
+        in_loop |= *a == Frame::Iter;
+    }
+    step.len() < at.len() || in_loop
+}
+
+/// Whether every schedule runs `step` before `at` in the same iteration:
+/// an earlier statement of a block around both, or the step whose
+/// fallback `at` is in.
+fn certainly_precedes(step: &Entry<'_>, at: &Entry<'_>) -> bool {
+    for (a, b) in step.position.iter().zip(&at.position) {
+        if a != b {
+            return match (a, b) {
+                (Frame::Seq(i), Frame::Seq(j)) => i < j,
+                (Frame::Block(i), Frame::Block(j)) => i < j,
+                _ => false,
+            };
+        }
+    }
+    step.position.len() < at.position.len()
+}
+
+/// Whether a loop encloses both positions.
+fn shares_loop(step: &[Frame], at: &[Frame]) -> bool {
+    step.iter()
+        .zip(at)
+        .take_while(|(a, b)| a == b)
+        .any(|(a, _)| *a == Frame::Iter)
+}
+
+/// What differs between two guard chains, for a message.
+fn guard_change(old: &[String], new: &[String]) -> String {
+    let shared = old.iter().zip(new).take_while(|(a, b)| a == b).count();
+    match (old.get(shared), new.get(shared)) {
+        (None, Some(added)) => format!(": it is now under `{added}`"),
+        (Some(gone), None) => format!(": it is no longer under `{gone}`"),
+        (Some(gone), Some(added)) => format!(": `{gone}` became `{added}`"),
+        (None, None) => String::new(),
+    }
+}
+
+/// One step of a version, where it runs.
+struct Entry<'p> {
+    /// Its execution path, with `[*]` for iterations.
+    path: String,
+    step: &'p Step,
+    kind: StepKind,
+    position: Vec<Frame>,
+    /// The conditions and loop collections that decide whether and how
+    /// often it runs, outermost first, written with names (not slots), so
+    /// that two versions compare.
+    guards: Vec<String>,
+}
+
+/// What a slot's reference reads: a step, or a loop or parallel block
+/// (the entries inside it, contiguous in the walk's order).
+#[derive(Debug, Clone)]
+enum Target {
+    None,
+    Step(usize),
+    Block(Range<usize>),
+}
+
+/// One version of the workflow, indexed by execution path and by slot.
+struct Version<'p> {
+    plan: &'p Plan,
+    workflow: &'p Workflow,
+    entries: Vec<Entry<'p>>,
+    by_path: HashMap<String, usize>,
+    targets: Vec<Target>,
+}
+
+impl<'p> Version<'p> {
+    fn new(plan: &'p Plan, workflow: &'p Workflow) -> Version<'p> {
+        let mut version = Version {
+            plan,
+            workflow,
+            entries: Vec::new(),
+            by_path: HashMap::new(),
+            targets: vec![Target::None; workflow.slots.len()],
+        };
+        let mut position = vec![Frame::Block(0)];
+        let mut guards = Vec::new();
+        version.walk(&workflow.body, "", &mut position, &mut guards);
+        if let OnError::Fallback(handler) = &workflow.on_error {
+            let mut position = vec![Frame::Block(1)];
+            version.walk(handler, "on_error/", &mut position, &mut guards);
+        }
+        for (index, entry) in version.entries.iter().enumerate() {
+            // A plan from outside may repeat an id; the first is the one
+            // the journal's path finds.
+            version.by_path.entry(entry.path.clone()).or_insert(index);
+        }
+        version
+    }
+
+    fn target(&mut self, slot: u32, target: Target) {
+        if let Some(place) = self.targets.get_mut(slot as usize) {
+            *place = target;
+        }
+    }
+
+    /// Records the steps of `nodes` as the interpreter names them
+    /// (`runtime/src/interp.rs`): `prefix` and the id; a loop adds
+    /// `id[i]/`, a parallel branch `id/branch/`, a fallback
+    /// `path/fallback/`; a condition adds nothing.
+    fn walk(
+        &mut self,
+        nodes: &'p [Node],
+        prefix: &str,
+        position: &mut Vec<Frame>,
+        guards: &mut Vec<String>,
+    ) {
+        for (index, node) in nodes.iter().enumerate() {
+            position.push(Frame::Seq(index as u32));
+            match node {
+                Node::Step(step) => {
+                    let path = format!("{prefix}{}", step.id);
+                    self.target(step.slot, Target::Step(self.entries.len()));
+                    self.entries.push(Entry {
+                        path: path.clone(),
+                        step,
+                        kind: step.action.kind(),
+                        position: position.clone(),
+                        guards: guards.clone(),
+                    });
+                    if let OnError::Fallback(body) = &step.on_error {
+                        position.push(Frame::Fallback);
+                        self.walk(body, &format!("{path}/fallback/"), position, guards);
+                        position.pop();
+                    }
+                }
+                Node::Condition {
+                    branches,
+                    otherwise,
+                    ..
+                } => {
+                    let mut tests = Vec::new();
+                    for (branch_index, branch) in branches.iter().enumerate() {
+                        tests.push(self.written(&branch.condition));
+                        guards.push(format!("if {}", tests.join(" else if ")));
+                        position.push(Frame::Branch(branch_index as u32));
+                        self.walk(&branch.body, prefix, position, guards);
+                        position.pop();
+                        guards.pop();
+                    }
+                    if let Some(body) = otherwise {
+                        guards.push(format!("if {} else", tests.join(" else if ")));
+                        position.push(Frame::Branch(branches.len() as u32));
+                        self.walk(body, prefix, position, guards);
+                        position.pop();
+                        guards.pop();
+                    }
+                }
+                Node::Loop {
+                    slot,
+                    id,
+                    collection,
+                    body,
+                    ..
+                } => {
+                    let first = self.entries.len();
+                    guards.push(format!("for {} as {id}", self.written(collection)));
+                    position.push(Frame::Iter);
+                    self.walk(body, &format!("{prefix}{id}[*]/"), position, guards);
+                    position.pop();
+                    guards.pop();
+                    self.target(*slot, Target::Block(first..self.entries.len()));
+                }
+                Node::Parallel { slot, id, branches } => {
+                    let first = self.entries.len();
+                    for (branch_index, branch) in branches.iter().enumerate() {
+                        position.push(Frame::Par(branch_index as u32));
+                        let prefix = format!("{prefix}{id}/{}/", branch.name);
+                        self.walk(&branch.body, &prefix, position, guards);
+                        position.pop();
+                    }
+                    self.target(*slot, Target::Block(first..self.entries.len()));
+                }
+            }
+            position.pop();
+        }
+    }
+
+    /// An expression as source would write it, names for slots: what a
+    /// guard compares across versions.
+    fn written(&self, expr: &Expr) -> String {
+        let mut out = String::new();
+        self.write_expr(expr, &mut out);
+        // The outermost operation needs no brackets.
+        if matches!(expr, Expr::Binary { .. }) {
+            out.pop();
+            out.remove(0);
+        }
+        out
+    }
+
+    fn write_expr(&self, expr: &Expr, out: &mut String) {
+        match expr {
+            Expr::Literal(value) => out.push_str(&value.to_string()),
+            Expr::Duration(ms) => {
+                let _ = write!(out, "{ms}ms");
+            }
+            Expr::Template(template) => {
+                out.push('"');
+                for part in &template.parts {
+                    match part {
+                        crate::TemplatePart::Text(text) => {
+                            out.push_str(&text.replace('\\', "\\\\").replace('"', "\\\""));
+                        }
+                        crate::TemplatePart::Ref(reference) => {
+                            out.push_str("{{");
+                            out.push_str(&self.ref_text(reference));
+                            out.push_str("}}");
+                        }
+                    }
+                }
+                out.push('"');
+            }
+            Expr::Ref(reference) => out.push_str(&self.ref_text(reference)),
+            Expr::List(items) => {
+                out.push('[');
+                for (index, item) in items.iter().enumerate() {
+                    if index > 0 {
+                        out.push_str(", ");
+                    }
+                    self.write_expr(item, out);
+                }
+                out.push(']');
+            }
+            Expr::Record(fields) => {
+                out.push('{');
+                for (index, field) in fields.iter().enumerate() {
+                    if index > 0 {
+                        out.push_str(", ");
+                    }
+                    out.push_str(&field.name);
+                    out.push_str(": ");
+                    self.write_expr(&field.value, out);
+                }
+                out.push('}');
+            }
+            Expr::Not(inner) => {
+                out.push_str("!(");
+                self.write_expr(inner, out);
+                out.push(')');
+            }
+            Expr::Binary { op, left, right } => {
+                out.push('(');
+                self.write_expr(left, out);
+                let _ = write!(out, " {} ", op_text(*op));
+                self.write_expr(right, out);
+                out.push(')');
+            }
+        }
+    }
+
+    /// A reference as source writes it: `step.draft.tone`,
+    /// `workflow_input.items[0]`, `loop_item`.
+    fn ref_text(&self, reference: &Ref) -> String {
+        let slot_id = |slot: u32| {
+            self.workflow
+                .slots
+                .get(slot as usize)
+                .map_or("?", |s| s.id.as_str())
+        };
+        let mut out = match reference.root {
+            Root::Input => "workflow_input".to_string(),
+            Root::InputField(field) => format!(
+                "workflow_input.{}",
+                self.workflow
+                    .input_fields
+                    .get(field as usize)
+                    .map_or("?", String::as_str)
+            ),
+            Root::Step(slot) => format!("step.{}", slot_id(slot)),
+            // The level is part of what is compared; people write the
+            // innermost loop's item as `loop_item`.
+            Root::LoopItem(level) => format!("loop_item@{level}"),
+            Root::LoopIndex(level) => format!("loop_index@{level}"),
+            Root::Error => "error".to_string(),
+            Root::RecipeInput(field) => format!("input#{field}"),
+        };
+        for segment in &reference.path {
+            match segment {
+                PathSegment::Field(name) => {
+                    let _ = write!(out, "{}{name}", if reference.optional { "?." } else { "." });
+                }
+                PathSegment::Index(index) => {
+                    let _ = write!(out, "[{index}]");
+                }
+            }
+        }
+        out
+    }
+
+    /// What a reference to `slot` along `path` reads: each step's entry
+    /// with the path left below its output. A loop's list and a parallel
+    /// block's record hold their steps' outputs by id (ids are unique in a
+    /// workflow); a reference to the whole block reads every step in it.
+    fn reads<'r>(
+        &self,
+        slot: u32,
+        path: &'r [PathSegment],
+        out: &mut Vec<(usize, &'r [PathSegment])>,
+    ) {
+        match self.targets.get(slot as usize) {
+            Some(Target::Step(entry)) => out.push((*entry, path)),
+            Some(Target::Block(range)) => {
+                let is_loop = self
+                    .workflow
+                    .slots
+                    .get(slot as usize)
+                    .is_some_and(|s| s.kind == StepKind::Loop);
+                // A loop's list is indexed by iteration, a parallel
+                // block's record by branch; the step's id comes next.
+                let skip = match (is_loop, path.first()) {
+                    (true, Some(PathSegment::Index(_))) | (false, Some(PathSegment::Field(_))) => 1,
+                    _ => 0,
+                };
+                let inner = match path.get(skip) {
+                    Some(PathSegment::Field(id)) if skip == 1 => self.slot_of(id, range),
+                    _ => None,
+                };
+                match inner {
+                    Some(inner) => self.reads(inner, &path[skip + 1..], out),
+                    None => out.extend(range.clone().map(|entry| (entry, &path[..0]))),
+                }
+            }
+            Some(Target::None) | None => {}
+        }
+    }
+
+    /// The slot of the step, loop or parallel block `id` inside `range`.
+    fn slot_of(&self, id: &str, range: &Range<usize>) -> Option<u32> {
+        let slot = self.workflow.slots.iter().position(|s| s.id == id)? as u32;
+        match self.targets.get(slot as usize)? {
+            Target::Step(entry) if range.contains(entry) => Some(slot),
+            Target::Block(inner) if range.start <= inner.start && inner.end <= range.end => {
+                Some(slot)
+            }
+            _ => None,
+        }
+    }
+
+    /// The schema of a step's output, when its kind's output is not fixed:
+    /// a recipe's declared output, a browser action's `json`. An approval's
+    /// and a KB write's outputs are the same in every version, and a
+    /// handoff has none.
+    fn output_schema(&self, entry: &Entry<'_>) -> Option<&'p Value> {
+        match &entry.step.action {
+            crate::Action::Recipe { recipe, .. } => self
+                .plan
+                .recipes
+                .get(*recipe as usize)
+                .map(|r| &r.output_schema),
+            _ => None,
+        }
+    }
+}
+
+fn op_text(op: crate::BinaryOp) -> &'static str {
+    use crate::BinaryOp::*;
+    match op {
+        Coalesce => "??",
+        Or => "||",
+        And => "&&",
+        Eq => "==",
+        Ne => "!=",
+        Lt => "<",
+        Le => "<=",
+        Gt => ">",
+        Ge => ">=",
+    }
+}
+
+/// A reference of the new version that reads, from a run's records, what
+/// the old types do not guarantee.
+struct BadRead {
+    /// The old entry whose record is read; `None` for the run's input,
+    /// which every run has.
+    recorded: Option<usize>,
+    /// The old entry of the step that reads, when a step reads and the
+    /// old version has it at the same path: a run that certainly completed
+    /// it does not evaluate its arguments again.
+    reader: Option<usize>,
+    /// The path of the step read, or `workflow_input`.
+    step: String,
+    reason: String,
+}
+
+/// Every reference of the new version (arguments, conditions, loop
+/// collections, the workflow's output) that reads from a record of a step
+/// both versions have, or from the input, something the old type does not
+/// guarantee. Found once; each place then asks which apply to it.
+fn bad_reads(old: &Version<'_>, new: &Version<'_>) -> Vec<BadRead> {
+    let mut reads = Reads {
+        old,
+        new,
+        seen: std::collections::HashSet::new(),
+        found: Vec::new(),
+    };
+    each_reference(new, &mut |reference, reader, entry| {
+        let reader_old = entry.and_then(|e| old.by_path.get(new.entries[e].path.as_str()).copied());
+        reads.check(reference, reader, reader_old);
+    });
+    reads.found
+}
+
+/// Calls `visit` on every reference of a version that a run evaluates,
+/// with who reads (for a message) and the reading entry when a step
+/// reads: steps' arguments, conditions and loop collections (in the body
+/// and the workflow's handler), the workflow's output.
+fn each_reference(version: &Version<'_>, visit: &mut impl FnMut(&Ref, &str, Option<usize>)) {
+    for (index, entry) in version.entries.iter().enumerate() {
+        let reader = format!("`{}`", entry.path);
+        entry
+            .step
+            .each_ref(&mut |reference| visit(reference, &reader, Some(index)));
+    }
+    let mut guards = |nodes: &[Node]| {
+        each_guard_expr(nodes, &mut |expr, reader| {
+            expr.each_ref(&mut |reference| visit(reference, &reader, None));
+        });
+    };
+    guards(&version.workflow.body);
+    if let OnError::Fallback(handler) = &version.workflow.on_error {
+        guards(handler);
+    }
+    for field in &version.workflow.output {
+        let reader = format!("the workflow's output `{}`", field.name);
+        field
+            .value
+            .each_ref(&mut |reference| visit(reference, &reader, None));
+    }
+}
+
+/// The state of [`bad_reads`]: each path read is compared once.
+struct Reads<'a, 'p> {
+    old: &'a Version<'p>,
+    new: &'a Version<'p>,
+    seen: std::collections::HashSet<(Option<usize>, String, bool)>,
+    found: Vec<BadRead>,
+}
+
+impl Reads<'_, '_> {
+    /// Compares what `reference`, in `reader` (the old entry `reader_old`
+    /// when a step both versions have), reads with what runs recorded.
+    fn check(&mut self, reference: &Ref, reader: &str, reader_old: Option<usize>) {
+        let (old, new) = (self.old, self.new);
+        let written = || new.ref_text(reference);
+        match reference.root {
+            Root::Step(slot) => {
+                let mut targets = Vec::new();
+                new.reads(slot, &reference.path, &mut targets);
+                for (entry, path) in targets {
+                    let now = &new.entries[entry];
+                    let Some(&then) = old.by_path.get(now.path.as_str()) else {
+                        continue;
+                    };
+                    let before = &old.entries[then];
+                    let (Some(from), Some(to)) =
+                        (old.output_schema(before), new.output_schema(now))
+                    else {
+                        continue;
+                    };
+                    if from == to || !self.first(Some(then), path, reference.optional) {
+                        continue;
+                    }
+                    let records = format!("the record of `{}`", now.path);
+                    if let Some(reason) = mismatch(from, to, path, reference.optional, &records) {
+                        self.found.push(BadRead {
+                            recorded: Some(then),
+                            reader: reader_old,
+                            step: now.path.clone(),
+                            reason: format!("{reader} reads `{}`: {reason}", written()),
+                        });
+                    }
+                }
+            }
+            Root::Input | Root::InputField(_) => {
+                let mut path = Vec::with_capacity(reference.path.len() + 1);
+                if let Root::InputField(field) = reference.root {
+                    let Some(name) = new.workflow.input_fields.get(field as usize) else {
+                        return;
+                    };
+                    path.push(PathSegment::Field(name.clone()));
+                }
+                path.extend(reference.path.iter().cloned());
+                let (from, to) = (&old.workflow.input_schema, &new.workflow.input_schema);
+                if from == to || !self.first(None, &path, reference.optional) {
+                    return;
+                }
+                if let Some(reason) = mismatch(from, to, &path, reference.optional, "the input") {
+                    self.found.push(BadRead {
+                        recorded: None,
+                        reader: reader_old,
+                        step: "workflow_input".to_string(),
+                        reason: format!("{reader} reads `{}`: {reason}", written()),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether this read of `recorded` (`None`: the input) along `path`
+    /// is the first of its kind.
+    fn first(&mut self, recorded: Option<usize>, path: &[PathSegment], optional: bool) -> bool {
+        self.seen.insert((recorded, format!("{path:?}"), optional))
+    }
+}
+
+/// What reads each entry's output: the steps by path, the conditions and
+/// loops by id, the workflow's output; each once, in the workflow's order.
+fn readers(version: &Version<'_>) -> Vec<Vec<String>> {
+    let mut readers = vec![Vec::<String>::new(); version.entries.len()];
+    each_reference(version, &mut |reference, reader, _| {
+        if let Root::Step(slot) = reference.root {
+            let mut read = Vec::new();
+            version.reads(slot, &reference.path, &mut read);
+            for (entry, _) in read {
+                let list = &mut readers[entry];
+                if list.last().is_none_or(|last| last != reader) {
+                    list.push(reader.to_string());
+                }
+            }
+        }
+    });
+    readers
+}
+
+/// Calls `visit` on every condition and loop collection in `nodes`, at any
+/// depth, with what it is for a message: the expressions a replay
+/// evaluates again whatever the journal holds.
+fn each_guard_expr<'a>(nodes: &'a [Node], visit: &mut impl FnMut(&'a Expr, String)) {
+    for node in nodes {
+        match node {
+            Node::Step(step) => {
+                if let OnError::Fallback(body) = &step.on_error {
+                    each_guard_expr(body, visit);
+                }
+            }
+            Node::Condition {
+                id,
+                branches,
+                otherwise,
+            } => {
+                for branch in branches {
+                    visit(&branch.condition, format!("the condition `{id}`"));
+                    each_guard_expr(&branch.body, visit);
+                }
+                if let Some(body) = otherwise {
+                    each_guard_expr(body, visit);
+                }
+            }
+            Node::Loop {
+                id,
+                collection,
+                body,
+                ..
+            } => {
+                visit(collection, format!("the loop `{id}`"));
+                each_guard_expr(body, visit);
+            }
+            Node::Parallel { branches, .. } => {
+                for branch in branches {
+                    each_guard_expr(&branch.body, visit);
+                }
+            }
+        }
+    }
+}
+
+/// Why a value recorded under `old`, read along `path`, is not what a
+/// reader of `new` expects there (`optional` when the reference takes
+/// absence); `None` when it is. `records` names what holds the value in
+/// old runs: a step's record, or the input they started with.
+fn mismatch(
+    old: &Value,
+    new: &Value,
+    path: &[PathSegment],
+    optional: bool,
+    records: &str,
+) -> Option<String> {
+    let expected = schema::project(new, path)?;
+    let expected = if optional {
+        schema::optional(expected)
+    } else {
+        expected
+    };
+    let expected_shown = schema::show(&expected);
+    let Some(recorded) = schema::project(old, path) else {
+        return Some(format!(
+            "expects {expected_shown}, and {records} of old runs has no such path"
+        ));
+    };
+    if schema::assignable(&recorded, &expected) {
+        return None;
+    }
+    Some(if schema::is_null(&recorded) {
+        format!("expects {expected_shown}, and {records} of old runs does not have it")
+    } else {
+        format!(
+            "expects {expected_shown}, and {records} of old runs holds {}",
+            schema::show(&recorded)
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_stand_for_every_iteration() {
+        assert_eq!(pattern("articles[3]/review"), "articles[*]/review");
+        assert_eq!(pattern("a[0]/b[12]/c"), "a[*]/b[*]/c");
+        assert_eq!(pattern("a[*]/c"), "a[*]/c");
+        assert_eq!(pattern("gates/legal/l"), "gates/legal/l");
+        assert_eq!(pattern("odd[x]/[]["), "odd[x]/[][");
+    }
+
+    #[test]
+    fn every_code_is_documented_and_parses() {
+        for code in Code::ALL {
+            let info = code.info();
+            assert!(info.explanation.len() > 40, "{}", info.code);
+            assert_eq!(Code::parse(info.code), Some(*code));
+            assert_eq!(Code::parse(&info.code.to_lowercase()), Some(*code));
+            assert_eq!(Code::parse(info.name), Some(*code));
+        }
+    }
+
+    #[test]
+    fn positions_order_what_a_run_may_hold() {
+        use Frame::*;
+        let body = |frames: &[Frame]| [&[Block(0)], frames].concat();
+        // Earlier statements, every branch of an earlier condition.
+        assert!(may_precede(&body(&[Seq(0)]), &body(&[Seq(1)])));
+        assert!(may_precede(
+            &body(&[Seq(0), Branch(1), Seq(0)]),
+            &body(&[Seq(1)])
+        ));
+        assert!(!may_precede(&body(&[Seq(2)]), &body(&[Seq(1)])));
+        // Another branch of the same condition never ran.
+        assert!(!may_precede(
+            &body(&[Seq(0), Branch(0), Seq(0)]),
+            &body(&[Seq(0), Branch(1), Seq(1)])
+        ));
+        // Sibling parallel branches, and other iterations, may have.
+        assert!(may_precede(
+            &body(&[Seq(0), Par(1), Seq(3)]),
+            &body(&[Seq(0), Par(0), Seq(0)])
+        ));
+        assert!(may_precede(
+            &body(&[Seq(0), Iter, Seq(3)]),
+            &body(&[Seq(0), Iter, Seq(1)])
+        ));
+        // The step whose fallback a place is in failed before it.
+        assert!(may_precede(
+            &body(&[Seq(0)]),
+            &body(&[Seq(0), Fallback, Seq(0)])
+        ));
+        assert!(!may_precede(
+            &body(&[Seq(0), Fallback, Seq(0)]),
+            &body(&[Seq(0)])
+        ));
+        // The workflow's handler comes after its body.
+        assert!(may_precede(&body(&[Seq(5)]), &[Block(1), Seq(0)]));
+        assert!(!may_precede(&[Block(1), Seq(0)], &body(&[Seq(5)])));
+    }
+}
