@@ -1,5 +1,5 @@
-//! `flowc`, the flow compiler's command line: check, build, explain, format,
-//! graph and lock `.flow` workflows; its own shell completions and man pages.
+//! `flowc`, the flow compiler's command line: check, build, diff, explain,
+//! format, graph and lock `.flow` workflows; its own shell completions and man pages.
 //!
 //! Exit codes are part of the interface, for CI: 0 when clean, 1 when the
 //! sources have problems (errors, warnings under `--deny-warnings`, files that
@@ -76,7 +76,30 @@ enum Command {
         #[command(flatten)]
         project: ProjectArg,
     },
-    /// Print the documentation of a diagnostic code (`E101` or `unknown-step`).
+    /// Say, for each place a run of OLD can wait or stop at (each gate,
+    /// each step a run can fail at), whether it can go on on NEW.
+    ///
+    /// OLD and NEW are `.flow` files or plans that `flowc build` wrote
+    /// (`*.json`). Exit 0 when every run can move, 1 when some cannot, 2
+    /// when a version cannot be read or does not check.
+    Diff {
+        /// The version runs started on.
+        #[arg(value_name = "OLD")]
+        old: PathBuf,
+        /// The version they would go on on.
+        #[arg(value_name = "NEW")]
+        new: PathBuf,
+        /// Compare only this workflow (default: every workflow of OLD).
+        #[arg(long, value_name = "NAME")]
+        workflow: Option<String>,
+        /// How to print the comparison.
+        #[arg(long, value_enum, default_value_t = commands::diff::DiffFormat::Human)]
+        format: commands::diff::DiffFormat,
+        #[command(flatten)]
+        project: ProjectArg,
+    },
+    /// Print the documentation of a diagnostic code (`E101` or
+    /// `unknown-step`) or of a `flowc diff` code (`D002`).
     Explain {
         /// The code or its name.
         #[arg(required_unless_present = "list", value_name = "CODE")]
@@ -182,6 +205,19 @@ fn main() -> ExitCode {
             &file,
             project.root.as_deref(),
             output.as_deref(),
+            workflow.as_deref(),
+            format,
+        ),
+        Command::Diff {
+            old,
+            new,
+            workflow,
+            format,
+            project,
+        } => commands::diff::run(
+            &old,
+            &new,
+            project.root.as_deref(),
             workflow.as_deref(),
             format,
         ),

@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+use flow_plan::Plan;
+
 use crate::commands::check::{Stream, print};
 use crate::loader::{io_reason, print_load_error, single_file, write_atomically};
 use crate::report::Reports;
@@ -14,42 +16,18 @@ pub(crate) fn run(
     workflow: Option<&str>,
     format: Format,
 ) -> Exit {
-    let Some(source) = single_file(file, root) else {
-        return Exit::Usage;
+    // The plan may be going to stdout; diagnostics must not mix into it.
+    let writes_stdout = output.is_some_and(|o| o == Path::new("-"));
+    let diagnostics = if writes_stdout {
+        Stream::Stderr
+    } else {
+        Stream::Stdout
     };
-    let path = source.path.clone();
-    let checked = match flow_compiler::check(&path, &source.loader()) {
-        Ok(checked) => checked,
-        Err(error) => {
-            print_load_error(&error);
-            return Exit::Usage;
-        }
+    let mut plan = match compile(file, root, format, diagnostics) {
+        Ok(plan) => plan,
+        Err(exit) => return exit,
     };
-    // Warnings are shown on a successful build too; errors stop it.
-    if !checked.diagnostics.is_empty() {
-        let mut reports = Reports::default();
-        reports.add(&checked);
-        reports.sort();
-        // The plan may be going to stdout; diagnostics must not mix into it.
-        let writes_stdout = output.is_some_and(|o| o == Path::new("-"));
-        print(
-            &reports,
-            format,
-            if writes_stdout {
-                Stream::Stderr
-            } else {
-                Stream::Stdout
-            },
-        );
-    }
-    if checked.has_errors() {
-        return Exit::Problems;
-    }
-    let Some(mut plan) = flow_compiler::lower(&checked) else {
-        // `lower` refuses only programs with errors, which returned above.
-        eprintln!("error: internal: {path} checked clean but could not be lowered");
-        return Exit::Problems;
-    };
+    let path = plan.source.clone();
     if let Some(name) = workflow {
         if plan.workflow(name).is_none() {
             let names: Vec<&str> = plan.workflows.iter().map(|w| w.name.as_str()).collect();
@@ -88,6 +66,46 @@ pub(crate) fn run(
             Exit::Usage
         }
     }
+}
+
+/// Checks `file` (its imports confined to `root`, else its folder) and
+/// lowers it to a plan: the one compile path of the commands that need a
+/// plan (`build`, `diff`). Diagnostics, warnings included, are printed in
+/// `format`, the machine formats to `diagnostics`; on errors it answers the
+/// exit code: `Usage` when the file cannot be read, `Problems` when it does
+/// not check.
+pub(crate) fn compile(
+    file: &Path,
+    root: Option<&Path>,
+    format: Format,
+    diagnostics: Stream,
+) -> Result<Plan, Exit> {
+    let Some(source) = single_file(file, root) else {
+        return Err(Exit::Usage);
+    };
+    let path = source.path.clone();
+    let checked = match flow_compiler::check(&path, &source.loader()) {
+        Ok(checked) => checked,
+        Err(error) => {
+            print_load_error(&error);
+            return Err(Exit::Usage);
+        }
+    };
+    // Warnings are shown on a successful build too; errors stop it.
+    if !checked.diagnostics.is_empty() {
+        let mut reports = Reports::default();
+        reports.add(&checked);
+        reports.sort();
+        print(&reports, format, diagnostics);
+    }
+    if checked.has_errors() {
+        return Err(Exit::Problems);
+    }
+    flow_compiler::lower(&checked).ok_or_else(|| {
+        // `lower` refuses only programs with errors, which returned above.
+        eprintln!("error: internal: {path} checked clean but could not be lowered");
+        Exit::Problems
+    })
 }
 
 /// `dir/name.flow` builds to `dir/name.plan.json`.

@@ -1,7 +1,10 @@
-//! `flowc explain`: the documentation of a diagnostic code, from `codes.rs`.
+//! `flowc explain`: the documentation of a code: a diagnostic's, from
+//! `flow-compiler`'s `codes.rs`, or a `flowc diff` incompatibility's, from
+//! `flow_plan::compat`.
 
 use flow_compiler::Severity;
-use flow_compiler::codes::{Code, CodeInfo};
+use flow_compiler::codes::Code;
+use flow_plan::compat;
 
 use crate::Exit;
 
@@ -17,35 +20,77 @@ pub(crate) fn run(code: Option<&str>, list: bool) -> Exit {
     };
     match parse(code) {
         Some(found) => {
-            print!("{}", explain(found.info()));
+            print!("{}", explain(&found));
             Exit::Ok
         }
         None => {
-            eprintln!("error: unknown diagnostic code `{code}`; the codes are:\n");
+            eprintln!("error: unknown code `{code}`; the codes are:\n");
             eprint!("{}", listing());
             Exit::Usage
         }
     }
 }
 
-/// Accepts `E101`, `e101`, ` E101 ` and the name `unknown-step` (or
-/// `Unknown-Step`), since people copy codes from logs and type names by hand.
-fn parse(text: &str) -> Option<Code> {
-    let text = text.trim();
-    Code::parse(text).or_else(|| Code::parse(&text.to_ascii_lowercase()))
+/// A code's documentation, whichever list it comes from.
+#[derive(Debug)]
+struct Doc {
+    code: &'static str,
+    name: &'static str,
+    /// `error`, `warning`, or `diff` for an incompatibility.
+    class: &'static str,
+    summary: &'static str,
+    explanation: &'static str,
 }
 
-fn severity(info: &CodeInfo) -> &'static str {
-    match info.severity {
-        Severity::Error => "error",
-        Severity::Warning => "warning",
+impl From<Code> for Doc {
+    fn from(code: Code) -> Doc {
+        let info = code.info();
+        Doc {
+            code: info.code,
+            name: info.name,
+            class: match info.severity {
+                Severity::Error => "error",
+                Severity::Warning => "warning",
+            },
+            summary: info.summary,
+            explanation: info.explanation,
+        }
     }
 }
 
-fn explain(info: CodeInfo) -> String {
+impl From<compat::Code> for Doc {
+    fn from(code: compat::Code) -> Doc {
+        let info = code.info();
+        Doc {
+            code: info.code,
+            name: info.name,
+            class: "diff",
+            summary: info.summary,
+            explanation: info.explanation,
+        }
+    }
+}
+
+/// Every code: the diagnostics', then `flowc diff`'s.
+fn all() -> impl Iterator<Item = Doc> {
+    Code::ALL
+        .iter()
+        .map(|&code| Doc::from(code))
+        .chain(compat::Code::ALL.iter().map(|&code| Doc::from(code)))
+}
+
+/// Accepts `E101`, `e101`, ` E101 ` and the name `unknown-step` (or
+/// `Unknown-Step`), since people copy codes from logs and type names by hand.
+fn parse(text: &str) -> Option<Doc> {
+    let text = text.trim();
+    let lower = text.to_ascii_lowercase();
+    all().find(|doc| doc.code.eq_ignore_ascii_case(text) || doc.name == lower)
+}
+
+fn explain(doc: &Doc) -> String {
     // The explanation is the doc comment of the code, whose lines keep the
     // space after `///`.
-    let body: String = info
+    let body: String = doc
         .explanation
         .trim_end()
         .lines()
@@ -53,30 +98,21 @@ fn explain(info: CodeInfo) -> String {
         .collect();
     format!(
         "{} {} ({})\n\n{}.\n\n{body}",
-        info.code,
-        info.name,
-        severity(&info),
-        capitalize(info.summary),
+        doc.code,
+        doc.name,
+        doc.class,
+        capitalize(doc.summary),
     )
 }
 
-/// Every code with its name, severity and summary, one per line.
+/// Every code with its name, class and summary, one per line.
 fn listing() -> String {
-    let width = Code::ALL
-        .iter()
-        .map(|code| code.info().name.len())
-        .max()
-        .unwrap_or(0);
-    Code::ALL
-        .iter()
-        .map(|code| {
-            let info = code.info();
+    let width = all().map(|doc| doc.name.len()).max().unwrap_or(0);
+    all()
+        .map(|doc| {
             format!(
                 "{}  {:<width$}  {:<7}  {}\n",
-                info.code,
-                info.name,
-                severity(&info),
-                info.summary
+                doc.code, doc.name, doc.class, doc.summary
             )
         })
         .collect()
@@ -96,22 +132,28 @@ mod tests {
 
     #[test]
     fn codes_parse_by_code_and_name() {
-        assert_eq!(parse("E101"), Some(Code::UnknownStep));
-        assert_eq!(parse("e101"), Some(Code::UnknownStep));
-        assert_eq!(parse("unknown-step"), Some(Code::UnknownStep));
-        assert_eq!(parse("Unknown-Step"), Some(Code::UnknownStep));
-        assert_eq!(parse("E999"), None);
+        let code = |text| parse(text).map(|doc| doc.code);
+        assert_eq!(code("E101"), Some("E101"));
+        assert_eq!(code("e101"), Some("E101"));
+        assert_eq!(code("unknown-step"), Some("E101"));
+        assert_eq!(code("Unknown-Step"), Some("E101"));
+        assert_eq!(code("d002"), Some("D002"));
+        assert_eq!(code("resume-point-removed"), Some("D002"));
+        assert_eq!(code("E999"), None);
     }
 
     #[test]
     fn explanations_are_dedented() {
-        let text = explain(Code::UnknownStep.info());
+        let text = explain(&Code::UnknownStep.into());
         assert!(text.starts_with("E101 unknown-step (error)\n\nReference to a step"));
         assert!(text.contains("\nA path names a step id"), "{text}");
     }
 
     #[test]
     fn every_code_is_listed() {
-        assert_eq!(listing().lines().count(), Code::ALL.len());
+        assert_eq!(
+            listing().lines().count(),
+            Code::ALL.len() + compat::Code::ALL.len()
+        );
     }
 }

@@ -2,6 +2,7 @@
 
 pub(crate) mod build;
 pub(crate) mod check;
+pub(crate) mod diff;
 pub(crate) mod explain;
 pub(crate) mod fmt;
 pub(crate) mod graph;
