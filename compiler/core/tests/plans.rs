@@ -70,3 +70,53 @@ fn a_program_with_errors_does_not_lower() {
     assert!(checked.has_errors());
     assert!(flow_compiler::lower(&checked).is_none());
 }
+
+/// `flowc diff` on the examples (`flow_plan::compat`): a version compared
+/// with itself lets every run move, and comparing any workflow with any
+/// other (renamed to match) answers without panicking, every problem at a
+/// place of the old version.
+#[test]
+fn every_example_can_move_to_itself_and_any_comparison_answers() {
+    let loader = Workspace(workspace_root());
+    let plans: Vec<flow_plan::Plan> = examples()
+        .iter()
+        .map(|name| {
+            let checked = flow_compiler::check(&format!("examples/{name}"), &loader)
+                .expect("the example is readable");
+            flow_compiler::lower(&checked).expect("the example lowers")
+        })
+        .collect();
+    for plan in &plans {
+        for workflow in &plan.workflows {
+            let report = flow_plan::compat::compare(plan, plan, &workflow.name)
+                .expect("the workflow is in the plan")
+                .report();
+            assert!(report.compatible, "{}: {report:#?}", workflow.name);
+            assert!(!report.places.is_empty());
+        }
+    }
+    for old in &plans {
+        for workflow in &old.workflows {
+            for other in &plans {
+                for theirs in 0..other.workflows.len() {
+                    let mut new = other.clone();
+                    new.workflows[theirs].name = workflow.name.clone();
+                    let comparison = flow_plan::compat::compare(old, &new, &workflow.name)
+                        .expect("the workflow is in the plan");
+                    let report = comparison.report();
+                    let places: Vec<&str> = report.places.iter().map(|p| p.path.as_str()).collect();
+                    for finding in &report.findings {
+                        assert!(finding.places.iter().all(|p| places.contains(&p.as_str())));
+                    }
+                    for place in &report.places {
+                        let concrete = place.path.replace("[*]", "[7]");
+                        let problems = comparison
+                            .at(&concrete)
+                            .expect("a place of the old version");
+                        assert_eq!(problems.is_empty(), place.compatible, "{}", place.path);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -83,13 +83,21 @@ fn flowc(dir: &Path, args: &[&str]) -> String {
         out.push_str("stderr:\n");
         out.push_str(&stderr);
     }
-    out.lines()
-        .map(|line| match line.find("\"sha256:") {
-            Some(at) => format!("{}\"sha256:…\",", &line[..at]),
-            None => line.to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
+    without_hashes(&out)
+}
+
+/// `text` with each `sha256:HEX` as `sha256:…`.
+fn without_hashes(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("sha256:") {
+        let (before, after) = rest.split_at(at + "sha256:".len());
+        out.push_str(before);
+        out.push('…');
+        rest = after.trim_start_matches(|c: char| c.is_ascii_hexdigit());
+    }
+    out.push_str(rest);
+    out
 }
 
 fn run_fixture(name: &str) {
@@ -128,4 +136,63 @@ fn output_and_input_types() {
 #[test]
 fn gates_in_branches_loops_and_parallels() {
     run_fixture("structure");
+}
+
+/// What `flowc diff` answers about its inputs: built plans as versions,
+/// and each way a version cannot be compared (exit 2).
+#[test]
+fn versions_from_plans_and_usage_errors() {
+    let dir = folder("cli", 0);
+    let old = "recipe r { model \"m\" input { t: string } output { s: string } prompt \"{{input.t}}\" }\n\
+               workflow w {\n  input { t: string }\n  step a = r { t: workflow_input.t }\n  step gate = approval { approvers: [\"ana\"], message: \"ok?\" }\n}\n";
+    let new = old.replace("step gate", "step b = r { t: step.a.s }\n  step gate");
+    std::fs::write(dir.join("old.flow"), old).expect("old");
+    std::fs::write(dir.join("new.flow"), &new).expect("new");
+    std::fs::write(dir.join("broken.flow"), "workflow w { step a = nope {} }\n").expect("broken");
+    let built = Command::new(env!("CARGO_BIN_EXE_flowc"))
+        .current_dir(&dir)
+        .args(["build", "old.flow", "-o", "old.plan.json"])
+        .output()
+        .expect("flowc starts");
+    assert!(built.status.success(), "{built:?}");
+    let plan = std::fs::read_to_string(dir.join("old.plan.json")).expect("the plan");
+    std::fs::write(
+        dir.join("edited.plan.json"),
+        plan.replace("\"gate\"", "\"gates\""),
+    )
+    .expect("edited");
+    let mut snapshot = String::new();
+    for args in [
+        &["old.plan.json", "new.flow"][..],
+        &["old.plan.json", "old.plan.json"],
+        &["old.flow", "new.flow", "--workflow", "nope"],
+        &["old.flow", "missing.flow"],
+        &["old.flow", "broken.flow"],
+        &["edited.plan.json", "new.flow"],
+        &["old.flow"],
+    ] {
+        let _ = writeln!(snapshot, "=== flowc diff {} ===", args.join(" "));
+        let _ = writeln!(snapshot, "{}\n", flowc(&dir, args));
+    }
+    insta::assert_snapshot!("cli", snapshot);
+}
+
+/// Every code `flowc diff` can answer has a fixture case that answers it.
+#[test]
+fn every_code_has_a_fixture() {
+    let snapshots = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots");
+    let mut all = String::new();
+    for entry in std::fs::read_dir(snapshots).expect("the snapshots") {
+        let path = entry.expect("an entry").path();
+        if path.to_string_lossy().contains("diff__") {
+            all.push_str(&std::fs::read_to_string(path).expect("a snapshot"));
+        }
+    }
+    for code in flow_plan::compat::Code::ALL {
+        let code = code.as_str();
+        assert!(
+            all.contains(&format!("error[{code}]")),
+            "no fixture answers {code}"
+        );
+    }
 }
