@@ -158,10 +158,11 @@ impl<'s> Graph<'s> {
                 format!("handoff {}", department.display_text())
             }
             StepCall::Browser { server, tool, .. } => format!("{}.{}", server.text, tool.text),
+            StepCall::Broken { .. } => "?".to_string(),
         };
         let label = format!("{}<br/>{}", escape(&step.id.text), escape(&kind));
         let (open, close) = match &step.call {
-            StepCall::Recipe { .. } => ("[", "]"),
+            StepCall::Recipe { .. } | StepCall::Broken { .. } => ("[", "]"),
             StepCall::Approval { .. } => ("{{", "}}"),
             StepCall::KbWrite { .. } => ("[(", ")]"),
             StepCall::Handoff { .. } => (">", "]"),

@@ -208,6 +208,9 @@ impl Lowerer<'_> {
                         crate::check::StepKind::Browser { .. } => plan::StepKind::Browser,
                         crate::check::StepKind::Loop => plan::StepKind::Loop,
                         crate::check::StepKind::Parallel => plan::StepKind::Parallel,
+                        crate::check::StepKind::Unknown => {
+                            unreachable!("a program with a syntax error is not lowered")
+                        }
                     },
                 })
                 .collect(),
@@ -347,6 +350,7 @@ impl Lowerer<'_> {
                 tool: tool.text.clone(),
                 args: self.fields(args),
             },
+            StepCall::Broken { .. } => unreachable!("a program with a syntax error is not lowered"),
         };
         let options = &step.options;
         let retry = options.retry.as_ref();

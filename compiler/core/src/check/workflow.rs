@@ -24,9 +24,14 @@ pub enum StepKind {
     Approval,
     KbWrite,
     Handoff,
-    Browser { server: String, tool: String },
+    Browser {
+        server: String,
+        tool: String,
+    },
     Loop,
     Parallel,
+    /// A step whose statement did not parse.
+    Unknown,
 }
 
 /// A construct that encloses a step, outermost first in `StepInfo::containers`.
@@ -381,6 +386,7 @@ impl Checker<'_, '_> {
                             },
                             Some(Ty::Json),
                         ),
+                        StepCall::Broken { .. } => (StepKind::Unknown, Some(Ty::Any)),
                     };
                     let may_fail = matches!(
                         step.options.on_error,
@@ -619,6 +625,8 @@ impl Checker<'_, '_> {
     fn step(&mut self, step: &Step) {
         let args = step.call.args();
         match &step.call {
+            // Its syntax error is all there is to say about it.
+            StepCall::Broken { .. } => return,
             StepCall::Recipe { recipe, .. } => match self.env.recipes.get(&recipe.text) {
                 Some(info) => {
                     let decl = info
@@ -1510,7 +1518,13 @@ impl Checker<'_, '_> {
                 .filter(|s| not_run(s, &self.containers, use_at).is_none())
                 .map(|s| s.id.as_str())
                 .collect();
-            let all = self.steps.iter().map(|s| s.id.as_str());
+            // The step being written, or a loop around the use, is never
+            // what a reference meant.
+            let all = self
+                .steps
+                .iter()
+                .filter(|s| !s.span.contains(use_at))
+                .map(|s| s.id.as_str());
             let mut diagnostic = Diagnostic::new(
                 Code::UnknownStep,
                 self.file,

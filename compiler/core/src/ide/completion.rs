@@ -224,6 +224,7 @@ fn step_item(step: &StepInfo) -> Completion {
         StepKind::Browser { server, tool } => format!("browser `{server}.{tool}`"),
         StepKind::Loop => "loop".to_string(),
         StepKind::Parallel => "parallel".to_string(),
+        StepKind::Unknown => "a step that does not parse".to_string(),
     };
     let output = step
         .output

@@ -77,6 +77,7 @@ fn step_text(checked: &Checked, step: &StepInfo) -> String {
         StepKind::Browser { server, tool } => format!("calls MCP tool `{server}.{tool}`"),
         StepKind::Loop => "a loop; its output is the list of iteration outputs".to_string(),
         StepKind::Parallel => "a parallel block; its output has one record per branch".to_string(),
+        StepKind::Unknown => "a step that does not parse (see its syntax error)".to_string(),
     };
     let mut text = format!("step `{}`: {kind}", step.id);
     if let Some(output) = &step.output {

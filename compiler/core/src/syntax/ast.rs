@@ -37,6 +37,18 @@ pub enum Item {
     Workflow(Workflow),
 }
 
+impl Item {
+    pub fn span(&self) -> Span {
+        match self {
+            Item::Import(import) => import.span,
+            Item::Type(decl) => decl.span,
+            Item::Recipe(recipe) => recipe.span,
+            Item::Mcp(server) => server.span,
+            Item::Workflow(workflow) => workflow.span,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Import {
     pub path: StringLit,
@@ -169,6 +181,12 @@ pub enum StepCall {
         tool: Name,
         args: RecordLit,
     },
+    /// A step the parser could not read, which a syntax error reports: its
+    /// id stays declared, with an unknown output, so that references to it
+    /// are not reported as well. `args` is empty and spans the skipped text.
+    Broken {
+        args: RecordLit,
+    },
 }
 
 impl StepCall {
@@ -178,7 +196,8 @@ impl StepCall {
             | StepCall::Approval { args, .. }
             | StepCall::KbWrite { args, .. }
             | StepCall::Handoff { args, .. }
-            | StepCall::Browser { args, .. } => args,
+            | StepCall::Browser { args, .. }
+            | StepCall::Broken { args } => args,
         }
     }
 
@@ -198,6 +217,7 @@ impl StepCall {
             StepCall::KbWrite { .. } => "kb_write",
             StepCall::Handoff { .. } => "handoff",
             StepCall::Browser { .. } => "browser",
+            StepCall::Broken { .. } => "unreadable",
         }
     }
 }

@@ -28,6 +28,12 @@ pub(crate) struct Cursor {
     pub(crate) lexical: Lexical,
     /// The brackets open at the cursor outside strings: (byte offset, bracket).
     pub(crate) open: Vec<(usize, u8)>,
+    /// Where the string or comment the cursor is in opened (its `"`,
+    /// `"""` or `/*`); 0 in code.
+    pub(crate) opened: usize,
+    /// Where the last `"..."` string that a line break ended without its
+    /// closing quote opened, if one did.
+    pub(crate) cut_string: Option<usize>,
 }
 
 /// Scans `text` up to `offset` (clamped to a character boundary).
@@ -36,6 +42,8 @@ pub(crate) fn scan(text: &str, offset: usize) -> Cursor {
     let end = offset.min(bytes.len());
     let mut open = Vec::new();
     let mut lexical = Lexical::Code;
+    let mut opened = 0;
+    let mut cut_string = None;
     let mut i = 0;
     while i < end {
         let b = bytes[i];
@@ -46,6 +54,7 @@ pub(crate) fn scan(text: &str, offset: usize) -> Cursor {
                         Some(newline) if newline < end => i = newline,
                         _ => {
                             lexical = Lexical::Comment;
+                            opened = i;
                             i = end;
                         }
                     }
@@ -56,6 +65,7 @@ pub(crate) fn scan(text: &str, offset: usize) -> Cursor {
                         Some(close) if i + 2 + close + 2 <= end => i = i + 2 + close + 2,
                         _ => {
                             lexical = Lexical::Comment;
+                            opened = i;
                             i = end;
                         }
                     }
@@ -64,6 +74,7 @@ pub(crate) fn scan(text: &str, offset: usize) -> Cursor {
                 b'"' => {
                     let triple = bytes[i..].starts_with(b"\"\"\"");
                     lexical = Lexical::String { triple };
+                    opened = i;
                     i += if triple { 3 } else { 1 };
                     continue;
                 }
@@ -81,12 +92,17 @@ pub(crate) fn scan(text: &str, offset: usize) -> Cursor {
                 }
                 if triple && bytes[i..].starts_with(b"\"\"\"") {
                     lexical = Lexical::Code;
+                    opened = 0;
                     i += 3;
                     continue;
                 }
                 if !triple && (b == b'"' || b == b'\n') {
                     // A line break ends an unterminated plain string, as for the parser.
+                    if b == b'\n' {
+                        cut_string = Some(opened);
+                    }
                     lexical = Lexical::Code;
+                    opened = 0;
                 } else if !in_ref && bytes[i..].starts_with(b"{{") {
                     lexical = Lexical::Template { triple };
                     i += 2;
@@ -101,7 +117,12 @@ pub(crate) fn scan(text: &str, offset: usize) -> Cursor {
         }
         i += 1;
     }
-    Cursor { lexical, open }
+    Cursor {
+        lexical,
+        open,
+        opened,
+        cut_string,
+    }
 }
 
 fn memchr_newline(bytes: &[u8], from: usize) -> Option<usize> {

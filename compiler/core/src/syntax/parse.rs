@@ -25,6 +25,14 @@ struct FlowParser;
 /// with E003 so that every later pass can recurse without a stack overflow.
 pub(crate) const MAX_DEPTH: usize = 128;
 
+/// The message of a `{` left open.
+const UNCLOSED_BRACE: &str = "this `{` is not closed";
+
+/// The label of where checking resumes after a syntax error.
+const RESUMES: &str = "checking resumes here";
+/// The label of text skipped up to the end of the file.
+const SKIPPED_TO_END: &str = "skipped from here to the end of the file";
+
 /// Words that start statements, items or step calls, or are literals.
 pub(crate) const KEYWORDS: &[&str] = &[
     "import", "type", "recipe", "mcp", "workflow", "step", "if", "else", "for", "as", "parallel",
@@ -64,21 +72,39 @@ fn refuse_too_deep(source: &str, file: FileId) -> Option<(SourceFile, Vec<Diagno
 }
 
 fn pest_parse(source: &str, file: FileId) -> (SourceFile, Vec<Diagnostic>) {
+    pest_parse_repaired(source, file, 0)
+}
+
+/// `pest_parse` of a copy in which `repairs` braces were closed already.
+fn pest_parse_repaired(
+    source: &str,
+    file: FileId,
+    repairs: usize,
+) -> (SourceFile, Vec<Diagnostic>) {
     let mut parser = Parser {
         source,
         file,
         problems: Vec::new(),
         too_deep_reported: false,
+        repairs,
     };
-    let tree = parser.file();
+    let mut tree = parser.file();
+    parser.left_open(&mut tree);
     (tree, parser.problems)
 }
+
+/// How many unclosed braces of one workflow are closed to check what follows
+/// them; past that, the rest of the workflow is skipped. Each closing parses
+/// the workflow again, so this bounds the work on a file of open braces.
+const MAX_REPAIRS: usize = 8;
 
 struct Parser<'s> {
     source: &'s str,
     file: FileId,
     problems: Vec<Diagnostic>,
     too_deep_reported: bool,
+    /// How many braces the text was repaired with (see `salvage_workflow`).
+    repairs: usize,
 }
 
 /// Where a catch-all region was, which decides what it should have been.
@@ -185,17 +211,7 @@ impl<'s> Parser<'s> {
                 }
                 Rule::bad_item => {
                     let blamed = self.recover(&pair, Context::Item);
-                    if let Some((workflow, cut)) = self.salvage_workflow(&pair, blamed) {
-                        // What is skipped now starts at the blamed line.
-                        let skipped = Span::new(cut, cut + first_line_len(&self.source[cut..]));
-                        let start = pair.as_span().start() as u32;
-                        if let Some(diagnostic) = self.problems.last_mut() {
-                            for label in &mut diagnostic.secondary {
-                                if label.span.start == start {
-                                    label.span = skipped;
-                                }
-                            }
-                        }
+                    if let Some(workflow) = self.salvage_workflow(&pair, blamed) {
                         items.push(workflow);
                     }
                 }
@@ -205,9 +221,14 @@ impl<'s> Parser<'s> {
         SourceFile { items }
     }
 
-    /// The part of a skipped workflow that comes before the line where its
-    /// error was found (`blamed`), when that part parses on its own, and
-    /// where that line starts.
+    /// A skipped workflow whose error (found at `blamed`) is a `{` left
+    /// open, parsed again with that `}` added at the end of its line, when
+    /// that line ends without a comment: the closing replaces the line
+    /// break, so that every offset stays the file's. The rest of the
+    /// workflow is then checked, its own syntax errors included.
+    ///
+    /// Otherwise, the part of a skipped workflow that comes before the line
+    /// where its error was found, when that part parses on its own.
     ///
     /// A workflow with a `{` left open, as while a step's record or a
     /// `"{{step.` is being typed, does not match `workflow_decl`, so
@@ -219,7 +240,7 @@ impl<'s> Parser<'s> {
     /// author sees. The copy is kept only if it parses without any syntax
     /// diagnostic (the fast parser accepts it), so the region's one stays
     /// the only one; the checker then checks the kept steps as any others.
-    fn salvage_workflow(&self, region: &Pair<'_, Rule>, blamed: usize) -> Option<(Item, usize)> {
+    fn salvage_workflow(&mut self, region: &Pair<'_, Rule>, blamed: usize) -> Option<Item> {
         let (start, end) = (region.as_span().start(), region.as_span().end());
         let text = region.as_str();
         let decl = text
@@ -228,6 +249,44 @@ impl<'s> Parser<'s> {
             .find(|line| !line.is_empty() && !line.starts_with("///"))?;
         if !decl.starts_with("workflow") || !(start..end).contains(&blamed) {
             return None;
+        }
+        // Byte for byte, so that every offset stays the file's.
+        let blank = |text: &str| -> String {
+            text.bytes()
+                .map(|b| if b == b'\n' { '\n' } else { ' ' })
+                .collect()
+        };
+        let line_end = blamed + first_line_len(&self.source[blamed..]);
+        let unclosed = self.source.as_bytes()[blamed] == b'{'
+            && self
+                .problems
+                .last()
+                .is_some_and(|d| d.message == UNCLOSED_BRACE);
+        if unclosed
+            && self.repairs < MAX_REPAIRS
+            && line_end < end
+            && cursor::scan(&self.source[blamed..line_end], line_end - blamed).lexical
+                == cursor::Lexical::Code
+        {
+            let closed_at = if self.source[..line_end].ends_with('\r') {
+                line_end - 1
+            } else {
+                line_end
+            };
+            let mut copy = blank(&self.source[..start]);
+            copy.push_str(&self.source[start..closed_at]);
+            copy.push('}');
+            copy.push_str(&self.source[closed_at + 1..end]);
+            copy.push_str(&blank(&self.source[end..]));
+            let (tree, problems) = pest_parse_repaired(&copy, self.file, self.repairs + 1);
+            if let [Item::Workflow(_)] = tree.items.as_slice() {
+                if let Some(diagnostic) = self.problems.pop() {
+                    self.problems
+                        .push(self.resumes(diagnostic, blamed, line_end));
+                }
+                self.problems.extend(problems);
+                return tree.items.into_iter().next();
+            }
         }
         let cut = self.source[..blamed].rfind('\n').map_or(0, |i| i + 1);
         let kept = &self.source[start..cut.max(start)];
@@ -238,21 +297,13 @@ impl<'s> Parser<'s> {
         {
             return None;
         }
-        // Byte for byte, so that every offset stays the file's.
-        let blank = |text: &str| -> String {
-            text.bytes()
-                .map(|b| if b == b'\n' { '\n' } else { ' ' })
-                .collect()
-        };
         let mut copy = blank(&self.source[..start]);
         copy.push_str(kept);
         copy.push_str(&blank(&self.source[cut..end - open.open.len()]));
         copy.extend(open.open.iter().rev().map(|(_, b)| cursor::closing(*b)));
         let mut items = parse_fast(&copy, self.file)?.items;
         match items.pop() {
-            Some(Item::Workflow(workflow)) if items.is_empty() => {
-                Some((Item::Workflow(workflow), cut))
-            }
+            Some(Item::Workflow(workflow)) if items.is_empty() => Some(Item::Workflow(workflow)),
             _ => None,
         }
     }
@@ -304,6 +355,39 @@ impl<'s> Parser<'s> {
     }
 
     // ------------------------------------------------------------ errors
+
+    /// A `"""` string or a `/*` comment that is never closed runs to the end
+    /// of the file: it is the one mistake to report, at where it opens, and
+    /// what follows it (read as code by the parser's recovery) is dropped
+    /// with the errors it drew.
+    fn left_open(&mut self, tree: &mut SourceFile) {
+        let scanned = cursor::scan(self.source, self.source.len());
+        let opened = scanned.opened;
+        let (what, close, len) = match scanned.lexical {
+            cursor::Lexical::String { triple: true }
+            | cursor::Lexical::Template { triple: true } => ("this `\"\"\"` string", "`\"\"\"`", 3),
+            cursor::Lexical::Comment if self.source[opened..].starts_with("/*") => {
+                ("this `/*` comment", "`*/`", 2)
+            }
+            _ => return,
+        };
+        self.problems
+            .retain(|d| (d.primary.span.start as usize) < opened);
+        tree.items
+            .retain(|item| (item.span().end as usize) <= opened);
+        self.problems.push(
+            Diagnostic::new(
+                Code::Syntax,
+                self.file,
+                Span::new(opened, opened + len),
+                format!("{what} is not closed"),
+            )
+            .label("opens here and runs to the end of the file")
+            .hint(format!(
+                "close it with {close}; nothing after it is checked"
+            )),
+        );
+    }
 
     /// Reports the region of a catch-all production; returns the offset the
     /// diagnostic points at.
@@ -380,30 +464,60 @@ impl<'s> Parser<'s> {
         } else {
             format!("expected {}, found {}", join_or(&expected), found.0)
         };
-        // The re-parse ran past the region that was skipped: something opened
-        // in it is never closed. The end of the file is no place to point at;
-        // the brace left open is, when the layout shows which one it is.
         let region = pair.as_span();
-        if at >= region.end()
-            && let Some((brace, why)) = suspect_unclosed_brace(region.as_str())
-        {
-            let brace = region.start() + brace;
+        // A `"..."` string ends at its line's end: left open, it swallowed
+        // what followed it on that line, closing braces included, so it is
+        // the mistake to name, wherever the re-parse stopped.
+        let line_end = region.end() + first_line_len(&self.source[region.end()..]);
+        let scanned = cursor::scan(&self.source[start..], line_end + 1 - start);
+        if let Some(quote) = scanned.cut_string {
+            let quote = start + quote;
             self.problems.push(
                 Diagnostic::new(
                     Code::Syntax,
                     self.file,
-                    Span::new(brace, brace + 1),
-                    "this `{` is not closed",
+                    Span::new(quote, quote + 1),
+                    "this string is not closed",
                 )
-                .label("not closed")
-                .hint(why)
-                .secondary(
-                    self.file,
-                    Span::new(start, start + first_line_len(&self.source[start..])),
-                    "skipped from here to the next line that can start over",
-                ),
+                .label("the string opens here and the line ends before its closing `\"`")
+                .hint("add the closing `\"`; text of several lines goes between `\"\"\"` and `\"\"\"`")
             );
-            return brace;
+            let diagnostic = self.problems.pop().expect("just pushed");
+            self.problems
+                .push(self.resumes(diagnostic, start, region.end()));
+            return quote;
+        }
+        // The re-parse ran past the region that was skipped: something opened
+        // in it is never closed. The end of the file is no place to point at;
+        // the brace left open is, when the layout shows which one it is, or
+        // else the last one the region leaves open.
+        if at >= region.end() {
+            let suspect = suspect_unclosed_brace(region.as_str()).or_else(|| {
+                let open = cursor::scan(region.as_str(), region.as_str().len()).open;
+                open.iter().rev().find(|(_, b)| *b == b'{').map(|(brace, _)| {
+                    (
+                        *brace,
+                        "the statement ends before a `}` closes this `{`: add it where the record ends",
+                    )
+                })
+            });
+            if let Some((brace, why)) = suspect {
+                let brace = region.start() + brace;
+                self.problems.push(
+                    Diagnostic::new(
+                        Code::Syntax,
+                        self.file,
+                        Span::new(brace, brace + 1),
+                        UNCLOSED_BRACE,
+                    )
+                    .label("not closed")
+                    .hint(why),
+                );
+                let diagnostic = self.problems.pop().expect("just pushed");
+                self.problems
+                    .push(self.resumes(diagnostic, start, region.end()));
+                return brace;
+            }
         }
         let mut diagnostic = Diagnostic::new(Code::Syntax, self.file, Span::new(at, end), message)
             .label(if expected.is_empty() {
@@ -416,14 +530,33 @@ impl<'s> Parser<'s> {
             Context::Item | Context::RecipeMember | Context::McpMember
         ) || at > pair.as_span().end()
         {
-            diagnostic = diagnostic.secondary(
-                self.file,
-                Span::new(start, start + first_line_len(&self.source[start..])),
-                "skipped from here to the next line that can start over",
-            );
+            diagnostic = self.resumes(diagnostic, start, region.end());
         }
         self.problems.push(diagnostic);
         at
+    }
+
+    /// Labels where checking resumes after text skipped from `from` up to
+    /// `end`: the first line after it that holds something, unless that is
+    /// the line of the diagnostic itself; or, when nothing follows, where
+    /// the skipped text starts.
+    fn resumes(&self, mut diagnostic: Diagnostic, from: usize, end: usize) -> Diagnostic {
+        diagnostic
+            .secondary
+            .retain(|label| label.message != RESUMES && label.message != SKIPPED_TO_END);
+        let rest = &self.source[end.min(self.source.len())..];
+        let at = self.source.len() - rest.trim_start().len();
+        let line = |offset: usize| self.source[..offset].matches('\n').count();
+        if at == self.source.len() {
+            let from = self.source[..from].rfind('\n').map_or(0, |i| i + 1);
+            let span = Span::new(from, from + first_line_len(&self.source[from..]));
+            diagnostic.secondary(self.file, span, SKIPPED_TO_END)
+        } else if line(at) == line(diagnostic.primary.span.start as usize) {
+            diagnostic
+        } else {
+            let span = Span::new(at, at + first_line_len(&self.source[at..]));
+            diagnostic.secondary(self.file, span, RESUMES)
+        }
     }
 
     fn too_deep(&mut self, span: Span) {
@@ -698,11 +831,14 @@ impl<'s> Parser<'s> {
                         workflow.body.push(stmt);
                     }
                 }
-                Rule::bad_stmt if workflow.body.is_empty() => {
-                    self.recover(&part, Context::WorkflowHead);
-                }
                 Rule::bad_stmt => {
-                    self.recover(&part, Context::WorkflowBody);
+                    let context = if workflow.body.is_empty() {
+                        Context::WorkflowHead
+                    } else {
+                        Context::WorkflowBody
+                    };
+                    self.recover(&part, context);
+                    workflow.body.extend(broken_steps(&part));
                 }
                 Rule::workflow_output => {
                     workflow.output = Some(self.record_lit(first_child(part)));
@@ -723,6 +859,7 @@ impl<'s> Parser<'s> {
                 Rule::statement => stmts.extend(self.statement(part)),
                 Rule::bad_stmt => {
                     self.recover(&part, Context::Block);
+                    stmts.extend(broken_steps(&part));
                 }
                 _ => {}
             }
@@ -1094,6 +1231,87 @@ impl<'s> Parser<'s> {
             segments,
             span,
         }
+    }
+}
+
+/// The steps a skipped statement declares, each as a `StepCall::Broken`
+/// step: a line of it that starts `step ID =`, and its first line when that
+/// starts `ID =` (the `step` left out), `parallel ID` or `for ... as ID`.
+/// Keeping their ids declared, with an unknown output, spares each later
+/// reference to them a second error for the one mistake.
+fn broken_steps(region: &Pair<'_, Rule>) -> Vec<Stmt> {
+    let text = region.as_str();
+    let base = region.as_span().start();
+    let span = span_of(region);
+    let mut steps = Vec::new();
+    let mut line_start = 0;
+    let mut first = true;
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        let at = line_start + (line.len() - trimmed.len());
+        line_start += line.len();
+        if trimmed.is_empty() || trimmed.starts_with("//") {
+            continue;
+        }
+        let id = declared_id(trimmed, first);
+        first = false;
+        let Some((offset, id)) = id else { continue };
+        if KEYWORDS.contains(&id) || cursor::scan(text, at).lexical != cursor::Lexical::Code {
+            continue;
+        }
+        let start = base + at + offset;
+        steps.push(Stmt::Step(Step {
+            docs: Vec::new(),
+            id: Name {
+                text: id.to_string(),
+                span: Span::new(start, start + id.len()),
+            },
+            call: StepCall::Broken {
+                args: RecordLit {
+                    fields: Vec::new(),
+                    span,
+                },
+            },
+            options: StepOptions::default(),
+            span: Span::new(base + at, span.end as usize),
+        }));
+    }
+    steps
+}
+
+/// The id that a statement's line declares, with its offset in the line:
+/// `step ID =` on any line, and on the statement's first line also `ID =`,
+/// `parallel ID` and `for ... as ID`.
+fn declared_id<'l>(line: &'l str, first: bool) -> Option<(usize, &'l str)> {
+    let word = |from: usize| -> Option<(usize, &'l str)> {
+        let rest = &line[from..];
+        let skipped = rest.len() - rest.trim_start_matches([' ', '\t']).len();
+        let start = from + skipped;
+        let len = line[start..]
+            .bytes()
+            .take_while(|b| cursor::is_name_byte(*b))
+            .count();
+        let starts_well = line[start..]
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_');
+        (len > 0 && starts_well).then(|| (start, &line[start..start + len]))
+    };
+    let assigned = |(start, id): (usize, &'l str)| -> Option<(usize, &'l str)> {
+        let after = line[start + id.len()..].trim_start_matches([' ', '\t']);
+        (after.starts_with('=') && !after.starts_with("==")).then_some((start, id))
+    };
+    let (start, head) = word(0)?;
+    match head {
+        "step" if start + 4 < line.len() => word(start + 4).and_then(assigned),
+        "parallel" if first => word(start + 8),
+        "for" if first => {
+            let header = &line[..line.find('{').unwrap_or(line.len())];
+            let r#as = header.rfind(" as ")?;
+            word(r#as + 4)
+        }
+        _ if first => assigned((start, head)),
+        _ => None,
     }
 }
 
