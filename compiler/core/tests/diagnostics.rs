@@ -61,6 +61,26 @@ impl SourceLoader for Memory<'_> {
             .find(|(name, _)| name == path)
             .map(|(_, text)| text.as_bytes().to_vec()))
     }
+
+    /// The case's `.flow` files and folders directly in `folder`.
+    fn list(&self, folder: &str) -> Vec<String> {
+        let prefix = match flow_compiler::check::normalize(folder).as_str() {
+            "." | "" => String::new(),
+            folder => format!("{folder}/"),
+        };
+        let mut names: Vec<String> = self
+            .0
+            .iter()
+            .filter_map(|(path, _)| path.strip_prefix(&prefix))
+            .filter_map(|rest| match rest.split_once('/') {
+                Some((dir, _)) => Some(format!("{dir}/")),
+                None => rest.ends_with(".flow").then(|| rest.to_string()),
+            })
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
 }
 
 fn cases(text: &str) -> Vec<Case> {

@@ -190,6 +190,37 @@ impl Project {
         self.read_opened(&canonical)
     }
 
+    /// The names of the `.flow` files and of the folders (ending in `/`) in
+    /// `folder`, a folder of the project, sorted; none when it is outside
+    /// the project or cannot be read. Only names are read, never a file, so
+    /// that a mistyped import can be answered with the file that exists.
+    pub fn list(&self, folder: &str) -> Vec<String> {
+        /// A folder of a project holds a handful of sources; a huge one is
+        /// not worth suggesting from.
+        const MAX_ENTRIES: usize = 1000;
+        let folder = if folder.is_empty() { "." } else { folder };
+        if !self.contains(folder) {
+            return Vec::new();
+        }
+        let Ok(entries) = std::fs::read_dir(lexical(&self.cwd.join(folder))) else {
+            return Vec::new();
+        };
+        let mut names: Vec<String> = entries
+            .take(MAX_ENTRIES)
+            .filter_map(|entry| {
+                let entry = entry.ok()?;
+                let name = entry.file_name().into_string().ok()?;
+                if entry.file_type().ok()?.is_dir() {
+                    Some(format!("{name}/"))
+                } else {
+                    is_flow(Path::new(&name)).then_some(name)
+                }
+            })
+            .collect();
+        names.sort();
+        names
+    }
+
     /// Reads a file of the project that is not a source, such as a
     /// `flow.lock`: confined, a regular file and capped like a source, of any
     /// extension. `None` when it does not exist.
@@ -275,6 +306,10 @@ impl flow_compiler::SourceLoader for ProjectLoader<'_> {
     /// link out of it, a device or huge is refused.
     fn lock(&self, path: &str) -> Result<Option<Vec<u8>>, LoadFailure> {
         self.project.read_other(Path::new(path))
+    }
+
+    fn list(&self, folder: &str) -> Vec<String> {
+        self.project.list(folder)
     }
 }
 
@@ -436,6 +471,20 @@ mod tests {
         assert_eq!(lexical(Path::new("/../x")), Path::new("/x"));
         assert_eq!(lexical(Path::new("../../x")), Path::new("../../x"));
         assert_eq!(lexical(Path::new("a/../../x")), Path::new("../x"));
+    }
+
+    #[test]
+    fn a_folder_of_the_project_lists_its_sources_and_folders_only() {
+        let scratch = Scratch::new("list");
+        std::fs::create_dir_all(scratch.path("project/recipes")).expect("a folder");
+        std::fs::write(scratch.path("project/a.flow"), "").expect("written");
+        std::fs::write(scratch.path("project/notes.txt"), "").expect("written");
+        let project = scratch.project();
+        assert_eq!(
+            project.list(&scratch.path("project")),
+            ["a.flow", "recipes/"]
+        );
+        assert!(project.list(&scratch.path("")).is_empty(), "outside");
     }
 
     #[test]

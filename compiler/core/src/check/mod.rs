@@ -20,6 +20,7 @@ pub(crate) use workflow::{approval_params, error_ty, handoff_params, kb_write_pa
 use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, FileId, Span};
 use crate::lock::ToolLock;
+use crate::suggest::did_you_mean;
 use crate::syntax::ast::{Item, SourceFile};
 use crate::syntax::parse;
 
@@ -40,6 +41,15 @@ pub trait SourceLoader {
     fn lock(&self, path: &str) -> Result<Option<Vec<u8>>, LoadFailure> {
         let _ = path;
         Ok(None)
+    }
+
+    /// The names of the source files and of the folders (ending in `/`) in
+    /// `folder` (`""` for the current one), named as the loader names
+    /// sources: an import that fails is answered with the file it most
+    /// likely meant. A loader that cannot list gives none.
+    fn list(&self, folder: &str) -> Vec<String> {
+        let _ = folder;
+        Vec::new()
     }
 }
 
@@ -294,6 +304,7 @@ pub fn check_with_tools(
             &mut diagnostics,
         ));
     }
+    forget_what_missing_imports_declare(&mut diagnostics);
     sort_diagnostics(&mut diagnostics);
     Ok(Checked {
         files,
@@ -320,6 +331,26 @@ pub fn check_source(path: &str, text: &str) -> Checked {
         }
     }
     check(path, &OneFile(path, text)).expect("the root is always found")
+}
+
+/// When an import could not be read and no file it meant was found, the
+/// recipes, types and MCP servers it would have declared are unknown: a use
+/// of a name that is not close to any declared one is taken to be one of
+/// those, not a second mistake. A name with a "did you mean" stays
+/// reported, as a likely typo.
+fn forget_what_missing_imports_declare(diagnostics: &mut Vec<Diagnostic>) {
+    let missing = diagnostics.iter().any(|d| {
+        matches!(d.code, Code::UnresolvedImport | Code::ImportOutsideProject) && d.fix.is_none()
+    });
+    if missing {
+        diagnostics.retain(|d| {
+            !(matches!(
+                d.code,
+                Code::UnknownRecipe | Code::UnknownType | Code::UnknownMcpServer
+            ) && d.fix.is_none()
+                && d.message.starts_with("unknown "))
+        });
+    }
 }
 
 fn sort_diagnostics(diagnostics: &mut Vec<Diagnostic>) {
@@ -436,13 +467,82 @@ fn load_imports(
                 }
                 diagnostic =
                     diagnostic.hint(format!("import chain: {} -> {path}", via.join(" -> ")));
-                if code == Code::UnresolvedImport {
-                    diagnostic = diagnostic.hint("import paths are relative to the importing file");
+                let meant = (code == Code::UnresolvedImport)
+                    .then(|| meant_import(loader, &importer, &relative))
+                    .flatten();
+                if let Some(meant) = &meant {
+                    diagnostic.hints.insert(
+                        0,
+                        format!("did you mean `{meant}`? it is checked as if it were imported"),
+                    );
+                    diagnostic = diagnostic.fix(format!("\"{meant}\""));
+                } else if code == Code::UnresolvedImport {
+                    diagnostic = diagnostic
+                        .hint("import paths are relative to the importing file")
+                        .hint("names that only it could declare are not reported as unknown");
                 }
                 diagnostics.push(diagnostic);
+                // The file that was meant stands in for the one named, so
+                // that what it declares is known and the rest is checked.
+                if let Some(meant) = meant {
+                    let path = resolve_import(&importer, &meant);
+                    let key = normalize(&path);
+                    if !by_path.contains_key(&key)
+                        && let Ok(bytes) = loader.load(&path)
+                    {
+                        let id = add_file(&path, &bytes, files, diagnostics);
+                        by_path.insert(key, id);
+                        chain.push(id);
+                        load_imports(id, loader, files, by_path, diagnostics, chain);
+                        chain.pop();
+                    }
+                }
             }
         }
     }
+}
+
+/// The import path that a failed import `relative` most likely meant, as
+/// it would be written in `importer`: each part of the path is matched
+/// against what the loader lists in the folder reached so far, and a part
+/// that is not there is replaced by the closest name that is.
+fn meant_import(loader: &dyn SourceLoader, importer: &str, relative: &str) -> Option<String> {
+    let mut folder = match importer.rfind('/') {
+        Some(slash) => importer[..slash].to_string(),
+        None => String::new(),
+    };
+    let parts: Vec<&str> = relative.split('/').collect();
+    let mut meant: Vec<String> = Vec::new();
+    for (index, part) in parts.iter().enumerate() {
+        let is_file = index + 1 == parts.len();
+        let found = if matches!(*part, "" | "." | "..") {
+            part.to_string()
+        } else {
+            let wanted = if is_file {
+                part.to_string()
+            } else {
+                format!("{part}/")
+            };
+            let entries = loader.list(&folder);
+            if entries.contains(&wanted) {
+                wanted
+            } else {
+                let kind = entries
+                    .iter()
+                    .filter(|entry| entry.ends_with('/') != is_file)
+                    .map(String::as_str);
+                did_you_mean(&wanted, kind)?.to_string()
+            }
+        };
+        let found = found.trim_end_matches('/').to_string();
+        folder = match folder.as_str() {
+            "" => found.clone(),
+            _ => format!("{folder}/{found}"),
+        };
+        meant.push(found);
+    }
+    let meant = meant.join("/");
+    (meant != relative).then_some(meant)
 }
 
 /// The diagnostic for the import cycle through `cycle` (each file imports the
