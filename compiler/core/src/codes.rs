@@ -74,6 +74,14 @@ codes! {
     /// step classify = classify_ticket { subject: workflow_input.subject,, }
     /// //                                                                ^ expected a field name or `}`
     /// ```
+    ///
+    /// Forms that other languages use are named, with flow's as the hint:
+    /// `=` in a condition (`==`), `"a " + b` (a template, `"a {{b}}"`),
+    /// `elif` (`else if`), `for x in list` (`for list as x`, the item being
+    /// `loop_item`), a step without `step`, `model gpt-4o` (`model "gpt-4o"`),
+    /// `retry: 3` (no `:`), `backoff 2s-30s` (`2s..30s`), `{{path}}` outside
+    /// a string, a `///` before nothing it can document, a misspelt keyword
+    /// or option. Each is then read as meant, so what follows is checked.
     Syntax = ("E001", "syntax-error", Error, "the file does not follow the grammar");
 
     /// A string's `{{ ... }}` reference or escape sequence is malformed: an
@@ -279,7 +287,9 @@ codes! {
 
     /// A duration has an unknown unit or none, is zero where that makes no
     /// sense, overflows, or a backoff range goes backwards. Units: `ms`, `s`,
-    /// `m`, `h`, `d`.
+    /// `m`, `h`, `d`. A duration is a whole number of one unit, written as
+    /// one word: `1.5m` is `90s`, `2w` is `14d`, `45 secs` is `45s`; the hint
+    /// gives the duration meant.
     BadDuration = ("E206", "invalid-duration", Error, "invalid duration");
 
     /// `for` is given something that is not a list.
@@ -323,4 +333,16 @@ codes! {
     /// environment or URL changed since the lock was taken), so its browser
     /// steps' tools and arguments are not checked. Run `flowc lock` again.
     McpServerNotLocked = ("W304", "mcp-server-not-locked", Warning, "flow.lock does not cover this MCP server");
+
+    /// A string holds `${path}` or `{path}`, the interpolation of other
+    /// languages, around what reads as a reference (`workflow_input...`,
+    /// `step...`, `loop_item...`, `input...`). flow inserts a value only
+    /// between double braces, so this text stays as written, braces and all.
+    ///
+    /// ```flow
+    /// message: "Hello ${workflow_input.name}"   // write "Hello {{workflow_input.name}}"
+    /// ```
+    ///
+    /// To keep the braces in a `"..."` string, escape the first: `\{step}`.
+    LiteralBraces = ("W305", "literal-braces", Warning, "a reference in single braces stays literal text");
 }

@@ -165,7 +165,11 @@ pub(crate) fn build(files: &[LoadedFile], diagnostics: &mut Vec<Diagnostic>) -> 
     env
 }
 
+/// Reports a member that a declaration lacks, unless part of its body did
+/// not parse (`recovered`), where the member may be: its syntax error is
+/// the one to fix.
 fn missing_member(
+    recovered: bool,
     diagnostics: &mut Vec<Diagnostic>,
     file: FileId,
     name_span: Span,
@@ -173,6 +177,9 @@ fn missing_member(
     member: &str,
     example: &str,
 ) {
+    if recovered {
+        return;
+    }
     diagnostics.push(
         Diagnostic::new(
             Code::Member,
@@ -219,6 +226,7 @@ fn check_mcp(server: &McpServer, file: FileId, diagnostics: &mut Vec<Diagnostic>
     }
     match (&server.command, &server.url) {
         (None, None) => missing_member(
+            server.recovered,
             diagnostics,
             file,
             server.name.span,
@@ -289,6 +297,7 @@ fn check_recipe(
     }
     if recipe.model.is_none() {
         missing_member(
+            recipe.recovered,
             diagnostics,
             file,
             recipe.name.span,
@@ -299,6 +308,7 @@ fn check_recipe(
     }
     if recipe.prompt.is_none() {
         missing_member(
+            recipe.recovered,
             diagnostics,
             file,
             recipe.name.span,
@@ -309,6 +319,7 @@ fn check_recipe(
     }
     if recipe.output.is_none() {
         missing_member(
+            recipe.recovered,
             diagnostics,
             file,
             recipe.name.span,

@@ -855,9 +855,18 @@ impl Checker<'_, '_> {
                     duration.amount.unwrap_or(0)
                 ),
             )),
-            (Some(unit), _) if !["ms", "s", "m", "h", "d"].contains(&unit.as_str()) => {
-                let hint = match did_you_mean(unit, ["ms", "s", "m", "h", "d"]) {
-                    Some(best) if unit.len() <= 3 => {
+            (Some(unit), amount) if unit_ms(unit).is_none() => {
+                // A unit of another tool is converted, not matched by
+                // spelling: `2w` is `14d`, not `2d`.
+                let meant = foreign_unit_ms(unit)
+                    .and_then(|ms| amount?.checked_mul(ms))
+                    .filter(|ms| *ms > 0)
+                    .map(whole_duration);
+                let hint = match (meant, did_you_mean(unit, ["ms", "s", "m", "h", "d"])) {
+                    (Some(meant), _) => {
+                        format!("write `{meant}`: the units are `ms`, `s`, `m`, `h`, `d`")
+                    }
+                    (None, Some(best)) if unit.len() <= 3 => {
                         format!("did you mean `{best}`? the units are `ms`, `s`, `m`, `h`, `d`")
                     }
                     _ => "the units are `ms`, `s`, `m`, `h`, `d`".to_string(),
@@ -1403,15 +1412,42 @@ impl Checker<'_, '_> {
                     format!("unknown reference `{root}`"),
                 )
                 .label("not a reference root");
-                if root == "input" {
+                let written = path_text(path);
+                let rest = &written[root.len()..];
+                let innermost = self.loops.last().is_some_and(|(id, _)| id == root);
+                // What the name most likely stands for, as a valid reference.
+                let meant = if innermost {
+                    Some(("names the loop, not its item", "loop_item".to_string()))
+                } else if self.loops.iter().any(|(id, _)| id == root) {
+                    Some((
+                        "names an enclosing loop, not its item",
+                        format!("loop.{root}.item"),
+                    ))
+                } else if self.by_id.contains_key(root) {
+                    Some(("is a step", format!("step.{root}")))
+                } else if self.input.field(root).is_some() {
+                    Some((
+                        "is a field of the workflow's input",
+                        format!("workflow_input.{root}"),
+                    ))
+                } else {
+                    None
+                };
+                if let Some((what, replacement)) = meant {
+                    diagnostic = diagnostic
+                        .hint(format!("`{root}` {what}: write `{replacement}{rest}`"))
+                        .fix(replacement);
+                } else if root == "input" {
                     diagnostic = diagnostic.hint("in a workflow, its input is `workflow_input`; `input` is for recipe prompts");
                 } else if let Some(best) = did_you_mean(root, ROOTS.iter().copied()) {
                     diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
                 }
-                diagnostic = diagnostic.hint(format!(
-                    "references start with {}",
-                    candidates_list(ROOTS.iter().copied())
-                ));
+                if diagnostic.fix.is_none() {
+                    diagnostic = diagnostic.hint(format!(
+                        "references start with {}",
+                        candidates_list(ROOTS.iter().copied())
+                    ));
+                }
                 self.push(diagnostic);
                 Ty::Any
             }

@@ -104,6 +104,8 @@ pub struct Recipe {
     pub output: Option<TypeExpr>,
     pub prompt: Option<StringLit>,
     pub context: Vec<StringLit>,
+    /// Part of the body did not parse; a missing member may be in that part.
+    pub recovered: bool,
     pub span: Span,
 }
 
@@ -115,6 +117,8 @@ pub struct McpServer {
     pub args: Vec<Expr>,
     pub url: Option<StringLit>,
     pub env: Option<RecordLit>,
+    /// Part of the body did not parse; a missing member may be in that part.
+    pub recovered: bool,
     pub span: Span,
 }
 
@@ -290,16 +294,48 @@ pub struct DurationLit {
 impl DurationLit {
     /// The duration in milliseconds, when the unit is one we know.
     pub fn millis(&self) -> Option<u64> {
-        let per_unit: u64 = match self.unit.as_deref()? {
-            "ms" => 1,
-            "s" => 1_000,
-            "m" => 60_000,
-            "h" => 3_600_000,
-            "d" => 86_400_000,
-            _ => return None,
-        };
-        self.amount?.checked_mul(per_unit)
+        self.amount?.checked_mul(unit_ms(self.unit.as_deref()?)?)
     }
+}
+
+/// The units of durations, longest first, with their length in milliseconds.
+pub(crate) const UNITS: &[(&str, u64)] = &[
+    ("d", 86_400_000),
+    ("h", 3_600_000),
+    ("m", 60_000),
+    ("s", 1_000),
+    ("ms", 1),
+];
+
+pub(crate) fn unit_ms(unit: &str) -> Option<u64> {
+    UNITS.iter().find(|(u, _)| *u == unit).map(|(_, ms)| *ms)
+}
+
+/// The length in milliseconds of a unit that other tools write (`w`,
+/// `min`, `hours`, `secs`), which flow spells otherwise or not at all.
+pub(crate) fn foreign_unit_ms(unit: &str) -> Option<u64> {
+    let unit = unit.to_ascii_lowercase();
+    let ms = match unit.trim_end_matches('s') {
+        "w" | "wk" | "week" => 7 * 86_400_000,
+        "day" => 86_400_000,
+        "hr" | "hour" => 3_600_000,
+        "min" | "minute" => 60_000,
+        "sec" | "second" => 1_000,
+        "msec" | "milli" | "millisecond" => 1,
+        _ => return None,
+    };
+    Some(ms)
+}
+
+/// A length in milliseconds as flow writes it, in the longest unit that
+/// keeps it whole: 90000 is `90s`, 1209600000 is `14d`.
+pub(crate) fn whole_duration(ms: u64) -> String {
+    let (unit, per) = UNITS
+        .iter()
+        .find(|(_, per)| ms.is_multiple_of(*per))
+        .copied()
+        .unwrap_or(("ms", 1));
+    format!("{}{unit}", ms / per)
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -408,6 +408,7 @@ impl<'s> Fast<'s> {
             output: None,
             prompt: None,
             context: Vec::new(),
+            recovered: false,
             span: Span::default(),
         };
         while !self.at("}") {
@@ -456,6 +457,7 @@ impl<'s> Fast<'s> {
             args: Vec::new(),
             url: None,
             env: None,
+            recovered: false,
             span: Span::default(),
         };
         let mut args_seen = None;

@@ -13,6 +13,7 @@ use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, FileId, Span};
 use crate::syntax::ast::*;
 // The lexical scan that completion also reads the cursor's surroundings with.
+use crate::suggest::did_you_mean;
 use crate::syntax::cursor;
 use crate::syntax::fast::parse_fast;
 use crate::syntax::template::parse_string;
@@ -76,22 +77,49 @@ fn pest_parse(source: &str, file: FileId) -> (SourceFile, Vec<Diagnostic>) {
 }
 
 /// `pest_parse` of a copy in which `repairs` braces were closed already.
+///
+/// A slip that a rewrite of the same length mends (the `:` of `retry: 3`
+/// blanked, the third `/` of a `///` that documents nothing, `45 secs` as
+/// `45s`) is reported, rewritten in a copy, and the copy parsed again, so
+/// that the statement it broke is read as meant and checked: the tree and
+/// every other diagnostic come from the last parse. Offsets do not move.
 fn pest_parse_repaired(
     source: &str,
     file: FileId,
     repairs: usize,
 ) -> (SourceFile, Vec<Diagnostic>) {
-    let mut parser = Parser {
-        source,
-        file,
-        problems: Vec::new(),
-        too_deep_reported: false,
-        repairs,
-    };
-    let mut tree = parser.file();
-    parser.left_open(&mut tree);
-    (tree, parser.problems)
+    let mut text = std::borrow::Cow::Borrowed(source);
+    let mut mended = Vec::new();
+    let mut round = 0;
+    loop {
+        let mut parser = Parser {
+            source: &text,
+            file,
+            problems: Vec::new(),
+            too_deep_reported: false,
+            repairs,
+            rewrites: Vec::new(),
+        };
+        let mut tree = parser.file();
+        parser.left_open(&mut tree);
+        if parser.rewrites.is_empty() || round == MAX_REWRITE_ROUNDS {
+            mended.extend(parser.problems);
+            return (tree, mended);
+        }
+        let mut bytes = text.as_bytes().to_vec();
+        for (at, text, diagnostic) in parser.rewrites {
+            // Only ASCII is ever rewritten, so the copy stays UTF-8.
+            bytes[at..at + text.len()].copy_from_slice(text.as_bytes());
+            mended.push(diagnostic);
+        }
+        text = std::borrow::Cow::Owned(String::from_utf8(bytes).unwrap_or_default());
+        round += 1;
+    }
 }
+
+/// How many times a file is parsed again after rewriting slips: each round
+/// mends all the slips it finds, so a second one is rare.
+const MAX_REWRITE_ROUNDS: usize = 3;
 
 /// How many unclosed braces of one workflow are closed to check what follows
 /// them; past that, the rest of the workflow is skipped. Each closing parses
@@ -105,6 +133,10 @@ struct Parser<'s> {
     too_deep_reported: bool,
     /// How many braces the text was repaired with (see `salvage_workflow`).
     repairs: usize,
+    /// ASCII text to write over as much of a copy to parse again, at an
+    /// offset, each with the diagnostic of the slip it mends (see
+    /// `pest_parse_repaired`).
+    rewrites: Vec<(usize, String, Diagnostic)>,
 }
 
 /// Where a catch-all region was, which decides what it should have been.
@@ -393,6 +425,9 @@ impl<'s> Parser<'s> {
     /// diagnostic points at.
     fn recover(&mut self, pair: &Pair<'_, Rule>, context: Context) -> usize {
         let start = pair.as_span().start();
+        if let Some(at) = self.misspelt_keyword(start, context) {
+            return at;
+        }
         let candidates: &[Rule] = match context {
             Context::Item => &[Rule::item],
             Context::RecipeMember => &[Rule::recipe_member],
@@ -457,6 +492,22 @@ impl<'s> Parser<'s> {
         expected.sort();
         expected.dedup();
         let at = start + at;
+        if let Some(at) = self.stray_doc(start, at) {
+            self.rewrites.push((
+                at + 2,
+                " ".to_string(),
+                Diagnostic::new(
+                    Code::Syntax,
+                    self.file,
+                    Span::new(at, at + 3),
+                    "this doc comment documents nothing",
+                )
+                .label("`///` documents the declaration, field or statement after it")
+                .hint("write `//` for a comment")
+                .fix("//"),
+            ));
+            return at;
+        }
         let found = describe_found(&self.source[at..]);
         let end = at + found.1;
         let message = if expected.is_empty() {
@@ -534,6 +585,155 @@ impl<'s> Parser<'s> {
         }
         self.problems.push(diagnostic);
         at
+    }
+
+    /// Where a `///` is that led the parse of a region starting at `start`
+    /// to fail at `at`: the one `at` is in, or doc lines that start the
+    /// region and are all of it up to `at` (before a `}`, say).
+    fn stray_doc(&self, start: usize, at: usize) -> Option<usize> {
+        let bytes = self.source.as_bytes();
+        let slashes = (1..=2)
+            .take_while(|back| at >= *back && bytes[at - back] == b'/')
+            .count();
+        let doc = at - slashes;
+        if self.source[doc..].starts_with("///") {
+            return Some(doc);
+        }
+        let before = &self.source[start..at];
+        let only_docs = before.starts_with("///")
+            && before
+                .lines()
+                .all(|line| line.trim().is_empty() || line.trim_start().starts_with("//"));
+        only_docs.then_some(start)
+    }
+
+    /// A region that starts with a keyword of its context followed by `:`
+    /// (`retry: 3`, a habit of YAML), or with a near miss of one (`retyr 3`,
+    /// `promt`): reported as such, the `:` blanked to parse again. Returns
+    /// where the diagnostic points.
+    fn misspelt_keyword(&mut self, start: usize, context: Context) -> Option<usize> {
+        const OPTIONS: &[&str] = &["retry", "timeout", "on_error", "idempotency"];
+        const STATEMENTS: &[&str] = &["step", "if", "else", "for", "parallel"];
+        const SETTINGS: &[&str] = crate::syntax::WORKFLOW_SETTINGS;
+        let keywords: Vec<&str> = match context {
+            Context::Item => vec!["import", "type", "recipe", "mcp", "workflow"],
+            Context::RecipeMember => vec!["model", "input", "output", "prompt", "context"],
+            Context::McpMember => vec!["command", "args", "url", "env"],
+            Context::WorkflowHead => [SETTINGS, STATEMENTS].concat(),
+            Context::WorkflowBody | Context::Block => [STATEMENTS, OPTIONS].concat(),
+            Context::Parallel => vec!["branch"],
+        };
+        let rest = &self.source[start..];
+        let len = rest
+            .bytes()
+            .take_while(|b| cursor::is_name_byte(*b))
+            .count();
+        let word = &rest[..len];
+        let after = rest[len..].trim_start_matches([' ', '\t']);
+        if len == 0 {
+            return None;
+        }
+        let what = |word: &str| {
+            if OPTIONS.contains(&word) && !matches!(context, Context::WorkflowHead) {
+                "step option"
+            } else if STATEMENTS.contains(&word) || matches!(context, Context::Item) {
+                "keyword"
+            } else if matches!(context, Context::WorkflowHead) {
+                "setting"
+            } else {
+                "member"
+            }
+        };
+        if keywords.contains(&word) {
+            if !after.starts_with(':') {
+                return None;
+            }
+            let colon = start + (rest.len() - after.len());
+            let value = after[1..].lines().next().unwrap_or("").trim();
+            self.rewrites.push((
+                colon,
+                " ".to_string(),
+                Diagnostic::new(
+                    Code::Syntax,
+                    self.file,
+                    Span::new(colon, colon + 1),
+                    format!("`{word}` takes no `:`"),
+                )
+                .label("no `:` after a keyword")
+                .hint(format!("write `{word} {value}`"))
+                .fix(""),
+            ));
+            return Some(colon);
+        }
+        if let Some(at) = self.spaced_unit(start, word) {
+            return Some(at);
+        }
+        if word == "backoff" && keywords.contains(&"retry") {
+            self.problems.push(
+                Diagnostic::new(
+                    Code::Syntax,
+                    self.file,
+                    Span::new(start, start + len),
+                    "`backoff` comes right after `retry N`, with a range of durations",
+                )
+                .label("not read as a backoff")
+                .hint("write `retry 3 backoff 2s..30s`"),
+            );
+            return Some(start);
+        }
+        // A word followed by `=` or `:` names something (a step without
+        // `step`, a field); a keyword's near miss is followed by its value.
+        if after.starts_with(['=', ':', '.', '(', '[']) {
+            return None;
+        }
+        let best = did_you_mean(word, keywords.iter().copied())?;
+        self.problems.push(
+            Diagnostic::new(
+                Code::Syntax,
+                self.file,
+                Span::new(start, start + len),
+                format!("unknown {} `{word}`", what(best)),
+            )
+            .label(format!("not a {}", what(best)))
+            .hint(format!("did you mean `{best}`?"))
+            .fix(best),
+        );
+        Some(start)
+    }
+
+    /// A duration's unit written apart from its number (`timeout 45 secs`),
+    /// which ends the number's statement and starts a region with the unit
+    /// (`word`, at `start`): reported with the duration meant, which is
+    /// written over the two in a copy when it fits.
+    fn spaced_unit(&mut self, start: usize, word: &str) -> Option<usize> {
+        let per = unit_ms(word).or_else(|| foreign_unit_ms(word))?;
+        let before = self.source[..start].trim_end_matches([' ', '\t']);
+        let digits = before.bytes().rev().take_while(u8::is_ascii_digit).count();
+        if digits == 0 || before.len() == start {
+            return None;
+        }
+        let number = before.len() - digits;
+        let amount: u64 = before[number..].parse().ok()?;
+        let meant = whole_duration(amount.checked_mul(per)?);
+        let end = start + word.len();
+        let diagnostic = Diagnostic::new(
+            Code::BadDuration,
+            self.file,
+            Span::new(number, end),
+            format!("a duration is written as one word: `{meant}`"),
+        )
+        .label("a number and a unit apart")
+        .hint(format!(
+            "write `{meant}`: the units are `ms`, `s`, `m`, `h`, `d`"
+        ))
+        .fix(meant.clone());
+        if meant.len() <= end - number {
+            let padded = format!("{meant:<width$}", width = end - number);
+            self.rewrites.push((number, padded, diagnostic));
+        } else {
+            self.problems.push(diagnostic);
+        }
+        Some(number)
     }
 
     /// Labels where checking resumes after text skipped from `from` up to
@@ -689,18 +889,20 @@ impl<'s> Parser<'s> {
             output: None,
             prompt: None,
             context: Vec::new(),
+            recovered: false,
             span,
         };
         for member in inner {
             if member.as_rule() == Rule::bad_member {
                 self.recover(&member, Context::RecipeMember);
+                recipe.recovered = true;
                 continue;
             }
             let member = first_child(member);
             let member_span = span_of(&member);
             match member.as_rule() {
                 Rule::model_member => {
-                    let model = self.string(first_child(member));
+                    let model = self.model(first_child(member));
                     self.once(&mut recipe.model, model, member_span, "model");
                 }
                 Rule::input_member => {
@@ -726,6 +928,38 @@ impl<'s> Parser<'s> {
         recipe
     }
 
+    /// A recipe's model: a string, or a name written bare or after `:`,
+    /// which is said and then read as the string meant.
+    fn model(&mut self, pair: Pair<'_, Rule>) -> StringLit {
+        if pair.as_rule() != Rule::bare_model {
+            return self.string(pair);
+        }
+        let text = pair.as_str();
+        let value = text.trim_start_matches(':').trim_start_matches([' ', '\t']);
+        let at = pair.as_span().start() + (text.len() - value.len());
+        let lit = if value.starts_with('"') {
+            self.string_at(value, at)
+        } else {
+            // The quotes are not in the source: the literal spans the name
+            // and the character on each side of it.
+            self.string_at(&format!("\"{value}\""), at.saturating_sub(1))
+        };
+        let name = lit.display_text();
+        let (message, label) = if text.starts_with(':') {
+            ("`model` takes no `:`", "no `:` here")
+        } else {
+            ("a model name is a string", "not quoted")
+        };
+        self.slip(
+            span_of(&pair),
+            message,
+            label,
+            format!("write `model \"{name}\"`"),
+            format!("\"{name}\""),
+        );
+        lit
+    }
+
     fn mcp(&mut self, pair: Pair<'_, Rule>, docs: Vec<String>) -> McpServer {
         let span = span_of(&pair);
         let mut inner = pair.into_inner();
@@ -736,12 +970,14 @@ impl<'s> Parser<'s> {
             args: Vec::new(),
             url: None,
             env: None,
+            recovered: false,
             span,
         };
         let mut args_seen = None;
         for member in inner {
             if member.as_rule() == Rule::bad_member {
                 self.recover(&member, Context::McpMember);
+                server.recovered = true;
                 continue;
             }
             let member = first_child(member);
@@ -831,6 +1067,7 @@ impl<'s> Parser<'s> {
                         workflow.body.push(stmt);
                     }
                 }
+                Rule::stepless_stmt => workflow.body.extend(self.stepless_stmt(part)),
                 Rule::bad_stmt => {
                     let context = if workflow.body.is_empty() {
                         Context::WorkflowHead
@@ -857,6 +1094,7 @@ impl<'s> Parser<'s> {
         for part in pair.into_inner() {
             match part.as_rule() {
                 Rule::statement => stmts.extend(self.statement(part)),
+                Rule::stepless_stmt => stmts.extend(self.stepless_stmt(part)),
                 Rule::bad_stmt => {
                     self.recover(&part, Context::Block);
                     stmts.extend(broken_steps(&part));
@@ -872,22 +1110,7 @@ impl<'s> Parser<'s> {
         let stmt = first_child(pair);
         let span = span_of(&stmt);
         Some(match stmt.as_rule() {
-            Rule::step_stmt => {
-                let mut inner = stmt.into_inner();
-                let id = self.declared(inner.next()?);
-                let call = self.step_call(inner.next()?);
-                let mut options = StepOptions::default();
-                for option in inner {
-                    self.step_option(option, &mut options);
-                }
-                Stmt::Step(Step {
-                    docs,
-                    id,
-                    call,
-                    options,
-                    span,
-                })
-            }
+            Rule::step_stmt => return self.step_stmt(stmt, docs),
             Rule::if_stmt => {
                 let mut inner = stmt.into_inner();
                 let condition = self.expr(inner.next()?);
@@ -897,7 +1120,16 @@ impl<'s> Parser<'s> {
                 for part in inner {
                     match part.as_rule() {
                         Rule::else_if => {
-                            let mut parts = part.into_inner();
+                            let mut parts = part.into_inner().peekable();
+                            if let Some(elif) = parts.next_if(|p| p.as_rule() == Rule::elif_slip) {
+                                self.slip(
+                                    span_of(&elif),
+                                    "flow writes `else if`",
+                                    "not a keyword",
+                                    "write `else if`".to_string(),
+                                    "else if".to_string(),
+                                );
+                            }
                             let condition = self.expr(parts.next()?);
                             let block = self.block(parts.next()?);
                             branches.push((condition, block));
@@ -912,9 +1144,14 @@ impl<'s> Parser<'s> {
                 })
             }
             Rule::for_stmt => {
-                let mut inner = stmt.into_inner();
-                let collection = self.expr(inner.next()?);
-                let id = self.declared(inner.next()?);
+                let mut inner = stmt.into_inner().peekable();
+                let (collection, id) = match inner.next_if(|p| p.as_rule() == Rule::for_in_slip) {
+                    Some(slip) => self.for_in(slip)?,
+                    None => {
+                        let collection = self.expr(inner.next()?);
+                        (collection, self.declared(inner.next()?))
+                    }
+                };
                 let mut concurrency = None;
                 let mut body = None;
                 for part in inner {
@@ -970,6 +1207,78 @@ impl<'s> Parser<'s> {
         })
     }
 
+    /// A `step_stmt`, or a `stepless_stmt` whose children are the same but
+    /// for the doc comments that lead it.
+    fn step_stmt(&mut self, stmt: Pair<'_, Rule>, docs: Vec<String>) -> Option<Stmt> {
+        let span = span_of(&stmt);
+        let mut inner = children(stmt);
+        let id = self.declared(inner.next()?);
+        let call = self.step_call(inner.next()?);
+        let mut options = StepOptions::default();
+        for option in inner {
+            self.step_option(option, &mut options);
+        }
+        Some(Stmt::Step(Step {
+            docs,
+            id,
+            call,
+            options,
+            span,
+        }))
+    }
+
+    /// A step written without `step`: said, then read as the step meant.
+    fn stepless_stmt(&mut self, stmt: Pair<'_, Rule>) -> Option<Stmt> {
+        let docs = docs(&stmt);
+        let id = children(stmt.clone()).next()?;
+        let id_span = span_of(&id);
+        let meant = format!("step {}", id.as_str());
+        self.slip(
+            id_span,
+            "a step starts with the keyword `step`",
+            "`step` is missing",
+            format!("write `{meant} = ...`"),
+            meant,
+        );
+        self.step_stmt(stmt, docs)
+    }
+
+    /// `for x in list`: said, then read as `for list as x`, so that the body
+    /// is checked (where `x` is reported with the way to the item).
+    fn for_in(&mut self, slip: Pair<'_, Rule>) -> Option<(Expr, Name)> {
+        let span = span_of(&slip);
+        let mut inner = slip.into_inner();
+        let id = self.declared(inner.next()?);
+        let _in = inner.next()?;
+        let collection = inner.next()?;
+        let written = collection.as_str().trim_end().to_string();
+        let collection = self.expr(collection);
+        let meant = format!("{written} as {}", id.text);
+        self.slip(
+            span,
+            "a loop is written `for COLLECTION as ID`",
+            "not a flow loop",
+            format!(
+                "write `for {meant}`: `{}` then names the loop, and its current item is `loop_item`",
+                id.text
+            ),
+            meant,
+        );
+        Some((collection, id))
+    }
+
+    /// Reports a slip from another language (see the end of flow.pest): an
+    /// E001 at `span`, with the form meant as a hint and, as the fix,
+    /// `replacement` for the span.
+    fn slip(&mut self, span: Span, message: &str, label: &str, hint: String, replacement: String) {
+        self.problems.push(
+            Diagnostic::new(Code::Syntax, self.file, span, message)
+                .label(label)
+                .hint(hint)
+                .fix(replacement),
+        );
+    }
+
     fn step_call(&mut self, call: Pair<'_, Rule>) -> StepCall {
         let rule = call.as_rule();
         let keyword = Span::new(call.as_span().start(), call.as_span().start() + 8);
@@ -1022,6 +1331,21 @@ impl<'s> Parser<'s> {
                 let attempts_pair = inner.next().expect("retry count");
                 let attempts_span = span_of(&attempts_pair);
                 let attempts = self.int(attempts_pair, 1);
+                let mut durations = Vec::new();
+                for part in inner {
+                    if part.as_rule() == Rule::range_slip {
+                        self.slip(
+                            span_of(&part),
+                            "a backoff range is written `MIN..MAX`",
+                            "not a range",
+                            "write the range with `..`, as in `backoff 2s..30s`".to_string(),
+                            "..".to_string(),
+                        );
+                    } else {
+                        durations.push(part);
+                    }
+                }
+                let mut inner = durations.into_iter();
                 let backoff = match (inner.next(), inner.next()) {
                     (Some(min), Some(max)) => {
                         Some((self.duration_value(min), self.duration_value(max)))
@@ -1061,8 +1385,41 @@ impl<'s> Parser<'s> {
         }
     }
 
+    /// A duration; one with a fraction (`1.5m`) is reported with the whole
+    /// amount of a smaller unit that it means (`90s`), and read as that.
     fn duration_value(&mut self, inner: Pair<'_, Rule>) -> DurationLit {
-        duration_lit(inner.as_str(), span_of(&inner))
+        let text = inner.as_str();
+        let span = span_of(&inner);
+        let Some((whole, rest)) = text.split_once('.') else {
+            return duration_lit(text, span);
+        };
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let (fraction, unit) = rest.split_at(digits);
+        // Exact in integers: 1.5m is 15 times 60000 ms, over 10.
+        let meant = unit_ms(unit).and_then(|per| {
+            let scale = 10u64.checked_pow(u32::try_from(digits).ok()?)?;
+            let scaled: u64 = format!("{whole}{fraction}").parse().ok()?;
+            let ms = scaled.checked_mul(per)?;
+            (ms.is_multiple_of(scale) && ms > 0).then(|| ms / scale)
+        });
+        let Some(ms) = meant else {
+            // An unknown unit or less than a millisecond: the checker says
+            // what is wrong with the whole part and the unit.
+            return duration_lit(&format!("{whole}{unit}"), span);
+        };
+        let written = whole_duration(ms);
+        self.problems.push(
+            Diagnostic::new(
+                Code::BadDuration,
+                self.file,
+                span,
+                format!("a duration is a whole number of a unit, and `{text}` is not"),
+            )
+            .label("has a fraction")
+            .hint(format!("write `{written}`"))
+            .fix(written.clone()),
+        );
+        duration_lit(&written, span)
     }
 
     // ------------------------------------------------------------ expressions
@@ -1082,12 +1439,11 @@ impl<'s> Parser<'s> {
     }
 
     fn string(&mut self, pair: Pair<'_, Rule>) -> StringLit {
-        parse_string(
-            pair.as_str(),
-            pair.as_span().start(),
-            self.file,
-            &mut self.problems,
-        )
+        self.string_at(pair.as_str(), pair.as_span().start())
+    }
+
+    fn string_at(&mut self, raw: &str, offset: usize) -> StringLit {
+        parse_string(raw, offset, self.file, &mut self.problems)
     }
 
     fn expr(&mut self, pair: Pair<'_, Rule>) -> Expr {
@@ -1115,6 +1471,13 @@ impl<'s> Parser<'s> {
                 span,
             };
         }
+        if pair
+            .clone()
+            .into_inner()
+            .any(|p| p.as_rule() == Rule::infix && p.as_str() == "+")
+        {
+            return self.plus(pair);
+        }
         // Operator precedence by shunting-yard over the flat operand/operator
         // list the grammar gives, so that long chains do not recurse here.
         let mut operands: Vec<Expr> = Vec::new();
@@ -1124,11 +1487,20 @@ impl<'s> Parser<'s> {
             match part.as_rule() {
                 Rule::prefix => nots.push(span_of(&part)),
                 Rule::infix => {
+                    if part.as_str() == "=" {
+                        self.slip(
+                            span_of(&part),
+                            "`=` is not a comparison",
+                            "compares nothing",
+                            "write `==` to compare two values".to_string(),
+                            "==".to_string(),
+                        );
+                    }
                     let op = match part.as_str() {
                         "??" => BinaryOp::Coalesce,
+                        "==" | "=" => BinaryOp::Eq,
                         "||" => BinaryOp::Or,
                         "&&" => BinaryOp::And,
-                        "==" => BinaryOp::Eq,
                         "!=" => BinaryOp::Ne,
                         "<=" => BinaryOp::Le,
                         ">=" => BinaryOp::Ge,
@@ -1170,10 +1542,57 @@ impl<'s> Parser<'s> {
         })
     }
 
+    /// An expression with `+`, which flow does not have: text is built with
+    /// a template. Said once for the expression, with the template meant
+    /// when the operands are strings and references; the expression is then
+    /// `any`, so that nothing else is reported of it.
+    fn plus(&mut self, pair: Pair<'_, Rule>) -> Expr {
+        let span = span_of(&pair);
+        let mut template = String::new();
+        let mut only_text = true;
+        for part in pair.clone().into_inner() {
+            match part.as_rule() {
+                Rule::infix if part.as_str() == "+" => {}
+                Rule::string => {
+                    let raw = part.as_str();
+                    match raw.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
+                        Some(body) if !raw.starts_with("\"\"\"") => template.push_str(body),
+                        _ => only_text = false,
+                    }
+                }
+                Rule::path => template.push_str(&format!("{{{{{}}}}}", part.as_str())),
+                _ => only_text = false,
+            }
+        }
+        let plus = pair
+            .into_inner()
+            .find(|p| p.as_rule() == Rule::infix && p.as_str() == "+")
+            .map_or(span, |p| span_of(&p));
+        let mut diagnostic = Diagnostic::new(
+            Code::Syntax,
+            self.file,
+            plus,
+            "flow has no `+`: text is built with a template",
+        )
+        .label("not an operator in flow");
+        diagnostic = if only_text {
+            diagnostic
+                .hint(format!("write `\"{template}\"`"))
+                .secondary(self.file, span, "this expression")
+        } else {
+            diagnostic.hint("put values in a string as `{{path}}`: `\"Total: {{step.sum.total}}\"`; arithmetic belongs in a recipe")
+        };
+        self.problems.push(diagnostic);
+        Expr {
+            kind: ExprKind::Error,
+            span,
+        }
+    }
+
     fn primary(&mut self, inner: Pair<'_, Rule>) -> Expr {
         let span = span_of(&inner);
         let kind = match inner.as_rule() {
-            Rule::duration => ExprKind::Duration(duration_lit(inner.as_str(), span)),
+            Rule::duration => ExprKind::Duration(self.duration_value(inner)),
             Rule::float => ExprKind::Float(inner.as_str().parse().unwrap_or(0.0)),
             Rule::int => ExprKind::Int(self.int(inner, 0)),
             Rule::bool => ExprKind::Bool(inner.as_str() == "true"),
@@ -1187,6 +1606,18 @@ impl<'s> Parser<'s> {
                 let mut expr = self.expr(first_child(inner));
                 expr.span = span;
                 return expr;
+            }
+            Rule::braces_slip => {
+                let value = first_child(inner);
+                let written = value.as_str().trim().to_string();
+                self.slip(
+                    span,
+                    "`{{ }}` inserts a value into a string, and is not needed here",
+                    "outside a string",
+                    format!("write the value as `{written}`, or text as `\"{{{{{written}}}}}\"`"),
+                    written,
+                );
+                return self.expr(value);
             }
             _ => ExprKind::Error,
         };

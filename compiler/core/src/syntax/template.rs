@@ -152,9 +152,64 @@ impl Builder<'_> {
                     }
                 }
             } else {
+                if c == '{' {
+                    self.single_braces(line, index, offset, escapes);
+                }
                 self.text.push(c);
             }
         }
+    }
+
+    /// Warns of `{path}` or `${path}` at `index` of `line`, the interpolation
+    /// of other languages, which flow keeps as text. `{path}` alone is only
+    /// suspected when its path starts with a reference root, since prompts
+    /// often show placeholders such as `{title}` on purpose.
+    fn single_braces(&mut self, line: &str, index: usize, offset: usize, escapes: bool) {
+        // A reference is short: looking further would make a long line of
+        // braces quadratic.
+        const LONGEST: usize = 200;
+        let Some(length) = line.as_bytes()[index + 1..]
+            .iter()
+            .take(LONGEST)
+            .position(|b| *b == b'}')
+        else {
+            return;
+        };
+        let inner = line[index + 1..index + 1 + length].trim();
+        let dollar = line[..index].ends_with('$');
+        let Ok(path) = parse_path(inner, 0) else {
+            return;
+        };
+        // A workflow's roots, and `input` of a recipe's prompt; after `$`,
+        // any name but a shell's variable (`${HOME}`). A `\` before the
+        // brace says it is meant, even where it escapes nothing (`"""`).
+        let root = path.root.text.as_str();
+        let is_root = root == "input" || crate::check::ROOTS.contains(&root);
+        let shell = root.bytes().all(|b| b.is_ascii_uppercase() || b == b'_');
+        if line[..index].ends_with('\\') || !(is_root || dollar && !shell) {
+            return;
+        }
+        let start = offset + index - usize::from(dollar);
+        let end = offset + index + 1 + length + 1;
+        let written = &line[index - usize::from(dollar)..index + 1 + length + 1];
+        let mut diagnostic = Diagnostic::new(
+            Code::LiteralBraces,
+            self.file,
+            Span::new(start, end),
+            format!("`{written}` stays literal text"),
+        )
+        .label("not a reference")
+        .hint(format!(
+            "write `{{{{{inner}}}}}` to insert the value: references go between double braces"
+        ))
+        .fix(format!("{{{{{inner}}}}}"));
+        if escapes {
+            diagnostic = diagnostic.hint(format!(
+                "to keep the braces as text, escape the first: `{}\\{{{inner}}}`",
+                if dollar { "$" } else { "" }
+            ));
+        }
+        self.problems.push(diagnostic);
     }
 
     /// The inside of `{{ ... }}` at file offset `offset`; `open` is where `{{` is.
