@@ -37,7 +37,7 @@ fn flowc_lock_records_the_tools_and_check_holds_browser_steps_to_them() {
     assert!(
         unchecked
             .stderr
-            .contains("note: no flow.lock beside echo.flow: the tools and arguments of browser steps are unchecked"),
+            .contains("note: no flow.lock in `.` (1 file with browser steps): their tools and arguments are unchecked"),
         "{}",
         unchecked.stderr
     );

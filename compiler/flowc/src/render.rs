@@ -59,18 +59,23 @@ impl Human {
             }
         };
         // Labels in other files cannot be drawn in this file's snippet; point
-        // at them the way compilers do, so that editors can jump there.
-        for label in &report.secondary {
-            if label.file != report.primary.file {
-                let at = reports.position(label.file, label.span.start);
-                out.push_str(&format!(
-                    "  note: {}:{}:{}: {}\n",
-                    reports.path(label.file),
-                    at.line,
-                    at.column,
-                    label.message
-                ));
-            }
+        // at them the way compilers do, so that editors can jump there, in
+        // the order of the files and positions.
+        let mut others: Vec<_> = report
+            .secondary
+            .iter()
+            .filter(|label| label.file != report.primary.file)
+            .collect();
+        others.sort_by_key(|label| (reports.path(label.file), label.span.start));
+        for label in others {
+            let at = reports.position(label.file, label.span.start);
+            out.push_str(&format!(
+                "  note: {}:{}:{}: {}\n",
+                reports.path(label.file),
+                at.line,
+                at.column,
+                label.message
+            ));
         }
         out
     }
@@ -102,7 +107,14 @@ impl View {
         let source = &reports.sources[report.primary.file];
         let text = &source.text;
         let labeled = |message: &str, span, primary: bool| {
-            let (start, end) = clamp_span(text, span);
+            let (start, mut end) = clamp_span(text, span);
+            // A secondary label that spans lines (the `if` a step is in, a
+            // declaration) is shown on its first line: drawn whole, it would
+            // pull every line between it and the primary into the snippet,
+            // where miette otherwise shows distant labels apart.
+            if !primary && let Some(newline) = text[start..end].find('\n') {
+                end = start + text[start..start + newline].trim_end().len();
+            }
             let message = (!message.is_empty()).then(|| message.to_string());
             if primary {
                 LabeledSpan::new_primary_with_span(message, (start, end - start))
@@ -118,9 +130,24 @@ impl View {
                 .filter(|label| label.file == report.primary.file)
                 .map(|label| labeled(&label.message, label.span, false)),
         );
+        labels.sort_by_key(|label| (label.offset(), label.len()));
         let info = report.code.info();
+        let at = reports.position(report.primary.file, report.primary.span.start);
         View {
-            code: format!("{}({})", info.code, info.name),
+            // `error[E101]` as compilers write it, so that a search for
+            // "error" finds it, with where the primary label is: the first
+            // snippet may start at a secondary label above it.
+            code: format!(
+                "{}[{}]: {}:{}:{}",
+                match report.severity {
+                    Severity::Error => "error",
+                    Severity::Warning => "warning",
+                },
+                info.code,
+                source.path,
+                at.line,
+                at.column
+            ),
             severity: match report.severity {
                 Severity::Error => miette::Severity::Error,
                 Severity::Warning => miette::Severity::Warning,

@@ -44,12 +44,30 @@ pub(crate) fn run(
         }
     }
     reports.sort();
-    // Before the report, whose summary line stays the last.
+    // Before the report, whose summary line stays the last: one note for
+    // the run, naming the folders (a lock is per folder), not each file.
     if !unchecked_tools.is_empty() {
+        let mut folders: Vec<String> = unchecked_tools
+            .iter()
+            .map(|path| match Path::new(path).parent() {
+                Some(folder) if !folder.as_os_str().is_empty() => folder.display().to_string(),
+                _ => ".".to_string(),
+            })
+            .collect();
+        folders.sort();
+        folders.dedup();
+        let files = match unchecked_tools.len() {
+            1 => "1 file".to_string(),
+            n => format!("{n} files"),
+        };
         eprintln!(
-            "note: no {} beside {}: the tools and arguments of browser steps are unchecked (`flowc lock` records the MCP servers' tools)",
+            "note: no {} in {} ({files} with browser steps): their tools and arguments are unchecked (`flowc lock` records the MCP servers' tools)",
             flow_compiler::lock::LOCK_FILE,
-            unchecked_tools.join(", ")
+            folders
+                .iter()
+                .map(|folder| format!("`{folder}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     // When nothing could be read, the IO errors above say all there is.
