@@ -719,7 +719,8 @@ impl Checker<'_, '_> {
     fn approval_literals(&mut self, args: &RecordLit) {
         for field in &args.fields {
             let literal = match (field.name.text.as_str(), &field.value.kind) {
-                ("expires", ExprKind::Duration(_)) => true,
+                // A number has had its missing unit reported.
+                ("expires", ExprKind::Duration(_) | ExprKind::Int(_)) => true,
                 ("expires", _) => false,
                 ("on_reject" | "on_expire", ExprKind::String(lit)) => lit.as_plain().is_some(),
                 ("on_reject" | "on_expire", _) => false,
@@ -1101,6 +1102,18 @@ impl Checker<'_, '_> {
                 }
             }
             (ExprKind::Null, _) if expected.is_optional() => {}
+            // A bare number where a duration goes is a duration without its
+            // unit, said as for `timeout 90`.
+            (ExprKind::Int(amount), Ty::Duration) => {
+                self.duration(
+                    &DurationLit {
+                        amount: u64::try_from(*amount).ok(),
+                        unit: None,
+                        span: expr.span,
+                    },
+                    what,
+                );
+            }
             _ => {
                 let ty = self.expr(expr, false);
                 if !ty.assignable_to(expected) {
@@ -1645,6 +1658,16 @@ impl Checker<'_, '_> {
                 base = base.optional();
             }
             Some(reason) => {
+                // The reference as written, made optional, and read through
+                // a loop's list of iteration outputs: hints in valid syntax.
+                let rest = path_text(path);
+                let rest = &rest[format!("step.{}", step.id).len().min(rest.len())..];
+                let rest = rest.strip_prefix('?').unwrap_or(rest);
+                let optional = format!(
+                    "write `step.{}?{}` and give a default with `??` where a value is needed",
+                    step.id,
+                    if rest.is_empty() { ".field" } else { rest }
+                );
                 let mut diagnostic = Diagnostic::new(
                     Code::MaybeNotRun,
                     self.file,
@@ -1664,16 +1687,16 @@ impl Checker<'_, '_> {
                 diagnostic = match reason {
                     NotRun::Container(Container::IfBranch { span, .. }) => diagnostic
                         .secondary(self.file, span, "it runs only in a branch of this `if`")
-                        .hint(format!("use `step.{}?.field` or add a default with `?? ...`", step.id)),
+                        .hint(optional.clone()),
                     NotRun::Container(Container::LoopBody { id: loop_id, span }) => diagnostic
                         .secondary(self.file, span, format!("it runs once per item of loop `{loop_id}`"))
-                        .hint(format!("after the loop, read `step.{loop_id}[i].{}`, the list of iteration outputs", step.id)),
+                        .hint(format!("after the loop, `step.{loop_id}` is the list of iteration outputs: `step.{loop_id}[0].{}{rest}` reads the first", step.id)),
                     NotRun::Container(Container::ParallelBranch { parallel, branch, span }) => diagnostic
                         .secondary(self.file, span, format!("it runs in branch `{branch}` of `{parallel}`, alongside this one"))
                         .hint(format!("sibling branches run concurrently; use it after `{parallel}` joins")),
                     NotRun::Container(Container::Fallback { step: failed, span }) => diagnostic
                         .secondary(self.file, span, format!("it runs only when step `{failed}` fails"))
-                        .hint(format!("use `step.{}?.field` or add a default with `?? ...`", step.id)),
+                        .hint(optional.clone()),
                     NotRun::Container(Container::WorkflowHandler { span }) => diagnostic
                         .secondary(self.file, span, "it runs only when the workflow fails")
                         .hint("a step of the error handler can be read only inside the handler"),
@@ -1684,10 +1707,10 @@ impl Checker<'_, '_> {
                         .secondary(self.file, span, "it runs in another branch of this `if`, never in this one"),
                     NotRun::MayFail => diagnostic
                         .hint(format!("`{}` has `on_error continue` or a fallback, so it may end without output", step.id))
-                        .hint(format!("use `step.{}?.field` or add a default with `?? ...`", step.id)),
+                        .hint(optional.clone()),
                     NotRun::InHandler => diagnostic
                         .hint("the workflow's error handler runs after any failing step, so later steps may not have run")
-                        .hint(format!("use `step.{}?.field` or add a default with `?? ...`", step.id)),
+                        .hint(optional.clone()),
                     NotRun::Later | NotRun::Unfinished => diagnostic,
                 };
                 self.push(diagnostic);

@@ -108,7 +108,8 @@ fn pest_parse_repaired(
         }
         let mut bytes = text.as_bytes().to_vec();
         for (at, text, diagnostic) in parser.rewrites {
-            // Only ASCII is ever rewritten, so the copy stays UTF-8.
+            // A rewrite is ASCII or text of the source moved whole, so the
+            // copy stays UTF-8.
             bytes[at..at + text.len()].copy_from_slice(text.as_bytes());
             mended.push(diagnostic);
         }
@@ -508,6 +509,10 @@ impl<'s> Parser<'s> {
             ));
             return at;
         }
+        if let Some(rewrite) = self.respelt(at, &expected) {
+            self.rewrites.push(rewrite);
+            return at;
+        }
         let found = describe_found(&self.source[at..]);
         let end = at + found.1;
         let message = if expected.is_empty() {
@@ -585,6 +590,71 @@ impl<'s> Parser<'s> {
         }
         self.problems.push(diagnostic);
         at
+    }
+
+    /// A rewrite of the same length for what the parse stopped at, `at`,
+    /// where `expected` was expected: a string in single quotes, a step's
+    /// arguments in parentheses (`summarize(text: "x")`), `=` between a
+    /// field and its value.
+    fn respelt(&self, at: usize, expected: &[String]) -> Option<(usize, String, Diagnostic)> {
+        let line = &self.source[at..at + first_line_len(&self.source[at..])];
+        let diagnostic = |end: usize, message: &str, label: &str, meant: &str| {
+            Diagnostic::new(Code::Syntax, self.file, Span::new(at, end), message)
+                .label(label)
+                .hint(format!("write `{meant}`"))
+                .fix(meant)
+        };
+        match line.as_bytes().first()? {
+            b'\'' => {
+                let close = line[1..].find('\'')? + 1;
+                let text = &line[1..close];
+                if text.contains(['"', '\\']) {
+                    return None;
+                }
+                let meant = format!("\"{text}\"");
+                let diagnostic = diagnostic(
+                    at + close + 1,
+                    "strings are written between double quotes",
+                    "single quotes",
+                    &meant,
+                );
+                Some((at, meant, diagnostic))
+            }
+            b'(' if self.source[..at]
+                .ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_') =>
+            {
+                let scanned = cursor::scan(line, line.len());
+                // The `(` must be closed on its line, outside strings.
+                if scanned.open.iter().any(|(_, b)| *b == b'(')
+                    || scanned.lexical != cursor::Lexical::Code
+                {
+                    return None;
+                }
+                let close = (1..=line.len()).find(|end| {
+                    line.as_bytes()[end - 1] == b')'
+                        && cursor::scan(&line[..*end], *end).open.is_empty()
+                })?;
+                let meant = format!("{{{}}}", &line[1..close - 1]);
+                let diagnostic = diagnostic(
+                    at + close,
+                    "a step's arguments are a record, in braces",
+                    "not a call",
+                    &meant,
+                );
+                Some((at, meant, diagnostic))
+            }
+            b'=' if expected.iter().any(|word| word == "`:`") && !line.starts_with("==") => {
+                let diagnostic = diagnostic(
+                    at + 1,
+                    "a field and its value are separated by `:`",
+                    "not `:`",
+                    ":",
+                )
+                .hint("a record is written `{ name: value }`");
+                Some((at, ":".to_string(), diagnostic))
+            }
+            _ => None,
+        }
     }
 
     /// Where a `///` is that led the parse of a region starting at `start`
@@ -902,7 +972,7 @@ impl<'s> Parser<'s> {
             let member_span = span_of(&member);
             match member.as_rule() {
                 Rule::model_member => {
-                    let model = self.model(first_child(member));
+                    let model = self.string_after(first_child(member), "model", "a model name");
                     self.once(&mut recipe.model, model, member_span, "model");
                 }
                 Rule::input_member => {
@@ -928,34 +998,42 @@ impl<'s> Parser<'s> {
         recipe
     }
 
-    /// A recipe's model: a string, or a name written bare or after `:`,
-    /// which is said and then read as the string meant.
-    fn model(&mut self, pair: Pair<'_, Rule>) -> StringLit {
-        if pair.as_rule() != Rule::bare_model {
+    /// The string after `keyword` (a recipe's `model`, a handoff's
+    /// department, a kb_write's collection), or a name written bare or after
+    /// `:`, which is said and then read as the string meant: a reference
+    /// (`workflow_input.team`) as its template, anything else as its text.
+    fn string_after(&mut self, pair: Pair<'_, Rule>, keyword: &str, what: &str) -> StringLit {
+        if pair.as_rule() != Rule::bare_string {
             return self.string(pair);
         }
         let text = pair.as_str();
         let value = text.trim_start_matches(':').trim_start_matches([' ', '\t']);
         let at = pair.as_span().start() + (text.len() - value.len());
-        let lit = if value.starts_with('"') {
-            self.string_at(value, at)
+        let reference = value.contains('.')
+            && crate::syntax::template::parse_path(value, at)
+                .is_ok_and(|path| crate::check::ROOTS.contains(&path.root.text.as_str()));
+        // The quotes and braces are not in the source: the literal is read
+        // at offsets that put its text, or its reference, where it is.
+        let (lit, meant) = if value.starts_with('"') {
+            (self.string_at(value, at), value.to_string())
+        } else if reference {
+            let meant = format!("\"{{{{{value}}}}}\"");
+            (self.string_at(&meant, at.saturating_sub(3)), meant)
         } else {
-            // The quotes are not in the source: the literal spans the name
-            // and the character on each side of it.
-            self.string_at(&format!("\"{value}\""), at.saturating_sub(1))
+            let meant = format!("\"{value}\"");
+            (self.string_at(&meant, at.saturating_sub(1)), meant)
         };
-        let name = lit.display_text();
-        let (message, label) = if text.starts_with(':') {
-            ("`model` takes no `:`", "no `:` here")
+        let message = if text.starts_with(':') {
+            format!("`{keyword}` takes no `:`")
         } else {
-            ("a model name is a string", "not quoted")
+            format!("{what} is a string")
         };
         self.slip(
             span_of(&pair),
-            message,
-            label,
-            format!("write `model \"{name}\"`"),
-            format!("\"{name}\""),
+            &message,
+            "not a string",
+            format!("write `{keyword} {meant}`"),
+            meant,
         );
         lit
     }
@@ -1290,14 +1368,14 @@ impl<'s> Parser<'s> {
                 args: self.record_lit(next()),
             },
             Rule::kb_write_call => {
-                let collection = self.string(next());
+                let collection = self.string_after(next(), "kb_write", "a collection");
                 StepCall::KbWrite {
                     collection,
                     args: self.record_lit(next()),
                 }
             }
             Rule::handoff_call => {
-                let department = self.string(next());
+                let department = self.string_after(next(), "handoff", "a department");
                 StepCall::Handoff {
                     department,
                     args: self.record_lit(next()),
