@@ -72,42 +72,28 @@ fn refuse_too_deep(source: &str, file: FileId) -> Option<(SourceFile, Vec<Diagno
     Some((SourceFile::default(), vec![diagnostic]))
 }
 
-fn pest_parse(source: &str, file: FileId) -> (SourceFile, Vec<Diagnostic>) {
-    pest_parse_repaired(source, file, 0)
-}
-
-/// `pest_parse` of a copy in which `repairs` braces were closed already.
+/// The pest path.
 ///
 /// A slip that a rewrite of the same length mends (the `:` of `retry: 3`
 /// blanked, the third `/` of a `///` that documents nothing, `45 secs` as
 /// `45s`) is reported, rewritten in a copy, and the copy parsed again, so
 /// that the statement it broke is read as meant and checked: the tree and
 /// every other diagnostic come from the last parse. Offsets do not move.
-fn pest_parse_repaired(
-    source: &str,
-    file: FileId,
-    repairs: usize,
-) -> (SourceFile, Vec<Diagnostic>) {
+fn pest_parse(source: &str, file: FileId) -> (SourceFile, Vec<Diagnostic>) {
     let mut text = std::borrow::Cow::Borrowed(source);
     let mut mended = Vec::new();
     let mut round = 0;
     loop {
-        let mut parser = Parser {
-            source: &text,
-            file,
-            problems: Vec::new(),
-            too_deep_reported: false,
-            repairs,
-            rewrites: Vec::new(),
-        };
-        let mut tree = parser.file();
-        parser.left_open(&mut tree);
-        if parser.rewrites.is_empty() || round == MAX_REWRITE_ROUNDS {
-            mended.extend(parser.problems);
+        let (tree, problems, mut rewrites) = parse_once(&text, file);
+        if round < MAX_REWRITE_ROUNDS && rewrites.is_empty() && !problems.is_empty() {
+            rewrites.extend(closing_brace(&text, file, problems.len()));
+        }
+        if rewrites.is_empty() || round == MAX_REWRITE_ROUNDS {
+            mended.extend(problems);
             return (tree, mended);
         }
         let mut bytes = text.as_bytes().to_vec();
-        for (at, text, diagnostic) in parser.rewrites {
+        for (at, text, diagnostic) in rewrites {
             // A rewrite is ASCII or text of the source moved whole, so the
             // copy stays UTF-8.
             bytes[at..at + text.len()].copy_from_slice(text.as_bytes());
@@ -118,26 +104,73 @@ fn pest_parse_repaired(
     }
 }
 
+/// A rewrite of `text`, at an offset, with the diagnostic of the slip it
+/// mends.
+type Rewrite = (usize, String, Diagnostic);
+
+/// One parse of `text`: the tree, the problems, and the rewrites found.
+fn parse_once(text: &str, file: FileId) -> (SourceFile, Vec<Diagnostic>, Vec<Rewrite>) {
+    let mut parser = Parser {
+        source: text,
+        file,
+        problems: Vec::new(),
+        too_deep_reported: false,
+        rewrites: Vec::new(),
+    };
+    let mut tree = parser.file();
+    parser.left_open(&mut tree);
+    (tree, parser.problems, parser.rewrites)
+}
+
+/// A `{` that the layout shows was never closed, though a later `}` closed
+/// it in the parse (the `}` of the block around it), so that the errors
+/// were found further on, at what that `}` left outside its block. When
+/// closing it at the end of its line (the line break replaced) leaves fewer
+/// problems than the `found` ones, that is the mistake: reported, and the
+/// closing kept.
+fn closing_brace(text: &str, file: FileId, found: usize) -> Option<Rewrite> {
+    let (brace, why) = suspect_unclosed_brace(text)?;
+    let line_end = brace + first_line_len(&text[brace..]);
+    let closed_at = if text[..line_end].ends_with('\r') {
+        line_end - 1
+    } else {
+        line_end
+    };
+    if closed_at >= text.len()
+        || cursor::scan(&text[brace..closed_at], closed_at - brace).lexical != cursor::Lexical::Code
+    {
+        return None;
+    }
+    let mut copy = text.to_string();
+    copy.replace_range(closed_at..closed_at + 1, "}");
+    let (_, problems, rewrites) = parse_once(&copy, file);
+    if problems.len() + rewrites.len() >= found {
+        return None;
+    }
+    let diagnostic = Diagnostic::new(
+        Code::Syntax,
+        file,
+        Span::new(brace, brace + 1),
+        UNCLOSED_BRACE,
+    )
+    .label("not closed")
+    .hint(why);
+    Some((closed_at, "}".to_string(), diagnostic))
+}
+
 /// How many times a file is parsed again after rewriting slips: each round
 /// mends all the slips it finds, so a second one is rare.
 const MAX_REWRITE_ROUNDS: usize = 3;
-
-/// How many unclosed braces of one workflow are closed to check what follows
-/// them; past that, the rest of the workflow is skipped. Each closing parses
-/// the workflow again, so this bounds the work on a file of open braces.
-const MAX_REPAIRS: usize = 8;
 
 struct Parser<'s> {
     source: &'s str,
     file: FileId,
     problems: Vec<Diagnostic>,
     too_deep_reported: bool,
-    /// How many braces the text was repaired with (see `salvage_workflow`).
-    repairs: usize,
     /// ASCII text to write over as much of a copy to parse again, at an
     /// offset, each with the diagnostic of the slip it mends (see
     /// `pest_parse_repaired`).
-    rewrites: Vec<(usize, String, Diagnostic)>,
+    rewrites: Vec<Rewrite>,
 }
 
 /// Where a catch-all region was, which decides what it should have been.
@@ -254,14 +287,10 @@ impl<'s> Parser<'s> {
         SourceFile { items }
     }
 
-    /// A skipped workflow whose error (found at `blamed`) is a `{` left
-    /// open, parsed again with that `}` added at the end of its line, when
-    /// that line ends without a comment: the closing replaces the line
-    /// break, so that every offset stays the file's. The rest of the
-    /// workflow is then checked, its own syntax errors included.
-    ///
-    /// Otherwise, the part of a skipped workflow that comes before the line
-    /// where its error was found, when that part parses on its own.
+    /// The part of a skipped workflow that comes before the line where its
+    /// error was found (`blamed`), when that part parses on its own. (A `{`
+    /// left open that the layout shows is closed before, by
+    /// `closing_brace`; this keeps what it can of the rest.)
     ///
     /// A workflow with a `{` left open, as while a step's record or a
     /// `"{{step.` is being typed, does not match `workflow_decl`, so
@@ -273,7 +302,7 @@ impl<'s> Parser<'s> {
     /// author sees. The copy is kept only if it parses without any syntax
     /// diagnostic (the fast parser accepts it), so the region's one stays
     /// the only one; the checker then checks the kept steps as any others.
-    fn salvage_workflow(&mut self, region: &Pair<'_, Rule>, blamed: usize) -> Option<Item> {
+    fn salvage_workflow(&self, region: &Pair<'_, Rule>, blamed: usize) -> Option<Item> {
         let (start, end) = (region.as_span().start(), region.as_span().end());
         let text = region.as_str();
         let decl = text
@@ -289,38 +318,6 @@ impl<'s> Parser<'s> {
                 .map(|b| if b == b'\n' { '\n' } else { ' ' })
                 .collect()
         };
-        let line_end = blamed + first_line_len(&self.source[blamed..]);
-        let unclosed = self.source.as_bytes()[blamed] == b'{'
-            && self
-                .problems
-                .last()
-                .is_some_and(|d| d.message == UNCLOSED_BRACE);
-        if unclosed
-            && self.repairs < MAX_REPAIRS
-            && line_end < end
-            && cursor::scan(&self.source[blamed..line_end], line_end - blamed).lexical
-                == cursor::Lexical::Code
-        {
-            let closed_at = if self.source[..line_end].ends_with('\r') {
-                line_end - 1
-            } else {
-                line_end
-            };
-            let mut copy = blank(&self.source[..start]);
-            copy.push_str(&self.source[start..closed_at]);
-            copy.push('}');
-            copy.push_str(&self.source[closed_at + 1..end]);
-            copy.push_str(&blank(&self.source[end..]));
-            let (tree, problems) = pest_parse_repaired(&copy, self.file, self.repairs + 1);
-            if let [Item::Workflow(_)] = tree.items.as_slice() {
-                if let Some(diagnostic) = self.problems.pop() {
-                    self.problems
-                        .push(self.resumes(diagnostic, blamed, line_end));
-                }
-                self.problems.extend(problems);
-                return tree.items.into_iter().next();
-            }
-        }
         let cut = self.source[..blamed].rfind('\n').map_or(0, |i| i + 1);
         let kept = &self.source[start..cut.max(start)];
         let open = cursor::scan(kept, kept.len());
@@ -596,7 +593,7 @@ impl<'s> Parser<'s> {
     /// where `expected` was expected: a string in single quotes, a step's
     /// arguments in parentheses (`summarize(text: "x")`), `=` between a
     /// field and its value.
-    fn respelt(&self, at: usize, expected: &[String]) -> Option<(usize, String, Diagnostic)> {
+    fn respelt(&self, at: usize, expected: &[String]) -> Option<Rewrite> {
         let line = &self.source[at..at + first_line_len(&self.source[at..])];
         let diagnostic = |end: usize, message: &str, label: &str, meant: &str| {
             Diagnostic::new(Code::Syntax, self.file, Span::new(at, end), message)
