@@ -512,6 +512,21 @@ impl<'s> Parser<'s> {
         }
         let found = describe_found(&self.source[at..]);
         let end = at + found.1;
+        // Between items, a `}` closes nothing: one too many, or the `{`
+        // it was meant for is missing.
+        if matches!(context, Context::Item) && self.source[at..].starts_with('}') {
+            let diagnostic = Diagnostic::new(
+                Code::Syntax,
+                self.file,
+                Span::new(at, at + 1),
+                "this `}` closes nothing",
+            )
+            .label("no `{` is open here")
+            .hint("remove it, or add the `{` it was meant to close");
+            let diagnostic = self.resumes(diagnostic, start, pair.as_span().end());
+            self.problems.push(diagnostic);
+            return at;
+        }
         let message = if expected.is_empty() {
             format!("unexpected {}", found.0)
         } else {
@@ -601,6 +616,42 @@ impl<'s> Parser<'s> {
                 .hint(format!("write `{meant}`"))
                 .fix(meant)
         };
+        // A `{` missing at the end of the line before (`workflow w` alone on
+        // its line): the line break becomes the brace.
+        let mut before = self.source[..at].trim_end_matches([' ', '\t', '\r']);
+        // Blank and comment lines between the two do not count.
+        while let Some(newline) = before.strip_suffix('\n') {
+            let line = &newline[newline.rfind('\n').map_or(0, |i| i + 1)..];
+            if !(line.trim().is_empty() || line.trim_start().starts_with("//")) {
+                break;
+            }
+            before = &newline[..newline.len() - line.len()];
+        }
+        let line_start = before
+            .trim_end_matches('\n')
+            .rfind('\n')
+            .map_or(0, |i| i + 1);
+        let declaration = before.trim_end_matches('\n');
+        if expected == ["`{`"]
+            && before.ends_with('\n')
+            && cursor::scan(&declaration[line_start..], declaration.len() - line_start).lexical
+                == cursor::Lexical::Code
+        {
+            let newline = before.len() - 1;
+            let opener = self.source[..newline]
+                .trim_end_matches([' ', '\t', '\r'])
+                .len();
+            let diagnostic = Diagnostic::new(
+                Code::Syntax,
+                self.file,
+                Span::new(opener, opener),
+                "`{` is missing at the end of this line",
+            )
+            .label("expected `{` here")
+            .hint("add `{` here: a body opens on the line of its declaration")
+            .fix(" {");
+            return Some((newline, "{".to_string(), diagnostic));
+        }
         match line.as_bytes().first()? {
             b'\'' => {
                 let close = line[1..].find('\'')? + 1;
