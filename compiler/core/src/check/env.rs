@@ -42,6 +42,17 @@ pub struct Env {
     pub types: HashMap<String, Ty>,
 }
 
+impl Env {
+    /// `ty` as its author wrote it: records and enums that a `type` alias
+    /// names are shown by the alias's name (`list<Contact>`).
+    pub fn show<'t>(&'t self, ty: &'t Ty) -> crate::check::types::Named<'t> {
+        crate::check::types::Named {
+            ty,
+            aliases: &self.types,
+        }
+    }
+}
+
 pub(crate) const BUILTIN_TYPES: &[&str] = &["string", "int", "float", "bool", "json"];
 
 /// Collects and checks every declaration of every loaded file.

@@ -1,5 +1,6 @@
 //! The checker's types: what a value can be, assignability, and display.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -139,32 +140,90 @@ impl Ty {
 
 impl fmt::Display for Ty {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Ty::Any => write!(f, "any"),
-            Ty::Json => write!(f, "json"),
-            Ty::String => write!(f, "string"),
-            Ty::Int => write!(f, "int"),
-            Ty::Float => write!(f, "float"),
-            Ty::Bool => write!(f, "bool"),
-            Ty::Duration => write!(f, "duration"),
-            Ty::Null => write!(f, "null"),
-            Ty::Enum(variants) => {
-                let shown: Vec<String> = variants.iter().map(|v| format!("{v:?}")).collect();
-                write!(f, "{}", shown.join(" | "))
-            }
-            Ty::List(item) => write!(f, "list<{item}>"),
-            Ty::Record(fields) => {
-                write!(f, "{{ ")?;
-                for (index, (name, ty)) in fields.iter().enumerate() {
-                    if index > 0 {
-                        write!(f, ", ")?;
-                    }
-                    write!(f, "{name}: {ty}")?;
+        write_ty(f, self, None)
+    }
+}
+
+/// A type as its author wrote it: a record or an enum that a `type` alias
+/// names is shown by that name (`Contact`, `list<Contact>`), the rest as
+/// [`Ty`]'s display. See `Env::show`.
+pub struct Named<'t> {
+    pub ty: &'t Ty,
+    /// The aliases in scope, by name.
+    pub aliases: &'t HashMap<String, Ty>,
+}
+
+impl fmt::Display for Named<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_ty(f, self.ty, Some(self.aliases))
+    }
+}
+
+/// The alias that names `ty`, a record or an enum, if one does (the first
+/// by name, when several do).
+pub(crate) fn alias_of<'a>(aliases: &'a HashMap<String, Ty>, ty: &Ty) -> Option<&'a str> {
+    if !matches!(ty, Ty::Record(_) | Ty::Enum(_)) {
+        return None;
+    }
+    aliases
+        .iter()
+        .filter(|(_, aliased)| *aliased == ty)
+        .map(|(name, _)| name.as_str())
+        .min()
+}
+
+/// Writes `ty`, with the alias names of its parts when `aliases` is given.
+fn write_ty(
+    f: &mut fmt::Formatter<'_>,
+    ty: &Ty,
+    aliases: Option<&HashMap<String, Ty>>,
+) -> fmt::Result {
+    if let Some(name) = aliases.and_then(|aliases| alias_of(aliases, ty)) {
+        return f.write_str(name);
+    }
+    let name_of = aliases;
+    match ty {
+        Ty::Any => write!(f, "any"),
+        Ty::Json => write!(f, "json"),
+        Ty::String => write!(f, "string"),
+        Ty::Int => write!(f, "int"),
+        Ty::Float => write!(f, "float"),
+        Ty::Bool => write!(f, "bool"),
+        Ty::Duration => write!(f, "duration"),
+        Ty::Null => write!(f, "null"),
+        Ty::Enum(variants) => {
+            let shown: Vec<String> = variants.iter().map(|v| format!("{v:?}")).collect();
+            write!(f, "{}", shown.join(" | "))
+        }
+        Ty::List(item) => {
+            write!(f, "list<")?;
+            write_ty(f, item, name_of)?;
+            write!(f, ">")
+        }
+        Ty::Record(fields) => {
+            write!(f, "{{ ")?;
+            for (index, (name, ty)) in fields.iter().enumerate() {
+                if index > 0 {
+                    write!(f, ", ")?;
                 }
-                write!(f, " }}")
+                write!(f, "{name}: ")?;
+                write_ty(f, ty, name_of)?;
             }
-            Ty::Optional(inner) if matches!(**inner, Ty::Enum(_)) => write!(f, "({inner})?"),
-            Ty::Optional(inner) => write!(f, "{inner}?"),
+            write!(f, " }}")
+        }
+        Ty::Optional(inner)
+            if matches!(**inner, Ty::Enum(_))
+                && name_of
+                    .and_then(|aliases| alias_of(aliases, inner))
+                    .is_none() =>
+        {
+            write!(f, "(")?;
+            write_ty(f, inner, name_of)?;
+            write!(f, ")?")
+        }
+        Ty::Optional(inner) => {
+            write_ty(f, inner, name_of)?;
+            write!(f, "?")
         }
     }
 }

@@ -555,7 +555,7 @@ impl Checker<'_, '_> {
                             Code::NotACollection,
                             self.file,
                             stmt.collection.span,
-                            format!("`for` needs a list, found `{other}`"),
+                            format!("`for` needs a list, found `{}`", self.env.show(&other)),
                         )
                         .label("not a list");
                         if let Ty::Optional(inner) = &other
@@ -917,7 +917,7 @@ impl Checker<'_, '_> {
                     Code::NonBoolCondition,
                     self.file,
                     expr.span,
-                    format!("the condition is `{other}`, not `bool`"),
+                    format!("the condition is `{}`, not `bool`", self.env.show(other)),
                 )
                 .label("not a boolean")
                 .hint("compare it: `== \"value\"`, `>= 4`, `!= null`"),
@@ -1121,14 +1121,24 @@ impl Checker<'_, '_> {
                         Code::TypeMismatch,
                         self.file,
                         expr.span,
-                        format!("{what} expects `{expected}`, found `{ty}`"),
+                        format!(
+                            "{what} expects `{}`, found `{}`",
+                            self.env.show(expected),
+                            self.env.show(&ty)
+                        ),
                     )
-                    .label(format!("this is `{ty}`"));
+                    .label(format!("this is `{}`", self.env.show(&ty)));
                     if ty.is_optional() && ty.required().assignable_to(expected) {
                         diagnostic = diagnostic
                             .hint("the value may be absent: give a default with `?? ...`");
                     } else if matches!(expected.required(), Ty::Enum(_)) && ty == Ty::String {
                         diagnostic = diagnostic.hint("only a string literal, or a value of an enum type with these variants, fits an enum");
+                    }
+                    // The alias's expansion helps to see what differs.
+                    let named = self.env.show(expected.required()).to_string();
+                    let expansion = expected.required().to_string();
+                    if named != expansion {
+                        diagnostic = diagnostic.hint(format!("`{named}` is `{expansion}`"));
                     }
                     self.push(diagnostic);
                 }
@@ -1217,7 +1227,7 @@ impl Checker<'_, '_> {
                             Code::TypeMismatch,
                             self.file,
                             inner.span,
-                            format!("`!` needs a `bool`, found `{ty}`"),
+                            format!("`!` needs a `bool`, found `{}`", self.env.show(&ty)),
                         )
                         .label("not a boolean"),
                     );
@@ -1293,7 +1303,11 @@ impl Checker<'_, '_> {
                                 Code::TypeMismatch,
                                 self.file,
                                 side.span,
-                                format!("`{}` needs `bool` operands, found `{ty}`", op.symbol()),
+                                format!(
+                                    "`{}` needs `bool` operands, found `{}`",
+                                    op.symbol(),
+                                    self.env.show(&ty)
+                                ),
                             )
                             .label("not a boolean"),
                         );
@@ -1353,7 +1367,11 @@ impl Checker<'_, '_> {
                             Code::TypeMismatch,
                             self.file,
                             side.span,
-                            format!("`{}` compares numbers, found `{ty}`", op.symbol()),
+                            format!(
+                                "`{}` compares numbers, found `{}`",
+                                op.symbol(),
+                                self.env.show(&ty)
+                            ),
                         )
                         .label("not a number");
                         if ty.is_optional() && ty.required().is_numeric() {
@@ -1813,7 +1831,11 @@ impl Checker<'_, '_> {
                             Code::UnknownField,
                             self.file,
                             name.span,
-                            format!("{} is `{other}`, which has no fields", describe(previous)),
+                            format!(
+                                "{} is `{}`, which has no fields",
+                                describe(previous),
+                                self.env.show(&other)
+                            ),
                         )
                         .label("no fields here"),
                     );
@@ -1826,7 +1848,11 @@ impl Checker<'_, '_> {
                             Code::NotAList,
                             self.file,
                             *span,
-                            format!("{} is `{other}`, not a list", describe(previous)),
+                            format!(
+                                "{} is `{}`, not a list",
+                                describe(previous),
+                                self.env.show(&other)
+                            ),
                         )
                         .label("cannot index this"),
                     );

@@ -1,7 +1,7 @@
 //! Hover: what the name under the cursor is, in Markdown.
 
 use crate::Checked;
-use crate::check::{StepInfo, StepKind};
+use crate::check::{StepInfo, StepKind, Ty};
 use crate::diagnostic::{FileId, Span};
 use crate::ide::completion::signature;
 use crate::ide::navigation::{Symbol, symbol_at};
@@ -81,7 +81,7 @@ fn step_text(checked: &Checked, step: &StepInfo) -> String {
     };
     let mut text = format!("step `{}`: {kind}", step.id);
     if let Some(output) = &step.output {
-        text.push_str(&format!("\n\n```flow\n{output}\n```"));
+        text.push_str(&typed_block(checked, None, output));
     }
     if step.may_fail {
         text.push_str("\n\nmay end without output (`on_error continue` or a fallback)");
@@ -154,8 +154,23 @@ fn path_hover(checked: &Checked, offset: u32) -> Option<Hover> {
         };
         return Some(Hover {
             span: segment.span(),
-            markdown: format!("```flow\n{}: {ty}\n```", path_text(&shown)),
+            markdown: typed_block(checked, Some(&path_text(&shown)), &ty)
+                .trim_start()
+                .to_string(),
         });
     }
     None
+}
+
+/// A code block of `ty` as written (an alias by its name), after `name: `
+/// when given, then the alias's expansion, which says what its fields are.
+fn typed_block(checked: &Checked, name: Option<&str>, ty: &Ty) -> String {
+    let named = checked.analysis.env.show(ty).to_string();
+    let expansion = ty.to_string();
+    let label = name.map_or(String::new(), |name| format!("{name}: "));
+    let mut text = format!("\n\n```flow\n{label}{named}\n```");
+    if named != expansion {
+        text.push_str(&format!("\n\n```flow\n{expansion}\n```"));
+    }
+    text
 }
