@@ -82,15 +82,24 @@ fn refuse_too_deep(source: &str, file: FileId) -> Option<(SourceFile, Vec<Diagno
 fn pest_parse(source: &str, file: FileId) -> (SourceFile, Vec<Diagnostic>) {
     let mut text = std::borrow::Cow::Borrowed(source);
     let mut mended = Vec::new();
-    let mut round = 0;
-    loop {
-        let (tree, problems, mut rewrites) = parse_once(&text, file);
-        if round < MAX_REWRITE_ROUNDS && rewrites.is_empty() && !problems.is_empty() {
-            rewrites.extend(closing_brace(&text, file, problems.len()));
-        }
-        if rewrites.is_empty() || round == MAX_REWRITE_ROUNDS {
+    let mut parsed = parse_once(&text, file);
+    for round in 0.. {
+        let (tree, problems, rewrites) = parsed;
+        if round == MAX_REWRITE_ROUNDS {
             mended.extend(problems);
             return (tree, mended);
+        }
+        if rewrites.is_empty() {
+            // A brace the layout shows was left open: its copy is parsed
+            // already, to see that it leaves fewer problems.
+            let Some((closed, diagnostic, next)) = closing_brace(&text, file, &problems) else {
+                mended.extend(problems);
+                return (tree, mended);
+            };
+            mended.push(diagnostic);
+            text = std::borrow::Cow::Owned(closed);
+            parsed = next;
+            continue;
         }
         let mut bytes = text.as_bytes().to_vec();
         for (at, text, diagnostic) in rewrites {
@@ -100,16 +109,28 @@ fn pest_parse(source: &str, file: FileId) -> (SourceFile, Vec<Diagnostic>) {
             mended.push(diagnostic);
         }
         text = std::borrow::Cow::Owned(String::from_utf8(bytes).unwrap_or_default());
-        round += 1;
+        parsed = parse_copy(&text, file);
     }
+    unreachable!("the last round returns")
 }
 
 /// A rewrite of `text`, at an offset, with the diagnostic of the slip it
 /// mends.
 type Rewrite = (usize, String, Diagnostic);
 
-/// One parse of `text`: the tree, the problems, and the rewrites found.
-fn parse_once(text: &str, file: FileId) -> (SourceFile, Vec<Diagnostic>, Vec<Rewrite>) {
+/// One parse: the tree, the problems, and the rewrites found.
+type Parsed = (SourceFile, Vec<Diagnostic>, Vec<Rewrite>);
+
+/// `parse_once` of a mended copy, which is often well-formed: the fast
+/// parser is tried first.
+fn parse_copy(text: &str, file: FileId) -> Parsed {
+    match parse_fast(text, file) {
+        Some(tree) => (tree, Vec::new(), Vec::new()),
+        None => parse_once(text, file),
+    }
+}
+
+fn parse_once(text: &str, file: FileId) -> Parsed {
     let mut parser = Parser {
         source: text,
         file,
@@ -126,25 +147,39 @@ fn parse_once(text: &str, file: FileId) -> (SourceFile, Vec<Diagnostic>, Vec<Rew
 /// it in the parse (the `}` of the block around it), so that the errors
 /// were found further on, at what that `}` left outside its block. When
 /// closing it at the end of its line (the line break replaced) leaves fewer
-/// problems than the `found` ones, that is the mistake: reported, and the
-/// closing kept.
-fn closing_brace(text: &str, file: FileId, found: usize) -> Option<Rewrite> {
+/// problems than `problems`, that is the mistake: its diagnostic, and the
+/// text closed, with its parse.
+///
+/// Nothing is tried when no problem comes after the brace, or when its line
+/// leaves a string open (that is the mistake, and a parse is not spent on
+/// each keystroke of a half-typed `"{{step.`).
+fn closing_brace(
+    text: &str,
+    file: FileId,
+    problems: &[Diagnostic],
+) -> Option<(String, Diagnostic, Parsed)> {
     let (brace, why) = suspect_unclosed_brace(text)?;
+    if !problems
+        .iter()
+        .any(|p| p.primary.span.start as usize >= brace)
+    {
+        return None;
+    }
     let line_end = brace + first_line_len(&text[brace..]);
     let closed_at = if text[..line_end].ends_with('\r') {
         line_end - 1
     } else {
         line_end
     };
-    if closed_at >= text.len()
-        || cursor::scan(&text[brace..closed_at], closed_at - brace).lexical != cursor::Lexical::Code
+    let line = cursor::scan(&text[brace..], line_end + 1 - brace);
+    if closed_at >= text.len() || line.cut_string.is_some() || line.lexical != cursor::Lexical::Code
     {
         return None;
     }
     let mut copy = text.to_string();
     copy.replace_range(closed_at..closed_at + 1, "}");
-    let (_, problems, rewrites) = parse_once(&copy, file);
-    if problems.len() + rewrites.len() >= found {
+    let parsed = parse_copy(&copy, file);
+    if parsed.1.len() + parsed.2.len() >= problems.len() {
         return None;
     }
     let diagnostic = Diagnostic::new(
@@ -155,7 +190,7 @@ fn closing_brace(text: &str, file: FileId, found: usize) -> Option<Rewrite> {
     )
     .label("not closed")
     .hint(why);
-    Some((closed_at, "}".to_string(), diagnostic))
+    Some((copy, diagnostic, parsed))
 }
 
 /// How many times a file is parsed again after rewriting slips: each round
