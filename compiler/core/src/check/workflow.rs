@@ -1462,7 +1462,15 @@ impl Checker<'_, '_> {
                         format!("workflow_input.{root}"),
                     ))
                 } else {
-                    None
+                    // The literals of other languages.
+                    match root {
+                        "True" | "TRUE" => Some(("is not a literal", "true".to_string())),
+                        "False" | "FALSE" => Some(("is not a literal", "false".to_string())),
+                        "None" | "nil" | "undefined" | "NULL" | "Null" => {
+                            Some(("is not a literal", "null".to_string()))
+                        }
+                        _ => None,
+                    }
                 };
                 if let Some((what, replacement)) = meant {
                     diagnostic = diagnostic

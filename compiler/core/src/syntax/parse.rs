@@ -524,6 +524,10 @@ impl<'s> Parser<'s> {
         let (at, mut expected) = best.unwrap_or((0, Vec::new()));
         expected.sort();
         expected.dedup();
+        // `=` and `+` are operators only as slips (see flow.pest).
+        if expected.iter().any(|w| w == "an operator") {
+            expected.retain(|w| w != "`=`" && w != "`+`");
+        }
         let at = start + at;
         if let Some(at) = self.stray_doc(start, at) {
             self.rewrites.push((
@@ -686,6 +690,47 @@ impl<'s> Parser<'s> {
             .hint("add `{` here: a body opens on the line of its declaration")
             .fix(" {");
             return Some((newline, "{".to_string(), diagnostic));
+        }
+        // Python's and JavaScript's words for operators: `and` is `&&`.
+        let word_len = line
+            .bytes()
+            .take_while(|b| cursor::is_name_byte(*b))
+            .count();
+        let operator = match &line[..word_len] {
+            "and" if expected.iter().any(|w| w == "an operator") => Some("&&"),
+            "or" if expected.iter().any(|w| w == "an operator") => Some("||"),
+            "not" if expected.iter().any(|w| w == "an expression") => Some("!"),
+            _ => None,
+        };
+        // `not x` reads as the path `not`, and the parse stops at `x`.
+        let before_word = self.source[..at].trim_end_matches([' ', '\t']);
+        if expected.iter().any(|w| w == "an operator")
+            && before_word.ends_with("not")
+            && before_word.len() < at
+            && !before_word[..before_word.len() - 3]
+                .ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+        {
+            let not = before_word.len() - 3;
+            let diagnostic = Diagnostic::new(
+                Code::Syntax,
+                self.file,
+                Span::new(not, not + 3),
+                "flow writes `not` as `!`",
+            )
+            .label("not an operator")
+            .hint("write `!`")
+            .fix("!");
+            return Some((not, "!  ".to_string(), diagnostic));
+        }
+        if let Some(operator) = operator {
+            let word = &line[..word_len];
+            let diagnostic = diagnostic(
+                at + word_len,
+                &format!("flow writes `{word}` as `{operator}`"),
+                "not an operator",
+                operator,
+            );
+            return Some((at, format!("{operator:<word_len$}"), diagnostic));
         }
         match line.as_bytes().first()? {
             b'\'' => {
