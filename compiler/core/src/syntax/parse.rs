@@ -649,8 +649,8 @@ impl<'s> Parser<'s> {
     /// field and its value.
     fn respelt(&self, at: usize, expected: &[String]) -> Option<Rewrite> {
         let line = &self.source[at..at + first_line_len(&self.source[at..])];
-        let diagnostic = |end: usize, message: &str, label: &str, meant: &str| {
-            Diagnostic::new(Code::Syntax, self.file, Span::new(at, end), message)
+        let diagnostic = |span: (usize, usize), message: &str, label: &str, meant: &str| {
+            Diagnostic::new(Code::Syntax, self.file, Span::new(span.0, span.1), message)
                 .label(label)
                 .hint(format!("write `{meant}`"))
                 .fix(meant)
@@ -711,21 +711,18 @@ impl<'s> Parser<'s> {
                 .ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == '.')
         {
             let not = before_word.len() - 3;
-            let diagnostic = Diagnostic::new(
-                Code::Syntax,
-                self.file,
-                Span::new(not, not + 3),
+            let diagnostic = diagnostic(
+                (not, not + 3),
                 "flow writes `not` as `!`",
-            )
-            .label("not an operator")
-            .hint("write `!`")
-            .fix("!");
+                "not an operator",
+                "!",
+            );
             return Some((not, "!  ".to_string(), diagnostic));
         }
         if let Some(operator) = operator {
             let word = &line[..word_len];
             let diagnostic = diagnostic(
-                at + word_len,
+                (at, at + word_len),
                 &format!("flow writes `{word}` as `{operator}`"),
                 "not an operator",
                 operator,
@@ -741,7 +738,7 @@ impl<'s> Parser<'s> {
                 }
                 let meant = format!("\"{text}\"");
                 let diagnostic = diagnostic(
-                    at + close + 1,
+                    (at, at + close + 1),
                     "strings are written between double quotes",
                     "single quotes",
                     &meant,
@@ -764,7 +761,7 @@ impl<'s> Parser<'s> {
                 })?;
                 let meant = format!("{{{}}}", &line[1..close - 1]);
                 let diagnostic = diagnostic(
-                    at + close,
+                    (at, at + close),
                     "a step's arguments are a record, in braces",
                     "not a call",
                     &meant,
@@ -773,7 +770,7 @@ impl<'s> Parser<'s> {
             }
             b'=' if expected.iter().any(|word| word == "`:`") && !line.starts_with("==") => {
                 let diagnostic = diagnostic(
-                    at + 1,
+                    (at, at + 1),
                     "a field and its value are separated by `:`",
                     "not `:`",
                     ":",
