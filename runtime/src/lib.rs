@@ -34,6 +34,7 @@ pub mod sqlite;
 pub mod store;
 pub mod time;
 pub mod tls;
+pub mod versions;
 
 pub use interp::run;
 pub use journal::Outcome;

@@ -81,6 +81,7 @@ use tokio_postgres::types::ToSql;
 use crate::approval::{DecideError, Decision, PendingApproval, decide_record, gate_due_ms};
 use crate::journal::{StepRecord, StepStatus};
 use crate::services::{Handoff, KbDocument, KbWrite};
+use crate::store::RunChange;
 use crate::store::sql_limit;
 use crate::store::{
     ApprovalStore, DELETE_AFTER_CANCEL_MS, Deletion, Deployment, EVENT_CLAIM, EventNext,
@@ -247,6 +248,8 @@ const MIGRATIONS: &[&str] = &[
          FOR EACH ROW EXECUTE FUNCTION runs_keep_events();",
     // How often a run was redriven (`RunStore::redrive_run`).
     "ALTER TABLE runs ADD COLUMN redrives INTEGER NOT NULL DEFAULT 0;",
+    // What happened to a run besides its steps (`RunChange`), a JSON array.
+    "ALTER TABLE runs ADD COLUMN history TEXT NOT NULL DEFAULT '[]';",
 ];
 
 /// How long a run stays its owner's without a heartbeat
@@ -354,6 +357,21 @@ struct Location {
     url: String,
     schema: Option<String>,
     tls: TlsSettings,
+}
+
+/// Adds `change` to the end of run `id`'s history.
+async fn append_history(
+    tx: &deadpool_postgres::Transaction<'_>,
+    id: &str,
+    change: &RunChange,
+) -> Result<(), StoreError> {
+    tx.execute(
+        "UPDATE runs SET history = (history::jsonb || jsonb_build_array($2::text::jsonb))::text
+         WHERE id = $1",
+        &[&id, &change.to_json()],
+    )
+    .await?;
+    Ok(())
 }
 
 /// Takes this store's `schema=NAME`, and the TLS parameters tokio-postgres
@@ -1543,30 +1561,103 @@ impl RunStore for PostgresStore {
         })
     }
 
-    fn redrive_run<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<u32>> {
+    fn redrive_run<'a>(
+        &'a self,
+        id: &'a str,
+        to_plan: Option<&'a str>,
+    ) -> StoreFuture<'a, Option<u32>> {
         Box::pin(async move {
             let mut client = self.client().await?;
             let tx = client.transaction().await?;
-            let round = tx
+            let at_ms = now_ms();
+            // The plan it was on, read in the same statement (before it).
+            let row = tx
                 .query_opt(
-                    "UPDATE runs SET status = 'running', outcome = NULL, owner = $2, updated_ms = $3,
-                         active_ms = 0, redrives = redrives + 1, epoch = epoch + 1,
-                         lease_until = now() + $4 * interval '1 millisecond'
-                     WHERE id = $1 AND status IN ('failed', 'cancelled') AND redrives < $5
-                     RETURNING redrives",
-                    &[&id, &self.owner, &now_ms(), &millis(self.lease), &(MAX_REDRIVES as i32)],
-                )
-                .await?
-                .map(|row| row.get::<_, i32>(0).max(0) as u32);
-            if round.is_some() {
-                tx.execute(
-                    "UPDATE step_runs SET status = 'redriven' WHERE run_id = $1 AND status = 'failed'",
-                    &[&id],
+                    "UPDATE runs r SET status = 'running', outcome = NULL, owner = $2, updated_ms = $3,
+                         active_ms = 0, redrives = r.redrives + 1, epoch = r.epoch + 1,
+                         lease_until = now() + $4 * interval '1 millisecond',
+                         plan_hash = COALESCE($6, r.plan_hash)
+                     FROM runs old
+                     WHERE r.id = $1 AND old.id = r.id
+                       AND r.status IN ('failed', 'cancelled') AND r.redrives < $5
+                     RETURNING r.redrives, old.plan_hash",
+                    &[
+                        &id,
+                        &self.owner,
+                        &at_ms,
+                        &millis(self.lease),
+                        &(MAX_REDRIVES as i32),
+                        &to_plan,
+                    ],
                 )
                 .await?;
+            let Some(row) = row else {
+                return Ok(None);
+            };
+            let round = row.get::<_, i32>(0).max(0) as u32;
+            let from_plan: String = row.get(1);
+            let mut changes = vec![RunChange::Redriven { at_ms, round }];
+            if let Some(to_plan) = to_plan.filter(|to| *to != from_plan) {
+                changes.push(RunChange::Moved {
+                    at_ms,
+                    from_plan,
+                    to_plan: to_plan.to_string(),
+                });
+            }
+            for change in &changes {
+                append_history(&tx, id, change).await?;
+            }
+            tx.execute(
+                "UPDATE step_runs SET status = 'redriven' WHERE run_id = $1 AND status = 'failed'",
+                &[&id],
+            )
+            .await?;
+            tx.commit().await?;
+            Ok(Some(round))
+        })
+    }
+
+    fn move_run<'a>(
+        &'a self,
+        id: &'a str,
+        from_plan: &'a str,
+        to_plan: &'a str,
+    ) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let at_ms = now_ms();
+            let moved = tx
+                .execute(
+                    "UPDATE runs SET plan_hash = $3, updated_ms = $4
+                     WHERE id = $1 AND plan_hash = $2 AND status = 'pending_approval'",
+                    &[&id, &from_plan, &to_plan, &at_ms],
+                )
+                .await?
+                == 1;
+            if moved {
+                let change = RunChange::Moved {
+                    at_ms,
+                    from_plan: from_plan.to_string(),
+                    to_plan: to_plan.to_string(),
+                };
+                append_history(&tx, id, &change).await?;
             }
             tx.commit().await?;
-            Ok(round)
+            Ok(moved)
+        })
+    }
+
+    fn run_history<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Vec<RunChange>> {
+        Box::pin(async move {
+            let history: Option<String> = self
+                .query("SELECT history FROM runs WHERE id = $1", &[&id])
+                .await?
+                .first()
+                .map(|row| row.get(0));
+            Ok(history
+                .and_then(|text| serde_json::from_str(&text).ok())
+                .unwrap_or_default())
         })
     }
 

@@ -29,7 +29,7 @@ use crate::store::{
     Outgoing, PendingGates, PlanStore, RunEvent, RunHandle, RunLog, RunQuery, RunRow, RunStatus,
     RunStore, StoreError, StoreFuture, StoreJournal,
 };
-use crate::store::{lock, sql_limit};
+use crate::store::{RunChange, lock, sql_limit};
 use crate::time::now_stored_ms as now_ms;
 
 impl rusqlite::types::ToSql for RunStatus {
@@ -272,7 +272,18 @@ const MIGRATIONS: &[&str] = &[
      END;",
     // How often a run was redriven (`RunStore::redrive_run`).
     "ALTER TABLE runs ADD COLUMN redrives INTEGER NOT NULL DEFAULT 0;",
+    // What happened to a run besides its steps (`RunChange`), a JSON array.
+    "ALTER TABLE runs ADD COLUMN history TEXT NOT NULL DEFAULT '[]';",
 ];
+
+/// Adds `change` to the end of run `id`'s history.
+fn append_history(conn: &Connection, id: &str, change: &RunChange) -> Result<(), StoreError> {
+    conn.execute(
+        "UPDATE runs SET history = json_insert(history, '$[#]', json(?2)) WHERE id = ?1",
+        params![id, change.to_json()],
+    )?;
+    Ok(())
+}
 
 /// Whether a run with `status`, last changed at `updated_ms`, may be deleted.
 fn deletable(status: RunStatus, updated_ms: i64) -> bool {
@@ -789,27 +800,82 @@ impl SqliteStore {
         Ok(changed == 1)
     }
 
-    pub fn redrive_run(&self, id: &str) -> Result<Option<u32>, StoreError> {
+    pub fn redrive_run(&self, id: &str, to_plan: Option<&str>) -> Result<Option<u32>, StoreError> {
         let conn = lock(&self.conn);
         in_immediate(&conn, || {
-            let round: Option<u32> = conn
+            let from_plan: Option<String> = conn
                 .query_row(
-                    "UPDATE runs SET status = 'running', outcome = NULL, owner = ?2, updated_ms = ?3,
-                         active_ms = 0, redrives = redrives + 1
-                     WHERE id = ?1 AND status IN ('failed', 'cancelled') AND redrives < ?4
-                     RETURNING redrives",
-                    params![id, owner(), now_ms(), MAX_REDRIVES],
+                    "SELECT plan_hash FROM runs
+                     WHERE id = ?1 AND status IN ('failed', 'cancelled') AND redrives < ?2",
+                    params![id, MAX_REDRIVES],
                     |row| row.get(0),
                 )
                 .optional()?;
-            if round.is_some() {
+            let Some(from_plan) = from_plan else {
+                return Ok(None);
+            };
+            let at_ms = now_ms();
+            let round: u32 = conn.query_row(
+                "UPDATE runs SET status = 'running', outcome = NULL, owner = ?2, updated_ms = ?3,
+                     active_ms = 0, redrives = redrives + 1
+                 WHERE id = ?1 RETURNING redrives",
+                params![id, owner(), at_ms],
+                |row| row.get(0),
+            )?;
+            let mut changes = vec![RunChange::Redriven { at_ms, round }];
+            if let Some(to_plan) = to_plan.filter(|to| *to != from_plan) {
                 conn.execute(
-                    "UPDATE step_runs SET status = 'redriven' WHERE run_id = ?1 AND status = 'failed'",
-                    [id],
+                    "UPDATE runs SET plan_hash = ?2 WHERE id = ?1",
+                    params![id, to_plan],
                 )?;
+                changes.push(RunChange::Moved {
+                    at_ms,
+                    from_plan,
+                    to_plan: to_plan.to_string(),
+                });
             }
-            Ok(round)
+            for change in &changes {
+                append_history(&conn, id, change)?;
+            }
+            conn.execute(
+                "UPDATE step_runs SET status = 'redriven' WHERE run_id = ?1 AND status = 'failed'",
+                [id],
+            )?;
+            Ok(Some(round))
         })
+    }
+
+    pub fn move_run(&self, id: &str, from_plan: &str, to_plan: &str) -> Result<bool, StoreError> {
+        let conn = lock(&self.conn);
+        in_immediate(&conn, || {
+            let at_ms = now_ms();
+            let moved = conn.execute(
+                "UPDATE runs SET plan_hash = ?3, updated_ms = ?4
+                 WHERE id = ?1 AND plan_hash = ?2 AND status = 'pending_approval'",
+                params![id, from_plan, to_plan, at_ms],
+            )? == 1;
+            if moved {
+                let change = RunChange::Moved {
+                    at_ms,
+                    from_plan: from_plan.to_string(),
+                    to_plan: to_plan.to_string(),
+                };
+                append_history(&conn, id, &change)?;
+            }
+            Ok(moved)
+        })
+    }
+
+    pub fn run_history(&self, id: &str) -> Result<Vec<RunChange>, StoreError> {
+        let history: Option<String> = self
+            .reader()?
+            .query_row("SELECT history FROM runs WHERE id = ?1", [id], |row| {
+                row.get(0)
+            })
+            .optional()?;
+        Ok(history
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or_default())
     }
 
     pub fn deploy(
@@ -1446,8 +1512,25 @@ impl RunStore for SqliteStore {
         ready(self.cancel_run(id))
     }
 
-    fn redrive_run<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<u32>> {
-        ready(self.redrive_run(id))
+    fn redrive_run<'a>(
+        &'a self,
+        id: &'a str,
+        to_plan: Option<&'a str>,
+    ) -> StoreFuture<'a, Option<u32>> {
+        ready(self.redrive_run(id, to_plan))
+    }
+
+    fn move_run<'a>(
+        &'a self,
+        id: &'a str,
+        from_plan: &'a str,
+        to_plan: &'a str,
+    ) -> StoreFuture<'a, bool> {
+        ready(self.move_run(id, from_plan, to_plan))
+    }
+
+    fn run_history<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Vec<RunChange>> {
+        ready(self.run_history(id))
     }
 
     fn delete_run<'a>(&'a self, account: &'a str, id: &'a str) -> StoreFuture<'a, Deletion> {

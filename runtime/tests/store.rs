@@ -22,7 +22,7 @@ use flow_runtime::services::{Handoff, KbWrite, Services};
 use flow_runtime::sqlite::SqliteStore;
 use flow_runtime::store::{
     Deletion, EventNext, KbQuery, MailNext, MailState, NotificationKind, NotificationQuery,
-    NotificationStore, PendingGates, PlanStore, RunLog, RunStatus, RunStore, Store,
+    NotificationStore, PendingGates, PlanStore, RunChange, RunLog, RunStatus, RunStore, Store,
 };
 use flow_tests::TempDir;
 use flow_tests::postgres::TestSchema;
@@ -90,6 +90,7 @@ on_each_store!(
     a_redrive_reruns_only_the_failed_iterations_of_a_loop,
     a_run_is_redriven_again_and_at_most_max_times,
     a_redrive_cut_short_goes_on_from_where_it_was,
+    a_parked_run_moves_to_another_plan_once,
     deployments_runs_and_documents_can_be_deleted,
     the_runner_parks_resumes_and_lists_runs_to_recover,
     // ApprovalStore
@@ -1819,17 +1820,22 @@ async fn a_failed_run_is_redriven_from_the_step_that_failed_it(backend: Backend)
         "{failed:?}"
     );
     assert_eq!(
-        store.redrive_run("never-started").await.unwrap(),
+        store.redrive_run("never-started", None).await.unwrap(),
         None,
         "no such run"
     );
 
     model.over();
-    assert_eq!(store.redrive_run("run-1").await.unwrap(), Some(1));
+    assert_eq!(store.redrive_run("run-1", None).await.unwrap(), Some(1));
     let row = store.run("run-1").await.unwrap().unwrap();
     assert_eq!(
         (row.status, row.redrives, row.active_ms),
         (RunStatus::Running, 1, 0)
+    );
+    let history = store.run_history("run-1").await.unwrap();
+    assert!(
+        matches!(history.as_slice(), [RunChange::Redriven { round: 1, .. }]),
+        "{history:?}"
     );
     let done = drive_with(&store, &plan, json!({}), &model).await;
     assert!(matches!(done, Outcome::Completed { .. }), "{done:?}");
@@ -1855,7 +1861,7 @@ async fn a_failed_run_is_redriven_from_the_step_that_failed_it(backend: Backend)
         "{s7:?}"
     );
     assert_eq!(
-        store.redrive_run("run-1").await.unwrap(),
+        store.redrive_run("run-1", None).await.unwrap(),
         None,
         "a completed run is not redriven"
     );
@@ -1877,7 +1883,7 @@ workflow w {
     let failed = drive_with(&store, &plan, input.clone(), &model).await;
     assert!(matches!(failed, Outcome::Failed { .. }), "{failed:?}");
     model.over();
-    assert_eq!(store.redrive_run("run-1").await.unwrap(), Some(1));
+    assert_eq!(store.redrive_run("run-1", None).await.unwrap(), Some(1));
     let done = drive_with(&store, &plan, input, &model).await;
     assert!(matches!(done, Outcome::Completed { .. }), "{done:?}");
     for i in 0..10 {
@@ -1894,7 +1900,7 @@ async fn a_run_is_redriven_again_and_at_most_max_times(backend: Backend) {
     let model = Outage::down(&["s7"]);
     drive_with(&store, &plan, json!({}), &model).await;
     for round in 1..=flow_runtime::store::MAX_REDRIVES {
-        assert_eq!(store.redrive_run("run-1").await.unwrap(), Some(round));
+        assert_eq!(store.redrive_run("run-1", None).await.unwrap(), Some(round));
         let failed = drive_with(&store, &plan, json!({}), &model).await;
         assert!(matches!(failed, Outcome::Failed { .. }), "{failed:?}");
         assert_eq!(
@@ -1903,7 +1909,11 @@ async fn a_run_is_redriven_again_and_at_most_max_times(backend: Backend) {
             "the step's two attempts in each round"
         );
     }
-    assert_eq!(store.redrive_run("run-1").await.unwrap(), None, "no more");
+    assert_eq!(
+        store.redrive_run("run-1", None).await.unwrap(),
+        None,
+        "no more"
+    );
     assert_eq!(
         model.calls_of("s6"),
         1,
@@ -1926,7 +1936,7 @@ async fn a_redrive_cut_short_goes_on_from_where_it_was(backend: Backend) {
     drive_with(&store, &plan, json!({}), &model).await;
     model.over();
     model.hung.lock().unwrap().insert("s8".to_string());
-    assert_eq!(store.redrive_run("run-1").await.unwrap(), Some(1));
+    assert_eq!(store.redrive_run("run-1", None).await.unwrap(), Some(1));
     let cut = tokio::time::timeout(
         Duration::from_millis(500),
         drive_with(&store, &plan, json!({}), &model),
@@ -1939,4 +1949,52 @@ async fn a_redrive_cut_short_goes_on_from_where_it_was(backend: Backend) {
     assert_eq!(model.calls_of("s7"), 3, "s7 completed in the redrive, once");
     assert_eq!(model.calls_of("s8"), 2, "s8 was in flight when it was cut");
     assert_eq!(model.calls_of("s1"), 1);
+}
+
+/// A parked run moves to another plan once, and the move is in its history;
+/// a run not parked on the plan named does not move.
+async fn a_parked_run_moves_to_another_plan_once(backend: Backend) {
+    let store = backend.open().await;
+    let old = plan(GATED);
+    let new = plan(&GATED.replace("workflow w {", "workflow w {\n  timeout 2h"));
+    assert_ne!(old.hash, new.hash);
+    store.put_plan(&old).await.unwrap();
+    store.put_plan(&new).await.unwrap();
+    store
+        .create_run("run-1", "", "w", &old.hash, &json!({}), None)
+        .await
+        .unwrap();
+    assert!(
+        !store.move_run("run-1", &old.hash, &new.hash).await.unwrap(),
+        "a running run does not move"
+    );
+    let parked = flow_runtime::runner::drive(
+        &store,
+        &old,
+        "w",
+        "run-1",
+        json!({}),
+        Arc::new(OfflineProvider),
+        None,
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    assert!(matches!(parked, Outcome::Parked { .. }), "{parked:?}");
+    assert!(store.move_run("run-1", &old.hash, &new.hash).await.unwrap());
+    assert!(
+        !store.move_run("run-1", &old.hash, &new.hash).await.unwrap(),
+        "moved once"
+    );
+    assert_eq!(
+        store.run("run-1").await.unwrap().unwrap().plan_hash,
+        new.hash
+    );
+    let history = store.run_history("run-1").await.unwrap();
+    assert!(
+        matches!(history.as_slice(), [RunChange::Moved { from_plan, to_plan, .. }]
+            if *from_plan == old.hash && *to_plan == new.hash),
+        "{history:?}"
+    );
 }

@@ -1058,3 +1058,38 @@ fn completions_man_pages_help_and_versions() {
     let unknown = run_in(&flowd, dir.path(), &["nope"]);
     assert_eq!(unknown.code, 2);
 }
+
+/// Issue 15: `flow migrate` moves a parked run to a version where it can go
+/// on (a step added after its gate), refuses one where it cannot (a step
+/// added before it), and the moved run completes on the new version.
+#[test]
+fn a_parked_run_migrates_to_a_compatible_version() {
+    let dir = TempDir::new("flow-migrate");
+    let gate = "step g = approval { approvers: [\"a\"], message: \"m\" }";
+    dir.write(
+        "v1.flow",
+        format!("workflow w {{ {gate} output {{ v: 1 }} }}\n"),
+    );
+    dir.write(
+        "v2.flow",
+        format!("workflow w {{ {gate} step after = handoff \"ops\" {{ message: \"done\" }} output {{ v: 2 }} }}\n"),
+    );
+    dir.write(
+        "v3.flow",
+        format!("workflow w {{ step before = handoff \"ops\" {{ message: \"asked\" }} {gate} output {{ v: 3 }} }}\n"),
+    );
+    let parked = flow(&dir, &["run", "v1.flow", "--json"]);
+    assert_eq!(parked.code, 3, "{}", parked.all());
+    let run_id = json(&parked)["run_id"].as_str().unwrap().to_string();
+
+    let refused = flow(&dir, &["migrate", &run_id, "v3.flow"]);
+    assert_eq!(refused.code, 1, "{}", refused.all());
+    assert!(refused.stderr.contains("D006"), "{}", refused.stderr);
+    let dry = flow(&dir, &["migrate", &run_id, "v2.flow", "--dry-run"]);
+    assert_eq!(dry.code, 0, "{}", dry.all());
+    let moved = flow(&dir, &["migrate", &run_id, "v2.flow"]);
+    assert_eq!(moved.code, 0, "{}", moved.all());
+    let done = flow(&dir, &["approve", &run_id, "g", "--as", "a", "--json"]);
+    assert_eq!(done.code, 0, "{}", done.all());
+    assert_eq!(json(&done)["output"]["v"], 2, "{}", done.all());
+}

@@ -138,11 +138,28 @@ enum Command {
     /// run is redriven at most 10 times.
     Redrive {
         run: String,
+        /// Go on on this version of the workflow (a `.flow` file or a
+        /// `flowc build` plan), if the run can from where it stopped
+        /// (`flowc diff` says which runs can).
+        #[arg(long, value_name = "FILE")]
+        to: Option<PathBuf>,
         #[command(flatten)]
         store: StoreArg,
         /// Print the run record as JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Move a parked run to another version of its workflow (a `.flow` file
+    /// or a `flowc build` plan) where it can go on from the gates it waits
+    /// at; refused, with why, where it cannot. The move is in its trace.
+    Migrate {
+        run: String,
+        file: PathBuf,
+        /// Say whether the run can move, and move nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        store: StoreArg,
     },
     /// Resume every run left `running` by a process that died, and every
     /// parked run whose approval expired. Completed steps are not run again;
@@ -482,14 +499,19 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>) -> Result<u8> {
         }
         Command::Redrive {
             run,
+            to,
             store: StoreArg { db },
             json,
         } => {
             let store = open_store(&db)?;
             let row = find_run(&store, &run, &db).await?;
-            let plan = store.plan(&row.plan_hash).await.map_err(store_error)?;
+            let plan = match &to {
+                None => store.plan(&row.plan_hash).await.map_err(store_error)?,
+                Some(file) => version_for(&store, &row, file).await?,
+            };
+            let to_plan = to.as_ref().map(|_| plan.hash.as_str());
             if store
-                .redrive_run(&run)
+                .redrive_run(&run, to_plan)
                 .await
                 .map_err(store_error)?
                 .is_none()
@@ -510,6 +532,37 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>) -> Result<u8> {
                 json,
             )
             .await
+        }
+        Command::Migrate {
+            run,
+            file,
+            dry_run,
+            store: StoreArg { db },
+        } => {
+            let store = open_store(&db)?;
+            let row = find_run(&store, &run, &db).await?;
+            if row.status != RunStatus::PendingApproval {
+                return Err(usage(format!(
+                    "run `{run}` is {}: only a parked run moves (a failed one: `flow redrive {run} --to FILE`)",
+                    row.status
+                )));
+            }
+            let plan = version_for(&store, &row, &file).await?;
+            if dry_run {
+                out!("run {run} can move to {}", plan.hash);
+                return Ok(0);
+            }
+            if !store
+                .move_run(&run, &row.plan_hash, &plan.hash)
+                .await
+                .map_err(store_error)?
+            {
+                return Err(usage(format!(
+                    "run `{run}` was decided, cancelled or moved meanwhile; nothing moved"
+                )));
+            }
+            out!("run {run} moved to {}", plan.hash);
+            Ok(0)
         }
         Command::Recover {
             store: StoreArg { db },
@@ -1166,12 +1219,21 @@ async fn dispatch_remote(command: Command, server: &remote::Server) -> Result<u8
         }
         Command::Redrive {
             run,
+            to,
             store: _,
             json,
         } => {
+            if to.is_some() {
+                return Err(usage(
+                    "with --server, a run goes on on a deployed version: `POST /v1/runs/RUN/redrive` with `{\"version\": N}`",
+                ));
+            }
             server.redrive(&run).await?;
             Ok(report(&server.settled(&run).await?, json, None))
         }
+        Command::Migrate { .. } => Err(usage(
+            "with --server, parked runs move between deployed versions: `POST /v1/workflows/NAME/migrate`",
+        )),
         Command::Recover { .. } => Err(usage(
             "flowd resumes its runs itself when it starts; `flow recover` is for the embedded store",
         )),
@@ -1248,6 +1310,35 @@ async fn dispatch_remote(command: Command, server: &remote::Server) -> Result<u8
 /// How to name a wider project, the end of the hint of an import refused
 /// for leaving the project.
 const WIDEN: &str = "to import from a wider folder, name it with `flow run --root DIR`";
+
+/// The plan of `file`, stored, if run `row` can go on on it from where it
+/// stands; else every reason it cannot (exit 1).
+async fn version_for(store: &Arc<dyn Store>, row: &RunRow, file: &Path) -> Result<Plan> {
+    let new = load_plan(file, None)?;
+    let old = store.plan(&row.plan_hash).await.map_err(store_error)?;
+    let records = store.step_records(&row.id).await.map_err(store_error)?;
+    let places = flow_runtime::versions::places_of(row, &records);
+    let problems = flow_runtime::versions::move_problems(&old, &new, &row.workflow, &places);
+    if !problems.is_empty() {
+        let mut message = format!(
+            "run `{}` cannot go on on {} from where it stands:",
+            row.id,
+            file.display()
+        );
+        for problem in &problems {
+            message.push_str(&format!(
+                "\n  {} at {}: {} (flowc explain {})",
+                problem.code.as_str(),
+                problem.step,
+                problem.reason,
+                problem.code.as_str()
+            ));
+        }
+        return Err(Fail(1, message));
+    }
+    store.put_plan(&new).await.map_err(store_error)?;
+    Ok(new)
+}
 
 /// A plan from `flowc build` output, or compiled from a `.flow` source whose
 /// imports stay inside `root` (default: the file's folder), read as `flowc`

@@ -25,7 +25,7 @@ use utoipa::{IntoParams, OpenApi, ToSchema};
 use crate::server::{AccountId, Daemon, KeyHolder, Problem, joined, store_problem};
 use crate::sources::DeployedFiles;
 
-type Answer = Result<Response, Problem>;
+pub(crate) type Answer = Result<Response, Problem>;
 
 /// The API's OpenAPI document, derived from the handlers below and the types
 /// they take and answer, served at `/v1/openapi.json`.
@@ -39,7 +39,7 @@ type Answer = Result<Response, Problem>;
     ),
     paths(
         deploy, workflows, undeploy, start_run, get_run, delete_run, trace, runs, cancel,
-        redrive, decide, my_approvals, notifications, mark_read, delete_document
+        redrive, crate::migrate::migrate, decide, my_approvals, notifications, mark_read, delete_document
     ),
     components(schemas(ProblemDoc)),
     modifiers(&CommonAnswers),
@@ -120,7 +120,7 @@ impl utoipa::Modify for CommonAnswers {
 #[derive(ToSchema)]
 #[schema(as = Problem)]
 #[allow(dead_code, reason = "describes the JSON that Problem builds")]
-struct ProblemDoc {
+pub(crate) struct ProblemDoc {
     r#type: String,
     title: String,
     status: u16,
@@ -153,6 +153,16 @@ struct Deployments {
     deployments: Vec<Deployment>,
 }
 
+/// What a deploy deployed.
+#[derive(Serialize, ToSchema)]
+struct Deployed {
+    deployments: Vec<Deployment>,
+    /// Of each workflow deployed: its runs of earlier versions parked or
+    /// running, and how many of the parked could move to this version
+    /// (`POST /v1/workflows/{workflow}/migrate`).
+    earlier_runs: Vec<crate::migrate::EarlierRuns>,
+}
+
 /// A run's id and where it stands.
 #[derive(Serialize, ToSchema)]
 struct RunState {
@@ -179,6 +189,9 @@ struct Runs {
 struct Trace {
     run_id: String,
     steps: Vec<StepRecord>,
+    /// What happened to the run besides its steps: redrives, moves to
+    /// other versions.
+    history: Vec<flow_runtime::store::RunChange>,
 }
 
 /// A gate an approver may decide.
@@ -258,7 +271,7 @@ struct DeployPlan {
 #[utoipa::path(
     post, path = "/v1/workflows", tag = "workflows", request_body = Deploy,
     responses(
-        (status = 201, description = "Deployed", body = Deployments),
+        (status = 201, description = "Deployed", body = Deployed),
         (status = 422, description = "The source does not check (`does_not_check`); the plan is not one `flowc build` could have written, or is past flowd's bounds (`invalid_plan`, with `problems` and `more_problems`); a workflow names a department the account does not have (`unknown_department`); the plan names an MCP server or tool the operator does not offer this account (`mcp_server_not_allowed`, `mcp_tool_not_allowed`; every one in `refusals`); or the account keeps as many deployed versions as its quota (`quota_exceeded`)", body = ProblemDoc, content_type = "application/problem+json"),
     )
 )]
@@ -374,10 +387,16 @@ pub(crate) async fn deploy(
                 .map_err(store_problem)?,
         );
     }
+    let mut earlier_runs = Vec::new();
+    for workflow in &plan.workflows {
+        earlier_runs
+            .push(crate::migrate::earlier_runs(&daemon, &account, &workflow.name, &plan).await?);
+    }
     Ok((
         StatusCode::CREATED,
-        axum::Json(Deployments {
+        axum::Json(Deployed {
             deployments: deployed,
+            earlier_runs,
         }),
     )
         .into_response())
@@ -804,9 +823,11 @@ pub(crate) async fn trace(
         .step_records(&id)
         .await
         .map_err(store_problem)?;
+    let history = daemon.store.run_history(&id).await.map_err(store_problem)?;
     Ok(axum::Json(Trace {
         run_id: id,
         steps: records,
+        history,
     })
     .into_response())
 }
@@ -1006,31 +1027,70 @@ pub(crate) async fn delete_document(
     }
 }
 
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct Redrive {
+    /// Go on on this version of the workflow (one where the run can go on
+    /// from where it stopped); its own version by default.
+    version: Option<u32>,
+}
+
 /// Continues a failed or cancelled run from where it stopped: what completed
 /// is kept (not called again); the steps that failed it run again with their
 /// retry budget anew, then the rest; the workflow's deadline starts over.
 /// The trace keeps every attempt. At most `MAX_REDRIVES` times per run.
 #[utoipa::path(
-    post, path = "/v1/runs/{id}/redrive", tag = "runs",
+    post, path = "/v1/runs/{id}/redrive", tag = "runs", request_body(content = Option<Redrive>, description = "Optional: `{\"version\": N}`"),
     params(("id" = String, Path, description = "The run's id")),
     responses(
         (status = 202, description = "Redriven; the run continues", body = RunState),
         (status = 404, description = "No such run in this account (`unknown_run`)", body = ProblemDoc, content_type = "application/problem+json"),
-        (status = 409, description = "The run did not fail and was not cancelled (`not_redrivable`), or was redriven as often as it may be (`redrives_exhausted`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 409, description = "The run did not fail and was not cancelled (`not_redrivable`), was redriven as often as it may be (`redrives_exhausted`), or cannot go on on the version asked for (`incompatible_version`, with `problems`)", body = ProblemDoc, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn redrive(
     State(daemon): State<Arc<Daemon>>,
     Extension(AccountId(account)): Extension<AccountId>,
     Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
 ) -> Answer {
+    // No body, or `{"version": N}`.
+    let request: Redrive = match &body {
+        Ok(bytes) if bytes.is_empty() => Redrive { version: None },
+        _ => json_body(&headers, body)?,
+    };
     let row = own_run(&daemon, &account, &id).await?;
     // The plan before the claim: a run claimed and then not driven would
     // wait for the orphan sweep.
-    let plan = daemon.plan(&row.plan_hash).await.map_err(store_problem)?;
+    let plan = match request.version {
+        None => daemon.plan(&row.plan_hash).await.map_err(store_problem)?,
+        Some(number) => {
+            let versions = crate::migrate::versions_of(&daemon, &account, &row.workflow).await?;
+            let target = crate::migrate::version(&versions, Some(number), &row.workflow)?;
+            let plan = daemon
+                .plan(&target.plan_hash)
+                .await
+                .map_err(store_problem)?;
+            let problems = crate::migrate::problems_moving(&daemon, &row, &plan).await?;
+            if !problems.is_empty() {
+                return Err(Problem::new(
+                    StatusCode::CONFLICT,
+                    "incompatible_version",
+                    &format!(
+                        "run `{id}` cannot go on on version {number} of `{}` from where it stopped",
+                        row.workflow
+                    ),
+                )
+                .with("problems", crate::migrate::problem_list(problems)));
+            }
+            plan
+        }
+    };
+    let to_plan = request.version.map(|_| plan.hash.as_str());
     if daemon
         .store
-        .redrive_run(&id)
+        .redrive_run(&id, to_plan)
         .await
         .map_err(store_problem)?
         .is_none()
@@ -1329,7 +1389,7 @@ async fn own_run(daemon: &Daemon, account: &str, id: &str) -> Result<RunRow, Pro
 }
 
 /// The body as `T`, or a problem saying what is wrong with it.
-fn json_body<T: DeserializeOwned>(
+pub(crate) fn json_body<T: DeserializeOwned>(
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<T, Problem> {

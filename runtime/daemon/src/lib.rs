@@ -8,6 +8,7 @@ mod inspector;
 pub mod links;
 mod mailer;
 pub mod metrics;
+mod migrate;
 mod pages;
 mod plan_cache;
 pub mod server;

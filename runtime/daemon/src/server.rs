@@ -791,6 +791,10 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
             axum::routing::delete(crate::api::undeploy),
         )
         .route(
+            "/v1/workflows/{workflow}/migrate",
+            axum::routing::post(crate::migrate::migrate),
+        )
+        .route(
             "/v1/kb/documents",
             axum::routing::delete(crate::api::delete_document),
         )

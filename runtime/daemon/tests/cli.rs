@@ -2362,3 +2362,134 @@ workflow pair {
     assert_eq!(second["attempts"].as_array().unwrap().len(), 2, "{second}");
     assert_eq!(flowd.stop(), Some(0));
 }
+
+/// Issue 15: runs parked on version 1 move to a compatible version 2 (a
+/// step added after the gate) and complete on it; version 3 (a step added
+/// before the gate) is refused with D006, and the runs keep their version.
+#[tokio::test]
+async fn parked_runs_move_to_a_compatible_version_only() {
+    use reqwest::Method;
+    use serde_json::json;
+    let dir = TempDir::new("flowd-migrate");
+    let v1 = r#"workflow refund {
+  step ok = approval { approvers: ["leads"], message: "Refund?" }
+  output { approved: step.ok.approved }
+}
+"#;
+    let v2 = r#"workflow refund {
+  step ok = approval { approvers: ["leads"], message: "Refund?" }
+  step after = handoff "ops" { message: "decided" }
+  output { approved: step.ok.approved, version: 2 }
+}
+"#;
+    let v3 = r#"workflow refund {
+  step before = handoff "ops" { message: "asked" }
+  step ok = approval { approvers: ["leads"], message: "Refund?" }
+  output { approved: step.ok.approved, version: 3 }
+}
+"#;
+    let config = format!("{CONFIG}[accounts.departments]\nops = [\"ana@acme.io\"]\n");
+    let flowd = Flowd::start_with(&dir, &config);
+    flowd.deploy(ACME, v1).await;
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let id = flowd.start_run(ACME, json!({ "workflow": "refund" })).await;
+        assert_eq!(flowd.settled(&id, ACME).await["status"], "pending_approval");
+        runs.push(id);
+    }
+    let (status, deployed) = flowd.try_deploy(ACME, json!({ "source": v2 })).await;
+    assert_eq!(status, 201, "{deployed}");
+    assert_eq!(
+        deployed["earlier_runs"],
+        json!([{ "workflow": "refund", "parked": 2, "running": 0, "movable": 2 }])
+    );
+    let (status, deployed) = flowd.try_deploy(ACME, json!({ "source": v3 })).await;
+    assert_eq!(status, 201, "{deployed}");
+    assert_eq!(deployed["earlier_runs"][0]["movable"], 0, "{deployed}");
+
+    let migrate = "/v1/workflows/refund/migrate";
+    let (status, answer) = flowd
+        .send(
+            Method::POST,
+            migrate,
+            Some(ACME),
+            Some(json!({ "to_version": 3 })),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["moved"], json!([]), "{answer}");
+    assert_eq!(
+        answer["refused"].as_array().map(Vec::len),
+        Some(2),
+        "{answer}"
+    );
+    assert_eq!(
+        answer["refused"][0]["problems"][0]["code"], "D006",
+        "{answer}"
+    );
+
+    let (_, dry) = flowd
+        .send(
+            Method::POST,
+            migrate,
+            Some(ACME),
+            Some(json!({ "to_version": 2, "dry_run": true })),
+        )
+        .await;
+    assert_eq!(dry["moved"].as_array().map(Vec::len), Some(2), "{dry}");
+    let (_, moved) = flowd
+        .send(
+            Method::POST,
+            migrate,
+            Some(ACME),
+            Some(json!({ "to_version": 2 })),
+        )
+        .await;
+    assert_eq!(moved["moved"].as_array().map(Vec::len), Some(2), "{moved}");
+    let (_, again) = flowd
+        .send(
+            Method::POST,
+            migrate,
+            Some(ACME),
+            Some(json!({ "to_version": 2 })),
+        )
+        .await;
+    assert_eq!(again["moved"], json!([]), "moved once: {again}");
+
+    for id in &runs {
+        let (status, body) = flowd
+            .send(
+                Method::POST,
+                &format!("/v1/runs/{id}/approvals/ok"),
+                Some(ACME),
+                Some(json!({ "approver": "ana@acme.io", "approved": true })),
+            )
+            .await;
+        assert_eq!(status, 202, "{body}");
+        let done = flowd.settled(id, ACME).await;
+        assert_eq!(
+            done["output"],
+            json!({ "approved": true, "version": 2 }),
+            "completed on version 2: {done}"
+        );
+        let (_, trace) = flowd
+            .send(
+                Method::GET,
+                &format!("/v1/runs/{id}/trace"),
+                Some(ACME),
+                None,
+            )
+            .await;
+        assert_eq!(trace["history"][0]["kind"], "moved", "{trace}");
+    }
+    let (status, _) = flowd
+        .send(
+            Method::POST,
+            "/v1/workflows/nope/migrate",
+            Some(ACME),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, 404);
+    assert_eq!(flowd.stop(), Some(0));
+}

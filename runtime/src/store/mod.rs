@@ -430,7 +430,30 @@ pub trait RunStore: Send + Sync {
     /// steps may be written again (`redriven`). The interpreter runs those
     /// that failed the run; the rest replays. Answers the redrive's round,
     /// or `None` (unknown, not failed or cancelled, or `MAX_REDRIVES` done).
-    fn redrive_run<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<u32>>;
+    ///
+    /// With `to_plan`, the run goes on on that plan (a newer version the
+    /// caller found compatible, `flow_plan::compat`). The redrive, and the
+    /// move, are kept in the run's history.
+    fn redrive_run<'a>(
+        &'a self,
+        id: &'a str,
+        to_plan: Option<&'a str>,
+    ) -> StoreFuture<'a, Option<u32>>;
+
+    /// Moves a parked run from plan `from_plan` to `to_plan` (a version the
+    /// caller found compatible at each gate it waits at), keeping the move in
+    /// its history. False when the run is not parked on `from_plan` (any
+    /// more: it was decided, cancelled or moved meanwhile).
+    fn move_run<'a>(
+        &'a self,
+        id: &'a str,
+        from_plan: &'a str,
+        to_plan: &'a str,
+    ) -> StoreFuture<'a, bool>;
+
+    /// What happened to a run besides its steps, oldest first: redrives and
+    /// moves to other versions.
+    fn run_history<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Vec<RunChange>>;
 
     /// Deletes `account`'s run `id` with its journal and its notifications,
     /// if it has ended (a cancelled run once `DELETE_AFTER_CANCEL_MS` has
@@ -660,6 +683,29 @@ pub const DELETE_AFTER_CANCEL_MS: i64 = 30_000;
 /// How often one run may be redriven: a run that keeps failing is a bug or
 /// an outage to look at, not one to retry for ever.
 pub const MAX_REDRIVES: u32 = 10;
+
+/// Something that happened to a run besides its steps: its trace shows it
+/// among them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RunChange {
+    /// Redriven (`redrive_run`): its `round`.
+    Redriven { at_ms: i64, round: u32 },
+    /// Moved to another plan (another version of its workflow).
+    Moved {
+        at_ms: i64,
+        from_plan: String,
+        to_plan: String,
+    },
+}
+
+impl RunChange {
+    /// As stored: one element of the run's `history` JSON array.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|_| "null".to_string())
+    }
+}
 
 /// Why `redrive_run` refused a run, told from its row as read before.
 #[derive(Debug, Clone, PartialEq, Eq)]
