@@ -348,7 +348,22 @@ impl Daemon {
         if let Some(plan) = self.plans.get(hash) {
             return Ok(plan);
         }
-        let plan = Arc::new(self.store.plan(hash).await?);
+        let plan = self.store.plan(hash).await?;
+        // A plan stored before flowd checked deployed plans (or written to
+        // the store by hand) is held to the same bounds as a deploy: past
+        // them it could exhaust this process for every account.
+        if let Err(problems) = plan.validate() {
+            tracing::warn!("stored plan {hash} refused: {problems}");
+            let first = problems
+                .problems
+                .first()
+                .map_or_else(String::new, ToString::to_string);
+            return Err(StoreError::Damaged(format!(
+                "the stored plan {hash} is not one flowc could have built (first of {} problem(s): {first}); deploy this version again",
+                problems.problems.len()
+            )));
+        }
+        let plan = Arc::new(plan);
         self.plans.insert(hash, Arc::clone(&plan));
         Ok(plan)
     }
@@ -1155,11 +1170,19 @@ fn refusal(refused: &DecideError) -> Problem {
 
 /// A store that failed to answer: the request may succeed when retried.
 pub(crate) fn store_problem(error: StoreError) -> Problem {
-    Problem::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "store_unavailable",
-        &error.to_string(),
-    )
+    match error {
+        // Data that cannot be used is not a store that will come back.
+        StoreError::Damaged(_) => Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "store_damaged",
+            &error.to_string(),
+        ),
+        error => Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store_unavailable",
+            &error.to_string(),
+        ),
+    }
 }
 
 /// The result of a store task spawned by a handler, as the handler's.

@@ -2493,3 +2493,53 @@ async fn parked_runs_move_to_a_compatible_version_only() {
     assert_eq!(status, 404);
     assert_eq!(flowd.stop(), Some(0));
 }
+
+/// Regression (issue 21): plans stored before flowd validated deployed plans
+/// (or written to its store by other means) were run without the bounds a
+/// deploy checks. A stored plan is validated when flowd first loads it: a
+/// start of such a version is refused, saying to deploy it again.
+#[tokio::test]
+async fn a_stored_plan_past_the_bounds_is_not_run() {
+    use reqwest::Method;
+    use serde_json::json;
+    let dir = TempDir::new("flowd-stored-plan");
+    let checked = flow_compiler::check_source(
+        "wide.flow",
+        "workflow wide {\n  input { tags: list<string> }\n  output { tags: workflow_input.tags }\n}\n",
+    );
+    let mut plan = flow_compiler::lower(&checked).expect("the source lowers");
+    let branches: Vec<serde_json::Value> = (0..20_000)
+        .map(|i| json!({ "type": "string", "enum": [format!("v{i}")] }))
+        .collect();
+    plan.workflows[0].input_schema["properties"]["tags"]["items"] = json!({ "anyOf": branches });
+    let plan = plan.seal();
+    {
+        let store = flow_runtime::sqlite::SqliteStore::open(&dir.path().join("flowd.db"))
+            .expect("the store opens");
+        store.put_plan(&plan).expect("stored as an older flowd did");
+        store
+            .deploy("acme", "wide", &plan.hash)
+            .expect("deployed as an older flowd did");
+    }
+    let flowd = Flowd::start(&dir);
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/runs",
+            Some(ACME),
+            Some(json!({ "workflow": "wide", "input": { "tags": [] } })),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (500, Some("store_damaged")),
+        "{body}"
+    );
+    assert!(
+        body["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("deploy this version again") && d.len() < 1_000),
+        "{body}"
+    );
+    assert_eq!(flowd.stop(), Some(0));
+}
