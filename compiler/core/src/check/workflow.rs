@@ -115,14 +115,7 @@ pub(crate) const DEFAULT_ATTEMPTS: i64 = 3;
 /// format's, so that `Plan::validate` refuses exactly what the checker does.
 const MAX_ATTEMPTS: i64 = flow_plan::limits::MAX_ATTEMPTS as i64;
 const MAX_CONCURRENCY: i64 = flow_plan::limits::MAX_CONCURRENCY as i64;
-pub(crate) const ROOTS: &[&str] = &[
-    "workflow_input",
-    "step",
-    "loop_item",
-    "loop_index",
-    "loop",
-    "error",
-];
+use crate::syntax::ROOTS;
 
 pub(crate) fn approval_output() -> Ty {
     Ty::record(vec![
