@@ -1648,6 +1648,29 @@ impl RunStore for PostgresStore {
         })
     }
 
+    fn stored_bytes<'a>(&'a self, account: &'a str) -> StoreFuture<'a, u64> {
+        Box::pin(async move {
+            let bytes: i64 = self
+                .query(
+                    "SELECT
+                       (SELECT COALESCE(SUM(octet_length(json)), 0) FROM plans
+                         WHERE hash IN (SELECT plan_hash FROM deployments WHERE account = $1))
+                     + (SELECT COALESCE(SUM(octet_length(input) + COALESCE(octet_length(outcome), 0)), 0)
+                         FROM runs WHERE account = $1)
+                     + (SELECT COALESCE(SUM(octet_length(s.record)), 0)
+                         FROM step_runs s JOIN runs r ON r.id = s.run_id WHERE r.account = $1)
+                     + (SELECT COALESCE(SUM(octet_length(content) + COALESCE(octet_length(metadata), 0)), 0)
+                         FROM kb_documents WHERE account = $1)
+                     + (SELECT COALESCE(SUM(octet_length(message)), 0) FROM notifications WHERE account = $1)",
+                    &[&account],
+                )
+                .await?
+                .first()
+                .map_or(0, |row| row.get::<_, i64>(0));
+            Ok(bytes.max(0) as u64)
+        })
+    }
+
     fn run_history<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Vec<RunChange>> {
         Box::pin(async move {
             let history: Option<String> = self

@@ -866,6 +866,24 @@ impl SqliteStore {
         })
     }
 
+    pub fn stored_bytes(&self, account: &str) -> Result<u64, StoreError> {
+        let bytes: i64 = self.reader()?.query_row(
+            "SELECT
+               (SELECT COALESCE(SUM(length(CAST(json AS BLOB))), 0) FROM plans
+                 WHERE hash IN (SELECT plan_hash FROM deployments WHERE account = ?1))
+             + (SELECT COALESCE(SUM(length(CAST(input AS BLOB)) + COALESCE(length(CAST(outcome AS BLOB)), 0)), 0)
+                 FROM runs WHERE account = ?1)
+             + (SELECT COALESCE(SUM(length(CAST(s.record AS BLOB))), 0)
+                 FROM step_runs s JOIN runs r ON r.id = s.run_id WHERE r.account = ?1)
+             + (SELECT COALESCE(SUM(length(CAST(content AS BLOB)) + COALESCE(length(CAST(metadata AS BLOB)), 0)), 0)
+                 FROM kb_documents WHERE account = ?1)
+             + (SELECT COALESCE(SUM(length(CAST(message AS BLOB))), 0) FROM notifications WHERE account = ?1)",
+            [account],
+            |row| row.get(0),
+        )?;
+        Ok(bytes.max(0) as u64)
+    }
+
     pub fn run_history(&self, id: &str) -> Result<Vec<RunChange>, StoreError> {
         let history: Option<String> = self
             .reader()?
@@ -1531,6 +1549,10 @@ impl RunStore for SqliteStore {
 
     fn run_history<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Vec<RunChange>> {
         ready(self.run_history(id))
+    }
+
+    fn stored_bytes<'a>(&'a self, account: &'a str) -> StoreFuture<'a, u64> {
+        ready(self.stored_bytes(account))
     }
 
     fn delete_run<'a>(&'a self, account: &'a str, id: &'a str) -> StoreFuture<'a, Deletion> {

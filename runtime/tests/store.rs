@@ -90,6 +90,7 @@ on_each_store!(
     a_redrive_reruns_only_the_failed_iterations_of_a_loop,
     a_run_is_redriven_again_and_at_most_max_times,
     a_redrive_cut_short_goes_on_from_where_it_was,
+    stored_bytes_count_an_accounts_data_only,
     a_parked_run_moves_to_another_plan_once,
     deployments_runs_and_documents_can_be_deleted,
     the_runner_parks_resumes_and_lists_runs_to_recover,
@@ -1997,4 +1998,25 @@ async fn a_parked_run_moves_to_another_plan_once(backend: Backend) {
             if *from_plan == old.hash && *to_plan == new.hash),
         "{history:?}"
     );
+}
+
+/// An account's stored bytes count its plans, runs and journals, not
+/// another account's.
+async fn stored_bytes_count_an_accounts_data_only(backend: Backend) {
+    let store = backend.open().await;
+    assert_eq!(store.stored_bytes("acme").await.unwrap(), 0);
+    let plan = plan(TWO_STEPS);
+    store.put_plan(&plan).await.unwrap();
+    store.deploy("acme", "w", &plan.hash).await.unwrap();
+    let deployed = store.stored_bytes("acme").await.unwrap();
+    let compact = serde_json::to_string(&plan).unwrap().len() as u64;
+    assert!(deployed >= compact, "{deployed} for a plan of {compact}");
+    let input = json!({ "note": "x".repeat(10_000) });
+    store
+        .create_run("run-1", "acme", "w", &plan.hash, &input, None)
+        .await
+        .unwrap();
+    let with_run = store.stored_bytes("acme").await.unwrap();
+    assert!(with_run >= deployed + 10_000, "{deployed} then {with_run}");
+    assert_eq!(store.stored_bytes("globex").await.unwrap(), 0);
 }

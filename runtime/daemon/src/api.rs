@@ -273,6 +273,7 @@ struct DeployPlan {
     responses(
         (status = 201, description = "Deployed", body = Deployed),
         (status = 422, description = "The source does not check (`does_not_check`); the plan is not one `flowc build` could have written, or is past flowd's bounds (`invalid_plan`, with `problems` and `more_problems`); a workflow names a department the account does not have (`unknown_department`); the plan names an MCP server or tool the operator does not offer this account (`mcp_server_not_allowed`, `mcp_tool_not_allowed`; every one in `refusals`); or the account keeps as many deployed versions as its quota (`quota_exceeded`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 429, description = "The account's data takes its quota of the store, `stored_bytes` (`quota_exceeded`)", body = ProblemDoc, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn deploy(
@@ -376,6 +377,11 @@ pub(crate) async fn deploy(
                 kept.len()
             ),
         ));
+    }
+    if new_versions > 0 {
+        // As the store keeps it: compact JSON.
+        let size = serde_json::to_vec(&plan).map_or(0, |json| json.len() as u64);
+        daemon.stored.admit(&daemon, &account, size).await?;
     }
     daemon.store.put_plan(&plan).await.map_err(store_problem)?;
     let mut deployed = Vec::new();
@@ -582,7 +588,7 @@ impl StartRun {
         (status = 200, description = "Started before with this Idempotency-Key", body = RunState),
         (status = 404, description = "No such workflow or version (`unknown_workflow`)", body = ProblemDoc, content_type = "application/problem+json"),
         (status = 422, description = "The input does not match (`invalid_input`, with at most 100 `mismatches` and `mismatches_omitted`), the key started another request (`idempotency_key_reused`), or the workflow names an MCP server or tool the operator no longer offers this account (`mcp_server_not_allowed`, `mcp_tool_not_allowed`)", body = ProblemDoc, content_type = "application/problem+json"),
-        (status = 429, description = "The account has as many runs in flight as its quota (`quota_exceeded`); `Retry-After` says when to try again", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 429, description = "The account has as many runs in flight as its quota, or its data takes its quota of the store (`quota_exceeded`); `Retry-After` says when to try again", body = ProblemDoc, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn start_run(
@@ -591,6 +597,8 @@ pub(crate) async fn start_run(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
+    // What the run will store of the request: its input, at most this.
+    let stores = body.as_ref().map_or(0, |bytes| bytes.len() as u64);
     let request: StartRun = json_body(&headers, body)?;
     let key = idempotency_key(&headers)?;
     let deployments = daemon.deployments(&account).await.map_err(store_problem)?;
@@ -638,6 +646,7 @@ pub(crate) async fn start_run(
         )
         .retry_after(1));
     }
+    daemon.stored.admit(&daemon, &account, stores).await?;
     let input = request.input();
     if let Some(workflow) = plan.workflow(&request.workflow) {
         // Bounded whatever the plan: at most 100 mismatches are listed, each

@@ -314,6 +314,11 @@ pub struct LimitsSection {
     pub runs_in_flight: usize,
     #[serde(default = "default_deployments")]
     pub deployments: usize,
+    /// Bytes the account's data may take in the store (plans deployed,
+    /// runs with their inputs, outcomes and journals, KB documents,
+    /// notifications); past it, deploys and run starts answer 429.
+    #[serde(default = "default_stored_bytes")]
+    pub stored_bytes: u64,
     /// Ended runs (with their journals) are deleted this many days after
     /// they ended; kept for ever without it.
     pub retention_days: Option<u32>,
@@ -336,6 +341,7 @@ impl Default for LimitsSection {
             steps_in_flight: default_steps_in_flight(),
             runs_in_flight: default_runs_in_flight(),
             deployments: default_deployments(),
+            stored_bytes: default_stored_bytes(),
             retention_days: None,
             webhook_retry_secs: default_webhook_retry_secs(),
         }
@@ -351,6 +357,14 @@ pub struct Quotas {
     pub runs_in_flight: usize,
     /// Deployed versions kept, over all its workflows.
     pub deployments: usize,
+    /// Bytes its data may take in the store.
+    pub stored_bytes: u64,
+}
+
+/// 10 GB: far from an ordinary account's use, well before one account
+/// fills a disk that every account shares.
+fn default_stored_bytes() -> u64 {
+    10_000_000_000
 }
 
 /// Enough for a loop to keep a model or a browser busy, and few enough
@@ -450,6 +464,7 @@ pub struct Account {
     pub steps_in_flight: Option<usize>,
     pub runs_in_flight: Option<usize>,
     pub deployments: Option<usize>,
+    pub stored_bytes: Option<u64>,
 }
 
 /// A person of an account with API keys of their own (`[[accounts.users]]`):
@@ -507,6 +522,7 @@ struct AccountFile {
     steps_in_flight: Option<toml::Spanned<usize>>,
     runs_in_flight: Option<toml::Spanned<usize>>,
     deployments: Option<toml::Spanned<usize>>,
+    stored_bytes: Option<toml::Spanned<u64>>,
     #[serde(default)]
     webhooks: Vec<toml::Spanned<Webhook>>,
 }
@@ -682,6 +698,7 @@ pub fn load(path: &str, text: &str, environment: &Environment) -> Result<Config,
         ("steps_in_flight", limits.steps_in_flight),
         ("runs_in_flight", limits.runs_in_flight),
         ("deployments", limits.deployments),
+        ("stored_bytes", limits.stored_bytes as usize),
     ] {
         if value == 0 {
             problems.report(
@@ -967,6 +984,18 @@ pub fn load(path: &str, text: &str, environment: &Environment) -> Result<Config,
         let steps_in_flight = positive("steps_in_flight", account.steps_in_flight);
         let runs_in_flight = positive("runs_in_flight", account.runs_in_flight);
         let deployments = positive("deployments", account.deployments);
+        let stored_bytes = account.stored_bytes.map(|limit| {
+            if *limit.get_ref() == 0 {
+                problems.at(
+                    limit.span(),
+                    format!(
+                        "account `{}`: stored_bytes 0 would stop everything",
+                        account.id
+                    ),
+                );
+            }
+            limit.into_inner()
+        });
         let (mcp_span, mcp_servers) = match account.mcp_servers {
             Some(servers) => (servers.span(), servers.into_inner()),
             None => (span.clone(), Vec::new()),
@@ -1040,6 +1069,7 @@ pub fn load(path: &str, text: &str, environment: &Environment) -> Result<Config,
             steps_in_flight,
             runs_in_flight,
             deployments,
+            stored_bytes,
             webhooks,
         });
     }
@@ -1379,6 +1409,7 @@ impl Config {
                 .unwrap_or(self.limits.steps_in_flight),
             runs_in_flight: account.runs_in_flight.unwrap_or(self.limits.runs_in_flight),
             deployments: account.deployments.unwrap_or(self.limits.deployments),
+            stored_bytes: account.stored_bytes.unwrap_or(self.limits.stored_bytes),
         }
     }
 
@@ -1402,6 +1433,7 @@ impl Config {
                     steps_in_flight: None,
                     runs_in_flight: None,
                     deployments: None,
+                    stored_bytes: None,
                     webhooks: Vec::new(),
                 })
             })

@@ -13,6 +13,7 @@ mod pages;
 mod plan_cache;
 pub mod server;
 mod sources;
+mod storage;
 mod tenant_mcp;
 mod traces;
 pub mod webhooks;

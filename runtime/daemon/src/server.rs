@@ -79,6 +79,8 @@ pub struct Daemon {
     /// The (account, plan hash) pairs whose MCP servers and tools the
     /// account may use under this process's configuration.
     pub(crate) mcp_passed: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
+    /// Each account's data in the store, against its `stored_bytes`.
+    pub(crate) stored: crate::storage::StoredBytes,
 }
 
 /// The account a request was authenticated as.
@@ -257,6 +259,7 @@ impl Daemon {
             step_places: std::sync::Mutex::new(HashMap::new()),
             in_flight: Arc::default(),
             mcp_passed: std::sync::Mutex::new(std::collections::HashSet::new()),
+            stored: crate::storage::StoredBytes::default(),
             links,
             mail,
             mail_wake: tokio::sync::Notify::new(),
@@ -998,6 +1001,15 @@ pub async fn serve(
             }
         })
     };
+    let measuring = {
+        let daemon = Arc::clone(&daemon);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(crate::storage::MEASURE_EVERY).await;
+                daemon.stored.measure_all(&daemon).await;
+            }
+        })
+    };
     let retention = daemon.config.limits.retention_days.map(|days| {
         let daemon = Arc::clone(&daemon);
         tokio::spawn(async move {
@@ -1034,6 +1046,7 @@ pub async fn serve(
     webhooks.abort();
     expiry.abort();
     orphans.abort();
+    measuring.abort();
     if let Some(retention) = retention {
         retention.abort();
     }

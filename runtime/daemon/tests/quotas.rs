@@ -214,3 +214,55 @@ async fn a_parked_run_is_not_deleted() {
         "{body}"
     );
 }
+
+/// Regression (issue 21): nothing bounded what one account stored (40
+/// deploys of 1.4 MB sources grew the store by 400 MB). Past its
+/// `stored_bytes`, an account's starts and deploys answer 429 and say
+/// what to delete; another account is not held back.
+#[tokio::test]
+async fn an_account_past_its_stored_bytes_is_refused_new_data() {
+    let server = FakeLlm::start(vec![], json!({ "text": "t" }), Duration::ZERO).await;
+    let dir = TempDir::new("quota-stored");
+    let flowd = Flowd::start_with(&dir, &config(&server, "stored_bytes = 60000\n"));
+    let source = format!(
+        "{RECIPE}workflow keep {{\n  input {{ note: string }}\n  step a = answer {{ q: workflow_input.note }}\n}}\n"
+    );
+    flowd.deploy(ACME, &source).await;
+    flowd.deploy(GLOBEX, &source).await;
+    let note = "x".repeat(10_000);
+    let start = json!({ "workflow": "keep", "input": { "note": note } });
+    let mut refused = None;
+    for _ in 0..10 {
+        let (status, body) = flowd
+            .send(Method::POST, "/v1/runs", Some(ACME), Some(start.clone()))
+            .await;
+        if status == 429 {
+            refused = Some(body);
+            break;
+        }
+        assert_eq!(status, 202, "{body}");
+        flowd.settled(body["run_id"].as_str().unwrap(), ACME).await;
+    }
+    let refused = refused.expect("refused before 10 runs of 10 KB in 60 KB");
+    assert_eq!(refused["code"], "quota_exceeded", "{refused}");
+    assert!(
+        refused["detail"].as_str().unwrap().contains("stored_bytes"),
+        "{refused}"
+    );
+    // A version whose plan holds 20 KB of text.
+    let bigger = format!(
+        "{RECIPE}workflow keep2 {{\n  step a = answer {{ q: \"{}\" }}\n}}\n",
+        "y".repeat(20_000)
+    );
+    let (status, body) = flowd.try_deploy(ACME, json!({ "source": bigger })).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (429, Some("quota_exceeded")),
+        "{body}"
+    );
+    let (status, body) = flowd
+        .send(Method::POST, "/v1/runs", Some(GLOBEX), Some(start))
+        .await;
+    assert_eq!(status, 202, "another account's quota: {body}");
+    assert_eq!(flowd.stop(), Some(0));
+}

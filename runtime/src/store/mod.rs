@@ -464,6 +464,12 @@ pub trait RunStore: Send + Sync {
     /// `before_ms` (retention); how many.
     fn delete_ended_runs(&self, before_ms: i64, limit: usize) -> StoreFuture<'_, usize>;
 
+    /// Bytes `account`'s data takes in the store: the plans it deployed,
+    /// its runs with their inputs, outcomes and journals, its KB documents
+    /// and notifications (indexes and other overhead not counted). It reads
+    /// every row of the account: a sweep's question, not a request's.
+    fn stored_bytes<'a>(&'a self, account: &'a str) -> StoreFuture<'a, u64>;
+
     /// The account's runs that match `query`, newest first.
     fn account_runs<'a>(
         &'a self,
