@@ -599,8 +599,12 @@ pub trait EventStore: Send + Sync {
 }
 
 /// How long a deliverer holds the events `due_events` gave it before they
-/// are offered again: longer than an attempt at every endpoint takes.
-pub const EVENT_CLAIM: std::time::Duration = std::time::Duration::from_secs(120);
+/// are offered again: longer than an attempt at an account's endpoints
+/// takes (10 s each at most), and short, since it is also how long the
+/// events a killed flowd held wait for another. An event offered again
+/// while its first attempt still runs is delivered twice, under one
+/// message id, which receivers take once.
+pub const EVENT_CLAIM: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// A run event waiting in the outbox.
 #[derive(Debug, Clone, PartialEq)]
