@@ -86,6 +86,7 @@ fn main() {
                         input: &input,
                         output_schema: &schema,
                         call_id: format!("account-{account}:{i}"),
+                        repair: None,
                     };
                     provider.complete(&call).await.unwrap();
                 }));

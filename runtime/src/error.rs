@@ -16,6 +16,10 @@ pub struct StepError {
     /// A provider's `Retry-After`, honoured within the backoff cap.
     #[serde(skip)]
     pub retry_after: Option<Duration>,
+    /// An `invalid_output` error's answer that did not fit, and why: the
+    /// interpreter asks for a repair with them, as an attempt of its own.
+    #[serde(skip)]
+    pub repairable: Option<crate::services::Repair>,
 }
 
 impl StepError {
@@ -24,6 +28,7 @@ impl StepError {
             kind,
             message: message.into(),
             retry_after: None,
+            repairable: None,
         }
     }
 }

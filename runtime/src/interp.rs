@@ -23,7 +23,7 @@ use crate::error::{ErrorKind, StepError};
 use crate::eval::Env;
 use crate::journal::{Attempt, Outcome, StepRecord, StepStatus};
 use crate::scope::Scope;
-use crate::services::{BoxFuture, Handoff, KbDocument, KbWrite, RecipeCall, Services};
+use crate::services::{BoxFuture, Handoff, KbDocument, KbWrite, RecipeCall, Repair, Services};
 use crate::time::now_ms;
 
 /// A loop iteration or parallel branch once it has run: its scope and how it ended.
@@ -562,6 +562,7 @@ impl<'p> Interpreter<'p> {
                     error: Some(format!("timeout: {}", error.message)),
                     delay_ms: None,
                     round: self.round,
+                    repair: false,
                 });
             }
             let record = StepRecord {
@@ -699,13 +700,18 @@ impl<'p> Interpreter<'p> {
         // Every attempt has its own index (its call's identity); the retry
         // budget counts this round's only.
         let mut index = attempts.len() as u32;
-        let mut tries = attempts.iter().filter(|a| a.round == self.round).count() as u32;
+        let mut tries = attempts
+            .iter()
+            .filter(|a| a.round == self.round && !a.repair)
+            .count() as u32;
+        // Set after an answer that did not fit: the next attempt asks again.
+        let mut repair: Option<Repair> = None;
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
             self.calling(path);
         }
         loop {
-            if tries >= step.retry.attempts.max(1) {
+            if repair.is_none() && tries >= step.retry.attempts.max(1) {
                 // Only a plan changed under a resumed run gets here.
                 let error = StepError::new(ErrorKind::Server, "the step's attempts ran out");
                 return (Err(error), attempts);
@@ -716,17 +722,22 @@ impl<'p> Interpreter<'p> {
             }
             let call_id = format!("{}:{path}:{index}", self.run_id);
             let timeout = Duration::from_millis(step.timeout_ms);
-            let result =
-                match tokio::time::timeout(timeout, self.action(step, args, &call_id, ctx)).await {
-                    Ok(result) => result,
-                    Err(_) => Err(StepError::new(
-                        ErrorKind::Timeout,
-                        format!(
-                            "the attempt ran past the step's timeout of {} ms",
-                            step.timeout_ms
-                        ),
-                    )),
-                };
+            let result = match tokio::time::timeout(
+                timeout,
+                self.action(step, args, &call_id, ctx, repair.clone()),
+            )
+            .await
+            {
+                Ok(result) => result,
+                Err(_) => Err(StepError::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "the attempt ran past the step's timeout of {} ms",
+                        step.timeout_ms
+                    ),
+                )),
+            };
+            let repairing = repair.take().is_some();
             match result {
                 Ok(output) => {
                     attempts.push(Attempt {
@@ -734,17 +745,35 @@ impl<'p> Interpreter<'p> {
                         error: None,
                         delay_ms: None,
                         round: self.round,
+                        repair: repairing,
                     });
                     return (Ok(output), attempts);
                 }
+                Err(mut error) if !repairing && error.repairable.is_some() => {
+                    // An answer that did not fit: one repair request, at once,
+                    // as an attempt of its own.
+                    attempts.push(Attempt {
+                        index,
+                        error: Some(format!("{}: {}", error.kind.name(), error.message)),
+                        delay_ms: None,
+                        round: self.round,
+                        repair: false,
+                    });
+                    repair = error.repairable.take();
+                    index += 1;
+                    tries += 1;
+                    continue;
+                }
                 Err(error) => {
-                    let last = tries + 1 >= step.retry.attempts || !error.kind.retryable();
+                    let counted = if repairing { tries } else { tries + 1 };
+                    let last = counted >= step.retry.attempts || !error.kind.retryable();
                     let delay = (!last).then(|| backoff(step, tries, &error, &call_id));
                     attempts.push(Attempt {
                         index,
                         error: Some(format!("{}: {}", error.kind.name(), error.message)),
                         delay_ms: delay.map(|d| d.as_millis() as u64),
                         round: self.round,
+                        repair: repairing,
                     });
                     let Some(delay) = delay else {
                         return (Err(error), attempts);
@@ -774,7 +803,9 @@ impl<'p> Interpreter<'p> {
                 }
             }
             index += 1;
-            tries += 1;
+            if !repairing {
+                tries += 1;
+            }
         }
     }
 
@@ -792,6 +823,7 @@ impl<'p> Interpreter<'p> {
         args: &Value,
         call_id: &str,
         ctx: &Ctx,
+        repair: Option<Repair>,
     ) -> Result<Option<Value>, StepError> {
         match &step.action {
             Action::Recipe { recipe, .. } => {
@@ -826,6 +858,7 @@ impl<'p> Interpreter<'p> {
                     input: args,
                     output_schema: &recipe.output_schema,
                     call_id: call_id.to_string(),
+                    repair,
                 };
                 let output = self.services.provider.complete(&call).await?;
                 let mismatches = crate::schema::validate(&recipe.output_schema, &output);

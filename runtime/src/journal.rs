@@ -56,6 +56,10 @@ pub struct Attempt {
     /// step gets its retry budget anew; its earlier attempts stay.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub round: u32,
+    /// A repair request: the model shown the attempt before's answer that
+    /// did not fit, and asked again. It is not counted in the retry budget.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub repair: bool,
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -3,9 +3,11 @@
 //!
 //! Errors are classified for the interpreter's retry policy: 429 (with its
 //! `Retry-After`), 5xx, timeouts and connection failures retry; other 4xx do
-//! not. An answer that is not JSON, or does not fit the schema, gets one
-//! repair request in the same attempt; if that fails too, the step fails at
-//! once with the raw text in its error.
+//! not. An answer that is not JSON, or does not fit the schema, is an
+//! `invalid_output` error carrying the answer (`StepError::repairable`): the
+//! interpreter makes one repair request as an attempt of its own (the
+//! answer and its problem shown to the model); if that fails too, the step
+//! fails at once with the raw text in its error.
 
 use std::time::Duration;
 
@@ -130,10 +132,12 @@ fn strict_schema(schema: &Value) -> (Value, bool) {
 pub(crate) const SYSTEM_PROMPT: &str =
     "Answer with a single JSON value that matches the given JSON Schema.";
 
-/// Asks for an answer; when it is not JSON or does not fit the schema, asks
-/// once more with the answer and what is wrong; then gives up with the raw
-/// text. `chat` takes the conversation (user and assistant messages) and
-/// returns the model's text.
+/// Asks for an answer: the prompt, or for a repair request (`call.repair`)
+/// the prompt, the answer that did not fit and what was wrong with it. An
+/// answer that is not JSON or does not fit the schema is an `invalid_output`
+/// error; the first one carries the answer, so that the interpreter can ask
+/// for the repair. `chat` takes the conversation (user and assistant
+/// messages) and returns the model's text.
 pub(crate) async fn answer_with_repair<'a, F>(
     call: &'a RecipeCall<'a>,
     chat: F,
@@ -142,25 +146,36 @@ where
     F: Fn(Vec<Value>) -> BoxFuture<'a, Result<String, StepError>>,
 {
     let mut conversation = vec![json!({ "role": "user", "content": call.prompt })];
-    let first = chat(conversation.clone()).await?;
-    let problem = match parse_and_check(&first, call.output_schema) {
-        Ok(value) => return Ok(value),
-        Err(problem) => problem,
-    };
-    conversation.push(json!({ "role": "assistant", "content": first }));
-    conversation.push(json!({
-        "role": "user",
-        "content": format!("That answer is not valid: {problem}. Answer again with JSON only, matching the schema."),
-    }));
-    let second = chat(conversation).await?;
-    parse_and_check(&second, call.output_schema).map_err(|problem| {
-        StepError::new(
+    if let Some(repair) = &call.repair {
+        conversation.push(json!({ "role": "assistant", "content": repair.answer }));
+        conversation.push(json!({
+            "role": "user",
+            "content": format!("That answer is not valid: {}. Answer again with JSON only, matching the schema.", repair.problem),
+        }));
+    }
+    let text = chat(conversation).await?;
+    parse_and_check(&text, call.output_schema).map_err(|problem| match call.repair {
+        Some(_) => StepError::new(
             ErrorKind::InvalidOutput,
             format!(
                 "the output is invalid after one repair ({problem}); raw text: {}",
-                excerpt(&second)
+                excerpt(&text)
             ),
-        )
+        ),
+        None => {
+            let mut error = StepError::new(
+                ErrorKind::InvalidOutput,
+                format!(
+                    "the output is invalid ({problem}); raw text: {}",
+                    excerpt(&text)
+                ),
+            );
+            error.repairable = Some(crate::services::Repair {
+                answer: text,
+                problem,
+            });
+            error
+        }
     })
 }
 

@@ -29,6 +29,17 @@ pub struct RecipeCall<'a> {
     /// Stable identity of this attempt (run id, path, attempt index), for
     /// deterministic providers and idempotent requests.
     pub call_id: String,
+    /// Set for a repair request: the answer of the attempt before, which did
+    /// not fit the recipe's output, and what was wrong with it. The model
+    /// is shown both and asked again.
+    pub repair: Option<Repair>,
+}
+
+/// An answer that did not fit, for the repair request after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Repair {
+    pub answer: String,
+    pub problem: String,
 }
 
 /// A model provider (OpenAI-compatible, Anthropic, the offline fabricator).

@@ -102,6 +102,7 @@ async fn call_at_once(provider: &Arc<dyn Provider>, calls: usize) {
                     input: &input,
                     output_schema: &schema,
                     call_id: format!("call-{i}"),
+                    repair: None,
                 };
                 provider.complete(&call).await
             })

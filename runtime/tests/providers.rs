@@ -168,12 +168,24 @@ async fn invalid_output_gets_one_repair_then_fails_with_the_raw_text() {
         ok(json!({ "text": "repaired", "score": 2 })),
     ])
     .await;
-    let (outcome, _) = run_against(&server, FAST_RETRIES).await;
+    let (outcome, store) = run_against(&server, FAST_RETRIES).await;
     let Outcome::Completed { output } = &outcome else {
         panic!("{outcome:?}")
     };
     assert_eq!(output["text"], "repaired");
     assert_eq!(server.requests(), 2);
+    // Regression (issue 13): the repair request was inside one attempt, so
+    // the trace showed one call where the model had two.
+    let attempts = &store.records()[0].attempts;
+    assert_eq!(attempts.len(), 2, "{attempts:?}");
+    assert!(
+        attempts[0]
+            .error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("invalid_output") && e.contains("not json at all")),
+        "{attempts:?}"
+    );
+    assert!(!attempts[0].repair && attempts[1].repair && attempts[1].error.is_none());
 
     let server = fake_llm(vec![
         ok(json!({ "text": 1 })),
@@ -193,6 +205,12 @@ async fn invalid_output_gets_one_repair_then_fails_with_the_raw_text() {
     );
     let error = store.records()[0].error.clone().expect("an error");
     assert!(error.message.contains("still wrong"), "{}", error.message);
+    let attempts = &store.records()[0].attempts;
+    assert_eq!(
+        attempts.iter().map(|a| a.repair).collect::<Vec<_>>(),
+        [false, true],
+        "the answer, then its repair: {attempts:?}"
+    );
 }
 
 fn anthropic(server: &FakeLlm) -> Arc<dyn Provider> {

@@ -168,6 +168,7 @@ async fn a_retrying_record_is_kept_until_its_step_ends(backend: Backend) {
                     .then(|| "server: 500".to_string()),
                 delay_ms: Some(10),
                 round: 0,
+                repair: false,
             })
             .collect(),
         started_ms: 1,
