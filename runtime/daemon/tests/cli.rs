@@ -1428,7 +1428,9 @@ async fn the_openapi_document_describes_every_route() {
             "POST /v1/runs",
             "POST /v1/runs/{id}/approvals/{step_path}",
             "POST /v1/runs/{id}/cancel",
+            "POST /v1/runs/{id}/redrive",
             "POST /v1/workflows",
+            "POST /v1/workflows/{workflow}/migrate",
         ]
     );
     assert_eq!(
