@@ -8,9 +8,9 @@ mod template;
 
 pub(crate) use parse::KEYWORDS;
 
-/// What a reference in a workflow may start with (besides `input` in a
-/// recipe's prompt): the parser knows them to tell a reference written
-/// without `{{ }}`, or a bare name meant as one, from a plain word.
+/// The roots of a reference path outside a recipe's prompt: the parser
+/// tells a reference from text by them (`{{path}}` outside a string), the
+/// checker resolves them.
 pub(crate) const ROOTS: &[&str] = &[
     "workflow_input",
     "step",

@@ -1136,7 +1136,7 @@ impl<'s> Parser<'s> {
         let at = pair.as_span().start() + (text.len() - value.len());
         let reference = value.contains('.')
             && crate::syntax::template::parse_path(value, at)
-                .is_ok_and(|path| super::ROOTS.contains(&path.root.text.as_str()));
+                .is_ok_and(|path| crate::syntax::ROOTS.contains(&path.root.text.as_str()));
         // The quotes and braces are not in the source: the literal is read
         // at offsets that put its text, or its reference, where it is.
         let (lit, meant) = if value.starts_with('"') {

@@ -184,7 +184,7 @@ impl Builder<'_> {
         // any name but a shell's variable (`${HOME}`). A `\` before the
         // brace says it is meant, even where it escapes nothing (`"""`).
         let root = path.root.text.as_str();
-        let is_root = root == "input" || super::ROOTS.contains(&root);
+        let is_root = root == "input" || crate::syntax::ROOTS.contains(&root);
         let shell = root.bytes().all(|b| b.is_ascii_uppercase() || b == b'_');
         if line[..index].ends_with('\\') || !(is_root || dollar && !shell) {
             return;
