@@ -960,16 +960,22 @@ impl LanguageServer for Backend {
         let actions = ide::quick_fixes(&analysis.checked, FileId(0), range)
             .into_iter()
             .map(|fix| {
-                let edit = TextEdit::new(
-                    analysis.lines.range(&analysis.text, fix.span, encoding),
-                    fix.replacement,
-                );
+                let edits = fix
+                    .edits
+                    .into_iter()
+                    .map(|edit| {
+                        TextEdit::new(
+                            analysis.lines.range(&analysis.text, edit.span, encoding),
+                            edit.text,
+                        )
+                    })
+                    .collect();
                 CodeActionOrCommand::CodeAction(CodeAction {
                     title: fix.title,
                     kind: Some(CodeActionKind::QUICKFIX),
-                    is_preferred: Some(true),
+                    is_preferred: Some(fix.preferred),
                     edit: Some(WorkspaceEdit {
-                        changes: Some(HashMap::from([(uri.clone(), vec![edit])])),
+                        changes: Some(HashMap::from([(uri.clone(), edits)])),
                         ..WorkspaceEdit::default()
                     }),
                     ..CodeAction::default()

@@ -85,6 +85,37 @@ pub struct Diagnostic {
     /// already say it in words.
     #[serde(skip)]
     pub fix: Option<String>,
+    /// Changes that carry out what a hint says when that is more than
+    /// replacing the primary span (an `idempotency` key added after a step,
+    /// missing inputs filled in): the checker knows the types and scope
+    /// there, so editors offer them as they are, without deriving them again.
+    #[serde(skip)]
+    pub fixes: Vec<Fix>,
+}
+
+/// A mechanical change to the file of a diagnostic: edits applied together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fix {
+    /// What the change does, as an editor titles it.
+    pub title: String,
+    /// Non-overlapping edits in the diagnostic's file, in source order.
+    pub edits: Vec<Edit>,
+}
+
+/// Text to put in place of a span (an empty span inserts).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Edit {
+    pub span: Span,
+    pub text: String,
+}
+
+impl Edit {
+    pub fn insert(at: u32, text: impl Into<String>) -> Edit {
+        Edit {
+            span: Span { start: at, end: at },
+            text: text.into(),
+        }
+    }
 }
 
 impl Diagnostic {
@@ -102,6 +133,7 @@ impl Diagnostic {
             secondary: Vec::new(),
             hints: Vec::new(),
             fix: None,
+            fixes: Vec::new(),
         }
     }
 
@@ -127,6 +159,15 @@ impl Diagnostic {
     /// Proposes `replacement` for the primary span (see [`Diagnostic::fix`]).
     pub fn fix(mut self, replacement: impl Into<String>) -> Diagnostic {
         self.fix = Some(replacement.into());
+        self
+    }
+
+    /// Offers `edits` as a fix titled `title` (see [`Diagnostic::fixes`]).
+    pub fn fix_with(mut self, title: impl Into<String>, edits: Vec<Edit>) -> Diagnostic {
+        self.fixes.push(Fix {
+            title: title.into(),
+            edits,
+        });
         self
     }
 

@@ -348,3 +348,51 @@ fn invalid_utf8_is_located_but_not_echoed() {
     assert_eq!(checked.files[0].text, "");
     assert!(!first.message.contains("step a"), "{}", first.message);
 }
+
+/// Every quick fix the checker offers, in every fixture case, mends what it
+/// is offered for: applied, the file has one diagnostic of that code fewer
+/// and no more syntax errors than before. So a hint's rewrite is valid
+/// syntax, and a fix never trades one error for another of its kind.
+#[test]
+fn every_quick_fix_mends_its_diagnostic() {
+    use flow_compiler::diagnostic::{FileId, Span};
+    let count = |checked: &Checked, code: &str| {
+        checked
+            .diagnostics
+            .iter()
+            .filter(|d| d.primary.file == FileId(0) && d.code.as_str() == code)
+            .count()
+    };
+    let mut failures = Vec::new();
+    let mut tried = 0;
+    for path in fixture_files() {
+        let text = std::fs::read_to_string(&path).expect("readable fixture");
+        for case in cases(&text) {
+            let checked =
+                flow_compiler::check("main.flow", &Memory(&case.files)).expect("main.flow exists");
+            let whole = Span::new(0, case.files[0].1.len());
+            for fix in flow_compiler::ide::quick_fixes(&checked, FileId(0), whole) {
+                tried += 1;
+                let mut files = case.files.clone();
+                files[0].1 = flow_compiler::ide::apply(&files[0].1, &fix);
+                let fixed =
+                    flow_compiler::check("main.flow", &Memory(&files)).expect("main.flow exists");
+                let syntax = |c: &Checked| count(c, "E001") + count(c, "E002") + count(c, "E003");
+                if count(&fixed, fix.code) >= count(&checked, fix.code)
+                    || syntax(&fixed) > syntax(&checked)
+                {
+                    failures.push(format!(
+                        "{} / {}: `{}` ({}) leaves:\n{}",
+                        path.display(),
+                        case.name,
+                        fix.title,
+                        fix.code,
+                        render(&fixed)
+                    ));
+                }
+            }
+        }
+    }
+    assert!(tried > 50, "only {tried} fixes were tried");
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}

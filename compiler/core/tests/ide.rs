@@ -226,14 +226,39 @@ fn run(case: &Case) -> String {
         }
         "fixes" => {
             let whole = Span::new(0, checked.files[0].text.len());
+            let text = &checked.files[0].text;
             for fix in ide::quick_fixes(&checked, FileId(0), whole) {
+                let first = fix.edits.first().map_or(Span::default(), |e| e.span);
                 let _ = writeln!(
                     out,
                     "{} {} at {}",
                     fix.code,
                     fix.title,
-                    position(&checked, FileId(0), fix.span)
+                    position(&checked, FileId(0), first)
                 );
+                // The lines the fix changes, after it, and what the file
+                // then still has to say: a fix must not leave a syntax error.
+                let fixed = ide::apply(text, &fix);
+                let last = fix.edits.iter().map(|e| e.span.end).max().unwrap_or(0) as usize;
+                let from = text[..first.start as usize]
+                    .rfind('\n')
+                    .map_or(0, |i| i + 1);
+                let to_before = text[last..].find('\n').map_or(text.len(), |i| last + i);
+                let grown = fixed.len() + to_before - text.len();
+                let _ = writeln!(
+                    out,
+                    "  after: {}",
+                    fixed.get(from..grown).unwrap_or("?").trim()
+                );
+                let mut files = case.files.clone();
+                files[0].1 = fixed;
+                let rechecked = check(case, &files);
+                let codes: Vec<&str> = rechecked
+                    .diagnostics
+                    .iter()
+                    .map(|d| d.code.as_str())
+                    .collect();
+                let _ = writeln!(out, "  then: {codes:?}");
             }
         }
         other => panic!("unknown query `{other}` in case `{}`", case.name),

@@ -39,6 +39,35 @@ impl Ty {
         }
     }
 
+    /// A literal of this type for a quick fix to fill in and the author to
+    /// replace: an empty string or list, zero, `false`, an enum's first
+    /// variant, a record of its required fields. `None` for `any`, which is
+    /// the type of a mistake, not of a value.
+    pub fn placeholder(&self) -> Option<String> {
+        Some(match self {
+            Ty::Any => return None,
+            Ty::Json | Ty::Null | Ty::Optional(_) => "null".to_string(),
+            Ty::String => "\"\"".to_string(),
+            Ty::Int => "0".to_string(),
+            Ty::Float => "0.0".to_string(),
+            Ty::Bool => "false".to_string(),
+            Ty::Duration => "1s".to_string(),
+            Ty::Enum(variants) => format!("\"{}\"", variants.first()?),
+            Ty::List(_) => "[]".to_string(),
+            Ty::Record(fields) => {
+                let mut parts = Vec::new();
+                for (name, ty) in fields.iter().filter(|(_, ty)| !ty.is_optional()) {
+                    parts.push(format!("{name}: {}", ty.placeholder()?));
+                }
+                if parts.is_empty() {
+                    "{}".to_string()
+                } else {
+                    format!("{{ {} }}", parts.join(", "))
+                }
+            }
+        })
+    }
+
     pub fn is_optional(&self) -> bool {
         matches!(self, Ty::Optional(_) | Ty::Null)
     }

@@ -13,8 +13,9 @@ use std::collections::HashMap;
 use crate::check::env::{Env, McpInfo, require_plain, resolve_fields};
 use crate::check::types::Ty;
 use crate::codes::Code;
-use crate::diagnostic::{Diagnostic, FileId, Span};
+use crate::diagnostic::{Diagnostic, Edit, FileId, Span};
 use crate::suggest::{candidates_list, did_you_mean};
+use crate::syntax::ROOTS;
 use crate::syntax::ast::*;
 
 /// What kind of step an id names.
@@ -115,7 +116,6 @@ pub(crate) const DEFAULT_ATTEMPTS: i64 = 3;
 /// format's, so that `Plan::validate` refuses exactly what the checker does.
 const MAX_ATTEMPTS: i64 = flow_plan::limits::MAX_ATTEMPTS as i64;
 const MAX_CONCURRENCY: i64 = flow_plan::limits::MAX_CONCURRENCY as i64;
-use crate::syntax::ROOTS;
 
 pub(crate) fn approval_output() -> Ty {
     Ty::record(vec![
@@ -193,6 +193,7 @@ pub(crate) fn check_workflow(
         error_in_scope: false,
         workflow_timeout_ms: DEFAULT_WORKFLOW_TIMEOUT_MS,
         input: Ty::record(input.clone()),
+        in_template: false,
     };
     if let Some(timeout) = &decl.timeout
         && let Some(ms) = checker.duration(timeout, "a workflow timeout")
@@ -301,6 +302,52 @@ struct Checker<'e, 'd> {
     error_in_scope: bool,
     workflow_timeout_ms: u64,
     input: Ty,
+    /// Whether the references being checked are in a template, where an
+    /// absent value renders as empty text.
+    in_template: bool,
+}
+
+/// Where the text of `step` ends: its record or its last option. Its span
+/// may reach past a comment that follows it.
+fn step_end(step: &Step) -> u32 {
+    let options = &step.options;
+    let retry = options.retry.as_ref().map(|retry| {
+        let backoff = retry.backoff.as_ref().map_or(0, |(_, max)| max.span.end);
+        retry.attempts_span.end.max(backoff)
+    });
+    let on_error = options.on_error.as_ref().map(|policy| match policy {
+        ErrorPolicy::Fail(span) | ErrorPolicy::Continue(span) => span.end,
+        ErrorPolicy::Fallback(block) => block.span.end,
+    });
+    [
+        Some(step.call.args().span.end),
+        retry,
+        options.timeout.as_ref().map(|timeout| timeout.span.end),
+        on_error,
+        options.idempotency.as_ref().map(|key| key.span.end),
+    ]
+    .into_iter()
+    .flatten()
+    .max()
+    .unwrap_or(step.span.end)
+}
+
+/// The edit that adds `missing` fields, with placeholder values, to the
+/// record `args`: after its last field, or inside its braces when it has
+/// none. `None` when a field's type has no placeholder.
+fn fill_fields(args: &RecordLit, missing: &[&(String, Ty)]) -> Option<Edit> {
+    let mut fields = Vec::new();
+    for (name, ty) in missing {
+        fields.push(format!("{name}: {}", ty.placeholder()?));
+    }
+    let fields = fields.join(", ");
+    Some(match args.fields.last() {
+        Some(last) => Edit::insert(last.value.span.end, format!(", {fields}")),
+        None => Edit {
+            span: args.span,
+            text: format!("{{ {fields} }}"),
+        },
+    })
 }
 
 /// Why a step has not certainly run at a use.
@@ -815,16 +862,25 @@ impl Checker<'_, '_> {
             } else {
                 format!("retried ({DEFAULT_ATTEMPTS} attempts by default)")
             };
-            self.push(
-                Diagnostic::new(
+            let diagnostic = Diagnostic::new(
                     Code::RetriedSideEffect,
                     self.file,
                     step.id.span,
                     format!("`{}` step `{}` is {retried} without an idempotency key", step.call.kind_name(), step.id.text),
                 )
                 .label("may take effect more than once")
-                .hint("add `idempotency \"{{workflow_input.id}}-...\"` after the call, or `retry 1` if duplicates are harmless"),
-            );
+                .hint("add `idempotency \"{{workflow_input.id}}-...\"` after the call, or `retry 1` if duplicates are harmless");
+            let diagnostic = match self.idempotency_key(&step.id.text) {
+                Some(key) => diagnostic.fix_with(
+                    "Add an idempotency key from the input",
+                    vec![Edit::insert(
+                        step_end(step),
+                        format!(" idempotency \"{key}\""),
+                    )],
+                ),
+                None => diagnostic,
+            };
+            self.push(diagnostic);
         }
         if let Some(ErrorPolicy::Fallback(block)) = &options.on_error {
             let outer = self.error_in_scope;
@@ -841,13 +897,16 @@ impl Checker<'_, '_> {
 
     /// Validates a duration literal and gives its length.
     fn duration(&mut self, duration: &DurationLit, what: &str) -> Option<u64> {
+        // Each problem with its hint and, when the hint names one duration,
+        // that duration as the fix.
         let problem = match (&duration.unit, duration.amount) {
-            (None, _) => Some((
+            (None, amount) => Some((
                 format!("{what} needs a unit"),
                 format!(
                     "write `{}s` for seconds, or use `ms`, `m`, `h`, `d`",
-                    duration.amount.unwrap_or(0)
+                    amount.unwrap_or(0)
                 ),
+                amount.map(|amount| format!("{amount}s")),
             )),
             (Some(unit), amount) if unit_ms(unit).is_none() => {
                 // A unit of another tool is converted, not matched by
@@ -856,36 +915,43 @@ impl Checker<'_, '_> {
                     .and_then(|ms| amount?.checked_mul(ms))
                     .filter(|ms| *ms > 0)
                     .map(whole_duration);
-                let hint = match (meant, did_you_mean(unit, ["ms", "s", "m", "h", "d"])) {
-                    (Some(meant), _) => {
-                        format!("write `{meant}`: the units are `ms`, `s`, `m`, `h`, `d`")
-                    }
-                    (None, Some(best)) if unit.len() <= 3 => {
-                        format!("did you mean `{best}`? the units are `ms`, `s`, `m`, `h`, `d`")
-                    }
-                    _ => "the units are `ms`, `s`, `m`, `h`, `d`".to_string(),
+                let (hint, fix) = match (meant, did_you_mean(unit, ["ms", "s", "m", "h", "d"])) {
+                    (Some(meant), _) => (
+                        format!("write `{meant}`: the units are `ms`, `s`, `m`, `h`, `d`"),
+                        Some(meant),
+                    ),
+                    (None, Some(best)) if unit.len() <= 3 => (
+                        format!("did you mean `{best}`? the units are `ms`, `s`, `m`, `h`, `d`"),
+                        amount.map(|amount| format!("{amount}{best}")),
+                    ),
+                    _ => ("the units are `ms`, `s`, `m`, `h`, `d`".to_string(), None),
                 };
-                Some((format!("unknown duration unit `{unit}`"), hint))
+                Some((format!("unknown duration unit `{unit}`"), hint, fix))
             }
             _ => match duration.millis() {
                 None => Some((
                     "the duration is too long".to_string(),
                     "use a larger unit or a shorter duration".to_string(),
+                    None,
                 )),
                 Some(0) => Some((
                     format!("{what} cannot be zero"),
                     "give a positive duration".to_string(),
+                    None,
                 )),
                 Some(_) => None,
             },
         };
         match problem {
-            Some((message, hint)) => {
-                self.push(
+            Some((message, hint, fix)) => {
+                let mut diagnostic =
                     Diagnostic::new(Code::BadDuration, self.file, duration.span, message)
                         .label("invalid duration")
-                        .hint(hint),
-                );
+                        .hint(hint);
+                if let Some(fix) = fix {
+                    diagnostic = diagnostic.fix(fix);
+                }
+                self.push(diagnostic);
                 None
             }
             None => duration.millis(),
@@ -903,7 +969,12 @@ impl Checker<'_, '_> {
                     "the condition is `bool?`, which may be absent",
                 )
                 .label("may be absent")
-                .hint("give it a default: `(...) ?? false`"),
+                .hint("give it a default: `(...) ?? false`")
+                // `??` binds loosest, so the whole condition is its left side.
+                .fix_with(
+                    "Treat an absent value as `false`",
+                    vec![Edit::insert(expr.span.end, " ?? false")],
+                ),
             ),
             other => self.push(
                 Diagnostic::new(
@@ -1061,6 +1132,14 @@ impl Checker<'_, '_> {
             let mut diagnostic =
                 Diagnostic::new(Code::MissingArgument, self.file, args.span, message)
                     .label("missing here");
+            if let Some(fill) = fill_fields(args, &missing) {
+                let title = if missing.len() == 1 {
+                    format!("Add the input `{}`", missing[0].0)
+                } else {
+                    "Add the missing inputs".to_string()
+                };
+                diagnostic = diagnostic.fix_with(title, vec![fill]);
+            }
             if let Some((file, span)) = decl {
                 diagnostic = diagnostic.secondary(file, span, "inputs declared here");
             }
@@ -1159,11 +1238,13 @@ impl Checker<'_, '_> {
     // ------------------------------------------------------------ expressions
 
     fn template(&mut self, lit: &StringLit) {
+        self.in_template = true;
         for part in &lit.template.parts {
             if let TemplatePart::Ref(path) = part {
                 self.path(path, false);
             }
         }
+        self.in_template = false;
     }
 
     /// The type of an expression. `optional_ok`: the expression is the left
@@ -1703,6 +1784,7 @@ impl Checker<'_, '_> {
                     "may not have run"
                 })
                 .secondary(self.file, step.id_span, "defined here");
+                let absence_is_possible = reason.absence_is_possible();
                 diagnostic = match reason {
                     NotRun::Container(Container::IfBranch { span, .. }) => diagnostic
                         .secondary(self.file, span, "it runs only in a branch of this `if`")
@@ -1732,6 +1814,9 @@ impl Checker<'_, '_> {
                         .hint(optional.clone()),
                     NotRun::Later | NotRun::Unfinished => diagnostic,
                 };
+                if absence_is_possible {
+                    diagnostic = self.optional_fixes(diagnostic, path, base, optional_ok);
+                }
                 self.push(diagnostic);
                 return Ty::Any;
             }
@@ -1739,6 +1824,77 @@ impl Checker<'_, '_> {
         self.walk(base, &path.segments[1..], optional_ok, &|| {
             format!("the output of step `{}`", id.text)
         })
+    }
+
+    /// The fixes of a reference to a step that may not have run: read it
+    /// with `?.`, and where a value is needed (a bare reference, not the
+    /// left side of `??`), give a default of the type read. A template
+    /// renders an absent value as empty text, so `?.` is its whole fix.
+    fn optional_fixes(
+        &mut self,
+        diagnostic: Diagnostic,
+        path: &Path,
+        output: Ty,
+        optional_ok: bool,
+    ) -> Diagnostic {
+        let (
+            Some(Segment::Field { name: id, .. }),
+            Some(Segment::Field {
+                optional: false, ..
+            }),
+        ) = (path.segments.first(), path.segments.get(1))
+        else {
+            return diagnostic;
+        };
+        let mark = Edit::insert(id.span.end, "?");
+        if self.in_template || optional_ok {
+            return diagnostic.fix_with(
+                format!("Read `step.{}` only if it ran (`?.`)", id.text),
+                vec![mark],
+            );
+        }
+        // The type read, for the default: walked as the fix will read it,
+        // its diagnostics (if any) left to the reference as it is now.
+        let kept = self.diagnostics.len();
+        let read = self.walk(output.optional(), &path.segments[1..], true, &String::new);
+        self.diagnostics.truncate(kept);
+        let Some(default) = read.required().placeholder() else {
+            return diagnostic;
+        };
+        diagnostic.fix_with(
+            format!("Read `step.{}` only if it ran, else `{default}`", id.text),
+            vec![
+                Edit::insert(path.span.start, "("),
+                mark,
+                Edit::insert(path.span.end, format!(" ?? {default})")),
+            ],
+        )
+    }
+
+    /// An idempotency key for step `id` made of the workflow's input: its
+    /// id-like field (or first field a template can render), the step's id,
+    /// and the index of each enclosing loop, so that each run, step and
+    /// iteration has its own key and a repeated attempt has the same one.
+    fn idempotency_key(&self, id: &str) -> Option<String> {
+        let Ty::Record(fields) = &self.input else {
+            return None;
+        };
+        let scalar = |ty: &Ty| matches!(ty, Ty::String | Ty::Int | Ty::Enum(_));
+        let field =
+            fields
+                .iter()
+                .filter(|(_, ty)| scalar(ty))
+                .min_by_key(|(name, _)| match name.as_str() {
+                    "id" => 0,
+                    name if name.ends_with("_id") || name.ends_with("Id") => 1,
+                    name if name.contains("key") => 2,
+                    _ => 3,
+                })?;
+        let mut key = format!("{{{{workflow_input.{}}}}}-{id}", field.0);
+        for (loop_id, _) in &self.loops {
+            key.push_str(&format!("-{{{{loop.{loop_id}.index}}}}"));
+        }
+        Some(key)
     }
 
     /// Follows `segments` through `ty`, reporting the first step that fails.

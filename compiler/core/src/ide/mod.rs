@@ -21,7 +21,7 @@ mod visit;
 pub use completion::{
     Completion, CompletionKind, Completions, completions, completions_in_broken, half_typed,
 };
-pub use fixes::{QuickFix, quick_fixes};
+pub use fixes::{QuickFix, apply, quick_fixes};
 pub use hover::{Hover, hover};
 pub use navigation::{
     RenameError, Symbol, check_new_name, definition, references, rename, symbol_at,
