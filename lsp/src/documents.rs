@@ -232,6 +232,30 @@ impl flow_compiler::SourceLoader for OverlayLoader<'_> {
             None => Ok(None),
         }
     }
+
+    /// What the disk holds in `folder`, as `flowc` lists it, plus the open
+    /// buffers there that were never saved: an import that fails is answered
+    /// with the file it most likely meant, in the editor as on the command
+    /// line, and a file just created in the editor counts.
+    fn list(&self, folder: &str) -> Vec<String> {
+        let Some(project) = &self.project else {
+            return Vec::new();
+        };
+        let mut names = project.list(folder);
+        if project.contains(if folder.is_empty() { "." } else { folder }) {
+            let folder = normalize(folder);
+            for path in self.overlay.buffers.keys() {
+                let Some((parent, name)) = path.rsplit_once('/') else {
+                    continue;
+                };
+                if parent == folder && name.ends_with(".flow") && !names.iter().any(|n| n == name) {
+                    names.push(name.to_string());
+                }
+            }
+            names.sort();
+        }
+        names
+    }
 }
 
 /// Checks `root` with `text` in place of its buffer, as `flowc check` does

@@ -8,9 +8,27 @@
 
 use std::io::Read as _;
 
+use clap::Parser;
 use tokio::io::AsyncWriteExt as _;
 
+/// The language server for `.flow` files: diagnostics, completion, hover,
+/// navigation, quick fixes, highlighting and formatting, over the Language
+/// Server Protocol on standard input and output. An editor starts it; see
+/// editors/nvim/flow.lua and editors/vscode.
+#[derive(Parser)]
+#[command(name = "flow-lsp", version)]
+struct Args {
+    /// Speak the protocol on standard input and output, which is what the
+    /// server always does; accepted because many editors pass it.
+    #[arg(long)]
+    stdio: bool,
+}
+
 fn main() {
+    // Before the protocol starts: `--help` and `--version` answer and exit,
+    // and an unknown argument is refused, rather than the server waiting
+    // on a terminal for messages that will never come.
+    let _ = Args::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         // The blocking pool runs the checks (one debounced check at a time,

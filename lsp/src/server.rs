@@ -61,6 +61,9 @@ struct State {
     debounce: Duration,
     /// Where the language reference is, for diagnostics' `codeDescription`.
     docs: Option<Uri>,
+    /// The diagnostics last published for imported files that are not open,
+    /// by normal path (see `publish_imports`).
+    shown: HashMap<String, Vec<Diagnostic>>,
 }
 
 impl Backend {
@@ -72,6 +75,7 @@ impl Backend {
                 encoding: Encoding::Utf16,
                 debounce: DEFAULT_DEBOUNCE,
                 docs: None,
+                shown: HashMap::new(),
             })),
             checks: Arc::new(tokio::sync::Semaphore::new(1)),
         }
@@ -127,7 +131,13 @@ impl Backend {
                         // A newer edit will publish its own result.
                         continue;
                     }
-                    let diagnostics = diagnostics(&analysis, state.encoding, state.docs.as_ref());
+                    let diagnostics = diagnostics(
+                        &analysis.checked,
+                        FileId(0),
+                        (&analysis.text, &analysis.lines),
+                        state.encoding,
+                        state.docs.as_ref(),
+                    );
                     (
                         doc.uri.clone(),
                         diagnostics,
@@ -137,6 +147,7 @@ impl Backend {
                 client
                     .publish_diagnostics(uri, diagnostics, Some(analysis.version))
                     .await;
+                publish_imports(&client, &state, &analysis).await;
                 queue.extend(dependants);
             }
         });
@@ -291,19 +302,23 @@ fn uri_of(path: &str) -> Option<Uri> {
     Uri::from_file_path(path)
 }
 
-/// The root file's diagnostics as LSP diagnostics: the same codes, messages
-/// and hints as `flowc check`, secondary labels as related information.
-fn diagnostics(analysis: &Analysis, encoding: Encoding, docs: Option<&Uri>) -> Vec<Diagnostic> {
-    let checked = &analysis.checked;
+/// The diagnostics of file `file` of a check as LSP diagnostics: the same
+/// codes, messages and hints as `flowc check`, secondary labels as related
+/// information. `text` and `lines` are the file's.
+fn diagnostics(
+    checked: &flow_compiler::Checked,
+    file: FileId,
+    (text, lines): (&str, &Lines),
+    encoding: Encoding,
+    docs: Option<&Uri>,
+) -> Vec<Diagnostic> {
     let mut lines_of: HashMap<FileId, Lines> = HashMap::new();
     checked
         .diagnostics
         .iter()
-        .filter(|d| d.primary.file == FileId(0))
+        .filter(|d| d.primary.file == file)
         .map(|d| {
-            let range = analysis
-                .lines
-                .range(&analysis.text, d.primary.span, encoding);
+            let range = lines.range(text, d.primary.span, encoding);
             let mut message = d.message.clone();
             if !d.primary.message.is_empty() {
                 message.push_str(&format!(" ({})", d.primary.message));
@@ -349,6 +364,71 @@ fn diagnostics(analysis: &Analysis, encoding: Encoding, docs: Option<&Uri>) -> V
                 tags: None,
                 data: None,
             }
+        })
+        .collect()
+}
+
+/// Publishes the diagnostics of the files `analysis` imported that are not
+/// open, under their own URIs: an error in an imported file shows where it
+/// is as soon as a file importing it is open, as `flowc check` reports it.
+/// An open file publishes its own. Each set is sent only when it changed, so
+/// that typing in the importer does not resend its imports' diagnostics.
+async fn publish_imports(client: &Client, state: &Arc<Mutex<State>>, analysis: &Analysis) {
+    let changed: Vec<(String, Vec<Diagnostic>)> = {
+        let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
+        let checked = &analysis.checked;
+        let mut changed = Vec::new();
+        for (index, file) in checked.files.iter().enumerate().skip(1) {
+            let path = normalize(&file.path);
+            if state.documents.open.contains_key(&path) {
+                continue;
+            }
+            let lines = Lines::new(&file.text);
+            let found = diagnostics(
+                checked,
+                FileId(index as u32),
+                (&file.text, &lines),
+                state.encoding,
+                state.docs.as_ref(),
+            );
+            if state.shown.get(&path) != Some(&found) {
+                state.shown.insert(path.clone(), found.clone());
+                changed.push((path, found));
+            }
+        }
+        changed.extend(unshown(&mut state));
+        changed
+    };
+    for (path, diagnostics) in changed {
+        if let Some(uri) = uri_of(&path) {
+            client.publish_diagnostics(uri, diagnostics, None).await;
+        }
+    }
+}
+
+/// Forgets the imported files whose diagnostics were published while no
+/// open document imports them any more, or that are open now (their own
+/// check publishes for them), and gives those to clear: nothing stays
+/// underlined for a file nobody looks at through an importer.
+fn unshown(state: &mut State) -> Vec<(String, Vec<Diagnostic>)> {
+    let documents = &state.documents;
+    let gone: Vec<String> = state
+        .shown
+        .keys()
+        .filter(|path| {
+            documents.open.contains_key(*path)
+                || !documents.imports.iter().any(|(root, imports)| {
+                    documents.open.contains_key(root) && imports.contains(path)
+                })
+        })
+        .cloned()
+        .collect();
+    gone.into_iter()
+        .filter_map(|path| {
+            state.shown.remove(&path)?;
+            // An open file's own check publishes its diagnostics; clearing
+            // them here could race with it.
+            (!state.documents.open.contains_key(&path)).then_some((path, Vec::new()))
         })
         .collect()
 }
@@ -657,17 +737,25 @@ impl LanguageServer for Backend {
         let Some(path) = path_of(&params.text_document.uri) else {
             return;
         };
-        let dependants = {
+        let (dependants, cleared) = {
             let mut state = self.lock();
             state.documents.repaired = None;
             state.documents.open.remove(&path);
             state.documents.analyses.remove(&path);
             state.documents.imports.remove(&path);
-            state.documents.dependants(&path)
+            let cleared = unshown(&mut state);
+            (state.documents.dependants(&path), cleared)
         };
         self.client
             .publish_diagnostics(params.text_document.uri, Vec::new(), None)
             .await;
+        for (path, diagnostics) in cleared {
+            if let Some(uri) = uri_of(&path) {
+                self.client
+                    .publish_diagnostics(uri, diagnostics, None)
+                    .await;
+            }
+        }
         // Its importers now read the saved file instead of the buffer.
         for dependant in dependants {
             self.schedule(dependant);

@@ -356,3 +356,78 @@ fn references_reach_every_file_of_the_workspace() {
     assert_eq!(files, ["one.flow", "recipes.flow", "two.flow"], "{answer}");
     client.shutdown();
 }
+
+/// An error in an imported file is shown under that file's URI while a file
+/// importing it is open, and cleared when the importer closes.
+#[test]
+fn an_imported_files_errors_are_published_under_its_own_uri() {
+    let dir = TempDir::new("imported-diagnostics");
+    let broken = RECIPES.replace("urgency: int", "urgency: integr");
+    let recipes = dir.write("recipes.flow", &broken);
+    let text = workflow("  step first = classify { subject: workflow_input.subject }\n");
+    let main = dir.write("main.flow", &text);
+    let mut client = Client::start(&dir.0);
+    let main_uri = client.open(&main, &text);
+    let recipes_uri = client::uri(&recipes);
+    let published = client.diagnostics_for(&recipes_uri, |p| {
+        !p["diagnostics"].as_array().is_some_and(Vec::is_empty)
+    });
+    let diagnostic = &published["diagnostics"][0];
+    assert_eq!(diagnostic["range"]["start"], position(&broken, "integr", 0));
+    assert!(
+        diagnostic["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("integr")),
+        "{published}"
+    );
+    // The importer's own diagnostics do not repeat it.
+    let own = client.diagnostics_for(&main_uri, |p| p["version"] == 1);
+    assert!(
+        !own.to_string().contains("integr"),
+        "the importer repeats its import's error: {own}"
+    );
+
+    client.notify(
+        "textDocument/didClose",
+        json!({ "textDocument": { "uri": main_uri } }),
+    );
+    client.diagnostics_for(&recipes_uri, |p| p["diagnostics"] == json!([]));
+    client.shutdown();
+}
+
+/// A mistyped import is answered with the file that exists, as by `flowc`.
+#[test]
+fn a_mistyped_import_gets_the_file_it_meant() {
+    let dir = TempDir::new("import-meant");
+    dir.write("recipes.flow", RECIPES);
+    let text = workflow("  step first = classify { subject: workflow_input.subject }\n")
+        .replace("recipes.flow", "recipe.flow");
+    let main = dir.write("main.flow", &text);
+    let mut client = Client::start(&dir.0);
+    let uri = client.open(&main, &text);
+    let published = client.diagnostics_for(&uri, |p| p["version"] == 1);
+    assert_eq!(codes(&published), ["E113"], "{published}");
+    let message = published["diagnostics"][0]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(message.contains("recipes.flow"), "{message}");
+    client.shutdown();
+}
+
+/// `--help` and `--version` answer at once rather than waiting for a client.
+#[test]
+fn help_and_version_answer() {
+    for (flag, expected) in [
+        ("--version", env!("CARGO_PKG_VERSION")),
+        ("--help", "Language Server Protocol"),
+    ] {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_flow-lsp"))
+            .arg(flag)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("flow-lsp runs");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{flag}: {output:?}");
+        assert!(stdout.contains(expected), "{flag}: {stdout}");
+    }
+}

@@ -65,7 +65,9 @@ local function run()
   end
 
   dofile(assert(os.getenv("FLOW_SNIPPET"), "FLOW_SNIPPET is set")).setup({
-    cmd = { assert(os.getenv("FLOW_LSP"), "FLOW_LSP is set") },
+    -- In parentheses: `assert` returns its message too, which would be
+    -- passed to the server as an argument.
+    cmd = { (assert(os.getenv("FLOW_LSP"), "FLOW_LSP is set")) },
     init_options = { debounceMs = 20 },
   })
 
