@@ -13,6 +13,14 @@
 --                after the last edit before diagnostics are computed
 --   root_markers files that mark the workspace root, searched upwards from the
 --                buffer; the buffer's own directory when none is found
+--   virtual_text show each diagnostic's message at the end of its line (true
+--                by default; Neovim 0.11 shows only the underline unless
+--                told); false to leave it to vim.diagnostic's own settings,
+--                or a table of vim.diagnostic.Opts.VirtualText
+--
+-- Highlighting needs no syntax file: flow-lsp sends semantic tokens for every
+-- token (keywords, strings, comments, numbers, durations, operators, step ids,
+-- fields, types), which Neovim colours through its @lsp.type.* groups.
 
 local M = {}
 
@@ -20,6 +28,10 @@ function M.setup(opts)
   opts = opts or {}
   local cmd = opts.cmd or { "flow-lsp" }
   local root_markers = opts.root_markers or { "flow.lock", ".git" }
+  local virtual_text = opts.virtual_text
+  if virtual_text == nil then
+    virtual_text = true
+  end
 
   -- Neovim has no built-in "flow" filetype; without this the buffer would
   -- have none, and no FileType event would start the server.
@@ -42,6 +54,16 @@ function M.setup(opts)
         cmd = cmd,
         root_dir = vim.fs.root(args.buf, root_markers) or vim.fs.dirname(name),
         init_options = opts.init_options,
+        on_init = function(client)
+          -- Messages inline for this server's diagnostics only: the
+          -- setting is per namespace, so other languages keep theirs.
+          if virtual_text then
+            vim.diagnostic.config(
+              { virtual_text = virtual_text },
+              vim.lsp.diagnostic.get_namespace(client.id)
+            )
+          end
+        end,
       }, { bufnr = args.buf })
     end,
   })

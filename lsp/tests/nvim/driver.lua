@@ -1,4 +1,4 @@
--- Drives a headless Neovim through the three editor scenarios of
+-- Drives a headless Neovim through the editor scenarios of
 -- lsp/tests/neovim.rs, loaded as `nvim --headless --clean -u driver.lua`.
 --
 -- The Rust test prepares a copy of examples/ and passes, in the environment:
@@ -79,6 +79,50 @@ local function run()
   results.diagnostics = vim.tbl_map(function(d)
     return { code = d.code, message = d.message, line = d.lnum, column = d.col, source = d.source }
   end, vim.diagnostic.get(triage))
+
+  -- The messages are shown inline: the text of the virtual-text extmarks.
+  results.inline = {}
+  for _, mark in ipairs(vim.api.nvim_buf_get_extmarks(triage, -1, 0, -1, { details = true })) do
+    for _, chunk in ipairs(mark[4].virt_text or {}) do
+      table.insert(results.inline, chunk[1])
+    end
+  end
+
+  -- Highlighting from the server alone (the buffer has no syntax file):
+  -- the semantic-token groups at the first occurrence of each needle.
+  wait_for("semantic tokens on support_triage.flow", function()
+    return #vim.inspect_pos(triage, 0, 0).semantic_tokens > 0
+  end)
+  results.syntax = vim.b[triage].current_syntax or ""
+  results.highlights = {}
+  for _, needle in ipairs({ "// Support", "import", '"recipes/support.flow"', "10m", "classify_ticket",
+    "classify =", ">=", "{{workflow_input.body}}", "workflow_input.body", "ticket_id: string" }) do
+    local line, column = cursor_at(triage, needle)
+    -- Neovim applies the tokens of the lines a window shows, as it draws.
+    vim.cmd.redraw()
+    local groups = {}
+    for _, token in ipairs(vim.inspect_pos(triage, line, column).semantic_tokens) do
+      table.insert(groups, token.opts.hl_group)
+    end
+    results.highlights[needle] = groups
+  end
+
+  -- The quick fix of the misspelt step, applied with the editor's own
+  -- code action (the preferred one, applied without asking).
+  cursor_at(triage, "{{step.clasify.summary}}", #"{{step.")
+  vim.lsp.buf.code_action({
+    apply = true,
+    filter = function(action)
+      return action.isPreferred
+    end,
+  })
+  wait_for("the quick fix to reach the buffer", function()
+    local lines = vim.api.nvim_buf_get_lines(triage, 0, -1, false)
+    return table.concat(lines, "\n"):find("{{step.classify.summary}}", 1, true) ~= nil
+  end)
+  wait_for("the fixed file to have no diagnostics", function()
+    return #vim.diagnostic.get(triage) == 0
+  end)
 
   -- 2. Completion after a half-typed `{{step.` in an unterminated string:
   -- the server must answer from what it recovers of the broken document.

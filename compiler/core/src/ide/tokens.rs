@@ -1,15 +1,77 @@
-//! Semantic tokens: what a TextMate grammar cannot see. References are
-//! highlighted by what they resolve to, inside strings as well as bare, with
-//! the `{{` `}}` of templates marked, so that a template reads as code within
-//! the text around it.
+//! Semantic tokens: every token of a file, so that an editor without a
+//! grammar for flow highlights all of it. Names are highlighted by what they
+//! resolve to (a step id, a field, a recipe, a type), inside strings as well
+//! as bare, with the `{{` `}}` of templates marked so that a template reads
+//! as code within the text around it; the rest (keywords, strings, comments,
+//! numbers, durations, operators) comes from the lexical scan the formatter
+//! uses, so that a file with syntax errors is highlighted too.
 
 use crate::Checked;
+use crate::check::BUILTIN_TYPES;
 use crate::diagnostic::{FileId, Span};
 use crate::ide::visit;
 use crate::syntax::ast::{Item, Segment, StepCall};
+use crate::syntax::lex::{Kind, tokenize};
+
+/// The words of the grammar that are not names: statements, members,
+/// settings, options and literals. `grammar_words_are_highlighted` (below)
+/// holds the list to `flow.pest`, but for the slip productions' words of
+/// other languages, which flow does not have.
+const GRAMMAR_WORDS: &[&str] = &[
+    "approval",
+    "args",
+    "as",
+    "backoff",
+    "branch",
+    "command",
+    "concurrency",
+    "context",
+    "continue",
+    "department",
+    "durability",
+    "else",
+    "env",
+    "fail",
+    "fallback",
+    "false",
+    "for",
+    "handoff",
+    "idempotency",
+    "if",
+    "import",
+    "input",
+    "kb",
+    "kb_write",
+    "mcp",
+    "model",
+    "null",
+    "on_error",
+    "output",
+    "parallel",
+    "prompt",
+    "recipe",
+    "retry",
+    "step",
+    "timeout",
+    "true",
+    "type",
+    "url",
+    "workflow",
+];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum TokenKind {
+    Keyword,
+    /// The text of a string, around its template references.
+    String,
+    Comment,
+    /// A `///` comment, which documents what follows it.
+    DocComment,
+    Number,
+    /// A number with its unit: `30s`, `5m`, and malformed ones (`2w`).
+    Duration,
+    /// `==`, `&&`, `??`, `?.`, `..`, `|` and the other operators.
+    Operator,
     /// `{{` and `}}` around a template reference.
     TemplateDelimiter,
     /// `workflow_input`, `step`, `loop_item`, ...
@@ -30,8 +92,123 @@ pub struct SemanticToken {
     pub definition: bool,
 }
 
-/// The tokens of file `file`, sorted and without overlaps.
+/// The tokens of file `file`, sorted and without overlaps: the names the
+/// tree resolves, and around them every other token of the text.
 pub fn semantic_tokens(checked: &Checked, file: FileId) -> Vec<SemanticToken> {
+    let named = named_tokens(checked, file);
+    let Some(loaded) = checked.files.get(file.0 as usize) else {
+        return named;
+    };
+    let lexical = lexical_tokens(&loaded.text);
+    // Both lists are sorted; a lexical token that meets a named one gives
+    // way to it (a step id is a word too).
+    let mut merged = Vec::with_capacity(named.len() + lexical.len());
+    let mut names = named.iter().peekable();
+    for token in lexical {
+        while let Some(name) = names.next_if(|name| name.span.end <= token.span.start) {
+            merged.push(*name);
+        }
+        let overlaps = names
+            .peek()
+            .is_some_and(|name| name.span.start < token.span.end);
+        if !overlaps {
+            merged.push(token);
+        }
+    }
+    merged.extend(names);
+    merged
+}
+
+/// The tokens of the text alone, sorted and without overlaps.
+fn lexical_tokens(text: &str) -> Vec<SemanticToken> {
+    let (lexemes, _) = tokenize(text);
+    let mut tokens = Vec::with_capacity(lexemes.len());
+    let mut push = |start: usize, end: usize, kind: TokenKind| {
+        if start < end {
+            tokens.push(SemanticToken {
+                span: Span::new(start, end),
+                kind,
+                definition: false,
+            });
+        }
+    };
+    for (index, lexeme) in lexemes.iter().enumerate() {
+        let (start, end) = (lexeme.start, lexeme.start + lexeme.text.len());
+        let kind = match lexeme.kind {
+            Kind::Word => {
+                let next = lexemes.get(index + 1).map(|next| next.text);
+                let word = lexeme.text;
+                if next == Some(":") {
+                    // A field declared or given: `{ name: string }`,
+                    // `{ subject: ... }`, whatever its name.
+                    TokenKind::Field
+                } else if BUILTIN_TYPES.contains(&word) || word == "list" {
+                    TokenKind::Type
+                } else if GRAMMAR_WORDS.contains(&word) {
+                    TokenKind::Keyword
+                } else {
+                    continue;
+                }
+            }
+            Kind::Number if lexeme.text.ends_with(|c: char| c.is_ascii_alphabetic()) => {
+                TokenKind::Duration
+            }
+            Kind::Number => TokenKind::Number,
+            Kind::LineComment if lexeme.text.starts_with("///") => TokenKind::DocComment,
+            Kind::LineComment | Kind::BlockComment => TokenKind::Comment,
+            Kind::Punct
+                if !matches!(
+                    lexeme.text,
+                    "{" | "}" | "[" | "]" | "(" | ")" | "," | ":" | "."
+                ) =>
+            {
+                TokenKind::Operator
+            }
+            Kind::Str => {
+                string_tokens(lexeme.text, start, &mut push);
+                continue;
+            }
+            Kind::Punct | Kind::Other => continue,
+        };
+        push(start, end, kind);
+    }
+    tokens
+}
+
+/// The text of a string literal at `start` and the delimiters of its
+/// template references; what is between the delimiters is left to the
+/// names the tree resolves.
+fn string_tokens(literal: &str, start: usize, push: &mut impl FnMut(usize, usize, TokenKind)) {
+    let bytes = literal.as_bytes();
+    let mut text_from = 0;
+    let mut at = 0;
+    while at < bytes.len() {
+        match bytes[at] {
+            // An escaped character is text, even a `{`.
+            b'\\' => at += 2,
+            b'{' if bytes.get(at + 1) == Some(&b'{') => {
+                let Some(close) = literal[at + 2..].find("}}").map(|i| at + 2 + i) else {
+                    break;
+                };
+                push(start + text_from, start + at, TokenKind::String);
+                push(start + at, start + at + 2, TokenKind::TemplateDelimiter);
+                push(
+                    start + close,
+                    start + close + 2,
+                    TokenKind::TemplateDelimiter,
+                );
+                at = close + 2;
+                text_from = at;
+            }
+            _ => at += 1,
+        }
+    }
+    push(start + text_from, start + literal.len(), TokenKind::String);
+}
+
+/// The names of file `file` as the tree resolves them, sorted and without
+/// overlaps.
+fn named_tokens(checked: &Checked, file: FileId) -> Vec<SemanticToken> {
     let Some(loaded) = checked.files.get(file.0 as usize) else {
         return Vec::new();
     };
@@ -46,6 +223,15 @@ pub fn semantic_tokens(checked: &Checked, file: FileId) -> Vec<SemanticToken> {
             });
         }
     };
+    // Loops and parallel blocks have ids like steps; the analysis lists
+    // them with the steps (of the root file only, which it checked).
+    if file == FileId(0) {
+        for workflow in &checked.analysis.workflows {
+            for step in &workflow.steps {
+                push(step.id_span, TokenKind::Step, true);
+            }
+        }
+    }
     for item in &loaded.tree.items {
         match item {
             Item::Recipe(recipe) => push(recipe.name.span, TokenKind::Recipe, true),
@@ -113,4 +299,32 @@ pub fn semantic_tokens(checked: &Checked, file: FileId) -> Vec<SemanticToken> {
         keep
     });
     tokens
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every literal word of the grammar is highlighted as a keyword (or a
+    /// type), but for the words of other languages that the slip
+    /// productions read only to report them.
+    #[test]
+    fn grammar_words_are_highlighted() {
+        let pest = include_str!("../syntax/flow.pest");
+        let mut missing = Vec::new();
+        for line in pest.lines() {
+            let rule = line.split('=').next().unwrap_or_default().trim();
+            if rule.ends_with("_slip") || rule == "in_word" || line.trim_start().starts_with("//") {
+                continue;
+            }
+            for word in line.split('"').skip(1).step_by(2) {
+                let is_word =
+                    word.len() > 1 && word.chars().all(|c| c.is_ascii_lowercase() || c == '_');
+                if is_word && !GRAMMAR_WORDS.contains(&word) && word != "list" {
+                    missing.push(word.to_string());
+                }
+            }
+        }
+        assert!(missing.is_empty(), "not highlighted: {missing:?}");
+    }
 }

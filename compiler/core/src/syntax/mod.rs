@@ -3,6 +3,7 @@
 pub mod ast;
 pub(crate) mod cursor;
 mod fast;
+pub(crate) mod lex;
 mod parse;
 mod template;
 
