@@ -670,6 +670,13 @@ impl LanguageServer for Backend {
                 document_symbol_provider: Some(OneOf::Left(true)),
                 document_formatting_provider: Some(OneOf::Left(true)),
                 code_action_provider: Some(CodeActionProviderCapability::Simple(true)),
+                inlay_hint_provider: Some(OneOf::Left(true)),
+                signature_help_provider: Some(SignatureHelpOptions {
+                    trigger_characters: Some(vec!["{".to_string(), ",".to_string()]),
+                    retrigger_characters: Some(vec![":".to_string()]),
+                    work_done_progress_options: WorkDoneProgressOptions::default(),
+                }),
+                workspace_symbol_provider: Some(OneOf::Left(true)),
                 semantic_tokens_provider: Some(
                     SemanticTokensServerCapabilities::SemanticTokensOptions(
                         SemanticTokensOptions {
@@ -1071,6 +1078,98 @@ impl LanguageServer for Backend {
                 .lines
                 .range(&analysis.text, Span::new(0, analysis.text.len()), encoding);
         Ok(Some(vec![TextEdit::new(whole, formatted)]))
+    }
+
+    async fn inlay_hint(&self, params: InlayHintParams) -> Result<Option<Vec<InlayHint>>> {
+        let Some((_, analysis)) = self.current(&params.text_document.uri).await else {
+            return Ok(None);
+        };
+        let encoding = self.encoding();
+        let range = analysis.lines.span(&analysis.text, params.range, encoding);
+        let hints = ide::inlay_hints(&analysis.checked, range)
+            .into_iter()
+            .map(|hint| InlayHint {
+                position: analysis
+                    .lines
+                    .position(&analysis.text, hint.offset, encoding),
+                label: InlayHintLabel::String(hint.label),
+                kind: Some(InlayHintKind::TYPE),
+                text_edits: None,
+                tooltip: None,
+                padding_left: None,
+                padding_right: None,
+                data: None,
+            })
+            .collect();
+        Ok(Some(hints))
+    }
+
+    async fn signature_help(&self, params: SignatureHelpParams) -> Result<Option<SignatureHelp>> {
+        let position = params.text_document_position_params;
+        let Some((_, analysis)) = self.current(&position.text_document.uri).await else {
+            return Ok(None);
+        };
+        let offset = analysis
+            .lines
+            .offset(&analysis.text, position.position, self.encoding());
+        let Some(found) = ide::signature_help(&analysis.checked, offset) else {
+            return Ok(None);
+        };
+        // Each input by its text, which needs no offsets in UTF-16.
+        let parameters = found
+            .parameters
+            .iter()
+            .map(|(start, end)| ParameterInformation {
+                label: ParameterLabel::Simple(
+                    found.label[*start as usize..*end as usize].to_string(),
+                ),
+                documentation: None,
+            })
+            .collect();
+        let active = found.active.map(|index| index as u32);
+        Ok(Some(SignatureHelp {
+            signatures: vec![SignatureInformation {
+                label: found.label,
+                documentation: None,
+                parameters: Some(parameters),
+                active_parameter: active,
+            }],
+            active_signature: Some(0),
+            active_parameter: active,
+        }))
+    }
+
+    async fn symbol(
+        &self,
+        params: WorkspaceSymbolParams,
+    ) -> Result<Option<WorkspaceSymbolResponse>> {
+        let encoding = self.encoding();
+        let mut found = Vec::new();
+        // Each file's own symbols, so that a declaration imported by many
+        // files is listed once.
+        for path in self.workspace_files() {
+            let Some(analysis) = self.any_file(&path).await else {
+                continue;
+            };
+            let Some(uri) = uri_of(&path) else {
+                continue;
+            };
+            for symbol in ide::matching_symbols(&analysis.checked, FileId(0), &params.query) {
+                #[allow(deprecated)] // reason: `deprecated` must still be written
+                found.push(SymbolInformation {
+                    name: symbol.name,
+                    kind: symbol_kind(symbol.kind),
+                    tags: None,
+                    deprecated: None,
+                    location: Location::new(
+                        uri.clone(),
+                        analysis.lines.range(&analysis.text, symbol.span, encoding),
+                    ),
+                    container_name: symbol.container,
+                });
+            }
+        }
+        Ok(Some(WorkspaceSymbolResponse::Flat(found)))
     }
 
     async fn code_action(&self, params: CodeActionParams) -> Result<Option<CodeActionResponse>> {

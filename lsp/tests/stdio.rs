@@ -431,3 +431,70 @@ fn help_and_version_answer() {
         assert!(stdout.contains(expected), "{flag}: {stdout}");
     }
 }
+
+/// Inlay hints, signature help, workspace symbols, and a field's docs and
+/// declaration from a reference to it.
+#[test]
+fn hints_signatures_workspace_symbols_and_fields() {
+    let dir = TempDir::new("hints");
+    dir.write("recipes.flow", RECIPES);
+    let text = "import \"recipes.flow\"\n\nworkflow triage {\n  input {\n    /// What the customer wrote first.\n    subject: string\n  }\n  step first = classify { subject: workflow_input.subject }\n  step second = classify { }\n}\n";
+    let path = dir.write("main.flow", text);
+    let mut client = Client::start(&dir.0);
+    let uri = client.open(&path, text);
+    client.diagnostics_for(&uri, |p| p["version"] == 1);
+    let document = json!({ "uri": uri });
+
+    let hints = client.request(
+        "textDocument/inlayHint",
+        json!({ "textDocument": document, "range": { "start": { "line": 0, "character": 0 }, "end": { "line": 10, "character": 0 } } }),
+    );
+    assert_eq!(
+        hints["result"][0]["position"],
+        position(text, "step first", 10)
+    );
+    let label = hints["result"][0]["label"].as_str().unwrap_or_default();
+    assert!(label.contains("category"), "{hints}");
+
+    let help = client.request(
+        "textDocument/signatureHelp",
+        json!({ "textDocument": document, "position": position(text, "classify { }", 11) }),
+    );
+    let signature = &help["result"]["signatures"][0];
+    assert!(
+        signature["label"]
+            .as_str()
+            .is_some_and(|l| l.starts_with("recipe classify { subject: string }")),
+        "{help}"
+    );
+    assert_eq!(help["result"]["activeParameter"], 0, "{help}");
+
+    let symbols = client.request("workspace/symbol", json!({ "query": "clas" }));
+    let names: Vec<&str> = symbols["result"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    assert_eq!(names, ["classify"], "{symbols}");
+
+    let at = position(text, "workflow_input.subject", "workflow_input.".len() + 2);
+    let hover = client.request(
+        "textDocument/hover",
+        json!({ "textDocument": document, "position": at }),
+    );
+    let value = hover["result"]["contents"]["value"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(value.contains("What the customer wrote first."), "{hover}");
+    let definition = client.request(
+        "textDocument/definition",
+        json!({ "textDocument": document, "position": at }),
+    );
+    assert_eq!(
+        definition["result"]["range"]["start"],
+        position(text, "subject: string", 0),
+        "{definition}"
+    );
+    client.shutdown();
+}

@@ -5,7 +5,8 @@
 //! `// file: x.flow` starts another file of the case (the root is
 //! `main.flow`; a `// file: flow.lock` is the lock beside it). The query is
 //! one of `complete`, `hover`, `definition`, `references`,
-//! `rename(new_name)`, `symbols`, `tokens`, `fixes`. The result
+//! `rename(new_name)`, `symbols`, `find(query)` (workspace symbols),
+//! `tokens`, `fixes`, `hints`, `signature`. The result
 //! of every case is rendered as text, and each fixture file's results are one
 //! insta snapshot, so that a review sees every answer change.
 
@@ -261,6 +262,44 @@ fn run(case: &Case) -> String {
                 let _ = writeln!(out, "  then: {codes:?}");
             }
         }
+        "hints" => {
+            let whole = Span::new(0, checked.files[0].text.len());
+            for hint in ide::inlay_hints(&checked, whole) {
+                let (line, column) = line_col(&checked.files[0].text, hint.offset);
+                let _ = writeln!(out, "{line}:{column} {}", hint.label);
+            }
+        }
+        "signature" => match ide::signature_help(&checked, offset) {
+            Some(signature) => {
+                let _ = writeln!(out, "{}", signature.label);
+                for (index, (start, end)) in signature.parameters.iter().enumerate() {
+                    let active = if signature.active == Some(index) {
+                        " (active)"
+                    } else {
+                        ""
+                    };
+                    let _ = writeln!(
+                        out,
+                        "  {}{active}",
+                        &signature.label[*start as usize..*end as usize]
+                    );
+                }
+            }
+            None => out.push_str("nothing\n"),
+        },
+        _ if query.starts_with("find(") => {
+            let wanted = query.trim_start_matches("find(").trim_end_matches(')');
+            for found in ide::matching_symbols(&checked, FileId(0), wanted) {
+                let _ = writeln!(
+                    out,
+                    "{:?} {} in {:?} at {}",
+                    found.kind,
+                    found.name,
+                    found.container,
+                    position(&checked, FileId(0), found.span)
+                );
+            }
+        }
         other => panic!("unknown query `{other}` in case `{}`", case.name),
     }
     out
@@ -281,7 +320,11 @@ fn queries_match_their_snapshots() {
         for case in cases(&text) {
             assert!(
                 case.cursor.is_some()
-                    || matches!(case.query.as_str(), "symbols" | "tokens" | "fixes"),
+                    || matches!(
+                        case.query.as_str(),
+                        "symbols" | "tokens" | "fixes" | "hints"
+                    )
+                    || case.query.starts_with("find("),
                 "case `{}` needs a `$0` cursor",
                 case.name
             );

@@ -155,6 +155,16 @@ fn query(root: &str, checked: &Checked, offset: u32) {
         assert!(!hover.markdown.is_empty());
     }
     let _ = ide::definition(checked, FileId(0), offset);
+    if let Some(signature) = ide::signature_help(checked, offset) {
+        for (start, end) in &signature.parameters {
+            assert!(
+                signature
+                    .label
+                    .get(*start as usize..*end as usize)
+                    .is_some()
+            );
+        }
+    }
     if let Some((symbol, _)) = ide::symbol_at(checked, FileId(0), offset) {
         let _ = ide::references(checked, &symbol);
     }
@@ -175,7 +185,18 @@ fn session(which: usize, edits: Vec<Edit>, cursors: Vec<f64>) {
             }
         }
         let _ = ide::document_symbols(&checked, FileId(0));
-        let _ = ide::semantic_tokens(&checked, FileId(0));
+        // Tokens are sorted, apart and within the text; every fix applies.
+        let mut end = 0;
+        for token in ide::semantic_tokens(&checked, FileId(0)) {
+            assert!(token.span.start >= end && token.span.end as usize <= text.len());
+            end = token.span.end;
+        }
+        let whole = flow_compiler::Span::new(0, text.len());
+        for fix in ide::quick_fixes(&checked, FileId(0), whole) {
+            let _ = ide::apply(&text, &fix);
+        }
+        let _ = ide::inlay_hints(&checked, whole);
+        let _ = ide::matching_symbols(&checked, FileId(0), "a");
         for &cursor in &cursors {
             // Any byte offset up to the end, char boundary or not: the server
             // converts editor positions, and a query must not trust them.

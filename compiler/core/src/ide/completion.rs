@@ -18,6 +18,7 @@ use crate::check::{
 use crate::codes::Code;
 use crate::diagnostic::{FileId, Span};
 use crate::ide::scope::{Scope, Seg, walk};
+use crate::ide::visit;
 use crate::lock::LockedTool;
 use crate::syntax::ast::Item;
 use crate::syntax::cursor::{self, Lexical};
@@ -135,7 +136,7 @@ fn complete_in(checked: &Checked, text: &str, offset: usize, anchor: usize) -> C
         Lexical::Comment | Lexical::String { .. } => {}
         Lexical::Template { .. } => {
             if let Some(scope) = &scope {
-                reference(scope, typed, &mut out.items);
+                reference(&checked.analysis.env, scope, typed, &mut out.items);
             } else if let Some(recipe) = recipe_at(checked, anchor) {
                 prompt_reference(checked, &recipe, typed, &mut out.items);
             }
@@ -161,7 +162,7 @@ fn complete_in(checked: &Checked, text: &str, offset: usize, anchor: usize) -> C
 
 /// A reference being typed, in a template or as a bare value: roots before
 /// the first dot, then the members of whatever the path has reached.
-fn reference(scope: &Scope<'_>, typed: &str, items: &mut Vec<Completion>) {
+fn reference(env: &Env, scope: &Scope<'_>, typed: &str, items: &mut Vec<Completion>) {
     let Some((head, _partial)) = typed.rsplit_once('.') else {
         for (root, detail) in scope.roots() {
             items.push(simple(root, CompletionKind::Root, detail));
@@ -174,7 +175,7 @@ fn reference(scope: &Scope<'_>, typed: &str, items: &mut Vec<Completion>) {
     match (root, segments.as_slice()) {
         ("step", []) => {
             for step in scope.ran_steps() {
-                items.push(step_item(step));
+                items.push(step_item(env, step));
             }
         }
         ("loop", []) => {
@@ -182,13 +183,13 @@ fn reference(scope: &Scope<'_>, typed: &str, items: &mut Vec<Completion>) {
                 items.push(simple(
                     &info.id,
                     CompletionKind::Loop,
-                    &format!("loop over `{}`", info.item),
+                    &format!("loop over `{}`", env.show(&info.item)),
                 ));
             }
         }
         _ => {
             if let Some(ty) = scope.resolve(root, &segments) {
-                fields(&ty, items);
+                fields(env, &ty, items);
             }
         }
     }
@@ -207,15 +208,20 @@ fn segments_of(part: &str) -> Vec<Seg> {
     segments
 }
 
-fn fields(ty: &Ty, items: &mut Vec<Completion>) {
+/// The fields of `ty`, each with its type as written (an alias by name).
+fn fields(env: &Env, ty: &Ty, items: &mut Vec<Completion>) {
     if let Ty::Record(fields) = ty.required() {
         for (name, field) in fields.iter() {
-            items.push(simple(name, CompletionKind::Field, &field.to_string()));
+            items.push(simple(
+                name,
+                CompletionKind::Field,
+                &env.show(field).to_string(),
+            ));
         }
     }
 }
 
-fn step_item(step: &StepInfo) -> Completion {
+fn step_item(env: &Env, step: &StepInfo) -> Completion {
     let kind = match &step.kind {
         StepKind::Recipe(recipe) => format!("recipe `{recipe}`"),
         StepKind::Approval => "approval".to_string(),
@@ -229,7 +235,7 @@ fn step_item(step: &StepInfo) -> Completion {
     let output = step
         .output
         .as_ref()
-        .map_or("no output".to_string(), Ty::to_string);
+        .map_or("no output".to_string(), |ty| env.show(ty).to_string());
     simple(
         &step.id,
         CompletionKind::Step,
@@ -254,18 +260,10 @@ fn keywords(words: &[&str], items: &mut Vec<Completion>) {
 
 /// The recipe whose declaration spans `offset`, for `{{input.x}}` in a prompt.
 fn recipe_at(checked: &Checked, offset: usize) -> Option<String> {
-    checked
-        .files
-        .first()?
-        .tree
-        .items
-        .iter()
-        .find_map(|item| match item {
-            Item::Recipe(recipe) if recipe.span.contains(offset as u32) => {
-                Some(recipe.name.text.clone())
-            }
-            _ => None,
-        })
+    match visit::item_at(checked, offset as u32)? {
+        Item::Recipe(recipe) => Some(recipe.name.text.clone()),
+        _ => None,
+    }
 }
 
 fn prompt_reference(checked: &Checked, recipe: &str, typed: &str, items: &mut Vec<Completion>) {
@@ -281,7 +279,7 @@ fn prompt_reference(checked: &Checked, recipe: &str, typed: &str, items: &mut Ve
             }
             let segments: Vec<Seg> = parts.flat_map(segments_of).collect();
             if let Some(ty) = walk(Ty::record(info.input.clone()), &segments) {
-                fields(&ty, items);
+                fields(&checked.analysis.env, &ty, items);
             }
         }
     }
@@ -318,7 +316,7 @@ fn code(
             }
             None => {
                 if let Some(scope) = scope {
-                    reference(scope, typed, items);
+                    reference(env, scope, typed, items);
                 }
             }
         }
@@ -329,7 +327,7 @@ fn code(
         // `step id = |`: what a step can call.
         Some(_) if step_call => {
             for (name, info) in &env.recipes {
-                items.push(simple(name, CompletionKind::Recipe, &signature(info)));
+                items.push(simple(name, CompletionKind::Recipe, &signature(env, info)));
             }
             for name in env.mcp_servers.keys() {
                 items.push(simple(
@@ -424,7 +422,7 @@ fn after_step(text: &str, offset: usize, items: &mut Vec<Completion>) {
 /// The callee of the step call whose argument list opens at `brace`:
 /// `step id = recipe {`, `approval {`, `kb_write "c" {`, `handoff "d" {`,
 /// `server.tool {`.
-fn step_callee(text: &str, brace: usize) -> Option<&str> {
+pub(crate) fn step_callee(text: &str, brace: usize) -> Option<&str> {
     let line_start = text[..brace].rfind('\n').map_or(0, |i| i + 1);
     let head = text[line_start..brace].trim();
     let rest = head.strip_prefix("step")?.trim_start();
@@ -441,6 +439,22 @@ fn is_name(word: &str) -> bool {
     word.bytes().all(cursor::is_name_byte)
 }
 
+/// The inputs that `callee` (as `step_callee` reads it) takes.
+pub(crate) fn callee_params(env: &Env, callee: &str) -> Option<Vec<(String, Ty)>> {
+    Some(match callee.split_once('.') {
+        // A tool's arguments are the properties of its input schema.
+        Some((server, tool)) => {
+            crate::lock::tool_params(&locked_tool(env, server, tool)?.input_schema, &[])
+        }
+        None => match callee {
+            "approval" => approval_params(),
+            "kb_write" => kb_write_params(),
+            "handoff" => handoff_params(),
+            recipe => env.recipes.get(recipe)?.input.clone(),
+        },
+    })
+}
+
 /// The inputs of the callee that the argument list does not give yet.
 fn arguments(
     checked: &Checked,
@@ -451,21 +465,8 @@ fn arguments(
     items: &mut Vec<Completion>,
 ) {
     let env = &checked.analysis.env;
-    let params: Vec<(String, Ty)> = match callee.split_once('.') {
-        // A tool's arguments are the properties of its input schema.
-        Some((server, tool)) => match locked_tool(env, server, tool) {
-            Some(tool) => crate::lock::tool_params(&tool.input_schema, &[]),
-            None => return,
-        },
-        None => match callee {
-            "approval" => approval_params(),
-            "kb_write" => kb_write_params(),
-            "handoff" => handoff_params(),
-            recipe => match env.recipes.get(recipe) {
-                Some(info) => info.input.clone(),
-                None => return,
-            },
-        },
+    let Some(params) = callee_params(env, callee) else {
+        return;
     };
     let given = given_fields(&text[brace + 1..offset.max(brace + 1)]);
     for (name, ty) in params {
@@ -473,7 +474,7 @@ fn arguments(
             items.push(Completion {
                 label: name.clone(),
                 kind: CompletionKind::Argument,
-                detail: ty.to_string(),
+                detail: env.show(&ty).to_string(),
                 insert: Some(format!("{name}: ")),
             });
         }
@@ -499,7 +500,7 @@ fn locked_tool<'e>(env: &'e Env, server: &str, tool: &str) -> Option<&'e LockedT
 }
 
 /// The field names already written at the top level of a record literal.
-fn given_fields(body: &str) -> Vec<&str> {
+pub(crate) fn given_fields(body: &str) -> Vec<&str> {
     let bytes = body.as_bytes();
     let mut names = Vec::new();
     let mut depth = 0usize;
@@ -589,14 +590,15 @@ fn in_type(text: &str, enclosing: Option<(usize, u8)>) -> bool {
         || cursor::words_before(text, brace, 3).first() == Some(&"type")
 }
 
-/// `recipe(input { ... }) -> output` for a completion's detail line.
-pub(crate) fn signature(info: &crate::check::RecipeInfo) -> String {
+/// `recipe(input { ... }) -> output` for a completion's detail line, with
+/// types as written (an alias by name).
+pub(crate) fn signature(env: &Env, info: &crate::check::RecipeInfo) -> String {
     let inputs: Vec<String> = info
         .input
         .iter()
-        .map(|(n, t)| format!("{n}: {t}"))
+        .map(|(n, t)| format!("{n}: {}", env.show(t)))
         .collect();
-    format!("({}) → {}", inputs.join(", "), info.output)
+    format!("({}) → {}", inputs.join(", "), env.show(&info.output))
 }
 
 #[cfg(test)]

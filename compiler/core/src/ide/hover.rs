@@ -4,6 +4,7 @@ use crate::Checked;
 use crate::check::{StepInfo, StepKind, Ty};
 use crate::diagnostic::{FileId, Span};
 use crate::ide::completion::signature;
+use crate::ide::fields;
 use crate::ide::navigation::{Symbol, symbol_at};
 use crate::ide::scope::{Scope, Seg};
 use crate::ide::visit;
@@ -23,6 +24,18 @@ pub fn hover(checked: &Checked, file: FileId, offset: u32) -> Option<Hover> {
     {
         return Some(hover);
     }
+    if let Some(decl) = fields::field_decl_at(checked, file, offset) {
+        let text = &checked.file(file).text;
+        let ty = text
+            .get(decl.ty.span.start as usize..decl.ty.span.end as usize)
+            .unwrap_or_default();
+        let mut markdown = format!("```flow\n{}: {ty}\n```", decl.name.text);
+        docs(&mut markdown, &decl.docs);
+        return Some(Hover {
+            span: decl.name.span,
+            markdown,
+        });
+    }
     let (symbol, span) = symbol_at(checked, file, offset)?;
     let env = &checked.analysis.env;
     let markdown = match &symbol {
@@ -37,7 +50,7 @@ pub fn hover(checked: &Checked, file: FileId, offset: u32) -> Option<Hover> {
         }
         Symbol::Recipe { name, .. } => {
             let info = env.recipes.get(name)?;
-            let mut text = format!("```flow\nrecipe {name}{}\n```", signature(info));
+            let mut text = format!("```flow\nrecipe {name}{}\n```", signature(env, info));
             docs(&mut text, &info.decl.docs);
             text
         }
@@ -100,15 +113,7 @@ fn step_text(checked: &Checked, step: &StepInfo) -> String {
 
 /// Hover on a segment of a reference path: the type of the value up to it.
 fn path_hover(checked: &Checked, offset: u32) -> Option<Hover> {
-    let mut target: Option<Path> = None;
-    for item in &checked.files[0].tree.items {
-        visit::paths(item, &mut |path| {
-            if path.span.contains(offset) {
-                target = Some(path.clone());
-            }
-        });
-    }
-    let path = target?;
+    let path = fields::path_at(checked, offset)?;
     let scope = Scope::at(checked, path.span.start);
     // The recipe prompt's `input` has its own root.
     if path.root.text == "input" && scope.is_none() {
@@ -152,11 +157,16 @@ fn path_hover(checked: &Checked, offset: u32) -> Option<Hover> {
             segments: path.segments[..=index].to_vec(),
             span: path.span,
         };
+        let mut markdown = typed_block(checked, Some(&path_text(&shown)), &ty)
+            .trim_start()
+            .to_string();
+        // The field's `///` docs, from wherever its record is declared.
+        if let Some(field) = fields::declared_field(checked, &path, index) {
+            docs(&mut markdown, &field.decl.docs);
+        }
         return Some(Hover {
             span: segment.span(),
-            markdown: typed_block(checked, Some(&path_text(&shown)), &ty)
-                .trim_start()
-                .to_string(),
+            markdown,
         });
     }
     None

@@ -9,7 +9,7 @@
 use crate::Checked;
 use crate::check::{normalize, resolve_import};
 use crate::diagnostic::{FileId, Span};
-use crate::ide::visit;
+use crate::ide::{fields, visit};
 use crate::syntax::KEYWORDS;
 use crate::syntax::ast::{Item, Segment, StepCall};
 
@@ -78,7 +78,7 @@ pub fn symbol_at(checked: &Checked, file: FileId, offset: u32) -> Option<(Symbol
     let declared_in = |id: FileId| checked.file(id).path.clone();
     let mut found = None;
     for item in &loaded.tree.items {
-        if !item_span(item).contains(offset) {
+        if !visit::item_span(item).contains(offset) {
             continue;
         }
         match item {
@@ -187,16 +187,6 @@ pub fn symbol_at(checked: &Checked, file: FileId, offset: u32) -> Option<(Symbol
     found
 }
 
-fn item_span(item: &Item) -> Span {
-    match item {
-        Item::Import(import) => import.span,
-        Item::Type(decl) => decl.span,
-        Item::Recipe(recipe) => recipe.span,
-        Item::Mcp(server) => server.span,
-        Item::Workflow(workflow) => workflow.span,
-    }
-}
-
 /// The path of the file declaring type `name`, when one of the loaded files does.
 fn type_file(checked: &Checked, name: &str) -> Option<String> {
     checked.files.iter().find_map(|file| {
@@ -216,13 +206,39 @@ fn file_id(checked: &Checked, path: &str) -> Option<FileId> {
         .map(|index| FileId(index as u32))
 }
 
-/// Where the symbol at `offset` is declared.
+/// Where the symbol at `offset` is declared: a step, recipe, type, server
+/// or import, a field that a reference reads (`workflow_input.FIELD`, a
+/// step output's field, `{{input.x}}` in a prompt, a loop item's field),
+/// or the loop whose item `loop_item` is.
 pub fn definition(checked: &Checked, file: FileId, offset: u32) -> Option<(FileId, Span)> {
+    if file == FileId(0)
+        && let Some(found) = path_definition(checked, offset)
+    {
+        return Some(found);
+    }
     let (symbol, _) = symbol_at(checked, file, offset)?;
     match &symbol {
         Symbol::Import { path } => Some((file_id(checked, path)?, Span::default())),
         _ => declaration(checked, &symbol),
     }
+}
+
+/// The declaration of the field, or the loop of `loop_item`, at `offset`
+/// of a reference path in the root file.
+fn path_definition(checked: &Checked, offset: u32) -> Option<(FileId, Span)> {
+    let path = fields::path_at(checked, offset)?;
+    if path.root.span.contains(offset) {
+        return match path.root.text.as_str() {
+            "loop_item" => Some((FileId(0), fields::loop_of_item(checked, offset)?)),
+            _ => None,
+        };
+    }
+    let index = path
+        .segments
+        .iter()
+        .position(|segment| segment.span().contains(offset))?;
+    let field = fields::declared_field(checked, &path, index)?;
+    Some((field.file, field.decl.name.span))
 }
 
 fn declaration(checked: &Checked, symbol: &Symbol) -> Option<(FileId, Span)> {

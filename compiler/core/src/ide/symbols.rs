@@ -204,3 +204,48 @@ fn stmts(stmts: &[Stmt]) -> Vec<DocumentSymbol> {
         })
         .collect()
 }
+
+/// A symbol found by a workspace-wide search.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FoundSymbol {
+    pub name: String,
+    pub kind: SymbolKind,
+    /// Its name in the file.
+    pub span: Span,
+    /// The symbol it is in (a step's workflow), if any.
+    pub container: Option<String>,
+}
+
+/// The symbols of file `file`'s outline whose name has the characters of
+/// `query` in order, in any case (as editors filter), outermost first; an
+/// empty query matches every one.
+pub fn matching_symbols(checked: &Checked, file: FileId, query: &str) -> Vec<FoundSymbol> {
+    fn walk(
+        symbols: &[DocumentSymbol],
+        container: Option<&str>,
+        query: &[char],
+        out: &mut Vec<FoundSymbol>,
+    ) {
+        for symbol in symbols {
+            let mut wanted = query.iter().peekable();
+            for c in symbol.name.chars().flat_map(char::to_lowercase) {
+                if wanted.peek() == Some(&&c) {
+                    wanted.next();
+                }
+            }
+            if wanted.peek().is_none() && !symbol.name.is_empty() {
+                out.push(FoundSymbol {
+                    name: symbol.name.clone(),
+                    kind: symbol.kind,
+                    span: symbol.selection,
+                    container: container.map(str::to_string),
+                });
+            }
+            walk(&symbol.children, Some(&symbol.name), query, out);
+        }
+    }
+    let query: Vec<char> = query.chars().flat_map(char::to_lowercase).collect();
+    let mut found = Vec::new();
+    walk(&document_symbols(checked, file), None, &query, &mut found);
+    found
+}

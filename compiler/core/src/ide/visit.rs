@@ -197,3 +197,60 @@ pub(crate) fn type_names(item: &Item, f: &mut dyn FnMut(&Name)) {
         Item::Import(_) | Item::Mcp(_) => {}
     }
 }
+
+/// Calls `f` on every field declaration written in `item`: members'
+/// records (`input { ... }`) and record types, nested ones included.
+pub(crate) fn field_decls<'i>(item: &'i Item, f: &mut dyn FnMut(&'i FieldDecl)) {
+    fn ty<'i>(expr: &'i TypeExpr, f: &mut dyn FnMut(&'i FieldDecl)) {
+        match &expr.kind {
+            TypeExprKind::Record(fields) => fields_of(fields, f),
+            TypeExprKind::List(inner) | TypeExprKind::Optional(inner) => ty(inner, f),
+            TypeExprKind::Union(members) => {
+                for member in members {
+                    ty(member, f);
+                }
+            }
+            TypeExprKind::Named(_) | TypeExprKind::Literal(_) => {}
+        }
+    }
+    fn fields_of<'i>(fields: &'i [FieldDecl], f: &mut dyn FnMut(&'i FieldDecl)) {
+        for field in fields {
+            f(field);
+            ty(&field.ty, f);
+        }
+    }
+    match item {
+        Item::Type(decl) => ty(&decl.ty, f),
+        Item::Recipe(recipe) => {
+            if let Some(input) = &recipe.input {
+                fields_of(&input.fields, f);
+            }
+            if let Some(output) = &recipe.output {
+                ty(output, f);
+            }
+        }
+        Item::Workflow(workflow) => {
+            if let Some(input) = &workflow.input {
+                fields_of(&input.fields, f);
+            }
+        }
+        Item::Import(_) | Item::Mcp(_) => {}
+    }
+}
+
+/// The span of a top-level item.
+pub(crate) fn item_span(item: &Item) -> crate::diagnostic::Span {
+    match item {
+        Item::Import(import) => import.span,
+        Item::Type(decl) => decl.span,
+        Item::Recipe(recipe) => recipe.span,
+        Item::Mcp(server) => server.span,
+        Item::Workflow(workflow) => workflow.span,
+    }
+}
+
+/// The item of the root file whose span holds offset `at`.
+pub(crate) fn item_at(checked: &crate::Checked, at: u32) -> Option<&Item> {
+    let items = &checked.files.first()?.tree.items;
+    items.iter().find(|item| item_span(item).contains(at))
+}
