@@ -79,9 +79,12 @@ pub fn dead(pid: u32) -> bool {
     })
 }
 
-/// The examples' own declaration of their browser server.
-pub const EXAMPLES_BROWSER: &str =
-    r#"mcp browser { command "npx" args ["@playwright/mcp", "--headless", "--isolated"] }"#;
+/// The examples' own declaration of their browser server, as `flowc fmt`
+/// writes it (a block's members on lines of their own).
+pub const EXAMPLES_BROWSER: &str = r#"mcp browser {
+  command "npx"
+  args ["@playwright/mcp", "--headless", "--isolated"]
+}"#;
 
 /// The same server, installed in the project and driving Debian's Chromium
 /// (`--no-sandbox`: tests run as root), its processes marked with `mark`.
