@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use flow_plan::{McpServer, McpTransport};
-use flow_runtime::mcp::{McpPool, McpPoolConfig};
+use flow_runtime::mcp::{McpPool, McpPoolConfig, PoolClient};
 use flow_runtime::services::McpClient as _;
 use rmcp::model::CallToolRequestParams;
 use serde_json::json;
@@ -40,8 +40,8 @@ fn main() {
     };
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
     runtime.block_on(async {
-        let pool = McpPool::new(McpPoolConfig::default());
-        let peer = pool.peer(&server).await.expect("the server starts");
+        let pool = PoolClient(std::sync::Arc::new(McpPool::new(McpPoolConfig::default())));
+        let peer = pool.0.peer(&server).await.expect("the server starts");
         let args = json!({ "message": "benchmark" });
         let params = CallToolRequestParams::new("echo")
             .with_arguments(args.as_object().expect("a record").clone());
@@ -94,6 +94,6 @@ fn main() {
             ms(at(&pooled, 0.5)) - ms(at(&direct, 0.5)),
             ms(at(&pooled, 0.99)) - ms(at(&direct, 0.99))
         );
-        pool.shutdown().await;
+        pool.0.shutdown().await;
     });
 }

@@ -6,33 +6,27 @@
 //! `scans[3]/page`), and executing a path that the journal already holds takes
 //! the recorded outcome instead of running the step again. Resuming after an
 //! approval and recovering after a crash are both that replay.
+//!
+//! The interpreter and the vocabulary it speaks live in `flow-engine`, which
+//! links no store; they are re-exported here under the paths the rest of the
+//! runtime, flowd and the CLI use (`flow_runtime::interp`, `::journal`, ...).
+
+pub use flow_engine::{
+    approval, error, eval, interp, journal, kb, memory, offline, schema, scope, services, time,
+};
 
 pub mod anthropic;
-pub mod approval;
-pub(crate) mod bounded;
-pub mod error;
-pub mod eval;
-pub mod interp;
-pub mod journal;
-pub mod kb;
 pub mod limit;
 pub mod llm;
 pub mod log;
 pub mod mcp;
 pub use flow_mcp::egress;
-pub mod memory;
-pub mod offline;
 pub mod openai;
 #[cfg(feature = "postgres")]
 pub mod postgres;
-pub(crate) mod preflight;
 pub mod runner;
-pub mod schema;
-pub mod scope;
-pub mod services;
 pub mod sqlite;
 pub mod store;
-pub mod time;
 pub mod tls;
 pub mod versions;
 

@@ -3,6 +3,8 @@
 //! servers for their tools exactly as a run reaches them, without linking
 //! the runtime's stores.
 
+use std::sync::Arc;
+
 pub use flow_mcp::*;
 use flow_plan::McpServer;
 use serde_json::Value;
@@ -10,20 +12,25 @@ use serde_json::Value;
 use crate::error::StepError;
 use crate::services::{BoxFuture, McpClient};
 
-impl From<McpError> for StepError {
-    fn from(error: McpError) -> StepError {
-        StepError::new(error.kind, error.to_string())
-    }
-}
+/// A pool as the `McpClient` of runs. The pool and the trait live in two
+/// crates that do not know each other (`flow-mcp`, `flow-engine`), so the
+/// runtime, which links both, joins them in this wrapper.
+#[derive(Debug, Clone)]
+pub struct PoolClient(pub Arc<McpPool>);
 
-impl McpClient for McpPool {
+impl McpClient for PoolClient {
     fn call_tool<'a>(
         &'a self,
         server: &'a McpServer,
         tool: &'a str,
         args: &'a Value,
     ) -> BoxFuture<'a, Result<Value, StepError>> {
-        Box::pin(async move { Ok(self.call(server, tool, args).await?) })
+        Box::pin(async move {
+            self.0
+                .call(server, tool, args)
+                .await
+                .map_err(|error| StepError::new(error.kind, error.to_string()))
+        })
     }
 
     /// Preflight: the server answers and has `tools`. The caller names the
@@ -35,7 +42,7 @@ impl McpClient for McpPool {
     ) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async move {
             let tools: Vec<&str> = tools.iter().map(String::as_str).collect();
-            McpPool::check(self, server, &tools, self.check_timeout())
+            McpPool::check(&self.0, server, &tools, self.0.check_timeout())
                 .await
                 .map_err(|error| format!("({}) {}{}", error.how, error.message, error.detail))
         })

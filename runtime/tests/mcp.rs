@@ -230,7 +230,7 @@ async fn run_on_pool(
     let services = Services {
         provider: Arc::new(OfflineProvider),
         effects: store.clone(),
-        mcp: Some(pool.clone()),
+        mcp: Some(Arc::new(flow_runtime::mcp::PoolClient(pool.clone()))),
         journal: store.clone(),
         steps: None,
     };

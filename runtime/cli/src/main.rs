@@ -989,7 +989,8 @@ async fn execute(
     if mcp.servers_from_plans() {
         announce_mcp_servers(plan, workflow);
     }
-    let mcp: Arc<dyn flow_runtime::services::McpClient> = mcp.clone();
+    let mcp: Arc<dyn flow_runtime::services::McpClient> =
+        Arc::new(flow_runtime::mcp::PoolClient(mcp.clone()));
     let driven = runner::drive(
         store,
         plan,

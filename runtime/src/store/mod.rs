@@ -14,7 +14,7 @@
 
 mod journal;
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use flow_plan::{Durability, Plan};
 use serde::{Deserialize, Serialize};
@@ -782,11 +782,4 @@ pub(crate) fn sql_limit(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
-/// The stores' mutexes, taken even when poisoned: each critical section of
-/// the stores is one insert, lookup or take, so a panic elsewhere leaves
-/// the data whole.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+pub(crate) use flow_engine::sync::lock;

@@ -349,8 +349,8 @@ mod tests {
 
     #[test]
     fn example_plan_schemas_round_trip() {
-        let dir =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../compiler/core/tests/plans");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../compiler/core/tests/plans");
         let mut plans = 0;
         let mut schemas = 0;
         for entry in std::fs::read_dir(&dir).unwrap() {

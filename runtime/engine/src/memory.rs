@@ -14,7 +14,7 @@ use crate::approval::{Decision, decide_record};
 use crate::error::StepError;
 use crate::journal::{Journal, StepRecord};
 use crate::services::{BoxFuture, Effects, Handoff, KbDocument, KbWrite};
-use crate::store::lock;
+use crate::sync::lock;
 
 #[derive(Debug, Default)]
 pub struct MemoryStore {
