@@ -515,6 +515,7 @@ fn symbol_kind(kind: FlowSymbolKind) -> SymbolKind {
         }
         FlowSymbolKind::Loop => SymbolKind::ARRAY,
         FlowSymbolKind::Parallel => SymbolKind::EVENT,
+        FlowSymbolKind::Test => SymbolKind::EVENT,
     }
 }
 

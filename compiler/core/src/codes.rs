@@ -345,4 +345,49 @@ codes! {
     ///
     /// To keep the braces in a `"..."` string, escape the first: `\{step}`.
     LiteralBraces = ("W305", "literal-braces", Warning, "a reference in single braces stays literal text");
+
+    /// A `test` names a workflow that neither its file nor the files it
+    /// imports declare. A test of a workflow in another file imports it:
+    ///
+    /// ```flow
+    /// import "support.flow"
+    /// test "an urgent bug is escalated" {
+    ///   workflow support_triage
+    ///   ...
+    /// }
+    /// ```
+    UnknownWorkflow = ("E401", "unknown-workflow", Error, "the test names no known workflow");
+    /// A test does to a step what the step's kind does not allow: only a
+    /// step that calls a model or a tool (a recipe or browser step) has an
+    /// answer to `mock`; only an approval is decided (`decide`); a loop or a
+    /// parallel block has no record of its own, so `ran` and `attempts` ask
+    /// about the steps inside it.
+    ///
+    /// ```flow
+    /// mock step.refund = { approved: true }   // `refund` is an approval:
+    /// decide step.refund approve by "ana@acme.io"
+    /// ```
+    TestStepKind = ("E402", "test-step-kind", Error, "the test uses the step as its kind does not allow");
+    /// An expectation that flowc cannot test: `expect` takes `status
+    /// completed|failed|parked`, `ran step.x`, `not ran step.x`, `attempts
+    /// step.x == N`, or a comparison of the run's output (`output`, or a
+    /// field along it) with a value. A test's values are literals: a test
+    /// states what the run must produce, so a reference to a step or the
+    /// input has no value there.
+    ///
+    /// ```flow
+    /// expect step.classify.urgency == 5   // write `expect output.urgency == 5`
+    /// ```
+    BadExpectation = ("E403", "bad-expectation", Error, "the expectation cannot be tested");
+    /// A mock that no call of the run can use: the workflow calls no such
+    /// recipe, or the step is in the fallback of a step that the test never
+    /// lets fail (or in the workflow's `on_error` handler while nothing the
+    /// test mocks fails), so it cannot run. The mock is likely meant for
+    /// another step, or the test is missing the failure that leads there.
+    ///
+    /// ```flow
+    /// mock step.classify = { category: "bug" }
+    /// mock step.guess = { category: "other" }   // `guess` is classify's fallback: it never runs
+    /// ```
+    UnusedMock = ("W401", "unused-mock", Warning, "no call of the run can use this mock");
 }

@@ -179,7 +179,7 @@ pub(crate) fn build(files: &[LoadedFile], diagnostics: &mut Vec<Diagnostic>) -> 
 /// Reports a member that a declaration lacks, unless part of its body did
 /// not parse (`recovered`), where the member may be: its syntax error is
 /// the one to fix.
-fn missing_member(
+pub(crate) fn missing_member(
     recovered: bool,
     diagnostics: &mut Vec<Diagnostic>,
     file: FileId,

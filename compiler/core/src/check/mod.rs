@@ -5,6 +5,7 @@
 //! problem becomes a [`Diagnostic`], and checking goes on past it.
 
 mod env;
+mod test_blocks;
 mod types;
 mod workflow;
 
@@ -12,6 +13,7 @@ use std::collections::HashMap;
 
 pub(crate) use env::BUILTIN_TYPES;
 pub use env::{Env, McpInfo, RecipeInfo};
+pub use test_blocks::{STATUSES, TestInfo};
 pub use types::Ty;
 pub use workflow::{Container, LoopInfo, StepInfo, StepKind, WorkflowInfo};
 pub(crate) use workflow::{DEFAULT_ATTEMPTS, DEFAULT_STEP_TIMEOUT_MS};
@@ -167,6 +169,8 @@ pub struct Analysis {
     pub env: Env,
     /// The root file's workflows.
     pub workflows: Vec<WorkflowInfo>,
+    /// The root file's tests, in order.
+    pub tests: Vec<TestInfo>,
 }
 
 /// A program without errors, ready to lower.
@@ -304,17 +308,52 @@ pub fn check_with_tools(
             &mut diagnostics,
         ));
     }
+    let tests = check_tests(&files, &workflows, &env, tools.is_some(), &mut diagnostics);
     forget_what_missing_imports_declare(&mut diagnostics);
     sort_diagnostics(&mut diagnostics);
     Ok(Checked {
         files,
         diagnostics,
-        analysis: Analysis { env, workflows },
+        analysis: Analysis {
+            env,
+            workflows,
+            tests,
+        },
         lock: match tools {
             Some(_) => LockUse::Used,
             None => LockUse::Absent,
         },
     })
+}
+
+/// Checks the root file's tests against its workflows and its imports'.
+/// An imported file's workflows are checked here only to be known (their
+/// steps and output): their problems are that file's own, reported when it
+/// is checked, so they are not repeated here.
+fn check_tests(
+    files: &[LoadedFile],
+    root_workflows: &[WorkflowInfo],
+    env: &Env,
+    locked: bool,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Vec<TestInfo> {
+    if files[0].tree.tests().next().is_none() {
+        return Vec::new();
+    }
+    let mut imported = Vec::new();
+    for (index, file) in files.iter().enumerate().skip(1) {
+        for decl in file.tree.workflows() {
+            let mut theirs = Vec::new();
+            let id = FileId(index as u32);
+            imported.push(workflow::check_workflow(decl, id, env, locked, &mut theirs));
+        }
+    }
+    let known: Vec<&WorkflowInfo> = root_workflows.iter().chain(&imported).collect();
+    files[0]
+        .tree
+        .tests()
+        .map(|decl| test_blocks::check_test(decl, FileId(0), &known, env, diagnostics))
+        .collect()
 }
 
 /// Checks one in-memory source that imports nothing from disk; imports are

@@ -88,6 +88,8 @@ pub struct WorkflowInfo {
     /// Every id of the workflow; its index is the step's slot in the plan.
     pub steps: Vec<StepInfo>,
     pub timeout_ms: u64,
+    /// The type of the workflow's `output` record, when it has one.
+    pub output: Option<Ty>,
     /// Every `for` loop with the type of its items, for editors: the checker
     /// knows `loop_item`'s type only while it is inside the loop.
     pub loops: Vec<LoopInfo>,
@@ -180,21 +182,9 @@ pub(crate) fn check_workflow(
         Some(input) => resolve_fields(&input.fields, file, env, diagnostics),
         None => Vec::new(),
     };
-    let mut checker = Checker {
-        env,
-        locked,
-        file,
-        diagnostics,
-        steps: Vec::new(),
-        by_id: HashMap::new(),
-        containers: Vec::new(),
-        loops: Vec::new(),
-        loop_infos: Vec::new(),
-        error_in_scope: false,
-        workflow_timeout_ms: DEFAULT_WORKFLOW_TIMEOUT_MS,
-        input: Ty::record(input.clone()),
-        in_template: false,
-    };
+    let mut checker = Checker::new(env, file, diagnostics);
+    checker.locked = locked;
+    checker.input = Ty::record(input.clone());
     if let Some(timeout) = &decl.timeout
         && let Some(ms) = checker.duration(timeout, "a workflow timeout")
     {
@@ -257,7 +247,9 @@ pub(crate) fn check_workflow(
         checker.error_in_scope = false;
         checker.containers.pop();
     }
+    let mut output_ty = None;
     if let Some(output) = &decl.output {
+        let mut fields: Vec<(String, Ty)> = Vec::new();
         let mut seen: Vec<&str> = Vec::new();
         for field in &output.fields {
             if seen.contains(&field.name.text.as_str()) {
@@ -272,17 +264,48 @@ pub(crate) fn check_workflow(
                 );
             }
             seen.push(&field.name.text);
-            checker.expr(&field.value, false);
+            let ty = checker.expr(&field.value, false);
+            fields.push((field.name.text.clone(), ty));
         }
+        output_ty = Some(Ty::record(fields));
     }
     WorkflowInfo {
         name: decl.name.text.clone(),
         file,
         input,
         timeout_ms: checker.workflow_timeout_ms,
+        output: output_ty,
         steps: checker.steps,
         loops: checker.loop_infos,
     }
+}
+
+/// Checks a value that a test writes (an input, a mock's answer, an
+/// expected output) against `expected`, as a step's argument is checked:
+/// missing and extra fields, enum variants, types.
+pub(crate) fn check_test_value(
+    expr: &Expr,
+    expected: &Ty,
+    what: &str,
+    file: FileId,
+    env: &Env,
+    diagnostics: &mut Vec<Diagnostic>,
+) {
+    Checker::new(env, file, diagnostics).value(expr, expected, what);
+}
+
+/// The type a test's `output.a.b` reaches in `ty` (the workflow's output),
+/// as a reference's path is followed; `Ty::Any` after a reported problem.
+/// A field that may be absent is reachable: a test may expect it `null`.
+pub(crate) fn test_path_ty(
+    ty: Ty,
+    segments: &[Segment],
+    file: FileId,
+    env: &Env,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Ty {
+    Checker::new(env, file, diagnostics)
+        .walk(ty, segments, true, &|| "the workflow's output".to_string())
 }
 
 struct Checker<'e, 'd> {
@@ -381,7 +404,26 @@ impl NotRun {
     }
 }
 
-impl Checker<'_, '_> {
+impl<'e, 'd> Checker<'e, 'd> {
+    /// A checker of `file` with nothing in scope yet.
+    fn new(env: &'e Env, file: FileId, diagnostics: &'d mut Vec<Diagnostic>) -> Self {
+        Checker {
+            env,
+            locked: false,
+            file,
+            diagnostics,
+            steps: Vec::new(),
+            by_id: HashMap::new(),
+            containers: Vec::new(),
+            loops: Vec::new(),
+            loop_infos: Vec::new(),
+            error_in_scope: false,
+            workflow_timeout_ms: DEFAULT_WORKFLOW_TIMEOUT_MS,
+            input: Ty::record(Vec::new()),
+            in_template: false,
+        }
+    }
+
     fn push(&mut self, diagnostic: Diagnostic) {
         self.diagnostics.push(diagnostic);
     }

@@ -78,7 +78,7 @@ pub fn symbol_at(checked: &Checked, file: FileId, offset: u32) -> Option<(Symbol
     let declared_in = |id: FileId| checked.file(id).path.clone();
     let mut found = None;
     for item in &loaded.tree.items {
-        if !visit::item_span(item).contains(offset) {
+        if !item.span().contains(offset) {
             continue;
         }
         match item {

@@ -18,6 +18,7 @@ pub enum SymbolKind {
     Parallel,
     Branch,
     Fallback,
+    Test,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +63,13 @@ pub fn document_symbols(checked: &Checked, file: FileId) -> Vec<DocumentSymbol> 
                 SymbolKind::Recipe,
                 recipe.span,
                 recipe.name.span,
+            ),
+            Item::Test(test) => leaf(
+                &test.name.display_text(),
+                "test",
+                SymbolKind::Test,
+                test.span,
+                test.name.span,
             ),
             Item::Mcp(server) => leaf(
                 &server.name.text,

@@ -6,7 +6,9 @@ use crate::syntax::ast::*;
 /// Calls `f` on every reference path in `item`, bare or inside a template.
 pub(crate) fn paths(item: &Item, f: &mut dyn FnMut(&Path)) {
     match item {
-        Item::Import(_) | Item::Type(_) => {}
+        // A test's values are data; its step names are not references of
+        // a workflow's scope.
+        Item::Import(_) | Item::Type(_) | Item::Test(_) => {}
         Item::Recipe(recipe) => {
             for lit in recipe
                 .prompt
@@ -194,7 +196,7 @@ pub(crate) fn type_names(item: &Item, f: &mut dyn FnMut(&Name)) {
             }
         }
         Item::Workflow(workflow) => record(&workflow.input, f),
-        Item::Import(_) | Item::Mcp(_) => {}
+        Item::Import(_) | Item::Mcp(_) | Item::Test(_) => {}
     }
 }
 
@@ -234,23 +236,12 @@ pub(crate) fn field_decls<'i>(item: &'i Item, f: &mut dyn FnMut(&'i FieldDecl)) 
                 fields_of(&input.fields, f);
             }
         }
-        Item::Import(_) | Item::Mcp(_) => {}
-    }
-}
-
-/// The span of a top-level item.
-pub(crate) fn item_span(item: &Item) -> crate::diagnostic::Span {
-    match item {
-        Item::Import(import) => import.span,
-        Item::Type(decl) => decl.span,
-        Item::Recipe(recipe) => recipe.span,
-        Item::Mcp(server) => server.span,
-        Item::Workflow(workflow) => workflow.span,
+        Item::Import(_) | Item::Mcp(_) | Item::Test(_) => {}
     }
 }
 
 /// The item of the root file whose span holds offset `at`.
 pub(crate) fn item_at(checked: &crate::Checked, at: u32) -> Option<&Item> {
     let items = &checked.files.first()?.tree.items;
-    items.iter().find(|item| item_span(item).contains(at))
+    items.iter().find(|item| item.span().contains(at))
 }

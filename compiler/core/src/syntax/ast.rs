@@ -26,6 +26,13 @@ impl SourceFile {
             _ => None,
         })
     }
+
+    pub fn tests(&self) -> impl Iterator<Item = &TestDecl> {
+        self.items.iter().filter_map(|item| match item {
+            Item::Test(test) => Some(test),
+            _ => None,
+        })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -35,6 +42,7 @@ pub enum Item {
     Recipe(Recipe),
     Mcp(McpServer),
     Workflow(Workflow),
+    Test(TestDecl),
 }
 
 impl Item {
@@ -45,6 +53,7 @@ impl Item {
             Item::Recipe(recipe) => recipe.span,
             Item::Mcp(server) => server.span,
             Item::Workflow(workflow) => workflow.span,
+            Item::Test(test) => test.span,
         }
     }
 }
@@ -491,4 +500,136 @@ pub fn path_text(path: &Path) -> String {
         }
     }
     text
+}
+
+/// A `test` block: a run of a workflow with mocked recipes and decided
+/// approvals, and what must hold when it ends.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TestDecl {
+    pub docs: Vec<String>,
+    pub name: StringLit,
+    pub workflow: Option<Name>,
+    pub input: Option<RecordLit>,
+    pub mocks: Vec<Mock>,
+    pub decisions: Vec<Decide>,
+    pub expects: Vec<Expect>,
+    /// Part of the body did not parse; a missing member may be in that part.
+    pub recovered: bool,
+    pub span: Span,
+}
+
+/// `mock step.ID ...` or `mock recipe NAME ...`: the answers of successive
+/// calls, the last one repeated for every call after it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mock {
+    pub target: MockTarget,
+    pub answers: Vec<MockAnswer>,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum MockTarget {
+    /// The step with this id, wherever it runs (each loop iteration too).
+    Step(Name),
+    /// Every call of this recipe that no step mock answers.
+    Recipe(Name),
+}
+
+impl MockTarget {
+    pub fn name(&self) -> &Name {
+        match self {
+            MockTarget::Step(name) | MockTarget::Recipe(name) => name,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum MockAnswer {
+    /// The call returns this value.
+    Value(Expr),
+    /// The call fails `times` times in a row.
+    Fails {
+        failure: Failure,
+        times: u32,
+        span: Span,
+    },
+}
+
+/// How a mocked call fails, as a provider would: what the retry policy and
+/// error handlers see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// An HTTP status from the provider (429, 500, 400...).
+    Status(u16),
+    /// The call did not answer in time.
+    Timeout,
+    /// The connection failed.
+    Connection,
+    /// The answer does not fit the recipe's output, even after repair.
+    InvalidOutput,
+}
+
+impl Failure {
+    /// The words that name a failure, as written after `fails`.
+    pub const WORDS: &[(&str, Failure)] = &[
+        ("timeout", Failure::Timeout),
+        ("connection", Failure::Connection),
+        ("invalid_output", Failure::InvalidOutput),
+    ];
+
+    pub fn describe(self) -> String {
+        match self {
+            Failure::Status(status) => format!("HTTP {status}"),
+            Failure::Timeout => "a timeout".to_string(),
+            Failure::Connection => "a connection failure".to_string(),
+            Failure::InvalidOutput => "invalid output".to_string(),
+        }
+    }
+}
+
+/// `decide step.ID approve|reject by "who" [comment "..."]` or `expire`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decide {
+    pub step: Name,
+    pub decision: Decision,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    Decided {
+        approved: bool,
+        by: StringLit,
+        comment: Option<StringLit>,
+    },
+    Expire,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expect {
+    pub kind: ExpectKind,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ExpectKind {
+    /// `expect status completed`.
+    Status(Name),
+    /// `expect ran step.x`, or `expect not ran step.x` (`ran` false).
+    Ran { step: Name, ran: bool },
+    /// `expect attempts step.x == 3`.
+    Attempts {
+        step: Name,
+        count: i64,
+        count_span: Span,
+    },
+    /// `expect output.field == value` (or another comparison), `expect
+    /// output == {...}`: the path below `output`, the operator, the value.
+    Output {
+        path: Path,
+        op: BinaryOp,
+        value: Expr,
+    },
+    /// An expression of another shape, kept for the checker to report.
+    Other(Expr),
 }

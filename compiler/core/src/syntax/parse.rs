@@ -18,6 +18,8 @@ use crate::syntax::cursor;
 use crate::syntax::fast::parse_fast;
 use crate::syntax::template::parse_string;
 
+mod test_block;
+
 #[derive(pest_derive::Parser)]
 #[grammar = "syntax/flow.pest"]
 struct FlowParser;
@@ -220,6 +222,7 @@ enum Context {
     WorkflowBody,
     Block,
     Parallel,
+    TestMember,
 }
 
 /// The span of a pair without the whitespace that pest's implicit rule
@@ -396,6 +399,7 @@ impl<'s> Parser<'s> {
             Rule::recipe_decl => Item::Recipe(self.recipe(decl, docs)),
             Rule::mcp_decl => Item::Mcp(self.mcp(decl, docs)),
             Rule::workflow_decl => Item::Workflow(self.workflow(decl, docs)),
+            Rule::test_decl => Item::Test(self.test_decl(decl, docs)),
             _ => return None,
         })
     }
@@ -468,6 +472,7 @@ impl<'s> Parser<'s> {
             Context::WorkflowHead => &[Rule::statement, Rule::workflow_setting],
             Context::WorkflowBody | Context::Block => &[Rule::statement],
             Context::Parallel => &[Rule::branch],
+            Context::TestMember => &[Rule::test_member],
         };
         let rest = &self.source[start..];
         // A step option that does not parse ends the step before it, so the
@@ -634,7 +639,7 @@ impl<'s> Parser<'s> {
             });
         if matches!(
             context,
-            Context::Item | Context::RecipeMember | Context::McpMember
+            Context::Item | Context::RecipeMember | Context::McpMember | Context::TestMember
         ) || at > pair.as_span().end()
         {
             diagnostic = self.resumes(diagnostic, start, region.end());
@@ -811,12 +816,13 @@ impl<'s> Parser<'s> {
         const STATEMENTS: &[&str] = &["step", "if", "else", "for", "parallel"];
         const SETTINGS: &[&str] = crate::syntax::WORKFLOW_SETTINGS;
         let keywords: Vec<&str> = match context {
-            Context::Item => vec!["import", "type", "recipe", "mcp", "workflow"],
+            Context::Item => vec!["import", "type", "recipe", "mcp", "workflow", "test"],
             Context::RecipeMember => vec!["model", "input", "output", "prompt", "context"],
             Context::McpMember => vec!["command", "args", "url", "env"],
             Context::WorkflowHead => [SETTINGS, STATEMENTS].concat(),
             Context::WorkflowBody | Context::Block => [STATEMENTS, OPTIONS].concat(),
             Context::Parallel => vec!["branch"],
+            Context::TestMember => vec!["workflow", "input", "mock", "decide", "expect"],
         };
         let rest = &self.source[start..];
         let len = rest
@@ -2157,6 +2163,19 @@ fn rule_word(rule: Rule) -> Option<&'static str> {
         Rule::doc => "a doc comment",
         Rule::infix => "an operator",
         Rule::EOI => "the end of the file",
+        Rule::kw_then => "`then`",
+        Rule::kw_fails => "`fails`",
+        Rule::kw_once => "`once`",
+        Rule::kw_twice => "`twice`",
+        Rule::kw_times => "`times`",
+        Rule::kw_expire => "`expire`",
+        Rule::kw_by => "`by`",
+        Rule::kw_comment => "`comment`",
+        Rule::kw_status => "`status`",
+        Rule::kw_not => "`not`",
+        Rule::kw_ran => "`ran`",
+        Rule::kw_attempts => "`attempts`",
+        Rule::kw_recipe => "`recipe`",
         _ => return None,
     })
 }

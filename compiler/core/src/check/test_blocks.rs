@@ -1,0 +1,488 @@
+//! Checking `test` blocks as workflows are checked: the workflow they run,
+//! its input, what each mock answers against the recipe's output type, the
+//! steps they name against the workflow's steps, and each expectation
+//! against the workflow's output type.
+
+use crate::check::env::{Env, missing_member};
+use crate::check::types::Ty;
+use crate::check::workflow::{
+    Container, StepInfo, StepKind, WorkflowInfo, check_test_value, test_path_ty,
+};
+use crate::codes::Code;
+use crate::diagnostic::{Diagnostic, FileId, Span};
+use crate::suggest::{candidates_list, did_you_mean};
+use crate::syntax::ast::*;
+
+/// The statuses a run can end an invocation in, as `expect status` names them.
+pub const STATUSES: &[&str] = &["completed", "failed", "parked"];
+
+/// What the checker learnt of one test, in the order of the file's tests.
+#[derive(Debug, Clone)]
+pub struct TestInfo {
+    pub name: String,
+    pub span: Span,
+    /// The workflow it runs and the file that declares it, when known.
+    pub workflow: Option<(String, FileId)>,
+}
+
+/// Checks `decl` (in `file`) against the workflows it may run: the root
+/// file's and its imports'.
+pub(crate) fn check_test(
+    decl: &TestDecl,
+    file: FileId,
+    workflows: &[&WorkflowInfo],
+    env: &Env,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> TestInfo {
+    let mut info = TestInfo {
+        name: decl.name.display_text(),
+        span: decl.span,
+        workflow: None,
+    };
+    let Some(name) = &decl.workflow else {
+        missing_member(
+            decl.recovered,
+            diagnostics,
+            file,
+            decl.name.span,
+            "the test",
+            "workflow",
+            "workflow NAME",
+        );
+        return info;
+    };
+    let Some(workflow) = workflows.iter().find(|w| w.name == name.text) else {
+        let names = workflows.iter().map(|w| w.name.as_str());
+        let mut diagnostic = Diagnostic::new(
+            Code::UnknownWorkflow,
+            file,
+            name.span,
+            format!("unknown workflow `{}`", name.text),
+        )
+        .label("no workflow has this name");
+        if let Some(best) = did_you_mean(&name.text, names.clone()) {
+            diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
+        } else if workflows.is_empty() {
+            diagnostic = diagnostic
+                .hint("a test runs a workflow of its file or of a file it imports (`import \"workflow.flow\"`)");
+        } else {
+            diagnostic =
+                diagnostic.hint(format!("the workflows here are {}", candidates_list(names)));
+        }
+        diagnostics.push(diagnostic);
+        return info;
+    };
+    info.workflow = Some((workflow.name.clone(), workflow.file));
+    let mut checker = TestChecker {
+        file,
+        env,
+        workflow,
+        diagnostics,
+    };
+    checker.input(decl);
+    for mock in &decl.mocks {
+        checker.mock(mock, &decl.mocks);
+    }
+    for decide in &decl.decisions {
+        if let Some(step) = checker.step(&decide.step) {
+            checker.kind_allows(&decide.step, step, "decide", |k| {
+                matches!(k, StepKind::Approval)
+            });
+        }
+    }
+    for expect in &decl.expects {
+        checker.expect(expect);
+    }
+    info
+}
+
+struct TestChecker<'a> {
+    file: FileId,
+    env: &'a Env,
+    workflow: &'a WorkflowInfo,
+    diagnostics: &'a mut Vec<Diagnostic>,
+}
+
+impl<'a> TestChecker<'a> {
+    fn input(&mut self, decl: &TestDecl) {
+        let expected = Ty::record(self.workflow.input.clone());
+        match &decl.input {
+            Some(input) => {
+                let expr = Expr {
+                    kind: ExprKind::Record(input.clone()),
+                    span: input.span,
+                };
+                self.literal(&expr, &expected, "the workflow's input");
+            }
+            None if !self.workflow.input.is_empty() => missing_member(
+                decl.recovered,
+                self.diagnostics,
+                self.file,
+                decl.name.span,
+                "the test",
+                "input",
+                "input { ... }",
+            ),
+            None => {}
+        }
+    }
+
+    fn mock(&mut self, mock: &Mock, all: &[Mock]) {
+        let expected = match &mock.target {
+            MockTarget::Step(name) => {
+                let Some(step) = self.step(name) else { return };
+                if !self.kind_allows(name, step, "mock", |k| {
+                    matches!(
+                        k,
+                        StepKind::Recipe(_) | StepKind::Browser { .. } | StepKind::Unknown
+                    )
+                }) {
+                    return;
+                }
+                if let Some(owner) = never_failing_owner(step, all, self.workflow) {
+                    self.diagnostics.push(
+                        Diagnostic::new(
+                            Code::UnusedMock,
+                            self.file,
+                            name.span,
+                            format!(
+                                "`{}` runs only when `{owner}` fails, which this test never lets happen",
+                                name.text
+                            ),
+                        )
+                        .label("this step never runs in this test")
+                        .hint(format!(
+                            "make `{owner}` fail first, as `mock step.{owner} fails 500 3 times`, or drop this mock"
+                        )),
+                    );
+                }
+                match &step.kind {
+                    StepKind::Recipe(recipe) => self.recipe_output(recipe),
+                    _ => Ty::Json,
+                }
+            }
+            MockTarget::Recipe(name) => {
+                if !self.env.recipes.contains_key(&name.text) {
+                    let mut diagnostic = Diagnostic::new(
+                        Code::UnknownRecipe,
+                        self.file,
+                        name.span,
+                        format!("unknown recipe `{}`", name.text),
+                    )
+                    .label("no recipe has this name");
+                    if let Some(best) =
+                        did_you_mean(&name.text, self.env.recipes.keys().map(String::as_str))
+                    {
+                        diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
+                    }
+                    self.diagnostics.push(diagnostic);
+                    return;
+                }
+                let called = self
+                    .workflow
+                    .steps
+                    .iter()
+                    .any(|s| matches!(&s.kind, StepKind::Recipe(r) if *r == name.text));
+                if !called {
+                    self.diagnostics.push(
+                        Diagnostic::new(
+                            Code::UnusedMock,
+                            self.file,
+                            name.span,
+                            format!(
+                                "workflow `{}` calls no step of recipe `{}`",
+                                self.workflow.name, name.text
+                            ),
+                        )
+                        .label("no call uses this mock"),
+                    );
+                }
+                self.recipe_output(&name.text)
+            }
+        };
+        let what = format!("the answer of `{}`", mock.target.name().text);
+        for answer in &mock.answers {
+            if let MockAnswer::Value(value) = answer {
+                self.literal(value, &expected, &what);
+            }
+        }
+    }
+
+    fn recipe_output(&self, recipe: &str) -> Ty {
+        self.env
+            .recipes
+            .get(recipe)
+            .map_or(Ty::Any, |info| info.output.clone())
+    }
+
+    fn expect(&mut self, expect: &Expect) {
+        match &expect.kind {
+            ExpectKind::Status(status) => {
+                if !STATUSES.contains(&status.text.as_str()) {
+                    let mut diagnostic = Diagnostic::new(
+                        Code::BadExpectation,
+                        self.file,
+                        status.span,
+                        format!("`{}` is not a status a run ends in", status.text),
+                    )
+                    .label("unknown status")
+                    .hint(format!(
+                        "a run ends {}",
+                        candidates_list(STATUSES.iter().copied())
+                    ));
+                    if let Some(best) = did_you_mean(&status.text, STATUSES.iter().copied()) {
+                        diagnostic = diagnostic.fix(best);
+                    }
+                    self.diagnostics.push(diagnostic);
+                }
+            }
+            ExpectKind::Ran { step: name, .. } => {
+                if let Some(step) = self.step(name) {
+                    self.kind_allows(name, step, "ran", |k| {
+                        !matches!(k, StepKind::Loop | StepKind::Parallel)
+                    });
+                }
+            }
+            ExpectKind::Attempts {
+                step: name,
+                count,
+                count_span,
+            } => {
+                if let Some(step) = self.step(name) {
+                    self.kind_allows(name, step, "attempts", |k| {
+                        !matches!(k, StepKind::Loop | StepKind::Parallel | StepKind::Approval)
+                    });
+                }
+                if *count < 1 {
+                    self.diagnostics.push(
+                        Diagnostic::new(
+                            Code::BadExpectation,
+                            self.file,
+                            *count_span,
+                            "a step that ran made at least one attempt",
+                        )
+                        .label("never true")
+                        .hint("to say that the step did not run, write `expect not ran step.ID`"),
+                    );
+                }
+            }
+            ExpectKind::Output { path, op, value } => self.output(path, *op, value),
+            ExpectKind::Other(expr) => {
+                let mut diagnostic = Diagnostic::new(
+                    Code::BadExpectation,
+                    self.file,
+                    expr.span,
+                    "this expectation cannot be tested",
+                )
+                .label("not an expectation")
+                .hint("expect `status completed`, `ran step.ID`, `not ran step.ID`, `attempts step.ID == N`, or `output.FIELD == value`");
+                if let ExprKind::Binary(_, left, _) = &expr.kind
+                    && let ExprKind::Path(path) = &left.kind
+                    && path.root.text == "step"
+                {
+                    diagnostic = diagnostic.hint(
+                        "a test sees what the run produced: the workflow's `output`, which steps ran, and their attempts",
+                    );
+                }
+                self.diagnostics.push(diagnostic);
+            }
+        }
+    }
+
+    /// `expect output.a.b OP value`: the path along the workflow's output
+    /// type, then the value against the type found.
+    fn output(&mut self, path: &Path, op: BinaryOp, value: &Expr) {
+        let Some(ty) = self.workflow.output.clone() else {
+            self.diagnostics.push(
+                Diagnostic::new(
+                    Code::BadExpectation,
+                    self.file,
+                    path.span,
+                    format!("workflow `{}` has no output", self.workflow.name),
+                )
+                .label("nothing to compare")
+                .hint("give the workflow an `output { ... }`, or expect its status and steps"),
+            );
+            return;
+        };
+        let ty = test_path_ty(ty, &path.segments, self.file, self.env, self.diagnostics);
+        match op {
+            BinaryOp::Eq | BinaryOp::Ne => {
+                let expected = if matches!(value.kind, ExprKind::Null) {
+                    ty.optional()
+                } else {
+                    ty
+                };
+                self.literal(value, &expected, "the expected output");
+            }
+            _ => {
+                if !ty.is_numeric() && !ty.is_unchecked() {
+                    self.diagnostics.push(
+                        Diagnostic::new(
+                            Code::BadExpectation,
+                            self.file,
+                            path.span,
+                            format!(
+                                "`{}` compares numbers; this is `{}`",
+                                op.symbol(),
+                                self.env.show(&ty)
+                            ),
+                        )
+                        .label("not a number"),
+                    );
+                    return;
+                }
+                self.literal(value, &Ty::Float, "the expected output");
+            }
+        }
+    }
+
+    /// Checks a value the test writes: a literal, of the expected type.
+    fn literal(&mut self, expr: &Expr, expected: &Ty, what: &str) {
+        if let Some(span) = reference_in(expr) {
+            self.diagnostics.push(
+                Diagnostic::new(
+                    Code::BadExpectation,
+                    self.file,
+                    span,
+                    "a test's values are literals",
+                )
+                .label("a reference")
+                .hint("write the value itself: a test states what goes in and what must come out"),
+            );
+            return;
+        }
+        check_test_value(expr, expected, what, self.file, self.env, self.diagnostics);
+    }
+
+    /// The step `name` of the workflow, or an E101 with a suggestion.
+    fn step(&mut self, name: &Name) -> Option<&'a StepInfo> {
+        let workflow = self.workflow;
+        if let Some((_, step)) = workflow.step(&name.text) {
+            return Some(step);
+        }
+        let ids = workflow.steps.iter().map(|s| s.id.as_str());
+        let mut diagnostic = Diagnostic::new(
+            Code::UnknownStep,
+            self.file,
+            name.span,
+            format!("workflow `{}` has no step `{}`", workflow.name, name.text),
+        )
+        .label("no step has this id");
+        if let Some(best) = did_you_mean(&name.text, ids.clone()) {
+            diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
+        } else if workflow.steps.is_empty() {
+            diagnostic = diagnostic.hint("the workflow has no steps");
+        } else {
+            diagnostic = diagnostic.hint(format!("its steps are {}", candidates_list(ids)));
+        }
+        self.diagnostics.push(diagnostic);
+        None
+    }
+
+    /// Whether `what` (`mock`, `decide`, `ran`, `attempts`) fits the kind
+    /// of `step`; an E402 saying what does when it does not.
+    fn kind_allows(
+        &mut self,
+        name: &Name,
+        step: &StepInfo,
+        what: &str,
+        allowed: impl Fn(&StepKind) -> bool,
+    ) -> bool {
+        if allowed(&step.kind) {
+            return true;
+        }
+        let kind = match &step.kind {
+            StepKind::Recipe(_) => "a recipe step",
+            StepKind::Approval => "an approval",
+            StepKind::KbWrite => "a kb_write step",
+            StepKind::Handoff => "a handoff step",
+            StepKind::Browser { .. } => "a browser step",
+            StepKind::Loop => "a loop",
+            StepKind::Parallel => "a parallel block",
+            StepKind::Unknown => "a step",
+        };
+        let hint = match (what, &step.kind) {
+            ("mock", StepKind::Approval) => format!(
+                "decide it: `decide step.{} approve by \"someone@example.com\"`",
+                name.text
+            ),
+            ("mock", _) => "only recipe and browser steps call something a test can answer for; this step's effect is kept in memory".to_string(),
+            ("decide", _) => "only an approval is decided".to_string(),
+            (_, StepKind::Approval) => format!(
+                "an approval is decided, not attempted: expect `ran step.{}` or the output its decision leads to",
+                name.text
+            ),
+            _ => "name a step inside it".to_string(),
+        };
+        self.diagnostics.push(
+            Diagnostic::new(
+                Code::TestStepKind,
+                self.file,
+                name.span,
+                format!(
+                    "`{what}` does not apply to `{}`, which is {kind}",
+                    name.text
+                ),
+            )
+            .label(kind)
+            .hint(hint),
+        );
+        false
+    }
+}
+
+/// The step whose fallback holds `step`, when the test mocks that step and
+/// none of its answers fails: then the fallback, and `step` in it, never
+/// run. A step the test does not mock is not judged, since what it does is
+/// not the test's to say.
+fn never_failing_owner<'s>(
+    step: &'s StepInfo,
+    mocks: &[Mock],
+    workflow: &WorkflowInfo,
+) -> Option<&'s str> {
+    step.containers.iter().rev().find_map(|container| {
+        let Container::Fallback { step: owner, .. } = container else {
+            return None;
+        };
+        let recipe = workflow.step(owner).and_then(|(_, s)| match &s.kind {
+            StepKind::Recipe(recipe) => Some(recipe.as_str()),
+            _ => None,
+        });
+        let answers: Vec<&MockAnswer> = mocks
+            .iter()
+            .filter(|mock| match &mock.target {
+                MockTarget::Step(name) => name.text == *owner,
+                MockTarget::Recipe(name) => Some(name.text.as_str()) == recipe,
+            })
+            .flat_map(|mock| &mock.answers)
+            .collect();
+        let fails = answers
+            .iter()
+            .any(|a| matches!(a, MockAnswer::Fails { .. }));
+        (!answers.is_empty() && !fails).then_some(owner.as_str())
+    })
+}
+
+/// The first reference in a value a test writes, where only literals go.
+fn reference_in(expr: &Expr) -> Option<Span> {
+    match &expr.kind {
+        ExprKind::Path(_) => Some(expr.span),
+        ExprKind::String(lit) => lit
+            .template
+            .parts
+            .iter()
+            .any(|part| matches!(part, TemplatePart::Ref(_)))
+            .then_some(lit.span),
+        ExprKind::List(items) => items.iter().find_map(reference_in),
+        ExprKind::Record(record) => record.fields.iter().find_map(|f| reference_in(&f.value)),
+        ExprKind::Not(inner) => reference_in(inner),
+        ExprKind::Binary(_, left, right) => reference_in(left).or_else(|| reference_in(right)),
+        ExprKind::Null
+        | ExprKind::Bool(_)
+        | ExprKind::Int(_)
+        | ExprKind::Float(_)
+        | ExprKind::Duration(_)
+        | ExprKind::Error => None,
+    }
+}
