@@ -18,6 +18,7 @@ pub mod lock;
 pub mod lower;
 pub mod suggest;
 pub mod syntax;
+pub mod test_case;
 
 pub use check::{
     Checked, LoadError, LoadFailure, SourceLoader, check, check_source, check_with_tools,

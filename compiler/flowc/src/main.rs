@@ -7,8 +7,10 @@
 
 mod commands;
 mod loader;
+mod parallel;
 mod render;
 mod report;
+mod testing;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -142,6 +144,26 @@ enum Command {
         #[arg(required = true, value_name = "PATH")]
         paths: Vec<PathBuf>,
     },
+    /// Run the tests (`test "..." { ... }` blocks) of files and directories
+    /// (recursively, `*.flow`) on the interpreter, in memory and in virtual
+    /// time: recipes answer as the tests mock them, approvals are decided
+    /// as they say.
+    ///
+    /// Exit 0 when every test passed, 1 when a test failed or a file does
+    /// not check, 2 for usage and IO errors.
+    Test {
+        /// Run only the tests whose name contains TEXT.
+        #[arg(long, value_name = "TEXT")]
+        filter: Option<String>,
+        /// How to print the results.
+        #[arg(long, value_enum, default_value_t = commands::test::TestFormat::Human)]
+        format: commands::test::TestFormat,
+        #[command(flatten)]
+        project: ProjectArg,
+        /// Files and directories to test (default: the current folder).
+        #[arg(value_name = "PATH", default_value = ".")]
+        paths: Vec<PathBuf>,
+    },
     /// Print a Mermaid flowchart of a workflow (steps, branches, loops,
     /// parallel joins and approval gates).
     Graph {
@@ -195,6 +217,12 @@ fn main() -> ExitCode {
             project,
             paths,
         } => commands::check::run(&paths, project.root.as_deref(), format, deny_warnings),
+        Command::Test {
+            filter,
+            format,
+            project,
+            paths,
+        } => commands::test::run(&paths, project.root.as_deref(), filter.as_deref(), format),
         Command::Build {
             file,
             output,

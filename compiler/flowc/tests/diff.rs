@@ -13,77 +13,21 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-struct Case {
-    name: String,
-    args: Vec<String>,
-    files: Vec<(String, String)>,
-}
+mod common;
 
-/// The shared files and the cases of a fixture file.
-fn cases(text: &str) -> (Vec<(String, String)>, Vec<Case>) {
-    let mut shared: Vec<(String, String)> = Vec::new();
-    let mut cases: Vec<Case> = Vec::new();
-    for line in text.lines() {
-        if let Some(name) = line
-            .strip_prefix("--- ")
-            .and_then(|l| l.strip_suffix(" ---"))
-        {
-            cases.push(Case {
-                name: name.to_string(),
-                args: Vec::new(),
-                files: Vec::new(),
-            });
-            continue;
-        }
-        let files = match cases.last_mut() {
-            Some(case) => {
-                if let Some(args) = line.strip_prefix("// args: ") {
-                    case.args = args.split_whitespace().map(str::to_string).collect();
-                    continue;
-                }
-                &mut case.files
-            }
-            None => &mut shared,
-        };
-        if let Some(path) = line.strip_prefix("// file: ") {
-            files.push((path.trim().to_string(), String::new()));
-            continue;
-        }
-        if let Some((_, text)) = files.last_mut() {
-            text.push_str(line);
-            text.push('\n');
-        }
-    }
-    (shared, cases)
-}
+use common::cases;
 
-/// A fresh folder for one case, under the target directory.
+/// A fresh folder for one case.
 fn folder(fixture: &str, case: usize) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("diff")
-        .join(format!("{fixture}-{case}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("a folder for the case");
-    dir
+    common::folder("diff", fixture, case)
 }
 
 /// `flowc diff` in `dir` with `args`: its exit code and output, hashes
 /// left out (they change with any change to lowering).
 fn flowc(dir: &Path, args: &[&str]) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_flowc"))
-        .current_dir(dir)
-        .arg("diff")
-        .args(args)
-        .output()
-        .expect("flowc starts");
-    let mut out = format!("exit {}\n", output.status.code().unwrap_or(-1));
-    out.push_str(&String::from_utf8_lossy(&output.stdout));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    if !stderr.is_empty() {
-        out.push_str("stderr:\n");
-        out.push_str(&stderr);
-    }
-    without_hashes(&out)
+    let mut all = vec!["diff"];
+    all.extend(args);
+    without_hashes(&common::flowc(dir, &all))
 }
 
 /// `text` with each `sha256:HEX` as `sha256:…`.

@@ -2,11 +2,10 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use flow_compiler::{Checked, LoadError};
 
-use crate::loader::{RootFile, expand_paths};
+use crate::loader::RootFile;
 use crate::render::{self, Human};
 use crate::report::Reports;
 use crate::{Exit, Format};
@@ -17,16 +16,8 @@ pub(crate) fn run(
     format: Format,
     deny_warnings: bool,
 ) -> Exit {
-    let (roots, problems) = expand_paths(paths, root);
+    let (roots, mut reports) = roots_and_reports(paths, root);
     let files: Vec<String> = roots.iter().map(|file| file.path.clone()).collect();
-    for problem in &problems {
-        eprintln!("error: {problem}");
-    }
-    let mut reports = Reports::default();
-    reports.unreadable = problems
-        .iter()
-        .map(|problem| (problem.path.clone(), problem.reason.clone()))
-        .collect();
     let mut unchecked_tools: Vec<String> = Vec::new();
     for (path, result) in files.iter().zip(check_all(&roots)) {
         if let Ok(checked) = &result
@@ -84,6 +75,24 @@ pub(crate) fn run(
     }
 }
 
+/// The files under `paths`, and the reports of a command that checks them,
+/// begun with the paths that cannot be read (each also said on stderr).
+pub(crate) fn roots_and_reports(
+    paths: &[PathBuf],
+    root: Option<&Path>,
+) -> (Vec<RootFile>, Reports) {
+    let (roots, problems) = crate::loader::expand_paths(paths, root);
+    for problem in &problems {
+        eprintln!("error: {problem}");
+    }
+    let mut reports = Reports::default();
+    reports.unreadable = problems
+        .iter()
+        .map(|problem| (problem.path.clone(), problem.reason.clone()))
+        .collect();
+    (roots, reports)
+}
+
 /// Where the machine formats go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Stream {
@@ -117,11 +126,6 @@ pub(crate) fn print(reports: &Reports, format: Format, machine: Stream) {
     }
 }
 
-/// Checks every root on a pool of scoped threads, one per available core,
-/// and returns the results in the order of `roots`.
-///
-/// Roots are handed out one at a time from a shared counter rather than in
-/// fixed chunks, so that one large file does not leave the other workers idle.
 /// Whether a checked file's workflows call MCP tools.
 fn has_browser_steps(checked: &Checked) -> bool {
     checked.analysis.workflows.iter().any(|workflow| {
@@ -132,38 +136,12 @@ fn has_browser_steps(checked: &Checked) -> bool {
     })
 }
 
-/// Checks each root, with the `flow.lock` beside it when there is one.
+/// Checks each root, with the `flow.lock` beside it when there is one, on
+/// a thread per core; the results in the order of `roots`.
 pub(crate) fn check_all(roots: &[RootFile]) -> Vec<Result<Checked, LoadError>> {
-    let workers = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(roots.len())
-        .max(1);
-    let next = AtomicUsize::new(0);
-    let mut done: Vec<(usize, Result<Checked, LoadError>)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..workers)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let index = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(root) = roots.get(index) else { break };
-                        mine.push((index, flow_compiler::check(&root.path, &root.loader())));
-                    }
-                    mine
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|handle| {
-                // The checker never panics on input (a property test holds it to
-                // that), so a panic here is a compiler bug: surface it as one.
-                handle
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
-    });
-    done.sort_by_key(|(index, _)| *index);
-    done.into_iter().map(|(_, result)| result).collect()
+    // The checker never panics on input (a property test holds it to
+    // that), so a panic here is a compiler bug: `map` surfaces it as one.
+    crate::parallel::map(roots, |root| {
+        flow_compiler::check(&root.path, &root.loader())
+    })
 }

@@ -7,3 +7,4 @@ pub(crate) mod explain;
 pub(crate) mod fmt;
 pub(crate) mod graph;
 pub(crate) mod lock;
+pub(crate) mod test;

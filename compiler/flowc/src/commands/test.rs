@@ -1,0 +1,128 @@
+//! `flowc test`: check files and directories, then run the tests they
+//! hold on the interpreter, in parallel, and report.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use flow_compiler::{Checked, FileId};
+use flow_plan::Plan;
+
+use crate::loader::{RootFile, print_load_error};
+use crate::report::Reports;
+use crate::testing::{self, Job, report};
+use crate::{Exit, Format};
+
+/// Output formats of `flowc test`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum TestFormat {
+    /// A line per test, then each failure with its trace.
+    Human,
+    /// One JSON document on stdout.
+    Json,
+}
+
+pub(crate) fn run(
+    paths: &[PathBuf],
+    root: Option<&Path>,
+    filter: Option<&str>,
+    format: TestFormat,
+) -> Exit {
+    let (roots, mut reports) = super::check::roots_and_reports(paths, root);
+    let mut jobs = Vec::new();
+    for (root, result) in roots.iter().zip(super::check::check_all(&roots)) {
+        match result {
+            Ok(checked) => jobs.extend(jobs_of(root, &checked, filter, &mut reports)),
+            Err(error) => {
+                print_load_error(&error);
+                reports.unreadable.push((root.path.clone(), error.message));
+            }
+        }
+    }
+    reports.sort();
+    let mut not_checking: Vec<usize> = reports
+        .reports
+        .iter()
+        .filter(|r| r.severity == flow_compiler::Severity::Error)
+        .map(|r| r.primary.file)
+        .collect();
+    not_checking.dedup();
+    if reports.errors() > 0 {
+        super::check::print(&reports, Format::Human, super::check::Stream::Stderr);
+    }
+    let verdicts = crate::parallel::map(&jobs, testing::test);
+    match format {
+        TestFormat::Human => print!("{}", report::human(&jobs, &verdicts)),
+        TestFormat::Json => println!("{}", report::json(&jobs, &verdicts, not_checking.len())),
+    }
+    if !reports.unreadable.is_empty() {
+        Exit::Usage
+    } else if reports.errors() > 0 || verdicts.iter().any(|v| !v.passed()) {
+        Exit::Problems
+    } else {
+        Exit::Ok
+    }
+}
+
+/// The tests of a checked root whose names contain `filter`, each with the
+/// plan of its workflow's file; a file with errors adds its diagnostics to
+/// `reports` instead.
+fn jobs_of(
+    root: &RootFile,
+    checked: &Checked,
+    filter: Option<&str>,
+    reports: &mut Reports,
+) -> Vec<Job> {
+    let Some(cases) = flow_compiler::test_case::lower_tests(checked) else {
+        reports.add(checked);
+        return Vec::new();
+    };
+    let mut plans: HashMap<FileId, Option<Arc<Plan>>> = HashMap::new();
+    let mut jobs = Vec::new();
+    for case in cases {
+        if filter.is_some_and(|text| !case.name.contains(text)) {
+            continue;
+        }
+        let plan = plans
+            .entry(case.workflow_file)
+            .or_insert_with(|| plan_of(root, checked, case.workflow_file, reports))
+            .clone();
+        if let Some(plan) = plan {
+            jobs.push(Job {
+                file: root.path.clone(),
+                plan,
+                case,
+            });
+        }
+    }
+    jobs
+}
+
+/// The plan of the file `file` of `checked`, built as `flowc build` builds
+/// it: the test runs what would be deployed. An imported file is checked
+/// as a root of its own; its problems go to `reports`.
+fn plan_of(
+    root: &RootFile,
+    checked: &Checked,
+    file: FileId,
+    reports: &mut Reports,
+) -> Option<Arc<Plan>> {
+    if file == FileId(0) {
+        return flow_compiler::lower(checked).map(Arc::new);
+    }
+    let path = &checked.file(file).path;
+    match flow_compiler::check(path, &root.loader()) {
+        Ok(theirs) => {
+            let plan = flow_compiler::lower(&theirs).map(Arc::new);
+            if plan.is_none() {
+                reports.add(&theirs);
+            }
+            plan
+        }
+        Err(error) => {
+            print_load_error(&error);
+            reports.unreadable.push((path.clone(), error.message));
+            None
+        }
+    }
+}

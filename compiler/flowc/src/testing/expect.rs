@@ -1,0 +1,165 @@
+//! Judging a test's expectations against what its run did.
+
+use flow_compiler::test_case::{ExpectCase, Expectation, PathPart, TestCase};
+use flow_engine::journal::Outcome;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::run::Ran;
+
+/// An expectation that did not hold, or a run that went astray.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Miss {
+    /// What the test says, as written (empty for what the run did on its
+    /// own: a call without a mock, a gate left undecided).
+    pub(crate) expected: String,
+    pub(crate) line: Option<usize>,
+    pub(crate) found: String,
+}
+
+/// Every way `ran` falls short of `case`: the calls no mock answered and a
+/// run that could not go on first, since they explain what follows.
+pub(crate) fn judge(case: &TestCase, ran: &Ran) -> Vec<Miss> {
+    let mut misses: Vec<Miss> = ran
+        .unmocked
+        .iter()
+        .map(|call| Miss {
+            expected: String::new(),
+            line: None,
+            found: format!(
+                "step `{}` calls {}, which the test does not mock; add `mock step.{} = {{ ... }}`",
+                call.step, call.what, call.step
+            ),
+        })
+        .collect();
+    if let Some(stuck) = &ran.stuck {
+        misses.push(Miss {
+            expected: String::new(),
+            line: None,
+            found: stuck.clone(),
+        });
+    }
+    for expect in &case.expects {
+        if let Some(found) = check(expect, ran) {
+            misses.push(Miss {
+                expected: expect.text.clone(),
+                line: Some(expect.line),
+                found,
+            });
+        }
+    }
+    misses
+}
+
+/// What was found instead, when `expect` does not hold.
+fn check(expect: &ExpectCase, ran: &Ran) -> Option<String> {
+    match &expect.what {
+        Expectation::Status { status } => {
+            let (actual, detail) = status_of(&ran.outcome);
+            (actual != status).then(|| format!("the run {actual}{detail}"))
+        }
+        Expectation::Ran { step, ran: wanted } => {
+            let did = ran.records.iter().any(|record| record.step_id == *step);
+            (did != *wanted).then(|| {
+                if did {
+                    format!("step `{step}` ran")
+                } else {
+                    format!("step `{step}` did not run")
+                }
+            })
+        }
+        Expectation::Attempts { step, count } => {
+            let records: Vec<_> = ran
+                .records
+                .iter()
+                .filter(|record| record.step_id == *step)
+                .collect();
+            if records.is_empty() {
+                return Some(format!("step `{step}` did not run"));
+            }
+            let made: usize = records.iter().map(|record| record.attempts.len()).sum();
+            (made as u64 != *count).then(|| format!("step `{step}` made {made} attempt(s)"))
+        }
+        Expectation::Output { path, op, value } => {
+            let Outcome::Completed { output } = &ran.outcome else {
+                let (actual, detail) = status_of(&ran.outcome);
+                return Some(format!("the run {actual}{detail}, so it has no output"));
+            };
+            let found = along(output, path);
+            let holds = match (op.as_str(), found) {
+                ("==", found) => same(found.unwrap_or(&Value::Null), value),
+                ("!=", found) => !same(found.unwrap_or(&Value::Null), value),
+                (op, Some(found)) => match (found.as_f64(), value.as_f64()) {
+                    (Some(a), Some(b)) => match op {
+                        "<" => a < b,
+                        "<=" => a <= b,
+                        ">" => a > b,
+                        _ => a >= b,
+                    },
+                    _ => false,
+                },
+                (_, None) => false,
+            };
+            (!holds).then(|| match found {
+                Some(found) => format!("{} is {found}", shown(path)),
+                None => format!("{} is absent", shown(path)),
+            })
+        }
+    }
+}
+
+/// `completed`, `failed` or `parked`, and what to add after it.
+fn status_of(outcome: &Outcome) -> (&'static str, String) {
+    match outcome {
+        Outcome::Completed { .. } => ("completed", String::new()),
+        Outcome::Failed { error, step } => (
+            "failed",
+            match step {
+                Some(step) => format!(" at `{step}`: {}", error.message),
+                None => format!(": {}", error.message),
+            },
+        ),
+        Outcome::Parked { pending } => (
+            "parked",
+            pending
+                .first()
+                .map(|gate| format!(" at {}", gate.path))
+                .unwrap_or_default(),
+        ),
+    }
+}
+
+fn along<'v>(value: &'v Value, path: &[PathPart]) -> Option<&'v Value> {
+    path.iter().try_fold(value, |value, part| match part {
+        PathPart::Field(name) => value.get(name),
+        PathPart::Index(index) => value.get(*index as usize),
+    })
+}
+
+/// Equality as the language means it: `1` and `1.0` are the same number.
+fn same(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        (Value::Array(xs), Value::Array(ys)) => {
+            xs.len() == ys.len() && xs.iter().zip(ys).all(|(x, y)| same(x, y))
+        }
+        (Value::Object(xs), Value::Object(ys)) => {
+            xs.len() == ys.len()
+                && xs
+                    .iter()
+                    .all(|(key, x)| ys.get(key).is_some_and(|y| same(x, y)))
+        }
+        _ => a == b,
+    }
+}
+
+fn shown(path: &[PathPart]) -> String {
+    let mut text = "output".to_string();
+    for part in path {
+        match part {
+            PathPart::Field(name) => text.push_str(&format!(".{name}")),
+            PathPart::Index(index) => text.push_str(&format!("[{index}]")),
+        }
+    }
+    text
+}

@@ -1,0 +1,181 @@
+//! The provider and MCP client of a test's run: they answer from the
+//! test's mocks, by step or by recipe, call after call, and fail as told.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use flow_compiler::syntax::ast::Failure;
+use flow_compiler::test_case::{Answer, MockCase, Target};
+use flow_engine::error::{ErrorKind, StepError};
+use flow_engine::services::{BoxFuture, McpClient, Provider, RecipeCall};
+use flow_engine::sync::lock;
+use flow_plan::{Action, McpServer, Plan};
+use serde_json::Value;
+
+/// How long a mocked timeout keeps its call waiting: past any step's
+/// timeout, so that the interpreter's own timeout ends the attempt, as it
+/// would a provider that does not answer. Virtual time makes it instant.
+const NEVER: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// A call that no mock answers: the test fails naming it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Unmocked {
+    pub(crate) step: String,
+    /// `recipe `r`` or `tool `server.tool``.
+    pub(crate) what: String,
+}
+
+pub(crate) struct Mocks {
+    answers: HashMap<Target, Vec<Answer>>,
+    /// How many calls each target has answered.
+    calls: Mutex<HashMap<Target, usize>>,
+    /// The step that calls each (server, tool): an MCP call names no step.
+    tools: HashMap<(String, String), String>,
+    unmocked: Mutex<Vec<Unmocked>>,
+}
+
+impl Mocks {
+    pub(crate) fn new(plan: &Plan, mocks: &[MockCase]) -> Mocks {
+        let mut answers: HashMap<Target, Vec<Answer>> = HashMap::new();
+        for mock in mocks {
+            answers
+                .entry(mock.target.clone())
+                .or_default()
+                .extend(mock.answers.iter().cloned());
+        }
+        let mut tools = HashMap::new();
+        for workflow in &plan.workflows {
+            workflow.each_step(&mut |step| {
+                if let Action::Browser { server, tool, .. } = &step.action
+                    && let Some(server) = plan.mcp_servers.get(*server as usize)
+                {
+                    tools.insert((server.name.clone(), tool.clone()), step.id.clone());
+                }
+            });
+        }
+        Mocks {
+            answers,
+            calls: Mutex::new(HashMap::new()),
+            tools,
+            unmocked: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The calls no mock answered, in the order they were made.
+    pub(crate) fn unmocked(&self) -> Vec<Unmocked> {
+        lock(&self.unmocked).clone()
+    }
+
+    /// The next answer for a call of `step` (of `recipe`): the step's
+    /// mocks first, then the recipe's.
+    fn next(&self, step: &str, recipe: Option<&str>) -> Option<Answer> {
+        let by_step = Target::Step(step.to_string());
+        let target = if self.answers.contains_key(&by_step) {
+            by_step
+        } else {
+            Target::Recipe(recipe?.to_string())
+        };
+        let answers = self.answers.get(&target)?;
+        let mut calls = lock(&self.calls);
+        let made = calls.entry(target).or_insert(0);
+        let answer = answers.get(*made).or(answers.last())?.clone();
+        *made += 1;
+        Some(answer)
+    }
+
+    async fn reply(
+        &self,
+        step: &str,
+        recipe: Option<&str>,
+        what: String,
+    ) -> Result<Value, StepError> {
+        let Some(answer) = self.next(step, recipe) else {
+            lock(&self.unmocked).push(Unmocked {
+                step: step.to_string(),
+                what: what.clone(),
+            });
+            return Err(StepError::new(
+                ErrorKind::Unsupported,
+                format!("the test does not mock {what} of step `{step}`"),
+            ));
+        };
+        match answer {
+            Answer::Value(value) => Ok(value),
+            Answer::Fails(failure) => Err(failed(failure).await),
+        }
+    }
+}
+
+/// The error a failure gives, as a provider reports it.
+async fn failed(failure: Failure) -> StepError {
+    let (kind, message) = match failure {
+        Failure::Status(429) => (ErrorKind::RateLimited, "HTTP 429 (mocked)".to_string()),
+        Failure::Status(status) if status >= 500 => {
+            (ErrorKind::Server, format!("HTTP {status} (mocked)"))
+        }
+        Failure::Status(status) => (ErrorKind::Client, format!("HTTP {status} (mocked)")),
+        Failure::Timeout => {
+            tokio::time::sleep(NEVER).await;
+            (ErrorKind::Timeout, "no answer (mocked)".to_string())
+        }
+        Failure::Connection => (
+            ErrorKind::Connection,
+            "connection refused (mocked)".to_string(),
+        ),
+        Failure::InvalidOutput => (
+            ErrorKind::InvalidOutput,
+            "the answer does not fit the recipe's output, after the repair attempt (mocked)"
+                .to_string(),
+        ),
+    };
+    StepError::new(kind, message)
+}
+
+/// The step id of a call, from its id (`run:path:attempt`): a path's last
+/// part is the step's id (`scans[3]/page` is step `page`).
+fn step_of(call_id: &str) -> &str {
+    let path = call_id
+        .split_once(':')
+        .and_then(|(_, rest)| rest.rsplit_once(':'))
+        .map_or(call_id, |(path, _)| path);
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+impl Provider for Mocks {
+    fn complete<'a>(&'a self, call: &'a RecipeCall<'a>) -> BoxFuture<'a, Result<Value, StepError>> {
+        Box::pin(async move {
+            let step = step_of(&call.call_id);
+            self.reply(step, Some(call.recipe), format!("recipe `{}`", call.recipe))
+                .await
+        })
+    }
+}
+
+impl McpClient for Mocks {
+    fn call_tool<'a>(
+        &'a self,
+        server: &'a McpServer,
+        tool: &'a str,
+        _args: &'a Value,
+    ) -> BoxFuture<'a, Result<Value, StepError>> {
+        Box::pin(async move {
+            let what = format!("tool `{}.{tool}`", server.name);
+            let step = self
+                .tools
+                .get(&(server.name.clone(), tool.to_string()))
+                .cloned()
+                .unwrap_or_default();
+            self.reply(&step, None, what).await
+        })
+    }
+
+    /// A test reaches no server: every one answers.
+    fn check<'a>(
+        &'a self,
+        _server: &'a McpServer,
+        _tools: &'a [String],
+    ) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+}

@@ -1,0 +1,168 @@
+//! One test's run: the real interpreter over the memory journal, the
+//! test's mocks as its provider, its decisions applied where the run
+//! parks, in virtual time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use flow_compiler::test_case::{Expectation, TestCase};
+use flow_engine::approval::{PendingApproval, expire};
+use flow_engine::journal::{Journal as _, Outcome, StepRecord};
+use flow_engine::memory::MemoryStore;
+use flow_engine::services::Services;
+use flow_engine::time::{now_ms, rfc3339_utc};
+use flow_plan::Plan;
+
+use super::mock::{Mocks, Unmocked};
+
+/// The run id of every test run: what a provider's call ids start with.
+const RUN_ID: &str = "test";
+
+/// How many times a run may park and be resumed: a workflow parks once per
+/// gate it reaches, so more is a loop of gates no test means.
+const MAX_INVOCATIONS: usize = 1_000;
+
+/// What a test's run did.
+pub(crate) struct Ran {
+    /// How the last invocation ended.
+    pub(crate) outcome: Outcome,
+    pub(crate) records: Vec<StepRecord>,
+    /// Why the run could not go where the test meant, if it could not: a
+    /// gate left undecided, a decision refused.
+    pub(crate) stuck: Option<String>,
+    pub(crate) unmocked: Vec<Unmocked>,
+    /// Virtual time the run took, parked time excluded.
+    pub(crate) elapsed: Duration,
+}
+
+/// Runs `case` on `plan` on a runtime of its own whose clock is paused and
+/// moves on whenever every task waits, so that backoff, timeouts and the
+/// workflow's deadline take no wall time.
+pub(crate) fn run(plan: &Plan, case: &TestCase) -> Ran {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build();
+    match runtime {
+        Ok(runtime) => runtime.block_on(drive(plan, case)),
+        Err(error) => Ran {
+            outcome: Outcome::Parked {
+                pending: Vec::new(),
+            },
+            records: Vec::new(),
+            stuck: Some(format!("no runtime for the test: {error}")),
+            unmocked: Vec::new(),
+            elapsed: Duration::ZERO,
+        },
+    }
+}
+
+async fn drive(plan: &Plan, case: &TestCase) -> Ran {
+    let store = Arc::new(MemoryStore::default());
+    let mocks = Arc::new(Mocks::new(plan, &case.mocks));
+    let services = Services {
+        provider: mocks.clone(),
+        effects: store.clone(),
+        mcp: Some(mocks.clone()),
+        journal: store.clone(),
+        steps: None,
+    };
+    // A test that expects the run to park takes an undecided gate as its end.
+    let parks = case
+        .expects
+        .iter()
+        .any(|expect| matches!(&expect.what, Expectation::Status { status } if status == "parked"));
+    let mut spent = Duration::ZERO;
+    let mut stuck = None;
+    let mut outcome = Outcome::Parked {
+        pending: Vec::new(),
+    };
+    for invocation in 0..MAX_INVOCATIONS {
+        let started = tokio::time::Instant::now();
+        outcome = flow_engine::interp::run_within(
+            plan,
+            &case.workflow,
+            RUN_ID,
+            case.input.clone(),
+            services.clone(),
+            spent,
+            0,
+        )
+        .await;
+        spent += started.elapsed();
+        let Outcome::Parked { pending } = &outcome else {
+            break;
+        };
+        if invocation + 1 == MAX_INVOCATIONS {
+            stuck = Some(format!("the run parked {MAX_INVOCATIONS} times"));
+            break;
+        }
+        match decide_all(&store, case, pending, parks).await {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(why) => {
+                stuck = Some(why);
+                break;
+            }
+        }
+    }
+    Ran {
+        outcome,
+        records: store.records(),
+        stuck,
+        unmocked: mocks.unmocked(),
+        elapsed: spent,
+    }
+}
+
+/// Applies the test's decision to each gate the run parked at: whether the
+/// run goes on (`false`: the test expects it parked there), or why not.
+async fn decide_all(
+    store: &MemoryStore,
+    case: &TestCase,
+    pending: &[PendingApproval],
+    parks: bool,
+) -> Result<bool, String> {
+    for gate in pending {
+        let Some(decision) = case.decisions.iter().find(|d| d.step == gate.step_id) else {
+            if parks {
+                return Ok(false);
+            }
+            return Err(format!(
+                "the run parked at {}; decide it in the test (`decide step.{} approve by \"...\"`)",
+                gate.path, gate.step_id
+            ));
+        };
+        match &decision.decided {
+            Some(decided) => store
+                .decide(
+                    &gate.path,
+                    &decided.by,
+                    decided.approved,
+                    decided.comment.as_deref(),
+                    &rfc3339_utc(now_ms()),
+                )
+                .map_err(|refused| {
+                    format!("the decision at {} was refused: {refused}", gate.path)
+                })?,
+            None => {
+                let record = store
+                    .lookup(&gate.path)
+                    .ok_or_else(|| format!("no record of the approval at {}", gate.path))?;
+                let due = gate
+                    .expires_ms
+                    .map(|after| record.started_ms.saturating_add(after));
+                let expired = due
+                    .and_then(|due| expire(&record, gate, due))
+                    .ok_or_else(|| {
+                        format!(
+                            "the approval at {} never expires: it has no `expires`",
+                            gate.path
+                        )
+                    })?;
+                store.record(expired).await.map_err(|error| error.message)?;
+            }
+        }
+    }
+    Ok(true)
+}

@@ -1,0 +1,51 @@
+//! Fixture tests of `flowc test`, run through the binary.
+//!
+//! Each `.flow` file under `tests/test/` holds named cases, `--- name ---`,
+//! as `tests/diff/` does (`tests/common`): the files of a case (`// file:
+//! NAME`) are written to a folder of their own and `flowc test .` runs
+//! there, with the case's `// args: ...`. For each case the human and the
+//! JSON answers, with their exit codes, go into one insta snapshot per
+//! fixture file, so that a review sees every answer change.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+mod common;
+
+fn run_fixture(name: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/test")
+        .join(format!("{name}.flow"));
+    let text = std::fs::read_to_string(&path).expect("the fixture");
+    let (shared, cases) = common::cases(&text);
+    assert!(!cases.is_empty(), "{name} has no cases");
+    let mut snapshot = String::new();
+    for (index, case) in cases.iter().enumerate() {
+        let dir = common::folder("test", name, index);
+        for (file, text) in shared.iter().chain(&case.files) {
+            std::fs::write(dir.join(file), text).expect("a case's file");
+        }
+        let mut args: Vec<&str> = vec!["test", "."];
+        args.extend(case.args.iter().map(String::as_str));
+        let _ = writeln!(snapshot, "=== {} ===", case.name);
+        let _ = writeln!(snapshot, "{}", common::flowc(&dir, &args));
+        args.extend(["--format", "json"]);
+        let _ = writeln!(snapshot, "--- json ---\n{}\n", common::flowc(&dir, &args));
+    }
+    insta::assert_snapshot!(name, snapshot);
+}
+
+#[test]
+fn mocks_retries_and_failures() {
+    run_fixture("mocks");
+}
+
+#[test]
+fn approvals_decided_expired_and_left_parked() {
+    run_fixture("approvals");
+}
+
+#[test]
+fn files_that_do_not_check_and_usage() {
+    run_fixture("usage");
+}
