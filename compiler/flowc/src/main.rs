@@ -158,6 +158,15 @@ enum Command {
         /// How to print the results.
         #[arg(long, value_enum, default_value_t = commands::test::TestFormat::Human)]
         format: commands::test::TestFormat,
+        /// Report, per workflow, each branch (if/else arms, error handlers,
+        /// approval decisions, loops with no and several items, parallel
+        /// branches failing) and the tests that took it.
+        #[arg(long)]
+        coverage: bool,
+        /// Fail (exit 1) when a workflow's branch coverage is below N
+        /// percent; implies `--coverage`.
+        #[arg(long, value_name = "N")]
+        min_coverage: Option<f64>,
         #[command(flatten)]
         project: ProjectArg,
         /// Files and directories to test (default: the current folder).
@@ -220,9 +229,20 @@ fn main() -> ExitCode {
         Command::Test {
             filter,
             format,
+            coverage,
+            min_coverage,
             project,
             paths,
-        } => commands::test::run(&paths, project.root.as_deref(), filter.as_deref(), format),
+        } => commands::test::run(
+            &paths,
+            project.root.as_deref(),
+            commands::test::Options {
+                filter: filter.as_deref(),
+                format: Some(format),
+                coverage,
+                min_coverage,
+            },
+        ),
         Command::Build {
             file,
             output,

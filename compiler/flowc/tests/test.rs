@@ -49,3 +49,8 @@ fn approvals_decided_expired_and_left_parked() {
 fn files_that_do_not_check_and_usage() {
     run_fixture("usage");
 }
+
+#[test]
+fn branch_coverage() {
+    run_fixture("coverage");
+}

@@ -225,39 +225,44 @@ impl Workflow {
     /// Calls `visit` on every step the workflow can run: in branches, loops,
     /// parallel branches, step fallbacks and the workflow's error handler.
     pub fn each_step(&self, visit: &mut impl FnMut(&Step)) {
-        fn nodes(list: &[Node], visit: &mut impl FnMut(&Step)) {
-            for node in list {
-                match node {
-                    Node::Step(step) => {
-                        visit(step);
-                        if let OnError::Fallback(body) = &step.on_error {
-                            nodes(body, visit);
-                        }
+        Node::each_step_in(&self.body, visit);
+        if let OnError::Fallback(handler) = &self.on_error {
+            Node::each_step_in(handler, visit);
+        }
+    }
+}
+
+impl Node {
+    /// Calls `visit` on every step of `nodes` at any depth: in branches,
+    /// loops, parallel branches and step fallbacks.
+    pub fn each_step_in(nodes: &[Node], visit: &mut impl FnMut(&Step)) {
+        for node in nodes {
+            match node {
+                Node::Step(step) => {
+                    visit(step);
+                    if let OnError::Fallback(body) = &step.on_error {
+                        Node::each_step_in(body, visit);
                     }
-                    Node::Condition {
-                        branches,
-                        otherwise,
-                        ..
-                    } => {
-                        for branch in branches {
-                            nodes(&branch.body, visit);
-                        }
-                        if let Some(body) = otherwise {
-                            nodes(body, visit);
-                        }
+                }
+                Node::Condition {
+                    branches,
+                    otherwise,
+                    ..
+                } => {
+                    for branch in branches {
+                        Node::each_step_in(&branch.body, visit);
                     }
-                    Node::Loop { body, .. } => nodes(body, visit),
-                    Node::Parallel { branches, .. } => {
-                        for branch in branches {
-                            nodes(&branch.body, visit);
-                        }
+                    if let Some(body) = otherwise {
+                        Node::each_step_in(body, visit);
+                    }
+                }
+                Node::Loop { body, .. } => Node::each_step_in(body, visit),
+                Node::Parallel { branches, .. } => {
+                    for branch in branches {
+                        Node::each_step_in(&branch.body, visit);
                     }
                 }
             }
-        }
-        nodes(&self.body, visit);
-        if let OnError::Fallback(handler) = &self.on_error {
-            nodes(handler, visit);
         }
     }
 }

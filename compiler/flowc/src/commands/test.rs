@@ -22,17 +22,36 @@ pub(crate) enum TestFormat {
     Json,
 }
 
-pub(crate) fn run(
-    paths: &[PathBuf],
-    root: Option<&Path>,
-    filter: Option<&str>,
-    format: TestFormat,
-) -> Exit {
+/// What `flowc test` is asked for besides running the tests.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Options<'a> {
+    /// Run only the tests whose name contains this.
+    pub(crate) filter: Option<&'a str>,
+    pub(crate) format: Option<TestFormat>,
+    /// Report branch coverage per workflow.
+    pub(crate) coverage: bool,
+    /// Fail when a workflow's coverage is below this percentage.
+    pub(crate) min_coverage: Option<f64>,
+}
+
+pub(crate) fn run(paths: &[PathBuf], root: Option<&Path>, options: Options<'_>) -> Exit {
+    let filter = options.filter;
+    let coverage = options.coverage || options.min_coverage.is_some();
     let (roots, mut reports) = super::check::roots_and_reports(paths, root);
     let mut jobs = Vec::new();
+    // The plans of files without tests, whose workflows coverage shows untested.
+    let mut others = Vec::new();
     for (root, result) in roots.iter().zip(super::check::check_all(&roots)) {
         match result {
-            Ok(checked) => jobs.extend(jobs_of(root, &checked, filter, &mut reports)),
+            Ok(checked) => {
+                if coverage
+                    && checked.files[0].tree.tests().next().is_none()
+                    && let Some(plan) = flow_compiler::lower(&checked)
+                {
+                    others.push(Arc::new(plan));
+                }
+                jobs.extend(jobs_of(root, &checked, filter, &mut reports));
+            }
             Err(error) => {
                 print_load_error(&error);
                 reports.unreadable.push((root.path.clone(), error.message));
@@ -51,13 +70,37 @@ pub(crate) fn run(
         super::check::print(&reports, Format::Human, super::check::Stream::Stderr);
     }
     let verdicts = crate::parallel::map(&jobs, testing::test);
-    match format {
-        TestFormat::Human => print!("{}", report::human(&jobs, &verdicts)),
-        TestFormat::Json => println!("{}", report::json(&jobs, &verdicts, not_checking.len())),
+    let covered = coverage.then(|| testing::coverage(&jobs, &verdicts, &others));
+    let covered = covered.as_deref();
+    match options.format.unwrap_or(TestFormat::Human) {
+        TestFormat::Human => {
+            print!("{}", report::human(&jobs, &verdicts));
+            if let Some(covered) = covered {
+                print!("{}", report::coverage(covered));
+            }
+        }
+        TestFormat::Json => println!(
+            "{}",
+            report::json(&jobs, &verdicts, covered, not_checking.len())
+        ),
+    }
+    let mut below = false;
+    if let Some(min) = options.min_coverage {
+        for coverage in covered.unwrap_or_default() {
+            if coverage.percent() < min {
+                eprintln!(
+                    "error: the tests cover {:.0}% of the branches of workflow `{}` ({}), below --min-coverage {min}",
+                    coverage.percent(),
+                    coverage.workflow,
+                    coverage.source
+                );
+                below = true;
+            }
+        }
     }
     if !reports.unreadable.is_empty() {
         Exit::Usage
-    } else if reports.errors() > 0 || verdicts.iter().any(|v| !v.passed()) {
+    } else if reports.errors() > 0 || verdicts.iter().any(|v| !v.passed()) || below {
         Exit::Problems
     } else {
         Exit::Ok

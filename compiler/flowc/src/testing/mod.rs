@@ -2,6 +2,7 @@
 //! interpreter (`flow-engine`) in memory, its recipes answered by its mocks
 //! and its approvals decided as it says, in virtual time.
 
+pub(crate) mod coverage;
 pub(crate) mod expect;
 mod mock;
 pub(crate) mod report;
@@ -31,6 +32,81 @@ impl Verdict {
     pub(crate) fn passed(&self) -> bool {
         self.misses.is_empty()
     }
+}
+
+/// The coverage of one workflow by the tests that ran it.
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct Coverage {
+    pub(crate) workflow: String,
+    /// The file that declares it.
+    pub(crate) source: String,
+    pub(crate) arms: Vec<coverage::Arm>,
+}
+
+impl Coverage {
+    /// The arms taken, of all.
+    pub(crate) fn taken(&self) -> (usize, usize) {
+        let taken = self.arms.iter().filter(|a| !a.taken_by.is_empty()).count();
+        (taken, self.arms.len())
+    }
+
+    /// The share of arms taken, in percent (100 when there are none).
+    pub(crate) fn percent(&self) -> f64 {
+        match self.taken() {
+            (_, 0) => 100.0,
+            (taken, all) => taken as f64 * 100.0 / all as f64,
+        }
+    }
+}
+
+/// The coverage of every workflow the jobs ran, and of `others` that no
+/// test runs, in order of file and name.
+pub(crate) fn coverage(jobs: &[Job], verdicts: &[Verdict], others: &[Arc<Plan>]) -> Vec<Coverage> {
+    let mut found: Vec<Coverage> = Vec::new();
+    let mut seen: Vec<(String, String)> = Vec::new();
+    for job in jobs {
+        let key = (job.plan.source.clone(), job.case.workflow.clone());
+        if seen.contains(&key) {
+            continue;
+        }
+        let Some(workflow) = job.plan.workflow(&job.case.workflow) else {
+            continue;
+        };
+        let runs = jobs.iter().zip(verdicts).filter(|(other, _)| {
+            other.plan.source == job.plan.source && other.case.workflow == job.case.workflow
+        });
+        let arms = coverage::arms(
+            workflow,
+            runs.map(|(job, verdict)| {
+                (
+                    job.case.name.as_str(),
+                    &verdict.ran.outcome,
+                    verdict.ran.records.as_slice(),
+                )
+            }),
+        );
+        found.push(Coverage {
+            workflow: key.1.clone(),
+            source: key.0.clone(),
+            arms,
+        });
+        seen.push(key);
+    }
+    for plan in others {
+        for workflow in &plan.workflows {
+            let key = (plan.source.clone(), workflow.name.clone());
+            if !seen.contains(&key) {
+                found.push(Coverage {
+                    workflow: key.1.clone(),
+                    source: key.0.clone(),
+                    arms: coverage::untested(workflow),
+                });
+                seen.push(key);
+            }
+        }
+    }
+    found.sort_by(|a, b| (&a.source, &a.workflow).cmp(&(&b.source, &b.workflow)));
+    found
 }
 
 /// Runs `job` and judges it.

@@ -2,13 +2,14 @@
 //! failure with the expectation, what was found and the run's trace; or
 //! one JSON document.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
 use flow_engine::journal::StepRecord;
 use serde_json::{Value, json};
 
-use super::{Job, Verdict};
+use super::{Coverage, Job, Verdict};
 
 /// The human report: a line per test, the failures, a summary.
 pub(crate) fn human(jobs: &[Job], verdicts: &[Verdict]) -> String {
@@ -41,7 +42,7 @@ pub(crate) fn human(jobs: &[Job], verdicts: &[Verdict]) -> String {
         if verdict.ran.records.is_empty() {
             let _ = writeln!(text, "    (no step ran)");
         }
-        for record in ordered(&verdict.ran.records) {
+        for record in ordered(job, &verdict.ran.records) {
             let _ = writeln!(text, "    {}", trace_line(record));
         }
     }
@@ -56,8 +57,39 @@ pub(crate) fn human(jobs: &[Job], verdicts: &[Verdict]) -> String {
     text
 }
 
-/// The JSON report: every test with its verdict, misses and trace.
-pub(crate) fn json(jobs: &[Job], verdicts: &[Verdict], files_not_checking: usize) -> Value {
+/// The coverage report: per workflow, the share of arms taken, then each
+/// arm with the tests that took it.
+pub(crate) fn coverage(covered: &[Coverage]) -> String {
+    let mut text = String::new();
+    for coverage in covered {
+        let (taken, all) = coverage.taken();
+        let _ = writeln!(
+            text,
+            "\ncoverage of {} ({}): {taken}/{all} branches, {:.0}%",
+            coverage.workflow,
+            coverage.source,
+            coverage.percent()
+        );
+        for arm in &coverage.arms {
+            let by = match arm.taken_by.as_slice() {
+                [] => "NOT TAKEN".to_string(),
+                [one] => format!("by \"{one}\""),
+                [first, rest @ ..] => format!("by \"{first}\" and {} more", rest.len()),
+            };
+            let _ = writeln!(text, "  {:<28} {:<28} {by}", arm.place, arm.arm);
+        }
+    }
+    text
+}
+
+/// The JSON report: every test with its verdict, misses and trace, and the
+/// coverage when it was asked for.
+pub(crate) fn json(
+    jobs: &[Job],
+    verdicts: &[Verdict],
+    covered: Option<&[Coverage]>,
+    files_not_checking: usize,
+) -> Value {
     let tests: Vec<Value> = jobs
         .iter()
         .zip(verdicts)
@@ -70,7 +102,7 @@ pub(crate) fn json(jobs: &[Job], verdicts: &[Verdict], files_not_checking: usize
                 "passed": verdict.passed(),
                 "virtual_ms": verdict.ran.elapsed.as_millis() as u64,
                 "misses": verdict.misses,
-                "trace": ordered(&verdict.ran.records)
+                "trace": ordered(job, &verdict.ran.records)
                     .into_iter()
                     .map(trace_entry)
                     .collect::<Vec<_>>(),
@@ -78,22 +110,48 @@ pub(crate) fn json(jobs: &[Job], verdicts: &[Verdict], files_not_checking: usize
         })
         .collect();
     let failed = verdicts.iter().filter(|v| !v.passed()).count();
-    json!({
+    let mut report = json!({
         "tests": tests,
         "passed": jobs.len() - failed,
         "failed": failed,
         "files_not_checking": files_not_checking,
-    })
+    });
+    if let Some(covered) = covered {
+        report["coverage"] = covered
+            .iter()
+            .map(|coverage| {
+                let (taken, all) = coverage.taken();
+                json!({
+                    "workflow": coverage.workflow,
+                    "source": coverage.source,
+                    "taken": taken,
+                    "branches": all,
+                    "percent": coverage.percent(),
+                    "arms": coverage.arms,
+                })
+            })
+            .collect();
+    }
+    report
 }
 
 fn title(job: &Job) -> String {
     format!("{}:{} \"{}\"", job.file, job.case.line, job.case.name)
 }
 
-/// The records in the order the run made them.
-fn ordered(records: &[StepRecord]) -> Vec<&StepRecord> {
+/// The records in the order of their steps in the workflow, then of their
+/// paths (a loop's iterations): the wall clock's times say nothing of the
+/// order in virtual time, and a report must read the same on every run.
+fn ordered<'r>(job: &Job, records: &'r [StepRecord]) -> Vec<&'r StepRecord> {
+    let mut order: HashMap<String, usize> = HashMap::new();
+    if let Some(workflow) = job.plan.workflow(&job.case.workflow) {
+        workflow.each_step(&mut |step| {
+            let next = order.len();
+            order.entry(step.id.clone()).or_insert(next);
+        });
+    }
     let mut ordered: Vec<&StepRecord> = records.iter().collect();
-    ordered.sort_by(|a, b| (a.started_ms, &a.path).cmp(&(b.started_ms, &b.path)));
+    ordered.sort_by_key(|record| (order.get(&record.step_id).copied(), &record.path));
     ordered
 }
 
