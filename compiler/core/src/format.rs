@@ -118,11 +118,15 @@ const STATEMENT_WORDS: &[&str] = &[
     "args",
     "url",
     "env",
+    "test",
+    "mock",
+    "decide",
+    "expect",
 ];
 
 /// The statements whose `{` opens a block of statements rather than a record.
 const BLOCK_STATEMENTS: &[&str] = &[
-    "workflow", "recipe", "mcp", "parallel", "branch", "if", "for",
+    "workflow", "recipe", "mcp", "parallel", "branch", "if", "for", "test",
 ];
 
 /// What a bracket holds, for the line breaks.
@@ -162,6 +166,26 @@ fn statement_at(tokens: &[Token<'_>], index: usize, level: &Level) -> Option<&'s
     let next = tokens.get(index + 1).map(|next| next.text);
     let prev = index.checked_sub(1).map(|at| tokens[at].text);
     let part_of_path = matches!(next, Some("." | "?." | ":")) || matches!(prev, Some("." | "?."));
+    // A name being declared (`step mock = ...`, `for xs as test`) is no
+    // statement word, whatever it spells.
+    let declared = matches!(
+        prev,
+        Some(
+            "step"
+                | "recipe"
+                | "type"
+                | "mcp"
+                | "workflow"
+                | "as"
+                | "branch"
+                | "parallel"
+                | "mock"
+                | "="
+        )
+    );
+    if declared {
+        return None;
+    }
     let option = STEP_OPTION_KEYWORDS.contains(word) && level.statement == Some("step");
     (!part_of_path && !option).then_some(word)
 }
@@ -229,7 +253,14 @@ fn canonical_layout<'a>(tokens: &[Token<'a>]) -> Vec<Token<'a>> {
         if breaks > 0 {
             column = 2 * level.indent;
         }
-        column += token.text.len() + 1;
+        // A token that spans lines (a block comment, a `"""` string) leaves
+        // the column at its last line's end: counting all its text made the
+        // layout after it depend on the line ends inside it (`\r\n` or
+        // `\n`), so that formatting twice differed.
+        column = match token.text.rfind('\n') {
+            Some(at) => token.text.len() - at,
+            None => column + token.text.len() + 1,
+        };
         // A statement word starts the block's statement.
         let level = levels.last_mut().expect("the file's level is never closed");
         if let Some(word) = statement_at(tokens, index, level) {
@@ -1148,6 +1179,15 @@ retry 2 backoff 1s..5s timeout 30s on_error continue idempotency "{{workflow_inp
                 );
             }
         }
+    }
+
+    /// Regression (found by `token_soup_formats_stably`): the width after a
+    /// block comment counted its whole text, `\r` included, so a record
+    /// after it was laid out one way, and the other once `\r\n` was `\n`.
+    #[test]
+    fn a_comment_across_lines_lays_out_the_same_with_either_line_end() {
+        let source = "_1?.}_1*/*/ _1\t!\"\"\" _1\t\n\n\n 1.5  1.5x_1 _1   _1\t    on_error5m_11.5_1 _1\r\n */{x{{{{{?.";
+        check_formats_stably(source).unwrap();
     }
 
     fn check_formats_stably(source: &str) -> Result<(), TestCaseError> {
