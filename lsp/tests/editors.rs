@@ -101,14 +101,15 @@ fn the_grammar_highlights_every_keyword_of_the_parser() {
         .lines()
         .filter(|line| {
             let rule = line.split('=').next().unwrap_or_default().trim();
-            !(rule.ends_with("_slip") || rule == "in_word")
+            !(rule.ends_with("_slip") || rule == "in_word" || line.trim_start().starts_with("//"))
         })
         .collect::<Vec<_>>()
         .join("\n");
+    // Line by line: a quote character written as a literal (`"\""`) must
+    // not shift every later string.
     let keywords: BTreeSet<&str> = language
-        .split('"')
-        .skip(1)
-        .step_by(2)
+        .lines()
+        .flat_map(|line| line.split('"').skip(1).step_by(2))
         .filter(|word| word.len() > 1 && word.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
         .collect();
     assert!(keywords.contains("workflow") && keywords.contains("idempotency"));
