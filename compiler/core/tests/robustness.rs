@@ -115,3 +115,15 @@ fn pathological_nesting_is_refused_not_overflowed() {
         check_bytes(braces_after_open_string.as_bytes());
     }
 }
+
+/// Regression: a region salvaged as a workflow whose end, less its open
+/// brackets, falls inside a character that is not ASCII panicked where the
+/// parser keeps what comes before the error (a truncated test file found it).
+#[test]
+fn a_salvaged_workflow_ending_in_a_wide_character_does_not_panic() {
+    // A line starting with `workflow` starts the region the parser
+    // salvages; a bracket is left open, and the text ends in `Ü`.
+    let text =
+        "  workflow w\n  input {\n    a: [\n      {\n    ]\n  }\n  mock recipe r = { title: \"Ü";
+    check_bytes(text.as_bytes());
+}

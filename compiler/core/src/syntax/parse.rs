@@ -350,10 +350,13 @@ impl<'s> Parser<'s> {
         if !decl.starts_with("workflow") || !(start..end).contains(&blamed) {
             return None;
         }
-        // Byte for byte, so that every offset stays the file's.
-        let blank = |text: &str| -> String {
-            text.bytes()
-                .map(|b| if b == b'\n' { '\n' } else { ' ' })
+        // Byte for byte, so that every offset stays the file's; on bytes,
+        // since the region's end less its closing brackets may fall inside
+        // a character.
+        let blank = |bytes: &[u8]| -> String {
+            bytes
+                .iter()
+                .map(|b| if *b == b'\n' { '\n' } else { ' ' })
                 .collect()
         };
         let cut = self.source[..blamed].rfind('\n').map_or(0, |i| i + 1);
@@ -365,9 +368,9 @@ impl<'s> Parser<'s> {
         {
             return None;
         }
-        let mut copy = blank(&self.source[..start]);
+        let mut copy = blank(&self.source.as_bytes()[..start]);
         copy.push_str(kept);
-        copy.push_str(&blank(&self.source[cut..end - open.open.len()]));
+        copy.push_str(&blank(&self.source.as_bytes()[cut..end - open.open.len()]));
         copy.extend(open.open.iter().rev().map(|(_, b)| cursor::closing(*b)));
         let mut items = parse_fast(&copy, self.file)?.items;
         match items.pop() {
