@@ -735,7 +735,8 @@ async fn an_approval_is_decided_over_http_by_a_group_member() {
 }
 
 /// flowd killed with SIGKILL while runs are in flight, then started again,
-/// finishes them all, and no completed step is called twice at the LLM.
+/// resumes them all at once with one line of log, finishes them, and no
+/// completed step is called twice at the LLM.
 #[tokio::test]
 async fn a_killed_flowd_finishes_every_run_without_repeating_completed_steps() {
     use flow_tests::fake_llm::FakeLlm;
@@ -793,6 +794,19 @@ async fn a_killed_flowd_finishes_every_run_without_repeating_completed_steps() {
     );
 
     let flowd = Flowd::start_with(&dir, &config);
+    // Resumed at start, before flowd listens (not by the orphan sweep
+    // seconds later), and said in one line however many runs there are.
+    let resumed: Vec<&str> = flowd
+        .startup
+        .lines()
+        .filter(|line| line.contains("resumed") || ids.iter().any(|id| line.contains(id)))
+        .collect();
+    assert_eq!(resumed.len(), 1, "{}", flowd.startup);
+    assert!(
+        resumed[0].ends_with(&format!("resumed {RUNS} unfinished run(s)")),
+        "{}",
+        flowd.startup
+    );
     for id in &ids {
         let record = flowd.settled(id, ACME).await;
         assert_eq!(record["status"], "completed", "{record}");
