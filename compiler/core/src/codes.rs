@@ -5,9 +5,9 @@
 //! reused for another meaning. Every code has at least one failing case in the
 //! fixtures under `compiler/core/tests/diagnostics/`, which a test enforces.
 
-use serde::{Serialize, Serializer};
-
 use crate::diagnostic::Severity;
+// The table's rows name a severity by its variant.
+use crate::diagnostic::Severity::{Error, Warning};
 
 /// What `flowc explain` prints about a code.
 #[derive(Debug, Clone, Copy)]
@@ -19,53 +19,27 @@ pub struct CodeInfo {
     pub explanation: &'static str,
 }
 
-macro_rules! codes {
-    ($(
-        $(#[doc = $doc:literal])*
-        $variant:ident = ($code:literal, $name:literal, $severity:ident, $summary:literal);
-    )*) => {
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub enum Code { $($variant,)* }
-
-        impl Code {
-            pub const ALL: &'static [Code] = &[$(Code::$variant,)*];
-
-            pub fn info(self) -> CodeInfo {
-                match self {
-                    $(Code::$variant => CodeInfo {
-                        code: $code,
-                        name: $name,
-                        severity: Severity::$severity,
-                        summary: $summary,
-                        explanation: concat!($($doc, "\n",)*),
-                    },)*
-                }
-            }
+impl CodeInfo {
+    /// A row of the table below; `explanation` is its doc comment.
+    const fn from_table(
+        explanation: &'static str,
+        code: &'static str,
+        name: &'static str,
+        severity: Severity,
+        summary: &'static str,
+    ) -> CodeInfo {
+        CodeInfo {
+            code,
+            name,
+            severity,
+            summary,
+            explanation,
         }
-    };
-}
-
-impl Code {
-    pub fn as_str(self) -> &'static str {
-        self.info().code
-    }
-
-    /// Looks a code up by its code (`E101`, case-insensitive) or its name (`unknown-step`).
-    pub fn parse(text: &str) -> Option<Code> {
-        Code::ALL.iter().copied().find(|code| {
-            let info = code.info();
-            info.code.eq_ignore_ascii_case(text) || info.name == text
-        })
     }
 }
 
-impl Serialize for Code {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
-    }
-}
-
-codes! {
+flow_plan::code_table! {
+    info = CodeInfo;
     /// The parser could not read this part of the file. The message says what it
     /// expected at that point; the parser then skips to the next line that can
     /// start a statement or an item, so one typo does not hide the errors after it.

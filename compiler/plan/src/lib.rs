@@ -14,6 +14,7 @@
 
 use std::fmt::{self, Write as _};
 
+mod code_table;
 pub mod compat;
 mod error_kind;
 pub mod limits;
@@ -21,6 +22,8 @@ pub mod schema;
 mod validate;
 
 pub use error_kind::ErrorKind;
+#[doc(hidden)]
+pub use serde as __serde;
 pub use validate::{PlanProblem, PlanProblems};
 
 /// `text` cut to at most `most` characters, the cut marked with `…`: for

@@ -2,8 +2,6 @@
 //! cannot go on on another version, each documented where it is defined
 //! (`flowc explain D002`).
 
-use serde::{Serialize, Serializer};
-
 /// What `flowc explain` prints about a code.
 #[derive(Debug, Clone, Copy)]
 pub struct CodeInfo {
@@ -15,59 +13,31 @@ pub struct CodeInfo {
     pub explanation: &'static str,
 }
 
-/// Each code's documentation is its doc comment, as for the compiler's
-/// diagnostics (`flow-compiler`'s `codes.rs`), which this crate cannot
-/// depend on; these codes have no severity, since every one means a run
-/// cannot move.
-macro_rules! codes {
-    ($(
-        $(#[doc = $doc:literal])*
-        $variant:ident = ($code:literal, $name:literal, $summary:literal, $hint:literal);
-    )*) => {
-        /// Why a run cannot go on on the other version. Codes are stable and
-        /// never reused for another meaning.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub enum Code { $($variant,)* }
-
-        impl Code {
-            pub const ALL: &'static [Code] = &[$(Code::$variant,)*];
-
-            pub fn info(self) -> CodeInfo {
-                match self {
-                    $(Code::$variant => CodeInfo {
-                        code: $code,
-                        name: $name,
-                        summary: $summary,
-                        hint: $hint,
-                        explanation: concat!($($doc, "\n",)*),
-                    },)*
-                }
-            }
+impl CodeInfo {
+    /// A row of the table below; `explanation` is its doc comment.
+    const fn from_table(
+        explanation: &'static str,
+        code: &'static str,
+        name: &'static str,
+        summary: &'static str,
+        hint: &'static str,
+    ) -> CodeInfo {
+        CodeInfo {
+            code,
+            name,
+            summary,
+            hint,
+            explanation,
         }
-    };
-}
-
-impl Code {
-    pub fn as_str(self) -> &'static str {
-        self.info().code
-    }
-
-    /// Looks a code up by its code (`D002`, case-insensitive) or its name.
-    pub fn parse(text: &str) -> Option<Code> {
-        Code::ALL.iter().copied().find(|code| {
-            let info = code.info();
-            info.code.eq_ignore_ascii_case(text) || info.name == text
-        })
     }
 }
 
-impl Serialize for Code {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
-    }
-}
-
-codes! {
+// These codes have no severity, unlike the compiler's: every one means a
+// run cannot move.
+crate::code_table! {
+    /// Why a run cannot go on on the other version. Codes are stable and
+    /// never reused for another meaning.
+    info = CodeInfo;
     /// The new version has no workflow of this name. A run belongs to its
     /// workflow by name, so a run of the old one has nothing to go on on.
     ///
