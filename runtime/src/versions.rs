@@ -4,7 +4,7 @@
 //! --to` ask the same questions here.
 
 use flow_plan::Plan;
-use flow_plan::compat::{Code, Incompatibility, compare};
+use flow_plan::compat::{Code, Comparison, Incompatibility, compare};
 
 use crate::journal::{Outcome, StepRecord, StepStatus};
 use crate::store::RunRow;
@@ -39,41 +39,66 @@ pub fn places_of(row: &RunRow, records: &[StepRecord]) -> Vec<String> {
     places
 }
 
+/// Whether runs of one workflow on `old` can go on on `new`: the plans
+/// compared once, then asked for each run's places, since a migration
+/// looks at many runs of the same version.
+pub struct Mover<'p> {
+    workflow: String,
+    /// `None` when `old` has no workflow of this name.
+    comparison: Option<Comparison<'p>>,
+}
+
+impl<'p> Mover<'p> {
+    pub fn new(old: &'p Plan, new: &'p Plan, workflow: &str) -> Mover<'p> {
+        Mover {
+            workflow: workflow.to_string(),
+            comparison: compare(old, new, workflow),
+        }
+    }
+
+    /// Why a run at `places` cannot go on on the new version: empty when
+    /// it can.
+    pub fn problems(&self, places: &[String]) -> Vec<Incompatibility> {
+        let Some(comparison) = &self.comparison else {
+            return vec![Incompatibility {
+                code: Code::WorkflowRemoved,
+                place: String::new(),
+                step: self.workflow.clone(),
+                reason: format!("the run's version has no workflow `{}`", self.workflow),
+            }];
+        };
+        if places.is_empty() {
+            return vec![Incompatibility {
+                code: Code::ResumePointRemoved,
+                place: String::new(),
+                step: String::new(),
+                reason: "the run stopped between steps, where no comparison can place it"
+                    .to_string(),
+            }];
+        }
+        let mut problems = Vec::new();
+        for place in places {
+            match comparison.at(place) {
+                Some(found) => problems.extend(found),
+                None => problems.push(Incompatibility {
+                    code: Code::ResumePointRemoved,
+                    place: place.clone(),
+                    step: place.clone(),
+                    reason: format!("the run's version has no step at `{place}`"),
+                }),
+            }
+        }
+        problems
+    }
+}
+
 /// Why a run of `workflow` on `old`, at `places`, cannot go on on `new`:
-/// empty when it can.
+/// empty when it can. For one run; many runs share a [`Mover`].
 pub fn move_problems(
     old: &Plan,
     new: &Plan,
     workflow: &str,
     places: &[String],
 ) -> Vec<Incompatibility> {
-    let Some(comparison) = compare(old, new, workflow) else {
-        return vec![Incompatibility {
-            code: Code::WorkflowRemoved,
-            place: String::new(),
-            step: workflow.to_string(),
-            reason: format!("the run's version has no workflow `{workflow}`"),
-        }];
-    };
-    if places.is_empty() {
-        return vec![Incompatibility {
-            code: Code::ResumePointRemoved,
-            place: String::new(),
-            step: String::new(),
-            reason: "the run stopped between steps, where no comparison can place it".to_string(),
-        }];
-    }
-    let mut problems = Vec::new();
-    for place in places {
-        match comparison.at(place) {
-            Some(found) => problems.extend(found),
-            None => problems.push(Incompatibility {
-                code: Code::ResumePointRemoved,
-                place: place.clone(),
-                step: place.clone(),
-                reason: format!("the run's version has no step at `{place}`"),
-            }),
-        }
-    }
-    problems
+    Mover::new(old, new, workflow).problems(places)
 }

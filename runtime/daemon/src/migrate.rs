@@ -16,7 +16,7 @@ use axum::response::IntoResponse;
 use flow_plan::Plan;
 use flow_plan::compat::Incompatibility;
 use flow_runtime::store::{Deployment, RunQuery, RunRow, RunStatus};
-use flow_runtime::versions::{move_problems, places_of};
+use flow_runtime::versions::{Mover, places_of};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -132,13 +132,18 @@ pub(crate) async fn migrate(
         moved: Vec::new(),
         refused: Vec::new(),
     };
-    for run in runs_of(&daemon, &account, &workflow, RunStatus::PendingApproval).await? {
-        if run.plan_hash == target.plan_hash
-            || from.is_some_and(|from| from.plan_hash != run.plan_hash)
-        {
-            continue;
-        }
-        let problems = problems_moving(&daemon, &run, &new_plan).await?;
+    let candidates: Vec<RunRow> = runs_of(&daemon, &account, &workflow, RunStatus::PendingApproval)
+        .await?
+        .into_iter()
+        .filter(|run| {
+            run.plan_hash != target.plan_hash
+                && from.is_none_or(|from| from.plan_hash == run.plan_hash)
+        })
+        .collect();
+    let old_plans = plans_of(&daemon, &candidates).await?;
+    let movers = movers_to(&old_plans, &new_plan, &workflow);
+    for run in candidates {
+        let problems = problems_of(&daemon, &movers, &run).await?;
         if !problems.is_empty() {
             migration.refused.push(Refused {
                 run_id: run.id,
@@ -178,9 +183,11 @@ pub(crate) async fn earlier_runs(
         .into_iter()
         .filter(|run| run.plan_hash != plan.hash)
         .count();
+    let old_plans = plans_of(daemon, &parked).await?;
+    let movers = movers_to(&old_plans, plan, workflow);
     let mut movable = 0;
     for run in &parked {
-        if problems_moving(daemon, run, plan).await?.is_empty() {
+        if problems_of(daemon, &movers, run).await?.is_empty() {
             movable += 1;
         }
     }
@@ -199,17 +206,57 @@ pub(crate) async fn problems_moving(
     new: &Plan,
 ) -> Result<Vec<Incompatibility>, Problem> {
     let old = daemon.plan(&run.plan_hash).await.map_err(store_problem)?;
+    let movers = HashMap::from([(run.plan_hash.as_str(), Mover::new(&old, new, &run.workflow))]);
+    problems_of(daemon, &movers, run).await
+}
+
+/// The plans `runs` are on, each read once.
+async fn plans_of(
+    daemon: &Arc<Daemon>,
+    runs: &[RunRow],
+) -> Result<HashMap<String, Arc<Plan>>, Problem> {
+    let mut plans = HashMap::new();
+    for run in runs {
+        if !plans.contains_key(&run.plan_hash) {
+            let plan = daemon.plan(&run.plan_hash).await.map_err(store_problem)?;
+            plans.insert(run.plan_hash.clone(), plan);
+        }
+    }
+    Ok(plans)
+}
+
+/// A comparison of each of `old_plans` with `new`, made once for all the
+/// runs on that plan.
+fn movers_to<'p>(
+    old_plans: &'p HashMap<String, Arc<Plan>>,
+    new: &'p Plan,
+    workflow: &str,
+) -> HashMap<&'p str, Mover<'p>> {
+    old_plans
+        .iter()
+        .map(|(hash, old)| (hash.as_str(), Mover::new(old, new, workflow)))
+        .collect()
+}
+
+/// Why `run` cannot go on on the version `movers` compare with, from
+/// where its journal says it stands.
+async fn problems_of(
+    daemon: &Arc<Daemon>,
+    movers: &HashMap<&str, Mover<'_>>,
+    run: &RunRow,
+) -> Result<Vec<Incompatibility>, Problem> {
     let records = daemon
         .store
         .step_records(&run.id)
         .await
         .map_err(store_problem)?;
-    Ok(move_problems(
-        &old,
-        new,
-        &run.workflow,
-        &places_of(run, &records),
-    ))
+    // Every run's plan is among those compared: `plans_of` read them all.
+    let Some(mover) = movers.get(run.plan_hash.as_str()) else {
+        return Err(store_problem(flow_runtime::store::StoreError::Damaged(
+            format!("run {} is on a plan that was not compared", run.id),
+        )));
+    };
+    Ok(mover.problems(&places_of(run, &records)))
 }
 
 /// The problems of a run that cannot move, for a problem answer.
