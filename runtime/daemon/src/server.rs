@@ -1005,8 +1005,8 @@ pub async fn serve(
         let daemon = Arc::clone(&daemon);
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(crate::storage::MEASURE_EVERY).await;
                 daemon.stored.measure_all(&daemon).await;
+                tokio::time::sleep(crate::storage::MEASURE_EVERY).await;
             }
         })
     };

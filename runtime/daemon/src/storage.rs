@@ -1,7 +1,8 @@
 //! The stored-bytes quota: how much of the store one account's data may
 //! take (`stored_bytes`). Measuring reads every row of an account, so it
-//! is done once per account and then every `MEASURE_EVERY` by a sweep;
-//! between measurements each deploy and run start adds what it stores.
+//! is done by a sweep, when flowd starts and then every `MEASURE_EVERY`,
+//! never inside a request; between measurements each deploy and run start
+//! adds what it stores.
 //! Past the quota, deploys and run starts answer 429; runs under way go on
 //! (a quota stops what comes in, not what was accepted).
 
@@ -32,11 +33,11 @@ impl StoredBytes {
         account: &str,
         adding: u64,
     ) -> Result<(), Problem> {
-        let known = self.lock().get(account).copied();
-        let stored = match known {
-            Some(stored) => stored,
-            None => self.measure(daemon, account).await?,
-        };
+        // An account not measured yet (the first sweep starts with flowd
+        // and is still reading) is admitted on what it adds meanwhile:
+        // measuring inside a request would make the first one of each
+        // account wait for a read of all its rows.
+        let stored = self.lock().get(account).copied().unwrap_or(0);
         let quota = daemon.config.quotas(account).stored_bytes;
         if stored.saturating_add(adding) > quota {
             return Err(Problem::new(
@@ -52,7 +53,8 @@ impl StoredBytes {
         Ok(())
     }
 
-    /// Measures every configured account again (the sweep).
+    /// Measures every configured account (the sweep), replacing what was
+    /// admitted since the last measurement with what the store holds.
     pub(crate) async fn measure_all(&self, daemon: &Arc<Daemon>) {
         for account in &daemon.config.accounts {
             if let Err(problem) = self.measure(daemon, &account.id).await {
@@ -65,14 +67,14 @@ impl StoredBytes {
         }
     }
 
-    async fn measure(&self, daemon: &Arc<Daemon>, account: &str) -> Result<u64, Problem> {
+    async fn measure(&self, daemon: &Arc<Daemon>, account: &str) -> Result<(), Problem> {
         let stored = daemon
             .store
             .stored_bytes(account)
             .await
             .map_err(store_problem)?;
         self.lock().insert(account.to_string(), stored);
-        Ok(stored)
+        Ok(())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
