@@ -158,7 +158,7 @@ fn neovim_underlines_highlights_fixes_completes_and_renames() {
         ("// Support", "@lsp.type.comment.flow"),
         ("import", "@lsp.type.keyword.flow"),
         ("\"recipes/support.flow\"", "@lsp.type.string.flow"),
-        ("10m", "@lsp.type.number.flow"),
+        ("30m", "@lsp.type.number.flow"),
         ("classify_ticket", "@lsp.type.function.flow"),
         ("classify =", "@lsp.type.variable.flow"),
         (">=", "@lsp.type.operator.flow"),

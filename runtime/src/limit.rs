@@ -35,8 +35,9 @@ use crate::error::StepError;
 use crate::services::{BoxFuture, Provider, RecipeCall};
 use crate::tls::{TlsMode, TlsSettings};
 
-/// The default number of LLM calls in flight per account.
-pub const DEFAULT_LIMIT: usize = 10;
+/// The default number of LLM calls in flight per account, the one
+/// `flowc check` assumes.
+pub const DEFAULT_LIMIT: usize = flow_plan::limits::DEFAULT_MODEL_CALLS as usize;
 
 /// What a limiter tells the metrics: how long calls waited, and each time it
 /// let a call through without a permit because Redis failed.

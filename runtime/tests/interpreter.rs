@@ -616,6 +616,39 @@ async fn a_sequential_loop_stops_at_the_first_failure() {
     );
 }
 
+/// A loop's `max` is the bound `flowc check` took its time from: a longer
+/// collection fails the loop before any iteration calls the model, and one
+/// within it runs.
+#[tokio::test]
+async fn a_loop_longer_than_its_max_fails_before_its_first_iteration() {
+    let plan = plan(&format!(
+        "{RECIPE}workflow w {{
+          input {{ items: list<string> }}
+          for workflow_input.items as each max 2 {{
+            step a = answer {{ q: loop_item }}
+          }}
+        }}"
+    ));
+    let provider = Arc::new(Scripted::with("answer", vec![]));
+    let store = Arc::new(MemoryStore::default());
+    let input = json!({ "items": ["x", "y", "z"] });
+    let outcome =
+        flow_runtime::run(&plan, "w", "r", input, services(provider.clone(), &store)).await;
+    let Outcome::Failed { error, step, .. } = &outcome else {
+        panic!("{outcome:?}")
+    };
+    assert!(
+        error.message.contains("3 items, more than its `max 2`"),
+        "{error:?}"
+    );
+    assert_eq!(step.as_deref(), Some("each"));
+    assert_eq!(provider.calls("answer"), 0);
+    let input = json!({ "items": ["x", "y"] });
+    let outcome =
+        flow_runtime::run(&plan, "w", "r2", input, services(provider.clone(), &store)).await;
+    assert!(matches!(outcome, Outcome::Completed { .. }), "{outcome:?}");
+}
+
 /// The workflow's `on_error continue` ends the run at the first failure,
 /// without output and without the rest, as completed (docs/language.md §7).
 #[tokio::test]

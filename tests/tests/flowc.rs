@@ -724,7 +724,7 @@ fn build_refuses_a_program_with_errors() {
 #[test]
 fn build_defaults_to_a_plan_beside_the_source() {
     // Replacing a string by itself gives an unchanged copy.
-    let dir = mutated_support_triage("timeout 10m", "timeout 10m");
+    let dir = mutated_support_triage("workflow support_triage", "workflow support_triage");
     let run = flowc_in(dir.path(), &["build", "support_triage.flow"]);
     assert_eq!(run.code, 0, "{}", run.all());
     assert!(dir.path().join("support_triage.plan.json").is_file());

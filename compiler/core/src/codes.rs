@@ -364,4 +364,52 @@ flow_plan::code_table! {
     /// mock step.guess = { category: "other" }   // `guess` is classify's fallback: it never runs
     /// ```
     UnusedMock = ("W401", "unused-mock", Warning, "no call of the run can use this mock");
+
+    /// The workflow can take more active time than its `timeout` allows: at
+    /// worst every attempt of every step on the longest path runs to its
+    /// step's timeout (a recipe's answer that does not fit its type is
+    /// followed by a repair request, a call of its own), every wait between
+    /// attempts is at its backoff's cap, and each loop takes all the items
+    /// it may. Parallel branches overlap; time parked at an approval is not
+    /// active time. Such a run is cut short by the workflow's timeout.
+    ///
+    /// Held only against a `timeout` the workflow states: the default one is
+    /// a safety net. The labels name the slowest steps; hovering a step in
+    /// the editor shows its worst case.
+    ///
+    /// ```flow
+    /// workflow triage {
+    ///   timeout 2m          // can take up to 7m of active time
+    ///   step a = classify { text: workflow_input.text }   // 3 attempts of 60s by default
+    /// }
+    /// ```
+    BudgetExceedsTimeout = ("W501", "budget-exceeds-timeout", Warning, "the workflow can take longer than its timeout");
+
+    /// A loop over a collection whose size is unknown (an input, a step's
+    /// output) in a workflow that states a `timeout`: how long the loop
+    /// takes has no bound, so W501 cannot tell whether the timeout holds.
+    /// `max N` states the most items the loop takes; a longer list fails
+    /// the loop before its first iteration. A list written out is its own
+    /// bound.
+    ///
+    /// ```flow
+    /// for workflow_input.leads as lead concurrency 5 max 200 {
+    ///   step score = qualify { lead: loop_item }
+    /// }
+    /// ```
+    UnboundedLoop = ("W502", "unbounded-loop", Warning, "no bound on the items of a loop in a workflow with a timeout");
+
+    /// More model calls can be in flight at once than an account runs by
+    /// default (10): a loop's `concurrency` times the recipe steps that run
+    /// at once in its body, parallel branches added up. Calls past the
+    /// account's limit wait for a free slot, and the wait counts against
+    /// the workflow's timeout. flowd checks a deploy against the deploying
+    /// account's own limit (`llm_concurrency`) and says so in its answer.
+    ///
+    /// ```flow
+    /// for workflow_input.docs as doc concurrency 50 {   // 50 calls at once
+    ///   step s = summarize { text: loop_item }
+    /// }
+    /// ```
+    ModelCallsOverLimit = ("W503", "model-calls-over-limit", Warning, "more model calls in flight than an account runs at once");
 }

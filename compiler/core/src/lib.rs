@@ -8,6 +8,7 @@
 // `std` (see the workspace Cargo.toml for why it is).
 extern crate alloc;
 
+pub mod budget;
 pub mod check;
 pub mod codes;
 pub mod diagnostic;
@@ -20,8 +21,28 @@ pub mod suggest;
 pub mod syntax;
 pub mod test_case;
 
-pub use check::{
-    Checked, LoadError, LoadFailure, SourceLoader, check, check_source, check_with_tools,
-};
+pub use check::{Checked, LoadError, LoadFailure, SourceLoader};
 pub use diagnostic::{Diagnostic, FileId, Label, Severity, Span};
 pub use lower::lower;
+
+/// Checks the file at `root` and everything it imports: the one way every
+/// driver (`flowc check` and `build`, `flow run`, flowd's deploy, the
+/// language server) compiles a program (see [`check::check`]). A program
+/// without errors is also held to its static budgets ([`budget`]).
+pub fn check(root: &str, loader: &dyn SourceLoader) -> Result<Checked, LoadError> {
+    check::check(root, loader).map(budget::with_budgets)
+}
+
+/// [`check`] of one in-memory source that imports nothing from disk.
+pub fn check_source(path: &str, text: &str) -> Checked {
+    budget::with_budgets(check::check_source(path, text))
+}
+
+/// [`check`] against the tools of a `flow.lock` already read.
+pub fn check_with_tools(
+    root: &str,
+    loader: &dyn SourceLoader,
+    tools: Option<&lock::ToolLock>,
+) -> Result<Checked, LoadError> {
+    check::check_with_tools(root, loader, tools).map(budget::with_budgets)
+}

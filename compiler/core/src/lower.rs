@@ -267,6 +267,7 @@ impl Lowerer<'_> {
                     id: stmt.id.text.clone(),
                     collection,
                     concurrency: stmt.concurrency.map_or(1, |(n, _)| n.max(1) as u32),
+                    max_items: stmt.max_items.map(|(n, _)| n.max(1) as u32),
                     level,
                     body,
                 }

@@ -14,6 +14,7 @@
 
 use std::fmt::{self, Write as _};
 
+pub mod budget;
 mod code_table;
 pub mod compat;
 mod error_kind;
@@ -212,6 +213,11 @@ pub enum Node {
         collection: Expr,
         /// Iterations in flight at once; 1 runs them in order.
         concurrency: u32,
+        /// `max N`: the most items the loop takes; a longer collection
+        /// fails the loop before any iteration. Absent in plans that state
+        /// none, so their JSON (and hash) is what it was before.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_items: Option<u32>,
         /// The nesting level of this loop, 0 for the outermost:
         /// `Root::LoopItem(level)` inside refers to its item.
         level: u32,

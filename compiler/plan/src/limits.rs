@@ -92,6 +92,15 @@ pub const MAX_ATTEMPTS: u32 = 100;
 /// queue on the account's limit of LLM calls.
 pub const MAX_CONCURRENCY: u32 = 1_000;
 
+/// The model calls an account has in flight at once unless flowd's
+/// configuration says otherwise (`llm_concurrency`); `flowc check` holds
+/// a workflow's most calls at once against it.
+pub const DEFAULT_MODEL_CALLS: u64 = 10;
+
+/// The largest `max` a loop may state: a bound on its items that is any
+/// use for a budget of time.
+pub const MAX_LOOP_ITEMS: u32 = 1_000_000;
+
 /// Timeouts, backoffs and approval expiries: one year. A run's deadline and
 /// an approval's expiry are added to clocks; nobody waits longer on purpose.
 pub const MAX_DURATION_MS: u64 = 365 * 24 * 60 * 60 * 1_000;

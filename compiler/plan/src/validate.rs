@@ -526,10 +526,18 @@ impl<'p> Validator<'p> {
                 id,
                 collection,
                 concurrency,
+                max_items,
                 level,
                 body,
             } => {
                 self.claim(*slot, id, StepKind::Loop, slots);
+                if let Some(max) = max_items
+                    && !(1..=MAX_LOOP_ITEMS).contains(max)
+                {
+                    self.problem_at("max_items", || {
+                        format!("max_items {max} is not from 1 to {MAX_LOOP_ITEMS}")
+                    });
+                }
                 // The collection is evaluated outside the loop it feeds.
                 self.at(Seg::Key("collection"), |v| v.expr(collection, refs, 0));
                 if !(1..=MAX_CONCURRENCY).contains(concurrency) {

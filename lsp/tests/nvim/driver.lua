@@ -95,7 +95,7 @@ local function run()
   end)
   results.syntax = vim.b[triage].current_syntax or ""
   results.highlights = {}
-  for _, needle in ipairs({ "// Support", "import", '"recipes/support.flow"', "10m", "classify_ticket",
+  for _, needle in ipairs({ "// Support", "import", '"recipes/support.flow"', "30m", "classify_ticket",
     "classify =", ">=", "{{workflow_input.body}}", "workflow_input.body", "ticket_id: string" }) do
     local line, column = cursor_at(triage, needle)
     -- Neovim applies the tokens of the lines a window shows, as it draws.

@@ -161,6 +161,11 @@ struct Deployed {
     /// running, and how many of the parked could move to this version
     /// (`POST /v1/workflows/{workflow}/migrate`).
     earlier_runs: Vec<crate::migrate::EarlierRuns>,
+    /// What the deploy accepted but a person should know: a workflow that
+    /// can have more model calls in flight at once than this account runs
+    /// (its `llm_concurrency`), whose calls past it would wait.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
 }
 
 /// A run's id and where it stands.
@@ -398,11 +403,26 @@ pub(crate) async fn deploy(
         earlier_runs
             .push(crate::migrate::earlier_runs(&daemon, &account, &workflow.name, &plan).await?);
     }
+    let limit = daemon.config.llm_concurrency(&account) as u64;
+    let warnings = plan
+        .workflows
+        .iter()
+        .filter_map(|workflow| {
+            let calls = flow_plan::budget::Budget::of(workflow).model_calls;
+            (calls > limit).then(|| {
+                format!(
+                    "workflow `{}` can have {calls} model calls in flight at once, more than the {limit} this account runs at once (llm_concurrency): the calls past it wait, and the wait counts against the workflow's timeout",
+                    workflow.name
+                )
+            })
+        })
+        .collect();
     Ok((
         StatusCode::CREATED,
         axum::Json(Deployed {
             deployments: deployed,
             earlier_runs,
+            warnings,
         }),
     )
         .into_response())

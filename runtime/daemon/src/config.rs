@@ -1413,6 +1413,14 @@ impl Config {
         }
     }
 
+    /// The model calls account `id` has in flight at once: its own
+    /// `llm_concurrency`, else `[limits]`'s.
+    pub fn llm_concurrency(&self, id: &str) -> usize {
+        self.people(id)
+            .llm_concurrency
+            .unwrap_or(self.limits.llm_concurrency)
+    }
+
     /// The account `id`'s people: its departments and approver groups (none
     /// for an id that is no account's).
     pub fn people(&self, id: &str) -> &Account {

@@ -2559,3 +2559,44 @@ async fn a_stored_plan_past_the_bounds_is_not_run() {
     );
     assert_eq!(flowd.stop(), Some(0));
 }
+
+/// A deploy says when a workflow can have more model calls in flight than
+/// the deploying account runs at once (its own `llm_concurrency`, else
+/// `[limits]`'s): the calls past it would wait. The same plan is within
+/// another account's limit.
+#[tokio::test]
+async fn a_deploy_warns_of_more_model_calls_than_the_account_runs_at_once() {
+    use serde_json::json;
+
+    let config = CONFIG.replace(
+        "id = \"globex\"\n",
+        "id = \"globex\"\nllm_concurrency = 50\n",
+    );
+    let dir = TempDir::new("flowd-budget");
+    let flowd = Flowd::start_with(&dir, &config);
+    let source =
+        "recipe r { model \"m\" input { a: string } output { a: string } prompt \"{{input.a}}\" }
+workflow wide {
+  input { items: list<string> }
+  for workflow_input.items as each concurrency 20 {
+    parallel p {
+      branch x { step a = r { a: loop_item } }
+      branch y { step b = r { a: loop_item } }
+    }
+  }
+}
+";
+    let (status, body) = flowd.try_deploy(ACME, json!({ "source": source })).await;
+    assert_eq!(status, 201, "{body}");
+    let warnings = body["warnings"].as_array().expect("warnings");
+    assert_eq!(warnings.len(), 1, "{body}");
+    let warning = warnings[0].as_str().unwrap();
+    assert!(
+        warning.contains("40 model calls") && warning.contains("the 10 this account"),
+        "{warning}"
+    );
+    let (status, body) = flowd.try_deploy(GLOBEX, json!({ "source": source })).await;
+    assert_eq!(status, 201, "{body}");
+    assert!(body.get("warnings").is_none(), "within globex's 50: {body}");
+    assert_eq!(flowd.stop(), Some(0));
+}

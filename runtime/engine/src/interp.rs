@@ -296,10 +296,26 @@ impl<'p> Interpreter<'p> {
                 id,
                 collection,
                 concurrency,
+                max_items,
                 body,
                 ..
             } => {
                 let items = match self.env(ctx, None).eval(collection) {
+                    Ok(Value::Array(items))
+                        if max_items.is_some_and(|max| items.len() > max as usize) =>
+                    {
+                        // The bound `flowc check` took the loop's time from:
+                        // past it the workflow could outrun its budget.
+                        let error = StepError::new(
+                            ErrorKind::Expression,
+                            format!(
+                                "loop `{id}` has {} items, more than its `max {}`",
+                                items.len(),
+                                max_items.unwrap_or_default()
+                            ),
+                        );
+                        return Err(self.failed(error, id));
+                    }
                     Ok(Value::Array(items)) => items,
                     Ok(other) => {
                         let error = StepError::new(

@@ -171,6 +171,9 @@ pub struct Analysis {
     pub workflows: Vec<WorkflowInfo>,
     /// The root file's tests, in order.
     pub tests: Vec<TestInfo>,
+    /// Each of `workflows`' static budget, when the program has no errors
+    /// (`crate::budget`).
+    pub budgets: Vec<flow_plan::budget::Budget>,
 }
 
 /// A program without errors, ready to lower.
@@ -318,6 +321,7 @@ pub fn check_with_tools(
             env,
             workflows,
             tests,
+            budgets: Vec::new(),
         },
         lock: match tools {
             Some(_) => LockUse::Used,
@@ -392,7 +396,7 @@ fn forget_what_missing_imports_declare(diagnostics: &mut Vec<Diagnostic>) {
     }
 }
 
-fn sort_diagnostics(diagnostics: &mut Vec<Diagnostic>) {
+pub(crate) fn sort_diagnostics(diagnostics: &mut Vec<Diagnostic>) {
     diagnostics.sort_by_key(|d| (d.primary.file, d.primary.span.start, d.code));
     diagnostics.dedup();
 }

@@ -118,6 +118,7 @@ pub(crate) const DEFAULT_ATTEMPTS: i64 = 3;
 /// format's, so that `Plan::validate` refuses exactly what the checker does.
 const MAX_ATTEMPTS: i64 = flow_plan::limits::MAX_ATTEMPTS as i64;
 const MAX_CONCURRENCY: i64 = flow_plan::limits::MAX_CONCURRENCY as i64;
+const MAX_LOOP_ITEMS: i64 = flow_plan::limits::MAX_LOOP_ITEMS as i64;
 
 pub(crate) fn approval_output() -> Ty {
     Ty::record(vec![
@@ -662,6 +663,20 @@ impl<'e, 'd> Checker<'e, 'd> {
                         )
                         .label("out of range")
                         .hint("leave it out to run iterations one at a time"),
+                    );
+                }
+                if let Some((max, span)) = stmt.max_items
+                    && !(1..=MAX_LOOP_ITEMS).contains(&max)
+                {
+                    self.push(
+                        Diagnostic::new(
+                            Code::BadOption,
+                            self.file,
+                            span,
+                            format!("`max` is from 1 to {MAX_LOOP_ITEMS}"),
+                        )
+                        .label("out of range")
+                        .hint("the most items the loop takes: leave it out when there is no bound"),
                     );
                 }
                 self.loop_infos.push(LoopInfo {

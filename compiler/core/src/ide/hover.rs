@@ -40,13 +40,25 @@ pub fn hover(checked: &Checked, file: FileId, offset: u32) -> Option<Hover> {
     let env = &checked.analysis.env;
     let markdown = match &symbol {
         Symbol::Step { workflow, id } => {
-            let info = checked
+            let (index, info) = checked
                 .analysis
                 .workflows
                 .iter()
-                .find(|w| w.name == *workflow)?;
+                .enumerate()
+                .find(|(_, w)| w.name == *workflow)?;
             let (_, step) = info.step(id)?;
-            step_text(checked, step)
+            let mut text = step_text(checked, step);
+            // Present when the program has no errors.
+            if let Some(worst) = checked
+                .analysis
+                .budgets
+                .get(index)
+                .and_then(|budget| budget.step(id))
+            {
+                text.push_str("\n\nactive time at worst: ");
+                text.push_str(&crate::budget::worst_case(worst));
+            }
+            text
         }
         Symbol::Recipe { name, .. } => {
             let info = env.recipes.get(name)?;

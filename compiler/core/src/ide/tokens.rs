@@ -50,6 +50,7 @@ const GRAMMAR_WORDS: &[&str] = &[
     "input",
     "kb",
     "kb_write",
+    "max",
     "mcp",
     "mock",
     "model",

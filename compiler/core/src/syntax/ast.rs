@@ -271,6 +271,8 @@ pub struct ForStmt {
     pub collection: Expr,
     pub id: Name,
     pub concurrency: Option<(i64, Span)>,
+    /// `max N`: the most items the loop takes.
+    pub max_items: Option<(i64, Span)>,
     pub body: Block,
     pub span: Span,
 }

@@ -750,11 +750,18 @@ impl<'s> Fast<'s> {
         } else {
             None
         };
+        let max_items = if self.keyword(&["max"])?.is_some() {
+            self.advance(3)?;
+            Some(self.int()?)
+        } else {
+            None
+        };
         let body = self.block()?;
         Some(ForStmt {
             collection,
             id,
             concurrency,
+            max_items,
             body,
             span: Span::new(start, self.token_end),
         })

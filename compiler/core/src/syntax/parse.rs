@@ -1365,13 +1365,20 @@ impl<'s> Parser<'s> {
                     }
                 };
                 let mut concurrency = None;
+                let mut max_items = None;
                 let mut body = None;
                 for part in inner {
                     match part.as_rule() {
-                        Rule::concurrency => {
+                        Rule::concurrency | Rule::max_items => {
+                            let rule = part.as_rule();
                             let int = first_child(part);
                             let int_span = span_of(&int);
-                            concurrency = Some((self.int(int, 1), int_span));
+                            let value = Some((self.int(int, 1), int_span));
+                            if rule == Rule::concurrency {
+                                concurrency = value;
+                            } else {
+                                max_items = value;
+                            }
                         }
                         _ => body = Some(self.block(part)),
                     }
@@ -1380,6 +1387,7 @@ impl<'s> Parser<'s> {
                     collection,
                     id,
                     concurrency,
+                    max_items,
                     body: body?,
                     span,
                 })
