@@ -6,9 +6,9 @@ use crate::diagnostic::{FileId, Span};
 use crate::ide::completion::signature;
 use crate::ide::fields;
 use crate::ide::navigation::{Symbol, symbol_at};
-use crate::ide::scope::{Scope, Seg};
+use crate::ide::scope::{Scope, Seg, walk};
 use crate::ide::visit;
-use crate::syntax::ast::{Path, Segment, path_text};
+use crate::syntax::ast::{Item, Path, Segment, path_text};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hover {
@@ -126,22 +126,21 @@ fn step_text(checked: &Checked, step: &StepInfo) -> String {
 /// Hover on a segment of a reference path: the type of the value up to it.
 fn path_hover(checked: &Checked, offset: u32) -> Option<Hover> {
     let path = fields::path_at(checked, offset)?;
-    let scope = Scope::at(checked, path.span.start);
-    // The recipe prompt's `input` has its own root.
-    if path.root.text == "input" && scope.is_none() {
-        return None;
-    }
-    let scope = scope?;
+    let roots = Roots::at(checked, &path)?;
     let mut segments = Vec::new();
     if path.root.span.contains(offset) {
-        let description = scope
-            .roots()
-            .into_iter()
-            .find(|(root, _)| *root == path.root.text)
-            .map_or("not a reference root", |(_, d)| d);
+        let description = roots.describe(&path.root.text);
+        let mut markdown = format!("`{}`: {description}", path.root.text);
+        // What the root itself holds (`loop_item`'s element type, the
+        // input's record), but not the table of all steps.
+        if path.root.text != "step"
+            && let Some(ty) = roots.resolve(&path.root.text, &[])
+        {
+            markdown.push_str(&typed_block(checked, None, &ty));
+        }
         return Some(Hover {
             span: path.root.span,
-            markdown: format!("`{}`: {description}", path.root.text),
+            markdown,
         });
     }
     for (index, segment) in path.segments.iter().enumerate() {
@@ -157,13 +156,16 @@ fn path_hover(checked: &Checked, offset: u32) -> Option<Hover> {
                 Segment::Field { name, .. } => &name.text,
                 Segment::Index { .. } => return None,
             };
+            let Roots::Workflow(scope) = &roots else {
+                return None;
+            };
             let (_, step) = scope.workflow.step(id)?;
             return Some(Hover {
                 span: segment.span(),
                 markdown: step_text(checked, step),
             });
         }
-        let ty = scope.resolve(&path.root.text, &segments)?;
+        let ty = roots.resolve(&path.root.text, &segments)?;
         let shown = Path {
             root: path.root.clone(),
             segments: path.segments[..=index].to_vec(),
@@ -182,6 +184,46 @@ fn path_hover(checked: &Checked, offset: u32) -> Option<Hover> {
         });
     }
     None
+}
+
+/// The roots a reference can start from where it is written: those of a
+/// workflow's scope, or a recipe prompt's `input`.
+enum Roots<'c> {
+    Workflow(Scope<'c>),
+    /// The recipe's inputs, as a record.
+    Prompt(Ty),
+}
+
+impl<'c> Roots<'c> {
+    fn at(checked: &'c Checked, path: &Path) -> Option<Roots<'c>> {
+        if let Some(scope) = Scope::at(checked, path.span.start) {
+            return Some(Roots::Workflow(scope));
+        }
+        let Item::Recipe(recipe) = visit::item_at(checked, path.span.start)? else {
+            return None;
+        };
+        let info = checked.analysis.env.recipes.get(&recipe.name.text)?;
+        Some(Roots::Prompt(Ty::record(info.input.clone())))
+    }
+
+    fn describe(&self, root: &str) -> &'static str {
+        let roots = match self {
+            Roots::Workflow(scope) => scope.roots(),
+            Roots::Prompt(_) => vec![("input", "the recipe's input")],
+        };
+        roots
+            .into_iter()
+            .find(|(name, _)| *name == root)
+            .map_or("not a reference root", |(_, description)| description)
+    }
+
+    fn resolve(&self, root: &str, segments: &[Seg]) -> Option<Ty> {
+        match self {
+            Roots::Workflow(scope) => scope.resolve(root, segments),
+            Roots::Prompt(input) if root == "input" => walk(input.clone(), segments),
+            Roots::Prompt(_) => None,
+        }
+    }
 }
 
 /// A code block of `ty` as written (an alias by its name), after `name: `
