@@ -10,7 +10,7 @@ use pest::Parser as _;
 use pest::iterators::Pair;
 
 use crate::codes::Code;
-use crate::diagnostic::{Diagnostic, FileId, Span};
+use crate::diagnostic::{Diagnostic, Edit, FileId, Span};
 use crate::syntax::ast::*;
 // The lexical scan that completion also reads the cursor's surroundings with.
 use crate::suggest::did_you_mean;
@@ -191,8 +191,53 @@ fn closing_brace(
         UNCLOSED_BRACE,
     )
     .label("not closed")
-    .hint(why);
+    .hint(why)
+    .fix_with(
+        "Close the `{` at the end of its line",
+        vec![Edit::insert(closed_at as u32, " }")],
+    );
     Some((copy, diagnostic, parsed))
+}
+
+/// How to close a `"` string opened at `quote` that its line does not
+/// close: at the line's end, before the closing brackets and commas that
+/// the string swallowed (`{ note: "text }`) but not before a `}` that
+/// closes a `{{` reference of the string, then with the `}` of each record
+/// its line still leaves open. `None` for a reference still being typed
+/// (`"{{step.a.`), which no quote mends.
+fn string_closing(source: &str, quote: usize) -> Option<Edit> {
+    let line_start = source[..quote].rfind('\n').map_or(0, |i| i + 1);
+    let line = &source[quote..quote + first_line_len(&source[quote..])];
+    let mut end = line.trim_end().len();
+    while end > 1 {
+        let swallowed = match line.as_bytes()[end - 1] {
+            b' ' | b'\t' | b']' | b')' | b',' => true,
+            // An ASCII byte, so `end - 1` is a character boundary.
+            b'}' => {
+                let before = &line[1..end - 1];
+                before.matches("{{").count() == before.matches("}}").count()
+            }
+            _ => false,
+        };
+        if !swallowed {
+            break;
+        }
+        end -= 1;
+    }
+    let text = &line[1..end];
+    if text.matches("{{").count() != text.matches("}}").count() {
+        return None;
+    }
+    let depth = |code: &str| {
+        code.bytes().fold(0i64, |depth, b| match b {
+            b'{' => depth + 1,
+            b'}' => depth - 1,
+            _ => depth,
+        })
+    };
+    let open = depth(&source[line_start..quote]) + depth(&line[end..]);
+    let closing = format!("\"{}", " }".repeat(open.clamp(0, 8) as usize));
+    Some(Edit::insert((quote + end) as u32, closing))
 }
 
 /// How many times a file is parsed again after rewriting slips: each round
@@ -587,17 +632,17 @@ impl<'s> Parser<'s> {
         let scanned = cursor::scan(&self.source[start..], line_end + 1 - start);
         if let Some(quote) = scanned.cut_string {
             let quote = start + quote;
-            self.problems.push(
-                Diagnostic::new(
-                    Code::Syntax,
-                    self.file,
-                    Span::new(quote, quote + 1),
-                    "this string is not closed",
-                )
-                .label("the string opens here and the line ends before its closing `\"`")
-                .hint("add the closing `\"`; text of several lines goes between `\"\"\"` and `\"\"\"`")
-            );
-            let diagnostic = self.problems.pop().expect("just pushed");
+            let mut diagnostic = Diagnostic::new(
+                Code::Syntax,
+                self.file,
+                Span::new(quote, quote + 1),
+                "this string is not closed",
+            )
+            .label("the string opens here and the line ends before its closing `\"`")
+            .hint("add the closing `\"`; text of several lines goes between `\"\"\"` and `\"\"\"`");
+            if let Some(closing) = string_closing(self.source, quote) {
+                diagnostic = diagnostic.fix_with("Close the string", vec![closing]);
+            }
             self.problems
                 .push(self.resumes(diagnostic, start, region.end()));
             return quote;
@@ -618,6 +663,9 @@ impl<'s> Parser<'s> {
             });
             if let Some((brace, why)) = suspect {
                 let brace = region.start() + brace;
+                // Where the skipped statement's text ends: the record it
+                // opened ends there too, as far as the layout tells.
+                let statement_end = region.start() + region.as_str().trim_end().len();
                 self.problems.push(
                     Diagnostic::new(
                         Code::Syntax,
@@ -626,7 +674,11 @@ impl<'s> Parser<'s> {
                         UNCLOSED_BRACE,
                     )
                     .label("not closed")
-                    .hint(why),
+                    .hint(why)
+                    .fix_with(
+                        "Close the `{` where the statement ends",
+                        vec![Edit::insert(statement_end as u32, " }")],
+                    ),
                 );
                 let diagnostic = self.problems.pop().expect("just pushed");
                 self.problems
@@ -1799,6 +1851,13 @@ impl<'s> Parser<'s> {
             diagnostic
                 .hint(format!("write `\"{template}\"`"))
                 .secondary(self.file, span, "this expression")
+                .fix_with(
+                    "Build the text with a template",
+                    vec![Edit {
+                        span,
+                        text: format!("\"{template}\""),
+                    }],
+                )
         } else {
             diagnostic.hint("put values in a string as `{{path}}`: `\"Total: {{step.sum.total}}\"`; arithmetic belongs in a recipe")
         };
