@@ -87,6 +87,7 @@ fn main() {
                         output_schema: &schema,
                         call_id: format!("account-{account}:{i}"),
                         repair: None,
+                        journal: None,
                     };
                     provider.complete(&call).await.unwrap();
                 }));

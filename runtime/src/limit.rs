@@ -677,6 +677,12 @@ impl Provider for LimitedProvider {
     fn complete<'a>(&'a self, call: &'a RecipeCall<'a>) -> BoxFuture<'a, Result<Value, StepError>> {
         Box::pin(async move {
             let _permit = self.limiter.acquire(&self.account).await;
+            // The wait for the permit can outlast the run's lease: a process
+            // paused or starved meanwhile must not send the call of a step
+            // that another process now runs.
+            if let Some(journal) = call.journal {
+                journal.admit().await?;
+            }
             self.inner.complete(call).await
         })
     }

@@ -103,6 +103,7 @@ async fn call_at_once(provider: &Arc<dyn Provider>, calls: usize) {
                     output_schema: &schema,
                     call_id: format!("call-{i}"),
                     repair: None,
+                    journal: None,
                 };
                 provider.complete(&call).await
             })

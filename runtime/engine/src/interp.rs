@@ -875,6 +875,7 @@ impl<'p> Interpreter<'p> {
                     output_schema: &recipe.output_schema,
                     call_id: call_id.to_string(),
                     repair,
+                    journal: Some(self.services.journal.as_ref()),
                 };
                 let output = self.services.provider.complete(&call).await?;
                 let mismatches = crate::schema::validate(&recipe.output_schema, &output);

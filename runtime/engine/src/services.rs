@@ -18,7 +18,7 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// One call of a recipe, as a provider receives it. It borrows from the plan
 /// and the step's arguments: a call is made per step, and copying a schema
 /// for each would cost more than the engine's own work.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RecipeCall<'a> {
     pub recipe: &'a str,
     /// The model alias; the provider's configuration resolves it.
@@ -33,6 +33,26 @@ pub struct RecipeCall<'a> {
     /// not fit the recipe's output, and what was wrong with it. The model
     /// is shown both and asked again.
     pub repair: Option<Repair>,
+    /// The run's journal, asked again (`Journal::admit`) by a provider that
+    /// waited before sending (for a permit of the account's limit): the
+    /// interpreter's check before the attempt may be seconds old by then,
+    /// and the run another process's. `None` outside a run.
+    pub journal: Option<&'a dyn Journal>,
+}
+
+impl std::fmt::Debug for RecipeCall<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecipeCall")
+            .field("recipe", &self.recipe)
+            .field("model", &self.model)
+            .field("prompt", &self.prompt)
+            .field("input", &self.input)
+            .field("output_schema", &self.output_schema)
+            .field("call_id", &self.call_id)
+            .field("repair", &self.repair)
+            .field("journal", &self.journal.is_some())
+            .finish()
+    }
 }
 
 /// An answer that did not fit, for the repair request after it.
