@@ -18,9 +18,11 @@ pub mod budget;
 mod code_table;
 pub mod compat;
 mod error_kind;
+pub mod graph;
 pub mod limits;
 pub mod schema;
 mod validate;
+pub mod written;
 
 pub use error_kind::ErrorKind;
 #[doc(hidden)]

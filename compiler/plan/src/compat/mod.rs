@@ -31,7 +31,6 @@
 //! record, it assumes it does.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::ops::Range;
 
 use serde::Serialize;
@@ -572,7 +571,7 @@ impl<'p> Version<'p> {
                 } => {
                     let mut tests = Vec::new();
                     for (branch_index, branch) in branches.iter().enumerate() {
-                        tests.push(self.written(&branch.condition));
+                        tests.push(crate::written::expr(self.workflow, &branch.condition));
                         guards.push(format!("if {}", tests.join(" else if ")));
                         position.push(Frame::Branch(branch_index as u32));
                         self.walk(&branch.body, prefix, position, guards);
@@ -595,7 +594,10 @@ impl<'p> Version<'p> {
                     ..
                 } => {
                     let first = self.entries.len();
-                    guards.push(format!("for {} as {id}", self.written(collection)));
+                    guards.push(format!(
+                        "for {} as {id}",
+                        crate::written::expr(self.workflow, collection)
+                    ));
                     position.push(Frame::Iter);
                     self.walk(body, &format!("{prefix}{id}[*]/"), position, guards);
                     position.pop();
@@ -615,118 +617,6 @@ impl<'p> Version<'p> {
             }
             position.pop();
         }
-    }
-
-    /// An expression as source would write it, names for slots: what a
-    /// guard compares across versions.
-    fn written(&self, expr: &Expr) -> String {
-        let mut out = String::new();
-        self.write_expr(expr, &mut out);
-        // The outermost operation needs no brackets.
-        if matches!(expr, Expr::Binary { .. }) {
-            out.pop();
-            out.remove(0);
-        }
-        out
-    }
-
-    fn write_expr(&self, expr: &Expr, out: &mut String) {
-        match expr {
-            Expr::Literal(value) => out.push_str(&value.to_string()),
-            Expr::Duration(ms) => {
-                let _ = write!(out, "{ms}ms");
-            }
-            Expr::Template(template) => {
-                out.push('"');
-                for part in &template.parts {
-                    match part {
-                        crate::TemplatePart::Text(text) => {
-                            out.push_str(&text.replace('\\', "\\\\").replace('"', "\\\""));
-                        }
-                        crate::TemplatePart::Ref(reference) => {
-                            out.push_str("{{");
-                            out.push_str(&self.ref_text(reference));
-                            out.push_str("}}");
-                        }
-                    }
-                }
-                out.push('"');
-            }
-            Expr::Ref(reference) => out.push_str(&self.ref_text(reference)),
-            Expr::List(items) => {
-                out.push('[');
-                for (index, item) in items.iter().enumerate() {
-                    if index > 0 {
-                        out.push_str(", ");
-                    }
-                    self.write_expr(item, out);
-                }
-                out.push(']');
-            }
-            Expr::Record(fields) => {
-                out.push('{');
-                for (index, field) in fields.iter().enumerate() {
-                    if index > 0 {
-                        out.push_str(", ");
-                    }
-                    out.push_str(&field.name);
-                    out.push_str(": ");
-                    self.write_expr(&field.value, out);
-                }
-                out.push('}');
-            }
-            Expr::Not(inner) => {
-                out.push_str("!(");
-                self.write_expr(inner, out);
-                out.push(')');
-            }
-            Expr::Binary { op, left, right } => {
-                out.push('(');
-                self.write_expr(left, out);
-                let _ = write!(out, " {} ", op_text(*op));
-                self.write_expr(right, out);
-                out.push(')');
-            }
-        }
-    }
-
-    /// A reference as source writes it: `step.draft.tone`,
-    /// `workflow_input.items[0]`, `loop_item`.
-    fn ref_text(&self, reference: &Ref) -> String {
-        let slot_id = |slot: u32| {
-            self.workflow
-                .slots
-                .get(slot as usize)
-                .map_or("?", |s| s.id.as_str())
-        };
-        let mut out = match reference.root {
-            Root::Input => "workflow_input".to_string(),
-            Root::InputField(field) => format!(
-                "workflow_input.{}",
-                self.workflow
-                    .input_fields
-                    .get(field as usize)
-                    .map_or("?", String::as_str)
-            ),
-            Root::Step(slot) => format!("step.{}", slot_id(slot)),
-            // The level is part of what is compared; people write the
-            // innermost loop's item as `loop_item`.
-            Root::LoopItem(level) => format!("loop_item@{level}"),
-            Root::LoopIndex(level) => format!("loop_index@{level}"),
-            Root::Error => "error".to_string(),
-            Root::RecipeInput(field) => format!("input#{field}"),
-        };
-        for segment in &reference.path {
-            match segment {
-                PathSegment::Field(name) => {
-                    let _ = write!(out, "{}{name}", if reference.optional { "?." } else { "." });
-                }
-                PathSegment::Index(index) => {
-                    let _ = write!(out, "[{index}]");
-                }
-            }
-        }
-        out
     }
 
     /// What a reference to `slot` along `path` reads: each step's entry
@@ -791,21 +681,6 @@ impl<'p> Version<'p> {
                 .map(|r| &r.output_schema),
             _ => None,
         }
-    }
-}
-
-fn op_text(op: crate::BinaryOp) -> &'static str {
-    use crate::BinaryOp::*;
-    match op {
-        Coalesce => "??",
-        Or => "||",
-        And => "&&",
-        Eq => "==",
-        Ne => "!=",
-        Lt => "<",
-        Le => "<=",
-        Gt => ">",
-        Ge => ">=",
     }
 }
 
@@ -883,7 +758,7 @@ impl Reads<'_, '_> {
     /// when a step both versions have), reads with what runs recorded.
     fn check(&mut self, reference: &Ref, reader: &str, reader_old: Option<usize>) {
         let (old, new) = (self.old, self.new);
-        let written = || new.ref_text(reference);
+        let written = || crate::written::reference_text(new.workflow, reference);
         match reference.root {
             Root::Step(slot) => {
                 let mut targets = Vec::new();
