@@ -120,6 +120,23 @@ async fn retryable_errors_are_retried_and_each_attempt_is_recorded() {
     );
     assert!(record.attempts[0].delay_ms.is_some());
     assert!(record.attempts[2].error.is_none());
+    // Each attempt is timed, inside the step's span and in order, with its
+    // backoff between one's answer and the next one's call.
+    let mut previous_end = record.started_ms;
+    for (index, attempt) in record.attempts.iter().enumerate() {
+        let (started, ended) = (attempt.started_ms.unwrap(), attempt.ended_ms.unwrap());
+        assert!(
+            previous_end <= started && started <= ended,
+            "{:?}",
+            record.attempts
+        );
+        if index > 0 {
+            let delay = record.attempts[index - 1].delay_ms.unwrap();
+            assert!(started >= previous_end + delay, "{:?}", record.attempts);
+        }
+        previous_end = ended;
+    }
+    assert!(previous_end <= record.ended_ms);
 }
 
 #[tokio::test]

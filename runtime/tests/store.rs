@@ -169,6 +169,8 @@ async fn a_retrying_record_is_kept_until_its_step_ends(backend: Backend) {
                 delay_ms: Some(10),
                 round: 0,
                 repair: false,
+                started_ms: Some(1),
+                ended_ms: Some(2),
             })
             .collect(),
         started_ms: 1,

@@ -579,6 +579,8 @@ impl<'p> Interpreter<'p> {
                     delay_ms: None,
                     round: self.round,
                     repair: false,
+                    started_ms: None,
+                    ended_ms: Some(now_ms()),
                 });
             }
             let record = StepRecord {
@@ -738,6 +740,7 @@ impl<'p> Interpreter<'p> {
             }
             let call_id = format!("{}:{path}:{index}", self.run_id);
             let timeout = Duration::from_millis(step.timeout_ms);
+            let called_ms = now_ms();
             let result = match tokio::time::timeout(
                 timeout,
                 self.action(step, args, &call_id, ctx, repair.clone()),
@@ -753,6 +756,7 @@ impl<'p> Interpreter<'p> {
                     ),
                 )),
             };
+            let answered_ms = now_ms();
             let repairing = repair.take().is_some();
             match result {
                 Ok(output) => {
@@ -762,6 +766,8 @@ impl<'p> Interpreter<'p> {
                         delay_ms: None,
                         round: self.round,
                         repair: repairing,
+                        started_ms: Some(called_ms),
+                        ended_ms: Some(answered_ms),
                     });
                     return (Ok(output), attempts);
                 }
@@ -774,6 +780,8 @@ impl<'p> Interpreter<'p> {
                         delay_ms: None,
                         round: self.round,
                         repair: false,
+                        started_ms: Some(called_ms),
+                        ended_ms: Some(answered_ms),
                     });
                     repair = error.repairable.take();
                     index += 1;
@@ -790,6 +798,8 @@ impl<'p> Interpreter<'p> {
                         delay_ms: delay.map(|d| d.as_millis() as u64),
                         round: self.round,
                         repair: repairing,
+                        started_ms: Some(called_ms),
+                        ended_ms: Some(answered_ms),
                     });
                     let Some(delay) = delay else {
                         return (Err(error), attempts);

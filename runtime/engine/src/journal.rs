@@ -60,6 +60,14 @@ pub struct Attempt {
     /// did not fit, and asked again. It is not counted in the retry budget.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub repair: bool,
+    /// When the attempt's call went out and when its answer (or error)
+    /// came, in milliseconds since the Unix epoch: what a timeline draws.
+    /// Absent in records written before attempts were timed, and the start
+    /// of a call that a workflow timeout cut short is not kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_ms: Option<u64>,
 }
 
 fn is_zero(n: &u32) -> bool {
