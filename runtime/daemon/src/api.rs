@@ -38,7 +38,7 @@ pub(crate) type Answer = Result<Response, Problem>;
             workflows and runs only. Errors are `application/problem+json` with a stable `code`."
     ),
     paths(
-        deploy, workflows, undeploy, start_run, get_run, delete_run, trace, runs, cancel,
+        deploy, workflows, undeploy, start_run, get_run, delete_run, trace, graph, runs, cancel,
         redrive, crate::migrate::migrate, decide, my_approvals, notifications, mark_read, delete_document
     ),
     components(schemas(ProblemDoc)),
@@ -859,6 +859,50 @@ pub(crate) async fn trace(
         history,
     })
     .into_response())
+}
+
+/// The workflow's flowchart from the run's plan (the shapes `flowc graph`
+/// draws), laid out, with the path the run took and where it is marked:
+/// what the inspector draws.
+#[utoipa::path(
+    get, path = "/v1/runs/{id}/graph", tag = "runs",
+    params(("id" = String, Path, description = "The run's id")),
+    responses(
+        (status = 200, description = "The graph", body = crate::run_graph::RunGraph),
+        (status = 404, description = "No such run in this account", body = ProblemDoc, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn graph(
+    State(daemon): State<Arc<Daemon>>,
+    Extension(AccountId(account)): Extension<AccountId>,
+    Path(id): Path<String>,
+) -> Answer {
+    let row = own_run(&daemon, &account, &id).await?;
+    let plan = daemon.plan(&row.plan_hash).await.map_err(store_problem)?;
+    let workflow = plan
+        .workflows
+        .iter()
+        .find(|w| w.name == row.workflow)
+        .ok_or_else(|| {
+            store_problem(StoreError::Damaged(format!(
+                "the plan of run `{id}` has no workflow `{}`",
+                row.workflow
+            )))
+        })?;
+    let records = daemon
+        .store
+        .step_records(&id)
+        .await
+        .map_err(store_problem)?;
+    let graph = flow_plan::graph::build(&flow_plan::graph::Outline::of_plan(&plan, workflow));
+    let laid = crate::run_graph::run_graph(
+        &id,
+        &row.workflow,
+        &graph,
+        &records,
+        row.status == RunStatus::Completed,
+    );
+    Ok(axum::Json(laid).into_response())
 }
 
 #[derive(Deserialize, IntoParams)]

@@ -11,6 +11,7 @@ pub mod metrics;
 mod migrate;
 mod pages;
 mod plan_cache;
+mod run_graph;
 pub mod server;
 mod sources;
 mod storage;

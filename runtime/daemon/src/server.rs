@@ -821,6 +821,7 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
             axum::routing::post(crate::api::start_run).get(crate::api::runs),
         )
         .route("/v1/runs/{id}/trace", axum::routing::get(crate::api::trace))
+        .route("/v1/runs/{id}/graph", axum::routing::get(crate::api::graph))
         .route(
             "/v1/runs/{id}/cancel",
             axum::routing::post(crate::api::cancel),

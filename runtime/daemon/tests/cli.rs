@@ -1436,6 +1436,7 @@ async fn the_openapi_document_describes_every_route() {
             "GET /v1/notifications",
             "GET /v1/runs",
             "GET /v1/runs/{id}",
+            "GET /v1/runs/{id}/graph",
             "GET /v1/runs/{id}/trace",
             "GET /v1/workflows",
             "POST /v1/notifications/read",

@@ -14,15 +14,20 @@ use flow_tests::TempDir;
 use reqwest::Method;
 use serde_json::json;
 
-/// A recipe step, a loop and a parallel (for the tree's nesting), a gate for
-/// boss@acme.io whose message holds markup (shown as text, not run), then a
-/// step after the gate.
+/// A recipe step, a loop and a parallel (for the tree's nesting) under a
+/// condition, a gate for boss@acme.io whose message holds markup (shown as
+/// text, not run), then a step after the gate. The condition's literal and
+/// the run's input (`MARKUP`, which the output repeats) hold markup too:
+/// the graph's labels, the steps' inputs and the run's output must show it
+/// as text.
 const RELEASE: &str = r#"recipe draft { model "m" input { q: string } output { a: string } prompt "{{input.q}}" }
 workflow release {
-  input { topics: list<string> }
-  step outline = draft { q: "an outline" }
-  for workflow_input.topics as sections concurrency 2 {
-    step section = draft { q: loop_item }
+  input { topics: list<string>, note: string }
+  step outline = draft { q: workflow_input.note }
+  if workflow_input.note != "\"><img src=x onerror=alert(1) data-injected=1>" {
+    for workflow_input.topics as sections concurrency 2 {
+      step section = draft { q: loop_item }
+    }
   }
   parallel checks {
     branch legal { step terms = draft { q: "the terms" } }
@@ -30,16 +35,21 @@ workflow release {
   }
   step signoff = approval { approvers: ["boss@acme.io"], message: "Publish <img src=x data-injected=1>?" }
   step publish = draft { q: step.outline.a }
-  output { text: step.publish.a, approver: step.signoff.approver }
+  output { text: step.publish.a, approver: step.signoff.approver, note: workflow_input.note }
 }
 "#;
+
+/// What the run's input note says: a script and an attribute breakout.
+const MARKUP: &str = r#"<script>document.body.dataset.injected = 1</script>"><img src=x onerror="document.body.dataset.injected = 1" data-injected=1>"#;
 
 fn browser_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser")
 }
 
 /// Where the screenshot goes: under the build's target directory, where CI
-/// and a developer both look for a build's artifacts.
+/// and a developer both look for a build's artifacts. The browser script
+/// writes the timeline's and the graph's pictures beside it
+/// (`inspector-run-timeline.png`, `inspector-run-graph.png`).
 fn screenshot_path() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
         || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"),
@@ -109,7 +119,7 @@ async fn the_inspector_shows_a_parked_run_and_approves_it_in_a_browser() {
             Method::POST,
             "/v1/runs",
             Some(ACME),
-            Some(json!({ "workflow": "release", "input": { "topics": ["pricing", "support"] } })),
+            Some(json!({ "workflow": "release", "input": { "topics": ["pricing", "support"], "note": MARKUP } })),
         )
         .await;
     assert_eq!(status, 202, "{body}");
@@ -120,13 +130,18 @@ async fn the_inspector_shows_a_parked_run_and_approves_it_in_a_browser() {
     let screenshot = screenshot_path();
     std::fs::create_dir_all(screenshot.parent().expect("a parent directory"))
         .expect("the artifacts directory can be created");
+    let pictures = ["timeline", "graph"]
+        .map(|name| screenshot.with_file_name(format!("inspector-run-{name}.png")));
     // A screenshot left by an earlier run must not pass for this one's.
-    let _ = std::fs::remove_file(&screenshot);
+    for file in std::iter::once(&screenshot).chain(&pictures) {
+        let _ = std::fs::remove_file(file);
+    }
     let started = std::time::Instant::now();
     let browser = Command::new("node")
         .arg(browser_dir().join("inspector.mjs"))
         .args([&flowd.url, ACME, &run_id])
         .arg(&screenshot)
+        .env("MARKUP", MARKUP)
         .current_dir(browser_dir())
         .output()
         .expect("node runs");
@@ -145,6 +160,7 @@ async fn the_inspector_shows_a_parked_run_and_approves_it_in_a_browser() {
     let done = flowd.settled(&run_id, ACME).await;
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(done["output"]["approver"], "boss@acme.io", "{done}");
+    assert_eq!(done["output"]["note"], MARKUP, "{done}");
     let (status, trace) = flowd
         .send(
             Method::GET,
@@ -162,13 +178,15 @@ async fn the_inspector_shows_a_parked_run_and_approves_it_in_a_browser() {
     assert_eq!(signoff["output"]["approver"], "boss@acme.io", "{signoff}");
     assert_eq!(signoff["output"]["comment"], "Ship it.", "{signoff}");
 
-    let png = std::fs::read(&screenshot)
-        .unwrap_or_else(|e| panic!("no screenshot at {}: {e}", screenshot.display()));
-    assert!(
-        png.starts_with(b"\x89PNG\r\n\x1a\n"),
-        "{} is not a PNG",
-        screenshot.display()
-    );
-    println!("screenshot: {}", screenshot.display());
+    for file in std::iter::once(&screenshot).chain(&pictures) {
+        let png = std::fs::read(file)
+            .unwrap_or_else(|e| panic!("no screenshot at {}: {e}", file.display()));
+        assert!(
+            png.starts_with(b"\x89PNG\r\n\x1a\n"),
+            "{} is not a PNG",
+            file.display()
+        );
+        println!("screenshot: {}", file.display());
+    }
     assert_eq!(flowd.stop(), Some(0));
 }

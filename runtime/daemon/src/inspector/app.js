@@ -214,11 +214,15 @@ async function showRuns(params, current) {
 // ---- One run -------------------------------------------------------------
 
 async function fetchRun(id) {
-  const [run, trace] = await Promise.all([api(runPath(id)), api(`${runPath(id)}/trace`)]);
-  return { run, steps: trace.steps };
+  const [run, trace, graph] = await Promise.all([
+    api(runPath(id)),
+    api(`${runPath(id)}/trace`),
+    api(`${runPath(id)}/graph`),
+  ]);
+  return { run, steps: trace.steps, graph };
 }
 
-/** What a re-render would change: the record and the trace. */
+/** What a re-render would change: the record and the trace (the graph follows from them). */
 const fingerprint = ({ run, steps }) => JSON.stringify([run, steps]);
 
 async function showRun(id, current) {
@@ -269,6 +273,12 @@ function paintRun(loaded, current) {
       h('dt', {}, 'Created'), h('dd', {}, dateTime(run.created_ms)),
       h('dt', {}, 'Steps'), h('dd', {}, `${steps.length} recorded`)),
     outcomeSection(loaded, current),
+    h('h3', {}, 'Timeline'),
+    steps.length
+      ? timeline(steps, run)
+      : h('p', { class: 'muted' }, 'No step has run yet.'),
+    h('h3', {}, 'Graph'),
+    graphView(loaded.graph),
     h('h3', {}, 'Steps'),
     steps.length
       ? h('ul', { class: 'tree', testid: 'step-tree' }, stepTree(steps).map((node) => treeItem(node, run)))
@@ -491,4 +501,229 @@ function groupItem(node, run, children) {
       counts.map(([status, count]) => h('span', { class: `badge status-${status}` }, `${count} ${status}`)),
       h('span', { class: 'timing' }, `${clock(started)} · ${duration(ended - started)}`)),
     children);
+}
+
+// ---- Pictures: SVG built from DOM nodes, text as text nodes ---------------
+
+const SVG_NS = 'http://www.w3.org/2000/svg';
+
+/** An SVG element, as `h` makes HTML ones; `title` adds a hover text. */
+function svg(tag, attributes = {}, ...children) {
+  const element = document.createElementNS(SVG_NS, tag);
+  for (const [name, value] of Object.entries(attributes)) {
+    if (value === undefined || value === null || value === false || name === 'title') continue;
+    if (name === 'testid') element.setAttribute('data-testid', value);
+    else element.setAttribute(name, String(value));
+  }
+  for (const child of children.flat(Infinity)) {
+    if (child === undefined || child === null || child === false) continue;
+    element.append(child instanceof Node ? child : String(child));
+  }
+  if (attributes.title) element.append(svg('title', {}, attributes.title));
+  return element;
+}
+
+const round = (number) => Math.round(number * 10) / 10;
+
+// ---- The timeline --------------------------------------------------------
+
+const LABEL_WIDTH = 240;
+const BARS_WIDTH = 760;
+const ROW_HEIGHT = 22;
+const AXIS_HEIGHT = 26;
+
+/**
+ * Each step a bar on one time axis, in the step tree's order (loops,
+ * iterations, parallels and branches as bracket rows spanning what ran
+ * inside them, indented by depth). A step's bar is its attempts, with the
+ * backoff between them as a gap; an approval's bar is time spent waiting for
+ * people, shaded apart from active time. Hovering a bar says its path,
+ * status, duration and attempts.
+ */
+function timeline(records, run) {
+  const now = Date.now();
+  const endOf = (record) => (record.status === 'pending' ? Math.max(now, record.started_ms) : record.ended_ms);
+  const start = Math.min(run.created_ms, ...records.map((record) => record.started_ms));
+  const end = Math.max(start + 1, ...records.map(endOf));
+  const x = (ms) => LABEL_WIDTH + ((ms - start) / (end - start)) * BARS_WIDTH;
+  const width = (from, to) => Math.max(2, x(to) - x(from));
+
+  const rows = [];
+  const walk = (nodes, depth) => {
+    for (const node of nodes) {
+      rows.push({ node, depth });
+      walk(node.children, depth + 1);
+    }
+  };
+  walk(stepTree(records), 0);
+
+  const height = AXIS_HEIGHT + rows.length * ROW_HEIGHT + 4;
+  const picture = svg('svg', {
+    class: 'timeline', testid: 'timeline', width: LABEL_WIDTH + BARS_WIDTH + 16, height,
+    viewBox: `0 0 ${LABEL_WIDTH + BARS_WIDTH + 16} ${height}`, role: 'img',
+    'aria-label': `Timeline of ${records.length} step execution(s)`,
+  });
+
+  // The axis: five ticks, in time since the first record.
+  for (let i = 0; i <= 4; i += 1) {
+    const ms = start + ((end - start) * i) / 4;
+    const at = round(x(ms));
+    picture.append(
+      svg('line', { class: 'tick', x1: at, x2: at, y1: AXIS_HEIGHT - 6, y2: height }),
+      svg('text', { class: 'tick-label', x: at, y: AXIS_HEIGHT - 10, 'text-anchor': i === 4 ? 'end' : i === 0 ? 'start' : 'middle' },
+        i === 0 ? clock(start, false) : `+${duration(Math.round(ms - start))}`),
+    );
+  }
+
+  rows.forEach(({ node, depth }, index) => {
+    const top = AXIS_HEIGHT + index * ROW_HEIGHT;
+    const middle = top + ROW_HEIGHT / 2;
+    const label = svg('text', { class: node.record ? 'row-label' : 'row-label group', x: 4 + depth * 14, y: middle + 4 },
+      node.record ? node.label : `${node.label} (${node.kind})`);
+    if (!node.record) {
+      const inside = recordsOf(node);
+      const from = Math.min(...inside.map((record) => record.started_ms));
+      const to = Math.max(...inside.map(endOf));
+      picture.append(label, svg('g', { class: 'span', testid: 'timeline-group', 'data-path': node.path,
+        title: `${node.path} (${node.kind})\n${duration(to - from)}` },
+      svg('rect', { class: 'bracket', x: round(x(from)), y: middle - 2, width: round(width(from, to)), height: 4 })));
+      return;
+    }
+    const record = node.record;
+    const to = endOf(record);
+    const waiting = record.kind === 'approval';
+    const attempts = record.attempts ?? [];
+    const lines = [
+      record.path,
+      `${record.kind} · ${record.status} · ${duration(to - record.started_ms)}${waiting ? ' waiting for people' : ''}`,
+    ];
+    if (attempts.length) lines.push(`${attempts.length} attempt(s)${attempts.some((a) => a.error) ? `: ${attempts.map((a) => a.error ?? 'ok').join('; ')}` : ''}`);
+    const bar = svg('g', {
+      class: `bar status-${record.status}`, testid: 'timeline-bar', 'data-path': record.path,
+      'data-status': record.status, 'data-kind': record.kind, title: lines.join('\n'),
+    });
+    if (waiting) {
+      bar.append(svg('rect', { class: 'waiting', testid: 'waiting', x: round(x(record.started_ms)), y: top + 4, width: round(width(record.started_ms, to)), height: ROW_HEIGHT - 8 }));
+    } else if (attempts.some((attempt) => attempt.started_ms !== undefined)) {
+      // Each timed attempt a segment; between one's answer and the next's
+      // call, the backoff, drawn as a thin line.
+      let previousEnd = record.started_ms;
+      for (const attempt of attempts) {
+        const from = attempt.started_ms ?? previousEnd;
+        const until = attempt.ended_ms ?? to;
+        if (from > previousEnd) {
+          bar.append(svg('rect', { class: 'backoff', testid: 'backoff', x: round(x(previousEnd)), y: middle - 1, width: round(width(previousEnd, from)), height: 2 }));
+        }
+        bar.append(svg('rect', {
+          class: attempt.error ? 'attempt failed' : 'attempt', testid: 'attempt',
+          x: round(x(from)), y: top + 4, width: round(width(from, until)), height: ROW_HEIGHT - 8,
+        }));
+        previousEnd = until;
+      }
+    } else {
+      // A record from before attempts were timed: one segment.
+      bar.append(svg('rect', { class: 'attempt', testid: 'attempt', x: round(x(record.started_ms)), y: top + 4, width: round(width(record.started_ms, to)), height: ROW_HEIGHT - 8 }));
+    }
+    picture.append(label, bar);
+  });
+
+  return h('div', { class: 'picture' },
+    picture,
+    h('p', { class: 'legend muted' },
+      h('span', { class: 'swatch active' }), ' active ',
+      h('span', { class: 'swatch failed' }), ' failed attempt ',
+      h('span', { class: 'swatch backoff' }), ' backoff ',
+      h('span', { class: 'swatch waiting' }), ' waiting for an approval'));
+}
+
+// ---- The graph -----------------------------------------------------------
+
+/** The outline of a node's shape in its box. */
+function shapeOf(node) {
+  const { x, y, width: w, height: hgt } = node;
+  const points = (list) => svg('polygon', { points: list.map(([px, py]) => `${round(px)},${round(py)}`).join(' ') });
+  const slant = 12;
+  switch (node.shape) {
+    case 'terminal': return svg('rect', { x, y, width: w, height: hgt, rx: hgt / 2 });
+    case 'hexagon': return points([[x + slant, y], [x + w - slant, y], [x + w, y + hgt / 2], [x + w - slant, y + hgt], [x + slant, y + hgt], [x, y + hgt / 2]]);
+    case 'diamond': return points([[x + w / 2, y], [x + w, y + hgt / 2], [x + w / 2, y + hgt], [x, y + hgt / 2]]);
+    case 'flag': return points([[x, y], [x + w, y], [x + w, y + hgt], [x, y + hgt], [x + slant, y + hgt / 2]]);
+    case 'fork': return points([[x + slant, y], [x + w - slant, y], [x + w, y + hgt], [x, y + hgt]]);
+    case 'join': return points([[x, y], [x + w, y], [x + w - slant, y + hgt], [x + slant, y + hgt]]);
+    case 'circle': return svg('circle', { cx: x + w / 2, cy: y + hgt / 2, r: w / 2 });
+    case 'cylinder': return svg('path', { d: `M${x},${y + 5} a${w / 2},5 0 0,0 ${w},0 a${w / 2},5 0 0,0 ${-w},0 v${hgt - 10} a${w / 2},5 0 0,0 ${w},0 v${-(hgt - 10)}` });
+    case 'subroutine': return svg('g', {},
+      svg('rect', { x, y, width: w, height: hgt }),
+      svg('line', { x1: x + 6, x2: x + 6, y1: y, y2: y + hgt }),
+      svg('line', { x1: x + w - 6, x2: x + w - 6, y1: y, y2: y + hgt }));
+    default: return svg('rect', { x, y, width: w, height: hgt, rx: 4 });
+  }
+}
+
+const MARK_WORDS = { taken: 'the run went through it', current: 'the run is here', not_taken: 'not reached' };
+
+/**
+ * The workflow's flowchart as flowd laid it out from the run's plan: the
+ * path the run took drawn strong, the rest faint, and where it is now (a
+ * parked gate, a step between attempts) ringed and labelled.
+ */
+function graphView(graph) {
+  const margin = 8;
+  const width = graph.width + 2 * margin + 90;
+  const height = graph.height + 2 * margin;
+  const picture = svg('svg', {
+    class: 'graph', testid: 'graph', width, height, viewBox: `${-margin} ${-margin} ${width} ${height}`,
+    role: 'img', 'aria-label': `The graph of workflow ${graph.workflow}`,
+  },
+  svg('defs', {},
+    ['arrow', 'arrow-taken'].map((id) => svg('marker', {
+      id, viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse',
+    }, svg('path', { d: 'M0,0 L10,5 L0,10 z', class: id })))));
+  for (const frame of graph.frames) {
+    picture.append(svg('g', {
+      class: `frame mark-${frame.mark}`, testid: 'graph-frame', 'data-path': frame.path, 'data-mark': frame.mark,
+      title: `${frame.full}\n${MARK_WORDS[frame.mark] ?? frame.mark}`,
+    },
+    svg('rect', { x: frame.x, y: frame.y, width: frame.width, height: frame.height, rx: 6 }),
+    svg('text', { x: frame.x + 8, y: frame.y + 16 }, frame.title)));
+  }
+  for (const edge of graph.edges) {
+    const [first, ...rest] = edge.points;
+    const d = `M${first.map(round).join(',')} ${rest.map((point) => `L${point.map(round).join(',')}`).join(' ')}`;
+    const last = edge.points.at(-2);
+    picture.append(svg('g', {
+      class: `edge${edge.taken ? ' taken' : ''}${edge.dashed ? ' dashed' : ''}`, testid: 'graph-edge',
+      'data-from': edge.from, 'data-to': edge.to, 'data-taken': String(edge.taken), title: edge.full ?? undefined,
+    },
+    svg('path', { d, 'marker-end': `url(#${edge.taken ? 'arrow-taken' : 'arrow'})` }),
+    edge.label ? svg('text', { class: 'edge-label', x: round(last[0] + 4), y: round(last[1] - 3) }, edge.label) : null));
+  }
+  for (const node of graph.nodes) {
+    const lines = node.label.length;
+    const words = [
+      node.path ?? node.label.join(' '),
+      MARK_WORDS[node.mark] ?? node.mark,
+      node.statuses.length ? `records: ${node.statuses.join(', ')}` : null,
+    ].filter(Boolean);
+    const group = svg('g', {
+      class: `node shape-${node.shape} mark-${node.mark}`, testid: 'graph-node', 'data-id': node.id,
+      'data-path': node.path, 'data-mark': node.mark, title: words.join('\n'),
+    }, shapeOf(node));
+    group.firstChild.classList.add('shape');
+    node.label.forEach((line, index) => {
+      const y = node.y + node.height / 2 + (index - (lines - 1) / 2) * 16 + 4;
+      group.append(svg('text', { x: node.x + node.width / 2, y: round(y), 'text-anchor': 'middle', class: index ? 'second' : '' }, line));
+    });
+    if (node.mark === 'current') {
+      const parked = node.statuses.includes('pending');
+      group.append(
+        svg('rect', { class: 'ring', x: node.x - 4, y: node.y - 4, width: node.width + 8, height: node.height + 8, rx: 8 }),
+        svg('text', { class: 'here', testid: 'graph-here', x: node.x + node.width + 10, y: node.y + node.height / 2 + 4 },
+          parked ? '◀ parked here' : '◀ here'),
+      );
+    }
+    picture.append(group);
+  }
+  return h('div', { class: 'picture' }, picture,
+    h('p', { class: 'legend muted' }, 'Bold: the path this run took. Ringed: where it is now. Hover for details.'));
 }

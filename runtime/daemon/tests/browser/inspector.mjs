@@ -2,7 +2,11 @@
 // API key and an email, open a run parked at an approval, read its steps,
 // approve, and watch the run complete. Run by tests/inspector.rs as
 //
-//   node inspector.mjs URL API_KEY RUN_ID SCREENSHOT.png
+//   MARKUP=... node inspector.mjs URL API_KEY RUN_ID SCREENSHOT.png
+//
+// MARKUP is the run's input note, markup that must show as text. Pictures
+// of the timeline and the graph go beside SCREENSHOT.png
+// (`…-timeline.png`, `…-graph.png`).
 //
 // It exits 0 when every expectation held, 1 with a message saying which did
 // not (and a screenshot of the page as it was), 2 when it cannot start.
@@ -18,6 +22,8 @@ const DEADLINE_MS = 90_000;
 const EXPECT_MS = 15_000;
 
 const [url, key, runId, screenshot] = process.argv.slice(2);
+const MARKUP = process.env.MARKUP ?? '';
+const picture = (name) => screenshot.replace(/\.png$/, `-${name}.png`);
 if (!screenshot) {
   console.error('usage: node inspector.mjs URL API_KEY RUN_ID SCREENSHOT.png');
   process.exit(2);
@@ -143,6 +149,73 @@ try {
     return approvers === `Approvers: ${APPROVER}` || approvers;
   });
 
+  step('read the timeline');
+  const trace = await (await fetch(`${url}/v1/runs/${encodeURIComponent(runId)}/trace`, {
+    headers: { Authorization: `Bearer ${key}` },
+  })).json();
+  const bars = page.getByTestId('timeline-bar');
+  await until(`the timeline has a bar for each of the ${trace.steps.length} step executions`, async () => {
+    const paths = await bars.evaluateAll((all) => all.map((bar) => bar.dataset.path));
+    const wanted = trace.steps.map((record) => record.path);
+    return (paths.length === wanted.length && wanted.every((path) => paths.includes(path))) || `bars for ${paths.join(', ')}`;
+  });
+  await until('only the approval\'s bar is shaded as waiting for people', async () => {
+    const waiting = await page.locator('[data-testid="timeline-bar"]:has([data-testid="waiting"])')
+      .evaluateAll((all) => all.map((bar) => bar.dataset.path));
+    return (waiting.length === 1 && waiting[0] === 'signoff') || `waiting: ${waiting.join(', ')}`;
+  });
+  await until('the other bars are active time, one segment per attempt', async () => {
+    const counts = await bars.evaluateAll((all) => all.filter((bar) => bar.dataset.kind !== 'approval')
+      .map((bar) => [bar.dataset.path, bar.querySelectorAll('[data-testid="attempt"]').length]));
+    return counts.every(([, n]) => n === 1) || JSON.stringify(counts);
+  });
+  await until('a bar\'s hover text gives its path, status, duration and attempts', async () => {
+    const title = await page.locator('[data-testid="timeline-bar"][data-path="outline"] > title').textContent({ timeout: 500 });
+    return (/^outline\nrecipe · completed · \d+ ms\n1 attempt\(s\)$/.test(title)) || title;
+  });
+  await until('loops and parallels are bracket rows in the timeline', async () => {
+    const groups = await page.getByTestId('timeline-group').evaluateAll((all) => all.map((g) => g.dataset.path));
+    return ['sections', 'sections[0]', 'checks', 'checks/legal'].every((path) => groups.includes(path)) || groups.join(', ');
+  });
+  await page.getByTestId('timeline').screenshot({ path: picture('timeline') });
+
+  step('read the graph');
+  const node = (path) => page.locator(`[data-testid="graph-node"][data-path="${path}"]`);
+  const markOf = async (path) => attribute(node(path), 'data-mark');
+  await until('the graph marks the steps the run took, the gate it is parked at and what is still ahead', async () => {
+    const marks = {};
+    for (const path of ['outline', 'sections[]/section', 'checks/legal/terms', 'signoff', 'publish']) marks[path] = await markOf(path);
+    const wanted = { outline: 'taken', 'sections[]/section': 'taken', 'checks/legal/terms': 'taken', signoff: 'current', publish: 'not_taken' };
+    return JSON.stringify(marks) === JSON.stringify(wanted) || JSON.stringify(marks);
+  });
+  await until('the parked gate is labelled', async () =>
+    (await text(node('signoff').getByTestId('graph-here'))) === '◀ parked here' || 'no label');
+  await until('the edges into the gate are taken, the one out of it is not', async () => {
+    const id = async (path) => attribute(node(path), 'data-id');
+    const [gateId, publishId] = [await id('signoff'), await id('publish')];
+    const into = await attribute(page.locator(`[data-testid="graph-edge"][data-to="${gateId}"]`), 'data-taken');
+    const out = await attribute(page.locator(`[data-testid="graph-edge"][data-to="${publishId}"]`), 'data-taken');
+    return (into === 'true' && out === 'false') || `into ${into}, out ${out}`;
+  });
+  await until('the condition\'s markup is a label\'s text', async () => {
+    const titles = await page.locator('[data-testid="graph-edge"] > title').allTextContents();
+    return titles.some((title) => title.includes('"\\"><img src=x onerror=alert(1) data-injected=1>"')) || titles.join(' | ');
+  });
+  await page.getByTestId('graph').screenshot({ path: picture('graph') });
+
+  step('the run\'s markup stays text');
+  await until('the step\'s input shows the note as text', async () =>
+    (await text(stepAt('outline').locator('.json').first())).includes(JSON.stringify(MARKUP).slice(1, -1)) || 'not shown');
+  const injected = await page.evaluate(() => ({
+    marked: document.querySelectorAll('[data-injected]').length,
+    images: document.querySelectorAll('img').length,
+    scripts: document.querySelectorAll('script').length,
+    flag: document.body.dataset.injected ?? null,
+  }));
+  if (injected.marked || injected.images || injected.scripts !== 1 || injected.flag !== null) {
+    throw new Unmet(`run data was rendered as HTML: ${JSON.stringify(injected)}`);
+  }
+
   step('approve');
   await gate.getByTestId('comment').fill(COMMENT);
   await gate.getByTestId('approve').click();
@@ -155,6 +228,15 @@ try {
   await expectStep('publish', 'recipe', 'completed');
   await until('the output names the approver', async () =>
     (await text(page.getByTestId('run-output'))).includes(APPROVER) || 'no approver in the output');
+
+  await until('after the decision the graph takes the run to its end', async () => {
+    const marks = [await markOf('signoff'), await markOf('publish')];
+    const end = await attribute(page.locator('[data-testid="graph-node"][data-id="n_end"]'), 'data-mark');
+    return (marks.join() === 'taken,taken' && end === 'taken') || `${marks.join()}, end ${end}`;
+  });
+  await until('the timeline has a bar for the step after the gate too', async () => (await bars.count()) === trace.steps.length + 1 || `${await bars.count()} bars`);
+  await until('the output shows the note as text', async () =>
+    (await text(page.getByTestId('run-output'))).includes(JSON.stringify(MARKUP).slice(1, -1)) || 'not shown');
 
   step('open the gate\'s details');
   await stepAt('signoff').locator('summary').first().click();
