@@ -766,3 +766,150 @@ fn json_output_names_unreadable_paths() {
         "{output}"
     );
 }
+
+// ---------------------------------------------------------------- init
+
+/// `flowc init DIR` writes a project that passes `flowc check`, `flowc fmt
+/// --check`, `flowc test --min-coverage 100` and `flow run` with the offline
+/// provider as it stands.
+#[test]
+fn init_writes_a_project_that_checks_tests_and_runs() {
+    let dir = TempDir::new("init");
+    let run = flowc_in(dir.path(), &["init", "starter"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert!(
+        run.stdout.contains("created a flow project in starter"),
+        "{}",
+        run.all()
+    );
+    let project = dir.path().join("starter");
+    for file in [
+        "hello.flow",
+        "hello.input.json",
+        "hello.test.flow",
+        ".vscode/settings.json",
+        ".vscode/extensions.json",
+        "README.md",
+    ] {
+        assert!(project.join(file).is_file(), "no {file}");
+    }
+    let extensions = std::fs::read_to_string(project.join(".vscode/extensions.json")).unwrap();
+    let extensions: serde_json::Value = serde_json::from_str(&extensions).expect("JSON");
+    assert_eq!(extensions["recommendations"][0], "flow.flow-language");
+
+    let check = flowc_in(&project, &["check", "--deny-warnings", "."]);
+    assert_eq!(check.code, 0, "{}", check.all());
+    let fmt = flowc_in(&project, &["fmt", "--check", "."]);
+    assert_eq!(fmt.code, 0, "{}", fmt.all());
+    let test = flowc_in(&project, &["test", "--min-coverage", "100"]);
+    assert_eq!(test.code, 0, "{}", test.all());
+    assert!(
+        test.stdout.contains("2 tests: 2 passed, 0 failed"),
+        "{}",
+        test.all()
+    );
+    assert!(test.stdout.contains("3/3 branches, 100%"), "{}", test.all());
+
+    let run = std::process::Command::new(flow_tests::flow_path())
+        .args([
+            "run",
+            "hello.flow",
+            "--input",
+            "hello.input.json",
+            "--db",
+            "runs.db",
+        ])
+        .current_dir(&project)
+        .env_remove("FLOW_LLM_BASE_URL")
+        .output()
+        .expect("flow starts");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr),
+    );
+    assert!(run.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains(" completed"), "{stdout}{stderr}");
+    assert!(stderr.contains("offline provider"), "{stderr}");
+}
+
+/// `flowc init` refuses a folder that holds any of its files, naming them,
+/// and writes none of the others.
+#[test]
+fn init_writes_no_file_over_another() {
+    let dir = TempDir::new("init-refuses");
+    dir.write("hello.flow", "// mine\n");
+    dir.write("README.md", "# mine\n");
+    let run = flowc_in(dir.path(), &["init"]);
+    assert_eq!(run.code, 2, "{}", run.all());
+    assert!(run.stderr.contains("./hello.flow"), "{}", run.stderr);
+    assert!(run.stderr.contains("./README.md"), "{}", run.stderr);
+    assert!(!run.stderr.contains("hello.test.flow"), "{}", run.stderr);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("hello.flow")).unwrap(),
+        "// mine\n"
+    );
+    assert!(!dir.path().join("hello.test.flow").exists());
+    assert!(!dir.path().join(".vscode").exists());
+}
+
+// ---------------------------------------------------------------- check --watch
+
+/// `flowc check --watch` checks, then checks again when a `.flow` file is
+/// changed or added, printing a separator that names the file before the
+/// new diagnostics.
+#[test]
+fn check_watch_checks_again_after_a_change() {
+    use std::io::BufRead as _;
+    use std::sync::mpsc;
+
+    let dir = TempDir::new("watch");
+    let good = "workflow w {\n  input { x: string }\n  output { y: workflow_input.x }\n}\n";
+    dir.write("w.flow", good);
+    let mut child = std::process::Command::new(flowc_path())
+        .args(["check", "--watch", "."])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("flowc starts");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let (lines, received) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut transcript = String::new();
+    let mut wait_for = |wanted: &str| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match received.recv_timeout(left) {
+                Ok(line) => {
+                    transcript.push_str(&line);
+                    transcript.push('\n');
+                    if line.contains(wanted) {
+                        return;
+                    }
+                }
+                Err(_) => panic!("no line with {wanted:?} within 20 s; saw:\n{transcript}"),
+            }
+        }
+    };
+    wait_for("0 errors, 0 warnings in 1 file");
+    dir.write(
+        "w.flow",
+        good.replace("workflow_input.x", "workflow_input.z"),
+    );
+    wait_for("flowc check --watch: w.flow changed; checking again");
+    wait_for("error[E");
+    wait_for("1 error");
+    dir.write("v.flow", "workflow v {\n}\n");
+    wait_for("flowc check --watch: v.flow changed; checking again");
+    wait_for("in 2 files");
+    let _ = child.kill();
+    let _ = child.wait();
+}

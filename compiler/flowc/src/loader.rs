@@ -217,7 +217,7 @@ pub(crate) fn expand_paths(
     (files, problems)
 }
 
-fn walk(dir: &Path, found: &mut Vec<String>, problems: &mut Vec<PathProblem>) {
+pub(crate) fn walk(dir: &Path, found: &mut Vec<String>, problems: &mut Vec<PathProblem>) {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(error) => {

@@ -1,4 +1,4 @@
-//! `flowc`, the flow compiler's command line: check, build, diff, explain,
+//! `flowc`, the flow compiler's command line: init a project; check, build, diff, explain,
 //! format, graph and lock `.flow` workflows; its own shell completions and man pages.
 //!
 //! Exit codes are part of the interface, for CI: 0 when clean, 1 when the
@@ -55,11 +55,22 @@ enum Command {
         /// Fail (exit 1) on warnings too.
         #[arg(long)]
         deny_warnings: bool,
+        /// Check again whenever a `.flow` file or `flow.lock` under the
+        /// paths (a file's folder for a file) changes; stop with Ctrl-C.
+        #[arg(long)]
+        watch: bool,
         #[command(flatten)]
         project: ProjectArg,
         /// Files and directories to check.
         #[arg(required = true, value_name = "PATH")]
         paths: Vec<PathBuf>,
+    },
+    /// Write a starter project (a workflow, its input, its tests, editor
+    /// settings) that checks, tests and runs at once; never over a file.
+    Init {
+        /// Where (made when missing).
+        #[arg(value_name = "DIR", default_value = ".")]
+        dir: PathBuf,
     },
     /// Check a file and write its plan (JSON) for the runtime.
     Build {
@@ -223,9 +234,18 @@ fn main() -> ExitCode {
         Command::Check {
             format,
             deny_warnings,
+            watch: false,
             project,
             paths,
         } => commands::check::run(&paths, project.root.as_deref(), format, deny_warnings),
+        Command::Check {
+            format,
+            deny_warnings,
+            watch: true,
+            project,
+            paths,
+        } => commands::check::watch(&paths, project.root.as_deref(), format, deny_warnings),
+        Command::Init { dir } => commands::init::run(&dir),
         Command::Test {
             filter,
             format,

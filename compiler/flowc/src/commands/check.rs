@@ -145,3 +145,100 @@ pub(crate) fn check_all(roots: &[RootFile]) -> Vec<Result<Checked, LoadError>> {
         flow_compiler::check(&root.path, &root.loader())
     })
 }
+
+/// How often `--watch` looks at the files' modification times. Polling
+/// needs no dependency and no OS-specific watcher, and a project's `.flow`
+/// files are few: reading their metadata 3 times a second costs nothing.
+const POLL: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// `flowc check --watch`: checks, then checks again each time a `.flow`
+/// file or `flow.lock` under the watched folders is written, made or
+/// removed, until interrupted. Each check's output follows a separator
+/// naming what changed (and clears a terminal first).
+pub(crate) fn watch(
+    paths: &[PathBuf],
+    root: Option<&Path>,
+    format: Format,
+    deny_warnings: bool,
+) -> Exit {
+    let folders = watched_folders(paths, root);
+    let mut seen = stamps(&folders);
+    run(paths, root, format, deny_warnings);
+    loop {
+        std::thread::sleep(POLL);
+        let now = stamps(&folders);
+        if now == seen {
+            continue;
+        }
+        let changed: Vec<String> = now
+            .iter()
+            .filter(|(path, stamp)| seen.get(*path) != Some(*stamp))
+            .map(|(path, _)| path.display().to_string())
+            .chain(
+                seen.keys()
+                    .filter(|path| !now.contains_key(*path))
+                    .map(|path| format!("{} (removed)", path.display())),
+            )
+            .collect();
+        seen = now;
+        let mut err = std::io::stderr().lock();
+        if std::io::IsTerminal::is_terminal(&err) {
+            // Clear the screen and go home, so each check reads from the top.
+            let _ = write!(err, "\x1b[2J\x1b[H");
+        }
+        let _ = writeln!(
+            err,
+            "── flowc check --watch: {} changed; checking again ──",
+            changed.join(", ")
+        );
+        drop(err);
+        run(paths, root, format, deny_warnings);
+    }
+}
+
+/// The folders whose files `--watch` looks at: each folder named, and the
+/// project (`--root`, else the file's folder) of each file named.
+fn watched_folders(paths: &[PathBuf], root: Option<&Path>) -> Vec<PathBuf> {
+    let mut folders: Vec<PathBuf> = paths
+        .iter()
+        .map(|path| match root {
+            Some(root) => root.to_path_buf(),
+            None if path.is_dir() => path.clone(),
+            None => match path.parent() {
+                Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+                _ => PathBuf::from("."),
+            },
+        })
+        .collect();
+    folders.sort();
+    folders.dedup();
+    folders
+}
+
+/// Each `.flow` file and `flow.lock` under `folders` (hidden entries
+/// skipped, as `flowc check` skips them) with its modification time and
+/// length: a write that keeps the time within the clock's resolution
+/// usually changes the length.
+fn stamps(
+    folders: &[PathBuf],
+) -> std::collections::BTreeMap<PathBuf, (Option<std::time::SystemTime>, u64)> {
+    let mut files = Vec::new();
+    for folder in folders {
+        crate::loader::walk(folder, &mut files, &mut Vec::new());
+    }
+    let mut paths: Vec<PathBuf> = files.into_iter().map(PathBuf::from).collect();
+    let locks: Vec<PathBuf> = paths
+        .iter()
+        .filter_map(|path| path.parent())
+        .chain(folders.iter().map(PathBuf::as_path))
+        .map(|folder| folder.join(flow_compiler::lock::LOCK_FILE))
+        .collect();
+    paths.extend(locks);
+    paths
+        .into_iter()
+        .filter_map(|path| {
+            let meta = std::fs::metadata(&path).ok()?;
+            Some((path, (meta.modified().ok(), meta.len())))
+        })
+        .collect()
+}

@@ -6,5 +6,6 @@ pub(crate) mod diff;
 pub(crate) mod explain;
 pub(crate) mod fmt;
 pub(crate) mod graph;
+pub(crate) mod init;
 pub(crate) mod lock;
 pub(crate) mod test;
