@@ -9,21 +9,23 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{ACME, Flowd};
+use common::{ACME, CONFIG, Flowd};
 use flow_tests::TempDir;
+use flow_tests::fake_llm::{FakeLlm, Reply};
 use reqwest::Method;
 use serde_json::json;
 
-/// A recipe step, a loop and a parallel (for the tree's nesting) under a
-/// condition, a gate for boss@acme.io whose message holds markup (shown as
+/// A recipe step that the model answers after one rate limit (two
+/// attempts and a backoff on the timeline), a loop and a parallel (for the
+/// tree's nesting) under a condition, a gate for boss@acme.io whose message holds markup (shown as
 /// text, not run), then a step after the gate. The condition's literal and
 /// the run's input (`MARKUP`, which the output repeats) hold markup too:
 /// the graph's labels, the steps' inputs and the run's output must show it
 /// as text.
-const RELEASE: &str = r#"recipe draft { model "m" input { q: string } output { a: string } prompt "{{input.q}}" }
+const RELEASE: &str = r#"recipe draft { model "default" input { q: string } output { a: string } prompt "{{input.q}}" }
 workflow release {
   input { topics: list<string>, note: string }
-  step outline = draft { q: workflow_input.note }
+  step outline = draft { q: workflow_input.note } retry 3 backoff 400ms..500ms
   if workflow_input.note != "\"><img src=x onerror=alert(1) data-injected=1>" {
     for workflow_input.topics as sections concurrency 2 {
       step section = draft { q: loop_item }
@@ -67,12 +69,26 @@ fn transcript(output: &Output) -> String {
     )
 }
 
-#[tokio::test]
+// Two workers: the fake model answers on them while this test's thread
+// waits for the browser script.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_inspector_shows_a_parked_run_and_approves_it_in_a_browser() {
     flow_tests::require!(Playwright, Chromium);
 
+    // The model: a rate limit first (the outline's first attempt), then
+    // answers that take a little while, so that bars have some length.
+    let model = FakeLlm::start(
+        vec![Reply::Answer(429, vec![], "slow down".to_string())],
+        json!({ "a": "a draft" }),
+        std::time::Duration::from_millis(60),
+    )
+    .await;
+    let config = format!(
+        "{CONFIG}[provider]\nkind = \"openai\"\nbase_url = \"{}\"\nmodels = {{ default = \"fake\" }}\n",
+        model.url
+    );
     let dir = TempDir::new("flowd-inspector");
-    let flowd = Flowd::start(&dir);
+    let flowd = Flowd::start_with(&dir, &config);
 
     // The page and its files are served without a key, and may not run
     // inline script (the policy) or be cached past a flowd upgrade.

@@ -164,14 +164,25 @@ try {
       .evaluateAll((all) => all.map((bar) => bar.dataset.path));
     return (waiting.length === 1 && waiting[0] === 'signoff') || `waiting: ${waiting.join(', ')}`;
   });
-  await until('the other bars are active time, one segment per attempt', async () => {
-    const counts = await bars.evaluateAll((all) => all.filter((bar) => bar.dataset.kind !== 'approval')
-      .map((bar) => [bar.dataset.path, bar.querySelectorAll('[data-testid="attempt"]').length]));
-    return counts.every(([, n]) => n === 1) || JSON.stringify(counts);
+  await until('the other bars are active time, a segment per attempt, the outline\'s failed one and its backoff apart', async () => {
+    const parts = await bars.evaluateAll((all) => all.filter((bar) => bar.dataset.kind !== 'approval')
+      .map((bar) => [bar.dataset.path, ...['attempt', 'backoff'].map((part) => bar.querySelectorAll(`[data-testid="${part}"]`).length),
+        bar.querySelectorAll('.attempt.failed').length]));
+    const ok = parts.every(([path, attempts, backoffs, failed]) => (path === 'outline'
+      ? attempts === 2 && backoffs === 1 && failed === 1
+      : attempts === 1 && backoffs === 0 && failed === 0));
+    return ok || JSON.stringify(parts);
+  });
+  await until('the backoff lies between the two attempts', async () => {
+    const boxes = await page.locator('[data-testid="timeline-bar"][data-path="outline"] rect')
+      .evaluateAll((all) => all.map((rect) => [rect.dataset.testid, Number(rect.getAttribute('x')), Number(rect.getAttribute('width'))]));
+    const [first, gap, second] = boxes;
+    return (first[0] === 'attempt' && gap[0] === 'backoff' && second[0] === 'attempt'
+      && gap[1] >= first[1] + first[2] - 0.5 && second[1] >= gap[1] + gap[2] - 0.5 && gap[2] > 10) || JSON.stringify(boxes);
   });
   await until('a bar\'s hover text gives its path, status, duration and attempts', async () => {
     const title = await page.locator('[data-testid="timeline-bar"][data-path="outline"] > title').textContent({ timeout: 500 });
-    return (/^outline\nrecipe · completed · \d+ ms\n1 attempt\(s\)$/.test(title)) || title;
+    return (/^outline\nrecipe · completed · \d+(\.\d)? m?s\n2 attempt\(s\): rate_limited: .*slow down.*; ok$/.test(title)) || title;
   });
   await until('loops and parallels are bracket rows in the timeline', async () => {
     const groups = await page.getByTestId('timeline-group').evaluateAll((all) => all.map((g) => g.dataset.path));
