@@ -772,6 +772,58 @@ mod tests {
         );
     }
 
+    /// Every example's workflow lays out without overlaps, with each node
+    /// inside the picture: fallbacks, nested ifs, loops and parallels.
+    #[test]
+    fn the_examples_lay_out() {
+        let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+        let mut files = std::collections::BTreeMap::new();
+        for folder in [examples.clone(), examples.join("recipes")] {
+            for entry in std::fs::read_dir(&folder).expect("examples/ lists") {
+                let path = entry.expect("an entry").path();
+                if path.extension().is_some_and(|e| e == "flow") {
+                    let name = path.strip_prefix(&examples).unwrap().display().to_string();
+                    files.insert(name, std::fs::read_to_string(&path).unwrap());
+                }
+            }
+        }
+        let roots: Vec<String> = files
+            .keys()
+            .filter(|name| !name.contains('/') && !name.ends_with(".test.flow"))
+            .cloned()
+            .collect();
+        assert!(roots.len() >= 4, "{roots:?}");
+        let loader = crate::sources::DeployedFiles::new(files).expect("the examples load");
+        for root in roots {
+            let checked = flow_compiler::check(&root, &loader).expect("checks");
+            let plan = flow_compiler::lower::lower(&checked).expect("lowers");
+            for workflow in &plan.workflows {
+                let graph = build(&Outline::of_plan(&plan, workflow));
+                let laid = run_graph("r", &workflow.name, &graph, &[], false);
+                for node in &laid.nodes {
+                    assert!(
+                        node.x >= 0.0
+                            && node.y >= 0.0
+                            && node.x + node.width <= laid.width + 0.01
+                            && node.y + node.height <= laid.height + 0.01,
+                        "{root}: {} lies outside the picture",
+                        node.id
+                    );
+                }
+                for (i, a) in laid.nodes.iter().enumerate() {
+                    for b in &laid.nodes[i + 1..] {
+                        let apart = a.x + a.width <= b.x
+                            || b.x + b.width <= a.x
+                            || a.y + a.height <= b.y
+                            || b.y + b.height <= a.y;
+                        assert!(apart, "{root}: {} overlaps {}", a.id, b.id);
+                    }
+                }
+                assert_eq!(laid.edges.len(), graph.edges.len());
+            }
+        }
+    }
+
     #[test]
     fn loop_indices_leave_the_path() {
         assert_eq!(pattern("each[12]/p/left/a"), "each[]/p/left/a");
