@@ -790,6 +790,7 @@ fn init_writes_a_project_that_checks_tests_and_runs() {
         ".vscode/settings.json",
         ".vscode/extensions.json",
         "README.md",
+        ".gitignore",
     ] {
         assert!(project.join(file).is_file(), "no {file}");
     }
@@ -830,6 +831,8 @@ fn init_writes_a_project_that_checks_tests_and_runs() {
     assert!(run.status.success(), "{stdout}{stderr}");
     assert!(stdout.contains(" completed"), "{stdout}{stderr}");
     assert!(stderr.contains("offline provider"), "{stderr}");
+    let ignored = std::fs::read_to_string(project.join(".gitignore")).unwrap();
+    assert!(project.join("runs.db").exists() && ignored.contains("flow.db\n"));
 }
 
 /// `flowc init` refuses a folder that holds any of its files, naming them,

@@ -1,6 +1,7 @@
 //! `flowc init [DIR]`: a starter project that checks, tests and runs at
 //! once: a workflow with two recipes and a branch, its input, tests that
-//! cover every branch, editor settings and a README. The files are those of
+//! cover every branch, editor settings, a README and a `.gitignore` for the
+//! store `flow run` writes. The files are those of
 //! `compiler/flowc/starter/`, built into the binary; a test runs `flowc
 //! check`, `flowc test --min-coverage 100` and `flow run` on what it writes.
 
@@ -29,6 +30,7 @@ const FILES: &[(&str, &str)] = &[
         include_str!("../../starter/.vscode/extensions.json"),
     ),
     ("README.md", include_str!("../../starter/README.md")),
+    (".gitignore", include_str!("../../starter/.gitignore")),
 ];
 
 pub(crate) fn run(dir: &Path) -> Exit {
