@@ -287,6 +287,23 @@ flow_plan::code_table! {
     /// ```
     OptionalAccess = ("E210", "optional-access", Error, "field access on an optional value");
 
+    /// A `deliver` setting that cannot be delivered as written: an event
+    /// other than `completed`, `failed`, `cancelled` and `parked`, or one
+    /// named twice; an empty endpoint, recipient or collection; a reference
+    /// to anything but `workflow_input` and `output` (a destination is
+    /// delivered after the run, from its input and output alone); or
+    /// `output` in a destination also delivered on an event after which the
+    /// run has no output.
+    ///
+    /// ```flow
+    /// deliver on completed, failed to email ["leads"] subject "{{output.title}}" body "..."
+    /// //                                                          ^^^^^^ a failed run has no output
+    /// ```
+    ///
+    /// Unknown fields of `output` are E104, as anywhere else. flowd checks
+    /// at deploy that the account has the endpoint, people and groups named.
+    BadDestination = ("E211", "invalid-destination", Error, "the destination cannot be delivered as written");
+
     /// A step's timeout is longer than its workflow's timeout, so the workflow
     /// deadline cuts it short first. Raise the workflow timeout or lower the step's.
     StepTimeoutExceedsWorkflow = ("W301", "step-timeout-exceeds-workflow", Warning, "step timeout is above the workflow timeout");

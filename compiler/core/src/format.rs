@@ -109,6 +109,7 @@ const STATEMENT_WORDS: &[&str] = &[
     "context",
     "department",
     "durability",
+    "deliver",
     "timeout",
     "on_error",
     "retry",
@@ -314,7 +315,10 @@ fn canonical_layout<'a>(tokens: &[Token<'a>]) -> Vec<Token<'a>> {
         let spaced = match (token.text, out.last()) {
             ("[", Some(prev)) if prev.kind == Kind::Word => {
                 let before = out.len().checked_sub(2).map(|at| out[at].text);
-                STATEMENT_WORDS.contains(&prev.text) && !matches!(before, Some("." | "?."))
+                // `to email ["leads"]`: a destination's recipients.
+                let recipients = prev.text == "email" && before == Some("to");
+                (STATEMENT_WORDS.contains(&prev.text) || recipients)
+                    && !matches!(before, Some("." | "?."))
             }
             _ => token.spaced,
         };
@@ -925,6 +929,10 @@ input { ticket_id: string
         (
             "hyphenated tool names stay whole",
             "workflow w {\n  department   \"support\"\n step s = everything.get-sum{a:1,b:-2} retry 1\n step t = everything.step-2 {}\n}\n",
+        ),
+        (
+            "destinations each on a line, an email's recipients spaced",
+            "workflow w {\n  input { id: string }  deliver on completed,failed to webhook \"crm\" deliver   on completed to email[\"leads\" ,\"a@b.io\"] subject \"{{workflow_input.id}}\" body \"{{output.reply}}\"\n deliver on completed to kb \"notes\" title \"t\" content output.reply\n  output { reply: \"r\" }\n}\n",
         ),
         (
             "doc comments",

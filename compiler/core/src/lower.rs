@@ -194,6 +194,11 @@ impl Lowerer<'_> {
                 .collect(),
             department: decl.department.as_ref().map(ast::StringLit::display_text),
             on_error,
+            destinations: decl
+                .destinations
+                .iter()
+                .map(|destination| self.destination(destination))
+                .collect(),
             slots: self
                 .info
                 .steps
@@ -216,6 +221,36 @@ impl Lowerer<'_> {
                 .collect(),
             body,
             output,
+        }
+    }
+
+    fn destination(&mut self, destination: &ast::Destination) -> plan::Destination {
+        let target = match &destination.target {
+            ast::DestinationTarget::Webhook { endpoint } => plan::DestinationTarget::Webhook {
+                endpoint: endpoint.display_text(),
+            },
+            ast::DestinationTarget::Email { to, subject, body } => plan::DestinationTarget::Email {
+                to: to.iter().map(ast::StringLit::display_text).collect(),
+                subject: self.template(subject, false),
+                body: self.template(body, false),
+            },
+            ast::DestinationTarget::Kb {
+                collection,
+                title,
+                content,
+            } => plan::DestinationTarget::Kb {
+                collection: collection.display_text(),
+                title: self.template(title, false),
+                content: self.expr(content, false),
+            },
+        };
+        plan::Destination {
+            events: destination
+                .events
+                .iter()
+                .filter_map(|event| plan::RunEvent::parse(&event.text))
+                .collect(),
+            target,
         }
     }
 
@@ -477,6 +512,7 @@ impl Lowerer<'_> {
                     _ => (plan::Root::LoopItem(level), 2),
                 }
             }
+            "output" => (plan::Root::Output, 0),
             _ => (plan::Root::Error, 0),
         };
         plan::Ref {

@@ -134,11 +134,108 @@ pub struct Workflow {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub department: Option<String>,
     pub on_error: OnError,
+    /// Where the run's result goes when it reaches an event, delivered
+    /// after the run has its status (never before its answer). Absent in
+    /// plans that declare none, so their JSON (and hash) is what it was
+    /// before destinations existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub destinations: Vec<Destination>,
     /// The slot table: `slots[i]` describes the step whose output is slot `i`.
     pub slots: Vec<Slot>,
     pub body: Vec<Node>,
     /// The run's output, evaluated after the last step.
     pub output: Vec<Field>,
+}
+
+/// `deliver on EVENTS to TARGET`: what receives a run's result when its
+/// status becomes one of `events`. Its references read the workflow's input
+/// (`Root::Input`, `Root::InputField`) and output (`Root::Output`) only.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Destination {
+    pub events: Vec<RunEvent>,
+    pub target: DestinationTarget,
+}
+
+/// A change of a run's status that destinations and webhooks are told of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunEvent {
+    Completed,
+    Failed,
+    Cancelled,
+    Parked,
+}
+
+impl RunEvent {
+    pub const ALL: [RunEvent; 4] = [
+        RunEvent::Completed,
+        RunEvent::Failed,
+        RunEvent::Cancelled,
+        RunEvent::Parked,
+    ];
+
+    /// Its name, as written after `deliver on` and kept in the outbox.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunEvent::Completed => "completed",
+            RunEvent::Failed => "failed",
+            RunEvent::Cancelled => "cancelled",
+            RunEvent::Parked => "parked",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<RunEvent> {
+        RunEvent::ALL
+            .into_iter()
+            .find(|event| event.as_str() == text)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum DestinationTarget {
+    /// An endpoint of the run's account, by the name flowd's configuration
+    /// gives it; posted and signed as the account's webhooks are.
+    Webhook { endpoint: String },
+    /// The account's people (by address) or approver groups (by name).
+    Email {
+        to: Vec<String>,
+        subject: Template,
+        body: Template,
+    },
+    /// A knowledge-base document, a new version for each delivery to the
+    /// same title, as `kb_write` writes.
+    Kb {
+        collection: String,
+        title: Template,
+        content: Expr,
+    },
+}
+
+impl DestinationTarget {
+    /// Its kind's name, in metrics and traces.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            DestinationTarget::Webhook { .. } => "webhook",
+            DestinationTarget::Email { .. } => "email",
+            DestinationTarget::Kb { .. } => "kb",
+        }
+    }
+
+    /// Calls `visit` on every reference delivering it evaluates.
+    pub fn each_ref<'a>(&'a self, visit: &mut impl FnMut(&'a Ref)) {
+        match self {
+            DestinationTarget::Webhook { .. } => {}
+            DestinationTarget::Email { subject, body, .. } => {
+                subject.each_ref(visit);
+                body.each_ref(visit);
+            }
+            DestinationTarget::Kb { title, content, .. } => {
+                title.each_ref(visit);
+                content.each_ref(visit);
+            }
+        }
+    }
 }
 
 /// One entry of a workflow's slot table.
@@ -547,6 +644,8 @@ pub enum Root {
     Error,
     /// A recipe's input field in its prompt, by index into `Recipe::input_fields`.
     RecipeInput(u32),
+    /// The run's output, in a destination delivered on `completed` only.
+    Output,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -775,6 +874,7 @@ mod tests {
                 durability: Durability::Full,
                 context: vec![],
                 department: None,
+                destinations: vec![],
                 on_error: OnError::Fail,
                 slots: vec![],
                 body: vec![],

@@ -82,6 +82,12 @@ pub const MAX_KB_ID_BYTES: usize = 1_024;
 /// of its URL, and of the plan's source path: `PATH_MAX` on Linux.
 pub const MAX_SETTING_BYTES: usize = 4_096;
 
+/// Destinations of one workflow, and recipients of one email destination:
+/// each is an outbox delivery per run event, so a workflow that needs more
+/// wants a webhook that fans out.
+pub const MAX_DESTINATIONS: usize = 100;
+pub const MAX_RECIPIENTS: usize = 100;
+
 /// Arguments and environment variables of one MCP server.
 pub const MAX_MCP_ARGS: usize = 1_000;
 

@@ -21,8 +21,9 @@ use serde_json::{Map, Value};
 
 use crate::limits::*;
 use crate::{
-    Action, DURATION_PATTERN, Expr, FORMAT_VERSION, Field, McpServer, McpTransport, Node, OnError,
-    PathSegment, Plan, Recipe, Ref, Root, Step, StepKind, Template, TemplatePart, Workflow, cut,
+    Action, DURATION_PATTERN, DestinationTarget, Expr, FORMAT_VERSION, Field, McpServer,
+    McpTransport, Node, OnError, PathSegment, Plan, Recipe, Ref, Root, RunEvent, Step, StepKind,
+    Template, TemplatePart, Workflow, cut,
 };
 
 /// One way a plan differs from what the compiler writes.
@@ -137,6 +138,9 @@ enum Refs {
     },
     /// In a recipe's prompt: that recipe's inputs only.
     Prompt { inputs: usize },
+    /// In a destination: the workflow's input fields, and its output when
+    /// the destination is delivered on `completed` alone.
+    Destination { inputs: usize, output: bool },
 }
 
 /// The slot table of the workflow being walked: which slots a node has
@@ -450,6 +454,7 @@ impl<'p> Validator<'p> {
             scope: top,
         };
         self.at(Seg::Key("output"), |v| v.fields(&workflow.output, refs, 0));
+        self.destinations(workflow);
         if self.stopped {
             return;
         }
@@ -467,6 +472,95 @@ impl<'p> Validator<'p> {
                 }
             }
         });
+    }
+
+    /// A workflow's destinations: events known and each once, names within
+    /// bounds, references to the input and (on `completed` only) the output.
+    fn destinations(&mut self, workflow: &'p Workflow) {
+        let destinations = &workflow.destinations;
+        if destinations.len() > MAX_DESTINATIONS {
+            self.problem_at("destinations", || {
+                format!(
+                    "{} destinations; a workflow has at most {MAX_DESTINATIONS}",
+                    destinations.len()
+                )
+            });
+            return;
+        }
+        self.at(Seg::Key("destinations"), |v| {
+            for (index, destination) in destinations.iter().enumerate() {
+                v.at(Seg::Index(index), |v| {
+                    let events = &destination.events;
+                    let unique: HashSet<_> = events.iter().collect();
+                    if events.is_empty() || unique.len() != events.len() {
+                        v.problem_at("events", || {
+                            "a destination names each of its events once, and at least one"
+                                .to_string()
+                        });
+                    }
+                    let refs = Refs::Destination {
+                        inputs: workflow.input_fields.len(),
+                        output: events.iter().all(|e| *e == RunEvent::Completed),
+                    };
+                    v.at(Seg::Key("target"), |v| {
+                        v.destination(&destination.target, refs)
+                    });
+                });
+            }
+        });
+    }
+
+    fn destination(&mut self, target: &'p DestinationTarget, refs: Refs) {
+        let name = |v: &mut Self, key: &'static str, name: &str, what: &str| {
+            v.at(Seg::Key(key), |v| {
+                if name.trim().is_empty() {
+                    v.problem(|| format!("{what} is empty"));
+                }
+                v.text(name, MAX_NAME_BYTES, what);
+            });
+        };
+        match target {
+            DestinationTarget::Webhook { endpoint } => {
+                name(self, "endpoint", endpoint, "a webhook endpoint's name");
+            }
+            DestinationTarget::Email { to, subject, body } => {
+                if to.is_empty() || to.len() > MAX_RECIPIENTS {
+                    self.problem_at("to", || {
+                        format!(
+                            "{} recipients; an email destination has 1 to {MAX_RECIPIENTS}",
+                            to.len()
+                        )
+                    });
+                } else {
+                    self.at(Seg::Key("to"), |v| {
+                        for (index, recipient) in to.iter().enumerate() {
+                            v.at(Seg::Index(index), |v| {
+                                if recipient.trim().is_empty() {
+                                    v.problem(|| "an email recipient is empty".to_string());
+                                }
+                                v.text(recipient, MAX_NAME_BYTES, "an email recipient");
+                            });
+                        }
+                    });
+                }
+                self.at(Seg::Key("subject"), |v| v.template(subject, refs));
+                self.at(Seg::Key("body"), |v| v.template(body, refs));
+            }
+            DestinationTarget::Kb {
+                collection,
+                title,
+                content,
+            } => {
+                self.at(Seg::Key("collection"), |v| {
+                    if collection.trim().is_empty() {
+                        v.problem(|| "a knowledge-base collection is empty".to_string());
+                    }
+                    v.text(collection, MAX_KB_ID_BYTES, "a knowledge-base collection");
+                });
+                self.at(Seg::Key("title"), |v| v.template(title, refs));
+                self.at(Seg::Key("content"), |v| v.expr(content, refs, 0));
+            }
+        }
     }
 
     fn block(&mut self, nodes: &'p [Node], slots: &mut Slots<'p>, scope: Scope) {
@@ -888,6 +982,29 @@ impl<'p> Validator<'p> {
                 slots,
                 scope,
             } => (inputs, slots, scope),
+            Refs::Destination { inputs, output } => {
+                match root {
+                    Root::Input => {}
+                    Root::InputField(index) if (index as usize) < inputs => {}
+                    Root::InputField(index) => self.problem_at("index", || {
+                        format!(
+                            "input field {index} is past the end of the workflow's {inputs} fields"
+                        )
+                    }),
+                    Root::Output if output => {}
+                    Root::Output => self.problem(|| {
+                        "the output in a destination delivered on other events than `completed`"
+                            .to_string()
+                    }),
+                    _ => self.problem(|| {
+                        format!(
+                            "a destination reads the workflow's input and output only, not {}",
+                            root_name(root)
+                        )
+                    }),
+                }
+                return;
+            }
             Refs::Prompt { inputs } => {
                 match root {
                     Root::RecipeInput(index) if (index as usize) < inputs => {}
@@ -936,6 +1053,9 @@ impl<'p> Validator<'p> {
             }
             Root::RecipeInput(_) => {
                 self.problem(|| "a recipe input outside a recipe's prompt".to_string())
+            }
+            Root::Output => {
+                self.problem(|| "the workflow's output outside a destination".to_string())
             }
         }
     }
@@ -1346,6 +1466,7 @@ fn root_name(root: Root) -> &'static str {
         Root::LoopIndex(_) => "a loop index",
         Root::Error => "`error`",
         Root::RecipeInput(_) => "a recipe input",
+        Root::Output => "the workflow's output",
     }
 }
 
@@ -1625,6 +1746,55 @@ mod tests {
         let string = json!({ "type": "string" });
         let null_type = json!({ "type": "null" });
         let cases: Vec<Case> = vec![
+            // Destinations.
+            (
+                "a destination's event named twice",
+                vec![(
+                    format!("{w}/destinations"),
+                    json!([{ "events": ["failed", "failed"], "target": { "kind": "webhook", "endpoint": "crm" } }]),
+                )],
+                format!("{w}/destinations/0/events"),
+                "names each of its events once",
+            ),
+            (
+                "a destination's empty endpoint",
+                vec![(
+                    format!("{w}/destinations"),
+                    json!([{ "events": ["completed"], "target": { "kind": "webhook", "endpoint": " " } }]),
+                )],
+                format!("{w}/destinations/0/target/endpoint"),
+                "a webhook endpoint's name is empty",
+            ),
+            (
+                "the output in a destination on failure",
+                vec![(
+                    format!("{w}/destinations"),
+                    json!([{ "events": ["failed"], "target": { "kind": "kb", "collection": "c",
+                        "title": { "parts": [] }, "content": { "expr": "ref", "value": { "root": { "root": "output" } } } } }]),
+                )],
+                format!("{w}/destinations/0/target/content/value/root"),
+                "other events than `completed`",
+            ),
+            (
+                "a step in a destination",
+                vec![(
+                    format!("{w}/destinations"),
+                    json!([{ "events": ["completed"], "target": { "kind": "email", "to": ["a"],
+                        "subject": { "parts": [{ "ref": { "root": { "root": "step", "index": 0 } } }] },
+                        "body": { "parts": [] } } }]),
+                )],
+                format!("{w}/destinations/0/target/subject/parts/0/ref/root"),
+                "input and output only, not a step",
+            ),
+            (
+                "the output outside a destination",
+                vec![(
+                    out.to_string(),
+                    json!({ "expr": "ref", "value": { "root": { "root": "output" } } }),
+                )],
+                format!("{out}/value/root"),
+                "the workflow's output outside a destination",
+            ),
             // Indices and references.
             (
                 "a recipe index past the end",

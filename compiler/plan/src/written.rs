@@ -105,6 +105,7 @@ pub fn reference_text(workflow: &Workflow, reference: &Ref) -> String {
         Root::LoopIndex(level) => format!("loop_index@{level}"),
         Root::Error => "error".to_string(),
         Root::RecipeInput(field) => format!("input#{field}"),
+        Root::Output => "output".to_string(),
     };
     for segment in &reference.path {
         match segment {

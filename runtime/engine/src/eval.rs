@@ -34,6 +34,8 @@ pub struct Env<'a> {
     pub error: Option<&'a Value>,
     /// A recipe's input values, in its prompt.
     pub recipe_input: Option<(&'a [String], &'a Map<String, Value>)>,
+    /// The run's output, in a destination delivered once it completed.
+    pub output: Option<&'a Value>,
 }
 
 impl Env<'_> {
@@ -160,6 +162,10 @@ impl Env<'_> {
                 Some(error) => error.clone(),
                 None => return absent("no error is in scope".to_string()),
             },
+            Root::Output => match self.output {
+                Some(output) => return walk(output, &reference.path, reference.optional),
+                None => return absent("the run has no output".to_string()),
+            },
             Root::RecipeInput(index) => {
                 let Some((fields, values)) = self.recipe_input else {
                     return Err(EvalError("a recipe input outside a prompt".to_string()));
@@ -267,6 +273,7 @@ mod tests {
             loops: &[],
             error: None,
             recipe_input: None,
+            output: None,
         };
         let template = Template {
             parts: vec![
@@ -314,6 +321,7 @@ mod tests {
             loops: &[],
             error: None,
             recipe_input: None,
+            output: None,
         };
         let template = Template {
             parts: vec![TemplatePart::Ref(reference(

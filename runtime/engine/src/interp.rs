@@ -257,6 +257,7 @@ impl<'p> Interpreter<'p> {
             loops: &ctx.loops,
             error: ctx.error.as_deref(),
             recipe_input,
+            output: None,
         }
     }
 

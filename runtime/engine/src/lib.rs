@@ -15,6 +15,7 @@
 
 pub mod approval;
 mod bounded;
+pub mod destination;
 pub mod error;
 pub mod eval;
 pub mod interp;

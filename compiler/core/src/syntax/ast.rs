@@ -143,9 +143,39 @@ pub struct Workflow {
     pub department: Option<StringLit>,
     pub durability: Option<Name>,
     pub on_error: Option<ErrorPolicy>,
+    /// Where the run's result goes when it reaches an event, in the order
+    /// written (`deliver on ... to ...`).
+    pub destinations: Vec<Destination>,
     pub body: Vec<Stmt>,
     pub output: Option<RecordLit>,
     pub span: Span,
+}
+
+/// `deliver on completed, failed to webhook "crm"`: the run events (checked
+/// to be known by the checker) and what receives the result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Destination {
+    pub events: Vec<Name>,
+    pub target: DestinationTarget,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum DestinationTarget {
+    /// An endpoint of the account's, by name, configured in flowd.
+    Webhook { endpoint: StringLit },
+    /// The account's people or approver groups, by address or group name.
+    Email {
+        to: Vec<StringLit>,
+        subject: StringLit,
+        body: StringLit,
+    },
+    /// A document of a knowledge-base collection, versioned by title.
+    Kb {
+        collection: StringLit,
+        title: StringLit,
+        content: Expr,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]

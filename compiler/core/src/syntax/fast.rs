@@ -495,6 +495,7 @@ impl<'s> Fast<'s> {
             department: None,
             durability: None,
             on_error: None,
+            destinations: Vec::new(),
             body: Vec::new(),
             output: None,
             span: Span::default(),
@@ -505,6 +506,7 @@ impl<'s> Fast<'s> {
             let mark = self.pos;
             let (saved_end, saved_trailing) = (self.token_end, self.trailing_end);
             self.docs()?;
+            let setting_start = self.pos;
             let setting = self.keyword(super::WORKFLOW_SETTINGS)?;
             let Some(setting) = setting else {
                 self.pos = mark;
@@ -534,6 +536,10 @@ impl<'s> Fast<'s> {
                     let mode = self.name()?;
                     once(&mut workflow.durability, mode)?;
                 }
+                "deliver" => {
+                    let destination = self.destination(setting_start)?;
+                    workflow.destinations.push(destination);
+                }
                 _ => {
                     let policy = self.error_policy()?;
                     once(&mut workflow.on_error, policy)?;
@@ -548,6 +554,61 @@ impl<'s> Fast<'s> {
         self.punct("}")?;
         workflow.span = Span::new(start, self.token_end);
         Some(workflow)
+    }
+
+    /// The rest of `deliver on EVENTS to TARGET`, `deliver` read.
+    fn destination(&mut self, start: usize) -> P<Destination> {
+        self.expect_keyword("on")?;
+        let mut events = vec![self.name()?];
+        while self.eat(",")? {
+            events.push(self.name()?);
+        }
+        self.expect_keyword("to")?;
+        let kind = self.keyword(&["webhook", "email", "kb"])?;
+        self.advance(kind?.len())?;
+        let (target, end) = match kind? {
+            "webhook" => {
+                let endpoint = self.string()?;
+                (DestinationTarget::Webhook { endpoint }, self.token_end)
+            }
+            "email" => {
+                self.punct("[")?;
+                let mut to = vec![self.string()?];
+                while self.eat(",")? {
+                    if self.at("]") {
+                        break;
+                    }
+                    to.push(self.string()?);
+                }
+                self.punct("]")?;
+                self.expect_keyword("subject")?;
+                let subject = self.string()?;
+                self.expect_keyword("body")?;
+                let body = self.string()?;
+                (
+                    DestinationTarget::Email { to, subject, body },
+                    self.token_end,
+                )
+            }
+            _ => {
+                let collection = self.string()?;
+                self.expect_keyword("title")?;
+                let title = self.string()?;
+                self.expect_keyword("content")?;
+                let (content, end) = self.expr()?;
+                let target = DestinationTarget::Kb {
+                    collection,
+                    title,
+                    content,
+                };
+                (target, end)
+            }
+        };
+        Some(Destination {
+            events,
+            target,
+            span: Span::new(start, end),
+        })
     }
 
     // ------------------------------------------------------------ statements

@@ -30,5 +30,6 @@ pub(crate) const WORKFLOW_SETTINGS: &[&str] = &[
     "department",
     "durability",
     "on_error",
+    "deliver",
 ];
 pub use parse::parse;

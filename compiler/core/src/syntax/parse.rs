@@ -1283,6 +1283,7 @@ impl<'s> Parser<'s> {
             department: None,
             durability: None,
             on_error: None,
+            destinations: Vec::new(),
             body: Vec::new(),
             output: None,
             span,
@@ -1323,6 +1324,10 @@ impl<'s> Parser<'s> {
                             let policy = self.error_policy(first_child(setting));
                             self.once(&mut workflow.on_error, policy, setting_span, "on_error");
                         }
+                        Rule::deliver_setting => {
+                            let destination = self.destination(setting);
+                            workflow.destinations.push(destination);
+                        }
                         _ => {}
                     }
                 }
@@ -1348,6 +1353,51 @@ impl<'s> Parser<'s> {
             }
         }
         workflow
+    }
+
+    /// `deliver on EVENTS to TARGET`.
+    fn destination(&mut self, pair: Pair<'_, Rule>) -> Destination {
+        let span = span_of(&pair);
+        let mut events = Vec::new();
+        let mut target = None;
+        for part in pair.into_inner() {
+            match part.as_rule() {
+                Rule::ident => events.push(name(part)),
+                Rule::deliver_webhook => {
+                    target = Some(DestinationTarget::Webhook {
+                        endpoint: self.string(first_child(part)),
+                    });
+                }
+                Rule::deliver_email => {
+                    let mut strings: Vec<StringLit> =
+                        part.into_inner().map(|s| self.string(s)).collect();
+                    let body = strings.pop().expect("an email's body");
+                    let subject = strings.pop().expect("an email's subject");
+                    target = Some(DestinationTarget::Email {
+                        to: strings,
+                        subject,
+                        body,
+                    });
+                }
+                Rule::deliver_kb => {
+                    let mut inner = part.into_inner();
+                    let collection = self.string(inner.next().expect("a collection"));
+                    let title = self.string(inner.next().expect("a title"));
+                    let content = self.expr(inner.next().expect("a content"));
+                    target = Some(DestinationTarget::Kb {
+                        collection,
+                        title,
+                        content,
+                    });
+                }
+                _ => {}
+            }
+        }
+        Destination {
+            events,
+            target: target.expect("the grammar requires a target"),
+            span,
+        }
     }
 
     // ------------------------------------------------------------ statements
@@ -2246,6 +2296,8 @@ fn rule_word(rule: Rule) -> Option<&'static str> {
         Rule::kw_ran => "`ran`",
         Rule::kw_attempts => "`attempts`",
         Rule::kw_recipe => "`recipe`",
+        Rule::kw_on => "`on`",
+        Rule::kw_to => "`to`",
         _ => return None,
     })
 }
