@@ -12,7 +12,8 @@
 //! runtime, flowd and the CLI use (`flow_runtime::interp`, `::journal`, ...).
 
 pub use flow_engine::{
-    approval, error, eval, interp, journal, kb, memory, offline, schema, scope, services, time,
+    approval, destination, error, eval, interp, journal, kb, memory, offline, schema, scope,
+    services, time,
 };
 
 pub mod anthropic;

@@ -374,6 +374,73 @@ async fn append_history(
     Ok(())
 }
 
+/// Creates or updates `write`'s document of `account` in `tx`, unless its
+/// idempotency key wrote one before (then that write's result); its id and
+/// version.
+async fn write_document(
+    tx: &deadpool_postgres::Transaction<'_>,
+    account: &str,
+    write: &KbWrite,
+) -> Result<Value, StoreError> {
+    if let Some(key) = &write.key {
+        // Taking the key first makes a concurrent write with the same key
+        // wait for this one, then find its result.
+        let taken = tx
+            .execute(
+                "INSERT INTO kb_keys (account, key) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                &[&account, key],
+            )
+            .await?;
+        if taken == 0 {
+            let first: Option<String> = tx
+                .query_one(
+                    "SELECT result FROM kb_keys WHERE account = $1 AND key = $2",
+                    &[&account, key],
+                )
+                .await?
+                .get(0);
+            let first = first.ok_or_else(|| {
+                StoreError::Damaged(format!("KB write key `{key}` has no result stored"))
+            })?;
+            return serde_json::from_str(&first).map_err(|e| StoreError::Damaged(e.to_string()));
+        }
+    }
+    let metadata = write.metadata.as_ref().map(Value::to_string);
+    let version: i32 = tx
+        .query_one(
+            "INSERT INTO kb_documents
+                 (account, collection, title, version, content, metadata, department)
+             VALUES ($1, $2, $3, 1, $4, $5, $6)
+             ON CONFLICT (account, collection, title) DO UPDATE
+                 SET version = kb_documents.version + 1, content = excluded.content,
+                     metadata = excluded.metadata,
+                     department = COALESCE(excluded.department, kb_documents.department)
+             RETURNING version",
+            &[
+                &account,
+                &write.collection,
+                &write.title,
+                &write.content,
+                &metadata,
+                &write.department,
+            ],
+        )
+        .await?
+        .get(0);
+    let result = json!({
+        "id": format!("{}/{}", write.collection, write.title),
+        "version": version,
+    });
+    if let Some(key) = &write.key {
+        tx.execute(
+            "UPDATE kb_keys SET result = $3 WHERE account = $1 AND key = $2",
+            &[&account, key, &result.to_string()],
+        )
+        .await?;
+    }
+    Ok(result)
+}
+
 /// Takes this store's `schema=NAME`, and the TLS parameters tokio-postgres
 /// lacks (`sslmode=verify-ca|verify-full`, `sslrootcert`), out of a URL's
 /// query: the rest is for tokio-postgres, which refuses parameters it does
@@ -1008,6 +1075,10 @@ impl EventStore for PostgresStore {
         next: EventNext,
     ) -> StoreFuture<'a, ()> {
         Box::pin(self.event_attempted(id, reached, next))
+    }
+
+    fn note_delivery<'a>(&'a self, run_id: &'a str, change: &'a RunChange) -> StoreFuture<'a, ()> {
+        Box::pin(PostgresStore::note_delivery(self, run_id, change))
     }
 }
 
@@ -1852,6 +1923,14 @@ impl NotificationStore for PostgresStore {
 }
 
 impl KbStore for PostgresStore {
+    fn write_document<'a>(
+        &'a self,
+        account: &'a str,
+        write: &'a KbWrite,
+    ) -> StoreFuture<'a, Value> {
+        Box::pin(self.account_document(account, write))
+    }
+
     fn kb_documents<'a>(
         &'a self,
         account: &'a str,
@@ -2051,65 +2130,26 @@ impl PostgresStore {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         self.fence(&tx, run).await?;
-        if let Some(key) = &write.key {
-            // Taking the key first makes a concurrent write with the same key
-            // wait for this one, then find its result.
-            let taken = tx
-                .execute(
-                    "INSERT INTO kb_keys (account, key) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-                    &[&run.account, key],
-                )
-                .await?;
-            if taken == 0 {
-                let first: Option<String> = tx
-                    .query_one(
-                        "SELECT result FROM kb_keys WHERE account = $1 AND key = $2",
-                        &[&run.account, key],
-                    )
-                    .await?
-                    .get(0);
-                let first = first.ok_or_else(|| {
-                    StoreError::Damaged(format!("KB write key `{key}` has no result stored"))
-                })?;
-                return serde_json::from_str(&first)
-                    .map_err(|e| StoreError::Damaged(e.to_string()));
-            }
-        }
-        let metadata = write.metadata.as_ref().map(Value::to_string);
-        let version: i32 = tx
-            .query_one(
-                "INSERT INTO kb_documents
-                     (account, collection, title, version, content, metadata, department)
-                 VALUES ($1, $2, $3, 1, $4, $5, $6)
-                 ON CONFLICT (account, collection, title) DO UPDATE
-                     SET version = kb_documents.version + 1, content = excluded.content,
-                         metadata = excluded.metadata,
-                         department = COALESCE(excluded.department, kb_documents.department)
-                 RETURNING version",
-                &[
-                    &run.account,
-                    &write.collection,
-                    &write.title,
-                    &write.content,
-                    &metadata,
-                    &write.department,
-                ],
-            )
-            .await?
-            .get(0);
-        let result = json!({
-            "id": format!("{}/{}", write.collection, write.title),
-            "version": version,
-        });
-        if let Some(key) = &write.key {
-            tx.execute(
-                "UPDATE kb_keys SET result = $3 WHERE account = $1 AND key = $2",
-                &[&run.account, key, &result.to_string()],
-            )
-            .await?;
-        }
+        let result = write_document(&tx, &run.account, write).await?;
         tx.commit().await?;
         Ok(result)
+    }
+
+    /// A document written outside any run (a destination's), so unfenced.
+    async fn account_document(&self, account: &str, write: &KbWrite) -> Result<Value, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let result = write_document(&tx, account, write).await?;
+        tx.commit().await?;
+        Ok(result)
+    }
+
+    async fn note_delivery(&self, run_id: &str, change: &RunChange) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        append_history(&tx, run_id, change).await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     async fn handoff(&self, run: &RunHandle, handoff: &Handoff) -> Result<(), StoreError> {

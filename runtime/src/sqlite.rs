@@ -1321,6 +1321,21 @@ impl SqliteStore {
 }
 
 impl SqliteStore {
+    /// Hands `write`'s document of `account` to the writer thread, which
+    /// commits it with the journal's records.
+    fn queue_document(&self, account: &str, write: &KbWrite) -> StoreFuture<'static, Value> {
+        let (reply, answer) = oneshot::channel();
+        let queued = lock(&self.queue).send(Write::Document {
+            account: account.to_string(),
+            write: Box::new(write.clone()),
+            reply,
+        });
+        Box::pin(async move {
+            queued.map_err(|_| StoreError::WriterStopped)?;
+            answer.await.map_err(|_| StoreError::WriterStopped)?
+        })
+    }
+
     pub fn keep_events_of(&self, accounts: &[String]) -> Result<(), StoreError> {
         let conn = lock(&self.conn);
         in_immediate(&conn, || {
@@ -1445,6 +1460,13 @@ impl EventStore for SqliteStore {
         next: EventNext,
     ) -> StoreFuture<'a, ()> {
         ready(self.event_attempted(id, reached, next))
+    }
+
+    fn note_delivery<'a>(&'a self, run_id: &'a str, change: &'a RunChange) -> StoreFuture<'a, ()> {
+        let conn = lock(&self.conn);
+        ready(in_immediate(&conn, || {
+            append_history(&conn, run_id, change)
+        }))
     }
 }
 
@@ -1654,6 +1676,14 @@ impl NotificationStore for SqliteStore {
 }
 
 impl KbStore for SqliteStore {
+    fn write_document<'a>(
+        &'a self,
+        account: &'a str,
+        write: &'a KbWrite,
+    ) -> StoreFuture<'a, Value> {
+        self.queue_document(account, write)
+    }
+
     fn kb_documents<'a>(
         &'a self,
         account: &'a str,
@@ -2036,16 +2066,7 @@ impl JournalBackend for SqliteStore {
     }
 
     fn kb_write<'a>(&'a self, run: &'a RunHandle, write: &'a KbWrite) -> StoreFuture<'a, Value> {
-        let (reply, answer) = oneshot::channel();
-        let queued = lock(&self.queue).send(Write::Document {
-            account: run.account.clone(),
-            write: Box::new(write.clone()),
-            reply,
-        });
-        Box::pin(async move {
-            queued.map_err(|_| StoreError::WriterStopped)?;
-            answer.await.map_err(|_| StoreError::WriterStopped)?
-        })
+        self.queue_document(&run.account, write)
     }
 
     fn kb_context<'a>(

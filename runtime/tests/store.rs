@@ -101,6 +101,7 @@ on_each_store!(
     // NotificationStore, and a journal's handoffs
     // EventStore
     run_events_are_kept_with_each_status_change_and_handed_out_once,
+    a_destinations_delivery_writes_its_document_once_and_is_in_the_history,
     kb_documents_keys_and_notifications_belong_to_the_run_account,
     // KbStore, and a journal's KB writes and context
     kb_writes_version_documents_and_keys_make_retries_no_ops,
@@ -1099,6 +1100,58 @@ async fn a_cancelled_run_records_nothing_more(backend: Backend) {
 /// reports, for the accounts asked for only; handed to one deliverer at a
 /// time; kept with the endpoints it reached until done; and deleted with
 /// its run.
+/// A destination's KB document is written outside any run's journal, once
+/// per delivery id (its key), whoever owns the run; each attempt is added
+/// to the run's history, after its redrives and moves.
+async fn a_destinations_delivery_writes_its_document_once_and_is_in_the_history(backend: Backend) {
+    let store = backend.open().await;
+    let plan = plan(TWO_STEPS);
+    store.put_plan(&plan).await.unwrap();
+    store
+        .create_run("d1", "acme", "w", &plan.hash, &json!({}), None)
+        .await
+        .unwrap();
+    let write = kb_write("summary", Some("dlv_d1_0_completed"));
+    let first = store.write_document("acme", &write).await.unwrap();
+    assert_eq!(first, json!({ "id": "notes/T", "version": 1 }));
+    let again = store
+        .write_document("acme", &kb_write("other", Some("dlv_d1_0_completed")))
+        .await;
+    assert_eq!(again.unwrap(), first, "one delivery id, one version");
+    let document = store
+        .kb_document("acme", "notes", "T")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(document.content, "summary");
+    assert!(
+        store
+            .kb_document("globex", "notes", "T")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let attempt = |result: &str, error: Option<&str>| RunChange::Delivery {
+        at_ms: 1,
+        id: "dlv_d1_0_completed".into(),
+        destination: 0,
+        to: "kb".into(),
+        event: "completed".into(),
+        result: result.into(),
+        error: error.map(str::to_string),
+    };
+    let failed = attempt("failed", Some("the store did not answer"));
+    store.note_delivery("d1", &failed).await.unwrap();
+    store
+        .note_delivery("d1", &attempt("delivered", None))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.run_history("d1").await.unwrap(),
+        vec![failed, attempt("delivered", None)]
+    );
+}
+
 async fn run_events_are_kept_with_each_status_change_and_handed_out_once(backend: Backend) {
     let store = backend.open().await;
     let plan = plan(TWO_STEPS);

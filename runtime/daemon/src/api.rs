@@ -10,7 +10,7 @@ use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use flow_plan::{Plan, PlanProblems};
+use flow_plan::{DestinationTarget, Plan, PlanProblems};
 use flow_runtime::approval::Decision;
 use flow_runtime::journal::{Outcome, StepRecord};
 use flow_runtime::runner::{self, RunRecord};
@@ -277,7 +277,7 @@ struct DeployPlan {
     post, path = "/v1/workflows", tag = "workflows", request_body = Deploy,
     responses(
         (status = 201, description = "Deployed", body = Deployed),
-        (status = 422, description = "The source does not check (`does_not_check`); the plan is not one `flowc build` could have written, or is past flowd's bounds (`invalid_plan`, with `problems` and `more_problems`); a workflow names a department the account does not have (`unknown_department`); the plan names an MCP server or tool the operator does not offer this account (`mcp_server_not_allowed`, `mcp_tool_not_allowed`; every one in `refusals`); or the account keeps as many deployed versions as its quota (`quota_exceeded`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 422, description = "The source does not check (`does_not_check`); the plan is not one `flowc build` could have written, or is past flowd's bounds (`invalid_plan`, with `problems` and `more_problems`); a workflow names a department the account does not have (`unknown_department`), or a webhook endpoint or person its destinations deliver to that the account does not have (`unknown_destination`, every one named); the plan names an MCP server or tool the operator does not offer this account (`mcp_server_not_allowed`, `mcp_tool_not_allowed`; every one in `refusals`); or the account keeps as many deployed versions as its quota (`quota_exceeded`)", body = ProblemDoc, content_type = "application/problem+json"),
         (status = 429, description = "The account's data takes its quota of the store, `stored_bytes` (`quota_exceeded`)", body = ProblemDoc, content_type = "application/problem+json"),
     )
 )]
@@ -361,6 +361,7 @@ pub(crate) async fn deploy(
             ));
         }
     }
+    destinations_known(&daemon, &account, &plan)?;
     mcp_allowed(&daemon, &account, &plan)?;
     let kept = daemon.deployments(&account).await.map_err(store_problem)?;
     let quota = daemon.config.quotas(&account).deployments;
@@ -1354,6 +1355,48 @@ pub(crate) struct ReaderQuery {
     /// At most this many, newest first (default 100; more is read as 1,000).
     #[param(minimum = 0, maximum = 1000)]
     limit: Option<usize>,
+}
+
+/// A workflow's destinations name the account's own webhook endpoints and
+/// people (an approver group, a department, or an address flowd may mail):
+/// one it does not have would fail at every delivery, found only by its
+/// run's trace. Every missing name is listed in one answer.
+fn destinations_known(daemon: &Daemon, account: &str, plan: &Plan) -> Result<(), Problem> {
+    let people = daemon.config.people(account);
+    let mut missing = Vec::new();
+    for workflow in &plan.workflows {
+        for destination in &workflow.destinations {
+            match &destination.target {
+                DestinationTarget::Webhook { endpoint } => {
+                    if !people.webhooks.iter().any(|hook| &hook.name == endpoint) {
+                        missing.push(format!(
+                            "workflow `{}` delivers to webhook endpoint `{endpoint}`, which is not one of this account's",
+                            workflow.name
+                        ));
+                    }
+                }
+                DestinationTarget::Email { to, .. } => {
+                    for name in to {
+                        if people.destination_recipients(name).is_empty() {
+                            missing.push(format!(
+                                "workflow `{}` emails `{name}`, which is no approver group, department or address of this account's",
+                                workflow.name
+                            ));
+                        }
+                    }
+                }
+                DestinationTarget::Kb { .. } => {}
+            }
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(Problem::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "unknown_destination",
+        &missing.join("; "),
+    ))
 }
 
 /// Handoffs to the reader's departments and approval requests to them or

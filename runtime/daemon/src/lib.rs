@@ -4,6 +4,7 @@
 mod api;
 pub mod config;
 mod connections;
+mod destinations;
 mod inspector;
 pub mod links;
 mod mailer;

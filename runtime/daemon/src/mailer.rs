@@ -16,6 +16,7 @@ use std::time::Duration;
 use flow_runtime::approval::{PendingApproval, gate_due_ms};
 use flow_runtime::journal::StepStatus;
 use flow_runtime::store::{MailNext, MailState, Notification, NotificationKind, Outgoing, RunRow};
+use lettre::message::MultiPart;
 use lettre::message::header::ContentType;
 use lettre::transport::smtp::authentication::Credentials;
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
@@ -166,7 +167,16 @@ async fn deliver(daemon: &Daemon, outgoing: &Outgoing) -> (Vec<String>, MailNext
                 format!("Approval needed: {} ({})", run.workflow, pending.step_id)
             }
         });
-        match send(transport, &daemon_from(daemon), recipient, &subject, text).await {
+        match send(
+            transport,
+            &daemon_from(daemon),
+            recipient,
+            &subject,
+            text,
+            None,
+        )
+        .await
+        {
             Ok(()) => {
                 daemon
                     .metrics
@@ -217,7 +227,7 @@ async fn deliver(daemon: &Daemon, outgoing: &Outgoing) -> (Vec<String>, MailNext
     (reached, next)
 }
 
-fn daemon_from(daemon: &Daemon) -> String {
+pub(crate) fn daemon_from(daemon: &Daemon) -> String {
     daemon
         .config
         .smtp
@@ -228,18 +238,20 @@ fn daemon_from(daemon: &Daemon) -> String {
 
 /// Why an email was not sent; a permanent failure (a refused mailbox, an
 /// address that does not parse) is not tried again.
-struct Failure {
-    message: String,
-    permanent: bool,
+pub(crate) struct Failure {
+    pub(crate) message: String,
+    pub(crate) permanent: bool,
 }
 
-/// Sends one email, retrying a few times within a couple of seconds.
-async fn send(
+/// Sends one email, retrying a few times within a couple of seconds: its
+/// `text`, and with `html` a second part (`multipart/alternative`).
+pub(crate) async fn send(
     transport: &Transport,
     from: &str,
     to: &str,
     subject: &str,
     text: String,
+    html: Option<String>,
 ) -> Result<(), Failure> {
     let permanent = |message: String| Failure {
         message,
@@ -253,10 +265,12 @@ async fn send(
         .to(to
             .parse()
             .map_err(|e| permanent(format!("recipient `{to}`: {e}")))?)
-        .subject(subject)
-        .header(ContentType::TEXT_PLAIN)
-        .body(text)
-        .map_err(|e| permanent(e.to_string()))?;
+        .subject(subject);
+    let message = match html {
+        Some(html) => message.multipart(MultiPart::alternative_plain_html(text, html)),
+        None => message.header(ContentType::TEXT_PLAIN).body(text),
+    }
+    .map_err(|e| permanent(e.to_string()))?;
     let mut wait = FIRST_WAIT;
     let mut attempt = 1;
     loop {

@@ -62,7 +62,7 @@ struct WebhookLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct EmailLabels {
+struct KindResultLabels {
     account: String,
     kind: String,
     result: String,
@@ -85,7 +85,8 @@ pub struct Metrics {
     pending: Family<PendingLabels, Gauge>,
     llm_waits: Histograms<AccountLabels>,
     fail_opens: Family<AccountLabels, Counter>,
-    emails: Family<EmailLabels, Counter>,
+    emails: Family<KindResultLabels, Counter>,
+    destinations: Family<KindResultLabels, Counter>,
     deliveries: Family<WebhookLabels, Counter>,
     exports: Family<DeliveryLabels, Counter>,
     executions: Family<WorkflowLabels, Counter>,
@@ -157,11 +158,17 @@ impl Default for Metrics {
             "LLM calls let through without a permit because Redis failed or was slow",
             fail_opens.clone(),
         );
-        let emails = Family::<EmailLabels, Counter>::default();
+        let emails = Family::<KindResultLabels, Counter>::default();
         registry.register(
             "flow_emails",
             "Emails by account, notification kind (approval, handoff) and result (sent, failed after every retry, skipped)",
             emails.clone(),
+        );
+        let destinations = Family::<KindResultLabels, Counter>::default();
+        registry.register(
+            "flow_destination_deliveries",
+            "Attempts at delivering a run's result to a destination, by account, destination kind (webhook, email, kb) and result (delivered, failed and tried again, given_up)",
+            destinations.clone(),
         );
         Metrics {
             registry,
@@ -169,6 +176,7 @@ impl Default for Metrics {
             llm_waits,
             fail_opens,
             emails,
+            destinations,
             deliveries,
             exports,
             executions,
@@ -222,6 +230,17 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts an attempt at one of `account`'s destinations of `kind`.
+    pub fn destination_delivery(&self, account: &str, kind: &str, result: &str) {
+        self.destinations
+            .get_or_create(&KindResultLabels {
+                account: account.to_string(),
+                kind: kind.to_string(),
+                result: result.to_string(),
+            })
+            .inc();
+    }
+
     /// Counts each trace export as it ends.
     pub fn export_counter(&self) -> impl Fn(Delivery) + Clone + Send + Sync + 'static {
         counting(self.exports.clone())
@@ -230,7 +249,7 @@ impl Metrics {
     /// Counts an email of a notification of `kind`, once it went as it went.
     pub fn email(&self, account: &str, kind: NotificationKind, result: MailState) {
         self.emails
-            .get_or_create(&EmailLabels {
+            .get_or_create(&KindResultLabels {
                 account: account.to_string(),
                 kind: kind.as_str().to_string(),
                 result: result.as_str().to_string(),

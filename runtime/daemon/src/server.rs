@@ -963,18 +963,18 @@ pub async fn serve(
         .clone()
         .unwrap_or_else(|| format!("http://{address}"));
     let _ = daemon.public_url.set(public_url);
-    // Events are kept for the accounts with endpoints, before any run of
-    // theirs moves.
-    let with_webhooks: Vec<String> = daemon
+    // Events are kept for every account, before any run of theirs moves:
+    // an account without endpoints may deploy a workflow with destinations
+    // (`deliver`), which ride the same outbox.
+    let accounts: Vec<String> = daemon
         .config
         .accounts
         .iter()
-        .filter(|account| !account.webhooks.is_empty())
         .map(|account| account.id.clone())
         .collect();
     daemon
         .store
-        .keep_events_of(&with_webhooks)
+        .keep_events_of(&accounts)
         .await
         .map_err(|e| format!("cannot prepare the webhook outbox: {e}"))?;
     let resumed = daemon.recover().await?;

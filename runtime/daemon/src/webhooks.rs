@@ -132,7 +132,7 @@ async fn deliver_due(daemon: &Arc<Daemon>) -> Result<(), StoreError> {
 }
 
 /// The run record an event carries, as it was when the run's status changed.
-fn event_record(event: &RunEvent) -> RunRecord {
+pub(crate) fn event_record(event: &RunEvent) -> RunRecord {
     let outcome = event
         .outcome
         .as_ref()
@@ -154,9 +154,14 @@ fn event_status(event: &str) -> RunStatus {
     }
 }
 
-/// Posts `event` to its account's endpoints subscribed to it that an
-/// earlier attempt did not reach; those it reached, and what is left to do.
+/// Posts `event` to its account's endpoints subscribed to it, and delivers
+/// it to its run's destinations (`destinations.rs`), those an earlier
+/// attempt did not reach; those it reached, and what is left to do.
 async fn post_event(daemon: &Daemon, event: &RunEvent) -> (Vec<String>, EventNext) {
+    let now = flow_runtime::time::now_ms();
+    let retry_for_ms = daemon.config.limits.webhook_retry_secs.saturating_mul(1000);
+    let age_ms = now.saturating_sub(u64::try_from(event.created_ms).unwrap_or(0));
+    let last = age_ms >= retry_for_ms;
     let hooks: Vec<&Webhook> = daemon
         .config
         .people(&event.account)
@@ -164,9 +169,6 @@ async fn post_event(daemon: &Daemon, event: &RunEvent) -> (Vec<String>, EventNex
         .iter()
         .filter(|hook| hook.events.contains(&event.event) && !event.reached.contains(&hook.name))
         .collect();
-    if hooks.is_empty() {
-        return (Vec::new(), EventNext::Done);
-    }
     let counted = |delivery| daemon.metrics.webhook_delivery(&event.account, delivery);
     let body = json!({
         "event": event.event,
@@ -176,66 +178,79 @@ async fn post_event(daemon: &Daemon, event: &RunEvent) -> (Vec<String>, EventNex
     .to_string();
     let id = message_id(event);
     let mut reached = Vec::new();
+    let mut left = 0;
     for hook in &hooks {
-        let timestamp = flow_runtime::time::now_ms() / 1000;
-        let Secret(secret) = &hook.secret;
-        let posted = daemon
-            .http
-            .post(&hook.url)
-            .timeout(POST_TIMEOUT)
-            .header("content-type", "application/json")
-            .header("webhook-id", &id)
-            .header("webhook-timestamp", timestamp.to_string())
-            .header(
-                "webhook-signature",
-                standard_signature(secret, &id, timestamp, body.as_bytes()),
-            )
-            .header("x-flow-event", &event.event)
-            .header("x-flow-signature", signature(secret, body.as_bytes()))
-            .body(body.clone())
-            .send()
-            .await;
-        let failure = match posted {
-            Ok(response) if response.status().is_success() => {
+        match post(daemon, hook, &id, &event.event, body.clone()).await {
+            Ok(()) => {
                 counted(Delivery::Delivered);
                 reached.push(hook.name.clone());
-                continue;
             }
-            Ok(response) => format!("answered {}", response.status()),
-            Err(error) => error.to_string(),
-        };
-        tracing::warn!(
-            run = %event.run_id,
-            account = %event.account,
-            "webhook `{}` ({}), attempt {}: {failure}",
-            hook.name,
-            event.event,
-            event.attempts + 1
-        );
-    }
-    if reached.len() == hooks.len() {
-        return (reached, EventNext::Done);
-    }
-    let now = flow_runtime::time::now_ms();
-    let retry_for_ms = daemon.config.limits.webhook_retry_secs.saturating_mul(1000);
-    let age_ms = now.saturating_sub(u64::try_from(event.created_ms).unwrap_or(0));
-    if age_ms >= retry_for_ms {
-        for hook in hooks.iter().filter(|hook| !reached.contains(&hook.name)) {
-            counted(Delivery::Failed);
-            tracing::warn!(
-                run = %event.run_id,
-                account = %event.account,
-                "webhook `{}` ({}) given up after {} attempts over {} s",
-                hook.name,
-                event.event,
-                event.attempts + 1,
-                age_ms / 1000
-            );
+            Err(failure) => {
+                left += 1;
+                if last {
+                    counted(Delivery::Failed);
+                }
+                tracing::warn!(
+                    run = %event.run_id,
+                    account = %event.account,
+                    "webhook `{}` ({}), attempt {}: {failure}{}",
+                    hook.name,
+                    event.event,
+                    event.attempts + 1,
+                    if last {
+                        format!("; given up after {} s", age_ms / 1000)
+                    } else {
+                        String::new()
+                    }
+                );
+            }
         }
+    }
+    for tried in crate::destinations::attempt(daemon, event, last).await {
+        match tried.failure {
+            None => reached.push(tried.name),
+            Some(_) => left += 1,
+        }
+    }
+    if left == 0 || last {
         return (reached, EventNext::Done);
     }
     let wait = (FIRST_RETRY_MS << event.attempts.min(20)).min(LONGEST_RETRY_MS);
     (reached, EventNext::Retry(now + wait))
+}
+
+/// Posts `body` to `hook`, signed, as message `id` of `event`: `Err` with
+/// why it was not taken (no 2xx answer).
+pub(crate) async fn post(
+    daemon: &Daemon,
+    hook: &Webhook,
+    id: &str,
+    event: &str,
+    body: String,
+) -> Result<(), String> {
+    let timestamp = flow_runtime::time::now_ms() / 1000;
+    let Secret(secret) = &hook.secret;
+    let posted = daemon
+        .http
+        .post(&hook.url)
+        .timeout(POST_TIMEOUT)
+        .header("content-type", "application/json")
+        .header("webhook-id", id)
+        .header("webhook-timestamp", timestamp.to_string())
+        .header(
+            "webhook-signature",
+            standard_signature(secret, id, timestamp, body.as_bytes()),
+        )
+        .header("x-flow-event", event)
+        .header("x-flow-signature", signature(secret, body.as_bytes()))
+        .body(body)
+        .send()
+        .await;
+    match posted {
+        Ok(response) if response.status().is_success() => Ok(()),
+        Ok(response) => Err(format!("answered {}", response.status())),
+        Err(error) => Err(error.to_string()),
+    }
 }
 
 /// The `webhook-id` of an event: the same on every attempt, in every flowd.

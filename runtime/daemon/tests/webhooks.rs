@@ -5,98 +5,18 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicU16, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
-use axum::http::{HeaderMap, StatusCode};
-use common::{ACME, CONFIG, Flowd, TWO_STEPS};
+use common::{ACME, CONFIG, Flowd, Post, Receiver, SECRET, TWO_STEPS};
 use flow_tests::TempDir;
 use reqwest::Method;
-use serde_json::{Value, json};
-
-/// A webhook receiver on loopback that answers what it is told to and
-/// keeps every post.
-struct Receiver {
-    url: String,
-    answer: Arc<AtomicU16>,
-    /// How long it takes to answer, in milliseconds.
-    delay_ms: Arc<std::sync::atomic::AtomicU64>,
-    posts: Arc<Mutex<Vec<Post>>>,
-}
-
-#[derive(Clone, Debug)]
-struct Post {
-    id: String,
-    event: Value,
-    at: Instant,
-    answered: u16,
-}
-
-impl Receiver {
-    async fn start(answer: u16) -> Receiver {
-        let answer = Arc::new(AtomicU16::new(answer));
-        let delay_ms = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let posts: Arc<Mutex<Vec<Post>>> = Arc::default();
-        let router = {
-            let (answer, posts) = (Arc::clone(&answer), Arc::clone(&posts));
-            let delay_ms = Arc::clone(&delay_ms);
-            axum::Router::new().route(
-                "/hook",
-                axum::routing::post(move |headers: HeaderMap, body: String| async move {
-                    let answered = answer.load(Ordering::SeqCst);
-                    posts.lock().unwrap().push(Post {
-                        id: headers["webhook-id"].to_str().unwrap().to_string(),
-                        event: serde_json::from_str(&body).unwrap(),
-                        at: Instant::now(),
-                        answered,
-                    });
-                    let delay = delay_ms.load(Ordering::SeqCst);
-                    tokio::time::sleep(Duration::from_millis(delay)).await;
-                    StatusCode::from_u16(answered).unwrap()
-                }),
-            )
-        };
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/hook", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, router).await });
-        Receiver {
-            url,
-            answer,
-            delay_ms,
-            posts,
-        }
-    }
-
-    fn answer(&self, status: u16) {
-        self.answer.store(status, Ordering::SeqCst);
-    }
-
-    fn posts(&self) -> Vec<Post> {
-        self.posts.lock().unwrap().clone()
-    }
-
-    /// Waits until a post satisfies `done`; the posts so far.
-    async fn until(&self, within: Duration, done: impl Fn(&[Post]) -> bool) -> Vec<Post> {
-        let deadline = Instant::now() + within;
-        loop {
-            let posts = self.posts();
-            if done(&posts) {
-                return posts;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "not within {within:?}: {posts:#?}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
+use serde_json::json;
 
 /// `CONFIG` with acme's endpoint at `url` for `events`, and `limits`.
 fn config(url: &str, events: &str, limits: &str) -> String {
     format!(
-        "{CONFIG}[[accounts.webhooks]]\nname = \"crm\"\nurl = \"{url}\"\nsecret = \"whsec-0123456789abcdef\"\nevents = {events}\n{limits}"
+        "{CONFIG}[[accounts.webhooks]]\nname = \"crm\"\nurl = \"{url}\"\nsecret = \"{SECRET}\"\nevents = {events}\n{limits}"
     )
 }
 
@@ -140,9 +60,9 @@ async fn a_receiver_down_longer_than_four_seconds_still_gets_the_event() {
         posts.iter().all(|post| post.id == posts[0].id),
         "one message id on every attempt: {posts:#?}"
     );
-    assert_eq!(ok.event["event"], "completed");
-    assert_eq!(ok.event["run"]["run_id"], run_id.as_str());
-    assert!(ok.event["run"]["output"]["summary"].is_string());
+    assert_eq!(ok.body["event"], "completed");
+    assert_eq!(ok.body["run"]["run_id"], run_id.as_str());
+    assert!(ok.body["run"]["output"]["summary"].is_string());
     assert_eq!(flowd.stop(), Some(0));
 }
 
@@ -167,7 +87,7 @@ async fn an_event_not_yet_delivered_survives_kill_9() {
     let posts = receiver.until(Duration::from_secs(20), delivered).await;
     let ok = posts.iter().find(|post| post.answered == 204).unwrap();
     assert_eq!(ok.id, refused[0].id, "the same message id after the crash");
-    assert_eq!(ok.event["run"]["run_id"], run_id.as_str());
+    assert_eq!(ok.body["run"]["run_id"], run_id.as_str());
     // Delivered once: nothing more comes.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = receiver.posts();
@@ -234,17 +154,17 @@ async fn parked_cancelled_and_failed_runs_post_their_events() {
     let of = |run: &str, event: &str| {
         posts
             .iter()
-            .find(|post| post.event["run"]["run_id"] == run && post.event["event"] == event)
+            .find(|post| post.body["run"]["run_id"] == run && post.body["event"] == event)
             .unwrap_or_else(|| panic!("no `{event}` of {run}: {posts:#?}"))
             .clone()
     };
     let park = of(&parked, "parked");
-    assert_eq!(park.event["run"]["status"], "pending_approval");
-    assert_eq!(park.event["run"]["pending_approvals"][0]["path"], "ok");
-    assert_eq!(park.event["account"], "acme");
-    assert_eq!(of(&parked, "cancelled").event["run"]["status"], "cancelled");
+    assert_eq!(park.body["run"]["status"], "pending_approval");
+    assert_eq!(park.body["run"]["pending_approvals"][0]["path"], "ok");
+    assert_eq!(park.body["account"], "acme");
+    assert_eq!(of(&parked, "cancelled").body["run"]["status"], "cancelled");
     let fail = of(&failed, "failed");
-    assert_eq!(fail.event["run"]["error"]["step"], "ok", "{:#}", fail.event);
+    assert_eq!(fail.body["run"]["error"]["step"], "ok", "{:#}", fail.body);
     assert_eq!(posts.len(), 3, "one post per event: {posts:#?}");
     assert_ne!(park.id, of(&parked, "cancelled").id);
     assert_eq!(flowd.stop(), Some(0));

@@ -23,7 +23,7 @@ use serde_json::Value;
 use crate::approval::{DecideError, Decision};
 use crate::error::{ErrorKind, StepError};
 use crate::journal::{Journal, Outcome, StepRecord};
-use crate::services::{BoxFuture, Effects, KbDocument};
+use crate::services::{BoxFuture, Effects, KbDocument, KbWrite};
 
 pub use journal::{JournalBackend, RunHandle, StoreJournal};
 
@@ -596,6 +596,10 @@ pub trait EventStore: Send + Sync {
         reached: &'a [String],
         next: EventNext,
     ) -> StoreFuture<'a, ()>;
+
+    /// Adds an attempt at one of run `run_id`'s destinations to its
+    /// history (a `RunChange::Delivery`), where its trace shows it.
+    fn note_delivery<'a>(&'a self, run_id: &'a str, change: &'a RunChange) -> StoreFuture<'a, ()>;
 }
 
 /// How long a deliverer holds the events `due_events` gave it before they
@@ -667,6 +671,12 @@ pub trait KbStore: Send + Sync {
         title: &'a str,
     ) -> StoreFuture<'a, Option<KbDocument>>;
 
+    /// Writes `write`'s document of `account` outside any run's journal (a
+    /// destination's delivery), once per idempotency key as `kb_write`
+    /// does: its id and version.
+    fn write_document<'a>(&'a self, account: &'a str, write: &'a KbWrite)
+    -> StoreFuture<'a, Value>;
+
     /// Deletes `account`'s KB document; whether there was one.
     fn delete_document<'a>(
         &'a self,
@@ -707,6 +717,25 @@ pub enum RunChange {
         at_ms: i64,
         from_plan: String,
         to_plan: String,
+    },
+    /// An attempt at delivering the run's result to one of its workflow's
+    /// destinations (`deliver`), after the run's status changed.
+    Delivery {
+        at_ms: i64,
+        /// The delivery's id, the same on every attempt
+        /// (`destination::delivery_id`).
+        id: String,
+        /// The destination's index in the workflow's plan.
+        destination: u32,
+        /// `webhook`, `email` or `kb`.
+        to: String,
+        /// The run event delivered: `completed`, `failed`, `cancelled`, `parked`.
+        event: String,
+        /// `delivered`, `failed` (tried again later) or `given_up`.
+        result: String,
+        /// Why it failed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
     },
 }
 

@@ -758,6 +758,21 @@ impl Account {
         }
     }
 
+    /// The addresses an email destination's recipient `name` stands for:
+    /// an approver group's or a department's members, or the address
+    /// itself if flowd may mail it; none when the account has no such.
+    pub fn destination_recipients(&self, name: &str) -> Vec<String> {
+        match self
+            .approver_groups
+            .get(name)
+            .or(self.departments.get(name))
+        {
+            Some(members) => members.clone(),
+            None if self.may_mail(name) => vec![name.to_string()],
+            None => Vec::new(),
+        }
+    }
+
     /// Whether flowd may email `address` for this account: one of its people,
     /// or an address in one of its mail domains.
     pub fn may_mail(&self, address: &str) -> bool {

@@ -3,7 +3,13 @@
 
 #![allow(dead_code, reason = "each test crate uses a part of it")]
 
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::http::{HeaderMap, StatusCode};
 use flow_tests::TempDir;
+use serde_json::Value;
 
 /// A `flowd serve` child process on a loopback port, stopped on drop.
 pub(crate) struct Flowd {
@@ -129,6 +135,21 @@ impl Flowd {
             Some(body),
         )
         .await
+    }
+
+    /// `GET /v1/runs/{run_id}/trace` for the account of `key`, which must
+    /// answer 200.
+    pub(crate) async fn trace(&self, run_id: &str, key: &str) -> serde_json::Value {
+        let (status, trace) = self
+            .send(
+                reqwest::Method::GET,
+                &format!("/v1/runs/{run_id}/trace"),
+                Some(key),
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "{trace}");
+        trace
     }
 
     /// Waits until `/metrics` has the line `line`; panics after `within`.
@@ -277,4 +298,101 @@ pub(crate) fn attribute(span: &serde_json::Value, key: &str) -> String {
                 .to_string()
         })
         .unwrap_or_default()
+}
+
+/// The signing secret of the endpoints `Receiver` stands for.
+pub(crate) const SECRET: &str = "whsec-0123456789abcdef";
+
+/// A loopback receiver that answers what it is told to, after a delay,
+/// and keeps every post with whether its Standard Webhooks signature
+/// verified.
+pub(crate) struct Receiver {
+    pub(crate) url: String,
+    pub(crate) answer: Arc<AtomicU16>,
+    /// How long it takes to answer, in milliseconds.
+    pub(crate) delay_ms: Arc<AtomicU64>,
+    posts: Arc<Mutex<Vec<Post>>>,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Post {
+    pub(crate) id: String,
+    pub(crate) body: Value,
+    /// Whether its `webhook-signature` verified under `SECRET`.
+    pub(crate) signed: bool,
+    pub(crate) at: Instant,
+    pub(crate) answered: u16,
+}
+
+impl Receiver {
+    pub(crate) async fn start(answer: u16) -> Receiver {
+        let answer = Arc::new(AtomicU16::new(answer));
+        let delay_ms = Arc::new(AtomicU64::new(0));
+        let posts: Arc<Mutex<Vec<Post>>> = Arc::default();
+        let router = {
+            let (answer, delay_ms, posts) = (answer.clone(), delay_ms.clone(), posts.clone());
+            axum::Router::new().route(
+                "/hook",
+                axum::routing::post(move |headers: HeaderMap, body: String| async move {
+                    let header = |name: &str| headers[name].to_str().unwrap().to_string();
+                    let id = header("webhook-id");
+                    let timestamp: u64 = header("webhook-timestamp").parse().unwrap();
+                    let expected = flow_daemon::webhooks::standard_signature(
+                        SECRET,
+                        &id,
+                        timestamp,
+                        body.as_bytes(),
+                    );
+                    let answered = answer.load(Ordering::SeqCst);
+                    posts.lock().unwrap().push(Post {
+                        id,
+                        body: serde_json::from_str(&body).unwrap(),
+                        signed: header("webhook-signature") == expected,
+                        at: Instant::now(),
+                        answered,
+                    });
+                    tokio::time::sleep(Duration::from_millis(delay_ms.load(Ordering::SeqCst)))
+                        .await;
+                    StatusCode::from_u16(answered).unwrap()
+                }),
+            )
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        Receiver {
+            url,
+            answer,
+            delay_ms,
+            posts,
+        }
+    }
+
+    pub(crate) fn answer(&self, status: u16) {
+        self.answer.store(status, Ordering::SeqCst);
+    }
+
+    pub(crate) fn posts(&self) -> Vec<Post> {
+        self.posts.lock().unwrap().clone()
+    }
+
+    /// Waits until the posts satisfy `done`; the posts so far.
+    pub(crate) async fn until(
+        &self,
+        within: Duration,
+        done: impl Fn(&[Post]) -> bool,
+    ) -> Vec<Post> {
+        let deadline = Instant::now() + within;
+        loop {
+            let posts = self.posts();
+            if done(&posts) {
+                return posts;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not within {within:?}: {posts:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
