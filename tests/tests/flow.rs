@@ -1094,3 +1094,68 @@ fn a_parked_run_migrates_to_a_compatible_version() {
     assert_eq!(done.code, 0, "{}", done.all());
     assert_eq!(json(&done)["output"]["v"], 2, "{}", done.all());
 }
+
+/// `flow run` answers, then delivers the destinations it can (a KB
+/// document, once per delivery id) and says in one line each one it
+/// cannot; `flow show` lists every attempt.
+#[test]
+fn flow_run_delivers_what_it_can_and_names_the_rest() {
+    let dir = TempDir::new("flow-destinations");
+    dir.write(
+        "notes.flow",
+        r#"workflow notes {
+  input { id: string, note: string }
+  deliver on completed to kb "notes" title "{{workflow_input.id}}" content output.note
+  deliver on completed, failed to webhook "crm"
+  deliver on completed to email ["leads"] subject "{{workflow_input.id}}" body "{{output.note}}"
+  deliver on failed to kb "failures" title "{{workflow_input.id}}" content workflow_input.note
+  output { note: "Noted: {{workflow_input.note}}" }
+}
+"#,
+    );
+    let run = flow(
+        &dir,
+        &[
+            "run",
+            "notes.flow",
+            "--input",
+            r#"{"id": "N-1", "note": "hi"}"#,
+            "--json",
+        ],
+    );
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert_eq!(json(&run)["output"]["note"], "Noted: hi");
+    let lines: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|line| line.starts_with("flow: destination"))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "flow: destination 0 (kb `notes` on completed) delivered to the KB: notes/N-1 (version 1)",
+            "flow: destination 1 (webhook `crm` on completed) not delivered: the local CLI has no webhook endpoints; flowd posts it",
+            "flow: destination 2 (email to leads on completed) not delivered: the local CLI has no SMTP server; flowd mails it",
+        ],
+        "{}",
+        run.all()
+    );
+    let document = flow(&dir, &["kb", "show", "notes/N-1"]);
+    assert!(document.stdout.contains("Noted: hi"), "{}", document.all());
+    let run_id = json(&run)["run_id"].as_str().unwrap().to_string();
+    let shown = flow(&dir, &["show", &run_id]);
+    assert!(
+        shown
+            .stdout
+            .contains("destination 0 (kb, on completed)  delivered"),
+        "{}",
+        shown.all()
+    );
+    assert!(
+        shown
+            .stdout
+            .contains("destination 2 (email, on completed)  not_delivered"),
+        "{}",
+        shown.all()
+    );
+}

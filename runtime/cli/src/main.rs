@@ -31,6 +31,7 @@ macro_rules! out {
     }};
 }
 
+mod deliver;
 mod lists;
 mod remote;
 mod style;
@@ -686,6 +687,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>) -> Result<u8> {
                 interrupted,
                 plan_hash: Some(row.plan_hash.clone()),
                 active_ms: Some(row.active_ms),
+                history: store.run_history(&row.id).await.map_err(store_error)?,
                 ..summary_of(&record)
             };
             print_trace(&summary, &records, output, Some(&db), json);
@@ -912,6 +914,7 @@ fn summary_of(record: &RunRecord) -> trace::RunSummary {
         active_ms: None,
         error: record.error.clone(),
         output: record.output.clone(),
+        history: Vec::new(),
     }
 }
 
@@ -1014,11 +1017,10 @@ async fn execute(
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }
-    Ok(report(
-        &runner::run_record(run_id, &outcome),
-        json,
-        Some(db),
-    ))
+    // The answer first: destinations never delay it.
+    let code = report(&runner::run_record(run_id, &outcome), json, Some(db));
+    deliver::locally(store, plan, workflow, run_id, &outcome).await;
+    Ok(code)
 }
 
 /// A signal that asks `flow` to stop: Ctrl-C, or SIGTERM (a service
@@ -1269,8 +1271,12 @@ async fn dispatch_remote(command: Command, server: &remote::Server) -> Result<u8
                     .ok_or_else(|| usage("the account has no runs"))?,
             };
             let record = server.run(&run).await?;
-            let records = server.trace(&run).await?;
-            print_trace(&summary_of(&record), &records, output, None, json);
+            let (records, history) = server.trace(&run).await?;
+            let summary = trace::RunSummary {
+                history,
+                ..summary_of(&record)
+            };
+            print_trace(&summary, &records, output, None, json);
             Ok(0)
         }
         Command::Approvals {

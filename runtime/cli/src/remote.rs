@@ -7,7 +7,7 @@ use std::time::Duration;
 use flow_plan::Plan;
 use flow_runtime::journal::StepRecord;
 use flow_runtime::runner::RunRecord;
-use flow_runtime::store::{Notification, RunStatus};
+use flow_runtime::store::{Notification, RunChange, RunStatus};
 use serde_json::{Value, json};
 
 use crate::lists::{GateLine, RunLine};
@@ -252,7 +252,8 @@ impl Server {
             .map_err(|e| usage(format!("{}: not a list of notifications ({e})", self.base)))
     }
 
-    pub(crate) async fn trace(&self, run: &str) -> Result<Vec<StepRecord>> {
+    /// A run's step records and its history (redrives, moves, deliveries).
+    pub(crate) async fn trace(&self, run: &str) -> Result<(Vec<StepRecord>, Vec<RunChange>)> {
         let answer = self
             .call(
                 reqwest::Method::GET,
@@ -260,8 +261,11 @@ impl Server {
                 None,
             )
             .await?;
-        serde_json::from_value(answer["steps"].clone())
-            .map_err(|e| usage(format!("{}: not a trace ({e})", self.base)))
+        let records = serde_json::from_value(answer["steps"].clone())
+            .map_err(|e| usage(format!("{}: not a trace ({e})", self.base)))?;
+        // A flowd from before histories answers none.
+        let history = serde_json::from_value(answer["history"].clone()).unwrap_or_default();
+        Ok((records, history))
     }
 }
 

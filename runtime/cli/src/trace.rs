@@ -15,7 +15,7 @@ use flow_runtime::approval::PendingApproval;
 use flow_runtime::error::ErrorKind;
 use flow_runtime::journal::{StepRecord, StepStatus};
 use flow_runtime::runner::RunError;
-use flow_runtime::store::RunStatus;
+use flow_runtime::store::{RunChange, RunStatus};
 use serde_json::Value;
 
 use crate::style::{self, Paint, Tone};
@@ -38,6 +38,9 @@ pub(crate) struct RunSummary {
     pub(crate) active_ms: Option<i64>,
     pub(crate) error: Option<RunError>,
     pub(crate) output: Option<Value>,
+    /// What happened to the run besides its steps; its deliveries to
+    /// destinations are listed after the steps.
+    pub(crate) history: Vec<RunChange>,
 }
 
 /// How to render.
@@ -72,6 +75,42 @@ pub(crate) fn json(records: &[StepRecord]) -> Value {
 
 /// The trace as lines of text.
 pub(crate) fn render(run: &RunSummary, records: &[StepRecord], options: &Options<'_>) -> String {
+    let mut out = steps(run, records, options);
+    out.push_str(&deliveries(&run.history, options.paint));
+    out
+}
+
+/// Each attempt at a destination, one line each, oldest first.
+fn deliveries(history: &[RunChange], paint: Paint) -> String {
+    let mut out = String::new();
+    for change in history {
+        let RunChange::Delivery {
+            destination,
+            to,
+            event,
+            result,
+            error,
+            ..
+        } = change
+        else {
+            continue;
+        };
+        let tone = match result.as_str() {
+            "delivered" => Tone::Good,
+            "failed" => Tone::Waiting,
+            _ => Tone::Bad,
+        };
+        out.push_str(&format!(
+            "{} {destination} ({to}, on {event})  {}{}\n",
+            paint.dim("destination"),
+            paint.tone(tone, result),
+            error.as_ref().map(|e| format!("  {e}")).unwrap_or_default()
+        ));
+    }
+    out
+}
+
+fn steps(run: &RunSummary, records: &[StepRecord], options: &Options<'_>) -> String {
     let mut out = header(run, records, options);
     out.push('\n');
     if records.is_empty() {
