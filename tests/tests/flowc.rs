@@ -118,9 +118,9 @@ fn json_output_parses_and_counts() {
     assert_eq!(diagnostic["name"], "unknown-field");
     assert_eq!(diagnostic["severity"], "error");
     assert_eq!(diagnostic["file"], "support_triage.flow");
-    assert_eq!(diagnostic["line"], 27);
+    assert_eq!(diagnostic["line"], 33);
     assert_eq!(diagnostic["column"], 25);
-    assert_eq!(diagnostic["end_line"], 27);
+    assert_eq!(diagnostic["end_line"], 33);
     assert_eq!(diagnostic["end_column"], 31);
     assert_eq!(diagnostic["label"], "unknown field");
     assert!(
@@ -150,7 +150,7 @@ fn github_output_is_one_workflow_command_per_diagnostic() {
     assert_eq!(lines.len(), 1, "{}", run.stdout);
     assert!(
         lines[0].starts_with(
-            "::error file=support_triage.flow,line=27,col=25,endLine=27,endColumn=31,title=E104 unknown-field::the output of step `classify` has no field `sumary`"
+            "::error file=support_triage.flow,line=33,col=25,endLine=33,endColumn=31,title=E104 unknown-field::the output of step `classify` has no field `sumary`"
         ),
         "{}",
         lines[0]

@@ -14,7 +14,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Flowd, ms};
+use common::{Flowd, get_json, ms};
 use serde_json::json;
 
 const KEY: &str = "bench-key-0123456789";
@@ -127,15 +127,12 @@ fn main() {
         let started = start.elapsed();
         // Started is not finished: wait until no run is left running.
         loop {
-            let running: serde_json::Value = client
-                .get(format!("{base}/v1/runs?status=running&limit=1"))
-                .bearer_auth(KEY)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let running = get_json(
+                &client,
+                &format!("{base}/v1/runs?status=running&limit=1"),
+                KEY,
+            )
+            .await;
             if running["runs"].as_array().is_none_or(Vec::is_empty) {
                 break;
             }

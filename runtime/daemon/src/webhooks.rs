@@ -91,11 +91,15 @@ const LONGEST_RETRY_MS: u64 = 600_000;
 /// How long one post may take.
 const POST_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Attempts in flight at once, over every account's events.
+const IN_FLIGHT: usize = 64;
+
 /// Delivers the store's due events until the process ends;
 /// `Daemon::events_wake` makes it look at once.
 pub(crate) async fn run(daemon: Arc<Daemon>) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
     loop {
-        if let Err(error) = deliver_due(&daemon).await {
+        if let Err(error) = deliver_due(&daemon, &slots).await {
             tracing::error!("webhooks: {error}");
         }
         tokio::select! {
@@ -105,28 +109,42 @@ pub(crate) async fn run(daemon: Arc<Daemon>) {
     }
 }
 
-async fn deliver_due(daemon: &Arc<Daemon>) -> Result<(), StoreError> {
+/// Starts an attempt at each due event while a slot is free. Each attempt
+/// goes on by itself and frees its slot when recorded: an endpoint or
+/// destination that takes long (a receiver answering in seconds) holds
+/// its own events' slots, never the other events' turn. An attempt still
+/// out when its claim (`EVENT_CLAIM`) runs out may be made twice, under one
+/// id.
+async fn deliver_due(
+    daemon: &Arc<Daemon>,
+    slots: &Arc<tokio::sync::Semaphore>,
+) -> Result<(), StoreError> {
     loop {
+        let free = slots.available_permits();
+        if free == 0 {
+            return Ok(());
+        }
         let due = daemon
             .store
-            .due_events(flow_runtime::time::now_ms(), 64)
+            .due_events(flow_runtime::time::now_ms(), free)
             .await?;
         if due.is_empty() {
             return Ok(());
         }
-        // Events at once: an endpoint that hangs delays its own events only.
-        let mut attempts = tokio::task::JoinSet::new();
         for event in due {
+            let Ok(slot) = Arc::clone(slots).acquire_owned().await else {
+                return Ok(());
+            };
             let daemon = Arc::clone(daemon);
-            attempts.spawn(async move {
+            tokio::spawn(async move {
                 let (reached, next) = post_event(&daemon, &event).await;
-                daemon.store.event_attempted(event.id, &reached, next).await
+                if let Err(error) = daemon.store.event_attempted(event.id, &reached, next).await {
+                    tracing::error!("webhooks: {error}");
+                }
+                drop(slot);
+                // A slot is free: the next due event need not wait for the poll.
+                daemon.events_wake.notify_one();
             });
-        }
-        while let Some(recorded) = attempts.join_next().await {
-            if let Ok(Err(error)) = recorded {
-                return Err(error);
-            }
         }
     }
 }

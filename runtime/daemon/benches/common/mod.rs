@@ -47,6 +47,36 @@ impl Flowd {
     }
 }
 
+/// `GET url` with `key`, its JSON answer.
+pub(crate) async fn get_json(client: &reqwest::Client, url: &str, key: &str) -> serde_json::Value {
+    client
+        .get(url)
+        .bearer_auth(key)
+        .send()
+        .await
+        .expect("flowd answers")
+        .json()
+        .await
+        .expect("a JSON answer")
+}
+
+/// `POST url` of JSON `body` with `key`.
+pub(crate) async fn post_json(
+    client: &reqwest::Client,
+    url: &str,
+    key: &str,
+    body: serde_json::Value,
+) -> reqwest::Response {
+    client
+        .post(url)
+        .bearer_auth(key)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("flowd answers")
+}
+
 pub(crate) fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1000.0
 }
