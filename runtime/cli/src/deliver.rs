@@ -34,8 +34,18 @@ pub(crate) async fn locally(
         Ok(Some(run)) => run.input,
         _ => Value::Null,
     };
+    // The local CLI has no outbox: an occurrence is numbered by the
+    // deliveries of the destination on the event that the history holds.
+    let history = store.run_history(run_id).await.unwrap_or_default();
     for (index, target) in destination::on_event(workflow, event) {
-        let id = destination::delivery_id(run_id, index, event);
+        let occurrence = history
+            .iter()
+            .filter(|change| {
+                matches!(change, RunChange::Delivery { destination, event: e, .. }
+                    if *destination as usize == index && e == event.as_str())
+            })
+            .count();
+        let id = destination::delivery_id(run_id, index, event, occurrence as i64);
         let (result, said) = match destination::render(workflow, target, &input, output) {
             Ok(Rendered::Kb {
                 collection,

@@ -75,7 +75,7 @@ pub(crate) async fn attempt(daemon: &Daemon, event: &RunEvent, last: bool) -> Ve
         if event.reached.contains(&name) {
             continue;
         }
-        let id = destination::delivery_id(&event.run_id, index, run_event);
+        let id = destination::delivery_id(&event.run_id, index, run_event, event.id);
         let failure = match destination::render(workflow, target, &run.input, output.as_ref()) {
             Ok(rendered) => {
                 let department = workflow.department.clone();

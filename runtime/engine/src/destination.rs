@@ -46,10 +46,13 @@ pub fn on_event(
 }
 
 /// The id of the delivery of destination `index` of run `run_id` on
-/// `event`: the same on every attempt and in every process, so that a
-/// receiver takes a delivery made twice (after a crash) once.
-pub fn delivery_id(run_id: &str, index: usize, event: RunEvent) -> String {
-    format!("dlv_{run_id}_{index}_{}", event.as_str())
+/// `event`, its `occurrence` (a run parks at each approval, and a redriven
+/// run may fail again: each is a delivery of its own; flowd numbers them by
+/// the event's row in its outbox): the same on every attempt and in every
+/// process, so that a receiver takes a delivery made twice (after a crash)
+/// once.
+pub fn delivery_id(run_id: &str, index: usize, event: RunEvent, occurrence: i64) -> String {
+    format!("dlv_{run_id}_{index}_{}_{occurrence}", event.as_str())
 }
 
 /// Renders `target` for a run of `workflow` with `input` and, when it
