@@ -273,3 +273,57 @@ async fn a_deploy_naming_what_the_account_lacks_is_refused() {
     assert!(!detail.contains("`leads`"), "{detail}");
     assert_eq!(flowd.stop(), Some(0));
 }
+
+/// A run that parks at two approvals in turn reaches `parked` twice: two
+/// deliveries, told apart by their ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_time_a_run_parks_is_a_delivery_of_its_own() {
+    let receiver = Receiver::start(204).await;
+    let sink = SmtpSink::start().await;
+    let dir = TempDir::new("flowd-destination-parked");
+    let flowd = Flowd::start_with(&dir, &config(&receiver.url, sink.port));
+    flowd
+        .deploy(
+            ACME,
+            r#"workflow twice {
+  deliver on parked to webhook "crm"
+  step first = approval { approvers: ["ana@acme.io"], message: "First?" }
+  step second = approval { approvers: ["ana@acme.io"], message: "Second?" }
+  output { approved: step.second.approved }
+}
+"#,
+        )
+        .await;
+    let run_id = flowd
+        .start_run(ACME, json!({ "workflow": "twice", "input": {} }))
+        .await;
+    assert_eq!(
+        flowd.settled(&run_id, ACME).await["status"],
+        "pending_approval"
+    );
+    receiver
+        .until(Duration::from_secs(15), |p| p.len() == 1)
+        .await;
+    let (status, body) = flowd
+        .send(
+            reqwest::Method::POST,
+            &format!("/v1/runs/{run_id}/approvals/first"),
+            Some(ACME),
+            Some(json!({ "approver": "ana@acme.io", "approved": true })),
+        )
+        .await;
+    assert!(status < 300, "{status} {body}");
+    let posts = receiver
+        .until(Duration::from_secs(15), |p| p.len() == 2)
+        .await;
+    assert_ne!(posts[0].id, posts[1].id, "{posts:#?}");
+    for post in &posts {
+        assert!(
+            post.id.starts_with(&format!("dlv_{run_id}_0_parked_")),
+            "{}",
+            post.id
+        );
+        assert_eq!(post.body["run"]["status"], "pending_approval");
+    }
+    assert_eq!(flowd.stop(), Some(0));
+}
