@@ -254,6 +254,7 @@ mod tests {
             slots: Vec::new(),
             body,
             output: Vec::new(),
+            destinations: Vec::new(),
         }
     }
 
