@@ -333,7 +333,7 @@ pub(crate) fn github(reports: &Reports) -> String {
 }
 
 /// GitHub's escaping of a workflow command's message.
-fn escape_data(text: &str) -> String {
+pub(crate) fn escape_data(text: &str) -> String {
     text.replace('%', "%25")
         .replace('\r', "%0D")
         .replace('\n', "%0A")
@@ -341,7 +341,7 @@ fn escape_data(text: &str) -> String {
 
 /// GitHub's escaping of a workflow command's property value, which also
 /// reserves `:` and `,`.
-fn escape_property(text: &str) -> String {
+pub(crate) fn escape_property(text: &str) -> String {
     escape_data(text).replace(':', "%3A").replace(',', "%2C")
 }
 

@@ -13,6 +13,12 @@ use std::path::Path;
 mod common;
 
 fn run_fixture(name: &str) {
+    run_fixture_in(name, &["json"]);
+}
+
+/// Runs the cases of fixture `name` in the human format and in each of
+/// `formats`.
+fn run_fixture_in(name: &str, formats: &[&str]) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/test")
         .join(format!("{name}.flow"));
@@ -29,8 +35,15 @@ fn run_fixture(name: &str) {
         args.extend(case.args.iter().map(String::as_str));
         let _ = writeln!(snapshot, "=== {} ===", case.name);
         let _ = writeln!(snapshot, "{}", common::flowc(&dir, &args));
-        args.extend(["--format", "json"]);
-        let _ = writeln!(snapshot, "--- json ---\n{}\n", common::flowc(&dir, &args));
+        for format in formats {
+            let mut args = args.clone();
+            args.extend(["--format", format]);
+            let _ = writeln!(
+                snapshot,
+                "--- {format} ---\n{}\n",
+                common::flowc(&dir, &args)
+            );
+        }
     }
     insta::assert_snapshot!(name, snapshot);
 }
@@ -53,4 +66,9 @@ fn files_that_do_not_check_and_usage() {
 #[test]
 fn branch_coverage() {
     run_fixture("coverage");
+}
+
+#[test]
+fn junit_and_github_reports() {
+    run_fixture_in("formats", &["junit", "github"]);
 }

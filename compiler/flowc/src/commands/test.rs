@@ -20,6 +20,11 @@ pub(crate) enum TestFormat {
     Human,
     /// One JSON document on stdout.
     Json,
+    /// JUnit XML on stdout, for CI systems' test reports.
+    Junit,
+    /// GitHub Actions annotations (`::error file=...::message`) for each
+    /// failure and diagnostic, then the human report, on stdout.
+    Github,
 }
 
 /// What `flowc test` is asked for besides running the tests.
@@ -66,14 +71,24 @@ pub(crate) fn run(paths: &[PathBuf], root: Option<&Path>, options: Options<'_>) 
         .map(|r| r.primary.file)
         .collect();
     not_checking.dedup();
+    let format = options.format.unwrap_or(TestFormat::Human);
     if reports.errors() > 0 {
-        super::check::print(&reports, Format::Human, super::check::Stream::Stderr);
+        // Annotations must be on stdout for Actions to read them; any
+        // other format keeps stdout for its one document.
+        let (diagnostics, stream) = match format {
+            TestFormat::Github => (Format::Github, super::check::Stream::Stdout),
+            _ => (Format::Human, super::check::Stream::Stderr),
+        };
+        super::check::print(&reports, diagnostics, stream);
     }
     let verdicts = crate::parallel::map(&jobs, testing::test);
     let covered = coverage.then(|| testing::coverage(&jobs, &verdicts, &others));
     let covered = covered.as_deref();
-    match options.format.unwrap_or(TestFormat::Human) {
-        TestFormat::Human => {
+    match format {
+        TestFormat::Human | TestFormat::Github => {
+            if format == TestFormat::Github {
+                print!("{}", report::github(&jobs, &verdicts));
+            }
             print!("{}", report::human(&jobs, &verdicts));
             if let Some(covered) = covered {
                 print!("{}", report::coverage(covered));
@@ -83,6 +98,13 @@ pub(crate) fn run(paths: &[PathBuf], root: Option<&Path>, options: Options<'_>) 
             "{}",
             report::json(&jobs, &verdicts, covered, not_checking.len())
         ),
+        TestFormat::Junit => {
+            let files: Vec<&str> = not_checking
+                .iter()
+                .map(|&file| reports.path(file))
+                .collect();
+            print!("{}", report::junit(&jobs, &verdicts, &files));
+        }
     }
     let mut below = false;
     if let Some(min) = options.min_coverage {

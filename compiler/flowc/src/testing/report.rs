@@ -10,6 +10,7 @@ use flow_engine::journal::StepRecord;
 use serde_json::{Value, json};
 
 use super::{Coverage, Job, Verdict};
+use crate::render::{escape_data, escape_property};
 
 /// The human report: a line per test, the failures, a summary.
 pub(crate) fn human(jobs: &[Job], verdicts: &[Verdict]) -> String {
@@ -28,23 +29,7 @@ pub(crate) fn human(jobs: &[Job], verdicts: &[Verdict]) -> String {
             continue;
         }
         let _ = writeln!(text, "\n--- {} ---", title(job));
-        for miss in &verdict.misses {
-            if !miss.expected.is_empty() {
-                let line = miss
-                    .line
-                    .map(|l| format!(" (line {l})"))
-                    .unwrap_or_default();
-                let _ = writeln!(text, "  expected: {}{line}", miss.expected);
-            }
-            let _ = writeln!(text, "  found:    {}", miss.found);
-        }
-        let _ = writeln!(text, "  trace:");
-        if verdict.ran.records.is_empty() {
-            let _ = writeln!(text, "    (no step ran)");
-        }
-        for record in ordered(job, &verdict.ran.records) {
-            let _ = writeln!(text, "    {}", trace_line(record));
-        }
+        text.push_str(&failure(job, verdict));
     }
     let failed = verdicts.iter().filter(|v| !v.passed()).count();
     let _ = writeln!(
@@ -55,6 +40,153 @@ pub(crate) fn human(jobs: &[Job], verdicts: &[Verdict]) -> String {
         jobs.len() - failed
     );
     text
+}
+
+/// A failed test's misses, each expectation with what was found, and the
+/// trace of its run: what the human report and JUnit's `<failure>` show.
+fn failure(job: &Job, verdict: &Verdict) -> String {
+    let mut text = String::new();
+    for miss in &verdict.misses {
+        if !miss.expected.is_empty() {
+            let line = miss
+                .line
+                .map(|l| format!(" (line {l})"))
+                .unwrap_or_default();
+            let _ = writeln!(text, "  expected: {}{line}", miss.expected);
+        }
+        let _ = writeln!(text, "  found:    {}", miss.found);
+    }
+    let _ = writeln!(text, "  trace:");
+    if verdict.ran.records.is_empty() {
+        let _ = writeln!(text, "    (no step ran)");
+    }
+    for record in ordered(job, &verdict.ran.records) {
+        let _ = writeln!(text, "    {}", trace_line(record));
+    }
+    text
+}
+
+/// The JUnit XML report that CI systems (Jenkins, GitLab, Azure, the
+/// GitHub test-report actions) read: a `<testsuite>` per test file, a
+/// `<testcase>` per test with its file and line, a `<failure>` holding
+/// the misses and the trace; files that do not check are a suite of
+/// errors of their own, so that the report does not look green. No
+/// `time` is given: the wall clock's would make two runs' reports differ,
+/// and virtual time is not what a CI's duration charts mean; it is a
+/// property of each case instead.
+pub(crate) fn junit(jobs: &[Job], verdicts: &[Verdict], not_checking: &[&str]) -> String {
+    let failed = verdicts.iter().filter(|v| !v.passed()).count();
+    let mut xml = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let _ = writeln!(
+        xml,
+        "<testsuites name=\"flowc test\" tests=\"{}\" failures=\"{failed}\" errors=\"{}\">",
+        jobs.len(),
+        not_checking.len()
+    );
+    let mut files: Vec<&str> = Vec::new();
+    for job in jobs {
+        if !files.contains(&job.file.as_str()) {
+            files.push(&job.file);
+        }
+    }
+    for file in files {
+        let cases: Vec<(&Job, &Verdict)> = jobs
+            .iter()
+            .zip(verdicts)
+            .filter(|(job, _)| job.file == file)
+            .collect();
+        let _ = writeln!(
+            xml,
+            "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\">",
+            xml_escape(file),
+            cases.len(),
+            cases.iter().filter(|(_, v)| !v.passed()).count()
+        );
+        for (job, verdict) in cases {
+            let _ = write!(
+                xml,
+                "    <testcase name=\"{}\" classname=\"{}\" file=\"{}\" line=\"{}\">\n      \
+                 <properties><property name=\"virtual_time\" value=\"{}\"/></properties>\n",
+                xml_escape(&job.case.name),
+                xml_escape(&job.case.workflow),
+                xml_escape(file),
+                job.case.line,
+                virtual_time(verdict.ran.elapsed)
+            );
+            if let Some(first) = verdict.misses.first() {
+                let _ = writeln!(
+                    xml,
+                    "      <failure message=\"{}\">{}</failure>",
+                    xml_escape(&first.found),
+                    xml_escape(&failure(job, verdict))
+                );
+            }
+            let _ = writeln!(xml, "    </testcase>");
+        }
+        let _ = writeln!(xml, "  </testsuite>");
+    }
+    if !not_checking.is_empty() {
+        let _ = writeln!(
+            xml,
+            "  <testsuite name=\"flowc check\" tests=\"{0}\" errors=\"{0}\">",
+            not_checking.len()
+        );
+        for file in not_checking {
+            let _ = writeln!(
+                xml,
+                "    <testcase name=\"{0}\" classname=\"flowc check\" file=\"{0}\">\n      \
+                 <error message=\"the file does not check; its tests did not run (see flowc check)\"/>\n    </testcase>",
+                xml_escape(file)
+            );
+        }
+        let _ = writeln!(xml, "  </testsuite>");
+    }
+    xml.push_str("</testsuites>\n");
+    xml
+}
+
+/// GitHub Actions annotations: an `::error` per miss of a failed test, on
+/// the line of the expectation (the test's own line for what the run did
+/// on its own), titled with the test's name.
+pub(crate) fn github(jobs: &[Job], verdicts: &[Verdict]) -> String {
+    let mut text = String::new();
+    for (job, verdict) in jobs.iter().zip(verdicts) {
+        for miss in &verdict.misses {
+            let message = if miss.expected.is_empty() {
+                miss.found.clone()
+            } else {
+                format!("{}\nfound: {}", miss.expected, miss.found)
+            };
+            let _ = writeln!(
+                text,
+                "::error file={},line={},title={}::{}",
+                escape_property(&job.file),
+                miss.line.unwrap_or(job.case.line),
+                escape_property(&format!("test \"{}\"", job.case.name)),
+                escape_data(&message)
+            );
+        }
+    }
+    text
+}
+
+/// Text as XML character data or an attribute value.
+fn xml_escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => escaped.push_str("&amp;"),
+            '<' => escaped.push_str("&lt;"),
+            '>' => escaped.push_str("&gt;"),
+            '"' => escaped.push_str("&quot;"),
+            '\'' => escaped.push_str("&apos;"),
+            // XML 1.0 has no way to write the other control characters.
+            '\n' | '\t' | '\r' => escaped.push(c),
+            c if c.is_control() => escaped.push('\u{FFFD}'),
+            c => escaped.push(c),
+        }
+    }
+    escaped
 }
 
 /// The coverage report: per workflow, the share of arms taken, then each
