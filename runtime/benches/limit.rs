@@ -85,6 +85,7 @@ fn main() {
                         prompt: String::new(),
                         input: &input,
                         output_schema: &schema,
+                        path: "step",
                         call_id: format!("account-{account}:{i}"),
                         repair: None,
                         journal: None,

@@ -52,7 +52,7 @@ async fn every_example_completes_after_its_approvals() {
         .expect("the input is JSON");
         let store = Arc::new(MemoryStore::default());
         let services = Services {
-            provider: Arc::new(OfflineProvider),
+            provider: Arc::new(OfflineProvider::default()),
             effects: store.clone(),
             mcp: None,
             journal: store.clone(),

@@ -101,6 +101,7 @@ async fn call_at_once(provider: &Arc<dyn Provider>, calls: usize) {
                     prompt: format!("call {i}"),
                     input: &input,
                     output_schema: &schema,
+                    path: "step",
                     call_id: format!("call-{i}"),
                     repair: None,
                     journal: None,

@@ -228,7 +228,7 @@ async fn run_on_pool(
 ) -> (Outcome, Arc<MemoryStore>) {
     let store = Arc::new(MemoryStore::default());
     let services = Services {
-        provider: Arc::new(OfflineProvider),
+        provider: Arc::new(OfflineProvider::default()),
         effects: store.clone(),
         mcp: Some(Arc::new(flow_runtime::mcp::PoolClient(pool.clone()))),
         journal: store.clone(),

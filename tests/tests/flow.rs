@@ -489,24 +489,49 @@ fn a_changed_or_foreign_plan_is_refused() {
     );
 }
 
+/// The offline provider's answers depend on the input, the step's path,
+/// the recipe and `--seed`, never on the run id: two runs of one input end
+/// alike (this test and `a_closed_stdout_ends_flow_quietly` counted on a
+/// run id that kept support_triage away from its refund gate, and once in
+/// a while it parked there), and other seeds give other answers.
+#[test]
+fn offline_runs_of_one_input_answer_alike_and_seeds_vary_them() {
+    let dir = TempDir::new("flow-offline-seed");
+    let output = |seed: &str| {
+        let record = json(&run_support_triage(&dir, &["--json", "--seed", seed]));
+        (record["status"].clone(), record["output"].clone())
+    };
+    let first = output("0");
+    assert_eq!(first.0, "completed");
+    assert_eq!(output("0"), first);
+    let others: Vec<_> = ["1", "2", "3"].into_iter().map(output).collect();
+    assert!(others.iter().any(|other| other != &first), "{others:?}");
+}
+
+/// `flow run` of the support_triage example with its input file, in `dir`,
+/// which must complete.
+fn run_support_triage(dir: &TempDir, args: &[&str]) -> Run {
+    let example = root().join("examples/support_triage.flow");
+    let input = root().join("examples/support_triage.input.json");
+    let mut all = vec![
+        "run",
+        example.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+    ];
+    all.extend_from_slice(args);
+    let run = flow(dir, &all);
+    assert_eq!(run.code, 0, "{}", run.all());
+    run
+}
+
 /// Regression: `flow ... | head` panicked ("failed printing to stdout") when
 /// the reader closed the pipe; it now ends as a process killed by SIGPIPE.
 #[test]
 fn a_closed_stdout_ends_flow_quietly() {
     let dir = TempDir::new("flow-closed-stdout");
-    let example = root().join("examples/support_triage.flow");
-    let input = root().join("examples/support_triage.input.json");
     for _ in 0..3 {
-        let run = flow(
-            &dir,
-            &[
-                "run",
-                example.to_str().unwrap(),
-                "--input",
-                input.to_str().unwrap(),
-            ],
-        );
-        assert_eq!(run.code, 0, "{}", run.all());
+        run_support_triage(&dir, &[]);
     }
     let mut child = std::process::Command::new(flow_path())
         .args(["runs", "--db", "flow.db"])

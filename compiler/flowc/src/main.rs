@@ -178,6 +178,11 @@ enum Command {
         /// percent; implies `--coverage`.
         #[arg(long, value_name = "N")]
         min_coverage: Option<f64>,
+        /// Answer the recipe calls a test does not mock with the offline
+        /// provider's made-up values (deterministic, fitting the recipe's
+        /// output type) instead of failing the test.
+        #[arg(long)]
+        offline: bool,
         #[command(flatten)]
         project: ProjectArg,
         /// Files and directories to test (default: the current folder).
@@ -251,6 +256,7 @@ fn main() -> ExitCode {
             format,
             coverage,
             min_coverage,
+            offline,
             project,
             paths,
         } => commands::test::run(
@@ -261,6 +267,7 @@ fn main() -> ExitCode {
                 format: Some(format),
                 coverage,
                 min_coverage,
+                offline,
             },
         ),
         Command::Build {

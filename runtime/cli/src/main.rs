@@ -75,6 +75,13 @@ struct Cli {
     /// requests. Browser steps then fail preflight, nothing started.
     #[arg(long, global = true, env = "FLOW_NO_MCP_FROM_FILE")]
     no_mcp_from_file: bool,
+    /// Varies the offline provider's answers (used when no LLM provider is
+    /// configured): they depend on the recipe, the step's path, the call's
+    /// input and this seed only, so a run is repeatable with the same
+    /// seed. Give the same one to `flow approve` and `flow resume` to go
+    /// on as the run started.
+    #[arg(long, global = true, env = "FLOW_OFFLINE_SEED", default_value_t = 0)]
+    seed: u64,
 }
 
 #[derive(Subcommand)]
@@ -373,7 +380,7 @@ fn main() -> ExitCode {
     }));
     let dispatched = match remote {
         Some(server) => runtime.block_on(dispatch_remote(cli.command, &server)),
-        None => runtime.block_on(dispatch(cli.command, &mcp)),
+        None => runtime.block_on(dispatch(cli.command, &mcp, cli.seed)),
     };
     runtime.block_on(mcp.shutdown());
     match dispatched {
@@ -390,7 +397,7 @@ fn store_error(error: impl std::fmt::Display) -> Fail {
     usage(error.to_string())
 }
 
-async fn dispatch(command: Command, mcp: &Arc<McpPool>) -> Result<u8> {
+async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8> {
     // One limiter for every run this process executes (`recover` runs many).
     let limiter = flow_runtime::limit::limiter_from_env().map_err(usage)?;
     let paint = Paint::for_stdout();
@@ -416,7 +423,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>) -> Result<u8> {
                 .await
                 .map_err(store_error)?;
             execute(
-                &store, &db, &limiter, mcp, &plan, &workflow, &run_id, input, json,
+                &store, &db, &limiter, mcp, &plan, &workflow, &run_id, input, json, seed,
             )
             .await
         }
@@ -483,6 +490,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>) -> Result<u8> {
                 &run,
                 row.input,
                 json,
+                seed,
             )
             .await
         }
@@ -531,6 +539,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>) -> Result<u8> {
                 &run,
                 row.input,
                 json,
+                seed,
             )
             .await
         }
@@ -593,6 +602,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>) -> Result<u8> {
                         &row.id,
                         row.input,
                         json,
+                        seed,
                     )
                     .await
                 });
@@ -955,6 +965,7 @@ async fn execute(
     run_id: &str,
     input: Value,
     json: bool,
+    seed: u64,
 ) -> Result<u8> {
     let provider: Arc<dyn Provider> = match flow_runtime::llm::provider_from_env().map_err(usage)? {
         Some(provider) => provider,
@@ -962,7 +973,7 @@ async fn execute(
             eprintln!(
                 "flow: no LLM provider is configured (set FLOW_LLM_BASE_URL); recipes answer with the offline provider's fabricated outputs"
             );
-            Arc::new(OfflineProvider)
+            Arc::new(OfflineProvider::new(seed))
         }
     };
     // The local runs' account is the CLI's: one limit for all of them.

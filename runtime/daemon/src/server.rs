@@ -169,7 +169,7 @@ impl Daemon {
                 tracing::warn!(
                     "no [provider] configured; recipes answer with the offline provider's fabricated outputs"
                 );
-                Arc::new(flow_runtime::offline::OfflineProvider)
+                Arc::new(flow_runtime::offline::OfflineProvider::default())
             }
             Some(provider) => {
                 tracing::info!(

@@ -744,7 +744,7 @@ impl<'p> Interpreter<'p> {
             let called_ms = now_ms();
             let result = match tokio::time::timeout(
                 timeout,
-                self.action(step, args, &call_id, ctx, repair.clone()),
+                self.action(step, args, path, &call_id, ctx, repair.clone()),
             )
             .await
             {
@@ -848,6 +848,7 @@ impl<'p> Interpreter<'p> {
         &self,
         step: &Step,
         args: &Value,
+        path: &str,
         call_id: &str,
         ctx: &Ctx,
         repair: Option<Repair>,
@@ -884,6 +885,7 @@ impl<'p> Interpreter<'p> {
                     prompt,
                     input: args,
                     output_schema: &recipe.output_schema,
+                    path,
                     call_id: call_id.to_string(),
                     repair,
                     journal: Some(self.services.journal.as_ref()),

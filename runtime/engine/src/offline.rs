@@ -8,10 +8,13 @@
 //! and it must be deterministic, because a run that is resumed or recovered
 //! replays the same calls and has to see the same answers.
 //!
-//! Determinism comes from a seed per call ([`seed_of`] over the run id, the
-//! execution path and the attempt) fed to a tiny hand-written PRNG, so no
-//! randomness crate is needed and the values do not depend on any crate's
-//! version.
+//! Determinism comes from a seed per call ([`seed_of`] over the recipe, the
+//! execution path, the call's input and the provider's seed) fed to a tiny
+//! hand-written PRNG, so no randomness crate is needed and the values do
+//! not depend on any crate's version. The run id is not among them: two
+//! runs of the same input take the same branches, so that trying a
+//! workflow offline is repeatable, and `flow run --seed N` picks other
+//! answers on purpose.
 
 use crate::schema::{DURATION_PATTERN, MAX_DEPTH, is_null_schema};
 use serde_json::{Map, Number, Value};
@@ -196,18 +199,40 @@ fn index(rng: &mut SplitMix64, len: usize) -> usize {
 }
 
 /// The provider used when none is configured: it answers every recipe call
-/// with [`fabricate`]d output, seeded by the call's identity (run, execution
-/// path, attempt), so a replay sees the same answers. Drivers say on stderr
+/// with [`fabricate`]d output, a pure function of the recipe, the step's
+/// execution path, the call's input and `seed`, so that the same input
+/// gives the same answers in every run (and a replay sees the same
+/// answers); retries of a call get the same answer. Drivers say on stderr
 /// that it is in use.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct OfflineProvider;
+pub struct OfflineProvider {
+    /// Varies every answer; 0 unless a user asks for another (`flow run
+    /// --seed N`, `FLOW_OFFLINE_SEED`).
+    pub seed: u64,
+}
+
+impl OfflineProvider {
+    pub fn new(seed: u64) -> Self {
+        OfflineProvider { seed }
+    }
+
+    /// The answer to a call of `recipe` at `path` with `input`, fitting
+    /// `output_schema`.
+    pub fn answer(&self, recipe: &str, path: &str, input: &Value, output_schema: &Value) -> Value {
+        // serde_json writes an object's keys sorted (its `preserve_order`
+        // feature is off), so equal inputs give equal text.
+        let input = input.to_string();
+        let seed = self.seed.to_string();
+        fabricate(output_schema, seed_of(&[recipe, path, &input, &seed]))
+    }
+}
 
 impl crate::services::Provider for OfflineProvider {
     fn complete<'a>(
         &'a self,
         call: &'a crate::services::RecipeCall<'a>,
     ) -> crate::services::BoxFuture<'a, Result<Value, crate::error::StepError>> {
-        let value = fabricate(call.output_schema, seed_of(&[call.recipe, &call.call_id]));
+        let value = self.answer(call.recipe, call.path, call.input, call.output_schema);
         Box::pin(async move { Ok(value) })
     }
 }
@@ -257,6 +282,35 @@ mod tests {
             fabricate(&json!({ "type": "string" }), 7),
             fabricate(&every_form(), 7)
         );
+    }
+
+    #[test]
+    fn answers_depend_on_recipe_path_input_and_seed_only() {
+        let schema = every_form();
+        let input = json!({ "text": "a", "n": 1 });
+        let same = json!({ "n": 1, "text": "a" });
+        let answer =
+            OfflineProvider::new(0).answer("classify", "each[0]/classify", &input, &schema);
+        assert!(validate(&schema, &answer).is_empty(), "{answer}");
+        // The order of an input's fields is not part of it.
+        assert_eq!(
+            answer,
+            OfflineProvider::new(0).answer("classify", "each[0]/classify", &same, &schema)
+        );
+        let others = [
+            OfflineProvider::new(1).answer("classify", "each[0]/classify", &input, &schema),
+            OfflineProvider::new(0).answer("triage", "each[0]/classify", &input, &schema),
+            OfflineProvider::new(0).answer("classify", "each[1]/classify", &input, &schema),
+            OfflineProvider::new(0).answer(
+                "classify",
+                "each[0]/classify",
+                &json!({ "text": "b", "n": 1 }),
+                &schema,
+            ),
+        ];
+        for other in others {
+            assert_ne!(answer, other);
+        }
     }
 
     #[test]

@@ -26,6 +26,9 @@ pub struct RecipeCall<'a> {
     pub prompt: String,
     pub input: &'a Value,
     pub output_schema: &'a Value,
+    /// The step's execution path (`each[2]/classify`): where in the run
+    /// the call is, the same in every run of the workflow.
+    pub path: &'a str,
     /// Stable identity of this attempt (run id, path, attempt index), for
     /// deterministic providers and idempotent requests.
     pub call_id: String,

@@ -37,10 +37,12 @@ pub(crate) struct Options<'a> {
     pub(crate) coverage: bool,
     /// Fail when a workflow's coverage is below this percentage.
     pub(crate) min_coverage: Option<f64>,
+    /// Answer the recipe calls a test does not mock with the offline
+    /// provider's made-up values instead of failing the test.
+    pub(crate) offline: bool,
 }
 
 pub(crate) fn run(paths: &[PathBuf], root: Option<&Path>, options: Options<'_>) -> Exit {
-    let filter = options.filter;
     let coverage = options.coverage || options.min_coverage.is_some();
     let (roots, mut reports) = super::check::roots_and_reports(paths, root);
     let mut jobs = Vec::new();
@@ -55,7 +57,7 @@ pub(crate) fn run(paths: &[PathBuf], root: Option<&Path>, options: Options<'_>) 
                 {
                     others.push(Arc::new(plan));
                 }
-                jobs.extend(jobs_of(root, &checked, filter, &mut reports));
+                jobs.extend(jobs_of(root, &checked, &options, &mut reports));
             }
             Err(error) => {
                 print_load_error(&error);
@@ -129,13 +131,13 @@ pub(crate) fn run(paths: &[PathBuf], root: Option<&Path>, options: Options<'_>) 
     }
 }
 
-/// The tests of a checked root whose names contain `filter`, each with the
+/// The tests of a checked root whose names contain the filter, each with the
 /// plan of its workflow's file; a file with errors adds its diagnostics to
 /// `reports` instead.
 fn jobs_of(
     root: &RootFile,
     checked: &Checked,
-    filter: Option<&str>,
+    options: &Options<'_>,
     reports: &mut Reports,
 ) -> Vec<Job> {
     let Some(cases) = flow_compiler::test_case::lower_tests(checked) else {
@@ -145,7 +147,7 @@ fn jobs_of(
     let mut plans: HashMap<FileId, Option<Arc<Plan>>> = HashMap::new();
     let mut jobs = Vec::new();
     for case in cases {
-        if filter.is_some_and(|text| !case.name.contains(text)) {
+        if options.filter.is_some_and(|text| !case.name.contains(text)) {
             continue;
         }
         let plan = plans
@@ -157,6 +159,9 @@ fn jobs_of(
                 file: root.path.clone(),
                 plan,
                 case,
+                offline: options
+                    .offline
+                    .then(flow_engine::offline::OfflineProvider::default),
             });
         }
     }

@@ -27,8 +27,14 @@ pub(crate) fn judge(case: &TestCase, ran: &Ran) -> Vec<Miss> {
             expected: String::new(),
             line: None,
             found: format!(
-                "step `{}` calls {}, which the test does not mock; add `mock step.{} = {{ ... }}`",
-                call.step, call.what, call.step
+                "step `{}`{} calls {}, which the test does not mock; add `mock step.{} = {{ ... }}` (or run with --offline for made-up answers)",
+                call.step,
+                match &call.path {
+                    Some(path) if path != &call.step => format!(" at `{path}`"),
+                    _ => String::new(),
+                },
+                call.what,
+                call.step
             ),
         })
         .collect();

@@ -8,6 +8,7 @@ use std::time::Duration;
 use flow_compiler::syntax::ast::Failure;
 use flow_compiler::test_case::{Answer, MockCase, Target};
 use flow_engine::error::{ErrorKind, StepError};
+use flow_engine::offline::OfflineProvider;
 use flow_engine::services::{BoxFuture, McpClient, Provider, RecipeCall};
 use flow_engine::sync::lock;
 use flow_plan::{Action, McpServer, Plan};
@@ -22,6 +23,9 @@ const NEVER: Duration = Duration::from_secs(365 * 24 * 3600);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Unmocked {
     pub(crate) step: String,
+    /// The call's execution path (`each[0]/classify`), when the call
+    /// names it (a recipe's does; an MCP call names no step).
+    pub(crate) path: Option<String>,
     /// `recipe `r`` or `tool `server.tool``.
     pub(crate) what: String,
 }
@@ -33,10 +37,13 @@ pub(crate) struct Mocks {
     /// The step that calls each (server, tool): an MCP call names no step.
     tools: HashMap<(String, String), String>,
     unmocked: Mutex<Vec<Unmocked>>,
+    /// Answers the recipe calls no mock answers, when the test run was
+    /// asked to (`flowc test --offline`); else such a call fails the test.
+    offline: Option<OfflineProvider>,
 }
 
 impl Mocks {
-    pub(crate) fn new(plan: &Plan, mocks: &[MockCase]) -> Mocks {
+    pub(crate) fn new(plan: &Plan, mocks: &[MockCase], offline: Option<OfflineProvider>) -> Mocks {
         let mut answers: HashMap<Target, Vec<Answer>> = HashMap::new();
         for mock in mocks {
             answers
@@ -59,6 +66,7 @@ impl Mocks {
             calls: Mutex::new(HashMap::new()),
             tools,
             unmocked: Mutex::new(Vec::new()),
+            offline,
         }
     }
 
@@ -84,26 +92,26 @@ impl Mocks {
         Some(answer)
     }
 
-    async fn reply(
-        &self,
-        step: &str,
-        recipe: Option<&str>,
-        what: String,
-    ) -> Result<Value, StepError> {
-        let Some(answer) = self.next(step, recipe) else {
-            lock(&self.unmocked).push(Unmocked {
-                step: step.to_string(),
-                what: what.clone(),
-            });
-            return Err(StepError::new(
-                ErrorKind::Unsupported,
-                format!("the test does not mock {what} of step `{step}`"),
-            ));
-        };
+    /// The answer a mock gives: its value, or its failure.
+    async fn reply(answer: Answer) -> Result<Value, StepError> {
         match answer {
             Answer::Value(value) => Ok(value),
             Answer::Fails(failure) => Err(failed(failure).await),
         }
+    }
+
+    /// Notes a call that no mock answers, and the error that ends it.
+    fn unanswered(&self, step: &str, path: Option<&str>, what: String) -> StepError {
+        let error = StepError::new(
+            ErrorKind::Unsupported,
+            format!("the test does not mock {what} of step `{step}`"),
+        );
+        lock(&self.unmocked).push(Unmocked {
+            step: step.to_string(),
+            path: path.map(str::to_string),
+            what,
+        });
+        error
     }
 }
 
@@ -132,22 +140,20 @@ async fn failed(failure: Failure) -> StepError {
     StepError::new(kind, message)
 }
 
-/// The step id of a call, from its id (`run:path:attempt`): a path's last
-/// part is the step's id (`scans[3]/page` is step `page`).
-fn step_of(call_id: &str) -> &str {
-    let path = call_id
-        .split_once(':')
-        .and_then(|(_, rest)| rest.rsplit_once(':'))
-        .map_or(call_id, |(path, _)| path);
-    path.rsplit('/').next().unwrap_or(path)
-}
-
 impl Provider for Mocks {
     fn complete<'a>(&'a self, call: &'a RecipeCall<'a>) -> BoxFuture<'a, Result<Value, StepError>> {
         Box::pin(async move {
-            let step = step_of(&call.call_id);
-            self.reply(step, Some(call.recipe), format!("recipe `{}`", call.recipe))
-                .await
+            // A path's last part is the step's id (`scans[3]/page` is step `page`).
+            let step = call.path.rsplit('/').next().unwrap_or(call.path);
+            match (self.next(step, Some(call.recipe)), &self.offline) {
+                (Some(answer), _) => Self::reply(answer).await,
+                (None, Some(offline)) => {
+                    Ok(offline.answer(call.recipe, call.path, call.input, call.output_schema))
+                }
+                (None, None) => {
+                    Err(self.unanswered(step, Some(call.path), format!("recipe `{}`", call.recipe)))
+                }
+            }
         })
     }
 }
@@ -166,7 +172,10 @@ impl McpClient for Mocks {
                 .get(&(server.name.clone(), tool.to_string()))
                 .cloned()
                 .unwrap_or_default();
-            self.reply(&step, None, what).await
+            match self.next(&step, None) {
+                Some(answer) => Self::reply(answer).await,
+                None => Err(self.unanswered(&step, None, what)),
+            }
         })
     }
 

@@ -20,6 +20,8 @@ pub(crate) struct Job {
     pub(crate) file: String,
     pub(crate) plan: Arc<Plan>,
     pub(crate) case: TestCase,
+    /// Answers the recipe calls the test does not mock (`--offline`).
+    pub(crate) offline: Option<flow_engine::offline::OfflineProvider>,
 }
 
 /// How a test went.
@@ -111,7 +113,7 @@ pub(crate) fn coverage(jobs: &[Job], verdicts: &[Verdict], others: &[Arc<Plan>])
 
 /// Runs `job` and judges it.
 pub(crate) fn test(job: &Job) -> Verdict {
-    let ran = run::run(&job.plan, &job.case);
+    let ran = run::run(&job.plan, &job.case, job.offline);
     Verdict {
         misses: expect::judge(&job.case, &ran),
         ran,

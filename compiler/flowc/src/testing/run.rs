@@ -9,6 +9,7 @@ use flow_compiler::test_case::{Expectation, TestCase};
 use flow_engine::approval::{PendingApproval, expire};
 use flow_engine::journal::{Journal as _, Outcome, StepRecord};
 use flow_engine::memory::MemoryStore;
+use flow_engine::offline::OfflineProvider;
 use flow_engine::services::Services;
 use flow_engine::time::{now_ms, rfc3339_utc};
 use flow_plan::Plan;
@@ -38,13 +39,13 @@ pub(crate) struct Ran {
 /// Runs `case` on `plan` on a runtime of its own whose clock is paused and
 /// moves on whenever every task waits, so that backoff, timeouts and the
 /// workflow's deadline take no wall time.
-pub(crate) fn run(plan: &Plan, case: &TestCase) -> Ran {
+pub(crate) fn run(plan: &Plan, case: &TestCase, offline: Option<OfflineProvider>) -> Ran {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build();
     match runtime {
-        Ok(runtime) => runtime.block_on(drive(plan, case)),
+        Ok(runtime) => runtime.block_on(drive(plan, case, offline)),
         Err(error) => Ran {
             outcome: Outcome::Parked {
                 pending: Vec::new(),
@@ -57,9 +58,9 @@ pub(crate) fn run(plan: &Plan, case: &TestCase) -> Ran {
     }
 }
 
-async fn drive(plan: &Plan, case: &TestCase) -> Ran {
+async fn drive(plan: &Plan, case: &TestCase, offline: Option<OfflineProvider>) -> Ran {
     let store = Arc::new(MemoryStore::default());
-    let mocks = Arc::new(Mocks::new(plan, &case.mocks));
+    let mocks = Arc::new(Mocks::new(plan, &case.mocks, offline));
     let services = Services {
         provider: mocks.clone(),
         effects: store.clone(),
