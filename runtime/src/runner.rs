@@ -166,6 +166,36 @@ impl RunRecord {
     }
 }
 
+/// The `test` block of a stored run (see `test_from`), unformatted: the
+/// drivers lay it out with the compiler's formatter.
+pub fn test_from_row(plan: &Plan, row: &RunRow, records: &[StepRecord]) -> Result<String, String> {
+    let status = match row.status {
+        RunStatus::Completed => Some("completed"),
+        RunStatus::Failed => Some("failed"),
+        RunStatus::PendingApproval => Some("parked"),
+        RunStatus::Running | RunStatus::Cancelled => None,
+    };
+    let outcome: Option<Outcome> = row
+        .outcome
+        .as_ref()
+        .and_then(|o| serde_json::from_value(o.clone()).ok());
+    let output = match &outcome {
+        Some(Outcome::Completed { output }) => Some(output),
+        _ => None,
+    };
+    crate::test_from::test_block(
+        plan,
+        &crate::test_from::RecordedRun {
+            id: &row.id,
+            workflow: &row.workflow,
+            input: &row.input,
+            records,
+            status,
+            output,
+        },
+    )
+}
+
 /// Why `drive` did not record how an invocation ended.
 #[derive(Debug)]
 pub enum DriveError {

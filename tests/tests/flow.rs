@@ -1183,4 +1183,92 @@ fn flow_run_delivers_what_it_can_and_names_the_rest() {
         "{}",
         shown.all()
     );
+/// `flow test-from RUN` writes a recorded run as a `test` block that
+/// `flowc check` accepts and `flowc test` passes against the workflow's
+/// source: an example run as it is, and a run with a loop, floats,
+/// optionals and an approval decided with `flow approve`.
+#[test]
+fn a_recorded_run_becomes_a_test_that_passes() {
+    let dir = TempDir::new("flow-test-from");
+    for file in ["support_triage.flow", "recipes/support.flow"] {
+        let text = std::fs::read_to_string(root().join("examples").join(file)).unwrap();
+        dir.write(file, text);
+    }
+    dir.write(
+        "gate.flow",
+        r#"recipe score {
+  model "default"
+  input { text: string }
+  output { level: "low" | "high", n: int, share: float, note: string? }
+  prompt "Score {{input.text}}"
+}
+workflow gate {
+  input { texts: list<string> }
+  for workflow_input.texts as each {
+    step rate = score { text: loop_item }
+  }
+  step ok = approval { approvers: ["lead@example.com"] message: "Go on?" }
+  output { approved: step.ok.approved, scores: step.each }
+}
+"#,
+    );
+    let gated = flow(
+        &dir,
+        &[
+            "run",
+            "gate.flow",
+            "--input",
+            r#"{"texts": ["a", "b {{c}}"]}"#,
+            "--json",
+        ],
+    );
+    let gated = json(&gated)["run_id"].as_str().unwrap().to_string();
+    let approved = flow(
+        &dir,
+        &[
+            "approve",
+            &gated,
+            "ok",
+            "--as",
+            "lead@example.com",
+            "--comment",
+            "fine \"by me\"",
+        ],
+    );
+    assert_eq!(approved.code, 0, "{}", approved.all());
+    let example = json(&run_support_triage(&dir, &["--json"]))["run_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for (run, file) in [
+        (&example, "support_triage.run.test.flow"),
+        (&gated, "gate.run.test.flow"),
+    ] {
+        let written = flow(&dir, &["test-from", run, "--out", file]);
+        assert_eq!(written.code, 0, "{}", written.all());
+        let text = std::fs::read_to_string(dir.path().join(file)).unwrap();
+        let checked = run_in(&flowc_path(), dir.path(), &["check", file]);
+        assert_eq!(checked.code, 0, "{text}\n{}", checked.all());
+        let tested = run_in(&flowc_path(), dir.path(), &["test", file]);
+        assert_eq!(tested.code, 0, "{text}\n{}", tested.all());
+        assert!(
+            tested.stdout.contains("1 test: 1 passed"),
+            "{}",
+            tested.all()
+        );
+    }
+    let gate = std::fs::read_to_string(dir.path().join("gate.run.test.flow")).unwrap();
+    assert!(
+        gate.contains(r#"decide step.ok approve by "lead@example.com" comment "fine \"by me\"""#),
+        "{gate}"
+    );
+    assert!(
+        gate.contains("mock step.rate = {") && gate.contains(" then {"),
+        "{gate}"
+    );
+    assert!(gate.contains(r#""b \{\{c\}\}""#), "{gate}");
+    // The printed test is what `flow --server` answers too, from the same
+    // function; the same run twice writes the same text.
+    let again = flow(&dir, &["test-from", &gated]);
+    assert_eq!(again.stdout.trim_end(), gate.trim_end());
 }

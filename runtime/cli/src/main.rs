@@ -196,6 +196,19 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Write a `test` block from a recorded run: its input, each recipe's
+    /// and tool's recorded answers as mocks, each approval's decision, and
+    /// its status and output as expectations; `flowc test` runs it against
+    /// the workflow's source.
+    TestFrom {
+        run: String,
+        /// Write the test to FILE (e.g. `support_triage.run.test.flow`,
+        /// beside the workflow's file) instead of standard output.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        #[command(flatten)]
+        store: StoreArg,
+    },
     /// Show a run's trace: how it stands, then its steps as a tree that
     /// follows the workflow's nesting, each with its kind, status, active
     /// time and attempts; approvals with their decision, or the command
@@ -664,6 +677,18 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             lists::print_runs(&runs, json, paint);
             Ok(0)
         }
+        Command::TestFrom {
+            run,
+            out,
+            store: StoreArg { db },
+        } => {
+            let store = open_store(&db)?;
+            let row = find_run(&store, &run, &db).await?;
+            let plan = store.plan(&row.plan_hash).await.map_err(store_error)?;
+            let records = store.step_records(&row.id).await.map_err(store_error)?;
+            let text = runner::test_from_row(&plan, &row, &records).map_err(usage)?;
+            write_test(&text, out.as_deref())
+        }
         Command::Show {
             run,
             last: _,
@@ -857,6 +882,25 @@ async fn list_documents(db: &Path, query: &KbQuery, json: bool, paint: Paint) ->
 }
 
 /// The run `run` of the local store, or a usage error that names the store.
+/// Lays out a test written from a run with the compiler's formatter (the
+/// layout `flowc fmt` writes), then prints it or writes it to `out`.
+fn write_test(text: &str, out: Option<&Path>) -> Result<u8> {
+    let text = flow_compiler::format::format_source(text).map_err(|error| {
+        usage(format!(
+            "the test written from the run does not parse: {error}"
+        ))
+    })?;
+    match out {
+        Some(path) => {
+            std::fs::write(path, &text)
+                .map_err(|error| usage(format!("cannot write {}: {error}", path.display())))?;
+            eprintln!("flow: wrote {}", path.display());
+        }
+        None => out!("{}", text.trim_end()),
+    }
+    Ok(0)
+}
+
 async fn find_run(store: &Arc<dyn Store>, run: &str, db: &Path) -> Result<RunRow> {
     store
         .run(run)
@@ -1263,6 +1307,10 @@ async fn dispatch_remote(command: Command, server: &remote::Server) -> Result<u8
                 .await?;
             lists::print_runs(&runs, json, paint);
             Ok(0)
+        }
+        Command::TestFrom { run, out, store: _ } => {
+            let text = server.test_from(&run).await?;
+            write_test(&text, out.as_deref())
         }
         Command::Show {
             run,

@@ -252,6 +252,21 @@ impl Server {
             .map_err(|e| usage(format!("{}: not a list of notifications ({e})", self.base)))
     }
 
+    /// The `test` block flowd writes from a run (`GET /v1/runs/{id}/test`).
+    pub(crate) async fn test_from(&self, run: &str) -> Result<String> {
+        let answer = self
+            .call(
+                reqwest::Method::GET,
+                &format!("/v1/runs/{}/test", segment(run)),
+                None,
+            )
+            .await?;
+        answer["test"]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| usage(format!("{}: no test in the answer", self.base)))
+    }
+
     /// A run's step records and its history (redrives, moves, deliveries).
     pub(crate) async fn trace(&self, run: &str) -> Result<(Vec<StepRecord>, Vec<RunChange>)> {
         let answer = self

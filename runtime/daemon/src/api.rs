@@ -38,7 +38,7 @@ pub(crate) type Answer = Result<Response, Problem>;
             workflows and runs only. Errors are `application/problem+json` with a stable `code`."
     ),
     paths(
-        deploy, workflows, undeploy, start_run, get_run, delete_run, trace, graph, runs, cancel,
+        deploy, workflows, undeploy, start_run, get_run, delete_run, trace, graph, test_from, runs, cancel,
         redrive, crate::migrate::migrate, decide, my_approvals, notifications, mark_read, delete_document
     ),
     components(schemas(ProblemDoc)),
@@ -860,6 +860,50 @@ pub(crate) async fn trace(
         history,
     })
     .into_response())
+}
+
+/// A run written as a `test` block of the flow language.
+#[derive(Serialize, ToSchema)]
+struct RunTest {
+    run_id: String,
+    /// The block, after an `import` of the workflow's file, laid out as
+    /// `flowc fmt` writes it: save it as `NAME.test.flow` beside the
+    /// workflow and `flowc test` runs it.
+    test: String,
+}
+
+/// The run as a regression test: its input, each recipe's and tool's
+/// recorded answers as mocks, each approval's decision, and its status and
+/// output as expectations (what `flow test-from RUN` writes).
+#[utoipa::path(
+    get, path = "/v1/runs/{id}/test", tag = "runs",
+    params(("id" = String, Path, description = "The run's id")),
+    responses(
+        (status = 200, description = "The test block", body = RunTest),
+        (status = 404, description = "No such run in this account", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 409, description = "The run's plan does not hold its workflow (`no_test`)", body = ProblemDoc, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn test_from(
+    State(daemon): State<Arc<Daemon>>,
+    Extension(AccountId(account)): Extension<AccountId>,
+    Path(id): Path<String>,
+) -> Answer {
+    let row = own_run(&daemon, &account, &id).await?;
+    let plan = daemon.plan(&row.plan_hash).await.map_err(store_problem)?;
+    let records = daemon
+        .store
+        .step_records(&id)
+        .await
+        .map_err(store_problem)?;
+    let no_test = |detail: &str| Problem::new(StatusCode::CONFLICT, "no_test", detail);
+    let text = runner::test_from_row(&plan, &row, &records).map_err(|why| no_test(&why))?;
+    let test = flow_compiler::format::format_source(&text).map_err(|error| {
+        no_test(&format!(
+            "the test written from the run does not parse: {error}"
+        ))
+    })?;
+    Ok(axum::Json(RunTest { run_id: id, test }).into_response())
 }
 
 /// The workflow's flowchart from the run's plan (the shapes `flowc graph`

@@ -823,6 +823,10 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         .route("/v1/runs/{id}/trace", axum::routing::get(crate::api::trace))
         .route("/v1/runs/{id}/graph", axum::routing::get(crate::api::graph))
         .route(
+            "/v1/runs/{id}/test",
+            axum::routing::get(crate::api::test_from),
+        )
+        .route(
             "/v1/runs/{id}/cancel",
             axum::routing::post(crate::api::cancel),
         )

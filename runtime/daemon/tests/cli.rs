@@ -654,6 +654,7 @@ async fn an_approval_is_decided_over_http_by_a_group_member() {
     // Another account's key reaches nothing of the run.
     for (method, path) in [
         (Method::GET, format!("/v1/runs/{run_id}/trace")),
+        (Method::GET, format!("/v1/runs/{run_id}/test")),
         (Method::POST, format!("/v1/runs/{run_id}/cancel")),
         (Method::GET, format!("/v1/runs?before={run_id}")),
     ] {
@@ -675,6 +676,25 @@ async fn an_approval_is_decided_over_http_by_a_group_member() {
         done["output"],
         json!({ "approved": true, "by": "ana@acme.io" })
     );
+    // The run as a test: the decision and the output, as `flow test-from`
+    // writes them.
+    let (status, body) = flowd
+        .send(
+            Method::GET,
+            &format!("/v1/runs/{run_id}/test"),
+            Some(ACME),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let test = body["test"].as_str().unwrap();
+    for line in [
+        "decide step.ok approve by \"ana@acme.io\"",
+        "expect status completed",
+        "expect output.by == \"ana@acme.io\"",
+    ] {
+        assert!(test.contains(line), "{line} in {test}");
+    }
     assert!(
         !flowd
             .metrics()
@@ -1437,6 +1457,7 @@ async fn the_openapi_document_describes_every_route() {
             "GET /v1/runs",
             "GET /v1/runs/{id}",
             "GET /v1/runs/{id}/graph",
+            "GET /v1/runs/{id}/test",
             "GET /v1/runs/{id}/trace",
             "GET /v1/workflows",
             "POST /v1/notifications/read",

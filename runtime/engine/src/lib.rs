@@ -28,6 +28,7 @@ pub mod schema;
 pub mod scope;
 pub mod services;
 pub mod sync;
+pub mod test_from;
 pub mod time;
 
 pub use interp::run;

@@ -1,0 +1,333 @@
+//! A recorded run written as a `test` block (`flow test-from RUN`, flowd's
+//! `GET /v1/runs/{id}/test`): its input, each recipe's and tool's recorded
+//! answers as mocks (a sequence for loops and retries, failures as the
+//! provider's errors), each approval's decision, and its status and output
+//! as expectations, so that a run seen in production becomes a regression
+//! test in one command.
+//!
+//! The text is written in one line per member; the drivers lay it out with
+//! the compiler's formatter (`flow_compiler::format::format_source`), which
+//! this crate does not link.
+
+use std::collections::BTreeMap;
+
+use flow_plan::{Action, DURATION_PATTERN, ErrorKind, Plan, StepKind};
+use serde_json::Value;
+
+use crate::journal::{Attempt, StepRecord, StepStatus};
+
+/// What a run's test is written from: the run's row and journal.
+pub struct RecordedRun<'a> {
+    pub id: &'a str,
+    pub workflow: &'a str,
+    pub input: &'a Value,
+    pub records: &'a [StepRecord],
+    /// `completed`, `failed` or `parked`; `None` for a run that was
+    /// cancelled or is still running, whose end a test cannot state.
+    pub status: Option<&'a str>,
+    /// The output of a completed run.
+    pub output: Option<&'a Value>,
+}
+
+/// The `test` block of `run`, after an `import` of the workflow's file;
+/// or why none can be written.
+pub fn test_block(plan: &Plan, run: &RecordedRun<'_>) -> Result<String, String> {
+    let workflow = plan.workflow(run.workflow).ok_or_else(|| {
+        format!(
+            "the run's plan has no workflow `{}` (it was built from {})",
+            run.workflow, plan.source
+        )
+    })?;
+    // The output schema of each step's answers, by step id.
+    let mut schemas: BTreeMap<String, Option<&Value>> = BTreeMap::new();
+    workflow.each_step(&mut |step| {
+        let schema = match &step.action {
+            Action::Recipe { recipe, .. } => plan
+                .recipes
+                .get(*recipe as usize)
+                .map(|recipe| &recipe.output_schema),
+            _ => None,
+        };
+        // Steps of one id share it: the checker keeps ids unique.
+        schemas.entry(step.id.clone()).or_insert(schema);
+    });
+
+    // Calls in the order they were made: a sequence answers them in turn.
+    let mut records: Vec<&StepRecord> = run.records.iter().collect();
+    records.sort_by(|a, b| (a.started_ms, &a.path).cmp(&(b.started_ms, &b.path)));
+
+    let import = plan
+        .source
+        .rsplit(['/', '\\'])
+        .next()
+        .unwrap_or(&plan.source);
+    let mut text = format!("import {}\n\n", quoted(import));
+    text.push_str(&format!("test {} {{\n", quoted(&format!("run {}", run.id))));
+    text.push_str(&format!("workflow {}\n", run.workflow));
+    text.push_str(&format!(
+        "input {}\n",
+        literal(run.input, Some(&workflow.input_schema))
+    ));
+    let mut mocked: Vec<&str> = Vec::new();
+    for record in &records {
+        if !matches!(record.kind, StepKind::Recipe | StepKind::Browser)
+            || mocked.contains(&record.step_id.as_str())
+        {
+            continue;
+        }
+        mocked.push(&record.step_id);
+        let schema = schemas.get(&record.step_id).copied().flatten();
+        let answers: Vec<String> = records
+            .iter()
+            .filter(|other| other.step_id == record.step_id)
+            .flat_map(|other| answers(other, schema))
+            .collect();
+        if let Some(mock) = mock(&record.step_id, &answers) {
+            text.push_str(&mock);
+        }
+    }
+    let mut decided: Vec<&str> = Vec::new();
+    for record in &records {
+        if record.kind != StepKind::Approval || decided.contains(&record.step_id.as_str()) {
+            continue;
+        }
+        let Some(decision) = record.output.as_ref().and_then(decision) else {
+            continue;
+        };
+        decided.push(&record.step_id);
+        text.push_str(&format!("decide step.{} {decision}\n", record.step_id));
+    }
+    if let Some(status) = run.status {
+        text.push_str(&format!("expect status {status}\n"));
+    }
+    // A record's fields one by one: a failure then names the field.
+    match run.output {
+        Some(Value::Object(fields)) if !fields.is_empty() => {
+            for (name, value) in fields {
+                text.push_str(&format!(
+                    "expect output.{name} == {}\n",
+                    literal(value, None)
+                ));
+            }
+        }
+        Some(output) => text.push_str(&format!("expect output == {}\n", literal(output, None))),
+        None => {}
+    }
+    text.push_str("}\n");
+    Ok(text)
+}
+
+/// A step's mock, `mock step.ID = A` or `mock step.ID A then B ...`, its
+/// equal neighbours folded (`fails 429 twice`). `None` without answers.
+fn mock(step: &str, answers: &[String]) -> Option<String> {
+    let mut parts: Vec<String> = Vec::new();
+    let mut index = 0;
+    while index < answers.len() {
+        let answer = &answers[index];
+        let mut count = 1;
+        while answer.starts_with("fails ") && answers.get(index + count) == Some(answer) {
+            count += 1;
+        }
+        parts.push(match count {
+            1 => answer.clone(),
+            2 => format!("{answer} twice"),
+            n => format!("{answer} {n} times"),
+        });
+        index += count;
+    }
+    let first = parts.first()?;
+    let head = if first.starts_with("fails ") {
+        format!("mock step.{step} {first}")
+    } else {
+        format!("mock step.{step} = {first}")
+    };
+    let rest: String = parts[1..].iter().map(|p| format!(" then {p}")).collect();
+    Some(format!("{head}{rest}\n"))
+}
+
+/// What one execution of a step answered, attempt by attempt: a failure
+/// for each failed attempt (but one whose answer a repair request mended,
+/// which a test's answer stands for), then the recorded output.
+fn answers(record: &StepRecord, schema: Option<&Value>) -> Vec<String> {
+    let mut answers = Vec::new();
+    for (index, attempt) in record.attempts.iter().enumerate() {
+        let repaired = record
+            .attempts
+            .get(index + 1)
+            .is_some_and(|next| next.repair);
+        if repaired {
+            continue;
+        }
+        if let Some(failure) = failure(attempt) {
+            answers.push(failure);
+        }
+    }
+    if record.status == StepStatus::Completed
+        && let Some(output) = &record.output
+    {
+        answers.push(literal(output, schema));
+    }
+    answers
+}
+
+/// A failed attempt as a mock's `fails ...`: the error kind the provider
+/// answered (`kind: message`, as the interpreter records it).
+fn failure(attempt: &Attempt) -> Option<String> {
+    let error = attempt.error.as_deref()?;
+    let (kind, message) = error.split_once(": ").unwrap_or((error, ""));
+    let status = |default: u16| {
+        message
+            .split_once("HTTP ")
+            .and_then(|(_, rest)| rest.get(..3))
+            .and_then(|code| code.parse::<u16>().ok())
+            .unwrap_or(default)
+    };
+    let what = match kind {
+        k if k == ErrorKind::RateLimited.name() => "429".to_string(),
+        k if k == ErrorKind::Server.name() => status(503).to_string(),
+        k if k == ErrorKind::Client.name() => status(400).to_string(),
+        k if k == ErrorKind::Timeout.name() => "timeout".to_string(),
+        k if k == ErrorKind::Connection.name() => "connection".to_string(),
+        k if k == ErrorKind::InvalidOutput.name() => "invalid_output".to_string(),
+        // Other errors (an expression, a refused argument) are the run's
+        // own, not the provider's: the test's run makes them again.
+        _ => return None,
+    };
+    Some(format!("fails {what}"))
+}
+
+/// An approval's recorded decision as a `decide` member's words.
+fn decision(output: &Value) -> Option<String> {
+    let approved = output.get("approved")?.as_bool()?;
+    let approver = output.get("approver")?.as_str()?;
+    if approver.is_empty() {
+        return Some("expire".to_string());
+    }
+    let mut words = format!(
+        "{} by {}",
+        if approved { "approve" } else { "reject" },
+        quoted(approver)
+    );
+    if let Some(comment) = output.get("comment").and_then(Value::as_str) {
+        words.push_str(&format!(" comment {}", quoted(comment)));
+    }
+    Some(words)
+}
+
+/// `value` as a flow literal; `schema`, when known, says which strings
+/// are durations (written bare, `30s`) and which numbers are floats
+/// (written with a point).
+pub fn literal(value: &Value, schema: Option<&Value>) -> String {
+    let schema = schema.map(unwrap_optional);
+    match value {
+        Value::Null => "null".to_string(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => {
+            let text = n.to_string();
+            let float =
+                schema.and_then(|s| s.get("type")).and_then(Value::as_str) == Some("number");
+            if float && !text.contains(['.', 'e', 'E']) {
+                format!("{text}.0")
+            } else {
+                text
+            }
+        }
+        Value::String(s) => {
+            let duration = schema
+                .and_then(|s| s.get("pattern"))
+                .and_then(Value::as_str)
+                == Some(DURATION_PATTERN);
+            if duration { s.clone() } else { quoted(s) }
+        }
+        Value::Array(items) => {
+            let item = schema.and_then(|s| s.get("items"));
+            let items: Vec<String> = items.iter().map(|v| literal(v, item)).collect();
+            format!("[{}]", items.join(", "))
+        }
+        Value::Object(fields) => {
+            if fields.is_empty() {
+                return "{}".to_string();
+            }
+            let properties = schema.and_then(|s| s.get("properties"));
+            let fields: Vec<String> = fields
+                .iter()
+                .map(|(name, v)| {
+                    let field = properties.and_then(|p| p.get(name));
+                    format!("{name}: {}", literal(v, field))
+                })
+                .collect();
+            format!("{{ {} }}", fields.join(", "))
+        }
+    }
+}
+
+/// The schema of an optional's value (`anyOf: [T, null]`), else `schema`.
+fn unwrap_optional(schema: &Value) -> &Value {
+    schema
+        .get("anyOf")
+        .and_then(Value::as_array)
+        .and_then(|branches| branches.iter().find(|b| !crate::schema::is_null_schema(b)))
+        .unwrap_or(schema)
+}
+
+/// A string literal: quotes, backslashes, control characters and braces
+/// escaped (a `{{` would otherwise be read as a reference).
+fn quoted(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            '{' => out.push_str("\\{"),
+            '}' => out.push_str("\\}"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn literals_follow_the_schema() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "wait": { "type": "string", "pattern": DURATION_PATTERN },
+                "amount": { "anyOf": [{ "type": "number" }, { "type": "null" }] },
+                "note": { "type": "string" },
+                "tags": { "type": "array", "items": { "type": "string" } },
+            }
+        });
+        let value = json!({ "wait": "30s", "amount": 40, "note": "a \"{{x}}\"\n", "tags": [] });
+        assert_eq!(
+            literal(&value, Some(&schema)),
+            r#"{ amount: 40.0, note: "a \"\{\{x\}\}\"\n", tags: [], wait: 30s }"#
+        );
+    }
+
+    #[test]
+    fn repeated_failures_fold() {
+        let answers = [
+            "fails 429",
+            "fails 429",
+            "fails 503",
+            "{ a: 1 }",
+            "{ a: 2 }",
+        ]
+        .map(str::to_string);
+        assert_eq!(
+            mock("s", &answers).unwrap(),
+            "mock step.s fails 429 twice then fails 503 then { a: 1 } then { a: 2 }\n"
+        );
+        assert_eq!(mock("s", &[]), None);
+    }
+}
