@@ -370,6 +370,26 @@ flow_plan::code_table! {
     /// expect step.classify.urgency == 5   // write `expect output.urgency == 5`
     /// ```
     BadExpectation = ("E403", "bad-expectation", Error, "the expectation cannot be tested");
+    /// Two tests of one file have the same name. `flowc test --filter`, its
+    /// reports and a CI's test report (JUnit) tell tests apart by name, so
+    /// each test of a file has its own.
+    ///
+    /// ```flow
+    /// test "a refund" { ... }
+    /// test "a refund" { ... }   // name it for what it shows: "a refund rejected"
+    /// ```
+    DuplicateTest = ("E404", "duplicate-test", Error, "two tests of the file have the same name");
+    /// A test lets an approval expire (`decide step.ID expire`) whose gate
+    /// has no `expires`: such a gate waits until someone decides, so the
+    /// run could never go on as the test says. Decide it, or give the gate
+    /// an expiry.
+    ///
+    /// ```flow
+    /// step review = approval { approvers: ["ana@acme.io"] message: "Ok?" }
+    /// ...
+    /// decide step.review expire   // review has no `expires: 48h`
+    /// ```
+    NeverExpires = ("E405", "never-expires", Error, "the test lets an approval expire that has no expiry");
     /// A mock that no call of the run can use: the workflow calls no such
     /// recipe, or the step is in the fallback of a step that the test never
     /// lets fail (or in the workflow's `on_error` handler while nothing the

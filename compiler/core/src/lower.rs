@@ -207,7 +207,7 @@ impl Lowerer<'_> {
                     id: step.id.clone(),
                     kind: match step.kind {
                         crate::check::StepKind::Recipe(_) => plan::StepKind::Recipe,
-                        crate::check::StepKind::Approval => plan::StepKind::Approval,
+                        crate::check::StepKind::Approval { .. } => plan::StepKind::Approval,
                         crate::check::StepKind::KbWrite => plan::StepKind::KbWrite,
                         crate::check::StepKind::Handoff => plan::StepKind::Handoff,
                         crate::check::StepKind::Browser { .. } => plan::StepKind::Browser,

@@ -353,11 +353,13 @@ fn check_tests(
         }
     }
     let known: Vec<&WorkflowInfo> = root_workflows.iter().chain(&imported).collect();
-    files[0]
+    let tests: Vec<TestInfo> = files[0]
         .tree
         .tests()
         .map(|decl| test_blocks::check_test(decl, FileId(0), &known, env, diagnostics))
-        .collect()
+        .collect();
+    test_blocks::check_names(&tests, FileId(0), diagnostics);
+    tests
 }
 
 /// Checks one in-memory source that imports nothing from disk; imports are

@@ -21,6 +21,8 @@ pub const STATUSES: &[&str] = &["completed", "failed", "parked"];
 pub struct TestInfo {
     pub name: String,
     pub span: Span,
+    /// Where its name is written.
+    pub name_span: Span,
     /// The workflow it runs and the file that declares it, when known.
     pub workflow: Option<(String, FileId)>,
 }
@@ -37,6 +39,7 @@ pub(crate) fn check_test(
     let mut info = TestInfo {
         name: decl.name.display_text(),
         span: decl.span,
+        name_span: decl.name.span,
         workflow: None,
     };
     let Some(name) = &decl.workflow else {
@@ -84,16 +87,53 @@ pub(crate) fn check_test(
         checker.mock(mock, &decl.mocks);
     }
     for decide in &decl.decisions {
-        if let Some(step) = checker.step(&decide.step) {
-            checker.kind_allows(&decide.step, step, "decide", |k| {
-                matches!(k, StepKind::Approval)
-            });
+        if let Some(step) = checker.step(&decide.step)
+            && checker.kind_allows(&decide.step, step, "decide", |k| {
+                matches!(k, StepKind::Approval { .. })
+            })
+            && decide.decision == Decision::Expire
+            && matches!(step.kind, StepKind::Approval { expires: false })
+        {
+            checker.diagnostics.push(
+                Diagnostic::new(
+                    Code::NeverExpires,
+                    checker.file,
+                    decide.step.span,
+                    format!("approval `{}` has no `expires`, so it never expires", decide.step.text),
+                )
+                .label("this gate waits until someone decides")
+                .secondary(workflow.file, step.span, "no `expires` here")
+                .hint(format!(
+                    "decide it (`decide step.{} approve by \"...\"`), or give the gate an `expires: 48h`",
+                    decide.step.text
+                )),
+            );
         }
     }
     for expect in &decl.expects {
         checker.expect(expect);
     }
     info
+}
+
+/// A second test of a name in one file: `--filter`, the reports and CI's
+/// test reports tell tests apart by name.
+pub(crate) fn check_names(tests: &[TestInfo], file: FileId, diagnostics: &mut Vec<Diagnostic>) {
+    for (index, test) in tests.iter().enumerate() {
+        if let Some(first) = tests[..index].iter().find(|t| t.name == test.name) {
+            diagnostics.push(
+                Diagnostic::new(
+                    Code::DuplicateTest,
+                    file,
+                    test.name_span,
+                    format!("a second test named \"{}\"", test.name),
+                )
+                .label("this name is taken")
+                .secondary(file, first.name_span, "the first test of this name")
+                .hint("name each test of a file for what it shows"),
+            );
+        }
+    }
 }
 
 struct TestChecker<'a> {
@@ -250,7 +290,10 @@ impl<'a> TestChecker<'a> {
             } => {
                 if let Some(step) = self.step(name) {
                     self.kind_allows(name, step, "attempts", |k| {
-                        !matches!(k, StepKind::Loop | StepKind::Parallel | StepKind::Approval)
+                        !matches!(
+                            k,
+                            StepKind::Loop | StepKind::Parallel | StepKind::Approval { .. }
+                        )
                     });
                 }
                 if *count < 1 {
@@ -394,7 +437,7 @@ impl<'a> TestChecker<'a> {
         }
         let kind = match &step.kind {
             StepKind::Recipe(_) => "a recipe step",
-            StepKind::Approval => "an approval",
+            StepKind::Approval { .. } => "an approval",
             StepKind::KbWrite => "a kb_write step",
             StepKind::Handoff => "a handoff step",
             StepKind::Browser { .. } => "a browser step",
@@ -403,13 +446,13 @@ impl<'a> TestChecker<'a> {
             StepKind::Unknown => "a step",
         };
         let hint = match (what, &step.kind) {
-            ("mock", StepKind::Approval) => format!(
+            ("mock", StepKind::Approval { .. }) => format!(
                 "decide it: `decide step.{} approve by \"someone@example.com\"`",
                 name.text
             ),
             ("mock", _) => "only recipe and browser steps call something a test can answer for; this step's effect is kept in memory".to_string(),
             ("decide", _) => "only an approval is decided".to_string(),
-            (_, StepKind::Approval) => format!(
+            (_, StepKind::Approval { .. }) => format!(
                 "an approval is decided, not attempted: expect `ran step.{}` or the output its decision leads to",
                 name.text
             ),

@@ -22,7 +22,11 @@ use crate::syntax::ast::*;
 #[derive(Debug, Clone, PartialEq)]
 pub enum StepKind {
     Recipe(String),
-    Approval,
+    /// Whether the gate has an `expires`: a test may let only such a gate
+    /// expire.
+    Approval {
+        expires: bool,
+    },
     KbWrite,
     Handoff,
     Browser {
@@ -473,7 +477,12 @@ impl<'e, 'd> Checker<'e, 'd> {
                                     .map_or(Ty::Any, |r| r.output.clone()),
                             ),
                         ),
-                        StepCall::Approval { .. } => (StepKind::Approval, Some(approval_output())),
+                        StepCall::Approval { args, .. } => (
+                            StepKind::Approval {
+                                expires: args.fields.iter().any(|f| f.name.text == "expires"),
+                            },
+                            Some(approval_output()),
+                        ),
                         StepCall::KbWrite { .. } => (StepKind::KbWrite, Some(kb_write_output())),
                         StepCall::Handoff { .. } => (StepKind::Handoff, None),
                         StepCall::Browser { server, tool, .. } => (

@@ -224,7 +224,7 @@ fn fields(env: &Env, ty: &Ty, items: &mut Vec<Completion>) {
 fn step_item(env: &Env, step: &StepInfo) -> Completion {
     let kind = match &step.kind {
         StepKind::Recipe(recipe) => format!("recipe `{recipe}`"),
-        StepKind::Approval => "approval".to_string(),
+        StepKind::Approval { .. } => "approval".to_string(),
         StepKind::KbWrite => "kb_write".to_string(),
         StepKind::Handoff => "handoff".to_string(),
         StepKind::Browser { server, tool } => format!("browser `{server}.{tool}`"),

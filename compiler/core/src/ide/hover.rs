@@ -96,7 +96,7 @@ fn docs(text: &mut String, docs: &[String]) {
 fn step_text(checked: &Checked, step: &StepInfo) -> String {
     let kind = match &step.kind {
         StepKind::Recipe(recipe) => format!("calls recipe `{recipe}`"),
-        StepKind::Approval => "an approval".to_string(),
+        StepKind::Approval { .. } => "an approval".to_string(),
         StepKind::KbWrite => "a knowledge-base write".to_string(),
         StepKind::Handoff => "a handoff (no output)".to_string(),
         StepKind::Browser { server, tool } => format!("calls MCP tool `{server}.{tool}`"),
