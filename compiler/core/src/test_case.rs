@@ -56,8 +56,9 @@ pub enum Answer {
 #[derive(Debug, Clone, Serialize)]
 pub struct DecisionCase {
     pub step: String,
-    /// `None`: the approval expires.
-    pub decided: Option<Decided>,
+    /// One per time the run parks at the gate, the last for every time
+    /// after it; `None`: the approval expires.
+    pub decided: Vec<Option<Decided>>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -164,12 +165,11 @@ pub fn lower_tests(checked: &Checked) -> Option<Vec<TestCase>> {
                             .collect(),
                     })
                     .collect(),
-                decisions: decl
-                    .decisions
-                    .iter()
-                    .map(|decide| DecisionCase {
-                        step: decide.step.text.clone(),
-                        decided: match &decide.decision {
+                decisions: decl.decisions.iter().fold(
+                    Vec::<DecisionCase>::new(),
+                    |mut cases, decide| {
+                        // Several `decide`s of one gate make one sequence.
+                        let decided = decide.decisions.iter().map(|decision| match decision {
                             Decision::Decided {
                                 approved,
                                 by,
@@ -180,9 +180,17 @@ pub fn lower_tests(checked: &Checked) -> Option<Vec<TestCase>> {
                                 comment: comment.as_ref().map(ast::StringLit::display_text),
                             }),
                             Decision::Expire => None,
-                        },
-                    })
-                    .collect(),
+                        });
+                        match cases.iter_mut().find(|case| case.step == decide.step.text) {
+                            Some(case) => case.decided.extend(decided),
+                            None => cases.push(DecisionCase {
+                                step: decide.step.text.clone(),
+                                decided: decided.collect(),
+                            }),
+                        }
+                        cases
+                    },
+                ),
                 expects: decl
                     .expects
                     .iter()

@@ -1,7 +1,8 @@
 //! A recorded run written as a `test` block (`flow test-from RUN`, flowd's
 //! `GET /v1/runs/{id}/test`): its input, each recipe's and tool's recorded
 //! answers as mocks (a sequence for loops and retries, failures as the
-//! provider's errors), each approval's decision, and its status and output
+//! provider's errors), each approval's decisions (a sequence for a gate in
+//! a loop), and its status and output
 //! as expectations, so that a run seen in production becomes a regression
 //! test in one command.
 //!
@@ -86,16 +87,26 @@ pub fn test_block(plan: &Plan, run: &RecordedRun<'_>) -> Result<String, String> 
             text.push_str(&mock);
         }
     }
+    // A gate's decisions in the order they were made, one per time the
+    // run parked there (a gate in a loop).
     let mut decided: Vec<&str> = Vec::new();
     for record in &records {
         if record.kind != StepKind::Approval || decided.contains(&record.step_id.as_str()) {
             continue;
         }
-        let Some(decision) = record.output.as_ref().and_then(decision) else {
-            continue;
-        };
         decided.push(&record.step_id);
-        text.push_str(&format!("decide step.{} {decision}\n", record.step_id));
+        let decisions: Vec<String> = records
+            .iter()
+            .filter(|other| other.step_id == record.step_id)
+            .filter_map(|other| other.output.as_ref().and_then(decision))
+            .collect();
+        if !decisions.is_empty() {
+            text.push_str(&format!(
+                "decide step.{} {}\n",
+                record.step_id,
+                decisions.join(" then ")
+            ));
+        }
     }
     if let Some(status) = run.status {
         text.push_str(&format!("expect status {status}\n"));

@@ -91,7 +91,7 @@ pub(crate) fn check_test(
             && checker.kind_allows(&decide.step, step, "decide", |k| {
                 matches!(k, StepKind::Approval { .. })
             })
-            && decide.decision == Decision::Expire
+            && decide.decisions.contains(&Decision::Expire)
             && matches!(step.kind, StepKind::Approval { expires: false })
         {
             checker.diagnostics.push(

@@ -623,7 +623,9 @@ impl Failure {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decide {
     pub step: Name,
-    pub decision: Decision,
+    /// One per time the run parks at the gate (the last for every time
+    /// after it); never empty.
+    pub decisions: Vec<Decision>,
     pub span: Span,
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use flow_compiler::test_case::{Expectation, TestCase};
 use flow_engine::approval::{PendingApproval, expire};
-use flow_engine::journal::{Journal as _, Outcome, StepRecord};
+use flow_engine::journal::{Journal as _, Outcome, StepRecord, StepStatus};
 use flow_engine::memory::MemoryStore;
 use flow_engine::offline::OfflineProvider;
 use flow_engine::services::Services;
@@ -134,7 +134,17 @@ async fn decide_all(
                 gate.path, gate.step_id
             ));
         };
-        match &decision.decided {
+        // The n-th time the run parks at this gate takes the n-th decision
+        // (the last for every time after it).
+        let made = store
+            .records()
+            .iter()
+            .filter(|r| r.step_id == gate.step_id && r.status != StepStatus::Pending)
+            .count();
+        let Some(decided) = decision.decided.get(made).or(decision.decided.last()) else {
+            continue;
+        };
+        match decided {
             Some(decided) => store
                 .decide(
                     &gate.path,

@@ -191,24 +191,27 @@ impl Parser<'_> {
         let span = span_of(&pair);
         let mut inner = children(pair);
         let step = self.step_name(inner.next()?)?;
-        let how = inner.next()?;
-        let decision = match how.as_rule() {
-            Rule::decide_by => {
-                let mut parts = children(how);
-                let approved = parts.next()?.as_str() == "approve";
-                let by = self.string(parts.nth(1)?);
-                let comment = parts.nth(1).map(|comment| self.string(comment));
-                Decision::Decided {
-                    approved,
-                    by,
-                    comment,
+        let mut decisions = Vec::new();
+        for how in inner {
+            match how.as_rule() {
+                Rule::decide_by => {
+                    let mut parts = children(how);
+                    let approved = parts.next()?.as_str() == "approve";
+                    let by = self.string(parts.nth(1)?);
+                    let comment = parts.nth(1).map(|comment| self.string(comment));
+                    decisions.push(Decision::Decided {
+                        approved,
+                        by,
+                        comment,
+                    });
                 }
+                Rule::kw_expire => decisions.push(Decision::Expire),
+                _ => {}
             }
-            _ => Decision::Expire,
-        };
+        }
         Some(Decide {
             step,
-            decision,
+            decisions,
             span,
         })
     }
