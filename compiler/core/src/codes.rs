@@ -360,7 +360,8 @@ flow_plan::code_table! {
     /// ```
     TestStepKind = ("E402", "test-step-kind", Error, "the test uses the step as its kind does not allow");
     /// An expectation that flowc cannot test: `expect` takes `status
-    /// completed|failed|parked`, `ran step.x`, `not ran step.x`, `attempts
+    /// completed|failed|parked`, `ran step.x` (optionally `with { field:
+    /// value }` naming arguments the step has), `not ran step.x`, `attempts
     /// step.x == N`, or a comparison of the run's output (`output`, or a
     /// field along it) with a value. A test's values are literals: a test
     /// states what the run must produce, so a reference to a step or the

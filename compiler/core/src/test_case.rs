@@ -85,6 +85,8 @@ pub enum Expectation {
     Ran {
         step: String,
         ran: bool,
+        /// Arguments one of the step's runs had, when the test says.
+        with: Option<Value>,
     },
     Attempts {
         step: String,
@@ -214,9 +216,10 @@ fn expectation(kind: &ExpectKind) -> Option<Expectation> {
         ExpectKind::Status(status) => Expectation::Status {
             status: status.text.clone(),
         },
-        ExpectKind::Ran { step, ran } => Expectation::Ran {
+        ExpectKind::Ran { step, ran, with } => Expectation::Ran {
             step: step.text.clone(),
             ran: *ran,
+            with: with.as_ref().map(|with| record(&with.fields)),
         },
         ExpectKind::Attempts { step, count, .. } => Expectation::Attempts {
             step: step.text.clone(),

@@ -248,6 +248,75 @@ impl<'a> TestChecker<'a> {
         }
     }
 
+    /// `expect ran step.x with { ... }`: each field one of the step's
+    /// arguments, each value a literal of its type.
+    fn ran_with(&mut self, name: &Name, kind: &StepKind, with: &RecordLit) {
+        let text = Ty::String;
+        let arguments: Vec<(String, Ty)> = match kind {
+            StepKind::Handoff => vec![
+                ("department".into(), text.clone()),
+                ("subject".into(), text.clone()),
+                ("message".into(), Ty::Json),
+            ],
+            StepKind::KbWrite => vec![
+                ("collection".into(), text.clone()),
+                ("title".into(), Ty::Json),
+                ("content".into(), Ty::Json),
+                ("metadata".into(), Ty::Json),
+            ],
+            StepKind::Recipe(recipe) => self
+                .env
+                .recipes
+                .get(recipe)
+                .map_or_else(Vec::new, |info| info.input.clone()),
+            StepKind::Approval { .. } => {
+                self.diagnostics.push(
+                    Diagnostic::new(
+                        Code::TestStepKind,
+                        self.file,
+                        with.span,
+                        format!("`{}` is an approval, which has no arguments to compare", name.text),
+                    )
+                    .label("nothing to compare")
+                    .hint("expect what its decision led to: `expect output.FIELD == value`, or `expect ran step.NEXT`"),
+                );
+                return;
+            }
+            // A tool's arguments are its server's business.
+            _ => {
+                for field in &with.fields {
+                    self.literal(&field.value, &Ty::Json, "the argument");
+                }
+                return;
+            }
+        };
+        for field in &with.fields {
+            match arguments.iter().find(|(n, _)| *n == field.name.text) {
+                Some((_, ty)) => {
+                    let what = format!("argument `{}`", field.name.text);
+                    self.literal(&field.value, &ty.clone().optional(), &what);
+                }
+                None => {
+                    let names = arguments.iter().map(|(n, _)| n.as_str());
+                    let mut diagnostic = Diagnostic::new(
+                        Code::BadExpectation,
+                        self.file,
+                        field.name.span,
+                        format!("step `{}` has no argument `{}`", name.text, field.name.text),
+                    )
+                    .label("not an argument of the step");
+                    if let Some(best) = did_you_mean(&field.name.text, names.clone()) {
+                        diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
+                    } else {
+                        diagnostic = diagnostic
+                            .hint(format!("its arguments are {}", candidates_list(names)));
+                    }
+                    self.diagnostics.push(diagnostic);
+                }
+            }
+        }
+    }
+
     fn recipe_output(&self, recipe: &str) -> Ty {
         self.env
             .recipes
@@ -276,11 +345,16 @@ impl<'a> TestChecker<'a> {
                     self.diagnostics.push(diagnostic);
                 }
             }
-            ExpectKind::Ran { step: name, .. } => {
-                if let Some(step) = self.step(name) {
-                    self.kind_allows(name, step, "ran", |k| {
+            ExpectKind::Ran {
+                step: name, with, ..
+            } => {
+                if let Some(step) = self.step(name)
+                    && self.kind_allows(name, step, "ran", |k| {
                         !matches!(k, StepKind::Loop | StepKind::Parallel)
-                    });
+                    })
+                    && let Some(with) = with
+                {
+                    self.ran_with(name, &step.kind, with);
                 }
             }
             ExpectKind::Attempts {

@@ -84,6 +84,7 @@ const GRAMMAR_WORDS: &[&str] = &[
     "type",
     "url",
     "webhook",
+    "with",
     "workflow",
 ];
 

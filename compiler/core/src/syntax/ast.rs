@@ -650,7 +650,13 @@ pub enum ExpectKind {
     /// `expect status completed`.
     Status(Name),
     /// `expect ran step.x`, or `expect not ran step.x` (`ran` false).
-    Ran { step: Name, ran: bool },
+    Ran {
+        step: Name,
+        ran: bool,
+        /// `with { field: value }`: the step's arguments (a handoff's
+        /// `message`, a kb_write's `title`...) that one of its runs had.
+        with: Option<RecordLit>,
+    },
     /// `expect attempts step.x == 3`.
     Attempts {
         step: Name,

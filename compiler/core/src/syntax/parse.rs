@@ -2294,6 +2294,7 @@ fn rule_word(rule: Rule) -> Option<&'static str> {
         Rule::kw_status => "`status`",
         Rule::kw_not => "`not`",
         Rule::kw_ran => "`ran`",
+        Rule::kw_with => "`with`",
         Rule::kw_attempts => "`attempts`",
         Rule::kw_recipe => "`recipe`",
         Rule::kw_on => "`on`",

@@ -64,13 +64,34 @@ fn check(expect: &ExpectCase, ran: &Ran) -> Option<String> {
             let (actual, detail) = status_of(&ran.outcome);
             (actual != status).then(|| format!("the run {actual}{detail}"))
         }
-        Expectation::Ran { step, ran: wanted } => {
-            let did = ran.records.iter().any(|record| record.step_id == *step);
-            (did != *wanted).then(|| {
-                if did {
-                    format!("step `{step}` ran")
-                } else {
-                    format!("step `{step}` did not run")
+        Expectation::Ran {
+            step,
+            ran: wanted,
+            with,
+        } => {
+            let runs: Vec<_> = ran
+                .records
+                .iter()
+                .filter(|record| record.step_id == *step)
+                .collect();
+            // A run with every field the test names, equal (a number as a
+            // number, whatever its spelling).
+            let fits = |input: &Value| match with {
+                Some(Value::Object(fields)) => fields
+                    .iter()
+                    .all(|(name, value)| input.get(name).is_some_and(|had| same(had, value))),
+                _ => true,
+            };
+            let did = runs.iter().any(|record| fits(&record.input));
+            (did != *wanted).then(|| match (did, runs.as_slice()) {
+                (true, _) => format!("step `{step}` ran with those arguments"),
+                (false, []) => format!("step `{step}` did not run"),
+                (false, runs) => {
+                    let had: Vec<String> = runs
+                        .iter()
+                        .map(|record| shown_arguments(&record.input, with.as_ref()))
+                        .collect();
+                    format!("step `{step}` ran with {}", had.join(", then "))
                 }
             })
         }
@@ -112,6 +133,24 @@ fn check(expect: &ExpectCase, ran: &Ran) -> Option<String> {
             })
         }
     }
+}
+
+/// The arguments of a step's run that `with` names, as `{ field: value }`.
+fn shown_arguments(input: &Value, with: Option<&Value>) -> String {
+    let names: Vec<&String> = match with {
+        Some(Value::Object(fields)) => fields.keys().collect(),
+        _ => Vec::new(),
+    };
+    let fields: Vec<String> = names
+        .iter()
+        .map(|name| {
+            format!(
+                "{name}: {}",
+                input.get(name.as_str()).unwrap_or(&Value::Null)
+            )
+        })
+        .collect();
+    format!("{{ {} }}", fields.join(", "))
 }
 
 /// `completed`, `failed` or `parked`, and what to add after it.

@@ -223,10 +223,16 @@ impl Parser<'_> {
             Rule::expect_status => ExpectKind::Status(name(children(what).nth(1)?)),
             Rule::expect_ran => {
                 let parts: Vec<_> = children(what).collect();
-                let ran = parts.len() == 2;
+                let ran = parts.first()?.as_rule() != Rule::kw_not;
+                let path = parts.iter().find(|p| p.as_rule() == Rule::path)?;
+                let with = parts
+                    .iter()
+                    .find(|p| p.as_rule() == Rule::record_lit)
+                    .map(|record| self.record_lit(record.clone()));
                 ExpectKind::Ran {
-                    step: self.step_name(parts.last()?.clone())?,
+                    step: self.step_name(path.clone())?,
                     ran,
+                    with,
                 }
             }
             Rule::expect_attempts => {
