@@ -174,6 +174,20 @@ pub struct Analysis {
     /// Each of `workflows`' static budget, when the program has no errors
     /// (`crate::budget`).
     pub budgets: Vec<flow_plan::budget::Budget>,
+    /// The imported files' workflows that the root file's tests may run,
+    /// checked to be known (their steps and output) for tests and editors.
+    pub tested: Vec<WorkflowInfo>,
+}
+
+impl Analysis {
+    /// The workflow `name` as a test of the root file sees it: the root
+    /// file's, or an imported one.
+    pub fn test_workflow(&self, name: &str) -> Option<&WorkflowInfo> {
+        self.workflows
+            .iter()
+            .chain(&self.tested)
+            .find(|workflow| workflow.name == name)
+    }
 }
 
 /// A program without errors, ready to lower.
@@ -311,7 +325,7 @@ pub fn check_with_tools(
             &mut diagnostics,
         ));
     }
-    let tests = check_tests(&files, &workflows, &env, tools.is_some(), &mut diagnostics);
+    let (tests, tested) = check_tests(&files, &workflows, &env, tools.is_some(), &mut diagnostics);
     forget_what_missing_imports_declare(&mut diagnostics);
     sort_diagnostics(&mut diagnostics);
     Ok(Checked {
@@ -322,6 +336,7 @@ pub fn check_with_tools(
             workflows,
             tests,
             budgets: Vec::new(),
+            tested,
         },
         lock: match tools {
             Some(_) => LockUse::Used,
@@ -340,9 +355,9 @@ fn check_tests(
     env: &Env,
     locked: bool,
     diagnostics: &mut Vec<Diagnostic>,
-) -> Vec<TestInfo> {
+) -> (Vec<TestInfo>, Vec<WorkflowInfo>) {
     if files[0].tree.tests().next().is_none() {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     }
     let mut imported = Vec::new();
     for (index, file) in files.iter().enumerate().skip(1) {
@@ -359,7 +374,7 @@ fn check_tests(
         .map(|decl| test_blocks::check_test(decl, FileId(0), &known, env, diagnostics))
         .collect();
     test_blocks::check_names(&tests, FileId(0), diagnostics);
-    tests
+    (tests, imported)
 }
 
 /// Checks one in-memory source that imports nothing from disk; imports are

@@ -40,19 +40,18 @@ pub fn hover(checked: &Checked, file: FileId, offset: u32) -> Option<Hover> {
     let env = &checked.analysis.env;
     let markdown = match &symbol {
         Symbol::Step { workflow, id } => {
-            let (index, info) = checked
+            let info = checked.analysis.test_workflow(workflow)?;
+            // Budgets are the root file's workflows', in their order.
+            let index = checked
                 .analysis
                 .workflows
                 .iter()
-                .enumerate()
-                .find(|(_, w)| w.name == *workflow)?;
+                .position(|w| w.name == *workflow);
             let (_, step) = info.step(id)?;
             let mut text = step_text(checked, step);
             // Present when the program has no errors.
-            if let Some(worst) = checked
-                .analysis
-                .budgets
-                .get(index)
+            if let Some(worst) = index
+                .and_then(|index| checked.analysis.budgets.get(index))
                 .and_then(|budget| budget.step(id))
             {
                 text.push_str("\n\nactive time at worst: ");

@@ -11,7 +11,7 @@ use crate::check::{normalize, resolve_import};
 use crate::diagnostic::{FileId, Span};
 use crate::ide::{fields, visit};
 use crate::syntax::KEYWORDS;
-use crate::syntax::ast::{Item, Segment, StepCall};
+use crate::syntax::ast::{ExpectKind, Item, MockTarget, Name, Segment, StepCall, TestDecl};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Symbol {
@@ -131,6 +131,12 @@ pub fn symbol_at(checked: &Checked, file: FileId, offset: u32) -> Option<(Symbol
                 ));
             }
         });
+        if let Item::Test(test) = item {
+            if file == FileId(0) {
+                found = found.or_else(|| test_symbol(checked, test, offset));
+            }
+            continue;
+        }
         let Item::Workflow(workflow) = item else {
             continue;
         };
@@ -185,6 +191,61 @@ pub fn symbol_at(checked: &Checked, file: FileId, offset: u32) -> Option<(Symbol
         });
     }
     found
+}
+
+/// A step or recipe a test names (`mock step.classify`, `mock recipe
+/// draft`, `decide step.refund`, `expect ran step.escalate`): a step of
+/// the workflow the test runs, which may be an imported file's.
+fn test_symbol(checked: &Checked, test: &TestDecl, offset: u32) -> Option<(Symbol, Span)> {
+    let env = &checked.analysis.env;
+    for mock in &test.mocks {
+        match &mock.target {
+            MockTarget::Recipe(name) if name.span.contains(offset) => {
+                let info = env.recipes.get(&name.text)?;
+                let file = checked.file(info.file).path.clone();
+                return Some((
+                    Symbol::Recipe {
+                        name: name.text.clone(),
+                        file,
+                    },
+                    name.span,
+                ));
+            }
+            _ => {}
+        }
+    }
+    let name = test_step_names(test)
+        .into_iter()
+        .find(|name| name.span.contains(offset))?;
+    let workflow = checked
+        .analysis
+        .test_workflow(&test.workflow.as_ref()?.text)?;
+    workflow.step(&name.text)?;
+    Some((
+        Symbol::Step {
+            workflow: workflow.name.clone(),
+            id: name.text.clone(),
+        },
+        name.span,
+    ))
+}
+
+/// Every step name a test writes: its step mocks, decisions and
+/// expectations about steps.
+fn test_step_names(test: &TestDecl) -> Vec<&Name> {
+    let mut names: Vec<&Name> = Vec::new();
+    for mock in &test.mocks {
+        if let MockTarget::Step(name) = &mock.target {
+            names.push(name);
+        }
+    }
+    names.extend(test.decisions.iter().map(|decide| &decide.step));
+    for expect in &test.expects {
+        if let ExpectKind::Ran { step, .. } | ExpectKind::Attempts { step, .. } = &expect.kind {
+            names.push(step);
+        }
+    }
+    names
 }
 
 /// The path of the file declaring type `name`, when one of the loaded files does.
@@ -245,12 +306,8 @@ fn declaration(checked: &Checked, symbol: &Symbol) -> Option<(FileId, Span)> {
     let env = &checked.analysis.env;
     match symbol {
         Symbol::Step { workflow, id } => {
-            let info = checked
-                .analysis
-                .workflows
-                .iter()
-                .find(|w| w.name == *workflow)?;
-            Some((FileId(0), info.step(id)?.1.id_span))
+            let info = checked.analysis.test_workflow(workflow)?;
+            Some((info.file, info.step(id)?.1.id_span))
         }
         Symbol::Recipe { name, file } => {
             let info = env.recipes.get(name)?;
@@ -293,6 +350,19 @@ pub fn references(checked: &Checked, symbol: &Symbol) -> Vec<(FileId, Span)> {
         for item in &loaded.tree.items {
             match symbol {
                 Symbol::Step { workflow, id } => {
+                    // The root file's tests of the workflow name its steps too.
+                    if let Item::Test(test) = item
+                        && file == FileId(0)
+                        && test.workflow.as_ref().is_some_and(|w| w.text == *workflow)
+                    {
+                        found.extend(
+                            test_step_names(test)
+                                .into_iter()
+                                .filter(|name| name.text == *id)
+                                .map(|name| (file, name.span)),
+                        );
+                        continue;
+                    }
                     let Item::Workflow(decl) = item else { continue };
                     if file != FileId(0) || decl.name.text != *workflow {
                         continue;
