@@ -195,6 +195,19 @@ fn reference(env: &Env, scope: &Scope<'_>, typed: &str, items: &mut Vec<Completi
     }
 }
 
+/// The workflow run by the test whose block holds `offset`, if one does.
+fn tested_at(checked: &Checked, offset: usize) -> Option<&crate::check::WorkflowInfo> {
+    let test = checked
+        .files
+        .first()?
+        .tree
+        .tests()
+        .find(|test| test.span.start as usize <= offset && offset <= test.span.end as usize)?;
+    checked
+        .analysis
+        .test_workflow(&test.workflow.as_ref()?.text)
+}
+
 /// `name[0][1]` as a field and two indices.
 fn segments_of(part: &str) -> Vec<Seg> {
     let mut pieces = part.split('[');
@@ -317,6 +330,18 @@ fn code(
             None => {
                 if let Some(scope) = scope {
                     reference(env, scope, typed, items);
+                } else if typed
+                    .split_once('.')
+                    .is_some_and(|(root, rest)| root == "step" && !rest.contains(['.', '?', '[']))
+                    && let Some(workflow) = tested_at(checked, offset)
+                {
+                    // `mock step.|`, `decide step.|`, `expect ran step.|` in a
+                    // test: the steps of the workflow it runs.
+                    for step in &workflow.steps {
+                        if !matches!(step.kind, StepKind::Loop | StepKind::Parallel) {
+                            items.push(step_item(env, step));
+                        }
+                    }
                 }
             }
         }
