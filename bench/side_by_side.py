@@ -48,7 +48,8 @@ def ours(benchmark):
 
 def ours_only():
     """flow's benchmarks that have no peer here, as their rows: B4 (a crash
-    and restart), B5 (the Redis limit), B6 (the checker)."""
+    and restart), B5 (the Redis limit), B6 (the checker), B11 (`flowc
+    test` on 1,000 tests of the examples)."""
     quick = ["--quick"] if QUICK else []
     rows = [line for line in run(["cargo", "bench", "-q", "-p", "flow-runtime", "--bench", "runs", "--", *quick, "--only", "b4"]).splitlines() if line.startswith("| B4")]
     rows += [line for line in run(["cargo", "bench", "-q", "-p", "flow-runtime", "--bench", "limit", "--", *quick]).splitlines() if line.startswith("| B5")]
@@ -56,6 +57,11 @@ def ours_only():
         "| B6 " + line[2:]
         for line in run(["cargo", "bench", "-q", "-p", "flow-compiler", "--bench", "check", "--", *quick]).splitlines()
         if line.startswith("| one workflow") or line.startswith("| 1000 files") or line.startswith("| 50 files")
+    ]
+    rows += [
+        line
+        for line in run(["cargo", "bench", "-q", "-p", "flowc", "--bench", "test", "--", *quick]).splitlines()
+        if line.startswith("| B11")
     ]
     return rows
 
