@@ -414,6 +414,11 @@ fn member(
         }
         return;
     };
+    if let Some(output) = mocked_output(checked, text, brace) {
+        // `mock step.classify = { | }`: the fields of the recipe's output.
+        fields(&checked.analysis.env, &output, items);
+        return;
+    }
     let words = cursor::words_before(text, brace, 3);
     match words.as_slice() {
         [.., "recipe", _] => keywords(RECIPE_MEMBERS, items),
@@ -434,6 +439,35 @@ fn member(
             keywords(STATEMENTS, items);
             after_step(text, offset, items);
         }
+    }
+}
+
+/// The output type a mock's answer opening at `brace` is checked against:
+/// `mock step.ID = {`, `mock recipe NAME ... then {` in a test, on one
+/// line; the recipe's output, the step's in the test's workflow.
+fn mocked_output(checked: &Checked, text: &str, brace: usize) -> Option<Ty> {
+    let line = text[..brace].rsplit('\n').next()?.trim_start();
+    let rest = line.strip_prefix("mock")?.trim_start();
+    let before = line.trim_end();
+    if !(before.ends_with('=') || before.ends_with("then")) {
+        return None;
+    }
+    let target = rest
+        .strip_prefix("step.")
+        .or_else(|| rest.strip_prefix("recipe "))?
+        .trim_start();
+    let name: String = target
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect();
+    let env = &checked.analysis.env;
+    if rest.starts_with("recipe ") {
+        return env.recipes.get(&name).map(|info| info.output.clone());
+    }
+    let step = tested_at(checked, brace)?.step(&name)?.1;
+    match &step.kind {
+        StepKind::Recipe(recipe) => env.recipes.get(recipe).map(|info| info.output.clone()),
+        _ => None,
     }
 }
 
