@@ -1183,6 +1183,8 @@ fn flow_run_delivers_what_it_can_and_names_the_rest() {
         "{}",
         shown.all()
     );
+}
+
 /// `flow test-from RUN` writes a recorded run as a `test` block that
 /// `flowc check` accepts and `flowc test` passes against the workflow's
 /// source: an example run as it is, and a run with a loop, floats,
