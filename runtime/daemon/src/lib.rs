@@ -17,5 +17,6 @@ pub mod server;
 mod sources;
 mod storage;
 mod tenant_mcp;
+mod tenant_provider;
 mod traces;
 pub mod webhooks;

@@ -654,7 +654,9 @@ impl Daemon {
                 let steps = daemon.step_places(&account);
                 // Each LLM call takes a permit of the run's account first.
                 let provider: Arc<dyn Provider> = Arc::new(LimitedProvider {
-                    inner: Arc::clone(&daemon.provider),
+                    inner: Arc::new(crate::tenant_provider::TenantProvider {
+                        inner: Arc::clone(&daemon.provider),
+                    }),
                     limiter: Arc::clone(&daemon.limiter),
                     account: account.clone(),
                 });

@@ -161,7 +161,7 @@ impl TenantMcp {
             // The tool's own answer to this call: nothing to look up.
             return format!("MCP server `{}`: {message}", error.server);
         }
-        let reference = next_reference();
+        let reference = next_reference("mcp");
         tracing::warn!(
             run = %self.scope.run,
             reference = %reference,
@@ -273,11 +273,12 @@ fn redact(text: &str, config: &Config) -> String {
     text
 }
 
-/// A reference for the log: unique in this process, and naming no run.
-fn next_reference() -> String {
+/// A reference for the log, `KIND-...`: unique in this process, and naming
+/// no run.
+pub(crate) fn next_reference(kind: &str) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     format!(
-        "mcp-{:x}-{}",
+        "{kind}-{:x}-{}",
         flow_runtime::time::now_ms(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     )

@@ -2622,3 +2622,59 @@ workflow wide {
     assert!(body.get("warnings").is_none(), "within globex's 50: {body}");
     assert_eq!(flowd.stop(), Some(0));
 }
+
+/// A model provider's failure keeps its kind (and retries) for the tenant,
+/// but not the provider's words: they name the operator's endpoint and can
+/// quote a part of its key. The tenant gets a reference that flowd's log
+/// has the details under.
+#[tokio::test]
+async fn a_providers_failure_reaches_the_tenant_without_the_operators_details() {
+    use flow_tests::fake_llm::{FakeLlm, Reply};
+    use reqwest::Method;
+    use serde_json::json;
+
+    let model = FakeLlm::start(
+        vec![Reply::Answer(
+            401,
+            vec![],
+            "Incorrect API key provided: sk-op3r4t0r-s3cr3t".to_string(),
+        )],
+        json!({ "summary": "s" }),
+        std::time::Duration::ZERO,
+    )
+    .await;
+    let config = format!(
+        "{CONFIG}[provider]\nkind = \"openai\"\nbase_url = \"{}\"\nmodels = {{ default = \"fake\" }}\n",
+        model.url
+    );
+    let dir = TempDir::new("flowd-provider-error");
+    let flowd = Flowd::start_with(&dir, &config);
+    flowd.deploy(ACME, TWO_STEPS).await;
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            "/v1/runs",
+            Some(ACME),
+            Some(json!({ "workflow": "digest", "input": { "text": "t" } })),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let id = body["run_id"].as_str().unwrap().to_string();
+    let record = flowd.settled(&id, ACME).await;
+    assert_eq!(record["status"], "failed", "{record}");
+    let (_, trace) = flowd
+        .send(
+            Method::GET,
+            &format!("/v1/runs/{id}/trace"),
+            Some(ACME),
+            None,
+        )
+        .await;
+    for seen in [record.to_string(), trace.to_string()] {
+        assert!(!seen.contains("sk-op3r4t0r"), "the key leaked: {seen}");
+        assert!(!seen.contains(&model.url), "the endpoint leaked: {seen}");
+        assert!(seen.contains("reference llm-"), "no reference: {seen}");
+        assert!(seen.contains("client"), "the kind is kept: {seen}");
+    }
+    assert_eq!(flowd.stop(), Some(0));
+}

@@ -182,7 +182,7 @@ try {
   });
   await until('a bar\'s hover text gives its path, status, duration and attempts', async () => {
     const title = await page.locator('[data-testid="timeline-bar"][data-path="outline"] > title').textContent({ timeout: 500 });
-    return (/^outline\nrecipe · completed · \d+(\.\d)? m?s\n2 attempt\(s\): rate_limited: .*slow down.*; ok$/.test(title)) || title;
+    return (/^outline\nrecipe · completed · \d+(\.\d)? m?s\n2 attempt\(s\): rate_limited: the model provider failed .*reference llm-.*; ok$/.test(title)) || title;
   });
   await until('loops and parallels are bracket rows in the timeline', async () => {
     const groups = await page.getByTestId('timeline-group').evaluateAll((all) => all.map((g) => g.dataset.path));
