@@ -1,4 +1,4 @@
-//! B11: a run's answer time with a destination that takes 5 s.
+//! B12: a run's answer time with a destination that takes 5 s.
 //!
 //! flowd runs as a process of its own on loopback (SQLite store, full
 //! durability, the offline provider). Two workflows of one recipe step are
@@ -125,7 +125,7 @@ fn main() {
         std::thread::sleep(Duration::from_millis(50));
     }
     println!(
-        "| B11 | {runs} runs each, one at a time | no destination: {} | a webhook destination answering in 5 s: {} | {} of {runs} deliveries taken |",
+        "| B12 | {runs} runs each, one at a time | no destination: {} | a webhook destination answering in 5 s: {} | {} of {runs} deliveries taken |",
         stats(plain),
         stats(slow),
         delivered.load(Ordering::SeqCst)
