@@ -46,7 +46,9 @@ const RECIPE: &str = r#"recipe summarize {
 /// blocks, multi-line steps with options.
 fn workflow(lines: usize) -> String {
     let mut out = String::from(RECIPE);
-    out.push_str("workflow big {\n  input { text: string, items: list<{ name: string, url: string }> }\n  timeout 30m\n");
+    out.push_str(
+        "workflow big {\n  input { text: string, items: list<{ name: string, url: string }> }\n\n",
+    );
     let mut last = String::from("workflow_input.text");
     let mut i = 0;
     while out.lines().count() < lines {
@@ -61,7 +63,7 @@ fn workflow(lines: usize) -> String {
             3 => {
                 let _ = writeln!(
                     out,
-                    "  for workflow_input.items as l{i} concurrency 4 {{\n    step s{i} = summarize {{ text: \"{{{{loop_item.name}}}} at {{{{loop_item.url}}}}\", n: loop_index }}\n  }}"
+                    "  for workflow_input.items as l{i} concurrency 4 max 50 {{\n    step s{i} = summarize {{ text: \"{{{{loop_item.name}}}} at {{{{loop_item.url}}}}\", n: loop_index }}\n  }}"
                 );
             }
             5 => {

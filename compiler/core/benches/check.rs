@@ -58,7 +58,7 @@ fn workflow(name: &str, steps: usize) -> String {
             5 => {
                 let _ = writeln!(
                     out,
-                    "  for workflow_input.items as l{i} concurrency 4 {{\n    step s{i} = summarize {{ text: \"{{{{loop_item.name}}}} at {{{{loop_item.url}}}}\", n: loop_index }}\n  }}"
+                    "  for workflow_input.items as l{i} concurrency 4 max 50 {{\n    step s{i} = summarize {{ text: \"{{{{loop_item.name}}}} at {{{{loop_item.url}}}}\", n: loop_index }}\n  }}"
                 );
             }
             7 => {
