@@ -17,7 +17,7 @@ const SLOWEST_NAMED: usize = 3;
 /// Adds the budgets of a program without errors to its analysis, and their
 /// warnings to its diagnostics.
 pub(crate) fn with_budgets(mut checked: Checked) -> Checked {
-    let Some(plan) = crate::lower(&checked) else {
+    let Some(plan) = crate::lower::lower(&checked) else {
         return checked;
     };
     let mut warnings = Vec::new();
@@ -35,6 +35,7 @@ pub(crate) fn with_budgets(mut checked: Checked) -> Checked {
         checked.diagnostics.extend(warnings);
         crate::check::sort_diagnostics(&mut checked.diagnostics);
     }
+    checked.analysis.plan = Some(plan);
     checked
 }
 

@@ -23,7 +23,6 @@ pub mod test_case;
 
 pub use check::{Checked, LoadError, LoadFailure, SourceLoader};
 pub use diagnostic::{Diagnostic, FileId, Label, Severity, Span};
-pub use lower::lower;
 
 /// Checks the file at `root` and everything it imports: the one way every
 /// driver (`flowc check` and `build`, `flow run`, flowd's deploy, the
@@ -45,4 +44,15 @@ pub fn check_with_tools(
     tools: Option<&lock::ToolLock>,
 ) -> Result<Checked, LoadError> {
     check::check_with_tools(root, loader, tools).map(budget::with_budgets)
+}
+
+/// The plan of a program without errors (`None` with errors): the one
+/// [`check`] lowered to work its budgets out, else lowered now.
+pub fn lower(checked: &Checked) -> Option<flow_plan::Plan> {
+    if !checked.has_errors()
+        && let Some(plan) = &checked.analysis.plan
+    {
+        return Some(plan.clone());
+    }
+    lower::lower(checked)
 }

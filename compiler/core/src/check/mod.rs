@@ -174,6 +174,10 @@ pub struct Analysis {
     /// Each of `workflows`' static budget, when the program has no errors
     /// (`crate::budget`).
     pub budgets: Vec<flow_plan::budget::Budget>,
+    /// The program lowered, when it has no errors: `crate::budget` lowers
+    /// it to work the budgets out, and `crate::lower` hands out this plan
+    /// rather than lowering (and hashing) it again.
+    pub plan: Option<flow_plan::Plan>,
     /// The imported files' workflows that the root file's tests may run,
     /// checked to be known (their steps and output) for tests and editors.
     pub tested: Vec<WorkflowInfo>,
@@ -336,6 +340,7 @@ pub fn check_with_tools(
             workflows,
             tests,
             budgets: Vec::new(),
+            plan: None,
             tested,
         },
         lock: match tools {
