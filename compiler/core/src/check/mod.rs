@@ -175,7 +175,7 @@ pub struct Analysis {
     /// (`crate::budget`).
     pub budgets: Vec<flow_plan::budget::Budget>,
     /// The program lowered, when it has no errors: `crate::budget` lowers
-    /// it to work the budgets out, and `crate::lower` hands out this plan
+    /// it to work the budgets out, and the `lower` of lib.rs hands out this plan
     /// rather than lowering (and hashing) it again.
     pub plan: Option<flow_plan::Plan>,
     /// The imported files' workflows that the root file's tests may run,
