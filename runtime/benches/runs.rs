@@ -23,8 +23,10 @@ use std::time::Instant;
 use flow_runtime::error::StepError;
 use flow_runtime::journal::Outcome;
 use flow_runtime::memory::MemoryStore;
+use flow_runtime::runner::Invocation;
 use flow_runtime::services::{BoxFuture, Provider, RecipeCall, Services};
 use flow_runtime::sqlite::{RunJournal, SqliteStore};
+use flow_runtime::store::{NewRun, RunLog};
 use serde_json::{Value, json};
 
 #[global_allocator]
@@ -306,7 +308,7 @@ fn b3_sequential(runtime: &tokio::runtime::Runtime, quick: bool) {
     let store: Arc<dyn Store> = sqlite;
     let provider: Arc<dyn flow_runtime::services::Provider> = Arc::new(Instant0);
     let input = json!({});
-    let drive = |run_id: String| {
+    let drive = |run_id: String, invocation: Invocation| {
         let (store, gated, provider, input) = (
             Arc::clone(&store),
             &gated,
@@ -315,7 +317,7 @@ fn b3_sequential(runtime: &tokio::runtime::Runtime, quick: bool) {
         );
         async move {
             flow_runtime::runner::drive(
-                &store, gated, "gated", &run_id, input, provider, None, None, None,
+                &store, gated, "gated", &run_id, invocation, input, provider, None, None, None,
             )
             .await
             .expect("the run is driven")
@@ -325,12 +327,16 @@ fn b3_sequential(runtime: &tokio::runtime::Runtime, quick: bool) {
     let (park, resume) = runtime.block_on(async {
         let start = Instant::now();
         for i in 0..runs {
-            let run_id = format!("run-{i}");
-            store
-                .create_run(&run_id, "", "gated", &gated.hash, &input, None)
-                .await
-                .expect("run created");
-            let outcome = drive(run_id).await;
+            // As `flow run` starts a run: its row rides with its first write.
+            let start = Invocation::Start {
+                account: String::new(),
+                run: NewRun {
+                    workflow: "gated".to_string(),
+                    plan_hash: gated.hash.clone(),
+                    input: input.clone(),
+                },
+            };
+            let outcome = drive(format!("run-{i}"), start).await;
             assert!(matches!(outcome, Outcome::Parked { .. }), "{outcome:?}");
         }
         let park = start.elapsed().as_secs_f64();
@@ -348,7 +354,7 @@ fn b3_sequential(runtime: &tokio::runtime::Runtime, quick: bool) {
                     .await
                     .expect("claimed")
             );
-            let outcome = drive(run_id).await;
+            let outcome = drive(run_id, Invocation::Resume).await;
             assert!(matches!(outcome, Outcome::Completed { .. }), "{outcome:?}");
         }
         (park, start.elapsed().as_secs_f64())
@@ -410,10 +416,14 @@ fn b3(runtime: &tokio::runtime::Runtime, quick: bool) {
                         provider: Arc::new(Instant0),
                         effects: journal.clone(),
                         mcp: None,
-                        journal,
+                        journal: journal.clone(),
                         steps: None,
                     };
-                    flow_runtime::run(&plan, "gated", &run_id, json!({}), services).await
+                    let outcome =
+                        flow_runtime::run(&plan, "gated", &run_id, json!({}), services).await;
+                    // The records that wait for the run's end are in the time.
+                    journal.flush().await.expect("the records are written");
+                    outcome
                 }));
             }
             let mut parked = 0;
@@ -496,22 +506,29 @@ fn b1(runtime: &tokio::runtime::Runtime, quick: bool) {
     let completed = runtime.block_on(async {
         let mut tasks = Vec::new();
         for i in 0..runs {
-            let (store, plan, input) = (Arc::clone(&store), Arc::clone(&ten), input.clone());
+            let store: Arc<dyn flow_runtime::store::Store> = Arc::clone(&store) as _;
+            let (plan, input) = (Arc::clone(&ten), input.clone());
             tasks.push(tokio::spawn(async move {
-                let run_id = format!("run-{i}");
-                let journal = RunJournal::open(&store, &run_id, flow_plan::Durability::Full)
-                    .expect("journal");
-                let services = Services {
-                    provider: Arc::new(Instant0),
-                    effects: journal.clone(),
-                    mcp: None,
-                    journal,
-                    steps: None,
+                // As flowd drives a run it has just created: nothing read
+                // back, the run's end in its last step's commit.
+                let created = Invocation::Created {
+                    account: String::new(),
                 };
-                matches!(
-                    flow_runtime::run(&plan, "ten", &run_id, input, services).await,
-                    Outcome::Completed { .. }
+                let provider: Arc<dyn flow_runtime::services::Provider> = Arc::new(Instant0);
+                let outcome = flow_runtime::runner::drive(
+                    &store,
+                    &plan,
+                    "ten",
+                    &format!("run-{i}"),
+                    created,
+                    input,
+                    provider,
+                    None,
+                    None,
+                    None,
                 )
+                .await;
+                matches!(outcome, Ok(Outcome::Completed { .. }))
             }));
         }
         let mut completed = 0;
@@ -550,16 +567,21 @@ fn b1_sequential(runtime: &tokio::runtime::Runtime, quick: bool) {
     let start = Instant::now();
     runtime.block_on(async {
         for i in 0..runs {
-            let run_id = format!("run-{i}");
-            store
-                .create_run(&run_id, "", "ten", &ten.hash, &input, None)
-                .await
-                .expect("run created");
+            // As `flow run` starts a run: its row rides with its first write.
+            let start = Invocation::Start {
+                account: String::new(),
+                run: NewRun {
+                    workflow: "ten".to_string(),
+                    plan_hash: ten.hash.clone(),
+                    input: input.clone(),
+                },
+            };
             let outcome = flow_runtime::runner::drive(
                 &store,
                 &ten,
                 "ten",
-                &run_id,
+                &format!("run-{i}"),
+                start,
                 input.clone(),
                 Arc::clone(&provider),
                 None,

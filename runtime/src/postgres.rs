@@ -85,8 +85,8 @@ use crate::store::RunChange;
 use crate::store::sql_limit;
 use crate::store::{
     ApprovalStore, DELETE_AFTER_CANCEL_MS, Deletion, Deployment, EVENT_CLAIM, EventNext,
-    EventStore, JournalBackend, KbQuery, KbStore, MAX_REDRIVES, MailNext, NO_ACCOUNT,
-    NewNotification, Notification, NotificationKind, NotificationQuery, NotificationStore,
+    EventStore, JournalBackend, JournalWrite, KbQuery, KbStore, MAX_REDRIVES, MailNext, NO_ACCOUNT,
+    NewNotification, NewRun, Notification, NotificationKind, NotificationQuery, NotificationStore,
     Outgoing, PendingGates, PlanStore, RunEvent, RunHandle, RunLog, RunQuery, RunRow, RunStatus,
     RunStore, StoreError, StoreFuture, StoreJournal,
 };
@@ -313,13 +313,12 @@ fn with_causes(error: &dyn std::error::Error) -> String {
     text
 }
 
-/// A record for the writer, answered once its batch is committed.
+/// A journal write for the writer, answered once its batch is committed.
 struct Append {
-    run_id: String,
-    /// The epoch of the run its journal opened in: the record is written
-    /// only while the run is still this process's in that epoch.
-    epoch: i64,
-    record: StepRecord,
+    run: RunHandle,
+    /// Written only while the run is still this process's in the epoch of
+    /// `run` (the one its journal opened in).
+    write: JournalWrite,
     reply: oneshot::Sender<Result<bool, StoreError>>,
 }
 
@@ -577,7 +576,12 @@ impl PostgresStore {
         drop(client);
         let (appends, queue) = mpsc::unbounded_channel();
         let owner = format!("{}:{}:{id}", host_name(), std::process::id());
-        tokio::spawn(write_batches(pool.clone(), owner.clone(), queue));
+        tokio::spawn(write_batches(
+            pool.clone(),
+            owner.clone(),
+            options.lease,
+            queue,
+        ));
         Ok(Arc::new(PostgresStore {
             pool,
             appends,
@@ -626,15 +630,14 @@ impl PostgresStore {
             .collect()
     }
 
-    /// Queues `record` for the writer's next commit; resolves once it is
+    /// Queues `write` for the writer's next commit; resolves once it is
     /// durable, or with `LeaseLost` when the fence refused it (the run is no
-    /// longer this process's in `epoch`).
-    fn append(&self, run_id: &str, epoch: i64, record: StepRecord) -> StoreFuture<'static, ()> {
+    /// longer this process's in its journal's epoch).
+    fn append(&self, run: &RunHandle, write: JournalWrite) -> StoreFuture<'static, ()> {
         let (reply, answer) = oneshot::channel();
         let queued = self.appends.send(Append {
-            run_id: run_id.to_string(),
-            epoch,
-            record,
+            run: run.clone(),
+            write,
             reply,
         });
         Box::pin(async move {
@@ -1210,11 +1213,16 @@ async fn insert_notification(
 }
 
 /// The writer task: group commit of step records until the store is dropped.
-async fn write_batches(pool: Pool, owner: String, mut queue: mpsc::UnboundedReceiver<Append>) {
+async fn write_batches(
+    pool: Pool,
+    owner: String,
+    lease: Duration,
+    mut queue: mpsc::UnboundedReceiver<Append>,
+) {
     const MAX_BATCH: usize = 4096;
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        match insert_records(&pool, &owner, &batch).await {
+        match insert_records(&pool, &owner, lease, &batch).await {
             Ok(written) => {
                 for (append, written) in batch.drain(..).zip(written) {
                     let _ = append.reply.send(Ok(written));
@@ -1223,9 +1231,10 @@ async fn write_batches(pool: Pool, owner: String, mut queue: mpsc::UnboundedRece
             // One faulty record must not fail the others: each alone.
             Err(_) => {
                 for append in batch.drain(..) {
-                    let result = insert_records(&pool, &owner, std::slice::from_ref(&append))
-                        .await
-                        .map(|written| written[0]);
+                    let result =
+                        insert_records(&pool, &owner, lease, std::slice::from_ref(&append))
+                            .await
+                            .map(|written| written[0]);
                     // A caller that went away no longer needs the answer.
                     let _ = append.reply.send(result);
                 }
@@ -1234,25 +1243,59 @@ async fn write_batches(pool: Pool, owner: String, mut queue: mpsc::UnboundedRece
     }
 }
 
-/// Inserts a batch of records in one statement, and the notifications of the
-/// gates among them in another, in one transaction (one commit). A record
-/// replaces a stored one only while that is replaceable (an approval's
-/// record, decided or expired; a retrying step's), as in the SQLite store.
+/// Applies a batch of journal writes in one transaction (one commit): the
+/// rows of new runs, the records in one statement, the notifications of the
+/// gates among them in another, and the runs' ends. A record replaces a
+/// stored one only while that is replaceable (an approval's record, decided
+/// or expired; a retrying step's), as in the SQLite store.
 ///
-/// Fenced: a record is written only if its run is still `owner`'s in the
-/// record's epoch, checked under a share lock on the run's row, so that a
+/// Fenced: a write applies only if its run is still `owner`'s in the
+/// write's epoch, checked under a share lock on the run's row, so that a
 /// claim by another process (which updates that row) either waits for this
-/// commit and then finds the record in the journal it loads, or comes first
-/// and the record is refused. Answers, for each record, whether it was
-/// written (false: refused by the fence).
+/// commit and then finds the records in the journal it loads, or comes first
+/// and the write is refused. Answers, for each write, whether it applied
+/// (false: refused by the fence).
 async fn insert_records(
     pool: &Pool,
     owner: &str,
+    lease: Duration,
     batch: &[Append],
 ) -> Result<Vec<bool>, StoreError> {
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
-    let mut runs: Vec<&str> = batch.iter().map(|append| append.run_id.as_str()).collect();
+    let mut columns = NewRunColumns::default();
+    for append in batch {
+        if let Some(start) = &append.write.start {
+            columns.push(&append.run, start);
+        }
+    }
+    if !columns.ids.is_empty() {
+        let statement = tx
+            .prepare_cached(
+                "INSERT INTO runs (id, account, workflow, plan_hash, status, input, created_ms,
+                     updated_ms, owner, lease_until)
+                 SELECT n.id, n.account, n.workflow, n.plan_hash, 'running', n.input, $6, $6, $7,
+                     now() + $8 * interval '1 millisecond'
+                 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
+                     AS n(id, account, workflow, plan_hash, input)",
+            )
+            .await?;
+        tx.execute(
+            &statement,
+            &[
+                &columns.ids,
+                &columns.accounts,
+                &columns.workflows,
+                &columns.plan_hashes,
+                &columns.inputs,
+                &now_ms(),
+                &owner,
+                &millis(lease),
+            ],
+        )
+        .await?;
+    }
+    let mut runs: Vec<&str> = batch.iter().map(|append| append.run.id.as_str()).collect();
     runs.sort_unstable();
     runs.dedup();
     let statement = tx
@@ -1269,7 +1312,7 @@ async fn insert_records(
         .collect();
     let written: Vec<bool> = batch
         .iter()
-        .map(|append| live.get(&append.run_id) == Some(&append.epoch))
+        .map(|append| live.get(&append.run.id) == Some(&append.run.epoch))
         .collect();
     let admitted: Vec<&Append> = batch
         .iter()
@@ -1279,18 +1322,20 @@ async fn insert_records(
     // One statement cannot change a row twice: when a batch holds two
     // records of one path, the second replaces the first only if that one
     // is replaceable, as two statements would have had it.
-    let mut chosen: Vec<&Append> = Vec::with_capacity(admitted.len());
+    let mut chosen: Vec<(&str, &StepRecord)> = Vec::with_capacity(admitted.len());
     let mut at: std::collections::HashMap<(&str, &str), usize> = Default::default();
     for append in admitted.iter().copied() {
-        let key = (append.run_id.as_str(), append.record.path.as_str());
-        match at.get(&key) {
-            Some(&index) if chosen[index].record.status.is_replaceable() => {
-                chosen[index] = append;
-            }
-            Some(_) => {}
-            None => {
-                at.insert(key, chosen.len());
-                chosen.push(append);
+        for record in &append.write.records {
+            let key = (append.run.id.as_str(), record.path.as_str());
+            match at.get(&key) {
+                Some(&index) if chosen[index].1.status.is_replaceable() => {
+                    chosen[index] = (key.0, record);
+                }
+                Some(_) => {}
+                None => {
+                    at.insert(key, chosen.len());
+                    chosen.push((key.0, record));
+                }
             }
         }
     }
@@ -1299,12 +1344,12 @@ async fn insert_records(
     let mut statuses = Vec::with_capacity(chosen.len());
     let mut records = Vec::with_capacity(chosen.len());
     let mut due = Vec::with_capacity(chosen.len());
-    for append in chosen {
-        run_ids.push(append.run_id.as_str());
-        paths.push(append.record.path.as_str());
-        statuses.push(append.record.status.as_str());
-        records.push(to_json(&append.record)?);
-        due.push(gate_due_ms(&append.record).map(|ms| ms as i64));
+    for (run_id, record) in chosen {
+        run_ids.push(run_id);
+        paths.push(record.path.as_str());
+        statuses.push(record.status.as_str());
+        records.push(to_json(record)?);
+        due.push(gate_due_ms(record).map(|ms| ms as i64));
     }
     let gates = GateNotifications::of(&admitted);
     let statement = tx
@@ -1316,8 +1361,10 @@ async fn insert_records(
                  WHERE step_runs.status IN ('pending', 'retrying', 'redriven')",
         )
         .await?;
-    tx.execute(&statement, &[&run_ids, &paths, &statuses, &records, &due])
-        .await?;
+    if !run_ids.is_empty() {
+        tx.execute(&statement, &[&run_ids, &paths, &statuses, &records, &due])
+            .await?;
+    }
     if !gates.run_ids.is_empty() {
         let statement = tx
             .prepare_cached(
@@ -1346,8 +1393,68 @@ async fn insert_records(
         )
         .await?;
     }
+    end_runs(&tx, owner, &admitted).await?;
     tx.commit().await?;
     Ok(written)
+}
+
+/// In `tx`, after the fence admitted `admitted`: records how each of their
+/// runs' invocations ended, if it did, and gives the run up.
+async fn end_runs(
+    tx: &deadpool_postgres::Transaction<'_>,
+    owner: &str,
+    admitted: &[&Append],
+) -> Result<(), StoreError> {
+    let mut ids = Vec::new();
+    let mut statuses = Vec::new();
+    let mut outcomes = Vec::new();
+    let mut actives = Vec::new();
+    for append in admitted {
+        if let Some(end) = &append.write.end {
+            ids.push(append.run.id.as_str());
+            statuses.push(end.status.as_str());
+            outcomes.push(end.outcome.to_string());
+            actives.push(end.active.as_millis() as i64);
+        }
+    }
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let statement = tx
+        .prepare_cached(
+            "UPDATE runs SET status = e.status, outcome = e.outcome, updated_ms = $5,
+                 active_ms = active_ms + e.active, owner = NULL, lease_until = NULL
+             FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[])
+                 AS e(id, status, outcome, active)
+             WHERE runs.id = e.id AND runs.owner = $6",
+        )
+        .await?;
+    tx.execute(
+        &statement,
+        &[&ids, &statuses, &outcomes, &actives, &now_ms(), &owner],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The rows of runs started by a batch's journal writes, as columns.
+#[derive(Default)]
+struct NewRunColumns<'a> {
+    ids: Vec<&'a str>,
+    accounts: Vec<&'a str>,
+    workflows: Vec<&'a str>,
+    plan_hashes: Vec<&'a str>,
+    inputs: Vec<String>,
+}
+
+impl<'a> NewRunColumns<'a> {
+    fn push(&mut self, run: &'a RunHandle, start: &'a NewRun) {
+        self.ids.push(&run.id);
+        self.accounts.push(&run.account);
+        self.workflows.push(&start.workflow);
+        self.plan_hashes.push(&start.plan_hash);
+        self.inputs.push(start.input.to_string());
+    }
 }
 
 /// The notification of each approver of each gate reached in a batch, as
@@ -1366,8 +1473,14 @@ struct GateNotifications<'a> {
 impl<'a> GateNotifications<'a> {
     fn of(batch: &[&'a Append]) -> GateNotifications<'a> {
         let mut gates = GateNotifications::default();
-        for append in batch.iter().copied() {
-            let record = &append.record;
+        let records = batch.iter().flat_map(|append| {
+            append
+                .write
+                .records
+                .iter()
+                .map(move |record| (append.run.id.as_str(), record))
+        });
+        for (run_id, record) in records {
             if record.kind != flow_plan::StepKind::Approval || record.status != StepStatus::Pending
             {
                 continue;
@@ -1376,14 +1489,13 @@ impl<'a> GateNotifications<'a> {
                 continue;
             };
             for approver in gate.approvers {
-                gates.run_ids.push(&append.run_id);
+                gates.run_ids.push(run_id);
                 gates.paths.push(gate.path.clone());
                 gates.step_ids.push(gate.step_id.clone());
                 gates.messages.push(gate.message.clone());
-                gates.keys.push(format!(
-                    "approval:{}:{}:{approver}",
-                    append.run_id, gate.path
-                ));
+                gates
+                    .keys
+                    .push(format!("approval:{run_id}:{}:{approver}", gate.path));
                 gates.audiences.push(approver);
             }
         }
@@ -1799,6 +1911,18 @@ impl RunStore for PostgresStore {
             Ok(journal as Arc<dyn RunLog>)
         })
     }
+
+    fn fresh_journal(
+        self: Arc<Self>,
+        run_id: &str,
+        account: &str,
+        start: Option<NewRun>,
+        durability: Durability,
+    ) -> Arc<dyn RunLog> {
+        Arc::new(StoreJournal::fresh(
+            self, run_id, account, start, durability,
+        ))
+    }
 }
 
 impl ApprovalStore for PostgresStore {
@@ -2177,8 +2301,8 @@ impl JournalBackend for PostgresStore {
         Some(self.lease)
     }
 
-    fn append(&self, run: &RunHandle, record: StepRecord) -> StoreFuture<'static, ()> {
-        PostgresStore::append(self, &run.id, run.epoch, record)
+    fn write(&self, run: &RunHandle, write: JournalWrite) -> StoreFuture<'static, ()> {
+        PostgresStore::append(self, run, write)
     }
 
     fn renew<'a>(&'a self, run: &'a RunHandle, active: Duration) -> StoreFuture<'a, bool> {

@@ -19,7 +19,7 @@ use crate::error::{ErrorKind, StepError};
 use crate::journal::StepStatus;
 use crate::journal::{Journal, Outcome, StepRecord};
 use crate::services::{BoxFuture, McpClient, Provider, Services};
-use crate::store::{RunLog, RunRow, RunStatus, Store, StoreError};
+use crate::store::{NewRun, RunEnd, RunLog, RunRow, RunStatus, Store, StoreError};
 
 /// Called with each step record as the run journals it (a progress display).
 pub type Observer = Arc<dyn Fn(&StepRecord) + Send + Sync>;
@@ -226,6 +226,20 @@ impl std::fmt::Display for DriveError {
     }
 }
 
+/// How `drive` finds its run.
+#[derive(Debug, Clone)]
+pub enum Invocation {
+    /// A run not in the store yet, of `account`: its row is written with its
+    /// first step's record, in one commit.
+    Start { account: String, run: NewRun },
+    /// A run of `account` that `create_run` has just stored: nothing to
+    /// read back.
+    Created { account: String },
+    /// A run claimed to go on (a decision, a recovery, a redrive): its
+    /// records and active time are read.
+    Resume,
+}
+
 /// Runs (or resumes) `run_id`, which this process has created or claimed,
 /// until it completes, fails or parks, and records how it ended. `mcp` is
 /// the process's MCP pool, shared by its runs; without one a
@@ -237,6 +251,7 @@ pub async fn drive(
     plan: &Plan,
     workflow: &str,
     run_id: &str,
+    mut invocation: Invocation,
     input: Value,
     provider: Arc<dyn Provider>,
     mcp: Option<Arc<dyn McpClient>>,
@@ -247,7 +262,20 @@ pub async fn drive(
         let durability = plan
             .workflow(workflow)
             .map_or(flow_plan::Durability::Full, |w| w.durability);
-        let log = Arc::clone(store).open_journal(run_id, durability).await?;
+        let (log, fresh) = match std::mem::replace(&mut invocation, Invocation::Resume) {
+            Invocation::Start { account, run } => (
+                Arc::clone(store).fresh_journal(run_id, &account, Some(run), durability),
+                true,
+            ),
+            Invocation::Created { account } => (
+                Arc::clone(store).fresh_journal(run_id, &account, None, durability),
+                true,
+            ),
+            Invocation::Resume => (
+                Arc::clone(store).open_journal(run_id, durability).await?,
+                false,
+            ),
+        };
         let journal: Arc<dyn Journal> = match &observer {
             Some(observer) => Arc::new(Observed {
                 inner: Arc::clone(&log),
@@ -263,10 +291,17 @@ pub async fn drive(
             steps: steps.clone(),
         };
         // The workflow's deadline counts active time across invocations
-        // (since the last redrive, which gives it a new budget).
-        let row = store.run(run_id).await?;
-        let spent = row.as_ref().map_or(0, |row| row.active_ms.max(0) as u64);
-        let round = row.as_ref().map_or(0, |row| row.redrives);
+        // (since the last redrive, which gives it a new budget); a new run
+        // has spent none.
+        let (spent, round) = if !fresh {
+            let row = store.run(run_id).await?;
+            (
+                row.as_ref().map_or(0, |row| row.active_ms.max(0) as u64),
+                row.as_ref().map_or(0, |row| row.redrives),
+            )
+        } else {
+            (0, 0)
+        };
         let started = Instant::now();
         let ticks = Arc::new(AtomicU32::new(0));
         let ticker = {
@@ -301,14 +336,15 @@ pub async fn drive(
         drop(ticker);
         let recorded = ACTIVE_TICK * ticks.load(Ordering::SeqCst);
         let active = started.elapsed().saturating_sub(recorded);
-        // Under `durability approval`, this is where the run's records are kept.
-        log.flush().await?;
-        let record =
-            serde_json::to_value(&outcome).map_err(|e| StoreError::Damaged(e.to_string()))?;
-        if !store
-            .finish_run(run_id, RunStatus::of(&outcome), &record, active)
-            .await?
-        {
+        // The run's end shares its commit with the records that wait
+        // (under `durability approval`, all of the invocation's).
+        let end = RunEnd {
+            status: RunStatus::of(&outcome),
+            outcome: serde_json::to_value(&outcome)
+                .map_err(|e| StoreError::Damaged(e.to_string()))?,
+            active,
+        };
+        if !log.finish(end).await? {
             return Err(DriveError::Lost);
         }
         // A decision taken while this invocation was running the run (from

@@ -24,10 +24,10 @@ use crate::journal::{StepRecord, StepStatus};
 use crate::services::{Handoff, KbDocument, KbWrite};
 use crate::store::{
     ApprovalStore, DELETE_AFTER_CANCEL_MS, Deletion, Deployment, EVENT_CLAIM, EventNext,
-    EventStore, JournalBackend, KbQuery, KbStore, MAX_REDRIVES, MailNext, NO_ACCOUNT,
-    NewNotification, Notification, NotificationKind, NotificationQuery, NotificationStore,
-    Outgoing, PendingGates, PlanStore, RunEvent, RunHandle, RunLog, RunQuery, RunRow, RunStatus,
-    RunStore, StoreError, StoreFuture, StoreJournal,
+    EventStore, JournalBackend, JournalWrite, KbQuery, KbStore, MAX_REDRIVES, MailNext, NO_ACCOUNT,
+    NewNotification, NewRun, Notification, NotificationKind, NotificationQuery, NotificationStore,
+    Outgoing, PendingGates, PlanStore, RunEnd, RunEvent, RunHandle, RunLog, RunQuery, RunRow,
+    RunStatus, RunStore, StoreError, StoreFuture, StoreJournal,
 };
 use crate::store::{RunChange, lock, sql_limit};
 use crate::time::now_stored_ms as now_ms;
@@ -358,9 +358,11 @@ struct Decide {
 /// The writer's queue: one item's worth of work each, answered after the
 /// commit that made it durable (or with why it could not apply).
 enum Write {
-    Step {
-        run_id: String,
-        record: Box<StepRecord>,
+    /// A run's journal write (`JournalBackend::write`): its row if new, its
+    /// records, its end.
+    Journal {
+        run: RunHandle,
+        write: Box<JournalWrite>,
         reply: Reply,
     },
     Decide {
@@ -409,7 +411,7 @@ impl Write {
         };
         // A caller that went away no longer needs the answer.
         match self {
-            Write::Step { reply, .. } => {
+            Write::Journal { reply, .. } => {
                 let _ = reply.send(stored(result).map(|_| ()));
             }
             Write::Decide { reply, .. } => {
@@ -709,18 +711,12 @@ impl SqliteStore {
         outcome: &Value,
         active: std::time::Duration,
     ) -> StoreFuture<'static, bool> {
-        let written = self.statement(
-            "UPDATE runs SET status = ?2, outcome = ?3, updated_ms = ?4, active_ms = active_ms + ?5, owner = NULL
-             WHERE id = ?1 AND owner = ?6",
-            vec![
-                id.to_string().into(),
-                status.as_str().to_string().into(),
-                outcome.to_string().into(),
-                now_ms().into(),
-                (active.as_millis() as i64).into(),
-                owner().to_string().into(),
-            ],
-        );
+        let end = RunEnd {
+            status,
+            outcome: outcome.clone(),
+            active,
+        };
+        let written = self.statement(FINISH_RUN, finish_params(id, &end).to_vec());
         Box::pin(async move { written.await.map(|changed| changed == 1) })
     }
 
@@ -1613,6 +1609,18 @@ impl RunStore for SqliteStore {
         let journal = RunJournal::open(&self, run_id, durability);
         ready(journal.map(|journal| journal as Arc<dyn RunLog>))
     }
+
+    fn fresh_journal(
+        self: Arc<Self>,
+        run_id: &str,
+        account: &str,
+        start: Option<NewRun>,
+        durability: flow_plan::Durability,
+    ) -> Arc<dyn RunLog> {
+        Arc::new(StoreJournal::fresh(
+            self, run_id, account, start, durability,
+        ))
+    }
 }
 
 impl ApprovalStore for SqliteStore {
@@ -1716,11 +1724,11 @@ fn ready<'a, T: Send + 'a>(result: Result<T, StoreError>) -> StoreFuture<'a, T> 
 }
 
 impl SqliteStore {
-    fn append(&self, run_id: &str, record: StepRecord) -> StoreFuture<'static, ()> {
+    fn write_journal(&self, run: &RunHandle, write: JournalWrite) -> StoreFuture<'static, ()> {
         let (reply, answer) = oneshot::channel();
-        let sent = lock(&self.queue).send(Write::Step {
-            run_id: run_id.to_string(),
-            record: Box::new(record),
+        let sent = lock(&self.queue).send(Write::Journal {
+            run: run.clone(),
+            write: Box::new(write),
             reply,
         });
         Box::pin(async move {
@@ -1770,6 +1778,22 @@ fn notification_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Notification> {
     })
 }
 
+/// Records how an invocation of a run ended and gives the run up, if this
+/// process still owns it: `finish_run`'s and a journal's end.
+const FINISH_RUN: &str = "UPDATE runs SET status = ?2, outcome = ?3, updated_ms = ?4, active_ms = active_ms + ?5, owner = NULL
+     WHERE id = ?1 AND owner = ?6";
+
+fn finish_params(id: &str, end: &RunEnd) -> [rusqlite::types::Value; 6] {
+    [
+        id.to_string().into(),
+        end.status.as_str().to_string().into(),
+        end.outcome.to_string().into(),
+        now_ms().into(),
+        (end.active.as_millis() as i64).into(),
+        owner().to_string().into(),
+    ]
+}
+
 /// The writer thread: group commit of step records until every sender is gone.
 fn write_batches(mut conn: Connection, queue: Receiver<Write>) {
     const MAX_BATCH: usize = 4096;
@@ -1816,17 +1840,8 @@ fn write_batch(
         )?;
         for write in batch {
             match write {
-                Write::Step { run_id, record, .. } => {
-                    let json = serde_json::to_string(record).unwrap_or_default();
-                    insert.execute(params![
-                        run_id,
-                        record.path,
-                        record.status.as_str(),
-                        json,
-                        gate_due_ms(record).map(|ms| ms as i64),
-                    ])?;
-                    notify_gate(&tx, run_id, record)?;
-                    results.push(Ok(Written::Rows(1)));
+                Write::Journal { run, write, .. } => {
+                    results.push(write_journal(&tx, &mut insert, run, write)?);
                 }
                 Write::Decide { decision, .. } => {
                     results.push(
@@ -1871,6 +1886,56 @@ fn write_batch(
     }
     tx.commit()?;
     Ok(results)
+}
+
+/// Applies one journal write in the writer's transaction: the run's row if
+/// new, its records, its end. A run's row that cannot be inserted (an id
+/// taken) fails this write alone, as does an end that finds the run no
+/// longer this process's (`LeaseLost`).
+fn write_journal(
+    tx: &rusqlite::Transaction<'_>,
+    insert: &mut rusqlite::CachedStatement<'_>,
+    run: &RunHandle,
+    write: &JournalWrite,
+) -> rusqlite::Result<Result<Written, WriteError>> {
+    if let Some(start) = &write.start {
+        let inserted = tx.execute(
+            "INSERT INTO runs (id, workflow, plan_hash, status, input, created_ms, updated_ms, owner, account)
+             VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?5, ?6, ?7)",
+            params![
+                run.id,
+                start.workflow,
+                start.plan_hash,
+                start.input.to_string(),
+                now_ms(),
+                owner(),
+                run.account,
+            ],
+        );
+        match inserted {
+            Err(error) if tx.is_autocommit() => return Err(error),
+            Err(error) => return Ok(Err(WriteError::Store(error.into()))),
+            Ok(_) => {}
+        }
+    }
+    for record in &write.records {
+        let json = serde_json::to_string(record).unwrap_or_default();
+        insert.execute(params![
+            run.id,
+            record.path,
+            record.status.as_str(),
+            json,
+            gate_due_ms(record).map(|ms| ms as i64),
+        ])?;
+        notify_gate(tx, &run.id, record)?;
+    }
+    if let Some(end) = &write.end {
+        let ended = tx.execute(FINISH_RUN, finish_params(&run.id, end))?;
+        if ended == 0 {
+            return Ok(Err(WriteError::Store(StoreError::LeaseLost)));
+        }
+    }
+    Ok(Ok(Written::Rows(1)))
 }
 
 /// Creates or updates `write`'s document of `account`, unless its
@@ -2053,8 +2118,8 @@ impl JournalBackend for SqliteStore {
         None
     }
 
-    fn append(&self, run: &RunHandle, record: StepRecord) -> StoreFuture<'static, ()> {
-        SqliteStore::append(self, &run.id, record)
+    fn write(&self, run: &RunHandle, write: JournalWrite) -> StoreFuture<'static, ()> {
+        self.write_journal(run, write)
     }
 
     fn renew<'a>(

@@ -94,6 +94,7 @@ on_each_store!(
     a_parked_run_moves_to_another_plan_once,
     deployments_runs_and_documents_can_be_deleted,
     the_runner_parks_resumes_and_lists_runs_to_recover,
+    a_run_started_by_its_first_write_is_stored_with_its_steps_and_end,
     // ApprovalStore
     a_decision_applies_once_across_tasks_and_survives_reopening,
     a_member_of_a_named_group_may_decide,
@@ -198,6 +199,8 @@ async fn a_retrying_record_is_kept_until_its_step_ends(backend: Backend) {
         .record(record(StepStatus::Completed, 4))
         .await
         .unwrap();
+    // A final record waits for the next attempt or the run's end.
+    journal.flush().await.unwrap();
     let stored = store.step_records("run-1").await.unwrap();
     assert_eq!(stored.len(), 1, "{stored:?}");
     assert_eq!(
@@ -234,8 +237,8 @@ async fn durability_approval_persists_at_the_end_only(backend: Backend) {
     journal.flush().await.unwrap();
     assert_eq!(store.step_records("run-1").await.unwrap().len(), 2);
 
-    // Full durability writes as it goes: each record is stored when
-    // `record` returns, before the next step starts.
+    // Full durability writes as it goes: each record is stored before the
+    // next step's attempt goes out, the last when the run ends.
     store
         .create_run("run-2", "", "w", &plan.hash, &json!({}), None)
         .await
@@ -244,7 +247,10 @@ async fn durability_approval_persists_at_the_end_only(backend: Backend) {
         .open_journal("run-2", Durability::Full)
         .await
         .unwrap();
-    let _ = run(journal, &plan, "run-2").await;
+    let _ = run(journal.clone(), &plan, "run-2").await;
+    let records = store.step_records("run-2").await.unwrap();
+    assert_eq!(records.len(), 1, "the last record waits for the run's end");
+    journal.flush().await.unwrap();
     let records = store.step_records("run-2").await.unwrap();
     let paths: Vec<&str> = records.iter().map(|r| r.path.as_str()).collect();
     assert_eq!(paths, ["one", "two"], "stored in the order recorded");
@@ -705,6 +711,66 @@ workflow w {
   output { a: step.two.a }
 }"#;
 
+/// Regression guard for one commit per step (issue 18): a run that `flow
+/// run` starts is not written before its first step's record, and its end
+/// rides with its last record. Whatever shares a commit, the store ends up
+/// with the run's row (its account and input), every record, the gate's
+/// notification and the run's end.
+async fn a_run_started_by_its_first_write_is_stored_with_its_steps_and_end(backend: Backend) {
+    use flow_runtime::runner::{Invocation, drive};
+    use flow_runtime::store::NewRun;
+    let store = backend.open().await;
+    let plan = plan(GATED);
+    store.put_plan(&plan).await.unwrap();
+    let start = Invocation::Start {
+        account: "acme".to_string(),
+        run: NewRun {
+            workflow: "w".to_string(),
+            plan_hash: plan.hash.clone(),
+            input: json!({}),
+        },
+    };
+    let parked = drive(
+        &store,
+        &plan,
+        "w",
+        "run-1",
+        start,
+        json!({}),
+        Arc::new(OfflineProvider::default()),
+        None,
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    assert!(matches!(parked, Outcome::Parked { .. }), "{parked:?}");
+    let row = store
+        .run("run-1")
+        .await
+        .unwrap()
+        .expect("the run is stored");
+    assert_eq!(
+        (row.account.as_str(), row.status, &row.input),
+        ("acme", RunStatus::PendingApproval, &json!({}))
+    );
+    let records = store.step_records("run-1").await.unwrap();
+    let stored: Vec<(&str, StepStatus)> = records
+        .iter()
+        .map(|record| (record.path.as_str(), record.status))
+        .collect();
+    assert_eq!(
+        stored,
+        [("one", StepStatus::Completed), ("ok", StepStatus::Pending)]
+    );
+    let notified = store.account_notifications("acme", 10).await.unwrap();
+    assert_eq!(notified.len(), 1, "{notified:?}");
+    assert!(
+        store.orphaned_runs().await.unwrap().is_empty(),
+        "the end gave the run up"
+    );
+}
+
 /// The runner drives a run through the `Store` trait alone: it parks with the
 /// run stored as `pending_approval`, a decision lets the next invocation
 /// complete it, and recovery lists only what is due.
@@ -731,6 +797,9 @@ async fn the_runner_parks_resumes_and_lists_runs_to_recover(backend: Backend) {
         &plan,
         "w",
         "run-1",
+        flow_runtime::runner::Invocation::Created {
+            account: String::new(),
+        },
         json!({}),
         Arc::new(OfflineProvider::default()),
         None,
@@ -799,6 +868,7 @@ async fn the_runner_parks_resumes_and_lists_runs_to_recover(backend: Backend) {
         &plan,
         "w",
         "run-1",
+        flow_runtime::runner::Invocation::Resume,
         json!({}),
         Arc::new(OfflineProvider::default()),
         None,
@@ -931,6 +1001,7 @@ async fn a_member_of_a_named_group_may_decide(backend: Backend) {
         &gated,
         "w",
         "run-1",
+        flow_runtime::runner::Invocation::Resume,
         json!({}),
         Arc::new(OfflineProvider::default()),
         None,
@@ -1013,6 +1084,7 @@ async fn expired_gates_are_listed_when_due(backend: Backend) {
             &gated,
             "w",
             run,
+            flow_runtime::runner::Invocation::Resume,
             json!({}),
             Arc::new(OfflineProvider::default()),
             None,
@@ -1844,6 +1916,7 @@ async fn drive_with(
         plan,
         "w",
         "run-1",
+        flow_runtime::runner::Invocation::Resume,
         input,
         model.clone(),
         None,
@@ -2030,6 +2103,7 @@ async fn a_parked_run_moves_to_another_plan_once(backend: Backend) {
         &old,
         "w",
         "run-1",
+        flow_runtime::runner::Invocation::Resume,
         json!({}),
         Arc::new(OfflineProvider::default()),
         None,

@@ -46,7 +46,7 @@ use flow_runtime::offline::OfflineProvider;
 use flow_runtime::runner::{self, Observer, RunRecord};
 use flow_runtime::services::Provider;
 use flow_runtime::sqlite::SqliteStore;
-use flow_runtime::store::{KbQuery, NO_ACCOUNT, RunQuery, RunRow, RunStatus, Store};
+use flow_runtime::store::{KbQuery, NO_ACCOUNT, NewRun, RunQuery, RunRow, RunStatus, Store};
 use lists::{GateLine, RunLine};
 use serde_json::{Value, json};
 use style::{DEFAULT_DB, Paint};
@@ -431,12 +431,18 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             let store = open_store(&db)?;
             store.put_plan(&plan).await.map_err(store_error)?;
             let run_id = runner::new_run_id();
-            store
-                .create_run(&run_id, NO_ACCOUNT, &workflow, &plan.hash, &input, None)
-                .await
-                .map_err(store_error)?;
+            // The run's row is written with its first step's record: one
+            // commit, not two.
+            let start = runner::Invocation::Start {
+                account: NO_ACCOUNT.to_string(),
+                run: NewRun {
+                    workflow: workflow.clone(),
+                    plan_hash: plan.hash.clone(),
+                    input: input.clone(),
+                },
+            };
             execute(
-                &store, &db, &limiter, mcp, &plan, &workflow, &run_id, input, json, seed,
+                &store, &db, &limiter, mcp, &plan, &workflow, &run_id, start, input, json, seed,
             )
             .await
         }
@@ -501,6 +507,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
                 &plan,
                 &row.workflow,
                 &run,
+                runner::Invocation::Resume,
                 row.input,
                 json,
                 seed,
@@ -550,6 +557,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
                 &plan,
                 &row.workflow,
                 &run,
+                runner::Invocation::Resume,
                 row.input,
                 json,
                 seed,
@@ -613,6 +621,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
                         &plan,
                         &row.workflow,
                         &row.id,
+                        runner::Invocation::Resume,
                         row.input,
                         json,
                         seed,
@@ -1007,6 +1016,7 @@ async fn execute(
     plan: &Plan,
     workflow: &str,
     run_id: &str,
+    invocation: runner::Invocation,
     input: Value,
     json: bool,
     seed: u64,
@@ -1054,6 +1064,7 @@ async fn execute(
         plan,
         workflow,
         run_id,
+        invocation,
         input,
         provider,
         Some(mcp),

@@ -721,7 +721,7 @@ pub(crate) async fn start_run(
                 .await
                 .map_err(store_problem)?;
             if created {
-                daemon.spawn_run(plan, account, workflow, run_id, input);
+                daemon.spawn_run(plan, account, workflow, run_id, input, true);
             }
             Ok(created)
         })
@@ -1220,7 +1220,14 @@ pub(crate) async fn redrive(
             &refused.to_string(),
         ));
     }
-    daemon.spawn_run(plan, row.account, row.workflow, id.clone(), row.input);
+    daemon.spawn_run(
+        plan,
+        row.account,
+        row.workflow,
+        id.clone(),
+        row.input,
+        false,
+    );
     Ok((
         StatusCode::ACCEPTED,
         axum::Json(RunState {

@@ -21,7 +21,7 @@ use flow_runtime::limit::{
     LimitedProvider, Limiter, Limits, LocalLimiter, RedisLimiter, RedisSettings,
 };
 use flow_runtime::llm::ProviderConfig;
-use flow_runtime::runner::Observer;
+use flow_runtime::runner::{Invocation, Observer};
 use flow_runtime::services::Provider;
 use flow_runtime::store::{Deployment, RunRow, RunStatus, Store, StoreError};
 use serde_json::json;
@@ -290,7 +290,14 @@ impl Daemon {
             .map_err(|e| e.to_string())?;
         let resumed = due.len();
         for (row, plan) in due {
-            self.spawn_run(Arc::new(plan), row.account, row.workflow, row.id, row.input);
+            self.spawn_run(
+                Arc::new(plan),
+                row.account,
+                row.workflow,
+                row.id,
+                row.input,
+                false,
+            );
         }
         Ok(resumed)
     }
@@ -311,7 +318,7 @@ impl Daemon {
                 .claim_run(&run.id, &[RunStatus::PendingApproval])
                 .await?
             {
-                self.spawn_run(plan, run.account, run.workflow, run.id, run.input);
+                self.spawn_run(plan, run.account, run.workflow, run.id, run.input, false);
             }
         }
         Ok(())
@@ -336,7 +343,7 @@ impl Daemon {
             let plan = self.plan(&run.plan_hash).await?;
             if self.store.claim_run(&run.id, &[RunStatus::Running]).await? {
                 taken += 1;
-                self.spawn_run(plan, run.account, run.workflow, run.id, run.input);
+                self.spawn_run(plan, run.account, run.workflow, run.id, run.input, false);
             }
         }
         // One line, not one per run: a takeover can be thousands of runs.
@@ -417,7 +424,7 @@ impl Daemon {
                 .await
                 .map_err(store_problem)?
             {
-                daemon.spawn_run(plan, run.account, run.workflow, run.id, run.input);
+                daemon.spawn_run(plan, run.account, run.workflow, run.id, run.input, false);
             }
             Ok(())
         });
@@ -592,7 +599,8 @@ impl Daemon {
         }
     }
 
-    /// Drives a run this process has created or claimed, in the background.
+    /// Drives a run this process has created (`created`: just now, so
+    /// nothing of it is read back) or claimed, in the background.
     pub(crate) fn spawn_run(
         self: &Arc<Daemon>,
         plan: Arc<Plan>,
@@ -600,6 +608,7 @@ impl Daemon {
         workflow: String,
         run_id: String,
         input: serde_json::Value,
+        created: bool,
     ) {
         let daemon = Arc::clone(self);
         // Counted from now until the task ends, aborted or not.
@@ -615,11 +624,13 @@ impl Daemon {
             let _counted = counted;
             // A cancel that came between the claim and this task found
             // nothing to stop: the run is not driven if it is no longer
-            // running.
-            let cancelled = !matches!(
-                daemon.store.run(&run_id).await,
-                Ok(Some(row)) if row.status == RunStatus::Running
-            );
+            // running. (A run created just now is in `driving` before
+            // anyone knows its id.)
+            let cancelled = !created
+                && !matches!(
+                    daemon.store.run(&run_id).await,
+                    Ok(Some(row)) if row.status == RunStatus::Running
+                );
             'drive: {
                 if cancelled {
                     break 'drive;
@@ -660,11 +671,18 @@ impl Daemon {
                     limiter: Arc::clone(&daemon.limiter),
                     account: account.clone(),
                 });
+                let invocation = match created {
+                    true => Invocation::Created {
+                        account: account.clone(),
+                    },
+                    false => Invocation::Resume,
+                };
                 let driven = flow_runtime::runner::drive(
                     &daemon.store,
                     &plan,
                     &workflow,
                     &run_id,
+                    invocation,
                     input,
                     provider,
                     Some(mcp),

@@ -100,7 +100,9 @@ pub trait Journal: Send + Sync {
     /// Whether the run has recorded any step: a resumed invocation, not a
     /// first one.
     fn resumed(&self) -> bool;
-    /// Durable before the future resolves, in the stores that promise it.
+    /// Durable, in the stores that promise it, before the next `admit`
+    /// of the run resolves or the run ends; a record that a wait follows
+    /// (`Retrying`) before the future resolves.
     fn record<'a>(&'a self, record: StepRecord) -> BoxFuture<'a, Result<(), StepError>>;
     /// Whether this invocation may still act for the run: asked before each
     /// attempt of a step goes out. A store whose processes hold runs by

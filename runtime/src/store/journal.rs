@@ -5,7 +5,15 @@
 //! Invariants:
 //! * A record is looked up from memory: the records loaded when the journal
 //!   opened, kept current by this invocation's own writes.
-//! * Under `durability approval`, records wait in memory until `flush`.
+//! * Under full durability, every record is durable before the next attempt
+//!   of any step of the run goes out (`Journal::admit` writes what waits and
+//!   waits for its commit), and at the latest with the run's end or the next
+//!   heartbeat. So one run after another costs one commit per step: a
+//!   step's record shares its commit with the next step's start, or with the
+//!   run's end (`RunLog::finish`), and a new run's row with its first write.
+//!   A record that a wait follows (a retry's backoff) is written at once.
+//! * Under `durability approval`, records wait in memory until `flush` or
+//!   the run's end.
 //! * Once the store says the run is no longer this invocation's
 //!   (`StoreError::LeaseLost`, or a renewal that finds the run gone), the
 //!   hold is lost for good: nothing more is written and no attempt starts.
@@ -22,9 +30,9 @@ use std::time::{Duration, Instant};
 use flow_plan::Durability;
 use serde_json::Value;
 
-use super::{RunLog, StoreError, StoreFuture, lock};
+use super::{RunLog, RunStatus, StoreError, StoreFuture, lock};
 use crate::error::StepError;
-use crate::journal::{Journal, StepRecord};
+use crate::journal::{Journal, StepRecord, StepStatus};
 use crate::services::{BoxFuture, Effects, Handoff, KbDocument, KbWrite};
 
 /// A run as its journal opened it.
@@ -39,6 +47,40 @@ pub struct RunHandle {
     pub epoch: i64,
 }
 
+/// A run that is not in the store yet: its row is written with its
+/// journal's first write, in the same commit as its first records.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRun {
+    pub workflow: String,
+    pub plan_hash: String,
+    pub input: Value,
+}
+
+/// How an invocation of a run ended: written with its last records.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunEnd {
+    pub status: RunStatus,
+    pub outcome: Value,
+    /// The active time this invocation used since its last heartbeat.
+    pub active: Duration,
+}
+
+/// One write of a run's journal, applied whole in one transaction: the
+/// run's row if it is new, its records in the order they came, and how the
+/// invocation ended.
+#[derive(Debug, Default)]
+pub struct JournalWrite {
+    pub start: Option<NewRun>,
+    pub records: Vec<StepRecord>,
+    pub end: Option<RunEnd>,
+}
+
+impl JournalWrite {
+    fn is_empty(&self) -> bool {
+        self.start.is_none() && self.records.is_empty() && self.end.is_none()
+    }
+}
+
 /// What a store does for a run's journal. Each call applies whole or not
 /// at all; `StoreError::LeaseLost` says that the run is no longer this
 /// process's, and nothing was written.
@@ -48,9 +90,12 @@ pub trait JournalBackend: Send + Sync + 'static {
     /// process lives.
     fn lease(&self) -> Option<Duration>;
 
-    /// Writes `record` now, durably before the future resolves; records
-    /// queued together share a commit.
-    fn append(&self, run: &RunHandle, record: StepRecord) -> StoreFuture<'static, ()>;
+    /// Queues `write` when called (also if the future is never polled: a
+    /// journal dropped with records in hand still sends them); the future
+    /// resolves once it is durable. Writes queued together share a commit.
+    /// An `end` that finds the run no longer this process's (cancelled,
+    /// taken over) fails the write with `LeaseLost`.
+    fn write(&self, run: &RunHandle, write: JournalWrite) -> StoreFuture<'static, ()>;
 
     /// Adds `active` to the run's active time and renews the hold; false
     /// when the run is no longer this process's (nothing changed).
@@ -106,6 +151,27 @@ impl<B: JournalBackend> StoreJournal<B> {
         }
     }
 
+    /// The journal of a run that this process starts: `start` is its row
+    /// when the store does not have it yet (written with the first write),
+    /// `None` when `create_run` stored it. Nothing is read from the store.
+    pub fn fresh(
+        backend: Arc<B>,
+        run_id: &str,
+        account: &str,
+        start: Option<NewRun>,
+        durability: Durability,
+    ) -> StoreJournal<B> {
+        // A run starts in epoch 0; a claim starts the next.
+        let run = RunHandle {
+            id: run_id.to_string(),
+            account: account.to_string(),
+            epoch: 0,
+        };
+        let journal = StoreJournal::new(backend, run, true, Instant::now(), Vec::new(), durability);
+        lock(&journal.memory.unsent).start = start;
+        journal
+    }
+
     pub fn run(&self) -> &RunHandle {
         &self.run
     }
@@ -122,15 +188,43 @@ impl<B: JournalBackend> StoreJournal<B> {
         answer
     }
 
-    /// Queues `record` unless the hold is lost; the answer is to `settle`.
-    fn append(&self, record: StepRecord) -> StoreFuture<'static, ()> {
+    /// Queues `write` unless the hold is lost; the answer is to `settle`.
+    fn send(&self, write: JournalWrite) -> StoreFuture<'static, ()> {
+        if write.is_empty() {
+            return Box::pin(std::future::ready(Ok(())));
+        }
         if self.is_lost() {
             return Box::pin(std::future::ready(Err(StoreError::LeaseLost)));
         }
-        self.backend.append(&self.run, record)
+        self.backend.write(&self.run, write)
+    }
+
+    /// Writes what waits in memory, and waits for its commit.
+    async fn write_unsent(&self) -> Result<(), StoreError> {
+        let written = self.send(self.memory.take_unsent());
+        self.settle(written.await)
+    }
+
+    /// Writes what must be in the store before an attempt goes out, and
+    /// waits for its commit: under full durability, the records that wait
+    /// (with the run's row if it is new; a new row alone waits for the
+    /// first record, as nothing in the store refers to it before).
+    async fn write_before_attempt(&self) -> Result<(), StoreError> {
+        let written = self.send(self.memory.take_before_attempt());
+        self.settle(written.await)
+    }
+
+    /// Writes what must be in the store before the run writes anything
+    /// else (a KB document, a handoff) or renews its hold, and waits for
+    /// its commit: under full durability everything that waits, under
+    /// `durability approval` the run's row if it is new.
+    async fn write_before_effect(&self) -> Result<(), StoreError> {
+        let written = self.send(self.memory.take_before_effect());
+        self.settle(written.await)
     }
 
     async fn renew(&self, active: Duration) -> Result<bool, StoreError> {
+        self.write_before_effect().await?;
         if self.is_lost() {
             return Ok(false);
         }
@@ -149,23 +243,37 @@ impl<B: JournalBackend> StoreJournal<B> {
 
 impl<B: JournalBackend> RunLog for StoreJournal<B> {
     fn flush(&self) -> StoreFuture<'_, ()> {
-        // Queued together, the held-back records share one commit.
-        let writes: Vec<_> = self
-            .memory
-            .take_deferred()
-            .into_iter()
-            .map(|record| self.append(record))
-            .collect();
-        Box::pin(async move {
-            for write in writes {
-                self.settle(write.await)?;
-            }
-            Ok(())
-        })
+        Box::pin(self.write_unsent())
     }
 
+    /// Under full durability, what waits is written first: a record waits
+    /// for the next attempt only while one comes soon, and a sibling branch
+    /// that calls a slow model must not hold it back for long.
     fn heartbeat(&self, active: Duration) -> StoreFuture<'_, bool> {
         Box::pin(self.renew(active))
+    }
+
+    fn finish(&self, end: RunEnd) -> StoreFuture<'_, bool> {
+        let mut write = self.memory.take_unsent();
+        write.end = Some(end);
+        let written = self.send(write);
+        Box::pin(async move {
+            match self.settle(written.await) {
+                Ok(()) => Ok(true),
+                Err(StoreError::LeaseLost) => Ok(false),
+                Err(error) => Err(error),
+            }
+        })
+    }
+}
+
+/// A journal dropped with records in hand (its run's task aborted: a
+/// cancel, a signal) still sends them, as a store that wrote each at once
+/// would have them; under `durability approval` they are dropped, as that
+/// durability promises.
+impl<B: JournalBackend> Drop for StoreJournal<B> {
+    fn drop(&mut self) {
+        drop(self.send(self.memory.take_before_effect()));
     }
 }
 
@@ -179,19 +287,25 @@ impl<B: JournalBackend> Journal for StoreJournal<B> {
     }
 
     fn record<'a>(&'a self, record: StepRecord) -> BoxFuture<'a, Result<(), StepError>> {
+        if self.is_lost() {
+            return Box::pin(std::future::ready(Err(StoreError::LeaseLost.into())));
+        }
         match self.memory.remember(record) {
-            Some(record) => {
-                let written = self.append(record);
+            Some(write) => {
+                let written = self.send(write);
                 Box::pin(async move { Ok(self.settle(written.await)?) })
             }
             None => Box::pin(async { Ok(()) }),
         }
     }
 
-    /// Without asking the store while the hold is surely live; after that
+    /// Writes the records that wait (full durability) and waits for their
+    /// commit: no attempt goes out on an output a crash could lose. Then,
+    /// without asking the store while the hold is surely live; after that
     /// (a process paused past its lease), only once a renewal succeeded.
     fn admit(&self) -> BoxFuture<'_, Result<(), StepError>> {
         Box::pin(async move {
+            self.write_before_attempt().await?;
             if self.is_lost() {
                 return Err(StoreError::LeaseLost.into());
             }
@@ -230,6 +344,7 @@ impl<B: JournalBackend> Effects for StoreJournal<B> {
                 department: write.department.as_deref().map(text_column),
             });
             let write = cleaned.as_ref().unwrap_or(write);
+            self.write_before_effect().await?;
             Ok(self.settle(self.backend.kb_write(&self.run, write).await)?)
         })
     }
@@ -268,6 +383,7 @@ impl<B: JournalBackend> Effects for StoreJournal<B> {
                 key: handoff.key.as_deref().map(text_column),
             });
             let handoff = cleaned.as_ref().unwrap_or(handoff);
+            self.write_before_effect().await?;
             Ok(self.settle(self.backend.handoff(&self.run, handoff).await)?)
         })
     }
@@ -288,13 +404,14 @@ fn has_nul(texts: &[&str]) -> bool {
 }
 
 /// What a store's `RunLog` keeps of its run in memory: the records loaded
-/// once for replay, kept current by the run's own writes, and under
-/// `durability approval` the records that wait for `RunLog::flush`. Every
-/// store's journal is this plus how it writes.
+/// once for replay, kept current by the run's own writes, and what is still
+/// to be written (see the module doc for when it is). Every store's journal
+/// is this plus how it writes.
 #[derive(Debug)]
 struct JournalMemory {
     records: Mutex<HashMap<String, StepRecord>>,
-    deferred: Option<Mutex<Vec<StepRecord>>>,
+    unsent: Mutex<JournalWrite>,
+    durability: Durability,
 }
 
 impl JournalMemory {
@@ -307,7 +424,8 @@ impl JournalMemory {
                     .map(|record| (record.path.clone(), record))
                     .collect(),
             ),
-            deferred: (durability == Durability::Approval).then(|| Mutex::new(Vec::new())),
+            unsent: Mutex::new(JournalWrite::default()),
+            durability,
         }
     }
 
@@ -320,24 +438,201 @@ impl JournalMemory {
         !lock(&self.records).is_empty()
     }
 
-    /// Remembers `record` for lookups; gives it back when it is to be
-    /// written now, or keeps it for `take_deferred` under `durability approval`.
-    fn remember(&self, record: StepRecord) -> Option<StepRecord> {
+    /// Remembers `record` for lookups and to be written; gives back what is
+    /// to be written now. Under full durability that is when a wait follows
+    /// the record (a retry's backoff), or when records of several branches
+    /// came with no attempt between them: then each branch waits for its
+    /// own, rather than for a sibling's next attempt. A gate's record parks
+    /// its branch, so it waits (with its run's end, when the run parks).
+    fn remember(&self, record: StepRecord) -> Option<JournalWrite> {
+        let now = self.durability == Durability::Full
+            && match record.status {
+                StepStatus::Retrying => true,
+                StepStatus::Pending => false,
+                StepStatus::Completed | StepStatus::Failed => {
+                    !lock(&self.unsent).records.is_empty()
+                }
+            };
         lock(&self.records).insert(record.path.clone(), record.clone());
-        match &self.deferred {
-            Some(deferred) => {
-                lock(deferred).push(record);
-                None
-            }
-            None => Some(record),
+        let mut unsent = lock(&self.unsent);
+        unsent.records.push(record);
+        now.then(|| std::mem::take(&mut *unsent))
+    }
+
+    /// What is to be written, taken: the run's row if not written yet, and
+    /// the records in the order they came.
+    fn take_unsent(&self) -> JournalWrite {
+        std::mem::take(&mut *lock(&self.unsent))
+    }
+
+    /// What must be written before an attempt goes out: under full
+    /// durability the records that wait, with the run's row if new.
+    fn take_before_attempt(&self) -> JournalWrite {
+        let mut unsent = lock(&self.unsent);
+        match self.durability {
+            Durability::Full if !unsent.records.is_empty() => std::mem::take(&mut *unsent),
+            _ => JournalWrite::default(),
         }
     }
 
-    /// The records held back since the last call, in the order they came.
-    fn take_deferred(&self) -> Vec<StepRecord> {
-        self.deferred
-            .as_ref()
-            .map(|deferred| std::mem::take(&mut *lock(deferred)))
-            .unwrap_or_default()
+    /// What must be written before any other write of the run: everything
+    /// under full durability, the run's row only under `durability
+    /// approval`.
+    fn take_before_effect(&self) -> JournalWrite {
+        match self.durability {
+            Durability::Full => self.take_unsent(),
+            Durability::Approval => JournalWrite {
+                start: lock(&self.unsent).start.take(),
+                ..JournalWrite::default()
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::offline::OfflineProvider;
+    use crate::services::Services;
+
+    /// A store that keeps what each write carried, as one line each:
+    /// what shares a commit is what one write carries.
+    #[derive(Default)]
+    struct Writes(Mutex<Vec<String>>);
+
+    impl JournalBackend for Writes {
+        fn lease(&self) -> Option<Duration> {
+            None
+        }
+
+        fn write(&self, _run: &RunHandle, write: JournalWrite) -> StoreFuture<'static, ()> {
+            let mut parts = Vec::new();
+            if write.start.is_some() {
+                parts.push("start".to_string());
+            }
+            parts.extend(
+                write
+                    .records
+                    .iter()
+                    .map(|record| format!("{}:{}", record.path, record.status.as_str())),
+            );
+            if let Some(end) = &write.end {
+                parts.push(format!("end:{}", end.status.as_str()));
+            }
+            lock(&self.0).push(parts.join(" "));
+            Box::pin(std::future::ready(Ok(())))
+        }
+
+        fn renew<'a>(&'a self, _run: &'a RunHandle, _active: Duration) -> StoreFuture<'a, bool> {
+            lock(&self.0).push("renew".to_string());
+            Box::pin(std::future::ready(Ok(true)))
+        }
+
+        fn kb_write<'a>(&'a self, _: &'a RunHandle, _: &'a KbWrite) -> StoreFuture<'a, Value> {
+            Box::pin(std::future::ready(Ok(Value::Null)))
+        }
+
+        fn kb_context<'a>(
+            &'a self,
+            _: &'a RunHandle,
+            _: &'a [String],
+            _: Option<&'a str>,
+            _: &'a [String],
+            _: usize,
+        ) -> StoreFuture<'a, Vec<KbDocument>> {
+            Box::pin(std::future::ready(Ok(Vec::new())))
+        }
+
+        fn handoff<'a>(&'a self, _: &'a RunHandle, _: &'a Handoff) -> StoreFuture<'a, ()> {
+            Box::pin(std::future::ready(Ok(())))
+        }
+    }
+
+    fn plan(source: &str) -> flow_plan::Plan {
+        let checked = flow_compiler::check_source("s.flow", source);
+        assert!(!checked.has_errors(), "{:#?}", checked.diagnostics);
+        flow_compiler::lower(&checked).expect("lowers")
+    }
+
+    /// Runs `source`'s workflow `w` as `flow run` does and answers what
+    /// each write to the store carried.
+    async fn writes_of(source: &str) -> Vec<String> {
+        let plan = plan(source);
+        let writes = Arc::new(Writes::default());
+        let start = NewRun {
+            workflow: "w".to_string(),
+            plan_hash: plan.hash.clone(),
+            input: Value::Null,
+        };
+        let journal = Arc::new(StoreJournal::fresh(
+            Arc::clone(&writes),
+            "run-1",
+            "",
+            Some(start),
+            Durability::Full,
+        ));
+        let services = Services {
+            provider: Arc::new(OfflineProvider::default()),
+            effects: journal.clone(),
+            mcp: None,
+            journal: journal.clone(),
+            steps: None,
+        };
+        let outcome = crate::run(&plan, "w", "run-1", serde_json::json!({}), services).await;
+        let end = RunEnd {
+            status: RunStatus::of(&outcome),
+            outcome: Value::Null,
+            active: Duration::ZERO,
+        };
+        assert!(journal.finish(end).await.unwrap());
+        drop(journal);
+        std::mem::take(&mut *lock(&writes.0))
+    }
+
+    const RECIPE: &str =
+        r#"recipe r { model "m" input { q: string } output { a: string } prompt "{{input.q}}" }"#;
+
+    /// Regression guard for issue 18's one commit per step: three steps one
+    /// after another are three writes; the run's row rides with the first
+    /// record and its end with the last.
+    #[tokio::test]
+    async fn one_step_after_another_is_one_write_each_with_the_start_and_the_end() {
+        let source = format!(
+            "{RECIPE}\nworkflow w {{\n  step one = r {{ q: \"1\" }}\n  step two = r {{ q: step.one.a }}\n  step three = r {{ q: step.two.a }}\n}}"
+        );
+        assert_eq!(
+            writes_of(&source).await,
+            [
+                "start one:completed",
+                "two:completed",
+                "three:completed end:completed"
+            ]
+        );
+    }
+
+    /// A gate parks the run: its record (and so its notification) rides
+    /// with the run's end.
+    #[tokio::test]
+    async fn a_gate_is_written_with_the_runs_end() {
+        let source = format!(
+            "{RECIPE}\nworkflow w {{\n  step one = r {{ q: \"1\" }}\n  step ok = approval {{ approvers: [\"a@x.io\"], message: \"go?\" }}\n}}"
+        );
+        assert_eq!(
+            writes_of(&source).await,
+            ["start one:completed ok:pending end:pending_approval"]
+        );
+    }
+
+    /// Records of parallel branches with no attempt between them are
+    /// written when the second comes: a branch never waits long for a
+    /// sibling's next attempt to carry its record.
+    #[tokio::test]
+    async fn records_of_parallel_branches_do_not_wait_for_each_other() {
+        let source = format!(
+            "{RECIPE}\nworkflow w {{\n  parallel p {{\n    branch x {{ step a = r {{ q: \"1\" }} }}\n    branch y {{ step b = r {{ q: \"2\" }} }}\n  }}\n  step c = r {{ q: step.a.a }}\n}}"
+        );
+        let writes = writes_of(&source).await;
+        assert_eq!(writes.len(), 3, "{writes:?}");
+        assert_eq!(writes[2], "c:completed end:completed", "{writes:?}");
     }
 }

@@ -4,9 +4,10 @@
 //! SQLite (`crate::sqlite`) is the embedded default; a PostgreSQL store
 //! implements the same traits. The invariants every implementation keeps:
 //!
-//! * A step record is durable when `Journal::record` returns (under full
-//!   durability), so a dependent step never starts on an output a crash could
-//!   lose.
+//! * Under full durability, a step record is durable before the next
+//!   attempt of any step of its run goes out (`Journal::admit`), so a
+//!   dependent step never acts on an output a crash could lose; see
+//!   `journal.rs` for when a record shares its commit.
 //! * `decide` applies `crate::approval::decide_record` to the pending record
 //!   atomically: of concurrent decisions on one gate, exactly one applies.
 //! * `claim_run` gives a run to at most one live process; only the owner adds
@@ -25,7 +26,7 @@ use crate::error::{ErrorKind, StepError};
 use crate::journal::{Journal, Outcome, StepRecord};
 use crate::services::{BoxFuture, Effects, KbDocument, KbWrite};
 
-pub use journal::{JournalBackend, RunHandle, StoreJournal};
+pub use journal::{JournalBackend, JournalWrite, NewRun, RunEnd, RunHandle, StoreJournal};
 
 /// What went wrong in a store, as a value: callers decide by its kind
 /// (a lost lease ends an invocation quietly, the rest are failures) and
@@ -291,9 +292,15 @@ pub struct RunQuery {
 /// One run's view of a store: the journal the interpreter replays and
 /// records into, and the effects (KB writes, notifications) its steps have.
 pub trait RunLog: Journal + Effects {
-    /// Persists the records that `durability approval` held back; called when
-    /// the run parks or ends. Does nothing under full durability.
+    /// Persists the records that wait in memory (those `durability
+    /// approval` holds back, or the last of a run under full durability).
     fn flush(&self) -> StoreFuture<'_, ()>;
+
+    /// Records how this invocation ended, with the records that wait, in
+    /// one commit, and gives the run up. False when the run is no longer
+    /// this invocation's (cancelled, or taken by another process): then
+    /// its end is not recorded.
+    fn finish(&self, end: RunEnd) -> StoreFuture<'_, bool>;
 
     /// Adds `active` to the run's active time and renews this invocation's
     /// hold on the run: the runner's heartbeat while the run executes.
@@ -484,6 +491,17 @@ pub trait RunStore: Send + Sync {
         run_id: &'a str,
         durability: Durability,
     ) -> StoreFuture<'a, Arc<dyn RunLog>>;
+
+    /// The journal of a run this process starts now, read from nothing:
+    /// with `start`, a run not stored yet, whose row (owned by this
+    /// process) its first write carries; without, one `create_run` stored.
+    fn fresh_journal(
+        self: Arc<Self>,
+        run_id: &str,
+        account: &str,
+        start: Option<NewRun>,
+        durability: Durability,
+    ) -> Arc<dyn RunLog>;
 }
 
 /// The gates of one account's workflow that wait for a decision.

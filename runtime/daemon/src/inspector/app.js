@@ -606,8 +606,10 @@ function timeline(records, run) {
       bar.append(svg('rect', { class: 'waiting', testid: 'waiting', x: round(x(record.started_ms)), y: top + 4, width: round(width(record.started_ms, to)), height: ROW_HEIGHT - 8 }));
     } else if (attempts.some((attempt) => attempt.started_ms !== undefined)) {
       // Each timed attempt a segment; between one's answer and the next's
-      // call, the backoff, drawn as a thin line.
-      let previousEnd = record.started_ms;
+      // call, the backoff, drawn as a thin line. Before the first call the
+      // step may wait (for a place, a model permit, the commit of the
+      // record before it): that is no backoff.
+      let previousEnd = attempts[0].started_ms ?? record.started_ms;
       for (const attempt of attempts) {
         const from = attempt.started_ms ?? previousEnd;
         const until = attempt.ended_ms ?? to;
