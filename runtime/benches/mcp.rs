@@ -53,7 +53,9 @@ fn main() {
         };
         for _ in 0..warm_up {
             peer.call_tool(params.clone()).await.expect("echo");
-            pool.call_tool(&server, "echo", &args).await.expect("echo");
+            pool.call_tool(&server, "echo", &args, None)
+                .await
+                .expect("echo");
         }
         let mut direct = Vec::with_capacity(blocks * per_block);
         let mut pooled = Vec::with_capacity(blocks * per_block);
@@ -65,7 +67,9 @@ fn main() {
             }
             for _ in 0..per_block {
                 let started = Instant::now();
-                pool.call_tool(&server, "echo", &args).await.expect("echo");
+                pool.call_tool(&server, "echo", &args, None)
+                    .await
+                    .expect("echo");
                 pooled.push(started.elapsed());
             }
         }

@@ -10,6 +10,7 @@ use flow_plan::McpServer;
 use serde_json::Value;
 
 use crate::error::StepError;
+use crate::journal::Journal;
 use crate::services::{BoxFuture, McpClient};
 
 /// A pool as the `McpClient` of runs. The pool and the trait live in two
@@ -24,10 +25,17 @@ impl McpClient for PoolClient {
         server: &'a McpServer,
         tool: &'a str,
         args: &'a Value,
+        journal: Option<&'a dyn Journal>,
     ) -> BoxFuture<'a, Result<Value, StepError>> {
         Box::pin(async move {
             self.0
-                .call(server, tool, args)
+                .call_in(
+                    &McpScope::default(),
+                    server,
+                    tool,
+                    args,
+                    journal.map(go_ahead),
+                )
                 .await
                 .map_err(|error| StepError::new(error.kind, error.to_string()))
         })
@@ -47,4 +55,15 @@ impl McpClient for PoolClient {
                 .map_err(|error| format!("({}) {}{}", error.how, error.message, error.detail))
         })
     }
+}
+
+/// The go-ahead of a run's tool call: its journal's `admit`, asked once
+/// the call has its turn.
+pub fn go_ahead(journal: &dyn Journal) -> GoAhead<'_> {
+    Box::pin(async move {
+        journal
+            .admit()
+            .await
+            .map_err(|error| (error.kind, error.message))
+    })
 }

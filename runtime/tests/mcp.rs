@@ -187,6 +187,71 @@ async fn a_tool_error_fails_the_step_with_the_tools_message_without_a_retry() {
     pool.shutdown().await;
 }
 
+/// Regression (issue 21): a browser step waited for its turn on a busy
+/// connection, and its call went out even if the run had passed to another
+/// process meanwhile. The go-ahead is asked once the turn comes, just
+/// before the call, and its refusal fails the call unsent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_asks_its_go_ahead_after_the_wait_for_its_turn() {
+    flow_tests::require!(McpServers);
+    let mark = mark("go-ahead");
+    let server = everything(&mark);
+    let pool = Arc::new(McpPool::new(McpPoolConfig {
+        calls_per_connection: 1,
+        ..McpPoolConfig::default()
+    }));
+    pool.call(&server, "echo", &json!({ "message": "warm" }))
+        .await
+        .expect("the server answers");
+    let busy = {
+        let (pool, server) = (Arc::clone(&pool), server.clone());
+        tokio::spawn(async move {
+            pool.call(
+                &server,
+                "trigger-long-running-operation",
+                &json!({ "duration": 1, "steps": 1 }),
+            )
+            .await
+            .expect("the long call answers");
+            Instant::now()
+        })
+    };
+    // The long call has the connection's one turn by now.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let asked: Arc<std::sync::Mutex<Option<Instant>>> = Arc::default();
+    let go_ahead: flow_runtime::mcp::GoAhead<'_> = {
+        let asked = Arc::clone(&asked);
+        Box::pin(async move {
+            *asked.lock().unwrap() = Some(Instant::now());
+            Err((
+                ErrorKind::Server,
+                "the run is no longer this process's".to_string(),
+            ))
+        })
+    };
+    let refused = pool
+        .call_in(
+            &flow_runtime::mcp::McpScope::default(),
+            &server,
+            "echo",
+            &json!({ "message": "late" }),
+            Some(go_ahead),
+        )
+        .await
+        .expect_err("the go-ahead refuses");
+    assert!(
+        refused.message.contains("no longer this process's"),
+        "{refused}"
+    );
+    let long_done = busy.await.unwrap();
+    let asked = asked.lock().unwrap().expect("the go-ahead was asked");
+    assert!(
+        asked >= long_done - Duration::from_millis(50),
+        "asked before the turn came"
+    );
+    pool.shutdown().await;
+}
+
 /// A tool named with hyphens is written as it is named, and a deployment's
 /// `McpPoolConfig::servers` replaces the file's declaration of a server: the
 /// file's command does not exist here, the configured one does.

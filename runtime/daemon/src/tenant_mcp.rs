@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use flow_plan::{Action, McpServer, Plan, cut};
 use flow_runtime::error::{ErrorKind, StepError};
+use flow_runtime::journal::Journal;
 use flow_runtime::mcp::{McpError, McpScope};
 use flow_runtime::services::{BoxFuture, McpClient};
 use serde_json::Value;
@@ -180,14 +181,16 @@ impl McpClient for TenantMcp {
         server: &'a McpServer,
         tool: &'a str,
         args: &'a Value,
+        journal: Option<&'a dyn Journal>,
     ) -> BoxFuture<'a, Result<Value, StepError>> {
         Box::pin(async move {
             if let Some(refusal) = self.refusal(server, Some(tool)) {
                 return Err(StepError::new(ErrorKind::Unsupported, refusal));
             }
+            let go_ahead = journal.map(flow_runtime::mcp::go_ahead);
             self.daemon
                 .mcp
-                .call_in(&self.scope, server, tool, args)
+                .call_in(&self.scope, server, tool, args, go_ahead)
                 .await
                 .map_err(|error| StepError::new(error.kind, self.tenant_message(&error)))
         })

@@ -931,7 +931,8 @@ impl<'p> Interpreter<'p> {
                         "the plan names an MCP server it does not hold",
                     )
                 })?;
-                Ok(Some(mcp.call_tool(server, tool, args).await?))
+                let journal = Some(self.services.journal.as_ref());
+                Ok(Some(mcp.call_tool(server, tool, args, journal).await?))
             }
             Action::Approval { .. } => Ok(None),
         }

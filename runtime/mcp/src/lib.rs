@@ -225,6 +225,11 @@ pub struct McpError {
     pub detail: String,
 }
 
+/// What a caller asks just before its call goes out (`McpPool::call_in`):
+/// `Err` with the kind and message the call fails with, unsent.
+pub type GoAhead<'a> =
+    Pin<Box<dyn std::future::Future<Output = Result<(), (ErrorKind, String)>> + Send + 'a>>;
+
 impl McpError {
     fn new(server: &McpServer, kind: ErrorKind, message: impl Into<String>) -> McpError {
         McpError {
@@ -506,17 +511,23 @@ impl McpPool {
         tool: &str,
         args: &Value,
     ) -> Result<Value, McpError> {
-        self.call_in(&McpScope::default(), server, tool, args).await
+        self.call_in(&McpScope::default(), server, tool, args, None)
+            .await
     }
 
     /// `call` on behalf of `scope`: on a connection of its own when the
-    /// server is isolated per account or per run.
+    /// server is isolated per account or per run. `go_ahead`, when given,
+    /// is asked once the call has its connection and its turn, just before
+    /// it goes out: the wait for a slot can outlast the caller's right to
+    /// call (a run's hold, passed to another process meanwhile), and its
+    /// refusal fails the call unsent.
     pub async fn call_in(
         &self,
         scope: &McpScope,
         server: &McpServer,
         tool: &str,
         args: &Value,
+        go_ahead: Option<GoAhead<'_>>,
     ) -> Result<Value, McpError> {
         let (server, setup) = self.resolve(server)?;
         let server = &server;
@@ -547,6 +558,11 @@ impl McpPool {
                 "the connection was closed",
             ));
         };
+        if let Some(go_ahead) = go_ahead {
+            go_ahead
+                .await
+                .map_err(|(kind, message)| McpError::new(server, kind, message))?;
+        }
         // Refusals before this call are another call's.
         connection.take_refusals();
         match connection.peer.call_tool(params).await {

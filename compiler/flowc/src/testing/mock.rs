@@ -8,6 +8,7 @@ use std::time::Duration;
 use flow_compiler::syntax::ast::Failure;
 use flow_compiler::test_case::{Answer, MockCase, Target};
 use flow_engine::error::{ErrorKind, StepError};
+use flow_engine::journal::Journal;
 use flow_engine::offline::OfflineProvider;
 use flow_engine::services::{BoxFuture, McpClient, Provider, RecipeCall};
 use flow_engine::sync::lock;
@@ -164,6 +165,7 @@ impl McpClient for Mocks {
         server: &'a McpServer,
         tool: &'a str,
         _args: &'a Value,
+        _journal: Option<&'a dyn Journal>,
     ) -> BoxFuture<'a, Result<Value, StepError>> {
         Box::pin(async move {
             let what = format!("tool `{}.{tool}`", server.name);
