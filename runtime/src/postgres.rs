@@ -1329,12 +1329,12 @@ async fn insert_records(
             let key = (append.run.id.as_str(), record.path.as_str());
             match at.get(&key) {
                 Some(&index) if chosen[index].1.status.is_replaceable() => {
-                    chosen[index] = (key.0, record);
+                    chosen[index] = (key.0, record.as_ref());
                 }
                 Some(_) => {}
                 None => {
                     at.insert(key, chosen.len());
-                    chosen.push((key.0, record));
+                    chosen.push((key.0, record.as_ref()));
                 }
             }
         }

@@ -961,14 +961,16 @@ impl<'p> Interpreter<'p> {
             kind,
             status,
             input,
-            output: output.clone(),
-            error: error.clone(),
+            output,
+            error,
             attempts,
             started_ms,
             ended_ms: now_ms(),
             round: self.round,
         };
-        // The output is durable before a dependent step can use it.
+        // The output is durable before any later attempt of the run goes
+        // out (`Journal::admit`): a dependent step never acts on an output
+        // a crash could lose.
         self.journal(record).await?;
         match result {
             Ok(output) => {

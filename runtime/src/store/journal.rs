@@ -71,7 +71,9 @@ pub struct RunEnd {
 #[derive(Debug, Default)]
 pub struct JournalWrite {
     pub start: Option<NewRun>,
-    pub records: Vec<StepRecord>,
+    /// Shared with the journal's memory, which keeps each for lookups: a
+    /// record is built once, not copied.
+    pub records: Vec<Arc<StepRecord>>,
     pub end: Option<RunEnd>,
 }
 
@@ -409,7 +411,7 @@ fn has_nul(texts: &[&str]) -> bool {
 /// is this plus how it writes.
 #[derive(Debug)]
 struct JournalMemory {
-    records: Mutex<HashMap<String, StepRecord>>,
+    records: Mutex<HashMap<String, Arc<StepRecord>>>,
     unsent: Mutex<JournalWrite>,
     durability: Durability,
 }
@@ -421,7 +423,7 @@ impl JournalMemory {
             records: Mutex::new(
                 records
                     .into_iter()
-                    .map(|record| (record.path.clone(), record))
+                    .map(|record| (record.path.clone(), Arc::new(record)))
                     .collect(),
             ),
             unsent: Mutex::new(JournalWrite::default()),
@@ -430,7 +432,9 @@ impl JournalMemory {
     }
 
     fn lookup(&self, path: &str) -> Option<StepRecord> {
-        lock(&self.records).get(path).cloned()
+        lock(&self.records)
+            .get(path)
+            .map(|record| StepRecord::clone(record))
     }
 
     /// Whether any step was recorded (stored or in this invocation).
@@ -453,7 +457,8 @@ impl JournalMemory {
                     !lock(&self.unsent).records.is_empty()
                 }
             };
-        lock(&self.records).insert(record.path.clone(), record.clone());
+        let record = Arc::new(record);
+        lock(&self.records).insert(record.path.clone(), Arc::clone(&record));
         let mut unsent = lock(&self.unsent);
         unsent.records.push(record);
         now.then(|| std::mem::take(&mut *unsent))
