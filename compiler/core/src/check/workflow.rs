@@ -582,6 +582,7 @@ impl<'e, 'd> Checker<'e, 'd> {
                             self.outputs_since(first, self.containers.len() + 1),
                         ));
                     }
+                    self.collect(&stmt.broken);
                     self.register(StepInfo {
                         id: stmt.id.text.clone(),
                         id_span: stmt.id.span,

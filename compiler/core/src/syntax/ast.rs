@@ -313,6 +313,10 @@ pub struct ParallelStmt {
     pub branches: Vec<Branch>,
     /// Part of the block did not parse; a missing branch may be in that part.
     pub recovered: bool,
+    /// The steps of statements written outside any branch, which did not
+    /// parse there: declared (as `StepCall::Broken`) so that references to
+    /// them are not reported again.
+    pub broken: Vec<Stmt>,
     pub span: Span,
 }
 

@@ -850,6 +850,7 @@ impl<'s> Fast<'s> {
             id,
             branches,
             recovered: false,
+            broken: Vec::new(),
             span: Span::new(start, self.token_end),
         })
     }

@@ -94,7 +94,9 @@ fn pest_parse(source: &str, file: FileId) -> (SourceFile, Vec<Diagnostic>) {
         if rewrites.is_empty() {
             // A brace the layout shows was left open: its copy is parsed
             // already, to see that it leaves fewer problems.
-            let Some((closed, diagnostic, next)) = closing_brace(&text, file, &problems) else {
+            let repaired = closing_brace(&text, file, &problems)
+                .or_else(|| extra_brace(&text, file, &problems));
+            let Some((closed, diagnostic, next)) = repaired else {
                 mended.extend(problems);
                 return (tree, mended);
             };
@@ -122,6 +124,10 @@ type Rewrite = (usize, String, Diagnostic);
 
 /// One parse: the tree, the problems, and the rewrites found.
 type Parsed = (SourceFile, Vec<Diagnostic>, Vec<Rewrite>);
+
+/// A copy of the text with one mistake mended, its diagnostic, and the
+/// copy's parse.
+type Repair = (String, Diagnostic, Parsed);
 
 /// `parse_once` of a mended copy, which is often well-formed: the fast
 /// parser is tried first.
@@ -155,11 +161,7 @@ fn parse_once(text: &str, file: FileId) -> Parsed {
 /// Nothing is tried when no problem comes after the brace, or when its line
 /// leaves a string open (that is the mistake, and a parse is not spent on
 /// each keystroke of a half-typed `"{{step.`).
-fn closing_brace(
-    text: &str,
-    file: FileId,
-    problems: &[Diagnostic],
-) -> Option<(String, Diagnostic, Parsed)> {
+fn closing_brace(text: &str, file: FileId, problems: &[Diagnostic]) -> Option<Repair> {
     let (brace, why) = suspect_unclosed_brace(text)?;
     if !problems
         .iter()
@@ -178,12 +180,7 @@ fn closing_brace(
     {
         return None;
     }
-    let mut copy = text.to_string();
-    copy.replace_range(closed_at..closed_at + 1, "}");
-    let parsed = parse_copy(&copy, file);
-    if parsed.1.len() + parsed.2.len() >= problems.len() {
-        return None;
-    }
+    let (copy, parsed) = mended_copy(text, closed_at, "}", file, problems)?;
     let diagnostic = Diagnostic::new(
         Code::Syntax,
         file,
@@ -199,6 +196,48 @@ fn closing_brace(
     Some((copy, diagnostic, parsed))
 }
 
+/// `text` with the character at `at` written over by `by`, and its parse,
+/// when that parse leaves fewer problems than `problems`.
+fn mended_copy(
+    text: &str,
+    at: usize,
+    by: &str,
+    file: FileId,
+    problems: &[Diagnostic],
+) -> Option<(String, Parsed)> {
+    let mut copy = text.to_string();
+    copy.replace_range(at..at + 1, by);
+    let parsed = parse_copy(&copy, file);
+    (parsed.1.len() + parsed.2.len() < problems.len()).then_some((copy, parsed))
+}
+
+/// A `}` that the layout shows is one too many (see `suspect_extra_brace`):
+/// when removing it leaves fewer problems than `problems`, that is the
+/// mistake: its diagnostic, and the text without it, with its parse.
+fn extra_brace(text: &str, file: FileId, problems: &[Diagnostic]) -> Option<Repair> {
+    let (extra, shown_by) = suspect_extra_brace(text)?;
+    let (copy, parsed) = mended_copy(text, extra, " ", file, problems)?;
+    let line = |at: usize| text[..at].matches('\n').count() + 1;
+    let diagnostic = Diagnostic::new(
+        Code::Syntax,
+        file,
+        Span::new(extra, extra + 1),
+        "this `}` is one too many",
+    )
+    .label("closes a block early")
+    .secondary(
+        file,
+        Span::new(shown_by, shown_by + 1),
+        "indented as the end of the block that the extra `}` closed",
+    )
+    .hint(format!(
+        "remove it: the block ends at the `}}` of line {}",
+        line(shown_by)
+    ))
+    .fix("");
+    Some((copy, diagnostic, parsed))
+}
+
 /// How to close a `"` string opened at `quote` that its line does not
 /// close: at the line's end, before the closing brackets and commas that
 /// the string swallowed (`{ note: "text }`) but not before a `}` that
@@ -209,6 +248,16 @@ fn string_closing(source: &str, quote: usize) -> Option<Edit> {
     let line_start = source[..quote].rfind('\n').map_or(0, |i| i + 1);
     let line = &source[quote..quote + first_line_len(&source[quote..])];
     let mut end = line.trim_end().len();
+    // The `{` that ends a block's header (`if x == "a {`) opens the block,
+    // which goes on after the line: the string closes before it.
+    let before = source[line_start..quote].trim_start();
+    let header = ["if ", "else ", "for "]
+        .iter()
+        .any(|word| before.starts_with(word));
+    let block_brace = header && line.trim_end().ends_with('{');
+    if block_brace {
+        end -= 1;
+    }
     while end > 1 {
         let swallowed = match line.as_bytes()[end - 1] {
             b' ' | b'\t' | b']' | b')' | b',' => true,
@@ -235,7 +284,7 @@ fn string_closing(source: &str, quote: usize) -> Option<Edit> {
             _ => depth,
         })
     };
-    let open = depth(&source[line_start..quote]) + depth(&line[end..]);
+    let open = depth(&source[line_start..quote]) + depth(&line[end..]) - i64::from(block_brace);
     let closing = format!("\"{}", " }".repeat(open.clamp(0, 8) as usize));
     Some(Edit::insert((quote + end) as u32, closing))
 }
@@ -510,6 +559,10 @@ impl<'s> Parser<'s> {
     /// diagnostic points at.
     fn recover(&mut self, pair: &Pair<'_, Rule>, context: Context) -> usize {
         let start = pair.as_span().start();
+        if let Some(diagnostic) = self.foreign_block(start, start, &[], context) {
+            self.problems.push(diagnostic);
+            return start;
+        }
         if let Some(at) = self.misspelt_keyword(start, context) {
             return at;
         }
@@ -523,6 +576,25 @@ impl<'s> Parser<'s> {
             Context::TestMember => &[Rule::test_member],
         };
         let rest = &self.source[start..];
+        if matches!(context, Context::Parallel)
+            && let Some(id) = declared_id(rest, true)
+        {
+            let end = start + first_line_len(rest);
+            let id = id.1;
+            self.problems.push(
+                Diagnostic::new(
+                    Code::Syntax,
+                    self.file,
+                    Span::new(start, end),
+                    "a `parallel` block holds branches, not statements",
+                )
+                .label("not in a branch")
+                .hint(format!(
+                    "put the statements that run one after another in a branch: `branch {id} {{ ... }}`; the branches run at the same time"
+                )),
+            );
+            return start;
+        }
         // A step option that does not parse ends the step before it, so the
         // option's words arrive here as a statement: explain the option instead.
         let option_words = ["retry", "backoff", "timeout", "on_error", "idempotency"];
@@ -600,6 +672,10 @@ impl<'s> Parser<'s> {
         }
         if let Some(rewrite) = self.respelt(at, &expected) {
             self.rewrites.push(rewrite);
+            return at;
+        }
+        if let Some(diagnostic) = self.foreign_block(start, at, &expected, context) {
+            self.problems.push(diagnostic);
             return at;
         }
         let found = describe_found(&self.source[at..]);
@@ -715,6 +791,16 @@ impl<'s> Parser<'s> {
                 .hint(format!("write `{meant}`"))
                 .fix(meant)
         };
+        // The one character at `at`, blanked.
+        let removed = |message: &str, label: &str, hint: &str| -> Rewrite {
+            let diagnostic =
+                Diagnostic::new(Code::Syntax, self.file, Span::new(at, at + 1), message)
+                    .label(label)
+                    .hint(hint)
+                    .fix("");
+            (at, " ".to_string(), diagnostic)
+        };
+        let statement_start = expected.iter().any(|word| word == "`step`");
         // A `{` missing at the end of the line before (`workflow w` alone on
         // its line): the line break becomes the brace.
         let mut before = self.source[..at].trim_end_matches([' ', '\t', '\r']);
@@ -828,6 +914,40 @@ impl<'s> Parser<'s> {
                 );
                 Some((at, meant, diagnostic))
             }
+            // JavaScript's and Rust's statement ends: a statement ends
+            // with its line, and a record's fields are apart without one.
+            b';' => Some(removed(
+                "flow needs no `;`",
+                "not a separator",
+                "remove it: a statement ends with its line, and a record's fields are separated by `,` or a line break",
+            )),
+            // Python's `:` before a block that is written with braces too.
+            b':' if expected.iter().any(|word| word == "`{`")
+                && line[1..].trim_start().starts_with('{') =>
+            {
+                Some(removed(
+                    "a block opens with `{`, without a `:` before it",
+                    "not before a block",
+                    "remove the `:`",
+                ))
+            }
+            // Where a statement starts, a `,` follows the one before it
+            // (copied from a list of arguments), and a `)` or `]` closes
+            // nothing.
+            b',' if statement_start => Some(removed(
+                "this `,` follows a complete statement",
+                "not a separator",
+                "remove it: a statement ends with its line",
+            )),
+            b')' | b']' if statement_start => {
+                let bracket = &line[..1];
+                let opener = if bracket == ")" { "(" } else { "[" };
+                Some(removed(
+                    &format!("this `{bracket}` closes nothing"),
+                    &format!("no `{opener}` is open here"),
+                    &format!("remove it, or add the `{opener}` it was meant to close"),
+                ))
+            }
             b'=' if expected.iter().any(|word| word == "`:`") && !line.starts_with("==") => {
                 let diagnostic = diagnostic(
                     (at, at + 1),
@@ -837,6 +957,70 @@ impl<'s> Parser<'s> {
                 )
                 .hint("a record is written `{ name: value }`");
                 Some((at, ":".to_string(), diagnostic))
+            }
+            _ => None,
+        }
+    }
+
+    /// A block written as another language writes it, in a statement's
+    /// place (`start`) where the parse stopped at `at`: a loop word flow does
+    /// not have (`while`, `foreach`, `loop`, `unless`), or a header ended
+    /// with Python's `:` and no `{`.
+    fn foreign_block(
+        &self,
+        start: usize,
+        at: usize,
+        expected: &[String],
+        context: Context,
+    ) -> Option<Diagnostic> {
+        if !matches!(
+            context,
+            Context::Block | Context::WorkflowHead | Context::WorkflowBody
+        ) {
+            return None;
+        }
+        let rest = &self.source[start..];
+        let word = &rest[..rest
+            .bytes()
+            .take_while(|b| cursor::is_name_byte(*b))
+            .count()];
+        let diagnostic = |span: Span, message: String, label: &str, hint: &str| {
+            Diagnostic::new(Code::Syntax, self.file, span, message)
+                .label(label)
+                .hint(hint)
+        };
+        let word_span = Span::new(start, start + word.len());
+        match word {
+            "while" | "loop" | "until" => Some(diagnostic(
+                word_span,
+                format!("flow has no `{word}` loop"),
+                "not a flow keyword",
+                "a loop goes over a list: `for LIST as ID max N { ... }`; to act on a condition, write `if CONDITION { ... }`",
+            )),
+            "foreach" => Some(diagnostic(
+                word_span,
+                "flow writes a loop `for LIST as ID`".to_string(),
+                "not a flow keyword",
+                "write `for LIST as ID { ... }`; in its body the current item is `loop_item`",
+            )),
+            "unless" => Some(diagnostic(
+                word_span,
+                "flow has no `unless`".to_string(),
+                "not a flow keyword",
+                "write `if !(CONDITION) { ... }`",
+            )),
+            _ if self.source[at..].starts_with(':')
+                && expected.iter().any(|w| w == "`{`")
+                && self.source[at + 1..first_line_len(&self.source[at..]) + at]
+                    .trim()
+                    .is_empty() =>
+            {
+                Some(diagnostic(
+                    Span::new(at, at + 1),
+                    "a block is written between `{` and `}`, not after `:`".to_string(),
+                    "expected `{`",
+                    "write `{` here and close the block with `}` after its statements: indentation does not make a block",
+                ))
             }
             _ => None,
         }
@@ -892,7 +1076,9 @@ impl<'s> Parser<'s> {
         let what = |word: &str| {
             if OPTIONS.contains(&word) && !matches!(context, Context::WorkflowHead) {
                 "step option"
-            } else if STATEMENTS.contains(&word) || matches!(context, Context::Item) {
+            } else if STATEMENTS.contains(&word)
+                || matches!(context, Context::Item | Context::Parallel)
+            {
                 "keyword"
             } else if matches!(context, Context::WorkflowHead) {
                 "setting"
@@ -1337,6 +1523,14 @@ impl<'s> Parser<'s> {
                     }
                 }
                 Rule::stepless_stmt => workflow.body.extend(self.stepless_stmt(part)),
+                Rule::bad_block_stmt => {
+                    let context = if workflow.body.is_empty() {
+                        Context::WorkflowHead
+                    } else {
+                        Context::WorkflowBody
+                    };
+                    workflow.body.extend(self.bad_block_stmt(part, context));
+                }
                 Rule::bad_stmt => {
                     let context = if workflow.body.is_empty() {
                         Context::WorkflowHead
@@ -1409,6 +1603,7 @@ impl<'s> Parser<'s> {
             match part.as_rule() {
                 Rule::statement => stmts.extend(self.statement(part)),
                 Rule::stepless_stmt => stmts.extend(self.stepless_stmt(part)),
+                Rule::bad_block_stmt => stmts.extend(self.bad_block_stmt(part, Context::Block)),
                 Rule::bad_stmt => {
                     self.recover(&part, Context::Block);
                     stmts.extend(broken_steps(&part));
@@ -1429,33 +1624,7 @@ impl<'s> Parser<'s> {
                 let mut inner = stmt.into_inner();
                 let condition = self.expr(inner.next()?);
                 let block = self.block(inner.next()?);
-                let mut branches = vec![(condition, block)];
-                let mut else_block = None;
-                for part in inner {
-                    match part.as_rule() {
-                        Rule::else_if => {
-                            let mut parts = part.into_inner().peekable();
-                            if let Some(elif) = parts.next_if(|p| p.as_rule() == Rule::elif_slip) {
-                                self.slip(
-                                    span_of(&elif),
-                                    "flow writes `else if`",
-                                    "not a keyword",
-                                    "write `else if`".to_string(),
-                                    "else if".to_string(),
-                                );
-                            }
-                            let condition = self.expr(parts.next()?);
-                            let block = self.block(parts.next()?);
-                            branches.push((condition, block));
-                        }
-                        _ => else_block = Some(self.block(first_child(part))),
-                    }
-                }
-                Stmt::If(IfStmt {
-                    branches,
-                    else_block,
-                    span,
-                })
+                self.if_stmt((condition, block), inner, span)?
             }
             Rule::for_stmt => {
                 let mut inner = stmt.into_inner().peekable();
@@ -1499,6 +1668,8 @@ impl<'s> Parser<'s> {
                 let id = self.declared(inner.next()?);
                 let mut branches = Vec::new();
                 let mut recovered = false;
+                let mut broken = Vec::new();
+                let mut outside_branches = false;
                 for part in inner {
                     match part.as_rule() {
                         Rule::branch => {
@@ -1512,9 +1683,33 @@ impl<'s> Parser<'s> {
                                 span: branch_span,
                             });
                         }
+                        Rule::bad_branch => {
+                            recovered = true;
+                            let branch_span = span_of(&part);
+                            let mut parts = part.into_inner();
+                            let header = parts.next()?;
+                            self.recover(&header, Context::Parallel);
+                            let body = self.block(parts.next()?);
+                            match branch_name(&header) {
+                                Some(name) => branches.push(Branch {
+                                    name,
+                                    body,
+                                    span: branch_span,
+                                }),
+                                None => broken.extend(body.stmts),
+                            }
+                        }
                         _ => {
                             recovered = true;
-                            self.recover(&part, Context::Parallel);
+                            // Statements written straight in the block are
+                            // one mistake, said once: the branches are missing.
+                            let statement = FlowParser::parse(Rule::statement, part.as_str())
+                                .is_ok_and(|pairs| pairs.as_str() == part.as_str().trim_end());
+                            if !(statement && outside_branches) {
+                                self.recover(&part, Context::Parallel);
+                            }
+                            outside_branches |= statement;
+                            broken.extend(broken_steps(&part));
                         }
                     }
                 }
@@ -1522,6 +1717,7 @@ impl<'s> Parser<'s> {
                     id,
                     branches,
                     recovered,
+                    broken,
                     span,
                 })
             }
@@ -1529,11 +1725,94 @@ impl<'s> Parser<'s> {
         })
     }
 
+    /// A block statement whose header does not parse: the header is
+    /// reported, and the block read as the statement's body, so that it is
+    /// checked. A `for` with `as ID` stays a loop of that id over a list of
+    /// unknown items, so that `loop_item` in its body is not reported again;
+    /// any other header is read as an `if` of an unknown condition.
+    fn bad_block_stmt(&mut self, pair: Pair<'_, Rule>, context: Context) -> Option<Stmt> {
+        let span = span_of(&pair);
+        let mut inner = pair.into_inner();
+        let header = inner.next()?;
+        self.recover(&header, context);
+        let unknown = Expr {
+            kind: ExprKind::Error,
+            span: span_of(&header),
+        };
+        let block = self.block(inner.next()?);
+        let text = header.as_str();
+        let loop_id = text
+            .starts_with("for")
+            .then(|| text.rfind(" as "))
+            .flatten()
+            .and_then(|at| {
+                let rest = &text[at + 4..];
+                let skipped = rest.len() - rest.trim_start().len();
+                let len = rest[skipped..]
+                    .bytes()
+                    .take_while(|b| cursor::is_name_byte(*b))
+                    .count();
+                let start = header.as_span().start() + at + 4 + skipped;
+                (len > 0).then(|| Name {
+                    text: rest[skipped..skipped + len].to_string(),
+                    span: Span::new(start, start + len),
+                })
+            });
+        if let Some(id) = loop_id {
+            return Some(Stmt::For(ForStmt {
+                collection: unknown,
+                id,
+                concurrency: None,
+                max_items: None,
+                body: block,
+                span,
+            }));
+        }
+        self.if_stmt((unknown, block), inner, span)
+    }
+
+    /// An `if` statement of its first branch and the `else if`s and `else`
+    /// that follow it.
+    fn if_stmt<'i>(
+        &mut self,
+        first: (Expr, Block),
+        rest: impl Iterator<Item = Pair<'i, Rule>>,
+        span: Span,
+    ) -> Option<Stmt> {
+        let mut branches = vec![first];
+        let mut else_block = None;
+        for part in rest {
+            match part.as_rule() {
+                Rule::else_if => {
+                    let mut parts = part.into_inner().peekable();
+                    if let Some(elif) = parts.next_if(|p| p.as_rule() == Rule::elif_slip) {
+                        self.slip(
+                            span_of(&elif),
+                            "flow writes `else if`",
+                            "not a keyword",
+                            "write `else if`".to_string(),
+                            "else if".to_string(),
+                        );
+                    }
+                    let condition = self.expr(parts.next()?);
+                    let block = self.block(parts.next()?);
+                    branches.push((condition, block));
+                }
+                _ => else_block = Some(self.block(first_child(part))),
+            }
+        }
+        Some(Stmt::If(IfStmt {
+            branches,
+            else_block,
+            span,
+        }))
+    }
+
     /// A `step_stmt`, or a `stepless_stmt` whose children are the same but
     /// for the doc comments that lead it.
     fn step_stmt(&mut self, stmt: Pair<'_, Rule>, docs: Vec<String>) -> Option<Stmt> {
         let span = span_of(&stmt);
-        let mut inner = children(stmt);
+        let mut inner = children(stmt).filter(|p| p.as_rule() != Rule::declare_slip);
         let id = self.declared(inner.next()?);
         let call = self.step_call(inner.next()?);
         let mut options = StepOptions::default();
@@ -1553,15 +1832,25 @@ impl<'s> Parser<'s> {
     fn stepless_stmt(&mut self, stmt: Pair<'_, Rule>) -> Option<Stmt> {
         let docs = docs(&stmt);
         let id = children(stmt.clone()).next()?;
-        let id_span = span_of(&id);
-        let meant = format!("step {}", id.as_str());
-        self.slip(
-            id_span,
-            "a step starts with the keyword `step`",
-            "`step` is missing",
-            format!("write `{meant} = ...`"),
-            meant,
-        );
+        if id.as_rule() == Rule::declare_slip {
+            let id = children(stmt.clone()).nth(1)?;
+            self.slip(
+                span_of(&children(stmt.clone()).next()?),
+                "a step is declared with the keyword `step`",
+                "not a flow keyword",
+                format!("write `step {} = ...`", id.as_str()),
+                "step".to_string(),
+            );
+        } else {
+            let meant = format!("step {}", id.as_str());
+            self.slip(
+                span_of(&id),
+                "a step starts with the keyword `step`",
+                "`step` is missing",
+                format!("write `{meant} = ...`"),
+                meant,
+            );
+        }
         self.step_stmt(stmt, docs)
     }
 
@@ -1994,6 +2283,31 @@ impl<'s> Parser<'s> {
     }
 }
 
+/// The name a branch whose header did not parse was meant to have: the
+/// last word of its header (`branch "billing"`, `brnach billing`), unless
+/// that is a keyword.
+fn branch_name(header: &Pair<'_, Rule>) -> Option<Name> {
+    let text = header.as_str().trim_end();
+    let word = text.trim_end_matches('"');
+    let start = word
+        .bytes()
+        .rposition(|b| !cursor::is_name_byte(b))
+        .map_or(0, |i| i + 1);
+    let id = &word[start..];
+    let starts_well = id
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_');
+    if !starts_well || KEYWORDS.contains(&id) {
+        return None;
+    }
+    let at = header.as_span().start() + start;
+    Some(Name {
+        text: id.to_string(),
+        span: Span::new(at, at + id.len()),
+    })
+}
+
 /// The steps a skipped statement declares, each as a `StepCall::Broken`
 /// step: a line of it that starts `step ID =`, and its first line when that
 /// starts `ID =` (the `step` left out), `parallel ID` or `for ... as ID`.
@@ -2107,39 +2421,12 @@ fn suspect_unclosed_brace(text: &str) -> Option<(usize, &'static str)> {
                 "a later `}` is indented as for an outer block, so `}` is probably missing at the end of this line",
             ));
         }
-        let bytes = line.as_bytes();
-        let mut i = 0;
-        while i < bytes.len() {
-            if in_triple {
-                match line[i..].find("\"\"\"") {
-                    Some(end) => {
-                        in_triple = false;
-                        i += end + 3;
-                        continue;
-                    }
-                    None => break,
-                }
+        for (i, brace) in code_braces(line, &mut in_triple) {
+            if brace == b'{' {
+                open.push((line_start + i, index));
+            } else {
+                open.pop();
             }
-            match bytes[i] {
-                b'"' if line[i..].starts_with("\"\"\"") => {
-                    in_triple = true;
-                    i += 3;
-                    continue;
-                }
-                b'"' => {
-                    i += 1;
-                    while i < bytes.len() && bytes[i] != b'"' {
-                        i += if bytes[i] == b'\\' { 2 } else { 1 };
-                    }
-                }
-                b'/' if line[i..].starts_with("//") => break,
-                b'{' => open.push((line_start + i, index)),
-                b'}' => {
-                    open.pop();
-                }
-                _ => {}
-            }
-            i += 1;
         }
         let Some(&(brace, opened_on)) = open.last() else {
             continue;
@@ -2161,6 +2448,84 @@ fn suspect_unclosed_brace(text: &str) -> Option<(usize, &'static str)> {
                 "the next line starts at the same indentation, so `}` is probably missing at the end of this line",
             ));
         }
+    }
+    None
+}
+
+/// The braces of one line that are code (not in a string or a comment),
+/// with their offsets in the line; `in_triple` carries a `"""` string
+/// from line to line.
+fn code_braces(line: &str, in_triple: &mut bool) -> Vec<(usize, u8)> {
+    let bytes = line.as_bytes();
+    let mut braces = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if *in_triple {
+            match line[i..].find("\"\"\"") {
+                Some(end) => {
+                    *in_triple = false;
+                    i += end + 3;
+                    continue;
+                }
+                None => break,
+            }
+        }
+        match bytes[i] {
+            b'"' if line[i..].starts_with("\"\"\"") => {
+                *in_triple = true;
+                i += 3;
+                continue;
+            }
+            b'"' => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'/' if line[i..].starts_with("//") => break,
+            b'{' | b'}' => braces.push((i, bytes[i])),
+            _ => {}
+        }
+        i += 1;
+    }
+    braces
+}
+
+/// The offset of a `}` that is likely one too many, and the offset of the
+/// `}` that shows it: a `}` after others on its line (`}}`, `} }`) closed a
+/// block opened on an earlier line, and a later `}` that starts its line is
+/// indented deeper than the `{` it then closes, or closes nothing. That is
+/// how a doubled `}` at the end of a step looks: the block it closed early
+/// still has its own `}` further down, indented for it.
+fn suspect_extra_brace(text: &str) -> Option<(usize, usize)> {
+    let indent = |line: &str| line.len() - line.trim_start_matches([' ', '\t']).len();
+    let mut open: Vec<usize> = Vec::new();
+    let mut early: Option<usize> = None;
+    let mut in_triple = false;
+    let mut line_start = 0;
+    for line in text.split('\n') {
+        let starts_with_brace = !in_triple && line.trim_start().starts_with('}');
+        for (i, brace) in code_braces(line, &mut in_triple) {
+            let at = line_start + i;
+            if brace == b'{' {
+                open.push(at);
+                continue;
+            }
+            let first = starts_with_brace && i == indent(line);
+            let closed = open.pop();
+            if first {
+                let deeper = closed.is_none_or(|brace| {
+                    let opened_line = text[..brace].rfind('\n').map_or(0, |n| n + 1);
+                    indent(line) > indent(&text[opened_line..brace])
+                });
+                if deeper && let Some(early) = early {
+                    return Some((early, at));
+                }
+            } else if closed.is_some_and(|brace| brace < line_start) {
+                early = Some(at);
+            }
+        }
+        line_start += line.len() + 1;
     }
     None
 }
