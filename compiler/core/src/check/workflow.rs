@@ -749,6 +749,9 @@ impl<'e, 'd> Checker<'e, 'd> {
             // Its syntax error is all there is to say about it.
             StepCall::Broken { .. } => return,
             StepCall::Recipe { recipe, .. } => match self.env.recipes.get(&recipe.text) {
+                // A recipe whose inputs did not parse: its syntax error
+                // is all there is to say of the call's arguments.
+                Some(info) if info.decl.recovered && info.decl.input.is_none() => {}
                 Some(info) => {
                     let decl = info
                         .decl

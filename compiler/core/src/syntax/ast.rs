@@ -118,6 +118,23 @@ pub struct Recipe {
     pub span: Span,
 }
 
+impl Recipe {
+    /// A recipe of its name alone, its members to be filled in as read.
+    pub fn named(docs: Vec<String>, name: Name) -> Recipe {
+        Recipe {
+            docs,
+            name,
+            model: None,
+            input: None,
+            output: None,
+            prompt: None,
+            context: Vec::new(),
+            recovered: false,
+            span: Span::default(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct McpServer {
     pub docs: Vec<String>,
@@ -129,6 +146,22 @@ pub struct McpServer {
     /// Part of the body did not parse; a missing member may be in that part.
     pub recovered: bool,
     pub span: Span,
+}
+
+impl McpServer {
+    /// A server of its name alone, its members to be filled in as read.
+    pub fn named(docs: Vec<String>, name: Name) -> McpServer {
+        McpServer {
+            docs,
+            name,
+            command: None,
+            args: Vec::new(),
+            url: None,
+            env: None,
+            recovered: false,
+            span: Span::default(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -400,17 +400,7 @@ impl<'s> Fast<'s> {
     fn recipe(&mut self, start: usize, docs: Vec<String>) -> P<Recipe> {
         let name = self.declared()?;
         self.punct("{")?;
-        let mut recipe = Recipe {
-            docs,
-            name,
-            model: None,
-            input: None,
-            output: None,
-            prompt: None,
-            context: Vec::new(),
-            recovered: false,
-            span: Span::default(),
-        };
+        let mut recipe = Recipe::named(docs, name);
         while !self.at("}") {
             self.docs()?;
             let member = self.keyword(&["model", "input", "output", "prompt", "context"])??;
@@ -450,16 +440,7 @@ impl<'s> Fast<'s> {
     fn mcp(&mut self, start: usize, docs: Vec<String>) -> P<McpServer> {
         let name = self.declared()?;
         self.punct("{")?;
-        let mut server = McpServer {
-            docs,
-            name,
-            command: None,
-            args: Vec::new(),
-            url: None,
-            env: None,
-            recovered: false,
-            span: Span::default(),
-        };
+        let mut server = McpServer::named(docs, name);
         let mut args_seen = None;
         while !self.at("}") {
             let member = self.keyword(&["command", "args", "url", "env"])??;

@@ -409,8 +409,11 @@ impl<'s> Parser<'s> {
                 }
                 Rule::bad_item => {
                     let blamed = self.recover(&pair, Context::Item);
-                    if let Some(workflow) = self.salvage_workflow(&pair, blamed) {
-                        items.push(workflow);
+                    if let Some(item) = self
+                        .salvage_workflow(&pair, blamed)
+                        .or_else(|| skipped_declaration(&pair))
+                    {
+                        items.push(item);
                     }
                 }
                 _ => {}
@@ -622,37 +625,7 @@ impl<'s> Parser<'s> {
             );
             return start;
         }
-        // pest collects which tokens it tried at the furthest position only when
-        // error detail is on. It is a process-wide switch, so it is turned on for
-        // this re-parse alone; another thread parsing meanwhile only pays in speed.
-        pest::set_error_detail(true);
-        let mut best: Option<(usize, Vec<String>)> = None;
-        for rule in candidates {
-            if let Err(error) = FlowParser::parse(*rule, rest) {
-                // pest's own position is that of the furthest failed *rule*;
-                // the furthest failed token (a missing `=`, say) is further on,
-                // and is where the reader should look.
-                let at = match (error.parse_attempts(), &error.location) {
-                    (Some(attempts), _) => attempts.max_position,
-                    (None, pest::error::InputLocation::Pos(at)) => *at,
-                    (None, pest::error::InputLocation::Span((at, _))) => *at,
-                };
-                let expected = expected_words(&error);
-                match &mut best {
-                    Some((best_at, words)) if *best_at == at => words.extend(expected),
-                    Some((best_at, _)) if *best_at > at => {}
-                    _ => best = Some((at, expected)),
-                }
-            }
-        }
-        pest::set_error_detail(false);
-        let (at, mut expected) = best.unwrap_or((0, Vec::new()));
-        expected.sort();
-        expected.dedup();
-        // `=` and `+` are operators only as slips (see flow.pest).
-        if expected.iter().any(|w| w == "an operator") {
-            expected.retain(|w| w != "`=`" && w != "`+`");
-        }
+        let (at, expected) = furthest_failure(candidates, rest);
         let at = start + at;
         if let Some(at) = self.stray_doc(start, at) {
             self.rewrites.push((
@@ -677,6 +650,43 @@ impl<'s> Parser<'s> {
         if let Some(diagnostic) = self.foreign_block(start, at, &expected, context) {
             self.problems.push(diagnostic);
             return at;
+        }
+        // A statement left unfinished at the end of its line (`step d =`):
+        // the parse of what follows found the next line's words unexpected,
+        // but the mistake is where the line ends.
+        let written = self.source[start..pair.as_span().end()].trim_end();
+        let unfinished = start + written.len();
+        if matches!(
+            context,
+            Context::Block | Context::WorkflowHead | Context::WorkflowBody
+        ) && at > unfinished
+            && self.source[unfinished..at].contains('\n')
+            && cursor::scan(written, written.len()).open.is_empty()
+            && cursor::scan(written, written.len()).lexical == cursor::Lexical::Code
+        {
+            let last = written.len() - written.trim_end_matches(|c: char| !c.is_whitespace()).len();
+            let span = Span::new(unfinished - last, unfinished);
+            let diagnostic = if written.ends_with('=') && written.starts_with("step") {
+                Diagnostic::new(Code::Syntax, self.file, span, "the step's call is missing")
+                    .label("expected a call after this")
+                    .hint("write what the step runs on this line: `RECIPE { ... }`, `approval { ... }`, `handoff \"TEAM\" { ... }`, `kb_write \"COLLECTION\" { ... }` or `SERVER.TOOL { ... }`")
+            } else {
+                let (_, expected) = furthest_failure(candidates, written);
+                let diagnostic = Diagnostic::new(
+                    Code::Syntax,
+                    self.file,
+                    span,
+                    "the statement ends unfinished at the end of this line",
+                )
+                .label("unfinished");
+                if expected.is_empty() {
+                    diagnostic
+                } else {
+                    diagnostic.hint(format!("expected {} after this", join_or(&expected)))
+                }
+            };
+            self.problems.push(diagnostic);
+            return unfinished;
         }
         let found = describe_found(&self.source[at..]);
         let end = at + found.1;
@@ -1323,16 +1333,10 @@ impl<'s> Parser<'s> {
     fn recipe(&mut self, pair: Pair<'_, Rule>, docs: Vec<String>) -> Recipe {
         let span = span_of(&pair);
         let mut inner = pair.into_inner();
+        let name = self.declared(inner.next().expect("recipe name"));
         let mut recipe = Recipe {
-            docs,
-            name: self.declared(inner.next().expect("recipe name")),
-            model: None,
-            input: None,
-            output: None,
-            prompt: None,
-            context: Vec::new(),
-            recovered: false,
             span,
+            ..Recipe::named(docs, name)
         };
         for member in inner {
             if member.as_rule() == Rule::bad_member {
@@ -1413,15 +1417,10 @@ impl<'s> Parser<'s> {
     fn mcp(&mut self, pair: Pair<'_, Rule>, docs: Vec<String>) -> McpServer {
         let span = span_of(&pair);
         let mut inner = pair.into_inner();
+        let name = self.declared(inner.next().expect("server name"));
         let mut server = McpServer {
-            docs,
-            name: self.declared(inner.next().expect("server name")),
-            command: None,
-            args: Vec::new(),
-            url: None,
-            env: None,
-            recovered: false,
             span,
+            ..McpServer::named(docs, name)
         };
         let mut args_seen = None;
         for member in inner {
@@ -2281,6 +2280,88 @@ impl<'s> Parser<'s> {
             span,
         }
     }
+}
+
+/// A recipe or MCP server whose declaration was skipped, as a declaration
+/// of its name alone, marked recovered: steps that call it are not told
+/// that it does not exist, nor that it lacks what its skipped body holds.
+fn skipped_declaration(region: &Pair<'_, Rule>) -> Option<Item> {
+    let text = region.as_str();
+    let base = region.as_span().start();
+    let mut offset = 0;
+    let decl = text.split_inclusive('\n').find_map(|line| {
+        let trimmed = line.trim_start();
+        let at = offset + line.len() - trimmed.len();
+        offset += line.len();
+        (!trimmed.trim_end().is_empty() && !trimmed.starts_with("//")).then_some((at, trimmed))
+    });
+    let (at, line) = decl?;
+    let keyword = line.split([' ', '\t']).next()?;
+    let rest = &line[keyword.len()..];
+    let skipped = rest.len() - rest.trim_start_matches([' ', '\t']).len();
+    let len = rest[skipped..]
+        .bytes()
+        .take_while(|b| cursor::is_name_byte(*b))
+        .count();
+    let start = base + at + keyword.len() + skipped;
+    let name = Name {
+        text: rest[skipped..skipped + len].to_string(),
+        span: Span::new(start, start + len),
+    };
+    if len == 0 || KEYWORDS.contains(&name.text.as_str()) {
+        return None;
+    }
+    let span = span_of(region);
+    match keyword {
+        "recipe" => Some(Item::Recipe(Recipe {
+            recovered: true,
+            span,
+            ..Recipe::named(Vec::new(), name)
+        })),
+        "mcp" => Some(Item::Mcp(McpServer {
+            recovered: true,
+            span,
+            ..McpServer::named(Vec::new(), name)
+        })),
+        _ => None,
+    }
+}
+
+/// Where the parse of `text` with the first of `rules` that gets furthest
+/// fails, and the words expected there.
+fn furthest_failure(rules: &[Rule], text: &str) -> (usize, Vec<String>) {
+    // pest collects which tokens it tried at the furthest position only when
+    // error detail is on. It is a process-wide switch, so it is turned on for
+    // this re-parse alone; another thread parsing meanwhile only pays in speed.
+    pest::set_error_detail(true);
+    let mut best: Option<(usize, Vec<String>)> = None;
+    for rule in rules {
+        if let Err(error) = FlowParser::parse(*rule, text) {
+            // pest's own position is that of the furthest failed *rule*;
+            // the furthest failed token (a missing `=`, say) is further on,
+            // and is where the reader should look.
+            let at = match (error.parse_attempts(), &error.location) {
+                (Some(attempts), _) => attempts.max_position,
+                (None, pest::error::InputLocation::Pos(at)) => *at,
+                (None, pest::error::InputLocation::Span((at, _))) => *at,
+            };
+            let expected = expected_words(&error);
+            match &mut best {
+                Some((best_at, words)) if *best_at == at => words.extend(expected),
+                Some((best_at, _)) if *best_at > at => {}
+                _ => best = Some((at, expected)),
+            }
+        }
+    }
+    pest::set_error_detail(false);
+    let (at, mut expected) = best.unwrap_or((0, Vec::new()));
+    expected.sort();
+    expected.dedup();
+    // `=` and `+` are operators only as slips (see flow.pest).
+    if expected.iter().any(|w| w == "an operator") {
+        expected.retain(|w| w != "`=`" && w != "`+`");
+    }
+    (at, expected)
 }
 
 /// The name a branch whose header did not parse was meant to have: the
