@@ -482,9 +482,26 @@ impl<'s> Parser<'s> {
         let span = span_of(&decl);
         Some(match decl.as_rule() {
             Rule::import_decl => Item::Import(Import {
-                path: self.string(first_child(decl)),
+                path: self.string_after(first_child(decl), "import", "an import's path"),
                 span,
             }),
+            Rule::from_import_slip => {
+                let path = self.string_after(first_child(decl), "import", "an import's path");
+                let written = &self.source[path.span.start as usize..path.span.end as usize];
+                let meant = if written.starts_with('"') {
+                    format!("import {written}")
+                } else {
+                    format!("import \"{written}\"")
+                };
+                self.slip(
+                    span,
+                    "flow imports a whole file",
+                    "not a flow import",
+                    format!("write `{meant}`: the file's recipes, types and MCP servers all come with it"),
+                    meant,
+                );
+                Item::Import(Import { path, span })
+            }
             Rule::type_decl => {
                 let mut inner = decl.into_inner();
                 let name = self.declared(inner.next()?);
