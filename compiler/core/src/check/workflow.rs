@@ -1190,6 +1190,12 @@ impl<'e, 'd> Checker<'e, 'd> {
                     } else {
                         diagnostic.hint(format!("the inputs are {}", candidates_list(names)))
                     };
+                    // A step option written as a field, as YAML would.
+                    if ["retry", "timeout", "on_error", "idempotency", "backoff"].contains(&name) {
+                        diagnostic = diagnostic.hint(format!(
+                            "`{name}` is a step option: it comes after the record, as in `step x = recipe {{ ... }} {name} ...`, without `:`"
+                        ));
+                    }
                     if let Some((file, span)) = decl {
                         diagnostic = diagnostic.secondary(file, span, "inputs declared here");
                     }

@@ -992,7 +992,7 @@ impl<'s> Parser<'s> {
     /// A block written as another language writes it, in a statement's
     /// place (`start`) where the parse stopped at `at`: a loop word flow does
     /// not have (`while`, `foreach`, `loop`, `unless`), or a header ended
-    /// with Python's `:` and no `{`.
+    /// with Python's `:` and no `{`; or a recipe's member in a workflow.
     fn foreign_block(
         &self,
         start: usize,
@@ -1018,6 +1018,12 @@ impl<'s> Parser<'s> {
         };
         let word_span = Span::new(start, start + word.len());
         match word {
+            "model" | "prompt" => Some(diagnostic(
+                word_span,
+                format!("`{word}` belongs in a recipe, not in a workflow"),
+                "a recipe's member",
+                "declare a `recipe NAME { model \"...\" input { ... } output { ... } prompt \"...\" }` and call it from a step: `step ID = NAME { ... }`",
+            )),
             "while" | "loop" | "until" => Some(diagnostic(
                 word_span,
                 format!("flow has no `{word}` loop"),
@@ -2017,32 +2023,53 @@ impl<'s> Parser<'s> {
     fn duration_value(&mut self, inner: Pair<'_, Rule>) -> DurationLit {
         let text = inner.as_str();
         let span = span_of(&inner);
-        let Some((whole, rest)) = text.split_once('.') else {
-            return duration_lit(text, span);
+        // `1h30m`, as Go writes durations, and `1.5m`: one whole amount of
+        // one unit is meant, said with it when every unit is known; else
+        // the checker says what is wrong with the first amount and unit.
+        let (meant, why) = if let Some(parts) = units_in_a_row(text) {
+            let total = parts.iter().try_fold(0u64, |total, (amount, unit)| {
+                let amount: u64 = amount.parse().ok()?;
+                total.checked_add(amount.checked_mul(unit_ms(unit)?)?)
+            });
+            let Some(ms) = total.filter(|ms| *ms > 0) else {
+                let (amount, unit) = parts[0];
+                return duration_lit(&format!("{amount}{unit}"), span);
+            };
+            (
+                ms,
+                ("a duration is one number and one unit", "several units"),
+            )
+        } else {
+            let Some((whole, rest)) = text.split_once('.') else {
+                return duration_lit(text, span);
+            };
+            let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+            let (fraction, unit) = rest.split_at(digits);
+            // Exact in integers: 1.5m is 15 times 60000 ms, over 10.
+            let meant = unit_ms(unit).and_then(|per| {
+                let scale = 10u64.checked_pow(u32::try_from(digits).ok()?)?;
+                let scaled: u64 = format!("{whole}{fraction}").parse().ok()?;
+                let ms = scaled.checked_mul(per)?;
+                (ms.is_multiple_of(scale) && ms > 0).then(|| ms / scale)
+            });
+            let Some(ms) = meant else {
+                // An unknown unit or less than a millisecond.
+                return duration_lit(&format!("{whole}{unit}"), span);
+            };
+            (
+                ms,
+                ("a duration is a whole number of a unit", "has a fraction"),
+            )
         };
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        let (fraction, unit) = rest.split_at(digits);
-        // Exact in integers: 1.5m is 15 times 60000 ms, over 10.
-        let meant = unit_ms(unit).and_then(|per| {
-            let scale = 10u64.checked_pow(u32::try_from(digits).ok()?)?;
-            let scaled: u64 = format!("{whole}{fraction}").parse().ok()?;
-            let ms = scaled.checked_mul(per)?;
-            (ms.is_multiple_of(scale) && ms > 0).then(|| ms / scale)
-        });
-        let Some(ms) = meant else {
-            // An unknown unit or less than a millisecond: the checker says
-            // what is wrong with the whole part and the unit.
-            return duration_lit(&format!("{whole}{unit}"), span);
-        };
-        let written = whole_duration(ms);
+        let written = whole_duration(meant);
         self.problems.push(
             Diagnostic::new(
                 Code::BadDuration,
                 self.file,
                 span,
-                format!("a duration is a whole number of a unit, and `{text}` is not"),
+                format!("{}, and `{text}` is not", why.0),
             )
-            .label("has a fraction")
+            .label(why.1)
             .hint(format!("write `{written}`"))
             .fix(written.clone()),
         );
@@ -2379,6 +2406,26 @@ fn furthest_failure(rules: &[Rule], text: &str) -> (usize, Vec<String>) {
         expected.retain(|w| w != "`=`" && w != "`+`");
     }
     (at, expected)
+}
+
+/// The amounts and units of a duration written with several (`1h30m`),
+/// or `None` for one of one unit.
+fn units_in_a_row(text: &str) -> Option<Vec<(&str, &str)>> {
+    let mut parts = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let letters = rest[digits..]
+            .bytes()
+            .take_while(u8::is_ascii_alphabetic)
+            .count();
+        if digits == 0 || letters == 0 {
+            return None;
+        }
+        parts.push((&rest[..digits], &rest[digits..digits + letters]));
+        rest = &rest[digits + letters..];
+    }
+    (parts.len() > 1).then_some(parts)
 }
 
 /// The name a branch whose header did not parse was meant to have: the
