@@ -795,10 +795,16 @@ impl<'s> Parser<'s> {
             } else {
                 format!("expected {}", join_or(&expected))
             });
+        // A statement skipped over several lines (a record's, say) is
+        // checked no further: where checking goes on is shown.
+        let skips_lines = self.source[end.min(region.end())..region.end()]
+            .trim_end()
+            .contains('\n');
         if matches!(
             context,
             Context::Item | Context::RecipeMember | Context::McpMember | Context::TestMember
         ) || at > pair.as_span().end()
+            || skips_lines
         {
             diagnostic = self.resumes(diagnostic, start, region.end());
         }
