@@ -158,15 +158,15 @@ fn parse_once(text: &str, file: FileId) -> Parsed {
 /// problems than `problems`, that is the mistake: its diagnostic, and the
 /// text closed, with its parse.
 ///
-/// Nothing is tried when no problem comes after the brace, or when its line
+/// Nothing is tried when there is no problem, or when its line
 /// leaves a string open (that is the mistake, and a parse is not spent on
 /// each keystroke of a half-typed `"{{step.`).
 fn closing_brace(text: &str, file: FileId, problems: &[Diagnostic]) -> Option<Repair> {
     let (brace, why) = suspect_unclosed_brace(text)?;
-    if !problems
-        .iter()
-        .any(|p| p.primary.span.start as usize >= brace)
-    {
+    // The problems a brace left open causes may come before it, when a
+    // line after it that starts an item (`workflow w` in a test) ended
+    // the item it is in early.
+    if problems.is_empty() {
         return None;
     }
     let line_end = brace + first_line_len(&text[brace..]);
@@ -850,8 +850,14 @@ impl<'s> Parser<'s> {
             .rfind('\n')
             .map_or(0, |i| i + 1);
         let declaration = before.trim_end_matches('\n');
+        // The body a `{` would open is indented under its declaration; a
+        // line at the same indentation (`input` after `workflow w` in a
+        // test) is not in it.
+        let indent = |line: &str| line.len() - line.trim_start_matches([' ', '\t']).len();
+        let at_line = &self.source[self.source[..at].rfind('\n').map_or(0, |i| i + 1)..];
         if expected == ["`{`"]
             && before.ends_with('\n')
+            && indent(at_line) > indent(&declaration[line_start..])
             && cursor::scan(&declaration[line_start..], declaration.len() - line_start).lexical
                 == cursor::Lexical::Code
         {
@@ -909,8 +915,9 @@ impl<'s> Parser<'s> {
             return Some((at, format!("{operator:<word_len$}"), diagnostic));
         }
         match line.as_bytes().first()? {
-            b'\'' => {
-                let close = line[1..].find('\'')? + 1;
+            // Python's single quotes and JavaScript's backticks.
+            quote @ (b'\'' | b'`') => {
+                let close = line[1..].find(char::from(*quote))? + 1;
                 let text = &line[1..close];
                 if text.contains(['"', '\\']) {
                     return None;
@@ -919,11 +926,16 @@ impl<'s> Parser<'s> {
                 let diagnostic = diagnostic(
                     (at, at + close + 1),
                     "strings are written between double quotes",
-                    "single quotes",
+                    if *quote == b'`' {
+                        "backticks"
+                    } else {
+                        "single quotes"
+                    },
                     &meant,
                 );
                 Some((at, meant, diagnostic))
             }
+
             b'(' if self.source[..at]
                 .ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_') =>
             {
@@ -998,7 +1010,8 @@ impl<'s> Parser<'s> {
     /// A block written as another language writes it, in a statement's
     /// place (`start`) where the parse stopped at `at`: a loop word flow does
     /// not have (`while`, `foreach`, `loop`, `unless`), or a header ended
-    /// with Python's `:` and no `{`; or a recipe's member in a workflow.
+    /// with Python's `:` and no `{`; a recipe's member in a workflow; or,
+    /// anywhere, a comment that starts with `#`.
     fn foreign_block(
         &self,
         start: usize,
@@ -1006,6 +1019,23 @@ impl<'s> Parser<'s> {
         expected: &[String],
         context: Context,
     ) -> Option<Diagnostic> {
+        let diagnostic = |span: Span, message: String, label: &str, hint: &str| {
+            Diagnostic::new(Code::Syntax, self.file, span, message)
+                .label(label)
+                .hint(hint)
+        };
+        // Python's, YAML's and the shell's comments: the rest of the line
+        // is skipped with the region, as a comment would be.
+        if self.source[at..].starts_with('#') {
+            let message = "flow writes comments with `//`".to_string();
+            let comment = diagnostic(
+                Span::new(at, at + 1),
+                message,
+                "not a comment",
+                "write `//` for a comment",
+            );
+            return Some(comment.fix("//"));
+        }
         if !matches!(
             context,
             Context::Block | Context::WorkflowHead | Context::WorkflowBody
@@ -1017,11 +1047,6 @@ impl<'s> Parser<'s> {
             .bytes()
             .take_while(|b| cursor::is_name_byte(*b))
             .count()];
-        let diagnostic = |span: Span, message: String, label: &str, hint: &str| {
-            Diagnostic::new(Code::Syntax, self.file, span, message)
-                .label(label)
-                .hint(hint)
-        };
         let word_span = Span::new(start, start + word.len());
         match word {
             "model" | "prompt" => Some(diagnostic(
@@ -2407,10 +2432,12 @@ fn furthest_failure(rules: &[Rule], text: &str) -> (usize, Vec<String>) {
     let (at, mut expected) = best.unwrap_or((0, Vec::new()));
     expected.sort();
     expected.dedup();
-    // `=` and `+` are operators only as slips (see flow.pest).
+    // `=` and `+` are operators only as slips (see flow.pest), and `from`
+    // starts an item only as one.
     if expected.iter().any(|w| w == "an operator") {
         expected.retain(|w| w != "`=`" && w != "`+`");
     }
+    expected.retain(|w| w != "`from`");
     (at, expected)
 }
 
