@@ -31,6 +31,10 @@ pub(crate) const MAX_DEPTH: usize = 128;
 /// The message of a `{` left open.
 const UNCLOSED_BRACE: &str = "this `{` is not closed";
 
+/// The message and hint of a workflow setting after a statement.
+const SETTING_AFTER_STATEMENT: &str = "workflow settings must come before the first statement";
+const SETTINGS_FIRST: &str = "move `input`, `timeout`, `context`, `department`, `durability`, `on_error` and `deliver` to the top of the workflow";
+
 /// The label of where checking resumes after a syntax error.
 const RESUMES: &str = "checking resumes here";
 /// The label of text skipped up to the end of the file.
@@ -627,21 +631,7 @@ impl<'s> Parser<'s> {
         } else {
             candidates
         };
-        if matches!(context, Context::WorkflowBody)
-            && FlowParser::parse(Rule::workflow_setting, rest).is_ok()
-        {
-            self.problems.push(
-                Diagnostic::new(
-                    Code::Syntax,
-                    self.file,
-                    span_of(pair),
-                    "workflow settings must come before the first statement",
-                )
-                .label("this setting comes after a statement")
-                .hint("move `input`, `timeout`, `context`, `department`, `durability` and `on_error` to the top of the workflow"),
-            );
-            return start;
-        }
+
         let (at, expected) = furthest_failure(candidates, rest);
         let at = start + at;
         if let Some(at) = self.stray_doc(start, at) {
@@ -992,6 +982,40 @@ impl<'s> Parser<'s> {
                     &format!("no `{opener}` is open here"),
                     &format!("remove it, or add the `{opener}` it was meant to close"),
                 ))
+            }
+            // TypeScript's optional field, `name?: type`.
+            b'?' if line.starts_with("?:") && expected.iter().any(|word| word == "`:`") => {
+                let after = line[2..].trim_start();
+                let ty = after
+                    .bytes()
+                    .take_while(|b| cursor::is_name_byte(*b))
+                    .count();
+                let diagnostic = Diagnostic::new(
+                    Code::Syntax,
+                    self.file,
+                    Span::new(at, at + 1),
+                    "an optional field is written `NAME: TYPE?`",
+                )
+                .label("not before the `:`")
+                .hint(format!("write `: {}?`", &after[..ty.max(1)]));
+                let type_end = at + (line.len() - after.len()) + ty;
+                let simple = ty > 0 && !after[ty..].starts_with(['<', '.', '|']);
+                let diagnostic = if simple {
+                    diagnostic.fix_with(
+                        "Make the field's type optional",
+                        vec![
+                            Edit {
+                                span: Span::new(at, at + 1),
+                                text: String::new(),
+                            },
+                            Edit::insert(type_end as u32, "?"),
+                        ],
+                    )
+                } else {
+                    diagnostic
+                };
+                // Read as a required field, so that the type is declared.
+                Some((at, ": ".to_string(), diagnostic))
             }
             b'=' if expected.iter().any(|word| word == "`:`") && !line.starts_with("==") => {
                 let diagnostic = diagnostic(
@@ -1530,45 +1554,21 @@ impl<'s> Parser<'s> {
         for part in inner {
             match part.as_rule() {
                 Rule::workflow_setting => {
-                    let setting = first_child(part);
-                    let setting_span = span_of(&setting);
-                    match setting.as_rule() {
-                        Rule::input_member => {
-                            let input = self.record_type_decl(setting);
-                            self.once(&mut workflow.input, input, setting_span, "input");
-                        }
-                        Rule::timeout_setting => {
-                            let timeout = self.duration_value(first_child(setting));
-                            self.once(&mut workflow.timeout, timeout, setting_span, "timeout");
-                        }
-                        Rule::context_member => {
-                            let context: Vec<StringLit> =
-                                setting.into_inner().map(|s| self.string(s)).collect();
-                            workflow.context.extend(context);
-                        }
-                        Rule::department_setting => {
-                            let department = self.string(first_child(setting));
-                            self.once(
-                                &mut workflow.department,
-                                department,
-                                setting_span,
-                                "department",
-                            );
-                        }
-                        Rule::durability_setting => {
-                            let mode = name(first_child(setting));
-                            self.once(&mut workflow.durability, mode, setting_span, "durability");
-                        }
-                        Rule::on_error_setting => {
-                            let policy = self.error_policy(first_child(setting));
-                            self.once(&mut workflow.on_error, policy, setting_span, "on_error");
-                        }
-                        Rule::deliver_setting => {
-                            let destination = self.destination(setting);
-                            workflow.destinations.push(destination);
-                        }
-                        _ => {}
+                    // After a statement, a setting is out of place (but
+                    // read); after lines that did not parse, it is not.
+                    if !workflow.body.is_empty() {
+                        self.problems.push(
+                            Diagnostic::new(
+                                Code::Syntax,
+                                self.file,
+                                span_of(&part),
+                                SETTING_AFTER_STATEMENT,
+                            )
+                            .label("this setting comes after a statement")
+                            .hint(SETTINGS_FIRST),
+                        );
                     }
+                    self.setting(part, &mut workflow);
                 }
                 Rule::statement => {
                     if let Some(stmt) = self.statement(part) {
@@ -1600,6 +1600,49 @@ impl<'s> Parser<'s> {
             }
         }
         workflow
+    }
+
+    /// A workflow setting (`input`, `timeout`, `deliver`...), into `workflow`.
+    fn setting(&mut self, pair: Pair<'_, Rule>, workflow: &mut Workflow) {
+        let setting = first_child(pair);
+        let setting_span = span_of(&setting);
+        match setting.as_rule() {
+            Rule::input_member => {
+                let input = self.record_type_decl(setting);
+                self.once(&mut workflow.input, input, setting_span, "input");
+            }
+            Rule::timeout_setting => {
+                let timeout = self.duration_value(first_child(setting));
+                self.once(&mut workflow.timeout, timeout, setting_span, "timeout");
+            }
+            Rule::context_member => {
+                let context: Vec<StringLit> =
+                    setting.into_inner().map(|s| self.string(s)).collect();
+                workflow.context.extend(context);
+            }
+            Rule::department_setting => {
+                let department = self.string(first_child(setting));
+                self.once(
+                    &mut workflow.department,
+                    department,
+                    setting_span,
+                    "department",
+                );
+            }
+            Rule::durability_setting => {
+                let mode = name(first_child(setting));
+                self.once(&mut workflow.durability, mode, setting_span, "durability");
+            }
+            Rule::on_error_setting => {
+                let policy = self.error_policy(first_child(setting));
+                self.once(&mut workflow.on_error, policy, setting_span, "on_error");
+            }
+            Rule::deliver_setting => {
+                let destination = self.destination(setting);
+                workflow.destinations.push(destination);
+            }
+            _ => {}
+        }
     }
 
     /// `deliver on EVENTS to TARGET`.
@@ -2357,9 +2400,10 @@ impl<'s> Parser<'s> {
     }
 }
 
-/// A recipe or MCP server whose declaration was skipped, as a declaration
-/// of its name alone, marked recovered: steps that call it are not told
-/// that it does not exist, nor that it lacks what its skipped body holds.
+/// A recipe, MCP server or type whose declaration was skipped, as a
+/// declaration of its name alone (a recipe or server marked recovered, a
+/// type as `json`): what uses it is not told that it does not exist, nor
+/// that it lacks what its skipped body holds.
 fn skipped_declaration(region: &Pair<'_, Rule>) -> Option<Item> {
     let text = region.as_str();
     let base = region.as_span().start();
@@ -2397,6 +2441,19 @@ fn skipped_declaration(region: &Pair<'_, Rule>) -> Option<Item> {
             recovered: true,
             span,
             ..McpServer::named(Vec::new(), name)
+        })),
+        // Its fields are unknown: `json` lets every use of them through.
+        "type" => Some(Item::Type(TypeDecl {
+            docs: Vec::new(),
+            ty: TypeExpr {
+                kind: TypeExprKind::Named(Name {
+                    text: "json".to_string(),
+                    span: name.span,
+                }),
+                span: name.span,
+            },
+            name,
+            span,
         })),
         _ => None,
     }
