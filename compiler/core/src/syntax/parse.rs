@@ -658,6 +658,20 @@ impl<'s> Parser<'s> {
             self.problems.push(diagnostic);
             return at;
         }
+        // A duration's unit apart from its number inside a record
+        // (`expires: 1 day`): the unit was read as the next field's name.
+        let before = self.source[..at].trim_end_matches([' ', '\t']);
+        let unit_len = before
+            .bytes()
+            .rev()
+            .take_while(u8::is_ascii_alphabetic)
+            .count();
+        if unit_len > 0
+            && let Some(number) =
+                self.spaced_unit(before.len() - unit_len, &before[before.len() - unit_len..])
+        {
+            return number;
+        }
         // A statement left unfinished at the end of its line (`step d =`):
         // the parse of what follows found the next line's words unexpected,
         // but the mistake is where the line ends.
