@@ -184,18 +184,57 @@ fn closing_brace(text: &str, file: FileId, problems: &[Diagnostic]) -> Option<Re
     {
         return None;
     }
+    // A block's `{` (the last of its line) holds the lines indented under
+    // it: it is closed before the first line back at its indentation.
+    let indent = |line: &str| line.len() - line.trim_start_matches([' ', '\t']).len();
+    let line_start = text[..brace].rfind('\n').map_or(0, |i| i + 1);
+    let opener_indent = indent(&text[line_start..]);
+    let block_end = text[line_end..]
+        .split_inclusive('\n')
+        .scan(line_end, |at, line| {
+            let start = *at;
+            *at += line.len();
+            Some((start, line))
+        })
+        .skip(1)
+        .find(|(_, line)| {
+            let code = line.trim();
+            !code.is_empty() && !code.starts_with("//") && indent(line) <= opener_indent
+        })
+        .filter(|(_, line)| !line.trim_start().starts_with('}'))
+        .map(|(start, _)| start);
+    let block = text[brace + 1..line_end].trim().is_empty();
+    let unclosed = |hint: &str, title: &str, edit: Edit| {
+        Diagnostic::new(
+            Code::Syntax,
+            file,
+            Span::new(brace, brace + 1),
+            UNCLOSED_BRACE,
+        )
+        .label("not closed")
+        .hint(hint)
+        .fix_with(title, vec![edit])
+    };
+    if block && let Some(next_line) = block_end {
+        let (copy, parsed) = mended_copy(text, next_line - 1, "}", file, problems)?;
+        let closing = format!("{}}}\n", &text[line_start..line_start + opener_indent]);
+        let diagnostic = unclosed(
+            "the lines under it end where a line comes back to its indentation: `}` is probably missing before that line",
+            "Close the block before the line back at its indentation",
+            Edit::insert(next_line as u32, closing),
+        )
+        .secondary(
+            file,
+            Span::new(next_line, next_line + first_line_len(&text[next_line..])),
+            "the block ends before this line",
+        );
+        return Some((copy, diagnostic, parsed));
+    }
     let (copy, parsed) = mended_copy(text, closed_at, "}", file, problems)?;
-    let diagnostic = Diagnostic::new(
-        Code::Syntax,
-        file,
-        Span::new(brace, brace + 1),
-        UNCLOSED_BRACE,
-    )
-    .label("not closed")
-    .hint(why)
-    .fix_with(
+    let diagnostic = unclosed(
+        why,
         "Close the `{` at the end of its line",
-        vec![Edit::insert(closed_at as u32, " }")],
+        Edit::insert(closed_at as u32, " }"),
     );
     Some((copy, diagnostic, parsed))
 }
@@ -628,6 +667,15 @@ impl<'s> Parser<'s> {
         ) && option_words.iter().any(|w| rest.starts_with(w))
         {
             &[Rule::step_option]
+        } else if rest.starts_with("else")
+            && !rest
+                .as_bytes()
+                .get(4)
+                .is_some_and(|b| cursor::is_name_byte(*b))
+        {
+            // An `else if` whose condition does not parse ends the `if`
+            // before it: its condition is what to explain.
+            &[Rule::else_if, Rule::else_clause]
         } else {
             candidates
         };
@@ -996,6 +1044,32 @@ impl<'s> Parser<'s> {
                     &format!("no `{opener}` is open here"),
                     &format!("remove it, or add the `{opener}` it was meant to close"),
                 ))
+            }
+            // `step c: recipe { ... }`, as YAML names things.
+            b':' if expected.iter().any(|word| word == "`=`") => {
+                let diagnostic = diagnostic(
+                    (at, at + 1),
+                    "a step's id and its call are separated by `=`",
+                    "not `=`",
+                    "=",
+                );
+                Some((at, "=".to_string(), diagnostic))
+            }
+            // JavaScript's arrow and strict equality.
+            b'>' if self.source[..at].ends_with('=') => {
+                let diagnostic =
+                    diagnostic((at - 1, at + 1), "flow has no `=>`", "not flow's", "=");
+                Some((at - 1, "= ".to_string(), diagnostic))
+            }
+            b'=' if self.source[..at].ends_with("==") || self.source[..at].ends_with("!=") => {
+                let operator = &self.source[at - 2..at];
+                let diagnostic = diagnostic(
+                    (at - 2, at + 1),
+                    &format!("flow compares with `{operator}`"),
+                    "not flow's",
+                    operator,
+                );
+                Some((at, " ".to_string(), diagnostic))
             }
             // TypeScript's optional field, `name?: type`.
             b'?' if line.starts_with("?:") && expected.iter().any(|word| word == "`:`") => {
@@ -2626,7 +2700,11 @@ fn declared_id<'l>(line: &'l str, first: bool) -> Option<(usize, &'l str)> {
     };
     let (start, head) = word(0)?;
     match head {
-        "step" if start + 4 < line.len() => word(start + 4).and_then(assigned),
+        // A line that starts `step ID` declares ID, whatever the slip after
+        // it (`step c: recipe {`), unless ID is followed by a path's `.`.
+        "step" if start + 4 < line.len() => {
+            word(start + 4).filter(|(at, id)| !line[at + id.len()..].starts_with(['.', '?', '[']))
+        }
         "parallel" if first => word(start + 8),
         "for" if first => {
             let header = &line[..line.find('{').unwrap_or(line.len())];
