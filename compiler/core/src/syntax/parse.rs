@@ -622,7 +622,7 @@ impl<'s> Parser<'s> {
     /// diagnostic points at.
     fn recover(&mut self, pair: &Pair<'_, Rule>, context: Context) -> usize {
         let start = pair.as_span().start();
-        if let Some(diagnostic) = self.foreign_block(start, start, &[], context) {
+        if let Some(diagnostic) = self.foreign_form(start, start, &[], context) {
             self.problems.push(diagnostic);
             return start;
         }
@@ -702,10 +702,6 @@ impl<'s> Parser<'s> {
             self.rewrites.push(rewrite);
             return at;
         }
-        if let Some(diagnostic) = self.foreign_block(start, at, &expected, context) {
-            self.problems.push(diagnostic);
-            return at;
-        }
         // A duration's unit apart from its number inside a record
         // (`expires: 1 day`): the unit was read as the next field's name.
         let before = self.source[..at].trim_end_matches([' ', '\t']);
@@ -719,6 +715,10 @@ impl<'s> Parser<'s> {
                 self.spaced_unit(before.len() - unit_len, &before[before.len() - unit_len..])
         {
             return number;
+        }
+        if let Some(diagnostic) = self.foreign_form(start, at, &expected, context) {
+            self.problems.push(diagnostic);
+            return at;
         }
         // A statement left unfinished at the end of its line (`step d =`):
         // the parse of what follows found the next line's words unexpected,
@@ -1119,12 +1119,13 @@ impl<'s> Parser<'s> {
         }
     }
 
-    /// A block written as another language writes it, in a statement's
-    /// place (`start`) where the parse stopped at `at`: a loop word flow does
-    /// not have (`while`, `foreach`, `loop`, `unless`), or a header ended
-    /// with Python's `:` and no `{`; a recipe's member in a workflow; or,
-    /// anywhere, a comment that starts with `#`.
-    fn foreign_block(
+    /// A form that another language taught, in a region that starts at
+    /// `start` and whose parse stopped at `at`: anywhere, a comment that
+    /// starts with `#`, text without quotes as a field's value, a step's
+    /// arguments without braces; in a statement's place, a loop word flow
+    /// does not have (`while`, `foreach`, `loop`, `unless`), a header
+    /// ended with Python's `:` and no `{`, or a recipe's member.
+    fn foreign_form(
         &self,
         start: usize,
         at: usize,
@@ -1147,6 +1148,54 @@ impl<'s> Parser<'s> {
                 "write `//` for a comment",
             );
             return Some(comment.fix("//"));
+        }
+        let line_start = self.source[..at].rfind('\n').map_or(0, |i| i + 1);
+        let before = &self.source[line_start..at];
+        // `text: hello world }`: the second word was read as the next
+        // field's name, which wants a `:`.
+        if expected == ["`:`"]
+            && let Some(colon) = before.rfind(':')
+        {
+            let value = before[colon + 1..].trim();
+            let words = value.split_whitespace().count();
+            let plain = value
+                .bytes()
+                .all(|b| cursor::is_name_byte(b) || matches!(b, b' ' | b'\t' | b'-' | b'\''));
+            if words >= 2 && plain {
+                let from = line_start
+                    + colon
+                    + 1
+                    + (before[colon + 1..].len() - before[colon + 1..].trim_start().len());
+                let meant = format!("\"{value}\"");
+                let text = diagnostic(
+                    Span::new(from, from + value.len()),
+                    "text is written between double quotes".to_string(),
+                    "not a value",
+                    &format!("write `{meant}`"),
+                );
+                return Some(text.fix(meant));
+            }
+        }
+        // `step c = recipe text: "x"`: the record's braces left out.
+        let rest = &self.source[at..];
+        let name_len = rest
+            .bytes()
+            .take_while(|b| cursor::is_name_byte(*b))
+            .count();
+        if expected.iter().any(|w| w == "`{`")
+            && name_len > 0
+            && rest[name_len..]
+                .trim_start_matches([' ', '\t'])
+                .starts_with(':')
+        {
+            let line = first_line_len(rest);
+            let arguments = rest[..line].trim_end();
+            return Some(diagnostic(
+                Span::new(at, at + arguments.len()),
+                "a step's arguments are a record, in braces".to_string(),
+                "not in braces",
+                &format!("write `{{ {arguments} }}`"),
+            ));
         }
         if !matches!(
             context,
