@@ -757,6 +757,22 @@ impl<'s> Parser<'s> {
             self.problems.push(diagnostic);
             return unfinished;
         }
+        // A parse that stopped inside a word (`approved` where `approve`
+        // was a keyword) is about the whole word.
+        let at = if self
+            .source
+            .as_bytes()
+            .get(at)
+            .is_some_and(|b| cursor::is_name_byte(*b))
+        {
+            at - self.source[start..at]
+                .bytes()
+                .rev()
+                .take_while(|b| cursor::is_name_byte(*b))
+                .count()
+        } else {
+            at
+        };
         let found = describe_found(&self.source[at..]);
         let end = at + found.1;
         // Between items, a `}` closes nothing: one too many, or the `{`
