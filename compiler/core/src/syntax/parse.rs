@@ -286,10 +286,20 @@ fn extra_brace(text: &str, file: FileId, problems: &[Diagnostic]) -> Option<Repa
 /// the string swallowed (`{ note: "text }`) but not before a `}` that
 /// closes a `{{` reference of the string, then with the `}` of each record
 /// its line still leaves open. `None` for a reference still being typed
-/// (`"{{step.a.`), which no quote mends.
+/// (`"{{step.a.`), which no quote mends, and for text that goes on to a
+/// quote on the next line.
 fn string_closing(source: &str, quote: usize) -> Option<Edit> {
     let line_start = source[..quote].rfind('\n').map_or(0, |i| i + 1);
     let line = &source[quote..quote + first_line_len(&source[quote..])];
+    // Text meant to go on over lines, closed on the next: a quote at this
+    // line's end would leave that one open.
+    let next = source[(quote + line.len() + 1).min(source.len())..]
+        .lines()
+        .find(|l| !l.trim().is_empty() && !l.trim_start().starts_with("//"))
+        .unwrap_or("");
+    if next.matches('"').count() % 2 == 1 {
+        return None;
+    }
     let mut end = line.trim_end().len();
     // The `{` that ends a block's header (`if x == "a {`) opens the block,
     // which goes on after the line: the string closes before it.
@@ -799,9 +809,14 @@ impl<'s> Parser<'s> {
         // A `"..."` string ends at its line's end: left open, it swallowed
         // what followed it on that line, closing braces included, so it is
         // the mistake to name, wherever the re-parse stopped.
+        // Of several, the first: a string meant to go on over lines leaves
+        // its closing quote to open another on the last.
         let line_end = region.end() + first_line_len(&self.source[region.end()..]);
-        let scanned = cursor::scan(&self.source[start..], line_end + 1 - start);
-        if let Some(quote) = scanned.cut_string {
+        let first_line_end = start + first_line_len(&self.source[start..]);
+        let cut_string = [first_line_end, line_end]
+            .into_iter()
+            .find_map(|end| cursor::scan(&self.source[start..], end + 1 - start).cut_string);
+        if let Some(quote) = cut_string {
             let quote = start + quote;
             let mut diagnostic = Diagnostic::new(
                 Code::Syntax,
@@ -1704,7 +1719,25 @@ impl<'s> Parser<'s> {
             output: None,
             span,
         };
+        let mut output_at: Option<Span> = None;
         for part in inner {
+            // The output comes after the last statement: one before a
+            // statement is read, and said once.
+            if let Some(output) = output_at.take()
+                && part.as_rule() != Rule::workflow_output
+            {
+                self.problems.push(
+                    Diagnostic::new(
+                        Code::Syntax,
+                        self.file,
+                        output,
+                        "the workflow's `output` comes after its last statement",
+                    )
+                    .label("statements follow it")
+                    .secondary(self.file, span_of(&part), "this comes after the output")
+                    .hint("move `output { ... }` to the end of the workflow"),
+                );
+            }
             match part.as_rule() {
                 Rule::workflow_setting => {
                     // After a statement, a setting is out of place (but
@@ -1747,7 +1780,13 @@ impl<'s> Parser<'s> {
                     workflow.body.extend(broken_steps(&part));
                 }
                 Rule::workflow_output => {
-                    workflow.output = Some(self.record_lit(first_child(part)));
+                    let at = span_of(&part);
+                    output_at = Some(Span::new(
+                        at.start as usize,
+                        at.start as usize + "output".len(),
+                    ));
+                    let output = self.record_lit(first_child(part));
+                    self.once(&mut workflow.output, output, at, "output");
                 }
                 _ => {}
             }
