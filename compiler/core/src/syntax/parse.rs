@@ -149,6 +149,7 @@ fn parse_once(text: &str, file: FileId) -> Parsed {
         problems: Vec::new(),
         too_deep_reported: false,
         rewrites: Vec::new(),
+        hoisted: Vec::new(),
     };
     let mut tree = parser.file();
     parser.left_open(&mut tree);
@@ -355,6 +356,8 @@ struct Parser<'s> {
     /// offset, each with the diagnostic of the slip it mends (see
     /// `pest_parse_repaired`).
     rewrites: Vec<Rewrite>,
+    /// Declarations written inside a workflow, read as the file's.
+    hoisted: Vec<Item>,
 }
 
 /// Where a catch-all region was, which decides what it should have been.
@@ -472,6 +475,7 @@ impl<'s> Parser<'s> {
                 _ => {}
             }
         }
+        items.append(&mut self.hoisted);
         SourceFile { items }
     }
 
@@ -1778,6 +1782,24 @@ impl<'s> Parser<'s> {
                     };
                     self.recover(&part, context);
                     workflow.body.extend(broken_steps(&part));
+                }
+                Rule::nested_item_slip => {
+                    let decl = first_child(part.clone());
+                    let keyword = decl.as_str().split_whitespace().next().unwrap_or("");
+                    let at = decl.as_span().start();
+                    self.problems.push(
+                        Diagnostic::new(
+                            Code::Syntax,
+                            self.file,
+                            Span::new(at, at + keyword.len()),
+                            format!("`{keyword}` is declared at the top level of a file, not inside a workflow"),
+                        )
+                        .label("inside a workflow")
+                        .hint(format!("move it out of `workflow {}`, before or after it", workflow.name.text)),
+                    );
+                    if let Some(item) = self.item(part) {
+                        self.hoisted.push(item);
+                    }
                 }
                 Rule::workflow_output => {
                     let at = span_of(&part);
