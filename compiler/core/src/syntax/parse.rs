@@ -163,15 +163,12 @@ fn parse_once(text: &str, file: FileId) -> Parsed {
 /// problems than `problems`, that is the mistake: its diagnostic, and the
 /// text closed, with its parse.
 ///
-/// Nothing is tried when there is no problem, or when its line
-/// leaves a string open (that is the mistake, and a parse is not spent on
+/// Nothing is tried when no problem comes after its item starts, or when
+/// its line leaves a string open (that is the mistake, and a parse is not spent on
 /// each keystroke of a half-typed `"{{step.`).
 fn closing_brace(text: &str, file: FileId, problems: &[Diagnostic]) -> Option<Repair> {
     let (brace, why) = suspect_unclosed_brace(text)?;
-    // The problems a brace left open causes may come before it, when a
-    // line after it that starts an item (`workflow w` in a test) ended
-    // the item it is in early.
-    if problems.is_empty() {
+    if !caused_from(text, problems, brace) {
         return None;
     }
     let line_end = brace + first_line_len(&text[brace..]);
@@ -240,6 +237,26 @@ fn closing_brace(text: &str, file: FileId, problems: &[Diagnostic]) -> Option<Re
     Some((copy, diagnostic, parsed))
 }
 
+/// Whether a problem comes after the item that `at` is in starts: one a
+/// brace there could have caused, so that a copy is parsed only then (a
+/// brace left open may end its item early, at a later line that starts
+/// an item, as `workflow w` in a test, so its problems come before it).
+fn caused_from(text: &str, problems: &[Diagnostic], at: usize) -> bool {
+    let item_start = text[..at]
+        .rmatch_indices('\n')
+        .map(|(i, _)| i + 1)
+        .find(|&i| {
+            text[i..]
+                .bytes()
+                .next()
+                .is_some_and(|b| !b.is_ascii_whitespace() && b != b'}' && b != b'/')
+        })
+        .unwrap_or(0);
+    problems
+        .iter()
+        .any(|p| p.primary.span.start as usize >= item_start)
+}
+
 /// `text` with the character at `at` written over by `by`, and its parse,
 /// when that parse leaves fewer problems than `problems`.
 fn mended_copy(
@@ -260,6 +277,9 @@ fn mended_copy(
 /// mistake: its diagnostic, and the text without it, with its parse.
 fn extra_brace(text: &str, file: FileId, problems: &[Diagnostic]) -> Option<Repair> {
     let (extra, shown_by) = suspect_extra_brace(text)?;
+    if !caused_from(text, problems, extra) {
+        return None;
+    }
     let (copy, parsed) = mended_copy(text, extra, " ", file, problems)?;
     let line = |at: usize| text[..at].matches('\n').count() + 1;
     let diagnostic = Diagnostic::new(
