@@ -1778,7 +1778,45 @@ impl<'s> Parser<'s> {
                             .hint(SETTINGS_FIRST),
                         );
                     }
-                    self.setting(part, &mut workflow);
+                    let setting = first_child(part);
+                    let setting_span = span_of(&setting);
+                    match setting.as_rule() {
+                        Rule::input_member => {
+                            let input = self.record_type_decl(setting);
+                            self.once(&mut workflow.input, input, setting_span, "input");
+                        }
+                        Rule::timeout_setting => {
+                            let timeout = self.duration_value(first_child(setting));
+                            self.once(&mut workflow.timeout, timeout, setting_span, "timeout");
+                        }
+                        Rule::context_member => {
+                            let context: Vec<StringLit> =
+                                setting.into_inner().map(|s| self.string(s)).collect();
+                            workflow.context.extend(context);
+                        }
+                        Rule::department_setting => {
+                            let department = self.string(first_child(setting));
+                            self.once(
+                                &mut workflow.department,
+                                department,
+                                setting_span,
+                                "department",
+                            );
+                        }
+                        Rule::durability_setting => {
+                            let mode = name(first_child(setting));
+                            self.once(&mut workflow.durability, mode, setting_span, "durability");
+                        }
+                        Rule::on_error_setting => {
+                            let policy = self.error_policy(first_child(setting));
+                            self.once(&mut workflow.on_error, policy, setting_span, "on_error");
+                        }
+                        Rule::deliver_setting => {
+                            let destination = self.destination(setting);
+                            workflow.destinations.push(destination);
+                        }
+                        _ => {}
+                    }
                 }
                 Rule::statement => {
                     if let Some(stmt) = self.statement(part) {
@@ -1834,49 +1872,6 @@ impl<'s> Parser<'s> {
             }
         }
         workflow
-    }
-
-    /// A workflow setting (`input`, `timeout`, `deliver`...), into `workflow`.
-    fn setting(&mut self, pair: Pair<'_, Rule>, workflow: &mut Workflow) {
-        let setting = first_child(pair);
-        let setting_span = span_of(&setting);
-        match setting.as_rule() {
-            Rule::input_member => {
-                let input = self.record_type_decl(setting);
-                self.once(&mut workflow.input, input, setting_span, "input");
-            }
-            Rule::timeout_setting => {
-                let timeout = self.duration_value(first_child(setting));
-                self.once(&mut workflow.timeout, timeout, setting_span, "timeout");
-            }
-            Rule::context_member => {
-                let context: Vec<StringLit> =
-                    setting.into_inner().map(|s| self.string(s)).collect();
-                workflow.context.extend(context);
-            }
-            Rule::department_setting => {
-                let department = self.string(first_child(setting));
-                self.once(
-                    &mut workflow.department,
-                    department,
-                    setting_span,
-                    "department",
-                );
-            }
-            Rule::durability_setting => {
-                let mode = name(first_child(setting));
-                self.once(&mut workflow.durability, mode, setting_span, "durability");
-            }
-            Rule::on_error_setting => {
-                let policy = self.error_policy(first_child(setting));
-                self.once(&mut workflow.on_error, policy, setting_span, "on_error");
-            }
-            Rule::deliver_setting => {
-                let destination = self.destination(setting);
-                workflow.destinations.push(destination);
-            }
-            _ => {}
-        }
     }
 
     /// `deliver on EVENTS to TARGET`.
