@@ -191,6 +191,28 @@ fn statement_at(tokens: &[Token<'_>], index: usize, level: &Level) -> Option<&'s
     (!part_of_path && !option).then_some(word)
 }
 
+/// Whether the `,` at `tokens[index]`, in a record, stands where the layout
+/// writes a comma or none: before a field (`name:`) or the record's end,
+/// other commas aside. Any other comma is kept: dropped, it could make the
+/// word before a `:` a field, which the next formatting would give a comma
+/// of its own.
+fn separates_fields(tokens: &[Token<'_>], index: usize) -> bool {
+    let mut rest = tokens
+        .iter()
+        .enumerate()
+        .skip(index + 1)
+        .filter(|(_, token)| {
+            !matches!(token.kind, Kind::LineComment | Kind::BlockComment) && token.text != ","
+        });
+    match rest.next() {
+        None => true,
+        Some((_, next)) if next.text == "}" => true,
+        Some((at, next)) => {
+            next.kind == Kind::Word && tokens.get(at + 1).is_some_and(|after| after.text == ":")
+        }
+    }
+}
+
 /// The line breaks of the canonical layout, whatever the author's: each
 /// statement on a line of its own, blocks expanded, a record or a list on
 /// one line when it fits and has no comment or multi-line string inside,
@@ -219,7 +241,10 @@ fn canonical_layout<'a>(tokens: &[Token<'a>]) -> Vec<Token<'a>> {
         let field_start =
             token.kind == Kind::Word && tokens.get(index + 1).is_some_and(|next| next.text == ":");
         // Commas between fields are the layout's to write.
-        if token.text == "," && matches!(level.holds, Holds::Record { .. }) {
+        if token.text == ","
+            && matches!(level.holds, Holds::Record { .. })
+            && separates_fields(tokens, index)
+        {
             index += 1;
             continue;
         }
@@ -1196,6 +1221,14 @@ retry 2 backoff 1s..5s timeout 30s on_error continue idempotency "{{workflow_inp
     fn a_comment_across_lines_lays_out_the_same_with_either_line_end() {
         let source = "_1?.}_1*/*/ _1\t!\"\"\" _1\t\n\n\n 1.5  1.5x_1 _1   _1\t    on_error5m_11.5_1 _1\r\n */{x{{{{{?.";
         check_formats_stably(source).unwrap();
+    }
+
+    /// Regression (found by `token_soup_formats_stably`): a `,` after a
+    /// stray `)` was kept the first time and dropped the second.
+    #[test]
+    fn a_comma_after_a_stray_paren_formats_the_same_twice() {
+        check_formats_stably("{)list,: ").unwrap();
+        check_formats_stably("{,,").unwrap();
     }
 
     fn check_formats_stably(source: &str) -> Result<(), TestCaseError> {
