@@ -6,6 +6,10 @@
 //! reports the best throughput. The figures go into docs/benchmarks.md.
 //! `--quick` runs each case once, small, to show that the benchmark works;
 //! `--keep` leaves the generated files in place for timing `flowc check`.
+//! Each workflow's peak memory is measured in a process of its own, which
+//! checks it once as `flowc check` does (`--peak FILE`, run by the benchmark
+//! itself): the kernel's high-water mark of resident memory, which is what
+//! `/usr/bin/time -v` reports.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -132,7 +136,56 @@ fn report(name: &str, m: &Measurement, steps: usize) {
     );
 }
 
+/// The peak resident memory of this process so far, in bytes, from
+/// `/proc/self/status` (Linux); `None` elsewhere.
+fn peak_resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
+    let kilobytes: u64 = line
+        .trim_start_matches("VmHWM:")
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kilobytes * 1024)
+}
+
+/// `--peak FILE`: checks FILE once and prints the process's peak resident
+/// memory in bytes (then lowers it too with `--lower`, as `flowc build` does).
+fn peak_of_one_check(path: &str, lower: bool) {
+    let checked = flow_compiler::check(path, &Disk).expect("generated file is readable");
+    assert!(!checked.has_errors(), "generated source has errors");
+    if lower {
+        std::hint::black_box(flow_compiler::lower(&checked).expect("lowers"));
+    }
+    std::hint::black_box(&checked);
+    println!("{}", peak_resident_bytes().unwrap_or(0));
+}
+
+/// The peak resident memory of a fresh process that checks `path` once (and
+/// lowers it with `lower`), in MB; `None` where it cannot be read.
+fn peak_in_own_process(path: &Path, lower: bool) -> Option<f64> {
+    let mut command = std::process::Command::new(std::env::current_exe().ok()?);
+    command.arg("--peak").arg(path);
+    if lower {
+        command.arg("--lower");
+    }
+    let output = command.output().ok()?;
+    let bytes: u64 = String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .ok()?;
+    (bytes > 0).then(|| bytes as f64 / 1e6)
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(at) = args.iter().position(|a| a == "--peak") {
+        let path = args.get(at + 1).expect("--peak FILE");
+        peak_of_one_check(path, args.iter().any(|a| a == "--lower"));
+        return;
+    }
     let quick = std::env::args().any(|a| a == "--quick");
     let dir = std::env::temp_dir().join(format!("flow-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -145,11 +198,27 @@ fn main() {
     } else {
         &[1_000, 10_000, 100_000]
     };
+    let mut workflow_files = Vec::new();
     for &steps in sizes {
         let path = dir.join(format!("steps_{steps}.flow"));
         std::fs::write(&path, format!("{RECIPE}{}", workflow("big", steps))).expect("write");
-        let m = measure(&[path], if steps >= 100_000 { runs.min(3) } else { runs });
+        let m = measure(
+            std::slice::from_ref(&path),
+            if steps >= 100_000 { runs.min(3) } else { runs },
+        );
         report(&format!("one workflow, {steps} steps"), &m, steps);
+        workflow_files.push((steps, path));
+    }
+
+    println!("\n| peak memory, a process that checks once | steps | check | check and lower |");
+    println!("|---|---|---|---|");
+    for (steps, path) in &workflow_files {
+        let show = |mb: Option<f64>| mb.map_or("unknown".to_string(), |mb| format!("{mb:.1} MB"));
+        println!(
+            "| one workflow, {steps} steps | {steps} | {} | {} |",
+            show(peak_in_own_process(path, false)),
+            show(peak_in_own_process(path, true))
+        );
     }
 
     // Where the time goes, on the 10k-step workflow: parsing alone, then
