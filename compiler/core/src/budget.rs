@@ -17,7 +17,7 @@ const SLOWEST_NAMED: usize = 3;
 /// Adds the budgets of a program without errors to its analysis, and their
 /// warnings to its diagnostics.
 pub(crate) fn with_budgets(mut checked: Checked) -> Checked {
-    let Some(plan) = crate::lower::lower(&checked) else {
+    let Some(plan) = crate::lower::unsealed(&checked) else {
         return checked;
     };
     let mut warnings = Vec::new();

@@ -46,13 +46,14 @@ pub fn check_with_tools(
     check::check_with_tools(root, loader, tools).map(budget::with_budgets)
 }
 
-/// The plan of a program without errors (`None` with errors): the one
-/// [`check`] lowered to work its budgets out, else lowered now.
+/// The sealed plan of a program without errors (`None` with errors): the
+/// one [`check`] lowered to work its budgets out, sealed now, else lowered
+/// now.
 pub fn lower(checked: &Checked) -> Option<flow_plan::Plan> {
     if !checked.has_errors()
         && let Some(plan) = &checked.analysis.plan
     {
-        return Some(plan.clone());
+        return Some(plan.clone().seal());
     }
     lower::lower(checked)
 }

@@ -16,8 +16,15 @@ use crate::syntax::ast::{self, ErrorPolicy, ExprKind, Segment, StepCall, Stmt, T
 const DEFAULT_BACKOFF_MS: (u64, u64) = (2_000, 30_000);
 
 /// Lowers every workflow of the root file, with the recipes and MCP servers in
-/// scope. `None` when the program has errors.
+/// scope, and seals the plan. `None` when the program has errors.
 pub fn lower(checked: &Checked) -> Option<plan::Plan> {
+    unsealed(checked).map(plan::Plan::seal)
+}
+
+/// [`lower`] without the seal: the plan's format version is set and its hash
+/// left empty. Working out budgets needs no hash, and hashing streams the
+/// whole plan's JSON through SHA-256, which cost as much as lowering.
+pub(crate) fn unsealed(checked: &Checked) -> Option<plan::Plan> {
     let program = checked.program()?;
     let checked = program.checked;
     let env = &checked.analysis.env;
@@ -88,17 +95,14 @@ pub fn lower(checked: &Checked) -> Option<plan::Plan> {
         })
         .collect();
 
-    Some(
-        plan::Plan {
-            format_version: plan::FORMAT_VERSION,
-            hash: String::new(),
-            source: checked.files[0].path.clone(),
-            workflows,
-            recipes,
-            mcp_servers,
-        }
-        .seal(),
-    )
+    Some(plan::Plan {
+        format_version: plan::FORMAT_VERSION,
+        hash: String::new(),
+        source: checked.files[0].path.clone(),
+        workflows,
+        recipes,
+        mcp_servers,
+    })
 }
 
 /// The names of a declaration table in a stable order (the plan's indices) and
