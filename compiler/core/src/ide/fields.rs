@@ -146,7 +146,7 @@ pub(crate) fn loops_around(stmts: &[Stmt], at: u32) -> Vec<&ForStmt> {
         for stmt in level {
             let inner: Vec<&[Stmt]> = match stmt {
                 Stmt::For(stmt) if stmt.body.span.contains(at) => {
-                    found.push(stmt);
+                    found.push(&**stmt);
                     vec![&stmt.body.stmts]
                 }
                 Stmt::If(stmt) => stmt

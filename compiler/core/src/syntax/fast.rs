@@ -600,9 +600,9 @@ impl<'s> Fast<'s> {
         loop {
             let docs = self.docs()?;
             match self.keyword(&["step", "if", "for", "parallel", "output"])? {
-                Some("step") => stmts.push(Stmt::Step(self.step(docs)?)),
+                Some("step") => stmts.push(Stmt::Step(Box::new(self.step(docs)?))),
                 Some("if") => stmts.push(Stmt::If(self.if_stmt()?)),
-                Some("for") => stmts.push(Stmt::For(self.for_stmt()?)),
+                Some("for") => stmts.push(Stmt::For(Box::new(self.for_stmt()?))),
                 Some("parallel") => stmts.push(Stmt::Parallel(self.parallel()?)),
                 _ if docs.is_empty() && (self.at("}") || self.word() == "output") => {
                     return Some(stmts);

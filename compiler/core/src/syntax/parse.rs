@@ -1979,14 +1979,14 @@ impl<'s> Parser<'s> {
                         _ => body = Some(self.block(part)),
                     }
                 }
-                Stmt::For(ForStmt {
+                Stmt::For(Box::new(ForStmt {
                     collection,
                     id,
                     concurrency,
                     max_items,
                     body: body?,
                     span,
-                })
+                }))
             }
             Rule::parallel_stmt => {
                 let mut inner = stmt.into_inner();
@@ -2144,13 +2144,13 @@ impl<'s> Parser<'s> {
         for option in inner {
             self.step_option(option, &mut options);
         }
-        Some(Stmt::Step(Step {
+        Some(Stmt::Step(Box::new(Step {
             docs,
             id,
             call,
             options,
             span,
-        }))
+        })))
     }
 
     /// A step written without `step`: said, then read as the step meant.
@@ -2798,7 +2798,7 @@ fn broken_steps(region: &Pair<'_, Rule>) -> Vec<Stmt> {
             continue;
         }
         let start = base + at + offset;
-        steps.push(Stmt::Step(Step {
+        steps.push(Stmt::Step(Box::new(Step {
             docs: Vec::new(),
             id: Name {
                 text: id.to_string(),
@@ -2812,7 +2812,7 @@ fn broken_steps(region: &Pair<'_, Rule>) -> Vec<Stmt> {
             },
             options: StepOptions::default(),
             span: Span::new(base + at, span.end as usize),
-        }));
+        })));
     }
     steps
 }
