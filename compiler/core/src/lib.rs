@@ -57,3 +57,15 @@ pub fn lower(checked: &Checked) -> Option<flow_plan::Plan> {
     }
     lower::lower(checked)
 }
+
+/// [`lower`] for a driver done with the check (`flowc build`, `flow run`,
+/// flowd's deploy): the plan that [`check`] made moves out and is sealed,
+/// rather than cloned, so a big program's plan is never held twice.
+pub fn lower_into(mut checked: Checked) -> Option<flow_plan::Plan> {
+    if !checked.has_errors()
+        && let Some(plan) = checked.analysis.plan.take()
+    {
+        return Some(plan.seal());
+    }
+    lower::lower(&checked)
+}

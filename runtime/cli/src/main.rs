@@ -1466,7 +1466,8 @@ fn load_plan(file: &Path, root: Option<&Path>) -> Result<Plan> {
             format!("{path} does not check; see `flowc check {path}`"),
         ));
     }
-    flow_compiler::lower(&checked).ok_or_else(|| Fail(1, format!("{path} could not be lowered")))
+    flow_compiler::lower_into(checked)
+        .ok_or_else(|| Fail(1, format!("{path} could not be lowered")))
 }
 
 fn pick_workflow(plan: &Plan, wanted: Option<&str>) -> Result<String> {

@@ -527,7 +527,7 @@ fn compile(path: &str, files: &DeployedFiles) -> Result<Plan, Problem> {
         )
         .with("diagnostics", Value::Array(errors)));
     }
-    flow_compiler::lower(&checked).ok_or_else(|| {
+    flow_compiler::lower_into(checked).ok_or_else(|| {
         Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "does_not_check",

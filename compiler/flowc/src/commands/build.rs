@@ -101,7 +101,7 @@ pub(crate) fn compile(
     if checked.has_errors() {
         return Err(Exit::Problems);
     }
-    flow_compiler::lower(&checked).ok_or_else(|| {
+    flow_compiler::lower_into(checked).ok_or_else(|| {
         // `lower` refuses only programs with errors, which returned above.
         eprintln!("error: internal: {path} checked clean but could not be lowered");
         Exit::Problems
