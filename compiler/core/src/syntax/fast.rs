@@ -18,6 +18,7 @@
 
 use crate::diagnostic::{FileId, Span};
 use crate::syntax::ast::*;
+use crate::syntax::exact;
 use crate::syntax::parse::{KEYWORDS, MAX_DEPTH, docs_text, duration_lit};
 use crate::syntax::template::parse_string;
 
@@ -605,7 +606,7 @@ impl<'s> Fast<'s> {
                 Some("for") => stmts.push(Stmt::For(Box::new(self.for_stmt()?))),
                 Some("parallel") => stmts.push(Stmt::Parallel(self.parallel()?)),
                 _ if docs.is_empty() && (self.at("}") || self.word() == "output") => {
-                    return Some(stmts);
+                    return Some(exact(stmts));
                 }
                 _ => return None,
             }
@@ -1094,7 +1095,7 @@ impl<'s> Fast<'s> {
         self.advance(i - start)?;
         Some(Path {
             root,
-            segments,
+            segments: exact(segments),
             span: Span::new(start, i),
         })
     }
@@ -1130,7 +1131,7 @@ impl<'s> Fast<'s> {
         }
         self.punct("}")?;
         Some(RecordLit {
-            fields,
+            fields: exact(fields),
             span: Span::new(start, self.token_end),
         })
     }

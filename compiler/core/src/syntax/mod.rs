@@ -33,3 +33,17 @@ pub(crate) const WORKFLOW_SETTINGS: &[&str] = &[
     "deliver",
 ];
 pub use parse::parse;
+
+/// `items` in an allocation of exactly their number. A list grown by pushes
+/// keeps spare room (four slots for one item), and the tree keeps its lists
+/// for the whole check and lowering: a 10,000-step file's record literals,
+/// paths and templates held about 5 MB of it. `shrink_to_fit` would not do,
+/// as an allocator may leave a block that shrinks by half where it is.
+pub(crate) fn exact<T>(items: Vec<T>) -> Vec<T> {
+    if items.capacity() == items.len() {
+        return items;
+    }
+    let mut exact = Vec::with_capacity(items.len());
+    exact.extend(items);
+    exact
+}

@@ -40,7 +40,7 @@ pub(crate) fn parse_string(
     builder.flush();
     StringLit {
         template: Template {
-            parts: builder.parts,
+            parts: super::exact(builder.parts),
         },
         span,
     }
@@ -307,7 +307,7 @@ pub(crate) fn parse_path(text: &str, offset: usize) -> Result<Path, (usize, Stri
     }
     Ok(Path {
         root,
-        segments,
+        segments: super::exact(segments),
         span: Span::new(offset, offset + text.len()),
     })
 }
