@@ -211,12 +211,14 @@ fn main() {
         workflow_files.push((steps, path));
     }
 
-    println!("\n| peak memory, a process that checks once | steps | check | check and lower |");
+    println!(
+        "\n| peak resident memory of a process that checks once | steps | check | check and lower |"
+    );
     println!("|---|---|---|---|");
     for (steps, path) in &workflow_files {
         let show = |mb: Option<f64>| mb.map_or("unknown".to_string(), |mb| format!("{mb:.1} MB"));
         println!(
-            "| one workflow, {steps} steps | {steps} | {} | {} |",
+            "| peak memory, one workflow of {steps} steps | {steps} | check {} | check and lower {} |",
             show(peak_in_own_process(path, false)),
             show(peak_in_own_process(path, true))
         );
