@@ -3010,15 +3010,22 @@ fn suspect_extra_brace(text: &str) -> Option<(usize, usize)> {
 pub(crate) fn too_deep_at(source: &str) -> Option<usize> {
     let bytes = source.as_bytes();
     let mut open: Vec<u8> = Vec::new();
-    let mut after_list = false;
     let mut i = 0;
-    while i < bytes.len() {
+    // Only quotes and brackets count: the scan goes from one to the next,
+    // rather than through every word and space (it was the single costliest
+    // loop of parsing a well-formed file).
+    while let Some(skip) = bytes[i..].iter().position(|b| {
+        matches!(
+            b,
+            b'"' | b'(' | b'[' | b'{' | b'<' | b'>' | b')' | b']' | b'}'
+        )
+    }) {
+        i += skip;
         let byte = bytes[i];
         match byte {
             b'"' if bytes[i..].starts_with(b"\"\"\"") => {
                 if let Some(end) = source[i + 3..].find("\"\"\"") {
                     i += 3 + end + 3;
-                    after_list = false;
                     continue;
                 }
             }
@@ -3029,12 +3036,11 @@ pub(crate) fn too_deep_at(source: &str) -> Option<usize> {
                 }
                 if end < bytes.len() && bytes[end] == b'"' {
                     i = end + 1;
-                    after_list = false;
                     continue;
                 }
             }
             b'(' | b'[' | b'{' => open.push(byte),
-            b'<' if after_list => open.push(b'<'),
+            b'<' if follows_list(bytes, i) => open.push(b'<'),
             b'>' if open.last() == Some(&b'<') => {
                 open.pop();
             }
@@ -3046,22 +3052,22 @@ pub(crate) fn too_deep_at(source: &str) -> Option<usize> {
         if open.len() > MAX_DEPTH {
             return Some(i);
         }
-        if byte.is_ascii_alphanumeric() || byte == b'_' {
-            let end = bytes[i..]
-                .iter()
-                .position(|b| !(b.is_ascii_alphanumeric() || *b == b'_'))
-                .map_or(bytes.len(), |n| i + n);
-            after_list = &source[i..end] == "list";
-            i = end;
-            continue;
-        }
-        // Whitespace and comment characters keep `list` pending for a `<`.
-        if !(byte.is_ascii_whitespace() || byte == b'/' || byte == b'*') {
-            after_list = false;
-        }
         i += 1;
     }
     None
+}
+
+/// Whether the `<` at `at` follows the word `list` with nothing but
+/// whitespace and comment characters (`/`, `*`) between: the `<` of a
+/// `list<...>` type, which opens a level.
+fn follows_list(bytes: &[u8], at: usize) -> bool {
+    let is_word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let word_end = bytes[..at]
+        .iter()
+        .rposition(|b| !(b.is_ascii_whitespace() || *b == b'/' || *b == b'*'))
+        .map_or(0, |last| last + 1);
+    let before = &bytes[..word_end];
+    before.ends_with(b"list") && (before.len() == 4 || !is_word(before[before.len() - 5]))
 }
 
 pub(crate) fn reduce(operands: &mut Vec<Expr>, operators: &mut Vec<BinaryOp>) {
