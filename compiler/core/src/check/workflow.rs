@@ -748,6 +748,8 @@ impl<'e, 'd> Checker<'e, 'd> {
         match &step.call {
             // Its syntax error is all there is to say about it.
             StepCall::Broken { .. } => return,
+            // The recipe is borrowed from the environment, which outlives the
+            // checker, so its inputs need no copy per step.
             StepCall::Recipe { recipe, .. } => match self.env.recipes.get(&recipe.text) {
                 // A recipe whose inputs did not parse: its syntax error
                 // is all there is to say of the call's arguments.
@@ -758,11 +760,10 @@ impl<'e, 'd> Checker<'e, 'd> {
                         .input
                         .as_ref()
                         .map_or(info.decl.name.span, |i| i.span);
-                    let params = info.input.clone();
                     self.args(
                         args,
-                        &params,
-                        &format!("recipe `{}`", recipe.text),
+                        &info.input,
+                        &format_args!("recipe `{}`", recipe.text),
                         Some((info.file, decl)),
                     );
                 }
@@ -791,16 +792,16 @@ impl<'e, 'd> Checker<'e, 'd> {
                 }
             },
             StepCall::Approval { .. } => {
-                self.args(args, &approval_params(), "`approval`", None);
+                self.args(args, &approval_params(), &"`approval`", None);
                 self.approval_literals(args);
             }
             StepCall::KbWrite { collection, .. } => {
                 self.template(collection);
-                self.args(args, &kb_write_params(), "`kb_write`", None);
+                self.args(args, &kb_write_params(), &"`kb_write`", None);
             }
             StepCall::Handoff { department, .. } => {
                 self.template(department);
-                self.args(args, &handoff_params(), "`handoff`", None);
+                self.args(args, &handoff_params(), &"`handoff`", None);
             }
             StepCall::Browser { server, tool, .. } => {
                 let env = self.env;
@@ -1129,7 +1130,7 @@ impl<'e, 'd> Checker<'e, 'd> {
         self.args(
             args,
             &params,
-            &format!("tool `{}.{}`", server.text, tool.text),
+            &format_args!("tool `{}.{}`", server.text, tool.text),
             None,
         );
         true
@@ -1146,7 +1147,7 @@ impl<'e, 'd> Checker<'e, 'd> {
         &mut self,
         args: &RecordLit,
         params: &[(String, Ty)],
-        callee: &str,
+        callee: &dyn std::fmt::Display,
         decl: Option<(FileId, Span)>,
     ) {
         let mut seen: Vec<&str> = Vec::new();
@@ -1259,7 +1260,7 @@ impl<'e, 'd> Checker<'e, 'd> {
                 }
             }
             (ExprKind::Record(record), Ty::Record(fields)) => {
-                self.args(record, fields, &format!("the record for {what}"), None);
+                self.args(record, fields, &format_args!("the record for {what}"), None);
             }
             (ExprKind::List(items), Ty::List(item_ty)) => {
                 for item in items {
