@@ -2084,14 +2084,14 @@ impl<'s> Parser<'s> {
                 })
             });
         if let Some(id) = loop_id {
-            return Some(Stmt::For(ForStmt {
+            return Some(Stmt::For(Box::new(ForStmt {
                 collection: unknown,
                 id,
                 concurrency: None,
                 max_items: None,
                 body: block,
                 span,
-            }));
+            })));
         }
         self.if_stmt((unknown, block), inner, span)
     }
