@@ -27,6 +27,7 @@ use flow_runtime::runner::Invocation;
 use flow_runtime::services::{BoxFuture, Provider, RecipeCall, Services};
 use flow_runtime::sqlite::{RunJournal, SqliteStore};
 use flow_runtime::store::{NewRun, RunLog};
+use flow_tests::bench::{ANSWER_RECIPE as RECIPE, profiler};
 use serde_json::{Value, json};
 
 #[global_allocator]
@@ -46,14 +47,6 @@ fn plan(source: &str) -> flow_plan::Plan {
     assert!(!checked.has_errors(), "{:?}", checked.diagnostics.first());
     flow_compiler::lower(&checked).expect("lowers")
 }
-
-const RECIPE: &str = r#"recipe answer {
-  model "default"
-  input { q: string }
-  output { text: string, score: int }
-  prompt "Answer {{input.q}}"
-}
-"#;
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
@@ -104,27 +97,6 @@ fn run_selected(runtime: &tokio::runtime::Runtime, quick: bool, wants: &dyn Fn(&
     if wants("b4") {
         b4(quick);
     }
-}
-
-/// With `FLOW_BENCH_PERF=CTL,ACK`, the fifos of a `perf record -D -1
-/// --control fifo:CTL,ACK` that runs this bench (`bench/profile`), tells perf
-/// to `enable` or `disable` recording and waits for its answer: the profile
-/// then holds a benchmark's timed part only, not its setup.
-fn profiler(command: &str) {
-    use std::io::{Read, Write};
-    let Ok(fifos) = std::env::var("FLOW_BENCH_PERF") else {
-        return;
-    };
-    let (control, ack) = fifos.split_once(',').expect("FLOW_BENCH_PERF=CTL,ACK");
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(control)
-        .and_then(|mut fifo| fifo.write_all(format!("{command}\n").as_bytes()))
-        .expect("perf's control fifo");
-    let mut answer = [0; 4];
-    std::fs::File::open(ack)
-        .and_then(|mut fifo| fifo.read_exact(&mut answer))
-        .expect("perf's answer");
 }
 
 /// Answers after a delay, and notes which calls it answered: for B4.
@@ -470,17 +442,7 @@ fn b3(runtime: &tokio::runtime::Runtime, quick: bool) {
 
 /// The workflow `ten` of B1 and B4: ten recipe steps, each on the last one's output.
 fn ten_steps() -> flow_plan::Plan {
-    let mut chain = String::from(
-        "workflow ten {\n  input { q: string }\n  step s0 = answer { q: workflow_input.q }\n",
-    );
-    for i in 1..10 {
-        chain.push_str(&format!(
-            "  step s{i} = answer {{ q: step.s{}.text }}\n",
-            i - 1
-        ));
-    }
-    chain.push_str("  output { last: step.s9.score }\n}\n");
-    plan(&format!("{RECIPE}{chain}"))
+    plan(&flow_tests::bench::ten_steps_source())
 }
 
 /// B1: concurrent durable runs.

@@ -1,6 +1,7 @@
 //! The end-to-end test harness: locating the workspace's binaries, running
 //! them, and temporary directories. The tests themselves are in `tests/`.
 
+pub mod bench;
 pub mod fake_llm;
 pub mod mcp_servers;
 pub mod postgres;

@@ -12,9 +12,9 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use common::{Flowd, get_json, ms};
+use common::{Flowd, config, ms, start_runs, until_none_running};
 use serde_json::json;
 
 const KEY: &str = "bench-key-0123456789";
@@ -35,10 +35,7 @@ fn main() {
     std::fs::create_dir_all(&dir).expect("temp dir");
     std::fs::write(
         dir.join("flowd.toml"),
-        format!(
-            "listen = \"127.0.0.1:0\"\nstore = \"{}\"\nlink_secret = \"0123456789abcdef0123456789abcdef\"\n[[accounts]]\nid = \"bench\"\napi_keys = [\"{KEY}\"]\n",
-            dir.join("flowd.db").display()
-        ),
+        config(&dir.join("flowd.db").display().to_string(), KEY),
     )
     .expect("the bench config is written");
     let mut flowd = Flowd::start(&dir);
@@ -102,42 +99,20 @@ fn main() {
 
     const CONNECTIONS: usize = 64;
     let (started, finished) = runtime.block_on(async {
-        let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let start = Instant::now();
-        let mut workers = Vec::new();
-        for _ in 0..CONNECTIONS {
-            let (client, base, next) = (client.clone(), base.clone(), Arc::clone(&next));
-            workers.push(tokio::spawn(async move {
-                while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < runs {
-                    let response = client
-                        .post(format!("{base}/v1/runs"))
-                        .bearer_auth(KEY)
-                        .header("content-type", "application/json")
-                        .body(r#"{"workflow":"three","input":{"q":"x"}}"#)
-                        .send()
-                        .await
-                        .unwrap();
-                    assert_eq!(response.status(), 202);
-                }
-            }));
-        }
-        for worker in workers {
-            worker.await.unwrap();
-        }
+        let body = r#"{"workflow":"three","input":{"q":"x"}}"#.to_string();
+        start_runs(
+            &client,
+            std::slice::from_ref(&base),
+            KEY,
+            body,
+            runs,
+            CONNECTIONS,
+        )
+        .await;
         let started = start.elapsed();
         // Started is not finished: wait until no run is left running.
-        loop {
-            let running = get_json(
-                &client,
-                &format!("{base}/v1/runs?status=running&limit=1"),
-                KEY,
-            )
-            .await;
-            if running["runs"].as_array().is_none_or(Vec::is_empty) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        until_none_running(&client, &base, KEY).await;
         (started, start.elapsed())
     });
     done.store(true, std::sync::atomic::Ordering::Relaxed);

@@ -1,8 +1,21 @@
-//! What flowd's benches share: flowd as a process of its own.
+//! What flowd's benches share: flowd as a process of its own, the load of
+//! runs started over HTTP, and the CPU time of the processes involved.
 
 #![allow(dead_code, reason = "each bench uses a part of it")]
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+
+/// The configuration of a flowd on loopback over `store` (a SQLite file or
+/// a `postgres://` URL) with the offline provider and one account, `bench`,
+/// whose API key is `key`.
+pub(crate) fn config(store: &str, key: &str) -> String {
+    format!(
+        "listen = \"127.0.0.1:0\"\nstore = \"{store}\"\nlink_secret = \"0123456789abcdef0123456789abcdef\"\n[[accounts]]\nid = \"bench\"\napi_keys = [\"{key}\"]\n"
+    )
+}
 
 /// flowd as a process of its own (the release binary beside this bench),
 /// stopped with SIGTERM.
@@ -37,6 +50,10 @@ impl Flowd {
             child,
             url: format!("http://{address}"),
         }
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub(crate) fn stop(&mut self) {
@@ -79,4 +96,120 @@ pub(crate) async fn post_json(
 
 pub(crate) fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1000.0
+}
+
+/// Starts `runs` runs by `POST /v1/runs` of `body` from `connections`
+/// concurrent clients, each start sent to the next of `bases` in turn;
+/// returns once every start has been answered 202 (stored and started).
+pub(crate) async fn start_runs(
+    client: &reqwest::Client,
+    bases: &[String],
+    key: &'static str,
+    body: String,
+    runs: usize,
+    connections: usize,
+) {
+    let next = Arc::new(AtomicUsize::new(0));
+    let (bases, body): (Arc<[String]>, Arc<str>) = (bases.into(), body.into());
+    let mut workers = Vec::new();
+    for _ in 0..connections {
+        let (client, bases, body, next) = (
+            client.clone(),
+            Arc::clone(&bases),
+            Arc::clone(&body),
+            Arc::clone(&next),
+        );
+        workers.push(tokio::spawn(async move {
+            loop {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                if n >= runs {
+                    break;
+                }
+                let response = client
+                    .post(format!("{}/v1/runs", bases[n % bases.len()]))
+                    .bearer_auth(key)
+                    .header("content-type", "application/json")
+                    .body(body.to_string())
+                    .send()
+                    .await
+                    .expect("flowd answers");
+                assert_eq!(response.status(), 202);
+            }
+        }));
+    }
+    for worker in workers {
+        worker.await.expect("a client finishes");
+    }
+}
+
+/// Returns once no run of the account is left running, asking every 5 ms.
+pub(crate) async fn until_none_running(client: &reqwest::Client, base: &str, key: &str) {
+    loop {
+        let running = get_json(
+            client,
+            &format!("{base}/v1/runs?status=running&limit=1"),
+            key,
+        )
+        .await;
+        if running["runs"].as_array().is_none_or(Vec::is_empty) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The time on a CPU so far of each thread of process `pid`, summed by
+/// thread name (Linux's `schedstat`, in nanoseconds, so no clock tick
+/// rounds it). A thread that has ended is no longer counted.
+pub(crate) fn cpu_by_thread(pid: u32) -> BTreeMap<String, Duration> {
+    let mut by_name = BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return by_name;
+    };
+    for task in tasks.flatten() {
+        let path = task.path();
+        let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        *by_name
+            .entry(name.trim().to_string())
+            .or_insert(Duration::ZERO) += on_cpu(&path.join("schedstat"));
+    }
+    by_name
+}
+
+/// The time on a CPU so far of every process named `name` (each of
+/// PostgreSQL's backends is a process of its own), by process id.
+pub(crate) fn cpu_of_processes(name: &str) -> BTreeMap<u32, Duration> {
+    let mut by_pid = BTreeMap::new();
+    for process in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = process.file_name().to_str().and_then(|p| p.parse().ok()) else {
+            continue;
+        };
+        if std::fs::read_to_string(process.path().join("comm")).is_ok_and(|c| c.trim() == name) {
+            by_pid.insert(pid, on_cpu(&process.path().join("schedstat")));
+        }
+    }
+    by_pid
+}
+
+/// The CPU time between two readings of [`cpu_of_processes`]: a process
+/// started in between counts from zero, one ended in between not at all.
+pub(crate) fn cpu_between(
+    before: &BTreeMap<u32, Duration>,
+    after: &BTreeMap<u32, Duration>,
+) -> Duration {
+    after
+        .iter()
+        .map(|(pid, time)| time.saturating_sub(before.get(pid).copied().unwrap_or_default()))
+        .sum()
+}
+
+/// The first field of a `schedstat` file: nanoseconds on a CPU.
+fn on_cpu(schedstat: &std::path::Path) -> Duration {
+    let text = std::fs::read_to_string(schedstat).unwrap_or_default();
+    Duration::from_nanos(
+        text.split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0),
+    )
 }
