@@ -46,6 +46,17 @@ def ours(benchmark):
     return row[0]
 
 
+def end_to_end(store):
+    """B9, flowd end to end on `store` (sqlite or postgres): its markdown row."""
+    args = ["cargo", "bench", "-q", "-p", "flow-daemon", "--bench", "end_to_end", "--", "--store", store]
+    if QUICK:
+        args.append("--quick")
+    row = [line for line in run(args).splitlines() if line.startswith("| B9")]
+    if not row:
+        sys.exit(f"flowd's bench end_to_end printed no row for {store}")
+    return row[0]
+
+
 def ours_only():
     """flow's benchmarks that have no peer here, as their rows: B4 (a crash
     and restart), B5 (the Redis limit), B6 (the checker), B11 (`flowc
@@ -145,6 +156,8 @@ def main():
     flow_b1, flow_b1_seq, langgraph_b1, dbos_b1 = [], [], [], []
     flow_b2, langgraph_b2 = [], []
     flow_b3, flow_b3_seq, langgraph_b3, dbos_b3 = [], [], [], []
+    # B9 with the in-process figures it is held against, in the same repetition.
+    flow_b9, flow_b1pg, flow_b9pg = [], [], []
     # B7 once, first: its bench takes hundreds of samples of each case itself.
     flow_b7 = lsp()
     print("B7 done", file=sys.stderr)
@@ -176,6 +189,11 @@ def main():
         langgraph_b3.append((b3_runs / answer["park_seconds"], b3_runs / answer["resume_seconds"]))
         answer = peer("dbos_bench.py", "b3", dbos_b3_runs)
         dbos_b3.append((dbos_b3_runs / answer["park_seconds"], dbos_b3_runs / answer["resume_seconds"]))
+        row = end_to_end("sqlite")
+        b9_load = re.search(r"\| B9 \| ([0-9]+ runs x 10 steps started over HTTP by [0-9]+ clients)", row).group(1)
+        flow_b9.append(number(r"\| ([0-9.]+) steps/s", row))
+        flow_b1pg.append(number(r"\| ([0-9.]+) steps/s", ours("b1pg")))
+        flow_b9pg.append(number(r"\| ([0-9.]+) steps/s", end_to_end("postgres")))
 
     workdir = tempfile.mkdtemp()
     with open(os.path.join(workdir, "one.flow"), "w") as source:
@@ -265,6 +283,13 @@ def main():
         f"| park {cell([p for p, _ in flow_b3_seq], 'runs/s')}, resume {cell([r for _, r in flow_b3_seq], 'runs/s')} "
         f"| {b3_peers} "
         f"| {b3_lead(flow_b3_seq)} | {b3_disk(flow_b3_seq)} |",
+        f"| B9 flowd end to end: {b9_load} (`POST /v1/runs`), until all completed, SQLite full durability "
+        f"| {cell(flow_b9, 'steps/s')} | – (the peers' servers are not set up here) | – "
+        f"| {statistics.median(flow_b9) / statistics.median(flow_b1):,.2f}× B1 at once in process (goal ≥ 0.70×) |",
+        f"| B9 the same on PostgreSQL (127.0.0.1, `synchronous_commit=on`) "
+        f"| {cell(flow_b9pg, 'steps/s')} | – | – "
+        f"| {statistics.median(flow_b9pg) / statistics.median(flow_b1pg):,.2f}× B1 on PostgreSQL in process "
+        f"({cell(flow_b1pg, 'steps/s')}); {statistics.median(flow_b9pg) / 20000:,.2f}× the goal of 20,000 steps/s |",
         f"| B7 `flow-lsp` on a 5,000-line file, over stdio, one run of its bench "
         f"(goals: diagnostics p99 ≤ 30 ms; completion p50 ≤ 5 ms, p99 ≤ 16 ms) "
         f"| {b7_cell()} | none: neither has a language server | – | – |",
