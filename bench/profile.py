@@ -47,13 +47,27 @@ RUNS = [
     ("runs: bench harness (spawning runs, input copies)", r"runs::"),
     ("runs: other", r"."),
 ]
+# flowd's own process in B9 (`bench/profile b9`): what its threads were
+# doing. A run's task polls `spawn_run`'s future; a request's, axum's and
+# hyper's (the handler stores the run and spawns its task).
+FLOWD = [
+    ("flowd: journal writer (SQLite's thread, PostgreSQL's task)", r"write_batches"),
+    ("flowd: driving runs (interpreter, steps, journal handoff)", r"Daemon::spawn_run|flow_runtime::runner::"),
+    ("flowd: outbox (events of run status changes)", r"flow_daemon::webhooks|events_wake"),
+    ("flowd: HTTP handlers (auth, input, storing and spawning the run)", r"flow_daemon::"),
+    ("flowd: HTTP (hyper, axum, the sockets)", r"hyper|axum|tower|mio::|tokio::net"),
+    ("flowd: tokio (scheduling, wake-ups, timers)", r"tokio::"),
+    # glibc's malloc has no unwind tables that perf follows: its stacks end there.
+    ("flowd: malloc and free (glibc), caller unknown", r"malloc|_int_free|__libc_free|cfree|tcache_|unlink_chunk"),
+    ("flowd: other (mostly the kernel: sockets, futexes, fsync)", r"."),
+]
 MALLOC = re.compile(r"^(_?mi_|malloc|free|realloc|cfree|__libc_malloc|__libc_free)")
 
 
 def samples(path):
-    """(period, frames leaf first as (symbol, dso)) of each sample."""
+    """(period, frames leaf first as (symbol, dso), pid) of each sample."""
     script = subprocess.run(
-        [PERF, "script", "-i", path, "-F", "comm,tid,period,ip,sym,dso"],
+        [PERF, "script", "-i", path, "-F", "comm,pid,tid,period,ip,sym,dso"],
         capture_output=True,
         text=True,
         check=True,
@@ -62,13 +76,15 @@ def samples(path):
         lines = [line for line in block.splitlines() if line.strip()]
         if not lines:
             continue
-        period = int(lines[0].split()[-1])
+        header = lines[0].split()
+        period = int(header[-1])
+        pid = next((int(f.split("/")[0]) for f in header if re.fullmatch(r"[0-9]+/[0-9]+", f)), 0)
         frames = []
         for line in lines[1:]:
             found = re.match(r"\s*[0-9a-f]+\s+(.*?)\s+\((.*)\)\s*$", line)
             if found:
                 frames.append((found.group(1), found.group(2)))
-        yield period, frames
+        yield period, frames, pid
 
 
 def classify(frames, rules):
@@ -101,13 +117,19 @@ def work(path):
 def cpu_report():
     phases, leaves = Counter(), Counter()
     total = writer = malloc = kernel = 0
-    for period, frames in samples(f"{DIR}/cpu.data"):
-        if not frames:
-            continue
+    every = [sample for sample in samples(f"{DIR}/cpu.data") if sample[1]]
+    # B9: the processes running flowd's binary, known by their frames.
+    flowd = {pid for _, frames, pid in every if any(dso.endswith("/flowd") for _, dso in frames)}
+    for period, frames, pid in every:
         total += period
         on_writer = any("write_batches" in symbol for symbol, _ in frames)
         writer += period if on_writer else 0
-        phases[classify(frames, WRITER if on_writer else RUNS)] += period
+        if pid in flowd:
+            phases[classify(frames, FLOWD)] += period
+        elif flowd:
+            phases["load generator (the bench process)"] += period
+        else:
+            phases[classify(frames, WRITER if on_writer else RUNS)] += period
         leaf, dso = frames[0]
         leaves[leaf] += period
         if MALLOC.match(leaf):
@@ -119,7 +141,7 @@ def cpu_report():
     print(f"(on average {total / 1e9 / sum(wall):.2f} of the machine's cores busy)\n")
     print("| phase | share of on-CPU time |")
     print("|---|---|")
-    for name, _ in WRITER + RUNS:
+    for name, _ in WRITER + RUNS + FLOWD + [("load generator (the bench process)", "")]:
         if phases[name]:
             print(f"| {name} | {100 * phases[name] / total:.1f} % |")
     print(f"\njournal writer thread: {100 * writer / total:.1f} %, the runs' threads: {100 * (total - writer) / total:.1f} %")
