@@ -17,6 +17,12 @@ use std::process::ExitCode;
 use flow_daemon::config::{self, Config};
 use flow_daemon::server;
 
+/// See the workspace Cargo.toml for why the binaries use mimalloc; in
+/// flowd, glibc's malloc and free took a fifth of the CPU of B9
+/// (docs/benchmarks.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// `flowd --help`.
 const HELP: &str = "\
 flowd: the flow runtime as a service: deployed workflows started over HTTP,
