@@ -1355,7 +1355,13 @@ impl SqliteStore {
         let now = i64::try_from(now_ms).unwrap_or(i64::MAX);
         let claimed_until = now.saturating_add(EVENT_CLAIM.as_millis() as i64);
         let conn = lock(&self.conn);
-        let mut events = in_immediate(&conn, || {
+        // A claim need not wait for the disk: flowd releases every claim as
+        // it starts, so one lost in a crash costs nothing, and in WAL mode
+        // the next synchronous commit makes it durable with its own. An
+        // fsync here, on the async runtime's thread with the shared
+        // connection held, slowed every run of a busy flowd (B9).
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        let claimed = in_immediate(&conn, || {
             let mut statement = conn.prepare_cached(
                 "UPDATE run_events SET claimed_until = ?2
                  WHERE id IN (SELECT id FROM run_events
@@ -1384,59 +1390,51 @@ impl SqliteStore {
                 })?
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(rows)
-        })?
-        .into_iter()
-        .map(|(mut event, outcome, reached)| {
-            event.outcome = outcome.and_then(|text| serde_json::from_str(&text).ok());
-            event.reached = serde_json::from_str(&reached)
-                .map_err(|e| StoreError::Damaged(format!("event {}: {e}", event.id)))?;
-            Ok(event)
-        })
-        .collect::<Result<Vec<_>, StoreError>>()?;
+        });
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        let mut events = claimed?
+            .into_iter()
+            .map(|(mut event, outcome, reached)| {
+                event.outcome = outcome.and_then(|text| serde_json::from_str(&text).ok());
+                event.reached = serde_json::from_str(&reached)
+                    .map_err(|e| StoreError::Damaged(format!("event {}: {e}", event.id)))?;
+                Ok(event)
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
         events.sort_by_key(|event| event.id);
         Ok(events)
     }
 
+    /// Records an attempt at event `id`: deleted when done, else its next
+    /// try and the endpoints it reached so far (kept sorted, once each).
+    /// Written with the journal's commits: one fsync of its own per event,
+    /// on the async runtime's thread, held the runs back (B9).
     pub fn event_attempted(
         &self,
         id: i64,
         reached: &[String],
         next: EventNext,
-    ) -> Result<(), StoreError> {
-        let conn = lock(&self.conn);
-        in_immediate(&conn, || {
-            match next {
-                EventNext::Done => conn.execute("DELETE FROM run_events WHERE id = ?1", [id])?,
-                EventNext::Retry(at_ms) => {
-                    // Its run may have been deleted meanwhile, and it with it.
-                    let Some(before) = conn
-                        .query_row(
-                            "SELECT reached FROM run_events WHERE id = ?1",
-                            [id],
-                            |row| row.get::<_, String>(0),
-                        )
-                        .optional()?
-                    else {
-                        return Ok(());
-                    };
-                    let mut all: Vec<String> = serde_json::from_str(&before).unwrap_or_default();
-                    all.extend(reached.iter().cloned());
-                    all.sort();
-                    all.dedup();
-                    conn.execute(
-                        "UPDATE run_events SET attempts = attempts + 1, next_ms = ?2,
-                             claimed_until = 0, reached = ?3
-                         WHERE id = ?1",
-                        params![
-                            id,
-                            i64::try_from(at_ms).unwrap_or(i64::MAX),
-                            serde_json::Value::from(all).to_string()
-                        ],
-                    )?
-                }
-            };
-            Ok(())
-        })
+    ) -> StoreFuture<'static, ()> {
+        let written = match next {
+            EventNext::Done => {
+                self.statement("DELETE FROM run_events WHERE id = ?1", vec![id.into()])
+            }
+            // Its run may have been deleted meanwhile, and it with it: then
+            // nothing changes.
+            EventNext::Retry(at_ms) => self.statement(
+                "UPDATE run_events SET attempts = attempts + 1, next_ms = ?2, claimed_until = 0,
+                     reached = (SELECT json_group_array(value) FROM (
+                         SELECT value FROM json_each(run_events.reached)
+                         UNION SELECT value FROM json_each(?3) ORDER BY value))
+                 WHERE id = ?1",
+                vec![
+                    id.into(),
+                    i64::try_from(at_ms).unwrap_or(i64::MAX).into(),
+                    serde_json::Value::from(reached.to_vec()).to_string().into(),
+                ],
+            ),
+        };
+        Box::pin(async move { written.await.map(|_| ()) })
     }
 }
 
@@ -1455,7 +1453,7 @@ impl EventStore for SqliteStore {
         reached: &'a [String],
         next: EventNext,
     ) -> StoreFuture<'a, ()> {
-        ready(self.event_attempted(id, reached, next))
+        SqliteStore::event_attempted(self, id, reached, next)
     }
 
     fn note_delivery<'a>(&'a self, run_id: &'a str, change: &'a RunChange) -> StoreFuture<'a, ()> {

@@ -1294,6 +1294,16 @@ async fn run_events_are_kept_with_each_status_change_and_handed_out_once(backend
         .unwrap();
     let third = store.due_events(now, 10).await.unwrap();
     assert_eq!(third[0].reached, ["crm", "erp"]);
+    store
+        .event_attempted(
+            completed.id,
+            &["erp".into(), "crm".into()],
+            EventNext::Retry(now),
+        )
+        .await
+        .unwrap();
+    let fourth = store.due_events(now, 10).await.unwrap();
+    assert_eq!(fourth[0].reached, ["crm", "erp"], "each endpoint once");
 
     // Deleting the run deletes its events.
     assert_eq!(

@@ -188,15 +188,20 @@ async fn post_event(daemon: &Daemon, event: &RunEvent) -> (Vec<String>, EventNex
         .filter(|hook| hook.events.contains(&event.event) && !event.reached.contains(&hook.name))
         .collect();
     let counted = |delivery| daemon.metrics.webhook_delivery(&event.account, delivery);
-    let body = json!({
-        "event": event.event,
-        "account": event.account,
-        "run": event_record(event),
-    })
-    .to_string();
     let id = message_id(event);
     let mut reached = Vec::new();
     let mut left = 0;
+    // Built only for an account with endpoints for this event: most
+    // events go to none.
+    let body = match hooks.is_empty() {
+        true => String::new(),
+        false => json!({
+            "event": event.event,
+            "account": event.account,
+            "run": event_record(event),
+        })
+        .to_string(),
+    };
     for hook in &hooks {
         match post(daemon, hook, &id, &event.event, body.clone()).await {
             Ok(()) => {
