@@ -65,6 +65,10 @@ pub(crate) fn build(files: &[LoadedFile], diagnostics: &mut Vec<Diagnostic>) -> 
                          file: FileId,
                          span: Span,
                          diagnostics: &mut Vec<Diagnostic>| {
+        // A declaration with no name (a syntax error) clashes with none.
+        if name.is_empty() {
+            return false;
+        }
         if let Some((first_file, first_span)) = seen.get(&(kind, name.to_string())) {
             diagnostics.push(
                 Diagnostic::new(

@@ -450,7 +450,8 @@ impl<'e, 'd> Checker<'e, 'd> {
     // ------------------------------------------------------------ pass 1
 
     fn register(&mut self, info: StepInfo) {
-        if let Some(&first) = self.by_id.get(&info.id) {
+        // A `parallel` with no name (a syntax error) clashes with none.
+        if let Some(&first) = self.by_id.get(&info.id).filter(|_| !info.id.is_empty()) {
             let first = &self.steps[first];
             let diagnostic = Diagnostic::new(Code::DuplicateId, self.file, info.id_span, format!("the id `{}` is used twice", info.id))
                 .label("used again here")

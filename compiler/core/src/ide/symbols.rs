@@ -107,7 +107,12 @@ pub fn document_symbols(checked: &Checked, file: FileId) -> Vec<DocumentSymbol> 
 
 fn leaf(name: &str, detail: &str, kind: SymbolKind, span: Span, selection: Span) -> DocumentSymbol {
     DocumentSymbol {
-        name: name.to_string(),
+        // An editor refuses a symbol with an empty name, and a declaration
+        // whose name is missing (a syntax error) has one.
+        name: match name.is_empty() {
+            true => format!("({detail} with no name)"),
+            false => name.to_string(),
+        },
         detail: detail.to_string(),
         kind,
         span,

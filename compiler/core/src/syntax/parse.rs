@@ -601,6 +601,9 @@ impl<'s> Parser<'s> {
     /// A name that a declaration introduces; keywords are refused here rather
     /// than in the grammar (see `ident` in flow.pest).
     fn declared(&mut self, pair: Pair<'_, Rule>) -> Name {
+        if pair.as_rule() == Rule::name_slip {
+            return self.name_slip(pair);
+        }
         let name = name(pair);
         if KEYWORDS.contains(&name.text.as_str()) {
             self.problems.push(
@@ -615,6 +618,87 @@ impl<'s> Parser<'s> {
             );
         }
         name
+    }
+
+    /// A declared name written as flow does not read one (`name_slip` in
+    /// flow.pest): reported, and the name meant stands in for it, so that
+    /// what it names is checked and references to the name meant resolve.
+    /// A missing name stands in as the empty name, which no reference
+    /// matches and no duplicate check counts.
+    fn name_slip(&mut self, pair: Pair<'_, Rule>) -> Name {
+        let span = span_of(&pair);
+        let written = pair.as_str();
+        let keyword = self.source[..span.start as usize]
+            .trim_end()
+            .rsplit(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+            .next()
+            .unwrap_or_default();
+        if written.is_empty() {
+            self.problems.push(
+                Diagnostic::new(
+                    Code::Syntax,
+                    self.file,
+                    span,
+                    format!("this {keyword} has no name"),
+                )
+                .label("a name goes here")
+                .hint(format!(
+                    "name it after `{keyword}`, as `{keyword} {example} {{`: letters, digits and `_`",
+                    example = match keyword {
+                        "recipe" => "summarize",
+                        "mcp" => "browser",
+                        "parallel" => "lookups",
+                        _ => "triage",
+                    }
+                )),
+            );
+            return Name {
+                text: String::new(),
+                span,
+            };
+        }
+        let quoted = written.starts_with('"');
+        let bare = written.trim_matches('"');
+        let mut meant: String = bare
+            .chars()
+            .map(|c| match c.is_ascii_alphanumeric() {
+                true => c,
+                false => '_',
+            })
+            .collect();
+        if meant.is_empty() || meant.starts_with(|c: char| c.is_ascii_digit()) {
+            meant.insert(0, '_');
+        }
+        let (message, label, rule) = if quoted {
+            (
+                format!("`{written}` is a string, not a name"),
+                "quoted".to_string(),
+                "a name is written without quotes",
+            )
+        } else if let Some(odd) = written
+            .chars()
+            .find(|c| !c.is_ascii_alphanumeric() && *c != '_')
+        {
+            (
+                format!("`{written}` is not a name"),
+                format!("`{odd}` cannot be part of a name"),
+                "a name is letters, digits and `_`",
+            )
+        } else {
+            (
+                format!("`{written}` is not a name"),
+                "starts with a digit".to_string(),
+                "a name starts with a letter or `_`",
+            )
+        };
+        self.slip(
+            span,
+            &message,
+            &label,
+            format!("{rule}: `{meant}`"),
+            meant.clone(),
+        );
+        Name { text: meant, span }
     }
 
     // ------------------------------------------------------------ errors
