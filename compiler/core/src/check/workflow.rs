@@ -330,6 +330,8 @@ struct Checker<'e, 'd> {
     containers: Vec<Container>,
     /// Enclosing loops, outermost first: id and item type.
     loops: Vec<(String, Ty)>,
+    /// The enclosing loops written `for ID in COLLECTION` (`ForStmt::names_item`).
+    item_names: Vec<(String, Ty)>,
     loop_infos: Vec<LoopInfo>,
     error_in_scope: bool,
     workflow_timeout_ms: u64,
@@ -434,6 +436,7 @@ impl<'e, 'd> Checker<'e, 'd> {
             by_id: HashMap::new(),
             containers: Vec::new(),
             loops: Vec::new(),
+            item_names: Vec::new(),
             loop_infos: Vec::new(),
             error_in_scope: false,
             workflow_timeout_ms: DEFAULT_WORKFLOW_TIMEOUT_MS,
@@ -709,6 +712,9 @@ impl<'e, 'd> Checker<'e, 'd> {
                     span: stmt.span,
                     item: item.clone(),
                 });
+                if stmt.names_item {
+                    self.item_names.push((stmt.id.text.clone(), item.clone()));
+                }
                 self.loops.push((stmt.id.text.clone(), item));
                 self.containers.push(Container::LoopBody {
                     id: stmt.id.text.clone(),
@@ -717,6 +723,9 @@ impl<'e, 'd> Checker<'e, 'd> {
                 self.block(&stmt.body.stmts);
                 self.containers.pop();
                 self.loops.pop();
+                if stmt.names_item {
+                    self.item_names.pop();
+                }
             }
             Stmt::Parallel(stmt) => {
                 if stmt.branches.is_empty() && !stmt.recovered {
@@ -1736,6 +1745,13 @@ impl<'e, 'd> Checker<'e, 'd> {
                 Ty::Any
             }
             _ => {
+                // The header's slip was reported once; its uses are read as meant.
+                let named = self.item_names.iter().rev().find(|(id, _)| id == root);
+                if let Some((id, item)) = named.cloned() {
+                    return self.walk(item, segments, optional_ok, &|| {
+                        format!("an item of loop `{id}`")
+                    });
+                }
                 let mut diagnostic = Diagnostic::new(
                     Code::UnknownRoot,
                     self.file,

@@ -343,6 +343,10 @@ pub struct ForStmt {
     pub max_items: Option<(i64, Span)>,
     pub body: Block,
     pub span: Span,
+    /// Written `for ID in COLLECTION` (a slip, reported at the header): ID
+    /// was meant as the item's name, so its uses in the body are read as
+    /// `loop_item` rather than reported once each.
+    pub names_item: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]

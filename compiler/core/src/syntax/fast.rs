@@ -807,6 +807,7 @@ impl<'s> Fast<'s> {
             max_items,
             body,
             span: Span::new(start, self.token_end),
+            names_item: false,
         })
     }
 

@@ -2037,13 +2037,17 @@ impl<'s> Parser<'s> {
             }
             Rule::for_stmt => {
                 let mut inner = stmt.into_inner().peekable();
-                let (collection, id) = match inner.next_if(|p| p.as_rule() == Rule::for_in_slip) {
-                    Some(slip) => self.for_in(slip)?,
-                    None => {
-                        let collection = self.expr(inner.next()?);
-                        (collection, self.declared(inner.next()?))
-                    }
-                };
+                let (collection, id, names_item) =
+                    match inner.next_if(|p| p.as_rule() == Rule::for_in_slip) {
+                        Some(slip) => {
+                            let (collection, id) = self.for_in(slip)?;
+                            (collection, id, true)
+                        }
+                        None => {
+                            let collection = self.expr(inner.next()?);
+                            (collection, self.declared(inner.next()?), false)
+                        }
+                    };
                 let mut concurrency = None;
                 let mut max_items = None;
                 let mut body = None;
@@ -2070,6 +2074,7 @@ impl<'s> Parser<'s> {
                     max_items,
                     body: body?,
                     span,
+                    names_item,
                 }))
             }
             Rule::parallel_stmt => {
@@ -2175,6 +2180,7 @@ impl<'s> Parser<'s> {
                 max_items: None,
                 body: block,
                 span,
+                names_item: false,
             })));
         }
         self.if_stmt((unknown, block), inner, span)
