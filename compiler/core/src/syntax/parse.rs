@@ -876,20 +876,29 @@ impl<'s> Parser<'s> {
             return unfinished;
         }
         // A parse that stopped inside a word (`approved` where `approve`
-        // was a keyword) is about the whole word.
-        let at = if self
+        // was a keyword) is about the whole word, and about what was
+        // expected where the word starts.
+        let (at, expected) = if self
             .source
             .as_bytes()
             .get(at)
             .is_some_and(|b| cursor::is_name_byte(*b))
         {
-            at - self.source[start..at]
-                .bytes()
-                .rev()
-                .take_while(|b| cursor::is_name_byte(*b))
-                .count()
+            let word_start = at
+                - self.source[start..at]
+                    .bytes()
+                    .rev()
+                    .take_while(|b| cursor::is_name_byte(*b))
+                    .count();
+            let before = &self.source[start..word_start];
+            match furthest_failure(candidates, before) {
+                (failed, words) if word_start > start && failed == before.len() => {
+                    (word_start, words)
+                }
+                _ => (word_start, expected),
+            }
         } else {
-            at
+            (at, expected)
         };
         let found = describe_found(&self.source[at..]);
         let end = at + found.1;
@@ -913,6 +922,21 @@ impl<'s> Parser<'s> {
         } else {
             format!("expected {}, found {}", join_or(&expected), found.0)
         };
+        // A near miss of a keyword that was expected (`approved` for
+        // `approve`): the keyword is the fix.
+        let word = &self.source[at..end];
+        let near_miss = (!word.is_empty() && word.bytes().all(cursor::is_name_byte))
+            .then(|| {
+                let keywords = expected.iter().filter_map(|expected| {
+                    expected
+                        .strip_prefix('`')?
+                        .strip_suffix('`')
+                        .filter(|keyword| keyword.bytes().all(cursor::is_name_byte))
+                });
+                did_you_mean(word, keywords)
+            })
+            .flatten()
+            .map(str::to_string);
         let region = pair.as_span();
         // A `"..."` string ends at its line's end: left open, it swallowed
         // what followed it on that line, closing braces included, so it is
@@ -986,6 +1010,11 @@ impl<'s> Parser<'s> {
             } else {
                 format!("expected {}", join_or(&expected))
             });
+        if let Some(keyword) = near_miss {
+            diagnostic = diagnostic
+                .hint(format!("did you mean `{keyword}`?"))
+                .fix(keyword);
+        }
         // A statement skipped over several lines (a record's, say) is
         // checked no further: where checking goes on is shown.
         let skips_lines = self.source[end.min(region.end())..region.end()]
