@@ -85,10 +85,10 @@ use crate::store::RunChange;
 use crate::store::sql_limit;
 use crate::store::{
     ApprovalStore, DELETE_AFTER_CANCEL_MS, Deletion, Deployment, EVENT_CLAIM, EventNext,
-    EventStore, JournalBackend, JournalWrite, KbQuery, KbStore, MAX_REDRIVES, MailNext, NO_ACCOUNT,
-    NewNotification, NewRun, Notification, NotificationKind, NotificationQuery, NotificationStore,
-    Outgoing, PendingGates, PlanStore, RunEvent, RunHandle, RunLog, RunQuery, RunRow, RunStatus,
-    RunStore, StoreError, StoreFuture, StoreJournal,
+    EventStore, EventsOf, JournalBackend, JournalWrite, KbQuery, KbStore, MAX_REDRIVES, MailNext,
+    NO_ACCOUNT, NewNotification, NewRun, Notification, NotificationKind, NotificationQuery,
+    NotificationStore, Outgoing, PendingGates, PlanStore, RunEvent, RunHandle, RunLog, RunQuery,
+    RunRow, RunStatus, RunStore, StoreError, StoreFuture, StoreJournal,
 };
 use crate::time::now_stored_ms as now_ms;
 use crate::tls::{TlsMode, TlsSettings};
@@ -250,6 +250,29 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE runs ADD COLUMN redrives INTEGER NOT NULL DEFAULT 0;",
     // What happened to a run besides its steps (`RunChange`), a JSON array.
     "ALTER TABLE runs ADD COLUMN history TEXT NOT NULL DEFAULT '[]';",
+    // Events only for the runs someone takes them for (`EventsOf`): a plan
+    // says whether it has destinations, an account whether every run's
+    // events are kept or only those of such plans.
+    "ALTER TABLE event_accounts ADD COLUMN every_run BOOLEAN NOT NULL DEFAULT true;
+     ALTER TABLE plans ADD COLUMN delivers BOOLEAN NOT NULL DEFAULT true;
+     UPDATE plans SET delivers = EXISTS (
+         SELECT 1 FROM jsonb_array_elements(plans.json::jsonb -> 'workflows') AS workflow
+         WHERE jsonb_array_length(COALESCE(workflow -> 'destinations', '[]'::jsonb)) > 0);
+     CREATE OR REPLACE FUNCTION runs_keep_events() RETURNS trigger LANGUAGE plpgsql AS $$
+     BEGIN
+         IF NEW.status IN ('completed', 'failed', 'pending_approval', 'cancelled')
+            AND NEW.status IS DISTINCT FROM OLD.status
+            AND EXISTS (SELECT 1 FROM event_accounts AS kept
+                        WHERE kept.account = NEW.account
+                          AND (kept.every_run OR EXISTS (
+                              SELECT 1 FROM plans WHERE hash = NEW.plan_hash AND delivers))) THEN
+             INSERT INTO run_events (account, run_id, workflow, event, outcome, created_ms, next_ms)
+             VALUES (NEW.account, NEW.id, NEW.workflow,
+                     CASE NEW.status WHEN 'pending_approval' THEN 'parked' ELSE NEW.status END,
+                     NEW.outcome, NEW.updated_ms, NEW.updated_ms);
+         END IF;
+         RETURN NEW;
+     END $$;",
 ];
 
 /// How long a run stays its owner's without a heartbeat
@@ -983,18 +1006,23 @@ impl PostgresStore {
 }
 
 impl PostgresStore {
-    async fn keep_events_of(&self, accounts: &[String]) -> Result<(), StoreError> {
+    async fn keep_events_of(&self, accounts: &[(String, EventsOf)]) -> Result<(), StoreError> {
+        let (names, every_run): (Vec<&str>, Vec<bool>) = accounts
+            .iter()
+            .map(|(account, of)| (account.as_str(), *of == EventsOf::EveryRun))
+            .unzip();
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         tx.execute(
             "DELETE FROM event_accounts WHERE account <> ALL($1)",
-            &[&accounts],
+            &[&names],
         )
         .await?;
         tx.execute(
-            "INSERT INTO event_accounts (account) SELECT unnest($1::text[])
-             ON CONFLICT DO NOTHING",
-            &[&accounts],
+            "INSERT INTO event_accounts (account, every_run)
+             SELECT * FROM unnest($1::text[], $2::boolean[])
+             ON CONFLICT (account) DO UPDATE SET every_run = EXCLUDED.every_run",
+            &[&names, &every_run],
         )
         .await?;
         tx.commit().await?;
@@ -1063,7 +1091,7 @@ impl PostgresStore {
 }
 
 impl EventStore for PostgresStore {
-    fn keep_events_of<'a>(&'a self, accounts: &'a [String]) -> StoreFuture<'a, ()> {
+    fn keep_events_of<'a>(&'a self, accounts: &'a [(String, EventsOf)]) -> StoreFuture<'a, ()> {
         Box::pin(self.keep_events_of(accounts))
     }
 
@@ -1541,8 +1569,9 @@ impl PlanStore for PostgresStore {
     fn put_plan<'a>(&'a self, plan: &'a Plan) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             self.execute(
-                "INSERT INTO plans (hash, json) VALUES ($1, $2) ON CONFLICT (hash) DO NOTHING",
-                &[&plan.hash, &to_json(plan)?],
+                "INSERT INTO plans (hash, json, delivers) VALUES ($1, $2, $3)
+                 ON CONFLICT (hash) DO NOTHING",
+                &[&plan.hash, &to_json(plan)?, &plan.delivers()],
             )
             .await?;
             Ok(())

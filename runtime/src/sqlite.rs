@@ -24,10 +24,10 @@ use crate::journal::{StepRecord, StepStatus};
 use crate::services::{Handoff, KbDocument, KbWrite};
 use crate::store::{
     ApprovalStore, DELETE_AFTER_CANCEL_MS, Deletion, Deployment, EVENT_CLAIM, EventNext,
-    EventStore, JournalBackend, JournalWrite, KbQuery, KbStore, MAX_REDRIVES, MailNext, NO_ACCOUNT,
-    NewNotification, NewRun, Notification, NotificationKind, NotificationQuery, NotificationStore,
-    Outgoing, PendingGates, PlanStore, RunEnd, RunEvent, RunHandle, RunLog, RunQuery, RunRow,
-    RunStatus, RunStore, StoreError, StoreFuture, StoreJournal,
+    EventStore, EventsOf, JournalBackend, JournalWrite, KbQuery, KbStore, MAX_REDRIVES, MailNext,
+    NO_ACCOUNT, NewNotification, NewRun, Notification, NotificationKind, NotificationQuery,
+    NotificationStore, Outgoing, PendingGates, PlanStore, RunEnd, RunEvent, RunHandle, RunLog,
+    RunQuery, RunRow, RunStatus, RunStore, StoreError, StoreFuture, StoreJournal,
 };
 use crate::store::{RunChange, lock, sql_limit};
 use crate::time::now_stored_ms as now_ms;
@@ -274,6 +274,28 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE runs ADD COLUMN redrives INTEGER NOT NULL DEFAULT 0;",
     // What happened to a run besides its steps (`RunChange`), a JSON array.
     "ALTER TABLE runs ADD COLUMN history TEXT NOT NULL DEFAULT '[]';",
+    // Events only for the runs someone takes them for (`EventsOf`): a plan
+    // says whether it has destinations, an account whether every run's
+    // events are kept or only those of such plans.
+    "ALTER TABLE event_accounts ADD COLUMN every_run INTEGER NOT NULL DEFAULT 1;
+     ALTER TABLE plans ADD COLUMN delivers INTEGER NOT NULL DEFAULT 1;
+     UPDATE plans SET delivers = EXISTS (
+         SELECT 1 FROM json_each(plans.json, '$.workflows') AS workflow
+         WHERE json_array_length(workflow.value, '$.destinations') > 0);
+     DROP TRIGGER runs_keep_events;
+     CREATE TRIGGER runs_keep_events AFTER UPDATE OF status ON runs
+     WHEN NEW.status IN ('completed', 'failed', 'pending_approval', 'cancelled')
+          AND NEW.status IS NOT OLD.status
+          AND EXISTS (SELECT 1 FROM event_accounts AS kept
+                      WHERE kept.account = NEW.account
+                        AND (kept.every_run OR EXISTS (
+                            SELECT 1 FROM plans WHERE hash = NEW.plan_hash AND delivers)))
+     BEGIN
+         INSERT INTO run_events (account, run_id, workflow, event, outcome, created_ms, next_ms)
+         VALUES (NEW.account, NEW.id, NEW.workflow,
+                 CASE NEW.status WHEN 'pending_approval' THEN 'parked' ELSE NEW.status END,
+                 NEW.outcome, NEW.updated_ms, NEW.updated_ms);
+     END;",
 ];
 
 /// Adds `change` to the end of run `id`'s history.
@@ -594,10 +616,11 @@ impl SqliteStore {
     /// Keeps a plan (once per hash) so that every live run's plan stays available.
     pub fn put_plan(&self, plan: &Plan) -> Result<(), StoreError> {
         lock(&self.conn).execute(
-            "INSERT OR IGNORE INTO plans (hash, json) VALUES (?1, ?2)",
+            "INSERT OR IGNORE INTO plans (hash, json, delivers) VALUES (?1, ?2, ?3)",
             params![
                 plan.hash,
-                serde_json::to_string(plan).map_err(|e| StoreError::Damaged(e.to_string()))?
+                serde_json::to_string(plan).map_err(|e| StoreError::Damaged(e.to_string()))?,
+                plan.delivers()
             ],
         )?;
         Ok(())
@@ -1332,7 +1355,7 @@ impl SqliteStore {
         })
     }
 
-    pub fn keep_events_of(&self, accounts: &[String]) -> Result<(), StoreError> {
+    pub fn keep_events_of(&self, accounts: &[(String, EventsOf)]) -> Result<(), StoreError> {
         let conn = lock(&self.conn);
         in_immediate(&conn, || {
             // Called as flowd starts: a deliverer that died (kill -9) left
@@ -1341,10 +1364,10 @@ impl SqliteStore {
             // released now.
             conn.execute("UPDATE run_events SET claimed_until = 0", [])?;
             conn.execute("DELETE FROM event_accounts", [])?;
-            for account in accounts {
+            for (account, of) in accounts {
                 conn.execute(
-                    "INSERT OR IGNORE INTO event_accounts (account) VALUES (?1)",
-                    [account],
+                    "INSERT OR REPLACE INTO event_accounts (account, every_run) VALUES (?1, ?2)",
+                    params![account, *of == EventsOf::EveryRun],
                 )?;
             }
             Ok(())
@@ -1439,7 +1462,7 @@ impl SqliteStore {
 }
 
 impl EventStore for SqliteStore {
-    fn keep_events_of<'a>(&'a self, accounts: &'a [String]) -> StoreFuture<'a, ()> {
+    fn keep_events_of<'a>(&'a self, accounts: &'a [(String, EventsOf)]) -> StoreFuture<'a, ()> {
         ready(self.keep_events_of(accounts))
     }
 

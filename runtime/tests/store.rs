@@ -21,8 +21,9 @@ use flow_runtime::postgres::{PostgresOptions, PostgresStore};
 use flow_runtime::services::{Handoff, KbWrite, Services};
 use flow_runtime::sqlite::SqliteStore;
 use flow_runtime::store::{
-    Deletion, EventNext, KbQuery, MailNext, MailState, NotificationKind, NotificationQuery,
-    NotificationStore, PendingGates, PlanStore, RunChange, RunLog, RunStatus, RunStore, Store,
+    Deletion, EventNext, EventsOf, KbQuery, MailNext, MailState, NotificationKind,
+    NotificationQuery, NotificationStore, PendingGates, PlanStore, RunChange, RunLog, RunStatus,
+    RunStore, Store,
 };
 use flow_tests::TempDir;
 use flow_tests::postgres::TestSchema;
@@ -102,6 +103,7 @@ on_each_store!(
     // NotificationStore, and a journal's handoffs
     // EventStore
     run_events_are_kept_with_each_status_change_and_handed_out_once,
+    run_events_of_an_account_without_endpoints_are_kept_only_to_deliver,
     a_destinations_delivery_writes_its_document_once_and_is_in_the_history,
     kb_documents_keys_and_notifications_belong_to_the_run_account,
     // KbStore, and a journal's KB writes and context
@@ -1224,11 +1226,65 @@ async fn a_destinations_delivery_writes_its_document_once_and_is_in_the_history(
     );
 }
 
+/// An account without webhook endpoints has events kept only for the runs
+/// of plans with destinations: the others' would be claimed and deleted
+/// unread, at a cost to every run (B9).
+async fn run_events_of_an_account_without_endpoints_are_kept_only_to_deliver(backend: Backend) {
+    let store = backend.open().await;
+    let quiet = plan(TWO_STEPS);
+    let delivering = plan(&TWO_STEPS.replace(
+        "  durability approval",
+        "  durability approval\n  deliver on completed to webhook \"crm\"",
+    ));
+    assert!(delivering.delivers() && !quiet.delivers());
+    for plan in [&quiet, &delivering] {
+        store.put_plan(plan).await.unwrap();
+    }
+    store
+        .keep_events_of(&[
+            ("acme".to_string(), EventsOf::Deliveries),
+            ("globex".to_string(), EventsOf::EveryRun),
+        ])
+        .await
+        .unwrap();
+    let runs = [
+        ("quiet", "acme", &quiet),
+        ("delivering", "acme", &delivering),
+        ("hooked", "globex", &quiet),
+    ];
+    let done = json!({ "status": "completed", "output": {} });
+    for (id, account, plan) in runs {
+        store
+            .create_run(id, account, "w", &plan.hash, &json!({}), None)
+            .await
+            .unwrap();
+        assert!(
+            store
+                .finish_run(id, RunStatus::Completed, &done, Duration::ZERO)
+                .await
+                .unwrap()
+        );
+    }
+    let now = flow_runtime::time::now_ms() + 1_000;
+    let mut kept: Vec<String> = store
+        .due_events(now, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|event| event.run_id)
+        .collect();
+    kept.sort();
+    assert_eq!(kept, ["delivering", "hooked"]);
+}
+
 async fn run_events_are_kept_with_each_status_change_and_handed_out_once(backend: Backend) {
     let store = backend.open().await;
     let plan = plan(TWO_STEPS);
     store.put_plan(&plan).await.unwrap();
-    store.keep_events_of(&["acme".to_string()]).await.unwrap();
+    store
+        .keep_events_of(&[("acme".to_string(), EventsOf::EveryRun)])
+        .await
+        .unwrap();
     for (id, account) in [("a1", "acme"), ("a2", "acme"), ("g1", "globex")] {
         store
             .create_run(id, account, "w", &plan.hash, &json!({}), None)

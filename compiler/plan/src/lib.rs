@@ -756,6 +756,14 @@ impl serde_json::ser::Formatter for CanonicalNumbers {
 }
 
 impl Plan {
+    /// Whether a run of this plan may deliver its result to a destination
+    /// (`deliver`), so that its status changes go to the outbox.
+    pub fn delivers(&self) -> bool {
+        self.workflows
+            .iter()
+            .any(|workflow| !workflow.destinations.is_empty())
+    }
+
     /// The hash of this plan's content: SHA-256 of its compact JSON with the
     /// `hash` field empty, each integral number written as an integer
     /// (`CanonicalNumbers`). Takes `&mut` to blank the field in place rather

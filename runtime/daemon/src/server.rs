@@ -23,7 +23,7 @@ use flow_runtime::limit::{
 use flow_runtime::llm::ProviderConfig;
 use flow_runtime::runner::{Invocation, Observer};
 use flow_runtime::services::Provider;
-use flow_runtime::store::{Deployment, RunRow, RunStatus, Store, StoreError};
+use flow_runtime::store::{Deployment, EventsOf, RunRow, RunStatus, Store, StoreError};
 use serde_json::json;
 use tokio::task::JoinSet;
 
@@ -708,8 +708,12 @@ impl Daemon {
                         daemon
                             .export_trace(&plan.hash, &workflow, &run_id, &outcome, steps)
                             .await;
-                        // The store kept the run's event with its status.
-                        daemon.events_wake.notify_one();
+                        // The store kept the run's event with its status,
+                        // if anyone takes it (`EventsOf`); a wake-up for
+                        // nothing costs the deliverer's claim, a write.
+                        if plan.delivers() || !daemon.config.people(&account).webhooks.is_empty() {
+                            daemon.events_wake.notify_one();
+                        }
                     }
                     // Another process has the run now (this one was paused
                     // or cut off past its lease), or it was cancelled:
@@ -989,12 +993,19 @@ pub async fn serve(
     let _ = daemon.public_url.set(public_url);
     // Events are kept for every account, before any run of theirs moves:
     // an account without endpoints may deploy a workflow with destinations
-    // (`deliver`), which ride the same outbox.
-    let accounts: Vec<String> = daemon
+    // (`deliver`), which ride the same outbox; only those runs' events are
+    // kept for it.
+    let accounts: Vec<(String, EventsOf)> = daemon
         .config
         .accounts
         .iter()
-        .map(|account| account.id.clone())
+        .map(|account| {
+            let of = match account.webhooks.is_empty() {
+                true => EventsOf::Deliveries,
+                false => EventsOf::EveryRun,
+            };
+            (account.id.clone(), of)
+        })
         .collect();
     daemon
         .store

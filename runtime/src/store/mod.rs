@@ -591,16 +591,18 @@ pub trait NotificationStore: Send + Sync {
 ///
 /// Invariants: an event is kept in the same transaction as the change of
 /// the run's status it reports, so no crash loses one, and only for the
-/// accounts `keep_events_of` names; an event is handed to one deliverer at
+/// accounts `keep_events_of` names (of an account kept for `Deliveries`, only
+/// for the runs of plans with destinations); an event is handed to one deliverer at
 /// a time (`due_events` claims it for `EVENT_CLAIM`), and offered again
 /// when that deliverer dies before it records its attempt; its id never
 /// changes, so every retry carries the same message id.
 pub trait EventStore: Send + Sync {
-    /// Keeps the events of `accounts` from now on (and of no other account).
-    /// flowd calls it as it starts; the SQLite store then also releases the
-    /// claims of a deliverer that died, since one flowd delivers from one
-    /// file (PostgreSQL's expire, as processes share it).
-    fn keep_events_of<'a>(&'a self, accounts: &'a [String]) -> StoreFuture<'a, ()>;
+    /// Keeps the events of `accounts` from now on (and of no other account),
+    /// each of the runs `EventsOf` says. flowd calls it as it starts; the
+    /// SQLite store then also releases the claims of a deliverer that died,
+    /// since one flowd delivers from one file (PostgreSQL's expire, as
+    /// processes share it).
+    fn keep_events_of<'a>(&'a self, accounts: &'a [(String, EventsOf)]) -> StoreFuture<'a, ()>;
 
     /// At most `limit` events due by `now_ms`, oldest first, each claimed
     /// for `EVENT_CLAIM`.
@@ -618,6 +620,17 @@ pub trait EventStore: Send + Sync {
     /// Adds an attempt at one of run `run_id`'s destinations to its
     /// history (a `RunChange::Delivery`), where its trace shows it.
     fn note_delivery<'a>(&'a self, run_id: &'a str, change: &'a RunChange) -> StoreFuture<'a, ()>;
+}
+
+/// Which of an account's runs the outbox keeps events of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventsOf {
+    /// Every run's: the account has webhook endpoints.
+    EveryRun,
+    /// Only those of runs whose plan has destinations (`deliver`): no
+    /// endpoint would take the others'. Keeping an event costs its insert,
+    /// claim and delete in the store, on every run's end.
+    Deliveries,
 }
 
 /// How long a deliverer holds the events `due_events` gave it before they
