@@ -585,6 +585,9 @@ impl SqliteStore {
             Ok(())
         })?;
         let writer = open(path)?;
+        // The writer runs the same few statements in every batch: each is
+        // parsed once (a prepare per row was an eighth of its CPU in B9).
+        writer.set_prepared_statement_cache_capacity(64);
         let (sender, receiver) = mpsc::channel();
         std::thread::Builder::new()
             .name("flow-journal-writer".into())
@@ -1890,7 +1893,9 @@ fn write_batch(
                 // A statement that fails (a run id taken twice) fails alone:
                 // SQLite undoes that statement and the transaction goes on.
                 Write::Statement { sql, params, .. } => {
-                    let result = tx.execute(sql, rusqlite::params_from_iter(params.iter()));
+                    let result = tx.prepare_cached(sql).and_then(|mut statement| {
+                        statement.execute(rusqlite::params_from_iter(params.iter()))
+                    });
                     // Some errors (disk full, I/O) roll the whole transaction
                     // back, not just the statement: then the batch fails.
                     match result {
@@ -1920,10 +1925,10 @@ fn write_journal(
     write: &JournalWrite,
 ) -> rusqlite::Result<Result<Written, WriteError>> {
     if let Some(start) = &write.start {
-        let inserted = tx.execute(
+        let inserted = tx.prepare_cached(
             "INSERT INTO runs (id, workflow, plan_hash, status, input, created_ms, updated_ms, owner, account)
              VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?5, ?6, ?7)",
-            params![
+        ).and_then(|mut statement| statement.execute(params![
                 run.id,
                 start.workflow,
                 start.plan_hash,
@@ -1931,8 +1936,7 @@ fn write_journal(
                 now_ms(),
                 owner(),
                 run.account,
-            ],
-        );
+            ]));
         match inserted {
             Err(error) if tx.is_autocommit() => return Err(error),
             Err(error) => return Ok(Err(WriteError::Store(error.into()))),
@@ -1951,7 +1955,9 @@ fn write_journal(
         notify_gate(tx, &run.id, record)?;
     }
     if let Some(end) = &write.end {
-        let ended = tx.execute(FINISH_RUN, finish_params(&run.id, end))?;
+        let ended = tx
+            .prepare_cached(FINISH_RUN)?
+            .execute(finish_params(&run.id, end))?;
         if ended == 0 {
             return Ok(Err(WriteError::Store(StoreError::LeaseLost)));
         }
