@@ -2811,9 +2811,9 @@ fn skipped_declaration(region: &Pair<'_, Rule>) -> Option<Item> {
 /// fails, and the words expected there.
 fn furthest_failure(rules: &[Rule], text: &str) -> (usize, Vec<String>) {
     // pest collects which tokens it tried at the furthest position only when
-    // error detail is on. It is a process-wide switch, so it is turned on for
-    // this re-parse alone; another thread parsing meanwhile only pays in speed.
-    pest::set_error_detail(true);
+    // error detail is on: on for this re-parse (another thread parsing
+    // meanwhile only pays in speed).
+    let _detail = ErrorDetail::on();
     let mut best: Option<(usize, Vec<String>)> = None;
     for rule in rules {
         if let Err(error) = FlowParser::parse(*rule, text) {
@@ -2833,7 +2833,6 @@ fn furthest_failure(rules: &[Rule], text: &str) -> (usize, Vec<String>) {
             }
         }
     }
-    pest::set_error_detail(false);
     let (at, mut expected) = best.unwrap_or((0, Vec::new()));
     expected.sort();
     expected.dedup();
@@ -2844,6 +2843,41 @@ fn furthest_failure(rules: &[Rule], text: &str) -> (usize, Vec<String>) {
     }
     expected.retain(|w| w != "`from`");
     (at, expected)
+}
+
+/// pest's error detail, on while any thread's `furthest_failure` runs. The
+/// switch is process-wide: a re-parse that turned it off as it ended turned
+/// it off under another thread's, whose message then changed from
+/// "expected a string" to "unexpected" (the diagnostics fixtures, run on
+/// several threads, caught it).
+struct ErrorDetail;
+
+/// How many re-parses want the detail now; the switch is set under it.
+static DETAILED_PARSES: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
+
+impl ErrorDetail {
+    fn on() -> ErrorDetail {
+        let mut parses = DETAILED_PARSES
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *parses += 1;
+        if *parses == 1 {
+            pest::set_error_detail(true);
+        }
+        ErrorDetail
+    }
+}
+
+impl Drop for ErrorDetail {
+    fn drop(&mut self) {
+        let mut parses = DETAILED_PARSES
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *parses -= 1;
+        if *parses == 0 {
+            pest::set_error_detail(false);
+        }
+    }
 }
 
 /// The amounts and units of a duration written with several (`1h30m`),
