@@ -171,6 +171,13 @@ fn closing_brace(text: &str, file: FileId, problems: &[Diagnostic]) -> Option<Re
     if !caused_from(text, problems, brace) {
         return None;
     }
+    // When the parse itself blamed this brace, its item was skipped whole
+    // with that one problem, which a copy with the item's other mistakes
+    // in it cannot beat on count: the copy is taken for those mistakes.
+    let blamed = problems
+        .iter()
+        .any(|p| p.message == UNCLOSED_BRACE && p.primary.span.start as usize == brace);
+    let problems = if blamed { &[][..] } else { problems };
     let line_end = brace + first_line_len(&text[brace..]);
     let closed_at = if text[..line_end].ends_with('\r') {
         line_end - 1
@@ -258,7 +265,8 @@ fn caused_from(text: &str, problems: &[Diagnostic], at: usize) -> bool {
 }
 
 /// `text` with the character at `at` written over by `by`, and its parse,
-/// when that parse leaves fewer problems than `problems`.
+/// when that parse leaves fewer problems than `problems` (whatever it
+/// leaves, when `problems` is empty).
 fn mended_copy(
     text: &str,
     at: usize,
@@ -269,7 +277,9 @@ fn mended_copy(
     let mut copy = text.to_string();
     copy.replace_range(at..at + 1, by);
     let parsed = parse_copy(&copy, file);
-    (parsed.1.len() + parsed.2.len() < problems.len()).then_some((copy, parsed))
+    // No problems to beat: the copy is taken (see `closing_brace`).
+    let fewer = problems.is_empty() || parsed.1.len() + parsed.2.len() < problems.len();
+    fewer.then_some((copy, parsed))
 }
 
 /// A `}` that the layout shows is one too many (see `suspect_extra_brace`):
