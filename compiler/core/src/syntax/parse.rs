@@ -1180,14 +1180,18 @@ impl<'s> Parser<'s> {
                     line.as_bytes()[end - 1] == b')'
                         && cursor::scan(&line[..*end], *end).open.is_empty()
                 })?;
-                let meant = format!("{{{}}}", &line[1..close - 1]);
+                // Keyword arguments (`text=x`) become fields (`text:x`) in
+                // the same stroke, so that the hint is flow and the copy
+                // reads one mistake, not two.
+                let inner = &line[1..close - 1];
+                let (fields, shown) = keyword_arguments(inner);
                 let diagnostic = diagnostic(
                     (at, at + close),
                     "a step's arguments are a record, in braces",
                     "not a call",
-                    &meant,
+                    &format!("{{ {shown} }}"),
                 );
-                Some((at, meant, diagnostic))
+                Some((at, format!("{{{fields}}}"), diagnostic))
             }
             // JavaScript's and Rust's statement ends: a statement ends
             // with its line, and a record's fields are apart without one.
@@ -1512,6 +1516,30 @@ impl<'s> Parser<'s> {
         }
         if let Some(at) = self.spaced_unit(start, word) {
             return Some(at);
+        }
+        // Other languages' `return { ... }`: a workflow's result is its
+        // `output`, a word of the same length, so the copy reads it as one.
+        if word == "return"
+            && after.starts_with('{')
+            && matches!(
+                context,
+                Context::WorkflowHead | Context::WorkflowBody | Context::Block
+            )
+        {
+            self.rewrites.push((
+                start,
+                "output".to_string(),
+                Diagnostic::new(
+                    Code::Syntax,
+                    self.file,
+                    Span::new(start, start + len),
+                    "a workflow's result is its `output`",
+                )
+                .label("not a flow keyword")
+                .hint("write `output { ... }` after the workflow's last statement")
+                .fix("output"),
+            ));
+            return Some(start);
         }
         if word == "backoff" && keywords.contains(&"retry") {
             self.problems.push(
@@ -2815,6 +2843,48 @@ fn skipped_declaration(region: &Pair<'_, Rule>) -> Option<Item> {
         })),
         _ => None,
     }
+}
+
+/// Call arguments (`text=x, n = 2`) as a record's fields: each `=` that
+/// follows a name (not `==`, `<=`, `>=`, `!=`), outside strings, becomes
+/// `:`. The first text keeps every offset (for the parse of the copy); the
+/// second is as an author writes it (for the hint and the fix).
+fn keyword_arguments(arguments: &str) -> (String, String) {
+    let bytes = arguments.as_bytes();
+    let mut fields = arguments.as_bytes().to_vec();
+    let mut shown = String::with_capacity(arguments.len() + 8);
+    let mut in_string = false;
+    for (index, &byte) in bytes.iter().enumerate() {
+        let quoted_here = in_string;
+        if byte == b'"' && (index == 0 || bytes[index - 1] != b'\\') {
+            in_string = !in_string;
+        }
+        let named = !quoted_here
+            && byte == b'='
+            && bytes.get(index + 1) != Some(&b'=')
+            && index > 0
+            && !matches!(bytes[index - 1], b'=' | b'<' | b'>' | b'!')
+            && arguments[..index]
+                .trim_end_matches([' ', '\t'])
+                .ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_');
+        if named {
+            fields[index] = b':';
+            shown = shown.trim_end_matches([' ', '\t']).to_string();
+            shown.push_str(": ");
+            continue;
+        }
+        if shown.ends_with(": ") && matches!(byte, b' ' | b'\t') && !quoted_here {
+            continue;
+        }
+        shown.push(byte as char);
+    }
+    let fields = String::from_utf8(fields).unwrap_or_else(|_| arguments.to_string());
+    // `shown` was built byte by byte: rebuild it from chars when the text
+    // is not ASCII.
+    if !arguments.is_ascii() {
+        return (fields.clone(), fields);
+    }
+    (fields, shown)
 }
 
 /// Where the parse of `text` with the first of `rules` that gets furthest
