@@ -414,8 +414,9 @@ fn member(
         }
         return;
     };
-    if let Some(output) = mocked_output(checked, text, brace) {
-        // `mock step.classify = { | }`: the fields of the recipe's output.
+    if let Some(output) = mocked_value(checked, text, brace) {
+        // `mock step.classify = { | }`: the fields of the recipe's output,
+        // or of the record nested in it that the cursor is in.
         fields(&checked.analysis.env, &output, items);
         return;
     }
@@ -439,6 +440,33 @@ fn member(
             keywords(STATEMENTS, items);
             after_step(text, offset, items);
         }
+    }
+}
+
+/// The type the literal opening at `open` (a `{` or `[`) inside a mock's
+/// answer is checked against: the answer's own (`mocked_output`), a
+/// field's of the record around it (`customer: {`), or an item's of the
+/// list around it (`[{`, `, {`).
+fn mocked_value(checked: &Checked, text: &str, open: usize) -> Option<Ty> {
+    if let Some(output) = mocked_output(checked, text, open) {
+        return Some(output);
+    }
+    let &(around, bracket) = cursor::scan(text, open).open.last()?;
+    let before = text[..open].trim_end();
+    let outer = mocked_value(checked, text, around)?;
+    match (bracket, outer.required()) {
+        (b'{', _) => {
+            let name = before.strip_suffix(':')?.trim_end();
+            let name = &name[name.len()
+                - name
+                    .bytes()
+                    .rev()
+                    .take_while(|b| cursor::is_name_byte(*b))
+                    .count()..];
+            outer.required().field(name).cloned()
+        }
+        (b'[', Ty::List(item)) if before.ends_with(['[', ',']) => Some(item.as_ref().clone()),
+        _ => None,
     }
 }
 
