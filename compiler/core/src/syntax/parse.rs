@@ -208,7 +208,29 @@ fn closing_brace(text: &str, file: FileId, problems: &[Diagnostic]) -> Option<Re
         })
         .filter(|(_, line)| !line.trim_start().starts_with('}'))
         .map(|(start, _)| start);
-    let block = text[brace + 1..line_end].trim().is_empty();
+    // A comment at the end of a line is not code: a `}` written after it
+    // would be part of it (and in the copy, so would the next line).
+    let code_end = |start: usize, end: usize| {
+        trailing_comment(&text[start..end]).map_or(end, |comment| start + comment)
+    };
+    let block = text[brace + 1..code_end(brace, closed_at)]
+        .trim()
+        .is_empty();
+    // Where a `}` goes at the end of the line ending at `end` (its line
+    // break, or before its comment): the range it is written over in the
+    // copy, keeping every offset.
+    let closing_range = |end: usize| {
+        let start = text[..end].rfind('\n').map_or(0, |i| i + 1);
+        let end = if text[..end].ends_with('\r') {
+            end - 1
+        } else {
+            end
+        };
+        match trailing_comment(&text[start..end]) {
+            Some(comment) => start + comment..end,
+            None => end..end + 1,
+        }
+    };
     let unclosed = |hint: &str, title: &str, edit: Edit| {
         Diagnostic::new(
             Code::Syntax,
@@ -221,7 +243,7 @@ fn closing_brace(text: &str, file: FileId, problems: &[Diagnostic]) -> Option<Re
         .fix_with(title, vec![edit])
     };
     if block && let Some(next_line) = block_end {
-        let (copy, parsed) = mended_copy(text, next_line - 1, "}", file, problems)?;
+        let (copy, parsed) = mended_copy(text, closing_range(next_line - 1), file, problems)?;
         let closing = format!("{}}}\n", &text[line_start..line_start + opener_indent]);
         let diagnostic = unclosed(
             "the lines under it end where a line comes back to its indentation: `}` is probably missing before that line",
@@ -235,11 +257,13 @@ fn closing_brace(text: &str, file: FileId, problems: &[Diagnostic]) -> Option<Re
         );
         return Some((copy, diagnostic, parsed));
     }
-    let (copy, parsed) = mended_copy(text, closed_at, "}", file, problems)?;
+    let (copy, parsed) = mended_copy(text, closing_range(line_end), file, problems)?;
+    let code = code_end(line_start, closed_at);
+    let insert_at = line_start + text[line_start..code].trim_end().len();
     let diagnostic = unclosed(
         why,
         "Close the `{` at the end of its line",
-        Edit::insert(closed_at as u32, " }"),
+        Edit::insert(insert_at as u32, " }"),
     );
     Some((copy, diagnostic, parsed))
 }
@@ -264,18 +288,29 @@ fn caused_from(text: &str, problems: &[Diagnostic], at: usize) -> bool {
         .any(|p| p.primary.span.start as usize >= item_start)
 }
 
-/// `text` with the character at `at` written over by `by`, and its parse,
-/// when that parse leaves fewer problems than `problems` (whatever it
-/// leaves, when `problems` is empty).
+/// Where a `//` comment starts in `line`, outside strings.
+fn trailing_comment(line: &str) -> Option<usize> {
+    line.match_indices("//")
+        .map(|(at, _)| at)
+        .find(|&at| cursor::scan(line, at).lexical == cursor::Lexical::Code)
+}
+
+/// `text` with `range` written over by a `}` (a `}` and spaces), or by a
+/// space when `range` is a `}` already, and its parse, when that parse
+/// leaves fewer problems than `problems` (whatever it leaves, when
+/// `problems` is empty).
 fn mended_copy(
     text: &str,
-    at: usize,
-    by: &str,
+    range: std::ops::Range<usize>,
     file: FileId,
     problems: &[Diagnostic],
 ) -> Option<(String, Parsed)> {
     let mut copy = text.to_string();
-    copy.replace_range(at..at + 1, by);
+    let by = match &text[range.clone()] {
+        "}" => " ".to_string(),
+        _ => format!("}}{}", " ".repeat(range.len().saturating_sub(1))),
+    };
+    copy.replace_range(range, &by);
     let parsed = parse_copy(&copy, file);
     // No problems to beat: the copy is taken (see `closing_brace`).
     let fewer = problems.is_empty() || parsed.1.len() + parsed.2.len() < problems.len();
@@ -290,7 +325,7 @@ fn extra_brace(text: &str, file: FileId, problems: &[Diagnostic]) -> Option<Repa
     if !caused_from(text, problems, extra) {
         return None;
     }
-    let (copy, parsed) = mended_copy(text, extra, " ", file, problems)?;
+    let (copy, parsed) = mended_copy(text, extra..extra + 1, file, problems)?;
     let line = |at: usize| text[..at].matches('\n').count() + 1;
     let diagnostic = Diagnostic::new(
         Code::Syntax,
@@ -795,6 +830,15 @@ impl<'s> Parser<'s> {
         ) && option_words.iter().any(|w| rest.starts_with(w))
         {
             &[Rule::step_option]
+        } else if rest.starts_with("output")
+            && !rest
+                .as_bytes()
+                .get(6)
+                .is_some_and(|b| cursor::is_name_byte(*b))
+        {
+            // A workflow's output that does not parse: its record is what
+            // to explain.
+            &[Rule::workflow_output]
         } else if rest.starts_with("else")
             && !rest
                 .as_bytes()
