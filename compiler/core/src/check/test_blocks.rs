@@ -393,6 +393,18 @@ impl<'a> TestChecker<'a> {
                 )
                 .label("not an expectation")
                 .hint("expect `status completed`, `ran step.ID`, `not ran step.ID`, `attempts step.ID == N`, or `output.FIELD == value`");
+                // `expect status == completed`: the status is a word, not a
+                // value to compare.
+                if let ExprKind::Binary(_, left, right) = &expr.kind
+                    && let (ExprKind::Path(status), ExprKind::Path(word)) =
+                        (&left.kind, &right.kind)
+                    && status.root.text == "status"
+                    && status.segments.is_empty()
+                    && word.segments.is_empty()
+                {
+                    let meant = format!("status {}", word.root.text);
+                    diagnostic = diagnostic.hint(format!("write `{meant}`")).fix(meant);
+                }
                 if let ExprKind::Binary(_, left, _) = &expr.kind
                     && let ExprKind::Path(path) = &left.kind
                     && path.root.text == "step"
