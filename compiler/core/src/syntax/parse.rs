@@ -1375,6 +1375,16 @@ impl<'s> Parser<'s> {
             );
             return Some(comment.fix("//"));
         }
+        // JSONPath's wildcard (`step.loop[*].s.x`): flow indexes a list
+        // with a number, and a loop's outputs are a list already.
+        if self.source[at..].starts_with("*]") && expected.iter().any(|w| w == "a whole number") {
+            return Some(diagnostic(
+                Span::new(at - 1, at + 2),
+                "flow has no `[*]`".to_string(),
+                "not an index",
+                "index a list with a number (`[0]` is the first item); a loop's `step.ID` is already the list of its iterations' outputs, and a whole list can be passed as a value",
+            ));
+        }
         let line_start = self.source[..at].rfind('\n').map_or(0, |i| i + 1);
         let before = &self.source[line_start..at];
         // `text: hello world }`: the second word was read as the next
