@@ -1211,7 +1211,8 @@ impl<'s> Parser<'s> {
             }
 
             b'(' if self.source[..at]
-                .ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_') =>
+                .ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+                && expected.iter().any(|word| word == "`{`") =>
             {
                 let scanned = cursor::scan(line, line.len());
                 // The `(` must be closed on its line, outside strings.
@@ -1228,6 +1229,17 @@ impl<'s> Parser<'s> {
                 // the same stroke, so that the hint is flow and the copy
                 // reads one mistake, not two.
                 let inner = &line[1..close - 1];
+                // `tool({ ... })`: the record is there, in parentheses.
+                let record = inner.trim();
+                if record.starts_with('{') && record.ends_with('}') {
+                    let diagnostic = diagnostic(
+                        (at, at + close),
+                        "a step's arguments are a record, without parentheses",
+                        "not a call",
+                        record,
+                    );
+                    return Some((at, format!(" {inner} "), diagnostic));
+                }
                 let (fields, shown) = keyword_arguments(inner);
                 let diagnostic = diagnostic(
                     (at, at + close),
@@ -1331,6 +1343,27 @@ impl<'s> Parser<'s> {
                 // Read as a required field, so that the type is declared.
                 Some((at, ": ".to_string(), diagnostic))
             }
+            // A default value after a field's type (`max_words: int = 50`),
+            // as in TypeScript and Python: blanked, the field kept.
+            b'=' if expected.iter().any(|word| word == "`|`")
+                && expected.iter().any(|word| word == "`?`")
+                && !line.starts_with("==") =>
+            {
+                let scanned_end = (1..=line.len())
+                    .find(|end| {
+                        matches!(line.as_bytes().get(*end), Some(b',' | b'}') | None)
+                            && cursor::scan(&line[..*end], *end).open.is_empty()
+                            && cursor::scan(&line[..*end], *end).lexical == cursor::Lexical::Code
+                    })
+                    .unwrap_or(line.len());
+                let default = line[..scanned_end].trim_end();
+                let diagnostic =
+                    Diagnostic::new(Code::Syntax, self.file, Span::new(at, at + default.len()), "a field's type takes no default value")
+                        .label("not part of a type")
+                        .hint("leave it out: give the value where the step is called, or make the field optional (`int?`) and write `?? VALUE` where it is read")
+                        .fix("");
+                Some((at, " ".repeat(default.len()), diagnostic))
+            }
             b'=' if expected.iter().any(|word| word == "`:`") && !line.starts_with("==") => {
                 let diagnostic = diagnostic(
                     (at, at + 1),
@@ -1374,6 +1407,24 @@ impl<'s> Parser<'s> {
                 "write `//` for a comment",
             );
             return Some(comment.fix("//"));
+        }
+        // A function or method call in an expression (`names.length()`,
+        // `len(x)`): flow has none.
+        if self.source[at..].starts_with('(')
+            && self.source[..at].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+            && !expected.iter().any(|w| w == "`{`")
+        {
+            let name_len = self.source[..at]
+                .bytes()
+                .rev()
+                .take_while(|b| cursor::is_name_byte(*b))
+                .count();
+            return Some(diagnostic(
+                Span::new(at - name_len, at + 1),
+                "flow has no function calls".to_string(),
+                "not a flow value",
+                "a value is a literal, a reference (`step.ID.FIELD`, `workflow_input.FIELD`) or an operation on them; what a model should compute goes in a recipe's prompt",
+            ));
         }
         // JSONPath's wildcard (`step.loop[*].s.x`): flow indexes a list
         // with a number, and a loop's outputs are a list already.
