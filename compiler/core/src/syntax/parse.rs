@@ -1426,6 +1426,18 @@ impl<'s> Parser<'s> {
                 "a value is a literal, a reference (`step.ID.FIELD`, `workflow_input.FIELD`) or an operation on them; what a model should compute goes in a recipe's prompt",
             ));
         }
+        // C's conditional operator (`a ? b : c`).
+        if self.source[at..].starts_with("? ")
+            && expected.iter().any(|w| w == "an operator")
+            && self.source[at..at + first_line_len(&self.source[at..])].contains(" : ")
+        {
+            return Some(diagnostic(
+                Span::new(at, at + 1),
+                "flow has no `? :`".to_string(),
+                "not an operator",
+                "choose with `if CONDITION { ... } else { ... }` around the steps that differ; `??` gives a default for an optional value",
+            ));
+        }
         // JSONPath's wildcard (`step.loop[*].s.x`): flow indexes a list
         // with a number, and a loop's outputs are a list already.
         if self.source[at..].starts_with("*]") && expected.iter().any(|w| w == "a whole number") {

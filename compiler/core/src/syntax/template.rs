@@ -292,6 +292,19 @@ pub(crate) fn parse_path(text: &str, offset: usize) -> Result<Path, (usize, Stri
             pos = close + 1;
             continue;
         } else {
+            // Jinja's and Liquid's filters (`{{x | upper}}`): the value
+            // is inserted as it is.
+            let rest = text[pos..].trim_start();
+            if let Some(filter) = rest.strip_prefix('|') {
+                let at = offset + text.len() - rest.len();
+                let name = filter.trim();
+                return Err((
+                    at,
+                    format!(
+                        "a reference has no filters (`| {name}`): its value is inserted as it is"
+                    ),
+                ));
+            }
             let c = text[pos..].chars().next().unwrap_or(' ');
             return Err((offset + pos, format!("unexpected `{c}` in a reference")));
         };
