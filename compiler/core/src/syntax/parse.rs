@@ -1343,6 +1343,27 @@ impl<'s> Parser<'s> {
                 // Read as a required field, so that the type is declared.
                 Some((at, ": ".to_string(), diagnostic))
             }
+            // TypeScript's array type (`tags: string[]`): read as the type
+            // before it, with `list<...>` as the fix.
+            b'[' if line.starts_with("[]")
+                && expected.iter().any(|word| word == "`|`")
+                && expected.iter().any(|word| word == "`?`") =>
+            {
+                let name_len = self.source[..at]
+                    .bytes()
+                    .rev()
+                    .take_while(|b| cursor::is_name_byte(*b))
+                    .count();
+                let item = &self.source[at - name_len..at];
+                let meant = format!("list<{item}>");
+                let diagnostic = diagnostic(
+                    (at - name_len, at + 2),
+                    "flow writes a list type `list<ITEM>`",
+                    "not a flow type",
+                    &meant,
+                );
+                Some((at, "  ".to_string(), diagnostic))
+            }
             // A default value after a field's type (`max_words: int = 50`),
             // as in TypeScript and Python: blanked, the field kept.
             b'=' if expected.iter().any(|word| word == "`|`")
