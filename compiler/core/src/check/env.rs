@@ -572,7 +572,24 @@ fn resolve_with(
                         format!("unknown type `{other}`"),
                     )
                     .label("not a type");
-                    if let Some(best) = did_you_mean(other, candidates.clone()) {
+                    // Other languages' names for flow's types.
+                    let foreign = match other {
+                        "str" | "String" | "text" => Some("string"),
+                        "integer" | "Integer" | "i32" | "i64" | "long" => Some("int"),
+                        "double" | "Double" | "f64" | "decimal" => Some("float"),
+                        "boolean" | "Boolean" | "Bool" => Some("bool"),
+                        "number" | "Number" => None,
+                        "object" | "Object" | "dict" | "map" | "any" | "Any" => Some("json"),
+                        _ => None,
+                    };
+                    if matches!(other, "number" | "Number") {
+                        diagnostic = diagnostic
+                            .hint("flow has `int` for whole numbers and `float` for the others");
+                    } else if let Some(meant) = foreign {
+                        diagnostic = diagnostic
+                            .hint(format!("flow calls it `{meant}`"))
+                            .fix(meant);
+                    } else if let Some(best) = did_you_mean(other, candidates.clone()) {
                         diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
                     }
                     diagnostic = diagnostic.hint(format!(
