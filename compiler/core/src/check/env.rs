@@ -578,7 +578,6 @@ fn resolve_with(
                         "integer" | "Integer" | "i32" | "i64" | "long" => Some("int"),
                         "double" | "Double" | "f64" | "decimal" => Some("float"),
                         "boolean" | "Boolean" | "Bool" => Some("bool"),
-                        "number" | "Number" => None,
                         "object" | "Object" | "dict" | "map" | "any" | "Any" => Some("json"),
                         _ => None,
                     };

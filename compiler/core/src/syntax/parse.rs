@@ -177,7 +177,7 @@ fn closing_brace(text: &str, file: FileId, problems: &[Diagnostic]) -> Option<Re
     let blamed = problems
         .iter()
         .any(|p| p.message == UNCLOSED_BRACE && p.primary.span.start as usize == brace);
-    let problems = if blamed { &[][..] } else { problems };
+    let to_beat = (!blamed).then_some(problems);
     let line_end = brace + first_line_len(&text[brace..]);
     let closed_at = if text[..line_end].ends_with('\r') {
         line_end - 1
@@ -226,10 +226,12 @@ fn closing_brace(text: &str, file: FileId, problems: &[Diagnostic]) -> Option<Re
         } else {
             end
         };
-        match trailing_comment(&text[start..end]) {
+        let range = match trailing_comment(&text[start..end]) {
             Some(comment) => start + comment..end,
             None => end..end + 1,
-        }
+        };
+        let closing = format!("}}{}", " ".repeat(range.len() - 1));
+        (range, closing)
     };
     let unclosed = |hint: &str, title: &str, edit: Edit| {
         Diagnostic::new(
@@ -243,7 +245,10 @@ fn closing_brace(text: &str, file: FileId, problems: &[Diagnostic]) -> Option<Re
         .fix_with(title, vec![edit])
     };
     if block && let Some(next_line) = block_end {
-        let (copy, parsed) = mended_copy(text, closing_range(next_line - 1), file, problems)?;
+        let (copy, parsed) = {
+            let (range, closing) = closing_range(next_line - 1);
+            mended_copy(text, range, &closing, file, to_beat)?
+        };
         let closing = format!("{}}}\n", &text[line_start..line_start + opener_indent]);
         let diagnostic = unclosed(
             "the lines under it end where a line comes back to its indentation: `}` is probably missing before that line",
@@ -257,7 +262,10 @@ fn closing_brace(text: &str, file: FileId, problems: &[Diagnostic]) -> Option<Re
         );
         return Some((copy, diagnostic, parsed));
     }
-    let (copy, parsed) = mended_copy(text, closing_range(line_end), file, problems)?;
+    let (copy, parsed) = {
+        let (range, closing) = closing_range(line_end);
+        mended_copy(text, range, &closing, file, to_beat)?
+    };
     let code = code_end(line_start, closed_at);
     let insert_at = line_start + text[line_start..code].trim_end().len();
     let diagnostic = unclosed(
@@ -295,26 +303,22 @@ fn trailing_comment(line: &str) -> Option<usize> {
         .find(|&at| cursor::scan(line, at).lexical == cursor::Lexical::Code)
 }
 
-/// `text` with `range` written over by a `}` (a `}` and spaces), or by a
-/// space when `range` is a `}` already, and its parse, when that parse
-/// leaves fewer problems than `problems` (whatever it leaves, when
-/// `problems` is empty).
+/// `text` with `range` written over by `by` (of the same length, so that
+/// every offset stays), and its parse, when that parse leaves fewer
+/// problems than `to_beat` (whatever it leaves, without problems to beat).
 fn mended_copy(
     text: &str,
     range: std::ops::Range<usize>,
+    by: &str,
     file: FileId,
-    problems: &[Diagnostic],
+    to_beat: Option<&[Diagnostic]>,
 ) -> Option<(String, Parsed)> {
+    debug_assert_eq!(range.len(), by.len());
     let mut copy = text.to_string();
-    let by = match &text[range.clone()] {
-        "}" => " ".to_string(),
-        _ => format!("}}{}", " ".repeat(range.len().saturating_sub(1))),
-    };
-    copy.replace_range(range, &by);
+    copy.replace_range(range, by);
     let parsed = parse_copy(&copy, file);
-    // No problems to beat: the copy is taken (see `closing_brace`).
-    let fewer = problems.is_empty() || parsed.1.len() + parsed.2.len() < problems.len();
-    fewer.then_some((copy, parsed))
+    let better = to_beat.is_none_or(|problems| parsed.1.len() + parsed.2.len() < problems.len());
+    better.then_some((copy, parsed))
 }
 
 /// A `}` that the layout shows is one too many (see `suspect_extra_brace`):
@@ -325,7 +329,7 @@ fn extra_brace(text: &str, file: FileId, problems: &[Diagnostic]) -> Option<Repa
     if !caused_from(text, problems, extra) {
         return None;
     }
-    let (copy, parsed) = mended_copy(text, extra..extra + 1, file, problems)?;
+    let (copy, parsed) = mended_copy(text, extra..extra + 1, " ", file, Some(problems))?;
     let line = |at: usize| text[..at].matches('\n').count() + 1;
     let diagnostic = Diagnostic::new(
         Code::Syntax,
@@ -2989,39 +2993,33 @@ fn skipped_declaration(region: &Pair<'_, Rule>) -> Option<Item> {
 /// second is as an author writes it (for the hint and the fix).
 fn keyword_arguments(arguments: &str) -> (String, String) {
     let bytes = arguments.as_bytes();
-    let mut fields = arguments.as_bytes().to_vec();
-    let mut shown = String::with_capacity(arguments.len() + 8);
     let mut in_string = false;
+    let mut named = Vec::new();
     for (index, &byte) in bytes.iter().enumerate() {
-        let quoted_here = in_string;
         if byte == b'"' && (index == 0 || bytes[index - 1] != b'\\') {
             in_string = !in_string;
-        }
-        let named = !quoted_here
+        } else if !in_string
             && byte == b'='
             && bytes.get(index + 1) != Some(&b'=')
             && index > 0
             && !matches!(bytes[index - 1], b'=' | b'<' | b'>' | b'!')
             && arguments[..index]
-                .trim_end_matches([' ', '\t'])
-                .ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_');
-        if named {
-            fields[index] = b':';
-            shown = shown.trim_end_matches([' ', '\t']).to_string();
-            shown.push_str(": ");
-            continue;
+                .trim_end()
+                .ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+        {
+            named.push(index);
         }
-        if shown.ends_with(": ") && matches!(byte, b' ' | b'\t') && !quoted_here {
-            continue;
-        }
-        shown.push(byte as char);
     }
-    let fields = String::from_utf8(fields).unwrap_or_else(|_| arguments.to_string());
-    // `shown` was built byte by byte: rebuild it from chars when the text
-    // is not ASCII.
-    if !arguments.is_ascii() {
-        return (fields.clone(), fields);
+    let mut fields = arguments.to_string();
+    let mut shown = String::with_capacity(arguments.len() + named.len());
+    let mut from = 0;
+    for &at in &named {
+        fields.replace_range(at..at + 1, ":");
+        shown.push_str(arguments[from..at].trim_end());
+        shown.push_str(": ");
+        from = at + 1 + (arguments[at + 1..].len() - arguments[at + 1..].trim_start().len());
     }
+    shown.push_str(&arguments[from..]);
     (fields, shown)
 }
 
