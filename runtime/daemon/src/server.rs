@@ -711,7 +711,9 @@ impl Daemon {
                         // The store kept the run's event with its status,
                         // if anyone takes it (`EventsOf`); a wake-up for
                         // nothing costs the deliverer's claim, a write.
-                        if plan.delivers() || !daemon.config.people(&account).webhooks.is_empty() {
+                        if plan.delivers()
+                            || daemon.config.people(&account).events_of() == EventsOf::EveryRun
+                        {
                             daemon.events_wake.notify_one();
                         }
                     }
@@ -999,13 +1001,7 @@ pub async fn serve(
         .config
         .accounts
         .iter()
-        .map(|account| {
-            let of = match account.webhooks.is_empty() {
-                true => EventsOf::Deliveries,
-                false => EventsOf::EveryRun,
-            };
-            (account.id.clone(), of)
-        })
+        .map(|account| (account.id.clone(), account.events_of()))
         .collect();
     daemon
         .store

@@ -16,7 +16,7 @@ mod parse;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 
-use flow_runtime::store::NotificationKind;
+use flow_runtime::store::{EventsOf, NotificationKind};
 use serde::Deserialize;
 
 pub use load::load;
@@ -725,6 +725,16 @@ impl Config {
 }
 
 impl Account {
+    /// Which of this account's runs the outbox keeps events of: every
+    /// run's for an account with webhook endpoints, else only those of
+    /// runs that deliver somewhere (`deliver`).
+    pub fn events_of(&self) -> EventsOf {
+        match self.webhooks.is_empty() {
+            true => EventsOf::Deliveries,
+            false => EventsOf::EveryRun,
+        }
+    }
+
     /// The approver groups `email` belongs to.
     pub fn groups_of(&self, email: &str) -> Vec<String> {
         member_of(&self.approver_groups, email)
