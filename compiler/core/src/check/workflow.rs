@@ -328,10 +328,9 @@ struct Checker<'e, 'd> {
     by_id: HashMap<String, usize>,
     /// The containers of the statement being checked (pass 1 and 2 alike).
     containers: Vec<Container>,
-    /// Enclosing loops, outermost first: id and item type.
-    loops: Vec<(String, Ty)>,
-    /// The enclosing loops written `for ID in COLLECTION` (`ForStmt::names_item`).
-    item_names: Vec<(String, Ty)>,
+    /// Enclosing loops, outermost first: id, item type, and whether the
+    /// id was written as the item's name (`ForStmt::names_item`).
+    loops: Vec<(String, Ty, bool)>,
     loop_infos: Vec<LoopInfo>,
     error_in_scope: bool,
     workflow_timeout_ms: u64,
@@ -436,7 +435,6 @@ impl<'e, 'd> Checker<'e, 'd> {
             by_id: HashMap::new(),
             containers: Vec::new(),
             loops: Vec::new(),
-            item_names: Vec::new(),
             loop_infos: Vec::new(),
             error_in_scope: false,
             workflow_timeout_ms: DEFAULT_WORKFLOW_TIMEOUT_MS,
@@ -712,10 +710,8 @@ impl<'e, 'd> Checker<'e, 'd> {
                     span: stmt.span,
                     item: item.clone(),
                 });
-                if stmt.names_item {
-                    self.item_names.push((stmt.id.text.clone(), item.clone()));
-                }
-                self.loops.push((stmt.id.text.clone(), item));
+                self.loops
+                    .push((stmt.id.text.clone(), item, stmt.names_item));
                 self.containers.push(Container::LoopBody {
                     id: stmt.id.text.clone(),
                     span: stmt.span,
@@ -723,9 +719,6 @@ impl<'e, 'd> Checker<'e, 'd> {
                 self.block(&stmt.body.stmts);
                 self.containers.pop();
                 self.loops.pop();
-                if stmt.names_item {
-                    self.item_names.pop();
-                }
             }
             Stmt::Parallel(stmt) => {
                 if stmt.branches.is_empty() && !stmt.recovered {
@@ -1709,7 +1702,7 @@ impl<'e, 'd> Checker<'e, 'd> {
             }
             "step" => self.step_ref(path, optional_ok),
             "loop_item" | "loop_index" => {
-                let Some((id, item)) = self.loops.last().cloned() else {
+                let Some((id, item, _)) = self.loops.last().cloned() else {
                     self.push(
                         Diagnostic::new(Code::LoopItemOutsideLoop, self.file, path.root.span, format!("`{root}` is used outside a loop"))
                             .label("no enclosing `for`")
@@ -1746,8 +1739,12 @@ impl<'e, 'd> Checker<'e, 'd> {
             }
             _ => {
                 // The header's slip was reported once; its uses are read as meant.
-                let named = self.item_names.iter().rev().find(|(id, _)| id == root);
-                if let Some((id, item)) = named.cloned() {
+                let named = self
+                    .loops
+                    .iter()
+                    .rev()
+                    .find(|(id, _, names_item)| *names_item && id == root);
+                if let Some((id, item, _)) = named.cloned() {
                     return self.walk(item, segments, optional_ok, &|| {
                         format!("an item of loop `{id}`")
                     });
@@ -1761,11 +1758,11 @@ impl<'e, 'd> Checker<'e, 'd> {
                 .label("not a reference root");
                 let written = path_text(path);
                 let rest = &written[root.len()..];
-                let innermost = self.loops.last().is_some_and(|(id, _)| id == root);
+                let innermost = self.loops.last().is_some_and(|(id, ..)| id == root);
                 // What the name most likely stands for, as a valid reference.
                 let meant = if innermost {
                     Some(("names the loop, not its item", "loop_item".to_string()))
-                } else if self.loops.iter().any(|(id, _)| id == root) {
+                } else if self.loops.iter().any(|(id, ..)| id == root) {
                     Some((
                         "names an enclosing loop, not its item",
                         format!("loop.{root}.item"),
@@ -1822,14 +1819,14 @@ impl<'e, 'd> Checker<'e, 'd> {
             );
             return Ty::Any;
         };
-        let Some((_, item)) = self
+        let Some((_, item, _)) = self
             .loops
             .iter()
             .rev()
-            .find(|(l, _)| *l == id.text)
+            .find(|(l, ..)| *l == id.text)
             .cloned()
         else {
-            let names = self.loops.iter().map(|(l, _)| l.as_str());
+            let names = self.loops.iter().map(|(l, ..)| l.as_str());
             let mut diagnostic = Diagnostic::new(
                 Code::LoopItemOutsideLoop,
                 self.file,
@@ -2133,7 +2130,7 @@ impl<'e, 'd> Checker<'e, 'd> {
                     _ => 3,
                 })?;
         let mut key = format!("{{{{workflow_input.{}}}}}-{id}", field.0);
-        for (loop_id, _) in &self.loops {
+        for (loop_id, ..) in &self.loops {
             key.push_str(&format!("-{{{{loop.{loop_id}.index}}}}"));
         }
         Some(key)
