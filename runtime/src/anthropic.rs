@@ -42,12 +42,11 @@ impl AnthropicProvider {
         let mut request = self
             .client
             .post(&url)
-            .header("anthropic-version", "2023-06-01")
-            .json(&body);
+            .header("anthropic-version", "2023-06-01");
         if let Some(key) = &self.config.api_key {
             request = request.header("x-api-key", key);
         }
-        let (reply, text) = send_for_json(request, &url).await?;
+        let (reply, text) = send_for_json(request, &url, &body, call).await?;
         let blocks = reply["content"].as_array().cloned().unwrap_or_default();
         // The forced tool call carries the answer; a text block is the model
         // ignoring the tool, which the repair request then addresses.

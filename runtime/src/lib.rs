@@ -17,6 +17,7 @@ pub use flow_engine::{
 };
 
 pub mod anthropic;
+pub mod fenced_body;
 pub mod limit;
 pub mod llm;
 pub mod log;

@@ -9,13 +9,16 @@
 //! answer and its problem shown to the model); if that fails too, the step
 //! fails at once with the raw text in its error.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::error::{ErrorKind, StepError};
+use crate::fenced_body::FencedBody;
 use crate::llm::{ProviderConfig, http_client};
 use crate::services::{BoxFuture, Provider, RecipeCall};
+use crate::store::StoreError;
 
 pub struct OpenAiProvider {
     client: reqwest::Client,
@@ -58,12 +61,11 @@ impl OpenAiProvider {
             .header(
                 "Idempotency-Key",
                 format!("{}:{}", call.call_id, conversation.len()),
-            )
-            .json(&body);
+            );
         if let Some(key) = &self.config.api_key {
             request = request.bearer_auth(key);
         }
-        let (reply, text) = send_for_json(request, &url).await?;
+        let (reply, text) = send_for_json(request, &url, &body, call).await?;
         reply["choices"][0]["message"]["content"]
             .as_str()
             .map(str::to_string)
@@ -189,15 +191,33 @@ fn parse_and_check(text: &str, schema: &Value) -> Result<Value, String> {
     }
 }
 
-/// A provider's reply body as JSON; a reply that is not JSON is a server fault.
-/// Sends a provider request: the reply as JSON and as text (for messages),
-/// or the error class the retry policy needs (status, `Retry-After`,
-/// transport failure, a body that is not JSON).
+/// Sends a provider request with `body` as its JSON: the reply as JSON and
+/// as text (for messages), or the error class the retry policy needs
+/// (status, `Retry-After`, transport failure, a body that is not JSON). In
+/// a run whose hold can be lost, the body goes out only while the hold is
+/// live (`FencedBody`); a request refused so is the journal's lost lease.
 pub(crate) async fn send_for_json(
     request: reqwest::RequestBuilder,
     url: &str,
+    body: &Value,
+    call: &RecipeCall<'_>,
 ) -> Result<(Value, String), StepError> {
-    let response = request.send().await.map_err(transport_error)?;
+    let request = request.header(reqwest::header::CONTENT_TYPE, "application/json");
+    let hold = call.journal.and_then(|journal| journal.hold());
+    let request = match &hold {
+        Some(hold) => request.body(reqwest::Body::wrap(FencedBody::new(
+            body.to_string().into_bytes(),
+            Arc::clone(hold),
+        ))),
+        None => request.body(body.to_string()),
+    };
+    let response = match request.send().await {
+        Ok(response) => response,
+        Err(_) if hold.as_ref().is_some_and(|hold| !hold.live()) => {
+            return Err(StoreError::LeaseLost.into());
+        }
+        Err(error) => return Err(transport_error(error)),
+    };
     let status = response.status();
     let wait = retry_after(response.headers());
     let text = response.text().await.map_err(transport_error)?;

@@ -55,6 +55,8 @@
 //!   since the last renewal was sent), otherwise by renewing it. A process
 //!   stopped past its lease (SIGSTOP, a long pause) thus starts nothing and
 //!   writes nothing of a run another process took over; it drops the run.
+//!   A model call asks once more as its body goes out (`fenced_body.rs`),
+//!   so a stop after `admit` does not send it either.
 //! * **The outbox is shared.** `to_mail` hands each notification that is due
 //!   to one process at a time: it claims what it returns for `MAIL_CLAIM`
 //!   (`FOR UPDATE SKIP LOCKED`, so that two mailers take different rows);

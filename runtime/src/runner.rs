@@ -17,7 +17,7 @@ use serde_json::Value;
 use crate::approval::PendingApproval;
 use crate::error::{ErrorKind, StepError};
 use crate::journal::StepStatus;
-use crate::journal::{Journal, Outcome, StepRecord};
+use crate::journal::{Hold, Journal, Outcome, StepRecord};
 use crate::services::{BoxFuture, McpClient, Provider, Services};
 use crate::store::{NewRun, RunEnd, RunLog, RunRow, RunStatus, Store, StoreError};
 
@@ -436,6 +436,10 @@ impl Journal for Observed {
 
     fn admit(&self) -> BoxFuture<'_, Result<(), StepError>> {
         self.inner.admit()
+    }
+
+    fn hold(&self) -> Option<Arc<Hold>> {
+        self.inner.hold()
     }
 }
 

@@ -2,16 +2,16 @@
 //! failure class gives the exact number of requests and the final status.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use flow_runtime::anthropic::AnthropicProvider;
-use flow_runtime::error::ErrorKind;
-use flow_runtime::journal::Outcome;
+use flow_runtime::error::{ErrorKind, StepError};
+use flow_runtime::journal::{Hold, Journal, Outcome, StepRecord};
 use flow_runtime::llm::ProviderConfig;
 use flow_runtime::memory::MemoryStore;
 use flow_runtime::openai::OpenAiProvider;
-use flow_runtime::services::Provider;
 use flow_runtime::services::Services;
+use flow_runtime::services::{BoxFuture, Provider, RecipeCall};
 use flow_tests::fake_llm::{FakeLlm, Reply, ok};
 use serde_json::json;
 
@@ -273,4 +273,86 @@ fn a_malformed_base_url_is_a_configuration_error() {
         );
         assert!(AnthropicProvider::new(config).is_err(), "{base_url}");
     }
+}
+
+/// A run's journal whose hold was live at its `admit` and ran out before
+/// the request went out, as in a process stopped (SIGSTOP) in between.
+struct RanOut(Arc<Hold>);
+
+impl Journal for RanOut {
+    fn lookup(&self, _: &str) -> Option<StepRecord> {
+        None
+    }
+
+    fn resumed(&self) -> bool {
+        false
+    }
+
+    fn record<'a>(&'a self, _: StepRecord) -> BoxFuture<'a, Result<(), StepError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn hold(&self) -> Option<Arc<Hold>> {
+        Some(Arc::clone(&self.0))
+    }
+}
+
+/// The call of step `first` with `prompt`, in `journal`'s run.
+fn call_of<'a>(
+    prompt: &str,
+    input: &'a serde_json::Value,
+    schema: &'a serde_json::Value,
+    journal: &'a dyn Journal,
+) -> RecipeCall<'a> {
+    RecipeCall {
+        recipe: "r",
+        model: "default",
+        prompt: prompt.to_string(),
+        input,
+        output_schema: schema,
+        path: "first",
+        call_id: "run:first:0".to_string(),
+        repair: None,
+        journal: Some(journal),
+    }
+}
+
+/// Regression guard for the chaos test (seed 1796225237056460129): a call
+/// whose run passed to another process while this one was stopped between
+/// the check before the attempt and the request's send is not sent, on
+/// either provider, and its error is the lost lease rather than a
+/// connection failure worth retrying.
+#[tokio::test]
+async fn a_call_whose_hold_ran_out_before_it_went_out_is_not_sent() {
+    let server = fake_llm(vec![]).await;
+    let openai: Arc<dyn Provider> = Arc::new(
+        OpenAiProvider::new(ProviderConfig {
+            base_url: server.url.clone(),
+            api_key: None,
+            models: Default::default(),
+        })
+        .expect("a client"),
+    );
+    let schema = json!({ "type": "object", "properties": { "text": { "type": "string" } } });
+    let input = json!({});
+    for provider in [openai, anthropic(&server)] {
+        for hold in [
+            Hold::new(true, Some(Instant::now())),
+            Hold::new(false, None),
+        ] {
+            let journal = RanOut(Arc::new(hold));
+            let call = call_of("late", &input, &schema, &journal);
+            let error = provider.complete(&call).await.expect_err("not sent");
+            assert!(error.message.contains("lease"), "{error:?}");
+        }
+    }
+    assert_eq!(server.requests(), 0, "{:?}", server.calls());
+    // The same request with a live hold goes out.
+    let journal = RanOut(Arc::new(Hold::new(
+        true,
+        Some(Instant::now() + Duration::from_secs(60)),
+    )));
+    let call = call_of("in time", &input, &schema, &journal);
+    anthropic(&server).complete(&call).await.expect("sent");
+    assert_eq!(server.prompts(), ["in time"]);
 }

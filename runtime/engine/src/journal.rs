@@ -3,6 +3,10 @@
 //! interpreter writes records and where a replay finds them; the stores
 //! implement it.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
 use flow_plan::StepKind;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -10,6 +14,7 @@ use serde_json::Value;
 use crate::approval::PendingApproval;
 use crate::error::StepError;
 use crate::services::BoxFuture;
+use crate::sync::lock;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -111,6 +116,60 @@ pub trait Journal: Send + Sync {
     /// work (see `postgres.rs`).
     fn admit(&self) -> BoxFuture<'_, Result<(), StepError>> {
         Box::pin(std::future::ready(Ok(())))
+    }
+    /// The invocation's hold on the run, where it can be lost: a request
+    /// that leaves the process (a model call) asks it once more as its body
+    /// goes out, since `admit` may be milliseconds old by then and a process
+    /// stopped in between (SIGSTOP) must not send a step another process
+    /// has run meanwhile. `None` where the run cannot pass to another.
+    fn hold(&self) -> Option<Arc<Hold>> {
+        None
+    }
+}
+
+/// Whether an invocation may still act for its run, as its journal last
+/// learnt: lost for good once the store said so, and live without asking
+/// the store only until a time on this process's monotonic clock (which
+/// runs on while the process is stopped).
+#[derive(Debug)]
+pub struct Hold {
+    lost: AtomicBool,
+    live_until: Mutex<Option<Instant>>,
+}
+
+impl Hold {
+    /// A hold that is live until `live_until` (`None`: while not lost), or
+    /// lost already unless `held`.
+    pub fn new(held: bool, live_until: Option<Instant>) -> Hold {
+        Hold {
+            lost: AtomicBool::new(!held),
+            live_until: Mutex::new(live_until),
+        }
+    }
+
+    /// Whether an action may go out now without asking the store.
+    pub fn live(&self) -> bool {
+        !self.is_lost() && self.live_until().is_none_or(|until| Instant::now() < until)
+    }
+
+    pub fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+
+    /// The store said that the run is no longer this invocation's.
+    pub fn lose(&self) {
+        self.lost.store(true, Ordering::SeqCst);
+    }
+
+    /// Until when the hold is live without asking (`None`: it does not
+    /// expire).
+    pub fn live_until(&self) -> Option<Instant> {
+        *lock(&self.live_until)
+    }
+
+    /// A renewal extended the hold to `until`.
+    pub fn renewed(&self, until: Instant) {
+        *lock(&self.live_until) = Some(until);
     }
 }
 

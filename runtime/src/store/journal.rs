@@ -21,9 +21,10 @@
 //!   asking the store only within nine tenths of the lease since the last
 //!   renewal was sent, as this process's monotonic clock counts; it runs on
 //!   while the process is stopped, so a process resumed after SIGSTOP asks.
+//!   A model call asks the same hold once more as its body goes out
+//!   (`Journal::hold`, `fenced_body.rs`): a stop between the two is no gap.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -32,7 +33,7 @@ use serde_json::Value;
 
 use super::{RunLog, RunStatus, StoreError, StoreFuture, lock};
 use crate::error::StepError;
-use crate::journal::{Journal, StepRecord, StepStatus};
+use crate::journal::{Hold, Journal, StepRecord, StepStatus};
 use crate::services::{BoxFuture, Effects, Handoff, KbDocument, KbWrite};
 
 /// A run as its journal opened it.
@@ -125,10 +126,9 @@ pub struct StoreJournal<B: JournalBackend> {
     backend: Arc<B>,
     run: RunHandle,
     memory: JournalMemory,
-    /// Until when an attempt may start without asking the store (holds
-    /// that expire only).
-    live_until: Mutex<Option<Instant>>,
-    lost: AtomicBool,
+    /// Whether this invocation may still act for the run; shared with the
+    /// requests its attempts send (`Journal::hold`).
+    hold: Arc<Hold>,
 }
 
 impl<B: JournalBackend> StoreJournal<B> {
@@ -148,8 +148,7 @@ impl<B: JournalBackend> StoreJournal<B> {
             backend,
             run,
             memory: JournalMemory::new(records, durability),
-            live_until: Mutex::new(live_until),
-            lost: AtomicBool::new(!held),
+            hold: Arc::new(Hold::new(held, live_until)),
         }
     }
 
@@ -179,13 +178,13 @@ impl<B: JournalBackend> StoreJournal<B> {
     }
 
     fn is_lost(&self) -> bool {
-        self.lost.load(Ordering::SeqCst)
+        self.hold.is_lost()
     }
 
     /// What the store answered, after marking the hold lost if it said so.
     fn settle<T>(&self, answer: Result<T, StoreError>) -> Result<T, StoreError> {
         if matches!(answer, Err(StoreError::LeaseLost)) {
-            self.lost.store(true, Ordering::SeqCst);
+            self.hold.lose();
         }
         answer
     }
@@ -234,10 +233,10 @@ impl<B: JournalBackend> StoreJournal<B> {
         let renewed = self.backend.renew(&self.run, active).await?;
         if renewed {
             if let Some(lease) = self.backend.lease() {
-                *lock(&self.live_until) = Some(sent + lease * 9 / 10);
+                self.hold.renewed(sent + lease * 9 / 10);
             }
         } else {
-            self.lost.store(true, Ordering::SeqCst);
+            self.hold.lose();
         }
         Ok(renewed)
     }
@@ -288,6 +287,10 @@ impl<B: JournalBackend> Journal for StoreJournal<B> {
         self.memory.any()
     }
 
+    fn hold(&self) -> Option<Arc<Hold>> {
+        Some(Arc::clone(&self.hold))
+    }
+
     fn record<'a>(&'a self, record: StepRecord) -> BoxFuture<'a, Result<(), StepError>> {
         if self.is_lost() {
             return Box::pin(std::future::ready(Err(StoreError::LeaseLost.into())));
@@ -308,13 +311,11 @@ impl<B: JournalBackend> Journal for StoreJournal<B> {
     fn admit(&self) -> BoxFuture<'_, Result<(), StepError>> {
         Box::pin(async move {
             self.write_before_attempt().await?;
+            if self.hold.live() {
+                return Ok(());
+            }
             if self.is_lost() {
                 return Err(StoreError::LeaseLost.into());
-            }
-            match *lock(&self.live_until) {
-                None => return Ok(()),
-                Some(until) if Instant::now() < until => return Ok(()),
-                Some(_) => {}
             }
             match self.renew(Duration::ZERO).await? {
                 true => Ok(()),
