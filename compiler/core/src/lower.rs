@@ -30,6 +30,7 @@ pub(crate) fn unsealed(checked: &Checked) -> Option<plan::Plan> {
     let env = &checked.analysis.env;
 
     let (recipe_names, recipe_index) = sorted_with_index(&env.recipes);
+    let aliases = alias_types(checked);
     let recipes = recipe_names
         .iter()
         .map(|name| {
@@ -50,7 +51,7 @@ pub(crate) fn unsealed(checked: &Checked) -> Option<plan::Plan> {
                     .map(ast::StringLit::display_text)
                     .unwrap_or_default(),
                 input_schema: Ty::record(info.input.clone()).json_schema(),
-                output_schema: info.output.json_schema(),
+                output_schema: described_schema(&info.output, info.decl.output.as_ref(), &aliases),
                 input_fields,
                 prompt,
                 context: info
@@ -107,6 +108,102 @@ pub(crate) fn unsealed(checked: &Checked) -> Option<plan::Plan> {
 
 /// The names of a declaration table in a stable order (the plan's indices) and
 /// each name's index; plans must not depend on hash map order.
+/// The type each alias of the program stands for, as written.
+fn alias_types(checked: &Checked) -> HashMap<&str, &ast::TypeExpr> {
+    let mut aliases = HashMap::new();
+    for file in &checked.files {
+        for item in &file.tree.items {
+            if let ast::Item::Type(decl) = item {
+                aliases.entry(decl.name.text.as_str()).or_insert(&decl.ty);
+            }
+        }
+    }
+    aliases
+}
+
+/// The schema of `ty` with each record field's `///` doc as its
+/// `description`: what a model reads of what a field means ("1 (can wait a
+/// week) to 5"), and what the offline provider keeps its answers within.
+/// `written` is the type as the source spells it, aliases followed.
+fn described_schema(
+    ty: &Ty,
+    written: Option<&ast::TypeExpr>,
+    aliases: &HashMap<&str, &ast::TypeExpr>,
+) -> Value {
+    let mut schema = ty.json_schema();
+    if let Some(written) = written {
+        describe(&mut schema, written, aliases, 0);
+    }
+    schema
+}
+
+fn describe(
+    schema: &mut Value,
+    written: &ast::TypeExpr,
+    aliases: &HashMap<&str, &ast::TypeExpr>,
+    depth: usize,
+) {
+    // Aliases cannot refer to themselves (the checker refuses cycles); the
+    // bound keeps this walk within the schema's own even so.
+    if depth > plan::limits::MAX_SCHEMA_DEPTH {
+        return;
+    }
+    match &written.kind {
+        ast::TypeExprKind::Record(fields) => {
+            for field in fields {
+                let Some(property) = schema
+                    .get_mut("properties")
+                    .and_then(|properties| properties.get_mut(&field.name.text))
+                else {
+                    continue;
+                };
+                // `{}` (json) stays empty: it means "anything" to every
+                // reader of schemas, a description beside it would not.
+                if !field.docs.is_empty()
+                    && let Value::Object(map) = property
+                    && !map.is_empty()
+                {
+                    map.insert(
+                        "description".to_string(),
+                        Value::String(description(&field.docs)),
+                    );
+                }
+                describe(property, &field.ty, aliases, depth + 1);
+            }
+        }
+        ast::TypeExprKind::List(item) => {
+            if let Some(items) = schema.get_mut("items") {
+                describe(items, item, aliases, depth + 1);
+            }
+        }
+        ast::TypeExprKind::Optional(inner) => {
+            if let Some(inner_schema) = schema.pointer_mut("/anyOf/0") {
+                describe(inner_schema, inner, aliases, depth + 1);
+            }
+        }
+        ast::TypeExprKind::Named(name) => {
+            if let Some(aliased) = aliases.get(name.text.as_str()) {
+                describe(schema, aliased, aliases, depth + 1);
+            }
+        }
+        ast::TypeExprKind::Literal(_) | ast::TypeExprKind::Union(_) => {}
+    }
+}
+
+/// A field's doc lines as one description, within the plan's bound.
+fn description(docs: &[String]) -> String {
+    let text = docs
+        .iter()
+        .map(|line| line.trim())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut end = text.len().min(plan::limits::MAX_DESCRIPTION_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].trim_end().to_string()
+}
+
 fn sorted_with_index<V>(table: &HashMap<String, V>) -> (Vec<&String>, HashMap<&str, u32>) {
     let mut names: Vec<&String> = table.keys().collect();
     names.sort();
@@ -524,5 +621,48 @@ impl Lowerer<'_> {
             path: segments(&path.segments[rest.min(path.segments.len())..]),
             optional,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    /// A field's doc reaches the model as its schema's `description`,
+    /// through aliases, optionals and lists; `json` stays `{}`.
+    #[test]
+    fn field_docs_become_descriptions() {
+        let source = r#"
+type Item = {
+  /// 0 to 10
+  weight: int
+}
+recipe r {
+  model "m"
+  output {
+    /// 1 to 5
+    urgency: int
+    /// Dollars, if named.
+    amount: float?
+    items: list<Item>
+    /// Anything.
+    extra: json
+  }
+  prompt "p"
+}
+workflow w { step a = r {} }
+"#;
+        let checked = crate::check_source("d.flow", source);
+        assert!(!checked.has_errors(), "{:#?}", checked.diagnostics);
+        let plan = crate::lower(&checked).expect("lowers");
+        plan.validate().expect("a valid plan");
+        let schema = &plan.recipes[0].output_schema["properties"];
+        assert_eq!(schema["urgency"]["description"], json!("1 to 5"));
+        assert_eq!(schema["amount"]["description"], json!("Dollars, if named."));
+        assert_eq!(
+            schema["items"]["items"]["properties"]["weight"]["description"],
+            json!("0 to 10")
+        );
+        assert_eq!(schema["extra"], json!({}));
     }
 }

@@ -58,6 +58,11 @@ pub const MAX_ENUM_VARIANTS: usize = 10_000;
 /// Bytes of one enum variant: variants are labels such as `"billing"`.
 pub const MAX_VARIANT_BYTES: usize = 1_024;
 
+/// Bytes of a schema's `description`: a record field's `///` doc, which
+/// tells a model what the field means. Docs run to a few sentences; the
+/// compiler cuts a longer one here.
+pub const MAX_DESCRIPTION_BYTES: usize = 4 * 1024;
+
 /// Bytes of a name: workflows, recipes, servers, steps, fields, branches,
 /// tools, model aliases, departments. Names end up in journal paths, metric
 /// labels and messages, and people write them in tens of characters.

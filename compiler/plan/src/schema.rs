@@ -79,13 +79,20 @@ pub fn assignable(from: &Value, to: &Value) -> bool {
         (None, Some(to)) => return is_null(from) || assignable(from, to),
         (None, None) => {}
     }
+    // Schemas that differ in their `description`s only (a field's doc) are
+    // of one type, so each shape is compared here, not only by `==`.
     match (type_of(from), type_of(to)) {
-        (Some("integer"), Some("number")) => true,
+        (Some("integer"), Some("integer" | "number")) => true,
+        (Some(from), Some(to)) if from == to && matches!(from, "number" | "boolean" | "null") => {
+            true
+        }
         (Some("string"), Some("string")) => match (variants(from), variants(to)) {
             // An enum fits a plain string, not a duration's pattern.
             (Some(_), None) => to.get("pattern").is_none(),
             (Some(from), Some(to)) => from.iter().all(|variant| to.contains(variant)),
-            _ => false,
+            // A string fits a string, a duration a duration.
+            (None, None) => from.get("pattern") == to.get("pattern"),
+            (None, Some(_)) => false,
         },
         (Some("array"), Some("array")) => match (from.get("items"), to.get("items")) {
             (Some(from), Some(to)) => assignable(from, to),

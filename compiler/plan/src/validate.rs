@@ -1109,7 +1109,7 @@ impl<'p> Validator<'p> {
     /// One schema of a shape that `Ty::json_schema` emits: `{}`, a scalar
     /// `type`, a string `enum` or the duration `pattern`, an `array` with
     /// `items`, a closed `object`, or an optional (`anyOf` of a schema and
-    /// null). `depth` is checked before anything inside is looked at, and the
+    /// null); each but `{}` perhaps with a `description` (a field's doc). `depth` is checked before anything inside is looked at, and the
     /// walk stops once `nodes` passes [`MAX_SCHEMA_NODES`].
     fn schema(&mut self, schema: &'p Value, depth: usize, nodes: &mut usize) {
         *nodes += 1;
@@ -1122,6 +1122,19 @@ impl<'p> Validator<'p> {
         };
         if map.is_empty() {
             return;
+        }
+        if let Some(description) = map.get("description") {
+            match description {
+                Value::String(text) if text.len() > MAX_DESCRIPTION_BYTES => {
+                    self.problem_at("description", || {
+                        too_long("a description", text, MAX_DESCRIPTION_BYTES)
+                    });
+                }
+                Value::String(_) => {}
+                other => self.problem_at("description", || {
+                    format!("a description is text, not {}", describe(other))
+                }),
+            }
         }
         let nested = |v: &mut Self| {
             if depth + 1 >= MAX_SCHEMA_DEPTH {
@@ -1215,9 +1228,13 @@ impl<'p> Validator<'p> {
         }
     }
 
-    /// Whether `map` has exactly the keywords `wanted`; a problem if not.
+    /// Whether `map` has exactly the keywords `wanted`, and perhaps a
+    /// `description` (checked by `schema`); a problem if not.
     fn keywords(&mut self, map: &'p Map<String, Value>, wanted: &[&str]) -> bool {
-        if let Some(extra) = map.keys().find(|key| !wanted.contains(&key.as_str())) {
+        if let Some(extra) = map
+            .keys()
+            .find(|key| !wanted.contains(&key.as_str()) && *key != "description")
+        {
             self.problem(|| {
                 format!(
                     "{} does not belong beside {}",
@@ -1998,6 +2015,21 @@ mod tests {
                 vec![(format!("{priority}/type"), json!("string"))],
                 priority.to_string(),
                 "does not belong beside anyOf",
+            ),
+            (
+                "a description that is not text",
+                vec![(format!("{ticket}/properties/subject/description"), json!(3))],
+                format!("{ticket}/properties/subject/description"),
+                "a description is text, not",
+            ),
+            (
+                "a description past its bound",
+                vec![(
+                    format!("{priority}/description"),
+                    json!("x".repeat(MAX_DESCRIPTION_BYTES + 1)),
+                )],
+                format!("{priority}/description"),
+                "a description of 4097 bytes",
             ),
             (
                 "an unknown keyword",

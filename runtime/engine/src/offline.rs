@@ -22,7 +22,8 @@ use serde_json::{Map, Number, Value};
 /// Fabricates a value that satisfies `schema`, deterministically from `seed`
 /// (same schema + seed → same value; different seeds usually differ). Strings are
 /// short readable words (e.g. "offline-3fa2"), integers small (0..100), numbers
-/// with one decimal, booleans, enums pick a variant, arrays 1..=3 items, objects
+/// with one decimal (both within the range a field's `description` states,
+/// if it states one: [`documented_range`]), booleans, enums pick a variant, arrays 1..=3 items, objects
 /// fill every required property and, with probability 1/2, optional ones (an
 /// `anyOf` with null: null sometimes). The duration pattern gets e.g. "30s".
 ///
@@ -82,6 +83,17 @@ impl SplitMix64 {
 const FULL_ARRAYS_DEPTH: usize = 6;
 
 fn make(schema: &Value, rng: &mut SplitMix64, depth: usize) -> Value {
+    make_within(schema, None, rng, depth)
+}
+
+/// `make`, with the description of an optional around `schema` (where the
+/// compiler puts a field's doc) when `schema` has none of its own.
+fn make_within(
+    schema: &Value,
+    outer_description: Option<&str>,
+    rng: &mut SplitMix64,
+    depth: usize,
+) -> Value {
     if depth > MAX_DEPTH {
         return Value::Null;
     }
@@ -106,8 +118,17 @@ fn make(schema: &Value, rng: &mut SplitMix64, depth: usize) -> Value {
             return Value::Null;
         }
         let pick = real[index(rng, real.len())];
-        return make(pick, rng, depth + 1);
+        let description = schema.get("description").and_then(Value::as_str);
+        return make_within(pick, description, rng, depth + 1);
     }
+    // A field whose doc states a range ("1 (can wait) to 5") gets numbers
+    // within it: a workflow that branches on `urgency >= 4` then takes
+    // both ways, as it would with a real model.
+    let range = schema
+        .get("description")
+        .and_then(Value::as_str)
+        .or(outer_description)
+        .and_then(documented_range);
 
     if let Some(Value::Array(variants)) = schema.get("enum") {
         if variants.is_empty() {
@@ -125,12 +146,19 @@ fn make(schema: &Value, rng: &mut SplitMix64, depth: usize) -> Value {
                 word(rng)
             }
         }
-        Some("integer") => Value::from(rng.below(100)),
+        Some("integer") => match range.and_then(|range| scaled(range, 1.0)) {
+            Some((low, high)) => Value::from(low + draw(rng, high - low)),
+            None => Value::from(rng.below(100)),
+        },
         Some("number") => {
-            // Tenths from 0.0 to 99.9; `k / 10.0` is the closest f64 to the
-            // decimal, so it prints with one decimal.
-            let tenths = rng.below(1000) as f64 / 10.0;
-            Number::from_f64(tenths).map_or(Value::Null, Value::Number)
+            // Tenths from 0.0 to 99.9, or hundredths within a documented
+            // range; `k / 10.0` is the closest f64 to the decimal, so it
+            // prints with one decimal (two for hundredths).
+            let value = match range.and_then(|range| scaled(range, 100.0)) {
+                Some((low, high)) => (low + draw(rng, high - low)) as f64 / 100.0,
+                None => rng.below(1000) as f64 / 10.0,
+            };
+            Number::from_f64(value).map_or(Value::Null, Value::Number)
         }
         Some("boolean") => Value::Bool(rng.coin()),
         Some("null") => Value::Null,
@@ -179,6 +207,102 @@ fn object(schema: &Map<String, Value>, rng: &mut SplitMix64, depth: usize) -> Va
         }
     }
     Value::Object(out)
+}
+
+/// The bounds of `range` in units of `1 / scale`, rounded inwards; `None`
+/// when no such unit lies within it, or the bounds are past what an `i64`
+/// counts.
+fn scaled((low, high): (f64, f64), scale: f64) -> Option<(i64, i64)> {
+    const MOST: f64 = 1e15;
+    let (low, high) = ((low * scale).ceil(), (high * scale).floor());
+    (low <= high && low.abs() <= MOST && high.abs() <= MOST).then_some((low as i64, high as i64))
+}
+
+/// A number from 0 to `span`, inclusive.
+fn draw(rng: &mut SplitMix64, span: i64) -> i64 {
+    // `span` is at most 2e15 (`scaled`), so it and the draw fit both types.
+    rng.below(span as u64 + 1) as i64
+}
+
+/// The range a field's doc states, if it states one: two numbers joined by
+/// `to`, `through`, a dash or `..` ("1 to 5", "0-100", "0.0–1.0",
+/// "1 (can wait a week) to 5 (production down)"), or `between A and B`.
+/// What is in parentheses is skipped, as it explains a bound.
+pub fn documented_range(doc: &str) -> Option<(f64, f64)> {
+    let mut text = String::with_capacity(doc.len());
+    let mut depth = 0usize;
+    for c in doc.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            _ if depth == 0 => text.extend(c.to_lowercase()),
+            _ => {}
+        }
+    }
+    let bytes = text.as_bytes();
+    let mut at = 0;
+    while at < text.len() {
+        // A lower bound starts a word: not the `2` of `v2` or of `1.2`, nor
+        // the second and third parts of a date (`2024-01-15`).
+        let in_word = at > 0 && (bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'.');
+        let in_date = at > 1 && bytes[at - 1] == b'-' && bytes[at - 2].is_ascii_digit();
+        let found = if in_word || in_date {
+            None
+        } else {
+            number_at(&text, at)
+        };
+        let Some((low, after)) = found else {
+            at += text[at..].chars().next().map_or(1, char::len_utf8);
+            continue;
+        };
+        let rest = text[after..].trim_start();
+        let before = text[..at].trim_end();
+        let joined = [
+            "to ", "through ", "thru ", "..", "-", "\u{2013}", "\u{2014}",
+        ]
+        .iter()
+        .find_map(|joint| rest.strip_prefix(joint))
+        .or_else(|| {
+            before
+                .ends_with("between")
+                .then(|| rest.strip_prefix("and "))
+                .flatten()
+        });
+        if let Some(second) = joined.map(str::trim_start) {
+            let start = text.len() - second.len();
+            if let Some((high, _)) = number_at(&text, start)
+                && low <= high
+            {
+                return Some((low, high));
+            }
+        }
+        at = after;
+    }
+    None
+}
+
+/// The number that starts at byte `at` of `text` (digits, perhaps a sign
+/// and a decimal part), and the byte after it.
+fn number_at(text: &str, at: usize) -> Option<(f64, usize)> {
+    let bytes = text.as_bytes();
+    let mut end = at;
+    if bytes.get(end) == Some(&b'-') {
+        end += 1;
+    }
+    let digits = end;
+    while bytes.get(end).is_some_and(u8::is_ascii_digit) {
+        end += 1;
+    }
+    if end == digits {
+        return None;
+    }
+    if bytes.get(end) == Some(&b'.') && bytes.get(end + 1).is_some_and(u8::is_ascii_digit) {
+        end += 1;
+        while bytes.get(end).is_some_and(u8::is_ascii_digit) {
+            end += 1;
+        }
+    }
+    Some((text[at..end].parse().ok()?, end))
 }
 
 /// "offline-3fa2": recognisably fabricated, short, and different per draw.
@@ -265,6 +389,54 @@ mod tests {
                 "any", "name", "count", "score", "ok", "nothing", "plan", "wait", "tags", "owner",
             ],
         )
+    }
+
+    #[test]
+    fn ranges_are_read_from_docs() {
+        for (doc, range) in [
+            (
+                "1 (can wait a week) to 5 (production down, revenue at risk).",
+                Some((1.0, 5.0)),
+            ),
+            ("Confidence, 0.0-1.0", Some((0.0, 1.0))),
+            ("A score between 0 and 100.", Some((0.0, 100.0))),
+            ("From -5 through 5", Some((-5.0, 5.0))),
+            ("1\u{2013}10", Some((1.0, 10.0))),
+            ("Pages 3..7", Some((3.0, 7.0))),
+            ("Amount in USD when the customer names one.", None),
+            ("Filed on 2024-01-15", None),
+            ("5 to 1", None),
+            ("v2 to v3", None),
+            ("", None),
+        ] {
+            assert_eq!(documented_range(doc), range, "{doc}");
+        }
+    }
+
+    /// Regression guard for issue 14: the README's `urgency` (documented
+    /// "1 (can wait a week) to 5") came back 97, so that a workflow tried
+    /// offline never took its `urgency < 4` branch.
+    #[test]
+    fn documented_ranges_bound_fabricated_numbers() {
+        let doc = "1 (can wait a week) to 5 (production down).";
+        let int = json!({ "type": "integer", "description": doc });
+        let optional_float = json!({
+            "anyOf": [{ "type": "number" }, { "type": "null" }],
+            "description": "between 0 and 1",
+        });
+        let mut seen = std::collections::BTreeSet::new();
+        for seed in 0..200 {
+            let value = fabricate(&int, seed).as_i64().expect("an integer");
+            assert!((1..=5).contains(&value), "{value}");
+            seen.insert(value);
+            if let Some(value) = fabricate(&optional_float, seed).as_f64() {
+                assert!((0.0..=1.0).contains(&value), "{value}");
+            }
+        }
+        assert_eq!(seen.len(), 5, "every value of the range comes up: {seen:?}");
+        // A range with no whole number in it leaves integers as they were.
+        let none = json!({ "type": "integer", "description": "0.2 to 0.7" });
+        assert!(fabricate(&none, 1).as_i64().is_some());
     }
 
     #[test]

@@ -327,13 +327,52 @@ mod tests {
         }
         for from in &types {
             for to in &types {
+                let (from_schema, to_schema) = (from.json_schema(), to.json_schema());
+                let expected = from.assignable_to(to);
                 assert_eq!(
-                    flow_plan::schema::assignable(&from.json_schema(), &to.json_schema()),
-                    from.assignable_to(to),
+                    flow_plan::schema::assignable(&from_schema, &to_schema),
+                    expected,
                     "{from} to {to}"
+                );
+                // A field's doc (`description`) changes no type: a plan
+                // whose docs changed reads its old runs' records as before.
+                assert_eq!(
+                    flow_plan::schema::assignable(&described(from_schema), &to_schema),
+                    expected,
+                    "{from} (described) to {to}"
+                );
+                assert_eq!(
+                    flow_plan::schema::assignable(&from.json_schema(), &described(to_schema)),
+                    expected,
+                    "{from} to {to} (described)"
                 );
             }
         }
+    }
+
+    /// `schema` with a `description` on every schema in it but `{}`.
+    fn described(mut schema: Value) -> Value {
+        let Value::Object(map) = &mut schema else {
+            return schema;
+        };
+        if map.is_empty() {
+            return schema;
+        }
+        if let Some(Value::Object(properties)) = map.get_mut("properties") {
+            for property in properties.values_mut() {
+                *property = described(property.take());
+            }
+        }
+        if let Some(items) = map.get_mut("items") {
+            *items = described(items.take());
+        }
+        if let Some(Value::Array(branches)) = map.get_mut("anyOf") {
+            for branch in branches.iter_mut() {
+                *branch = described(branch.take());
+            }
+        }
+        map.insert("description".into(), Value::from("a doc"));
+        schema
     }
 
     #[test]
