@@ -169,18 +169,16 @@ impl RunRecord {
 /// The `test` block of a stored run (see `test_from`), unformatted: the
 /// drivers lay it out with the compiler's formatter.
 pub fn test_from_row(plan: &Plan, row: &RunRow, records: &[StepRecord]) -> Result<String, String> {
-    let status = match row.status {
-        RunStatus::Completed => Some("completed"),
-        RunStatus::Failed => Some("failed"),
-        RunStatus::PendingApproval => Some("parked"),
-        RunStatus::Running | RunStatus::Cancelled => None,
-    };
     let outcome: Option<Outcome> = row
         .outcome
         .as_ref()
         .and_then(|o| serde_json::from_value(o.clone()).ok());
     let output = match &outcome {
         Some(Outcome::Completed { output }) => Some(output),
+        _ => None,
+    };
+    let failed_at = match &outcome {
+        Some(Outcome::Failed { step, .. }) => step.as_deref(),
         _ => None,
     };
     crate::test_from::test_block(
@@ -190,7 +188,8 @@ pub fn test_from_row(plan: &Plan, row: &RunRow, records: &[StepRecord]) -> Resul
             workflow: &row.workflow,
             input: &row.input,
             records,
-            status,
+            status: row.status.as_str(),
+            failed_at,
             output,
         },
     )

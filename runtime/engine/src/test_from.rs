@@ -23,9 +23,11 @@ pub struct RecordedRun<'a> {
     pub workflow: &'a str,
     pub input: &'a Value,
     pub records: &'a [StepRecord],
-    /// `completed`, `failed` or `parked`; `None` for a run that was
-    /// cancelled or is still running, whose end a test cannot state.
-    pub status: Option<&'a str>,
+    /// The run's status as the API spells it (`completed`, `failed`,
+    /// `pending_approval`, `cancelled`, `running`).
+    pub status: &'a str,
+    /// The execution path of the step a failed run failed at, if a step.
+    pub failed_at: Option<&'a str>,
     /// The output of a completed run.
     pub output: Option<&'a Value>,
 }
@@ -108,9 +110,7 @@ pub fn test_block(plan: &Plan, run: &RecordedRun<'_>) -> Result<String, String> 
             ));
         }
     }
-    if let Some(status) = run.status {
-        text.push_str(&format!("expect status {status}\n"));
-    }
+    text.push_str(&end_expectation(run, &records));
     // A record's fields one by one: a failure then names the field.
     match run.output {
         Some(Value::Object(fields)) if !fields.is_empty() => {
@@ -126,6 +126,32 @@ pub fn test_block(plan: &Plan, run: &RecordedRun<'_>) -> Result<String, String> 
     }
     text.push_str("}\n");
     Ok(text)
+}
+
+/// The expectation on how the run ended, or a comment saying why a test
+/// cannot state it: a test cannot cancel a run or stop one midway, and its
+/// in-memory store never refuses a KB write or a handoff.
+fn end_expectation(run: &RecordedRun<'_>, records: &[&StepRecord]) -> String {
+    let effect_failed = run.failed_at.and_then(|path| {
+        records.iter().find(|record| {
+            record.path == path && matches!(record.kind, StepKind::KbWrite | StepKind::Handoff)
+        })
+    });
+    match (run.status, effect_failed) {
+        ("failed", Some(record)) => format!(
+            "// The run failed at `{}` ({}), which a test's store never fails: its status is not expected.\n",
+            record.path,
+            record.kind.name()
+        ),
+        ("completed" | "failed", _) => format!("expect status {}\n", run.status),
+        ("pending_approval", _) => "expect status parked\n".to_string(),
+        ("cancelled", _) => {
+            "// The run was cancelled, which a test cannot do: its end is not expected.\n"
+                .to_string()
+        }
+        _ => "// The run had not ended when this test was written: its end is not expected.\n"
+            .to_string(),
+    }
 }
 
 /// A step's mock, `mock step.ID = A` or `mock step.ID A then B ...`, its
@@ -323,6 +349,57 @@ mod tests {
             literal(&value, Some(&schema)),
             r#"{ amount: 40.0, note: "a \"\{\{x\}\}\"\n", tags: [], wait: 30s }"#
         );
+    }
+
+    fn failed(path: &str, kind: StepKind) -> StepRecord {
+        StepRecord {
+            path: path.to_string(),
+            step_id: path.rsplit('/').next().unwrap_or(path).to_string(),
+            kind,
+            status: StepStatus::Failed,
+            input: json!({}),
+            output: None,
+            error: None,
+            attempts: Vec::new(),
+            started_ms: 1,
+            ended_ms: 2,
+            round: 0,
+        }
+    }
+
+    /// What a test can state of a run's end: not a cancel, not an end it
+    /// has not reached, not a failure of a store a test holds in memory.
+    #[test]
+    fn the_end_is_expected_only_where_a_test_can_reach_it() {
+        let save = failed("each[1]/save", StepKind::KbWrite);
+        let classify = failed("classify", StepKind::Recipe);
+        let records = [&save, &classify];
+        let run = |status, failed_at| RecordedRun {
+            id: "r",
+            workflow: "w",
+            input: &Value::Null,
+            records: &[],
+            status,
+            failed_at,
+            output: None,
+        };
+        let cases = [
+            ("completed", None, "expect status completed"),
+            ("pending_approval", None, "expect status parked"),
+            ("failed", Some("classify"), "expect status failed"),
+            ("failed", None, "expect status failed"),
+            (
+                "failed",
+                Some("each[1]/save"),
+                "// The run failed at `each[1]/save` (kb_write), which a test's store never fails",
+            ),
+            ("cancelled", None, "// The run was cancelled"),
+            ("running", None, "// The run had not ended"),
+        ];
+        for (status, failed_at, says) in cases {
+            let line = end_expectation(&run(status, failed_at), &records);
+            assert!(line.starts_with(says), "{status}: {line}");
+        }
     }
 
     #[test]
