@@ -83,7 +83,6 @@ use tokio_postgres::types::ToSql;
 use crate::approval::{DecideError, Decision, PendingApproval, decide_record, gate_due_ms};
 use crate::journal::{StepRecord, StepStatus};
 use crate::services::{Handoff, KbDocument, KbWrite};
-use crate::store::RunChange;
 use crate::store::sql_limit;
 use crate::store::{
     ApprovalStore, DELETE_AFTER_CANCEL_MS, Deletion, Deployment, EVENT_CLAIM, EventNext,
@@ -92,6 +91,7 @@ use crate::store::{
     NotificationStore, Outgoing, PendingGates, PlanStore, RunEvent, RunHandle, RunLog, RunQuery,
     RunRow, RunStatus, RunStore, StoreError, StoreFuture, StoreJournal,
 };
+use crate::store::{RunChange, record};
 use crate::time::now_stored_ms as now_ms;
 use crate::tls::{TlsMode, TlsSettings};
 
@@ -681,10 +681,7 @@ impl PostgresStore {
         )
         .await?
         .iter()
-        .map(|row| {
-            serde_json::from_str(row.get(0))
-                .map_err(|e| StoreError::Damaged(format!("a damaged step record: {e}")))
-        })
+        .map(|row| record::decode(row.get(0)))
         .collect()
     }
 
@@ -822,7 +819,7 @@ impl PostgresStore {
         let record = tx
             .query_opt(&statement, &[&run_id, &path])
             .await?
-            .and_then(|row| serde_json::from_str::<StepRecord>(row.get(0)).ok());
+            .and_then(|row| record::decode(row.get(0)).ok());
         let decided = match decide_record(record.as_ref(), path, decision, now_ms() as u64) {
             Ok(decided) => decided,
             Err(refused) => return Ok(Err(refused)),
@@ -839,7 +836,7 @@ impl PostgresStore {
                 &run_id,
                 &path,
                 &decided.status.as_str(),
-                &to_json(&decided)?,
+                &record::encode(&decided)?,
             ],
         )
         .await?;
@@ -1378,7 +1375,7 @@ async fn insert_records(
         run_ids.push(run_id);
         paths.push(record.path.as_str());
         statuses.push(record.status.as_str());
-        records.push(to_json(record)?);
+        records.push(record::encode(record)?);
         due.push(gate_due_ms(record).map(|ms| ms as i64));
     }
     let gates = GateNotifications::of(&admitted);

@@ -29,7 +29,7 @@ use crate::store::{
     NotificationStore, Outgoing, PendingGates, PlanStore, RunEnd, RunEvent, RunHandle, RunLog,
     RunQuery, RunRow, RunStatus, RunStore, StoreError, StoreFuture, StoreJournal,
 };
-use crate::store::{RunChange, lock, sql_limit};
+use crate::store::{RunChange, lock, record, sql_limit};
 use crate::time::now_stored_ms as now_ms;
 
 impl rusqlite::types::ToSql for RunStatus {
@@ -781,13 +781,7 @@ impl SqliteStore {
         let records = statement
             .query_map([run_id], |row| row.get::<_, String>(0))?
             .collect::<Result<Vec<_>, _>>()?;
-        records
-            .iter()
-            .map(|json| {
-                serde_json::from_str(json)
-                    .map_err(|e| StoreError::Damaged(format!("a damaged step record: {e}")))
-            })
-            .collect()
+        records.iter().map(|json| record::decode(json)).collect()
     }
 
     /// Decides the approval pending at `path` of run `run_id`, exactly once:
@@ -1944,7 +1938,10 @@ fn write_journal(
         }
     }
     for record in &write.records {
-        let json = serde_json::to_string(record).unwrap_or_default();
+        let json = match record::encode(record) {
+            Ok(json) => json,
+            Err(error) => return Ok(Err(WriteError::Store(error))),
+        };
         insert.execute(params![
             run.id,
             record.path,
@@ -2086,7 +2083,7 @@ fn apply_decision(
             |row| row.get(0),
         )
         .optional()?;
-    let record = record.and_then(|json| serde_json::from_str::<StepRecord>(&json).ok());
+    let record = record.and_then(|json| record::decode(&json).ok());
     let decided = match decide_record(record.as_ref(), path, decision, now_ms() as u64) {
         Ok(decided) => decided,
         Err(error) => return Ok(Err(error)),
@@ -2097,7 +2094,7 @@ fn apply_decision(
             run_id,
             path,
             decided.status.as_str(),
-            serde_json::to_string(&decided).unwrap_or_default()
+            record::encode(&decided).unwrap_or_default()
         ],
     )?;
     Ok(Ok(()))

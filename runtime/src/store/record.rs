@@ -1,0 +1,278 @@
+//! A step record as the stores keep it: the JSON of one `step_runs` row.
+//!
+//! The interpreter's `StepRecord`, this stored form and the API's answer
+//! (flowd's `api::TraceStep`) are three types, so that each can change
+//! alone: a field the interpreter adds is stored only once this module
+//! writes it, and a stored record outlives the process that wrote it, so
+//! its shape is a format with a version.
+//!
+//! Invariants:
+//! * Every record written carries its format, `"v"`, first.
+//! * Records stored before the format had a number have no `"v"`: they
+//!   are version 1, the shape this module writes, so every stored record
+//!   reads.
+//! * A record of a format newer than [`RECORD_FORMAT`] (written by a newer
+//!   flow sharing the store) is refused as damaged, naming both versions,
+//!   rather than read as something it is not.
+//! * The SQL of the stores reads two fields inside records
+//!   (`$.started_ms`, `$.input.expires_ms`, SQLite's migration 5): a new
+//!   format keeps them or migrates that SQL with it.
+
+use serde::ser::{SerializeSeq, SerializeStruct};
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::Value;
+
+use super::StoreError;
+use crate::error::{ErrorKind, StepError};
+use crate::journal::{Attempt, StepRecord, StepStatus};
+use flow_plan::StepKind;
+
+/// The format this build writes, and the newest it reads.
+pub const RECORD_FORMAT: u32 = 1;
+
+/// `record` as stored.
+pub fn encode(record: &StepRecord) -> Result<String, StoreError> {
+    serde_json::to_string(&Stored(record))
+        .map_err(|error| StoreError::Damaged(format!("a step record cannot be stored: {error}")))
+}
+
+/// A stored record, read back.
+pub fn decode(json: &str) -> Result<StepRecord, StoreError> {
+    let stored: StoredRecord = serde_json::from_str(json)
+        .map_err(|error| StoreError::Damaged(format!("a damaged step record: {error}")))?;
+    if stored.v > RECORD_FORMAT {
+        return Err(StoreError::Damaged(format!(
+            "a step record of format {} (at `{}`), newer than this flow reads ({RECORD_FORMAT}): a newer flow wrote it",
+            stored.v, stored.path
+        )));
+    }
+    Ok(stored.into())
+}
+
+/// Writes a record's stored form without copying it.
+struct Stored<'a>(&'a StepRecord);
+
+impl Serialize for Stored<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let record = self.0;
+        let round = record.round != 0;
+        let mut out = serializer.serialize_struct("StepRecord", 11 + usize::from(round))?;
+        out.serialize_field("v", &RECORD_FORMAT)?;
+        out.serialize_field("path", &record.path)?;
+        out.serialize_field("step_id", &record.step_id)?;
+        out.serialize_field("kind", &record.kind)?;
+        out.serialize_field("status", &record.status)?;
+        out.serialize_field("input", &record.input)?;
+        out.serialize_field("output", &record.output)?;
+        out.serialize_field("error", &record.error.as_ref().map(StoredError))?;
+        out.serialize_field("attempts", &StoredAttempts(&record.attempts))?;
+        out.serialize_field("started_ms", &record.started_ms)?;
+        out.serialize_field("ended_ms", &record.ended_ms)?;
+        if round {
+            out.serialize_field("round", &record.round)?;
+        }
+        out.end()
+    }
+}
+
+struct StoredError<'a>(&'a StepError);
+
+impl Serialize for StoredError<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut out = serializer.serialize_struct("StepError", 2)?;
+        out.serialize_field("kind", &self.0.kind)?;
+        out.serialize_field("message", &self.0.message)?;
+        out.end()
+    }
+}
+
+struct StoredAttempts<'a>(&'a [Attempt]);
+
+impl Serialize for StoredAttempts<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut out = serializer.serialize_seq(Some(self.0.len()))?;
+        for attempt in self.0 {
+            out.serialize_element(&StoredAttempt(attempt))?;
+        }
+        out.end()
+    }
+}
+
+/// An attempt's fields; those at their default are left out, as records
+/// are most of a store's bytes.
+struct StoredAttempt<'a>(&'a Attempt);
+
+impl Serialize for StoredAttempt<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let attempt = self.0;
+        let mut out = serializer.serialize_struct("Attempt", 7)?;
+        out.serialize_field("index", &attempt.index)?;
+        out.serialize_field("error", &attempt.error)?;
+        out.serialize_field("delay_ms", &attempt.delay_ms)?;
+        if attempt.round != 0 {
+            out.serialize_field("round", &attempt.round)?;
+        }
+        if attempt.repair {
+            out.serialize_field("repair", &attempt.repair)?;
+        }
+        if let Some(started_ms) = attempt.started_ms {
+            out.serialize_field("started_ms", &started_ms)?;
+        }
+        if let Some(ended_ms) = attempt.ended_ms {
+            out.serialize_field("ended_ms", &ended_ms)?;
+        }
+        out.end()
+    }
+}
+
+/// A stored record as read, of any format up to [`RECORD_FORMAT`].
+#[derive(Deserialize)]
+struct StoredRecord {
+    /// Absent in records stored before formats were numbered: version 1.
+    #[serde(default = "first_format")]
+    v: u32,
+    path: String,
+    step_id: String,
+    kind: StepKind,
+    status: StepStatus,
+    input: Value,
+    output: Option<Value>,
+    error: Option<StoredErrorRead>,
+    attempts: Vec<StoredAttemptRead>,
+    started_ms: u64,
+    ended_ms: u64,
+    #[serde(default)]
+    round: u32,
+}
+
+fn first_format() -> u32 {
+    1
+}
+
+#[derive(Deserialize)]
+struct StoredErrorRead {
+    kind: ErrorKind,
+    message: String,
+}
+
+#[derive(Deserialize)]
+struct StoredAttemptRead {
+    index: u32,
+    error: Option<String>,
+    delay_ms: Option<u64>,
+    #[serde(default)]
+    round: u32,
+    #[serde(default)]
+    repair: bool,
+    #[serde(default)]
+    started_ms: Option<u64>,
+    #[serde(default)]
+    ended_ms: Option<u64>,
+}
+
+impl From<StoredRecord> for StepRecord {
+    fn from(stored: StoredRecord) -> StepRecord {
+        StepRecord {
+            path: stored.path,
+            step_id: stored.step_id,
+            kind: stored.kind,
+            status: stored.status,
+            input: stored.input,
+            output: stored.output,
+            error: stored
+                .error
+                .map(|error| StepError::new(error.kind, error.message)),
+            attempts: stored
+                .attempts
+                .into_iter()
+                .map(|attempt| Attempt {
+                    index: attempt.index,
+                    error: attempt.error,
+                    delay_ms: attempt.delay_ms,
+                    round: attempt.round,
+                    repair: attempt.repair,
+                    started_ms: attempt.started_ms,
+                    ended_ms: attempt.ended_ms,
+                })
+                .collect(),
+            started_ms: stored.started_ms,
+            ended_ms: stored.ended_ms,
+            round: stored.round,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn record() -> StepRecord {
+        StepRecord {
+            path: "each[1]/classify".into(),
+            step_id: "classify".into(),
+            kind: StepKind::Recipe,
+            status: StepStatus::Completed,
+            input: json!({ "q": "x" }),
+            output: Some(json!({ "a": 1 })),
+            error: Some(StepError::new(ErrorKind::RateLimited, "HTTP 429")),
+            attempts: vec![
+                Attempt {
+                    index: 0,
+                    error: Some("rate_limited: HTTP 429".into()),
+                    delay_ms: Some(2000),
+                    round: 0,
+                    repair: false,
+                    started_ms: Some(10),
+                    ended_ms: Some(20),
+                },
+                Attempt {
+                    index: 1,
+                    error: None,
+                    delay_ms: None,
+                    round: 1,
+                    repair: true,
+                    started_ms: None,
+                    ended_ms: None,
+                },
+            ],
+            started_ms: 5,
+            ended_ms: 30,
+            round: 1,
+        }
+    }
+
+    #[test]
+    fn a_record_reads_back_as_written() {
+        let record = record();
+        let json = encode(&record).unwrap();
+        assert!(json.starts_with(r#"{"v":1,"path":"#), "{json}");
+        assert_eq!(decode(&json).unwrap(), record);
+    }
+
+    /// Regression guard for the stores' records written before formats
+    /// were numbered (and for the SQL that reads inside them): they read
+    /// as version 1, and version 1 is what the interpreter's record was
+    /// serialized as.
+    #[test]
+    fn a_record_stored_before_formats_reads_as_version_1() {
+        let record = record();
+        let legacy = serde_json::to_string(&record).unwrap();
+        assert!(!legacy.contains("\"v\""));
+        assert_eq!(decode(&legacy).unwrap(), record);
+        let mut stored: Value = serde_json::from_str(&encode(&record).unwrap()).unwrap();
+        stored.as_object_mut().unwrap().remove("v");
+        assert_eq!(stored, serde_json::to_value(&record).unwrap());
+    }
+
+    #[test]
+    fn a_record_of_a_newer_format_is_refused_by_name() {
+        let mut stored: Value = serde_json::from_str(&encode(&record()).unwrap()).unwrap();
+        stored["v"] = json!(RECORD_FORMAT + 1);
+        let error = decode(&stored.to_string()).unwrap_err().to_string();
+        assert!(
+            error.contains("format 2") && error.contains("each[1]/classify"),
+            "{error}"
+        );
+    }
+}
