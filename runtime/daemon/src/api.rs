@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use flow_plan::{DestinationTarget, Plan, PlanProblems};
 use flow_runtime::approval::Decision;
-use flow_runtime::journal::{Outcome, StepRecord};
+use flow_runtime::journal::Outcome;
 use flow_runtime::runner::{self, RunRecord};
 use flow_runtime::store::{
     Deletion, Deployment, Notification, NotificationQuery, RunQuery, RunRow, RunStatus, StoreError,
@@ -24,6 +24,7 @@ use utoipa::{IntoParams, OpenApi, ToSchema};
 
 use crate::server::{AccountId, Daemon, KeyHolder, Problem, joined, store_problem};
 use crate::sources::DeployedFiles;
+use crate::trace_step::TraceStep;
 
 pub(crate) type Answer = Result<Response, Problem>;
 
@@ -193,7 +194,7 @@ struct Runs {
 #[derive(Serialize, ToSchema)]
 struct Trace {
     run_id: String,
-    steps: Vec<StepRecord>,
+    steps: Vec<TraceStep>,
     /// What happened to the run besides its steps: redrives, moves to
     /// other versions.
     history: Vec<flow_runtime::store::RunChange>,
@@ -856,7 +857,7 @@ pub(crate) async fn trace(
     let history = daemon.store.run_history(&id).await.map_err(store_problem)?;
     Ok(axum::Json(Trace {
         run_id: id,
-        steps: records,
+        steps: records.into_iter().map(TraceStep::from).collect(),
         history,
     })
     .into_response())

@@ -18,5 +18,6 @@ mod sources;
 mod storage;
 mod tenant_mcp;
 mod tenant_provider;
+mod trace_step;
 mod traces;
 pub mod webhooks;

@@ -51,7 +51,6 @@ impl StepStatus {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Attempt {
     pub index: u32,
     pub error: Option<String>,
@@ -79,9 +78,11 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
-/// One step execution: the journal's unit and the trace tree's node.
+/// One step execution: the journal's unit and the trace tree's node. The
+/// interpreter's own: the stores keep it in a format of theirs
+/// (`flow_runtime::store::record`), flowd answers it as a type of its own
+/// (`trace_step.rs`); its serde shape is `flow trace --json`'s.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StepRecord {
     pub path: String,
     pub step_id: String,
