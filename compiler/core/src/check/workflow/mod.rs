@@ -1,0 +1,842 @@
+//! Checking one workflow: step table, definite-run analysis, references and types.
+//!
+//! Definite-run analysis is structural rather than a data-flow fixpoint, because
+//! step ids are unique in a workflow and the control flow is a tree: a step `s`
+//! has certainly run at a use `u` when `s` ends before `u` in the source, `s`
+//! cannot fail silently (`on_error continue` or `fallback`), and every container
+//! of `s` that does not also contain `u` is a parallel branch whose `parallel`
+//! has joined before `u`. This costs O(nesting depth) per reference and no
+//! per-branch copies of a "ran" set, which keeps 100k-step workflows linear.
+//!
+//! The `Checker`'s methods are in the submodules by what they check: a
+//! step (`steps`), an expression (`exprs`), a reference (`refs`), a
+//! destination (`destinations`); this file holds the step table and the
+//! walk over statements.
+
+use std::collections::HashMap;
+
+use crate::check::env::{Env, McpInfo, require_plain, resolve_fields};
+use crate::check::types::Ty;
+use crate::codes::Code;
+use crate::diagnostic::{Diagnostic, Edit, FileId, Span};
+use crate::suggest::{candidates_list, did_you_mean};
+use crate::syntax::ROOTS;
+use crate::syntax::ast::*;
+
+mod destinations;
+mod exprs;
+mod refs;
+mod steps;
+
+/// What kind of step an id names.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepKind {
+    Recipe(String),
+    /// Whether the gate has an `expires`: a test may let only such a gate
+    /// expire.
+    Approval {
+        expires: bool,
+    },
+    KbWrite,
+    Handoff,
+    Browser {
+        server: String,
+        tool: String,
+    },
+    Loop,
+    Parallel,
+    /// A step whose statement did not parse.
+    Unknown,
+}
+
+/// A construct that encloses a step, outermost first in `StepInfo::containers`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Container {
+    /// Branch `branch` (0 for `if`, then each `else if`, then `else`) of the
+    /// `if` statement spanning `span`.
+    IfBranch {
+        span: Span,
+        branch: usize,
+    },
+    LoopBody {
+        id: String,
+        span: Span,
+    },
+    /// A branch of the parallel statement spanning `span`.
+    ParallelBranch {
+        parallel: String,
+        branch: String,
+        span: Span,
+    },
+    /// The fallback block of step `step`.
+    Fallback {
+        step: String,
+        span: Span,
+    },
+    /// The workflow's `on_error` handler.
+    WorkflowHandler {
+        span: Span,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct StepInfo {
+    pub id: String,
+    /// Where the id is written.
+    pub id_span: Span,
+    /// The whole statement, options included.
+    pub span: Span,
+    pub kind: StepKind,
+    /// `None` for steps without output (handoff).
+    pub output: Option<Ty>,
+    pub containers: Vec<Container>,
+    /// `on_error continue` or `fallback`: the step may end without output.
+    pub may_fail: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct WorkflowInfo {
+    pub name: String,
+    pub file: FileId,
+    pub input: Vec<(String, Ty)>,
+    /// Every id of the workflow; its index is the step's slot in the plan.
+    pub steps: Vec<StepInfo>,
+    pub timeout_ms: u64,
+    /// The type of the workflow's `output` record, when it has one.
+    pub output: Option<Ty>,
+    /// Every `for` loop with the type of its items, for editors: the checker
+    /// knows `loop_item`'s type only while it is inside the loop.
+    pub loops: Vec<LoopInfo>,
+}
+
+#[derive(Debug, Clone)]
+pub struct LoopInfo {
+    pub id: String,
+    /// The whole `for` statement, as in [`Container::LoopBody`].
+    pub span: Span,
+    pub item: Ty,
+}
+
+impl WorkflowInfo {
+    pub fn step(&self, id: &str) -> Option<(usize, &StepInfo)> {
+        self.steps.iter().enumerate().find(|(_, s)| s.id == id)
+    }
+}
+
+pub(crate) const DEFAULT_WORKFLOW_TIMEOUT_MS: u64 = 5 * 60 * 1000;
+pub(crate) const DEFAULT_STEP_TIMEOUT_MS: u64 = 60 * 1000;
+pub(crate) const DEFAULT_ATTEMPTS: i64 = 3;
+/// Bounds that keep a plan's numbers meaningful to the runtime: more attempts
+/// than this is a loop, not a retry, and more iterations in flight than this
+/// would only queue on the account's concurrency limit. They are the plan
+/// format's, so that `Plan::validate` refuses exactly what the checker does.
+const MAX_ATTEMPTS: i64 = flow_plan::limits::MAX_ATTEMPTS as i64;
+const MAX_CONCURRENCY: i64 = flow_plan::limits::MAX_CONCURRENCY as i64;
+const MAX_LOOP_ITEMS: i64 = flow_plan::limits::MAX_LOOP_ITEMS as i64;
+
+pub(crate) fn approval_output() -> Ty {
+    Ty::record(vec![
+        ("approved".into(), Ty::Bool),
+        ("approver".into(), Ty::String),
+        ("comment".into(), Ty::String.optional()),
+        ("decided_at".into(), Ty::String),
+    ])
+}
+
+pub(crate) fn kb_write_output() -> Ty {
+    Ty::record(vec![("id".into(), Ty::String), ("version".into(), Ty::Int)])
+}
+
+pub(crate) fn error_ty() -> Ty {
+    Ty::record(vec![
+        ("message".into(), Ty::String),
+        ("kind".into(), Ty::String),
+        ("step".into(), Ty::String),
+    ])
+}
+
+pub(crate) fn approval_params() -> Vec<(String, Ty)> {
+    vec![
+        ("approvers".into(), Ty::list(Ty::String)),
+        ("message".into(), Ty::String),
+        ("expires".into(), Ty::Duration.optional()),
+        (
+            "on_reject".into(),
+            Ty::enumeration(vec!["fail".into(), "continue".into()]).optional(),
+        ),
+        (
+            "on_expire".into(),
+            Ty::enumeration(vec!["reject".into(), "fail".into()]).optional(),
+        ),
+    ]
+}
+
+pub(crate) fn kb_write_params() -> Vec<(String, Ty)> {
+    vec![
+        ("title".into(), Ty::String),
+        ("content".into(), Ty::String),
+        ("metadata".into(), Ty::Json.optional()),
+    ]
+}
+
+pub(crate) fn handoff_params() -> Vec<(String, Ty)> {
+    vec![
+        ("message".into(), Ty::String),
+        ("subject".into(), Ty::String.optional()),
+    ]
+}
+
+pub(crate) fn check_workflow(
+    decl: &Workflow,
+    file: FileId,
+    env: &Env,
+    locked: bool,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> WorkflowInfo {
+    let input = match &decl.input {
+        Some(input) => resolve_fields(&input.fields, file, env, diagnostics),
+        None => Vec::new(),
+    };
+    let mut checker = Checker::new(env, file, diagnostics);
+    checker.locked = locked;
+    checker.input = Ty::record(input.clone());
+    if let Some(timeout) = &decl.timeout
+        && let Some(ms) = checker.duration(timeout, "a workflow timeout")
+    {
+        checker.workflow_timeout_ms = ms;
+    }
+    for context in &decl.context {
+        require_plain(context, "a knowledge-base id", file, checker.diagnostics);
+    }
+    if let Some(department) = &decl.department {
+        require_plain(
+            department,
+            "a workflow's department",
+            file,
+            checker.diagnostics,
+        );
+        if department.display_text().trim().is_empty() {
+            checker.diagnostics.push(
+                Diagnostic::new(
+                    Code::BadOption,
+                    file,
+                    department.span,
+                    "a workflow's department has no name",
+                )
+                .label("empty")
+                .hint("name the department that owns the workflow, e.g. `department \"support\"`, or leave the setting out"),
+            );
+        }
+    }
+    if let Some(mode) = &decl.durability
+        && mode.text != "full"
+        && mode.text != "approval"
+    {
+        let mut diagnostic = Diagnostic::new(Code::BadOption, file, mode.span, format!("unknown durability mode `{}`", mode.text))
+            .label("not a durability mode")
+            .hint("`durability full` journals every step before dependants run (the default); `durability approval` persists only at pauses and at the end");
+        if let Some(best) = did_you_mean(&mode.text, ["full", "approval"]) {
+            diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
+        }
+        checker.diagnostics.push(diagnostic);
+    }
+
+    // Pass 1: every id with its containers and output type.
+    checker.collect(&decl.body);
+    if let Some(ErrorPolicy::Fallback(block)) = &decl.on_error {
+        checker
+            .containers
+            .push(Container::WorkflowHandler { span: block.span });
+        checker.collect(&block.stmts);
+        checker.containers.pop();
+    }
+
+    // Pass 2: references, types and options, in execution order.
+    checker.block(&decl.body);
+    if let Some(ErrorPolicy::Fallback(block)) = &decl.on_error {
+        checker
+            .containers
+            .push(Container::WorkflowHandler { span: block.span });
+        checker.error_in_scope = true;
+        checker.block(&block.stmts);
+        checker.error_in_scope = false;
+        checker.containers.pop();
+    }
+    let mut output_ty = None;
+    if let Some(output) = &decl.output {
+        let mut fields: Vec<(String, Ty)> = Vec::new();
+        let mut seen: Vec<&str> = Vec::new();
+        for field in &output.fields {
+            if seen.contains(&field.name.text.as_str()) {
+                checker.diagnostics.push(
+                    Diagnostic::new(
+                        Code::DuplicateId,
+                        file,
+                        field.name.span,
+                        format!("output field `{}` is given twice", field.name.text),
+                    )
+                    .label("given again here"),
+                );
+            }
+            seen.push(&field.name.text);
+            let ty = checker.expr(&field.value, false);
+            fields.push((field.name.text.clone(), ty));
+        }
+        output_ty = Some(Ty::record(fields));
+    }
+    for destination in &decl.destinations {
+        let output = output_ty.clone().unwrap_or_else(|| Ty::record(Vec::new()));
+        checker.destination(destination, output);
+    }
+    WorkflowInfo {
+        name: decl.name.text.clone(),
+        file,
+        input,
+        timeout_ms: checker.workflow_timeout_ms,
+        output: output_ty,
+        steps: checker.steps,
+        loops: checker.loop_infos,
+    }
+}
+
+/// Checks a value that a test writes (an input, a mock's answer, an
+/// expected output) against `expected`, as a step's argument is checked:
+/// missing and extra fields, enum variants, types.
+pub(crate) fn check_test_value(
+    expr: &Expr,
+    expected: &Ty,
+    what: &str,
+    file: FileId,
+    env: &Env,
+    diagnostics: &mut Vec<Diagnostic>,
+) {
+    Checker::new(env, file, diagnostics).value(expr, expected, &what);
+}
+
+/// The type a test's `output.a.b` reaches in `ty` (the workflow's output),
+/// as a reference's path is followed; `Ty::Any` after a reported problem.
+/// A field that may be absent is reachable: a test may expect it `null`.
+pub(crate) fn test_path_ty(
+    ty: Ty,
+    segments: &[Segment],
+    file: FileId,
+    env: &Env,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Ty {
+    Checker::new(env, file, diagnostics)
+        .walk(ty, segments, true, &|| "the workflow's output".to_string())
+}
+
+struct Checker<'e, 'd> {
+    env: &'e Env,
+    /// Whether the caller gave `flow.lock`: then each MCP server's tools are
+    /// in its `McpInfo`, or the lock does not cover the server.
+    locked: bool,
+    file: FileId,
+    diagnostics: &'d mut Vec<Diagnostic>,
+    steps: Vec<StepInfo>,
+    by_id: HashMap<String, usize>,
+    /// The containers of the statement being checked (pass 1 and 2 alike).
+    containers: Vec<Container>,
+    /// Enclosing loops, outermost first: id, item type, and whether the
+    /// id was written as the item's name (`ForStmt::names_item`).
+    loops: Vec<(String, Ty, bool)>,
+    loop_infos: Vec<LoopInfo>,
+    error_in_scope: bool,
+    workflow_timeout_ms: u64,
+    input: Ty,
+    /// Whether the references being checked are in a template, where an
+    /// absent value renders as empty text.
+    in_template: bool,
+    /// Set while a destination is checked: what its references may read.
+    destination: Option<DestinationScope>,
+}
+
+/// What a destination's templates and content may read: the run's input,
+/// and its output when every event it is delivered on is `completed` (a
+/// failed, cancelled or parked run has none).
+struct DestinationScope {
+    output: Option<Ty>,
+}
+
+/// Where the text of `step` ends: its record or its last option. Its span
+/// may reach past a comment that follows it.
+fn step_end(step: &Step) -> u32 {
+    let options = &step.options;
+    let retry = options.retry.as_ref().map(|retry| {
+        let backoff = retry.backoff.as_ref().map_or(0, |(_, max)| max.span.end);
+        retry.attempts_span.end.max(backoff)
+    });
+    let on_error = options.on_error.as_ref().map(|policy| match policy {
+        ErrorPolicy::Fail(span) | ErrorPolicy::Continue(span) => span.end,
+        ErrorPolicy::Fallback(block) => block.span.end,
+    });
+    [
+        Some(step.call.args().span.end),
+        retry,
+        options.timeout.as_ref().map(|timeout| timeout.span.end),
+        on_error,
+        options.idempotency.as_ref().map(|key| key.span.end),
+    ]
+    .into_iter()
+    .flatten()
+    .max()
+    .unwrap_or(step.span.end)
+}
+
+/// The edit that adds `missing` fields, with placeholder values, to the
+/// record `args`: after its last field, or inside its braces when it has
+/// none. `None` when a field's type has no placeholder.
+fn fill_fields(args: &RecordLit, missing: &[&(String, Ty)]) -> Option<Edit> {
+    let mut fields = Vec::new();
+    for (name, ty) in missing {
+        fields.push(format!("{name}: {}", ty.placeholder()?));
+    }
+    let fields = fields.join(", ");
+    Some(match args.fields.last() {
+        Some(last) => Edit::insert(last.value.span.end, format!(", {fields}")),
+        None => Edit {
+            span: args.span,
+            text: format!("{{ {fields} }}"),
+        },
+    })
+}
+
+/// Why a step has not certainly run at a use.
+pub(crate) enum NotRun {
+    Later,
+    /// The use is inside the loop or parallel block that the id names.
+    Unfinished,
+    /// The step is in another branch of the `if` spanning this span.
+    OtherIfBranch(Span),
+    /// The use is in the step's own fallback block, which runs because the
+    /// step failed.
+    OwnFallback,
+    Container(Container),
+    MayFail,
+    InHandler,
+}
+
+impl NotRun {
+    /// Whether the step may or may not have run at the use, so that an
+    /// optional use (`?.`, `??`) means something. A step in a sibling branch
+    /// (of an `if` or a `parallel`), in a loop body seen from outside, or in
+    /// the error handler seen from the body is never there or races with the
+    /// use: `?.` would only hide the mistake.
+    fn absence_is_possible(&self) -> bool {
+        matches!(
+            self,
+            NotRun::Container(Container::IfBranch { .. } | Container::Fallback { .. })
+                | NotRun::MayFail
+                | NotRun::InHandler
+        )
+    }
+}
+
+impl<'e, 'd> Checker<'e, 'd> {
+    /// A checker of `file` with nothing in scope yet.
+    fn new(env: &'e Env, file: FileId, diagnostics: &'d mut Vec<Diagnostic>) -> Self {
+        Checker {
+            env,
+            locked: false,
+            file,
+            diagnostics,
+            steps: Vec::new(),
+            by_id: HashMap::new(),
+            containers: Vec::new(),
+            loops: Vec::new(),
+            loop_infos: Vec::new(),
+            error_in_scope: false,
+            workflow_timeout_ms: DEFAULT_WORKFLOW_TIMEOUT_MS,
+            input: Ty::record(Vec::new()),
+            in_template: false,
+            destination: None,
+        }
+    }
+
+    fn push(&mut self, diagnostic: Diagnostic) {
+        self.diagnostics.push(diagnostic);
+    }
+
+    // ------------------------------------------------------------ pass 1
+
+    fn register(&mut self, info: StepInfo) {
+        // A `parallel` with no name (a syntax error) clashes with none.
+        if let Some(&first) = self.by_id.get(&info.id).filter(|_| !info.id.is_empty()) {
+            let first = &self.steps[first];
+            let diagnostic = Diagnostic::new(Code::DuplicateId, self.file, info.id_span, format!("the id `{}` is used twice", info.id))
+                .label("used again here")
+                .secondary(self.file, first.id_span, "first used here")
+                .hint("step, loop and parallel ids are unique in a workflow: they name journal entries and references");
+            self.push(diagnostic);
+            return;
+        }
+        self.by_id.insert(info.id.clone(), self.steps.len());
+        self.steps.push(info);
+    }
+
+    fn collect(&mut self, stmts: &[Stmt]) {
+        for stmt in stmts {
+            match stmt {
+                Stmt::Step(step) => {
+                    let (kind, output) = match &step.call {
+                        StepCall::Recipe { recipe, .. } => (
+                            StepKind::Recipe(recipe.text.clone()),
+                            Some(
+                                self.env
+                                    .recipes
+                                    .get(&recipe.text)
+                                    .map_or(Ty::Any, |r| r.output.clone()),
+                            ),
+                        ),
+                        StepCall::Approval { args, .. } => (
+                            StepKind::Approval {
+                                expires: args.fields.iter().any(|f| f.name.text == "expires"),
+                            },
+                            Some(approval_output()),
+                        ),
+                        StepCall::KbWrite { .. } => (StepKind::KbWrite, Some(kb_write_output())),
+                        StepCall::Handoff { .. } => (StepKind::Handoff, None),
+                        StepCall::Browser { server, tool, .. } => (
+                            StepKind::Browser {
+                                server: server.text.clone(),
+                                tool: tool.text.clone(),
+                            },
+                            Some(Ty::Json),
+                        ),
+                        StepCall::Broken { .. } => (StepKind::Unknown, Some(Ty::Any)),
+                    };
+                    let may_fail = matches!(
+                        step.options.on_error,
+                        Some(ErrorPolicy::Continue(_) | ErrorPolicy::Fallback(_))
+                    );
+                    self.register(StepInfo {
+                        id: step.id.text.clone(),
+                        id_span: step.id.span,
+                        span: step.span,
+                        kind,
+                        output,
+                        containers: self.containers.clone(),
+                        may_fail,
+                    });
+                    if let Some(ErrorPolicy::Fallback(block)) = &step.options.on_error {
+                        self.containers.push(Container::Fallback {
+                            step: step.id.text.clone(),
+                            span: block.span,
+                        });
+                        self.collect(&block.stmts);
+                        self.containers.pop();
+                    }
+                }
+                Stmt::If(stmt) => {
+                    let blocks = stmt.branches.iter().map(|(_, b)| b).chain(&stmt.else_block);
+                    for (branch, block) in blocks.enumerate() {
+                        self.containers.push(Container::IfBranch {
+                            span: stmt.span,
+                            branch,
+                        });
+                        self.collect(&block.stmts);
+                        self.containers.pop();
+                    }
+                }
+                Stmt::For(stmt) => {
+                    let first = self.steps.len();
+                    self.containers.push(Container::LoopBody {
+                        id: stmt.id.text.clone(),
+                        span: stmt.span,
+                    });
+                    self.collect(&stmt.body.stmts);
+                    self.containers.pop();
+                    let iteration = self.outputs_since(first, self.containers.len() + 1);
+                    self.register(StepInfo {
+                        id: stmt.id.text.clone(),
+                        id_span: stmt.id.span,
+                        span: stmt.span,
+                        kind: StepKind::Loop,
+                        output: Some(Ty::list(iteration)),
+                        containers: self.containers.clone(),
+                        may_fail: false,
+                    });
+                }
+                Stmt::Parallel(stmt) => {
+                    let mut branches = Vec::new();
+                    let mut names: Vec<&Name> = Vec::new();
+                    for branch in &stmt.branches {
+                        if let Some(first) = names.iter().find(|n| n.text == branch.name.text) {
+                            let diagnostic = Diagnostic::new(
+                                Code::DuplicateId,
+                                self.file,
+                                branch.name.span,
+                                format!(
+                                    "branch `{}` appears twice in `{}`",
+                                    branch.name.text, stmt.id.text
+                                ),
+                            )
+                            .label("used again here")
+                            .secondary(
+                                self.file,
+                                first.span,
+                                "first used here",
+                            );
+                            self.push(diagnostic);
+                        }
+                        names.push(&branch.name);
+                        let first = self.steps.len();
+                        self.containers.push(Container::ParallelBranch {
+                            parallel: stmt.id.text.clone(),
+                            branch: branch.name.text.clone(),
+                            span: stmt.span,
+                        });
+                        self.collect(&branch.body.stmts);
+                        self.containers.pop();
+                        branches.push((
+                            branch.name.text.clone(),
+                            self.outputs_since(first, self.containers.len() + 1),
+                        ));
+                    }
+                    self.collect(&stmt.broken);
+                    self.register(StepInfo {
+                        id: stmt.id.text.clone(),
+                        id_span: stmt.id.span,
+                        span: stmt.span,
+                        kind: StepKind::Parallel,
+                        output: Some(Ty::record(branches)),
+                        containers: self.containers.clone(),
+                        may_fail: false,
+                    });
+                }
+            }
+        }
+    }
+
+    /// The record of the outputs of the steps registered since `first` that sit
+    /// directly in a block at container depth `depth`: one loop iteration or
+    /// one parallel branch. Steps that may not run there are optional fields;
+    /// steps of nested loops are reached through the nested loop's own list.
+    fn outputs_since(&self, first: usize, depth: usize) -> Ty {
+        let fields = self.steps[first..]
+            .iter()
+            .filter_map(|step| {
+                let output = step.output.clone()?;
+                let inner = &step.containers[depth.min(step.containers.len())..];
+                if inner
+                    .iter()
+                    .any(|c| matches!(c, Container::LoopBody { .. }))
+                {
+                    return None;
+                }
+                let certain = !step.may_fail
+                    && inner
+                        .iter()
+                        .all(|c| matches!(c, Container::ParallelBranch { .. }));
+                Some((
+                    step.id.clone(),
+                    if certain { output } else { output.optional() },
+                ))
+            })
+            .collect();
+        Ty::Record(fields)
+    }
+
+    // ------------------------------------------------------------ pass 2: statements
+
+    fn block(&mut self, stmts: &[Stmt]) {
+        for stmt in stmts {
+            self.stmt(stmt);
+        }
+    }
+
+    fn stmt(&mut self, stmt: &Stmt) {
+        match stmt {
+            Stmt::Step(step) => self.step(step),
+            Stmt::If(stmt) => {
+                for (condition, _) in &stmt.branches {
+                    let ty = self.expr(condition, false);
+                    self.expect_bool(condition, &ty);
+                }
+                let blocks = stmt.branches.iter().map(|(_, b)| b).chain(&stmt.else_block);
+                for (branch, block) in blocks.enumerate() {
+                    self.containers.push(Container::IfBranch {
+                        span: stmt.span,
+                        branch,
+                    });
+                    self.block(&block.stmts);
+                    self.containers.pop();
+                }
+            }
+            Stmt::For(stmt) => {
+                let ty = self.expr(&stmt.collection, false);
+                let item = match ty {
+                    Ty::List(item) => std::sync::Arc::unwrap_or_clone(item),
+                    Ty::Any | Ty::Json => ty,
+                    other => {
+                        let mut diagnostic = Diagnostic::new(
+                            Code::NotACollection,
+                            self.file,
+                            stmt.collection.span,
+                            format!("`for` needs a list, found `{}`", self.env.show(&other)),
+                        )
+                        .label("not a list");
+                        if let Ty::Optional(inner) = &other
+                            && matches!(**inner, Ty::List(_))
+                        {
+                            diagnostic = diagnostic
+                                .hint("the list may be absent: give a default with `?? []`");
+                        }
+                        self.push(diagnostic);
+                        Ty::Any
+                    }
+                };
+                if let Some((concurrency, span)) = stmt.concurrency
+                    && !(1..=MAX_CONCURRENCY).contains(&concurrency)
+                {
+                    self.push(
+                        Diagnostic::new(
+                            Code::BadOption,
+                            self.file,
+                            span,
+                            format!("`concurrency` is from 1 to {MAX_CONCURRENCY}"),
+                        )
+                        .label("out of range")
+                        .hint("leave it out to run iterations one at a time"),
+                    );
+                }
+                if let Some((max, span)) = stmt.max_items
+                    && !(1..=MAX_LOOP_ITEMS).contains(&max)
+                {
+                    self.push(
+                        Diagnostic::new(
+                            Code::BadOption,
+                            self.file,
+                            span,
+                            format!("`max` is from 1 to {MAX_LOOP_ITEMS}"),
+                        )
+                        .label("out of range")
+                        .hint("the most items the loop takes: leave it out when there is no bound"),
+                    );
+                }
+                self.loop_infos.push(LoopInfo {
+                    id: stmt.id.text.clone(),
+                    span: stmt.span,
+                    item: item.clone(),
+                });
+                self.loops
+                    .push((stmt.id.text.clone(), item, stmt.names_item));
+                self.containers.push(Container::LoopBody {
+                    id: stmt.id.text.clone(),
+                    span: stmt.span,
+                });
+                self.block(&stmt.body.stmts);
+                self.containers.pop();
+                self.loops.pop();
+            }
+            Stmt::Parallel(stmt) => {
+                if stmt.branches.is_empty() && !stmt.recovered {
+                    self.push(
+                        Diagnostic::new(
+                            Code::Member,
+                            self.file,
+                            stmt.id.span,
+                            format!("parallel block `{}` has no branches", stmt.id.text),
+                        )
+                        .label("empty")
+                        .hint("add `branch name { ... }` blocks"),
+                    );
+                }
+                for branch in &stmt.branches {
+                    self.containers.push(Container::ParallelBranch {
+                        parallel: stmt.id.text.clone(),
+                        branch: branch.name.text.clone(),
+                        span: stmt.span,
+                    });
+                    self.block(&branch.body.stmts);
+                    self.containers.pop();
+                }
+            }
+        }
+    }
+}
+
+/// Why `step` has not certainly run at byte offset `use_at`, inside
+/// `containers` (outermost first), if it has not. The editor asks the same
+/// question at the cursor to offer only the steps a reference may use.
+pub(crate) fn not_run(step: &StepInfo, containers: &[Container], use_at: u32) -> Option<NotRun> {
+    let mut shared = 0;
+    while shared < step.containers.len()
+        && shared < containers.len()
+        && step.containers[shared] == containers[shared]
+    {
+        shared += 1;
+    }
+    let use_containers = &containers[shared..];
+    if use_containers
+        .iter()
+        .any(|c| matches!(c, Container::Fallback { step: failed, .. } if *failed == step.id))
+    {
+        return Some(NotRun::OwnFallback);
+    }
+    if matches!(step.kind, StepKind::Loop | StepKind::Parallel)
+        && use_containers.iter().any(|c| match c {
+            Container::LoopBody { id, .. } => *id == step.id,
+            Container::ParallelBranch { parallel, .. } => *parallel == step.id,
+            _ => false,
+        })
+    {
+        return Some(NotRun::Unfinished);
+    }
+    // The workflow's handler runs after a failure anywhere, wherever it is written.
+    let in_handler = |containers: &[Container]| {
+        containers
+            .iter()
+            .any(|c| matches!(c, Container::WorkflowHandler { .. }))
+    };
+    if in_handler(use_containers) && !in_handler(&step.containers) {
+        return Some(NotRun::InHandler);
+    }
+    if let (
+        Some(Container::IfBranch { span, .. }),
+        Some(Container::IfBranch { span: use_span, .. }),
+    ) = (step.containers.get(shared), containers.get(shared))
+        && span == use_span
+    {
+        return Some(NotRun::OtherIfBranch(*span));
+    }
+    if step.span.end > use_at {
+        // A sibling parallel branch written later is not "later": it runs alongside.
+        return match step.containers.get(shared) {
+            Some(container @ Container::ParallelBranch { span, .. }) if span.end > use_at => {
+                Some(NotRun::Container(container.clone()))
+            }
+            _ => Some(NotRun::Later),
+        };
+    }
+    for container in &step.containers[shared..] {
+        match container {
+            Container::ParallelBranch { span, .. } if span.end <= use_at => {}
+            other => return Some(NotRun::Container(other.clone())),
+        }
+    }
+    if step.may_fail {
+        return Some(NotRun::MayFail);
+    }
+    None
+}
+
+/// The type of `a ?? b` when `b` fits `a`'s inner type.
+fn inner_or(inner: Ty, default: &Ty) -> Ty {
+    if default.is_optional() {
+        inner.optional()
+    } else {
+        inner
+    }
+}
+
+fn show_ms(ms: u64) -> String {
+    match ms {
+        ms if ms % 86_400_000 == 0 => format!("{}d", ms / 86_400_000),
+        ms if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
+        ms if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
+        ms if ms % 1_000 == 0 => format!("{}s", ms / 1_000),
+        ms => format!("{ms}ms"),
+    }
+}

@@ -1,0 +1,500 @@
+//! Checking a step: its call against the recipe, tool or kind it names, its
+//! options (retry, backoff, timeout, fallback) and its idempotency key.
+
+use super::*;
+
+impl<'e, 'd> Checker<'e, 'd> {
+    pub(super) fn step(&mut self, step: &Step) {
+        let args = step.call.args();
+        match &step.call {
+            // Its syntax error is all there is to say about it.
+            StepCall::Broken { .. } => return,
+            // The recipe is borrowed from the environment, which outlives the
+            // checker, so its inputs need no copy per step.
+            StepCall::Recipe { recipe, .. } => match self.env.recipes.get(&recipe.text) {
+                // A recipe whose inputs did not parse: its syntax error
+                // is all there is to say of the call's arguments.
+                Some(info) if info.decl.recovered && info.decl.input.is_none() => {}
+                Some(info) => {
+                    let decl = info
+                        .decl
+                        .input
+                        .as_ref()
+                        .map_or(info.decl.name.span, |i| i.span);
+                    self.args(
+                        args,
+                        &info.input,
+                        &format_args!("recipe `{}`", recipe.text),
+                        Some((info.file, decl)),
+                    );
+                }
+                None => {
+                    let names = self.env.recipes.keys().map(String::as_str);
+                    let mut diagnostic = Diagnostic::new(
+                        Code::UnknownRecipe,
+                        self.file,
+                        recipe.span,
+                        format!("unknown recipe `{}`", recipe.text),
+                    )
+                    .label("no recipe by this name");
+                    if let Some(best) = did_you_mean(&recipe.text, names.clone()) {
+                        diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
+                    }
+                    diagnostic = if self.env.recipes.is_empty() {
+                        diagnostic.hint("no recipe is declared or imported; declare one with `recipe name { ... }` or `import` a file")
+                    } else {
+                        diagnostic.hint(format!(
+                            "the recipes in scope are {}",
+                            candidates_list(names)
+                        ))
+                    };
+                    self.push(diagnostic);
+                    self.unchecked_args(args);
+                }
+            },
+            StepCall::Approval { .. } => {
+                self.args(args, &approval_params(), &"`approval`", None);
+                self.approval_literals(args);
+            }
+            StepCall::KbWrite { collection, .. } => {
+                self.template(collection);
+                self.args(args, &kb_write_params(), &"`kb_write`", None);
+            }
+            StepCall::Handoff { department, .. } => {
+                self.template(department);
+                self.args(args, &handoff_params(), &"`handoff`", None);
+            }
+            StepCall::Browser { server, tool, .. } => {
+                let env = self.env;
+                if let Some(info) = env.mcp_servers.get(&server.text) {
+                    if self.tool_call(server, tool, args, info) {
+                        self.options(step);
+                        return;
+                    }
+                } else {
+                    let names = self.env.mcp_servers.keys().map(String::as_str);
+                    let mut diagnostic = Diagnostic::new(
+                        Code::UnknownMcpServer,
+                        self.file,
+                        server.span,
+                        format!("unknown MCP server `{}`", server.text),
+                    )
+                    .label("no `mcp` declaration by this name");
+                    if let Some(best) = did_you_mean(&server.text, names.clone()) {
+                        diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
+                    }
+                    diagnostic = if self.env.mcp_servers.is_empty() {
+                        diagnostic.hint("declare it: `mcp browser { command \"npx\" args [\"@playwright/mcp\"] }`")
+                    } else {
+                        diagnostic.hint(format!(
+                            "the MCP servers in scope are {}",
+                            candidates_list(names)
+                        ))
+                    };
+                    self.push(diagnostic);
+                }
+                self.unchecked_args(args);
+            }
+        }
+        self.options(step);
+    }
+
+    /// The approval's settings decide how the runtime parks the run, before
+    /// any value exists, so they are written as literals; and an approval with
+    /// no approver could never be decided.
+    pub(super) fn approval_literals(&mut self, args: &RecordLit) {
+        for field in &args.fields {
+            let literal = match (field.name.text.as_str(), &field.value.kind) {
+                // A number has had its missing unit reported.
+                ("expires", ExprKind::Duration(_) | ExprKind::Int(_)) => true,
+                ("expires", _) => false,
+                ("on_reject" | "on_expire", ExprKind::String(lit)) => lit.as_plain().is_some(),
+                ("on_reject" | "on_expire", _) => false,
+                ("approvers", ExprKind::List(items)) if items.is_empty() => {
+                    self.push(
+                        Diagnostic::new(
+                            Code::BadOption,
+                            self.file,
+                            field.value.span,
+                            "an approval needs at least one approver",
+                        )
+                        .label("no approver")
+                        .hint("name a group or an email: `approvers: [\"billing-leads\"]`"),
+                    );
+                    true
+                }
+                _ => true,
+            };
+            if !literal {
+                self.push(
+                    Diagnostic::new(
+                        Code::BadOption,
+                        self.file,
+                        field.value.span,
+                        format!("`{}` is written as a literal", field.name.text),
+                    )
+                    .label("not a literal")
+                    .hint(if field.name.text == "expires" {
+                        "write a duration such as `48h`"
+                    } else {
+                        "write one of the variants as a string, such as `\"fail\"`"
+                    }),
+                );
+            }
+        }
+    }
+
+    pub(super) fn options(&mut self, step: &Step) {
+        let options = &step.options;
+        let mut attempts = DEFAULT_ATTEMPTS;
+        if let Some(retry) = &options.retry {
+            attempts = retry.attempts;
+            if !(1..=MAX_ATTEMPTS).contains(&retry.attempts) {
+                self.push(
+                    Diagnostic::new(
+                        Code::BadOption,
+                        self.file,
+                        retry.attempts_span,
+                        format!("`retry` counts attempts, from 1 to {MAX_ATTEMPTS}"),
+                    )
+                    .label("out of range")
+                    .hint("`retry 1` runs the step once, without retrying"),
+                );
+            }
+            if let Some((min, max)) = &retry.backoff {
+                let min_ms = self.duration(min, "a backoff");
+                let max_ms = self.duration(max, "a backoff");
+                if let (Some(min_ms), Some(max_ms)) = (min_ms, max_ms)
+                    && min_ms > max_ms
+                {
+                    self.push(
+                        Diagnostic::new(
+                            Code::BadDuration,
+                            self.file,
+                            min.span.to(max.span),
+                            "the backoff range goes backwards",
+                        )
+                        .label("the first delay is longer than the cap")
+                        .hint("write the shortest delay first: `backoff 2s..30s`"),
+                    );
+                }
+            }
+        }
+        if let Some(timeout) = &options.timeout
+            && let Some(ms) = self.duration(timeout, "a step timeout")
+            && ms > self.workflow_timeout_ms
+        {
+            self.push(
+                Diagnostic::new(
+                    Code::StepTimeoutExceedsWorkflow,
+                    self.file,
+                    timeout.span,
+                    format!(
+                        "step `{}` may run for {}, longer than its workflow's timeout of {}",
+                        step.id.text,
+                        show_ms(ms),
+                        show_ms(self.workflow_timeout_ms)
+                    ),
+                )
+                .label("the workflow deadline cuts this short")
+                .hint("raise the workflow's `timeout` or lower the step's"),
+            );
+        }
+        if let Some(key) = &options.idempotency {
+            self.value(key, &Ty::String, &"an idempotency key");
+        } else if step.call.has_side_effects() && attempts > 1 {
+            let retried = if options.retry.is_some() {
+                format!("retried up to {attempts} times")
+            } else {
+                format!("retried ({DEFAULT_ATTEMPTS} attempts by default)")
+            };
+            let diagnostic = Diagnostic::new(
+                    Code::RetriedSideEffect,
+                    self.file,
+                    step.id.span,
+                    format!("`{}` step `{}` is {retried} without an idempotency key", step.call.kind_name(), step.id.text),
+                )
+                .label("may take effect more than once")
+                .hint("add `idempotency \"{{workflow_input.id}}-...\"` after the call, or `retry 1` if duplicates are harmless");
+            let diagnostic = match self.idempotency_key(&step.id.text) {
+                Some(key) => diagnostic.fix_with(
+                    "Add an idempotency key from the input",
+                    vec![Edit::insert(
+                        step_end(step),
+                        format!(" idempotency \"{key}\""),
+                    )],
+                ),
+                None => diagnostic,
+            };
+            self.push(diagnostic);
+        }
+        if let Some(ErrorPolicy::Fallback(block)) = &options.on_error {
+            let outer = self.error_in_scope;
+            self.error_in_scope = true;
+            self.containers.push(Container::Fallback {
+                step: step.id.text.clone(),
+                span: block.span,
+            });
+            self.block(&block.stmts);
+            self.containers.pop();
+            self.error_in_scope = outer;
+        }
+    }
+
+    /// Validates a duration literal and gives its length.
+    pub(super) fn duration(&mut self, duration: &DurationLit, what: &str) -> Option<u64> {
+        // Each problem with its hint and, when the hint names one duration,
+        // that duration as the fix.
+        let problem = match (&duration.unit, duration.amount) {
+            (None, amount) => Some((
+                format!("{what} needs a unit"),
+                format!(
+                    "write `{}s` for seconds, or use `ms`, `m`, `h`, `d`",
+                    amount.unwrap_or(0)
+                ),
+                amount.map(|amount| format!("{amount}s")),
+            )),
+            (Some(unit), amount) if unit_ms(unit).is_none() => {
+                // A unit of another tool is converted, not matched by
+                // spelling: `2w` is `14d`, not `2d`.
+                let meant = foreign_unit_ms(unit)
+                    .and_then(|ms| amount?.checked_mul(ms))
+                    .filter(|ms| *ms > 0)
+                    .map(whole_duration);
+                let (hint, fix) = match (meant, did_you_mean(unit, ["ms", "s", "m", "h", "d"])) {
+                    (Some(meant), _) => (
+                        format!("write `{meant}`: the units are `ms`, `s`, `m`, `h`, `d`"),
+                        Some(meant),
+                    ),
+                    (None, Some(best)) if unit.len() <= 3 => (
+                        format!("did you mean `{best}`? the units are `ms`, `s`, `m`, `h`, `d`"),
+                        amount.map(|amount| format!("{amount}{best}")),
+                    ),
+                    _ => ("the units are `ms`, `s`, `m`, `h`, `d`".to_string(), None),
+                };
+                Some((format!("unknown duration unit `{unit}`"), hint, fix))
+            }
+            _ => match duration.millis() {
+                None => Some((
+                    "the duration is too long".to_string(),
+                    "use a larger unit or a shorter duration".to_string(),
+                    None,
+                )),
+                Some(0) => Some((
+                    format!("{what} cannot be zero"),
+                    "give a positive duration".to_string(),
+                    None,
+                )),
+                Some(_) => None,
+            },
+        };
+        match problem {
+            Some((message, hint, fix)) => {
+                let mut diagnostic =
+                    Diagnostic::new(Code::BadDuration, self.file, duration.span, message)
+                        .label("invalid duration")
+                        .hint(hint);
+                if let Some(fix) = fix {
+                    diagnostic = diagnostic.fix(fix);
+                }
+                self.push(diagnostic);
+                None
+            }
+            None => duration.millis(),
+        }
+    }
+
+    /// Checks a browser step against its server's tools in `flow.lock`:
+    /// the tool exists, its arguments are the tool's and fit its schema.
+    /// False when there is nothing to check against (no lock, or the lock
+    /// does not have this server as declared), and the arguments are
+    /// checked only as expressions.
+    pub(super) fn tool_call(
+        &mut self,
+        server: &Name,
+        tool: &Name,
+        args: &RecordLit,
+        info: &McpInfo,
+    ) -> bool {
+        if !self.locked {
+            return false;
+        }
+        let Some(locked) = &info.locked else {
+            self.push(
+                Diagnostic::new(
+                    Code::McpServerNotLocked,
+                    self.file,
+                    server.span,
+                    format!(
+                        "flow.lock has no tools for MCP server `{}` as it is declared",
+                        server.text
+                    ),
+                )
+                .label("its tool and arguments are not checked")
+                .secondary(info.file, info.decl.span, "declared here")
+                .hint("run `flowc lock` on these files to record its tools"),
+            );
+            return false;
+        };
+        let Some(found) = locked.tools.iter().find(|t| t.name == tool.text) else {
+            let names = locked.tools.iter().map(|t| t.name.as_str());
+            let mut diagnostic = Diagnostic::new(
+                Code::UnknownMcpTool,
+                self.file,
+                tool.span,
+                format!("MCP server `{}` has no tool `{}`", server.text, tool.text),
+            )
+            .label("no such tool in flow.lock");
+            if let Some(best) = did_you_mean(&tool.text, names.clone()) {
+                diagnostic = diagnostic.hint(format!("did you mean `{best}`?"));
+            }
+            diagnostic = if locked.tools.is_empty() {
+                diagnostic.hint("the server listed no tool when flow.lock was taken")
+            } else {
+                diagnostic.hint(format!("its tools are {}", candidates_list(names)))
+            };
+            self.push(diagnostic.hint(
+                "flow.lock records the tools the server listed; if it has changed, run `flowc lock` again",
+            ));
+            self.unchecked_args(args);
+            return true;
+        };
+        let given: Vec<&str> = args.fields.iter().map(|f| f.name.text.as_str()).collect();
+        let params = crate::lock::tool_params(&found.input_schema, &given);
+        self.args(
+            args,
+            &params,
+            &format_args!("tool `{}.{}`", server.text, tool.text),
+            None,
+        );
+        true
+    }
+
+    pub(super) fn unchecked_args(&mut self, args: &RecordLit) {
+        for field in &args.fields {
+            self.expr(&field.value, false);
+        }
+    }
+
+    /// Checks a record literal against declared parameters.
+    pub(super) fn args(
+        &mut self,
+        args: &RecordLit,
+        params: &[(String, Ty)],
+        callee: &dyn std::fmt::Display,
+        decl: Option<(FileId, Span)>,
+    ) {
+        let mut seen: Vec<&str> = Vec::new();
+        // A misspelt argument is reported once, as unknown with a suggestion,
+        // not a second time as the missing input it was meant to be.
+        let mut suggested: Vec<&str> = Vec::new();
+        for field in &args.fields {
+            let name = field.name.text.as_str();
+            if seen.contains(&name) {
+                self.push(
+                    Diagnostic::new(
+                        Code::DuplicateId,
+                        self.file,
+                        field.name.span,
+                        format!("`{name}` is given twice"),
+                    )
+                    .label("given again here"),
+                );
+                continue;
+            }
+            seen.push(name);
+            match params.iter().find(|(n, _)| n == name) {
+                Some((_, ty)) => self.value(&field.value, ty, &format_args!("`{name}`")),
+                None => {
+                    let names = params.iter().map(|(n, _)| n.as_str());
+                    let mut diagnostic = Diagnostic::new(
+                        Code::UnknownArgument,
+                        self.file,
+                        field.name.span,
+                        format!("{callee} has no input `{name}`"),
+                    )
+                    .label("unknown input");
+                    if let Some(best) =
+                        did_you_mean(name, names.clone().filter(|n| !seen.contains(n)))
+                    {
+                        diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
+                        suggested.push(best);
+                    }
+                    diagnostic = if params.is_empty() {
+                        diagnostic.hint(format!("{callee} takes no inputs"))
+                    } else {
+                        diagnostic.hint(format!("the inputs are {}", candidates_list(names)))
+                    };
+                    // A step option written as a field, as YAML would.
+                    if ["retry", "timeout", "on_error", "idempotency", "backoff"].contains(&name) {
+                        diagnostic = diagnostic.hint(format!(
+                            "`{name}` is a step option: it comes after the record, as in `step x = recipe {{ ... }} {name} ...`, without `:`"
+                        ));
+                    }
+                    if let Some((file, span)) = decl {
+                        diagnostic = diagnostic.secondary(file, span, "inputs declared here");
+                    }
+                    self.push(diagnostic);
+                    self.expr(&field.value, false);
+                }
+            }
+        }
+        let missing: Vec<&(String, Ty)> = params
+            .iter()
+            .filter(|(name, ty)| {
+                !ty.is_optional()
+                    && !seen.contains(&name.as_str())
+                    && !suggested.contains(&name.as_str())
+            })
+            .collect();
+        if !missing.is_empty() {
+            let list: Vec<String> = missing.iter().map(|(n, t)| format!("`{n}: {t}`")).collect();
+            let message = if missing.len() == 1 {
+                format!("{callee} needs the input {}", list[0])
+            } else {
+                format!("{callee} needs the inputs {}", list.join(", "))
+            };
+            let mut diagnostic =
+                Diagnostic::new(Code::MissingArgument, self.file, args.span, message)
+                    .label("missing here");
+            if let Some(fill) = fill_fields(args, &missing) {
+                let title = if missing.len() == 1 {
+                    format!("Add the input `{}`", missing[0].0)
+                } else {
+                    "Add the missing inputs".to_string()
+                };
+                diagnostic = diagnostic.fix_with(title, vec![fill]);
+            }
+            if let Some((file, span)) = decl {
+                diagnostic = diagnostic.secondary(file, span, "inputs declared here");
+            }
+            self.push(diagnostic);
+        }
+    }
+
+    /// An idempotency key for step `id` made of the workflow's input: its
+    /// id-like field (or first field a template can render), the step's id,
+    /// and the index of each enclosing loop, so that each run, step and
+    /// iteration has its own key and a repeated attempt has the same one.
+    pub(super) fn idempotency_key(&self, id: &str) -> Option<String> {
+        let Ty::Record(fields) = &self.input else {
+            return None;
+        };
+        let scalar = |ty: &Ty| matches!(ty, Ty::String | Ty::Int | Ty::Enum(_));
+        let field =
+            fields
+                .iter()
+                .filter(|(_, ty)| scalar(ty))
+                .min_by_key(|(name, _)| match name.as_str() {
+                    "id" => 0,
+                    name if name.ends_with("_id") || name.ends_with("Id") => 1,
+                    name if name.contains("key") => 2,
+                    _ => 3,
+                })?;
+        let mut key = format!("{{{{workflow_input.{}}}}}-{id}", field.0);
+        for (loop_id, ..) in &self.loops {
+            key.push_str(&format!("-{{{{loop.{loop_id}.index}}}}"));
+        }
+        Some(key)
+    }
+}
