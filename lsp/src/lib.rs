@@ -5,9 +5,12 @@
 //! converts positions and types, keeps the open documents, and decides when
 //! to check. It is the only crate that knows LSP types.
 
+mod capabilities;
 pub mod convert;
 pub mod documents;
+mod kinds;
 pub mod server;
+mod workspace;
 
 use tower_lsp_server::{LspService, Server};
 

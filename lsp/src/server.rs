@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use flow_compiler::check::normalize;
 use flow_compiler::diagnostic::Severity;
-use flow_compiler::ide::{self, CompletionKind, SymbolKind as FlowSymbolKind, TokenKind};
+use flow_compiler::ide;
 use flow_compiler::{FileId, Span};
 use tower_lsp_server::jsonrpc::{Error, Result};
 use tower_lsp_server::ls_types::*;
@@ -15,55 +15,23 @@ use tower_lsp_server::{Client, LanguageServer};
 
 use crate::convert::{Encoding, Lines};
 use crate::documents::{Analysis, Document, Documents, Repaired, check_file, check_with};
+use crate::kinds::{completion_kind, document_symbol, symbol_kind, token_type};
+use crate::workspace::{path_of, uri_of, walk, workspace_roots};
 
 /// How long edits must pause before the file is checked again: a burst of
 /// keystrokes is checked once. `initializationOptions.debounceMs` overrides it.
 const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(40);
 
-/// The standard types, which every editor's theme colours: a flow token
-/// kind is the one that reads like it in other languages.
-const TOKEN_TYPES: &[SemanticTokenType] = &[
-    SemanticTokenType::MACRO,
-    SemanticTokenType::NAMESPACE,
-    SemanticTokenType::VARIABLE,
-    SemanticTokenType::PROPERTY,
-    SemanticTokenType::FUNCTION,
-    SemanticTokenType::TYPE,
-    SemanticTokenType::CLASS,
-    SemanticTokenType::KEYWORD,
-    SemanticTokenType::STRING,
-    SemanticTokenType::COMMENT,
-    SemanticTokenType::NUMBER,
-    SemanticTokenType::OPERATOR,
-];
-
-/// The modifiers, as bits in this order.
-const TOKEN_MODIFIERS: &[SemanticTokenModifier] = &[
-    SemanticTokenModifier::DECLARATION,
-    SemanticTokenModifier::DOCUMENTATION,
-];
-
-/// The type and modifier bits of a token of `kind`: a duration is a number
-/// to a theme, a doc comment a comment that documents.
-fn token_type(kind: TokenKind) -> (u32, u32) {
-    match kind {
-        TokenKind::TemplateDelimiter => (0, 0),
-        TokenKind::Root => (1, 0),
-        TokenKind::Step => (2, 0),
-        TokenKind::Field => (3, 0),
-        TokenKind::Recipe => (4, 0),
-        TokenKind::Type => (5, 0),
-        TokenKind::McpServer => (6, 0),
-        TokenKind::Keyword => (7, 0),
-        TokenKind::String => (8, 0),
-        TokenKind::Comment => (9, 0),
-        TokenKind::DocComment => (9, 2),
-        TokenKind::Number | TokenKind::Duration => (10, 0),
-        TokenKind::Operator => (11, 0),
-    }
+#[derive(Debug)]
+/// Where a positional request points: its document's path and analysis,
+/// the client's character encoding, and the byte offset.
+struct At {
+    root: String,
+    analysis: Analysis,
+    encoding: Encoding,
+    offset: u32,
 }
 
-#[derive(Debug)]
 pub struct Backend {
     client: Client,
     state: Arc<Mutex<State>>,
@@ -181,6 +149,23 @@ impl Backend {
         Some((path, analysis))
     }
 
+    /// The document a request points into, analysed at its current version,
+    /// and the byte offset it points at: what every positional request
+    /// starts from.
+    async fn at(&self, position: &TextDocumentPositionParams) -> Option<At> {
+        let (root, analysis) = self.current(&position.text_document.uri).await?;
+        let encoding = self.encoding();
+        let offset = analysis
+            .lines
+            .offset(&analysis.text, position.position, encoding);
+        Some(At {
+            root,
+            analysis,
+            encoding,
+            offset,
+        })
+    }
+
     /// The analysis of a file that may not be open, from the cache or checked now.
     async fn any_file(&self, path: &str) -> Option<Analysis> {
         if self.lock().documents.open.contains_key(path) {
@@ -218,33 +203,6 @@ impl Backend {
         files.sort();
         files.dedup();
         files
-    }
-}
-
-fn walk(dir: &std::path::Path, out: &mut Vec<String>, depth: usize) {
-    // Deep trees are not a workspace's sources; stop before walking a disk.
-    if depth > 12 {
-        return;
-    }
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if name.starts_with('.') || name == "target" || name == "node_modules" {
-            continue;
-        }
-        let path = entry.path();
-        match entry.file_type() {
-            Ok(kind) if kind.is_dir() => walk(&path, out, depth + 1),
-            Ok(_) if path.extension().is_some_and(|e| e == "flow") => {
-                if let Some(text) = path.to_str() {
-                    out.push(normalize(text));
-                }
-            }
-            _ => {}
-        }
     }
 }
 
@@ -291,36 +249,6 @@ async fn analyse(state: &Arc<Mutex<State>>, path: &str, only: Option<i32>) -> Op
         state.documents.store(path, analysis.clone());
     }
     Some(analysis)
-}
-
-/// The workspace folders, or the root URI of a client that sends no
-/// folders: the projects whose files the documents may import.
-fn workspace_roots(params: &InitializeParams) -> Vec<std::path::PathBuf> {
-    let folders: Vec<std::path::PathBuf> = params
-        .workspace_folders
-        .iter()
-        .flatten()
-        .filter_map(|folder| folder.uri.to_file_path().map(|p| p.into_owned()))
-        .collect();
-    if !folders.is_empty() {
-        return folders;
-    }
-    // The protocol deprecates `rootUri` in favour of the folders, but
-    // clients without folder support still send only it.
-    #[allow(deprecated)]
-    let root = params.root_uri.as_ref();
-    root.and_then(|uri| uri.to_file_path().map(|p| p.into_owned()))
-        .into_iter()
-        .collect()
-}
-
-fn path_of(uri: &Uri) -> Option<String> {
-    let path = uri.to_file_path()?;
-    Some(normalize(path.to_str()?))
-}
-
-fn uri_of(path: &str) -> Option<Uri> {
-    Uri::from_file_path(path)
 }
 
 /// The diagnostics of file `file` of a check as LSP diagnostics: the same
@@ -486,78 +414,6 @@ fn capped(items: Vec<ide::Completion>, typed: &str) -> (Vec<ide::Completion>, bo
     (kept, cut)
 }
 
-fn completion_kind(kind: CompletionKind) -> CompletionItemKind {
-    match kind {
-        CompletionKind::Root => CompletionItemKind::MODULE,
-        CompletionKind::Step => CompletionItemKind::VARIABLE,
-        CompletionKind::Field => CompletionItemKind::FIELD,
-        CompletionKind::Variant => CompletionItemKind::ENUM_MEMBER,
-        CompletionKind::Recipe => CompletionItemKind::FUNCTION,
-        CompletionKind::Argument => CompletionItemKind::PROPERTY,
-        CompletionKind::McpServer => CompletionItemKind::MODULE,
-        CompletionKind::Tool => CompletionItemKind::METHOD,
-        CompletionKind::Loop => CompletionItemKind::VARIABLE,
-        CompletionKind::Type => CompletionItemKind::CLASS,
-        CompletionKind::Keyword => CompletionItemKind::KEYWORD,
-    }
-}
-
-fn symbol_kind(kind: FlowSymbolKind) -> SymbolKind {
-    match kind {
-        FlowSymbolKind::Import => SymbolKind::FILE,
-        FlowSymbolKind::Type => SymbolKind::STRUCT,
-        FlowSymbolKind::Recipe => SymbolKind::FUNCTION,
-        FlowSymbolKind::Mcp => SymbolKind::MODULE,
-        FlowSymbolKind::Workflow => SymbolKind::CLASS,
-        FlowSymbolKind::Step => SymbolKind::METHOD,
-        FlowSymbolKind::Condition | FlowSymbolKind::Branch | FlowSymbolKind::Fallback => {
-            SymbolKind::NAMESPACE
-        }
-        FlowSymbolKind::Loop => SymbolKind::ARRAY,
-        FlowSymbolKind::Parallel => SymbolKind::EVENT,
-        FlowSymbolKind::Test => SymbolKind::EVENT,
-    }
-}
-
-#[allow(deprecated)] // reason: `DocumentSymbol::deprecated` must still be written
-fn document_symbol(
-    symbol: &ide::DocumentSymbol,
-    analysis: &Analysis,
-    encoding: Encoding,
-) -> DocumentSymbol {
-    let range = analysis.lines.range(&analysis.text, symbol.span, encoding);
-    let selection = analysis
-        .lines
-        .range(&analysis.text, symbol.selection, encoding);
-    DocumentSymbol {
-        name: if symbol.name.is_empty() {
-            "_".to_string()
-        } else {
-            symbol.name.clone()
-        },
-        detail: Some(symbol.detail.clone()),
-        kind: symbol_kind(symbol.kind),
-        tags: None,
-        deprecated: None,
-        range,
-        // The selection must lie inside the range.
-        selection_range: if symbol.span.start <= symbol.selection.start
-            && symbol.selection.end <= symbol.span.end
-        {
-            selection
-        } else {
-            range
-        },
-        children: Some(
-            symbol
-                .children
-                .iter()
-                .map(|child| document_symbol(child, analysis, encoding))
-                .collect(),
-        ),
-    }
-}
-
 impl Backend {
     /// The locations of `symbol` in every file that may mention it: for a
     /// step, its own file; for a declaration, every workspace file that sees it.
@@ -644,55 +500,7 @@ impl LanguageServer for Backend {
                 name: "flow-lsp".to_string(),
                 version: Some(env!("CARGO_PKG_VERSION").to_string()),
             }),
-            capabilities: ServerCapabilities {
-                position_encoding: Some(if utf8 {
-                    PositionEncodingKind::UTF8
-                } else {
-                    PositionEncodingKind::UTF16
-                }),
-                text_document_sync: Some(TextDocumentSyncCapability::Kind(
-                    TextDocumentSyncKind::INCREMENTAL,
-                )),
-                completion_provider: Some(CompletionOptions {
-                    trigger_characters: Some(vec![
-                        ".".to_string(),
-                        "{".to_string(),
-                        " ".to_string(),
-                    ]),
-                    ..CompletionOptions::default()
-                }),
-                hover_provider: Some(HoverProviderCapability::Simple(true)),
-                definition_provider: Some(OneOf::Left(true)),
-                references_provider: Some(OneOf::Left(true)),
-                rename_provider: Some(OneOf::Right(RenameOptions {
-                    prepare_provider: Some(true),
-                    work_done_progress_options: WorkDoneProgressOptions::default(),
-                })),
-                document_symbol_provider: Some(OneOf::Left(true)),
-                document_formatting_provider: Some(OneOf::Left(true)),
-                code_action_provider: Some(CodeActionProviderCapability::Simple(true)),
-                inlay_hint_provider: Some(OneOf::Left(true)),
-                signature_help_provider: Some(SignatureHelpOptions {
-                    trigger_characters: Some(vec!["{".to_string(), ",".to_string()]),
-                    retrigger_characters: Some(vec![":".to_string()]),
-                    work_done_progress_options: WorkDoneProgressOptions::default(),
-                }),
-                workspace_symbol_provider: Some(OneOf::Left(true)),
-                semantic_tokens_provider: Some(
-                    SemanticTokensServerCapabilities::SemanticTokensOptions(
-                        SemanticTokensOptions {
-                            legend: SemanticTokensLegend {
-                                token_types: TOKEN_TYPES.to_vec(),
-                                token_modifiers: TOKEN_MODIFIERS.to_vec(),
-                            },
-                            full: Some(SemanticTokensFullOptions::Bool(true)),
-                            range: None,
-                            work_done_progress_options: WorkDoneProgressOptions::default(),
-                        },
-                    ),
-                ),
-                ..ServerCapabilities::default()
-            },
+            capabilities: crate::capabilities::capabilities(utf8),
             offset_encoding: None,
         })
     }
@@ -876,13 +684,15 @@ impl LanguageServer for Backend {
 
     async fn hover(&self, params: HoverParams) -> Result<Option<Hover>> {
         let position = params.text_document_position_params;
-        let Some((_, analysis)) = self.current(&position.text_document.uri).await else {
+        let Some(At {
+            analysis,
+            encoding,
+            offset,
+            ..
+        }) = self.at(&position).await
+        else {
             return Ok(None);
         };
-        let encoding = self.encoding();
-        let offset = analysis
-            .lines
-            .offset(&analysis.text, position.position, encoding);
         Ok(
             ide::hover(&analysis.checked, FileId(0), offset).map(|hover| Hover {
                 contents: HoverContents::Markup(MarkupContent {
@@ -899,13 +709,15 @@ impl LanguageServer for Backend {
         params: GotoDefinitionParams,
     ) -> Result<Option<GotoDefinitionResponse>> {
         let position = params.text_document_position_params;
-        let Some((_, analysis)) = self.current(&position.text_document.uri).await else {
+        let Some(At {
+            analysis,
+            encoding,
+            offset,
+            ..
+        }) = self.at(&position).await
+        else {
             return Ok(None);
         };
-        let encoding = self.encoding();
-        let offset = analysis
-            .lines
-            .offset(&analysis.text, position.position, encoding);
         let Some((file, span)) = ide::definition(&analysis.checked, FileId(0), offset) else {
             return Ok(None);
         };
@@ -917,13 +729,15 @@ impl LanguageServer for Backend {
 
     async fn references(&self, params: ReferenceParams) -> Result<Option<Vec<Location>>> {
         let position = params.text_document_position;
-        let Some((root, analysis)) = self.current(&position.text_document.uri).await else {
+        let Some(At {
+            root,
+            analysis,
+            encoding,
+            offset,
+        }) = self.at(&position).await
+        else {
             return Ok(None);
         };
-        let encoding = self.encoding();
-        let offset = analysis
-            .lines
-            .offset(&analysis.text, position.position, encoding);
         let Some((symbol, _)) = ide::symbol_at(&analysis.checked, FileId(0), offset) else {
             return Ok(None);
         };
@@ -951,13 +765,15 @@ impl LanguageServer for Backend {
         &self,
         params: TextDocumentPositionParams,
     ) -> Result<Option<PrepareRenameResponse>> {
-        let Some((_, analysis)) = self.current(&params.text_document.uri).await else {
+        let Some(At {
+            analysis,
+            encoding,
+            offset,
+            ..
+        }) = self.at(&params).await
+        else {
             return Ok(None);
         };
-        let encoding = self.encoding();
-        let offset = analysis
-            .lines
-            .offset(&analysis.text, params.position, encoding);
         Ok(match ide::symbol_at(&analysis.checked, FileId(0), offset) {
             Some((ide::Symbol::Import { .. }, _)) | None => None,
             Some((_, span)) => Some(PrepareRenameResponse::Range(analysis.lines.range(
@@ -970,13 +786,15 @@ impl LanguageServer for Backend {
 
     async fn rename(&self, params: RenameParams) -> Result<Option<WorkspaceEdit>> {
         let position = params.text_document_position;
-        let Some((root, analysis)) = self.current(&position.text_document.uri).await else {
+        let Some(At {
+            root,
+            analysis,
+            encoding,
+            offset,
+        }) = self.at(&position).await
+        else {
             return Ok(None);
         };
-        let encoding = self.encoding();
-        let offset = analysis
-            .lines
-            .offset(&analysis.text, position.position, encoding);
         let (symbol, _) = ide::rename(&analysis.checked, FileId(0), offset, &params.new_name)
             .map_err(|error| Error::invalid_params(error.to_string()))?;
         let mut changes: HashMap<Uri, Vec<TextEdit>> = HashMap::new();
@@ -1107,12 +925,12 @@ impl LanguageServer for Backend {
 
     async fn signature_help(&self, params: SignatureHelpParams) -> Result<Option<SignatureHelp>> {
         let position = params.text_document_position_params;
-        let Some((_, analysis)) = self.current(&position.text_document.uri).await else {
+        let Some(At {
+            analysis, offset, ..
+        }) = self.at(&position).await
+        else {
             return Ok(None);
         };
-        let offset = analysis
-            .lines
-            .offset(&analysis.text, position.position, self.encoding());
         let Some(found) = ide::signature_help(&analysis.checked, offset) else {
             return Ok(None);
         };
@@ -1212,6 +1030,7 @@ impl LanguageServer for Backend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flow_compiler::ide::CompletionKind;
 
     fn item(label: &str) -> ide::Completion {
         ide::Completion {
