@@ -114,7 +114,7 @@ pub trait Journal: Send + Sync {
     /// attempt of a step goes out. A store whose processes hold runs by
     /// leases answers an error once the lease passed to another process, so
     /// that a process paused past its lease does not repeat the new owner's
-    /// work (see `postgres.rs`).
+    /// work (see `flow_runtime::postgres`).
     fn admit(&self) -> BoxFuture<'_, Result<(), StepError>> {
         Box::pin(std::future::ready(Ok(())))
     }

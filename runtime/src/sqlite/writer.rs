@@ -1,0 +1,405 @@
+//! The writer thread: every write of the store goes through its queue and is
+//! applied in batches, one transaction and one fsync each (group commit); each
+//! item is answered after the commit that made it durable.
+
+use super::*;
+
+pub(super) type Reply = oneshot::Sender<Result<(), StoreError>>;
+
+/// Why one write of a batch did not apply.
+pub(super) enum WriteError {
+    /// The database failed it.
+    Store(StoreError),
+    /// A decision the rules refuse (not pending, not an approver, ended run).
+    Refused(DecideError),
+}
+
+/// A decision on an approval, applied by the writer.
+pub(super) struct Decide {
+    pub(super) run_id: String,
+    pub(super) path: String,
+    pub(super) decision: Decision,
+}
+
+/// The writer's queue: one item's worth of work each, answered after the
+/// commit that made it durable (or with why it could not apply).
+pub(super) enum Write {
+    /// A run's journal write (`JournalBackend::write`): its row if new, its
+    /// records, its end.
+    Journal {
+        run: RunHandle,
+        write: Box<JournalWrite>,
+        reply: Reply,
+    },
+    Decide {
+        decision: Decide,
+        reply: oneshot::Sender<Result<Result<(), DecideError>, StoreError>>,
+    },
+    /// A run's row written with the journal's commits: one fsync serves many
+    /// run starts and ends. Answers the number of rows changed.
+    Statement {
+        sql: &'static str,
+        params: Vec<rusqlite::types::Value>,
+        reply: oneshot::Sender<Result<usize, StoreError>>,
+    },
+    /// A `kb_write` step's document, written with the journal's commits
+    /// rather than in a transaction and fsync of its own on the caller's
+    /// thread: a loop of writes at high concurrency held every worker
+    /// thread of the async runtime waiting for the database, and every
+    /// other account's runs with them. Answers the document's id and version.
+    Document {
+        account: String,
+        write: Box<KbWrite>,
+        reply: oneshot::Sender<Result<Value, StoreError>>,
+    },
+}
+
+/// What a write of a batch did, when it applied.
+pub(super) enum Written {
+    /// Rows changed.
+    Rows(usize),
+    /// A KB document's id and version.
+    Document(Value),
+}
+
+impl Write {
+    pub(super) fn reply(self, result: Result<Written, WriteError>) {
+        // Only decisions are ever refused; the rest fail in the store.
+        let stored = |result: Result<Written, WriteError>| {
+            result.map_err(|error| match error {
+                WriteError::Store(error) => error,
+                WriteError::Refused(refused) => StoreError::Database(refused.to_string()),
+            })
+        };
+        let rows = |written| match written {
+            Written::Rows(rows) => rows,
+            Written::Document(_) => 1,
+        };
+        // A caller that went away no longer needs the answer.
+        match self {
+            Write::Journal { reply, .. } => {
+                let _ = reply.send(stored(result).map(|_| ()));
+            }
+            Write::Decide { reply, .. } => {
+                let _ = reply.send(match result {
+                    Ok(_) => Ok(Ok(())),
+                    Err(WriteError::Refused(refused)) => Ok(Err(refused)),
+                    Err(WriteError::Store(error)) => Err(error),
+                });
+            }
+            Write::Statement { reply, .. } => {
+                let _ = reply.send(stored(result).map(rows));
+            }
+            Write::Document { reply, .. } => {
+                let _ = reply.send(stored(result).map(|written| match written {
+                    Written::Document(document) => document,
+                    Written::Rows(_) => Value::Null,
+                }));
+            }
+        }
+    }
+}
+
+/// Records how an invocation of a run ended and gives the run up, if this
+/// process still owns it: `finish_run`'s and a journal's end.
+pub(super) const FINISH_RUN: &str = "UPDATE runs SET status = ?2, outcome = ?3, updated_ms = ?4, active_ms = active_ms + ?5, owner = NULL
+     WHERE id = ?1 AND owner = ?6";
+
+pub(super) fn finish_params(id: &str, end: &RunEnd) -> [rusqlite::types::Value; 6] {
+    [
+        id.to_string().into(),
+        end.status.as_str().to_string().into(),
+        end.outcome.to_string().into(),
+        now_ms().into(),
+        (end.active.as_millis() as i64).into(),
+        owner().to_string().into(),
+    ]
+}
+
+/// The writer thread: group commit of step records until every sender is gone.
+pub(super) fn write_batches(mut conn: Connection, queue: Receiver<Write>) {
+    const MAX_BATCH: usize = 4096;
+    while let Ok(first) = queue.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        match write_batch(&mut conn, &batch) {
+            Ok(results) => {
+                for (write, result) in batch.into_iter().zip(results) {
+                    write.reply(result);
+                }
+            }
+            Err(error) => {
+                let error = StoreError::from(error);
+                for write in batch {
+                    write.reply(Err(WriteError::Store(error.clone())));
+                }
+            }
+        }
+    }
+}
+
+/// Writes a batch in one transaction. A database error fails the whole batch;
+/// a decision that cannot apply (not pending, not an approver) or a statement
+/// that breaks a constraint fails alone.
+pub(super) fn write_batch(
+    conn: &mut Connection,
+    batch: &[Write],
+) -> rusqlite::Result<Vec<Result<Written, WriteError>>> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let mut results = Vec::with_capacity(batch.len());
+    {
+        let mut insert = tx.prepare_cached(
+            "INSERT INTO step_runs (run_id, path, status, record, seq, due_ms)
+             VALUES (?1, ?2, ?3, ?4, (SELECT COALESCE(MAX(seq), 0) + 1 FROM step_runs), ?5)
+             ON CONFLICT (run_id, path) DO UPDATE SET status = excluded.status, record = excluded.record,
+                 due_ms = excluded.due_ms
+             WHERE step_runs.status IN ('pending', 'retrying', 'redriven')",
+        )?;
+        for write in batch {
+            match write {
+                Write::Journal { run, write, .. } => {
+                    results.push(write_journal(&tx, &mut insert, run, write)?);
+                }
+                Write::Decide { decision, .. } => {
+                    results.push(
+                        apply_decision(&tx, decision)?
+                            .map(|()| Written::Rows(1))
+                            .map_err(WriteError::Refused),
+                    );
+                }
+                // A document that fails (a constraint) fails alone: its
+                // statements are undone to the savepoint before it.
+                Write::Document { account, write, .. } => {
+                    tx.execute_batch("SAVEPOINT kb_write")?;
+                    match write_document(&tx, account, write) {
+                        Ok(document) => {
+                            tx.execute_batch("RELEASE kb_write")?;
+                            results.push(Ok(Written::Document(document)));
+                        }
+                        Err(error) if tx.is_autocommit() => return Err(error),
+                        Err(error) => {
+                            tx.execute_batch("ROLLBACK TO kb_write; RELEASE kb_write")?;
+                            results.push(Err(WriteError::Store(error.into())));
+                        }
+                    }
+                }
+                // A statement that fails (a run id taken twice) fails alone:
+                // SQLite undoes that statement and the transaction goes on.
+                Write::Statement { sql, params, .. } => {
+                    let result = tx.prepare_cached(sql).and_then(|mut statement| {
+                        statement.execute(rusqlite::params_from_iter(params.iter()))
+                    });
+                    // Some errors (disk full, I/O) roll the whole transaction
+                    // back, not just the statement: then the batch fails.
+                    match result {
+                        Err(error) if tx.is_autocommit() => return Err(error),
+                        result => results.push(
+                            result
+                                .map(Written::Rows)
+                                .map_err(|e| WriteError::Store(e.into())),
+                        ),
+                    }
+                }
+            }
+        }
+    }
+    tx.commit()?;
+    Ok(results)
+}
+
+/// Applies one journal write in the writer's transaction: the run's row if
+/// new, its records, its end. A run's row that cannot be inserted (an id
+/// taken) fails this write alone, as does an end that finds the run no
+/// longer this process's (`LeaseLost`).
+pub(super) fn write_journal(
+    tx: &rusqlite::Transaction<'_>,
+    insert: &mut rusqlite::CachedStatement<'_>,
+    run: &RunHandle,
+    write: &JournalWrite,
+) -> rusqlite::Result<Result<Written, WriteError>> {
+    if let Some(start) = &write.start {
+        let inserted = tx.prepare_cached(
+            "INSERT INTO runs (id, workflow, plan_hash, status, input, created_ms, updated_ms, owner, account)
+             VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?5, ?6, ?7)",
+        ).and_then(|mut statement| statement.execute(params![
+                run.id,
+                start.workflow,
+                start.plan_hash,
+                start.input.to_string(),
+                now_ms(),
+                owner(),
+                run.account,
+            ]));
+        match inserted {
+            Err(error) if tx.is_autocommit() => return Err(error),
+            Err(error) => return Ok(Err(WriteError::Store(error.into()))),
+            Ok(_) => {}
+        }
+    }
+    for record in &write.records {
+        let json = match record::encode(record) {
+            Ok(json) => json,
+            Err(error) => return Ok(Err(WriteError::Store(error))),
+        };
+        insert.execute(params![
+            run.id,
+            record.path,
+            record.status.as_str(),
+            json,
+            gate_due_ms(record).map(|ms| ms as i64),
+        ])?;
+        notify_gate(tx, &run.id, record)?;
+    }
+    if let Some(end) = &write.end {
+        let ended = tx
+            .prepare_cached(FINISH_RUN)?
+            .execute(finish_params(&run.id, end))?;
+        if ended == 0 {
+            return Ok(Err(WriteError::Store(StoreError::LeaseLost)));
+        }
+    }
+    Ok(Ok(Written::Rows(1)))
+}
+
+/// Creates or updates `write`'s document of `account`, unless its
+/// idempotency key wrote one before (then that write's result); its id and
+/// version.
+pub(super) fn write_document(
+    tx: &rusqlite::Transaction<'_>,
+    account: &str,
+    write: &KbWrite,
+) -> rusqlite::Result<Value> {
+    if let Some(key) = &write.key {
+        let first: Option<String> = tx
+            .prepare_cached("SELECT result FROM kb_keys WHERE account = ?1 AND key = ?2")?
+            .query_row(params![account, key], |row| row.get(0))
+            .optional()?;
+        if let Some(first) = first {
+            return Ok(serde_json::from_str(&first).unwrap_or(Value::Null));
+        }
+    }
+    let (version, search_id): (i64, Option<i64>) = tx
+        .prepare_cached(
+            "INSERT INTO kb_documents (account, collection, title, version, content, metadata, department) VALUES (?1, ?2, ?3, 1, ?4, ?5, ?6)
+             ON CONFLICT (account, collection, title) DO UPDATE SET version = version + 1, content = excluded.content, metadata = excluded.metadata,
+                 department = COALESCE(excluded.department, department)
+             RETURNING version, search_id",
+        )?
+        .query_row(
+            params![account, write.collection, write.title, write.content, write.metadata.as_ref().map(Value::to_string), write.department],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )?;
+    match search_id {
+        Some(search_id) => {
+            tx.prepare_cached("UPDATE kb_search SET content = ?2 WHERE rowid = ?1")?
+                .execute(params![search_id, write.content])?;
+        }
+        None => {
+            tx.prepare_cached(
+                "INSERT INTO kb_search (account, collection, title, content) VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![account, write.collection, write.title, write.content])?;
+            let search_id = tx.last_insert_rowid();
+            tx.prepare_cached(
+                "UPDATE kb_documents SET search_id = ?4 WHERE account = ?1 AND collection = ?2 AND title = ?3",
+            )?
+            .execute(params![account, write.collection, write.title, search_id])?;
+        }
+    }
+    let result =
+        json!({ "id": format!("{}/{}", write.collection, write.title), "version": version });
+    if let Some(key) = &write.key {
+        tx.prepare_cached("INSERT INTO kb_keys (account, key, result) VALUES (?1, ?2, ?3)")?
+            .execute(params![account, key, result.to_string()])?;
+    }
+    Ok(result)
+}
+
+/// A gate reached is a notification to each of its approvers (a person or
+/// an approver group), stored in the transaction that stores the gate: a
+/// parked run never waits unannounced, whatever happens to the process after
+/// the commit. The key makes writing the record again a no-op.
+pub(super) fn notify_gate(
+    tx: &rusqlite::Transaction<'_>,
+    run_id: &str,
+    record: &StepRecord,
+) -> rusqlite::Result<()> {
+    if record.kind != StepKind::Approval || record.status != StepStatus::Pending {
+        return Ok(());
+    }
+    let Ok(gate) = serde_json::from_value::<PendingApproval>(record.input.clone()) else {
+        return Ok(());
+    };
+    let mut insert = tx.prepare_cached(
+        "INSERT OR IGNORE INTO notifications
+             (account, kind, audience, run_id, step_path, subject, message, key, created_ms)
+         SELECT account, 'approval', ?2, id, ?3, 'Approval needed: ' || workflow || ' (' || ?4 || ')',
+                ?5, ?6, ?7
+         FROM runs WHERE id = ?1",
+    )?;
+    for approver in &gate.approvers {
+        insert.execute(params![
+            run_id,
+            approver,
+            gate.path,
+            gate.step_id,
+            gate.message,
+            format!("approval:{run_id}:{}:{approver}", gate.path),
+            now_ms()
+        ])?;
+    }
+    Ok(())
+}
+
+pub(super) fn apply_decision(
+    tx: &rusqlite::Transaction<'_>,
+    decide: &Decide,
+) -> rusqlite::Result<Result<(), DecideError>> {
+    let Decide {
+        run_id,
+        path,
+        decision,
+    } = decide;
+    let run_status: Option<RunStatus> = tx
+        .query_row("SELECT status FROM runs WHERE id = ?1", [run_id], |row| {
+            row.get(0)
+        })
+        .optional()?;
+    if !matches!(
+        run_status,
+        Some(RunStatus::PendingApproval | RunStatus::Running)
+    ) {
+        let error = DecideError::RunEnded {
+            run_id: run_id.clone(),
+            status: run_status.map_or("unknown", RunStatus::as_str).into(),
+        };
+        return Ok(Err(error));
+    }
+    let record: Option<String> = tx
+        .query_row(
+            "SELECT record FROM step_runs WHERE run_id = ?1 AND path = ?2",
+            params![run_id, path],
+            |row| row.get(0),
+        )
+        .optional()?;
+    let record = record.and_then(|json| record::decode(&json).ok());
+    let decided = match decide_record(record.as_ref(), path, decision, now_ms() as u64) {
+        Ok(decided) => decided,
+        Err(error) => return Ok(Err(error)),
+    };
+    tx.execute(
+        "UPDATE step_runs SET status = ?3, record = ?4 WHERE run_id = ?1 AND path = ?2",
+        params![
+            run_id,
+            path,
+            decided.status.as_str(),
+            record::encode(&decided).unwrap_or_default()
+        ],
+    )?;
+    Ok(Ok(()))
+}
