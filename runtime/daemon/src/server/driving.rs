@@ -1,0 +1,338 @@
+//! Runs driven by this process: each in a task of its own, counted among its
+//! account's runs in flight, its decisions applied and its spans exported.
+
+use super::*;
+
+impl Daemon {
+    /// Decides the approval at `path` of `run`, then continues the run here
+    /// unless a live process is executing it (that one picks the decision up
+    /// when it parks). Done in a task of its own: a client that hangs up
+    /// cannot strand a decided run.
+    pub(crate) async fn decide(
+        self: &Arc<Daemon>,
+        run: RunRow,
+        path: String,
+        decision: Decision,
+    ) -> Result<(), Problem> {
+        // A group decides through its members: its name is no person.
+        if let Some(members) = self
+            .config
+            .people(&run.account)
+            .approver_groups
+            .get(&decision.approver)
+        {
+            return Err(Problem::new(
+                StatusCode::FORBIDDEN,
+                "not_an_approver",
+                &format!(
+                    "`{}` is an approver group, not a person: one of its members decides ({})",
+                    decision.approver,
+                    members.join(", ")
+                ),
+            ));
+        }
+        let daemon = Arc::clone(self);
+        let decided = tokio::spawn(async move {
+            daemon
+                .store
+                .decide(&run.id, &path, &decision)
+                .await
+                .map_err(store_problem)?
+                .map_err(|refused| refusal(&refused))?;
+            // A decided gate's record is the store's, not an invocation's:
+            // its span goes now.
+            daemon.export_decision(&run, &path).await;
+            // The plan before the claim, as in `resume_expired`.
+            let plan = daemon.plan(&run.plan_hash).await.map_err(store_problem)?;
+            if daemon
+                .store
+                .claim_run(&run.id, &[RunStatus::PendingApproval])
+                .await
+                .map_err(store_problem)?
+            {
+                daemon.spawn_run(plan, run.account, run.workflow, run.id, run.input, false);
+            }
+            Ok(())
+        });
+        joined(decided).await
+    }
+
+    /// Exports the spans of an invocation's steps, and the run's own span
+    /// once it has ended, when an OTLP endpoint is configured.
+    pub(super) async fn export_trace(
+        &self,
+        plan_hash: &str,
+        workflow: &str,
+        run_id: &str,
+        outcome: &Outcome,
+        steps: Vec<StepRecord>,
+    ) {
+        let Some(endpoint) = &self.config.otlp_endpoint else {
+            return;
+        };
+        let run = crate::traces::RunContext {
+            run_id,
+            workflow,
+            plan_hash,
+        };
+        let mut spans: Vec<_> = steps.iter().map(|record| run.step_span(record)).collect();
+        let failure = match outcome {
+            Outcome::Parked { .. } => None,
+            Outcome::Completed { .. } => Some(None),
+            Outcome::Failed { error, .. } => Some(Some(error.message.as_str())),
+        };
+        if let Some(failure) = failure
+            && let Ok(Some(row)) = self.store.run(run_id).await
+        {
+            if let Ok(records) = self.store.step_records(run_id).await {
+                spans.extend(run.container_spans(&records));
+            }
+            spans.push(run.run_span(row.created_ms, row.updated_ms, failure));
+        }
+        crate::traces::export(&self.http, endpoint, spans, self.metrics.export_counter());
+    }
+
+    /// Exports the span of the gate at `path` of `run`, just decided.
+    pub(super) async fn export_decision(&self, run: &RunRow, path: &str) {
+        let Some(endpoint) = &self.config.otlp_endpoint else {
+            return;
+        };
+        let Ok(records) = self.store.step_records(&run.id).await else {
+            return;
+        };
+        let context = crate::traces::RunContext {
+            run_id: &run.id,
+            workflow: &run.workflow,
+            plan_hash: &run.plan_hash,
+        };
+        let spans = records
+            .iter()
+            .filter(|record| record.path == path)
+            .map(|record| context.step_span(record))
+            .collect();
+        crate::traces::export(&self.http, endpoint, spans, self.metrics.export_counter());
+    }
+
+    /// `account`'s places for steps executing at once.
+    pub(super) fn step_places(&self, account: &str) -> Arc<tokio::sync::Semaphore> {
+        let mut places = self.step_places.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(places.entry(account.to_string()).or_insert_with(|| {
+            Arc::new(tokio::sync::Semaphore::new(
+                self.config.quotas(account).steps_in_flight,
+            ))
+        }))
+    }
+
+    /// How many of `account`'s runs this process drives now.
+    pub(crate) fn runs_in_flight(&self, account: &str) -> usize {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(account)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Stops driving run `id` here, if this process is (a cancelled run).
+    pub(crate) fn stop_driving(&self, id: &str) {
+        let handle = self
+            .driving
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
+        if let Some(handle) = handle {
+            handle.abort();
+        }
+    }
+
+    /// Drives a run this process has created (`created`: just now, so
+    /// nothing of it is read back) or claimed, in the background.
+    pub(crate) fn spawn_run(
+        self: &Arc<Daemon>,
+        plan: Arc<Plan>,
+        account: String,
+        workflow: String,
+        run_id: String,
+        input: serde_json::Value,
+        created: bool,
+    ) {
+        let daemon = Arc::clone(self);
+        // Counted from now until the task ends, aborted or not.
+        let counted = InFlight::count(&self.in_flight, &account);
+        let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+        // Finished runs leave their results in the set until collected.
+        while runs.try_join_next().is_some() {}
+        let id = run_id.clone();
+        // Held until the handle is in: a run that ends at once removes its
+        // entry only after it was added.
+        let mut driving = self.driving.lock().unwrap_or_else(|p| p.into_inner());
+        let handle = runs.spawn(async move {
+            let _counted = counted;
+            // A cancel that came between the claim and this task found
+            // nothing to stop: the run is not driven if it is no longer
+            // running. (A run created just now is in `driving` before
+            // anyone knows its id.)
+            let cancelled = !created
+                && !matches!(
+                    daemon.store.run(&run_id).await,
+                    Ok(Some(row)) if row.status == RunStatus::Running
+                );
+            'drive: {
+                if cancelled {
+                    break 'drive;
+                }
+                let started = std::time::Instant::now();
+                // Metrics of each step; a handoff has something to mail at once;
+                // the steps of this invocation are its trace spans.
+                let traced: Arc<std::sync::Mutex<Vec<StepRecord>>> = Arc::default();
+                let observer: Observer = {
+                    let (metrics, daemon) = (daemon.metrics.observer(&account), Arc::clone(&daemon));
+                    let traced = Arc::clone(&traced);
+                    let tracing = daemon.config.otlp_endpoint.is_some();
+                    Arc::new(move |record: &StepRecord| {
+                        metrics(record);
+                        if record.kind == StepKind::Handoff {
+                            daemon.mail_wake.notify_one();
+                        }
+                        if tracing && !record.status.is_replaceable() {
+                            // A span needs the record's shape, not its data:
+                            // inputs and outputs are not kept for it.
+                            let mut kept = record.clone();
+                            kept.input = serde_json::Value::Null;
+                            kept.output = None;
+                            traced.lock().unwrap_or_else(|p| p.into_inner()).push(kept);
+                        }
+                    })
+                };
+                // The account's MCP servers only, on this run's connections.
+                let mcp: Arc<dyn flow_runtime::services::McpClient> = Arc::new(
+                    crate::tenant_mcp::TenantMcp::new(Arc::clone(&daemon), &account, &run_id),
+                );
+                let steps = daemon.step_places(&account);
+                // Each LLM call takes a permit of the run's account first.
+                let provider: Arc<dyn Provider> = Arc::new(LimitedProvider {
+                    inner: Arc::new(crate::tenant_provider::TenantProvider {
+                        inner: Arc::clone(&daemon.provider),
+                    }),
+                    limiter: Arc::clone(&daemon.limiter),
+                    account: account.clone(),
+                });
+                let invocation = match created {
+                    true => Invocation::Created {
+                        account: account.clone(),
+                    },
+                    false => Invocation::Resume,
+                };
+                let driven = flow_runtime::runner::drive(
+                    &daemon.store,
+                    &plan,
+                    &workflow,
+                    &run_id,
+                    invocation,
+                    input,
+                    provider,
+                    Some(mcp),
+                    Some(observer),
+                    Some(steps),
+                )
+                .await;
+                match driven {
+                    Ok(outcome) => {
+                        daemon.metrics.run_ended(
+                            &account,
+                            &workflow,
+                            RunStatus::of(&outcome),
+                            started.elapsed(),
+                        );
+                        // The store noted each gate's approvers with the gate
+                        // itself; they are mailed now.
+                        if let Outcome::Parked { .. } = &outcome {
+                            daemon.mail_wake.notify_one();
+                        }
+                        let steps =
+                            std::mem::take(&mut *traced.lock().unwrap_or_else(|p| p.into_inner()));
+                        daemon
+                            .export_trace(&plan.hash, &workflow, &run_id, &outcome, steps)
+                            .await;
+                        // The store kept the run's event with its status,
+                        // if anyone takes it (`EventsOf`); a wake-up for
+                        // nothing costs the deliverer's claim, a write.
+                        if plan.delivers()
+                            || daemon.config.people(&account).events_of() == EventsOf::EveryRun
+                        {
+                            daemon.events_wake.notify_one();
+                        }
+                    }
+                    // Another process has the run now (this one was paused
+                    // or cut off past its lease), or it was cancelled:
+                    // nothing of this invocation was kept, nothing to undo.
+                    Err(flow_runtime::runner::DriveError::Lost) => {
+                        tracing::info!(
+                            run = %run_id,
+                            "the run passed to another process or was cancelled; this process dropped it"
+                        );
+                    }
+                    Err(error) => {
+                        tracing::error!(run = %run_id, "the run stopped: {error}");
+                        // Give the run up, still `running`: the next start
+                        // resumes it rather than leaving it owned by a live
+                        // process that no longer drives it.
+                        let _ = daemon
+                            .store
+                            .finish_run(
+                                &run_id,
+                                RunStatus::Running,
+                                &serde_json::Value::Null,
+                                Duration::ZERO,
+                            )
+                            .await;
+                    }
+                }
+            }
+            // Only this task's entry: a decision may have started a new one.
+            let mut driving = daemon.driving.lock().unwrap_or_else(|p| p.into_inner());
+            if driving
+                .get(&run_id)
+                .is_some_and(|handle| handle.id() == tokio::task::id())
+            {
+                driving.remove(&run_id);
+            }
+        });
+        driving.insert(id, handle);
+    }
+}
+
+/// One run counted among its account's runs in flight while it lives.
+pub(super) struct InFlight {
+    pub(super) counts: Arc<std::sync::Mutex<HashMap<String, usize>>>,
+    pub(super) account: String,
+}
+
+impl InFlight {
+    pub(super) fn count(
+        counts: &Arc<std::sync::Mutex<HashMap<String, usize>>>,
+        account: &str,
+    ) -> InFlight {
+        *counts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(account.to_string())
+            .or_default() += 1;
+        InFlight {
+            counts: Arc::clone(counts),
+            account: account.to_string(),
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = counts.get_mut(&self.account) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.account);
+            }
+        }
+    }
+}

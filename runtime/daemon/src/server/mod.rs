@@ -1,0 +1,555 @@
+//! `flowd serve`: the store opened, unfinished runs resumed, the HTTP API
+//! served until a shutdown signal, then the runs in flight given time to
+//! settle (whatever does not settle is in the journal and resumes on the
+//! next start).
+//!
+//! This file opens the daemon and serves it; `driving` runs each run in a
+//! task of its own, `routes` is the HTTP surface, `auth` who a request is,
+//! `problem` how errors are answered.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use flow_plan::Plan;
+use flow_plan::StepKind;
+use flow_runtime::approval::{DecideError, Decision};
+use flow_runtime::journal::{Outcome, StepRecord};
+use flow_runtime::limit::{
+    LimitedProvider, Limiter, Limits, LocalLimiter, RedisLimiter, RedisSettings,
+};
+use flow_runtime::llm::ProviderConfig;
+use flow_runtime::runner::{Invocation, Observer};
+use flow_runtime::services::Provider;
+use flow_runtime::store::{Deployment, EventsOf, RunRow, RunStatus, Store, StoreError};
+use serde_json::json;
+use tokio::task::JoinSet;
+
+use crate::config::{Config, Secret, StoreLocation};
+
+mod auth;
+mod driving;
+mod problem;
+mod routes;
+
+use auth::*;
+pub use auth::{AccountId, KeyHolder};
+use problem::*;
+pub use problem::{Problem, problem};
+pub(crate) use problem::{joined, store_problem};
+pub use routes::router;
+
+/// What every request handler shares.
+pub struct Daemon {
+    pub config: Config,
+    pub store: Arc<dyn Store>,
+    pub provider: Arc<dyn Provider>,
+    /// The per-account limit on LLM calls in flight.
+    limiter: Arc<dyn Limiter>,
+    /// MCP: the connections to MCP servers that every run of this
+    /// process shares; closed at shutdown, after the runs settled.
+    pub(crate) mcp: Arc<flow_runtime::mcp::McpPool>,
+    /// API key (its digest, `key_digest`) to the account it belongs to and
+    /// the person, for a user's key.
+    keys: HashMap<[u8; 32], (AccountId, KeyHolder)>,
+    /// The runs this process is driving; shutdown waits for them to settle.
+    runs: std::sync::Mutex<JoinSet<()>>,
+    pub metrics: crate::metrics::Metrics,
+    /// The client of webhook deliveries.
+    pub(crate) http: reqwest::Client,
+    /// Plans by hash: a hash names one plan for ever, so it is parsed once
+    /// while it stays among the recently used.
+    plans: crate::plan_cache::PlanCache,
+    /// Each account's deployments, read once and dropped when the account
+    /// deploys: every run start looks them up. Only when this flowd is the
+    /// only writer of deployments to its store (SQLite): flowds sharing a
+    /// PostgreSQL database deploy behind each other's backs, so there each
+    /// start reads the deployments.
+    deployments: std::sync::Mutex<HashMap<String, Arc<Vec<Deployment>>>>,
+    /// Whether `deployments` is used (see there).
+    cache_deployments: bool,
+    /// Counts deploys, so that a list read before one is not cached after it.
+    deploys: std::sync::atomic::AtomicU64,
+    /// How to stop each run this process is driving (a cancel request).
+    driving: std::sync::Mutex<HashMap<String, tokio::task::AbortHandle>>,
+    /// The SMTP client, when `[smtp]` is configured.
+    pub(crate) mail: Option<crate::mailer::Transport>,
+    /// The configured public URL, or the address bound at start.
+    public_url: std::sync::OnceLock<String>,
+    /// Wakes the mailer when there is something to mail.
+    pub(crate) mail_wake: tokio::sync::Notify,
+    /// Wakes the webhook deliverer: a run's status changed.
+    pub(crate) events_wake: tokio::sync::Notify,
+    /// The keys of approval links (`links`).
+    pub(crate) links: crate::links::LinkKeys,
+    /// Each account's places for steps executing at once (`Quotas`).
+    step_places: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
+    /// Each account's runs this process drives now (`Quotas`).
+    in_flight: Arc<std::sync::Mutex<HashMap<String, usize>>>,
+    /// The (account, plan hash) pairs whose MCP servers and tools the
+    /// account may use under this process's configuration.
+    pub(crate) mcp_passed: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
+    /// Each account's data in the store, against its `stored_bytes`.
+    pub(crate) stored: crate::storage::StoredBytes,
+}
+
+/// How often parked runs are looked at for an expired gate: an approval's
+/// expiry applies within this much of being due.
+const EXPIRY_SWEEP: Duration = Duration::from_secs(1);
+
+/// How often the runs of processes that are gone are looked for: with the
+/// PostgreSQL store's 10 s leases, a dead flowd's runs move again within
+/// about 15 s.
+const ORPHAN_SWEEP: Duration = Duration::from_secs(5);
+
+/// How often ended runs past `[limits] retention_days` are deleted, and
+/// how many at a time.
+const RETENTION_SWEEP: Duration = Duration::from_secs(60);
+const RETENTION_BATCH: usize = 500;
+
+/// How long runs in flight get to settle after a shutdown signal.
+const SETTLE: Duration = Duration::from_secs(10);
+
+/// The plans kept parsed, as JSON bytes (`plan_cache`): thousands of
+/// ordinary plans, or a few dozen of the largest a deploy can bring.
+const PLAN_CACHE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Largest request body accepted (a `.flow` source or a run's input).
+const BODY_LIMIT: usize = 2 * 1024 * 1024;
+
+impl Daemon {
+    /// Opens the store and the provider that `config` names.
+    pub async fn open(config: Config) -> Result<Arc<Daemon>, String> {
+        let StoreLocation(location) = &config.store;
+        // The location prints through `StoreLocation`, without a password.
+        let cannot_open = |e: StoreError| format!("cannot open the store {}: {e}", config.store);
+        let shared = config.store.is_shared();
+        let store: Arc<dyn Store> = if shared {
+            flow_runtime::postgres::PostgresStore::connect(location)
+                .await
+                .map_err(cannot_open)?
+        } else {
+            flow_runtime::sqlite::SqliteStore::open(std::path::Path::new(location))
+                .map_err(cannot_open)?
+        };
+        let provider: Arc<dyn Provider> = match &config.provider {
+            None => {
+                tracing::warn!(
+                    "no [provider] configured; recipes answer with the offline provider's fabricated outputs"
+                );
+                Arc::new(flow_runtime::offline::OfflineProvider::default())
+            }
+            Some(provider) => {
+                tracing::info!(
+                    "model provider: {} at {} ({} model alias(es))",
+                    provider.kind,
+                    flow_runtime::mcp::masked_url(&provider.base_url),
+                    provider.models.len()
+                );
+                let settings = ProviderConfig {
+                    base_url: provider.base_url.clone(),
+                    api_key: provider.api_key.as_ref().map(|Secret(key)| key.clone()),
+                    models: provider.models.clone(),
+                };
+                match provider.kind.as_str() {
+                    "anthropic" => {
+                        Arc::new(flow_runtime::anthropic::AnthropicProvider::new(settings)?)
+                    }
+                    _ => Arc::new(flow_runtime::openai::OpenAiProvider::new(settings)?),
+                }
+            }
+        };
+        if config.metrics_token.is_none() {
+            tracing::warn!(
+                "/metrics answers anyone, and its labels name every account's workflows: set metrics_token (or FLOWD_METRICS_TOKEN) to require it as a bearer token"
+            );
+        }
+        let keys = config
+            .accounts
+            .iter()
+            .flat_map(|account| {
+                let id = || AccountId(account.id.clone());
+                let services = account
+                    .api_keys
+                    .iter()
+                    .map(move |Secret(key)| (key_digest(key), (id(), KeyHolder::Service)));
+                let people = account.users.iter().flat_map(move |user| {
+                    user.api_keys.iter().map(move |Secret(key)| {
+                        (
+                            key_digest(key),
+                            (id(), KeyHolder::Person(user.email.clone())),
+                        )
+                    })
+                });
+                services.chain(people)
+            })
+            .collect();
+        let mail = config
+            .smtp
+            .as_ref()
+            .map(crate::mailer::transport)
+            .transpose()?;
+        let metrics = crate::metrics::Metrics::default();
+        let limits = Limits {
+            default: config.limits.llm_concurrency,
+            accounts: config
+                .accounts
+                .iter()
+                .filter_map(|a| Some((a.id.clone(), a.llm_concurrency?)))
+                .collect(),
+        };
+        let events = Arc::new(metrics.limit_events());
+        let mcp = Arc::new(flow_runtime::mcp::McpPool::new(config.mcp.pool_config()));
+        let limiter: Arc<dyn Limiter> = match &config.limits.redis_url {
+            Some(url) => {
+                let mut settings = RedisSettings::new(url);
+                settings.prefix = config.limits.redis_prefix.clone();
+                let redis = RedisLimiter::new(settings, limits, events)?;
+                // Not a reason to refuse to start: calls fail open until it answers.
+                if let Err(why) = redis.probe().await {
+                    tracing::warn!(
+                        "{why}; LLM calls go ahead without the concurrency limit (fail-open, counted) until Redis answers"
+                    );
+                }
+                Arc::new(redis)
+            }
+            None => Arc::new(LocalLimiter::new(limits, events)),
+        };
+        let links = crate::links::LinkKeys::new(
+            &config.link_secret.0,
+            &config
+                .previous_link_secrets
+                .iter()
+                .map(|Secret(secret)| secret.clone())
+                .collect::<Vec<_>>(),
+        );
+        Ok(Arc::new(Daemon {
+            step_places: std::sync::Mutex::new(HashMap::new()),
+            in_flight: Arc::default(),
+            mcp_passed: std::sync::Mutex::new(std::collections::HashSet::new()),
+            stored: crate::storage::StoredBytes::default(),
+            links,
+            mail,
+            mail_wake: tokio::sync::Notify::new(),
+            events_wake: tokio::sync::Notify::new(),
+            public_url: std::sync::OnceLock::new(),
+            config,
+            store,
+            provider,
+            keys,
+            runs: std::sync::Mutex::new(JoinSet::new()),
+            driving: std::sync::Mutex::new(HashMap::new()),
+            plans: crate::plan_cache::PlanCache::new(PLAN_CACHE_BYTES),
+            deployments: std::sync::Mutex::new(HashMap::new()),
+            cache_deployments: !shared,
+            deploys: std::sync::atomic::AtomicU64::new(0),
+            metrics,
+            limiter,
+            mcp,
+            http: reqwest::Client::new(),
+        }))
+    }
+
+    /// Resumes every run a stopped flowd left unfinished (and parked runs
+    /// whose approval expired).
+    async fn recover(self: &Arc<Daemon>) -> Result<usize, String> {
+        let due = flow_runtime::runner::claim_runs_to_recover(self.store.as_ref())
+            .await
+            .map_err(|e| e.to_string())?;
+        let resumed = due.len();
+        for (row, plan) in due {
+            self.spawn_run(
+                Arc::new(plan),
+                row.account,
+                row.workflow,
+                row.id,
+                row.input,
+                false,
+            );
+        }
+        Ok(resumed)
+    }
+
+    /// Resumes the parked runs whose gate has expired by now, so that its
+    /// `on_expire` applies when it is due rather than at the next start.
+    async fn resume_expired(self: &Arc<Daemon>) -> Result<(), StoreError> {
+        for run in self
+            .store
+            .expired_gates(flow_runtime::time::now_ms())
+            .await?
+        {
+            // The plan first: a run claimed and then not driven would be
+            // stranded, owned by a live process, until the next start.
+            let plan = self.plan(&run.plan_hash).await?;
+            if self
+                .store
+                .claim_run(&run.id, &[RunStatus::PendingApproval])
+                .await?
+            {
+                self.spawn_run(plan, run.account, run.workflow, run.id, run.input, false);
+            }
+        }
+        Ok(())
+    }
+
+    /// Resumes the runs that no live process holds any more (another flowd
+    /// sharing the store died, or lost it for longer than its lease), so
+    /// that they go on here without waiting for a restart. Runs this
+    /// process drives are left alone.
+    async fn resume_orphaned(self: &Arc<Daemon>) -> Result<(), StoreError> {
+        let mut taken = 0;
+        for run in self.store.orphaned_runs().await? {
+            let driven_here = self
+                .driving
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains_key(&run.id);
+            if driven_here {
+                continue;
+            }
+            // The plan first, as in `resume_expired`.
+            let plan = self.plan(&run.plan_hash).await?;
+            if self.store.claim_run(&run.id, &[RunStatus::Running]).await? {
+                taken += 1;
+                self.spawn_run(plan, run.account, run.workflow, run.id, run.input, false);
+            }
+        }
+        // One line, not one per run: a takeover can be thousands of runs.
+        if taken > 0 {
+            tracing::info!("took over {taken} run(s) from processes that are gone");
+        }
+        Ok(())
+    }
+
+    /// The stored plan `hash`, parsed once per process.
+    pub(crate) async fn plan(&self, hash: &str) -> Result<Arc<Plan>, StoreError> {
+        if let Some(plan) = self.plans.get(hash) {
+            return Ok(plan);
+        }
+        let plan = self.store.plan(hash).await?;
+        // A plan stored before flowd checked deployed plans (or written to
+        // the store by hand) is held to the same bounds as a deploy: past
+        // them it could exhaust this process for every account.
+        if let Err(problems) = plan.validate() {
+            tracing::warn!("stored plan {hash} refused: {problems}");
+            let first = problems
+                .problems
+                .first()
+                .map_or_else(String::new, ToString::to_string);
+            return Err(StoreError::Damaged(format!(
+                "the stored plan {hash} is not one flowc could have built (first of {} problem(s): {first}); deploy this version again",
+                problems.problems.len()
+            )));
+        }
+        let plan = Arc::new(plan);
+        self.plans.insert(hash, Arc::clone(&plan));
+        Ok(plan)
+    }
+
+    /// Where links to this flowd point, without a trailing slash.
+    pub fn public_url(&self) -> &str {
+        self.public_url.get().map_or(
+            self.config.public_url.as_deref().unwrap_or_default(),
+            |url| url,
+        )
+    }
+
+    /// The account's deployments, by workflow then version.
+    pub(crate) async fn deployments(
+        &self,
+        account: &str,
+    ) -> Result<Arc<Vec<Deployment>>, StoreError> {
+        let cached = self
+            .deployments
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(account)
+            .cloned();
+        if let Some(deployments) = cached {
+            return Ok(deployments);
+        }
+        if !self.cache_deployments {
+            return Ok(Arc::new(self.store.deployments(account).await?));
+        }
+        let before = self.deploys.load(std::sync::atomic::Ordering::SeqCst);
+        let deployments = Arc::new(self.store.deployments(account).await?);
+        let mut cache = self.deployments.lock().unwrap_or_else(|p| p.into_inner());
+        if self.deploys.load(std::sync::atomic::Ordering::SeqCst) == before {
+            cache.insert(account.to_string(), Arc::clone(&deployments));
+        }
+        Ok(deployments)
+    }
+
+    /// Deploys `workflow` of the stored plan `plan_hash` for `account`, in a
+    /// task of its own: a client that hangs up between the write and the
+    /// cache's update must not leave the cache behind the store.
+    pub(crate) async fn deploy(
+        self: &Arc<Daemon>,
+        account: &str,
+        workflow: &str,
+        plan_hash: &str,
+    ) -> Result<Deployment, StoreError> {
+        let daemon = Arc::clone(self);
+        let (account, workflow, plan_hash) = (
+            account.to_string(),
+            workflow.to_string(),
+            plan_hash.to_string(),
+        );
+        let task = tokio::spawn(async move {
+            let deployed = daemon.store.deploy(&account, &workflow, &plan_hash).await;
+            // Under the lock: a list read before this deploy is not cached
+            // once the count has moved.
+            let mut cache = daemon.deployments.lock().unwrap_or_else(|p| p.into_inner());
+            daemon
+                .deploys
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            cache.remove(&account);
+            deployed
+        });
+        task.await
+            .map_err(|e| StoreError::Database(format!("the deploy's task stopped: {e}")))?
+    }
+
+    /// Retires `account`'s deployments of `workflow` (`Store::undeploy`)
+    /// and forgets the account's cached list.
+    pub(crate) async fn undeploy(
+        &self,
+        account: &str,
+        workflow: &str,
+        version: Option<u32>,
+    ) -> Result<usize, StoreError> {
+        let retired = self.store.undeploy(account, workflow, version).await;
+        let mut cache = self.deployments.lock().unwrap_or_else(|p| p.into_inner());
+        self.deploys
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        cache.remove(account);
+        retired
+    }
+}
+
+/// Serves until `shutdown` completes, then lets runs in flight settle.
+/// `ready` gets the bound address (the configured port may be 0).
+pub async fn serve(
+    daemon: Arc<Daemon>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    ready: impl FnOnce(SocketAddr),
+) -> Result<(), String> {
+    let listener = tokio::net::TcpListener::bind(daemon.config.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", daemon.config.listen))?;
+    let address = listener.local_addr().map_err(|e| e.to_string())?;
+    let public_url = daemon
+        .config
+        .public_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{address}"));
+    let _ = daemon.public_url.set(public_url);
+    // Events are kept for every account, before any run of theirs moves:
+    // an account without endpoints may deploy a workflow with destinations
+    // (`deliver`), which ride the same outbox; only those runs' events are
+    // kept for it.
+    let accounts: Vec<(String, EventsOf)> = daemon
+        .config
+        .accounts
+        .iter()
+        .map(|account| (account.id.clone(), account.events_of()))
+        .collect();
+    daemon
+        .store
+        .keep_events_of(&accounts)
+        .await
+        .map_err(|e| format!("cannot prepare the webhook outbox: {e}"))?;
+    let resumed = daemon.recover().await?;
+    let mailer = tokio::spawn(crate::mailer::run(Arc::clone(&daemon)));
+    let webhooks = tokio::spawn(crate::webhooks::run(Arc::clone(&daemon)));
+    let expiry = {
+        let daemon = Arc::clone(&daemon);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(EXPIRY_SWEEP).await;
+                if let Err(error) = daemon.resume_expired().await {
+                    tracing::error!("cannot look for expired approvals: {error}");
+                }
+            }
+        })
+    };
+    let orphans = {
+        let daemon = Arc::clone(&daemon);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(ORPHAN_SWEEP).await;
+                if let Err(error) = daemon.resume_orphaned().await {
+                    tracing::error!("cannot look for runs left by other processes: {error}");
+                }
+            }
+        })
+    };
+    let measuring = {
+        let daemon = Arc::clone(&daemon);
+        tokio::spawn(async move {
+            loop {
+                daemon.stored.measure_all(&daemon).await;
+                tokio::time::sleep(crate::storage::MEASURE_EVERY).await;
+            }
+        })
+    };
+    let retention = daemon.config.limits.retention_days.map(|days| {
+        let daemon = Arc::clone(&daemon);
+        tokio::spawn(async move {
+            let keep_ms = i64::from(days) * 24 * 3600 * 1000;
+            loop {
+                tokio::time::sleep(RETENTION_SWEEP).await;
+                let before =
+                    i64::try_from(flow_runtime::time::now_ms()).unwrap_or(i64::MAX) - keep_ms;
+                // A batch at a time, so that a store with a large backlog is
+                // not held by one long transaction.
+                loop {
+                    match daemon
+                        .store
+                        .delete_ended_runs(before, RETENTION_BATCH)
+                        .await
+                    {
+                        Ok(RETENTION_BATCH) => continue,
+                        Ok(_) => break,
+                        Err(error) => {
+                            tracing::error!("cannot delete runs past their retention: {error}");
+                            break;
+                        }
+                    }
+                }
+            }
+        })
+    });
+    if resumed > 0 {
+        tracing::info!("resumed {resumed} unfinished run(s)");
+    }
+    ready(address);
+    crate::connections::serve(listener, router(Arc::clone(&daemon)), shutdown).await;
+    mailer.abort();
+    webhooks.abort();
+    expiry.abort();
+    orphans.abort();
+    measuring.abort();
+    if let Some(retention) = retention {
+        retention.abort();
+    }
+    // Runs still going after the grace period are dropped mid-step: their
+    // journals hold every completed step, and the next start resumes them.
+    let mut runs = std::mem::take(&mut *daemon.runs.lock().unwrap_or_else(|p| p.into_inner()));
+    let settle = async { while runs.join_next().await.is_some() {} };
+    if tokio::time::timeout(SETTLE, settle).await.is_err() {
+        tracing::warn!(
+            "{} run(s) still in flight after {SETTLE:?}; they resume on the next start",
+            runs.len()
+        );
+    }
+    // MCP: the servers the runs used are closed with flowd.
+    daemon.mcp.shutdown().await;
+    Ok(())
+}

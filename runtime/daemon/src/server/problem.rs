@@ -1,0 +1,121 @@
+//! Errors as the API answers them: RFC 9457 problem documents with a code
+//! clients branch on.
+
+use super::*;
+
+/// An error answer: a JSON problem object (RFC 9457) with a stable `code`,
+/// and whatever fields say more (`diagnostics`, `mismatches`).
+#[derive(Debug)]
+pub struct Problem {
+    status: StatusCode,
+    body: serde_json::Value,
+    /// Seconds for a `Retry-After` header (a 429).
+    retry_after: Option<u32>,
+}
+
+impl Problem {
+    pub fn new(status: StatusCode, code: &str, detail: &str) -> Problem {
+        Problem {
+            status,
+            body: json!({
+                "type": format!("https://flow.dev/problems/{code}"),
+                "title": status.canonical_reason().unwrap_or("error"),
+                "status": status.as_u16(),
+                "code": code,
+                "detail": detail,
+            }),
+            retry_after: None,
+        }
+    }
+
+    /// Says in `Retry-After` when to try again.
+    pub fn retry_after(mut self, seconds: u32) -> Problem {
+        self.retry_after = Some(seconds);
+        self
+    }
+
+    pub fn with(mut self, field: &str, value: serde_json::Value) -> Problem {
+        self.body[field] = value;
+        self
+    }
+
+    /// The stable code clients branch on.
+    pub fn code(&self) -> &str {
+        self.body["code"].as_str().unwrap_or_default()
+    }
+
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// What went wrong, in words.
+    pub fn detail(&self) -> &str {
+        self.body["detail"].as_str().unwrap_or_default()
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let mut response = (
+            self.status,
+            [(header::CONTENT_TYPE, "application/problem+json")],
+            self.body.to_string(),
+        )
+            .into_response();
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, seconds.into());
+        }
+        response
+    }
+}
+
+/// A decision the rules refuse, as the problem that says why: no such gate
+/// (404), not this person's to decide (403), or not any more (409).
+pub(super) fn refusal(refused: &DecideError) -> Problem {
+    let (status, code) = match refused {
+        DecideError::UnknownStep(_) => (StatusCode::NOT_FOUND, "unknown_step"),
+        DecideError::NotAnApprover { .. } => (StatusCode::FORBIDDEN, "not_an_approver"),
+        DecideError::NotPending(_) | DecideError::Expired(_) | DecideError::RunEnded { .. } => {
+            (StatusCode::CONFLICT, "decision_refused")
+        }
+    };
+    Problem::new(status, code, &refused.to_string())
+}
+
+/// A store that failed to answer: the request may succeed when retried.
+pub(crate) fn store_problem(error: StoreError) -> Problem {
+    match error {
+        // Data that cannot be used is not a store that will come back.
+        StoreError::Damaged(_) => Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "store_damaged",
+            &error.to_string(),
+        ),
+        error => Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store_unavailable",
+            &error.to_string(),
+        ),
+    }
+}
+
+/// The result of a store task spawned by a handler, as the handler's.
+pub(crate) async fn joined<T>(
+    task: tokio::task::JoinHandle<Result<T, Problem>>,
+) -> Result<T, Problem> {
+    match task.await {
+        Ok(result) => result,
+        Err(error) => Err(Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            &format!("the request's task stopped: {error}"),
+        )),
+    }
+}
+
+/// A problem as a response, for middleware and fallbacks.
+pub fn problem(status: StatusCode, code: &str, detail: &str) -> Response {
+    Problem::new(status, code, detail).into_response()
+}
