@@ -1,0 +1,414 @@
+//! `/v1/workflows`: deploying a source, a set of files or a plan (compiled
+//! and validated here first), listing the versions, undeploying.
+
+use super::*;
+
+#[derive(Serialize, ToSchema)]
+pub(super) struct Deployments {
+    pub(super) deployments: Vec<Deployment>,
+}
+
+/// What a deploy deployed.
+#[derive(Serialize, ToSchema)]
+pub(super) struct Deployed {
+    pub(super) deployments: Vec<Deployment>,
+    /// Of each workflow deployed: its runs of earlier versions parked or
+    /// running, and how many of the parked could move to this version
+    /// (`POST /v1/workflows/{workflow}/migrate`).
+    pub(super) earlier_runs: Vec<crate::migrate::EarlierRuns>,
+    /// What the deploy accepted but a person should know: a workflow that
+    /// can have more model calls in flight at once than this account runs
+    /// (its `llm_concurrency`), whose calls past it would wait.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(super) warnings: Vec<String>,
+}
+
+/// `POST /v1/workflows`: a `.flow` source compiled here, a set of files
+/// compiled here (a workflow and what it imports), or a built plan.
+#[derive(Deserialize, ToSchema)]
+#[serde(untagged)]
+pub(super) enum Deploy {
+    Source(DeploySource),
+    Files(DeployFiles),
+    Plan(DeployPlan),
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct DeployFiles {
+    /// Path → text: the `.flow` file whose workflows are deployed, the
+    /// files it imports (at the paths its imports name, relative to it),
+    /// and the `flow.lock` beside it if it has one. At most 256 files.
+    pub(super) files: std::collections::BTreeMap<String, String>,
+    /// Which file's workflows are deployed; needed when `files` holds more
+    /// than one `.flow` file.
+    pub(super) root: Option<String>,
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct DeploySource {
+    /// A `.flow` file's text.
+    pub(super) source: String,
+    /// The source's file name, for diagnostics.
+    pub(super) path: Option<String>,
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct DeployPlan {
+    /// `flowc build` output.
+    #[schema(value_type = Object)]
+    pub(super) plan: Value,
+}
+
+/// Deploys each workflow of a source or plan: a new version of a workflow
+/// whose plan changed.
+#[utoipa::path(
+    post, path = "/v1/workflows", tag = "workflows", request_body = Deploy,
+    responses(
+        (status = 201, description = "Deployed", body = Deployed),
+        (status = 422, description = "The source does not check (`does_not_check`); the plan is not one `flowc build` could have written, or is past flowd's bounds (`invalid_plan`, with `problems` and `more_problems`); a workflow names a department the account does not have (`unknown_department`), or a webhook endpoint or person its destinations deliver to that the account does not have (`unknown_destination`, every one named); the plan names an MCP server or tool the operator does not offer this account (`mcp_server_not_allowed`, `mcp_tool_not_allowed`; every one in `refusals`); or the account keeps as many deployed versions as its quota (`quota_exceeded`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 429, description = "The account's data takes its quota of the store, `stored_bytes` (`quota_exceeded`)", body = ProblemDoc, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn deploy(
+    State(daemon): State<Arc<Daemon>>,
+    Extension(AccountId(account)): Extension<AccountId>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer {
+    let request: Deploy = json_body(&headers, body).map_err(|problem| {
+        // Serde's words for an untagged enum say nothing useful.
+        if problem.code() == "invalid_request" {
+            Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_request",
+                "send `source` (a .flow file's text, and optionally its `path`), `files` (path to text: a .flow file, what it imports and its flow.lock; with `root` naming the file to deploy) or `plan` (flowc build output)",
+            )
+        } else {
+            problem
+        }
+    })?;
+    // A plan from outside is held to what the compiler writes before it is
+    // stored: the runtime trusts a plan's indices, numbers and schemas. A
+    // plan compiled here is checked too, which costs one pass over it and
+    // refuses a source whose plan is past flowd's bounds.
+    let plan = match request {
+        Deploy::Source(DeploySource { source, path }) => {
+            let path = path.unwrap_or_else(|| "workflow.flow".to_string());
+            compile_valid(&path, &DeployedFiles::single(&path, source))?
+        }
+        Deploy::Files(DeployFiles { files, root }) => {
+            let files = DeployedFiles::new(files).map_err(|why| invalid_files(&why))?;
+            let root = match root {
+                Some(root) if files.contains(&root) => root,
+                Some(root) => {
+                    return Err(invalid_files(&format!(
+                        "`root` {} is not among `files`",
+                        flow_plan::cut(&root, 200)
+                    )));
+                }
+                None => files.only_source().map(str::to_string).ok_or_else(|| {
+                    invalid_files("`files` holds several .flow files (or none): name the one to deploy with `root`")
+                })?,
+            };
+            compile_valid(&root, &files)?
+        }
+        Deploy::Plan(DeployPlan { plan }) => {
+            let plan = Plan::from_json(&plan.to_string()).map_err(|e| {
+                Problem::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "invalid_plan",
+                    &e.to_string(),
+                )
+            })?;
+            plan.validate().map_err(|problems| {
+                invalid_plan("the plan is not one flowc could have built", &problems)
+            })?;
+            plan
+        }
+    };
+    // A department is one of the account's: a misspelt one would quietly
+    // give the workflow no department context and its documents no owner.
+    let departments = &daemon.config.people(&account).departments;
+    for workflow in &plan.workflows {
+        if let Some(department) = &workflow.department
+            && !departments.contains_key(department)
+        {
+            let known: Vec<&str> = departments.keys().map(String::as_str).collect();
+            return Err(Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "unknown_department",
+                &format!(
+                    "workflow `{}` names department `{department}`, which is not one of this account's ({})",
+                    workflow.name,
+                    if known.is_empty() {
+                        "it has none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            ));
+        }
+    }
+    destinations_known(&daemon, &account, &plan)?;
+    mcp_allowed(&daemon, &account, &plan)?;
+    let kept = daemon.deployments(&account).await.map_err(store_problem)?;
+    let quota = daemon.config.quotas(&account).deployments;
+    let new_versions = plan
+        .workflows
+        .iter()
+        .filter(|w| {
+            !kept
+                .iter()
+                .any(|d| d.workflow == w.name && d.plan_hash == plan.hash)
+        })
+        .count();
+    if kept.len() + new_versions > quota {
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "quota_exceeded",
+            &format!(
+                "this account keeps {} deployed versions and this deploy adds {new_versions}; its quota (deployments) is {quota}",
+                kept.len()
+            ),
+        ));
+    }
+    if new_versions > 0 {
+        // As the store keeps it: compact JSON.
+        let size = serde_json::to_vec(&plan).map_or(0, |json| json.len() as u64);
+        daemon.stored.admit(&daemon, &account, size).await?;
+    }
+    daemon.store.put_plan(&plan).await.map_err(store_problem)?;
+    let mut deployed = Vec::new();
+    for workflow in &plan.workflows {
+        deployed.push(
+            daemon
+                .deploy(&account, &workflow.name, &plan.hash)
+                .await
+                .map_err(store_problem)?,
+        );
+    }
+    let mut earlier_runs = Vec::new();
+    for workflow in &plan.workflows {
+        earlier_runs
+            .push(crate::migrate::earlier_runs(&daemon, &account, &workflow.name, &plan).await?);
+    }
+    let limit = daemon.config.llm_concurrency(&account) as u64;
+    let warnings = plan
+        .workflows
+        .iter()
+        .filter_map(|workflow| {
+            let calls = flow_plan::budget::Budget::of(workflow).model_calls;
+            (calls > limit).then(|| {
+                format!(
+                    "workflow `{}` can have {calls} model calls in flight at once, more than the {limit} this account runs at once (llm_concurrency): the calls past it wait, and the wait counts against the workflow's timeout",
+                    workflow.name
+                )
+            })
+        })
+        .collect();
+    Ok((
+        StatusCode::CREATED,
+        axum::Json(Deployed {
+            deployments: deployed,
+            earlier_runs,
+            warnings,
+        }),
+    )
+        .into_response())
+}
+
+/// 422 `invalid_plan` with each problem the validator found: at most
+/// `flow_plan::limits::MAX_PROBLEMS`, each a JSON Pointer and a short message.
+pub(super) fn invalid_plan(detail: &str, found: &PlanProblems) -> Problem {
+    let problems: Vec<Value> = found
+        .problems
+        .iter()
+        .map(|p| json!({ "path": p.path, "message": p.message }))
+        .collect();
+    Problem::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_plan",
+        &format!(
+            "{detail}: {} problem(s){}",
+            problems.len(),
+            if found.stopped {
+                ", and validation stopped there"
+            } else {
+                ""
+            }
+        ),
+    )
+    .with("problems", Value::Array(problems))
+    .with("more_problems", Value::Bool(found.stopped))
+}
+
+/// 422 `invalid_request` for a file set flowd will not compile.
+pub(super) fn invalid_files(why: &str) -> Problem {
+    Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", why)
+}
+
+/// `root` of `files` compiled as `flowc build` would, and held to flowd's
+/// bounds, or a 422 saying why not.
+pub(super) fn compile_valid(root: &str, files: &DeployedFiles) -> Result<Plan, Problem> {
+    let plan = compile(root, files)?;
+    plan.validate().map_err(|problems| {
+        invalid_plan(
+            &format!("{root} compiles to a plan flowd refuses"),
+            &problems,
+        )
+    })?;
+    Ok(plan)
+}
+
+/// `root` checked (through the compiler's one entry point, its imports and
+/// `flow.lock` from `files`) and lowered, or a 422 listing every error.
+pub(super) fn compile(path: &str, files: &DeployedFiles) -> Result<Plan, Problem> {
+    let checked = flow_compiler::check(path, files).map_err(|error| {
+        Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "does_not_check",
+            &format!("{}: {}", error.path, error.message),
+        )
+    })?;
+    if checked.has_errors() {
+        let errors: Vec<Value> = checked
+            .diagnostics
+            .iter()
+            .filter(|d| d.is_error())
+            .map(|d| {
+                let file = checked.file(d.primary.file);
+                let (line, column) =
+                    flow_compiler::diagnostic::line_col(&file.text, d.primary.span.start);
+                json!({ "code": d.code.as_str(), "message": d.message, "file": file.path, "line": line, "column": column })
+            })
+            .collect();
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "does_not_check",
+            &format!("{path} has {} error(s)", errors.len()),
+        )
+        .with("diagnostics", Value::Array(errors)));
+    }
+    flow_compiler::lower_into(checked).ok_or_else(|| {
+        Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "does_not_check",
+            "the source could not be lowered to a plan",
+        )
+    })
+}
+
+/// The account's deployments, by workflow then version.
+#[utoipa::path(
+    get, path = "/v1/workflows", tag = "workflows",
+    responses((status = 200, description = "The deployments", body = Deployments))
+)]
+pub(crate) async fn workflows(
+    State(daemon): State<Arc<Daemon>>,
+    Extension(AccountId(account)): Extension<AccountId>,
+) -> Answer {
+    let deployments = daemon.deployments(&account).await.map_err(store_problem)?;
+    Ok(axum::Json(Deployments {
+        deployments: deployments.to_vec(),
+    })
+    .into_response())
+}
+
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct UndeployQuery {
+    /// One version to retire; all of the workflow's by default.
+    #[param(minimum = 1, maximum = 4_294_967_295_u64)]
+    version: Option<u32>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub(super) struct Retired {
+    /// How many deployed versions were retired.
+    pub(super) retired: usize,
+}
+
+/// Retires a workflow's deployed versions (one, or all): new runs can no
+/// longer start them, runs already started go on, and a version number is
+/// never given again. A plan nothing uses any more is deleted.
+#[utoipa::path(
+    delete, path = "/v1/workflows/{workflow}", tag = "workflows",
+    params(("workflow" = String, Path, description = "The workflow's name"), UndeployQuery),
+    responses(
+        (status = 200, description = "Retired", body = Retired),
+        (status = 400, description = "A malformed query (`invalid_query`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 404, description = "No such deployment in this account (`unknown_workflow`)", body = ProblemDoc, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn undeploy(
+    State(daemon): State<Arc<Daemon>>,
+    Extension(AccountId(account)): Extension<AccountId>,
+    Path(workflow): Path<String>,
+    query: Result<Query<UndeployQuery>, QueryRejection>,
+) -> Answer {
+    let Query(query) = query.map_err(invalid_query)?;
+    let retired = daemon
+        .undeploy(&account, &workflow, query.version)
+        .await
+        .map_err(store_problem)?;
+    if retired == 0 {
+        return Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            "unknown_workflow",
+            &match query.version {
+                Some(v) => format!("no version {v} of workflow `{workflow}` is deployed"),
+                None => format!("no workflow `{workflow}` is deployed"),
+            },
+        ));
+    }
+    Ok(axum::Json(Retired { retired }).into_response())
+}
+
+/// A workflow's destinations name the account's own webhook endpoints and
+/// people (an approver group, a department, or an address flowd may mail):
+/// one it does not have would fail at every delivery, found only by its
+/// run's trace. Every missing name is listed in one answer.
+pub(super) fn destinations_known(
+    daemon: &Daemon,
+    account: &str,
+    plan: &Plan,
+) -> Result<(), Problem> {
+    let people = daemon.config.people(account);
+    let mut missing = Vec::new();
+    for workflow in &plan.workflows {
+        for destination in &workflow.destinations {
+            match &destination.target {
+                DestinationTarget::Webhook { endpoint } => {
+                    if !people.webhooks.iter().any(|hook| &hook.name == endpoint) {
+                        missing.push(format!(
+                            "workflow `{}` delivers to webhook endpoint `{endpoint}`, which is not one of this account's",
+                            workflow.name
+                        ));
+                    }
+                }
+                DestinationTarget::Email { to, .. } => {
+                    for name in to {
+                        if people.destination_recipients(name).is_empty() {
+                            missing.push(format!(
+                                "workflow `{}` emails `{name}`, which is no approver group, department or address of this account's",
+                                workflow.name
+                            ));
+                        }
+                    }
+                }
+                DestinationTarget::Kb { .. } => {}
+            }
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(Problem::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "unknown_destination",
+        &missing.join("; "),
+    ))
+}
