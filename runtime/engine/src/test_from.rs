@@ -146,10 +146,10 @@ fn end_expectation(run: &RecordedRun<'_>, records: &[&StepRecord]) -> String {
         ("completed" | "failed", _) => format!("expect status {}\n", run.status),
         ("pending_approval", _) => "expect status parked\n".to_string(),
         ("cancelled", _) => {
-            "// The run was cancelled, which a test cannot do: its end is not expected.\n"
+            "// The run was cancelled, which a test cannot do: its end is not expected, and the steps it did not reach need mocks of their own.\n"
                 .to_string()
         }
-        _ => "// The run had not ended when this test was written: its end is not expected.\n"
+        _ => "// The run had not ended when this test was written: its end is not expected, and the steps it did not reach need mocks of their own.\n"
             .to_string(),
     }
 }
