@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::error::{ErrorKind, StepError};
-use crate::fenced_body::FencedBody;
+use crate::fenced_body::{FencedBody, HoldLost};
 use crate::llm::{ProviderConfig, http_client};
 use crate::services::{BoxFuture, Provider, RecipeCall};
 use crate::store::StoreError;
@@ -195,28 +195,51 @@ fn parse_and_check(text: &str, schema: &Value) -> Result<Value, String> {
 /// as text (for messages), or the error class the retry policy needs
 /// (status, `Retry-After`, transport failure, a body that is not JSON). In
 /// a run whose hold can be lost, the body goes out only while the hold is
-/// live (`FencedBody`); a request refused so is the journal's lost lease.
+/// live (`FencedBody`). A body refused because the hold ran out unrenewed
+/// (this process stalled after the attempt's `admit`) was not sent: the
+/// hold is asked again (`Journal::admit` renews it) and the request sent
+/// anew, so that a slow moment costs no attempt of the step's budget; a
+/// hold the store took away is the journal's lost lease.
 pub(crate) async fn send_for_json(
     request: reqwest::RequestBuilder,
     url: &str,
     body: &Value,
     call: &RecipeCall<'_>,
 ) -> Result<(Value, String), StepError> {
+    /// Renewals after a refused body before the call gives up: each one
+    /// makes the hold live for most of a lease, so a second refusal means
+    /// the process keeps stalling for that long.
+    const RENEWALS: usize = 2;
     let request = request.header(reqwest::header::CONTENT_TYPE, "application/json");
+    let body = body.to_string();
     let hold = call.journal.and_then(|journal| journal.hold());
-    let request = match &hold {
-        Some(hold) => request.body(reqwest::Body::wrap(FencedBody::new(
-            body.to_string().into_bytes(),
-            Arc::clone(hold),
-        ))),
-        None => request.body(body.to_string()),
-    };
-    let response = match request.send().await {
-        Ok(response) => response,
-        Err(_) if hold.as_ref().is_some_and(|hold| !hold.live()) => {
-            return Err(StoreError::LeaseLost.into());
+    let mut renewals = 0;
+    let response = loop {
+        // A request without its body yet can always be copied.
+        let attempt = request
+            .try_clone()
+            .expect("a request without a body is cloned");
+        let attempt = match &hold {
+            Some(hold) => attempt.body(reqwest::Body::wrap(FencedBody::new(
+                body.clone().into_bytes(),
+                Arc::clone(hold),
+            ))),
+            None => attempt.body(body.clone()),
+        };
+        match attempt.send().await {
+            Ok(response) => break response,
+            Err(error) if refused_by_fence(&error) => {
+                let journal = call.journal.filter(|_| renewals < RENEWALS);
+                match journal {
+                    Some(journal) if !hold.as_ref().is_some_and(|hold| hold.is_lost()) => {
+                        renewals += 1;
+                        journal.admit().await?;
+                    }
+                    _ => return Err(StoreError::LeaseLost.into()),
+                }
+            }
+            Err(error) => return Err(transport_error(error)),
         }
-        Err(error) => return Err(transport_error(error)),
     };
     let status = response.status();
     let wait = retry_after(response.headers());
@@ -225,6 +248,18 @@ pub(crate) async fn send_for_json(
         return Err(status_error(url, status, wait, &text));
     }
     Ok((reply_json(&text)?, text))
+}
+
+/// Whether `error` is a body that `FencedBody` refused (nothing of it sent).
+fn refused_by_fence(error: &reqwest::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = cause {
+        if error.is::<HoldLost>() {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
 }
 
 fn reply_json(text: &str) -> Result<Value, StepError> {

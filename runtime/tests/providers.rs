@@ -276,8 +276,10 @@ fn a_malformed_base_url_is_a_configuration_error() {
 }
 
 /// A run's journal whose hold was live at its `admit` and ran out before
-/// the request went out, as in a process stopped (SIGSTOP) in between.
-struct RanOut(Arc<Hold>);
+/// the request went out, as in a process stopped (SIGSTOP) in between;
+/// asked again, it renews the hold when `renews` (the run was still this
+/// process's) and leaves it run out otherwise (another process has it).
+struct RanOut(Arc<Hold>, bool);
 
 impl Journal for RanOut {
     fn lookup(&self, _: &str) -> Option<StepRecord> {
@@ -294,6 +296,13 @@ impl Journal for RanOut {
 
     fn hold(&self) -> Option<Arc<Hold>> {
         Some(Arc::clone(&self.0))
+    }
+
+    fn admit(&self) -> BoxFuture<'_, Result<(), StepError>> {
+        if self.1 {
+            self.0.renewed(Instant::now() + Duration::from_secs(60));
+        }
+        Box::pin(std::future::ready(Ok(())))
     }
 }
 
@@ -340,7 +349,7 @@ async fn a_call_whose_hold_ran_out_before_it_went_out_is_not_sent() {
             Hold::new(true, Some(Instant::now())),
             Hold::new(false, None),
         ] {
-            let journal = RanOut(Arc::new(hold));
+            let journal = RanOut(Arc::new(hold), false);
             let call = call_of("late", &input, &schema, &journal);
             let error = provider.complete(&call).await.expect_err("not sent");
             assert!(error.message.contains("lease"), "{error:?}");
@@ -348,11 +357,31 @@ async fn a_call_whose_hold_ran_out_before_it_went_out_is_not_sent() {
     }
     assert_eq!(server.requests(), 0, "{:?}", server.calls());
     // The same request with a live hold goes out.
-    let journal = RanOut(Arc::new(Hold::new(
-        true,
-        Some(Instant::now() + Duration::from_secs(60)),
-    )));
+    let journal = RanOut(
+        Arc::new(Hold::new(
+            true,
+            Some(Instant::now() + Duration::from_secs(60)),
+        )),
+        false,
+    );
     let call = call_of("in time", &input, &schema, &journal);
     anthropic(&server).complete(&call).await.expect("sent");
     assert_eq!(server.prompts(), ["in time"]);
+}
+
+/// A process that merely stalled past nine tenths of its lease (the run
+/// still its own) renews the hold and sends the call once, rather than
+/// failing an attempt of the step's budget.
+#[tokio::test]
+async fn a_call_whose_hold_ran_out_unrenewed_is_sent_once_renewed() {
+    let server = fake_llm(vec![]).await;
+    let schema = json!({ "type": "object", "properties": { "text": { "type": "string" } } });
+    let input = json!({});
+    let journal = RanOut(Arc::new(Hold::new(true, Some(Instant::now()))), true);
+    let call = call_of("stalled", &input, &schema, &journal);
+    anthropic(&server)
+        .complete(&call)
+        .await
+        .expect("sent once renewed");
+    assert_eq!(server.prompts(), ["stalled"]);
 }
