@@ -15,6 +15,11 @@
 //!
 //! What remains is the gap between that poll and the socket write, inside
 //! one poll of one task: no await, no lock, no pool.
+//!
+//! A refusal is told apart from a transport failure by its error
+//! (`HoldLost`): `openai::send_for_json` then asks the journal again, which
+//! renews a hold that merely ran out (a stall, the run still this
+//! process's) before the request goes anew.
 
 use std::pin::Pin;
 use std::sync::Arc;
