@@ -18,6 +18,7 @@
 
 use crate::diagnostic::{FileId, Span};
 use crate::syntax::ast::*;
+use crate::syntax::cursor::is_name_byte;
 use crate::syntax::exact;
 use crate::syntax::parse::{KEYWORDS, MAX_DEPTH, docs_text, duration_lit};
 use crate::syntax::template::parse_string;
@@ -68,10 +69,6 @@ const FAST_MAX_DEPTH: usize = 32;
 
 /// `None` is "give up": the pest path will parse the file.
 type P<T> = Option<T>;
-
-fn is_name_byte(byte: u8) -> bool {
-    byte.is_ascii_alphanumeric() || byte == b'_'
-}
 
 impl<'s> Fast<'s> {
     // ------------------------------------------------------------ lexing
