@@ -271,9 +271,14 @@ async fn a_decision_applies_once_across_tasks_and_survives_reopening(backend: Ba
         .await
         .unwrap();
     assert!(matches!(
-        run(journal, &plan, "run-1").await,
+        run(journal.clone(), &plan, "run-1").await,
         Outcome::Parked { .. }
     ));
+    // The gate's record rides with the run's end; a journal dropped
+    // without one sends it without waiting, and PostgreSQL's decisions do
+    // not queue behind it (they did in SQLite's one writer): the race made
+    // every decision find no gate, now and then.
+    journal.flush().await.unwrap();
 
     let applied = Arc::new(AtomicUsize::new(0));
     let tasks: Vec<_> = (0..50)
