@@ -680,6 +680,23 @@ mod tests {
             prop_assert_eq!(fabricate(&schema, seed), value);
         }
 
+        /// Any doc, however odd its text (multi-byte characters, signs,
+        /// dots, brackets), gives no range or an ordered one, and a number
+        /// fabricated under it lies within it.
+        #[test]
+        fn any_doc_gives_an_ordered_range(
+            doc in "[ -~éß\u{2013}\u{00b2}0-9.()-]{0,40}",
+            seed in any::<u64>(),
+        ) {
+            if let Some((low, high)) = documented_range(&doc) {
+                prop_assert!(low <= high, "{doc}: {low} > {high}");
+                let number = serde_json::json!({ "type": "number", "description": doc });
+                if let Some(value) = fabricate(&number, seed).as_f64() {
+                    prop_assert!(low <= value && value <= high, "{doc}: {value}");
+                }
+            }
+        }
+
         /// Validation of arbitrary values never panics, and a value that fits
         /// reports nothing while one that does not reports something.
         #[test]
