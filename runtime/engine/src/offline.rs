@@ -123,12 +123,15 @@ fn make_within(
     }
     // A field whose doc states a range ("1 (can wait) to 5") gets numbers
     // within it: a workflow that branches on `urgency >= 4` then takes
-    // both ways, as it would with a real model.
-    let range = schema
-        .get("description")
-        .and_then(Value::as_str)
-        .or(outer_description)
-        .and_then(documented_range);
+    // both ways, as it would with a real model. Read only for numbers:
+    // most described fields are strings and records.
+    let range = || {
+        schema
+            .get("description")
+            .and_then(Value::as_str)
+            .or(outer_description)
+            .and_then(documented_range)
+    };
 
     if let Some(Value::Array(variants)) = schema.get("enum") {
         if variants.is_empty() {
@@ -146,7 +149,7 @@ fn make_within(
                 word(rng)
             }
         }
-        Some("integer") => match range.and_then(|range| scaled(range, 1.0)) {
+        Some("integer") => match range().and_then(|range| scaled(range, 1.0)) {
             Some((low, high)) => Value::from(low + draw(rng, high - low)),
             None => Value::from(rng.below(100)),
         },
@@ -154,7 +157,7 @@ fn make_within(
             // Tenths from 0.0 to 99.9, or hundredths within a documented
             // range; `k / 10.0` is the closest f64 to the decimal, so it
             // prints with one decimal (two for hundredths).
-            let value = match range.and_then(|range| scaled(range, 100.0)) {
+            let value = match range().and_then(|range| scaled(range, 100.0)) {
                 Some((low, high)) => (low + draw(rng, high - low)) as f64 / 100.0,
                 None => rng.below(1000) as f64 / 10.0,
             };
