@@ -1,6 +1,6 @@
-//! Static budgets as diagnostics: a checked program is lowered and each
-//! workflow's [`Budget`] (the plan format's answer, which flowd gives at
-//! deploy too) is held against what the source states. It sits above the
+//! Static budgets as diagnostics: a checked program is lowered node by node
+//! and each workflow's [`Budget`] (the plan format's answer, which flowd
+//! gives at deploy too) is held against what the source states. It sits above the
 //! checker and lowering, as the one pass that needs both.
 
 use flow_plan::budget::{Budget, StepBudget};
@@ -17,25 +17,22 @@ const SLOWEST_NAMED: usize = 3;
 /// Adds the budgets of a program without errors to its analysis, and their
 /// warnings to its diagnostics.
 pub(crate) fn with_budgets(mut checked: Checked) -> Checked {
-    let Some(plan) = crate::lower::unsealed(&checked) else {
+    let Some(budgets) = crate::lower::budgets(&checked) else {
         return checked;
     };
     let mut warnings = Vec::new();
-    for ((workflow, info), decl) in plan
-        .workflows
+    for ((budget, info), decl) in budgets
         .iter()
         .zip(&checked.analysis.workflows)
         .zip(checked.files[0].tree.workflows())
     {
-        let budget = Budget::of(workflow);
-        warn(&budget, info, decl, &mut warnings);
-        checked.analysis.budgets.push(budget);
+        warn(budget, info, decl, &mut warnings);
     }
+    checked.analysis.budgets = budgets;
     if !warnings.is_empty() {
         checked.diagnostics.extend(warnings);
         crate::check::sort_diagnostics(&mut checked.diagnostics);
     }
-    checked.analysis.plan = Some(plan);
     checked
 }
 

@@ -46,26 +46,14 @@ pub fn check_with_tools(
     check::check_with_tools(root, loader, tools).map(budget::with_budgets)
 }
 
-/// The sealed plan of a program without errors (`None` with errors): the
-/// one [`check`] lowered to work its budgets out, sealed now, else lowered
-/// now.
+/// The sealed plan of a program without errors (`None` with errors).
 pub fn lower(checked: &Checked) -> Option<flow_plan::Plan> {
-    if !checked.has_errors()
-        && let Some(plan) = &checked.analysis.plan
-    {
-        return Some(plan.clone().seal());
-    }
     lower::lower(checked)
 }
 
 /// [`lower`] for a driver done with the check (`flowc build`, `flow run`,
-/// flowd's deploy): the plan that [`check`] made moves out and is sealed,
-/// rather than cloned, so a big program's plan is never held twice.
-pub fn lower_into(mut checked: Checked) -> Option<flow_plan::Plan> {
-    if !checked.has_errors()
-        && let Some(plan) = checked.analysis.plan.take()
-    {
-        return Some(plan.seal());
-    }
-    lower::lower(&checked)
+/// flowd's deploy): the syntax tree's statements are dropped as they are
+/// lowered, so a big program's tree and plan are never whole at once.
+pub fn lower_into(checked: Checked) -> Option<flow_plan::Plan> {
+    lower::lower_owned(checked)
 }

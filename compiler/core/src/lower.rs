@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use flow_plan as plan;
+use flow_plan::budget::{Budget, Folding};
 use serde_json::Value;
 
 use crate::check::{Checked, DEFAULT_ATTEMPTS, DEFAULT_STEP_TIMEOUT_MS, Ty, WorkflowInfo};
@@ -18,15 +19,51 @@ const DEFAULT_BACKOFF_MS: (u64, u64) = (2_000, 30_000);
 /// Lowers every workflow of the root file, with the recipes and MCP servers in
 /// scope, and seals the plan. `None` when the program has errors.
 pub fn lower(checked: &Checked) -> Option<plan::Plan> {
-    unsealed(checked).map(plan::Plan::seal)
+    checked.program()?;
+    Some(unsealed(checked, None).seal())
 }
 
-/// [`lower`] without the seal: the plan's format version is set and its hash
-/// left empty. Working out budgets needs no hash, and hashing streams the
-/// whole plan's JSON through SHA-256, which cost as much as lowering.
-pub(crate) fn unsealed(checked: &Checked) -> Option<plan::Plan> {
-    let program = checked.program()?;
-    let checked = program.checked;
+/// [`lower`] for a driver done with the check: each workflow's statements
+/// are taken out of the syntax tree and dropped as they are lowered, so the
+/// tree shrinks as the plan grows and a big program is not held twice.
+pub fn lower_owned(mut checked: Checked) -> Option<plan::Plan> {
+    checked.program()?;
+    let bodies = checked.files[0]
+        .tree
+        .items
+        .iter_mut()
+        .filter_map(|item| match item {
+            ast::Item::Workflow(workflow) => Some(std::mem::take(&mut workflow.body)),
+            _ => None,
+        })
+        .collect();
+    Some(unsealed(&checked, Some(bodies)).seal())
+}
+
+/// Each workflow's budget, in the order of the root file's workflows:
+/// lowered node by node and folded (`budget::Folding`), each node dropped
+/// once counted, so that working budgets out never holds a whole plan.
+/// `None` when the program has errors.
+pub(crate) fn budgets(checked: &Checked) -> Option<Vec<Budget>> {
+    checked.program()?;
+    let env = &checked.analysis.env;
+    let (_, recipe_index) = sorted_with_index(&env.recipes);
+    let (_, server_index) = sorted_with_index(&env.mcp_servers);
+    let budgets = workflows(checked, &recipe_index, &server_index)
+        .map(|(decl, mut lowerer)| {
+            let mut folding = Folding::new();
+            for stmt in &decl.body {
+                folding.node(&lowerer.stmt(stmt));
+            }
+            folding.finish(&lowerer.policy(decl.on_error.as_ref()))
+        })
+        .collect();
+    Some(budgets)
+}
+
+/// The plan of a program without errors, its hash left empty. `bodies`,
+/// when given, holds each workflow's statements taken out of the tree.
+fn unsealed(checked: &Checked, bodies: Option<Vec<Vec<Stmt>>>) -> plan::Plan {
     let env = &checked.analysis.env;
 
     let (recipe_names, recipe_index) = sorted_with_index(&env.recipes);
@@ -73,11 +110,38 @@ pub(crate) fn unsealed(checked: &Checked) -> Option<plan::Plan> {
         })
         .collect();
 
-    let workflows = checked.files[0]
+    let mut bodies = bodies.map(Vec::into_iter);
+    let workflows = workflows(checked, &recipe_index, &server_index)
+        .map(|(decl, lowerer)| {
+            let body = match bodies.as_mut().and_then(Iterator::next) {
+                Some(owned) => Body::Owned(owned),
+                None => Body::Borrowed(&decl.body),
+            };
+            lowerer.workflow(decl, body)
+        })
+        .collect();
+
+    plan::Plan {
+        format_version: plan::FORMAT_VERSION,
+        hash: String::new(),
+        source: checked.files[0].path.clone(),
+        workflows,
+        recipes,
+        mcp_servers,
+    }
+}
+
+/// The root file's workflows, each with a lowerer of its own.
+fn workflows<'a>(
+    checked: &'a Checked,
+    recipe_index: &'a HashMap<&'a str, u32>,
+    server_index: &'a HashMap<&'a str, u32>,
+) -> impl Iterator<Item = (&'a ast::Workflow, Lowerer<'a>)> {
+    checked.files[0]
         .tree
         .workflows()
         .zip(&checked.analysis.workflows)
-        .map(|(decl, info)| {
+        .map(move |(decl, info)| {
             let lowerer = Lowerer {
                 info,
                 text: &checked.file(info.file).text,
@@ -88,22 +152,19 @@ pub(crate) fn unsealed(checked: &Checked) -> Option<plan::Plan> {
                     .enumerate()
                     .map(|(i, s)| (s.id.as_str(), i as u32))
                     .collect(),
-                recipe_index: &recipe_index,
-                server_index: &server_index,
+                recipe_index,
+                server_index,
                 loops: Vec::new(),
             };
-            lowerer.workflow(decl)
+            (decl, lowerer)
         })
-        .collect();
+}
 
-    Some(plan::Plan {
-        format_version: plan::FORMAT_VERSION,
-        hash: String::new(),
-        source: checked.files[0].path.clone(),
-        workflows,
-        recipes,
-        mcp_servers,
-    })
+/// A workflow's top-level statements as lowering reads them: borrowed from
+/// the tree, or taken out of it, each dropped once lowered.
+enum Body<'t> {
+    Borrowed(&'t [Stmt]),
+    Owned(Vec<Stmt>),
 }
 
 /// The names of a declaration table in a stable order (the plan's indices) and
@@ -267,9 +328,12 @@ struct Lowerer<'a> {
 }
 
 impl Lowerer<'_> {
-    fn workflow(mut self, decl: &ast::Workflow) -> plan::Workflow {
+    fn workflow(mut self, decl: &ast::Workflow, body: Body<'_>) -> plan::Workflow {
         let on_error = self.policy(decl.on_error.as_ref());
-        let body = self.block(&decl.body);
+        let body = match body {
+            Body::Borrowed(stmts) => self.block(stmts),
+            Body::Owned(stmts) => stmts.into_iter().map(|stmt| self.stmt(&stmt)).collect(),
+        };
         let output = decl
             .output
             .iter()
@@ -448,7 +512,7 @@ impl Lowerer<'_> {
                     .expect("checked recipe"),
                 args: self.fields(args),
             },
-            StepCall::Approval { .. } => plan::Action::Approval {
+            StepCall::Approval { .. } => plan::Action::Approval(Box::new(plan::ApprovalAction {
                 approvers: arg(self, "approvers").unwrap_or(plan::Expr::List(Vec::new())),
                 message: arg(self, "message").unwrap_or(plan::Expr::Literal(Value::Null)),
                 expires_ms: args
@@ -467,26 +531,32 @@ impl Lowerer<'_> {
                     Some("fail") => plan::OnExpire::Fail,
                     _ => plan::OnExpire::Reject,
                 },
-            },
-            StepCall::KbWrite { collection, .. } => plan::Action::KbWrite {
-                collection: self.template(collection, false),
-                title: arg(self, "title").unwrap_or(plan::Expr::Literal(Value::Null)),
-                content: arg(self, "content").unwrap_or(plan::Expr::Literal(Value::Null)),
-                metadata: arg(self, "metadata"),
-            },
-            StepCall::Handoff { department, .. } => plan::Action::Handoff {
-                department: self.template(department, false),
-                message: arg(self, "message").unwrap_or(plan::Expr::Literal(Value::Null)),
-                subject: arg(self, "subject"),
-            },
-            StepCall::Browser { server, tool, .. } => plan::Action::Browser {
-                server: *self
-                    .server_index
-                    .get(server.text.as_str())
-                    .expect("checked server"),
-                tool: tool.text.clone(),
-                args: self.fields(args),
-            },
+            })),
+            StepCall::KbWrite { collection, .. } => {
+                plan::Action::KbWrite(Box::new(plan::KbWriteAction {
+                    collection: self.template(collection, false),
+                    title: arg(self, "title").unwrap_or(plan::Expr::Literal(Value::Null)),
+                    content: arg(self, "content").unwrap_or(plan::Expr::Literal(Value::Null)),
+                    metadata: arg(self, "metadata"),
+                }))
+            }
+            StepCall::Handoff { department, .. } => {
+                plan::Action::Handoff(Box::new(plan::HandoffAction {
+                    department: self.template(department, false),
+                    message: arg(self, "message").unwrap_or(plan::Expr::Literal(Value::Null)),
+                    subject: arg(self, "subject"),
+                }))
+            }
+            StepCall::Browser { server, tool, .. } => {
+                plan::Action::Browser(Box::new(plan::BrowserAction {
+                    server: *self
+                        .server_index
+                        .get(server.text.as_str())
+                        .expect("checked server"),
+                    tool: tool.text.clone(),
+                    args: self.fields(args),
+                }))
+            }
             StepCall::Broken { .. } => unreachable!("a program with a syntax error is not lowered"),
         };
         let options = &step.options;
@@ -515,7 +585,7 @@ impl Lowerer<'_> {
             idempotency_key: options
                 .idempotency
                 .as_ref()
-                .map(|key| self.expr(key, false)),
+                .map(|key| Box::new(self.expr(key, false))),
         }
     }
 

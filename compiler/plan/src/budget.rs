@@ -48,7 +48,7 @@ impl StepBudget {
         let attempts = step.retry.attempts.max(1);
         let (calls_per_attempt, active) = match step.action {
             Action::Recipe { .. } => (2, true),
-            Action::Approval { .. } => (1, false),
+            Action::Approval(_) => (1, false),
             _ => (1, true),
         };
         let backoff_ms = step.retry.backoff_max_ms.max(step.retry.backoff_min_ms);
@@ -72,22 +72,11 @@ impl StepBudget {
 
 impl Budget {
     pub fn of(workflow: &Workflow) -> Budget {
-        let mut budget = Budget {
-            active_ms: Some(0),
-            unbounded_loops: Vec::new(),
-            model_calls: 0,
-            steps: Vec::new(),
-        };
-        let body = budget.block(&workflow.body);
-        let handler = match &workflow.on_error {
-            OnError::Fallback(handler) => budget.block(handler),
-            _ => Cost::NONE,
-        };
-        // The handler runs after the body failed: its time adds up, its
-        // calls never overlap the body's.
-        budget.active_ms = add(body.active_ms, handler.active_ms);
-        budget.model_calls = body.model_calls.max(handler.model_calls);
-        budget
+        let mut folding = Folding::new();
+        for node in &workflow.body {
+            folding.node(node);
+        }
+        folding.finish(&workflow.on_error)
     }
 
     /// The worst case of the step `id`.
@@ -98,9 +87,7 @@ impl Budget {
     fn block(&mut self, nodes: &[Node]) -> Cost {
         let mut cost = Cost::NONE;
         for node in nodes {
-            let node = self.node(node);
-            cost.active_ms = add(cost.active_ms, node.active_ms);
-            cost.model_calls = cost.model_calls.max(node.model_calls);
+            cost = cost.then(self.node(node));
         }
         cost
     }
@@ -115,9 +102,7 @@ impl Budget {
                 };
                 self.steps.push(own);
                 if let OnError::Fallback(fallback) = &step.on_error {
-                    let fallback = self.block(fallback);
-                    cost.active_ms = add(cost.active_ms, fallback.active_ms);
-                    cost.model_calls = cost.model_calls.max(fallback.model_calls);
+                    cost = cost.then(self.block(fallback));
                 }
                 cost
             }
@@ -178,6 +163,56 @@ impl Budget {
     }
 }
 
+/// A workflow's [`Budget`] worked out one top-level node at a time, in
+/// order: the compiler lowers a workflow's body node by node for its
+/// budget and drops each node once folded in, so that a large workflow's
+/// plan is never whole in memory only to be measured.
+#[derive(Debug)]
+pub struct Folding {
+    budget: Budget,
+    body: Cost,
+}
+
+impl Folding {
+    pub fn new() -> Folding {
+        Folding {
+            budget: Budget {
+                active_ms: Some(0),
+                unbounded_loops: Vec::new(),
+                model_calls: 0,
+                steps: Vec::new(),
+            },
+            body: Cost::NONE,
+        }
+    }
+
+    /// Folds in the next node of the workflow's body.
+    pub fn node(&mut self, node: &Node) {
+        let cost = self.budget.node(node);
+        self.body = self.body.then(cost);
+    }
+
+    /// The budget of the body folded in, with the workflow's error handler.
+    pub fn finish(mut self, on_error: &OnError) -> Budget {
+        let handler = match on_error {
+            OnError::Fallback(handler) => self.budget.block(handler),
+            _ => Cost::NONE,
+        };
+        // The handler runs after the body failed: its time adds up, its
+        // calls never overlap the body's.
+        self.budget.active_ms = add(self.body.active_ms, handler.active_ms);
+        self.budget.model_calls = self.body.model_calls.max(handler.model_calls);
+        self.budget.steps.shrink_to_fit();
+        self.budget
+    }
+}
+
+impl Default for Folding {
+    fn default() -> Folding {
+        Folding::new()
+    }
+}
+
 /// The number of items of a collection written out in the source.
 fn written_length(collection: &Expr) -> Option<u64> {
     match collection {
@@ -199,6 +234,14 @@ impl Cost {
         active_ms: Some(0),
         model_calls: 0,
     };
+
+    /// Two parts, the second after the first.
+    fn then(self, next: Cost) -> Cost {
+        Cost {
+            active_ms: add(self.active_ms, next.active_ms),
+            model_calls: self.model_calls.max(next.model_calls),
+        }
+    }
 
     /// The worse of two parts of which one runs.
     fn either(self, other: Cost) -> Cost {

@@ -105,19 +105,19 @@ fn plan_items(plan: &crate::Plan, workflow: &Workflow, nodes: &[PlanNode]) -> Ve
                         .recipes
                         .get(*recipe as usize)
                         .map_or(StepShape::Unknown, |r| StepShape::Recipe(r.name.clone())),
-                    Action::Approval { .. } => StepShape::Approval,
-                    Action::KbWrite { collection, .. } => {
-                        StepShape::KbWrite(written::template(workflow, collection))
+                    Action::Approval(_) => StepShape::Approval,
+                    Action::KbWrite(write) => {
+                        StepShape::KbWrite(written::template(workflow, &write.collection))
                     }
-                    Action::Handoff { department, .. } => {
-                        StepShape::Handoff(written::template(workflow, department))
+                    Action::Handoff(handoff) => {
+                        StepShape::Handoff(written::template(workflow, &handoff.department))
                     }
-                    Action::Browser { server, tool, .. } => {
+                    Action::Browser(browser) => {
                         let server = plan
                             .mcp_servers
-                            .get(*server as usize)
+                            .get(browser.server as usize)
                             .map_or("?", |s| s.name.as_str());
-                        StepShape::Browser(format!("{server}.{tool}"))
+                        StepShape::Browser(format!("{server}.{}", browser.tool))
                     }
                 },
                 fallback: match &step.on_error {

@@ -21,9 +21,10 @@ use serde_json::{Map, Value};
 
 use crate::limits::*;
 use crate::{
-    Action, DURATION_PATTERN, DestinationTarget, Expr, FORMAT_VERSION, Field, McpServer,
-    McpTransport, Node, OnError, PathSegment, Plan, Recipe, Ref, Root, RunEvent, Step, StepKind,
-    Template, TemplatePart, Workflow, cut,
+    Action, ApprovalAction, BrowserAction, DURATION_PATTERN, DestinationTarget, Expr,
+    FORMAT_VERSION, Field, HandoffAction, KbWriteAction, McpServer, McpTransport, Node, OnError,
+    PathSegment, Plan, Recipe, Ref, Root, RunEvent, Step, StepKind, Template, TemplatePart,
+    Workflow, cut,
 };
 
 /// One way a plan differs from what the compiler writes.
@@ -718,10 +719,10 @@ impl<'p> Validator<'p> {
     fn step(&mut self, step: &'p Step, slots: &mut Slots<'p>, scope: Scope, refs: Refs) {
         let kind = match &step.action {
             Action::Recipe { .. } => StepKind::Recipe,
-            Action::Approval { .. } => StepKind::Approval,
-            Action::KbWrite { .. } => StepKind::KbWrite,
-            Action::Handoff { .. } => StepKind::Handoff,
-            Action::Browser { .. } => StepKind::Browser,
+            Action::Approval(_) => StepKind::Approval,
+            Action::KbWrite(_) => StepKind::KbWrite,
+            Action::Handoff(_) => StepKind::Handoff,
+            Action::Browser(_) => StepKind::Browser,
         };
         self.claim(step.slot, &step.id, kind, slots);
         self.at(Seg::Key("action"), |v| v.action(&step.action, refs));
@@ -788,12 +789,13 @@ impl<'p> Validator<'p> {
                 }
                 self.at(Seg::Key("args"), |v| v.fields(args, refs, 0));
             }
-            Action::Approval {
-                approvers,
-                message,
-                expires_ms,
-                ..
-            } => {
+            Action::Approval(approval) => {
+                let ApprovalAction {
+                    approvers,
+                    message,
+                    expires_ms,
+                    ..
+                } = &**approval;
                 self.at(Seg::Key("approvers"), |v| v.expr(approvers, refs, 0));
                 self.at(Seg::Key("message"), |v| v.expr(message, refs, 0));
                 if let Some(expires) = expires_ms {
@@ -802,12 +804,13 @@ impl<'p> Validator<'p> {
                     });
                 }
             }
-            Action::KbWrite {
-                collection,
-                title,
-                content,
-                metadata,
-            } => {
+            Action::KbWrite(write) => {
+                let KbWriteAction {
+                    collection,
+                    title,
+                    content,
+                    metadata,
+                } = &**write;
                 self.at(Seg::Key("collection"), |v| v.template(collection, refs));
                 self.at(Seg::Key("title"), |v| v.expr(title, refs, 0));
                 self.at(Seg::Key("content"), |v| v.expr(content, refs, 0));
@@ -815,18 +818,20 @@ impl<'p> Validator<'p> {
                     self.at(Seg::Key("metadata"), |v| v.expr(metadata, refs, 0));
                 }
             }
-            Action::Handoff {
-                department,
-                message,
-                subject,
-            } => {
+            Action::Handoff(handoff) => {
+                let HandoffAction {
+                    department,
+                    message,
+                    subject,
+                } = &**handoff;
                 self.at(Seg::Key("department"), |v| v.template(department, refs));
                 self.at(Seg::Key("message"), |v| v.expr(message, refs, 0));
                 if let Some(subject) = subject {
                     self.at(Seg::Key("subject"), |v| v.expr(subject, refs, 0));
                 }
             }
-            Action::Browser { server, tool, args } => {
+            Action::Browser(browser) => {
+                let BrowserAction { server, tool, args } = &**browser;
                 if *server as usize >= self.plan.mcp_servers.len() {
                     let count = self.plan.mcp_servers.len();
                     self.problem_at("server", || {

@@ -1138,10 +1138,10 @@ fn announce_mcp_servers(plan: &Plan, workflow: &str) {
     };
     let mut used: Vec<u32> = Vec::new();
     workflow.each_step(&mut |step| {
-        if let flow_plan::Action::Browser { server, .. } = &step.action
-            && !used.contains(server)
+        if let flow_plan::Action::Browser(browser) = &step.action
+            && !used.contains(&browser.server)
         {
-            used.push(*server);
+            used.push(browser.server);
         }
     });
     used.sort_unstable();

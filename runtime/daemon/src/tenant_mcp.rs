@@ -57,7 +57,8 @@ pub(crate) fn refusals(config: &Config, account: &str, plan: &Plan) -> Vec<Refus
     let mut calls: Vec<(u32, String, &str)> = Vec::new();
     for workflow in &plan.workflows {
         workflow.each_step(&mut |step| {
-            if let Action::Browser { server, tool, .. } = &step.action {
+            if let Action::Browser(browser) = &step.action {
+                let (server, tool) = (&browser.server, &browser.tool);
                 if let Some(users) = users.get_mut(*server as usize)
                     && !users.contains(&workflow.name.as_str())
                 {

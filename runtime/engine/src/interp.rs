@@ -458,14 +458,14 @@ impl<'p> Interpreter<'p> {
             Ok(args) => args,
             Err(error) => return refused(error).await,
         };
-        if let Action::Approval {
-            approvers,
-            message,
-            expires_ms,
-            on_reject,
-            on_expire,
-        } = &step.action
-        {
+        if let Action::Approval(approval) = &step.action {
+            let flow_plan::ApprovalAction {
+                approvers,
+                message,
+                expires_ms,
+                on_reject,
+                on_expire,
+            } = &**approval;
             let approvers = match approver_list(&env, approvers) {
                 Ok(approvers) => approvers,
                 Err(error) => return refused(error).await,
@@ -647,14 +647,16 @@ impl<'p> Interpreter<'p> {
 
     fn args(&self, step: &Step, env: &Env<'_>) -> Result<Value, StepError> {
         let fields = match &step.action {
-            Action::Recipe { args, .. } | Action::Browser { args, .. } => args.as_slice(),
-            Action::Approval { .. } => return Ok(Value::Null),
-            Action::KbWrite {
-                collection,
-                title,
-                content,
-                metadata,
-            } => {
+            Action::Recipe { args, .. } => args.as_slice(),
+            Action::Browser(browser) => browser.args.as_slice(),
+            Action::Approval(_) => return Ok(Value::Null),
+            Action::KbWrite(write) => {
+                let flow_plan::KbWriteAction {
+                    collection,
+                    title,
+                    content,
+                    metadata,
+                } = &**write;
                 let mut args = json!({
                     "collection": env.render(collection)?,
                     "title": env.eval(title)?,
@@ -667,11 +669,12 @@ impl<'p> Interpreter<'p> {
                 }
                 return Ok(args);
             }
-            Action::Handoff {
-                department,
-                message,
-                subject,
-            } => {
+            Action::Handoff(handoff) => {
+                let flow_plan::HandoffAction {
+                    department,
+                    message,
+                    subject,
+                } = &**handoff;
                 return Ok(json!({
                     "department": env.render(department)?,
                     "message": env.eval(message)?,
@@ -903,12 +906,12 @@ impl<'p> Interpreter<'p> {
                 }
                 Ok(Some(output))
             }
-            Action::KbWrite { .. } => {
+            Action::KbWrite(_) => {
                 let write: KbWrite = serde_json::from_value(args.clone())
                     .map_err(|e| StepError::new(ErrorKind::Expression, format!("kb_write: {e}")))?;
                 Ok(Some(self.services.effects.kb_write(&write).await?))
             }
-            Action::Handoff { .. } => {
+            Action::Handoff(_) => {
                 let mut handoff = args.clone();
                 if let Some(map) = handoff.as_object_mut() {
                     map.insert("run_id".into(), Value::String(self.run_id.clone()));
@@ -918,7 +921,8 @@ impl<'p> Interpreter<'p> {
                 self.services.effects.handoff(&handoff).await?;
                 Ok(None)
             }
-            Action::Browser { server, tool, .. } => {
+            Action::Browser(browser) => {
+                let (server, tool) = (&browser.server, &browser.tool);
                 let Some(mcp) = &self.services.mcp else {
                     return Err(StepError::new(
                         ErrorKind::Unsupported,
@@ -934,7 +938,7 @@ impl<'p> Interpreter<'p> {
                 let journal = Some(self.services.journal.as_ref());
                 Ok(Some(mcp.call_tool(server, tool, args, journal).await?))
             }
-            Action::Approval { .. } => Ok(None),
+            Action::Approval(_) => Ok(None),
         }
     }
 

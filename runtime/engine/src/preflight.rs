@@ -73,7 +73,8 @@ pub(crate) async fn preflight(
                     plan.recipes.len()
                 )),
             },
-            Action::Browser { server, tool, .. } => {
+            Action::Browser(browser) => {
+                let (server, tool) = (&browser.server, &browser.tool);
                 if (*server as usize) < plan.mcp_servers.len() {
                     let tools = servers.entry(*server).or_default();
                     if !tools.contains(tool) {

@@ -174,11 +174,6 @@ pub struct Analysis {
     /// Each of `workflows`' static budget, when the program has no errors
     /// (`crate::budget`).
     pub budgets: Vec<flow_plan::budget::Budget>,
-    /// The program lowered, when it has no errors, unsealed (its hash
-    /// empty): `crate::budget` lowers it to work the budgets out, and the
-    /// `lower` of lib.rs seals and hands out this plan rather than lowering
-    /// it again. A driver that only checks never pays for the hash.
-    pub plan: Option<flow_plan::Plan>,
     /// The imported files' workflows that the root file's tests may run,
     /// checked to be known (their steps and output) for tests and editors.
     pub tested: Vec<WorkflowInfo>,
@@ -341,7 +336,6 @@ pub fn check_with_tools(
             workflows,
             tests,
             budgets: Vec::new(),
-            plan: None,
             tested,
         },
         lock: match tools {

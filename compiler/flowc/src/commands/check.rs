@@ -19,7 +19,7 @@ pub(crate) fn run(
     let (roots, mut reports) = roots_and_reports(paths, root);
     let files: Vec<String> = roots.iter().map(|file| file.path.clone()).collect();
     let mut unchecked_tools: Vec<String> = Vec::new();
-    for (path, result) in files.iter().zip(check_all(&roots, false)) {
+    for (path, result) in files.iter().zip(check_all(&roots)) {
         if let Ok(checked) = &result
             && checked.lock == flow_compiler::check::LockUse::Absent
             && has_browser_steps(checked)
@@ -137,19 +137,12 @@ fn has_browser_steps(checked: &Checked) -> bool {
 }
 
 /// Checks each root, with the `flow.lock` beside it when there is one, on
-/// a thread per core; the results in the order of `roots`. Without
-/// `keep_plans` each file's plan (which the check lowers for the budgets)
-/// is dropped as soon as the file is checked: every result is held until
-/// the report, and the plans of 1,000 files took a quarter of the memory.
-pub(crate) fn check_all(roots: &[RootFile], keep_plans: bool) -> Vec<Result<Checked, LoadError>> {
+/// a thread per core; the results in the order of `roots`.
+pub(crate) fn check_all(roots: &[RootFile]) -> Vec<Result<Checked, LoadError>> {
     // The checker never panics on input (a property test holds it to
     // that), so a panic here is a compiler bug: `map` surfaces it as one.
     crate::parallel::map(roots, |root| {
-        let mut result = flow_compiler::check(&root.path, &root.loader());
-        if !keep_plans && let Ok(checked) = &mut result {
-            checked.analysis.plan = None;
-        }
-        result
+        flow_compiler::check(&root.path, &root.loader())
     })
 }
 

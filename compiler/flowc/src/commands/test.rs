@@ -48,7 +48,7 @@ pub(crate) fn run(paths: &[PathBuf], root: Option<&Path>, options: Options<'_>) 
     let mut jobs = Vec::new();
     // The plans of files without tests, whose workflows coverage shows untested.
     let mut others = Vec::new();
-    for (root, result) in roots.iter().zip(super::check::check_all(&roots, true)) {
+    for (root, result) in roots.iter().zip(super::check::check_all(&roots)) {
         match result {
             Ok(checked) => {
                 if coverage

@@ -132,7 +132,7 @@ fn block(nodes: &[Node], instances: &[String], run: &Run<'_>, out: &mut Vec<Poin
         match node {
             Node::Step(step) => {
                 let place = format!("step.{}", step.id);
-                if let Action::Approval { .. } = step.action {
+                if let Action::Approval(_) = step.action {
                     let decided = |approved: bool, expired: bool| {
                         run.of(&step.id).any(|record| {
                             let output = record.output.as_ref();

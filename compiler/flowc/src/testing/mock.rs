@@ -55,10 +55,10 @@ impl Mocks {
         let mut tools = HashMap::new();
         for workflow in &plan.workflows {
             workflow.each_step(&mut |step| {
-                if let Action::Browser { server, tool, .. } = &step.action
-                    && let Some(server) = plan.mcp_servers.get(*server as usize)
+                if let Action::Browser(browser) = &step.action
+                    && let Some(server) = plan.mcp_servers.get(browser.server as usize)
                 {
-                    tools.insert((server.name.clone(), tool.clone()), step.id.clone());
+                    tools.insert((server.name.clone(), browser.tool.clone()), step.id.clone());
                 }
             });
         }
