@@ -296,7 +296,7 @@ pub fn check_with_tools(
     let mut files = Vec::new();
     let mut diagnostics = Vec::new();
     let mut by_path = HashMap::new();
-    let root_id = add_file(root, &bytes, &mut files, &mut diagnostics);
+    let root_id = add_file(root, bytes, &mut files, &mut diagnostics);
     by_path.insert(normalize(root), root_id);
     load_imports(
         root_id,
@@ -418,16 +418,19 @@ pub(crate) fn sort_diagnostics(diagnostics: &mut Vec<Diagnostic>) {
     diagnostics.dedup();
 }
 
+/// Adds the file read from `path`; its bytes become its text without a
+/// copy (a copy of a large file stayed alive beside the tree it parsed to).
 fn add_file(
     path: &str,
-    bytes: &[u8],
+    bytes: Vec<u8>,
     files: &mut Vec<LoadedFile>,
     diagnostics: &mut Vec<Diagnostic>,
 ) -> FileId {
     let id = FileId(files.len() as u32);
-    let text = match std::str::from_utf8(bytes) {
-        Ok(text) => text.to_string(),
+    let text = match String::from_utf8(bytes) {
+        Ok(text) => text,
         Err(error) => {
+            let (error, bytes) = (error.utf8_error(), error.as_bytes());
             // A file that is not UTF-8 is most likely not a flow source at
             // all (a binary, a key, a file the import names by mistake), so
             // none of it is kept: a diagnostic's snippet, a parse error's
@@ -503,7 +506,7 @@ fn load_imports(
         }
         match loader.load(&path) {
             Ok(bytes) => {
-                let id = add_file(&path, &bytes, files, diagnostics);
+                let id = add_file(&path, bytes, files, diagnostics);
                 by_path.insert(key, id);
                 chain.push(id);
                 load_imports(id, loader, files, by_path, diagnostics, chain);
@@ -550,7 +553,7 @@ fn load_imports(
                     if !by_path.contains_key(&key)
                         && let Ok(bytes) = loader.load(&path)
                     {
-                        let id = add_file(&path, &bytes, files, diagnostics);
+                        let id = add_file(&path, bytes, files, diagnostics);
                         by_path.insert(key, id);
                         chain.push(id);
                         load_imports(id, loader, files, by_path, diagnostics, chain);

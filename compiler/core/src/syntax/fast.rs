@@ -599,9 +599,9 @@ impl<'s> Fast<'s> {
             let docs = self.docs()?;
             match self.keyword(&["step", "if", "for", "parallel", "output"])? {
                 Some("step") => stmts.push(Stmt::Step(Box::new(self.step(docs)?))),
-                Some("if") => stmts.push(Stmt::If(self.if_stmt()?)),
+                Some("if") => stmts.push(Stmt::If(Box::new(self.if_stmt()?))),
                 Some("for") => stmts.push(Stmt::For(Box::new(self.for_stmt()?))),
-                Some("parallel") => stmts.push(Stmt::Parallel(self.parallel()?)),
+                Some("parallel") => stmts.push(Stmt::Parallel(Box::new(self.parallel()?))),
                 _ if docs.is_empty() && (self.at("}") || self.word() == "output") => {
                     return Some(exact(stmts));
                 }
@@ -672,7 +672,7 @@ impl<'s> Fast<'s> {
                 _ => {
                     let (key, key_end) = self.expr()?;
                     end = key_end;
-                    once(&mut options.idempotency, key)?;
+                    once(&mut options.idempotency, Box::new(key))?;
                 }
             }
         }

@@ -2336,13 +2336,13 @@ impl<'s> Parser<'s> {
                         }
                     }
                 }
-                Stmt::Parallel(ParallelStmt {
+                Stmt::Parallel(Box::new(ParallelStmt {
                     id,
                     branches,
                     recovered,
                     broken,
                     span,
-                })
+                }))
             }
             _ => return None,
         })
@@ -2425,11 +2425,11 @@ impl<'s> Parser<'s> {
                 _ => else_block = Some(self.block(first_child(part))),
             }
         }
-        Some(Stmt::If(IfStmt {
+        Some(Stmt::If(Box::new(IfStmt {
             branches,
             else_block,
             span,
-        }))
+        })))
     }
 
     /// A `step_stmt`, or a `stepless_stmt` whose children are the same but
@@ -2605,7 +2605,7 @@ impl<'s> Parser<'s> {
             }
             Rule::idempotency_option => {
                 let key = self.expr(first_child(option));
-                self.once(&mut options.idempotency, key, span, "idempotency");
+                self.once(&mut options.idempotency, Box::new(key), span, "idempotency");
             }
             _ => {}
         }
