@@ -5,6 +5,8 @@
 //! Where the source had a syntax error, the tree simply lacks the broken part
 //! (a statement skipped by recovery) or holds `ExprKind::Error`.
 
+use std::borrow::Cow;
+
 use crate::diagnostic::Span;
 
 /// A name as written, with where it was written.
@@ -375,7 +377,10 @@ pub struct Branch {
 #[derive(Debug, Clone, PartialEq)]
 pub struct DurationLit {
     pub amount: Option<u64>,
-    pub unit: Option<String>,
+    /// Borrowed from [`UNITS`] when it is one of flow's units, so that the
+    /// usual duration (three to a step with a retry and a timeout) costs
+    /// no allocation; another tool's word is kept for the checker to name.
+    pub unit: Option<Cow<'static, str>>,
     pub span: Span,
 }
 
