@@ -33,9 +33,17 @@ fn main() {
     let runs: usize = if quick { 200 } else { 20_000 };
     let dir = std::env::temp_dir().join(format!("flow-bench-http-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
+    // Every run may be in flight at once, as before the account quotas
+    // (issue 21): with flowd's defaults (1,000 runs and 16 steps in flight
+    // an account) the full count's starts past 1,000 answered 429 and the
+    // bench failed, and the completions would measure the quotas.
+    let limits = format!(
+        "[limits]\nllm_concurrency = 1000\nsteps_in_flight = 1000\nruns_in_flight = {}\n",
+        runs + 1
+    );
     std::fs::write(
         dir.join("flowd.toml"),
-        config(&dir.join("flowd.db").display().to_string(), KEY),
+        config(&dir.join("flowd.db").display().to_string(), KEY) + &limits,
     )
     .expect("the bench config is written");
     let mut flowd = Flowd::start(&dir);

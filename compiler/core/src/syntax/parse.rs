@@ -481,10 +481,10 @@ pub(crate) fn duration_lit(text: &str, span: Span) -> DurationLit {
     DurationLit {
         amount: text[..digits_end].parse().ok(),
         unit: (!unit.is_empty()).then(|| {
-            UNITS
-                .iter()
-                .find(|(known, _)| *known == unit)
-                .map_or_else(|| Cow::Owned(unit.to_string()), |(known, _)| Cow::Borrowed(*known))
+            UNITS.iter().find(|(known, _)| *known == unit).map_or_else(
+                || Cow::Owned(unit.to_string()),
+                |(known, _)| Cow::Borrowed(*known),
+            )
         }),
         span,
     }
