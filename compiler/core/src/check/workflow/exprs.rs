@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl<'e, 'd> Checker<'e, 'd> {
+impl<'e, 'd, 't> Checker<'e, 'd, 't> {
     pub(super) fn expect_bool(&mut self, expr: &Expr, ty: &Ty) {
         match ty {
             Ty::Bool | Ty::Any | Ty::Json => {}

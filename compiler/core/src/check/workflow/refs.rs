@@ -4,7 +4,7 @@
 
 use super::*;
 
-impl<'e, 'd> Checker<'e, 'd> {
+impl<'e, 'd, 't> Checker<'e, 'd, 't> {
     pub(super) fn path(&mut self, path: &Path, optional_ok: bool) -> Ty {
         if let Some(ty) = self.destination_path(path, optional_ok) {
             return ty;
@@ -217,7 +217,7 @@ impl<'e, 'd> Checker<'e, 'd> {
             );
         }
         let use_at = path.span.start;
-        let Some(&index) = self.by_id.get(&id.text) else {
+        let Some(&index) = self.by_id.get(id.text.as_str()) else {
             let ran: Vec<&str> = self
                 .steps
                 .iter()
