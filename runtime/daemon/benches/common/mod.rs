@@ -18,7 +18,8 @@ pub(crate) fn config(store: &str, key: &str) -> String {
 }
 
 /// flowd as a process of its own (the release binary beside this bench),
-/// stopped with SIGTERM.
+/// stopped with SIGTERM, by `stop` or when dropped: a bench that panics
+/// must not leave a daemon behind holding its port and its store.
 pub(crate) struct Flowd {
     pub(crate) child: std::process::Child,
     pub(crate) url: String,
@@ -56,11 +57,22 @@ impl Flowd {
         self.child.id()
     }
 
+    /// Stops flowd and waits for it; once it has exited, does nothing (the
+    /// pid may by then belong to another process).
     pub(crate) fn stop(&mut self) {
+        if !matches!(self.child.try_wait(), Ok(None)) {
+            return;
+        }
         let _ = std::process::Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
         let _ = self.child.wait();
+    }
+}
+
+impl Drop for Flowd {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
