@@ -19,10 +19,12 @@ from collections import Counter
 DIR = sys.argv[1]
 PERF = sys.argv[2] if len(sys.argv) > 2 else "perf"
 
-# The journal writer thread: samples with `write_batches` on their stack.
+# The journal writer thread (SQLite's, or PostgreSQL's task): samples with
+# `write_batches` or `write_batch` on their stack (the first may be inlined).
+WRITER_FRAME = r"::writer::write_batch"
 WRITER = [
     ("writer: fsync (its on-CPU part)", r"fdatasync|\bfsync|ext4_sync_file|file_write_and_wait"),
-    ("writer: step records to JSON (serde_json)", r"Serialize for flow_runtime::interp::StepRecord|serde_json::ser"),
+    ("writer: step records to JSON (serde_json)", r"flow_runtime::store::record::encode|serde_json::ser"),
     ("writer: SQLite commit (WAL frames written)", r"sqlite3VdbeHalt|CommitPhase|pagerWalFrames"),
     ("writer: SQLite insert statements", r"sqlite3|rusqlite"),
     ("writer: freeing the batch's records (allocated by the runs' threads)", r"drop_in_place"),
@@ -30,19 +32,19 @@ WRITER = [
 ]
 # Every other thread: tokio's workers (the runs), the bench's main thread.
 RUNS = [
-    ("runs: opening journals (SQLite reads)", r"RunJournal::open"),
+    ("runs: opening journals (SQLite reads)", r"open_journal"),
     (
         "runs: copies and drops of JSON values and records",
         r"serde_json::value::Value as core::clone::Clone|BTreeMap<K,V,A> as core::clone::Clone"
-        r"|StepRecord as core::clone::Clone|drop_in_place<serde_json|drop_in_place<flow_runtime::interp::StepRecord"
+        r"|StepRecord as core::clone::Clone|drop_in_place<serde_json|drop_in_place<flow_engine::journal::StepRecord"
         r"|BTreeMap<K,V,A> as core::ops::drop::Drop|IntoIter<K,V,A>::dying_next|drop_in_place<alloc::collections::btree",
     ),
     ("runs: serde (other)", r"serde_json|serde_core"),
-    ("runs: schema validation of outputs", r"flow_runtime::schema::"),
-    ("runs: expressions and templates", r"flow_runtime::eval::"),
-    ("runs: journal handoff (remember, append, await the commit)", r"JournalMemory|SqliteStore::append|RunJournal as"),
+    ("runs: schema validation of outputs", r"flow_engine::schema::"),
+    ("runs: expressions and templates", r"flow_engine::eval::"),
+    ("runs: journal handoff (remember, append, await the commit)", r"JournalMemory|StoreJournal|write_journal"),
     ("runs: the fake model", r"Instant0"),
-    ("runs: interpreter (the rest of interp.rs, scope.rs)", r"flow_runtime::"),
+    ("runs: interpreter (the rest of interp.rs, scope.rs)", r"flow_engine::|flow_runtime::"),
     ("runs: tokio (scheduling, wake-ups, timers)", r"tokio::"),
     ("runs: bench harness (spawning runs, input copies)", r"runs::"),
     ("runs: other", r"."),
@@ -51,7 +53,7 @@ RUNS = [
 # doing. A run's task polls `spawn_run`'s future; a request's, axum's and
 # hyper's (the handler stores the run and spawns its task).
 FLOWD = [
-    ("flowd: journal writer (SQLite's thread, PostgreSQL's task)", r"write_batches"),
+    ("flowd: journal writer (SQLite's thread, PostgreSQL's task)", WRITER_FRAME),
     ("flowd: driving runs (interpreter, steps, journal handoff)", r"Daemon::spawn_run|flow_runtime::runner::"),
     ("flowd: outbox (events of run status changes)", r"flow_daemon::webhooks|events_wake"),
     ("flowd: HTTP handlers (auth, input, storing and spawning the run)", r"flow_daemon::"),
@@ -122,7 +124,7 @@ def cpu_report():
     flowd = {pid for _, frames, pid in every if any(dso.endswith("/flowd") for _, dso in frames)}
     for period, frames, pid in every:
         total += period
-        on_writer = any("write_batches" in symbol for symbol, _ in frames)
+        on_writer = any(re.search(WRITER_FRAME, symbol) for symbol, _ in frames)
         writer += period if on_writer else 0
         if pid in flowd:
             phases[classify(frames, FLOWD)] += period
