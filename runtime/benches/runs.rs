@@ -49,6 +49,7 @@ fn plan(source: &str) -> flow_plan::Plan {
 }
 
 fn main() {
+    flow_runtime::allocator::configure_process();
     let quick = std::env::args().any(|a| a == "--quick");
     // `--only b1` or `--only b2` runs one benchmark, for profiling.
     let args: Vec<String> = std::env::args().collect();

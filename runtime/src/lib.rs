@@ -16,6 +16,7 @@ pub use flow_engine::{
     services, test_from, time,
 };
 
+pub mod allocator;
 pub mod anthropic;
 pub mod fenced_body;
 pub mod limit;

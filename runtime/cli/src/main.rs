@@ -340,6 +340,7 @@ fn usage(message: impl Into<String>) -> Fail {
 }
 
 fn main() -> ExitCode {
+    flow_runtime::allocator::configure_process();
     let cli = Cli::parse();
     // What needs neither a store nor a runtime: the definitions of the
     // commands themselves.

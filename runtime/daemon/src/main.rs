@@ -46,6 +46,7 @@ Environment:
 ";
 
 fn main() -> ExitCode {
+    flow_runtime::allocator::configure_process();
     let args: Vec<String> = std::env::args().skip(1).collect();
     // Asking for help or the version is answered whatever else is on the
     // line (`flowd serve --help`), as clap-based tools do.
