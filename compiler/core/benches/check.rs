@@ -109,15 +109,15 @@ fn measure(roots: &[PathBuf], runs: usize) -> Measurement {
     for _ in 0..runs {
         let start = Instant::now();
         for root in roots {
-            let checked = flow_compiler::check(&root.to_string_lossy(), &Disk)
+            // As `flowc build` compiles: checked, then lowered once.
+            let (checked, plan) = flow_compiler::check_and_lower(&root.to_string_lossy(), &Disk)
                 .expect("generated file is readable");
             assert!(
                 !checked.has_errors(),
                 "generated source has errors: {:?}",
                 checked.diagnostics.first()
             );
-            let plan = flow_compiler::lower_into(checked).expect("lowers");
-            std::hint::black_box(plan);
+            std::hint::black_box(plan.expect("lowers"));
         }
         best = best.min(start.elapsed());
     }
@@ -154,11 +154,14 @@ fn peak_resident_bytes() -> Option<u64> {
 /// `--peak FILE`: checks FILE once and prints the process's peak resident
 /// memory in bytes (then lowers it too with `--lower`, as `flowc build` does).
 fn peak_of_one_check(path: &str, lower: bool) {
-    let checked = flow_compiler::check(path, &Disk).expect("generated file is readable");
-    assert!(!checked.has_errors(), "generated source has errors");
     if lower {
-        std::hint::black_box(flow_compiler::lower_into(checked).expect("lowers"));
+        let (checked, plan) =
+            flow_compiler::check_and_lower(path, &Disk).expect("generated file is readable");
+        assert!(!checked.has_errors(), "generated source has errors");
+        std::hint::black_box(plan.expect("lowers"));
     } else {
+        let checked = flow_compiler::check(path, &Disk).expect("generated file is readable");
+        assert!(!checked.has_errors(), "generated source has errors");
         std::hint::black_box(&checked);
     }
     println!("{}", peak_resident_bytes().unwrap_or(0));

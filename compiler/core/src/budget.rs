@@ -17,9 +17,15 @@ const SLOWEST_NAMED: usize = 3;
 /// Adds the budgets of a program without errors to its analysis, and their
 /// warnings to its diagnostics.
 pub(crate) fn with_budgets(mut checked: Checked) -> Checked {
-    let Some(budgets) = crate::lower::budgets(&checked) else {
-        return checked;
-    };
+    if let Some(budgets) = crate::lower::budgets(&checked) {
+        add_budgets(&mut checked, budgets);
+    }
+    checked
+}
+
+/// Adds `budgets`, one per workflow of the root file in order, to the
+/// analysis of `checked`, and their warnings to its diagnostics.
+pub(crate) fn add_budgets(checked: &mut Checked, budgets: Vec<Budget>) {
     let mut warnings = Vec::new();
     for ((budget, info), decl) in budgets
         .iter()
@@ -33,7 +39,6 @@ pub(crate) fn with_budgets(mut checked: Checked) -> Checked {
         checked.diagnostics.extend(warnings);
         crate::check::sort_diagnostics(&mut checked.diagnostics);
     }
-    checked
 }
 
 fn warn(budget: &Budget, info: &WorkflowInfo, decl: &ast::Workflow, out: &mut Vec<Diagnostic>) {

@@ -27,6 +27,13 @@ pub fn lower(checked: &Checked) -> Option<plan::Plan> {
 /// are taken out of the syntax tree and dropped as they are lowered, so the
 /// tree shrinks as the plan grows and a big program is not held twice.
 pub fn lower_owned(mut checked: Checked) -> Option<plan::Plan> {
+    lower_taking(&mut checked)
+}
+
+/// [`lower_owned`] that leaves the rest of `checked` (its files, analysis
+/// and diagnostics) to the caller: the root file's workflows are left
+/// without their statements.
+pub(crate) fn lower_taking(checked: &mut Checked) -> Option<plan::Plan> {
     checked.program()?;
     let bodies = checked.files[0]
         .tree
@@ -37,7 +44,7 @@ pub fn lower_owned(mut checked: Checked) -> Option<plan::Plan> {
             _ => None,
         })
         .collect();
-    Some(unsealed(&checked, Some(bodies)).seal())
+    Some(unsealed(checked, Some(bodies)).seal())
 }
 
 /// Each workflow's budget, in the order of the root file's workflows:

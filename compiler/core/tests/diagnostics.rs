@@ -309,6 +309,36 @@ fn fixtures_report_exactly_the_annotated_diagnostics() {
     );
 }
 
+/// Guards `check_and_lower`, which reads a program's budgets from the plan
+/// it lowers once rather than from a lowering of their own: on every case,
+/// the same diagnostics and budgets as `check`, and the same plan as
+/// `lower`, exactly when the case has no errors.
+#[test]
+fn check_and_lower_reports_what_check_does() {
+    let mut failures = Vec::new();
+    for path in fixture_files() {
+        let text = std::fs::read_to_string(&path).expect("readable fixture");
+        for case in cases(&text) {
+            let place = format!("{} / {}", path.display(), case.name);
+            let checked =
+                flow_compiler::check("main.flow", &Memory(&case.files)).expect("main.flow exists");
+            let (lowered, plan) = flow_compiler::check_and_lower("main.flow", &Memory(&case.files))
+                .expect("main.flow exists");
+            if render(&lowered) != render(&checked) {
+                failures.push(format!("{place}: other diagnostics"));
+            }
+            if lowered.analysis.budgets != checked.analysis.budgets {
+                failures.push(format!("{place}: other budgets"));
+            }
+            let expected = flow_compiler::lower(&checked).map(|plan| plan.hash);
+            if plan.map(|plan| plan.hash) != expected {
+                failures.push(format!("{place}: another plan"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 #[test]
 fn every_code_is_documented() {
     for code in Code::ALL {

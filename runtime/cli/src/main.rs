@@ -1441,12 +1441,13 @@ fn load_plan(file: &Path, root: Option<&Path>) -> Result<Plan> {
     }
     .map_err(|e| usage(e.to_string()))?;
     let path = flow_compiler::check::normalize(path);
-    let checked = flow_compiler::check(&path, &project.loader(Some(&path))).map_err(|e| {
-        usage(match &e.hint {
-            Some(hint) => format!("cannot read {}: {}\n  help: {hint}", e.path, e.message),
-            None => format!("cannot read {}: {}", e.path, e.message),
-        })
-    })?;
+    let (checked, plan) = flow_compiler::check_and_lower(&path, &project.loader(Some(&path)))
+        .map_err(|e| {
+            usage(match &e.hint {
+                Some(hint) => format!("cannot read {}: {}\n  help: {hint}", e.path, e.message),
+                None => format!("cannot read {}: {}", e.path, e.message),
+            })
+        })?;
     if checked.has_errors() {
         for diagnostic in checked.diagnostics.iter().filter(|d| d.is_error()) {
             let file = checked.file(diagnostic.primary.file);
@@ -1467,8 +1468,7 @@ fn load_plan(file: &Path, root: Option<&Path>) -> Result<Plan> {
             format!("{path} does not check; see `flowc check {path}`"),
         ));
     }
-    flow_compiler::lower_into(checked)
-        .ok_or_else(|| Fail(1, format!("{path} could not be lowered")))
+    plan.ok_or_else(|| Fail(1, format!("{path} could not be lowered")))
 }
 
 fn pick_workflow(plan: &Plan, wanted: Option<&str>) -> Result<String> {

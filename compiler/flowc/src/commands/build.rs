@@ -84,8 +84,8 @@ pub(crate) fn compile(
         return Err(Exit::Usage);
     };
     let path = source.path.clone();
-    let checked = match flow_compiler::check(&path, &source.loader()) {
-        Ok(checked) => checked,
+    let (checked, plan) = match flow_compiler::check_and_lower(&path, &source.loader()) {
+        Ok(compiled) => compiled,
         Err(error) => {
             print_load_error(&error);
             return Err(Exit::Usage);
@@ -101,8 +101,8 @@ pub(crate) fn compile(
     if checked.has_errors() {
         return Err(Exit::Problems);
     }
-    flow_compiler::lower_into(checked).ok_or_else(|| {
-        // `lower` refuses only programs with errors, which returned above.
+    plan.ok_or_else(|| {
+        // Only programs with errors have no plan, and they returned above.
         eprintln!("error: internal: {path} checked clean but could not be lowered");
         Exit::Problems
     })

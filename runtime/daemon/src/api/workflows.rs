@@ -266,7 +266,7 @@ pub(super) fn compile_valid(root: &str, files: &DeployedFiles) -> Result<Plan, P
 /// `root` checked (through the compiler's one entry point, its imports and
 /// `flow.lock` from `files`) and lowered, or a 422 listing every error.
 pub(super) fn compile(path: &str, files: &DeployedFiles) -> Result<Plan, Problem> {
-    let checked = flow_compiler::check(path, files).map_err(|error| {
+    let (checked, plan) = flow_compiler::check_and_lower(path, files).map_err(|error| {
         Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "does_not_check",
@@ -292,7 +292,7 @@ pub(super) fn compile(path: &str, files: &DeployedFiles) -> Result<Plan, Problem
         )
         .with("diagnostics", Value::Array(errors)));
     }
-    flow_compiler::lower_into(checked).ok_or_else(|| {
+    plan.ok_or_else(|| {
         Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "does_not_check",
