@@ -234,6 +234,12 @@ pub(crate) enum Format {
 }
 
 fn main() -> ExitCode {
+    // Transparent huge pages off, as in the runtime's processes
+    // (runtime/src/allocator.rs): with them, a cold check of a large file
+    // now and then stalled while the kernel compacted memory for a huge
+    // page (docs/benchmarks.md, B6), for the same median time.
+    #[cfg(target_os = "linux")]
+    let _ = rustix::thread::disable_transparent_huge_pages(true);
     let cli = Cli::parse();
     let exit = match cli.command {
         Command::Check {
