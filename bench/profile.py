@@ -54,7 +54,7 @@ RUNS = [
 # hyper's (the handler stores the run and spawns its task).
 FLOWD = [
     ("flowd: journal writer (SQLite's thread, PostgreSQL's task)", WRITER_FRAME),
-    ("flowd: driving runs (interpreter, steps, journal handoff)", r"Daemon::spawn_run|flow_runtime::runner::"),
+    ("flowd: driving runs (interpreter, steps, journal handoff)", r"Daemon>?::spawn_run|flow_runtime::runner::|flow_engine::"),
     ("flowd: outbox (events of run status changes)", r"flow_daemon::webhooks|events_wake"),
     ("flowd: HTTP handlers (auth, input, storing and spawning the run)", r"flow_daemon::"),
     ("flowd: HTTP (hyper, axum, the sockets)", r"hyper|axum|tower|mio::|tokio::net"),
