@@ -35,6 +35,9 @@ pub fn configure_process() {
         static ONCE: std::sync::Once = std::sync::Once::new();
         ONCE.call_once(|| {
             // Huge pages already faulted in stay; those to come are not.
+            // The setting passes to child processes (MCP servers, a
+            // browser), which run as they would where THP is `madvise`
+            // or `never`.
             let _ = rustix::thread::disable_transparent_huge_pages(true);
             #[cfg(target_env = "gnu")]
             // SAFETY: mallopt sets integer parameters that glibc's malloc
