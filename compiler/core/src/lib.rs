@@ -51,19 +51,13 @@ pub fn lower(checked: &Checked) -> Option<flow_plan::Plan> {
     lower::lower(checked)
 }
 
-/// [`lower`] for a driver done with the check: the syntax tree's
-/// statements are dropped as they are lowered, so a big program's tree and
-/// plan are never whole at once.
-pub fn lower_into(checked: Checked) -> Option<flow_plan::Plan> {
-    lower::lower_owned(checked)
-}
-
 /// [`check`], then the plan of a program without errors (`None` with
 /// errors): how a driver that wants the plan compiles (`flowc build`, `flow
 /// run`, flowd's deploy). The program is lowered once, its statements
-/// dropped as they are, and the budgets are those of that plan, where
-/// [`check`] followed by [`lower_into`] lowers twice (a sixth of a cold
-/// `flowc build` of a 100,000-step file). The diagnostics and budgets are
+/// dropped as they are (a big program's tree and plan are never whole at
+/// once), and the budgets are those of that plan, where [`check`] followed
+/// by [`lower`] lowers twice (a sixth of a cold `flowc build` of a
+/// 100,000-step file). The diagnostics and budgets are
 /// [`check`]'s; the root file's workflows are left without statements.
 pub fn check_and_lower(
     root: &str,

@@ -23,16 +23,11 @@ pub fn lower(checked: &Checked) -> Option<plan::Plan> {
     Some(unsealed(checked, None).seal())
 }
 
-/// [`lower`] for a driver done with the check: each workflow's statements
-/// are taken out of the syntax tree and dropped as they are lowered, so the
-/// tree shrinks as the plan grows and a big program is not held twice.
-pub fn lower_owned(mut checked: Checked) -> Option<plan::Plan> {
-    lower_taking(&mut checked)
-}
-
-/// [`lower_owned`] that leaves the rest of `checked` (its files, analysis
-/// and diagnostics) to the caller: the root file's workflows are left
-/// without their statements.
+/// [`lower`] for a driver done with the check (`check_and_lower`): each
+/// workflow's statements are taken out of the syntax tree and dropped as
+/// they are lowered, so the tree shrinks as the plan grows and a big
+/// program is not held twice. The rest of `checked` (its files, analysis
+/// and diagnostics) stays with the caller.
 pub(crate) fn lower_taking(checked: &mut Checked) -> Option<plan::Plan> {
     checked.program()?;
     let bodies = checked.files[0]
