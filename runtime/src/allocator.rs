@@ -26,30 +26,25 @@
     reason = "mallopt(3): glibc's allocator parameters have no safe interface"
 )]
 
-/// Sets how this process takes memory (see the module's documentation), once;
-/// the runtime's binaries call it first thing. Settings the system refuses
-/// leave the process as it was, only slower.
+/// Sets how this process takes memory (see the module's documentation);
+/// the runtime's binaries call it first thing, and calling it again sets
+/// the same values. Settings the system refuses leave the process as it
+/// was, only slower.
 pub fn configure_process() {
+    // Huge pages already faulted in stay; those to come are not. The
+    // setting passes to child processes (MCP servers, a browser), which run
+    // as they would where THP is `madvise` or `never`.
     #[cfg(target_os = "linux")]
-    {
-        static ONCE: std::sync::Once = std::sync::Once::new();
-        ONCE.call_once(|| {
-            // Huge pages already faulted in stay; those to come are not.
-            // The setting passes to child processes (MCP servers, a
-            // browser), which run as they would where THP is `madvise`
-            // or `never`.
-            let _ = rustix::thread::disable_transparent_huge_pages(true);
-            #[cfg(target_env = "gnu")]
-            // SAFETY: mallopt sets integer parameters that glibc's malloc
-            // reads under its own locks, initializing the allocator first if
-            // need be; every value is valid. It answers 0 for a parameter it
-            // refuses, which only leaves glibc's default.
-            unsafe {
-                // Allocations up to 4 MiB from the heap, not each its own
-                // mapping faulted in and unmapped again.
-                libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);
-                libc::mallopt(libc::M_TRIM_THRESHOLD, 16 << 20);
-            }
-        });
+    let _ = rustix::thread::disable_transparent_huge_pages(true);
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt sets integer parameters that glibc's malloc reads
+    // under its own locks, initializing the allocator first if need be;
+    // every value is valid. It answers 0 for a parameter it refuses, which
+    // only leaves glibc's default.
+    unsafe {
+        // Allocations up to 4 MiB from the heap, not each its own mapping
+        // faulted in and unmapped again.
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 16 << 20);
     }
 }

@@ -68,7 +68,7 @@ impl EncodedWrite {
         let records = write
             .records
             .iter()
-            .map(|stored| record::encode(stored))
+            .map(|record| record::encode(record))
             .collect::<Result<_, _>>()?;
         Ok(EncodedWrite { write, records })
     }
