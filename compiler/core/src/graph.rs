@@ -66,7 +66,7 @@ struct Source<'s> {
 impl Source<'_> {
     fn outline(&self, workflow: &Workflow) -> Outline {
         Outline {
-            name: workflow.name.text.clone(),
+            name: workflow.name.text.to_string(),
             body: self.items(&workflow.body),
             on_error: match &workflow.on_error {
                 Some(ErrorPolicy::Fallback(block)) => Some(self.items(&block.stmts)),
@@ -80,9 +80,11 @@ impl Source<'_> {
             .iter()
             .map(|stmt| match stmt {
                 Stmt::Step(step) => Item::Step {
-                    id: step.id.text.clone(),
+                    id: step.id.text.to_string(),
                     kind: match &step.call {
-                        StepCall::Recipe { recipe, .. } => StepShape::Recipe(recipe.text.clone()),
+                        StepCall::Recipe { recipe, .. } => {
+                            StepShape::Recipe(recipe.text.to_string())
+                        }
                         StepCall::Approval { .. } => StepShape::Approval,
                         StepCall::KbWrite { collection, .. } => {
                             StepShape::KbWrite(collection.display_text())
@@ -114,17 +116,19 @@ impl Source<'_> {
                         .map(|Block { stmts, .. }| self.items(stmts)),
                 },
                 Stmt::For(stmt) => Item::Loop {
-                    id: stmt.id.text.clone(),
+                    id: stmt.id.text.to_string(),
                     collection: self.text(stmt.collection.span),
                     concurrency: stmt.concurrency.map(|(limit, _)| limit as u32),
                     body: self.items(&stmt.body.stmts),
                 },
                 Stmt::Parallel(stmt) => Item::Parallel {
-                    id: stmt.id.text.clone(),
+                    id: stmt.id.text.to_string(),
                     branches: stmt
                         .branches
                         .iter()
-                        .map(|branch| (branch.name.text.clone(), self.items(&branch.body.stmts)))
+                        .map(|branch| {
+                            (branch.name.text.to_string(), self.items(&branch.body.stmts))
+                        })
                         .collect(),
                 },
             })

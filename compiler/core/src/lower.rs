@@ -216,7 +216,7 @@ fn describe(
             for field in fields {
                 let Some(property) = schema
                     .get_mut("properties")
-                    .and_then(|properties| properties.get_mut(&field.name.text))
+                    .and_then(|properties| properties.get_mut(field.name.text.as_str()))
                 else {
                     continue;
                 };
@@ -281,7 +281,7 @@ fn sorted_with_index<V>(table: &HashMap<String, V>) -> (Vec<&String>, HashMap<&s
 fn segments(path: &[Segment]) -> Vec<plan::PathSegment> {
     path.iter()
         .map(|segment| match segment {
-            Segment::Field { name, .. } => plan::PathSegment::Field(name.text.clone()),
+            Segment::Field { name, .. } => plan::PathSegment::Field(name.text.to_string()),
             Segment::Index { index, .. } => plan::PathSegment::Index(*index),
         })
         .collect()
@@ -341,12 +341,12 @@ impl Lowerer<'_> {
             .iter()
             .flat_map(|record| &record.fields)
             .map(|field| plan::Field {
-                name: field.name.text.clone(),
+                name: field.name.text.to_string(),
                 value: self.expr(&field.value, false),
             })
             .collect();
         plan::Workflow {
-            name: decl.name.text.clone(),
+            name: decl.name.text.to_string(),
             input_fields: self.info.input.iter().map(|(n, _)| n.clone()).collect(),
             input_schema: Ty::record(self.info.input.clone()).json_schema(),
             timeout_ms: self.info.timeout_ms,
@@ -371,7 +371,7 @@ impl Lowerer<'_> {
                 .steps
                 .iter()
                 .map(|step| plan::Slot {
-                    id: step.id.clone(),
+                    id: step.id.to_string(),
                     kind: match step.kind {
                         crate::check::StepKind::Recipe(_) => plan::StepKind::Recipe,
                         crate::check::StepKind::Approval { .. } => plan::StepKind::Approval,
@@ -461,12 +461,12 @@ impl Lowerer<'_> {
             Stmt::For(stmt) => {
                 let collection = self.expr(&stmt.collection, false);
                 let level = self.loops.len() as u32;
-                self.loops.push(stmt.id.text.clone());
+                self.loops.push(stmt.id.text.to_string());
                 let body = self.block(&stmt.body.stmts);
                 self.loops.pop();
                 plan::Node::Loop {
                     slot: self.slot(&stmt.id.text),
-                    id: stmt.id.text.clone(),
+                    id: stmt.id.text.to_string(),
                     collection,
                     concurrency: stmt.concurrency.map_or(1, |(n, _)| n.max(1) as u32),
                     max_items: stmt.max_items.map(|(n, _)| n.max(1) as u32),
@@ -476,12 +476,12 @@ impl Lowerer<'_> {
             }
             Stmt::Parallel(stmt) => plan::Node::Parallel {
                 slot: self.slot(&stmt.id.text),
-                id: stmt.id.text.clone(),
+                id: stmt.id.text.to_string(),
                 branches: stmt
                     .branches
                     .iter()
                     .map(|branch| plan::ParallelBranch {
-                        name: branch.name.text.clone(),
+                        name: branch.name.text.to_string(),
                         body: self.block(&branch.body.stmts),
                     })
                     .collect(),
@@ -555,7 +555,7 @@ impl Lowerer<'_> {
                         .server_index
                         .get(server.text.as_str())
                         .expect("checked server"),
-                    tool: tool.text.clone(),
+                    tool: tool.text.to_string(),
                     args: self.fields(args),
                 }))
             }
@@ -569,7 +569,7 @@ impl Lowerer<'_> {
             .unwrap_or(DEFAULT_BACKOFF_MS);
         plan::Step {
             slot: self.slot(&step.id.text),
-            id: step.id.text.clone(),
+            id: step.id.text.to_string(),
             action,
             retry: plan::Retry {
                 attempts: retry
@@ -596,7 +596,7 @@ impl Lowerer<'_> {
             .fields
             .iter()
             .map(|field| plan::Field {
-                name: field.name.text.clone(),
+                name: field.name.text.to_string(),
                 value: self.expr(&field.value, false),
             })
             .collect()

@@ -152,8 +152,8 @@ pub fn lower_tests(checked: &Checked) -> Option<Vec<TestCase>> {
                     .iter()
                     .map(|mock| MockCase {
                         target: match &mock.target {
-                            MockTarget::Step(name) => Target::Step(name.text.clone()),
-                            MockTarget::Recipe(name) => Target::Recipe(name.text.clone()),
+                            MockTarget::Step(name) => Target::Step(name.text.to_string()),
+                            MockTarget::Recipe(name) => Target::Recipe(name.text.to_string()),
                         },
                         answers: mock
                             .answers
@@ -186,7 +186,7 @@ pub fn lower_tests(checked: &Checked) -> Option<Vec<TestCase>> {
                         match cases.iter_mut().find(|case| case.step == decide.step.text) {
                             Some(case) => case.decided.extend(decided),
                             None => cases.push(DecisionCase {
-                                step: decide.step.text.clone(),
+                                step: decide.step.text.to_string(),
                                 decided: decided.collect(),
                             }),
                         }
@@ -214,15 +214,15 @@ pub fn lower_tests(checked: &Checked) -> Option<Vec<TestCase>> {
 fn expectation(kind: &ExpectKind) -> Option<Expectation> {
     Some(match kind {
         ExpectKind::Status(status) => Expectation::Status {
-            status: status.text.clone(),
+            status: status.text.to_string(),
         },
         ExpectKind::Ran { step, ran, with } => Expectation::Ran {
-            step: step.text.clone(),
+            step: step.text.to_string(),
             ran: *ran,
             with: with.as_ref().map(|with| record(&with.fields)),
         },
         ExpectKind::Attempts { step, count, .. } => Expectation::Attempts {
-            step: step.text.clone(),
+            step: step.text.to_string(),
             count: u64::try_from(*count).ok()?,
         },
         ExpectKind::Output { path, op, value } => Expectation::Output {
@@ -230,7 +230,7 @@ fn expectation(kind: &ExpectKind) -> Option<Expectation> {
                 .segments
                 .iter()
                 .map(|segment| match segment {
-                    Segment::Field { name, .. } => PathPart::Field(name.text.clone()),
+                    Segment::Field { name, .. } => PathPart::Field(name.text.to_string()),
                     Segment::Index { index, .. } => PathPart::Index((*index).max(0) as u64),
                 })
                 .collect(),
@@ -266,7 +266,7 @@ fn record(fields: &[ast::RecordField]) -> Value {
     Value::Object(
         fields
             .iter()
-            .map(|field| (field.name.text.clone(), json(&field.value)))
+            .map(|field| (field.name.text.to_string(), json(&field.value)))
             .collect(),
     )
 }

@@ -103,7 +103,7 @@ pub(crate) fn build(files: &[LoadedFile], diagnostics: &mut Vec<Diagnostic>) -> 
                         );
                     } else if !duplicate("type", &decl.name.text, file, decl.name.span, diagnostics)
                     {
-                        aliases.insert(decl.name.text.clone(), (file, decl));
+                        aliases.insert(decl.name.text.to_string(), (file, decl));
                     }
                 }
                 Item::Recipe(recipe) => {
@@ -126,7 +126,7 @@ pub(crate) fn build(files: &[LoadedFile], diagnostics: &mut Vec<Diagnostic>) -> 
                 {
                     check_mcp(server, file, diagnostics);
                     env.mcp_servers.insert(
-                        server.name.text.clone(),
+                        server.name.text.to_string(),
                         McpInfo {
                             file,
                             decl: server.clone(),
@@ -170,11 +170,11 @@ pub(crate) fn build(files: &[LoadedFile], diagnostics: &mut Vec<Diagnostic>) -> 
         let file = FileId(index as u32);
         for item in &loaded.tree.items {
             let Item::Recipe(recipe) = item else { continue };
-            if env.recipes.contains_key(&recipe.name.text) {
+            if env.recipes.contains_key(recipe.name.text.as_str()) {
                 continue;
             }
             let info = check_recipe(recipe, file, &env, diagnostics);
-            env.recipes.insert(recipe.name.text.clone(), info);
+            env.recipes.insert(recipe.name.text.to_string(), info);
         }
     }
     env
@@ -521,7 +521,7 @@ fn record_fields(
                 .label("declared again here"),
             );
         } else {
-            resolved.push((field.name.text.clone(), ty));
+            resolved.push((field.name.text.to_string(), ty));
         }
     }
     resolved
@@ -699,7 +699,7 @@ impl Resolver<'_, '_> {
 
 fn collect_names(ty: &TypeExpr, names: &mut Vec<String>) {
     match &ty.kind {
-        TypeExprKind::Named(name) => names.push(name.text.clone()),
+        TypeExprKind::Named(name) => names.push(name.text.to_string()),
         TypeExprKind::List(inner) | TypeExprKind::Optional(inner) => collect_names(inner, names),
         TypeExprKind::Record(fields) => fields.iter().for_each(|f| collect_names(&f.ty, names)),
         TypeExprKind::Union(alternatives) => {
@@ -726,7 +726,7 @@ fn mcp_transport(decl: &McpServer) -> flow_plan::McpTransport {
                 .env
                 .iter()
                 .flat_map(|record| &record.fields)
-                .map(|field| (field.name.text.clone(), literal_text(&field.value)))
+                .map(|field| (field.name.text.to_string(), literal_text(&field.value)))
                 .collect(),
         },
     }

@@ -202,7 +202,7 @@ impl<'a> TestChecker<'a> {
                 }
             }
             MockTarget::Recipe(name) => {
-                if !self.env.recipes.contains_key(&name.text) {
+                if !self.env.recipes.contains_key(name.text.as_str()) {
                     let mut diagnostic = Diagnostic::new(
                         Code::UnknownRecipe,
                         self.file,
@@ -267,7 +267,7 @@ impl<'a> TestChecker<'a> {
             StepKind::Recipe(recipe) => self
                 .env
                 .recipes
-                .get(recipe)
+                .get(recipe.as_str())
                 .map_or_else(Vec::new, |info| info.input.clone()),
             StepKind::Approval { .. } => {
                 self.diagnostics.push(

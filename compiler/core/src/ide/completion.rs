@@ -274,7 +274,7 @@ fn keywords(words: &[&str], items: &mut Vec<Completion>) {
 /// The recipe whose declaration spans `offset`, for `{{input.x}}` in a prompt.
 fn recipe_at(checked: &Checked, offset: usize) -> Option<String> {
     match visit::item_at(checked, offset as u32)? {
-        Item::Recipe(recipe) => Some(recipe.name.text.clone()),
+        Item::Recipe(recipe) => Some(recipe.name.text.to_string()),
         _ => None,
     }
 }
@@ -494,7 +494,10 @@ fn mocked_output(checked: &Checked, text: &str, brace: usize) -> Option<Ty> {
     }
     let step = tested_at(checked, brace)?.step(&name)?.1;
     match &step.kind {
-        StepKind::Recipe(recipe) => env.recipes.get(recipe).map(|info| info.output.clone()),
+        StepKind::Recipe(recipe) => env
+            .recipes
+            .get(recipe.as_str())
+            .map(|info| info.output.clone()),
         _ => None,
     }
 }

@@ -102,7 +102,7 @@ fn root_shape<'c>(checked: &'c Checked, path: &Path, depth: usize) -> Option<(Sh
                     recipe = Some(name.text.clone());
                 }
             });
-            let info = checked.analysis.env.recipes.get(&recipe?)?;
+            let info = checked.analysis.env.recipes.get(recipe?.as_str())?;
             Some((Shape::Type(info.file, info.decl.output.as_ref()?), 1))
         }
         ("loop_item", Item::Workflow(workflow)) => {

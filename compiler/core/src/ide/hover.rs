@@ -144,7 +144,7 @@ fn path_hover(checked: &Checked, offset: u32) -> Option<Hover> {
     }
     for (index, segment) in path.segments.iter().enumerate() {
         segments.push(match segment {
-            Segment::Field { name, .. } => Seg::Field(name.text.clone()),
+            Segment::Field { name, .. } => Seg::Field(name.text.to_string()),
             Segment::Index { .. } => Seg::Index,
         });
         if !segment.span().contains(offset) {
@@ -201,7 +201,11 @@ impl<'c> Roots<'c> {
         let Item::Recipe(recipe) = visit::item_at(checked, path.span.start)? else {
             return None;
         };
-        let info = checked.analysis.env.recipes.get(&recipe.name.text)?;
+        let info = checked
+            .analysis
+            .env
+            .recipes
+            .get(recipe.name.text.as_str())?;
         Some(Roots::Prompt(Ty::record(info.input.clone())))
     }
 

@@ -87,7 +87,7 @@ pub fn symbol_at(checked: &Checked, file: FileId, offset: u32) -> Option<(Symbol
                 return Some((Symbol::Import { path }, import.path.span));
             }
             Item::Recipe(recipe) if recipe.name.span.contains(offset) => {
-                let name = recipe.name.text.clone();
+                let name = recipe.name.text.to_string();
                 return Some((
                     Symbol::Recipe {
                         name,
@@ -97,7 +97,7 @@ pub fn symbol_at(checked: &Checked, file: FileId, offset: u32) -> Option<(Symbol
                 ));
             }
             Item::Mcp(server) if server.name.span.contains(offset) => {
-                let name = server.name.text.clone();
+                let name = server.name.text.to_string();
                 return Some((
                     Symbol::Mcp {
                         name,
@@ -107,7 +107,7 @@ pub fn symbol_at(checked: &Checked, file: FileId, offset: u32) -> Option<(Symbol
                 ));
             }
             Item::Type(decl) if decl.name.span.contains(offset) => {
-                let name = decl.name.text.clone();
+                let name = decl.name.text.to_string();
                 return Some((
                     Symbol::Type {
                         name,
@@ -124,7 +124,7 @@ pub fn symbol_at(checked: &Checked, file: FileId, offset: u32) -> Option<(Symbol
             {
                 found = Some((
                     Symbol::Type {
-                        name: name.text.clone(),
+                        name: name.text.to_string(),
                         file,
                     },
                     name.span,
@@ -147,7 +147,7 @@ pub fn symbol_at(checked: &Checked, file: FileId, offset: u32) -> Option<(Symbol
             .iter()
             .find(|w| w.name == workflow.name.text && in_root);
         let step_symbol = |id: &str| Symbol::Step {
-            workflow: workflow.name.text.clone(),
+            workflow: workflow.name.text.to_string(),
             id: id.to_string(),
         };
         if let Some(info) = info {
@@ -166,10 +166,10 @@ pub fn symbol_at(checked: &Checked, file: FileId, offset: u32) -> Option<(Symbol
         }
         visit::steps(item, &mut |step| match &step.call {
             StepCall::Recipe { recipe, .. } if recipe.span.contains(offset) => {
-                if let Some(info) = env.recipes.get(&recipe.text) {
+                if let Some(info) = env.recipes.get(recipe.text.as_str()) {
                     found = Some((
                         Symbol::Recipe {
-                            name: recipe.text.clone(),
+                            name: recipe.text.to_string(),
                             file: declared_in(info.file),
                         },
                         recipe.span,
@@ -177,10 +177,10 @@ pub fn symbol_at(checked: &Checked, file: FileId, offset: u32) -> Option<(Symbol
                 }
             }
             StepCall::Browser { server, .. } if server.span.contains(offset) => {
-                if let Some(info) = env.mcp_servers.get(&server.text) {
+                if let Some(info) = env.mcp_servers.get(server.text.as_str()) {
                     found = Some((
                         Symbol::Mcp {
-                            name: server.text.clone(),
+                            name: server.text.to_string(),
                             file: declared_in(info.file),
                         },
                         server.span,
@@ -201,11 +201,11 @@ fn test_symbol(checked: &Checked, test: &TestDecl, offset: u32) -> Option<(Symbo
     for mock in &test.mocks {
         match &mock.target {
             MockTarget::Recipe(name) if name.span.contains(offset) => {
-                let info = env.recipes.get(&name.text)?;
+                let info = env.recipes.get(name.text.as_str())?;
                 let file = checked.file(info.file).path.clone();
                 return Some((
                     Symbol::Recipe {
-                        name: name.text.clone(),
+                        name: name.text.to_string(),
                         file,
                     },
                     name.span,
@@ -224,7 +224,7 @@ fn test_symbol(checked: &Checked, test: &TestDecl, offset: u32) -> Option<(Symbo
     Some((
         Symbol::Step {
             workflow: workflow.name.clone(),
-            id: name.text.clone(),
+            id: name.text.to_string(),
         },
         name.span,
     ))

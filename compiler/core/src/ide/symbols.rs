@@ -127,7 +127,7 @@ fn stmts(stmts: &[Stmt]) -> Vec<DocumentSymbol> {
         .map(|stmt| match stmt {
             Stmt::Step(step) => {
                 let detail = match &step.call {
-                    StepCall::Recipe { recipe, .. } => recipe.text.clone(),
+                    StepCall::Recipe { recipe, .. } => recipe.text.to_string(),
                     StepCall::Browser { server, tool, .. } => {
                         format!("{}.{}", server.text, tool.text)
                     }

@@ -7,12 +7,17 @@
 
 use std::borrow::Cow;
 
+pub use ecow::EcoString;
+
 use crate::diagnostic::Span;
 
-/// A name as written, with where it was written.
+/// A name as written, with where it was written. The text is an
+/// [`EcoString`]: 16 bytes, and a name of up to 15 bytes (nearly every
+/// id, field and recipe) is stored in it rather than allocated, so that
+/// copying one into the checker's tables or the plan costs nothing either.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Name {
-    pub text: String,
+    pub text: EcoString,
     pub span: Span,
 }
 
@@ -571,7 +576,7 @@ pub enum TemplatePart {
 
 /// Writes a path back as source text (`step.a?.b[0]`).
 pub fn path_text(path: &Path) -> String {
-    let mut text = path.root.text.clone();
+    let mut text = path.root.text.to_string();
     for segment in &path.segments {
         match segment {
             Segment::Field { name, optional } => {

@@ -196,7 +196,7 @@ impl<'s> Fast<'s> {
         }
         let span = self.advance(word.len())?;
         Some(Name {
-            text: word.to_string(),
+            text: word.into(),
             span,
         })
     }
@@ -217,7 +217,7 @@ impl<'s> Fast<'s> {
                 end += 1;
             }
         }
-        let text = self.src[self.pos..end].to_string();
+        let text = self.src[self.pos..end].into();
         let span = self.advance(end - self.pos)?;
         Some(Name { text, span })
     }
@@ -1051,7 +1051,7 @@ impl<'s> Fast<'s> {
         };
         let root_end = name_end(start)?;
         let root = Name {
-            text: self.src[start..root_end].to_string(),
+            text: self.src[start..root_end].into(),
             span: Span::new(start, root_end),
         };
         let mut segments = Vec::new();
@@ -1083,7 +1083,7 @@ impl<'s> Fast<'s> {
             let Some(end) = name_end(after) else { break };
             segments.push(Segment::Field {
                 name: Name {
-                    text: self.src[after..end].to_string(),
+                    text: self.src[after..end].into(),
                     span: Span::new(after, end),
                 },
                 optional,

@@ -503,7 +503,7 @@ fn first_child(pair: Pair<'_, Rule>) -> Pair<'_, Rule> {
 
 fn name(pair: Pair<'_, Rule>) -> Name {
     Name {
-        text: pair.as_str().to_string(),
+        text: pair.as_str().into(),
         span: span_of(&pair),
     }
 }
@@ -709,7 +709,7 @@ impl<'s> Parser<'s> {
                 )),
             );
             return Name {
-                text: String::new(),
+                text: EcoString::new(),
                 span,
             };
         }
@@ -754,7 +754,10 @@ impl<'s> Parser<'s> {
             format!("{rule}: `{meant}`"),
             meant.clone(),
         );
-        Name { text: meant, span }
+        Name {
+            text: meant.into(),
+            span,
+        }
     }
 
     // ------------------------------------------------------------ errors
@@ -2384,7 +2387,7 @@ impl<'s> Parser<'s> {
                     .count();
                 let start = header.as_span().start() + at + 4 + skipped;
                 (len > 0).then(|| Name {
-                    text: rest[skipped..skipped + len].to_string(),
+                    text: rest[skipped..skipped + len].into(),
                     span: Span::new(start, start + len),
                 })
             });
@@ -2959,7 +2962,7 @@ fn skipped_declaration(region: &Pair<'_, Rule>) -> Option<Item> {
         .count();
     let start = base + at + keyword.len() + skipped;
     let name = Name {
-        text: rest[skipped..skipped + len].to_string(),
+        text: rest[skipped..skipped + len].into(),
         span: Span::new(start, start + len),
     };
     if len == 0 || KEYWORDS.contains(&name.text.as_str()) {
@@ -2982,7 +2985,7 @@ fn skipped_declaration(region: &Pair<'_, Rule>) -> Option<Item> {
             docs: Vec::new(),
             ty: TypeExpr {
                 kind: TypeExprKind::Named(Name {
-                    text: "json".to_string(),
+                    text: "json".into(),
                     span: name.span,
                 }),
                 span: name.span,
@@ -3143,7 +3146,7 @@ fn branch_name(header: &Pair<'_, Rule>) -> Option<Name> {
     }
     let at = header.as_span().start() + start;
     Some(Name {
-        text: id.to_string(),
+        text: id.into(),
         span: Span::new(at, at + id.len()),
     })
 }
@@ -3177,7 +3180,7 @@ fn broken_steps(region: &Pair<'_, Rule>) -> Vec<Stmt> {
         steps.push(Stmt::Step(Box::new(Step {
             docs: Vec::new(),
             id: Name {
-                text: id.to_string(),
+                text: id.into(),
                 span: Span::new(start, start + id.len()),
             },
             call: StepCall::Broken {

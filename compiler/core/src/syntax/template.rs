@@ -261,7 +261,7 @@ pub(crate) fn parse_path(text: &str, offset: usize) -> Result<Path, (usize, Stri
         return Err((offset, "a reference starts with a name".to_string()));
     };
     let root = Name {
-        text: text[..end].to_string(),
+        text: text[..end].into(),
         span: Span::new(offset, offset + end),
     };
     pos = end.max(pos);
@@ -311,7 +311,7 @@ pub(crate) fn parse_path(text: &str, offset: usize) -> Result<Path, (usize, Stri
         let end = name_at(after).ok_or((offset + after, "expected a field name".to_string()))?;
         segments.push(Segment::Field {
             name: Name {
-                text: text[after..end].to_string(),
+                text: text[after..end].into(),
                 span: Span::new(offset + after, offset + end),
             },
             optional,

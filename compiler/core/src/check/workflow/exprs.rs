@@ -186,7 +186,7 @@ impl<'e, 'd, 't> Checker<'e, 'd, 't> {
                             .label("given again here"),
                         );
                     } else {
-                        fields.push((field.name.text.clone(), ty));
+                        fields.push((field.name.text.to_string(), ty));
                     }
                 }
                 Ty::record(fields)

@@ -31,7 +31,7 @@ mod steps;
 /// What kind of step an id names.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StepKind {
-    Recipe(String),
+    Recipe(EcoString),
     /// Whether the gate has an `expires`: a test may let only such a gate
     /// expire.
     Approval {
@@ -40,8 +40,8 @@ pub enum StepKind {
     KbWrite,
     Handoff,
     Browser {
-        server: String,
-        tool: String,
+        server: EcoString,
+        tool: EcoString,
     },
     Loop,
     Parallel,
@@ -59,18 +59,18 @@ pub enum Container {
         branch: usize,
     },
     LoopBody {
-        id: String,
+        id: EcoString,
         span: Span,
     },
     /// A branch of the parallel statement spanning `span`.
     ParallelBranch {
-        parallel: String,
-        branch: String,
+        parallel: EcoString,
+        branch: EcoString,
         span: Span,
     },
     /// The fallback block of step `step`.
     Fallback {
-        step: String,
+        step: EcoString,
         span: Span,
     },
     /// The workflow's `on_error` handler.
@@ -81,7 +81,7 @@ pub enum Container {
 
 #[derive(Debug, Clone)]
 pub struct StepInfo {
-    pub id: String,
+    pub id: EcoString,
     /// Where the id is written.
     pub id_span: Span,
     /// The whole statement, options included.
@@ -111,7 +111,7 @@ pub struct WorkflowInfo {
 
 #[derive(Debug, Clone)]
 pub struct LoopInfo {
-    pub id: String,
+    pub id: EcoString,
     /// The whole `for` statement, as in [`Container::LoopBody`].
     pub span: Span,
     pub item: Ty,
@@ -280,7 +280,7 @@ pub(crate) fn check_workflow(
             }
             seen.push(&field.name.text);
             let ty = checker.expr(&field.value, false);
-            fields.push((field.name.text.clone(), ty));
+            fields.push((field.name.text.to_string(), ty));
         }
         output_ty = Some(Ty::record(fields));
     }
@@ -289,7 +289,7 @@ pub(crate) fn check_workflow(
         checker.destination(destination, output);
     }
     WorkflowInfo {
-        name: decl.name.text.clone(),
+        name: decl.name.text.to_string(),
         file,
         input,
         timeout_ms: checker.workflow_timeout_ms,
@@ -342,7 +342,7 @@ struct Checker<'e, 'd, 't> {
     containers: Vec<Container>,
     /// Enclosing loops, outermost first: id, item type, and whether the
     /// id was written as the item's name (`ForStmt::names_item`).
-    loops: Vec<(String, Ty, bool)>,
+    loops: Vec<(EcoString, Ty, bool)>,
     loop_infos: Vec<LoopInfo>,
     error_in_scope: bool,
     workflow_timeout_ms: u64,
@@ -488,7 +488,7 @@ impl<'e, 'd, 't> Checker<'e, 'd, 't> {
                             Some(
                                 self.env
                                     .recipes
-                                    .get(&recipe.text)
+                                    .get(recipe.text.as_str())
                                     .map_or(Ty::Any, |r| r.output.clone()),
                             ),
                         ),
@@ -599,7 +599,7 @@ impl<'e, 'd, 't> Checker<'e, 'd, 't> {
                         self.collect(&branch.body.stmts);
                         self.containers.pop();
                         branches.push((
-                            branch.name.text.clone(),
+                            branch.name.text.to_string(),
                             self.outputs_since(first, self.containers.len() + 1),
                         ));
                     }
@@ -642,7 +642,7 @@ impl<'e, 'd, 't> Checker<'e, 'd, 't> {
                         .iter()
                         .all(|c| matches!(c, Container::ParallelBranch { .. }));
                 Some((
-                    step.id.clone(),
+                    step.id.to_string(),
                     if certain { output } else { output.optional() },
                 ))
             })

@@ -11,7 +11,7 @@ impl<'e, 'd, 't> Checker<'e, 'd, 't> {
             StepCall::Broken { .. } => return,
             // The recipe is borrowed from the environment, which outlives the
             // checker, so its inputs need no copy per step.
-            StepCall::Recipe { recipe, .. } => match self.env.recipes.get(&recipe.text) {
+            StepCall::Recipe { recipe, .. } => match self.env.recipes.get(recipe.text.as_str()) {
                 // A recipe whose inputs did not parse: its syntax error
                 // is all there is to say of the call's arguments.
                 Some(info) if info.decl.recovered && info.decl.input.is_none() => {}
@@ -66,7 +66,7 @@ impl<'e, 'd, 't> Checker<'e, 'd, 't> {
             }
             StepCall::Browser { server, tool, .. } => {
                 let env = self.env;
-                if let Some(info) = env.mcp_servers.get(&server.text) {
+                if let Some(info) = env.mcp_servers.get(server.text.as_str()) {
                     if self.tool_call(server, tool, args, info) {
                         self.options(step);
                         return;
