@@ -5,8 +5,6 @@
 //! Where the source had a syntax error, the tree simply lacks the broken part
 //! (a statement skipped by recovery) or holds `ExprKind::Error`.
 
-use std::borrow::Cow;
-
 pub use ecow::EcoString;
 
 use crate::diagnostic::Span;
@@ -382,17 +380,24 @@ pub struct Branch {
 #[derive(Debug, Clone, PartialEq)]
 pub struct DurationLit {
     pub amount: Option<u64>,
-    /// Borrowed from [`UNITS`] when it is one of flow's units, so that the
-    /// usual duration (three to a step with a retry and a timeout) costs
-    /// no allocation; another tool's word is kept for the checker to name.
-    pub unit: Option<Cow<'static, str>>,
+    /// The unit as written, empty when none was: flow's units (and most
+    /// another tool's, kept for the checker to name) fit in the string
+    /// itself, so the usual duration costs no allocation, and an empty
+    /// string rather than an `Option` keeps a step's three of them (retry
+    /// backoff and timeout) 24 bytes smaller. Read it through [`Self::unit`].
+    pub unit: EcoString,
     pub span: Span,
 }
 
 impl DurationLit {
+    /// The unit as written, if one was.
+    pub fn unit(&self) -> Option<&str> {
+        (!self.unit.is_empty()).then_some(self.unit.as_str())
+    }
+
     /// The duration in milliseconds, when the unit is one we know.
     pub fn millis(&self) -> Option<u64> {
-        self.amount?.checked_mul(unit_ms(self.unit.as_deref()?)?)
+        self.amount?.checked_mul(unit_ms(self.unit()?)?)
     }
 }
 

@@ -73,7 +73,7 @@ impl<'e, 'd, 't> Checker<'e, 'd, 't> {
                 self.duration(
                     &DurationLit {
                         amount: u64::try_from(*amount).ok(),
-                        unit: None,
+                        unit: EcoString::new(),
                         span: expr.span,
                     },
                     &what.to_string(),

@@ -245,7 +245,7 @@ impl<'e, 'd, 't> Checker<'e, 'd, 't> {
     pub(super) fn duration(&mut self, duration: &DurationLit, what: &str) -> Option<u64> {
         // Each problem with its hint and, when the hint names one duration,
         // that duration as the fix.
-        let problem = match (&duration.unit, duration.amount) {
+        let problem = match (duration.unit(), duration.amount) {
             (None, amount) => Some((
                 format!("{what} needs a unit"),
                 format!(
