@@ -377,7 +377,7 @@ impl Lowerer<'_> {
                         crate::check::StepKind::Approval { .. } => plan::StepKind::Approval,
                         crate::check::StepKind::KbWrite => plan::StepKind::KbWrite,
                         crate::check::StepKind::Handoff => plan::StepKind::Handoff,
-                        crate::check::StepKind::Browser { .. } => plan::StepKind::Browser,
+                        crate::check::StepKind::Browser(_) => plan::StepKind::Browser,
                         crate::check::StepKind::Loop => plan::StepKind::Loop,
                         crate::check::StepKind::Parallel => plan::StepKind::Parallel,
                         crate::check::StepKind::Unknown => {

@@ -174,7 +174,7 @@ impl<'a> TestChecker<'a> {
                 if !self.kind_allows(name, step, "mock", |k| {
                     matches!(
                         k,
-                        StepKind::Recipe(_) | StepKind::Browser { .. } | StepKind::Unknown
+                        StepKind::Recipe(_) | StepKind::Browser(_) | StepKind::Unknown
                     )
                 }) {
                     return;
@@ -526,7 +526,7 @@ impl<'a> TestChecker<'a> {
             StepKind::Approval { .. } => "an approval",
             StepKind::KbWrite => "a kb_write step",
             StepKind::Handoff => "a handoff step",
-            StepKind::Browser { .. } => "a browser step",
+            StepKind::Browser(_) => "a browser step",
             StepKind::Loop => "a loop",
             StepKind::Parallel => "a parallel block",
             StepKind::Unknown => "a step",

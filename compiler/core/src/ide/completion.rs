@@ -240,7 +240,7 @@ fn step_item(env: &Env, step: &StepInfo) -> Completion {
         StepKind::Approval { .. } => "approval".to_string(),
         StepKind::KbWrite => "kb_write".to_string(),
         StepKind::Handoff => "handoff".to_string(),
-        StepKind::Browser { server, tool } => format!("browser `{server}.{tool}`"),
+        StepKind::Browser(call) => format!("browser `{}.{}`", call.server, call.tool),
         StepKind::Loop => "loop".to_string(),
         StepKind::Parallel => "parallel".to_string(),
         StepKind::Unknown => "a step that does not parse".to_string(),

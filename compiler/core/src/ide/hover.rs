@@ -98,7 +98,7 @@ fn step_text(checked: &Checked, step: &StepInfo) -> String {
         StepKind::Approval { .. } => "an approval".to_string(),
         StepKind::KbWrite => "a knowledge-base write".to_string(),
         StepKind::Handoff => "a handoff (no output)".to_string(),
-        StepKind::Browser { server, tool } => format!("calls MCP tool `{server}.{tool}`"),
+        StepKind::Browser(call) => format!("calls MCP tool `{}.{}`", call.server, call.tool),
         StepKind::Loop => "a loop; its output is the list of iteration outputs".to_string(),
         StepKind::Parallel => "a parallel block; its output has one record per branch".to_string(),
         StepKind::Unknown => "a step that does not parse (see its syntax error)".to_string(),

@@ -132,7 +132,7 @@ fn has_browser_steps(checked: &Checked) -> bool {
         workflow
             .steps
             .iter()
-            .any(|step| matches!(step.kind, flow_compiler::check::StepKind::Browser { .. }))
+            .any(|step| matches!(step.kind, flow_compiler::check::StepKind::Browser(_)))
     })
 }
 
