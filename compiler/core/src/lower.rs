@@ -300,7 +300,7 @@ fn recipe_template(lit: &ast::StringLit, input_fields: &[String]) -> plan::Templ
         .parts
         .iter()
         .map(|part| match part {
-            TemplatePart::Text(text) => plan::TemplatePart::Text(text.clone()),
+            TemplatePart::Text(text) => plan::TemplatePart::Text(text.to_string()),
             TemplatePart::Ref(path) => {
                 let (field, rest) = match path.segments.split_first() {
                     Some((Segment::Field { name, .. }, rest)) => (name.text.as_str(), rest),
@@ -609,7 +609,7 @@ impl Lowerer<'_> {
                 .parts
                 .iter()
                 .map(|part| match part {
-                    TemplatePart::Text(text) => plan::TemplatePart::Text(text.clone()),
+                    TemplatePart::Text(text) => plan::TemplatePart::Text(text.to_string()),
                     TemplatePart::Ref(path) => {
                         plan::TemplatePart::Ref(self.reference(path, optional))
                     }

@@ -550,7 +550,7 @@ impl StringLit {
     pub fn as_plain(&self) -> Option<&str> {
         match self.template.parts.as_slice() {
             [] => Some(""),
-            [TemplatePart::Text(text)] => Some(text),
+            [TemplatePart::Text(text)] => Some(text.as_str()),
             _ => None,
         }
     }
@@ -561,7 +561,7 @@ impl StringLit {
             .parts
             .iter()
             .map(|part| match part {
-                TemplatePart::Text(text) => text.clone(),
+                TemplatePart::Text(text) => text.to_string(),
                 TemplatePart::Ref(path) => format!("{{{{{}}}}}", path_text(path)),
             })
             .collect()
@@ -575,7 +575,8 @@ pub struct Template {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum TemplatePart {
-    Text(String),
+    /// Text between references: most fits in the string itself.
+    Text(EcoString),
     Ref(Path),
 }
 

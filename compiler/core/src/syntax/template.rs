@@ -56,8 +56,11 @@ struct Builder<'p> {
 impl Builder<'_> {
     fn flush(&mut self) {
         if !self.text.is_empty() {
+            // A copy, not the buffer itself: short text fits in the part,
+            // and the buffer is kept for the next part.
             self.parts
-                .push(TemplatePart::Text(std::mem::take(&mut self.text)));
+                .push(TemplatePart::Text(self.text.as_str().into()));
+            self.text.clear();
         }
     }
 
