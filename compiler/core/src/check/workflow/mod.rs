@@ -248,17 +248,7 @@ pub(crate) fn check_workflow(
         checker.diagnostics.push(diagnostic);
     }
 
-    // Pass 1: every id with its containers and output type. The table is
-    // sized first: grown by doubling, a 100,000-step workflow's took 16.8
-    // MB for 12.8 MB of entries, at the check's peak.
-    let handler = match &decl.on_error {
-        Some(ErrorPolicy::Fallback(block)) => ids_declared(&block.stmts),
-        _ => 0,
-    };
-    checker
-        .steps
-        .reserve_exact(ids_declared(&decl.body) + handler);
-    let reserved = checker.steps.capacity();
+    // Pass 1: every id with its containers and output type.
     checker.collect(&decl.body);
     if let Some(ErrorPolicy::Fallback(block)) = &decl.on_error {
         checker
@@ -267,13 +257,6 @@ pub(crate) fn check_workflow(
         checker.collect(&block.stmts);
         checker.containers.pop();
     }
-    // Every fixture holds `ids_declared` to what pass 1 registers.
-    debug_assert_eq!(
-        checker.steps.capacity(),
-        reserved,
-        "pass 1 outgrew ids_declared"
-    );
-
     // Pass 2: references, types and options, in execution order.
     checker.block(&decl.body);
     if let Some(ErrorPolicy::Fallback(block)) = &decl.on_error {
@@ -456,36 +439,6 @@ impl NotRun {
                 | NotRun::InHandler
         )
     }
-}
-
-/// How many ids `stmts` declare, nested blocks included: the entries pass 1
-/// registers for them (steps, loops, parallel blocks; a duplicate id is
-/// counted though it is not registered).
-fn ids_declared(stmts: &[Stmt]) -> usize {
-    stmts
-        .iter()
-        .map(|stmt| match stmt {
-            Stmt::Step(step) => {
-                1 + match &step.options.on_error {
-                    Some(ErrorPolicy::Fallback(block)) => ids_declared(&block.stmts),
-                    _ => 0,
-                }
-            }
-            Stmt::If(stmt) => {
-                let blocks = stmt.branches.iter().map(|(_, b)| b).chain(&stmt.else_block);
-                blocks.map(|block| ids_declared(&block.stmts)).sum()
-            }
-            Stmt::For(stmt) => 1 + ids_declared(&stmt.body.stmts),
-            Stmt::Parallel(stmt) => {
-                let branches: usize = stmt
-                    .branches
-                    .iter()
-                    .map(|branch| ids_declared(&branch.body.stmts))
-                    .sum();
-                1 + branches + ids_declared(&stmt.broken)
-            }
-        })
-        .sum()
 }
 
 impl<'e, 'd, 't> Checker<'e, 'd, 't> {
