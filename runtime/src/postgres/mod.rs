@@ -83,6 +83,7 @@ use tokio_postgres::types::ToSql;
 use crate::approval::{DecideError, Decision, PendingApproval, decide_record, gate_due_ms};
 use crate::journal::{StepRecord, StepStatus};
 use crate::services::{Handoff, KbDocument, KbWrite};
+use crate::store::record::EncodedWrite;
 use crate::store::sql_limit;
 use crate::store::{
     ApprovalStore, DELETE_AFTER_CANCEL_MS, Deletion, Deployment, EVENT_CLAIM, EventNext,
@@ -320,10 +321,14 @@ impl PostgresStore {
     /// durable, or with `LeaseLost` when the fence refused it (the run is no
     /// longer this process's in its journal's epoch).
     fn append(&self, run: &RunHandle, write: JournalWrite) -> StoreFuture<'static, ()> {
+        let encoded = match EncodedWrite::new(write) {
+            Ok(encoded) => encoded,
+            Err(error) => return Box::pin(std::future::ready(Err(error))),
+        };
         let (reply, answer) = oneshot::channel();
         let queued = self.appends.send(Append {
             run: run.clone(),
-            write,
+            encoded,
             reply,
         });
         Box::pin(async move {

@@ -8,8 +8,9 @@ use super::*;
 pub(super) struct Append {
     pub(super) run: RunHandle,
     /// Written only while the run is still this process's in the epoch of
-    /// `run` (the one its journal opened in).
-    pub(super) write: JournalWrite,
+    /// `run` (the one its journal opened in). Encoded by the run's thread,
+    /// not by this one task every run's commit waits for.
+    pub(super) encoded: EncodedWrite,
     pub(super) reply: oneshot::Sender<Result<bool, StoreError>>,
 }
 
@@ -66,8 +67,8 @@ pub(super) async fn insert_records(
     let tx = client.transaction().await?;
     let mut columns = NewRunColumns::default();
     for append in batch {
-        if let Some(start) = &append.write.start {
-            columns.push(&append.run, start);
+        if let (Some(start), Some(input)) = (&append.encoded.write.start, &append.encoded.input) {
+            columns.push(&append.run, start, input);
         }
     }
     if !columns.ids.is_empty() {
@@ -123,19 +124,20 @@ pub(super) async fn insert_records(
     // One statement cannot change a row twice: when a batch holds two
     // records of one path, the second replaces the first only if that one
     // is replaceable, as two statements would have had it.
-    let mut chosen: Vec<(&str, &StepRecord)> = Vec::with_capacity(admitted.len());
+    let mut chosen: Vec<(&str, &StepRecord, &str)> = Vec::with_capacity(admitted.len());
     let mut at: std::collections::HashMap<(&str, &str), usize> = Default::default();
     for append in admitted.iter().copied() {
-        for record in &append.write.records {
+        let encoded = &append.encoded;
+        for (record, json) in encoded.write.records.iter().zip(&encoded.records) {
             let key = (append.run.id.as_str(), record.path.as_str());
             match at.get(&key) {
                 Some(&index) if chosen[index].1.status.is_replaceable() => {
-                    chosen[index] = (key.0, record.as_ref());
+                    chosen[index] = (key.0, record.as_ref(), json.as_str());
                 }
                 Some(_) => {}
                 None => {
                     at.insert(key, chosen.len());
-                    chosen.push((key.0, record.as_ref()));
+                    chosen.push((key.0, record.as_ref(), json.as_str()));
                 }
             }
         }
@@ -145,11 +147,11 @@ pub(super) async fn insert_records(
     let mut statuses = Vec::with_capacity(chosen.len());
     let mut records = Vec::with_capacity(chosen.len());
     let mut due = Vec::with_capacity(chosen.len());
-    for (run_id, record) in chosen {
+    for (run_id, record, json) in chosen {
         run_ids.push(run_id);
         paths.push(record.path.as_str());
         statuses.push(record.status.as_str());
-        records.push(record::encode(record)?);
+        records.push(json);
         due.push(gate_due_ms(record).map(|ms| ms as i64));
     }
     let gates = GateNotifications::of(&admitted);
@@ -211,7 +213,7 @@ pub(super) async fn end_runs(
     let mut outcomes = Vec::new();
     let mut actives = Vec::new();
     for append in admitted {
-        if let Some(end) = &append.write.end {
+        if let Some(end) = &append.encoded.write.end {
             ids.push(append.run.id.as_str());
             statuses.push(end.status.as_str());
             outcomes.push(end.outcome.to_string());
@@ -245,16 +247,16 @@ pub(super) struct NewRunColumns<'a> {
     pub(super) accounts: Vec<&'a str>,
     pub(super) workflows: Vec<&'a str>,
     pub(super) plan_hashes: Vec<&'a str>,
-    pub(super) inputs: Vec<String>,
+    pub(super) inputs: Vec<&'a str>,
 }
 
 impl<'a> NewRunColumns<'a> {
-    pub(super) fn push(&mut self, run: &'a RunHandle, start: &'a NewRun) {
+    pub(super) fn push(&mut self, run: &'a RunHandle, start: &'a NewRun, input: &'a str) {
         self.ids.push(&run.id);
         self.accounts.push(&run.account);
         self.workflows.push(&start.workflow);
         self.plan_hashes.push(&start.plan_hash);
-        self.inputs.push(start.input.to_string());
+        self.inputs.push(input);
     }
 }
 
@@ -276,6 +278,7 @@ impl<'a> GateNotifications<'a> {
         let mut gates = GateNotifications::default();
         let records = batch.iter().flat_map(|append| {
             append
+                .encoded
                 .write
                 .records
                 .iter()

@@ -22,6 +22,7 @@ use tokio::sync::oneshot;
 use crate::approval::{DecideError, Decision, PendingApproval, decide_record, gate_due_ms};
 use crate::journal::{StepRecord, StepStatus};
 use crate::services::{Handoff, KbDocument, KbWrite};
+use crate::store::record::EncodedWrite;
 use crate::store::{
     ApprovalStore, DELETE_AFTER_CANCEL_MS, Deletion, Deployment, EVENT_CLAIM, EventNext,
     EventStore, EventsOf, JournalBackend, JournalWrite, KbQuery, KbStore, MAX_REDRIVES, MailNext,

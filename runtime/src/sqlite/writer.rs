@@ -54,26 +54,6 @@ pub(super) enum Write {
     },
 }
 
-/// A journal write with its records already in their stored form, encoded
-/// on the run's own thread: the writer's one thread is what runs at once
-/// wait for, and encoding was a sixth of its CPU in B1.
-pub(super) struct EncodedWrite {
-    pub(super) write: JournalWrite,
-    /// `record::encode` of each of `write.records`, in order.
-    pub(super) records: Vec<String>,
-}
-
-impl EncodedWrite {
-    pub(super) fn new(write: JournalWrite) -> Result<EncodedWrite, StoreError> {
-        let records = write
-            .records
-            .iter()
-            .map(|record| record::encode(record))
-            .collect::<Result<_, _>>()?;
-        Ok(EncodedWrite { write, records })
-    }
-}
-
 /// What a write of a batch did, when it applied.
 pub(super) enum Written {
     /// Rows changed.
@@ -251,7 +231,7 @@ pub(super) fn write_journal(
                 run.id,
                 start.workflow,
                 start.plan_hash,
-                start.input.to_string(),
+                encoded.input.as_deref(),
                 now_ms(),
                 owner(),
                 run.account,

@@ -22,7 +22,7 @@ use serde::ser::{SerializeSeq, SerializeStruct};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 
-use super::StoreError;
+use super::{JournalWrite, StoreError};
 use crate::error::{ErrorKind, StepError};
 use crate::journal::{Attempt, StepRecord, StepStatus};
 use flow_plan::StepKind;
@@ -47,6 +47,34 @@ pub fn decode(json: &str) -> Result<StepRecord, StoreError> {
         )));
     }
     Ok(stored.into())
+}
+
+/// A journal write with its records (and a new run's input) in their
+/// stored form, encoded on the run's own thread: a store's writer is one
+/// thread or task that runs at once wait for, and encoding was a sixth of
+/// its CPU in B1.
+pub struct EncodedWrite {
+    pub write: JournalWrite,
+    /// `encode` of each of `write.records`, in order.
+    pub records: Vec<String>,
+    /// The JSON of `write.start`'s input, when the write starts its run.
+    pub input: Option<String>,
+}
+
+impl EncodedWrite {
+    pub fn new(write: JournalWrite) -> Result<EncodedWrite, StoreError> {
+        let records = write
+            .records
+            .iter()
+            .map(|record| encode(record))
+            .collect::<Result<_, _>>()?;
+        let input = write.start.as_ref().map(|start| start.input.to_string());
+        Ok(EncodedWrite {
+            write,
+            records,
+            input,
+        })
+    }
 }
 
 /// Writes a record's stored form without copying it.
