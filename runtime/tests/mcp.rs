@@ -864,7 +864,7 @@ async fn a_browser_step_journals_its_input_and_the_pages_output() {
     let record = store.lookup("page").expect("journaled");
     assert_eq!(record.status, StepStatus::Completed);
     assert_eq!(record.input, json!({ "url": url }));
-    assert_eq!(record.output.as_ref(), Some(&result["page"]));
+    assert_eq!(record.output.as_deref(), Some(&result["page"]));
     pool.shutdown().await;
     page_server.abort();
     let _ = std::fs::remove_dir_all(&output);

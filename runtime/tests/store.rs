@@ -163,7 +163,7 @@ async fn a_retrying_record_is_kept_until_its_step_ends(backend: Backend) {
         kind: flow_plan::StepKind::Recipe,
         status,
         input: json!({ "q": "1" }),
-        output: (status == StepStatus::Completed).then(|| json!({ "a": "x" })),
+        output: (status == StepStatus::Completed).then(|| json!({ "a": "x" }).into()),
         error: None,
         attempts: (0..attempts)
             .map(|index| Attempt {
@@ -1537,7 +1537,7 @@ async fn postgres_a_journal_whose_run_was_taken_over_does_nothing_more() {
         kind: flow_plan::StepKind::Recipe,
         status: StepStatus::Completed,
         input: json!({}),
-        output: Some(json!({ "a": "late" })),
+        output: Some(json!({ "a": "late" }).into()),
         error: None,
         attempts: Vec::new(),
         started_ms: 0,

@@ -68,7 +68,7 @@ impl From<StepRecord> for TraceStep {
             kind: record.kind,
             status: record.status,
             input: record.input,
-            output: record.output,
+            output: record.output.map(std::sync::Arc::unwrap_or_clone),
             error: record.error,
             attempts: record
                 .attempts

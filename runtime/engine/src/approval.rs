@@ -2,6 +2,8 @@
 //! may decide a gate, what a decision or an expiry makes of its record, and
 //! when a gate is due.
 
+use std::sync::Arc;
+
 use flow_plan::{OnExpire, OnReject};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -133,12 +135,12 @@ pub fn decide_record(
     };
     let mut decided = record.clone();
     decided.ended_ms = now_ms;
-    decided.output = Some(json!({
+    decided.output = Some(Arc::new(json!({
         "approved": approved,
         "approver": approver,
         "comment": comment,
         "decided_at": decided_at,
-    }));
+    })));
     if !approved && pending.on_reject == OnReject::Fail {
         decided.status = StepStatus::Failed;
         decided.error = Some(StepError::new(
@@ -172,12 +174,12 @@ pub fn expire(record: &StepRecord, pending: &PendingApproval, now_ms: u64) -> Op
     }
     let mut expired = record.clone();
     expired.ended_ms = now_ms;
-    expired.output = Some(json!({
+    expired.output = Some(Arc::new(json!({
         "approved": false,
         "approver": "",
         "comment": "expired",
         "decided_at": crate::time::rfc3339_utc(now_ms),
-    }));
+    })));
     let fails = match pending.on_expire {
         OnExpire::Fail => true,
         OnExpire::Reject => pending.on_reject == OnReject::Fail,

@@ -955,9 +955,9 @@ impl<'p> Interpreter<'p> {
         attempts: Vec<Attempt>,
         started_ms: u64,
     ) -> Result<(), Interrupt> {
-        let (status, output, error) = match &result {
-            Ok(output) => (StepStatus::Completed, output.clone(), None),
-            Err(error) => (StepStatus::Failed, None, Some(error.clone())),
+        let (status, output, error) = match result {
+            Ok(output) => (StepStatus::Completed, output.map(Arc::new), None),
+            Err(error) => (StepStatus::Failed, None, Some(error)),
         };
         let record = StepRecord {
             path: path.to_string(),
@@ -975,15 +975,17 @@ impl<'p> Interpreter<'p> {
         // The output is durable before any later attempt of the run goes
         // out (`Journal::admit`): a dependent step never acts on an output
         // a crash could lose.
+        let output = record.output.clone();
+        let failed = record.error.clone();
         self.journal(record).await?;
-        match result {
-            Ok(output) => {
+        match failed {
+            None => {
                 if let Some(output) = output {
                     ctx.scope.set(step.slot, output);
                 }
                 Ok(())
             }
-            Err(error) => self.on_error(step, ctx, path, error).await,
+            Some(error) => self.on_error(step, ctx, path, error).await,
         }
     }
 

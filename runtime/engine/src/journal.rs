@@ -89,7 +89,9 @@ pub struct StepRecord {
     pub kind: StepKind,
     pub status: StepStatus,
     pub input: Value,
-    pub output: Option<Value>,
+    /// Shared with the scope the step's output is read from: the two would
+    /// otherwise each hold a copy, built and freed once per step.
+    pub output: Option<Arc<Value>>,
     pub error: Option<StepError>,
     pub attempts: Vec<Attempt>,
     pub started_ms: u64,

@@ -45,8 +45,10 @@ impl Scope {
         self.parent.as_ref().and_then(|parent| parent.get(slot))
     }
 
-    pub fn set(&self, slot: u32, value: Value) {
-        self.own().insert(slot, Arc::new(value));
+    /// Sets the output of the step in `slot`: a value, or one shared with
+    /// the step's record.
+    pub fn set(&self, slot: u32, value: impl Into<Arc<Value>>) {
+        self.own().insert(slot, value.into());
     }
 
     /// The outputs set in this scope itself, by slot order.

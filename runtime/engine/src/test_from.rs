@@ -100,7 +100,7 @@ pub fn test_block(plan: &Plan, run: &RecordedRun<'_>) -> Result<String, String> 
         let decisions: Vec<String> = records
             .iter()
             .filter(|other| other.step_id == record.step_id)
-            .filter_map(|other| other.output.as_ref().and_then(decision))
+            .filter_map(|other| other.output.as_deref().and_then(decision))
             .collect();
         if !decisions.is_empty() {
             text.push_str(&format!(

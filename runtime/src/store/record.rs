@@ -164,7 +164,7 @@ struct StoredRecord {
     kind: StepKind,
     status: StepStatus,
     input: Value,
-    output: Option<Value>,
+    output: Option<std::sync::Arc<Value>>,
     error: Option<StoredErrorRead>,
     attempts: Vec<StoredAttemptRead>,
     started_ms: u64,
@@ -242,7 +242,7 @@ mod tests {
             kind: StepKind::Recipe,
             status: StepStatus::Completed,
             input: json!({ "q": "x" }),
-            output: Some(json!({ "a": 1 })),
+            output: Some(json!({ "a": 1 }).into()),
             error: Some(StepError::new(ErrorKind::RateLimited, "HTTP 429")),
             attempts: vec![
                 Attempt {
