@@ -321,10 +321,7 @@ impl PostgresStore {
     /// durable, or with `LeaseLost` when the fence refused it (the run is no
     /// longer this process's in its journal's epoch).
     fn append(&self, run: &RunHandle, write: JournalWrite) -> StoreFuture<'static, ()> {
-        let encoded = match EncodedWrite::new(write) {
-            Ok(encoded) => encoded,
-            Err(error) => return Box::pin(std::future::ready(Err(error))),
-        };
+        let encoded = EncodedWrite::new(write);
         let (reply, answer) = oneshot::channel();
         let queued = self.appends.send(Append {
             run: run.clone(),
@@ -502,7 +499,7 @@ impl PostgresStore {
                 &run_id,
                 &path,
                 &decided.status.as_str(),
-                &record::encode(&decided)?,
+                &record::encode(&decided),
             ],
         )
         .await?;

@@ -1368,10 +1368,7 @@ fn ready<'a, T: Send + 'a>(result: Result<T, StoreError>) -> StoreFuture<'a, T> 
 
 impl SqliteStore {
     fn write_journal(&self, run: &RunHandle, write: JournalWrite) -> StoreFuture<'static, ()> {
-        let write = match EncodedWrite::new(write) {
-            Ok(write) => Box::new(write),
-            Err(error) => return Box::pin(std::future::ready(Err(error))),
-        };
+        let write = Box::new(EncodedWrite::new(write));
         let (reply, answer) = oneshot::channel();
         let sent = lock(&self.queue).send(Write::Journal {
             run: run.clone(),

@@ -395,7 +395,7 @@ pub(super) fn apply_decision(
             run_id,
             path,
             decided.status.as_str(),
-            record::encode(&decided).unwrap_or_default()
+            record::encode(&decided)
         ],
     )?;
     Ok(Ok(()))

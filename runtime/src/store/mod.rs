@@ -14,6 +14,7 @@
 //!   active time to it or records how it ended.
 
 mod journal;
+mod json;
 pub mod record;
 
 use std::sync::Arc;

@@ -18,11 +18,10 @@
 //!   (`$.started_ms`, `$.input.expires_ms`, SQLite's migration 5): a new
 //!   format keeps them or migrates that SQL with it.
 
-use serde::ser::{SerializeSeq, SerializeStruct};
-use serde::{Deserialize, Serialize, Serializer};
+use serde::Deserialize;
 use serde_json::Value;
 
-use super::{JournalWrite, StoreError};
+use super::{JournalWrite, StoreError, json};
 use crate::error::{ErrorKind, StepError};
 use crate::journal::{Attempt, StepRecord, StepStatus};
 use flow_plan::StepKind;
@@ -30,10 +29,89 @@ use flow_plan::StepKind;
 /// The format this build writes, and the newest it reads.
 pub const RECORD_FORMAT: u32 = 1;
 
-/// `record` as stored.
-pub fn encode(record: &StepRecord) -> Result<String, StoreError> {
-    serde_json::to_string(&Stored(record))
-        .map_err(|error| StoreError::Damaged(format!("a step record cannot be stored: {error}")))
+/// `record` as stored: the fields of format 1, in its order. Written by
+/// hand rather than by serde (see `json`); the tests hold it to serde's
+/// text of the interpreter's record.
+pub fn encode(record: &StepRecord) -> String {
+    let mut out = String::with_capacity(512);
+    out.push_str("{\"v\":");
+    json::write_u64(&mut out, u64::from(RECORD_FORMAT));
+    out.push_str(",\"path\":");
+    json::write_str(&mut out, &record.path);
+    out.push_str(",\"step_id\":");
+    json::write_str(&mut out, &record.step_id);
+    out.push_str(",\"kind\":\"");
+    out.push_str(record.kind.name());
+    out.push_str("\",\"status\":\"");
+    out.push_str(record.status.as_str());
+    out.push_str("\",\"input\":");
+    json::write_value(&mut out, &record.input);
+    out.push_str(",\"output\":");
+    match &record.output {
+        Some(output) => json::write_value(&mut out, output),
+        None => out.push_str("null"),
+    }
+    out.push_str(",\"error\":");
+    match &record.error {
+        Some(error) => {
+            out.push_str("{\"kind\":\"");
+            out.push_str(error.kind.name());
+            out.push_str("\",\"message\":");
+            json::write_str(&mut out, &error.message);
+            out.push('}');
+        }
+        None => out.push_str("null"),
+    }
+    out.push_str(",\"attempts\":[");
+    for (i, attempt) in record.attempts.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_attempt(&mut out, attempt);
+    }
+    out.push_str("],\"started_ms\":");
+    json::write_u64(&mut out, record.started_ms);
+    out.push_str(",\"ended_ms\":");
+    json::write_u64(&mut out, record.ended_ms);
+    if record.round != 0 {
+        out.push_str(",\"round\":");
+        json::write_u64(&mut out, u64::from(record.round));
+    }
+    out.push('}');
+    out
+}
+
+/// An attempt's fields; those at their default are left out, as records
+/// are most of a store's bytes.
+fn write_attempt(out: &mut String, attempt: &Attempt) {
+    out.push_str("{\"index\":");
+    json::write_u64(out, u64::from(attempt.index));
+    out.push_str(",\"error\":");
+    match &attempt.error {
+        Some(error) => json::write_str(out, error),
+        None => out.push_str("null"),
+    }
+    out.push_str(",\"delay_ms\":");
+    match attempt.delay_ms {
+        Some(delay_ms) => json::write_u64(out, delay_ms),
+        None => out.push_str("null"),
+    }
+    if attempt.round != 0 {
+        out.push_str(",\"round\":");
+        json::write_u64(out, u64::from(attempt.round));
+    }
+    if attempt.repair {
+        out.push_str(",\"repair\":true");
+    }
+    if let Some(started_ms) = attempt.started_ms {
+        out.push_str(",\"started_ms\":");
+        json::write_u64(out, started_ms);
+    }
+    if let Some(ended_ms) = attempt.ended_ms {
+        out.push_str(",\"ended_ms\":");
+        json::write_u64(out, ended_ms);
+    }
+    out.push('}');
 }
 
 /// A stored record, read back.
@@ -62,94 +140,18 @@ pub struct EncodedWrite {
 }
 
 impl EncodedWrite {
-    pub fn new(write: JournalWrite) -> Result<EncodedWrite, StoreError> {
-        let records = write
-            .records
-            .iter()
-            .map(|record| encode(record))
-            .collect::<Result<_, _>>()?;
-        let input = write.start.as_ref().map(|start| start.input.to_string());
-        Ok(EncodedWrite {
+    pub fn new(write: JournalWrite) -> EncodedWrite {
+        let records = write.records.iter().map(|record| encode(record)).collect();
+        let input = write.start.as_ref().map(|start| {
+            let mut input = String::new();
+            json::write_value(&mut input, &start.input);
+            input
+        });
+        EncodedWrite {
             write,
             records,
             input,
-        })
-    }
-}
-
-/// Writes a record's stored form without copying it.
-struct Stored<'a>(&'a StepRecord);
-
-impl Serialize for Stored<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let record = self.0;
-        let round = record.round != 0;
-        let mut out = serializer.serialize_struct("StepRecord", 11 + usize::from(round))?;
-        out.serialize_field("v", &RECORD_FORMAT)?;
-        out.serialize_field("path", &record.path)?;
-        out.serialize_field("step_id", &record.step_id)?;
-        out.serialize_field("kind", &record.kind)?;
-        out.serialize_field("status", &record.status)?;
-        out.serialize_field("input", &record.input)?;
-        out.serialize_field("output", &record.output)?;
-        out.serialize_field("error", &record.error.as_ref().map(StoredError))?;
-        out.serialize_field("attempts", &StoredAttempts(&record.attempts))?;
-        out.serialize_field("started_ms", &record.started_ms)?;
-        out.serialize_field("ended_ms", &record.ended_ms)?;
-        if round {
-            out.serialize_field("round", &record.round)?;
         }
-        out.end()
-    }
-}
-
-struct StoredError<'a>(&'a StepError);
-
-impl Serialize for StoredError<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut out = serializer.serialize_struct("StepError", 2)?;
-        out.serialize_field("kind", &self.0.kind)?;
-        out.serialize_field("message", &self.0.message)?;
-        out.end()
-    }
-}
-
-struct StoredAttempts<'a>(&'a [Attempt]);
-
-impl Serialize for StoredAttempts<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut out = serializer.serialize_seq(Some(self.0.len()))?;
-        for attempt in self.0 {
-            out.serialize_element(&StoredAttempt(attempt))?;
-        }
-        out.end()
-    }
-}
-
-/// An attempt's fields; those at their default are left out, as records
-/// are most of a store's bytes.
-struct StoredAttempt<'a>(&'a Attempt);
-
-impl Serialize for StoredAttempt<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let attempt = self.0;
-        let mut out = serializer.serialize_struct("Attempt", 7)?;
-        out.serialize_field("index", &attempt.index)?;
-        out.serialize_field("error", &attempt.error)?;
-        out.serialize_field("delay_ms", &attempt.delay_ms)?;
-        if attempt.round != 0 {
-            out.serialize_field("round", &attempt.round)?;
-        }
-        if attempt.repair {
-            out.serialize_field("repair", &attempt.repair)?;
-        }
-        if let Some(started_ms) = attempt.started_ms {
-            out.serialize_field("started_ms", &started_ms)?;
-        }
-        if let Some(ended_ms) = attempt.ended_ms {
-            out.serialize_field("ended_ms", &ended_ms)?;
-        }
-        out.end()
     }
 }
 
@@ -273,9 +275,30 @@ mod tests {
     #[test]
     fn a_record_reads_back_as_written() {
         let record = record();
-        let json = encode(&record).unwrap();
+        let json = encode(&record);
         assert!(json.starts_with(r#"{"v":1,"path":"#), "{json}");
         assert_eq!(decode(&json).unwrap(), record);
+    }
+
+    /// The hand-written text is serde's of the interpreter's record, with
+    /// the format first: what records were before `encode` was written by
+    /// hand, and what `flow trace --json` shows.
+    #[test]
+    fn a_record_is_written_as_serde_writes_it() {
+        let full = record();
+        let bare = StepRecord {
+            output: None,
+            error: None,
+            attempts: Vec::new(),
+            round: 0,
+            input: json!({ "text": "line\n\"quoted\" \u{1} é", "n": [1.5, -2] }),
+            ..record()
+        };
+        for record in [full, bare] {
+            let serde = serde_json::to_string(&record).unwrap();
+            let expected = format!("{{\"v\":{RECORD_FORMAT},{}", &serde[1..]);
+            assert_eq!(encode(&record), expected);
+        }
     }
 
     /// Regression guard for the stores' records written before formats
@@ -288,14 +311,14 @@ mod tests {
         let legacy = serde_json::to_string(&record).unwrap();
         assert!(!legacy.contains("\"v\""));
         assert_eq!(decode(&legacy).unwrap(), record);
-        let mut stored: Value = serde_json::from_str(&encode(&record).unwrap()).unwrap();
+        let mut stored: Value = serde_json::from_str(&encode(&record)).unwrap();
         stored.as_object_mut().unwrap().remove("v");
         assert_eq!(stored, serde_json::to_value(&record).unwrap());
     }
 
     #[test]
     fn a_record_of_a_newer_format_is_refused_by_name() {
-        let mut stored: Value = serde_json::from_str(&encode(&record()).unwrap()).unwrap();
+        let mut stored: Value = serde_json::from_str(&encode(&record())).unwrap();
         stored["v"] = json!(RECORD_FORMAT + 1);
         let error = decode(&stored.to_string()).unwrap_err().to_string();
         assert!(
