@@ -250,4 +250,23 @@ pub(super) const MIGRATIONS: &[&str] = &[
                  CASE NEW.status WHEN 'pending_approval' THEN 'parked' ELSE NEW.status END,
                  NEW.outcome, NEW.updated_ms, NEW.updated_ms);
      END;",
+    // A record's place in its run (`seq`) as the table's own row id: a new
+    // row's is the largest plus one without asking, where `MAX(seq) + 1`
+    // and an index on `seq` to answer it were a fifth of each insert's
+    // work. Rows keep their order; their numbers may close up.
+    "CREATE TABLE step_runs_by_row (
+         seq INTEGER PRIMARY KEY,
+         run_id TEXT NOT NULL REFERENCES runs(id),
+         path TEXT NOT NULL,
+         status TEXT NOT NULL,
+         record TEXT NOT NULL,
+         due_ms INTEGER,
+         UNIQUE (run_id, path)
+     );
+     INSERT INTO step_runs_by_row (run_id, path, status, record, due_ms)
+         SELECT run_id, path, status, record, due_ms FROM step_runs ORDER BY seq, rowid;
+     DROP TABLE step_runs;
+     ALTER TABLE step_runs_by_row RENAME TO step_runs;
+     CREATE INDEX step_runs_pending ON step_runs(run_id) WHERE status = 'pending';
+     CREATE INDEX step_runs_due ON step_runs(due_ms) WHERE status = 'pending' AND due_ms IS NOT NULL;",
 ];

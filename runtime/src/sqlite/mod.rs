@@ -1619,6 +1619,58 @@ mod tests {
         );
     }
 
+    /// Regression guard for the migration that made `seq` the row id: a
+    /// run's records keep their order through it (here rows stored out of
+    /// `seq` order), and a record written after it comes last.
+    #[test]
+    fn records_keep_their_order_when_seq_becomes_the_row_id() {
+        let dir = flow_tests::TempDir::new("sqlite-migrate-seq");
+        let path = dir.path().join("seq.db");
+        let before = MIGRATIONS.len() - 1;
+        let record = |path: &str| {
+            json!({
+                "path": path, "step_id": path, "kind": "recipe", "status": "completed",
+                "input": {}, "output": null, "error": null, "attempts": [],
+                "started_ms": 1, "ended_ms": 2
+            })
+        };
+        {
+            let conn = Connection::open(&path).unwrap();
+            for migration in &MIGRATIONS[..before] {
+                conn.execute_batch(migration).unwrap();
+            }
+            conn.pragma_update(None, "user_version", before as i64)
+                .unwrap();
+            conn.execute_batch(
+                "INSERT INTO plans (hash, json) VALUES ('h', '{}');
+                 INSERT INTO runs (id, workflow, plan_hash, status, input, created_ms, updated_ms)
+                     VALUES ('r1', 'w', 'h', 'completed', '{}', 1, 1);",
+            )
+            .unwrap();
+            for (step, seq) in [("second", 9), ("first", 4)] {
+                conn.execute(
+                    "INSERT INTO step_runs (run_id, path, status, record, seq) VALUES ('r1', ?1, 'completed', ?2, ?3)",
+                    params![step, record(step).to_string(), seq],
+                )
+                .unwrap();
+            }
+        }
+        let store = SqliteStore::open(&path).expect("migrates");
+        lock(&store.conn)
+            .execute(
+                "INSERT INTO step_runs (run_id, path, status, record) VALUES ('r1', 'third', 'completed', ?1)",
+                [record("third").to_string()],
+            )
+            .unwrap();
+        let paths: Vec<String> = store
+            .step_records("r1")
+            .unwrap()
+            .into_iter()
+            .map(|record| record.path)
+            .collect();
+        assert_eq!(paths, ["first", "second", "third"]);
+    }
+
     /// A store written before accounts owned knowledge and notifications
     /// (schema version 4), with data in every table the later migrations
     /// change, opens at the current version: each row keeps its data and

@@ -154,8 +154,8 @@ pub(super) fn write_batch(
     let mut results = Vec::with_capacity(batch.len());
     {
         let mut insert = tx.prepare_cached(
-            "INSERT INTO step_runs (run_id, path, status, record, seq, due_ms)
-             VALUES (?1, ?2, ?3, ?4, (SELECT COALESCE(MAX(seq), 0) + 1 FROM step_runs), ?5)
+            "INSERT INTO step_runs (run_id, path, status, record, due_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5)
              ON CONFLICT (run_id, path) DO UPDATE SET status = excluded.status, record = excluded.record,
                  due_ms = excluded.due_ms
              WHERE step_runs.status IN ('pending', 'retrying', 'redriven')",
