@@ -24,7 +24,7 @@ PERF = sys.argv[2] if len(sys.argv) > 2 else "perf"
 WRITER_FRAME = r"::writer::write_batch"
 WRITER = [
     ("writer: fsync (its on-CPU part)", r"fdatasync|\bfsync|ext4_sync_file|file_write_and_wait"),
-    ("writer: step records to JSON (serde_json)", r"flow_runtime::store::record::encode|serde_json::ser"),
+    ("writer: JSON (records were encoded here before 2026-12-03)", r"flow_runtime::store::record::encode|flow_runtime::store::json::|serde_json::ser"),
     ("writer: SQLite commit (WAL frames written)", r"sqlite3VdbeHalt|CommitPhase|pagerWalFrames"),
     ("writer: SQLite insert statements", r"sqlite3|rusqlite"),
     ("writer: freeing the batch's records (allocated by the runs' threads)", r"drop_in_place"),
@@ -33,6 +33,8 @@ WRITER = [
 # Every other thread: tokio's workers (the runs), the bench's main thread.
 RUNS = [
     ("runs: opening journals (SQLite reads)", r"open_journal"),
+    # Records reach the store's writer encoded (`EncodedWrite`, store::json).
+    ("runs: step records to JSON", r"flow_runtime::store::record::|flow_runtime::store::json::"),
     (
         "runs: copies and drops of JSON values and records",
         r"serde_json::value::Value as core::clone::Clone|BTreeMap<K,V,A> as core::clone::Clone"
