@@ -420,7 +420,8 @@ impl<'p> Interpreter<'p> {
     }
 
     async fn step(&self, step: &'p Step, ctx: &Ctx) -> Result<(), Interrupt> {
-        let path = format!("{}{}", ctx.prefix, step.id);
+        // Joined, not `format!`ted: two per step were 3 % of B1's instructions.
+        let path = [ctx.prefix.as_str(), step.id.as_str()].concat();
         // A step recorded between two attempts goes on after its last one,
         // as does one that failed the run before this redrive; any other
         // record is the step's outcome.
@@ -742,7 +743,8 @@ impl<'p> Interpreter<'p> {
             if let Err(error) = self.services.journal.admit().await {
                 return (Err(error), attempts);
             }
-            let call_id = format!("{}:{path}:{index}", self.run_id);
+            let mut call_id = [self.run_id.as_str(), ":", path, ":"].concat();
+            call_id.push_str(&index.to_string());
             let timeout = Duration::from_millis(step.timeout_ms);
             let called_ms = now_ms();
             let result = match tokio::time::timeout(
