@@ -199,9 +199,6 @@ impl Sink {
     }
 }
 
-/// Validates one node. `path` is extended and restored by the callers of each
-/// nested check, so that no path string is allocated unless a mismatch is
-/// recorded.
 /// The keywords of one schema node that `check` acts on, found in one pass
 /// over its fields: looking each up in the map cost up to seven searches
 /// per node, most of the validation of a step's output. A keyword of the
@@ -240,6 +237,9 @@ impl<'s> Keywords<'s> {
     }
 }
 
+/// Validates one node. `path` is extended and restored by the callers of each
+/// nested check, so that no path string is allocated unless a mismatch is
+/// recorded.
 fn check(schema: &Value, value: &Value, path: &mut String, depth: usize, out: &mut Sink) {
     if out.done() {
         return;

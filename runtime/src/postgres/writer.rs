@@ -67,7 +67,7 @@ pub(super) async fn insert_records(
     let tx = client.transaction().await?;
     let mut columns = NewRunColumns::default();
     for append in batch {
-        if let (Some(start), Some(input)) = (&append.encoded.write.start, &append.encoded.input) {
+        if let Some((start, input)) = append.encoded.start() {
             columns.push(&append.run, start, input);
         }
     }

@@ -223,7 +223,7 @@ pub(super) fn write_journal(
     encoded: &EncodedWrite,
 ) -> rusqlite::Result<Result<Written, WriteError>> {
     let write = &encoded.write;
-    if let Some(start) = &write.start {
+    if let Some((start, input)) = encoded.start() {
         let inserted = tx.prepare_cached(
             "INSERT INTO runs (id, workflow, plan_hash, status, input, created_ms, updated_ms, owner, account)
              VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?5, ?6, ?7)",
@@ -231,7 +231,7 @@ pub(super) fn write_journal(
                 run.id,
                 start.workflow,
                 start.plan_hash,
-                encoded.input.as_deref(),
+                input,
                 now_ms(),
                 owner(),
                 run.account,

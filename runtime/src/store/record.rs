@@ -21,7 +21,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{JournalWrite, StoreError, json};
+use super::{JournalWrite, NewRun, StoreError, json};
 use crate::error::{ErrorKind, StepError};
 use crate::journal::{Attempt, StepRecord, StepStatus};
 use flow_plan::StepKind;
@@ -135,8 +135,9 @@ pub struct EncodedWrite {
     pub write: JournalWrite,
     /// `encode` of each of `write.records`, in order.
     pub records: Vec<String>,
-    /// The JSON of `write.start`'s input, when the write starts its run.
-    pub input: Option<String>,
+    /// The JSON of `write.start`'s input: read through `start`, which
+    /// pairs the two.
+    input: Option<String>,
 }
 
 impl EncodedWrite {
@@ -152,6 +153,11 @@ impl EncodedWrite {
             records,
             input,
         }
+    }
+
+    /// The run this write starts, if it does, with its input's JSON.
+    pub fn start(&self) -> Option<(&NewRun, &str)> {
+        self.write.start.as_ref().zip(self.input.as_deref())
     }
 }
 
