@@ -22,8 +22,8 @@ use flow_runtime::services::{Handoff, KbWrite, Services};
 use flow_runtime::sqlite::SqliteStore;
 use flow_runtime::store::{
     Deletion, EventNext, EventsOf, KbQuery, MailNext, MailState, NotificationKind,
-    NotificationQuery, NotificationStore, PendingGates, PlanStore, RunChange, RunLog, RunStatus,
-    RunStore, Store,
+    NotificationQuery, NotificationStore, PendingGates, PlanStore, RunChange, RunEnd, RunLog,
+    RunStatus, RunStore, Store,
 };
 use flow_tests::TempDir;
 use flow_tests::postgres::TestSchema;
@@ -1492,6 +1492,56 @@ async fn postgres_leases_keep_a_run_with_its_live_owner_until_they_run_out() {
     );
     let row = second.run("run-1").await.unwrap().unwrap();
     assert_eq!((row.status, row.active_ms), (RunStatus::Completed, 800));
+}
+
+/// Heartbeats reach PostgreSQL through the journal writer, in its
+/// batches: several of one run in one batch must each add their active
+/// time (one statement cannot change a row twice, so the writer adds them
+/// up), and a heartbeat sent as the run ends must not undo the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_heartbeats_batched_together_each_count() {
+    flow_tests::require!(Postgres);
+    let schema = TestSchema::new();
+    let [store, _] = two_owners(&schema, Duration::from_secs(10)).await;
+    let plan = plan(TWO_STEPS);
+    store.put_plan(&plan).await.unwrap();
+    store
+        .create_run("run-1", "", "w", &plan.hash, &json!({}), None)
+        .await
+        .unwrap();
+    let journal = Arc::clone(&store)
+        .open_journal("run-1", Durability::Full)
+        .await
+        .unwrap();
+    let mut beats = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let journal = Arc::clone(&journal);
+        beats.spawn(async move { journal.heartbeat(Duration::from_millis(100)).await });
+    }
+    while let Some(renewed) = beats.join_next().await {
+        assert!(renewed.unwrap().unwrap(), "the run is still this owner's");
+    }
+    let row = store.run("run-1").await.unwrap().unwrap();
+    assert_eq!(row.active_ms, 800, "every heartbeat's time is added");
+    let ending = journal.finish(RunEnd {
+        status: RunStatus::Completed,
+        outcome: json!({}),
+        active: Duration::from_millis(50),
+    });
+    let late = journal.heartbeat(Duration::from_millis(100));
+    let (ended, _) = tokio::join!(ending, late);
+    ended.unwrap();
+    let row = store.run("run-1").await.unwrap().unwrap();
+    assert_eq!(row.status, RunStatus::Completed);
+    assert!(
+        !store
+            .orphaned_runs()
+            .await
+            .unwrap()
+            .iter()
+            .any(|run| run.id == "run-1"),
+        "an ended run is nobody's to take over"
+    );
 }
 
 /// Regression (issue 13): a flowd stopped (SIGSTOP) past its lease went on,

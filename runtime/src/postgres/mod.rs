@@ -17,7 +17,10 @@
 //! * **Durable step records, committed in groups.** `Journal::record` queues
 //!   the record for one writer task, which takes every record waiting, inserts
 //!   them in one statement (one commit, one WAL flush under the server's
-//!   default `synchronous_commit = on`) and then answers each caller. A gate
+//!   default `synchronous_commit = on`) and then answers each caller. New
+//!   runs' rows (`create_run`) and the heartbeats' lease renewals go through
+//!   the same writer, in the same commits: each was a commit of its own,
+//!   together two thirds of B9's commits on PostgreSQL. A gate
 //!   reached is a notification to each of its approvers, stored in that same
 //!   commit, so that no parked run waits unannounced. Should the batch fail
 //!   (a record of a run that does not exist), each record is written alone,
@@ -321,19 +324,26 @@ impl PostgresStore {
     /// durable, or with `LeaseLost` when the fence refused it (the run is no
     /// longer this process's in its journal's epoch).
     fn append(&self, run: &RunHandle, write: JournalWrite) -> StoreFuture<'static, ()> {
-        let encoded = EncodedWrite::new(write);
-        let (reply, answer) = oneshot::channel();
-        let queued = self.appends.send(Append {
+        let applied = self.queue(Queued::Journal {
             run: run.clone(),
-            encoded,
-            reply,
+            encoded: EncodedWrite::new(write),
         });
         Box::pin(async move {
-            queued.map_err(|_| StoreError::WriterStopped)?;
-            match answer.await.map_err(|_| StoreError::WriterStopped)?? {
+            match applied.await? {
                 true => Ok(()),
                 false => Err(StoreError::LeaseLost),
             }
+        })
+    }
+
+    /// Queues `what` for the writer's next commit; resolves once that is
+    /// durable, with whether it applied.
+    fn queue(&self, what: Queued) -> StoreFuture<'static, bool> {
+        let (reply, answer) = oneshot::channel();
+        let queued = self.appends.send(Append { what, reply });
+        Box::pin(async move {
+            queued.map_err(|_| StoreError::WriterStopped)?;
+            answer.await.map_err(|_| StoreError::WriterStopped)?
         })
     }
 
@@ -937,6 +947,9 @@ impl PlanStore for PostgresStore {
 }
 
 impl RunStore for PostgresStore {
+    /// Stored in the writer's next commit, with the journals' writes: a
+    /// commit of its own for each run started over HTTP was a third of a
+    /// B9 run's commits on PostgreSQL.
     fn create_run<'a>(
         &'a self,
         id: &'a str,
@@ -946,31 +959,14 @@ impl RunStore for PostgresStore {
         input: &'a Value,
         idempotency_key: Option<&'a str>,
     ) -> StoreFuture<'a, bool> {
-        Box::pin(async move {
-            let now = now_ms();
-            let changed = self
-                .execute(
-                    "INSERT INTO runs (id, account, workflow, plan_hash, status, input, created_ms,
-                         updated_ms, owner, lease_until, idempotency_key)
-                     VALUES ($1, $2, $3, $4, 'running', $5, $6, $6, $7,
-                         now() + $8 * interval '1 millisecond', $9)
-                     ON CONFLICT (account, idempotency_key) WHERE idempotency_key IS NOT NULL
-                         DO NOTHING",
-                    &[
-                        &id,
-                        &account,
-                        &workflow,
-                        &plan_hash,
-                        &input.to_string(),
-                        &now,
-                        &self.owner,
-                        &millis(self.lease),
-                        &idempotency_key,
-                    ],
-                )
-                .await?;
-            Ok(changed == 1)
-        })
+        self.queue(Queued::Create(CreatedRun {
+            id: id.to_string(),
+            account: account.to_string(),
+            workflow: workflow.to_string(),
+            plan_hash: plan_hash.to_string(),
+            input: input.to_string(),
+            idempotency_key: idempotency_key.map(str::to_string),
+        }))
     }
 
     fn run_by_key<'a>(&'a self, account: &'a str, key: &'a str) -> StoreFuture<'a, Option<RunRow>> {
@@ -1445,26 +1441,6 @@ impl PostgresStore {
         }
     }
 
-    /// Renews the lease in `run`'s epoch, adding `active` to its active
-    /// time; false when the run has passed to another epoch or owner.
-    async fn renew(&self, run: &RunHandle, active: Duration) -> Result<bool, StoreError> {
-        let changed = self
-            .execute(
-                "UPDATE runs SET active_ms = active_ms + $2,
-                     lease_until = now() + $4 * interval '1 millisecond'
-                 WHERE id = $1 AND owner = $3 AND epoch = $5",
-                &[
-                    &run.id,
-                    &(active.as_millis() as i64),
-                    &self.owner,
-                    &millis(self.lease),
-                    &run.epoch,
-                ],
-            )
-            .await?;
-        Ok(changed == 1)
-    }
-
     async fn kb_context(
         &self,
         run: &RunHandle,
@@ -1571,8 +1547,13 @@ impl JournalBackend for PostgresStore {
         PostgresStore::append(self, run, write)
     }
 
+    /// Renewed in the writer's next commit, fenced as the journal's
+    /// writes are.
     fn renew<'a>(&'a self, run: &'a RunHandle, active: Duration) -> StoreFuture<'a, bool> {
-        Box::pin(PostgresStore::renew(self, run, active))
+        self.queue(Queued::Renew {
+            run: run.clone(),
+            active_ms: active.as_millis() as i64,
+        })
     }
 
     fn kb_write<'a>(&'a self, run: &'a RunHandle, write: &'a KbWrite) -> StoreFuture<'a, Value> {

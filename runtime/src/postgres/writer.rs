@@ -1,17 +1,61 @@
-//! The journal writer: the writes of every run's journal queued and applied
-//! in batches, one transaction (one commit) each, fenced by each run's epoch
-//! (see the parent module's doc).
+//! The journal writer: the writes of every run's journal, new runs' rows
+//! and lease renewals queued and applied in batches, one transaction (one
+//! commit) each, fenced by each run's epoch (see the parent module's doc).
 
 use super::*;
 
-/// A journal write for the writer, answered once its batch is committed.
+/// A write for the writer, answered once its batch is committed.
 pub(super) struct Append {
-    pub(super) run: RunHandle,
-    /// Written only while the run is still this process's in the epoch of
-    /// `run` (the one its journal opened in). Encoded by the run's thread,
-    /// not by this one task every run's commit waits for.
-    pub(super) encoded: EncodedWrite,
+    pub(super) what: Queued,
     pub(super) reply: oneshot::Sender<Result<bool, StoreError>>,
+}
+
+/// What a queued write does, and what its answer says.
+pub(super) enum Queued {
+    /// A run's journal write: its records, its row if it is new, its end.
+    /// Written only while the run is still this process's in the epoch of
+    /// `run` (the one its journal opened in); answered false when the
+    /// fence refused it. Encoded by the run's thread, not by this one task
+    /// every run's commit waits for.
+    Journal {
+        run: RunHandle,
+        encoded: EncodedWrite,
+    },
+    /// A run stored before it is driven (`create_run`); answered false
+    /// when a run with its idempotency key was stored first.
+    Create(CreatedRun),
+    /// A heartbeat (`renew`): the active time to add, and the lease
+    /// renewed, in `run`'s epoch; answered false when the run is no longer
+    /// this process's there. A run's heartbeat every second was a commit
+    /// of its own, a third of a B9 run's commits on PostgreSQL.
+    Renew { run: RunHandle, active_ms: i64 },
+}
+
+/// A run's row as `create_run` stores it.
+pub(super) struct CreatedRun {
+    pub(super) id: String,
+    pub(super) account: String,
+    pub(super) workflow: String,
+    pub(super) plan_hash: String,
+    pub(super) input: String,
+    pub(super) idempotency_key: Option<String>,
+}
+
+impl Append {
+    /// The run the write holds a fence on, if it does.
+    fn fenced_run(&self) -> Option<&RunHandle> {
+        match &self.what {
+            Queued::Journal { run, .. } | Queued::Renew { run, .. } => Some(run),
+            Queued::Create(_) => None,
+        }
+    }
+
+    fn journal(&self) -> Option<(&RunHandle, &EncodedWrite)> {
+        match &self.what {
+            Queued::Journal { run, encoded } => Some((run, encoded)),
+            _ => None,
+        }
+    }
 }
 
 /// The writer task: group commit of step records until the store is dropped.
@@ -45,18 +89,20 @@ pub(super) async fn write_batches(
     }
 }
 
-/// Applies a batch of journal writes in one transaction (one commit): the
-/// rows of new runs, the records in one statement, the notifications of the
-/// gates among them in another, and the runs' ends. A record replaces a
-/// stored one only while that is replaceable (an approval's record, decided
-/// or expired; a retrying step's), as in the SQLite store.
+/// Applies a batch of writes in one transaction (one commit): the rows of
+/// new runs in one statement, the fence on the batch's runs, the records in
+/// one statement, the notifications of the gates among them in another,
+/// the runs' ends, and the renewals. A record replaces a stored one only
+/// while that is replaceable (an approval's record, decided or expired; a
+/// retrying step's), as in the SQLite store.
 ///
-/// Fenced: a write applies only if its run is still `owner`'s in the
-/// write's epoch, checked under a share lock on the run's row, so that a
-/// claim by another process (which updates that row) either waits for this
-/// commit and then finds the records in the journal it loads, or comes first
-/// and the write is refused. Answers, for each write, whether it applied
-/// (false: refused by the fence).
+/// Fenced: a journal write or a renewal applies only if its run is still
+/// `owner`'s in the write's epoch, checked under a share lock on the run's
+/// row, so that a claim by another process (which updates that row) either
+/// waits for this commit and then finds the records in the journal it
+/// loads, or comes first and the write is refused. Answers, for each write,
+/// whether it applied (false: refused by the fence, or a `create_run`
+/// whose idempotency key a stored run has).
 pub(super) async fn insert_records(
     pool: &Pool,
     owner: &str,
@@ -65,71 +111,51 @@ pub(super) async fn insert_records(
 ) -> Result<Vec<bool>, StoreError> {
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
-    let mut columns = NewRunColumns::default();
-    for append in batch {
-        if let Some((start, input)) = append.encoded.start() {
-            columns.push(&append.run, start, input);
-        }
-    }
-    if !columns.ids.is_empty() {
-        let statement = tx
-            .prepare_cached(
-                "INSERT INTO runs (id, account, workflow, plan_hash, status, input, created_ms,
-                     updated_ms, owner, lease_until)
-                 SELECT n.id, n.account, n.workflow, n.plan_hash, 'running', n.input, $6, $6, $7,
-                     now() + $8 * interval '1 millisecond'
-                 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
-                     AS n(id, account, workflow, plan_hash, input)",
-            )
-            .await?;
-        tx.execute(
-            &statement,
-            &[
-                &columns.ids,
-                &columns.accounts,
-                &columns.workflows,
-                &columns.plan_hashes,
-                &columns.inputs,
-                &now_ms(),
-                &owner,
-                &millis(lease),
-            ],
-        )
-        .await?;
-    }
-    let mut runs: Vec<&str> = batch.iter().map(|append| append.run.id.as_str()).collect();
+    let created = insert_runs(&tx, owner, lease, batch).await?;
+    let mut runs: Vec<&str> = batch
+        .iter()
+        .filter_map(|append| append.fenced_run())
+        .map(|run| run.id.as_str())
+        .collect();
     runs.sort_unstable();
     runs.dedup();
-    let statement = tx
-        .prepare_cached(
-            "SELECT id, epoch FROM runs WHERE id = ANY($1) AND owner = $2
-             ORDER BY id FOR SHARE",
-        )
-        .await?;
-    let live: std::collections::HashMap<String, i64> = tx
-        .query(&statement, &[&runs, &owner])
-        .await?
-        .iter()
-        .map(|row| (row.get(0), row.get(1)))
-        .collect();
+    let live: std::collections::HashMap<String, i64> = if runs.is_empty() {
+        Default::default()
+    } else {
+        let statement = tx
+            .prepare_cached(
+                "SELECT id, epoch FROM runs WHERE id = ANY($1) AND owner = $2
+                 ORDER BY id FOR SHARE",
+            )
+            .await?;
+        tx.query(&statement, &[&runs, &owner])
+            .await?
+            .iter()
+            .map(|row| (row.get(0), row.get(1)))
+            .collect()
+    };
     let written: Vec<bool> = batch
         .iter()
-        .map(|append| live.get(&append.run.id) == Some(&append.run.epoch))
+        .map(|append| match (&append.what, append.fenced_run()) {
+            (Queued::Create(run), _) => created.contains(run.id.as_str()),
+            (_, Some(run)) => live.get(&run.id) == Some(&run.epoch),
+            (_, None) => false,
+        })
         .collect();
-    let admitted: Vec<&Append> = batch
+    let admitted: Vec<(&RunHandle, &EncodedWrite)> = batch
         .iter()
         .zip(&written)
-        .filter_map(|(append, &written)| written.then_some(append))
+        .filter(|(_, written)| **written)
+        .filter_map(|(append, _)| append.journal())
         .collect();
     // One statement cannot change a row twice: when a batch holds two
     // records of one path, the second replaces the first only if that one
     // is replaceable, as two statements would have had it.
     let mut chosen: Vec<(&str, &StepRecord, &str)> = Vec::with_capacity(admitted.len());
     let mut at: std::collections::HashMap<(&str, &str), usize> = Default::default();
-    for append in admitted.iter().copied() {
-        let encoded = &append.encoded;
+    for (run, encoded) in admitted.iter().copied() {
         for (record, json) in encoded.write.records.iter().zip(&encoded.records) {
-            let key = (append.run.id.as_str(), record.path.as_str());
+            let key = (run.id.as_str(), record.path.as_str());
             match at.get(&key) {
                 Some(&index) if chosen[index].1.status.is_replaceable() => {
                     chosen[index] = (key.0, record.as_ref(), json.as_str());
@@ -142,32 +168,32 @@ pub(super) async fn insert_records(
             }
         }
     }
-    let mut run_ids = Vec::with_capacity(chosen.len());
-    let mut paths = Vec::with_capacity(chosen.len());
-    let mut statuses = Vec::with_capacity(chosen.len());
-    let mut records = Vec::with_capacity(chosen.len());
-    let mut due = Vec::with_capacity(chosen.len());
-    for (run_id, record, json) in chosen {
-        run_ids.push(run_id);
-        paths.push(record.path.as_str());
-        statuses.push(record.status.as_str());
-        records.push(json);
-        due.push(gate_due_ms(record).map(|ms| ms as i64));
-    }
-    let gates = GateNotifications::of(&admitted);
-    let statement = tx
-        .prepare_cached(
-            "INSERT INTO step_runs (run_id, path, status, record, due_ms)
-             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[])
-             ON CONFLICT (run_id, path) DO UPDATE
-                 SET status = excluded.status, record = excluded.record, due_ms = excluded.due_ms
-                 WHERE step_runs.status IN ('pending', 'retrying', 'redriven')",
-        )
-        .await?;
-    if !run_ids.is_empty() {
+    if !chosen.is_empty() {
+        let mut run_ids = Vec::with_capacity(chosen.len());
+        let mut paths = Vec::with_capacity(chosen.len());
+        let mut statuses = Vec::with_capacity(chosen.len());
+        let mut records = Vec::with_capacity(chosen.len());
+        let mut due = Vec::with_capacity(chosen.len());
+        for (run_id, record, json) in chosen {
+            run_ids.push(run_id);
+            paths.push(record.path.as_str());
+            statuses.push(record.status.as_str());
+            records.push(json);
+            due.push(gate_due_ms(record).map(|ms| ms as i64));
+        }
+        let statement = tx
+            .prepare_cached(
+                "INSERT INTO step_runs (run_id, path, status, record, due_ms)
+                 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[])
+                 ON CONFLICT (run_id, path) DO UPDATE
+                     SET status = excluded.status, record = excluded.record, due_ms = excluded.due_ms
+                     WHERE step_runs.status IN ('pending', 'retrying', 'redriven')",
+            )
+            .await?;
         tx.execute(&statement, &[&run_ids, &paths, &statuses, &records, &due])
             .await?;
     }
+    let gates = GateNotifications::of(&admitted);
     if !gates.run_ids.is_empty() {
         let statement = tx
             .prepare_cached(
@@ -197,8 +223,115 @@ pub(super) async fn insert_records(
         .await?;
     }
     end_runs(&tx, owner, &admitted).await?;
+    renew_leases(&tx, owner, lease, batch, &written).await?;
     tx.commit().await?;
     Ok(written)
+}
+
+/// In `tx`: the rows of the runs a batch starts, the journals' new runs
+/// and `create_run`'s, in one statement. Answers the ids stored: all of the
+/// journals' (an error fails the batch), and those of `create_run` whose
+/// idempotency key no stored run has.
+async fn insert_runs(
+    tx: &deadpool_postgres::Transaction<'_>,
+    owner: &str,
+    lease: Duration,
+    batch: &[Append],
+) -> Result<std::collections::HashSet<String>, StoreError> {
+    let mut columns = NewRunColumns::default();
+    for append in batch {
+        match &append.what {
+            Queued::Journal { run, encoded } => {
+                if let Some((start, input)) = encoded.start() {
+                    columns.push(
+                        &run.id,
+                        &run.account,
+                        &start.workflow,
+                        &start.plan_hash,
+                        input,
+                        None,
+                    );
+                }
+            }
+            Queued::Create(run) => columns.push(
+                &run.id,
+                &run.account,
+                &run.workflow,
+                &run.plan_hash,
+                &run.input,
+                run.idempotency_key.as_deref(),
+            ),
+            Queued::Renew { .. } => {}
+        }
+    }
+    if columns.ids.is_empty() {
+        return Ok(Default::default());
+    }
+    let statement = tx
+        .prepare_cached(
+            "INSERT INTO runs (id, account, workflow, plan_hash, status, input, created_ms,
+                 updated_ms, owner, lease_until, idempotency_key)
+             SELECT n.id, n.account, n.workflow, n.plan_hash, 'running', n.input, $7, $7, $8,
+                 now() + $9 * interval '1 millisecond', n.key
+             FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
+                 AS n(id, account, workflow, plan_hash, input, key)
+             ON CONFLICT (account, idempotency_key) WHERE idempotency_key IS NOT NULL
+                 DO NOTHING
+             RETURNING id",
+        )
+        .await?;
+    Ok(tx
+        .query(
+            &statement,
+            &[
+                &columns.ids,
+                &columns.accounts,
+                &columns.workflows,
+                &columns.plan_hashes,
+                &columns.inputs,
+                &columns.keys,
+                &now_ms(),
+                &owner,
+                &millis(lease),
+            ],
+        )
+        .await?
+        .iter()
+        .map(|row| row.get(0))
+        .collect())
+}
+
+/// In `tx`, after the fence: the renewals it admitted (`written`), each
+/// run's lease renewed once and its active time added up, as one
+/// statement cannot change a row twice.
+async fn renew_leases(
+    tx: &deadpool_postgres::Transaction<'_>,
+    owner: &str,
+    lease: Duration,
+    batch: &[Append],
+    written: &[bool],
+) -> Result<(), StoreError> {
+    let mut active: std::collections::BTreeMap<&str, i64> = Default::default();
+    for (append, _) in batch.iter().zip(written).filter(|(_, written)| **written) {
+        if let Queued::Renew { run, active_ms } = &append.what {
+            *active.entry(run.id.as_str()).or_default() += active_ms;
+        }
+    }
+    if active.is_empty() {
+        return Ok(());
+    }
+    let (ids, actives): (Vec<&str>, Vec<i64>) = active.into_iter().unzip();
+    let statement = tx
+        .prepare_cached(
+            "UPDATE runs SET active_ms = active_ms + r.active,
+                 lease_until = now() + $3 * interval '1 millisecond'
+             FROM unnest($1::text[], $2::int8[]) AS r(id, active)
+             WHERE runs.id = r.id AND runs.owner = $4",
+        )
+        .await?;
+    tx.execute(&statement, &[&ids, &actives, &millis(lease), &owner])
+        .await?;
+    Ok(())
 }
 
 /// In `tx`, after the fence admitted `admitted`: records how each of their
@@ -206,15 +339,15 @@ pub(super) async fn insert_records(
 pub(super) async fn end_runs(
     tx: &deadpool_postgres::Transaction<'_>,
     owner: &str,
-    admitted: &[&Append],
+    admitted: &[(&RunHandle, &EncodedWrite)],
 ) -> Result<(), StoreError> {
     let mut ids = Vec::new();
     let mut statuses = Vec::new();
     let mut outcomes = Vec::new();
     let mut actives = Vec::new();
-    for append in admitted {
-        if let Some(end) = &append.encoded.write.end {
-            ids.push(append.run.id.as_str());
+    for (run, encoded) in admitted {
+        if let Some(end) = &encoded.write.end {
+            ids.push(run.id.as_str());
             statuses.push(end.status.as_str());
             outcomes.push(end.outcome.to_string());
             actives.push(end.active.as_millis() as i64);
@@ -240,23 +373,33 @@ pub(super) async fn end_runs(
     Ok(())
 }
 
-/// The rows of runs started by a batch's journal writes, as columns.
+/// The rows of runs started by a batch, as columns.
 #[derive(Default)]
-pub(super) struct NewRunColumns<'a> {
-    pub(super) ids: Vec<&'a str>,
-    pub(super) accounts: Vec<&'a str>,
-    pub(super) workflows: Vec<&'a str>,
-    pub(super) plan_hashes: Vec<&'a str>,
-    pub(super) inputs: Vec<&'a str>,
+struct NewRunColumns<'a> {
+    ids: Vec<&'a str>,
+    accounts: Vec<&'a str>,
+    workflows: Vec<&'a str>,
+    plan_hashes: Vec<&'a str>,
+    inputs: Vec<&'a str>,
+    keys: Vec<Option<&'a str>>,
 }
 
 impl<'a> NewRunColumns<'a> {
-    pub(super) fn push(&mut self, run: &'a RunHandle, start: &'a NewRun, input: &'a str) {
-        self.ids.push(&run.id);
-        self.accounts.push(&run.account);
-        self.workflows.push(&start.workflow);
-        self.plan_hashes.push(&start.plan_hash);
+    fn push(
+        &mut self,
+        id: &'a str,
+        account: &'a str,
+        workflow: &'a str,
+        plan_hash: &'a str,
+        input: &'a str,
+        key: Option<&'a str>,
+    ) {
+        self.ids.push(id);
+        self.accounts.push(account);
+        self.workflows.push(workflow);
+        self.plan_hashes.push(plan_hash);
         self.inputs.push(input);
+        self.keys.push(key);
     }
 }
 
@@ -274,15 +417,14 @@ pub(super) struct GateNotifications<'a> {
 }
 
 impl<'a> GateNotifications<'a> {
-    pub(super) fn of(batch: &[&'a Append]) -> GateNotifications<'a> {
+    pub(super) fn of(admitted: &[(&'a RunHandle, &'a EncodedWrite)]) -> GateNotifications<'a> {
         let mut gates = GateNotifications::default();
-        let records = batch.iter().flat_map(|append| {
-            append
-                .encoded
+        let records = admitted.iter().flat_map(|(run, encoded)| {
+            encoded
                 .write
                 .records
                 .iter()
-                .map(move |record| (append.run.id.as_str(), record))
+                .map(move |record| (run.id.as_str(), record))
         });
         for (run_id, record) in records {
             if record.kind != flow_plan::StepKind::Approval || record.status != StepStatus::Pending
