@@ -303,13 +303,20 @@ pub async fn drive(
         };
         let started = Instant::now();
         let ticks = Arc::new(AtomicU32::new(0));
-        let ticker = {
+        // Stopped between heartbeats, not during one: a heartbeat cut off
+        // after its renewal was sent may still apply, and its second would
+        // then count twice, in the renewal and in the run's end.
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let mut ticker = {
             let (log, ticks) = (Arc::clone(&log), Arc::clone(&ticks));
             AbortOnDrop(tokio::spawn(async move {
                 let mut interval = tokio::time::interval(ACTIVE_TICK);
                 interval.tick().await;
                 loop {
-                    interval.tick().await;
+                    tokio::select! {
+                        _ = interval.tick() => {}
+                        _ = &mut stopped => return,
+                    }
                     match log.heartbeat(ACTIVE_TICK).await {
                         Ok(true) => {
                             ticks.fetch_add(1, Ordering::SeqCst);
@@ -332,7 +339,8 @@ pub async fn drive(
             round,
         )
         .await;
-        drop(ticker);
+        let _ = stop.send(());
+        let _ = (&mut ticker.0).await;
         let recorded = ACTIVE_TICK * ticks.load(Ordering::SeqCst);
         let active = started.elapsed().saturating_sub(recorded);
         // The run's end shares its commit with the records that wait

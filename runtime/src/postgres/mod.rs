@@ -18,9 +18,10 @@
 //!   the record for one writer task, which takes every record waiting, inserts
 //!   them in one statement (one commit, one WAL flush under the server's
 //!   default `synchronous_commit = on`) and then answers each caller. New
-//!   runs' rows (`create_run`) and the heartbeats' lease renewals go through
-//!   the same writer, in the same commits: each was a commit of its own,
-//!   together two thirds of B9's commits on PostgreSQL. A gate
+//!   runs' rows (`create_run`) go through the same writer, in the same
+//!   commits, and the heartbeats' lease renewals through a batcher of their
+//!   own (`lease.rs`): each was a commit of its own, together two thirds of
+//!   B9's commits on PostgreSQL. A gate
 //!   reached is a notification to each of its approvers, stored in that same
 //!   commit, so that no parked run waits unannounced. Should the batch fail
 //!   (a record of a run that does not exist), each record is written alone,
@@ -100,11 +101,13 @@ use crate::time::now_stored_ms as now_ms;
 use crate::tls::{TlsMode, TlsSettings};
 
 mod kb;
+mod lease;
 mod location;
 mod migrations;
 mod writer;
 
 use kb::{kb_row, write_document};
+use lease::*;
 pub use location::check_location;
 use location::*;
 use migrations::*;
@@ -175,6 +178,8 @@ pub struct PostgresStore {
     pool: Pool,
     /// The group-commit writer of step records.
     appends: mpsc::UnboundedSender<Append>,
+    /// The batcher of the heartbeats' lease renewals.
+    renewals: mpsc::UnboundedSender<Renewal>,
     /// This store instance as the owner of the runs it executes.
     owner: String,
     lease: Duration,
@@ -272,9 +277,17 @@ impl PostgresStore {
             options.lease,
             queue,
         ));
+        let (renewals, queue) = mpsc::unbounded_channel();
+        tokio::spawn(renew_batches(
+            pool.clone(),
+            owner.clone(),
+            options.lease,
+            queue,
+        ));
         Ok(Arc::new(PostgresStore {
             pool,
             appends,
+            renewals,
             owner,
             lease: options.lease,
         }))
@@ -949,7 +962,8 @@ impl PlanStore for PostgresStore {
 impl RunStore for PostgresStore {
     /// Stored in the writer's next commit, with the journals' writes: a
     /// commit of its own for each run started over HTTP was a third of a
-    /// B9 run's commits on PostgreSQL.
+    /// B9 run's commits on PostgreSQL. Queued when called, not when
+    /// awaited, as the journal's writes are.
     fn create_run<'a>(
         &'a self,
         id: &'a str,
@@ -1547,12 +1561,18 @@ impl JournalBackend for PostgresStore {
         PostgresStore::append(self, run, write)
     }
 
-    /// Renewed in the writer's next commit, fenced as the journal's
-    /// writes are.
+    /// Renewed with the other runs' heartbeats, in one statement (see
+    /// `lease`).
     fn renew<'a>(&'a self, run: &'a RunHandle, active: Duration) -> StoreFuture<'a, bool> {
-        self.queue(Queued::Renew {
+        let (reply, answer) = oneshot::channel();
+        let queued = self.renewals.send(Renewal {
             run: run.clone(),
             active_ms: active.as_millis() as i64,
+            reply,
+        });
+        Box::pin(async move {
+            queued.map_err(|_| StoreError::WriterStopped)?;
+            answer.await.map_err(|_| StoreError::WriterStopped)?
         })
     }
 

@@ -1,6 +1,6 @@
-//! The journal writer: the writes of every run's journal, new runs' rows
-//! and lease renewals queued and applied in batches, one transaction (one
-//! commit) each, fenced by each run's epoch (see the parent module's doc).
+//! The journal writer: the writes of every run's journal and new runs' rows
+//! queued and applied in batches, one transaction (one commit) each, fenced
+//! by each run's epoch (see the parent module's doc).
 
 use super::*;
 
@@ -22,13 +22,9 @@ pub(super) enum Queued {
         encoded: EncodedWrite,
     },
     /// A run stored before it is driven (`create_run`); answered false
-    /// when a run with its idempotency key was stored first.
+    /// when a run with its idempotency key was stored first. Each was a
+    /// commit of its own, a third of B9's commits on PostgreSQL.
     Create(CreatedRun),
-    /// A heartbeat (`renew`): the active time to add, and the lease
-    /// renewed, in `run`'s epoch; answered false when the run is no longer
-    /// this process's there. A run's heartbeat every second was a commit
-    /// of its own, a third of a B9 run's commits on PostgreSQL.
-    Renew { run: RunHandle, active_ms: i64 },
 }
 
 /// A run's row as `create_run` stores it.
@@ -42,19 +38,40 @@ pub(super) struct CreatedRun {
 }
 
 impl Append {
-    /// The run the write holds a fence on, if it does.
-    fn fenced_run(&self) -> Option<&RunHandle> {
-        match &self.what {
-            Queued::Journal { run, .. } | Queued::Renew { run, .. } => Some(run),
-            Queued::Create(_) => None,
-        }
-    }
-
     fn journal(&self) -> Option<(&RunHandle, &EncodedWrite)> {
         match &self.what {
             Queued::Journal { run, encoded } => Some((run, encoded)),
-            _ => None,
+            Queued::Create(_) => None,
         }
+    }
+}
+
+/// Why a batch was not applied.
+pub(super) enum BatchError {
+    /// A statement failed: nothing was written, and each write can be
+    /// tried alone.
+    Statement(StoreError),
+    /// The commit itself failed: whether it was applied is unknown, so no
+    /// write is tried again (a `create_run` tried again would find its own
+    /// key and be answered as a retry of another).
+    Commit(StoreError),
+}
+
+impl From<tokio_postgres::Error> for BatchError {
+    fn from(error: tokio_postgres::Error) -> BatchError {
+        BatchError::Statement(error.into())
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for BatchError {
+    fn from(error: deadpool_postgres::PoolError) -> BatchError {
+        BatchError::Statement(error.into())
+    }
+}
+
+impl From<StoreError> for BatchError {
+    fn from(error: StoreError) -> BatchError {
+        BatchError::Statement(error)
     }
 }
 
@@ -74,13 +91,21 @@ pub(super) async fn write_batches(
                     let _ = append.reply.send(Ok(written));
                 }
             }
+            Err(BatchError::Commit(error)) => {
+                for append in batch.drain(..) {
+                    let _ = append.reply.send(Err(error.clone()));
+                }
+            }
             // One faulty record must not fail the others: each alone.
-            Err(_) => {
+            Err(BatchError::Statement(_)) => {
                 for append in batch.drain(..) {
                     let result =
                         insert_records(&pool, &owner, lease, std::slice::from_ref(&append))
                             .await
-                            .map(|written| written[0]);
+                            .map(|written| written[0])
+                            .map_err(
+                                |(BatchError::Statement(error) | BatchError::Commit(error))| error,
+                            );
                     // A caller that went away no longer needs the answer.
                     let _ = append.reply.send(result);
                 }
@@ -92,12 +117,12 @@ pub(super) async fn write_batches(
 /// Applies a batch of writes in one transaction (one commit): the rows of
 /// new runs in one statement, the fence on the batch's runs, the records in
 /// one statement, the notifications of the gates among them in another,
-/// the runs' ends, and the renewals. A record replaces a stored one only
+/// and the runs' ends. A record replaces a stored one only
 /// while that is replaceable (an approval's record, decided or expired; a
 /// retrying step's), as in the SQLite store.
 ///
-/// Fenced: a journal write or a renewal applies only if its run is still
-/// `owner`'s in the write's epoch, checked under a share lock on the run's
+/// Fenced: a journal write applies only if its run is still `owner`'s in
+/// the write's epoch, checked under a share lock on the run's
 /// row, so that a claim by another process (which updates that row) either
 /// waits for this commit and then finds the records in the journal it
 /// loads, or comes first and the write is refused. Answers, for each write,
@@ -108,14 +133,14 @@ pub(super) async fn insert_records(
     owner: &str,
     lease: Duration,
     batch: &[Append],
-) -> Result<Vec<bool>, StoreError> {
+) -> Result<Vec<bool>, BatchError> {
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
     let created = insert_runs(&tx, owner, lease, batch).await?;
     let mut runs: Vec<&str> = batch
         .iter()
-        .filter_map(|append| append.fenced_run())
-        .map(|run| run.id.as_str())
+        .filter_map(|append| append.journal())
+        .map(|(run, _)| run.id.as_str())
         .collect();
     runs.sort_unstable();
     runs.dedup();
@@ -136,10 +161,9 @@ pub(super) async fn insert_records(
     };
     let written: Vec<bool> = batch
         .iter()
-        .map(|append| match (&append.what, append.fenced_run()) {
-            (Queued::Create(run), _) => created.contains(run.id.as_str()),
-            (_, Some(run)) => live.get(&run.id) == Some(&run.epoch),
-            (_, None) => false,
+        .map(|append| match &append.what {
+            Queued::Create(run) => created.contains(run.id.as_str()),
+            Queued::Journal { run, .. } => live.get(&run.id) == Some(&run.epoch),
         })
         .collect();
     let admitted: Vec<(&RunHandle, &EncodedWrite)> = batch
@@ -223,21 +247,30 @@ pub(super) async fn insert_records(
         .await?;
     }
     end_runs(&tx, owner, &admitted).await?;
-    renew_leases(&tx, owner, lease, batch, &written).await?;
-    tx.commit().await?;
+    tx.commit()
+        .await
+        .map_err(|error| BatchError::Commit(error.into()))?;
     Ok(written)
 }
 
 /// In `tx`: the rows of the runs a batch starts, the journals' new runs
 /// and `create_run`'s, in one statement. Answers the ids stored: all of the
 /// journals' (an error fails the batch), and those of `create_run` whose
-/// idempotency key no stored run has.
+/// idempotency key no stored run has. Run ids are random, so an id
+/// answers for one write.
 async fn insert_runs(
     tx: &deadpool_postgres::Transaction<'_>,
     owner: &str,
     lease: Duration,
     batch: &[Append],
 ) -> Result<std::collections::HashSet<String>, StoreError> {
+    // Creates in the order of their keys: two processes inserting the same
+    // two keys in opposite orders would each wait for the other's row.
+    let mut batch: Vec<&Append> = batch.iter().collect();
+    batch.sort_by_key(|append| match &append.what {
+        Queued::Create(run) => Some((run.account.as_str(), run.idempotency_key.as_deref())),
+        Queued::Journal { .. } => None,
+    });
     let mut columns = NewRunColumns::default();
     for append in batch {
         match &append.what {
@@ -261,7 +294,6 @@ async fn insert_runs(
                 &run.input,
                 run.idempotency_key.as_deref(),
             ),
-            Queued::Renew { .. } => {}
         }
     }
     if columns.ids.is_empty() {
@@ -299,39 +331,6 @@ async fn insert_runs(
         .iter()
         .map(|row| row.get(0))
         .collect())
-}
-
-/// In `tx`, after the fence: the renewals it admitted (`written`), each
-/// run's lease renewed once and its active time added up, as one
-/// statement cannot change a row twice.
-async fn renew_leases(
-    tx: &deadpool_postgres::Transaction<'_>,
-    owner: &str,
-    lease: Duration,
-    batch: &[Append],
-    written: &[bool],
-) -> Result<(), StoreError> {
-    let mut active: std::collections::BTreeMap<&str, i64> = Default::default();
-    for (append, _) in batch.iter().zip(written).filter(|(_, written)| **written) {
-        if let Queued::Renew { run, active_ms } = &append.what {
-            *active.entry(run.id.as_str()).or_default() += active_ms;
-        }
-    }
-    if active.is_empty() {
-        return Ok(());
-    }
-    let (ids, actives): (Vec<&str>, Vec<i64>) = active.into_iter().unzip();
-    let statement = tx
-        .prepare_cached(
-            "UPDATE runs SET active_ms = active_ms + r.active,
-                 lease_until = now() + $3 * interval '1 millisecond'
-             FROM unnest($1::text[], $2::int8[]) AS r(id, active)
-             WHERE runs.id = r.id AND runs.owner = $4",
-        )
-        .await?;
-    tx.execute(&statement, &[&ids, &actives, &millis(lease), &owner])
-        .await?;
-    Ok(())
 }
 
 /// In `tx`, after the fence admitted `admitted`: records how each of their
