@@ -926,6 +926,33 @@ async fn deployments_are_versioned_per_account_and_runs_keep_their_account(backe
         .map(|d| d.version)
         .collect();
     assert_eq!(acme, [1, 2]);
+    // What a start reads: the latest version, or the one named, of the
+    // account's own deployments only.
+    let started = |account: &'static str, workflow: &'static str, version: Option<u32>| {
+        let store = Arc::clone(&store);
+        async move {
+            store
+                .deployment(account, workflow, version)
+                .await
+                .unwrap()
+                .map(|d| (d.version, d.plan_hash))
+        }
+    };
+    assert_eq!(
+        started("acme", "w", None).await,
+        Some((2, second.hash.clone()))
+    );
+    assert_eq!(
+        started("acme", "w", Some(1)).await,
+        Some((1, first.hash.clone()))
+    );
+    assert_eq!(started("acme", "w", Some(3)).await, None);
+    assert_eq!(started("acme", "v", None).await, None);
+    assert_eq!(
+        started("globex", "w", None).await,
+        Some((1, second.hash.clone()))
+    );
+    assert_eq!(started("initech", "w", None).await, None);
 
     store
         .create_run("run-a", "acme", "w", &second.hash, &json!({}), None)
@@ -979,6 +1006,12 @@ async fn deployments_are_versioned_per_account_and_runs_keep_their_account(backe
             .await
             .unwrap()
             .is_empty()
+    );
+    store.undeploy("acme", "w", Some(2)).await.unwrap();
+    assert_eq!(
+        started("acme", "w", None).await,
+        Some((1, first.hash.clone())),
+        "an undeployed version is no longer started"
     );
 }
 

@@ -948,14 +948,40 @@ impl PlanStore for PostgresStore {
                 )
                 .await?
                 .iter()
-                .map(|row| Deployment {
-                    workflow: row.get(0),
-                    version: row.get::<_, i32>(1) as u32,
-                    plan_hash: row.get(2),
-                    created_ms: row.get(3),
-                })
+                .map(deployment_row)
                 .collect())
         })
+    }
+
+    fn deployment<'a>(
+        &'a self,
+        account: &'a str,
+        workflow: &'a str,
+        version: Option<u32>,
+    ) -> StoreFuture<'a, Option<Deployment>> {
+        Box::pin(async move {
+            let version = version.map(|version| version as i32);
+            Ok(self
+                .query(
+                    "SELECT workflow, version, plan_hash, created_ms FROM deployments
+                     WHERE account = $1 AND workflow = $2 AND ($3::int IS NULL OR version = $3)
+                     ORDER BY version DESC LIMIT 1",
+                    &[&account, &workflow, &version],
+                )
+                .await?
+                .first()
+                .map(deployment_row))
+        })
+    }
+}
+
+/// A `Deployment` of a row of `workflow, version, plan_hash, created_ms`.
+fn deployment_row(row: &tokio_postgres::Row) -> Deployment {
+    Deployment {
+        workflow: row.get(0),
+        version: row.get::<_, i32>(1) as u32,
+        plan_hash: row.get(2),
+        created_ms: row.get(3),
     }
 }
 

@@ -743,6 +743,30 @@ impl SqliteStore {
         Ok(rows)
     }
 
+    pub fn deployment(
+        &self,
+        account: &str,
+        workflow: &str,
+        version: Option<u32>,
+    ) -> Result<Option<Deployment>, StoreError> {
+        Ok(self
+            .reader()?
+            .prepare_cached(
+                "SELECT workflow, version, plan_hash, created_ms FROM deployments
+                 WHERE account = ?1 AND workflow = ?2 AND (?3 IS NULL OR version = ?3)
+                 ORDER BY version DESC LIMIT 1",
+            )?
+            .query_row(rusqlite::params![account, workflow, version], |row| {
+                Ok(Deployment {
+                    workflow: row.get(0)?,
+                    version: row.get(1)?,
+                    plan_hash: row.get(2)?,
+                    created_ms: row.get(3)?,
+                })
+            })
+            .optional()?)
+    }
+
     pub fn run_by_key(&self, account: &str, key: &str) -> Result<Option<RunRow>, StoreError> {
         Ok(self.reader()?
             .query_row(
@@ -1177,6 +1201,15 @@ impl PlanStore for SqliteStore {
 
     fn deployments<'a>(&'a self, account: &'a str) -> StoreFuture<'a, Vec<Deployment>> {
         ready(self.deployments(account))
+    }
+
+    fn deployment<'a>(
+        &'a self,
+        account: &'a str,
+        workflow: &'a str,
+        version: Option<u32>,
+    ) -> StoreFuture<'a, Option<Deployment>> {
+        ready(self.deployment(account, workflow, version))
     }
 }
 

@@ -350,6 +350,17 @@ pub trait PlanStore: Send + Sync {
     /// The account's deployments, by workflow then version.
     fn deployments<'a>(&'a self, account: &'a str) -> StoreFuture<'a, Vec<Deployment>>;
 
+    /// The deployment a start of `workflow` runs: `version` if one is
+    /// named, else the latest; `None` when there is none. What a start
+    /// reads, rather than the account's whole list, which grows with every
+    /// version deployed.
+    fn deployment<'a>(
+        &'a self,
+        account: &'a str,
+        workflow: &'a str,
+        version: Option<u32>,
+    ) -> StoreFuture<'a, Option<Deployment>>;
+
     /// Retires `account`'s deployments of `workflow`, one `version` or all:
     /// new runs cannot start them, runs already started keep their plan,
     /// and a version number is never given again. A plan that nothing uses

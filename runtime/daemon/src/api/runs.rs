@@ -99,7 +99,10 @@ pub(crate) async fn start_run(
     let stores = body.as_ref().map_or(0, |bytes| bytes.len() as u64);
     let request: StartRun = json_body(&headers, body)?;
     let key = idempotency_key(&headers)?;
-    let deployments = daemon.deployments(&account).await.map_err(store_problem)?;
+    let deployment = daemon
+        .deployment(&account, &request.workflow, request.version)
+        .await
+        .map_err(store_problem)?;
     if let Some(key) = &key
         && let Some(first) = daemon
             .store
@@ -107,26 +110,21 @@ pub(crate) async fn start_run(
             .await
             .map_err(store_problem)?
     {
-        return replayed(first, key, &request, &deployments);
+        return replayed(first, key, &request, deployment.as_ref());
     }
-    let deployment = deployments
-        .iter()
-        .filter(|d| d.workflow == request.workflow)
-        .filter(|d| request.version.is_none_or(|v| v == d.version))
-        .max_by_key(|d| d.version)
-        .ok_or_else(|| {
-            Problem::new(
-                StatusCode::NOT_FOUND,
-                "unknown_workflow",
-                &match request.version {
-                    Some(v) => format!(
-                        "no version {v} of workflow `{}` is deployed",
-                        request.workflow
-                    ),
-                    None => format!("no workflow `{}` is deployed", request.workflow),
-                },
-            )
-        })?;
+    let deployment = deployment.ok_or_else(|| {
+        Problem::new(
+            StatusCode::NOT_FOUND,
+            "unknown_workflow",
+            &match request.version {
+                Some(v) => format!(
+                    "no version {v} of workflow `{}` is deployed",
+                    request.workflow
+                ),
+                None => format!("no workflow `{}` is deployed", request.workflow),
+            },
+        )
+    })?;
     let plan = daemon
         .plan(&deployment.plan_hash)
         .await
@@ -212,7 +210,7 @@ pub(crate) async fn start_run(
             .await
             .map_err(store_problem)?
             .ok_or_else(|| store_problem(StoreError::Missing(format!("no run has key `{key}`"))))?;
-        return replayed(first, &key, &request, &deployments);
+        return replayed(first, &key, &request, Some(&deployment));
     }
     Ok((
         StatusCode::ACCEPTED,
@@ -241,20 +239,18 @@ pub(super) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Pro
 }
 
 /// The answer to a retried start: the run the key's first request started,
-/// if this request asks for the same thing.
+/// if this request asks for the same thing. `deployment` is what this
+/// request names (`request.version`'s, or the latest).
 pub(super) fn replayed(
     first: RunRow,
     key: &str,
     request: &StartRun,
-    deployments: &[Deployment],
+    deployment: Option<&Deployment>,
 ) -> Answer {
     // A version named must be the one the first request ran; with none
     // named, a retry after a deploy still answers the first run.
-    let other_version = request.version.is_some_and(|version| {
-        !deployments.iter().any(|d| {
-            d.workflow == request.workflow && d.version == version && d.plan_hash == first.plan_hash
-        })
-    });
+    let other_version = request.version.is_some()
+        && deployment.is_none_or(|named| named.plan_hash != first.plan_hash);
     if first.workflow != request.workflow || first.input != request.input() || other_version {
         return Err(Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,

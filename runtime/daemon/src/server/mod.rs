@@ -386,6 +386,28 @@ impl Daemon {
         Ok(deployments)
     }
 
+    /// The deployment a start of `workflow` runs: `version` if one is
+    /// named, else the latest. From the cache where flowd keeps one; else
+    /// one row read, not the account's whole list.
+    pub(crate) async fn deployment(
+        &self,
+        account: &str,
+        workflow: &str,
+        version: Option<u32>,
+    ) -> Result<Option<Deployment>, StoreError> {
+        if !self.cache_deployments {
+            return self.store.deployment(account, workflow, version).await;
+        }
+        Ok(self
+            .deployments(account)
+            .await?
+            .iter()
+            .filter(|d| d.workflow == workflow)
+            .filter(|d| version.is_none_or(|v| v == d.version))
+            .max_by_key(|d| d.version)
+            .cloned())
+    }
+
     /// Deploys `workflow` of the stored plan `plan_hash` for `account`, in a
     /// task of its own: a client that hangs up between the write and the
     /// cache's update must not leave the cache behind the store.
