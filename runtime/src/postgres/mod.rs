@@ -88,7 +88,6 @@ use crate::approval::{DecideError, Decision, PendingApproval, decide_record, gat
 use crate::journal::{StepRecord, StepStatus};
 use crate::services::{Handoff, KbDocument, KbWrite};
 use crate::store::record::EncodedWrite;
-use crate::store::sql_limit;
 use crate::store::{
     ApprovalStore, DELETE_AFTER_CANCEL_MS, Deletion, Deployment, EVENT_CLAIM, EventNext,
     EventStore, EventsOf, JournalBackend, JournalWrite, KbQuery, KbStore, MAX_REDRIVES, MailNext,
@@ -97,6 +96,7 @@ use crate::store::{
     RunRow, RunStatus, RunStore, StoreError, StoreFuture, StoreJournal,
 };
 use crate::store::{RunChange, record};
+use crate::store::{sql_limit, status_condition};
 use crate::time::now_stored_ms as now_ms;
 use crate::tls::{TlsMode, TlsSettings};
 
@@ -1253,17 +1253,17 @@ impl RunStore for PostgresStore {
         query: &'a RunQuery,
     ) -> StoreFuture<'a, Vec<RunRow>> {
         Box::pin(async move {
-            let status = query.status.map(RunStatus::as_str);
             let (before_ms, before_id) = query.before.clone().unzip();
             self.runs_where(
-                "account = $1 AND ($2::text IS NULL OR workflow = $2)
-                   AND ($3::text IS NULL OR status = $3)
-                   AND ($5::bigint IS NULL OR (created_ms, id) < ($5, $6::text))
-                 ORDER BY created_ms DESC, id DESC LIMIT $4",
+                &format!(
+                    "account = $1 AND ($2::text IS NULL OR workflow = $2) AND {}
+                       AND ($4::bigint IS NULL OR (created_ms, id) < ($4, $5::text))
+                     ORDER BY created_ms DESC, id DESC LIMIT $3",
+                    status_condition(query.status)
+                ),
                 &[
                     &account,
                     &query.workflow,
-                    &status,
                     &sql_limit(query.limit),
                     &before_ms,
                     &before_id,

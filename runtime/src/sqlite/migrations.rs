@@ -269,4 +269,9 @@ pub(super) const MIGRATIONS: &[&str] = &[
      ALTER TABLE step_runs_by_row RENAME TO step_runs;
      CREATE INDEX step_runs_pending ON step_runs(run_id) WHERE status = 'pending';
      CREATE INDEX step_runs_due ON step_runs(due_ms) WHERE status = 'pending' AND due_ms IS NOT NULL;",
+    // Runs listed by status (`account_runs`, `GET /v1/runs?status=`) read
+    // one ordered range of this index rather than every run of the account
+    // (see the PostgreSQL store's migration).
+    "DROP INDEX runs_by_status;
+     CREATE INDEX runs_by_status ON runs(status, account, created_ms);",
 ];

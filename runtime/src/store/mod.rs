@@ -855,4 +855,17 @@ pub(crate) fn sql_limit(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
+/// The SQL condition of a listing of runs by `status`, the same text in
+/// both stores. The status is written into the statement, not bound: the
+/// statuses are a handful of fixed words, and a plan made for any of them
+/// (`$3 IS NULL OR status = $3`) cannot tell that a few runs are running
+/// among a million completed, so it walked them all rather than reading
+/// the index on status, account and time.
+pub(crate) fn status_condition(status: Option<RunStatus>) -> String {
+    match status {
+        Some(status) => format!("status = '{}'", status.as_str()),
+        None => "TRUE".to_string(),
+    }
+}
+
 pub(crate) use flow_engine::sync::lock;
