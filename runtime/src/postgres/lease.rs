@@ -73,9 +73,10 @@ async fn renew(
         .prepare_cached(
             "UPDATE runs SET active_ms = active_ms + r.active,
                  lease_until = now() + $4 * interval '1 millisecond'
-             FROM unnest($1::text[], $2::int8[], $3::int8[]) AS r(id, epoch, active)
+             FROM unnest($1::text[], $2::int8[], $3::int8[]) WITH ORDINALITY
+                 AS r(id, epoch, active, at)
              WHERE runs.id = r.id AND runs.epoch = r.epoch AND runs.owner = $5
-             RETURNING runs.id, runs.epoch",
+             RETURNING r.at",
         )
         .await?;
     let rows = client
@@ -84,10 +85,15 @@ async fn renew(
             &[&ids, &epochs, &actives, &millis(lease), &owner],
         )
         .await?;
-    let renewed: HashSet<(String, i64)> = rows.iter().map(|row| (row.get(0), row.get(1))).collect();
+    // Each row names a (run, epoch) by its place in the arrays, from 1.
+    let renewed: HashSet<(&str, i64)> = rows
+        .iter()
+        .map(|row| row.get::<_, i64>(0) as usize - 1)
+        .map(|at| (ids[at], epochs[at]))
+        .collect();
     Ok(batch
         .iter()
-        .map(|renewal| renewed.contains(&(renewal.run.id.clone(), renewal.run.epoch)))
+        .map(|renewal| renewed.contains(&(renewal.run.id.as_str(), renewal.run.epoch)))
         .collect())
 }
 

@@ -57,6 +57,14 @@ pub(super) enum BatchError {
     Commit(StoreError),
 }
 
+impl BatchError {
+    fn into_error(self) -> StoreError {
+        match self {
+            BatchError::Statement(error) | BatchError::Commit(error) => error,
+        }
+    }
+}
+
 impl From<tokio_postgres::Error> for BatchError {
     fn from(error: tokio_postgres::Error) -> BatchError {
         BatchError::Statement(error.into())
@@ -103,9 +111,7 @@ pub(super) async fn write_batches(
                         insert_records(&pool, &owner, lease, std::slice::from_ref(&append))
                             .await
                             .map(|written| written[0])
-                            .map_err(
-                                |(BatchError::Statement(error) | BatchError::Commit(error))| error,
-                            );
+                            .map_err(BatchError::into_error);
                     // A caller that went away no longer needs the answer.
                     let _ = append.reply.send(result);
                 }
@@ -162,7 +168,9 @@ pub(super) async fn insert_records(
     let written: Vec<bool> = batch
         .iter()
         .map(|append| match &append.what {
-            Queued::Create(run) => created.contains(run.id.as_str()),
+            Queued::Create(run) => {
+                run.idempotency_key.is_none() || created.contains(run.id.as_str())
+            }
             Queued::Journal { run, .. } => live.get(&run.id) == Some(&run.epoch),
         })
         .collect();
@@ -254,9 +262,9 @@ pub(super) async fn insert_records(
 }
 
 /// In `tx`: the rows of the runs a batch starts, the journals' new runs
-/// and `create_run`'s, in one statement. Answers the ids stored: all of the
-/// journals' (an error fails the batch), and those of `create_run` whose
-/// idempotency key no stored run has. Run ids are random, so an id
+/// and `create_run`'s, in one statement. Answers the ids stored of the
+/// runs with an idempotency key, the only ones a stored run can keep out
+/// (any other failure fails the batch). Run ids are random, so an id
 /// answers for one write.
 async fn insert_runs(
     tx: &deadpool_postgres::Transaction<'_>,
@@ -264,14 +272,8 @@ async fn insert_runs(
     lease: Duration,
     batch: &[Append],
 ) -> Result<std::collections::HashSet<String>, StoreError> {
-    // Creates in the order of their keys: two processes inserting the same
-    // two keys in opposite orders would each wait for the other's row.
-    let mut batch: Vec<&Append> = batch.iter().collect();
-    batch.sort_by_key(|append| match &append.what {
-        Queued::Create(run) => Some((run.account.as_str(), run.idempotency_key.as_deref())),
-        Queued::Journal { .. } => None,
-    });
     let mut columns = NewRunColumns::default();
+    let mut creates = Vec::new();
     for append in batch {
         match &append.what {
             Queued::Journal { run, encoded } => {
@@ -286,30 +288,38 @@ async fn insert_runs(
                     );
                 }
             }
-            Queued::Create(run) => columns.push(
-                &run.id,
-                &run.account,
-                &run.workflow,
-                &run.plan_hash,
-                &run.input,
-                run.idempotency_key.as_deref(),
-            ),
+            Queued::Create(run) => creates.push(run),
         }
+    }
+    // Creates in the order of their keys: two processes inserting the same
+    // two keys in opposite orders would each wait for the other's row.
+    creates.sort_unstable_by_key(|run| (run.account.as_str(), run.idempotency_key.as_deref()));
+    for run in creates {
+        columns.push(
+            &run.id,
+            &run.account,
+            &run.workflow,
+            &run.plan_hash,
+            &run.input,
+            run.idempotency_key.as_deref(),
+        );
     }
     if columns.ids.is_empty() {
         return Ok(Default::default());
     }
     let statement = tx
         .prepare_cached(
-            "INSERT INTO runs (id, account, workflow, plan_hash, status, input, created_ms,
-                 updated_ms, owner, lease_until, idempotency_key)
-             SELECT n.id, n.account, n.workflow, n.plan_hash, 'running', n.input, $7, $7, $8,
-                 now() + $9 * interval '1 millisecond', n.key
-             FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
-                 AS n(id, account, workflow, plan_hash, input, key)
-             ON CONFLICT (account, idempotency_key) WHERE idempotency_key IS NOT NULL
-                 DO NOTHING
-             RETURNING id",
+            "WITH stored AS (
+                 INSERT INTO runs (id, account, workflow, plan_hash, status, input, created_ms,
+                     updated_ms, owner, lease_until, idempotency_key)
+                 SELECT n.id, n.account, n.workflow, n.plan_hash, 'running', n.input, $7, $7, $8,
+                     now() + $9 * interval '1 millisecond', n.key
+                 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
+                     $6::text[]) AS n(id, account, workflow, plan_hash, input, key)
+                 ON CONFLICT (account, idempotency_key) WHERE idempotency_key IS NOT NULL
+                     DO NOTHING
+                 RETURNING id, idempotency_key)
+             SELECT id FROM stored WHERE idempotency_key IS NOT NULL",
         )
         .await?;
     Ok(tx

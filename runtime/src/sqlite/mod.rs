@@ -731,14 +731,7 @@ impl SqliteStore {
              WHERE account = ?1 ORDER BY workflow, version",
         )?;
         let rows = statement
-            .query_map([account], |row| {
-                Ok(Deployment {
-                    workflow: row.get(0)?,
-                    version: row.get(1)?,
-                    plan_hash: row.get(2)?,
-                    created_ms: row.get(3)?,
-                })
-            })?
+            .query_map([account], deployment_row)?
             .collect::<Result<Vec<_>, _>>()?;
         Ok(rows)
     }
@@ -756,14 +749,10 @@ impl SqliteStore {
                  WHERE account = ?1 AND workflow = ?2 AND (?3 IS NULL OR version = ?3)
                  ORDER BY version DESC LIMIT 1",
             )?
-            .query_row(rusqlite::params![account, workflow, version], |row| {
-                Ok(Deployment {
-                    workflow: row.get(0)?,
-                    version: row.get(1)?,
-                    plan_hash: row.get(2)?,
-                    created_ms: row.get(3)?,
-                })
-            })
+            .query_row(
+                rusqlite::params![account, workflow, version],
+                deployment_row,
+            )
             .optional()?)
     }
 
@@ -1164,6 +1153,16 @@ impl EventStore for SqliteStore {
 /// The trait over the inherent methods. SQLite answers at once (its calls
 /// take a local lock and, for writes other than the journal's, one commit),
 /// so each future is ready when returned.
+/// A `Deployment` of a row of `workflow, version, plan_hash, created_ms`.
+fn deployment_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Deployment> {
+    Ok(Deployment {
+        workflow: row.get(0)?,
+        version: row.get(1)?,
+        plan_hash: row.get(2)?,
+        created_ms: row.get(3)?,
+    })
+}
+
 /// `account_runs`' statement: `?1` the account, `?2` the workflow or
 /// null, `?3` the limit, `?4` and `?5` the time and id to list before.
 fn account_runs_sql(status: Option<RunStatus>) -> String {
