@@ -53,7 +53,8 @@ pub(crate) fn budgets(checked: &Checked) -> Option<Vec<Budget>> {
     let (_, server_index) = sorted_with_index(&env.mcp_servers);
     let budgets = workflows(checked, &recipe_index, &server_index)
         .map(|(decl, mut lowerer)| {
-            let mut folding = Folding::new();
+            let steps = lowerer.info.steps.iter().filter(|step| step.kind.is_step());
+            let mut folding = Folding::with_steps(steps.count());
             for stmt in &decl.body {
                 folding.node(&lowerer.stmt(stmt));
             }
@@ -148,12 +149,6 @@ fn workflows<'a>(
                 info,
                 text: &checked.file(info.file).text,
                 lines: LineIndex::new(&checked.file(info.file).text),
-                slots: info
-                    .steps
-                    .iter()
-                    .enumerate()
-                    .map(|(i, s)| (s.id.as_str(), i as u32))
-                    .collect(),
                 recipe_index,
                 server_index,
                 loops: Vec::new(),
@@ -322,7 +317,6 @@ struct Lowerer<'a> {
     info: &'a WorkflowInfo,
     text: &'a str,
     lines: LineIndex,
-    slots: HashMap<&'a str, u32>,
     recipe_index: &'a HashMap<&'a str, u32>,
     server_index: &'a HashMap<&'a str, u32>,
     /// Enclosing loop ids, outermost first; the index is the loop's level.
@@ -430,7 +424,8 @@ impl Lowerer<'_> {
     }
 
     fn slot(&self, id: &str) -> u32 {
-        *self.slots.get(id).expect("the checker registered every id")
+        let (slot, _) = self.info.step(id).expect("the checker registered every id");
+        slot as u32
     }
 
     fn block(&mut self, stmts: &[Stmt]) -> Vec<plan::Node> {

@@ -349,9 +349,7 @@ impl<'a> TestChecker<'a> {
                 step: name, with, ..
             } => {
                 if let Some(step) = self.step(name)
-                    && self.kind_allows(name, step, "ran", |k| {
-                        !matches!(k, StepKind::Loop | StepKind::Parallel)
-                    })
+                    && self.kind_allows(name, step, "ran", |k| k.is_step())
                     && let Some(with) = with
                 {
                     self.ran_with(name, &step.kind, with);

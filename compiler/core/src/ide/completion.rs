@@ -338,7 +338,7 @@ fn code(
                     // `mock step.|`, `decide step.|`, `expect ran step.|` in a
                     // test: the steps of the workflow it runs.
                     for step in &workflow.steps {
-                        if !matches!(step.kind, StepKind::Loop | StepKind::Parallel) {
+                        if step.kind.is_step() {
                             items.push(step_item(env, step));
                         }
                     }

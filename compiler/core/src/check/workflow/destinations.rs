@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl<'e, 'd, 't> Checker<'e, 'd, 't> {
+impl<'e, 'd> Checker<'e, 'd> {
     /// A `deliver` setting: its events known and each given once, its
     /// names plain and not empty, its templates and content read against the
     /// workflow's input and `output`.

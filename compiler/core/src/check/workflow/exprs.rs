@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl<'e, 'd, 't> Checker<'e, 'd, 't> {
+impl<'e, 'd> Checker<'e, 'd> {
     pub(super) fn expect_bool(&mut self, expr: &Expr, ty: &Ty) {
         match ty {
             Ty::Bool | Ty::Any | Ty::Json => {}

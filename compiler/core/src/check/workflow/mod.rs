@@ -13,8 +13,6 @@
 //! destination (`destinations`); this file holds the step table and the
 //! walk over statements.
 
-use std::collections::HashMap;
-
 use crate::check::env::{Env, McpInfo, require_plain, resolve_fields};
 use crate::check::types::Ty;
 use crate::codes::Code;
@@ -27,6 +25,9 @@ mod destinations;
 mod exprs;
 mod refs;
 mod steps;
+mod table;
+
+pub use table::StepTable;
 
 /// What kind of step an id names.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,6 +47,13 @@ pub enum StepKind {
     Parallel,
     /// A step whose statement did not parse.
     Unknown,
+}
+
+impl StepKind {
+    /// Whether the id names a step, not a loop or a parallel block.
+    pub fn is_step(&self) -> bool {
+        !matches!(self, StepKind::Loop | StepKind::Parallel)
+    }
 }
 
 /// The MCP tool a browser step calls.
@@ -107,7 +115,7 @@ pub struct WorkflowInfo {
     pub file: FileId,
     pub input: Vec<(String, Ty)>,
     /// Every id of the workflow; its index is the step's slot in the plan.
-    pub steps: Vec<StepInfo>,
+    pub steps: StepTable,
     pub timeout_ms: u64,
     /// The type of the workflow's `output` record, when it has one.
     pub output: Option<Ty>,
@@ -126,7 +134,7 @@ pub struct LoopInfo {
 
 impl WorkflowInfo {
     pub fn step(&self, id: &str) -> Option<(usize, &StepInfo)> {
-        self.steps.iter().enumerate().find(|(_, s)| s.id == id)
+        self.steps.get(id)
     }
 }
 
@@ -249,6 +257,11 @@ pub(crate) fn check_workflow(
     }
 
     // Pass 1: every id with its containers and output type.
+    let handler = match &decl.on_error {
+        Some(ErrorPolicy::Fallback(block)) => table::ids_in(&block.stmts),
+        _ => 0,
+    };
+    checker.steps = StepTable::with_capacity(table::ids_in(&decl.body) + handler);
     checker.collect(&decl.body);
     if let Some(ErrorPolicy::Fallback(block)) = &decl.on_error {
         checker
@@ -333,17 +346,14 @@ pub(crate) fn test_path_ty(
         .walk(ty, segments, true, &|| "the workflow's output".to_string())
 }
 
-struct Checker<'e, 'd, 't> {
+struct Checker<'e, 'd> {
     env: &'e Env,
     /// Whether the caller gave `flow.lock`: then each MCP server's tools are
     /// in its `McpInfo`, or the lock does not cover the server.
     locked: bool,
     file: FileId,
     diagnostics: &'d mut Vec<Diagnostic>,
-    steps: Vec<StepInfo>,
-    /// Each id's index in `steps`, the id borrowed from the tree: a copy
-    /// of each was 13 MB of a 100,000-step file's peak.
-    by_id: HashMap<&'t str, usize>,
+    steps: StepTable,
     /// The containers of the statement being checked (pass 1 and 2 alike).
     containers: Vec<Container>,
     /// Enclosing loops, outermost first: id, item type, and whether the
@@ -441,7 +451,7 @@ impl NotRun {
     }
 }
 
-impl<'e, 'd, 't> Checker<'e, 'd, 't> {
+impl<'e, 'd> Checker<'e, 'd> {
     /// A checker of `file` with nothing in scope yet.
     fn new(env: &'e Env, file: FileId, diagnostics: &'d mut Vec<Diagnostic>) -> Self {
         Checker {
@@ -449,8 +459,7 @@ impl<'e, 'd, 't> Checker<'e, 'd, 't> {
             locked: false,
             file,
             diagnostics,
-            steps: Vec::new(),
-            by_id: HashMap::new(),
+            steps: StepTable::default(),
             containers: Vec::new(),
             loops: Vec::new(),
             loop_infos: Vec::new(),
@@ -468,23 +477,19 @@ impl<'e, 'd, 't> Checker<'e, 'd, 't> {
 
     // ------------------------------------------------------------ pass 1
 
-    /// Registers the step, loop or parallel block whose id is `id`.
-    fn register(&mut self, id: &'t str, info: StepInfo) {
-        // A `parallel` with no name (a syntax error) clashes with none.
-        if let Some(&first) = self.by_id.get(id).filter(|_| !id.is_empty()) {
+    /// Registers the step, loop or parallel block `info` describes.
+    fn register(&mut self, info: StepInfo) {
+        if let Err((first, again)) = self.steps.insert(info) {
             let first = &self.steps[first];
-            let diagnostic = Diagnostic::new(Code::DuplicateId, self.file, info.id_span, format!("the id `{}` is used twice", info.id))
+            let diagnostic = Diagnostic::new(Code::DuplicateId, self.file, again.id_span, format!("the id `{}` is used twice", again.id))
                 .label("used again here")
                 .secondary(self.file, first.id_span, "first used here")
                 .hint("step, loop and parallel ids are unique in a workflow: they name journal entries and references");
             self.push(diagnostic);
-            return;
         }
-        self.by_id.insert(id, self.steps.len());
-        self.steps.push(info);
     }
 
-    fn collect(&mut self, stmts: &'t [Stmt]) {
+    fn collect(&mut self, stmts: &[Stmt]) {
         for stmt in stmts {
             match stmt {
                 Stmt::Step(step) => {
@@ -519,18 +524,15 @@ impl<'e, 'd, 't> Checker<'e, 'd, 't> {
                         step.options.on_error,
                         Some(ErrorPolicy::Continue(_) | ErrorPolicy::Fallback(_))
                     );
-                    self.register(
-                        &step.id.text,
-                        StepInfo {
-                            id: step.id.text.clone(),
-                            id_span: step.id.span,
-                            span: step.span,
-                            kind,
-                            output,
-                            containers: self.containers.as_slice().into(),
-                            may_fail,
-                        },
-                    );
+                    self.register(StepInfo {
+                        id: step.id.text.clone(),
+                        id_span: step.id.span,
+                        span: step.span,
+                        kind,
+                        output,
+                        containers: self.containers.as_slice().into(),
+                        may_fail,
+                    });
                     if let Some(ErrorPolicy::Fallback(block)) = &step.options.on_error {
                         self.containers.push(Container::Fallback {
                             step: step.id.text.clone(),
@@ -560,18 +562,15 @@ impl<'e, 'd, 't> Checker<'e, 'd, 't> {
                     self.collect(&stmt.body.stmts);
                     self.containers.pop();
                     let iteration = self.outputs_since(first, self.containers.len() + 1);
-                    self.register(
-                        &stmt.id.text,
-                        StepInfo {
-                            id: stmt.id.text.clone(),
-                            id_span: stmt.id.span,
-                            span: stmt.span,
-                            kind: StepKind::Loop,
-                            output: Some(Ty::list(iteration)),
-                            containers: self.containers.as_slice().into(),
-                            may_fail: false,
-                        },
-                    );
+                    self.register(StepInfo {
+                        id: stmt.id.text.clone(),
+                        id_span: stmt.id.span,
+                        span: stmt.span,
+                        kind: StepKind::Loop,
+                        output: Some(Ty::list(iteration)),
+                        containers: self.containers.as_slice().into(),
+                        may_fail: false,
+                    });
                 }
                 Stmt::Parallel(stmt) => {
                     let mut branches = Vec::new();
@@ -610,18 +609,15 @@ impl<'e, 'd, 't> Checker<'e, 'd, 't> {
                         ));
                     }
                     self.collect(&stmt.broken);
-                    self.register(
-                        &stmt.id.text,
-                        StepInfo {
-                            id: stmt.id.text.clone(),
-                            id_span: stmt.id.span,
-                            span: stmt.span,
-                            kind: StepKind::Parallel,
-                            output: Some(Ty::record(branches)),
-                            containers: self.containers.as_slice().into(),
-                            may_fail: false,
-                        },
-                    );
+                    self.register(StepInfo {
+                        id: stmt.id.text.clone(),
+                        id_span: stmt.id.span,
+                        span: stmt.span,
+                        kind: StepKind::Parallel,
+                        output: Some(Ty::record(branches)),
+                        containers: self.containers.as_slice().into(),
+                        may_fail: false,
+                    });
                 }
             }
         }
@@ -793,7 +789,7 @@ pub(crate) fn not_run(step: &StepInfo, containers: &[Container], use_at: u32) ->
     {
         return Some(NotRun::OwnFallback);
     }
-    if matches!(step.kind, StepKind::Loop | StepKind::Parallel)
+    if !step.kind.is_step()
         && use_containers.iter().any(|c| match c {
             Container::LoopBody { id, .. } => *id == step.id,
             Container::ParallelBranch { parallel, .. } => *parallel == step.id,

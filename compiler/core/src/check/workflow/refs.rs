@@ -4,7 +4,7 @@
 
 use super::*;
 
-impl<'e, 'd, 't> Checker<'e, 'd, 't> {
+impl<'e, 'd> Checker<'e, 'd> {
     pub(super) fn path(&mut self, path: &Path, optional_ok: bool) -> Ty {
         if let Some(ty) = self.destination_path(path, optional_ok) {
             return ty;
@@ -85,7 +85,7 @@ impl<'e, 'd, 't> Checker<'e, 'd, 't> {
                         "names an enclosing loop, not its item",
                         format!("loop.{root}.item"),
                     ))
-                } else if self.by_id.contains_key(root) {
+                } else if self.steps.contains(root) {
                     Some(("is a step", format!("step.{root}")))
                 } else if self.input.field(root).is_some() {
                     Some((
@@ -217,7 +217,7 @@ impl<'e, 'd, 't> Checker<'e, 'd, 't> {
             );
         }
         let use_at = path.span.start;
-        let Some(&index) = self.by_id.get(id.text.as_str()) else {
+        let Some((index, _)) = self.steps.get(&id.text) else {
             let ran: Vec<&str> = self
                 .steps
                 .iter()

@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl<'e, 'd, 't> Checker<'e, 'd, 't> {
+impl<'e, 'd> Checker<'e, 'd> {
     pub(super) fn step(&mut self, step: &Step) {
         let args = step.call.args();
         match &step.call {
