@@ -329,7 +329,8 @@ pub struct Retry {
 pub enum ErrorPolicy {
     Fail(Span),
     Continue(Span),
-    Fallback(Block),
+    /// Boxed: inline, the block made every step 16 bytes larger.
+    Fallback(Box<Block>),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -375,43 +376,106 @@ pub struct Branch {
     pub span: Span,
 }
 
-/// A duration as written: digits and a unit the checker validates. A bare
-/// number has no unit (`timeout 60`), which the checker reports.
+/// A duration as written: digits and a unit. A bare number has no unit
+/// (`timeout 60`), which the checker reports; a unit flow does not know
+/// (`2w`) the parser reports, so the tree keeps no text of it and a step's
+/// three durations (retry backoff and timeout) take 32 bytes each.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DurationLit {
-    pub amount: Option<u64>,
-    /// The unit as written, empty when none was: flow's units (and most
-    /// another tool's, kept for the checker to name) fit in the string
-    /// itself, so the usual duration costs no allocation, and an empty
-    /// string rather than an `Option` keeps a step's three of them (retry
-    /// backoff and timeout) 24 bytes smaller. Read it through [`Self::unit`].
-    pub unit: EcoString,
+    /// Read through [`Self::amount`]: with `has_amount` beside it rather
+    /// than an `Option`, a literal is 24 bytes, not 32.
+    amount: u64,
     pub span: Span,
+    pub unit: DurationUnit,
+    has_amount: bool,
+}
+
+/// A duration's unit, as written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DurationUnit {
+    /// None was written: a bare number.
+    Missing,
+    Known(Unit),
+    /// One flow does not know, already reported by the parser.
+    Unknown,
+}
+
+/// The units flow writes durations in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    Milliseconds,
+    Seconds,
+    Minutes,
+    Hours,
+    Days,
+}
+
+impl Unit {
+    /// The unit written as `text`, if flow knows it.
+    pub fn parse(text: &str) -> Option<Unit> {
+        UNITS
+            .iter()
+            .find(|(u, ..)| *u == text)
+            .map(|(_, unit, _)| *unit)
+    }
+
+    /// Its length in milliseconds.
+    pub fn ms(self) -> u64 {
+        UNITS
+            .iter()
+            .find(|(_, u, _)| *u == self)
+            .map_or(1, |(.., ms)| *ms)
+    }
+}
+
+impl DurationUnit {
+    /// The unit `text` names; empty text is no unit.
+    pub fn of(text: &str) -> DurationUnit {
+        match Unit::parse(text) {
+            Some(unit) => DurationUnit::Known(unit),
+            None if text.is_empty() => DurationUnit::Missing,
+            None => DurationUnit::Unknown,
+        }
+    }
 }
 
 impl DurationLit {
-    /// The unit as written, if one was.
-    pub fn unit(&self) -> Option<&str> {
-        (!self.unit.is_empty()).then_some(self.unit.as_str())
+    /// `amount` is `None` when the digits make no number (a sign, or too
+    /// many of them).
+    pub fn new(amount: Option<u64>, unit: DurationUnit, span: Span) -> DurationLit {
+        DurationLit {
+            amount: amount.unwrap_or(0),
+            span,
+            unit,
+            has_amount: amount.is_some(),
+        }
+    }
+
+    /// The number written, when the digits make one.
+    pub fn amount(&self) -> Option<u64> {
+        self.has_amount.then_some(self.amount)
     }
 
     /// The duration in milliseconds, when the unit is one we know.
     pub fn millis(&self) -> Option<u64> {
-        self.amount?.checked_mul(unit_ms(self.unit()?)?)
+        match self.unit {
+            DurationUnit::Known(unit) => self.amount()?.checked_mul(unit.ms()),
+            DurationUnit::Missing | DurationUnit::Unknown => None,
+        }
     }
 }
 
 /// The units of durations, longest first, with their length in milliseconds.
-pub(crate) const UNITS: &[(&str, u64)] = &[
-    ("d", 86_400_000),
-    ("h", 3_600_000),
-    ("m", 60_000),
-    ("s", 1_000),
-    ("ms", 1),
+pub(crate) const UNITS: &[(&str, Unit, u64)] = &[
+    ("d", Unit::Days, 86_400_000),
+    ("h", Unit::Hours, 3_600_000),
+    ("m", Unit::Minutes, 60_000),
+    ("s", Unit::Seconds, 1_000),
+    ("ms", Unit::Milliseconds, 1),
 ];
 
 pub(crate) fn unit_ms(unit: &str) -> Option<u64> {
-    UNITS.iter().find(|(u, _)| *u == unit).map(|(_, ms)| *ms)
+    Unit::parse(unit).map(Unit::ms)
 }
 
 /// The length in milliseconds of a unit that other tools write (`w`,
@@ -435,9 +499,8 @@ pub(crate) fn foreign_unit_ms(unit: &str) -> Option<u64> {
 pub(crate) fn whole_duration(ms: u64) -> String {
     let (unit, per) = UNITS
         .iter()
-        .find(|(_, per)| ms.is_multiple_of(*per))
-        .copied()
-        .unwrap_or(("ms", 1));
+        .find(|(.., per)| ms.is_multiple_of(*per))
+        .map_or(("ms", 1), |(unit, _, per)| (*unit, *per));
     format!("{}{unit}", ms / per)
 }
 

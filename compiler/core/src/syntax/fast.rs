@@ -304,8 +304,13 @@ impl<'s> Fast<'s> {
                 }
                 let text = &self.src[start..end];
                 let span = self.advance(end - start)?;
+                let duration = duration_lit(text, span);
+                // A unit flow does not know is the pest path's to report.
+                if duration.unit == DurationUnit::Unknown {
+                    return None;
+                }
                 Some(Expr {
-                    kind: ExprKind::Duration(duration_lit(text, span)),
+                    kind: ExprKind::Duration(duration),
                     span,
                 })
             }
@@ -742,7 +747,7 @@ impl<'s> Fast<'s> {
         match self.keyword(&["fallback", "fail", "continue"])?? {
             "fallback" => {
                 self.advance(8)?;
-                Some(ErrorPolicy::Fallback(self.block()?))
+                Some(ErrorPolicy::Fallback(Box::new(self.block()?)))
             }
             "fail" => Some(ErrorPolicy::Fail(self.advance(4)?)),
             _ => Some(ErrorPolicy::Continue(self.advance(8)?)),

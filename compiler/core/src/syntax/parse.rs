@@ -472,14 +472,49 @@ pub(crate) fn docs_text(comment: &str) -> String {
 /// A duration literal from its text: digits (a sign stays with them, so that
 /// `-5` has no amount) and an optional unit; the checker validates both.
 pub(crate) fn duration_lit(text: &str, span: Span) -> DurationLit {
+    let (amount, unit) = amount_and_unit(text);
+    DurationLit::new(amount, DurationUnit::of(unit), span)
+}
+
+/// A duration's digits, as a number when they make one, and its unit.
+fn amount_and_unit(text: &str) -> (Option<u64>, &str) {
     let digits_end = text
         .find(|c: char| !c.is_ascii_digit() && c != '-')
         .unwrap_or(text.len());
-    let unit = &text[digits_end..];
-    DurationLit {
-        amount: text[..digits_end].parse().ok(),
-        unit: unit.into(),
+    (text[..digits_end].parse().ok(), &text[digits_end..])
+}
+
+/// The problem with a duration whose unit flow does not know. A unit of
+/// another tool is converted, not matched by spelling: `2w` is `14d`, not
+/// `2d`.
+fn unknown_unit(text: &str, span: Span, file: FileId) -> Diagnostic {
+    let (amount, unit) = amount_and_unit(text);
+    let meant = foreign_unit_ms(unit)
+        .and_then(|ms| amount?.checked_mul(ms))
+        .filter(|ms| *ms > 0)
+        .map(whole_duration);
+    let (hint, fix) = match (meant, did_you_mean(unit, ["ms", "s", "m", "h", "d"])) {
+        (Some(meant), _) => (
+            format!("write `{meant}`: the units are `ms`, `s`, `m`, `h`, `d`"),
+            Some(meant),
+        ),
+        (None, Some(best)) if unit.len() <= 3 => (
+            format!("did you mean `{best}`? the units are `ms`, `s`, `m`, `h`, `d`"),
+            amount.map(|amount| format!("{amount}{best}")),
+        ),
+        _ => ("the units are `ms`, `s`, `m`, `h`, `d`".to_string(), None),
+    };
+    let diagnostic = Diagnostic::new(
+        Code::BadDuration,
+        file,
         span,
+        format!("unknown duration unit `{unit}`"),
+    )
+    .label("invalid duration")
+    .hint(hint);
+    match fix {
+        Some(fix) => diagnostic.fix(fix),
+        None => diagnostic,
     }
 }
 
@@ -2617,7 +2652,9 @@ impl<'s> Parser<'s> {
     fn error_policy(&mut self, policy: Pair<'_, Rule>) -> ErrorPolicy {
         let span = span_of(&policy);
         match policy.as_rule() {
-            Rule::fallback_policy => ErrorPolicy::Fallback(self.block(first_child(policy))),
+            Rule::fallback_policy => {
+                ErrorPolicy::Fallback(Box::new(self.block(first_child(policy))))
+            }
             _ if policy.as_str().starts_with("continue") => ErrorPolicy::Continue(span),
             _ => ErrorPolicy::Fail(span),
         }
@@ -2638,7 +2675,7 @@ impl<'s> Parser<'s> {
             });
             let Some(ms) = total.filter(|ms| *ms > 0) else {
                 let (amount, unit) = parts[0];
-                return duration_lit(&format!("{amount}{unit}"), span);
+                return self.duration(&format!("{amount}{unit}"), span);
             };
             (
                 ms,
@@ -2646,7 +2683,7 @@ impl<'s> Parser<'s> {
             )
         } else {
             let Some((whole, rest)) = text.split_once('.') else {
-                return duration_lit(text, span);
+                return self.duration(text, span);
             };
             let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
             let (fraction, unit) = rest.split_at(digits);
@@ -2659,7 +2696,7 @@ impl<'s> Parser<'s> {
             });
             let Some(ms) = meant else {
                 // An unknown unit or less than a millisecond.
-                return duration_lit(&format!("{whole}{unit}"), span);
+                return self.duration(&format!("{whole}{unit}"), span);
             };
             (
                 ms,
@@ -2678,7 +2715,17 @@ impl<'s> Parser<'s> {
             .hint(format!("write `{written}`"))
             .fix(written.clone()),
         );
-        duration_lit(&written, span)
+        self.duration(&written, span)
+    }
+
+    /// The duration `text` writes, at `span`; a unit flow does not know is
+    /// reported here, where its text is.
+    fn duration(&mut self, text: &str, span: Span) -> DurationLit {
+        let duration = duration_lit(text, span);
+        if duration.unit == DurationUnit::Unknown {
+            self.problems.push(unknown_unit(text, span, self.file));
+        }
+        duration
     }
 
     // ------------------------------------------------------------ expressions

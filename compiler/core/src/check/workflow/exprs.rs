@@ -71,11 +71,11 @@ impl<'e, 'd> Checker<'e, 'd> {
             // unit, said as for `timeout 90`.
             (ExprKind::Int(amount), Ty::Duration) => {
                 self.duration(
-                    &DurationLit {
-                        amount: u64::try_from(*amount).ok(),
-                        unit: EcoString::new(),
-                        span: expr.span,
-                    },
+                    &DurationLit::new(
+                        u64::try_from(*amount).ok(),
+                        DurationUnit::Missing,
+                        expr.span,
+                    ),
                     &what.to_string(),
                 );
             }

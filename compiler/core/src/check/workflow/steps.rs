@@ -245,8 +245,8 @@ impl<'e, 'd> Checker<'e, 'd> {
     pub(super) fn duration(&mut self, duration: &DurationLit, what: &str) -> Option<u64> {
         // Each problem with its hint and, when the hint names one duration,
         // that duration as the fix.
-        let problem = match (duration.unit(), duration.amount) {
-            (None, amount) => Some((
+        let problem = match (duration.unit, duration.amount()) {
+            (DurationUnit::Missing, amount) => Some((
                 format!("{what} needs a unit"),
                 format!(
                     "write `{}s` for seconds, or use `ms`, `m`, `h`, `d`",
@@ -254,26 +254,8 @@ impl<'e, 'd> Checker<'e, 'd> {
                 ),
                 amount.map(|amount| format!("{amount}s")),
             )),
-            (Some(unit), amount) if unit_ms(unit).is_none() => {
-                // A unit of another tool is converted, not matched by
-                // spelling: `2w` is `14d`, not `2d`.
-                let meant = foreign_unit_ms(unit)
-                    .and_then(|ms| amount?.checked_mul(ms))
-                    .filter(|ms| *ms > 0)
-                    .map(whole_duration);
-                let (hint, fix) = match (meant, did_you_mean(unit, ["ms", "s", "m", "h", "d"])) {
-                    (Some(meant), _) => (
-                        format!("write `{meant}`: the units are `ms`, `s`, `m`, `h`, `d`"),
-                        Some(meant),
-                    ),
-                    (None, Some(best)) if unit.len() <= 3 => (
-                        format!("did you mean `{best}`? the units are `ms`, `s`, `m`, `h`, `d`"),
-                        amount.map(|amount| format!("{amount}{best}")),
-                    ),
-                    _ => ("the units are `ms`, `s`, `m`, `h`, `d`".to_string(), None),
-                };
-                Some((format!("unknown duration unit `{unit}`"), hint, fix))
-            }
+            // The parser reported it, where the unit's text is.
+            (DurationUnit::Unknown, _) => return None,
             _ => match duration.millis() {
                 None => Some((
                     "the duration is too long".to_string(),
