@@ -1642,19 +1642,26 @@ mod tests {
     fn an_account_run_lookup_reads_the_index_not_the_row() {
         let dir = flow_tests::TempDir::new("sqlite-account-run");
         let store = SqliteStore::open(&dir.path().join("flow.db")).unwrap();
-        let conn = store.reader().unwrap();
-        let plan: Vec<String> = conn
-            .prepare(&format!("EXPLAIN QUERY PLAN {ACCOUNT_RUN}"))
-            .unwrap()
-            .query_map(["acme", "run-x"], |row| row.get::<_, String>(3))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
+        let plan = query_plan(&store, ACCOUNT_RUN, params!["acme", "run-x"]);
         assert!(
             plan.iter()
                 .any(|step| step.contains("COVERING INDEX runs_by_account_id")),
             "{plan:?}"
         );
+    }
+
+    /// The steps of SQLite's plan for `sql` with `params`, as `EXPLAIN
+    /// QUERY PLAN` words them.
+    fn query_plan(store: &SqliteStore, sql: &str, params: &[&dyn rusqlite::ToSql]) -> Vec<String> {
+        store
+            .reader()
+            .unwrap()
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .unwrap()
+            .query_map(params, |row| row.get::<_, String>(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
     }
 
     /// Regression: runs listed by status walked every run of the account
@@ -1666,20 +1673,11 @@ mod tests {
     fn runs_listed_by_status_read_one_range_of_an_index() {
         let dir = flow_tests::TempDir::new("sqlite-list-by-status");
         let store = SqliteStore::open(&dir.path().join("list.db")).unwrap();
-        let conn = store.reader().unwrap();
-        let plan: Vec<String> = conn
-            .prepare(&format!(
-                "EXPLAIN QUERY PLAN {}",
-                account_runs_sql(Some(RunStatus::Running))
-            ))
-            .unwrap()
-            .query_map(
-                params!["acme", None::<String>, 10, None::<i64>, None::<String>],
-                |row| row.get::<_, String>(3),
-            )
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
+        let plan = query_plan(
+            &store,
+            &account_runs_sql(Some(RunStatus::Running)),
+            params!["acme", None::<String>, 10, None::<i64>, None::<String>],
+        );
         assert!(
             plan.iter()
                 .any(|step| step.contains("runs_by_status (status=? AND account=?)")),
