@@ -46,29 +46,36 @@ def ours(benchmark):
     return row[0]
 
 
-def end_to_end(store):
-    """B9, flowd end to end on `store` (sqlite or postgres): its markdown row."""
-    args = ["cargo", "bench", "-q", "-p", "flow-daemon", "--bench", "end_to_end", "--", "--store", store]
+def end_to_end(store, flowds="1"):
+    """B9, flowd end to end on `store` (sqlite or postgres): its markdown
+    rows, one for each count of flowds sharing the store (PostgreSQL only)."""
+    args = ["cargo", "bench", "-q", "-p", "flow-daemon", "--bench", "end_to_end", "--", "--store", store, "--flowds", flowds]
     if QUICK:
         args.append("--quick")
-    row = [line for line in run(args).splitlines() if line.startswith("| B9")]
-    if not row:
-        sys.exit(f"flowd's bench end_to_end printed no row for {store}")
-    return row[0]
+    rows = [line for line in run(args).splitlines() if line.startswith("| B9")]
+    if len(rows) != len(flowds.split(",")):
+        sys.exit(f"flowd's bench end_to_end printed {len(rows)} rows for {store} with {flowds} flowds")
+    return rows
 
 
-def ours_only():
-    """flow's benchmarks that have no peer here, as their rows: B4 (a crash
-    and restart), B5 (the Redis limit), B6 (the checker), B11 (`flowc
-    test` on 1,000 tests of the examples)."""
+def checker():
+    """B6, the checker's speed and peak memory: its bench's rows."""
     quick = ["--quick"] if QUICK else []
-    rows = [line for line in run(["cargo", "bench", "-q", "-p", "flow-runtime", "--bench", "runs", "--", *quick, "--only", "b4"]).splitlines() if line.startswith("| B4")]
-    rows += [line for line in run(["cargo", "bench", "-q", "-p", "flow-runtime", "--bench", "limit", "--", *quick]).splitlines() if line.startswith("| B5")]
-    rows += [
+    return [
         "| B6 " + line[2:]
         for line in run(["cargo", "bench", "-q", "-p", "flow-compiler", "--bench", "check", "--", *quick]).splitlines()
         if line.startswith(("| one workflow", "| 1000 files", "| 50 files", "| peak memory"))
     ]
+
+
+def ours_only(b6_rows):
+    """flow's benchmarks that have no peer here, as their rows: B4 (a crash
+    and restart), B5 (the Redis limit), B6 (the checker, `b6_rows`), B11
+    (`flowc test` on 1,000 tests of the examples)."""
+    quick = ["--quick"] if QUICK else []
+    rows = [line for line in run(["cargo", "bench", "-q", "-p", "flow-runtime", "--bench", "runs", "--", *quick, "--only", "b4"]).splitlines() if line.startswith("| B4")]
+    rows += [line for line in run(["cargo", "bench", "-q", "-p", "flow-runtime", "--bench", "limit", "--", *quick]).splitlines() if line.startswith("| B5")]
+    rows += b6_rows
     rows += [
         line
         for line in run(["cargo", "bench", "-q", "-p", "flowc", "--bench", "test", "--", *quick]).splitlines()
@@ -132,6 +139,47 @@ def cold_start_ms(command, runs):
     return times
 
 
+def goal(values, target, unit, at_most=False):
+    """The median of `values` against a goal of at least (or at most) `target`."""
+    sign = "≤" if at_most else "≥"
+    return f"{statistics.median(values) / target:,.2f}× the goal of {sign} {target:,} {unit}"
+
+
+def b6_rows(lines):
+    """The checker's rows of the main table, from its bench's `lines`: the
+    speed on the largest workflows and the peak memory of the largest,
+    against the issue's goals (≥ 25 MB/s, ≤ 120 MB)."""
+    rows = []
+    speeds = [
+        (int(number(r"one workflow, ([0-9]+) steps", line)), number(r"([0-9.]+) MB/s", line))
+        for line in lines
+        if line.startswith("| B6 one workflow")
+    ]
+    if speeds:
+        shown = speeds[-2:]
+        rows.append(
+            "| B6 `flowc check` speed (parse, check, lower; one core), one workflow of "
+            + " and ".join(f"{steps:,}" for steps, _ in shown)
+            + " steps | "
+            + "; ".join(f"{speed:,.1f} MB/s" for _, speed in shown)
+            + " | – (the peers have no checker) | – | the goal of ≥ 25 MB/s: "
+            + ", ".join(f"{speed / 25:,.2f}×" for _, speed in shown)
+            + " |"
+        )
+    peaks = [line for line in lines if line.startswith("| B6 peak memory")]
+    if peaks:
+        line = peaks[-1]
+        steps = int(number(r"one workflow of ([0-9]+) steps", line))
+        resident = number(r"\| check ([0-9.]+) MB", line)
+        touched = number(r"\| check [0-9.]+ MB \(huge pages off ([0-9.]+) MB\)", line)
+        rows.append(
+            f"| B6 peak memory of `flowc check`, one workflow of {steps:,} steps "
+            f"| {resident:,.1f} MB ({touched:,.1f} MB with mimalloc's huge pages off) | – | – "
+            f"| {goal([resident], 120, 'MB', at_most=True)} ({touched / 120:,.2f}× with huge pages off) |"
+        )
+    return rows
+
+
 def spread(values):
     return statistics.median(values), min(values), max(values)
 
@@ -154,10 +202,18 @@ def main():
     # waiter per tick, so its B3 slows as parked runs grow: flow's B3seq count.
     dbos_b3_runs = 20 if QUICK else 300
     flow_b1, flow_b1_seq, langgraph_b1, dbos_b1 = [], [], [], []
+    # B1's CPU time per durable step, every thread of the process, and the
+    # last repetition's split by thread.
+    flow_b1_cpu, b1_cpu_split = [], ""
     flow_b2, langgraph_b2 = [], []
     flow_b3, flow_b3_seq, langgraph_b3, dbos_b3 = [], [], [], []
     # B9 with the in-process figures it is held against, in the same repetition.
     flow_b9, flow_b1pg, flow_b9pg = [], [], []
+    # Scale-out: flowds sharing one PostgreSQL, by their count: steps/s,
+    # steps per core-second (flowds, PostgreSQL and the load generator),
+    # and flowd's and PostgreSQL's CPU per step.
+    scale_counts = "1,2" if QUICK else "1,2,3"
+    scale = {int(n): ([], [], [], []) for n in scale_counts.split(",")}
     # B7 once, first: its bench takes hundreds of samples of each case itself.
     flow_b7 = lsp()
     print("B7 done", file=sys.stderr)
@@ -165,7 +221,10 @@ def main():
         print(f"repetition {rep + 1} of {REPS}", file=sys.stderr)
         # Alternated: ours, then each peer, so that the machine's state
         # drifts over all of them alike.
-        flow_b1.append(number(r"\| ([0-9.]+) steps/s", ours("b1")))
+        row = ours("b1")
+        flow_b1.append(number(r"\| ([0-9.]+) steps/s", row))
+        flow_b1_cpu.append(number(r"CPU per step ([0-9.]+) µs", row))
+        b1_cpu_split = re.search(r"CPU per step [0-9.]+ µs \(([^)]*)\)", row).group(1)
         flow_b1_seq.append(number(r"\| ([0-9.]+) steps/s", ours("b1seq")))
         langgraph_b1.append(peer("langgraph_bench.py", "b1", b1_runs)["steps_per_second"])
         dbos_b1.append(peer("dbos_bench.py", "b1", b1_runs)["steps_per_second"])
@@ -189,11 +248,24 @@ def main():
         langgraph_b3.append((b3_runs / answer["park_seconds"], b3_runs / answer["resume_seconds"]))
         answer = peer("dbos_bench.py", "b3", dbos_b3_runs)
         dbos_b3.append((dbos_b3_runs / answer["park_seconds"], dbos_b3_runs / answer["resume_seconds"]))
-        row = end_to_end("sqlite")
+        row = end_to_end("sqlite")[0]
         b9_load = re.search(r"\| B9 \| ([0-9]+ runs x 10 steps started over HTTP by [0-9]+ clients)", row).group(1)
         flow_b9.append(number(r"\| ([0-9.]+) steps/s", row))
         flow_b1pg.append(number(r"\| ([0-9.]+) steps/s", ours("b1pg")))
-        flow_b9pg.append(number(r"\| ([0-9.]+) steps/s", end_to_end("postgres")))
+        # The first row (one flowd) is B9 on PostgreSQL; the others add flowds.
+        for row in end_to_end("postgres", scale_counts):
+            flowds = int(number(r", ([0-9]+) flowds?(?: \|)", row))
+            rate = number(r"\| ([0-9.]+) steps/s", row)
+            cores = sum(
+                number(pattern, row)
+                for pattern in (r"cores busy: flowd ([0-9.]+)", r"load generator ([0-9.]+),", r"PostgreSQL ([0-9.]+);")
+            )
+            steps_per_second, per_core, flowd_cpu, postgres_cpu = scale[flowds]
+            steps_per_second.append(rate)
+            per_core.append(rate / cores)
+            flowd_cpu.append(number(r"CPU per step: flowd ([0-9.]+) µs", row))
+            postgres_cpu.append(number(r"PostgreSQL ([0-9.]+) µs", row))
+        flow_b9pg.append(scale[1][0][-1])
 
     workdir = tempfile.mkdtemp()
     with open(os.path.join(workdir, "one.flow"), "w") as source:
@@ -272,8 +344,12 @@ def main():
         f"| LangGraph {cell(langgraph_b1, 'steps/s')}; DBOS {cell(dbos_b1, 'steps/s')} "
         f"| {ratio(flow_b1_seq, langgraph_b1)} LangGraph, {ratio(flow_b1_seq, dbos_b1)} DBOS "
         f"| {statistics.median(flow_b1_seq) * fsync / 1e6:,.2f}× |",
+        f"| CPU per durable step: B1 at once, every thread of flow's process | {cell(flow_b1_cpu, 'µs', 1)} "
+        f"(last repetition by thread: {b1_cpu_split}) | – | – "
+        f"| {goal(flow_b1_cpu, 11.5, 'µs', at_most=True)} (half of the 23 µs of 2026-11-30) |",
         f"| B2 one run, loop of {b2_items:,} items, in memory | {cell(flow_b2, 'µs/step', 2)} "
-        f"| LangGraph {cell(langgraph_b2, 'µs/step', 1)} | {ratio(flow_b2, langgraph_b2, False)} | – |",
+        f"| LangGraph {cell(langgraph_b2, 'µs/step', 1)} | {ratio(flow_b2, langgraph_b2, False)} "
+        f"| {goal(flow_b2, 3, 'µs/step', at_most=True)} |",
         f"| B3 park runs at an approval, then resume them all: flow's {parked_runs:,.0f} at once "
         f"(the peers' one after another: LangGraph {b3_runs:,} runs, DBOS {dbos_b3_runs:,}) "
         f"| park {cell([p for p, _ in flow_b3], 'runs/s')}, resume {cell([r for _, r in flow_b3], 'runs/s')} "
@@ -289,7 +365,15 @@ def main():
         f"| B9 the same on PostgreSQL (127.0.0.1, `synchronous_commit=on`) "
         f"| {cell(flow_b9pg, 'steps/s')} | – | – "
         f"| {statistics.median(flow_b9pg) / statistics.median(flow_b1pg):,.2f}× B1 on PostgreSQL in process "
-        f"({cell(flow_b1pg, 'steps/s')}); {statistics.median(flow_b9pg) / 20000:,.2f}× the goal of 20,000 steps/s |",
+        f"({cell(flow_b1pg, 'steps/s')}); {goal(flow_b9pg, 20000, 'steps/s')} |",
+        *[
+            f"| B9 scale-out: {n} flowd{'s' if n > 1 else ''} sharing one PostgreSQL, on the same {os.cpu_count()} cores "
+            f"| {cell(steps_per_second, 'steps/s')} | – | – "
+            f"| CPU per step: flowd {statistics.median(flowd_cpu):,.1f} µs, PostgreSQL {statistics.median(postgres_cpu):,.1f} µs; "
+            f"{statistics.median(per_core):,.0f} steps per core-second, "
+            f"{statistics.median(per_core) / statistics.median(scale[1][1]):,.2f}× one flowd's |"
+            for n, (steps_per_second, per_core, flowd_cpu, postgres_cpu) in sorted(scale.items())
+        ],
         f"| B7 `flow-lsp` on a 5,000-line file, over stdio, one run of its bench "
         f"(goals: diagnostics p99 ≤ 30 ms; completion p50 ≤ 5 ms, p99 ≤ 16 ms) "
         f"| {b7_cell()} | none: neither has a language server | – | – |",
@@ -303,7 +387,9 @@ def main():
             cpu = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    alone = ours_only()
+    b6 = checker()
+    rows += b6_rows(b6)
+    alone = ours_only(b6)
     load_after = os.getloadavg()[0]
     minutes = (time.perf_counter() - started) / 60
     table = "\n".join(
@@ -314,7 +400,7 @@ def main():
             f"the disk's fsync: {fsync:,.0f} µs; load average {load_before:.1f} at the start, {load_after:.1f} at the end; "
             f"the benchmarks took {minutes:.1f} minutes. Median of {REPS} alternated repetitions (min – max).",
             "",
-            "| benchmark | flow | peers | flow's lead | against the disk (rate × fsync time: 1× = one fsync per step, or per run in B3) |",
+            "| benchmark | flow | peers | flow's lead | its limit: against the disk (rate × fsync time: 1× = one fsync per step, or per run in B3), or the issue's goal |",
             "|---|---|---|---|---|",
             *rows,
             END,

@@ -27,7 +27,9 @@ use flow_runtime::runner::Invocation;
 use flow_runtime::services::{BoxFuture, Provider, RecipeCall, Services};
 use flow_runtime::sqlite::{RunJournal, SqliteStore};
 use flow_runtime::store::{NewRun, RunLog};
-use flow_tests::bench::{ANSWER_RECIPE as RECIPE, profiler};
+use flow_tests::bench::{
+    ANSWER_RECIPE as RECIPE, cpu_between, cpu_by_thread, cpu_of_processes, profiler,
+};
 use serde_json::{Value, json};
 
 #[global_allocator]
@@ -464,6 +466,7 @@ fn b1(runtime: &tokio::runtime::Runtime, quick: bool) {
             start.await.expect("run created");
         }
     });
+    let cpu_before = cpu_by_thread(std::process::id());
     profiler("enable");
     let start = Instant::now();
     let completed = runtime.block_on(async {
@@ -502,14 +505,36 @@ fn b1(runtime: &tokio::runtime::Runtime, quick: bool) {
     });
     let elapsed = start.elapsed().as_secs_f64();
     profiler("disable");
+    let cpu = cpu_between(&cpu_before, &cpu_by_thread(std::process::id()));
     assert_eq!(completed, runs, "every run completes");
     let steps = runs * 10;
     println!(
-        "| B1 | {runs} runs x 10 steps, SQLite, synchronous=FULL, group commit | {steps} steps in {:.3} s | {:.0} steps/s |",
+        "| B1 | {runs} runs x 10 steps, SQLite, synchronous=FULL, group commit | {steps} steps in {:.3} s | {:.0} steps/s | {} |",
         elapsed,
-        steps as f64 / elapsed
+        steps as f64 / elapsed,
+        cpu_per_step(&cpu, steps)
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The CPU time `cpu` (by thread name) per durable step: the process's
+/// total, then its threads that took at least a twentieth of it.
+fn cpu_per_step(
+    cpu: &std::collections::BTreeMap<String, std::time::Duration>,
+    steps: usize,
+) -> String {
+    let total: std::time::Duration = cpu.values().sum();
+    let per_step = |time: &std::time::Duration| time.as_secs_f64() * 1e6 / steps as f64;
+    let threads: Vec<String> = cpu
+        .iter()
+        .filter(|(_, time)| time.as_secs_f64() >= total.as_secs_f64() / 20.0)
+        .map(|(name, time)| format!("{name} {:.1}", per_step(time)))
+        .collect();
+    format!(
+        "CPU per step {:.1} µs ({})",
+        per_step(&total),
+        threads.join(", ")
+    )
 }
 
 /// B1seq: B1's runs one after another, each created, driven and finished
@@ -595,6 +620,8 @@ fn b1_postgres(runtime: &tokio::runtime::Runtime, quick: bool) {
             start.await.expect("joined").expect("run created");
         }
     });
+    let cpu_before = cpu_by_thread(std::process::id());
+    let postgres_before = cpu_of_processes("postgres");
     let start = Instant::now();
     let completed = runtime.block_on(async {
         let mut tasks = Vec::new();
@@ -626,12 +653,19 @@ fn b1_postgres(runtime: &tokio::runtime::Runtime, quick: bool) {
         completed
     });
     let elapsed = start.elapsed().as_secs_f64();
+    let cpu = cpu_between(&cpu_before, &cpu_by_thread(std::process::id()));
+    let postgres: std::time::Duration =
+        cpu_between(&postgres_before, &cpu_of_processes("postgres"))
+            .values()
+            .sum();
     assert_eq!(completed, runs, "every run completes");
     let steps = runs * 10;
     println!(
-        "| B1pg | {runs} runs x 10 steps, PostgreSQL, synchronous_commit=on, group commit | {steps} steps in {:.3} s | {:.0} steps/s |",
+        "| B1pg | {runs} runs x 10 steps, PostgreSQL, synchronous_commit=on, group commit | {steps} steps in {:.3} s | {:.0} steps/s | {}; PostgreSQL {:.1} µs |",
         elapsed,
-        steps as f64 / elapsed
+        steps as f64 / elapsed,
+        cpu_per_step(&cpu, steps),
+        postgres.as_secs_f64() * 1e6 / steps as f64
     );
     // The store's pool and writer belong to this runtime: closed before the
     // schema is dropped.

@@ -1,7 +1,11 @@
 //! What benchmarks of several crates share: the workloads they name alike
 //! (B1's workflow runs in process in `runtime/benches/runs.rs` and over
-//! HTTP in `runtime/daemon/benches/end_to_end.rs`), and the switch that
-//! lets `bench/profile` record a benchmark's timed part only.
+//! HTTP in `runtime/daemon/benches/end_to_end.rs`), the switch that lets
+//! `bench/profile` record a benchmark's timed part only, and the readers of
+//! the CPU time that processes and threads have used.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
 
 /// The recipe of B1, B2 and B3: one question in, a text and a score out.
 pub const ANSWER_RECIPE: &str = r#"recipe answer {
@@ -47,4 +51,64 @@ pub fn profiler(command: &str) {
     std::fs::File::open(ack)
         .and_then(|mut fifo| fifo.read_exact(&mut answer))
         .expect("perf's answer");
+}
+
+/// The time on a CPU so far of each thread of process `pid`, summed by
+/// thread name (Linux's `schedstat`, in nanoseconds, so no clock tick
+/// rounds it). A thread that has ended is no longer counted.
+pub fn cpu_by_thread(pid: u32) -> BTreeMap<String, Duration> {
+    let mut by_name = BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return by_name;
+    };
+    for task in tasks.flatten() {
+        let path = task.path();
+        let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        *by_name
+            .entry(name.trim().to_string())
+            .or_insert(Duration::ZERO) += on_cpu(&path.join("schedstat"));
+    }
+    by_name
+}
+
+/// The time on a CPU so far of every process named `name` (each of
+/// PostgreSQL's backends is a process of its own), by process id.
+pub fn cpu_of_processes(name: &str) -> BTreeMap<u32, Duration> {
+    let mut by_pid = BTreeMap::new();
+    for process in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = process.file_name().to_str().and_then(|p| p.parse().ok()) else {
+            continue;
+        };
+        if std::fs::read_to_string(process.path().join("comm")).is_ok_and(|c| c.trim() == name) {
+            by_pid.insert(pid, on_cpu(&process.path().join("schedstat")));
+        }
+    }
+    by_pid
+}
+
+/// The CPU time between two readings of [`cpu_of_processes`] or
+/// [`cpu_by_thread`], by process or thread name: one started in between
+/// counts from zero, one ended in between not at all.
+pub fn cpu_between<K: Ord + Clone>(
+    before: &BTreeMap<K, Duration>,
+    after: &BTreeMap<K, Duration>,
+) -> BTreeMap<K, Duration> {
+    after
+        .iter()
+        .map(|(key, time)| {
+            let spent = time.saturating_sub(before.get(key).copied().unwrap_or_default());
+            (key.clone(), spent)
+        })
+        .collect()
+}
+
+/// The first field of a `schedstat` file: nanoseconds on a CPU.
+fn on_cpu(schedstat: &std::path::Path) -> Duration {
+    let text = std::fs::read_to_string(schedstat).unwrap_or_default();
+    Duration::from_nanos(
+        text.split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0),
+    )
 }

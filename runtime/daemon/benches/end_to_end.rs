@@ -24,8 +24,8 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::{Flowd, config, cpu_between, cpu_by_thread, cpu_of_processes, post_json};
-use flow_tests::bench::{profiler, ten_steps_source};
+use common::{Flowd, config, post_json};
+use flow_tests::bench::{cpu_between, cpu_by_thread, cpu_of_processes, profiler, ten_steps_source};
 use flow_tests::postgres::{TestSchema, server_url, tokio_postgres};
 use serde_json::json;
 
@@ -220,7 +220,9 @@ fn measure(load: &Load, store: &str, dirs: &[std::path::PathBuf]) -> Measured {
     profiler("disable");
     let flowd_after = cpu_of_flowds(&flowds);
     let generator_after = cpu_by_thread(std::process::id());
-    let postgres = cpu_between(&postgres_before, &cpu_of_processes("postgres"));
+    let postgres = cpu_between(&postgres_before, &cpu_of_processes("postgres"))
+        .values()
+        .sum();
 
     runtime.block_on(async {
         let failed = common::get_json(
@@ -239,15 +241,13 @@ fn measure(load: &Load, store: &str, dirs: &[std::path::PathBuf]) -> Measured {
     }
     let mut flowd = BTreeMap::new();
     for (before, after) in flowd_before.iter().zip(&flowd_after) {
-        for (name, time) in after {
-            *flowd.entry(name.clone()).or_insert(Duration::ZERO) +=
-                time.saturating_sub(before.get(name).copied().unwrap_or_default());
+        for (name, time) in cpu_between(before, after) {
+            *flowd.entry(name).or_insert(Duration::ZERO) += time;
         }
     }
-    let generator = generator_after
+    let generator = cpu_between(&generator_before, &generator_after)
         .values()
-        .sum::<Duration>()
-        .saturating_sub(generator_before.values().sum());
+        .sum();
     Measured {
         elapsed,
         flowd,

@@ -3,7 +3,6 @@
 
 #![allow(dead_code, reason = "each bench uses a part of it")]
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -168,60 +167,4 @@ pub(crate) async fn until_none_running(client: &reqwest::Client, base: &str, key
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-}
-
-/// The time on a CPU so far of each thread of process `pid`, summed by
-/// thread name (Linux's `schedstat`, in nanoseconds, so no clock tick
-/// rounds it). A thread that has ended is no longer counted.
-pub(crate) fn cpu_by_thread(pid: u32) -> BTreeMap<String, Duration> {
-    let mut by_name = BTreeMap::new();
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return by_name;
-    };
-    for task in tasks.flatten() {
-        let path = task.path();
-        let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
-        *by_name
-            .entry(name.trim().to_string())
-            .or_insert(Duration::ZERO) += on_cpu(&path.join("schedstat"));
-    }
-    by_name
-}
-
-/// The time on a CPU so far of every process named `name` (each of
-/// PostgreSQL's backends is a process of its own), by process id.
-pub(crate) fn cpu_of_processes(name: &str) -> BTreeMap<u32, Duration> {
-    let mut by_pid = BTreeMap::new();
-    for process in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = process.file_name().to_str().and_then(|p| p.parse().ok()) else {
-            continue;
-        };
-        if std::fs::read_to_string(process.path().join("comm")).is_ok_and(|c| c.trim() == name) {
-            by_pid.insert(pid, on_cpu(&process.path().join("schedstat")));
-        }
-    }
-    by_pid
-}
-
-/// The CPU time between two readings of [`cpu_of_processes`]: a process
-/// started in between counts from zero, one ended in between not at all.
-pub(crate) fn cpu_between(
-    before: &BTreeMap<u32, Duration>,
-    after: &BTreeMap<u32, Duration>,
-) -> Duration {
-    after
-        .iter()
-        .map(|(pid, time)| time.saturating_sub(before.get(pid).copied().unwrap_or_default()))
-        .sum()
-}
-
-/// The first field of a `schedstat` file: nanoseconds on a CPU.
-fn on_cpu(schedstat: &std::path::Path) -> Duration {
-    let text = std::fs::read_to_string(schedstat).unwrap_or_default();
-    Duration::from_nanos(
-        text.split_whitespace()
-            .next()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0),
-    )
 }
