@@ -171,11 +171,9 @@ def b6_rows(lines):
         line = peaks[-1]
         steps = int(number(r"one workflow of ([0-9]+) steps", line))
         resident = number(r"\| check ([0-9.]+) MB", line)
-        touched = number(r"\| check [0-9.]+ MB \(huge pages off ([0-9.]+) MB\)", line)
         rows.append(
             f"| B6 peak memory of `flowc check`, one workflow of {steps:,} steps "
-            f"| {resident:,.1f} MB ({touched:,.1f} MB with mimalloc's huge pages off) | – | – "
-            f"| {goal([resident], 120, 'MB', at_most=True)} ({touched / 120:,.2f}× with huge pages off) |"
+            f"| {resident:,.1f} MB | – | – | {goal([resident], 120, 'MB', at_most=True)} |"
         )
     return rows
 

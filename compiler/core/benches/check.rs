@@ -169,20 +169,11 @@ fn peak_of_one_check(path: &str, lower: bool) {
 
 /// The peak resident memory of a fresh process that checks `path` once (and
 /// lowers it with `lower`), in MB; `None` where it cannot be read.
-///
-/// mimalloc asks for transparent huge pages on its arena, so where the
-/// kernel grants them the peak counts whole 2 MB pages wherever the heap
-/// touched one, and moves by 10 MB with the layout of the same heap.
-/// `huge_pages: false` turns them off in the child (`MIMALLOC_ALLOW_THP=0`):
-/// the memory the compiler touched, steady from run to run.
-fn peak_in_own_process(path: &Path, lower: bool, huge_pages: bool) -> Option<f64> {
+fn peak_in_own_process(path: &Path, lower: bool) -> Option<f64> {
     let mut command = std::process::Command::new(std::env::current_exe().ok()?);
     command.arg("--peak").arg(path);
     if lower {
         command.arg("--lower");
-    }
-    if !huge_pages {
-        command.env("MIMALLOC_ALLOW_THP", "0");
     }
     let output = command.output().ok()?;
     let bytes: u64 = String::from_utf8_lossy(&output.stdout)
@@ -229,11 +220,8 @@ fn main() {
     println!("|---|---|---|---|");
     for (steps, path) in &workflow_files {
         let show = |lower: bool| {
-            let mb = |huge_pages| {
-                peak_in_own_process(path, lower, huge_pages)
-                    .map_or("unknown".to_string(), |mb| format!("{mb:.1} MB"))
-            };
-            format!("{} (huge pages off {})", mb(true), mb(false))
+            peak_in_own_process(path, lower)
+                .map_or("unknown".to_string(), |mb| format!("{mb:.1} MB"))
         };
         println!(
             "| peak memory, one workflow of {steps} steps | {steps} | check {} | check and lower {} |",

@@ -237,7 +237,9 @@ fn main() -> ExitCode {
     // Transparent huge pages off, as in the runtime's processes
     // (runtime/src/allocator.rs): with them, a cold check of a large file
     // now and then stalled while the kernel compacted memory for a huge
-    // page (docs/benchmarks.md, B6), for the same median time.
+    // page (docs/benchmarks.md, B6), for the same median time. This covers
+    // what the system would make huge unasked; mimalloc, built with
+    // `no_thp`, never asks.
     #[cfg(target_os = "linux")]
     let _ = rustix::thread::disable_transparent_huge_pages(true);
     let cli = Cli::parse();
