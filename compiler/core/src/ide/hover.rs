@@ -110,7 +110,7 @@ fn step_text(checked: &Checked, step: &StepInfo) -> String {
     if step.may_fail {
         text.push_str("\n\nmay end without output (`on_error continue` or a fallback)");
     }
-    let mut step_docs = Vec::new();
+    let mut step_docs = Box::default();
     for item in &checked.files[0].tree.items {
         visit::steps(item, &mut |s| {
             if s.id.span == step.id_span {

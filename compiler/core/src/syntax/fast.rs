@@ -637,7 +637,6 @@ impl<'s> Fast<'s> {
         let mut end = self.trailing_end;
         let mut options = StepOptions::default();
         while let Some(option) = self.keyword(&["retry", "timeout", "on_error", "idempotency"])? {
-            let option_start = self.pos;
             self.advance(option.len())?;
             match option {
                 "retry" => {
@@ -660,7 +659,6 @@ impl<'s> Fast<'s> {
                             attempts,
                             attempts_span,
                             backoff,
-                            span: Span::new(option_start, retry_end),
                         },
                     )?;
                 }
@@ -682,7 +680,7 @@ impl<'s> Fast<'s> {
             }
         }
         Some(Step {
-            docs,
+            docs: docs.into(),
             id,
             call,
             options,
@@ -704,7 +702,7 @@ impl<'s> Fast<'s> {
                 self.advance(8)?;
                 let collection = self.string()?;
                 Some(StepCall::KbWrite {
-                    collection,
+                    collection: Box::new(collection),
                     args: self.record_lit()?,
                 })
             }
@@ -712,7 +710,7 @@ impl<'s> Fast<'s> {
                 self.advance(7)?;
                 let department = self.string()?;
                 Some(StepCall::Handoff {
-                    department,
+                    department: Box::new(department),
                     args: self.record_lit()?,
                 })
             }
@@ -729,8 +727,8 @@ impl<'s> Fast<'s> {
                     self.advance(1)?;
                     let tool = self.tool_name()?;
                     Some(StepCall::Browser {
-                        server: first,
-                        tool,
+                        server: Box::new(first),
+                        tool: Box::new(tool),
                         args: self.record_lit()?,
                     })
                 } else {

@@ -2482,7 +2482,7 @@ impl<'s> Parser<'s> {
             self.step_option(option, &mut options);
         }
         Some(Stmt::Step(Box::new(Step {
-            docs,
+            docs: docs.into(),
             id,
             call,
             options,
@@ -2565,14 +2565,14 @@ impl<'s> Parser<'s> {
             Rule::kb_write_call => {
                 let collection = self.string_after(next(), "kb_write", "a collection");
                 StepCall::KbWrite {
-                    collection,
+                    collection: Box::new(collection),
                     args: self.record_lit(next()),
                 }
             }
             Rule::handoff_call => {
                 let department = self.string_after(next(), "handoff", "a department");
                 StepCall::Handoff {
-                    department,
+                    department: Box::new(department),
                     args: self.record_lit(next()),
                 }
             }
@@ -2580,8 +2580,8 @@ impl<'s> Parser<'s> {
                 let server = name(next());
                 let tool = name(next());
                 StepCall::Browser {
-                    server,
-                    tool,
+                    server: Box::new(server),
+                    tool: Box::new(tool),
                     args: self.record_lit(next()),
                 }
             }
@@ -2629,7 +2629,6 @@ impl<'s> Parser<'s> {
                     attempts,
                     attempts_span,
                     backoff,
-                    span,
                 };
                 self.once(&mut options.retry, retry, span, "retry");
             }
@@ -3218,7 +3217,7 @@ fn broken_steps(region: &Pair<'_, Rule>) -> Vec<Stmt> {
         }
         let start = base + at + offset;
         steps.push(Stmt::Step(Box::new(Step {
-            docs: Vec::new(),
+            docs: Box::default(),
             id: Name {
                 text: id.into(),
                 span: Span::new(start, start + id.len()),
