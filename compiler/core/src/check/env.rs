@@ -401,7 +401,7 @@ fn check_prompt(
                 Diagnostic::new(
                     Code::PromptUnknownInput,
                     file,
-                    path.span,
+                    path.span(),
                     "`input` needs a field: `{{input.field}}`",
                 )
                 .label("no field"),

@@ -424,7 +424,7 @@ impl<'a> TestChecker<'a> {
                 Diagnostic::new(
                     Code::BadExpectation,
                     self.file,
-                    path.span,
+                    path.span(),
                     format!("workflow `{}` has no output", self.workflow.name),
                 )
                 .label("nothing to compare")
@@ -448,7 +448,7 @@ impl<'a> TestChecker<'a> {
                         Diagnostic::new(
                             Code::BadExpectation,
                             self.file,
-                            path.span,
+                            path.span(),
                             format!(
                                 "`{}` compares numbers; this is `{}`",
                                 op.symbol(),

@@ -80,7 +80,7 @@ fn declared<'c>(
 /// segment after the root's own (`step.ID.` and `loop.ID.item.` take one
 /// and two).
 fn root_shape<'c>(checked: &'c Checked, path: &Path, depth: usize) -> Option<(Shape<'c>, usize)> {
-    let at = path.span.start;
+    let at = path.span().start;
     let container = visit::item_at(checked, at)?;
     match (path.root.text.as_str(), container) {
         ("workflow_input", Item::Workflow(workflow)) => Some((
@@ -231,7 +231,7 @@ pub(crate) fn path_at(checked: &Checked, offset: u32) -> Option<Path> {
     let mut target: Option<Path> = None;
     for item in &checked.files.first()?.tree.items {
         visit::paths(item, &mut |path| {
-            if path.span.contains(offset) {
+            if path.span().contains(offset) {
                 target = Some(path.clone());
             }
         });

@@ -168,7 +168,6 @@ fn path_hover(checked: &Checked, offset: u32) -> Option<Hover> {
         let shown = Path {
             root: path.root.clone(),
             segments: path.segments[..=index].to_vec(),
-            span: path.span,
         };
         let mut markdown = typed_block(checked, Some(&path_text(&shown)), &ty)
             .trim_start()
@@ -195,10 +194,10 @@ enum Roots<'c> {
 
 impl<'c> Roots<'c> {
     fn at(checked: &'c Checked, path: &Path) -> Option<Roots<'c>> {
-        if let Some(scope) = Scope::at(checked, path.span.start) {
+        if let Some(scope) = Scope::at(checked, path.span().start) {
             return Some(Roots::Workflow(scope));
         }
-        let Item::Recipe(recipe) = visit::item_at(checked, path.span.start)? else {
+        let Item::Recipe(recipe) = visit::item_at(checked, path.span().start)? else {
             return None;
         };
         let info = checked

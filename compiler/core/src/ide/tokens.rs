@@ -282,7 +282,7 @@ fn named_tokens(checked: &Checked, file: FileId) -> Vec<SemanticToken> {
         });
         visit::paths(item, &mut |path| {
             // A template reference is preceded by `{{` and blanks in the text.
-            let mut before = path.span.start as usize;
+            let mut before = path.span().start as usize;
             while before > 0 && text[before - 1].is_ascii_whitespace() {
                 before -= 1;
             }
@@ -292,7 +292,7 @@ fn named_tokens(checked: &Checked, file: FileId) -> Vec<SemanticToken> {
                     TokenKind::TemplateDelimiter,
                     false,
                 );
-                let mut after = path.span.end as usize;
+                let mut after = path.span().end as usize;
                 while after < text.len() && text[after].is_ascii_whitespace() {
                     after += 1;
                 }

@@ -1097,7 +1097,6 @@ impl<'s> Fast<'s> {
         Some(Path {
             root,
             segments: exact(segments),
-            span: Span::new(start, i),
         })
     }
 

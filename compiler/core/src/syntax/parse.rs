@@ -2937,7 +2937,6 @@ impl<'s> Parser<'s> {
     }
 
     fn path(&mut self, pair: Pair<'_, Rule>) -> Path {
-        let span = span_of(&pair);
         let mut inner = pair.into_inner();
         let root = name(inner.next().expect("path root"));
         let mut segments = Vec::new();
@@ -2971,8 +2970,7 @@ impl<'s> Parser<'s> {
         }
         Path {
             root,
-            segments,
-            span,
+            segments: super::exact(segments),
         }
     }
 }

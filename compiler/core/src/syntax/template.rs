@@ -324,7 +324,6 @@ pub(crate) fn parse_path(text: &str, offset: usize) -> Result<Path, (usize, Stri
     Ok(Path {
         root,
         segments: super::exact(segments),
-        span: Span::new(offset, offset + text.len()),
     })
 }
 
@@ -343,7 +342,7 @@ mod tests {
             .map(|part| match part {
                 TemplatePart::Text(text) => format!("text:{text}"),
                 TemplatePart::Ref(path) => {
-                    format!("ref:{}@{}", path_text(path), path.span.start)
+                    format!("ref:{}@{}", path_text(path), path.span().start)
                 }
             })
             .collect();

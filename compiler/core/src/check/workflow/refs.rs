@@ -130,7 +130,7 @@ impl<'e, 'd> Checker<'e, 'd> {
                 Diagnostic::new(
                     Code::LoopItemOutsideLoop,
                     self.file,
-                    path.span,
+                    path.span(),
                     "`loop` needs a loop id: `loop.<id>.item`",
                 )
                 .label("no loop id"),
@@ -194,7 +194,7 @@ impl<'e, 'd> Checker<'e, 'd> {
                 Diagnostic::new(
                     Code::UnknownStep,
                     self.file,
-                    path.span,
+                    path.span(),
                     "`step` needs a step id: `step.<id>.field`",
                 )
                 .label("no step id"),
@@ -216,7 +216,7 @@ impl<'e, 'd> Checker<'e, 'd> {
                 )),
             );
         }
-        let use_at = path.span.start;
+        let use_at = path.span().start;
         let Some((index, _)) = self.steps.get(&id.text) else {
             let ran: Vec<&str> = self
                 .steps
@@ -421,9 +421,9 @@ impl<'e, 'd> Checker<'e, 'd> {
         diagnostic.fix_with(
             format!("Read `step.{}` only if it ran, else `{default}`", id.text),
             vec![
-                Edit::insert(path.span.start, "("),
+                Edit::insert(path.span().start, "("),
                 mark,
-                Edit::insert(path.span.end, format!(" ?? {default})")),
+                Edit::insert(path.span().end, format!(" ?? {default})")),
             ],
         )
     }

@@ -288,7 +288,7 @@ impl Parser<'_> {
                     Diagnostic::new(
                         Code::Syntax,
                         self.file,
-                        path.span,
+                        path.span(),
                         format!("`{}` does not name a step", path_text(&path)),
                     )
                     .label("expected `step.ID`")
