@@ -97,7 +97,7 @@ impl Source<'_> {
                         }
                         StepCall::Broken { .. } => StepShape::Unknown,
                     },
-                    fallback: match &step.options.on_error {
+                    fallback: match step.options.on_error.as_deref() {
                         Some(ErrorPolicy::Fallback(block)) => Some(self.items(&block.stmts)),
                         _ => None,
                     },

@@ -578,7 +578,7 @@ impl Lowerer<'_> {
                 .as_ref()
                 .and_then(ast::DurationLit::millis)
                 .unwrap_or(DEFAULT_STEP_TIMEOUT_MS),
-            on_error: self.policy(options.on_error.as_ref()),
+            on_error: self.policy(options.on_error.as_deref()),
             idempotency_key: options
                 .idempotency
                 .as_ref()

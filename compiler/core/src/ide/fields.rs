@@ -163,7 +163,7 @@ pub(crate) fn loops_around(stmts: &[Stmt], at: u32) -> Vec<&ForStmt> {
                     .filter(|branch| branch.body.span.contains(at))
                     .map(|branch| branch.body.stmts.as_slice())
                     .collect(),
-                Stmt::Step(step) => match &step.options.on_error {
+                Stmt::Step(step) => match step.options.on_error.as_deref() {
                     Some(crate::syntax::ast::ErrorPolicy::Fallback(block))
                         if block.span.contains(at) =>
                     {

@@ -146,7 +146,7 @@ fn containers_in(stmts: &[Stmt], offset: u32, out: &mut Vec<Container>) {
     for stmt in stmts {
         match stmt {
             Stmt::Step(step) => {
-                if let Some(ErrorPolicy::Fallback(block)) = &step.options.on_error
+                if let Some(ErrorPolicy::Fallback(block)) = step.options.on_error.as_deref()
                     && block.span.contains(offset)
                 {
                     out.push(Container::Fallback {

@@ -140,7 +140,7 @@ fn stmts(stmts: &[Stmt]) -> Vec<DocumentSymbol> {
                     step.span,
                     step.id.span,
                 );
-                if let Some(ErrorPolicy::Fallback(block)) = &step.options.on_error {
+                if let Some(ErrorPolicy::Fallback(block)) = step.options.on_error.as_deref() {
                     symbol.children.push(DocumentSymbol {
                         children: self::stmts(&block.stmts),
                         ..leaf(

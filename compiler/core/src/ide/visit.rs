@@ -62,7 +62,7 @@ fn stmts(stmts: &[Stmt], f: &mut dyn FnMut(&Path)) {
                 if let Some(key) = &step.options.idempotency {
                     expr(key, f);
                 }
-                if let Some(ErrorPolicy::Fallback(block)) = &step.options.on_error {
+                if let Some(ErrorPolicy::Fallback(block)) = step.options.on_error.as_deref() {
                     self::stmts(&block.stmts, f);
                 }
             }
@@ -133,7 +133,7 @@ pub(crate) fn steps(item: &Item, f: &mut dyn FnMut(&Step)) {
             match stmt {
                 Stmt::Step(step) => {
                     f(step);
-                    if let Some(ErrorPolicy::Fallback(block)) = &step.options.on_error {
+                    if let Some(ErrorPolicy::Fallback(block)) = step.options.on_error.as_deref() {
                         walk(&block.stmts, f);
                     }
                 }

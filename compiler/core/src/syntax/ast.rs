@@ -319,7 +319,8 @@ impl StepCall {
 pub struct StepOptions {
     pub retry: Option<Retry>,
     pub timeout: Option<DurationLit>,
-    pub on_error: Option<ErrorPolicy>,
+    /// Boxed, as the idempotency key: few steps have one.
+    pub on_error: Option<Box<ErrorPolicy>>,
     /// Boxed: few steps have one, and inline it took 64 of a step's bytes.
     pub idempotency: Option<Box<Expr>>,
 }
@@ -384,16 +385,36 @@ pub struct Branch {
 
 /// A duration as written: digits and a unit. A bare number has no unit
 /// (`timeout 60`), which the checker reports; a unit flow does not know
-/// (`2w`) the parser reports, so the tree keeps no text of it and a step's
-/// three durations (retry backoff and timeout) take 32 bytes each.
-#[derive(Debug, Clone, PartialEq)]
+/// (`2w`) the parser reports, so the tree keeps no text of it.
+///
+/// 16 bytes: the amount, the unit and whether the digits made a number
+/// share one word (read through [`Self::amount`] and [`Self::unit`]). A
+/// step holds three durations (its timeout, its backoff's bounds), and at
+/// 24 bytes each they took it to mimalloc's class of 224 bytes, not 192.
+#[derive(Clone, PartialEq)]
 pub struct DurationLit {
-    /// Read through [`Self::amount`]: with `has_amount` beside it rather
-    /// than an `Option`, a literal is 24 bytes, not 32.
-    amount: u64,
     pub span: Span,
-    pub unit: DurationUnit,
-    has_amount: bool,
+    /// The amount in the low [`AMOUNT_BITS`], the unit's code above it
+    /// ([`DurationUnit::code`], never 0, so that an `Option` of a duration
+    /// takes no more room), and the top bit set when there is an amount.
+    packed: std::num::NonZeroU64,
+}
+
+/// The bits of a duration's amount: an amount past them (over 7 * 10^16,
+/// more than two million years in milliseconds) is read as no number, as
+/// one of too many digits is, and the checker says it is too long.
+const AMOUNT_BITS: u32 = 56;
+const AMOUNT_MASK: u64 = (1 << AMOUNT_BITS) - 1;
+const HAS_AMOUNT: u64 = 1 << 63;
+
+impl std::fmt::Debug for DurationLit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DurationLit")
+            .field("amount", &self.amount())
+            .field("unit", &self.unit())
+            .field("span", &self.span)
+            .finish()
+    }
 }
 
 /// A duration's unit, as written.
@@ -435,6 +456,29 @@ impl Unit {
 }
 
 impl DurationUnit {
+    /// A number of 3 bits for the unit, for [`DurationLit`]'s packed word.
+    fn code(self) -> u64 {
+        match self {
+            DurationUnit::Missing => 1,
+            DurationUnit::Unknown => 2,
+            DurationUnit::Known(unit) => {
+                3 + UNITS.iter().position(|(_, u, _)| *u == unit).unwrap_or(0) as u64
+            }
+        }
+    }
+
+    fn from_code(code: u64) -> DurationUnit {
+        match code {
+            1 => DurationUnit::Missing,
+            3.. => UNITS
+                .get(code as usize - 3)
+                .map_or(DurationUnit::Unknown, |(_, unit, _)| {
+                    DurationUnit::Known(*unit)
+                }),
+            _ => DurationUnit::Unknown,
+        }
+    }
+
     /// The unit `text` names; empty text is no unit.
     pub fn of(text: &str) -> DurationUnit {
         match Unit::parse(text) {
@@ -449,22 +493,30 @@ impl DurationLit {
     /// `amount` is `None` when the digits make no number (a sign, or too
     /// many of them).
     pub fn new(amount: Option<u64>, unit: DurationUnit, span: Span) -> DurationLit {
+        let amount = match amount {
+            Some(amount) if amount <= AMOUNT_MASK => amount | HAS_AMOUNT,
+            _ => 0,
+        };
+        let packed = amount | unit.code() << AMOUNT_BITS;
         DurationLit {
-            amount: amount.unwrap_or(0),
             span,
-            unit,
-            has_amount: amount.is_some(),
+            packed: std::num::NonZeroU64::new(packed).unwrap_or(std::num::NonZeroU64::MIN),
         }
     }
 
     /// The number written, when the digits make one.
     pub fn amount(&self) -> Option<u64> {
-        self.has_amount.then_some(self.amount)
+        let packed = self.packed.get();
+        (packed & HAS_AMOUNT != 0).then_some(packed & AMOUNT_MASK)
+    }
+
+    pub fn unit(&self) -> DurationUnit {
+        DurationUnit::from_code((self.packed.get() & !HAS_AMOUNT) >> AMOUNT_BITS)
     }
 
     /// The duration in milliseconds, when the unit is one we know.
     pub fn millis(&self) -> Option<u64> {
-        match self.unit {
+        match self.unit() {
             DurationUnit::Known(unit) => self.amount()?.checked_mul(unit.ms()),
             DurationUnit::Missing | DurationUnit::Unknown => None,
         }
@@ -821,4 +873,54 @@ pub enum ExpectKind {
     },
     /// An expression of another shape, kept for the checker to report.
     Other(Expr),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Guards the packed word of a duration: each unit and amount reads
+    /// back as given, and an amount past its bits reads as no number.
+    #[test]
+    fn durations_read_back_as_written() {
+        let span = Span { start: 3, end: 9 };
+        let mut units = vec![DurationUnit::Missing, DurationUnit::Unknown];
+        units.extend(UNITS.iter().map(|(_, unit, _)| DurationUnit::Known(*unit)));
+        for unit in units {
+            for amount in [Some(0), Some(1), Some(90), Some(AMOUNT_MASK), None] {
+                let lit = DurationLit::new(amount, unit, span);
+                assert_eq!((lit.amount(), lit.unit(), lit.span), (amount, unit, span));
+            }
+            let past = DurationLit::new(Some(AMOUNT_MASK + 1), unit, span);
+            assert_eq!((past.amount(), past.unit()), (None, unit));
+        }
+        let two_days = DurationLit::new(Some(2), DurationUnit::Known(Unit::Days), span);
+        assert_eq!(two_days.millis(), Some(172_800_000));
+        assert_eq!(std::mem::size_of::<Option<DurationLit>>(), 16);
+    }
+}
+
+/// Guards the sizes the B6 benchmark's peak memory was brought down with
+/// (docs/benchmarks.md): each type here is held once per step, record
+/// field or reference of a source, and a field added to one of them moves
+/// every large file's memory.
+#[cfg(all(test, target_pointer_width = "64"))]
+mod sizes {
+    use super::*;
+    use std::mem::size_of;
+
+    #[test]
+    fn a_step_fits_in_192_bytes() {
+        assert_eq!(size_of::<Step>(), 192);
+        assert_eq!(size_of::<StepCall>(), 56);
+        assert_eq!(size_of::<StepOptions>(), 88);
+    }
+
+    #[test]
+    fn an_expression_is_56_bytes() {
+        assert_eq!(size_of::<Expr>(), 56);
+        assert_eq!(size_of::<Path>(), 48);
+        assert_eq!(size_of::<RecordField>(), 80);
+        assert_eq!(size_of::<TemplatePart>(), 48);
+    }
 }

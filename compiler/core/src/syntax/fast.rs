@@ -306,7 +306,7 @@ impl<'s> Fast<'s> {
                 let span = self.advance(end - start)?;
                 let duration = duration_lit(text, span);
                 // A unit flow does not know is the pest path's to report.
-                if duration.unit == DurationUnit::Unknown {
+                if duration.unit() == DurationUnit::Unknown {
                     return None;
                 }
                 Some(Expr {
@@ -670,7 +670,7 @@ impl<'s> Fast<'s> {
                 "on_error" => {
                     let policy = self.error_policy()?;
                     end = self.token_end;
-                    once(&mut options.on_error, policy)?;
+                    once(&mut options.on_error, Box::new(policy))?;
                 }
                 _ => {
                     let (key, key_end) = self.expr()?;

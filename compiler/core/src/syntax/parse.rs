@@ -2638,7 +2638,7 @@ impl<'s> Parser<'s> {
             }
             Rule::on_error_option => {
                 let policy = self.error_policy(first_child(option));
-                self.once(&mut options.on_error, policy, span, "on_error");
+                self.once(&mut options.on_error, Box::new(policy), span, "on_error");
             }
             Rule::idempotency_option => {
                 let key = self.expr(first_child(option));
@@ -2721,7 +2721,7 @@ impl<'s> Parser<'s> {
     /// reported here, where its text is.
     fn duration(&mut self, text: &str, span: Span) -> DurationLit {
         let duration = duration_lit(text, span);
-        if duration.unit == DurationUnit::Unknown {
+        if duration.unit() == DurationUnit::Unknown {
             self.problems.push(unknown_unit(text, span, self.file));
         }
         duration

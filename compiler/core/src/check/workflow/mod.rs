@@ -385,7 +385,7 @@ fn step_end(step: &Step) -> u32 {
         let backoff = retry.backoff.as_ref().map_or(0, |(_, max)| max.span.end);
         retry.attempts_span.end.max(backoff)
     });
-    let on_error = options.on_error.as_ref().map(|policy| match policy {
+    let on_error = options.on_error.as_deref().map(|policy| match policy {
         ErrorPolicy::Fail(span) | ErrorPolicy::Continue(span) => span.end,
         ErrorPolicy::Fallback(block) => block.span.end,
     });
@@ -521,7 +521,7 @@ impl<'e, 'd> Checker<'e, 'd> {
                         StepCall::Broken { .. } => (StepKind::Unknown, Some(Ty::Any)),
                     };
                     let may_fail = matches!(
-                        step.options.on_error,
+                        step.options.on_error.as_deref(),
                         Some(ErrorPolicy::Continue(_) | ErrorPolicy::Fallback(_))
                     );
                     self.register(StepInfo {
@@ -533,7 +533,7 @@ impl<'e, 'd> Checker<'e, 'd> {
                         containers: self.containers.as_slice().into(),
                         may_fail,
                     });
-                    if let Some(ErrorPolicy::Fallback(block)) = &step.options.on_error {
+                    if let Some(ErrorPolicy::Fallback(block)) = step.options.on_error.as_deref() {
                         self.containers.push(Container::Fallback {
                             step: step.id.text.clone(),
                             span: block.span,

@@ -228,7 +228,7 @@ impl<'e, 'd> Checker<'e, 'd> {
             };
             self.push(diagnostic);
         }
-        if let Some(ErrorPolicy::Fallback(block)) = &options.on_error {
+        if let Some(ErrorPolicy::Fallback(block)) = options.on_error.as_deref() {
             let outer = self.error_in_scope;
             self.error_in_scope = true;
             self.containers.push(Container::Fallback {
@@ -245,7 +245,7 @@ impl<'e, 'd> Checker<'e, 'd> {
     pub(super) fn duration(&mut self, duration: &DurationLit, what: &str) -> Option<u64> {
         // Each problem with its hint and, when the hint names one duration,
         // that duration as the fix.
-        let problem = match (duration.unit, duration.amount()) {
+        let problem = match (duration.unit(), duration.amount()) {
             (DurationUnit::Missing, amount) => Some((
                 format!("{what} needs a unit"),
                 format!(

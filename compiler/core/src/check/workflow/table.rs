@@ -99,7 +99,7 @@ pub(crate) fn ids_in(stmts: &[crate::syntax::ast::Stmt]) -> usize {
         .iter()
         .map(|stmt| match stmt {
             Stmt::Step(step) => {
-                1 + match &step.options.on_error {
+                1 + match step.options.on_error.as_deref() {
                     Some(ErrorPolicy::Fallback(block)) => ids_in(&block.stmts),
                     _ => 0,
                 }
