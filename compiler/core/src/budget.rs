@@ -11,8 +11,9 @@ use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, FileId};
 use crate::syntax::ast;
 
-/// How many of the slowest steps a W501 names.
-const SLOWEST_NAMED: usize = 3;
+/// How many of the slowest steps a W501 names, and so how many a budget
+/// keeps ([`flow_plan::budget::Budget::keep_slowest`]).
+pub(crate) const SLOWEST_NAMED: usize = 3;
 
 /// Adds the budgets of a program without errors to its analysis, and their
 /// warnings to its diagnostics.
@@ -25,7 +26,11 @@ pub(crate) fn with_budgets(mut checked: Checked) -> Checked {
 
 /// Adds `budgets`, one per workflow of the root file in order, to the
 /// analysis of `checked`, and their warnings to its diagnostics.
-pub(crate) fn add_budgets(checked: &mut Checked, budgets: Vec<Budget>) {
+pub(crate) fn add_budgets(checked: &mut Checked, mut budgets: Vec<Budget>) {
+    // As `lower::budgets` folds them, whichever way they were worked out.
+    for budget in &mut budgets {
+        budget.keep_slowest(SLOWEST_NAMED);
+    }
     let mut warnings = Vec::new();
     for ((budget, info), decl) in budgets
         .iter()

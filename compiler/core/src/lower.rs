@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use flow_plan as plan;
-use flow_plan::budget::{Budget, Folding};
+use flow_plan::budget::{Budget, Folding, StepBudget};
 use serde_json::Value;
 
 use crate::check::{Checked, DEFAULT_ATTEMPTS, DEFAULT_STEP_TIMEOUT_MS, Ty, WorkflowInfo};
@@ -53,8 +53,7 @@ pub(crate) fn budgets(checked: &Checked) -> Option<Vec<Budget>> {
     let (_, server_index) = sorted_with_index(&env.mcp_servers);
     let budgets = workflows(checked, &recipe_index, &server_index)
         .map(|(decl, mut lowerer)| {
-            let steps = lowerer.info.steps.iter().filter(|step| step.kind.is_step());
-            let mut folding = Folding::with_steps(steps.count());
+            let mut folding = Folding::slowest(crate::budget::SLOWEST_NAMED);
             for stmt in &decl.body {
                 folding.node(&lowerer.stmt(stmt));
             }
@@ -62,6 +61,22 @@ pub(crate) fn budgets(checked: &Checked) -> Option<Vec<Budget>> {
         })
         .collect();
     Some(budgets)
+}
+
+/// The worst case of one step of the root file's `workflow`-th workflow,
+/// lowered on its own: the budgets keep only the slowest steps', and the
+/// editor asks for any one. `None` when the program has errors.
+pub(crate) fn step_budget(
+    checked: &Checked,
+    workflow: usize,
+    step: &ast::Step,
+) -> Option<StepBudget> {
+    checked.program()?;
+    let env = &checked.analysis.env;
+    let (_, recipe_index) = sorted_with_index(&env.recipes);
+    let (_, server_index) = sorted_with_index(&env.mcp_servers);
+    let (_, mut lowerer) = workflows(checked, &recipe_index, &server_index).nth(workflow)?;
+    Some(StepBudget::of(&lowerer.step(step)))
 }
 
 /// The plan of a program without errors, its hash left empty. `bodies`,

@@ -8,7 +8,7 @@ use crate::ide::fields;
 use crate::ide::navigation::{Symbol, symbol_at};
 use crate::ide::scope::{Scope, Seg, walk};
 use crate::ide::visit;
-use crate::syntax::ast::{Item, Path, Segment, path_text};
+use crate::syntax::ast::{self, Item, Path, Segment, path_text};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hover {
@@ -48,14 +48,15 @@ pub fn hover(checked: &Checked, file: FileId, offset: u32) -> Option<Hover> {
                 .iter()
                 .position(|w| w.name == *workflow);
             let (_, step) = info.step(id)?;
-            let mut text = step_text(checked, step);
+            let decl = step_decl(checked, step.id_span);
+            let mut text = step_text(checked, step, decl);
             // Present when the program has no errors.
             if let Some(worst) = index
-                .and_then(|index| checked.analysis.budgets.get(index))
-                .and_then(|budget| budget.step(id))
+                .zip(decl)
+                .and_then(|(index, decl)| crate::lower::step_budget(checked, index, decl))
             {
                 text.push_str("\n\nactive time at worst: ");
-                text.push_str(&crate::budget::worst_case(worst));
+                text.push_str(&crate::budget::worst_case(&worst));
             }
             text
         }
@@ -92,7 +93,20 @@ fn docs(text: &mut String, docs: &[String]) {
     }
 }
 
-fn step_text(checked: &Checked, step: &StepInfo) -> String {
+/// The step of the root file whose id is written at `id_span`.
+fn step_decl(checked: &Checked, id_span: Span) -> Option<&ast::Step> {
+    let mut found = None;
+    for item in &checked.files[0].tree.items {
+        visit::steps(item, &mut |s| {
+            if s.id.span == id_span {
+                found = Some(s);
+            }
+        });
+    }
+    found
+}
+
+fn step_text(checked: &Checked, step: &StepInfo, decl: Option<&ast::Step>) -> String {
     let kind = match &step.kind {
         StepKind::Recipe(recipe) => format!("calls recipe `{recipe}`"),
         StepKind::Approval { .. } => "an approval".to_string(),
@@ -110,15 +124,7 @@ fn step_text(checked: &Checked, step: &StepInfo) -> String {
     if step.may_fail {
         text.push_str("\n\nmay end without output (`on_error continue` or a fallback)");
     }
-    let mut step_docs = Box::default();
-    for item in &checked.files[0].tree.items {
-        visit::steps(item, &mut |s| {
-            if s.id.span == step.id_span {
-                step_docs = s.docs.clone();
-            }
-        });
-    }
-    docs(&mut text, &step_docs);
+    docs(&mut text, decl.map_or(&[], |decl| &decl.docs));
     text
 }
 
@@ -161,7 +167,7 @@ fn path_hover(checked: &Checked, offset: u32) -> Option<Hover> {
             let (_, step) = scope.workflow.step(id)?;
             return Some(Hover {
                 span: segment.span(),
-                markdown: step_text(checked, step),
+                markdown: step_text(checked, step, step_decl(checked, step.id_span)),
             });
         }
         let ty = roots.resolve(&path.root.text, &segments)?;

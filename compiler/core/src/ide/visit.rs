@@ -127,8 +127,8 @@ fn expr(expr: &Expr, f: &mut dyn FnMut(&Path)) {
 }
 
 /// Calls `f` on every step statement of `item` (a workflow), nested ones included.
-pub(crate) fn steps(item: &Item, f: &mut dyn FnMut(&Step)) {
-    fn walk(stmts: &[Stmt], f: &mut dyn FnMut(&Step)) {
+pub(crate) fn steps<'t>(item: &'t Item, f: &mut dyn FnMut(&'t Step)) {
+    fn walk<'t>(stmts: &'t [Stmt], f: &mut dyn FnMut(&'t Step)) {
         for stmt in stmts {
             match stmt {
                 Stmt::Step(step) => {
