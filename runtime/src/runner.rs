@@ -7,7 +7,6 @@
 //! daemon both drive runs through it; they differ in how they report.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use flow_plan::Plan;
@@ -302,36 +301,22 @@ pub async fn drive(
             (0, 0)
         };
         let started = Instant::now();
-        let ticks = Arc::new(AtomicU32::new(0));
-        // Stopped between heartbeats, not during one: a heartbeat cut off
-        // after its renewal was sent may still apply, and its second would
-        // then count twice, in the renewal and in the run's end. Between
-        // them the ticker is aborted at once; waiting for its task to see
-        // a signal cost every invocation a millisecond of cross-thread
-        // wake-ups (B3 one run after another: 2,150 -> 650 parks a second).
-        let beat = Arc::new(std::sync::Mutex::new(Beat::default()));
+        let beat = Arc::new(Heartbeat::default());
         let mut ticker = {
-            let (log, ticks, beat) = (Arc::clone(&log), Arc::clone(&ticks), Arc::clone(&beat));
+            let (log, beat) = (Arc::clone(&log), Arc::clone(&beat));
             AbortOnDrop(tokio::spawn(async move {
                 let mut interval = tokio::time::interval(ACTIVE_TICK);
                 interval.tick().await;
                 loop {
                     interval.tick().await;
-                    if !Beat::start(&beat) {
+                    if !beat.start() {
                         return;
                     }
                     let renewed = log.heartbeat(ACTIVE_TICK).await;
-                    let stopping = Beat::end(&beat);
-                    match renewed {
-                        Ok(true) => {
-                            ticks.fetch_add(1, Ordering::SeqCst);
-                        }
-                        // The run is another's now: its journal refuses
-                        // every step and write of this invocation.
-                        Ok(false) => return,
-                        Err(_) => {}
-                    }
-                    if stopping {
+                    let stopping = beat.end(matches!(renewed, Ok(true)));
+                    // Refused: the run is another's now, and its journal
+                    // refuses every step and write of this invocation.
+                    if stopping || matches!(renewed, Ok(false)) {
                         return;
                     }
                 }
@@ -347,11 +332,11 @@ pub async fn drive(
             round,
         )
         .await;
-        if Beat::stop(&beat) {
+        if beat.stop() {
             let _ = (&mut ticker.0).await;
         }
         drop(ticker);
-        let recorded = ACTIVE_TICK * ticks.load(Ordering::SeqCst);
+        let recorded = ACTIVE_TICK * beat.ticks();
         let active = started.elapsed().saturating_sub(recorded);
         // The run's end shares its commit with the records that wait
         // (under `durability approval`, all of the invocation's).
@@ -381,48 +366,67 @@ pub async fn drive(
     }
 }
 
-/// Aborts the task when dropped (also when the run's own task is aborted,
-/// a cancelled run): the active-time ticker never outlives its run.
-/// The heartbeat's state, shared by the ticker and the invocation that
-/// stops it, under a lock held for no more than a read and a write.
+/// An invocation's heartbeat: the ticker renews the run's lease each
+/// `ACTIVE_TICK` and counts the renewals, whose time the run's end leaves
+/// out of its active time. It is stopped between renewals, not during
+/// one: a renewal cut off after it was sent may still apply, and its time
+/// would then count twice, in the renewal and in the run's end. Between
+/// renewals the ticker is aborted at once; waiting for its task to see a
+/// stop signal cost every invocation a millisecond of cross-thread
+/// wake-ups (B3 one run after another: 2,150 -> 650 parks a second).
 #[derive(Default)]
-struct Beat {
+struct Heartbeat(std::sync::Mutex<Beats>);
+
+/// A [`Heartbeat`]'s state, under a lock held for a read and a write.
+#[derive(Default)]
+struct Beats {
     /// The invocation has ended: no renewal is to start.
     stopped: bool,
     /// A renewal has started and its answer is not counted yet.
     in_flight: bool,
+    /// Renewals answered true.
+    ticks: u32,
 }
 
-impl Beat {
-    fn lock(beat: &std::sync::Mutex<Beat>) -> std::sync::MutexGuard<'_, Beat> {
-        beat.lock()
+impl Heartbeat {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Beats> {
+        self.0
+            .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Whether a renewal may start; it is then in flight.
-    fn start(beat: &std::sync::Mutex<Beat>) -> bool {
-        let mut beat = Beat::lock(beat);
-        beat.in_flight = !beat.stopped;
-        beat.in_flight
+    fn start(&self) -> bool {
+        let mut beats = self.lock();
+        beats.in_flight = !beats.stopped;
+        beats.in_flight
     }
 
-    /// The renewal is answered; whether the invocation has ended meanwhile.
-    fn end(beat: &std::sync::Mutex<Beat>) -> bool {
-        let mut beat = Beat::lock(beat);
-        beat.in_flight = false;
-        beat.stopped
+    /// The renewal is answered (`renewed`: counted); whether the
+    /// invocation has ended meanwhile.
+    fn end(&self, renewed: bool) -> bool {
+        let mut beats = self.lock();
+        beats.in_flight = false;
+        beats.ticks += u32::from(renewed);
+        beats.stopped
     }
 
     /// Stops the heartbeat; whether a renewal is in flight, which the
     /// ticker then counts before it ends. Otherwise none starts again,
     /// and the ticker can be aborted.
-    fn stop(beat: &std::sync::Mutex<Beat>) -> bool {
-        let mut beat = Beat::lock(beat);
-        beat.stopped = true;
-        beat.in_flight
+    fn stop(&self) -> bool {
+        let mut beats = self.lock();
+        beats.stopped = true;
+        beats.in_flight
+    }
+
+    fn ticks(&self) -> u32 {
+        self.lock().ticks
     }
 }
 
+/// Aborts the task when dropped (also when the run's own task is aborted,
+/// a cancelled run): the active-time ticker never outlives its run.
 struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
 
 impl<T> Drop for AbortOnDrop<T> {
@@ -525,9 +529,8 @@ mod id_tests {
 }
 
 #[cfg(test)]
-mod beat_tests {
-    use super::Beat;
-    use std::sync::Mutex;
+mod heartbeat_tests {
+    use super::Heartbeat;
 
     /// Guards the heartbeat's stop: an invocation that ends with no
     /// renewal in flight may abort the ticker at once, and none starts
@@ -536,19 +539,22 @@ mod beat_tests {
     /// counted once (in the ticks) and not again in the run's end.
     #[test]
     fn a_heartbeat_is_stopped_between_renewals_or_after_one() {
-        let idle = Mutex::new(Beat::default());
-        assert!(!Beat::stop(&idle), "nothing in flight: abort at once");
-        assert!(!Beat::start(&idle), "no renewal starts once stopped");
+        let idle = Heartbeat::default();
+        assert!(!idle.stop(), "nothing in flight: abort at once");
+        assert!(!idle.start(), "no renewal starts once stopped");
+        assert_eq!(idle.ticks(), 0);
 
-        let busy = Mutex::new(Beat::default());
-        assert!(Beat::start(&busy));
-        assert!(Beat::stop(&busy), "a renewal in flight: wait for it");
-        assert!(Beat::end(&busy), "its answer tells the ticker to end");
-        assert!(!Beat::start(&busy));
+        let busy = Heartbeat::default();
+        assert!(busy.start());
+        assert!(busy.stop(), "a renewal in flight: wait for it");
+        assert!(busy.end(true), "its answer tells the ticker to end");
+        assert!(!busy.start());
+        assert_eq!(busy.ticks(), 1, "the renewal in flight is counted");
 
-        let going = Mutex::new(Beat::default());
-        assert!(Beat::start(&going));
-        assert!(!Beat::end(&going), "not stopped: the ticker goes on");
-        assert!(!Beat::stop(&going), "between renewals: abort at once");
+        let going = Heartbeat::default();
+        assert!(going.start());
+        assert!(!going.end(false), "not stopped: the ticker goes on");
+        assert!(!going.stop(), "between renewals: abort at once");
+        assert_eq!(going.ticks(), 0, "a refused or failed renewal is not");
     }
 }
