@@ -489,6 +489,21 @@ impl<'e, 'd> Checker<'e, 'd> {
         }
     }
 
+    /// Registers a loop or parallel block: named by `id`, spanning `span`,
+    /// its output `output`; it ends with every step in it, never without
+    /// output.
+    fn register_block(&mut self, id: &Name, span: Span, kind: StepKind, output: Ty) {
+        self.register(StepInfo {
+            id: id.text.clone(),
+            id_span: id.span,
+            span,
+            kind,
+            output: Some(output),
+            containers: self.containers.as_slice().into(),
+            may_fail: false,
+        });
+    }
+
     fn collect(&mut self, stmts: &[Stmt]) {
         for stmt in stmts {
             match stmt {
@@ -562,15 +577,7 @@ impl<'e, 'd> Checker<'e, 'd> {
                     self.collect(&stmt.body.stmts);
                     self.containers.pop();
                     let iteration = self.outputs_since(first, self.containers.len() + 1);
-                    self.register(StepInfo {
-                        id: stmt.id.text.clone(),
-                        id_span: stmt.id.span,
-                        span: stmt.span,
-                        kind: StepKind::Loop,
-                        output: Some(Ty::list(iteration)),
-                        containers: self.containers.as_slice().into(),
-                        may_fail: false,
-                    });
+                    self.register_block(&stmt.id, stmt.span, StepKind::Loop, Ty::list(iteration));
                 }
                 Stmt::Parallel(stmt) => {
                     let mut branches = Vec::new();
@@ -609,15 +616,12 @@ impl<'e, 'd> Checker<'e, 'd> {
                         ));
                     }
                     self.collect(&stmt.broken);
-                    self.register(StepInfo {
-                        id: stmt.id.text.clone(),
-                        id_span: stmt.id.span,
-                        span: stmt.span,
-                        kind: StepKind::Parallel,
-                        output: Some(Ty::record(branches)),
-                        containers: self.containers.as_slice().into(),
-                        may_fail: false,
-                    });
+                    self.register_block(
+                        &stmt.id,
+                        stmt.span,
+                        StepKind::Parallel,
+                        Ty::record(branches),
+                    );
                 }
             }
         }
