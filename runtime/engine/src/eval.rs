@@ -110,80 +110,115 @@ impl Env<'_> {
 
     /// Renders a template: text as it is, references as text (strings as they
     /// are, other values as compact JSON, absent optional values as nothing).
+    /// A reference is read where it lies, not copied out first: a prompt
+    /// quoting a long input costs one copy of its text, into the prompt.
     pub fn render(&self, template: &Template) -> Result<String, EvalError> {
+        use std::fmt::Write;
         let mut out = String::new();
         for part in &template.parts {
             match part {
                 TemplatePart::Text(text) => out.push_str(text),
-                TemplatePart::Ref(reference) => match self.resolve(reference)? {
-                    Value::String(text) => out.push_str(&text),
-                    Value::Null => {}
-                    other => out.push_str(&other.to_string()),
-                },
+                TemplatePart::Ref(reference) => {
+                    self.with_resolved(reference, |value| match value {
+                        Value::String(text) => out.push_str(text),
+                        Value::Null => {}
+                        // Writing to a `String` cannot fail.
+                        other => {
+                            let _ = write!(out, "{other}");
+                        }
+                    })?
+                }
             }
         }
         Ok(out)
     }
 
     pub fn resolve(&self, reference: &Ref) -> Result<Value, EvalError> {
+        self.with_resolved(reference, Value::clone)
+    }
+
+    /// Finds what `reference` names and hands it to `use_it` by reference;
+    /// an absent optional value is null.
+    fn with_resolved<R>(
+        &self,
+        reference: &Ref,
+        use_it: impl FnOnce(&Value) -> R,
+    ) -> Result<R, EvalError> {
         let absent = |what: String| {
             if reference.optional {
-                Ok(Value::Null)
+                Ok(&NULL)
             } else {
                 Err(EvalError(what))
             }
         };
-        let root: Value = match reference.root {
-            Root::Input => self.input.clone(),
-            Root::InputField(index) => {
-                let name = self.input_fields.get(index as usize).ok_or_else(|| {
+        // What the root is read from when the environment does not hold it
+        // by reference: a step's output (shared with the scope), a loop index.
+        let held: Arc<Value>;
+        let index: Value;
+        let root: &Value = match reference.root {
+            Root::Input => self.input,
+            Root::InputField(field) => {
+                let name = self.input_fields.get(field as usize).ok_or_else(|| {
                     EvalError(format!(
-                        "the plan names input field {index}, which it does not declare"
+                        "the plan names input field {field}, which it does not declare"
                     ))
                 })?;
                 match self.input.get(name) {
-                    Some(value) => value.clone(),
-                    None => return absent(format!("the input has no field `{name}`")),
+                    Some(value) => value,
+                    None => absent(format!("the input has no field `{name}`"))?,
                 }
             }
             Root::Step(slot) => match self.scope.get(slot) {
-                Some(value) => return walk(&value, &reference.path, reference.optional),
-                None => return absent(format!("step slot {slot} has no output here")),
+                Some(value) => {
+                    held = value;
+                    &held
+                }
+                None => absent(format!("step slot {slot} has no output here"))?,
             },
             Root::LoopItem(level) => match self.loops.get(level as usize) {
-                Some((item, _)) => return walk(item, &reference.path, reference.optional),
+                Some((item, _)) => item,
                 None => return Err(EvalError(format!("no loop at level {level}"))),
             },
             Root::LoopIndex(level) => match self.loops.get(level as usize) {
-                Some((_, index)) => Value::from(*index),
+                Some((_, at)) => {
+                    index = Value::from(*at);
+                    &index
+                }
                 None => return Err(EvalError(format!("no loop at level {level}"))),
             },
             Root::Error => match self.error {
-                Some(error) => error.clone(),
-                None => return absent("no error is in scope".to_string()),
+                Some(error) => error,
+                None => absent("no error is in scope".to_string())?,
             },
             Root::Output => match self.output {
-                Some(output) => return walk(output, &reference.path, reference.optional),
-                None => return absent("the run has no output".to_string()),
+                Some(output) => output,
+                None => absent("the run has no output".to_string())?,
             },
-            Root::RecipeInput(index) => {
+            Root::RecipeInput(field) => {
                 let Some((fields, values)) = self.recipe_input else {
                     return Err(EvalError("a recipe input outside a prompt".to_string()));
                 };
-                let name = fields.get(index as usize).map(String::as_str).unwrap_or("");
+                let name = fields.get(field as usize).map(String::as_str).unwrap_or("");
                 match values.get(name) {
-                    Some(value) => value.clone(),
-                    None => return absent(format!("the recipe input `{name}` is not given")),
+                    Some(value) => value,
+                    None => absent(format!("the recipe input `{name}` is not given"))?,
                 }
             }
         };
-        walk(&root, &reference.path, reference.optional)
+        walk(root, &reference.path, reference.optional).map(use_it)
     }
 }
 
+/// What an absent optional value reads as.
+static NULL: Value = Value::Null;
+
 /// Follows a path into a value. A missing field or index is an error unless
 /// the reference is optional; then it is null.
-fn walk(value: &Value, path: &[PathSegment], optional: bool) -> Result<Value, EvalError> {
+fn walk<'v>(
+    value: &'v Value,
+    path: &[PathSegment],
+    optional: bool,
+) -> Result<&'v Value, EvalError> {
     let mut current = value;
     for segment in path {
         let next = match (segment, current) {
@@ -191,12 +226,12 @@ fn walk(value: &Value, path: &[PathSegment], optional: bool) -> Result<Value, Ev
             (PathSegment::Index(index), Value::Array(items)) => {
                 usize::try_from(*index).ok().and_then(|i| items.get(i))
             }
-            (_, Value::Null) if optional => return Ok(Value::Null),
+            (_, Value::Null) if optional => return Ok(&NULL),
             _ => None,
         };
         match next {
             Some(value) => current = value,
-            None if optional => return Ok(Value::Null),
+            None if optional => return Ok(&NULL),
             None => {
                 return Err(EvalError(match segment {
                     PathSegment::Field(name) => {
@@ -209,7 +244,7 @@ fn walk(value: &Value, path: &[PathSegment], optional: bool) -> Result<Value, Ev
             }
         }
     }
-    Ok(current.clone())
+    Ok(current)
 }
 
 fn truthy(value: &Value) -> Result<bool, EvalError> {
