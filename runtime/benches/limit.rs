@@ -79,6 +79,7 @@ fn main() {
                 let provider = Arc::clone(&provider);
                 calls.push(tokio::spawn(async move {
                     let (input, schema) = (json!({}), json!({}));
+                    let call_id = format!("account-{account}:{i}");
                     let call = RecipeCall {
                         recipe: "r",
                         model: "default",
@@ -86,7 +87,7 @@ fn main() {
                         input: &input,
                         output_schema: &schema,
                         path: "step",
-                        call_id: format!("account-{account}:{i}"),
+                        call_id: &call_id,
                         repair: None,
                         journal: None,
                     };

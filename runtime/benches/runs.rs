@@ -115,7 +115,7 @@ impl Provider for Counted {
             self.calls
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .push((call.call_id.clone(), Instant::now()));
+                .push((call.call_id.to_string(), Instant::now()));
             Ok(json!({ "text": "x".repeat(100), "score": 3 }))
         })
     }

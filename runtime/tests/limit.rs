@@ -95,6 +95,7 @@ async fn call_at_once(provider: &Arc<dyn Provider>, calls: usize) {
             let (provider, schema) = (Arc::clone(provider), schema.clone());
             tokio::spawn(async move {
                 let input = json!({});
+                let call_id = format!("call-{i}");
                 let call = RecipeCall {
                     recipe: "r",
                     model: "default",
@@ -102,7 +103,7 @@ async fn call_at_once(provider: &Arc<dyn Provider>, calls: usize) {
                     input: &input,
                     output_schema: &schema,
                     path: "step",
-                    call_id: format!("call-{i}"),
+                    call_id: &call_id,
                     repair: None,
                     journal: None,
                 };

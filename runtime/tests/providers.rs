@@ -320,7 +320,7 @@ fn call_of<'a>(
         input,
         output_schema: schema,
         path: "first",
-        call_id: "run:first:0".to_string(),
+        call_id: "run:first:0",
         repair: None,
         journal: Some(journal),
     }

@@ -23,7 +23,7 @@ impl Provider for TenantProvider {
             self.inner
                 .complete(call)
                 .await
-                .map_err(|error| tenant_error(error, &call.call_id))
+                .map_err(|error| tenant_error(error, call.call_id))
         })
     }
 

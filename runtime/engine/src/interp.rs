@@ -65,7 +65,9 @@ struct Interpreter<'p> {
 /// A step executing now. Its input is not kept: copying every step's
 /// arguments for the rare timeout would cost every run.
 struct InFlight {
-    step_id: String,
+    /// Its slot in the workflow, which names it: the id is not copied for
+    /// every step for the rare timeout.
+    slot: u32,
     kind: StepKind,
     started_ms: u64,
     /// Its attempts that ended.
@@ -498,7 +500,7 @@ impl<'p> Interpreter<'p> {
                 ended_ms: started_ms,
                 round: self.round,
             };
-            self.journal(record).await?;
+            self.journal(step, record).await?;
             self.pending
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -526,7 +528,7 @@ impl<'p> Interpreter<'p> {
         self.in_flight().insert(
             path.clone(),
             InFlight {
-                step_id: step.id.clone(),
+                slot: step.slot,
                 kind,
                 started_ms,
                 attempts: made.clone(),
@@ -587,7 +589,11 @@ impl<'p> Interpreter<'p> {
             }
             let record = StepRecord {
                 path,
-                step_id: step.step_id,
+                step_id: self
+                    .workflow
+                    .slots
+                    .get(step.slot as usize)
+                    .map_or_else(String::new, |slot| slot.id.clone()),
                 kind: step.kind,
                 status: StepStatus::Failed,
                 input: Value::Null,
@@ -626,7 +632,7 @@ impl<'p> Interpreter<'p> {
                 };
                 if let Some(expired) = expire(&record, &pending, now_ms()) {
                     // Journal the expiry as the decision, then replay it.
-                    self.journal(expired.clone()).await?;
+                    self.journal(step, expired.clone()).await?;
                     return Box::pin(self.replay(step, ctx, path, expired)).await;
                 }
                 self.pending
@@ -743,8 +749,7 @@ impl<'p> Interpreter<'p> {
             if let Err(error) = self.services.journal.admit().await {
                 return (Err(error), attempts);
             }
-            let mut call_id = [self.run_id.as_str(), ":", path, ":"].concat();
-            call_id.push_str(&index.to_string());
+            let call_id = call_id(&self.run_id, path, index);
             let timeout = Duration::from_millis(step.timeout_ms);
             let called_ms = now_ms();
             let result = match tokio::time::timeout(
@@ -891,7 +896,7 @@ impl<'p> Interpreter<'p> {
                     input: args,
                     output_schema: &recipe.output_schema,
                     path,
-                    call_id: call_id.to_string(),
+                    call_id,
                     repair,
                     journal: Some(self.services.journal.as_ref()),
                 };
@@ -979,7 +984,7 @@ impl<'p> Interpreter<'p> {
         // a crash could lose.
         let output = record.output.clone();
         let failed = record.error.clone();
-        self.journal(record).await?;
+        self.journal(step, record).await?;
         match failed {
             None => {
                 if let Some(output) = output {
@@ -991,13 +996,13 @@ impl<'p> Interpreter<'p> {
         }
     }
 
-    async fn journal(&self, record: StepRecord) -> Result<(), Interrupt> {
-        let step = record.step_id.clone();
+    /// Journals `record`, a record of `step`.
+    async fn journal(&self, step: &Step, record: StepRecord) -> Result<(), Interrupt> {
         self.services
             .journal
             .record(record)
             .await
-            .map_err(|error| self.failed(error, &step))
+            .map_err(|error| self.failed(error, &step.id))
     }
 
     async fn on_error(
@@ -1043,6 +1048,20 @@ fn approver_list(env: &Env<'_>, approvers: &flow_plan::Expr) -> Result<Vec<Strin
 /// The `error` value in a fallback block.
 fn error_value(error: &StepError, step: &str) -> Value {
     json!({ "message": error.message, "kind": error.kind.name(), "step": step })
+}
+
+/// An attempt's identity, `RUN:PATH:INDEX`: what the provider is asked
+/// to deduplicate by. Built in one allocation, as it is made for every
+/// attempt.
+fn call_id(run_id: &str, path: &str, index: u32) -> String {
+    use std::fmt::Write;
+    let mut id = String::with_capacity(run_id.len() + path.len() + 12);
+    id.push_str(run_id);
+    id.push(':');
+    id.push_str(path);
+    id.push(':');
+    let _ = write!(id, "{index}");
+    id
 }
 
 /// A failure outweighs a park: the run fails even if another branch waits.

@@ -31,7 +31,7 @@ pub struct RecipeCall<'a> {
     pub path: &'a str,
     /// Stable identity of this attempt (run id, path, attempt index), for
     /// deterministic providers and idempotent requests.
-    pub call_id: String,
+    pub call_id: &'a str,
     /// Set for a repair request: the answer of the attempt before, which did
     /// not fit the recipe's output, and what was wrong with it. The model
     /// is shown both and asked again.

@@ -24,7 +24,9 @@
 //!   A model call asks the same hold once more as its body goes out
 //!   (`Journal::hold`, `fenced_body.rs`): a stop between the two is no gap.
 
-use std::collections::HashMap;
+use std::borrow::Borrow;
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -412,7 +414,7 @@ fn has_nul(texts: &[&str]) -> bool {
 /// is this plus how it writes.
 #[derive(Debug)]
 struct JournalMemory {
-    records: Mutex<HashMap<String, Arc<StepRecord>>>,
+    records: Mutex<HashSet<ByPath>>,
     unsent: Mutex<JournalWrite>,
     durability: Durability,
 }
@@ -424,7 +426,7 @@ impl JournalMemory {
             records: Mutex::new(
                 records
                     .into_iter()
-                    .map(|record| (record.path.clone(), Arc::new(record)))
+                    .map(|record| ByPath(Arc::new(record)))
                     .collect(),
             ),
             unsent: Mutex::new(JournalWrite::default()),
@@ -435,7 +437,7 @@ impl JournalMemory {
     fn lookup(&self, path: &str) -> Option<StepRecord> {
         lock(&self.records)
             .get(path)
-            .map(|record| StepRecord::clone(record))
+            .map(|record| StepRecord::clone(&record.0))
     }
 
     /// Whether any step was recorded (stored or in this invocation).
@@ -459,7 +461,7 @@ impl JournalMemory {
                 }
             };
         let record = Arc::new(record);
-        lock(&self.records).insert(record.path.clone(), Arc::clone(&record));
+        lock(&self.records).replace(ByPath(Arc::clone(&record)));
         let mut unsent = lock(&self.unsent);
         unsent.records.push(record);
         now.then(|| std::mem::take(&mut *unsent))
@@ -492,6 +494,32 @@ impl JournalMemory {
                 ..JournalWrite::default()
             },
         }
+    }
+}
+
+/// A record of the journal's memory, found by its path: the set's key is
+/// the record's own, not a copy of it made for every step.
+#[derive(Debug)]
+struct ByPath(Arc<StepRecord>);
+
+impl Borrow<str> for ByPath {
+    fn borrow(&self) -> &str {
+        &self.0.path
+    }
+}
+
+// Equality and hash are the path's, as `Borrow<str>` requires.
+impl PartialEq for ByPath {
+    fn eq(&self, other: &ByPath) -> bool {
+        self.0.path == other.0.path
+    }
+}
+
+impl Eq for ByPath {}
+
+impl Hash for ByPath {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.path.hash(state);
     }
 }
 
