@@ -336,9 +336,9 @@ impl PostgresStore {
     /// Queues `write` for the writer's next commit; resolves once it is
     /// durable, or with `LeaseLost` when the fence refused it (the run is no
     /// longer this process's in its journal's epoch).
-    fn append(&self, run: &RunHandle, write: JournalWrite) -> StoreFuture<'static, ()> {
+    fn append(&self, run: &Arc<RunHandle>, write: JournalWrite) -> StoreFuture<'static, ()> {
         let applied = self.queue(Queued::Journal {
-            run: run.clone(),
+            run: Arc::clone(run),
             encoded: EncodedWrite::new(write),
         });
         Box::pin(async move {
@@ -1583,7 +1583,7 @@ impl JournalBackend for PostgresStore {
         Some(self.lease)
     }
 
-    fn write(&self, run: &RunHandle, write: JournalWrite) -> StoreFuture<'static, ()> {
+    fn write(&self, run: &Arc<RunHandle>, write: JournalWrite) -> StoreFuture<'static, ()> {
         PostgresStore::append(self, run, write)
     }
 

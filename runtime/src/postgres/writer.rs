@@ -18,7 +18,7 @@ pub(super) enum Queued {
     /// fence refused it. Encoded by the run's thread, not by this one task
     /// every run's commit waits for.
     Journal {
-        run: RunHandle,
+        run: Arc<RunHandle>,
         encoded: EncodedWrite,
     },
     /// A run stored before it is driven (`create_run`); answered false

@@ -1405,11 +1405,11 @@ fn ready<'a, T: Send + 'a>(result: Result<T, StoreError>) -> StoreFuture<'a, T> 
 }
 
 impl SqliteStore {
-    fn write_journal(&self, run: &RunHandle, write: JournalWrite) -> StoreFuture<'static, ()> {
+    fn write_journal(&self, run: &Arc<RunHandle>, write: JournalWrite) -> StoreFuture<'static, ()> {
         let write = Box::new(EncodedWrite::new(write));
         let (reply, answer) = oneshot::channel();
         let sent = lock(&self.queue).send(Write::Journal {
-            run: run.clone(),
+            run: Arc::clone(run),
             write,
             reply,
         });
@@ -1502,7 +1502,7 @@ impl JournalBackend for SqliteStore {
         None
     }
 
-    fn write(&self, run: &RunHandle, write: JournalWrite) -> StoreFuture<'static, ()> {
+    fn write(&self, run: &Arc<RunHandle>, write: JournalWrite) -> StoreFuture<'static, ()> {
         self.write_journal(run, write)
     }
 

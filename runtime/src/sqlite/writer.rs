@@ -27,7 +27,7 @@ pub(super) enum Write {
     /// A run's journal write (`JournalBackend::write`): its row if new, its
     /// records, its end.
     Journal {
-        run: RunHandle,
+        run: Arc<RunHandle>,
         write: Box<EncodedWrite>,
         reply: Reply,
     },

@@ -100,7 +100,7 @@ pub trait JournalBackend: Send + Sync + 'static {
     /// resolves once it is durable. Writes queued together share a commit.
     /// An `end` that finds the run no longer this process's (cancelled,
     /// taken over) fails the write with `LeaseLost`.
-    fn write(&self, run: &RunHandle, write: JournalWrite) -> StoreFuture<'static, ()>;
+    fn write(&self, run: &Arc<RunHandle>, write: JournalWrite) -> StoreFuture<'static, ()>;
 
     /// Adds `active` to the run's active time and renews the hold; false
     /// when the run is no longer this process's (nothing changed).
@@ -126,7 +126,8 @@ pub trait JournalBackend: Send + Sync + 'static {
 /// One invocation's journal of a run, over a store's `JournalBackend`.
 pub struct StoreJournal<B: JournalBackend> {
     backend: Arc<B>,
-    run: RunHandle,
+    /// Shared with each write the journal queues, rather than copied.
+    run: Arc<RunHandle>,
     memory: JournalMemory,
     /// Whether this invocation may still act for the run; shared with the
     /// requests its attempts send (`Journal::hold`).
@@ -148,7 +149,7 @@ impl<B: JournalBackend> StoreJournal<B> {
         let live_until = backend.lease().map(|lease| read_at + lease * 9 / 10);
         StoreJournal {
             backend,
-            run,
+            run: Arc::new(run),
             memory: JournalMemory::new(records, durability),
             hold: Arc::new(Hold::new(held, live_until)),
         }
@@ -539,7 +540,7 @@ mod tests {
             None
         }
 
-        fn write(&self, _run: &RunHandle, write: JournalWrite) -> StoreFuture<'static, ()> {
+        fn write(&self, _run: &Arc<RunHandle>, write: JournalWrite) -> StoreFuture<'static, ()> {
             let mut parts = Vec::new();
             if write.start.is_some() {
                 parts.push("start".to_string());
