@@ -203,6 +203,9 @@ def main():
     # B1's CPU time per durable step, every thread of the process, and the
     # last repetition's split by thread.
     flow_b1_cpu, b1_cpu_split = [], ""
+    # B1's allocations per durable step (an untimed pass counting them):
+    # steady where the machine's noise moves the CPU time.
+    flow_b1_allocations = []
     flow_b2, langgraph_b2 = [], []
     flow_b3, flow_b3_seq, langgraph_b3, dbos_b3 = [], [], [], []
     # B9 with the in-process figures it is held against, in the same repetition.
@@ -223,6 +226,7 @@ def main():
         flow_b1.append(number(r"\| ([0-9.]+) steps/s", row))
         flow_b1_cpu.append(number(r"CPU per step ([0-9.]+) µs", row))
         b1_cpu_split = re.search(r"CPU per step [0-9.]+ µs \(([^)]*)\)", row).group(1)
+        flow_b1_allocations.append(number(r"([0-9.]+) allocations per step", row))
         flow_b1_seq.append(number(r"\| ([0-9.]+) steps/s", ours("b1seq")))
         langgraph_b1.append(peer("langgraph_bench.py", "b1", b1_runs)["steps_per_second"])
         dbos_b1.append(peer("dbos_bench.py", "b1", b1_runs)["steps_per_second"])
@@ -343,7 +347,7 @@ def main():
         f"| {ratio(flow_b1_seq, langgraph_b1)} LangGraph, {ratio(flow_b1_seq, dbos_b1)} DBOS "
         f"| {statistics.median(flow_b1_seq) * fsync / 1e6:,.2f}× |",
         f"| CPU per durable step: B1 at once, every thread of flow's process | {cell(flow_b1_cpu, 'µs', 1)} "
-        f"(last repetition by thread: {b1_cpu_split}) | – | – "
+        f"(last repetition by thread: {b1_cpu_split}); {cell(flow_b1_allocations, 'allocations', 1)} per step | – | – "
         f"| {goal(flow_b1_cpu, 11.5, 'µs', at_most=True)} (half of the 23 µs of 2026-11-30) |",
         f"| B2 one run, loop of {b2_items:,} items, in memory | {cell(flow_b2, 'µs/step', 2)} "
         f"| LangGraph {cell(langgraph_b2, 'µs/step', 1)} | {ratio(flow_b2, langgraph_b2, False)} "

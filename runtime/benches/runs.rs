@@ -28,12 +28,14 @@ use flow_runtime::services::{BoxFuture, Provider, RecipeCall, Services};
 use flow_runtime::sqlite::{RunJournal, SqliteStore};
 use flow_runtime::store::{NewRun, RunLog};
 use flow_tests::bench::{
-    ANSWER_RECIPE as RECIPE, cpu_between, cpu_by_thread, cpu_of_processes, profiler,
+    ANSWER_RECIPE as RECIPE, Counting, cpu_between, cpu_by_thread, cpu_of_processes, profiler,
 };
 use serde_json::{Value, json};
 
+/// mimalloc, as flowd and `flow` run, counting allocations in B1's
+/// counted pass only.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: Counting<mimalloc::MiMalloc> = Counting::new(mimalloc::MiMalloc);
 
 /// Answers at once with a fixed valid output: the engine is what is measured.
 struct Instant0;
@@ -451,70 +453,110 @@ fn ten_steps() -> flow_plan::Plan {
 /// B1: concurrent durable runs.
 fn b1(runtime: &tokio::runtime::Runtime, quick: bool) {
     let runs = if quick { 50 } else { 1_000 };
-    let ten = Arc::new(ten_steps());
-    let dir = std::env::temp_dir().join(format!("flow-bench-runs-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let store = SqliteStore::open(&dir.join("bench.db")).expect("the store opens");
-    store.put_plan(&ten).expect("the plan is stored");
-    let input = json!({ "q": "x".repeat(1000) });
-    // Queued at once, the starts share the journal writer's commits.
-    let starts: Vec<_> = (0..runs)
-        .map(|i| store.create_run(&format!("run-{i}"), "", "ten", &ten.hash, &input, None))
-        .collect();
-    runtime.block_on(async {
-        for start in starts {
-            start.await.expect("run created");
-        }
-    });
+    let timed = B1Runs::create(runtime, runs, "timed");
     let cpu_before = cpu_by_thread(std::process::id());
     profiler("enable");
     let start = Instant::now();
-    let completed = runtime.block_on(async {
-        let mut tasks = Vec::new();
-        for i in 0..runs {
-            let store: Arc<dyn flow_runtime::store::Store> = Arc::clone(&store) as _;
-            let (plan, input) = (Arc::clone(&ten), input.clone());
-            tasks.push(tokio::spawn(async move {
-                // As flowd drives a run it has just created: nothing read
-                // back, the run's end in its last step's commit.
-                let created = Invocation::Created {
-                    account: String::new(),
-                };
-                let provider: Arc<dyn flow_runtime::services::Provider> = Arc::new(Instant0);
-                let outcome = flow_runtime::runner::drive(
-                    &store,
-                    &plan,
-                    "ten",
-                    &format!("run-{i}"),
-                    created,
-                    input,
-                    provider,
-                    None,
-                    None,
-                    None,
-                )
-                .await;
-                matches!(outcome, Ok(Outcome::Completed { .. }))
-            }));
-        }
-        let mut completed = 0;
-        for task in tasks {
-            completed += usize::from(task.await.unwrap_or(false));
-        }
-        completed
-    });
+    let completed = timed.drive(runtime);
     let elapsed = start.elapsed().as_secs_f64();
     profiler("disable");
     let cpu = cpu_between(&cpu_before, &cpu_by_thread(std::process::id()));
     assert_eq!(completed, runs, "every run completes");
+    drop(timed);
+    // The same again, untimed, counting allocations: a steady figure where
+    // the CPU time of one binary varies by a fifth from run to run.
+    let counted = B1Runs::create(runtime, runs, "counted");
+    let (completed, allocations) = ALLOCATOR.count(|| counted.drive(runtime));
+    assert_eq!(completed, runs, "every counted run completes");
     let steps = runs * 10;
     println!(
-        "| B1 | {runs} runs x 10 steps, SQLite, synchronous=FULL, group commit | {steps} steps in {:.3} s | {:.0} steps/s | {} |",
+        "| B1 | {runs} runs x 10 steps, SQLite, synchronous=FULL, group commit | {steps} steps in {:.3} s | {:.0} steps/s | {}; {:.1} allocations per step |",
         elapsed,
         steps as f64 / elapsed,
-        cpu_per_step(&cpu, steps)
+        cpu_per_step(&cpu, steps),
+        allocations as f64 / steps as f64
     );
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// B1's runs, created in a store of their own and ready to be driven.
+struct B1Runs {
+    dir: std::path::PathBuf,
+    store: Arc<SqliteStore>,
+    ten: Arc<flow_plan::Plan>,
+    input: Value,
+    runs: usize,
+}
+
+impl B1Runs {
+    fn create(runtime: &tokio::runtime::Runtime, runs: usize, name: &str) -> B1Runs {
+        let ten = Arc::new(ten_steps());
+        let dir =
+            std::env::temp_dir().join(format!("flow-bench-runs-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let store = SqliteStore::open(&dir.join("bench.db")).expect("the store opens");
+        store.put_plan(&ten).expect("the plan is stored");
+        let input = json!({ "q": "x".repeat(1000) });
+        // Queued at once, the starts share the journal writer's commits.
+        let starts: Vec<_> = (0..runs)
+            .map(|i| store.create_run(&format!("run-{i}"), "", "ten", &ten.hash, &input, None))
+            .collect();
+        runtime.block_on(async {
+            for start in starts {
+                start.await.expect("run created");
+            }
+        });
+        B1Runs {
+            dir,
+            store,
+            ten,
+            input,
+            runs,
+        }
+    }
+
+    /// Drives every run at once to its end; answers how many completed.
+    fn drive(&self, runtime: &tokio::runtime::Runtime) -> usize {
+        runtime.block_on(async {
+            let mut tasks = Vec::new();
+            for i in 0..self.runs {
+                let store: Arc<dyn flow_runtime::store::Store> = Arc::clone(&self.store) as _;
+                let (plan, input) = (Arc::clone(&self.ten), self.input.clone());
+                tasks.push(tokio::spawn(async move {
+                    // As flowd drives a run it has just created: nothing read
+                    // back, the run's end in its last step's commit.
+                    let created = Invocation::Created {
+                        account: String::new(),
+                    };
+                    let provider: Arc<dyn flow_runtime::services::Provider> = Arc::new(Instant0);
+                    let outcome = flow_runtime::runner::drive(
+                        &store,
+                        &plan,
+                        "ten",
+                        &format!("run-{i}"),
+                        created,
+                        input,
+                        provider,
+                        None,
+                        None,
+                        None,
+                    )
+                    .await;
+                    matches!(outcome, Ok(Outcome::Completed { .. }))
+                }));
+            }
+            let mut completed = 0;
+            for task in tasks {
+                completed += usize::from(task.await.unwrap_or(false));
+            }
+            completed
+        })
+    }
+}
+
+impl Drop for B1Runs {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// The CPU time `cpu` (by thread name) per durable step: the process's

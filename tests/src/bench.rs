@@ -1,10 +1,13 @@
 //! What benchmarks of several crates share: the workloads they name alike
 //! (B1's workflow runs in process in `runtime/benches/runs.rs` and over
 //! HTTP in `runtime/daemon/benches/end_to_end.rs`), the switch that lets
-//! `bench/profile` record a benchmark's timed part only, and the readers of
-//! the CPU time that processes and threads have used.
+//! `bench/profile` record a benchmark's timed part only, the readers of
+//! the CPU time that processes and threads have used, and the allocator
+//! that counts allocations.
 
+use std::alloc::{GlobalAlloc, Layout};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// The recipe of B1, B2 and B3: one question in, a text and a score out.
@@ -111,4 +114,73 @@ fn on_cpu(schedstat: &std::path::Path) -> Duration {
             .and_then(|n| n.parse().ok())
             .unwrap_or(0),
     )
+}
+
+/// An allocator that counts the allocations made through it while
+/// [`Counting::count`] runs, then passes them on to `A` (mimalloc in the
+/// benches): allocations per durable step are a figure that a loaded or
+/// noisy machine does not move, where CPU time per step varies by a fifth
+/// between runs of the same binary. Counting is off outside `count`, and
+/// then costs one relaxed load per allocation.
+#[derive(Debug)]
+pub struct Counting<A> {
+    inner: A,
+    on: AtomicBool,
+    allocations: AtomicU64,
+}
+
+impl<A> Counting<A> {
+    pub const fn new(inner: A) -> Counting<A> {
+        Counting {
+            inner,
+            on: AtomicBool::new(false),
+            allocations: AtomicU64::new(0),
+        }
+    }
+
+    /// Runs `work`, answering what it returns and how many allocations
+    /// (new blocks and reallocations) every thread of the process made
+    /// meanwhile.
+    pub fn count<T>(&self, work: impl FnOnce() -> T) -> (T, u64) {
+        self.allocations.store(0, Ordering::SeqCst);
+        self.on.store(true, Ordering::SeqCst);
+        let answer = work();
+        self.on.store(false, Ordering::SeqCst);
+        (answer, self.allocations.load(Ordering::SeqCst))
+    }
+
+    fn note(&self) {
+        if self.on.load(Ordering::Relaxed) {
+            self.allocations.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+// SAFETY: every call is passed on to `inner` unchanged, with the same
+// layout and pointer; counting touches only two atomics and never
+// allocates.
+#[allow(unsafe_code)] // reason: a `GlobalAlloc` is an unsafe trait; this one only wraps another
+unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        self.note();
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.inner.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        self.note();
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.inner.alloc_zeroed(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.inner.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        self.note();
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.inner.realloc(ptr, layout, new_size) }
+    }
 }
