@@ -347,11 +347,3 @@ fn counting(
             .inc();
     }
 }
-
-/// The snake_case name a kind or status has in plans and journals.
-pub(crate) fn name_of(value: &impl serde::Serialize) -> String {
-    serde_json::to_value(value)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default()
-}

@@ -18,7 +18,6 @@ use flow_runtime::journal::{StepRecord, StepStatus};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::metrics::name_of;
 use crate::webhooks::Delivery;
 
 /// The trace of run `run_id`: 16 bytes, as 32 hex digits.
@@ -98,7 +97,7 @@ impl RunContext<'_> {
         attributes.extend([
             string("flow.step.path", &record.path),
             string("flow.step.id", &record.step_id),
-            string("flow.step.kind", &name_of(&record.kind)),
+            string("flow.step.kind", record.kind.name()),
             int("flow.step.attempts", record.attempts.len().max(1) as i64),
         ]);
         let parent = parent_path(&record.path)
@@ -126,7 +125,7 @@ impl RunContext<'_> {
             "traceId": trace_id(self.run_id),
             "spanId": span_id(self.run_id, &record.path),
             "parentSpanId": span_id(self.run_id, &parent),
-            "name": format!("{} {}", name_of(&record.kind), record.step_id),
+            "name": format!("{} {}", record.kind.name(), record.step_id),
             "kind": 1,
             "startTimeUnixNano": nanos(record.started_ms as i64),
             "endTimeUnixNano": nanos(record.ended_ms as i64),
