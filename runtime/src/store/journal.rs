@@ -423,13 +423,14 @@ struct JournalMemory {
 impl JournalMemory {
     /// The memory of a run whose stored records are `records`.
     fn new(records: Vec<StepRecord>, durability: Durability) -> JournalMemory {
+        // The last record of a path is the one looked up, as `remember`
+        // keeps it (the stores hold one row per path).
+        let mut by_path = HashSet::with_capacity(records.len());
+        for record in records {
+            by_path.replace(ByPath(Arc::new(record)));
+        }
         JournalMemory {
-            records: Mutex::new(
-                records
-                    .into_iter()
-                    .map(|record| ByPath(Arc::new(record)))
-                    .collect(),
-            ),
+            records: Mutex::new(by_path),
             unsent: Mutex::new(JournalWrite::default()),
             durability,
         }
