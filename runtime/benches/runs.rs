@@ -450,13 +450,15 @@ fn ten_steps() -> flow_plan::Plan {
     plan(&flow_tests::bench::ten_steps_source())
 }
 
-/// B1: concurrent durable runs.
-/// B1 in `B1_ROUNDS` rounds, each its 1,000 runs in a fresh store, and
-/// the median round: one round's timed part is a tenth of a second, in
-/// which the machine's other work moved the rate and the CPU per step by
-/// a fifth from one run of the bench to the next.
+/// B1's timed rounds, each its 1,000 runs in a fresh store: one round's
+/// timed part is a tenth of a second, in which the machine's other work
+/// moved the rate and the CPU per step by a fifth from one run of the
+/// bench to the next.
 const B1_ROUNDS: usize = 5;
 
+/// B1: concurrent durable runs, in `B1_ROUNDS` rounds. The row gives the
+/// median of the rounds' rates and, from the round of median CPU time
+/// (not always the same round), its CPU per step and split by thread.
 fn b1(runtime: &tokio::runtime::Runtime, quick: bool) {
     let runs = if quick { 50 } else { 1_000 };
     let rounds = if quick { 1 } else { B1_ROUNDS };
