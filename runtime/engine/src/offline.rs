@@ -41,16 +41,51 @@ pub fn fabricate(schema: &Value, seed: u64) -> Value {
 /// Each part is followed by a 0xFF byte, which never occurs in UTF-8, so that
 /// `["ab", "c"]` and `["a", "bc"]` hash differently.
 pub fn seed_of(parts: &[&str]) -> u64 {
-    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    let mut hash = OFFSET;
+    let mut hash = Seed::new();
     for part in parts {
-        for &byte in part.as_bytes().iter().chain(&[0xff]) {
-            hash ^= u64::from(byte);
-            hash = hash.wrapping_mul(PRIME);
+        hash.part(part);
+    }
+    hash.finish()
+}
+
+/// [`seed_of`] built part by part, where a part may be written in pieces
+/// (`std::fmt::Write`): an answer's input is hashed as its JSON text is
+/// printed, not printed into a string first.
+struct Seed(u64);
+
+impl Seed {
+    fn new() -> Seed {
+        Seed(0xcbf2_9ce4_8422_2325)
+    }
+
+    fn bytes(&mut self, bytes: &[u8]) {
+        const PRIME: u64 = 0x0000_0100_0000_01b3;
+        for &byte in bytes {
+            self.0 ^= u64::from(byte);
+            self.0 = self.0.wrapping_mul(PRIME);
         }
     }
-    hash
+
+    /// Ends the part being written.
+    fn end_part(&mut self) {
+        self.bytes(&[0xff]);
+    }
+
+    fn part(&mut self, part: &str) {
+        self.bytes(part.as_bytes());
+        self.end_part();
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+impl std::fmt::Write for Seed {
+    fn write_str(&mut self, text: &str) -> std::fmt::Result {
+        self.bytes(text.as_bytes());
+        Ok(())
+    }
 }
 
 /// splitmix64 (Steele, Lea and Flood): one addition and a few multiply-xorshift
@@ -346,11 +381,20 @@ impl OfflineProvider {
     /// The answer to a call of `recipe` at `path` with `input`, fitting
     /// `output_schema`.
     pub fn answer(&self, recipe: &str, path: &str, input: &Value, output_schema: &Value) -> Value {
+        use std::fmt::Write;
         // serde_json writes an object's keys sorted (its `preserve_order`
-        // feature is off), so equal inputs give equal text.
-        let input = input.to_string();
-        let seed = self.seed.to_string();
-        fabricate(output_schema, seed_of(&[recipe, path, &input, &seed]))
+        // feature is off), so equal inputs give equal text. The text is
+        // hashed as it is written: `seed_of(&[recipe, path, &input.to_string(),
+        // &self.seed.to_string()])` without the copies.
+        let mut seed = Seed::new();
+        seed.part(recipe);
+        seed.part(path);
+        // Writing to a hash cannot fail.
+        let _ = write!(seed, "{input}");
+        seed.end_part();
+        let _ = write!(seed, "{}", self.seed);
+        seed.end_part();
+        fabricate(output_schema, seed.finish())
     }
 }
 
@@ -456,6 +500,20 @@ mod tests {
             "PIN {} {}",
             fabricate(&json!({ "type": "string" }), 7),
             fabricate(&every_form(), 7)
+        );
+    }
+
+    /// Guards the answers offline runs have seen: hashing the input as it
+    /// is printed gives the seed of its text, as before.
+    #[test]
+    fn an_answer_is_seeded_by_its_parts_text() {
+        let schema = every_form();
+        let input = json!({ "text": "a \"quoted\" é", "n": [1, 2.5, null], "m": {} });
+        let provider = OfflineProvider::new(42);
+        let seed = seed_of(&["classify", "each[0]/classify", &input.to_string(), "42"]);
+        assert_eq!(
+            provider.answer("classify", "each[0]/classify", &input, &schema),
+            fabricate(&schema, seed)
         );
     }
 
