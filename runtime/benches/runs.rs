@@ -179,15 +179,7 @@ fn b4(quick: bool) {
             .enable_all()
             .build()
             .expect("runtime");
-        // Queued at once, the starts share the journal writer's commits.
-        let starts: Vec<_> = (0..runs)
-            .map(|i| store.create_run(&format!("run-{i}"), "", "ten", &ten.hash, &input, None))
-            .collect();
-        runtime.block_on(async {
-            for start in starts {
-                start.await.expect("run created");
-            }
-        });
+        create_runs(&runtime, &store, &ten, &input, runs);
         let provider = Arc::new(Counted {
             delay: std::time::Duration::from_millis(5),
             calls: Default::default(),
@@ -501,6 +493,26 @@ fn b1(runtime: &tokio::runtime::Runtime, quick: bool) {
     );
 }
 
+/// Stores `runs` runs of `plan`'s workflow `ten` with `input`, named
+/// `run-0`, `run-1`, ...: queued at once, the starts share the journal
+/// writer's commits.
+fn create_runs(
+    runtime: &tokio::runtime::Runtime,
+    store: &SqliteStore,
+    plan: &flow_plan::Plan,
+    input: &Value,
+    runs: usize,
+) {
+    let starts: Vec<_> = (0..runs)
+        .map(|i| store.create_run(&format!("run-{i}"), "", "ten", &plan.hash, input, None))
+        .collect();
+    runtime.block_on(async {
+        for start in starts {
+            start.await.expect("run created");
+        }
+    });
+}
+
 /// B1's runs, created in a store of their own and ready to be driven.
 struct B1Runs {
     dir: std::path::PathBuf,
@@ -519,15 +531,7 @@ impl B1Runs {
         let store = SqliteStore::open(&dir.join("bench.db")).expect("the store opens");
         store.put_plan(&ten).expect("the plan is stored");
         let input = json!({ "q": "x".repeat(1000) });
-        // Queued at once, the starts share the journal writer's commits.
-        let starts: Vec<_> = (0..runs)
-            .map(|i| store.create_run(&format!("run-{i}"), "", "ten", &ten.hash, &input, None))
-            .collect();
-        runtime.block_on(async {
-            for start in starts {
-                start.await.expect("run created");
-            }
-        });
+        create_runs(runtime, &store, &ten, &input, runs);
         B1Runs {
             dir,
             store,
