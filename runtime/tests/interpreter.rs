@@ -498,6 +498,60 @@ async fn the_workflow_deadline_cancels_work_in_flight() {
     );
 }
 
+/// Fails its first call at once; every later call waits long.
+struct FailsThenSlow(AtomicUsize);
+
+impl Provider for FailsThenSlow {
+    fn complete<'a>(&'a self, call: &'a RecipeCall<'a>) -> BoxFuture<'a, Result<Value, StepError>> {
+        let first = self.0.fetch_add(1, Ordering::SeqCst) == 0;
+        Box::pin(async move {
+            if first {
+                return Err(StepError::new(ErrorKind::Client, "scripted Client"));
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+            Ok(fabricate(call.output_schema, 1))
+        })
+    }
+}
+
+/// Regression: a failed step stayed in the table of steps in flight while
+/// its fallback ran, so a workflow timeout during the fallback recorded the
+/// failed step again as cut short (its own error replaced by the timeout's)
+/// and named it as the step the timeout stopped. A step leaves that table
+/// as its record is queued.
+#[tokio::test]
+async fn a_workflow_timeout_during_a_fallback_cuts_the_fallback_not_the_failed_step() {
+    let plan = plan(&format!(
+        "{RECIPE}workflow w {{
+          timeout 300ms
+          step a = answer {{ q: \"x\" }} retry 1 on_error fallback {{
+            step b = answer {{ q: \"y\" }}
+          }}
+        }}"
+    ));
+    let store = Arc::new(MemoryStore::default());
+    let provider = Arc::new(FailsThenSlow(AtomicUsize::new(0)));
+    let outcome = flow_runtime::run(&plan, "w", "r", json!({}), services(provider, &store)).await;
+    let Outcome::Failed { error, step } = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(error.kind, ErrorKind::Timeout);
+    assert_eq!(step.as_deref(), Some("a/fallback/b"));
+    let records = store.records();
+    let kinds: Vec<(&str, StepStatus, ErrorKind)> = records
+        .iter()
+        .map(|r| (r.path.as_str(), r.status, r.error.as_ref().unwrap().kind))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("a", StepStatus::Failed, ErrorKind::Client),
+            ("a/fallback/b", StepStatus::Failed, ErrorKind::Timeout)
+        ],
+        "the failed step keeps its own error; only the fallback's step was cut"
+    );
+}
+
 /// Regression (issue 13): a `retry 3` step answering 500, killed during its
 /// backoff and recovered, made 5 calls and its trace showed 3. The attempts
 /// so far are journaled before each backoff, so the recovered run makes the

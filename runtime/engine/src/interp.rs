@@ -10,7 +10,7 @@
 //! cooperative, within the run's task: the work is waiting on providers, and
 //! one task per run keeps a run's state free of locks held across awaits.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -56,8 +56,10 @@ struct Interpreter<'p> {
     /// resolved at preflight.
     context: Vec<KbDocument>,
     /// The steps executing now, by path: what a workflow timeout, which
-    /// drops them, records of them.
-    in_flight: Mutex<BTreeMap<String, InFlight>>,
+    /// drops them, records of them. A hash table keeps its room when it
+    /// empties, where a B-tree gave back its node after every step of a
+    /// run whose steps go one at a time and took a new one for the next.
+    in_flight: Mutex<HashMap<String, InFlight>>,
     /// The redrive this invocation belongs to (0: the run's first drive).
     round: u32,
 }
@@ -134,7 +136,7 @@ pub async fn run_within(
         services,
         pending: Mutex::new(Vec::new()),
         context: ready.context,
-        in_flight: Mutex::new(BTreeMap::new()),
+        in_flight: Mutex::new(HashMap::new()),
         round,
     };
     let budget = Duration::from_millis(workflow.timeout_ms).saturating_sub(spent);
@@ -445,11 +447,11 @@ impl<'p> Interpreter<'p> {
             .map_or(StepKind::Recipe, |s| s.kind);
         let env = self.env(ctx, None);
         // A step whose arguments cannot be evaluated fails before any attempt.
-        let refused = |error: StepError| {
+        let refused = |path: String, error: StepError| {
             self.settle(
                 step,
                 ctx,
-                &path,
+                path,
                 kind,
                 Value::Null,
                 Err(error),
@@ -459,7 +461,7 @@ impl<'p> Interpreter<'p> {
         };
         let args = match self.args(step, &env) {
             Ok(args) => args,
-            Err(error) => return refused(error).await,
+            Err(error) => return refused(path, error).await,
         };
         if let Action::Approval(approval) = &step.action {
             let flow_plan::ApprovalAction {
@@ -471,7 +473,7 @@ impl<'p> Interpreter<'p> {
             } = &**approval;
             let approvers = match approver_list(&env, approvers) {
                 Ok(approvers) => approvers,
-                Err(error) => return refused(error).await,
+                Err(error) => return refused(path, error).await,
             };
             let message = env.eval(message).ok().map_or_else(String::new, |m| {
                 m.as_str().map_or_else(|| m.to_string(), str::to_string)
@@ -540,11 +542,11 @@ impl<'p> Interpreter<'p> {
         let (result, attempts) = self
             .attempts(step, &path, &args, ctx, kind, started_ms, made, wait)
             .await;
-        let settled = self
-            .settle(step, ctx, &path, kind, args, result, attempts, started_ms)
-            .await;
+        // Out of the table before its record is queued, in the same poll:
+        // a workflow timeout finds either the step or its record.
         self.in_flight().remove(&path);
-        settled
+        self.settle(step, ctx, path, kind, args, result, attempts, started_ms)
+            .await
     }
 
     /// Whether `record`, this step's, is a failure of an earlier round that
@@ -556,7 +558,7 @@ impl<'p> Interpreter<'p> {
             && matches!(step.on_error, OnError::Fail)
     }
 
-    fn in_flight(&self) -> MutexGuard<'_, BTreeMap<String, InFlight>> {
+    fn in_flight(&self) -> MutexGuard<'_, HashMap<String, InFlight>> {
         self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -564,8 +566,9 @@ impl<'p> Interpreter<'p> {
     /// the attempts they made and the one whose call was out; answers the
     /// path of the one that started first.
     async fn record_cut_short(&self, timeout_ms: u64) -> Option<String> {
-        let cut: Vec<(String, InFlight)> =
-            std::mem::take(&mut *self.in_flight()).into_iter().collect();
+        let mut cut: Vec<(String, InFlight)> = self.in_flight().drain().collect();
+        // Recorded in path order, whatever order the table holds them in.
+        cut.sort_unstable_by(|(a, _), (b, _)| a.cmp(b));
         let first = cut
             .iter()
             .min_by_key(|(_, step)| step.started_ms)
@@ -955,7 +958,7 @@ impl<'p> Interpreter<'p> {
         &self,
         step: &'p Step,
         ctx: &Ctx,
-        path: &str,
+        path: String,
         kind: StepKind,
         input: Value,
         result: Result<Option<Value>, StepError>,
@@ -967,7 +970,7 @@ impl<'p> Interpreter<'p> {
             Err(error) => (StepStatus::Failed, None, Some(error)),
         };
         let record = StepRecord {
-            path: path.to_string(),
+            path,
             step_id: step.id.clone(),
             kind,
             status,
@@ -983,7 +986,11 @@ impl<'p> Interpreter<'p> {
         // out (`Journal::admit`): a dependent step never acts on an output
         // a crash could lose.
         let output = record.output.clone();
-        let failed = record.error.clone();
+        // The path is the record's; a failure's error policy needs a copy.
+        let failed = record
+            .error
+            .clone()
+            .map(|error| (error, record.path.clone()));
         self.journal(step, record).await?;
         match failed {
             None => {
@@ -992,7 +999,7 @@ impl<'p> Interpreter<'p> {
                 }
                 Ok(())
             }
-            Some(error) => self.on_error(step, ctx, path, error).await,
+            Some((error, path)) => self.on_error(step, ctx, &path, error).await,
         }
     }
 
