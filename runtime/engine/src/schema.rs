@@ -21,7 +21,7 @@
 
 use flow_plan::cut;
 use serde_json::{Map, Value};
-use std::fmt;
+use std::fmt::{self, Write as _};
 
 /// The duration pattern the compiler emits for `duration` values. It is the only
 /// pattern checked, by hand, so the runtime needs no regular-expression engine.
@@ -304,8 +304,9 @@ fn check(schema: &Value, value: &Value, path: &mut String, depth: usize, out: &m
                         return;
                     }
                     let len = path.len();
-                    path.push('/');
-                    path.push_str(&index.to_string());
+                    // Written in place: a copy of each index's text cost
+                    // every item of every array an allocation.
+                    let _ = write!(path, "/{index}");
                     check(item_schema, item, path, depth + 1, out);
                     path.truncate(len);
                 }
