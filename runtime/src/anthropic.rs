@@ -7,7 +7,9 @@ use serde_json::{Value, json};
 
 use crate::error::{ErrorKind, StepError};
 use crate::llm::{ProviderConfig, http_client};
-use crate::openai::{SYSTEM_PROMPT, answer_with_repair, excerpt, schema_name, send_for_json};
+use crate::openai::{
+    Answer, SYSTEM_PROMPT, answer_with_repair, excerpt, schema_name, send_for_json,
+};
 use crate::services::{BoxFuture, Provider, RecipeCall};
 
 pub struct AnthropicProvider {
@@ -27,7 +29,7 @@ impl AnthropicProvider {
         &self,
         call: &RecipeCall<'_>,
         conversation: &[Value],
-    ) -> Result<String, StepError> {
+    ) -> Result<Answer, StepError> {
         let model = self.config.model(call.model);
         let tool = schema_name(call.recipe);
         let body = json!({
@@ -47,26 +49,29 @@ impl AnthropicProvider {
             request = request.header("x-api-key", key);
         }
         let (reply, text) = send_for_json(request, &url, &body, call).await?;
-        let blocks = reply["content"].as_array().cloned().unwrap_or_default();
+        let blocks = reply["content"].as_array().map_or(&[][..], Vec::as_slice);
+        let said = blocks.iter().find_map(|b| b["text"].as_str());
+        if reply["stop_reason"] == "refusal" {
+            return Ok(Answer::Refused(said.unwrap_or_default().to_string()));
+        }
         // The forced tool call carries the answer; a text block is the model
         // ignoring the tool, which the repair request then addresses.
-        if let Some(input) = blocks
+        let answer = blocks
             .iter()
             .find(|b| b["type"] == "tool_use")
-            .map(|b| &b["input"])
-        {
-            return Ok(input.to_string());
+            .map(|b| b["input"].to_string())
+            .or_else(|| said.map(str::to_string));
+        match (answer, reply["stop_reason"] == "max_tokens") {
+            (answer, true) => Ok(Answer::Stopped {
+                text: answer.unwrap_or_default(),
+                why: "the output limit cut it off (stop_reason `max_tokens`)",
+            }),
+            (Some(answer), false) => Ok(Answer::Text(answer)),
+            (None, false) => Err(StepError::new(
+                ErrorKind::Server,
+                format!("the reply has no content: {}", excerpt(&text)),
+            )),
         }
-        blocks
-            .iter()
-            .find_map(|b| b["text"].as_str())
-            .map(str::to_string)
-            .ok_or_else(|| {
-                StepError::new(
-                    ErrorKind::Server,
-                    format!("the reply has no content: {}", excerpt(&text)),
-                )
-            })
     }
 }
 

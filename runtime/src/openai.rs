@@ -7,7 +7,9 @@
 //! `invalid_output` error carrying the answer (`StepError::repairable`): the
 //! interpreter makes one repair request as an attempt of its own (the
 //! answer and its problem shown to the model); if that fails too, the step
-//! fails at once with the raw text in its error.
+//! fails at once with the raw text in its error. A refusal and an answer
+//! cut short (the output limit, a content filter) are answers that do not
+//! fit, and say so (`Answer`). A reply is read up to `MAX_REPLY_BYTES`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,7 +40,7 @@ impl OpenAiProvider {
         &self,
         call: &RecipeCall<'_>,
         conversation: &[Value],
-    ) -> Result<String, StepError> {
+    ) -> Result<Answer, StepError> {
         let (schema, strict) = strict_schema(call.output_schema);
         let mut messages = vec![json!({ "role": "system", "content": SYSTEM_PROMPT })];
         messages.extend_from_slice(conversation);
@@ -66,16 +68,42 @@ impl OpenAiProvider {
             request = request.bearer_auth(key);
         }
         let (reply, text) = send_for_json(request, &url, &body, call).await?;
-        reply["choices"][0]["message"]["content"]
-            .as_str()
-            .map(str::to_string)
-            .ok_or_else(|| {
-                StepError::new(
-                    ErrorKind::Server,
-                    format!("the reply has no message content: {}", excerpt(&text)),
-                )
-            })
+        let choice = &reply["choices"][0];
+        let content = choice["message"]["content"].as_str();
+        if let Some(refusal) = choice["message"]["refusal"].as_str() {
+            return Ok(Answer::Refused(refusal.to_string()));
+        }
+        let stopped = match choice["finish_reason"].as_str() {
+            Some("length") => Some("the output limit cut it off (finish_reason `length`)"),
+            Some("content_filter") => {
+                Some("the provider's content filter cut it off (finish_reason `content_filter`)")
+            }
+            _ => None,
+        };
+        match (content, stopped) {
+            (content, Some(why)) => Ok(Answer::Stopped {
+                text: content.unwrap_or_default().to_string(),
+                why,
+            }),
+            (Some(content), None) => Ok(Answer::Text(content.to_string())),
+            (None, None) => Err(StepError::new(
+                ErrorKind::Server,
+                format!("the reply has no message content: {}", excerpt(&text)),
+            )),
+        }
     }
+}
+
+/// What a model gave back for an answer.
+pub(crate) enum Answer {
+    /// Its text, read as the recipe's output.
+    Text(String),
+    /// A refusal, in the model's words: never read as the output.
+    Refused(String),
+    /// Text the model stopped giving early, and why in words for the error
+    /// and the repair request (an output limit, a content filter). It is
+    /// read as the output still, in case it was whole.
+    Stopped { text: String, why: &'static str },
 }
 
 impl Provider for OpenAiProvider {
@@ -145,7 +173,7 @@ pub(crate) async fn answer_with_repair<'a, F>(
     chat: F,
 ) -> Result<Value, StepError>
 where
-    F: Fn(Vec<Value>) -> BoxFuture<'a, Result<String, StepError>>,
+    F: Fn(Vec<Value>) -> BoxFuture<'a, Result<Answer, StepError>>,
 {
     let mut conversation = vec![json!({ "role": "user", "content": call.prompt })];
     if let Some(repair) = &call.repair {
@@ -155,8 +183,20 @@ where
             "content": format!("That answer is not valid: {}. Answer again with JSON only, matching the schema.", repair.problem),
         }));
     }
-    let text = chat(conversation).await?;
-    parse_and_check(&text, call.output_schema).map_err(|problem| match call.repair {
+    // A refusal or an answer cut short is an answer that does not fit, and
+    // says so: the repair request tells the model why, as for any other.
+    let (text, problem) = match chat(conversation).await? {
+        Answer::Text(text) => match parse_and_check(&text, call.output_schema) {
+            Ok(output) => return Ok(output),
+            Err(problem) => (text, problem),
+        },
+        Answer::Stopped { text, why } => match parse_and_check(&text, call.output_schema) {
+            Ok(output) => return Ok(output),
+            Err(problem) => (text, format!("{why}; {problem}")),
+        },
+        Answer::Refused(text) => (text, "it is a refusal, not an answer".to_string()),
+    };
+    Err(match call.repair {
         Some(_) => StepError::new(
             ErrorKind::InvalidOutput,
             format!(
@@ -243,11 +283,49 @@ pub(crate) async fn send_for_json(
     };
     let status = response.status();
     let wait = retry_after(response.headers());
-    let text = response.text().await.map_err(transport_error)?;
+    let text = reply_text(response, url).await?;
     if !status.is_success() {
         return Err(status_error(url, status, wait, &text));
     }
     Ok((reply_json(&text)?, text))
+}
+
+/// The most of a provider's reply that is read. An answer is a few
+/// kilobytes; a reply that kept coming (a broken proxy, a server sending
+/// without end) grew the process's memory, every other run's with it,
+/// until the step's timeout.
+pub(crate) const MAX_REPLY_BYTES: usize = 16 << 20;
+
+/// A reply's body as text, read no further than [`MAX_REPLY_BYTES`]; past
+/// them, a server error (retried as one).
+async fn reply_text(mut response: reqwest::Response, url: &str) -> Result<String, StepError> {
+    let too_long = || {
+        StepError::new(
+            ErrorKind::Server,
+            format!(
+                "{url} answered with more than {} MiB: no model's answer is that long, so it was not read further",
+                MAX_REPLY_BYTES >> 20
+            ),
+        )
+    };
+    if response
+        .content_length()
+        .is_some_and(|length| length > MAX_REPLY_BYTES as u64)
+    {
+        return Err(too_long());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(transport_error)? {
+        if body.len() + chunk.len() > MAX_REPLY_BYTES {
+            return Err(too_long());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    // As `Response::text` read it: a byte that is not UTF-8 becomes U+FFFD.
+    Ok(match String::from_utf8(body) {
+        Ok(text) => text,
+        Err(error) => String::from_utf8_lossy(error.as_bytes()).into_owned(),
+    })
 }
 
 /// Whether `error` is a body that `FencedBody` refused (nothing of it sent).

@@ -213,6 +213,91 @@ async fn invalid_output_gets_one_repair_then_fails_with_the_raw_text() {
     );
 }
 
+/// A refusal (OpenAI's `message.refusal`, no content) is an answer that
+/// does not fit, said as such: one repair request telling the model so,
+/// then `invalid_output` with the refusal's words. Before, a reply without
+/// content was a server error, retried like an outage.
+#[tokio::test]
+async fn a_refusal_gets_the_repair_request_then_fails_in_its_own_words() {
+    let refusal = || {
+        Reply::Body(json!({ "choices": [{
+            "message": { "role": "assistant", "content": null, "refusal": "I can't help with that." },
+            "finish_reason": "stop",
+        }] }))
+    };
+    let server = fake_llm(vec![refusal(), refusal()]).await;
+    let (outcome, store) = run_against(&server, FAST_RETRIES).await;
+    assert_eq!(
+        failed_with(&outcome),
+        Some(ErrorKind::InvalidOutput),
+        "{outcome:?}"
+    );
+    assert_eq!(server.requests(), 2, "the answer and its repair, no retry");
+    assert!(
+        server.prompts()[1].contains("it is a refusal, not an answer"),
+        "the repair request says why: {:?}",
+        server.prompts()
+    );
+    let error = store.records()[0].error.clone().expect("an error");
+    assert!(
+        error.message.contains("refusal") && error.message.contains("I can't help with that."),
+        "{}",
+        error.message
+    );
+}
+
+/// An answer cut off at the model's output limit says so in its repair
+/// request and its error, and a repaired answer completes the step.
+#[tokio::test]
+async fn an_answer_cut_at_the_output_limit_says_so() {
+    let server = fake_llm(vec![
+        Reply::Body(json!({ "choices": [{
+            "message": { "role": "assistant", "content": "{\"text\": \"a long ans" },
+            "finish_reason": "length",
+        }] })),
+        ok(json!({ "text": "short", "score": 1 })),
+    ])
+    .await;
+    let (outcome, store) = run_against(&server, FAST_RETRIES).await;
+    let Outcome::Completed { output } = &outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(output["text"], "short");
+    let first = store.records()[0].attempts[0].error.clone();
+    assert!(
+        first
+            .as_deref()
+            .is_some_and(|e| e.contains("finish_reason `length`") && e.contains("a long ans")),
+        "{first:?}"
+    );
+    assert!(
+        server.prompts()[1].contains("output limit"),
+        "{:?}",
+        server.prompts()
+    );
+}
+
+/// A reply that never ends is read no further than the cap: the attempt
+/// fails as a server error (and is retried as one) instead of growing the
+/// process until the step's timeout.
+#[tokio::test]
+async fn a_reply_without_end_is_cut_at_the_cap() {
+    let server = fake_llm(vec![Reply::Endless, Reply::Endless, Reply::Endless]).await;
+    let (outcome, store) = run_against(&server, "retry 3 backoff 1ms..5ms timeout 20s").await;
+    assert_eq!(
+        failed_with(&outcome),
+        Some(ErrorKind::Server),
+        "{outcome:?}"
+    );
+    assert_eq!(server.requests(), 3, "each attempt cut, then retried");
+    let error = store.records()[0].error.clone().expect("an error");
+    assert!(
+        error.message.contains("more than 16 MiB"),
+        "{}",
+        error.message
+    );
+}
+
 fn anthropic(server: &FakeLlm) -> Arc<dyn Provider> {
     Arc::new(
         AnthropicProvider::new(ProviderConfig {
@@ -248,6 +333,36 @@ async fn anthropic_text_instead_of_the_tool_gets_the_repair_request() {
     };
     assert_eq!(output["text"], "repaired");
     assert_eq!(server.requests(), 2);
+}
+
+/// Anthropic's refusal (`stop_reason: "refusal"`) and an answer cut at
+/// `max_tokens` are named as OpenAI's are.
+#[tokio::test]
+async fn anthropic_refusals_and_max_tokens_are_named() {
+    let server = fake_llm(vec![
+        Reply::Body(json!({
+            "content": [{ "type": "text", "text": "I won't." }],
+            "stop_reason": "refusal",
+        })),
+        Reply::Body(json!({
+            "content": [{ "type": "tool_use", "id": "t1", "name": "answer", "input": { "text": "cut" } }],
+            "stop_reason": "max_tokens",
+        })),
+    ])
+    .await;
+    let (outcome, store) = run_with(anthropic(&server), FAST_RETRIES).await;
+    assert_eq!(
+        failed_with(&outcome),
+        Some(ErrorKind::InvalidOutput),
+        "{outcome:?}"
+    );
+    let attempts = &store.records()[0].attempts;
+    let errors: Vec<&str> = attempts.iter().filter_map(|a| a.error.as_deref()).collect();
+    assert!(
+        errors[0].contains("refusal") && errors[0].contains("I won't."),
+        "{errors:?}"
+    );
+    assert!(errors[1].contains("stop_reason `max_tokens`"), "{errors:?}");
 }
 
 /// A base URL that cannot be called is refused when the provider is made,

@@ -25,6 +25,12 @@ pub enum Reply {
     Reset,
     /// Waits this long, then answers 200 with the default answer.
     Stall(Duration),
+    /// Answers 200 with this whole body, in no provider's shape but its
+    /// own (a refusal, a reply cut at the output limit).
+    Body(Value),
+    /// Answers 200 and sends its body without end, a megabyte at a time,
+    /// until the client goes away.
+    Endless,
 }
 
 /// A 200 answer whose content is `content`.
@@ -187,6 +193,25 @@ async fn serve(
     }
     let (status, headers, content) = match reply {
         Reply::Reset => return,
+        Reply::Body(body) => {
+            let body = body.to_string();
+            let response = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = socket.write_all(response.as_bytes()).await;
+            return;
+        }
+        Reply::Endless => {
+            let head =
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n";
+            if socket.write_all(head.as_bytes()).await.is_err() {
+                return;
+            }
+            let megabyte = vec![b' '; 1 << 20];
+            while socket.write_all(&megabyte).await.is_ok() {}
+            return;
+        }
         Reply::Stall(wait) => {
             tokio::time::sleep(wait).await;
             (200, vec![], default_answer.to_string())
