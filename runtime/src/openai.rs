@@ -222,12 +222,35 @@ where
 }
 
 fn parse_and_check(text: &str, schema: &Value) -> Result<Value, String> {
-    let value: Value = serde_json::from_str(text.trim()).map_err(|e| format!("not JSON: {e}"))?;
+    let value: Value =
+        serde_json::from_str(unfenced(text)).map_err(|e| format!("not JSON: {e}"))?;
     let mismatches = crate::schema::validate(schema, &value);
     if mismatches.is_empty() {
         Ok(value)
     } else {
         Err(mismatches.to_string())
+    }
+}
+
+/// `text` without the Markdown code fence that models without structured
+/// output (Ollama's, llama.cpp's, a model ignoring the schema) put around
+/// JSON: "```json", the JSON, "```". What is inside is still parsed and
+/// checked against the schema; only the fence costs no repair request.
+fn unfenced(text: &str) -> &str {
+    let text = text.trim();
+    let Some(opened) = text.strip_prefix("```") else {
+        return text;
+    };
+    // The opening line may name the language (`json`, `JSON`), nothing more.
+    let Some((language, rest)) = opened.split_once('\n') else {
+        return text;
+    };
+    if !language.trim().chars().all(|c| c.is_ascii_alphanumeric()) {
+        return text;
+    }
+    match rest.trim_end().strip_suffix("```") {
+        Some(inside) => inside.trim(),
+        None => text,
     }
 }
 
@@ -420,6 +443,26 @@ pub(crate) fn excerpt(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fenced_answer_is_read_inside_its_fence() {
+        let cases = [
+            ("```json\n{\"a\": 1}\n```", "{\"a\": 1}"),
+            ("  ```\n[1, 2]\n```  \n", "[1, 2]"),
+            ("```JSON\r\n{}\r\n```", "{}"),
+            // Not a fence around the whole answer: left as it is.
+            ("{\"a\": \"```\"}", "{\"a\": \"```\"}"),
+            ("```json {\"a\": 1}```", "```json {\"a\": 1}```"),
+            ("```json\n{\"a\": 1}", "```json\n{\"a\": 1}"),
+            (
+                "Here it is: ```json\n{}\n```",
+                "Here it is: ```json\n{}\n```",
+            ),
+        ];
+        for (text, inside) in cases {
+            assert_eq!(unfenced(text), inside, "{text:?}");
+        }
+    }
 
     #[test]
     fn strict_schemas_require_every_property_and_refuse_untyped_parts() {

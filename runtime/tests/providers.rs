@@ -213,6 +213,24 @@ async fn invalid_output_gets_one_repair_then_fails_with_the_raw_text() {
     );
 }
 
+/// A model without structured output often fences its JSON in Markdown
+/// ("```json ... ```"): the answer inside is taken with no repair request.
+#[tokio::test]
+async fn a_fenced_answer_needs_no_repair() {
+    let server = fake_llm(vec![Reply::Answer(
+        200,
+        vec![],
+        "```json\n{\"text\": \"fenced\", \"score\": 2}\n```".into(),
+    )])
+    .await;
+    let (outcome, _) = run_against(&server, FAST_RETRIES).await;
+    let Outcome::Completed { output } = &outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(output["text"], "fenced");
+    assert_eq!(server.requests(), 1);
+}
+
 /// A refusal (OpenAI's `message.refusal`, no content) is an answer that
 /// does not fit, said as such: one repair request telling the model so,
 /// then `invalid_output` with the refusal's words. Before, a reply without
