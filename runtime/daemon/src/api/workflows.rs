@@ -90,45 +90,10 @@ pub(crate) async fn deploy(
             problem
         }
     })?;
-    // A plan from outside is held to what the compiler writes before it is
-    // stored: the runtime trusts a plan's indices, numbers and schemas. A
-    // plan compiled here is checked too, which costs one pass over it and
-    // refuses a source whose plan is past flowd's bounds.
-    let plan = match request {
-        Deploy::Source(DeploySource { source, path }) => {
-            let path = path.unwrap_or_else(|| "workflow.flow".to_string());
-            compile_valid(&path, &DeployedFiles::single(&path, source))?
-        }
-        Deploy::Files(DeployFiles { files, root }) => {
-            let files = DeployedFiles::new(files).map_err(|why| invalid_files(&why))?;
-            let root = match root {
-                Some(root) if files.contains(&root) => root,
-                Some(root) => {
-                    return Err(invalid_files(&format!(
-                        "`root` {} is not among `files`",
-                        flow_plan::cut(&root, 200)
-                    )));
-                }
-                None => files.only_source().map(str::to_string).ok_or_else(|| {
-                    invalid_files("`files` holds several .flow files (or none): name the one to deploy with `root`")
-                })?,
-            };
-            compile_valid(&root, &files)?
-        }
-        Deploy::Plan(DeployPlan { plan }) => {
-            let plan = Plan::from_json(&plan.to_string()).map_err(|e| {
-                Problem::new(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "invalid_plan",
-                    &e.to_string(),
-                )
-            })?;
-            plan.validate().map_err(|problems| {
-                invalid_plan("the plan is not one flowc could have built", &problems)
-            })?;
-            plan
-        }
-    };
+    // Compiling and validating take a core for as long as the file is
+    // large (a third of a second at 100,000 steps): off the async workers,
+    // which every run and request of the process shares.
+    let plan = joined(tokio::task::spawn_blocking(move || plan_of(request))).await?;
     // A department is one of the account's: a misspelt one would quietly
     // give the workflow no department context and its documents no owner.
     let departments = &daemon.config.people(&account).departments;
@@ -243,6 +208,49 @@ pub(super) fn invalid_plan(detail: &str, found: &PlanProblems) -> Problem {
     )
     .with("problems", Value::Array(problems))
     .with("more_problems", Value::Bool(found.stopped))
+}
+
+/// The plan a deploy request gives. A plan from outside is held to what the
+/// compiler writes before it is stored: the runtime trusts a plan's
+/// indices, numbers and schemas. A plan compiled here is checked too, which
+/// costs one pass over it and refuses a source whose plan is past flowd's
+/// bounds.
+fn plan_of(request: Deploy) -> Result<Plan, Problem> {
+    Ok(match request {
+        Deploy::Source(DeploySource { source, path }) => {
+            let path = path.unwrap_or_else(|| "workflow.flow".to_string());
+            compile_valid(&path, &DeployedFiles::single(&path, source))?
+        }
+        Deploy::Files(DeployFiles { files, root }) => {
+            let files = DeployedFiles::new(files).map_err(|why| invalid_files(&why))?;
+            let root = match root {
+                Some(root) if files.contains(&root) => root,
+                Some(root) => {
+                    return Err(invalid_files(&format!(
+                        "`root` {} is not among `files`",
+                        flow_plan::cut(&root, 200)
+                    )));
+                }
+                None => files.only_source().map(str::to_string).ok_or_else(|| {
+                    invalid_files("`files` holds several .flow files (or none): name the one to deploy with `root`")
+                })?,
+            };
+            compile_valid(&root, &files)?
+        }
+        Deploy::Plan(DeployPlan { plan }) => {
+            let plan = Plan::from_json(&plan.to_string()).map_err(|e| {
+                Problem::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "invalid_plan",
+                    &e.to_string(),
+                )
+            })?;
+            plan.validate().map_err(|problems| {
+                invalid_plan("the plan is not one flowc could have built", &problems)
+            })?;
+            plan
+        }
+    })
 }
 
 /// 422 `invalid_request` for a file set flowd will not compile.
