@@ -70,10 +70,13 @@ fn main() {
         .position(|a| a == "--repeat")
         .and_then(|i| args.get(i + 1))
         .map_or(1, |n| n.parse::<usize>().expect("--repeat N"));
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
+    // As flowd on SQLite runs: a core left to the journal writer's thread.
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.enable_all();
+    if let Some(workers) = flow_runtime::sqlite::async_workers() {
+        runtime.worker_threads(workers);
+    }
+    let runtime = runtime.build().expect("a tokio runtime");
 
     for _ in 0..repeat {
         run_selected(&runtime, quick, &wants);

@@ -108,7 +108,15 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let runtime = match tokio::runtime::Runtime::new() {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.enable_all();
+    // SQLite's journal writer is a thread of its own: it gets a core.
+    if !config.store.is_shared()
+        && let Some(workers) = flow_runtime::sqlite::async_workers()
+    {
+        runtime.worker_threads(workers);
+    }
+    let runtime = match runtime.build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("flowd: cannot start the async runtime: {error}");
