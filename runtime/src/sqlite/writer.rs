@@ -116,10 +116,33 @@ pub(super) fn finish_params(id: &str, end: &RunEnd) -> [rusqlite::types::Value; 
     ]
 }
 
+/// How long the writer polls an empty queue before it sleeps on it. One
+/// run after another queues its next record some 20 - 40 µs after its
+/// commit was answered, and waking a sleeping writer took about as long
+/// again: B1 one run after another went from 6,185 - 7,247 to 7,090 -
+/// 7,313 steps/s with this poll (five alternated runs each), B1 at once
+/// unchanged. The cost is at most this much of the writer's own core per
+/// commit when nothing comes.
+const POLL_BEFORE_SLEEP: std::time::Duration = std::time::Duration::from_micros(60);
+
+/// The next write of the queue, polled for [`POLL_BEFORE_SLEEP`] before
+/// sleeping on it; `None` once every sender is gone.
+fn next_write(queue: &Receiver<Write>) -> Option<Write> {
+    let polled = std::time::Instant::now();
+    while polled.elapsed() < POLL_BEFORE_SLEEP {
+        match queue.try_recv() {
+            Ok(write) => return Some(write),
+            Err(mpsc::TryRecvError::Empty) => std::hint::spin_loop(),
+            Err(mpsc::TryRecvError::Disconnected) => return None,
+        }
+    }
+    queue.recv().ok()
+}
+
 /// The writer thread: group commit of step records until every sender is gone.
 pub(super) fn write_batches(mut conn: Connection, queue: Receiver<Write>) {
     const MAX_BATCH: usize = 4096;
-    while let Ok(first) = queue.recv() {
+    while let Some(first) = next_write(&queue) {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match queue.try_recv() {
