@@ -71,12 +71,7 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .map_or(1, |n| n.parse::<usize>().expect("--repeat N"));
     // As flowd on SQLite runs: a core left to the journal writer's thread.
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    runtime.enable_all();
-    if let Some(workers) = flow_runtime::sqlite::async_workers() {
-        runtime.worker_threads(workers);
-    }
-    let runtime = runtime.build().expect("a tokio runtime");
+    let runtime = flow_runtime::sqlite::async_runtime().expect("a tokio runtime");
 
     for _ in 0..repeat {
         run_selected(&runtime, quick, &wants);
@@ -178,10 +173,7 @@ fn b4(quick: bool) {
     {
         let store = SqliteStore::open(&db).expect("the store opens");
         store.put_plan(&ten).expect("the plan is stored");
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let runtime = flow_runtime::sqlite::async_runtime().expect("runtime");
         create_runs(&runtime, &store, &ten, &input, runs);
         let provider = Arc::new(Counted {
             delay: std::time::Duration::from_millis(5),
@@ -207,10 +199,7 @@ fn b4(quick: bool) {
         }
         done.extend(records.into_iter().map(|r| (run_id.clone(), r.path)));
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = flow_runtime::sqlite::async_runtime().expect("runtime");
     let provider = Arc::new(Counted {
         delay: std::time::Duration::ZERO,
         calls: Default::default(),

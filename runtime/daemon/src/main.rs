@@ -108,15 +108,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    runtime.enable_all();
     // SQLite's journal writer is a thread of its own: it gets a core.
-    if !config.store.is_shared()
-        && let Some(workers) = flow_runtime::sqlite::async_workers()
-    {
-        runtime.worker_threads(workers);
-    }
-    let runtime = match runtime.build() {
+    let runtime = if config.store.is_shared() {
+        tokio::runtime::Runtime::new()
+    } else {
+        flow_runtime::sqlite::async_runtime()
+    };
+    let runtime = match runtime {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("flowd: cannot start the async runtime: {error}");

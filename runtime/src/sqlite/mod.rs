@@ -117,20 +117,22 @@ impl From<rusqlite::Error> for StoreError {
     }
 }
 
-/// The async runtime's workers for a process whose store this is: one
-/// fewer than the machine's cores (at least one), since the journal writer
-/// is a thread of its own, busy about half the time under load; `None`
-/// when `TOKIO_WORKER_THREADS` sets the count (tokio reads it then). With
-/// a worker per core, three threads took turns on two cores: B9 on SQLite
+/// The async runtime of a process whose store is SQLite: one worker fewer
+/// than the machine's cores (at least one), since the journal writer is a
+/// thread of its own, busy about half the time under load; as many as
+/// `TOKIO_WORKER_THREADS` says when it is set (tokio reads it). With a
+/// worker per core, three threads took turns on two cores: B9 on SQLite
 /// gave 75,000 - 97,000 steps/s and 13.9 - 19.4 us of flowd's CPU per
 /// step, against 108,000 - 115,000 and 11.9 - 12.5 us with one worker
 /// (docs/benchmarks.md, "One core for the journal writer").
-pub fn async_workers() -> Option<usize> {
-    if std::env::var_os("TOKIO_WORKER_THREADS").is_some() {
-        return None;
+pub fn async_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.enable_all();
+    if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+        runtime.worker_threads(cores.saturating_sub(1).max(1));
     }
-    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
-    Some(cores.saturating_sub(1).max(1))
+    runtime.build()
 }
 
 pub struct SqliteStore {
