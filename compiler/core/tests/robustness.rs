@@ -16,16 +16,22 @@ fn example_sources() -> Vec<String> {
 }
 
 /// Checks bytes the way a driver would, and lowers when there is no error;
-/// whatever lowers is a plan that reads back and validates.
+/// whatever lowers is a plan that reads back and validates. The examples'
+/// files are there to import, so that a mutated example is checked past its
+/// imports.
 fn check_bytes(bytes: &[u8]) {
     struct One<'b>(&'b [u8]);
     impl flow_compiler::SourceLoader for One<'_> {
         fn load(&self, path: &str) -> Result<Vec<u8>, flow_compiler::LoadFailure> {
             if path == "fuzz.flow" {
-                Ok(self.0.to_vec())
-            } else {
-                Err(flow_compiler::LoadFailure::unreadable("not found"))
+                return Ok(self.0.to_vec());
             }
+            if path.split('/').any(|part| part == ".." || part.is_empty()) {
+                return Err(flow_compiler::LoadFailure::unreadable("not found"));
+            }
+            let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+            std::fs::read(examples.join(path))
+                .map_err(|_| flow_compiler::LoadFailure::unreadable("not found"))
         }
     }
     let checked = flow_compiler::check("fuzz.flow", &One(bytes)).expect("the root loads");
