@@ -4,7 +4,7 @@
 //! benchmark) and the interpreter's tests; it keeps nothing across a restart.
 //! The SQLite store implements the same traits with durability.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use serde_json::{Value, json};
@@ -18,7 +18,10 @@ use crate::sync::lock;
 
 #[derive(Debug, Default)]
 pub struct MemoryStore {
-    records: Mutex<BTreeMap<String, StepRecord>>,
+    /// By path. Hashed, not ordered: a run's paths share long prefixes
+    /// (`each[1234]/a`), which an ordered map compares byte by byte on
+    /// every insert and lookup.
+    records: Mutex<HashMap<String, StepRecord>>,
     /// (collection, title) → current version and content.
     /// By (collection, title).
     documents: Mutex<HashMap<(String, String), StoredDocument>>,
@@ -28,8 +31,11 @@ pub struct MemoryStore {
 }
 
 impl MemoryStore {
+    /// Every record, in path order.
     pub fn records(&self) -> Vec<StepRecord> {
-        lock(&self.records).values().cloned().collect()
+        let mut records: Vec<StepRecord> = lock(&self.records).values().cloned().collect();
+        records.sort_by(|a, b| a.path.cmp(&b.path));
+        records
     }
 
     pub fn notifications(&self) -> Vec<Handoff> {
