@@ -226,6 +226,23 @@ fn a_missing_path_is_an_io_error() {
     assert!(run.stderr.contains("in 2 files"), "{}", run.stderr);
 }
 
+/// Regression: a folder with no `.flow` file checked clean in silence, so
+/// a CI step pointed at the wrong folder passed without a word.
+#[test]
+fn a_folder_without_sources_is_said_to_be_one() {
+    let dir = TempDir::new("empty");
+    dir.write("README.md", "nothing to check\n");
+    for format in ["human", "json", "github"] {
+        let run = flowc_in(dir.path(), &["check", "--format", format, "."]);
+        assert_eq!(run.code, 0, "{}", run.all());
+        assert!(
+            run.stderr.contains("warning: no .flow files in `.`"),
+            "{format}: {}",
+            run.stderr
+        );
+    }
+}
+
 #[test]
 fn no_path_is_a_usage_error() {
     let run = flowc(&["check"]);

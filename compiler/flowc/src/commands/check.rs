@@ -65,6 +65,11 @@ pub(crate) fn run(
     if !files.is_empty() || format == Format::Json {
         print(&reports, format, Stream::Stdout);
     }
+    // A folder without sources checks clean, but a CI step pointed at the
+    // wrong folder would pass in silence.
+    if files.is_empty() && reports.unreadable.is_empty() {
+        eprintln!("warning: {}", no_sources(paths));
+    }
 
     if !reports.unreadable.is_empty() {
         Exit::Usage
@@ -73,6 +78,15 @@ pub(crate) fn run(
     } else {
         Exit::Ok
     }
+}
+
+/// What to say when `paths` hold no `.flow` file.
+pub(crate) fn no_sources(paths: &[PathBuf]) -> String {
+    let named: Vec<String> = paths
+        .iter()
+        .map(|path| format!("`{}`", path.display()))
+        .collect();
+    format!("no .flow files in {}", named.join(", "))
 }
 
 /// The files under `paths`, and the reports of a command that checks them,
