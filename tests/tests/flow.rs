@@ -110,6 +110,24 @@ fn every_example_completes_after_flow_approve() {
 }
 
 #[test]
+fn a_test_file_given_to_run_names_flowc_test() {
+    let dir = TempDir::new("flow-run-test-file");
+    dir.write("w.flow", "workflow w { output { x: 1 } }\n");
+    dir.write(
+        "w.test.flow",
+        "import \"w.flow\"\ntest \"runs\" {\n  workflow w\n  expect output.x == 1\n}\n",
+    );
+    let run = flow(&dir, &["run", "w.test.flow"]);
+    assert_eq!(run.code, 2, "{}", run.all());
+    assert!(
+        run.stderr
+            .contains("w.test.flow declares no workflow: it is a test file, and `flowc test w.test.flow` runs its tests"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
 fn a_decision_is_refused_when_it_cannot_apply() {
     let dir = TempDir::new("flow-approve");
     dir.write(

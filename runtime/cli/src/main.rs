@@ -427,7 +427,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
         } => {
             let file = file.ok_or_else(|| usage("name the .flow file or plan to run"))?;
             let plan = load_plan(&file, root.as_deref())?;
-            let workflow = pick_workflow(&plan, workflow.as_deref())?;
+            let workflow = pick_workflow(&plan, &file, workflow.as_deref())?;
             let input = run_input(input.as_deref(), max_input_bytes, plan.workflow(&workflow))?;
             let store = open_store(&db)?;
             store.put_plan(&plan).await.map_err(store_error)?;
@@ -1245,7 +1245,7 @@ async fn dispatch_remote(command: Command, server: &remote::Server) -> Result<u8
                 Some(file) => {
                     // Compiled here, imports and all, and deployed as a plan.
                     let plan = load_plan(&file, root.as_deref())?;
-                    let workflow = pick_workflow(&plan, workflow.as_deref())?;
+                    let workflow = pick_workflow(&plan, &file, workflow.as_deref())?;
                     let input =
                         run_input(input.as_deref(), max_input_bytes, plan.workflow(&workflow))?;
                     server.deploy(&plan).await?;
@@ -1471,7 +1471,7 @@ fn load_plan(file: &Path, root: Option<&Path>) -> Result<Plan> {
     plan.ok_or_else(|| Fail(1, format!("{path} could not be lowered")))
 }
 
-fn pick_workflow(plan: &Plan, wanted: Option<&str>) -> Result<String> {
+fn pick_workflow(plan: &Plan, file: &Path, wanted: Option<&str>) -> Result<String> {
     let names: Vec<&str> = plan.workflows.iter().map(|w| w.name.as_str()).collect();
     match (wanted, names.as_slice()) {
         (Some(name), _) if names.contains(&name) => Ok(name.to_string()),
@@ -1480,7 +1480,11 @@ fn pick_workflow(plan: &Plan, wanted: Option<&str>) -> Result<String> {
             names.join(", ")
         ))),
         (None, [only]) => Ok((*only).to_string()),
-        (None, []) => Err(usage("the file declares no workflow")),
+        (None, []) if file.to_string_lossy().ends_with(".test.flow") => Err(usage(format!(
+            "{} declares no workflow: it is a test file, and `flowc test {0}` runs its tests",
+            file.display()
+        ))),
+        (None, []) => Err(usage(format!("{} declares no workflow", file.display()))),
         (None, _) => Err(usage(format!(
             "name one with --workflow: {}",
             names.join(", ")
