@@ -232,15 +232,42 @@ fn a_missing_path_is_an_io_error() {
 fn a_folder_without_sources_is_said_to_be_one() {
     let dir = TempDir::new("empty");
     dir.write("README.md", "nothing to check\n");
-    for format in ["human", "json", "github"] {
-        let run = flowc_in(dir.path(), &["check", "--format", format, "."]);
+    dir.write("src/w.flow", "workflow w { output { x: 1 } }\n");
+    std::fs::create_dir_all(dir.path().join("docs")).expect("a folder");
+    for format in ["human", "json"] {
+        let run = flowc_in(dir.path(), &["check", "--format", format, "src", "docs"]);
         assert_eq!(run.code, 0, "{}", run.all());
         assert!(
-            run.stderr.contains("warning: no .flow files in `.`"),
+            run.stderr.contains("warning: no .flow files in `docs`"),
             "{format}: {}",
             run.stderr
         );
+        assert!(!run.stderr.contains("in `src`"), "{}", run.stderr);
     }
+    let json = flowc_in(dir.path(), &["check", "--format", "json", "docs"]);
+    let report: serde_json::Value = serde_json::from_str(&json.stdout).expect("JSON on stdout");
+    assert_eq!(report["files"], 0, "{report}");
+    // In GitHub's format the warning is an annotation, on stdout with the rest.
+    let github = flowc_in(dir.path(), &["check", "--format", "github", "docs"]);
+    assert_eq!(github.code, 0, "{}", github.all());
+    assert!(
+        github
+            .stdout
+            .contains("::warning::no .flow files in `docs`"),
+        "{}",
+        github.all()
+    );
+    // Denied, it fails as any warning does.
+    let denied = flowc_in(dir.path(), &["check", "--deny-warnings", "docs"]);
+    assert_eq!(denied.code, 1, "{}", denied.all());
+    let formatted = flowc_in(dir.path(), &["fmt", "--check", "docs"]);
+    assert!(
+        formatted
+            .stderr
+            .contains("warning: no .flow files in `docs`"),
+        "{}",
+        formatted.all()
+    );
 }
 
 #[test]

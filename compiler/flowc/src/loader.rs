@@ -151,16 +151,18 @@ impl std::fmt::Display for PathProblem {
 /// are skipped when walking, and symbolic links to directories are not
 /// followed, so that a walk always ends; a link to a file is kept, and its
 /// project's loader refuses it if it leads out of the project. A file reached
-/// twice is kept once.
+/// twice is kept once. Third come the folders named that hold no `*.flow`
+/// file: a command on them does nothing, which it says (`no_sources`).
 pub(crate) fn expand_paths(
     paths: &[PathBuf],
     root: Option<&Path>,
-) -> (Vec<RootFile>, Vec<PathProblem>) {
+) -> (Vec<RootFile>, Vec<PathProblem>, Vec<String>) {
     let mut files: Vec<RootFile> = Vec::new();
     let mut problems = Vec::new();
+    let mut without_sources = Vec::new();
     let given = match given_root(root) {
         Ok(given) => given,
-        Err(problem) => return (files, vec![problem]),
+        Err(problem) => return (files, vec![problem], without_sources),
     };
     for path in paths {
         let shown = path.display().to_string();
@@ -192,6 +194,9 @@ pub(crate) fn expand_paths(
         if meta.is_dir() {
             let mut found = Vec::new();
             walk(path, &mut found, &mut problems);
+            if found.is_empty() {
+                without_sources.push(shown);
+            }
             found.sort();
             files.extend(found.into_iter().map(|path| RootFile {
                 path,
@@ -214,7 +219,21 @@ pub(crate) fn expand_paths(
     }
     let mut seen = std::collections::HashSet::new();
     files.retain(|file| seen.insert(file.path.clone()));
-    (files, problems)
+    (files, problems, without_sources)
+}
+
+/// What a command says of a folder it was named that holds no `.flow`
+/// file: it succeeds, having nothing to do, but a CI step pointed at the
+/// wrong folder must not pass in silence.
+pub(crate) fn no_sources(folder: &str) -> String {
+    format!("no .flow files in `{folder}`")
+}
+
+/// Says `no_sources` of each folder on stderr.
+pub(crate) fn warn_of_no_sources(folders: &[String]) {
+    for folder in folders {
+        eprintln!("warning: {}", no_sources(folder));
+    }
 }
 
 pub(crate) fn walk(dir: &Path, found: &mut Vec<String>, problems: &mut Vec<PathProblem>) {

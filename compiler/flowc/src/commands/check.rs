@@ -16,7 +16,7 @@ pub(crate) fn run(
     format: Format,
     deny_warnings: bool,
 ) -> Exit {
-    let (roots, mut reports) = roots_and_reports(paths, root);
+    let (roots, mut reports, without_sources) = roots_and_reports(paths, root);
     let files: Vec<String> = roots.iter().map(|file| file.path.clone()).collect();
     let mut unchecked_tools: Vec<String> = Vec::new();
     for (path, result) in files.iter().zip(check_all(&roots)) {
@@ -66,36 +66,35 @@ pub(crate) fn run(
         print(&reports, format, Stream::Stdout);
     }
     // A folder without sources checks clean, but a CI step pointed at the
-    // wrong folder would pass in silence.
-    if files.is_empty() && reports.unreadable.is_empty() {
-        eprintln!("warning: {}", no_sources(paths));
+    // wrong folder must not pass in silence: a warning, in the format's
+    // own way, which `--deny-warnings` makes a failure.
+    for folder in &without_sources {
+        let warning = crate::loader::no_sources(folder);
+        match format {
+            Format::Github => println!("::warning::{}", render::escape_data(&warning)),
+            Format::Human | Format::Json => eprintln!("warning: {warning}"),
+        }
     }
 
     if !reports.unreadable.is_empty() {
         Exit::Usage
-    } else if reports.errors() > 0 || (deny_warnings && reports.warnings() > 0) {
+    } else if reports.errors() > 0
+        || (deny_warnings && (reports.warnings() > 0 || !without_sources.is_empty()))
+    {
         Exit::Problems
     } else {
         Exit::Ok
     }
 }
 
-/// What to say when `paths` hold no `.flow` file.
-pub(crate) fn no_sources(paths: &[PathBuf]) -> String {
-    let named: Vec<String> = paths
-        .iter()
-        .map(|path| format!("`{}`", path.display()))
-        .collect();
-    format!("no .flow files in {}", named.join(", "))
-}
-
 /// The files under `paths`, and the reports of a command that checks them,
-/// begun with the paths that cannot be read (each also said on stderr).
+/// begun with the paths that cannot be read (each also said on stderr); then
+/// the folders named that hold no `.flow` file.
 pub(crate) fn roots_and_reports(
     paths: &[PathBuf],
     root: Option<&Path>,
-) -> (Vec<RootFile>, Reports) {
-    let (roots, problems) = crate::loader::expand_paths(paths, root);
+) -> (Vec<RootFile>, Reports, Vec<String>) {
+    let (roots, problems, without_sources) = crate::loader::expand_paths(paths, root);
     for problem in &problems {
         eprintln!("error: {problem}");
     }
@@ -104,7 +103,7 @@ pub(crate) fn roots_and_reports(
         .iter()
         .map(|problem| (problem.path.clone(), problem.reason.clone()))
         .collect();
-    (roots, reports)
+    (roots, reports, without_sources)
 }
 
 /// Where the machine formats go.

@@ -9,7 +9,8 @@ use crate::Exit;
 use crate::loader::{RootFile, expand_paths, io_reason, write_atomically};
 
 pub(crate) fn run(paths: &[PathBuf], root: Option<&Path>, check: bool) -> Exit {
-    let (files, problems) = expand_paths(paths, root);
+    let (files, problems, without_sources) = expand_paths(paths, root);
+    crate::loader::warn_of_no_sources(&without_sources);
     let mut exit = Exit::Ok;
     for problem in &problems {
         eprintln!("error: {problem}");

@@ -28,7 +28,8 @@ pub(crate) fn run(
     timeout: Duration,
     dry_run: bool,
 ) -> Exit {
-    let (files, problems) = expand_paths(paths, root);
+    let (files, problems, without_sources) = expand_paths(paths, root);
+    crate::loader::warn_of_no_sources(&without_sources);
     for problem in &problems {
         eprintln!("error: {problem}");
     }

@@ -44,7 +44,8 @@ pub(crate) struct Options<'a> {
 
 pub(crate) fn run(paths: &[PathBuf], root: Option<&Path>, options: Options<'_>) -> Exit {
     let coverage = options.coverage || options.min_coverage.is_some();
-    let (roots, mut reports) = super::check::roots_and_reports(paths, root);
+    // A folder without tests says so in its count ("0 tests").
+    let (roots, mut reports, _) = super::check::roots_and_reports(paths, root);
     let mut jobs = Vec::new();
     // The plans of files without tests, whose workflows coverage shows untested.
     let mut others = Vec::new();
