@@ -121,7 +121,7 @@ fn a_test_file_given_to_run_names_flowc_test() {
     assert_eq!(run.code, 2, "{}", run.all());
     assert!(
         run.stderr
-            .contains("w.test.flow declares no workflow: it is a test file, and `flowc test w.test.flow` runs its tests"),
+            .contains("w.test.flow declares no workflow: it holds tests, and `flowc test w.test.flow` runs them"),
         "{}",
         run.stderr
     );

@@ -1468,6 +1468,13 @@ fn load_plan(file: &Path, root: Option<&Path>) -> Result<Plan> {
             format!("{path} does not check; see `flowc check {path}`"),
         ));
     }
+    // A file of tests lowers to a plan without workflows; it is `flowc
+    // test`'s to run, whatever the file is called.
+    if !checked.analysis.tests.is_empty() && checked.analysis.workflows.is_empty() {
+        return Err(usage(format!(
+            "{path} declares no workflow: it holds tests, and `flowc test {path}` runs them"
+        )));
+    }
     plan.ok_or_else(|| Fail(1, format!("{path} could not be lowered")))
 }
 
@@ -1480,10 +1487,6 @@ fn pick_workflow(plan: &Plan, file: &Path, wanted: Option<&str>) -> Result<Strin
             names.join(", ")
         ))),
         (None, [only]) => Ok((*only).to_string()),
-        (None, []) if file.to_string_lossy().ends_with(".test.flow") => Err(usage(format!(
-            "{} declares no workflow: it is a test file, and `flowc test {0}` runs its tests",
-            file.display()
-        ))),
         (None, []) => Err(usage(format!("{} declares no workflow", file.display()))),
         (None, _) => Err(usage(format!(
             "name one with --workflow: {}",
