@@ -68,12 +68,14 @@ pub(crate) fn run(
     // A folder without sources checks clean, but a CI step pointed at the
     // wrong folder must not pass in silence: a warning, in the format's
     // own way, which `--deny-warnings` makes a failure.
-    for folder in &without_sources {
-        let warning = crate::loader::no_sources(folder);
-        match format {
-            Format::Github => println!("::warning::{}", render::escape_data(&warning)),
-            Format::Human | Format::Json => eprintln!("warning: {warning}"),
+    match format {
+        Format::Github => {
+            for folder in &without_sources {
+                let warning = crate::loader::no_sources(folder);
+                println!("::warning::{}", render::escape_data(&warning));
+            }
         }
+        Format::Human | Format::Json => crate::loader::warn_of_no_sources(&without_sources),
     }
 
     if !reports.unreadable.is_empty() {

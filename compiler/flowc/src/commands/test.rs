@@ -44,8 +44,8 @@ pub(crate) struct Options<'a> {
 
 pub(crate) fn run(paths: &[PathBuf], root: Option<&Path>, options: Options<'_>) -> Exit {
     let coverage = options.coverage || options.min_coverage.is_some();
-    // A folder without tests says so in its count ("0 tests").
-    let (roots, mut reports, _) = super::check::roots_and_reports(paths, root);
+    let (roots, mut reports, without_sources) = super::check::roots_and_reports(paths, root);
+    crate::loader::warn_of_no_sources(&without_sources);
     let mut jobs = Vec::new();
     // The plans of files without tests, whose workflows coverage shows untested.
     let mut others = Vec::new();
