@@ -265,10 +265,37 @@ fn splice(base: &str, pool: &[String], edits: &[Edit]) -> String {
     lines.join("\n")
 }
 
-/// Whether an example runs in this in-memory test: it has an input beside
-/// it and declares no MCP server (there is no MCP client here).
-fn runs_here(path: &str, text: &str) -> bool {
-    input_of(path).is_some() && !text.lines().any(|line| line.starts_with("mcp "))
+/// The examples as the splicer takes them, read once for every case.
+struct Corpus {
+    /// `example_files()`.
+    files: Vec<(String, String)>,
+    /// Every line of them all, in order: what insertions take from.
+    lines: Vec<String>,
+    /// The indices of the files that run in this in-memory test: an input
+    /// beside them and no MCP server declared (there is no MCP client here).
+    runnable: Vec<usize>,
+}
+
+fn corpus() -> &'static Corpus {
+    static CORPUS: std::sync::OnceLock<Corpus> = std::sync::OnceLock::new();
+    CORPUS.get_or_init(|| {
+        let files = example_files();
+        let lines = files
+            .iter()
+            .flat_map(|(_, text)| text.lines().map(str::to_owned))
+            .collect();
+        let runnable = (0..files.len())
+            .filter(|&at| {
+                let (path, text) = &files[at];
+                input_of(path).is_some() && !text.lines().any(|line| line.starts_with("mcp "))
+            })
+            .collect();
+        Corpus {
+            files,
+            lines,
+            runnable,
+        }
+    })
 }
 
 /// Checks a spliced program as `examples/spliced.flow`; if it checks clean,
@@ -340,17 +367,13 @@ proptest! {
         which in any::<prop::sample::Index>(),
         edits in proptest::collection::vec(edit(), 1..4),
     ) {
-        let files = example_files();
-        let pool: Vec<String> = files
-            .iter()
-            .flat_map(|(_, text)| text.lines().map(str::to_owned))
-            .collect();
-        let bases: Vec<&(String, String)> = files
-            .iter()
-            .filter(|(path, text)| !from_a_runnable_example || runs_here(path, text))
-            .collect();
-        let (base, text) = which.get(&bases);
-        check_and_run(base, &splice(text, &pool, &edits));
+        let corpus = corpus();
+        let (base, text) = if from_a_runnable_example {
+            &corpus.files[*which.get(&corpus.runnable)]
+        } else {
+            which.get(&corpus.files)
+        };
+        check_and_run(base, &splice(text, &corpus.lines, &edits));
     }
 }
 
