@@ -67,6 +67,7 @@ pub fn render(
     let env = Env {
         input,
         input_fields: &workflow.input_fields,
+        slots: &workflow.slots,
         scope: &scope,
         loops: &[],
         error: None,

@@ -4,12 +4,13 @@
 //! Templates are rendered in one pass over their pre-split parts, so text that
 //! a reference yields (an LLM's answer, say) is never read as a template again.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
-use flow_plan::{BinaryOp, Expr, PathSegment, Ref, Root, Template, TemplatePart};
+use flow_plan::{BinaryOp, Expr, PathSegment, Ref, Root, Slot, Template, TemplatePart};
 use serde_json::{Map, Value};
 
-use crate::scope::Scope;
+use crate::scope::{Output, Outputs, Scope, output_named, outputs_to_value};
 
 /// Why an expression could not be evaluated. The checker rules most of these
 /// out; what remains comes from `json` values whose shape is only known at run
@@ -28,6 +29,9 @@ impl std::fmt::Display for EvalError {
 pub struct Env<'a> {
     pub input: &'a Value,
     pub input_fields: &'a [String],
+    /// The workflow's slot table, which names the steps whose outputs a
+    /// loop's iterations and a parallel's branches hold.
+    pub slots: &'a [Slot],
     pub scope: &'a Scope,
     /// Item and index of each enclosing loop, outermost first.
     pub loops: &'a [(Arc<Value>, usize)],
@@ -152,8 +156,7 @@ impl Env<'_> {
             }
         };
         // What the root is read from when the environment does not hold it
-        // by reference: a step's output (shared with the scope), a loop index.
-        let held: Arc<Value>;
+        // by reference: a loop index.
         let index: Value;
         let root: &Value = match reference.root {
             Root::Input => self.input,
@@ -169,9 +172,9 @@ impl Env<'_> {
                 }
             }
             Root::Step(slot) => match self.scope.get(slot) {
-                Some(value) => {
-                    held = value;
-                    &held
+                Some(output) => {
+                    return walk_output(&output, &reference.path, reference.optional, self.slots)
+                        .map(|value| use_it(&value));
                 }
                 None => absent(format!("step slot {slot} has no output here"))?,
             },
@@ -211,6 +214,69 @@ impl Env<'_> {
 
 /// What an absent optional value reads as.
 static NULL: Value = Value::Null;
+
+/// Follows a path into a step's output, into the outputs a loop or a
+/// parallel shares with its iterations or branches as far as they go, then
+/// into a value as `walk` does. Where the path stops short of a value, or
+/// names what is not there, the rest is read from the output built as one
+/// value: the same answer, and the same error, as if it had been one.
+fn walk_output<'o>(
+    output: &'o Output,
+    path: &[PathSegment],
+    optional: bool,
+    slots: &[Slot],
+) -> Result<Cow<'o, Value>, EvalError> {
+    let mut at = Shared::Output(output);
+    for (depth, segment) in path.iter().enumerate() {
+        let next = match (at, segment) {
+            (Shared::Output(Output::Value(value)), _) => {
+                return walk(value, &path[depth..], optional).map(Cow::Borrowed);
+            }
+            (Shared::Output(Output::Iterations(iterations)), PathSegment::Index(index)) => {
+                usize::try_from(*index)
+                    .ok()
+                    .and_then(|index| iterations.get(index))
+                    .map(Shared::Outputs)
+            }
+            (Shared::Output(Output::Branches(branches)), PathSegment::Field(name)) => branches
+                .iter()
+                .find(|(branch, _)| branch == name)
+                .map(|(_, outputs)| Shared::Outputs(outputs)),
+            (Shared::Outputs(outputs), PathSegment::Field(name)) => {
+                output_named(outputs, name, slots).map(Shared::Output)
+            }
+            _ => None,
+        };
+        match next {
+            Some(next) => at = next,
+            None => {
+                let whole = at.to_value(slots);
+                return walk(&whole, &path[depth..], optional).map(|v| Cow::Owned(v.clone()));
+            }
+        }
+    }
+    Ok(match at {
+        Shared::Output(Output::Value(value)) => Cow::Borrowed(&**value),
+        at => Cow::Owned(at.to_value(slots)),
+    })
+}
+
+/// Where `walk_output` is: at a step's output, or at what one iteration or
+/// branch set.
+#[derive(Clone, Copy)]
+enum Shared<'o> {
+    Output(&'o Output),
+    Outputs(&'o Outputs),
+}
+
+impl Shared<'_> {
+    fn to_value(self, slots: &[Slot]) -> Value {
+        match self {
+            Shared::Output(output) => output.to_value(slots),
+            Shared::Outputs(outputs) => outputs_to_value(outputs, slots),
+        }
+    }
+}
 
 /// Follows a path into a value. A missing field or index is an error unless
 /// the reference is optional; then it is null.
@@ -304,6 +370,7 @@ mod tests {
         let env = Env {
             input: &input,
             input_fields: &fields,
+            slots: &[],
             scope: &scope,
             loops: &[],
             error: None,
@@ -343,6 +410,85 @@ mod tests {
         assert!(env.eval(&missing).is_err());
     }
 
+    /// Regression: a loop's and a parallel's outputs are read where their
+    /// iterations and branches left them, not from one copied value; every
+    /// reference must still read what it read from that value, errors and
+    /// optional nulls included.
+    #[test]
+    fn block_outputs_read_as_the_value_they_stand_for() {
+        use crate::scope::Output;
+        use flow_plan::StepKind;
+        let slot = |id: &str, kind| Slot {
+            id: id.to_string(),
+            kind,
+        };
+        let slots = vec![
+            slot("each", StepKind::Loop),
+            slot("a", StepKind::Recipe),
+            slot("inner", StepKind::Loop),
+            slot("b", StepKind::Recipe),
+            slot("fork", StepKind::Parallel),
+            slot("c", StepKind::Recipe),
+        ];
+        let value = |n: i64| Output::from(json!({ "score": n, "tags": ["x", n] }));
+        let inner = |n: i64| {
+            Output::Iterations(Arc::new(vec![vec![(3, value(n))], vec![(3, value(n + 1))]]))
+        };
+        let fork = Output::Branches(Arc::new(vec![
+            ("left".to_string(), vec![(5, value(7))]),
+            (
+                "right".to_string(),
+                vec![(2, inner(8)), (5, Output::from(Value::Null))],
+            ),
+        ]));
+        let each = Output::Iterations(Arc::new(vec![
+            vec![(1, value(1)), (2, inner(2))],
+            vec![(1, value(3)), (4, fork.clone())],
+            vec![],
+        ]));
+        let paths = [
+            "",
+            "0",
+            "1",
+            "2",
+            "3",
+            "-1",
+            "0/a",
+            "0/a/score",
+            "0/a/tags/1",
+            "0/a/nope",
+            "0/inner",
+            "0/inner/1/b/score",
+            "0/inner/2/b",
+            "0/inner/b",
+            "1/fork",
+            "1/fork/left",
+            "1/fork/left/c/score",
+            "1/fork/right/inner/0/b/tags/0",
+            "1/fork/right/c/score",
+            "1/fork/middle",
+            "1/fork/0",
+            "2/a",
+            "a",
+            "0/0",
+        ];
+        for path in paths {
+            for optional in [false, true] {
+                let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+                let reference = reference(Root::Step(0), &segments, optional);
+                let whole = each.to_value(&slots);
+                let expected = walk(&whole, &reference.path, optional).cloned();
+                let read = walk_output(&each, &reference.path, optional, &slots)
+                    .map(|value| value.into_owned());
+                assert_eq!(read, expected, "`{path}`, optional: {optional}");
+            }
+        }
+        assert_eq!(
+            each.to_value(&slots)[1]["fork"]["right"]["inner"][1]["b"]["score"],
+            json!(9)
+        );
+    }
+
     /// Text that a step returned is inserted as it is, never read as a template.
     #[test]
     fn rendered_text_is_never_evaluated_again() {
@@ -352,6 +498,7 @@ mod tests {
         let env = Env {
             input: &input,
             input_fields: &[],
+            slots: &[],
             scope: &scope,
             loops: &[],
             error: None,

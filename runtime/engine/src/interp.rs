@@ -22,7 +22,7 @@ use crate::bounded::run_bounded;
 use crate::error::{ErrorKind, StepError};
 use crate::eval::Env;
 use crate::journal::{Attempt, Outcome, StepRecord, StepStatus};
-use crate::scope::Scope;
+use crate::scope::{Output, Scope};
 use crate::services::{BoxFuture, Handoff, KbDocument, KbWrite, RecipeCall, Repair, Services};
 use crate::time::now_ms;
 
@@ -257,6 +257,7 @@ impl<'p> Interpreter<'p> {
         Env {
             input: &self.input,
             input_fields: &self.workflow.input_fields,
+            slots: &self.workflow.slots,
             scope: &ctx.scope,
             loops: &ctx.loops,
             error: ctx.error.as_deref(),
@@ -355,18 +356,19 @@ impl<'p> Interpreter<'p> {
                         result.is_err()
                     })
                     .await;
-                let mut records = Vec::with_capacity(results.len());
+                let mut iterations = Vec::with_capacity(results.len());
                 let mut interrupt = None;
                 for (scope, result) in results {
                     if let Err(error) = result {
                         interrupt = Some(merge_interrupts(interrupt, error));
                     }
-                    records.push(self.record_of(&scope));
+                    iterations.push(scope.own_outputs());
                 }
                 if let Some(interrupt) = interrupt {
                     return Err(interrupt);
                 }
-                ctx.scope.set(*slot, Value::Array(records));
+                ctx.scope
+                    .set(*slot, Output::Iterations(Arc::new(iterations)));
                 Ok(())
             }
             Node::Parallel { slot, id, branches } => {
@@ -387,33 +389,22 @@ impl<'p> Interpreter<'p> {
                     .collect();
                 // Every branch settles before the join, whatever the others do.
                 let results = run_bounded(runs.into_iter(), branches.len().max(1), |_| false).await;
-                let mut record = Map::new();
+                let mut outputs = Vec::with_capacity(results.len());
                 let mut interrupt = None;
                 for (branch, (scope, result)) in branches.iter().zip(results) {
                     if let Err(error) = result {
                         interrupt = Some(merge_interrupts(interrupt, error));
                     }
-                    record.insert(branch.name.clone(), self.record_of(&scope));
+                    outputs.push((branch.name.clone(), scope.own_outputs()));
                     scope.merge_into(&ctx.scope);
                 }
                 if let Some(interrupt) = interrupt {
                     return Err(interrupt);
                 }
-                ctx.scope.set(*slot, Value::Object(record));
+                ctx.scope.set(*slot, Output::Branches(Arc::new(outputs)));
                 Ok(())
             }
         }
-    }
-
-    /// The outputs set in one iteration or branch, by step id.
-    fn record_of(&self, scope: &Scope) -> Value {
-        let mut record = Map::new();
-        for (slot, value) in scope.own_outputs() {
-            if let Some(info) = self.workflow.slots.get(slot as usize) {
-                record.insert(info.id.clone(), (*value).clone());
-            }
-        }
-        Value::Object(record)
     }
 
     fn failed(&self, error: StepError, step: &str) -> Interrupt {
