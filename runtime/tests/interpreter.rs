@@ -766,3 +766,80 @@ async fn the_handler_runs_after_the_deadline() {
         notes[0].message
     );
 }
+
+/// Regression: loops and parallels keep their outputs as their iterations
+/// and branches set them, shared, rather than copied into one value when
+/// they end. Every way of reading them must give what the copied value gave:
+/// a whole loop, an iteration, a branch, a leaf deep inside, a miss, a loop
+/// of a branch read after the join, a template rendering a parallel. The
+/// expected output was recorded from the interpreter of 503a983, before
+/// the change.
+#[tokio::test]
+async fn block_outputs_read_as_before_at_any_depth() {
+    let nested = plan(&format!(
+        r#"{RECIPE}
+workflow nest {{
+  input {{ items: list<string> }}
+  for workflow_input.items as outer concurrency 1 {{
+    step a = answer {{ q: loop_item }}
+    for workflow_input.items as inner concurrency 1 {{
+      step b = answer {{ q: "{{{{loop_item}}}}" }}
+    }}
+    parallel fork {{
+      branch left {{ step c = answer {{ q: "l" }} }}
+      branch right {{
+        for workflow_input.items as deep concurrency 1 {{
+          step d = answer {{ q: "r" }}
+        }}
+      }}
+    }}
+  }}
+  parallel top {{
+    branch one {{
+      for workflow_input.items as lone concurrency 1 {{
+        step e = answer {{ q: "e" }}
+      }}
+    }}
+    branch two {{ step f = answer {{ q: "f" }} }}
+  }}
+  output {{
+    whole: step.outer,
+    first: step.outer[0],
+    inner: step.outer[1].inner,
+    leaf: step.outer[1].fork.right.deep[0].d.score,
+    branch: step.top.one,
+    missed: step.outer[1].fork.right.deep[7]?.d,
+    joined: step.lone[1].e.text,
+    rendered: "{{{{step.top}}}}"
+  }}
+}}
+"#
+    ));
+    let store = Arc::new(MemoryStore::default());
+    let input = json!({ "items": ["x", "y"] });
+    let outcome = flow_runtime::run(
+        &nested,
+        "nest",
+        "run",
+        input,
+        services(Arc::new(ByPath), &store),
+    )
+    .await;
+    let Outcome::Completed { output } = outcome else {
+        panic!("{outcome:?}");
+    };
+    let expected: Value =
+        serde_json::from_str(include_str!("fixtures/block_outputs.json")).unwrap();
+    assert_eq!(output, expected);
+}
+
+/// Answers each call with a valid value made of its step's path, so that
+/// the order calls are made in does not matter.
+struct ByPath;
+
+impl Provider for ByPath {
+    fn complete<'a>(&'a self, call: &'a RecipeCall<'a>) -> BoxFuture<'a, Result<Value, StepError>> {
+        let answer = json!({ "text": call.path, "score": call.path.len() });
+        Box::pin(async move { Ok(answer) })
+    }
+}

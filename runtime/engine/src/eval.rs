@@ -123,7 +123,7 @@ impl Env<'_> {
             match part {
                 TemplatePart::Text(text) => out.push_str(text),
                 TemplatePart::Ref(reference) => {
-                    self.with_resolved(reference, |value| match value {
+                    self.with_resolved(reference, |value| match &*value {
                         Value::String(text) => out.push_str(text),
                         Value::Null => {}
                         // Writing to a `String` cannot fail.
@@ -138,15 +138,17 @@ impl Env<'_> {
     }
 
     pub fn resolve(&self, reference: &Ref) -> Result<Value, EvalError> {
-        self.with_resolved(reference, Value::clone)
+        self.with_resolved(reference, |value| value.into_owned())
     }
 
-    /// Finds what `reference` names and hands it to `use_it` by reference;
-    /// an absent optional value is null.
+    /// Finds what `reference` names and hands it to `use_it`: by reference
+    /// where it lies, owned where it had to be built (a whole loop's
+    /// output), so that a caller that wants it owned copies it at most
+    /// once; an absent optional value is null.
     fn with_resolved<R>(
         &self,
         reference: &Ref,
-        use_it: impl FnOnce(&Value) -> R,
+        use_it: impl FnOnce(Cow<'_, Value>) -> R,
     ) -> Result<R, EvalError> {
         let absent = |what: String| {
             if reference.optional {
@@ -174,7 +176,7 @@ impl Env<'_> {
             Root::Step(slot) => match self.scope.get(slot) {
                 Some(output) => {
                     return walk_output(&output, &reference.path, reference.optional, self.slots)
-                        .map(|value| use_it(&value));
+                        .map(use_it);
                 }
                 None => absent(format!("step slot {slot} has no output here"))?,
             },
@@ -208,7 +210,7 @@ impl Env<'_> {
                 }
             }
         };
-        walk(root, &reference.path, reference.optional).map(use_it)
+        walk(root, &reference.path, reference.optional).map(|value| use_it(Cow::Borrowed(value)))
     }
 }
 
@@ -249,10 +251,10 @@ fn walk_output<'o>(
         };
         match next {
             Some(next) => at = next,
-            None => {
-                let whole = at.to_value(slots);
-                return walk(&whole, &path[depth..], optional).map(|v| Cow::Owned(v.clone()));
-            }
+            // Neither null nor a value, so what `walk` answers for a
+            // missing field or element of an object or a list.
+            None if optional => return Ok(Cow::Borrowed(&NULL)),
+            None => return Err(missing(segment, &at.describe())),
         }
     }
     Ok(match at {
@@ -274,6 +276,17 @@ impl Shared<'_> {
         match self {
             Shared::Output(output) => output.to_value(slots),
             Shared::Outputs(outputs) => outputs_to_value(outputs, slots),
+        }
+    }
+
+    /// As `describe` describes the value this stands for: a loop's output
+    /// is a list of its iterations, the rest objects. (A plain value is
+    /// walked by `walk`, never described here.)
+    fn describe(self) -> String {
+        match self {
+            Shared::Output(Output::Iterations(iterations)) => a_list_of(iterations.len()),
+            Shared::Output(Output::Value(value)) => describe(value),
+            Shared::Output(Output::Branches(_)) | Shared::Outputs(_) => AN_OBJECT.to_string(),
         }
     }
 }
@@ -298,19 +311,18 @@ fn walk<'v>(
         match next {
             Some(value) => current = value,
             None if optional => return Ok(&NULL),
-            None => {
-                return Err(EvalError(match segment {
-                    PathSegment::Field(name) => {
-                        format!("no field `{name}` in {}", describe(current))
-                    }
-                    PathSegment::Index(index) => {
-                        format!("no element [{index}] in {}", describe(current))
-                    }
-                }));
-            }
+            None => return Err(missing(segment, &describe(current))),
         }
     }
     Ok(current)
+}
+
+/// That `segment` names nothing in what `described` describes.
+fn missing(segment: &PathSegment, described: &str) -> EvalError {
+    EvalError(match segment {
+        PathSegment::Field(name) => format!("no field `{name}` in {described}"),
+        PathSegment::Index(index) => format!("no element [{index}] in {described}"),
+    })
 }
 
 fn truthy(value: &Value) -> Result<bool, EvalError> {
@@ -336,10 +348,16 @@ pub fn describe(value: &Value) -> String {
         Value::Number(n) => format!("the number {n}"),
         Value::String(s) if s.chars().count() > 40 => "a string".to_string(),
         Value::String(s) => format!("the string {s:?}"),
-        Value::Array(items) => format!("a list of {}", items.len()),
-        Value::Object(_) => "an object".to_string(),
+        Value::Array(items) => a_list_of(items.len()),
+        Value::Object(_) => AN_OBJECT.to_string(),
     }
 }
+
+fn a_list_of(len: usize) -> String {
+    format!("a list of {len}")
+}
+
+const AN_OBJECT: &str = "an object";
 
 #[cfg(test)]
 mod tests {
