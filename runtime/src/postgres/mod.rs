@@ -24,8 +24,8 @@
 //!   B9's commits on PostgreSQL. A gate
 //!   reached is a notification to each of its approvers, stored in that same
 //!   commit, so that no parked run waits unannounced. Should the batch fail
-//!   (a record of a run that does not exist), each record is written alone,
-//!   so that only the faulty one fails.
+//!   (a new run's id taken, say), each write is applied alone, so that
+//!   only the faulty one fails.
 //! * **Decisions apply once.** `decide` locks the step record
 //!   (`SELECT ... FOR UPDATE`) and applies `approval::decide_record` to what it
 //!   read: of concurrent decisions, the first to lock it decides and the
