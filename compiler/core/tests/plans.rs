@@ -65,6 +65,77 @@ fn every_example_lowers_to_a_verified_and_valid_plan() {
     }
 }
 
+/// Regression: a warning is not an error, so a program whose only
+/// diagnostics are warnings lowers to a plan that `Plan::validate` accepts
+/// (flowd and `flow run` refuse any other). The validator once held a
+/// step's timeout to its workflow's, which the checker only warns of
+/// (W301), and which a step at the default timeout of 60 s in a workflow
+/// of `timeout 30s` has without any warning: `flowc build` wrote plans
+/// that `flow run` then refused. Found by the spliced-examples property
+/// (runtime/tests/examples.rs).
+#[test]
+fn a_program_with_only_warnings_lowers_to_a_valid_plan() {
+    const RECIPE: &str = r#"recipe answer {
+  model "default"
+  input { q: string }
+  output { text: string, score: int }
+  prompt "Answer {{input.q}}"
+}
+"#;
+    let cases = [
+        (
+            "W301 a step's timeout past its workflow's",
+            "workflow w {\n  input { q: string }\n  timeout 45m\n  step a = answer { q: workflow_input.q } timeout 75m\n}",
+            Some("W301"),
+        ),
+        (
+            "a step at the default timeout, past its workflow's",
+            "workflow w {\n  input { q: string }\n  timeout 30s\n  step a = answer { q: workflow_input.q } retry 1\n}",
+            None,
+        ),
+        (
+            "W302 a side effect retried without a key",
+            "workflow w {\n  input { q: string }\n  step k = kb_write \"notes\" { title: \"t\", content: workflow_input.q }\n}",
+            Some("W302"),
+        ),
+        (
+            "W501 a workflow that can outlast its timeout",
+            "workflow w {\n  input { q: string }\n  timeout 2m\n  step a = answer { q: workflow_input.q }\n}",
+            Some("W501"),
+        ),
+        (
+            "W502 a loop without a bound under a timeout",
+            "workflow w {\n  input { qs: list<string> }\n  timeout 30m\n  for workflow_input.qs as each {\n    step a = answer { q: loop_item } retry 1 timeout 10s\n  }\n}",
+            Some("W502"),
+        ),
+        (
+            "W503 more model calls at once than an account runs",
+            "workflow w {\n  input { qs: list<string> }\n  for workflow_input.qs as each concurrency 50 {\n    step a = answer { q: loop_item }\n  }\n}",
+            Some("W503"),
+        ),
+    ];
+    for (name, workflow, warning) in cases {
+        let source = format!("{RECIPE}\n{workflow}\n");
+        let checked = flow_compiler::check_source("w.flow", &source);
+        let codes: Vec<&str> = checked
+            .diagnostics
+            .iter()
+            .map(|d| d.code.as_str())
+            .collect();
+        assert!(!checked.has_errors(), "{name}: {:#?}", checked.diagnostics);
+        if let Some(warning) = warning {
+            assert!(
+                codes.contains(&warning),
+                "{name}: expected {warning}, got {codes:?}"
+            );
+        }
+        let plan = flow_compiler::lower(&checked).expect("a program without errors lowers");
+        if let Err(problems) = plan.validate() {
+            panic!("{name}: the plan does not validate: {problems}");
+        }
+    }
+}
+
 #[test]
 fn a_program_with_errors_does_not_lower() {
     let checked = flow_compiler::check_source("x.flow", "workflow w { step a = nope {} }");
