@@ -260,7 +260,8 @@ flow_plan::code_table! {
     NonBoolCondition = ("E205", "non-boolean-condition", Error, "condition is not a boolean");
 
     /// A duration has an unknown unit or none, is zero where that makes no
-    /// sense, overflows, or a backoff range goes backwards. Units: `ms`, `s`,
+    /// sense, is longer than a year (365 days: a deadline or an expiry is
+    /// added to a clock), or a backoff range goes backwards. Units: `ms`, `s`,
     /// `m`, `h`, `d`. A duration is a whole number of one unit, written as
     /// one word: `1.5m` is `90s`, `2w` is `14d`, `45 secs` is `45s`; the hint
     /// gives the duration meant.

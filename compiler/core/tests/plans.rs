@@ -94,6 +94,11 @@ fn a_program_with_only_warnings_lowers_to_a_valid_plan() {
             None,
         ),
         (
+            "durations of a year, the longest there are",
+            "workflow w {\n  input { q: string }\n  timeout 365d\n  step a = answer { q: workflow_input.q } retry 3 backoff 1s..365d timeout 365d\n}",
+            None,
+        ),
+        (
             "W302 a side effect retried without a key",
             "workflow w {\n  input { q: string }\n  step k = kb_write \"notes\" { title: \"t\", content: workflow_input.q }\n}",
             Some("W302"),

@@ -215,10 +215,12 @@ pub(crate) fn check_workflow(
     let mut checker = Checker::new(env, file, diagnostics);
     checker.locked = locked;
     checker.input = Ty::record(input.clone());
-    if let Some(timeout) = &decl.timeout
-        && let Some(ms) = checker.duration(timeout, "a workflow timeout")
-    {
-        checker.workflow_timeout_ms = ms;
+    if let Some(timeout) = &decl.timeout {
+        // A timeout that is not valid is reported as such; no step and no
+        // budget is then said to outlast it (nor the default it is not).
+        checker.workflow_timeout_ms = checker
+            .duration(timeout, "a workflow timeout")
+            .unwrap_or(u64::MAX);
     }
     for context in &decl.context {
         require_plain(context, "a knowledge-base id", file, checker.diagnostics);

@@ -267,6 +267,13 @@ impl<'e, 'd> Checker<'e, 'd> {
                     "give a positive duration".to_string(),
                     None,
                 )),
+                // The plan's bound (`Plan::validate`): a deadline or an
+                // expiry is added to a clock, and nobody waits a year.
+                Some(ms) if ms > flow_plan::limits::MAX_DURATION_MS => Some((
+                    format!("{what} is longer than a year"),
+                    "durations are at most 365 days (`365d`)".to_string(),
+                    None,
+                )),
                 Some(_) => None,
             },
         };
