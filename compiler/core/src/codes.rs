@@ -305,6 +305,19 @@ flow_plan::code_table! {
     /// at deploy that the account has the endpoint, people and groups named.
     BadDestination = ("E211", "invalid-destination", Error, "the destination cannot be delivered as written");
 
+    /// The program is past a limit of the plan format that no other check
+    /// names: an id or name longer than 256 bytes, a text longer than 1 MB,
+    /// a template of more than 10,000 parts, a reference of more than 256
+    /// segments, more than 100 destinations or recipients. `flow run` and
+    /// flowd refuse such a plan, so the program is refused where it is
+    /// compiled to one (`flowc build`, `flow run`, a deploy), with where in
+    /// the plan it is past the limit.
+    ///
+    /// ```flow
+    /// step s_and_then_three_hundred_more_bytes_of_name = summarize { text: workflow_input.text }
+    /// ```
+    PastPlanLimit = ("E212", "past-plan-limit", Error, "the program is past a limit of plans");
+
     /// A step's timeout is longer than its workflow's timeout, so the workflow
     /// deadline cuts it short first. Raise the workflow timeout or lower the step's.
     StepTimeoutExceedsWorkflow = ("W301", "step-timeout-exceeds-workflow", Warning, "step timeout is above the workflow timeout");

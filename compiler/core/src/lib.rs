@@ -64,7 +64,16 @@ pub fn check_and_lower(
     loader: &dyn SourceLoader,
 ) -> Result<(Checked, Option<flow_plan::Plan>), LoadError> {
     let mut checked = check::check(root, loader)?;
-    let plan = lower::lower_taking(&mut checked);
+    let mut plan = lower::lower_taking(&mut checked);
+    // What the checker lets through must be a plan the runtime takes: the
+    // plan's limits that no check names are held here (E212), once, for
+    // every driver that compiles to a plan.
+    if let Some(Err(problems)) = plan.as_ref().map(flow_plan::Plan::validate_content) {
+        checked
+            .diagnostics
+            .extend(check::past_plan_limits(&checked, &problems));
+        plan = None;
+    }
     if let Some(plan) = &plan {
         let budgets = plan
             .workflows

@@ -141,6 +141,65 @@ fn a_program_with_only_warnings_lowers_to_a_valid_plan() {
     }
 }
 
+/// Regression: a program past a limit of the plan format that no check of
+/// its own names (a 300-byte step id) checked clean and `flowc build` wrote
+/// a plan that `flow run` and flowd refused. Where a program is compiled to
+/// a plan, such a limit is an error (E212) at the step, and no plan comes
+/// out.
+#[test]
+fn a_program_past_a_plan_limit_does_not_lower() {
+    struct One(String);
+    impl SourceLoader for One {
+        fn load(&self, _: &str) -> Result<Vec<u8>, flow_compiler::LoadFailure> {
+            Ok(self.0.clone().into_bytes())
+        }
+    }
+    let long = "s".repeat(300);
+    let cases = [
+        (
+            "a step id of 300 bytes",
+            format!(
+                "workflow w {{\n  input {{ q: string }}\n  step {long} = answer {{ q: workflow_input.q }}\n}}"
+            ),
+            long.as_str(),
+        ),
+        (
+            "a workflow name of 300 bytes",
+            format!(
+                "workflow {long} {{\n  input {{ q: string }}\n  step a = answer {{ q: workflow_input.q }}\n}}"
+            ),
+            long.as_str(),
+        ),
+    ];
+    for (name, workflow, at) in cases {
+        let source = format!(
+            "recipe answer {{\n  model \"default\"\n  input {{ q: string }}\n  output {{ text: string }}\n  prompt \"Answer {{{{input.q}}}}\"\n}}\n{workflow}\n"
+        );
+        let checked = flow_compiler::check_source("w.flow", &source);
+        assert!(
+            !checked.has_errors(),
+            "{name}: the checker alone lets it through: {:#?}",
+            checked.diagnostics
+        );
+        let (checked, plan) =
+            flow_compiler::check_and_lower("w.flow", &One(source.clone())).expect("it loads");
+        assert!(plan.is_none(), "{name}: a plan came out");
+        let errors: Vec<_> = checked
+            .diagnostics
+            .iter()
+            .filter(|d| d.is_error())
+            .collect();
+        assert_eq!(errors.len(), 1, "{name}: {errors:#?}");
+        assert_eq!(errors[0].code.as_str(), "E212", "{name}");
+        let span = errors[0].primary.span;
+        assert_eq!(
+            &source[span.start as usize..span.end as usize],
+            at,
+            "{name}: where"
+        );
+    }
+}
+
 #[test]
 fn a_program_with_errors_does_not_lower() {
     let checked = flow_compiler::check_source("x.flow", "workflow w { step a = nope {} }");

@@ -413,6 +413,63 @@ fn forget_what_missing_imports_declare(diagnostics: &mut Vec<Diagnostic>) {
     }
 }
 
+/// E212 for the problems `Plan::validate` found in the plan of `checked`:
+/// one for each workflow (the validator names a step's id once in the slot
+/// table and once where the step is), at the step a slot names, else at
+/// the workflow's name, else at the top of the root file.
+pub(crate) fn past_plan_limits(
+    checked: &Checked,
+    problems: &flow_plan::PlanProblems,
+) -> Vec<Diagnostic> {
+    let names: Vec<Span> = checked
+        .files
+        .first()
+        .map(|file| file.tree.workflows().map(|w| w.name.span).collect())
+        .unwrap_or_default();
+    // By workflow (`None`: elsewhere in the plan), in document order.
+    let mut by_workflow: Vec<(Option<usize>, Vec<&flow_plan::PlanProblem>)> = Vec::new();
+    for problem in &problems.problems {
+        let workflow = index_after(&problem.path, "/workflows/");
+        match by_workflow.iter_mut().find(|(w, _)| *w == workflow) {
+            Some((_, found)) => found.push(problem),
+            None => by_workflow.push((workflow, vec![problem])),
+        }
+    }
+    by_workflow
+        .into_iter()
+        .map(|(workflow, found)| {
+            let first = found[0];
+            let slot = workflow.and_then(|w| {
+                index_after(&first.path, &format!("/workflows/{w}/slots/"))
+                    .map(|slot| (w, slot))
+            });
+            let step = slot.and_then(|(w, slot)| {
+                let info = checked.analysis.workflows.get(w)?;
+                Some((info.file, info.steps.get_slot(slot)?.id_span))
+            });
+            let (file, span) = step
+                .or_else(|| Some((FileId(0), *names.get(workflow?)?)))
+                .unwrap_or((FileId(0), Span::new(0, 0)));
+            let more = match found.len() - 1 {
+                0 => String::new(),
+                n => format!(", and {n} more past a limit there"),
+            };
+            Diagnostic::new(Code::PastPlanLimit, file, span, first.message.clone())
+                .label("past a limit of plans")
+                .hint(format!(
+                    "`flow run` and flowd would refuse its plan (at {}{more}); keep it within the limit",
+                    first.path
+                ))
+        })
+        .collect()
+}
+
+/// The number that follows `prefix` at the start of a JSON Pointer.
+fn index_after(path: &str, prefix: &str) -> Option<usize> {
+    let rest = path.strip_prefix(prefix)?;
+    rest.split('/').next()?.parse().ok()
+}
+
 pub(crate) fn sort_diagnostics(diagnostics: &mut Vec<Diagnostic>) {
     diagnostics.sort_by_key(|d| (d.primary.file, d.primary.span.start, d.code));
     diagnostics.dedup();
