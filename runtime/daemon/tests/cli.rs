@@ -2162,34 +2162,44 @@ async fn a_start_against_a_wide_valid_schema_answers_a_bounded_422() {
     assert_eq!(body["runs"], json!([]), "nothing was stored");
 }
 
-/// A source is compiled here and its plan validated like any other: one
-/// the checker accepts but whose plan is past the bounds (a timeout over a
-/// year) is refused as `invalid_plan`, not stored.
+/// A source past the plan format's bounds is refused where it is
+/// compiled, with where in the source, and nothing is stored: a timeout
+/// over a year is an invalid duration (E206), a step id of 300 bytes past
+/// a limit of plans (E212). Both once compiled to plans flowd refused as
+/// `invalid_plan`, which said where in the plan, not in the source.
 #[tokio::test]
 async fn a_source_that_compiles_past_the_plan_bounds_is_refused() {
     use reqwest::Method;
     use serde_json::json;
     let dir = TempDir::new("flowd-source-bounds");
     let flowd = Flowd::start(&dir);
-    let (status, body) = flowd
-        .try_deploy(
-            ACME,
-            json!({
-                "source": "workflow slow {\n  timeout 400d\n  output { x: 1 }\n}\n",
-                "path": "slow.flow",
-            }),
-        )
-        .await;
-    assert_eq!(
-        (status, body["code"].as_str()),
-        (422, Some("invalid_plan")),
-        "{body}"
-    );
-    assert_eq!(
-        body["detail"],
-        "slow.flow compiles to a plan flowd refuses: 1 problem(s)"
-    );
-    assert_eq!(body["problems"][0]["path"], "/workflows/0/timeout_ms");
+    let long = "s".repeat(300);
+    let cases = [
+        (
+            "workflow slow {\n  timeout 400d\n  output { x: 1 }\n}\n".to_string(),
+            "E206",
+            2,
+        ),
+        (
+            format!(
+                "workflow long {{\n  step {long} = kb_write \"notes\" {{ title: \"t\", content: \"c\" }} retry 1\n}}\n"
+            ),
+            "E212",
+            2,
+        ),
+    ];
+    for (source, code, line) in cases {
+        let (status, body) = flowd
+            .try_deploy(ACME, json!({ "source": source, "path": "slow.flow" }))
+            .await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (422, Some("does_not_check")),
+            "{body}"
+        );
+        assert_eq!(body["diagnostics"][0]["code"], code, "{body}");
+        assert_eq!(body["diagnostics"][0]["line"], line, "{body}");
+    }
     let (_, body) = flowd
         .send(Method::GET, "/v1/workflows", Some(ACME), None)
         .await;
