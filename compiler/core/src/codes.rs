@@ -311,7 +311,9 @@ flow_plan::code_table! {
     /// segments, more than 100 destinations or recipients. `flow run` and
     /// flowd refuse such a plan, so the program is refused where it is
     /// compiled to one (`flowc build`, `flow run`, a deploy), with where in
-    /// the plan it is past the limit.
+    /// the plan it is past the limit. `flowc check` and the editor, which
+    /// never hold a whole plan (a big program's would double their memory),
+    /// do not report it.
     ///
     /// ```flow
     /// step s_and_then_three_hundred_more_bytes_of_name = summarize { text: workflow_input.text }

@@ -65,3 +65,38 @@ fn an_invalid_plan_file_is_refused_with_its_problems_and_exit_code_2() {
         "nothing was stored for the refused plan"
     );
 }
+
+/// A source past a limit of plans (a step id of 300 bytes) is refused by
+/// `flow run` with E212 where the step is, and the last line names
+/// `flowc build`, which shows it, not `flowc check`, which cannot: it
+/// never holds the whole plan. Nothing is stored.
+#[test]
+fn a_source_past_a_plan_limit_names_flowc_build() {
+    let dir = Scratch::new("flow-cli-plan-limit");
+    let long = "s".repeat(300);
+    std::fs::write(
+        dir.0.join("long.flow"),
+        format!(
+            "recipe echo {{\n  model \"default\"\n  input {{ text: string }}\n  output {{ text: string }}\n  prompt \"{{{{input.text}}}}\"\n}}\nworkflow w {{\n  input {{ text: string }}\n  step {long} = echo {{ text: workflow_input.text }}\n}}\n"
+        ),
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_flow"))
+        .args(["run", "long.flow", "--input", r#"{ "text": "hi" }"#])
+        .current_dir(&dir.0)
+        .output()
+        .expect("flow starts");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("long.flow:9:8: error E212: a step name of 300 bytes"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.ends_with(
+            "error: long.flow is past a limit of plans; `flowc build long.flow` shows where\n"
+        ),
+        "{stderr}"
+    );
+    assert!(!dir.0.join("flow.db").exists(), "nothing was stored");
+}
