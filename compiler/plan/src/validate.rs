@@ -88,10 +88,9 @@ impl Plan {
     }
 
     /// [`Plan::validate`] but for the size of the plan's JSON, which is
-    /// measured by serializing the whole plan once more: for the compiler,
-    /// which has just written the plan (its JSON far under the bound for
-    /// any source the loader reads) and holds its limits where it compiles
-    /// to one, in a fifth of a `flowc build`'s time with the size.
+    /// measured by serializing the whole plan once more (a fifth of a
+    /// `flowc build`'s time): for the compiler, which has just written the
+    /// plan, its JSON far under the bound for the sources the loader reads.
     pub fn validate_content(&self) -> Result<(), PlanProblems> {
         self.validate_with(false)
     }

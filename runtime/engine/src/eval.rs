@@ -219,9 +219,9 @@ static NULL: Value = Value::Null;
 
 /// Follows a path into a step's output, into the outputs a loop or a
 /// parallel shares with its iterations or branches as far as they go, then
-/// into a value as `walk` does. Where the path stops short of a value, or
-/// names what is not there, the rest is read from the output built as one
-/// value: the same answer, and the same error, as if it had been one.
+/// into a value as `walk` does: the same answer, and the same error, as if
+/// the output had been one value. Only a path that stops short of a value
+/// (a whole iteration, branch, loop or parallel) builds one.
 fn walk_output<'o>(
     output: &'o Output,
     path: &[PathSegment],

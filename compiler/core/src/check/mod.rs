@@ -439,16 +439,14 @@ pub(crate) fn past_plan_limits(
         .into_iter()
         .map(|(workflow, found)| {
             let first = found[0];
-            let slot = workflow.and_then(|w| {
-                index_after(&first.path, &format!("/workflows/{w}/slots/"))
-                    .map(|slot| (w, slot))
-            });
-            let step = slot.and_then(|(w, slot)| {
+            let at_step = |w: usize| {
+                let slot = index_after(&first.path, &format!("/workflows/{w}/slots/"))?;
                 let info = checked.analysis.workflows.get(w)?;
-                Some((info.file, info.steps.get_slot(slot)?.id_span))
-            });
-            let (file, span) = step
-                .or_else(|| Some((FileId(0), *names.get(workflow?)?)))
+                Some((info.file, (*info.steps).get(slot)?.id_span))
+            };
+            let at_name = |w: usize| Some((FileId(0), *names.get(w)?));
+            let (file, span) = workflow
+                .and_then(|w| at_step(w).or_else(|| at_name(w)))
                 .unwrap_or((FileId(0), Span::new(0, 0)));
             let more = match found.len() - 1 {
                 0 => String::new(),

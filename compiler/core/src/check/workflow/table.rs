@@ -43,11 +43,6 @@ impl StepTable {
         Some((at as usize, &self.entries[at as usize]))
     }
 
-    /// The entry in slot `slot`.
-    pub fn get_slot(&self, slot: usize) -> Option<&StepInfo> {
-        self.entries.get(slot)
-    }
-
     /// Whether some entry has the id `id`.
     pub fn contains(&self, id: &str) -> bool {
         self.get(id).is_some()
