@@ -23,7 +23,7 @@ use crate::limits::*;
 use crate::{
     Action, ApprovalAction, BrowserAction, DURATION_PATTERN, DestinationTarget, Expr,
     FORMAT_VERSION, Field, HandoffAction, KbWriteAction, McpServer, McpTransport, Node, OnError,
-    PathSegment, Plan, Recipe, Ref, Root, RunEvent, Step, StepKind, Template, TemplatePart,
+    PathSegment, Plan, Recipe, Ref, Root, RunEvent, Slot, Step, StepKind, Template, TemplatePart,
     Workflow, cut,
 };
 
@@ -34,6 +34,11 @@ pub struct PlanProblem {
     pub path: String,
     /// What is wrong there, in words, with any value it quotes cut short.
     pub message: String,
+    /// The id of the innermost step, loop or parallel block the problem is
+    /// in (or a condition's `if@LINE:COLUMN`), or of the step a slot of the
+    /// slot table names: where a compiler that wrote the plan points its
+    /// author. `None` outside the workflows' steps.
+    pub step: Option<String>,
 }
 
 impl fmt::Display for PlanProblem {
@@ -96,27 +101,140 @@ impl Plan {
     }
 
     fn validate_with(&self, measure_size: bool) -> Result<(), PlanProblems> {
-        let mut validator = Validator {
-            plan: self,
-            path: Vec::new(),
-            problems: Vec::new(),
-            stopped: false,
-            steps: 0,
-        };
-        validator.plan();
+        let mut validator = Validator::new(self.recipes.len(), self.mcp_servers.len());
+        validator.plan(self);
         // The size is measured by serializing, which recurses as deeply as
         // the plan nests; the walk above has bounded the nesting first.
         if measure_size && validator.problems.is_empty() {
-            validator.size();
+            validator.size(self);
         }
-        if validator.problems.is_empty() {
-            Ok(())
-        } else {
-            Err(PlanProblems {
-                problems: validator.problems,
-                stopped: validator.stopped,
-            })
+        validator.finish()
+    }
+}
+
+/// [`Plan::validate_content`] of a plan that its maker hands in a piece at
+/// a time and never holds whole: `flowc check` lowers a program node by
+/// node for its budgets, and holds each node to the plan's limits as it
+/// goes, so that the editor and `flowc check` report a program past one
+/// (E212) without the memory of a whole plan.
+///
+/// Each piece is checked as [`Plan::validate`] checks it in a whole plan,
+/// but for what only the whole shows: that each step claims the slot of
+/// its own id and kind and no other step's (the slot table is not handed
+/// in: a claim is held to the count of slots), and that names are unique
+/// across pieces. The compiler gets those right by construction; what
+/// this finds in its pieces is a program past a limit.
+pub struct PlanInPieces {
+    /// Problems so far, and the steps seen, across pieces.
+    problems: Vec<PlanProblem>,
+    stopped: bool,
+    steps: usize,
+    recipes: usize,
+    servers: usize,
+    /// The workflow being handed in: its index, input fields and slots.
+    workflow: Option<(usize, usize, usize)>,
+}
+
+impl PlanInPieces {
+    /// Starts with what the plan holds besides its workflows: its source
+    /// path, recipes and MCP servers (in the plan's order), and how many
+    /// workflows it holds.
+    pub fn new(source: &str, recipes: &[Recipe], servers: &[McpServer], workflows: usize) -> Self {
+        let mut pieces = PlanInPieces {
+            problems: Vec::new(),
+            stopped: false,
+            steps: 0,
+            recipes: recipes.len(),
+            servers: servers.len(),
+            workflow: None,
+        };
+        pieces.with(&[], |v| {
+            if v.source_and_counts(source, workflows, recipes.len(), servers.len()) {
+                v.recipes_and_servers(recipes, servers);
+            }
+        });
+        pieces
+    }
+
+    /// The `index`-th workflow's own parts: `header` is the workflow with
+    /// neither slots nor body (nor a fallback body), which the nodes handed
+    /// in next are of; `slots` is how many slots its whole table holds.
+    pub fn workflow(&mut self, index: usize, header: &Workflow, slots: usize) {
+        self.workflow = Some((index, header.input_fields.len(), slots));
+        let at = [Seg::Key("workflows"), Seg::Index(index)];
+        self.with(&at, |v| {
+            v.at(Seg::Key("name"), |v| {
+                v.name(&header.name, format_args!("a workflow name"))
+            });
+            v.workflow_inputs(header);
+            v.workflow_outputs(header, slots);
+        });
+    }
+
+    /// The workflow's `on_error` policy: a fallback's body is checked.
+    pub fn on_error(&mut self, policy: &OnError) {
+        let Some((workflow, inputs, count)) = self.workflow else {
+            return;
+        };
+        let OnError::Fallback(handler) = policy else {
+            return;
+        };
+        let at = [
+            Seg::Key("workflows"),
+            Seg::Index(workflow),
+            Seg::Key("on_error"),
+            Seg::Key("body"),
+        ];
+        self.with(&at, |v| {
+            let mut slots = Slots::counted(inputs, count);
+            v.block(handler, &mut slots, Scope::FALLBACK);
+        });
+    }
+
+    /// The `index`-th node of the workflow's body.
+    pub fn node(&mut self, index: usize, node: &Node) {
+        let Some((workflow, inputs, count)) = self.workflow else {
+            return;
+        };
+        let at = [
+            Seg::Key("workflows"),
+            Seg::Index(workflow),
+            Seg::Key("body"),
+            Seg::Index(index),
+        ];
+        self.with(&at, |v| {
+            let mut slots = Slots::counted(inputs, count);
+            // As `block` walks a workflow's body: one block deep.
+            v.node(node, &mut slots, Scope::BODY);
+        });
+    }
+
+    /// What was found in all the pieces.
+    pub fn finish(self) -> Result<(), PlanProblems> {
+        let validator = Validator {
+            problems: self.problems,
+            stopped: self.stopped,
+            ..Validator::new(self.recipes, self.servers)
+        };
+        validator.finish()
+    }
+
+    /// Runs `check` on a validator at `at`, which carries this plan's
+    /// problems and count of steps in and out.
+    fn with<'p>(&mut self, at: &[Seg<'p>], check: impl FnOnce(&mut Validator<'p>)) {
+        if self.stopped {
+            return;
         }
+        let mut validator = Validator {
+            path: at.to_vec(),
+            problems: std::mem::take(&mut self.problems),
+            steps: self.steps,
+            ..Validator::new(self.recipes, self.servers)
+        };
+        check(&mut validator);
+        self.problems = validator.problems;
+        self.stopped = validator.stopped;
+        self.steps = validator.steps;
     }
 }
 
@@ -140,6 +258,25 @@ struct Scope {
     blocks: usize,
 }
 
+impl Scope {
+    /// Around a workflow's body (and its fallback's), before its block.
+    const TOP: Scope = Scope {
+        loops: 0,
+        error: false,
+        blocks: 0,
+    };
+    /// Around a node of a workflow's body: inside its one block.
+    const BODY: Scope = Scope {
+        blocks: 1,
+        ..Scope::TOP
+    };
+    /// Around a workflow's fallback, before its block.
+    const FALLBACK: Scope = Scope {
+        error: true,
+        ..Scope::TOP
+    };
+}
+
 /// What the references of an expression may name.
 #[derive(Clone, Copy)]
 enum Refs {
@@ -156,17 +293,36 @@ enum Refs {
     Destination { inputs: usize, output: bool },
 }
 
-/// The slot table of the workflow being walked: which slots a node has
-/// claimed, so that each belongs to exactly one.
+/// What the nodes of the workflow being walked may claim and name.
 struct Slots<'p> {
-    workflow: &'p Workflow,
-    claimed: Vec<bool>,
+    /// The workflow's slot table, and which slots a node has claimed, so
+    /// that each belongs to exactly one; `None` for a plan checked in
+    /// pieces ([`PlanInPieces`]), whose claims are held to `count` only.
+    table: Option<(&'p [Slot], Vec<bool>)>,
+    count: usize,
+    /// The workflow's input fields.
+    inputs: usize,
+}
+
+impl Slots<'_> {
+    fn counted(inputs: usize, count: usize) -> Self {
+        Slots {
+            table: None,
+            count,
+            inputs,
+        }
+    }
 }
 
 struct Validator<'p> {
-    plan: &'p Plan,
+    /// How many recipes and MCP servers the plan holds, which steps index.
+    recipes: usize,
+    servers: usize,
     /// The pointer to the value being looked at.
     path: Vec<Seg<'p>>,
+    /// The id of the innermost step, loop, parallel or condition around
+    /// the value being looked at ([`PlanProblem::step`]).
+    node_id: Option<&'p str>,
     problems: Vec<PlanProblem>,
     /// Set when a problem past [`MAX_PROBLEMS`] is found: nothing more is looked at.
     stopped: bool,
@@ -175,6 +331,29 @@ struct Validator<'p> {
 }
 
 impl<'p> Validator<'p> {
+    fn new(recipes: usize, servers: usize) -> Self {
+        Validator {
+            recipes,
+            servers,
+            path: Vec::new(),
+            node_id: None,
+            problems: Vec::new(),
+            stopped: false,
+            steps: 0,
+        }
+    }
+
+    fn finish(self) -> Result<(), PlanProblems> {
+        if self.problems.is_empty() {
+            Ok(())
+        } else {
+            Err(PlanProblems {
+                problems: self.problems,
+                stopped: self.stopped,
+            })
+        }
+    }
+
     // ------------------------------------------------------------ reporting
 
     /// Runs `check` with `seg` appended to the path.
@@ -200,7 +379,16 @@ impl<'p> Validator<'p> {
         self.problems.push(PlanProblem {
             message: cut(&message(), room),
             path,
+            step: self.node_id.map(str::to_string),
         });
+    }
+
+    /// Runs `check` inside the step, loop, parallel or condition of `id`.
+    fn inside<R>(&mut self, id: &'p str, check: impl FnOnce(&mut Self) -> R) -> R {
+        let outer = self.node_id.replace(id);
+        let result = check(self);
+        self.node_id = outer;
+        result
     }
 
     /// [`Self::problem`] at `key` below the current path.
@@ -240,8 +428,7 @@ impl<'p> Validator<'p> {
 
     // ------------------------------------------------------------ the plan
 
-    fn plan(&mut self) {
-        let plan = self.plan;
+    fn plan(&mut self, plan: &'p Plan) {
         if plan.format_version != FORMAT_VERSION {
             self.problem_at("format_version", || {
                 format!(
@@ -258,27 +445,14 @@ impl<'p> Validator<'p> {
                 )
             });
         }
-        self.at(Seg::Key("source"), |v| {
-            v.text(&plan.source, MAX_SETTING_BYTES, "the source path")
-        });
-        let counts = [
-            ("workflows", plan.workflows.len(), MAX_WORKFLOWS),
-            ("recipes", plan.recipes.len(), MAX_RECIPES),
-            ("mcp_servers", plan.mcp_servers.len(), MAX_MCP_SERVERS),
-        ];
-        let mut too_many = false;
-        for (key, count, most) in counts {
-            if count > most {
-                too_many = true;
-                self.problem_at(key, || {
-                    format!("{count} {key}; a plan holds at most {most}")
-                });
-            }
-        }
-        if too_many {
+        let counts = (
+            plan.workflows.len(),
+            plan.recipes.len(),
+            plan.mcp_servers.len(),
+        );
+        if !self.source_and_counts(&plan.source, counts.0, counts.1, counts.2) {
             return;
         }
-
         self.at(Seg::Key("workflows"), |v| {
             let mut names = HashSet::new();
             for (index, workflow) in plan.workflows.iter().enumerate() {
@@ -291,9 +465,42 @@ impl<'p> Validator<'p> {
                 });
             }
         });
+        self.recipes_and_servers(&plan.recipes, &plan.mcp_servers);
+    }
+
+    /// The source path, and how many workflows, recipes and servers there
+    /// are; `false` when there are too many to look at each.
+    fn source_and_counts(
+        &mut self,
+        source: &str,
+        workflows: usize,
+        recipes: usize,
+        servers: usize,
+    ) -> bool {
+        self.at(Seg::Key("source"), |v| {
+            v.text(source, MAX_SETTING_BYTES, "the source path")
+        });
+        let counts = [
+            ("workflows", workflows, MAX_WORKFLOWS),
+            ("recipes", recipes, MAX_RECIPES),
+            ("mcp_servers", servers, MAX_MCP_SERVERS),
+        ];
+        let mut too_many = false;
+        for (key, count, most) in counts {
+            if count > most {
+                too_many = true;
+                self.problem_at(key, || {
+                    format!("{count} {key}; a plan holds at most {most}")
+                });
+            }
+        }
+        !too_many
+    }
+
+    fn recipes_and_servers(&mut self, recipes: &'p [Recipe], servers: &'p [McpServer]) {
         self.at(Seg::Key("recipes"), |v| {
             let mut names = HashSet::new();
-            for (index, recipe) in plan.recipes.iter().enumerate() {
+            for (index, recipe) in recipes.iter().enumerate() {
                 if v.stopped {
                     return;
                 }
@@ -305,7 +512,7 @@ impl<'p> Validator<'p> {
         });
         self.at(Seg::Key("mcp_servers"), |v| {
             let mut names = HashSet::new();
-            for (index, server) in plan.mcp_servers.iter().enumerate() {
+            for (index, server) in servers.iter().enumerate() {
                 if v.stopped {
                     return;
                 }
@@ -318,8 +525,8 @@ impl<'p> Validator<'p> {
     }
 
     /// The plan's compact JSON is at most [`MAX_PLAN_BYTES`].
-    fn size(&mut self) {
-        if !json_fits(self.plan, MAX_PLAN_BYTES) {
+    fn size(&mut self, plan: &Plan) {
+        if !json_fits(plan, MAX_PLAN_BYTES) {
             self.problem(|| {
                 format!(
                     "the plan's JSON is over {} MiB",
@@ -409,6 +616,76 @@ impl<'p> Validator<'p> {
     // ------------------------------------------------------------ workflows
 
     fn workflow(&mut self, workflow: &'p Workflow) {
+        self.workflow_inputs(workflow);
+        if workflow.slots.len() > MAX_STEPS {
+            self.problem_at("slots", || {
+                format!(
+                    "{} slots; a plan holds at most {MAX_STEPS} steps",
+                    workflow.slots.len()
+                )
+            });
+            return;
+        }
+        self.at(Seg::Key("slots"), |v| {
+            let mut ids = HashSet::new();
+            for (index, slot) in workflow.slots.iter().enumerate() {
+                // In the words `claim` uses for the node's own id, which a
+                // plan checked in pieces reports instead.
+                v.at(Seg::Index(index), |v| {
+                    v.inside(&slot.id, |v| {
+                        v.at(Seg::Key("id"), |v| {
+                            v.name(&slot.id, format_args!("a step id"));
+                            if !ids.insert(slot.id.as_str()) {
+                                v.problem(|| {
+                                    format!("the step id {} is used twice", quote(&slot.id))
+                                });
+                            }
+                        })
+                    })
+                });
+            }
+        });
+        let mut slots = Slots {
+            table: Some((&workflow.slots, vec![false; workflow.slots.len()])),
+            count: workflow.slots.len(),
+            inputs: workflow.input_fields.len(),
+        };
+        self.at(Seg::Key("body"), |v| {
+            v.block(&workflow.body, &mut slots, Scope::TOP)
+        });
+        if let OnError::Fallback(handler) = &workflow.on_error {
+            self.at(Seg::Key("on_error"), |v| {
+                v.at(Seg::Key("body"), |v| {
+                    v.block(handler, &mut slots, Scope::FALLBACK)
+                })
+            });
+        }
+        self.workflow_outputs(workflow, workflow.slots.len());
+        if self.stopped {
+            return;
+        }
+        let Some((_, claimed)) = &slots.table else {
+            return;
+        };
+        self.at(Seg::Key("slots"), |v| {
+            for (index, claimed) in claimed.iter().enumerate() {
+                if !claimed {
+                    v.at(Seg::Index(index), |v| {
+                        v.problem(|| {
+                            format!(
+                                "slot {index} ({}) belongs to no step of the workflow",
+                                quote(&workflow.slots[index].id)
+                            )
+                        })
+                    });
+                }
+            }
+        });
+    }
+
+    /// What a workflow is given: its input fields and their schema, its
+    /// timeout, context and department.
+    fn workflow_inputs(&mut self, workflow: &'p Workflow) {
         self.field_names("input_fields", &workflow.input_fields);
         self.at(Seg::Key("input_schema"), |v| {
             v.record_schema(&workflow.input_schema, &workflow.input_fields)
@@ -425,66 +702,18 @@ impl<'p> Validator<'p> {
                 v.text(department, MAX_NAME_BYTES, "a department's name");
             });
         }
+    }
 
-        if workflow.slots.len() > MAX_STEPS {
-            self.problem_at("slots", || {
-                format!(
-                    "{} slots; a plan holds at most {MAX_STEPS} steps",
-                    workflow.slots.len()
-                )
-            });
-            return;
-        }
-        self.at(Seg::Key("slots"), |v| {
-            let mut ids = HashSet::new();
-            for (index, slot) in workflow.slots.iter().enumerate() {
-                v.at(Seg::Index(index), |v| {
-                    v.unique_name("id", &slot.id, &mut ids, "step")
-                });
-            }
-        });
-        let mut slots = Slots {
-            workflow,
-            claimed: vec![false; workflow.slots.len()],
-        };
-        let top = Scope {
-            loops: 0,
-            error: false,
-            blocks: 0,
-        };
-        self.at(Seg::Key("body"), |v| {
-            v.block(&workflow.body, &mut slots, top)
-        });
-        if let OnError::Fallback(handler) = &workflow.on_error {
-            let scope = Scope { error: true, ..top };
-            self.at(Seg::Key("on_error"), |v| {
-                v.at(Seg::Key("body"), |v| v.block(handler, &mut slots, scope))
-            });
-        }
+    /// What a workflow gives: its output (which reads any of its `slots`)
+    /// and its destinations.
+    fn workflow_outputs(&mut self, workflow: &'p Workflow, slots: usize) {
         let refs = Refs::Workflow {
             inputs: workflow.input_fields.len(),
-            slots: workflow.slots.len(),
-            scope: top,
+            slots,
+            scope: Scope::TOP,
         };
         self.at(Seg::Key("output"), |v| v.fields(&workflow.output, refs, 0));
         self.destinations(workflow);
-        if self.stopped {
-            return;
-        }
-        self.at(Seg::Key("slots"), |v| {
-            for (index, claimed) in slots.claimed.iter().enumerate() {
-                if !claimed {
-                    v.at(Seg::Index(index), |v| {
-                        v.problem(|| {
-                            format!(
-                                "slot {index} ({}) belongs to no step of the workflow",
-                                quote(&workflow.slots[index].id)
-                            )
-                        })
-                    });
-                }
-            }
-        });
     }
 
     /// A workflow's destinations: events known and each once, names within
@@ -594,9 +823,17 @@ impl<'p> Validator<'p> {
     }
 
     fn node(&mut self, node: &'p Node, slots: &mut Slots<'p>, scope: Scope) {
+        let id: &'p str = match node {
+            Node::Step(step) => &step.id,
+            Node::Condition { id, .. } | Node::Loop { id, .. } | Node::Parallel { id, .. } => id,
+        };
+        self.inside(id, |v| v.node_inside(node, slots, scope));
+    }
+
+    fn node_inside(&mut self, node: &'p Node, slots: &mut Slots<'p>, scope: Scope) {
         let refs = Refs::Workflow {
-            inputs: slots.workflow.input_fields.len(),
-            slots: slots.workflow.slots.len(),
+            inputs: slots.inputs,
+            slots: slots.count,
             scope,
         };
         match node {
@@ -692,16 +929,17 @@ impl<'p> Validator<'p> {
             self.stopped = true;
             return;
         }
-        let table = &slots.workflow.slots;
-        let Some(entry) = table.get(slot as usize) else {
+        let count = slots.count;
+        if slot as usize >= count {
             self.problem_at("slot", || {
-                format!(
-                    "slot {slot} is past the end of the workflow's {} slots",
-                    table.len()
-                )
+                format!("slot {slot} is past the end of the workflow's {count} slots")
             });
             return;
+        }
+        let Some((table, claimed)) = &mut slots.table else {
+            return;
         };
+        let entry = &table[slot as usize];
         if entry.id != id {
             self.problem_at("slot", || {
                 format!(
@@ -719,7 +957,7 @@ impl<'p> Validator<'p> {
                 )
             });
         }
-        let claimed = &mut slots.claimed[slot as usize];
+        let claimed = &mut claimed[slot as usize];
         if *claimed {
             self.problem_at("slot", || {
                 format!("slot {slot} belongs to another step already")
@@ -788,8 +1026,8 @@ impl<'p> Validator<'p> {
     fn action(&mut self, action: &'p Action, refs: Refs) {
         match action {
             Action::Recipe { recipe, args } => {
-                if *recipe as usize >= self.plan.recipes.len() {
-                    let count = self.plan.recipes.len();
+                if *recipe as usize >= self.recipes {
+                    let count = self.recipes;
                     self.problem_at("recipe", || {
                         format!("recipe {recipe} is past the end of the plan's {count} recipes")
                     });
@@ -839,8 +1077,8 @@ impl<'p> Validator<'p> {
             }
             Action::Browser(browser) => {
                 let BrowserAction { server, tool, args } = &**browser;
-                if *server as usize >= self.plan.mcp_servers.len() {
-                    let count = self.plan.mcp_servers.len();
+                if *server as usize >= self.servers {
+                    let count = self.servers;
                     self.problem_at("server", || {
                         format!("MCP server {server} is past the end of the plan's {count} servers")
                     });
@@ -1753,6 +1991,110 @@ mod tests {
         plan.validate().expect_err("the patched plan is refused")
     }
 
+    /// `plan` handed to [`PlanInPieces`] as the checker hands it a plan.
+    fn in_pieces(plan: &Plan) -> Result<(), PlanProblems> {
+        let mut pieces = PlanInPieces::new(
+            &plan.source,
+            &plan.recipes,
+            &plan.mcp_servers,
+            plan.workflows.len(),
+        );
+        for (index, workflow) in plan.workflows.iter().enumerate() {
+            let header = Workflow {
+                slots: Vec::new(),
+                body: Vec::new(),
+                on_error: OnError::Fail,
+                ..workflow.clone()
+            };
+            pieces.workflow(index, &header, workflow.slots.len());
+            pieces.on_error(&workflow.on_error);
+            for (index, node) in workflow.body.iter().enumerate() {
+                pieces.node(index, node);
+            }
+        }
+        pieces.finish()
+    }
+
+    /// A plan checked in pieces finds each limit where the whole plan's
+    /// validation does, in the same words and in the same step, so that
+    /// `flowc check` and `flowc build` report one E212 alike.
+    #[test]
+    fn a_plan_in_pieces_finds_the_limits_the_whole_plan_does() {
+        let w = "/workflows/0";
+        let long = "s".repeat(MAX_NAME_BYTES + 1);
+        let text = json!({ "expr": "literal", "value": "x".repeat(MAX_TEXT_BYTES + 1) });
+        // (what, the patches, the step the problem is in)
+        type Case<'a> = (&'a str, Vec<(String, Value)>, Option<&'a str>);
+        let cases: Vec<Case> = vec![
+            (
+                "a step id in a loop",
+                vec![
+                    (format!("{w}/slots/2/id"), json!(long)),
+                    (format!("{w}/body/1/body/0/id"), json!(long)),
+                ],
+                Some(long.as_str()),
+            ),
+            (
+                "a string in a parallel's branch in a condition",
+                vec![(
+                    format!("{w}/body/2/branches/0/body/0/branches/0/body/0/action/message"),
+                    text.clone(),
+                )],
+                Some("gate"),
+            ),
+            (
+                "a condition's own expression",
+                vec![(
+                    format!("{w}/body/2/branches/0/condition/value/right"),
+                    text.clone(),
+                )],
+                Some("if@12:3"),
+            ),
+            (
+                "a string in the fallback",
+                vec![(format!("{w}/on_error/body/0/action/message"), text)],
+                Some("notify"),
+            ),
+            (
+                "a department",
+                vec![(format!("{w}/department"), json!(long))],
+                None,
+            ),
+            (
+                "a recipe's model",
+                vec![("/recipes/0/model".to_string(), json!(long))],
+                None,
+            ),
+            (
+                "a server's argument",
+                vec![(
+                    "/mcp_servers/0/transport/args/0".to_string(),
+                    json!("a".repeat(MAX_SETTING_BYTES + 1)),
+                )],
+                None,
+            ),
+        ];
+        let whole: Plan = serde_json::from_value(base()).unwrap();
+        assert_eq!(in_pieces(&whole), Ok(()));
+        for (name, patches, step) in cases {
+            let mut json = base();
+            for (pointer, value) in patches {
+                patch(&mut json, &pointer, value);
+            }
+            let plan: Plan = serde_json::from_value(json).unwrap();
+            let whole = plan.validate_content().expect_err(name).problems;
+            let pieces = in_pieces(&plan).expect_err(name).problems;
+            assert_eq!(pieces.len(), 1, "{name}: {pieces:#?}");
+            let found = &pieces[0];
+            assert_eq!(found.step.as_deref(), step, "{name}");
+            assert_eq!(
+                (&whole[0].message, &whole[0].step),
+                (&found.message, &found.step),
+                "{name}: {whole:#?}"
+            );
+        }
+    }
+
     #[test]
     fn the_base_plan_is_valid() {
         let plan: Plan = serde_json::from_value(base()).unwrap();
@@ -1872,7 +2214,7 @@ mod tests {
                 "two slots of one id",
                 vec![(format!("{w}/slots/1/id"), json!("classify"))],
                 format!("{w}/slots/1/id"),
-                "the step name \"classify\" is used twice",
+                "the step id \"classify\" is used twice",
             ),
             (
                 "an input field past the end",

@@ -89,7 +89,7 @@ fn a_source_past_a_plan_limit_names_flowc_build() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains("long.flow:9:8: error E212: a step name of 300 bytes"),
+        stderr.contains("long.flow:9:8: error E212: a step id of 300 bytes"),
         "{stderr}"
     );
     assert!(
