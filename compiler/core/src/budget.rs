@@ -16,10 +16,19 @@ use crate::syntax::ast;
 pub(crate) const SLOWEST_NAMED: usize = 3;
 
 /// Adds the budgets of a program without errors to its analysis, and their
-/// warnings to its diagnostics.
+/// warnings to its diagnostics; and an error where it is past a limit of
+/// plans (E212), as a driver that lowers it would report.
 pub(crate) fn with_budgets(mut checked: Checked) -> Checked {
-    if let Some(budgets) = crate::lower::budgets(&checked) {
-        add_budgets(&mut checked, budgets);
+    // As `check_and_lower`: a program past a limit has no plan, and so no
+    // budgets.
+    match crate::lower::budgets_and_limits(&checked) {
+        Some((budgets, Ok(()))) => add_budgets(&mut checked, budgets),
+        Some((_, Err(problems))) => {
+            let past = crate::check::past_plan_limits(&checked, &problems);
+            checked.diagnostics.extend(past);
+            crate::check::sort_diagnostics(&mut checked.diagnostics);
+        }
+        None => {}
     }
     checked
 }

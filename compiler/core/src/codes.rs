@@ -309,11 +309,14 @@ flow_plan::code_table! {
     /// names: an id or name longer than 256 bytes, a text longer than 1 MB,
     /// a template of more than 10,000 parts, a reference of more than 256
     /// segments, more than 100 destinations or recipients. `flow run` and
-    /// flowd refuse such a plan, so the program is refused where it is
-    /// compiled to one (`flowc build`, `flow run`, a deploy), with where in
-    /// the plan it is past the limit. `flowc check` and the editor, which
-    /// never hold a whole plan (a big program's would double their memory),
-    /// do not report it.
+    /// flowd refuse such a plan, so the program is refused wherever it is
+    /// checked, with where in the plan it is past the limit: at the step
+    /// (or condition) it is in, else at the workflow, recipe or MCP server.
+    /// `flowc check` and the editor hold the program's plan to the limits a
+    /// node at a time, as they lower it for its budgets (a whole plan would
+    /// double their memory); `flowc build`, `flow run` and a deploy hold
+    /// the plan they build. One is reported for each of those, and only in
+    /// a program without other errors.
     ///
     /// ```flow
     /// step s_and_then_three_hundred_more_bytes_of_name = summarize { text: workflow_input.text }

@@ -203,6 +203,23 @@ impl LineIndex {
         let end = floor_char_boundary(text, offset as usize).max(start);
         (line + 1, text[start..end].chars().count() + 1)
     }
+
+    /// The offset of a 1-based line and column (in chars) in `text`, the
+    /// text this index was built from: the inverse of [`Self::line_col`].
+    /// `None` past the end of the line or the text.
+    pub fn offset(&self, text: &str, line: usize, column: usize) -> Option<u32> {
+        let start = *self.starts.get(line.checked_sub(1)?)? as usize;
+        let rest = &text[start..];
+        let line_text = &rest[..rest.find('\n').unwrap_or(rest.len())];
+        let within = match column.checked_sub(1)? {
+            0 => 0,
+            chars => {
+                let (at, c) = line_text.char_indices().nth(chars - 1)?;
+                at + c.len_utf8()
+            }
+        };
+        Some((start + within) as u32)
+    }
 }
 
 /// Where a byte offset is in human terms: 1-based line and column (in chars).

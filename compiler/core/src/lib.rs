@@ -72,6 +72,7 @@ pub fn check_and_lower(
         checked
             .diagnostics
             .extend(check::past_plan_limits(&checked, &problems));
+        check::sort_diagnostics(&mut checked.diagnostics);
         plan = None;
     }
     if let Some(plan) = &plan {

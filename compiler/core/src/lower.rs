@@ -42,25 +42,40 @@ pub(crate) fn lower_taking(checked: &mut Checked) -> Option<plan::Plan> {
     Some(unsealed(checked, Some(bodies)).seal())
 }
 
-/// Each workflow's budget, in the order of the root file's workflows:
-/// lowered node by node and folded (`budget::Folding`), each node dropped
-/// once counted, so that working budgets out never holds a whole plan.
-/// `None` when the program has errors.
-pub(crate) fn budgets(checked: &Checked) -> Option<Vec<Budget>> {
+/// Each workflow's budget, in the order of the root file's workflows, and
+/// whether the plan is within the limits of plans: lowered node by node,
+/// each node folded into its budget (`budget::Folding`) and held to the
+/// limits (`PlanInPieces`), then dropped, so that neither ever holds a
+/// whole plan. `None` when the program has errors.
+pub(crate) fn budgets_and_limits(
+    checked: &Checked,
+) -> Option<(Vec<Budget>, Result<(), plan::PlanProblems>)> {
     checked.program()?;
     let env = &checked.analysis.env;
-    let (_, recipe_index) = sorted_with_index(&env.recipes);
-    let (_, server_index) = sorted_with_index(&env.mcp_servers);
+    let (recipe_names, recipe_index) = sorted_with_index(&env.recipes);
+    let (server_names, server_index) = sorted_with_index(&env.mcp_servers);
+    let mut pieces = plan::PlanInPieces::new(
+        &checked.files[0].path,
+        &recipes(checked, &recipe_names),
+        &servers(checked, &server_names),
+        checked.files[0].tree.workflows().count(),
+    );
     let budgets = workflows(checked, &recipe_index, &server_index)
-        .map(|(decl, mut lowerer)| {
+        .enumerate()
+        .map(|(index, (decl, mut lowerer))| {
+            pieces.workflow(index, &lowerer.header(decl), lowerer.info.steps.len());
+            let policy = lowerer.policy(decl.on_error.as_ref());
+            pieces.on_error(&policy);
             let mut folding = Folding::slowest(crate::budget::SLOWEST_NAMED);
-            for stmt in &decl.body {
-                folding.node(&lowerer.stmt(stmt));
+            for (index, stmt) in decl.body.iter().enumerate() {
+                let node = lowerer.stmt(stmt);
+                pieces.node(index, &node);
+                folding.node(&node);
             }
-            folding.finish(&lowerer.policy(decl.on_error.as_ref()))
+            folding.finish(&policy)
         })
         .collect();
-    Some(budgets)
+    Some((budgets, pieces.finish()))
 }
 
 /// The worst case of one step of the root file's `workflow`-th workflow,
@@ -83,10 +98,37 @@ pub(crate) fn step_budget(
 /// when given, holds each workflow's statements taken out of the tree.
 fn unsealed(checked: &Checked, bodies: Option<Vec<Vec<Stmt>>>) -> plan::Plan {
     let env = &checked.analysis.env;
-
     let (recipe_names, recipe_index) = sorted_with_index(&env.recipes);
+    let (server_names, server_index) = sorted_with_index(&env.mcp_servers);
+    let recipes = recipes(checked, &recipe_names);
+    let mcp_servers = servers(checked, &server_names);
+
+    let mut bodies = bodies.map(Vec::into_iter);
+    let workflows = workflows(checked, &recipe_index, &server_index)
+        .map(|(decl, lowerer)| {
+            let body = match bodies.as_mut().and_then(Iterator::next) {
+                Some(owned) => Body::Owned(owned),
+                None => Body::Borrowed(&decl.body),
+            };
+            lowerer.workflow(decl, body)
+        })
+        .collect();
+
+    plan::Plan {
+        format_version: plan::FORMAT_VERSION,
+        hash: String::new(),
+        source: checked.files[0].path.clone(),
+        workflows,
+        recipes,
+        mcp_servers,
+    }
+}
+
+/// The recipes of `names` (the plan's order).
+fn recipes(checked: &Checked, names: &[&String]) -> Vec<plan::Recipe> {
+    let env = &checked.analysis.env;
     let aliases = alias_types(checked);
-    let recipes = recipe_names
+    names
         .iter()
         .map(|name| {
             let info = &env.recipes[*name];
@@ -117,36 +159,19 @@ fn unsealed(checked: &Checked, bodies: Option<Vec<Vec<Stmt>>>) -> plan::Plan {
                     .collect(),
             }
         })
-        .collect();
+        .collect()
+}
 
-    let (server_names, server_index) = sorted_with_index(&env.mcp_servers);
-    let mcp_servers = server_names
+/// The MCP servers of `names` (the plan's order).
+fn servers(checked: &Checked, names: &[&String]) -> Vec<plan::McpServer> {
+    let servers = &checked.analysis.env.mcp_servers;
+    names
         .iter()
         .map(|name| plan::McpServer {
             name: (*name).clone(),
-            transport: env.mcp_servers[*name].transport.clone(),
+            transport: servers[*name].transport.clone(),
         })
-        .collect();
-
-    let mut bodies = bodies.map(Vec::into_iter);
-    let workflows = workflows(checked, &recipe_index, &server_index)
-        .map(|(decl, lowerer)| {
-            let body = match bodies.as_mut().and_then(Iterator::next) {
-                Some(owned) => Body::Owned(owned),
-                None => Body::Borrowed(&decl.body),
-            };
-            lowerer.workflow(decl, body)
-        })
-        .collect();
-
-    plan::Plan {
-        format_version: plan::FORMAT_VERSION,
-        hash: String::new(),
-        source: checked.files[0].path.clone(),
-        workflows,
-        recipes,
-        mcp_servers,
-    }
+        .collect()
 }
 
 /// The root file's workflows, each with a lowerer of its own.
@@ -345,6 +370,17 @@ impl Lowerer<'_> {
             Body::Borrowed(stmts) => self.block(stmts),
             Body::Owned(stmts) => stmts.into_iter().map(|stmt| self.stmt(&stmt)).collect(),
         };
+        plan::Workflow {
+            on_error,
+            slots: self.slots(),
+            body,
+            ..self.header(decl)
+        }
+    }
+
+    /// The workflow of `decl` without its slot table, body or fallback
+    /// (it fails on errors): what it takes and gives.
+    fn header(&mut self, decl: &ast::Workflow) -> plan::Workflow {
         let output = decl
             .output
             .iter()
@@ -369,35 +405,38 @@ impl Lowerer<'_> {
                 .map(ast::StringLit::display_text)
                 .collect(),
             department: decl.department.as_ref().map(ast::StringLit::display_text),
-            on_error,
+            on_error: plan::OnError::Fail,
             destinations: decl
                 .destinations
                 .iter()
                 .map(|destination| self.destination(destination))
                 .collect(),
-            slots: self
-                .info
-                .steps
-                .iter()
-                .map(|step| plan::Slot {
-                    id: step.id.to_string(),
-                    kind: match step.kind {
-                        crate::check::StepKind::Recipe(_) => plan::StepKind::Recipe,
-                        crate::check::StepKind::Approval { .. } => plan::StepKind::Approval,
-                        crate::check::StepKind::KbWrite => plan::StepKind::KbWrite,
-                        crate::check::StepKind::Handoff => plan::StepKind::Handoff,
-                        crate::check::StepKind::Browser(_) => plan::StepKind::Browser,
-                        crate::check::StepKind::Loop => plan::StepKind::Loop,
-                        crate::check::StepKind::Parallel => plan::StepKind::Parallel,
-                        crate::check::StepKind::Unknown => {
-                            unreachable!("a program with a syntax error is not lowered")
-                        }
-                    },
-                })
-                .collect(),
-            body,
+            slots: Vec::new(),
+            body: Vec::new(),
             output,
         }
+    }
+
+    fn slots(&self) -> Vec<plan::Slot> {
+        self.info
+            .steps
+            .iter()
+            .map(|step| plan::Slot {
+                id: step.id.to_string(),
+                kind: match step.kind {
+                    crate::check::StepKind::Recipe(_) => plan::StepKind::Recipe,
+                    crate::check::StepKind::Approval { .. } => plan::StepKind::Approval,
+                    crate::check::StepKind::KbWrite => plan::StepKind::KbWrite,
+                    crate::check::StepKind::Handoff => plan::StepKind::Handoff,
+                    crate::check::StepKind::Browser(_) => plan::StepKind::Browser,
+                    crate::check::StepKind::Loop => plan::StepKind::Loop,
+                    crate::check::StepKind::Parallel => plan::StepKind::Parallel,
+                    crate::check::StepKind::Unknown => {
+                        unreachable!("a program with a syntax error is not lowered")
+                    }
+                },
+            })
+            .collect()
     }
 
     fn destination(&mut self, destination: &ast::Destination) -> plan::Destination {

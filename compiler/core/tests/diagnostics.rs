@@ -298,9 +298,6 @@ fn fixtures_report_exactly_the_annotated_diagnostics() {
     }
     // E004 needs bytes that a text fixture cannot hold; `invalid_utf8_is_located` covers it.
     seen_codes.insert("E004".to_string());
-    // E212 is found where a program is lowered to a plan, past `check`;
-    // `a_program_past_a_plan_limit_does_not_lower` (tests/plans.rs) covers it.
-    seen_codes.insert("E212".to_string());
     let missing: Vec<&str> = Code::ALL
         .iter()
         .map(|c| c.as_str())

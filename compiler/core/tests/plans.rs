@@ -143,60 +143,160 @@ fn a_program_with_only_warnings_lowers_to_a_valid_plan() {
 
 /// Regression: a program past a limit of the plan format that no check of
 /// its own names (a 300-byte step id) checked clean and `flowc build` wrote
-/// a plan that `flow run` and flowd refused. Where a program is compiled to
-/// a plan, such a limit is an error (E212) at the step, and no plan comes
-/// out.
+/// a plan that `flow run` and flowd refused; then `flowc build` reported it
+/// (E212) but `flowc check` and the editor still did not. Every way a
+/// source reaches a limit is now an error where it is checked, at the
+/// place `flowc build` gives, and no plan comes out of it.
 #[test]
-fn a_program_past_a_plan_limit_does_not_lower() {
+fn a_program_past_a_plan_limit_is_an_error_where_it_is_checked() {
     struct One(String);
     impl SourceLoader for One {
         fn load(&self, _: &str) -> Result<Vec<u8>, flow_compiler::LoadFailure> {
             Ok(self.0.clone().into_bytes())
         }
     }
+    const RECIPE: &str = "recipe answer {\n  model \"default\"\n  input { q: string }\n  output { text: string, raw: json }\n  prompt \"Answer {{input.q}}\"\n}\n";
     let long = "s".repeat(300);
-    let cases = [
+    let step = |body: &str| format!("workflow w {{\n  input {{ q: string }}\n{body}\n}}");
+    let asks = |id: &str, q: &str| format!("  step {id} = answer {{ q: {q} }}");
+    let huge_text = format!("\"{}\"", "x".repeat(flow_plan::limits::MAX_TEXT_BYTES + 1));
+    let many_parts = format!("\"{}\"", "{{workflow_input.q}}".repeat(10_001));
+    let deep_path = format!("step.first.raw{}", ".f".repeat(300));
+    let recipients = (0..101)
+        .map(|i| format!("\"r{i}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    // (what, the source after RECIPE, the text the error points at)
+    let cases: Vec<(&str, String, &str)> = vec![
         (
             "a step id of 300 bytes",
-            format!(
-                "workflow w {{\n  input {{ q: string }}\n  step {long} = answer {{ q: workflow_input.q }}\n}}"
-            ),
-            long.as_str(),
+            step(&asks(&long, "workflow_input.q")),
+            &long,
         ),
         (
             "a workflow name of 300 bytes",
             format!(
-                "workflow {long} {{\n  input {{ q: string }}\n  step a = answer {{ q: workflow_input.q }}\n}}"
+                "workflow {long} {{\n  input {{ q: string }}\n{}\n}}",
+                asks("a", "workflow_input.q")
             ),
-            long.as_str(),
+            &long,
+        ),
+        (
+            "an input field of 300 bytes",
+            format!(
+                "workflow w {{\n  input {{ {long}: string }}\n{}\n}}",
+                asks("a", &format!("workflow_input.{long}"))
+            ),
+            "w",
+        ),
+        (
+            "a step id of 300 bytes in a loop in a parallel branch",
+            step(&format!(
+                "  parallel p {{\n    branch b {{\n      for [1, 2] as each {{\n{}\n      }}\n    }}\n  }}",
+                asks(&long, "workflow_input.q")
+            )),
+            &long,
+        ),
+        (
+            "a branch name of 300 bytes",
+            step(&format!(
+                "  parallel p {{\n    branch {long} {{\n{}\n    }}\n  }}",
+                asks("a", "workflow_input.q")
+            )),
+            "p",
+        ),
+        (
+            "a step id of 300 bytes in the workflow's fallback",
+            format!(
+                "workflow w {{\n  input {{ q: string }}\n  on_error fallback {{\n{}\n  }}\n{}\n}}",
+                asks(&long, "workflow_input.q"),
+                asks("a", "workflow_input.q")
+            ),
+            &long,
+        ),
+        (
+            "a string of over 1 MiB",
+            step(&asks("big", &huge_text)),
+            "big",
+        ),
+        (
+            "a template of 10,001 parts",
+            step(&asks("parts", &many_parts)),
+            "parts",
+        ),
+        (
+            "a path of 300 segments in a condition",
+            step(&format!(
+                "{}\n  if {deep_path} == 1 {{\n{}\n  }}",
+                asks("first", "workflow_input.q"),
+                asks("then", "workflow_input.q")
+            )),
+            "if",
+        ),
+        (
+            "an email destination of 101 recipients",
+            format!(
+                "workflow w {{\n  input {{ q: string }}\n  deliver on completed to email [{recipients}] subject \"s\" body \"b\"\n{}\n}}",
+                asks("a", "workflow_input.q")
+            ),
+            "w",
+        ),
+        (
+            "a department of 300 bytes",
+            format!(
+                "workflow w {{\n  input {{ q: string }}\n  department \"{long}\"\n{}\n}}",
+                asks("a", "workflow_input.q")
+            ),
+            "w",
+        ),
+        (
+            "an MCP server's argument of 5,000 bytes",
+            format!(
+                "mcp tools {{ command \"npx\" args [\"{}\"] }}\n{}",
+                "a".repeat(5_000),
+                step(&asks("a", "workflow_input.q"))
+            ),
+            "tools",
+        ),
+        (
+            "a recipe name of 300 bytes",
+            format!(
+                "recipe {long} {{\n  model \"default\"\n  input {{ q: string }}\n  output {{ text: string }}\n  prompt \"{{{{input.q}}}}\"\n}}\n{}",
+                step(&format!("  step a = {long} {{ q: workflow_input.q }}"))
+            ),
+            &long,
+        ),
+        (
+            "a variant of 2,000 bytes in a recipe's output",
+            format!(
+                "recipe pick {{\n  model \"default\"\n  input {{ q: string }}\n  output {{ kind: \"{}\" | \"b\" }}\n  prompt \"{{{{input.q}}}}\"\n}}\n{}",
+                "v".repeat(2_000),
+                step("  step a = pick { q: workflow_input.q }")
+            ),
+            "pick",
         ),
     ];
-    for (name, workflow, at) in cases {
-        let source = format!(
-            "recipe answer {{\n  model \"default\"\n  input {{ q: string }}\n  output {{ text: string }}\n  prompt \"Answer {{{{input.q}}}}\"\n}}\n{workflow}\n"
-        );
-        let checked = flow_compiler::check_source("w.flow", &source);
-        assert!(
-            !checked.has_errors(),
-            "{name}: the checker alone lets it through: {:#?}",
-            checked.diagnostics
-        );
-        let (checked, plan) =
+    for (name, program, at) in cases {
+        let source = format!("{RECIPE}{program}\n");
+        let (built, plan) =
             flow_compiler::check_and_lower("w.flow", &One(source.clone())).expect("it loads");
+        let checked = flow_compiler::check_source("w.flow", &source);
+        for (driver, checked) in [("check", &checked), ("check and lower", &built)] {
+            let errors: Vec<_> = checked
+                .diagnostics
+                .iter()
+                .filter(|d| d.is_error())
+                .collect();
+            assert_eq!(errors.len(), 1, "{name} ({driver}): {errors:#?}");
+            assert_eq!(errors[0].code.as_str(), "E212", "{name} ({driver})");
+            let span = errors[0].primary.span;
+            assert_eq!(
+                &source[span.start as usize..span.end as usize],
+                at,
+                "{name} ({driver}): where"
+            );
+        }
         assert!(plan.is_none(), "{name}: a plan came out");
-        let errors: Vec<_> = checked
-            .diagnostics
-            .iter()
-            .filter(|d| d.is_error())
-            .collect();
-        assert_eq!(errors.len(), 1, "{name}: {errors:#?}");
-        assert_eq!(errors[0].code.as_str(), "E212", "{name}");
-        let span = errors[0].primary.span;
-        assert_eq!(
-            &source[span.start as usize..span.end as usize],
-            at,
-            "{name}: where"
-        );
     }
 }
 

@@ -1463,20 +1463,9 @@ fn load_plan(file: &Path, root: Option<&Path>) -> Result<Plan> {
                 eprintln!("  help: {hint}");
             }
         }
-        // E212 is found where the program is lowered to a plan, which
-        // `flowc check` does not do: it would not show those.
-        let lowered_only = checked
-            .diagnostics
-            .iter()
-            .filter(|d| d.is_error())
-            .all(|d| d.code == flow_compiler::codes::Code::PastPlanLimit);
         return Err(Fail(
             1,
-            if lowered_only {
-                format!("{path} is past a limit of plans; `flowc build {path}` shows where")
-            } else {
-                format!("{path} does not check; see `flowc check {path}`")
-            },
+            format!("{path} does not check; see `flowc check {path}`"),
         ));
     }
     // A file of tests lowers to a plan without workflows; it is `flowc

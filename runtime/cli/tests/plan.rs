@@ -68,10 +68,9 @@ fn an_invalid_plan_file_is_refused_with_its_problems_and_exit_code_2() {
 
 /// A source past a limit of plans (a step id of 300 bytes) is refused by
 /// `flow run` with E212 where the step is, and the last line names
-/// `flowc build`, which shows it, not `flowc check`, which cannot: it
-/// never holds the whole plan. Nothing is stored.
+/// `flowc check`, which reports it too. Nothing is stored.
 #[test]
-fn a_source_past_a_plan_limit_names_flowc_build() {
+fn a_source_past_a_plan_limit_is_refused_where_it_is() {
     let dir = Scratch::new("flow-cli-plan-limit");
     let long = "s".repeat(300);
     std::fs::write(
@@ -93,9 +92,7 @@ fn a_source_past_a_plan_limit_names_flowc_build() {
         "{stderr}"
     );
     assert!(
-        stderr.ends_with(
-            "error: long.flow is past a limit of plans; `flowc build long.flow` shows where\n"
-        ),
+        stderr.ends_with("error: long.flow does not check; see `flowc check long.flow`\n"),
         "{stderr}"
     );
     assert!(!dir.0.join("flow.db").exists(), "nothing was stored");
