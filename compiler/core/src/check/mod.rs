@@ -298,14 +298,7 @@ pub fn check_with_tools(
     let mut by_path = HashMap::new();
     let root_id = add_file(root, bytes, &mut files, &mut diagnostics);
     by_path.insert(normalize(root), root_id);
-    load_imports(
-        root_id,
-        loader,
-        &mut files,
-        &mut by_path,
-        &mut diagnostics,
-        &mut vec![root_id],
-    );
+    load_imports(root_id, loader, &mut files, &mut by_path, &mut diagnostics);
 
     let mut env = env::build(&files, &mut diagnostics);
     // Each server is looked up in the lock once, by its identity, for the
@@ -573,45 +566,42 @@ fn add_file(
     id
 }
 
-/// Loads the imports of `file` depth first. `chain` is the import chain from the
-/// root to `file`, used to detect cycles and to explain failures.
+/// Loads the imports of `root` and theirs, depth first: each file's imports
+/// in order, each imported file's own before the next. The walk keeps its
+/// own stack, not the thread's: a chain of a thousand files, each importing
+/// the next, overflowed the thread's stack as recursion.
 fn load_imports(
-    file: FileId,
+    root: FileId,
     loader: &dyn SourceLoader,
     files: &mut Vec<LoadedFile>,
     by_path: &mut HashMap<String, FileId>,
     diagnostics: &mut Vec<Diagnostic>,
-    chain: &mut Vec<FileId>,
 ) {
-    let imports: Vec<(String, Span)> = files[file.0 as usize]
-        .tree
-        .items
-        .iter()
-        .filter_map(|item| match item {
-            Item::Import(import) => Some((import.path.display_text(), import.path.span)),
-            _ => None,
-        })
-        .collect();
-    let importer = files[file.0 as usize].path.clone();
-    for (relative, span) in imports {
+    // The import chain from the root to the file being read (to find
+    // cycles and to explain failures), each with the imports it has left.
+    let mut chain: Vec<(FileId, std::vec::IntoIter<(String, Span)>)> =
+        vec![(root, imports_of(&files[root.0 as usize]))];
+    while let Some((file, left)) = chain.last_mut() {
+        let file = *file;
+        let Some((relative, span)) = left.next() else {
+            chain.pop();
+            continue;
+        };
+        let ids = || chain.iter().map(|(id, _)| *id).collect::<Vec<FileId>>();
+        let importer = files[file.0 as usize].path.clone();
         let path = resolve_import(&importer, &relative);
         let key = normalize(&path);
         if let Some(&existing) = by_path.get(&key) {
-            if let Some(position) = chain.iter().position(|id| *id == existing) {
-                diagnostics.push(cycle_diagnostic(files, &chain[position..]));
+            let ids = ids();
+            if let Some(position) = ids.iter().position(|id| *id == existing) {
+                diagnostics.push(cycle_diagnostic(files, &ids[position..]));
             }
             continue;
         }
-        match loader.load(&path) {
-            Ok(bytes) => {
-                let id = add_file(&path, bytes, files, diagnostics);
-                by_path.insert(key, id);
-                chain.push(id);
-                load_imports(id, loader, files, by_path, diagnostics, chain);
-                chain.pop();
-            }
+        let loaded = match loader.load(&path) {
+            Ok(bytes) => Some((path, key, bytes)),
             Err(failure) => {
-                let via: Vec<String> = chain
+                let via: Vec<String> = ids()
                     .iter()
                     .map(|id| files[id.0 as usize].path.clone())
                     .collect();
@@ -645,22 +635,37 @@ fn load_imports(
                 diagnostics.push(diagnostic);
                 // The file that was meant stands in for the one named, so
                 // that what it declares is known and the rest is checked.
-                if let Some(meant) = meant {
+                meant.and_then(|meant| {
                     let path = resolve_import(&importer, &meant);
                     let key = normalize(&path);
-                    if !by_path.contains_key(&key)
-                        && let Ok(bytes) = loader.load(&path)
-                    {
-                        let id = add_file(&path, bytes, files, diagnostics);
-                        by_path.insert(key, id);
-                        chain.push(id);
-                        load_imports(id, loader, files, by_path, diagnostics, chain);
-                        chain.pop();
+                    if by_path.contains_key(&key) {
+                        return None;
                     }
-                }
+                    let bytes = loader.load(&path).ok()?;
+                    Some((path, key, bytes))
+                })
             }
+        };
+        if let Some((path, key, bytes)) = loaded {
+            let id = add_file(&path, bytes, files, diagnostics);
+            by_path.insert(key, id);
+            chain.push((id, imports_of(&files[id.0 as usize])));
         }
     }
+}
+
+/// The imports a file writes, in order: each path as written, and where.
+fn imports_of(file: &LoadedFile) -> std::vec::IntoIter<(String, Span)> {
+    let imports: Vec<(String, Span)> = file
+        .tree
+        .items
+        .iter()
+        .filter_map(|item| match item {
+            Item::Import(import) => Some((import.path.display_text(), import.path.span)),
+            _ => None,
+        })
+        .collect();
+    imports.into_iter()
 }
 
 /// The import path that a failed import `relative` most likely meant, as
