@@ -133,3 +133,147 @@ fn a_salvaged_workflow_ending_in_a_wide_character_does_not_panic() {
         "  workflow w\n  input {\n    a: [\n      {\n    ]\n  }\n  mock recipe r = { title: \"Ü";
     check_bytes(text.as_bytes());
 }
+
+/// A recipe whose output's field `x` is of type `ty`, and a workflow that
+/// calls it.
+fn uses_as_output(ty: &str) -> String {
+    format!(
+        "recipe r {{ model \"m\" input {{ a: string }} output {{ x: {ty} }} prompt \"p {{{{input.a}}}}\" }}\nworkflow w {{\n  input {{ q: string }}\n  step a = r {{ a: workflow_input.q }}\n}}\n"
+    )
+}
+
+/// The errors of checking `source` as the root file, with `files` to import.
+fn errors_of(
+    source: &str,
+    files: &dyn Fn(&str) -> Option<String>,
+) -> Vec<flow_compiler::Diagnostic> {
+    struct Loader<'a>(&'a str, &'a dyn Fn(&str) -> Option<String>);
+    impl flow_compiler::SourceLoader for Loader<'_> {
+        fn load(&self, path: &str) -> Result<Vec<u8>, flow_compiler::LoadFailure> {
+            let text = if path == "main.flow" {
+                Some(self.0.to_string())
+            } else {
+                (self.1)(path)
+            };
+            text.map(String::into_bytes)
+                .ok_or_else(|| flow_compiler::LoadFailure::unreadable("not found"))
+        }
+    }
+    let checked =
+        flow_compiler::check("main.flow", &Loader(source, files)).expect("the root loads");
+    checked
+        .diagnostics
+        .into_iter()
+        .filter(|d| d.is_error())
+        .collect()
+}
+
+/// Regression: nothing but the parser's bound on brackets limited how deep
+/// a type nests through aliases, how often it shares an alias, or how long
+/// a chain of imports is. 20,000 aliases each naming the one before, or a
+/// thousand files each importing the next, overflowed the checker's stack
+/// (an abort, not an error), and forty aliases each naming the one before
+/// twice checked clean and had `flowc build` write out a schema of 2^40
+/// values. A type past the plan's bounds on schemas is now an error (E212)
+/// where it is declared or used, and imports are read without recursion.
+#[test]
+fn types_and_imports_past_any_plan_are_refused_not_overflowed() {
+    let no_imports = |_: &str| None;
+
+    let mut deep = String::from("type D0 = { a: string }\n");
+    for i in 1..20_000 {
+        deep.push_str(&format!("type D{i} = {{ a: D{} }}\n", i - 1));
+    }
+    deep.push_str(&uses_as_output("D19999"));
+    let errors = errors_of(&deep, &no_imports);
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert_eq!(errors[0].code.as_str(), "E212");
+    assert!(
+        errors[0].message.starts_with("type `D12"),
+        "{}",
+        errors[0].message
+    );
+    check_bytes(deep.as_bytes());
+
+    let mut wide = String::from("type T0 = { a: string }\n");
+    for i in 1..=40 {
+        wide.push_str(&format!("type T{i} = {{ a: T{0}, b: T{0} }}\n", i - 1));
+    }
+    wide.push_str(&uses_as_output("T40"));
+    let errors = errors_of(&wide, &no_imports);
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert_eq!(errors[0].code.as_str(), "E212");
+    check_bytes(wide.as_bytes());
+
+    // Each alias within the bounds, the record that uses them past them.
+    let mut many = String::from("type T0 = { a: string }\n");
+    for i in 1..=10 {
+        many.push_str(&format!("type T{i} = {{ a: T{0}, b: T{0} }}\n", i - 1));
+    }
+    let fields: Vec<String> = (0..100).map(|i| format!("f{i}: T10")).collect();
+    many.push_str(&uses_as_output(&format!("{{ {} }}", fields.join(", "))));
+    let errors = errors_of(&many, &no_imports);
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert!(
+        errors[0].message.starts_with("the output of recipe `r`"),
+        "{}",
+        errors[0].message
+    );
+    check_bytes(many.as_bytes());
+
+    let chain = |path: &str| {
+        let n: usize = path
+            .strip_prefix('f')?
+            .strip_suffix(".flow")?
+            .parse()
+            .ok()?;
+        let next = if n < 2_000 {
+            format!("import \"f{}.flow\"\n", n + 1)
+        } else {
+            String::new()
+        };
+        Some(format!("{next}type T{n} = {{ a: string }}\n"))
+    };
+    let root = format!("import \"f0.flow\"\n{}", uses_as_output("T2000"));
+    assert_eq!(errors_of(&root, &chain), Vec::new());
+}
+
+/// The checker's bounds on a type's schema are the plan's: at the deepest
+/// and the largest a type may be, what checks clean lowers to a plan that
+/// validates, and one level or two values more is refused (E212).
+#[test]
+fn a_type_at_the_bounds_of_schemas_checks_as_its_plan_validates() {
+    let no_imports = |_: &str| None;
+    let outcomes = |sources: Vec<String>| -> Vec<bool> {
+        sources
+            .iter()
+            .map(|source| {
+                // Whatever checks clean lowers to a plan that validates.
+                check_bytes(source.as_bytes());
+                errors_of(source, &no_imports).is_empty()
+            })
+            .collect()
+    };
+    let deep = (124..=128)
+        .map(|levels| {
+            let mut source = String::from("type D0 = { a: string }\n");
+            for i in 1..levels {
+                source.push_str(&format!("type D{i} = {{ a: D{} }}\n", i - 1));
+            }
+            source + &uses_as_output(&format!("D{}", levels - 1))
+        })
+        .collect();
+    let wide = (49_996..=50_000)
+        .map(|fields| {
+            let fields: Vec<String> = (0..fields).map(|i| format!("f{i}: string")).collect();
+            uses_as_output(&format!("{{ {} }}", fields.join(", ")))
+        })
+        .collect();
+    for (what, outcomes) in [("deep", outcomes(deep)), ("wide", outcomes(wide))] {
+        let first_refused = outcomes.iter().position(|clean| !clean);
+        assert!(
+            matches!(first_refused, Some(at) if at > 0 && outcomes[at..].iter().all(|clean| !clean)),
+            "{what}: {outcomes:?}"
+        );
+    }
+}

@@ -1,10 +1,10 @@
 //! The declarations in scope (types, recipes, MCP servers) across a root file
 //! and its imports, with their types resolved.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::check::LoadedFile;
-use crate::check::types::Ty;
+use crate::check::types::{SchemaPast, Ty};
 use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, FileId, Span};
 use crate::lock::LockedServer;
@@ -155,7 +155,7 @@ pub(crate) fn build(files: &[LoadedFile], diagnostics: &mut Vec<Diagnostic>) -> 
     let mut resolver = Resolver {
         aliases: &aliases,
         resolved: HashMap::new(),
-        visiting: Vec::new(),
+        refused: HashSet::new(),
         diagnostics,
     };
     let mut names: Vec<&String> = aliases.keys().collect();
@@ -344,11 +344,18 @@ fn check_recipe(
         );
     }
     let input = match &recipe.input {
-        Some(decl) => resolve_fields(&decl.fields, file, env, diagnostics),
+        Some(decl) => {
+            let fields = resolve_fields(&decl.fields, file, env, diagnostics);
+            fields_within_schema_bounds(fields, &what, file, recipe.name.span, diagnostics)
+        }
         None => Vec::new(),
     };
     let output = match &recipe.output {
-        Some(ty) => resolve(ty, file, env, diagnostics),
+        Some(ty) => {
+            let resolved = resolve(ty, file, env, diagnostics);
+            let what = || format!("the output of {what}");
+            within_schema_bounds(resolved, what, file, ty.span, diagnostics).unwrap_or(Ty::Any)
+        }
         None => Ty::Any,
     };
     if let Some(prompt) = &recipe.prompt {
@@ -499,6 +506,26 @@ pub(crate) fn resolve_fields(
     })
 }
 
+/// `fields`, each `any` where the record of them is past a bound of plans
+/// (see [`within_schema_bounds`]): the input of `what`.
+pub(crate) fn fields_within_schema_bounds(
+    fields: Vec<(String, Ty)>,
+    what: &str,
+    file: FileId,
+    span: Span,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Vec<(String, Ty)> {
+    let record = Ty::record(fields.clone());
+    let what = || format!("the input of {what}");
+    match within_schema_bounds(record, what, file, span, diagnostics) {
+        Some(_) => fields,
+        None => fields
+            .into_iter()
+            .map(|(name, _)| (name, Ty::Any))
+            .collect(),
+    }
+}
+
 /// Resolves the fields of a record type with `resolve_one`, reporting a field
 /// declared twice.
 fn record_fields(
@@ -507,10 +534,13 @@ fn record_fields(
     diagnostics: &mut Vec<Diagnostic>,
     resolve_one: &mut dyn FnMut(&TypeExpr, &mut Vec<Diagnostic>) -> Ty,
 ) -> Vec<(String, Ty)> {
-    let mut resolved: Vec<(String, Ty)> = Vec::new();
+    let mut resolved: Vec<(String, Ty)> = Vec::with_capacity(fields.len());
+    // A set, not a scan of `resolved`: a record of 50,000 fields took
+    // minutes to check.
+    let mut seen: HashSet<&str> = HashSet::with_capacity(fields.len());
     for field in fields {
         let ty = resolve_one(&field.ty, diagnostics);
-        if resolved.iter().any(|(name, _)| *name == field.name.text) {
+        if !seen.insert(field.name.text.as_str()) {
             diagnostics.push(
                 Diagnostic::new(
                     Code::DuplicateId,
@@ -645,56 +675,131 @@ fn resolve_with(
 struct Resolver<'a, 'd> {
     aliases: &'a HashMap<String, (FileId, &'a TypeDecl)>,
     resolved: HashMap<String, Ty>,
-    visiting: Vec<String>,
+    /// Aliases past a bound of plans, and those that name one: each is
+    /// `any`, and only the first is reported.
+    refused: HashSet<String>,
     diagnostics: &'d mut Vec<Diagnostic>,
 }
 
 impl Resolver<'_, '_> {
+    /// The type the alias `name` stands for, the aliases it names resolved
+    /// first. The walk keeps its own stack, not the thread's: a chain of
+    /// thousands of aliases, each naming the next, overflowed the thread's
+    /// stack as recursion.
     fn alias(&mut self, name: &str) -> Ty {
-        if let Some(ty) = self.resolved.get(name) {
-            return ty.clone();
-        }
-        let Some(&(file, decl)) = self.aliases.get(name) else {
-            return Ty::Any;
-        };
-        if self.visiting.iter().any(|n| n == name) {
-            self.diagnostics.push(
-                Diagnostic::new(
-                    Code::UnknownType,
-                    file,
-                    decl.name.span,
-                    format!("type `{name}` refers to itself"),
-                )
-                .label("recursive type")
-                .hint(format!("cycle: {} -> {name}", self.visiting.join(" -> ")))
-                .hint("recursive types are not supported; use `json` for the recursive part"),
-            );
-            self.resolved.insert(name.to_string(), Ty::Any);
-            return Ty::Any;
-        }
-        self.visiting.push(name.to_string());
         let aliases = self.aliases;
-        let mut pending: Vec<String> = Vec::new();
-        // Resolve dependencies first so that `lookup` below never recurses into self.
-        collect_names(&decl.ty, &mut pending);
-        for dependency in pending {
-            if aliases.contains_key(&dependency) {
-                self.alias(&dependency);
+        // The aliases being resolved, from `name` down: a cycle returns to one.
+        let mut visiting: Vec<&str> = Vec::new();
+        let mut visiting_set: HashSet<&str> = HashSet::new();
+        // (alias, whether what it names is resolved and it is next)
+        let mut stack: Vec<(&str, bool)> = match aliases.get_key_value(name) {
+            Some((name, _)) => vec![(name.as_str(), false)],
+            None => return Ty::Any,
+        };
+        while let Some((name, named_resolved)) = stack.pop() {
+            let (file, decl) = aliases[name];
+            if named_resolved {
+                visiting.pop();
+                visiting_set.remove(name);
+                let ty = self.resolve(name, file, decl);
+                self.resolved.entry(name.to_string()).or_insert(ty);
+                continue;
+            }
+            if self.resolved.contains_key(name) {
+                continue;
+            }
+            if visiting_set.contains(name) {
+                self.diagnostics.push(
+                    Diagnostic::new(
+                        Code::UnknownType,
+                        file,
+                        decl.name.span,
+                        format!("type `{name}` refers to itself"),
+                    )
+                    .label("recursive type")
+                    .hint(format!("cycle: {} -> {name}", visiting.join(" -> ")))
+                    .hint("recursive types are not supported; use `json` for the recursive part"),
+                );
+                self.resolved.insert(name.to_string(), Ty::Any);
+                continue;
+            }
+            visiting.push(name);
+            visiting_set.insert(name);
+            stack.push((name, true));
+            let mut named = Vec::new();
+            collect_names(&decl.ty, &mut named);
+            // Pushed last first, so that they are resolved in the order written.
+            for dependency in named.iter().rev() {
+                if let Some((dependency, _)) = aliases.get_key_value(dependency.as_str())
+                    && !self.resolved.contains_key(dependency)
+                {
+                    stack.push((dependency.as_str(), false));
+                }
             }
         }
-        self.visiting.pop();
-        let resolved = self.resolved.clone();
-        let mut names_in_scope: Vec<String> = aliases.keys().cloned().collect();
-        names_in_scope.sort();
+        self.resolved.get(name).cloned().unwrap_or(Ty::Any)
+    }
+
+    /// The type of the alias `name`, every alias it names resolved.
+    fn resolve(&mut self, name: &str, file: FileId, decl: &TypeDecl) -> Ty {
+        let aliases = self.aliases;
+        let resolved = &self.resolved;
         let ty = resolve_with(
             &decl.ty,
             file,
             self.diagnostics,
             &mut |n| resolved.get(n).cloned(),
-            &|| names_in_scope.clone(),
+            &|| {
+                let mut names: Vec<String> = aliases.keys().cloned().collect();
+                names.sort();
+                names
+            },
         );
-        self.resolved.entry(name.to_string()).or_insert(ty).clone()
+        let mut named = Vec::new();
+        collect_names(&decl.ty, &mut named);
+        if named.iter().any(|n| self.refused.contains(n)) {
+            self.refused.insert(name.to_string());
+            return Ty::Any;
+        }
+        let what = || format!("type `{name}`");
+        within_schema_bounds(ty, what, file, decl.name.span, self.diagnostics).unwrap_or_else(
+            || {
+                self.refused.insert(name.to_string());
+                Ty::Any
+            },
+        )
     }
+}
+
+/// `ty`, or `None` with an error (E212) at `span` where its JSON Schema
+/// would be past a bound of plans (see [`Ty::schema_size`]): a type nested
+/// through aliases past what any plan holds, or sharing an alias's parts
+/// so often that its schema, written out, would not fit in memory. The
+/// checker goes on with `any` in its place.
+pub(crate) fn within_schema_bounds(
+    ty: Ty,
+    what: impl FnOnce() -> String,
+    file: FileId,
+    span: Span,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Option<Ty> {
+    use flow_plan::limits::{MAX_SCHEMA_DEPTH, MAX_SCHEMA_NODES};
+    let past = match ty.schema_size() {
+        Ok(_) => return Some(ty),
+        Err(SchemaPast::Depth) => format!("would nest {MAX_SCHEMA_DEPTH} levels deep or deeper"),
+        Err(SchemaPast::Values) => format!("would hold more than {MAX_SCHEMA_NODES} values"),
+    };
+    diagnostics.push(
+        Diagnostic::new(
+            Code::PastPlanLimit,
+            file,
+            span,
+            format!("{} is too big for a plan: its JSON Schema {past}", what()),
+        )
+        .label("past a limit of plans")
+        .hint("each alias a type names is written out in full wherever it is used; use `json` for a part that need not be checked"),
+    );
+    None
 }
 
 fn collect_names(ty: &TypeExpr, names: &mut Vec<String>) {

@@ -10,8 +10,9 @@ use serde_json::{Value, json};
 ///
 /// Compound types share their parts through `Arc`: a recipe's output type is
 /// copied into every step that calls it and every reference that reads it, and
-/// a copy must not allocate.
-#[derive(Debug, Clone, PartialEq)]
+/// a copy must not allocate. (`Eq` makes comparing two `Arc`s of one part
+/// a pointer comparison: a type's parts can be shared exponentially often.)
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ty {
     /// The type of an expression that already has an error: it fits anywhere,
     /// so one mistake gives one diagnostic.
@@ -133,6 +134,61 @@ impl Ty {
         matches!(self, Ty::Int | Ty::Float | Ty::Any | Ty::Json)
     }
 
+    /// How deep this type's JSON Schema nests and how many values it holds,
+    /// counted as `Plan::validate` counts them, without building it; which
+    /// bound it is past once past
+    /// [`MAX_SCHEMA_DEPTH`](flow_plan::limits::MAX_SCHEMA_DEPTH) levels or
+    /// [`MAX_SCHEMA_NODES`](flow_plan::limits::MAX_SCHEMA_NODES) values. A type shares the parts its aliases name, so its schema can
+    /// be exponentially larger than the type (`type B = { x: A, y: A }`,
+    /// and so on for forty aliases): each shared part is counted once.
+    pub fn schema_size(&self) -> Result<SchemaSize, SchemaPast> {
+        use flow_plan::limits::{MAX_SCHEMA_DEPTH, MAX_SCHEMA_NODES};
+        fn size(
+            ty: &Ty,
+            level: usize,
+            seen: &mut HashMap<(usize, u8), SchemaSize>,
+        ) -> Result<SchemaSize, SchemaPast> {
+            if level >= MAX_SCHEMA_DEPTH {
+                return Err(SchemaPast::Depth);
+            }
+            // Each part: its schema, and the values beside it (an optional's
+            // `{"type": "null"}`, a record field's name in `required`).
+            let parts: Vec<(&Ty, usize)> = match ty {
+                Ty::List(item) => vec![(&**item, 0)],
+                Ty::Optional(inner) => vec![(&**inner, 1)],
+                Ty::Record(fields) => fields.iter().map(|(_, field)| (field, 1)).collect(),
+                Ty::Enum(variants) => return Ok(SchemaSize::leaf(1 + variants.len())),
+                _ => return Ok(SchemaSize::leaf(1)),
+            };
+            // A shared part is known by where it is, and by what holds it
+            // (a list and an optional of one part differ).
+            let key = match ty {
+                Ty::List(part) => (Arc::as_ptr(part) as *const () as usize, 0),
+                Ty::Optional(part) => (Arc::as_ptr(part) as *const () as usize, 1),
+                Ty::Record(fields) => (Arc::as_ptr(fields) as *const () as usize, 2),
+                _ => unreachable!("only compound types have parts"),
+            };
+            if let Some(known) = seen.get(&key) {
+                return match level + known.depth < MAX_SCHEMA_DEPTH {
+                    true => Ok(*known),
+                    false => Err(SchemaPast::Depth),
+                };
+            }
+            let mut total = SchemaSize::leaf(1);
+            for (part, beside) in parts {
+                let part = size(part, level + 1, seen)?;
+                total.depth = total.depth.max(part.depth + 1);
+                total.nodes = total.nodes.saturating_add(part.nodes + beside);
+                if total.nodes > MAX_SCHEMA_NODES {
+                    return Err(SchemaPast::Values);
+                }
+            }
+            seen.insert(key, total);
+            Ok(total)
+        }
+        size(self, 0, &mut HashMap::new())
+    }
+
     /// The JSON Schema (draft 2020-12) that a value of this type satisfies.
     pub fn json_schema(&self) -> Value {
         match self {
@@ -164,6 +220,30 @@ impl Ty {
             }
             Ty::Optional(inner) => json!({ "anyOf": [inner.json_schema(), { "type": "null" }] }),
         }
+    }
+}
+
+/// What [`Ty::schema_size`] counts of a type's JSON Schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchemaSize {
+    /// Levels below the top: a list's items, a record's fields, an optional.
+    pub depth: usize,
+    /// Values: schemas, enum variants and required names.
+    pub nodes: usize,
+}
+
+/// Which bound of plans a type's JSON Schema would be past.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchemaPast {
+    /// It nests [`MAX_SCHEMA_DEPTH`](flow_plan::limits::MAX_SCHEMA_DEPTH) levels deep or deeper.
+    Depth,
+    /// It holds more than [`MAX_SCHEMA_NODES`](flow_plan::limits::MAX_SCHEMA_NODES) values.
+    Values,
+}
+
+impl SchemaSize {
+    fn leaf(nodes: usize) -> Self {
+        SchemaSize { depth: 0, nodes }
     }
 }
 

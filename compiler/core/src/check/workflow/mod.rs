@@ -13,7 +13,7 @@
 //! destination (`destinations`); this file holds the step table and the
 //! walk over statements.
 
-use crate::check::env::{Env, McpInfo, require_plain, resolve_fields};
+use crate::check::env::{Env, McpInfo, fields_within_schema_bounds, require_plain, resolve_fields};
 use crate::check::types::Ty;
 use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, Edit, FileId, Span};
@@ -209,7 +209,11 @@ pub(crate) fn check_workflow(
     diagnostics: &mut Vec<Diagnostic>,
 ) -> WorkflowInfo {
     let input = match &decl.input {
-        Some(input) => resolve_fields(&input.fields, file, env, diagnostics),
+        Some(input) => {
+            let fields = resolve_fields(&input.fields, file, env, diagnostics);
+            let what = format!("workflow `{}`", decl.name.text);
+            fields_within_schema_bounds(fields, &what, file, decl.name.span, diagnostics)
+        }
         None => Vec::new(),
     };
     let mut checker = Checker::new(env, file, diagnostics);
