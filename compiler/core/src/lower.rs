@@ -3,6 +3,7 @@
 //! Lowering runs only on a program without errors, so every name resolves
 //! here; a failed lookup would be a checker bug, and is reported as one.
 
+use std::cell::OnceCell;
 use std::collections::HashMap;
 
 use flow_plan as plan;
@@ -54,13 +55,14 @@ pub(crate) fn budgets_and_limits(
     let env = &checked.analysis.env;
     let (recipe_names, recipe_index) = sorted_with_index(&env.recipes);
     let (server_names, server_index) = sorted_with_index(&env.mcp_servers);
+    let lines = line_indexes(checked);
     let mut pieces = plan::PlanInPieces::new(
         &checked.files[0].path,
         &recipes(checked, &recipe_names),
         &servers(checked, &server_names),
         checked.files[0].tree.workflows().count(),
     );
-    let budgets = workflows(checked, &recipe_index, &server_index)
+    let budgets = workflows(checked, &recipe_index, &server_index, &lines)
         .enumerate()
         .map(|(index, (decl, mut lowerer))| {
             pieces.workflow(index, &lowerer.header(decl), lowerer.info.steps.len());
@@ -90,7 +92,9 @@ pub(crate) fn step_budget(
     let env = &checked.analysis.env;
     let (_, recipe_index) = sorted_with_index(&env.recipes);
     let (_, server_index) = sorted_with_index(&env.mcp_servers);
-    let (_, mut lowerer) = workflows(checked, &recipe_index, &server_index).nth(workflow)?;
+    let lines = line_indexes(checked);
+    let (_, mut lowerer) =
+        workflows(checked, &recipe_index, &server_index, &lines).nth(workflow)?;
     Some(StepBudget::of(&lowerer.step(step)))
 }
 
@@ -100,11 +104,12 @@ fn unsealed(checked: &Checked, bodies: Option<Vec<Vec<Stmt>>>) -> plan::Plan {
     let env = &checked.analysis.env;
     let (recipe_names, recipe_index) = sorted_with_index(&env.recipes);
     let (server_names, server_index) = sorted_with_index(&env.mcp_servers);
+    let lines = line_indexes(checked);
     let recipes = recipes(checked, &recipe_names);
     let mcp_servers = servers(checked, &server_names);
 
     let mut bodies = bodies.map(Vec::into_iter);
-    let workflows = workflows(checked, &recipe_index, &server_index)
+    let workflows = workflows(checked, &recipe_index, &server_index, &lines)
         .map(|(decl, lowerer)| {
             let body = match bodies.as_mut().and_then(Iterator::next) {
                 Some(owned) => Body::Owned(owned),
@@ -174,11 +179,20 @@ fn servers(checked: &Checked, names: &[&String]) -> Vec<plan::McpServer> {
         .collect()
 }
 
+/// A line index for each file of `checked`, made the first time a lowerer
+/// needs one (for a condition's `if@LINE:COLUMN`). One per file, not per
+/// workflow: a file of 20,000 workflows indexed its 1.5 MB for each, and
+/// took 43 s to check in a debug build.
+fn line_indexes(checked: &Checked) -> Vec<OnceCell<LineIndex>> {
+    checked.files.iter().map(|_| OnceCell::new()).collect()
+}
+
 /// The root file's workflows, each with a lowerer of its own.
 fn workflows<'a>(
     checked: &'a Checked,
     recipe_index: &'a HashMap<&'a str, u32>,
     server_index: &'a HashMap<&'a str, u32>,
+    lines: &'a [OnceCell<LineIndex>],
 ) -> impl Iterator<Item = (&'a ast::Workflow, Lowerer<'a>)> {
     checked.files[0]
         .tree
@@ -188,7 +202,7 @@ fn workflows<'a>(
             let lowerer = Lowerer {
                 info,
                 text: &checked.file(info.file).text,
-                lines: LineIndex::new(&checked.file(info.file).text),
+                lines: &lines[info.file.0 as usize],
                 recipe_index,
                 server_index,
                 loops: Vec::new(),
@@ -356,7 +370,7 @@ fn recipe_template(lit: &ast::StringLit, input_fields: &[String]) -> plan::Templ
 struct Lowerer<'a> {
     info: &'a WorkflowInfo,
     text: &'a str,
-    lines: LineIndex,
+    lines: &'a OnceCell<LineIndex>,
     recipe_index: &'a HashMap<&'a str, u32>,
     server_index: &'a HashMap<&'a str, u32>,
     /// Enclosing loop ids, outermost first; the index is the loop's level.
@@ -490,7 +504,8 @@ impl Lowerer<'_> {
         match stmt {
             Stmt::Step(step) => plan::Node::Step(self.step(step)),
             Stmt::If(stmt) => {
-                let (line, column) = self.lines.line_col(self.text, stmt.span.start);
+                let lines = self.lines.get_or_init(|| LineIndex::new(self.text));
+                let (line, column) = lines.line_col(self.text, stmt.span.start);
                 plan::Node::Condition {
                     id: format!("if@{line}:{column}"),
                     branches: stmt

@@ -421,9 +421,19 @@ pub(crate) fn past_plan_limits(
     type Owner = Option<(&'static str, usize)>;
     let mut by_owner: Vec<(Owner, Vec<&flow_plan::PlanProblem>)> = Vec::new();
     for problem in &problems.problems {
-        let owner = ["workflows", "recipes", "mcp_servers"]
-            .into_iter()
-            .find_map(|list| Some((list, index_after(&problem.path, &format!("/{list}/"))?)));
+        let owner = [
+            ("workflows", flow_plan::limits::MAX_WORKFLOWS),
+            ("recipes", flow_plan::limits::MAX_RECIPES),
+            ("mcp_servers", flow_plan::limits::MAX_MCP_SERVERS),
+        ]
+        .into_iter()
+        .find_map(|(list, most)| {
+            // Too many of them: shown at the first past the limit.
+            if problem.path.strip_prefix('/') == Some(list) {
+                return Some((list, most));
+            }
+            Some((list, index_after(&problem.path, &format!("/{list}/"))?))
+        });
         match by_owner.iter_mut().find(|(o, _)| *o == owner) {
             Some((_, found)) => found.push(problem),
             None => by_owner.push((owner, vec![problem])),
