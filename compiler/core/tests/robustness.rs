@@ -277,3 +277,41 @@ fn a_type_at_the_bounds_of_schemas_checks_as_its_plan_validates() {
         );
     }
 }
+
+/// Regression: programs of many parts took minutes to check where a part
+/// was compared with every other (a union's literals with the ones before
+/// it, each workflow's lowering indexing the lines of the whole file). A
+/// program past the plan's counts is E212 at the first part past them.
+#[test]
+fn programs_of_many_parts_are_refused_at_the_part_past_the_limit() {
+    let no_imports = |_: &str| None;
+    let recipe = "recipe r { model \"m\" input { a: string } output { x: string } prompt \"p {{input.a}}\" }\n";
+    let mut workflows = recipe.to_string();
+    for i in 0..20_000 {
+        workflows.push_str(&format!(
+            "workflow w{i} {{\n  input {{ q: string }}\n  if workflow_input.q == \"a\" {{\n    step a = r {{ a: workflow_input.q }}\n  }}\n}}\n"
+        ));
+    }
+    let errors = errors_of(&workflows, &no_imports);
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert_eq!(
+        errors[0].message,
+        "20000 workflows; a plan holds at most 10000"
+    );
+    let span = errors[0].primary.span;
+    assert_eq!(&workflows[span.start as usize..span.end as usize], "w10000");
+
+    let literals: Vec<String> = (0..20_000).map(|i| format!("\"v{i}\"")).collect();
+    let union = format!(
+        "type E = {}\ntype F = {} | \"extra\"\n{}",
+        literals.join(" | "),
+        literals.join(" | "),
+        "recipe r { model \"m\" input { a: F } output { x: E } prompt \"p {{input.a}}\" }\nworkflow w {\n  input { q: E }\n  step a = r { a: workflow_input.q }\n  step b = r { a: step.a.x }\n}\n"
+    );
+    let errors = errors_of(&union, &no_imports);
+    assert!(
+        !errors.is_empty() && errors.iter().all(|e| e.code.as_str() == "E212"),
+        "{errors:#?}"
+    );
+    check_bytes(union.as_bytes());
+}

@@ -643,6 +643,9 @@ fn resolve_with(
         }
         TypeExprKind::Union(alternatives) => {
             let mut variants: Vec<String> = Vec::new();
+            // A set beside the list, not a scan of it: a union of 200,000
+            // literals took minutes.
+            let mut seen: HashSet<String> = HashSet::new();
             let mut optional = false;
             for alternative in alternatives {
                 let ty = resolve_with(alternative, file, diagnostics, lookup, names);
@@ -650,7 +653,7 @@ fn resolve_with(
                 match ty.required() {
                     Ty::Enum(vs) => {
                         for v in vs.iter() {
-                            if !variants.contains(v) {
+                            if seen.insert(v.clone()) {
                                 variants.push(v.clone());
                             }
                         }

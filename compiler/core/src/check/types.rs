@@ -1,10 +1,14 @@
 //! The checker's types: what a value can be, assignability, and display.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
+
+/// Above this many pairs, comparing two enums' variants or two records'
+/// fields goes through a set rather than nested scans.
+const SCAN_MOST: usize = 1_024;
 
 /// A resolved type. Aliases are gone; records keep their field order.
 ///
@@ -111,20 +115,41 @@ impl Ty {
             (a, b) if a == b => true,
             (Ty::Int, Ty::Float) => true,
             (Ty::Enum(_), Ty::String) => true,
-            (Ty::Enum(from), Ty::Enum(to)) => from.iter().all(|v| to.contains(v)),
+            (Ty::Enum(from), Ty::Enum(to)) => {
+                // Two scans are fine for the labels people write; a set for
+                // generated enums of thousands, where scans are quadratic.
+                if from.len().saturating_mul(to.len()) <= SCAN_MOST {
+                    from.iter().all(|v| to.contains(v))
+                } else {
+                    let to: HashSet<&String> = to.iter().collect();
+                    from.iter().all(|v| to.contains(v))
+                }
+            }
             (Ty::Null, Ty::Optional(_)) => true,
             (Ty::Optional(from), Ty::Optional(to)) => from.assignable_to(to),
             (from, Ty::Optional(to)) => from.assignable_to(to),
             (Ty::List(from), Ty::List(to)) => from.assignable_to(to),
             (Ty::Record(from), Ty::Record(to)) => {
-                from.iter()
-                    .all(|(name, _)| to.iter().any(|(n, _)| n == name))
-                    && to
-                        .iter()
-                        .all(|(name, ty)| match from.iter().find(|(n, _)| n == name) {
-                            Some((_, from_ty)) => from_ty.assignable_to(ty),
-                            None => ty.is_optional(),
+                let fits = |from_ty: Option<&Ty>, ty: &Ty| match from_ty {
+                    Some(from_ty) => from_ty.assignable_to(ty),
+                    None => ty.is_optional(),
+                };
+                if from.len().saturating_mul(to.len()) <= SCAN_MOST {
+                    from.iter()
+                        .all(|(name, _)| to.iter().any(|(n, _)| n == name))
+                        && to.iter().all(|(name, ty)| {
+                            fits(from.iter().find(|(n, _)| n == name).map(|(_, t)| t), ty)
                         })
+                } else {
+                    let from_fields: HashMap<&str, &Ty> =
+                        from.iter().map(|(n, t)| (n.as_str(), t)).collect();
+                    let to_names: HashSet<&str> = to.iter().map(|(n, _)| n.as_str()).collect();
+                    from.iter()
+                        .all(|(name, _)| to_names.contains(name.as_str()))
+                        && to
+                            .iter()
+                            .all(|(name, ty)| fits(from_fields.get(name.as_str()).copied(), ty))
+                }
             }
             _ => false,
         }
@@ -186,7 +211,12 @@ impl Ty {
             seen.insert(key, total);
             Ok(total)
         }
-        size(self, 0, &mut HashMap::new())
+        // A part's count is held to the bound as it is added to its
+        // container's; a type of one part (an enum) is held to it here.
+        match size(self, 0, &mut HashMap::new())? {
+            size if size.nodes > MAX_SCHEMA_NODES => Err(SchemaPast::Values),
+            size => Ok(size),
+        }
     }
 
     /// The JSON Schema (draft 2020-12) that a value of this type satisfies.
