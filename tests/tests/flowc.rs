@@ -354,6 +354,29 @@ fn human_output_snapshot() {
     insta::assert_snapshot!(run.stderr);
 }
 
+/// Regression: a diagnostic on a line of 800 KB (a record type of 50,000
+/// fields written on one line) printed the whole line, twice: 3.5 MB for
+/// one error. A long line is shown cut around the label, with `…` where
+/// text is left out and the file's own line numbers.
+#[test]
+fn a_diagnostic_on_a_long_line_shows_an_excerpt_of_it() {
+    let dir = TempDir::new("long-line");
+    let prose = "x".repeat(50_000);
+    dir.write(
+        "long.flow",
+        format!(
+            "// A prompt on one line.\nrecipe r {{ model \"m\" input {{ a: string }} output {{ a: int }} prompt \"{prose} {{{{input.b}}}} {prose}\" }}\n// The end.\n"
+        ),
+    );
+    let run = flowc_in(dir.path(), &["check", "long.flow"]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    assert!(run.stderr.len() < 2_000, "{} bytes", run.stderr.len());
+    assert!(run.stderr.contains("long.flow:2:"), "{}", run.stderr);
+    assert!(run.stderr.contains("input.b"), "{}", run.stderr);
+    assert!(run.stderr.contains(" 2 │ …xxx"), "{}", run.stderr);
+    assert!(run.stderr.contains(" 3 │ // The end."), "{}", run.stderr);
+}
+
 // ------------------------------------------------ imports stay in the project
 //
 // A program checked in CI is untrusted input: its imports must not make

@@ -6,8 +6,8 @@ use std::io::IsTerminal;
 use std::sync::Arc;
 
 use miette::{
-    GraphicalReportHandler, GraphicalTheme, LabeledSpan, MietteHandler, MietteHandlerOpts,
-    NamedSource, ReportHandler, SourceCode,
+    GraphicalReportHandler, GraphicalTheme, LabeledSpan, MietteError, MietteHandler,
+    MietteHandlerOpts, MietteSpanContents, ReportHandler, SourceCode, SourceSpan, SpanContents,
 };
 use serde::Serialize;
 
@@ -97,9 +97,114 @@ struct View {
     code: String,
     severity: miette::Severity,
     message: String,
-    source: NamedSource<Arc<str>>,
+    source: Excerpt,
     labels: Vec<LabeledSpan>,
     help: Option<String>,
+}
+
+/// What of a file a report shows: the file, or the lines around the
+/// primary label where one of them is longer than [`LONG_LINE`] bytes (a
+/// generated file, a prompt on one line, a record of thousands of fields),
+/// each cut to [`AROUND`] characters either side of the label, with `…`
+/// where text is left out, so that one diagnostic is not megabytes of
+/// terminal. Its line numbers are the file's either way.
+#[derive(Debug)]
+struct Excerpt {
+    name: String,
+    text: Arc<str>,
+    /// The file's line (from 0) that the excerpt's first line is.
+    first_line: usize,
+}
+
+/// A line longer than this many bytes is shown cut.
+const LONG_LINE: usize = 300;
+
+/// Characters shown before and after a label on a cut line, and of a long
+/// label itself.
+const AROUND: usize = 80;
+
+impl SourceCode for Excerpt {
+    fn read_span<'a>(
+        &'a self,
+        span: &SourceSpan,
+        before: usize,
+        after: usize,
+    ) -> Result<Box<dyn SpanContents<'a> + 'a>, MietteError> {
+        let contents = self.text.read_span(span, before, after)?;
+        Ok(Box::new(MietteSpanContents::new_named(
+            self.name.clone(),
+            contents.data(),
+            *contents.span(),
+            contents.line() + self.first_line,
+            contents.column(),
+            contents.line_count(),
+        )))
+    }
+}
+
+/// The excerpt of `text` around the primary label `(start, end)`, when a
+/// line it shows is past [`LONG_LINE`], with where the label is in it.
+fn excerpt(path: &str, text: &str, start: usize, end: usize) -> Option<(Excerpt, (usize, usize))> {
+    let line_start = text[..start].rfind('\n').map_or(0, |at| at + 1);
+    let line_end = text[start..].find('\n').map_or(text.len(), |at| start + at);
+    let before_start =
+        (line_start > 0).then(|| text[..line_start - 1].rfind('\n').map_or(0, |at| at + 1));
+    let after_end = (line_end < text.len()).then(|| {
+        text[line_end + 1..]
+            .find('\n')
+            .map_or(text.len(), |at| line_end + 1 + at)
+    });
+    let before = before_start.map(|at| &text[at..line_start - 1]);
+    let after = after_end.map(|at| &text[line_end + 1..at]);
+    let long = |line: &str| line.len() > LONG_LINE;
+    if !long(&text[line_start..line_end]) && !before.is_some_and(long) && !after.is_some_and(long) {
+        return None;
+    }
+    // `count` characters back from `at` (not before `floor`), or forward.
+    let back = |at: usize, count: usize, floor: usize| {
+        text[floor..at]
+            .char_indices()
+            .rev()
+            .nth(count.saturating_sub(1))
+            .map_or(floor, |(i, _)| floor + i)
+    };
+    let forward = |at: usize, count: usize, ceiling: usize| {
+        text[at..ceiling]
+            .char_indices()
+            .nth(count)
+            .map_or(ceiling, |(i, _)| at + i)
+    };
+    let head = |line: &str| match line.char_indices().nth(2 * AROUND) {
+        Some((at, _)) => format!("{}…", &line[..at]),
+        None => line.to_string(),
+    };
+    let end = forward(start, 2 * AROUND, end.min(line_end)).max(start);
+    let from = back(start, AROUND, line_start);
+    let to = forward(end, AROUND, line_end);
+    let mut shown = String::new();
+    if let Some(before) = before {
+        shown.push_str(&head(before));
+        shown.push('\n');
+    }
+    if from > line_start {
+        shown.push('…');
+    }
+    let label = shown.len() + (start - from);
+    shown.push_str(&text[from..to]);
+    if to < line_end {
+        shown.push('…');
+    }
+    if let Some(after) = after {
+        shown.push('\n');
+        shown.push_str(&head(after));
+    }
+    let line = text[..line_start].matches('\n').count();
+    let excerpt = Excerpt {
+        name: path.to_string(),
+        text: shown.into(),
+        first_line: line - usize::from(before.is_some()),
+    };
+    Some((excerpt, (label, label + (end - start))))
 }
 
 impl View {
@@ -131,6 +236,25 @@ impl View {
                 .map(|label| labeled(&label.message, label.span, false)),
         );
         labels.sort_by_key(|label| (label.offset(), label.len()));
+        let (start, end) = clamp_span(text, report.primary.span);
+        let shown = match excerpt(&source.path, text, start, end) {
+            // Only the primary label is drawn on an excerpt: the others
+            // point into text it leaves out.
+            Some((excerpt, (start, end))) => {
+                let message =
+                    (!report.primary.message.is_empty()).then(|| report.primary.message.clone());
+                labels = vec![LabeledSpan::new_primary_with_span(
+                    message,
+                    (start, end - start),
+                )];
+                excerpt
+            }
+            None => Excerpt {
+                name: source.path.clone(),
+                text: Arc::clone(text),
+                first_line: 0,
+            },
+        };
         let info = report.code.info();
         let at = reports.position(report.primary.file, report.primary.span.start);
         View {
@@ -153,7 +277,7 @@ impl View {
                 Severity::Warning => miette::Severity::Warning,
             },
             message: report.message.clone(),
-            source: NamedSource::new(source.path.clone(), Arc::clone(text)),
+            source: shown,
             labels,
             help: (!report.hints.is_empty()).then(|| report.hints.join("\n")),
         }
