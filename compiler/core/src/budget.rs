@@ -24,7 +24,7 @@ pub(crate) fn with_budgets(mut checked: Checked) -> Checked {
     match crate::lower::budgets_and_limits(&checked) {
         Some((budgets, Ok(()))) => add_budgets(&mut checked, budgets),
         Some((_, Err(problems))) => {
-            let past = crate::check::past_plan_limits(&checked, &problems);
+            let past = crate::lower::past_plan_limits(&checked, &problems);
             checked.diagnostics.extend(past);
             crate::check::sort_diagnostics(&mut checked.diagnostics);
         }
@@ -36,7 +36,8 @@ pub(crate) fn with_budgets(mut checked: Checked) -> Checked {
 /// Adds `budgets`, one per workflow of the root file in order, to the
 /// analysis of `checked`, and their warnings to its diagnostics.
 pub(crate) fn add_budgets(checked: &mut Checked, mut budgets: Vec<Budget>) {
-    // As `lower::budgets` folds them, whichever way they were worked out.
+    // As `lower::budgets_and_limits` folds them, whichever way they were
+    // worked out.
     for budget in &mut budgets {
         budget.keep_slowest(SLOWEST_NAMED);
     }

@@ -71,7 +71,7 @@ pub fn check_and_lower(
     if let Some(Err(problems)) = plan.as_ref().map(flow_plan::Plan::validate_content) {
         checked
             .diagnostics
-            .extend(check::past_plan_limits(&checked, &problems));
+            .extend(lower::past_plan_limits(&checked, &problems));
         check::sort_diagnostics(&mut checked.diagnostics);
         plan = None;
     }

@@ -11,7 +11,8 @@ use flow_plan::budget::{Budget, Folding, StepBudget};
 use serde_json::Value;
 
 use crate::check::{Checked, DEFAULT_ATTEMPTS, DEFAULT_STEP_TIMEOUT_MS, Ty, WorkflowInfo};
-use crate::diagnostic::LineIndex;
+use crate::codes::Code;
+use crate::diagnostic::{Diagnostic, FileId, LineIndex, Span};
 use crate::syntax::ast::{self, ErrorPolicy, ExprKind, Segment, StepCall, Stmt, TemplatePart};
 
 /// The default backoff range between attempts: `min(30 s, 2 s * 2^attempt + jitter)`.
@@ -65,15 +66,17 @@ pub(crate) fn budgets_and_limits(
     let budgets = workflows(checked, &recipe_index, &server_index, &lines)
         .enumerate()
         .map(|(index, (decl, mut lowerer))| {
-            pieces.workflow(index, &lowerer.header(decl), lowerer.info.steps.len());
-            let policy = lowerer.policy(decl.on_error.as_ref());
-            pieces.on_error(&policy);
+            let header = lowerer.header(decl);
+            pieces.workflow(index, &header, lowerer.info.steps.len());
             let mut folding = Folding::slowest(crate::budget::SLOWEST_NAMED);
             for (index, stmt) in decl.body.iter().enumerate() {
                 let node = lowerer.stmt(stmt);
                 pieces.node(index, &node);
                 folding.node(&node);
             }
+            let policy = lowerer.policy(decl.on_error.as_ref());
+            pieces.on_error(&policy);
+            pieces.workflow_end(&header);
             folding.finish(&policy)
         })
         .collect();
@@ -96,6 +99,112 @@ pub(crate) fn step_budget(
     let (_, mut lowerer) =
         workflows(checked, &recipe_index, &server_index, &lines).nth(workflow)?;
     Some(StepBudget::of(&lowerer.step(step)))
+}
+
+/// E212 for the problems `Plan::validate` (or `PlanInPieces`) found in
+/// the plan of `checked`: one for each workflow, recipe and MCP server
+/// with any, at the step the first of them is in, else at the condition,
+/// else at the declaration's name (a count past its limit at the first
+/// declaration past it), else at the top of the root file. Both walks find
+/// the same problems in the same order, so `check` and `check_and_lower`
+/// give the same diagnostics.
+pub(crate) fn past_plan_limits(
+    checked: &Checked,
+    problems: &plan::PlanProblems,
+) -> Vec<Diagnostic> {
+    // By what the plan holds them in (a list and an index into it), in
+    // document order.
+    type Owner = Option<(&'static str, usize)>;
+    let mut by_owner: Vec<(Owner, Vec<&plan::PlanProblem>)> = Vec::new();
+    for problem in &problems.problems {
+        let owner = [
+            ("workflows", plan::limits::MAX_WORKFLOWS),
+            ("recipes", plan::limits::MAX_RECIPES),
+            ("mcp_servers", plan::limits::MAX_MCP_SERVERS),
+        ]
+        .into_iter()
+        .find_map(|(list, most)| {
+            // Too many of them: shown at the first past the limit.
+            if problem.path.strip_prefix('/') == Some(list) {
+                return Some((list, most));
+            }
+            Some((list, index_after(&problem.path, &format!("/{list}/"))?))
+        });
+        match by_owner.iter_mut().find(|(o, _)| *o == owner) {
+            Some((_, found)) => found.push(problem),
+            None => by_owner.push((owner, vec![problem])),
+        }
+    }
+    let lines = line_indexes(checked);
+    by_owner
+        .into_iter()
+        .map(|(owner, found)| {
+            let first = found[0];
+            let (file, span) = owner
+                .and_then(|(list, index)| plan_place(checked, &lines, list, index, first))
+                .unwrap_or((FileId(0), Span::new(0, 0)));
+            let more = match found.len() - 1 {
+                0 => String::new(),
+                n => format!(", and {n} more past a limit there"),
+            };
+            Diagnostic::new(Code::PastPlanLimit, file, span, first.message.clone())
+                .label("past a limit of plans")
+                .hint(format!(
+                    "`flow run` and flowd would refuse its plan (at {}{more}); keep it within the limit",
+                    first.path
+                ))
+        })
+        .collect()
+}
+
+/// Where in the source the `index`-th entry of the plan's `list` is, for
+/// `problem` in it: the step or condition of the problem in a workflow,
+/// else the declaration's name.
+fn plan_place(
+    checked: &Checked,
+    lines: &[OnceCell<LineIndex>],
+    list: &str,
+    index: usize,
+    problem: &plan::PlanProblem,
+) -> Option<(FileId, Span)> {
+    let env = &checked.analysis.env;
+    match list {
+        "recipes" => {
+            let info = &env.recipes[*sorted_names(&env.recipes).get(index)?];
+            Some((info.file, info.decl.name.span))
+        }
+        "mcp_servers" => {
+            let info = &env.mcp_servers[*sorted_names(&env.mcp_servers).get(index)?];
+            Some((info.file, info.decl.name.span))
+        }
+        _ => {
+            let info = checked.analysis.workflows.get(index)?;
+            let at_step = |id: &str| Some((info.file, info.step(id)?.1.id_span));
+            // A condition's id is where its `if` is: `if@LINE:COLUMN`.
+            let at_condition = |id: &str| {
+                let (line, column) = id.strip_prefix("if@")?.split_once(':')?;
+                let text = &checked.file(info.file).text;
+                let lines = lines[info.file.0 as usize].get_or_init(|| LineIndex::new(text));
+                let offset = lines.offset(text, line.parse().ok()?, column.parse().ok()?)?;
+                Some((info.file, Span::new(offset as usize, offset as usize + 2)))
+            };
+            let at_name = || {
+                let decl = checked.files.first()?.tree.workflows().nth(index)?;
+                Some((FileId(0), decl.name.span))
+            };
+            problem
+                .step
+                .as_deref()
+                .and_then(|id| at_step(id).or_else(|| at_condition(id)))
+                .or_else(at_name)
+        }
+    }
+}
+
+/// The number that follows `prefix` at the start of a JSON Pointer.
+fn index_after(path: &str, prefix: &str) -> Option<usize> {
+    let rest = path.strip_prefix(prefix)?;
+    rest.split('/').next()?.parse().ok()
 }
 
 /// The plan of a program without errors, its hash left empty. `bodies`,
@@ -317,14 +426,20 @@ fn description(docs: &[String]) -> String {
 }
 
 fn sorted_with_index<V>(table: &HashMap<String, V>) -> (Vec<&String>, HashMap<&str, u32>) {
-    let mut names: Vec<&String> = table.keys().collect();
-    names.sort();
+    let names = sorted_names(table);
     let index = names
         .iter()
         .enumerate()
         .map(|(i, name)| (name.as_str(), i as u32))
         .collect();
     (names, index)
+}
+
+/// The names of a declaration table in the plan's order.
+fn sorted_names<V>(table: &HashMap<String, V>) -> Vec<&String> {
+    let mut names: Vec<&String> = table.keys().collect();
+    names.sort();
+    names
 }
 
 fn segments(path: &[Segment]) -> Vec<plan::PathSegment> {

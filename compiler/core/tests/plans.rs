@@ -267,6 +267,16 @@ fn a_program_past_a_plan_limit_is_an_error_where_it_is_checked() {
             &long,
         ),
         (
+            "a fallback's string, a step's string and a step id, in that order",
+            format!(
+                "workflow w {{\n  input {{ q: string }}\n  on_error fallback {{\n{}\n  }}\n{}\n{}\n}}",
+                asks("f", &huge_text),
+                asks("first", &huge_text),
+                asks(&long, "workflow_input.q")
+            ),
+            "first",
+        ),
+        (
             "a variant of 2,000 bytes in a recipe's output",
             format!(
                 "recipe pick {{\n  model \"default\"\n  input {{ q: string }}\n  output {{ kind: \"{}\" | \"b\" }}\n  prompt \"{{{{input.q}}}}\"\n}}\n{}",
@@ -281,6 +291,8 @@ fn a_program_past_a_plan_limit_is_an_error_where_it_is_checked() {
         let (built, plan) =
             flow_compiler::check_and_lower("w.flow", &One(source.clone())).expect("it loads");
         let checked = flow_compiler::check_source("w.flow", &source);
+        // The same diagnostic, in the same words and hints, either way.
+        assert_eq!(checked.diagnostics, built.diagnostics, "{name}");
         for (driver, checked) in [("check", &checked), ("check and lower", &built)] {
             let errors: Vec<_> = checked
                 .diagnostics

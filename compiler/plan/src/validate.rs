@@ -151,14 +151,21 @@ impl PlanInPieces {
         pieces.with(&[], |v| {
             if v.source_and_counts(source, workflows, recipes.len(), servers.len()) {
                 v.recipes_and_servers(recipes, servers);
+            } else {
+                // As `validate` stops there: nothing else is looked at.
+                v.stopped = true;
             }
         });
         pieces
     }
 
-    /// The `index`-th workflow's own parts: `header` is the workflow with
+    /// Starts the `index`-th workflow: `header` is the workflow with
     /// neither slots nor body (nor a fallback body), which the nodes handed
     /// in next are of; `slots` is how many slots its whole table holds.
+    /// Its name and what it is given are checked here; its body's nodes
+    /// ([`Self::node`]), its fallback ([`Self::on_error`]) and what it
+    /// gives ([`Self::workflow_end`]) follow, in the order `validate` walks
+    /// them, so that both find the same problem first.
     pub fn workflow(&mut self, index: usize, header: &Workflow, slots: usize) {
         self.workflow = Some((index, header.input_fields.len(), slots));
         let at = [Seg::Key("workflows"), Seg::Index(index)];
@@ -167,11 +174,21 @@ impl PlanInPieces {
                 v.name(&header.name, format_args!("a workflow name"))
             });
             v.workflow_inputs(header);
-            v.workflow_outputs(header, slots);
         });
     }
 
-    /// The workflow's `on_error` policy: a fallback's body is checked.
+    /// Ends the workflow that [`Self::workflow`] started with `header`:
+    /// its output and destinations.
+    pub fn workflow_end(&mut self, header: &Workflow) {
+        let Some((index, _, slots)) = self.workflow else {
+            return;
+        };
+        let at = [Seg::Key("workflows"), Seg::Index(index)];
+        self.with(&at, |v| v.workflow_outputs(header, slots));
+    }
+
+    /// The workflow's `on_error` policy, after its body's nodes: a
+    /// fallback's body is checked.
     pub fn on_error(&mut self, policy: &OnError) {
         let Some((workflow, inputs, count)) = self.workflow else {
             return;
@@ -629,12 +646,13 @@ impl<'p> Validator<'p> {
         self.at(Seg::Key("slots"), |v| {
             let mut ids = HashSet::new();
             for (index, slot) in workflow.slots.iter().enumerate() {
-                // In the words `claim` uses for the node's own id, which a
-                // plan checked in pieces reports instead.
+                // Unique only: each id is held to what a name is where a
+                // node claims its slot (`claim`), and a slot no node
+                // claims is a problem of its own, so that a plan walked
+                // whole and one walked in pieces report an id alike.
                 v.at(Seg::Index(index), |v| {
                     v.inside(&slot.id, |v| {
                         v.at(Seg::Key("id"), |v| {
-                            v.name(&slot.id, format_args!("a step id"));
                             if !ids.insert(slot.id.as_str()) {
                                 v.problem(|| {
                                     format!("the step id {} is used twice", quote(&slot.id))
@@ -2007,23 +2025,24 @@ mod tests {
                 ..workflow.clone()
             };
             pieces.workflow(index, &header, workflow.slots.len());
-            pieces.on_error(&workflow.on_error);
             for (index, node) in workflow.body.iter().enumerate() {
                 pieces.node(index, node);
             }
+            pieces.on_error(&workflow.on_error);
+            pieces.workflow_end(&header);
         }
         pieces.finish()
     }
 
     /// A plan checked in pieces finds each limit where the whole plan's
-    /// validation does, in the same words and in the same step, so that
-    /// `flowc check` and `flowc build` report one E212 alike.
+    /// validation does, in the same words, step and order, so that
+    /// `flowc check` and `flowc build` report E212 alike.
     #[test]
     fn a_plan_in_pieces_finds_the_limits_the_whole_plan_does() {
         let w = "/workflows/0";
         let long = "s".repeat(MAX_NAME_BYTES + 1);
         let text = json!({ "expr": "literal", "value": "x".repeat(MAX_TEXT_BYTES + 1) });
-        // (what, the patches, the step the problem is in)
+        // (what, the patches, the step the first problem is in)
         type Case<'a> = (&'a str, Vec<(String, Value)>, Option<&'a str>);
         let cases: Vec<Case> = vec![
             (
@@ -2052,7 +2071,7 @@ mod tests {
             ),
             (
                 "a string in the fallback",
-                vec![(format!("{w}/on_error/body/0/action/message"), text)],
+                vec![(format!("{w}/on_error/body/0/action/message"), text.clone())],
                 Some("notify"),
             ),
             (
@@ -2073,6 +2092,17 @@ mod tests {
                 )],
                 None,
             ),
+            (
+                "the output, the fallback, a loop's step and the first node at once",
+                vec![
+                    (format!("{w}/output/0/value"), text.clone()),
+                    (format!("{w}/on_error/body/0/action/message"), text.clone()),
+                    (format!("{w}/slots/2/id"), json!(long)),
+                    (format!("{w}/body/1/body/0/id"), json!(long)),
+                    (format!("{w}/body/0/action/args/0/value"), text.clone()),
+                ],
+                Some("classify"),
+            ),
         ];
         let whole: Plan = serde_json::from_value(base()).unwrap();
         assert_eq!(in_pieces(&whole), Ok(()));
@@ -2082,16 +2112,10 @@ mod tests {
                 patch(&mut json, &pointer, value);
             }
             let plan: Plan = serde_json::from_value(json).unwrap();
-            let whole = plan.validate_content().expect_err(name).problems;
-            let pieces = in_pieces(&plan).expect_err(name).problems;
-            assert_eq!(pieces.len(), 1, "{name}: {pieces:#?}");
-            let found = &pieces[0];
-            assert_eq!(found.step.as_deref(), step, "{name}");
-            assert_eq!(
-                (&whole[0].message, &whole[0].step),
-                (&found.message, &found.step),
-                "{name}: {whole:#?}"
-            );
+            let whole = plan.validate_content().expect_err(name);
+            let pieces = in_pieces(&plan).expect_err(name);
+            assert_eq!(pieces.problems[0].step.as_deref(), step, "{name}");
+            assert_eq!(pieces, whole, "{name}");
         }
     }
 

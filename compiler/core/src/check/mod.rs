@@ -20,7 +20,7 @@ pub(crate) use workflow::{DEFAULT_ATTEMPTS, DEFAULT_STEP_TIMEOUT_MS};
 pub(crate) use workflow::{approval_params, error_ty, handoff_params, kb_write_params, not_run};
 
 use crate::codes::Code;
-use crate::diagnostic::{Diagnostic, FileId, LineIndex, Span};
+use crate::diagnostic::{Diagnostic, FileId, Span};
 use crate::lock::ToolLock;
 use crate::suggest::did_you_mean;
 use crate::syntax::ast::{Item, SourceFile};
@@ -404,114 +404,6 @@ fn forget_what_missing_imports_declare(diagnostics: &mut Vec<Diagnostic>) {
                 && d.message.starts_with("unknown "))
         });
     }
-}
-
-/// E212 for the problems `Plan::validate` (or `PlanInPieces`) found in
-/// the plan of `checked`: one for each workflow, recipe and MCP server
-/// with any, at the step the first of them is in (the validator names a
-/// step's id once in the slot table and once where the step is), else at
-/// the condition, else at the declaration's name, else at the top of the
-/// root file.
-pub(crate) fn past_plan_limits(
-    checked: &Checked,
-    problems: &flow_plan::PlanProblems,
-) -> Vec<Diagnostic> {
-    // By what the plan holds them in (a list and an index into it), in
-    // document order.
-    type Owner = Option<(&'static str, usize)>;
-    let mut by_owner: Vec<(Owner, Vec<&flow_plan::PlanProblem>)> = Vec::new();
-    for problem in &problems.problems {
-        let owner = [
-            ("workflows", flow_plan::limits::MAX_WORKFLOWS),
-            ("recipes", flow_plan::limits::MAX_RECIPES),
-            ("mcp_servers", flow_plan::limits::MAX_MCP_SERVERS),
-        ]
-        .into_iter()
-        .find_map(|(list, most)| {
-            // Too many of them: shown at the first past the limit.
-            if problem.path.strip_prefix('/') == Some(list) {
-                return Some((list, most));
-            }
-            Some((list, index_after(&problem.path, &format!("/{list}/"))?))
-        });
-        match by_owner.iter_mut().find(|(o, _)| *o == owner) {
-            Some((_, found)) => found.push(problem),
-            None => by_owner.push((owner, vec![problem])),
-        }
-    }
-    by_owner
-        .into_iter()
-        .map(|(owner, found)| {
-            let first = found[0];
-            let (file, span) = owner
-                .and_then(|(list, index)| plan_place(checked, list, index, first))
-                .unwrap_or((FileId(0), Span::new(0, 0)));
-            let more = match found.len() - 1 {
-                0 => String::new(),
-                n => format!(", and {n} more past a limit there"),
-            };
-            Diagnostic::new(Code::PastPlanLimit, file, span, first.message.clone())
-                .label("past a limit of plans")
-                .hint(format!(
-                    "`flow run` and flowd would refuse its plan (at {}{more}); keep it within the limit",
-                    first.path
-                ))
-        })
-        .collect()
-}
-
-/// Where in the source the `index`-th entry of the plan's `list` is, for
-/// `problem` in it: the step or condition of the problem in a workflow,
-/// else the declaration's name.
-fn plan_place(
-    checked: &Checked,
-    list: &str,
-    index: usize,
-    problem: &flow_plan::PlanProblem,
-) -> Option<(FileId, Span)> {
-    // The plan's recipes and servers are in the order of their names.
-    fn nth_name<'a>(names: impl Iterator<Item = &'a String>, index: usize) -> Option<&'a str> {
-        let mut names: Vec<&String> = names.collect();
-        names.sort();
-        names.get(index).map(|name| name.as_str())
-    }
-    let env = &checked.analysis.env;
-    match list {
-        "recipes" => {
-            let info = &env.recipes[nth_name(env.recipes.keys(), index)?];
-            Some((info.file, info.decl.name.span))
-        }
-        "mcp_servers" => {
-            let info = &env.mcp_servers[nth_name(env.mcp_servers.keys(), index)?];
-            Some((info.file, info.decl.name.span))
-        }
-        _ => {
-            let info = checked.analysis.workflows.get(index)?;
-            let at_step = |id: &str| Some((info.file, info.step(id)?.1.id_span));
-            let at_condition = |id: &str| {
-                let (line, column) = id.strip_prefix("if@")?.split_once(':')?;
-                let text = &checked.file(info.file).text;
-                let offset =
-                    LineIndex::new(text).offset(text, line.parse().ok()?, column.parse().ok()?)?;
-                Some((info.file, Span::new(offset as usize, offset as usize + 2)))
-            };
-            let at_name = || {
-                let decl = checked.files.first()?.tree.workflows().nth(index)?;
-                Some((FileId(0), decl.name.span))
-            };
-            problem
-                .step
-                .as_deref()
-                .and_then(|id| at_step(id).or_else(|| at_condition(id)))
-                .or_else(at_name)
-        }
-    }
-}
-
-/// The number that follows `prefix` at the start of a JSON Pointer.
-fn index_after(path: &str, prefix: &str) -> Option<usize> {
-    let rest = path.strip_prefix(prefix)?;
-    rest.split('/').next()?.parse().ok()
 }
 
 pub(crate) fn sort_diagnostics(diagnostics: &mut Vec<Diagnostic>) {
