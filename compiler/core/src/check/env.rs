@@ -758,6 +758,11 @@ impl Resolver<'_, '_> {
                 names
             },
         );
+        // An alias found in a cycle is `any` already, and reported: what it
+        // names is resolved for its own diagnostics only.
+        if self.resolved.contains_key(name) {
+            return Ty::Any;
+        }
         let mut named = Vec::new();
         collect_names(&decl.ty, &mut named);
         if named.iter().any(|n| self.refused.contains(n)) {
@@ -789,7 +794,7 @@ pub(crate) fn within_schema_bounds(
     use flow_plan::limits::{MAX_SCHEMA_DEPTH, MAX_SCHEMA_NODES};
     let past = match ty.schema_size() {
         Ok(_) => return Some(ty),
-        Err(SchemaPast::Depth) => format!("would nest {MAX_SCHEMA_DEPTH} levels deep or deeper"),
+        Err(SchemaPast::Depth) => format!("would nest more than {MAX_SCHEMA_DEPTH} levels deep"),
         Err(SchemaPast::Values) => format!("would hold more than {MAX_SCHEMA_NODES} values"),
     };
     diagnostics.push(

@@ -163,9 +163,11 @@ impl Ty {
     /// counted as `Plan::validate` counts them, without building it; which
     /// bound it is past once past
     /// [`MAX_SCHEMA_DEPTH`](flow_plan::limits::MAX_SCHEMA_DEPTH) levels or
-    /// [`MAX_SCHEMA_NODES`](flow_plan::limits::MAX_SCHEMA_NODES) values. A type shares the parts its aliases name, so its schema can
-    /// be exponentially larger than the type (`type B = { x: A, y: A }`,
-    /// and so on for forty aliases): each shared part is counted once.
+    /// [`MAX_SCHEMA_NODES`](flow_plan::limits::MAX_SCHEMA_NODES) values.
+    /// A type shares the parts its aliases name, so its schema can be
+    /// exponentially larger than the type (`type B = { x: A, y: A }`, and
+    /// so on for forty aliases): each shared part is walked once, and
+    /// counted wherever it appears.
     pub fn schema_size(&self) -> Result<SchemaSize, SchemaPast> {
         use flow_plan::limits::{MAX_SCHEMA_DEPTH, MAX_SCHEMA_NODES};
         fn size(
@@ -176,22 +178,14 @@ impl Ty {
             if level >= MAX_SCHEMA_DEPTH {
                 return Err(SchemaPast::Depth);
             }
-            // Each part: its schema, and the values beside it (an optional's
-            // `{"type": "null"}`, a record field's name in `required`).
-            let parts: Vec<(&Ty, usize)> = match ty {
-                Ty::List(item) => vec![(&**item, 0)],
-                Ty::Optional(inner) => vec![(&**inner, 1)],
-                Ty::Record(fields) => fields.iter().map(|(_, field)| (field, 1)).collect(),
-                Ty::Enum(variants) => return Ok(SchemaSize::leaf(1 + variants.len())),
-                _ => return Ok(SchemaSize::leaf(1)),
-            };
             // A shared part is known by where it is, and by what holds it
             // (a list and an optional of one part differ).
             let key = match ty {
                 Ty::List(part) => (Arc::as_ptr(part) as *const () as usize, 0),
                 Ty::Optional(part) => (Arc::as_ptr(part) as *const () as usize, 1),
                 Ty::Record(fields) => (Arc::as_ptr(fields) as *const () as usize, 2),
-                _ => unreachable!("only compound types have parts"),
+                Ty::Enum(variants) => return Ok(SchemaSize::leaf(1 + variants.len())),
+                _ => return Ok(SchemaSize::leaf(1)),
             };
             if let Some(known) = seen.get(&key) {
                 return match level + known.depth < MAX_SCHEMA_DEPTH {
@@ -199,6 +193,18 @@ impl Ty {
                     false => Err(SchemaPast::Depth),
                 };
             }
+            // Each part: its schema, and the values beside it (an optional's
+            // `{"type": "null"}`, a required field's name in `required`, as
+            // `json_schema` writes them).
+            let parts: Vec<(&Ty, usize)> = match ty {
+                Ty::List(item) => vec![(&**item, 0)],
+                Ty::Optional(inner) => vec![(&**inner, 1)],
+                Ty::Record(fields) => fields
+                    .iter()
+                    .map(|(_, field)| (field, usize::from(!field.is_optional())))
+                    .collect(),
+                _ => unreachable!("only compound types have parts"),
+            };
             let mut total = SchemaSize::leaf(1);
             for (part, beside) in parts {
                 let part = size(part, level + 1, seen)?;
