@@ -371,7 +371,10 @@ fn a_diagnostic_on_a_long_line_shows_an_excerpt_of_it() {
     let run = flowc_in(dir.path(), &["check", "long.flow"]);
     assert_eq!(run.code, 1, "{}", run.all());
     assert!(run.stderr.len() < 2_000, "{} bytes", run.stderr.len());
-    assert!(run.stderr.contains("long.flow:2:"), "{}", run.stderr);
+    // The title and the snippet's header give the same place in the file.
+    let title = run.stderr.lines().next().expect("a report");
+    let at = &title[title.find("long.flow:2:").expect("the title names line 2")..];
+    assert!(run.stderr.contains(&format!("╭─[{at}]")), "{}", run.stderr);
     assert!(run.stderr.contains("input.b"), "{}", run.stderr);
     assert!(run.stderr.contains(" 2 │ …xxx"), "{}", run.stderr);
     assert!(run.stderr.contains(" 3 │ // The end."), "{}", run.stderr);

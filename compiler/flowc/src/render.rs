@@ -58,13 +58,14 @@ impl Human {
                 out
             }
         };
-        // Labels in other files cannot be drawn in this file's snippet; point
-        // at them the way compilers do, so that editors can jump there, in
-        // the order of the files and positions.
+        // Labels in other files cannot be drawn in this file's snippet (nor
+        // any beside the primary on a cut one); point at them the way
+        // compilers do, so that editors can jump there, in the order of the
+        // files and positions.
         let mut others: Vec<_> = report
             .secondary
             .iter()
-            .filter(|label| label.file != report.primary.file)
+            .filter(|label| view.cut || label.file != report.primary.file)
             .collect();
         others.sort_by_key(|label| (reports.path(label.file), label.span.start));
         for label in others {
@@ -100,6 +101,9 @@ struct View {
     source: Excerpt,
     labels: Vec<LabeledSpan>,
     help: Option<String>,
+    /// Whether the source is shown cut (a long line), with only the
+    /// primary label drawn.
+    cut: bool,
 }
 
 /// What of a file a report shows: the file, or the lines around the
@@ -114,6 +118,19 @@ struct Excerpt {
     text: Arc<str>,
     /// The file's line (from 0) that the excerpt's first line is.
     first_line: usize,
+    /// Where the label's line is cut: the columns it leaves out.
+    columns: Option<Columns>,
+}
+
+/// How the columns of an excerpt's label line differ from the file's.
+#[derive(Debug)]
+struct Columns {
+    /// The excerpt's line (from 0).
+    line: usize,
+    /// Bytes of the file's line left out before what is shown.
+    left_out: usize,
+    /// Bytes put in their place (`…`).
+    added: usize,
 }
 
 /// A line longer than this many bytes is shown cut.
@@ -131,35 +148,68 @@ impl SourceCode for Excerpt {
         after: usize,
     ) -> Result<Box<dyn SpanContents<'a> + 'a>, MietteError> {
         let contents = self.text.read_span(span, before, after)?;
+        // miette titles a snippet with where it starts, in bytes of its
+        // line: on a cut line, the file's column.
+        let column = match &self.columns {
+            Some(cut) if contents.line() == cut.line && contents.column() >= cut.added => {
+                contents.column() - cut.added + cut.left_out
+            }
+            _ => contents.column(),
+        };
         Ok(Box::new(MietteSpanContents::new_named(
             self.name.clone(),
             contents.data(),
             *contents.span(),
             contents.line() + self.first_line,
-            contents.column(),
+            column,
             contents.line_count(),
         )))
     }
 }
 
-/// The excerpt of `text` around the primary label `(start, end)`, when a
-/// line it shows is past [`LONG_LINE`], with where the label is in it.
-fn excerpt(path: &str, text: &str, start: usize, end: usize) -> Option<(Excerpt, (usize, usize))> {
+/// Whether a line a snippet of `labels` would show is longer than
+/// [`LONG_LINE`]: each label's lines, and the line before and after them.
+fn shows_a_long_line(text: &str, labels: &[(usize, usize)]) -> bool {
+    labels.iter().any(|&(start, end)| {
+        let before = text[..start].rfind('\n').unwrap_or(0);
+        let before = text[..before].rfind('\n').map_or(0, |at| at + 1);
+        let mut after = end;
+        for _ in 0..2 {
+            after = text[after..]
+                .find('\n')
+                .map_or(text.len(), |at| after + at + 1);
+        }
+        text[before..after]
+            .split('\n')
+            .any(|line| line.len() > LONG_LINE)
+    })
+}
+
+/// The excerpt of `text` around the primary label `(start, end)`: its
+/// first line cut to [`AROUND`] characters either side of the label (the
+/// label itself to `2 * AROUND`), the lines before and after it to their
+/// first `2 * AROUND`; with where the label is in it.
+fn excerpt(path: &str, text: &str, start: usize, end: usize) -> (Excerpt, (usize, usize)) {
+    // A line's end, less the `\r` of a CRLF file.
+    let content_end = |end: usize| {
+        if text[..end].ends_with('\r') {
+            end - 1
+        } else {
+            end
+        }
+    };
     let line_start = text[..start].rfind('\n').map_or(0, |at| at + 1);
-    let line_end = text[start..].find('\n').map_or(text.len(), |at| start + at);
-    let before_start =
-        (line_start > 0).then(|| text[..line_start - 1].rfind('\n').map_or(0, |at| at + 1));
-    let after_end = (line_end < text.len()).then(|| {
-        text[line_end + 1..]
-            .find('\n')
-            .map_or(text.len(), |at| line_end + 1 + at)
+    let line_end = content_end(text[start..].find('\n').map_or(text.len(), |at| start + at));
+    let start = start.min(line_end);
+    let before = (line_start > 0).then(|| {
+        let from = text[..line_start - 1].rfind('\n').map_or(0, |at| at + 1);
+        &text[from..content_end(line_start - 1)]
     });
-    let before = before_start.map(|at| &text[at..line_start - 1]);
-    let after = after_end.map(|at| &text[line_end + 1..at]);
-    let long = |line: &str| line.len() > LONG_LINE;
-    if !long(&text[line_start..line_end]) && !before.is_some_and(long) && !after.is_some_and(long) {
-        return None;
-    }
+    let after = text[line_end..].find('\n').map(|newline| {
+        let from = line_end + newline + 1;
+        let to = text[from..].find('\n').map_or(text.len(), |at| from + at);
+        &text[from..content_end(to)]
+    });
     // `count` characters back from `at` (not before `floor`), or forward.
     let back = |at: usize, count: usize, floor: usize| {
         text[floor..at]
@@ -178,7 +228,7 @@ fn excerpt(path: &str, text: &str, start: usize, end: usize) -> Option<(Excerpt,
         Some((at, _)) => format!("{}…", &line[..at]),
         None => line.to_string(),
     };
-    let end = forward(start, 2 * AROUND, end.min(line_end)).max(start);
+    let end = forward(start, 2 * AROUND, end.clamp(start, line_end));
     let from = back(start, AROUND, line_start);
     let to = forward(end, AROUND, line_end);
     let mut shown = String::new();
@@ -186,9 +236,8 @@ fn excerpt(path: &str, text: &str, start: usize, end: usize) -> Option<(Excerpt,
         shown.push_str(&head(before));
         shown.push('\n');
     }
-    if from > line_start {
-        shown.push('…');
-    }
+    let added = if from > line_start { "…" } else { "" };
+    shown.push_str(added);
     let label = shown.len() + (start - from);
     shown.push_str(&text[from..to]);
     if to < line_end {
@@ -203,8 +252,13 @@ fn excerpt(path: &str, text: &str, start: usize, end: usize) -> Option<(Excerpt,
         name: path.to_string(),
         text: shown.into(),
         first_line: line - usize::from(before.is_some()),
+        columns: Some(Columns {
+            line: usize::from(before.is_some()),
+            left_out: from - line_start,
+            added: added.len(),
+        }),
     };
-    Some((excerpt, (label, label + (end - start))))
+    (excerpt, (label, label + (end - start)))
 }
 
 impl View {
@@ -236,24 +290,30 @@ impl View {
                 .map(|label| labeled(&label.message, label.span, false)),
         );
         labels.sort_by_key(|label| (label.offset(), label.len()));
-        let (start, end) = clamp_span(text, report.primary.span);
-        let shown = match excerpt(&source.path, text, start, end) {
+        let spans: Vec<(usize, usize)> = labels
+            .iter()
+            .map(|label| (label.offset(), label.offset() + label.len()))
+            .collect();
+        let cut = shows_a_long_line(text, &spans);
+        let shown = if cut {
             // Only the primary label is drawn on an excerpt: the others
-            // point into text it leaves out.
-            Some((excerpt, (start, end))) => {
-                let message =
-                    (!report.primary.message.is_empty()).then(|| report.primary.message.clone());
-                labels = vec![LabeledSpan::new_primary_with_span(
-                    message,
-                    (start, end - start),
-                )];
-                excerpt
-            }
-            None => Excerpt {
+            // point into text it leaves out, and are notes (`render`).
+            let (start, end) = clamp_span(text, report.primary.span);
+            let (excerpt, (start, end)) = excerpt(&source.path, text, start, end);
+            let message =
+                (!report.primary.message.is_empty()).then(|| report.primary.message.clone());
+            labels = vec![LabeledSpan::new_primary_with_span(
+                message,
+                (start, end - start),
+            )];
+            excerpt
+        } else {
+            Excerpt {
                 name: source.path.clone(),
                 text: Arc::clone(text),
                 first_line: 0,
-            },
+                columns: None,
+            }
         };
         let info = report.code.info();
         let at = reports.position(report.primary.file, report.primary.span.start);
@@ -280,6 +340,7 @@ impl View {
             source: shown,
             labels,
             help: (!report.hints.is_empty()).then(|| report.hints.join("\n")),
+            cut,
         }
     }
 }
@@ -472,6 +533,68 @@ pub(crate) fn escape_property(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The excerpt of `text` around the label `needle` (its first match),
+    /// and the label's text in it.
+    fn cut(text: &str, needle: &str) -> (Excerpt, String) {
+        let start = text.find(needle).expect("the label is in the text");
+        let (excerpt, (from, to)) = excerpt("x.flow", text, start, start + needle.len());
+        let label = excerpt.text[from..to].to_string();
+        (excerpt, label)
+    }
+
+    /// Whatever the text around it (characters of several bytes, CRLF
+    /// lines, no line before or after, an empty one, a label running over
+    /// lines or to the end), an excerpt cuts at characters, keeps the
+    /// label's first line and the file's line numbers, and shows no line
+    /// longer than its bound.
+    #[test]
+    fn an_excerpt_cuts_long_lines_around_the_label() {
+        let wide = "é".repeat(1_000);
+        let cases = [
+            (format!("{wide}LABEL{wide}"), "LABEL".to_string()),
+            (
+                format!("a\r\n{wide}LABEL{wide}\r\nb\r\n"),
+                "LABEL".to_string(),
+            ),
+            (format!("\n\n{wide}\nLABEL\n"), "LABEL".to_string()),
+            (format!("x\n{wide}LABEL"), "LABEL".to_string()),
+            (format!("{wide}LA\nBEL\n"), "LA\nBEL".to_string()),
+            (
+                format!("{wide}LABEL{}", "z".repeat(500)),
+                format!("LABEL{}", "z".repeat(500)),
+            ),
+        ];
+        for (text, needle) in &cases {
+            let start = text.find(needle.as_str()).unwrap();
+            assert!(
+                shows_a_long_line(text, &[(start, start + needle.len())]),
+                "{needle}"
+            );
+            let (excerpt, label) = cut(text, needle);
+            let label_line = text[..start].matches('\n').count();
+            let shown_before = usize::from(label_line > 0);
+            assert_eq!(excerpt.first_line, label_line - shown_before, "{needle}");
+            let first = needle.split('\n').next().unwrap();
+            assert!(first.starts_with(label.as_str()), "{label:?}");
+            assert!(!label.contains('\n'), "{label:?}");
+            for line in excerpt.text.lines() {
+                assert!(line.chars().count() <= 4 * AROUND + 2, "{line:?}");
+                assert!(!line.ends_with('\r'), "{line:?}");
+            }
+        }
+    }
+
+    /// The snippet's title gives the file's column, not the excerpt's.
+    #[test]
+    fn an_excerpt_titles_its_snippet_with_the_files_column() {
+        let text = format!("{}LABEL", "x".repeat(1_000));
+        let (excerpt, label) = cut(&text, "LABEL");
+        assert_eq!(label, "LABEL");
+        let at = excerpt.text.find("LABEL").unwrap();
+        let contents = excerpt.read_span(&(at, 5).into(), 0, 0).unwrap();
+        assert_eq!((contents.line(), contents.column()), (0, 1_000));
+    }
 
     #[test]
     fn github_escaping() {
