@@ -2167,6 +2167,11 @@ async fn a_start_against_a_wide_valid_schema_answers_a_bounded_422() {
 /// over a year is an invalid duration (E206), a step id of 300 bytes past
 /// a limit of plans (E212). Both once compiled to plans flowd refused as
 /// `invalid_plan`, which said where in the plan, not in the source.
+/// Regression, too: a tenant's source of 20,000 type aliases in a chain
+/// overflowed the checker's stack, which aborted flowd for every account,
+/// and 40 aliases each naming the one before twice started a schema of
+/// 2^40 values; each is E212 at the first alias past the bounds, and
+/// flowd answers on.
 #[tokio::test]
 async fn a_source_that_compiles_past_the_plan_bounds_is_refused() {
     use reqwest::Method;
@@ -2174,7 +2179,19 @@ async fn a_source_that_compiles_past_the_plan_bounds_is_refused() {
     let dir = TempDir::new("flowd-source-bounds");
     let flowd = Flowd::start(&dir);
     let long = "s".repeat(300);
+    let mut chain = String::from("type D0 = { a: string }\n");
+    for i in 1..20_000 {
+        chain.push_str(&format!("type D{i} = {{ a: D{} }}\n", i - 1));
+    }
+    chain.push_str("workflow deep {\n  input { x: D19999 }\n  output { y: 1 }\n}\n");
+    let mut doubling = String::from("type T0 = { a: string }\n");
+    for i in 1..=40 {
+        doubling.push_str(&format!("type T{i} = {{ a: T{0}, b: T{0} }}\n", i - 1));
+    }
+    doubling.push_str("workflow wide {\n  input { x: T40 }\n  output { y: 1 }\n}\n");
     let cases = [
+        (chain, "E212", 128),
+        (doubling, "E212", 16),
         (
             "workflow slow {\n  timeout 400d\n  output { x: 1 }\n}\n".to_string(),
             "E206",
