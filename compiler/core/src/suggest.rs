@@ -2,20 +2,39 @@
 
 /// The candidate closest to `name`, if it is close enough to be a likely typo:
 /// at most one edit for short names, a third of the length for longer ones.
+///
+/// The edit distance costs the product of the two lengths, so it is worked
+/// out only for names people type (up to [`MAX_NAME_BYTES`]) and for
+/// candidates whose length is within the limit of the name's: a misspelt
+/// name of 100,000 bytes beside the one it meant took minutes.
+///
+/// [`MAX_NAME_BYTES`]: flow_plan::limits::MAX_NAME_BYTES
 pub fn did_you_mean<'c>(
     name: &str,
     candidates: impl IntoIterator<Item = &'c str>,
 ) -> Option<&'c str> {
-    let limit = (name.chars().count() / 3).max(1);
+    use flow_plan::limits::MAX_NAME_BYTES;
+    let length = name.chars().count();
+    let limit = (length / 3).max(1);
     candidates
         .into_iter()
         .filter(|candidate| *candidate != name)
         .filter_map(|candidate| {
-            let distance = strsim::damerau_levenshtein(name, candidate);
             // A name cut short (`ticket` for `ticket_id`) is a likely mistake
             // too, however many characters are missing.
             let truncated =
                 name.len() >= 3 && (candidate.starts_with(name) || name.starts_with(candidate));
+            let close_in_length = name.len() <= MAX_NAME_BYTES
+                && candidate.len() <= MAX_NAME_BYTES
+                && candidate.chars().count().abs_diff(length) <= limit;
+            let distance = if close_in_length {
+                strsim::damerau_levenshtein(name, candidate)
+            } else if truncated {
+                // One is the other cut short: the distance is what is cut.
+                candidate.chars().count().abs_diff(length)
+            } else {
+                usize::MAX
+            };
             (distance <= limit || truncated).then_some((distance, candidate))
         })
         .min_by_key(|(distance, candidate)| (*distance, *candidate))
@@ -55,6 +74,19 @@ mod tests {
             did_you_mean("ticket", ["ticket_id", "subject"]),
             Some("ticket_id")
         );
+    }
+
+    /// Regression: the edit distance of two names of 100,000 bytes (a
+    /// misspelt long name beside the one it meant) took minutes. Names past
+    /// what a plan holds are matched by prefix only, and a candidate too
+    /// long or too short to be within the limit is not measured.
+    #[test]
+    fn long_names_are_not_measured() {
+        let long = "a".repeat(100_000);
+        let meant = format!("{long}x");
+        assert_eq!(did_you_mean(&format!("{long}y"), [meant.as_str()]), None);
+        assert_eq!(did_you_mean(&long, [meant.as_str()]), Some(meant.as_str()));
+        assert_eq!(did_you_mean("step_one", [long.as_str()]), None);
     }
 
     #[test]
