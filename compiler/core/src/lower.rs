@@ -312,6 +312,7 @@ fn workflows<'a>(
                 info,
                 text: &checked.file(info.file).text,
                 lines: &lines[info.file.0 as usize],
+                input_index: OnceCell::new(),
                 recipe_index,
                 server_index,
                 loops: Vec::new(),
@@ -486,13 +487,16 @@ struct Lowerer<'a> {
     info: &'a WorkflowInfo,
     text: &'a str,
     lines: &'a OnceCell<LineIndex>,
+    /// The position of each input field by name, made for a wide input
+    /// (`Lowerer::input_field`).
+    input_index: OnceCell<HashMap<&'a str, usize>>,
     recipe_index: &'a HashMap<&'a str, u32>,
     server_index: &'a HashMap<&'a str, u32>,
     /// Enclosing loop ids, outermost first; the index is the loop's level.
     loops: Vec<String>,
 }
 
-impl Lowerer<'_> {
+impl<'a> Lowerer<'a> {
     fn workflow(mut self, decl: &ast::Workflow, body: Body<'_>) -> plan::Workflow {
         let on_error = self.policy(decl.on_error.as_ref());
         let body = match body {
@@ -604,6 +608,23 @@ impl Lowerer<'_> {
             Some(ErrorPolicy::Continue(_)) => plan::OnError::Continue,
             Some(ErrorPolicy::Fallback(block)) => plan::OnError::Fallback(self.block(&block.stmts)),
         }
+    }
+
+    /// The position of the workflow's input field `name`: through an index
+    /// for an input of more than 32 fields, as the checker reads them.
+    fn input_field(&self, name: &str) -> Option<usize> {
+        let input: &'a [(String, Ty)] = &self.info.input;
+        if input.len() <= 32 {
+            return input.iter().position(|(n, _)| n == name);
+        }
+        let index = self.input_index.get_or_init(|| {
+            let mut index = HashMap::with_capacity(input.len());
+            for (at, (field, _)) in input.iter().enumerate() {
+                index.entry(field.as_str()).or_insert(at);
+            }
+            index
+        });
+        index.get(name).copied()
     }
 
     fn slot(&self, id: &str) -> u32 {
@@ -843,12 +864,10 @@ impl Lowerer<'_> {
         };
         let innermost = self.loops.len().saturating_sub(1) as u32;
         let (root, rest) = match path.root.text.as_str() {
-            "workflow_input" => {
-                match field_name(0).and_then(|f| self.info.input.iter().position(|(n, _)| n == f)) {
-                    Some(index) => (plan::Root::InputField(index as u32), 1),
-                    None => (plan::Root::Input, 0),
-                }
-            }
+            "workflow_input" => match field_name(0).and_then(|f| self.input_field(f)) {
+                Some(index) => (plan::Root::InputField(index as u32), 1),
+                None => (plan::Root::Input, 0),
+            },
             "step" => (
                 plan::Root::Step(self.slot(field_name(0).unwrap_or_default())),
                 1,

@@ -282,8 +282,9 @@ fn a_type_at_the_bounds_of_schemas_checks_as_its_plan_validates() {
 
 /// Regression: programs of many parts took minutes to check where a part
 /// was compared with every other (a union's literals with the ones before
-/// it, each workflow's lowering indexing the lines of the whole file). A
-/// program past the plan's counts is E212 at the first part past them.
+/// it, each workflow's lowering indexing the lines of the whole file, each
+/// read of a wide input scanning its fields). A program past the plan's
+/// counts is E212 at the first part past them.
 #[test]
 fn programs_of_many_parts_are_refused_at_the_part_past_the_limit() {
     let no_imports = |_: &str| None;
@@ -316,4 +317,16 @@ fn programs_of_many_parts_are_refused_at_the_part_past_the_limit() {
         "{errors:#?}"
     );
     check_bytes(union.as_bytes());
+
+    let fields: Vec<String> = (0..20_000).map(|i| format!("f{i}: string")).collect();
+    let outputs: Vec<String> = (0..20_000)
+        .map(|i| format!("o{i}: workflow_input.f{i}"))
+        .collect();
+    let wide = format!(
+        "workflow w {{\n  input {{ {} }}\n  output {{ {} }}\n}}\n",
+        fields.join(", "),
+        outputs.join(", ")
+    );
+    assert_eq!(errors_of(&wide, &no_imports), Vec::new());
+    check_bytes(wide.as_bytes());
 }

@@ -13,6 +13,9 @@
 //! destination (`destinations`); this file holds the step table and the
 //! walk over statements.
 
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
 use crate::check::env::{Env, McpInfo, fields_within_schema_bounds, require_plain, resolve_fields};
 use crate::check::types::Ty;
 use crate::codes::Code;
@@ -290,9 +293,9 @@ pub(crate) fn check_workflow(
     let mut output_ty = None;
     if let Some(output) = &decl.output {
         let mut fields: Vec<(String, Ty)> = Vec::new();
-        let mut seen: Vec<&str> = Vec::new();
+        let mut seen: HashSet<&str> = HashSet::new();
         for field in &output.fields {
-            if seen.contains(&field.name.text.as_str()) {
+            if !seen.insert(field.name.text.as_str()) {
                 checker.diagnostics.push(
                     Diagnostic::new(
                         Code::DuplicateId,
@@ -303,7 +306,6 @@ pub(crate) fn check_workflow(
                     .label("given again here"),
                 );
             }
-            seen.push(&field.name.text);
             let ty = checker.expr(&field.value, false);
             fields.push((field.name.text.to_string(), ty));
         }
@@ -374,7 +376,17 @@ struct Checker<'e, 'd> {
     in_template: bool,
     /// Set while a destination is checked: what its references may read.
     destination: Option<DestinationScope>,
+    /// An index of the fields of each record wider than [`INDEXED_FIELDS`]
+    /// that a reference has read, by the record's address
+    /// (`Checker::field_of`).
+    wide_records: HashMap<usize, WideRecord>,
 }
+
+/// A record with more fields than this is read through an index.
+const INDEXED_FIELDS: usize = 32;
+
+/// A wide record, and the position of each of its fields by name.
+type WideRecord = (Arc<[(String, Ty)]>, HashMap<String, usize>);
 
 /// What a destination's templates and content may read: the run's input,
 /// and its output when every event it is delivered on is `completed` (a
@@ -474,6 +486,7 @@ impl<'e, 'd> Checker<'e, 'd> {
             input: Ty::record(Vec::new()),
             in_template: false,
             destination: None,
+            wide_records: HashMap::new(),
         }
     }
 

@@ -428,6 +428,30 @@ impl<'e, 'd> Checker<'e, 'd> {
         )
     }
 
+    /// The type of the field `name` of a record of `fields`. A wide record
+    /// (a generated input of thousands of fields) is looked up through an
+    /// index made once for it: scanning it for each reference made a
+    /// workflow of 50,000 input fields, each read once, take 7 s to check.
+    fn field_of(&mut self, fields: &Arc<[(String, Ty)]>, name: &str) -> Option<Ty> {
+        if fields.len() <= INDEXED_FIELDS {
+            return fields
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, ty)| ty.clone());
+        }
+        let key = Arc::as_ptr(fields) as *const () as usize;
+        // The record is kept with its index, so that its address is not
+        // another record's while the index is.
+        let (_, index) = self.wide_records.entry(key).or_insert_with(|| {
+            let mut index = HashMap::with_capacity(fields.len());
+            for (at, (field, _)) in fields.iter().enumerate() {
+                index.entry(field.clone()).or_insert(at);
+            }
+            (Arc::clone(fields), index)
+        });
+        index.get(name).map(|&at| fields[at].1.clone())
+    }
+
     /// Follows `segments` through `ty`, reporting the first step that fails.
     pub(super) fn walk(
         &mut self,
@@ -487,8 +511,8 @@ impl<'e, 'd> Checker<'e, 'd> {
                 (_, Ty::Any) => return Ty::Any,
                 (_, Ty::Json) => return Ty::Json,
                 (Segment::Field { name, .. }, Ty::Record(fields)) => {
-                    match fields.iter().find(|(n, _)| *n == name.text) {
-                        Some((_, field)) => field.clone(),
+                    match self.field_of(&fields, &name.text) {
+                        Some(field) => field,
                         None => {
                             let names = fields.iter().map(|(n, _)| n.as_str());
                             let mut diagnostic = Diagnostic::new(
