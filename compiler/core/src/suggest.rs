@@ -1,5 +1,7 @@
 //! "Did you mean" suggestions by edit distance.
 
+use std::cell::Cell;
+
 /// The candidate closest to `name`, if it is close enough to be a likely typo:
 /// at most one edit for short names, a third of the length for longer ones.
 ///
@@ -13,6 +15,26 @@ pub fn did_you_mean<'c>(
     name: &str,
     candidates: impl IntoIterator<Item = &'c str>,
 ) -> Option<&'c str> {
+    did_you_mean_within(name, candidates, &Cell::new(usize::MAX))
+}
+
+/// Cells of edit distance (the product of two names' lengths) that one
+/// workflow's check measures for its suggestions, about a quarter of a
+/// second: a name misspelt among 100,000 step ids is measured against each,
+/// and 5,000 misspelt recipe names among 5,000 recipes (34 s) stop being
+/// measured once it is spent.
+pub const SUGGESTION_CELLS: usize = 50_000_000;
+
+/// [`did_you_mean`] that measures at most `budget` cells of edit distance
+/// and takes what it measures from it. A check shares one budget among its
+/// suggestions, so that thousands of misspelt names among thousands of
+/// candidates take a bounded time; past it, a name is suggested only as
+/// the other cut short.
+pub fn did_you_mean_within<'c>(
+    name: &str,
+    candidates: impl IntoIterator<Item = &'c str>,
+    budget: &Cell<usize>,
+) -> Option<&'c str> {
     use flow_plan::limits::MAX_NAME_BYTES;
     let length = name.chars().count();
     let limit = (length / 3).max(1);
@@ -24,14 +46,18 @@ pub fn did_you_mean<'c>(
             // too, however many characters are missing.
             let truncated =
                 name.len() >= 3 && (candidate.starts_with(name) || name.starts_with(candidate));
-            let close_in_length = name.len() <= MAX_NAME_BYTES
+            let candidate_length = candidate.chars().count();
+            let cells = length.saturating_mul(candidate_length);
+            let measured = name.len() <= MAX_NAME_BYTES
                 && candidate.len() <= MAX_NAME_BYTES
-                && candidate.chars().count().abs_diff(length) <= limit;
-            let distance = if close_in_length {
+                && candidate_length.abs_diff(length) <= limit
+                && cells <= budget.get();
+            let distance = if measured {
+                budget.set(budget.get() - cells);
                 strsim::damerau_levenshtein(name, candidate)
             } else if truncated {
                 // One is the other cut short: the distance is what is cut.
-                candidate.chars().count().abs_diff(length)
+                candidate_length.abs_diff(length)
             } else {
                 usize::MAX
             };
@@ -42,19 +68,25 @@ pub fn did_you_mean<'c>(
 }
 
 /// A short, sorted list of candidates for a hint: `a`, `b`, `c` (and N more).
+///
+/// The first names are picked, not the whole list sorted: each of thousands
+/// of errors among thousands of candidates sorted them all.
 pub fn candidates_list<'c>(candidates: impl IntoIterator<Item = &'c str>) -> String {
-    let mut names: Vec<&str> = candidates.into_iter().collect();
-    names.sort_unstable();
-    names.dedup();
     const SHOWN: usize = 12;
+    let distinct: std::collections::HashSet<&str> = candidates.into_iter().collect();
+    let mut names: Vec<&str> = distinct.iter().copied().collect();
+    if names.len() > SHOWN {
+        names.select_nth_unstable(SHOWN);
+        names.truncate(SHOWN);
+    }
+    names.sort_unstable();
     let mut text = names
         .iter()
-        .take(SHOWN)
         .map(|name| format!("`{name}`"))
         .collect::<Vec<_>>()
         .join(", ");
-    if names.len() > SHOWN {
-        text.push_str(&format!(" and {} more", names.len() - SHOWN));
+    if distinct.len() > SHOWN {
+        text.push_str(&format!(" and {} more", distinct.len() - SHOWN));
     }
     text
 }
@@ -87,6 +119,24 @@ mod tests {
         assert_eq!(did_you_mean(&format!("{long}y"), [meant.as_str()]), None);
         assert_eq!(did_you_mean(&long, [meant.as_str()]), Some(meant.as_str()));
         assert_eq!(did_you_mean("step_one", [long.as_str()]), None);
+    }
+
+    /// A spent budget measures nothing more: only a name cut short is
+    /// still suggested.
+    #[test]
+    fn a_spent_budget_suggests_by_prefix_only() {
+        let budget = Cell::new(8 * 7);
+        let names = ["summary", "category"];
+        assert_eq!(
+            did_you_mean_within("sumary", names, &budget),
+            Some("summary")
+        );
+        assert_eq!(budget.get(), 8 * 7 - 6 * 7);
+        assert_eq!(did_you_mean_within("categroy", names, &budget), None);
+        assert_eq!(
+            did_you_mean_within("categ", names, &budget),
+            Some("category")
+        );
     }
 
     #[test]

@@ -126,7 +126,7 @@ impl<'e, 'd> Checker<'e, 'd> {
             format!("\"{text}\" is not a variant: {prefix} {}", shown.join(", ")),
         )
         .label("not a variant");
-        if let Some(best) = did_you_mean(text, variants.iter().map(String::as_str)) {
+        if let Some(best) = self.suggest(text, variants.iter().map(String::as_str)) {
             diagnostic = diagnostic
                 .hint(format!("did you mean \"{best}\"?"))
                 .fix(format!("\"{best}\""));

@@ -13,6 +13,7 @@
 //! destination (`destinations`); this file holds the step table and the
 //! walk over statements.
 
+use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -380,6 +381,9 @@ struct Checker<'e, 'd> {
     /// that a reference has read, by the record's address
     /// (`Checker::field_of`).
     wide_records: HashMap<usize, WideRecord>,
+    /// What is left of this workflow's budget for "did you mean"
+    /// (`suggest::SUGGESTION_CELLS`).
+    suggestions: Cell<usize>,
 }
 
 /// A record with more fields than this is read through an index.
@@ -487,7 +491,18 @@ impl<'e, 'd> Checker<'e, 'd> {
             in_template: false,
             destination: None,
             wide_records: HashMap::new(),
+            suggestions: Cell::new(crate::suggest::SUGGESTION_CELLS),
         }
+    }
+
+    /// The candidate `name` likely misspells, within this workflow's budget
+    /// for suggestions.
+    fn suggest<'c>(
+        &self,
+        name: &str,
+        candidates: impl IntoIterator<Item = &'c str>,
+    ) -> Option<&'c str> {
+        crate::suggest::did_you_mean_within(name, candidates, &self.suggestions)
     }
 
     fn push(&mut self, diagnostic: Diagnostic) {

@@ -155,7 +155,7 @@ impl<'e, 'd> Checker<'e, 'd> {
             if self.loops.is_empty() {
                 diagnostic = diagnostic.hint("`loop.<id>` refers to an enclosing `for ... as id` loop, and there is none here");
             } else {
-                if let Some(best) = did_you_mean(&id.text, names.clone()) {
+                if let Some(best) = self.suggest(&id.text, names.clone()) {
                     diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
                 }
                 diagnostic = diagnostic.hint(format!(
@@ -238,7 +238,7 @@ impl<'e, 'd> Checker<'e, 'd> {
                 format!("unknown step `{}`", id.text),
             )
             .label("no step has this id");
-            if let Some(best) = did_you_mean(&id.text, all) {
+            if let Some(best) = self.suggest(&id.text, all) {
                 diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
             }
             diagnostic = if ran.is_empty() {
@@ -522,7 +522,7 @@ impl<'e, 'd> Checker<'e, 'd> {
                                 format!("{} has no field `{}`", describe(previous), name.text),
                             )
                             .label("unknown field");
-                            if let Some(best) = did_you_mean(&name.text, names.clone()) {
+                            if let Some(best) = self.suggest(&name.text, names.clone()) {
                                 diagnostic =
                                     diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
                             }

@@ -37,7 +37,7 @@ impl<'e, 'd> Checker<'e, 'd> {
                         format!("unknown recipe `{}`", recipe.text),
                     )
                     .label("no recipe by this name");
-                    if let Some(best) = did_you_mean(&recipe.text, names.clone()) {
+                    if let Some(best) = self.suggest(&recipe.text, names.clone()) {
                         diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
                     }
                     diagnostic = if self.env.recipes.is_empty() {
@@ -80,7 +80,7 @@ impl<'e, 'd> Checker<'e, 'd> {
                         format!("unknown MCP server `{}`", server.text),
                     )
                     .label("no `mcp` declaration by this name");
-                    if let Some(best) = did_you_mean(&server.text, names.clone()) {
+                    if let Some(best) = self.suggest(&server.text, names.clone()) {
                         diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
                     }
                     diagnostic = if self.env.mcp_servers.is_empty() {
@@ -334,7 +334,7 @@ impl<'e, 'd> Checker<'e, 'd> {
                 format!("MCP server `{}` has no tool `{}`", server.text, tool.text),
             )
             .label("no such tool in flow.lock");
-            if let Some(best) = did_you_mean(&tool.text, names.clone()) {
+            if let Some(best) = self.suggest(&tool.text, names.clone()) {
                 diagnostic = diagnostic.hint(format!("did you mean `{best}`?"));
             }
             diagnostic = if locked.tools.is_empty() {
@@ -404,7 +404,7 @@ impl<'e, 'd> Checker<'e, 'd> {
                     )
                     .label("unknown input");
                     if let Some(best) =
-                        did_you_mean(name, names.clone().filter(|n| !seen.contains(n)))
+                        self.suggest(name, names.clone().filter(|n| !seen.contains(n)))
                     {
                         diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
                         suggested.push(best);
