@@ -28,8 +28,10 @@ pub const SUGGESTION_CELLS: usize = 50_000_000;
 /// [`did_you_mean`] that measures at most `budget` cells of edit distance
 /// and takes what it measures from it. A check shares one budget among its
 /// suggestions, so that thousands of misspelt names among thousands of
-/// candidates take a bounded time; past it, a name is suggested only as
-/// the other cut short.
+/// candidates take a bounded time. A call measures all its candidates or
+/// none (then a name is suggested only as the other cut short): measuring
+/// some would suggest a farther name for want of the nearest, and which,
+/// by the order of a hash map's keys.
 pub fn did_you_mean_within<'c>(
     name: &str,
     candidates: impl IntoIterator<Item = &'c str>,
@@ -38,22 +40,34 @@ pub fn did_you_mean_within<'c>(
     use flow_plan::limits::MAX_NAME_BYTES;
     let length = name.chars().count();
     let limit = (length / 3).max(1);
-    candidates
+    let candidates: Vec<(&str, usize)> = candidates
         .into_iter()
         .filter(|candidate| *candidate != name)
-        .filter_map(|candidate| {
+        .map(|candidate| (candidate, candidate.chars().count()))
+        .collect();
+    let measurable = |candidate: &str, candidate_length: usize| {
+        name.len() <= MAX_NAME_BYTES
+            && candidate.len() <= MAX_NAME_BYTES
+            && candidate_length.abs_diff(length) <= limit
+    };
+    let cells = candidates
+        .iter()
+        .filter(|(candidate, candidate_length)| measurable(candidate, *candidate_length))
+        .fold(0usize, |cells, (_, candidate_length)| {
+            cells.saturating_add(length.saturating_mul(*candidate_length))
+        });
+    let measure = cells <= budget.get();
+    if measure {
+        budget.set(budget.get() - cells);
+    }
+    candidates
+        .into_iter()
+        .filter_map(|(candidate, candidate_length)| {
             // A name cut short (`ticket` for `ticket_id`) is a likely mistake
             // too, however many characters are missing.
             let truncated =
                 name.len() >= 3 && (candidate.starts_with(name) || name.starts_with(candidate));
-            let candidate_length = candidate.chars().count();
-            let cells = length.saturating_mul(candidate_length);
-            let measured = name.len() <= MAX_NAME_BYTES
-                && candidate.len() <= MAX_NAME_BYTES
-                && candidate_length.abs_diff(length) <= limit
-                && cells <= budget.get();
-            let distance = if measured {
-                budget.set(budget.get() - cells);
+            let distance = if measure && measurable(candidate, candidate_length) {
                 strsim::damerau_levenshtein(name, candidate)
             } else if truncated {
                 // One is the other cut short: the distance is what is cut.
@@ -121,17 +135,20 @@ mod tests {
         assert_eq!(did_you_mean("step_one", [long.as_str()]), None);
     }
 
-    /// A spent budget measures nothing more: only a name cut short is
-    /// still suggested.
+    /// A call measures all its candidates or none; a spent budget measures
+    /// nothing more, and only a name cut short is still suggested.
     #[test]
     fn a_spent_budget_suggests_by_prefix_only() {
-        let budget = Cell::new(8 * 7);
         let names = ["summary", "category"];
+        // 6 x 7 cells for `summary`, 6 x 8 for `category`.
+        let budget = Cell::new(6 * 7 + 6 * 8 - 1);
+        assert_eq!(did_you_mean_within("sumary", names, &budget), None);
+        let budget = Cell::new(6 * 7 + 6 * 8);
         assert_eq!(
             did_you_mean_within("sumary", names, &budget),
             Some("summary")
         );
-        assert_eq!(budget.get(), 8 * 7 - 6 * 7);
+        assert_eq!(budget.get(), 0);
         assert_eq!(did_you_mean_within("categroy", names, &budget), None);
         assert_eq!(
             did_you_mean_within("categ", names, &budget),
