@@ -12,6 +12,7 @@ use miette::{
 use serde::Serialize;
 
 use flow_compiler::Severity;
+use flow_compiler::diagnostic::LineIndex;
 
 use crate::report::{Report, Reports, clamp_span};
 
@@ -116,6 +117,8 @@ struct View {
 struct Excerpt {
     name: String,
     text: Arc<str>,
+    /// Where the lines of `text` start.
+    lines: Arc<LineIndex>,
     /// The file's line (from 0) that the excerpt's first line is.
     first_line: usize,
     /// Where the label's line is cut: the columns it leaves out.
@@ -147,11 +150,45 @@ impl SourceCode for Excerpt {
         before: usize,
         after: usize,
     ) -> Result<Box<dyn SpanContents<'a> + 'a>, MietteError> {
-        let contents = self.text.read_span(span, before, after)?;
+        // miette finds the lines of a span by scanning its source from the
+        // start: it is handed only the lines around the span, whose first
+        // line is found through the index (5,000 reports in a 1 MB file took
+        // 12 s to print).
+        let text: &str = &self.text;
+        let boundary = |mut at: usize| {
+            at = at.min(text.len());
+            while !text.is_char_boundary(at) {
+                at += 1;
+            }
+            at
+        };
+        let start = boundary(span.offset());
+        let end = boundary(span.offset() + span.len()).max(start);
+        let mut from = text[..start].rfind('\n').map_or(0, |at| at + 1);
+        for _ in 0..before {
+            if from == 0 {
+                break;
+            }
+            from = text[..from - 1].rfind('\n').map_or(0, |at| at + 1);
+        }
+        let mut to = end;
+        for _ in 0..after + 2 {
+            match text[to..].find('\n') {
+                Some(at) => to += at + 1,
+                None => {
+                    to = text.len();
+                    break;
+                }
+            }
+        }
+        let window = &text[from..to];
+        let contents = window.read_span(&(start - from, end - start).into(), before, after)?;
+        let (first, _) = self.lines.line_col(text, from as u32);
+        let line = contents.line() + first - 1;
         // miette titles a snippet with where it starts, in bytes of its
         // line: on a cut line, the file's column.
         let column = match &self.columns {
-            Some(cut) if contents.line() == cut.line && contents.column() >= cut.added => {
+            Some(cut) if line == cut.line && contents.column() >= cut.added => {
                 contents.column() - cut.added + cut.left_out
             }
             _ => contents.column(),
@@ -159,10 +196,12 @@ impl SourceCode for Excerpt {
         Ok(Box::new(MietteSpanContents::new_named(
             self.name.clone(),
             contents.data(),
-            *contents.span(),
-            contents.line() + self.first_line,
+            (contents.span().offset() + from, contents.span().len()).into(),
+            line + self.first_line,
             column,
-            contents.line_count(),
+            // Counted from the start of the source, as miette counts it
+            // (it joins two snippets that this reaches).
+            contents.line_count() + first - 1 + self.first_line,
         )))
     }
 }
@@ -250,6 +289,7 @@ fn excerpt(path: &str, text: &str, start: usize, end: usize) -> (Excerpt, (usize
     let line = text[..line_start].matches('\n').count();
     let excerpt = Excerpt {
         name: path.to_string(),
+        lines: Arc::new(LineIndex::new(&shown)),
         text: shown.into(),
         first_line: line - usize::from(before.is_some()),
         columns: Some(Columns {
@@ -311,6 +351,7 @@ impl View {
             Excerpt {
                 name: source.path.clone(),
                 text: Arc::clone(text),
+                lines: Arc::clone(&source.lines),
                 first_line: 0,
                 columns: None,
             }

@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use flow_compiler::codes::Code;
-use flow_compiler::diagnostic::line_col;
+use flow_compiler::diagnostic::LineIndex;
 use flow_compiler::{Checked, Severity, Span};
 
 /// One distinct source file.
@@ -17,6 +17,9 @@ use flow_compiler::{Checked, Severity, Span};
 pub(crate) struct Source {
     pub(crate) path: String,
     pub(crate) text: Arc<str>,
+    /// Where its lines start, so that each position is found without
+    /// scanning the file from its start (thousands of reports in one file).
+    pub(crate) lines: Arc<LineIndex>,
 }
 
 /// A label resolved to an index into `Reports::sources`.
@@ -124,7 +127,8 @@ impl Reports {
 
     /// The 1-based line and column of a byte offset in a file.
     pub(crate) fn position(&self, file: usize, offset: u32) -> Position {
-        let (line, column) = line_col(&self.sources[file].text, offset);
+        let source = &self.sources[file];
+        let (line, column) = source.lines.line_col(&source.text, offset);
         Position { line, column }
     }
 
@@ -153,6 +157,7 @@ impl Reports {
         self.sources.push(Source {
             path: shown,
             text: Arc::from(text),
+            lines: Arc::new(LineIndex::new(text)),
         });
         self.by_key.insert(key, index);
         index
