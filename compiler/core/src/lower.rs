@@ -611,10 +611,10 @@ impl<'a> Lowerer<'a> {
     }
 
     /// The position of the workflow's input field `name`: through an index
-    /// for an input of more than 32 fields, as the checker reads them.
+    /// for an input wider than `INDEXED_FIELDS`, as the checker reads them.
     fn input_field(&self, name: &str) -> Option<usize> {
         let input: &'a [(String, Ty)] = &self.info.input;
-        if input.len() <= 32 {
+        if input.len() <= crate::check::INDEXED_FIELDS {
             return input.iter().position(|(n, _)| n == name);
         }
         let index = self.input_index.get_or_init(|| {

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 pub(crate) use env::BUILTIN_TYPES;
 pub use env::{Env, McpInfo, RecipeInfo};
 pub use test_blocks::{STATUSES, TestInfo};
+pub(crate) use types::INDEXED_FIELDS;
 pub use types::Ty;
 pub use workflow::{Container, LoopInfo, McpTool, StepInfo, StepKind, StepTable, WorkflowInfo};
 pub(crate) use workflow::{DEFAULT_ATTEMPTS, DEFAULT_STEP_TIMEOUT_MS};

@@ -10,6 +10,10 @@ use serde_json::{Value, json};
 /// fields goes through a set rather than nested scans.
 const SCAN_MOST: usize = 1_024;
 
+/// A record with more fields than this is read through an index of them
+/// (`Checker::field_of`, the lowerer's wide input), not a scan.
+pub(crate) const INDEXED_FIELDS: usize = 32;
+
 /// A resolved type. Aliases are gone; records keep their field order.
 ///
 /// Compound types share their parts through `Arc`: a recipe's output type is

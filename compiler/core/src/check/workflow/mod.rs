@@ -377,7 +377,7 @@ struct Checker<'e, 'd> {
     in_template: bool,
     /// Set while a destination is checked: what its references may read.
     destination: Option<DestinationScope>,
-    /// An index of the fields of each record wider than [`INDEXED_FIELDS`]
+    /// An index of the fields of each record wider than `INDEXED_FIELDS`
     /// that a reference has read, by the record's address
     /// (`Checker::field_of`).
     wide_records: HashMap<usize, WideRecord>,
@@ -385,9 +385,6 @@ struct Checker<'e, 'd> {
     /// (`suggest::SUGGESTION_CELLS`).
     suggestions: Cell<usize>,
 }
-
-/// A record with more fields than this is read through an index.
-const INDEXED_FIELDS: usize = 32;
 
 /// A wide record, and the position of each of its fields by name.
 type WideRecord = (Arc<[(String, Ty)]>, HashMap<String, usize>);

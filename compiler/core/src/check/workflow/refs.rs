@@ -433,7 +433,7 @@ impl<'e, 'd> Checker<'e, 'd> {
     /// index made once for it: scanning it for each reference made a
     /// workflow of 50,000 input fields, each read once, take 7 s to check.
     fn field_of(&mut self, fields: &Arc<[(String, Ty)]>, name: &str) -> Option<Ty> {
-        if fields.len() <= INDEXED_FIELDS {
+        if fields.len() <= crate::check::INDEXED_FIELDS {
             return fields
                 .iter()
                 .find(|(n, _)| n == name)
