@@ -8,6 +8,8 @@
 //! identity under which the runtime pools its connections, so a lock taken
 //! for one declaration says nothing about a changed one.
 
+use std::collections::HashSet;
+
 use flow_plan::McpTransport;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -93,7 +95,9 @@ fn transport_key(transport: &McpTransport) -> String {
 /// a near miss of a listed property that is not given (`mesage` for
 /// `message`): that is a misspelling, reported as such.
 pub(crate) fn tool_params(schema: &Value, given: &[&str]) -> Vec<(String, Ty)> {
-    let required: Vec<&str> = schema["required"]
+    // Sets, not lists: a tool of thousands of properties called with
+    // thousands of arguments compared each with each.
+    let required: HashSet<&str> = schema["required"]
         .as_array()
         .map(|names| names.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
@@ -115,19 +119,27 @@ pub(crate) fn tool_params(schema: &Value, given: &[&str]) -> Vec<(String, Ty)> {
         })
         .unwrap_or_default();
     if schema["additionalProperties"] != Value::Bool(false) {
-        let listed: Vec<String> = params.iter().map(|(name, _)| name.clone()).collect();
+        let listed: HashSet<String> = params.iter().map(|(name, _)| name.clone()).collect();
+        let given_set: HashSet<&str> = given.iter().copied().collect();
         let not_given = || {
-            listed
+            params
                 .iter()
-                .map(String::as_str)
-                .filter(|n| !given.contains(n))
+                .map(|(name, _)| name.as_str())
+                .filter(|n| !given_set.contains(n))
         };
+        let suggestions = crate::suggest::Budget::default();
+        let mut accepted = Vec::new();
         for name in given {
-            let misspelt = crate::suggest::did_you_mean(name, not_given()).is_some();
-            if !listed.iter().any(|known| known == name) && !misspelt {
-                params.push((name.to_string(), Ty::Json.optional()));
+            if listed.contains(*name) {
+                continue;
+            }
+            let misspelt =
+                crate::suggest::did_you_mean_within(name, not_given(), &suggestions).is_some();
+            if !misspelt {
+                accepted.push((name.to_string(), Ty::Json.optional()));
             }
         }
+        params.extend(accepted);
     }
     params
 }

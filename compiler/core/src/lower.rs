@@ -460,6 +460,11 @@ fn is_optional(path: &ast::Path) -> bool {
 
 /// A recipe prompt: its references are `input.<field>` only.
 fn recipe_template(lit: &ast::StringLit, input_fields: &[String]) -> plan::Template {
+    let index = crate::check::index_if_wide(input_fields.iter().map(String::as_str));
+    let position = |field: &str| match &index {
+        Some(index) => index.get(field).copied(),
+        None => input_fields.iter().position(|f| f == field),
+    };
     let parts = lit
         .template
         .parts
@@ -471,7 +476,7 @@ fn recipe_template(lit: &ast::StringLit, input_fields: &[String]) -> plan::Templ
                     Some((Segment::Field { name, .. }, rest)) => (name.text.as_str(), rest),
                     _ => ("", &path.segments[..]),
                 };
-                let index = input_fields.iter().position(|f| f == field).unwrap_or(0) as u32;
+                let index = position(field).unwrap_or(0) as u32;
                 plan::TemplatePart::Ref(plan::Ref {
                     root: plan::Root::RecipeInput(index),
                     path: segments(rest),
@@ -489,7 +494,7 @@ struct Lowerer<'a> {
     lines: &'a OnceCell<LineIndex>,
     /// The position of each input field by name, made for a wide input
     /// (`Lowerer::input_field`).
-    input_index: OnceCell<HashMap<&'a str, usize>>,
+    input_index: OnceCell<Option<HashMap<&'a str, usize>>>,
     recipe_index: &'a HashMap<&'a str, u32>,
     server_index: &'a HashMap<&'a str, u32>,
     /// Enclosing loop ids, outermost first; the index is the loop's level.
@@ -614,17 +619,13 @@ impl<'a> Lowerer<'a> {
     /// for an input wider than `INDEXED_FIELDS`, as the checker reads them.
     fn input_field(&self, name: &str) -> Option<usize> {
         let input: &'a [(String, Ty)] = &self.info.input;
-        if input.len() <= crate::check::INDEXED_FIELDS {
-            return input.iter().position(|(n, _)| n == name);
+        let index = self
+            .input_index
+            .get_or_init(|| crate::check::index_if_wide(input.iter().map(|(n, _)| n.as_str())));
+        match index {
+            Some(index) => index.get(name).copied(),
+            None => input.iter().position(|(n, _)| n == name),
         }
-        let index = self.input_index.get_or_init(|| {
-            let mut index = HashMap::with_capacity(input.len());
-            for (at, (field, _)) in input.iter().enumerate() {
-                index.entry(field.as_str()).or_insert(at);
-            }
-            index
-        });
-        index.get(name).copied()
     }
 
     fn slot(&self, id: &str) -> u32 {

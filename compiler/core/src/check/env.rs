@@ -2,13 +2,14 @@
 //! and its imports, with their types resolved.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use crate::check::LoadedFile;
-use crate::check::types::{SchemaPast, Ty};
+use crate::check::types::{SchemaPast, Ty, WideRecords};
 use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, FileId, Span};
 use crate::lock::LockedServer;
-use crate::suggest::{candidates_list, did_you_mean};
+use crate::suggest::{Budget, did_you_mean_within, hint_listing};
 use crate::syntax::ast::{
     Expr, ExprKind, FieldDecl, Item, McpServer, Recipe, StringLit, TemplatePart, TypeDecl,
     TypeExpr, TypeExprKind,
@@ -40,6 +41,9 @@ pub struct Env {
     pub recipes: HashMap<String, RecipeInfo>,
     pub mcp_servers: HashMap<String, McpInfo>,
     pub types: HashMap<String, Ty>,
+    /// What the declarations' and the tests' suggestions may still spend
+    /// (each workflow's steps have a budget of their own).
+    pub(crate) suggestions: Budget,
 }
 
 impl Env {
@@ -157,6 +161,7 @@ pub(crate) fn build(files: &[LoadedFile], diagnostics: &mut Vec<Diagnostic>) -> 
         resolved: HashMap::new(),
         refused: HashSet::new(),
         diagnostics,
+        suggestions: &env.suggestions,
     };
     let mut names: Vec<&String> = aliases.keys().collect();
     names.sort();
@@ -359,7 +364,7 @@ fn check_recipe(
         None => Ty::Any,
     };
     if let Some(prompt) = &recipe.prompt {
-        check_prompt(prompt, &input, recipe, file, diagnostics);
+        check_prompt(prompt, &input, recipe, file, &env.suggestions, diagnostics);
     }
     RecipeInfo {
         file,
@@ -375,9 +380,11 @@ fn check_prompt(
     input: &[(String, Ty)],
     recipe: &Recipe,
     file: FileId,
+    suggestions: &Budget,
     diagnostics: &mut Vec<Diagnostic>,
 ) {
-    let input_ty = Ty::record(input.to_vec());
+    let input_fields: Arc<[(String, Ty)]> = input.into();
+    let mut wide_records = WideRecords::default();
     for part in &prompt.template.parts {
         let TemplatePart::Ref(path) = part else {
             continue;
@@ -415,7 +422,7 @@ fn check_prompt(
             );
             continue;
         };
-        let Some(mut ty) = input_ty.field(&name.text).cloned() else {
+        let Some(mut ty) = wide_records.field_of(&input_fields, &name.text) else {
             let names = input.iter().map(|(n, _)| n.as_str());
             let mut diagnostic = Diagnostic::new(
                 Code::PromptUnknownInput,
@@ -424,13 +431,13 @@ fn check_prompt(
                 format!("recipe `{}` has no input `{}`", recipe.name.text, name.text),
             )
             .label("not a declared input");
-            if let Some(best) = did_you_mean(&name.text, names.clone()) {
+            if let Some(best) = did_you_mean_within(&name.text, names.clone(), suggestions) {
                 diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
             }
             diagnostic = if input.is_empty() {
                 diagnostic.hint("the recipe declares no inputs; add `input { ... }`")
             } else {
-                diagnostic.hint(format!("the inputs are {}", candidates_list(names)))
+                hint_listing(diagnostic, "the inputs are", names, suggestions)
             };
             if let Some(decl) = &recipe.input {
                 diagnostic = diagnostic.secondary(file, decl.span, "inputs declared here");
@@ -445,8 +452,8 @@ fn check_prompt(
                     let inner = ty.required().clone();
                     match inner {
                         Ty::Json | Ty::Any => break,
-                        Ty::Record(_) => match inner.field(&name.text) {
-                            Some(field) => ty = field.clone(),
+                        Ty::Record(ref fields) => match wide_records.field_of(fields, &name.text) {
+                            Some(field) => ty = field,
                             None => {
                                 diagnostics.push(
                                     Diagnostic::new(
@@ -569,8 +576,19 @@ pub(crate) fn resolve(
         file,
         diagnostics,
         &mut |name| env.types.get(name).cloned(),
-        &|| env.types.keys().cloned().collect(),
+        &InScope {
+            names: &|| env.types.keys().map(String::as_str).collect(),
+            budget: &env.suggestions,
+        },
     )
+}
+
+/// The type names an unknown type's diagnostic suggests from and lists.
+/// They are collected for each unknown type, while `budget` pays for it:
+/// thousands of misspelt types among thousands of aliases took minutes.
+struct InScope<'n> {
+    names: &'n dyn Fn() -> Vec<&'n str>,
+    budget: &'n Budget,
 }
 
 fn resolve_with(
@@ -578,7 +596,7 @@ fn resolve_with(
     file: FileId,
     diagnostics: &mut Vec<Diagnostic>,
     lookup: &mut dyn FnMut(&str) -> Option<Ty>,
-    names: &dyn Fn() -> Vec<String>,
+    scope: &InScope<'_>,
 ) -> Ty {
     match &ty.kind {
         TypeExprKind::Named(name) => match name.text.as_str() {
@@ -590,11 +608,14 @@ fn resolve_with(
             other => match lookup(other) {
                 Some(ty) => ty,
                 None => {
-                    let known = names();
-                    let candidates = BUILTIN_TYPES
-                        .iter()
-                        .copied()
-                        .chain(known.iter().map(String::as_str));
+                    // Listing the names costs their number: not done once
+                    // the budget is spent.
+                    let known = if scope.budget.left() > 0 {
+                        (scope.names)()
+                    } else {
+                        Vec::new()
+                    };
+                    let candidates = BUILTIN_TYPES.iter().copied().chain(known);
                     let mut diagnostic = Diagnostic::new(
                         Code::UnknownType,
                         file,
@@ -618,28 +639,32 @@ fn resolve_with(
                         diagnostic = diagnostic
                             .hint(format!("flow calls it `{meant}`"))
                             .fix(meant);
-                    } else if let Some(best) = did_you_mean(other, candidates.clone()) {
+                    } else if let Some(best) =
+                        did_you_mean_within(other, candidates.clone(), scope.budget)
+                    {
                         diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
                     }
-                    diagnostic = diagnostic.hint(format!(
-                        "the types in scope are {}",
-                        candidates_list(candidates)
-                    ));
+                    diagnostic = hint_listing(
+                        diagnostic,
+                        "the types in scope are",
+                        candidates,
+                        scope.budget,
+                    );
                     diagnostics.push(diagnostic);
                     Ty::Any
                 }
             },
         },
-        TypeExprKind::List(item) => Ty::list(resolve_with(item, file, diagnostics, lookup, names)),
+        TypeExprKind::List(item) => Ty::list(resolve_with(item, file, diagnostics, lookup, scope)),
         TypeExprKind::Record(fields) => Ty::record(record_fields(
             fields,
             file,
             diagnostics,
-            &mut |ty, diagnostics| resolve_with(ty, file, diagnostics, lookup, names),
+            &mut |ty, diagnostics| resolve_with(ty, file, diagnostics, lookup, scope),
         )),
         TypeExprKind::Literal(text) => Ty::enumeration(vec![text.clone()]),
         TypeExprKind::Optional(inner) => {
-            resolve_with(inner, file, diagnostics, lookup, names).optional()
+            resolve_with(inner, file, diagnostics, lookup, scope).optional()
         }
         TypeExprKind::Union(alternatives) => {
             let mut variants: Vec<String> = Vec::new();
@@ -648,7 +673,7 @@ fn resolve_with(
             let mut seen: HashSet<String> = HashSet::new();
             let mut optional = false;
             for alternative in alternatives {
-                let ty = resolve_with(alternative, file, diagnostics, lookup, names);
+                let ty = resolve_with(alternative, file, diagnostics, lookup, scope);
                 optional |= ty.is_optional();
                 match ty.required() {
                     Ty::Enum(vs) => {
@@ -682,6 +707,7 @@ struct Resolver<'a, 'd> {
     /// `any`, and only the first is reported.
     refused: HashSet<String>,
     diagnostics: &'d mut Vec<Diagnostic>,
+    suggestions: &'a Budget,
 }
 
 impl Resolver<'_, '_> {
@@ -752,10 +778,9 @@ impl Resolver<'_, '_> {
             file,
             self.diagnostics,
             &mut |n| resolved.get(n).cloned(),
-            &|| {
-                let mut names: Vec<String> = aliases.keys().cloned().collect();
-                names.sort();
-                names
+            &InScope {
+                names: &|| aliases.keys().map(String::as_str).collect(),
+                budget: self.suggestions,
             },
         );
         // An alias found in a cycle is `any` already, and reported: what it

@@ -10,7 +10,7 @@ use crate::check::workflow::{
 };
 use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, FileId, Span};
-use crate::suggest::{candidates_list, did_you_mean};
+use crate::suggest::{candidates_list, did_you_mean, did_you_mean_within, hint_listing};
 use crate::syntax::ast::*;
 
 /// The statuses a run can end an invocation in, as `expect status` names them.
@@ -63,14 +63,18 @@ pub(crate) fn check_test(
             format!("unknown workflow `{}`", name.text),
         )
         .label("no workflow has this name");
-        if let Some(best) = did_you_mean(&name.text, names.clone()) {
+        if let Some(best) = did_you_mean_within(&name.text, names.clone(), &env.suggestions) {
             diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
         } else if workflows.is_empty() {
             diagnostic = diagnostic
                 .hint("a test runs a workflow of its file or of a file it imports (`import \"workflow.flow\"`)");
         } else {
-            diagnostic =
-                diagnostic.hint(format!("the workflows here are {}", candidates_list(names)));
+            diagnostic = hint_listing(
+                diagnostic,
+                "the workflows here are",
+                names,
+                &env.suggestions,
+            );
         }
         diagnostics.push(diagnostic);
         return info;
@@ -210,9 +214,11 @@ impl<'a> TestChecker<'a> {
                         format!("unknown recipe `{}`", name.text),
                     )
                     .label("no recipe has this name");
-                    if let Some(best) =
-                        did_you_mean(&name.text, self.env.recipes.keys().map(String::as_str))
-                    {
+                    if let Some(best) = did_you_mean_within(
+                        &name.text,
+                        self.env.recipes.keys().map(String::as_str),
+                        &self.env.suggestions,
+                    ) {
                         diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
                     }
                     self.diagnostics.push(diagnostic);
@@ -305,11 +311,17 @@ impl<'a> TestChecker<'a> {
                         format!("step `{}` has no argument `{}`", name.text, field.name.text),
                     )
                     .label("not an argument of the step");
-                    if let Some(best) = did_you_mean(&field.name.text, names.clone()) {
+                    if let Some(best) =
+                        did_you_mean_within(&field.name.text, names.clone(), &self.env.suggestions)
+                    {
                         diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
                     } else {
-                        diagnostic = diagnostic
-                            .hint(format!("its arguments are {}", candidates_list(names)));
+                        diagnostic = hint_listing(
+                            diagnostic,
+                            "its arguments are",
+                            names,
+                            &self.env.suggestions,
+                        );
                     }
                     self.diagnostics.push(diagnostic);
                 }
@@ -496,12 +508,12 @@ impl<'a> TestChecker<'a> {
             format!("workflow `{}` has no step `{}`", workflow.name, name.text),
         )
         .label("no step has this id");
-        if let Some(best) = did_you_mean(&name.text, ids.clone()) {
+        if let Some(best) = did_you_mean_within(&name.text, ids.clone(), &self.env.suggestions) {
             diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
         } else if workflow.steps.is_empty() {
             diagnostic = diagnostic.hint("the workflow has no steps");
         } else {
-            diagnostic = diagnostic.hint(format!("its steps are {}", candidates_list(ids)));
+            diagnostic = hint_listing(diagnostic, "its steps are", ids, &self.env.suggestions);
         }
         self.diagnostics.push(diagnostic);
         None

@@ -13,15 +13,13 @@
 //! destination (`destinations`); this file holds the step table and the
 //! walk over statements.
 
-use std::cell::Cell;
-use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::collections::HashSet;
 
 use crate::check::env::{Env, McpInfo, fields_within_schema_bounds, require_plain, resolve_fields};
-use crate::check::types::Ty;
+use crate::check::types::{Ty, WideRecords, index_if_wide};
 use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, Edit, FileId, Span};
-use crate::suggest::{candidates_list, did_you_mean};
+use crate::suggest::{Budget, candidates_list, did_you_mean};
 use crate::syntax::ROOTS;
 use crate::syntax::ast::*;
 
@@ -377,17 +375,13 @@ struct Checker<'e, 'd> {
     in_template: bool,
     /// Set while a destination is checked: what its references may read.
     destination: Option<DestinationScope>,
-    /// An index of the fields of each record wider than `INDEXED_FIELDS`
-    /// that a reference has read, by the record's address
-    /// (`Checker::field_of`).
-    wide_records: HashMap<usize, WideRecord>,
-    /// What is left of this workflow's budget for "did you mean"
-    /// (`suggest::SUGGESTION_CELLS`).
-    suggestions: Cell<usize>,
+    /// The wide records a reference has read, each with an index of its
+    /// fields.
+    wide_records: WideRecords,
+    /// What is left of this workflow's budget for "did you mean" and the
+    /// lists of names in hints (`suggest::SUGGESTION_CELLS`).
+    suggestions: Budget,
 }
-
-/// A wide record, and the position of each of its fields by name.
-type WideRecord = (Arc<[(String, Ty)]>, HashMap<String, usize>);
 
 /// What a destination's templates and content may read: the run's input,
 /// and its output when every event it is delivered on is `completed` (a
@@ -487,8 +481,8 @@ impl<'e, 'd> Checker<'e, 'd> {
             input: Ty::record(Vec::new()),
             in_template: false,
             destination: None,
-            wide_records: HashMap::new(),
-            suggestions: Cell::new(crate::suggest::SUGGESTION_CELLS),
+            wide_records: WideRecords::default(),
+            suggestions: Budget::default(),
         }
     }
 
@@ -500,6 +494,17 @@ impl<'e, 'd> Checker<'e, 'd> {
         candidates: impl IntoIterator<Item = &'c str>,
     ) -> Option<&'c str> {
         crate::suggest::did_you_mean_within(name, candidates, &self.suggestions)
+    }
+
+    /// `diagnostic` with the hint `{lead} `a`, `b` (and N more)`, within
+    /// this workflow's budget for suggestions.
+    fn listing<'c>(
+        &self,
+        diagnostic: Diagnostic,
+        lead: &str,
+        candidates: impl IntoIterator<Item = &'c str>,
+    ) -> Diagnostic {
+        crate::suggest::hint_listing(diagnostic, lead, candidates, &self.suggestions)
     }
 
     fn push(&mut self, diagnostic: Diagnostic) {

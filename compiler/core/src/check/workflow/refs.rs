@@ -158,10 +158,7 @@ impl<'e, 'd> Checker<'e, 'd> {
                 if let Some(best) = self.suggest(&id.text, names.clone()) {
                     diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
                 }
-                diagnostic = diagnostic.hint(format!(
-                    "the enclosing loops are {}",
-                    candidates_list(names)
-                ));
+                diagnostic = self.listing(diagnostic, "the enclosing loops are", names);
             }
             self.push(diagnostic);
             return Ty::Any;
@@ -218,12 +215,12 @@ impl<'e, 'd> Checker<'e, 'd> {
         }
         let use_at = path.span().start;
         let Some((index, _)) = self.steps.get(&id.text) else {
-            let ran: Vec<&str> = self
+            // Walked only while the budget for suggestions pays for it.
+            let ran = self
                 .steps
                 .iter()
                 .filter(|s| not_run(s, &self.containers, use_at).is_none())
-                .map(|s| s.id.as_str())
-                .collect();
+                .map(|s| s.id.as_str());
             // The step being written, or a loop around the use, is never
             // what a reference meant.
             let all = self
@@ -241,13 +238,14 @@ impl<'e, 'd> Checker<'e, 'd> {
             if let Some(best) = self.suggest(&id.text, all) {
                 diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
             }
-            diagnostic = if ran.is_empty() {
-                diagnostic.hint("no step has run at this point")
-            } else {
-                diagnostic.hint(format!(
-                    "the steps that have run here are {}",
-                    candidates_list(ran)
-                ))
+            // Each step is looked at, whether it has run or not.
+            let listed = (self.suggestions.spend(self.steps.len()))
+                .then(|| crate::suggest::candidates_list_within(ran, &self.suggestions))
+                .flatten();
+            diagnostic = match listed {
+                Some(list) if list.is_empty() => diagnostic.hint("no step has run at this point"),
+                Some(list) => diagnostic.hint(format!("the steps that have run here are {list}")),
+                None => diagnostic,
             };
             self.push(diagnostic);
             return Ty::Any;
@@ -428,30 +426,6 @@ impl<'e, 'd> Checker<'e, 'd> {
         )
     }
 
-    /// The type of the field `name` of a record of `fields`. A wide record
-    /// (a generated input of thousands of fields) is looked up through an
-    /// index made once for it: scanning it for each reference made a
-    /// workflow of 50,000 input fields, each read once, take 7 s to check.
-    fn field_of(&mut self, fields: &Arc<[(String, Ty)]>, name: &str) -> Option<Ty> {
-        if fields.len() <= crate::check::INDEXED_FIELDS {
-            return fields
-                .iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, ty)| ty.clone());
-        }
-        let key = Arc::as_ptr(fields) as *const () as usize;
-        // The record is kept with its index, so that its address is not
-        // another record's while the index is.
-        let (_, index) = self.wide_records.entry(key).or_insert_with(|| {
-            let mut index = HashMap::with_capacity(fields.len());
-            for (at, (field, _)) in fields.iter().enumerate() {
-                index.entry(field.clone()).or_insert(at);
-            }
-            (Arc::clone(fields), index)
-        });
-        index.get(name).map(|&at| fields[at].1.clone())
-    }
-
     /// Follows `segments` through `ty`, reporting the first step that fails.
     pub(super) fn walk(
         &mut self,
@@ -511,7 +485,7 @@ impl<'e, 'd> Checker<'e, 'd> {
                 (_, Ty::Any) => return Ty::Any,
                 (_, Ty::Json) => return Ty::Json,
                 (Segment::Field { name, .. }, Ty::Record(fields)) => {
-                    match self.field_of(&fields, &name.text) {
+                    match self.wide_records.field_of(&fields, &name.text) {
                         Some(field) => field,
                         None => {
                             let names = fields.iter().map(|(n, _)| n.as_str());
@@ -529,8 +503,7 @@ impl<'e, 'd> Checker<'e, 'd> {
                             diagnostic = if fields.is_empty() {
                                 diagnostic.hint(format!("{} has no fields", describe(previous)))
                             } else {
-                                diagnostic
-                                    .hint(format!("the fields are {}", candidates_list(names)))
+                                self.listing(diagnostic, "the fields are", names)
                             };
                             self.push(diagnostic);
                             return Ty::Any;
