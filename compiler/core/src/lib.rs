@@ -64,6 +64,16 @@ pub fn check_and_lower(
     loader: &dyn SourceLoader,
 ) -> Result<(Checked, Option<flow_plan::Plan>), LoadError> {
     let mut checked = check::check(root, loader)?;
+    // A plan whose schemas are past the bound on its JSON is not written.
+    if checked.program().is_some()
+        && let Some(problems) = lower::past_plan_bytes(&checked)
+    {
+        checked
+            .diagnostics
+            .extend(lower::past_plan_limits(&checked, &problems));
+        check::sort_diagnostics(&mut checked.diagnostics);
+        return Ok((checked, None));
+    }
     let mut plan = lower::lower_taking(&mut checked);
     // What the checker lets through must be a plan the runtime takes: the
     // plan's limits that no check names are held here (E212), once, for

@@ -44,6 +44,45 @@ pub(crate) fn lower_taking(checked: &mut Checked) -> Option<plan::Plan> {
     Some(unsealed(checked, Some(bodies)).seal())
 }
 
+/// The plan's bound on its JSON, if the schemas the plan of `checked` would
+/// hold come past it: measured from the types before any is written, at the
+/// recipe or workflow whose schemas pass it. A schema is written out in full
+/// wherever its type appears: 2,000 recipes each answering `{ x: Big }`, of
+/// a 30,000-field `Big`, made an 800 KB source lower to a plan of gigabytes
+/// (killed for want of memory after 24 GB). The measure is exact but for
+/// descriptions and escapes, which only add: a plan it lets through may
+/// still be past the bound, and is refused once written, as before.
+pub(crate) fn past_plan_bytes(checked: &Checked) -> Option<plan::PlanProblems> {
+    use crate::check::SchemaBytes;
+    let env = &checked.analysis.env;
+    let mut bytes = SchemaBytes::default();
+    let mut total: u64 = 0;
+    let past = |path: String| plan::PlanProblems {
+        problems: vec![plan::PlanProblem {
+            path,
+            message: plan::limits::past_plan_bytes(),
+            step: None,
+        }],
+        stopped: false,
+    };
+    for (index, name) in sorted_names(&env.recipes).into_iter().enumerate() {
+        let info = &env.recipes[name];
+        total = total
+            .saturating_add(bytes.record(&info.input))
+            .saturating_add(bytes.of(&info.output));
+        if total > plan::limits::MAX_PLAN_BYTES {
+            return Some(past(format!("/recipes/{index}")));
+        }
+    }
+    for (index, info) in checked.analysis.workflows.iter().enumerate() {
+        total = total.saturating_add(bytes.record(&info.input));
+        if total > plan::limits::MAX_PLAN_BYTES {
+            return Some(past(format!("/workflows/{index}/input_schema")));
+        }
+    }
+    None
+}
+
 /// Each workflow's budget, in the order of the root file's workflows, and
 /// whether the plan is within the limits of plans: lowered node by node,
 /// each node folded into its budget (`budget::Folding`) and held to the
@@ -53,6 +92,9 @@ pub(crate) fn budgets_and_limits(
     checked: &Checked,
 ) -> Option<(Vec<Budget>, Result<(), plan::PlanProblems>)> {
     checked.program()?;
+    if let Some(problems) = past_plan_bytes(checked) {
+        return Some((Vec::new(), Err(problems)));
+    }
     let env = &checked.analysis.env;
     let (recipe_names, recipe_index) = sorted_with_index(&env.recipes);
     let (server_names, server_index) = sorted_with_index(&env.mcp_servers);

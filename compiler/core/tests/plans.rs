@@ -286,6 +286,39 @@ fn a_program_past_a_plan_limit_is_an_error_where_it_is_checked() {
             "pick",
         ),
     ];
+    // A record of 30,000 fields, whose schema is 1,140,074 bytes: written out
+    // for each recipe or workflow that names it, 236 of them are past the
+    // plan's 256 MiB. Measured before the plan is written (it took 24 GB).
+    let big = format!(
+        "type Big = {{ {} }}\n",
+        (0..30_000)
+            .map(|i| format!("f_{i:05}: string"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let cases = cases.into_iter().chain([
+        (
+            "240 recipes each answering a type of 30,000 fields",
+            format!(
+                "{big}{}{}",
+                (0..240)
+                    .map(|i| format!("recipe big_{i:03} {{\n  model \"default\"\n  input {{ q: string }}\n  output {{ x: Big }}\n  prompt \"{{{{input.q}}}}\"\n}}\n"))
+                    .collect::<String>(),
+                step(&asks("a", "workflow_input.q"))
+            ),
+            "big_235",
+        ),
+        (
+            "240 workflows each given a type of 30,000 fields",
+            format!(
+                "{big}{}",
+                (0..240)
+                    .map(|i| format!("workflow w{i:03} {{\n  input {{ x: Big }}\n{}\n}}\n", asks("a", "workflow_input.x.f_00000")))
+                    .collect::<String>()
+            ),
+            "w235",
+        ),
+    ]);
     for (name, program, at) in cases {
         let source = format!("{RECIPE}{program}\n");
         let (built, plan) =

@@ -15,6 +15,15 @@
 /// and keeps a plan a thing one process can hold several of.
 pub const MAX_PLAN_BYTES: u64 = 256 * 1024 * 1024;
 
+/// What a plan past [`MAX_PLAN_BYTES`] is told, by the validator and by a
+/// compiler that measures the plan before writing it.
+pub fn past_plan_bytes() -> String {
+    format!(
+        "the plan's JSON is over {} MiB",
+        MAX_PLAN_BYTES / (1024 * 1024)
+    )
+}
+
 /// Workflows in one plan (one source file's). Files hold a handful; a
 /// generated file of thousands is still far below this.
 pub const MAX_WORKFLOWS: usize = 10_000;

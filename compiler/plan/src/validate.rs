@@ -545,12 +545,7 @@ impl<'p> Validator<'p> {
     /// The plan's compact JSON is at most [`MAX_PLAN_BYTES`].
     fn size(&mut self, plan: &Plan) {
         if !json_fits(plan, MAX_PLAN_BYTES) {
-            self.problem(|| {
-                format!(
-                    "the plan's JSON is over {} MiB",
-                    MAX_PLAN_BYTES / (1024 * 1024)
-                )
-            });
+            self.problem(crate::limits::past_plan_bytes);
         }
     }
 

@@ -2171,7 +2171,10 @@ async fn a_start_against_a_wide_valid_schema_answers_a_bounded_422() {
 /// overflowed the checker's stack, which aborted flowd for every account,
 /// and 40 aliases each naming the one before twice started a schema of
 /// 2^40 values; each is E212 at the first alias past the bounds, and
-/// flowd answers on.
+/// flowd answers on. And a source of 600 KB naming a 30,000-field type in
+/// 240 recipes' outputs lowered to a plan of 270 MB (2,000 recipes: past
+/// 24 GB of memory, for one deploy): E212 at the recipe whose schemas
+/// pass the plan's 256 MiB, before any is written.
 #[tokio::test]
 async fn a_source_that_compiles_past_the_plan_bounds_is_refused() {
     use reqwest::Method;
@@ -2189,8 +2192,20 @@ async fn a_source_that_compiles_past_the_plan_bounds_is_refused() {
         doubling.push_str(&format!("type T{i} = {{ a: T{0}, b: T{0} }}\n", i - 1));
     }
     doubling.push_str("workflow wide {\n  input { x: T40 }\n  output { y: 1 }\n}\n");
+    let big = format!(
+        "type Big = {{ {} }}\n{}workflow w {{\n  input {{ q: string }}\n}}\n",
+        (0..30_000)
+            .map(|i| format!("f_{i:05}: string"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        (0..240)
+            .map(|i| format!("recipe big_{i:03} {{\n  model \"m\"\n  input {{ q: string }}\n  output {{ x: Big }}\n  prompt \"{{{{input.q}}}}\"\n}}\n"))
+            .collect::<String>()
+    );
     let cases = [
         (chain, "E212", 128),
+        // The 236th recipe, of six lines each after `Big`'s one.
+        (big, "E212", 2 + 235 * 6),
         (doubling, "E212", 16),
         (
             "workflow slow {\n  timeout 400d\n  output { x: 1 }\n}\n".to_string(),

@@ -314,6 +314,74 @@ impl Ty {
     }
 }
 
+/// The bytes of types' JSON Schemas as [`Ty::json_schema`] writes them
+/// (compact, names unescaped: escapes only add), without writing them.
+/// Shared parts are measured once across the types measured by one
+/// `SchemaBytes`, which must not outlive them (parts are known by their
+/// address). A plan's schemas are written out in full wherever a type
+/// appears, so a source of a megabyte made a plan of gigabytes.
+#[derive(Debug, Default)]
+pub(crate) struct SchemaBytes {
+    measured: HashMap<(usize, u8), u64>,
+}
+
+impl SchemaBytes {
+    /// The bytes of `ty`'s schema.
+    pub(crate) fn of(&mut self, ty: &Ty) -> u64 {
+        let key = match ty {
+            Ty::List(part) => (Arc::as_ptr(part) as *const () as usize, 0),
+            Ty::Optional(part) => (Arc::as_ptr(part) as *const () as usize, 1),
+            Ty::Record(fields) => (Arc::as_ptr(fields) as *const () as usize, 2),
+            Ty::Enum(variants) => {
+                // `{"enum":[` and `],"type":"string"}`, each variant quoted,
+                // commas between.
+                let listed: u64 = variants.iter().map(|v| v.len() as u64 + 3).sum();
+                return 26 + listed.max(1);
+            }
+            Ty::Any | Ty::Json => return 2,
+            Ty::Duration => return 30 + flow_plan::DURATION_PATTERN.len() as u64,
+            // `{"type":"…"}`.
+            Ty::String => return 17,
+            Ty::Int => return 18,
+            Ty::Float => return 17,
+            Ty::Bool => return 18,
+            Ty::Null => return 15,
+        };
+        if let Some(&known) = self.measured.get(&key) {
+            return known;
+        }
+        let bytes = match ty {
+            // `{"items":…,"type":"array"}`.
+            Ty::List(item) => 25u64.saturating_add(self.of(item)),
+            // `{"anyOf":[…,{"type":"null"}]}`.
+            Ty::Optional(inner) => 28u64.saturating_add(self.of(inner)),
+            Ty::Record(fields) => self.record(fields),
+            _ => unreachable!("only compound types are measured here"),
+        };
+        self.measured.insert(key, bytes);
+        bytes
+    }
+
+    /// The bytes of the schema of a record of `fields`, which is not
+    /// remembered: a record made for the call (a recipe's inputs) has an
+    /// address that another may take once it is dropped.
+    pub(crate) fn record(&mut self, fields: &[(String, Ty)]) -> u64 {
+        // `{"additionalProperties":false,"properties":{…},"required":[…],"type":"object"}`:
+        // each property `"name":…`, each required name `"name"`, commas
+        // between (one fewer than counted, for each list that is not empty).
+        let mut bytes: u64 = 76;
+        for (name, ty) in fields {
+            let name = name.len() as u64;
+            bytes = bytes.saturating_add(name + 4).saturating_add(self.of(ty));
+            if !ty.is_optional() {
+                bytes = bytes.saturating_add(name + 3);
+            }
+        }
+        let required = fields.iter().filter(|(_, ty)| !ty.is_optional()).count();
+        bytes - u64::from(!fields.is_empty()) - u64::from(required > 0)
+    }
+}
+
 /// What [`Ty::schema_size`] counts of a type's JSON Schema.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SchemaSize {
@@ -439,6 +507,47 @@ mod tests {
                 .map(|(n, t)| (n.to_string(), t.clone()))
                 .collect(),
         )
+    }
+
+    /// `SchemaBytes` measures what `json_schema` writes, byte for byte,
+    /// for every kind of type (names that need no escape).
+    #[test]
+    fn schema_bytes_are_the_written_schemas() {
+        let en =
+            |variants: &[&str]| Ty::enumeration(variants.iter().map(|v| v.to_string()).collect());
+        let inner = record(&[("a", Ty::Int), ("b", Ty::String.optional())]);
+        let types = [
+            Ty::Any,
+            Ty::Json,
+            Ty::String,
+            Ty::Int,
+            Ty::Float,
+            Ty::Bool,
+            Ty::Duration,
+            Ty::Null,
+            en(&[]),
+            en(&["low"]),
+            en(&["low", "high", "x"]),
+            Ty::list(Ty::Int),
+            Ty::Int.optional(),
+            record(&[]),
+            record(&[("only", Ty::Bool.optional())]),
+            inner.clone(),
+            record(&[
+                ("x", inner.clone()),
+                ("y", Ty::list(inner.clone()).optional()),
+                ("when", Ty::Duration),
+                ("level", en(&["a", "b"])),
+            ]),
+        ];
+        let mut bytes = SchemaBytes::default();
+        for ty in &types {
+            let written = serde_json::to_vec(&ty.json_schema()).unwrap().len() as u64;
+            assert_eq!(bytes.of(ty), written, "{ty}");
+            if let Ty::Record(fields) = ty {
+                assert_eq!(bytes.record(fields), written, "{ty}");
+            }
+        }
     }
 
     #[test]
