@@ -500,6 +500,10 @@ fn write_ty(
 mod tests {
     use super::*;
 
+    fn en(variants: &[&str]) -> Ty {
+        Ty::enumeration(variants.iter().map(|v| v.to_string()).collect())
+    }
+
     fn record(fields: &[(&str, Ty)]) -> Ty {
         Ty::Record(
             fields
@@ -513,8 +517,6 @@ mod tests {
     /// for every kind of type (names that need no escape).
     #[test]
     fn schema_bytes_are_the_written_schemas() {
-        let en =
-            |variants: &[&str]| Ty::enumeration(variants.iter().map(|v| v.to_string()).collect());
         let inner = record(&[("a", Ty::Int), ("b", Ty::String.optional())]);
         let types = [
             Ty::Any,
@@ -572,8 +574,6 @@ mod tests {
     /// between versions); it must answer as the checker does on types.
     #[test]
     fn schemas_are_assignable_exactly_when_their_types_are() {
-        let en =
-            |variants: &[&str]| Ty::enumeration(variants.iter().map(|v| v.to_string()).collect());
         let types = vec![
             Ty::Json,
             Ty::String,
