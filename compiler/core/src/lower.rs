@@ -49,9 +49,10 @@ pub(crate) fn lower_taking(checked: &mut Checked) -> Option<plan::Plan> {
 /// recipe or workflow whose schemas pass it. A schema is written out in full
 /// wherever its type appears: 2,000 recipes each answering `{ x: Big }`, of
 /// a 30,000-field `Big`, made an 800 KB source lower to a plan of gigabytes
-/// (killed for want of memory after 24 GB). The measure is exact but for
-/// descriptions and escapes, which only add: a plan it lets through may
-/// still be past the bound, and is refused once written, as before.
+/// (killed for want of memory after 24 GB); a type's field docs, written
+/// into each recipe's output that names it, as much again. The measure is
+/// exact but for escapes, which only add: a plan it lets through may still
+/// be past the bound, and is refused once written, as before.
 pub(crate) fn past_plan_bytes(checked: &Checked) -> Option<plan::PlanProblems> {
     use crate::check::SchemaBytes;
     let env = &checked.analysis.env;
@@ -65,11 +66,23 @@ pub(crate) fn past_plan_bytes(checked: &Checked) -> Option<plan::PlanProblems> {
         }],
         stopped: false,
     };
+    let aliases = alias_types(checked);
+    let mut described = Descriptions {
+        aliases: &aliases,
+        of_alias: HashMap::new(),
+        json_alias: HashMap::new(),
+    };
     for (index, name) in sorted_names(&env.recipes).into_iter().enumerate() {
         let info = &env.recipes[name];
+        let descriptions = info
+            .decl
+            .output
+            .as_ref()
+            .map_or(0, |written| described.bytes(written, 0));
         total = total
             .saturating_add(bytes.record(&info.input))
-            .saturating_add(bytes.of(&info.output));
+            .saturating_add(bytes.of(&info.output))
+            .saturating_add(descriptions);
         if total > plan::limits::MAX_PLAN_BYTES {
             return Some(past(format!("/recipes/{index}")));
         }
@@ -451,6 +464,81 @@ fn describe(
             }
         }
         ast::TypeExprKind::Literal(_) | ast::TypeExprKind::Union(_) => {}
+    }
+}
+
+/// The bytes that [`describe`] adds to a schema (`,"description":"…"` for
+/// each documented field whose schema is not `{}`), from the type as it is
+/// written: each alias's once, however often it is named.
+struct Descriptions<'a> {
+    aliases: &'a HashMap<&'a str, &'a ast::TypeExpr>,
+    of_alias: HashMap<&'a str, u64>,
+    json_alias: HashMap<&'a str, bool>,
+}
+
+impl<'a> Descriptions<'a> {
+    fn bytes(&mut self, written: &'a ast::TypeExpr, depth: usize) -> u64 {
+        if depth > plan::limits::MAX_SCHEMA_DEPTH {
+            return 0;
+        }
+        match &written.kind {
+            ast::TypeExprKind::Record(fields) => fields.iter().fold(0u64, |bytes, field| {
+                let own = match field.docs.is_empty() || self.is_json(&field.ty) {
+                    true => 0,
+                    false => 17 + description(&field.docs).len() as u64,
+                };
+                bytes
+                    .saturating_add(own)
+                    .saturating_add(self.bytes(&field.ty, depth + 1))
+            }),
+            ast::TypeExprKind::List(inner) | ast::TypeExprKind::Optional(inner) => {
+                self.bytes(inner, depth + 1)
+            }
+            ast::TypeExprKind::Named(name) => {
+                let name = name.text.as_str();
+                if let Some(&known) = self.of_alias.get(name) {
+                    return known;
+                }
+                let Some(&aliased) = self.aliases.get(name) else {
+                    return 0;
+                };
+                let bytes = self.bytes(aliased, depth + 1);
+                self.of_alias.insert(name, bytes);
+                bytes
+            }
+            ast::TypeExprKind::Literal(_) | ast::TypeExprKind::Union(_) => 0,
+        }
+    }
+
+    /// Whether `written` is `json` (its schema `{}`, which `describe` leaves
+    /// without a description), through the aliases it names: each alias's
+    /// answer is kept, so that a long chain of them is followed once.
+    fn is_json(&mut self, mut written: &'a ast::TypeExpr) -> bool {
+        let mut chain: Vec<&'a str> = Vec::new();
+        let json = loop {
+            let ast::TypeExprKind::Named(name) = &written.kind else {
+                break false;
+            };
+            let name = name.text.as_str();
+            if name == "json" {
+                break true;
+            }
+            if let Some(&known) = self.json_alias.get(name) {
+                break known;
+            }
+            // The checker refuses cycles; the bound holds even without it.
+            match self.aliases.get(name) {
+                Some(&aliased) if chain.len() <= self.aliases.len() => {
+                    chain.push(name);
+                    written = aliased;
+                }
+                _ => break false,
+            }
+        };
+        for name in chain {
+            self.json_alias.insert(name, json);
+        }
+        json
     }
 }
 
@@ -977,5 +1065,20 @@ workflow w { step a = r {} }
             json!("0 to 10")
         );
         assert_eq!(schema["extra"], json!({}));
+
+        // What the plan's bound is held to before the plan is written: the
+        // bytes of each schema, descriptions included, as written.
+        let info = &checked.analysis.env.recipes["r"];
+        let aliases = super::alias_types(&checked);
+        let mut described = super::Descriptions {
+            aliases: &aliases,
+            of_alias: Default::default(),
+            json_alias: Default::default(),
+        };
+        let mut bytes = crate::check::SchemaBytes::default();
+        let measured = bytes.of(&info.output)
+            + described.bytes(info.decl.output.as_ref().expect("an output"), 0);
+        let written = serde_json::to_vec(&plan.recipes[0].output_schema).unwrap();
+        assert_eq!(measured, written.len() as u64);
     }
 }
