@@ -308,7 +308,12 @@ flow_plan::code_table! {
     /// The program is past a limit of the plan format that no other check
     /// names: an id or name longer than 256 bytes, a text longer than 1 MB,
     /// a template of more than 10,000 parts, a reference of more than 256
-    /// segments, more than 100 destinations or recipients. `flow run` and
+    /// segments, more than 100 destinations or recipients, a plan of more
+    /// than 256 MiB (each recipe's output and input and each workflow's
+    /// input are written out in full as JSON Schemas, docs included,
+    /// however often they name one type: this is measured from the types,
+    /// before any plan is written, and shown at the recipe or workflow
+    /// that passes it). `flow run` and
     /// flowd refuse such a plan, so the program is refused wherever it is
     /// checked, with where in the plan it is past the limit: at the step
     /// (or condition) it is in, else at the workflow, recipe or MCP server.
