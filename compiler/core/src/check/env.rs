@@ -2,10 +2,10 @@
 //! and its imports, with their types resolved.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::check::LoadedFile;
-use crate::check::types::{SchemaPast, Ty, WideRecords};
+use crate::check::types::{SchemaPast, SchemaSizes, Ty, WideRecords};
 use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, FileId, Span};
 use crate::lock::LockedServer;
@@ -44,6 +44,9 @@ pub struct Env {
     /// What the declarations' and the tests' suggestions may still spend
     /// (each workflow's steps have a budget of their own).
     pub(crate) suggestions: Budget,
+    /// The sizes of the types' schemas measured so far, shared by every
+    /// type the check holds to the plan's bounds.
+    pub(crate) schema_sizes: Mutex<SchemaSizes>,
 }
 
 impl Env {
@@ -162,6 +165,7 @@ pub(crate) fn build(files: &[LoadedFile], diagnostics: &mut Vec<Diagnostic>) -> 
         refused: HashSet::new(),
         diagnostics,
         suggestions: &env.suggestions,
+        schema_sizes: &env.schema_sizes,
     };
     let mut names: Vec<&String> = aliases.keys().collect();
     names.sort();
@@ -351,7 +355,14 @@ fn check_recipe(
     let input = match &recipe.input {
         Some(decl) => {
             let fields = resolve_fields(&decl.fields, file, env, diagnostics);
-            fields_within_schema_bounds(fields, &what, file, recipe.name.span, diagnostics)
+            fields_within_schema_bounds(
+                fields,
+                &what,
+                file,
+                recipe.name.span,
+                &env.schema_sizes,
+                diagnostics,
+            )
         }
         None => Vec::new(),
     };
@@ -359,7 +370,15 @@ fn check_recipe(
         Some(ty) => {
             let resolved = resolve(ty, file, env, diagnostics);
             let what = || format!("the output of {what}");
-            within_schema_bounds(resolved, what, file, ty.span, diagnostics).unwrap_or(Ty::Any)
+            within_schema_bounds(
+                resolved,
+                what,
+                file,
+                ty.span,
+                &env.schema_sizes,
+                diagnostics,
+            )
+            .unwrap_or(Ty::Any)
         }
         None => Ty::Any,
     };
@@ -520,11 +539,12 @@ pub(crate) fn fields_within_schema_bounds(
     what: &str,
     file: FileId,
     span: Span,
+    sizes: &Mutex<SchemaSizes>,
     diagnostics: &mut Vec<Diagnostic>,
 ) -> Vec<(String, Ty)> {
     let record = Ty::record(fields.clone());
     let what = || format!("the input of {what}");
-    match within_schema_bounds(record, what, file, span, diagnostics) {
+    match within_schema_bounds(record, what, file, span, sizes, diagnostics) {
         Some(_) => fields,
         None => fields
             .into_iter()
@@ -708,6 +728,7 @@ struct Resolver<'a, 'd> {
     refused: HashSet<String>,
     diagnostics: &'d mut Vec<Diagnostic>,
     suggestions: &'a Budget,
+    schema_sizes: &'a Mutex<SchemaSizes>,
 }
 
 impl Resolver<'_, '_> {
@@ -795,12 +816,18 @@ impl Resolver<'_, '_> {
             return Ty::Any;
         }
         let what = || format!("type `{name}`");
-        within_schema_bounds(ty, what, file, decl.name.span, self.diagnostics).unwrap_or_else(
-            || {
-                self.refused.insert(name.to_string());
-                Ty::Any
-            },
+        within_schema_bounds(
+            ty,
+            what,
+            file,
+            decl.name.span,
+            self.schema_sizes,
+            self.diagnostics,
         )
+        .unwrap_or_else(|| {
+            self.refused.insert(name.to_string());
+            Ty::Any
+        })
     }
 }
 
@@ -814,10 +841,12 @@ pub(crate) fn within_schema_bounds(
     what: impl FnOnce() -> String,
     file: FileId,
     span: Span,
+    sizes: &Mutex<SchemaSizes>,
     diagnostics: &mut Vec<Diagnostic>,
 ) -> Option<Ty> {
     use flow_plan::limits::{MAX_SCHEMA_DEPTH, MAX_SCHEMA_NODES};
-    let past = match ty.schema_size() {
+    let measured = ty.schema_size_within(&mut sizes.lock().unwrap_or_else(|p| p.into_inner()));
+    let past = match measured {
         Ok(_) => return Some(ty),
         Err(SchemaPast::Depth) => format!("would nest more than {MAX_SCHEMA_DEPTH} levels deep"),
         Err(SchemaPast::Values) => format!("would hold more than {MAX_SCHEMA_NODES} values"),

@@ -224,12 +224,19 @@ impl Ty {
     /// so on for forty aliases): each shared part is walked once, and
     /// counted wherever it appears.
     pub fn schema_size(&self) -> Result<SchemaSize, SchemaPast> {
+        self.schema_size_within(&mut SchemaSizes::default())
+    }
+
+    /// [`Ty::schema_size`] with what `sizes` knows of the parts measured
+    /// before: a check measures each type it declares, and a part named by
+    /// thousands of them (20,000 aliases each `{ x: Big }`, of a 30,000-field
+    /// `Big`) was walked once for each.
+    pub(crate) fn schema_size_within(
+        &self,
+        sizes: &mut SchemaSizes,
+    ) -> Result<SchemaSize, SchemaPast> {
         use flow_plan::limits::{MAX_SCHEMA_DEPTH, MAX_SCHEMA_NODES};
-        fn size(
-            ty: &Ty,
-            level: usize,
-            seen: &mut HashMap<(usize, u8), SchemaSize>,
-        ) -> Result<SchemaSize, SchemaPast> {
+        fn size(ty: &Ty, level: usize, sizes: &mut SchemaSizes) -> Result<SchemaSize, SchemaPast> {
             if level >= MAX_SCHEMA_DEPTH {
                 return Err(SchemaPast::Depth);
             }
@@ -242,7 +249,7 @@ impl Ty {
                 Ty::Enum(variants) => return Ok(SchemaSize::leaf(1 + variants.len())),
                 _ => return Ok(SchemaSize::leaf(1)),
             };
-            if let Some(known) = seen.get(&key) {
+            if let Some((_, known)) = sizes.measured.get(&key) {
                 return match level + known.depth < MAX_SCHEMA_DEPTH {
                     true => Ok(*known),
                     false => Err(SchemaPast::Depth),
@@ -262,19 +269,21 @@ impl Ty {
             };
             let mut total = SchemaSize::leaf(1);
             for (part, beside) in parts {
-                let part = size(part, level + 1, seen)?;
+                let part = size(part, level + 1, sizes)?;
                 total.depth = total.depth.max(part.depth + 1);
                 total.nodes = total.nodes.saturating_add(part.nodes + beside);
                 if total.nodes > MAX_SCHEMA_NODES {
                     return Err(SchemaPast::Values);
                 }
             }
-            seen.insert(key, total);
+            // Kept with the part, so that its address is not another's while
+            // it is known by it.
+            sizes.measured.insert(key, (ty.clone(), total));
             Ok(total)
         }
         // A part's count is held to the bound as it is added to its
         // container's; a type of one part (an enum) is held to it here.
-        match size(self, 0, &mut HashMap::new())? {
+        match size(self, 0, sizes)? {
             size if size.nodes > MAX_SCHEMA_NODES => Err(SchemaPast::Values),
             size => Ok(size),
         }
@@ -380,6 +389,13 @@ impl SchemaBytes {
         let required = fields.iter().filter(|(_, ty)| !ty.is_optional()).count();
         bytes - u64::from(!fields.is_empty()) - u64::from(required > 0)
     }
+}
+
+/// The sizes of the parts of types measured by [`Ty::schema_size_within`],
+/// each kept with its part (parts are known by their address).
+#[derive(Debug, Default)]
+pub(crate) struct SchemaSizes {
+    measured: HashMap<(usize, u8), (Ty, SchemaSize)>,
 }
 
 /// What [`Ty::schema_size`] counts of a type's JSON Schema.

@@ -214,7 +214,14 @@ pub(crate) fn check_workflow(
         Some(input) => {
             let fields = resolve_fields(&input.fields, file, env, diagnostics);
             let what = format!("workflow `{}`", decl.name.text);
-            fields_within_schema_bounds(fields, &what, file, decl.name.span, diagnostics)
+            fields_within_schema_bounds(
+                fields,
+                &what,
+                file,
+                decl.name.span,
+                &env.schema_sizes,
+                diagnostics,
+            )
         }
         None => Vec::new(),
     };
