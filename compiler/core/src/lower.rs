@@ -367,7 +367,7 @@ fn workflows<'a>(
                 info,
                 text: &checked.file(info.file).text,
                 lines: &lines[info.file.0 as usize],
-                input_index: OnceCell::new(),
+                input: crate::check::Positions::new(&info.input, |(name, _)| name),
                 recipe_index,
                 server_index,
                 loops: Vec::new(),
@@ -590,11 +590,7 @@ fn is_optional(path: &ast::Path) -> bool {
 
 /// A recipe prompt: its references are `input.<field>` only.
 fn recipe_template(lit: &ast::StringLit, input_fields: &[String]) -> plan::Template {
-    let index = crate::check::index_if_wide(input_fields.iter().map(String::as_str));
-    let position = |field: &str| match &index {
-        Some(index) => index.get(field).copied(),
-        None => input_fields.iter().position(|f| f == field),
-    };
+    let positions = crate::check::Positions::new(input_fields, String::as_str);
     let parts = lit
         .template
         .parts
@@ -606,7 +602,7 @@ fn recipe_template(lit: &ast::StringLit, input_fields: &[String]) -> plan::Templ
                     Some((Segment::Field { name, .. }, rest)) => (name.text.as_str(), rest),
                     _ => ("", &path.segments[..]),
                 };
-                let index = position(field).unwrap_or(0) as u32;
+                let index = positions.of(field).unwrap_or(0) as u32;
                 plan::TemplatePart::Ref(plan::Ref {
                     root: plan::Root::RecipeInput(index),
                     path: segments(rest),
@@ -622,9 +618,8 @@ struct Lowerer<'a> {
     info: &'a WorkflowInfo,
     text: &'a str,
     lines: &'a OnceCell<LineIndex>,
-    /// The position of each input field by name, made for a wide input
-    /// (`Lowerer::input_field`).
-    input_index: OnceCell<Option<HashMap<&'a str, usize>>>,
+    /// The position of each input field by name.
+    input: crate::check::Positions<'a, (String, Ty)>,
     recipe_index: &'a HashMap<&'a str, u32>,
     server_index: &'a HashMap<&'a str, u32>,
     /// Enclosing loop ids, outermost first; the index is the loop's level.
@@ -742,19 +737,6 @@ impl<'a> Lowerer<'a> {
             None | Some(ErrorPolicy::Fail(_)) => plan::OnError::Fail,
             Some(ErrorPolicy::Continue(_)) => plan::OnError::Continue,
             Some(ErrorPolicy::Fallback(block)) => plan::OnError::Fallback(self.block(&block.stmts)),
-        }
-    }
-
-    /// The position of the workflow's input field `name`: through an index
-    /// for an input wider than `INDEXED_FIELDS`, as the checker reads them.
-    fn input_field(&self, name: &str) -> Option<usize> {
-        let input: &'a [(String, Ty)] = &self.info.input;
-        let index = self
-            .input_index
-            .get_or_init(|| crate::check::index_if_wide(input.iter().map(|(n, _)| n.as_str())));
-        match index {
-            Some(index) => index.get(name).copied(),
-            None => input.iter().position(|(n, _)| n == name),
         }
     }
 
@@ -995,7 +977,7 @@ impl<'a> Lowerer<'a> {
         };
         let innermost = self.loops.len().saturating_sub(1) as u32;
         let (root, rest) = match path.root.text.as_str() {
-            "workflow_input" => match field_name(0).and_then(|f| self.input_field(f)) {
+            "workflow_input" => match field_name(0).and_then(|f| self.input.of(f)) {
                 Some(index) => (plan::Root::InputField(index as u32), 1),
                 None => (plan::Root::Input, 0),
             },

@@ -15,7 +15,7 @@ pub(crate) use env::BUILTIN_TYPES;
 pub use env::{Env, McpInfo, RecipeInfo};
 pub use test_blocks::{STATUSES, TestInfo};
 pub use types::Ty;
-pub(crate) use types::{SchemaBytes, index_if_wide};
+pub(crate) use types::{Positions, SchemaBytes};
 pub use workflow::{Container, LoopInfo, McpTool, StepInfo, StepKind, StepTable, WorkflowInfo};
 pub(crate) use workflow::{DEFAULT_ATTEMPTS, DEFAULT_STEP_TIMEOUT_MS};
 pub(crate) use workflow::{approval_params, error_ty, handoff_params, kb_write_params, not_run};

@@ -14,20 +14,34 @@ const SCAN_MOST: usize = 1_024;
 /// (`Checker::field_of`, the lowerer's wide input), not a scan.
 pub(crate) const INDEXED_FIELDS: usize = 32;
 
-/// An index of `names` by position (the first of a name repeated), when
-/// there are more than [`INDEXED_FIELDS`] of them: a wide recipe's inputs
-/// or a workflow's, which a scan for each argument or reference made
-/// quadratic. `None` for a short list, which a scan reads faster.
-pub(crate) fn index_if_wide<'a>(
-    names: impl ExactSizeIterator<Item = &'a str>,
-) -> Option<HashMap<&'a str, usize>> {
-    (names.len() > INDEXED_FIELDS).then(|| {
-        let mut index = HashMap::with_capacity(names.len());
-        for (at, name) in names.enumerate() {
-            index.entry(name).or_insert(at);
+/// The position of each item of a list by its name (the first of a name
+/// repeated): a scan of a short list, an index of one wider than
+/// [`INDEXED_FIELDS`] (a wide recipe's inputs or a workflow's, which a scan
+/// for each argument or reference made quadratic).
+pub(crate) struct Positions<'a, T> {
+    items: &'a [T],
+    name: fn(&T) -> &str,
+    index: Option<HashMap<&'a str, usize>>,
+}
+
+impl<'a, T> Positions<'a, T> {
+    pub(crate) fn new(items: &'a [T], name: fn(&T) -> &str) -> Self {
+        let index = (items.len() > INDEXED_FIELDS).then(|| {
+            let mut index = HashMap::with_capacity(items.len());
+            for (at, item) in items.iter().enumerate() {
+                index.entry(name(item)).or_insert(at);
+            }
+            index
+        });
+        Positions { items, name, index }
+    }
+
+    pub(crate) fn of(&self, name: &str) -> Option<usize> {
+        match &self.index {
+            Some(index) => index.get(name).copied(),
+            None => self.items.iter().position(|item| (self.name)(item) == name),
         }
-        index
-    })
+    }
 }
 
 /// The fields of wide records (more than [`INDEXED_FIELDS`]), each found
@@ -516,6 +530,19 @@ fn write_ty(
 mod tests {
     use super::*;
 
+    /// The types with no parts, `json` among them.
+    fn leaves() -> Vec<Ty> {
+        vec![
+            Ty::Json,
+            Ty::String,
+            Ty::Int,
+            Ty::Float,
+            Ty::Bool,
+            Ty::Duration,
+            Ty::Null,
+        ]
+    }
+
     fn en(variants: &[&str]) -> Ty {
         Ty::enumeration(variants.iter().map(|v| v.to_string()).collect())
     }
@@ -535,29 +562,26 @@ mod tests {
     fn schema_bytes_are_the_written_schemas() {
         let inner = record(&[("a", Ty::Int), ("b", Ty::String.optional())]);
         let types = [
-            Ty::Any,
-            Ty::Json,
-            Ty::String,
-            Ty::Int,
-            Ty::Float,
-            Ty::Bool,
-            Ty::Duration,
-            Ty::Null,
-            en(&[]),
-            en(&["low"]),
-            en(&["low", "high", "x"]),
-            Ty::list(Ty::Int),
-            Ty::Int.optional(),
-            record(&[]),
-            record(&[("only", Ty::Bool.optional())]),
-            inner.clone(),
-            record(&[
-                ("x", inner.clone()),
-                ("y", Ty::list(inner.clone()).optional()),
-                ("when", Ty::Duration),
-                ("level", en(&["a", "b"])),
-            ]),
-        ];
+            vec![Ty::Any],
+            leaves(),
+            vec![
+                en(&[]),
+                en(&["low"]),
+                en(&["low", "high", "x"]),
+                Ty::list(Ty::Int),
+                Ty::Int.optional(),
+                record(&[]),
+                record(&[("only", Ty::Bool.optional())]),
+                inner.clone(),
+                record(&[
+                    ("x", inner.clone()),
+                    ("y", Ty::list(inner.clone()).optional()),
+                    ("when", Ty::Duration),
+                    ("level", en(&["a", "b"])),
+                ]),
+            ],
+        ]
+        .concat();
         let mut bytes = SchemaBytes::default();
         for ty in &types {
             let written = serde_json::to_vec(&ty.json_schema()).unwrap().len() as u64;
@@ -590,14 +614,8 @@ mod tests {
     /// between versions); it must answer as the checker does on types.
     #[test]
     fn schemas_are_assignable_exactly_when_their_types_are() {
-        let types = vec![
-            Ty::Json,
-            Ty::String,
-            Ty::Int,
-            Ty::Float,
-            Ty::Bool,
-            Ty::Duration,
-            Ty::Null,
+        let mut types = leaves();
+        types.extend([
             en(&["a", "b"]),
             en(&["a"]),
             en(&["a", "c"]),
@@ -615,7 +633,7 @@ mod tests {
             record(&[("a", Ty::Int.optional())]),
             record(&[]),
             Ty::list(record(&[("a", Ty::Int)])).optional(),
-        ];
+        ]);
         for ty in &types {
             // Field order aside (a schema's properties are sorted), a
             // schema is named as its type is.

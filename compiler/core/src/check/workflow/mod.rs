@@ -16,7 +16,7 @@
 use std::collections::HashSet;
 
 use crate::check::env::{Env, McpInfo, fields_within_schema_bounds, require_plain, resolve_fields};
-use crate::check::types::{Ty, WideRecords, index_if_wide};
+use crate::check::types::{Positions, Ty, WideRecords};
 use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, Edit, FileId, Span};
 use crate::suggest::{Budget, candidates_list, did_you_mean};

@@ -374,11 +374,8 @@ impl<'e, 'd> Checker<'e, 'd> {
         // A misspelt argument is reported once, as unknown with a suggestion,
         // not a second time as the missing input it was meant to be.
         let mut suggested: HashSet<&str> = HashSet::new();
-        let index = index_if_wide(params.iter().map(|(name, _)| name.as_str()));
-        let param = |name: &str| match &index {
-            Some(index) => index.get(name).map(|&at| &params[at]),
-            None => params.iter().find(|(n, _)| n == name),
-        };
+        let positions = Positions::new(params, |(name, _)| name);
+        let param = |name: &str| positions.of(name).map(|at| &params[at]);
         for field in &args.fields {
             let name = field.name.text.as_str();
             if seen.contains(name) {
