@@ -313,7 +313,9 @@ flow_plan::code_table! {
     /// input are written out in full as JSON Schemas, docs included,
     /// however often they name one type: this is measured from the types,
     /// before any plan is written, and shown at the recipe or workflow
-    /// that passes it). `flow run` and
+    /// that passes it), a union of more than 10,000 variants (a plan's
+    /// bound on one enum), or a union past what a program's unions copy
+    /// together (1,000,000 variants of the enums they name). `flow run` and
     /// flowd refuse such a plan, so the program is refused wherever it is
     /// checked, with where in the plan it is past the limit: at the step
     /// (or condition) it is in, else at the workflow, recipe or MCP server.

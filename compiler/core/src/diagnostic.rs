@@ -118,13 +118,27 @@ impl Edit {
     }
 }
 
+/// The most characters of a diagnostic's message, of each label's and of
+/// each hint's. Each says what is wrong in a sentence; one that quoted a
+/// literal of a megabyte, repeated at each of its uses, took gigabytes.
+pub const MOST_TEXT_CHARS: usize = 2_000;
+
+/// `text`, cut to [`MOST_TEXT_CHARS`] with `…`.
+fn bounded(text: String) -> String {
+    if text.len() <= MOST_TEXT_CHARS {
+        text
+    } else {
+        flow_plan::cut(&text, MOST_TEXT_CHARS)
+    }
+}
+
 impl Diagnostic {
     /// A diagnostic with the severity its code declares.
     pub fn new(code: Code, file: FileId, span: Span, message: impl Into<String>) -> Diagnostic {
         Diagnostic {
             code,
             severity: code.info().severity,
-            message: message.into(),
+            message: bounded(message.into()),
             primary: Label {
                 file,
                 span,
@@ -138,7 +152,7 @@ impl Diagnostic {
     }
 
     pub fn label(mut self, message: impl Into<String>) -> Diagnostic {
-        self.primary.message = message.into();
+        self.primary.message = bounded(message.into());
         self
     }
 
@@ -146,13 +160,13 @@ impl Diagnostic {
         self.secondary.push(Label {
             file,
             span,
-            message: message.into(),
+            message: bounded(message.into()),
         });
         self
     }
 
     pub fn hint(mut self, hint: impl Into<String>) -> Diagnostic {
-        self.hints.push(hint.into());
+        self.hints.push(bounded(hint.into()));
         self
     }
 

@@ -154,7 +154,7 @@ fn ty_of(schema: &Value) -> Ty {
             .map(|v| v.as_str().map(str::to_string))
             .collect();
         return match strings {
-            Some(strings) if !strings.is_empty() => Ty::Enum(strings.into()),
+            Some(strings) if !strings.is_empty() => Ty::enumeration(strings),
             _ => Ty::Json,
         };
     }
@@ -203,7 +203,7 @@ mod tests {
         assert_eq!(ty("depth"), Some(Ty::Float.optional()));
         assert_eq!(
             ty("button"),
-            Some(Ty::Enum(vec!["left".into(), "right".into()].into()).optional())
+            Some(Ty::enumeration(vec!["left".into(), "right".into()]).optional())
         );
         assert_eq!(ty("keys"), Some(Ty::List(Ty::String.into()).optional()));
         assert_eq!(ty("options"), Some(Ty::Json.optional()));

@@ -140,6 +140,21 @@ pub fn did_you_mean_within<'c>(
         .map(|(_, candidate)| candidate)
 }
 
+/// How many items a message or a hint lists before `and N more`.
+const SHOWN: usize = 12;
+
+/// Items in their order for a message: the first [`SHOWN`], then
+/// `and N more`. An enum of 10,000 variants listed in full made each
+/// message about it 80 KB.
+pub(crate) fn shown_list(items: impl ExactSizeIterator<Item = String>) -> String {
+    let total = items.len();
+    let mut text = items.take(SHOWN).collect::<Vec<_>>().join(", ");
+    if total > SHOWN {
+        text.push_str(&format!(" and {} more", total - SHOWN));
+    }
+    text
+}
+
 /// A short, sorted list of candidates for a hint: `a`, `b`, `c` (and N more).
 ///
 /// The first names are picked, not the whole list sorted: each of thousands
@@ -154,7 +169,6 @@ pub fn candidates_list_within<'c>(
     candidates: impl IntoIterator<Item = &'c str>,
     budget: &Budget,
 ) -> Option<String> {
-    const SHOWN: usize = 12;
     let distinct: std::collections::HashSet<&str> = budget.list(candidates)?.into_iter().collect();
     let mut names: Vec<&str> = distinct.iter().copied().collect();
     if names.len() > SHOWN {

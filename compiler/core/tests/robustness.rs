@@ -422,3 +422,160 @@ fn a_part_named_by_many_types_is_measured_once() {
     source.push_str("workflow w {\n  input { a: A4999 }\n}\n");
     assert_eq!(errors_of(&source, &no_imports), []);
 }
+
+/// An enum of `count` variants named `{prefix}_{i}`, as a union's text.
+fn variants(prefix: &str, count: usize) -> String {
+    let literals: Vec<String> = (0..count).map(|i| format!("\"{prefix}_{i}\"")).collect();
+    literals.join(" | ")
+}
+
+/// Regression: a union copied the variants of each enum it named, so
+/// `type U = A | B | …` of a few bytes copied up to a million of them:
+/// 2,000 unions of 100 aliases of 1,000 variants (2.4 MB) took over a
+/// minute to check. A union past a plan's enum is E212 there, and the
+/// variants a program's unions copy together are bounded.
+#[test]
+fn unions_of_enums_are_bounded_by_what_they_copy() {
+    let no_imports = |_: &str| None;
+    let mut source = String::new();
+    for a in 0..20 {
+        source.push_str(&format!(
+            "type A{a} = {}\n",
+            variants(&format!("v{a}"), 1_000)
+        ));
+    }
+    let all: Vec<String> = (0..20).map(|a| format!("A{a}")).collect();
+    // Each copies 20,000 variants, past a plan's 10,000 for one enum.
+    for u in 0..60 {
+        source.push_str(&format!("type U{u} = {}\n", all.join(" | ")));
+    }
+    let errors = errors_of(&source, &no_imports);
+    assert_eq!(errors.len(), 60, "{errors:#?}");
+    assert!(errors.iter().all(|e| e.code.as_str() == "E212"));
+    assert_eq!(
+        errors[0].message,
+        "this union has more than 10000 variants; an enum of a plan has at most that"
+    );
+    // Fifty unions copy the budget's million; the rest are refused at once.
+    let refused = |start: &str| {
+        errors
+            .iter()
+            .filter(|e| e.message.starts_with(start))
+            .count()
+    };
+    assert_eq!(refused("this union has more than 10000 variants"), 50);
+    assert_eq!(
+        refused(
+            "the program's unions copy more than 1000000 variants together: this one copies 20000"
+        ),
+        10
+    );
+
+    // A union of what fits is the enum of its variants, once each.
+    let source = format!(
+        "type A = {}\ntype B = A | \"extra\" | \"v_0\"\nworkflow w {{\n  input {{ b: B }}\n  if workflow_input.b == \"extra\" {{\n    step h = handoff \"t\" {{ subject: \"s\", message: \"m\" }}\n  }}\n}}\n",
+        variants("v", 9_999)
+    );
+    assert_eq!(errors_of(&source, &no_imports), []);
+}
+
+/// Regression: each literal compared with an enum scanned its variants,
+/// each comparison of two enums scanned one's for each of the other's,
+/// each value given where another type was expected compared the two
+/// types part by part, and each message about an enum listed every
+/// variant. 25,000 wrong literals compared with an enum of 9,999 variants
+/// (1.8 MB) ran past a minute towards 2 GB of messages; 40,000 calls
+/// giving an enum of 9,999 variants where a wider one is expected took
+/// 23 s; 30,000 giving a record of 20,000 fields where another record of
+/// those fields is expected, 5 s. A wide enum or record is found in
+/// through an index, whether one type fits another is worked out once for
+/// each pair of wide types, and messages list a dozen variants.
+#[test]
+fn wide_enums_and_records_take_time_in_proportion() {
+    let no_imports = |_: &str| None;
+    let count = 2_000;
+    let mut source = format!(
+        "type E1 = {}\ntype E2 = E1 | \"z\"\ntype F = {}\n",
+        variants("variant", 9_999),
+        variants("other", 5_000)
+    );
+    source.push_str(
+        "recipe r { model \"m\" input { a: E2 } output { x: string } prompt \"p {{input.a}}\" }\n",
+    );
+    source.push_str("workflow w {\n  input { a: E1, f: F }\n");
+    for i in 0..count {
+        source.push_str(&format!(
+            "  step s{i} = r {{ a: workflow_input.a }}\n  if workflow_input.a == \"nope{i}\" || workflow_input.a == workflow_input.f {{\n    step h{i} = handoff \"t\" {{ subject: \"s\", message: \"m\" }}\n  }}\n"
+        ));
+    }
+    source.push_str("}\n");
+    let errors = errors_of(&source, &no_imports);
+    let not_variants: Vec<_> = errors
+        .iter()
+        .filter(|e| e.code.as_str() == "E204")
+        .collect();
+    assert_eq!(not_variants.len(), count, "{:#?}", &errors[..3]);
+    assert_eq!(
+        not_variants[0].message,
+        "\"nope0\" is not a variant: the compared value is one of \"variant_0\", \"variant_1\", \"variant_2\", \"variant_3\", \"variant_4\", \"variant_5\", \"variant_6\", \"variant_7\", \"variant_8\", \"variant_9\", \"variant_10\", \"variant_11\" and 9987 more"
+    );
+    // Two enums that share no variant are never equal.
+    assert_eq!(errors.len(), 2 * count, "{:#?}", errors.last());
+
+    let fields: Vec<String> = (0..5_000).map(|i| format!("field_{i}: string")).collect();
+    let fields = fields.join(", ");
+    let mut source = format!("type A = {{ {fields} }}\ntype B = {{ {fields} }}\n");
+    source.push_str(
+        "recipe r { model \"m\" input { a: B } output { x: string } prompt \"p {{input.a}}\" }\n",
+    );
+    source.push_str("workflow w {\n  input { a: A }\n");
+    for i in 0..count {
+        source.push_str(&format!("  step s{i} = r {{ a: workflow_input.a }}\n"));
+    }
+    source.push_str("}\n");
+    assert_eq!(errors_of(&source, &no_imports), []);
+}
+
+/// Regression: a message showed a type in full and quoted literals whole,
+/// and a quick fix filled in every missing input: a call missing a record
+/// of 30,000 fields had a message and a fix of half a megabyte each, and
+/// thousands of such calls took gigabytes. A type is shown cut at a few
+/// hundred characters, any text of a diagnostic at 2,000, and a fix is
+/// offered only for a few dozen fields.
+#[test]
+fn diagnostics_of_wide_types_and_long_literals_are_bounded() {
+    let fields: Vec<String> = (0..30_000).map(|i| format!("field_{i}: string")).collect();
+    let long = "x".repeat(100_000);
+    let source = format!(
+        "recipe r {{ model \"m\" input {{ a: {{ {} }} }} output {{ x: string }} prompt \"p {{{{input.a}}}}\" }}\nworkflow w {{\n  input {{ q: \"a\" | \"b\" }}\n  step s = r {{}}\n  step t = r {{ a: workflow_input.q }}\n  if workflow_input.q == \"{long}\" {{\n    step h = handoff \"t\" {{ subject: \"s\", message: \"m\" }}\n  }}\n}}\n",
+        fields.join(", ")
+    );
+    let errors = errors_of(&source, &|_: &str| None);
+    assert_eq!(errors.len(), 3, "{errors:#?}");
+    for error in &errors {
+        let texts = std::iter::once(&error.message)
+            .chain(&error.hints)
+            .chain(std::iter::once(&error.primary.message));
+        for text in texts {
+            assert!(text.chars().count() <= 2_000, "{}", text.len());
+        }
+    }
+    let missing = errors
+        .iter()
+        .find(|e| e.code.as_str() == "E201")
+        .expect("a missing input");
+    assert!(missing.message.ends_with("… }`"), "{}", missing.message);
+    assert!(missing.fixes.is_empty());
+    let mismatch = errors
+        .iter()
+        .find(|e| e.code.as_str() == "E203")
+        .expect("a mismatch");
+    assert!(
+        mismatch
+            .message
+            .contains("field_0: string, field_1: string"),
+        "{}",
+        mismatch.message
+    );
+    assert!(mismatch.message.contains("… }"), "{}", mismatch.message);
+}

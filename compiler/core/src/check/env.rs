@@ -2,10 +2,10 @@
 //! and its imports, with their types resolved.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use crate::check::LoadedFile;
-use crate::check::types::{SchemaPast, SchemaSizes, Ty, WideRecords};
+use crate::check::types::{AliasNames, Positions, SchemaPast, SchemaSizes, Ty};
 use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, FileId, Span};
 use crate::lock::LockedServer;
@@ -41,12 +41,32 @@ pub struct Env {
     pub recipes: HashMap<String, RecipeInfo>,
     pub mcp_servers: HashMap<String, McpInfo>,
     pub types: HashMap<String, Ty>,
+    /// The names of the records and enums of `types`, for messages.
+    pub(crate) alias_names: AliasNames,
     /// What the declarations' and the tests' suggestions may still spend
     /// (each workflow's steps have a budget of their own).
     pub(crate) suggestions: Budget,
     /// The sizes of the types' schemas measured so far, shared by every
     /// type the check holds to the plan's bounds.
     pub(crate) schema_sizes: Mutex<SchemaSizes>,
+    /// What the check's unions may still copy (see [`UNION_VARIANTS`]).
+    pub(crate) union_variants: UnionVariants,
+}
+
+/// The variants that a check's unions may copy together, each union's
+/// alternatives counted: `type B = A | "x"` copies the variants of `A`, a
+/// few bytes of source for as many variants as `A` has, and a thousand such
+/// unions of an enum of 10,000 variants took seconds and hundreds of
+/// megabytes. A hundred unions of the widest enum a plan holds.
+pub(crate) const UNION_VARIANTS: usize = 100 * flow_plan::limits::MAX_ENUM_VARIANTS;
+
+#[derive(Debug)]
+pub(crate) struct UnionVariants(Budget);
+
+impl Default for UnionVariants {
+    fn default() -> Self {
+        UnionVariants(Budget::new(UNION_VARIANTS))
+    }
 }
 
 impl Env {
@@ -55,7 +75,7 @@ impl Env {
     pub fn show<'t>(&'t self, ty: &'t Ty) -> crate::check::types::Named<'t> {
         crate::check::types::Named {
             ty,
-            aliases: &self.types,
+            aliases: &self.alias_names,
         }
     }
 }
@@ -166,11 +186,15 @@ pub(crate) fn build(files: &[LoadedFile], diagnostics: &mut Vec<Diagnostic>) -> 
         diagnostics,
         suggestions: &env.suggestions,
         schema_sizes: &env.schema_sizes,
+        union_variants: &env.union_variants.0,
     };
     let mut names: Vec<&String> = aliases.keys().collect();
     names.sort();
     for name in names {
         let ty = resolver.alias(name);
+        // In order of name, so that a part several aliases name is shown
+        // by the first.
+        env.alias_names.add(name, &ty);
         env.types.insert(name.clone(), ty);
     }
     let diagnostics = resolver.diagnostics;
@@ -402,8 +426,7 @@ fn check_prompt(
     suggestions: &Budget,
     diagnostics: &mut Vec<Diagnostic>,
 ) {
-    let input_fields: Arc<[(String, Ty)]> = input.into();
-    let mut wide_records = WideRecords::default();
+    let input_positions = Positions::new(input, |(name, _)| name);
     for part in &prompt.template.parts {
         let TemplatePart::Ref(path) = part else {
             continue;
@@ -441,7 +464,7 @@ fn check_prompt(
             );
             continue;
         };
-        let Some(mut ty) = wide_records.field_of(&input_fields, &name.text) else {
+        let Some(mut ty) = input_positions.of(&name.text).map(|at| input[at].1.clone()) else {
             let names = input.iter().map(|(n, _)| n.as_str());
             let mut diagnostic = Diagnostic::new(
                 Code::PromptUnknownInput,
@@ -471,8 +494,8 @@ fn check_prompt(
                     let inner = ty.required().clone();
                     match inner {
                         Ty::Json | Ty::Any => break,
-                        Ty::Record(ref fields) => match wide_records.field_of(fields, &name.text) {
-                            Some(field) => ty = field,
+                        Ty::Record(ref fields) => match fields.ty(&name.text) {
+                            Some(field) => ty = field.clone(),
                             None => {
                                 diagnostics.push(
                                     Diagnostic::new(
@@ -599,6 +622,7 @@ pub(crate) fn resolve(
         &InScope {
             names: &|| env.types.keys().map(String::as_str).collect(),
             budget: &env.suggestions,
+            union_variants: &env.union_variants.0,
         },
     )
 }
@@ -609,6 +633,8 @@ pub(crate) fn resolve(
 struct InScope<'n> {
     names: &'n dyn Fn() -> Vec<&'n str>,
     budget: &'n Budget,
+    /// What unions may still copy.
+    union_variants: &'n Budget,
 }
 
 fn resolve_with(
@@ -687,37 +713,84 @@ fn resolve_with(
             resolve_with(inner, file, diagnostics, lookup, scope).optional()
         }
         TypeExprKind::Union(alternatives) => {
-            let mut variants: Vec<String> = Vec::new();
-            // A set beside the list, not a scan of it: a union of 200,000
-            // literals took minutes.
-            let mut seen: HashSet<String> = HashSet::new();
-            let mut optional = false;
-            for alternative in alternatives {
-                let ty = resolve_with(alternative, file, diagnostics, lookup, scope);
-                optional |= ty.is_optional();
-                match ty.required() {
-                    Ty::Enum(vs) => {
-                        for v in vs.iter() {
-                            if seen.insert(v.clone()) {
-                                variants.push(v.clone());
-                            }
-                        }
-                    }
-                    Ty::Any => {}
-                    other => {
-                        diagnostics.push(
-                            Diagnostic::new(Code::BadUnion, file, alternative.span, format!("`{other}` cannot be part of a union"))
-                                .label("not a string literal")
-                                .hint("unions are enums of string literals: `\"low\" | \"high\"`; use `json` for values of several shapes"),
-                        );
-                        return Ty::Any;
-                    }
-                }
-            }
-            let ty = Ty::enumeration(variants);
-            if optional { ty.optional() } else { ty }
+            let resolved: Vec<Ty> = alternatives
+                .iter()
+                .map(|alternative| resolve_with(alternative, file, diagnostics, lookup, scope))
+                .collect();
+            union(
+                ty,
+                &resolved,
+                alternatives,
+                file,
+                scope.union_variants,
+                diagnostics,
+            )
         }
     }
+}
+
+/// The enum of a union's `alternatives`, each variant once in the order
+/// written, or `any` with an error.
+fn union(
+    ty: &TypeExpr,
+    resolved: &[Ty],
+    alternatives: &[TypeExpr],
+    file: FileId,
+    budget: &Budget,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Ty {
+    use flow_plan::limits::MAX_ENUM_VARIANTS;
+    let mut parts: Vec<&[String]> = Vec::with_capacity(resolved.len());
+    let mut optional = false;
+    // The variants copied from the enums that other types name: those
+    // written here are paid for in source.
+    let mut copied = 0usize;
+    for (ty, alternative) in resolved.iter().zip(alternatives) {
+        optional |= ty.is_optional();
+        match ty.required() {
+            Ty::Enum(variants) => {
+                if !matches!(alternative.kind, TypeExprKind::Literal(_)) {
+                    copied = copied.saturating_add(variants.len());
+                }
+                parts.push(variants);
+            }
+            Ty::Any => {}
+            other => {
+                diagnostics.push(
+                    Diagnostic::new(Code::BadUnion, file, alternative.span, format!("`{other}` cannot be part of a union"))
+                        .label("not a string literal")
+                        .hint("unions are enums of string literals: `\"low\" | \"high\"`; use `json` for values of several shapes"),
+                );
+                return Ty::Any;
+            }
+        }
+    }
+    let past = |message: String| {
+        Diagnostic::new(Code::PastPlanLimit, file, ty.span, message).label("past a limit of plans")
+    };
+    if !budget.spend(copied) {
+        diagnostics.push(past(format!(
+            "the program's unions copy more than {UNION_VARIANTS} variants together: this one copies {copied}"
+        )).hint("a union copies the variants of each enum it names; name the union once, as an alias, and use that alias"));
+        return Ty::Any;
+    }
+    // A set beside the list, not a scan of it: a union of 200,000
+    // literals took minutes.
+    let mut seen: HashSet<&str> = HashSet::new();
+    let mut variants: Vec<String> = Vec::new();
+    for variant in parts.iter().flat_map(|part| part.iter()) {
+        if seen.insert(variant) {
+            if variants.len() == MAX_ENUM_VARIANTS {
+                diagnostics.push(past(format!(
+                    "this union has more than {MAX_ENUM_VARIANTS} variants; an enum of a plan has at most that"
+                )));
+                return Ty::Any;
+            }
+            variants.push(variant.clone());
+        }
+    }
+    let ty = Ty::enumeration(variants);
+    if optional { ty.optional() } else { ty }
 }
 
 struct Resolver<'a, 'd> {
@@ -729,6 +802,7 @@ struct Resolver<'a, 'd> {
     diagnostics: &'d mut Vec<Diagnostic>,
     suggestions: &'a Budget,
     schema_sizes: &'a Mutex<SchemaSizes>,
+    union_variants: &'a Budget,
 }
 
 impl Resolver<'_, '_> {
@@ -802,6 +876,7 @@ impl Resolver<'_, '_> {
             &InScope {
                 names: &|| aliases.keys().map(String::as_str).collect(),
                 budget: self.suggestions,
+                union_variants: self.union_variants,
             },
         );
         // An alias found in a cycle is `any` already, and reported: what it

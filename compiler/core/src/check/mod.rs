@@ -14,7 +14,7 @@ use std::collections::HashMap;
 pub(crate) use env::BUILTIN_TYPES;
 pub use env::{Env, McpInfo, RecipeInfo};
 pub use test_blocks::{STATUSES, TestInfo};
-pub use types::Ty;
+pub use types::{AliasNames, ByName, Fields, ItemName, Named, Ty, Variants};
 pub(crate) use types::{Positions, SchemaBytes};
 pub use workflow::{Container, LoopInfo, McpTool, StepInfo, StepKind, StepTable, WorkflowInfo};
 pub(crate) use workflow::{DEFAULT_ATTEMPTS, DEFAULT_STEP_TIMEOUT_MS};

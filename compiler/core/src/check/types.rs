@@ -1,17 +1,22 @@
 //! The checker's types: what a value can be, assignability, and display.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
 use serde_json::{Value, json};
 
-/// Above this many pairs, comparing two enums' variants or two records'
-/// fields goes through a set rather than nested scans.
-const SCAN_MOST: usize = 1_024;
+/// The longest literal a quick fix fills in for a value ([`Ty::placeholder`]):
+/// a record of a few dozen fields. A longer one is for its author to write.
+pub(crate) const PLACEHOLDER_CHARS: usize = 2_048;
+
+/// How many characters of a type a message, a hover or a hint shows before
+/// `…`: a record of 30,000 fields, or an alias's parts written out wherever
+/// it is named, made each message that showed one megabytes long.
+pub(crate) const SHOWN_TYPE_CHARS: usize = 400;
 
 /// A record with more fields than this is read through an index of them
-/// (`Checker::field_of`, the lowerer's wide input), not a scan.
+/// ([`ByName`]; the lowerer's wide input), not a scan.
 pub(crate) const INDEXED_FIELDS: usize = 32;
 
 /// The position of each item of a list by its name (the first of a name
@@ -44,40 +49,154 @@ impl<'a, T> Positions<'a, T> {
     }
 }
 
-/// The fields of wide records (more than [`INDEXED_FIELDS`]), each found
-/// through an index made once per record: scanning one for each reference
-/// made a workflow of 50,000 input fields, each read once, take 7 s to
-/// check, and a prompt reading each of 30,000 inputs as long.
-#[derive(Debug, Default)]
-pub(crate) struct WideRecords {
-    /// Each record by its address, kept with its index so that the address
-    /// is not another record's while the index is.
-    indexed: HashMap<usize, IndexedRecord>,
+/// Items in their order, each found by its name (the first of a name
+/// repeated) through an index made the first time one is looked for in a
+/// list wider than [`INDEXED_FIELDS`]: scanning a record for each
+/// reference made a workflow of 50,000 input fields, each read once, take
+/// 7 s to check, and scanning an enum of 10,000 variants for each literal
+/// compared with it, or each of two enums' variants for the other's, was
+/// as slow. The index lives as long as the list, which every copy of a
+/// type shares.
+#[derive(Debug)]
+pub struct ByName<T> {
+    list: Box<[T]>,
+    index: OnceLock<HashMap<String, usize>>,
+    /// Whether a value of a wide type of these fits types of other lists,
+    /// by the other's address (see [`ByName::remembered`]).
+    fits: Mutex<HashMap<usize, Fits<T>>>,
 }
 
-/// A record's fields, and the position of each by name.
-type IndexedRecord = (Arc<[(String, Ty)]>, HashMap<String, usize>);
+/// Whether a type of one list fits a type of the other, kept with a
+/// `Weak` of the other, which keeps its address its own.
+type Fits<T> = (Weak<ByName<T>>, bool);
 
-impl WideRecords {
-    /// The type of the field `name` of a record of `fields`.
-    pub(crate) fn field_of(&mut self, fields: &Arc<[(String, Ty)]>, name: &str) -> Option<Ty> {
-        if fields.len() <= INDEXED_FIELDS {
-            return fields
-                .iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, ty)| ty.clone());
-        }
-        let key = Arc::as_ptr(fields) as *const () as usize;
-        let (_, index) = self.indexed.entry(key).or_insert_with(|| {
-            let mut index = HashMap::with_capacity(fields.len());
-            for (at, (field, _)) in fields.iter().enumerate() {
-                index.entry(field.clone()).or_insert(at);
-            }
-            (Arc::clone(fields), index)
-        });
-        index.get(name).map(|&at| fields[at].1.clone())
+/// An item of a [`ByName`] list: a variant, or a field and its type.
+pub trait ItemName {
+    fn name(&self) -> &str;
+}
+
+impl ItemName for String {
+    fn name(&self) -> &str {
+        self
     }
 }
+
+impl ItemName for (String, Ty) {
+    fn name(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A record's fields.
+pub type Fields = ByName<(String, Ty)>;
+
+/// An enum's variants.
+pub type Variants = ByName<String>;
+
+impl<T: ItemName> ByName<T> {
+    pub fn new(list: Vec<T>) -> Self {
+        ByName {
+            list: list.into(),
+            index: OnceLock::new(),
+            fits: Mutex::default(),
+        }
+    }
+
+    /// `fits()`: whether a value of a type of `from` fits a type of `to`,
+    /// worked out once for each pair of wide types. A value of an enum of
+    /// 10,000 variants given where another enum is expected, at each of
+    /// 40,000 calls, took 23 s to check; a record of 20,000 fields, 5 s.
+    fn remembered(from: &Arc<Self>, to: &Arc<Self>, fits: impl FnOnce() -> bool) -> bool {
+        if from.len() <= INDEXED_FIELDS && to.len() <= INDEXED_FIELDS {
+            return fits();
+        }
+        let key = Arc::as_ptr(to) as *const () as usize;
+        // The `Weak` keeps `to`'s allocation, so that its address is not
+        // another list's while the answer is kept.
+        if let Some((_, known)) = from
+            .fits
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+        {
+            return *known;
+        }
+        let known = fits();
+        from.fits
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key, (Arc::downgrade(to), known));
+        known
+    }
+
+    /// The position of the item named `name`.
+    pub fn position(&self, name: &str) -> Option<usize> {
+        if self.list.len() <= INDEXED_FIELDS {
+            return self.list.iter().position(|item| item.name() == name);
+        }
+        let index = self.index.get_or_init(|| {
+            let mut index = HashMap::with_capacity(self.list.len());
+            for (at, item) in self.list.iter().enumerate() {
+                index.entry(item.name().to_string()).or_insert(at);
+            }
+            index
+        });
+        index.get(name).copied()
+    }
+
+    /// The item named `name`.
+    pub fn get(&self, name: &str) -> Option<&T> {
+        self.position(name).map(|at| &self.list[at])
+    }
+}
+
+impl Fields {
+    /// The type of the field `name`.
+    pub fn ty(&self, name: &str) -> Option<&Ty> {
+        self.get(name).map(|(_, ty)| ty)
+    }
+}
+
+impl Variants {
+    /// Whether `variant` is one of these.
+    pub fn contains(&self, variant: &str) -> bool {
+        self.position(variant).is_some()
+    }
+
+    /// Whether a value could be one of these and one of `other`'s.
+    pub fn overlap(&self, other: &Variants) -> bool {
+        let (few, many) = if self.len() <= other.len() {
+            (self, other)
+        } else {
+            (other, self)
+        };
+        few.iter().any(|v| many.contains(v))
+    }
+
+    /// The bytes of the JSON Schema of an enum of these:
+    /// `{"enum":[` and `],"type":"string"}`, each variant quoted, commas
+    /// between.
+    fn schema_bytes(&self) -> u64 {
+        let listed: u64 = self.list.iter().map(|v| v.len() as u64 + 3).sum();
+        26 + listed.max(1)
+    }
+}
+
+impl<T> std::ops::Deref for ByName<T> {
+    type Target = [T];
+
+    fn deref(&self) -> &[T] {
+        &self.list
+    }
+}
+
+impl<T: PartialEq> PartialEq for ByName<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.list == other.list
+    }
+}
+
+impl<T: Eq> Eq for ByName<T> {}
 
 /// A resolved type. Aliases are gone; records keep their field order.
 ///
@@ -99,9 +218,9 @@ pub enum Ty {
     Duration,
     Null,
     /// A union of string literals, in declaration order.
-    Enum(Arc<[String]>),
+    Enum(Arc<Variants>),
     List(Arc<Ty>),
-    Record(Arc<[(String, Ty)]>),
+    Record(Arc<Fields>),
     Optional(Arc<Ty>),
 }
 
@@ -116,9 +235,17 @@ impl Ty {
     /// A literal of this type for a quick fix to fill in and the author to
     /// replace: an empty string or list, zero, `false`, an enum's first
     /// variant, a record of its required fields. `None` for `any`, which is
-    /// the type of a mistake, not of a value.
+    /// the type of a mistake, not of a value, and for a literal longer than
+    /// [`PLACEHOLDER_CHARS`]: a record of 30,000 required fields, filled in
+    /// for each of thousands of calls that missed it, took gigabytes.
     pub fn placeholder(&self) -> Option<String> {
-        Some(match self {
+        let mut left = PLACEHOLDER_CHARS;
+        self.placeholder_within(&mut left)
+    }
+
+    /// [`Ty::placeholder`], paying each character written from `left`.
+    pub(crate) fn placeholder_within(&self, left: &mut usize) -> Option<String> {
+        let leaf = match self {
             Ty::Any => return None,
             Ty::Json | Ty::Null | Ty::Optional(_) => "null".to_string(),
             Ty::String => "\"\"".to_string(),
@@ -129,17 +256,22 @@ impl Ty {
             Ty::Enum(variants) => format!("\"{}\"", variants.first()?),
             Ty::List(_) => "[]".to_string(),
             Ty::Record(fields) => {
+                // The braces, and for each field its name, `: ` and `, `.
+                *left = left.checked_sub(4)?;
                 let mut parts = Vec::new();
                 for (name, ty) in fields.iter().filter(|(_, ty)| !ty.is_optional()) {
-                    parts.push(format!("{name}: {}", ty.placeholder()?));
+                    *left = left.checked_sub(name.len() + 4)?;
+                    parts.push(format!("{name}: {}", ty.placeholder_within(left)?));
                 }
-                if parts.is_empty() {
+                return Some(if parts.is_empty() {
                     "{}".to_string()
                 } else {
                     format!("{{ {} }}", parts.join(", "))
-                }
+                });
             }
-        })
+        };
+        *left = left.checked_sub(leaf.len())?;
+        Some(leaf)
     }
 
     pub fn is_optional(&self) -> bool {
@@ -155,7 +287,7 @@ impl Ty {
     }
 
     pub fn record(fields: Vec<(String, Ty)>) -> Ty {
-        Ty::Record(fields.into())
+        Ty::Record(Arc::new(Fields::new(fields)))
     }
 
     pub fn list(item: Ty) -> Ty {
@@ -163,7 +295,7 @@ impl Ty {
     }
 
     pub fn enumeration(variants: Vec<String>) -> Ty {
-        Ty::Enum(variants.into())
+        Ty::Enum(Arc::new(Variants::new(variants)))
     }
 
     pub fn is_unchecked(&self) -> bool {
@@ -172,7 +304,7 @@ impl Ty {
 
     pub fn field(&self, name: &str) -> Option<&Ty> {
         match self {
-            Ty::Record(fields) => fields.iter().find(|(n, _)| n == name).map(|(_, t)| t),
+            Ty::Record(fields) => fields.ty(name),
             _ => None,
         }
     }
@@ -181,45 +313,29 @@ impl Ty {
     pub fn assignable_to(&self, target: &Ty) -> bool {
         match (self, target) {
             (Ty::Any | Ty::Json, _) | (_, Ty::Any | Ty::Json) => true,
-            (a, b) if a == b => true,
-            (Ty::Int, Ty::Float) => true,
-            (Ty::Enum(_), Ty::String) => true,
+            // Parts compared, not types for equality: two wide types of one
+            // shape are equal only once compared part by part, each time.
             (Ty::Enum(from), Ty::Enum(to)) => {
-                // Two scans are fine for the labels people write; a set for
-                // generated enums of thousands, where scans are quadratic.
-                if from.len().saturating_mul(to.len()) <= SCAN_MOST {
-                    from.iter().all(|v| to.contains(v))
-                } else {
-                    let to: HashSet<&String> = to.iter().collect();
-                    from.iter().all(|v| to.contains(v))
-                }
+                ByName::remembered(from, to, || from.iter().all(|v| to.contains(v)))
             }
+            (Ty::Record(from), Ty::Record(to)) => ByName::remembered(from, to, || {
+                from.iter().all(|(name, _)| to.position(name).is_some())
+                    && to.iter().all(|(name, ty)| match from.ty(name) {
+                        Some(from_ty) => from_ty.assignable_to(ty),
+                        None => ty.is_optional(),
+                    })
+            }),
+            (Ty::String, Ty::String)
+            | (Ty::Int, Ty::Int | Ty::Float)
+            | (Ty::Float, Ty::Float)
+            | (Ty::Bool, Ty::Bool)
+            | (Ty::Duration, Ty::Duration)
+            | (Ty::Null, Ty::Null) => true,
+            (Ty::Enum(_), Ty::String) => true,
             (Ty::Null, Ty::Optional(_)) => true,
             (Ty::Optional(from), Ty::Optional(to)) => from.assignable_to(to),
             (from, Ty::Optional(to)) => from.assignable_to(to),
             (Ty::List(from), Ty::List(to)) => from.assignable_to(to),
-            (Ty::Record(from), Ty::Record(to)) => {
-                let fits = |from_ty: Option<&Ty>, ty: &Ty| match from_ty {
-                    Some(from_ty) => from_ty.assignable_to(ty),
-                    None => ty.is_optional(),
-                };
-                if from.len().saturating_mul(to.len()) <= SCAN_MOST {
-                    from.iter()
-                        .all(|(name, _)| to.iter().any(|(n, _)| n == name))
-                        && to.iter().all(|(name, ty)| {
-                            fits(from.iter().find(|(n, _)| n == name).map(|(_, t)| t), ty)
-                        })
-                } else {
-                    let from_fields: HashMap<&str, &Ty> =
-                        from.iter().map(|(n, t)| (n.as_str(), t)).collect();
-                    let to_names: HashSet<&str> = to.iter().map(|(n, _)| n.as_str()).collect();
-                    from.iter()
-                        .all(|(name, _)| to_names.contains(name.as_str()))
-                        && to
-                            .iter()
-                            .all(|(name, ty)| fits(from_fields.get(name.as_str()).copied(), ty))
-                }
-            }
             _ => false,
         }
     }
@@ -355,12 +471,7 @@ impl SchemaBytes {
             Ty::List(part) => (Arc::as_ptr(part) as *const () as usize, 0),
             Ty::Optional(part) => (Arc::as_ptr(part) as *const () as usize, 1),
             Ty::Record(fields) => (Arc::as_ptr(fields) as *const () as usize, 2),
-            Ty::Enum(variants) => {
-                // `{"enum":[` and `],"type":"string"}`, each variant quoted,
-                // commas between.
-                let listed: u64 = variants.iter().map(|v| v.len() as u64 + 3).sum();
-                return 26 + listed.max(1);
-            }
+            Ty::Enum(variants) => return variants.schema_bytes(),
             Ty::Any | Ty::Json => return 2,
             Ty::Duration => return 30 + flow_plan::DURATION_PATTERN.len() as u64,
             // `{"type":"…"}`.
@@ -438,7 +549,7 @@ impl SchemaSize {
 
 impl fmt::Display for Ty {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write_ty(f, self, None)
+        TyWriter::new(f, None).ty(self)
     }
 }
 
@@ -447,81 +558,151 @@ impl fmt::Display for Ty {
 /// [`Ty`]'s display. See `Env::show`.
 pub struct Named<'t> {
     pub ty: &'t Ty,
-    /// The aliases in scope, by name.
-    pub aliases: &'t HashMap<String, Ty>,
+    /// The aliases in scope.
+    pub aliases: &'t AliasNames,
 }
 
 impl fmt::Display for Named<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write_ty(f, self.ty, Some(self.aliases))
+        TyWriter::new(f, Some(self.aliases)).ty(self.ty)
     }
 }
 
-/// The alias that names `ty`, a record or an enum, if one does (the first
-/// by name, when several do).
-pub(crate) fn alias_of<'a>(aliases: &'a HashMap<String, Ty>, ty: &Ty) -> Option<&'a str> {
-    if !matches!(ty, Ty::Record(_) | Ty::Enum(_)) {
-        return None;
+/// The name of each record and enum that a `type` alias names, by the
+/// address of its parts (the first name, by name, when several aliases
+/// name one): every type the checker builds from an alias shares its
+/// parts. Comparing each part shown with every alias took time in the
+/// product of the program's aliases and its messages.
+#[derive(Debug, Default)]
+pub struct AliasNames(HashMap<usize, String>);
+
+impl AliasNames {
+    /// Names `ty` `name`, unless a name was given to it first. The caller
+    /// keeps `ty`, so that its address stays its own.
+    pub(crate) fn add(&mut self, name: &str, ty: &Ty) {
+        if let Some(address) = parts_address(ty) {
+            self.0.entry(address).or_insert_with(|| name.to_string());
+        }
     }
-    aliases
-        .iter()
-        .filter(|(_, aliased)| *aliased == ty)
-        .map(|(name, _)| name.as_str())
-        .min()
+
+    /// The alias that names `ty`, a record or an enum, if one does.
+    pub(crate) fn of(&self, ty: &Ty) -> Option<&str> {
+        self.0.get(&parts_address(ty)?).map(String::as_str)
+    }
 }
 
-/// Writes `ty`, with the alias names of its parts when `aliases` is given.
-fn write_ty(
-    f: &mut fmt::Formatter<'_>,
-    ty: &Ty,
-    aliases: Option<&HashMap<String, Ty>>,
-) -> fmt::Result {
-    if let Some(name) = aliases.and_then(|aliases| alias_of(aliases, ty)) {
-        return f.write_str(name);
-    }
-    let name_of = aliases;
+fn parts_address(ty: &Ty) -> Option<usize> {
     match ty {
-        Ty::Any => write!(f, "any"),
-        Ty::Json => write!(f, "json"),
-        Ty::String => write!(f, "string"),
-        Ty::Int => write!(f, "int"),
-        Ty::Float => write!(f, "float"),
-        Ty::Bool => write!(f, "bool"),
-        Ty::Duration => write!(f, "duration"),
-        Ty::Null => write!(f, "null"),
-        Ty::Enum(variants) => {
-            let shown: Vec<String> = variants.iter().map(|v| format!("{v:?}")).collect();
-            write!(f, "{}", shown.join(" | "))
+        Ty::Record(fields) => Some(Arc::as_ptr(fields) as *const () as usize),
+        Ty::Enum(variants) => Some(Arc::as_ptr(variants) as *const () as usize),
+        _ => None,
+    }
+}
+
+/// Writes a type, with the alias names of its parts when it has them, and
+/// at most [`SHOWN_TYPE_CHARS`] characters of it: the rest is `…`, the
+/// brackets open at the cut closed.
+struct TyWriter<'f, 'g, 'a> {
+    f: &'f mut fmt::Formatter<'g>,
+    aliases: Option<&'a AliasNames>,
+    left: usize,
+}
+
+impl<'f, 'g, 'a> TyWriter<'f, 'g, 'a> {
+    fn new(f: &'f mut fmt::Formatter<'g>, aliases: Option<&'a AliasNames>) -> Self {
+        TyWriter {
+            f,
+            aliases,
+            left: SHOWN_TYPE_CHARS,
         }
-        Ty::List(item) => {
-            write!(f, "list<")?;
-            write_ty(f, item, name_of)?;
-            write!(f, ">")
+    }
+
+    /// Writes `text` as far as the characters left allow, and `…` where it
+    /// is cut; nothing once cut.
+    fn put(&mut self, text: &str) -> fmt::Result {
+        if self.left == 0 {
+            return Ok(());
         }
-        Ty::Record(fields) => {
-            write!(f, "{{ ")?;
-            for (index, (name, ty)) in fields.iter().enumerate() {
-                if index > 0 {
-                    write!(f, ", ")?;
-                }
-                write!(f, "{name}: ")?;
-                write_ty(f, ty, name_of)?;
+        match text.char_indices().nth(self.left) {
+            None => {
+                self.left -= text.chars().count();
+                self.f.write_str(text)
             }
-            write!(f, " }}")
+            Some((at, _)) => {
+                self.left = 0;
+                self.f.write_str(&text[..at])?;
+                self.f.write_str("…")
+            }
         }
-        Ty::Optional(inner)
-            if matches!(**inner, Ty::Enum(_))
-                && name_of
-                    .and_then(|aliases| alias_of(aliases, inner))
-                    .is_none() =>
-        {
-            write!(f, "(")?;
-            write_ty(f, inner, name_of)?;
-            write!(f, ")?")
+    }
+
+    fn alias(&self, ty: &Ty) -> Option<&'a str> {
+        self.aliases.and_then(|aliases| aliases.of(ty))
+    }
+
+    fn ty(&mut self, ty: &Ty) -> fmt::Result {
+        if self.left == 0 {
+            return Ok(());
         }
-        Ty::Optional(inner) => {
-            write_ty(f, inner, name_of)?;
-            write!(f, "?")
+        if let Some(name) = self.alias(ty) {
+            return self.put(name);
+        }
+        match ty {
+            Ty::Any => self.put("any"),
+            Ty::Json => self.put("json"),
+            Ty::String => self.put("string"),
+            Ty::Int => self.put("int"),
+            Ty::Float => self.put("float"),
+            Ty::Bool => self.put("bool"),
+            Ty::Duration => self.put("duration"),
+            Ty::Null => self.put("null"),
+            Ty::Enum(variants) => {
+                for (index, variant) in variants.iter().enumerate() {
+                    if self.left == 0 {
+                        break;
+                    }
+                    if index > 0 {
+                        self.put(" | ")?;
+                    }
+                    self.put(&format!("{variant:?}"))?;
+                }
+                Ok(())
+            }
+            Ty::List(item) => {
+                self.put("list<")?;
+                self.ty(item)?;
+                self.f.write_str(">")
+            }
+            Ty::Record(fields) => {
+                self.put("{ ")?;
+                for (index, (name, ty)) in fields.iter().enumerate() {
+                    if self.left == 0 {
+                        break;
+                    }
+                    if index > 0 {
+                        self.put(", ")?;
+                    }
+                    self.put(name)?;
+                    self.put(": ")?;
+                    self.ty(ty)?;
+                }
+                if self.left == 0 {
+                    self.f.write_str(" }")
+                } else {
+                    self.put(" }")
+                }
+            }
+            Ty::Optional(inner)
+                if matches!(**inner, Ty::Enum(_)) && self.alias(inner).is_none() =>
+            {
+                self.put("(")?;
+                self.ty(inner)?;
+                self.f.write_str(")?")
+            }
+            Ty::Optional(inner) => {
+                self.ty(inner)?;
+                self.f.write_str("?")
+            }
         }
     }
 }
@@ -548,7 +729,7 @@ mod tests {
     }
 
     fn record(fields: &[(&str, Ty)]) -> Ty {
-        Ty::Record(
+        Ty::record(
             fields
                 .iter()
                 .map(|(n, t)| (n.to_string(), t.clone()))

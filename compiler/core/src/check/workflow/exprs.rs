@@ -49,7 +49,7 @@ impl<'e, 'd> Checker<'e, 'd> {
             }
             (ExprKind::String(lit), Ty::Enum(variants)) if lit.as_plain().is_some() => {
                 let text = lit.as_plain().unwrap_or_default();
-                if !variants.iter().any(|v| v == text) {
+                if !variants.contains(text) {
                     self.not_a_variant(
                         expr.span,
                         text,
@@ -118,12 +118,14 @@ impl<'e, 'd> Checker<'e, 'd> {
         variants: &[String],
         prefix: &str,
     ) {
-        let shown: Vec<String> = variants.iter().map(|v| format!("\"{v}\"")).collect();
         let mut diagnostic = Diagnostic::new(
             Code::NotAVariant,
             self.file,
             span,
-            format!("\"{text}\" is not a variant: {prefix} {}", shown.join(", ")),
+            format!(
+                "\"{text}\" is not a variant: {prefix} {}",
+                shown_list(variants.iter().map(|v| format!("\"{v}\"")))
+            ),
         )
         .label("not a variant");
         if let Some(best) = self.suggest(text, variants.iter().map(String::as_str)) {
@@ -236,7 +238,7 @@ impl<'e, 'd> Checker<'e, 'd> {
                 if let (Ty::Enum(variants), ExprKind::String(lit)) = (&inner, &right.kind)
                     && let Some(text) = lit.as_plain()
                 {
-                    if !variants.iter().any(|v| v == text) {
+                    if !variants.contains(text) {
                         self.not_a_variant(
                             right.span,
                             text,
@@ -297,7 +299,7 @@ impl<'e, 'd> Checker<'e, 'd> {
                         (&lit.kind, other.required())
                         && let Some(text) = text.as_plain()
                     {
-                        if !variants.iter().any(|v| v == text) {
+                        if !variants.contains(text) {
                             self.not_a_variant(
                                 lit.span,
                                 text,
@@ -310,7 +312,7 @@ impl<'e, 'd> Checker<'e, 'd> {
                 }
                 // Two enums can be equal when they share a variant.
                 let overlapping_enums = match (left_ty.required(), right_ty.required()) {
-                    (Ty::Enum(a), Ty::Enum(b)) => a.iter().any(|v| b.contains(v)),
+                    (Ty::Enum(a), Ty::Enum(b)) => a.overlap(b),
                     _ => false,
                 };
                 let comparable = overlapping_enums

@@ -16,10 +16,10 @@
 use std::collections::HashSet;
 
 use crate::check::env::{Env, McpInfo, fields_within_schema_bounds, require_plain, resolve_fields};
-use crate::check::types::{Positions, Ty, WideRecords};
+use crate::check::types::{PLACEHOLDER_CHARS, Positions, Ty};
 use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, Edit, FileId, Span};
-use crate::suggest::{Budget, candidates_list, did_you_mean};
+use crate::suggest::{Budget, candidates_list, did_you_mean, shown_list};
 use crate::syntax::ROOTS;
 use crate::syntax::ast::*;
 
@@ -382,9 +382,6 @@ struct Checker<'e, 'd> {
     in_template: bool,
     /// Set while a destination is checked: what its references may read.
     destination: Option<DestinationScope>,
-    /// The wide records a reference has read, each with an index of its
-    /// fields.
-    wide_records: WideRecords,
     /// What is left of this workflow's budget for "did you mean" and the
     /// lists of names in hints (`suggest::SUGGESTION_CELLS`).
     suggestions: Budget,
@@ -424,11 +421,15 @@ fn step_end(step: &Step) -> u32 {
 
 /// The edit that adds `missing` fields, with placeholder values, to the
 /// record `args`: after its last field, or inside its braces when it has
-/// none. `None` when a field's type has no placeholder.
+/// none. `None` when a field's type has no placeholder, or the fields
+/// together are longer than one placeholder may be (thousands of missing
+/// inputs are for their author to write).
 fn fill_fields(args: &RecordLit, missing: &[&(String, Ty)]) -> Option<Edit> {
+    let mut left = PLACEHOLDER_CHARS;
     let mut fields = Vec::new();
     for (name, ty) in missing {
-        fields.push(format!("{name}: {}", ty.placeholder()?));
+        left = left.checked_sub(name.len() + 4)?;
+        fields.push(format!("{name}: {}", ty.placeholder_within(&mut left)?));
     }
     let fields = fields.join(", ");
     Some(match args.fields.last() {
@@ -488,7 +489,6 @@ impl<'e, 'd> Checker<'e, 'd> {
             input: Ty::record(Vec::new()),
             in_template: false,
             destination: None,
-            wide_records: WideRecords::default(),
             suggestions: Budget::default(),
         }
     }
@@ -696,7 +696,7 @@ impl<'e, 'd> Checker<'e, 'd> {
                 ))
             })
             .collect();
-        Ty::Record(fields)
+        Ty::record(fields)
     }
 
     // ------------------------------------------------------------ pass 2: statements

@@ -484,32 +484,30 @@ impl<'e, 'd> Checker<'e, 'd> {
             ty = match (segment, current) {
                 (_, Ty::Any) => return Ty::Any,
                 (_, Ty::Json) => return Ty::Json,
-                (Segment::Field { name, .. }, Ty::Record(fields)) => {
-                    match self.wide_records.field_of(&fields, &name.text) {
-                        Some(field) => field,
-                        None => {
-                            let names = fields.iter().map(|(n, _)| n.as_str());
-                            let mut diagnostic = Diagnostic::new(
-                                Code::UnknownField,
-                                self.file,
-                                name.span,
-                                format!("{} has no field `{}`", describe(previous), name.text),
-                            )
-                            .label("unknown field");
-                            if let Some(best) = self.suggest(&name.text, names.clone()) {
-                                diagnostic =
-                                    diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
-                            }
-                            diagnostic = if fields.is_empty() {
-                                diagnostic.hint(format!("{} has no fields", describe(previous)))
-                            } else {
-                                self.listing(diagnostic, "the fields are", names)
-                            };
-                            self.push(diagnostic);
-                            return Ty::Any;
+                (Segment::Field { name, .. }, Ty::Record(fields)) => match fields.ty(&name.text) {
+                    Some(field) => field.clone(),
+                    None => {
+                        let names = fields.iter().map(|(n, _)| n.as_str());
+                        let mut diagnostic = Diagnostic::new(
+                            Code::UnknownField,
+                            self.file,
+                            name.span,
+                            format!("{} has no field `{}`", describe(previous), name.text),
+                        )
+                        .label("unknown field");
+                        if let Some(best) = self.suggest(&name.text, names.clone()) {
+                            diagnostic =
+                                diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
                         }
+                        diagnostic = if fields.is_empty() {
+                            diagnostic.hint(format!("{} has no fields", describe(previous)))
+                        } else {
+                            self.listing(diagnostic, "the fields are", names)
+                        };
+                        self.push(diagnostic);
+                        return Ty::Any;
                     }
-                }
+                },
                 (Segment::Field { name, .. }, other) => {
                     self.push(
                         Diagnostic::new(

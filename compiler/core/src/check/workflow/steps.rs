@@ -367,8 +367,8 @@ impl<'e, 'd> Checker<'e, 'd> {
         callee: &dyn std::fmt::Display,
         decl: Option<(FileId, Span)>,
     ) {
-        // Sets, and an index of a wide callee's inputs (as `field_of` reads
-        // a wide record): a call of 30,000 arguments compared each with each
+        // Sets, and an index of a wide callee's inputs (as a wide record's
+        // fields are found): a call of 30,000 arguments compared each with each
         // input took 4 s to check.
         let mut seen: HashSet<&str> = HashSet::new();
         // A misspelt argument is reported once, as unknown with a suggestion,
@@ -436,11 +436,11 @@ impl<'e, 'd> Checker<'e, 'd> {
             })
             .collect();
         if !missing.is_empty() {
-            let list: Vec<String> = missing.iter().map(|(n, t)| format!("`{n}: {t}`")).collect();
+            let list = shown_list(missing.iter().map(|(n, t)| format!("`{n}: {t}`")));
             let message = if missing.len() == 1 {
-                format!("{callee} needs the input {}", list[0])
+                format!("{callee} needs the input {list}")
             } else {
-                format!("{callee} needs the inputs {}", list.join(", "))
+                format!("{callee} needs the inputs {list}")
             };
             let mut diagnostic =
                 Diagnostic::new(Code::MissingArgument, self.file, args.span, message)
