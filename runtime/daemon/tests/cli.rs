@@ -2232,6 +2232,39 @@ async fn a_source_that_compiles_past_the_plan_bounds_is_refused() {
         assert_eq!(body["diagnostics"][0]["code"], code, "{body}");
         assert_eq!(body["diagnostics"][0]["line"], line, "{body}");
     }
+    // A source of thousands of errors, each about an enum of thousands of
+    // variants: the first hundred are listed, each a sentence long, and
+    // the count of the rest (a 422 listing every one in full, 80 KB each,
+    // would have been gigabytes).
+    let mut wrong = format!(
+        "type E = {}
+workflow w {{
+  input {{ a: E }}
+",
+        (0..9_999)
+            .map(|i| format!("\"variant_{i}\""))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    for i in 0..5_000 {
+        wrong.push_str(&format!(
+            "  if workflow_input.a == \"nope{i}\" {{\n    step h{i} = handoff \"t\" {{ subject: \"s\", message: \"m\" }}\n  }}\n"
+        ));
+    }
+    wrong.push_str("}\n");
+    let (status, body) = flowd
+        .try_deploy(ACME, json!({ "source": wrong, "path": "wrong.flow" }))
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["detail"], "wrong.flow has 5000 error(s)");
+    let listed = body["diagnostics"].as_array().expect("diagnostics");
+    assert_eq!(listed.len(), 100);
+    assert_eq!(body["diagnostics_omitted"], 4_900);
+    assert!(
+        listed
+            .iter()
+            .all(|d| d["code"] == "E204" && d["message"].as_str().is_some_and(|m| m.len() < 300))
+    );
     let (_, body) = flowd
         .send(Method::GET, "/v1/workflows", Some(ACME), None)
         .await;

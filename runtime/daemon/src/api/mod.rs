@@ -147,8 +147,11 @@ pub(crate) struct ProblemDoc {
     /// Stable and documented: what a client branches on.
     code: String,
     detail: String,
-    /// `does_not_check`: each error of the source (`code`, `message`, `line`, `column`).
+    /// `does_not_check`: the source's errors (`code`, `message`, `file`,
+    /// `line`, `column`), the first 100 of them.
     diagnostics: Option<Vec<Object>>,
+    /// `does_not_check`: how many errors there are past those listed.
+    diagnostics_omitted: Option<u64>,
     /// `invalid_input`: each place the input does not match (`path`, `expected`, `found`),
     /// at most 100, each part at most 160 characters.
     mismatches: Option<Vec<Object>>,

@@ -92,8 +92,12 @@ pub(crate) async fn deploy(
     })?;
     // Compiling and validating take a core for as long as the file is
     // large (a third of a second at 100,000 steps): off the async workers,
-    // which every run and request of the process shares.
-    let plan = joined(tokio::task::spawn_blocking(move || plan_of(request))).await?;
+    // which every run and request of the process shares, and a few at once.
+    let plan = {
+        // The semaphore is never closed: acquiring it fails never.
+        let _place = daemon.compiles.acquire().await.ok();
+        joined(tokio::task::spawn_blocking(move || plan_of(request))).await?
+    };
     // A department is one of the account's: a misspelt one would quietly
     // give the workflow no department context and its documents no owner.
     let departments = &daemon.config.people(&account).departments;
@@ -271,6 +275,9 @@ pub(super) fn compile_valid(root: &str, files: &DeployedFiles) -> Result<Plan, P
     Ok(plan)
 }
 
+/// How many of a source's errors a `does_not_check` lists.
+const MOST_DIAGNOSTICS: usize = 100;
+
 /// `root` checked (through the compiler's one entry point, its imports and
 /// `flow.lock` from `files`) and lowered, or a 422 listing every error.
 pub(super) fn compile(path: &str, files: &DeployedFiles) -> Result<Plan, Problem> {
@@ -282,10 +289,14 @@ pub(super) fn compile(path: &str, files: &DeployedFiles) -> Result<Plan, Problem
         )
     })?;
     if checked.has_errors() {
+        let count = checked.diagnostics.iter().filter(|d| d.is_error()).count();
+        // The first errors: a source of a few megabytes can have a hundred
+        // thousand, and a person reads the first.
         let errors: Vec<Value> = checked
             .diagnostics
             .iter()
             .filter(|d| d.is_error())
+            .take(MOST_DIAGNOSTICS)
             .map(|d| {
                 let file = checked.file(d.primary.file);
                 let (line, column) =
@@ -296,9 +307,13 @@ pub(super) fn compile(path: &str, files: &DeployedFiles) -> Result<Plan, Problem
         return Err(Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "does_not_check",
-            &format!("{path} has {} error(s)", errors.len()),
+            &format!("{path} has {count} error(s)"),
         )
-        .with("diagnostics", Value::Array(errors)));
+        .with("diagnostics", Value::Array(errors))
+        .with(
+            "diagnostics_omitted",
+            Value::from(count.saturating_sub(MOST_DIAGNOSTICS)),
+        ));
     }
     plan.ok_or_else(|| {
         Problem::new(

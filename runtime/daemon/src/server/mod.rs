@@ -97,6 +97,17 @@ pub struct Daemon {
     pub(crate) mcp_passed: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
     /// Each account's data in the store, against its `stored_bytes`.
     pub(crate) stored: crate::storage::StoredBytes,
+    /// Places for deploys compiling or validating at once (see
+    /// [`compile_places`]).
+    pub(crate) compiles: tokio::sync::Semaphore,
+}
+
+/// How many deploys compile at once: half the cores, and at least one.
+/// A compile takes a core for as long as its source is large (seconds at
+/// the largest); deploys past this wait their turn rather than take the
+/// cores that every account's runs are driven on.
+fn compile_places() -> usize {
+    std::thread::available_parallelism().map_or(1, |cores| (cores.get() / 2).max(1))
 }
 
 /// How often parked runs are looked at for an expired gate: an approval's
@@ -231,6 +242,7 @@ impl Daemon {
         );
         Ok(Arc::new(Daemon {
             step_places: std::sync::Mutex::new(HashMap::new()),
+            compiles: tokio::sync::Semaphore::new(compile_places()),
             in_flight: Arc::default(),
             mcp_passed: std::sync::Mutex::new(std::collections::HashSet::new()),
             stored: crate::storage::StoredBytes::default(),
