@@ -203,7 +203,19 @@ fn types_and_imports_past_any_plan_are_refused_not_overflowed() {
     let errors = errors_of(&wide, &no_imports);
     assert_eq!(errors.len(), 1, "{errors:#?}");
     assert_eq!(errors[0].code.as_str(), "E212");
+    assert!(errors[0].hints[0].starts_with("each alias a type names"));
     check_bytes(wide.as_bytes());
+
+    // Past the bounds as written, without an alias: the hint says nothing
+    // of aliases.
+    let fields: Vec<String> = (0..60_000).map(|i| format!("f{i}: string")).collect();
+    let written = uses_as_output(&format!("{{ {} }}", fields.join(", ")));
+    let errors = errors_of(&written, &no_imports);
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert_eq!(
+        errors[0].hints,
+        ["use `json` for a part that need not be checked"]
+    );
 
     // Each alias within the bounds, the record that uses them past them.
     let mut many = String::from("type T0 = { a: string }\n");

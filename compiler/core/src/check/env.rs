@@ -382,6 +382,7 @@ fn check_recipe(
             fields_within_schema_bounds(
                 fields,
                 &what,
+                decl.fields.iter().any(|field| names_an_alias(&field.ty)),
                 file,
                 recipe.name.span,
                 &env.schema_sizes,
@@ -397,6 +398,7 @@ fn check_recipe(
             within_schema_bounds(
                 resolved,
                 what,
+                names_an_alias(ty),
                 file,
                 ty.span,
                 &env.schema_sizes,
@@ -560,6 +562,7 @@ pub(crate) fn resolve_fields(
 pub(crate) fn fields_within_schema_bounds(
     fields: Vec<(String, Ty)>,
     what: &str,
+    names_alias: bool,
     file: FileId,
     span: Span,
     sizes: &Mutex<SchemaSizes>,
@@ -567,7 +570,7 @@ pub(crate) fn fields_within_schema_bounds(
 ) -> Vec<(String, Ty)> {
     let record = Ty::record(fields.clone());
     let what = || format!("the input of {what}");
-    match within_schema_bounds(record, what, file, span, sizes, diagnostics) {
+    match within_schema_bounds(record, what, names_alias, file, span, sizes, diagnostics) {
         Some(_) => fields,
         None => fields
             .into_iter()
@@ -894,6 +897,7 @@ impl Resolver<'_, '_> {
         within_schema_bounds(
             ty,
             what,
+            names_an_alias(&decl.ty),
             file,
             decl.name.span,
             self.schema_sizes,
@@ -910,10 +914,12 @@ impl Resolver<'_, '_> {
 /// would be past a bound of plans (see [`Ty::schema_size`]): a type nested
 /// through aliases past what any plan holds, or sharing an alias's parts
 /// so often that its schema, written out, would not fit in memory. The
-/// checker goes on with `any` in its place.
+/// checker goes on with `any` in its place. `names_alias`: whether the
+/// type as written names an alias, whose parts its schema repeats.
 pub(crate) fn within_schema_bounds(
     ty: Ty,
     what: impl FnOnce() -> String,
+    names_alias: bool,
     file: FileId,
     span: Span,
     sizes: &Mutex<SchemaSizes>,
@@ -934,9 +940,24 @@ pub(crate) fn within_schema_bounds(
             format!("{} is too big for a plan: its JSON Schema {past}", what()),
         )
         .label("past a limit of plans")
-        .hint("each alias a type names is written out in full wherever it is used; use `json` for a part that need not be checked"),
+        .hint(if names_alias {
+            "each alias a type names is written out in full wherever it is used; use `json` for a part that need not be checked"
+        } else {
+            "use `json` for a part that need not be checked"
+        }),
     );
     None
+}
+
+/// Whether `ty` names a type alias (a name other than a built-in type's).
+pub(crate) fn names_an_alias(ty: &TypeExpr) -> bool {
+    match &ty.kind {
+        TypeExprKind::Named(name) => !BUILTIN_TYPES.contains(&name.text.as_str()),
+        TypeExprKind::List(inner) | TypeExprKind::Optional(inner) => names_an_alias(inner),
+        TypeExprKind::Record(fields) => fields.iter().any(|f| names_an_alias(&f.ty)),
+        TypeExprKind::Union(alternatives) => alternatives.iter().any(names_an_alias),
+        TypeExprKind::Literal(_) => false,
+    }
 }
 
 fn collect_names(ty: &TypeExpr, names: &mut Vec<String>) {

@@ -15,7 +15,9 @@
 
 use std::collections::HashSet;
 
-use crate::check::env::{Env, McpInfo, fields_within_schema_bounds, require_plain, resolve_fields};
+use crate::check::env::{
+    Env, McpInfo, fields_within_schema_bounds, names_an_alias, require_plain, resolve_fields,
+};
 use crate::check::types::{PLACEHOLDER_CHARS, Positions, Ty};
 use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, Edit, FileId, Span};
@@ -217,6 +219,7 @@ pub(crate) fn check_workflow(
             fields_within_schema_bounds(
                 fields,
                 &what,
+                input.fields.iter().any(|field| names_an_alias(&field.ty)),
                 file,
                 decl.name.span,
                 &env.schema_sizes,
