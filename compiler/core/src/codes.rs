@@ -309,13 +309,15 @@ flow_plan::code_table! {
     /// names: an id or name longer than 256 bytes, a text longer than 1 MB,
     /// a template of more than 10,000 parts, a reference of more than 256
     /// segments, more than 100 destinations or recipients, a plan of more
-    /// than 256 MiB (each recipe's output and input and each workflow's
+    /// than 256 MiB (a deploy to flowd: its `[limits] plan_bytes`, 64 MiB
+    /// unless configured; each recipe's output and input and each workflow's
     /// input are written out in full as JSON Schemas, docs included,
     /// however often they name one type: this is measured from the types,
     /// before any plan is written, and shown at the recipe or workflow
     /// that passes it), a union of more than 10,000 variants (a plan's
-    /// bound on one enum), or a union past what a program's unions copy
-    /// together (1,000,000 variants of the enums they name). `flow run` and
+    /// bound on one enum) or a variant of more than 1,024 bytes, or a
+    /// union past what a program's unions copy together (32 MiB of the
+    /// variants of the enums they name). `flow run` and
     /// flowd refuse such a plan, so the program is refused wherever it is
     /// checked, with where in the plan it is past the limit: at the step
     /// (or condition) it is in, else at the workflow, recipe or MCP server.

@@ -63,10 +63,23 @@ pub fn check_and_lower(
     root: &str,
     loader: &dyn SourceLoader,
 ) -> Result<(Checked, Option<flow_plan::Plan>), LoadError> {
+    check_and_lower_within(root, loader, flow_plan::limits::MAX_PLAN_BYTES)
+}
+
+/// [`check_and_lower`] with a lower bound on the plan's JSON than the
+/// plan format's (flowd's for deploys), held before the plan is written
+/// as far as the plan's schemas go (E212): what a type named in many
+/// places makes of a small source.
+pub fn check_and_lower_within(
+    root: &str,
+    loader: &dyn SourceLoader,
+    most_plan_bytes: u64,
+) -> Result<(Checked, Option<flow_plan::Plan>), LoadError> {
+    let most = most_plan_bytes.min(flow_plan::limits::MAX_PLAN_BYTES);
     let mut checked = check::check(root, loader)?;
     // A plan whose schemas are past the bound on its JSON is not written.
     if checked.program().is_some()
-        && let Some(problems) = lower::past_plan_bytes(&checked)
+        && let Some(problems) = lower::past_plan_bytes(&checked, most)
     {
         checked
             .diagnostics

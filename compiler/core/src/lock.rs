@@ -88,20 +88,23 @@ fn transport_key(transport: &McpTransport) -> String {
     serde_json::to_string(transport).unwrap_or_default()
 }
 
+/// Whether a tool takes arguments its schema does not list (as `json`):
+/// unless its schema says `additionalProperties: false`.
+pub(crate) fn takes_unlisted(schema: &Value) -> bool {
+    schema["additionalProperties"] != Value::Bool(false)
+}
+
 /// A tool's arguments as the parameters of a call: each property with its
-/// type, optional unless required. When the schema allows properties it does
-/// not list, the names in `given` that it does not list are accepted as
-/// `json`, so that only a closed schema reports an unknown argument, except
-/// a near miss of a listed property that is not given (`mesage` for
-/// `message`): that is a misspelling, reported as such.
-pub(crate) fn tool_params(schema: &Value, given: &[&str]) -> Vec<(String, Ty)> {
-    // Sets, not lists: a tool of thousands of properties called with
-    // thousands of arguments compared each with each.
+/// type, optional unless required. The arguments it takes beside them are
+/// the checker's to tell ([`takes_unlisted`]).
+pub(crate) fn tool_params(schema: &Value) -> Vec<(String, Ty)> {
+    // A set, not a list: a tool of thousands of properties looked each up
+    // in its thousands of required names.
     let required: HashSet<&str> = schema["required"]
         .as_array()
         .map(|names| names.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    let mut params: Vec<(String, Ty)> = schema["properties"]
+    schema["properties"]
         .as_object()
         .map(|properties| {
             properties
@@ -117,31 +120,7 @@ pub(crate) fn tool_params(schema: &Value, given: &[&str]) -> Vec<(String, Ty)> {
                 })
                 .collect()
         })
-        .unwrap_or_default();
-    if schema["additionalProperties"] != Value::Bool(false) {
-        let listed: HashSet<String> = params.iter().map(|(name, _)| name.clone()).collect();
-        let given_set: HashSet<&str> = given.iter().copied().collect();
-        let not_given = || {
-            params
-                .iter()
-                .map(|(name, _)| name.as_str())
-                .filter(|n| !given_set.contains(n))
-        };
-        let suggestions = crate::suggest::Budget::default();
-        let mut accepted = Vec::new();
-        for name in given {
-            if listed.contains(*name) {
-                continue;
-            }
-            let misspelt =
-                crate::suggest::did_you_mean_within(name, not_given(), &suggestions).is_some();
-            if !misspelt {
-                accepted.push((name.to_string(), Ty::Json.optional()));
-            }
-        }
-        params.extend(accepted);
-    }
-    params
+        .unwrap_or_default()
 }
 
 /// The type a JSON Schema describes, as far as the language can say it;
@@ -192,7 +171,7 @@ mod tests {
             "required": ["url"],
             "additionalProperties": false
         });
-        let params = tool_params(&schema, &["url", "extra"]);
+        let params = tool_params(&schema);
         let ty = |name: &str| {
             params
                 .iter()
@@ -207,15 +186,18 @@ mod tests {
         );
         assert_eq!(ty("keys"), Some(Ty::List(Ty::String.into()).optional()));
         assert_eq!(ty("options"), Some(Ty::Json.optional()));
-        assert_eq!(ty("extra"), None, "a closed schema takes no other argument");
+        assert!(
+            !takes_unlisted(&schema),
+            "a closed schema takes no other argument"
+        );
         let open = json!({ "type": "object", "properties": { "message": { "type": "string" } } });
         assert_eq!(
-            tool_params(&open, &["extra", "mesage"]),
-            vec![
-                ("message".to_string(), Ty::String.optional()),
-                ("extra".to_string(), Ty::Json.optional())
-            ],
-            "an open schema takes other arguments, but not a misspelt one"
+            tool_params(&open),
+            vec![("message".to_string(), Ty::String.optional())]
+        );
+        assert!(
+            takes_unlisted(&open),
+            "an open schema takes other arguments"
         );
     }
 

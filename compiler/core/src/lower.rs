@@ -53,7 +53,7 @@ pub(crate) fn lower_taking(checked: &mut Checked) -> Option<plan::Plan> {
 /// into each recipe's output that names it, as much again. The measure is
 /// exact but for escapes, which only add: a plan it lets through may still
 /// be past the bound, and is refused once written, as before.
-pub(crate) fn past_plan_bytes(checked: &Checked) -> Option<plan::PlanProblems> {
+pub(crate) fn past_plan_bytes(checked: &Checked, most: u64) -> Option<plan::PlanProblems> {
     use crate::check::SchemaBytes;
     let env = &checked.analysis.env;
     let mut bytes = SchemaBytes::default();
@@ -61,7 +61,7 @@ pub(crate) fn past_plan_bytes(checked: &Checked) -> Option<plan::PlanProblems> {
     let past = |path: String| plan::PlanProblems {
         problems: vec![plan::PlanProblem {
             path,
-            message: plan::limits::past_plan_bytes(),
+            message: plan::limits::past_plan_bytes(most),
             step: None,
         }],
         stopped: false,
@@ -83,13 +83,13 @@ pub(crate) fn past_plan_bytes(checked: &Checked) -> Option<plan::PlanProblems> {
             .saturating_add(bytes.record(&info.input))
             .saturating_add(bytes.of(&info.output))
             .saturating_add(descriptions);
-        if total > plan::limits::MAX_PLAN_BYTES {
+        if total > most {
             return Some(past(format!("/recipes/{index}")));
         }
     }
     for (index, info) in checked.analysis.workflows.iter().enumerate() {
         total = total.saturating_add(bytes.record(&info.input));
-        if total > plan::limits::MAX_PLAN_BYTES {
+        if total > most {
             return Some(past(format!("/workflows/{index}/input_schema")));
         }
     }
@@ -105,7 +105,7 @@ pub(crate) fn budgets_and_limits(
     checked: &Checked,
 ) -> Option<(Vec<Budget>, Result<(), plan::PlanProblems>)> {
     checked.program()?;
-    if let Some(problems) = past_plan_bytes(checked) {
+    if let Some(problems) = past_plan_bytes(checked, plan::limits::MAX_PLAN_BYTES) {
         return Some((Vec::new(), Err(problems)));
     }
     let env = &checked.analysis.env;
@@ -316,7 +316,7 @@ fn recipes(checked: &Checked, names: &[&String]) -> Vec<plan::Recipe> {
                     .as_ref()
                     .map(ast::StringLit::display_text)
                     .unwrap_or_default(),
-                input_schema: Ty::record(info.input.clone()).json_schema(),
+                input_schema: Ty::Record(info.input.clone()).json_schema(),
                 output_schema: described_schema(&info.output, info.decl.output.as_ref(), &aliases),
                 input_fields,
                 prompt,
@@ -656,7 +656,7 @@ impl<'a> Lowerer<'a> {
         plan::Workflow {
             name: decl.name.text.to_string(),
             input_fields: self.info.input.iter().map(|(n, _)| n.clone()).collect(),
-            input_schema: Ty::record(self.info.input.clone()).json_schema(),
+            input_schema: Ty::Record(self.info.input.clone()).json_schema(),
             timeout_ms: self.info.timeout_ms,
             durability: match decl.durability.as_ref().map(|d| d.text.as_str()) {
                 Some("approval") => plan::Durability::Approval,

@@ -149,6 +149,7 @@ fn a_program_with_only_warnings_lowers_to_a_valid_plan() {
 /// place `flowc build` gives, and no plan comes out of it.
 #[test]
 fn a_program_past_a_plan_limit_is_an_error_where_it_is_checked() {
+    let long_variant = format!("\"{}\"", "v".repeat(2_000));
     struct One(String);
     impl SourceLoader for One {
         fn load(&self, _: &str) -> Result<Vec<u8>, flow_compiler::LoadFailure> {
@@ -279,11 +280,11 @@ fn a_program_past_a_plan_limit_is_an_error_where_it_is_checked() {
         (
             "a variant of 2,000 bytes in a recipe's output",
             format!(
-                "recipe pick {{\n  model \"default\"\n  input {{ q: string }}\n  output {{ kind: \"{}\" | \"b\" }}\n  prompt \"{{{{input.q}}}}\"\n}}\n{}",
-                "v".repeat(2_000),
+                "recipe pick {{\n  model \"default\"\n  input {{ q: string }}\n  output {{ kind: {long_variant} | \"b\" }}\n  prompt \"{{{{input.q}}}}\"\n}}\n{}",
                 step("  step a = pick { q: workflow_input.q }")
             ),
-            "pick",
+            // The checker's own bound, at the variant.
+            &long_variant,
         ),
     ];
     // A record of 30,000 fields, whose schema is 1,140,074 bytes: written out

@@ -458,29 +458,43 @@ fn unions_of_enums_are_bounded_by_what_they_copy() {
     }
     let all: Vec<String> = (0..20).map(|a| format!("A{a}")).collect();
     // Each copies 20,000 variants, past a plan's 10,000 for one enum.
-    for u in 0..60 {
+    let unions = 80;
+    for u in 0..unions {
         source.push_str(&format!("type U{u} = {}\n", all.join(" | ")));
     }
+    // What each copies: each variant's text and its `String`.
+    let copied: usize = (0..20)
+        .flat_map(|a| (0..1_000).map(move |i| format!("v{a}_{i}").len() + 24))
+        .sum();
+    let paid = 32 * 1024 * 1024 / copied;
     let errors = errors_of(&source, &no_imports);
-    assert_eq!(errors.len(), 60, "{errors:#?}");
+    assert_eq!(errors.len(), unions, "{errors:#?}");
     assert!(errors.iter().all(|e| e.code.as_str() == "E212"));
     assert_eq!(
         errors[0].message,
         "this union has more than 10000 variants; an enum of a plan has at most that"
     );
-    // Fifty unions copy the budget's million; the rest are refused at once.
+    // The first copy what the budget pays for; the rest are refused at once.
     let refused = |start: &str| {
         errors
             .iter()
             .filter(|e| e.message.starts_with(start))
             .count()
     };
-    assert_eq!(refused("this union has more than 10000 variants"), 50);
+    assert_eq!(refused("this union has more than 10000 variants"), paid);
     assert_eq!(
-        refused(
-            "the program's unions copy more than 1000000 variants together: this one copies 20000"
-        ),
-        10
+        refused(&format!(
+            "the program's unions copy more than 32 MiB of variants together: this one copies {copied} bytes"
+        )),
+        unions - paid
+    );
+    // A variant is a label of at most a kilobyte, as in a plan.
+    let long = format!("type E = \"{}\" | \"b\"\n", "x".repeat(2_000));
+    let errors = errors_of(&long, &no_imports);
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert_eq!(
+        errors[0].message,
+        "a variant of 2000 bytes; an enum's variants have at most 1024"
     );
 
     // A union of what fits is the enum of its variants, once each.
@@ -590,4 +604,35 @@ fn diagnostics_of_wide_types_and_long_literals_are_bounded() {
         mismatch.message
     );
     assert!(mismatch.message.contains("… }"), "{}", mismatch.message);
+}
+
+/// Regression: each call of a recipe indexed its inputs anew and walked
+/// them all for the missing ones, a record literal compared each field's
+/// name with those before it, a parallel block each branch's, and each
+/// call of an MCP tool scanned the lock's tools and built its parameters'
+/// types again: 5,000 calls of a recipe of 20,000 optional inputs, a
+/// record of 50,000 fields or a block of 20,000 branches each did work in
+/// the square of their size. A recipe's inputs keep their index and count
+/// of required ones, and names are found through sets.
+#[test]
+fn calls_records_and_branches_take_time_in_proportion() {
+    let no_imports = |_: &str| None;
+    let inputs: Vec<String> = (0..20_000).map(|i| format!("in_{i}: string?")).collect();
+    let mut source = format!(
+        "recipe r {{ model \"m\" input {{ {}, a: json? }} output {{ x: string }} prompt \"p\" }}\nworkflow w {{\n  input {{ q: string }}\n",
+        inputs.join(", ")
+    );
+    for i in 0..5_000 {
+        source.push_str(&format!("  step s{i} = r {{}}\n"));
+    }
+    let fields: Vec<String> = (0..50_000).map(|i| format!("f{i}: \"x\"")).collect();
+    source.push_str(&format!(
+        "  step wide = r {{ a: {{ {} }} }}\n",
+        fields.join(", ")
+    ));
+    let branches: Vec<String> = (0..20_000)
+        .map(|i| format!("    branch b{i} {{ step t{i} = r {{}} }}\n"))
+        .collect();
+    source.push_str(&format!("  parallel p {{\n{}  }}\n}}\n", branches.concat()));
+    assert_eq!(errors_of(&source, &no_imports), []);
 }

@@ -15,13 +15,16 @@
 /// and keeps a plan a thing one process can hold several of.
 pub const MAX_PLAN_BYTES: u64 = 256 * 1024 * 1024;
 
-/// What a plan past [`MAX_PLAN_BYTES`] is told, by the validator and by a
-/// compiler that measures the plan before writing it.
-pub fn past_plan_bytes() -> String {
-    format!(
-        "the plan's JSON is over {} MiB",
-        MAX_PLAN_BYTES / (1024 * 1024)
-    )
+/// What a plan past a bound of `most` bytes ([`MAX_PLAN_BYTES`], or a
+/// lower one of flowd's) is told, by the validator and by a compiler that
+/// measures the plan before writing it.
+pub fn past_plan_bytes(most: u64) -> String {
+    const MIB: u64 = 1024 * 1024;
+    if most.is_multiple_of(MIB) {
+        format!("the plan's JSON is over {} MiB", most / MIB)
+    } else {
+        format!("the plan's JSON is over {most} bytes")
+    }
 }
 
 /// Workflows in one plan (one source file's). Files hold a handful; a

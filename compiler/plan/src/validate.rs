@@ -89,7 +89,13 @@ impl Plan {
     /// existed must still resume its runs. Call it wherever a plan comes from
     /// outside: a deploy, `flow run PLAN.json`.
     pub fn validate(&self) -> Result<(), PlanProblems> {
-        self.validate_with(true)
+        self.validate_with(Some(MAX_PLAN_BYTES))
+    }
+
+    /// [`Plan::validate`] with a lower bound on the plan's JSON than
+    /// [`MAX_PLAN_BYTES`]: flowd's for deploys (`[limits] plan_bytes`).
+    pub fn validate_within(&self, most_bytes: u64) -> Result<(), PlanProblems> {
+        self.validate_with(Some(most_bytes.min(MAX_PLAN_BYTES)))
     }
 
     /// [`Plan::validate`] but for the size of the plan's JSON, which is
@@ -97,16 +103,19 @@ impl Plan {
     /// `flowc build`'s time): for the compiler, which has just written the
     /// plan, its JSON far under the bound for the sources the loader reads.
     pub fn validate_content(&self) -> Result<(), PlanProblems> {
-        self.validate_with(false)
+        self.validate_with(None)
     }
 
-    fn validate_with(&self, measure_size: bool) -> Result<(), PlanProblems> {
+    /// The plan validated, its JSON held to `most_bytes` when given.
+    fn validate_with(&self, most_bytes: Option<u64>) -> Result<(), PlanProblems> {
         let mut validator = Validator::new(self.recipes.len(), self.mcp_servers.len());
         validator.plan(self);
         // The size is measured by serializing, which recurses as deeply as
         // the plan nests; the walk above has bounded the nesting first.
-        if measure_size && validator.problems.is_empty() {
-            validator.size(self);
+        if let Some(most) = most_bytes
+            && validator.problems.is_empty()
+        {
+            validator.size(self, most);
         }
         validator.finish()
     }
@@ -542,10 +551,10 @@ impl<'p> Validator<'p> {
         });
     }
 
-    /// The plan's compact JSON is at most [`MAX_PLAN_BYTES`].
-    fn size(&mut self, plan: &Plan) {
-        if !json_fits(plan, MAX_PLAN_BYTES) {
-            self.problem(crate::limits::past_plan_bytes);
+    /// The plan's compact JSON is at most `most` bytes.
+    fn size(&mut self, plan: &Plan, most: u64) {
+        if !json_fits(plan, most) {
+            self.problem(|| crate::limits::past_plan_bytes(most));
         }
     }
 

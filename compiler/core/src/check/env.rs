@@ -2,10 +2,10 @@
 //! and its imports, with their types resolved.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::check::LoadedFile;
-use crate::check::types::{AliasNames, Positions, SchemaPast, SchemaSizes, Ty};
+use crate::check::types::{AliasNames, Fields, Positions, SchemaPast, SchemaSizes, Ty};
 use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, FileId, Span};
 use crate::lock::LockedServer;
@@ -19,7 +19,8 @@ use crate::syntax::ast::{
 pub struct RecipeInfo {
     pub file: FileId,
     pub decl: Recipe,
-    pub input: Vec<(String, Ty)>,
+    /// Its inputs, shared with the types of its calls and prompt.
+    pub input: Arc<Fields>,
     pub output: Ty,
 }
 
@@ -49,23 +50,24 @@ pub struct Env {
     /// The sizes of the types' schemas measured so far, shared by every
     /// type the check holds to the plan's bounds.
     pub(crate) schema_sizes: Mutex<SchemaSizes>,
-    /// What the check's unions may still copy (see [`UNION_VARIANTS`]).
+    /// What the check's unions may still copy (see [`UNION_BYTES`]).
     pub(crate) union_variants: UnionVariants,
 }
 
-/// The variants that a check's unions may copy together, each union's
-/// alternatives counted: `type B = A | "x"` copies the variants of `A`, a
-/// few bytes of source for as many variants as `A` has, and a thousand such
+/// The memory that a check's unions may copy together, in the bytes of
+/// the variants they copy from the enums they name (each variant's text
+/// and its `String`): `type B = A | "x"` copies the variants of `A`, a few
+/// bytes of source for as many variants as `A` has, and a thousand such
 /// unions of an enum of 10,000 variants took seconds and hundreds of
-/// megabytes. A hundred unions of the widest enum a plan holds.
-pub(crate) const UNION_VARIANTS: usize = 100 * flow_plan::limits::MAX_ENUM_VARIANTS;
+/// megabytes. About a hundred unions of the widest enum a plan holds.
+pub(crate) const UNION_BYTES: usize = 32 * 1024 * 1024;
 
 #[derive(Debug)]
 pub(crate) struct UnionVariants(Budget);
 
 impl Default for UnionVariants {
     fn default() -> Self {
-        UnionVariants(Budget::new(UNION_VARIANTS))
+        UnionVariants(Budget::new(UNION_BYTES))
     }
 }
 
@@ -414,7 +416,7 @@ fn check_recipe(
     RecipeInfo {
         file,
         decl: recipe.clone(),
-        input,
+        input: Arc::new(Fields::new(input)),
         output,
     }
 }
@@ -711,6 +713,23 @@ fn resolve_with(
             diagnostics,
             &mut |ty, diagnostics| resolve_with(ty, file, diagnostics, lookup, scope),
         )),
+        TypeExprKind::Literal(text) if text.len() > flow_plan::limits::MAX_VARIANT_BYTES => {
+            diagnostics.push(
+                Diagnostic::new(
+                    Code::PastPlanLimit,
+                    file,
+                    ty.span,
+                    format!(
+                        "a variant of {} bytes; an enum's variants have at most {}",
+                        text.len(),
+                        flow_plan::limits::MAX_VARIANT_BYTES
+                    ),
+                )
+                .label("past a limit of plans")
+                .hint("variants are labels, such as `\"billing\"`; use `string` for text"),
+            );
+            Ty::Any
+        }
         TypeExprKind::Literal(text) => Ty::enumeration(vec![text.clone()]),
         TypeExprKind::Optional(inner) => {
             resolve_with(inner, file, diagnostics, lookup, scope).optional()
@@ -753,7 +772,7 @@ fn union(
         match ty.required() {
             Ty::Enum(variants) => {
                 if !matches!(alternative.kind, TypeExprKind::Literal(_)) {
-                    copied = copied.saturating_add(variants.len());
+                    copied = copied.saturating_add(variants.copy_bytes() as usize);
                 }
                 parts.push(variants);
             }
@@ -773,7 +792,8 @@ fn union(
     };
     if !budget.spend(copied) {
         diagnostics.push(past(format!(
-            "the program's unions copy more than {UNION_VARIANTS} variants together: this one copies {copied}"
+            "the program's unions copy more than {} MiB of variants together: this one copies {copied} bytes",
+            UNION_BYTES / (1024 * 1024)
         )).hint("a union copies the variants of each enum it names; name the union once, as an alias, and use that alias"));
         return Ty::Any;
     }

@@ -3,8 +3,10 @@
 //! steps they name against the workflow's steps, and each expectation
 //! against the workflow's output type.
 
+use std::sync::Arc;
+
 use crate::check::env::{Env, missing_member};
-use crate::check::types::Ty;
+use crate::check::types::{Fields, Ty};
 use crate::check::workflow::{
     Container, StepInfo, StepKind, WorkflowInfo, check_test_value, test_path_ty,
 };
@@ -149,7 +151,7 @@ struct TestChecker<'a> {
 
 impl<'a> TestChecker<'a> {
     fn input(&mut self, decl: &TestDecl) {
-        let expected = Ty::record(self.workflow.input.clone());
+        let expected = Ty::Record(self.workflow.input.clone());
         match &decl.input {
             Some(input) => {
                 let expr = Expr {
@@ -258,23 +260,26 @@ impl<'a> TestChecker<'a> {
     /// arguments, each value a literal of its type.
     fn ran_with(&mut self, name: &Name, kind: &StepKind, with: &RecordLit) {
         let text = Ty::String;
-        let arguments: Vec<(String, Ty)> = match kind {
-            StepKind::Handoff => vec![
+        // A recipe's inputs keep an index of their names, which a call's
+        // arguments are each found through.
+        let fields = |list: Vec<(String, Ty)>| Arc::new(Fields::new(list));
+        let arguments: Arc<Fields> = match kind {
+            StepKind::Handoff => fields(vec![
                 ("department".into(), text.clone()),
                 ("subject".into(), text.clone()),
                 ("message".into(), Ty::Json),
-            ],
-            StepKind::KbWrite => vec![
+            ]),
+            StepKind::KbWrite => fields(vec![
                 ("collection".into(), text.clone()),
                 ("title".into(), Ty::Json),
                 ("content".into(), Ty::Json),
                 ("metadata".into(), Ty::Json),
-            ],
+            ]),
             StepKind::Recipe(recipe) => self
                 .env
                 .recipes
                 .get(recipe.as_str())
-                .map_or_else(Vec::new, |info| info.input.clone()),
+                .map_or_else(|| fields(Vec::new()), |info| Arc::clone(&info.input)),
             StepKind::Approval { .. } => {
                 self.diagnostics.push(
                     Diagnostic::new(
@@ -297,7 +302,7 @@ impl<'a> TestChecker<'a> {
             }
         };
         for field in &with.fields {
-            match arguments.iter().find(|(n, _)| *n == field.name.text) {
+            match arguments.get(&field.name.text) {
                 Some((_, ty)) => {
                     let what = format!("argument `{}`", field.name.text);
                     self.literal(&field.value, &ty.clone().optional(), &what);

@@ -60,7 +60,11 @@ impl<'a, T> Positions<'a, T> {
 #[derive(Debug)]
 pub struct ByName<T> {
     list: Box<[T]>,
+    /// The bytes of the items' names together.
+    name_bytes: u64,
     index: OnceLock<HashMap<String, usize>>,
+    /// For a record's fields: how many are required, counted once.
+    required: OnceLock<usize>,
     /// Whether a value of a wide type of these fits types of other lists,
     /// by the other's address (see [`ByName::remembered`]).
     fits: Mutex<HashMap<usize, Fits<T>>>,
@@ -96,8 +100,10 @@ pub type Variants = ByName<String>;
 impl<T: ItemName> ByName<T> {
     pub fn new(list: Vec<T>) -> Self {
         ByName {
+            name_bytes: list.iter().map(|item| item.name().len() as u64).sum(),
             list: list.into(),
             index: OnceLock::new(),
+            required: OnceLock::new(),
             fits: Mutex::default(),
         }
     }
@@ -155,6 +161,13 @@ impl Fields {
     pub fn ty(&self, name: &str) -> Option<&Ty> {
         self.get(name).map(|(_, ty)| ty)
     }
+
+    /// How many of the fields are required (not optional).
+    pub fn required(&self) -> usize {
+        *self
+            .required
+            .get_or_init(|| self.list.iter().filter(|(_, ty)| !ty.is_optional()).count())
+    }
 }
 
 impl Variants {
@@ -177,8 +190,14 @@ impl Variants {
     /// `{"enum":[` and `],"type":"string"}`, each variant quoted, commas
     /// between.
     fn schema_bytes(&self) -> u64 {
-        let listed: u64 = self.list.iter().map(|v| v.len() as u64 + 3).sum();
+        let listed = self.name_bytes + 3 * self.list.len() as u64;
         26 + listed.max(1)
+    }
+
+    /// The memory that a copy of these takes: each variant's text and
+    /// its `String`.
+    pub fn copy_bytes(&self) -> u64 {
+        self.name_bytes + std::mem::size_of::<String>() as u64 * self.list.len() as u64
     }
 }
 
@@ -313,6 +332,10 @@ impl Ty {
     pub fn assignable_to(&self, target: &Ty) -> bool {
         match (self, target) {
             (Ty::Any | Ty::Json, _) | (_, Ty::Any | Ty::Json) => true,
+            // A type fits itself (a record that repeats a field, after its
+            // error, too).
+            (Ty::Enum(from), Ty::Enum(to)) if Arc::ptr_eq(from, to) => true,
+            (Ty::Record(from), Ty::Record(to)) if Arc::ptr_eq(from, to) => true,
             // Parts compared, not types for equality: two wide types of one
             // shape are equal only once compared part by part, each time.
             (Ty::Enum(from), Ty::Enum(to)) => {
@@ -605,7 +628,11 @@ fn parts_address(ty: &Ty) -> Option<usize> {
 struct TyWriter<'f, 'g, 'a> {
     f: &'f mut fmt::Formatter<'g>,
     aliases: Option<&'a AliasNames>,
+    /// The characters that may still be written.
     left: usize,
+    /// Whether the text was cut (and `…` written): nothing more is
+    /// written but the closing brackets.
+    cut: bool,
 }
 
 impl<'f, 'g, 'a> TyWriter<'f, 'g, 'a> {
@@ -614,13 +641,14 @@ impl<'f, 'g, 'a> TyWriter<'f, 'g, 'a> {
             f,
             aliases,
             left: SHOWN_TYPE_CHARS,
+            cut: false,
         }
     }
 
     /// Writes `text` as far as the characters left allow, and `…` where it
     /// is cut; nothing once cut.
     fn put(&mut self, text: &str) -> fmt::Result {
-        if self.left == 0 {
+        if self.cut {
             return Ok(());
         }
         match text.char_indices().nth(self.left) {
@@ -629,7 +657,7 @@ impl<'f, 'g, 'a> TyWriter<'f, 'g, 'a> {
                 self.f.write_str(text)
             }
             Some((at, _)) => {
-                self.left = 0;
+                self.cut = true;
                 self.f.write_str(&text[..at])?;
                 self.f.write_str("…")
             }
@@ -641,7 +669,7 @@ impl<'f, 'g, 'a> TyWriter<'f, 'g, 'a> {
     }
 
     fn ty(&mut self, ty: &Ty) -> fmt::Result {
-        if self.left == 0 {
+        if self.cut {
             return Ok(());
         }
         if let Some(name) = self.alias(ty) {
@@ -658,11 +686,11 @@ impl<'f, 'g, 'a> TyWriter<'f, 'g, 'a> {
             Ty::Null => self.put("null"),
             Ty::Enum(variants) => {
                 for (index, variant) in variants.iter().enumerate() {
-                    if self.left == 0 {
-                        break;
-                    }
                     if index > 0 {
                         self.put(" | ")?;
+                    }
+                    if self.cut {
+                        break;
                     }
                     self.put(&format!("{variant:?}"))?;
                 }
@@ -670,32 +698,37 @@ impl<'f, 'g, 'a> TyWriter<'f, 'g, 'a> {
             }
             Ty::List(item) => {
                 self.put("list<")?;
+                if self.cut {
+                    return Ok(());
+                }
                 self.ty(item)?;
                 self.f.write_str(">")
             }
             Ty::Record(fields) => {
                 self.put("{ ")?;
+                if self.cut {
+                    return Ok(());
+                }
                 for (index, (name, ty)) in fields.iter().enumerate() {
-                    if self.left == 0 {
-                        break;
-                    }
                     if index > 0 {
                         self.put(", ")?;
+                    }
+                    if self.cut {
+                        break;
                     }
                     self.put(name)?;
                     self.put(": ")?;
                     self.ty(ty)?;
                 }
-                if self.left == 0 {
-                    self.f.write_str(" }")
-                } else {
-                    self.put(" }")
-                }
+                self.f.write_str(" }")
             }
             Ty::Optional(inner)
                 if matches!(**inner, Ty::Enum(_)) && self.alias(inner).is_none() =>
             {
                 self.put("(")?;
+                if self.cut {
+                    return Ok(());
+                }
                 self.ty(inner)?;
                 self.f.write_str(")?")
             }

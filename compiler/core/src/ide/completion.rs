@@ -291,7 +291,7 @@ fn prompt_reference(checked: &Checked, recipe: &str, typed: &str, items: &mut Ve
                 return;
             }
             let segments: Vec<Seg> = parts.flat_map(segments_of).collect();
-            if let Some(ty) = walk(Ty::record(info.input.clone()), &segments) {
+            if let Some(ty) = walk(Ty::Record(info.input.clone()), &segments) {
                 fields(&checked.analysis.env, &ty, items);
             }
         }
@@ -534,13 +534,13 @@ pub(crate) fn callee_params(env: &Env, callee: &str) -> Option<Vec<(String, Ty)>
     Some(match callee.split_once('.') {
         // A tool's arguments are the properties of its input schema.
         Some((server, tool)) => {
-            crate::lock::tool_params(&locked_tool(env, server, tool)?.input_schema, &[])
+            crate::lock::tool_params(&locked_tool(env, server, tool)?.input_schema)
         }
         None => match callee {
             "approval" => approval_params(),
             "kb_write" => kb_write_params(),
             "handoff" => handoff_params(),
-            recipe => env.recipes.get(recipe)?.input.clone(),
+            recipe => env.recipes.get(recipe)?.input.to_vec(),
         },
     })
 }

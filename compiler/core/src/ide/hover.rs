@@ -211,7 +211,7 @@ impl<'c> Roots<'c> {
             .env
             .recipes
             .get(recipe.name.text.as_str())?;
-        Some(Roots::Prompt(Ty::record(info.input.clone())))
+        Some(Roots::Prompt(Ty::Record(info.input.clone())))
     }
 
     fn describe(&self, root: &str) -> &'static str {

@@ -96,7 +96,7 @@ impl<'c> Scope<'c> {
     /// as it can be known; `None` when the path does not resolve.
     pub(crate) fn resolve(&self, root: &str, segments: &[Seg]) -> Option<Ty> {
         let (start, rest) = match root {
-            "workflow_input" => (Ty::record(self.workflow.input.clone()), segments),
+            "workflow_input" => (Ty::Record(self.workflow.input.clone()), segments),
             "step" => {
                 let Seg::Field(id) = segments.first()? else {
                     return None;

@@ -175,9 +175,12 @@ impl<'e, 'd> Checker<'e, 'd> {
             }
             ExprKind::Record(record) => {
                 let mut fields: Vec<(String, Ty)> = Vec::new();
+                // A set, not a scan of `fields`: a record of 100,000 fields
+                // was quadratic.
+                let mut seen: HashSet<&str> = HashSet::new();
                 for field in &record.fields {
                     let ty = self.expr(&field.value, false);
-                    if fields.iter().any(|(n, _)| *n == field.name.text) {
+                    if !seen.insert(field.name.text.as_str()) {
                         self.push(
                             Diagnostic::new(
                                 Code::DuplicateId,

@@ -13,14 +13,16 @@
 //! destination (`destinations`); this file holds the step table and the
 //! walk over statements.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use crate::check::env::{
     Env, McpInfo, fields_within_schema_bounds, names_an_alias, require_plain, resolve_fields,
 };
-use crate::check::types::{PLACEHOLDER_CHARS, Positions, Ty};
+use crate::check::types::{Fields, PLACEHOLDER_CHARS, Ty};
 use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, Edit, FileId, Span};
+use crate::lock::{LockedServer, LockedTool};
 use crate::suggest::{Budget, candidates_list, did_you_mean, shown_list};
 use crate::syntax::ROOTS;
 use crate::syntax::ast::*;
@@ -117,7 +119,8 @@ pub struct StepInfo {
 pub struct WorkflowInfo {
     pub name: String,
     pub file: FileId,
-    pub input: Vec<(String, Ty)>,
+    /// Its inputs, shared with the type of `workflow_input`.
+    pub input: Arc<Fields>,
     /// Every id of the workflow; its index is the step's slot in the plan.
     pub steps: StepTable,
     pub timeout_ms: u64,
@@ -228,9 +231,10 @@ pub(crate) fn check_workflow(
         }
         None => Vec::new(),
     };
+    let input = Arc::new(Fields::new(input));
     let mut checker = Checker::new(env, file, diagnostics);
     checker.locked = locked;
-    checker.input = Ty::record(input.clone());
+    checker.input = Ty::Record(Arc::clone(&input));
     if let Some(timeout) = &decl.timeout {
         // A timeout that is not valid is reported as such; no step and no
         // budget is then said to outlast it (nor the default it is not).
@@ -388,6 +392,11 @@ struct Checker<'e, 'd> {
     /// What is left of this workflow's budget for "did you mean" and the
     /// lists of names in hints (`suggest::SUGGESTION_CELLS`).
     suggestions: Budget,
+    /// The locked tools of each server by name, and each tool's parameters,
+    /// made once per check of a workflow: a scan of a lock's tools, and
+    /// the types of a tool's parameters built again, at each call.
+    locked_tools: HashMap<usize, HashMap<&'e str, &'e LockedTool>>,
+    tool_params: HashMap<usize, Arc<Fields>>,
 }
 
 /// What a destination's templates and content may read: the run's input,
@@ -493,6 +502,8 @@ impl<'e, 'd> Checker<'e, 'd> {
             in_template: false,
             destination: None,
             suggestions: Budget::default(),
+            locked_tools: HashMap::new(),
+            tool_params: HashMap::new(),
         }
     }
 
@@ -627,9 +638,11 @@ impl<'e, 'd> Checker<'e, 'd> {
                 }
                 Stmt::Parallel(stmt) => {
                     let mut branches = Vec::new();
-                    let mut names: Vec<&Name> = Vec::new();
+                    // By name, not a list: a block of 50,000 branches was
+                    // quadratic.
+                    let mut names: HashMap<&str, &Name> = HashMap::new();
                     for branch in &stmt.branches {
-                        if let Some(first) = names.iter().find(|n| n.text == branch.name.text) {
+                        if let Some(first) = names.get(branch.name.text.as_str()) {
                             let diagnostic = Diagnostic::new(
                                 Code::DuplicateId,
                                 self.file,
@@ -646,8 +659,9 @@ impl<'e, 'd> Checker<'e, 'd> {
                                 "first used here",
                             );
                             self.push(diagnostic);
+                        } else {
+                            names.insert(branch.name.text.as_str(), &branch.name);
                         }
-                        names.push(&branch.name);
                         let first = self.steps.len();
                         self.containers.push(Container::ParallelBranch {
                             parallel: stmt.id.text.clone(),

@@ -50,16 +50,16 @@ impl<'e, 'd> Checker<'e, 'd> {
                 }
             },
             StepCall::Approval { .. } => {
-                self.args(args, &approval_params(), &"`approval`", None);
+                self.args(args, &Fields::new(approval_params()), &"`approval`", None);
                 self.approval_literals(args);
             }
             StepCall::KbWrite { collection, .. } => {
                 self.template(collection);
-                self.args(args, &kb_write_params(), &"`kb_write`", None);
+                self.args(args, &Fields::new(kb_write_params()), &"`kb_write`", None);
             }
             StepCall::Handoff { department, .. } => {
                 self.template(department);
-                self.args(args, &handoff_params(), &"`handoff`", None);
+                self.args(args, &Fields::new(handoff_params()), &"`handoff`", None);
             }
             StepCall::Browser { server, tool, .. } => {
                 let env = self.env;
@@ -297,7 +297,7 @@ impl<'e, 'd> Checker<'e, 'd> {
         server: &Name,
         tool: &Name,
         args: &RecordLit,
-        info: &McpInfo,
+        info: &'e McpInfo,
     ) -> bool {
         if !self.locked {
             return false;
@@ -319,7 +319,17 @@ impl<'e, 'd> Checker<'e, 'd> {
             );
             return false;
         };
-        let Some(found) = locked.tools.iter().find(|t| t.name == tool.text) else {
+        let by_name = self
+            .locked_tools
+            .entry(locked as *const LockedServer as usize)
+            .or_insert_with(|| {
+                let mut by_name = HashMap::with_capacity(locked.tools.len());
+                for locked in &locked.tools {
+                    by_name.entry(locked.name.as_str()).or_insert(locked);
+                }
+                by_name
+            });
+        let Some(&found) = by_name.get(tool.text.as_str()) else {
             let names = locked.tools.iter().map(|t| t.name.as_str());
             let mut diagnostic = Diagnostic::new(
                 Code::UnknownMcpTool,
@@ -342,11 +352,16 @@ impl<'e, 'd> Checker<'e, 'd> {
             self.unchecked_args(args);
             return true;
         };
-        let given: Vec<&str> = args.fields.iter().map(|f| f.name.text.as_str()).collect();
-        let params = crate::lock::tool_params(&found.input_schema, &given);
-        self.args(
+        let schema = &found.input_schema;
+        let params = Arc::clone(
+            self.tool_params
+                .entry(schema as *const serde_json::Value as usize)
+                .or_insert_with(|| Arc::new(Fields::new(crate::lock::tool_params(schema)))),
+        );
+        self.args_of(
             args,
             &params,
+            crate::lock::takes_unlisted(schema),
             &format_args!("tool `{}.{}`", server.text, tool.text),
             None,
         );
@@ -363,19 +378,38 @@ impl<'e, 'd> Checker<'e, 'd> {
     pub(super) fn args(
         &mut self,
         args: &RecordLit,
-        params: &[(String, Ty)],
+        params: &Fields,
         callee: &dyn std::fmt::Display,
         decl: Option<(FileId, Span)>,
     ) {
-        // Sets, and an index of a wide callee's inputs (as a wide record's
-        // fields are found): a call of 30,000 arguments compared each with each
-        // input took 4 s to check.
+        self.args_of(args, params, false, callee, decl);
+    }
+
+    /// [`Checker::args`] where `open` says whether arguments other than
+    /// `params` are taken (as `json`), as a tool's schema may: all but a
+    /// near miss of a parameter not given (`mesage` for `message`), which
+    /// is a misspelling, reported as such.
+    pub(super) fn args_of(
+        &mut self,
+        args: &RecordLit,
+        params: &Fields,
+        open: bool,
+        callee: &dyn std::fmt::Display,
+        decl: Option<(FileId, Span)>,
+    ) {
+        // The names given, for an open callee's near misses: made once.
+        let mut given: Option<HashSet<&str>> = None;
+        // Sets, and the callee's inputs found through the index they keep:
+        // a call of 30,000 arguments compared each with each input took 4 s
+        // to check, and an index made for each call of a recipe of 30,000
+        // inputs as long.
         let mut seen: HashSet<&str> = HashSet::new();
         // A misspelt argument is reported once, as unknown with a suggestion,
         // not a second time as the missing input it was meant to be.
         let mut suggested: HashSet<&str> = HashSet::new();
-        let positions = Positions::new(params, |(name, _)| name);
-        let param = |name: &str| positions.of(name).map(|at| &params[at]);
+        // The required inputs given: when they are all, none is missing,
+        // which is known without a walk over the inputs.
+        let mut required_given = 0;
         for field in &args.fields {
             let name = field.name.text.as_str();
             if seen.contains(name) {
@@ -391,8 +425,24 @@ impl<'e, 'd> Checker<'e, 'd> {
                 continue;
             }
             seen.insert(name);
-            match param(name) {
-                Some((_, ty)) => self.value(&field.value, ty, &format_args!("`{name}`")),
+            match params.get(name) {
+                Some((_, ty)) => {
+                    required_given += usize::from(!ty.is_optional());
+                    self.value(&field.value, ty, &format_args!("`{name}`"))
+                }
+                None if open && {
+                    let given = given.get_or_insert_with(|| {
+                        args.fields.iter().map(|f| f.name.text.as_str()).collect()
+                    });
+                    let not_given = params
+                        .iter()
+                        .map(|(n, _)| n.as_str())
+                        .filter(|n| !given.contains(n));
+                    self.suggest(name, not_given).is_none()
+                } =>
+                {
+                    self.expr(&field.value, false);
+                }
                 None => {
                     let names = params.iter().map(|(n, _)| n.as_str());
                     let mut diagnostic = Diagnostic::new(
@@ -426,6 +476,9 @@ impl<'e, 'd> Checker<'e, 'd> {
                     self.expr(&field.value, false);
                 }
             }
+        }
+        if required_given == params.required() {
+            return;
         }
         let missing: Vec<&(String, Ty)> = params
             .iter()
