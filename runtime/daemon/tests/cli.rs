@@ -2204,8 +2204,9 @@ async fn a_source_that_compiles_past_the_plan_bounds_is_refused() {
     );
     let cases = [
         (chain, "E212", 128),
-        // The 236th recipe, of six lines each after `Big`'s one.
-        (big, "E212", 2 + 235 * 6),
+        // The 59th recipe, of six lines each after `Big`'s one: each writes
+        // `Big`'s 1,140,074 bytes, past flowd's 64 MiB there.
+        (big, "E212", 2 + 58 * 6),
         (doubling, "E212", 16),
         (
             "workflow slow {\n  timeout 400d\n  output { x: 1 }\n}\n".to_string(),
@@ -2269,6 +2270,40 @@ workflow w {{
         .send(Method::GET, "/v1/workflows", Some(ACME), None)
         .await;
     assert_eq!(body["deployments"], json!([]), "nothing was deployed");
+}
+
+/// Regression: a source's types are written out in its plan wherever they
+/// are named, so a deploy of 2 MB could stand for a plan of the format's
+/// 256 MiB, gigabytes to build in flowd and to parse at each start.
+/// `[limits] plan_bytes` bounds a deployed plan, held from the types before
+/// the plan is written (E212 at the recipe past it).
+#[tokio::test]
+async fn a_deploy_past_the_plan_bytes_of_flowd_is_refused_before_it_is_built() {
+    use serde_json::json;
+    let dir = TempDir::new("flowd-plan-bytes");
+    let flowd = Flowd::start_with(&dir, &format!("{CONFIG}[limits]\nplan_bytes = 1_048_576\n"));
+    let fields: Vec<String> = (0..2_000).map(|i| format!("field_{i}: string")).collect();
+    let mut source = format!("type Big = {{ {} }}\n", fields.join(", "));
+    for i in 0..40 {
+        source.push_str(&format!(
+            "recipe r{i} {{\n  model \"m\"\n  input {{ q: string }}\n  output {{ x: Big }}\n  prompt \"{{{{input.q}}}}\"\n}}\n"
+        ));
+    }
+    source.push_str(
+        "workflow w {\n  input { q: string }\n  step a = r0 { q: workflow_input.q }\n}\n",
+    );
+    let (status, body) = flowd
+        .try_deploy(ACME, json!({ "source": source, "path": "big.flow" }))
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["code"], "does_not_check", "{body}");
+    assert_eq!(body["diagnostics"][0]["code"], "E212", "{body}");
+    assert_eq!(
+        body["diagnostics"][0]["message"],
+        "the plan's JSON is over 1 MiB"
+    );
+    // Within it, a program deploys as ever.
+    flowd.deploy(ACME, TWO_STEPS).await;
 }
 
 /// Regression: `[[webhooks]]` was global, and one account's run output

@@ -93,11 +93,16 @@ pub(crate) async fn deploy(
     // Compiling and validating take a core for as long as the file is
     // large (a third of a second at 100,000 steps): off the async workers,
     // which every run and request of the process shares, and a few at once.
-    let plan = {
-        // The semaphore is never closed: acquiring it fails never.
-        let _place = daemon.compiles.acquire().await.ok();
-        joined(tokio::task::spawn_blocking(move || plan_of(request))).await?
-    };
+    // The place goes with the compile, not with the request: a client
+    // that hangs up does not stop a compile, and must not free its place.
+    // The semaphore is never closed: acquiring it fails never.
+    let place = Arc::clone(&daemon.compiles).acquire_owned().await.ok();
+    let most = daemon.config.limits.plan_bytes;
+    let plan = joined(tokio::task::spawn_blocking(move || {
+        let _place = place;
+        plan_of(request, most)
+    }))
+    .await?;
     // A department is one of the account's: a misspelt one would quietly
     // give the workflow no department context and its documents no owner.
     let departments = &daemon.config.people(&account).departments;
@@ -219,11 +224,11 @@ pub(super) fn invalid_plan(detail: &str, found: &PlanProblems) -> Problem {
 /// indices, numbers and schemas. A plan compiled here is checked too, which
 /// costs one pass over it and refuses a source whose plan is past flowd's
 /// bounds.
-fn plan_of(request: Deploy) -> Result<Plan, Problem> {
+fn plan_of(request: Deploy, most_bytes: u64) -> Result<Plan, Problem> {
     Ok(match request {
         Deploy::Source(DeploySource { source, path }) => {
             let path = path.unwrap_or_else(|| "workflow.flow".to_string());
-            compile_valid(&path, &DeployedFiles::single(&path, source))?
+            compile_valid(&path, &DeployedFiles::single(&path, source), most_bytes)?
         }
         Deploy::Files(DeployFiles { files, root }) => {
             let files = DeployedFiles::new(files).map_err(|why| invalid_files(&why))?;
@@ -239,7 +244,7 @@ fn plan_of(request: Deploy) -> Result<Plan, Problem> {
                     invalid_files("`files` holds several .flow files (or none): name the one to deploy with `root`")
                 })?,
             };
-            compile_valid(&root, &files)?
+            compile_valid(&root, &files, most_bytes)?
         }
         Deploy::Plan(DeployPlan { plan }) => {
             let plan = Plan::from_json(&plan.to_string()).map_err(|e| {
@@ -249,7 +254,7 @@ fn plan_of(request: Deploy) -> Result<Plan, Problem> {
                     &e.to_string(),
                 )
             })?;
-            plan.validate().map_err(|problems| {
+            plan.validate_within(most_bytes).map_err(|problems| {
                 invalid_plan("the plan is not one flowc could have built", &problems)
             })?;
             plan
@@ -264,9 +269,13 @@ pub(super) fn invalid_files(why: &str) -> Problem {
 
 /// `root` of `files` compiled as `flowc build` would, and held to flowd's
 /// bounds, or a 422 saying why not.
-pub(super) fn compile_valid(root: &str, files: &DeployedFiles) -> Result<Plan, Problem> {
-    let plan = compile(root, files)?;
-    plan.validate().map_err(|problems| {
+pub(super) fn compile_valid(
+    root: &str,
+    files: &DeployedFiles,
+    most_bytes: u64,
+) -> Result<Plan, Problem> {
+    let plan = compile(root, files, most_bytes)?;
+    plan.validate_within(most_bytes).map_err(|problems| {
         invalid_plan(
             &format!("{root} compiles to a plan flowd refuses"),
             &problems,
@@ -280,14 +289,15 @@ const MOST_DIAGNOSTICS: usize = 100;
 
 /// `root` checked (through the compiler's one entry point, its imports and
 /// `flow.lock` from `files`) and lowered, or a 422 listing every error.
-pub(super) fn compile(path: &str, files: &DeployedFiles) -> Result<Plan, Problem> {
-    let (checked, plan) = flow_compiler::check_and_lower(path, files).map_err(|error| {
-        Problem::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "does_not_check",
-            &format!("{}: {}", error.path, error.message),
-        )
-    })?;
+pub(super) fn compile(path: &str, files: &DeployedFiles, most_bytes: u64) -> Result<Plan, Problem> {
+    let (checked, plan) =
+        flow_compiler::check_and_lower_within(path, files, most_bytes).map_err(|error| {
+            Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "does_not_check",
+                &format!("{}: {}", error.path, error.message),
+            )
+        })?;
     if checked.has_errors() {
         let count = checked.diagnostics.iter().filter(|d| d.is_error()).count();
         // The first errors: a source of a few megabytes can have a hundred

@@ -223,6 +223,7 @@ fn limits_section(
         ("runs_in_flight", limits.runs_in_flight),
         ("deployments", limits.deployments),
         ("stored_bytes", limits.stored_bytes as usize),
+        ("plan_bytes", limits.plan_bytes as usize),
     ] {
         if value == 0 {
             problems.report(

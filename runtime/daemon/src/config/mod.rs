@@ -330,6 +330,20 @@ pub struct LimitsSection {
     /// does not take it, counted from the event.
     #[serde(default = "default_webhook_retry_secs")]
     pub webhook_retry_secs: u64,
+    /// The most bytes of a deployed plan's JSON, for every account. A
+    /// source names a type wherever it is used, and the plan writes it
+    /// out at each of those places: a 2 MB source can stand for a plan of
+    /// the format's 256 MiB, which takes gigabytes to build and to parse
+    /// at each run start.
+    #[serde(default = "default_plan_bytes")]
+    pub plan_bytes: u64,
+}
+
+/// 64 MiB: twice the plan of a 2 MB source that repeats no type (a
+/// workflow of 17,000 steps lowers to 32 MB), a quarter of the plan
+/// format's bound.
+fn default_plan_bytes() -> u64 {
+    64 * 1024 * 1024
 }
 
 fn default_webhook_retry_secs() -> u64 {
@@ -348,6 +362,7 @@ impl Default for LimitsSection {
             stored_bytes: default_stored_bytes(),
             retention_days: None,
             webhook_retry_secs: default_webhook_retry_secs(),
+            plan_bytes: default_plan_bytes(),
         }
     }
 }

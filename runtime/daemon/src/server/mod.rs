@@ -99,7 +99,7 @@ pub struct Daemon {
     pub(crate) stored: crate::storage::StoredBytes,
     /// Places for deploys compiling or validating at once (see
     /// [`compile_places`]).
-    pub(crate) compiles: tokio::sync::Semaphore,
+    pub(crate) compiles: Arc<tokio::sync::Semaphore>,
 }
 
 /// How many deploys compile at once: half the cores, and at least one.
@@ -242,7 +242,7 @@ impl Daemon {
         );
         Ok(Arc::new(Daemon {
             step_places: std::sync::Mutex::new(HashMap::new()),
-            compiles: tokio::sync::Semaphore::new(compile_places()),
+            compiles: Arc::new(tokio::sync::Semaphore::new(compile_places())),
             in_flight: Arc::default(),
             mcp_passed: std::sync::Mutex::new(std::collections::HashSet::new()),
             stored: crate::storage::StoredBytes::default(),
