@@ -306,6 +306,9 @@ fn problem(status: reqwest::StatusCode, answer: &Value) -> Fail {
             line["line"], line["column"], line["code"], line["message"]
         ));
     }
+    if let Some(more) = answer["diagnostics_omitted"].as_u64().filter(|n| *n > 0) {
+        message.push_str(&format!("\n  and {more} more"));
+    }
     for mismatch in answer["mismatches"].as_array().into_iter().flatten() {
         message.push_str(&format!(
             "\n  {}: expected {}, found {}",

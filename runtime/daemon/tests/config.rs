@@ -35,6 +35,7 @@ from = "flow@example.com"
 [limits]
 redis_url = "redis://127.0.0.1:6379"
 llm_concurrency = 20
+plan_bytes = 16_777_216
 
 [mcp]
 max_connections = 8
