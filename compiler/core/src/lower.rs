@@ -367,7 +367,6 @@ fn workflows<'a>(
                 info,
                 text: &checked.file(info.file).text,
                 lines: &lines[info.file.0 as usize],
-                input: crate::check::Positions::new(&info.input, |(name, _)| name),
                 recipe_index,
                 server_index,
                 loops: Vec::new(),
@@ -618,8 +617,6 @@ struct Lowerer<'a> {
     info: &'a WorkflowInfo,
     text: &'a str,
     lines: &'a OnceCell<LineIndex>,
-    /// The position of each input field by name.
-    input: crate::check::Positions<'a, (String, Ty)>,
     recipe_index: &'a HashMap<&'a str, u32>,
     server_index: &'a HashMap<&'a str, u32>,
     /// Enclosing loop ids, outermost first; the index is the loop's level.
@@ -977,7 +974,7 @@ impl<'a> Lowerer<'a> {
         };
         let innermost = self.loops.len().saturating_sub(1) as u32;
         let (root, rest) = match path.root.text.as_str() {
-            "workflow_input" => match field_name(0).and_then(|f| self.input.of(f)) {
+            "workflow_input" => match field_name(0).and_then(|f| self.info.input.position(f)) {
                 Some(index) => (plan::Root::InputField(index as u32), 1),
                 None => (plan::Root::Input, 0),
             },

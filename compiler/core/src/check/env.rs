@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use crate::check::LoadedFile;
-use crate::check::types::{AliasNames, Fields, Positions, SchemaPast, SchemaSizes, Ty};
+use crate::check::types::{AliasNames, Fields, SchemaPast, SchemaSizes, Ty};
 use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, FileId, Span};
 use crate::lock::LockedServer;
@@ -410,13 +410,14 @@ fn check_recipe(
         }
         None => Ty::Any,
     };
+    let input = Arc::new(Fields::new(input));
     if let Some(prompt) = &recipe.prompt {
         check_prompt(prompt, &input, recipe, file, &env.suggestions, diagnostics);
     }
     RecipeInfo {
         file,
         decl: recipe.clone(),
-        input: Arc::new(Fields::new(input)),
+        input,
         output,
     }
 }
@@ -424,13 +425,12 @@ fn check_recipe(
 /// A prompt sees only the recipe's `input`.
 fn check_prompt(
     prompt: &StringLit,
-    input: &[(String, Ty)],
+    input: &Fields,
     recipe: &Recipe,
     file: FileId,
     suggestions: &Budget,
     diagnostics: &mut Vec<Diagnostic>,
 ) {
-    let input_positions = Positions::new(input, |(name, _)| name);
     for part in &prompt.template.parts {
         let TemplatePart::Ref(path) = part else {
             continue;
@@ -468,7 +468,7 @@ fn check_prompt(
             );
             continue;
         };
-        let Some(mut ty) = input_positions.of(&name.text).map(|at| input[at].1.clone()) else {
+        let Some(mut ty) = input.ty(&name.text).cloned() else {
             let names = input.iter().map(|(n, _)| n.as_str());
             let mut diagnostic = Diagnostic::new(
                 Code::PromptUnknownInput,

@@ -664,6 +664,14 @@ impl<'f, 'g, 'a> TyWriter<'f, 'g, 'a> {
         }
     }
 
+    /// Writes an opening bracket: whether it was written whole, and what
+    /// it opens is to follow (and its closing bracket, written whatever
+    /// is cut).
+    fn opened(&mut self, bracket: &str) -> Result<bool, fmt::Error> {
+        self.put(bracket)?;
+        Ok(!self.cut)
+    }
+
     fn alias(&self, ty: &Ty) -> Option<&'a str> {
         self.aliases.and_then(|aliases| aliases.of(ty))
     }
@@ -697,16 +705,14 @@ impl<'f, 'g, 'a> TyWriter<'f, 'g, 'a> {
                 Ok(())
             }
             Ty::List(item) => {
-                self.put("list<")?;
-                if self.cut {
-                    return Ok(());
+                if self.opened("list<")? {
+                    self.ty(item)?;
+                    self.f.write_str(">")?;
                 }
-                self.ty(item)?;
-                self.f.write_str(">")
+                Ok(())
             }
             Ty::Record(fields) => {
-                self.put("{ ")?;
-                if self.cut {
+                if !self.opened("{ ")? {
                     return Ok(());
                 }
                 for (index, (name, ty)) in fields.iter().enumerate() {
@@ -725,12 +731,11 @@ impl<'f, 'g, 'a> TyWriter<'f, 'g, 'a> {
             Ty::Optional(inner)
                 if matches!(**inner, Ty::Enum(_)) && self.alias(inner).is_none() =>
             {
-                self.put("(")?;
-                if self.cut {
-                    return Ok(());
+                if self.opened("(")? {
+                    self.ty(inner)?;
+                    self.f.write_str(")?")?;
                 }
-                self.ty(inner)?;
-                self.f.write_str(")?")
+                Ok(())
             }
             Ty::Optional(inner) => {
                 self.ty(inner)?;
