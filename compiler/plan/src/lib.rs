@@ -844,20 +844,35 @@ impl Plan {
         }
         // serde_json's own limit (128 levels) is below what a deep but valid
         // workflow lowers to; the scan above bounds the depth instead.
-        let mut deserializer = serde_json::Deserializer::from_str(text);
-        deserializer.disable_recursion_limit();
-        let value = Value::deserialize(&mut deserializer)
-            .and_then(|value| deserializer.end().map(|()| value))
-            .map_err(|e| PlanError::Malformed(e.to_string()))?;
-        let version = value
-            .get("format_version")
-            .and_then(Value::as_u64)
-            .ok_or_else(|| PlanError::Malformed("no `format_version`".to_string()))?;
-        if version != u64::from(FORMAT_VERSION) {
-            return Err(PlanError::Version { found: version });
+        fn read<T: serde::de::DeserializeOwned>(text: &str) -> serde_json::Result<T> {
+            let mut deserializer = serde_json::Deserializer::from_str(text);
+            deserializer.disable_recursion_limit();
+            let read = T::deserialize(&mut deserializer)?;
+            deserializer.end().map(|()| read)
         }
-        let mut plan: Plan =
-            serde_json::from_value(value).map_err(|e| PlanError::Malformed(e.to_string()))?;
+        // Straight into a plan, which a plan of this version reads as (a
+        // tree of JSON values first took as long again, and twice the
+        // memory); a plan that does not is read again for its version, so
+        // that another version's gets a version error rather than a
+        // confusing one about its shape.
+        let mut plan: Plan = match read::<Plan>(text) {
+            Ok(plan) if plan.format_version == FORMAT_VERSION => plan,
+            Ok(plan) => {
+                return Err(PlanError::Version {
+                    found: plan.format_version.into(),
+                });
+            }
+            Err(error) => {
+                let value = read::<Value>(text).map_err(|e| PlanError::Malformed(e.to_string()))?;
+                return Err(match value.get("format_version").and_then(Value::as_u64) {
+                    Some(version) if version != u64::from(FORMAT_VERSION) => {
+                        PlanError::Version { found: version }
+                    }
+                    Some(_) => PlanError::Malformed(error.to_string()),
+                    None => PlanError::Malformed("no `format_version`".to_string()),
+                });
+            }
+        };
         let computed = plan.content_hash();
         if computed != plan.hash && plan.legacy_hash() != plan.hash {
             return Err(PlanError::Hash {
