@@ -2,6 +2,7 @@
 //! end-to-end tests share; `main.rs` only parses the command line.
 
 mod api;
+pub mod compile_worker;
 pub mod config;
 mod connections;
 mod destinations;

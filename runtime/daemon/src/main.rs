@@ -3,6 +3,8 @@
 //! * `flowd serve [--config flowd.toml]` serves the API until SIGINT/SIGTERM.
 //! * `flowd check-config [--config flowd.toml]` checks the configuration.
 //! * `flowd --help`, `flowd --version`.
+//! * `flowd compile-worker`: what `serve` runs for each deploy it compiles
+//!   (`flow_daemon::compile_worker`), not a command for people.
 //!
 //! Exit codes: 0 done, 2 a usage or configuration error (every problem listed).
 //!
@@ -14,6 +16,7 @@
 
 use std::process::ExitCode;
 
+use flow_daemon::compile_worker;
 use flow_daemon::config::{self, Config};
 use flow_daemon::server;
 
@@ -48,6 +51,10 @@ Environment:
 fn main() -> ExitCode {
     flow_runtime::allocator::configure_process();
     let args: Vec<String> = std::env::args().skip(1).collect();
+    // flowd's own child, one per deploy it compiles (not for people).
+    if args.first().map(String::as_str) == Some(compile_worker::COMMAND) {
+        return compile_worker::serve(&args[1..]);
+    }
     // Asking for help or the version is answered whatever else is on the
     // line (`flowd serve --help`), as clap-based tools do.
     if args

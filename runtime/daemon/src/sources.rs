@@ -16,8 +16,11 @@ use flow_compiler::lock::LOCK_FILE;
 /// The most files one deploy may hold.
 pub(crate) const MAX_FILES: usize = 256;
 
-/// A deploy's files, by normalized path.
-#[derive(Debug)]
+/// A deploy's files, by normalized path. Serde reads it without the
+/// checks of [`DeployedFiles::new`]: only a compile worker does, from the
+/// flowd that checked them (`compile_worker`).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
 pub(crate) struct DeployedFiles {
     files: BTreeMap<String, String>,
 }

@@ -2272,6 +2272,23 @@ workflow w {{
     assert_eq!(body["deployments"], json!([]), "nothing was deployed");
 }
 
+/// A source of `recipes` recipes whose output is a record of `fields`
+/// fields, and a workflow calling the first: its plan writes the record out
+/// at each recipe.
+fn recipes_of_a_big_record(fields: usize, recipes: usize) -> String {
+    let fields: Vec<String> = (0..fields).map(|i| format!("field_{i}: string")).collect();
+    let mut source = format!("type Big = {{ {} }}\n", fields.join(", "));
+    for i in 0..recipes {
+        source.push_str(&format!(
+            "recipe r{i} {{\n  model \"m\"\n  input {{ q: string }}\n  output {{ x: Big }}\n  prompt \"{{{{input.q}}}}\"\n}}\n"
+        ));
+    }
+    source.push_str(
+        "workflow w {\n  input { q: string }\n  step a = r0 { q: workflow_input.q }\n}\n",
+    );
+    source
+}
+
 /// Regression: a source's types are written out in its plan wherever they
 /// are named, so a deploy of 2 MB could stand for a plan of the format's
 /// 256 MiB, gigabytes to build in flowd and to parse at each start.
@@ -2282,16 +2299,7 @@ async fn a_deploy_past_the_plan_bytes_of_flowd_is_refused_before_it_is_built() {
     use serde_json::json;
     let dir = TempDir::new("flowd-plan-bytes");
     let flowd = Flowd::start_with(&dir, &format!("{CONFIG}[limits]\nplan_bytes = 1_048_576\n"));
-    let fields: Vec<String> = (0..2_000).map(|i| format!("field_{i}: string")).collect();
-    let mut source = format!("type Big = {{ {} }}\n", fields.join(", "));
-    for i in 0..40 {
-        source.push_str(&format!(
-            "recipe r{i} {{\n  model \"m\"\n  input {{ q: string }}\n  output {{ x: Big }}\n  prompt \"{{{{input.q}}}}\"\n}}\n"
-        ));
-    }
-    source.push_str(
-        "workflow w {\n  input { q: string }\n  step a = r0 { q: workflow_input.q }\n}\n",
-    );
+    let source = recipes_of_a_big_record(2_000, 40);
     let (status, body) = flowd
         .try_deploy(ACME, json!({ "source": source, "path": "big.flow" }))
         .await;
@@ -2303,6 +2311,71 @@ async fn a_deploy_past_the_plan_bytes_of_flowd_is_refused_before_it_is_built() {
         "the plan's JSON is over 1 MiB"
     );
     // Within it, a program deploys as ever.
+    flowd.deploy(ACME, TWO_STEPS).await;
+}
+
+/// A deploy's source compiles in a process of its own (`flowd
+/// compile-worker`), held to `[limits] compile_memory` and
+/// `compile_seconds`: a source past them is refused with 422
+/// `compile_limit`, and flowd, which drives every account's runs, goes on
+/// as before. Before, the compile ran in flowd, where a cost nobody had
+/// bounded (or a compiler bug's abort) was every tenant's.
+#[tokio::test]
+async fn a_compile_past_flowds_limits_stops_in_its_own_process() {
+    use reqwest::Method;
+    use serde_json::json;
+    // Two thousand recipes whose output is a record of 200 fields: a
+    // source of 400 KB whose plan, writing the record out at each, is
+    // tens of megabytes, and a hundred megabytes or more while built.
+    let source = recipes_of_a_big_record(200, 2_000);
+    let dir = TempDir::new("flowd-compile-memory");
+    let flowd = Flowd::start_with(
+        &dir,
+        &format!("{CONFIG}[limits]\ncompile_memory = 67_108_864\n"),
+    );
+    let (status, body) = flowd
+        .try_deploy(ACME, json!({ "source": source, "path": "big.flow" }))
+        .await;
+    assert_eq!(
+        (status, &body["code"]),
+        (422, &json!("compile_limit")),
+        "{body}"
+    );
+    assert_eq!(
+        body["detail"],
+        "big.flow: compiling took more than 64 MiB of memory ([limits] compile_memory); a source that takes this much to check is refused"
+    );
+    // Within them, a program deploys and runs as ever.
+    flowd.deploy(ACME, TWO_STEPS).await;
+    let (_, body) = flowd
+        .send(Method::GET, "/v1/workflows", Some(ACME), None)
+        .await;
+    assert_eq!(
+        body["deployments"].as_array().map(Vec::len),
+        Some(1),
+        "{body}"
+    );
+
+    // The same source with memory to spare, against a second of CPU: a
+    // debug build of the compiler takes longer than that over it.
+    let dir = TempDir::new("flowd-compile-seconds");
+    let flowd = Flowd::start_with(&dir, &format!("{CONFIG}[limits]\ncompile_seconds = 1\n"));
+    let (status, body) = flowd
+        .try_deploy(ACME, json!({ "source": source, "path": "big.flow" }))
+        .await;
+    if cfg!(debug_assertions) || status != 201 {
+        assert_eq!(
+            (status, &body["code"]),
+            (422, &json!("compile_limit")),
+            "{body}"
+        );
+        assert!(
+            body["detail"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("big.flow: compiling took more than")),
+            "{body}"
+        );
+    }
     flowd.deploy(ACME, TWO_STEPS).await;
 }
 

@@ -36,6 +36,8 @@ from = "flow@example.com"
 redis_url = "redis://127.0.0.1:6379"
 llm_concurrency = 20
 plan_bytes = 16_777_216
+compile_seconds = 10
+compile_memory = 1_073_741_824
 
 [mcp]
 max_connections = 8
@@ -147,6 +149,10 @@ secret = "whsec_c2hvcnQ="
 [[webhooks]]
 url = "https://hooks.example.com/all"
 secret = "whsec-0123456789abcdef"
+
+[limits]
+compile_seconds = 0
+compile_memory = 1_000_000
 
 [mcp]
 max_connections = 0

@@ -41,7 +41,7 @@ pub(crate) use kb::delete_document;
 pub(crate) use runs::{
     cancel, delete_run, get_run, graph, redrive, runs, start_run, test_from, trace,
 };
-pub(crate) use workflows::{deploy, undeploy, workflows};
+pub(crate) use workflows::{deploy, invalid_plan, undeploy, workflows};
 
 pub(crate) type Answer = Result<Response, Problem>;
 

@@ -2,6 +2,7 @@
 //! and validated here first), listing the versions, undeploying.
 
 use super::*;
+use crate::compile_worker::compile_in_worker;
 
 #[derive(Serialize, ToSchema)]
 pub(super) struct Deployments {
@@ -68,8 +69,9 @@ pub(super) struct DeployPlan {
     post, path = "/v1/workflows", tag = "workflows", request_body = Deploy,
     responses(
         (status = 201, description = "Deployed", body = Deployed),
-        (status = 422, description = "The source does not check (`does_not_check`); the plan is not one `flowc build` could have written, or is past flowd's bounds (`invalid_plan`, with `problems` and `more_problems`); a workflow names a department the account does not have (`unknown_department`), or a webhook endpoint or person its destinations deliver to that the account does not have (`unknown_destination`, every one named); the plan names an MCP server or tool the operator does not offer this account (`mcp_server_not_allowed`, `mcp_tool_not_allowed`; every one in `refusals`); or the account keeps as many deployed versions as its quota (`quota_exceeded`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 422, description = "The source does not check (`does_not_check`); the plan is not one `flowc build` could have written, or is past flowd's bounds (`invalid_plan`, with `problems` and `more_problems`); a workflow names a department the account does not have (`unknown_department`), or a webhook endpoint or person its destinations deliver to that the account does not have (`unknown_destination`, every one named); the plan names an MCP server or tool the operator does not offer this account (`mcp_server_not_allowed`, `mcp_tool_not_allowed`; every one in `refusals`); or the account keeps as many deployed versions as its quota (`quota_exceeded`); or compiling the source took more than `[limits] compile_seconds` of CPU or `compile_memory` (`compile_limit`)", body = ProblemDoc, content_type = "application/problem+json"),
         (status = 429, description = "The account's data takes its quota of the store, `stored_bytes` (`quota_exceeded`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 500, description = "The compiler failed on the source (`compiler_failed`): a bug in flow, which flowd's log describes", body = ProblemDoc, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn deploy(
@@ -91,18 +93,22 @@ pub(crate) async fn deploy(
         }
     })?;
     // Compiling and validating take a core for as long as the file is
-    // large (a third of a second at 100,000 steps): off the async workers,
-    // which every run and request of the process shares, and a few at once.
-    // The place goes with the compile, not with the request: a client
-    // that hangs up does not stop a compile, and must not free its place.
+    // large (a third of a second at 100,000 steps), a few at once; a
+    // source compiles in a process of its own (`compile_worker`), which
+    // stops when the client hangs up, and a plan is validated off the
+    // async workers, which every run and request of the process shares.
     // The semaphore is never closed: acquiring it fails never.
-    let place = Arc::clone(&daemon.compiles).acquire_owned().await.ok();
-    let most = daemon.config.limits.plan_bytes;
-    let plan = joined(tokio::task::spawn_blocking(move || {
-        let _place = place;
-        plan_of(request, most)
-    }))
-    .await?;
+    let _place = daemon.compiles.acquire().await.ok();
+    let limits = daemon.config.limits.compile_limits();
+    let plan = match deployable(request)? {
+        Deployable::Source { root, files } => compile_in_worker(root, files, limits).await?,
+        Deployable::Plan(plan) => {
+            joined(tokio::task::spawn_blocking(move || {
+                valid_plan(plan, limits.plan_bytes)
+            }))
+            .await?
+        }
+    };
     // A department is one of the account's: a misspelt one would quietly
     // give the workflow no department context and its documents no owner.
     let departments = &daemon.config.people(&account).departments;
@@ -196,7 +202,7 @@ pub(crate) async fn deploy(
 
 /// 422 `invalid_plan` with each problem the validator found: at most
 /// `flow_plan::limits::MAX_PROBLEMS`, each a JSON Pointer and a short message.
-pub(super) fn invalid_plan(detail: &str, found: &PlanProblems) -> Problem {
+pub(crate) fn invalid_plan(detail: &str, found: &PlanProblems) -> Problem {
     let problems: Vec<Value> = found
         .problems
         .iter()
@@ -219,16 +225,21 @@ pub(super) fn invalid_plan(detail: &str, found: &PlanProblems) -> Problem {
     .with("more_problems", Value::Bool(found.stopped))
 }
 
-/// The plan a deploy request gives. A plan from outside is held to what the
-/// compiler writes before it is stored: the runtime trusts a plan's
-/// indices, numbers and schemas. A plan compiled here is checked too, which
-/// costs one pass over it and refuses a source whose plan is past flowd's
-/// bounds.
-fn plan_of(request: Deploy, most_bytes: u64) -> Result<Plan, Problem> {
+/// What a deploy request deploys.
+enum Deployable {
+    /// `root` of `files`, to compile.
+    Source { root: String, files: DeployedFiles },
+    /// A plan built elsewhere, to validate.
+    Plan(Value),
+}
+
+/// What a deploy request deploys, or why its files are refused.
+fn deployable(request: Deploy) -> Result<Deployable, Problem> {
     Ok(match request {
         Deploy::Source(DeploySource { source, path }) => {
-            let path = path.unwrap_or_else(|| "workflow.flow".to_string());
-            compile_valid(&path, &DeployedFiles::single(&path, source), most_bytes)?
+            let root = path.unwrap_or_else(|| "workflow.flow".to_string());
+            let files = DeployedFiles::single(&root, source);
+            Deployable::Source { root, files }
         }
         Deploy::Files(DeployFiles { files, root }) => {
             let files = DeployedFiles::new(files).map_err(|why| invalid_files(&why))?;
@@ -244,94 +255,31 @@ fn plan_of(request: Deploy, most_bytes: u64) -> Result<Plan, Problem> {
                     invalid_files("`files` holds several .flow files (or none): name the one to deploy with `root`")
                 })?,
             };
-            compile_valid(&root, &files, most_bytes)?
+            Deployable::Source { root, files }
         }
-        Deploy::Plan(DeployPlan { plan }) => {
-            let plan = Plan::from_json(&plan.to_string()).map_err(|e| {
-                Problem::new(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "invalid_plan",
-                    &e.to_string(),
-                )
-            })?;
-            plan.validate_within(most_bytes).map_err(|problems| {
-                invalid_plan("the plan is not one flowc could have built", &problems)
-            })?;
-            plan
-        }
+        Deploy::Plan(DeployPlan { plan }) => Deployable::Plan(plan),
     })
+}
+
+/// A plan from outside, held to what the compiler writes before it is
+/// stored: the runtime trusts a plan's indices, numbers and schemas.
+fn valid_plan(plan: Value, most_bytes: u64) -> Result<Plan, Problem> {
+    let plan = Plan::from_json(&plan.to_string()).map_err(|e| {
+        Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_plan",
+            &e.to_string(),
+        )
+    })?;
+    plan.validate_within(most_bytes).map_err(|problems| {
+        invalid_plan("the plan is not one flowc could have built", &problems)
+    })?;
+    Ok(plan)
 }
 
 /// 422 `invalid_request` for a file set flowd will not compile.
 pub(super) fn invalid_files(why: &str) -> Problem {
     Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", why)
-}
-
-/// `root` of `files` compiled as `flowc build` would, and held to flowd's
-/// bounds, or a 422 saying why not.
-pub(super) fn compile_valid(
-    root: &str,
-    files: &DeployedFiles,
-    most_bytes: u64,
-) -> Result<Plan, Problem> {
-    let plan = compile(root, files, most_bytes)?;
-    plan.validate_within(most_bytes).map_err(|problems| {
-        invalid_plan(
-            &format!("{root} compiles to a plan flowd refuses"),
-            &problems,
-        )
-    })?;
-    Ok(plan)
-}
-
-/// How many of a source's errors a `does_not_check` lists.
-const MOST_DIAGNOSTICS: usize = 100;
-
-/// `root` checked (through the compiler's one entry point, its imports and
-/// `flow.lock` from `files`) and lowered, or a 422 listing every error.
-pub(super) fn compile(path: &str, files: &DeployedFiles, most_bytes: u64) -> Result<Plan, Problem> {
-    let (checked, plan) =
-        flow_compiler::check_and_lower_within(path, files, most_bytes).map_err(|error| {
-            Problem::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "does_not_check",
-                &format!("{}: {}", error.path, error.message),
-            )
-        })?;
-    if checked.has_errors() {
-        let count = checked.diagnostics.iter().filter(|d| d.is_error()).count();
-        // The first errors: a source of a few megabytes can have a hundred
-        // thousand, and a person reads the first.
-        let errors: Vec<Value> = checked
-            .diagnostics
-            .iter()
-            .filter(|d| d.is_error())
-            .take(MOST_DIAGNOSTICS)
-            .map(|d| {
-                let file = checked.file(d.primary.file);
-                let (line, column) =
-                    flow_compiler::diagnostic::line_col(&file.text, d.primary.span.start);
-                json!({ "code": d.code.as_str(), "message": d.message, "file": file.path, "line": line, "column": column })
-            })
-            .collect();
-        return Err(Problem::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "does_not_check",
-            &format!("{path} has {count} error(s)"),
-        )
-        .with("diagnostics", Value::Array(errors))
-        .with(
-            "diagnostics_omitted",
-            Value::from(count.saturating_sub(MOST_DIAGNOSTICS)),
-        ));
-    }
-    plan.ok_or_else(|| {
-        Problem::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "does_not_check",
-            "the source could not be lowered to a plan",
-        )
-    })
 }
 
 /// The account's deployments, by workflow then version.

@@ -224,6 +224,7 @@ fn limits_section(
         ("deployments", limits.deployments),
         ("stored_bytes", limits.stored_bytes as usize),
         ("plan_bytes", limits.plan_bytes as usize),
+        ("compile_seconds", limits.compile_seconds as usize),
     ] {
         if value == 0 {
             problems.report(
@@ -231,6 +232,16 @@ fn limits_section(
                 format!("[limits] {name} 0 would stop everything"),
             );
         }
+    }
+    if limits.compile_memory < LEAST_COMPILE_MEMORY {
+        problems.report(
+            limits_span.clone(),
+            format!(
+                "[limits] compile_memory {} is less than the {} MiB a compile starts in",
+                limits.compile_memory,
+                LEAST_COMPILE_MEMORY >> 20
+            ),
+        );
     }
 
     limits

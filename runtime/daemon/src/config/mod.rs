@@ -337,7 +337,43 @@ pub struct LimitsSection {
     /// at each run start.
     #[serde(default = "default_plan_bytes")]
     pub plan_bytes: u64,
+    /// The most CPU seconds a deploy's compile takes, in its process of
+    /// its own (`compile_worker`); it is stopped at twice as many seconds
+    /// of wall-clock time, plus one.
+    #[serde(default = "default_compile_seconds")]
+    pub compile_seconds: u64,
+    /// The most bytes of memory a deploy's compile takes (its heap and
+    /// other writable mappings: `RLIMIT_DATA`).
+    #[serde(default = "default_compile_memory")]
+    pub compile_memory: u64,
 }
+
+impl LimitsSection {
+    /// What a deploy's compile is held to.
+    pub(crate) fn compile_limits(&self) -> crate::compile_worker::CompileLimits {
+        crate::compile_worker::CompileLimits {
+            cpu_seconds: self.compile_seconds,
+            memory_bytes: self.compile_memory,
+            plan_bytes: self.plan_bytes,
+        }
+    }
+}
+
+/// 30 s: a source of 2 MB (a deploy's most) checks and lowers in a tenth of
+/// a second, the costliest shapes known in under one (docs/benchmarks.md).
+fn default_compile_seconds() -> u64 {
+    30
+}
+
+/// 2 GiB: the largest sources take tens of megabytes, and a plan of
+/// `plan_bytes` a few times that while it is built and written.
+fn default_compile_memory() -> u64 {
+    2 << 30
+}
+
+/// The least `compile_memory` a worker starts in: flowd's executable, its
+/// allocator's first reservations and its thread's stack.
+pub(crate) const LEAST_COMPILE_MEMORY: u64 = 64 << 20;
 
 /// 64 MiB: twice the plan of a 2 MB source that repeats no type (a
 /// workflow of 17,000 steps lowers to 32 MB), a quarter of the plan
@@ -363,6 +399,8 @@ impl Default for LimitsSection {
             retention_days: None,
             webhook_retry_secs: default_webhook_retry_secs(),
             plan_bytes: default_plan_bytes(),
+            compile_seconds: default_compile_seconds(),
+            compile_memory: default_compile_memory(),
         }
     }
 }

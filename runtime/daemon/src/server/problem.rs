@@ -52,6 +52,24 @@ impl Problem {
     pub fn detail(&self) -> &str {
         self.body["detail"].as_str().unwrap_or_default()
     }
+
+    /// The body a response carries, which [`Problem::from_body`] reads
+    /// back: how a compile worker (`compile_worker`) hands its problem to
+    /// flowd.
+    pub(crate) fn into_body(self) -> serde_json::Value {
+        self.body
+    }
+
+    /// A problem from its body, if the body has a status and a code.
+    pub(crate) fn from_body(body: serde_json::Value) -> Option<Problem> {
+        let status = u16::try_from(body.get("status")?.as_u64()?).ok()?;
+        body.get("code")?.as_str()?;
+        Some(Problem {
+            status: StatusCode::from_u16(status).ok()?,
+            body,
+            retry_after: None,
+        })
+    }
 }
 
 impl IntoResponse for Problem {
