@@ -835,8 +835,6 @@ impl Plan {
     /// its stored plans through here, and one stored before a bound existed
     /// must still resume its runs.
     pub fn from_json(text: &str) -> Result<Plan, PlanError> {
-        // The version is read first, so that a plan of another version gets a
-        // version error rather than a confusing error about its shape.
         if let Some(at) = too_deep_at(text) {
             return Err(PlanError::Malformed(format!(
                 "nested more than {MAX_NESTING} levels deep at byte {at}"
@@ -854,8 +852,14 @@ impl Plan {
         // tree of JSON values first took as long again, and twice the
         // memory); a plan that does not is read again for its version, so
         // that another version's gets a version error rather than a
-        // confusing one about its shape.
-        let mut plan: Plan = match read::<Plan>(text) {
+        // confusing one about its shape. A plan is an object: serde would
+        // take a struct's fields from an array too, in order.
+        let read_plan = if text.trim_start().starts_with('{') {
+            read::<Plan>(text)
+        } else {
+            Err(serde::de::Error::custom("a plan is a JSON object"))
+        };
+        let mut plan: Plan = match read_plan {
             Ok(plan) if plan.format_version == FORMAT_VERSION => plan,
             Ok(plan) => {
                 return Err(PlanError::Version {
@@ -953,7 +957,7 @@ mod tests {
     }
 
     #[test]
-    fn another_version_is_refused_before_its_shape_is_read() {
+    fn another_version_is_refused_whatever_its_shape() {
         let text = r#"{ "format_version": 99, "something": "else" }"#;
         assert_eq!(Plan::from_json(text), Err(PlanError::Version { found: 99 }));
         assert!(

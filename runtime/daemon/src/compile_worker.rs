@@ -16,7 +16,9 @@
 //! input to its end, and writes to its standard output `plan\n` and the
 //! plan's JSON, or `problem\n` and the body of the 422 that says why there
 //! is none. It exits 0 with either; anything else (a signal, an exit code,
-//! output that is neither) is the compiler failing, not the source.
+//! output that is neither) is the compiler failing, not the source. Its
+//! plan is read back with `Plan::from_json` (the hash checked); the worker
+//! validated it against flowd's bounds before writing it.
 
 use std::io::{Read, Write};
 use std::process::ExitCode;
@@ -61,11 +63,14 @@ const KEPT_STDERR: usize = 16 * 1024;
 /// `root` of `files` compiled and validated in a worker, or the problem
 /// that says why there is no plan: the source's (422), the limits' (422
 /// `compile_limit`), or the compiler's (500 `compiler_failed`, with what
-/// it said in flowd's log).
+/// it said in flowd's log). `place` (a deploy's place among those compiling
+/// at once) is held until the worker's plan is read, which goes on after a
+/// client hangs up.
 pub(crate) async fn compile_in_worker(
     root: String,
     files: DeployedFiles,
     limits: CompileLimits,
+    place: tokio::sync::OwnedSemaphorePermit,
 ) -> Result<Plan, Problem> {
     let request = serde_json::to_vec(&Request {
         root: root.clone(),
@@ -73,7 +78,8 @@ pub(crate) async fn compile_in_worker(
         plan_bytes: limits.plan_bytes,
     })
     .map_err(|error| compiler_failed(&root, &format!("the request did not encode: {error}")))?;
-    let mut worker = tokio::process::Command::new(own_executable())
+    let mut command = tokio::process::Command::new(own_executable());
+    command
         .arg(COMMAND)
         .arg(limits.cpu_seconds.to_string())
         .arg(limits.memory_bytes.to_string())
@@ -82,7 +88,12 @@ pub(crate) async fn compile_in_worker(
         // kernel overcommits, and RLIMIT_DATA counts what is committed:
         // the worker would fail at a gigabyte reserved, not at the bytes
         // it uses. Committed as used, the limit is what the compile takes.
-        .env("MIMALLOC_ARENA_EAGER_COMMIT", "0")
+        .env("MIMALLOC_ARENA_EAGER_COMMIT", "0");
+    // The one variable flowd's own executable may need to start.
+    if let Some(path) = std::env::var_os("LD_LIBRARY_PATH") {
+        command.env("LD_LIBRARY_PATH", path);
+    }
+    let mut worker = command
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -102,7 +113,9 @@ pub(crate) async fn compile_in_worker(
         return Err(compiler_failed(&root, "the compiler's pipes were not made"));
     };
     // A plan of `plan_bytes` and its tag; a problem is far smaller.
-    let most_output = limits.plan_bytes.max(4 << 20) as usize + 64;
+    let most_output = usize::try_from(limits.plan_bytes.max(4 << 20))
+        .unwrap_or(usize::MAX)
+        .saturating_add(64);
     let finished = async {
         let write = async {
             // A worker that stops early closes its input: what it said, or
@@ -121,6 +134,14 @@ pub(crate) async fn compile_in_worker(
     // Past the wall-clock time, `worker` is dropped on return, which kills it.
     let (status, (output, output_cut), (said, _)) =
         tokio::time::timeout(wall, finished).await.map_err(|_| {
+            // A source past its CPU seconds ends by SIGXCPU before this;
+            // a worker still running here was short of CPU (a loaded
+            // machine) or stopped, which the operator should know of.
+            tracing::warn!(
+                root = %root,
+                "a compile worker ran past {} s of wall-clock time and was killed",
+                wall.as_secs()
+            );
             limit_problem(
                 &root,
                 &format!(
@@ -146,6 +167,7 @@ pub(crate) async fn compile_in_worker(
     // Reading a plan of tens of megabytes takes a core for a while.
     let root_again = root.clone();
     crate::server::joined(tokio::task::spawn_blocking(move || {
+        let _place = place;
         answer_of(&root_again, &output)
     }))
     .await
@@ -164,9 +186,11 @@ fn answer_of(root: &str, output: &[u8]) -> Result<Plan, Problem> {
         Some(("plan", plan)) => Plan::from_json(plan).map_err(|error| {
             compiler_failed(root, &format!("the compiler's plan does not read: {error}"))
         }),
+        // The worker answers 422s only: the source's problems.
         Some(("problem", body)) => Err(serde_json::from_str(body)
             .ok()
             .and_then(Problem::from_body)
+            .filter(|problem| problem.status() == StatusCode::UNPROCESSABLE_ENTITY)
             .unwrap_or_else(|| compiler_failed(root, "the compiler's problem does not read"))),
         _ => Err(compiler_failed(
             root,
@@ -185,9 +209,10 @@ fn ended_badly(
     #[cfg(unix)]
     {
         use std::os::unix::process::ExitStatusExt;
-        // RLIMIT_CPU's soft limit sends SIGXCPU; its hard one, a second
-        // later, SIGKILL (which only that, or a person, sends it here).
-        if matches!(status.signal(), Some(24 | 9)) {
+        // RLIMIT_CPU's soft limit sends SIGXCPU, which ends the worker. A
+        // SIGKILL is someone else's (the kernel short of memory, a
+        // person): the compiler's failure, logged below.
+        if status.signal() == Some(rustix::process::Signal::XCPU.as_raw()) {
             return limit_problem(
                 root,
                 &format!(
@@ -249,12 +274,14 @@ async fn read_bounded(mut reader: impl AsyncRead + Unpin, most: usize) -> (Vec<u
     (kept, cut)
 }
 
-/// The executable this process runs. On Linux, the running file itself,
-/// even if an upgrade has since replaced or removed it: a deploy is
-/// compiled by the compiler of the flowd that will run it.
+/// The executable this process runs: where Linux's `/proc` is mounted,
+/// the running file itself, even if an upgrade has since replaced or
+/// removed it (a deploy is compiled by the compiler of the flowd that will
+/// run it); elsewhere, the file at the path flowd started from.
 fn own_executable() -> std::path::PathBuf {
-    if cfg!(target_os = "linux") {
-        "/proc/self/exe".into()
+    let running = std::path::Path::new("/proc/self/exe");
+    if cfg!(target_os = "linux") && running.exists() {
+        running.into()
     } else {
         std::env::current_exe().unwrap_or_else(|_| "flowd".into())
     }
@@ -309,28 +336,47 @@ pub fn serve(args: &[String]) -> ExitCode {
     }
 }
 
-/// Sets the worker's own limits before it reads what it is sent.
+/// The most stack the worker's thread may grow to: RLIMIT_DATA does not
+/// count it, and a flowd started with an unlimited stack would pass that
+/// on. The compiler's nesting bounds keep it within a thread's 2 MiB.
+const MOST_STACK: u64 = 64 << 20;
+
+/// Sets the worker's own limits before it reads what it is sent. Each is
+/// lowered only: a limit the operator set lower stays (raising one past
+/// its hard limit would fail, and every deploy with it).
 fn hold_to(cpu_seconds: u64, memory_bytes: u64) -> std::io::Result<()> {
-    use rustix::process::{Resource, Rlimit, setrlimit};
-    let exactly = |most: u64| Rlimit {
-        current: Some(most),
-        maximum: Some(most),
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let lower = |resource: Resource, soft: u64, hard: u64| {
+        let now = getrlimit(resource);
+        let under = |most: u64| now.maximum.map_or(most, |now| now.min(most));
+        setrlimit(
+            resource,
+            Rlimit {
+                current: Some(under(soft)),
+                maximum: Some(under(hard)),
+            },
+        )
     };
-    // A flowd killed mid-deploy takes its compile with it.
+    // A flowd killed mid-deploy takes its compile with it (one killed
+    // before this line leaves it to its CPU seconds).
     #[cfg(target_os = "linux")]
     rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
-    setrlimit(Resource::Core, exactly(0))?;
-    setrlimit(Resource::Fsize, exactly(0))?;
-    setrlimit(Resource::Data, exactly(memory_bytes))?;
+    lower(Resource::Core, 0, 0)?;
+    lower(Resource::Fsize, 0, 0)?;
+    lower(Resource::Data, memory_bytes, memory_bytes)?;
+    let stack = getrlimit(Resource::Stack);
+    if stack.current.is_none_or(|now| now > MOST_STACK) {
+        setrlimit(
+            Resource::Stack,
+            Rlimit {
+                current: Some(MOST_STACK),
+                maximum: stack.maximum,
+            },
+        )?;
+    }
     // The soft limit's SIGXCPU ends the worker; the hard one, a second
     // later, is for a worker that would ignore it.
-    setrlimit(
-        Resource::Cpu,
-        Rlimit {
-            current: Some(cpu_seconds),
-            maximum: Some(cpu_seconds.saturating_add(1)),
-        },
-    )?;
+    lower(Resource::Cpu, cpu_seconds, cpu_seconds.saturating_add(1))?;
     Ok(())
 }
 
@@ -412,7 +458,17 @@ mod tests {
 
     #[test]
     fn answers_other_than_a_plan_or_a_problem_are_the_compilers_failure() {
-        for output in [&b""[..], b"plan\n{", b"problem\n[]", b"what\n{}", b"\xff\n"] {
+        // A problem of any status but 422 is not one the worker writes.
+        let created = br#"problem
+{"status": 201, "code": "created"}"#;
+        for output in [
+            &b""[..],
+            b"plan\n{",
+            b"problem\n[]",
+            created,
+            b"what\n{}",
+            b"\xff\n",
+        ] {
             let problem = answer_of("a.flow", output).unwrap_err();
             assert_eq!(problem.code(), "compiler_failed", "{output:?}");
         }

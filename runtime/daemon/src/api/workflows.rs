@@ -97,13 +97,17 @@ pub(crate) async fn deploy(
     // source compiles in a process of its own (`compile_worker`), which
     // stops when the client hangs up, and a plan is validated off the
     // async workers, which every run and request of the process shares.
-    // The semaphore is never closed: acquiring it fails never.
-    let _place = daemon.compiles.acquire().await.ok();
+    // The place goes with the work that goes on after a client hangs up
+    // (validating, reading the worker's plan), and ends with it.
+    let Ok(place) = Arc::clone(&daemon.compiles).acquire_owned().await else {
+        unreachable!("the semaphore of compiles is never closed");
+    };
     let limits = daemon.config.limits.compile_limits();
     let plan = match deployable(request)? {
-        Deployable::Source { root, files } => compile_in_worker(root, files, limits).await?,
+        Deployable::Source { root, files } => compile_in_worker(root, files, limits, place).await?,
         Deployable::Plan(plan) => {
             joined(tokio::task::spawn_blocking(move || {
+                let _place = place;
                 valid_plan(plan, limits.plan_bytes)
             }))
             .await?

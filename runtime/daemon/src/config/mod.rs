@@ -371,8 +371,8 @@ fn default_compile_memory() -> u64 {
     2 << 30
 }
 
-/// The least `compile_memory` a worker starts in: flowd's executable, its
-/// allocator's first reservations and its thread's stack.
+/// The least `compile_memory` a worker starts in: the writable memory of
+/// flowd's executable and its allocator's first pages.
 pub(crate) const LEAST_COMPILE_MEMORY: u64 = 64 << 20;
 
 /// 64 MiB: twice the plan of a 2 MB source that repeats no type (a

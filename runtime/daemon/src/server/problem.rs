@@ -60,12 +60,14 @@ impl Problem {
         self.body
     }
 
-    /// A problem from its body, if the body has a status and a code.
+    /// A problem from its body, if the body has a code and an error's
+    /// status.
     pub(crate) fn from_body(body: serde_json::Value) -> Option<Problem> {
         let status = u16::try_from(body.get("status")?.as_u64()?).ok()?;
+        let status = StatusCode::from_u16(status).ok()?;
         body.get("code")?.as_str()?;
-        Some(Problem {
-            status: StatusCode::from_u16(status).ok()?,
+        (status.is_client_error() || status.is_server_error()).then_some(Problem {
+            status,
             body,
             retry_after: None,
         })
