@@ -6,6 +6,7 @@
 //! decision that arrived while the run was executing. The `flow` CLI and the
 //! daemon both drive runs through it; they differ in how they report.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -450,16 +451,28 @@ async fn decided_meanwhile(
 
 /// Claims the runs due for recovery (see `runs_to_recover`) for this
 /// process, with their plans: the caller drives each. Runs another live
-/// process is executing are left to it.
-pub async fn claim_runs_to_recover(store: &dyn Store) -> Result<Vec<(RunRow, Plan)>, StoreError> {
+/// process is executing are left to it. Each plan is read once, however
+/// many of the runs use it: a thousand runs of one plan of tens of
+/// megabytes read once each held gigabytes.
+pub async fn claim_runs_to_recover(
+    store: &dyn Store,
+) -> Result<Vec<(RunRow, Arc<Plan>)>, StoreError> {
     let now = crate::time::now_ms();
     let mut claimed = Vec::new();
+    let mut plans: HashMap<String, Arc<Plan>> = HashMap::new();
     for row in runs_to_recover(store, now).await? {
         if store
             .claim_run(&row.id, &[RunStatus::Running, RunStatus::PendingApproval])
             .await?
         {
-            let plan = store.plan(&row.plan_hash).await?;
+            let plan = match plans.get(&row.plan_hash) {
+                Some(plan) => Arc::clone(plan),
+                None => {
+                    let plan = Arc::new(store.plan(&row.plan_hash).await?);
+                    plans.insert(row.plan_hash.clone(), Arc::clone(&plan));
+                    plan
+                }
+            };
             claimed.push((row, plan));
         }
     }
