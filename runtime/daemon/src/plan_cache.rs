@@ -7,6 +7,13 @@
 //! bound (ten large plans held 600 MB). The least recently used plans go
 //! once the plans kept weigh more than the budget, measured as the size of
 //! their JSON.
+//!
+//! A plan not kept is loaded (read, parsed, validated) once however many
+//! starts want it at once, and a few plans at most are loaded at once
+//! ([`PlanCache::get_or_load`]): a plan of tens of megabytes takes a core
+//! for a second and a few times its size in memory while it is read, and a
+//! thousand starts of one such plan at once, or a tenant's large plans
+//! started in turn, would otherwise take every core and gigabytes.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,6 +24,11 @@ use flow_plan::Plan;
 pub(crate) struct PlanCache {
     budget: usize,
     state: std::sync::Mutex<State>,
+    /// Places for plans being loaded at once.
+    loads: tokio::sync::Semaphore,
+    /// A turn to load each plan being loaded, by hash: a start that misses
+    /// waits for the load under way rather than load the plan again.
+    loading: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 #[derive(Debug, Default)]
@@ -37,12 +49,53 @@ struct Kept {
 
 impl PlanCache {
     /// A cache of at most `budget` bytes of plans (one larger plan is kept
-    /// alone).
-    pub(crate) fn new(budget: usize) -> PlanCache {
+    /// alone), loading at most `loads` at once.
+    pub(crate) fn new(budget: usize, loads: usize) -> PlanCache {
         PlanCache {
             budget,
             state: std::sync::Mutex::new(State::default()),
+            loads: tokio::sync::Semaphore::new(loads.max(1)),
+            loading: std::sync::Mutex::default(),
         }
+    }
+
+    /// The plan kept under `hash`, or the one `load` gives (the plan and
+    /// its [`weight`]), kept. One load of a hash at a time: those who wait
+    /// for it find the plan kept when their turn comes (or load it, if the
+    /// load failed).
+    pub(crate) async fn get_or_load<E>(
+        &self,
+        hash: &str,
+        load: impl Future<Output = Result<(Arc<Plan>, usize), E>>,
+    ) -> Result<Arc<Plan>, E> {
+        if let Some(plan) = self.get(hash) {
+            return Ok(plan);
+        }
+        let turn_of = |loading: &mut HashMap<String, Arc<tokio::sync::Mutex<()>>>| {
+            Arc::clone(loading.entry(hash.to_string()).or_default())
+        };
+        let gate = turn_of(&mut self.loading.lock().unwrap_or_else(|p| p.into_inner()));
+        let turn = gate.lock().await;
+        let plan = match self.get(hash) {
+            Some(plan) => Ok(plan),
+            None => {
+                let Ok(_place) = self.loads.acquire().await else {
+                    unreachable!("the semaphore of plan loads is never closed");
+                };
+                load.await.map(|(plan, weight)| {
+                    self.insert(hash, Arc::clone(&plan), weight);
+                    plan
+                })
+            }
+        };
+        drop(turn);
+        // Those still waiting hold the gate; a start that comes now finds
+        // the plan kept.
+        self.loading
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(hash);
+        plan
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -58,8 +111,8 @@ impl PlanCache {
         Some(Arc::clone(&kept.plan))
     }
 
-    pub(crate) fn insert(&self, hash: &str, plan: Arc<Plan>) {
-        let weight = json_size(&plan);
+    /// Keeps `plan`, whose [`weight`] is `weight`.
+    pub(crate) fn insert(&self, hash: &str, plan: Arc<Plan>, weight: usize) {
         let mut state = self.lock();
         state.clock += 1;
         let used = state.clock;
@@ -90,13 +143,15 @@ impl PlanCache {
 
     /// The bytes of the plans kept now.
     #[cfg(test)]
-    fn weight(&self) -> usize {
+    fn weight_kept(&self) -> usize {
         self.lock().weight
     }
 }
 
-/// The size of `plan` as JSON, counted without writing it out.
-fn json_size(plan: &Plan) -> usize {
+/// What `plan` weighs in the cache: its size as JSON, counted without
+/// writing it out (a pass over the plan: done where it is loaded, off the
+/// async workers).
+pub(crate) fn weight(plan: &Plan) -> usize {
     struct Count(usize);
     impl std::io::Write for Count {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
@@ -125,21 +180,84 @@ mod tests {
         Arc::new(plan)
     }
 
+    /// Regression: each start that missed a plan read and parsed it, on the
+    /// async worker: a large plan's starts after a restart stalled every
+    /// run of the process for a second each.
+    #[tokio::test]
+    async fn starts_that_miss_one_plan_at_once_load_it_once() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let cache = PlanCache::new(1 << 20, 2);
+        let loads = AtomicUsize::new(0);
+        let load = || async {
+            loads.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            Ok::<_, ()>((plan("a"), 1))
+        };
+        let starts = (0..20).map(|_| cache.get_or_load("a", load()));
+        let plans = join_all(starts).await;
+        assert!(plans.iter().all(Result::is_ok));
+        assert_eq!(
+            loads.load(Ordering::SeqCst),
+            1,
+            "one load for twenty starts"
+        );
+        // A failed load is not kept: the next start loads again.
+        assert!(
+            cache
+                .get_or_load("b", async { Err::<(Arc<Plan>, usize), _>(()) })
+                .await
+                .is_err()
+        );
+        assert!(cache.get_or_load("b", load()).await.is_ok());
+        assert_eq!(loads.load(Ordering::SeqCst), 2);
+        assert!(
+            cache.loading.lock().unwrap().is_empty(),
+            "no turn is left behind"
+        );
+    }
+
+    /// Every future of `futures`, driven at once on this task.
+    async fn join_all<T>(futures: impl Iterator<Item = impl Future<Output = T>>) -> Vec<T> {
+        let mut results = Vec::new();
+        let mut pending: Vec<_> = futures.map(|future| Some(Box::pin(future))).collect();
+        std::future::poll_fn(|cx| {
+            let mut all = true;
+            for slot in pending.iter_mut() {
+                if let Some(future) = slot {
+                    match future.as_mut().poll(cx) {
+                        std::task::Poll::Ready(value) => {
+                            results.push(value);
+                            *slot = None;
+                        }
+                        std::task::Poll::Pending => all = false,
+                    }
+                }
+            }
+            if all {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        })
+        .await;
+        results
+    }
+
     #[test]
     fn the_least_recently_used_plans_go_past_the_budget() {
-        let one = json_size(&plan("a"));
-        let cache = PlanCache::new(one * 2);
-        cache.insert("a", plan("a"));
-        cache.insert("b", plan("b"));
+        let one = weight(&plan("a"));
+        let cache = PlanCache::new(one * 2, 1);
+        cache.insert("a", plan("a"), one);
+        cache.insert("b", plan("b"), one);
         assert!(cache.get("a").is_some(), "a is now the most recently used");
-        cache.insert("c", plan("c"));
+        cache.insert("c", plan("c"), one);
         assert!(cache.get("b").is_none(), "b went");
         assert!(cache.get("a").is_some() && cache.get("c").is_some());
-        assert!(cache.weight() <= one * 2);
+        assert!(cache.weight_kept() <= one * 2);
         // A plan heavier than the whole budget is kept alone.
-        let tiny = PlanCache::new(1);
-        tiny.insert("a", plan("a"));
-        tiny.insert("b", plan("b"));
+        let tiny = PlanCache::new(1, 1);
+        tiny.insert("a", plan("a"), one);
+        tiny.insert("b", plan("b"), one);
         assert!(tiny.get("a").is_none() && tiny.get("b").is_some());
     }
 }

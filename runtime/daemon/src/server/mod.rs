@@ -98,15 +98,16 @@ pub struct Daemon {
     /// Each account's data in the store, against its `stored_bytes`.
     pub(crate) stored: crate::storage::StoredBytes,
     /// Places for deploys compiling or validating at once (see
-    /// [`compile_places`]).
+    /// [`half_the_cores`]).
     pub(crate) compiles: Arc<tokio::sync::Semaphore>,
 }
 
-/// How many deploys compile at once: half the cores, and at least one.
-/// A compile takes a core for as long as its source is large (seconds at
-/// the largest); deploys past this wait their turn rather than take the
-/// cores that every account's runs are driven on.
-fn compile_places() -> usize {
+/// How many deploys compile at once, and how many plans not kept are
+/// loaded at once (two at least): half the cores, and at least one. Either
+/// takes a core for as long as its plan is large (seconds at the largest);
+/// past this they wait their turn rather than take the cores that every
+/// account's runs are driven on.
+fn half_the_cores() -> usize {
     std::thread::available_parallelism().map_or(1, |cores| (cores.get() / 2).max(1))
 }
 
@@ -242,7 +243,7 @@ impl Daemon {
         );
         Ok(Arc::new(Daemon {
             step_places: std::sync::Mutex::new(HashMap::new()),
-            compiles: Arc::new(tokio::sync::Semaphore::new(compile_places())),
+            compiles: Arc::new(tokio::sync::Semaphore::new(half_the_cores())),
             in_flight: Arc::default(),
             mcp_passed: std::sync::Mutex::new(std::collections::HashSet::new()),
             stored: crate::storage::StoredBytes::default(),
@@ -257,7 +258,9 @@ impl Daemon {
             keys,
             runs: std::sync::Mutex::new(JoinSet::new()),
             driving: std::sync::Mutex::new(HashMap::new()),
-            plans: crate::plan_cache::PlanCache::new(PLAN_CACHE_BYTES),
+            // Two loads at least: a small plan's first start need not wait
+            // for a large plan's load to end.
+            plans: crate::plan_cache::PlanCache::new(PLAN_CACHE_BYTES, half_the_cores().max(2)),
             deployments: std::sync::Mutex::new(HashMap::new()),
             cache_deployments: !shared,
             deploys: std::sync::atomic::AtomicU64::new(0),
@@ -276,14 +279,7 @@ impl Daemon {
             .map_err(|e| e.to_string())?;
         let resumed = due.len();
         for (row, plan) in due {
-            self.spawn_run(
-                Arc::new(plan),
-                row.account,
-                row.workflow,
-                row.id,
-                row.input,
-                false,
-            );
+            self.spawn_run(plan, row.account, row.workflow, row.id, row.input, false);
         }
         Ok(resumed)
     }
@@ -341,27 +337,43 @@ impl Daemon {
 
     /// The stored plan `hash`, parsed once per process.
     pub(crate) async fn plan(&self, hash: &str) -> Result<Arc<Plan>, StoreError> {
-        if let Some(plan) = self.plans.get(hash) {
-            return Ok(plan);
-        }
-        let plan = self.store.plan(hash).await?;
-        // A plan stored before flowd checked deployed plans (or written to
-        // the store by hand) is held to the same bounds as a deploy: past
-        // them it could exhaust this process for every account.
-        if let Err(problems) = plan.validate() {
-            tracing::warn!("stored plan {hash} refused: {problems}");
-            let first = problems
-                .problems
-                .first()
-                .map_or_else(String::new, ToString::to_string);
-            return Err(StoreError::Damaged(format!(
-                "the stored plan {hash} is not one flowc could have built (first of {} problem(s): {first}); deploy this version again",
-                problems.problems.len()
-            )));
-        }
-        let plan = Arc::new(plan);
-        self.plans.insert(hash, Arc::clone(&plan));
-        Ok(plan)
+        // Reading (SQLite's store reads as it is called), parsing,
+        // validating and weighing a plan of tens of megabytes takes a
+        // second: on a blocking thread, not on the async workers that every
+        // run and request shares (one, with SQLite on two cores); once for
+        // every start that wants it (`plan_cache`).
+        let load = async {
+            let (store, owned, runtime) = (
+                Arc::clone(&self.store),
+                hash.to_string(),
+                tokio::runtime::Handle::current(),
+            );
+            tokio::task::spawn_blocking(move || {
+                let plan = runtime.block_on(store.plan(&owned))?;
+                // A plan stored before flowd checked deployed plans (or
+                // written to the store by hand) is held to the same bounds
+                // as a deploy: past them it could exhaust this process for
+                // every account.
+                if let Err(problems) = plan.validate() {
+                    tracing::warn!("stored plan {owned} refused: {problems}");
+                    let first = problems
+                        .problems
+                        .first()
+                        .map_or_else(String::new, ToString::to_string);
+                    return Err(StoreError::Damaged(format!(
+                        "the stored plan {owned} is not one flowc could have built (first of {} problem(s): {first}); deploy this version again",
+                        problems.problems.len()
+                    )));
+                }
+                let weight = crate::plan_cache::weight(&plan);
+                Ok((Arc::new(plan), weight))
+            })
+            .await
+            .map_err(|error| {
+                StoreError::Database(format!("loading plan {hash} stopped: {error}"))
+            })?
+        };
+        self.plans.get_or_load(hash, load).await
     }
 
     /// Where links to this flowd point, without a trailing slash.
