@@ -63,15 +63,16 @@ const KEPT_STDERR: usize = 16 * 1024;
 /// `root` of `files` compiled and validated in a worker, or the problem
 /// that says why there is no plan: the source's (422), the limits' (422
 /// `compile_limit`), or the compiler's (500 `compiler_failed`, with what
-/// it said in flowd's log). `place` (a deploy's place among those compiling
-/// at once) is held until the worker's plan is read, which goes on after a
-/// client hangs up.
+/// it said in flowd's log). With the plan, the size of its JSON, which the
+/// worker wrote. `place` (a deploy's place among those compiling at once)
+/// is held until the worker's plan is read, which goes on after a client
+/// hangs up.
 pub(crate) async fn compile_in_worker(
     root: String,
     files: DeployedFiles,
     limits: CompileLimits,
     place: tokio::sync::OwnedSemaphorePermit,
-) -> Result<Plan, Problem> {
+) -> Result<(Plan, u64), Problem> {
     let request = serde_json::to_vec(&Request {
         root: root.clone(),
         files,
@@ -178,14 +179,16 @@ pub(crate) async fn compile_in_worker(
     })
 }
 
-/// The worker's answer: its plan or its problem.
-fn answer_of(root: &str, output: &[u8]) -> Result<Plan, Problem> {
+/// The worker's answer: its plan (and the size of its JSON) or its problem.
+fn answer_of(root: &str, output: &[u8]) -> Result<(Plan, u64), Problem> {
     let text = std::str::from_utf8(output)
         .map_err(|_| compiler_failed(root, "the compiler's answer is not UTF-8"))?;
     match text.split_once('\n') {
-        Some(("plan", plan)) => Plan::from_json(plan).map_err(|error| {
-            compiler_failed(root, &format!("the compiler's plan does not read: {error}"))
-        }),
+        Some(("plan", plan)) => Plan::from_json(plan)
+            .map(|read| (read, plan.len() as u64))
+            .map_err(|error| {
+                compiler_failed(root, &format!("the compiler's plan does not read: {error}"))
+            }),
         // The worker answers 422s only: the source's problems.
         Some(("problem", body)) => Err(serde_json::from_str(body)
             .ok()

@@ -186,61 +186,40 @@ mod tests {
     #[tokio::test]
     async fn starts_that_miss_one_plan_at_once_load_it_once() {
         use std::sync::atomic::{AtomicUsize, Ordering};
-        let cache = PlanCache::new(1 << 20, 2);
-        let loads = AtomicUsize::new(0);
-        let load = || async {
+        let cache = Arc::new(PlanCache::new(1 << 20, 2));
+        let loads = Arc::new(AtomicUsize::new(0));
+        let load = |loads: Arc<AtomicUsize>| async move {
             loads.fetch_add(1, Ordering::SeqCst);
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             Ok::<_, ()>((plan("a"), 1))
         };
-        let starts = (0..20).map(|_| cache.get_or_load("a", load()));
-        let plans = join_all(starts).await;
-        assert!(plans.iter().all(Result::is_ok));
+        let mut starts = tokio::task::JoinSet::new();
+        for _ in 0..20 {
+            let (cache, loads) = (Arc::clone(&cache), Arc::clone(&loads));
+            starts.spawn(async move { cache.get_or_load("a", load(loads)).await });
+        }
+        while let Some(started) = starts.join_next().await {
+            assert!(started.unwrap().is_ok());
+        }
         assert_eq!(
             loads.load(Ordering::SeqCst),
             1,
             "one load for twenty starts"
         );
         // A failed load is not kept: the next start loads again.
+        let failed = cache.get_or_load("b", async { Err::<(Arc<Plan>, usize), _>(()) });
+        assert!(failed.await.is_err());
         assert!(
             cache
-                .get_or_load("b", async { Err::<(Arc<Plan>, usize), _>(()) })
+                .get_or_load("b", load(Arc::clone(&loads)))
                 .await
-                .is_err()
+                .is_ok()
         );
-        assert!(cache.get_or_load("b", load()).await.is_ok());
         assert_eq!(loads.load(Ordering::SeqCst), 2);
         assert!(
             cache.loading.lock().unwrap().is_empty(),
             "no turn is left behind"
         );
-    }
-
-    /// Every future of `futures`, driven at once on this task.
-    async fn join_all<T>(futures: impl Iterator<Item = impl Future<Output = T>>) -> Vec<T> {
-        let mut results = Vec::new();
-        let mut pending: Vec<_> = futures.map(|future| Some(Box::pin(future))).collect();
-        std::future::poll_fn(|cx| {
-            let mut all = true;
-            for slot in pending.iter_mut() {
-                if let Some(future) = slot {
-                    match future.as_mut().poll(cx) {
-                        std::task::Poll::Ready(value) => {
-                            results.push(value);
-                            *slot = None;
-                        }
-                        std::task::Poll::Pending => all = false,
-                    }
-                }
-            }
-            if all {
-                std::task::Poll::Ready(())
-            } else {
-                std::task::Poll::Pending
-            }
-        })
-        .await;
-        results
     }
 
     #[test]

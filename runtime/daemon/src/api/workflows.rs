@@ -103,7 +103,7 @@ pub(crate) async fn deploy(
         unreachable!("the semaphore of compiles is never closed");
     };
     let limits = daemon.config.limits.compile_limits();
-    let plan = match deployable(request)? {
+    let (plan, size) = match deployable(request)? {
         Deployable::Source { root, files } => compile_in_worker(root, files, limits, place).await?,
         Deployable::Plan(plan) => {
             joined(tokio::task::spawn_blocking(move || {
@@ -160,8 +160,6 @@ pub(crate) async fn deploy(
         ));
     }
     if new_versions > 0 {
-        // As the store keeps it: compact JSON.
-        let size = serde_json::to_vec(&plan).map_or(0, |json| json.len() as u64);
         daemon.stored.admit(&daemon, &account, size).await?;
     }
     daemon.store.put_plan(&plan).await.map_err(store_problem)?;
@@ -266,8 +264,9 @@ fn deployable(request: Deploy) -> Result<Deployable, Problem> {
 }
 
 /// A plan from outside, held to what the compiler writes before it is
-/// stored: the runtime trusts a plan's indices, numbers and schemas.
-fn valid_plan(plan: Value, most_bytes: u64) -> Result<Plan, Problem> {
+/// stored (the runtime trusts a plan's indices, numbers and schemas), and
+/// the size of its JSON as the store keeps it (compact).
+fn valid_plan(plan: Value, most_bytes: u64) -> Result<(Plan, u64), Problem> {
     let plan = Plan::from_json(&plan.to_string()).map_err(|e| {
         Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -278,7 +277,8 @@ fn valid_plan(plan: Value, most_bytes: u64) -> Result<Plan, Problem> {
     plan.validate_within(most_bytes).map_err(|problems| {
         invalid_plan("the plan is not one flowc could have built", &problems)
     })?;
-    Ok(plan)
+    let size = crate::plan_cache::weight(&plan) as u64;
+    Ok((plan, size))
 }
 
 /// 422 `invalid_request` for a file set flowd will not compile.
