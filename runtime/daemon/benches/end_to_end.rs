@@ -219,7 +219,7 @@ fn measure(load: &Load, store: &str, dirs: &[std::path::PathBuf]) -> Measured {
     profiler("enable");
     let start = Instant::now();
     runtime.block_on(async {
-        common::start_runs(&client, &bases, KEY, body, load.runs, load.clients).await;
+        common::start_runs(&bases, KEY, body, load.runs, load.clients).await;
         common::until_none_running(&client, &bases[0], KEY).await;
     });
     let elapsed = start.elapsed();

@@ -109,15 +109,7 @@ fn main() {
     let (started, finished) = runtime.block_on(async {
         let start = Instant::now();
         let body = r#"{"workflow":"three","input":{"q":"x"}}"#.to_string();
-        start_runs(
-            &client,
-            std::slice::from_ref(&base),
-            KEY,
-            body,
-            runs,
-            CONNECTIONS,
-        )
-        .await;
+        start_runs(std::slice::from_ref(&base), KEY, body, runs, CONNECTIONS).await;
         let started = start.elapsed();
         // Started is not finished: wait until no run is left running.
         until_none_running(&client, &base, KEY).await;

@@ -112,44 +112,101 @@ pub(crate) fn ms(duration: Duration) -> f64 {
 /// Starts `runs` runs by `POST /v1/runs` of `body` from `connections`
 /// concurrent clients, each start sent to the next of `bases` in turn;
 /// returns once every start has been answered 202 (stored and started).
+///
+/// Each client is one keep-alive connection per flowd driven by hyper's
+/// client connection, its headers built once: the generator shares the
+/// machine's cores with flowd, and reqwest (a pool, a URL parsed and a
+/// header map built per request) took 0.21 – 0.23 of a core in B9 where
+/// this takes 0.14 – 0.17 (docs/benchmarks.md, B9).
 pub(crate) async fn start_runs(
-    client: &reqwest::Client,
     bases: &[String],
     key: &'static str,
     body: String,
     runs: usize,
     connections: usize,
 ) {
+    use axum::http::{HeaderValue, header};
     let next = Arc::new(AtomicUsize::new(0));
-    let (bases, body): (Arc<[String]>, Arc<str>) = (bases.into(), body.into());
+    let bases: Arc<[String]> = bases.into();
+    let body = axum::body::Bytes::from(body);
+    let bearer = HeaderValue::try_from(format!("Bearer {key}")).expect("a header value");
     let mut workers = Vec::new();
     for _ in 0..connections {
-        let (client, bases, body, next) = (
-            client.clone(),
+        let (bases, body, bearer, next) = (
             Arc::clone(&bases),
-            Arc::clone(&body),
+            body.clone(),
+            bearer.clone(),
             Arc::clone(&next),
         );
         workers.push(tokio::spawn(async move {
+            let mut flowds = Vec::new();
+            for base in bases.iter() {
+                flowds.push(Connection::open(base).await);
+            }
             loop {
                 let n = next.fetch_add(1, Ordering::Relaxed);
                 if n >= runs {
                     break;
                 }
-                let response = client
-                    .post(format!("{}/v1/runs", bases[n % bases.len()]))
-                    .bearer_auth(key)
-                    .header("content-type", "application/json")
-                    .body(body.to_string())
-                    .send()
+                let flowd = &mut flowds[n % bases.len()];
+                let request = axum::http::Request::post("/v1/runs")
+                    .header(header::HOST, flowd.host.clone())
+                    .header(header::AUTHORIZATION, bearer.clone())
+                    .header(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/json"),
+                    )
+                    .body(axum::body::Body::from(body.clone()))
+                    .expect("a request");
+                flowd
+                    .sender
+                    .ready()
+                    .await
+                    .expect("the connection stays open");
+                let response = flowd
+                    .sender
+                    .send_request(request)
                     .await
                     .expect("flowd answers");
                 assert_eq!(response.status(), 202);
+                // Read to its end, so that the connection takes the next.
+                axum::body::to_bytes(axum::body::Body::new(response.into_body()), usize::MAX)
+                    .await
+                    .expect("the answer's body");
             }
         }));
     }
     for worker in workers {
         worker.await.expect("a client finishes");
+    }
+}
+
+/// A load generator's keep-alive HTTP/1.1 connection to one flowd.
+struct Connection {
+    sender: hyper::client::conn::http1::SendRequest<axum::body::Body>,
+    host: axum::http::HeaderValue,
+}
+
+impl Connection {
+    /// Connects to `base` (`http://HOST:PORT`); the connection is driven by
+    /// a task of its own until either side drops it.
+    async fn open(base: &str) -> Connection {
+        let address = base.strip_prefix("http://").expect("an http:// base");
+        let stream = tokio::net::TcpStream::connect(address)
+            .await
+            .expect("flowd accepts");
+        stream.set_nodelay(true).expect("TCP_NODELAY");
+        let (sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .expect("an HTTP/1.1 connection");
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Connection {
+            sender,
+            host: axum::http::HeaderValue::try_from(address).expect("a host header"),
+        }
     }
 }
 
