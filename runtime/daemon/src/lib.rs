@@ -6,6 +6,7 @@ pub mod compile_worker;
 pub mod config;
 mod connections;
 mod destinations;
+mod freed_off_worker;
 mod inspector;
 pub mod links;
 mod mailer;

@@ -111,8 +111,15 @@ impl PlanCache {
         Some(Arc::clone(&kept.plan))
     }
 
-    /// Keeps `plan`, whose [`weight`] is `weight`.
+    /// Keeps `plan`, whose [`weight`] is `weight`. The plans it pushes out
+    /// are freed off the async worker, if nothing else holds them.
     pub(crate) fn insert(&self, hash: &str, plan: Arc<Plan>, weight: usize) {
+        let mut gone = Vec::new();
+        self.keep(hash, plan, weight, &mut gone);
+        gone.into_iter().for_each(crate::freed_off_worker::release);
+    }
+
+    fn keep(&self, hash: &str, plan: Arc<Plan>, weight: usize, gone: &mut Vec<Arc<Plan>>) {
         let mut state = self.lock();
         state.clock += 1;
         let used = state.clock;
@@ -121,6 +128,7 @@ impl PlanCache {
             .insert(hash.to_string(), Kept { plan, weight, used })
         {
             state.weight -= old.weight;
+            gone.push(old.plan);
         }
         state.weight += weight;
         // Linear in the plans kept, which the budget keeps few; only when
@@ -135,8 +143,9 @@ impl PlanCache {
             else {
                 break;
             };
-            if let Some(gone) = state.plans.remove(&oldest) {
-                state.weight -= gone.weight;
+            if let Some(out) = state.plans.remove(&oldest) {
+                state.weight -= out.weight;
+                gone.push(out.plan);
             }
         }
     }

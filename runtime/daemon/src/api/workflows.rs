@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::compile_worker::compile_in_worker;
+use crate::freed_off_worker::FreedOffWorker;
 
 #[derive(Serialize, ToSchema)]
 pub(super) struct Deployments {
@@ -113,6 +114,8 @@ pub(crate) async fn deploy(
             .await?
         }
     };
+    // Freed off the async worker however the deploy ends.
+    let plan = FreedOffWorker::new(plan);
     // A department is one of the account's: a misspelt one would quietly
     // give the workflow no department context and its documents no owner.
     let departments = &daemon.config.people(&account).departments;
@@ -162,7 +165,20 @@ pub(crate) async fn deploy(
     if new_versions > 0 {
         daemon.stored.admit(&daemon, &account, size).await?;
     }
-    daemon.store.put_plan(&plan).await.map_err(store_problem)?;
+    // A plan of tens of megabytes is written out and inserted (SQLite's
+    // store does it as it is called, its pages synced) in a tenth of a
+    // second and more: on a blocking thread, not on the async worker that
+    // every run and request shares (one, with SQLite on two cores).
+    let plan = {
+        let (store, runtime) = (Arc::clone(&daemon.store), tokio::runtime::Handle::current());
+        joined(tokio::task::spawn_blocking(move || {
+            runtime
+                .block_on(store.put_plan(&plan))
+                .map_err(store_problem)?;
+            Ok(plan)
+        }))
+        .await?
+    };
     let mut deployed = Vec::new();
     for workflow in &plan.workflows {
         deployed.push(
