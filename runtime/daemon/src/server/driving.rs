@@ -290,13 +290,18 @@ impl Daemon {
                 }
             }
             // Only this task's entry: a decision may have started a new one.
-            let mut driving = daemon.driving.lock().unwrap_or_else(|p| p.into_inner());
-            if driving
-                .get(&run_id)
-                .is_some_and(|handle| handle.id() == tokio::task::id())
             {
-                driving.remove(&run_id);
+                let mut driving = daemon.driving.lock().unwrap_or_else(|p| p.into_inner());
+                if driving
+                    .get(&run_id)
+                    .is_some_and(|handle| handle.id() == tokio::task::id())
+                {
+                    driving.remove(&run_id);
+                }
             }
+            // The plan may have left the cache while this run held it: the
+            // last run of it frees it, off the async worker.
+            crate::freed_off_worker::release(plan);
         });
         driving.insert(id, handle);
     }
