@@ -114,12 +114,14 @@ impl PlanCache {
     /// Keeps `plan`, whose [`weight`] is `weight`. The plans it pushes out
     /// are freed off the async worker, if nothing else holds them.
     pub(crate) fn insert(&self, hash: &str, plan: Arc<Plan>, weight: usize) {
-        let mut gone = Vec::new();
-        self.keep(hash, plan, weight, &mut gone);
+        // Let go of once the lock is.
+        let gone = self.keep(hash, plan, weight);
         gone.into_iter().for_each(crate::freed_off_worker::release);
     }
 
-    fn keep(&self, hash: &str, plan: Arc<Plan>, weight: usize, gone: &mut Vec<Arc<Plan>>) {
+    /// Keeps `plan`; answers the plans it replaced or pushed out.
+    fn keep(&self, hash: &str, plan: Arc<Plan>, weight: usize) -> Vec<Arc<Plan>> {
+        let mut gone = Vec::new();
         let mut state = self.lock();
         state.clock += 1;
         let used = state.clock;
@@ -148,6 +150,7 @@ impl PlanCache {
                 gone.push(out.plan);
             }
         }
+        gone
     }
 
     /// The bytes of the plans kept now.

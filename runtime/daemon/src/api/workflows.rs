@@ -165,20 +165,14 @@ pub(crate) async fn deploy(
     if new_versions > 0 {
         daemon.stored.admit(&daemon, &account, size).await?;
     }
-    // A plan of tens of megabytes is written out and inserted (SQLite's
-    // store does it as it is called, its pages synced) in a tenth of a
-    // second and more: on a blocking thread, not on the async worker that
-    // every run and request shares (one, with SQLite on two cores).
-    let plan = {
-        let (store, runtime) = (Arc::clone(&daemon.store), tokio::runtime::Handle::current());
-        joined(tokio::task::spawn_blocking(move || {
-            runtime
-                .block_on(store.put_plan(&plan))
-                .map_err(store_problem)?;
-            Ok(plan)
-        }))
-        .await?
-    };
+    // Written out, inserted and synced off the async worker.
+    let plan = joined(daemon.with_store_off_worker(move |store, runtime| {
+        runtime
+            .block_on(store.put_plan(&plan))
+            .map_err(store_problem)?;
+        Ok(plan)
+    }))
+    .await?;
     let mut deployed = Vec::new();
     for workflow in &plan.workflows {
         deployed.push(

@@ -335,20 +335,27 @@ impl Daemon {
         Ok(())
     }
 
+    /// Runs `work` with the store on a blocking thread, where it may wait
+    /// for the store's futures: SQLite's store does its work as it is
+    /// called, and a plan of tens of megabytes read, parsed or written
+    /// takes a tenth of a second to a second, which on the async workers
+    /// (one, with SQLite on two cores) every run and request would wait.
+    pub(crate) fn with_store_off_worker<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&dyn Store, &tokio::runtime::Handle) -> T + Send + 'static,
+    ) -> tokio::task::JoinHandle<T> {
+        let (store, runtime) = (Arc::clone(&self.store), tokio::runtime::Handle::current());
+        tokio::task::spawn_blocking(move || work(store.as_ref(), &runtime))
+    }
+
     /// The stored plan `hash`, parsed once per process.
     pub(crate) async fn plan(&self, hash: &str) -> Result<Arc<Plan>, StoreError> {
-        // Reading (SQLite's store reads as it is called), parsing,
-        // validating and weighing a plan of tens of megabytes takes a
-        // second: on a blocking thread, not on the async workers that every
-        // run and request shares (one, with SQLite on two cores); once for
-        // every start that wants it (`plan_cache`).
+        // Read, parsed, validated and weighed off the async workers
+        // (`with_store_off_worker`), once for every start that wants it
+        // (`plan_cache`).
         let load = async {
-            let (store, owned, runtime) = (
-                Arc::clone(&self.store),
-                hash.to_string(),
-                tokio::runtime::Handle::current(),
-            );
-            tokio::task::spawn_blocking(move || {
+            let owned = hash.to_string();
+            self.with_store_off_worker(move |store, runtime| {
                 let plan = runtime.block_on(store.plan(&owned))?;
                 // A plan stored before flowd checked deployed plans (or
                 // written to the store by hand) is held to the same bounds
