@@ -449,34 +449,62 @@ async fn decided_meanwhile(
     }))
 }
 
+/// What a recovery found: the runs claimed for this process, each with its
+/// plan, and the runs left as they were because their plan did not load.
+#[derive(Debug, Default)]
+pub struct Recovery {
+    /// Claimed: the caller drives each.
+    pub claimed: Vec<(RunRow, Arc<Plan>)>,
+    /// Not claimed, with why their plan did not load: they stay unfinished
+    /// (a later recovery tries again), and the rest recover without them.
+    pub unloadable: Vec<(RunRow, StoreError)>,
+}
+
 /// Claims the runs due for recovery (see `runs_to_recover`) for this
-/// process, with their plans: the caller drives each. Runs another live
-/// process is executing are left to it. Each plan is read once, however
-/// many of the runs use it: a thousand runs of one plan of tens of
-/// megabytes read once each held gigabytes.
-pub async fn claim_runs_to_recover(
+/// process, with their plans as `load` gives them: the caller drives each.
+/// Runs another live process is executing are left to it.
+///
+/// Each run's plan is loaded before the run is claimed: a run claimed and
+/// then not driven would be stranded, owned by a live process. A plan that
+/// does not load (damaged, missing, refused by the caller's checks) leaves
+/// its runs unclaimed and is reported in [`Recovery::unloadable`]; it does
+/// not stop the recovery of other runs, which may be other accounts'. A
+/// store that fails to claim a run does.
+///
+/// Each plan is loaded once, however many of the runs use it: a thousand
+/// runs of one plan of tens of megabytes read once each held gigabytes.
+pub async fn claim_runs_to_recover<Load>(
     store: &dyn Store,
-) -> Result<Vec<(RunRow, Arc<Plan>)>, StoreError> {
+    mut load: impl FnMut(String) -> Load,
+) -> Result<Recovery, StoreError>
+where
+    Load: Future<Output = Result<Arc<Plan>, StoreError>>,
+{
     let now = crate::time::now_ms();
-    let mut claimed = Vec::new();
-    let mut plans: HashMap<String, Arc<Plan>> = HashMap::new();
+    let mut recovery = Recovery::default();
+    let mut plans: HashMap<String, Result<Arc<Plan>, StoreError>> = HashMap::new();
     for row in runs_to_recover(store, now).await? {
-        if store
-            .claim_run(&row.id, &[RunStatus::Running, RunStatus::PendingApproval])
-            .await?
-        {
-            let plan = match plans.get(&row.plan_hash) {
-                Some(plan) => Arc::clone(plan),
-                None => {
-                    let plan = Arc::new(store.plan(&row.plan_hash).await?);
-                    plans.insert(row.plan_hash.clone(), Arc::clone(&plan));
-                    plan
+        let plan = match plans.get(&row.plan_hash) {
+            Some(loaded) => loaded.clone(),
+            None => {
+                let loaded = load(row.plan_hash.clone()).await;
+                plans.insert(row.plan_hash.clone(), loaded.clone());
+                loaded
+            }
+        };
+        match plan {
+            Err(error) => recovery.unloadable.push((row, error)),
+            Ok(plan) => {
+                if store
+                    .claim_run(&row.id, &[RunStatus::Running, RunStatus::PendingApproval])
+                    .await?
+                {
+                    recovery.claimed.push((row, plan));
                 }
-            };
-            claimed.push((row, plan));
+            }
         }
     }
-    Ok(claimed)
+    Ok(recovery)
 }
 
 /// The runs a restart resumes: those left `running`, and those parked at an

@@ -23,7 +23,7 @@ use flow_runtime::sqlite::SqliteStore;
 use flow_runtime::store::{
     Deletion, EventNext, EventsOf, KbQuery, MailNext, MailState, NotificationKind,
     NotificationQuery, NotificationStore, PendingGates, PlanStore, RunChange, RunEnd, RunLog,
-    RunStatus, RunStore, Store,
+    RunStatus, RunStore, Store, StoreError,
 };
 use flow_tests::TempDir;
 use flow_tests::postgres::TestSchema;
@@ -95,6 +95,7 @@ on_each_store!(
     a_parked_run_moves_to_another_plan_once,
     deployments_runs_and_documents_can_be_deleted,
     the_runner_parks_resumes_and_lists_runs_to_recover,
+    a_plan_that_does_not_load_holds_back_only_its_own_runs,
     a_run_started_by_its_first_write_is_stored_with_its_steps_and_end,
     // ApprovalStore
     a_decision_applies_once_across_tasks_and_survives_reopening,
@@ -890,6 +891,82 @@ async fn the_runner_parks_resumes_and_lists_runs_to_recover(backend: Backend) {
     assert_eq!(row.outcome.unwrap()["output"], done_output(&done));
     assert!(store.pending_approvals().await.unwrap().is_empty());
     assert_eq!(store.runs().await.unwrap().len(), 2);
+}
+
+/// Regression: recovery claimed each run before reading its plan, and a
+/// plan that did not load (damaged, or refused by flowd's validation)
+/// stopped the whole recovery, and with it flowd's start, for every
+/// account. Now each plan is loaded once, before its runs are claimed; a
+/// plan that does not load leaves its runs as they were, the rest recover,
+/// and putting the plan again mends the stored copy.
+async fn a_plan_that_does_not_load_holds_back_only_its_own_runs(backend: Backend) {
+    use flow_runtime::runner::claim_runs_to_recover;
+    let store = backend.open().await;
+    let good = plan(TWO_STEPS);
+    store.put_plan(&good).await.unwrap();
+    let intact = plan(GATED);
+    // Text that no longer matches its hash: `from_json` refuses it.
+    let mut damaged = intact.clone();
+    damaged.source = "elsewhere.flow".to_string();
+    store.put_plan(&damaged).await.unwrap();
+    for (run, hash) in [
+        ("run-good-1", &good.hash),
+        ("run-damaged", &intact.hash),
+        ("run-good-2", &good.hash),
+    ] {
+        store
+            .create_run(run, "", "w", hash, &json!({}), None)
+            .await
+            .unwrap();
+    }
+    // The loader the CLI gives: the store's plan, as read.
+    async fn recover(
+        store: &Arc<dyn Store>,
+        loads: &mut Vec<String>,
+    ) -> Result<flow_runtime::runner::Recovery, StoreError> {
+        claim_runs_to_recover(store.as_ref(), |hash| {
+            loads.push(hash.clone());
+            let store = Arc::clone(store);
+            async move { store.plan(&hash).await.map(Arc::new) }
+        })
+        .await
+    }
+
+    let mut loads = Vec::new();
+    let recovery = recover(&store, &mut loads).await.unwrap();
+    let mut claimed: Vec<&str> = recovery
+        .claimed
+        .iter()
+        .map(|(row, _)| row.id.as_str())
+        .collect();
+    claimed.sort_unstable();
+    assert_eq!(claimed, ["run-good-1", "run-good-2"]);
+    assert_eq!(recovery.unloadable.len(), 1, "{:?}", recovery.unloadable);
+    let (row, error) = &recovery.unloadable[0];
+    assert_eq!(row.id, "run-damaged");
+    assert!(matches!(error, StoreError::Damaged(_)), "{error:?}");
+    loads.sort_unstable();
+    let mut hashes = vec![good.hash.clone(), intact.hash.clone()];
+    hashes.sort_unstable();
+    assert_eq!(loads, hashes, "each plan is loaded once");
+    assert_eq!(
+        store.run("run-damaged").await.unwrap().unwrap().status,
+        RunStatus::Running,
+        "left as it was, for a later recovery"
+    );
+
+    // A deploy puts the plan again: the stored copy is mended, and the run
+    // recovers.
+    store.put_plan(&intact).await.unwrap();
+    assert_eq!(store.plan(&intact.hash).await.unwrap(), intact);
+    let recovery = recover(&store, &mut Vec::new()).await.unwrap();
+    assert!(recovery.unloadable.is_empty(), "{:?}", recovery.unloadable);
+    assert!(
+        recovery
+            .claimed
+            .iter()
+            .any(|(row, plan)| row.id == "run-damaged" && **plan == intact)
+    );
 }
 
 fn done_output(outcome: &Outcome) -> serde_json::Value {

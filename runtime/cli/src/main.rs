@@ -601,10 +601,22 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             json,
         } => {
             let store = open_store(&db)?;
-            let runs = runner::claim_runs_to_recover(store.as_ref())
-                .await
-                .map_err(store_error)?;
-            if runs.is_empty() && !json {
+            let recovery = runner::claim_runs_to_recover(store.as_ref(), |hash| {
+                let store = Arc::clone(&store);
+                async move { store.plan(&hash).await.map(Arc::new) }
+            })
+            .await
+            .map_err(store_error)?;
+            // Said first; the rest recover without them, and the exit code
+            // says a store error (2) at the end.
+            for (row, error) in &recovery.unloadable {
+                eprintln!(
+                    "error: run {} ({}) stays unfinished: its plan does not load: {error}",
+                    row.id, row.workflow
+                );
+            }
+            let runs = recovery.claimed;
+            if runs.is_empty() && recovery.unloadable.is_empty() && !json {
                 out!("no run to recover");
             }
             // Every run resumes at once: a restart brings them all back to
@@ -632,7 +644,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             }
             // Failed outweighs parked, which outweighs completed; a store
             // error (2) outweighs them all.
-            let mut worst = 0;
+            let mut worst = if recovery.unloadable.is_empty() { 0 } else { 2 };
             while let Some(joined) = resumed.join_next().await {
                 let code = match joined {
                     Ok(Ok(code)) => code,

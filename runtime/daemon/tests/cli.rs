@@ -1778,7 +1778,6 @@ async fn a_start_after_a_deploy_runs_the_new_version() {
 /// runs, with no request and no restart: the run goes on as rejected.
 #[tokio::test]
 async fn an_expired_gate_moves_its_run_on_without_a_request() {
-    use reqwest::Method;
     use serde_json::json;
     let dir = TempDir::new("flowd-expiry");
     let flowd = Flowd::start(&dir);
@@ -1800,17 +1799,7 @@ async fn an_expired_gate_moves_its_run_on_without_a_request() {
         "pending_approval"
     );
     // Due after a second; the sweep looks each second.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let record = loop {
-        let (_, record) = flowd
-            .send(Method::GET, &format!("/v1/runs/{run_id}"), Some(ACME), None)
-            .await;
-        if record["status"] == "completed" {
-            break record;
-        }
-        assert!(std::time::Instant::now() < deadline, "still {record}");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    };
+    let record = flowd.reaches(&run_id, ACME, "completed").await;
     assert_eq!(
         record["output"],
         json!({ "approved": false, "comment": "expired" })
@@ -2762,6 +2751,83 @@ async fn a_stored_plan_past_the_bounds_is_not_run() {
             .is_some_and(|d| d.contains("deploy this version again") && d.len() < 1_000),
         "{body}"
     );
+    assert_eq!(flowd.stop(), Some(0));
+}
+
+/// A gated workflow whose gate expires after a second and lets the run go
+/// on as rejected; `tag` makes plans of distinct hashes.
+fn expiring_gate(tag: &str) -> String {
+    format!(
+        r#"workflow timed {{
+  step ok = approval {{
+    approvers: ["boss@acme.io"]
+    message: "{tag}?"
+    expires: 1s
+    on_reject: "continue"
+    on_expire: "reject"
+  }}
+  output {{ approved: step.ok.approved }}
+}}
+"#
+    )
+}
+
+/// Regression: a stored plan that did not load stopped every run that came
+/// after one of its runs. Recovery claimed runs before reading their plans
+/// and gave up at the first that failed (so flowd did not start), and the
+/// gate-expiry and orphan sweeps gave up at it each time (so no other
+/// account's expired gate ever applied). Now that plan's runs wait, the
+/// rest recover and expire, and a deploy of the plan mends it.
+#[tokio::test]
+async fn a_run_whose_plan_does_not_load_holds_back_no_other_run() {
+    use serde_json::json;
+    let dir = TempDir::new("flowd-unloadable-plan");
+    let flowd = Flowd::start(&dir);
+    flowd.deploy(GLOBEX, &expiring_gate("globex")).await;
+    flowd.deploy(ACME, &expiring_gate("acme")).await;
+    let stuck = flowd
+        .start_run(GLOBEX, json!({ "workflow": "timed" }))
+        .await;
+    let parked = flowd.start_run(ACME, json!({ "workflow": "timed" })).await;
+    for (id, key) in [(&stuck, GLOBEX), (&parked, ACME)] {
+        assert_eq!(flowd.settled(id, key).await["status"], "pending_approval");
+    }
+    assert_eq!(flowd.stop(), Some(0));
+    {
+        // Damaged as a disk or a hand might: text that does not match its
+        // hash, which `Plan::from_json` refuses.
+        let store = flow_runtime::sqlite::SqliteStore::open(&dir.path().join("flowd.db"))
+            .expect("the store opens");
+        let hash = store.run(&stuck).unwrap().unwrap().plan_hash;
+        let mut plan = store.plan(&hash).unwrap();
+        plan.source = "elsewhere.flow".to_string();
+        store.put_plan(&plan).expect("the stored copy is replaced");
+    }
+    // Both gates have expired when flowd starts again.
+    tokio::time::sleep(std::time::Duration::from_millis(1_200)).await;
+    let flowd = Flowd::start(&dir);
+    assert!(
+        flowd
+            .startup
+            .contains("1 unfinished run(s) of plan sha256:")
+            && flowd.startup.contains("stay as they are"),
+        "{}",
+        flowd.startup
+    );
+    let record = flowd.reaches(&parked, ACME, "completed").await;
+    assert_eq!(record["output"], json!({ "approved": false }));
+    // The sweep goes past the run it cannot resume, each second.
+    let later = flowd.start_run(ACME, json!({ "workflow": "timed" })).await;
+    flowd.reaches(&later, ACME, "completed").await;
+    assert_eq!(
+        flowd.reaches(&stuck, GLOBEX, "pending_approval").await["status"],
+        "pending_approval"
+    );
+    // Deploying the source again stores the plan again: the next sweep
+    // resumes the run, and its expired gate applies.
+    flowd.deploy(GLOBEX, &expiring_gate("globex")).await;
+    let record = flowd.reaches(&stuck, GLOBEX, "completed").await;
+    assert_eq!(record["output"], json!({ "approved": false }));
     assert_eq!(flowd.stop(), Some(0));
 }
 

@@ -900,7 +900,8 @@ impl PlanStore for PostgresStore {
         Box::pin(async move {
             self.execute(
                 "INSERT INTO plans (hash, json, delivers) VALUES ($1, $2, $3)
-                 ON CONFLICT (hash) DO NOTHING",
+                 ON CONFLICT (hash) DO UPDATE SET json = excluded.json, delivers = excluded.delivers
+                 WHERE plans.json IS DISTINCT FROM excluded.json",
                 &[&plan.hash, &to_json(plan)?, &plan.delivers()],
             )
             .await?;

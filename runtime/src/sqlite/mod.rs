@@ -295,10 +295,13 @@ impl SqliteStore {
 }
 
 impl SqliteStore {
-    /// Keeps a plan (once per hash) so that every live run's plan stays available.
+    /// Keeps a plan (once per hash) so that every live run's plan stays
+    /// available; a stored copy that differs is mended (see `PlanStore`).
     pub fn put_plan(&self, plan: &Plan) -> Result<(), StoreError> {
         lock(&self.conn).execute(
-            "INSERT OR IGNORE INTO plans (hash, json, delivers) VALUES (?1, ?2, ?3)",
+            "INSERT INTO plans (hash, json, delivers) VALUES (?1, ?2, ?3)
+             ON CONFLICT (hash) DO UPDATE SET json = excluded.json, delivers = excluded.delivers
+             WHERE plans.json IS NOT excluded.json",
             params![
                 plan.hash,
                 serde_json::to_string(plan).map_err(|e| StoreError::Damaged(e.to_string()))?,

@@ -330,10 +330,16 @@ impl<T: PlanStore + RunStore + ApprovalStore + NotificationStore + EventStore + 
 
 /// Plans by content hash, and each account's deployments of them.
 ///
-/// Invariants: a stored plan is never changed (its hash is its content); a
-/// version number of an account's workflow is never given twice, even after
-/// `undeploy`; a plan that no deployment or run uses any more is deleted.
+/// Invariants: a stored plan means what it meant when first stored (its
+/// hash is its content); a version number of an account's workflow is never
+/// given twice, even after `undeploy`; a plan that no deployment or run
+/// uses any more is deleted.
 pub trait PlanStore: Send + Sync {
+    /// Keeps `plan` under its hash. A stored copy whose text differs is
+    /// replaced: with the same hash it is the same plan, so the stored text
+    /// is damaged, or written by a flow that wrote plans otherwise; putting
+    /// the plan again (a deploy of its source) is how a plan that no longer
+    /// loads is mended, and its runs then go on.
     fn put_plan<'a>(&'a self, plan: &'a Plan) -> StoreFuture<'a, ()>;
 
     fn plan<'a>(&'a self, hash: &'a str) -> StoreFuture<'a, Plan>;

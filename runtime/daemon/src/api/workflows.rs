@@ -173,6 +173,8 @@ pub(crate) async fn deploy(
         Ok(plan)
     }))
     .await?;
+    // A stored copy that did not load is mended by that put.
+    daemon.forget_refusal_of_plan(&plan.hash);
     let mut deployed = Vec::new();
     for workflow in &plan.workflows {
         deployed.push(

@@ -66,6 +66,9 @@ pub struct Daemon {
     /// Plans by hash: a hash names one plan for ever, so it is parsed once
     /// while it stays among the recently used.
     plans: crate::plan_cache::PlanCache,
+    /// Stored plans that did not load, by hash, with when and why (see
+    /// [`REFUSED_PLAN_KEPT`]).
+    refused_plans: std::sync::Mutex<HashMap<String, (std::time::Instant, StoreError)>>,
     /// Each account's deployments, read once and dropped when the account
     /// deploys: every run start looks them up. Only when this flowd is the
     /// only writer of deployments to its store (SQLite): flowds sharing a
@@ -119,6 +122,13 @@ const EXPIRY_SWEEP: Duration = Duration::from_secs(1);
 /// PostgreSQL store's 10 s leases, a dead flowd's runs move again within
 /// about 15 s.
 const ORPHAN_SWEEP: Duration = Duration::from_secs(5);
+
+/// How long a stored plan that did not load (damaged, missing, or refused
+/// by validation) is answered from memory before it is loaded again: the
+/// sweeps look for its runs each second, and loading a large plan takes a
+/// core for a second. A deploy of the plan forgets the refusal at once;
+/// another flowd's deploy to a shared store, within this.
+const REFUSED_PLAN_KEPT: Duration = Duration::from_secs(60);
 
 /// How often ended runs past `[limits] retention_days` are deleted, and
 /// how many at a time.
@@ -261,6 +271,7 @@ impl Daemon {
             // Two loads at least: a small plan's first start need not wait
             // for a large plan's load to end.
             plans: crate::plan_cache::PlanCache::new(PLAN_CACHE_BYTES, half_the_cores().max(2)),
+            refused_plans: std::sync::Mutex::default(),
             deployments: std::sync::Mutex::new(HashMap::new()),
             cache_deployments: !shared,
             deploys: std::sync::atomic::AtomicU64::new(0),
@@ -272,13 +283,24 @@ impl Daemon {
     }
 
     /// Resumes every run a stopped flowd left unfinished (and parked runs
-    /// whose approval expired).
+    /// whose approval expired). Runs whose plan does not load stay as they
+    /// are, said in one line per plan; the rest resume without them.
     async fn recover(self: &Arc<Daemon>) -> Result<usize, String> {
-        let due = flow_runtime::runner::claim_runs_to_recover(self.store.as_ref())
+        let recovery =
+            flow_runtime::runner::claim_runs_to_recover(self.store.as_ref(), |hash| async move {
+                self.plan(&hash).await
+            })
             .await
             .map_err(|e| e.to_string())?;
-        let resumed = due.len();
-        for (row, plan) in due {
+        let mut unloadable: HashMap<&str, (usize, &StoreError)> = HashMap::new();
+        for (row, error) in &recovery.unloadable {
+            unloadable.entry(&row.plan_hash).or_insert((0, error)).0 += 1;
+        }
+        for (hash, (runs, error)) in unloadable {
+            tracing::warn!("{runs} unfinished run(s) of plan {hash} stay as they are: {error}");
+        }
+        let resumed = recovery.claimed.len();
+        for (row, plan) in recovery.claimed {
             self.spawn_run(plan, row.account, row.workflow, row.id, row.input, false);
         }
         Ok(resumed)
@@ -294,7 +316,9 @@ impl Daemon {
         {
             // The plan first: a run claimed and then not driven would be
             // stranded, owned by a live process, until the next start.
-            let plan = self.plan(&run.plan_hash).await?;
+            let Some(plan) = self.plan_to_resume(&run).await else {
+                continue;
+            };
             if self
                 .store
                 .claim_run(&run.id, &[RunStatus::PendingApproval])
@@ -322,7 +346,9 @@ impl Daemon {
                 continue;
             }
             // The plan first, as in `resume_expired`.
-            let plan = self.plan(&run.plan_hash).await?;
+            let Some(plan) = self.plan_to_resume(&run).await else {
+                continue;
+            };
             if self.store.claim_run(&run.id, &[RunStatus::Running]).await? {
                 taken += 1;
                 self.spawn_run(plan, run.account, run.workflow, run.id, run.input, false);
@@ -333,6 +359,20 @@ impl Daemon {
             tracing::info!("took over {taken} run(s) from processes that are gone");
         }
         Ok(())
+    }
+
+    /// The plan of `run`, which a sweep resumes; none when it does not
+    /// load. The run then stays as it is, for a later sweep: one run's plan
+    /// (perhaps another account's) holds back no other run. Why it did not
+    /// load was logged when it was loaded ([`Daemon::plan`]).
+    async fn plan_to_resume(&self, run: &RunRow) -> Option<Arc<Plan>> {
+        match self.plan(&run.plan_hash).await {
+            Ok(plan) => Some(plan),
+            Err(error) => {
+                tracing::debug!("run {} waits: its plan does not load: {error}", run.id);
+                None
+            }
+        }
     }
 
     /// Runs `work` with the store on a blocking thread, where it may wait
@@ -348,8 +388,13 @@ impl Daemon {
         tokio::task::spawn_blocking(move || work(store.as_ref(), &runtime))
     }
 
-    /// The stored plan `hash`, parsed once per process.
+    /// The stored plan `hash`, parsed once per process. A plan that does
+    /// not load is refused again without loading for a while
+    /// ([`REFUSED_PLAN_KEPT`]), and logged once for that while.
     pub(crate) async fn plan(&self, hash: &str) -> Result<Arc<Plan>, StoreError> {
+        if let Some(error) = self.refusal_of_plan(hash) {
+            return Err(error);
+        }
         // Read, parsed, validated and weighed off the async workers
         // (`with_store_off_worker`), once for every start that wants it
         // (`plan_cache`).
@@ -362,7 +407,6 @@ impl Daemon {
                 // as a deploy: past them it could exhaust this process for
                 // every account.
                 if let Err(problems) = plan.validate() {
-                    tracing::warn!("stored plan {owned} refused: {problems}");
                     let first = problems
                         .problems
                         .first()
@@ -380,7 +424,39 @@ impl Daemon {
                 StoreError::Database(format!("loading plan {hash} stopped: {error}"))
             })?
         };
-        self.plans.get_or_load(hash, load).await
+        let loaded = self.plans.get_or_load(hash, load).await;
+        // Kept only when loading again would fail again: not a store that
+        // failed for a moment (`Database`, `WriterStopped`).
+        if let Err(error @ (StoreError::Damaged(_) | StoreError::Missing(_))) = &loaded {
+            tracing::warn!(
+                "plan {hash} does not load, and its runs cannot start or go on until it is deployed again: {error}"
+            );
+            self.refused_plans
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(hash.to_string(), (std::time::Instant::now(), error.clone()));
+        }
+        loaded
+    }
+
+    /// Why the plan `hash` was refused, if it was within
+    /// [`REFUSED_PLAN_KEPT`]; a refusal older than that is forgotten.
+    fn refusal_of_plan(&self, hash: &str) -> Option<StoreError> {
+        let mut refused = self.refused_plans.lock().unwrap_or_else(|p| p.into_inner());
+        let (since, error) = refused.get(hash)?;
+        if since.elapsed() < REFUSED_PLAN_KEPT {
+            return Some(error.clone());
+        }
+        refused.remove(hash);
+        None
+    }
+
+    /// Forgets that the plan `hash` was refused: it was stored again.
+    pub(crate) fn forget_refusal_of_plan(&self, hash: &str) {
+        self.refused_plans
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(hash);
     }
 
     /// Where links to this flowd point, without a trailing slash.

@@ -220,6 +220,29 @@ impl Flowd {
         panic!("run {id} is still running");
     }
 
+    /// Polls run `id` until its status is `status`, for up to ten seconds.
+    pub(crate) async fn reaches(&self, id: &str, key: &str, status: &str) -> serde_json::Value {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let (_, record) = self
+                .send(
+                    reqwest::Method::GET,
+                    &format!("/v1/runs/{id}"),
+                    Some(key),
+                    None,
+                )
+                .await;
+            if record["status"] == status {
+                return record;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{id} is not {status}: {record}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+
     /// SIGTERM, then the exit code.
     pub(crate) fn stop(mut self) -> Option<i32> {
         let killed = std::process::Command::new("kill")
