@@ -21,9 +21,9 @@ use flow_runtime::postgres::{PostgresOptions, PostgresStore};
 use flow_runtime::services::{Handoff, KbWrite, Services};
 use flow_runtime::sqlite::SqliteStore;
 use flow_runtime::store::{
-    Deletion, EventNext, EventsOf, KbQuery, MailNext, MailState, NotificationKind,
-    NotificationQuery, NotificationStore, PendingGates, PlanStore, RunChange, RunEnd, RunLog,
-    RunStatus, RunStore, Store, StoreError,
+    Deletion, DueEvents, EventNext, EventsOf, KbQuery, MailNext, MailState, NotificationKind,
+    NotificationQuery, NotificationStore, PendingGates, PlanStore, RunChange, RunEnd, RunEvent,
+    RunLog, RunStatus, RunStore, Store, StoreError,
 };
 use flow_tests::TempDir;
 use flow_tests::postgres::TestSchema;
@@ -104,6 +104,7 @@ on_each_store!(
     // NotificationStore, and a journal's handoffs
     // EventStore
     run_events_are_kept_with_each_status_change_and_handed_out_once,
+    due_events_are_shared_between_accounts,
     run_events_of_an_account_without_endpoints_are_kept_only_to_deliver,
     a_destinations_delivery_writes_its_document_once_and_is_in_the_history,
     kb_documents_keys_and_notifications_belong_to_the_run_account,
@@ -1382,7 +1383,7 @@ async fn run_events_of_an_account_without_endpoints_are_kept_only_to_deliver(bac
     }
     let now = flow_runtime::time::now_ms() + 1_000;
     let mut kept: Vec<String> = store
-        .due_events(now, 10)
+        .due_events(&DueEvents::any(now, 10))
         .await
         .unwrap()
         .into_iter()
@@ -1427,7 +1428,7 @@ async fn run_events_are_kept_with_each_status_change_and_handed_out_once(backend
         .unwrap();
 
     let now = flow_runtime::time::now_ms() + 1_000;
-    let due = store.due_events(now, 10).await.unwrap();
+    let due = store.due_events(&DueEvents::any(now, 10)).await.unwrap();
     let seen: Vec<(&str, &str, &str)> = due
         .iter()
         .map(|e| (e.run_id.as_str(), e.account.as_str(), e.event.as_str()))
@@ -1440,7 +1441,11 @@ async fn run_events_are_kept_with_each_status_change_and_handed_out_once(backend
     assert_eq!(due[0].outcome, Some(done));
     assert_eq!(due[0].workflow, "w");
     assert!(
-        store.due_events(now, 10).await.unwrap().is_empty(),
+        store
+            .due_events(&DueEvents::any(now, 10))
+            .await
+            .unwrap()
+            .is_empty(),
         "claimed: not handed out twice"
     );
 
@@ -1453,7 +1458,7 @@ async fn run_events_are_kept_with_each_status_change_and_handed_out_once(backend
         .event_attempted(cancelled.id, &[], EventNext::Done)
         .await
         .unwrap();
-    let again = store.due_events(now, 10).await.unwrap();
+    let again = store.due_events(&DueEvents::any(now, 10)).await.unwrap();
     assert_eq!(again.len(), 1, "{again:?}");
     assert_eq!(
         (again[0].id, again[0].attempts, again[0].reached.clone()),
@@ -1463,7 +1468,7 @@ async fn run_events_are_kept_with_each_status_change_and_handed_out_once(backend
         .event_attempted(completed.id, &["erp".to_string()], EventNext::Retry(now))
         .await
         .unwrap();
-    let third = store.due_events(now, 10).await.unwrap();
+    let third = store.due_events(&DueEvents::any(now, 10)).await.unwrap();
     assert_eq!(third[0].reached, ["crm", "erp"]);
     store
         .event_attempted(
@@ -1473,7 +1478,7 @@ async fn run_events_are_kept_with_each_status_change_and_handed_out_once(backend
         )
         .await
         .unwrap();
-    let fourth = store.due_events(now, 10).await.unwrap();
+    let fourth = store.due_events(&DueEvents::any(now, 10)).await.unwrap();
     assert_eq!(fourth[0].reached, ["crm", "erp"], "each endpoint once");
 
     // Deleting the run deletes its events.
@@ -1485,7 +1490,88 @@ async fn run_events_are_kept_with_each_status_change_and_handed_out_once(backend
         .event_attempted(completed.id, &[], EventNext::Retry(now))
         .await
         .unwrap();
-    assert!(store.due_events(now, 10).await.unwrap().is_empty());
+    assert!(
+        store
+            .due_events(&DueEvents::any(now, 10))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// Regression: the deliverer took the oldest due events, whoever's: an
+/// account whose endpoints hang and whose runs end by the thousand held
+/// every attempt in flight (10 s each), and another account's events
+/// waited behind its retries. Now each account has at most `per_account`
+/// in flight, and the accounts with fewer in flight go first.
+async fn due_events_are_shared_between_accounts(backend: Backend) {
+    let store = backend.open().await;
+    let plan = plan(TWO_STEPS);
+    store.put_plan(&plan).await.unwrap();
+    store
+        .keep_events_of(&[
+            ("acme".to_string(), EventsOf::EveryRun),
+            ("globex".to_string(), EventsOf::EveryRun),
+        ])
+        .await
+        .unwrap();
+    let done = json!({ "status": "completed", "output": {} });
+    // Acme's five events are older than globex's two.
+    for (id, account) in [
+        ("a1", "acme"),
+        ("a2", "acme"),
+        ("a3", "acme"),
+        ("a4", "acme"),
+        ("a5", "acme"),
+        ("g1", "globex"),
+        ("g2", "globex"),
+    ] {
+        store
+            .create_run(id, account, "w", &plan.hash, &json!({}), None)
+            .await
+            .unwrap();
+        store
+            .finish_run(id, RunStatus::Completed, &done, Duration::ZERO)
+            .await
+            .unwrap();
+    }
+    let now = flow_runtime::time::now_ms() + 1_000;
+    let runs = |events: Vec<RunEvent>| -> Vec<String> {
+        events.into_iter().map(|event| event.run_id).collect()
+    };
+    // Acme has one in flight: two more of its fit under three; globex's go
+    // first, being fewer in flight, and three are asked for.
+    let held = [("acme".to_string(), 1)];
+    let due = DueEvents {
+        now_ms: now,
+        limit: 3,
+        per_account: 3,
+        in_flight: &held,
+    };
+    assert_eq!(
+        runs(store.due_events(&due).await.unwrap()),
+        ["a1", "g1", "g2"]
+    );
+    // The deliverer took a1: acme has two in flight, room for one.
+    let held = [("acme".to_string(), 2)];
+    let due = DueEvents {
+        limit: 10,
+        in_flight: &held,
+        ..due
+    };
+    assert_eq!(runs(store.due_events(&due).await.unwrap()), ["a2"]);
+    // Acme now holds three: none of its events is handed out.
+    let held = [("acme".to_string(), 3)];
+    let due = DueEvents {
+        in_flight: &held,
+        ..due
+    };
+    assert!(store.due_events(&due).await.unwrap().is_empty());
+    // With nothing in flight and no bound, the rest go, oldest first.
+    assert_eq!(
+        runs(store.due_events(&DueEvents::any(now, 10)).await.unwrap()),
+        ["a3", "a4", "a5"]
+    );
 }
 
 /// A run its owner gave up while still `running` (its driving failed) is

@@ -21,6 +21,7 @@
 //! secret the bytes its base64 encodes. The older `X-Flow-Signature:
 //! sha256=HEX` (HMAC of the body alone) is sent as well.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,7 +29,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use flow_runtime::journal::Outcome;
 use flow_runtime::runner::RunRecord;
-use flow_runtime::store::{EventNext, RunEvent, RunStatus, StoreError};
+use flow_runtime::store::{DueEvents, EventNext, RunEvent, RunStatus, StoreError};
 use hmac::{Hmac, Mac};
 use serde_json::json;
 use sha2::Sha256;
@@ -93,13 +94,20 @@ const POST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Attempts in flight at once, over every account's events.
 const IN_FLIGHT: usize = 64;
+/// Attempts of one account's events in flight at once: a quarter of the
+/// slots. An account whose endpoints hang (each post up to `POST_TIMEOUT`)
+/// and whose runs end by the thousand holds no more, and the other
+/// accounts' events go out meanwhile; before, it held every slot and the
+/// others' events waited behind its retries for as long as they lasted.
+const PER_ACCOUNT: usize = IN_FLIGHT / 4;
 
 /// Delivers the store's due events until the process ends;
 /// `Daemon::events_wake` makes it look at once.
 pub(crate) async fn run(daemon: Arc<Daemon>) {
     let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
+    let in_flight = Arc::new(InFlight::default());
     loop {
-        if let Err(error) = deliver_due(&daemon, &slots).await {
+        if let Err(error) = deliver_due(&daemon, &slots, &in_flight).await {
             tracing::error!("webhooks: {error}");
         }
         tokio::select! {
@@ -109,24 +117,70 @@ pub(crate) async fn run(daemon: Arc<Daemon>) {
     }
 }
 
-/// Starts an attempt at each due event while a slot is free. Each attempt
-/// goes on by itself and frees its slot when recorded: an endpoint or
-/// destination that takes long (a receiver answering in seconds) holds
-/// its own events' slots, never the other events' turn. An attempt still
-/// out when its claim (`EVENT_CLAIM`) runs out may be made twice, under one
-/// id.
+/// The deliverer's attempts in flight, by account.
+#[derive(Debug, Default)]
+struct InFlight(std::sync::Mutex<HashMap<String, usize>>);
+
+impl InFlight {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn by_account(&self) -> Vec<(String, usize)> {
+        self.lock()
+            .iter()
+            .map(|(account, held)| (account.clone(), *held))
+            .collect()
+    }
+
+    /// Counts an attempt at one of `account`'s events until the answer is
+    /// dropped.
+    fn hold(self: &Arc<Self>, account: &str) -> Holding {
+        *self.lock().entry(account.to_string()).or_default() += 1;
+        Holding(Arc::clone(self), account.to_string())
+    }
+}
+
+/// An attempt counted in its account's `InFlight`.
+struct Holding(Arc<InFlight>, String);
+
+impl Drop for Holding {
+    fn drop(&mut self) {
+        let mut held = self.0.lock();
+        if let Some(count) = held.get_mut(&self.1) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&self.1);
+            }
+        }
+    }
+}
+
+/// Starts an attempt at each due event while a slot is free, at most
+/// `PER_ACCOUNT` of one account's at once. Each attempt goes on by itself
+/// and frees its slot when recorded: an endpoint or destination that takes
+/// long (a receiver answering in seconds) holds its own events' slots,
+/// never the other events' turn. An attempt still out when its claim
+/// (`EVENT_CLAIM`) runs out may be made twice, under one id.
 async fn deliver_due(
     daemon: &Arc<Daemon>,
     slots: &Arc<tokio::sync::Semaphore>,
+    in_flight: &Arc<InFlight>,
 ) -> Result<(), StoreError> {
     loop {
         let free = slots.available_permits();
         if free == 0 {
             return Ok(());
         }
+        let held = in_flight.by_account();
         let due = daemon
             .store
-            .due_events(flow_runtime::time::now_ms(), free)
+            .due_events(&DueEvents {
+                now_ms: flow_runtime::time::now_ms(),
+                limit: free,
+                per_account: PER_ACCOUNT,
+                in_flight: &held,
+            })
             .await?;
         if due.is_empty() {
             return Ok(());
@@ -135,13 +189,14 @@ async fn deliver_due(
             let Ok(slot) = Arc::clone(slots).acquire_owned().await else {
                 return Ok(());
             };
+            let holding = in_flight.hold(&event.account);
             let daemon = Arc::clone(daemon);
             tokio::spawn(async move {
                 let (reached, next) = post_event(&daemon, &event).await;
                 if let Err(error) = daemon.store.event_attempted(event.id, &reached, next).await {
                     tracing::error!("webhooks: {error}");
                 }
-                drop(slot);
+                drop((holding, slot));
                 // A slot is free: the next due event need not wait for the poll.
                 daemon.events_wake.notify_one();
             });

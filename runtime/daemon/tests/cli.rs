@@ -2398,18 +2398,7 @@ async fn webhooks_are_an_accounts_own() {
     }
     let (acme_url, acme_seen) = receiver().await;
     let (globex_url, globex_seen) = receiver().await;
-    let hook = |url: &str| {
-        format!(
-            "[[accounts.webhooks]]\nname = \"events\"\nurl = \"{url}\"\nsecret = \"whsec-0123456789abcdef\"\n"
-        )
-    };
-    let config = CONFIG.replace(
-        "api_keys = [\"globex-key-0123456789\"]\n",
-        &format!(
-            "api_keys = [\"globex-key-0123456789\"]\n{}",
-            hook(&globex_url)
-        ),
-    ) + &hook(&acme_url);
+    let config = common::config_with_endpoints(&globex_url, &acme_url);
     let dir = TempDir::new("flowd-webhooks-accounts");
     let flowd = Flowd::start_with(&dir, &config);
     flowd.deploy(ACME, TWO_STEPS).await;

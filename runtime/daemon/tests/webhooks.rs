@@ -197,3 +197,43 @@ async fn an_event_is_given_up_after_the_retry_period() {
     assert_eq!(receiver.posts().len(), attempts, "no post after giving up");
     assert_eq!(flowd.stop(), Some(0));
 }
+
+/// Regression: the deliverer's 64 attempts in flight went to the oldest
+/// due events, whoever's. An account whose endpoint takes seconds to answer
+/// and whose runs end by the dozen held every one, and another account's
+/// events waited (here 9 s; with a hanging endpoint, behind its retries for
+/// as long as they lasted). Now an account holds at most a quarter of them.
+#[tokio::test]
+async fn an_accounts_slow_endpoint_holds_back_no_other_accounts_events() {
+    use common::GLOBEX;
+    let slow = Receiver::start(204).await;
+    slow.delay_ms.store(9_000, Ordering::SeqCst);
+    let quick = Receiver::start(204).await;
+    let config = common::config_with_endpoints(&slow.url, &quick.url);
+    let dir = TempDir::new("flowd-webhook-share");
+    let flowd = Flowd::start_with(&dir, &config);
+    flowd.deploy(GLOBEX, TWO_STEPS).await;
+    // More ended runs than the deliverer has attempts in flight.
+    for _ in 0..80 {
+        let run = flowd
+            .start_run(
+                GLOBEX,
+                json!({ "workflow": "digest", "input": { "text": "t" } }),
+            )
+            .await;
+        flowd.settled(&run, GLOBEX).await;
+    }
+    slow.until(Duration::from_secs(5), |posts| posts.len() >= 16)
+        .await;
+    // Acme's event goes out while globex's posts are all still waiting.
+    let run_id = completed_run(&flowd).await;
+    let posts = quick.until(Duration::from_secs(5), delivered).await;
+    assert_eq!(posts[0].body["run"]["run_id"], run_id.as_str());
+    // Until the first of globex's posts is answered, a quarter of the
+    // attempts are globex's.
+    let posts = slow.posts();
+    let answered = posts[0].at + Duration::from_millis(8_500);
+    let held = posts.iter().filter(|post| post.at < answered).count();
+    assert_eq!(held, 16, "{posts:#?}");
+    assert_eq!(flowd.stop(), Some(0));
+}

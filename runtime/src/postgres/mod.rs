@@ -89,7 +89,7 @@ use crate::journal::{StepRecord, StepStatus};
 use crate::services::{Handoff, KbDocument, KbWrite};
 use crate::store::record::EncodedWrite;
 use crate::store::{
-    ApprovalStore, DELETE_AFTER_CANCEL_MS, Deletion, Deployment, EVENT_CLAIM, EventNext,
+    ApprovalStore, DELETE_AFTER_CANCEL_MS, Deletion, Deployment, DueEvents, EVENT_CLAIM, EventNext,
     EventStore, EventsOf, JournalBackend, JournalWrite, KbQuery, KbStore, MAX_REDRIVES, MailNext,
     NO_ACCOUNT, NewNotification, NewRun, Notification, NotificationKind, NotificationQuery,
     NotificationStore, Outgoing, PendingGates, PlanStore, RunEvent, RunHandle, RunLog, RunQuery,
@@ -714,20 +714,45 @@ impl PostgresStore {
         Ok(())
     }
 
-    async fn due_events(&self, now_ms: u64, limit: usize) -> Result<Vec<RunEvent>, StoreError> {
-        let now = i64::try_from(now_ms).unwrap_or(i64::MAX);
+    async fn due_events(&self, due: &DueEvents<'_>) -> Result<Vec<RunEvent>, StoreError> {
+        let now = i64::try_from(due.now_ms).unwrap_or(i64::MAX);
+        let (accounts, held): (Vec<&str>, Vec<i64>) = due
+            .in_flight
+            .iter()
+            .map(|(account, held)| (account.as_str(), i64::try_from(*held).unwrap_or(i64::MAX)))
+            .unzip();
         let mut events = self
             .query(
-                "WITH due AS (
-                     SELECT id FROM run_events
-                     WHERE next_ms <= $1 AND (claimed_until IS NULL OR claimed_until < now())
-                     ORDER BY id LIMIT $2
-                     FOR UPDATE SKIP LOCKED)
+                // `place`: where the event would stand among its account's
+                // in flight, were it taken. The window is ranked apart
+                // from the locking (`FOR UPDATE` takes no window), and the
+                // lock checks again that the event is still free.
+                "WITH ranked AS (
+                     SELECT e.id,
+                            ROW_NUMBER() OVER (PARTITION BY e.account ORDER BY e.id)
+                                + COALESCE(held.n, 0) AS place
+                     FROM run_events e
+                     LEFT JOIN unnest($4::text[], $5::bigint[]) AS held(account, n)
+                         ON held.account = e.account
+                     WHERE e.next_ms <= $1 AND (e.claimed_until IS NULL OR e.claimed_until < now())),
+                 due AS (
+                     SELECT e.id FROM run_events e JOIN ranked r ON r.id = e.id
+                     WHERE r.place <= $6
+                       AND e.next_ms <= $1 AND (e.claimed_until IS NULL OR e.claimed_until < now())
+                     ORDER BY r.place, e.id LIMIT $2
+                     FOR UPDATE OF e SKIP LOCKED)
                  UPDATE run_events e SET claimed_until = now() + $3 * interval '1 millisecond'
                  FROM due WHERE e.id = due.id
                  RETURNING e.id, e.account, e.run_id, e.workflow, e.event, e.outcome,
                            e.created_ms, e.attempts, e.reached",
-                &[&now, &(limit as i64), &millis(EVENT_CLAIM)],
+                &[
+                    &now,
+                    &(due.limit as i64),
+                    &millis(EVENT_CLAIM),
+                    &accounts,
+                    &held,
+                    &due.per_account_bound(),
+                ],
             )
             .await?
             .iter()
@@ -780,8 +805,8 @@ impl EventStore for PostgresStore {
         Box::pin(self.keep_events_of(accounts))
     }
 
-    fn due_events(&self, now_ms: u64, limit: usize) -> StoreFuture<'_, Vec<RunEvent>> {
-        Box::pin(self.due_events(now_ms, limit))
+    fn due_events<'a>(&'a self, due: &'a DueEvents<'a>) -> StoreFuture<'a, Vec<RunEvent>> {
+        Box::pin(self.due_events(due))
     }
 
     fn event_attempted<'a>(

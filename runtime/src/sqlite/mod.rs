@@ -24,7 +24,7 @@ use crate::journal::{StepRecord, StepStatus};
 use crate::services::{Handoff, KbDocument, KbWrite};
 use crate::store::record::EncodedWrite;
 use crate::store::{
-    ApprovalStore, DELETE_AFTER_CANCEL_MS, Deletion, Deployment, EVENT_CLAIM, EventNext,
+    ApprovalStore, DELETE_AFTER_CANCEL_MS, Deletion, Deployment, DueEvents, EVENT_CLAIM, EventNext,
     EventStore, EventsOf, JournalBackend, JournalWrite, KbQuery, KbStore, MAX_REDRIVES, MailNext,
     NO_ACCOUNT, NewNotification, NewRun, Notification, NotificationKind, NotificationQuery,
     NotificationStore, Outgoing, PendingGates, PlanStore, RunEnd, RunEvent, RunHandle, RunLog,
@@ -1058,8 +1058,14 @@ impl SqliteStore {
         })
     }
 
-    pub fn due_events(&self, now_ms: u64, limit: usize) -> Result<Vec<RunEvent>, StoreError> {
-        let now = i64::try_from(now_ms).unwrap_or(i64::MAX);
+    pub fn due_events(&self, due: &DueEvents<'_>) -> Result<Vec<RunEvent>, StoreError> {
+        let now = i64::try_from(due.now_ms).unwrap_or(i64::MAX);
+        let in_flight: serde_json::Map<String, Value> = due
+            .in_flight
+            .iter()
+            .map(|(account, held)| (account.clone(), Value::from(*held)))
+            .collect();
+        let in_flight = Value::Object(in_flight).to_string();
         let claimed_until = now.saturating_add(EVENT_CLAIM.as_millis() as i64);
         let conn = lock(&self.conn);
         // A claim need not wait for the disk: flowd releases every claim as
@@ -1070,31 +1076,48 @@ impl SqliteStore {
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         let claimed = in_immediate(&conn, || {
             let mut statement = conn.prepare_cached(
+                // `place`: where the event would stand among its account's
+                // in flight, were it taken.
                 "UPDATE run_events SET claimed_until = ?2
-                 WHERE id IN (SELECT id FROM run_events
-                              WHERE next_ms <= ?1 AND claimed_until <= ?1
-                              ORDER BY id LIMIT ?3)
+                 WHERE id IN (
+                     SELECT id FROM (
+                         SELECT e.id AS id,
+                                ROW_NUMBER() OVER (PARTITION BY e.account ORDER BY e.id)
+                                    + COALESCE(held.value, 0) AS place
+                         FROM run_events e LEFT JOIN json_each(?4) AS held ON held.key = e.account
+                         WHERE e.next_ms <= ?1 AND e.claimed_until <= ?1)
+                     WHERE place <= ?5
+                     ORDER BY place, id LIMIT ?3)
                  RETURNING id, account, run_id, workflow, event, outcome, created_ms, attempts,
                            reached",
             )?;
             let rows = statement
-                .query_map(params![now, claimed_until, limit as i64], |row| {
-                    Ok((
-                        RunEvent {
-                            id: row.get(0)?,
-                            account: row.get(1)?,
-                            run_id: row.get(2)?,
-                            workflow: row.get(3)?,
-                            event: row.get(4)?,
-                            outcome: None,
-                            created_ms: row.get(6)?,
-                            attempts: row.get::<_, i64>(7)? as u32,
-                            reached: Vec::new(),
-                        },
-                        row.get::<_, Option<String>>(5)?,
-                        row.get::<_, String>(8)?,
-                    ))
-                })?
+                .query_map(
+                    params![
+                        now,
+                        claimed_until,
+                        due.limit as i64,
+                        in_flight,
+                        due.per_account_bound()
+                    ],
+                    |row| {
+                        Ok((
+                            RunEvent {
+                                id: row.get(0)?,
+                                account: row.get(1)?,
+                                run_id: row.get(2)?,
+                                workflow: row.get(3)?,
+                                event: row.get(4)?,
+                                outcome: None,
+                                created_ms: row.get(6)?,
+                                attempts: row.get::<_, i64>(7)? as u32,
+                                reached: Vec::new(),
+                            },
+                            row.get::<_, Option<String>>(5)?,
+                            row.get::<_, String>(8)?,
+                        ))
+                    },
+                )?
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(rows)
         });
@@ -1150,8 +1173,8 @@ impl EventStore for SqliteStore {
         ready(self.keep_events_of(accounts))
     }
 
-    fn due_events(&self, now_ms: u64, limit: usize) -> StoreFuture<'_, Vec<RunEvent>> {
-        ready(self.due_events(now_ms, limit))
+    fn due_events<'a>(&'a self, due: &'a DueEvents<'a>) -> StoreFuture<'a, Vec<RunEvent>> {
+        ready(self.due_events(due))
     }
 
     fn event_attempted<'a>(

@@ -623,9 +623,14 @@ pub trait EventStore: Send + Sync {
     /// processes share it).
     fn keep_events_of<'a>(&'a self, accounts: &'a [(String, EventsOf)]) -> StoreFuture<'a, ()>;
 
-    /// At most `limit` events due by `now_ms`, oldest first, each claimed
-    /// for `EVENT_CLAIM`.
-    fn due_events(&self, now_ms: u64, limit: usize) -> StoreFuture<'_, Vec<RunEvent>>;
+    /// At most `due.limit` events due by `due.now_ms`, each claimed for
+    /// `EVENT_CLAIM`, and at most `due.per_account` of one account in
+    /// flight, counting those `due.in_flight` says the deliverer holds:
+    /// oldest first within an account, and taken in turn from the accounts
+    /// with the fewest in flight. So an account whose endpoints hang holds
+    /// a bounded share of the deliverer, and another account's events
+    /// still go out first when it has fewer in flight. Answered by id.
+    fn due_events<'a>(&'a self, due: &'a DueEvents<'a>) -> StoreFuture<'a, Vec<RunEvent>>;
 
     /// Records an attempt at delivering event `id`: the endpoints it
     /// reached, and what is left to do (`Done` removes it).
@@ -639,6 +644,38 @@ pub trait EventStore: Send + Sync {
     /// Adds an attempt at one of run `run_id`'s destinations to its
     /// history (a `RunChange::Delivery`), where its trace shows it.
     fn note_delivery<'a>(&'a self, run_id: &'a str, change: &'a RunChange) -> StoreFuture<'a, ()>;
+}
+
+/// Which due events a deliverer asks for (`EventStore::due_events`).
+#[derive(Debug, Clone, Copy)]
+pub struct DueEvents<'a> {
+    /// Due by this time (milliseconds since the epoch).
+    pub now_ms: u64,
+    /// At most this many in all.
+    pub limit: usize,
+    /// At most this many of one account's events in flight at once,
+    /// those in `in_flight` included.
+    pub per_account: usize,
+    /// The deliverer's attempts in flight, by account.
+    pub in_flight: &'a [(String, usize)],
+}
+
+impl DueEvents<'_> {
+    /// Up to `limit` events due by `now_ms`, with nothing in flight and no
+    /// bound per account.
+    pub fn any(now_ms: u64, limit: usize) -> DueEvents<'static> {
+        DueEvents {
+            now_ms,
+            limit,
+            per_account: usize::MAX,
+            in_flight: &[],
+        }
+    }
+
+    /// `per_account`, as a bound a database compares with.
+    pub fn per_account_bound(&self) -> i64 {
+        i64::try_from(self.per_account).unwrap_or(i64::MAX)
+    }
 }
 
 /// Which of an account's runs the outbox keeps events of.

@@ -326,6 +326,17 @@ pub(crate) fn attribute(span: &serde_json::Value, key: &str) -> String {
 /// The signing secret of the endpoints `Receiver` stands for.
 pub(crate) const SECRET: &str = "whsec-0123456789abcdef";
 
+/// `CONFIG` with one webhook endpoint for each account (named `crm`,
+/// signed with `SECRET`, for every event): globex's at `globex`, acme's at
+/// `acme`.
+pub(crate) fn config_with_endpoints(globex: &str, acme: &str) -> String {
+    let endpoint = |url: &str| {
+        format!("[[accounts.webhooks]]\nname = \"crm\"\nurl = \"{url}\"\nsecret = \"{SECRET}\"\n")
+    };
+    let globex_keys = "api_keys = [\"globex-key-0123456789\"]\n";
+    CONFIG.replace(globex_keys, &format!("{globex_keys}{}", endpoint(globex))) + &endpoint(acme)
+}
+
 /// A loopback receiver that answers what it is told to, after a delay,
 /// and keeps every post with whether its Standard Webhooks signature
 /// verified.
