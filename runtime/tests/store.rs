@@ -102,6 +102,7 @@ on_each_store!(
     a_member_of_a_named_group_may_decide,
     expired_gates_are_listed_when_due,
     // NotificationStore, and a journal's handoffs
+    the_outbox_mails_each_accounts_oldest_in_turn,
     // EventStore
     run_events_are_kept_with_each_status_change_and_handed_out_once,
     due_events_are_shared_between_accounts,
@@ -1497,6 +1498,45 @@ async fn run_events_are_kept_with_each_status_change_and_handed_out_once(backend
             .unwrap()
             .is_empty()
     );
+}
+
+/// Regression: the mailer took the outbox oldest first, whoever's: an
+/// account that parked thousands of runs held every other account's
+/// approvers waiting behind its emails, sent one after another. Now the
+/// accounts take turns, each oldest first.
+async fn the_outbox_mails_each_accounts_oldest_in_turn(backend: Backend) {
+    let store = backend.open().await;
+    for (account, message) in [
+        ("acme", "a1"),
+        ("acme", "a2"),
+        ("acme", "a3"),
+        ("globex", "g1"),
+        ("acme", "a4"),
+        ("globex", "g2"),
+    ] {
+        let stored = store
+            .notify(&flow_runtime::store::NewNotification {
+                account,
+                kind: NotificationKind::Handoff,
+                audience: "support",
+                run_id: "run-1",
+                step_path: None,
+                subject: None,
+                message,
+                key: Some(message),
+            })
+            .await
+            .unwrap();
+        assert!(stored);
+    }
+    let order: Vec<String> = store
+        .to_mail(u64::MAX, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|outgoing| outgoing.notification.message)
+        .collect();
+    assert_eq!(order, ["a1", "g1", "a2", "g2", "a3", "a4"]);
 }
 
 /// Regression: the deliverer took the oldest due events, whoever's: an

@@ -618,18 +618,25 @@ impl PostgresStore {
 
     async fn to_mail(&self, now_ms: u64, limit: usize) -> Result<Vec<Outgoing>, StoreError> {
         let sql = format!(
-            "WITH due AS (
-                 SELECT id FROM notifications
+            // Ranked apart from the locking, as `due_events` is.
+            "WITH ranked AS (
+                 SELECT id, ROW_NUMBER() OVER (PARTITION BY account ORDER BY id) AS place
+                 FROM notifications
                  WHERE mail IS NULL AND (mail_next_ms IS NULL OR mail_next_ms <= $1)
-                   AND (mail_until IS NULL OR mail_until < now())
-                 ORDER BY id LIMIT $2
-                 FOR UPDATE SKIP LOCKED)
+                   AND (mail_until IS NULL OR mail_until < now())),
+             due AS (
+                 SELECT n.id, r.place FROM notifications n JOIN ranked r ON r.id = n.id
+                 WHERE n.mail IS NULL AND (n.mail_next_ms IS NULL OR n.mail_next_ms <= $1)
+                   AND (n.mail_until IS NULL OR n.mail_until < now())
+                 ORDER BY r.place, n.id LIMIT $2
+                 FOR UPDATE OF n SKIP LOCKED)
              UPDATE notifications n SET mail_owner = $3,
                  mail_until = now() + $4 * interval '1 millisecond'
              FROM due WHERE n.id = due.id
              RETURNING {}, false, n.mail_attempts,
                  ARRAY(SELECT recipient FROM notification_sends s
-                       WHERE s.notification_id = n.id ORDER BY recipient)",
+                       WHERE s.notification_id = n.id ORDER BY recipient),
+                 due.place",
             NOTIFICATION_COLUMNS
                 .split(", ")
                 .map(|column| format!("n.{column}"))
@@ -645,15 +652,16 @@ impl PostgresStore {
             .await?
             .iter()
             .map(|row| {
-                Ok(Outgoing {
+                let outgoing = Outgoing {
                     notification: notification_row(row)?,
                     attempts: row.get::<_, i32>(10) as u32,
                     sent_to: row.get(11),
-                })
+                };
+                Ok((row.get::<_, i64>(12), outgoing))
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
-        due.sort_by_key(|outgoing| outgoing.notification.id);
-        Ok(due)
+        due.sort_by_key(|(place, outgoing)| (*place, outgoing.notification.id));
+        Ok(due.into_iter().map(|(_, outgoing)| outgoing).collect())
     }
 
     async fn mailed(&self, id: i64, reached: &[String], next: MailNext) -> Result<(), StoreError> {

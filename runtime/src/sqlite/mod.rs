@@ -970,9 +970,12 @@ impl SqliteStore {
         let mut statement = conn.prepare_cached(
             "SELECT id, account, kind, audience, run_id, step_path, subject, message, created_ms, 0,
                     mail_attempts
-             FROM notifications
-             WHERE mail IS NULL AND (mail_next_ms IS NULL OR mail_next_ms <= ?1)
-             ORDER BY id LIMIT ?2",
+             FROM (SELECT id, account, kind, audience, run_id, step_path, subject, message,
+                          created_ms, mail_attempts,
+                          ROW_NUMBER() OVER (PARTITION BY account ORDER BY id) AS place
+                   FROM notifications
+                   WHERE mail IS NULL AND (mail_next_ms IS NULL OR mail_next_ms <= ?1))
+             ORDER BY place, id LIMIT ?2",
         )?;
         let rows = statement
             .query_map(params![now_ms as i64, limit as i64], |row| {

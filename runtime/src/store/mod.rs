@@ -596,8 +596,11 @@ pub trait NotificationStore: Send + Sync {
         ids: &'a [i64],
     ) -> StoreFuture<'a, usize>;
 
-    /// Notifications due to be mailed by `now_ms`, oldest first (the
-    /// daemon's outbox).
+    /// Notifications due to be mailed by `now_ms` (the daemon's outbox),
+    /// in the order to mail them: each account's oldest first, taken in
+    /// turn from the accounts, so that one account's thousands of parked
+    /// runs do not hold every other account's approvers waiting behind
+    /// their emails.
     fn to_mail(&self, now_ms: u64, limit: usize) -> StoreFuture<'_, Vec<Outgoing>>;
 
     /// Records an attempt at mailing notification `id`: the recipients it
