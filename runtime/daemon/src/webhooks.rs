@@ -94,12 +94,15 @@ const POST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Attempts in flight at once, over every account's events.
 const IN_FLIGHT: usize = 64;
-/// Attempts of one account's events in flight at once: a quarter of the
-/// slots. An account whose endpoints hang (each post up to `POST_TIMEOUT`)
-/// and whose runs end by the thousand holds no more, and the other
-/// accounts' events go out meanwhile; before, it held every slot and the
-/// others' events waited behind its retries for as long as they lasted.
-const PER_ACCOUNT: usize = IN_FLIGHT / 4;
+/// An account's fair share of the attempts in flight: a quarter. Each
+/// account's events are handed out up to its share first; only then, and
+/// only while more than a share's worth of slots stays free, does an
+/// account take more. So an account whose endpoints hang (each post up to
+/// `POST_TIMEOUT`) and whose runs end by the thousand holds at most three
+/// quarters, and another account's events go out at once; before, it held
+/// every slot and the others' events waited behind its retries for as long
+/// as they lasted. An account alone still has 48 posts out at once.
+const FAIR_SHARE: usize = IN_FLIGHT / 4;
 
 /// Delivers the store's due events until the process ends;
 /// `Daemon::events_wake` makes it look at once.
@@ -156,9 +159,9 @@ impl Drop for Holding {
     }
 }
 
-/// Starts an attempt at each due event while a slot is free, at most
-/// `PER_ACCOUNT` of one account's at once. Each attempt goes on by itself
-/// and frees its slot when recorded: an endpoint or destination that takes
+/// Starts an attempt at each due event while a slot is free: each
+/// account's fair share first, then the spare slots (`FAIR_SHARE`). Each
+/// attempt goes on by itself and frees its slot when recorded: an endpoint or destination that takes
 /// long (a receiver answering in seconds) holds its own events' slots,
 /// never the other events' turn. An attempt still out when its claim
 /// (`EVENT_CLAIM`) runs out may be made twice, under one id.
@@ -167,9 +170,16 @@ async fn deliver_due(
     slots: &Arc<tokio::sync::Semaphore>,
     in_flight: &Arc<InFlight>,
 ) -> Result<(), StoreError> {
+    let mut spare = false;
     loop {
         let free = slots.available_permits();
-        if free == 0 {
+        // The spare slots are those past a fair share's worth kept free
+        // for the accounts whose events come due meanwhile.
+        let (limit, per_account) = match spare {
+            false => (free, FAIR_SHARE),
+            true => (free.saturating_sub(FAIR_SHARE), IN_FLIGHT),
+        };
+        if limit == 0 {
             return Ok(());
         }
         let held = in_flight.by_account();
@@ -177,13 +187,17 @@ async fn deliver_due(
             .store
             .due_events(&DueEvents {
                 now_ms: flow_runtime::time::now_ms(),
-                limit: free,
-                per_account: PER_ACCOUNT,
+                limit,
+                per_account,
                 in_flight: &held,
             })
             .await?;
         if due.is_empty() {
-            return Ok(());
+            if spare {
+                return Ok(());
+            }
+            spare = true;
+            continue;
         }
         for event in due {
             let Ok(slot) = Arc::clone(slots).acquire_owned().await else {

@@ -202,7 +202,8 @@ async fn an_event_is_given_up_after_the_retry_period() {
 /// due events, whoever's. An account whose endpoint takes seconds to answer
 /// and whose runs end by the dozen held every one, and another account's
 /// events waited (here 9 s; with a hanging endpoint, behind its retries for
-/// as long as they lasted). Now an account holds at most a quarter of them.
+/// as long as they lasted). Now an account takes more than its fair quarter
+/// only while a quarter stays free for the others.
 #[tokio::test]
 async fn an_accounts_slow_endpoint_holds_back_no_other_accounts_events() {
     use common::GLOBEX;
@@ -223,17 +224,17 @@ async fn an_accounts_slow_endpoint_holds_back_no_other_accounts_events() {
             .await;
         flowd.settled(&run, GLOBEX).await;
     }
-    slow.until(Duration::from_secs(5), |posts| posts.len() >= 16)
+    slow.until(Duration::from_secs(5), |posts| posts.len() >= 48)
         .await;
     // Acme's event goes out while globex's posts are all still waiting.
     let run_id = completed_run(&flowd).await;
     let posts = quick.until(Duration::from_secs(5), delivered).await;
     assert_eq!(posts[0].body["run"]["run_id"], run_id.as_str());
-    // Until the first of globex's posts is answered, a quarter of the
-    // attempts are globex's.
+    // Until the first of globex's posts is answered, three quarters of the
+    // attempts are globex's: a quarter stayed free, and acme took one.
     let posts = slow.posts();
     let answered = posts[0].at + Duration::from_millis(8_500);
     let held = posts.iter().filter(|post| post.at < answered).count();
-    assert_eq!(held, 16, "{posts:#?}");
+    assert_eq!(held, 48, "{posts:#?}");
     assert_eq!(flowd.stop(), Some(0));
 }
