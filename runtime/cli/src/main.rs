@@ -172,6 +172,9 @@ enum Command {
     /// Resume every run left `running` by a process that died, and every
     /// parked run whose approval expired. Completed steps are not run again;
     /// the step in flight runs again. With `--json`, one run record per line.
+    /// A run whose stored plan no longer loads is named on standard error
+    /// and left as it is (exit 2, after the others resumed); running its
+    /// source again stores the plan again, and the next recover takes it.
     Recover {
         #[command(flatten)]
         store: StoreArg,
