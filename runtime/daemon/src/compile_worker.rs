@@ -152,6 +152,7 @@ pub(crate) async fn compile_in_worker(
                 ),
             )
         })?;
+    let said = said.joined();
     let said = String::from_utf8_lossy(&said);
     let status = status.map_err(|error| {
         compiler_failed(&root, &format!("waiting for the compiler failed: {error}"))
@@ -169,7 +170,7 @@ pub(crate) async fn compile_in_worker(
     let root_again = root.clone();
     crate::server::joined(tokio::task::spawn_blocking(move || {
         let _place = place;
-        answer_of(&root_again, &output)
+        answer_of(&root_again, &output.joined())
     }))
     .await
     .inspect_err(|problem| {
@@ -262,19 +263,50 @@ fn compiler_failed(root: &str, why: &str) -> Problem {
 /// All a reader gives, keeping the first `most` bytes: the rest is read
 /// and dropped, so that a writer past the bound is never blocked on a full
 /// pipe. Whether anything was dropped comes second.
-async fn read_bounded(mut reader: impl AsyncRead + Unpin, most: usize) -> (Vec<u8>, bool) {
-    let mut kept = Vec::new();
-    let mut buffer = vec![0u8; 64 * 1024];
+///
+/// Kept in the pieces it came in, to be joined off the async worker
+/// ([`Pieces::joined`]): a plan of tens of megabytes grown in one buffer
+/// was copied whole at each doubling, pauses of milliseconds for every run
+/// and request the worker drives.
+async fn read_bounded(mut reader: impl AsyncRead + Unpin, most: usize) -> (Pieces, bool) {
+    const PIECE: usize = 64 * 1024;
+    let mut kept = Pieces::default();
     let mut cut = false;
-    while let Ok(read) = reader.read(&mut buffer).await {
-        if read == 0 {
-            break;
+    loop {
+        let mut piece = Vec::with_capacity(PIECE);
+        match reader.read_buf(&mut piece).await {
+            Ok(0) | Err(_) => break,
+            Ok(read) => {
+                let room = most - kept.len;
+                piece.truncate(read.min(room));
+                cut |= read > room;
+                kept.push(piece);
+            }
         }
-        let room = most - kept.len();
-        kept.extend_from_slice(&buffer[..read.min(room)]);
-        cut |= read > room;
     }
     (kept, cut)
+}
+
+/// Bytes read in pieces (`read_bounded`).
+#[derive(Debug, Default)]
+struct Pieces {
+    pieces: Vec<Vec<u8>>,
+    len: usize,
+}
+
+impl Pieces {
+    fn push(&mut self, piece: Vec<u8>) {
+        if !piece.is_empty() {
+            self.len += piece.len();
+            self.pieces.push(piece);
+        }
+    }
+
+    /// The bytes in one buffer: a copy of them all, so off the async
+    /// worker when they are many.
+    fn joined(self) -> Vec<u8> {
+        self.pieces.concat()
+    }
 }
 
 /// The executable this process runs: where Linux's `/proc` is mounted,
@@ -454,9 +486,9 @@ mod tests {
     async fn a_bounded_read_drains_past_its_bound() {
         let data = vec![7u8; 300_000];
         let (kept, cut) = read_bounded(&data[..], 1000).await;
-        assert_eq!((kept.len(), cut), (1000, true));
+        assert_eq!((kept.joined().len(), cut), (1000, true));
         let (kept, cut) = read_bounded(&data[..], 300_000).await;
-        assert_eq!((kept.len(), cut), (300_000, false));
+        assert_eq!((kept.joined(), cut), (data, false));
     }
 
     #[test]
