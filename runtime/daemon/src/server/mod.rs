@@ -123,8 +123,8 @@ const EXPIRY_SWEEP: Duration = Duration::from_secs(1);
 /// about 15 s.
 const ORPHAN_SWEEP: Duration = Duration::from_secs(5);
 
-/// How long a stored plan that did not load (damaged, missing, or refused
-/// by validation) is answered from memory before it is loaded again: the
+/// How long a stored plan that did not load (damaged, or refused by
+/// validation) is answered from memory before it is loaded again: the
 /// sweeps look for its runs each second, and loading a large plan takes a
 /// core for a second. A deploy of the plan forgets the refusal at once;
 /// another flowd's deploy to a shared store, within this.
@@ -425,9 +425,11 @@ impl Daemon {
             })?
         };
         let loaded = self.plans.get_or_load(hash, load).await;
-        // Kept only when loading again would fail again: not a store that
-        // failed for a moment (`Database`, `WriterStopped`).
-        if let Err(error @ (StoreError::Damaged(_) | StoreError::Missing(_))) = &loaded {
+        // Kept only when loading again would fail again, and cost a parse:
+        // not a store that failed for a moment (`Database`,
+        // `WriterStopped`), nor a plan missing, which a query answers and
+        // which another flowd sharing the store may be storing now.
+        if let Err(error @ StoreError::Damaged(_)) = &loaded {
             tracing::warn!(
                 "plan {hash} does not load, and its runs cannot start or go on until it is deployed again: {error}"
             );
