@@ -201,30 +201,32 @@ impl Flowd {
         key: &str,
         wait: std::time::Duration,
     ) -> serde_json::Value {
-        let deadline = std::time::Instant::now() + wait;
-        while std::time::Instant::now() < deadline {
-            let (status, body) = self
-                .send(
-                    reqwest::Method::GET,
-                    &format!("/v1/runs/{id}"),
-                    Some(key),
-                    None,
-                )
-                .await;
-            assert_eq!(status, 200, "{body}");
-            if body["status"] != "running" {
-                return body;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        panic!("run {id} is still running");
+        self.poll_run(id, key, wait, "no longer running", |record| {
+            record["status"] != "running"
+        })
+        .await
     }
 
     /// Polls run `id` until its status is `status`, for up to ten seconds.
     pub(crate) async fn reaches(&self, id: &str, key: &str, status: &str) -> serde_json::Value {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let wait = std::time::Duration::from_secs(10);
+        self.poll_run(id, key, wait, status, |record| record["status"] == status)
+            .await
+    }
+
+    /// Polls run `id`'s record every 10 ms for up to `wait` until `done`
+    /// says so; panics saying it is not `what` after that.
+    async fn poll_run(
+        &self,
+        id: &str,
+        key: &str,
+        wait: std::time::Duration,
+        what: &str,
+        done: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = std::time::Instant::now() + wait;
         loop {
-            let (_, record) = self
+            let (status, record) = self
                 .send(
                     reqwest::Method::GET,
                     &format!("/v1/runs/{id}"),
@@ -232,14 +234,15 @@ impl Flowd {
                     None,
                 )
                 .await;
-            if record["status"] == status {
+            assert_eq!(status, 200, "{record}");
+            if done(&record) {
                 return record;
             }
             assert!(
                 std::time::Instant::now() < deadline,
-                "{id} is not {status}: {record}"
+                "run {id} is not {what}: {record}"
             );
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
     }
 
