@@ -392,15 +392,19 @@ impl Daemon {
     /// not load is refused again without loading for a while
     /// ([`REFUSED_PLAN_KEPT`]), and logged once for that while.
     pub(crate) async fn plan(&self, hash: &str) -> Result<Arc<Plan>, StoreError> {
-        if let Some(error) = self.refusal_of_plan(hash) {
-            return Err(error);
-        }
         // Read, parsed, validated and weighed off the async workers
         // (`with_store_off_worker`), once for every start that wants it
-        // (`plan_cache`).
+        // (`plan_cache`). The refusals are looked at only here, when the
+        // plan is not kept: a start of a kept plan (every run start) takes
+        // no other lock than the cache's.
         let load = async {
+            // Those who waited for a load that was refused find the
+            // refusal here, and do not parse the plan again.
+            if let Some(error) = self.refusal_of_plan(hash) {
+                return Err(error);
+            }
             let owned = hash.to_string();
-            self.with_store_off_worker(move |store, runtime| {
+            let loaded = self.with_store_off_worker(move |store, runtime| {
                 let plan = runtime.block_on(store.plan(&owned))?;
                 // A plan stored before flowd checked deployed plans (or
                 // written to the store by hand) is held to the same bounds
@@ -422,23 +426,25 @@ impl Daemon {
             .await
             .map_err(|error| {
                 StoreError::Database(format!("loading plan {hash} stopped: {error}"))
-            })?
+            })?;
+            // Kept only when loading again would fail again, and cost a
+            // parse: not a store that failed for a moment (`Database`,
+            // `WriterStopped`), nor a plan missing, which a query answers
+            // and which another flowd sharing the store may be storing now.
+            // Stamped here, on a fresh failure only: a refusal answered
+            // from memory above does not lengthen its own while.
+            if let Err(error @ StoreError::Damaged(_)) = &loaded {
+                tracing::warn!(
+                    "plan {hash} does not load, and its runs cannot start or go on until it is deployed again: {error}"
+                );
+                self.refused_plans
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(hash.to_string(), (std::time::Instant::now(), error.clone()));
+            }
+            loaded
         };
-        let loaded = self.plans.get_or_load(hash, load).await;
-        // Kept only when loading again would fail again, and cost a parse:
-        // not a store that failed for a moment (`Database`,
-        // `WriterStopped`), nor a plan missing, which a query answers and
-        // which another flowd sharing the store may be storing now.
-        if let Err(error @ StoreError::Damaged(_)) = &loaded {
-            tracing::warn!(
-                "plan {hash} does not load, and its runs cannot start or go on until it is deployed again: {error}"
-            );
-            self.refused_plans
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(hash.to_string(), (std::time::Instant::now(), error.clone()));
-        }
-        loaded
+        self.plans.get_or_load(hash, load).await
     }
 
     /// Why the plan `hash` was refused, if it was within
