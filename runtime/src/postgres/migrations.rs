@@ -197,6 +197,12 @@ pub(super) const MIGRATIONS: &[&str] = &[
     // a row with it, 7.3 - 8.1 without, inserted as the writer does
     // (docs/benchmarks.md, B9).
     "ALTER TABLE step_runs DROP CONSTRAINT IF EXISTS step_runs_run_id_fkey;",
+    // Each account's due events and unmailed notifications in a range of
+    // their own (see the SQLite store's migration).
+    "DROP INDEX run_events_due;
+     CREATE INDEX run_events_due ON run_events (account, next_ms, id);
+     DROP INDEX notifications_to_mail;
+     CREATE INDEX notifications_to_mail ON notifications (account, id) WHERE mail IS NULL;",
 ];
 
 /// Creates the schema if asked and applies the migrations it lacks, in one

@@ -618,18 +618,26 @@ impl PostgresStore {
 
     async fn to_mail(&self, now_ms: u64, limit: usize) -> Result<Vec<Outgoing>, StoreError> {
         let sql = format!(
-            // Ranked apart from the locking, as `due_events` is.
-            "WITH ranked AS (
-                 SELECT id, ROW_NUMBER() OVER (PARTITION BY account ORDER BY id) AS place
-                 FROM notifications
-                 WHERE mail IS NULL AND (mail_next_ms IS NULL OR mail_next_ms <= $1)
-                   AND (mail_until IS NULL OR mail_until < now())),
-             due AS (
-                 SELECT n.id, r.place FROM notifications n JOIN ranked r ON r.id = n.id
-                 WHERE n.mail IS NULL AND (n.mail_next_ms IS NULL OR n.mail_next_ms <= $1)
-                   AND (n.mail_until IS NULL OR n.mail_until < now())
-                 ORDER BY r.place, n.id LIMIT $2
-                 FOR UPDATE OF n SKIP LOCKED)
+            // Found, locked and ranked as `due_events` finds its events.
+            "WITH RECURSIVE accounts(account) AS (
+                 (SELECT account FROM notifications WHERE mail IS NULL
+                  ORDER BY account LIMIT 1)
+                 UNION ALL
+                 SELECT (SELECT n.account FROM notifications n
+                         WHERE n.mail IS NULL AND n.account > a.account
+                         ORDER BY n.account LIMIT 1)
+                 FROM accounts a WHERE a.account IS NOT NULL),
+             ranked AS (
+                 SELECT m.id, ROW_NUMBER() OVER (PARTITION BY a.account ORDER BY m.id) AS place
+                 FROM accounts a
+                 CROSS JOIN LATERAL (
+                     SELECT n.id FROM notifications n
+                     WHERE n.account = a.account AND n.mail IS NULL
+                       AND (n.mail_next_ms IS NULL OR n.mail_next_ms <= $1)
+                       AND (n.mail_until IS NULL OR n.mail_until < now())
+                     ORDER BY n.id LIMIT $2
+                     FOR UPDATE OF n SKIP LOCKED) m),
+             due AS (SELECT id, place FROM ranked ORDER BY place, id LIMIT $2)
              UPDATE notifications n SET mail_owner = $3,
                  mail_until = now() + $4 * interval '1 millisecond'
              FROM due WHERE n.id = due.id
@@ -732,23 +740,37 @@ impl PostgresStore {
         let mut events = self
             .query(
                 // `place`: where the event would stand among its account's
-                // in flight, were it taken. The window is ranked apart
-                // from the locking (`FOR UPDATE` takes no window), and the
-                // lock checks again that the event is still free.
-                "WITH ranked AS (
-                     SELECT e.id,
-                            ROW_NUMBER() OVER (PARTITION BY e.account ORDER BY e.id)
+                // in flight, were it taken. Each account's events that came
+                // due first are found by a seek into its own range (the
+                // accounts one seek each, `WITH RECURSIVE`), not by ranking
+                // every due event, and locked there, where the lock checks
+                // again that each is still free (`FOR UPDATE` takes no
+                // window); those locked and not taken are free again when
+                // the statement ends. Joined back to the table instead,
+                // the ranked events took a scan of every event: the
+                // planner cannot tell how few the accounts are.
+                "WITH RECURSIVE accounts(account) AS (
+                     (SELECT account FROM run_events ORDER BY account LIMIT 1)
+                     UNION ALL
+                     SELECT (SELECT e.account FROM run_events e WHERE e.account > a.account
+                             ORDER BY e.account LIMIT 1)
+                     FROM accounts a WHERE a.account IS NOT NULL),
+                 ranked AS (
+                     SELECT d.id, d.next_ms,
+                            ROW_NUMBER() OVER (PARTITION BY a.account ORDER BY d.next_ms, d.id)
                                 + COALESCE(held.n, 0) AS place
-                     FROM run_events e
+                     FROM accounts a
+                     CROSS JOIN LATERAL (
+                         SELECT e.id, e.next_ms FROM run_events e
+                         WHERE e.account = a.account AND e.next_ms <= $1
+                           AND (e.claimed_until IS NULL OR e.claimed_until < now())
+                         ORDER BY e.next_ms, e.id LIMIT $6
+                         FOR UPDATE OF e SKIP LOCKED) d
                      LEFT JOIN unnest($4::text[], $5::bigint[]) AS held(account, n)
-                         ON held.account = e.account
-                     WHERE e.next_ms <= $1 AND (e.claimed_until IS NULL OR e.claimed_until < now())),
+                         ON held.account = a.account),
                  due AS (
-                     SELECT e.id FROM run_events e JOIN ranked r ON r.id = e.id
-                     WHERE r.place <= $6
-                       AND e.next_ms <= $1 AND (e.claimed_until IS NULL OR e.claimed_until < now())
-                     ORDER BY r.place, e.id LIMIT $2
-                     FOR UPDATE OF e SKIP LOCKED)
+                     SELECT id FROM ranked WHERE place <= $6
+                     ORDER BY place, next_ms, id LIMIT $2)
                  UPDATE run_events e SET claimed_until = now() + $3 * interval '1 millisecond'
                  FROM due WHERE e.id = due.id
                  RETURNING e.id, e.account, e.run_id, e.workflow, e.event, e.outcome,

@@ -274,4 +274,12 @@ pub(super) const MIGRATIONS: &[&str] = &[
     // (see the PostgreSQL store's migration).
     "DROP INDEX runs_by_status;
      CREATE INDEX runs_by_status ON runs(status, account, created_ms);",
+    // Each account's due events and unmailed notifications in a range of
+    // their own (`due_events`, `to_mail`): those queries seek into each
+    // account's range instead of ranking every due row on each call, which
+    // cost in proportion to the largest backlog, on every delivery.
+    "DROP INDEX run_events_due;
+     CREATE INDEX run_events_due ON run_events(account, next_ms);
+     DROP INDEX notifications_to_mail;
+     CREATE INDEX notifications_to_mail ON notifications(account, id) WHERE mail IS NULL;",
 ];

@@ -968,13 +968,28 @@ impl SqliteStore {
     pub fn to_mail(&self, now_ms: u64, limit: usize) -> Result<Vec<Outgoing>, StoreError> {
         let conn = self.reader()?;
         let mut statement = conn.prepare_cached(
-            "SELECT id, account, kind, audience, run_id, step_path, subject, message, created_ms, 0,
+            // Each account's oldest due notifications, found by a seek
+            // into its own range of `notifications_to_mail` (the accounts
+            // one seek each, `WITH RECURSIVE`): the work is the accounts
+            // and what is taken, not the backlog of the account with most.
+            "WITH RECURSIVE accounts(account) AS (
+                 SELECT (SELECT account FROM notifications WHERE mail IS NULL
+                         ORDER BY account LIMIT 1)
+                 UNION ALL
+                 SELECT (SELECT n.account FROM notifications n
+                         WHERE n.mail IS NULL AND n.account > accounts.account
+                         ORDER BY n.account LIMIT 1)
+                 FROM accounts WHERE accounts.account IS NOT NULL)
+             SELECT id, account, kind, audience, run_id, step_path, subject, message, created_ms, 0,
                     mail_attempts
-             FROM (SELECT id, account, kind, audience, run_id, step_path, subject, message,
-                          created_ms, mail_attempts,
-                          ROW_NUMBER() OVER (PARTITION BY account ORDER BY id) AS place
-                   FROM notifications
-                   WHERE mail IS NULL AND (mail_next_ms IS NULL OR mail_next_ms <= ?1))
+             FROM (SELECT n.id, n.account, n.kind, n.audience, n.run_id, n.step_path, n.subject,
+                          n.message, n.created_ms, n.mail_attempts,
+                          ROW_NUMBER() OVER (PARTITION BY n.account ORDER BY n.id) AS place
+                   FROM accounts a JOIN notifications n ON n.id IN (
+                       SELECT m.id FROM notifications m
+                       WHERE m.account = a.account AND m.mail IS NULL
+                         AND (m.mail_next_ms IS NULL OR m.mail_next_ms <= ?1)
+                       ORDER BY m.id LIMIT ?2))
              ORDER BY place, id LIMIT ?2",
         )?;
         let rows = statement
@@ -1080,17 +1095,34 @@ impl SqliteStore {
         let claimed = in_immediate(&conn, || {
             let mut statement = conn.prepare_cached(
                 // `place`: where the event would stand among its account's
-                // in flight, were it taken.
+                // in flight, were it taken. Each account's events that came
+                // due first are found by a seek into its own range of
+                // `run_events_due` (the accounts one seek each, `WITH
+                // RECURSIVE`): the work is the accounts and what is taken,
+                // not the backlog of an account whose endpoint is slow,
+                // which this transaction would make every commit wait for.
                 "UPDATE run_events SET claimed_until = ?2
                  WHERE id IN (
+                     WITH RECURSIVE accounts(account) AS (
+                         SELECT (SELECT account FROM run_events ORDER BY account LIMIT 1)
+                         UNION ALL
+                         SELECT (SELECT e.account FROM run_events e
+                                 WHERE e.account > accounts.account
+                                 ORDER BY e.account LIMIT 1)
+                         FROM accounts WHERE accounts.account IS NOT NULL)
                      SELECT id FROM (
-                         SELECT e.id AS id,
-                                ROW_NUMBER() OVER (PARTITION BY e.account ORDER BY e.id)
+                         SELECT e.id AS id, e.next_ms AS next_ms,
+                                ROW_NUMBER() OVER (PARTITION BY e.account ORDER BY e.next_ms, e.id)
                                     + COALESCE(held.value, 0) AS place
-                         FROM run_events e LEFT JOIN json_each(?4) AS held ON held.key = e.account
-                         WHERE e.next_ms <= ?1 AND e.claimed_until <= ?1)
+                         FROM accounts a
+                         JOIN run_events e ON e.id IN (
+                             SELECT d.id FROM run_events d
+                             WHERE d.account = a.account AND d.next_ms <= ?1
+                               AND d.claimed_until <= ?1
+                             ORDER BY d.next_ms, d.id LIMIT ?5)
+                         LEFT JOIN json_each(?4) AS held ON held.key = e.account)
                      WHERE place <= ?5
-                     ORDER BY place, id LIMIT ?3)
+                     ORDER BY place, next_ms, id LIMIT ?3)
                  RETURNING id, account, run_id, workflow, event, outcome, created_ms, attempts,
                            reached",
             )?;

@@ -600,7 +600,8 @@ pub trait NotificationStore: Send + Sync {
     /// in the order to mail them: each account's oldest first, taken in
     /// turn from the accounts, so that one account's thousands of parked
     /// runs do not hold every other account's approvers waiting behind
-    /// their emails.
+    /// their emails. Its cost is the accounts and what it answers, not the
+    /// outbox's backlog (each account's range is found by a seek).
     fn to_mail(&self, now_ms: u64, limit: usize) -> StoreFuture<'_, Vec<Outgoing>>;
 
     /// Records an attempt at mailing notification `id`: the recipients it
@@ -629,10 +630,13 @@ pub trait EventStore: Send + Sync {
     /// At most `due.limit` events due by `due.now_ms`, each claimed for
     /// `EVENT_CLAIM`, and at most `due.per_account` of one account in
     /// flight, counting those `due.in_flight` says the deliverer holds:
-    /// oldest first within an account, and taken in turn from the accounts
+    /// within an account in the order they came due (a retried event
+    /// behind those due before it), and taken in turn from the accounts
     /// with the fewest in flight. So an account whose endpoints hang holds
     /// a bounded share of the deliverer, and another account's events
-    /// still go out first when it has fewer in flight. Answered by id.
+    /// still go out first when it has fewer in flight. Answered by id. Its
+    /// cost is the accounts and what it answers, not the outbox's backlog:
+    /// the deliverer asks after every attempt.
     fn due_events<'a>(&'a self, due: &'a DueEvents<'a>) -> StoreFuture<'a, Vec<RunEvent>>;
 
     /// Records an attempt at delivering event `id`: the endpoints it
