@@ -56,7 +56,7 @@ pub(crate) async fn attempt(daemon: &Daemon, event: &RunEvent, last: bool) -> Ve
     };
     // The process's parsed copy: parsing the plan again for every event
     // was a quarter of flowd's CPU under a stream of short runs (B9).
-    let plan = match daemon.plan(&run.plan_hash).await {
+    let plan = match daemon.plan(&run.account, &run.plan_hash).await {
         Ok(plan) => plan,
         Err(error) => return vec![unread(error)],
     };

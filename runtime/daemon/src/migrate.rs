@@ -118,7 +118,7 @@ pub(crate) async fn migrate(
         .map(|n| version(&versions, Some(n), &workflow))
         .transpose()?;
     let new_plan = daemon
-        .plan(&target.plan_hash)
+        .plan(&account, &target.plan_hash)
         .await
         .map_err(store_problem)?;
     let number_of: HashMap<&str, u32> = versions
@@ -205,7 +205,10 @@ pub(crate) async fn problems_moving(
     run: &RunRow,
     new: &Plan,
 ) -> Result<Vec<Incompatibility>, Problem> {
-    let old = daemon.plan(&run.plan_hash).await.map_err(store_problem)?;
+    let old = daemon
+        .plan(&run.account, &run.plan_hash)
+        .await
+        .map_err(store_problem)?;
     let movers = HashMap::from([(run.plan_hash.as_str(), Mover::new(&old, new, &run.workflow))]);
     problems_of(daemon, &movers, run).await
 }
@@ -218,7 +221,10 @@ async fn plans_of(
     let mut plans = HashMap::new();
     for run in runs {
         if !plans.contains_key(&run.plan_hash) {
-            let plan = daemon.plan(&run.plan_hash).await.map_err(store_problem)?;
+            let plan = daemon
+                .plan(&run.account, &run.plan_hash)
+                .await
+                .map_err(store_problem)?;
             plans.insert(run.plan_hash.clone(), plan);
         }
     }

@@ -13,7 +13,9 @@
 //! ([`PlanCache::get_or_load`]): a plan of tens of megabytes takes a core
 //! for a second and a few times its size in memory while it is read, and a
 //! thousand starts of one such plan at once, or a tenant's large plans
-//! started in turn, would otherwise take every core and gigabytes.
+//! started in turn, would otherwise take every core and gigabytes. One
+//! account holds all those places but one: its large plans loaded in turn
+//! leave a place for another account's first start.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,6 +28,11 @@ pub(crate) struct PlanCache {
     state: std::sync::Mutex<State>,
     /// Places for plans being loaded at once.
     loads: tokio::sync::Semaphore,
+    /// How many of `loads` one account holds at most: all but one.
+    places_of_one_account: usize,
+    /// The places each account loading plans has left, by account; an
+    /// account goes once it loads nothing.
+    accounts: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
     /// A turn to load each plan being loaded, by hash: a start that misses
     /// waits for the load under way rather than load the plan again.
     loading: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -55,16 +62,19 @@ impl PlanCache {
             budget,
             state: std::sync::Mutex::new(State::default()),
             loads: tokio::sync::Semaphore::new(loads.max(1)),
+            places_of_one_account: loads.saturating_sub(1).max(1),
+            accounts: std::sync::Mutex::default(),
             loading: std::sync::Mutex::default(),
         }
     }
 
     /// The plan kept under `hash`, or the one `load` gives (the plan and
-    /// its [`weight`]), kept. One load of a hash at a time: those who wait
-    /// for it find the plan kept when their turn comes (or load it, if the
-    /// load failed).
+    /// its [`weight`]), kept; a load is `account`'s, within its places. One
+    /// load of a hash at a time: those who wait for it find the plan kept
+    /// when their turn comes (or load it, if the load failed).
     pub(crate) async fn get_or_load<E>(
         &self,
+        account: &str,
         hash: &str,
         load: impl Future<Output = Result<(Arc<Plan>, usize), E>>,
     ) -> Result<Arc<Plan>, E> {
@@ -79,13 +89,23 @@ impl PlanCache {
         let plan = match self.get(hash) {
             Some(plan) => Ok(plan),
             None => {
-                let Ok(_place) = self.loads.acquire().await else {
-                    unreachable!("the semaphore of plan loads is never closed");
+                let loaded = {
+                    // The account's place first: one waiting for its own
+                    // holds none of the places the others would take.
+                    let places = self.places_of(account);
+                    let own = places.acquire().await;
+                    let place = self.loads.acquire().await;
+                    let (Ok(_own), Ok(_place)) = (own, place) else {
+                        unreachable!("the semaphores of plan loads are never closed");
+                    };
+                    load.await.map(|(plan, weight)| {
+                        self.insert(hash, Arc::clone(&plan), weight);
+                        plan
+                    })
                 };
-                load.await.map(|(plan, weight)| {
-                    self.insert(hash, Arc::clone(&plan), weight);
-                    plan
-                })
+                // The places and the account's hold on them are let go.
+                self.forget_if_idle(account);
+                loaded
             }
         };
         drop(turn);
@@ -96,6 +116,27 @@ impl PlanCache {
             .unwrap_or_else(|p| p.into_inner())
             .remove(hash);
         plan
+    }
+
+    /// The places `account` has left for loads.
+    fn places_of(&self, account: &str) -> Arc<tokio::sync::Semaphore> {
+        let mut accounts = self.accounts.lock().unwrap_or_else(|p| p.into_inner());
+        let places = accounts
+            .entry(account.to_string())
+            .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(self.places_of_one_account)));
+        Arc::clone(places)
+    }
+
+    /// Forgets `account`'s places once no load holds or waits for them:
+    /// those who want them clone them under this lock.
+    fn forget_if_idle(&self, account: &str) {
+        let mut accounts = self.accounts.lock().unwrap_or_else(|p| p.into_inner());
+        if accounts
+            .get(account)
+            .is_some_and(|places| Arc::strong_count(places) == 1)
+        {
+            accounts.remove(account);
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -208,7 +249,7 @@ mod tests {
         let mut starts = tokio::task::JoinSet::new();
         for _ in 0..20 {
             let (cache, loads) = (Arc::clone(&cache), Arc::clone(&loads));
-            starts.spawn(async move { cache.get_or_load("a", load(loads)).await });
+            starts.spawn(async move { cache.get_or_load("acme", "a", load(loads)).await });
         }
         while let Some(started) = starts.join_next().await {
             assert!(started.unwrap().is_ok());
@@ -219,11 +260,11 @@ mod tests {
             "one load for twenty starts"
         );
         // A failed load is not kept: the next start loads again.
-        let failed = cache.get_or_load("b", async { Err::<(Arc<Plan>, usize), _>(()) });
+        let failed = cache.get_or_load("acme", "b", async { Err::<(Arc<Plan>, usize), _>(()) });
         assert!(failed.await.is_err());
         assert!(
             cache
-                .get_or_load("b", load(Arc::clone(&loads)))
+                .get_or_load("acme", "b", load(Arc::clone(&loads)))
                 .await
                 .is_ok()
         );
@@ -232,6 +273,52 @@ mod tests {
             cache.loading.lock().unwrap().is_empty(),
             "no turn is left behind"
         );
+        assert!(
+            cache.accounts.lock().unwrap().is_empty(),
+            "no account's places are left behind"
+        );
+    }
+
+    /// Regression: the places for loads were anyone's, so one account
+    /// starting its large plans in turn (each a second or more to load)
+    /// took them all, and another account's first start of a plan waited
+    /// behind every one of them.
+    #[tokio::test]
+    async fn one_accounts_loads_leave_a_place_for_another_accounts() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let cache = Arc::new(PlanCache::new(1 << 20, 2));
+        // Acme's loads hang until told.
+        let (go, gone) = tokio::sync::watch::channel(false);
+        let started = Arc::new(AtomicUsize::new(0));
+        let mut acme = tokio::task::JoinSet::new();
+        for hash in ["a1", "a2", "a3"] {
+            let (cache, mut gone) = (Arc::clone(&cache), gone.clone());
+            let started = Arc::clone(&started);
+            acme.spawn(async move {
+                let load = async move {
+                    started.fetch_add(1, Ordering::SeqCst);
+                    let _ = gone.wait_for(|go| *go).await;
+                    Ok::<_, ()>((plan(hash), 1))
+                };
+                cache.get_or_load("acme", hash, load).await
+            });
+        }
+        // Acme's loads under way, and the rest waiting for places.
+        while started.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let globex = cache.get_or_load("globex", "g", async { Ok::<_, ()>((plan("g"), 1)) });
+        let loaded = tokio::time::timeout(std::time::Duration::from_secs(5), globex).await;
+        assert!(
+            matches!(loaded, Ok(Ok(_))),
+            "globex's load waited behind acme's"
+        );
+        go.send(true).unwrap();
+        while let Some(loaded) = acme.join_next().await {
+            assert!(loaded.unwrap().is_ok());
+        }
+        assert!(cache.accounts.lock().unwrap().is_empty());
     }
 
     #[test]

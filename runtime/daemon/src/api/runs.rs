@@ -126,7 +126,7 @@ pub(crate) async fn start_run(
         )
     })?;
     let plan = daemon
-        .plan(&deployment.plan_hash)
+        .plan(&account, &deployment.plan_hash)
         .await
         .map_err(store_problem)?;
     // The configuration may have changed since the deploy.
@@ -368,7 +368,10 @@ pub(crate) async fn test_from(
     Path(id): Path<String>,
 ) -> Answer {
     let row = own_run(&daemon, &account, &id).await?;
-    let plan = daemon.plan(&row.plan_hash).await.map_err(store_problem)?;
+    let plan = daemon
+        .plan(&account, &row.plan_hash)
+        .await
+        .map_err(store_problem)?;
     let records = daemon
         .store
         .step_records(&id)
@@ -401,7 +404,10 @@ pub(crate) async fn graph(
     Path(id): Path<String>,
 ) -> Answer {
     let row = own_run(&daemon, &account, &id).await?;
-    let plan = daemon.plan(&row.plan_hash).await.map_err(store_problem)?;
+    let plan = daemon
+        .plan(&account, &row.plan_hash)
+        .await
+        .map_err(store_problem)?;
     let workflow = plan
         .workflows
         .iter()
@@ -564,12 +570,15 @@ pub(crate) async fn redrive(
     // The plan before the claim: a run claimed and then not driven would
     // wait for the orphan sweep.
     let plan = match request.version {
-        None => daemon.plan(&row.plan_hash).await.map_err(store_problem)?,
+        None => daemon
+            .plan(&account, &row.plan_hash)
+            .await
+            .map_err(store_problem)?,
         Some(number) => {
             let versions = crate::migrate::versions_of(&daemon, &account, &row.workflow).await?;
             let target = crate::migrate::version(&versions, Some(number), &row.workflow)?;
             let plan = daemon
-                .plan(&target.plan_hash)
+                .plan(&account, &target.plan_hash)
                 .await
                 .map_err(store_problem)?;
             let problems = crate::migrate::problems_moving(&daemon, &row, &plan).await?;

@@ -43,7 +43,10 @@ impl Daemon {
             // its span goes now.
             daemon.export_decision(&run, &path).await;
             // The plan before the claim, as in `resume_expired`.
-            let plan = daemon.plan(&run.plan_hash).await.map_err(store_problem)?;
+            let plan = daemon
+                .plan(&run.account, &run.plan_hash)
+                .await
+                .map_err(store_problem)?;
             if daemon
                 .store
                 .claim_run(&run.id, &[RunStatus::PendingApproval])

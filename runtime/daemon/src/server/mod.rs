@@ -288,7 +288,8 @@ impl Daemon {
     async fn recover(self: &Arc<Daemon>) -> Result<usize, String> {
         let recovery =
             flow_runtime::runner::claim_runs_to_recover(self.store.as_ref(), |hash| async move {
-                self.plan(&hash).await
+                // The process's own work, not an account's.
+                self.plan("", &hash).await
             })
             .await
             .map_err(|e| e.to_string())?;
@@ -366,7 +367,7 @@ impl Daemon {
     /// (perhaps another account's) holds back no other run. Why it did not
     /// load was logged when it was loaded ([`Daemon::plan`]).
     async fn plan_to_resume(&self, run: &RunRow) -> Option<Arc<Plan>> {
-        match self.plan(&run.plan_hash).await {
+        match self.plan(&run.account, &run.plan_hash).await {
             Ok(plan) => Some(plan),
             Err(error) => {
                 tracing::debug!("run {} waits: its plan does not load: {error}", run.id);
@@ -388,10 +389,11 @@ impl Daemon {
         tokio::task::spawn_blocking(move || work(store.as_ref(), &runtime))
     }
 
-    /// The stored plan `hash`, parsed once per process. A plan that does
-    /// not load is refused again without loading for a while
+    /// The stored plan `hash`, parsed once per process; loading it is
+    /// `account`'s, within its places (`plan_cache`). A plan that does not
+    /// load is refused again without loading for a while
     /// ([`REFUSED_PLAN_KEPT`]), and logged once for that while.
-    pub(crate) async fn plan(&self, hash: &str) -> Result<Arc<Plan>, StoreError> {
+    pub(crate) async fn plan(&self, account: &str, hash: &str) -> Result<Arc<Plan>, StoreError> {
         // Read, parsed, validated and weighed off the async workers
         // (`with_store_off_worker`), once for every start that wants it
         // (`plan_cache`). The refusals are looked at only here, when the
@@ -444,7 +446,7 @@ impl Daemon {
             }
             loaded
         };
-        self.plans.get_or_load(hash, load).await
+        self.plans.get_or_load(account, hash, load).await
     }
 
     /// Why the plan `hash` was refused, if it was within
