@@ -1600,7 +1600,7 @@ async fn due_events_are_shared_between_accounts(backend: Backend) {
 /// (due again later) goes behind those that came due before it. Guards the
 /// seek into each account's range of the outbox, in that order, which
 /// replaced ranking every due event on each call: with a backlog of
-/// 100,000 events that took 175 ms, in a transaction every commit waited
+/// 100,000 events that took 180 ms, in a transaction every commit waited
 /// for (docs/benchmarks.md, "The outboxes with a backlog").
 async fn an_accounts_events_go_out_in_the_order_they_came_due(backend: Backend) {
     let runs = [("r1", "acme"), ("r2", "acme"), ("r3", "acme")];
