@@ -38,6 +38,15 @@ pub(crate) struct PlanCache {
     loading: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
+/// Forgets an account's places, if idle, when dropped.
+struct ForgetIfIdle<'a>(&'a PlanCache, &'a str);
+
+impl Drop for ForgetIfIdle<'_> {
+    fn drop(&mut self) {
+        self.0.forget_if_idle(self.1);
+    }
+}
+
 #[derive(Debug, Default)]
 struct State {
     plans: HashMap<String, Kept>,
@@ -71,7 +80,10 @@ impl PlanCache {
     /// The plan kept under `hash`, or the one `load` gives (the plan and
     /// its [`weight`]), kept; a load is `account`'s, within its places. One
     /// load of a hash at a time: those who wait for it find the plan kept
-    /// when their turn comes (or load it, if the load failed).
+    /// when their turn comes (or load it, if the load failed). Two
+    /// accounts that deployed the same plan (one hash) share its turn: the
+    /// second may wait for the first's places, which is rare and ends with
+    /// the plan kept for both.
     pub(crate) async fn get_or_load<E>(
         &self,
         account: &str,
@@ -89,23 +101,20 @@ impl PlanCache {
         let plan = match self.get(hash) {
             Some(plan) => Ok(plan),
             None => {
-                let loaded = {
-                    // The account's place first: one waiting for its own
-                    // holds none of the places the others would take.
-                    let places = self.places_of(account);
-                    let own = places.acquire().await;
-                    let place = self.loads.acquire().await;
-                    let (Ok(_own), Ok(_place)) = (own, place) else {
-                        unreachable!("the semaphores of plan loads are never closed");
-                    };
-                    load.await.map(|(plan, weight)| {
-                        self.insert(hash, Arc::clone(&plan), weight);
-                        plan
-                    })
+                // Declared first, so dropped last, once the places are let
+                // go, however this ends (a request dropped mid-load too).
+                let _forget = ForgetIfIdle(self, account);
+                // The account's place first: one waiting for its own holds
+                // none of the places the others would take.
+                let own = self.places_of(account).acquire_owned().await;
+                let place = self.loads.acquire().await;
+                let (Ok(_own), Ok(_place)) = (own, place) else {
+                    unreachable!("the semaphores of plan loads are never closed");
                 };
-                // The places and the account's hold on them are let go.
-                self.forget_if_idle(account);
-                loaded
+                load.await.map(|(plan, weight)| {
+                    self.insert(hash, Arc::clone(&plan), weight);
+                    plan
+                })
             }
         };
         drop(turn);
@@ -319,6 +328,21 @@ mod tests {
             assert!(loaded.unwrap().is_ok());
         }
         assert!(cache.accounts.lock().unwrap().is_empty());
+        // A start dropped mid-load (its client gone) leaves nothing behind.
+        let hanging = {
+            let cache = Arc::clone(&cache);
+            tokio::spawn(async move {
+                let load = std::future::pending::<Result<(Arc<Plan>, usize), ()>>();
+                cache.get_or_load("acme", "h", load).await
+            })
+        };
+        while cache.accounts.lock().unwrap().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        hanging.abort();
+        assert!(hanging.await.unwrap_err().is_cancelled());
+        assert!(cache.accounts.lock().unwrap().is_empty());
+        assert_eq!(cache.loads.available_permits(), 2);
     }
 
     #[test]

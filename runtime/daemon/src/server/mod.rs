@@ -394,11 +394,19 @@ impl Daemon {
     /// load is refused again without loading for a while
     /// ([`REFUSED_PLAN_KEPT`]), and logged once for that while.
     pub(crate) async fn plan(&self, account: &str, hash: &str) -> Result<Arc<Plan>, StoreError> {
+        // A start of a kept plan (every run start) takes no other lock
+        // than the cache's; the refusals are looked at only when the plan
+        // is not kept, and before any place for a load: a plan refused is
+        // answered at once, not behind its account's loads.
+        if let Some(plan) = self.plans.get(hash) {
+            return Ok(plan);
+        }
+        if let Some(error) = self.refusal_of_plan(hash) {
+            return Err(error);
+        }
         // Read, parsed, validated and weighed off the async workers
         // (`with_store_off_worker`), once for every start that wants it
-        // (`plan_cache`). The refusals are looked at only here, when the
-        // plan is not kept: a start of a kept plan (every run start) takes
-        // no other lock than the cache's.
+        // (`plan_cache`).
         let load = async {
             // Those who waited for a load that was refused find the
             // refusal here, and do not parse the plan again.
