@@ -737,6 +737,15 @@ impl PostgresStore {
             .iter()
             .map(|(account, held)| (account.as_str(), i64::try_from(*held).unwrap_or(i64::MAX)))
             .unzip();
+        // Accounts with no room left: their events are not even locked.
+        let full: Vec<&str> = due
+            .in_flight
+            .iter()
+            .filter(|(_, held)| *held >= due.per_account)
+            .map(|(account, _)| account.as_str())
+            .collect();
+        // No account gives more than its share, nor more than all asked.
+        let most_of_one = due.per_account_bound().min(due.limit as i64);
         let mut events = self
             .query(
                 // `place`: where the event would stand among its account's
@@ -748,7 +757,9 @@ impl PostgresStore {
                 // window); those locked and not taken are free again when
                 // the statement ends. Joined back to the table instead,
                 // the ranked events took a scan of every event: the
-                // planner cannot tell how few the accounts are.
+                // planner cannot tell how few the accounts are. The bounds
+                // are parameters, not computed per account in SQL: a
+                // computed `LIMIT` made the planner expect every row.
                 "WITH RECURSIVE accounts(account) AS (
                      (SELECT account FROM run_events ORDER BY account LIMIT 1)
                      UNION ALL
@@ -764,10 +775,11 @@ impl PostgresStore {
                          SELECT e.id, e.next_ms FROM run_events e
                          WHERE e.account = a.account AND e.next_ms <= $1
                            AND (e.claimed_until IS NULL OR e.claimed_until < now())
-                         ORDER BY e.next_ms, e.id LIMIT $6
+                         ORDER BY e.next_ms, e.id LIMIT $8
                          FOR UPDATE OF e SKIP LOCKED) d
                      LEFT JOIN unnest($4::text[], $5::bigint[]) AS held(account, n)
-                         ON held.account = a.account),
+                         ON held.account = a.account
+                     WHERE a.account <> ALL($7::text[])),
                  due AS (
                      SELECT id FROM ranked WHERE place <= $6
                      ORDER BY place, next_ms, id LIMIT $2)
@@ -782,6 +794,8 @@ impl PostgresStore {
                     &accounts,
                     &held,
                     &due.per_account_bound(),
+                    &full,
+                    &most_of_one,
                 ],
             )
             .await?
