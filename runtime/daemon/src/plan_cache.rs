@@ -34,16 +34,26 @@ pub(crate) struct PlanCache {
     /// account goes once it loads nothing.
     accounts: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
     /// A turn to load each plan being loaded, by hash: a start that misses
-    /// waits for the load under way rather than load the plan again.
+    /// waits for the load under way rather than load the plan again. A
+    /// hash goes once no start holds or waits for its turn.
     loading: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
-/// Forgets an account's places, if idle, when dropped.
-struct ForgetIfIdle<'a>(&'a PlanCache, &'a str);
+/// When dropped, forgets the entry under `.1` of the map `.0` if nothing
+/// else holds it: those who want an entry clone it under the map's lock.
+/// A guard, so that a start dropped mid-load (its request gone) leaves
+/// nothing behind.
+struct ForgetIfIdle<'a, T>(&'a std::sync::Mutex<HashMap<String, Arc<T>>>, &'a str);
 
-impl Drop for ForgetIfIdle<'_> {
+impl<T> Drop for ForgetIfIdle<'_, T> {
     fn drop(&mut self) {
-        self.0.forget_if_idle(self.1);
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if map
+            .get(self.1)
+            .is_some_and(|entry| Arc::strong_count(entry) == 1)
+        {
+            map.remove(self.1);
+        }
     }
 }
 
@@ -93,17 +103,22 @@ impl PlanCache {
         if let Some(plan) = self.get(hash) {
             return Ok(plan);
         }
-        let turn_of = |loading: &mut HashMap<String, Arc<tokio::sync::Mutex<()>>>| {
-            Arc::clone(loading.entry(hash.to_string()).or_default())
-        };
-        let gate = turn_of(&mut self.loading.lock().unwrap_or_else(|p| p.into_inner()));
-        let turn = gate.lock().await;
-        let plan = match self.get(hash) {
+        // Declared first, so dropped last, once the turn is let go.
+        let _forget_turn = ForgetIfIdle(&self.loading, hash);
+        let gate = Arc::clone(
+            self.loading
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(hash.to_string())
+                .or_default(),
+        );
+        let _turn = gate.lock_owned().await;
+        match self.get(hash) {
             Some(plan) => Ok(plan),
             None => {
                 // Declared first, so dropped last, once the places are let
-                // go, however this ends (a request dropped mid-load too).
-                let _forget = ForgetIfIdle(self, account);
+                // go.
+                let _forget_places = ForgetIfIdle(&self.accounts, account);
                 // The account's place first: one waiting for its own holds
                 // none of the places the others would take.
                 let own = self.places_of(account).acquire_owned().await;
@@ -116,15 +131,7 @@ impl PlanCache {
                     plan
                 })
             }
-        };
-        drop(turn);
-        // Those still waiting hold the gate; a start that comes now finds
-        // the plan kept.
-        self.loading
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(hash);
-        plan
+        }
     }
 
     /// The places `account` has left for loads.
@@ -134,18 +141,6 @@ impl PlanCache {
             .entry(account.to_string())
             .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(self.places_of_one_account)));
         Arc::clone(places)
-    }
-
-    /// Forgets `account`'s places once no load holds or waits for them:
-    /// those who want them clone them under this lock.
-    fn forget_if_idle(&self, account: &str) {
-        let mut accounts = self.accounts.lock().unwrap_or_else(|p| p.into_inner());
-        if accounts
-            .get(account)
-            .is_some_and(|places| Arc::strong_count(places) == 1)
-        {
-            accounts.remove(account);
-        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -342,6 +337,10 @@ mod tests {
         hanging.abort();
         assert!(hanging.await.unwrap_err().is_cancelled());
         assert!(cache.accounts.lock().unwrap().is_empty());
+        assert!(
+            cache.loading.lock().unwrap().is_empty(),
+            "the dropped start's turn stayed"
+        );
         assert_eq!(cache.loads.available_permits(), 2);
     }
 
