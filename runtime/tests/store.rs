@@ -107,6 +107,7 @@ on_each_store!(
     run_events_are_kept_with_each_status_change_and_handed_out_once,
     due_events_are_shared_between_accounts,
     an_accounts_events_go_out_in_the_order_they_came_due,
+    an_accounts_mail_goes_out_in_the_order_it_came_due,
     run_events_of_an_account_without_endpoints_are_kept_only_to_deliver,
     a_destinations_delivery_writes_its_document_once_and_is_in_the_history,
     kb_documents_keys_and_notifications_belong_to_the_run_account,
@@ -1515,20 +1516,7 @@ async fn the_outbox_mails_each_accounts_oldest_in_turn(backend: Backend) {
         ("acme", "a4"),
         ("globex", "g2"),
     ] {
-        let stored = store
-            .notify(&flow_runtime::store::NewNotification {
-                account,
-                kind: NotificationKind::Handoff,
-                audience: "support",
-                run_id: "run-1",
-                step_path: None,
-                subject: None,
-                message,
-                key: Some(message),
-            })
-            .await
-            .unwrap();
-        assert!(stored);
+        hand_off(&*store, account, message).await;
     }
     let order: Vec<String> = store
         .to_mail(u64::MAX, 10)
@@ -1632,6 +1620,61 @@ async fn an_accounts_events_go_out_in_the_order_they_came_due(backend: Backend) 
     assert_eq!(next(now + 30).await, ["r1"]);
     assert_eq!(next(now + 30).await, ["r3"]);
     assert!(next(now + 30).await.is_empty());
+}
+
+/// Regression: the mailer read each account's unmailed notifications by
+/// id, so with a mail server down every poll walked all those waiting for
+/// a retry to find the few due. They are now read in the order they came
+/// due (a retry's time, or else the notification's creation), which ends
+/// at the first not due yet.
+async fn an_accounts_mail_goes_out_in_the_order_it_came_due(backend: Backend) {
+    let store = backend.open().await;
+    for message in ["m1", "m2", "m3"] {
+        hand_off(&*store, "acme", message).await;
+    }
+    let now = flow_runtime::time::now_ms() + 1_000;
+    let taken = store.to_mail(now, 10).await.unwrap();
+    assert_eq!(taken.len(), 3);
+    // Each refused, and due again: m2 first, then m3, then m1; and m4, not
+    // tried yet, due since its creation, before them all.
+    for (outgoing, again) in taken.iter().zip([20, 5, 10]) {
+        store
+            .mailed(outgoing.notification.id, &[], MailNext::Retry(now + again))
+            .await
+            .unwrap();
+    }
+    hand_off(&*store, "acme", "m4").await;
+    let mut order = Vec::new();
+    loop {
+        let due = store.to_mail(now + 30, 1).await.unwrap();
+        let Some(outgoing) = due.first() else { break };
+        order.push(outgoing.notification.message.clone());
+        store
+            .mailed(
+                outgoing.notification.id,
+                &[],
+                MailNext::Done(MailState::Sent),
+            )
+            .await
+            .unwrap();
+    }
+    assert_eq!(order, ["m4", "m2", "m3", "m1"]);
+}
+
+/// Notes a handoff of `account` to its support department, as a run's
+/// handoff step does, with `message` as its text and its key.
+async fn hand_off(store: &dyn Store, account: &str, message: &str) {
+    let notification = flow_runtime::store::NewNotification {
+        account,
+        kind: NotificationKind::Handoff,
+        audience: "support",
+        run_id: "run-1",
+        step_path: None,
+        subject: None,
+        message,
+        key: Some(message),
+    };
+    assert!(store.notify(&notification).await.unwrap(), "stored");
 }
 
 /// A store that keeps every run's events for the accounts `kept`, with
@@ -1923,20 +1966,7 @@ async fn postgres_outbox_entries_go_to_one_mailer_at_a_time() {
     let schema = TestSchema::new();
     let [first, second] = two_owners(&schema, Duration::from_secs(10)).await;
     for key in ["a", "b", "c"] {
-        let stored = first
-            .notify(&flow_runtime::store::NewNotification {
-                account: "acme",
-                kind: NotificationKind::Handoff,
-                audience: "support",
-                run_id: "run-1",
-                step_path: None,
-                subject: None,
-                message: key,
-                key: Some(key),
-            })
-            .await
-            .unwrap();
-        assert!(stored);
+        hand_off(&*first, "acme", key).await;
     }
     let taken: Vec<String> = first
         .to_mail(u64::MAX, 2)

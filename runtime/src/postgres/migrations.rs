@@ -203,6 +203,11 @@ pub(super) const MIGRATIONS: &[&str] = &[
      CREATE INDEX run_events_due ON run_events (account, next_ms, id);
      DROP INDEX notifications_to_mail;
      CREATE INDEX notifications_to_mail ON notifications (account, id) WHERE mail IS NULL;",
+    // An account's unmailed notifications in the order they come due (see
+    // the SQLite store's migration).
+    "DROP INDEX notifications_to_mail;
+     CREATE INDEX notifications_to_mail
+         ON notifications (account, (COALESCE(mail_next_ms, created_ms)), id) WHERE mail IS NULL;",
 ];
 
 /// Creates the schema if asked and applies the migrations it lacks, in one

@@ -96,7 +96,7 @@ use crate::store::{
     RunRow, RunStatus, RunStore, StoreError, StoreFuture, StoreJournal,
 };
 use crate::store::{RunChange, record};
-use crate::store::{sql_limit, status_condition};
+use crate::store::{sql_limit, sql_ms, status_condition};
 use crate::time::now_stored_ms as now_ms;
 use crate::tls::{TlsMode, TlsSettings};
 
@@ -443,7 +443,7 @@ impl PostgresStore {
                  WHERE (status IN ('completed', 'failed') AND updated_ms < $1)
                     OR (status = 'cancelled' AND updated_ms < $2)
                  LIMIT $3 FOR UPDATE SKIP LOCKED",
-                &[&before_ms, &cancelled_before, &(limit as i64)],
+                &[&before_ms, &cancelled_before, &sql_limit(limit)],
             )
             .await?;
         let ids: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
@@ -618,7 +618,9 @@ impl PostgresStore {
 
     async fn to_mail(&self, now_ms: u64, limit: usize) -> Result<Vec<Outgoing>, StoreError> {
         let sql = format!(
-            // Found, locked and ranked as `due_events` finds its events.
+            // Found, locked and ranked as `due_events` finds its events,
+            // each account's in the order they came due (see the SQLite
+            // store's).
             "WITH RECURSIVE accounts(account) AS (
                  (SELECT account FROM notifications WHERE mail IS NULL
                   ORDER BY account LIMIT 1)
@@ -628,14 +630,16 @@ impl PostgresStore {
                          ORDER BY n.account LIMIT 1)
                  FROM accounts a WHERE a.account IS NOT NULL),
              ranked AS (
-                 SELECT m.id, ROW_NUMBER() OVER (PARTITION BY a.account ORDER BY m.id) AS place
+                 SELECT m.id, ROW_NUMBER() OVER (PARTITION BY a.account ORDER BY m.due, m.id)
+                            AS place
                  FROM accounts a
                  CROSS JOIN LATERAL (
-                     SELECT n.id FROM notifications n
+                     SELECT n.id, COALESCE(n.mail_next_ms, n.created_ms) AS due
+                     FROM notifications n
                      WHERE n.account = a.account AND n.mail IS NULL
-                       AND (n.mail_next_ms IS NULL OR n.mail_next_ms <= $1)
+                       AND COALESCE(n.mail_next_ms, n.created_ms) <= $1
                        AND (n.mail_until IS NULL OR n.mail_until < now())
-                     ORDER BY n.id LIMIT $2
+                     ORDER BY COALESCE(n.mail_next_ms, n.created_ms), n.id LIMIT $2
                      FOR UPDATE OF n SKIP LOCKED) m),
              due AS (SELECT id, place FROM ranked ORDER BY place, id LIMIT $2)
              UPDATE notifications n SET mail_owner = $3,
@@ -651,11 +655,11 @@ impl PostgresStore {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
-        let now = i64::try_from(now_ms).unwrap_or(i64::MAX);
+        let now = sql_ms(now_ms);
         let mut due = self
             .query(
                 &sql,
-                &[&now, &(limit as i64), &self.owner, &millis(MAIL_CLAIM)],
+                &[&now, &sql_limit(limit), &self.owner, &millis(MAIL_CLAIM)],
             )
             .await?
             .iter()
@@ -696,7 +700,7 @@ impl PostgresStore {
                     "UPDATE notifications SET mail_attempts = mail_attempts + 1,
                          mail_next_ms = $2, mail_owner = NULL, mail_until = NULL
                      WHERE id = $1",
-                    &[&id, &i64::try_from(at_ms).unwrap_or(i64::MAX)],
+                    &[&id, &sql_ms(at_ms)],
                 )
                 .await?
             }
@@ -731,11 +735,11 @@ impl PostgresStore {
     }
 
     async fn due_events(&self, due: &DueEvents<'_>) -> Result<Vec<RunEvent>, StoreError> {
-        let now = i64::try_from(due.now_ms).unwrap_or(i64::MAX);
+        let now = sql_ms(due.now_ms);
         let (accounts, held): (Vec<&str>, Vec<i64>) = due
             .in_flight
             .iter()
-            .map(|(account, held)| (account.as_str(), i64::try_from(*held).unwrap_or(i64::MAX)))
+            .map(|(account, held)| (account.as_str(), sql_limit(*held)))
             .unzip();
         // Accounts with no room left: their events are not even locked.
         let full: Vec<&str> = due
@@ -745,7 +749,7 @@ impl PostgresStore {
             .map(|(account, _)| account.as_str())
             .collect();
         // No account gives more than its share, nor more than all asked.
-        let most_of_one = due.per_account_bound().min(due.limit as i64);
+        let most_of_one = due.per_account_bound().min(sql_limit(due.limit));
         let mut events = self
             .query(
                 // `place`: where the event would stand among its account's
@@ -789,7 +793,7 @@ impl PostgresStore {
                            e.created_ms, e.attempts, e.reached",
                 &[
                     &now,
-                    &(due.limit as i64),
+                    &(sql_limit(due.limit)),
                     &millis(EVENT_CLAIM),
                     &accounts,
                     &held,
@@ -835,7 +839,7 @@ impl PostgresStore {
                          claimed_until = NULL,
                          reached = ARRAY(SELECT DISTINCT unnest(reached || $3::text[]) ORDER BY 1)
                      WHERE id = $1",
-                    &[&id, &i64::try_from(at_ms).unwrap_or(i64::MAX), &reached],
+                    &[&id, &sql_ms(at_ms), &reached],
                 )
                 .await?
             }
@@ -1370,7 +1374,7 @@ impl RunStore for PostgresStore {
 impl ApprovalStore for PostgresStore {
     fn expired_gates(&self, now_ms: u64) -> StoreFuture<'_, Vec<RunRow>> {
         Box::pin(async move {
-            let now = i64::try_from(now_ms).unwrap_or(i64::MAX);
+            let now = sql_ms(now_ms);
             self.runs_where(
                 "status = 'pending_approval' AND id IN (
                      SELECT run_id FROM step_runs
@@ -1439,7 +1443,7 @@ impl NotificationStore for PostgresStore {
                     &audiences,
                     &reader,
                     &query.unread_only,
-                    &(query.limit as i64),
+                    &sql_limit(query.limit),
                 ],
             )
             .await?
@@ -1574,7 +1578,7 @@ impl PostgresStore {
                        AND search @@ to_tsquery('simple', $3)
                      ORDER BY ts_rank(search, to_tsquery('simple', $3)) DESC, collection, title
                      LIMIT $4",
-                    &[&run.account, &ids, &query, &(limit as i64), &department],
+                    &[&run.account, &ids, &query, &sql_limit(limit), &department],
                 )
                 .await?
                 .iter()
@@ -1590,7 +1594,7 @@ impl PostgresStore {
                             OR department = $4)
                      ORDER BY collection, title
                      LIMIT $3",
-                    &[&run.account, &ids, &(limit as i64), &department],
+                    &[&run.account, &ids, &sql_limit(limit), &department],
                 )
                 .await?
                 .iter()

@@ -105,7 +105,7 @@ impl SqliteStore {
             )?;
             found = ranked
                 .query_map(
-                    params![account, fts_query(terms), ids, limit as i64, department],
+                    params![account, fts_query(terms), ids, sql_limit(limit), department],
                     kb_row,
                 )?
                 .collect::<Result<_, _>>()?;
@@ -121,7 +121,7 @@ impl SqliteStore {
                  LIMIT ?3",
             )?;
             let others: Vec<KbDocument> = rest
-                .query_map(params![account, ids, limit as i64, department], kb_row)?
+                .query_map(params![account, ids, sql_limit(limit), department], kb_row)?
                 .collect::<Result<_, _>>()?;
             found = crate::kb::merged(&found, others);
             found.truncate(limit);

@@ -282,4 +282,11 @@ pub(super) const MIGRATIONS: &[&str] = &[
      CREATE INDEX run_events_due ON run_events(account, next_ms);
      DROP INDEX notifications_to_mail;
      CREATE INDEX notifications_to_mail ON notifications(account, id) WHERE mail IS NULL;",
+    // An account's unmailed notifications in the order they come due (a
+    // retry's time, or else the notification's creation): the due ones
+    // are a range that `to_mail`'s seek ends, where by id it walked every
+    // one waiting for a retry, on every poll while a mail server was down.
+    "DROP INDEX notifications_to_mail;
+     CREATE INDEX notifications_to_mail
+         ON notifications(account, COALESCE(mail_next_ms, created_ms), id) WHERE mail IS NULL;",
 ];

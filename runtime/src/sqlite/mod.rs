@@ -30,7 +30,7 @@ use crate::store::{
     NotificationStore, Outgoing, PendingGates, PlanStore, RunEnd, RunEvent, RunHandle, RunLog,
     RunQuery, RunRow, RunStatus, RunStore, StoreError, StoreFuture, StoreJournal,
 };
-use crate::store::{RunChange, lock, record, sql_limit, status_condition};
+use crate::store::{RunChange, lock, record, sql_limit, sql_ms, status_condition};
 use crate::time::now_stored_ms as now_ms;
 
 mod kb;
@@ -702,7 +702,11 @@ impl SqliteStore {
                      LIMIT ?3",
                 )?
                 .query_map(
-                    params![before_ms, now_ms() - DELETE_AFTER_CANCEL_MS, limit as i64],
+                    params![
+                        before_ms,
+                        now_ms() - DELETE_AFTER_CANCEL_MS,
+                        sql_limit(limit)
+                    ],
                     |row| Ok((row.get(0)?, row.get(1)?)),
                 )?
                 .collect::<Result<_, _>>()?;
@@ -848,7 +852,7 @@ impl SqliteStore {
              ORDER BY created_ms, id",
         )?;
         let rows = statement
-            .query_map([now_ms as i64], run_row)?
+            .query_map([sql_ms(now_ms)], run_row)?
             .collect::<Result<Vec<_>, _>>()?;
         Ok(rows)
     }
@@ -918,7 +922,7 @@ impl SqliteStore {
                     audiences,
                     reader,
                     query.unread_only,
-                    query.limit as i64
+                    sql_limit(query.limit)
                 ],
                 notification_row,
             )?
@@ -968,10 +972,12 @@ impl SqliteStore {
     pub fn to_mail(&self, now_ms: u64, limit: usize) -> Result<Vec<Outgoing>, StoreError> {
         let conn = self.reader()?;
         let mut statement = conn.prepare_cached(
-            // Each account's oldest due notifications, found by a seek
-            // into its own range of `notifications_to_mail` (the accounts
-            // one seek each, `WITH RECURSIVE`): the work is the accounts
-            // and what is taken, not the backlog of the account with most.
+            // Each account's notifications in the order they came due,
+            // found by a seek into its own range of `notifications_to_mail`
+            // that ends at the first not due yet (the accounts one seek
+            // each, `WITH RECURSIVE`): the work is the accounts and what is
+            // taken, not the backlog of the account with most, nor those
+            // waiting for a retry.
             "WITH RECURSIVE accounts(account) AS (
                  SELECT (SELECT account FROM notifications WHERE mail IS NULL
                          ORDER BY account LIMIT 1)
@@ -984,16 +990,18 @@ impl SqliteStore {
                     mail_attempts
              FROM (SELECT n.id, n.account, n.kind, n.audience, n.run_id, n.step_path, n.subject,
                           n.message, n.created_ms, n.mail_attempts,
-                          ROW_NUMBER() OVER (PARTITION BY n.account ORDER BY n.id) AS place
+                          ROW_NUMBER() OVER (
+                              PARTITION BY n.account
+                              ORDER BY COALESCE(n.mail_next_ms, n.created_ms), n.id) AS place
                    FROM accounts a JOIN notifications n ON n.id IN (
                        SELECT m.id FROM notifications m
                        WHERE m.account = a.account AND m.mail IS NULL
-                         AND (m.mail_next_ms IS NULL OR m.mail_next_ms <= ?1)
-                       ORDER BY m.id LIMIT ?2))
+                         AND COALESCE(m.mail_next_ms, m.created_ms) <= ?1
+                       ORDER BY COALESCE(m.mail_next_ms, m.created_ms), m.id LIMIT ?2))
              ORDER BY place, id LIMIT ?2",
         )?;
         let rows = statement
-            .query_map(params![now_ms as i64, limit as i64], |row| {
+            .query_map(params![sql_ms(now_ms), sql_limit(limit)], |row| {
                 Ok((notification_row(row)?, row.get::<_, i64>(10)?))
             })?
             .collect::<Result<Vec<_>, _>>()?;
@@ -1033,7 +1041,7 @@ impl SqliteStore {
                 MailNext::Retry(at_ms) => conn.execute(
                     "UPDATE notifications SET mail_attempts = mail_attempts + 1, mail_next_ms = ?2
                      WHERE id = ?1",
-                    params![id, at_ms as i64],
+                    params![id, sql_ms(at_ms)],
                 )?,
             };
             Ok(())
@@ -1077,7 +1085,7 @@ impl SqliteStore {
     }
 
     pub fn due_events(&self, due: &DueEvents<'_>) -> Result<Vec<RunEvent>, StoreError> {
-        let now = i64::try_from(due.now_ms).unwrap_or(i64::MAX);
+        let now = sql_ms(due.now_ms);
         let in_flight: serde_json::Map<String, Value> = due
             .in_flight
             .iter()
@@ -1131,7 +1139,7 @@ impl SqliteStore {
                     params![
                         now,
                         claimed_until,
-                        due.limit as i64,
+                        sql_limit(due.limit),
                         in_flight,
                         due.per_account_bound()
                     ],
@@ -1194,7 +1202,7 @@ impl SqliteStore {
                  WHERE id = ?1",
                 vec![
                     id.into(),
-                    i64::try_from(at_ms).unwrap_or(i64::MAX).into(),
+                    sql_ms(at_ms).into(),
                     serde_json::Value::from(reached.to_vec()).to_string().into(),
                 ],
             ),

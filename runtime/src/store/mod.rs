@@ -683,7 +683,7 @@ impl DueEvents<'_> {
 
     /// `per_account`, as a bound a database compares with.
     pub fn per_account_bound(&self) -> i64 {
-        i64::try_from(self.per_account).unwrap_or(i64::MAX)
+        sql_limit(self.per_account)
     }
 }
 
@@ -905,6 +905,13 @@ impl RunStatus {
 /// PostgreSQL refuses.
 pub(crate) fn sql_limit(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
+}
+
+/// Milliseconds since the epoch as both stores keep them: past `i64::MAX`
+/// (`u64::MAX`, for "whenever") is as late as they go, where a cast would
+/// make it -1, before every time kept.
+pub(crate) fn sql_ms(ms: u64) -> i64 {
+    i64::try_from(ms).unwrap_or(i64::MAX)
 }
 
 /// The SQL condition of a listing of runs by `status`, the same text in
