@@ -41,6 +41,17 @@ impl Server {
         path: &str,
         body: Option<Value>,
     ) -> Result<Value> {
+        self.call_with_text(method, path, body.map(|body| body.to_string()))
+            .await
+    }
+
+    /// [`Server::call`] with a body already written as JSON text.
+    async fn call_with_text(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<String>,
+    ) -> Result<Value> {
         let answer = self.send(method, path, body).await?;
         match answer.problem {
             None => Ok(answer.body),
@@ -54,7 +65,7 @@ impl Server {
         &self,
         method: reqwest::Method,
         path: &str,
-        body: Option<Value>,
+        body: Option<String>,
     ) -> Result<Answer> {
         let url = format!("{}{path}", self.base);
         let tried = format!("{method} {url}");
@@ -66,7 +77,7 @@ impl Server {
         if let Some(body) = body {
             request = request
                 .header("content-type", "application/json")
-                .body(body.to_string());
+                .body(body);
         }
         let response = request
             .send()
@@ -86,14 +97,12 @@ impl Server {
 
     /// Deploys the plan's workflows to the account.
     pub(crate) async fn deploy(&self, plan: &Plan) -> Result<()> {
-        let plan: Value =
-            serde_json::from_str(&plan.to_json()).map_err(|e| usage(e.to_string()))?;
-        self.call(
-            reqwest::Method::POST,
-            "/v1/workflows",
-            Some(json!({ "plan": plan })),
-        )
-        .await?;
+        // Written around the plan's text: read back into a tree of values,
+        // a plan of deeply nested branches went past serde_json's 128
+        // levels.
+        let body = format!(r#"{{"plan":{}}}"#, plan.to_json());
+        self.call_with_text(reqwest::Method::POST, "/v1/workflows", Some(body))
+            .await?;
         Ok(())
     }
 
@@ -136,7 +145,10 @@ impl Server {
                         .collect::<Vec<_>>()
                         .join("/")
                 ),
-                Some(json!({ "approver": approver, "approved": approved, "comment": comment })),
+                Some(
+                    json!({ "approver": approver, "approved": approved, "comment": comment })
+                        .to_string(),
+                ),
             )
             .await?;
         let Some(status) = answer.problem else {

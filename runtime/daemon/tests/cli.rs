@@ -1580,6 +1580,140 @@ workflow echo {
     );
 }
 
+/// Regression: flowd read a deployed plan into a tree of values first,
+/// which serde_json stops at 128 levels, so a plan of 40 nested branches
+/// that `flowc build` wrote (169 levels) was refused as "not JSON", and
+/// `flow --server` could not send it at all. Both now pass it on as text,
+/// and the plan's own reader bounds its depth.
+#[tokio::test]
+async fn a_plan_nested_deeper_than_128_levels_deploys() {
+    let dir = TempDir::new("flowd-deep-plan");
+    let flowd = Flowd::start(&dir);
+    let depth = 40;
+    let mut source = String::from("workflow deep {\n  input { x: int }\n");
+    for level in 0..depth {
+        source.push_str(&format!("if workflow_input.x > {level} {{\n"));
+    }
+    source.push_str("step wait = approval { approvers: [\"boss@acme.io\"], message: \"go?\" }\n");
+    source.push_str(&"}\n".repeat(depth));
+    source.push_str("  output { x: workflow_input.x }\n}\n");
+    let checked = flow_compiler::check_source("deep.flow", &source);
+    assert!(!checked.has_errors(), "{:?}", checked.diagnostics);
+    let plan = flow_compiler::lower(&checked)
+        .expect("lowers")
+        .seal()
+        .to_json();
+
+    let answer = flowd
+        .client
+        .post(format!("{}/v1/workflows", flowd.url))
+        .bearer_auth(ACME)
+        .header("content-type", "application/json")
+        .body(format!(r#"{{"plan": {plan}}}"#))
+        .send()
+        .await
+        .expect("flowd answers");
+    let status = answer.status().as_u16();
+    assert_eq!(status, 201, "{}", answer.text().await.unwrap());
+
+    dir.write("deep.flow", &source);
+    dir.write("input.json", r#"{ "x": 50 }"#);
+    let flow = flow_tests::flow_path();
+    let args = ["--server", flowd.url.as_str(), "--api-key", ACME];
+    let run = run_in(
+        &flow,
+        dir.path(),
+        &[&args[..], &["run", "deep.flow", "--input", "input.json"]].concat(),
+    );
+    assert_eq!(run.code, 3, "parked at the innermost step: {}", run.all());
+}
+
+/// A deploy's body holds one of `source`, `files` and `plan`; any other
+/// shape is refused with what the route takes and what was wrong.
+#[tokio::test]
+async fn a_deploy_of_another_shape_says_what_it_takes() {
+    use serde_json::json;
+    let dir = TempDir::new("flowd-deploy-shape");
+    let flowd = Flowd::start(&dir);
+    let source = "workflow w {\n  input { x: int }\n  output { x: workflow_input.x }\n}\n";
+    let plan: serde_json::Value = serde_json::from_str(
+        &flow_compiler::lower(&flow_compiler::check_source("w.flow", source))
+            .expect("lowers")
+            .seal()
+            .to_json(),
+    )
+    .unwrap();
+    for (case, body, says) in [
+        ("nothing", json!({}), "none of them"),
+        (
+            "two at once",
+            json!({ "source": source, "plan": plan }),
+            "more than one of them",
+        ),
+        (
+            "a path alone",
+            json!({ "path": "w.flow" }),
+            "`path` names a `source`",
+        ),
+        (
+            "a root without files",
+            json!({ "source": source, "root": "w.flow" }),
+            "`root` names one of `files`",
+        ),
+        (
+            "a misspelt field",
+            json!({ "sorce": source }),
+            "unknown field `sorce`",
+        ),
+        (
+            "a source of another type",
+            json!({ "source": 5 }),
+            "invalid type: integer",
+        ),
+    ] {
+        let (status, body) = flowd.try_deploy(ACME, body).await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (422, Some("invalid_request")),
+            "{case}: {body}"
+        );
+        let detail = body["detail"].as_str().unwrap();
+        assert!(
+            detail.starts_with("send `source`") && detail.contains(says),
+            "{case}: {detail}"
+        );
+    }
+    let (status, body) = flowd.try_deploy(ACME, json!({ "plan": plan })).await;
+    assert_eq!(status, 201, "{body}");
+
+    // A body nested past what serde_json reads is JSON all the same: the
+    // answer says how deep, not "not JSON".
+    let deep = format!(
+        r#"{{"workflow": "w", "input": {}{}}}"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    let answer = flowd
+        .client
+        .post(format!("{}/v1/runs", flowd.url))
+        .bearer_auth(ACME)
+        .header("content-type", "application/json")
+        .body(deep)
+        .send()
+        .await
+        .expect("flowd answers");
+    assert_eq!(answer.status().as_u16(), 400);
+    let body: serde_json::Value = answer.json().await.unwrap();
+    assert_eq!(body["code"], "malformed_json", "{body}");
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("the body nests more than 128 arrays and objects deep (line 1, column "),
+        "{body}"
+    );
+}
+
 /// `flow --server URL --api-key KEY` runs, approves, lists and shows runs on
 /// a flowd, with the embedded store's output and exit codes: 3 parked, 0
 /// completed, 1 input that does not match, 2 a bad key or a local-only

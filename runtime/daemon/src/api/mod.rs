@@ -238,6 +238,15 @@ pub(crate) fn json_body<T: DeserializeOwned>(
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<T, Problem> {
+    from_json_body(&json_bytes(headers, body)?)
+}
+
+/// The body, if it was read and is sent as JSON, or a problem saying why
+/// not.
+pub(crate) fn json_bytes(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Bytes, Problem> {
     let is_json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -262,13 +271,32 @@ pub(crate) fn json_body<T: DeserializeOwned>(
         };
         Problem::new(status, code, &rejection.body_text())
     })?;
-    serde_json::from_slice(&body).map_err(|error| {
+    Ok(body)
+}
+
+/// A JSON body as `T` (which may borrow from it), or a problem saying
+/// what is wrong with it.
+pub(crate) fn from_json_body<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, Problem> {
+    serde_json::from_slice(body).map_err(|error| {
         // Well-formed JSON of the wrong shape is unprocessable, not malformed.
         if error.classify() == serde_json::error::Category::Data {
             Problem::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "invalid_request",
                 &format!("the body is not what this route takes: {error}"),
+            )
+        } else if error.to_string().starts_with("recursion limit exceeded") {
+            // Well-formed too, as far as it was read: serde_json stops at
+            // 128 levels, and "not JSON" would send the sender looking
+            // for a syntax error.
+            Problem::new(
+                StatusCode::BAD_REQUEST,
+                "malformed_json",
+                &format!(
+                    "the body nests more than 128 arrays and objects deep (line {}, column {}), deeper than this route takes",
+                    error.line(),
+                    error.column()
+                ),
             )
         } else {
             Problem::new(

@@ -27,16 +27,24 @@ pub(super) struct Deployed {
 
 /// `POST /v1/workflows`: a `.flow` source compiled here, a set of files
 /// compiled here (a workflow and what it imports), or a built plan.
-#[derive(Deserialize, ToSchema)]
+#[derive(ToSchema)]
 #[serde(untagged)]
+#[allow(
+    dead_code,
+    reason = "describes the request, which is read as `DeployBody`"
+)]
 pub(super) enum Deploy {
     Source(DeploySource),
     Files(DeployFiles),
     Plan(DeployPlan),
 }
 
-#[derive(Deserialize, ToSchema)]
+#[derive(ToSchema)]
 #[serde(deny_unknown_fields)]
+#[allow(
+    dead_code,
+    reason = "describes the request, which is read as `DeployBody`"
+)]
 pub(super) struct DeployFiles {
     /// Path → text: the `.flow` file whose workflows are deployed, the
     /// files it imports (at the paths its imports name, relative to it),
@@ -47,8 +55,12 @@ pub(super) struct DeployFiles {
     pub(super) root: Option<String>,
 }
 
-#[derive(Deserialize, ToSchema)]
+#[derive(ToSchema)]
 #[serde(deny_unknown_fields)]
+#[allow(
+    dead_code,
+    reason = "describes the request, which is read as `DeployBody`"
+)]
 pub(super) struct DeploySource {
     /// A `.flow` file's text.
     pub(super) source: String,
@@ -56,13 +68,37 @@ pub(super) struct DeploySource {
     pub(super) path: Option<String>,
 }
 
-#[derive(Deserialize, ToSchema)]
+#[derive(ToSchema)]
 #[serde(deny_unknown_fields)]
+#[allow(
+    dead_code,
+    reason = "describes the request, which is read as `DeployBody`"
+)]
 pub(super) struct DeployPlan {
     /// `flowc build` output.
     #[schema(value_type = Object)]
     pub(super) plan: Value,
 }
+
+/// A deploy request as it is read: [`Deploy`]'s fields in one pass over
+/// the body, a plan kept as its text. A plan is parsed once, by
+/// `Plan::from_json`, which bounds its depth itself: read into a tree of
+/// values first, it cost twice the time and the memory, and a plan of
+/// deeply nested branches that `flowc build` wrote was refused past
+/// serde_json's 128 levels.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeployBody<'a> {
+    source: Option<String>,
+    path: Option<String>,
+    files: Option<std::collections::BTreeMap<String, String>>,
+    root: Option<String>,
+    #[serde(borrow)]
+    plan: Option<&'a serde_json::value::RawValue>,
+}
+
+/// What a deploy request may hold, for those that hold something else.
+const DEPLOY_SHAPE: &str = "send `source` (a .flow file's text, and optionally its `path`), `files` (path to text: a .flow file, what it imports and its flow.lock; with `root` naming the file to deploy) or `plan` (flowc build output)";
 
 /// Deploys each workflow of a source or plan: a new version of a workflow
 /// whose plan changed.
@@ -81,14 +117,10 @@ pub(crate) async fn deploy(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
-    let request: Deploy = json_body(&headers, body).map_err(|problem| {
-        // Serde's words for an untagged enum say nothing useful.
+    let body = json_bytes(&headers, body)?;
+    let request: DeployBody = from_json_body(&body).map_err(|problem| {
         if problem.code() == "invalid_request" {
-            Problem::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_request",
-                "send `source` (a .flow file's text, and optionally its `path`), `files` (path to text: a .flow file, what it imports and its flow.lock; with `root` naming the file to deploy) or `plan` (flowc build output)",
-            )
+            invalid_files(&format!("{DEPLOY_SHAPE}; {}", problem.detail()))
         } else {
             problem
         }
@@ -104,7 +136,7 @@ pub(crate) async fn deploy(
         unreachable!("the semaphore of compiles is never closed");
     };
     let limits = daemon.config.limits.compile_limits();
-    let (plan, size) = match deployable(request)? {
+    let (plan, size) = match deployable(request, &body)? {
         Deployable::Source { root, files } => compile_in_worker(root, files, limits, place).await?,
         Deployable::Plan(plan) => {
             joined(tokio::task::spawn_blocking(move || {
@@ -243,19 +275,33 @@ pub(crate) fn invalid_plan(detail: &str, found: &PlanProblems) -> Problem {
 enum Deployable {
     /// `root` of `files`, to compile.
     Source { root: String, files: DeployedFiles },
-    /// A plan built elsewhere, to validate.
-    Plan(Value),
+    /// A plan built elsewhere, as the request's text of it, to validate.
+    Plan(Bytes),
 }
 
-/// What a deploy request deploys, or why its files are refused.
-fn deployable(request: Deploy) -> Result<Deployable, Problem> {
-    Ok(match request {
-        Deploy::Source(DeploySource { source, path }) => {
+/// What a deploy request read from `body` deploys, or why it is refused.
+fn deployable(request: DeployBody<'_>, body: &Bytes) -> Result<Deployable, Problem> {
+    let shape = |why: &str| invalid_files(&format!("{DEPLOY_SHAPE}; {why}"));
+    let DeployBody {
+        source,
+        path,
+        files,
+        root,
+        plan,
+    } = request;
+    if path.is_some() && source.is_none() {
+        return Err(shape("`path` names a `source`"));
+    }
+    if root.is_some() && files.is_none() {
+        return Err(shape("`root` names one of `files`"));
+    }
+    Ok(match (source, files, plan) {
+        (Some(source), None, None) => {
             let root = path.unwrap_or_else(|| "workflow.flow".to_string());
             let files = DeployedFiles::single(&root, source);
             Deployable::Source { root, files }
         }
-        Deploy::Files(DeployFiles { files, root }) => {
+        (None, Some(files), None) => {
             let files = DeployedFiles::new(files).map_err(|why| invalid_files(&why))?;
             let root = match root {
                 Some(root) if files.contains(&root) => root,
@@ -271,15 +317,27 @@ fn deployable(request: Deploy) -> Result<Deployable, Problem> {
             };
             Deployable::Source { root, files }
         }
-        Deploy::Plan(DeployPlan { plan }) => Deployable::Plan(plan),
+        // The plan's text is a part of the body, which serde_json read
+        // from it without a copy.
+        (None, None, Some(plan)) => Deployable::Plan(body.slice_ref(plan.get().as_bytes())),
+        (None, None, None) => return Err(shape("the body holds none of them")),
+        _ => return Err(shape("the body holds more than one of them")),
     })
 }
 
 /// A plan from outside, held to what the compiler writes before it is
 /// stored (the runtime trusts a plan's indices, numbers and schemas), and
 /// the size of its JSON as the store keeps it (compact).
-fn valid_plan(plan: Value, most_bytes: u64) -> Result<(Plan, u64), Problem> {
-    let plan = Plan::from_json(&plan.to_string()).map_err(|e| {
+fn valid_plan(plan: Bytes, most_bytes: u64) -> Result<(Plan, u64), Problem> {
+    // serde_json took the plan as a string of the body: UTF-8 already.
+    let text = std::str::from_utf8(&plan).map_err(|e| {
+        Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_plan",
+            &e.to_string(),
+        )
+    })?;
+    let plan = Plan::from_json(text).map_err(|e| {
         Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_plan",
