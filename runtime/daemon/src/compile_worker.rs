@@ -272,10 +272,10 @@ async fn read_bounded(mut reader: impl AsyncRead + Unpin, most: usize) -> (Piece
     const PIECE: usize = 64 * 1024;
     let mut kept = Pieces::default();
     let mut cut = false;
-    loop {
+    while kept.len < most {
         let mut piece = Vec::with_capacity(PIECE);
         match reader.read_buf(&mut piece).await {
-            Ok(0) | Err(_) => break,
+            Ok(0) | Err(_) => return (kept, cut),
             Ok(read) => {
                 let room = most - kept.len;
                 piece.truncate(read.min(room));
@@ -284,7 +284,9 @@ async fn read_bounded(mut reader: impl AsyncRead + Unpin, most: usize) -> (Piece
             }
         }
     }
-    (kept, cut)
+    // The bound reached: the rest drained through one small buffer.
+    let past = tokio::io::copy(&mut reader, &mut tokio::io::sink()).await;
+    (kept, cut || past.is_ok_and(|past| past > 0))
 }
 
 /// Bytes read in pieces (`read_bounded`).
