@@ -40,15 +40,19 @@ impl AnthropicProvider {
             "tools": [{ "name": tool, "description": "Give the answer.", "input_schema": call.output_schema }],
             "tool_choice": { "type": "tool", "name": tool },
         });
-        let url = format!("{}/v1/messages", self.config.base_url.trim_end_matches('/'));
+        // The API's root, up to `/v1` or not: `/v1/v1/messages` is what the
+        // base URL of an OpenAI-compatible API gave, a 404.
+        let base = self.config.base_url.trim_end_matches('/');
+        let url = format!("{}/v1/messages", base.strip_suffix("/v1").unwrap_or(base));
         let mut request = self
             .client
             .post(&url)
             .header("anthropic-version", "2023-06-01");
-        if let Some(key) = &self.config.api_key {
+        let key = self.config.api_key.as_deref();
+        if let Some(key) = key {
             request = request.header("x-api-key", key);
         }
-        let (reply, text) = send_for_json(request, &url, &body, call).await?;
+        let (reply, text) = send_for_json(request, &url, key, &body, call).await?;
         let blocks = reply["content"].as_array().map_or(&[][..], Vec::as_slice);
         let said = blocks.iter().find_map(|b| b["text"].as_str());
         if reply["stop_reason"] == "refusal" {

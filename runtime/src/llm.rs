@@ -78,10 +78,45 @@ impl ProviderConfig {
 /// connection failure that every step would retry.
 pub(crate) fn http_client(config: &ProviderConfig) -> Result<reqwest::Client, String> {
     check_http_url(&config.base_url).map_err(|message| format!("the LLM base URL {message}"))?;
+    if let Some(key) = &config.api_key {
+        check_api_key(key).map_err(|message| format!("the LLM API key {message}"))?;
+    }
     reqwest::Client::builder()
         .connect_timeout(std::time::Duration::from_secs(10))
+        // A provider's API does not redirect: one that does is a proxy or
+        // a base URL gone wrong, and following it sent Anthropic's key
+        // (`x-api-key`, which reqwest strips from no redirect) to the other
+        // host, and a 301 or 302 turned the completion into a GET without
+        // its prompt. The redirect is answered as the error it is, naming
+        // where it points.
+        .redirect(reqwest::redirect::Policy::none())
         .build()
         .map_err(|e| format!("cannot build the HTTP client: {e}"))
+}
+
+/// `Err` says why `key` cannot go in an HTTP header, and where in it,
+/// without showing it: most often the line break a key file or a secret
+/// ended with, which made every request fail before it was sent.
+pub fn check_api_key(key: &str) -> Result<(), String> {
+    let Some((at, found)) = key
+        .char_indices()
+        .find(|&(_, c)| !(c == '\t' || (' '..='~').contains(&c)))
+    else {
+        return Ok(());
+    };
+    let what = match found {
+        '\n' | '\r' => "a line break",
+        c if c.is_control() => "a control character",
+        _ => "a character outside ASCII",
+    };
+    let place = if at + found.len_utf8() == key.len() {
+        "at its end".to_string()
+    } else {
+        format!("at character {}", key[..at].chars().count() + 1)
+    };
+    Err(format!(
+        "holds {what} {place}, which an HTTP header cannot carry: remove it (a key read from a file often ends with a line break)"
+    ))
 }
 
 /// `Err` says why `text` is not an http(s) URL with a host, naming it.

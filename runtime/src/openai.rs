@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::error::{ErrorKind, StepError};
+use crate::error::{ErrorKind, StepError, with_causes};
 use crate::fenced_body::{FencedBody, HoldLost};
 use crate::llm::{ProviderConfig, http_client};
 use crate::services::{BoxFuture, Provider, RecipeCall};
@@ -64,13 +64,18 @@ impl OpenAiProvider {
                 "Idempotency-Key",
                 format!("{}:{}", call.call_id, conversation.len()),
             );
-        if let Some(key) = &self.config.api_key {
+        let key = self.config.api_key.as_deref();
+        if let Some(key) = key {
             request = request.bearer_auth(key);
         }
-        let (reply, text) = send_for_json(request, &url, &body, call).await?;
+        let (reply, text) = send_for_json(request, &url, key, &body, call).await?;
         let choice = &reply["choices"][0];
-        let content = choice["message"]["content"].as_str();
-        if let Some(refusal) = choice["message"]["refusal"].as_str() {
+        let content = answer_text(&choice["message"]);
+        // Some servers send `"refusal": ""` beside every answer.
+        if let Some(refusal) = choice["message"]["refusal"]
+            .as_str()
+            .filter(|refusal| !refusal.trim().is_empty())
+        {
             return Ok(Answer::Refused(refusal.to_string()));
         }
         let stopped = match choice["finish_reason"].as_str() {
@@ -82,16 +87,40 @@ impl OpenAiProvider {
         };
         match (content, stopped) {
             (content, Some(why)) => Ok(Answer::Stopped {
-                text: content.unwrap_or_default().to_string(),
+                text: content.unwrap_or_default(),
                 why,
             }),
-            (Some(content), None) => Ok(Answer::Text(content.to_string())),
+            (Some(content), None) => Ok(Answer::Text(content)),
             (None, None) => Err(StepError::new(
                 ErrorKind::Server,
                 format!("the reply has no message content: {}", excerpt(&text)),
             )),
         }
     }
+}
+
+/// An answer's text in the shapes OpenAI-compatible servers give it: a
+/// string; a list of text parts, joined; a JSON value itself, where a
+/// server parsed the structured output for the client; or, with no
+/// content, the first tool call's arguments (servers that give structured
+/// output through a tool). Read as a server error and retried, each of
+/// these cost a whole completion again and failed the same way.
+fn answer_text(message: &Value) -> Option<String> {
+    let content = &message["content"];
+    let text = match content {
+        Value::String(text) if !text.is_empty() => Some(text.clone()),
+        Value::Array(parts) if !parts.is_empty() && parts.iter().all(|p| p["text"].is_string()) => {
+            Some(parts.iter().filter_map(|p| p["text"].as_str()).collect())
+        }
+        Value::Array(_) | Value::Object(_) => Some(content.to_string()),
+        _ => None,
+    };
+    text.or_else(|| {
+        message["tool_calls"][0]["function"]["arguments"]
+            .as_str()
+            .map(str::to_string)
+    })
+    .or_else(|| content.as_str().map(str::to_string))
 }
 
 /// What a model gave back for an answer.
@@ -213,13 +242,19 @@ where
                 ),
             );
             error.repairable = Some(crate::services::Repair {
-                answer: text,
+                // Sent back in the repair request: an answer of megabytes
+                // (a model gone on and on) is not sent back whole.
+                answer: flow_plan::cut(&text, REPAIR_ANSWER_CHARS),
                 problem,
             });
             error
         }
     })
 }
+
+/// The most of an answer that did not fit that its repair request sends
+/// back: far past any answer that fits a recipe's output.
+const REPAIR_ANSWER_CHARS: usize = 64 * 1024;
 
 fn parse_and_check(text: &str, schema: &Value) -> Result<Value, String> {
     let value: Value =
@@ -263,9 +298,13 @@ fn unfenced(text: &str) -> &str {
 /// hold is asked again (`Journal::admit` renews it) and the request sent
 /// anew, so that a slow moment costs no attempt of the step's budget; a
 /// hold the store took away is the journal's lost lease.
+///
+/// Errors name the URL with any password in it masked, and never hold
+/// `key`, the request's API key, should the server quote it back.
 pub(crate) async fn send_for_json(
     request: reqwest::RequestBuilder,
     url: &str,
+    key: Option<&str>,
     body: &Value,
     call: &RecipeCall<'_>,
 ) -> Result<(Value, String), StepError> {
@@ -273,15 +312,24 @@ pub(crate) async fn send_for_json(
     /// makes the hold live for most of a lease, so a second refusal means
     /// the process keeps stalling for that long.
     const RENEWALS: usize = 2;
+    let url = &crate::mcp::masked_url(url);
     let request = request.header(reqwest::header::CONTENT_TYPE, "application/json");
     let body = body.to_string();
     let hold = call.journal.and_then(|journal| journal.hold());
     let mut renewals = 0;
     let response = loop {
-        // A request without its body yet can always be copied.
-        let attempt = request
-            .try_clone()
-            .expect("a request without a body is cloned");
+        // A request without its body yet can be copied, unless it holds
+        // an error (a header value it could not take), which is said.
+        let Some(attempt) = request.try_clone() else {
+            let why = request
+                .build()
+                .err()
+                .map_or_else(|| "it could not be copied".to_string(), |e| with_causes(&e));
+            return Err(StepError::new(
+                ErrorKind::Client,
+                format!("the request to {url} could not be made: {why}"),
+            ));
+        };
         let attempt = match &hold {
             Some(hold) => attempt.body(reqwest::Body::wrap(FencedBody::new(
                 body.clone().into_bytes(),
@@ -301,16 +349,55 @@ pub(crate) async fn send_for_json(
                     _ => return Err(StoreError::LeaseLost.into()),
                 }
             }
-            Err(error) => return Err(transport_error(error)),
+            Err(error) => return Err(transport_error(url, error)),
         }
     };
     let status = response.status();
-    let wait = retry_after(response.headers());
-    let text = reply_text(response, url).await?;
-    if !status.is_success() {
-        return Err(status_error(url, status, wait, &text));
+    if status.is_redirection() {
+        return Err(redirect_error(url, status, response.headers()));
     }
-    Ok((reply_json(&text)?, text))
+    let wait = retry_after(response.headers());
+    let mut text = reply_text(response, url).await?;
+    // A key of a few characters would mask half of any answer; real keys
+    // are long.
+    if let Some(key) = key.filter(|key| key.len() >= 8)
+        && text.contains(key)
+    {
+        text = text.replace(key, "[the API key]");
+    }
+    if !status.is_success() {
+        let mut error = status_error(url, status, wait, &text);
+        error.message.push_str(match (status.as_u16(), key) {
+            (401 | 403, None) => " (no API key is set: FLOW_LLM_API_KEY, or flowd's [provider] api_key)",
+            (401, Some(_)) => " (the provider refused the API key)",
+            (404, _) => " (check the provider's base URL: an OpenAI-compatible API's ends in `/v1`, Anthropic's does not)",
+            _ => "",
+        });
+        return Err(error);
+    }
+    Ok((reply_json(url, &text)?, text))
+}
+
+/// A provider's redirect, refused (the client follows none): where it
+/// points, for the base URL to be set to it if it is right.
+fn redirect_error(
+    url: &str,
+    status: reqwest::StatusCode,
+    headers: &reqwest::header::HeaderMap,
+) -> StepError {
+    let to = headers
+        .get(reqwest::header::LOCATION)
+        .and_then(|to| to.to_str().ok())
+        .map_or_else(
+            || "no `Location`".to_string(),
+            |to| format!("`{}`", excerpt(&crate::mcp::masked_url(to))),
+        );
+    StepError::new(
+        ErrorKind::Client,
+        format!(
+            "{url} answered {status}, a redirect to {to}, which is not followed (a provider's API does not redirect; the key would go with it): check the provider's base URL"
+        ),
+    )
 }
 
 /// The most of a provider's reply that is read. An answer is a few
@@ -338,7 +425,11 @@ async fn reply_text(mut response: reqwest::Response, url: &str) -> Result<String
         return Err(too_long());
     }
     let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(transport_error)? {
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|error| transport_error(url, error))?
+    {
         if body.len() + chunk.len() > MAX_REPLY_BYTES {
             return Err(too_long());
         }
@@ -363,11 +454,14 @@ fn refused_by_fence(error: &reqwest::Error) -> bool {
     false
 }
 
-fn reply_json(text: &str) -> Result<Value, StepError> {
+fn reply_json(url: &str, text: &str) -> Result<Value, StepError> {
     serde_json::from_str(text).map_err(|e| {
         StepError::new(
             ErrorKind::Server,
-            format!("the provider's reply is not JSON ({e}): {}", excerpt(text)),
+            format!(
+                "{url} answered with what is not JSON ({e}): {}",
+                excerpt(text)
+            ),
         )
     })
 }
@@ -409,13 +503,17 @@ pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Durati
     Some(Duration::from_secs(at.saturating_sub(now)))
 }
 
-pub(crate) fn transport_error(error: reqwest::Error) -> StepError {
+/// A request that got no whole answer, saying why (reqwest's own words,
+/// "error sending request", say only that it failed).
+pub(crate) fn transport_error(url: &str, error: reqwest::Error) -> StepError {
     let kind = if error.is_timeout() {
         ErrorKind::Timeout
     } else {
         ErrorKind::Connection
     };
-    StepError::new(kind, error.to_string())
+    // reqwest names the URL itself, password and all, in some errors.
+    let why = with_causes(&error.without_url());
+    StepError::new(kind, format!("{url}: {why}"))
 }
 
 /// Schema and tool names allow `[a-zA-Z0-9_-]` only.
@@ -432,17 +530,40 @@ pub(crate) fn schema_name(recipe: &str) -> String {
         .collect()
 }
 
+/// The start of a server's text, on one line and inert: its control
+/// characters escaped (`\n`, `\u{1b}`), so that an HTML page or a
+/// terminal's escape sequences in an error print as text in a terminal,
+/// a trace or a log.
 pub(crate) fn excerpt(text: &str) -> String {
-    const LIMIT: usize = 500;
-    match text.char_indices().nth(LIMIT) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_string(),
+    let start = flow_plan::cut(text, 501);
+    let mut shown = String::with_capacity(start.len());
+    for c in start.chars() {
+        if c.is_control() {
+            shown.extend(c.escape_default());
+        } else {
+            shown.push(c);
+        }
     }
+    shown
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A server's text in an error is inert: a terminal's escape sequences
+    /// (clear the screen, retitle the window, print a fake "completed") and
+    /// an HTML page's lines print as text, on one line.
+    #[test]
+    fn an_excerpt_escapes_control_characters() {
+        let shown = excerpt("\u{1b}[2J\u{1b}]0;pwned\u{7}<html>\n<body>\r\n\tbad</body>");
+        assert_eq!(
+            shown,
+            "\\u{1b}[2J\\u{1b}]0;pwned\\u{7}<html>\\n<body>\\r\\n\\tbad</body>"
+        );
+        let long = "é".repeat(600);
+        assert_eq!(excerpt(&long).chars().count(), 501, "cut at 500 and marked");
+    }
 
     #[test]
     fn a_fenced_answer_is_read_inside_its_fence() {

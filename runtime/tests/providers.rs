@@ -408,6 +408,177 @@ fn a_malformed_base_url_is_a_configuration_error() {
     }
 }
 
+/// Regression: a key ending in a line break (a key file's, a secret's)
+/// made reqwest keep an error in the request, and copying it for the
+/// attempt panicked: `flow run` crashed and flowd's run stayed `running`.
+/// It is a configuration error now, which says where and does not show
+/// the key.
+#[test]
+fn a_key_a_header_cannot_carry_is_a_configuration_error() {
+    for (key, says) in [
+        ("sk-secret-key\n", "a line break at its end"),
+        ("sk-secret\r\n", "a line break at character 10"),
+        ("sk-se\u{7}cret", "a control character at character 6"),
+        ("sk-sécret", "a character outside ASCII at character 5"),
+    ] {
+        let config = ProviderConfig {
+            base_url: "http://127.0.0.1:1/v1".into(),
+            api_key: Some(key.into()),
+            models: Default::default(),
+        };
+        let error = OpenAiProvider::new(config.clone())
+            .err()
+            .unwrap_or_else(|| panic!("{key:?} was accepted"));
+        assert!(
+            error.starts_with("the LLM API key holds") && error.contains(says),
+            "{key:?}: {error}"
+        );
+        assert!(
+            !error.contains("secret") && !error.contains("sécret"),
+            "{error}"
+        );
+        assert!(AnthropicProvider::new(config).is_err(), "{key:?}");
+    }
+}
+
+/// Regression: redirects were followed, and Anthropic's `x-api-key`
+/// (which reqwest strips from none) went to the other host; a 301 or 302
+/// turned the completion into a GET without its prompt. A redirect is now
+/// a client error naming where it points, and nothing is sent there.
+#[tokio::test]
+async fn a_redirect_is_not_followed_and_says_where_it_points() {
+    let to = "http://elsewhere.invalid/v1/chat/completions";
+    for status in [301, 302, 307, 308] {
+        let server = fake_llm(vec![Reply::Answer(
+            status,
+            vec![("location", to)],
+            String::new(),
+        )])
+        .await;
+        let (outcome, store) = run_against(&server, FAST_RETRIES).await;
+        assert_eq!(
+            failed_with(&outcome),
+            Some(ErrorKind::Client),
+            "{outcome:?}"
+        );
+        assert_eq!(server.requests(), 1, "{status}: not retried");
+        let error = store.records()[0].error.clone().expect("an error");
+        assert!(
+            error
+                .message
+                .contains(&format!("a redirect to `{to}`, which is not followed")),
+            "{}",
+            error.message
+        );
+    }
+}
+
+/// Errors show the provider's URL with its password masked, and never
+/// the API key, should the server quote it back (reqwest's own errors
+/// dropped the password; the step's words did not).
+#[tokio::test]
+async fn errors_show_neither_the_urls_password_nor_the_key() {
+    let server = fake_llm(vec![Reply::Answer(
+        401,
+        vec![],
+        "Incorrect API key provided: test-key-0123456789".into(),
+    )])
+    .await;
+    let base_url = server.url.replace("http://", "http://proxy:hunter2secret@");
+    let provider = OpenAiProvider::new(ProviderConfig {
+        base_url,
+        api_key: Some("test-key-0123456789".into()),
+        models: Default::default(),
+    })
+    .expect("a client");
+    let (outcome, store) = run_with(Arc::new(provider), FAST_RETRIES).await;
+    assert_eq!(
+        failed_with(&outcome),
+        Some(ErrorKind::Client),
+        "{outcome:?}"
+    );
+    let error = store.records()[0].error.clone().expect("an error");
+    assert!(
+        error.message.starts_with("http://***@127.0.0.1:")
+            && error
+                .message
+                .contains("Incorrect API key provided: [the API key]"),
+        "{}",
+        error.message
+    );
+    assert!(!error.message.contains("hunter2"), "{}", error.message);
+}
+
+/// A request that got no answer says why, not only reqwest's "error
+/// sending request".
+#[tokio::test]
+async fn a_refused_connection_says_so() {
+    let provider = OpenAiProvider::new(ProviderConfig {
+        base_url: "http://127.0.0.1:1/v1".into(),
+        api_key: None,
+        models: Default::default(),
+    })
+    .expect("a client");
+    let (outcome, store) = run_with(Arc::new(provider), "retry 1 timeout 5s").await;
+    assert_eq!(
+        failed_with(&outcome),
+        Some(ErrorKind::Connection),
+        "{outcome:?}"
+    );
+    let error = store.records()[0].error.clone().expect("an error");
+    assert!(
+        error
+            .message
+            .starts_with("http://127.0.0.1:1/v1/chat/completions: ")
+            && error.message.to_lowercase().contains("connection refused"),
+        "{}",
+        error.message
+    );
+}
+
+/// OpenAI-compatible servers give an answer in other shapes than a string
+/// of content: read as a server error and retried, each cost a whole
+/// completion again and failed the same way.
+#[tokio::test]
+async fn answers_in_each_shape_servers_give_are_read() {
+    let answer = json!({ "text": "fine", "score": 2 });
+    for (shape, message) in [
+        (
+            "text parts",
+            json!({ "role": "assistant", "content": [
+                { "type": "text", "text": "{\"text\": \"fine\", " },
+                { "type": "text", "text": "\"score\": 2}" },
+            ] }),
+        ),
+        (
+            "the value itself",
+            json!({ "role": "assistant", "content": answer }),
+        ),
+        (
+            "a tool call",
+            json!({ "role": "assistant", "content": null, "tool_calls": [{
+                "id": "c1", "type": "function",
+                "function": { "name": "answer", "arguments": answer.to_string() },
+            }] }),
+        ),
+        (
+            "an empty refusal beside the answer",
+            json!({ "role": "assistant", "content": answer.to_string(), "refusal": "" }),
+        ),
+    ] {
+        let server = fake_llm(vec![Reply::Body(
+            json!({ "choices": [{ "message": message, "finish_reason": "stop" }] }),
+        )])
+        .await;
+        let (outcome, _) = run_against(&server, FAST_RETRIES).await;
+        let Outcome::Completed { output } = &outcome else {
+            panic!("{shape}: {outcome:?}")
+        };
+        assert_eq!(output["text"], "fine", "{shape}");
+        assert_eq!(server.requests(), 1, "{shape}");
+    }
+}
+
 /// A run's journal whose hold was live at its `admit` and ran out before
 /// the request went out, as in a process stopped (SIGSTOP) in between;
 /// asked again, it renews the hold when `renews` (the run was still this

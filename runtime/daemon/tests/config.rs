@@ -303,3 +303,28 @@ fn the_model_variables_of_flow_run_configure_flowd_too() {
         ]
     ));
 }
+
+/// Regression: a key ending in a line break (a secret read from a file)
+/// passed `check-config`, and every run of the flowd then panicked a
+/// worker and stayed `running`. It is a problem placed where the key was
+/// given, the key itself not shown.
+#[test]
+fn an_api_key_a_header_cannot_carry_is_refused() {
+    let in_file = format!(
+        "{SECRET}[provider]\nkind = \"anthropic\"\nbase_url = \"https://api.anthropic.com\"\napi_key = \"sk-ant-secret\\n\"\n"
+    );
+    insta::assert_snapshot!(
+        "an_api_key_a_header_cannot_carry_is_refused_in_the_file",
+        render(&in_file, &[])
+    );
+    insta::assert_snapshot!(
+        "an_api_key_a_header_cannot_carry_is_refused_from_the_environment",
+        render(
+            SECRET,
+            &[
+                ("FLOW_LLM_BASE_URL", "http://127.0.0.1:11434/v1"),
+                ("OPENAI_API_KEY", "sk-secret\r\n"),
+            ]
+        )
+    );
+}

@@ -38,3 +38,21 @@ impl From<EvalError> for StepError {
         StepError::new(ErrorKind::Expression, error.0)
     }
 }
+
+/// An error and the errors under it, each said once: a library's outer
+/// error ("error sending request for url", "error performing TLS
+/// handshake") says that something failed, and only its causes say what
+/// (the connection refused, the certificate not trusted).
+pub fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        let said = inner.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        cause = inner.source();
+    }
+    text
+}

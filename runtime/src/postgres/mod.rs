@@ -85,6 +85,7 @@ use tokio_postgres::NoTls;
 use tokio_postgres::types::ToSql;
 
 use crate::approval::{DecideError, Decision, PendingApproval, decide_record, gate_due_ms};
+use crate::error::with_causes;
 use crate::journal::{StepRecord, StepStatus};
 use crate::services::{Handoff, KbDocument, KbWrite};
 use crate::store::record::EncodedWrite;
@@ -156,22 +157,6 @@ impl From<deadpool_postgres::PoolError> for StoreError {
     fn from(error: deadpool_postgres::PoolError) -> StoreError {
         StoreError::Database(format!("postgres: {}", with_causes(&error)))
     }
-}
-
-/// An error and the errors under it: tokio-postgres says "error performing
-/// TLS handshake", and only its cause says which certificate was refused.
-fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(inner) = cause {
-        let said = inner.to_string();
-        if !text.contains(&said) {
-            text.push_str(": ");
-            text.push_str(&said);
-        }
-        cause = inner.source();
-    }
-    text
 }
 
 pub struct PostgresStore {

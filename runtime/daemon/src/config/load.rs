@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-use flow_runtime::llm::check_http_url;
+use flow_runtime::llm::{check_api_key, check_http_url};
 
 use super::parse::{Place, Problems, Span, read_file};
 use super::*;
@@ -713,6 +713,7 @@ fn provider_with_env(
         ),
         None => return None,
     };
+    let section = place.clone();
     if let Some(kind) = kind {
         provider.kind = kind;
         place = Place::Env("FLOW_LLM_PROVIDER".into());
@@ -745,10 +746,22 @@ fn provider_with_env(
         "anthropic" => "ANTHROPIC_API_KEY",
         _ => "OPENAI_API_KEY",
     };
-    if let Some(key) =
-        env("FLOW_LLM_API_KEY").or_else(|| env(vendor_key).filter(|_| provider.api_key.is_none()))
+    let mut key_place = section;
+    if let Some((name, key)) = env("FLOW_LLM_API_KEY")
+        .map(|key| ("FLOW_LLM_API_KEY", key))
+        .or_else(|| {
+            env(vendor_key)
+                .filter(|_| provider.api_key.is_none())
+                .map(|key| (vendor_key, key))
+        })
     {
         provider.api_key = Some(Secret(key));
+        key_place = Place::Env(name.into());
+    }
+    if let Some(Secret(key)) = &provider.api_key
+        && let Err(message) = check_api_key(key)
+    {
+        problems.report(key_place, format!("[provider] api_key {message}"));
     }
     for (name, model) in environment.with_prefix("FLOW_LLM_MODEL") {
         let alias = match name.strip_prefix("FLOW_LLM_MODEL") {
