@@ -323,7 +323,7 @@ pub async fn drive(
                 }
             }))
         };
-        let outcome = crate::interp::run_within(
+        let interpreted = CatchPanic(Box::pin(crate::interp::run_within(
             plan,
             workflow,
             run_id,
@@ -331,8 +331,20 @@ pub async fn drive(
             services,
             Duration::from_millis(spent),
             round,
-        )
+        )))
         .await;
+        let outcome = interpreted.unwrap_or_else(|panic| {
+            tracing::error!(run = %run_id, "flow failed on this run, a bug in flow: {panic}");
+            Outcome::Failed {
+                error: StepError::new(
+                    ErrorKind::Internal,
+                    format!(
+                        "flow failed on this run ({panic}): a bug in flow, not in the workflow; the steps it finished are kept, and a redrive goes on from here once flow is fixed"
+                    ),
+                ),
+                step: None,
+            }
+        });
         if beat.stop() {
             let _ = (&mut ticker.0).await;
         }
@@ -364,6 +376,34 @@ pub async fn drive(
             continue;
         }
         return Ok(outcome);
+    }
+}
+
+/// A future whose panic is caught, answered with the panic's message: a
+/// bug met by one run fails that run, recorded with the steps it finished,
+/// where the panic ended the task (flowd's run stayed `running`, driven by
+/// nobody) or the process (`flow run`), and left the run to meet it again.
+struct CatchPanic<F>(std::pin::Pin<Box<F>>);
+
+impl<F: Future> Future for CatchPanic<F> {
+    type Output = Result<F::Output, String>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let inner = self.get_mut().0.as_mut();
+        // Unwind safety: after a panic the future is not polled again, and
+        // what it shared (the journal, the store) keeps no state a panic
+        // half-writes: their locks are taken poisoned or not.
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.poll(cx))) {
+            Ok(polled) => polled.map(Ok),
+            Err(panic) => std::task::Poll::Ready(Err(panic
+                .downcast_ref::<&str>()
+                .map(|said| said.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".to_string()))),
+        }
     }
 }
 

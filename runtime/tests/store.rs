@@ -88,6 +88,7 @@ on_each_store!(
     a_cancelled_run_records_nothing_more,
     a_run_given_up_is_orphaned_until_claimed,
     a_failed_run_is_redriven_from_the_step_that_failed_it,
+    a_panic_fails_its_run_which_a_redrive_takes_on,
     a_redrive_reruns_only_the_failed_iterations_of_a_loop,
     a_run_is_redriven_again_and_at_most_max_times,
     a_redrive_cut_short_goes_on_from_where_it_was,
@@ -2249,11 +2250,13 @@ async fn deployments_runs_and_documents_can_be_deleted(backend: Backend) {
 }
 
 /// A model with an outage: a call whose prompt is `down` fails (a 5xx), one
-/// whose prompt is `hung` never answers; every call is noted by prompt.
+/// whose prompt is `hung` never answers, one whose prompt is `broken`
+/// panics (a bug); every call is noted by prompt.
 #[derive(Default)]
 struct Outage {
     down: std::sync::Mutex<std::collections::BTreeSet<String>>,
     hung: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    broken: std::sync::Mutex<std::collections::BTreeSet<String>>,
     calls: std::sync::Mutex<Vec<String>>,
 }
 
@@ -2271,6 +2274,7 @@ impl Outage {
     fn over(&self) {
         self.down.lock().unwrap().clear();
         self.hung.lock().unwrap().clear();
+        self.broken.lock().unwrap().clear();
     }
 
     fn calls_of(&self, prompt: &str) -> usize {
@@ -2294,7 +2298,9 @@ impl flow_runtime::services::Provider for Outage {
         self.calls.lock().unwrap().push(call.prompt.clone());
         let down = self.down.lock().unwrap().contains(&call.prompt);
         let hung = self.hung.lock().unwrap().contains(&call.prompt);
+        let broken = self.broken.lock().unwrap().contains(&call.prompt);
         Box::pin(async move {
+            assert!(!broken, "a bug met by the call of {}", call.prompt);
             if hung {
                 std::future::pending::<()>().await;
             }
@@ -2427,6 +2433,40 @@ async fn a_failed_run_is_redriven_from_the_step_that_failed_it(backend: Backend)
         None,
         "a completed run is not redriven"
     );
+}
+
+/// Regression: a panic in a run's task (a provider's, met through a key
+/// with a line break) ended the task, and flowd's run stayed `running`,
+/// driven by nobody, until a restart met the panic again; `flow run`
+/// crashed. The run now fails with what it met, its finished steps kept,
+/// and a redrive goes on from there.
+async fn a_panic_fails_its_run_which_a_redrive_takes_on(backend: Backend) {
+    let store = backend.open().await;
+    let plan = created(&store, EIGHT_STEPS, json!({})).await;
+    let model = Arc::new(Outage::default());
+    model.broken.lock().unwrap().insert("s3".to_string());
+    let failed = drive_with(&store, &plan, json!({}), &model).await;
+    let Outcome::Failed { error, step: None } = &failed else {
+        panic!("{failed:?}")
+    };
+    assert_eq!(error.kind, flow_runtime::error::ErrorKind::Internal);
+    assert!(
+        error
+            .message
+            .starts_with("flow failed on this run (a bug met by the call of s3)"),
+        "{}",
+        error.message
+    );
+    let row = store.run("run-1").await.unwrap().unwrap();
+    assert_eq!(row.status, RunStatus::Failed);
+
+    model.over();
+    assert_eq!(store.redrive_run("run-1", None).await.unwrap(), Some(1));
+    let done = drive_with(&store, &plan, json!({}), &model).await;
+    assert!(matches!(done, Outcome::Completed { .. }), "{done:?}");
+    for (step, calls) in [("s1", 1), ("s2", 1), ("s3", 2), ("s8", 1)] {
+        assert_eq!(model.calls_of(step), calls, "{step}");
+    }
 }
 
 /// Issue 15: of a loop's 10 iterations 2 failed; a redrive runs those 2.

@@ -40,6 +40,10 @@ pub enum ErrorKind {
     /// What the run needs is missing or wrong (its input, a model alias, an
     /// MCP server, its knowledge base): nothing ran.
     Preflight,
+    /// flow itself failed on the run (a bug: a panic in the runtime): the
+    /// run fails with what it met, rather than stay `running` undriven,
+    /// and a redrive goes on from there once flow is fixed. Not retried.
+    Internal,
 }
 
 impl ErrorKind {
@@ -65,6 +69,7 @@ impl ErrorKind {
             ErrorKind::Rejected => "rejected",
             ErrorKind::Expired => "expired",
             ErrorKind::Preflight => "preflight",
+            ErrorKind::Internal => "internal",
         }
     }
 }
