@@ -90,6 +90,7 @@ fn main() {
                         call_id: &call_id,
                         repair: None,
                         journal: None,
+                        deadline: None,
                     };
                     provider.complete(&call).await.unwrap();
                 }));

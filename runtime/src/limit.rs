@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::error::StepError;
+use crate::error::{ErrorKind, StepError};
 use crate::services::{BoxFuture, Provider, RecipeCall};
 use crate::tls::{TlsMode, TlsSettings};
 
@@ -676,7 +676,21 @@ pub struct LimitedProvider {
 impl Provider for LimitedProvider {
     fn complete<'a>(&'a self, call: &'a RecipeCall<'a>) -> BoxFuture<'a, Result<Value, StepError>> {
         Box::pin(async move {
-            let _permit = self.limiter.acquire(&self.account).await;
+            let acquire = self.limiter.acquire(&self.account);
+            let _permit = match call.deadline {
+                // The step's timeout can pass in this wait: said as what it
+                // is, where the step's own timeout blamed the model, which
+                // was never asked.
+                Some(deadline) => tokio::time::timeout_at(deadline, acquire)
+                    .await
+                    .map_err(|_| {
+                        StepError::new(
+                            ErrorKind::Timeout,
+                            "the attempt's timeout passed while it waited for a place among the account's model calls in flight (`FLOW_LLM_CONCURRENCY`, flowd's `llm_concurrency`); the model was not asked",
+                        )
+                    })?,
+                None => acquire.await,
+            };
             // The wait for the permit can outlast the run's lease: a process
             // paused or starved meanwhile must not send the call of a step
             // that another process now runs.

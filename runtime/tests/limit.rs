@@ -106,6 +106,7 @@ async fn call_at_once(provider: &Arc<dyn Provider>, calls: usize) {
                     call_id: &call_id,
                     repair: None,
                     journal: None,
+                    deadline: None,
                 };
                 provider.complete(&call).await
             })
@@ -436,5 +437,62 @@ async fn a_cancelled_waiter_leaves_the_line() {
         started.elapsed() < Duration::from_millis(500),
         "{:?}",
         started.elapsed()
+    );
+}
+
+/// Regression: a step whose timeout passed while its call waited for a
+/// permit of the account's limit was recorded as "the attempt ran past the
+/// step's timeout", blaming the model, which was never asked. The wait is
+/// now what the error names.
+#[tokio::test]
+async fn a_timeout_spent_waiting_for_a_permit_says_so() {
+    let server = FakeLlm::start(
+        vec![],
+        json!({ "text": "slow" }),
+        Duration::from_millis(400),
+    )
+    .await;
+    let limiter: Arc<dyn Limiter> = Arc::new(LocalLimiter::new(limits(1), Arc::new(Unobserved)));
+    let provider = limited(&server, limiter, "acme");
+    let (input, schema) = (json!({}), json!({}));
+    let call = |call_id: &'static str, deadline| RecipeCall {
+        recipe: "r",
+        model: "default",
+        prompt: call_id.to_string(),
+        input: &input,
+        output_schema: &schema,
+        path: "step",
+        call_id,
+        repair: None,
+        journal: None,
+        deadline,
+    };
+    let holder = call("holder", None);
+    let holding = provider.complete(&holder);
+    let waiting = async {
+        // The holder has the one permit by then.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let waiter = call(
+            "waiter",
+            Some(tokio::time::Instant::now() + Duration::from_millis(100)),
+        );
+        provider.complete(&waiter).await
+    };
+    let (held, waited) = tokio::join!(holding, waiting);
+    assert!(held.is_ok(), "{held:?}");
+    let error = waited.expect_err("the waiter's timeout passed");
+    assert_eq!(error.kind, flow_runtime::error::ErrorKind::Timeout);
+    assert!(
+        error
+            .message
+            .contains("while it waited for a place among the account's model calls")
+            && error.message.contains("the model was not asked"),
+        "{}",
+        error.message
+    );
+    assert_eq!(
+        server.prompts(),
+        ["holder"],
+        "the waiter's call never went out"
     );
 }

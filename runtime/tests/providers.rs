@@ -627,6 +627,7 @@ fn call_of<'a>(
         call_id: "run:first:0",
         repair: None,
         journal: Some(journal),
+        deadline: None,
     }
 }
 

@@ -745,10 +745,21 @@ impl<'p> Interpreter<'p> {
             }
             let call_id = call_id(&self.run_id, path, index);
             let timeout = Duration::from_millis(step.timeout_ms);
+            let deadline = tokio::time::Instant::now() + timeout;
             let called_ms = now_ms();
-            let result = match tokio::time::timeout(
-                timeout,
-                self.action(step, args, path, &call_id, ctx, repair.clone()),
+            let result = match tokio::time::timeout_at(
+                deadline,
+                self.action(
+                    step,
+                    args,
+                    path,
+                    ctx,
+                    Attempting {
+                        call_id: &call_id,
+                        repair: repair.clone(),
+                        deadline,
+                    },
+                ),
             )
             .await
             {
@@ -853,10 +864,14 @@ impl<'p> Interpreter<'p> {
         step: &Step,
         args: &Value,
         path: &str,
-        call_id: &str,
         ctx: &Ctx,
-        repair: Option<Repair>,
+        attempting: Attempting<'_>,
     ) -> Result<Option<Value>, StepError> {
+        let Attempting {
+            call_id,
+            repair,
+            deadline,
+        } = attempting;
         match &step.action {
             Action::Recipe { recipe, .. } => {
                 let recipe = self.plan.recipes.get(*recipe as usize).ok_or_else(|| {
@@ -893,6 +908,7 @@ impl<'p> Interpreter<'p> {
                     call_id,
                     repair,
                     journal: Some(self.services.journal.as_ref()),
+                    deadline: Some(deadline),
                 };
                 let output = self.services.provider.complete(&call).await?;
                 let mismatches = crate::schema::validate(&recipe.output_schema, &output);
@@ -1051,6 +1067,14 @@ fn error_value(error: &StepError, step: &str) -> Value {
 /// An attempt's identity, `RUN:PATH:INDEX`: what the provider is asked
 /// to deduplicate by. Built in one allocation, as it is made for every
 /// attempt.
+/// What one attempt of a step is: its call's identity, the answer a
+/// repair asks about, and when its timeout ends it.
+struct Attempting<'a> {
+    call_id: &'a str,
+    repair: Option<Repair>,
+    deadline: tokio::time::Instant,
+}
+
 fn call_id(run_id: &str, path: &str, index: u32) -> String {
     use std::fmt::Write;
     let mut id = String::with_capacity(run_id.len() + path.len() + 12);

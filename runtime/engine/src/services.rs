@@ -41,6 +41,10 @@ pub struct RecipeCall<'a> {
     /// interpreter's check before the attempt may be seconds old by then,
     /// and the run another process's. `None` outside a run.
     pub journal: Option<&'a dyn Journal>,
+    /// When the attempt's timeout ends it: a provider that waits before
+    /// sending (for a permit of the account's limit) says that this wait is
+    /// what ran out, not the model. `None` outside a step.
+    pub deadline: Option<tokio::time::Instant>,
 }
 
 impl std::fmt::Debug for RecipeCall<'_> {
