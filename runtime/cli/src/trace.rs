@@ -493,11 +493,17 @@ fn step_row(row: &mut Row, run: &str, record: &StepRecord, options: &Options<'_>
                 .push_str(&format!("  {} attempts", record.attempts.len()));
         }
     }
-    for attempt in &record.attempts {
+    for (place, attempt) in record.attempts.iter().enumerate() {
         if let Some(error) = &attempt.error {
+            // The last attempt's wait may be under way, or cut short by
+            // the run's end (its deadline, a cancel): what was due, then.
+            let last = place + 1 == record.attempts.len();
             let then = attempt
                 .delay_ms
-                .map(|ms| format!("  (then waited {})", style::duration(ms)))
+                .map(|ms| match last {
+                    false => format!("  (then waited {})", style::duration(ms)),
+                    true => format!("  (the next attempt due {} later)", style::duration(ms)),
+                })
                 .unwrap_or_default();
             row.details
                 .push(format!("attempt {}  {error}{then}", attempt.index + 1));
