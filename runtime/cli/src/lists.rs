@@ -229,10 +229,10 @@ pub(crate) fn print_notifications(list: &[Notification], json: bool, paint: Pain
             ))
         );
         if let Some(subject) = &note.subject {
-            out!("  {subject}");
+            out!("  {}", style::inert(subject));
         }
         for line in note.message.lines() {
-            out!("  {line}");
+            out!("  {}", style::inert(line));
         }
     }
 }

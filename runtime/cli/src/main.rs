@@ -1234,7 +1234,7 @@ fn report(record: &RunRecord, json: bool, db: Option<&Path>) -> u8 {
                     .and_then(|e| e.step.as_deref())
                     .map(|s| format!(" at step `{s}`"))
                     .unwrap_or_default(),
-                error.map_or("", |e| e.message.as_str())
+                style::inert(error.map_or("", |e| e.message.as_str()))
             );
         }
         RunStatus::Cancelled => out!("run {run_id} was cancelled"),

@@ -113,7 +113,30 @@ pub(crate) use flow_runtime::mcp::shell_quote as shell_word;
 /// each, so that a message of several lines stays inside the tree or list
 /// it is shown in, and quotes in it read as its own.
 pub(crate) fn quoted(message: &str) -> Vec<String> {
-    message.lines().map(|line| format!("> {line}")).collect()
+    message
+        .lines()
+        .map(|line| format!("> {}", inert(line)))
+        .collect()
+}
+
+/// Text from outside (an error a provider or a tool wrote, a message a
+/// model's answer filled in) as printed: its control characters escaped
+/// (`\u{1b}`, `\n`), so that a terminal's escape sequences in it (clear
+/// the screen, retitle the window, a fake green "completed") print as text
+/// and a line break cannot leave the tree or list it is shown in.
+pub(crate) fn inert(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return text.into();
+    }
+    let mut shown = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            shown.extend(c.escape_default());
+        } else {
+            shown.push(c);
+        }
+    }
+    shown.into()
 }
 
 /// The default store of the local commands; a hint names `--db` only for
@@ -154,6 +177,23 @@ mod tests {
             .map(duration)
             .collect();
         assert_eq!(shown, ["0ms", "850ms", "4.2s", "3m12s", "2h05m", "3d05h"]);
+    }
+
+    /// Regression: a provider's error holding a terminal's escape
+    /// sequences cleared the screen, retitled the window and printed a
+    /// green "run completed" when `flow run` and `flow show` printed it.
+    #[test]
+    fn text_from_outside_prints_inert() {
+        assert_eq!(inert("plain, é"), "plain, é");
+        assert_eq!(
+            inert("\u{1b}[2J\u{1b}]0;pwned\u{7}\u{1b}[32mrun completed\r\nx\0"),
+            "\\u{1b}[2J\\u{1b}]0;pwned\\u{7}\\u{1b}[32mrun completed\\r\\nx\\u{0}"
+        );
+        assert_eq!(
+            quoted("go?\n\u{1b}[2Jyes"),
+            ["> go?", "> \\u{1b}[2Jyes"],
+            "lines stay lines"
+        );
     }
 
     #[test]

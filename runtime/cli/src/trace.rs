@@ -215,7 +215,11 @@ fn header(run: &RunSummary, records: &[StepRecord], options: &Options<'_>) -> St
             "error",
             paint.tone(
                 Tone::Bad,
-                &format!("{at}{}: {}", error.kind.name(), error.message),
+                &format!(
+                    "{at}{}: {}",
+                    error.kind.name(),
+                    style::inert(&error.message)
+                ),
             ),
         ));
     }
@@ -505,8 +509,11 @@ fn step_row(row: &mut Row, run: &str, record: &StepRecord, options: &Options<'_>
                     true => format!("  (the next attempt due {} later)", style::duration(ms)),
                 })
                 .unwrap_or_default();
-            row.details
-                .push(format!("attempt {}  {error}{then}", attempt.index + 1));
+            row.details.push(format!(
+                "attempt {}  {}{then}",
+                attempt.index + 1,
+                style::inert(error)
+            ));
         }
     }
     if let Some(error) = &record.error
@@ -515,7 +522,11 @@ fn step_row(row: &mut Row, run: &str, record: &StepRecord, options: &Options<'_>
     {
         row.details.push(options.paint.tone(
             Tone::Bad,
-            &format!("error  {}: {}", error.kind.name(), error.message),
+            &format!(
+                "error  {}: {}",
+                error.kind.name(),
+                style::inert(&error.message)
+            ),
         ));
     }
     if options.outputs
