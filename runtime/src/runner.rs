@@ -370,7 +370,7 @@ pub async fn drive(
         if let Outcome::Parked { pending } = &outcome
             && decided_meanwhile(store, run_id, pending).await?
             && store
-                .claim_run(run_id, &[RunStatus::PendingApproval])
+                .claim_run(run_id, &[RunStatus::PendingApproval, RunStatus::Running])
                 .await?
         {
             continue;

@@ -870,9 +870,15 @@ async fn the_runner_parks_resumes_and_lists_runs_to_recover(backend: Backend) {
         .await
         .unwrap()
         .unwrap();
+    // The decider's in the decision's commit: running, so that recovery
+    // takes it if the decider dies before its claim; no orphan while the
+    // decider lives.
+    let decided = store.run("run-1").await.unwrap().unwrap();
+    assert_eq!(decided.status, RunStatus::Running);
+    assert!(store.orphaned_runs().await.unwrap().is_empty());
     assert!(
         store
-            .claim_run("run-1", &[RunStatus::PendingApproval])
+            .claim_run("run-1", &[RunStatus::PendingApproval, RunStatus::Running])
             .await
             .unwrap()
     );

@@ -493,7 +493,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             // A run that another live process is executing picks the
             // decision up itself when it parks (see `execute`).
             if !store
-                .claim_run(&run, &[RunStatus::PendingApproval])
+                .claim_run(&run, &[RunStatus::PendingApproval, RunStatus::Running])
                 .await
                 .map_err(store_error)?
             {

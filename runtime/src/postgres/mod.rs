@@ -511,6 +511,16 @@ impl PostgresStore {
             ],
         )
         .await?;
+        // This process's to claim, in the same commit, under a lease that
+        // runs out if it dies first (see the SQLite store's
+        // `apply_decision`).
+        tx.execute(
+            "UPDATE runs SET status = 'running', owner = $2, updated_ms = $3,
+                 lease_until = now() + $4 * interval '1 millisecond'
+             WHERE id = $1 AND status = 'pending_approval'",
+            &[&run_id, &self.owner, &now_ms(), &millis(self.lease)],
+        )
+        .await?;
         tx.commit().await?;
         Ok(Ok(()))
     }

@@ -421,5 +421,14 @@ pub(super) fn apply_decision(
             record::encode(&decided)
         ],
     )?;
+    // A parked run goes on with its decision, this process's to claim: in
+    // the same commit, so that if it dies before its claim the run is an
+    // orphan that recovery takes, not parked at a decided gate for good
+    // (see `RunStore::decide`).
+    tx.execute(
+        "UPDATE runs SET status = 'running', owner = ?2, updated_ms = ?3
+         WHERE id = ?1 AND status = 'pending_approval'",
+        params![run_id, super::owner(), now_ms()],
+    )?;
     Ok(Ok(()))
 }

@@ -544,6 +544,13 @@ pub trait ApprovalStore: Send + Sync {
     /// Decides the approval pending at `path` of run `run_id`, exactly once
     /// (`crate::approval::decide_record` says when a decision applies). The
     /// inner error is a refusal by those rules; the outer one, the store's.
+    ///
+    /// A parked run becomes this process's in the same commit (`running`;
+    /// on PostgreSQL under a lease): the decider claims it next
+    /// (`claim_run` from `Running`), and if it dies first the run is an
+    /// orphan that recovery and the sweeps take, where a run left parked at
+    /// a decided gate was found by nothing. A run a live process executes
+    /// is left to it: the decision is picked up when it parks.
     fn decide<'a>(
         &'a self,
         run_id: &'a str,

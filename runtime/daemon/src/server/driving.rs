@@ -49,7 +49,7 @@ impl Daemon {
                 .map_err(store_problem)?;
             if daemon
                 .store
-                .claim_run(&run.id, &[RunStatus::PendingApproval])
+                .claim_run(&run.id, &[RunStatus::PendingApproval, RunStatus::Running])
                 .await
                 .map_err(store_problem)?
             {
