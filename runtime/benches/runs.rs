@@ -311,7 +311,7 @@ fn b3_sequential(runtime: &tokio::runtime::Runtime, quick: bool) {
                 .expect("the gate is pending");
             assert!(
                 store
-                    .claim_run(&run_id, &[RunStatus::PendingApproval])
+                    .claim_run(&run_id, &[RunStatus::PendingApproval, RunStatus::Running])
                     .await
                     .expect("claimed")
             );
