@@ -208,10 +208,24 @@ fn in_immediate<T>(
     }
 }
 
-/// This process, as the owner of the runs it executes: its pid and start time.
+/// This process, as the owner of the runs it executes: its pid and start
+/// time, then, where Linux's /proc tells them, when the kernel started it
+/// (clock ticks since boot), the boot's id and its pid namespace, by
+/// which another process tells a live owner from one whose pid was reused.
 fn owner() -> &'static str {
     static OWNER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    OWNER.get_or_init(|| format!("{}:{}", std::process::id(), now_ms()))
+    OWNER.get_or_init(|| {
+        let mut owner = format!("{}:{}", std::process::id(), now_ms());
+        let this = Kernel::now();
+        if let (Some(started), Some(boot), Some(namespace)) = (
+            process_state("self").and_then(|(_, started)| started),
+            this.boot,
+            this.namespace,
+        ) {
+            owner.push_str(&format!(":{started}:{boot}:{namespace}"));
+        }
+        owner
+    })
 }
 
 /// Whether the process that owns a run is still alive, on this machine. The
@@ -221,25 +235,78 @@ fn owner_alive(owner: &str) -> bool {
     if owner == self::owner() {
         return true;
     }
-    let pid = owner
-        .split(':')
-        .next()
-        .and_then(|pid| pid.parse::<u32>().ok());
+    let mut fields = owner.split(':');
+    let Some(pid) = fields.next().and_then(|pid| pid.parse::<u32>().ok()) else {
+        return false;
+    };
     // A container starts its process with the same pid every time: an owner
     // with this process's pid but another start time is a previous life.
-    pid.is_some_and(|pid| pid != std::process::id() && process_runs(pid))
+    if pid == std::process::id() {
+        return false;
+    }
+    let _started_ms = fields.next();
+    let started = fields.next().and_then(|ticks| ticks.parse::<u64>().ok());
+    let (boot, namespace) = (fields.next(), fields.next());
+    let this = Kernel::now();
+    // Every process of another boot is gone, whatever has its pid now.
+    if let (Some(boot), Some(now)) = (boot, this.boot.as_deref())
+        && boot != now
+    {
+        return false;
+    }
+    let Some((alive, now_started)) = process_state(&pid.to_string()) else {
+        return false;
+    };
+    // In this pid namespace, a process with the owner's pid that started at
+    // another time is another process. In another namespace the pid means
+    // nothing here, and the owner is taken to be alive, as before.
+    let same_namespace = namespace.is_some() && namespace == this.namespace.as_deref();
+    match (started, now_started) {
+        (Some(started), Some(now_started)) if same_namespace => alive && started == now_started,
+        _ => alive,
+    }
 }
 
-/// Whether process `pid` exists and is not a zombie: a process killed with
-/// SIGKILL keeps its /proc entry until its parent reaps it, and a flowd
-/// restarted meanwhile must not wait for that to take its runs back.
-fn process_runs(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        // The state follows the command name, which may hold spaces and
-        // parentheses: it is after the last `)`.
-        stat.rsplit_once(')')
-            .is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X']))
-    })
+/// This machine's boot id and this process's pid namespace, as /proc
+/// tells them.
+struct Kernel {
+    boot: Option<String>,
+    namespace: Option<String>,
+}
+
+impl Kernel {
+    fn now() -> Kernel {
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .ok()
+            .map(|id| id.trim().to_string())
+            .filter(|id| !id.is_empty() && !id.contains(':'));
+        // `pid:[4026531836]`: the inode's number.
+        let namespace = std::fs::read_link("/proc/self/ns/pid")
+            .ok()
+            .and_then(|link| {
+                let link = link.to_string_lossy().into_owned();
+                let number = link.strip_prefix("pid:[")?.strip_suffix(']')?;
+                number.parse::<u64>().ok().map(|n| n.to_string())
+            });
+        Kernel { boot, namespace }
+    }
+}
+
+/// Whether process `pid` (or `self`) exists and is not a zombie, and when
+/// the kernel started it (clock ticks since boot), from /proc. A process
+/// killed with SIGKILL keeps its /proc entry until its parent reaps it,
+/// and a flowd restarted meanwhile must not wait for that to take its runs
+/// back. `None`: no such process.
+fn process_state(pid: &str) -> Option<(bool, Option<u64>)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The state follows the command name, which may hold spaces and
+    // parentheses: it is after the last `)`; the start time is the 22nd
+    // field, the 20th after the name.
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace();
+    let alive = !fields.next()?.starts_with(['Z', 'X']);
+    let started = fields.nth(18).and_then(|ticks| ticks.parse::<u64>().ok());
+    Some((alive, started))
 }
 
 impl SqliteStore {
@@ -1696,15 +1763,38 @@ mod tests {
 
     /// Regression (issue 13): a flowd killed with SIGKILL and not yet reaped
     /// by its parent (a zombie) still had a /proc entry, so a restarted
-    /// flowd took none of its runs back until the next orphan sweep.
+    /// flowd took none of its runs back until the next orphan sweep. And
+    /// (a chaos probe) an owner was taken to be alive while any process had
+    /// its pid: after a reboot, or once the pid was reused, its runs stayed
+    /// `running` for good.
     #[test]
-    fn a_zombie_owner_is_dead() {
+    fn a_zombie_owner_and_a_reused_pid_are_dead() {
         let mut child = std::process::Command::new("sleep")
             .arg("30")
             .spawn()
             .unwrap();
         let owner = format!("{}:1", child.id());
         assert!(owner_alive(&owner), "a running process owns its runs");
+        // The same pid, another process: another start time, or another
+        // boot.
+        let this = Kernel::now();
+        let (_, started) = process_state(&child.id().to_string()).unwrap();
+        let (started, boot, namespace) = (
+            started.unwrap(),
+            this.boot.unwrap(),
+            this.namespace.unwrap(),
+        );
+        let as_recorded = format!("{}:1:{started}:{boot}:{namespace}", child.id());
+        assert!(owner_alive(&as_recorded));
+        let reused = format!("{}:1:{}:{boot}:{namespace}", child.id(), started + 1);
+        assert!(!owner_alive(&reused), "a reused pid is not the owner");
+        let rebooted = format!("{}:1:{started}:another-boot:{namespace}", child.id());
+        assert!(!owner_alive(&rebooted), "no process outlives a boot");
+        let elsewhere = format!("{}:1:{}:{boot}:1", child.id(), started + 1);
+        assert!(
+            owner_alive(&elsewhere),
+            "another namespace's pid says nothing here"
+        );
         child.kill().unwrap();
         // Killed, not waited for: a zombie until `wait` below.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
