@@ -535,16 +535,7 @@ pub(crate) fn schema_name(recipe: &str) -> String {
 /// terminal's escape sequences in an error print as text in a terminal,
 /// a trace or a log.
 pub(crate) fn excerpt(text: &str) -> String {
-    let start = flow_plan::cut(text, 501);
-    let mut shown = String::with_capacity(start.len());
-    for c in start.chars() {
-        if c.is_control() {
-            shown.extend(c.escape_default());
-        } else {
-            shown.push(c);
-        }
-    }
-    shown
+    flow_plan::inert(&flow_plan::cut(text, 501)).into_owned()
 }
 
 #[cfg(test)]

@@ -323,7 +323,7 @@ pub async fn drive(
                 }
             }))
         };
-        let interpreted = CatchPanic(Box::pin(crate::interp::run_within(
+        let interpreted = CatchPanic(std::pin::pin!(crate::interp::run_within(
             plan,
             workflow,
             run_id,
@@ -383,9 +383,9 @@ pub async fn drive(
 /// bug met by one run fails that run, recorded with the steps it finished,
 /// where the panic ended the task (flowd's run stayed `running`, driven by
 /// nobody) or the process (`flow run`), and left the run to meet it again.
-struct CatchPanic<F>(std::pin::Pin<Box<F>>);
+struct CatchPanic<'a, F>(std::pin::Pin<&'a mut F>);
 
-impl<F: Future> Future for CatchPanic<F> {
+impl<F: Future> Future for CatchPanic<'_, F> {
     type Output = Result<F::Output, String>;
 
     fn poll(

@@ -42,6 +42,26 @@ pub fn cut(text: &str, most: usize) -> String {
     out
 }
 
+/// Text from outside (what a model, a server or a tool said) made inert
+/// for a terminal, a trace or a log: its control characters escaped
+/// (`\u{1b}`, `\n`), so that a terminal's escape sequences in it (clear
+/// the screen, retitle the window, a fake green "completed") print as
+/// text, and a line break cannot leave the line it is shown on.
+pub fn inert(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return text.into();
+    }
+    let mut shown = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            shown.extend(c.escape_default());
+        } else {
+            shown.push(c);
+        }
+    }
+    shown.into()
+}
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};

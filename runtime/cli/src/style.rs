@@ -120,24 +120,9 @@ pub(crate) fn quoted(message: &str) -> Vec<String> {
 }
 
 /// Text from outside (an error a provider or a tool wrote, a message a
-/// model's answer filled in) as printed: its control characters escaped
-/// (`\u{1b}`, `\n`), so that a terminal's escape sequences in it (clear
-/// the screen, retitle the window, a fake green "completed") print as text
-/// and a line break cannot leave the tree or list it is shown in.
-pub(crate) fn inert(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
-        return text.into();
-    }
-    let mut shown = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        if c.is_control() {
-            shown.extend(c.escape_default());
-        } else {
-            shown.push(c);
-        }
-    }
-    shown.into()
-}
+/// model's answer filled in) as printed: inert, its control characters
+/// escaped.
+pub(crate) use flow_plan::inert;
 
 /// The default store of the local commands; a hint names `--db` only for
 /// another one.

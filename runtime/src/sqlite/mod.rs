@@ -219,8 +219,8 @@ fn owner() -> &'static str {
         let this = Kernel::now();
         if let (Some(started), Some(boot), Some(namespace)) = (
             process_state("self").and_then(|(_, started)| started),
-            this.boot,
-            this.namespace,
+            &this.boot,
+            &this.namespace,
         ) {
             owner.push_str(&format!(":{started}:{boot}:{namespace}"));
         }
@@ -275,7 +275,14 @@ struct Kernel {
 }
 
 impl Kernel {
-    fn now() -> Kernel {
+    /// Read once: neither changes while the process lives, and a sweep
+    /// asks for every run left `running`.
+    fn now() -> &'static Kernel {
+        static KERNEL: std::sync::OnceLock<Kernel> = std::sync::OnceLock::new();
+        KERNEL.get_or_init(Kernel::read)
+    }
+
+    fn read() -> Kernel {
         let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
             .ok()
             .map(|id| id.trim().to_string())
@@ -1781,8 +1788,8 @@ mod tests {
         let (_, started) = process_state(&child.id().to_string()).unwrap();
         let (started, boot, namespace) = (
             started.unwrap(),
-            this.boot.unwrap(),
-            this.namespace.unwrap(),
+            this.boot.as_deref().unwrap(),
+            this.namespace.as_deref().unwrap(),
         );
         let as_recorded = format!("{}:1:{started}:{boot}:{namespace}", child.id());
         assert!(owner_alive(&as_recorded));

@@ -608,9 +608,8 @@ pub trait NotificationStore: Send + Sync {
     /// turn from the accounts, so that one account's thousands of parked
     /// runs do not hold every other account's approvers waiting behind
     /// their emails. Its cost is the accounts and what it answers, not the
-    /// backlog of due notifications (each account's range is found by a
-    /// seek); those waiting for a retry (a mail server down) are walked
-    /// past in each account's range.
+    /// backlog of due notifications, nor with those waiting for a retry
+    /// (each account's range of what is due is found by a seek).
     fn to_mail(&self, now_ms: u64, limit: usize) -> StoreFuture<'_, Vec<Outgoing>>;
 
     /// Records an attempt at mailing notification `id`: the recipients it
