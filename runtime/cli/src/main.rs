@@ -461,6 +461,9 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
         } => {
             let store = open_store(&db)?;
             let row = find_run(&store, &run, &db).await?;
+            // The plan before the decision, which makes the run this
+            // process's: nothing that can fail comes between it and the run.
+            let plan = store.plan(&row.plan_hash).await.map_err(store_error)?;
             // The local CLI has no approver groups: it decides as the person
             // named, who must be in the approval's list.
             let decision = Decision {
@@ -502,7 +505,6 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
                 );
                 return Ok(0);
             }
-            let plan = store.plan(&row.plan_hash).await.map_err(store_error)?;
             execute(
                 &store,
                 &db,

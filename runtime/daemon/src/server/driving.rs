@@ -33,6 +33,14 @@ impl Daemon {
         }
         let daemon = Arc::clone(self);
         let decided = tokio::spawn(async move {
+            // The plan before the decision: the decision makes the run this
+            // process's, so nothing that can fail comes between it and the
+            // claim (a plan that would not load then left the run `running`
+            // here, driven by nobody, until a restart).
+            let plan = daemon
+                .plan(&run.account, &run.plan_hash)
+                .await
+                .map_err(store_problem)?;
             daemon
                 .store
                 .decide(&run.id, &path, &decision)
@@ -42,11 +50,6 @@ impl Daemon {
             // A decided gate's record is the store's, not an invocation's:
             // its span goes now.
             daemon.export_decision(&run, &path).await;
-            // The plan before the claim, as in `resume_expired`.
-            let plan = daemon
-                .plan(&run.account, &run.plan_hash)
-                .await
-                .map_err(store_problem)?;
             if daemon
                 .store
                 .claim_run(&run.id, &[RunStatus::PendingApproval, RunStatus::Running])
