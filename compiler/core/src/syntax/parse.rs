@@ -30,6 +30,8 @@ pub(crate) const MAX_DEPTH: usize = 128;
 
 /// The message of a `{` left open.
 const UNCLOSED_BRACE: &str = "this `{` is not closed";
+/// Why a block's `{` is taken to be the one left open.
+const BLOCK_ENDS_BACK: &str = "the lines under it end where a line comes back to its indentation: `}` is probably missing before that line";
 
 /// The message and hint of a workflow setting after a statement.
 const SETTING_AFTER_STATEMENT: &str = "workflow settings must come before the first statement";
@@ -89,6 +91,14 @@ fn pest_parse(source: &str, file: FileId) -> (SourceFile, Vec<Diagnostic>) {
     let mut text = std::borrow::Cow::Borrowed(source);
     let mut mended = Vec::new();
     let mut parsed = parse_once(&text, file);
+    // With more than one block left open at the end, mending one brace a
+    // round cannot rebuild the structure (each round parses the file
+    // again): the braces the layout shows open are reported as they are.
+    let open_at_end = cursor::scan(source, source.len())
+        .open
+        .iter()
+        .filter(|(_, b)| *b == b'{')
+        .count();
     for round in 0.. {
         let (tree, problems, rewrites) = parsed;
         if round == MAX_REWRITE_ROUNDS {
@@ -98,8 +108,12 @@ fn pest_parse(source: &str, file: FileId) -> (SourceFile, Vec<Diagnostic>) {
         if rewrites.is_empty() {
             // A brace the layout shows was left open: its copy is parsed
             // already, to see that it leaves fewer problems.
-            let repaired = closing_brace(&text, file, &problems)
-                .or_else(|| extra_brace(&text, file, &problems));
+            let repaired = (open_at_end < 2)
+                .then(|| {
+                    closing_brace(&text, file, &problems)
+                        .or_else(|| extra_brace(&text, file, &problems))
+                })
+                .flatten();
             let Some((closed, diagnostic, next)) = repaired else {
                 mended.extend(problems);
                 return (tree, mended);
@@ -150,9 +164,11 @@ fn parse_once(text: &str, file: FileId) -> Parsed {
         too_deep_reported: false,
         rewrites: Vec::new(),
         hoisted: Vec::new(),
+        cut_off: Vec::new(),
     };
     let mut tree = parser.file();
     parser.left_open(&mut tree);
+    parser.unclosed_at_end();
     (tree, parser.problems, parser.rewrites)
 }
 
@@ -251,7 +267,7 @@ fn closing_brace(text: &str, file: FileId, problems: &[Diagnostic]) -> Option<Re
         };
         let closing = format!("{}}}\n", &text[line_start..line_start + opener_indent]);
         let diagnostic = unclosed(
-            "the lines under it end where a line comes back to its indentation: `}` is probably missing before that line",
+            BLOCK_ENDS_BACK,
             "Close the block before the line back at its indentation",
             Edit::insert(next_line as u32, closing),
         )
@@ -427,6 +443,8 @@ struct Parser<'s> {
     rewrites: Vec<Rewrite>,
     /// Declarations written inside a workflow, read as the file's.
     hoisted: Vec<Item>,
+    /// The `{` of each block cut off (`cut_off`), with where.
+    cut_off: Vec<(usize, usize)>,
 }
 
 /// Where a catch-all region was, which decides what it should have been.
@@ -559,6 +577,7 @@ impl<'s> Parser<'s> {
                 return SourceFile::default();
             }
         };
+        self.cut_off = braces_cut_off(pairs.clone());
         let mut items = Vec::new();
         for pair in pairs.flatten().take(1).flat_map(|file| file.into_inner()) {
             match pair.as_rule() {
@@ -821,6 +840,89 @@ impl<'s> Parser<'s> {
                 "close it with {close}; nothing after it is checked"
             )),
         );
+    }
+
+    /// Reports each `{` left open, whose block the end of the file or the
+    /// next workflow or test cut off (see `block_close`), that no other
+    /// problem blamed already (a record's, which the recovery reports where
+    /// its statement ends).
+    ///
+    /// Which ones: the parse counts the braces left open, but pairs each
+    /// `}` with the nearest `{`, so the `}` the author wrote for the
+    /// workflow closes the last `if` whose own was forgotten. The braces
+    /// the layout shows were left open go first, then the innermost of
+    /// those the parse cut off.
+    fn unclosed_at_end(&mut self) {
+        let cut_off = std::mem::take(&mut self.cut_off);
+        if cut_off.is_empty() {
+            return;
+        }
+        let mut by_layout = unclosed_by_layout(self.source);
+        by_layout.truncate(cut_off.len());
+        let mut braces: Vec<usize> = by_layout.iter().map(|(brace, ..)| *brace).collect();
+        for (brace, _) in cut_off.iter().rev() {
+            if braces.len() == cut_off.len() {
+                break;
+            }
+            if !braces.contains(brace) {
+                braces.push(*brace);
+            }
+        }
+        braces.sort_unstable();
+        for brace in braces {
+            let blamed = self
+                .problems
+                .iter()
+                .any(|p| p.message == UNCLOSED_BRACE && p.primary.span.start as usize == brace);
+            if blamed {
+                continue;
+            }
+            let unclosed = Diagnostic::new(
+                Code::Syntax,
+                self.file,
+                Span::new(brace, brace + 1),
+                UNCLOSED_BRACE,
+            )
+            .label("not closed");
+            // Where the parse cut it off; the innermost's place for one
+            // the layout chose that the parse closed.
+            let cut = cut_off
+                .iter()
+                .find(|(at, _)| *at == brace)
+                .or(cut_off.last())
+                .map_or(self.source.len(), |(_, cut)| *cut);
+            let diagnostic = match by_layout.iter().find(|(at, ..)| *at == brace) {
+                Some(&(_, back, indent)) => unclosed
+                    .hint(BLOCK_ENDS_BACK)
+                    .fix_with(
+                        "Close the block before the line back at its indentation",
+                        vec![Edit::insert(back as u32, format!("{indent}}}\n"))],
+                    )
+                    .secondary(
+                        self.file,
+                        Span::new(back, back + first_line_len(&self.source[back..])),
+                        "the block ends before this line",
+                    ),
+                None if cut < self.source.len() => unclosed
+                    .hint("the next declaration starts before a `}` closes it")
+                    .fix_with(
+                        "Close the `{` before the next declaration",
+                        vec![Edit::insert(cut as u32, "}\n")],
+                    )
+                    .secondary(
+                        self.file,
+                        Span::new(cut, cut + first_line_len(&self.source[cut..])),
+                        "the next declaration",
+                    ),
+                None => unclosed
+                    .hint("the file ends before a `}` closes it")
+                    .fix_with(
+                        "Close the `{` at the end of the file",
+                        vec![Edit::insert(self.source.len() as u32, "}\n")],
+                    ),
+            };
+            self.problems.push(diagnostic);
+        }
     }
 
     /// Reports the region of a catch-all production; returns the offset the
@@ -2360,6 +2462,8 @@ impl<'s> Parser<'s> {
                                 None => broken.extend(body.stmts),
                             }
                         }
+                        // Reported with the file's other open braces.
+                        Rule::cut_off => {}
                         _ => {
                             recovered = true;
                             // Statements written straight in the block are
@@ -3334,6 +3438,74 @@ fn suspect_unclosed_brace(text: &str) -> Option<(usize, &'static str)> {
         }
     }
     None
+}
+
+/// The `{` of each block, workflow or `parallel` that was cut off (its
+/// last part is `cut_off`: the end of the file, or the next workflow or
+/// test), with where, in the order they open.
+fn braces_cut_off(pairs: pest::iterators::Pairs<'_, Rule>) -> Vec<(usize, usize)> {
+    let mut braces: Vec<(usize, usize)> = pairs
+        .flatten()
+        .filter(|pair| {
+            matches!(
+                pair.as_rule(),
+                Rule::block | Rule::workflow_decl | Rule::parallel_stmt
+            )
+        })
+        .filter_map(|pair| {
+            let cut = pair
+                .clone()
+                .into_inner()
+                .last()
+                .filter(|last| last.as_rule() == Rule::cut_off)?;
+            // A block starts at its `{`; a workflow's or `parallel`'s is
+            // the first after its name, which holds none.
+            let start = pair.as_span().start();
+            let brace = start + pair.as_str().find('{')?;
+            Some((brace, cut.as_span().start()))
+        })
+        .collect();
+    braces.sort_unstable();
+    braces
+}
+
+/// The block braces the layout shows were left open: each `{` that ends
+/// its line and whose lines under it end at a line back at its indentation
+/// that is not its `}`, in the order they open, with where that line
+/// starts and the indentation of the `{`'s line.
+fn unclosed_by_layout(text: &str) -> Vec<(usize, usize, &str)> {
+    let indent = |line: &str| line.len() - line.trim_start_matches([' ', '\t']).len();
+    let lines: Vec<(usize, &str)> = text
+        .split('\n')
+        .scan(0, |start, line| {
+            let at = *start;
+            *start += line.len() + 1;
+            Some((at, line))
+        })
+        .collect();
+    let mut unclosed = Vec::new();
+    let mut in_triple = false;
+    for (index, (line_start, line)) in lines.iter().enumerate() {
+        let braces = code_braces(line, &mut in_triple);
+        let Some(&(at, b'{')) = braces.last() else {
+            continue;
+        };
+        let rest = &line[at + 1..];
+        let ends_line = rest.trim().is_empty() || rest.trim_start().starts_with("//");
+        if in_triple || !ends_line {
+            continue;
+        }
+        let back = lines[index + 1..].iter().find(|(_, next)| {
+            let code = next.trim();
+            !code.is_empty() && !code.starts_with("//") && indent(next) <= indent(line)
+        });
+        if let Some((back_start, back)) = back
+            && !back.trim_start().starts_with('}')
+        {
+            unclosed.push((line_start + at, *back_start, &line[..indent(line)]));
+        }
+    }
+    unclosed
 }
 
 /// The braces of one line that are code (not in a string or a comment),
