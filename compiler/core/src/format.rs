@@ -2,8 +2,8 @@
 //!
 //! The formatter is a token-stream pretty printer, like a small gofmt, rather than a
 //! printer of the parse tree: comments are ordinary tokens here, so they survive as
-//! written, and a file with syntax or semantic errors still formats as long as it can
-//! be tokenised. It changes the whitespace between tokens and the commas between a
+//! written, and a file with semantic errors still formats (one that does not parse is
+//! refused, see `format_source`). It changes the whitespace between tokens and the commas between a
 //! record's fields (which the grammar makes optional), and never adds, drops or
 //! reorders another token, so the parser reads the same program before and after.
 //!
@@ -65,19 +65,57 @@ impl fmt::Display for FormatError {
 
 impl std::error::Error for FormatError {}
 
-/// Formats a .flow source. Returns Err with the byte offset and a message when the
-/// source cannot be tokenised (an unterminated string or block comment); callers refuse
-/// to format such files. Never panics on any input.
+/// Formats a .flow file. Returns Err with the byte offset and a message when the
+/// source cannot be tokenised (an unterminated string or block comment) or does not
+/// parse; callers refuse to format such files. Never panics on any input.
+///
+/// A file that does not parse is refused, as gofmt and rustfmt refuse one: its tokens
+/// say nothing of the structure the author meant, and laid out anyway they read as
+/// other code (`=>` spaced to `= >`, a word of a `#` comment moved to a line of its
+/// own as a statement, a block left open indenting the rest of the file), which then
+/// draws other errors than the file had.
 pub fn format_source(source: &str) -> Result<String, FormatError> {
-    let (tokens, unterminated) = tokenize(source);
-    if let Some(open) = unterminated {
+    // A byte order mark is kept as it is, not laid out as a token.
+    let (mark, text) = match source.strip_prefix('\u{FEFF}') {
+        Some(text) => ("\u{FEFF}", text),
+        None => ("", source),
+    };
+    let tokens = tokens_of(text).map_err(|mut refused| {
+        refused.offset += mark.len();
+        refused
+    })?;
+    let (_, problems) = crate::syntax::parse(source, crate::diagnostic::FileId(0));
+    if let Some(problem) = problems
+        .iter()
+        .filter(|problem| problem.severity == crate::diagnostic::Severity::Error)
+        .min_by_key(|problem| problem.primary.span.start)
+    {
         return Err(FormatError {
-            offset: open.offset,
-            message: format!("unterminated {}", open.what),
+            offset: problem.primary.span.start as usize,
+            message: format!(
+                "{} (a file that does not parse is not formatted; `flowc check` says more)",
+                problem.message
+            ),
         });
     }
-    let tokens = canonical_layout(&tokens);
-    Ok(Printer::new(&tokens).print())
+    Ok(format!("{mark}{}", print(&tokens)))
+}
+
+/// The tokens of `source`, refused when one is not terminated.
+fn tokens_of(source: &str) -> Result<Vec<Token<'_>>, FormatError> {
+    let (tokens, unterminated) = tokenize(source);
+    match unterminated {
+        Some(open) => Err(FormatError {
+            offset: open.offset,
+            message: format!("unterminated {}", open.what),
+        }),
+        None => Ok(tokens),
+    }
+}
+
+/// The tokens laid out and printed.
+fn print(tokens: &[Token<'_>]) -> String {
+    Printer::new(&canonical_layout(tokens)).print()
 }
 
 // ---------------------------------------------------------------- layout
@@ -923,6 +961,12 @@ fn is_integer(text: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    /// The formatter on tokens alone, as `format_source` is once a file
+    /// parses: the cases here are fragments, not whole files.
+    fn format_tokens(source: &str) -> Result<String, FormatError> {
+        tokens_of(source).map(|tokens| print(&tokens))
+    }
+
     use super::*;
     use proptest::prelude::*;
 
@@ -1066,7 +1110,7 @@ retry 2 backoff 1s..5s timeout 30s on_error continue idempotency "{{workflow_inp
     fn named_cases() {
         let mut rendered = String::new();
         for (name, input) in CASES {
-            let output = format_source(input).unwrap_or_else(|e| format!("refused: {e}\n"));
+            let output = format_tokens(input).unwrap_or_else(|e| format!("refused: {e}\n"));
             rendered.push_str(&format!("=== {name}\n{output}\n"));
         }
         insta::assert_snapshot!(rendered);
@@ -1075,14 +1119,38 @@ retry 2 backoff 1s..5s timeout 30s on_error continue idempotency "{{workflow_inp
     #[test]
     fn named_cases_are_idempotent() {
         for (name, input) in CASES {
-            let once = format_source(input).unwrap();
-            assert_eq!(format_source(&once), Ok(once.clone()), "case: {name}");
+            let once = format_tokens(input).unwrap();
+            assert_eq!(format_tokens(&once), Ok(once.clone()), "case: {name}");
             assert_eq!(
                 significant_tokens(&once),
                 significant_tokens(input),
                 "case: {name}"
             );
         }
+    }
+
+    /// Regression: a file that did not parse was laid out anyway, and a
+    /// word of a `#` comment became a statement of its own, `=>` became
+    /// `= >` and `{{` became `{ {`, each drawing other errors than the file had.
+    #[test]
+    fn a_file_that_does_not_parse_is_refused() {
+        let broken = "workflow w {\n  step a = r { text: \"x\" } # the first step\n  step b => r { text: {{ step.a.s }} }\n}\n";
+        let refused = format_source(broken).expect_err("refused");
+        assert!(
+            refused
+                .message
+                .contains("a file that does not parse is not formatted"),
+            "{refused}"
+        );
+        assert_eq!(refused.offset, broken.find('#').expect("a `#`"));
+    }
+
+    /// Regression: a byte order mark was laid out as a token, a line of
+    /// its own.
+    #[test]
+    fn a_byte_order_mark_stays_where_it_is() {
+        let marked = "\u{FEFF}workflow w {\n  output { a: 1 }\n}\n";
+        assert_eq!(format_source(marked).as_deref(), Ok(marked));
     }
 
     #[test]
@@ -1093,23 +1161,23 @@ retry 2 backoff 1s..5s timeout 30s on_error continue idempotency "{{workflow_inp
                 message: format!("unterminated {what}"),
             })
         };
-        assert_eq!(format_source("x = \"oops }\n"), unterminated(4, "string"));
-        assert_eq!(format_source("x = \"oops\\"), unterminated(4, "string"));
+        assert_eq!(format_tokens("x = \"oops }\n"), unterminated(4, "string"));
+        assert_eq!(format_tokens("x = \"oops\\"), unterminated(4, "string"));
         assert_eq!(
-            format_source("a /* never closed"),
+            format_tokens("a /* never closed"),
             unterminated(2, "block comment")
         );
         // Without a closing `"""` the grammar reads `""` and then a plain string.
-        assert_eq!(format_source("p \"\"\"abc\n"), unterminated(4, "string"));
+        assert_eq!(format_tokens("p \"\"\"abc\n"), unterminated(4, "string"));
         assert_eq!(
-            format_source("p \"\"\"abc\"").as_deref(),
+            format_tokens("p \"\"\"abc\"").as_deref(),
             Ok("p \"\" \"abc\"\n")
         );
     }
 
     #[test]
     fn indentation_is_capped() {
-        let formatted = format_source(&"{\n".repeat(100)).unwrap();
+        let formatted = format_tokens(&"{\n".repeat(100)).unwrap();
         let widest = formatted.lines().map(str::len).max();
         assert_eq!(widest, Some(2 * MAX_INDENT_LEVELS + 1));
     }
@@ -1125,7 +1193,7 @@ retry 2 backoff 1s..5s timeout 30s on_error continue idempotency "{{workflow_inp
             "{".repeat(50_000) + &"]".repeat(50_000),
             "{ a: [".repeat(25_000) + &")".repeat(50_000),
         ] {
-            assert!(format_source(&source).is_ok());
+            assert!(format_tokens(&source).is_ok());
         }
         assert!(
             started.elapsed() < std::time::Duration::from_secs(10),
@@ -1202,9 +1270,9 @@ retry 2 backoff 1s..5s timeout 30s on_error continue idempotency "{{workflow_inp
         let sources = sources();
         assert!(sources.len() >= 6, "{} sources", sources.len());
         for (path, text) in sources {
-            let formatted = without_blank_lines(&format_source(&text).unwrap());
+            let formatted = without_blank_lines(&format_tokens(&text).unwrap());
             for apart in [" ", "\n", "\n  \t "] {
-                let other = format_source(&respaced(&text, apart)).unwrap();
+                let other = format_tokens(&respaced(&text, apart)).unwrap();
                 assert_eq!(
                     without_blank_lines(&other),
                     formatted,
@@ -1232,8 +1300,8 @@ retry 2 backoff 1s..5s timeout 30s on_error continue idempotency "{{workflow_inp
     }
 
     fn check_formats_stably(source: &str) -> Result<(), TestCaseError> {
-        if let Ok(once) = format_source(source) {
-            prop_assert_eq!(format_source(&once), Ok(once.clone()));
+        if let Ok(once) = format_tokens(source) {
+            prop_assert_eq!(format_tokens(&once), Ok(once.clone()));
             prop_assert_eq!(significant_tokens(&once), significant_tokens(source));
         }
         Ok(())

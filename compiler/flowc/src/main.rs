@@ -121,7 +121,8 @@ enum Command {
         #[arg(long, conflicts_with = "code")]
         list: bool,
     },
-    /// Format files and directories (recursively, `*.flow`) in place.
+    /// Format files and directories (recursively, `*.flow`) in place; a
+    /// file that does not parse is left as it is, and said (exit 1).
     Fmt {
         /// Change nothing: list the files that would change, and exit 1 if any.
         #[arg(long)]
