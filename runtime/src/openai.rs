@@ -506,14 +506,50 @@ pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Durati
 /// A request that got no whole answer, saying why (reqwest's own words,
 /// "error sending request", say only that it failed).
 pub(crate) fn transport_error(url: &str, error: reqwest::Error) -> StepError {
+    let refused = certificate_refused(&error);
     let kind = if error.is_timeout() {
         ErrorKind::Timeout
+    } else if refused {
+        // Retrying would meet the same certificate: three attempts and their
+        // backoff spent on an error that cannot change.
+        ErrorKind::Client
     } else {
         ErrorKind::Connection
     };
     // reqwest names the URL itself, password and all, in some errors.
     let why = with_causes(&error.without_url());
-    StepError::new(kind, format!("{url}: {why}"))
+    let mut error = StepError::new(kind, format!("{url}: {why}"));
+    if refused {
+        error.message.push_str(
+            " (the server's certificate was refused, which another attempt would not change; an authority of your own is trusted through SSL_CERT_FILE)",
+        );
+    }
+    error
+}
+
+/// Whether the TLS handshake refused the server's certificate (signed by
+/// an authority not trusted, expired, for another name, or none shown).
+fn certificate_refused(error: &reqwest::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(mut inner) = cause {
+        // An `io::Error`'s `source` skips the error it wraps, which is
+        // where the TLS library's error sits (in an `io::Error` of its
+        // own, inside the connector's).
+        while let Some(wrapped) = inner
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            inner = wrapped;
+        }
+        if matches!(
+            inner.downcast_ref::<rustls::Error>(),
+            Some(rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented)
+        ) {
+            return true;
+        }
+        cause = inner.source();
+    }
+    false
 }
 
 /// Schema and tool names allow `[a-zA-Z0-9_-]` only.

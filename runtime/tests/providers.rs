@@ -13,6 +13,7 @@ use flow_runtime::openai::OpenAiProvider;
 use flow_runtime::services::Services;
 use flow_runtime::services::{BoxFuture, Provider, RecipeCall};
 use flow_tests::fake_llm::{FakeLlm, Reply, ok};
+use flow_tests::tls_proxy::{Certificates, Protocol, TlsProxy};
 use serde_json::json;
 
 /// The scripted server of the end-to-end harness, answering validly past its script.
@@ -72,6 +73,15 @@ fn failed_with(outcome: &Outcome) -> Option<ErrorKind> {
         Outcome::Failed { error, .. } => Some(error.kind),
         _ => None,
     }
+}
+
+/// The error of the run's one step, once the run failed with `kind`.
+fn failure(outcome: &Outcome, store: &MemoryStore, kind: ErrorKind) -> StepError {
+    assert_eq!(failed_with(outcome), Some(kind), "{outcome:?}");
+    store.records()[0]
+        .error
+        .clone()
+        .expect("the failed step's error")
 }
 
 #[tokio::test]
@@ -193,17 +203,12 @@ async fn invalid_output_gets_one_repair_then_fails_with_the_raw_text() {
     ])
     .await;
     let (outcome, store) = run_against(&server, FAST_RETRIES).await;
-    assert_eq!(
-        failed_with(&outcome),
-        Some(ErrorKind::InvalidOutput),
-        "{outcome:?}"
-    );
+    let error = failure(&outcome, &store, ErrorKind::InvalidOutput);
     assert_eq!(
         server.requests(),
         2,
         "one attempt with its repair, no retry"
     );
-    let error = store.records()[0].error.clone().expect("an error");
     assert!(error.message.contains("still wrong"), "{}", error.message);
     let attempts = &store.records()[0].attempts;
     assert_eq!(
@@ -245,18 +250,13 @@ async fn a_refusal_gets_the_repair_request_then_fails_in_its_own_words() {
     };
     let server = fake_llm(vec![refusal(), refusal()]).await;
     let (outcome, store) = run_against(&server, FAST_RETRIES).await;
-    assert_eq!(
-        failed_with(&outcome),
-        Some(ErrorKind::InvalidOutput),
-        "{outcome:?}"
-    );
+    let error = failure(&outcome, &store, ErrorKind::InvalidOutput);
     assert_eq!(server.requests(), 2, "the answer and its repair, no retry");
     assert!(
         server.prompts()[1].contains("it is a refusal, not an answer"),
         "the repair request says why: {:?}",
         server.prompts()
     );
-    let error = store.records()[0].error.clone().expect("an error");
     assert!(
         error.message.contains("refusal") && error.message.contains("I can't help with that."),
         "{}",
@@ -302,13 +302,8 @@ async fn an_answer_cut_at_the_output_limit_says_so() {
 async fn a_reply_without_end_is_cut_at_the_cap() {
     let server = fake_llm(vec![Reply::Endless, Reply::Endless, Reply::Endless]).await;
     let (outcome, store) = run_against(&server, "retry 3 backoff 1ms..5ms timeout 20s").await;
-    assert_eq!(
-        failed_with(&outcome),
-        Some(ErrorKind::Server),
-        "{outcome:?}"
-    );
+    let error = failure(&outcome, &store, ErrorKind::Server);
     assert_eq!(server.requests(), 3, "each attempt cut, then retried");
-    let error = store.records()[0].error.clone().expect("an error");
     assert!(
         error.message.contains("more than 16 MiB"),
         "{}",
@@ -456,13 +451,8 @@ async fn a_redirect_is_not_followed_and_says_where_it_points() {
         )])
         .await;
         let (outcome, store) = run_against(&server, FAST_RETRIES).await;
-        assert_eq!(
-            failed_with(&outcome),
-            Some(ErrorKind::Client),
-            "{outcome:?}"
-        );
+        let error = failure(&outcome, &store, ErrorKind::Client);
         assert_eq!(server.requests(), 1, "{status}: not retried");
-        let error = store.records()[0].error.clone().expect("an error");
         assert!(
             error
                 .message
@@ -492,12 +482,7 @@ async fn errors_show_neither_the_urls_password_nor_the_key() {
     })
     .expect("a client");
     let (outcome, store) = run_with(Arc::new(provider), FAST_RETRIES).await;
-    assert_eq!(
-        failed_with(&outcome),
-        Some(ErrorKind::Client),
-        "{outcome:?}"
-    );
-    let error = store.records()[0].error.clone().expect("an error");
+    let error = failure(&outcome, &store, ErrorKind::Client);
     assert!(
         error.message.starts_with("http://***@127.0.0.1:")
             && error
@@ -520,17 +505,45 @@ async fn a_refused_connection_says_so() {
     })
     .expect("a client");
     let (outcome, store) = run_with(Arc::new(provider), "retry 1 timeout 5s").await;
-    assert_eq!(
-        failed_with(&outcome),
-        Some(ErrorKind::Connection),
-        "{outcome:?}"
-    );
-    let error = store.records()[0].error.clone().expect("an error");
+    let error = failure(&outcome, &store, ErrorKind::Connection);
     assert!(
         error
             .message
             .starts_with("http://127.0.0.1:1/v1/chat/completions: ")
             && error.message.to_lowercase().contains("connection refused"),
+        "{}",
+        error.message
+    );
+}
+
+/// Regression: a server certificate that TLS refuses (here signed by an
+/// authority nobody trusts) was a connection failure, retried with its
+/// backoff although no attempt could meet another certificate.
+#[tokio::test]
+async fn a_refused_certificate_fails_at_once_and_says_so() {
+    let dir = flow_tests::TempDir::new("provider-tls");
+    let authority = Certificates::make(dir.path(), "private", &["localhost"]);
+    let server = fake_llm(vec![]).await;
+    let upstream = server
+        .url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .and_then(|address| address.parse().ok())
+        .expect("the fake server's address");
+    let proxy = TlsProxy::start(&authority, Protocol::Tls, upstream).await;
+    let provider = OpenAiProvider::new(ProviderConfig {
+        base_url: format!("https://localhost:{}/v1", proxy.port),
+        api_key: None,
+        models: Default::default(),
+    })
+    .expect("a client");
+    let (outcome, store) = run_with(Arc::new(provider), FAST_RETRIES).await;
+    let error = failure(&outcome, &store, ErrorKind::Client);
+    assert_eq!(store.records()[0].attempts.len(), 1, "not retried");
+    assert_eq!(server.requests(), 0, "nothing got through");
+    assert!(
+        error.message.contains("certificate") && error.message.contains("SSL_CERT_FILE"),
         "{}",
         error.message
     );

@@ -19,7 +19,8 @@ pub enum ErrorKind {
     Timeout,
     /// The connection failed or was reset: retried.
     Connection,
-    /// Any other 4xx: not retried.
+    /// Any other 4xx, or a request refused before it went out (a redirect,
+    /// a server certificate not trusted): not retried.
     Client,
     /// The output does not fit the recipe's schema, after the repair attempt.
     InvalidOutput,
