@@ -8,6 +8,7 @@
 mod capabilities;
 pub mod convert;
 pub mod documents;
+mod framing;
 mod kinds;
 pub mod server;
 mod workspace;
@@ -15,17 +16,22 @@ mod workspace;
 use tower_lsp_server::{LspService, Server};
 
 /// Serves the protocol on `input` and `output` until the client exits.
+/// Malformed messages are answered with an error and skipped
+/// (`framing.rs`).
 pub async fn serve<I, O>(input: I, output: O)
 where
     I: tokio::io::AsyncRead + Unpin,
-    O: tokio::io::AsyncWrite,
+    O: tokio::io::AsyncWrite + Unpin,
 {
     let (service, socket) = LspService::new(server::Backend::new);
-    // One message at a time, in the order sent: an edit must be applied
-    // before the completion request that follows it. The handlers are quick
-    // (checks run on the blocking pool, diagnostics in their own tasks).
-    Server::new(input, output, socket)
-        .concurrency_level(1)
-        .serve(service)
-        .await;
+    framing::screened(input, output, |input, output| {
+        // One message at a time, in the order sent: an edit must be applied
+        // before the completion request that follows it. The handlers are
+        // quick (checks run on the blocking pool, diagnostics in their own
+        // tasks).
+        Server::new(input, output, socket)
+            .concurrency_level(1)
+            .serve(service)
+    })
+    .await;
 }

@@ -318,6 +318,61 @@ fn symbols_tokens_formatting_and_unknown_methods() {
     client.shutdown();
 }
 
+/// A malformed message is answered with a JSON-RPC error (its id when it
+/// has one) and skipped, and the server goes on serving: tower-lsp-server's
+/// transport alone ended at the first one, with exit status 0.
+#[test]
+fn malformed_messages_are_answered_and_the_server_goes_on() {
+    let dir = TempDir::new("malformed");
+    let mut client = Client::start(&dir.0);
+    let framed = |body: &[u8]| {
+        let mut framed = format!("Content-Length: {}\r\n\r\n", body.len()).into_bytes();
+        framed.extend_from_slice(body);
+        framed
+    };
+    let not_json = -32700;
+    let not_a_message = -32600;
+    for (bytes, id, code) in [
+        (
+            framed(br#"{"jsonrpc": "2.0", "id": 1"#),
+            json!(null),
+            not_json,
+        ),
+        (framed(b"42"), json!(null), not_a_message),
+        (
+            framed(br#"{"id": "no version", "method": "shutdown"}"#),
+            json!("no version"),
+            not_a_message,
+        ),
+        (
+            framed(br#"[{"jsonrpc": "2.0", "id": "batch", "method": "shutdown"}]"#),
+            json!(null),
+            not_a_message,
+        ),
+        (
+            framed(b"{\"jsonrpc\": \"2.0\", \"method\": \"\xff\"}"),
+            json!(null),
+            not_json,
+        ),
+        // Headers without a length: its body is skipped up to the next message.
+        (b"Content-Type: x\r\n\r\n{}".to_vec(), json!(null), not_json),
+    ] {
+        client.send_raw(&bytes);
+        let answer = client.response(&id);
+        assert_eq!(answer["error"]["code"], code, "{answer}");
+        let symbols = client.request("workspace/symbol", json!({ "query": "" }));
+        assert!(symbols.get("result").is_some(), "{symbols}");
+    }
+    // Header names are case-insensitive.
+    let body = br#"{"jsonrpc": "2.0", "id": "lowercase", "method": "workspace/symbol", "params": { "query": "" }}"#;
+    let mut message = format!("content-length: {}\r\n\r\n", body.len()).into_bytes();
+    message.extend_from_slice(body);
+    client.send_raw(&message);
+    let answer = client.response(&json!("lowercase"));
+    assert!(answer.get("result").is_some(), "{answer}");
+    client.shutdown();
+}
+
 #[test]
 fn references_reach_every_file_of_the_workspace() {
     let dir = TempDir::new("references");

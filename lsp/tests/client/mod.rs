@@ -100,8 +100,12 @@ impl Client {
 
     pub fn send(&mut self, message: &Value) {
         let body = message.to_string();
-        write!(self.stdin, "Content-Length: {}\r\n\r\n{body}", body.len())
-            .expect("the server reads");
+        self.send_raw(format!("Content-Length: {}\r\n\r\n{body}", body.len()).as_bytes());
+    }
+
+    /// Sends `bytes` as they are, framing included.
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        self.stdin.write_all(bytes).expect("the server reads");
         self.stdin.flush().expect("the server reads");
     }
 
@@ -114,12 +118,18 @@ impl Client {
         self.next_id += 1;
         let id = self.next_id;
         self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
+        self.response(&json!(id))
+    }
+
+    /// Waits for the response with this `id` (null for a message whose id
+    /// the server could not read).
+    pub fn response(&mut self, id: &Value) -> Value {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let message = self
                 .next(deadline)
-                .unwrap_or_else(|| panic!("no answer to {method}"));
-            if message.get("id") == Some(&json!(id)) && message.get("method").is_none() {
+                .unwrap_or_else(|| panic!("no response with id {id}"));
+            if message.get("id") == Some(id) && message.get("method").is_none() {
                 return message;
             }
             self.keep(message);
