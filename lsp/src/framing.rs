@@ -7,9 +7,10 @@
 //! charset. So the server reads its input through this screen instead: each
 //! framed message is read here (header names in any case), and only one that
 //! tower-lsp-server accepts is passed on, framed again; the others are
-//! answered with a JSON-RPC error. The answers and the server's own messages
-//! go out through one writer, a whole frame at a time, so that they never
-//! interleave.
+//! answered with a JSON-RPC error, as is a request whose method starts with
+//! `$/`, to which tower-lsp-server gives no answer. The answers and the
+//! server's own messages go out through one writer, a whole frame at a time,
+//! so that they never interleave.
 
 use std::future::Future;
 
@@ -32,8 +33,8 @@ const CONTENT_LENGTH: &[u8] = b"content-length";
 /// message that would end its transport.
 #[derive(Deserialize)]
 #[serde(untagged)]
-#[allow(dead_code)] // reason: the screen only asks whether a message deserializes
 enum Message {
+    #[allow(dead_code)] // reason: the screen only asks whether a response deserializes
     Response(Response),
     Request(Request),
 }
@@ -102,11 +103,28 @@ async fn screen(
 /// Whether the message `body` may go to the server; if not, the error
 /// response that answers it: a parse error (-32700) for what is not JSON,
 /// an invalid request (-32600, with its id when it has one) for JSON that
-/// is not a JSON-RPC 2.0 message.
+/// is not a JSON-RPC 2.0 message, and method not found (-32601) for a
+/// request whose method starts with `$/`, which tower-lsp-server leaves
+/// unanswered (it drops every answer "method not found" to a `$/` method,
+/// which is right for a notification only).
 fn judge(body: &[u8]) -> Result<(), Response> {
     let parse_error = || Response::from_error(Id::Null, Error::parse_error());
     let text = std::str::from_utf8(body).map_err(|_| parse_error())?;
     match serde_json::from_str::<Message>(text) {
+        Ok(Message::Request(request)) if request.method().starts_with("$/") => {
+            let (method, id, _) = request.into_parts();
+            match id {
+                // The protocol's `$/` notifications may be ignored.
+                None => Ok(()),
+                Some(id) => Err(Response::from_error(
+                    id,
+                    Error {
+                        data: Some(method.into()),
+                        ..Error::method_not_found()
+                    },
+                )),
+            }
+        }
         Ok(_) => Ok(()),
         Err(error) if error.is_data() => {
             Err(Response::from_error(id_of(text), Error::invalid_request()))
@@ -377,5 +395,22 @@ mod tests {
                 .map_err(|answer| answer.into_parts()),
             refused(Id::Null, Error::parse_error())
         );
+    }
+
+    /// tower-lsp-server drops its own answer to a `$/` request; only a `$/`
+    /// notification may go unanswered.
+    #[test]
+    fn a_request_whose_method_starts_with_dollar_slash_is_answered_method_not_found() {
+        assert_eq!(
+            judge(br#"{"jsonrpc": "2.0", "method": "$/setTrace", "params": {}}"#),
+            Ok(())
+        );
+        let answer = judge(br#"{"jsonrpc": "2.0", "id": 3, "method": "$/custom"}"#)
+            .map_err(|answer| answer.into_parts());
+        let not_found = Error {
+            data: Some("$/custom".into()),
+            ..Error::method_not_found()
+        };
+        assert_eq!(answer, Err((Id::Number(3), Err(not_found))));
     }
 }

@@ -314,6 +314,11 @@ fn symbols_tokens_formatting_and_unknown_methods() {
 
     let unknown = client.request("flow/noSuchMethod", json!({}));
     assert_eq!(unknown["error"]["code"], -32601, "{unknown}");
+    // A request whose method starts with `$/` is answered too; only such
+    // notifications may be ignored.
+    client.notify("$/noSuchNotification", json!({}));
+    let unknown = client.request("$/noSuchMethod", json!({}));
+    assert_eq!(unknown["error"]["code"], -32601, "{unknown}");
     client.drain(Duration::from_millis(50));
     client.shutdown();
 }
