@@ -10,9 +10,11 @@
 //! answered with a JSON-RPC error, as is a request whose method starts with
 //! `$/`, to which tower-lsp-server gives no answer. The answers and the
 //! server's own messages go out through one writer, a whole frame at a time,
-//! so that they never interleave.
+//! so that they never interleave. The screen also notes whether `shutdown`
+//! came before `exit`, which decides the exit status.
 
 use std::future::Future;
+use std::process::ExitCode;
 
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, DuplexStream};
@@ -42,20 +44,23 @@ enum Message {
 /// Runs `server` behind the screen: it reads its messages from the first
 /// stream it is given and writes its own to the second, while `input` and
 /// `output` are the client's. Ends when the server ends (after `exit`, or
-/// the end of `input`), once what it wrote is out.
+/// the end of `input`), once what it wrote is out, with the status the
+/// process should exit with.
 pub(crate) async fn screened<S, F>(
     input: impl AsyncRead + Unpin,
     output: impl AsyncWrite + Unpin,
     server: S,
-) where
+) -> ExitCode
+where
     S: FnOnce(DuplexStream, DuplexStream) -> F,
     F: Future<Output = ()>,
 {
+    let mut session = Session::default();
     let (to_server, server_input) = tokio::io::duplex(PIPE_BYTES);
     let (server_output, from_server) = tokio::io::duplex(PIPE_BYTES);
     let (answers, answered) = mpsc::channel(16);
     let server = server(server_input, server_output);
-    let reading = screen(input, to_server, answers);
+    let reading = screen(input, to_server, answers, &mut session);
     let serving = async {
         tokio::pin!(server);
         tokio::select! {
@@ -69,6 +74,38 @@ pub(crate) async fn screened<S, F>(
     // The writer ends when the server's output does, which is when the
     // server ends.
     tokio::join!(serving, write_out(from_server, answered, output));
+    session.exit_code()
+}
+
+/// What the client asked of the end of the session. tower-lsp-server ends
+/// on `exit` without telling whether `shutdown` came first, which decides
+/// the exit status.
+#[derive(Default)]
+struct Session {
+    shutdown: bool,
+    exit: bool,
+}
+
+impl Session {
+    fn note(&mut self, message: &Message) {
+        if let Message::Request(request) = message {
+            match request.method() {
+                "shutdown" if request.id().is_some() => self.shutdown = true,
+                "exit" => self.exit = true,
+                _ => {}
+            }
+        }
+    }
+
+    /// Failure after an `exit` that no `shutdown` preceded, as the protocol
+    /// asks; success after one that did, and when the input just ended.
+    fn exit_code(&self) -> ExitCode {
+        if self.exit && !self.shutdown {
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        }
+    }
 }
 
 /// Reads the client's messages from `input`: passes on to `server` those
@@ -77,15 +114,19 @@ async fn screen(
     input: impl AsyncRead + Unpin,
     mut server: DuplexStream,
     answers: mpsc::Sender<Vec<u8>>,
+    session: &mut Session,
 ) {
     let mut frames = Frames::new(input);
     while let Some(frame) = frames.next().await {
         let judged = match frame {
-            Frame::Body(body) => judge(&body).map(|()| body),
+            Frame::Body(body) => judge(&body).map(|message| (message, body)),
             Frame::Malformed => Err(Response::from_error(Id::Null, Error::parse_error())),
         };
         let sent = match judged {
-            Ok(body) => write_frame(&mut server, &body).await.is_ok(),
+            Ok((message, body)) => {
+                session.note(&message);
+                write_frame(&mut server, &body).await.is_ok()
+            }
             Err(answer) => {
                 // A response of tower-lsp-server's own types always serializes.
                 let Ok(answer) = serde_json::to_vec(&answer) else {
@@ -100,32 +141,29 @@ async fn screen(
     }
 }
 
-/// Whether the message `body` may go to the server; if not, the error
+/// The message `body`, when it may go to the server; if not, the error
 /// response that answers it: a parse error (-32700) for what is not JSON,
 /// an invalid request (-32600, with its id when it has one) for JSON that
 /// is not a JSON-RPC 2.0 message, and method not found (-32601) for a
 /// request whose method starts with `$/`, which tower-lsp-server leaves
 /// unanswered (it drops every answer "method not found" to a `$/` method,
 /// which is right for a notification only).
-fn judge(body: &[u8]) -> Result<(), Response> {
+fn judge(body: &[u8]) -> Result<Message, Response> {
     let parse_error = || Response::from_error(Id::Null, Error::parse_error());
     let text = std::str::from_utf8(body).map_err(|_| parse_error())?;
     match serde_json::from_str::<Message>(text) {
-        Ok(Message::Request(request)) if request.method().starts_with("$/") => {
-            let (method, id, _) = request.into_parts();
-            match id {
-                // The protocol's `$/` notifications may be ignored.
-                None => Ok(()),
-                Some(id) => Err(Response::from_error(
-                    id,
-                    Error {
-                        data: Some(method.into()),
-                        ..Error::method_not_found()
-                    },
-                )),
-            }
-        }
-        Ok(_) => Ok(()),
+        Ok(Message::Request(request)) if request.method().starts_with("$/") => match request.id() {
+            // The protocol's `$/` notifications may be ignored.
+            None => Ok(Message::Request(request)),
+            Some(id) => Err(Response::from_error(
+                id.clone(),
+                Error {
+                    data: Some(request.method().into()),
+                    ..Error::method_not_found()
+                },
+            )),
+        },
+        Ok(message) => Ok(message),
         Err(error) if error.is_data() => {
             Err(Response::from_error(id_of(text), Error::invalid_request()))
         }
@@ -363,7 +401,11 @@ mod tests {
 
     #[test]
     fn what_is_not_a_json_rpc_message_is_answered_with_its_id_when_it_has_one() {
-        let code = |body: &str| judge(body.as_bytes()).map_err(|answer| answer.into_parts());
+        let code = |body: &str| {
+            judge(body.as_bytes())
+                .map(|_| ())
+                .map_err(|answer| answer.into_parts())
+        };
         let refused = |id: Id, error: Error| Err((id, Err(error)));
         assert_eq!(
             code(r#"{"jsonrpc": "2.0", "id": 1, "method": "shutdown"}"#),
@@ -392,6 +434,7 @@ mod tests {
         );
         assert_eq!(
             judge(b"{\"jsonrpc\": \"2.0\", \"method\": \"\xff\"}")
+                .map(|_| ())
                 .map_err(|answer| answer.into_parts()),
             refused(Id::Null, Error::parse_error())
         );
@@ -401,11 +444,9 @@ mod tests {
     /// notification may go unanswered.
     #[test]
     fn a_request_whose_method_starts_with_dollar_slash_is_answered_method_not_found() {
-        assert_eq!(
-            judge(br#"{"jsonrpc": "2.0", "method": "$/setTrace", "params": {}}"#),
-            Ok(())
-        );
+        assert!(judge(br#"{"jsonrpc": "2.0", "method": "$/setTrace", "params": {}}"#).is_ok());
         let answer = judge(br#"{"jsonrpc": "2.0", "id": 3, "method": "$/custom"}"#)
+            .map(|_| ())
             .map_err(|answer| answer.into_parts());
         let not_found = Error {
             data: Some("$/custom".into()),

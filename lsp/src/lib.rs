@@ -17,8 +17,8 @@ use tower_lsp_server::{LspService, Server};
 
 /// Serves the protocol on `input` and `output` until the client exits.
 /// Malformed messages are answered with an error and skipped
-/// (`framing.rs`).
-pub async fn serve<I, O>(input: I, output: O)
+/// (`framing.rs`). Returns the status the process should exit with.
+pub async fn serve<I, O>(input: I, output: O) -> std::process::ExitCode
 where
     I: tokio::io::AsyncRead + Unpin,
     O: tokio::io::AsyncWrite + Unpin,
@@ -33,5 +33,5 @@ where
             .concurrency_level(1)
             .serve(service)
     })
-    .await;
+    .await
 }

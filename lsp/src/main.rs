@@ -24,7 +24,7 @@ struct Args {
     stdio: bool,
 }
 
-fn main() {
+fn main() -> std::process::ExitCode {
     // Before the protocol starts: `--help` and `--version` answer and exit,
     // and an unknown argument is refused, rather than the server waiting
     // on a terminal for messages that will never come.
@@ -40,7 +40,7 @@ fn main() {
         .build()
         .expect("a tokio runtime starts");
     let input = stdin(runtime.handle());
-    runtime.block_on(flow_lsp::serve(input, tokio::io::stdout()));
+    runtime.block_on(flow_lsp::serve(input, tokio::io::stdout()))
 }
 
 /// Standard input, read on a thread of its own. tokio's `stdin()` reads on

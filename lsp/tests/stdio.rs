@@ -378,6 +378,16 @@ fn malformed_messages_are_answered_and_the_server_goes_on() {
     client.shutdown();
 }
 
+/// The protocol asks for exit status 1 when `exit` comes without a
+/// `shutdown` first (and 0 after one, which `Client::shutdown` checks).
+#[test]
+fn exit_without_shutdown_exits_with_status_1() {
+    let dir = TempDir::new("exit");
+    let mut client = Client::start(&dir.0);
+    client.notify("exit", Value::Null);
+    assert_eq!(client.exited().code(), Some(1));
+}
+
 #[test]
 fn references_reach_every_file_of_the_workspace() {
     let dir = TempDir::new("references");

@@ -5,7 +5,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
@@ -186,19 +186,26 @@ impl Client {
         uri
     }
 
+    /// Shuts the server down and makes it exit, with status 0.
     pub fn shutdown(mut self) {
         let answer = self.request("shutdown", Value::Null);
         assert!(answer.get("error").is_none(), "{answer}");
         self.notify("exit", Value::Null);
+        let status = self.exited();
+        assert!(status.success(), "`exit` after `shutdown`: {status}");
+    }
+
+    /// The server's exit status, once it exits, which it must within 10 s.
+    pub fn exited(&mut self) -> ExitStatus {
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         let _ = self.child.kill();
-        panic!("flow-lsp did not exit after `exit`");
+        panic!("flow-lsp did not exit");
     }
 }
 
