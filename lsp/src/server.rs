@@ -415,8 +415,9 @@ fn capped(items: Vec<ide::Completion>, typed: &str) -> (Vec<ide::Completion>, bo
 }
 
 impl Backend {
-    /// The locations of `symbol` in every file that may mention it: for a
-    /// step, its own file; for a declaration, every workspace file that sees it.
+    /// The locations of `symbol` in every workspace file that sees it: a
+    /// declaration's in the files that import it, a step's in its workflow's
+    /// file and in the tests that run the workflow (`.test.flow` files).
     async fn locations(
         &self,
         root: &str,
@@ -430,15 +431,13 @@ impl Backend {
         for (file, span) in ide::references(&analysis.checked, symbol) {
             push(&analysis.checked, file, span);
         }
-        if !matches!(symbol, ide::Symbol::Step { .. }) {
-            for path in self.workspace_files() {
-                if path == root {
-                    continue;
-                }
-                if let Some(other) = self.any_file(&path).await {
-                    for (file, span) in ide::references(&other.checked, symbol) {
-                        push(&other.checked, file, span);
-                    }
+        for path in self.workspace_files() {
+            if path == root {
+                continue;
+            }
+            if let Some(other) = self.any_file(&path).await {
+                for (file, span) in ide::references(&other.checked, symbol) {
+                    push(&other.checked, file, span);
                 }
             }
         }

@@ -427,6 +427,79 @@ fn references_reach_every_file_of_the_workspace() {
     client.shutdown();
 }
 
+/// References and renames reach the tests that name a step or mock a
+/// recipe (`mock step.X`, `expect attempts step.X`, `mock recipe X`) in a
+/// `.test.flow` file that is not open, and from that file back to the
+/// workflow's: a rename that missed them left a workspace that did not check.
+#[test]
+fn references_and_rename_reach_the_test_files() {
+    let dir = TempDir::new("test-files");
+    let recipes = dir.write("recipes.flow", RECIPES);
+    let text = workflow(
+        "  step first = classify { subject: workflow_input.subject }\n  step second = classify { subject: \"{{step.first.category}}\" }\n",
+    );
+    let main = dir.write("main.flow", &text);
+    let tests = "import \"main.flow\"\n\ntest \"t\" {\n  workflow triage\n  input { subject: \"s\" }\n  mock step.first fails 429 then { category: \"bug\", urgency: 1 }\n  mock recipe classify = { category: \"billing\", urgency: 2 }\n  expect attempts step.first == 2\n}\n";
+    let tests_uri = client::uri(&dir.write("main.test.flow", tests));
+    let mut client = Client::start(&dir.0);
+    let main_uri = client.open(&main, &text);
+    let recipes_uri = client.open(&recipes, RECIPES);
+    let edited = |answer: &Value, uri: &str| {
+        let mut starts: Vec<Value> = answer["result"]["changes"][uri]
+            .as_array()
+            .unwrap_or_else(|| panic!("no edits in {uri}: {answer}"))
+            .iter()
+            .map(|edit| edit["range"]["start"].clone())
+            .collect();
+        starts.sort_by_key(|start| (start["line"].as_u64(), start["character"].as_u64()));
+        starts
+    };
+
+    let renamed = client.request(
+        "textDocument/rename",
+        json!({ "textDocument": { "uri": main_uri }, "position": position(&text, "step first", 6), "newName": "sorted" }),
+    );
+    assert_eq!(
+        edited(&renamed, &tests_uri),
+        [
+            position(tests, "step.first", 5),
+            position(tests, "attempts step.first", 14)
+        ],
+        "{renamed}"
+    );
+    assert_eq!(edited(&renamed, &main_uri).len(), 2, "{renamed}");
+
+    let renamed = client.request(
+        "textDocument/rename",
+        json!({ "textDocument": { "uri": recipes_uri }, "position": position(RECIPES, "classify", 0), "newName": "sort" }),
+    );
+    assert_eq!(
+        edited(&renamed, &tests_uri),
+        [position(tests, "recipe classify", 7)],
+        "{renamed}"
+    );
+    assert_eq!(edited(&renamed, &main_uri).len(), 2, "{renamed}");
+
+    // From the test file, once it is open, the references reach the workflow.
+    let tests_uri = client.open(&dir.0.join("main.test.flow"), tests);
+    let answer = client.request(
+        "textDocument/references",
+        json!({
+            "textDocument": { "uri": tests_uri },
+            "position": position(tests, "step.first", 6),
+            "context": { "includeDeclaration": true }
+        }),
+    );
+    let in_main = answer["result"]
+        .as_array()
+        .expect("locations")
+        .iter()
+        .filter(|location| location["uri"] == main_uri)
+        .count();
+    assert_eq!(in_main, 2, "{answer}");
+    client.shutdown();
+}
+
 /// An error in an imported file is shown under that file's URI while a file
 /// importing it is open, and cleared when the importer closes.
 #[test]

@@ -39,7 +39,7 @@ pub fn hover(checked: &Checked, file: FileId, offset: u32) -> Option<Hover> {
     let (symbol, span) = symbol_at(checked, file, offset)?;
     let env = &checked.analysis.env;
     let markdown = match &symbol {
-        Symbol::Step { workflow, id } => {
+        Symbol::Step { workflow, id, .. } => {
             let info = checked.analysis.test_workflow(workflow)?;
             // Budgets are the root file's workflows', in their order.
             let index = checked

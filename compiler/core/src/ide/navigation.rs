@@ -7,7 +7,7 @@
 //! own, and merge them.
 
 use crate::Checked;
-use crate::check::{normalize, resolve_import};
+use crate::check::{WorkflowInfo, normalize, resolve_import};
 use crate::diagnostic::{FileId, Span};
 use crate::ide::{fields, visit};
 use crate::syntax::KEYWORDS;
@@ -15,10 +15,12 @@ use crate::syntax::ast::{ExpectKind, Item, MockTarget, Name, Segment, StepCall, 
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Symbol {
-    /// A step, loop or parallel id in a workflow of the root file.
+    /// A step, loop or parallel id of a workflow: one of the root file's, or
+    /// one that a test of the root file runs. `file` declares the workflow.
     Step {
         workflow: String,
         id: String,
+        file: String,
     },
     Recipe {
         name: String,
@@ -149,6 +151,7 @@ pub fn symbol_at(checked: &Checked, file: FileId, offset: u32) -> Option<(Symbol
         let step_symbol = |id: &str| Symbol::Step {
             workflow: workflow.name.text.to_string(),
             id: id.to_string(),
+            file: loaded.path.clone(),
         };
         if let Some(info) = info {
             if let Some(step) = info.steps.iter().find(|s| s.id_span.contains(offset)) {
@@ -225,9 +228,18 @@ fn test_symbol(checked: &Checked, test: &TestDecl, offset: u32) -> Option<(Symbo
         Symbol::Step {
             workflow: workflow.name.clone(),
             id: name.text.to_string(),
+            file: checked.file(workflow.file).path.clone(),
         },
         name.span,
     ))
+}
+
+/// The workflow `name` that file `file` declares, when it is the root
+/// file's or one that the root file's tests run: another file's workflow
+/// of the same name is another workflow.
+fn step_workflow<'c>(checked: &'c Checked, name: &str, file: &str) -> Option<&'c WorkflowInfo> {
+    let info = checked.analysis.test_workflow(name)?;
+    (normalize(&checked.file(info.file).path) == normalize(file)).then_some(info)
 }
 
 /// Every step name a test writes: its step mocks, decisions and
@@ -305,8 +317,8 @@ fn path_definition(checked: &Checked, offset: u32) -> Option<(FileId, Span)> {
 fn declaration(checked: &Checked, symbol: &Symbol) -> Option<(FileId, Span)> {
     let env = &checked.analysis.env;
     match symbol {
-        Symbol::Step { workflow, id } => {
-            let info = checked.analysis.test_workflow(workflow)?;
+        Symbol::Step { workflow, id, file } => {
+            let info = step_workflow(checked, workflow, file)?;
             Some((info.file, info.step(id)?.1.id_span))
         }
         Symbol::Recipe { name, file } => {
@@ -349,7 +361,7 @@ pub fn references(checked: &Checked, symbol: &Symbol) -> Vec<(FileId, Span)> {
         let file = FileId(index as u32);
         for item in &loaded.tree.items {
             match symbol {
-                Symbol::Step { workflow, id } => {
+                Symbol::Step { workflow, id, .. } => {
                     // The root file's tests of the workflow name its steps too.
                     if let Item::Test(test) = item
                         && file == FileId(0)
@@ -363,8 +375,9 @@ pub fn references(checked: &Checked, symbol: &Symbol) -> Vec<(FileId, Span)> {
                         );
                         continue;
                     }
+                    // The workflow may be an imported file's, which a test runs.
                     let Item::Workflow(decl) = item else { continue };
-                    if file != FileId(0) || decl.name.text != *workflow {
+                    if file != declared.0 || decl.name.text != *workflow {
                         continue;
                     }
                     visit::paths(item, &mut |path| {
@@ -376,13 +389,26 @@ pub fn references(checked: &Checked, symbol: &Symbol) -> Vec<(FileId, Span)> {
                         }
                     });
                 }
-                Symbol::Recipe { name, .. } => visit::steps(item, &mut |step| {
-                    if let StepCall::Recipe { recipe, .. } = &step.call
-                        && recipe.text == *name
+                Symbol::Recipe { name, .. } => {
+                    // The root file's tests mock it (`mock recipe NAME`).
+                    if let Item::Test(test) = item
+                        && file == FileId(0)
                     {
-                        found.push((file, recipe.span));
+                        found.extend(test.mocks.iter().filter_map(|mock| match &mock.target {
+                            MockTarget::Recipe(mocked) if mocked.text == *name => {
+                                Some((file, mocked.span))
+                            }
+                            _ => None,
+                        }));
                     }
-                }),
+                    visit::steps(item, &mut |step| {
+                        if let StepCall::Recipe { recipe, .. } = &step.call
+                            && recipe.text == *name
+                        {
+                            found.push((file, recipe.span));
+                        }
+                    });
+                }
                 Symbol::Mcp { name, .. } => visit::steps(item, &mut |step| {
                     if let StepCall::Browser { server, .. } = &step.call
                         && server.text == *name
@@ -454,11 +480,8 @@ pub fn check_new_name(
     }
     let env = &checked.analysis.env;
     let taken = match symbol {
-        Symbol::Step { workflow, .. } => checked
-            .analysis
-            .workflows
-            .iter()
-            .any(|w| w.name == *workflow && w.step(new_name).is_some()),
+        Symbol::Step { workflow, file, .. } => step_workflow(checked, workflow, file)
+            .is_some_and(|workflow| workflow.step(new_name).is_some()),
         Symbol::Recipe { .. } => env.recipes.contains_key(new_name),
         Symbol::Mcp { .. } => env.mcp_servers.contains_key(new_name),
         Symbol::Type { .. } => {
