@@ -918,6 +918,10 @@ impl<'s> Fast<'s> {
             let docs = self.docs()?;
             let name = self.name()?;
             self.punct(":")?;
+            // A field's type starts on its line, as the grammar says.
+            if self.bytes[self.token_end..self.pos].contains(&b'\n') {
+                return None;
+            }
             let (ty, _) = self.type_expr()?;
             fields.push(FieldDecl { docs, name, ty });
             self.eat(",")?;

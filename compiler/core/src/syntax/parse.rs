@@ -1997,12 +1997,59 @@ impl<'s> Parser<'s> {
             .into_inner()
             .map(|field| {
                 let docs = docs(&field);
+                if field.as_rule() == Rule::bad_field {
+                    let name = self.bad_field(first_child(field));
+                    return FieldDecl {
+                        docs,
+                        ty: TypeExpr {
+                            kind: TypeExprKind::Named(Name {
+                                text: "json".into(),
+                                span: name.span,
+                            }),
+                            span: name.span,
+                        },
+                        name,
+                    };
+                }
                 let mut inner = children(field);
                 let name = name(inner.next().expect("field name"));
                 let ty = self.type_expr(inner.next().expect("field type"));
                 FieldDecl { docs, name, ty }
             })
             .collect()
+    }
+
+    /// Reports the type of a field that does not parse; the field's name.
+    fn bad_field(&mut self, text: Pair<'_, Rule>) -> Name {
+        let mut inner = text.into_inner();
+        let name = name(inner.next().expect("field name"));
+        let bad = inner.next().expect("the field's type");
+        let written = bad.as_str().trim();
+        let start = bad.as_span().start() + (bad.as_str().len() - bad.as_str().trim_start().len());
+        let (found, len) = if written.is_empty() {
+            describe_found(&self.source[start..])
+        } else {
+            (format!("`{}`", flow_plan::cut(written, 40)), written.len())
+        };
+        let end = if written.is_empty() {
+            start
+        } else {
+            start + len
+        };
+        self.problems.push(
+            Diagnostic::new(
+                Code::Syntax,
+                self.file,
+                Span::new(start, end),
+                format!("expected the type of `{}`, found {found}", name.text),
+            )
+            .label("expected a type")
+            .hint(format!(
+                "a type follows the field's `:` (`string`, `int`, `list<string>`, `{{ ... }}`); until it parses, `{}` is taken as `json`",
+                name.text
+            )),
+        );
+        name
     }
 
     fn record_type_decl(&mut self, pair: Pair<'_, Rule>) -> RecordTypeDecl {
