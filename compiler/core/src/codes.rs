@@ -276,9 +276,11 @@ flow_plan::code_table! {
 
     /// A step option or setting has a value out of range or of the wrong form:
     /// `retry` outside 1..=100, `concurrency` outside 1..=1000, an unknown
-    /// `durability` mode, an empty `department`, an approval with no
-    /// approver, or an approval's `expires`, `on_reject` or `on_expire` not
-    /// written as a literal (the runtime needs them before any value exists).
+    /// `durability` mode, an empty `department` (a workflow's or a
+    /// `handoff`'s) or `kb_write` collection, a loop over a list written out
+    /// with more items than its `max`, an approval with no approver, or an
+    /// approval's `expires`, `on_reject` or `on_expire` not written as a
+    /// literal (the runtime needs them before any value exists).
     BadOption = ("E209", "invalid-option", Error, "invalid option value");
 
     /// A field is read from an optional value without `?.`.

@@ -265,6 +265,24 @@ pub(crate) fn require_plain(
     }
 }
 
+/// Reports a name written as an empty string (`""`, `" "`): a department,
+/// a knowledge-base collection, a destination an account names. None names
+/// anything, and the runtime would write under or deliver to nothing.
+pub(crate) fn require_named(
+    lit: &StringLit,
+    (code, what, hint): (Code, &str, &str),
+    file: FileId,
+    diagnostics: &mut Vec<Diagnostic>,
+) {
+    if lit.display_text().trim().is_empty() {
+        diagnostics.push(
+            Diagnostic::new(code, file, lit.span, format!("{what} is empty"))
+                .label("empty")
+                .hint(hint.to_string()),
+        );
+    }
+}
+
 fn check_mcp(server: &McpServer, file: FileId, diagnostics: &mut Vec<Diagnostic>) {
     for (lit, what) in [
         (&server.command, "an MCP server's `command`"),

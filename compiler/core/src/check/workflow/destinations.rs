@@ -70,18 +70,16 @@ impl<'e, 'd> Checker<'e, 'd> {
         self.destination = None;
         for (name, what) in names {
             require_plain(name, what, self.file, self.diagnostics);
-            if name.display_text().trim().is_empty() {
-                self.push(
-                    Diagnostic::new(
-                        Code::BadDestination,
-                        self.file,
-                        name.span,
-                        format!("{what} is empty"),
-                    )
-                    .label("empty")
-                    .hint("name what the account calls it in flowd's configuration"),
-                );
-            }
+            require_named(
+                name,
+                (
+                    Code::BadDestination,
+                    what,
+                    "name what the account calls it in flowd's configuration",
+                ),
+                self.file,
+                self.diagnostics,
+            );
         }
     }
 

@@ -17,7 +17,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::check::env::{
-    Env, McpInfo, fields_within_schema_bounds, names_an_alias, require_plain, resolve_fields,
+    Env, McpInfo, fields_within_schema_bounds, names_an_alias, require_named, require_plain,
+    resolve_fields,
 };
 use crate::check::types::{Fields, PLACEHOLDER_CHARS, Ty};
 use crate::codes::Code;
@@ -252,18 +253,16 @@ pub(crate) fn check_workflow(
             file,
             checker.diagnostics,
         );
-        if department.display_text().trim().is_empty() {
-            checker.diagnostics.push(
-                Diagnostic::new(
-                    Code::BadOption,
-                    file,
-                    department.span,
-                    "a workflow's department has no name",
-                )
-                .label("empty")
-                .hint("name the department that owns the workflow, e.g. `department \"support\"`, or leave the setting out"),
-            );
-        }
+        require_named(
+            department,
+            (
+                Code::BadOption,
+                "a workflow's department",
+                "name the department that owns the workflow, e.g. `department \"support\"`, or leave the setting out",
+            ),
+            file,
+            checker.diagnostics,
+        );
     }
     if let Some(mode) = &decl.durability
         && mode.text != "full"
@@ -791,6 +790,28 @@ impl<'e, 'd> Checker<'e, 'd> {
                         )
                         .label("out of range")
                         .hint("the most items the loop takes: leave it out when there is no bound"),
+                    );
+                }
+                // A list written out has its length here: more items than
+                // `max` would fail every run at the loop.
+                if let Some((max, span)) = stmt.max_items
+                    && let ExprKind::List(items) = &stmt.collection.kind
+                    && (1..=MAX_LOOP_ITEMS).contains(&max)
+                    && items.len() as i64 > max
+                {
+                    self.push(
+                        Diagnostic::new(
+                            Code::BadOption,
+                            self.file,
+                            span,
+                            format!(
+                                "the loop's list has {} items, more than its `max {max}`",
+                                items.len()
+                            ),
+                        )
+                        .label("fewer than the list's items")
+                        .secondary(self.file, stmt.collection.span, "the list")
+                        .hint("every run would fail at the loop: raise `max`, or take items out of the list"),
                     );
                 }
                 self.loop_infos.push(LoopInfo {

@@ -55,10 +55,30 @@ impl<'e, 'd> Checker<'e, 'd> {
             }
             StepCall::KbWrite { collection, .. } => {
                 self.template(collection);
+                require_named(
+                    collection,
+                    (
+                        Code::BadOption,
+                        "a `kb_write` step's collection",
+                        "name the collection the document goes to, e.g. `kb_write \"incidents\" { ... }`",
+                    ),
+                    self.file,
+                    self.diagnostics,
+                );
                 self.args(args, &Fields::new(kb_write_params()), &"`kb_write`", None);
             }
             StepCall::Handoff { department, .. } => {
                 self.template(department);
+                require_named(
+                    department,
+                    (
+                        Code::BadOption,
+                        "a `handoff` step's department",
+                        "name the department whose queue takes the work, e.g. `handoff \"billing\" { ... }`",
+                    ),
+                    self.file,
+                    self.diagnostics,
+                );
                 self.args(args, &Fields::new(handoff_params()), &"`handoff`", None);
             }
             StepCall::Browser { server, tool, .. } => {
@@ -119,7 +139,13 @@ impl<'e, 'd> Checker<'e, 'd> {
                 }
                 _ => true,
             };
-            if !literal {
+            // A value of the wrong type was reported as such already: one
+            // mistake, one error.
+            let reported = self
+                .diagnostics
+                .iter()
+                .any(|d| d.primary.file == self.file && d.primary.span == field.value.span);
+            if !literal && !reported {
                 self.push(
                     Diagnostic::new(
                         Code::BadOption,
