@@ -76,7 +76,7 @@ impl Human {
                 reports.path(label.file),
                 at.line,
                 at.column,
-                label.message
+                flow_plan::inert(&label.message)
             ));
         }
         out
@@ -314,7 +314,7 @@ impl View {
             if !primary && let Some(newline) = text[start..end].find('\n') {
                 end = start + text[start..start + newline].trim_end().len();
             }
-            let message = (!message.is_empty()).then(|| message.to_string());
+            let message = (!message.is_empty()).then(|| flow_plan::inert(message).into_owned());
             if primary {
                 LabeledSpan::new_primary_with_span(message, (start, end - start))
             } else {
@@ -340,8 +340,8 @@ impl View {
             // point into text it leaves out, and are notes (`render`).
             let (start, end) = clamp_span(text, report.primary.span);
             let (excerpt, (start, end)) = excerpt(&source.path, text, start, end);
-            let message =
-                (!report.primary.message.is_empty()).then(|| report.primary.message.clone());
+            let message = (!report.primary.message.is_empty())
+                .then(|| flow_plan::inert(&report.primary.message).into_owned());
             labels = vec![LabeledSpan::new_primary_with_span(
                 message,
                 (start, end - start),
@@ -377,10 +377,18 @@ impl View {
                 Severity::Error => miette::Severity::Error,
                 Severity::Warning => miette::Severity::Warning,
             },
-            message: report.message.clone(),
+            // The words of a report may quote the source (`found ...`).
+            message: flow_plan::inert(&report.message).into_owned(),
             source: shown,
             labels,
-            help: (!report.hints.is_empty()).then(|| report.hints.join("\n")),
+            help: (!report.hints.is_empty()).then(|| {
+                report
+                    .hints
+                    .iter()
+                    .map(|hint| flow_plan::inert(hint))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            }),
             cut,
         }
     }

@@ -154,14 +154,38 @@ impl Reports {
             return index;
         }
         let index = self.sources.len();
+        let text = printable(text);
         self.sources.push(Source {
-            path: shown,
+            // Shown, not opened: a control character in a file's name is
+            // escaped as in the text.
+            path: flow_plan::inert(&shown).into_owned(),
+            lines: Arc::new(LineIndex::new(&text)),
             text: Arc::from(text),
-            lines: Arc::new(LineIndex::new(text)),
         });
         self.by_key.insert(key, index);
         index
     }
+}
+
+/// `text` as it may be printed in a snippet: a control character other than
+/// a tab or a line break (a terminal's escape sequence, a bell, a NUL) is
+/// shown as `?`, or `¿` for one of two bytes, so that each byte offset and
+/// column stays where it was, and a file cannot clear the screen or retitle
+/// the window of whoever checks it.
+fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    let shown = |c: char| !c.is_control() || matches!(c, '\t' | '\n' | '\r');
+    if text.chars().all(shown) {
+        return text.into();
+    }
+    text.chars()
+        .map(|c| match c {
+            c if shown(c) => c,
+            c if c.len_utf8() == 1 => '?',
+            // The C1 controls, U+0080 to U+009F, take two bytes, as `¿` does.
+            _ => '¿',
+        })
+        .collect::<String>()
+        .into()
 }
 
 /// A span clamped to the text and widened to character boundaries, so that
@@ -188,6 +212,20 @@ mod tests {
         assert_eq!(flow_compiler::check::normalize("a/b/../c.flow"), "a/c.flow");
         assert_eq!(flow_compiler::check::normalize("./a.flow"), "a.flow");
         assert_eq!(flow_compiler::check::normalize("/x/./y.flow"), "/x/y.flow");
+    }
+
+    /// Regression: a file's escape sequences (clear the screen, retitle
+    /// the window) and bells were printed raw in its snippets.
+    #[test]
+    fn control_characters_print_inert_where_they_were() {
+        let text = "a \u{1b}]0;pwned\u{7} \u{9b}2J\tb\r\n";
+        let shown = printable(text);
+        assert_eq!(shown, "a ?]0;pwned? ¿2J\tb\r\n");
+        assert_eq!(shown.len(), text.len(), "every byte offset stays");
+        assert!(matches!(
+            printable("plain\ttext\n"),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 
     #[test]
