@@ -346,7 +346,9 @@ flow_plan::code_table! {
     RetriedSideEffect = ("W302", "retried-side-effect", Warning, "retried side effect without an idempotency key");
 
     /// An optional access (`?.` or `??`) on a value that is always present. It is
-    /// harmless but hides the fact that the value cannot be missing.
+    /// harmless but hides the fact that the value cannot be missing. (An
+    /// element read by index may be past the list's end: `list[0]?.field`
+    /// reads it only when there is one, and is not reported.)
     NeedlessOptional = ("W303", "needless-optional", Warning, "optional access on a value that is always present");
 
     /// The files have a `flow.lock`, but it has no tools for this MCP server as

@@ -466,7 +466,12 @@ impl<'e, 'd> Checker<'e, 'd> {
                 Ty::Any => return Ty::Any,
                 Ty::Json => return Ty::Json,
                 other => {
-                    if optional_segment {
+                    // An element may be past the list's end: `?.` after an
+                    // index reads it only when there is one (the runtime
+                    // gives nothing then), and makes the value optional.
+                    if optional_segment && matches!(previous, Some(Segment::Index { .. })) {
+                        absent = true;
+                    } else if optional_segment {
                         self.push(
                             Diagnostic::new(
                                 Code::NeedlessOptional,
