@@ -843,3 +843,69 @@ impl Provider for ByPath {
         Box::pin(async move { Ok(answer) })
     }
 }
+
+/// The inputs each recipe call was given, answered with fabricated outputs.
+#[derive(Default)]
+struct Recording(Mutex<Vec<Value>>);
+
+impl Provider for Recording {
+    fn complete<'a>(&'a self, call: &'a RecipeCall<'a>) -> BoxFuture<'a, Result<Value, StepError>> {
+        self.0.lock().unwrap().push(call.input.clone());
+        let output = fabricate(call.output_schema, 1);
+        Box::pin(async move { Ok(output) })
+    }
+}
+
+/// Regression: a `json` value given to a typed recipe input reached the
+/// model whatever its shape (`"not-an-int"` for an `int`, any string for
+/// an enum). It is checked as the step runs, before the model is asked; a
+/// `string` input takes a value of another shape as its JSON text.
+#[tokio::test]
+async fn a_json_value_given_to_a_typed_recipe_input_is_checked_as_the_step_runs() {
+    let plan = plan(
+        r#"recipe r {
+  model "default"
+  input { n: int, tier: "a" | "b", page: string }
+  output { s: string }
+  prompt "{{input.n}} {{input.tier}} {{input.page}}"
+}
+workflow w {
+  input { j: json }
+  step s = r { n: workflow_input.j.n, tier: workflow_input.j.tier, page: workflow_input.j.page }
+}"#,
+    );
+    let run = |input: Value| {
+        let plan = plan.clone();
+        async move {
+            let provider = Arc::new(Recording::default());
+            let store = Arc::new(MemoryStore::default());
+            let outcome =
+                flow_runtime::run(&plan, "w", "r", input, services(provider.clone(), &store)).await;
+            let inputs = provider.0.lock().unwrap().clone();
+            (outcome, inputs)
+        }
+    };
+    let (outcome, inputs) =
+        run(json!({ "j": { "n": 3, "tier": "b", "page": { "title": "x" } } })).await;
+    assert!(matches!(outcome, Outcome::Completed { .. }), "{outcome:?}");
+    assert_eq!(
+        inputs,
+        vec![json!({ "n": 3, "tier": "b", "page": "{\"title\":\"x\"}" })]
+    );
+    let (outcome, inputs) =
+        run(json!({ "j": { "n": "not-an-int", "tier": "c", "page": "p" } })).await;
+    let Outcome::Failed { error, .. } = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(error.kind, ErrorKind::Expression);
+    assert!(
+        error
+            .message
+            .contains("the input does not match recipe `r`")
+            && error.message.contains("/n")
+            && error.message.contains("/tier"),
+        "{}",
+        error.message
+    );
+    assert!(inputs.is_empty(), "the model was not asked");
+}

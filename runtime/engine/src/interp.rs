@@ -880,6 +880,23 @@ impl<'p> Interpreter<'p> {
                         "the plan names a recipe it does not hold",
                     )
                 })?;
+                // The checker proves each argument's type, but lets a
+                // `json` value through to a typed input (its shape is known
+                // only now): checked here, before the model is asked. A
+                // `string` input takes any such value as its JSON text, as
+                // the prompt would show it.
+                let texts = as_text_where_strings_go(&recipe.input_schema, args);
+                let args = texts.as_ref().unwrap_or(args);
+                let mismatches = crate::schema::validate(&recipe.input_schema, args);
+                if !mismatches.is_empty() {
+                    return Err(StepError::new(
+                        ErrorKind::Expression,
+                        format!(
+                            "the input does not match recipe `{}`: {mismatches}",
+                            recipe.name
+                        ),
+                    ));
+                }
                 let no_inputs = Map::new();
                 let inputs = args.as_object().unwrap_or(&no_inputs);
                 let prompt = self
@@ -1108,4 +1125,35 @@ fn backoff(step: &Step, attempt: u32, error: &StepError, call_id: &str) -> Durat
         delay = delay.max(after.min(cap));
     }
     Duration::from_millis(delay)
+}
+
+/// `args` with each value given to a `string` input of `schema` that is
+/// an object, a list, a number or a boolean (a `json` value, which the
+/// checker lets through) replaced by its JSON text; `None` when there is
+/// none such.
+fn as_text_where_strings_go(schema: &Value, args: &Value) -> Option<Value> {
+    let properties = schema.get("properties")?.as_object()?;
+    let given = args.as_object()?;
+    let to_text = |name: &String, value: &Value| {
+        let string_input = properties
+            .get(name)
+            .and_then(|field| field.get("type"))
+            .is_some_and(|ty| ty == "string");
+        string_input && !matches!(value, Value::String(_) | Value::Null)
+    };
+    if !given.iter().any(|(name, value)| to_text(name, value)) {
+        return None;
+    }
+    let texts = given
+        .iter()
+        .map(|(name, value)| {
+            let value = if to_text(name, value) {
+                Value::String(value.to_string())
+            } else {
+                value.clone()
+            };
+            (name.clone(), value)
+        })
+        .collect();
+    Some(Value::Object(texts))
 }
