@@ -170,7 +170,14 @@ fn path_hover(checked: &Checked, offset: u32) -> Option<Hover> {
                 markdown: step_text(checked, step, step_decl(checked, step.id_span)),
             });
         }
-        let ty = roots.resolve(&path.root.text, &segments)?;
+        let mut ty = roots.resolve(&path.root.text, &segments)?;
+        // Read through `?.`, the value may be absent, as the checker types it.
+        if path.segments[..=index]
+            .iter()
+            .any(|segment| matches!(segment, Segment::Field { optional: true, .. }))
+        {
+            ty = ty.optional();
+        }
         let shown = Path {
             root: path.root.clone(),
             segments: path.segments[..=index].to_vec(),

@@ -41,6 +41,25 @@ pub(crate) fn paths(item: &Item, f: &mut dyn FnMut(&Path)) {
             if let Some(output) = &workflow.output {
                 record(output, f);
             }
+            for destination in &workflow.destinations {
+                match &destination.target {
+                    DestinationTarget::Webhook { endpoint } => string(endpoint, f),
+                    DestinationTarget::Email { to, subject, body } => {
+                        for lit in to.iter().chain([subject, body]) {
+                            string(lit, f);
+                        }
+                    }
+                    DestinationTarget::Kb {
+                        collection,
+                        title,
+                        content,
+                    } => {
+                        string(collection, f);
+                        string(title, f);
+                        expr(content, f);
+                    }
+                }
+            }
         }
     }
 }
