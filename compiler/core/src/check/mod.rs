@@ -388,7 +388,8 @@ pub fn check_source(path: &str, text: &str) -> Checked {
 }
 
 /// When an import could not be read and no file it meant was found, the
-/// recipes, types and MCP servers it would have declared are unknown: a use
+/// recipes, types, MCP servers and workflows (a test's) it would have
+/// declared are unknown: a use
 /// of a name that is not close to any declared one is taken to be one of
 /// those, not a second mistake. A name with a "did you mean" stays
 /// reported, as a likely typo.
@@ -400,7 +401,10 @@ fn forget_what_missing_imports_declare(diagnostics: &mut Vec<Diagnostic>) {
         diagnostics.retain(|d| {
             !(matches!(
                 d.code,
-                Code::UnknownRecipe | Code::UnknownType | Code::UnknownMcpServer
+                Code::UnknownRecipe
+                    | Code::UnknownType
+                    | Code::UnknownMcpServer
+                    | Code::UnknownWorkflow
             ) && d.fix.is_none()
                 && d.message.starts_with("unknown "))
         });
