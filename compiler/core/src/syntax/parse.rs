@@ -207,7 +207,6 @@ fn closing_brace(text: &str, file: FileId, problems: &[Diagnostic]) -> Option<Re
     }
     // A block's `{` (the last of its line) holds the lines indented under
     // it: it is closed before the first line back at its indentation.
-    let indent = |line: &str| line.len() - line.trim_start_matches([' ', '\t']).len();
     let line_start = text[..brace].rfind('\n').map_or(0, |i| i + 1);
     let opener_indent = indent(&text[line_start..]);
     let block_end = text[line_end..]
@@ -1271,7 +1270,6 @@ impl<'s> Parser<'s> {
         // The body a `{` would open is indented under its declaration; a
         // line at the same indentation (`input` after `workflow w` in a
         // test) is not in it.
-        let indent = |line: &str| line.len() - line.trim_start_matches([' ', '\t']).len();
         let at_line = &self.source[self.source[..at].rfind('\n').map_or(0, |i| i + 1)..];
         if expected == ["`{`"]
             && before.ends_with('\n')
@@ -2001,13 +1999,7 @@ impl<'s> Parser<'s> {
                     let name = self.bad_field(first_child(field));
                     return FieldDecl {
                         docs,
-                        ty: TypeExpr {
-                            kind: TypeExprKind::Named(Name {
-                                text: "json".into(),
-                                span: name.span,
-                            }),
-                            span: name.span,
-                        },
+                        ty: unknown_type(name.span),
                         name,
                     };
                 }
@@ -3171,13 +3163,7 @@ fn skipped_declaration(region: &Pair<'_, Rule>) -> Option<Item> {
         // Its fields are unknown: `json` lets every use of them through.
         "type" => Some(Item::Type(TypeDecl {
             docs: Vec::new(),
-            ty: TypeExpr {
-                kind: TypeExprKind::Named(Name {
-                    text: "json".into(),
-                    span: name.span,
-                }),
-                span: name.span,
-            },
+            ty: unknown_type(name.span),
             name,
             span,
         })),
@@ -3434,15 +3420,7 @@ fn declared_id<'l>(line: &'l str, first: bool) -> Option<(usize, &'l str)> {
 /// brace, and the one it would close is suspected. Returns the offset and
 /// why, as a hint.
 fn suspect_unclosed_brace(text: &str) -> Option<(usize, &'static str)> {
-    let indent = |line: &str| line.len() - line.trim_start_matches([' ', '\t']).len();
-    let lines: Vec<(usize, &str)> = text
-        .split('\n')
-        .scan(0, |start, line| {
-            let at = *start;
-            *start += line.len() + 1;
-            Some((at, line))
-        })
-        .collect();
+    let lines = lines_with_starts(text);
     let mut open: Vec<(usize, usize)> = Vec::new();
     let mut in_triple = false;
     for (index, (line_start, line)) in lines.iter().enumerate() {
@@ -3516,20 +3494,40 @@ fn braces_cut_off(pairs: pest::iterators::Pairs<'_, Rule>) -> Vec<(usize, usize)
     braces
 }
 
-/// The block braces the layout shows were left open: each `{` that ends
-/// its line and whose lines under it end at a line back at its indentation
-/// that is not its `}`, in the order they open, with where that line
-/// starts and the indentation of the `{`'s line.
-fn unclosed_by_layout(text: &str) -> Vec<(usize, usize, &str)> {
-    let indent = |line: &str| line.len() - line.trim_start_matches([' ', '\t']).len();
-    let lines: Vec<(usize, &str)> = text
-        .split('\n')
+/// The type of what did not parse, at `span`: `json`, which lets every
+/// use through rather than report each one.
+fn unknown_type(span: Span) -> TypeExpr {
+    TypeExpr {
+        kind: TypeExprKind::Named(Name {
+            text: "json".into(),
+            span,
+        }),
+        span,
+    }
+}
+
+/// How far `line` is indented, in spaces and tabs.
+fn indent(line: &str) -> usize {
+    line.len() - line.trim_start_matches([' ', '\t']).len()
+}
+
+/// The lines of `text` (split at `\n`), each with the offset it starts at.
+fn lines_with_starts(text: &str) -> Vec<(usize, &str)> {
+    text.split('\n')
         .scan(0, |start, line| {
             let at = *start;
             *start += line.len() + 1;
             Some((at, line))
         })
-        .collect();
+        .collect()
+}
+
+/// The block braces the layout shows were left open: each `{` that ends
+/// its line and whose lines under it end at a line back at its indentation
+/// that is not its `}`, in the order they open, with where that line
+/// starts and the indentation of the `{`'s line.
+fn unclosed_by_layout(text: &str) -> Vec<(usize, usize, &str)> {
+    let lines = lines_with_starts(text);
     let mut unclosed = Vec::new();
     let mut in_triple = false;
     for (index, (line_start, line)) in lines.iter().enumerate() {
@@ -3601,7 +3599,6 @@ fn code_braces(line: &str, in_triple: &mut bool) -> Vec<(usize, u8)> {
 /// how a doubled `}` at the end of a step looks: the block it closed early
 /// still has its own `}` further down, indented for it.
 fn suspect_extra_brace(text: &str) -> Option<(usize, usize)> {
-    let indent = |line: &str| line.len() - line.trim_start_matches([' ', '\t']).len();
     let mut open: Vec<usize> = Vec::new();
     let mut early: Option<usize> = None;
     let mut in_triple = false;
