@@ -98,7 +98,16 @@ pub fn format_source(source: &str) -> Result<String, FormatError> {
             ),
         });
     }
-    Ok(format!("{mark}{}", print(&tokens)))
+    let printed = print(&tokens);
+    // A file written with CRLF line endings keeps them, all of them (the
+    // printer writes `\n`, and a `"""` string keeps the ones it holds).
+    let crlf = text.find('\n').is_some_and(|at| text[..at].ends_with('\r'));
+    let printed = if crlf {
+        printed.replace("\r\n", "\n").replace('\n', "\r\n")
+    } else {
+        printed
+    };
+    Ok(format!("{mark}{printed}"))
 }
 
 /// The tokens of `source`, refused when one is not terminated.
@@ -1143,6 +1152,16 @@ retry 2 backoff 1s..5s timeout 30s on_error continue idempotency "{{workflow_inp
             "{refused}"
         );
         assert_eq!(refused.offset, broken.find('#').expect("a `#`"));
+    }
+
+    /// Regression: a CRLF file came back with `\n` line endings, but for
+    /// the `\r\n` inside its `"""` strings: mixed.
+    #[test]
+    fn a_crlf_file_keeps_its_line_endings() {
+        let crlf = "workflow w {\r\n  output { a: \"\"\"x\r\ny\"\"\" }\r\n}\r\n";
+        let formatted = format_source(crlf).expect("formats");
+        assert_eq!(formatted.matches("\r\n").count(), formatted.matches('\n').count());
+        assert_eq!(format_source(&formatted).as_deref(), Ok(formatted.as_str()));
     }
 
     /// Regression: a byte order mark was laid out as a token, a line of
