@@ -1160,7 +1160,10 @@ retry 2 backoff 1s..5s timeout 30s on_error continue idempotency "{{workflow_inp
     fn a_crlf_file_keeps_its_line_endings() {
         let crlf = "workflow w {\r\n  output { a: \"\"\"x\r\ny\"\"\" }\r\n}\r\n";
         let formatted = format_source(crlf).expect("formats");
-        assert_eq!(formatted.matches("\r\n").count(), formatted.matches('\n').count());
+        assert_eq!(
+            formatted.matches("\r\n").count(),
+            formatted.matches('\n').count()
+        );
         assert_eq!(format_source(&formatted).as_deref(), Ok(formatted.as_str()));
     }
 

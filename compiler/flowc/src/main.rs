@@ -176,8 +176,8 @@ enum Command {
         #[arg(long)]
         coverage: bool,
         /// Fail (exit 1) when a workflow's branch coverage is below N
-        /// percent; implies `--coverage`.
-        #[arg(long, value_name = "N")]
+        /// percent, from 0 to 100; implies `--coverage`.
+        #[arg(long, value_name = "N", value_parser = percent)]
         min_coverage: Option<f64>,
         /// Answer the recipe calls a test does not mock with the offline
         /// provider's made-up values (deterministic, fitting the recipe's
@@ -343,4 +343,13 @@ fn main() -> ExitCode {
         },
     };
     exit.into()
+}
+
+/// A percentage, from 0 to 100 (`--min-coverage 101` could never be met).
+fn percent(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(value) if (0.0..=100.0).contains(&value) => Ok(value),
+        Ok(_) => Err("a percentage is from 0 to 100".to_string()),
+        Err(_) => Err("not a number".to_string()),
+    }
 }
