@@ -35,6 +35,9 @@ impl Lines {
             .get(position.line as usize + 1)
             .map_or(text.len(), |next| *next as usize - 1);
         let line = &text[start as usize..end.max(start as usize)];
+        // The line's end is before its `\r\n`: a position past it is
+        // clamped there, as the protocol says, not between `\r` and `\n`.
+        let line = line.strip_suffix('\r').unwrap_or(line);
         let mut units = 0u32;
         for (index, ch) in line.char_indices() {
             if units >= position.character {
@@ -100,5 +103,19 @@ mod tests {
             lines.offset(text, Position::new(9, 0), Encoding::Utf16),
             text.len() as u32
         );
+    }
+
+    /// Regression: a position past the end of a CRLF line was clamped
+    /// between its `\r` and `\n`, so that an edit there split the line
+    /// ending and the server's copy of the text left the client's.
+    #[test]
+    fn past_the_end_of_a_crlf_line_is_before_its_line_ending() {
+        let text = "type T = string\r\nx\r\n";
+        let lines = Lines::new(text);
+        assert_eq!(
+            lines.offset(text, Position::new(0, 99), Encoding::Utf16),
+            15
+        );
+        assert_eq!(lines.offset(text, Position::new(1, 1), Encoding::Utf16), 18);
     }
 }
