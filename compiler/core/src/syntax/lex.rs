@@ -75,7 +75,10 @@ pub(crate) fn tokenize(source: &str) -> (Vec<Token<'_>>, Option<Unterminated>) {
             len
         };
         let (kind, len) = if rest.starts_with("//") {
-            (Kind::LineComment, rest.find('\n').unwrap_or(rest.len()))
+            // A CRLF line's comment ends before its `\r`, which is the
+            // line ending's, not the comment's.
+            let end = rest.find('\n').unwrap_or(rest.len());
+            (Kind::LineComment, rest[..end].trim_end_matches('\r').len())
         } else if let Some(body) = rest.strip_prefix("/*") {
             let len = match body.find("*/") {
                 Some(end) => end + 4,
@@ -165,4 +168,23 @@ fn word_len(rest: &str) -> usize {
         len += 1 + bytes[len + 1..].iter().take_while(|b| is_name(b)).count();
     }
     len
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression: a comment of a CRLF line held the line's `\r`, and the
+    /// editor's token for it was one column longer than the line.
+    #[test]
+    fn a_line_comment_ends_before_a_crlf_line_ending() {
+        let (tokens, unterminated) = tokenize("// hello\r\nx\n// end");
+        assert!(unterminated.is_none());
+        let comments: Vec<&str> = tokens
+            .iter()
+            .filter(|token| token.kind == Kind::LineComment)
+            .map(|token| token.text)
+            .collect();
+        assert_eq!(comments, ["// hello", "// end"]);
+    }
 }
