@@ -53,6 +53,8 @@ struct State {
     /// The diagnostics last published for imported files that are not open,
     /// by normal path (see `publish_imports`).
     shown: HashMap<String, Vec<Diagnostic>>,
+    /// Whether the client lets the server ask it to watch files.
+    watches_files: bool,
 }
 
 impl Backend {
@@ -65,6 +67,7 @@ impl Backend {
                 debounce: DEFAULT_DEBOUNCE,
                 docs: None,
                 shown: HashMap::new(),
+                watches_files: false,
             })),
             checks: Arc::new(tokio::sync::Semaphore::new(1)),
         }
@@ -531,6 +534,13 @@ impl LanguageServer for Backend {
                 state.debounce = Duration::from_millis(ms);
             }
             state.documents.roots = workspace_roots(&params);
+            state.watches_files = params
+                .capabilities
+                .workspace
+                .as_ref()
+                .and_then(|workspace| workspace.did_change_watched_files.as_ref())
+                .and_then(|watched| watched.dynamic_registration)
+                .unwrap_or(false);
             state.docs = state
                 .documents
                 .roots
@@ -549,8 +559,47 @@ impl LanguageServer for Backend {
         })
     }
 
+    async fn initialized(&self, _: InitializedParams) {
+        if !self.lock().watches_files {
+            return;
+        }
+        // Asked in a task of its own: the answer comes as a message, and a
+        // client slow to give it must not hold the ones after it.
+        let client = self.client.clone();
+        tokio::spawn(async move {
+            let watch = DidChangeWatchedFilesRegistrationOptions {
+                watchers: vec![FileSystemWatcher {
+                    glob_pattern: GlobPattern::String("**/*.flow".to_string()),
+                    kind: None,
+                }],
+            };
+            let registration = Registration {
+                id: "flow-files".to_string(),
+                method: "workspace/didChangeWatchedFiles".to_string(),
+                register_options: serde_json::to_value(watch).ok(),
+            };
+            let _ = client.register_capability(vec![registration]).await;
+        });
+    }
+
     async fn shutdown(&self) -> Result<()> {
         Ok(())
+    }
+
+    /// A `.flow` file made, changed or deleted on disk (by git, another
+    /// editor, `flowc fmt`): what an open document imports may be among
+    /// them, an import that could not be read before among the rest, so
+    /// every open document is checked again.
+    async fn did_change_watched_files(&self, _: DidChangeWatchedFilesParams) {
+        let open: Vec<String> = {
+            let mut state = self.lock();
+            state.documents.repaired = None;
+            state.documents.analyses.clear();
+            state.documents.open.keys().cloned().collect()
+        };
+        for path in open {
+            self.schedule(path);
+        }
     }
 
     async fn did_open(&self, params: DidOpenTextDocumentParams) {

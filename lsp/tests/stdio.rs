@@ -109,6 +109,32 @@ fn an_edit_to_an_import_rechecks_its_importers() {
     client.shutdown();
 }
 
+/// Regression: an import that did not exist yet stayed reported (and its
+/// names unknown) after the file appeared on disk, until the importer was
+/// edited. A watched file's change checks the open documents again.
+#[test]
+fn a_file_made_on_disk_is_read_by_what_imports_it() {
+    let dir = TempDir::new("watched");
+    let text = workflow("  step first = classify { subject: workflow_input.subject }\n");
+    let main = dir.write("main.flow", &text);
+    let mut client = Client::start(&dir.0);
+    let main_uri = client.open(&main, &text);
+    let published = client.diagnostics_for(&main_uri, |p| {
+        !p["diagnostics"].as_array().is_some_and(Vec::is_empty)
+    });
+    assert!(
+        codes(&published).contains(&"E113".to_string()),
+        "{published}"
+    );
+    let recipes = dir.write("recipes.flow", RECIPES);
+    client.notify(
+        "workspace/didChangeWatchedFiles",
+        json!({ "changes": [{ "uri": client::uri(&recipes), "type": 1 }] }),
+    );
+    client.diagnostics_for(&main_uri, |p| p["diagnostics"] == json!([]));
+    client.shutdown();
+}
+
 /// The editor confines imports as `flowc check` does, to the workspace
 /// folder: a file beside it, `/proc/self/environ` and a symbolic link out
 /// are refused (E119), and nothing of them reaches the client.
