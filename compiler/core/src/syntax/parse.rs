@@ -1571,6 +1571,13 @@ impl<'s> Parser<'s> {
             );
             return Some(comment.fix("//"));
         }
+        // A number as other languages write it (`1e5`, `1.5e3`, `0x10`):
+        // read as a duration with an odd unit, it drew "expected a
+        // duration".
+        if let Some(span) = foreign_number(self.source, at) {
+            let text = &self.source[span.start as usize..span.end as usize];
+            return Some(foreign_number_diagnostic(text, span, self.file));
+        }
         // A function or method call in an expression (`names.length()`,
         // `len(x)`): flow has none.
         if self.source[at..].starts_with('(')
@@ -2807,6 +2814,11 @@ impl<'s> Parser<'s> {
     fn duration_value(&mut self, inner: Pair<'_, Rule>) -> DurationLit {
         let text = inner.as_str();
         let span = span_of(&inner);
+        if is_foreign_number(text) {
+            self.problems
+                .push(foreign_number_diagnostic(text, span, self.file));
+            return duration_lit(text, span);
+        }
         // `1h30m`, as Go writes durations, and `1.5m`: one whole amount of
         // one unit is meant, said with it when every unit is known; else
         // the checker says what is wrong with the first amount and unit.
@@ -3504,6 +3516,58 @@ fn unknown_type(span: Span) -> TypeExpr {
         }),
         span,
     }
+}
+
+/// The span of a number written with an exponent or in hexadecimal,
+/// octal or binary (`1e5`, `2.5E-3`, `0x1F`), around or just before `at`.
+fn foreign_number(source: &str, at: usize) -> Option<Span> {
+    let part = |b: u8| b.is_ascii_alphanumeric() || b == b'.' || b == b'_';
+    let bytes = source.as_bytes();
+    let mut start = at.min(bytes.len());
+    while start > 0
+        && (part(bytes[start - 1])
+            || (bytes[start - 1] == b'-' && start > 1 && matches!(bytes[start - 2], b'e' | b'E')))
+    {
+        start -= 1;
+    }
+    let mut end = at.min(bytes.len());
+    while end < bytes.len()
+        && (part(bytes[end]) || (bytes[end] == b'-' && matches!(bytes[end - 1], b'e' | b'E')))
+    {
+        end += 1;
+    }
+    let word = &source[start..end];
+    let digits_then = |rest: &str| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit());
+    let radix = ["0x", "0X", "0o", "0O", "0b", "0B"].iter().any(|prefix| {
+        word.strip_prefix(prefix)
+            .is_some_and(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_hexdigit()))
+    });
+    let exponent = word.bytes().next().is_some_and(|b| b.is_ascii_digit())
+        && word
+            .split_once(['e', 'E'])
+            .is_some_and(|(mantissa, power)| {
+                mantissa.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+                    && digits_then(power.strip_prefix(['-', '+']).unwrap_or(power))
+            });
+    (radix || exponent).then(|| Span::new(start, end))
+}
+
+/// Whether all of `text` is a number of another language (`0x1F` reads as
+/// a duration of unit `x`).
+fn is_foreign_number(text: &str) -> bool {
+    foreign_number(text, text.len()).is_some_and(|whole| whole == Span::new(0, text.len()))
+}
+
+/// The problem with `text`, a number of another language at `span`.
+fn foreign_number_diagnostic(text: &str, span: Span, file: FileId) -> Diagnostic {
+    Diagnostic::new(
+        Code::Syntax,
+        file,
+        span,
+        format!("flow writes numbers in decimal digits, not `{text}`"),
+    )
+    .label("not a flow number")
+    .hint("write the digits: `100000` for `1e5`, `1500.0` for `1.5e3`, `16` for `0x10`")
 }
 
 /// How far `line` is indented, in spaces and tabs.
