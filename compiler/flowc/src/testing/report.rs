@@ -283,8 +283,40 @@ fn ordered<'r>(job: &Job, records: &'r [StepRecord]) -> Vec<&'r StepRecord> {
         });
     }
     let mut ordered: Vec<&StepRecord> = records.iter().collect();
-    ordered.sort_by_key(|record| (order.get(&record.step_id).copied(), &record.path));
+    ordered.sort_by_cached_key(|record| {
+        (
+            order.get(&record.step_id).copied(),
+            in_number_order(&record.path),
+        )
+    });
     ordered
+}
+
+/// A part of a step's path: text, or an iteration's index.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum PathPart<'p> {
+    Text(&'p str),
+    Index(u64),
+}
+
+/// `path` as parts that order iterations by number: `L[2]` before `L[10]`
+/// (as text, `L[10]` came first).
+fn in_number_order(path: &str) -> Vec<PathPart<'_>> {
+    let mut parts = Vec::new();
+    let mut rest = path;
+    while let Some(digits_at) = rest.find(|c: char| c.is_ascii_digit()) {
+        let digits = rest[digits_at..]
+            .find(|c: char| !c.is_ascii_digit())
+            .map_or(rest.len(), |end| digits_at + end);
+        parts.push(PathPart::Text(&rest[..digits_at]));
+        match rest[digits_at..digits].parse() {
+            Ok(index) => parts.push(PathPart::Index(index)),
+            Err(_) => parts.push(PathPart::Text(&rest[digits_at..digits])),
+        }
+        rest = &rest[digits..];
+    }
+    parts.push(PathPart::Text(rest));
+    parts
 }
 
 /// A record as the JSON report shows it: what happened, without the wall
@@ -338,5 +370,21 @@ fn virtual_time(elapsed: Duration) -> String {
         (0, s) => format!("{s}s"),
         (m, 0) => format!("{m}m"),
         (m, s) => format!("{m}m {s}s"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression: a trace sorted paths as text, `L[10]` before `L[2]`.
+    #[test]
+    fn iterations_are_in_number_order() {
+        let mut paths = vec!["L[10]/s", "L[2]/s", "L[1]/s", "L[1]/t[12]", "L[1]/t[3]"];
+        paths.sort_by_cached_key(|path| in_number_order(path));
+        assert_eq!(
+            paths,
+            ["L[1]/s", "L[1]/t[3]", "L[1]/t[12]", "L[2]/s", "L[10]/s"]
+        );
     }
 }
