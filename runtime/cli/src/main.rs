@@ -1545,7 +1545,11 @@ fn run_input(
             .read_to_end(&mut bytes)
             .map_err(|e| usage(format!("cannot read standard input: {e}")))?;
         ("standard input".to_string(), bytes)
-    } else if input.trim_start().starts_with(['{', '[']) {
+    } else if input.trim_start().starts_with(['{', '['])
+        // `null`, `42`, `"text"`: JSON, unless a file has that name.
+        || (!std::path::Path::new(input).exists()
+            && serde_json::from_str::<Value>(input).is_ok())
+    {
         ("--input".to_string(), input.as_bytes().to_vec())
     } else {
         let cannot = |e: std::io::Error| usage(format!("cannot read {input}: {e}"));

@@ -97,3 +97,28 @@ fn a_source_past_a_plan_limit_is_refused_where_it_is() {
     );
     assert!(!dir.0.join("flow.db").exists(), "nothing was stored");
 }
+
+/// Regression: `--input null` (or `42`, `"text"`) was read as a file name
+/// ("cannot read null"); JSON that is not an object is JSON, and the run
+/// says what its input must be, as for an object of the wrong shape.
+#[test]
+fn an_input_of_json_that_is_not_an_object_is_read_as_json() {
+    let dir = Scratch::new("flow-cli-input-null");
+    std::fs::write(
+        dir.0.join("w.flow"),
+        "workflow w {\n  input { text: string }\n  output { text: workflow_input.text }\n}\n",
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_flow"))
+        .args(["run", "w.flow", "--input", "null"])
+        .current_dir(&dir.0)
+        .output()
+        .expect("flow starts");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("input: expected an object, found null"),
+        "{stdout}{stderr}"
+    );
+}
