@@ -53,7 +53,7 @@ proptest! {
     }
 
     #[test]
-    fn random_text_from_the_language_alphabet(text in "[a-z_{}()\\[\\].?:,=<>!&|\"\\\\ \n0-9]{0,300}") {
+    fn random_text_from_the_language_alphabet(text in "[a-z_{}()\\[\\].?:,=<>!&|\"\\\\ \n0-9+*/-]{0,300}") {
         check_bytes(text.as_bytes());
     }
 
@@ -79,6 +79,26 @@ proptest! {
             }
         }
         check_bytes(&bytes);
+    }
+}
+
+/// Regression: a file starting with `-` made the recovery's look for a
+/// number of another language (`1e-5`) read before the file's first byte
+/// (found by schemathesis through flowd's deploy route: a 500).
+#[test]
+fn text_around_minus_signs_and_exponents_does_not_panic() {
+    for text in [
+        "-cT\u{f5}\u{ce}`\u{b2}B\u{c4}\u{8f}\u{3}2\u{d1}\u{18}s",
+        "-",
+        "-e",
+        "e-",
+        "1e-",
+        "1e-5",
+        "0x",
+        "workflow w { output { a: -1e-5, b: 0x, c: 1E+ } }",
+        "workflow w { timeout 0x1F }",
+    ] {
+        check_bytes(text.as_bytes());
     }
 }
 

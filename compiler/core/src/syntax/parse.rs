@@ -3532,7 +3532,8 @@ fn foreign_number(source: &str, at: usize) -> Option<Span> {
     }
     let mut end = at.min(bytes.len());
     while end < bytes.len()
-        && (part(bytes[end]) || (bytes[end] == b'-' && matches!(bytes[end - 1], b'e' | b'E')))
+        && (part(bytes[end])
+            || (bytes[end] == b'-' && end > 0 && matches!(bytes[end - 1], b'e' | b'E')))
     {
         end += 1;
     }
