@@ -1,23 +1,13 @@
 //! `flow run PLAN.json` holds a plan file to what `flowc build` writes.
 
-use std::process::Command;
+use flow_tests::{TempDir, run_in};
 
-/// A directory of its own under the system's temporary one, removed on drop.
-struct Scratch(std::path::PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("a scratch directory");
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+fn flow(dir: &TempDir, args: &[&str]) -> flow_tests::Run {
+    run_in(
+        std::path::Path::new(env!("CARGO_BIN_EXE_flow")),
+        dir.path(),
+        args,
+    )
 }
 
 /// A plan whose hash is right but whose numbers and indices the compiler
@@ -25,7 +15,7 @@ impl Drop for Scratch {
 /// store is created for it.
 #[test]
 fn an_invalid_plan_file_is_refused_with_its_problems_and_exit_code_2() {
-    let dir = Scratch::new("flow-cli-invalid-plan");
+    let dir = TempDir::new("flow-cli-invalid-plan");
     let checked = flow_compiler::check_source(
         "w.flow",
         "recipe echo {\n  model \"default\"\n  input { text: string }\n  output { text: string }\n  prompt \"{{input.text}}\"\n}\nworkflow w {\n  input { text: string }\n  step a = echo { text: workflow_input.text }\n  output { text: step.a.text }\n}\n",
@@ -39,16 +29,12 @@ fn an_invalid_plan_file_is_refused_with_its_problems_and_exit_code_2() {
     if let flow_plan::Action::Recipe { recipe, .. } = &mut step.action {
         *recipe = 7;
     }
-    std::fs::write(dir.0.join("bad.json"), plan.seal().to_json()).unwrap();
-    std::fs::write(dir.0.join("in.json"), r#"{ "text": "hi" }"#).unwrap();
+    std::fs::write(dir.path().join("bad.json"), plan.seal().to_json()).unwrap();
+    std::fs::write(dir.path().join("in.json"), r#"{ "text": "hi" }"#).unwrap();
 
-    let output = Command::new(env!("CARGO_BIN_EXE_flow"))
-        .args(["run", "bad.json", "--input", "in.json"])
-        .current_dir(&dir.0)
-        .output()
-        .expect("flow starts");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let output = flow(&dir, &["run", "bad.json", "--input", "in.json"]);
+    let stderr = &output.stderr;
+    assert_eq!(output.code, 2, "{stderr}");
     assert!(
         stderr.contains("error: bad.json: the plan is not one flowc could have built (3 problems)")
             && stderr.contains(
@@ -61,7 +47,7 @@ fn an_invalid_plan_file_is_refused_with_its_problems_and_exit_code_2() {
         "{stderr}"
     );
     assert!(
-        !dir.0.join("flow.db").exists(),
+        !dir.path().join("flow.db").exists(),
         "nothing was stored for the refused plan"
     );
 }
@@ -71,22 +57,21 @@ fn an_invalid_plan_file_is_refused_with_its_problems_and_exit_code_2() {
 /// `flowc check`, which reports it too. Nothing is stored.
 #[test]
 fn a_source_past_a_plan_limit_is_refused_where_it_is() {
-    let dir = Scratch::new("flow-cli-plan-limit");
+    let dir = TempDir::new("flow-cli-plan-limit");
     let long = "s".repeat(300);
     std::fs::write(
-        dir.0.join("long.flow"),
+        dir.path().join("long.flow"),
         format!(
             "recipe echo {{\n  model \"default\"\n  input {{ text: string }}\n  output {{ text: string }}\n  prompt \"{{{{input.text}}}}\"\n}}\nworkflow w {{\n  input {{ text: string }}\n  step {long} = echo {{ text: workflow_input.text }}\n}}\n"
         ),
     )
     .unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_flow"))
-        .args(["run", "long.flow", "--input", r#"{ "text": "hi" }"#])
-        .current_dir(&dir.0)
-        .output()
-        .expect("flow starts");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let output = flow(
+        &dir,
+        &["run", "long.flow", "--input", r#"{ "text": "hi" }"#],
+    );
+    let stderr = &output.stderr;
+    assert_eq!(output.code, 1, "{stderr}");
     assert!(
         stderr.contains("long.flow:9:8: error E212: a step id of 300 bytes"),
         "{stderr}"
@@ -95,7 +80,7 @@ fn a_source_past_a_plan_limit_is_refused_where_it_is() {
         stderr.ends_with("error: long.flow does not check; see `flowc check long.flow`\n"),
         "{stderr}"
     );
-    assert!(!dir.0.join("flow.db").exists(), "nothing was stored");
+    assert!(!dir.path().join("flow.db").exists(), "nothing was stored");
 }
 
 /// Regression: `--input null` (or `42`, `"text"`) was read as a file name
@@ -103,20 +88,16 @@ fn a_source_past_a_plan_limit_is_refused_where_it_is() {
 /// says what its input must be, as for an object of the wrong shape.
 #[test]
 fn an_input_of_json_that_is_not_an_object_is_read_as_json() {
-    let dir = Scratch::new("flow-cli-input-null");
+    let dir = TempDir::new("flow-cli-input-null");
     std::fs::write(
-        dir.0.join("w.flow"),
+        dir.path().join("w.flow"),
         "workflow w {\n  input { text: string }\n  output { text: workflow_input.text }\n}\n",
     )
     .unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_flow"))
-        .args(["run", "w.flow", "--input", "null"])
-        .current_dir(&dir.0)
-        .output()
-        .expect("flow starts");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stdout}{stderr}");
+    let output = flow(&dir, &["run", "w.flow", "--input", "null"]);
+    let stdout = &output.stdout;
+    let stderr = &output.stderr;
+    assert_eq!(output.code, 1, "{stdout}{stderr}");
     assert!(
         stdout.contains("input: expected an object, found null"),
         "{stdout}{stderr}"
