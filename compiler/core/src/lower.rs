@@ -452,6 +452,12 @@ fn describe(
                 describe(items, item, aliases, depth + 1);
             }
         }
+        // `T??` is one optional (the checker warns of the second `?`).
+        ast::TypeExprKind::Optional(inner)
+            if matches!(inner.kind, ast::TypeExprKind::Optional(_)) =>
+        {
+            describe(schema, inner, aliases, depth + 1);
+        }
         ast::TypeExprKind::Optional(inner) => {
             if let Some(inner_schema) = schema.pointer_mut("/anyOf/0") {
                 describe(inner_schema, inner, aliases, depth + 1);

@@ -750,6 +750,20 @@ fn resolve_with(
         }
         TypeExprKind::Literal(text) => Ty::enumeration(vec![text.clone()]),
         TypeExprKind::Optional(inner) => {
+            if let TypeExprKind::Optional(_) = inner.kind {
+                let mark = Span::new(inner.span.end as usize, ty.span.end as usize);
+                diagnostics.push(
+                    Diagnostic::new(
+                        Code::NeedlessOptional,
+                        file,
+                        mark,
+                        "the type is optional already: a second `?` adds nothing",
+                    )
+                    .label("already optional")
+                    .hint("one `?` is enough: remove the rest")
+                    .fix(""),
+                );
+            }
             resolve_with(inner, file, diagnostics, lookup, scope).optional()
         }
         TypeExprKind::Union(alternatives) => {

@@ -19,9 +19,9 @@
 use crate::diagnostic::{FileId, Span};
 use crate::syntax::ast::*;
 use crate::syntax::cursor::is_name_byte;
-use crate::syntax::exact;
 use crate::syntax::parse::{KEYWORDS, MAX_DEPTH, docs_text, duration_lit};
 use crate::syntax::template::parse_string;
+use crate::syntax::{exact, optional_marks};
 
 /// Parses `source` if it is well formed; `None` sends it to the pest path.
 pub(crate) fn parse_fast(source: &str, file: FileId) -> Option<SourceFile> {
@@ -867,20 +867,18 @@ impl<'s> Fast<'s> {
 
     fn type_postfix(&mut self) -> P<(TypeExpr, usize)> {
         let start = self.pos;
-        let atom = self.type_atom()?;
+        let ty = self.type_atom()?;
         if !self.at("?") {
-            return Some((atom, self.trailing_end));
+            return Some((ty, self.trailing_end));
         }
+        self.advance(1)?;
+        let first = self.token_end;
         while self.at("?") {
             self.advance(1)?;
         }
-        let end = self.token_end;
         Some((
-            TypeExpr {
-                kind: TypeExprKind::Optional(Box::new(atom)),
-                span: Span::new(start, end),
-            },
-            end,
+            optional_marks(ty, start, first, self.token_end),
+            self.token_end,
         ))
     }
 

@@ -47,3 +47,29 @@ pub(crate) fn exact<T>(items: Vec<T>) -> Vec<T> {
     exact.extend(items);
     exact
 }
+
+/// `ty` followed by `?` marks, the first ending at `first` and the last at
+/// `last`, for both parsers: one mark makes it optional; more nest once
+/// more, so that the checker can point at the extra ones (`string??`),
+/// which add nothing. Never deeper than two, so that a thousand marks do
+/// not make a tree a thousand levels deep.
+pub(crate) fn optional_marks(
+    ty: ast::TypeExpr,
+    start: usize,
+    first: usize,
+    last: usize,
+) -> ast::TypeExpr {
+    use crate::diagnostic::Span;
+    use ast::{TypeExpr, TypeExprKind};
+    let mut ty = TypeExpr {
+        kind: TypeExprKind::Optional(Box::new(ty)),
+        span: Span::new(start, first),
+    };
+    if last > first {
+        ty = TypeExpr {
+            kind: TypeExprKind::Optional(Box::new(ty)),
+            span: Span::new(start, last),
+        };
+    }
+    ty
+}

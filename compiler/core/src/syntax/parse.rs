@@ -16,6 +16,7 @@ use crate::syntax::ast::*;
 use crate::suggest::did_you_mean;
 use crate::syntax::cursor;
 use crate::syntax::fast::parse_fast;
+use crate::syntax::optional_marks;
 use crate::syntax::template::parse_string;
 
 mod test_block;
@@ -1968,17 +1969,15 @@ impl<'s> Parser<'s> {
     }
 
     fn type_postfix(&mut self, pair: Pair<'_, Rule>) -> TypeExpr {
-        let span = span_of(&pair);
+        let start = span_of(&pair).start;
         let mut inner = pair.into_inner();
         let atom = inner.next().expect("type_postfix has an atom");
-        let mut ty = self.type_atom(atom);
-        if inner.next().is_some() {
-            ty = TypeExpr {
-                kind: TypeExprKind::Optional(Box::new(ty)),
-                span,
-            };
-        }
-        ty
+        let ty = self.type_atom(atom);
+        let Some(first) = inner.next().map(|mark| span_of(&mark).end) else {
+            return ty;
+        };
+        let last = inner.last().map_or(first, |mark| span_of(&mark).end);
+        optional_marks(ty, start as usize, first as usize, last as usize)
     }
 
     fn type_atom(&mut self, pair: Pair<'_, Rule>) -> TypeExpr {
