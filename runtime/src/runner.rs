@@ -124,6 +124,14 @@ pub struct RunError {
     pub kind: ErrorKind,
     pub message: String,
     pub step: Option<String>,
+    /// The attempts `step` made before it failed the run (absent: none, as
+    /// when an expression or the workflow's timeout failed it).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub attempts: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// The record of run `run_id` once an invocation ended with `outcome`.
@@ -132,11 +140,16 @@ pub fn run_record(run_id: &str, outcome: &Outcome) -> RunRecord {
     match outcome {
         Outcome::Completed { output } => record.output = Some(output.clone()),
         Outcome::Parked { pending } => record.pending_approvals = Some(pending.clone()),
-        Outcome::Failed { error, step } => {
+        Outcome::Failed {
+            error,
+            step,
+            attempts,
+        } => {
             record.error = Some(RunError {
                 kind: error.kind,
                 message: error.message.clone(),
                 step: step.clone(),
+                attempts: *attempts,
             });
         }
     }
@@ -343,6 +356,7 @@ pub async fn drive(
                     ),
                 ),
                 step: None,
+                attempts: 0,
             }
         });
         if beat.stop() {

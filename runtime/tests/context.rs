@@ -334,7 +334,7 @@ async fn a_departments_documents_are_context_for_its_workflows() {
 async fn preflight_lists_every_problem_and_runs_nothing() {
     let setup = setup(&[("fast", "tiny-model")]).await;
     let outcome = setup.run("acme", "ask", json!({ "question": 7 })).await;
-    let Outcome::Failed { error, step } = outcome else {
+    let Outcome::Failed { error, step, .. } = outcome else {
         panic!("{outcome:?}");
     };
     assert_eq!(error.kind, ErrorKind::Preflight);

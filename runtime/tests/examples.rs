@@ -150,7 +150,10 @@ async fn every_example_completes_after_its_approvals() {
         let workflow = plan.workflows[0].name.clone();
         if !plan.mcp_servers.is_empty() {
             let (outcome, store) = run_approving(&plan, &workflow, &input).await;
-            let Outcome::Failed { error, step: None } = &outcome else {
+            let Outcome::Failed {
+                error, step: None, ..
+            } = &outcome
+            else {
                 panic!("{path}: {outcome:?}");
             };
             assert!(

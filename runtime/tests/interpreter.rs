@@ -403,7 +403,7 @@ async fn a_browser_step_without_an_mcp_client_fails_clearly() {
         services(Arc::new(Scripted::default()), &store),
     )
     .await;
-    let Outcome::Failed { error, step } = outcome else {
+    let Outcome::Failed { error, step, .. } = outcome else {
         panic!("{outcome:?}")
     };
     assert_eq!(error.kind, ErrorKind::Preflight);
@@ -451,7 +451,7 @@ async fn the_workflow_deadline_cancels_work_in_flight() {
         started.elapsed() < std::time::Duration::from_secs(2),
         "cancelled, not awaited"
     );
-    let Outcome::Failed { error, step } = outcome else {
+    let Outcome::Failed { error, step, .. } = outcome else {
         panic!("{outcome:?}")
     };
     assert_eq!(error.kind, ErrorKind::Timeout);
@@ -528,7 +528,7 @@ async fn a_workflow_timeout_during_a_fallback_cuts_the_fallback_not_the_failed_s
     let store = Arc::new(MemoryStore::default());
     let provider = Arc::new(FailsThenSlow(AtomicUsize::new(0)));
     let outcome = flow_runtime::run(&plan, "w", "r", json!({}), services(provider, &store)).await;
-    let Outcome::Failed { error, step } = outcome else {
+    let Outcome::Failed { error, step, .. } = outcome else {
         panic!("{outcome:?}")
     };
     assert_eq!(error.kind, ErrorKind::Timeout);

@@ -171,7 +171,7 @@ async fn a_tool_error_fails_the_step_with_the_tools_message_without_a_retry() {
     );
     let plan = compile(&source);
     let (outcome, store) = run_on_pool(&pool, &plan, "echoes", json!({})).await;
-    let Outcome::Failed { error, step } = outcome else {
+    let Outcome::Failed { error, step, .. } = outcome else {
         panic!("the run fails: {outcome:?}");
     };
     assert_eq!(error.kind, ErrorKind::Tool);
@@ -894,7 +894,10 @@ async fn preflight_names_each_server_that_does_not_answer_and_runs_nothing() {
         "{:?}",
         started.elapsed()
     );
-    let Outcome::Failed { error, step: None } = outcome else {
+    let Outcome::Failed {
+        error, step: None, ..
+    } = outcome
+    else {
         panic!("preflight fails the run: {outcome:?}");
     };
     assert_eq!(error.kind, ErrorKind::Preflight);

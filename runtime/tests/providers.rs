@@ -144,6 +144,14 @@ async fn server_errors_and_resets_are_retried() {
     );
     assert_eq!(server.requests(), 3, "three attempts, all reset");
     assert_eq!(store.records()[0].attempts.len(), 3);
+    // The run's error says how many attempts the step made, where the
+    // user reads it (`flow run`, flowd's run).
+    let Outcome::Failed { attempts, .. } = &outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(*attempts, 3);
+    let record = flow_runtime::runner::run_record("r", &outcome);
+    assert_eq!(record.error.map(|error| error.attempts), Some(3));
 }
 
 #[tokio::test]
@@ -169,6 +177,10 @@ async fn a_client_error_fails_at_once() {
         "{outcome:?}"
     );
     assert_eq!(server.requests(), 1);
+    assert!(
+        matches!(outcome, Outcome::Failed { attempts: 1, .. }),
+        "{outcome:?}"
+    );
 }
 
 #[tokio::test]

@@ -2452,7 +2452,10 @@ async fn a_panic_fails_its_run_which_a_redrive_takes_on(backend: Backend) {
     let model = Arc::new(Outage::default());
     model.broken.lock().unwrap().insert("s3".to_string());
     let failed = drive_with(&store, &plan, json!({}), &model).await;
-    let Outcome::Failed { error, step: None } = &failed else {
+    let Outcome::Failed {
+        error, step: None, ..
+    } = &failed
+    else {
         panic!("{failed:?}")
     };
     assert_eq!(error.kind, flow_runtime::error::ErrorKind::Internal);

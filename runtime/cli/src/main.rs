@@ -39,7 +39,7 @@ mod trace;
 
 use flow_plan::Plan;
 use flow_runtime::approval::{DecideError, Decision};
-use flow_runtime::journal::{StepRecord, StepStatus};
+use flow_runtime::journal::{StepRecord, StepStatus, failed_at};
 use flow_runtime::limit::{LimitedProvider, Limiter};
 use flow_runtime::mcp::{McpPool, McpPoolConfig};
 use flow_runtime::offline::OfflineProvider;
@@ -1233,8 +1233,7 @@ fn report(record: &RunRecord, json: bool, db: Option<&Path>) -> u8 {
             out!(
                 "run {run_id} failed{}: {}",
                 error
-                    .and_then(|e| e.step.as_deref())
-                    .map(|s| format!(" at step `{s}`"))
+                    .map(|e| failed_at(e.step.as_deref(), e.attempts))
                     .unwrap_or_default(),
                 style::inert(error.map_or("", |e| e.message.as_str()))
             );

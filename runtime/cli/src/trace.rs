@@ -13,7 +13,7 @@ use std::path::Path;
 use flow_plan::StepKind;
 use flow_runtime::approval::PendingApproval;
 use flow_runtime::error::ErrorKind;
-use flow_runtime::journal::{StepRecord, StepStatus};
+use flow_runtime::journal::{StepRecord, StepStatus, failed_at};
 use flow_runtime::runner::RunError;
 use flow_runtime::store::{RunChange, RunStatus};
 use serde_json::Value;
@@ -206,11 +206,10 @@ fn header(run: &RunSummary, records: &[StepRecord], options: &Options<'_>) -> St
         ));
     }
     if let Some(error) = &run.error {
-        let at = error
-            .step
-            .as_deref()
-            .map(|step| format!("at `{step}`: "))
-            .unwrap_or_default();
+        let at = match failed_at(error.step.as_deref(), error.attempts) {
+            at if at.is_empty() => at,
+            at => format!("{}: ", at.trim_start()),
+        };
         lines.push((
             "error",
             paint.tone(

@@ -32,7 +32,12 @@ type Settled<'a> = BoxFuture<'a, (Arc<Scope>, Result<(), Interrupt>)>;
 /// Why a block stopped early.
 enum Interrupt {
     Parked,
-    Failed { error: StepError, step: String },
+    Failed {
+        error: StepError,
+        step: String,
+        /// The failed step's attempts (see `Outcome::Failed`).
+        attempts: u32,
+    },
 }
 
 /// Where a node runs: its scope, its enclosing loops, the error in scope, and
@@ -114,6 +119,7 @@ pub async fn run_within(
                 format!("the plan has no workflow `{workflow}`"),
             ),
             step: None,
+            attempts: 0,
         };
     };
     let ready = match crate::preflight::preflight(plan, workflow, &input, &services).await {
@@ -125,6 +131,7 @@ pub async fn run_within(
                     format!("the run cannot start: {}", problems.join("; ")),
                 ),
                 step: None,
+                attempts: 0,
             };
         }
     };
@@ -182,7 +189,11 @@ pub async fn run_within(
                 let _ = interpreter.block(handler, ctx).await;
             }
             let step = interpreter.record_cut_short(workflow.timeout_ms).await;
-            Outcome::Failed { error, step }
+            Outcome::Failed {
+                error,
+                step,
+                attempts: 0,
+            }
         }
     }
 }
@@ -202,7 +213,11 @@ impl<'p> Interpreter<'p> {
                     std::mem::take(&mut *self.pending.lock().unwrap_or_else(|p| p.into_inner()));
                 return Outcome::Parked { pending };
             }
-            Err(Interrupt::Failed { error, step }) => {
+            Err(Interrupt::Failed {
+                error,
+                step,
+                attempts,
+            }) => {
                 // `on_error continue` on the workflow: a failure ends the run
                 // without running the rest, and without output, not as failed.
                 if let OnError::Continue = &self.workflow.on_error {
@@ -223,6 +238,7 @@ impl<'p> Interpreter<'p> {
                 return Outcome::Failed {
                     error,
                     step: Some(step),
+                    attempts,
                 };
             }
         }
@@ -240,6 +256,7 @@ impl<'p> Interpreter<'p> {
                             format!("output `{}`: {error}", field.name),
                         ),
                         step: None,
+                        attempts: 0,
                     };
                 }
             }
@@ -407,10 +424,12 @@ impl<'p> Interpreter<'p> {
         }
     }
 
+    /// A failure outside a step's attempts (an expression, the journal).
     fn failed(&self, error: StepError, step: &str) -> Interrupt {
         Interrupt::Failed {
             error,
             step: step.to_string(),
+            attempts: 0,
         }
     }
 
@@ -638,10 +657,11 @@ impl<'p> Interpreter<'p> {
             // A retrying record resumes in `step`; here it can only be a
             // record that lost its last attempt, a failure.
             StepStatus::Failed | StepStatus::Retrying => {
+                let attempts = record.attempts_made();
                 let error = record
                     .error
                     .unwrap_or_else(|| StepError::new(ErrorKind::Server, "failed"));
-                self.on_error(step, ctx, path, error).await
+                self.on_error(step, ctx, path, error, attempts).await
             }
         }
     }
@@ -1014,7 +1034,7 @@ impl<'p> Interpreter<'p> {
         let failed = record
             .error
             .clone()
-            .map(|error| (error, record.path.clone()));
+            .map(|error| (error, record.path.clone(), record.attempts_made()));
         self.journal(step, record).await?;
         match failed {
             None => {
@@ -1023,7 +1043,7 @@ impl<'p> Interpreter<'p> {
                 }
                 Ok(())
             }
-            Some((error, path)) => self.on_error(step, ctx, &path, error).await,
+            Some((error, path, attempts)) => self.on_error(step, ctx, &path, error, attempts).await,
         }
     }
 
@@ -1042,9 +1062,14 @@ impl<'p> Interpreter<'p> {
         ctx: &Ctx,
         path: &str,
         error: StepError,
+        attempts: u32,
     ) -> Result<(), Interrupt> {
         match &step.on_error {
-            OnError::Fail => Err(self.failed(error, path)),
+            OnError::Fail => Err(Interrupt::Failed {
+                error,
+                step: path.to_string(),
+                attempts,
+            }),
             OnError::Continue => Ok(()),
             OnError::Fallback(block) => {
                 let fallback = Ctx {

@@ -102,6 +102,15 @@ pub struct StepRecord {
     pub round: u32,
 }
 
+impl StepRecord {
+    /// The attempts made in the record's drive: a redrive gives a failed
+    /// step its retries anew, and its earlier attempts stay in the record.
+    pub fn attempts_made(&self) -> u32 {
+        let made = self.attempts.iter().filter(|a| a.round == self.round);
+        made.count() as u32
+    }
+}
+
 /// Where step records go, and where a replay finds them.
 pub trait Journal: Send + Sync {
     fn lookup(&self, path: &str) -> Option<StepRecord>;
@@ -188,5 +197,20 @@ pub enum Outcome {
     Failed {
         error: StepError,
         step: Option<String>,
+        /// The attempts the step made, its retries used up, before its error
+        /// failed the run; 0 when the run failed outside a step's attempts
+        /// (an expression, a preflight, the workflow's timeout).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        attempts: u32,
     },
+}
+
+/// Where a run failed, as its messages say it before the error:
+/// " at `scan[2]/page` after 3 attempts", " at `classify`" or nothing.
+pub fn failed_at(step: Option<&str>, attempts: u32) -> String {
+    match (step, attempts) {
+        (None, _) => String::new(),
+        (Some(step), 0 | 1) => format!(" at `{step}`"),
+        (Some(step), attempts) => format!(" at `{step}` after {attempts} attempts"),
+    }
 }

@@ -1,7 +1,7 @@
 //! Judging a test's expectations against what its run did.
 
 use flow_compiler::test_case::{ExpectCase, Expectation, PathPart, TestCase};
-use flow_engine::journal::Outcome;
+use flow_engine::journal::{Outcome, failed_at};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -157,12 +157,17 @@ fn shown_arguments(input: &Value, with: Option<&Value>) -> String {
 fn status_of(outcome: &Outcome) -> (&'static str, String) {
     match outcome {
         Outcome::Completed { .. } => ("completed", String::new()),
-        Outcome::Failed { error, step } => (
+        Outcome::Failed {
+            error,
+            step,
+            attempts,
+        } => (
             "failed",
-            match step {
-                Some(step) => format!(" at `{step}`: {}", error.message),
-                None => format!(": {}", error.message),
-            },
+            format!(
+                "{}: {}",
+                failed_at(step.as_deref(), *attempts),
+                error.message
+            ),
         ),
         Outcome::Parked { pending } => (
             "parked",
