@@ -18,9 +18,21 @@ pub struct Lines {
 }
 
 impl Lines {
+    /// Lines end at `\n`, `\r\n` and a lone `\r`, the three line endings
+    /// the protocol counts: an editor shows a file of old Mac line endings
+    /// as lines, and its positions count them.
     pub fn new(text: &str) -> Lines {
+        let bytes = text.as_bytes();
         let mut starts = vec![0];
-        starts.extend(text.match_indices('\n').map(|(i, _)| i as u32 + 1));
+        starts.extend(
+            bytes
+                .iter()
+                .enumerate()
+                .filter(|&(i, &byte)| {
+                    byte == b'\n' || (byte == b'\r' && bytes.get(i + 1) != Some(&b'\n'))
+                })
+                .map(|(i, _)| i as u32 + 1),
+        );
         Lines { starts }
     }
 
@@ -117,5 +129,24 @@ mod tests {
             15
         );
         assert_eq!(lines.offset(text, Position::new(1, 1), Encoding::Utf16), 18);
+    }
+
+    /// Regression: a lone `\r` (old Mac line endings) was no line break, so
+    /// that every diagnostic of such a file landed on its first line.
+    #[test]
+    fn a_lone_carriage_return_ends_a_line() {
+        let text = "type T = string\rx\r\nq\rz";
+        let lines = Lines::new(text);
+        let at = |needle: char| text.find(needle).unwrap() as u32;
+        for (needle, line) in [('x', 1), ('q', 2), ('z', 3)] {
+            let position = Position::new(line, 0);
+            assert_eq!(lines.position(text, at(needle), Encoding::Utf16), position);
+            assert_eq!(lines.offset(text, position, Encoding::Utf16), at(needle));
+        }
+        // Past the end of a line is before its `\r`.
+        assert_eq!(
+            lines.offset(text, Position::new(0, 99), Encoding::Utf16),
+            15
+        );
     }
 }

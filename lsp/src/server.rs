@@ -949,7 +949,9 @@ impl LanguageServer for Backend {
             let mut start = token.span.start as usize;
             let end = token.span.end as usize;
             while start < end {
-                let line_end = text[start..end].find('\n').map_or(end, |i| start + i);
+                let line_end = text[start..end]
+                    .find(['\r', '\n'])
+                    .map_or(end, |i| start + i);
                 let range = analysis
                     .lines
                     .range(text, Span::new(start, line_end), encoding);
