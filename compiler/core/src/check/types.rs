@@ -384,6 +384,45 @@ impl Ty {
         }
     }
 
+    /// The narrowest type that values of both types fit, if one exists:
+    /// a list literal's element type. `int` and `float` make `float`,
+    /// `null` and `T` make `T?`, two records the fields of both (a field
+    /// only one has, optional).
+    pub fn join(&self, other: &Ty) -> Option<Ty> {
+        if other.assignable_to(self) {
+            return Some(self.clone());
+        }
+        if self.assignable_to(other) {
+            return Some(other.clone());
+        }
+        match (self, other) {
+            (Ty::Null, some) | (some, Ty::Null) => Some(some.clone().optional()),
+            (Ty::Optional(one), other) | (other, Ty::Optional(one)) => {
+                Some(one.join(other.required())?.optional())
+            }
+            (Ty::List(one), Ty::List(other)) => Some(Ty::list(one.join(other)?)),
+            (Ty::Record(one), Ty::Record(other)) => {
+                let mut fields = Vec::with_capacity(one.len().max(other.len()));
+                for (name, ty) in one.iter() {
+                    fields.push((
+                        name.clone(),
+                        match other.ty(name) {
+                            Some(theirs) => ty.join(theirs)?,
+                            None => ty.clone().optional(),
+                        },
+                    ));
+                }
+                for (name, ty) in other.iter() {
+                    if one.position(name).is_none() {
+                        fields.push((name.clone(), ty.clone().optional()));
+                    }
+                }
+                Some(Ty::record(fields))
+            }
+            _ => None,
+        }
+    }
+
     pub fn is_numeric(&self) -> bool {
         matches!(self, Ty::Int | Ty::Float | Ty::Any | Ty::Json)
     }

@@ -45,7 +45,9 @@ impl<'e, 'd> Checker<'e, 'd> {
     pub(super) fn value(&mut self, expr: &Expr, expected: &Ty, what: &dyn std::fmt::Display) {
         match (&expr.kind, expected.required()) {
             (_, Ty::Any | Ty::Json) => {
+                let outer = std::mem::replace(&mut self.into_json, true);
                 self.expr(expr, false);
+                self.into_json = outer;
             }
             (ExprKind::String(lit), Ty::Enum(variants)) if lit.as_plain().is_some() => {
                 let text = lit.as_plain().unwrap_or_default();
@@ -164,15 +166,7 @@ impl<'e, 'd> Checker<'e, 'd> {
                 self.template(lit);
                 Ty::String
             }
-            ExprKind::List(items) => {
-                let types: Vec<Ty> = items.iter().map(|item| self.expr(item, false)).collect();
-                let first = types.first().cloned().unwrap_or(Ty::Json);
-                if types.iter().all(|t| t.assignable_to(&first)) {
-                    Ty::list(first)
-                } else {
-                    Ty::list(Ty::Json)
-                }
-            }
+            ExprKind::List(items) => self.list_literal(items),
             ExprKind::Record(record) => {
                 let mut fields: Vec<(String, Ty)> = Vec::new();
                 // A set, not a scan of `fields`: a record of 100,000 fields
@@ -215,6 +209,47 @@ impl<'e, 'd> Checker<'e, 'd> {
             ExprKind::Binary(op, left, right) => self.binary(*op, left, right, expr.span),
             ExprKind::Error => Ty::Any,
         }
+    }
+
+    /// A list literal's type: its elements' narrowest common type
+    /// ([`Ty::join`]), `json` for `[]`. Elements with none are an error,
+    /// but where `json` goes.
+    fn list_literal(&mut self, items: &[Expr]) -> Ty {
+        let mut element: Option<Ty> = None;
+        let mut mixed = false;
+        for item in items {
+            let ty = self.expr(item, false);
+            let Some(before) = &element else {
+                element = Some(ty);
+                continue;
+            };
+            if mixed {
+                continue;
+            }
+            match before.join(&ty) {
+                Some(joined) => element = Some(joined),
+                None if self.into_json => element = Some(Ty::Json),
+                None => {
+                    self.push(
+                        Diagnostic::new(
+                            Code::TypeMismatch,
+                            self.file,
+                            item.span,
+                            format!(
+                                "the elements of a list have one type: this is `{}`, those before it `{}`",
+                                self.env.show(&ty),
+                                self.env.show(before)
+                            ),
+                        )
+                        .label(format!("`{}` among `{}`", self.env.show(&ty), self.env.show(before)))
+                        .hint("a list of mixed values goes only where `list<json>` or `json` is expected"),
+                    );
+                    mixed = true;
+                    element = Some(Ty::Any);
+                }
+            }
+        }
+        Ty::list(element.unwrap_or(Ty::Json))
     }
 
     pub(super) fn binary(&mut self, op: BinaryOp, left: &Expr, right: &Expr, span: Span) -> Ty {

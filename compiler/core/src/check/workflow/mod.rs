@@ -386,6 +386,9 @@ struct Checker<'e, 'd> {
     /// Whether the references being checked are in a template, where an
     /// absent value renders as empty text.
     in_template: bool,
+    /// Set while a value is checked where `json` goes: a list literal
+    /// there may mix types of elements.
+    into_json: bool,
     /// Set while a destination is checked: what its references may read.
     destination: Option<DestinationScope>,
     /// What is left of this workflow's budget for "did you mean" and the
@@ -499,6 +502,7 @@ impl<'e, 'd> Checker<'e, 'd> {
             workflow_timeout_ms: DEFAULT_WORKFLOW_TIMEOUT_MS,
             input: Ty::record(Vec::new()),
             in_template: false,
+            into_json: false,
             destination: None,
             suggestions: Budget::default(),
             locked_tools: HashMap::new(),
