@@ -459,7 +459,7 @@ struct JsonUnreadable<'a> {
 }
 
 #[derive(Serialize)]
-struct JsonDiagnostic<'a> {
+pub(crate) struct JsonDiagnostic<'a> {
     code: &'static str,
     name: &'static str,
     severity: Severity,
@@ -485,7 +485,24 @@ struct JsonLabel<'a> {
 /// Every diagnostic as one JSON document, with 1-based lines and columns
 /// (columns count characters).
 pub(crate) fn json(reports: &Reports) -> String {
-    let diagnostics = reports
+    let output = JsonOutput {
+        files: reports.sources.len(),
+        errors: reports.errors(),
+        warnings: reports.warnings(),
+        diagnostics: json_diagnostics(reports),
+        unreadable: reports
+            .unreadable
+            .iter()
+            .map(|(path, message)| JsonUnreadable { path, message })
+            .collect(),
+    };
+    serde_json::to_string_pretty(&output).expect("diagnostics always serialize")
+}
+
+/// The diagnostics of [`json`], for other JSON documents to hold
+/// (`flowc test --format json`'s).
+pub(crate) fn json_diagnostics(reports: &Reports) -> Vec<JsonDiagnostic<'_>> {
+    reports
         .reports
         .iter()
         .map(|report| {
@@ -519,19 +536,7 @@ pub(crate) fn json(reports: &Reports) -> String {
                 hints: &report.hints,
             }
         })
-        .collect();
-    let output = JsonOutput {
-        files: reports.sources.len(),
-        errors: reports.errors(),
-        warnings: reports.warnings(),
-        diagnostics,
-        unreadable: reports
-            .unreadable
-            .iter()
-            .map(|(path, message)| JsonUnreadable { path, message })
-            .collect(),
-    };
-    serde_json::to_string_pretty(&output).expect("diagnostics always serialize")
+        .collect()
 }
 
 /// One GitHub Actions workflow command per diagnostic, which the Actions UI

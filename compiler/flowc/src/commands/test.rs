@@ -92,22 +92,19 @@ pub(crate) fn run(paths: &[PathBuf], root: Option<&Path>, options: Options<'_>) 
             if format == TestFormat::Github {
                 print!("{}", report::github(&jobs, &verdicts));
             }
-            print!("{}", report::human(&jobs, &verdicts));
+            print!("{}", report::human(&jobs, &verdicts, not_checking.len()));
             if let Some(covered) = covered {
                 print!("{}", report::coverage(covered));
             }
         }
         TestFormat::Json => println!(
             "{}",
-            report::json(&jobs, &verdicts, covered, not_checking.len())
+            report::json(&jobs, &verdicts, covered, &reports, not_checking.len())
         ),
-        TestFormat::Junit => {
-            let files: Vec<&str> = not_checking
-                .iter()
-                .map(|&file| reports.path(file))
-                .collect();
-            print!("{}", report::junit(&jobs, &verdicts, &files));
-        }
+        TestFormat::Junit => print!(
+            "{}",
+            report::junit(&jobs, &verdicts, &reports, &not_checking)
+        ),
     }
     let mut below = false;
     if let Some(min) = options.min_coverage {

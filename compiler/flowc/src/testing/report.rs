@@ -10,10 +10,12 @@ use flow_engine::journal::StepRecord;
 use serde_json::{Value, json};
 
 use super::{Coverage, Job, Verdict};
-use crate::render::{escape_data, escape_property};
+use crate::render::{Human, PLAIN_WIDTH, escape_data, escape_property};
+use crate::report::Reports;
 
-/// The human report: a line per test, the failures, a summary.
-pub(crate) fn human(jobs: &[Job], verdicts: &[Verdict]) -> String {
+/// The human report: a line per test, the failures, a summary that counts
+/// the files that do not check (their diagnostics are on stderr).
+pub(crate) fn human(jobs: &[Job], verdicts: &[Verdict], not_checking: usize) -> String {
     let mut text = String::new();
     for (job, verdict) in jobs.iter().zip(verdicts) {
         let _ = writeln!(
@@ -32,13 +34,21 @@ pub(crate) fn human(jobs: &[Job], verdicts: &[Verdict]) -> String {
         text.push_str(&failure(job, verdict));
     }
     let failed = verdicts.iter().filter(|v| !v.passed()).count();
-    let _ = writeln!(
+    let _ = write!(
         text,
         "\n{} test{}: {} passed, {failed} failed",
         jobs.len(),
         if jobs.len() == 1 { "" } else { "s" },
         jobs.len() - failed
     );
+    match not_checking {
+        0 => {}
+        1 => text.push_str("; 1 file does not check, so its tests did not run"),
+        n => {
+            let _ = write!(text, "; {n} files do not check, so their tests did not run");
+        }
+    }
+    text.push('\n');
     text
 }
 
@@ -74,13 +84,19 @@ fn failure(job: &Job, verdict: &Verdict) -> String {
 /// `time` is given: the wall clock's would make two runs' reports differ,
 /// and virtual time is not what a CI's duration charts mean; it is a
 /// property of each case instead.
-pub(crate) fn junit(jobs: &[Job], verdicts: &[Verdict], not_checking: &[&str]) -> String {
+pub(crate) fn junit(
+    jobs: &[Job],
+    verdicts: &[Verdict],
+    reports: &Reports,
+    not_checking: &[usize],
+) -> String {
     let failed = verdicts.iter().filter(|v| !v.passed()).count();
     let mut xml = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     let _ = writeln!(
         xml,
         "<testsuites name=\"flowc test\" tests=\"{}\" failures=\"{failed}\" errors=\"{}\">",
-        jobs.len(),
+        // A file that does not check is a case of its own, an error.
+        jobs.len() + not_checking.len(),
         not_checking.len()
     );
     let mut files: Vec<&str> = Vec::new();
@@ -131,12 +147,45 @@ pub(crate) fn junit(jobs: &[Job], verdicts: &[Verdict], not_checking: &[&str]) -
             "  <testsuite name=\"flowc check\" tests=\"{0}\" errors=\"{0}\">",
             not_checking.len()
         );
-        for file in not_checking {
+        // Each error of the file in the message's place and in full, as
+        // `flowc check` shows it: a CI's report is often all one reads.
+        let human = Human::plain(PLAIN_WIDTH);
+        for &file in not_checking {
+            let errors: Vec<_> = reports
+                .reports
+                .iter()
+                .filter(|r| r.primary.file == file)
+                .filter(|r| r.severity == flow_compiler::Severity::Error)
+                .collect();
+            let message = match errors.first() {
+                Some(first) => {
+                    let at = reports.position(file, first.primary.span.start);
+                    let more = match errors.len() {
+                        1 => String::new(),
+                        n => format!(" (and {} more)", n - 1),
+                    };
+                    format!(
+                        "the file does not check, so its tests did not run: {}:{}:{}: {} {}{more}",
+                        reports.path(file),
+                        at.line,
+                        at.column,
+                        first.code.info().code,
+                        first.message
+                    )
+                }
+                None => "the file does not check, so its tests did not run".to_string(),
+            };
+            let full: String = errors
+                .iter()
+                .map(|report| human.render(reports, report))
+                .collect();
             let _ = writeln!(
                 xml,
                 "    <testcase name=\"{0}\" classname=\"flowc check\" file=\"{0}\">\n      \
-                 <error message=\"the file does not check; its tests did not run (see flowc check)\"/>\n    </testcase>",
-                xml_escape(file)
+                 <error message=\"{1}\">{2}</error>\n    </testcase>",
+                xml_escape(reports.path(file)),
+                xml_escape(&message),
+                xml_escape(&full)
             );
         }
         let _ = writeln!(xml, "  </testsuite>");
@@ -214,12 +263,14 @@ pub(crate) fn coverage(covered: &[Coverage]) -> String {
     text
 }
 
-/// The JSON report: every test with its verdict, misses and trace, and the
-/// coverage when it was asked for.
+/// The JSON report: every test with its verdict, misses and trace, the
+/// diagnostics of the files (as `flowc check --format json` gives them),
+/// and the coverage when it was asked for.
 pub(crate) fn json(
     jobs: &[Job],
     verdicts: &[Verdict],
     covered: Option<&[Coverage]>,
+    reports: &Reports,
     files_not_checking: usize,
 ) -> Value {
     let tests: Vec<Value> = jobs
@@ -247,6 +298,7 @@ pub(crate) fn json(
         "passed": jobs.len() - failed,
         "failed": failed,
         "files_not_checking": files_not_checking,
+        "diagnostics": crate::render::json_diagnostics(reports),
     });
     if let Some(covered) = covered {
         report["coverage"] = covered
