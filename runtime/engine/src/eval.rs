@@ -92,8 +92,8 @@ impl Env<'_> {
         }
         let (a, b) = (self.eval(left)?, self.eval(right)?);
         Ok(Value::Bool(match op {
-            BinaryOp::Eq => equal(&a, &b),
-            BinaryOp::Ne => !equal(&a, &b),
+            BinaryOp::Eq => same(&a, &b),
+            BinaryOp::Ne => !same(&a, &b),
             _ => {
                 let (Some(x), Some(y)) = (a.as_f64(), b.as_f64()) else {
                     return Err(EvalError(format!(
@@ -333,9 +333,24 @@ fn truthy(value: &Value) -> Result<bool, EvalError> {
 
 /// Equality as the language defines it: numbers by value (`1 == 1.0`), the
 /// rest structurally.
-fn equal(a: &Value, b: &Value) -> bool {
-    match (a.as_f64(), b.as_f64()) {
-        (Some(x), Some(y)) => x == y,
+/// Equality as the language means it (`==`, and a test's `expect`): `1`
+/// and `1.0` are the same number, in a list or a record too (serde_json's
+/// own tells an integer from a float: `[1] == [1.0]` was false), and a
+/// record's absent field is its `null`, as an absent value equals only
+/// `null`.
+pub fn same(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        (Value::Array(xs), Value::Array(ys)) => {
+            xs.len() == ys.len() && xs.iter().zip(ys).all(|(x, y)| same(x, y))
+        }
+        (Value::Object(xs), Value::Object(ys)) => {
+            xs.iter()
+                .all(|(key, x)| same(x, ys.get(key).unwrap_or(&Value::Null)))
+                && ys
+                    .iter()
+                    .all(|(key, y)| xs.contains_key(key) || y.is_null())
+        }
         _ => a == b,
     }
 }
@@ -377,6 +392,19 @@ mod tests {
                 .collect(),
             optional,
         }
+    }
+
+    /// Regression: `==` compared lists and records as serde_json does, so
+    /// that `[1] == [1.0]` was false though `1 == 1.0` is true.
+    #[test]
+    fn equality_compares_numbers_as_numbers_at_any_depth() {
+        assert!(same(&json!([1, { "n": 2 }]), &json!([1.0, { "n": 2.0 }])));
+        assert!(same(&json!({ "a": 1 }), &json!({ "a": 1, "b": null })));
+        assert!(same(&json!({ "a": 1, "b": null }), &json!({ "a": 1 })));
+        assert!(!same(&json!({ "a": 1 }), &json!({ "a": 1, "b": 0 })));
+        assert!(!same(&json!({ "a": 1, "b": 0 }), &json!({ "a": 1 })));
+        assert!(!same(&json!([1, 2]), &json!([1])));
+        assert!(!same(&json!("1"), &json!(1)));
     }
 
     #[test]

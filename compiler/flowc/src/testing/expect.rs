@@ -1,6 +1,7 @@
 //! Judging a test's expectations against what its run did.
 
 use flow_compiler::test_case::{ExpectCase, Expectation, PathPart, TestCase};
+use flow_engine::eval::same;
 use flow_engine::journal::{Outcome, failed_at};
 use serde::Serialize;
 use serde_json::Value;
@@ -184,23 +185,6 @@ fn along<'v>(value: &'v Value, path: &[PathPart]) -> Option<&'v Value> {
         PathPart::Field(name) => value.get(name),
         PathPart::Index(index) => value.get(*index as usize),
     })
-}
-
-/// Equality as the language means it: `1` and `1.0` are the same number.
-fn same(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
-        (Value::Array(xs), Value::Array(ys)) => {
-            xs.len() == ys.len() && xs.iter().zip(ys).all(|(x, y)| same(x, y))
-        }
-        (Value::Object(xs), Value::Object(ys)) => {
-            xs.len() == ys.len()
-                && xs
-                    .iter()
-                    .all(|(key, x)| ys.get(key).is_some_and(|y| same(x, y)))
-        }
-        _ => a == b,
-    }
 }
 
 fn shown(path: &[PathPart]) -> String {
