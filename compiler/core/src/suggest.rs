@@ -54,7 +54,9 @@ impl Budget {
         let left = self.left();
         let mut cost = 0usize;
         let mut listed = Vec::new();
-        for candidate in candidates {
+        // An empty name (a declaration whose name is missing, an error of
+        // its own) is neither suggested nor listed.
+        for candidate in candidates.into_iter().filter(|c| !c.is_empty()) {
             cost = cost.saturating_add(candidate.len() + 1);
             if cost > left {
                 self.0.store(0, Ordering::Relaxed);
@@ -124,8 +126,8 @@ pub fn did_you_mean_within<'c>(
         .filter_map(|(candidate, candidate_length)| {
             // A name cut short (`ticket` for `ticket_id`) is a likely mistake
             // too, however many characters are missing.
-            let truncated =
-                name.len() >= 3 && (candidate.starts_with(name) || name.starts_with(candidate));
+            let truncated = name.len().min(candidate.len()) >= 3
+                && (candidate.starts_with(name) || name.starts_with(candidate));
             let distance = if measure && measurable(candidate, candidate_length) {
                 strsim::damerau_levenshtein(name, candidate)
             } else if truncated {
@@ -196,8 +198,8 @@ pub(crate) fn hint_listing<'c>(
     budget: &Budget,
 ) -> crate::diagnostic::Diagnostic {
     match candidates_list_within(candidates, budget) {
-        Some(list) => diagnostic.hint(format!("{lead} {list}")),
-        None => diagnostic,
+        Some(list) if !list.is_empty() => diagnostic.hint(format!("{lead} {list}")),
+        _ => diagnostic,
     }
 }
 
@@ -212,6 +214,10 @@ mod tests {
         assert_eq!(did_you_mean("urgnecy", names), Some("urgency"));
         assert_eq!(did_you_mean("title", names), None);
         assert_eq!(did_you_mean("x", ["y", "xy"]), Some("xy"));
+        // Regression: an empty name (an unnamed `parallel`) was a prefix
+        // of every name, so "did you mean ``?".
+        assert_eq!(did_you_mean("zzz", ["", "abc"]), None);
+        assert_eq!(did_you_mean("tick", ["t", "ti"]), None);
         assert_eq!(
             did_you_mean("ticket", ["ticket_id", "subject"]),
             Some("ticket_id")

@@ -347,9 +347,16 @@ impl<'e, 'd> Checker<'e, 'd> {
                     NotRun::Container(Container::LoopBody { id: loop_id, span }) => diagnostic
                         .secondary(self.file, span, format!("it runs once per item of loop `{loop_id}`"))
                         .hint(format!("after the loop, `step.{loop_id}` is the list of iteration outputs: `step.{loop_id}[0].{}{rest}` reads the first", step.id)),
-                    NotRun::Container(Container::ParallelBranch { parallel, branch, span }) => diagnostic
-                        .secondary(self.file, span, format!("it runs in branch `{branch}` of `{parallel}`, alongside this one"))
-                        .hint(format!("sibling branches run concurrently; use it after `{parallel}` joins")),
+                    NotRun::Container(Container::ParallelBranch { parallel, branch, span }) => {
+                        // A `parallel` whose name is missing (an error of its own) is "the parallel".
+                        let parallel = match parallel.as_str() {
+                            "" => "the parallel".to_string(),
+                            named => format!("`{named}`"),
+                        };
+                        diagnostic
+                            .secondary(self.file, span, format!("it runs in branch `{branch}` of {parallel}, alongside this one"))
+                            .hint(format!("sibling branches run concurrently; use it after {parallel} joins"))
+                    }
                     NotRun::Container(Container::Fallback { step: failed, span }) => diagnostic
                         .secondary(self.file, span, format!("it runs only when step `{failed}` fails"))
                         .hint(optional.clone()),
