@@ -359,6 +359,16 @@ fn check_recipe(
     let what = format!("recipe `{}`", recipe.name.text);
     if let Some(model) = &recipe.model {
         require_plain(model, "a model alias", file, diagnostics);
+        require_named(
+            model,
+            (
+                Code::BadOption,
+                "a recipe's model alias",
+                "name the model the runtime's configuration resolves, e.g. `model \"default\"`",
+            ),
+            file,
+            diagnostics,
+        );
     }
     for context in &recipe.context {
         require_plain(context, "a knowledge-base id", file, diagnostics);

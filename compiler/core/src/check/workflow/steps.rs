@@ -137,6 +137,25 @@ impl<'e, 'd> Checker<'e, 'd> {
                     );
                     true
                 }
+                ("approvers", ExprKind::List(items)) => {
+                    // An approver nobody can be: no decision could ever
+                    // name them.
+                    for item in items {
+                        if let ExprKind::String(lit) = &item.kind {
+                            require_named(
+                                lit,
+                                (
+                                    Code::BadOption,
+                                    "an approver",
+                                    "name a group or an email: `approvers: [\"billing-leads\"]`",
+                                ),
+                                self.file,
+                                self.diagnostics,
+                            );
+                        }
+                    }
+                    true
+                }
                 _ => true,
             };
             // A value of the wrong type was reported as such already: one
