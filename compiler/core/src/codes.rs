@@ -403,15 +403,16 @@ flow_plan::code_table! {
     /// expect step.classify.urgency == 5   // write `expect output.urgency == 5`
     /// ```
     BadExpectation = ("E403", "bad-expectation", Error, "the expectation cannot be tested");
-    /// Two tests of one file have the same name. `flowc test --filter`, its
-    /// reports and a CI's test report (JUnit) tell tests apart by name, so
-    /// each test of a file has its own.
+    /// Two tests of one file have the same name, or a test's name is empty.
+    /// `flowc test --filter`, its reports and a CI's test report (JUnit)
+    /// tell tests apart by name, so each test of a file has its own.
     ///
     /// ```flow
     /// test "a refund" { ... }
     /// test "a refund" { ... }   // name it for what it shows: "a refund rejected"
+    /// test "" { ... }           // and name this one too
     /// ```
-    DuplicateTest = ("E404", "duplicate-test", Error, "two tests of the file have the same name");
+    DuplicateTest = ("E404", "duplicate-test", Error, "two tests of the file have the same name, or one has none");
     /// A test lets an approval expire (`decide step.ID expire`) whose gate
     /// has no `expires`: such a gate waits until someone decides, so the
     /// run could never go on as the test says. Decide it, or give the gate

@@ -3,6 +3,7 @@
 //! steps they name against the workflow's steps, and each expectation
 //! against the workflow's output type.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::check::env::{Env, missing_member};
@@ -122,11 +123,23 @@ pub(crate) fn check_test(
     info
 }
 
-/// A second test of a name in one file: `--filter`, the reports and CI's
-/// test reports tell tests apart by name.
+/// A second test of a name in one file, or a test without one: `--filter`,
+/// the reports and CI's test reports tell tests apart by name.
 pub(crate) fn check_names(tests: &[TestInfo], file: FileId, diagnostics: &mut Vec<Diagnostic>) {
-    for (index, test) in tests.iter().enumerate() {
-        if let Some(first) = tests[..index].iter().find(|t| t.name == test.name) {
+    // The first test of each name, by name: a scan of those before each
+    // test was quadratic in a file's tests.
+    let mut firsts: HashMap<&str, &TestInfo> = HashMap::with_capacity(tests.len());
+    for test in tests {
+        if test.name.trim().is_empty() {
+            diagnostics.push(
+                Diagnostic::new(Code::DuplicateTest, file, test.name_span, "the test's name is empty")
+                    .label("no name")
+                    .hint("name the test for what it shows, e.g. `test \"a refund over the limit is rejected\"`"),
+            );
+            continue;
+        }
+        let first = *firsts.entry(test.name.as_str()).or_insert(test);
+        if !std::ptr::eq(first, test) {
             diagnostics.push(
                 Diagnostic::new(
                     Code::DuplicateTest,
