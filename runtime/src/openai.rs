@@ -130,8 +130,10 @@ pub(crate) enum Answer {
     /// A refusal, in the model's words: never read as the output.
     Refused(String),
     /// Text the model stopped giving early, and why in words for the error
-    /// and the repair request (an output limit, a content filter). It is
-    /// read as the output still, in case it was whole.
+    /// and the repair request (an output limit, a content filter). Never
+    /// read as the output, though it may parse: text cut inside a string
+    /// (`"summary": "The printer is on fi"` closed by a server's structured
+    /// output) or filtered is not the answer the model meant.
     Stopped { text: String, why: &'static str },
 }
 
@@ -220,7 +222,7 @@ where
             Err(problem) => (text, problem),
         },
         Answer::Stopped { text, why } => match parse_and_check(&text, call.output_schema) {
-            Ok(output) => return Ok(output),
+            Ok(_) => (text, why.to_string()),
             Err(problem) => (text, format!("{why}; {problem}")),
         },
         Answer::Refused(text) => (text, "it is a refusal, not an answer".to_string()),

@@ -307,6 +307,49 @@ async fn an_answer_cut_at_the_output_limit_says_so() {
     );
 }
 
+/// Regression: an answer cut off (or filtered) that still parsed and fit
+/// was taken as the output, so that text cut inside a string went on
+/// downstream. It gets the repair request, as language.md §7 says, on both
+/// APIs.
+#[tokio::test]
+async fn a_cut_off_answer_that_parses_is_not_the_output() {
+    for finish_reason in ["length", "content_filter"] {
+        let server = fake_llm(vec![
+            Reply::Body(json!({ "choices": [{
+                "message": { "role": "assistant", "content": "{\"text\": \"The printer is on fi\", \"score\": 1}" },
+                "finish_reason": finish_reason,
+            }] })),
+            ok(json!({ "text": "whole", "score": 1 })),
+        ])
+        .await;
+        let (outcome, _) = run_against(&server, FAST_RETRIES).await;
+        let Outcome::Completed { output } = &outcome else {
+            panic!("{outcome:?}")
+        };
+        assert_eq!(output["text"], "whole", "{finish_reason}");
+        assert_eq!(server.requests(), 2, "{finish_reason}");
+        assert!(
+            server.prompts()[1].contains(finish_reason),
+            "{:?}",
+            server.prompts()
+        );
+    }
+    let server = fake_llm(vec![
+        Reply::Body(json!({
+            "content": [{ "type": "tool_use", "id": "t1", "name": "answer", "input": { "text": "cut", "score": 1 } }],
+            "stop_reason": "max_tokens",
+        })),
+        ok(json!({ "text": "whole", "score": 1 })),
+    ])
+    .await;
+    let (outcome, _) = run_with(anthropic(&server), FAST_RETRIES).await;
+    let Outcome::Completed { output } = &outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(output["text"], "whole");
+    assert_eq!(server.requests(), 2);
+}
+
 /// A reply that never ends is read no further than the cap: the attempt
 /// fails as a server error (and is retried as one) instead of growing the
 /// process until the step's timeout.
