@@ -183,6 +183,64 @@ async fn a_client_error_fails_at_once() {
     );
 }
 
+/// Regression: a repair request that failed on the way (a 503) cost no
+/// try, and the fresh attempt after it got a repair of its own, so that
+/// `retry 3` made 6 calls ("after 6 attempts") and took twice its time.
+/// The failed repair is asked again, within the budget: `retry N` makes at
+/// most N calls, plus one repair past the last.
+#[tokio::test]
+async fn a_failed_repair_request_is_asked_again_within_the_retry_budget() {
+    let busy = || Reply::Answer(503, vec![], "busy".into());
+    let server = fake_llm(vec![
+        ok(json!({ "text": 1 })),
+        busy(),
+        ok(json!({ "text": "repaired", "score": 2 })),
+    ])
+    .await;
+    let (outcome, store) = run_against(&server, FAST_RETRIES).await;
+    let Outcome::Completed { output } = &outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(output["text"], "repaired");
+    let repairs: Vec<bool> = store.records()[0]
+        .attempts
+        .iter()
+        .map(|a| a.repair)
+        .collect();
+    assert_eq!(repairs, [false, true, true], "the repair asked again");
+    assert!(
+        server.prompts()[2].contains("not valid"),
+        "{:?}",
+        server.prompts()
+    );
+
+    let server = fake_llm(vec![
+        ok(json!({ "text": 1 })),
+        busy(),
+        busy(),
+        busy(),
+        busy(),
+    ])
+    .await;
+    let (outcome, _) = run_against(&server, FAST_RETRIES).await;
+    assert_eq!(
+        failed_with(&outcome),
+        Some(ErrorKind::Server),
+        "{outcome:?}"
+    );
+    assert_eq!(server.requests(), 3, "retry 3: three calls in all");
+    assert!(
+        matches!(outcome, Outcome::Failed { attempts: 3, .. }),
+        "{outcome:?}"
+    );
+
+    // The last attempt's answer that does not fit still gets its repair.
+    let server = fake_llm(vec![busy(), busy(), ok(json!({ "text": 1 }))]).await;
+    let (outcome, _) = run_against(&server, FAST_RETRIES).await;
+    assert!(matches!(outcome, Outcome::Completed { .. }), "{outcome:?}");
+    assert_eq!(server.requests(), 4);
+}
+
 #[tokio::test]
 async fn invalid_output_gets_one_repair_then_fails_with_the_raw_text() {
     let server = fake_llm(vec![

@@ -134,13 +134,10 @@ pub fn worst_case(step: &StepBudget) -> String {
     if step.worst_ms == 0 {
         return "none: waiting for a decision is not active time".to_string();
     }
-    let calls = if step.calls_per_attempt > 1 {
-        format!(
-            " of up to {} calls (an answer and its repair)",
-            step.calls_per_attempt
-        )
+    let repair = if step.repair {
+        " and a repair request"
     } else {
-        String::new()
+        ""
     };
     let waits = match step.attempts - 1 {
         0 => String::new(),
@@ -152,7 +149,7 @@ pub fn worst_case(step: &StepBudget) -> String {
         n => format!("{n} attempts"),
     };
     format!(
-        "{}: {attempts}{calls} of {} each{waits}",
+        "{}: {attempts}{repair} of {} each{waits}",
         show_about(step.worst_ms),
         show_about(step.timeout_ms),
     )

@@ -39,9 +39,10 @@ pub struct StepBudget {
     /// step of a file (1.6 MB of allocations at 100,000 steps).
     pub id: EcoString,
     pub attempts: u32,
-    /// Calls one attempt can make: a recipe's answer that does not fit
-    /// its output type is followed by one repair request.
-    pub calls_per_attempt: u32,
+    /// Whether a call past the attempts can follow: a recipe's answer that
+    /// does not fit its output type gets one repair request, which counts
+    /// as an attempt but is made past the last one too.
+    pub repair: bool,
     pub timeout_ms: u64,
     /// The longest wait between two attempts.
     pub backoff_ms: u64,
@@ -52,14 +53,14 @@ pub struct StepBudget {
 impl StepBudget {
     pub fn of(step: &Step) -> StepBudget {
         let attempts = step.retry.attempts.max(1);
-        let (calls_per_attempt, active) = match step.action {
-            Action::Recipe { .. } => (2, true),
-            Action::Approval(_) => (1, false),
-            _ => (1, true),
+        let (repair, active) = match step.action {
+            Action::Recipe { .. } => (true, true),
+            Action::Approval(_) => (false, false),
+            _ => (false, true),
         };
         let backoff_ms = step.retry.backoff_max_ms.max(step.retry.backoff_min_ms);
         let worst_ms = if active {
-            u64::from(attempts * calls_per_attempt)
+            (u64::from(attempts) + u64::from(repair))
                 .saturating_mul(step.timeout_ms)
                 .saturating_add(u64::from(attempts - 1).saturating_mul(backoff_ms))
         } else {
@@ -68,7 +69,7 @@ impl StepBudget {
         StepBudget {
             id: step.id.as_str().into(),
             attempts,
-            calls_per_attempt,
+            repair,
             timeout_ms: step.timeout_ms,
             backoff_ms,
             worst_ms,
@@ -369,10 +370,10 @@ mod tests {
 
     #[test]
     fn a_step_takes_every_attempt_and_repair_to_its_timeout_and_each_backoff_at_its_cap() {
-        // 3 attempts of 2 calls of 10 s, 2 waits of 30 s.
+        // 3 attempts and a repair request of 10 s, 2 waits of 30 s.
         let budget = Budget::of(&workflow(vec![recipe("a", 3, 10_000, 30_000)]));
-        assert_eq!(budget.active_ms, Some(3 * 2 * 10_000 + 2 * 30_000));
-        assert_eq!(budget.step("a").unwrap().worst_ms, 120_000);
+        assert_eq!(budget.active_ms, Some((3 + 1) * 10_000 + 2 * 30_000));
+        assert_eq!(budget.step("a").unwrap().worst_ms, 100_000);
         assert_eq!(budget.model_calls, 1);
     }
 
@@ -413,7 +414,8 @@ mod tests {
     /// names the same steps, in plan order, as a whole list cut after.
     #[test]
     fn a_folding_of_the_slowest_keeps_what_a_whole_list_cut_would() {
-        // Worst cases of 2 calls each: ties go to the earlier step.
+        // Worst cases of an attempt and a repair each: ties go to the
+        // earlier step.
         let timeouts = [5, 9, 1, 9, 3, 7, 9, 2, 8, 9, 4, 6, 9, 1, 5, 7, 3, 9, 2, 8];
         let body: Vec<Node> = (0..40)
             .map(|i| recipe(&format!("s{i}"), 1, timeouts[i % timeouts.len()] * 1_000, 0))

@@ -741,12 +741,12 @@ impl<'p> Interpreter<'p> {
     ) -> (Result<Option<Value>, StepError>, Vec<Attempt>) {
         let mut attempts = made;
         // Every attempt has its own index (its call's identity); the retry
-        // budget counts this round's only.
+        // budget counts this round's only, every call of it: a repair
+        // request too, but that an answer that did not fit always gets its
+        // one, past the budget if need be. So `retry N` makes at most N
+        // calls, or N + 1 when the last answer is repaired.
         let mut index = attempts.len() as u32;
-        let mut tries = attempts
-            .iter()
-            .filter(|a| a.round == self.round && !a.repair)
-            .count() as u32;
+        let mut tries = attempts.iter().filter(|a| a.round == self.round).count() as u32;
         // Set after an answer that did not fit: the next attempt asks again.
         let mut repair: Option<Repair> = None;
         if !wait.is_zero() {
@@ -793,7 +793,7 @@ impl<'p> Interpreter<'p> {
                 )),
             };
             let answered_ms = now_ms();
-            let repairing = repair.take().is_some();
+            let repairing = repair.take();
             match result {
                 Ok(output) => {
                     attempts.push(Attempt {
@@ -801,13 +801,13 @@ impl<'p> Interpreter<'p> {
                         error: None,
                         delay_ms: None,
                         round: self.round,
-                        repair: repairing,
+                        repair: repairing.is_some(),
                         started_ms: Some(called_ms),
                         ended_ms: Some(answered_ms),
                     });
                     return (Ok(output), attempts);
                 }
-                Err(mut error) if !repairing && error.repairable.is_some() => {
+                Err(mut error) if repairing.is_none() && error.repairable.is_some() => {
                     // An answer that did not fit: one repair request, at once,
                     // as an attempt of its own.
                     attempts.push(Attempt {
@@ -825,15 +825,14 @@ impl<'p> Interpreter<'p> {
                     continue;
                 }
                 Err(error) => {
-                    let counted = if repairing { tries } else { tries + 1 };
-                    let last = counted >= step.retry.attempts || !error.kind.retryable();
+                    let last = tries + 1 >= step.retry.attempts || !error.kind.retryable();
                     let delay = (!last).then(|| backoff(step, tries, &error, &call_id));
                     attempts.push(Attempt {
                         index,
                         error: Some(format!("{}: {}", error.kind.name(), error.message)),
                         delay_ms: delay.map(|d| d.as_millis() as u64),
                         round: self.round,
-                        repair: repairing,
+                        repair: repairing.is_some(),
                         started_ms: Some(called_ms),
                         ended_ms: Some(answered_ms),
                     });
@@ -862,12 +861,14 @@ impl<'p> Interpreter<'p> {
                     }
                     tokio::time::sleep(delay).await;
                     self.calling(path);
+                    // A repair request that failed on the way (a timeout, a
+                    // 503) is asked again, not a fresh answer that would
+                    // need a repair of its own.
+                    repair = repairing;
                 }
             }
             index += 1;
-            if !repairing {
-                tries += 1;
-            }
+            tries += 1;
         }
     }
 

@@ -61,7 +61,8 @@ pub struct Attempt {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub round: u32,
     /// A repair request: the model shown the attempt before's answer that
-    /// did not fit, and asked again. It is not counted in the retry budget.
+    /// did not fit, and asked again. It counts in the retry budget, but is
+    /// made past it when the last attempt's answer did not fit.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub repair: bool,
     /// When the attempt's call went out and when its answer (or error)
