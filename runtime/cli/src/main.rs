@@ -1077,6 +1077,12 @@ async fn execute(
     }
     let mcp: Arc<dyn flow_runtime::services::McpClient> =
         Arc::new(flow_runtime::mcp::PoolClient(mcp.clone()));
+    // A new run's row rides in its first step's commit: a signal before
+    // that stores it here, so that `flow recover` has it.
+    let new_run = match &invocation {
+        runner::Invocation::Start { account, run } => Some((account.clone(), run.clone())),
+        _ => None,
+    };
     let driven = runner::drive(
         store,
         plan,
@@ -1095,7 +1101,7 @@ async fn execute(
             if let Some(bar) = &progress {
                 bar.finish_and_clear();
             }
-            return Ok(give_up(store, db, run_id, signal).await);
+            return Ok(give_up(store, db, run_id, new_run, signal).await);
         }
     };
     if let Some(bar) = progress {
@@ -1127,9 +1133,39 @@ async fn interrupted() -> (&'static str, u8) {
 /// Stops a run that a signal interrupted: its task is dropped where it is,
 /// as a crash would drop it (the step in flight, if any, runs again when
 /// the run resumes), and the run is given up, so that `flow runs` shows it
-/// interrupted rather than running and `flow recover` takes it.
-async fn give_up(store: &Arc<dyn Store>, db: &Path, run_id: &str, signal: (&str, u8)) -> u8 {
+/// interrupted rather than running and `flow recover` takes it. A run not
+/// stored yet (`new_run`: its row waited for its first step's commit) is
+/// stored first; before, it was lost, and the message said to recover it.
+async fn give_up(
+    store: &Arc<dyn Store>,
+    db: &Path,
+    run_id: &str,
+    new_run: Option<(String, NewRun)>,
+    signal: (&str, u8),
+) -> u8 {
     let (what, code) = signal;
+    if let Some((account, run)) = new_run
+        && matches!(store.run(run_id).await, Ok(None))
+    {
+        // The writer takes writes in order: a start the dropped run had
+        // queued is committed first, and this one then conflicts, harmlessly.
+        let _ = store
+            .create_run(
+                run_id,
+                &account,
+                &run.workflow,
+                &run.plan_hash,
+                &run.input,
+                None,
+            )
+            .await;
+    }
+    if !matches!(store.run(run_id).await, Ok(Some(_))) {
+        eprintln!(
+            "flow: {what}: run {run_id} stopped before anything of it was stored; run it again"
+        );
+        return code;
+    }
     let _ = store
         .finish_run(
             run_id,

@@ -139,14 +139,44 @@ fn next_write(queue: &Receiver<Write>) -> Option<Write> {
     queue.recv().ok()
 }
 
+/// How long a batch of new runs' rows alone, which no one waits for,
+/// waits for a write someone does: a quick first step's record comes some
+/// tens of microseconds after its run's row, and one commit then carries
+/// both (B1 one run after another: ten commits for ten steps, not eleven),
+/// while a run whose first call takes a model's seconds has its row
+/// durable a moment after the call went out.
+const START_ALONE_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
+
+impl Write {
+    fn start_alone(&self) -> bool {
+        matches!(self, Write::Journal { write, .. } if write.write.start_alone())
+    }
+}
+
 /// The writer thread: group commit of step records until every sender is gone.
 pub(super) fn write_batches(mut conn: Connection, queue: Receiver<Write>) {
     const MAX_BATCH: usize = 4096;
-    while let Some(first) = next_write(&queue) {
-        let mut batch = vec![first];
+    let gather = |batch: &mut Vec<Write>| {
         while batch.len() < MAX_BATCH {
             match queue.try_recv() {
                 Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+    };
+    while let Some(first) = next_write(&queue) {
+        let mut batch = vec![first];
+        gather(&mut batch);
+        let waited = std::time::Instant::now();
+        while batch.len() < MAX_BATCH && batch.iter().all(Write::start_alone) {
+            let Some(left) = START_ALONE_WAIT.checked_sub(waited.elapsed()) else {
+                break;
+            };
+            match queue.recv_timeout(left) {
+                Ok(next) => {
+                    batch.push(next);
+                    gather(&mut batch);
+                }
                 Err(_) => break,
             }
         }

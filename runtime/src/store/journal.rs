@@ -84,6 +84,13 @@ impl JournalWrite {
     fn is_empty(&self) -> bool {
         self.start.is_none() && self.records.is_empty() && self.end.is_none()
     }
+
+    /// A new run's row alone, which no one waits for
+    /// (`StoreJournal::write_before_attempt`): a store may hold it a moment
+    /// for a write that someone waits for, to commit the two at once.
+    pub fn start_alone(&self) -> bool {
+        self.start.is_some() && self.records.is_empty() && self.end.is_none()
+    }
 }
 
 /// What a store does for a run's journal. Each call applies whole or not
@@ -211,10 +218,21 @@ impl<B: JournalBackend> StoreJournal<B> {
 
     /// Writes what must be in the store before an attempt goes out, and
     /// waits for its commit: under full durability, the records that wait
-    /// (with the run's row if it is new; a new row alone waits for the
-    /// first record, as nothing in the store refers to it before).
+    /// (with the run's row if it is new). A new row alone is queued and
+    /// not waited for: the call goes out as the row is committed, so that
+    /// a process killed during its run's first step (a model's seconds)
+    /// leaves the run for `flow recover`, not nothing, and no attempt
+    /// waits for an fsync of its own. Before, the row waited for the first
+    /// record: a `flow run` killed before its first step ended was lost.
     async fn write_before_attempt(&self) -> Result<(), StoreError> {
-        let written = self.send(self.memory.take_before_attempt());
+        let (write, wait) = self.memory.take_before_attempt();
+        let written = self.send(write);
+        if !wait {
+            // Queued already; a row that failed to store fails the run's
+            // next write, which refers to it.
+            drop(written);
+            return Ok(());
+        }
         self.settle(written.await)
     }
 
@@ -482,11 +500,22 @@ impl JournalMemory {
 
     /// What must be written before an attempt goes out: under full
     /// durability the records that wait, with the run's row if new.
-    fn take_before_attempt(&self) -> JournalWrite {
+    /// And whether the attempt waits for its commit: not for a new run's
+    /// row alone (`StoreJournal::write_before_attempt`).
+    fn take_before_attempt(&self) -> (JournalWrite, bool) {
         let mut unsent = lock(&self.unsent);
         match self.durability {
-            Durability::Full if !unsent.records.is_empty() => std::mem::take(&mut *unsent),
-            _ => JournalWrite::default(),
+            Durability::Full if !unsent.records.is_empty() => (std::mem::take(&mut *unsent), true),
+            _ => {
+                let start = unsent.start.take();
+                (
+                    JournalWrite {
+                        start,
+                        ..JournalWrite::default()
+                    },
+                    false,
+                )
+            }
         }
     }
 
@@ -634,8 +663,12 @@ mod tests {
         r#"recipe r { model "m" input { q: string } output { a: string } prompt "{{input.q}}" }"#;
 
     /// Regression guard for issue 18's one commit per step: three steps one
-    /// after another are three writes; the run's row rides with the first
-    /// record and its end with the last.
+    /// after another are three writes waited for, the run's end riding
+    /// with the last record; the run's row goes alone as the first attempt
+    /// goes out, waited for by no one (a store commits it with the first
+    /// record when that comes at once: `START_ALONE_WAIT` in SQLite's
+    /// writer), so that a process killed during the first step leaves the
+    /// run to recover.
     #[tokio::test]
     async fn one_step_after_another_is_one_write_each_with_the_start_and_the_end() {
         let source = format!(
@@ -644,7 +677,8 @@ mod tests {
         assert_eq!(
             writes_of(&source).await,
             [
-                "start one:completed",
+                "start",
+                "one:completed",
                 "two:completed",
                 "three:completed end:completed"
             ]
@@ -660,7 +694,7 @@ mod tests {
         );
         assert_eq!(
             writes_of(&source).await,
-            ["start one:completed ok:pending end:pending_approval"]
+            ["start", "one:completed ok:pending end:pending_approval"]
         );
     }
 
@@ -673,7 +707,7 @@ mod tests {
             "{RECIPE}\nworkflow w {{\n  parallel p {{\n    branch x {{ step a = r {{ q: \"1\" }} }}\n    branch y {{ step b = r {{ q: \"2\" }} }}\n  }}\n  step c = r {{ q: step.a.a }}\n}}"
         );
         let writes = writes_of(&source).await;
-        assert_eq!(writes.len(), 3, "{writes:?}");
-        assert_eq!(writes[2], "c:completed end:completed", "{writes:?}");
+        assert_eq!(writes.len(), 4, "{writes:?}");
+        assert_eq!(writes[3], "c:completed end:completed", "{writes:?}");
     }
 }

@@ -1,0 +1,97 @@
+//! A `flow run` stopped during its first step (a model's seconds) by a
+//! signal or a kill leaves its run for `flow recover`.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use flow_tests::fake_llm::{FakeLlm, Reply};
+use flow_tests::{TempDir, run_in};
+use serde_json::json;
+
+const WORKFLOW: &str = r#"recipe answer {
+  model "default"
+  input { q: string }
+  output { text: string, score: int }
+  prompt "Answer {{input.q}}"
+}
+workflow w {
+  input { q: string }
+  step a = answer { q: workflow_input.q } retry 1 timeout 30s
+  output { text: step.a.text }
+}
+"#;
+
+/// Starts `flow run` against a model that answers its first call after 30 s
+/// (and the next at once), stops it with `signal` once the call is out,
+/// then answers what `flow runs --json` and `flow recover` said.
+fn stopped_during_the_first_call(signal: &str) -> (serde_json::Value, flow_tests::Run) {
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let server = runtime.block_on(FakeLlm::start(
+        vec![Reply::Stall(Duration::from_secs(30))],
+        json!({ "text": "fine", "score": 1 }),
+        Duration::ZERO,
+    ));
+    let dir = TempDir::new(&format!("interrupt-{signal}"));
+    dir.write("w.flow", WORKFLOW);
+    let env = [
+        ("FLOW_LLM_BASE_URL", server.url.as_str()),
+        ("FLOW_LLM_API_KEY", "test-key"),
+        ("FLOW_LLM_MODEL", "fake-model"),
+    ];
+    let flow = Path::new(env!("CARGO_BIN_EXE_flow"));
+    let mut child = Command::new(flow)
+        .args(["run", "w.flow", "--input", r#"{"q": "x"}"#])
+        .current_dir(dir.path())
+        .envs(env)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("flow starts");
+    let waited = Instant::now();
+    while server.requests() == 0 {
+        assert!(waited.elapsed() < Duration::from_secs(20), "no model call");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let status = Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    let _ = child.wait();
+    let runs = run_in(flow, dir.path(), &["runs", "--json"]);
+    let runs: serde_json::Value = serde_json::from_str(&runs.stdout).expect("runs as JSON");
+    let recovered = Command::new(flow)
+        .args(["recover"])
+        .current_dir(dir.path())
+        .envs(env)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("flow recover runs");
+    let recovered = flow_tests::Run {
+        code: recovered.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&recovered.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&recovered.stderr).into_owned(),
+    };
+    (runs, recovered)
+}
+
+/// Regression: the run's row waited for its first step's record, so a
+/// `flow run` killed (or stopped by Ctrl-C, whose message said to run
+/// `flow recover`) while its first model call was out left nothing:
+/// "no runs", and the call's work lost.
+#[test]
+fn a_run_stopped_during_its_first_call_is_left_to_recover() {
+    for signal in ["KILL", "INT", "TERM"] {
+        let (runs, recovered) = stopped_during_the_first_call(signal);
+        let runs = runs.as_array().expect("a list of runs");
+        assert_eq!(runs.len(), 1, "{signal}: {runs:?}");
+        assert_eq!(runs[0]["status"], "running", "{signal}: {runs:?}");
+        assert_eq!(recovered.code, 0, "{signal}: {}", recovered.all());
+        assert!(
+            recovered.all().contains("completed"),
+            "{signal}: {}",
+            recovered.all()
+        );
+    }
+}
