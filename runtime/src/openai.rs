@@ -123,6 +123,31 @@ fn answer_text(message: &Value) -> Option<String> {
     .or_else(|| content.as_str().map(str::to_string))
 }
 
+/// `text` with `key` hidden wherever it is written: as is, escaped in a
+/// JSON string (`/` as `\/`, `"` as `\"`), or percent-encoded in a URL, as
+/// a server echoing a request may write it.
+fn without_key(mut text: String, key: &str) -> String {
+    let json = serde_json::to_string(key).unwrap_or_default();
+    let json = json.trim_matches('"').to_string();
+    let slashes = json.replace('/', "\\/");
+    let (mut upper, mut lower) = (String::new(), String::new());
+    for byte in key.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-_.~".contains(&byte) {
+            upper.push(byte as char);
+            lower.push(byte as char);
+        } else {
+            upper.push_str(&format!("%{byte:02X}"));
+            lower.push_str(&format!("%{byte:02x}"));
+        }
+    }
+    for form in [key, &json, &slashes, &upper, &lower] {
+        if text.contains(form) {
+            text = text.replace(form, "[the API key]");
+        }
+    }
+    text
+}
+
 /// What a model gave back for an answer.
 pub(crate) enum Answer {
     /// Its text, read as the recipe's output.
@@ -362,10 +387,8 @@ pub(crate) async fn send_for_json(
     let mut text = reply_text(response, url).await?;
     // A key of a few characters would mask half of any answer; real keys
     // are long.
-    if let Some(key) = key.filter(|key| key.len() >= 8)
-        && text.contains(key)
-    {
-        text = text.replace(key, "[the API key]");
+    if let Some(key) = key.filter(|key| key.len() >= 8) {
+        text = without_key(text, key);
     }
     if !status.is_success() {
         let mut error = status_error(url, status, wait, &text);
@@ -578,6 +601,19 @@ pub(crate) fn excerpt(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// Regression: a server that echoed the key inside a JSON string
+    /// (`sk-A\/B\"C`) or a URL (`sk-A%2FB`) had it shown in the error, the
+    /// trace and the store; only the key as is was hidden.
+    #[test]
+    fn the_key_is_hidden_in_each_form_a_server_echoes_it() {
+        let key = "sk-A/B\"C+D";
+        let echoed =
+            r#"{"error":"bad key sk-A\/B\"C+D, sk-A/B\"C+D, sk-A%2FB%22C%2BD, sk-A%2fB%22C%2bD"}"#;
+        let hidden = super::without_key(echoed.to_string(), key);
+        assert!(!hidden.contains("sk-A"), "{hidden}");
+        assert_eq!(hidden.matches("[the API key]").count(), 4, "{hidden}");
+    }
+
     use super::*;
 
     /// A server's text in an error is inert: a terminal's escape sequences
