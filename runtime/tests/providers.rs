@@ -75,6 +75,14 @@ fn failed_with(outcome: &Outcome) -> Option<ErrorKind> {
     }
 }
 
+/// The output of a run that completed.
+fn output_of(outcome: &Outcome) -> &serde_json::Value {
+    match outcome {
+        Outcome::Completed { output } => output,
+        other => panic!("not completed: {other:?}"),
+    }
+}
+
 /// The error of the run's one step, once the run failed with `kind`.
 fn failure(outcome: &Outcome, store: &MemoryStore, kind: ErrorKind) -> StepError {
     assert_eq!(failed_with(outcome), Some(kind), "{outcome:?}");
@@ -198,9 +206,7 @@ async fn a_failed_repair_request_is_asked_again_within_the_retry_budget() {
     ])
     .await;
     let (outcome, store) = run_against(&server, FAST_RETRIES).await;
-    let Outcome::Completed { output } = &outcome else {
-        panic!("{outcome:?}")
-    };
+    let output = output_of(&outcome);
     assert_eq!(output["text"], "repaired");
     let repairs: Vec<bool> = store.records()[0]
         .attempts
@@ -249,9 +255,7 @@ async fn invalid_output_gets_one_repair_then_fails_with_the_raw_text() {
     ])
     .await;
     let (outcome, store) = run_against(&server, FAST_RETRIES).await;
-    let Outcome::Completed { output } = &outcome else {
-        panic!("{outcome:?}")
-    };
+    let output = output_of(&outcome);
     assert_eq!(output["text"], "repaired");
     assert_eq!(server.requests(), 2);
     // Regression (issue 13): the repair request was inside one attempt, so
@@ -299,9 +303,7 @@ async fn a_fenced_answer_needs_no_repair() {
     )])
     .await;
     let (outcome, _) = run_against(&server, FAST_RETRIES).await;
-    let Outcome::Completed { output } = &outcome else {
-        panic!("{outcome:?}")
-    };
+    let output = output_of(&outcome);
     assert_eq!(output["text"], "fenced");
     assert_eq!(server.requests(), 1);
 }
@@ -347,9 +349,7 @@ async fn an_answer_cut_at_the_output_limit_says_so() {
     ])
     .await;
     let (outcome, store) = run_against(&server, FAST_RETRIES).await;
-    let Outcome::Completed { output } = &outcome else {
-        panic!("{outcome:?}")
-    };
+    let output = output_of(&outcome);
     assert_eq!(output["text"], "short");
     let first = store.records()[0].attempts[0].error.clone();
     assert!(
@@ -381,9 +381,7 @@ async fn a_cut_off_answer_that_parses_is_not_the_output() {
         ])
         .await;
         let (outcome, _) = run_against(&server, FAST_RETRIES).await;
-        let Outcome::Completed { output } = &outcome else {
-            panic!("{outcome:?}")
-        };
+        let output = output_of(&outcome);
         assert_eq!(output["text"], "whole", "{finish_reason}");
         assert_eq!(server.requests(), 2, "{finish_reason}");
         assert!(
@@ -401,9 +399,7 @@ async fn a_cut_off_answer_that_parses_is_not_the_output() {
     ])
     .await;
     let (outcome, _) = run_with(anthropic(&server), FAST_RETRIES).await;
-    let Outcome::Completed { output } = &outcome else {
-        panic!("{outcome:?}")
-    };
+    let output = output_of(&outcome);
     assert_eq!(output["text"], "whole");
     assert_eq!(server.requests(), 2);
 }
@@ -439,9 +435,7 @@ fn anthropic(server: &FakeLlm) -> Arc<dyn Provider> {
 async fn anthropic_overload_is_retried_and_the_tool_input_is_the_answer() {
     let server = fake_llm(vec![Reply::Answer(529, vec![], "overloaded".into())]).await;
     let (outcome, _) = run_with(anthropic(&server), FAST_RETRIES).await;
-    let Outcome::Completed { output } = &outcome else {
-        panic!("{outcome:?}")
-    };
+    let output = output_of(&outcome);
     assert_eq!(output["text"], "fine");
     assert_eq!(server.requests(), 2);
 }
@@ -454,9 +448,7 @@ async fn anthropic_text_instead_of_the_tool_gets_the_repair_request() {
     ])
     .await;
     let (outcome, _) = run_with(anthropic(&server), FAST_RETRIES).await;
-    let Outcome::Completed { output } = &outcome else {
-        panic!("{outcome:?}")
-    };
+    let output = output_of(&outcome);
     assert_eq!(output["text"], "repaired");
     assert_eq!(server.requests(), 2);
 }
