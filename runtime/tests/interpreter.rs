@@ -909,3 +909,36 @@ workflow w {
     );
     assert!(inputs.is_empty(), "the model was not asked");
 }
+
+/// Answers every call with one value.
+struct Answering(Value);
+
+impl Provider for Answering {
+    fn complete<'a>(&'a self, _: &'a RecipeCall<'a>) -> BoxFuture<'a, Result<Value, StepError>> {
+        Box::pin(std::future::ready(Ok(self.0.clone())))
+    }
+}
+
+/// Regression: an answer (or a run's input) that left out an optional
+/// field failed the run where the field was read ("no field `o` in an
+/// object"), though the checker accepts the read and language.md §3 says
+/// an absent optional is null; the offline provider, which leaves optional
+/// fields out half the time, failed such runs by chance.
+#[tokio::test]
+async fn an_optional_field_left_out_reads_as_null() {
+    let plan = plan(
+        "recipe r { model \"m\" input { text: string, note: string? } output { v: int, o: string? } prompt \"{{input.text}} {{input.note}}\" }
+workflow w {
+  input { n: int? }
+  step a = r { text: \"x\" }
+  output { o: step.a.o, n: workflow_input.n, same: step.a.o == null }
+}",
+    );
+    let store = Arc::new(MemoryStore::default());
+    let provider = Arc::new(Answering(json!({ "v": 1 })));
+    let outcome = flow_runtime::run(&plan, "w", "r", json!({}), services(provider, &store)).await;
+    let Outcome::Completed { output } = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(output, json!({ "o": null, "n": null, "same": true }));
+}

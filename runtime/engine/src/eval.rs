@@ -168,10 +168,8 @@ impl Env<'_> {
                         "the plan names input field {field}, which it does not declare"
                     ))
                 })?;
-                match self.input.get(name) {
-                    Some(value) => value,
-                    None => absent(format!("the input has no field `{name}`"))?,
-                }
+                // An optional field left out is absent: null.
+                self.input.get(name).unwrap_or(&NULL)
             }
             Root::Step(slot) => match self.scope.get(slot) {
                 Some(output) => {
@@ -204,10 +202,8 @@ impl Env<'_> {
                     return Err(EvalError("a recipe input outside a prompt".to_string()));
                 };
                 let name = fields.get(field as usize).map(String::as_str).unwrap_or("");
-                match values.get(name) {
-                    Some(value) => value,
-                    None => absent(format!("the recipe input `{name}` is not given"))?,
-                }
+                // An optional input not given is absent: null.
+                values.get(name).unwrap_or(&NULL)
             }
         };
         walk(root, &reference.path, reference.optional).map(|value| use_it(Cow::Borrowed(value)))
@@ -251,8 +247,19 @@ fn walk_output<'o>(
         };
         match next {
             Some(next) => at = next,
-            // Neither null nor a value, so what `walk` answers for a
-            // missing field or element of an object or a list.
+            // What `walk` answers: a field an object (the branches, or what
+            // an iteration set) leaves out is null; a missing element, or
+            // a field of a list, is an error unless optional.
+            None if matches!(
+                (at, segment),
+                (
+                    Shared::Output(Output::Branches(_)) | Shared::Outputs(_),
+                    PathSegment::Field(_)
+                )
+            ) =>
+            {
+                return walk(&NULL, &path[depth + 1..], optional).map(Cow::Borrowed);
+            }
             None if optional => return Ok(Cow::Borrowed(&NULL)),
             None => return Err(missing(segment, &at.describe())),
         }
@@ -291,8 +298,12 @@ impl Shared<'_> {
     }
 }
 
-/// Follows a path into a value. A missing field or index is an error unless
-/// the reference is optional; then it is null.
+/// Follows a path into a value. A field an object leaves out is absent,
+/// which is null (the checker lets a path read past a field only where it
+/// is present, or with `?.`): an answer that leaves out an optional field
+/// reads as one that gives it `null`. A missing index, or a field of what
+/// is not an object, is an error unless the reference is optional; then
+/// it is null.
 fn walk<'v>(
     value: &'v Value,
     path: &[PathSegment],
@@ -301,7 +312,7 @@ fn walk<'v>(
     let mut current = value;
     for segment in path {
         let next = match (segment, current) {
-            (PathSegment::Field(name), Value::Object(map)) => map.get(name),
+            (PathSegment::Field(name), Value::Object(map)) => Some(map.get(name).unwrap_or(&NULL)),
             (PathSegment::Index(index), Value::Array(items)) => {
                 usize::try_from(*index).ok().and_then(|i| items.get(i))
             }
@@ -452,8 +463,12 @@ mod tests {
             value: Expr::Literal(json!(1)),
         }]);
         assert_eq!(env.eval(&record), Ok(json!({ "n": 1 })));
+        // A field the output leaves out is absent, null; a field of a
+        // number is an error.
         let missing = Expr::Ref(reference(Root::Step(0), &["nope"], false));
-        assert!(env.eval(&missing).is_err());
+        assert_eq!(env.eval(&missing), Ok(Value::Null));
+        let past = Expr::Ref(reference(Root::Step(0), &["score", "x"], false));
+        assert!(env.eval(&past).is_err());
     }
 
     /// Regression: a loop's and a parallel's outputs are read where their
