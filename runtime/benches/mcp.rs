@@ -53,7 +53,7 @@ fn main() {
         };
         for _ in 0..warm_up {
             peer.call_tool(params.clone()).await.expect("echo");
-            pool.call_tool(&server, "echo", &args, None)
+            pool.call_tool(&server, "echo", &args, "echo", None)
                 .await
                 .expect("echo");
         }
@@ -67,7 +67,7 @@ fn main() {
             }
             for _ in 0..per_block {
                 let started = Instant::now();
-                pool.call_tool(&server, "echo", &args, None)
+                pool.call_tool(&server, "echo", &args, "echo", None)
                     .await
                     .expect("echo");
                 pooled.push(started.elapsed());

@@ -25,6 +25,7 @@ impl McpClient for PoolClient {
         server: &'a McpServer,
         tool: &'a str,
         args: &'a Value,
+        _path: &'a str,
         journal: Option<&'a dyn Journal>,
     ) -> BoxFuture<'a, Result<Value, StepError>> {
         Box::pin(async move {

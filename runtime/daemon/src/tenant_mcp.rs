@@ -182,6 +182,7 @@ impl McpClient for TenantMcp {
         server: &'a McpServer,
         tool: &'a str,
         args: &'a Value,
+        _path: &'a str,
         journal: Option<&'a dyn Journal>,
     ) -> BoxFuture<'a, Result<Value, StepError>> {
         Box::pin(async move {

@@ -991,7 +991,9 @@ impl<'p> Interpreter<'p> {
                     )
                 })?;
                 let journal = Some(self.services.journal.as_ref());
-                Ok(Some(mcp.call_tool(server, tool, args, journal).await?))
+                Ok(Some(
+                    mcp.call_tool(server, tool, args, path, journal).await?,
+                ))
             }
             Action::Approval(_) => Ok(None),
         }

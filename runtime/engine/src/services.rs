@@ -84,14 +84,17 @@ pub trait Provider: Send + Sync {
 
 /// A call to an MCP server's tool.
 pub trait McpClient: Send + Sync {
-    /// Calls `tool`. `journal`, the run's, is asked again (`Journal::admit`)
-    /// once the call has its turn on a connection, just before it goes
-    /// out: the wait can outlast the run's hold on the run.
+    /// Calls `tool` for the step at `path` (`scans[3]/page`: what a test's
+    /// mocks answer by; a server is not told). `journal`, the run's, is
+    /// asked again (`Journal::admit`) once the call has its turn on a
+    /// connection, just before it goes out: the wait can outlast the run's
+    /// hold on the run.
     fn call_tool<'a>(
         &'a self,
         server: &'a flow_plan::McpServer,
         tool: &'a str,
         args: &'a Value,
+        path: &'a str,
         journal: Option<&'a dyn Journal>,
     ) -> BoxFuture<'a, Result<Value, StepError>>;
 

@@ -28,14 +28,23 @@ pub(crate) fn judge(case: &TestCase, ran: &Ran) -> Vec<Miss> {
             expected: String::new(),
             line: None,
             found: format!(
-                "step `{}`{} calls {}, which the test does not mock; add `mock step.{} = {{ ... }}` (or run with --offline for made-up answers)",
+                "step `{}`{} calls {}, which the test does not mock; add {}",
                 call.step,
                 match &call.path {
                     Some(path) if path != &call.step => format!(" at `{path}`"),
                     _ => String::new(),
                 },
                 call.what,
-                call.step
+                // `--offline` makes up a recipe's answer from its type; a
+                // tool's answer has none to make it from.
+                if call.what.starts_with("recipe") {
+                    format!(
+                        "`mock step.{} = {{ ... }}` (or run with --offline for made-up answers)",
+                        call.step
+                    )
+                } else {
+                    format!("`mock step.{} = ...` with what the tool answers", call.step)
+                }
             ),
         })
         .collect();

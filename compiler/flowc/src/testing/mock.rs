@@ -12,7 +12,7 @@ use flow_engine::journal::Journal;
 use flow_engine::offline::OfflineProvider;
 use flow_engine::services::{BoxFuture, McpClient, Provider, RecipeCall};
 use flow_engine::sync::lock;
-use flow_plan::{Action, McpServer, Plan};
+use flow_plan::McpServer;
 use serde_json::Value;
 
 /// How long a mocked timeout keeps its call waiting: past any step's
@@ -35,8 +35,6 @@ pub(crate) struct Mocks {
     answers: HashMap<Target, Vec<Answer>>,
     /// How many calls each target has answered.
     calls: Mutex<HashMap<Target, usize>>,
-    /// The step that calls each (server, tool): an MCP call names no step.
-    tools: HashMap<(String, String), String>,
     unmocked: Mutex<Vec<Unmocked>>,
     /// Answers the recipe calls no mock answers, when the test run was
     /// asked to (`flowc test --offline`); else such a call fails the test.
@@ -44,7 +42,7 @@ pub(crate) struct Mocks {
 }
 
 impl Mocks {
-    pub(crate) fn new(plan: &Plan, mocks: &[MockCase], offline: Option<OfflineProvider>) -> Mocks {
+    pub(crate) fn new(mocks: &[MockCase], offline: Option<OfflineProvider>) -> Mocks {
         let mut answers: HashMap<Target, Vec<Answer>> = HashMap::new();
         for mock in mocks {
             answers
@@ -52,20 +50,9 @@ impl Mocks {
                 .or_default()
                 .extend(mock.answers.iter().cloned());
         }
-        let mut tools = HashMap::new();
-        for workflow in &plan.workflows {
-            workflow.each_step(&mut |step| {
-                if let Action::Browser(browser) = &step.action
-                    && let Some(server) = plan.mcp_servers.get(browser.server as usize)
-                {
-                    tools.insert((server.name.clone(), browser.tool.clone()), step.id.clone());
-                }
-            });
-        }
         Mocks {
             answers,
             calls: Mutex::new(HashMap::new()),
-            tools,
             unmocked: Mutex::new(Vec::new()),
             offline,
         }
@@ -165,18 +152,17 @@ impl McpClient for Mocks {
         server: &'a McpServer,
         tool: &'a str,
         _args: &'a Value,
+        path: &'a str,
         _journal: Option<&'a dyn Journal>,
     ) -> BoxFuture<'a, Result<Value, StepError>> {
         Box::pin(async move {
             let what = format!("tool `{}.{tool}`", server.name);
-            let step = self
-                .tools
-                .get(&(server.name.clone(), tool.to_string()))
-                .cloned()
-                .unwrap_or_default();
-            match self.next(&step, None) {
+            // A path's last part is the step's id, as for a recipe's call:
+            // two steps that call one tool are mocked each on its own.
+            let step = path.rsplit('/').next().unwrap_or(path);
+            match self.next(step, None) {
                 Some(answer) => Self::reply(answer).await,
-                None => Err(self.unanswered(&step, None, what)),
+                None => Err(self.unanswered(step, Some(path), what)),
             }
         })
     }

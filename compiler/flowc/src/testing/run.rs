@@ -60,7 +60,7 @@ pub(crate) fn run(plan: &Plan, case: &TestCase, offline: Option<OfflineProvider>
 
 async fn drive(plan: &Plan, case: &TestCase, offline: Option<OfflineProvider>) -> Ran {
     let store = Arc::new(MemoryStore::default());
-    let mocks = Arc::new(Mocks::new(plan, &case.mocks, offline));
+    let mocks = Arc::new(Mocks::new(&case.mocks, offline));
     let services = Services {
         provider: mocks.clone(),
         effects: store.clone(),
