@@ -75,7 +75,7 @@ pub(crate) fn run(paths: &[PathBuf], root: Option<&Path>, options: Options<'_>) 
         .collect();
     not_checking.dedup();
     let format = options.format.unwrap_or(TestFormat::Human);
-    if reports.errors() > 0 {
+    if !reports.reports.is_empty() {
         // Annotations must be on stdout for Actions to read them; any
         // other format keeps stdout for its one document.
         let (diagnostics, stream) = match format {
@@ -130,16 +130,16 @@ pub(crate) fn run(paths: &[PathBuf], root: Option<&Path>, options: Options<'_>) 
 }
 
 /// The tests of a checked root whose names contain the filter, each with the
-/// plan of its workflow's file; a file with errors adds its diagnostics to
-/// `reports` instead.
+/// plan of its workflow's file, none for a file with errors; the root's
+/// diagnostics, warnings too, go to `reports` either way.
 fn jobs_of(
     root: &RootFile,
     checked: &Checked,
     options: &Options<'_>,
     reports: &mut Reports,
 ) -> Vec<Job> {
+    reports.add(checked);
     let Some(cases) = flow_compiler::test_case::lower_tests(checked) else {
-        reports.add(checked);
         return Vec::new();
     };
     let mut plans: HashMap<FileId, Option<Arc<Plan>>> = HashMap::new();
