@@ -11,8 +11,9 @@ use flow_engine::journal::{Journal as _, Outcome, StepRecord, StepStatus};
 use flow_engine::memory::MemoryStore;
 use flow_engine::offline::OfflineProvider;
 use flow_engine::services::Services;
-use flow_engine::time::{now_ms, rfc3339_utc};
+use flow_engine::time::rfc3339_utc;
 use flow_plan::Plan;
+use serde_json::Value;
 
 use super::mock::{Mocks, Unmocked};
 
@@ -98,7 +99,8 @@ async fn drive(plan: &Plan, case: &TestCase, offline: Option<OfflineProvider>) -
             stuck = Some(format!("the run parked {MAX_INVOCATIONS} times"));
             break;
         }
-        match decide_all(&store, case, pending, parks).await {
+        let virtual_now = TEST_EPOCH_MS + spent.as_millis() as u64;
+        match decide_all(&store, case, pending, parks, virtual_now).await {
             Ok(true) => {}
             Ok(false) => break,
             Err(why) => {
@@ -116,13 +118,20 @@ async fn drive(plan: &Plan, case: &TestCase, offline: Option<OfflineProvider>) -
     }
 }
 
+/// Where a test's virtual clock starts, for what a run is told of the time
+/// (an approval's `decided_at`): 2000-01-01T00:00:00Z, the same on every
+/// run of the test, so that an `expect` can name it.
+const TEST_EPOCH_MS: u64 = 946_684_800_000;
+
 /// Applies the test's decision to each gate the run parked at: whether the
 /// run goes on (`false`: the test expects it parked there), or why not.
+/// `now_ms` is the virtual clock's time, which a decision is dated by.
 async fn decide_all(
     store: &MemoryStore,
     case: &TestCase,
     pending: &[PendingApproval],
     parks: bool,
+    now_ms: u64,
 ) -> Result<bool, String> {
     for gate in pending {
         let Some(decision) = case.decisions.iter().find(|d| d.step == gate.step_id) else {
@@ -151,7 +160,7 @@ async fn decide_all(
                     &decided.by,
                     decided.approved,
                     decided.comment.as_deref(),
-                    &rfc3339_utc(now_ms()),
+                    &rfc3339_utc(now_ms),
                 )
                 .map_err(|refused| {
                     format!("the decision at {} was refused: {refused}", gate.path)
@@ -163,14 +172,20 @@ async fn decide_all(
                 let due = gate
                     .expires_ms
                     .map(|after| record.started_ms.saturating_add(after));
-                let expired = due
-                    .and_then(|due| expire(&record, gate, due))
-                    .ok_or_else(|| {
-                        format!(
-                            "the approval at {} never expires: it has no `expires`",
-                            gate.path
-                        )
-                    })?;
+                let mut expired =
+                    due.and_then(|due| expire(&record, gate, due))
+                        .ok_or_else(|| {
+                            format!(
+                                "the approval at {} never expires: it has no `expires`",
+                                gate.path
+                            )
+                        })?;
+                // Dated on the virtual clock, when the gate is due.
+                if let (Some(output), Some(after)) = (&expired.output, gate.expires_ms) {
+                    let mut output = Value::clone(output);
+                    output["decided_at"] = Value::from(rfc3339_utc(now_ms.saturating_add(after)));
+                    expired.output = Some(Arc::new(output));
+                }
                 store.record(expired).await.map_err(|error| error.message)?;
             }
         }
