@@ -94,7 +94,13 @@ fn check(expect: &ExpectCase, ran: &Ran) -> Option<String> {
             };
             let did = runs.iter().any(|record| fits(&record.input));
             (did != *wanted).then(|| match (did, runs.as_slice()) {
-                (true, _) => format!("step `{step}` ran with those arguments"),
+                (true, _) if with.is_some() => format!("step `{step}` ran with those arguments"),
+                // Ran, whatever came of it: a failure under `on_error
+                // continue`, a gate left undecided.
+                (true, runs) => {
+                    let ended: Vec<&str> = runs.iter().map(|r| r.status.as_str()).collect();
+                    format!("step `{step}` ran ({})", ended.join(", then "))
+                }
                 (false, []) => format!("step `{step}` did not run"),
                 (false, runs) => {
                     let had: Vec<String> = runs
