@@ -12,8 +12,9 @@
 use std::collections::{BTreeSet, HashSet};
 
 use flow_engine::journal::{Outcome, StepRecord, StepStatus};
-use flow_plan::{Action, Node, OnError, Workflow};
+use flow_plan::{Action, Expr, Node, OnError, Workflow};
 use serde::Serialize;
+use serde_json::Value;
 
 /// One way a run can go at one place, and the tests whose run went it.
 #[derive(Debug, Clone, Serialize)]
@@ -132,7 +133,7 @@ fn block(nodes: &[Node], instances: &[String], run: &Run<'_>, out: &mut Vec<Poin
         match node {
             Node::Step(step) => {
                 let place = format!("step.{}", step.id);
-                if let Action::Approval(_) = step.action {
+                if let Action::Approval(approval) = &step.action {
                     let decided = |approved: bool, expired: bool| {
                         run.of(&step.id).any(|record| {
                             let output = record.output.as_ref();
@@ -143,7 +144,16 @@ fn block(nodes: &[Node], instances: &[String], run: &Run<'_>, out: &mut Vec<Poin
                     };
                     out.push(point(&place, "approved", decided(true, false)));
                     out.push(point(&place, "rejected", decided(false, false)));
-                    out.push(point(&place, "expired", decided(false, true)));
+                    // A gate without `expires` never expires (E405 in a test).
+                    if approval.expires_ms.is_some() {
+                        out.push(point(&place, "expired", decided(false, true)));
+                    }
+                }
+                // A test's store never fails a KB write or a handoff, nor
+                // can a test mock one (E402): their failures are no arm a
+                // test can take.
+                if matches!(step.action, Action::KbWrite(_) | Action::Handoff(_)) {
+                    continue;
                 }
                 let failed: Vec<String> = run
                     .of(&step.id)
@@ -205,7 +215,12 @@ fn block(nodes: &[Node], instances: &[String], run: &Run<'_>, out: &mut Vec<Poin
                 }
                 block(body, &rest, run, out);
             }
-            Node::Loop { id, body, .. } => {
+            Node::Loop {
+                id,
+                body,
+                collection,
+                ..
+            } => {
                 let place = format!("loop {id}");
                 let iterations: Vec<Vec<String>> = reached
                     .iter()
@@ -213,8 +228,18 @@ fn block(nodes: &[Node], instances: &[String], run: &Run<'_>, out: &mut Vec<Poin
                     .collect();
                 let none = iterations.iter().any(Vec::is_empty);
                 let several = iterations.iter().any(|each| each.len() >= 2);
-                out.push(point(&place, "no items", none));
-                out.push(point(&place, "several items", several));
+                // A list written out has as many items in every run.
+                let written = match collection {
+                    Expr::List(items) => Some(items.len()),
+                    Expr::Literal(Value::Array(items)) => Some(items.len()),
+                    _ => None,
+                };
+                if written.is_none_or(|items| items == 0) {
+                    out.push(point(&place, "no items", none));
+                }
+                if written.is_none_or(|items| items >= 2) {
+                    out.push(point(&place, "several items", several));
+                }
                 block(body, &iterations.concat(), run, out);
             }
             Node::Parallel { id, branches, .. } => {
@@ -229,8 +254,18 @@ fn block(nodes: &[Node], instances: &[String], run: &Run<'_>, out: &mut Vec<Poin
                     })
                     .collect();
                 for (branch, at) in branches.iter().zip(&within) {
+                    // A branch fails where a step of it failed with
+                    // nothing to take the failure (`on_error continue` or
+                    // a fallback goes on in the branch).
+                    let mut failing: Vec<String> = Vec::new();
+                    Node::each_step_in(&branch.body, &mut |step| {
+                        if let OnError::Fail = step.on_error {
+                            failing.push(step.id.clone());
+                        }
+                    });
                     let failed = run.records.iter().any(|record| {
                         record.status == StepStatus::Failed
+                            && failing.contains(&record.step_id)
                             && at.iter().any(|at| record.path.starts_with(at.as_str()))
                     });
                     out.push(point(

@@ -94,7 +94,9 @@ pub(crate) fn coverage(jobs: &[Job], verdicts: &[Verdict], others: &[Arc<Plan>])
         });
         seen.push(key);
     }
-    for plan in others {
+    // The workflows no test runs: those of the files without tests, and
+    // the others of the files the tests run (a file may hold its tests).
+    for plan in others.iter().chain(jobs.iter().map(|job| &job.plan)) {
         for workflow in &plan.workflows {
             let key = (plan.source.clone(), workflow.name.clone());
             if !seen.contains(&key) {
