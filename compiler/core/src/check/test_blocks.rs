@@ -123,6 +123,41 @@ pub(crate) fn check_test(
     info
 }
 
+/// `ty` as `value`, compared with it, may be: where `value` writes a
+/// fraction (`expect output.n == 2.0`), an `int` anywhere in `ty` as a
+/// `float`, since the two compare as numbers. A value given (a mock's
+/// answer, the run's input) keeps `int`: a model's `2.0` is no `int`; and
+/// a value without a fraction keeps the messages saying `int`.
+fn numbers_compared(ty: &Ty, value: &Expr) -> Ty {
+    fn has_fraction(expr: &Expr) -> bool {
+        match &expr.kind {
+            ExprKind::Float(_) => true,
+            ExprKind::List(items) => items.iter().any(has_fraction),
+            ExprKind::Record(record) => record.fields.iter().any(|f| has_fraction(&f.value)),
+            _ => false,
+        }
+    }
+    fn widened(ty: &Ty) -> Ty {
+        match ty {
+            Ty::Int => Ty::Float,
+            Ty::List(item) => Ty::list(widened(item)),
+            Ty::Optional(inner) => widened(inner).optional(),
+            Ty::Record(fields) => Ty::record(
+                fields
+                    .iter()
+                    .map(|(name, ty)| (name.clone(), widened(ty)))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+    if has_fraction(value) {
+        widened(ty)
+    } else {
+        ty.clone()
+    }
+}
+
 /// A second test of a name in one file, or a test without one: `--filter`,
 /// the reports and CI's test reports tell tests apart by name.
 pub(crate) fn check_names(tests: &[TestInfo], file: FileId, diagnostics: &mut Vec<Diagnostic>) {
@@ -318,7 +353,11 @@ impl<'a> TestChecker<'a> {
             match arguments.get(&field.name.text) {
                 Some((_, ty)) => {
                     let what = format!("argument `{}`", field.name.text);
-                    self.literal(&field.value, &ty.clone().optional(), &what);
+                    self.literal(
+                        &field.value,
+                        &numbers_compared(ty, &field.value).optional(),
+                        &what,
+                    );
                 }
                 None => {
                     let names = arguments.iter().map(|(n, _)| n.as_str());
@@ -465,6 +504,8 @@ impl<'a> TestChecker<'a> {
         let ty = test_path_ty(ty, &path.segments, self.file, self.env, self.diagnostics);
         match op {
             BinaryOp::Eq | BinaryOp::Ne => {
+                // Compared, not given: `int` and `float` compare as numbers.
+                let ty = numbers_compared(&ty, value);
                 let expected = if matches!(value.kind, ExprKind::Null) {
                     ty.optional()
                 } else {
