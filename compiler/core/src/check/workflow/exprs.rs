@@ -61,7 +61,7 @@ impl<'e, 'd> Checker<'e, 'd> {
                 }
             }
             (ExprKind::Record(record), Ty::Record(fields)) => {
-                self.args(record, fields, &format_args!("the record for {what}"), None);
+                self.fields_of_record(record, fields, &format_args!("the record for {what}"));
             }
             (ExprKind::List(items), Ty::List(item_ty)) => {
                 for item in items {

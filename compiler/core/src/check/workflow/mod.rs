@@ -389,6 +389,9 @@ struct Checker<'e, 'd> {
     /// Set while a value is checked where `json` goes: a list literal
     /// there may mix types of elements.
     into_json: bool,
+    /// What the names of a record checked against a type are called in
+    /// messages: a call's "input"s, a record's "field"s.
+    noun: &'static str,
     /// Set while a destination is checked: what its references may read.
     destination: Option<DestinationScope>,
     /// What is left of this workflow's budget for "did you mean" and the
@@ -503,6 +506,7 @@ impl<'e, 'd> Checker<'e, 'd> {
             input: Ty::record(Vec::new()),
             in_template: false,
             into_json: false,
+            noun: "input",
             destination: None,
             suggestions: Budget::default(),
             locked_tools: HashMap::new(),

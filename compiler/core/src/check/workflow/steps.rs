@@ -430,6 +430,19 @@ impl<'e, 'd> Checker<'e, 'd> {
         self.args_of(args, params, false, callee, decl);
     }
 
+    /// [`Checker::args`] for a record literal given where a record type
+    /// goes: its messages say "field", not "input".
+    pub(super) fn fields_of_record(
+        &mut self,
+        record: &RecordLit,
+        fields: &Fields,
+        what: &dyn std::fmt::Display,
+    ) {
+        let noun = std::mem::replace(&mut self.noun, "field");
+        self.args_of(record, fields, false, what, None);
+        self.noun = noun;
+    }
+
     /// [`Checker::args`] where `open` says whether arguments other than
     /// `params` are taken (as `json`), as a tool's schema may: all but a
     /// near miss of a parameter not given (`mesage` for `message`), which
@@ -494,9 +507,9 @@ impl<'e, 'd> Checker<'e, 'd> {
                         Code::UnknownArgument,
                         self.file,
                         field.name.span,
-                        format!("{callee} has no input `{name}`"),
+                        format!("{callee} has no {} `{name}`", self.noun),
                     )
-                    .label("unknown input");
+                    .label(format!("unknown {}", self.noun));
                     if let Some(best) =
                         self.suggest(name, names.clone().filter(|n| !seen.contains(n)))
                     {
@@ -504,9 +517,9 @@ impl<'e, 'd> Checker<'e, 'd> {
                         suggested.insert(best);
                     }
                     diagnostic = if params.is_empty() {
-                        diagnostic.hint(format!("{callee} takes no inputs"))
+                        diagnostic.hint(format!("{callee} takes no {}s", self.noun))
                     } else {
-                        self.listing(diagnostic, "the inputs are", names)
+                        self.listing(diagnostic, &format!("the {}s are", self.noun), names)
                     };
                     // A step option written as a field, as YAML would.
                     if ["retry", "timeout", "on_error", "idempotency", "backoff"].contains(&name) {
@@ -515,7 +528,11 @@ impl<'e, 'd> Checker<'e, 'd> {
                         ));
                     }
                     if let Some((file, span)) = decl {
-                        diagnostic = diagnostic.secondary(file, span, "inputs declared here");
+                        diagnostic = diagnostic.secondary(
+                            file,
+                            span,
+                            format!("{}s declared here", self.noun),
+                        );
                     }
                     self.push(diagnostic);
                     self.expr(&field.value, false);
@@ -536,23 +553,24 @@ impl<'e, 'd> Checker<'e, 'd> {
         if !missing.is_empty() {
             let list = shown_list(missing.iter().map(|(n, t)| format!("`{n}: {t}`")));
             let message = if missing.len() == 1 {
-                format!("{callee} needs the input {list}")
+                format!("{callee} needs the {} {list}", self.noun)
             } else {
-                format!("{callee} needs the inputs {list}")
+                format!("{callee} needs the {}s {list}", self.noun)
             };
             let mut diagnostic =
                 Diagnostic::new(Code::MissingArgument, self.file, args.span, message)
                     .label("missing here");
             if let Some(fill) = fill_fields(args, &missing) {
                 let title = if missing.len() == 1 {
-                    format!("Add the input `{}`", missing[0].0)
+                    format!("Add the {} `{}`", self.noun, missing[0].0)
                 } else {
-                    "Add the missing inputs".to_string()
+                    format!("Add the missing {}s", self.noun)
                 };
                 diagnostic = diagnostic.fix_with(title, vec![fill]);
             }
             if let Some((file, span)) = decl {
-                diagnostic = diagnostic.secondary(file, span, "inputs declared here");
+                diagnostic =
+                    diagnostic.secondary(file, span, format!("{}s declared here", self.noun));
             }
             self.push(diagnostic);
         }
