@@ -250,6 +250,32 @@ impl<'a> TestChecker<'a> {
                         )),
                     );
                 }
+                // A tool's answer is JSON of any shape: it cannot fail to
+                // fit, as a model's answer can.
+                if let StepKind::Browser(_) = &step.kind {
+                    for answer in &mock.answers {
+                        if let MockAnswer::Fails {
+                            failure: Failure::InvalidOutput,
+                            span,
+                            ..
+                        } = answer
+                        {
+                            self.diagnostics.push(
+                                Diagnostic::new(
+                                    Code::TestStepKind,
+                                    self.file,
+                                    *span,
+                                    format!(
+                                        "`{}` is a browser step, whose answer is any JSON: it is never invalid output",
+                                        name.text
+                                    ),
+                                )
+                                .label("a model's failure")
+                                .hint("a tool fails with an HTTP status, `timeout` or `connection`"),
+                            );
+                        }
+                    }
+                }
                 match &step.kind {
                     StepKind::Recipe(recipe) => self.recipe_output(recipe),
                     _ => Ty::Json,
