@@ -351,7 +351,14 @@ fn truthy(value: &Value) -> Result<bool, EvalError> {
 /// `null`.
 pub fn same(a: &Value, b: &Value) -> bool {
     match (a, b) {
-        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        // Whole numbers as such (an f64 tells 2^53 + 1 from 2^53 no more).
+        (Value::Number(x), Value::Number(y)) => {
+            match (x.as_i64(), y.as_i64(), x.as_u64(), y.as_u64()) {
+                (Some(x), Some(y), _, _) => x == y,
+                (_, _, Some(x), Some(y)) => x == y,
+                _ => x.as_f64() == y.as_f64(),
+            }
+        }
         (Value::Array(xs), Value::Array(ys)) => {
             xs.len() == ys.len() && xs.iter().zip(ys).all(|(x, y)| same(x, y))
         }
@@ -410,6 +417,11 @@ mod tests {
     #[test]
     fn equality_compares_numbers_as_numbers_at_any_depth() {
         assert!(same(&json!([1, { "n": 2 }]), &json!([1.0, { "n": 2.0 }])));
+        assert!(!same(
+            &json!(9_007_199_254_740_993_i64),
+            &json!(9_007_199_254_740_992_i64)
+        ));
+        assert!(!same(&json!([u64::MAX]), &json!([u64::MAX - 1])));
         assert!(same(&json!({ "a": 1 }), &json!({ "a": 1, "b": null })));
         assert!(same(&json!({ "a": 1, "b": null }), &json!({ "a": 1 })));
         assert!(!same(&json!({ "a": 1 }), &json!({ "a": 1, "b": 0 })));

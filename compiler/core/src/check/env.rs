@@ -761,18 +761,25 @@ fn resolve_with(
         TypeExprKind::Literal(text) => Ty::enumeration(vec![text.clone()]),
         TypeExprKind::Optional(inner) => {
             if let TypeExprKind::Optional(_) = inner.kind {
-                let mark = Span::new(inner.span.end as usize, ty.span.end as usize);
-                diagnostics.push(
-                    Diagnostic::new(
-                        Code::NeedlessOptional,
-                        file,
-                        mark,
-                        "the type is optional already: a second `?` adds nothing",
-                    )
-                    .label("already optional")
-                    .hint("one `?` is enough: remove the rest")
-                    .fix(""),
-                );
+                // Marks in a row (`string??`) start where the type does;
+                // `(string?)?` has a `)` between, which the fix would take.
+                let in_a_row = inner.span.start == ty.span.start;
+                let mark = match in_a_row {
+                    true => Span::new(inner.span.end as usize, ty.span.end as usize),
+                    false => Span::new(ty.span.end as usize - 1, ty.span.end as usize),
+                };
+                let diagnostic = Diagnostic::new(
+                    Code::NeedlessOptional,
+                    file,
+                    mark,
+                    "the type is optional already: a second `?` adds nothing",
+                )
+                .label("already optional")
+                .hint("one `?` is enough: remove the rest");
+                diagnostics.push(match in_a_row {
+                    true => diagnostic.fix(""),
+                    false => diagnostic,
+                });
             }
             resolve_with(inner, file, diagnostics, lookup, scope).optional()
         }

@@ -389,6 +389,13 @@ impl Ty {
     /// `null` and `T` make `T?`, two records the fields of both (a field
     /// only one has, optional).
     pub fn join(&self, other: &Ty) -> Option<Ty> {
+        // `json` (and `any`) take everything, on either side: checked
+        // first, as `assignable_to` says yes both ways for them.
+        for unchecked in [Ty::Any, Ty::Json] {
+            if *self == unchecked || *other == unchecked {
+                return Some(unchecked);
+            }
+        }
         if other.assignable_to(self) {
             return Some(self.clone());
         }
@@ -401,6 +408,8 @@ impl Ty {
                 Some(one.join(other.required())?.optional())
             }
             (Ty::List(one), Ty::List(other)) => Some(Ty::list(one.join(other)?)),
+            // Two enums of other variants are both strings.
+            (Ty::Enum(_), Ty::Enum(_)) => Some(Ty::String),
             (Ty::Record(one), Ty::Record(other)) => {
                 let mut fields = Vec::with_capacity(one.len().max(other.len()));
                 for (name, ty) in one.iter() {
