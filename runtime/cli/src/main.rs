@@ -435,8 +435,8 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             let store = open_store(&db)?;
             store.put_plan(&plan).await.map_err(store_error)?;
             let run_id = runner::new_run_id();
-            // The run's row is written with its first step's record: one
-            // commit, not two.
+            // The run's row is written as its first attempt goes out, in
+            // the commit of its first record when that comes at once.
             let start = runner::Invocation::Start {
                 account: NO_ACCOUNT.to_string(),
                 run: NewRun {

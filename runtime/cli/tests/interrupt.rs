@@ -53,6 +53,19 @@ fn stopped_during_the_first_call(signal: &str) -> (serde_json::Value, flow_tests
         assert!(waited.elapsed() < Duration::from_secs(20), "no model call");
         std::thread::sleep(Duration::from_millis(5));
     }
+    // The row is committed a moment after the call goes out (a millisecond
+    // and an fsync, longer on a slow disk): the kill comes once it is, as
+    // it would any time in a model's seconds. Before the fix it never was.
+    while !run_in(flow, dir.path(), &["runs", "--json"])
+        .stdout
+        .contains("run-")
+    {
+        assert!(
+            waited.elapsed() < Duration::from_secs(20),
+            "the run was never stored"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let status = Command::new("kill")
         .args([&format!("-{signal}"), &child.id().to_string()])
         .status()

@@ -50,8 +50,10 @@ pub struct RunHandle {
     pub epoch: i64,
 }
 
-/// A run that is not in the store yet: its row is written with its
-/// journal's first write, in the same commit as its first records.
+/// A run that is not in the store yet: its row is written as its first
+/// attempt goes out (`StoreJournal::write_before_attempt`), unawaited,
+/// and SQLite's writer commits it with the first record when that comes
+/// within a millisecond.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewRun {
     pub workflow: String,
@@ -670,7 +672,7 @@ mod tests {
     /// writer), so that a process killed during the first step leaves the
     /// run to recover.
     #[tokio::test]
-    async fn one_step_after_another_is_one_write_each_with_the_start_and_the_end() {
+    async fn one_step_after_another_is_one_write_each_the_end_with_the_last() {
         let source = format!(
             "{RECIPE}\nworkflow w {{\n  step one = r {{ q: \"1\" }}\n  step two = r {{ q: step.one.a }}\n  step three = r {{ q: step.two.a }}\n}}"
         );
