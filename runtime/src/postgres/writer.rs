@@ -316,8 +316,9 @@ async fn insert_runs(
                      now() + $9 * interval '1 millisecond', n.key
                  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
                      $6::text[]) AS n(id, account, workflow, plan_hash, input, key)
-                 ON CONFLICT (account, idempotency_key) WHERE idempotency_key IS NOT NULL
-                     DO NOTHING
+                 -- A key another run took, or a new run's row sent before
+                 -- (alone, as its first attempt went out): nothing.
+                 ON CONFLICT DO NOTHING
                  RETURNING id, idempotency_key)
              SELECT id FROM stored WHERE idempotency_key IS NOT NULL",
         )

@@ -278,8 +278,11 @@ pub(super) fn write_journal(
     let write = &encoded.write;
     if let Some((start, input)) = encoded.start() {
         let inserted = tx.prepare_cached(
+            // A new run's row goes out alone as its first attempt does, and
+            // again with its next write waited for: the second does nothing.
             "INSERT INTO runs (id, workflow, plan_hash, status, input, created_ms, updated_ms, owner, account)
-             VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?5, ?6, ?7)",
+             VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?5, ?6, ?7)
+             ON CONFLICT (id) DO NOTHING",
         ).and_then(|mut statement| statement.execute(params![
                 run.id,
                 start.workflow,

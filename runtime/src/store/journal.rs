@@ -438,6 +438,11 @@ struct JournalMemory {
     records: Mutex<HashSet<ByPath>>,
     unsent: Mutex<JournalWrite>,
     durability: Durability,
+    /// Whether a new run's row went out alone, unawaited, as its first
+    /// attempt did: it stays in `unsent` to go again with the next write
+    /// waited for, which stores it if that first write failed (the stores
+    /// insert it once, whichever comes second doing nothing).
+    start_sent: std::sync::atomic::AtomicBool,
 }
 
 /// Records a journal's memory holds before it grows: a run of a dozen
@@ -458,6 +463,7 @@ impl JournalMemory {
             records: Mutex::new(by_path),
             unsent: Mutex::new(JournalWrite::default()),
             durability,
+            start_sent: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -509,7 +515,11 @@ impl JournalMemory {
         match self.durability {
             Durability::Full if !unsent.records.is_empty() => (std::mem::take(&mut *unsent), true),
             _ => {
-                let start = unsent.start.take();
+                // Sent once alone, and kept for the next write waited for.
+                let first = !self
+                    .start_sent
+                    .swap(true, std::sync::atomic::Ordering::Relaxed);
+                let start = unsent.start.clone().filter(|_| first);
                 (
                     JournalWrite {
                         start,
@@ -670,7 +680,8 @@ mod tests {
     /// goes out, waited for by no one (a store commits it with the first
     /// record when that comes at once: `START_ALONE_WAIT` in SQLite's
     /// writer), so that a process killed during the first step leaves the
-    /// run to recover.
+    /// run to recover, and again with the first record, which stores it
+    /// if the first write failed.
     #[tokio::test]
     async fn one_step_after_another_is_one_write_each_the_end_with_the_last() {
         let source = format!(
@@ -680,7 +691,7 @@ mod tests {
             writes_of(&source).await,
             [
                 "start",
-                "one:completed",
+                "start one:completed",
                 "two:completed",
                 "three:completed end:completed"
             ]
@@ -696,7 +707,10 @@ mod tests {
         );
         assert_eq!(
             writes_of(&source).await,
-            ["start", "one:completed ok:pending end:pending_approval"]
+            [
+                "start",
+                "start one:completed ok:pending end:pending_approval"
+            ]
         );
     }
 
