@@ -942,3 +942,70 @@ workflow w {
     };
     assert_eq!(output, json!({ "o": null, "n": null, "same": true }));
 }
+
+/// Answers that do not fit, then a valid one: a repair's setting.
+struct UnfitFirst(AtomicUsize);
+
+impl Provider for UnfitFirst {
+    fn complete<'a>(&'a self, call: &'a RecipeCall<'a>) -> BoxFuture<'a, Result<Value, StepError>> {
+        let result = if self.0.fetch_add(1, Ordering::SeqCst) == 0 {
+            let mut error = StepError::new(ErrorKind::InvalidOutput, "does not fit");
+            error.repairable = Some(flow_runtime::services::Repair {
+                answer: "{}".into(),
+                problem: "no `text`".into(),
+            });
+            Err(error)
+        } else {
+            Ok(fabricate(call.output_schema, 1))
+        };
+        Box::pin(std::future::ready(result))
+    }
+}
+
+/// A journal that notes the status of each record written, over a store.
+struct Noted(Arc<MemoryStore>, Mutex<Vec<StepStatus>>);
+
+impl flow_runtime::journal::Journal for Noted {
+    fn lookup(&self, path: &str) -> Option<flow_runtime::journal::StepRecord> {
+        self.0.lookup(path)
+    }
+
+    fn resumed(&self) -> bool {
+        self.0.resumed()
+    }
+
+    fn record<'a>(
+        &'a self,
+        record: flow_runtime::journal::StepRecord,
+    ) -> BoxFuture<'a, Result<(), StepError>> {
+        self.1.lock().unwrap().push(record.status);
+        self.0.record(record)
+    }
+}
+
+/// Regression: the answer that did not fit was not journaled before its
+/// repair request went out, so a crash lost both and the resumed step
+/// started afresh, past "at most its allowed attempts". It is journaled
+/// (`retrying`) first, as before a retry.
+#[tokio::test]
+async fn an_answer_that_does_not_fit_is_journaled_before_its_repair() {
+    let plan = plan(
+        "recipe r { model \"m\" input { q: string } output { text: string } prompt \"{{input.q}}\" }
+workflow w { step a = r { q: \"x\" } }",
+    );
+    let store = Arc::new(MemoryStore::default());
+    let noted = Arc::new(Noted(store.clone(), Mutex::new(Vec::new())));
+    let services = Services {
+        provider: Arc::new(UnfitFirst(AtomicUsize::new(0))),
+        effects: store.clone(),
+        mcp: None,
+        journal: noted.clone(),
+        steps: None,
+    };
+    let outcome = flow_runtime::run(&plan, "w", "r", json!({}), services).await;
+    assert!(matches!(outcome, Outcome::Completed { .. }), "{outcome:?}");
+    assert_eq!(
+        *noted.1.lock().unwrap(),
+        [StepStatus::Retrying, StepStatus::Completed]
+    );
+}

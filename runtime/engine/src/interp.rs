@@ -820,6 +820,13 @@ impl<'p> Interpreter<'p> {
                         ended_ms: Some(answered_ms),
                     });
                     repair = error.repairable.take();
+                    // Journaled before the repair goes out, as before a
+                    // retry: a crash then resumes after the answer that did
+                    // not fit, within the budget, rather than afresh.
+                    let between = (step, path, kind, args, started_ms);
+                    if let Err(error) = self.between_attempts(between, error, &attempts).await {
+                        return (Err(error), attempts);
+                    }
                     index += 1;
                     tries += 1;
                     continue;
@@ -843,20 +850,8 @@ impl<'p> Interpreter<'p> {
                         in_flight.attempts = attempts.clone();
                         in_flight.calling = false;
                     }
-                    let retrying = StepRecord {
-                        path: path.to_string(),
-                        step_id: step.id.clone(),
-                        kind,
-                        status: StepStatus::Retrying,
-                        input: args.clone(),
-                        output: None,
-                        error: Some(error),
-                        attempts: attempts.clone(),
-                        started_ms,
-                        ended_ms: now_ms(),
-                        round: self.round,
-                    };
-                    if let Err(error) = self.services.journal.record(retrying).await {
+                    let between = (step, path, kind, args, started_ms);
+                    if let Err(error) = self.between_attempts(between, error, &attempts).await {
                         return (Err(error), attempts);
                     }
                     tokio::time::sleep(delay).await;
@@ -870,6 +865,31 @@ impl<'p> Interpreter<'p> {
             index += 1;
             tries += 1;
         }
+    }
+
+    /// Journals the step at `path` between two attempts (`Retrying`, with
+    /// `error` and the `attempts` so far), so that however often the
+    /// process dies, the step makes at most its allowed attempts.
+    async fn between_attempts(
+        &self,
+        (step, path, kind, args, started_ms): (&Step, &str, StepKind, &Value, u64),
+        error: StepError,
+        attempts: &[Attempt],
+    ) -> Result<(), StepError> {
+        let retrying = StepRecord {
+            path: path.to_string(),
+            step_id: step.id.clone(),
+            kind,
+            status: StepStatus::Retrying,
+            input: args.clone(),
+            output: None,
+            error: Some(error),
+            attempts: attempts.to_vec(),
+            started_ms,
+            ended_ms: now_ms(),
+            round: self.round,
+        };
+        self.services.journal.record(retrying).await
     }
 
     /// Notes that the step at `path` is done waiting: its next call goes
