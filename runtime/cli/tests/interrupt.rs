@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use flow_tests::fake_llm::{FakeLlm, Reply};
-use flow_tests::{TempDir, run_in};
+use flow_tests::{TempDir, run_bounded, run_in};
 use serde_json::json;
 
 const WORKFLOW: &str = r#"recipe answer {
@@ -74,18 +74,13 @@ fn stopped_during_the_first_call(signal: &str) -> (serde_json::Value, flow_tests
     let _ = child.wait();
     let runs = run_in(flow, dir.path(), &["runs", "--json"]);
     let runs: serde_json::Value = serde_json::from_str(&runs.stdout).expect("runs as JSON");
-    let recovered = Command::new(flow)
-        .args(["recover"])
-        .current_dir(dir.path())
-        .envs(env)
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("flow recover runs");
-    let recovered = flow_tests::Run {
-        code: recovered.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&recovered.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&recovered.stderr).into_owned(),
-    };
+    let recovered = run_bounded(
+        flow,
+        dir.path(),
+        &["recover"],
+        &env,
+        Duration::from_secs(60),
+    );
     (runs, recovered)
 }
 
