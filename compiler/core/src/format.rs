@@ -75,6 +75,8 @@ impl std::error::Error for FormatError {}
 /// own as a statement, a block left open indenting the rest of the file), which then
 /// draws other errors than the file had.
 pub fn format_source(source: &str) -> Result<String, FormatError> {
+    // Lone `\r` line ends are written back as `\n`.
+    let source = &*crate::syntax::lone_cr_as_lf(source);
     // A byte order mark is kept as it is, not laid out as a token.
     let (mark, text) = match source.strip_prefix('\u{FEFF}') {
         Some(text) => ("\u{FEFF}", text),

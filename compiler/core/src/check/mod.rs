@@ -463,6 +463,10 @@ fn add_file(
     } else {
         text
     };
+    let text = match crate::syntax::lone_cr_as_lf(&text) {
+        std::borrow::Cow::Owned(lines) => lines,
+        std::borrow::Cow::Borrowed(_) => text,
+    };
     let (tree, problems) = parse(&text, id);
     diagnostics.extend(problems);
     files.push(LoadedFile {
@@ -710,6 +714,31 @@ mod tests {
         );
         assert_eq!(resolve_import("a.flow", "b.flow"), "b.flow");
         assert_eq!(resolve_import("x/a.flow", "/abs/b.flow"), "/abs/b.flow");
+    }
+
+    /// A file saved with classic Mac line ends (a lone `\r`): its `//`
+    /// comment ended at the first one, not at the end of the file, and its
+    /// errors are on their lines.
+    #[test]
+    fn a_lone_carriage_return_ends_a_line() {
+        let text = "// a comment\rworkflow w {\r  step a = nowhere {}\r}\r";
+        let checked = crate::check_source("mac.flow", text);
+        let lines: Vec<(usize, String)> = checked
+            .diagnostics
+            .iter()
+            .map(|d| {
+                let at = crate::diagnostic::line_col(&checked.files[0].text, d.primary.span.start);
+                (at.0, d.message.clone())
+            })
+            .collect();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert_eq!(lines[0].0, 3, "{lines:?}");
+        assert!(lines[0].1.contains("nowhere"), "{lines:?}");
+        let formatted = crate::format::format_source(text).expect("it parses");
+        assert_eq!(
+            formatted,
+            "// a comment\nworkflow w {\n  step a = nowhere {}\n}\n"
+        );
     }
 
     #[test]

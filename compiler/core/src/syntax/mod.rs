@@ -34,6 +34,33 @@ pub(crate) const WORKFLOW_SETTINGS: &[&str] = &[
 ];
 pub use parse::parse;
 
+/// `text` with each lone `\r` (a line end of classic Mac files) turned into
+/// `\n`, and `\r\n` left alone. Lines end at `\n` in both parsers, the
+/// comments' lexers and the line index; an editor ends them at a lone `\r`
+/// too, and a `//` comment there otherwise ran to the end of the file. The
+/// change is byte for byte, so every span is also one of the text as the
+/// file holds it.
+pub fn lone_cr_as_lf(text: &str) -> std::borrow::Cow<'_, str> {
+    let bytes = text.as_bytes();
+    let lone = |at: usize| bytes[at] == b'\r' && bytes.get(at + 1) != Some(&b'\n');
+    if !(0..bytes.len()).any(lone) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find('\r') {
+        out.push_str(&rest[..at]);
+        out.push(if rest[at + 1..].starts_with('\n') {
+            '\r'
+        } else {
+            '\n'
+        });
+        rest = &rest[at + 1..];
+    }
+    out.push_str(rest);
+    std::borrow::Cow::Owned(out)
+}
+
 /// `items` in an allocation of exactly their number. A list grown by pushes
 /// keeps spare room (four slots for one item), and the tree keeps its lists
 /// for the whole check and lowering: a 10,000-step file's record literals,
