@@ -59,10 +59,14 @@ impl AnthropicProvider {
             return Ok(Answer::Refused(said.unwrap_or_default().to_string()));
         }
         // The forced tool call carries the answer; a text block is the model
-        // ignoring the tool, which the repair request then addresses.
-        let answer = blocks
-            .iter()
-            .find(|b| b["type"] == "tool_use")
+        // ignoring the tool, which the repair request then addresses. Of
+        // several tool calls the one named as forced is the answer; a call
+        // of another name is taken only when there is no such call (its
+        // input is then checked against the output schema like any answer).
+        let calls = || blocks.iter().filter(|b| b["type"] == "tool_use");
+        let answer = calls()
+            .find(|b| b["name"] == tool.as_str())
+            .or_else(|| calls().next())
             .map(|b| b["input"].to_string())
             .or_else(|| said.map(str::to_string));
         match (answer, reply["stop_reason"] == "max_tokens") {

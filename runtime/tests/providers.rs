@@ -453,6 +453,23 @@ async fn anthropic_text_instead_of_the_tool_gets_the_repair_request() {
     assert_eq!(server.requests(), 2);
 }
 
+/// Of two tool calls, the one of the tool the request forced is the
+/// answer, wherever it is in the reply; the first was taken before.
+#[tokio::test]
+async fn anthropic_the_forced_tools_call_is_the_answer() {
+    let server = fake_llm(vec![Reply::Body(json!({
+        "content": [
+            { "type": "tool_use", "id": "t1", "name": "search", "input": { "text": "not it", "score": 1 } },
+            { "type": "tool_use", "id": "t2", "name": "answer", "input": { "text": "named", "score": 2 } },
+        ],
+        "stop_reason": "tool_use",
+    }))])
+    .await;
+    let (outcome, _) = run_with(anthropic(&server), FAST_RETRIES).await;
+    assert_eq!(output_of(&outcome)["text"], "named");
+    assert_eq!(server.requests(), 1);
+}
+
 /// Anthropic's refusal (`stop_reason: "refusal"`) and an answer cut at
 /// `max_tokens` are named as OpenAI's are.
 #[tokio::test]
