@@ -388,20 +388,25 @@ fn trace_entry(record: &StepRecord) -> Value {
     })
 }
 
-/// `path  kind  status  N attempt(s)  last error`.
+/// `path  kind  status  N attempt(s)  last error`; a step that makes no
+/// call (a condition, a loop, an approval) has no attempts to count.
 fn trace_line(record: &StepRecord) -> String {
     let kind = serde_json::to_value(record.kind)
         .ok()
         .and_then(|kind| kind.as_str().map(str::to_string))
         .unwrap_or_default();
+    let attempts = match record.attempts.len() {
+        0 => String::new(),
+        1 => "1 attempt".to_string(),
+        n => format!("{n} attempts"),
+    };
     let mut line = format!(
-        "{:<28} {:<9} {:<10} {} attempt{}",
+        "{:<28} {:<9} {:<10} {attempts}",
         record.path,
         kind,
         record.status.as_str(),
-        record.attempts.len(),
-        if record.attempts.len() == 1 { "" } else { "s" }
     );
+    line.truncate(line.trim_end().len());
     let errors: Vec<&str> = record
         .attempts
         .iter()
