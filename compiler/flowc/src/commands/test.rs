@@ -120,9 +120,21 @@ pub(crate) fn run(paths: &[PathBuf], root: Option<&Path>, options: Options<'_>) 
             }
         }
     }
+    // A filter that matches nothing is most likely a typo; passing would
+    // let CI go green with no test run.
+    let matched_none = match options.filter {
+        Some(filter) if jobs.is_empty() && not_checking.is_empty() => {
+            eprintln!(
+                "error: no test's name contains `{filter}`; without --filter, every test runs"
+            );
+            true
+        }
+        _ => false,
+    };
     if !reports.unreadable.is_empty() {
         Exit::Usage
-    } else if reports.errors() > 0 || verdicts.iter().any(|v| !v.passed()) || below {
+    } else if reports.errors() > 0 || verdicts.iter().any(|v| !v.passed()) || below || matched_none
+    {
         Exit::Problems
     } else {
         Exit::Ok
