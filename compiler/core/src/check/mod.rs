@@ -741,6 +741,22 @@ mod tests {
         );
     }
 
+    /// A string left open on the last line of a file that does not end
+    /// that line was reported as the `{` before it left open, with a fix
+    /// inserting ` }` inside the string.
+    #[test]
+    fn a_string_the_end_of_the_file_cuts_is_named() {
+        for text in [
+            "workflow t {\n  step h = handoff \"x\" { message: \"hello",
+            "workflow t {\n  step h = handoff \"x\" { message: \"hello {{workflow_input",
+        ] {
+            let checked = crate::check_source("eof.flow", text);
+            let first = &checked.diagnostics[0];
+            assert_eq!(first.message, "this string is not closed", "{text}");
+            assert_eq!(first.primary.span.start, 47, "{text}");
+        }
+    }
+
     #[test]
     fn normal_forms() {
         assert_eq!(normalize("a/./b/../c.flow"), "a/c.flow");

@@ -117,6 +117,16 @@ pub(crate) fn scan(text: &str, offset: usize) -> Cursor {
         }
         i += 1;
     }
+    // Scanned past the end of the text: the end of a file that does not
+    // end its last line cuts a plain string there, as a line break would.
+    if offset > bytes.len()
+        && matches!(
+            lexical,
+            Lexical::String { triple: false } | Lexical::Template { triple: false }
+        )
+    {
+        cut_string = Some(opened);
+    }
     Cursor {
         lexical,
         open,

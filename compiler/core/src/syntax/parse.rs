@@ -2224,9 +2224,10 @@ impl<'s> Parser<'s> {
         let mut output_at: Option<Span> = None;
         for part in inner {
             // The output comes after the last statement: one before a
-            // statement is read, and said once.
+            // statement is read, and said once. The end of a file that
+            // leaves the workflow open (`cut_off`) is no statement.
             if let Some(output) = output_at.take()
-                && part.as_rule() != Rule::workflow_output
+                && !matches!(part.as_rule(), Rule::workflow_output | Rule::cut_off)
             {
                 self.problems.push(
                     Diagnostic::new(
