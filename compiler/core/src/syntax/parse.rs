@@ -3658,7 +3658,8 @@ fn code_braces(line: &str, in_triple: &mut bool) -> Vec<(usize, u8)> {
 }
 
 /// The offset of a `}` that is likely one too many, and the offset of the
-/// `}` that shows it: a `}` after others on its line (`}}`, `} }`) closed a
+/// `}` that shows it: a `}` after others on its line (`}}`, `} }`), or one
+/// starting its line indented deeper than the `{` it closes, closed a
 /// block opened on an earlier line, and a later `}` that starts its line is
 /// indented deeper than the `{` it then closes, or closes nothing. That is
 /// how a doubled `}` at the end of a step looks: the block it closed early
@@ -3683,8 +3684,16 @@ fn suspect_extra_brace(text: &str) -> Option<(usize, usize)> {
                     let opened_line = text[..brace].rfind('\n').map_or(0, |n| n + 1);
                     indent(line) > indent(&text[opened_line..brace])
                 });
-                if deeper && let Some(early) = early {
-                    return Some((early, at));
+                if deeper {
+                    match early {
+                        Some(early) => return Some((early, at)),
+                        // A `}` of its own line indented deeper than the
+                        // `{` it closes (a workflow's, by the `}` of an
+                        // `if` typed twice) is suspect once a later `}`
+                        // shows the block ending after it.
+                        None if closed.is_some() => early = Some(at),
+                        None => {}
+                    }
                 }
             } else if closed.is_some_and(|brace| brace < line_start) {
                 early = Some(at);
