@@ -511,7 +511,16 @@ fn unknown_unit(text: &str, span: Span, file: FileId) -> Diagnostic {
         .and_then(|ms| amount?.checked_mul(ms))
         .filter(|ms| *ms > 0)
         .map(whole_duration);
-    let (hint, fix) = match (meant, did_you_mean(unit, ["ms", "s", "m", "h", "d"])) {
+    const UNITS: [&str; 5] = ["ms", "s", "m", "h", "d"];
+    // A unit in capitals (`5M`, `30S`) is the unit; any one letter is one
+    // edit from every one-letter unit, so a letter is no near miss.
+    let lower = unit.to_ascii_lowercase();
+    let near = UNITS.into_iter().find(|known| *known == lower).or_else(|| {
+        (unit.chars().count() > 1)
+            .then(|| did_you_mean(unit, UNITS))
+            .flatten()
+    });
+    let (hint, fix) = match (meant, near) {
         (Some(meant), _) => (
             format!("write `{meant}`: the units are `ms`, `s`, `m`, `h`, `d`"),
             Some(meant),
@@ -1753,8 +1762,9 @@ impl<'s> Parser<'s> {
             Context::Item => vec!["import", "type", "recipe", "mcp", "workflow", "test"],
             Context::RecipeMember => vec!["model", "input", "output", "prompt", "context"],
             Context::McpMember => vec!["command", "args", "url", "env"],
-            Context::WorkflowHead => [SETTINGS, STATEMENTS].concat(),
-            Context::WorkflowBody | Context::Block => [STATEMENTS, OPTIONS].concat(),
+            Context::WorkflowHead => [SETTINGS, STATEMENTS, &["output"]].concat(),
+            Context::WorkflowBody => [STATEMENTS, OPTIONS, &["output"]].concat(),
+            Context::Block => [STATEMENTS, OPTIONS].concat(),
             Context::Parallel => vec!["branch"],
             Context::TestMember => vec!["workflow", "input", "mock", "decide", "expect"],
         };
@@ -1772,6 +1782,7 @@ impl<'s> Parser<'s> {
             if OPTIONS.contains(&word) && !matches!(context, Context::WorkflowHead) {
                 "step option"
             } else if STATEMENTS.contains(&word)
+                || word == "output"
                 || matches!(context, Context::Item | Context::Parallel)
             {
                 "keyword"
@@ -1830,6 +1841,32 @@ impl<'s> Parser<'s> {
             return Some(start);
         }
         if word == "backoff" && keywords.contains(&"retry") {
+            // Right after `retry N`, it is the range that does not read.
+            let before = self.source[..start].trim_end();
+            let count = before.trim_end_matches(|c: char| c.is_ascii_digit());
+            if count.len() < before.len()
+                && count.trim_end().ends_with("retry")
+                && count.ends_with([' ', '\t'])
+            {
+                let range = after.split([' ', '\t', '\r', '\n']).next().unwrap_or("");
+                let range_start = start + (rest.len() - after.len());
+                let shown = if range.is_empty() {
+                    start..start + len
+                } else {
+                    range_start..range_start + range.len()
+                };
+                self.problems.push(
+                    Diagnostic::new(
+                        Code::Syntax,
+                        self.file,
+                        Span::new(shown.start, shown.end),
+                        "a backoff range is written `MIN..MAX`",
+                    )
+                    .label("not a range of two durations")
+                    .hint("write `backoff 2s..30s`: the first wait, doubled at each attempt up to the last"),
+                );
+                return Some(start);
+            }
             self.problems.push(
                 Diagnostic::new(
                     Code::Syntax,
