@@ -1581,6 +1581,26 @@ impl<'s> Parser<'s> {
             );
             return Some(comment.fix("//"));
         }
+        // Python's block header (`if x > 1:` and its statements indented
+        // under it): wherever the parse then stopped, the `:` is the mistake.
+        if matches!(
+            context,
+            Context::Block | Context::WorkflowHead | Context::WorkflowBody
+        ) {
+            let rest = &self.source[start..];
+            let header = rest[..first_line_len(rest)].trim_end();
+            let word = header.split([' ', '\t', '(']).next().unwrap_or("");
+            let blocks = ["if", "else", "elif", "for", "while", "parallel", "branch"];
+            if blocks.contains(&word) && header.ends_with(':') && !header.contains('{') {
+                let colon = start + header.len() - 1;
+                return Some(diagnostic(
+                    Span::new(colon, colon + 1),
+                    "a block is written between `{` and `}`, not after `:`".to_string(),
+                    "expected `{`",
+                    "write `{` here and close the block with `}` after its statements: indentation does not make a block",
+                ));
+            }
+        }
         // A number as other languages write it (`1e5`, `1.5e3`, `0x10`):
         // read as a duration with an odd unit, it drew "expected a
         // duration".
