@@ -64,7 +64,9 @@ impl<'e, 'd> Checker<'e, 'd> {
             } => {
                 names.push((collection, "a destination's knowledge-base collection"));
                 self.template(title);
-                self.value(content, &Ty::String, &"a document's content");
+                // A string is the document; any other value is written as
+                // its JSON (language.md §2.1).
+                self.value(content, &Ty::Json, &"a document's content");
             }
         }
         self.destination = None;
