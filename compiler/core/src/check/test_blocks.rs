@@ -337,18 +337,20 @@ impl<'a> TestChecker<'a> {
         // A recipe's inputs keep an index of their names, which a call's
         // arguments are each found through.
         let fields = |list: Vec<(String, Ty)>| Arc::new(Fields::new(list));
+        // A handoff's and a KB write's arguments are typed as in a step,
+        // with the department or collection the step names.
+        let with_target = |target: &str, params: Vec<(String, Ty)>| {
+            let mut list = vec![(target.to_string(), text.clone())];
+            list.extend(params);
+            fields(list)
+        };
         let arguments: Arc<Fields> = match kind {
-            StepKind::Handoff => fields(vec![
-                ("department".into(), text.clone()),
-                ("subject".into(), text.clone()),
-                ("message".into(), Ty::Json),
-            ]),
-            StepKind::KbWrite => fields(vec![
-                ("collection".into(), text.clone()),
-                ("title".into(), Ty::Json),
-                ("content".into(), Ty::Json),
-                ("metadata".into(), Ty::Json),
-            ]),
+            StepKind::Handoff => {
+                with_target("department", crate::check::workflow::handoff_params())
+            }
+            StepKind::KbWrite => {
+                with_target("collection", crate::check::workflow::kb_write_params())
+            }
             StepKind::Recipe(recipe) => self
                 .env
                 .recipes
