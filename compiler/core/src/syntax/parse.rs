@@ -1905,17 +1905,29 @@ impl<'s> Parser<'s> {
             return None;
         }
         let best = did_you_mean(word, keywords.iter().copied())?;
-        self.problems.push(
-            Diagnostic::new(
-                Code::Syntax,
-                self.file,
-                Span::new(start, start + len),
-                format!("unknown {} `{word}`", what(best)),
-            )
-            .label(format!("not a {}", what(best)))
-            .hint(format!("did you mean `{best}`?"))
-            .fix(best),
-        );
+        let diagnostic = Diagnostic::new(
+            Code::Syntax,
+            self.file,
+            Span::new(start, start + len),
+            format!("unknown {} `{word}`", what(best)),
+        )
+        .label(format!("not a {}", what(best)))
+        .hint(format!("did you mean `{best}`?"))
+        .fix(best);
+        // Where the keyword meant fits in the word's place and the blanks
+        // after it (`stpe`, `improt`, `stepp` as `step `, `idempotncy "k"`
+        // as `idempotency"k"`), a copy reads it as meant, so that the step
+        // is declared, the file imported, the option set: their uses are
+        // not reported again. A word is not glued to the next.
+        let room = len + (rest.len() - len - rest[len..].trim_start_matches([' ', '\t']).len());
+        let glued = best.len() == room
+            && after.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_');
+        if best.len() <= room && !glued {
+            let meant = format!("{best:<room$}");
+            self.rewrites.push((start, meant, diagnostic));
+        } else {
+            self.problems.push(diagnostic);
+        }
         Some(start)
     }
 
