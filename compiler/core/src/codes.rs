@@ -106,7 +106,9 @@ flow_plan::code_table! {
     /// is in another branch of the same `if`, in a sibling parallel branch (it
     /// runs at the same time), in a loop body seen from outside the loop (use
     /// the loop's list of iterations, `step.loop_id[0].x`), or in the workflow's
-    /// error handler seen from outside it.
+    /// error handler seen from outside it. The message then says it is out of
+    /// reach (never runs here, or has no output in its own fallback), not that
+    /// it may not have run.
     ///
     /// ```flow
     /// if step.classify.urgency >= 4 {

@@ -323,21 +323,23 @@ impl<'e, 'd> Checker<'e, 'd> {
                     step.id,
                     if rest.is_empty() { ".field" } else { rest }
                 );
+                // "May not have run" only where `?.` mends it; a step that
+                // cannot be read here at all is said to be so.
+                let (headline, label) = match &reason {
+                    NotRun::OtherIfBranch(_) => ("never runs here", "never runs here"),
+                    NotRun::OwnFallback => ("has no output in its own fallback", "failed here"),
+                    reason if reason.absence_is_possible() => {
+                        ("may not have run here", "may not have run")
+                    }
+                    _ => ("is out of reach here", "out of reach here"),
+                };
                 let mut diagnostic = Diagnostic::new(
                     Code::MaybeNotRun,
                     self.file,
                     id.span,
-                    if matches!(reason, NotRun::OtherIfBranch(_)) {
-                        format!("step `{}` never runs here", step.id)
-                    } else {
-                        format!("step `{}` may not have run here", step.id)
-                    },
+                    format!("step `{}` {headline}", step.id),
                 )
-                .label(if matches!(reason, NotRun::OtherIfBranch(_)) {
-                    "never runs here"
-                } else {
-                    "may not have run"
-                })
+                .label(label)
                 .secondary(self.file, step.id_span, "defined here");
                 let absence_is_possible = reason.absence_is_possible();
                 diagnostic = match reason {
