@@ -1064,31 +1064,48 @@ impl LanguageServer for Backend {
         params: WorkspaceSymbolParams,
     ) -> Result<Option<WorkspaceSymbolResponse>> {
         let encoding = self.encoding();
-        let mut found = Vec::new();
-        // Each file's own symbols, so that a declaration imported by many
-        // files is listed once.
-        for path in self.workspace_files() {
-            let Some(analysis) = self.any_file(&path).await else {
-                continue;
-            };
-            let Some(uri) = uri_of(&path) else {
-                continue;
-            };
-            for symbol in ide::matching_symbols(&analysis.checked, FileId(0), &params.query) {
-                #[allow(deprecated)] // reason: `deprecated` must still be written
-                found.push(SymbolInformation {
-                    name: symbol.name,
-                    kind: symbol_kind(symbol.kind),
-                    tags: None,
-                    deprecated: None,
-                    location: Location::new(
-                        uri.clone(),
-                        analysis.lines.range(&analysis.text, symbol.span, encoding),
-                    ),
-                    container_name: symbol.container,
-                });
+        let files = self.workspace_files();
+        let buffers = self.lock().documents.overlay().buffers;
+        // Each file parsed, none checked: what a file declares is in its
+        // syntax tree, and checking every file of a large workspace (its
+        // imports with it) for each query kept the server busy for tens of
+        // seconds, every other request behind it. Each file's own symbols,
+        // so that a declaration imported by many files is listed once.
+        let found = tokio::task::spawn_blocking(move || {
+            let mut found = Vec::new();
+            for path in files {
+                let text: Arc<str> = match buffers.get(&path) {
+                    Some(text) => Arc::clone(text),
+                    None => match std::fs::read(&path).map(String::from_utf8) {
+                        Ok(Ok(text)) => text.into(),
+                        _ => continue,
+                    },
+                };
+                let Some(uri) = uri_of(&path) else {
+                    continue;
+                };
+                let source = flow_compiler::syntax::lone_cr_as_lf(&text);
+                let (tree, _) = flow_compiler::syntax::parse(&source, FileId(0));
+                let lines = Lines::new(&text);
+                for symbol in ide::matching_symbols(&tree, &params.query) {
+                    #[allow(deprecated)] // reason: `deprecated` must still be written
+                    found.push(SymbolInformation {
+                        name: symbol.name,
+                        kind: symbol_kind(symbol.kind),
+                        tags: None,
+                        deprecated: None,
+                        location: Location::new(
+                            uri.clone(),
+                            lines.range(&text, symbol.span, encoding),
+                        ),
+                        container_name: symbol.container,
+                    });
+                }
             }
-        }
+            found
+        })
+        .await
+        .unwrap_or_default();
         Ok(Some(WorkspaceSymbolResponse::Flat(found)))
     }
 

@@ -289,7 +289,7 @@ fn run(case: &Case) -> String {
         },
         _ if query.starts_with("find(") => {
             let wanted = query.trim_start_matches("find(").trim_end_matches(')');
-            for found in ide::matching_symbols(&checked, FileId(0), wanted) {
+            for found in ide::matching_symbols(&checked.files[0].tree, wanted) {
                 let _ = writeln!(
                     out,
                     "{:?} {} in {:?} at {}",

@@ -196,7 +196,7 @@ fn session(which: usize, edits: Vec<Edit>, cursors: Vec<f64>) {
             let _ = ide::apply(&text, &fix);
         }
         let _ = ide::inlay_hints(&checked, whole);
-        let _ = ide::matching_symbols(&checked, FileId(0), "a");
+        let _ = ide::matching_symbols(&checked.files[0].tree, "a");
         for &cursor in &cursors {
             // Any byte offset up to the end, char boundary or not: the server
             // converts editor positions, and a query must not trust them.

@@ -32,5 +32,7 @@ pub use navigation::{
     RenameError, Symbol, check_new_name, definition, references, rename, symbol_at,
 };
 pub use signature::{Signature, signature_help};
-pub use symbols::{DocumentSymbol, FoundSymbol, SymbolKind, document_symbols, matching_symbols};
+pub use symbols::{
+    DocumentSymbol, FoundSymbol, SymbolKind, document_symbols, matching_symbols, outline,
+};
 pub use tokens::{SemanticToken, TokenKind, semantic_tokens};

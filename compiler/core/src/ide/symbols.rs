@@ -3,7 +3,7 @@
 
 use crate::Checked;
 use crate::diagnostic::{FileId, Span};
-use crate::syntax::ast::{ErrorPolicy, Item, StepCall, Stmt};
+use crate::syntax::ast::{ErrorPolicy, Item, SourceFile, StepCall, Stmt};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SymbolKind {
@@ -35,12 +35,16 @@ pub struct DocumentSymbol {
 
 /// The outline of file `file` of `checked`.
 pub fn document_symbols(checked: &Checked, file: FileId) -> Vec<DocumentSymbol> {
-    let Some(loaded) = checked.files.get(file.0 as usize) else {
-        return Vec::new();
-    };
-    loaded
-        .tree
-        .items
+    checked
+        .files
+        .get(file.0 as usize)
+        .map_or_else(Vec::new, |loaded| outline(&loaded.tree))
+}
+
+/// The outline of a file's syntax tree: what it declares is all there, so
+/// a workspace-wide search parses files and checks none.
+pub fn outline(tree: &SourceFile) -> Vec<DocumentSymbol> {
+    tree.items
         .iter()
         .map(|item| match item {
             Item::Import(import) => leaf(
@@ -229,10 +233,10 @@ pub struct FoundSymbol {
     pub container: Option<String>,
 }
 
-/// The symbols of file `file`'s outline whose name has the characters of
+/// The symbols of a file's outline whose name has the characters of
 /// `query` in order, in any case (as editors filter), outermost first; an
 /// empty query matches every one.
-pub fn matching_symbols(checked: &Checked, file: FileId, query: &str) -> Vec<FoundSymbol> {
+pub fn matching_symbols(tree: &SourceFile, query: &str) -> Vec<FoundSymbol> {
     fn walk(
         symbols: &[DocumentSymbol],
         container: Option<&str>,
@@ -259,6 +263,6 @@ pub fn matching_symbols(checked: &Checked, file: FileId, query: &str) -> Vec<Fou
     }
     let query: Vec<char> = query.chars().flat_map(char::to_lowercase).collect();
     let mut found = Vec::new();
-    walk(&document_symbols(checked, file), None, &query, &mut found);
+    walk(&outline(tree), None, &query, &mut found);
     found
 }
