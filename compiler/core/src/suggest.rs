@@ -136,7 +136,10 @@ pub fn did_you_mean_within<'c>(
             } else {
                 usize::MAX
             };
-            (distance <= limit || truncated).then_some((distance, candidate))
+            // A name must keep a character of its own: any one letter is
+            // one edit from any other (`c` is not a slip of `h`).
+            (truncated || (distance <= limit && distance < length.max(candidate_length)))
+                .then_some((distance, candidate))
         })
         .min_by_key(|(distance, candidate)| (*distance, *candidate))
         .map(|(_, candidate)| candidate)
@@ -214,6 +217,8 @@ mod tests {
         assert_eq!(did_you_mean("urgnecy", names), Some("urgency"));
         assert_eq!(did_you_mean("title", names), None);
         assert_eq!(did_you_mean("x", ["y", "xy"]), Some("xy"));
+        // One letter for another is no slip: nothing of the name is left.
+        assert_eq!(did_you_mean("c", ["h", "a"]), None);
         // Regression: an empty name (an unnamed `parallel`) was a prefix
         // of every name, so "did you mean ``?".
         assert_eq!(did_you_mean("zzz", ["", "abc"]), None);
