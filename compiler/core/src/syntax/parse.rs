@@ -1023,7 +1023,10 @@ impl<'s> Parser<'s> {
             ));
             return at;
         }
-        if let Some(rewrite) = self.respelt(at, &expected) {
+        if let Some(rewrite) = self
+            .unusual_character(at)
+            .or_else(|| self.respelt(at, &expected))
+        {
             self.rewrites.push(rewrite);
             return at;
         }
@@ -1125,7 +1128,10 @@ impl<'s> Parser<'s> {
             return at;
         }
         let message = if expected.is_empty() {
-            format!("unexpected {}", found.0)
+            match found.0.strip_prefix("the end of ") {
+                Some(what) => format!("{what} ends too early"),
+                None => format!("unexpected {}", found.0),
+            }
         } else {
             format!("expected {}, found {}", join_or(&expected), found.0)
         };
@@ -1243,6 +1249,78 @@ impl<'s> Parser<'s> {
     /// where `expected` was expected: a string in single quotes, a step's
     /// arguments in parentheses (`summarize(text: "x")`), `=` between a
     /// field and its value.
+    /// A character that a word processor or a copy from a web page puts
+    /// in code: a typographic quote (`“text”`, read in a copy with straight
+    /// quotes and the string's text as it is) or an invisible character
+    /// (a zero-width space, a no-break space, a byte order mark inside the
+    /// file; blanks in the copy).
+    fn unusual_character(&self, at: usize) -> Option<Rewrite> {
+        let rest = &self.source[at..];
+        let c = rest.chars().next()?;
+        let width = c.len_utf8();
+        if matches!(
+            c,
+            '\u{201C}' | '\u{201D}' | '\u{201E}' | '\u{2018}' | '\u{2019}'
+        ) {
+            let line = &rest[..first_line_len(rest)];
+            let closing = line[width..].find(['\u{201C}', '\u{201D}', '\u{2018}', '\u{2019}', '"']);
+            let (end, inner) = match closing {
+                Some(close) => {
+                    let close_width = line[width + close..]
+                        .chars()
+                        .next()
+                        .map_or(1, char::len_utf8);
+                    (width + close + close_width, &line[width..width + close])
+                }
+                None => (width, ""),
+            };
+            let quoted = format!("\"{inner}\"");
+            let diagnostic = Diagnostic::new(
+                Code::Syntax,
+                self.file,
+                Span::new(at, at + end),
+                format!("`{c}` is a typographic quote: a string is between straight quotes `\"`"),
+            )
+            .label("not a straight quote")
+            .hint(format!(
+                "write `{quoted}`; an editor or word processor may have curled the quotes"
+            ));
+            let diagnostic = if closing.is_some() {
+                diagnostic.fix(quoted)
+            } else {
+                diagnostic
+            };
+            // The copy: the string with straight quotes, padded with blanks
+            // to the bytes of the curly ones.
+            let pad = end - inner.len() - 2;
+            let copy = if closing.is_some() {
+                format!(
+                    "{}\"{inner}\"{}",
+                    " ".repeat(pad / 2),
+                    " ".repeat(pad - pad / 2)
+                )
+            } else {
+                format!("\"{}", " ".repeat(width - 1))
+            };
+            return Some((at, copy, diagnostic));
+        }
+        let invisible = matches!(c, '\u{00A0}' | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202F}' | '\u{2060}' | '\u{FEFF}');
+        if invisible {
+            let code = format!("U+{:04X}", u32::from(c));
+            let diagnostic = Diagnostic::new(
+                Code::Syntax,
+                self.file,
+                Span::new(at, at + width),
+                format!("an invisible character, {code}, is in the code here"),
+            )
+            .label(code.clone())
+            .hint("remove it: it is often pasted from a web page or a chat along with the code")
+            .fix("");
+            return Some((at, " ".repeat(width), diagnostic));
+        }
+        None
+    }
+
     fn respelt(&self, at: usize, expected: &[String]) -> Option<Rewrite> {
         let line = &self.source[at..at + first_line_len(&self.source[at..])];
         let diagnostic = |span: (usize, usize), message: &str, label: &str, meant: &str| {
@@ -3922,6 +4000,17 @@ fn describe_found(rest: &str) -> (String, usize) {
     let Some(c) = rest.chars().next() else {
         return ("the end of the file".into(), 0);
     };
+    // What is not seen is named by its code point.
+    if !c.is_ascii()
+        && (c.is_whitespace()
+            || c.is_control()
+            || matches!(c, '\u{200B}'..='\u{200F}' | '\u{2060}' | '\u{FEFF}'))
+    {
+        return (
+            format!("U+{:04X}, an invisible character", u32::from(c)),
+            c.len_utf8(),
+        );
+    }
     if c == '\n' || c == '\r' {
         return ("the end of the line".into(), 1);
     }
