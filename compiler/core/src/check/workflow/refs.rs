@@ -458,10 +458,22 @@ impl<'e, 'd> Checker<'e, 'd> {
             let current = match ty {
                 Ty::Optional(inner) => {
                     if !(optional_segment || optional_ok) {
+                        // `?.` reads a field; no form indexes a list that
+                        // may be absent.
+                        let hint = if matches!(segment, Segment::Index { .. }) {
+                            "a list that may be absent cannot be indexed: declare it without `?`, or pass the whole list on"
+                        } else {
+                            "use `?.` to read it only when present, and `?? default` for a fallback"
+                        };
                         self.push(
-                            Diagnostic::new(Code::OptionalAccess, self.file, segment.span(), format!("{} may be absent", describe(previous)))
-                                .label("read from a value that may be absent")
-                                .hint("use `?.` to read it only when present, and `?? default` for a fallback"),
+                            Diagnostic::new(
+                                Code::OptionalAccess,
+                                self.file,
+                                segment.span(),
+                                format!("{} may be absent", describe(previous)),
+                            )
+                            .label("read from a value that may be absent")
+                            .hint(hint),
                         );
                         return Ty::Any;
                     }
