@@ -1716,6 +1716,27 @@ impl<'s> Parser<'s> {
                 "choose with `if CONDITION { ... } else { ... }` around the steps that differ; `??` gives a default for an optional value",
             ));
         }
+        // `timeout -5s`, `retry -1`: the sign was read, the rest is no
+        // whole number.
+        let word_start = at
+            - self.source[..at]
+                .bytes()
+                .rev()
+                .take_while(|b| cursor::is_name_byte(*b))
+                .count();
+        if self.source[..word_start].ends_with('-')
+            && expected.iter().any(|w| w == "a whole number")
+        {
+            return Some(
+                diagnostic(
+                    Span::new(word_start - 1, word_start),
+                    "a duration or a count is never negative".to_string(),
+                    "not allowed here",
+                    "remove the `-`",
+                )
+                .fix(""),
+            );
+        }
         // JSONPath's wildcard (`step.loop[*].s.x`): flow indexes a list
         // with a number, and a loop's outputs are a list already.
         if self.source[at..].starts_with("*]") && expected.iter().any(|w| w == "a whole number") {
