@@ -981,6 +981,18 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// A file of classic Mac line ends (a lone `\r`) is laid out with `\n`:
+    /// its `//` comment ends at its line, not at the end of the file.
+    #[test]
+    fn lone_carriage_returns_become_line_feeds() {
+        let text = "// a comment\rworkflow w {\r  step a = nowhere {}\r}\r";
+        let formatted = format_source(text).expect("it parses");
+        assert_eq!(
+            formatted,
+            "// a comment\nworkflow w {\n  step a = nowhere {}\n}\n"
+        );
+    }
+
     /// The named cases, (name, input), whose outputs are the snapshot
     /// `format__tests__named_cases`.
     const CASES: &[(&str, &str)] = &[
