@@ -1722,6 +1722,37 @@ mod tests {
     use super::*;
     use crate::services::Effects as _;
 
+    /// Regression: another process holding SQLite's write lock past the
+    /// busy timeout failed the writer's batch, and each run whose record it
+    /// held failed with "database is locked". The batch waits for the lock.
+    #[test]
+    fn the_writer_waits_out_a_lock_held_past_the_busy_timeout() {
+        let dir = flow_tests::TempDir::new("sqlite-locked");
+        let path = dir.path().join("flow.db");
+        drop(SqliteStore::open(&path).unwrap());
+        let conn = open(&path).unwrap();
+        conn.busy_timeout(std::time::Duration::from_millis(20))
+            .unwrap();
+        let holder = Connection::open(&path).unwrap();
+        holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let (queue, writes) = mpsc::channel();
+        let writer = std::thread::spawn(move || write_batches(conn, writes));
+        let (reply, answer) = oneshot::channel();
+        queue
+            .send(Write::Statement {
+                sql: "UPDATE runs SET status = 'failed' WHERE id = 'none'",
+                params: Vec::new(),
+                reply,
+            })
+            .unwrap();
+        // Many busy timeouts of the writer's.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        holder.execute_batch("COMMIT").unwrap();
+        assert_eq!(answer.blocking_recv().unwrap().unwrap(), 0);
+        drop(queue);
+        writer.join().unwrap();
+    }
+
     /// A document written again replaces its row of the full-text index,
     /// found by rowid (not by a scan of the index), and keeps one row.
     #[tokio::test]

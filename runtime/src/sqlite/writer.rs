@@ -180,7 +180,23 @@ pub(super) fn write_batches(mut conn: Connection, queue: Receiver<Write>) {
                 Err(_) => break,
             }
         }
-        match write_batch(&mut conn, &batch) {
+        // Another process holding the write lock past the busy timeout
+        // (a `flow` command on the same file, a backup, a paused peer) is
+        // waited out: failing the batch failed each run whose record it
+        // held, a lost run for a lock that is released in time.
+        let written = loop {
+            match write_batch(&mut conn, &batch) {
+                Err(error) if is_busy(&error) => {
+                    tracing::warn!(
+                        writes = batch.len(),
+                        "the database is locked by another connection; the writes wait for it"
+                    );
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                written => break written,
+            }
+        };
+        match written {
             Ok(results) => {
                 for (write, result) in batch.into_iter().zip(results) {
                     write.reply(result);
@@ -194,6 +210,15 @@ pub(super) fn write_batches(mut conn: Connection, queue: Receiver<Write>) {
             }
         }
     }
+}
+
+/// Whether SQLite gave up waiting for another connection's lock.
+fn is_busy(error: &rusqlite::Error) -> bool {
+    matches!(
+        error,
+        rusqlite::Error::SqliteFailure(failure, _)
+            if matches!(failure.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
 }
 
 /// Writes a batch in one transaction. A database error fails the whole batch;
