@@ -371,6 +371,20 @@ flow_plan::code_table! {
     /// To keep the braces in a `"..."` string, escape the first: `\{step}`.
     LiteralBraces = ("W305", "literal-braces", Warning, "a reference in single braces stays literal text");
 
+    /// A side-effecting step in a loop whose `idempotency` key reads nothing
+    /// that differs from one iteration to the next (the loop's item or index,
+    /// or a step of its body). A key names one effect: once it has been used,
+    /// an effect with the same key is taken as a replay and not applied, so
+    /// every iteration after the first does nothing.
+    ///
+    /// ```flow
+    /// for step.list.contacts as each {
+    ///   step tell = handoff "sales" { message: loop_item.name } idempotency "{{workflow_input.id}}-tell"
+    ///   // write idempotency "{{workflow_input.id}}-tell-{{loop_index}}"
+    /// }
+    /// ```
+    SharedIdempotencyKey = ("W306", "shared-idempotency-key", Warning, "an idempotency key that every iteration of a loop shares");
+
     /// A `test` names a workflow that neither its file nor the files it
     /// imports declare. A test of a workflow in another file imports it:
     ///

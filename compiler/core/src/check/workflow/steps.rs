@@ -241,6 +241,29 @@ impl<'e, 'd> Checker<'e, 'd> {
         }
         if let Some(key) = &options.idempotency {
             self.value(key, &Ty::String, &"an idempotency key");
+            let innermost_loop = self.containers.iter().rev().find_map(|c| match c {
+                Container::LoopBody { id, span } => Some((id.clone(), *span)),
+                _ => None,
+            });
+            if let Some((loop_id, body)) = innermost_loop
+                && step.call.has_side_effects()
+                && !self.differs_per_iteration(key, body)
+            {
+                self.push(
+                    Diagnostic::new(
+                        Code::SharedIdempotencyKey,
+                        self.file,
+                        key.span,
+                        format!(
+                            "every iteration of loop `{loop_id}` gives step `{}` the same idempotency key",
+                            step.id.text
+                        ),
+                    )
+                    .label("the same key in each iteration")
+                    .hint("an effect whose key was used is taken as done, so only the first iteration's happens")
+                    .hint("put what tells the iterations apart in the key: `{{loop_index}}` or a field of `loop_item`"),
+                );
+            }
         } else if step.call.has_side_effects() && attempts > 1 {
             let retried = if options.retry.is_some() {
                 format!("retried up to {attempts} times")
@@ -278,6 +301,56 @@ impl<'e, 'd> Checker<'e, 'd> {
             self.containers.pop();
             self.error_in_scope = outer;
         }
+    }
+
+    /// Whether `expr` reads something that differs between the iterations
+    /// of the loop whose statement spans `body`: a loop's item or index, or
+    /// a step of the body (an `error` in a fallback too, to be safe).
+    fn differs_per_iteration(&self, expr: &Expr, body: Span) -> bool {
+        let path_differs = |path: &Path| match path.root.text.as_str() {
+            "loop_item" | "loop_index" | "loop" | "error" => true,
+            "step" => match path.segments.first() {
+                Some(Segment::Field { name, .. }) => self
+                    .steps
+                    .get(&name.text)
+                    .is_some_and(|(_, step)| body.contains(step.span.start)),
+                _ => false,
+            },
+            _ => false,
+        };
+        let mut pending = vec![expr];
+        while let Some(expr) = pending.pop() {
+            let differs = match &expr.kind {
+                ExprKind::Path(path) => path_differs(path),
+                ExprKind::String(text) => text.template.parts.iter().any(|part| match part {
+                    TemplatePart::Ref(path) => path_differs(path),
+                    TemplatePart::Text(_) => false,
+                }),
+                ExprKind::List(items) => {
+                    pending.extend(items);
+                    false
+                }
+                ExprKind::Record(record) => {
+                    pending.extend(record.fields.iter().map(|field| &field.value));
+                    false
+                }
+                ExprKind::Not(inner) => {
+                    pending.push(inner);
+                    false
+                }
+                ExprKind::Binary(_, left, right) => {
+                    pending.extend([&**left, &**right]);
+                    false
+                }
+                // A part already reported is not held against the key.
+                ExprKind::Error => true,
+                _ => false,
+            };
+            if differs {
+                return true;
+            }
+        }
+        false
     }
 
     /// Validates a duration literal and gives its length.
@@ -560,7 +633,12 @@ impl<'e, 'd> Checker<'e, 'd> {
             let mut diagnostic =
                 Diagnostic::new(Code::MissingArgument, self.file, args.span, message)
                     .label("missing here");
-            if let Some(fill) = fill_fields(args, &missing) {
+            // An approval's approvers have no placeholder that mends: `[]`
+            // is E209, and a made-up name would deploy. The hint says whom.
+            let fill = (!missing.iter().any(|(name, _)| name == "approvers"))
+                .then(|| fill_fields(args, &missing))
+                .flatten();
+            if let Some(fill) = fill {
                 let title = if missing.len() == 1 {
                     format!("Add the {} `{}`", self.noun, missing[0].0)
                 } else {
