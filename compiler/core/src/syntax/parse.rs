@@ -1323,6 +1323,36 @@ impl<'s> Parser<'s> {
 
     fn respelt(&self, at: usize, expected: &[String]) -> Option<Rewrite> {
         let line = &self.source[at..at + first_line_len(&self.source[at..])];
+        // A loop's `max N concurrency M`: the two swapped read as meant.
+        if expected.iter().any(|word| word == "`{`")
+            && let Some(rest) = line.strip_prefix("concurrency")
+        {
+            let digits = |text: &str| text.bytes().take_while(u8::is_ascii_digit).count();
+            let count = rest.trim_start_matches([' ', '\t']);
+            let count_len = digits(count);
+            let before = self.source[..at].trim_end_matches([' ', '\t']);
+            let max_count_len =
+                before.len() - before.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+            let max_word = before[..before.len() - max_count_len].trim_end_matches([' ', '\t']);
+            if count_len > 0 && max_count_len > 0 && max_word.ends_with(" max") {
+                let max_start = max_word.len() - 3;
+                let concurrency_end = at + (line.len() - count.len()) + count_len;
+                let max_part = &self.source[max_start..before.len()];
+                let between = &self.source[before.len()..at];
+                let concurrency_part = &self.source[at..concurrency_end];
+                let swapped = format!("{concurrency_part}{between}{max_part}");
+                let diagnostic = Diagnostic::new(
+                    Code::Syntax,
+                    self.file,
+                    Span::new(max_start, concurrency_end),
+                    "a loop's `concurrency` comes before its `max`",
+                )
+                .label("in the other order")
+                .hint(format!("write `{swapped}`"))
+                .fix(swapped.clone());
+                return Some((max_start, swapped, diagnostic));
+            }
+        }
         let diagnostic = |span: (usize, usize), message: &str, label: &str, meant: &str| {
             Diagnostic::new(Code::Syntax, self.file, Span::new(span.0, span.1), message)
                 .label(label)

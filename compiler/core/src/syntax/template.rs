@@ -308,8 +308,27 @@ pub(crate) fn parse_path(text: &str, offset: usize) -> Result<Path, (usize, Stri
                     ),
                 ));
             }
+            // Arithmetic or a comparison (`{{n * 2}}`): a template inserts
+            // a value and computes nothing.
+            if let Some(op) = ["*", "+", "-", "/", "%", "==", "!=", ">", "<", "&&", "||"]
+                .into_iter()
+                .find(|op| rest.starts_with(op))
+            {
+                let at = offset + text.len() - rest.len();
+                return Err((
+                    at,
+                    format!(
+                        "a reference inserts a value and computes nothing (`{op}`): what is computed belongs in a recipe or a step's input"
+                    ),
+                ));
+            }
             let c = text[pos..].chars().next().unwrap_or(' ');
-            return Err((offset + pos, format!("unexpected `{c}` in a reference")));
+            let c = if c == ' ' {
+                "a space".to_string()
+            } else {
+                format!("`{c}`")
+            };
+            return Err((offset + pos, format!("unexpected {c} in a reference")));
         };
         let end = name_at(after).ok_or((offset + after, "expected a field name".to_string()))?;
         segments.push(Segment::Field {
@@ -380,7 +399,13 @@ mod tests {
         assert_eq!(parse(r#""{{ }}""#).1, ["empty reference `{{}}`"]);
         assert_eq!(
             parse(r#""{{step.a b}}""#).1,
-            ["unexpected ` ` in a reference"]
+            ["unexpected a space in a reference"]
+        );
+        assert_eq!(
+            parse(r#""{{step.a.n * 2}}""#).1,
+            [
+                "a reference inserts a value and computes nothing (`*`): what is computed belongs in a recipe or a step's input"
+            ]
         );
         assert_eq!(
             parse(r#""{{step.a[x]}}""#).1,
