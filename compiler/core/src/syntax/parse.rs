@@ -833,8 +833,10 @@ impl<'s> Parser<'s> {
             }
             _ => return,
         };
+        // The braces it swallowed leave those before it open: no other
+        // mistake is told by that.
         self.problems
-            .retain(|d| (d.primary.span.start as usize) < opened);
+            .retain(|d| (d.primary.span.start as usize) < opened && d.message != UNCLOSED_BRACE);
         tree.items
             .retain(|item| (item.span().end as usize) <= opened);
         self.problems.push(
@@ -1323,6 +1325,41 @@ impl<'s> Parser<'s> {
 
     fn respelt(&self, at: usize, expected: &[String]) -> Option<Rewrite> {
         let line = &self.source[at..at + first_line_len(&self.source[at..])];
+        // A step option read as the next field of a record left open
+        // (`{ message: x idempotency "k"`): the record's `}` is missing
+        // before it, and the blank before the option becomes one.
+        if expected == ["`:`"] {
+            let before = self.source[..at].trim_end_matches([' ', '\t']);
+            let word_len = before
+                .bytes()
+                .rev()
+                .take_while(|b| cursor::is_name_byte(*b))
+                .count();
+            let word = &before[before.len() - word_len..];
+            let word_start = before.len() - word_len;
+            let blank = self.source[..word_start].ends_with([' ', '\t']);
+            let after_value = !self.source[..word_start]
+                .trim_end()
+                .ends_with([',', '{', ':']);
+            if ["idempotency", "retry", "timeout", "on_error"].contains(&word)
+                && blank
+                && after_value
+            {
+                let diagnostic = Diagnostic::new(
+                    Code::Syntax,
+                    self.file,
+                    Span::new(word_start, word_start + word_len),
+                    format!("`{word}` is a step option: the record before it is not closed"),
+                )
+                .label("an option, not a field")
+                .hint("close the step's record with `}` before its options")
+                .fix_with(
+                    "Close the record",
+                    vec![Edit::insert(word_start as u32, "} ")],
+                );
+                return Some((word_start - 1, "}".to_string(), diagnostic));
+            }
+        }
         // A loop's `max N concurrency M`: the two swapped read as meant.
         if expected.iter().any(|word| word == "`{`")
             && let Some(rest) = line.strip_prefix("concurrency")
@@ -1552,6 +1589,25 @@ impl<'s> Parser<'s> {
                     "=",
                 );
                 Some((at, "=".to_string(), diagnostic))
+            }
+            // JavaScript's arrow before a block (`if x > 1 => {`): no
+            // word goes there.
+            b'>' if self.source[..at].ends_with('=')
+                && self.source[at + 1..]
+                    .trim_start_matches([' ', '\t'])
+                    .starts_with('{')
+                && block_header(&self.source[..at]) =>
+            {
+                let diagnostic = Diagnostic::new(
+                    Code::Syntax,
+                    self.file,
+                    Span::new(at - 1, at + 1),
+                    "a block opens with `{`, without `=>` before it",
+                )
+                .label("not flow's")
+                .hint("remove the `=>`")
+                .fix("");
+                Some((at - 1, "  ".to_string(), diagnostic))
             }
             // JavaScript's arrow and strict equality.
             b'>' if self.source[..at].ends_with('=') => {
@@ -4072,6 +4128,16 @@ fn describe_found(rest: &str) -> (String, usize) {
         return (format!("`{}`", &rest[..len]), len);
     }
     (format!("`{c}`"), c.len_utf8())
+}
+
+/// Whether the last line of `before` starts a block's header (`if`,
+/// `else`, `for`, `parallel`, `branch`).
+fn block_header(before: &str) -> bool {
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let head = before[line_start..].trim_start();
+    ["if ", "if(", "else", "for ", "parallel", "branch"]
+        .iter()
+        .any(|word| head.starts_with(word))
 }
 
 fn first_line_len(text: &str) -> usize {

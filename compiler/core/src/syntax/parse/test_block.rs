@@ -238,7 +238,21 @@ impl Parser<'_> {
             Rule::expect_attempts => {
                 let mut parts = children(what).skip(1);
                 let step = self.step_name(parts.next()?)?;
-                let count = parts.next()?;
+                let mut count = parts.next()?;
+                if count.as_rule() == Rule::attempts_slip {
+                    self.problems.push(
+                        Diagnostic::new(
+                            Code::BadExpectation,
+                            self.file,
+                            span_of(&count),
+                            format!("attempts are compared with `==`, not `{}`", count.as_str()),
+                        )
+                        .label("not `==`")
+                        .hint("`expect attempts step.ID == N` holds when the step's runs made N attempts in all")
+                        .fix("=="),
+                    );
+                    count = parts.next()?;
+                }
                 ExpectKind::Attempts {
                     step,
                     count_span: span_of(&count),
