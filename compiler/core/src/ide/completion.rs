@@ -666,8 +666,22 @@ fn in_type(text: &str, enclosing: Option<(usize, u8)>) -> bool {
         return false;
     };
     let words = cursor::words_before(text, brace, 1);
-    if matches!(words.as_slice(), ["input" | "output"]) {
-        return true;
+    // A recipe's `input` and `output` and a workflow's `input` are types; a
+    // workflow's `output` and a test's `input` are values.
+    let outer = || {
+        let outer = cursor::scan(text, brace).open.last().map(|(at, _)| *at)?;
+        let line_start = text[..outer].rfind('\n').map_or(0, |i| i + 1);
+        let head = text[line_start..outer].trim_start();
+        let word_len = head
+            .bytes()
+            .take_while(|b| cursor::is_name_byte(*b))
+            .count();
+        Some(head[..word_len].to_string())
+    };
+    match words.as_slice() {
+        ["input"] => return outer().as_deref() != Some("test"),
+        ["output"] => return outer().as_deref() == Some("recipe"),
+        _ => {}
     }
     // `type T = {` or a record type as a field's type (`a: {`).
     matches!(
