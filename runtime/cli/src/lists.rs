@@ -137,7 +137,7 @@ pub(crate) fn print_approvals(gates: &[GateLine], json: bool, db: Option<&Path>,
             .unwrap_or_default();
         out!("  approvers: {}{expires}", gate.approvers.join(", "));
         let approver = gate.approvers.first().map_or("APPROVER", String::as_str);
-        let command = style::approve_command(&gate.run_id, &gate.step_path, approver, db);
+        let command = style::approve_command(&gate.run_id, &gate.step_path, approver, db, 0);
         out!("  {command}   {}", paint.dim("(add --reject to reject)"));
     }
 }

@@ -459,7 +459,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             store: StoreArg { db },
             json,
         } => {
-            let store = open_store(&db)?;
+            let store = open_existing_store(&db)?;
             let row = find_run(&store, &run, &db).await?;
             // The plan before the decision, which makes the run this
             // process's: nothing that can fail comes between it and the run.
@@ -525,7 +525,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             store: StoreArg { db },
             json,
         } => {
-            let store = open_store(&db)?;
+            let store = open_existing_store(&db)?;
             let row = find_run(&store, &run, &db).await?;
             if !store.cancel_run(&run).await.map_err(store_error)? {
                 return Err(already_ended(&run, row.status));
@@ -538,7 +538,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             store: StoreArg { db },
             json,
         } => {
-            let store = open_store(&db)?;
+            let store = open_existing_store(&db)?;
             let row = find_run(&store, &run, &db).await?;
             let plan = match &to {
                 None => store.plan(&row.plan_hash).await.map_err(store_error)?,
@@ -576,7 +576,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             dry_run,
             store: StoreArg { db },
         } => {
-            let store = open_store(&db)?;
+            let store = open_existing_store(&db)?;
             let row = find_run(&store, &run, &db).await?;
             if row.status != RunStatus::PendingApproval {
                 return Err(usage(format!(
@@ -709,7 +709,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             out,
             store: StoreArg { db },
         } => {
-            let store = open_store(&db)?;
+            let store = open_existing_store(&db)?;
             let row = find_run(&store, &run, &db).await?;
             let plan = store.plan(&row.plan_hash).await.map_err(store_error)?;
             let records = store.step_records(&row.id).await.map_err(store_error)?;
@@ -723,7 +723,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             store: StoreArg { db },
             json,
         } => {
-            let store = open_store(&db)?;
+            let store = open_existing_store(&db)?;
             // Without a run, clap made sure `--last` was given.
             let row = match run {
                 Some(run) => find_run(&store, &run, &db).await?,
@@ -1108,7 +1108,7 @@ async fn execute(
         bar.finish_and_clear();
     }
     // The answer first: destinations never delay it.
-    let code = report(&runner::run_record(run_id, &outcome), json, Some(db));
+    let code = report(&runner::run_record(run_id, &outcome), json, Some(db), seed);
     deliver::locally(store, plan, workflow, run_id, &outcome).await;
     Ok(code)
 }
@@ -1218,7 +1218,7 @@ fn announce_mcp_servers(plan: &Plan, workflow: &str) {
 /// Prints how a run stands; the exit code that says it: 0 completed, 3
 /// parked, 1 failed or cancelled. A parked run's hints name `db`, the
 /// local store it is in, unless it is the default.
-fn report(record: &RunRecord, json: bool, db: Option<&Path>) -> u8 {
+fn report(record: &RunRecord, json: bool, db: Option<&Path>, seed: u64) -> u8 {
     let code = match record.status {
         RunStatus::Completed => 0,
         RunStatus::PendingApproval => 3,
@@ -1256,7 +1256,7 @@ fn report(record: &RunRecord, json: bool, db: Option<&Path>) -> u8 {
                     .map_or("APPROVER", String::as_str);
                 out!(
                     "    {}",
-                    style::approve_command(run_id, &approval.path, approver, db)
+                    style::approve_command(run_id, &approval.path, approver, db, seed)
                 );
             }
             out!(
@@ -1315,7 +1315,7 @@ async fn dispatch_remote(command: Command, server: &remote::Server) -> Result<u8
                 }
             };
             let run_id = server.start(&workflow, input).await?;
-            Ok(report(&server.settled(&run_id).await?, json, None))
+            Ok(report(&server.settled(&run_id).await?, json, None, 0))
         }
         Command::Approve {
             run,
@@ -1329,7 +1329,7 @@ async fn dispatch_remote(command: Command, server: &remote::Server) -> Result<u8
             server
                 .decide(&run, &step_path, &approver, !reject, comment)
                 .await?;
-            Ok(report(&server.settled(&run).await?, json, None))
+            Ok(report(&server.settled(&run).await?, json, None, 0))
         }
         Command::Cancel {
             run,
@@ -1351,7 +1351,7 @@ async fn dispatch_remote(command: Command, server: &remote::Server) -> Result<u8
                 ));
             }
             server.redrive(&run).await?;
-            Ok(report(&server.settled(&run).await?, json, None))
+            Ok(report(&server.settled(&run).await?, json, None, 0))
         }
         Command::Migrate { .. } => Err(usage(
             "with --server, parked runs move between deployed versions: `POST /v1/workflows/NAME/migrate`",
@@ -1603,6 +1603,18 @@ fn run_input(
     }
     let text = String::from_utf8(bytes).map_err(|_| usage(format!("{what} is not UTF-8 text")))?;
     serde_json::from_str(&text).map_err(|e| usage(format!("{what} is not JSON: {e}")))
+}
+
+/// The store of a command about a run that must be in it: a `--db` that
+/// names no file (a typo) is said to, not made an empty store.
+fn open_existing_store(db: &Path) -> Result<Arc<dyn Store>> {
+    if !db.exists() {
+        return Err(usage(format!(
+            "no store at {}: `flow run` makes one there; --db names another",
+            db.display()
+        )));
+    }
+    open_store(db)
 }
 
 fn open_store(db: &Path) -> Result<Arc<dyn Store>> {

@@ -140,10 +140,23 @@ pub(crate) fn db_flag(db: Option<&Path>) -> String {
 }
 
 /// The command that decides the approval at `path` of run `run`, as
-/// `approver`.
-pub(crate) fn approve_command(run: &str, path: &str, approver: &str, db: Option<&Path>) -> String {
+/// `approver`. A run started with an offline seed other than the default
+/// goes on with it only when `flow approve` is given it too (`seed`, 0
+/// when unknown or the default).
+pub(crate) fn approve_command(
+    run: &str,
+    path: &str,
+    approver: &str,
+    db: Option<&Path>,
+    seed: u64,
+) -> String {
+    let seed = if seed == 0 {
+        String::new()
+    } else {
+        format!("--seed {seed} ")
+    };
     format!(
-        "flow approve {} {} --as {}{}",
+        "flow {seed}approve {} {} --as {}{}",
         shell_word(run),
         shell_word(path),
         shell_word(approver),
@@ -188,12 +201,16 @@ mod tests {
         assert_eq!(shell_word("it's"), r"'it'\''s'");
         assert_eq!(shell_word(""), "''");
         assert_eq!(
-            approve_command("r", "g", "a b", Some(Path::new("x y.db"))),
+            approve_command("r", "g", "a b", Some(Path::new("x y.db")), 0),
             "flow approve r g --as 'a b' --db 'x y.db'"
         );
         assert_eq!(
-            approve_command("r", "g", "a", Some(Path::new(DEFAULT_DB))),
+            approve_command("r", "g", "a", Some(Path::new(DEFAULT_DB)), 0),
             "flow approve r g --as a"
+        );
+        assert_eq!(
+            approve_command("r", "g", "a", None, 7),
+            "flow --seed 7 approve r g --as a"
         );
     }
 }

@@ -557,7 +557,7 @@ fn approval_row(row: &mut Row, run: &str, record: &StepRecord, options: &Options
             row.details.push(format!("expires {expires}"));
         }
         let approver = gate.approvers.first().map_or("APPROVER", String::as_str);
-        let command = style::approve_command(run, &record.path, approver, options.db);
+        let command = style::approve_command(run, &record.path, approver, options.db, 0);
         row.details.push(format!("approve: {command}"));
         row.details.push(format!("reject:  {command} --reject"));
         return;
