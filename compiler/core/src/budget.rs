@@ -75,7 +75,7 @@ fn warn(budget: &Budget, info: &WorkflowInfo, decl: &ast::Workflow, out: &mut Ve
                 )
                 .label("how many items this loop takes is unknown")
                 .hint(format!(
-                    "state the most items it takes, `as {id} max 100`: a longer list fails the loop"
+                    "state the most items it takes after its `as {id}` and any `concurrency N`, `max 100`: a longer list fails the loop"
                 )),
             );
         }

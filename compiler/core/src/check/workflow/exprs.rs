@@ -296,15 +296,23 @@ impl<'e, 'd> Checker<'e, 'd> {
                 if inner.assignable_to(right_ty.required()) {
                     return right_ty;
                 }
-                self.push(
-                    Diagnostic::new(
-                        Code::TypeMismatch,
-                        self.file,
-                        right.span,
-                        format!("the default is `{right_ty}` but the value is `{inner}`"),
-                    )
-                    .label("default of another type"),
-                );
+                let mut diagnostic = Diagnostic::new(
+                    Code::TypeMismatch,
+                    self.file,
+                    right.span,
+                    format!("the default is `{right_ty}` but the value is `{inner}`"),
+                )
+                .label("default of another type");
+                // `a ?? 0 > 0` is `a ?? (0 > 0)`: `??` binds loosest.
+                if let ExprKind::Binary(op, ..) = &right.kind
+                    && !matches!(op, BinaryOp::Coalesce)
+                {
+                    diagnostic = diagnostic.hint(format!(
+                        "`??` binds loosest, so the default is all that follows it; to compare the value with its default, write `(VALUE ?? DEFAULT) {} ...`",
+                        op.symbol()
+                    ));
+                }
+                self.push(diagnostic);
                 Ty::Any
             }
             BinaryOp::And | BinaryOp::Or => {

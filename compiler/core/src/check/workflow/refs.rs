@@ -318,11 +318,20 @@ impl<'e, 'd> Checker<'e, 'd> {
                 let rest = path_text(path);
                 let rest = &rest[format!("step.{}", step.id).len().min(rest.len())..];
                 let rest = rest.strip_prefix('?').unwrap_or(rest);
-                let optional = format!(
-                    "write `step.{}?{}` and give a default with `??` where a value is needed",
+                let read = format!(
+                    "step.{}?{}",
                     step.id,
                     if rest.is_empty() { ".field" } else { rest }
                 );
+                // A template has no `??`: an absent value is inserted as
+                // empty text there.
+                let optional = if self.in_template {
+                    format!(
+                        "write `{{{{{read}}}}}`: in a template an absent value is inserted as empty text"
+                    )
+                } else {
+                    format!("write `{read}` and give a default with `??` where a value is needed")
+                };
                 // "May not have run" only where `?.` mends it; a step that
                 // cannot be read here at all is said to be so.
                 let (headline, label) = match &reason {

@@ -271,14 +271,23 @@ impl<'e, 'd> Checker<'e, 'd> {
                 format!("retried ({DEFAULT_ATTEMPTS} attempts by default)")
             };
             let diagnostic = Diagnostic::new(
-                    Code::RetriedSideEffect,
-                    self.file,
-                    step.id.span,
-                    format!("`{}` step `{}` is {retried} without an idempotency key", step.call.kind_name(), step.id.text),
-                )
-                .label("may take effect more than once")
-                .hint("add `idempotency \"{{workflow_input.id}}-...\"` after the call, or `retry 1` if duplicates are harmless");
-            let diagnostic = match self.idempotency_key(&step.id.text) {
+                Code::RetriedSideEffect,
+                self.file,
+                step.id.span,
+                format!(
+                    "`{}` step `{}` is {retried} without an idempotency key",
+                    step.call.kind_name(),
+                    step.id.text
+                ),
+            )
+            .label("may take effect more than once");
+            let key = self.idempotency_key(&step.id.text);
+            // The key of the fix where the input gives one; else a shape.
+            let diagnostic = diagnostic.hint(match &key {
+                Some(key) => format!("add `idempotency \"{key}\"` after the call (a key that names this effect of this run), or `retry 1` if duplicates are harmless"),
+                None => "add `idempotency \"...\"` after the call, a template of what names this effect of this run (such as an id of the input), or `retry 1` if duplicates are harmless".to_string(),
+            });
+            let diagnostic = match key {
                 Some(key) => diagnostic.fix_with(
                     "Add an idempotency key from the input",
                     vec![Edit::insert(
