@@ -1587,7 +1587,12 @@ fn run_input(
     {
         ("--input".to_string(), input.as_bytes().to_vec())
     } else {
-        let cannot = |e: std::io::Error| usage(format!("cannot read {input}: {e}"));
+        let cannot = |e: std::io::Error| match e.kind() {
+            std::io::ErrorKind::NotFound => usage(format!(
+                "--input {input}: no such file, and not JSON either"
+            )),
+            _ => usage(format!("cannot read {input}: {e}")),
+        };
         let mut bytes = Vec::new();
         std::fs::File::open(input)
             .map_err(cannot)?
