@@ -197,10 +197,16 @@ fn in_immediate<T>(
 ) -> Result<T, StoreError> {
     conn.execute_batch("BEGIN IMMEDIATE")?;
     match body() {
-        Ok(value) => {
-            conn.execute_batch("COMMIT")?;
-            Ok(value)
-        }
+        // A COMMIT that fails (a full disk, another process's lock past
+        // the busy timeout) may leave the transaction open, and with it
+        // the write lock that this process's journal writer waits for.
+        Ok(value) => match conn.execute_batch("COMMIT") {
+            Ok(()) => Ok(value),
+            Err(error) => {
+                let _ = conn.execute_batch("ROLLBACK");
+                Err(error.into())
+            }
+        },
         Err(error) => {
             let _ = conn.execute_batch("ROLLBACK");
             Err(error)
