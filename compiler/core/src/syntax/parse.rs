@@ -1265,7 +1265,13 @@ impl<'s> Parser<'s> {
             '\u{201C}' | '\u{201D}' | '\u{201E}' | '\u{2018}' | '\u{2019}'
         ) {
             let line = &rest[..first_line_len(rest)];
-            let closing = line[width..].find(['\u{201C}', '\u{201D}', '\u{2018}', '\u{2019}', '"']);
+            // Each opening quote has its own closing ones: an apostrophe
+            // (`’`) inside `“don’t”` closes nothing.
+            let closers: &[char] = match c {
+                '\u{2018}' | '\u{2019}' => &['\u{2019}', '\u{2018}'],
+                _ => &['\u{201D}', '\u{201C}', '"'],
+            };
+            let closing = line[width..].find(closers);
             let (end, inner) = match closing {
                 Some(close) => {
                     let close_width = line[width + close..]
@@ -1753,7 +1759,11 @@ impl<'s> Parser<'s> {
         ) {
             let rest = &self.source[start..];
             let header = rest[..first_line_len(rest)].trim_end();
-            let word = header.split([' ', '\t', '(']).next().unwrap_or("");
+            let word = header
+                .split([' ', '\t', '('])
+                .next()
+                .unwrap_or("")
+                .trim_end_matches(':');
             let blocks = ["if", "else", "elif", "for", "while", "parallel", "branch"];
             if blocks.contains(&word) && header.ends_with(':') && !header.contains('{') {
                 let colon = start + header.len() - 1;
