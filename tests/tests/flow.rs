@@ -198,6 +198,25 @@ fn an_expired_approval_cannot_be_decided() {
     );
 }
 
+/// Regression: a `--db` naming no file (a typo) left an empty store
+/// behind; a listing of it lists nothing, a command about a run says that
+/// no store is there.
+#[test]
+fn a_db_that_names_no_file_is_not_created() {
+    let dir = TempDir::new("flow-no-store");
+    let runs = flow(&dir, &["runs", "--db", "typo.db"]);
+    assert_eq!(runs.code, 0, "{}", runs.all());
+    assert!(runs.stdout.contains("no runs"), "{}", runs.all());
+    let show = flow(&dir, &["show", "--last", "--db", "typo.db"]);
+    assert_eq!(show.code, 2, "{}", show.all());
+    assert!(
+        show.stderr.contains("no store at typo.db"),
+        "{}",
+        show.all()
+    );
+    assert!(!dir.path().join("typo.db").exists(), "nothing was made");
+}
+
 #[test]
 fn a_mismatched_input_is_refused_with_every_mismatch() {
     let dir = TempDir::new("flow-input");

@@ -678,6 +678,12 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             store: StoreArg { db },
             json,
         } => {
+            // No store there is no runs, and no empty store left behind (a
+            // typo in --db made one).
+            if !db.exists() {
+                lists::print_runs(&[], json, paint);
+                return Ok(0);
+            }
             let store = open_store(&db)?;
             let query = RunQuery {
                 workflow,
