@@ -1312,8 +1312,7 @@ impl<'s> Parser<'s> {
             };
             return Some((at, copy, diagnostic));
         }
-        let invisible = matches!(c, '\u{00A0}' | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202F}' | '\u{2060}' | '\u{FEFF}');
-        if invisible {
+        if is_invisible(c) {
             let code = format!("U+{:04X}", u32::from(c));
             let diagnostic = Diagnostic::new(
                 Code::Syntax,
@@ -1759,13 +1758,7 @@ impl<'s> Parser<'s> {
         ) {
             let rest = &self.source[start..];
             let header = rest[..first_line_len(rest)].trim_end();
-            let word = header
-                .split([' ', '\t', '('])
-                .next()
-                .unwrap_or("")
-                .trim_end_matches(':');
-            let blocks = ["if", "else", "elif", "for", "while", "parallel", "branch"];
-            if blocks.contains(&word) && header.ends_with(':') && !header.contains('{') {
+            if starts_block_header(header) && header.ends_with(':') && !header.contains('{') {
                 let colon = start + header.len() - 1;
                 return Some(diagnostic(
                     Span::new(colon, colon + 1),
@@ -4118,11 +4111,7 @@ fn describe_found(rest: &str) -> (String, usize) {
         return ("the end of the file".into(), 0);
     };
     // What is not seen is named by its code point.
-    if !c.is_ascii()
-        && (c.is_whitespace()
-            || c.is_control()
-            || matches!(c, '\u{200B}'..='\u{200F}' | '\u{2060}' | '\u{FEFF}'))
-    {
+    if is_invisible(c) {
         return (
             format!("U+{:04X}, an invisible character", u32::from(c)),
             c.len_utf8(),
@@ -4144,10 +4133,23 @@ fn describe_found(rest: &str) -> (String, usize) {
 /// `else`, `for`, `parallel`, `branch`).
 fn block_header(before: &str) -> bool {
     let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    let head = before[line_start..].trim_start();
-    ["if ", "if(", "else", "for ", "parallel", "branch"]
-        .iter()
-        .any(|word| head.starts_with(word))
+    starts_block_header(before[line_start..].trim_start())
+}
+
+/// Whether `head`, a line from its first word, starts a block's header:
+/// flow's, or one other languages' authors write (`elif`, `while`).
+fn starts_block_header(head: &str) -> bool {
+    let word = head.split([' ', '\t', '(', ':']).next().unwrap_or("");
+    ["if", "else", "elif", "for", "while", "parallel", "branch"].contains(&word)
+}
+
+/// A character not seen where it stands: a non-ASCII blank or control,
+/// a zero-width or direction mark, a byte order mark inside the file.
+fn is_invisible(c: char) -> bool {
+    !c.is_ascii()
+        && (c.is_whitespace()
+            || c.is_control()
+            || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}' | '\u{FEFF}'))
 }
 
 fn first_line_len(text: &str) -> usize {
