@@ -20,12 +20,27 @@ pub fn expr(workflow: &Workflow, expr: &Expr) -> String {
     out
 }
 
+/// A length in milliseconds as source writes it, in the longest unit that
+/// keeps it whole: 90000 is `90s`, 1209600000 is `14d`. Diagnostics and run
+/// errors say a duration as its author wrote it, not as `90000 ms`.
+pub fn duration(ms: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ];
+    let (unit, per) = UNITS
+        .into_iter()
+        .find(|(_, per)| ms.is_multiple_of(*per) && ms > 0)
+        .unwrap_or(("ms", 1));
+    format!("{}{unit}", ms / per)
+}
+
 fn write_expr(workflow: &Workflow, expr: &Expr, out: &mut String) {
     match expr {
         Expr::Literal(value) => out.push_str(&value.to_string()),
-        Expr::Duration(ms) => {
-            let _ = write!(out, "{ms}ms");
-        }
+        Expr::Duration(ms) => out.push_str(&duration(*ms)),
         Expr::Template(template) => {
             out.push('"');
             for part in &template.parts {

@@ -188,7 +188,10 @@ pub fn expire(record: &StepRecord, pending: &PendingApproval, now_ms: u64) -> Op
         expired.status = StepStatus::Failed;
         expired.error = Some(StepError::new(
             ErrorKind::Expired,
-            format!("the approval expired after {expires_ms} ms"),
+            format!(
+                "the approval expired after {}",
+                flow_plan::written::duration(expires_ms)
+            ),
         ));
     } else {
         expired.status = StepStatus::Completed;

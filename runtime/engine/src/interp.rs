@@ -162,8 +162,8 @@ pub async fn run_within(
             let error = StepError::new(
                 ErrorKind::Timeout,
                 format!(
-                    "the workflow ran past its timeout of {} ms of active time",
-                    workflow.timeout_ms
+                    "the workflow ran past its timeout of {} of active time",
+                    flow_plan::written::duration(workflow.timeout_ms)
                 ),
             );
             // The work in flight is gone; the workflow's handler still runs,
@@ -585,7 +585,10 @@ impl<'p> Interpreter<'p> {
             .map(|(path, _)| path.clone());
         let error = StepError::new(
             ErrorKind::Timeout,
-            format!("the workflow's timeout of {timeout_ms} ms ran out while this step ran"),
+            format!(
+                "the workflow's timeout of {} ran out while this step ran",
+                flow_plan::written::duration(timeout_ms)
+            ),
         );
         for (path, step) in cut {
             let mut attempts = step.attempts;
@@ -787,8 +790,8 @@ impl<'p> Interpreter<'p> {
                 Err(_) => Err(StepError::new(
                     ErrorKind::Timeout,
                     format!(
-                        "the attempt ran past the step's timeout of {} ms",
-                        step.timeout_ms
+                        "the attempt ran past the step's timeout of {}",
+                        flow_plan::written::duration(step.timeout_ms)
                     ),
                 )),
             };

@@ -552,16 +552,6 @@ pub(crate) fn foreign_unit_ms(unit: &str) -> Option<u64> {
     Some(ms)
 }
 
-/// A length in milliseconds as flow writes it, in the longest unit that
-/// keeps it whole: 90000 is `90s`, 1209600000 is `14d`.
-pub(crate) fn whole_duration(ms: u64) -> String {
-    let (unit, per) = UNITS
-        .iter()
-        .find(|(.., per)| ms.is_multiple_of(*per))
-        .map_or(("ms", 1), |(unit, _, per)| (*unit, *per));
-    format!("{}{unit}", ms / per)
-}
-
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecordLit {
     pub fields: Vec<RecordField>,

@@ -510,7 +510,7 @@ fn unknown_unit(text: &str, span: Span, file: FileId) -> Diagnostic {
     let meant = foreign_unit_ms(unit)
         .and_then(|ms| amount?.checked_mul(ms))
         .filter(|ms| *ms > 0)
-        .map(whole_duration);
+        .map(flow_plan::written::duration);
     const UNITS: [&str; 5] = ["ms", "s", "m", "h", "d"];
     // A unit in capitals (`5M`, `30S`) is the unit; any one letter is one
     // edit from every one-letter unit, so a letter is no near miss.
@@ -2132,7 +2132,7 @@ impl<'s> Parser<'s> {
         }
         let number = before.len() - digits;
         let amount: u64 = before[number..].parse().ok()?;
-        let meant = whole_duration(amount.checked_mul(per)?);
+        let meant = flow_plan::written::duration(amount.checked_mul(per)?);
         let end = start + word.len();
         let diagnostic = Diagnostic::new(
             Code::BadDuration,
@@ -3114,7 +3114,7 @@ impl<'s> Parser<'s> {
                 ("a duration is a whole number of a unit", "has a fraction"),
             )
         };
-        let written = whole_duration(meant);
+        let written = flow_plan::written::duration(meant);
         self.problems.push(
             Diagnostic::new(
                 Code::BadDuration,

@@ -938,12 +938,3 @@ fn inner_or(inner: Ty, default: &Ty) -> Ty {
     }
 }
 
-fn show_ms(ms: u64) -> String {
-    match ms {
-        ms if ms % 86_400_000 == 0 => format!("{}d", ms / 86_400_000),
-        ms if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
-        ms if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
-        ms if ms % 1_000 == 0 => format!("{}s", ms / 1_000),
-        ms => format!("{ms}ms"),
-    }
-}

@@ -231,8 +231,8 @@ impl<'e, 'd> Checker<'e, 'd> {
                     format!(
                         "step `{}` may run for {}, longer than its workflow's timeout of {}",
                         step.id.text,
-                        show_ms(ms),
-                        show_ms(self.workflow_timeout_ms)
+                        flow_plan::written::duration(ms),
+                        flow_plan::written::duration(self.workflow_timeout_ms)
                     ),
                 )
                 .label("the workflow deadline cuts this short")
