@@ -86,7 +86,10 @@ pub(crate) fn scan(text: &str, offset: usize) -> Cursor {
             },
             Lexical::String { triple } | Lexical::Template { triple } => {
                 let in_ref = matches!(lexical, Lexical::Template { .. });
-                if b == b'\\' && !triple {
+                // A `\` escapes the next character, but not a line break:
+                // the grammar ends a plain string there, so a `\` at the
+                // end of a line does not carry the string on.
+                if b == b'\\' && !triple && bytes.get(i + 1) != Some(&b'\n') {
                     i += 2;
                     continue;
                 }

@@ -367,6 +367,19 @@ fn extra_brace(text: &str, file: FileId, problems: &[Diagnostic]) -> Option<Repa
     Some((copy, diagnostic, parsed))
 }
 
+/// What to do about a `"` string opened at `quote` that its line ends. A
+/// `\\` at the end of the line is how other languages carry a string on,
+/// which this one does not: that is named.
+fn string_cut_hint(source: &str, quote: usize) -> &'static str {
+    let line = &source[quote..quote + first_line_len(&source[quote..])];
+    if line.trim_end_matches('\r').ends_with('\\') {
+        "a `\\` at the end of a line does not carry a string on to the next: \
+         text of several lines goes between `\"\"\"` and `\"\"\"`"
+    } else {
+        "add the closing `\"`; text of several lines goes between `\"\"\"` and `\"\"\"`"
+    }
+}
+
 /// How to close a `"` string opened at `quote` that its line does not
 /// close: at the line's end, before the closing brackets and commas that
 /// the string swallowed (`{ note: "text }`) but not before a `}` that
@@ -413,7 +426,8 @@ fn string_closing(source: &str, quote: usize) -> Option<Edit> {
         end -= 1;
     }
     let text = &line[1..end];
-    if text.matches("{{").count() != text.matches("}}").count() {
+    // A quote after a `\` would be escaped by it, closing nothing.
+    if text.matches("{{").count() != text.matches("}}").count() || text.ends_with('\\') {
         return None;
     }
     let depth = |code: &str| {
@@ -1172,7 +1186,7 @@ impl<'s> Parser<'s> {
                 "this string is not closed",
             )
             .label("the string opens here and the line ends before its closing `\"`")
-            .hint("add the closing `\"`; text of several lines goes between `\"\"\"` and `\"\"\"`");
+            .hint(string_cut_hint(self.source, quote));
             if let Some(closing) = string_closing(self.source, quote) {
                 diagnostic = diagnostic.fix_with("Close the string", vec![closing]);
             }
@@ -1346,6 +1360,38 @@ impl<'s> Parser<'s> {
             let after_value = !self.source[..word_start]
                 .trim_end()
                 .ends_with([',', '{', ':']);
+            // A field whose `:` is missing (`{ a: 1 b 2 }`, `{ a: 1 timeout
+            // "5s" }`): a name after a value and before another, which no
+            // step option takes; the blank after the name becomes the `:`.
+            let word_end = word_start + word_len;
+            let argument = &self.source[at..];
+            let option_takes = match word {
+                "timeout" | "retry" => argument.starts_with(|c: char| c.is_ascii_digit()),
+                "idempotency" => true,
+                "on_error" => argument.starts_with(|c: char| c.is_ascii_alphabetic()),
+                _ => false,
+            };
+            let starts_value = argument.starts_with(['"', '[', '{'])
+                || argument.starts_with(|c: char| c.is_ascii_digit());
+            if word_len > 0
+                && blank
+                && !self.source[..word_start].trim_end().ends_with(':')
+                && at > word_end
+                && starts_value
+                && !option_takes
+                && !word.starts_with(|c: char| c.is_ascii_digit())
+            {
+                let diagnostic = Diagnostic::new(
+                    Code::Syntax,
+                    self.file,
+                    Span::new(word_start, word_end),
+                    format!("the field `{word}` has no `:` before its value"),
+                )
+                .label("a field's name")
+                .hint("a field is written `NAME: VALUE`")
+                .fix_with("Add the `:`", vec![Edit::insert(word_end as u32, ":")]);
+                return Some((word_end, ":".to_string(), diagnostic));
+            }
             if ["idempotency", "retry", "timeout", "on_error"].contains(&word)
                 && blank
                 && after_value
