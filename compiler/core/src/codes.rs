@@ -440,8 +440,20 @@ flow_plan::code_table! {
     /// decide step.review expire   // review has no `expires: 48h`
     /// ```
     NeverExpires = ("E405", "never-expires", Error, "the test lets an approval expire that has no expiry");
+    /// A test decides an approval by someone its gate does not name among
+    /// the `approvers` it writes out: the run refuses the decision (as
+    /// flowd refuses anyone else's), so the test could not go on as
+    /// written. Addresses compare without regard to case.
+    ///
+    /// ```flow
+    /// step review = approval { approvers: ["ana@acme.io"] message: "Ok?" }
+    /// ...
+    /// decide step.review approve by "bo@acme.io"   // not an approver of review
+    /// ```
+    NotAnApprover = ("E406", "not-an-approver", Error, "the test decides an approval by someone who is not its approver");
     /// A mock that no call of the run can use: the workflow calls no such
-    /// recipe, or the step is in the fallback of a step that the test never
+    /// recipe, or every step calling it has a mock of its own (a step's
+    /// mock answers before its recipe's), or the step is in the fallback of a step that the test never
     /// lets fail (or in the workflow's `on_error` handler while nothing the
     /// test mocks fails), so it cannot run. The mock is likely meant for
     /// another step, or the test is missing the failure that leads there.

@@ -66,6 +66,8 @@ pub struct Decided {
     pub approved: bool,
     pub by: String,
     pub comment: Option<String>,
+    /// The line of its `decide`, which a refused decision names.
+    pub line: usize,
 }
 
 /// An expectation, with the text it was written as.
@@ -180,6 +182,7 @@ pub fn lower_tests(checked: &Checked) -> Option<Vec<TestCase>> {
                                 approved: *approved,
                                 by: by.display_text(),
                                 comment: comment.as_ref().map(ast::StringLit::display_text),
+                                line: lines.line_col(&file.text, by.span.start).0,
                             }),
                             Decision::Expire => None,
                         });

@@ -3,7 +3,7 @@
 //! steps they name against the workflow's steps, and each expectation
 //! against the workflow's output type.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::check::env::{Env, missing_member};
@@ -13,7 +13,9 @@ use crate::check::workflow::{
 };
 use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, FileId, Span};
-use crate::suggest::{candidates_list, did_you_mean, did_you_mean_within, hint_listing};
+use crate::suggest::{
+    candidates_list, did_you_mean, did_you_mean_within, hint_listing, shown_list,
+};
 use crate::syntax::ast::*;
 
 /// The statuses a run can end an invocation in, as `expect status` names them.
@@ -98,23 +100,8 @@ pub(crate) fn check_test(
             && checker.kind_allows(&decide.step, step, "decide", |k| {
                 matches!(k, StepKind::Approval { .. })
             })
-            && decide.decisions.contains(&Decision::Expire)
-            && matches!(step.kind, StepKind::Approval { expires: false })
         {
-            checker.diagnostics.push(
-                Diagnostic::new(
-                    Code::NeverExpires,
-                    checker.file,
-                    decide.step.span,
-                    format!("approval `{}` has no `expires`, so it never expires", decide.step.text),
-                )
-                .label("this gate waits until someone decides")
-                .secondary(workflow.file, step.span, "no `expires` here")
-                .hint(format!(
-                    "decide it (`decide step.{} approve by \"...\"`), or give the gate an `expires: 48h`",
-                    decide.step.text
-                )),
-            );
+            checker.decide(decide, step);
         }
     }
     for expect in &decl.expects {
@@ -190,6 +177,19 @@ pub(crate) fn check_names(tests: &[TestInfo], file: FileId, diagnostics: &mut Ve
     }
 }
 
+/// A `decide` of the approval `id` as a test would write it, by its first
+/// approver when the workflow names them.
+fn decide_example(id: &str, kind: &StepKind) -> String {
+    let by = match kind {
+        StepKind::Approval {
+            approvers: Some(approvers),
+            ..
+        } => approvers.first().map(|a| a.as_str()),
+        _ => None,
+    };
+    format!("decide step.{id} approve by \"{}\"", by.unwrap_or("..."))
+}
+
 struct TestChecker<'a> {
     file: FileId,
     env: &'a Env,
@@ -218,6 +218,66 @@ impl<'a> TestChecker<'a> {
                 "input { ... }",
             ),
             None => {}
+        }
+    }
+
+    /// `decide step.ID ...` of an approval: a gate let expire must have an
+    /// `expires`, and each decision is made by one of its approvers, when
+    /// the workflow writes them out (the run refuses anyone else's).
+    fn decide(&mut self, decide: &Decide, step: &StepInfo) {
+        let StepKind::Approval { expires, approvers } = &step.kind else {
+            return;
+        };
+        if decide.decisions.contains(&Decision::Expire) && !expires {
+            self.diagnostics.push(
+                Diagnostic::new(
+                    Code::NeverExpires,
+                    self.file,
+                    decide.step.span,
+                    format!(
+                        "approval `{}` has no `expires`, so it never expires",
+                        decide.step.text
+                    ),
+                )
+                .label("this gate waits until someone decides")
+                .secondary(self.workflow.file, step.span, "no `expires` here")
+                .hint(format!(
+                    "decide it (`{}`), or give the gate an `expires: 48h`",
+                    decide_example(&decide.step.text, &step.kind)
+                )),
+            );
+        }
+        let Some(approvers) = approvers else { return };
+        for decision in &decide.decisions {
+            let Decision::Decided { by, .. } = decision else {
+                continue;
+            };
+            let Some(who) = by.as_plain() else { continue };
+            // As the runtime compares them: addresses without regard to case.
+            if approvers.iter().any(|a| a.eq_ignore_ascii_case(who)) {
+                continue;
+            }
+            let listed: Vec<String> = approvers.iter().map(|a| format!("\"{a}\"")).collect();
+            let mut diagnostic = Diagnostic::new(
+                Code::NotAnApprover,
+                self.file,
+                by.span,
+                format!("\"{who}\" is not an approver of `{}`", decide.step.text),
+            )
+            .label("the run refuses this decision")
+            .secondary(
+                self.workflow.file,
+                step.span,
+                "its approvers are written here",
+            )
+            .hint(format!(
+                "its approvers are {}",
+                shown_list(listed.into_iter())
+            ));
+            if let Some(best) = did_you_mean(who, approvers.iter().map(|a| a.as_str())) {
+                diagnostic = diagnostic.fix(format!("\"{best}\""));
+            }
+            self.diagnostics.push(diagnostic);
         }
     }
 
@@ -300,12 +360,43 @@ impl<'a> TestChecker<'a> {
                     self.diagnostics.push(diagnostic);
                     return;
                 }
-                let called = self
-                    .workflow
-                    .steps
+                let callers = || {
+                    self.workflow
+                        .steps
+                        .iter()
+                        .filter(|s| matches!(&s.kind, StepKind::Recipe(r) if *r == name.text))
+                };
+                // A step's own mock answers before its recipe's (as
+                // `flowc test` runs them): with every caller mocked by
+                // step, this one answers nothing.
+                let mocked_by_step: HashSet<&str> = all
                     .iter()
-                    .any(|s| matches!(&s.kind, StepKind::Recipe(r) if *r == name.text));
-                if !called {
+                    .filter_map(|m| match &m.target {
+                        MockTarget::Step(step) => Some(step.text.as_str()),
+                        MockTarget::Recipe(_) => None,
+                    })
+                    .collect();
+                if callers().next().is_some()
+                    && callers().all(|s| mocked_by_step.contains(s.id.as_str()))
+                {
+                    let ids: Vec<String> = callers().map(|s| format!("`{}`", s.id)).collect();
+                    self.diagnostics.push(
+                        Diagnostic::new(
+                            Code::UnusedMock,
+                            self.file,
+                            name.span,
+                            format!(
+                                "every step of recipe `{}` has a mock of its own, which answers first",
+                                name.text
+                            ),
+                        )
+                        .label("no call uses this mock")
+                        .hint(format!(
+                            "drop this mock, or the step mocks of {}",
+                            crate::suggest::shown_list(ids.into_iter())
+                        )),
+                    );
+                } else if callers().next().is_none() {
                     self.diagnostics.push(
                         Diagnostic::new(
                             Code::UnusedMock,
@@ -629,10 +720,9 @@ impl<'a> TestChecker<'a> {
             StepKind::Unknown => "a step",
         };
         let hint = match (what, &step.kind) {
-            ("mock", StepKind::Approval { .. }) => format!(
-                "decide it: `decide step.{} approve by \"someone@example.com\"`",
-                name.text
-            ),
+            ("mock", StepKind::Approval { .. }) => {
+                format!("decide it: `{}`", decide_example(&name.text, &step.kind))
+            }
             ("mock", _) => "only recipe and browser steps call something a test can answer for; this step's effect is kept in memory".to_string(),
             ("decide", _) => "only an approval is decided".to_string(),
             (_, StepKind::Approval { .. }) => format!(

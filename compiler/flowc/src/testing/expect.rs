@@ -18,6 +18,17 @@ pub(crate) struct Miss {
     pub(crate) found: String,
 }
 
+impl Miss {
+    /// What the run did on its own, which no line of the test says.
+    pub(crate) fn of_run(found: String) -> Miss {
+        Miss {
+            expected: String::new(),
+            line: None,
+            found,
+        }
+    }
+}
+
 /// Every way `ran` falls short of `case`: the calls no mock answered and a
 /// run that could not go on first, since they explain what follows.
 pub(crate) fn judge(case: &TestCase, ran: &Ran) -> Vec<Miss> {
@@ -49,11 +60,7 @@ pub(crate) fn judge(case: &TestCase, ran: &Ran) -> Vec<Miss> {
         })
         .collect();
     if let Some(stuck) = &ran.stuck {
-        misses.push(Miss {
-            expected: String::new(),
-            line: None,
-            found: stuck.clone(),
-        });
+        misses.push(stuck.clone());
     }
     for expect in &case.expects {
         if let Some(found) = check(expect, ran) {

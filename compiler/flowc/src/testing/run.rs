@@ -15,6 +15,7 @@ use flow_engine::time::rfc3339_utc;
 use flow_plan::Plan;
 use serde_json::Value;
 
+use super::expect::Miss;
 use super::mock::{Mocks, Unmocked};
 
 /// The run id of every test run: what a provider's call ids start with.
@@ -30,8 +31,8 @@ pub(crate) struct Ran {
     pub(crate) outcome: Outcome,
     pub(crate) records: Vec<StepRecord>,
     /// Why the run could not go where the test meant, if it could not: a
-    /// gate left undecided, a decision refused.
-    pub(crate) stuck: Option<String>,
+    /// gate left undecided, a decision refused (with its line).
+    pub(crate) stuck: Option<Miss>,
     pub(crate) unmocked: Vec<Unmocked>,
     /// Virtual time the run took, parked time excluded.
     pub(crate) elapsed: Duration,
@@ -52,7 +53,7 @@ pub(crate) fn run(plan: &Plan, case: &TestCase, offline: Option<OfflineProvider>
                 pending: Vec::new(),
             },
             records: Vec::new(),
-            stuck: Some(format!("no runtime for the test: {error}")),
+            stuck: Some(Miss::of_run(format!("no runtime for the test: {error}"))),
             unmocked: Vec::new(),
             elapsed: Duration::ZERO,
         },
@@ -96,7 +97,9 @@ async fn drive(plan: &Plan, case: &TestCase, offline: Option<OfflineProvider>) -
             break;
         };
         if invocation + 1 == MAX_INVOCATIONS {
-            stuck = Some(format!("the run parked {MAX_INVOCATIONS} times"));
+            stuck = Some(Miss::of_run(format!(
+                "the run parked {MAX_INVOCATIONS} times"
+            )));
             break;
         }
         let virtual_now = TEST_EPOCH_MS + spent.as_millis() as u64;
@@ -132,16 +135,16 @@ async fn decide_all(
     pending: &[PendingApproval],
     parks: bool,
     now_ms: u64,
-) -> Result<bool, String> {
+) -> Result<bool, Miss> {
     for gate in pending {
         let Some(decision) = case.decisions.iter().find(|d| d.step == gate.step_id) else {
             if parks {
                 return Ok(false);
             }
-            return Err(format!(
+            return Err(Miss::of_run(format!(
                 "the run parked at {}; decide it in the test (`decide step.{} approve by \"...\"`)",
                 gate.path, gate.step_id
-            ));
+            )));
         };
         // The n-th time the run parks at this gate takes the n-th decision
         // (the last for every time after it).
@@ -162,23 +165,34 @@ async fn decide_all(
                     decided.comment.as_deref(),
                     &rfc3339_utc(now_ms),
                 )
-                .map_err(|refused| {
-                    format!("the decision at {} was refused: {refused}", gate.path)
+                .map_err(|refused| Miss {
+                    expected: format!(
+                        "decide step.{} {} by \"{}\"",
+                        gate.step_id,
+                        if decided.approved {
+                            "approve"
+                        } else {
+                            "reject"
+                        },
+                        decided.by
+                    ),
+                    line: Some(decided.line),
+                    found: format!("the run refused it at {}: {refused}", gate.path),
                 })?,
             None => {
-                let record = store
-                    .lookup(&gate.path)
-                    .ok_or_else(|| format!("no record of the approval at {}", gate.path))?;
+                let record = store.lookup(&gate.path).ok_or_else(|| {
+                    Miss::of_run(format!("no record of the approval at {}", gate.path))
+                })?;
                 let due = gate
                     .expires_ms
                     .map(|after| record.started_ms.saturating_add(after));
                 let mut expired =
                     due.and_then(|due| expire(&record, gate, due))
                         .ok_or_else(|| {
-                            format!(
+                            Miss::of_run(format!(
                                 "the approval at {} never expires: it has no `expires`",
                                 gate.path
-                            )
+                            ))
                         })?;
                 // Dated on the virtual clock, when the gate is due.
                 if let (Some(output), Some(after)) = (&expired.output, gate.expires_ms) {
@@ -186,7 +200,10 @@ async fn decide_all(
                     output["decided_at"] = Value::from(rfc3339_utc(now_ms.saturating_add(after)));
                     expired.output = Some(Arc::new(output));
                 }
-                store.record(expired).await.map_err(|error| error.message)?;
+                store
+                    .record(expired)
+                    .await
+                    .map_err(|error| Miss::of_run(error.message))?;
             }
         }
     }

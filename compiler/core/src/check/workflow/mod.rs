@@ -44,6 +44,9 @@ pub enum StepKind {
     /// expire.
     Approval {
         expires: bool,
+        /// The approvers when written as a list of plain strings, as a
+        /// test's `decide ... by` must name one of them.
+        approvers: Option<Arc<[EcoString]>>,
     },
     KbWrite,
     Handoff,
@@ -585,6 +588,7 @@ impl<'e, 'd> Checker<'e, 'd> {
                         StepCall::Approval { args, .. } => (
                             StepKind::Approval {
                                 expires: args.fields.iter().any(|f| f.name.text == "expires"),
+                                approvers: literal_approvers(args),
                             },
                             Some(approval_output()),
                         ),
@@ -864,6 +868,22 @@ impl<'e, 'd> Checker<'e, 'd> {
     }
 }
 
+/// An approval's `approvers` when they are a list of strings without
+/// references; `None` when they are computed.
+fn literal_approvers(args: &RecordLit) -> Option<Arc<[EcoString]>> {
+    let field = args.fields.iter().find(|f| f.name.text == "approvers")?;
+    let ExprKind::List(items) = &field.value.kind else {
+        return None;
+    };
+    items
+        .iter()
+        .map(|item| match &item.kind {
+            ExprKind::String(text) => text.as_plain().map(EcoString::from),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Why `step` has not certainly run at byte offset `use_at`, inside
 /// `containers` (outermost first), if it has not. The editor asks the same
 /// question at the cursor to offer only the steps a reference may use.
@@ -937,4 +957,3 @@ fn inner_or(inner: Ty, default: &Ty) -> Ty {
         inner
     }
 }
-
