@@ -257,3 +257,47 @@ fn the_unedited_examples_check_clean() {
         assert!(checked.files.len() > 1 || !text.contains("import "));
     }
 }
+
+/// Regression: completion in 4,000 open `{` overflowed the stack of
+/// `flow-lsp`'s worker threads (2 MiB, as here) and aborted the server;
+/// `flowc check` of the same text reports the nesting limit. Every query
+/// at the end of text nested past the limit, in each kind of bracket and
+/// inside a workflow, answers on such a thread.
+#[test]
+fn queries_in_text_nested_past_the_limit_do_not_overflow_the_stack() {
+    let mut texts = Vec::new();
+    for depth in [3_000, 4_000, 20_000] {
+        for open in ["{", "[", "(", "{{", "{ a: ", "[{"] {
+            texts.push(open.repeat(depth));
+            texts.push(format!(
+                "workflow w {{\n  step a = r {}",
+                open.repeat(depth)
+            ));
+            texts.push(format!(
+                "workflow w {{\n  step a = r {{ a: \"{}",
+                open.repeat(depth)
+            ));
+        }
+        texts.push(format!("workflow w {{\n{}", "if true {\n".repeat(depth)));
+        texts.push(format!("workflow w {{\n{}", "for x as l {\n".repeat(depth)));
+    }
+    let worker = std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || {
+            for text in texts {
+                let checked = check("deep.flow", &text);
+                let whole = flow_compiler::Span::new(0, text.len());
+                let _ = ide::document_symbols(&checked, FileId(0));
+                let _ = ide::semantic_tokens(&checked, FileId(0));
+                let _ = ide::inlay_hints(&checked, whole);
+                for fix in ide::quick_fixes(&checked, FileId(0), whole) {
+                    let _ = ide::apply(&text, &fix);
+                }
+                for offset in [text.len(), text.len() / 2] {
+                    query("deep.flow", &checked, offset as u32);
+                }
+            }
+        })
+        .expect("a thread");
+    worker.join().expect("no query overflowed the stack");
+}

@@ -448,26 +448,35 @@ fn member(
 /// field's of the record around it (`customer: {`), or an item's of the
 /// list around it (`[{`, `, {`).
 fn mocked_value(checked: &Checked, text: &str, open: usize) -> Option<Ty> {
-    if let Some(output) = mocked_output(checked, text, open) {
-        return Some(output);
+    // The brackets open around `open`, outermost first, then `open`: one
+    // scan for them all, and a walk without recursion (4,000 open `{` had
+    // a frame and a scan each, and overflowed the server's stack).
+    let mut chain = cursor::scan(text, open).open;
+    chain.push((open, *text.as_bytes().get(open)?));
+    // The answer's literal is within the deepest literal could nest.
+    let (answer, mut ty) = (0..chain.len())
+        .rev()
+        .take(crate::syntax::MAX_DEPTH)
+        .find_map(|at| Some((at, mocked_output(checked, text, chain[at].0)?)))?;
+    for pair in chain[answer..].windows(2) {
+        let ((_, bracket), (at, _)) = (pair[0], pair[1]);
+        let before = text[..at].trim_end();
+        ty = match (bracket, ty.required()) {
+            (b'{', outer) => {
+                let name = before.strip_suffix(':')?.trim_end();
+                let name = &name[name.len()
+                    - name
+                        .bytes()
+                        .rev()
+                        .take_while(|b| cursor::is_name_byte(*b))
+                        .count()..];
+                outer.field(name).cloned()?
+            }
+            (b'[', Ty::List(item)) if before.ends_with(['[', ',']) => item.as_ref().clone(),
+            _ => return None,
+        };
     }
-    let &(around, bracket) = cursor::scan(text, open).open.last()?;
-    let before = text[..open].trim_end();
-    let outer = mocked_value(checked, text, around)?;
-    match (bracket, outer.required()) {
-        (b'{', _) => {
-            let name = before.strip_suffix(':')?.trim_end();
-            let name = &name[name.len()
-                - name
-                    .bytes()
-                    .rev()
-                    .take_while(|b| cursor::is_name_byte(*b))
-                    .count()..];
-            outer.required().field(name).cloned()
-        }
-        (b'[', Ty::List(item)) if before.ends_with(['[', ',']) => Some(item.as_ref().clone()),
-        _ => None,
-    }
+    Some(ty)
 }
 
 /// The output type a mock's answer opening at `brace` is checked against:
@@ -662,36 +671,46 @@ fn types(checked: &Checked, items: &mut Vec<Completion>) {
 /// Whether the brace around the cursor holds field declarations of a type
 /// (`input {`, `output {`, `type T = {`, a record type nested in one).
 fn in_type(text: &str, enclosing: Option<(usize, u8)>) -> bool {
-    let Some((brace, b'{')) = enclosing else {
+    let Some((mut brace, b'{')) = enclosing else {
         return false;
     };
-    let words = cursor::words_before(text, brace, 1);
-    // A recipe's `input` and `output` and a workflow's `input` are types; a
-    // workflow's `output` and a test's `input` are values.
-    let outer = || {
-        let outer = cursor::scan(text, brace).open.last().map(|(at, _)| *at)?;
-        let line_start = text[..outer].rfind('\n').map_or(0, |i| i + 1);
-        let head = text[line_start..outer].trim_start();
-        let word_len = head
-            .bytes()
-            .take_while(|b| cursor::is_name_byte(*b))
-            .count();
-        Some(head[..word_len].to_string())
-    };
-    match words.as_slice() {
-        ["input"] => return outer().as_deref() != Some("test"),
-        ["output"] => return outer().as_deref() == Some("recipe"),
-        _ => {}
+    // The braces around, outermost first, from one scan: a walk out
+    // through them without recursion (thousands of open `{` had a frame
+    // and a scan each, and overflowed the server's stack).
+    let mut around = cursor::scan(text, brace).open;
+    loop {
+        let enclosing = around.pop();
+        let words = cursor::words_before(text, brace, 1);
+        // A recipe's `input` and `output` and a workflow's `input` are
+        // types; a workflow's `output` and a test's `input` are values.
+        let outer = || {
+            let (outer, _) = enclosing?;
+            let line_start = text[..outer].rfind('\n').map_or(0, |i| i + 1);
+            let head = text[line_start..outer].trim_start();
+            let word_len = head
+                .bytes()
+                .take_while(|b| cursor::is_name_byte(*b))
+                .count();
+            Some(head[..word_len].to_string())
+        };
+        match words.as_slice() {
+            ["input"] => return outer().as_deref() != Some("test"),
+            ["output"] => return outer().as_deref() == Some("recipe"),
+            _ => {}
+        }
+        // `type T = {`, or a record type as a field's type (`a: {`) in one.
+        if cursor::words_before(text, brace, 3).first() == Some(&"type") {
+            return true;
+        }
+        let nested = matches!(
+            cursor::previous_byte(text, brace),
+            Some((_, b'=' | b':' | b'<' | b'|'))
+        );
+        match enclosing {
+            Some((outer, b'{')) if nested => brace = outer,
+            _ => return false,
+        }
     }
-    // `type T = {` or a record type as a field's type (`a: {`).
-    matches!(
-        cursor::previous_byte(text, brace),
-        Some((_, b'=' | b':' | b'<' | b'|'))
-    ) && cursor::scan(text, brace)
-        .open
-        .last()
-        .is_some_and(|outer| in_type(text, Some(*outer)))
-        || cursor::words_before(text, brace, 3).first() == Some(&"type")
 }
 
 /// `recipe(input { ... }) -> output` for a completion's detail line, with

@@ -7,7 +7,7 @@ pub(crate) mod lex;
 mod parse;
 mod template;
 
-pub(crate) use parse::KEYWORDS;
+pub(crate) use parse::{KEYWORDS, MAX_DEPTH};
 
 /// The roots of a reference path outside a recipe's prompt: the parser
 /// tells a reference from text by them (`{{path}}` outside a string), the
