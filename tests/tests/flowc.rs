@@ -986,3 +986,34 @@ fn check_watch_checks_again_after_a_change() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// Regression: every `flowc` command that prints panicked ("failed
+/// printing to stdout", exit 101) when its reader closed the pipe
+/// (`flowc explain --list | head`); it ends as a process killed by SIGPIPE.
+#[test]
+fn a_closed_stdout_ends_flowc_quietly() {
+    let support = root().join("examples/support_triage.flow");
+    let support = support.to_str().unwrap();
+    for args in [
+        &["explain", "--list"][..],
+        &["explain", "E103"],
+        &["check", support, "--format", "json"],
+        &["build", support, "-o", "-"],
+        &["graph", support],
+        &["test", "examples/", "--format", "json"],
+    ] {
+        let mut child = std::process::Command::new(flowc_path())
+            .args(args)
+            .current_dir(root())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Closed before the child has started writing.
+        drop(child.stdout.take());
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_eq!(output.status.code(), Some(141), "{args:?}: {stderr}");
+    }
+}

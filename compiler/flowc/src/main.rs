@@ -5,6 +5,27 @@
 //! sources have problems (errors, warnings under `--deny-warnings`, files that
 //! `fmt --check` would change), 2 for usage and IO errors.
 
+/// `print!` that ends the process when stdout has been closed (`flowc
+/// explain --list | head`), with the status a shell gives a process killed
+/// by SIGPIPE, as Unix tools do (and as `flow`'s `out!`), rather than
+/// panicking; `outln!` is its `println!`.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(error) = write!(std::io::stdout(), $($arg)*)
+            && error.kind() == std::io::ErrorKind::BrokenPipe
+        {
+            std::process::exit(141);
+        }
+    }};
+}
+
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        out!("{}\n", format_args!($($arg)*))
+    }};
+}
+
 mod commands;
 mod loader;
 mod parallel;

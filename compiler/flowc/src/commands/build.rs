@@ -48,7 +48,7 @@ pub(crate) fn run(
     let json = plan.to_json() + "\n";
     let destination = output.map_or_else(|| default_output(file), Path::to_path_buf);
     if destination == Path::new("-") {
-        print!("{json}");
+        out!("{json}");
         eprintln!("wrote plan to stdout ({})", plan.hash);
         return Exit::Ok;
     }

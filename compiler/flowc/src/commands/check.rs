@@ -72,7 +72,7 @@ pub(crate) fn run(
         Format::Github => {
             for folder in &without_sources {
                 let warning = crate::loader::no_sources(folder);
-                println!("::warning::{}", render::escape_data(&warning));
+                outln!("::warning::{}", render::escape_data(&warning));
             }
         }
         Format::Human | Format::Json => crate::loader::warn_of_no_sources(&without_sources),
@@ -120,7 +120,7 @@ pub(crate) enum Stream {
 /// is commentary; the machine formats go to `machine`, to be piped.
 pub(crate) fn print(reports: &Reports, format: Format, machine: Stream) {
     let emit = |text: &str| match machine {
-        Stream::Stdout => print!("{text}"),
+        Stream::Stdout => out!("{text}"),
         Stream::Stderr => eprint!("{text}"),
     };
     match format {

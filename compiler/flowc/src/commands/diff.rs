@@ -80,11 +80,9 @@ pub(crate) fn run(
     if compatible { Exit::Ok } else { Exit::Problems }
 }
 
-/// Writes the answer to stdout. A reader that went away (`| head`) has
-/// taken what it wanted: nothing is left to do with the error.
+/// Writes the answer to stdout.
 fn emit(text: &str) {
-    use std::io::Write as _;
-    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    out!("{text}");
 }
 
 /// A version: a `flowc build` plan (`*.json`), held to what the compiler

@@ -10,17 +10,17 @@ use crate::Exit;
 
 pub(crate) fn run(code: Option<&str>, list: bool) -> Exit {
     if list {
-        print!("{}", listing());
+        out!("{}", listing());
         return Exit::Ok;
     }
     // clap requires one of CODE and --list, so `code` is present here.
     let Some(code) = code else {
-        print!("{}", listing());
+        out!("{}", listing());
         return Exit::Ok;
     };
     match parse(code) {
         Some(found) => {
-            print!("{}", explain(&found));
+            out!("{}", explain(&found));
             Exit::Ok
         }
         None => {

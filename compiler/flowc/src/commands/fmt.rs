@@ -25,7 +25,7 @@ pub(crate) fn run(paths: &[PathBuf], root: Option<&Path>, check: bool) -> Exit {
                 changed += 1;
                 if check {
                     // Only the names on stdout, like `gofmt -l`, for scripts.
-                    println!("{path}");
+                    outln!("{path}");
                     exit = exit.max(Exit::Problems);
                 }
             }

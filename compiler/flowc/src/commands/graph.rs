@@ -28,7 +28,7 @@ pub(crate) fn run(file: &Path, root: Option<&Path>, workflow: Option<&str>) -> E
     }
     match flow_compiler::graph::mermaid(&checked, workflow) {
         Ok(graph) => {
-            print!("{graph}");
+            out!("{graph}");
             Exit::Ok
         }
         Err(message) => {

@@ -60,16 +60,16 @@ pub(crate) fn run(dir: &Path) -> Exit {
         }
     }
     let shown = dir.display().to_string();
-    println!("created a flow project in {shown}:");
+    outln!("created a flow project in {shown}:");
     for (path, _) in FILES {
-        println!("  {path}");
+        outln!("  {path}");
     }
     let cd = if dir == Path::new(".") {
         String::new()
     } else {
         format!("cd {shown} && ")
     };
-    println!(
+    outln!(
         "next: {cd}flowc check . && flowc test --min-coverage 100 && flow run hello.flow --input hello.input.json"
     );
     Exit::Ok

@@ -82,7 +82,7 @@ fn list(folders: &BTreeMap<PathBuf, Vec<McpServer>>) -> Exit {
     for (folder, servers) in folders {
         let path = folder.join(LOCK_FILE);
         for server in servers {
-            println!("{}: would {}", path.display(), describe(server));
+            outln!("{}: would {}", path.display(), describe(server));
             count += 1;
         }
     }

@@ -90,18 +90,18 @@ pub(crate) fn run(paths: &[PathBuf], root: Option<&Path>, options: Options<'_>) 
     match format {
         TestFormat::Human | TestFormat::Github => {
             if format == TestFormat::Github {
-                print!("{}", report::github(&jobs, &verdicts));
+                out!("{}", report::github(&jobs, &verdicts));
             }
-            print!("{}", report::human(&jobs, &verdicts, not_checking.len()));
+            out!("{}", report::human(&jobs, &verdicts, not_checking.len()));
             if let Some(covered) = covered {
-                print!("{}", report::coverage(covered));
+                out!("{}", report::coverage(covered));
             }
         }
-        TestFormat::Json => println!(
+        TestFormat::Json => outln!(
             "{}",
             report::json(&jobs, &verdicts, covered, &reports, not_checking.len())
         ),
-        TestFormat::Junit => print!(
+        TestFormat::Junit => out!(
             "{}",
             report::junit(&jobs, &verdicts, &reports, &not_checking)
         ),
