@@ -130,9 +130,9 @@ struct Excerpt {
 struct Columns {
     /// The excerpt's line (from 0).
     line: usize,
-    /// Bytes of the file's line left out before what is shown.
+    /// Characters of the file's line left out before what is shown.
     left_out: usize,
-    /// Bytes put in their place (`…`).
+    /// Characters put in their place (`…`).
     added: usize,
 }
 
@@ -186,12 +186,14 @@ impl SourceCode for Excerpt {
         let (first, _) = self.lines.line_col(text, from as u32);
         let line = contents.line() + first - 1;
         // miette titles a snippet with where it starts, in bytes of its
-        // line: on a cut line, the file's column.
+        // line; the headline and every other format count characters, and
+        // so does the title: on a cut line, the file's column.
+        let at = contents.span().offset() + from;
+        let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+        let chars = text[line_start..at].chars().count();
         let column = match &self.columns {
-            Some(cut) if line == cut.line && contents.column() >= cut.added => {
-                contents.column() - cut.added + cut.left_out
-            }
-            _ => contents.column(),
+            Some(cut) if line == cut.line && chars >= cut.added => chars - cut.added + cut.left_out,
+            _ => chars,
         };
         Ok(Box::new(MietteSpanContents::new_named(
             self.name.clone(),
@@ -294,8 +296,8 @@ fn excerpt(path: &str, text: &str, start: usize, end: usize) -> (Excerpt, (usize
         first_line: line - usize::from(before.is_some()),
         columns: Some(Columns {
             line: usize::from(before.is_some()),
-            left_out: from - line_start,
-            added: added.len(),
+            left_out: text[line_start..from].chars().count(),
+            added: added.chars().count(),
         }),
     };
     (excerpt, (label, label + (end - start)))
@@ -639,15 +641,30 @@ mod tests {
         }
     }
 
-    /// The snippet's title gives the file's column, not the excerpt's.
+    /// The snippet's title gives the file's column, not the excerpt's, in
+    /// characters as the headline does (regression: a line with `日本語`
+    /// before the label was titled 3:65 under a headline of 3:58).
     #[test]
     fn an_excerpt_titles_its_snippet_with_the_files_column() {
-        let text = format!("{}LABEL", "x".repeat(1_000));
-        let (excerpt, label) = cut(&text, "LABEL");
-        assert_eq!(label, "LABEL");
-        let at = excerpt.text.find("LABEL").unwrap();
-        let contents = excerpt.read_span(&(at, 5).into(), 0, 0).unwrap();
-        assert_eq!((contents.line(), contents.column()), (0, 1_000));
+        for (before, column) in [("x".repeat(1_000), 1_000), ("é".repeat(1_000), 1_000)] {
+            let text = format!("{before}LABEL");
+            let (excerpt, label) = cut(&text, "LABEL");
+            assert_eq!(label, "LABEL");
+            let at = excerpt.text.find("LABEL").unwrap();
+            let contents = excerpt.read_span(&(at, 5).into(), 0, 0).unwrap();
+            assert_eq!((contents.line(), contents.column()), (0, column));
+        }
+        let text = "a\n  x: \"日本語ü\" LABEL\n";
+        let whole = Excerpt {
+            name: "x.flow".to_string(),
+            text: text.into(),
+            lines: Arc::new(LineIndex::new(text)),
+            first_line: 0,
+            columns: None,
+        };
+        let at = text.find("LABEL").unwrap();
+        let contents = whole.read_span(&(at, 5).into(), 0, 0).unwrap();
+        assert_eq!((contents.line(), contents.column()), (1, 12));
     }
 
     #[test]
