@@ -214,6 +214,25 @@ fn a_db_that_names_no_file_is_not_created() {
         "{}",
         show.all()
     );
+    // What lists a store's contents lists none; what is about one item
+    // says there is no store.
+    for listing in [
+        &["approvals", "--db", "typo.db"][..],
+        &["notifications", "--db", "typo.db"],
+        &["kb", "list", "--db", "typo.db"],
+        &["kb", "search", "refund", "--db", "typo.db"],
+        &["recover", "--db", "typo.db"],
+    ] {
+        let listed = flow(&dir, listing);
+        assert_eq!(listed.code, 0, "{listing:?}: {}", listed.all());
+    }
+    let document = flow(&dir, &["kb", "show", "notes/a", "--db", "typo.db"]);
+    assert_eq!(document.code, 2, "{}", document.all());
+    assert!(
+        document.stderr.contains("no store at typo.db"),
+        "{}",
+        document.all()
+    );
     assert!(!dir.path().join("typo.db").exists(), "nothing was made");
 }
 

@@ -605,7 +605,12 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             store: StoreArg { db },
             json,
         } => {
-            let store = open_store(&db)?;
+            let Some(store) = listed_store(&db)? else {
+                if !json {
+                    out!("no run to recover");
+                }
+                return Ok(0);
+            };
             let recovery = runner::claim_runs_to_recover(store.as_ref(), |hash| {
                 let store = Arc::clone(&store);
                 async move { store.plan(&hash).await.map(Arc::new) }
@@ -678,13 +683,10 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             store: StoreArg { db },
             json,
         } => {
-            // No store there is no runs, and no empty store left behind (a
-            // typo in --db made one).
-            if !db.exists() {
+            let Some(store) = listed_store(&db)? else {
                 lists::print_runs(&[], json, paint);
                 return Ok(0);
-            }
-            let store = open_store(&db)?;
+            };
             let query = RunQuery {
                 workflow,
                 status,
@@ -766,7 +768,10 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             store: StoreArg { db },
             json,
         } => {
-            let store = open_store(&db)?;
+            let Some(store) = listed_store(&db)? else {
+                lists::print_approvals(&[], json, Some(&db), paint);
+                return Ok(0);
+            };
             let parked = RunQuery {
                 status: Some(RunStatus::PendingApproval),
                 limit: usize::MAX,
@@ -801,7 +806,10 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             store: StoreArg { db },
             json,
         } => {
-            let store = open_store(&db)?;
+            let Some(store) = listed_store(&db)? else {
+                lists::print_notifications(&[], json, paint);
+                return Ok(0);
+            };
             let list = if audiences.is_empty() {
                 store.account_notifications(NO_ACCOUNT, limit).await
             } else {
@@ -868,7 +876,7 @@ async fn kb(command: KbCommand, paint: Paint) -> Result<u8> {
                     "name a document as COLLECTION/TITLE (as `flow kb list` shows it), not `{document}`"
                 ))
             })?;
-            let store = open_store(&db)?;
+            let store = open_existing_store(&db)?;
             let found = store
                 .kb_document(NO_ACCOUNT, collection, title)
                 .await
@@ -906,7 +914,11 @@ async fn kb(command: KbCommand, paint: Paint) -> Result<u8> {
 
 /// `flow kb list` and `flow kb search`: the documents `query` finds.
 async fn list_documents(db: &Path, query: &KbQuery, json: bool, paint: Paint) -> Result<u8> {
-    let found = open_store(db)?
+    let Some(store) = listed_store(db)? else {
+        lists::print_documents(&[], json, paint);
+        return Ok(0);
+    };
+    let found = store
         .kb_documents(NO_ACCOUNT, query)
         .await
         .map_err(store_error)?;
@@ -1626,6 +1638,17 @@ fn open_existing_store(db: &Path) -> Result<Arc<dyn Store>> {
         )));
     }
     open_store(db)
+}
+
+/// The store of a command that lists what one holds: `None` at a `--db`
+/// that names no file, where there is nothing to list, and where an empty
+/// store was made (a typo in --db left one behind).
+fn listed_store(db: &Path) -> Result<Option<Arc<dyn Store>>> {
+    if db.exists() {
+        open_store(db).map(Some)
+    } else {
+        Ok(None)
+    }
 }
 
 fn open_store(db: &Path) -> Result<Arc<dyn Store>> {
