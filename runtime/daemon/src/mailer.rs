@@ -52,21 +52,25 @@ pub(crate) fn transport(smtp: &Smtp) -> Result<Transport, String> {
     Ok(builder.build())
 }
 
-/// Mails what is due until the process ends; `Daemon::wake_mailer` makes it
-/// look at once.
-pub(crate) async fn run(daemon: Arc<Daemon>) {
-    loop {
-        if let Err(error) = deliver_due(&daemon).await {
+/// Mails what is due until `stopping` turns true, finishing the message
+/// it is sending; `Daemon::wake_mailer` makes it look at once.
+pub(crate) async fn run(daemon: Arc<Daemon>, mut stopping: tokio::sync::watch::Receiver<bool>) {
+    while !*stopping.borrow() {
+        if let Err(error) = deliver_due(&daemon, &stopping).await {
             tracing::error!("mailer: {error}");
         }
         tokio::select! {
             () = daemon.mail_wake.notified() => {}
             () = tokio::time::sleep(POLL) => {}
+            _ = stopping.changed() => {}
         }
     }
 }
 
-async fn deliver_due(daemon: &Arc<Daemon>) -> Result<(), String> {
+async fn deliver_due(
+    daemon: &Arc<Daemon>,
+    stopping: &tokio::sync::watch::Receiver<bool>,
+) -> Result<(), String> {
     loop {
         let due = daemon
             .store
@@ -77,6 +81,9 @@ async fn deliver_due(daemon: &Arc<Daemon>) -> Result<(), String> {
             return Ok(());
         }
         for outgoing in due {
+            if *stopping.borrow() {
+                return Ok(());
+            }
             let (reached, next) = deliver(daemon, &outgoing).await;
             daemon
                 .store

@@ -104,20 +104,24 @@ const IN_FLIGHT: usize = 64;
 /// as they lasted. An account alone still has 48 posts out at once.
 const FAIR_SHARE: usize = IN_FLIGHT / 4;
 
-/// Delivers the store's due events until the process ends;
-/// `Daemon::events_wake` makes it look at once.
-pub(crate) async fn run(daemon: Arc<Daemon>) {
+/// Delivers the store's due events until `stopping` turns true, then
+/// waits for the attempts out to be recorded; `Daemon::events_wake` makes
+/// it look at once.
+pub(crate) async fn run(daemon: Arc<Daemon>, mut stopping: tokio::sync::watch::Receiver<bool>) {
     let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
     let in_flight = Arc::new(InFlight::default());
-    loop {
-        if let Err(error) = deliver_due(&daemon, &slots, &in_flight).await {
+    while !*stopping.borrow() {
+        if let Err(error) = deliver_due(&daemon, &slots, &in_flight, &stopping).await {
             tracing::error!("webhooks: {error}");
         }
         tokio::select! {
             () = daemon.events_wake.notified() => {}
             () = tokio::time::sleep(POLL) => {}
+            _ = stopping.changed() => {}
         }
     }
+    // Every slot back is every attempt recorded.
+    let _ = slots.acquire_many(IN_FLIGHT as u32).await;
 }
 
 /// The deliverer's attempts in flight, by account.
@@ -169,9 +173,10 @@ async fn deliver_due(
     daemon: &Arc<Daemon>,
     slots: &Arc<tokio::sync::Semaphore>,
     in_flight: &Arc<InFlight>,
+    stopping: &tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), StoreError> {
     let mut spare = false;
-    loop {
+    while !*stopping.borrow() {
         let free = slots.available_permits();
         // The spare slots are those past a fair share's worth kept free
         // for the accounts whose events come due meanwhile.
@@ -216,6 +221,7 @@ async fn deliver_due(
             });
         }
     }
+    Ok(())
 }
 
 /// The run record an event carries, as it was when the run's status changed.

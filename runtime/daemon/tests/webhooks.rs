@@ -99,6 +99,31 @@ async fn an_event_not_yet_delivered_survives_kill_9() {
     assert_eq!(flowd.stop(), Some(0));
 }
 
+/// Regression: a graceful stop (SIGTERM) aborted the posts out, and an
+/// endpoint that had taken the event was posted it again on the next start.
+#[tokio::test]
+async fn a_post_out_at_a_graceful_stop_is_recorded_not_made_again() {
+    let receiver = Receiver::start(204).await;
+    receiver.delay_ms.store(1_500, Ordering::SeqCst);
+    let dir = TempDir::new("flowd-webhook-stop");
+    let config = config(&receiver.url, "[\"completed\"]", "");
+    let flowd = Flowd::start_with(&dir, &config);
+    completed_run(&flowd).await;
+    receiver
+        .until(Duration::from_secs(10), |p| !p.is_empty())
+        .await;
+    // Stopped while the post is out; the receiver answers meanwhile.
+    let stopped = tokio::task::spawn_blocking(move || flowd.stop());
+    assert_eq!(stopped.await.unwrap(), Some(0));
+    receiver.delay_ms.store(0, Ordering::SeqCst);
+    let flowd = Flowd::start_with(&dir, &config);
+    // The deliverer looks at once as it starts, and every second after.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let posts = receiver.posts();
+    assert_eq!(posts.len(), 1, "{posts:#?}");
+    assert_eq!(flowd.stop(), Some(0));
+}
+
 /// A run that parks, is cancelled, or fails posts `parked`, `cancelled`
 /// and `failed`, each with the run's state at that moment.
 #[tokio::test]

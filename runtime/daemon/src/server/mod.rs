@@ -613,8 +613,12 @@ pub async fn serve(
         .await
         .map_err(|e| format!("cannot prepare the webhook outbox: {e}"))?;
     let resumed = daemon.recover().await?;
-    let mailer = tokio::spawn(crate::mailer::run(Arc::clone(&daemon)));
-    let webhooks = tokio::spawn(crate::webhooks::run(Arc::clone(&daemon)));
+    // The deliverers stop at a shutdown between deliveries, not in one:
+    // aborted after an endpoint or a mail server took a message and before
+    // that was recorded, they sent it again on the next start.
+    let (stop_delivering, stopping) = tokio::sync::watch::channel(false);
+    let mailer = tokio::spawn(crate::mailer::run(Arc::clone(&daemon), stopping.clone()));
+    let webhooks = tokio::spawn(crate::webhooks::run(Arc::clone(&daemon), stopping));
     let expiry = {
         let daemon = Arc::clone(&daemon);
         tokio::spawn(async move {
@@ -678,8 +682,7 @@ pub async fn serve(
     }
     ready(address);
     crate::connections::serve(listener, router(Arc::clone(&daemon)), shutdown).await;
-    mailer.abort();
-    webhooks.abort();
+    let _ = stop_delivering.send(true);
     expiry.abort();
     orphans.abort();
     measuring.abort();
@@ -688,13 +691,24 @@ pub async fn serve(
     }
     // Runs still going after the grace period are dropped mid-step: their
     // journals hold every completed step, and the next start resumes them.
+    // Deliveries still out then are made again on the next start, under
+    // the same message id (at least once, as the outbox promises).
     let mut runs = std::mem::take(&mut *daemon.runs.lock().unwrap_or_else(|p| p.into_inner()));
     let settle = async { while runs.join_next().await.is_some() {} };
-    if tokio::time::timeout(SETTLE, settle).await.is_err() {
-        tracing::warn!(
-            "{} run(s) still in flight after {SETTLE:?}; they resume on the next start",
-            runs.len()
-        );
+    let (aborts, delivered) = (mailer.abort_handle(), webhooks.abort_handle());
+    let deliveries = async {
+        let _ = tokio::join!(mailer, webhooks);
+    };
+    let settled = tokio::time::timeout(SETTLE, async { tokio::join!(settle, deliveries) }).await;
+    if settled.is_err() {
+        aborts.abort();
+        delivered.abort();
+        if !runs.is_empty() {
+            tracing::warn!(
+                "{} run(s) still in flight after {SETTLE:?}; they resume on the next start",
+                runs.len()
+            );
+        }
     }
     // MCP: the servers the runs used are closed with flowd.
     daemon.mcp.shutdown().await;
