@@ -150,6 +150,28 @@ impl Run {
     }
 }
 
+/// Runs `binary` with `args` in `dir` with its stdout closed before it
+/// writes, as `| head` leaves it: what a command does with a reader gone.
+pub fn run_with_stdout_closed(binary: &Path, dir: &Path, args: &[&str]) -> Run {
+    let mut child = Command::new(binary)
+        .args(args)
+        .current_dir(dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    drop(child.stdout.take());
+    let output = child.wait_with_output().expect("the binary ends");
+    Run {
+        code: output
+            .status
+            .code()
+            .expect("the binary exits normally, not by a signal"),
+        stdout: String::new(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
 pub fn run_in(binary: &Path, dir: &Path, args: &[&str]) -> Run {
     let Output {
         status,

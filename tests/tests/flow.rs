@@ -589,19 +589,10 @@ fn a_closed_stdout_ends_flow_quietly() {
     for _ in 0..3 {
         run_support_triage(&dir, &[]);
     }
-    let mut child = std::process::Command::new(flow_path())
-        .args(["runs", "--db", "flow.db"])
-        .current_dir(dir.path())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Closed before the child has started writing.
-    drop(child.stdout.take());
-    let output = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    assert_eq!(output.status.code(), Some(141), "{stderr}");
+    let run =
+        flow_tests::run_with_stdout_closed(&flow_path(), dir.path(), &["runs", "--db", "flow.db"]);
+    assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+    assert_eq!(run.code, 141, "{}", run.stderr);
 }
 
 /// `flow run` runs what its file declares (the person runs their own file),

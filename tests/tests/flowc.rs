@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use flow_tests::{Run, TempDir, flowc_path, root, run_bounded, run_in};
+use flow_tests::{Run, TempDir, flowc_path, root, run_bounded, run_in, run_with_stdout_closed};
 
 fn flowc_in(dir: &Path, args: &[&str]) -> Run {
     run_in(&flowc_path(), dir, args)
@@ -1002,18 +1002,8 @@ fn a_closed_stdout_ends_flowc_quietly() {
         &["graph", support],
         &["test", "examples/", "--format", "json"],
     ] {
-        let mut child = std::process::Command::new(flowc_path())
-            .args(args)
-            .current_dir(root())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        // Closed before the child has started writing.
-        drop(child.stdout.take());
-        let output = child.wait_with_output().unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
-        assert_eq!(output.status.code(), Some(141), "{args:?}: {stderr}");
+        let run = run_with_stdout_closed(&flowc_path(), &root(), args);
+        assert!(!run.stderr.contains("panicked"), "{args:?}: {}", run.stderr);
+        assert_eq!(run.code, 141, "{args:?}: {}", run.stderr);
     }
 }
