@@ -79,8 +79,8 @@ struct InFlight {
     started_ms: u64,
     /// Its attempts that ended.
     attempts: Vec<Attempt>,
-    /// Whether an attempt's call is out now (else it waits to retry).
-    calling: bool,
+    /// When the call out now went out (`None`: it waits to retry).
+    calling_since: Option<u64>,
 }
 
 /// Runs (or resumes) the workflow `workflow` of `plan` with `input`.
@@ -544,9 +544,9 @@ impl<'p> Interpreter<'p> {
                 kind,
                 started_ms,
                 attempts: made.clone(),
-                // Set while it waits to retry, the rest of the time a call
-                // is out (or about to be).
-                calling: wait.is_zero(),
+                // Unset while it waits to retry, the rest of the time a
+                // call is out (or about to be).
+                calling_since: wait.is_zero().then_some(started_ms),
             },
         );
         let (result, attempts) = self
@@ -563,9 +563,13 @@ impl<'p> Interpreter<'p> {
     /// a redrive runs again: one that failed the run (a failure its
     /// `on_error` takes in is kept, as the steps after it saw it).
     fn redrives(&self, step: &Step, record: &StepRecord) -> bool {
+        // A failure the step's `on_error` took in stays as it was, since
+        // later steps saw it; one the workflow's deadline cut short never
+        // reached the policy.
+        let cut_short = record.attempts.last().is_some_and(|a| a.cut_short);
         record.status == StepStatus::Failed
             && record.round < self.round
-            && matches!(step.on_error, OnError::Fail)
+            && (matches!(step.on_error, OnError::Fail) || cut_short)
     }
 
     fn in_flight(&self) -> MutexGuard<'_, HashMap<String, InFlight>> {
@@ -592,16 +596,22 @@ impl<'p> Interpreter<'p> {
         );
         for (path, step) in cut {
             let mut attempts = step.attempts;
-            if step.calling {
+            // The attempt out, or the last one when the step waited to
+            // retry, is marked: the step's `on_error` never saw this
+            // failure, and a redrive runs the step again.
+            if let Some(called_ms) = step.calling_since {
                 attempts.push(Attempt {
                     index: attempts.len() as u32,
                     error: Some(format!("timeout: {}", error.message)),
                     delay_ms: None,
                     round: self.round,
                     repair: false,
-                    started_ms: None,
+                    started_ms: Some(called_ms),
                     ended_ms: Some(now_ms()),
+                    cut_short: true,
                 });
+            } else if let Some(last) = attempts.last_mut() {
+                last.cut_short = true;
             }
             let record = StepRecord {
                 path,
@@ -807,6 +817,7 @@ impl<'p> Interpreter<'p> {
                         repair: repairing.is_some(),
                         started_ms: Some(called_ms),
                         ended_ms: Some(answered_ms),
+                        cut_short: false,
                     });
                     return (Ok(output), attempts);
                 }
@@ -821,6 +832,7 @@ impl<'p> Interpreter<'p> {
                         repair: false,
                         started_ms: Some(called_ms),
                         ended_ms: Some(answered_ms),
+                        cut_short: false,
                     });
                     repair = error.repairable.take();
                     // Journaled before the repair goes out, as before a
@@ -845,13 +857,14 @@ impl<'p> Interpreter<'p> {
                         repair: repairing.is_some(),
                         started_ms: Some(called_ms),
                         ended_ms: Some(answered_ms),
+                        cut_short: false,
                     });
                     let Some(delay) = delay else {
                         return (Err(error), attempts);
                     };
                     if let Some(in_flight) = self.in_flight().get_mut(path) {
                         in_flight.attempts = attempts.clone();
-                        in_flight.calling = false;
+                        in_flight.calling_since = None;
                     }
                     let between = (step, path, kind, args, started_ms);
                     if let Err(error) = self.between_attempts(between, error, &attempts).await {
@@ -899,7 +912,7 @@ impl<'p> Interpreter<'p> {
     /// out. Only a retry takes the lock; the first attempt needs none.
     fn calling(&self, path: &str) {
         if let Some(in_flight) = self.in_flight().get_mut(path) {
-            in_flight.calling = true;
+            in_flight.calling_since = Some(now_ms());
         }
     }
 
@@ -1162,8 +1175,14 @@ fn merge_interrupts(current: Option<Interrupt>, next: Interrupt) -> Interrupt {
     }
 }
 
+/// The longest `Retry-After` honoured: a provider asking for more is
+/// waited on this long, and the workflow's timeout bounds the rest.
+const LONGEST_RETRY_AFTER_MS: u64 = 10 * 60 * 1000;
+
 /// `min(cap, first · 2^attempt + jitter)`, or the provider's `Retry-After`
-/// when it asks for more, within the cap. The jitter (up to a quarter of the
+/// when it asks for more, past the cap (up to `LONGEST_RETRY_AFTER_MS`): an
+/// attempt made sooner than the provider allows is refused again, and
+/// spends the retry budget for nothing. The jitter (up to a quarter of the
 /// delay) is derived from the call id, so a replay waits the same.
 fn backoff(step: &Step, attempt: u32, error: &StepError, call_id: &str) -> Duration {
     let first = step.retry.backoff_min_ms;
@@ -1173,7 +1192,7 @@ fn backoff(step: &Step, attempt: u32, error: &StepError, call_id: &str) -> Durat
     let mut delay = base.saturating_add(jitter).min(cap);
     if let Some(after) = error.retry_after {
         let after = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
-        delay = delay.max(after.min(cap));
+        delay = delay.max(after.min(LONGEST_RETRY_AFTER_MS));
     }
     Duration::from_millis(delay)
 }
