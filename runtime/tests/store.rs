@@ -92,6 +92,7 @@ on_each_store!(
     a_redrive_reruns_only_the_failed_iterations_of_a_loop,
     a_run_is_redriven_again_and_at_most_max_times,
     a_redrive_cut_short_goes_on_from_where_it_was,
+    a_step_the_deadline_cut_short_runs_again_whatever_its_policy,
     stored_bytes_count_an_accounts_data_only,
     a_parked_run_moves_to_another_plan_once,
     deployments_runs_and_documents_can_be_deleted,
@@ -181,6 +182,7 @@ async fn a_retrying_record_is_kept_until_its_step_ends(backend: Backend) {
                 repair: false,
                 started_ms: Some(1),
                 ended_ms: Some(2),
+                cut_short: false,
             })
             .collect(),
         started_ms: 1,
@@ -2560,6 +2562,58 @@ async fn a_redrive_cut_short_goes_on_from_where_it_was(backend: Backend) {
     assert_eq!(model.calls_of("s7"), 3, "s7 completed in the redrive, once");
     assert_eq!(model.calls_of("s8"), 2, "s8 was in flight when it was cut");
     assert_eq!(model.calls_of("s1"), 1);
+}
+
+/// Regression: a step with `on_error continue` (or a fallback) that the
+/// workflow's timeout cut short was, in a redrive, taken as a failure its
+/// policy had handled: the run went on past it, the step never asked again
+/// (and a fallback ran instead). Its policy never saw that failure.
+async fn a_step_the_deadline_cut_short_runs_again_whatever_its_policy(backend: Backend) {
+    let store = backend.open().await;
+    let source = r#"recipe r { model "m" input { q: string } output { a: string } prompt "{{input.q}}" }
+workflow w {
+  timeout 1s
+  step first = r { q: "first" }
+  step slow = r { q: "slow" } retry 1 timeout 50s on_error continue
+  step fell = r { q: "fell" } retry 1 timeout 50s on_error fallback {
+    step spare = r { q: "spare" }
+  }
+  step after = r { q: "after" }
+  output { a: step.after.a, slow: step.slow?.a ?? "none", fell: step.fell?.a ?? "none" }
+}"#;
+    let plan = created(&store, source, json!({})).await;
+    let model = Outage::default();
+    model.hung.lock().unwrap().insert("slow".to_string());
+    let model = Arc::new(model);
+    let failed = drive_with(&store, &plan, json!({}), &model).await;
+    assert!(
+        matches!(&failed, Outcome::Failed { error, .. } if error.kind == flow_runtime::error::ErrorKind::Timeout),
+        "{failed:?}"
+    );
+    let cut = record_of(&store, "slow").await;
+    let last = cut.attempts.last().expect("the attempt out");
+    assert!(last.cut_short && last.started_ms.is_some(), "{cut:?}");
+
+    model.over();
+    model.hung.lock().unwrap().insert("fell".to_string());
+    assert_eq!(store.redrive_run("run-1", None).await.unwrap(), Some(1));
+    let failed = drive_with(&store, &plan, json!({}), &model).await;
+    assert!(matches!(failed, Outcome::Failed { .. }), "{failed:?}");
+    assert_eq!(model.calls_of("slow"), 2, "asked again in the redrive");
+    assert_eq!(model.calls_of("spare"), 0, "no fallback for a cut step");
+
+    model.over();
+    assert_eq!(store.redrive_run("run-1", None).await.unwrap(), Some(2));
+    let done = drive_with(&store, &plan, json!({}), &model).await;
+    assert!(matches!(done, Outcome::Completed { .. }), "{done:?}");
+    assert_eq!(
+        model.calls_of("fell"),
+        2,
+        "asked again in the second redrive"
+    );
+    assert_eq!(model.calls_of("spare"), 0);
+    assert_eq!(model.calls_of("first"), 1);
+    assert_eq!(model.calls_of("after"), 1);
 }
 
 /// A parked run moves to another plan once, and the move is in its history;

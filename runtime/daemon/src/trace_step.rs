@@ -48,12 +48,15 @@ pub(crate) struct TraceAttempt {
     repair: bool,
     /// When the attempt's call went out and when its answer (or error)
     /// came, in milliseconds since the Unix epoch: what a timeline draws.
-    /// Absent in records written before attempts were timed, and the start
-    /// of a call that a workflow timeout cut short is not kept.
+    /// Absent in records written before attempts were timed.
     #[serde(skip_serializing_if = "Option::is_none")]
     started_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     ended_ms: Option<u64>,
+    /// The workflow's deadline ended this attempt, or the wait after it:
+    /// a redrive runs the step again, whatever its `on_error`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    cut_short: bool,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -92,6 +95,7 @@ impl From<Attempt> for TraceAttempt {
             repair: attempt.repair,
             started_ms: attempt.started_ms,
             ended_ms: attempt.ended_ms,
+            cut_short: attempt.cut_short,
         }
     }
 }
@@ -123,6 +127,7 @@ mod tests {
                 repair: true,
                 started_ms: Some(1),
                 ended_ms: None,
+                cut_short: false,
             }],
             started_ms: 1,
             ended_ms: 9,

@@ -67,12 +67,16 @@ pub struct Attempt {
     pub repair: bool,
     /// When the attempt's call went out and when its answer (or error)
     /// came, in milliseconds since the Unix epoch: what a timeline draws.
-    /// Absent in records written before attempts were timed, and the start
-    /// of a call that a workflow timeout cut short is not kept.
+    /// Absent in records written before attempts were timed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_ms: Option<u64>,
+    /// The workflow's deadline ended this attempt, or the wait after it:
+    /// the step's `on_error` never saw the failure, so a redrive runs the
+    /// step again whatever its policy.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cut_short: bool,
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -103,6 +103,9 @@ fn write_attempt(out: &mut String, attempt: &Attempt) {
     if attempt.repair {
         out.push_str(",\"repair\":true");
     }
+    if attempt.cut_short {
+        out.push_str(",\"cut_short\":true");
+    }
     if let Some(started_ms) = attempt.started_ms {
         out.push_str(",\"started_ms\":");
         json::write_u64(out, started_ms);
@@ -201,6 +204,8 @@ struct StoredAttemptRead {
     #[serde(default)]
     repair: bool,
     #[serde(default)]
+    cut_short: bool,
+    #[serde(default)]
     started_ms: Option<u64>,
     #[serde(default)]
     ended_ms: Option<u64>,
@@ -229,6 +234,7 @@ impl From<StoredRecord> for StepRecord {
                     repair: attempt.repair,
                     started_ms: attempt.started_ms,
                     ended_ms: attempt.ended_ms,
+                    cut_short: attempt.cut_short,
                 })
                 .collect(),
             started_ms: stored.started_ms,
@@ -261,6 +267,7 @@ mod tests {
                     repair: false,
                     started_ms: Some(10),
                     ended_ms: Some(20),
+                    cut_short: false,
                 },
                 Attempt {
                     index: 1,
@@ -270,6 +277,7 @@ mod tests {
                     repair: true,
                     started_ms: None,
                     ended_ms: None,
+                    cut_short: true,
                 },
             ],
             started_ms: 5,
