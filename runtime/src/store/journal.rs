@@ -212,10 +212,27 @@ impl<B: JournalBackend> StoreJournal<B> {
         self.backend.write(&self.run, write)
     }
 
+    /// Sends `write` and waits for its commit. A write that failed (but
+    /// for a lost hold) gives its records and new row back to what waits,
+    /// so that the next write stores them: taken and dropped, a record of
+    /// a completed step was lost while the run went on (a branch's record
+    /// sent with a sibling's attempt that the store failed, the run
+    /// completing once the store answered again).
+    async fn write_waited(&self, write: JournalWrite) -> Result<(), StoreError> {
+        let records = write.records.clone();
+        let start = write.start.clone();
+        let written = self.send(write).await;
+        if let Err(error) = &written
+            && !matches!(error, StoreError::LeaseLost)
+        {
+            self.memory.put_back(records, start);
+        }
+        self.settle(written)
+    }
+
     /// Writes what waits in memory, and waits for its commit.
     async fn write_unsent(&self) -> Result<(), StoreError> {
-        let written = self.send(self.memory.take_unsent());
-        self.settle(written.await)
+        self.write_waited(self.memory.take_unsent()).await
     }
 
     /// Writes what must be in the store before an attempt goes out, and
@@ -228,14 +245,13 @@ impl<B: JournalBackend> StoreJournal<B> {
     /// record: a `flow run` killed before its first step ended was lost.
     async fn write_before_attempt(&self) -> Result<(), StoreError> {
         let (write, wait) = self.memory.take_before_attempt();
-        let written = self.send(write);
         if !wait {
-            // Queued already; a row that failed to store fails the run's
-            // next write, which refers to it.
-            drop(written);
+            // Queued; a row that failed to store goes again with the
+            // next write waited for (it stays in what waits).
+            drop(self.send(write));
             return Ok(());
         }
-        self.settle(written.await)
+        self.write_waited(write).await
     }
 
     /// Writes what must be in the store before the run writes anything
@@ -243,8 +259,7 @@ impl<B: JournalBackend> StoreJournal<B> {
     /// its commit: under full durability everything that waits, under
     /// `durability approval` the run's row if it is new.
     async fn write_before_effect(&self) -> Result<(), StoreError> {
-        let written = self.send(self.memory.take_before_effect());
-        self.settle(written.await)
+        self.write_waited(self.memory.take_before_effect()).await
     }
 
     async fn renew(&self, active: Duration) -> Result<bool, StoreError> {
@@ -280,9 +295,8 @@ impl<B: JournalBackend> RunLog for StoreJournal<B> {
     fn finish(&self, end: RunEnd) -> StoreFuture<'_, bool> {
         let mut write = self.memory.take_unsent();
         write.end = Some(end);
-        let written = self.send(write);
         Box::pin(async move {
-            match self.settle(written.await) {
+            match self.write_waited(write).await {
                 Ok(()) => Ok(true),
                 Err(StoreError::LeaseLost) => Ok(false),
                 Err(error) => Err(error),
@@ -319,10 +333,7 @@ impl<B: JournalBackend> Journal for StoreJournal<B> {
             return Box::pin(std::future::ready(Err(StoreError::LeaseLost.into())));
         }
         match self.memory.remember(record) {
-            Some(write) => {
-                let written = self.send(write);
-                Box::pin(async move { Ok(self.settle(written.await)?) })
-            }
+            Some(write) => Box::pin(async move { Ok(self.write_waited(write).await?) }),
             None => Box::pin(async { Ok(()) }),
         }
     }
@@ -500,6 +511,20 @@ impl JournalMemory {
         now.then(|| std::mem::take(&mut *unsent))
     }
 
+    /// Gives back what a failed write took: its records go before those
+    /// that came since (a later record of a path replaces an earlier one in
+    /// the store, as in memory), its new row if none waits.
+    fn put_back(&self, records: Vec<Arc<StepRecord>>, start: Option<NewRun>) {
+        let mut unsent = lock(&self.unsent);
+        if !records.is_empty() {
+            let since = std::mem::replace(&mut unsent.records, records);
+            unsent.records.extend(since);
+        }
+        if unsent.start.is_none() {
+            unsent.start = start;
+        }
+    }
+
     /// What is to be written, taken: the run's row if not written yet, and
     /// the records in the order they came.
     fn take_unsent(&self) -> JournalWrite {
@@ -580,7 +605,7 @@ mod tests {
     /// A store that keeps what each write carried, as one line each:
     /// what shares a commit is what one write carries.
     #[derive(Default)]
-    struct Writes(Mutex<Vec<String>>);
+    struct Writes(Mutex<Vec<String>>, std::sync::atomic::AtomicBool);
 
     impl JournalBackend for Writes {
         fn lease(&self) -> Option<Duration> {
@@ -600,6 +625,12 @@ mod tests {
             );
             if let Some(end) = &write.end {
                 parts.push(format!("end:{}", end.status.as_str()));
+            }
+            // Set: this write fails, as a store whose connection dropped.
+            if self.1.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                return Box::pin(std::future::ready(Err(StoreError::Database(
+                    "connection closed".to_string(),
+                ))));
             }
             lock(&self.0).push(parts.join(" "));
             Box::pin(std::future::ready(Ok(())))
@@ -669,6 +700,43 @@ mod tests {
         assert!(journal.finish(end).await.unwrap());
         drop(journal);
         std::mem::take(&mut *lock(&writes.0))
+    }
+
+    /// Regression: a write the store failed took its records with it. A
+    /// branch's completed record, sent with a sibling's attempt that met a
+    /// dropped connection, was never stored, and the run went on (found by
+    /// killing PostgreSQL backends under load: completed runs with a hole).
+    #[tokio::test]
+    async fn a_failed_write_gives_its_records_to_the_next() {
+        let writes = Arc::new(Writes::default());
+        let journal = StoreJournal::fresh(Arc::clone(&writes), "run-1", "", None, Durability::Full);
+        let record = |path: &str| StepRecord {
+            path: path.to_string(),
+            step_id: path.to_string(),
+            kind: flow_plan::StepKind::Recipe,
+            status: StepStatus::Completed,
+            input: Value::Null,
+            output: None,
+            error: None,
+            attempts: Vec::new(),
+            started_ms: 1,
+            ended_ms: 2,
+            round: 0,
+        };
+        journal.record(record("a")).await.unwrap();
+        writes.1.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(journal.admit().await.is_err(), "the store failed the write");
+        journal.record(record("b")).await.unwrap();
+        let end = RunEnd {
+            status: RunStatus::Completed,
+            outcome: Value::Null,
+            active: Duration::ZERO,
+        };
+        assert!(journal.finish(end).await.unwrap());
+        assert_eq!(
+            std::mem::take(&mut *lock(&writes.0)),
+            ["a:completed b:completed", "end:completed"]
+        );
     }
 
     const RECIPE: &str =
