@@ -2685,3 +2685,131 @@ async fn stored_bytes_count_an_accounts_data_only(backend: Backend) {
     assert!(with_run >= deployed + 10_000, "{deployed} then {with_run}");
     assert_eq!(store.stored_bytes("globex").await.unwrap(), 0);
 }
+
+/// Regression (found by killing PostgreSQL's backends under load): a
+/// journal write that met a terminated connection failed, which failed its
+/// run for good (a tenth of the runs), and took the records it carried with
+/// it: a branch's completed step, sent with a sibling's attempt, was never
+/// stored while its run went on and completed. The writer now waits the
+/// lost connection out, and a failed write gives its records back. Here
+/// every backend of the store is terminated every few milliseconds while
+/// runs of parallel branches and a loop go: each completes with every
+/// step's record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_go_on_through_terminated_connections_and_keep_every_record() {
+    flow_tests::require!(Postgres);
+    let schema = TestSchema::new();
+    let application = schema.name().to_string();
+    let url = format!("{}&application_name={application}", schema.url());
+    let store: Arc<dyn Store> = PostgresStore::connect(&url).await.expect("connects");
+    let source = format!(
+        "{}\nworkflow w {{\n  for [\"a\", \"b\", \"c\", \"d\"] as each concurrency 2 {{\n    step per = r {{ q: loop_item }}\n  }}\n  parallel par {{\n    branch one {{ step p1 = r {{ q: \"1\" }}\n step p2 = r {{ q: step.p1.a }} }}\n    branch two {{ step p3 = r {{ q: \"3\" }}\n step p4 = r {{ q: step.p3.a }} }}\n  }}\n  step last = r {{ q: step.p4.a }}\n}}",
+        r#"recipe r { model "m" input { q: string } output { a: string } prompt "{{input.q}}" }"#
+    );
+    let plan = plan(&source);
+    store.put_plan(&plan).await.unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let killer = {
+        let stop = Arc::clone(&stop);
+        tokio::spawn(async move {
+            use flow_tests::postgres::tokio_postgres;
+            let (client, connection) =
+                tokio_postgres::connect(&flow_tests::postgres::server_url(), tokio_postgres::NoTls)
+                    .await
+                    .expect("connects");
+            tokio::spawn(connection);
+            let mut killed = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let rows = client
+                    .query(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+                        &[&application],
+                    )
+                    .await
+                    .expect("terminates");
+                killed += rows.len() as u64;
+                tokio::time::sleep(Duration::from_millis(15)).await;
+            }
+            killed
+        })
+    };
+    let mut completed = 0;
+    for n in 0..20 {
+        let id = format!("run-{n}");
+        // Outside the journal, a call that met a terminated connection
+        // fails (flowd answers 503 store_unavailable): asked again.
+        let mut row = None;
+        for _ in 0..200 {
+            let _ = store
+                .create_run(&id, "", "w", &plan.hash, &json!({}), None)
+                .await;
+            row = store.run(&id).await.ok().flatten();
+            if row.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let row = row.expect("the run is stored");
+        // A drive whose claim or first read met a terminated connection
+        // is an error of the store's (flowd retries those runs): again.
+        let mut outcome = Err(flow_runtime::runner::DriveError::Lost);
+        for _ in 0..50 {
+            outcome = flow_runtime::runner::drive(
+                &store,
+                &plan,
+                "w",
+                &row.id,
+                flow_runtime::runner::Invocation::Resume,
+                json!({}),
+                Arc::new(OfflineProvider::default()),
+                None,
+                None,
+                None,
+            )
+            .await;
+            if outcome.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if let Ok(Outcome::Completed { .. }) = outcome {
+            completed += 1;
+            // Read once the storm is over for this run: reads fail too.
+            let mut records = None;
+            for _ in 0..100 {
+                if let Ok(found) = store.step_records(&id).await {
+                    records = Some(found);
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let paths: std::collections::BTreeSet<String> = records
+                .expect("the records read")
+                .into_iter()
+                .map(|r| r.path)
+                .collect();
+            for path in [
+                "each[0]/per",
+                "each[1]/per",
+                "each[2]/per",
+                "each[3]/per",
+                "par/one/p1",
+                "par/one/p2",
+                "par/two/p3",
+                "par/two/p4",
+                "last",
+            ] {
+                assert!(
+                    paths.contains(path),
+                    "{id} completed without {path}: {paths:?}"
+                );
+            }
+        } else {
+            panic!("{id} did not complete: {outcome:?}");
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let killed = killer.await.unwrap();
+    assert!(killed > 0, "connections were terminated");
+    assert!(completed > 0);
+}

@@ -46,40 +46,74 @@ impl Append {
     }
 }
 
-/// Why a batch was not applied.
+/// Why a batch was not applied, and whether the connection to the
+/// database was lost (then the same batch is tried again, on another).
 pub(super) enum BatchError {
     /// A statement failed: nothing was written, and each write can be
     /// tried alone.
-    Statement(StoreError),
-    /// The commit itself failed: whether it was applied is unknown, so no
-    /// write is tried again (a `create_run` tried again would find its own
-    /// key and be answered as a retry of another).
-    Commit(StoreError),
+    Statement(StoreError, Lost),
+    /// The commit itself failed: whether it was applied is unknown, so a
+    /// `create_run` is not tried again (it would find its own key and be
+    /// answered as a retry of another); a journal write is, since writing
+    /// its records, its fenced end and its gates' notifications twice
+    /// leaves what writing them once does.
+    Commit(StoreError, Lost),
 }
+
+/// Whether a database error was the connection's loss.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) struct Lost(bool);
 
 impl BatchError {
     fn into_error(self) -> StoreError {
         match self {
-            BatchError::Statement(error) | BatchError::Commit(error) => error,
+            BatchError::Statement(error, _) | BatchError::Commit(error, _) => error,
         }
     }
+
+    fn connection_lost(&self) -> bool {
+        matches!(
+            self,
+            BatchError::Statement(_, Lost(true)) | BatchError::Commit(_, Lost(true))
+        )
+    }
+}
+
+/// Whether `error` says the connection was lost rather than the statement
+/// refused: closed or reset, the server ending it (`pg_terminate_backend`,
+/// a restart: SQLSTATE class 08 and 57P01-57P03).
+fn connection_lost(error: &tokio_postgres::Error) -> bool {
+    let ended = error.code().is_some_and(|code| {
+        let code = code.code();
+        code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03")
+    });
+    ended
+        || error.is_closed()
+        || std::error::Error::source(error).is_some_and(|source| source.is::<std::io::Error>())
 }
 
 impl From<tokio_postgres::Error> for BatchError {
     fn from(error: tokio_postgres::Error) -> BatchError {
-        BatchError::Statement(error.into())
+        let lost = Lost(connection_lost(&error));
+        BatchError::Statement(error.into(), lost)
     }
 }
 
 impl From<deadpool_postgres::PoolError> for BatchError {
     fn from(error: deadpool_postgres::PoolError) -> BatchError {
-        BatchError::Statement(error.into())
+        // No connection to be had (the server restarting, refusing): as lost.
+        let lost = match &error {
+            deadpool_postgres::PoolError::Backend(error) => connection_lost(error),
+            deadpool_postgres::PoolError::Timeout(_) => true,
+            _ => false,
+        };
+        BatchError::Statement(error.into(), Lost(lost))
     }
 }
 
 impl From<StoreError> for BatchError {
     fn from(error: StoreError) -> BatchError {
-        BatchError::Statement(error)
+        BatchError::Statement(error, Lost(false))
     }
 }
 
@@ -93,19 +127,45 @@ pub(super) async fn write_batches(
     const MAX_BATCH: usize = 4096;
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        match insert_records(&pool, &owner, lease, &batch).await {
+        // A lost connection (a backend terminated, a failover) is waited
+        // out, as SQLite's writer waits out a lock: failing the batch
+        // failed each run with a record in it, for an outage of moments.
+        let waited = std::time::Instant::now();
+        let mut pause = Duration::from_millis(20);
+        let outcome = loop {
+            match insert_records(&pool, &owner, lease, &batch).await {
+                Err(error)
+                    if error.connection_lost()
+                        && waited.elapsed() < crate::store::LONGEST_WRITE_WAIT =>
+                {
+                    tracing::warn!(
+                        writes = batch.len(),
+                        waited_secs = waited.elapsed().as_secs(),
+                        "the connection to PostgreSQL was lost ({}); the writes wait for another",
+                        error_text(&error)
+                    );
+                    if let BatchError::Commit(error, _) = &error {
+                        answer_creates(&mut batch, error);
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+                outcome => break outcome,
+            }
+        };
+        match outcome {
             Ok(written) => {
                 for (append, written) in batch.drain(..).zip(written) {
                     let _ = append.reply.send(Ok(written));
                 }
             }
-            Err(BatchError::Commit(error)) => {
+            Err(BatchError::Commit(error, _)) => {
                 for append in batch.drain(..) {
                     let _ = append.reply.send(Err(error.clone()));
                 }
             }
             // One faulty record must not fail the others: each alone.
-            Err(BatchError::Statement(_)) => {
+            Err(BatchError::Statement(..)) => {
                 for append in batch.drain(..) {
                     let result =
                         insert_records(&pool, &owner, lease, std::slice::from_ref(&append))
@@ -118,6 +178,24 @@ pub(super) async fn write_batches(
             }
         }
     }
+}
+
+fn error_text(error: &BatchError) -> String {
+    match error {
+        BatchError::Statement(error, _) | BatchError::Commit(error, _) => error.to_string(),
+    }
+}
+
+/// Answers the `create_run`s of a batch whose commit failed with `error`,
+/// and takes them out of it: whether they were stored is unknown.
+fn answer_creates(batch: &mut Vec<Append>, error: &StoreError) {
+    let (creates, journals): (Vec<Append>, Vec<Append>) = std::mem::take(batch)
+        .into_iter()
+        .partition(|append| matches!(append.what, Queued::Create(_)));
+    for append in creates {
+        let _ = append.reply.send(Err(error.clone()));
+    }
+    *batch = journals;
 }
 
 /// Applies a batch of writes in one transaction (one commit): the rows of
@@ -255,9 +333,10 @@ pub(super) async fn insert_records(
         .await?;
     }
     end_runs(&tx, owner, &admitted).await?;
-    tx.commit()
-        .await
-        .map_err(|error| BatchError::Commit(error.into()))?;
+    tx.commit().await.map_err(|error| {
+        let lost = Lost(connection_lost(&error));
+        BatchError::Commit(error.into(), lost)
+    })?;
     Ok(written)
 }
 

@@ -184,13 +184,15 @@ pub(super) fn write_batches(mut conn: Connection, queue: Receiver<Write>) {
         // (a `flow` command on the same file, a backup, a paused peer) is
         // waited out: failing the batch failed each run whose record it
         // held, for a lock that is released in time. A lock held past
-        // `LONGEST_LOCK_WAIT` fails the batch as before, so that a process
+        // `LONGEST_WRITE_WAIT` fails the batch as before, so that a process
         // that holds it for good (stopped, hung) stops this one too, with
         // the cause, rather than leaving every run waiting unseen.
         let waited = std::time::Instant::now();
         let written = loop {
             match write_batch(&mut conn, &batch) {
-                Err(error) if is_busy(&error) && waited.elapsed() < LONGEST_LOCK_WAIT => {
+                Err(error)
+                    if is_busy(&error) && waited.elapsed() < crate::store::LONGEST_WRITE_WAIT =>
+                {
                     tracing::warn!(
                         writes = batch.len(),
                         waited_secs = waited.elapsed().as_secs(),
@@ -216,10 +218,6 @@ pub(super) fn write_batches(mut conn: Connection, queue: Receiver<Write>) {
         }
     }
 }
-
-/// How long the writer waits out another connection's lock before it
-/// fails the batch it holds.
-const LONGEST_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Whether SQLite gave up waiting for another connection's lock
 /// (`SQLITE_BUSY`; `SQLITE_LOCKED` is a conflict within this connection,

@@ -848,6 +848,13 @@ impl RunChange {
     }
 }
 
+/// How long a store's journal writer waits for its database to take a
+/// batch before it fails the batch (and each run with a record in it):
+/// SQLite's lock held by another process, PostgreSQL's connection lost.
+/// Past it, a database gone for good stops the runs with the cause rather
+/// than leaving every run waiting unseen.
+pub(crate) const LONGEST_WRITE_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// Why `redrive_run` refused a run, told from its row as read before.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RedriveRefused {
