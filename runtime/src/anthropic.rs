@@ -37,7 +37,7 @@ impl AnthropicProvider {
             "max_tokens": 4096,
             "system": SYSTEM_PROMPT,
             "messages": conversation,
-            "tools": [{ "name": tool, "description": "Give the answer.", "input_schema": call.output_schema }],
+            "tools": [{ "name": tool, "description": "Give the answer.", "input_schema": crate::openai::wire_schema(call.output_schema) }],
             "tool_choice": { "type": "tool", "name": tool },
         });
         // The API's root, up to `/v1` or not: `/v1/v1/messages` is what the
@@ -54,9 +54,11 @@ impl AnthropicProvider {
         }
         let (reply, text) = send_for_json(request, &url, key, &body, call).await?;
         let blocks = reply["content"].as_array().map_or(&[][..], Vec::as_slice);
-        let said = blocks.iter().find_map(|b| b["text"].as_str());
+        // Text in several blocks is one text, as the API means it.
+        let texts: Vec<&str> = blocks.iter().filter_map(|b| b["text"].as_str()).collect();
+        let said = (!texts.is_empty()).then(|| texts.concat());
         if reply["stop_reason"] == "refusal" {
-            return Ok(Answer::Refused(said.unwrap_or_default().to_string()));
+            return Ok(Answer::Refused(said.unwrap_or_default()));
         }
         // The forced tool call carries the answer; a text block is the model
         // ignoring the tool, which the repair request then addresses. Of
@@ -68,7 +70,7 @@ impl AnthropicProvider {
             .find(|b| b["name"] == tool.as_str())
             .or_else(|| calls().next())
             .map(|b| b["input"].to_string())
-            .or_else(|| said.map(str::to_string));
+            .or(said);
         match (answer, reply["stop_reason"] == "max_tokens") {
             (answer, true) => Ok(Answer::Stopped {
                 text: answer.unwrap_or_default(),

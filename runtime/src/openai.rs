@@ -41,7 +41,7 @@ impl OpenAiProvider {
         call: &RecipeCall<'_>,
         conversation: &[Value],
     ) -> Result<Answer, StepError> {
-        let (schema, strict) = strict_schema(call.output_schema);
+        let (schema, strict) = strict_schema(&wire_schema(call.output_schema));
         let mut messages = vec![json!({ "role": "system", "content": SYSTEM_PROMPT })];
         messages.extend_from_slice(conversation);
         let body = json!({
@@ -283,14 +283,52 @@ where
 /// back: far past any answer that fits a recipe's output.
 const REPAIR_ANSWER_CHARS: usize = 64 * 1024;
 
+/// The schema a provider is sent for a recipe's output `schema`: as it is
+/// when it is an object's, else inside one (`{"value": ...}`), since
+/// OpenAI's strict structured output and Anthropic's tool input take an
+/// object at the root and refuse the request (a 400, not retried) for a
+/// recipe whose output is a `string` or a `list<...>`.
+pub(crate) fn wire_schema(schema: &Value) -> std::borrow::Cow<'_, Value> {
+    if schema.get("type").and_then(Value::as_str) == Some("object") {
+        return std::borrow::Cow::Borrowed(schema);
+    }
+    std::borrow::Cow::Owned(json!({
+        "type": "object",
+        "properties": { WIRE_VALUE: schema },
+        "required": [WIRE_VALUE],
+        "additionalProperties": false,
+    }))
+}
+
+/// The field of `wire_schema`'s object that holds a non-object answer.
+const WIRE_VALUE: &str = "value";
+
 fn parse_and_check(text: &str, schema: &Value) -> Result<Value, String> {
     let value: Value =
         serde_json::from_str(unfenced(text)).map_err(|e| format!("not JSON: {e}"))?;
     let mismatches = crate::schema::validate(schema, &value);
     if mismatches.is_empty() {
-        Ok(value)
-    } else {
-        Err(mismatches.to_string())
+        return Ok(value);
+    }
+    // A non-object answer comes in `wire_schema`'s object; a model that
+    // was not held to the schema may answer it bare, which is taken too.
+    if let Some(inner) = wire_value(schema, &value)
+        && crate::schema::validate(schema, inner).is_empty()
+    {
+        return Ok(inner.clone());
+    }
+    Err(mismatches.to_string())
+}
+
+/// The answer inside `wire_schema`'s object, when `schema` is not an
+/// object's and `value` is that object.
+fn wire_value<'v>(schema: &Value, value: &'v Value) -> Option<&'v Value> {
+    if schema.get("type").and_then(Value::as_str) == Some("object") {
+        return None;
+    }
+    match value.as_object() {
+        Some(fields) if fields.len() == 1 => fields.get(WIRE_VALUE),
+        _ => None,
     }
 }
 
@@ -298,8 +336,15 @@ fn parse_and_check(text: &str, schema: &Value) -> Result<Value, String> {
 /// output (Ollama's, llama.cpp's, a model ignoring the schema) put around
 /// JSON: "```json", the JSON, "```". What is inside is still parsed and
 /// checked against the schema; only the fence costs no repair request.
+/// A reasoning model's thoughts before the answer (`<think>...</think>`,
+/// as Ollama's DeepSeek-R1 and Qwen3 write them) are left out too.
 fn unfenced(text: &str) -> &str {
-    let text = text.trim();
+    let mut text = text.trim();
+    if let Some(thinking) = text.strip_prefix("<think>")
+        && let Some((_, answer)) = thinking.split_once("</think>")
+    {
+        text = answer.trim();
+    }
     let Some(opened) = text.strip_prefix("```") else {
         return text;
     };
@@ -480,6 +525,8 @@ fn refused_by_fence(error: &reqwest::Error) -> bool {
 }
 
 fn reply_json(url: &str, text: &str) -> Result<Value, StepError> {
+    // A byte-order mark is no part of JSON, but some servers send one.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     serde_json::from_str(text).map_err(|e| {
         StepError::new(
             ErrorKind::Server,
@@ -644,10 +691,45 @@ mod tests {
                 "Here it is: ```json\n{}\n```",
                 "Here it is: ```json\n{}\n```",
             ),
+            // A reasoning model's thoughts first, fenced or not after them.
+            (
+                "<think>\nHmm, {\"a\": 2}?\n</think>\n\n{\"a\": 1}",
+                "{\"a\": 1}",
+            ),
+            ("<think>x</think>```json\n{}\n```", "{}"),
+            ("<think>never closed {}", "<think>never closed {}"),
         ];
         for (text, inside) in cases {
             assert_eq!(unfenced(text), inside, "{text:?}");
         }
+    }
+
+    /// Regression: a recipe with `output string` or `output list<...>` was
+    /// sent a schema with a string or an array at the root, which OpenAI's
+    /// strict mode and Anthropic's tool input refuse (a 400, never
+    /// retried). Such a schema goes inside an object, whose `value` is the
+    /// answer; a bare answer (a model not held to the schema) is taken too.
+    #[test]
+    fn an_output_that_is_not_an_object_is_asked_for_inside_one() {
+        let record = json!({ "type": "object", "properties": { "a": { "type": "string" } } });
+        assert_eq!(*wire_schema(&record), record);
+        let list = json!({ "type": "array", "items": { "type": "string" } });
+        let wire = wire_schema(&list);
+        assert_eq!(wire["type"], "object");
+        assert_eq!(wire["properties"]["value"], list);
+        assert_eq!(wire["required"], json!(["value"]));
+        assert!(strict_schema(&wire).1, "strict mode holds it");
+        assert_eq!(
+            parse_and_check(r#"{"value": ["a", "b"]}"#, &list),
+            Ok(json!(["a", "b"]))
+        );
+        assert_eq!(parse_and_check(r#"["a"]"#, &list), Ok(json!(["a"])));
+        assert!(parse_and_check(r#"{"value": 3}"#, &list).is_err());
+        let text = json!({ "type": "string" });
+        assert_eq!(
+            parse_and_check(r#"{"value": "hi"}"#, &text),
+            Ok(json!("hi"))
+        );
     }
 
     #[test]
