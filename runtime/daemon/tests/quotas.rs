@@ -53,6 +53,55 @@ async fn an_accounts_steps_in_flight_bound_its_loops() {
     assert_eq!(server.most_at_once(), 3, "steps at once");
 }
 
+/// Regression: a step waiting out a rate limit held its place among the
+/// account's `steps_in_flight`, so that a provider limiting sixteen steps
+/// stalled every other run of the account for as long as it asked. The
+/// place is given back for the wait: with one place, the other branch's
+/// step runs while the first waits two seconds.
+#[tokio::test]
+async fn a_step_waiting_to_retry_holds_no_place() {
+    use flow_tests::fake_llm::Reply;
+    let server = FakeLlm::start(
+        vec![Reply::Answer(
+            429,
+            vec![("retry-after", "2")],
+            "slow down".into(),
+        )],
+        json!({ "text": "t" }),
+        Duration::from_millis(10),
+    )
+    .await;
+    let dir = TempDir::new("quota-backoff");
+    let flowd = Flowd::start_with(
+        &dir,
+        &config(
+            &server,
+            "steps_in_flight = 1
+llm_concurrency = 50
+",
+        ),
+    );
+    let source = format!(
+        "{RECIPE}workflow two {{\n  parallel p {{\n    branch one {{ step a = answer {{ q: \"a\" }} retry 3 backoff 1s..2s }}\n    branch two {{ step b = answer {{ q: \"b\" }} retry 3 backoff 1s..2s }}\n  }}\n}}\n"
+    );
+    flowd.deploy(ACME, &source).await;
+    let run = flowd
+        .start_run(ACME, json!({ "workflow": "two", "input": {} }))
+        .await;
+    let record = flowd
+        .settled_within(&run, ACME, Duration::from_secs(30))
+        .await;
+    assert_eq!(record["status"], "completed", "{record}");
+    let calls = server.calls();
+    assert_eq!(calls.len(), 3, "{calls:?}");
+    let (limited, other) = (&calls[0], &calls[1]);
+    assert_ne!(limited.prompt, other.prompt, "{calls:?}");
+    assert!(
+        other.at_ms < limited.at_ms + 1_000,
+        "the other step went during the wait: {calls:?}"
+    );
+}
+
 /// A start beyond the account's runs in flight answers 429 with
 /// `Retry-After`, and another account is not held back by it.
 #[tokio::test]

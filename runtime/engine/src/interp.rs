@@ -519,10 +519,7 @@ impl<'p> Interpreter<'p> {
                 .push(pending);
             return Err(Interrupt::Parked);
         }
-        let _place = match &self.services.steps {
-            Some(places) => places.acquire().await.ok(),
-            None => None,
-        };
+        let mut place = None;
         let (made, wait) = match retrying {
             // A redriven step goes at once.
             Some(record) if record.status == StepStatus::Failed => {
@@ -549,9 +546,15 @@ impl<'p> Interpreter<'p> {
                 calling_since: wait.is_zero().then_some(started_ms),
             },
         );
+        if wait.is_zero() {
+            place = self.step_place().await;
+        }
         let (result, attempts) = self
-            .attempts(step, &path, &args, ctx, kind, started_ms, made, wait)
+            .attempts(
+                step, &path, &args, ctx, kind, started_ms, made, wait, &mut place,
+            )
             .await;
+        drop(place);
         // Out of the table before its record is queued, in the same poll:
         // a workflow timeout finds either the step or its record.
         self.in_flight().remove(&path);
@@ -751,6 +754,7 @@ impl<'p> Interpreter<'p> {
         started_ms: u64,
         made: Vec<Attempt>,
         wait: Duration,
+        place: &mut Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> (Result<Option<Value>, StepError>, Vec<Attempt>) {
         let mut attempts = made;
         // Every attempt has its own index (its call's identity); the retry
@@ -764,6 +768,7 @@ impl<'p> Interpreter<'p> {
         let mut repair: Option<Repair> = None;
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
+            *place = self.step_place().await;
             self.calling(path);
         }
         loop {
@@ -870,7 +875,12 @@ impl<'p> Interpreter<'p> {
                     if let Err(error) = self.between_attempts(between, error, &attempts).await {
                         return (Err(error), attempts);
                     }
+                    // The account's place is given back for the wait: a
+                    // step waiting out a rate limit held it, and a provider
+                    // limiting every step stalled the account's other runs.
+                    *place = None;
                     tokio::time::sleep(delay).await;
+                    *place = self.step_place().await;
                     self.calling(path);
                     // A repair request that failed on the way (a timeout, a
                     // 503) is asked again, not a fresh answer that would
@@ -906,6 +916,14 @@ impl<'p> Interpreter<'p> {
             round: self.round,
         };
         self.services.journal.record(retrying).await
+    }
+
+    /// A place among the account's steps executing at once (flowd's
+    /// `steps_in_flight`), held while an attempt runs, not while a step
+    /// waits to retry; none where there is no such bound.
+    async fn step_place(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let places = self.services.steps.as_ref()?;
+        Arc::clone(places).acquire_owned().await.ok()
     }
 
     /// Notes that the step at `path` is done waiting: its next call goes
