@@ -295,6 +295,7 @@ fn b3_sequential(runtime: &tokio::runtime::Runtime, quick: bool) {
                     workflow: "gated".to_string(),
                     plan_hash: gated.hash.clone(),
                     input: input.clone(),
+                    provider: None,
                 },
             };
             let outcome = drive(format!("run-{i}"), start).await;
@@ -623,6 +624,7 @@ fn b1_sequential(runtime: &tokio::runtime::Runtime, quick: bool) {
                     workflow: "ten".to_string(),
                     plan_hash: ten.hash.clone(),
                     input: input.clone(),
+                    provider: None,
                 },
             };
             let outcome = flow_runtime::runner::drive(

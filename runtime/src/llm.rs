@@ -128,9 +128,12 @@ pub fn check_http_url(text: &str) -> Result<(), String> {
     }
 }
 
-/// The configured provider, or `None` when none is configured. An unknown
-/// provider name is an error.
-pub fn provider_from_env() -> Result<Option<Arc<dyn Provider>>, String> {
+/// A configured provider and its kind (`openai`, `anthropic`).
+pub type Configured = (&'static str, Arc<dyn Provider>);
+
+/// The configured provider and its kind, or `None` when none is
+/// configured. An unknown provider name is an error.
+pub fn provider_from_env() -> Result<Option<Configured>, String> {
     let kind = std::env::var("FLOW_LLM_PROVIDER").unwrap_or_else(|_| "openai".to_string());
     let base_url = std::env::var("FLOW_LLM_BASE_URL").ok();
     let models = models_from_env();
@@ -147,7 +150,7 @@ pub fn provider_from_env() -> Result<Option<Arc<dyn Provider>>, String> {
                 api_key,
                 models,
             })?;
-            Ok(Some(Arc::new(provider)))
+            Ok(Some(("openai", Arc::new(provider))))
         }
         "anthropic" => {
             let api_key = std::env::var("FLOW_LLM_API_KEY")
@@ -159,7 +162,7 @@ pub fn provider_from_env() -> Result<Option<Arc<dyn Provider>>, String> {
                 api_key,
                 models,
             })?;
-            Ok(Some(Arc::new(provider)))
+            Ok(Some(("anthropic", Arc::new(provider))))
         }
         other => Err(format!(
             "FLOW_LLM_PROVIDER is `{other}`; the providers are `openai` and `anthropic`"

@@ -743,6 +743,7 @@ async fn a_run_started_by_its_first_write_is_stored_with_its_steps_and_end(backe
             workflow: "w".to_string(),
             plan_hash: plan.hash.clone(),
             input: json!({}),
+            provider: None,
         },
     };
     let parked = drive(

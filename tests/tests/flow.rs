@@ -391,6 +391,21 @@ fn a_killed_run_resumes_without_repeating_completed_steps() {
     child.kill().expect("SIGKILL");
     child.wait().expect("the child is reaped");
 
+    // Regression: a shell without the provider's settings finished the run
+    // with the offline provider's made-up answers, `completed`.
+    let offline = std::process::Command::new(flow_path())
+        .args(["recover", "--json"])
+        .current_dir(chain.dir.path())
+        .env_remove("FLOW_LLM_BASE_URL")
+        .output()
+        .expect("flow recover runs");
+    let said = String::from_utf8_lossy(&offline.stderr);
+    assert_eq!(offline.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("began answered by the `openai` provider, and none is configured here"),
+        "{said}"
+    );
+
     let recovered = flow(&["recover", "--json"])
         .output()
         .expect("flow recover runs");

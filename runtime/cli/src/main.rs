@@ -46,7 +46,9 @@ use flow_runtime::offline::OfflineProvider;
 use flow_runtime::runner::{self, Observer, RunRecord};
 use flow_runtime::services::Provider;
 use flow_runtime::sqlite::SqliteStore;
-use flow_runtime::store::{KbQuery, NO_ACCOUNT, NewRun, RunQuery, RunRow, RunStatus, Store};
+use flow_runtime::store::{
+    KbQuery, NO_ACCOUNT, NewRun, RunChange, RunQuery, RunRow, RunStatus, Store,
+};
 use lists::{GateLine, RunLine};
 use serde_json::{Value, json};
 use style::{DEFAULT_DB, Paint};
@@ -443,6 +445,8 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
                     workflow: workflow.clone(),
                     plan_hash: plan.hash.clone(),
                     input: input.clone(),
+                    // Set by `execute`, which chooses the provider.
+                    provider: None,
                 },
             };
             execute(
@@ -461,6 +465,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
         } => {
             let store = open_existing_store(&db)?;
             let row = find_run(&store, &run, &db).await?;
+            answerable_here(&store, &run).await?;
             // The plan before the decision, which makes the run this
             // process's: nothing that can fail comes between it and the run.
             let plan = store.plan(&row.plan_hash).await.map_err(store_error)?;
@@ -540,6 +545,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
         } => {
             let store = open_existing_store(&db)?;
             let row = find_run(&store, &run, &db).await?;
+            answerable_here(&store, &run).await?;
             let plan = match &to {
                 None => store.plan(&row.plan_hash).await.map_err(store_error)?,
                 Some(file) => version_for(&store, &row, file).await?,
@@ -1042,6 +1048,37 @@ fn print_trace(
     out!("{}", text.trim_end());
 }
 
+/// The kind of provider this process answers recipes with: the one the
+/// environment configures, else `offline`.
+fn provider_kind() -> Result<&'static str> {
+    Ok(flow_runtime::llm::provider_from_env()
+        .map_err(usage)?
+        .map_or("offline", |(kind, _)| kind))
+}
+
+/// Refuses to go on with `run_id` in a process with no provider configured
+/// when the run began answered by a real one: its next steps would get the
+/// offline provider's made-up answers, and the run complete as if they
+/// were the model's (a `flow recover` in a shell without FLOW_LLM_* did).
+async fn answerable_here(store: &Arc<dyn Store>, run_id: &str) -> Result<()> {
+    if provider_kind()? != "offline" {
+        return Ok(());
+    }
+    let history = store.run_history(run_id).await.map_err(store_error)?;
+    let began = history.iter().find_map(|change| match change {
+        RunChange::Began { provider, .. } => Some(provider.as_str()),
+        _ => None,
+    });
+    match began {
+        Some(provider) if provider != "offline" => Err(usage(format!(
+            "run {run_id} began answered by the `{provider}` provider, and none is configured here: \
+             its next steps would get the offline provider's made-up answers; set FLOW_LLM_BASE_URL \
+             (and FLOW_LLM_PROVIDER, FLOW_LLM_API_KEY) as when it began"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Runs (or resumes) a run and reports it; the exit code says how it ended.
 #[allow(clippy::too_many_arguments)] // reason: what one run needs; each caller has them at hand
 async fn execute(
@@ -1057,8 +1094,15 @@ async fn execute(
     json: bool,
     seed: u64,
 ) -> Result<u8> {
+    let mut invocation = invocation;
+    match &mut invocation {
+        // The kind that answers it is kept in its history (`answerable_here`).
+        runner::Invocation::Start { run, .. } => run.provider = Some(provider_kind()?.to_string()),
+        runner::Invocation::Resume => answerable_here(store, run_id).await?,
+        runner::Invocation::Created { .. } => {}
+    }
     let provider: Arc<dyn Provider> = match flow_runtime::llm::provider_from_env().map_err(usage)? {
-        Some(provider) => provider,
+        Some((_, provider)) => provider,
         None => {
             eprintln!(
                 "flow: no LLM provider is configured (set FLOW_LLM_BASE_URL); recipes answer with the offline provider's fabricated outputs"

@@ -365,6 +365,7 @@ async fn insert_runs(
                         input,
                         None,
                     );
+                    columns.histories.push(start.history());
                 }
             }
             Queued::Create(run) => creates.push(run),
@@ -382,6 +383,7 @@ async fn insert_runs(
             &run.input,
             run.idempotency_key.as_deref(),
         );
+        columns.histories.push("[]".to_string());
     }
     if columns.ids.is_empty() {
         return Ok(Default::default());
@@ -390,11 +392,11 @@ async fn insert_runs(
         .prepare_cached(
             "WITH stored AS (
                  INSERT INTO runs (id, account, workflow, plan_hash, status, input, created_ms,
-                     updated_ms, owner, lease_until, idempotency_key)
+                     updated_ms, owner, lease_until, idempotency_key, history)
                  SELECT n.id, n.account, n.workflow, n.plan_hash, 'running', n.input, $7, $7, $8,
-                     now() + $9 * interval '1 millisecond', n.key
+                     now() + $9 * interval '1 millisecond', n.key, n.history
                  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
-                     $6::text[]) AS n(id, account, workflow, plan_hash, input, key)
+                     $6::text[], $10::text[]) AS n(id, account, workflow, plan_hash, input, key, history)
                  -- A key another run took, or a new run's row sent before
                  -- (alone, as its first attempt went out): nothing.
                  ON CONFLICT DO NOTHING
@@ -415,6 +417,7 @@ async fn insert_runs(
                 &now_ms(),
                 &owner,
                 &millis(lease),
+                &columns.histories,
             ],
         )
         .await?
@@ -471,6 +474,8 @@ struct NewRunColumns<'a> {
     plan_hashes: Vec<&'a str>,
     inputs: Vec<&'a str>,
     keys: Vec<Option<&'a str>>,
+    /// Each run's history as stored: `NewRun::history`, pushed beside.
+    histories: Vec<String>,
 }
 
 impl<'a> NewRunColumns<'a> {

@@ -314,8 +314,8 @@ pub(super) fn write_journal(
         let inserted = tx.prepare_cached(
             // A new run's row goes out alone as its first attempt does, and
             // again with its next write waited for: the second does nothing.
-            "INSERT INTO runs (id, workflow, plan_hash, status, input, created_ms, updated_ms, owner, account)
-             VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?5, ?6, ?7)
+            "INSERT INTO runs (id, workflow, plan_hash, status, input, created_ms, updated_ms, owner, account, history)
+             VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?5, ?6, ?7, ?8)
              ON CONFLICT (id) DO NOTHING",
         ).and_then(|mut statement| statement.execute(params![
                 run.id,
@@ -325,6 +325,7 @@ pub(super) fn write_journal(
                 now_ms(),
                 owner(),
                 run.account,
+                start.history(),
             ]));
         match inserted {
             Err(error) if tx.is_autocommit() => return Err(error),

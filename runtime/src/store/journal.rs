@@ -59,6 +59,26 @@ pub struct NewRun {
     pub workflow: String,
     pub plan_hash: String,
     pub input: Value,
+    /// The kind of provider that answers its recipes, kept in its history
+    /// as `RunChange::Began` when given.
+    pub provider: Option<String>,
+}
+
+impl NewRun {
+    /// The run's history as its row is stored: its `Began`, if any.
+    pub fn history(&self) -> String {
+        match &self.provider {
+            Some(provider) => format!(
+                "[{}]",
+                super::RunChange::Began {
+                    at_ms: crate::time::now_stored_ms(),
+                    provider: provider.clone(),
+                }
+                .to_json()
+            ),
+            None => "[]".to_string(),
+        }
+    }
 }
 
 /// How an invocation of a run ended: written with its last records.
@@ -676,6 +696,7 @@ mod tests {
             workflow: "w".to_string(),
             plan_hash: plan.hash.clone(),
             input: Value::Null,
+            provider: None,
         };
         let journal = Arc::new(StoreJournal::fresh(
             Arc::clone(&writes),

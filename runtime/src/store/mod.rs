@@ -812,6 +812,12 @@ pub const MAX_REDRIVES: u32 = 10;
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RunChange {
+    /// Started, its recipes answered by `provider` (`offline`, `openai`,
+    /// `anthropic`): a resumption by a process answering with another kind
+    /// is told apart (`flow recover` without a provider configured would
+    /// have finished a real model's run with the offline provider's
+    /// made-up answers).
+    Began { at_ms: i64, provider: String },
     /// Redriven (`redrive_run`): its `round`.
     Redriven { at_ms: i64, round: u32 },
     /// Moved to another plan (another version of its workflow).
