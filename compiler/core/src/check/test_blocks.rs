@@ -107,6 +107,7 @@ pub(crate) fn check_test(
     for expect in &decl.expects {
         checker.expect(expect);
     }
+    checker.output_beside_status(&decl.expects);
     info
 }
 
@@ -510,6 +511,34 @@ impl<'a> TestChecker<'a> {
             .recipes
             .get(recipe)
             .map_or(Ty::Any, |info| info.output.clone())
+    }
+
+    /// An `expect output` beside an `expect status` that ends the run with
+    /// none (parked, failed) cannot hold, whatever the run does.
+    fn output_beside_status(&mut self, expects: &[Expect]) {
+        let Some(status) = expects.iter().find_map(|expect| match &expect.kind {
+            ExpectKind::Status(status) if matches!(status.text.as_str(), "parked" | "failed") => {
+                Some(status)
+            }
+            _ => None,
+        }) else {
+            return;
+        };
+        for expect in expects {
+            if let ExpectKind::Output { .. } = expect.kind {
+                self.diagnostics.push(
+                    Diagnostic::new(
+                        Code::BadExpectation,
+                        self.file,
+                        expect.span,
+                        format!("a run that ends {} has no output", status.text),
+                    )
+                    .label("cannot hold")
+                    .secondary(self.file, status.span, "the run is expected to end so here")
+                    .hint("expect what the run did instead (`expect ran step.x with { ... }`), or drop one of the two"),
+                );
+            }
+        }
     }
 
     fn expect(&mut self, expect: &Expect) {
