@@ -384,6 +384,13 @@ flow_plan::code_table! {
     /// }
     /// ```
     SharedIdempotencyKey = ("W306", "shared-idempotency-key", Warning, "an idempotency key that every iteration of a loop shares");
+    /// A union writes the same string twice: the enum holds it once, and
+    /// the second was likely meant to be another variant.
+    ///
+    /// ```flow
+    /// type Priority = "low" | "medium" | "low"   // "high"?
+    /// ```
+    RepeatedVariant = ("W307", "repeated-variant", Warning, "a union writes the same variant twice");
 
     /// A `test` names a workflow that neither its file nor the files it
     /// imports declare. A test of a workflow in another file imports it:

@@ -816,8 +816,27 @@ fn union(
     // The variants copied from the enums that other types name: those
     // written here are paid for in source.
     let mut copied = 0usize;
+    // The literals written here, to tell one written twice.
+    let mut written: HashMap<&str, Span> = HashMap::new();
     for (ty, alternative) in resolved.iter().zip(alternatives) {
         optional |= ty.is_optional();
+        if let TypeExprKind::Literal(text) = &alternative.kind {
+            if let Some(first) = written.get(text.as_str()) {
+                diagnostics.push(
+                    Diagnostic::new(
+                        Code::RepeatedVariant,
+                        file,
+                        alternative.span,
+                        format!("the union writes \"{text}\" twice"),
+                    )
+                    .label("written before")
+                    .secondary(file, *first, "first here")
+                    .hint("the enum holds it once: was another variant meant?"),
+                );
+            } else {
+                written.insert(text, alternative.span);
+            }
+        }
         match ty.required() {
             Ty::Enum(variants) => {
                 if !matches!(alternative.kind, TypeExprKind::Literal(_)) {
