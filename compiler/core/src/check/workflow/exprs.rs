@@ -194,15 +194,22 @@ impl<'e, 'd> Checker<'e, 'd> {
             ExprKind::Not(inner) => {
                 let ty = self.expr(inner, false);
                 if !matches!(ty, Ty::Bool | Ty::Any | Ty::Json) {
-                    self.push(
-                        Diagnostic::new(
-                            Code::TypeMismatch,
-                            self.file,
-                            inner.span,
-                            format!("`!` needs a `bool`, found `{}`", self.env.show(&ty)),
-                        )
-                        .label("not a boolean"),
-                    );
+                    let mut diagnostic = Diagnostic::new(
+                        Code::TypeMismatch,
+                        self.file,
+                        inner.span,
+                        format!("`!` needs a `bool`, found `{}`", self.env.show(&ty)),
+                    )
+                    .label("not a boolean");
+                    // `!x ?? true` reads as `(!x) ?? true`: the default
+                    // goes inside.
+                    if ty == Ty::Bool.optional() {
+                        diagnostic = diagnostic.hint("give the absent value a default first: `!(x ?? false)`");
+                    }
+                    self.push(diagnostic);
+                    // No type for an expression in error: what reads it
+                    // (a `??` after it) is not judged on a guess.
+                    return Ty::Any;
                 }
                 Ty::Bool
             }
