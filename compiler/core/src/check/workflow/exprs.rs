@@ -204,7 +204,8 @@ impl<'e, 'd> Checker<'e, 'd> {
                     // `!x ?? true` reads as `(!x) ?? true`: the default
                     // goes inside.
                     if ty == Ty::Bool.optional() {
-                        diagnostic = diagnostic.hint("give the absent value a default first: `!(x ?? false)`");
+                        diagnostic = diagnostic
+                            .hint("give the absent value a default first: `!(x ?? false)`");
                     }
                     self.push(diagnostic);
                     // No type for an expression in error: what reads it

@@ -355,9 +355,24 @@ impl<'e, 'd> Checker<'e, 'd> {
                     NotRun::Container(Container::IfBranch { span, .. }) => diagnostic
                         .secondary(self.file, span, "it runs only in a branch of this `if`")
                         .hint(optional.clone()),
-                    NotRun::Container(Container::LoopBody { id: loop_id, span }) => diagnostic
-                        .secondary(self.file, span, format!("it runs once per item of loop `{loop_id}`"))
-                        .hint(format!("after the loop, `step.{loop_id}` is the list of iteration outputs: `step.{loop_id}[0].{}{rest}` reads the first", step.id)),
+                    NotRun::Container(Container::LoopBody { id: loop_id, span }) => {
+                        // Through each loop nested in this one down to the
+                        // step: an iteration holds a nested loop's list.
+                        let mut through = format!("step.{loop_id}[0]");
+                        let inner = step
+                            .containers
+                            .iter()
+                            .skip_while(|c| !matches!(c, Container::LoopBody { id, .. } if *id == loop_id))
+                            .skip(1);
+                        for container in inner {
+                            if let Container::LoopBody { id, .. } = container {
+                                through.push_str(&format!(".{id}[0]"));
+                            }
+                        }
+                        diagnostic
+                            .secondary(self.file, span, format!("it runs once per item of loop `{loop_id}`"))
+                            .hint(format!("after the loop, `step.{loop_id}` is the list of iteration outputs: `{through}.{}{rest}` reads the first", step.id))
+                    }
                     NotRun::Container(Container::ParallelBranch { parallel, branch, span }) => {
                         // A `parallel` whose name is missing (an error of its own) is "the parallel".
                         let parallel = match parallel.as_str() {
