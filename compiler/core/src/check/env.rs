@@ -115,7 +115,11 @@ pub(crate) fn build(files: &[LoadedFile], diagnostics: &mut Vec<Diagnostic>) -> 
             false
         }
     };
-    for (index, loaded) in files.iter().enumerate() {
+    // Imported files first, the root last (files are loaded root first,
+    // then what each imports): a name the root declares again is the
+    // root's mistake, reported where it is being edited, and an imported
+    // type's own uses keep its file's declaration, not the root's.
+    for (index, loaded) in files.iter().enumerate().rev() {
         let file = FileId(index as u32);
         for item in &loaded.tree.items {
             match item {
