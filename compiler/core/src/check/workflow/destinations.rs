@@ -43,9 +43,16 @@ impl<'e, 'd> Checker<'e, 'd> {
             }
             seen.push(text);
         }
-        let completed_only = destination.events.iter().all(|e| e.text == "completed");
+        let without_output: Vec<String> = destination
+            .events
+            .iter()
+            .filter(|e| e.text != "completed")
+            .map(|e| format!("`{}`", e.text))
+            .collect();
         self.destination = Some(DestinationScope {
-            output: completed_only.then_some(output),
+            output: without_output.is_empty().then_some(output),
+            also_completed: destination.events.iter().any(|e| e.text == "completed"),
+            without_output: shown_list(without_output.into_iter()),
         });
         let mut names: Vec<(&StringLit, &str)> = Vec::new();
         match &destination.target {
@@ -98,6 +105,15 @@ impl<'e, 'd> Checker<'e, 'd> {
                     "the workflow's output".into()
                 })),
                 None => {
+                    let label = match scope.also_completed {
+                        true => format!(
+                            "this destination is also delivered on {}",
+                            scope.without_output
+                        ),
+                        false => {
+                            format!("this destination is delivered on {}", scope.without_output)
+                        }
+                    };
                     self.push(
                         Diagnostic::new(
                             Code::BadDestination,
@@ -105,7 +121,7 @@ impl<'e, 'd> Checker<'e, 'd> {
                             path.root.span,
                             "`output` is only there when the run completed",
                         )
-                        .label("this destination is also delivered on other events")
+                        .label(label)
                         .hint("read `output` in a `deliver on completed` destination, and `workflow_input` in one for other events"),
                     );
                     Some(Ty::Any)

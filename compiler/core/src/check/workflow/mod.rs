@@ -412,6 +412,11 @@ struct Checker<'e, 'd> {
 /// failed, cancelled or parked run has none).
 struct DestinationScope {
     output: Option<Ty>,
+    /// Whether the destination is delivered on `completed` too, and the
+    /// other events it is delivered on (with no output), as a message
+    /// names them.
+    also_completed: bool,
+    without_output: String,
 }
 
 /// Where the text of `step` ends: its record or its last option. Its span
