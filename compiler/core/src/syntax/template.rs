@@ -149,7 +149,12 @@ impl Builder<'_> {
                                 "`{{` is not closed by `}}`",
                             )
                             .label("this reference is not closed")
-                            .hint("close it with `}}`, or write a literal `{{` as `\\{\\{`"),
+                            .hint(if escapes {
+                                "close it with `}}`, or write a literal `{{` as `\\{{`"
+                            } else {
+                                // A raw string has no escapes.
+                                "close it with `}}`; a literal `{{` goes in a plain string, as `\\{{`"
+                            }),
                         );
                         return;
                     }
