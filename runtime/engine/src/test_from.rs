@@ -212,11 +212,15 @@ fn answers(record: &StepRecord, schema: Option<&Value>) -> Vec<String> {
 fn failure(attempt: &Attempt) -> Option<String> {
     let error = attempt.error.as_deref()?;
     let (kind, message) = error.split_once(": ").unwrap_or((error, ""));
+    // The status as a provider's error says it (`URL answered 500
+    // Internal Server Error: ...`) or a mock's (`HTTP 500 (mocked)`).
     let status = |default: u16| {
-        message
-            .split_once("HTTP ")
-            .and_then(|(_, rest)| rest.get(..3))
-            .and_then(|code| code.parse::<u16>().ok())
+        ["answered ", "HTTP "]
+            .iter()
+            .find_map(|marker| {
+                let (_, rest) = message.split_once(marker)?;
+                rest.get(..3)?.parse::<u16>().ok()
+            })
             .unwrap_or(default)
     };
     let what = match kind {
@@ -440,6 +444,45 @@ mod tests {
             Some("approve by \"billing-leads\"")
         );
         assert_eq!(decision(&decided("")).as_deref(), Some("expire"));
+    }
+
+    /// Regression: a provider's 500 was written `fails 503` and its 401
+    /// `fails 400`: the status was looked for as a mock says it only.
+    #[test]
+    fn a_failure_keeps_its_status() {
+        let attempt = |error: &str| Attempt {
+            index: 0,
+            error: Some(error.to_string()),
+            delay_ms: None,
+            round: 0,
+            repair: false,
+            started_ms: None,
+            ended_ms: None,
+            cut_short: false,
+        };
+        let cases = [
+            (
+                "server: http://x/v1/chat/completions answered 500 Internal Server Error: boom",
+                "fails 500",
+            ),
+            (
+                "client: http://x/v1/chat/completions answered 401 Unauthorized: no",
+                "fails 401",
+            ),
+            ("server: HTTP 502 (mocked)", "fails 502"),
+            ("server: the reply has no content", "fails 503"),
+            (
+                "rate_limited: http://x answered 429 Too Many Requests",
+                "fails 429",
+            ),
+        ];
+        for (error, written) in cases {
+            assert_eq!(
+                failure(&attempt(error)).as_deref(),
+                Some(written),
+                "{error}"
+            );
+        }
     }
 
     #[test]
