@@ -336,9 +336,20 @@ fn code(
                     && let Some(workflow) = tested_at(checked, offset)
                 {
                     // `mock step.|`, `decide step.|`, `expect ran step.|` in a
-                    // test: the steps of the workflow it runs.
+                    // test: the steps of the workflow it runs, those the
+                    // member applies to (E402 otherwise).
+                    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+                    let member = text[line_start..start].split_whitespace().next();
+                    let fits = |kind: &StepKind| match member {
+                        Some("mock") => matches!(
+                            kind,
+                            StepKind::Recipe(_) | StepKind::Browser(_) | StepKind::Unknown
+                        ),
+                        Some("decide") => matches!(kind, StepKind::Approval { .. }),
+                        _ => kind.is_step(),
+                    };
                     for step in &workflow.steps {
-                        if step.kind.is_step() {
+                        if fits(&step.kind) {
                             items.push(step_item(env, step));
                         }
                     }
