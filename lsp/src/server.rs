@@ -272,7 +272,10 @@ fn diagnostics(
         .map(|d| {
             let range = lines.range(text, d.primary.span, encoding);
             let mut message = d.message.clone();
-            if !d.primary.message.is_empty() {
+            // The label, unless the message says it already (`expected
+            // `import`, ..., found `zz`` under the label `expected `import`,
+            // ...`).
+            if !d.primary.message.is_empty() && !d.message.contains(&d.primary.message) {
                 message.push_str(&format!(" ({})", d.primary.message));
             }
             for hint in &d.hints {
