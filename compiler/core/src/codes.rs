@@ -450,7 +450,9 @@ flow_plan::code_table! {
     /// A test decides an approval by someone its gate does not name among
     /// the `approvers` it writes out: the run refuses the decision (as
     /// flowd refuses anyone else's), so the test could not go on as
-    /// written. Addresses compare without regard to case.
+    /// written. Addresses compare without regard to case; a test knows no
+    /// group's members, so an address decides as a member of the gate's
+    /// groups when it names any.
     ///
     /// ```flow
     /// step review = approval { approvers: ["ana@acme.io"] message: "Ok?" }

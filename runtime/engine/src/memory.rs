@@ -52,13 +52,27 @@ impl MemoryStore {
         comment: Option<&str>,
         decided_at: &str,
     ) -> Result<(), DecideError> {
+        self.decide_as_member(path, approver, &[], approved, comment, decided_at)
+    }
+
+    /// [`Self::decide`] by an approver who is a member of `groups`.
+    #[allow(clippy::too_many_arguments)] // reason: a decision's parts, as `Decision` has them
+    pub fn decide_as_member(
+        &self,
+        path: &str,
+        approver: &str,
+        groups: &[String],
+        approved: bool,
+        comment: Option<&str>,
+        decided_at: &str,
+    ) -> Result<(), DecideError> {
         let mut records = lock(&self.records);
         let decided = decide_record(
             records.get(path),
             path,
             &Decision {
                 approver: approver.to_string(),
-                groups: Vec::new(),
+                groups: groups.to_vec(),
                 approved,
                 comment: comment.map(str::to_string),
                 decided_at: decided_at.to_string(),

@@ -100,7 +100,7 @@ pub fn test_block(plan: &Plan, run: &RecordedRun<'_>) -> Result<String, String> 
         let decisions: Vec<String> = records
             .iter()
             .filter(|other| other.step_id == record.step_id)
-            .filter_map(|other| decision(other))
+            .filter_map(|other| other.output.as_deref().and_then(decision))
             .collect();
         if !decisions.is_empty() {
             text.push_str(&format!(
@@ -238,30 +238,12 @@ fn failure(attempt: &Attempt) -> Option<String> {
 }
 
 /// An approval's recorded decision as a `decide` member's words.
-fn decision(record: &StepRecord) -> Option<String> {
-    let output = record.output.as_deref()?;
+fn decision(output: &Value) -> Option<String> {
     let approved = output.get("approved")?.as_bool()?;
     let approver = output.get("approver")?.as_str()?;
     if approver.is_empty() {
         return Some("expire".to_string());
     }
-    // A member of an approver group decided as that member; a test knows
-    // no groups, so it decides as the group (of several, the first).
-    let approvers: Vec<&str> = record
-        .input
-        .get("approvers")
-        .and_then(Value::as_array)
-        .map(|list| list.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    let approver = if approvers.iter().any(|a| a.eq_ignore_ascii_case(approver)) {
-        approver
-    } else {
-        approvers
-            .iter()
-            .find(|a| !a.contains('@'))
-            .copied()
-            .unwrap_or(approver)
-    };
     let mut words = format!(
         "{} by {}",
         if approved { "approve" } else { "reject" },
@@ -354,7 +336,6 @@ fn quoted(text: &str) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
-    use std::sync::Arc;
 
     #[test]
     fn literals_follow_the_schema() {
@@ -423,27 +404,6 @@ mod tests {
             let line = end_expectation(&run(status, failed_at), &records);
             assert!(line.starts_with(says), "{status}: {line}");
         }
-    }
-
-    /// A test knows no approver groups: a decision a group's member made
-    /// is written as the group's, which the test's run takes.
-    #[test]
-    fn a_group_members_decision_is_the_groups() {
-        let decided = |approver: &str| StepRecord {
-            status: StepStatus::Completed,
-            input: json!({ "approvers": ["ana@acme.io", "billing-leads"] }),
-            output: Some(Arc::new(json!({ "approved": true, "approver": approver }))),
-            ..failed("review", StepKind::Approval)
-        };
-        assert_eq!(
-            decision(&decided("Ana@acme.io")).as_deref(),
-            Some("approve by \"Ana@acme.io\"")
-        );
-        assert_eq!(
-            decision(&decided("carol@acme.io")).as_deref(),
-            Some("approve by \"billing-leads\"")
-        );
-        assert_eq!(decision(&decided("")).as_deref(), Some("expire"));
     }
 
     /// Regression: a provider's 500 was written `fails 503` and its 401

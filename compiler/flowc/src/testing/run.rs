@@ -126,6 +126,21 @@ async fn drive(plan: &Plan, case: &TestCase, offline: Option<OfflineProvider>) -
 /// run of the test, so that an `expect` can name it.
 const TEST_EPOCH_MS: u64 = 946_684_800_000;
 
+/// The groups a test's decider is taken to be a member of: a test knows no
+/// group's members, so a person (an address) the gate does not name decides
+/// as a member of its groups (as `flow test-from` writes a decision a
+/// member made through flowd).
+fn member_of(gate: &PendingApproval, by: &str) -> Vec<String> {
+    if !by.contains('@') {
+        return Vec::new();
+    }
+    gate.approvers
+        .iter()
+        .filter(|approver| !approver.contains('@'))
+        .cloned()
+        .collect()
+}
+
 /// Applies the test's decision to each gate the run parked at: whether the
 /// run goes on (`false`: the test expects it parked there), or why not.
 /// `now_ms` is the virtual clock's time, which a decision is dated by.
@@ -158,9 +173,10 @@ async fn decide_all(
         };
         match decided {
             Some(decided) => store
-                .decide(
+                .decide_as_member(
                     &gate.path,
                     &decided.by,
+                    &member_of(gate, &decided.by),
                     decided.approved,
                     decided.comment.as_deref(),
                     &rfc3339_utc(now_ms),
