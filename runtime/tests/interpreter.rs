@@ -1009,3 +1009,47 @@ workflow w { step a = r { q: \"x\" } }",
         [StepStatus::Retrying, StepStatus::Completed]
     );
 }
+
+/// Regression: a handoff whose department a template made empty (an
+/// input's `""`) completed, queued to no one, as did a KB write under an
+/// empty collection and an effect keyed `""`; the checker refuses them
+/// written empty, and the run now refuses them computed so.
+#[tokio::test]
+async fn an_effect_named_empty_by_its_template_fails_its_step() {
+    for (step, says) in [
+        (
+            "step tell = handoff \"{{workflow_input.who}}\" { message: \"m\" } retry 1",
+            "handoff: its department is empty",
+        ),
+        (
+            "step keep = kb_write \"{{workflow_input.who}}\" { title: \"t\", content: \"c\" } retry 1",
+            "kb_write: its collection is empty",
+        ),
+        (
+            "step tell = handoff \"ops\" { message: \"m\" } idempotency \"{{workflow_input.who}}\" retry 1",
+            "handoff: its idempotency key is empty",
+        ),
+    ] {
+        let plan = plan(&format!(
+            "workflow w {{\n  input {{ who: string }}\n  {step}\n}}"
+        ));
+        let store = Arc::new(MemoryStore::default());
+        let outcome = flow_runtime::run(
+            &plan,
+            "w",
+            "r",
+            json!({ "who": " " }),
+            services(
+                Arc::new(flow_runtime::offline::OfflineProvider::default()),
+                &store,
+            ),
+        )
+        .await;
+        assert!(
+            matches!(&outcome, Outcome::Failed { error, .. }
+                if error.kind == ErrorKind::Expression && error.message.contains(says)),
+            "{step}: {outcome:?}"
+        );
+        assert!(store.notifications().is_empty(), "{step}");
+    }
+}

@@ -1018,6 +1018,11 @@ impl<'p> Interpreter<'p> {
             Action::KbWrite(_) => {
                 let write: KbWrite = serde_json::from_value(args.clone())
                     .map_err(|e| StepError::new(ErrorKind::Expression, format!("kb_write: {e}")))?;
+                named(
+                    "kb_write",
+                    &[("collection", &write.collection), ("title", &write.title)],
+                    write.key.as_deref(),
+                )?;
                 Ok(Some(self.services.effects.kb_write(&write).await?))
             }
             Action::Handoff(_) => {
@@ -1027,6 +1032,11 @@ impl<'p> Interpreter<'p> {
                 }
                 let handoff: Handoff = serde_json::from_value(handoff)
                     .map_err(|e| StepError::new(ErrorKind::Expression, format!("handoff: {e}")))?;
+                named(
+                    "handoff",
+                    &[("department", &handoff.department)],
+                    handoff.key.as_deref(),
+                )?;
                 self.services.effects.handoff(&handoff).await?;
                 Ok(None)
             }
@@ -1183,6 +1193,23 @@ fn call_id(run_id: &str, path: &str, index: u32) -> String {
     id.push(':');
     let _ = write!(id, "{index}");
     id
+}
+
+/// Refuses an effect whose names, computed by templates, came out empty
+/// (a department, a collection, a title, its idempotency key): the checker
+/// refuses them written empty, and a run would have written under nothing,
+/// or made every effect keyed `""` one.
+fn named(effect: &str, names: &[(&str, &str)], key: Option<&str>) -> Result<(), StepError> {
+    let key = key.map(|key| ("idempotency key", key));
+    for (what, name) in names.iter().copied().chain(key) {
+        if name.trim().is_empty() {
+            return Err(StepError::new(
+                ErrorKind::Expression,
+                format!("{effect}: its {what} is empty, as its template gave it"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A failure outweighs a park: the run fails even if another branch waits.

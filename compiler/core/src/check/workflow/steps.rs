@@ -241,6 +241,18 @@ impl<'e, 'd> Checker<'e, 'd> {
         }
         if let Some(key) = &options.idempotency {
             self.value(key, &Ty::String, &"an idempotency key");
+            if let ExprKind::String(text) = &key.kind {
+                require_named(
+                    text,
+                    (
+                        Code::BadOption,
+                        "an idempotency key",
+                        "a key names this effect of this run, e.g. `idempotency \"{{workflow_input.id}}-refund\"`; every step keyed `\"\"` would share one effect",
+                    ),
+                    self.file,
+                    self.diagnostics,
+                );
+            }
             let innermost_loop = self.containers.iter().rev().find_map(|c| match c {
                 Container::LoopBody { id, span } => Some((id.clone(), *span)),
                 _ => None,
