@@ -188,6 +188,13 @@ fn mock(step: &str, answers: &[String]) -> Option<String> {
 fn answers(record: &StepRecord, schema: Option<&Value>) -> Vec<String> {
     let mut answers = Vec::new();
     for (index, attempt) in record.attempts.iter().enumerate() {
+        // A redriven run's earlier drives are not the test's: it runs once,
+        // so only the attempts of the drive that settled the step count
+        // (before, every round's failures were mocked in one sequence, and
+        // the test failed where the run had been redriven).
+        if attempt.round != record.round {
+            continue;
+        }
         let repaired = record
             .attempts
             .get(index + 1)
@@ -443,6 +450,42 @@ mod tests {
                 "{error}"
             );
         }
+    }
+
+    /// Regression: the attempts of every drive of a redriven run were
+    /// mocked as one sequence, so that the test failed where the run had
+    /// failed before its redrive; a test runs once, as the last drive did.
+    #[test]
+    fn a_redriven_step_is_answered_as_its_last_drive() {
+        let attempt = |round: u32, error: Option<&str>| Attempt {
+            index: 0,
+            error: error.map(str::to_string),
+            delay_ms: None,
+            round,
+            repair: false,
+            started_ms: None,
+            ended_ms: None,
+            cut_short: false,
+        };
+        let record = StepRecord {
+            status: StepStatus::Completed,
+            output: Some(std::sync::Arc::new(json!({ "a": 1 }))),
+            attempts: vec![
+                attempt(
+                    0,
+                    Some("timeout: the attempt ran past the step's timeout of 5s"),
+                ),
+                attempt(
+                    0,
+                    Some("timeout: the attempt ran past the step's timeout of 5s"),
+                ),
+                attempt(1, Some("server: HTTP 503 (mocked)")),
+                attempt(1, None),
+            ],
+            round: 1,
+            ..failed("c", StepKind::Recipe)
+        };
+        assert_eq!(answers(&record, None), ["fails 503", "{ a: 1 }"]);
     }
 
     #[test]
