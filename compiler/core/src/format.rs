@@ -452,11 +452,16 @@ fn breaks(
     if matches!(prev.text, "{" | "[" | "(") {
         return opened(level.holds);
     }
+    // `else if` continues its `if`, a block comment between them too
+    // (`else /* why */ if`: the `if` was moved to a line of its own, where
+    // it read as another statement).
+    let after_else = tokens[..index]
+        .iter()
+        .rev()
+        .find(|token| token.kind != Kind::BlockComment)
+        .is_some_and(|token| token.text == "else");
     match level.holds {
-        // `else if` continues its `if`.
-        Holds::Block if statement_at(tokens, index, level).is_some() && prev.text != "else" => {
-            blank(1)
-        }
+        Holds::Block if statement_at(tokens, index, level).is_some() && !after_else => blank(1),
         Holds::Block => 0,
         Holds::Record { expanded: true } => {
             let field = token.kind == Kind::Word
@@ -1125,6 +1130,10 @@ retry 2 backoff 1s..5s timeout 30s on_error continue idempotency "{{workflow_inp
         (
             "a record too wide for a line gets a line per field",
             "workflow w {\n  step a = r { subject: workflow_input.subject, body: \"{{workflow_input.body}}\", plan: workflow_input.customer.plan } retry 3\n  step b = r {\n    a: 1,\n    b: 2,\n  }\n}\n",
+        ),
+        (
+            "a block comment between else and if keeps them on one line",
+            "workflow w {\n  if true {\n    step a = r {}\n  } // why\n  else /* because */ if false {\n    step b = r {}\n  }\n}\n",
         ),
         ("empty file", " \n\n\t\n"),
     ];
