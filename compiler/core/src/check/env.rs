@@ -205,7 +205,9 @@ pub(crate) fn build(files: &[LoadedFile], diagnostics: &mut Vec<Diagnostic>) -> 
     }
     let diagnostics = resolver.diagnostics;
 
-    for (index, loaded) in files.iter().enumerate() {
+    // In the order declarations were registered (imports first), so that
+    // the recipe kept is the one E115 calls the first.
+    for (index, loaded) in files.iter().enumerate().rev() {
         let file = FileId(index as u32);
         for item in &loaded.tree.items {
             let Item::Recipe(recipe) = item else { continue };

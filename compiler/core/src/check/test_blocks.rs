@@ -290,12 +290,7 @@ impl<'a> TestChecker<'a> {
         let expected = match &mock.target {
             MockTarget::Step(name) => {
                 let Some(step) = self.step(name) else { return };
-                if !self.kind_allows(name, step, "mock", |k| {
-                    matches!(
-                        k,
-                        StepKind::Recipe(_) | StepKind::Browser(_) | StepKind::Unknown
-                    )
-                }) {
+                if !self.kind_allows(name, step, "mock", StepKind::is_mockable) {
                     return;
                 }
                 if let Some(owner) = never_failing_owner(step, all, self.workflow) {

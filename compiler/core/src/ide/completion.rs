@@ -338,14 +338,10 @@ fn code(
                     // `mock step.|`, `decide step.|`, `expect ran step.|` in a
                     // test: the steps of the workflow it runs, those the
                     // member applies to (E402 otherwise).
-                    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
-                    let member = text[line_start..start].split_whitespace().next();
-                    let fits = |kind: &StepKind| match member {
-                        Some("mock") => matches!(
-                            kind,
-                            StepKind::Recipe(_) | StepKind::Browser(_) | StepKind::Unknown
-                        ),
-                        Some("decide") => matches!(kind, StepKind::Approval { .. }),
+                    let member = cursor::words_before(text, start, 1);
+                    let fits = |kind: &StepKind| match member.as_slice() {
+                        ["mock"] => kind.is_mockable(),
+                        ["decide"] => matches!(kind, StepKind::Approval { .. }),
                         _ => kind.is_step(),
                     };
                     for step in &workflow.steps {

@@ -60,6 +60,15 @@ pub enum StepKind {
 }
 
 impl StepKind {
+    /// Whether a test may answer for the step (`mock step.x`): it calls a
+    /// model or a tool. An approval is decided, an effect kept in memory.
+    pub fn is_mockable(&self) -> bool {
+        matches!(
+            self,
+            StepKind::Recipe(_) | StepKind::Browser(_) | StepKind::Unknown
+        )
+    }
+
     /// Whether the id names a step, not a loop or a parallel block.
     pub fn is_step(&self) -> bool {
         !matches!(self, StepKind::Loop | StepKind::Parallel)
