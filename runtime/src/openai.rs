@@ -306,18 +306,21 @@ const WIRE_VALUE: &str = "value";
 fn parse_and_check(text: &str, schema: &Value) -> Result<Value, String> {
     let value: Value =
         serde_json::from_str(unfenced(text)).map_err(|e| format!("not JSON: {e}"))?;
-    let mismatches = crate::schema::validate(schema, &value);
-    if mismatches.is_empty() {
-        return Ok(value);
-    }
-    // A non-object answer comes in `wire_schema`'s object; a model that
-    // was not held to the schema may answer it bare, which is taken too.
+    // A non-object answer comes in `wire_schema`'s object, looked into
+    // first: a schema the object itself would fit (`json`'s `{}`) must not
+    // take the wrapper for the answer. A model that was not held to the
+    // schema may answer bare, which is taken too.
     if let Some(inner) = wire_value(schema, &value)
         && crate::schema::validate(schema, inner).is_empty()
     {
         return Ok(inner.clone());
     }
-    Err(mismatches.to_string())
+    let mismatches = crate::schema::validate(schema, &value);
+    if mismatches.is_empty() {
+        Ok(value)
+    } else {
+        Err(mismatches.to_string())
+    }
 }
 
 /// The answer inside `wire_schema`'s object, when `schema` is not an
@@ -730,6 +733,10 @@ mod tests {
             parse_and_check(r#"{"value": "hi"}"#, &text),
             Ok(json!("hi"))
         );
+        // `output json`: the answer inside, not the wrapper, which `{}` fits.
+        let any = json!({});
+        assert_eq!(wire_schema(&any)["type"], "object");
+        assert_eq!(parse_and_check(r#"{"value": [1]}"#, &any), Ok(json!([1])));
     }
 
     #[test]

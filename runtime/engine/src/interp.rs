@@ -534,6 +534,11 @@ impl<'p> Interpreter<'p> {
             }
             None => (Vec::new(), Duration::ZERO),
         };
+        // A step that goes at once takes its place first: one waiting for a
+        // place is in no table, and a deadline then records no call of it.
+        if wait.is_zero() {
+            place = self.step_place().await;
+        }
         self.in_flight().insert(
             path.clone(),
             InFlight {
@@ -543,12 +548,9 @@ impl<'p> Interpreter<'p> {
                 attempts: made.clone(),
                 // Unset while it waits to retry, the rest of the time a
                 // call is out (or about to be).
-                calling_since: wait.is_zero().then_some(started_ms),
+                calling_since: wait.is_zero().then(now_ms),
             },
         );
-        if wait.is_zero() {
-            place = self.step_place().await;
-        }
         let (result, attempts) = self
             .attempts(
                 step, &path, &args, ctx, kind, started_ms, made, wait, &mut place,

@@ -54,9 +54,11 @@ pub(super) enum BatchError {
     Statement(StoreError, Lost),
     /// The commit itself failed: whether it was applied is unknown, so a
     /// `create_run` is not tried again (it would find its own key and be
-    /// answered as a retry of another); a journal write is, since writing
-    /// its records, its fenced end and its gates' notifications twice
-    /// leaves what writing them once does.
+    /// answered as a retry of another), nor a journal write that ends its
+    /// run (applied, it gave the run up, and the fence would refuse it
+    /// again: a run this process ended would be answered as taken over).
+    /// Other journal writes are: writing their records and their gates'
+    /// notifications twice leaves what writing them once does.
     Commit(StoreError, Lost),
 }
 
@@ -145,7 +147,7 @@ pub(super) async fn write_batches(
                         error_text(&error)
                     );
                     if let BatchError::Commit(error, _) = &error {
-                        answer_creates(&mut batch, error);
+                        answer_unrepeatable(&mut batch, error);
                     }
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_secs(1));
@@ -186,16 +188,20 @@ fn error_text(error: &BatchError) -> String {
     }
 }
 
-/// Answers the `create_run`s of a batch whose commit failed with `error`,
-/// and takes them out of it: whether they were stored is unknown.
-fn answer_creates(batch: &mut Vec<Append>, error: &StoreError) {
-    let (creates, journals): (Vec<Append>, Vec<Append>) = std::mem::take(batch)
+/// Answers the writes of a batch whose commit failed with `error` that
+/// cannot be made again (`BatchError::Commit`), and takes them out of it:
+/// whether they were stored is unknown.
+fn answer_unrepeatable(batch: &mut Vec<Append>, error: &StoreError) {
+    let (unrepeatable, rest): (Vec<Append>, Vec<Append>) = std::mem::take(batch)
         .into_iter()
-        .partition(|append| matches!(append.what, Queued::Create(_)));
-    for append in creates {
+        .partition(|append| match &append.what {
+            Queued::Create(_) => true,
+            Queued::Journal { encoded, .. } => encoded.write.end.is_some(),
+        });
+    for append in unrepeatable {
         let _ = append.reply.send(Err(error.clone()));
     }
-    *batch = journals;
+    *batch = rest;
 }
 
 /// Applies a batch of writes in one transaction (one commit): the rows of

@@ -232,21 +232,13 @@ impl<B: JournalBackend> StoreJournal<B> {
         self.backend.write(&self.run, write)
     }
 
-    /// Sends `write` and waits for its commit. A write that failed (but
-    /// for a lost hold) gives its records and new row back to what waits,
-    /// so that the next write stores them: taken and dropped, a record of
-    /// a completed step was lost while the run went on (a branch's record
-    /// sent with a sibling's attempt that the store failed, the run
-    /// completing once the store answered again).
+    /// Sends `write` and waits for its commit. A store waits out what may
+    /// pass (SQLite's lock held by another process, PostgreSQL's lost
+    /// connection) before it fails a write; a write it fails takes its
+    /// records with it, which is what keeps a record the store refuses for
+    /// good from failing every later write of the run, its end included.
     async fn write_waited(&self, write: JournalWrite) -> Result<(), StoreError> {
-        let records = write.records.clone();
-        let start = write.start.clone();
         let written = self.send(write).await;
-        if let Err(error) = &written
-            && !matches!(error, StoreError::LeaseLost)
-        {
-            self.memory.put_back(records, start);
-        }
         self.settle(written)
     }
 
@@ -531,20 +523,6 @@ impl JournalMemory {
         now.then(|| std::mem::take(&mut *unsent))
     }
 
-    /// Gives back what a failed write took: its records go before those
-    /// that came since (a later record of a path replaces an earlier one in
-    /// the store, as in memory), its new row if none waits.
-    fn put_back(&self, records: Vec<Arc<StepRecord>>, start: Option<NewRun>) {
-        let mut unsent = lock(&self.unsent);
-        if !records.is_empty() {
-            let since = std::mem::replace(&mut unsent.records, records);
-            unsent.records.extend(since);
-        }
-        if unsent.start.is_none() {
-            unsent.start = start;
-        }
-    }
-
     /// What is to be written, taken: the run's row if not written yet, and
     /// the records in the order they came.
     fn take_unsent(&self) -> JournalWrite {
@@ -625,7 +603,7 @@ mod tests {
     /// A store that keeps what each write carried, as one line each:
     /// what shares a commit is what one write carries.
     #[derive(Default)]
-    struct Writes(Mutex<Vec<String>>, std::sync::atomic::AtomicBool);
+    struct Writes(Mutex<Vec<String>>);
 
     impl JournalBackend for Writes {
         fn lease(&self) -> Option<Duration> {
@@ -645,12 +623,6 @@ mod tests {
             );
             if let Some(end) = &write.end {
                 parts.push(format!("end:{}", end.status.as_str()));
-            }
-            // Set: this write fails, as a store whose connection dropped.
-            if self.1.swap(false, std::sync::atomic::Ordering::Relaxed) {
-                return Box::pin(std::future::ready(Err(StoreError::Database(
-                    "connection closed".to_string(),
-                ))));
             }
             lock(&self.0).push(parts.join(" "));
             Box::pin(std::future::ready(Ok(())))
@@ -721,43 +693,6 @@ mod tests {
         assert!(journal.finish(end).await.unwrap());
         drop(journal);
         std::mem::take(&mut *lock(&writes.0))
-    }
-
-    /// Regression: a write the store failed took its records with it. A
-    /// branch's completed record, sent with a sibling's attempt that met a
-    /// dropped connection, was never stored, and the run went on (found by
-    /// killing PostgreSQL backends under load: completed runs with a hole).
-    #[tokio::test]
-    async fn a_failed_write_gives_its_records_to_the_next() {
-        let writes = Arc::new(Writes::default());
-        let journal = StoreJournal::fresh(Arc::clone(&writes), "run-1", "", None, Durability::Full);
-        let record = |path: &str| StepRecord {
-            path: path.to_string(),
-            step_id: path.to_string(),
-            kind: flow_plan::StepKind::Recipe,
-            status: StepStatus::Completed,
-            input: Value::Null,
-            output: None,
-            error: None,
-            attempts: Vec::new(),
-            started_ms: 1,
-            ended_ms: 2,
-            round: 0,
-        };
-        journal.record(record("a")).await.unwrap();
-        writes.1.store(true, std::sync::atomic::Ordering::Relaxed);
-        assert!(journal.admit().await.is_err(), "the store failed the write");
-        journal.record(record("b")).await.unwrap();
-        let end = RunEnd {
-            status: RunStatus::Completed,
-            outcome: Value::Null,
-            active: Duration::ZERO,
-        };
-        assert!(journal.finish(end).await.unwrap());
-        assert_eq!(
-            std::mem::take(&mut *lock(&writes.0)),
-            ["a:completed b:completed", "end:completed"]
-        );
     }
 
     const RECIPE: &str =
