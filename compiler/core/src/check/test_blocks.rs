@@ -472,11 +472,8 @@ impl<'a> TestChecker<'a> {
             match arguments.get(&field.name.text) {
                 Some((_, ty)) => {
                     let what = format!("argument `{}`", field.name.text);
-                    self.literal(
-                        &field.value,
-                        &numbers_compared(ty, &field.value).optional(),
-                        &what,
-                    );
+                    // As the argument is typed: `null` only for an optional one.
+                    self.literal(&field.value, &numbers_compared(ty, &field.value), &what);
                 }
                 None => {
                     let names = arguments.iter().map(|(n, _)| n.as_str());
