@@ -1222,15 +1222,12 @@ fn merge_interrupts(current: Option<Interrupt>, next: Interrupt) -> Interrupt {
     }
 }
 
-/// The longest `Retry-After` honoured: a provider asking for more is
-/// waited on this long, and the workflow's timeout bounds the rest.
-const LONGEST_RETRY_AFTER_MS: u64 = 10 * 60 * 1000;
-
 /// `min(cap, first · 2^attempt + jitter)`, or the provider's `Retry-After`
-/// when it asks for more, past the cap (up to `LONGEST_RETRY_AFTER_MS`): an
-/// attempt made sooner than the provider allows is refused again, and
-/// spends the retry budget for nothing. The jitter (up to a quarter of the
-/// delay) is derived from the call id, so a replay waits the same.
+/// when it asks for more, within the cap (the design's "honour
+/// `Retry-After`, capped": a provider asking for hours does not hold a run
+/// for them; the step's `backoff` MAX says how long is worth waiting). The
+/// jitter (up to a quarter of the delay) is derived from the call id, so a
+/// replay waits the same.
 fn backoff(step: &Step, attempt: u32, error: &StepError, call_id: &str) -> Duration {
     let first = step.retry.backoff_min_ms;
     let cap = step.retry.backoff_max_ms.max(first);
@@ -1239,7 +1236,7 @@ fn backoff(step: &Step, attempt: u32, error: &StepError, call_id: &str) -> Durat
     let mut delay = base.saturating_add(jitter).min(cap);
     if let Some(after) = error.retry_after {
         let after = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
-        delay = delay.max(after.min(LONGEST_RETRY_AFTER_MS));
+        delay = delay.max(after.min(cap));
     }
     Duration::from_millis(delay)
 }
