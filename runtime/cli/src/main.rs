@@ -465,7 +465,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
         } => {
             let store = open_existing_store(&db)?;
             let row = find_run(&store, &run, &db).await?;
-            answerable_here(&store, &run).await?;
+            answerable_here(&store, &run, provider_kind()?).await?;
             // The plan before the decision, which makes the run this
             // process's: nothing that can fail comes between it and the run.
             let plan = store.plan(&row.plan_hash).await.map_err(store_error)?;
@@ -545,7 +545,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
         } => {
             let store = open_existing_store(&db)?;
             let row = find_run(&store, &run, &db).await?;
-            answerable_here(&store, &run).await?;
+            answerable_here(&store, &run, provider_kind()?).await?;
             let plan = match &to {
                 None => store.plan(&row.plan_hash).await.map_err(store_error)?,
                 Some(file) => version_for(&store, &row, file).await?,
@@ -1060,8 +1060,8 @@ fn provider_kind() -> Result<&'static str> {
 /// when the run began answered by a real one: its next steps would get the
 /// offline provider's made-up answers, and the run complete as if they
 /// were the model's (a `flow recover` in a shell without FLOW_LLM_* did).
-async fn answerable_here(store: &Arc<dyn Store>, run_id: &str) -> Result<()> {
-    if provider_kind()? != "offline" {
+async fn answerable_here(store: &Arc<dyn Store>, run_id: &str, kind: &str) -> Result<()> {
+    if kind != "offline" {
         return Ok(());
     }
     let history = store.run_history(run_id).await.map_err(store_error)?;
@@ -1094,14 +1094,17 @@ async fn execute(
     json: bool,
     seed: u64,
 ) -> Result<u8> {
+    // Built once: the kind it is of goes into the run's history, or is
+    // checked against it (`answerable_here`).
+    let configured = flow_runtime::llm::provider_from_env().map_err(usage)?;
+    let kind = configured.as_ref().map_or("offline", |(kind, _)| *kind);
     let mut invocation = invocation;
     match &mut invocation {
-        // The kind that answers it is kept in its history (`answerable_here`).
-        runner::Invocation::Start { run, .. } => run.provider = Some(provider_kind()?.to_string()),
-        runner::Invocation::Resume => answerable_here(store, run_id).await?,
+        runner::Invocation::Start { run, .. } => run.provider = Some(kind.to_string()),
+        runner::Invocation::Resume => answerable_here(store, run_id, kind).await?,
         runner::Invocation::Created { .. } => {}
     }
-    let provider: Arc<dyn Provider> = match flow_runtime::llm::provider_from_env().map_err(usage)? {
+    let provider: Arc<dyn Provider> = match configured {
         Some((_, provider)) => provider,
         None => {
             eprintln!(
