@@ -26,6 +26,9 @@
 //! * A step's options follow its call on the same line (after the `}` of a record written
 //!   on several lines), or all go to the next line, indented one level more, when they
 //!   do not fit. An option after a comment line starts a continuation line too.
+//! * A union that starts with `|` (`type Tier =`, then `| "free"`, `| "pro"`) has one
+//!   alternative a line; any other is written on one line. An alternative on a line of
+//!   its own (after a comment) is a continuation line, indented one level more.
 //! * A line is indented by two spaces for every earlier line that left a bracket
 //!   (`{`, `[`, `(`) open; several brackets opened on one line count once. A line that
 //!   starts with closing brackets is indented like the line that opened them. A block
@@ -202,6 +205,9 @@ struct Level {
     opener: &'static str,
     /// The word that started the current statement of a block.
     statement: Option<&'static str>,
+    /// Whether the current statement is a `type` whose union starts with
+    /// `|`: its alternatives then go one to a line.
+    union_by_line: bool,
 }
 
 /// The statement word that the token at `index` starts in a block, if it
@@ -278,6 +284,7 @@ fn canonical_layout<'a>(tokens: &[Token<'a>]) -> Vec<Token<'a>> {
         indent: 0,
         opener: "",
         statement: None,
+        union_by_line: false,
     }];
     // How many levels each opener (`{`, `[`, `(`) has open, so that a closer
     // that closes nothing is known without searching the levels.
@@ -298,6 +305,18 @@ fn canonical_layout<'a>(tokens: &[Token<'a>]) -> Vec<Token<'a>> {
             continue;
         }
         let mut breaks = breaks(tokens, index, &levels, &open_counts, out.last());
+        // A union written with a leading `|` (`type Tier =` then `| "free"`
+        // ...) has one alternative a line, each a continuation line.
+        let leading_bar = token.text == "|"
+            && level.statement == Some("type")
+            && out
+                .iter()
+                .rev()
+                .find(|prev| !matches!(prev.kind, Kind::LineComment | Kind::BlockComment))
+                .is_some_and(|prev| prev.text == "=");
+        if token.text == "|" && (leading_bar || level.union_by_line) {
+            breaks = 1;
+        }
         // A step's options follow its call on its line, or all go to the
         // next line when they do not fit there.
         if level.holds == Holds::Block
@@ -340,7 +359,9 @@ fn canonical_layout<'a>(tokens: &[Token<'a>]) -> Vec<Token<'a>> {
         let level = levels.last_mut().expect("the file's level is never closed");
         if let Some(word) = statement_at(tokens, index, level) {
             level.statement = Some(word);
+            level.union_by_line = false;
         }
+        level.union_by_line |= leading_bar;
         match token.text {
             "{" | "[" | "(" => {
                 let end = partner[index].unwrap_or(tokens.len());
@@ -366,6 +387,7 @@ fn canonical_layout<'a>(tokens: &[Token<'a>]) -> Vec<Token<'a>> {
                     indent,
                     opener,
                     statement: None,
+                    union_by_line: false,
                 });
             }
             "}" | "]" | ")" => {
@@ -847,7 +869,7 @@ impl<'t, 'a> Printer<'t, 'a> {
                 None => levels,
             }
         } else {
-            self.continuation = self.continues_step(first);
+            self.continuation = self.continues_statement(first);
             levels + usize::from(self.continuation)
         };
         self.indent = indent;
@@ -858,9 +880,10 @@ impl<'t, 'a> Printer<'t, 'a> {
     }
 
     /// Whether the line starting at `first`, which does not start with a closing
-    /// bracket, is a continuation line of a step statement. A code line also records
+    /// bracket, is a continuation line of a step statement or of a union (`| "b"`,
+    /// after a comment or written by line). A code line also records
     /// whether it leaves the enclosing bracket inside a step statement.
-    fn continues_step(&mut self, first: usize) -> bool {
+    fn continues_statement(&mut self, first: usize) -> bool {
         if self.next_code < first {
             self.next_code = first;
         }
@@ -880,12 +903,14 @@ impl<'t, 'a> Printer<'t, 'a> {
             None => &mut self.top_in_step,
         };
         let is_option = token.kind == Kind::Word && STEP_OPTION_KEYWORDS.contains(&token.text);
+        // A union's alternative on a line of its own continues its type.
+        let alternative = token.text == "|";
         // A comment-only line goes with the code line after it and changes nothing.
         let comment_only = self.tokens[first + 1..=lead]
             .iter()
             .any(|token| token.newlines_before > 0);
-        if comment_only || is_option {
-            return is_option && *in_step;
+        if comment_only || is_option || alternative {
+            return alternative || (is_option && *in_step);
         }
         // `step name = ...`, not a path (`step.a`) or a field (`step: 1`).
         *in_step = token.kind == Kind::Word
@@ -1134,6 +1159,14 @@ retry 2 backoff 1s..5s timeout 30s on_error continue idempotency "{{workflow_inp
         (
             "a block comment between else and if keeps them on one line",
             "workflow w {\n  if true {\n    step a = r {}\n  } // why\n  else /* because */ if false {\n    step b = r {}\n  }\n}\n",
+        ),
+        (
+            "a union that starts with a bar has an alternative a line",
+            "type Tier = | \"free\" | \"pro\"   // paid\n| \"enterprise\"\ntype Plain = \"a\"\n  | \"b\"\ntype T = {\n  tier: | \"a\" | \"b\"\n}\ntype Lead =\n  // Why.\n  | \"x\" | (\"y\" | \"z\")?\n",
+        ),
+        (
+            "a union's alternative after a comment is a continuation line",
+            "type E = \"a\" // c\n| \"b\" /* d */ | \"c\"\nworkflow w {}\n",
         ),
         ("empty file", " \n\n\t\n"),
     ];

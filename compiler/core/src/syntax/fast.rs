@@ -843,6 +843,9 @@ impl<'s> Fast<'s> {
     /// A type and where pest's `type_expr` span ends.
     fn type_expr(&mut self) -> P<(TypeExpr, usize)> {
         let start = self.pos;
+        if self.at("|") {
+            self.advance(1)?;
+        }
         let (first, first_end) = self.type_postfix()?;
         if !self.at("|") {
             return Some((first, first_end.max(self.trailing_end)));
