@@ -497,6 +497,25 @@ async fn reply_text(mut response: reqwest::Response, url: &str) -> Result<String
     {
         return Err(too_long());
     }
+    // The client asks for no compression (it reads none); a body
+    // compressed anyway read as "not JSON", with its binary quoted. An
+    // error's status still says what it is (and whether it is retried).
+    if let Some(encoding) = response
+        .headers()
+        .get(reqwest::header::CONTENT_ENCODING)
+        .filter(|encoding| !encoding.as_bytes().eq_ignore_ascii_case(b"identity"))
+    {
+        let encoding = excerpt(&String::from_utf8_lossy(encoding.as_bytes()));
+        if !response.status().is_success() {
+            return Ok(format!("(a body compressed with `{encoding}`, not read)"));
+        }
+        return Err(StepError::new(
+            ErrorKind::Client,
+            format!(
+                "{url} answered compressed (`Content-Encoding: {encoding}`), though flow asks for no compression and reads none: set the provider, or a proxy before it, not to compress its replies"
+            ),
+        ));
+    }
     let mut body = Vec::new();
     while let Some(chunk) = response
         .chunk()

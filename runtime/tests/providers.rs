@@ -585,6 +585,47 @@ async fn a_redirect_is_not_followed_and_says_where_it_points() {
     }
 }
 
+/// Regression: a reply compressed though the client asked for no
+/// compression (a proxy's doing) read as "not JSON", its binary quoted,
+/// and was retried. An answer so compressed is a client error that names
+/// the encoding; an error status so compressed is still that status.
+#[tokio::test]
+async fn a_compressed_reply_says_so() {
+    let gzip = String::from_utf8_lossy(&[0x1f, 0x8b, 0x08, 0x00, 0xff]).into_owned();
+    let server = fake_llm(vec![Reply::Answer(
+        200,
+        vec![("content-encoding", "gzip")],
+        gzip.clone(),
+    )])
+    .await;
+    let (outcome, store) = run_against(&server, FAST_RETRIES).await;
+    let error = failure(&outcome, &store, ErrorKind::Client);
+    assert_eq!(server.requests(), 1, "not retried");
+    assert!(
+        error
+            .message
+            .contains("answered compressed (`Content-Encoding: gzip`)")
+            && !error.message.contains('\u{fffd}'),
+        "{}",
+        error.message
+    );
+    let server = fake_llm(vec![Reply::Answer(
+        401,
+        vec![("content-encoding", "gzip")],
+        gzip,
+    )])
+    .await;
+    let (outcome, store) = run_against(&server, FAST_RETRIES).await;
+    let error = failure(&outcome, &store, ErrorKind::Client);
+    assert!(
+        error
+            .message
+            .contains("answered 401 Unauthorized: (a body compressed with `gzip`, not read)"),
+        "{}",
+        error.message
+    );
+}
+
 /// Errors show the provider's URL with its password masked, and never
 /// the API key, should the server quote it back (reqwest's own errors
 /// dropped the password; the step's words did not).
