@@ -340,17 +340,14 @@ fn b3(runtime: &tokio::runtime::Runtime, quick: bool) {
     let store = SqliteStore::open(&dir.join("park.db")).expect("the store opens");
     store.put_plan(&gated).expect("the plan is stored");
     // Queued at once, the starts share the journal writer's commits.
+    let run = NewRun {
+        workflow: "gated".to_string(),
+        plan_hash: gated.hash.clone(),
+        input: json!({}),
+        provider: None,
+    };
     let starts: Vec<_> = (0..runs)
-        .map(|i| {
-            store.create_run(
-                &format!("run-{i}"),
-                "",
-                "gated",
-                &gated.hash,
-                &json!({}),
-                None,
-            )
-        })
+        .map(|i| store.create_run(&format!("run-{i}"), "", &run, None))
         .collect();
     runtime.block_on(async {
         for start in starts {
@@ -496,8 +493,14 @@ fn create_runs(
     input: &Value,
     runs: usize,
 ) {
+    let run = NewRun {
+        workflow: "ten".to_string(),
+        plan_hash: plan.hash.clone(),
+        input: input.clone(),
+        provider: None,
+    };
     let starts: Vec<_> = (0..runs)
-        .map(|i| store.create_run(&format!("run-{i}"), "", "ten", &plan.hash, input, None))
+        .map(|i| store.create_run(&format!("run-{i}"), "", &run, None))
         .collect();
     runtime.block_on(async {
         for start in starts {
@@ -668,14 +671,18 @@ fn b1_postgres(runtime: &tokio::runtime::Runtime, quick: bool) {
     let input = json!({ "q": "x".repeat(1000) });
     runtime.block_on(async {
         store.put_plan(&ten).await.expect("the plan is stored");
+        let run = Arc::new(NewRun {
+            workflow: "ten".to_string(),
+            plan_hash: ten.hash.clone(),
+            input: input.clone(),
+            provider: None,
+        });
         let starts: Vec<_> = (0..runs)
             .map(|i| {
-                let (store, hash, input) = (Arc::clone(&store), ten.hash.clone(), input.clone());
+                let (store, run) = (Arc::clone(&store), Arc::clone(&run));
                 tokio::spawn(async move {
                     let run_id = format!("run-{i}");
-                    store
-                        .create_run(&run_id, "", "ten", &hash, &input, None)
-                        .await
+                    store.create_run(&run_id, "", &run, None).await
                 })
             })
             .collect();

@@ -252,6 +252,26 @@ pub enum Invocation {
     Resume,
 }
 
+/// The real provider run `run_id` began answered by, when this process
+/// answers with the offline one (`here` is its kind): going on here would
+/// give the run's next steps made-up answers, and it would complete as if
+/// they were the model's. `None` when the run may go on here, as runs begun
+/// before their provider was kept may.
+pub async fn missing_provider(
+    store: &dyn Store,
+    run_id: &str,
+    here: &str,
+) -> Result<Option<String>, StoreError> {
+    if here != "offline" {
+        return Ok(None);
+    }
+    let history = store.run_history(run_id).await?;
+    Ok(history.into_iter().find_map(|change| match change {
+        crate::store::RunChange::Began { provider, .. } if provider != "offline" => Some(provider),
+        _ => None,
+    }))
+}
+
 /// Runs (or resumes) `run_id`, which this process has created or claimed,
 /// until it completes, fails or parks, and records how it ended. `mcp` is
 /// the process's MCP pool, shared by its runs; without one a

@@ -124,8 +124,14 @@ impl Setup {
     async fn run(&self, account: &str, workflow: &str, input: Value) -> Outcome {
         let n = self.runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let id = format!("run-{n}");
+        let run = flow_runtime::store::NewRun {
+            workflow: workflow.to_string(),
+            plan_hash: self.plan.hash.clone(),
+            input: input.clone(),
+            provider: None,
+        };
         self.store
-            .create_run(&id, account, workflow, &self.plan.hash, &input, None)
+            .create_run(&id, account, &run, None)
             .await
             .unwrap();
         let journal = RunJournal::open(&self.store, &id, Durability::Full).unwrap();

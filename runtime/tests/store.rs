@@ -21,9 +21,9 @@ use flow_runtime::postgres::{PostgresOptions, PostgresStore};
 use flow_runtime::services::{Handoff, KbWrite, Services};
 use flow_runtime::sqlite::SqliteStore;
 use flow_runtime::store::{
-    Deletion, DueEvents, EventNext, EventsOf, KbQuery, MailNext, MailState, NotificationKind,
-    NotificationQuery, NotificationStore, PendingGates, PlanStore, RunChange, RunEnd, RunEvent,
-    RunLog, RunStatus, RunStore, Store, StoreError,
+    Deletion, DueEvents, EventNext, EventsOf, KbQuery, MailNext, MailState, NewRun,
+    NotificationKind, NotificationQuery, NotificationStore, PendingGates, PlanStore, RunChange,
+    RunEnd, RunEvent, RunLog, RunStatus, RunStore, Store, StoreError,
 };
 use flow_tests::TempDir;
 use flow_tests::postgres::TestSchema;
@@ -85,6 +85,7 @@ on_each_store!(
     durability_approval_persists_at_the_end_only,
     a_retrying_record_is_kept_until_its_step_ends,
     an_idempotency_key_starts_one_run_per_account,
+    a_created_run_keeps_the_provider_it_began_with,
     a_cancelled_run_records_nothing_more,
     a_run_given_up_is_orphaned_until_claimed,
     a_failed_run_is_redriven_from_the_step_that_failed_it,
@@ -126,6 +127,17 @@ fn plan(source: &str) -> flow_plan::Plan {
     let checked = flow_compiler::check_source("s.flow", source);
     assert!(!checked.has_errors(), "{:#?}", checked.diagnostics);
     flow_compiler::lower(&checked).expect("lowers")
+}
+
+/// A run of workflow `w` on `plan_hash`, for `create_run`; which provider
+/// answers it is not kept.
+fn new_run(plan_hash: &str, input: &serde_json::Value) -> NewRun {
+    NewRun {
+        workflow: "w".to_string(),
+        plan_hash: plan_hash.to_string(),
+        input: input.clone(),
+        provider: None,
+    }
 }
 
 /// Every notification, read or not.
@@ -231,7 +243,7 @@ async fn durability_approval_persists_at_the_end_only(backend: Backend) {
     let plan = plan(TWO_STEPS);
     store.put_plan(&plan).await.unwrap();
     store
-        .create_run("run-1", "", "w", &plan.hash, &json!({}), None)
+        .create_run("run-1", "", &new_run(&plan.hash, &json!({})), None)
         .await
         .unwrap();
     let journal = Arc::clone(&store)
@@ -250,7 +262,7 @@ async fn durability_approval_persists_at_the_end_only(backend: Backend) {
     // Full durability writes as it goes: each record is stored before the
     // next step's attempt goes out, the last when the run ends.
     store
-        .create_run("run-2", "", "w", &plan.hash, &json!({}), None)
+        .create_run("run-2", "", &new_run(&plan.hash, &json!({})), None)
         .await
         .unwrap();
     let journal = Arc::clone(&store)
@@ -271,7 +283,7 @@ async fn a_decision_applies_once_across_tasks_and_survives_reopening(backend: Ba
     let plan = plan("workflow w { step g = approval { approvers: [\"a\"], message: \"m\" } }");
     store.put_plan(&plan).await.unwrap();
     store
-        .create_run("run-1", "", "w", &plan.hash, &json!({}), None)
+        .create_run("run-1", "", &new_run(&plan.hash, &json!({})), None)
         .await
         .unwrap();
     let journal = Arc::clone(&store)
@@ -343,7 +355,7 @@ async fn account_journal(store: &Arc<dyn Store>, run_id: &str, account: &str) ->
     let plan = plan(TWO_STEPS);
     store.put_plan(&plan).await.unwrap();
     store
-        .create_run(run_id, account, "w", &plan.hash, &json!({}), None)
+        .create_run(run_id, account, &new_run(&plan.hash, &json!({})), None)
         .await
         .unwrap();
     Arc::clone(store)
@@ -590,7 +602,7 @@ async fn kb_documents_keys_and_notifications_belong_to_the_run_account(backend: 
     let mut journals = Vec::new();
     for (run, account) in [("run-a", "acme"), ("run-b", "globex")] {
         store
-            .create_run(run, account, "w", &plan.hash, &json!({}), None)
+            .create_run(run, account, &new_run(&plan.hash, &json!({})), None)
             .await
             .unwrap();
         journals.push(
@@ -733,7 +745,6 @@ workflow w {
 /// notification and the run's end.
 async fn a_run_started_by_its_first_write_is_stored_with_its_steps_and_end(backend: Backend) {
     use flow_runtime::runner::{Invocation, drive};
-    use flow_runtime::store::NewRun;
     let store = backend.open().await;
     let plan = plan(GATED);
     store.put_plan(&plan).await.unwrap();
@@ -797,7 +808,7 @@ async fn the_runner_parks_resumes_and_lists_runs_to_recover(backend: Backend) {
     store.put_plan(&plan).await.unwrap();
     for run in ["run-1", "run-2"] {
         store
-            .create_run(run, "", "w", &plan.hash, &json!({}), None)
+            .create_run(run, "", &new_run(&plan.hash, &json!({})), None)
             .await
             .unwrap();
     }
@@ -929,7 +940,7 @@ async fn a_plan_that_does_not_load_holds_back_only_its_own_runs(backend: Backend
         ("run-good-2", &good.hash),
     ] {
         store
-            .create_run(run, "", "w", hash, &json!({}), None)
+            .create_run(run, "", &new_run(hash, &json!({})), None)
             .await
             .unwrap();
     }
@@ -1046,7 +1057,7 @@ async fn deployments_are_versioned_per_account_and_runs_keep_their_account(backe
     assert_eq!(started("initech", "w", None).await, None);
 
     store
-        .create_run("run-a", "acme", "w", &second.hash, &json!({}), None)
+        .create_run("run-a", "acme", &new_run(&second.hash, &json!({})), None)
         .await
         .unwrap();
     assert_eq!(store.run("run-a").await.unwrap().unwrap().account, "acme");
@@ -1065,7 +1076,7 @@ async fn deployments_are_versioned_per_account_and_runs_keep_their_account(backe
     assert_eq!(listed.len(), 1);
     // Pages: newest first, the next page after the last run of the one before.
     store
-        .create_run("run-b", "acme", "w", &second.hash, &json!({}), None)
+        .create_run("run-b", "acme", &new_run(&second.hash, &json!({})), None)
         .await
         .unwrap();
     let page = |before: Option<(i64, String)>| {
@@ -1124,7 +1135,7 @@ async fn a_member_of_a_named_group_may_decide(backend: Backend) {
     let gated = plan(&GATED.replace("boss@example.com", "billing-leads"));
     store.put_plan(&gated).await.unwrap();
     store
-        .create_run("run-1", "", "w", &gated.hash, &json!({}), None)
+        .create_run("run-1", "", &new_run(&gated.hash, &json!({})), None)
         .await
         .unwrap();
     let parked = flow_runtime::runner::drive(
@@ -1176,7 +1187,7 @@ async fn an_idempotency_key_starts_one_run_per_account(backend: Backend) {
         let (store, plan_hash, input) = (Arc::clone(&store), plan.hash.clone(), input.clone());
         async move {
             store
-                .create_run(id, account, "w", &plan_hash, &input, Some("key-1"))
+                .create_run(id, account, &new_run(&plan_hash, &input), Some("key-1"))
                 .await
                 .unwrap()
         }
@@ -1192,11 +1203,52 @@ async fn an_idempotency_key_starts_one_run_per_account(backend: Backend) {
     for id in ["run-4", "run-5"] {
         assert!(
             store
-                .create_run(id, "acme", "w", &plan.hash, &input, None)
+                .create_run(id, "acme", &new_run(&plan.hash, &input), None)
                 .await
                 .unwrap()
         );
     }
+}
+
+/// A run `create_run` stores (flowd's, over HTTP) keeps in its history the
+/// provider that answers it, and a process with none refuses to go on with
+/// it (regression: a flowd restarted without its `[provider]` finished
+/// such runs with the offline provider's made-up answers).
+async fn a_created_run_keeps_the_provider_it_began_with(backend: Backend) {
+    use flow_runtime::runner::missing_provider;
+    let store = backend.open().await;
+    let plan = plan(TWO_STEPS);
+    store.put_plan(&plan).await.unwrap();
+    let mut run = new_run(&plan.hash, &json!({ "n": 1 }));
+    run.provider = Some("anthropic".to_string());
+    assert!(store.create_run("run-1", "acme", &run, None).await.unwrap());
+    let history = store.run_history("run-1").await.unwrap();
+    assert!(
+        matches!(&history[..], [RunChange::Began { provider, .. }] if provider == "anthropic"),
+        "{history:?}"
+    );
+    let missing = |id: &'static str, here: &'static str| {
+        let store = Arc::clone(&store);
+        async move { missing_provider(store.as_ref(), id, here).await.unwrap() }
+    };
+    assert_eq!(
+        missing("run-1", "offline").await.as_deref(),
+        Some("anthropic")
+    );
+    assert_eq!(
+        missing("run-1", "openai").await,
+        None,
+        "another real provider may go on"
+    );
+    // A run begun offline, or before the provider was kept, goes on anywhere.
+    run.provider = Some("offline".to_string());
+    store.create_run("run-2", "acme", &run, None).await.unwrap();
+    store
+        .create_run("run-3", "acme", &new_run(&plan.hash, &json!({})), None)
+        .await
+        .unwrap();
+    assert_eq!(missing("run-2", "offline").await, None);
+    assert_eq!(missing("run-3", "offline").await, None);
 }
 
 /// A parked run is listed as having an expired gate once its approval's
@@ -1207,7 +1259,7 @@ async fn expired_gates_are_listed_when_due(backend: Backend) {
     store.put_plan(&gated).await.unwrap();
     for run in ["run-1", "run-2"] {
         store
-            .create_run(run, "", "w", &gated.hash, &json!({}), None)
+            .create_run(run, "", &new_run(&gated.hash, &json!({})), None)
             .await
             .unwrap();
         let parked = flow_runtime::runner::drive(
@@ -1262,7 +1314,7 @@ async fn a_cancelled_run_records_nothing_more(backend: Backend) {
     let plan = plan(TWO_STEPS);
     store.put_plan(&plan).await.unwrap();
     store
-        .create_run("run-1", "", "w", &plan.hash, &json!({}), None)
+        .create_run("run-1", "", &new_run(&plan.hash, &json!({})), None)
         .await
         .unwrap();
     assert!(
@@ -1311,7 +1363,7 @@ async fn a_destinations_delivery_writes_its_document_once_and_is_in_the_history(
     let plan = plan(TWO_STEPS);
     store.put_plan(&plan).await.unwrap();
     store
-        .create_run("d1", "acme", "w", &plan.hash, &json!({}), None)
+        .create_run("d1", "acme", &new_run(&plan.hash, &json!({})), None)
         .await
         .unwrap();
     let write = kb_write("summary", Some("dlv_d1_0_completed"));
@@ -1384,7 +1436,7 @@ async fn run_events_of_an_account_without_endpoints_are_kept_only_to_deliver(bac
     let done = json!({ "status": "completed", "output": {} });
     for (id, account, plan) in runs {
         store
-            .create_run(id, account, "w", &plan.hash, &json!({}), None)
+            .create_run(id, account, &new_run(&plan.hash, &json!({})), None)
             .await
             .unwrap();
         assert!(
@@ -1416,7 +1468,7 @@ async fn run_events_are_kept_with_each_status_change_and_handed_out_once(backend
         .unwrap();
     for (id, account) in [("a1", "acme"), ("a2", "acme"), ("g1", "globex")] {
         store
-            .create_run(id, account, "w", &plan.hash, &json!({}), None)
+            .create_run(id, account, &new_run(&plan.hash, &json!({})), None)
             .await
             .unwrap();
     }
@@ -1432,7 +1484,7 @@ async fn run_events_are_kept_with_each_status_change_and_handed_out_once(backend
     assert!(store.cancel_run("a2").await.unwrap());
     // Giving a run up while it is still running is no event.
     store
-        .create_run("a3", "acme", "w", &plan.hash, &json!({}), None)
+        .create_run("a3", "acme", &new_run(&plan.hash, &json!({})), None)
         .await
         .unwrap();
     store
@@ -1705,7 +1757,7 @@ async fn store_with_completed_runs(
     let done = json!({ "status": "completed", "output": {} });
     for (id, account) in runs {
         store
-            .create_run(id, account, "w", &plan.hash, &json!({}), None)
+            .create_run(id, account, &new_run(&plan.hash, &json!({})), None)
             .await
             .unwrap();
         store
@@ -1723,7 +1775,7 @@ async fn a_run_given_up_is_orphaned_until_claimed(backend: Backend) {
     let plan = plan(TWO_STEPS);
     store.put_plan(&plan).await.unwrap();
     store
-        .create_run("run-1", "", "w", &plan.hash, &json!({}), None)
+        .create_run("run-1", "", &new_run(&plan.hash, &json!({})), None)
         .await
         .unwrap();
     assert!(
@@ -1778,7 +1830,7 @@ async fn postgres_leases_keep_a_run_with_its_live_owner_until_they_run_out() {
     let plan = plan(TWO_STEPS);
     first.put_plan(&plan).await.unwrap();
     first
-        .create_run("run-1", "", "w", &plan.hash, &json!({}), None)
+        .create_run("run-1", "", &new_run(&plan.hash, &json!({})), None)
         .await
         .unwrap();
     let running = [RunStatus::Running];
@@ -1843,7 +1895,7 @@ async fn postgres_heartbeats_sent_at_once_each_count() {
     let plan = plan(TWO_STEPS);
     store.put_plan(&plan).await.unwrap();
     store
-        .create_run("run-1", "", "w", &plan.hash, &json!({}), None)
+        .create_run("run-1", "", &new_run(&plan.hash, &json!({})), None)
         .await
         .unwrap();
     let journal = Arc::clone(&store)
@@ -1894,7 +1946,7 @@ async fn postgres_a_journal_whose_run_was_taken_over_does_nothing_more() {
     let plan = plan(TWO_STEPS);
     first.put_plan(&plan).await.unwrap();
     first
-        .create_run("run-1", "acme", "w", &plan.hash, &json!({}), None)
+        .create_run("run-1", "acme", &new_run(&plan.hash, &json!({})), None)
         .await
         .unwrap();
     let old = Arc::clone(&first)
@@ -2157,7 +2209,7 @@ async fn deployments_runs_and_documents_can_be_deleted(backend: Backend) {
 
     // A run: not deleted while it runs, nor by another account.
     store
-        .create_run("run-d", "acme", "w", &first.hash, &json!({}), None)
+        .create_run("run-d", "acme", &new_run(&first.hash, &json!({})), None)
         .await
         .unwrap();
     let journal = Arc::clone(&store)
@@ -2193,7 +2245,7 @@ async fn deployments_runs_and_documents_can_be_deleted(backend: Backend) {
     // kept; a parked run stays, and so does a run cancelled just now.
     for id in ["run-e", "run-f", "run-g"] {
         store
-            .create_run(id, "acme", "w", &second.hash, &json!({}), None)
+            .create_run(id, "acme", &new_run(&second.hash, &json!({})), None)
             .await
             .unwrap();
     }
@@ -2346,7 +2398,7 @@ async fn created(
     let plan = plan(source);
     store.put_plan(&plan).await.unwrap();
     store
-        .create_run("run-1", "", "w", &plan.hash, &input, None)
+        .create_run("run-1", "", &new_run(&plan.hash, &input), None)
         .await
         .unwrap();
     plan
@@ -2627,7 +2679,7 @@ async fn a_parked_run_moves_to_another_plan_once(backend: Backend) {
     store.put_plan(&old).await.unwrap();
     store.put_plan(&new).await.unwrap();
     store
-        .create_run("run-1", "", "w", &old.hash, &json!({}), None)
+        .create_run("run-1", "", &new_run(&old.hash, &json!({})), None)
         .await
         .unwrap();
     assert!(
@@ -2679,7 +2731,7 @@ async fn stored_bytes_count_an_accounts_data_only(backend: Backend) {
     assert!(deployed >= compact, "{deployed} for a plan of {compact}");
     let input = json!({ "note": "x".repeat(10_000) });
     store
-        .create_run("run-1", "acme", "w", &plan.hash, &input, None)
+        .create_run("run-1", "acme", &new_run(&plan.hash, &input), None)
         .await
         .unwrap();
     let with_run = store.stored_bytes("acme").await.unwrap();
@@ -2742,7 +2794,7 @@ async fn runs_go_on_through_terminated_connections_and_keep_every_record() {
         let mut row = None;
         for _ in 0..200 {
             let _ = store
-                .create_run(&id, "", "w", &plan.hash, &json!({}), None)
+                .create_run(&id, "", &new_run(&plan.hash, &json!({})), None)
                 .await;
             row = store.run(&id).await.ok().flatten();
             if row.is_some() {

@@ -46,9 +46,7 @@ use flow_runtime::offline::OfflineProvider;
 use flow_runtime::runner::{self, Observer, RunRecord};
 use flow_runtime::services::Provider;
 use flow_runtime::sqlite::SqliteStore;
-use flow_runtime::store::{
-    KbQuery, NO_ACCOUNT, NewRun, RunChange, RunQuery, RunRow, RunStatus, Store,
-};
+use flow_runtime::store::{KbQuery, NO_ACCOUNT, NewRun, RunQuery, RunRow, RunStatus, Store};
 use lists::{GateLine, RunLine};
 use serde_json::{Value, json};
 use style::{DEFAULT_DB, Paint};
@@ -1057,25 +1055,19 @@ fn provider_kind() -> Result<&'static str> {
 }
 
 /// Refuses to go on with `run_id` in a process with no provider configured
-/// when the run began answered by a real one: its next steps would get the
-/// offline provider's made-up answers, and the run complete as if they
-/// were the model's (a `flow recover` in a shell without FLOW_LLM_* did).
+/// when the run began answered by a real one (`runner::missing_provider`;
+/// a `flow recover` in a shell without FLOW_LLM_* did).
 async fn answerable_here(store: &Arc<dyn Store>, run_id: &str, kind: &str) -> Result<()> {
-    if kind != "offline" {
-        return Ok(());
-    }
-    let history = store.run_history(run_id).await.map_err(store_error)?;
-    let began = history.iter().find_map(|change| match change {
-        RunChange::Began { provider, .. } => Some(provider.as_str()),
-        _ => None,
-    });
-    match began {
-        Some(provider) if provider != "offline" => Err(usage(format!(
+    let missing = runner::missing_provider(store.as_ref(), run_id, kind)
+        .await
+        .map_err(store_error)?;
+    match missing {
+        Some(provider) => Err(usage(format!(
             "run {run_id} began answered by the `{provider}` provider, and none is configured here: \
              its next steps would get the offline provider's made-up answers; set FLOW_LLM_BASE_URL \
              (and FLOW_LLM_PROVIDER, FLOW_LLM_API_KEY) as when it began"
         ))),
-        _ => Ok(()),
+        None => Ok(()),
     }
 }
 
@@ -1214,16 +1206,7 @@ async fn give_up(
     {
         // The writer takes writes in order: a start the dropped run had
         // queued is committed first, and this one then conflicts, harmlessly.
-        let _ = store
-            .create_run(
-                run_id,
-                &account,
-                &run.workflow,
-                &run.plan_hash,
-                &run.input,
-                None,
-            )
-            .await;
+        let _ = store.create_run(run_id, &account, &run, None).await;
     }
     if !matches!(store.run(run_id).await, Ok(Some(_))) {
         eprintln!(

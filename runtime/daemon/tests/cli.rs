@@ -756,7 +756,10 @@ async fn an_approval_is_decided_over_http_by_a_group_member() {
 
 /// flowd killed with SIGKILL while runs are in flight, then started again,
 /// resumes them all at once with one line of log, finishes them, and no
-/// completed step is called twice at the LLM.
+/// completed step is called twice at the LLM. Started in between without
+/// its `[provider]`, it leaves them as they are: they began with the
+/// model, and the offline provider's made-up answers would have completed
+/// them (regression).
 #[tokio::test]
 async fn a_killed_flowd_finishes_every_run_without_repeating_completed_steps() {
     use flow_tests::fake_llm::FakeLlm;
@@ -812,6 +815,17 @@ async fn a_killed_flowd_finishes_every_run_without_repeating_completed_steps() {
         server.requests() < RUNS * STEPS,
         "the runs were still in flight when flowd was killed"
     );
+
+    let offline = Flowd::start_with(&dir, CONFIG);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    for id in &ids {
+        let (status, body) = offline
+            .send(Method::GET, &format!("/v1/runs/{id}"), Some(ACME), None)
+            .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["status"], "running", "{body}");
+    }
+    drop(offline);
 
     let flowd = Flowd::start_with(&dir, &config);
     // Resumed at start, before flowd listens (not by the orphan sweep

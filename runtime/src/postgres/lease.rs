@@ -124,13 +124,14 @@ mod tests {
             .execute("INSERT INTO plans (hash, json) VALUES ('p', '{}')", &[])
             .await
             .unwrap();
+        let run = NewRun {
+            workflow: "w".to_string(),
+            plan_hash: "p".to_string(),
+            input: json!({}),
+            provider: None,
+        };
         for id in ["run-1", "run-2"] {
-            assert!(
-                store
-                    .create_run(id, "", "w", "p", &json!({}), None)
-                    .await
-                    .unwrap()
-            );
+            assert!(store.create_run(id, "", &run, None).await.unwrap());
         }
         store
             .execute("UPDATE runs SET owner = NULL WHERE id = 'run-2'", &[])

@@ -1063,18 +1063,17 @@ impl RunStore for PostgresStore {
         &'a self,
         id: &'a str,
         account: &'a str,
-        workflow: &'a str,
-        plan_hash: &'a str,
-        input: &'a Value,
+        run: &'a NewRun,
         idempotency_key: Option<&'a str>,
     ) -> StoreFuture<'a, bool> {
         self.queue(Queued::Create(CreatedRun {
             id: id.to_string(),
             account: account.to_string(),
-            workflow: workflow.to_string(),
-            plan_hash: plan_hash.to_string(),
-            input: input.to_string(),
+            workflow: run.workflow.clone(),
+            plan_hash: run.plan_hash.clone(),
+            input: run.input.to_string(),
             idempotency_key: idempotency_key.map(str::to_string),
+            history: run.history(),
         }))
     }
 

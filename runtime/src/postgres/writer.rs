@@ -35,6 +35,8 @@ pub(super) struct CreatedRun {
     pub(super) plan_hash: String,
     pub(super) input: String,
     pub(super) idempotency_key: Option<String>,
+    /// `NewRun::history`.
+    pub(super) history: String,
 }
 
 impl Append {
@@ -389,7 +391,7 @@ async fn insert_runs(
             &run.input,
             run.idempotency_key.as_deref(),
         );
-        columns.histories.push("[]".to_string());
+        columns.histories.push(run.history.clone());
     }
     if columns.ids.is_empty() {
         return Ok(Default::default());

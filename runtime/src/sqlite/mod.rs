@@ -406,25 +406,24 @@ impl SqliteStore {
         &self,
         id: &str,
         account: &str,
-        workflow: &str,
-        plan_hash: &str,
-        input: &Value,
+        run: &NewRun,
         idempotency_key: Option<&str>,
     ) -> StoreFuture<'static, bool> {
         let now = now_ms();
         let written = self.statement(
-            "INSERT INTO runs (id, workflow, plan_hash, status, input, created_ms, updated_ms, owner, account, idempotency_key)
-             VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?5, ?6, ?7, ?8)
+            "INSERT INTO runs (id, workflow, plan_hash, status, input, created_ms, updated_ms, owner, account, idempotency_key, history)
+             VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?5, ?6, ?7, ?8, ?9)
              ON CONFLICT (account, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING",
             vec![
                 id.to_string().into(),
-                workflow.to_string().into(),
-                plan_hash.to_string().into(),
-                input.to_string().into(),
+                run.workflow.clone().into(),
+                run.plan_hash.clone().into(),
+                run.input.to_string().into(),
                 now.into(),
                 owner().to_string().into(),
                 account.to_string().into(),
                 idempotency_key.map(str::to_string).into(),
+                run.history().into(),
             ],
         );
         Box::pin(async move { written.await.map(|changed| changed == 1) })
@@ -1390,12 +1389,10 @@ impl RunStore for SqliteStore {
         &'a self,
         id: &'a str,
         account: &'a str,
-        workflow: &'a str,
-        plan_hash: &'a str,
-        input: &'a Value,
+        run: &'a NewRun,
         idempotency_key: Option<&'a str>,
     ) -> StoreFuture<'a, bool> {
-        self.create_run(id, account, workflow, plan_hash, input, idempotency_key)
+        self.create_run(id, account, run, idempotency_key)
     }
 
     fn claim_run<'a>(&'a self, id: &'a str, from: &'a [RunStatus]) -> StoreFuture<'a, bool> {

@@ -386,16 +386,15 @@ pub trait PlanStore: Send + Sync {
 /// answers false to any other); a cancelled run is ended for everyone; a
 /// run is deleted only once it has ended, with its journal.
 pub trait RunStore: Send + Sync {
-    /// Creates a run of `account`, `running` and owned by this process. With
-    /// an idempotency key that one of the account's runs already has, creates
+    /// Creates run `id` of `account`, `running` and owned by this process,
+    /// its history begun with `run.provider` when given. With an
+    /// idempotency key that one of the account's runs already has, creates
     /// nothing and answers false (`run_by_key` finds that run).
     fn create_run<'a>(
         &'a self,
         id: &'a str,
         account: &'a str,
-        workflow: &'a str,
-        plan_hash: &'a str,
-        input: &'a Value,
+        run: &'a NewRun,
         idempotency_key: Option<&'a str>,
     ) -> StoreFuture<'a, bool>;
 

@@ -19,7 +19,8 @@ use flow_runtime::approval::Decision;
 use flow_runtime::journal::Outcome;
 use flow_runtime::runner::{self, RunRecord};
 use flow_runtime::store::{
-    Deletion, Deployment, Notification, NotificationQuery, RunQuery, RunRow, RunStatus, StoreError,
+    Deletion, Deployment, NewRun, Notification, NotificationQuery, RunQuery, RunRow, RunStatus,
+    StoreError,
 };
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};

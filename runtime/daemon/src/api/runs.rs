@@ -181,22 +181,21 @@ pub(crate) async fn start_run(
     // mid-request must not leave a stored run that nothing drives.
     let started = {
         let (daemon, run_id, account) = (Arc::clone(&daemon), run_id.clone(), account.clone());
-        let (workflow, key) = (request.workflow.clone(), key.clone());
+        let run = NewRun {
+            workflow: request.workflow.clone(),
+            plan_hash: plan.hash.clone(),
+            input,
+            provider: Some(daemon.provider_kind.clone()),
+        };
+        let key = key.clone();
         tokio::spawn(async move {
             let created = daemon
                 .store
-                .create_run(
-                    &run_id,
-                    &account,
-                    &workflow,
-                    &plan.hash,
-                    &input,
-                    key.as_deref(),
-                )
+                .create_run(&run_id, &account, &run, key.as_deref())
                 .await
                 .map_err(store_problem)?;
             if created {
-                daemon.spawn_run(plan, account, workflow, run_id, input, true);
+                daemon.spawn_run(plan, account, run.workflow, run_id, run.input, true);
             }
             Ok(created)
         })

@@ -187,6 +187,28 @@ impl Daemon {
                 if cancelled {
                     break 'drive;
                 }
+                // A run begun with a model, resumed by a flowd with none
+                // (restarted without its [provider]), is left claimed and
+                // not driven: its steps would get the offline provider's
+                // made-up answers. It waits for a start with the provider
+                // (on PostgreSQL, another flowd takes it as its lease runs
+                // out), and a run of another provider goes on meanwhile.
+                // (A history that does not read is left to the drive, which
+                // reads the store too and gives the run up if it fails.)
+                if !created
+                    && let Ok(Some(provider)) = flow_runtime::runner::missing_provider(
+                        daemon.store.as_ref(),
+                        &run_id,
+                        &daemon.provider_kind,
+                    )
+                    .await
+                {
+                    tracing::error!(
+                        run = %run_id,
+                        "the run began answered by the `{provider}` provider and this flowd has no [provider]: it waits for a flowd that has one"
+                    );
+                    break 'drive;
+                }
                 let started = std::time::Instant::now();
                 // Metrics of each step; a handoff has something to mail at once;
                 // the steps of this invocation are its trace spans.

@@ -50,6 +50,9 @@ pub struct Daemon {
     pub config: Config,
     pub store: Arc<dyn Store>,
     pub provider: Arc<dyn Provider>,
+    /// `provider`'s kind (`offline`, `openai`, `anthropic`), kept in each
+    /// run's history as it starts (`RunChange::Began`).
+    pub(crate) provider_kind: String,
     /// The per-account limit on LLM calls in flight.
     limiter: Arc<dyn Limiter>,
     /// MCP: the connections to MCP servers that every run of this
@@ -262,6 +265,10 @@ impl Daemon {
             mail_wake: tokio::sync::Notify::new(),
             events_wake: tokio::sync::Notify::new(),
             public_url: std::sync::OnceLock::new(),
+            provider_kind: config
+                .provider
+                .as_ref()
+                .map_or("offline".to_string(), |provider| provider.kind.clone()),
             config,
             store,
             provider,
