@@ -89,6 +89,7 @@ on_each_store!(
     a_cancelled_run_records_nothing_more,
     a_run_given_up_is_orphaned_until_claimed,
     a_failed_run_is_redriven_from_the_step_that_failed_it,
+    a_gate_decided_after_a_redrive_is_decided_in_its_round,
     a_panic_fails_its_run_which_a_redrive_takes_on,
     a_redrive_reruns_only_the_failed_iterations_of_a_loop,
     a_run_is_redriven_again_and_at_most_max_times,
@@ -2493,6 +2494,46 @@ async fn a_failed_run_is_redriven_from_the_step_that_failed_it(backend: Backend)
         store.redrive_run("run-1", None).await.unwrap(),
         None,
         "a completed run is not redriven"
+    );
+}
+
+/// Regression: a run cancelled while parked and redriven parks at the same
+/// gate record; a rejection there was recorded in the round the gate first
+/// parked in, taken for a failure the redrive runs again, so the gate
+/// parked again at once, found itself decided, and the run went round for
+/// ever (`flow approve --reject` never returned; flowd spun). A decision
+/// is the round's it is made in: this rejection fails the run.
+async fn a_gate_decided_after_a_redrive_is_decided_in_its_round(backend: Backend) {
+    let store = backend.open().await;
+    let plan = created(&store, GATED, json!({})).await;
+    let model = Arc::new(Outage::default());
+    let parked = drive_with(&store, &plan, json!({}), &model).await;
+    assert!(matches!(parked, Outcome::Parked { .. }), "{parked:?}");
+    assert!(store.cancel_run("run-1").await.unwrap());
+    assert_eq!(store.redrive_run("run-1", None).await.unwrap(), Some(1));
+    let parked = drive_with(&store, &plan, json!({}), &model).await;
+    assert!(matches!(parked, Outcome::Parked { .. }), "{parked:?}");
+    store
+        .decide("run-1", "ok", &decision("boss@example.com", false))
+        .await
+        .unwrap()
+        .unwrap();
+    let ended = tokio::time::timeout(
+        Duration::from_secs(10),
+        drive_with(&store, &plan, json!({}), &model),
+    )
+    .await
+    .expect("the run ends");
+    assert!(
+        matches!(&ended, Outcome::Failed { step: Some(step), .. } if step == "ok"),
+        "{ended:?}"
+    );
+    let gate = record_of(&store, "ok").await;
+    assert_eq!((gate.status, gate.round), (StepStatus::Failed, 1));
+    assert_eq!(
+        model.calls.lock().unwrap().len(),
+        1,
+        "only `one` was called"
     );
 }
 

@@ -98,12 +98,20 @@ impl PendingApproval {
 }
 
 /// The decision rule, shared by every store: the record of the approval at
-/// `path` after `approver` decides it at `now_ms`, or why that is refused.
+/// `path` after `approver` decides it at `now_ms`, in the run's redrive
+/// `round`, or why that is refused.
+///
+/// The decision is the round's, not the round the gate first parked in: a
+/// run cancelled while parked and redriven parks at the same record, and
+/// a rejection recorded in the earlier round was taken for a failure a
+/// redrive runs again. The gate then parked again at once, found itself
+/// decided, and the run went round for ever.
 pub fn decide_record(
     record: Option<&StepRecord>,
     path: &str,
     decision: &Decision,
     now_ms: u64,
+    round: u32,
 ) -> Result<StepRecord, DecideError> {
     let Decision {
         approver,
@@ -118,7 +126,7 @@ pub fn decide_record(
     }
     let pending: PendingApproval = serde_json::from_value(record.input.clone())
         .map_err(|_| DecideError::UnknownStep(path.to_string()))?;
-    if expire(record, &pending, now_ms).is_some() {
+    if expire(record, &pending, now_ms, round).is_some() {
         return Err(DecideError::Expired(path.to_string()));
     }
     if !pending.may_decide(approver, groups) {
@@ -135,6 +143,7 @@ pub fn decide_record(
     };
     let mut decided = record.clone();
     decided.ended_ms = now_ms;
+    decided.round = round;
     decided.output = Some(Arc::new(json!({
         "approved": approved,
         "approver": approver,
@@ -164,16 +173,23 @@ pub fn gate_due_ms(record: &StepRecord) -> Option<u64> {
     Some(record.started_ms.saturating_add(pending.expires_ms?))
 }
 
-/// The record of an approval whose time ran out, decided by its `on_expire`:
-/// `reject` counts as a rejection (then `on_reject` applies), `fail` fails the
-/// step. `None` while it has time left or never expires.
-pub fn expire(record: &StepRecord, pending: &PendingApproval, now_ms: u64) -> Option<StepRecord> {
+/// The record of an approval whose time ran out, decided by its `on_expire`
+/// in the run's redrive `round` (as [`decide_record`]): `reject` counts as
+/// a rejection (then `on_reject` applies), `fail` fails the step. `None`
+/// while it has time left or never expires.
+pub fn expire(
+    record: &StepRecord,
+    pending: &PendingApproval,
+    now_ms: u64,
+    round: u32,
+) -> Option<StepRecord> {
     let expires_ms = pending.expires_ms?;
     if now_ms < record.started_ms.saturating_add(expires_ms) {
         return None;
     }
     let mut expired = record.clone();
     expired.ended_ms = now_ms;
+    expired.round = round;
     expired.output = Some(Arc::new(json!({
         "approved": false,
         "approver": "",

@@ -661,7 +661,7 @@ impl<'p> Interpreter<'p> {
                 else {
                     return Err(Interrupt::Parked);
                 };
-                if let Some(expired) = expire(&record, &pending, now_ms()) {
+                if let Some(expired) = expire(&record, &pending, now_ms(), self.round) {
                     // Journal the expiry as the decision, then replay it.
                     self.journal(step, expired.clone()).await?;
                     return Box::pin(self.replay(step, ctx, path, expired)).await;

@@ -67,6 +67,8 @@ impl MemoryStore {
         decided_at: &str,
     ) -> Result<(), DecideError> {
         let mut records = lock(&self.records);
+        // A test's run is never redriven: its gates decide in their round.
+        let round = records.get(path).map_or(0, |record| record.round);
         let decided = decide_record(
             records.get(path),
             path,
@@ -78,6 +80,7 @@ impl MemoryStore {
                 decided_at: decided_at.to_string(),
             },
             crate::time::now_ms(),
+            round,
         )?;
         records.insert(path.to_string(), decided);
         Ok(())

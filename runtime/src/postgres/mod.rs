@@ -466,11 +466,17 @@ impl PostgresStore {
     ) -> Result<Result<(), DecideError>, StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        let run_status = tx
-            .query_opt("SELECT status FROM runs WHERE id = $1", &[&run_id])
+        let run = tx
+            .query_opt(
+                "SELECT status, redrives FROM runs WHERE id = $1",
+                &[&run_id],
+            )
             .await?
-            .map(|row| row.get::<_, String>(0));
-        let run_status = run_status.as_deref().and_then(RunStatus::parse);
+            .map(|row| (row.get::<_, String>(0), row.get::<_, i32>(1)));
+        let run_status = run
+            .as_ref()
+            .and_then(|(status, _)| RunStatus::parse(status));
+        let round = run.map_or(0, |(_, round)| round.max(0) as u32);
         if !matches!(
             run_status,
             Some(RunStatus::PendingApproval | RunStatus::Running)
@@ -491,7 +497,7 @@ impl PostgresStore {
             .query_opt(&statement, &[&run_id, &path])
             .await?
             .and_then(|row| record::decode(row.get(0)).ok());
-        let decided = match decide_record(record.as_ref(), path, decision, now_ms() as u64) {
+        let decided = match decide_record(record.as_ref(), path, decision, now_ms() as u64, round) {
             Ok(decided) => decided,
             Err(refused) => return Ok(Err(refused)),
         };

@@ -453,11 +453,14 @@ pub(super) fn apply_decision(
         path,
         decision,
     } = decide;
-    let run_status: Option<RunStatus> = tx
-        .query_row("SELECT status FROM runs WHERE id = ?1", [run_id], |row| {
-            row.get(0)
-        })
-        .optional()?;
+    let (run_status, round): (Option<RunStatus>, u32) = tx
+        .query_row(
+            "SELECT status, redrives FROM runs WHERE id = ?1",
+            [run_id],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .optional()?
+        .map_or((None, 0), |(status, round)| (Some(status), round));
     if !matches!(
         run_status,
         Some(RunStatus::PendingApproval | RunStatus::Running)
@@ -476,7 +479,7 @@ pub(super) fn apply_decision(
         )
         .optional()?;
     let record = record.and_then(|json| record::decode(&json).ok());
-    let decided = match decide_record(record.as_ref(), path, decision, now_ms() as u64) {
+    let decided = match decide_record(record.as_ref(), path, decision, now_ms() as u64, round) {
         Ok(decided) => decided,
         Err(error) => return Ok(Err(error)),
     };

@@ -202,14 +202,14 @@ async fn decide_all(
                 let due = gate
                     .expires_ms
                     .map(|after| record.started_ms.saturating_add(after));
-                let mut expired =
-                    due.and_then(|due| expire(&record, gate, due))
-                        .ok_or_else(|| {
-                            Miss::of_run(format!(
-                                "the approval at {} never expires: it has no `expires`",
-                                gate.path
-                            ))
-                        })?;
+                let mut expired = due
+                    .and_then(|due| expire(&record, gate, due, record.round))
+                    .ok_or_else(|| {
+                        Miss::of_run(format!(
+                            "the approval at {} never expires: it has no `expires`",
+                            gate.path
+                        ))
+                    })?;
                 // Dated on the virtual clock, when the gate is due.
                 if let (Some(output), Some(after)) = (&expired.output, gate.expires_ms) {
                     let mut output = Value::clone(output);
