@@ -1249,8 +1249,12 @@ fn flow_run_delivers_what_it_can_and_names_the_rest() {
 
 /// `flow test-from RUN` writes a recorded run as a `test` block that
 /// `flowc check` accepts and `flowc test` passes against the workflow's
-/// source: an example run as it is, and a run with a loop, floats,
-/// optionals and an approval decided with `flow approve`.
+/// source: an example run as it is, a run with a loop, floats, optionals
+/// and an approval decided with `flow approve` whose output holds the
+/// decision (regression: its `decided_at` was expected, and a test dates
+/// decisions on its own clock), and a run parked in a loop's second
+/// iteration (regression: the first's decision decided the second too,
+/// and the test's run went on past where the run parked).
 #[test]
 fn a_recorded_run_becomes_a_test_that_passes() {
     let dir = TempDir::new("flow-test-from");
@@ -1272,15 +1276,48 @@ workflow gate {
     step rate = score { text: loop_item }
   }
   step ok = approval { approvers: ["lead@example.com"] message: "Go on?" }
-  output { approved: step.ok.approved, scores: step.each }
+  output { approved: step.ok.approved, decision: step.ok, scores: step.each }
+}
+workflow looped {
+  input { texts: list<string> }
+  for workflow_input.texts as each {
+    step check = approval { approvers: ["lead@example.com"] message: "{{loop_item}}?" }
+  }
+  output { checks: step.each }
 }
 "#,
     );
+    let looped = flow(
+        &dir,
+        &[
+            "run",
+            "gate.flow",
+            "--workflow",
+            "looped",
+            "--input",
+            r#"{"texts": ["a", "b"]}"#,
+            "--json",
+        ],
+    );
+    let looped = json(&looped)["run_id"].as_str().unwrap().to_string();
+    let first = flow(
+        &dir,
+        &[
+            "approve",
+            &looped,
+            "each[0]/check",
+            "--as",
+            "lead@example.com",
+        ],
+    );
+    assert_eq!(first.code, 3, "parks at the second: {}", first.all());
     let gated = flow(
         &dir,
         &[
             "run",
             "gate.flow",
+            "--workflow",
+            "gate",
             "--input",
             r#"{"texts": ["a", "b {{c}}"]}"#,
             "--json",
@@ -1307,6 +1344,7 @@ workflow gate {
     for (run, file) in [
         (&example, "support_triage.run.test.flow"),
         (&gated, "gate.run.test.flow"),
+        (&looped, "looped.run.test.flow"),
     ] {
         let written = flow(&dir, &["test-from", run, "--out", file]);
         assert_eq!(written.code, 0, "{}", written.all());
@@ -1331,6 +1369,17 @@ workflow gate {
         "{gate}"
     );
     assert!(gate.contains(r#""b \{\{c\}\}""#), "{gate}");
+    assert!(
+        gate.contains("expect output.decision.approved == true")
+            && !gate.contains("expect output.decision =="),
+        "{gate}"
+    );
+    let looped = std::fs::read_to_string(dir.path().join("looped.run.test.flow")).unwrap();
+    assert!(
+        looped.contains(r#"decide step.check approve by "lead@example.com" then wait"#)
+            && looped.contains("expect status parked"),
+        "{looped}"
+    );
     // The printed test is what `flow --server` answers too, from the same
     // function; the same run twice writes the same text.
     let again = flow(&dir, &["test-from", &gated]);

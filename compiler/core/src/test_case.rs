@@ -57,8 +57,19 @@ pub enum Answer {
 pub struct DecisionCase {
     pub step: String,
     /// One per time the run parks at the gate, the last for every time
-    /// after it; `None`: the approval expires.
-    pub decided: Vec<Option<Decided>>,
+    /// after it.
+    pub decided: Vec<GateDecision>,
+}
+
+/// What a test does with a gate the time its run parks there.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GateDecision {
+    Decided(Decided),
+    /// The approval expires (its `on_expire` applies).
+    Expire,
+    /// Left undecided: the run stays parked there.
+    Wait,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -178,13 +189,14 @@ pub fn lower_tests(checked: &Checked) -> Option<Vec<TestCase>> {
                                 approved,
                                 by,
                                 comment,
-                            } => Some(Decided {
+                            } => GateDecision::Decided(Decided {
                                 approved: *approved,
                                 by: by.display_text(),
                                 comment: comment.as_ref().map(ast::StringLit::display_text),
                                 line: lines.line_col(&file.text, by.span.start).0,
                             }),
-                            Decision::Expire => None,
+                            Decision::Expire => GateDecision::Expire,
+                            Decision::Wait => GateDecision::Wait,
                         });
                         match cases.iter_mut().find(|case| case.step == decide.step.text) {
                             Some(case) => case.decided.extend(decided),

@@ -90,7 +90,9 @@ pub fn test_block(plan: &Plan, run: &RecordedRun<'_>) -> Result<String, String> 
         }
     }
     // A gate's decisions in the order they were made, one per time the
-    // run parked there (a gate in a loop).
+    // run parked there (a gate in a loop); one still waiting is `wait`,
+    // else the last decision would decide it too, and the test's run go
+    // past where the run parked.
     let mut decided: Vec<&str> = Vec::new();
     for record in &records {
         if record.kind != StepKind::Approval || decided.contains(&record.step_id.as_str()) {
@@ -100,7 +102,10 @@ pub fn test_block(plan: &Plan, run: &RecordedRun<'_>) -> Result<String, String> 
         let decisions: Vec<String> = records
             .iter()
             .filter(|other| other.step_id == record.step_id)
-            .filter_map(|other| other.output.as_deref().and_then(decision))
+            .filter_map(|other| match other.status {
+                StepStatus::Pending => Some("wait".to_string()),
+                _ => other.output.as_deref().and_then(decision),
+            })
             .collect();
         if !decisions.is_empty() {
             text.push_str(&format!(
@@ -115,17 +120,76 @@ pub fn test_block(plan: &Plan, run: &RecordedRun<'_>) -> Result<String, String> 
     match run.output {
         Some(Value::Object(fields)) if !fields.is_empty() => {
             for (name, value) in fields {
-                text.push_str(&format!(
-                    "expect output.{name} == {}\n",
-                    literal(value, None)
-                ));
+                output_expectations(&format!("output.{name}"), value, &mut text);
             }
         }
-        Some(output) => text.push_str(&format!("expect output == {}\n", literal(output, None))),
+        Some(output) => output_expectations("output", output, &mut text),
         None => {}
     }
     text.push_str("}\n");
     Ok(text)
+}
+
+/// `expect PATH == VALUE`, but for the approvals' decisions `value` holds:
+/// a decision's `decided_at` is when someone decided, which the test's run
+/// dates on its own clock (`2000-01-01T00:00:00Z` on), so it is not
+/// expected, and the values around it are expected part by part.
+fn output_expectations(path: &str, value: &Value, text: &mut String) {
+    if !holds_decision(value) {
+        text.push_str(&format!("expect {path} == {}\n", literal(value, None)));
+        return;
+    }
+    let decision = is_decision(value);
+    match value {
+        Value::Object(fields) => {
+            for (name, field) in fields {
+                if decision && name == "decided_at" {
+                    text.push_str(&format!(
+                        "// {path}.decided_at: a decision's time, which a test dates on its own clock\n"
+                    ));
+                } else if is_name(name) {
+                    output_expectations(&format!("{path}.{name}"), field, text);
+                } else {
+                    text.push_str(&format!(
+                        "// {path}: holds a decision's time under a field no path can name\n"
+                    ));
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (index, item) in items.iter().enumerate() {
+                output_expectations(&format!("{path}[{index}]"), item, text);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Whether `value` is an approval's output: `approved`, `approver`,
+/// `comment` and `decided_at`.
+fn is_decision(value: &Value) -> bool {
+    value.get("approved").is_some_and(Value::is_boolean)
+        && value.get("approver").is_some_and(Value::is_string)
+        && value.get("decided_at").is_some_and(Value::is_string)
+}
+
+/// Whether `value` is, or holds, an approval's output.
+fn holds_decision(value: &Value) -> bool {
+    is_decision(value)
+        || match value {
+            Value::Object(fields) => fields.values().any(holds_decision),
+            Value::Array(items) => items.iter().any(holds_decision),
+            _ => false,
+        }
+}
+
+/// Whether `name` can follow a `.` in a path.
+fn is_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// The expectation on how the run ended, or a comment saying why a test

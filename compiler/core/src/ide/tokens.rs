@@ -83,6 +83,7 @@ const GRAMMAR_WORDS: &[&str] = &[
     "twice",
     "type",
     "url",
+    "wait",
     "webhook",
     "with",
     "workflow",

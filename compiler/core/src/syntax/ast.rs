@@ -828,6 +828,8 @@ pub enum Decision {
         comment: Option<StringLit>,
     },
     Expire,
+    /// Left undecided: the run stays parked at the gate.
+    Wait,
 }
 
 #[derive(Debug, Clone, PartialEq)]

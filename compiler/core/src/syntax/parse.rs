@@ -4137,6 +4137,7 @@ fn rule_word(rule: Rule) -> Option<&'static str> {
         Rule::kw_twice => "`twice`",
         Rule::kw_times => "`times`",
         Rule::kw_expire => "`expire`",
+        Rule::kw_wait => "`wait`",
         Rule::kw_by => "`by`",
         Rule::kw_comment => "`comment`",
         Rule::kw_status => "`status`",

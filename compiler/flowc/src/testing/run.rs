@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flow_compiler::test_case::{Expectation, TestCase};
+use flow_compiler::test_case::{Expectation, GateDecision, TestCase};
 use flow_engine::approval::{PendingApproval, expire};
 use flow_engine::journal::{Journal as _, Outcome, StepRecord, StepStatus};
 use flow_engine::memory::MemoryStore;
@@ -172,7 +172,14 @@ async fn decide_all(
             continue;
         };
         match decided {
-            Some(decided) => store
+            GateDecision::Wait if parks => return Ok(false),
+            GateDecision::Wait => {
+                return Err(Miss::of_run(format!(
+                    "the run parked at {}, where the test's decisions of `step.{}` end with `wait`; `expect status parked` if it is to stay there",
+                    gate.path, gate.step_id
+                )));
+            }
+            GateDecision::Decided(decided) => store
                 .decide_as_member(
                     &gate.path,
                     &decided.by,
@@ -195,7 +202,7 @@ async fn decide_all(
                     line: Some(decided.line),
                     found: format!("the run refused it at {}: {refused}", gate.path),
                 })?,
-            None => {
+            GateDecision::Expire => {
                 let record = store.lookup(&gate.path).ok_or_else(|| {
                     Miss::of_run(format!("no record of the approval at {}", gate.path))
                 })?;

@@ -206,6 +206,7 @@ impl Parser<'_> {
                     });
                 }
                 Rule::kw_expire => decisions.push(Decision::Expire),
+                Rule::kw_wait => decisions.push(Decision::Wait),
                 _ => {}
             }
         }
