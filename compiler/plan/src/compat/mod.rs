@@ -749,7 +749,7 @@ fn each_reference(version: &Version<'_>, visit: &mut impl FnMut(&Ref, &str, Opti
 struct Reads<'a, 'p> {
     old: &'a Version<'p>,
     new: &'a Version<'p>,
-    seen: std::collections::HashSet<(Option<usize>, String, bool)>,
+    seen: std::collections::HashSet<(Option<usize>, String, bool, Option<usize>)>,
     found: Vec<BadRead>,
 }
 
@@ -774,7 +774,7 @@ impl Reads<'_, '_> {
                     else {
                         continue;
                     };
-                    if from == to || !self.first(Some(then), path, reference.optional) {
+                    if from == to || !self.first(Some(then), path, reference.optional, reader_old) {
                         continue;
                     }
                     let records = format!("the record of `{}`", now.path);
@@ -798,7 +798,7 @@ impl Reads<'_, '_> {
                 }
                 path.extend(reference.path.iter().cloned());
                 let (from, to) = (&old.workflow.input_schema, &new.workflow.input_schema);
-                if from == to || !self.first(None, &path, reference.optional) {
+                if from == to || !self.first(None, &path, reference.optional, reader_old) {
                     return;
                 }
                 if let Some(reason) = mismatch(from, to, &path, reference.optional, "the input") {
@@ -814,10 +814,21 @@ impl Reads<'_, '_> {
         }
     }
 
-    /// Whether this read of `recorded` (`None`: the input) along `path`
-    /// is the first of its kind.
-    fn first(&mut self, recorded: Option<usize>, path: &[PathSegment], optional: bool) -> bool {
-        self.seen.insert((recorded, format!("{path:?}"), optional))
+    /// Whether this read of `recorded` (`None`: the input) along `path`,
+    /// by the old entry `reader`, is the first of its kind. The reader is
+    /// part of it: a read that a place has done (a gate's message, which
+    /// its pending record does not evaluate again) hid the same read by a
+    /// step after the gate, which a moved run makes (regression: a string
+    /// narrowed to an enum moved, and the run failed after its approval).
+    fn first(
+        &mut self,
+        recorded: Option<usize>,
+        path: &[PathSegment],
+        optional: bool,
+        reader: Option<usize>,
+    ) -> bool {
+        self.seen
+            .insert((recorded, format!("{path:?}"), optional, reader))
     }
 }
 
