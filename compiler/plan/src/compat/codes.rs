@@ -80,7 +80,10 @@ crate::code_table! {
     /// to it changed, or the collection of a loop around it did. The replay
     /// decides conditions and iterations again, so it may not reach the
     /// place, and a gate's pending decision would never be asked for; a
-    /// changed collection may give an iteration index to another item.
+    /// changed collection may give an iteration index to another item. A
+    /// loop the run has begun (around the place, or before it) that takes
+    /// fewer items than it did (a lower `max`, or one it did not have)
+    /// fails the run when the replay takes its collection again.
     ///
     /// ```flow
     /// // old                               // new

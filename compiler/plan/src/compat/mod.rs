@@ -270,9 +270,37 @@ impl Comparison<'_> {
             ),
             Some(_) => {}
         }
-        // What a run here may hold, as the new version would read it.
+        // What a run here may hold, as the new version would read it (a
+        // loop's record is its steps', which are looked at one by one).
         for entry in &old.entries {
             if entry.path == at.path || !may_precede(&entry.position, &at.position) {
+                continue;
+            }
+            if entry.kind == StepKind::Loop {
+                // Replayed, a loop takes its collection again: one the run
+                // has begun that takes fewer items now may fail it.
+                if let Some(now) = new
+                    .by_path
+                    .get(entry.path.as_str())
+                    .map(|&i| &new.entries[i])
+                    && now.kind == StepKind::Loop
+                    && let Some(fewer) = now.max_items
+                    && entry.max_items.is_none_or(|before| fewer < before)
+                {
+                    problem(
+                        Code::ResumePointGuarded,
+                        &entry.path,
+                        format!(
+                            "the new version's loop `{}` takes at most {fewer} items ({}): a run that began it with more fails when it goes on",
+                            entry.path,
+                            entry
+                                .max_items
+                                .map_or("it had no bound".to_string(), |before| format!(
+                                    "it took {before}"
+                                ))
+                        ),
+                    );
+                }
                 continue;
             }
             match new
@@ -338,7 +366,9 @@ impl Comparison<'_> {
                 .is_some_and(|&i| may_precede(&old.entries[i].position, &at.position))
         };
         for (index, entry) in new.entries.iter().enumerate() {
+            // A new loop's steps are looked at one by one.
             if entry.path == now.path
+                || entry.kind == StepKind::Loop
                 || !may_precede(&entry.position, &now.position)
                 || recorded(entry)
             {
@@ -477,7 +507,11 @@ fn guard_change(old: &[String], new: &[String]) -> String {
 struct Entry<'p> {
     /// Its execution path, with `[*]` for iterations.
     path: String,
-    step: &'p Step,
+    /// `None` for a loop: a place too, since a run fails at a loop whose
+    /// collection is longer than its `max` or is no list.
+    step: Option<&'p Step>,
+    /// A loop's `max`.
+    max_items: Option<u32>,
     kind: StepKind,
     position: Vec<Frame>,
     /// The conditions and loop collections that decide whether and how
@@ -553,7 +587,8 @@ impl<'p> Version<'p> {
                     self.target(step.slot, Target::Step(self.entries.len()));
                     self.entries.push(Entry {
                         path: path.clone(),
-                        step,
+                        step: Some(step),
+                        max_items: None,
                         kind: step.action.kind(),
                         position: position.clone(),
                         guards: guards.clone(),
@@ -591,8 +626,17 @@ impl<'p> Version<'p> {
                     id,
                     collection,
                     body,
+                    max_items,
                     ..
                 } => {
+                    self.entries.push(Entry {
+                        path: format!("{prefix}{id}"),
+                        step: None,
+                        max_items: *max_items,
+                        kind: StepKind::Loop,
+                        position: position.clone(),
+                        guards: guards.clone(),
+                    });
                     let first = self.entries.len();
                     guards.push(format!(
                         "for {} as {id}",
@@ -673,7 +717,7 @@ impl<'p> Version<'p> {
     /// and a KB write's outputs are the same in every version, and a
     /// handoff has none.
     fn output_schema(&self, entry: &Entry<'_>) -> Option<&'p Value> {
-        match &entry.step.action {
+        match &entry.step?.action {
             crate::Action::Recipe { recipe, .. } => self
                 .plan
                 .recipes
@@ -723,10 +767,9 @@ fn bad_reads(old: &Version<'_>, new: &Version<'_>) -> Vec<BadRead> {
 /// and the workflow's handler), the workflow's output.
 fn each_reference(version: &Version<'_>, visit: &mut impl FnMut(&Ref, &str, Option<usize>)) {
     for (index, entry) in version.entries.iter().enumerate() {
+        let Some(step) = entry.step else { continue };
         let reader = format!("`{}`", entry.path);
-        entry
-            .step
-            .each_ref(&mut |reference| visit(reference, &reader, Some(index)));
+        step.each_ref(&mut |reference| visit(reference, &reader, Some(index)));
     }
     let mut guards = |nodes: &[Node]| {
         each_guard_expr(nodes, &mut |expr, reader| {
