@@ -319,6 +319,23 @@ async fn a_gate_is_decided_exactly_once() {
     ));
 }
 
+/// Regression: a decision on a step that is no approval was refused as
+/// "already decided"; no approval is at its path.
+#[tokio::test]
+async fn a_decision_on_another_kind_of_step_finds_no_approval() {
+    let plan = plan(
+        "recipe r { model \"m\" input { q: string } output { a: string } prompt \"{{input.q}}\" }\nworkflow w {\n  step s = r { q: \"x\" }\n  step g = approval { approvers: [\"a\"], message: \"m\" }\n}",
+    );
+    let store = Arc::new(MemoryStore::default());
+    let offline = Arc::new(flow_runtime::offline::OfflineProvider::default());
+    let _ = flow_runtime::run(&plan, "w", "r", json!({}), services(offline, &store)).await;
+    assert_eq!(
+        store.decide("s", "a", true, None, "t"),
+        Err(DecideError::UnknownStep("s".into()))
+    );
+    assert_eq!(store.decide("g", "a", true, None, "t"), Ok(()));
+}
+
 #[tokio::test]
 async fn only_an_approver_decides() {
     let plan = plan("workflow w { step g = approval { approvers: [\"a@x.io\"], message: \"m\" } }");

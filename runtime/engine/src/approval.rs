@@ -120,7 +120,11 @@ pub fn decide_record(
         comment,
         decided_at,
     } = decision;
-    let record = record.ok_or_else(|| DecideError::UnknownStep(path.to_string()))?;
+    // Another kind of step at the path is no approval: it was answered
+    // "already decided".
+    let record = record
+        .filter(|record| record.kind == flow_plan::StepKind::Approval)
+        .ok_or_else(|| DecideError::UnknownStep(path.to_string()))?;
     if record.status != StepStatus::Pending {
         return Err(DecideError::NotPending(path.to_string()));
     }
