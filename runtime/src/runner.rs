@@ -252,7 +252,7 @@ pub enum Invocation {
     Resume,
 }
 
-/// The real provider run `run_id` began answered by, when this process
+/// The real provider run `run_id` began with, when this process
 /// answers with the offline one (`here` is its kind): going on here would
 /// give the run's next steps made-up answers, and it would complete as if
 /// they were the model's. `None` when the run may go on here, as runs begun

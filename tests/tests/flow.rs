@@ -402,7 +402,7 @@ fn a_killed_run_resumes_without_repeating_completed_steps() {
     let said = String::from_utf8_lossy(&offline.stderr);
     assert_eq!(offline.status.code(), Some(2), "{said}");
     assert!(
-        said.contains("began answered by the `openai` provider, and none is configured here"),
+        said.contains("began with the `openai` provider, and none is configured here"),
         "{said}"
     );
 
@@ -434,6 +434,43 @@ fn a_killed_run_resumes_without_repeating_completed_steps() {
     assert!(
         repeated <= 1,
         "only the step in flight may run again: {prompts:?}"
+    );
+}
+
+/// Regression: a run cancelled by another process (`flow cancel`, flowd)
+/// while `flow run` drove it ended that process with exit 2 and "the run
+/// was cancelled or taken over by another process"; it is reported as
+/// cancelled, a run that did not complete (exit 1).
+#[test]
+fn a_run_cancelled_meanwhile_is_reported_cancelled() {
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    let chain = Chain::new("flow-cancelled", 8);
+    let (server, flow) = (&chain.server, |args: &[&str]| chain.flow(args));
+    let child = flow(&["run", "chain.flow", "--input", "in.json", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("flow starts");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.requests() < 2 {
+        assert!(Instant::now() < deadline, "the run did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let listed = flow(&["runs", "--json"]).output().expect("flow runs");
+    let runs: Value = serde_json::from_slice(&listed.stdout).expect("runs as JSON");
+    let run_id = runs[0]["run_id"].as_str().expect("the run is listed");
+    let cancelled = flow(&["cancel", run_id]).output().expect("flow cancel");
+    assert_eq!(cancelled.status.code(), Some(0));
+    let ended = child.wait_with_output().expect("flow exits");
+    let stderr = String::from_utf8_lossy(&ended.stderr);
+    assert_eq!(ended.status.code(), Some(1), "{stderr}");
+    let record: Value = serde_json::from_slice(&ended.stdout).expect("the run record");
+    assert_eq!(
+        (record["run_id"].as_str(), record["status"].as_str()),
+        (Some(run_id), Some("cancelled")),
+        "{record}"
     );
 }
 

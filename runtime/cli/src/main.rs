@@ -1055,7 +1055,7 @@ fn provider_kind() -> Result<&'static str> {
 }
 
 /// Refuses to go on with `run_id` in a process with no provider configured
-/// when the run began answered by a real one (`runner::missing_provider`;
+/// when the run began with a real one (`runner::missing_provider`;
 /// a `flow recover` in a shell without FLOW_LLM_* did).
 async fn answerable_here(store: &Arc<dyn Store>, run_id: &str, kind: &str) -> Result<()> {
     let missing = runner::missing_provider(store.as_ref(), run_id, kind)
@@ -1063,7 +1063,7 @@ async fn answerable_here(store: &Arc<dyn Store>, run_id: &str, kind: &str) -> Re
         .map_err(store_error)?;
     match missing {
         Some(provider) => Err(usage(format!(
-            "run {run_id} began answered by the `{provider}` provider, and none is configured here: \
+            "run {run_id} began with the `{provider}` provider, and none is configured here: \
              its next steps would get the offline provider's made-up answers; set FLOW_LLM_BASE_URL \
              (and FLOW_LLM_PROVIDER, FLOW_LLM_API_KEY) as when it began"
         ))),
@@ -1153,7 +1153,25 @@ async fn execute(
         None,
     );
     let outcome = tokio::select! {
-        outcome = driven => outcome.map_err(|e| usage(e.to_string()))?,
+        outcome = driven => match outcome {
+            Ok(outcome) => outcome,
+            // Cancelled meanwhile (`flow cancel`, flowd): said so, as a
+            // run that did not complete (exit 1), not as an error of this
+            // process's.
+            Err(runner::DriveError::Lost)
+                if matches!(
+                    store.run(run_id).await,
+                    Ok(Some(row)) if row.status == RunStatus::Cancelled
+                ) =>
+            {
+                if let Some(bar) = &progress {
+                    bar.finish_and_clear();
+                }
+                let cancelled = runner::RunRecord::new(run_id, RunStatus::Cancelled);
+                return Ok(report(&cancelled, json, Some(db), seed));
+            }
+            Err(error) => return Err(usage(error.to_string())),
+        },
         signal = interrupted() => {
             if let Some(bar) = &progress {
                 bar.finish_and_clear();

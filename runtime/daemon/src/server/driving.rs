@@ -205,7 +205,7 @@ impl Daemon {
                 {
                     tracing::error!(
                         run = %run_id,
-                        "the run began answered by the `{provider}` provider and this flowd has no [provider]: it waits for a flowd that has one"
+                        "the run began with the `{provider}` provider and this flowd has no [provider]: it waits for a flowd that has one"
                     );
                     break 'drive;
                 }
