@@ -791,6 +791,26 @@ fn build_refuses_a_program_with_errors() {
     assert!(!dir.path().join("support_triage.plan.json").exists());
 }
 
+/// Regression: a file of no workflow (a test file, a recipe library) was
+/// built to a plan of none, exit 0, which `flow run` then refused.
+#[test]
+fn build_refuses_a_file_of_no_workflow() {
+    let dir = TempDir::new("flowc-build-none");
+    dir.write(
+        "lib.flow",
+        "recipe r { model \"m\" input { q: string } output { a: string } prompt \"{{input.q}}\" }\n",
+    );
+    let run = flowc_in(dir.path(), &["build", "lib.flow"]);
+    assert_eq!(run.code, 2, "{}", run.all());
+    assert!(
+        run.stderr
+            .contains("lib.flow declares no workflow, so it has no plan to build"),
+        "{}",
+        run.stderr
+    );
+    assert!(!dir.path().join("lib.plan.json").exists());
+}
+
 #[test]
 fn build_defaults_to_a_plan_beside_the_source() {
     // Replacing a string by itself gives an unchanged copy.
@@ -1006,4 +1026,20 @@ fn a_closed_stdout_ends_flowc_quietly() {
         assert!(!run.stderr.contains("panicked"), "{args:?}: {}", run.stderr);
         assert_eq!(run.code, 141, "{args:?}: {}", run.stderr);
     }
+}
+
+/// The README's first example is the newcomer's first sight of the
+/// language: it checks clean beside the examples' recipes it imports
+/// (regression: it called `classify_ticket` without its `plan`, E201).
+#[test]
+fn the_readme_example_checks() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let start = readme.find("```flow\n").expect("a flow block") + "```flow\n".len();
+    let block = &readme[start..start + readme[start..].find("```").unwrap()];
+    let dir = TempDir::new("flowc-readme");
+    let recipes = std::fs::read_to_string(root().join("examples/recipes/support.flow")).unwrap();
+    dir.write("recipes/support.flow", recipes);
+    dir.write("readme.flow", block);
+    let checked = run_in(&flowc_path(), dir.path(), &["check", "readme.flow"]);
+    assert_eq!(checked.code, 0, "{block}\n{}", checked.all());
 }

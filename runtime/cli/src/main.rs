@@ -1099,9 +1099,18 @@ async fn execute(
     let provider: Arc<dyn Provider> = match configured {
         Some((_, provider)) => provider,
         None => {
-            eprintln!(
-                "flow: no LLM provider is configured (set FLOW_LLM_BASE_URL); recipes answer with the offline provider's fabricated outputs"
-            );
+            // Said where it matters: a workflow of no recipe asks no model.
+            let mut asks_a_model = false;
+            if let Some(workflow) = plan.workflow(workflow) {
+                workflow.each_step(&mut |step| {
+                    asks_a_model |= step.action.kind() == flow_plan::StepKind::Recipe;
+                });
+            }
+            if asks_a_model {
+                eprintln!(
+                    "flow: no LLM provider is configured (set FLOW_LLM_BASE_URL); recipes answer with the offline provider's fabricated outputs"
+                );
+            }
             Arc::new(OfflineProvider::new(seed))
         }
     };

@@ -28,6 +28,17 @@ pub(crate) fn run(
         Err(exit) => return exit,
     };
     let path = plan.source.clone();
+    // A plan runs workflows: one without any ran nothing, and `flow run`
+    // refused it only then.
+    if plan.workflows.is_empty() {
+        let tests = if path.ends_with(".test.flow") {
+            format!(" (it holds tests: `flowc test {path}` runs them)")
+        } else {
+            " (its types and recipes are built with the files that import them)".to_string()
+        };
+        eprintln!("error: {path} declares no workflow, so it has no plan to build{tests}");
+        return Exit::Usage;
+    }
     if let Some(name) = workflow {
         if plan.workflow(name).is_none() {
             let names: Vec<&str> = plan.workflows.iter().map(|w| w.name.as_str()).collect();
