@@ -474,6 +474,63 @@ fn a_run_cancelled_meanwhile_is_reported_cancelled() {
     );
 }
 
+/// Regression: `flow show` of a run cancelled while parked in a loop's
+/// second iteration showed its gate `pending`, with the `flow approve`
+/// commands that the cancel refuses and a wait that grew for ever, and
+/// the loop `completed`, as the worst of its steps so far. The gate is
+/// undecided, the loop cancelled with the run.
+#[test]
+fn a_cancelled_runs_trace_offers_no_decision() {
+    let dir = TempDir::new("flow-show-cancelled");
+    dir.write(
+        "looped.flow",
+        r#"workflow looped {
+  input { texts: list<string> }
+  for workflow_input.texts as each {
+    step check = approval { approvers: ["lead@example.com"] message: "{{loop_item}}?" }
+  }
+  output { checks: step.each }
+}
+"#,
+    );
+    let started = flow(
+        &dir,
+        &[
+            "run",
+            "looped.flow",
+            "--input",
+            r#"{"texts": ["a", "b"]}"#,
+            "--json",
+        ],
+    );
+    let run = json(&started)["run_id"].as_str().unwrap().to_string();
+    let first = flow(
+        &dir,
+        &["approve", &run, "each[0]/check", "--as", "lead@example.com"],
+    );
+    assert_eq!(first.code, 3, "{}", first.all());
+    assert_eq!(flow(&dir, &["cancel", &run]).code, 0);
+    let shown = flow(&dir, &["show", &run]);
+    assert_eq!(shown.code, 0, "{}", shown.all());
+    let lines: Vec<&str> = shown.stdout.lines().collect();
+    let row = |name: &str| {
+        lines
+            .iter()
+            .find(|line| line.contains(name))
+            .copied()
+            .unwrap_or_default()
+    };
+    assert!(row("each ").contains("cancelled"), "{}", shown.stdout);
+    assert!(
+        lines
+            .iter()
+            .any(|line| line.contains("undecided") && line.contains("the run is cancelled")),
+        "{}",
+        shown.stdout
+    );
+    assert!(!shown.stdout.contains("flow approve"), "{}", shown.stdout);
+}
+
 /// Regression (issue 13): after Ctrl-C or SIGTERM a run stayed `running`,
 /// with no hint, and `flow runs` could not tell it from a live one. Now
 /// `flow` gives the run up, says how to resume it, and exits 130 (143 for

@@ -122,8 +122,15 @@ fn steps(run: &RunSummary, records: &[StepRecord], options: &Options<'_>) -> Str
     for (seq, record) in records.iter().enumerate() {
         root.insert(seq, record);
     }
+    // Where the run was last: the record that started last (the first
+    // recorded of those that started together).
+    let latest = records
+        .iter()
+        .enumerate()
+        .max_by_key(|(seq, record)| (record.started_ms, std::cmp::Reverse(*seq)))
+        .map_or(0, |(seq, _)| seq);
     let mut rows = Vec::new();
-    root.rows(&run.id, Shape::Root, "", options, &mut rows);
+    root.rows(&Shown { run, latest }, Shape::Root, "", options, &mut rows);
     let widths = [
         rows.iter()
             .map(|r| r.tree.chars().count() + r.name.chars().count())
@@ -194,7 +201,14 @@ fn header(run: &RunSummary, records: &[StepRecord], options: &Options<'_>) -> St
         .filter(|r| r.kind == StepKind::Approval)
         .collect();
     if !approvals.is_empty() {
-        let waited: u64 = approvals.iter().map(|r| waited_ms(r, options.now_ms)).sum();
+        // A gate still pending in a run that ended waits for no one: its
+        // wait stopped counting (unknown when), and is left out.
+        let ended = matches!(run.status, RunStatus::Failed | RunStatus::Cancelled);
+        let waited: u64 = approvals
+            .iter()
+            .filter(|r| !(ended && r.status == StepStatus::Pending))
+            .map(|r| waited_ms(r, options.now_ms))
+            .sum();
         lines.push((
             "waiting",
             format!(
@@ -234,6 +248,22 @@ fn header(run: &RunSummary, records: &[StepRecord], options: &Options<'_>) -> St
         out.push('\n');
     }
     out
+}
+
+/// What a trace's rows are drawn from besides their own records.
+struct Shown<'a> {
+    run: &'a RunSummary,
+    /// The place in the journal of the record that started last: the run
+    /// was last in the groups that hold it.
+    latest: usize,
+}
+
+impl Shown<'_> {
+    /// Whether the run has ended without completing: a gate it waited at
+    /// is decided by no one now.
+    fn ended_undone(&self) -> bool {
+        matches!(self.run.status, RunStatus::Failed | RunStatus::Cancelled)
+    }
 }
 
 /// `sha256:` and the first 12 hex digits: enough to tell plans apart.
@@ -367,6 +397,18 @@ impl<'r> Node<'r> {
             .fold(own, std::cmp::min)
     }
 
+    /// Whether the record at `seq` in the journal is at or below this node.
+    fn holds(&self, seq: usize) -> bool {
+        let mut visit = vec![self];
+        while let Some(node) = visit.pop() {
+            if node.record.is_some() && node.seq == seq {
+                return true;
+            }
+            visit.extend(&node.children);
+        }
+        false
+    }
+
     /// The status of a group: the worst below it.
     fn worst(&self) -> StepStatus {
         let mut worst = StepStatus::Completed;
@@ -392,7 +434,7 @@ impl<'r> Node<'r> {
     /// a parallel's branches by name, the rest by when they started.
     fn rows(
         &self,
-        run: &str,
+        run: &Shown<'_>,
         shape: Shape,
         lead: &str,
         options: &Options<'_>,
@@ -428,7 +470,7 @@ impl<'r> Node<'r> {
 
     fn row(
         &self,
-        run: &str,
+        run: &Shown<'_>,
         shape: Shape,
         tree: String,
         below: String,
@@ -451,6 +493,22 @@ impl<'r> Node<'r> {
         let status = self.worst();
         row.status = status.as_str().to_string();
         row.tone = step_tone(status);
+        // A group where the run was last is not done when the run is not:
+        // a loop whose steps so far completed is still going on, or was
+        // failed at (more items than its `max`) or cancelled in.
+        if status != StepStatus::Failed && self.holds(run.latest) {
+            let ended = match run.run.status {
+                RunStatus::Failed => Some(("failed", Tone::Bad)),
+                RunStatus::Cancelled => Some(("cancelled", Tone::Bad)),
+                RunStatus::Running if status == StepStatus::Completed => {
+                    Some(("running", Tone::Waiting))
+                }
+                _ => None,
+            };
+            if let Some((status, tone)) = ended {
+                (row.status, row.tone) = (status.to_string(), tone);
+            }
+        }
         let n = self.children.len();
         let plural = |one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
         (row.kind, row.rest) = match shape {
@@ -483,7 +541,7 @@ fn kind_name(kind: StepKind) -> String {
 
 /// A step record's row: its kind, status, active duration and attempts;
 /// an approval's decision, who made it and how long it waited instead.
-fn step_row(row: &mut Row, run: &str, record: &StepRecord, options: &Options<'_>) {
+fn step_row(row: &mut Row, run: &Shown<'_>, record: &StepRecord, options: &Options<'_>) {
     row.kind = kind_name(record.kind);
     row.status = record.status.as_str().to_string();
     row.tone = step_tone(record.status);
@@ -542,10 +600,17 @@ fn step_row(row: &mut Row, run: &str, record: &StepRecord, options: &Options<'_>
 /// the run go on is still `rejected`, never `completed`), who decided and
 /// when, how long it waited for them; a pending one, who may decide it and
 /// the command that does.
-fn approval_row(row: &mut Row, run: &str, record: &StepRecord, options: &Options<'_>) {
+fn approval_row(row: &mut Row, run: &Shown<'_>, record: &StepRecord, options: &Options<'_>) {
     let gate: Option<PendingApproval> = serde_json::from_value(record.input.clone()).ok();
     if let Some(gate) = &gate {
         row.details.extend(style::quoted(&gate.message));
+    }
+    // A gate of a run that failed or was cancelled meanwhile waits for no
+    // one: no commands that would be refused, no wait that grows.
+    if record.status == StepStatus::Pending && run.ended_undone() {
+        (row.status, row.tone) = ("undecided".to_string(), Tone::Plain);
+        row.rest = format!("the run is {}", run.run.status.as_str());
+        return;
     }
     let waited = style::duration(waited_ms(record, options.now_ms));
     if record.status == StepStatus::Pending {
@@ -557,7 +622,7 @@ fn approval_row(row: &mut Row, run: &str, record: &StepRecord, options: &Options
             row.details.push(format!("expires {expires}"));
         }
         let approver = gate.approvers.first().map_or("APPROVER", String::as_str);
-        let command = style::approve_command(run, &record.path, approver, options.db, 0);
+        let command = style::approve_command(&run.run.id, &record.path, approver, options.db, 0);
         row.details.push(format!("approve: {command}"));
         row.details.push(format!("reject:  {command} --reject"));
         return;
