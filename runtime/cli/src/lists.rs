@@ -2,8 +2,6 @@
 //! notifications` print, whichever store they come from (the local one, or
 //! a flowd's API): one shape each, as text for people or as JSON.
 
-use std::path::Path;
-
 use flow_runtime::approval::PendingApproval;
 use flow_runtime::services::KbDocument;
 use flow_runtime::store::{Notification, RunStatus};
@@ -104,7 +102,7 @@ impl GateLine {
     }
 }
 
-pub(crate) fn print_approvals(gates: &[GateLine], json: bool, db: Option<&Path>, paint: Paint) {
+pub(crate) fn print_approvals(gates: &[GateLine], json: bool, via: style::Via<'_>, paint: Paint) {
     if json {
         out!("{}", serde_json::to_string(gates).unwrap_or_default());
         return;
@@ -137,7 +135,7 @@ pub(crate) fn print_approvals(gates: &[GateLine], json: bool, db: Option<&Path>,
             .unwrap_or_default();
         out!("  approvers: {}{expires}", gate.approvers.join(", "));
         let approver = gate.approvers.first().map_or("APPROVER", String::as_str);
-        let command = style::approve_command(&gate.run_id, &gate.step_path, approver, db, 0);
+        let command = style::approve_command(&gate.run_id, &gate.step_path, approver, via, 0);
         out!("  {command}   {}", paint.dim("(add --reject to reject)"));
     }
 }

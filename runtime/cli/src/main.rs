@@ -764,7 +764,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
                 history: store.run_history(&row.id).await.map_err(store_error)?,
                 ..summary_of(&record)
             };
-            print_trace(&summary, &records, output, Some(&db), json);
+            print_trace(&summary, &records, output, style::Via::Db(Some(&db)), json);
             Ok(0)
         }
         Command::Approvals {
@@ -773,7 +773,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             json,
         } => {
             let Some(store) = listed_store(&db)? else {
-                lists::print_approvals(&[], json, Some(&db), paint);
+                lists::print_approvals(&[], json, style::Via::Db(Some(&db)), paint);
                 return Ok(0);
             };
             let parked = RunQuery {
@@ -799,7 +799,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
                     }
                 }
             }
-            lists::print_approvals(&gates, json, Some(&db), paint);
+            lists::print_approvals(&gates, json, style::Via::Db(Some(&db)), paint);
             Ok(0)
         }
         Command::Kb { command } => kb(command, paint).await,
@@ -1026,7 +1026,7 @@ fn print_trace(
     summary: &trace::RunSummary,
     records: &[StepRecord],
     outputs: bool,
-    db: Option<&Path>,
+    via: style::Via<'_>,
     json: bool,
 ) {
     if json {
@@ -1038,7 +1038,7 @@ fn print_trace(
     }
     let options = trace::Options {
         outputs,
-        db,
+        via,
         paint: Paint::for_stdout(),
         now_ms: flow_runtime::time::now_ms(),
     };
@@ -1177,7 +1177,7 @@ async fn execute(
                     bar.finish_and_clear();
                 }
                 let cancelled = runner::RunRecord::new(run_id, RunStatus::Cancelled);
-                return Ok(report(&cancelled, json, Some(db), seed));
+                return Ok(report(&cancelled, json, style::Via::Db(Some(db)), seed));
             }
             Err(error) => return Err(usage(error.to_string())),
         },
@@ -1192,7 +1192,12 @@ async fn execute(
         bar.finish_and_clear();
     }
     // The answer first: destinations never delay it.
-    let code = report(&runner::run_record(run_id, &outcome), json, Some(db), seed);
+    let code = report(
+        &runner::run_record(run_id, &outcome),
+        json,
+        style::Via::Db(Some(db)),
+        seed,
+    );
     deliver::locally(store, plan, workflow, run_id, &outcome).await;
     Ok(code)
 }
@@ -1293,7 +1298,7 @@ fn announce_mcp_servers(plan: &Plan, workflow: &str) {
 /// Prints how a run stands; the exit code that says it: 0 completed, 3
 /// parked, 1 failed or cancelled. A parked run's hints name `db`, the
 /// local store it is in, unless it is the default.
-fn report(record: &RunRecord, json: bool, db: Option<&Path>, seed: u64) -> u8 {
+fn report(record: &RunRecord, json: bool, via: style::Via<'_>, seed: u64) -> u8 {
     let code = match record.status {
         RunStatus::Completed => 0,
         RunStatus::PendingApproval => 3,
@@ -1331,12 +1336,12 @@ fn report(record: &RunRecord, json: bool, db: Option<&Path>, seed: u64) -> u8 {
                     .map_or("APPROVER", String::as_str);
                 out!(
                     "    {}",
-                    style::approve_command(run_id, &approval.path, approver, db, seed)
+                    style::approve_command(run_id, &approval.path, approver, via, seed)
                 );
             }
             out!(
                 "  (add --reject to reject; `flow show {run_id}{}` shows the trace)",
-                style::db_flag(db)
+                via.flag()
             );
         }
         RunStatus::Failed => {
@@ -1390,7 +1395,12 @@ async fn dispatch_remote(command: Command, server: &remote::Server) -> Result<u8
                 }
             };
             let run_id = server.start(&workflow, input).await?;
-            Ok(report(&server.settled(&run_id).await?, json, None, 0))
+            Ok(report(
+                &server.settled(&run_id).await?,
+                json,
+                style::Via::Server(server.url()),
+                0,
+            ))
         }
         Command::Approve {
             run,
@@ -1404,7 +1414,12 @@ async fn dispatch_remote(command: Command, server: &remote::Server) -> Result<u8
             server
                 .decide(&run, &step_path, &approver, !reject, comment)
                 .await?;
-            Ok(report(&server.settled(&run).await?, json, None, 0))
+            Ok(report(
+                &server.settled(&run).await?,
+                json,
+                style::Via::Server(server.url()),
+                0,
+            ))
         }
         Command::Cancel {
             run,
@@ -1426,7 +1441,12 @@ async fn dispatch_remote(command: Command, server: &remote::Server) -> Result<u8
                 ));
             }
             server.redrive(&run).await?;
-            Ok(report(&server.settled(&run).await?, json, None, 0))
+            Ok(report(
+                &server.settled(&run).await?,
+                json,
+                style::Via::Server(server.url()),
+                0,
+            ))
         }
         Command::Migrate { .. } => Err(usage(
             "with --server, parked runs move between deployed versions: `POST /v1/workflows/NAME/migrate`",
@@ -1474,7 +1494,13 @@ async fn dispatch_remote(command: Command, server: &remote::Server) -> Result<u8
                 history,
                 ..summary_of(&record)
             };
-            print_trace(&summary, &records, output, None, json);
+            print_trace(
+                &summary,
+                &records,
+                output,
+                style::Via::Server(server.url()),
+                json,
+            );
             Ok(0)
         }
         Command::Approvals {
@@ -1485,7 +1511,12 @@ async fn dispatch_remote(command: Command, server: &remote::Server) -> Result<u8
             let approver = approver.ok_or_else(|| {
                 usage("with --server, say whose approvals to list: --as APPROVER (flowd resolves their groups)")
             })?;
-            lists::print_approvals(&server.approvals(&approver).await?, json, None, paint);
+            lists::print_approvals(
+                &server.approvals(&approver).await?,
+                json,
+                style::Via::Server(server.url()),
+                paint,
+            );
             Ok(0)
         }
         Command::Notifications {

@@ -16,6 +16,8 @@ use crate::{Fail, Result, usage};
 /// A flowd and the API key of one of its accounts.
 pub(crate) struct Server {
     base: String,
+    /// `base` as printed commands name it, a password in it masked.
+    shown: String,
     key: String,
     http: reqwest::Client,
 }
@@ -25,11 +27,18 @@ impl Server {
         flow_runtime::llm::check_http_url(url).map_err(|e| usage(format!("--server {e}")))?;
         let key =
             key.ok_or_else(|| usage("--server needs an API key: --api-key KEY (or FLOW_API_KEY)"))?;
+        let base = url.trim_end_matches('/').to_string();
         Ok(Server {
-            base: url.trim_end_matches('/').to_string(),
+            shown: flow_runtime::mcp::masked_url(&base),
+            base,
             key,
             http: reqwest::Client::new(),
         })
+    }
+
+    /// The flowd's URL as the commands `flow` prints name it.
+    pub(crate) fn url(&self) -> &str {
+        &self.shown
     }
 
     /// Sends a request; the answer's JSON, or a failure saying what flowd

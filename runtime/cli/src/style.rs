@@ -139,6 +139,25 @@ pub(crate) fn db_flag(db: Option<&Path>) -> String {
     }
 }
 
+/// Where the commands `flow` prints act: the local store (`--db` when
+/// not the default) or the flowd it was given (`--server`; its key is the
+/// caller's own, `--api-key` or FLOW_API_KEY, and never printed).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Via<'a> {
+    Db(Option<&'a Path>),
+    Server(&'a str),
+}
+
+impl Via<'_> {
+    /// The flag that names it in a printed command, with its space.
+    pub(crate) fn flag(self) -> String {
+        match self {
+            Via::Db(db) => db_flag(db),
+            Via::Server(url) => format!(" --server {}", shell_word(url)),
+        }
+    }
+}
+
 /// The command that decides the approval at `path` of run `run`, as
 /// `approver`. A run started with an offline seed other than the default
 /// goes on with it only when `flow approve` is given it too (`seed`, 0
@@ -147,7 +166,7 @@ pub(crate) fn approve_command(
     run: &str,
     path: &str,
     approver: &str,
-    db: Option<&Path>,
+    via: Via<'_>,
     seed: u64,
 ) -> String {
     let seed = if seed == 0 {
@@ -160,7 +179,7 @@ pub(crate) fn approve_command(
         shell_word(run),
         shell_word(path),
         shell_word(approver),
-        db_flag(db)
+        via.flag()
     )
 }
 
@@ -201,15 +220,15 @@ mod tests {
         assert_eq!(shell_word("it's"), r"'it'\''s'");
         assert_eq!(shell_word(""), "''");
         assert_eq!(
-            approve_command("r", "g", "a b", Some(Path::new("x y.db")), 0),
+            approve_command("r", "g", "a b", Via::Db(Some(Path::new("x y.db"))), 0),
             "flow approve r g --as 'a b' --db 'x y.db'"
         );
         assert_eq!(
-            approve_command("r", "g", "a", Some(Path::new(DEFAULT_DB)), 0),
+            approve_command("r", "g", "a", Via::Db(Some(Path::new(DEFAULT_DB))), 0),
             "flow approve r g --as a"
         );
         assert_eq!(
-            approve_command("r", "g", "a", None, 7),
+            approve_command("r", "g", "a", Via::Db(None), 7),
             "flow --seed 7 approve r g --as a"
         );
     }

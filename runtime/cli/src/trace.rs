@@ -8,8 +8,6 @@
 //! `scans[3]/page`, `classify/fallback/retry`), which every journal has, so
 //! that a trace from flowd's API reads the same as one from the local store.
 
-use std::path::Path;
-
 use flow_plan::StepKind;
 use flow_runtime::approval::PendingApproval;
 use flow_runtime::error::ErrorKind;
@@ -48,8 +46,8 @@ pub(crate) struct RunSummary {
 pub(crate) struct Options<'a> {
     /// Show each step's output, and the run's.
     pub(crate) outputs: bool,
-    /// The store the hints' commands must name (local runs).
-    pub(crate) db: Option<&'a Path>,
+    /// Where the hints' commands act.
+    pub(crate) via: style::Via<'a>,
     pub(crate) paint: Paint,
     /// Now, in milliseconds since the epoch: how long a pending approval
     /// has waited.
@@ -622,7 +620,7 @@ fn approval_row(row: &mut Row, run: &Shown<'_>, record: &StepRecord, options: &O
             row.details.push(format!("expires {expires}"));
         }
         let approver = gate.approvers.first().map_or("APPROVER", String::as_str);
-        let command = style::approve_command(&run.run.id, &record.path, approver, options.db, 0);
+        let command = style::approve_command(&run.run.id, &record.path, approver, options.via, 0);
         row.details.push(format!("approve: {command}"));
         row.details.push(format!("reject:  {command} --reject"));
         return;

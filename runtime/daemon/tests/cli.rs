@@ -1778,14 +1778,27 @@ async fn the_flow_cli_drives_runs_on_a_flowd() {
     let parked_runs: serde_json::Value = serde_json::from_str(&parked_runs.stdout).unwrap();
     assert_eq!(parked_runs[0]["run_id"], run_id.as_str(), "{parked_runs}");
     assert_eq!(parked_runs[0]["interrupted"], false, "{parked_runs}");
+    // The commands it prints reach the same flowd (regression: they named
+    // none, and pasted they looked for the run in the embedded store).
     let pending = remote(&["show", "--last"]);
     assert!(
         pending.stdout.contains(&format!(
-            "approve: flow approve {run_id} ok --as boss@acme.io\n"
+            "approve: flow approve {run_id} ok --as boss@acme.io --server {}\n",
+            flowd.url
         )),
         "{}",
         pending.stdout
     );
+    let parked_again = remote(&["run", "refund.flow", "--input", "input.json"]);
+    assert!(
+        parked_again
+            .stdout
+            .contains(&format!("ok --as boss@acme.io --server {}\n", flowd.url)),
+        "{}",
+        parked_again.stdout
+    );
+    let again = parked_again.stdout.split_whitespace().nth(1).unwrap().to_string();
+    assert_eq!(remote(&["cancel", &again]).code, 0);
 
     let done = remote(&["approve", &run_id, "ok", "--as", "boss@acme.io"]);
     assert_eq!(done.code, 0, "{}", done.all());
