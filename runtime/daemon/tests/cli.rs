@@ -2840,7 +2840,9 @@ async fn parked_runs_move_to_a_compatible_version_only() {
                 None,
             )
             .await;
-        assert_eq!(trace["history"][0]["kind"], "moved", "{trace}");
+        // After the provider it began with.
+        assert_eq!(trace["history"][0]["kind"], "began", "{trace}");
+        assert_eq!(trace["history"][1]["kind"], "moved", "{trace}");
     }
     let (status, _) = flowd
         .send(
