@@ -1797,7 +1797,12 @@ async fn the_flow_cli_drives_runs_on_a_flowd() {
         "{}",
         parked_again.stdout
     );
-    let again = parked_again.stdout.split_whitespace().nth(1).unwrap().to_string();
+    let again = parked_again
+        .stdout
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .to_string();
     assert_eq!(remote(&["cancel", &again]).code, 0);
 
     let done = remote(&["approve", &run_id, "ok", "--as", "boss@acme.io"]);

@@ -326,23 +326,13 @@ impl SqliteStore {
     /// Opens (creating and migrating if needed) the store at `path`.
     pub fn open(path: &Path) -> Result<Arc<SqliteStore>, StoreError> {
         let conn = open(path)?;
-        // Several processes may open a new store at once: the version is read
-        // and the migrations applied under one write lock.
-        in_immediate(&conn, || {
-            let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
-            if version as usize > MIGRATIONS.len() {
-                return Err(StoreError::Unusable(format!(
-                    "{} was written by a newer flow (schema version {version}, this one knows {})",
-                    path.display(),
-                    MIGRATIONS.len()
-                )));
-            }
-            for migration in MIGRATIONS.iter().skip(version as usize) {
-                conn.execute_batch(migration)?;
-            }
-            conn.pragma_update(None, "user_version", MIGRATIONS.len() as i64)?;
-            Ok(())
-        })?;
+        // A store at this version takes no write to open: `flow run` on a
+        // file another process held the write lock of failed to start
+        // ("database is locked") where its writes would have waited.
+        let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
+        if version as usize != MIGRATIONS.len() {
+            Self::migrate(&conn, path)?;
+        }
         let writer = open(path)?;
         // The writer runs the same few statements in every batch: each is
         // parsed once (a prepare per row was an eighth of its CPU in B9).
@@ -358,6 +348,27 @@ impl SqliteStore {
             readers: Mutex::new(Vec::new()),
             path: path.to_path_buf(),
         }))
+    }
+
+    /// Brings the store at `path` to this version's schema.
+    fn migrate(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+        // Several processes may open a new store at once: the version is read
+        // and the migrations applied under one write lock.
+        in_immediate(conn, || {
+            let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
+            if version as usize > MIGRATIONS.len() {
+                return Err(StoreError::Unusable(format!(
+                    "{} was written by a newer flow (schema version {version}, this one knows {})",
+                    path.display(),
+                    MIGRATIONS.len()
+                )));
+            }
+            for migration in MIGRATIONS.iter().skip(version as usize) {
+                conn.execute_batch(migration)?;
+            }
+            conn.pragma_update(None, "user_version", MIGRATIONS.len() as i64)?;
+            Ok(())
+        })
     }
 
     /// A read connection from the pool, or a new one.
@@ -378,16 +389,28 @@ impl SqliteStore {
     /// Keeps a plan (once per hash) so that every live run's plan stays
     /// available; a stored copy that differs is mended (see `PlanStore`).
     pub fn put_plan(&self, plan: &Plan) -> Result<(), StoreError> {
-        lock(&self.conn).execute(
-            "INSERT INTO plans (hash, json, delivers) VALUES (?1, ?2, ?3)
-             ON CONFLICT (hash) DO UPDATE SET json = excluded.json, delivers = excluded.delivers
-             WHERE plans.json IS NOT excluded.json",
-            params![
-                plan.hash,
-                serde_json::to_string(plan).map_err(|e| StoreError::Damaged(e.to_string()))?,
-                plan.delivers()
-            ],
-        )?;
+        let json = serde_json::to_string(plan).map_err(|e| StoreError::Damaged(e.to_string()))?;
+        let conn = lock(&self.conn);
+        // Kept as it is: nothing to write (a run of a file run before then
+        // starts while another process holds the write lock).
+        let kept: Option<bool> = conn
+            .query_row(
+                "SELECT json IS ?2 FROM plans WHERE hash = ?1",
+                params![plan.hash, json],
+                |row| row.get(0),
+            )
+            .optional()?;
+        if kept == Some(true) {
+            return Ok(());
+        }
+        writer::waiting_out_locks("the plan's write", || {
+            conn.execute(
+                "INSERT INTO plans (hash, json, delivers) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (hash) DO UPDATE SET json = excluded.json, delivers = excluded.delivers
+                 WHERE plans.json IS NOT excluded.json",
+                params![plan.hash, json, plan.delivers()],
+            )
+        })?;
         Ok(())
     }
 
@@ -1754,6 +1777,30 @@ mod tests {
         assert_eq!(answer.blocking_recv().unwrap().unwrap(), 0);
         drop(queue);
         writer.join().unwrap();
+    }
+
+    /// Regression: `flow run` did not start while another process held the
+    /// write lock past the busy timeout ("cannot open the store: database
+    /// is locked", exit 2), though its writes would have waited: opening a
+    /// store at this version, and keeping a plan kept already, write
+    /// nothing.
+    #[test]
+    fn a_store_opens_and_keeps_a_kept_plan_while_another_holds_the_lock() {
+        let dir = flow_tests::TempDir::new("sqlite-open-locked");
+        let path = dir.path().join("flow.db");
+        let checked = flow_compiler::check_source(
+            "w.flow",
+            "workflow w { step g = approval { approvers: [\"a\"], message: \"m\" } }",
+        );
+        let plan = flow_compiler::lower(&checked).unwrap();
+        SqliteStore::open(&path).unwrap().put_plan(&plan).unwrap();
+        let holder = Connection::open(&path).unwrap();
+        holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let started = std::time::Instant::now();
+        let store = SqliteStore::open(&path).unwrap();
+        store.put_plan(&plan).unwrap();
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        holder.execute_batch("COMMIT").unwrap();
     }
 
     /// A document written again replaces its row of the full-text index,

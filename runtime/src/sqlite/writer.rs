@@ -187,22 +187,7 @@ pub(super) fn write_batches(mut conn: Connection, queue: Receiver<Write>) {
         // `LONGEST_WRITE_WAIT` fails the batch as before, so that a process
         // that holds it for good (stopped, hung) stops this one too, with
         // the cause, rather than leaving every run waiting unseen.
-        let waited = std::time::Instant::now();
-        let written = loop {
-            match write_batch(&mut conn, &batch) {
-                Err(error)
-                    if is_busy(&error) && waited.elapsed() < crate::store::LONGEST_WRITE_WAIT =>
-                {
-                    tracing::warn!(
-                        writes = batch.len(),
-                        waited_secs = waited.elapsed().as_secs(),
-                        "the database is locked by another connection; the writes wait for it"
-                    );
-                    std::thread::sleep(std::time::Duration::from_millis(100));
-                }
-                written => break written,
-            }
-        };
+        let written = waiting_out_locks("the writes", || write_batch(&mut conn, &batch));
         match written {
             Ok(results) => {
                 for (write, result) in batch.into_iter().zip(results) {
@@ -215,6 +200,30 @@ pub(super) fn write_batches(mut conn: Connection, queue: Receiver<Write>) {
                     write.reply(Err(WriteError::Store(error.clone())));
                 }
             }
+        }
+    }
+}
+
+/// Makes `attempt` (a write) again while another connection holds the
+/// write lock past the busy timeout, for up to `LONGEST_WRITE_WAIT`, with
+/// a warning each time that says what waits.
+pub(super) fn waiting_out_locks<T>(
+    what: &str,
+    mut attempt: impl FnMut() -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    let waited = std::time::Instant::now();
+    loop {
+        match attempt() {
+            Err(error)
+                if is_busy(&error) && waited.elapsed() < crate::store::LONGEST_WRITE_WAIT =>
+            {
+                tracing::warn!(
+                    waited_secs = waited.elapsed().as_secs(),
+                    "the database is locked by another connection; {what} wait for it"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            done => return done,
         }
     }
 }
