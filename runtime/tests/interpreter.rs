@@ -733,6 +733,31 @@ async fn a_loop_longer_than_its_max_fails_before_its_first_iteration() {
     assert!(matches!(outcome, Outcome::Completed { .. }), "{outcome:?}");
 }
 
+/// Regression: a nested loop past its `max` failed the run "at" its bare
+/// id, which no comparison of versions could place (`flow redrive --to`
+/// said the run's version had no step there); it is its execution path.
+#[tokio::test]
+async fn a_nested_loop_fails_at_its_execution_path() {
+    let plan = plan(&format!(
+        "{RECIPE}workflow w {{
+          input {{ rows: list<list<string>> }}
+          for workflow_input.rows as row {{
+            for loop_item as cell max 1 {{
+              step a = answer {{ q: loop_item }}
+            }}
+          }}
+        }}"
+    ));
+    let provider = Arc::new(Scripted::with("answer", vec![]));
+    let store = Arc::new(MemoryStore::default());
+    let input = json!({ "rows": [["x", "y"]] });
+    let outcome = flow_runtime::run(&plan, "w", "r", input, services(provider, &store)).await;
+    let Outcome::Failed { step, .. } = &outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(step.as_deref(), Some("row[0]/cell"));
+}
+
 /// The workflow's `on_error continue` ends the run at the first failure,
 /// without output and without the rest, as completed (docs/language.md §7).
 #[tokio::test]

@@ -208,6 +208,9 @@ struct Level {
     /// Whether the current statement is a `type` whose union starts with
     /// `|`: its alternatives then go one to a line.
     union_by_line: bool,
+    /// The `list<` of the statement open here: a union inside one stays
+    /// on its line.
+    open_lists: u32,
 }
 
 /// The statement word that the token at `index` starts in a block, if it
@@ -285,6 +288,7 @@ fn canonical_layout<'a>(tokens: &[Token<'a>]) -> Vec<Token<'a>> {
         opener: "",
         statement: None,
         union_by_line: false,
+        open_lists: 0,
     }];
     // How many levels each opener (`{`, `[`, `(`) has open, so that a closer
     // that closes nothing is known without searching the levels.
@@ -314,7 +318,7 @@ fn canonical_layout<'a>(tokens: &[Token<'a>]) -> Vec<Token<'a>> {
                 .rev()
                 .find(|prev| !matches!(prev.kind, Kind::LineComment | Kind::BlockComment))
                 .is_some_and(|prev| prev.text == "=");
-        if token.text == "|" && (leading_bar || level.union_by_line) {
+        if token.text == "|" && (leading_bar || (level.union_by_line && level.open_lists == 0)) {
             breaks = 1;
         }
         // A step's options follow its call on its line, or all go to the
@@ -360,8 +364,16 @@ fn canonical_layout<'a>(tokens: &[Token<'a>]) -> Vec<Token<'a>> {
         if let Some(word) = statement_at(tokens, index, level) {
             level.statement = Some(word);
             level.union_by_line = false;
+            level.open_lists = 0;
         }
         level.union_by_line |= leading_bar;
+        if level.statement == Some("type") {
+            match token.text {
+                "<" => level.open_lists += 1,
+                ">" => level.open_lists = level.open_lists.saturating_sub(1),
+                _ => {}
+            }
+        }
         match token.text {
             "{" | "[" | "(" => {
                 let end = partner[index].unwrap_or(tokens.len());
@@ -388,6 +400,7 @@ fn canonical_layout<'a>(tokens: &[Token<'a>]) -> Vec<Token<'a>> {
                     opener,
                     statement: None,
                     union_by_line: false,
+                    open_lists: 0,
                 });
             }
             "}" | "]" | ")" => {
@@ -1162,7 +1175,7 @@ retry 2 backoff 1s..5s timeout 30s on_error continue idempotency "{{workflow_inp
         ),
         (
             "a union that starts with a bar has an alternative a line",
-            "type Tier = | \"free\" | \"pro\"   // paid\n| \"enterprise\"\ntype Plain = \"a\"\n  | \"b\"\ntype T = {\n  tier: | \"a\" | \"b\"\n}\ntype Lead =\n  // Why.\n  | \"x\" | (\"y\" | \"z\")?\n",
+            "type Tier = | \"free\" | \"pro\"   // paid\n| \"enterprise\"\ntype Plain = \"a\"\n  | \"b\"\ntype T = {\n  tier: | \"a\" | \"b\"\n}\ntype Lead =\n  // Why.\n  | \"x\" | (\"y\" | \"z\")?\ntype L = | list<\"a\" | \"b\"> | list<\"c\">\n",
         ),
         (
             "a union's alternative after a comment is a continuation line",

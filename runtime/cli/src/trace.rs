@@ -128,7 +128,14 @@ fn steps(run: &RunSummary, records: &[StepRecord], options: &Options<'_>) -> Str
         .max_by_key(|(seq, record)| (record.started_ms, std::cmp::Reverse(*seq)))
         .map_or(0, |(seq, _)| seq);
     let mut rows = Vec::new();
-    root.rows(&Shown { run, latest }, Shape::Root, "", options, &mut rows);
+    root.rows(
+        &Shown { run, latest },
+        Shape::Root,
+        "",
+        "",
+        options,
+        &mut rows,
+    );
     let widths = [
         rows.iter()
             .map(|r| r.tree.chars().count() + r.name.chars().count())
@@ -430,10 +437,12 @@ impl<'r> Node<'r> {
 
     /// The rows of this node's children, in order: iterations by index,
     /// a parallel's branches by name, the rest by when they started.
+    /// `path` is this node's execution path (`each[0]` for an iteration).
     fn rows(
         &self,
         run: &Shown<'_>,
         shape: Shape,
+        path: &str,
         lead: &str,
         options: &Options<'_>,
         rows: &mut Vec<Row>,
@@ -461,8 +470,13 @@ impl<'r> Node<'r> {
             } else {
                 format!("{next}│ ")
             };
-            rows.push(child.row(run, child_shape, tree, below, options));
-            child.rows(run, child_shape, &next, options, rows);
+            let child_path = match child.shape {
+                Shape::Iteration(_) => format!("{path}{}", child.segment),
+                _ if path.is_empty() => child.segment.clone(),
+                _ => format!("{path}/{}", child.segment),
+            };
+            rows.push(child.row(run, child_shape, &child_path, tree, below, options));
+            child.rows(run, child_shape, &child_path, &next, options, rows);
         }
     }
 
@@ -470,6 +484,7 @@ impl<'r> Node<'r> {
         &self,
         run: &Shown<'_>,
         shape: Shape,
+        path: &str,
         tree: String,
         below: String,
         options: &Options<'_>,
@@ -491,21 +506,29 @@ impl<'r> Node<'r> {
         let status = self.worst();
         row.status = status.as_str().to_string();
         row.tone = step_tone(status);
-        // A group where the run was last is not done when the run is not:
-        // a loop whose steps so far completed is still going on, or was
-        // failed at (more items than its `max`) or cancelled in.
-        if status != StepStatus::Failed && self.holds(run.latest) {
-            let ended = match run.run.status {
-                RunStatus::Failed => Some(("failed", Tone::Bad)),
-                RunStatus::Cancelled => Some(("cancelled", Tone::Bad)),
-                RunStatus::Running if status == StepStatus::Completed => {
-                    Some(("running", Tone::Waiting))
-                }
-                _ => None,
-            };
-            if let Some((status, tone)) = ended {
-                (row.status, row.tone) = (status.to_string(), tone);
+        // What a group's steps so far say is not all: a gate still pending
+        // in a run that failed or was cancelled waits for no one; a loop
+        // the run failed at (more items than its `max`) failed whatever its
+        // iterations did; a loop whose iterations so far completed, where
+        // a run still running was last, goes on (or was cut short by a
+        // kill: `running (interrupted)`).
+        let failed_at = run.run.error.as_ref().and_then(|e| e.step.as_deref());
+        let shown = match status {
+            StepStatus::Pending | StepStatus::Retrying if run.ended_undone() => {
+                Some((run.run.status.as_str(), Tone::Bad))
             }
+            _ if shape == Shape::Loop && failed_at == Some(path) => Some(("failed", Tone::Bad)),
+            StepStatus::Completed
+                if shape == Shape::Loop
+                    && run.run.status == RunStatus::Running
+                    && self.holds(run.latest) =>
+            {
+                Some(("running", Tone::Waiting))
+            }
+            _ => None,
+        };
+        if let Some((status, tone)) = shown {
+            (row.status, row.tone) = (status.to_string(), tone);
         }
         let n = self.children.len();
         let plural = |one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });

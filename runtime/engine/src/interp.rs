@@ -337,7 +337,7 @@ impl<'p> Interpreter<'p> {
                                 max_items.unwrap_or_default()
                             ),
                         );
-                        return Err(self.failed(error, id));
+                        return Err(self.failed(error, &loop_path(ctx, id)));
                     }
                     Ok(Value::Array(items)) => items,
                     Ok(other) => {
@@ -348,9 +348,9 @@ impl<'p> Interpreter<'p> {
                                 crate::eval::describe(&other)
                             ),
                         );
-                        return Err(self.failed(error, id));
+                        return Err(self.failed(error, &loop_path(ctx, id)));
                     }
-                    Err(error) => return Err(self.failed(error.into(), id)),
+                    Err(error) => return Err(self.failed(error.into(), &loop_path(ctx, id))),
                 };
                 let iterations = items.into_iter().enumerate().map(|(index, item)| {
                     let mut loops = (*ctx.loops).clone();
@@ -425,6 +425,7 @@ impl<'p> Interpreter<'p> {
     }
 
     /// A failure outside a step's attempts (an expression, the journal).
+    /// `step` is the execution path of what failed (a step's, a loop's).
     fn failed(&self, error: StepError, step: &str) -> Interrupt {
         Interrupt::Failed {
             error,
@@ -1270,4 +1271,11 @@ fn as_text_where_strings_go(schema: &Value, args: &Value) -> Option<Value> {
         })
         .collect();
     Some(Value::Object(texts))
+}
+
+/// The execution path of loop `id` in `ctx`: a run failed at a nested
+/// loop was said to fail at its bare id, which no comparison of versions
+/// (`flow redrive --to`) could place.
+fn loop_path(ctx: &Ctx, id: &str) -> String {
+    format!("{}{id}", ctx.prefix)
 }

@@ -151,6 +151,11 @@ async fn decide_all(
     parks: bool,
     now_ms: u64,
 ) -> Result<bool, Miss> {
+    // A gate the test leaves waiting (`wait`) does not hold back the
+    // others parked beside it (parallel branches): they are decided, and
+    // the run goes on if any was.
+    let mut waiting: Option<&PendingApproval> = None;
+    let mut decided_any = false;
     for gate in pending {
         let Some(decision) = case.decisions.iter().find(|d| d.step == gate.step_id) else {
             if parks {
@@ -171,13 +176,10 @@ async fn decide_all(
         let Some(decided) = decision.decided.get(made).or(decision.decided.last()) else {
             continue;
         };
+        decided_any |= !matches!(decided, GateDecision::Wait);
         match decided {
-            GateDecision::Wait if parks => return Ok(false),
             GateDecision::Wait => {
-                return Err(Miss::of_run(format!(
-                    "the run parked at {}, where the test's decisions of `step.{}` end with `wait`; `expect status parked` if it is to stay there",
-                    gate.path, gate.step_id
-                )));
+                waiting.get_or_insert(gate);
             }
             GateDecision::Decided(decided) => store
                 .decide_as_member(
@@ -230,5 +232,13 @@ async fn decide_all(
             }
         }
     }
-    Ok(true)
+    match waiting {
+        Some(_) if decided_any => Ok(true),
+        Some(_) if parks => Ok(false),
+        Some(gate) => Err(Miss::of_run(format!(
+            "the run parked at {}, where the test's decisions of `step.{}` end with `wait`; `expect status parked` if it is to stay there",
+            gate.path, gate.step_id
+        ))),
+        None => Ok(true),
+    }
 }

@@ -595,6 +595,7 @@ pub(crate) async fn redrive(
             plan
         }
     };
+    daemon.answerable_here(&id).await?;
     let to_plan = request.version.map(|_| plan.hash.as_str());
     if daemon
         .store

@@ -4,6 +4,30 @@
 use super::*;
 
 impl Daemon {
+    /// Refuses to go on with run `run_id` here when it began with a model
+    /// provider this flowd has none of (restarted without its
+    /// `[provider]`): a decision or a redrive would be taken, and the run
+    /// then left claimed and undriven (`spawn_run`).
+    pub(crate) async fn answerable_here(&self, run_id: &str) -> Result<(), Problem> {
+        let missing = flow_runtime::runner::missing_provider(
+            self.store.as_ref(),
+            run_id,
+            &self.provider_kind,
+        )
+        .await
+        .map_err(store_problem)?;
+        match missing {
+            None => Ok(()),
+            Some(provider) => Err(Problem::new(
+                StatusCode::CONFLICT,
+                "provider_missing",
+                &format!(
+                    "run `{run_id}` began with the `{provider}` model provider, and this flowd has none configured: it goes on on a flowd that has one"
+                ),
+            )),
+        }
+    }
+
     /// Decides the approval at `path` of `run`, then continues the run here
     /// unless a live process is executing it (that one picks the decision up
     /// when it parks). Done in a task of its own: a client that hangs up
@@ -31,6 +55,7 @@ impl Daemon {
                 ),
             ));
         }
+        self.answerable_here(&run.id).await?;
         let daemon = Arc::clone(self);
         let decided = tokio::spawn(async move {
             // The plan before the decision: the decision makes the run this

@@ -327,6 +327,10 @@ impl Daemon {
             let Some(plan) = self.plan_to_resume(&run).await else {
                 continue;
             };
+            // Left parked, to expire on a flowd with its model provider.
+            if self.answerable_here(&run.id).await.is_err() {
+                continue;
+            }
             if self
                 .store
                 .claim_run(&run.id, &[RunStatus::PendingApproval])
