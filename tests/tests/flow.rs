@@ -1271,6 +1271,13 @@ fn a_parked_run_migrates_to_a_compatible_version() {
     assert_eq!(dry.code, 0, "{}", dry.all());
     let moved = flow(&dir, &["migrate", &run_id, "v2.flow"]);
     assert_eq!(moved.code, 0, "{}", moved.all());
+    // The move is in the trace (regression: `flow show` listed no history).
+    let shown = flow(&dir, &["show", &run_id]);
+    assert!(
+        shown.stdout.contains("moved       from plan sha256:"),
+        "{}",
+        shown.stdout
+    );
     let done = flow(&dir, &["approve", &run_id, "g", "--as", "a", "--json"]);
     assert_eq!(done.code, 0, "{}", done.all());
     assert_eq!(json(&done)["output"]["v"], 2, "{}", done.all());

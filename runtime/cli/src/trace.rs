@@ -74,24 +74,48 @@ pub(crate) fn json(records: &[StepRecord]) -> Value {
 /// The trace as lines of text.
 pub(crate) fn render(run: &RunSummary, records: &[StepRecord], options: &Options<'_>) -> String {
     let mut out = steps(run, records, options);
-    out.push_str(&deliveries(&run.history, options.paint));
+    out.push_str(&history(&run.history, options.paint));
     out
 }
 
-/// Each attempt at a destination, one line each, oldest first.
-fn deliveries(history: &[RunChange], paint: Paint) -> String {
+/// What happened to the run besides its steps, one line each, oldest
+/// first: its redrives, its moves to other versions, each attempt at a
+/// destination.
+fn history(history: &[RunChange], paint: Paint) -> String {
     let mut out = String::new();
     for change in history {
-        let RunChange::Delivery {
-            destination,
-            to,
-            event,
-            result,
-            error,
-            ..
-        } = change
-        else {
-            continue;
+        let (destination, to, event, result, error) = match change {
+            RunChange::Redriven { at_ms, round } => {
+                out.push_str(&format!(
+                    "{} round {round} at {}\n",
+                    paint.dim("redriven   "),
+                    style::time(*at_ms)
+                ));
+                continue;
+            }
+            RunChange::Moved {
+                at_ms,
+                from_plan,
+                to_plan,
+            } => {
+                out.push_str(&format!(
+                    "{} from plan {} to plan {} at {}\n",
+                    paint.dim("moved      "),
+                    short_hash(from_plan),
+                    short_hash(to_plan),
+                    style::time(*at_ms)
+                ));
+                continue;
+            }
+            RunChange::Delivery {
+                destination,
+                to,
+                event,
+                result,
+                error,
+                ..
+            } => (destination, to, event, result, error),
+            RunChange::Began { .. } => continue,
         };
         let tone = match result.as_str() {
             "delivered" => Tone::Good,

@@ -390,10 +390,9 @@ impl SqliteStore {
     /// available; a stored copy that differs is mended (see `PlanStore`).
     pub fn put_plan(&self, plan: &Plan) -> Result<(), StoreError> {
         let json = serde_json::to_string(plan).map_err(|e| StoreError::Damaged(e.to_string()))?;
-        let conn = lock(&self.conn);
         // Kept as it is: nothing to write (a run of a file run before then
         // starts while another process holds the write lock).
-        let kept: Option<bool> = conn
+        let kept: Option<bool> = lock(&self.conn)
             .query_row(
                 "SELECT json IS ?2 FROM plans WHERE hash = ?1",
                 params![plan.hash, json],
@@ -403,8 +402,10 @@ impl SqliteStore {
         if kept == Some(true) {
             return Ok(());
         }
+        // The connection is taken for each attempt, not held across the
+        // waits: flowd's other store calls share it.
         writer::waiting_out_locks("the plan's write", || {
-            conn.execute(
+            lock(&self.conn).execute(
                 "INSERT INTO plans (hash, json, delivers) VALUES (?1, ?2, ?3)
                  ON CONFLICT (hash) DO UPDATE SET json = excluded.json, delivers = excluded.delivers
                  WHERE plans.json IS NOT excluded.json",
