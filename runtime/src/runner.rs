@@ -547,8 +547,13 @@ pub struct Recovery {
 ///
 /// Each plan is loaded once, however many of the runs use it: a thousand
 /// runs of one plan of tens of megabytes read once each held gigabytes.
+///
+/// With `account`, only that account's runs: `flow recover` takes its own
+/// (`NO_ACCOUNT`), not those of a flowd whose store it is pointed at,
+/// which `flow runs` does not list either and flowd resumes itself.
 pub async fn claim_runs_to_recover<Load>(
     store: &dyn Store,
+    account: Option<&str>,
     mut load: impl FnMut(String) -> Load,
 ) -> Result<Recovery, StoreError>
 where
@@ -558,6 +563,9 @@ where
     let mut recovery = Recovery::default();
     let mut plans: HashMap<String, Result<Arc<Plan>, StoreError>> = HashMap::new();
     for row in runs_to_recover(store, now).await? {
+        if account.is_some_and(|account| row.account != account) {
+            continue;
+        }
         let plan = match plans.get(&row.plan_hash) {
             Some(loaded) => loaded.clone(),
             None => {

@@ -945,12 +945,18 @@ async fn a_plan_that_does_not_load_holds_back_only_its_own_runs(backend: Backend
             .await
             .unwrap();
     }
+    // Another account's run (a flowd's, whose store `flow recover` is
+    // pointed at) is left to flowd.
+    store
+        .create_run("run-acme", "acme", &new_run(&good.hash, &json!({})), None)
+        .await
+        .unwrap();
     // The loader the CLI gives: the store's plan, as read.
     async fn recover(
         store: &Arc<dyn Store>,
         loads: &mut Vec<String>,
     ) -> Result<flow_runtime::runner::Recovery, StoreError> {
-        claim_runs_to_recover(store.as_ref(), |hash| {
+        claim_runs_to_recover(store.as_ref(), Some(""), |hash| {
             loads.push(hash.clone());
             let store = Arc::clone(store);
             async move { store.plan(&hash).await.map(Arc::new) }

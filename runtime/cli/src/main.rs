@@ -78,7 +78,7 @@ struct Cli {
     /// Varies the offline provider's answers (used when no LLM provider is
     /// configured): they depend on the recipe, the step's path, the call's
     /// input and this seed only, so a run is repeatable with the same
-    /// seed. Give the same one to `flow approve` and `flow resume` to go
+    /// seed. Give the same one to `flow approve`, `flow recover` and `flow redrive` to go
     /// on as the run started.
     #[arg(long, global = true, env = "FLOW_OFFLINE_SEED", default_value_t = 0)]
     seed: u64,
@@ -615,12 +615,13 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
                 }
                 return Ok(0);
             };
-            let recovery = runner::claim_runs_to_recover(store.as_ref(), |hash| {
-                let store = Arc::clone(&store);
-                async move { store.plan(&hash).await.map(Arc::new) }
-            })
-            .await
-            .map_err(store_error)?;
+            let recovery =
+                runner::claim_runs_to_recover(store.as_ref(), Some(NO_ACCOUNT), |hash| {
+                    let store = Arc::clone(&store);
+                    async move { store.plan(&hash).await.map(Arc::new) }
+                })
+                .await
+                .map_err(store_error)?;
             // Said first; the rest recover without them, and the exit code
             // says a store error (2) at the end.
             for (row, error) in &recovery.unloadable {

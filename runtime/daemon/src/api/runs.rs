@@ -520,9 +520,14 @@ pub(crate) async fn delete_run(
         Deletion::NotEnded(status) => Err(Problem::new(
             StatusCode::CONFLICT,
             "run_not_ended",
-            &format!(
-                "run `{id}` is {status}: cancel it first (a cancelled run can be deleted 30 s after its cancel)"
-            ),
+            &match status {
+                RunStatus::Cancelled => format!(
+                    "run `{id}` was cancelled less than 30 s ago: it can be deleted 30 s after its cancel (a process cut off from the store may still be writing it)"
+                ),
+                status => format!(
+                    "run `{id}` is {status}: cancel it first (a cancelled run can be deleted 30 s after its cancel)"
+                ),
+            },
         )),
         Deletion::Unknown => Err(Problem::new(
             StatusCode::NOT_FOUND,

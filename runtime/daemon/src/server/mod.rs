@@ -293,13 +293,16 @@ impl Daemon {
     /// whose approval expired). Runs whose plan does not load stay as they
     /// are, said in one line per plan; the rest resume without them.
     async fn recover(self: &Arc<Daemon>) -> Result<usize, String> {
-        let recovery =
-            flow_runtime::runner::claim_runs_to_recover(self.store.as_ref(), |hash| async move {
+        let recovery = flow_runtime::runner::claim_runs_to_recover(
+            self.store.as_ref(),
+            None,
+            |hash| async move {
                 // The process's own work, not an account's.
                 self.plan("", &hash).await
-            })
-            .await
-            .map_err(|e| e.to_string())?;
+            },
+        )
+        .await
+        .map_err(|e| e.to_string())?;
         let mut unloadable: HashMap<&str, (usize, &StoreError)> = HashMap::new();
         for (row, error) in &recovery.unloadable {
             unloadable.entry(&row.plan_hash).or_insert((0, error)).0 += 1;
