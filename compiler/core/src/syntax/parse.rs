@@ -1821,6 +1821,46 @@ impl<'s> Parser<'s> {
             let text = &self.source[span.start as usize..span.end as usize];
             return Some(foreign_number_diagnostic(text, span, self.file));
         }
+        // `let x = step.a.b`: a variable of another language (a step
+        // written `let x = r { ... }` is read as one, `stepless_stmt`).
+        let rest = &self.source[at..];
+        if let Some(word) = ["let", "var", "const"].into_iter().find(|word| {
+            rest.strip_prefix(word)
+                .is_some_and(|after| after.starts_with([' ', '\t']))
+        }) && rest[word.len()..]
+            .trim_start_matches([' ', '\t'])
+            .trim_start_matches(|c: char| c.is_ascii_alphanumeric() || c == '_')
+            .trim_start_matches([' ', '\t'])
+            .starts_with('=')
+        {
+            return Some(diagnostic(
+                Span::new(at, at + word.len()),
+                "flow has no variables".to_string(),
+                "not a flow keyword",
+                "write the reference where the value is used (`step.ID.FIELD`, `workflow_input.FIELD`); a value a model computes is a step's output (`step NAME = RECIPE { ... }`)",
+            ));
+        }
+        // `5.`: read as a duration's number, it drew "expected a duration
+        // such as `30s`".
+        if let Some(whole) = self.source[..at].strip_suffix('.') {
+            let digits = whole.len() - whole.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+            let start = whole.len() - digits;
+            let alone = !whole[..start]
+                .ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == '.');
+            let then_digit =
+                self.source[at..].starts_with(|c: char| c.is_ascii_digit() || c == '.');
+            if digits > 0 && alone && !then_digit {
+                let number = &whole[start..];
+                return Some(diagnostic(
+                    Span::new(start, at),
+                    format!("`{number}.` has no digits after its `.`"),
+                    "not a flow number",
+                    &format!(
+                        "a float has digits on both sides of its point: write `{number}.0`, or `{number}` for a whole number"
+                    ),
+                ));
+            }
+        }
         // A function or method call in an expression (`names.length()`,
         // `len(x)`): flow has none.
         if self.source[at..].starts_with('(')

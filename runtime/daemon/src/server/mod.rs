@@ -708,6 +708,11 @@ pub async fn serve(
     // Deliveries still out then are made again on the next start, under
     // the same message id (at least once, as the outbox promises).
     let mut runs = std::mem::take(&mut *daemon.runs.lock().unwrap_or_else(|p| p.into_inner()));
+    // Said, so that an operator waiting on a stop knows what for.
+    tracing::info!(
+        "stopping: {} run(s) in flight get up to {SETTLE:?} to settle",
+        runs.len()
+    );
     let settle = async { while runs.join_next().await.is_some() {} };
     let (aborts, delivered) = (mailer.abort_handle(), webhooks.abort_handle());
     let deliveries = async {
