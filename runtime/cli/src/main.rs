@@ -1563,10 +1563,14 @@ async fn version_for(store: &Arc<dyn Store>, row: &RunRow, file: &Path) -> Resul
             file.display()
         );
         for problem in &problems {
+            // A problem of the whole workflow (D001) is at no step.
+            let at = match problem.step.as_str() {
+                "" => String::new(),
+                step => format!(" at {step}"),
+            };
             message.push_str(&format!(
-                "\n  {} at {}: {} (flowc explain {})",
+                "\n  {}{at}: {} (flowc explain {})",
                 problem.code.as_str(),
-                problem.step,
                 problem.reason,
                 problem.code.as_str()
             ));
