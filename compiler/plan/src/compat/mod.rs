@@ -334,10 +334,20 @@ impl Comparison<'_> {
                 .recorded
                 .is_none_or(|step| may_precede(&old.entries[step].position, &at.position));
             // A gate's pending record is replayed: its own arguments are
-            // not evaluated again, those of a failed step are.
+            // not evaluated again, those of a failed step are. In a loop
+            // around both, the iterations still to come evaluate the
+            // reader again, on what the run recorded outside the loop
+            // (its input, a step before the loop).
+            let again_in_later_iterations = |reader: usize| {
+                shares_loop(&old.entries[reader].position, &at.position)
+                    && read
+                        .recorded
+                        .is_none_or(|step| !shares_loop(&old.entries[step].position, &at.position))
+            };
             let done = read.reader.is_some_and(|step| {
-                certainly_precedes(&old.entries[step], at)
-                    || (step == place && at.kind == StepKind::Approval)
+                (certainly_precedes(&old.entries[step], at)
+                    || (step == place && at.kind == StepKind::Approval))
+                    && !again_in_later_iterations(step)
             });
             if recorded && !done {
                 problem(Code::OutputIncompatible, &read.step, read.reason.clone());
