@@ -2852,8 +2852,11 @@ async fn runs_go_on_through_terminated_connections_and_keep_every_record() {
         let row = row.expect("the run is stored");
         // A drive whose claim or first read met a terminated connection
         // is an error of the store's (flowd retries those runs): again.
+        // Each drive reads the store a few times outside the journal, and
+        // every backend is terminated each 15 ms: some drives in a row
+        // meet one (50 tries were too few once in CI).
         let mut outcome = Err(flow_runtime::runner::DriveError::Lost);
-        for _ in 0..50 {
+        for _ in 0..500 {
             outcome = flow_runtime::runner::drive(
                 &store,
                 &plan,
@@ -2868,6 +2871,18 @@ async fn runs_go_on_through_terminated_connections_and_keep_every_record() {
             )
             .await;
             if outcome.is_ok() {
+                break;
+            }
+            // A commit of the run's end whose outcome was unknown is
+            // answered with the error (runtime/src/postgres/writer.rs);
+            // applied, the run has completed, and each drive after finds
+            // it no longer this process's.
+            if matches!(outcome, Err(flow_runtime::runner::DriveError::Lost))
+                && matches!(store.run(&id).await, Ok(Some(row)) if row.status == RunStatus::Completed)
+            {
+                outcome = Ok(Outcome::Completed {
+                    output: json!(null),
+                });
                 break;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
