@@ -287,15 +287,29 @@ impl PostgresStore {
         Ok(self.pool.get().await?)
     }
 
-    /// Runs one statement on a pooled connection; the rows it returns.
+    /// Runs one statement on a pooled connection; the rows it returns. A
+    /// read is made again on another connection when its own was lost (a
+    /// backend terminated, a failover): the pool hands out connections
+    /// whose end it has not seen yet, and a read changes nothing. A few
+    /// times, then the error is the caller's (flowd: 503).
     async fn query(
         &self,
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
-        let client = self.client().await?;
-        let statement = client.prepare_cached(sql).await?;
-        Ok(client.query(&statement, params).await?)
+        const TRIES: u32 = 3;
+        let mut tried = 0;
+        loop {
+            let client = self.client().await?;
+            let read = async {
+                let statement = client.prepare_cached(sql).await?;
+                client.query(&statement, params).await
+            };
+            match read.await {
+                Err(error) if tried + 1 < TRIES && writer::connection_lost(&error) => tried += 1,
+                read => return Ok(read?),
+            }
+        }
     }
 
     /// Runs one statement on a pooled connection; how many rows it changed.

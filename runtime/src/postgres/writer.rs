@@ -86,7 +86,7 @@ impl BatchError {
 /// Whether `error` says the connection was lost rather than the statement
 /// refused: closed or reset, the server ending it (`pg_terminate_backend`,
 /// a restart: SQLSTATE class 08 and 57P01-57P03).
-fn connection_lost(error: &tokio_postgres::Error) -> bool {
+pub(super) fn connection_lost(error: &tokio_postgres::Error) -> bool {
     let ended = error.code().is_some_and(|code| {
         let code = code.code();
         code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03")
