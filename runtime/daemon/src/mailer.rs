@@ -56,8 +56,9 @@ pub(crate) fn transport(smtp: &Smtp) -> Result<Transport, String> {
 /// it is sending; `Daemon::wake_mailer` makes it look at once.
 pub(crate) async fn run(daemon: Arc<Daemon>, mut stopping: tokio::sync::watch::Receiver<bool>) {
     while !*stopping.borrow() {
+        // Nothing is lost: the mail stays due, and is looked at again.
         if let Err(error) = deliver_due(&daemon, &stopping).await {
-            tracing::error!("mailer: {error}");
+            tracing::warn!("mailer: {error}; the mail due is looked at again");
         }
         tokio::select! {
             () = daemon.mail_wake.notified() => {}

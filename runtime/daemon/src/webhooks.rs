@@ -111,8 +111,10 @@ pub(crate) async fn run(daemon: Arc<Daemon>, mut stopping: tokio::sync::watch::R
     let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
     let in_flight = Arc::new(InFlight::default());
     while !*stopping.borrow() {
+        // Nothing is lost: the events stay due, and are looked at again
+        // (another process holding SQLite's lock, a lost connection).
         if let Err(error) = deliver_due(&daemon, &slots, &in_flight, &stopping).await {
-            tracing::error!("webhooks: {error}");
+            tracing::warn!("webhooks: {error}; the due events are looked at again");
         }
         tokio::select! {
             () = daemon.events_wake.notified() => {}
