@@ -1291,11 +1291,26 @@ fn initialize_error(error: &ClientInitializeError) -> (String, String) {
                     .map_or_else(|| "nothing".to_string(), |r| cut(&r, 200))
             ),
         ),
-        // Transport errors name the URL, which may carry credentials.
-        other => (
-            "failed in `initialize`".to_string(),
-            format!(": {}", cut(&other.to_string(), 300)),
-        ),
+        // Transport errors name the URL, which may carry credentials. Their
+        // own words name rmcp's types (`Transport [rmcp::transport::worker::
+        // WorkerTransport<...>] error`): the innermost cause says what
+        // happened (a refused connection, a name that does not resolve).
+        other => {
+            let mut cause: &dyn std::error::Error = other;
+            while let Some(inner) = cause.source() {
+                cause = inner;
+            }
+            // rmcp writes the cause into its own words, after the type.
+            let words = cause.to_string();
+            let words = match words.split_once("] error: ") {
+                Some((_, after)) if words.contains("Transport [") => after.to_string(),
+                _ => words,
+            };
+            (
+                "failed in `initialize`".to_string(),
+                format!(": {}", cut(&words, 300)),
+            )
+        }
     }
 }
 
