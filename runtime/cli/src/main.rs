@@ -583,8 +583,19 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             let store = open_existing_store(&db)?;
             let row = find_run(&store, &run, &db).await?;
             if row.status != RunStatus::PendingApproval {
+                // The way on for a run that stopped; none for one that ended well.
+                let instead = match row.status {
+                    RunStatus::Failed | RunStatus::Cancelled => {
+                        format!(
+                            " (a {} one goes on with `flow redrive {run} --to FILE`)",
+                            row.status
+                        )
+                    }
+                    RunStatus::Running => " (a running one moves once it parks)".to_string(),
+                    _ => String::new(),
+                };
                 return Err(usage(format!(
-                    "run `{run}` is {}: only a parked run moves (a failed one: `flow redrive {run} --to FILE`)",
+                    "run `{run}` is {}: only a parked run moves{instead}",
                     row.status
                 )));
             }

@@ -89,7 +89,10 @@ fn list(folders: &BTreeMap<PathBuf, Vec<McpServer>>) -> Exit {
     eprintln!(
         "flowc: dry run: {count} MCP server(s) for {} lock(s); nothing started, nothing written",
         // A folder whose files declare no server gets no lock.
-        folders.values().filter(|servers| !servers.is_empty()).count()
+        folders
+            .values()
+            .filter(|servers| !servers.is_empty())
+            .count()
     );
     Exit::Ok
 }
