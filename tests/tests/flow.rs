@@ -207,6 +207,12 @@ fn a_db_that_names_no_file_is_not_created() {
     let runs = flow(&dir, &["runs", "--db", "typo.db"]);
     assert_eq!(runs.code, 0, "{}", runs.all());
     assert!(runs.stdout.contains("no runs"), "{}", runs.all());
+    // Said on stderr, where a typo is noticed and a script's reading is not.
+    assert!(
+        runs.stderr.contains("no store at typo.db: nothing to list"),
+        "{}",
+        runs.all()
+    );
     let show = flow(&dir, &["show", "--last", "--db", "typo.db"]);
     assert_eq!(show.code, 2, "{}", show.all());
     assert!(
@@ -1271,6 +1277,14 @@ fn a_parked_run_migrates_to_a_compatible_version() {
     assert_eq!(dry.code, 0, "{}", dry.all());
     let moved = flow(&dir, &["migrate", &run_id, "v2.flow"]);
     assert_eq!(moved.code, 0, "{}", moved.all());
+    // Regression: a move to the plan it is on said "moved" again.
+    let again = flow(&dir, &["migrate", &run_id, "v2.flow"]);
+    assert_eq!(again.code, 0, "{}", again.all());
+    assert!(
+        again.stdout.contains("is on that version already"),
+        "{}",
+        again.all()
+    );
     // The move is in the trace (regression: `flow show` listed no history).
     let shown = flow(&dir, &["show", &run_id]);
     assert!(

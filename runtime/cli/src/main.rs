@@ -600,6 +600,12 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
                 )));
             }
             let plan = version_for(&store, &row, &file).await?;
+            // Said as it is: a move to the plan it is on moved nothing, and
+            // its history would have said it had.
+            if plan.hash == row.plan_hash {
+                out!("run {run} is on that version already ({})", plan.hash);
+                return Ok(0);
+            }
             if dry_run {
                 out!("run {run} can move to {}", plan.hash);
                 return Ok(0);
@@ -1749,10 +1755,17 @@ fn open_existing_store(db: &Path) -> Result<Arc<dyn Store>> {
 /// store was made (a typo in --db left one behind).
 fn listed_store(db: &Path) -> Result<Option<Arc<dyn Store>>> {
     if db.exists() {
-        open_store(db).map(Some)
-    } else {
-        Ok(None)
+        return open_store(db).map(Some);
     }
+    // A `--db` given that names no file is said (on stderr: the listing
+    // stays what scripts read), since it may be a typo.
+    if db != Path::new(DEFAULT_DB) {
+        eprintln!(
+            "flow: no store at {}: nothing to list (`flow run --db` makes one)",
+            db.display()
+        );
+    }
+    Ok(None)
 }
 
 fn open_store(db: &Path) -> Result<Arc<dyn Store>> {
