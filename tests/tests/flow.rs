@@ -360,6 +360,15 @@ impl Chain {
         }
     }
 
+    /// Waits (30 s at most) until the model has had `calls` calls.
+    fn await_calls(&self, calls: usize, what: &str) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while self.server.requests() < calls {
+            assert!(std::time::Instant::now() < deadline, "{what}");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
     fn flow(&self, args: &[&str]) -> std::process::Command {
         let mut command = std::process::Command::new(flow_path());
         command
@@ -377,7 +386,6 @@ impl Chain {
 #[test]
 fn a_killed_run_resumes_without_repeating_completed_steps() {
     use std::process::Stdio;
-    use std::time::{Duration, Instant};
 
     let chain = Chain::new("flow-crash", 8);
     let (server, flow) = (&chain.server, |args: &[&str]| chain.flow(args));
@@ -386,14 +394,7 @@ fn a_killed_run_resumes_without_repeating_completed_steps() {
         .stderr(Stdio::null())
         .spawn()
         .expect("flow starts");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while server.requests() < 4 {
-        assert!(
-            Instant::now() < deadline,
-            "the run did not reach its fourth step"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    chain.await_calls(4, "the run did not reach its fourth step");
     child.kill().expect("SIGKILL");
     child.wait().expect("the child is reaped");
 
@@ -450,20 +451,15 @@ fn a_killed_run_resumes_without_repeating_completed_steps() {
 #[test]
 fn a_run_cancelled_meanwhile_is_reported_cancelled() {
     use std::process::Stdio;
-    use std::time::{Duration, Instant};
 
     let chain = Chain::new("flow-cancelled", 8);
-    let (server, flow) = (&chain.server, |args: &[&str]| chain.flow(args));
+    let flow = |args: &[&str]| chain.flow(args);
     let child = flow(&["run", "chain.flow", "--input", "in.json", "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("flow starts");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while server.requests() < 2 {
-        assert!(Instant::now() < deadline, "the run did not start");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    chain.await_calls(2, "the run did not start");
     let listed = flow(&["runs", "--json"]).output().expect("flow runs");
     let runs: Value = serde_json::from_slice(&listed.stdout).expect("runs as JSON");
     let run_id = runs[0]["run_id"].as_str().expect("the run is listed");
@@ -544,7 +540,6 @@ fn a_cancelled_runs_trace_offers_no_decision() {
 #[test]
 fn an_interrupted_run_says_how_to_resume_and_resumes() {
     use std::process::Stdio;
-    use std::time::{Duration, Instant};
 
     let chain = Chain::new("flow-interrupt", 6);
     let (server, flow) = (&chain.server, |args: &[&str]| chain.flow(args));
@@ -554,12 +549,7 @@ fn an_interrupted_run_says_how_to_resume_and_resumes() {
             .stderr(Stdio::piped())
             .spawn()
             .expect("flow starts");
-        let before = server.requests();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while server.requests() < before + 2 {
-            assert!(Instant::now() < deadline, "the run did not start");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        chain.await_calls(server.requests() + 2, "the run did not start");
         let sent = std::process::Command::new("kill")
             .args([signal, &child.id().to_string()])
             .status()

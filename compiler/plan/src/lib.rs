@@ -27,7 +27,7 @@ pub mod written;
 pub use error_kind::ErrorKind;
 #[doc(hidden)]
 pub use serde as __serde;
-pub use validate::{PlanInPieces, PlanProblem, PlanProblems};
+pub use validate::{PlanInPieces, PlanProblem, PlanProblems, is_ident};
 
 /// `text` cut to at most `most` characters, the cut marked with `…`: for
 /// messages that quote what a plan, an input, a model or a server said.

@@ -1714,7 +1714,9 @@ fn json_fits(plan: &Plan, most: u64) -> bool {
     serde_json::to_writer(&mut writer, plan).is_ok() && std::io::Write::flush(&mut writer).is_ok()
 }
 
-fn is_ident(name: &str) -> bool {
+/// Whether `name` is an identifier of the grammar (a field, a step id):
+/// what may follow a `.` in a path.
+pub fn is_ident(name: &str) -> bool {
     let mut bytes = name.bytes();
     bytes
         .next()

@@ -232,10 +232,9 @@ fn header(run: &RunSummary, records: &[StepRecord], options: &Options<'_>) -> St
     if !approvals.is_empty() {
         // A gate still pending in a run that ended waits for no one: its
         // wait stopped counting (unknown when), and is left out.
-        let ended = matches!(run.status, RunStatus::Failed | RunStatus::Cancelled);
         let waited: u64 = approvals
             .iter()
-            .filter(|r| !(ended && r.status == StepStatus::Pending))
+            .filter(|r| !(run.ended_undone() && r.status == StepStatus::Pending))
             .map(|r| waited_ms(r, options.now_ms))
             .sum();
         lines.push((
@@ -287,11 +286,11 @@ struct Shown<'a> {
     latest: usize,
 }
 
-impl Shown<'_> {
+impl RunSummary {
     /// Whether the run has ended without completing: a gate it waited at
     /// is decided by no one now.
     fn ended_undone(&self) -> bool {
-        matches!(self.run.status, RunStatus::Failed | RunStatus::Cancelled)
+        matches!(self.status, RunStatus::Failed | RunStatus::Cancelled)
     }
 }
 
@@ -538,7 +537,7 @@ impl<'r> Node<'r> {
         // kill: `running (interrupted)`).
         let failed_at = run.run.error.as_ref().and_then(|e| e.step.as_deref());
         let shown = match status {
-            StepStatus::Pending | StepStatus::Retrying if run.ended_undone() => {
+            StepStatus::Pending | StepStatus::Retrying if run.run.ended_undone() => {
                 Some((run.run.status.as_str(), Tone::Bad))
             }
             _ if shape == Shape::Loop && failed_at == Some(path) => Some(("failed", Tone::Bad)),
@@ -652,7 +651,7 @@ fn approval_row(row: &mut Row, run: &Shown<'_>, record: &StepRecord, options: &O
     }
     // A gate of a run that failed or was cancelled meanwhile waits for no
     // one: no commands that would be refused, no wait that grows.
-    if record.status == StepStatus::Pending && run.ended_undone() {
+    if record.status == StepStatus::Pending && run.run.ended_undone() {
         (row.status, row.tone) = ("undecided".to_string(), Tone::Plain);
         row.rest = format!("the run is {}", run.run.status.as_str());
         return;

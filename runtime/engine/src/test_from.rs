@@ -147,7 +147,7 @@ fn output_expectations(path: &str, value: &Value, text: &mut String) {
                     text.push_str(&format!(
                         "// {path}.decided_at: a decision's time, which a test dates on its own clock\n"
                     ));
-                } else if is_name(name) {
+                } else if flow_plan::is_ident(name) {
                     output_expectations(&format!("{path}.{name}"), field, text);
                 } else {
                     text.push_str(&format!(
@@ -181,15 +181,6 @@ fn holds_decision(value: &Value) -> bool {
             Value::Array(items) => items.iter().any(holds_decision),
             _ => false,
         }
-}
-
-/// Whether `name` can follow a `.` in a path.
-fn is_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// The expectation on how the run ended, or a comment saying why a test
