@@ -285,7 +285,8 @@ fn b3_sequential(runtime: &tokio::runtime::Runtime, quick: bool) {
         }
     };
     profiler("enable");
-    let (park, resume) = runtime.block_on(async {
+    // As `flow run` and `flow approve` drive a run (`driven_alone`).
+    let (park, resume) = runtime.block_on(flow_runtime::store::driven_alone(async {
         let start = Instant::now();
         for i in 0..runs {
             // As `flow run` starts a run: its row rides with its first write.
@@ -320,7 +321,7 @@ fn b3_sequential(runtime: &tokio::runtime::Runtime, quick: bool) {
             assert!(matches!(outcome, Outcome::Completed { .. }), "{outcome:?}");
         }
         (park, start.elapsed().as_secs_f64())
-    });
+    }));
     profiler("disable");
     println!(
         "| B3seq | park {runs} runs one after another, then decide and resume each | park {park:.3} s, resume {resume:.3} s | {:.0} parked/s, {:.0} resumed/s |",
@@ -618,7 +619,8 @@ fn b1_sequential(runtime: &tokio::runtime::Runtime, quick: bool) {
     let provider: Arc<dyn flow_runtime::services::Provider> = Arc::new(Instant0);
     profiler("enable");
     let start = Instant::now();
-    runtime.block_on(async {
+    // As `flow run` drives a run (`driven_alone`).
+    runtime.block_on(flow_runtime::store::driven_alone(async {
         for i in 0..runs {
             // As `flow run` starts a run: its row rides with its first write.
             let start = Invocation::Start {
@@ -646,7 +648,7 @@ fn b1_sequential(runtime: &tokio::runtime::Runtime, quick: bool) {
             .expect("the run is driven");
             assert!(matches!(outcome, Outcome::Completed { .. }), "{outcome:?}");
         }
-    });
+    }));
     let elapsed = start.elapsed().as_secs_f64();
     profiler("disable");
     let steps = runs * 10;

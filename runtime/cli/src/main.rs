@@ -397,7 +397,13 @@ fn main() -> ExitCode {
     }));
     let dispatched = match remote {
         Some(server) => runtime.block_on(dispatch_remote(cli.command, &server)),
-        None => runtime.block_on(dispatch(cli.command, &mcp, cli.seed)),
+        // This thread drives one run at a time and nothing else: its waits
+        // for a commit poll before they sleep (`driven_alone`).
+        None => runtime.block_on(flow_runtime::store::driven_alone(dispatch(
+            cli.command,
+            &mcp,
+            cli.seed,
+        ))),
     };
     runtime.block_on(mcp.shutdown());
     match dispatched {

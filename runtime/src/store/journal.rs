@@ -238,7 +238,7 @@ impl<B: JournalBackend> StoreJournal<B> {
     /// records with it, which is what keeps a record the store refuses for
     /// good from failing every later write of the run, its end included.
     async fn write_waited(&self, write: JournalWrite) -> Result<(), StoreError> {
-        let written = self.send(write).await;
+        let written = super::commit_wait::commit(self.send(write)).await;
         self.settle(written)
     }
 

@@ -13,6 +13,7 @@
 //! * `claim_run` gives a run to at most one live process; only the owner adds
 //!   active time to it or records how it ended.
 
+mod commit_wait;
 mod journal;
 mod json;
 pub mod record;
@@ -28,6 +29,7 @@ use crate::error::{ErrorKind, StepError};
 use crate::journal::{Journal, Outcome, StepRecord};
 use crate::services::{BoxFuture, Effects, KbDocument, KbWrite};
 
+pub use commit_wait::driven_alone;
 pub use journal::{JournalBackend, JournalWrite, NewRun, RunEnd, RunHandle, StoreJournal};
 
 /// What went wrong in a store, as a value: callers decide by its kind
