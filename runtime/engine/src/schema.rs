@@ -124,6 +124,14 @@ impl fmt::Display for Mismatches {
     }
 }
 
+thread_local! {
+    /// `validate`'s path, kept from one call to the next on its thread: a
+    /// new one cost an allocation at the walk's first field, twice a step
+    /// (a recipe's input and its output), where nothing else of a valid
+    /// value allocates.
+    static PATH: std::cell::Cell<String> = const { std::cell::Cell::new(String::new()) };
+}
+
 /// The mismatches of `value` against `schema`, in document order; empty when
 /// it fits. At most [`MAX_MISMATCHES`] are listed and the rest counted.
 ///
@@ -140,8 +148,10 @@ pub fn validate(schema: &Value, value: &Value) -> Mismatches {
         omitted: 0,
         first_only: false,
     };
-    let mut path = String::new();
+    let mut path = PATH.take();
+    path.clear();
     check(schema, value, &mut path, 0, &mut sink);
+    PATH.set(path);
     Mismatches {
         listed: sink.listed,
         omitted: sink.omitted,
