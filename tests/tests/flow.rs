@@ -476,6 +476,16 @@ fn a_run_cancelled_meanwhile_is_reported_cancelled() {
     );
 }
 
+/// A loop of approvals, one per item: a run parks at each iteration's.
+const LOOPED_APPROVALS: &str = r#"workflow looped {
+  input { texts: list<string> }
+  for workflow_input.texts as each {
+    step check = approval { approvers: ["lead@example.com"] message: "{{loop_item}}?" }
+  }
+  output { checks: step.each }
+}
+"#;
+
 /// Regression: `flow show` of a run cancelled while parked in a loop's
 /// second iteration showed its gate `pending`, with the `flow approve`
 /// commands that the cancel refuses and a wait that grew for ever, and
@@ -484,17 +494,7 @@ fn a_run_cancelled_meanwhile_is_reported_cancelled() {
 #[test]
 fn a_cancelled_runs_trace_offers_no_decision() {
     let dir = TempDir::new("flow-show-cancelled");
-    dir.write(
-        "looped.flow",
-        r#"workflow looped {
-  input { texts: list<string> }
-  for workflow_input.texts as each {
-    step check = approval { approvers: ["lead@example.com"] message: "{{loop_item}}?" }
-  }
-  output { checks: step.each }
-}
-"#,
-    );
+    dir.write("looped.flow", LOOPED_APPROVALS);
     let started = flow(
         &dir,
         &[
@@ -1383,14 +1383,9 @@ workflow gate {
   step ok = approval { approvers: ["lead@example.com"] message: "Go on?" }
   output { approved: step.ok.approved, decision: step.ok, scores: step.each }
 }
-workflow looped {
-  input { texts: list<string> }
-  for workflow_input.texts as each {
-    step check = approval { approvers: ["lead@example.com"] message: "{{loop_item}}?" }
-  }
-  output { checks: step.each }
-}
-"#,
+"#
+        .to_string()
+            + LOOPED_APPROVALS,
     );
     let looped = flow(
         &dir,
