@@ -84,29 +84,23 @@ pub(crate) fn render(run: &RunSummary, records: &[StepRecord], options: &Options
 fn history(history: &[RunChange], paint: Paint) -> String {
     let mut out = String::new();
     for change in history {
-        let (destination, to, event, result, error) = match change {
-            RunChange::Redriven { at_ms, round } => {
-                out.push_str(&format!(
-                    "{} round {round} at {}\n",
-                    paint.dim("redriven   "),
-                    style::time(*at_ms)
-                ));
-                continue;
-            }
+        let line = match change {
+            RunChange::Redriven { at_ms, round } => format!(
+                "{} round {round} at {}",
+                paint.dim("redriven   "),
+                style::time(*at_ms)
+            ),
             RunChange::Moved {
                 at_ms,
                 from_plan,
                 to_plan,
-            } => {
-                out.push_str(&format!(
-                    "{} from plan {} to plan {} at {}\n",
-                    paint.dim("moved      "),
-                    short_hash(from_plan),
-                    short_hash(to_plan),
-                    style::time(*at_ms)
-                ));
-                continue;
-            }
+            } => format!(
+                "{} from plan {} to plan {} at {}",
+                paint.dim("moved      "),
+                short_hash(from_plan),
+                short_hash(to_plan),
+                style::time(*at_ms)
+            ),
             RunChange::Delivery {
                 destination,
                 to,
@@ -114,20 +108,23 @@ fn history(history: &[RunChange], paint: Paint) -> String {
                 result,
                 error,
                 ..
-            } => (destination, to, event, result, error),
+            } => {
+                let tone = match result.as_str() {
+                    "delivered" => Tone::Good,
+                    "failed" => Tone::Waiting,
+                    _ => Tone::Bad,
+                };
+                format!(
+                    "{} {destination} ({to}, on {event})  {}{}",
+                    paint.dim("destination"),
+                    paint.tone(tone, result),
+                    error.as_ref().map(|e| format!("  {e}")).unwrap_or_default()
+                )
+            }
             RunChange::Began { .. } => continue,
         };
-        let tone = match result.as_str() {
-            "delivered" => Tone::Good,
-            "failed" => Tone::Waiting,
-            _ => Tone::Bad,
-        };
-        out.push_str(&format!(
-            "{} {destination} ({to}, on {event})  {}{}\n",
-            paint.dim("destination"),
-            paint.tone(tone, result),
-            error.as_ref().map(|e| format!("  {e}")).unwrap_or_default()
-        ));
+        out.push_str(&line);
+        out.push('\n');
     }
     out
 }
