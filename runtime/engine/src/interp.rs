@@ -962,10 +962,18 @@ impl<'p> Interpreter<'p> {
                 // `json` value through to a typed input (its shape is known
                 // only now): checked here, before the model is asked. A
                 // `string` input takes any such value as its JSON text, as
-                // the prompt would show it.
-                let texts = as_text_where_strings_go(&recipe.input_schema, args);
+                // the prompt would show it. An input valid as given has no
+                // such value (one fails a `string`'s schema): only one that
+                // is not is looked at for them, not every step's.
+                let mut texts = None;
+                let mut mismatches = crate::schema::validate(&recipe.input_schema, args);
+                if !mismatches.is_empty() {
+                    texts = as_text_where_strings_go(&recipe.input_schema, args);
+                    if let Some(texts) = &texts {
+                        mismatches = crate::schema::validate(&recipe.input_schema, texts);
+                    }
+                }
                 let args = texts.as_ref().unwrap_or(args);
-                let mismatches = crate::schema::validate(&recipe.input_schema, args);
                 if !mismatches.is_empty() {
                     return Err(StepError::new(
                         ErrorKind::Expression,
