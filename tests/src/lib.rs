@@ -153,15 +153,19 @@ impl Run {
 /// Runs `binary` with `args` in `dir` with its stdout closed before it
 /// writes, as `| head` leaves it: what a command does with a reader gone.
 pub fn run_with_stdout_closed(binary: &Path, dir: &Path, args: &[&str]) -> Run {
-    let mut child = Command::new(binary)
+    // The read end is closed before the child starts. Closed after the
+    // spawn, it raced the child: a small output written into the pipe
+    // before the close went through (regression: `explain E103` exited 0
+    // on a loaded machine).
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let output = Command::new(binary)
         .args(args)
         .current_dir(dir)
-        .stdout(std::process::Stdio::piped())
+        .stdout(writer)
         .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("the binary starts");
-    drop(child.stdout.take());
-    let output = child.wait_with_output().expect("the binary ends");
+        .output()
+        .expect("the binary ends");
     Run {
         code: output
             .status
