@@ -1891,6 +1891,80 @@ async fn postgres_leases_keep_a_run_with_its_live_owner_until_they_run_out() {
     assert_eq!((row.status, row.active_ms), (RunStatus::Completed, 800));
 }
 
+/// Step `one` completed, as a journal whose run is no longer its own
+/// would record it.
+fn late_record() -> flow_runtime::journal::StepRecord {
+    flow_runtime::journal::StepRecord {
+        path: "one".into(),
+        step_id: "one".into(),
+        kind: flow_plan::StepKind::Recipe,
+        status: StepStatus::Completed,
+        input: json!({}),
+        output: Some(json!({ "a": "late" }).into()),
+        error: None,
+        attempts: Vec::new(),
+        started_ms: 0,
+        ended_ms: 0,
+        round: 0,
+    }
+}
+
+/// A stopping flowd gives up the runs it still holds: another process may
+/// take them at once, rather than once their leases run out, and what the
+/// old owner's journal still sends is refused as after a takeover. Runs of
+/// other owners, and runs that ended, are left as they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_runs_given_up_are_taken_at_once_and_fence_their_old_owner() {
+    flow_tests::require!(Postgres);
+    let schema = TestSchema::new();
+    let [first, second] = two_owners(&schema, Duration::from_secs(60)).await;
+    let plan = plan(TWO_STEPS);
+    first.put_plan(&plan).await.unwrap();
+    for (store, id) in [(&first, "run-1"), (&first, "run-2"), (&second, "run-3")] {
+        store
+            .create_run(id, "", &new_run(&plan.hash, &json!({})), None)
+            .await
+            .unwrap();
+    }
+    first
+        .finish_run("run-2", RunStatus::Completed, &json!({}), Duration::ZERO)
+        .await
+        .unwrap();
+    let old = Arc::clone(&first)
+        .open_journal("run-1", Durability::Full)
+        .await
+        .unwrap();
+    let running = [RunStatus::Running];
+    assert!(!second.claim_run("run-1", &running).await.unwrap());
+    assert!(second.orphaned_runs().await.unwrap().is_empty());
+
+    assert_eq!(first.release_runs().await.unwrap(), 1);
+    let orphaned: Vec<String> = second
+        .orphaned_runs()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|row| row.id)
+        .collect();
+    assert_eq!(orphaned, ["run-1"], "long before the 60 s lease ran out");
+    assert!(!old.heartbeat(Duration::from_millis(100)).await.unwrap());
+    assert!(old.record(late_record()).await.is_err(), "no record");
+    assert!(second.claim_run("run-1", &running).await.unwrap());
+    let new = Arc::clone(&second)
+        .open_journal("run-1", Durability::Full)
+        .await
+        .unwrap();
+    assert!(new.lookup("one").is_none());
+    assert_eq!(
+        second.run("run-2").await.unwrap().unwrap().status,
+        RunStatus::Completed
+    );
+    assert!(
+        !first.claim_run("run-3", &running).await.unwrap(),
+        "another owner's run stays with it"
+    );
+}
+
 /// Heartbeats are batched on PostgreSQL (`postgres/lease.rs` has the test
 /// of one batch): heartbeats sent at once each count, and one sent as the
 /// run ends finds it ended rather than undoing the end.
@@ -1974,20 +2048,7 @@ async fn postgres_a_journal_whose_run_was_taken_over_does_nothing_more() {
         "{refused:?}"
     );
     assert!(!old.heartbeat(Duration::from_secs(1)).await.unwrap());
-    let record = flow_runtime::journal::StepRecord {
-        path: "one".into(),
-        step_id: "one".into(),
-        kind: flow_plan::StepKind::Recipe,
-        status: StepStatus::Completed,
-        input: json!({}),
-        output: Some(json!({ "a": "late" }).into()),
-        error: None,
-        attempts: Vec::new(),
-        started_ms: 0,
-        ended_ms: 0,
-        round: 0,
-    };
-    assert!(old.record(record).await.is_err(), "no record");
+    assert!(old.record(late_record()).await.is_err(), "no record");
     assert!(
         old.kb_write(&kb_write("late", None)).await.is_err(),
         "no document"

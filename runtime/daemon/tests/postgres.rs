@@ -82,8 +82,8 @@ const STEPS: usize = 6;
 const RUNS: usize = 3;
 
 /// Two flowds sharing a schema, and `RUNS` runs of a chain of `STEPS` model
-/// calls (a fake model answering each in 300 ms) started on the first and
-/// under way. Fields drop in order: the flowds before their folders and
+/// calls (a fake model answering each in `answer_in`) started on the first
+/// and under way. Fields drop in order: the flowds before their folders and
 /// the schema.
 struct Chains {
     /// `None` once killed.
@@ -92,16 +92,13 @@ struct Chains {
     ids: Vec<String>,
     server: flow_tests::fake_llm::FakeLlm,
     _dirs: (TempDir, TempDir),
-    _schema: TestSchema,
+    schema: TestSchema,
 }
 
-async fn chains_under_way(name: &str) -> Chains {
-    let server = flow_tests::fake_llm::FakeLlm::start(
-        vec![],
-        json!({ "text": "t", "score": 1 }),
-        Duration::from_millis(300),
-    )
-    .await;
+async fn chains_under_way(name: &str, answer_in: Duration) -> Chains {
+    let server =
+        flow_tests::fake_llm::FakeLlm::start(vec![], json!({ "text": "t", "score": 1 }), answer_in)
+            .await;
     let schema = TestSchema::new();
     let config = config_on(
         &schema,
@@ -148,7 +145,7 @@ async fn chains_under_way(name: &str) -> Chains {
         ids,
         server,
         _dirs: dirs,
-        _schema: schema,
+        schema,
     }
 }
 
@@ -194,7 +191,7 @@ impl Chains {
 #[tokio::test]
 async fn a_dead_flowds_runs_are_taken_over_when_their_leases_run_out() {
     flow_tests::require!(Postgres);
-    let mut chains = chains_under_way("dies").await;
+    let mut chains = chains_under_way("dies", Duration::from_millis(300)).await;
     chains.first = None; // SIGKILL: its leases are never renewed again.
     assert!(
         chains.server.requests() < RUNS * STEPS,
@@ -203,6 +200,53 @@ async fn a_dead_flowds_runs_are_taken_over_when_their_leases_run_out() {
     chains.finished_by_the_second().await;
     chains.assert_only_the_step_in_flight_ran_twice();
 }
+/// A flowd stopped (SIGTERM) gives its runs 10 s to settle; those still in
+/// flight then are given up in the store as it exits, not left under its
+/// leases: the other flowd takes them at its next sweep rather than once
+/// the leases run out, and finishes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_flowd_gives_up_the_runs_that_did_not_settle() {
+    flow_tests::require!(Postgres);
+    // Six steps of 3 s: far from done when the 10 s to settle are over.
+    let mut chains = chains_under_way("stopped", Duration::from_secs(3)).await;
+    let first = chains.first.take().expect("started");
+    let code = tokio::task::spawn_blocking(move || first.stop())
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0), "a stop is a clean exit");
+    let (client, connection) = flow_tests::postgres::tokio_postgres::connect(
+        &flow_tests::postgres::server_url(),
+        flow_tests::postgres::tokio_postgres::NoTls,
+    )
+    .await
+    .expect("the test database");
+    tokio::spawn(connection);
+    assert!(
+        chains.server.requests() < RUNS * STEPS,
+        "the runs were still in flight when flowd stopped"
+    );
+    // Created by the first flowd, the runs are in their first epoch (0)
+    // while it holds them; given up, they have no owner and a new epoch,
+    // and a claim by the second starts another.
+    let held = client
+        .query(
+            &format!(
+                "SELECT id, status FROM {}.runs WHERE owner IS NOT NULL AND epoch = 0",
+                chains.schema.name()
+            ),
+            &[],
+        )
+        .await
+        .expect("the runs");
+    let held: Vec<(String, String)> = held.iter().map(|row| (row.get(0), row.get(1))).collect();
+    assert!(
+        held.is_empty(),
+        "still under the stopped flowd's lease: {held:?}"
+    );
+    chains.finished_by_the_second().await;
+    chains.assert_only_the_step_in_flight_ran_twice();
+}
+
 /// Regression (issue 13): a flowd stopped with SIGSTOP past its lease, whose
 /// runs another flowd took over and finished, ran their next steps again
 /// once continued (every run's later steps went to the model twice). Now it
@@ -211,7 +255,7 @@ async fn a_dead_flowds_runs_are_taken_over_when_their_leases_run_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flowd_paused_past_its_lease_does_not_repeat_the_new_owners_steps() {
     flow_tests::require!(Postgres);
-    let chains = chains_under_way("paused").await;
+    let chains = chains_under_way("paused", Duration::from_millis(300)).await;
     let paused = chains.first.as_ref().expect("started");
     let signal = |name: &str| {
         let status = std::process::Command::new("kill")

@@ -697,11 +697,15 @@ pub async fn serve(
     ready(address);
     crate::connections::serve(listener, router(Arc::clone(&daemon)), shutdown).await;
     let _ = stop_delivering.send(true);
-    expiry.abort();
-    orphans.abort();
-    measuring.abort();
-    if let Some(retention) = retention {
-        retention.abort();
+    // Waited for once aborted: a sweep in the middle of a claim would
+    // otherwise take a run after the runs are released below, and hold it
+    // undriven until its lease ran out.
+    for sweep in [Some(expiry), Some(orphans), Some(measuring), retention]
+        .into_iter()
+        .flatten()
+    {
+        sweep.abort();
+        let _ = sweep.await;
     }
     // Runs still going after the grace period are dropped mid-step: their
     // journals hold every completed step, and the next start resumes them.
@@ -724,10 +728,20 @@ pub async fn serve(
         delivered.abort();
         if !runs.is_empty() {
             tracing::warn!(
-                "{} run(s) still in flight after {SETTLE:?}; they resume on the next start",
+                "{} run(s) still in flight after {SETTLE:?}; they resume on the next start, or on another flowd sharing the store",
                 runs.len()
             );
         }
+    }
+    // Stopped, and then given up in the store: another process sharing it
+    // takes them at its next sweep instead of once their leases run out.
+    runs.shutdown().await;
+    match daemon.store.release_runs().await {
+        Ok(0) => {}
+        Ok(released) => tracing::info!("gave up {released} run(s) for another process to take"),
+        Err(error) => tracing::warn!(
+            "cannot give up the runs still in flight ({error}); another process takes them once their leases run out"
+        ),
     }
     // MCP: the servers the runs used are closed with flowd.
     daemon.mcp.shutdown().await;
