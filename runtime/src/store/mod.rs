@@ -934,6 +934,13 @@ pub(crate) fn sql_limit(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
+/// A new run's `created_ms`: when its id was made, where the id says
+/// (`runner::run_id_millis`), so that the id alone orders it among the
+/// account's runs as `account_runs` does; otherwise `now`.
+pub(crate) fn created_ms(id: &str, now: i64) -> i64 {
+    crate::runner::run_id_millis(id).map_or(now, sql_ms)
+}
+
 /// Milliseconds since the epoch as both stores keep them: past `i64::MAX`
 /// (`u64::MAX`, for "whenever") is as late as they go, where a cast would
 /// make it -1, before every time kept.

@@ -225,13 +225,16 @@ async fn own_run(daemon: &Daemon, account: &str, id: &str) -> Result<RunRow, Pro
         .account_run(account, id)
         .await
         .map_err(store_problem)?
-        .ok_or_else(|| {
-            Problem::new(
-                StatusCode::NOT_FOUND,
-                "unknown_run",
-                &format!("no run `{id}`"),
-            )
-        })
+        .ok_or_else(|| unknown_run(id))
+}
+
+/// The answer to a run id that names no run of the account.
+fn unknown_run(id: &str) -> Problem {
+    Problem::new(
+        StatusCode::NOT_FOUND,
+        "unknown_run",
+        &format!("no run `{id}`"),
+    )
 }
 
 /// The body as `T`, or a problem saying what is wrong with it.
