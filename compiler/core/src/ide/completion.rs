@@ -471,12 +471,7 @@ fn mocked_value(checked: &Checked, text: &str, open: usize) -> Option<Ty> {
         ty = match (bracket, ty.required()) {
             (b'{', outer) => {
                 let name = before.strip_suffix(':')?.trim_end();
-                let name = &name[name.len()
-                    - name
-                        .bytes()
-                        .rev()
-                        .take_while(|b| cursor::is_name_byte(*b))
-                        .count()..];
+                let name = &name[name.len() - cursor::name_len_before(name)..];
                 outer.field(name).cloned()?
             }
             (b'[', Ty::List(item)) if before.ends_with(['[', ',']) => item.as_ref().clone(),
@@ -694,10 +689,7 @@ fn in_type(text: &str, enclosing: Option<(usize, u8)>) -> bool {
             let (outer, _) = enclosing?;
             let line_start = text[..outer].rfind('\n').map_or(0, |i| i + 1);
             let head = text[line_start..outer].trim_start();
-            let word_len = head
-                .bytes()
-                .take_while(|b| cursor::is_name_byte(*b))
-                .count();
+            let word_len = cursor::name_len(head);
             Some(head[..word_len].to_string())
         };
         match words.as_slice() {

@@ -150,6 +150,24 @@ pub(crate) fn is_name_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_'
 }
 
+/// How many bytes of name characters `text` starts with: the word there.
+pub(crate) fn name_len(text: &str) -> usize {
+    text.bytes().take_while(|b| is_name_byte(*b)).count()
+}
+
+/// How many bytes of name characters `text` ends with: the word typed
+/// just before where it ends.
+pub(crate) fn name_len_before(text: &str) -> usize {
+    text.bytes().rev().take_while(|b| is_name_byte(*b)).count()
+}
+
+/// A letter or digit outside ASCII, or an accent written apart from its
+/// letter (U+0300 – U+036F, as a decomposed `é` has it): what a name in
+/// another language holds, and flow's names do not.
+pub(crate) fn is_foreign_letter(c: char) -> bool {
+    !c.is_ascii() && (c.is_alphanumeric() || matches!(c, '\u{0300}'..='\u{036F}'))
+}
+
 /// The reference path typed just before `offset`: `step.classify?.sum`
 /// gives its start offset and text. Index segments are kept as written.
 pub(crate) fn path_before(text: &str, offset: usize) -> (usize, &str) {

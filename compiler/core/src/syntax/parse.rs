@@ -1110,12 +1110,7 @@ impl<'s> Parser<'s> {
             .get(at)
             .is_some_and(|b| cursor::is_name_byte(*b))
         {
-            let word_start = at
-                - self.source[start..at]
-                    .bytes()
-                    .rev()
-                    .take_while(|b| cursor::is_name_byte(*b))
-                    .count();
+            let word_start = at - cursor::name_len_before(&self.source[start..at]);
             let before = &self.source[start..word_start];
             match furthest_failure(candidates, before) {
                 (failed, words) if word_start > start && failed == before.len() => {
@@ -1326,6 +1321,40 @@ impl<'s> Parser<'s> {
             };
             return Some((at, copy, diagnostic));
         }
+        // A letter of another alphabet, or with an accent, in a name
+        // (`step résumé`, `input { naïve: string }`): the parse stopped at
+        // it as at any stray character, and said it expected a name where
+        // one was being written. The whole word is reported once, and read
+        // on with `_` for each such letter, so that its uses resolve.
+        if cursor::is_foreign_letter(c) {
+            let word_start = at - cursor::name_len_before(&self.source[..at]);
+            let word_len = self.source[word_start..]
+                .char_indices()
+                .find(|(_, c)| {
+                    !(c.is_ascii_alphanumeric() || *c == '_' || cursor::is_foreign_letter(*c))
+                })
+                .map_or(self.source.len() - word_start, |(end, _)| end);
+            let word = &self.source[word_start..word_start + word_len];
+            let copy: String = word
+                .chars()
+                .map(|c| match c.is_ascii() {
+                    true => c.to_string(),
+                    false => "_".repeat(c.len_utf8()),
+                })
+                .collect();
+            let diagnostic = Diagnostic::new(
+                Code::Syntax,
+                self.file,
+                Span::new(word_start, word_start + word_len),
+                match word.chars().count() {
+                    1 => format!("`{c}` is not an ASCII letter, as the letters of a name are"),
+                    _ => format!("`{word}` is not a name: `{c}` is not an ASCII letter"),
+                },
+            )
+            .label("not ASCII")
+            .hint("a name is ASCII letters, digits and `_`: write it without accents or letters of other alphabets (text in strings may hold any)");
+            return Some((word_start, copy, diagnostic));
+        }
         if is_invisible(c) {
             let code = format!("U+{:04X}", u32::from(c));
             let diagnostic = Diagnostic::new(
@@ -1349,11 +1378,7 @@ impl<'s> Parser<'s> {
         // before it, and the blank before the option becomes one.
         if expected == ["`:`"] {
             let before = self.source[..at].trim_end_matches([' ', '\t']);
-            let word_len = before
-                .bytes()
-                .rev()
-                .take_while(|b| cursor::is_name_byte(*b))
-                .count();
+            let word_len = cursor::name_len_before(before);
             let word = &before[before.len() - word_len..];
             let word_start = before.len() - word_len;
             let blank = self.source[..word_start].ends_with([' ', '\t']);
@@ -1499,10 +1524,7 @@ impl<'s> Parser<'s> {
             return Some((newline, "{".to_string(), diagnostic));
         }
         // Python's and JavaScript's words for operators: `and` is `&&`.
-        let word_len = line
-            .bytes()
-            .take_while(|b| cursor::is_name_byte(*b))
-            .count();
+        let word_len = cursor::name_len(line);
         let operator = match &line[..word_len] {
             "and" if expected.iter().any(|w| w == "an operator") => Some("&&"),
             "or" if expected.iter().any(|w| w == "an operator") => Some("||"),
@@ -1679,10 +1701,7 @@ impl<'s> Parser<'s> {
             // TypeScript's optional field, `name?: type`.
             b'?' if line.starts_with("?:") && expected.iter().any(|word| word == "`:`") => {
                 let after = line[2..].trim_start();
-                let ty = after
-                    .bytes()
-                    .take_while(|b| cursor::is_name_byte(*b))
-                    .count();
+                let ty = cursor::name_len(after);
                 let diagnostic = Diagnostic::new(
                     Code::Syntax,
                     self.file,
@@ -1716,11 +1735,7 @@ impl<'s> Parser<'s> {
                 && expected.iter().any(|word| word == "`|`")
                 && expected.iter().any(|word| word == "`?`") =>
             {
-                let name_len = self.source[..at]
-                    .bytes()
-                    .rev()
-                    .take_while(|b| cursor::is_name_byte(*b))
-                    .count();
+                let name_len = cursor::name_len_before(&self.source[..at]);
                 let item = &self.source[at - name_len..at];
                 let meant = format!("list<{item}>");
                 let diagnostic = diagnostic(
@@ -1867,11 +1882,7 @@ impl<'s> Parser<'s> {
             && self.source[..at].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
             && !expected.iter().any(|w| w == "`{`")
         {
-            let name_len = self.source[..at]
-                .bytes()
-                .rev()
-                .take_while(|b| cursor::is_name_byte(*b))
-                .count();
+            let name_len = cursor::name_len_before(&self.source[..at]);
             return Some(diagnostic(
                 Span::new(at - name_len, at + 1),
                 "flow has no function calls".to_string(),
@@ -1893,12 +1904,7 @@ impl<'s> Parser<'s> {
         }
         // `timeout -5s`, `retry -1`: the sign was read, the rest is no
         // whole number.
-        let word_start = at
-            - self.source[..at]
-                .bytes()
-                .rev()
-                .take_while(|b| cursor::is_name_byte(*b))
-                .count();
+        let word_start = at - cursor::name_len_before(&self.source[..at]);
         if self.source[..word_start].ends_with('-')
             && expected.iter().any(|w| w == "a whole number")
         {
@@ -1951,10 +1957,7 @@ impl<'s> Parser<'s> {
         }
         // `step c = recipe text: "x"`: the record's braces left out.
         let rest = &self.source[at..];
-        let name_len = rest
-            .bytes()
-            .take_while(|b| cursor::is_name_byte(*b))
-            .count();
+        let name_len = cursor::name_len(rest);
         if expected.iter().any(|w| w == "`{`")
             && name_len > 0
             && rest[name_len..]
@@ -1977,10 +1980,7 @@ impl<'s> Parser<'s> {
             return None;
         }
         let rest = &self.source[start..];
-        let word = &rest[..rest
-            .bytes()
-            .take_while(|b| cursor::is_name_byte(*b))
-            .count()];
+        let word = &rest[..cursor::name_len(rest)];
         let word_span = Span::new(start, start + word.len());
         match word {
             "model" | "prompt" => Some(diagnostic(
@@ -2063,10 +2063,7 @@ impl<'s> Parser<'s> {
             Context::TestMember => vec!["workflow", "input", "mock", "decide", "expect"],
         };
         let rest = &self.source[start..];
-        let len = rest
-            .bytes()
-            .take_while(|b| cursor::is_name_byte(*b))
-            .count();
+        let len = cursor::name_len(rest);
         let word = &rest[..len];
         let after = rest[len..].trim_start_matches([' ', '\t']);
         if len == 0 {
@@ -2902,10 +2899,7 @@ impl<'s> Parser<'s> {
             .and_then(|at| {
                 let rest = &text[at + 4..];
                 let skipped = rest.len() - rest.trim_start().len();
-                let len = rest[skipped..]
-                    .bytes()
-                    .take_while(|b| cursor::is_name_byte(*b))
-                    .count();
+                let len = cursor::name_len(&rest[skipped..]);
                 let start = header.as_span().start() + at + 4 + skipped;
                 (len > 0).then(|| Name {
                     text: rest[skipped..skipped + len].into(),
@@ -3491,10 +3485,7 @@ fn skipped_declaration(region: &Pair<'_, Rule>) -> Option<Item> {
     let keyword = line.split([' ', '\t']).next()?;
     let rest = &line[keyword.len()..];
     let skipped = rest.len() - rest.trim_start_matches([' ', '\t']).len();
-    let len = rest[skipped..]
-        .bytes()
-        .take_while(|b| cursor::is_name_byte(*b))
-        .count();
+    let len = cursor::name_len(&rest[skipped..]);
     let start = base + at + keyword.len() + skipped;
     let name = Name {
         text: rest[skipped..skipped + len].into(),
@@ -3733,10 +3724,7 @@ fn declared_id<'l>(line: &'l str, first: bool) -> Option<(usize, &'l str)> {
         let rest = &line[from..];
         let skipped = rest.len() - rest.trim_start_matches([' ', '\t']).len();
         let start = from + skipped;
-        let len = line[start..]
-            .bytes()
-            .take_while(|b| cursor::is_name_byte(*b))
-            .count();
+        let len = cursor::name_len(&line[start..]);
         let starts_well = line[start..]
             .bytes()
             .next()

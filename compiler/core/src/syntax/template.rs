@@ -234,7 +234,12 @@ impl Builder<'_> {
                 let span = if text.is_empty() {
                     Span::new(open, offset + inner.len() + 2)
                 } else {
-                    Span::new(at, (at + 1).min(start + text.len()).max(at))
+                    // The whole character: `é` is two bytes.
+                    let width = text
+                        .get(at.saturating_sub(start)..)
+                        .and_then(|rest| rest.chars().next())
+                        .map_or(1, char::len_utf8);
+                    Span::new(at, (at + width).min(start + text.len()).max(at))
                 };
                 self.problems.push(
                     Diagnostic::new(Code::Template, self.file, span, message)
@@ -328,6 +333,12 @@ pub(crate) fn parse_path(text: &str, offset: usize) -> Result<Path, (usize, Stri
                 ));
             }
             let c = text[pos..].chars().next().unwrap_or(' ');
+            if crate::syntax::cursor::is_foreign_letter(c) {
+                return Err((
+                    offset + pos,
+                    format!("`{c}` is not an ASCII letter, as the letters of a name are"),
+                ));
+            }
             let c = if c == ' ' {
                 "a space".to_string()
             } else {
