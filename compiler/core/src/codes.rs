@@ -282,7 +282,9 @@ flow_plan::code_table! {
     /// `handoff`'s) or `kb_write` collection, a loop over a list written out
     /// with more items than its `max`, an approval with no approver, or an
     /// approval's `expires`, `on_reject` or `on_expire` not written as a
-    /// literal (the runtime needs them before any value exists).
+    /// literal (the runtime needs them before any value exists), or an MCP
+    /// server's empty `command` or a `url` that is not an `http://` or
+    /// `https://` address with a host.
     BadOption = ("E209", "invalid-option", Error, "invalid option value");
 
     /// A field is read from an optional value without `?.`.

@@ -298,6 +298,44 @@ fn check_mcp(server: &McpServer, file: FileId, diagnostics: &mut Vec<Diagnostic>
             require_plain(lit, what, file, diagnostics);
         }
     }
+    if let Some(command) = &server.command {
+        require_named(
+            command,
+            (
+                Code::BadOption,
+                "an MCP server's `command`",
+                "name the program that serves MCP on its stdin and stdout, e.g. `command \"npx\" args [\"@playwright/mcp\"]`",
+            ),
+            file,
+            diagnostics,
+        );
+    }
+    // Anything but an HTTP URL with a host fails only when a run's
+    // preflight reaches for the server.
+    if let Some(url) = &server.url
+        && let Some(text) = url.as_plain()
+    {
+        let lower = text.trim().to_ascii_lowercase();
+        let host = ["http://", "https://"]
+            .into_iter()
+            .find_map(|scheme| lower.strip_prefix(scheme));
+        if host.is_none_or(|rest| rest.is_empty() || rest.starts_with(['/', '?', '#'])) {
+            diagnostics.push(
+                Diagnostic::new(
+                    Code::BadOption,
+                    file,
+                    url.span,
+                    "an MCP server's `url` is an `http://` or `https://` address with a host",
+                )
+                .label(match host {
+                    Some(_) => "no host",
+                    None if text.trim().is_empty() => "empty",
+                    None => "not HTTP",
+                })
+                .hint("the server's streamable HTTP endpoint, e.g. `url \"http://127.0.0.1:8931/mcp\"`; a server started as a process takes `command` instead"),
+            );
+        }
+    }
     match (&server.command, &server.url) {
         (None, None) => missing_member(
             server.recovered,
