@@ -1902,9 +1902,64 @@ impl<'s> Parser<'s> {
                 "choose with `if CONDITION { ... } else { ... }` around the steps that differ; `??` gives a default for an optional value",
             ));
         }
+        // Arithmetic after a value (`workflow_input.n * 2`, `a - b`): `+`
+        // is in the grammar to be reported with its template, the others
+        // stop the parse. A `/` was taken as the start of a comment that
+        // is not one, so the parse stopped after it. A `-` between two
+        // words with no blank (`step.my-step`) is a name's, not this.
+        let slash = self.source[..at].ends_with('/') && !self.source[..at].ends_with("//");
+        // A minus before a reference (`-workflow_input.n`) was read as a
+        // negative number's sign, and the parse stopped at the name.
+        let word_start = at - cursor::name_len_before(&self.source[..at]);
+        let negated = self.source[..word_start].ends_with('-')
+            && self.source[word_start..].starts_with(|c: char| c.is_ascii_alphabetic() || c == '_');
+        let op_at = if slash || negated {
+            at.min(word_start) - 1
+        } else {
+            at
+        };
+        let op = self.source[op_at..].chars().next().unwrap_or(' ');
+        let hyphen = op == '-'
+            && self.source[..op_at]
+                .ends_with(|c: char| cursor::is_name_byte(c as u8) && c.is_ascii())
+            && self.source[op_at + 1..].starts_with(|c: char| c.is_ascii_alphabetic() || c == '_');
+        // `step.my-step.x`: the name a declaration `step my-step` is read
+        // as (`name_slip`) is `my_step`.
+        if hyphen {
+            let start = op_at - cursor::name_len_before(&self.source[..op_at]);
+            let len = self.source[start..]
+                .bytes()
+                .take_while(|b| cursor::is_name_byte(*b) || *b == b'-')
+                .count();
+            let word = &self.source[start..start + len];
+            let meant = word.replace('-', "_");
+            return Some(
+                diagnostic(
+                    Span::new(start, start + len),
+                    format!("`{word}` is not a name: `-` cannot be part of one"),
+                    "not a name",
+                    &format!("a name is letters, digits and `_`: `{meant}`"),
+                )
+                .fix(meant.clone()),
+            );
+        }
+        if matches!(op, '*' | '-' | '/' | '%')
+            && (negated
+                || expected.iter().any(|w| w == "an operator")
+                || (slash
+                    && !self.source[..op_at]
+                        .trim_end()
+                        .ends_with(['{', ',', ':', '('])))
+        {
+            return Some(diagnostic(
+                Span::new(op_at, op_at + 1),
+                format!("flow has no `{op}`: a workflow computes no numbers itself"),
+                "not an operator in flow",
+                "what a value is computed from goes in a recipe's input, and the recipe's model computes it (or the system that starts the run passes it in); conditions compare with `==`, `!=`, `<`, `<=`, `>` and `>=`",
+            ));
+        }
         // `timeout -5s`, `retry -1`: the sign was read, the rest is no
         // whole number.
-        let word_start = at - cursor::name_len_before(&self.source[..at]);
         if self.source[..word_start].ends_with('-')
             && expected.iter().any(|w| w == "a whole number")
         {
