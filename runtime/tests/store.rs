@@ -1910,9 +1910,11 @@ fn late_record() -> flow_runtime::journal::StepRecord {
 }
 
 /// A stopping flowd gives up the runs it still holds: another process may
-/// take them at once, rather than once their leases run out, and what the
-/// old owner's journal still sends is refused as after a takeover. Runs of
-/// other owners, and runs that ended, are left as they are.
+/// take them at once, rather than once their leases run out. What a
+/// journal dropped with its run's task sent before (a step completed
+/// just then) is written; what the old owner sends after is refused, as
+/// after a takeover. Runs of other owners, and runs that ended, are left
+/// as they are.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_runs_given_up_are_taken_at_once_and_fence_their_old_owner() {
     flow_tests::require!(Postgres);
@@ -1920,7 +1922,12 @@ async fn postgres_runs_given_up_are_taken_at_once_and_fence_their_old_owner() {
     let [first, second] = two_owners(&schema, Duration::from_secs(60)).await;
     let plan = plan(TWO_STEPS);
     first.put_plan(&plan).await.unwrap();
-    for (store, id) in [(&first, "run-1"), (&first, "run-2"), (&second, "run-3")] {
+    for (store, id) in [
+        (&first, "run-1"),
+        (&first, "run-2"),
+        (&first, "run-4"),
+        (&second, "run-3"),
+    ] {
         store
             .create_run(id, "", &new_run(&plan.hash, &json!({})), None)
             .await
@@ -1930,15 +1937,21 @@ async fn postgres_runs_given_up_are_taken_at_once_and_fence_their_old_owner() {
         .finish_run("run-2", RunStatus::Completed, &json!({}), Duration::ZERO)
         .await
         .unwrap();
-    let old = Arc::clone(&first)
-        .open_journal("run-1", Durability::Full)
-        .await
-        .unwrap();
+    let journal = |id: &'static str| {
+        let first = Arc::clone(&first);
+        async move { first.open_journal(id, Durability::Full).await.unwrap() }
+    };
+    // Run 1's step completed as its task was stopped: the record is only
+    // remembered, and sent, unawaited, as the journal drops.
+    let stopped = journal("run-1").await;
+    stopped.record(late_record()).await.unwrap();
+    drop(stopped);
+    let old = journal("run-4").await;
     let running = [RunStatus::Running];
     assert!(!second.claim_run("run-1", &running).await.unwrap());
     assert!(second.orphaned_runs().await.unwrap().is_empty());
 
-    assert_eq!(first.release_runs().await.unwrap(), 1);
+    first.release_runs().await.unwrap();
     let orphaned: Vec<String> = second
         .orphaned_runs()
         .await
@@ -1946,15 +1959,28 @@ async fn postgres_runs_given_up_are_taken_at_once_and_fence_their_old_owner() {
         .into_iter()
         .map(|row| row.id)
         .collect();
-    assert_eq!(orphaned, ["run-1"], "long before the 60 s lease ran out");
+    assert_eq!(
+        orphaned,
+        ["run-1", "run-4"],
+        "long before the 60 s lease ran out"
+    );
     assert!(!old.heartbeat(Duration::from_millis(100)).await.unwrap());
     assert!(old.record(late_record()).await.is_err(), "no record");
-    assert!(second.claim_run("run-1", &running).await.unwrap());
-    let new = Arc::clone(&second)
-        .open_journal("run-1", Durability::Full)
-        .await
-        .unwrap();
-    assert!(new.lookup("one").is_none());
+    for id in ["run-1", "run-4"] {
+        assert!(second.claim_run(id, &running).await.unwrap());
+    }
+    let taken = |id: &'static str| {
+        let second = Arc::clone(&second);
+        async move { second.open_journal(id, Durability::Full).await.unwrap() }
+    };
+    assert!(
+        taken("run-1").await.lookup("one").is_some(),
+        "sent before the release"
+    );
+    assert!(
+        taken("run-4").await.lookup("one").is_none(),
+        "sent after it"
+    );
     assert_eq!(
         second.run("run-2").await.unwrap().unwrap().status,
         RunStatus::Completed

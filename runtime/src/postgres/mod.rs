@@ -1186,20 +1186,12 @@ impl RunStore for PostgresStore {
         })
     }
 
-    /// The new epoch fences off what this process's journals still have
-    /// queued: the writer applies a record only where the run's owner and
-    /// epoch are the journal's.
-    fn release_runs(&self) -> StoreFuture<'_, usize> {
-        Box::pin(async move {
-            let released = self
-                .execute(
-                    "UPDATE runs SET owner = NULL, lease_until = NULL, epoch = epoch + 1
-                     WHERE owner = $1 AND status = 'running'",
-                    &[&self.owner],
-                )
-                .await?;
-            Ok(released as usize)
-        })
+    /// Through the writer, after every write queued before it: the records
+    /// of the runs' journals, dropped as their tasks stopped, are written
+    /// while the runs are still this process's.
+    fn release_runs(&self) -> StoreFuture<'_, ()> {
+        let released = self.queue(Queued::Release);
+        Box::pin(async move { released.await.map(drop) })
     }
 
     fn step_records<'a>(&'a self, run_id: &'a str) -> StoreFuture<'a, Vec<StepRecord>> {

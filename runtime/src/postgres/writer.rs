@@ -25,6 +25,12 @@ pub(super) enum Queued {
     /// when a run with its idempotency key was stored first. Each was a
     /// commit of its own, a third of B9's commits on PostgreSQL.
     Create(CreatedRun),
+    /// Gives up every run this process holds `running` (`release_runs`),
+    /// in the commit after every write queued before it: a journal dropped
+    /// with records in hand sends them as its run's task is stopped, and
+    /// the fence would refuse them once the runs are no longer this
+    /// process's. Answered true.
+    Release,
 }
 
 /// A run's row as `create_run` stores it.
@@ -43,7 +49,7 @@ impl Append {
     fn journal(&self) -> Option<(&RunHandle, &EncodedWrite)> {
         match &self.what {
             Queued::Journal { run, encoded } => Some((run, encoded)),
-            Queued::Create(_) => None,
+            Queued::Create(_) | Queued::Release => None,
         }
     }
 }
@@ -199,6 +205,8 @@ fn answer_unrepeatable(batch: &mut Vec<Append>, error: &StoreError) {
         .partition(|append| match &append.what {
             Queued::Create(_) => true,
             Queued::Journal { encoded, .. } => encoded.write.end.is_some(),
+            // Applied or not, it may be applied again.
+            Queued::Release => false,
         });
     for append in unrepeatable {
         let _ = append.reply.send(Err(error.clone()));
@@ -258,6 +266,7 @@ pub(super) async fn insert_records(
                 run.idempotency_key.is_none() || created.contains(run.id.as_str())
             }
             Queued::Journal { run, .. } => live.get(&run.id) == Some(&run.epoch),
+            Queued::Release => true,
         })
         .collect();
     let admitted: Vec<(&RunHandle, &EncodedWrite)> = batch
@@ -341,6 +350,20 @@ pub(super) async fn insert_records(
         .await?;
     }
     end_runs(&tx, owner, &admitted).await?;
+    if batch
+        .iter()
+        .any(|append| matches!(append.what, Queued::Release))
+    {
+        // A new epoch fences off whatever this process's journals send
+        // after it.
+        let statement = tx
+            .prepare_cached(
+                "UPDATE runs SET owner = NULL, lease_until = NULL, epoch = epoch + 1
+                 WHERE owner = $1 AND status = 'running'",
+            )
+            .await?;
+        tx.execute(&statement, &[&owner]).await?;
+    }
     tx.commit().await.map_err(|error| {
         let lost = Lost(connection_lost(&error));
         BatchError::Commit(error.into(), lost)
@@ -377,6 +400,7 @@ async fn insert_runs(
                 }
             }
             Queued::Create(run) => creates.push(run),
+            Queued::Release => {}
         }
     }
     // Creates in the order of their keys: two processes inserting the same

@@ -445,9 +445,10 @@ pub trait RunStore: Send + Sync {
     /// Gives up the runs this process holds `running` (a stopping daemon,
     /// once it dropped the runs that did not settle): they have no owner
     /// and `orphaned_runs` lists them to every process at once, rather
-    /// than once a lease runs out. A write of theirs still queued is
-    /// refused afterwards, as after a claim by another process. How many.
-    fn release_runs(&self) -> StoreFuture<'_, usize>;
+    /// than once a lease runs out. Their writes queued before it are
+    /// written first; any sent after it is refused, as after a claim by
+    /// another process.
+    fn release_runs(&self) -> StoreFuture<'_, ()>;
 
     /// A run's step records in the order they were recorded.
     fn step_records<'a>(&'a self, run_id: &'a str) -> StoreFuture<'a, Vec<StepRecord>>;

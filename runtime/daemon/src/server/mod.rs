@@ -737,8 +737,7 @@ pub async fn serve(
     // takes them at its next sweep instead of once their leases run out.
     runs.shutdown().await;
     match daemon.store.release_runs().await {
-        Ok(0) => {}
-        Ok(released) => tracing::info!("gave up {released} run(s) for another process to take"),
+        Ok(()) => {}
         Err(error) => tracing::warn!(
             "cannot give up the runs still in flight ({error}); another process takes them once their leases run out"
         ),
