@@ -154,6 +154,35 @@ impl Daemon {
         }))
     }
 
+    /// Takes every place for steps of every account, each as a step in
+    /// flight leaves it (the places are fair: no step starts once this
+    /// waits). Once it resolves no step runs in this process, and none
+    /// starts while the permits are held: a stopping daemon's runs end
+    /// between two steps, with every step they completed in their journals
+    /// (sent as their tasks stop).
+    pub(super) fn every_step_place(
+        &self,
+    ) -> impl Future<Output = Vec<tokio::sync::OwnedSemaphorePermit>> + use<> {
+        let mut taking = tokio::task::JoinSet::new();
+        for (account, places) in self
+            .step_places
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            let all =
+                u32::try_from(self.config.quotas(account).steps_in_flight).unwrap_or(u32::MAX);
+            taking.spawn(Arc::clone(places).acquire_many_owned(all));
+        }
+        async move {
+            let mut held = Vec::new();
+            while let Some(taken) = taking.join_next().await {
+                held.extend(taken.ok().and_then(Result::ok));
+            }
+            held
+        }
+    }
+
     /// How many of `account`'s runs this process drives now.
     pub(crate) fn runs_in_flight(&self, account: &str) -> usize {
         self.in_flight

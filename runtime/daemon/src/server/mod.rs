@@ -707,32 +707,47 @@ pub async fn serve(
         sweep.abort();
         let _ = sweep.await;
     }
-    // Runs still going after the grace period are dropped mid-step: their
-    // journals hold every completed step, and the next start resumes them.
-    // Deliveries still out then are made again on the next start, under
-    // the same message id (at least once, as the outbox promises).
+    // The runs finish the steps they are in and start no other: every
+    // account's places for steps are taken as those steps leave them, and
+    // their next steps wait for the next start or for another flowd
+    // sharing the store, which then runs no step twice. A step still going
+    // after the grace period is dropped mid-step (at least once: it runs
+    // again there). Deliveries still out then are made again on the next
+    // start, under the same message id (at least once, as the outbox
+    // promises).
     let mut runs = std::mem::take(&mut *daemon.runs.lock().unwrap_or_else(|p| p.into_inner()));
     // Said, so that an operator waiting on a stop knows what for.
     tracing::info!(
-        "stopping: {} run(s) in flight get up to {SETTLE:?} to settle",
+        "stopping: {} run(s) in flight get up to {SETTLE:?} to finish the steps they are in",
         runs.len()
     );
-    let settle = async { while runs.join_next().await.is_some() {} };
+    let between_steps = daemon.every_step_place();
+    let settle = async {
+        tokio::select! {
+            () = async { while runs.join_next().await.is_some() {} } => None,
+            held = between_steps => Some(held),
+        }
+    };
     let (aborts, delivered) = (mailer.abort_handle(), webhooks.abort_handle());
     let deliveries = async {
         let _ = tokio::join!(mailer, webhooks);
     };
     let settled = tokio::time::timeout(SETTLE, async { tokio::join!(settle, deliveries) }).await;
-    if settled.is_err() {
-        aborts.abort();
-        delivered.abort();
-        if !runs.is_empty() {
-            tracing::warn!(
-                "{} run(s) still in flight after {SETTLE:?}; they resume on the next start, or on another flowd sharing the store",
-                runs.len()
-            );
+    // Held until the runs' tasks are stopped: no step starts meanwhile.
+    let _places = match settled {
+        Ok((places, ())) => places,
+        Err(_) => {
+            aborts.abort();
+            delivered.abort();
+            if !runs.is_empty() {
+                tracing::warn!(
+                    "{} run(s) still in a step after {SETTLE:?}: the step runs again when the run resumes, on the next start or on another flowd sharing the store",
+                    runs.len()
+                );
+            }
+            None
         }
-    }
+    };
     // Stopped, and then given up in the store: another process sharing it
     // takes them at its next sweep instead of once their leases run out.
     runs.shutdown().await;
