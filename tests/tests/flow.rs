@@ -267,6 +267,11 @@ fn a_mismatched_input_is_refused_with_every_mismatch() {
         &["run", source.to_str().unwrap(), "--input", "missing.json"],
     );
     assert_eq!(bad_json.code, 2);
+    // An empty `--input ""` (a shell variable left unset) says so, rather
+    // than "--input : no such file".
+    let empty = flow(&dir, &["run", source.to_str().unwrap(), "--input", ""]);
+    assert_eq!(empty.code, 2, "{}", empty.all());
+    assert!(empty.stderr.contains("--input is empty"), "{}", empty.all());
 }
 
 /// `flow run FILE.flow` reads sources as flowc does: an import out of the

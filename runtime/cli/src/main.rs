@@ -1707,6 +1707,11 @@ fn run_input(
             _ => Ok(json!({})),
         };
     };
+    if input.trim().is_empty() {
+        return Err(usage(
+            "--input is empty: give a file, `-` (standard input) or JSON such as '{\"text\": \"hi\"}'",
+        ));
+    }
     let (what, bytes) = if input == "-" {
         let mut bytes = Vec::new();
         std::io::stdin()
