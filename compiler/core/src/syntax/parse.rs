@@ -785,16 +785,7 @@ impl<'s> Parser<'s> {
         }
         let quoted = written.starts_with('"');
         let bare = written.trim_matches('"');
-        let mut meant: String = bare
-            .chars()
-            .map(|c| match c.is_ascii_alphanumeric() {
-                true => c,
-                false => '_',
-            })
-            .collect();
-        if meant.is_empty() || meant.starts_with(|c: char| c.is_ascii_digit()) {
-            meant.insert(0, '_');
-        }
+        let meant = name_meant(bare);
         let (message, label, rule) = if quoted {
             (
                 format!("`{written}` is a string, not a name"),
@@ -1373,6 +1364,37 @@ impl<'s> Parser<'s> {
 
     fn respelt(&self, at: usize, expected: &[String]) -> Option<Rewrite> {
         let line = &self.source[at..at + first_line_len(&self.source[at..])];
+        // A field's name in quotes, as JSON writes it (`{ "message": "hi" }`):
+        // read as the name meant, padded with blanks where the quotes were.
+        if line.starts_with('"')
+            && !line.starts_with("\"\"\"")
+            && expected.iter().any(|w| w == "a name")
+            && let Some(close) = line[1..].find('"')
+            && line[close + 2..]
+                .trim_start_matches([' ', '\t'])
+                .starts_with(':')
+        {
+            let written = &line[1..close + 1];
+            let meant = name_meant(written);
+            // The copy keeps the offsets: as long as the quoted name, in
+            // ASCII, or it is left to the generic error.
+            let quoted = close + 2;
+            if meant.len() <= quoted && written.is_ascii() {
+                let diagnostic = Diagnostic::new(
+                    Code::Syntax,
+                    self.file,
+                    Span::new(at, at + quoted),
+                    format!("a field's name is written without quotes: `{meant}`"),
+                )
+                .label("quoted")
+                .hint(format!(
+                    "write `{meant}: ...`; a string is a value, not a name"
+                ))
+                .fix(meant.clone());
+                let copy = format!("{meant}{}", " ".repeat(quoted - meant.len()));
+                return Some((at, copy, diagnostic));
+            }
+        }
         // A step option read as the next field of a record left open
         // (`{ message: x idempotency "k"`): the record's `}` is missing
         // before it, and the blank before the option becomes one.
@@ -1799,6 +1821,27 @@ impl<'s> Parser<'s> {
                 .label(label)
                 .hint(hint)
         };
+        // A number as a type (`type Priority = 1 | 2 | 3`, `p: 1 | 2`), or
+        // after a union's `|` (`"low" | 2`, where the type ended before
+        // the `|`): unions are of string literals.
+        let after_bar = self.source[at..].strip_prefix('|').map(|rest| {
+            (
+                at + 1 + rest.len() - rest.trim_start().len(),
+                rest.trim_start(),
+            )
+        });
+        let number_at = match after_bar {
+            Some((number_at, rest)) if self.source[..at].trim_end().ends_with('"') => rest
+                .starts_with(|c: char| c.is_ascii_digit())
+                .then_some(number_at),
+            _ => (self.source[at..].starts_with(|c: char| c.is_ascii_digit())
+                && expected.iter().any(|w| w == "a type")
+                && self.source[at..at + first_line_len(&self.source[at..])].contains('|'))
+            .then_some(at),
+        };
+        if let Some(number_at) = number_at {
+            return Some(self.number_as_type(number_at));
+        }
         // Python's, YAML's and the shell's comments: the rest of the line
         // is skipped with the region, as a comment would be.
         if self.source[at..].starts_with('#') {
@@ -2412,6 +2455,25 @@ impl<'s> Parser<'s> {
             .collect()
     }
 
+    /// A number written where a type goes (`1 | 2 | 3`), at `number_at`.
+    fn number_as_type(&self, number_at: usize) -> Diagnostic {
+        let len = self.source[number_at..]
+            .bytes()
+            .take_while(|b| b.is_ascii_digit() || *b == b'.')
+            .count();
+        let number = &self.source[number_at..number_at + len];
+        Diagnostic::new(
+            Code::BadUnion,
+            self.file,
+            Span::new(number_at, number_at + len),
+            format!("`{number}` cannot be part of a type: a union is of string literals"),
+        )
+        .label("a number")
+        .hint(format!(
+            "write it as a string (`\"{number}\"`), or use `int` and state its range in the field's `///` doc (`/// 1 to 3`), which models and the offline provider read"
+        ))
+    }
+
     /// Reports the type of a field that does not parse; the field's name.
     fn bad_field(&mut self, text: Pair<'_, Rule>) -> Name {
         let mut inner = text.into_inner();
@@ -2429,6 +2491,11 @@ impl<'s> Parser<'s> {
         } else {
             start + len
         };
+        if written.starts_with(|c: char| c.is_ascii_digit()) && written.contains('|') {
+            let diagnostic = self.number_as_type(start);
+            self.problems.push(diagnostic);
+            return name;
+        }
         self.problems.push(
             Diagnostic::new(
                 Code::Syntax,
@@ -4280,6 +4347,23 @@ fn is_invisible(c: char) -> bool {
         && (c.is_whitespace()
             || c.is_control()
             || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}' | '\u{FEFF}'))
+}
+
+/// The name meant by `written`, a name as flow does not read one
+/// (`triage-v2`, `2nd`, `quoted key`): `_` for each character a name cannot
+/// hold, and before a first digit.
+fn name_meant(written: &str) -> String {
+    let mut meant: String = written
+        .chars()
+        .map(|c| match c.is_ascii_alphanumeric() {
+            true => c,
+            false => '_',
+        })
+        .collect();
+    if meant.is_empty() || meant.starts_with(|c: char| c.is_ascii_digit()) {
+        meant.insert(0, '_');
+    }
+    meant
 }
 
 fn first_line_len(text: &str) -> usize {
