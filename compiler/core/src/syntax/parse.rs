@@ -1879,6 +1879,44 @@ impl<'s> Parser<'s> {
             let text = &self.source[span.start as usize..span.end as usize];
             return Some(foreign_number_diagnostic(text, span, self.file));
         }
+        // `return x` in a workflow (`return { ... }` is read as the
+        // `output` it means, below), `function f() {` or `def f():` among
+        // the items: a program of another language.
+        let word_len = cursor::name_len(&self.source[at..]);
+        let word = &self.source[at..at + word_len];
+        let then = self.source[at + word_len..].trim_start_matches([' ', '\t']);
+        let foreign = match word {
+            "return"
+                if !then.starts_with('{')
+                    && matches!(
+                        context,
+                        Context::Block | Context::WorkflowHead | Context::WorkflowBody
+                    ) =>
+            {
+                Some((
+                    "flow has no `return`",
+                    "a workflow runs its steps to the end, and its `output { ... }` says what it gives back; `if` around the steps that should not run",
+                ))
+            }
+            "function" | "def" | "fn" | "func"
+                if matches!(context, Context::Item)
+                    && then.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') =>
+            {
+                Some((
+                    "flow has no functions",
+                    "a `recipe` is a model call with a typed input and output, and a `workflow` the steps that call them: `recipe summarize { model \"default\" input { text: string } output { summary: string } prompt \"...\" }`",
+                ))
+            }
+            _ => None,
+        };
+        if let Some((message, hint)) = foreign {
+            return Some(diagnostic(
+                Span::new(at, at + word_len),
+                message.to_string(),
+                "not flow's",
+                hint,
+            ));
+        }
         // `let x = step.a.b`: a variable of another language (a step
         // written `let x = r { ... }` is read as one, `stepless_stmt`).
         let rest = &self.source[at..];
