@@ -28,6 +28,33 @@ impl<'e, 'd> Checker<'e, 'd> {
                         Some((info.file, decl)),
                     );
                 }
+                // A handoff or a kb_write without its department or
+                // collection reads as a call of a recipe of that name.
+                None if matches!(recipe.text.as_str(), "handoff" | "kb_write") => {
+                    let (noun, what, example) = match recipe.text.as_str() {
+                        "handoff" => (
+                            "department",
+                            "the department it goes to",
+                            "handoff \"support\" { message: \"...\" }",
+                        ),
+                        _ => (
+                            "collection",
+                            "the collection it writes to",
+                            "kb_write \"incidents\" { title: \"...\", content: \"...\" }",
+                        ),
+                    };
+                    self.push(
+                        Diagnostic::new(
+                            Code::UnknownRecipe,
+                            self.file,
+                            recipe.span,
+                            format!("`{}` names {what} before its record", recipe.text),
+                        )
+                        .label(format!("no {noun} here"))
+                        .hint(format!("write `{example}`")),
+                    );
+                    self.unchecked_args(args);
+                }
                 None => {
                     let names = self.env.recipes.keys().map(String::as_str);
                     let mut diagnostic = Diagnostic::new(
