@@ -57,8 +57,8 @@ pub fn new_run_id() -> String {
 
 /// When run `id` was made, in milliseconds since the epoch, as
 /// [`new_run_id`] wrote it; `None` for an id of another form. The stores
-/// take it as the run's `created_ms`, so that the id alone places the run
-/// among the others (a page of runs `before` a run that was deleted since).
+/// take it as the run's `created_ms`: when it was started, not when its
+/// row's commit came, so that the id alone places the run among others.
 pub fn run_id_millis(id: &str) -> Option<u64> {
     let (millis, random) = id.strip_prefix("run-")?.split_once('-')?;
     let digit = |c: char| c.is_ascii_digit() || c.is_ascii_lowercase();

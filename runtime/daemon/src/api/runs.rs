@@ -454,7 +454,7 @@ pub(crate) struct RunFilter {
     responses(
         (status = 200, description = "The runs", body = Runs),
         (status = 400, description = "A filter is not understood (`invalid_query`)", body = ProblemDoc, content_type = "application/problem+json"),
-        (status = 404, description = "`before` is not a run id (`unknown_run`); a run deleted since still places the page", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 404, description = "`before` names no run of this account (`unknown_run`)", body = ProblemDoc, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn runs(
@@ -465,21 +465,8 @@ pub(crate) async fn runs(
     let Query(filter) = filter.map_err(invalid_query)?;
     let before = match &filter.before {
         Some(id) => {
-            let found = daemon
-                .store
-                .account_run(&account, id)
-                .await
-                .map_err(store_problem)?;
-            // A run deleted since its page was read (by retention, which
-            // takes the oldest: the last of a page) is placed by its id
-            // alone, as the stores date runs by their ids.
-            let created_ms = match found {
-                Some(run) => run.created_ms,
-                None => flow_runtime::runner::run_id_millis(id)
-                    .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX))
-                    .ok_or_else(|| unknown_run(id))?,
-            };
-            Some((created_ms, id.clone()))
+            let run = own_run(&daemon, &account, id).await?;
+            Some((run.created_ms, run.id))
         }
         None => None,
     };
