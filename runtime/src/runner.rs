@@ -350,7 +350,11 @@ pub async fn drive(
         let started = Instant::now();
         let beat = Arc::new(Heartbeat::default());
         let mut ticker = {
-            let (log, beat) = (Arc::clone(&log), Arc::clone(&beat));
+            // Held weakly: the journal is dropped with the invocation (its
+            // task stopped), which sends the records it holds there and
+            // then, not once this task's abort is processed (a stopping
+            // flowd releases its runs after their tasks are stopped).
+            let (log, beat) = (Arc::downgrade(&log), Arc::clone(&beat));
             AbortOnDrop(tokio::spawn(async move {
                 let mut interval = tokio::time::interval(ACTIVE_TICK);
                 interval.tick().await;
@@ -359,6 +363,9 @@ pub async fn drive(
                     if !beat.start() {
                         return;
                     }
+                    let Some(log) = log.upgrade() else {
+                        return;
+                    };
                     let renewed = log.heartbeat(ACTIVE_TICK).await;
                     let stopping = beat.end(matches!(renewed, Ok(true)));
                     // Refused: the run is another's now, and its journal

@@ -3081,3 +3081,67 @@ async fn a_providers_failure_reaches_the_tenant_without_the_operators_details() 
     }
     assert_eq!(flowd.stop(), Some(0));
 }
+
+/// A flowd stopped (SIGTERM) on SQLite lets its runs finish the steps they
+/// are in and starts no other, and its store commits what they completed
+/// before the process exits: started again, it goes on from their next
+/// steps and sends no step to the model twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_flowd_goes_on_from_the_next_step_when_started_again() {
+    use flow_tests::fake_llm::FakeLlm;
+    use serde_json::json;
+    const STEPS: usize = 3;
+    let llm = FakeLlm::start(
+        vec![],
+        json!({ "text": "t", "score": 1 }),
+        std::time::Duration::from_millis(1500),
+    )
+    .await;
+    let config = format!(
+        "{CONFIG}[provider]\nkind = \"openai\"\nbase_url = \"{}\"\nmodels = {{ default = \"fake\" }}\n",
+        llm.url
+    );
+    let source = common::model_chain(STEPS);
+    let dir = TempDir::new("flowd-stop-next-step");
+    let flowd = Flowd::start_with(&dir, &config);
+    flowd.deploy(ACME, &source).await;
+    let mut ids = Vec::new();
+    for r in 0..2 {
+        ids.push(
+            flowd
+                .start_run(
+                    ACME,
+                    json!({ "workflow": "chain", "input": { "tag": format!("run{r}") } }),
+                )
+                .await,
+        );
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while llm.requests() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the runs did not get going"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let code = tokio::task::spawn_blocking(move || flowd.stop())
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0), "a stop is a clean exit");
+    assert!(llm.requests() < 2 * STEPS, "the runs were still under way");
+    let flowd = Flowd::start_with(&dir, &config);
+    for id in &ids {
+        let record = flowd
+            .settled_within(id, ACME, std::time::Duration::from_secs(60))
+            .await;
+        assert_eq!(record["status"], "completed", "{record}");
+    }
+    let prompts = llm.prompts();
+    for r in 0..2 {
+        for i in 0..STEPS {
+            let prompt = format!("run{r} step {i}");
+            let calls = prompts.iter().filter(|p| **p == prompt).count();
+            assert_eq!(calls, 1, "{prompt} went to the model {calls} times");
+        }
+    }
+}

@@ -107,15 +107,7 @@ async fn chains_under_way(name: &str, answer_in: Duration) -> Chains {
             server.url
         ),
     );
-    let mut source = String::from(
-        "recipe answer { model \"default\" input { q: string } output { text: string, score: int } prompt \"{{input.q}}\" }\nworkflow chain {\n  input { tag: string }\n",
-    );
-    for i in 0..STEPS {
-        source.push_str(&format!(
-            "  step s{i} = answer {{ q: \"{{{{workflow_input.tag}}}} step {i}\" }}\n"
-        ));
-    }
-    source.push_str("  output { last: step.s5.text }\n}\n");
+    let source = common::model_chain(STEPS);
     let dirs = (
         TempDir::new(&format!("flowd-pg-{name}-first")),
         TempDir::new(&format!("flowd-pg-{name}-second")),

@@ -1507,12 +1507,15 @@ impl RunStore for SqliteStore {
         ready(self.orphaned_runs())
     }
 
-    /// Nothing to do: this store's owner is the process, whose runs every
-    /// other process sees as orphaned once it exits (`owner_alive`), and
-    /// whose writer has no fence that would refuse what it still has
-    /// queued were they given up before.
+    /// The runs stay this process's: its exit frees them (`owner_alive`),
+    /// and its writer has no fence that would refuse what it still has
+    /// queued were they given up before. What it waits for is the writer:
+    /// a statement queued after the journals' last writes (sent as their
+    /// runs' tasks stopped), answered once they are committed, before the
+    /// process exits and takes the writer thread with it.
     fn release_runs(&self) -> StoreFuture<'_, ()> {
-        ready(Ok(()))
+        let committed = self.statement("UPDATE runs SET owner = owner WHERE 0", Vec::new());
+        Box::pin(async move { committed.await.map(drop) })
     }
 
     fn open_journal<'a>(

@@ -50,6 +50,25 @@ workflow digest {
 pub(crate) const ACME: &str = "acme-key-0123456789";
 pub(crate) const GLOBEX: &str = "globex-key-0123456789";
 
+/// A workflow `chain` of `steps` model calls, each prompt `TAG step I`
+/// (`tag` its input), and the recipe `answer` they call: the fake model's
+/// answer for it is `{ "text": ..., "score": ... }`.
+pub(crate) fn model_chain(steps: usize) -> String {
+    let mut source = String::from(
+        "recipe answer { model \"default\" input { q: string } output { text: string, score: int } prompt \"{{input.q}}\" }\nworkflow chain {\n  input { tag: string }\n",
+    );
+    for i in 0..steps {
+        source.push_str(&format!(
+            "  step s{i} = answer {{ q: \"{{{{workflow_input.tag}}}} step {i}\" }}\n"
+        ));
+    }
+    source.push_str(&format!(
+        "  output {{ last: step.s{}.text }}\n}}\n",
+        steps - 1
+    ));
+    source
+}
+
 impl Flowd {
     pub(crate) fn start(dir: &TempDir) -> Flowd {
         Flowd::start_with(dir, CONFIG)
