@@ -55,19 +55,6 @@ pub fn new_run_id() -> String {
     )
 }
 
-/// When run `id` was made, in milliseconds since the epoch, as
-/// [`new_run_id`] wrote it; `None` for an id of another form. The stores
-/// take it as the run's `created_ms`: when it was started, not when its
-/// row's commit came, so that the id alone places the run among others.
-pub fn run_id_millis(id: &str) -> Option<u64> {
-    let (millis, random) = id.strip_prefix("run-")?.split_once('-')?;
-    let digit = |c: char| c.is_ascii_digit() || c.is_ascii_lowercase();
-    if millis.is_empty() || random.is_empty() || !millis.chars().chain(random.chars()).all(digit) {
-        return None;
-    }
-    u64::from_str_radix(millis, 36).ok()
-}
-
 fn base36(mut n: u128) -> String {
     const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
     let mut out = Vec::new();
@@ -665,39 +652,9 @@ mod id_tests {
             // 96 bits in base 36: about 18 characters, rarely fewer.
             assert!(parts[2].len() >= 12, "{id}");
         }
-        // Each places its run in time.
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64;
-        for id in &ids {
-            let made = super::run_id_millis(id).expect(id);
-            assert!(now - made < 60_000, "{id}: {made}");
-        }
         // Two ids in a row share no long prefix of their random parts.
         let random = |id: &str| id.rsplit('-').next().unwrap().to_string();
         assert_ne!(random(&ids[0])[..6], random(&ids[1])[..6]);
-    }
-
-    /// An id tells when it was made (the stores date runs by it); an id
-    /// of another form tells nothing.
-    #[test]
-    fn only_a_made_run_id_tells_its_time() {
-        assert_eq!(
-            super::run_id_millis("run-mitvfg1s-3k2j5x0a9v1q"),
-            Some(1_765_000_000_000)
-        );
-        for other in [
-            "run-1",
-            "run--x",
-            "run-mitvfg1s-",
-            "run-MITVFG1S-abc",
-            "job-mitvfg1s-abc",
-            "run-mitvfg1s-a-b",
-            "run-zzzzzzzzzzzzzz-abc",
-        ] {
-            assert_eq!(super::run_id_millis(other), None, "{other}");
-        }
     }
 }
 

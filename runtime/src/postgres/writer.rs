@@ -420,22 +420,15 @@ async fn insert_runs(
     if columns.ids.is_empty() {
         return Ok(Default::default());
     }
-    let now = now_ms();
-    let created: Vec<i64> = columns
-        .ids
-        .iter()
-        .map(|id| crate::store::created_ms(id, now))
-        .collect();
     let statement = tx
         .prepare_cached(
             "WITH stored AS (
                  INSERT INTO runs (id, account, workflow, plan_hash, status, input, created_ms,
                      updated_ms, owner, lease_until, idempotency_key, history)
-                 SELECT n.id, n.account, n.workflow, n.plan_hash, 'running', n.input, n.created,
-                     $7, $8, now() + $9 * interval '1 millisecond', n.key, n.history
+                 SELECT n.id, n.account, n.workflow, n.plan_hash, 'running', n.input, $7, $7, $8,
+                     now() + $9 * interval '1 millisecond', n.key, n.history
                  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
-                     $6::text[], $10::text[], $11::int8[])
-                     AS n(id, account, workflow, plan_hash, input, key, history, created)
+                     $6::text[], $10::text[]) AS n(id, account, workflow, plan_hash, input, key, history)
                  -- A key another run took, or a new run's row sent before
                  -- (alone, as its first attempt went out): nothing.
                  ON CONFLICT DO NOTHING
@@ -453,11 +446,10 @@ async fn insert_runs(
                 &columns.plan_hashes,
                 &columns.inputs,
                 &columns.keys,
-                &now,
+                &now_ms(),
                 &owner,
                 &millis(lease),
                 &columns.histories,
-                &created,
             ],
         )
         .await?

@@ -436,7 +436,7 @@ impl SqliteStore {
         let now = now_ms();
         let written = self.statement(
             "INSERT INTO runs (id, workflow, plan_hash, status, input, created_ms, updated_ms, owner, account, idempotency_key, history)
-             VALUES (?1, ?2, ?3, 'running', ?4, ?10, ?5, ?6, ?7, ?8, ?9)
+             VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?5, ?6, ?7, ?8, ?9)
              ON CONFLICT (account, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING",
             vec![
                 id.to_string().into(),
@@ -448,7 +448,6 @@ impl SqliteStore {
                 account.to_string().into(),
                 idempotency_key.map(str::to_string).into(),
                 run.history().into(),
-                crate::store::created_ms(id, now).into(),
             ],
         );
         Box::pin(async move { written.await.map(|changed| changed == 1) })

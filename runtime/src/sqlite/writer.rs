@@ -324,22 +324,18 @@ pub(super) fn write_journal(
             // A new run's row goes out alone as its first attempt does, and
             // again with its next write waited for: the second does nothing.
             "INSERT INTO runs (id, workflow, plan_hash, status, input, created_ms, updated_ms, owner, account, history)
-             VALUES (?1, ?2, ?3, 'running', ?4, ?9, ?5, ?6, ?7, ?8)
+             VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?5, ?6, ?7, ?8)
              ON CONFLICT (id) DO NOTHING",
-        ).and_then(|mut statement| {
-            let now = now_ms();
-            statement.execute(params![
+        ).and_then(|mut statement| statement.execute(params![
                 run.id,
                 start.workflow,
                 start.plan_hash,
                 input,
-                now,
+                now_ms(),
                 owner(),
                 run.account,
                 start.history(),
-                crate::store::created_ms(&run.id, now),
-            ])
-        });
+            ]));
         match inserted {
             Err(error) if tx.is_autocommit() => return Err(error),
             Err(error) => return Ok(Err(WriteError::Store(error.into()))),

@@ -442,12 +442,13 @@ pub trait RunStore: Send + Sync {
     /// its runs until some process restarts.
     fn orphaned_runs(&self) -> StoreFuture<'_, Vec<RunRow>>;
 
-    /// Gives up the runs this process holds `running` (a stopping daemon,
-    /// once it dropped the runs that did not settle): they have no owner
-    /// and `orphaned_runs` lists them to every process at once, rather
-    /// than once a lease runs out. Their writes queued before it are
-    /// written first; any sent after it is refused, as after a claim by
-    /// another process.
+    /// Gives up the runs this process holds `running`, once a stopping
+    /// daemon stopped their tasks: the writes they queued before it are
+    /// committed first, and then (where owners hold leases) the runs have
+    /// no owner and `orphaned_runs` lists them to every process at once,
+    /// rather than once a lease runs out, and any write sent after it is
+    /// refused, as after a claim by another process. Where the owner is
+    /// the process (SQLite), its exit frees them.
     fn release_runs(&self) -> StoreFuture<'_, ()>;
 
     /// A run's step records in the order they were recorded.
@@ -933,13 +934,6 @@ impl RunStatus {
 /// PostgreSQL refuses.
 pub(crate) fn sql_limit(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
-}
-
-/// A new run's `created_ms`: when its id was made, where the id says
-/// (`runner::run_id_millis`), so that the id alone orders it among the
-/// account's runs as `account_runs` does; otherwise `now`.
-pub(crate) fn created_ms(id: &str, now: i64) -> i64 {
-    crate::runner::run_id_millis(id).map_or(now, sql_ms)
 }
 
 /// Milliseconds since the epoch as both stores keep them: past `i64::MAX`
