@@ -2002,7 +2002,7 @@ impl<'s> Parser<'s> {
         let op = self.source[op_at..].chars().next().unwrap_or(' ');
         let hyphen = op == '-'
             && self.source[..op_at]
-                .ends_with(|c: char| cursor::is_name_byte(c as u8) && c.is_ascii())
+                .ends_with(|c: char| c.is_ascii() && cursor::is_name_byte(c as u8))
             && self.source[op_at + 1..].starts_with(|c: char| c.is_ascii_alphabetic() || c == '_');
         // `step.my-step.x`: the name a declaration `step my-step` is read
         // as (`name_slip`) is `my_step`.
