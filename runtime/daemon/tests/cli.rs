@@ -1940,6 +1940,96 @@ async fn a_start_after_a_deploy_runs_the_new_version() {
     assert!(record["updated_ms"].as_i64() >= record["created_ms"].as_i64());
 }
 
+/// Regression: a page's `next` leads to the page after it even once the
+/// run it was taken from is deleted (retention deletes the oldest runs, the
+/// last of a page), where `before` of that run answers 404.
+#[tokio::test]
+async fn a_pages_cursor_holds_after_its_last_run_is_deleted() {
+    use reqwest::Method;
+    use serde_json::json;
+    let dir = TempDir::new("flowd-cursor");
+    let flowd = Flowd::start(&dir);
+    flowd
+        .deploy(ACME, "workflow quick {\n  output { done: true }\n}\n")
+        .await;
+    for _ in 0..3 {
+        let run = flowd.start_run(ACME, json!({ "workflow": "quick" })).await;
+        flowd.settled(&run, ACME).await;
+    }
+    let page = |query: String| {
+        let flowd = &flowd;
+        async move {
+            flowd
+                .send(Method::GET, &format!("/v1/runs?{query}"), Some(ACME), None)
+                .await
+        }
+    };
+    let ids = |body: &serde_json::Value| {
+        body["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|run| run["run_id"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+
+    let (status, first) = page("limit=2".into()).await;
+    assert_eq!(status, 200, "{first}");
+    let first_ids = ids(&first);
+    assert_eq!(first_ids.len(), 2, "{first}");
+    let next = first["next"]
+        .as_str()
+        .expect("a full page has a next")
+        .to_string();
+    let (status, deleted) = flowd
+        .send(
+            Method::DELETE,
+            &format!("/v1/runs/{}", first_ids[1]),
+            Some(ACME),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{deleted}");
+
+    let (status, _) = page(format!("limit=2&before={}", first_ids[1])).await;
+    assert_eq!(status, 404, "`before` names a run, which is gone");
+    let (status, second) = page(format!("limit=2&cursor={next}")).await;
+    assert_eq!(status, 200, "{second}");
+    let second_ids = ids(&second);
+    assert_eq!(second_ids.len(), 1, "{first} then {second}");
+    assert!(!first_ids.contains(&second_ids[0]));
+    assert!(
+        second.get("next").is_none(),
+        "the last page has no next: {second}"
+    );
+
+    // Another account's cursor of the same place lists that account's runs
+    // only: a cursor is a place, not a run.
+    let (status, other) = flowd
+        .send(
+            Method::GET,
+            &format!("/v1/runs?cursor={next}"),
+            Some(GLOBEX),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{other}");
+    assert_eq!(ids(&other), Vec::<String>::new());
+
+    for (query, what) in [
+        ("cursor=nonsense".to_string(), "is not one this API gave"),
+        (format!("cursor={next}&before={}", first_ids[0]), "give one"),
+    ] {
+        let (status, problem) = page(query).await;
+        assert_eq!(status, 400, "{problem}");
+        assert_eq!(problem["code"], "invalid_query", "{problem}");
+        assert!(
+            problem["detail"].as_str().unwrap().contains(what),
+            "{problem}"
+        );
+    }
+}
+
 /// A gate with `expires` applies its `on_expire` when it is due while flowd
 /// runs, with no request and no restart: the run goes on as rejected.
 #[tokio::test]

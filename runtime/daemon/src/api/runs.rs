@@ -17,6 +17,46 @@ pub(super) struct RunSummary {
 #[derive(Serialize, ToSchema)]
 pub(super) struct Runs {
     pub(super) runs: Vec<RunSummary>,
+    /// Where the next page starts, when this one is full: pass it as
+    /// `cursor`. It stays good when the run it was taken from is deleted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) next: Option<String>,
+}
+
+/// A place in an account's list of runs, newest first: just after the run
+/// created at `created_ms` with `id`. A cursor names no run, only a place,
+/// so that one taken from a run deleted since (retention deletes the
+/// oldest, the last of a page) still leads on; and it reveals nothing of
+/// another account, whose runs an account's list never holds.
+struct Cursor {
+    created_ms: i64,
+    id: String,
+}
+
+impl Cursor {
+    fn encode(&self) -> String {
+        format!("{}_{}", self.created_ms, self.id)
+    }
+
+    fn decode(text: &str) -> Result<Cursor, Problem> {
+        text.split_once('_')
+            .and_then(|(created_ms, id)| {
+                let created_ms = created_ms.parse::<i64>().ok()?;
+                (!id.is_empty()).then(|| Cursor {
+                    created_ms,
+                    id: id.to_string(),
+                })
+            })
+            .ok_or_else(|| {
+                Problem::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_query",
+                    &format!(
+                        "cursor `{text}` is not one this API gave: pass the `next` of a page as it came"
+                    ),
+                )
+            })
+    }
 }
 
 /// A run's journal: every step execution in the order recorded.
@@ -445,7 +485,10 @@ pub(crate) struct RunFilter {
     #[param(minimum = 0, maximum = 1000)]
     limit: Option<usize>,
     /// The next page: only runs older than this run (the last of a page).
+    /// A 404 once that run is deleted: `cursor` is the way that holds.
     before: Option<String>,
+    /// The next page: the `next` of the page before.
+    cursor: Option<String>,
 }
 
 /// The account's runs, newest first.
@@ -453,7 +496,7 @@ pub(crate) struct RunFilter {
     get, path = "/v1/runs", tag = "runs", params(RunFilter),
     responses(
         (status = 200, description = "The runs", body = Runs),
-        (status = 400, description = "A filter is not understood (`invalid_query`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 400, description = "A filter is not understood, a cursor is not one this API gave, or `before` and `cursor` are both given (`invalid_query`)", body = ProblemDoc, content_type = "application/problem+json"),
         (status = 404, description = "`before` names no run of this account (`unknown_run`)", body = ProblemDoc, content_type = "application/problem+json"),
     )
 )]
@@ -463,24 +506,47 @@ pub(crate) async fn runs(
     filter: Result<Query<RunFilter>, QueryRejection>,
 ) -> Answer {
     let Query(filter) = filter.map_err(invalid_query)?;
-    let before = match &filter.before {
-        Some(id) => {
-            let run = own_run(&daemon, &account, id).await?;
-            Some((run.created_ms, run.id))
+    let after = match (&filter.before, &filter.cursor) {
+        (Some(_), Some(_)) => {
+            return Err(Problem::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_query",
+                "`before` and `cursor` both say where the page starts: give one",
+            ));
         }
-        None => None,
+        (Some(id), None) => {
+            let run = own_run(&daemon, &account, id).await?;
+            Some(Cursor {
+                created_ms: run.created_ms,
+                id: run.id,
+            })
+        }
+        (None, Some(cursor)) => Some(Cursor::decode(cursor)?),
+        (None, None) => None,
     };
+    let limit = filter.limit.unwrap_or(100).min(1_000);
     let query = RunQuery {
         workflow: filter.workflow,
         status: filter.status,
-        limit: filter.limit.unwrap_or(100).min(1_000),
-        before,
+        limit,
+        before: after.map(|cursor| (cursor.created_ms, cursor.id)),
     };
     let rows = daemon
         .store
         .account_runs(&account, &query)
         .await
         .map_err(store_problem)?;
+    // A full page may have more after it; one that is not has none.
+    let next = (limit > 0 && rows.len() == limit)
+        .then(|| rows.last())
+        .flatten()
+        .map(|last| {
+            Cursor {
+                created_ms: last.created_ms,
+                id: last.id.clone(),
+            }
+            .encode()
+        });
     let runs = rows
         .into_iter()
         .map(|row| RunSummary {
@@ -491,7 +557,7 @@ pub(crate) async fn runs(
             updated_ms: row.updated_ms,
         })
         .collect();
-    Ok(axum::Json(Runs { runs }).into_response())
+    Ok(axum::Json(Runs { runs, next }).into_response())
 }
 
 /// Deletes an ended run with its trace and notifications (a cancelled one

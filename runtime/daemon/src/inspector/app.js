@@ -161,10 +161,12 @@ async function render() {
 async function showRuns(params, current) {
   const status = params.get('status') ?? '';
   const workflow = params.get('workflow') ?? '';
+  const cursor = params.get('cursor') ?? '';
   const query = new URLSearchParams({ limit: '100' });
   if (status) query.set('status', status);
   if (workflow) query.set('workflow', workflow);
-  const [{ runs }, { deployments }] = await Promise.all([
+  if (cursor) query.set('cursor', cursor);
+  const [{ runs, next }, { deployments }] = await Promise.all([
     api(`/v1/runs?${query}`),
     api('/v1/workflows'),
   ]);
@@ -207,8 +209,19 @@ async function showRuns(params, current) {
         h('thead', {}, h('tr', {}, ['Run', 'Workflow', 'Status', 'Created', 'Updated'].map((c) => h('th', {}, c)))),
         h('tbody', {}, rows))
       : h('p', { class: 'muted', testid: 'no-runs' }, 'No runs match.'),
-    h('p', { class: 'muted' }, `${rows.length} run(s), newest first${rows.length === 100 ? ' (the latest 100)' : ''}.`),
+    h('p', { class: 'muted' },
+      `${rows.length} run(s), newest first${cursor ? ', older than the page before' : ''}. `,
+      next ? h('a', { href: `#/?${olderPage(status, workflow, next)}`, testid: 'older-runs' }, 'Older runs →') : null),
   );
+}
+
+/** The address of the page after this one, with the same filters. */
+function olderPage(status, workflow, next) {
+  const page = new URLSearchParams();
+  if (status) page.set('status', status);
+  if (workflow) page.set('workflow', workflow);
+  page.set('cursor', next);
+  return page;
 }
 
 // ---- One run -------------------------------------------------------------
