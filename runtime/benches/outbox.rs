@@ -17,7 +17,7 @@ use flow_runtime::postgres::PostgresStore;
 use flow_runtime::sqlite::SqliteStore;
 use flow_runtime::store::{DueEvents, Store};
 use flow_tests::TempDir;
-use flow_tests::postgres::{TestSchema, server_url, tokio_postgres};
+use flow_tests::postgres::{TestSchema, client, server_url};
 
 /// Calls timed per figure.
 const CALLS: usize = 21;
@@ -54,16 +54,13 @@ fn main() {
                 &measure(&store, release, retry_later).await,
             );
         }
-        let Ok((client, connection)) =
-            tokio_postgres::connect(&server_url(), tokio_postgres::NoTls).await
-        else {
+        let Ok(client) = client().await else {
             println!(
                 "\nPostgreSQL does not answer at {}: not measured",
                 server_url()
             );
             return;
         };
-        tokio::spawn(connection);
         for &backlog in backlogs {
             let schema = TestSchema::new();
             let store: Arc<dyn Store> = PostgresStore::connect(&schema.url())

@@ -2899,12 +2899,7 @@ async fn runs_go_on_through_terminated_connections_and_keep_every_record() {
     let killer = {
         let stop = Arc::clone(&stop);
         tokio::spawn(async move {
-            use flow_tests::postgres::tokio_postgres;
-            let (client, connection) =
-                tokio_postgres::connect(&flow_tests::postgres::server_url(), tokio_postgres::NoTls)
-                    .await
-                    .expect("connects");
-            tokio::spawn(connection);
+            let client = flow_tests::postgres::client().await.expect("connects");
             let mut killed = 0u64;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let rows = client

@@ -19,6 +19,15 @@ pub fn server_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string())
 }
 
+/// A client of the test server, its connection driven on the caller's
+/// runtime: for a test or a bench that reads or changes rows itself.
+pub async fn client() -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+    let (client, connection) =
+        tokio_postgres::connect(&server_url(), tokio_postgres::NoTls).await?;
+    tokio::spawn(connection);
+    Ok(client)
+}
+
 /// A schema unique to this test; dropped with everything in it on drop.
 #[derive(Debug)]
 pub struct TestSchema {
@@ -118,11 +127,7 @@ where
             .build()
             .map_err(|e| e.to_string())?;
         runtime.block_on(async move {
-            let (client, connection) =
-                tokio_postgres::connect(&server_url(), tokio_postgres::NoTls)
-                    .await
-                    .map_err(|e| e.to_string())?;
-            tokio::spawn(connection);
+            let client = client().await.map_err(|e| e.to_string())?;
             work(client).await.map_err(|e| e.to_string())
         })
     })

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use common::{Flowd, config, post_json};
 use flow_tests::bench::{cpu_between, cpu_by_thread, cpu_of_processes, profiler, ten_steps_source};
-use flow_tests::postgres::{TestSchema, server_url, tokio_postgres};
+use flow_tests::postgres::TestSchema;
 use serde_json::json;
 
 const KEY: &str = "bench-key-0123456789";
@@ -277,10 +277,9 @@ struct Written {
 
 impl Written {
     async fn read(schema: &str) -> Written {
-        let (client, connection) = tokio_postgres::connect(&server_url(), tokio_postgres::NoTls)
+        let client = flow_tests::postgres::client()
             .await
             .expect("the PostgreSQL server answers");
-        tokio::spawn(connection);
         let mut written = Written::default();
         for row in client
             .query(

@@ -578,13 +578,9 @@ async fn flowds_killed_and_paused_at_random_lose_and_repeat_nothing() {
     }
 
     // Each idempotent side effect happened once, in its own account.
-    let (client_pg, connection) = flow_tests::postgres::tokio_postgres::connect(
-        &flow_tests::postgres::server_url(),
-        flow_tests::postgres::tokio_postgres::NoTls,
-    )
-    .await
-    .expect("the test database");
-    tokio::spawn(connection);
+    let client_pg = flow_tests::postgres::client()
+        .await
+        .expect("the test database");
     let in_schema = |sql: &str| sql.replace("{schema}", schema.name());
     let mut notes: BTreeMap<String, (String, i64)> = BTreeMap::new();
     for row in client_pg

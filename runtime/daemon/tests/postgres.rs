@@ -207,13 +207,9 @@ async fn a_stopped_flowd_hands_its_runs_over_between_two_steps() {
         .await
         .unwrap();
     assert_eq!(code, Some(0), "a stop is a clean exit");
-    let (client, connection) = flow_tests::postgres::tokio_postgres::connect(
-        &flow_tests::postgres::server_url(),
-        flow_tests::postgres::tokio_postgres::NoTls,
-    )
-    .await
-    .expect("the test database");
-    tokio::spawn(connection);
+    let client = flow_tests::postgres::client()
+        .await
+        .expect("the test database");
     assert!(
         chains.server.requests() < RUNS * STEPS,
         "the runs were still in flight when flowd stopped"
