@@ -2345,10 +2345,11 @@ impl<'s> Parser<'s> {
     /// `timeout30s`, `branchA`, `branchone`): reported with the space put
     /// back. The copy cannot read it as meant (the space does not fit in
     /// the word's place), so the region stays skipped. One more lowercase
-    /// letter (`outputs`, `steps`) is more likely a slip of the keyword
-    /// itself, and so is a lowercase word after a keyword that takes no
-    /// name (`format_text` is no `for mat_text`): both are left to the
-    /// near miss.
+    /// letter (`outputs`, `steps`, `expected`) is more likely a slip of
+    /// the keyword itself, and so is a lowercase word after a keyword that
+    /// takes no name (`format_text` is no `for mat_text`) unless it is a
+    /// word the keyword takes (`expectstatus`): all are left to the near
+    /// miss.
     fn glued_keyword(
         &mut self,
         start: usize,
@@ -2365,7 +2366,10 @@ impl<'s> Parser<'s> {
             .max_by_key(|keyword| keyword.len())?;
         let rest = &word[keyword.len()..];
         let marked = rest.starts_with(|c: char| c.is_ascii_digit() || c.is_ascii_uppercase());
-        let named = rest.len() >= 2 && NAMING.contains(keyword);
+        let named = match *keyword {
+            "expect" => ["status", "ran", "not", "attempts"].contains(&rest),
+            keyword => rest.len() >= 2 && NAMING.contains(&keyword),
+        };
         if !(marked || named) {
             return None;
         }
