@@ -824,38 +824,68 @@ impl<'s> Parser<'s> {
     // ------------------------------------------------------------ errors
 
     /// A `"""` string or a `/*` comment that is never closed runs to the end
-    /// of the file: it is the one mistake to report, at where it opens, and
-    /// what follows it (read as code by the parser's recovery) is dropped
-    /// with the errors it drew.
+    /// of the file: it is the one mistake to report, at where it opens.
+    /// What follows it (read as code by the parser's recovery) is dropped
+    /// with the errors it drew; what comes before it is checked: a copy of
+    /// the file ends there, the string as `""` and every bracket open
+    /// there closed, so that the workflow the mistake is in is not lost
+    /// with it.
     fn left_open(&mut self, tree: &mut SourceFile) {
         let scanned = cursor::scan(self.source, self.source.len());
         let opened = scanned.opened;
-        let (what, close, len) = match scanned.lexical {
+        let (what, close, len, ended) = match scanned.lexical {
             cursor::Lexical::String { triple: true }
-            | cursor::Lexical::Template { triple: true } => ("this `\"\"\"` string", "`\"\"\"`", 3),
+            | cursor::Lexical::Template { triple: true } => {
+                ("this `\"\"\"` string", "`\"\"\"`", 3, "\"\"")
+            }
             cursor::Lexical::Comment if self.source[opened..].starts_with("/*") => {
-                ("this `/*` comment", "`*/`", 2)
+                ("this `/*` comment", "`*/`", 2, "")
             }
             _ => return,
         };
-        // The braces it swallowed leave those before it open: no other
-        // mistake is told by that.
+        let diagnostic = Diagnostic::new(
+            Code::Syntax,
+            self.file,
+            Span::new(opened, opened + len),
+            format!("{what} is not closed"),
+        )
+        .label("opens here and runs to the end of the file")
+        .hint(format!(
+            "close it with {close}; nothing after it is checked"
+        ));
+        let closers: String = scanned
+            .open
+            .iter()
+            .rev()
+            .map(|(_, bracket)| match bracket {
+                b'{' => '}',
+                b'[' => ']',
+                _ => ')',
+            })
+            .collect();
+        let tail = self.source.len() - opened;
+        if ended.len() + closers.len() <= tail {
+            // Line breaks are kept, so that the layout still tells which
+            // brace a `}` closes.
+            let blanked: String = self.source[opened..]
+                .bytes()
+                .skip(ended.len() + closers.len())
+                .map(|b| if b == b'\n' { '\n' } else { ' ' })
+                .collect();
+            self.rewrites
+                .retain(|(at, text, _)| at + text.len() <= opened);
+            self.rewrites
+                .push((opened, format!("{ended}{closers}{blanked}"), diagnostic));
+            return;
+        }
+        // More brackets open than room to close them: the items it ends
+        // inside are dropped, and the braces it swallowed, which leave
+        // those before it open, are no other mistake.
         self.problems
             .retain(|d| (d.primary.span.start as usize) < opened && d.message != UNCLOSED_BRACE);
         tree.items
             .retain(|item| (item.span().end as usize) <= opened);
-        self.problems.push(
-            Diagnostic::new(
-                Code::Syntax,
-                self.file,
-                Span::new(opened, opened + len),
-                format!("{what} is not closed"),
-            )
-            .label("opens here and runs to the end of the file")
-            .hint(format!(
-                "close it with {close}; nothing after it is checked"
-            )),
-        );
+        self.problems.push(diagnostic);
     }
 
     /// Reports each `{` left open, whose block the end of the file or the
