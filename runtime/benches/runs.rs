@@ -155,6 +155,7 @@ fn b4(quick: bool) {
                         mcp: None,
                         journal,
                         steps: None,
+                        in_flight: None,
                     };
                     flow_runtime::run(&plan, "ten", &run_id, input, services).await
                 })
@@ -279,6 +280,7 @@ fn b3_sequential(runtime: &tokio::runtime::Runtime, quick: bool) {
         async move {
             flow_runtime::runner::drive(
                 &store, gated, "gated", &run_id, invocation, input, provider, None, None, None,
+                None,
             )
             .await
             .expect("the run is driven")
@@ -378,6 +380,7 @@ fn b3(runtime: &tokio::runtime::Runtime, quick: bool) {
                         mcp: None,
                         journal: journal.clone(),
                         steps: None,
+                        in_flight: None,
                     };
                     let outcome =
                         flow_runtime::run(&plan, "gated", &run_id, json!({}), services).await;
@@ -563,6 +566,7 @@ impl B1Runs {
                         None,
                         None,
                         None,
+                        None,
                     )
                     .await;
                     matches!(outcome, Ok(Outcome::Completed { .. }))
@@ -643,6 +647,7 @@ fn b1_sequential(runtime: &tokio::runtime::Runtime, quick: bool) {
                 None,
                 None,
                 None,
+                None,
             )
             .await
             .expect("the run is driven");
@@ -711,6 +716,7 @@ fn b1_postgres(runtime: &tokio::runtime::Runtime, quick: bool) {
                     mcp: None,
                     journal,
                     steps: None,
+                    in_flight: None,
                 };
                 matches!(
                     flow_runtime::run(&plan, "ten", &run_id, input, services).await,
@@ -761,6 +767,7 @@ fn b2(runtime: &tokio::runtime::Runtime, quick: bool) {
             mcp: None,
             journal: store.clone(),
             steps: None,
+            in_flight: None,
         };
         let input = json!({ "items": vec!["x"; items] });
         let start = Instant::now();

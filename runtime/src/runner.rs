@@ -276,7 +276,8 @@ pub async fn missing_provider(
 /// until it completes, fails or parks, and records how it ended. `mcp` is
 /// the process's MCP pool, shared by its runs; without one a
 /// browser step fails as unsupported. `steps` bounds the steps executing at
-/// once (`Services::steps`).
+/// once (`Services::steps`); `in_flight`, when given, is the table of the
+/// steps it executes now (`Services::in_flight`).
 #[allow(clippy::too_many_arguments)] // reason: the services of a run; the binaries pass each from its own place
 pub async fn drive(
     store: &Arc<dyn Store>,
@@ -289,6 +290,7 @@ pub async fn drive(
     mcp: Option<Arc<dyn McpClient>>,
     observer: Option<Observer>,
     steps: Option<Arc<tokio::sync::Semaphore>>,
+    in_flight: Option<Arc<crate::services::StepsInFlight>>,
 ) -> Result<Outcome, DriveError> {
     loop {
         let durability = plan
@@ -321,6 +323,7 @@ pub async fn drive(
             mcp: mcp.clone(),
             journal,
             steps: steps.clone(),
+            in_flight: in_flight.clone(),
         };
         // The workflow's deadline counts active time across invocations
         // (since the last redrive, which gives it a new budget); a new run

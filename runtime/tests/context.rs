@@ -141,6 +141,7 @@ impl Setup {
             mcp: None,
             journal,
             steps: None,
+            in_flight: None,
         };
         flow_runtime::run(&self.plan, workflow, &id, input, services).await
     }

@@ -90,6 +90,7 @@ async fn run_approving(
         mcp: None,
         journal: store.clone(),
         steps: None,
+        in_flight: None,
     };
     let mut decisions = 0;
     loop {

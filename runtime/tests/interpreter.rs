@@ -94,6 +94,7 @@ fn services(provider: Arc<dyn Provider>, store: &Arc<MemoryStore>) -> Services {
         mcp: None,
         journal: store.clone(),
         steps: None,
+        in_flight: None,
     }
 }
 
@@ -1043,6 +1044,7 @@ workflow w { step a = r { q: \"x\" } }",
         mcp: None,
         journal: noted.clone(),
         steps: None,
+        in_flight: None,
     };
     let outcome = flow_runtime::run(&plan, "w", "r", json!({}), services).await;
     assert!(matches!(outcome, Outcome::Completed { .. }), "{outcome:?}");

@@ -298,6 +298,7 @@ async fn run_on_pool(
         mcp: Some(Arc::new(flow_runtime::mcp::PoolClient(pool.clone()))),
         journal: store.clone(),
         steps: None,
+        in_flight: None,
     };
     let outcome = flow_runtime::run(plan, workflow, "run-1", input, services).await;
     (outcome, store)

@@ -59,6 +59,7 @@ workflow w {{
         mcp: None,
         journal: store.clone(),
         steps: None,
+        in_flight: None,
     };
     (
         flow_runtime::run(&plan, "w", "r", json!({}), services).await,

@@ -161,6 +161,7 @@ async fn run(journal: Arc<dyn RunLog>, plan: &flow_plan::Plan, run_id: &str) -> 
         mcp: None,
         journal,
         steps: None,
+        in_flight: None,
     };
     flow_runtime::run(plan, "w", run_id, json!({}), services).await
 }
@@ -769,6 +770,7 @@ async fn a_run_started_by_its_first_write_is_stored_with_its_steps_and_end(backe
         None,
         None,
         None,
+        None,
     )
     .await
     .unwrap();
@@ -832,6 +834,7 @@ async fn the_runner_parks_resumes_and_lists_runs_to_recover(backend: Backend) {
         Arc::new(OfflineProvider::default()),
         None,
         Some(observer),
+        None,
         None,
     )
     .await
@@ -905,6 +908,7 @@ async fn the_runner_parks_resumes_and_lists_runs_to_recover(backend: Backend) {
         flow_runtime::runner::Invocation::Resume,
         json!({}),
         Arc::new(OfflineProvider::default()),
+        None,
         None,
         None,
         None,
@@ -1156,6 +1160,7 @@ async fn a_member_of_a_named_group_may_decide(backend: Backend) {
         None,
         None,
         None,
+        None,
     )
     .await
     .unwrap();
@@ -1277,6 +1282,7 @@ async fn expired_gates_are_listed_when_due(backend: Backend) {
             flow_runtime::runner::Invocation::Resume,
             json!({}),
             Arc::new(OfflineProvider::default()),
+            None,
             None,
             None,
             None,
@@ -2515,6 +2521,7 @@ async fn drive_with(
         None,
         None,
         None,
+        None,
     )
     .await
     .unwrap()
@@ -2831,6 +2838,7 @@ async fn a_parked_run_moves_to_another_plan_once(backend: Backend) {
         None,
         None,
         None,
+        None,
     )
     .await
     .unwrap();
@@ -2948,6 +2956,7 @@ async fn runs_go_on_through_terminated_connections_and_keep_every_record() {
                 flow_runtime::runner::Invocation::Resume,
                 json!({}),
                 Arc::new(OfflineProvider::default()),
+                None,
                 None,
                 None,
                 None,

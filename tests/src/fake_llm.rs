@@ -113,6 +113,20 @@ impl FakeLlm {
         self.calls.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
+    /// Returns once `n` requests have come (the runs that send them are
+    /// under way); panics after 30 s.
+    pub async fn until_requests(&self, n: usize) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while self.requests() < n {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the model got {} requests in 30 s, not {n}: the runs did not get going",
+                self.requests()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// The prompt of every request, in order.
     pub fn prompts(&self) -> Vec<String> {
         self.calls().into_iter().map(|call| call.prompt).collect()

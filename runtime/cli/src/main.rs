@@ -1042,6 +1042,7 @@ fn summary_of(record: &RunRecord) -> trace::RunSummary {
         error: record.error.clone(),
         output: record.output.clone(),
         history: Vec::new(),
+        in_flight: Vec::new(),
     }
 }
 
@@ -1183,6 +1184,7 @@ async fn execute(
         provider,
         Some(mcp),
         observer,
+        None,
         None,
     );
     let outcome = tokio::select! {
@@ -1513,9 +1515,10 @@ async fn dispatch_remote(command: Command, server: &remote::Server) -> Result<u8
                     .ok_or_else(|| usage("the account has no runs"))?,
             };
             let record = server.run(&run).await?;
-            let (records, history) = server.trace(&run).await?;
+            let (records, history, in_flight) = server.trace(&run).await?;
             let summary = trace::RunSummary {
                 history,
+                in_flight,
                 ..summary_of(&record)
             };
             print_trace(

@@ -7,6 +7,7 @@ use std::time::Duration;
 use flow_plan::Plan;
 use flow_runtime::journal::StepRecord;
 use flow_runtime::runner::RunRecord;
+use flow_runtime::services::StepNow;
 use flow_runtime::store::{Notification, RunChange, RunStatus};
 use serde_json::{Value, json};
 
@@ -288,8 +289,12 @@ impl Server {
             .ok_or_else(|| usage(format!("{}: no test in the answer", self.base)))
     }
 
-    /// A run's step records and its history (redrives, moves, deliveries).
-    pub(crate) async fn trace(&self, run: &str) -> Result<(Vec<StepRecord>, Vec<RunChange>)> {
+    /// A run's step records, its history (redrives, moves, deliveries) and
+    /// the steps it executes now, if flowd drives it.
+    pub(crate) async fn trace(
+        &self,
+        run: &str,
+    ) -> Result<(Vec<StepRecord>, Vec<RunChange>, Vec<StepNow>)> {
         let answer = self
             .call(
                 reqwest::Method::GET,
@@ -301,7 +306,9 @@ impl Server {
             .map_err(|e| usage(format!("{}: not a trace ({e})", self.base)))?;
         // A flowd from before histories answers none.
         let history = serde_json::from_value(answer["history"].clone()).unwrap_or_default();
-        Ok((records, history))
+        // Absent when this flowd does not drive the run (or is older).
+        let in_flight = serde_json::from_value(answer["in_flight"].clone()).unwrap_or_default();
+        Ok((records, history, in_flight))
     }
 }
 

@@ -13,6 +13,7 @@ use flow_runtime::approval::PendingApproval;
 use flow_runtime::error::ErrorKind;
 use flow_runtime::journal::{StepRecord, StepStatus, failed_at};
 use flow_runtime::runner::RunError;
+use flow_runtime::services::StepNow;
 use flow_runtime::store::{RunChange, RunStatus};
 use serde_json::Value;
 
@@ -39,6 +40,9 @@ pub(crate) struct RunSummary {
     /// What happened to the run besides its steps; its deliveries to
     /// destinations are listed after the steps.
     pub(crate) history: Vec<RunChange>,
+    /// The steps it executes now (flowd tells them of a run it drives; a
+    /// store does not know them).
+    pub(crate) in_flight: Vec<StepNow>,
 }
 
 /// How to render.
@@ -244,6 +248,9 @@ fn header(run: &RunSummary, records: &[StepRecord], options: &Options<'_>) -> St
             ),
         ));
     }
+    if run.status == RunStatus::Running && !run.in_flight.is_empty() {
+        lines.push(("now", steps_now(&run.in_flight, options)));
+    }
     if let Some(error) = &run.error {
         let at = match failed_at(error.step.as_deref(), error.attempts) {
             at if at.is_empty() => at,
@@ -273,6 +280,34 @@ fn header(run: &RunSummary, records: &[StepRecord], options: &Options<'_>) -> St
         out.push('\n');
     }
     out
+}
+
+/// The steps a run executes now, for the header: each with its kind and
+/// how long it has run, and its retries so far (`classify (recipe, 3.2 s,
+/// attempt 2)`, `fetch (browser, waiting to retry)`).
+fn steps_now(steps: &[StepNow], options: &Options<'_>) -> String {
+    steps
+        .iter()
+        .map(|step| {
+            let how = match step.calling_since_ms {
+                None => "waiting to retry".to_string(),
+                Some(_) if step.attempts_failed > 0 => format!(
+                    "{}, attempt {}",
+                    style::duration(options.now_ms.saturating_sub(step.started_ms)),
+                    step.attempts_failed + 1
+                ),
+                Some(_) => style::duration(options.now_ms.saturating_sub(step.started_ms)),
+            };
+            format!(
+                "{} {}",
+                options.paint.bold(&step.path),
+                options
+                    .paint
+                    .dim(&format!("({}, {how})", kind_name(step.kind)))
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// What a trace's rows are drawn from besides their own records.

@@ -762,21 +762,12 @@ async fn an_approval_is_decided_over_http_by_a_group_member() {
 /// them (regression).
 #[tokio::test]
 async fn a_killed_flowd_finishes_every_run_without_repeating_completed_steps() {
-    use flow_tests::fake_llm::FakeLlm;
     use reqwest::Method;
     use serde_json::json;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
-    let server = FakeLlm::start(
-        vec![],
-        json!({ "text": "t", "score": 1 }),
-        Duration::from_millis(100),
-    )
-    .await;
-    let config = format!(
-        "{CONFIG}[provider]\nkind = \"openai\"\nbase_url = \"{}\"\nmodels = {{ default = \"fake\" }}\n",
-        server.url
-    );
+    let server = common::chain_model(Duration::from_millis(100)).await;
+    let config = format!("{CONFIG}{}", common::fake_model(&server.url));
     let mut source = String::from(
         "recipe answer { model \"default\" input { q: string } output { text: string, score: int } prompt \"{{input.q}}\" }\nworkflow chain {\n  input { tag: string }\n",
     );
@@ -805,11 +796,7 @@ async fn a_killed_flowd_finishes_every_run_without_repeating_completed_steps() {
         assert_eq!(status, 202, "{body}");
         ids.push(body["run_id"].as_str().unwrap().to_string());
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while server.requests() < RUNS * 2 {
-        assert!(Instant::now() < deadline, "the runs did not get going");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    server.until_requests(RUNS * 2).await;
     drop(flowd); // SIGKILL: no graceful stop, runs mid-step.
     assert!(
         server.requests() < RUNS * STEPS,
@@ -1024,7 +1011,7 @@ async fn a_running_run_is_stopped_by_cancel() {
     use flow_tests::fake_llm::FakeLlm;
     use reqwest::Method;
     use serde_json::json;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     let server = FakeLlm::start(
         vec![],
@@ -1032,10 +1019,7 @@ async fn a_running_run_is_stopped_by_cancel() {
         Duration::from_millis(100),
     )
     .await;
-    let config = format!(
-        "{CONFIG}[provider]\nkind = \"openai\"\nbase_url = \"{}\"\nmodels = {{ default = \"fake\" }}\n",
-        server.url
-    );
+    let config = format!("{CONFIG}{}", common::fake_model(&server.url));
     let dir = TempDir::new("flowd-cancel-running");
     let flowd = Flowd::start_with(&dir, &config);
     let mut source = String::from(TWO_STEPS);
@@ -1053,11 +1037,7 @@ async fn a_running_run_is_stopped_by_cancel() {
             json!({ "workflow": "long", "input": { "text": "t" } }),
         )
         .await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while server.requests() < 2 {
-        assert!(Instant::now() < deadline, "the run did not start");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    server.until_requests(2).await;
     let (status, body) = flowd
         .send(
             Method::POST,
@@ -2760,10 +2740,7 @@ async fn a_failed_run_is_redriven_over_http() {
         Duration::ZERO,
     )
     .await;
-    let config = format!(
-        "{CONFIG}[provider]\nkind = \"openai\"\nbase_url = \"{}\"\nmodels = {{ default = \"fake\" }}\n",
-        server.url
-    );
+    let config = format!("{CONFIG}{}", common::fake_model(&server.url));
     let dir = TempDir::new("flowd-redrive");
     let flowd = Flowd::start_with(&dir, &config);
     flowd
@@ -3136,10 +3113,7 @@ async fn a_providers_failure_reaches_the_tenant_without_the_operators_details() 
         std::time::Duration::ZERO,
     )
     .await;
-    let config = format!(
-        "{CONFIG}[provider]\nkind = \"openai\"\nbase_url = \"{}\"\nmodels = {{ default = \"fake\" }}\n",
-        model.url
-    );
+    let config = format!("{CONFIG}{}", common::fake_model(&model.url));
     let dir = TempDir::new("flowd-provider-error");
     let flowd = Flowd::start_with(&dir, &config);
     flowd.deploy(ACME, TWO_STEPS).await;
@@ -3178,19 +3152,10 @@ async fn a_providers_failure_reaches_the_tenant_without_the_operators_details() 
 /// steps and sends no step to the model twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_flowd_goes_on_from_the_next_step_when_started_again() {
-    use flow_tests::fake_llm::FakeLlm;
     use serde_json::json;
     const STEPS: usize = 3;
-    let llm = FakeLlm::start(
-        vec![],
-        json!({ "text": "t", "score": 1 }),
-        std::time::Duration::from_millis(1500),
-    )
-    .await;
-    let config = format!(
-        "{CONFIG}[provider]\nkind = \"openai\"\nbase_url = \"{}\"\nmodels = {{ default = \"fake\" }}\n",
-        llm.url
-    );
+    let llm = common::chain_model(std::time::Duration::from_millis(1500)).await;
+    let config = format!("{CONFIG}{}", common::fake_model(&llm.url));
     let source = common::model_chain(STEPS);
     let dir = TempDir::new("flowd-stop-next-step");
     let flowd = Flowd::start_with(&dir, &config);
@@ -3206,14 +3171,7 @@ async fn a_stopped_flowd_goes_on_from_the_next_step_when_started_again() {
                 .await,
         );
     }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while llm.requests() < 2 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the runs did not get going"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    llm.until_requests(2).await;
     let code = tokio::task::spawn_blocking(move || flowd.stop())
         .await
         .unwrap();
@@ -3234,4 +3192,62 @@ async fn a_stopped_flowd_goes_on_from_the_next_step_when_started_again() {
             assert_eq!(calls, 1, "{prompt} went to the model {calls} times");
         }
     }
+}
+
+/// A run's trace tells the steps it executes now, which have no record yet,
+/// while this flowd drives it, and `flow show --server` puts them in its
+/// header; once the run ends no step is in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_runs_trace_tells_the_step_in_flight() {
+    use reqwest::Method;
+    use serde_json::json;
+    let llm = common::chain_model(std::time::Duration::from_millis(1500)).await;
+    let config = format!("{CONFIG}{}", common::fake_model(&llm.url));
+    let dir = TempDir::new("flowd-in-flight");
+    let flowd = Flowd::start_with(&dir, &config);
+    flowd.deploy(ACME, &common::model_chain(2)).await;
+    let run = flowd
+        .start_run(
+            ACME,
+            json!({ "workflow": "chain", "input": { "tag": "t" } }),
+        )
+        .await;
+    llm.until_requests(1).await;
+
+    let trace = flowd.trace(&run, ACME).await;
+    assert_eq!(trace["steps"], json!([]), "{trace}");
+    let now = &trace["in_flight"];
+    assert_eq!(now.as_array().map(Vec::len), Some(1), "{trace}");
+    assert_eq!(now[0]["path"], "s0", "{trace}");
+    assert_eq!(now[0]["kind"], "recipe", "{trace}");
+    assert_eq!(now[0]["attempts_failed"], 0, "{trace}");
+    assert!(now[0]["calling_since_ms"].as_u64().is_some(), "{trace}");
+    let shown = run_in(
+        &flow_tests::flow_path(),
+        dir.path(),
+        &["--server", &flowd.url, "--api-key", ACME, "show", &run],
+    );
+    assert_eq!(shown.code, 0, "{}", shown.all());
+    let header = shown
+        .stdout
+        .lines()
+        .find(|line| line.starts_with("now"))
+        .unwrap_or_else(|| panic!("no `now` line:\n{}", shown.stdout));
+    assert!(header.contains("s0 (recipe, "), "{header}");
+
+    // Another account sees nothing of it.
+    let (status, _) = flowd
+        .send(
+            Method::GET,
+            &format!("/v1/runs/{run}/trace"),
+            Some(GLOBEX),
+            None,
+        )
+        .await;
+    assert_eq!(status, 404);
+
+    let record = flowd.settled(&run, ACME).await;
+    assert_eq!(record["status"], "completed", "{record}");
+    let trace = flowd.trace(&run, ACME).await;
+    assert!(trace.get("in_flight").is_none(), "{trace}");
 }

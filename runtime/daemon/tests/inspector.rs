@@ -83,10 +83,7 @@ async fn the_inspector_shows_a_parked_run_and_approves_it_in_a_browser() {
         std::time::Duration::from_millis(60),
     )
     .await;
-    let config = format!(
-        "{CONFIG}[provider]\nkind = \"openai\"\nbase_url = \"{}\"\nmodels = {{ default = \"fake\" }}\n",
-        model.url
-    );
+    let config = format!("{CONFIG}{}", common::fake_model(&model.url));
     let dir = TempDir::new("flowd-inspector");
     let flowd = Flowd::start_with(&dir, &config);
 

@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{ACME, CONFIG, Flowd};
 use flow_tests::postgres::TestSchema;
@@ -96,17 +96,9 @@ struct Chains {
 }
 
 async fn chains_under_way(name: &str, answer_in: Duration) -> Chains {
-    let server =
-        flow_tests::fake_llm::FakeLlm::start(vec![], json!({ "text": "t", "score": 1 }), answer_in)
-            .await;
+    let server = common::chain_model(answer_in).await;
     let schema = TestSchema::new();
-    let config = config_on(
-        &schema,
-        &format!(
-            "[provider]\nkind = \"openai\"\nbase_url = \"{}\"\nmodels = {{ default = \"fake\" }}\n",
-            server.url
-        ),
-    );
+    let config = config_on(&schema, &common::fake_model(&server.url));
     let source = common::model_chain(STEPS);
     let dirs = (
         TempDir::new(&format!("flowd-pg-{name}-first")),
@@ -126,11 +118,7 @@ async fn chains_under_way(name: &str, answer_in: Duration) -> Chains {
                 .await,
         );
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while server.requests() < RUNS * 2 {
-        assert!(Instant::now() < deadline, "the runs did not get going");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    server.until_requests(RUNS * 2).await;
     Chains {
         first: Some(first),
         second,

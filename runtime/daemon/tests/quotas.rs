@@ -18,10 +18,7 @@ const RECIPE: &str = "recipe answer { model \"default\" input { q: string } outp
 /// `CONFIG` with the fake model and `acme`'s own quotas.
 fn config(server: &FakeLlm, acme_quotas: &str) -> String {
     CONFIG.replace("id = \"acme\"\n", &format!("id = \"acme\"\n{acme_quotas}"))
-        + &format!(
-            "[provider]\nkind = \"openai\"\nbase_url = \"{}\"\nmodels = {{ default = \"fake\" }}\n",
-            server.url
-        )
+        + &common::fake_model(&server.url)
 }
 
 /// A loop at `concurrency 20` runs at most the account's `steps_in_flight`

@@ -23,7 +23,9 @@ use crate::error::{ErrorKind, StepError};
 use crate::eval::Env;
 use crate::journal::{Attempt, Outcome, StepRecord, StepStatus};
 use crate::scope::{Output, Scope};
-use crate::services::{BoxFuture, Handoff, KbDocument, KbWrite, RecipeCall, Repair, Services};
+use crate::services::{
+    BoxFuture, Handoff, InFlight, KbDocument, KbWrite, RecipeCall, Repair, Services, StepsInFlight,
+};
 use crate::time::now_ms;
 
 /// A loop iteration or parallel branch once it has run: its scope and how it ended.
@@ -60,27 +62,11 @@ struct Interpreter<'p> {
     /// The workflow's `context kb` documents and its department's,
     /// resolved at preflight.
     context: Vec<KbDocument>,
-    /// The steps executing now, by path: what a workflow timeout, which
-    /// drops them, records of them. A hash table keeps its room when it
-    /// empties, where a B-tree gave back its node after every step of a
-    /// run whose steps go one at a time and took a new one for the next.
-    in_flight: Mutex<HashMap<String, InFlight>>,
+    /// The steps executing now: what a workflow timeout, which drops them,
+    /// records of them, and what the run's driver shows as its steps now.
+    in_flight: Arc<StepsInFlight>,
     /// The redrive this invocation belongs to (0: the run's first drive).
     round: u32,
-}
-
-/// A step executing now. Its input is not kept: copying every step's
-/// arguments for the rare timeout would cost every run.
-struct InFlight {
-    /// Its slot in the workflow, which names it: the id is not copied for
-    /// every step for the rare timeout.
-    slot: u32,
-    kind: StepKind,
-    started_ms: u64,
-    /// Its attempts that ended.
-    attempts: Vec<Attempt>,
-    /// When the call out now went out (`None`: it waits to retry).
-    calling_since: Option<u64>,
 }
 
 /// Runs (or resumes) the workflow `workflow` of `plan` with `input`.
@@ -135,6 +121,7 @@ pub async fn run_within(
             };
         }
     };
+    let in_flight = services.in_flight.clone().unwrap_or_default();
     let interpreter = Interpreter {
         plan,
         workflow,
@@ -143,7 +130,7 @@ pub async fn run_within(
         services,
         pending: Mutex::new(Vec::new()),
         context: ready.context,
-        in_flight: Mutex::new(HashMap::new()),
+        in_flight,
         round,
     };
     let budget = Duration::from_millis(workflow.timeout_ms).saturating_sub(spent);
@@ -579,7 +566,7 @@ impl<'p> Interpreter<'p> {
     }
 
     fn in_flight(&self) -> MutexGuard<'_, HashMap<String, InFlight>> {
-        self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
+        self.in_flight.table()
     }
 
     /// Records the steps a workflow timeout cut short as failed by it, with

@@ -3,15 +3,17 @@
 //! context). Stores, flowd and the CLI implement them; none of them needs the
 //! interpreter to do so.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
+use flow_plan::StepKind;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::StepError;
-use crate::journal::Journal;
+use crate::journal::{Attempt, Journal};
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -172,4 +174,74 @@ pub struct Services {
     /// 1000` runs at most this many steps at a time and cannot fill the
     /// journal's commits and the runtime's threads for everyone else.
     pub steps: Option<Arc<tokio::sync::Semaphore>>,
+    /// The table of the steps the run executes now, for its driver to read
+    /// (`StepsInFlight::now`); the run keeps one of its own without it.
+    pub in_flight: Option<Arc<StepsInFlight>>,
+}
+
+/// The steps a run is executing now, by path: the interpreter's table,
+/// shared with whoever drives the run (`Services::in_flight`) so that it
+/// can tell what the run is doing between two records. A hash table keeps
+/// its room when it empties, where a B-tree gave back its node after every
+/// step of a run whose steps go one at a time and took a new one for the
+/// next.
+#[derive(Default)]
+pub struct StepsInFlight(Mutex<HashMap<String, InFlight>>);
+
+impl std::fmt::Debug for StepsInFlight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StepsInFlight").finish_non_exhaustive()
+    }
+}
+
+/// A step executing now, as `StepsInFlight::now` tells it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StepNow {
+    /// Its execution path, as its record will have it.
+    pub path: String,
+    pub kind: StepKind,
+    pub started_ms: u64,
+    /// Its attempts that ended without success (retried, or waiting to be).
+    pub attempts_failed: u32,
+    /// When the call now out went out; absent while it waits to retry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calling_since_ms: Option<u64>,
+}
+
+impl StepsInFlight {
+    pub(crate) fn table(&self) -> MutexGuard<'_, HashMap<String, InFlight>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The steps executing now, in path order.
+    pub fn now(&self) -> Vec<StepNow> {
+        let mut steps: Vec<StepNow> = self
+            .table()
+            .iter()
+            .map(|(path, step)| StepNow {
+                path: path.clone(),
+                kind: step.kind,
+                started_ms: step.started_ms,
+                attempts_failed: step.attempts.len() as u32,
+                calling_since_ms: step.calling_since,
+            })
+            .collect();
+        steps.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+        steps
+    }
+}
+
+/// A step executing now. Its input is not kept: copying every step's
+/// arguments for the rare timeout would cost every run.
+pub(crate) struct InFlight {
+    /// Its slot in the workflow, which names it: the id is not copied for
+    /// every step for the rare timeout.
+    pub(crate) slot: u32,
+    pub(crate) kind: StepKind,
+    pub(crate) started_ms: u64,
+    /// Its attempts that ended.
+    pub(crate) attempts: Vec<Attempt>,
+    /// When the call out now went out (`None`: it waits to retry).
+    pub(crate) calling_since: Option<u64>,
 }

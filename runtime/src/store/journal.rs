@@ -683,6 +683,7 @@ mod tests {
             mcp: None,
             journal: journal.clone(),
             steps: None,
+            in_flight: None,
         };
         let outcome = crate::run(&plan, "w", "run-1", serde_json::json!({}), services).await;
         let end = RunEnd {

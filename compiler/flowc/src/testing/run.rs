@@ -69,6 +69,7 @@ async fn drive(plan: &Plan, case: &TestCase, offline: Option<OfflineProvider>) -
         mcp: Some(mocks.clone()),
         journal: store.clone(),
         steps: None,
+        in_flight: None,
     };
     // A test that expects the run to park takes an undecided gate as its end.
     let parks = case

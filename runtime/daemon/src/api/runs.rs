@@ -67,6 +67,11 @@ pub(super) struct Trace {
     /// What happened to the run besides its steps: redrives, moves to
     /// other versions.
     pub(super) history: Vec<flow_runtime::store::RunChange>,
+    /// The steps the run executes now, which have no record yet, when
+    /// this flowd drives it (absent when it does not: another flowd
+    /// sharing the store may).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) in_flight: Option<Vec<flow_runtime::services::StepNow>>,
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -371,10 +376,12 @@ pub(crate) async fn trace(
         .await
         .map_err(store_problem)?;
     let history = daemon.store.run_history(&id).await.map_err(store_problem)?;
+    let in_flight = daemon.steps_now(&id);
     Ok(axum::Json(Trace {
-        run_id: id,
         steps: records.into_iter().map(TraceStep::from).collect(),
+        run_id: id,
         history,
+        in_flight,
     })
     .into_response())
 }

@@ -232,11 +232,11 @@ async function fetchRun(id) {
     api(`${runPath(id)}/trace`),
     api(`${runPath(id)}/graph`),
   ]);
-  return { run, steps: trace.steps, graph };
+  return { run, steps: trace.steps, inFlight: trace.in_flight ?? [], graph };
 }
 
 /** What a re-render would change: the record and the trace (the graph follows from them). */
-const fingerprint = ({ run, steps }) => JSON.stringify([run, steps]);
+const fingerprint = ({ run, steps, inFlight }) => JSON.stringify([run, steps, inFlight]);
 
 async function showRun(id, current) {
   const loaded = await fetchRun(id);
@@ -314,7 +314,15 @@ function outcomeSection(loaded, current) {
         h('h3', {}, 'Waiting for approval'),
         (run.pending_approvals ?? []).map((gate) => gateCard(gate, loaded, current)));
     case 'running':
-      return h('p', { class: 'notice' }, 'Running. This page follows it as it goes.');
+      return h('p', { class: 'notice' }, 'Running. This page follows it as it goes.',
+        loaded.inFlight.length
+          ? h('span', { testid: 'in-flight' }, ' Now: ',
+            loaded.inFlight.map((step, i) => [
+              i ? ', ' : '',
+              h('span', { class: 'mono' }, step.path),
+              ` (${step.kind}${step.calling_since_ms == null ? ', waiting to retry' : step.attempts_failed ? `, attempt ${step.attempts_failed + 1}` : ''})`,
+            ]), '.')
+          : null);
     default:
       return h('p', { class: 'notice' }, `The run is ${run.status}.`);
   }

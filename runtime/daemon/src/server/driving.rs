@@ -195,14 +195,26 @@ impl Daemon {
 
     /// Stops driving run `id` here, if this process is (a cancelled run).
     pub(crate) fn stop_driving(&self, id: &str) {
-        let handle = self
+        let driven = self
             .driving
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(id);
-        if let Some(handle) = handle {
-            handle.abort();
+        if let Some(driven) = driven {
+            driven.handle.abort();
         }
+    }
+
+    /// The steps run `id` executes now, if this process drives it: `None`
+    /// when it does not (another flowd sharing the store may).
+    pub(crate) fn steps_now(&self, id: &str) -> Option<Vec<StepNow>> {
+        let steps = self
+            .driving
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .map(|driven| Arc::clone(&driven.steps))?;
+        Some(steps.now())
     }
 
     /// Drives a run this process has created (`created`: just now, so
@@ -217,6 +229,8 @@ impl Daemon {
         created: bool,
     ) {
         let daemon = Arc::clone(self);
+        let steps = Arc::new(StepsInFlight::default());
+        let in_flight = Arc::clone(&steps);
         // Counted from now until the task ends, aborted or not.
         let counted = InFlight::count(&self.in_flight, &account);
         let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
@@ -316,6 +330,7 @@ impl Daemon {
                     Some(mcp),
                     Some(observer),
                     Some(steps),
+                    Some(in_flight),
                 )
                 .await;
                 match driven {
@@ -376,7 +391,7 @@ impl Daemon {
                 let mut driving = daemon.driving.lock().unwrap_or_else(|p| p.into_inner());
                 if driving
                     .get(&run_id)
-                    .is_some_and(|handle| handle.id() == tokio::task::id())
+                    .is_some_and(|driven| driven.handle.id() == tokio::task::id())
                 {
                     driving.remove(&run_id);
                 }
@@ -385,8 +400,15 @@ impl Daemon {
             // last run of it frees it, off the async worker.
             crate::freed_off_worker::release(plan);
         });
-        driving.insert(id, handle);
+        driving.insert(id, Driven { handle, steps });
     }
+}
+
+/// A run this process drives.
+pub(crate) struct Driven {
+    handle: tokio::task::AbortHandle,
+    /// The steps it executes now (its interpreter's table).
+    steps: Arc<StepsInFlight>,
 }
 
 /// One run counted among its account's runs in flight while it lives.

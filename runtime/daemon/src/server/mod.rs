@@ -26,7 +26,7 @@ use flow_runtime::limit::{
 };
 use flow_runtime::llm::ProviderConfig;
 use flow_runtime::runner::{Invocation, Observer};
-use flow_runtime::services::Provider;
+use flow_runtime::services::{Provider, StepNow, StepsInFlight};
 use flow_runtime::store::{Deployment, EventsOf, RunRow, RunStatus, Store, StoreError};
 use serde_json::json;
 use tokio::task::JoinSet;
@@ -82,8 +82,9 @@ pub struct Daemon {
     cache_deployments: bool,
     /// Counts deploys, so that a list read before one is not cached after it.
     deploys: std::sync::atomic::AtomicU64,
-    /// How to stop each run this process is driving (a cancel request).
-    driving: std::sync::Mutex<HashMap<String, tokio::task::AbortHandle>>,
+    /// The runs this process is driving: how to stop each (a cancel
+    /// request), and the steps each executes now.
+    driving: std::sync::Mutex<HashMap<String, driving::Driven>>,
     /// The SMTP client, when `[smtp]` is configured.
     pub(crate) mail: Option<crate::mailer::Transport>,
     /// The configured public URL, or the address bound at start.

@@ -50,6 +50,25 @@ workflow digest {
 pub(crate) const ACME: &str = "acme-key-0123456789";
 pub(crate) const GLOBEX: &str = "globex-key-0123456789";
 
+/// The `[provider]` section of a flowd whose model is the fake one at
+/// `url` (`flow_tests::fake_llm`), every recipe's model `default` its
+/// `fake`.
+pub(crate) fn fake_model(url: &str) -> String {
+    format!(
+        "[provider]\nkind = \"openai\"\nbase_url = \"{url}\"\nmodels = {{ default = \"fake\" }}\n"
+    )
+}
+
+/// The fake model of `model_chain`'s recipe: every answer after `delay`.
+pub(crate) async fn chain_model(delay: std::time::Duration) -> flow_tests::fake_llm::FakeLlm {
+    flow_tests::fake_llm::FakeLlm::start(
+        vec![],
+        serde_json::json!({ "text": "t", "score": 1 }),
+        delay,
+    )
+    .await
+}
+
 /// A workflow `chain` of `steps` model calls, each prompt `TAG step I`
 /// (`tag` its input), and the recipe `answer` they call: the fake model's
 /// answer for it is `{ "text": ..., "score": ... }`.
