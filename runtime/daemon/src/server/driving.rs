@@ -229,8 +229,10 @@ impl Daemon {
         created: bool,
     ) {
         let daemon = Arc::clone(self);
-        let steps = Arc::new(StepsInFlight::default());
-        let in_flight = Arc::clone(&steps);
+        // The run's steps in flight: its interpreter's table, read by
+        // `steps_now`.
+        let in_flight = Arc::new(StepsInFlight::default());
+        let table = Arc::clone(&in_flight);
         // Counted from now until the task ends, aborted or not.
         let counted = InFlight::count(&self.in_flight, &account);
         let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
@@ -400,7 +402,13 @@ impl Daemon {
             // last run of it frees it, off the async worker.
             crate::freed_off_worker::release(plan);
         });
-        driving.insert(id, Driven { handle, steps });
+        driving.insert(
+            id,
+            Driven {
+                handle,
+                steps: table,
+            },
+        );
     }
 }
 
