@@ -3120,11 +3120,52 @@ impl<'s> Parser<'s> {
     /// reported, and the block read as the statement's body, so that it is
     /// checked. A `for` with `as ID` stays a loop of that id over a list of
     /// unknown items, so that `loop_item` in its body is not reported again;
-    /// any other header is read as an `if` of an unknown condition.
-    fn bad_block_stmt(&mut self, pair: Pair<'_, Rule>, context: Context) -> Option<Stmt> {
+    /// a header of another language's block word (`while`, `unless`) is
+    /// read as an `if` of an unknown condition; one of a word flow knows
+    /// nothing of (`try {`, `switch x {`) leaves its block's statements in
+    /// place, as if it were not there, so that a step used after it is
+    /// not said to maybe not have run.
+    fn bad_block_stmt(&mut self, pair: Pair<'_, Rule>, context: Context) -> Vec<Stmt> {
+        /// The words of `block_word_slip` in the grammar.
+        const BLOCK_WORDS: &[&str] = &[
+            "if", "foreach", "for", "while", "elseif", "elsif", "else", "elif", "loop", "unless",
+        ];
         let span = span_of(&pair);
         let mut inner = pair.into_inner();
-        let header = inner.next()?;
+        let Some(header) = inner.next() else {
+            return Vec::new();
+        };
+        let text = header.as_str();
+        let word = &text[..cursor::name_len(text)];
+        if BLOCK_WORDS.contains(&word) || text.starts_with("for") {
+            return self
+                .block_word_stmt(header, inner, span, context)
+                .into_iter()
+                .collect();
+        }
+        self.recover(&header, context);
+        let mut stmts = Vec::new();
+        // Its block, and those of an `else if` or `else` after it.
+        for part in inner {
+            let block = match part.as_rule() {
+                Rule::block => Some(part),
+                _ => part.into_inner().find(|p| p.as_rule() == Rule::block),
+            };
+            if let Some(block) = block {
+                stmts.extend(self.block(block).stmts);
+            }
+        }
+        stmts
+    }
+
+    /// `bad_block_stmt` of a block word: a loop or an `if`.
+    fn block_word_stmt<'i>(
+        &mut self,
+        header: Pair<'i, Rule>,
+        mut inner: impl Iterator<Item = Pair<'i, Rule>>,
+        span: Span,
+        context: Context,
+    ) -> Option<Stmt> {
         self.recover(&header, context);
         let unknown = Expr {
             kind: ExprKind::Error,
