@@ -2396,8 +2396,12 @@ impl<'s> Parser<'s> {
             .max_by_key(|keyword| keyword.len())?;
         let rest = &word[keyword.len()..];
         let marked = rest.starts_with(|c: char| c.is_ascii_digit() || c.is_ascii_uppercase());
+        // The words a keyword takes after it, where they are few.
         let named = match *keyword {
             "expect" => ["status", "ran", "not", "attempts"].contains(&rest),
+            "durability" => ["full", "approval"].contains(&rest),
+            "on_error" => ["fail", "continue", "fallback"].contains(&rest),
+            "context" => rest == "kb",
             keyword => rest.len() >= 2 && NAMING.contains(&keyword),
         };
         if !(marked || named) {
