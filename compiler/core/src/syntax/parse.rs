@@ -2173,6 +2173,18 @@ impl<'s> Parser<'s> {
                 "not a flow keyword",
                 "write `if !(CONDITION) { ... }`",
             )),
+            "try" | "catch" | "except" | "finally" | "rescue" => Some(diagnostic(
+                word_span,
+                format!("flow has no `{word}`: a step's failure is handled by the step"),
+                "not a flow keyword",
+                "after a step, `retry N` tries it again, and `on_error continue` or `on_error fallback { ... }` goes on without it",
+            )),
+            "switch" | "match" | "case" | "select" => Some(diagnostic(
+                word_span,
+                format!("flow has no `{word}`"),
+                "not a flow keyword",
+                "write `if A { ... } else if B { ... } else { ... }`",
+            )),
             _ if self.source[at..].starts_with(':')
                 && expected.iter().any(|w| w == "`{`")
                 && self.source[at + 1..first_line_len(&self.source[at..]) + at]
