@@ -857,11 +857,7 @@ impl<'s> Parser<'s> {
             .open
             .iter()
             .rev()
-            .map(|(_, bracket)| match bracket {
-                b'{' => '}',
-                b'[' => ']',
-                _ => ')',
-            })
+            .map(|(_, bracket)| cursor::closing(*bracket))
             .collect();
         let tail = self.source.len() - opened;
         if ended.len() + closers.len() <= tail {
