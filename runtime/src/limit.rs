@@ -110,13 +110,17 @@ impl LocalLimiter {
 
 impl Limiter for LocalLimiter {
     fn acquire<'a>(&'a self, account: &'a str) -> BoxFuture<'a, Permit> {
-        let semaphore = Arc::clone(
-            self.semaphores
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .entry(account.to_string())
-                .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(self.limits.of(account)))),
-        );
+        let semaphore = {
+            let mut semaphores = self.semaphores.lock().unwrap_or_else(|p| p.into_inner());
+            // Looked up by `&str` first: the entry API copies the name on
+            // every call, and this is every model call's.
+            match semaphores.get(account) {
+                Some(semaphore) => Arc::clone(semaphore),
+                None => Arc::clone(semaphores.entry(account.to_string()).or_insert_with(|| {
+                    Arc::new(tokio::sync::Semaphore::new(self.limits.of(account)))
+                })),
+            }
+        };
         Box::pin(async move {
             let started = Instant::now();
             // Tokio's semaphore serves waiters in order; it is never closed.

@@ -10,7 +10,8 @@
 
 use std::sync::Arc;
 
-use flow_runtime::journal::StepRecord;
+use flow_plan::StepKind;
+use flow_runtime::journal::{StepRecord, StepStatus};
 use flow_runtime::limit::LimitEvents;
 use flow_runtime::runner::Observer;
 use flow_runtime::store::{MailState, NotificationKind, PendingGates, RunStatus};
@@ -196,6 +197,11 @@ impl Metrics {
     pub fn observer(&self, account: &str) -> Observer {
         let (steps, retries) = (self.steps.clone(), self.retries.clone());
         let account = Arc::new(account.to_string());
+        // The run's series, each looked up in the family once: a lookup
+        // hashes the labels under the family's lock, and a run's steps
+        // are mostly of one kind and status. A histogram is a handle on
+        // the family's own (families never drop a step series).
+        let series: std::sync::Mutex<Vec<(StepKind, StepStatus, Histogram)>> = Default::default();
         Arc::new(move |record: &StepRecord| {
             // A pending approval is recorded when the run parks, a retrying
             // step between its attempts; each is counted once it ends.
@@ -204,13 +210,23 @@ impl Metrics {
             }
             let kind = record.kind.name();
             let seconds = record.ended_ms.saturating_sub(record.started_ms) as f64 / 1000.0;
-            steps
-                .get_or_create(&StepLabels {
-                    account: Arc::clone(&account),
-                    kind,
-                    status: record.status.as_str(),
-                })
-                .observe(seconds);
+            let mut series = series.lock().unwrap_or_else(|p| p.into_inner());
+            let found = series
+                .iter()
+                .position(|(k, s, _)| *k == record.kind && *s == record.status);
+            let at = found.unwrap_or_else(|| {
+                let histogram = steps
+                    .get_or_create(&StepLabels {
+                        account: Arc::clone(&account),
+                        kind,
+                        status: record.status.as_str(),
+                    })
+                    .clone();
+                series.push((record.kind, record.status, histogram));
+                series.len() - 1
+            });
+            series[at].2.observe(seconds);
+            drop(series);
             let again = record.attempts.len().saturating_sub(1) as u64;
             if again > 0 {
                 retries
@@ -345,5 +361,55 @@ fn counting(
                 result: delivery.as_str().to_string(),
             })
             .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(kind: StepKind, status: StepStatus) -> StepRecord {
+        StepRecord {
+            path: "s".into(),
+            step_id: "s".into(),
+            kind,
+            status,
+            input: serde_json::Value::Null,
+            output: None,
+            error: None,
+            attempts: Vec::new(),
+            started_ms: 0,
+            ended_ms: 5,
+            round: 0,
+        }
+    }
+
+    /// Guards the observer's series kept per run: each kind and status of
+    /// a run's steps counts in its own series, in the family that
+    /// `/metrics` shows, and a step between attempts in none.
+    #[test]
+    fn a_runs_steps_count_in_the_series_of_their_kind_and_status() {
+        let metrics = Metrics::default();
+        let observe = metrics.observer("acme");
+        let other_run = metrics.observer("acme");
+        for (kind, status) in [
+            (StepKind::Recipe, StepStatus::Completed),
+            (StepKind::Recipe, StepStatus::Failed),
+            (StepKind::Recipe, StepStatus::Completed),
+            (StepKind::KbWrite, StepStatus::Completed),
+            (StepKind::Recipe, StepStatus::Retrying),
+        ] {
+            observe(&record(kind, status));
+        }
+        other_run(&record(StepKind::Recipe, StepStatus::Completed));
+        let text = metrics.encode();
+        for line in [
+            "flow_step_duration_seconds_count{account=\"acme\",kind=\"recipe\",status=\"completed\"} 3",
+            "flow_step_duration_seconds_count{account=\"acme\",kind=\"recipe\",status=\"failed\"} 1",
+            "flow_step_duration_seconds_count{account=\"acme\",kind=\"kb_write\",status=\"completed\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
+        }
+        assert!(!text.contains("status=\"retrying\""), "{text}");
     }
 }
