@@ -1835,6 +1835,40 @@ impl<'s> Parser<'s> {
     /// arguments without braces; in a statement's place, a loop word flow
     /// does not have (`while`, `foreach`, `loop`, `unless`), a header
     /// ended with Python's `:` and no `{`, or a recipe's member.
+    /// Where an `if` between `start` and `at` is followed by its block's
+    /// `{` with no condition between: the `if` that starts the statement,
+    /// or one after `else`, in code.
+    fn if_without_condition(&self, start: usize, at: usize) -> Option<usize> {
+        let text = &self.source[start..at.min(self.source.len())];
+        let bytes = text.as_bytes();
+        let mut from = 0;
+        while let Some(found) = text[from..].find("if") {
+            let word = from + found;
+            from = word + 2;
+            let before = text[..word].trim_end();
+            let opens_statement = before.is_empty()
+                || before.strip_suffix("else").is_some_and(|rest| {
+                    !rest
+                        .as_bytes()
+                        .last()
+                        .is_some_and(|b| cursor::is_name_byte(*b))
+                });
+            let then = &text[word + 2..];
+            let block_next = then.trim_start_matches([' ', '\t']).starts_with('{');
+            let whole_word = !bytes
+                .get(word + 2)
+                .is_some_and(|b| cursor::is_name_byte(*b));
+            if opens_statement
+                && whole_word
+                && block_next
+                && cursor::scan(text, word).lexical == cursor::Lexical::Code
+            {
+                return Some(start + word);
+            }
+        }
+        None
+    }
+
     fn foreign_form(
         &self,
         start: usize,
@@ -1897,6 +1931,21 @@ impl<'s> Parser<'s> {
                     "write `{` here and close the block with `}` after its statements: indentation does not make a block",
                 ));
             }
+        }
+        // `if {` and `} else if {`: the condition is missing. Its `{` was
+        // read as a record to test, so the parse stopped after the block,
+        // and "expected `{` or an expression" named what was there.
+        if matches!(
+            context,
+            Context::Block | Context::WorkflowHead | Context::WorkflowBody
+        ) && let Some(word) = self.if_without_condition(start, at)
+        {
+            return Some(diagnostic(
+                Span::new(word, word + 2),
+                "this `if` has no condition".to_string(),
+                "a condition goes between `if` and `{`",
+                "write what decides it: `if step.ID.FIELD > 3 {`, `if workflow_input.FLAG {`",
+            ));
         }
         // A number as other languages write it (`1e5`, `1.5e3`, `0x10`):
         // read as a duration with an odd unit, it drew "expected a
