@@ -1829,12 +1829,6 @@ impl<'s> Parser<'s> {
         }
     }
 
-    /// A form that another language taught, in a region that starts at
-    /// `start` and whose parse stopped at `at`: anywhere, a comment that
-    /// starts with `#`, text without quotes as a field's value, a step's
-    /// arguments without braces; in a statement's place, a loop word flow
-    /// does not have (`while`, `foreach`, `loop`, `unless`), a header
-    /// ended with Python's `:` and no `{`, or a recipe's member.
     /// Where an `if` between `start` and `at` is followed by its block's
     /// `{` with no condition between: the `if` that starts the statement,
     /// or one after `else`, in code.
@@ -1855,9 +1849,13 @@ impl<'s> Parser<'s> {
                 });
             let then = &text[word + 2..];
             let block_next = then.trim_start_matches([' ', '\t']).starts_with('{');
+            // `elseif {` is another slip, said where it is read.
             let whole_word = !bytes
                 .get(word + 2)
-                .is_some_and(|b| cursor::is_name_byte(*b));
+                .is_some_and(|b| cursor::is_name_byte(*b))
+                && !word
+                    .checked_sub(1)
+                    .is_some_and(|b| cursor::is_name_byte(bytes[b]));
             if opens_statement
                 && whole_word
                 && block_next
@@ -1869,6 +1867,13 @@ impl<'s> Parser<'s> {
         None
     }
 
+    /// A form that another language taught, in a region that starts at
+    /// `start` and whose parse stopped at `at`: anywhere, a comment that
+    /// starts with `#`, text without quotes as a field's value, a step's
+    /// arguments without braces; in a statement's place, a loop word flow
+    /// does not have (`while`, `foreach`, `loop`, `unless`), a header
+    /// ended with Python's `:` and no `{`, an `if` with no condition, or a
+    /// recipe's member.
     fn foreign_form(
         &self,
         start: usize,
