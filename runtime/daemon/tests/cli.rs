@@ -3194,6 +3194,62 @@ async fn a_stopped_flowd_goes_on_from_the_next_step_when_started_again() {
     }
 }
 
+/// A stop starts no step that was waiting for a place when it began: with
+/// one place for the account's steps, the second run's first step waits
+/// behind the first run's, and once that one ends the stop (not the waiting
+/// step) has the place. Before, the places were fair to whoever queued
+/// first, so the waiting step went to the model during the stop, and a
+/// step started then could be cut at the stop's end and sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_waiting_for_a_place_does_not_start_during_a_stop() {
+    use serde_json::json;
+    let llm = common::chain_model(std::time::Duration::from_millis(1500)).await;
+    let config = format!(
+        "{CONFIG}{}[limits]\nsteps_in_flight = 1\n",
+        common::fake_model(&llm.url)
+    );
+    let dir = TempDir::new("flowd-stop-waiting-step");
+    let flowd = Flowd::start_with(&dir, &config);
+    flowd.deploy(ACME, &common::model_chain(2)).await;
+    let mut ids = Vec::new();
+    for r in 0..2 {
+        ids.push(
+            flowd
+                .start_run(
+                    ACME,
+                    json!({ "workflow": "chain", "input": { "tag": format!("run{r}") } }),
+                )
+                .await,
+        );
+    }
+    llm.until_requests(1).await;
+    let code = tokio::task::spawn_blocking(move || flowd.stop())
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0), "a stop is a clean exit");
+    assert_eq!(
+        llm.requests(),
+        1,
+        "only the step in flight when the stop began went to the model: {:?}",
+        llm.prompts()
+    );
+    let flowd = Flowd::start_with(&dir, &config);
+    for id in &ids {
+        let record = flowd
+            .settled_within(id, ACME, std::time::Duration::from_secs(60))
+            .await;
+        assert_eq!(record["status"], "completed", "{record}");
+    }
+    let prompts = llm.prompts();
+    for r in 0..2 {
+        for i in 0..2 {
+            let prompt = format!("run{r} step {i}");
+            let calls = prompts.iter().filter(|p| **p == prompt).count();
+            assert_eq!(calls, 1, "{prompt} went to the model {calls} times");
+        }
+    }
+}
+
 /// A run's trace tells the steps it executes now, which have no record yet,
 /// while this flowd drives it, and `flow show --server` puts them in its
 /// header; once the run ends no step is in flight.

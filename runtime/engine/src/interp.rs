@@ -930,10 +930,15 @@ impl<'p> Interpreter<'p> {
 
     /// A place among the account's steps executing at once (flowd's
     /// `steps_in_flight`), held while an attempt runs, not while a step
-    /// waits to retry; none where there is no such bound.
+    /// waits to retry; none where there is no such bound. Places closed (a
+    /// stopping flowd) start no attempt: the step waits here until its
+    /// run's task is stopped, and runs where the run resumes.
     async fn step_place(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
         let places = self.services.steps.as_ref()?;
-        Arc::clone(places).acquire_owned().await.ok()
+        match Arc::clone(places).acquire_owned().await {
+            Ok(place) => Some(place),
+            Err(_closed) => std::future::pending().await,
+        }
     }
 
     /// Notes that the step at `path` is done waiting: its next call goes

@@ -173,6 +173,8 @@ pub struct Services {
     /// record is journaled, so that one account's loop at `concurrency
     /// 1000` runs at most this many steps at a time and cannot fill the
     /// journal's commits and the runtime's threads for everyone else.
+    /// Closed, they start no attempt (a stopping flowd's runs end between
+    /// two steps).
     pub steps: Option<Arc<tokio::sync::Semaphore>>,
     /// The table of the steps the run executes now, for its driver to read
     /// (`StepsInFlight::now`); the run keeps one of its own without it.

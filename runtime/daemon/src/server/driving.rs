@@ -144,42 +144,58 @@ impl Daemon {
         crate::traces::export(&self.http, endpoint, spans, self.metrics.export_counter());
     }
 
-    /// `account`'s places for steps executing at once.
+    /// `account`'s places for steps executing at once; closed from the
+    /// start if the daemon is stopping (`close_step_places`).
     pub(super) fn step_places(&self, account: &str) -> Arc<tokio::sync::Semaphore> {
         let mut places = self.step_places.lock().unwrap_or_else(|p| p.into_inner());
-        Arc::clone(places.entry(account.to_string()).or_insert_with(|| {
-            Arc::new(tokio::sync::Semaphore::new(
-                self.config.quotas(account).steps_in_flight,
-            ))
-        }))
+        let closed = places.closed;
+        Arc::clone(
+            places
+                .by_account
+                .entry(account.to_string())
+                .or_insert_with(|| {
+                    let made =
+                        tokio::sync::Semaphore::new(self.config.quotas(account).steps_in_flight);
+                    if closed {
+                        made.close();
+                    }
+                    Arc::new(made)
+                }),
+        )
     }
 
-    /// Takes every place for steps of every account, each as a step in
-    /// flight leaves it (the places are fair: no step starts once this
-    /// waits). Once it resolves no step runs in this process, and none
-    /// starts while the permits are held: a stopping daemon's runs end
-    /// between two steps, with every step they completed in their journals
-    /// (sent as their tasks stop).
-    pub(super) fn every_step_place(
-        &self,
-    ) -> impl Future<Output = Vec<tokio::sync::OwnedSemaphorePermit>> + use<> {
-        let mut taking = tokio::task::JoinSet::new();
-        for (account, places) in self
-            .step_places
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+    /// Closes every account's places for steps, and those made after, so
+    /// that no attempt starts in this process any more: a step waiting for
+    /// a place (or for its next attempt) waits until its run's task is
+    /// stopped, and runs where the run resumes, rather than starting
+    /// during the stop to be cut at its end and sent to the model again.
+    /// Resolves once every step in flight has left its place: then no step
+    /// runs here, and a stopping daemon's runs end between two steps, with
+    /// every step they completed in their journals (sent as their tasks
+    /// stop).
+    pub(super) fn close_step_places(&self) -> impl Future<Output = ()> + use<> {
+        let mut places = self.step_places.lock().unwrap_or_else(|p| p.into_inner());
+        places.closed = true;
+        let closed: Vec<(Arc<tokio::sync::Semaphore>, usize)> = places
+            .by_account
             .iter()
-        {
-            let all =
-                u32::try_from(self.config.quotas(account).steps_in_flight).unwrap_or(u32::MAX);
-            taking.spawn(Arc::clone(places).acquire_many_owned(all));
-        }
+            .map(|(account, places)| {
+                places.close();
+                (
+                    Arc::clone(places),
+                    self.config.quotas(account).steps_in_flight,
+                )
+            })
+            .collect();
         async move {
-            let mut held = Vec::new();
-            while let Some(taken) = taking.join_next().await {
-                held.extend(taken.ok().and_then(Result::ok));
+            // A closed semaphore has no waiters to wake as its places come
+            // back, so their count is watched; a stop waits on it for at
+            // most its grace period.
+            for (places, all) in closed {
+                while places.available_permits() < all {
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                }
             }
-            held
         }
     }
 
@@ -452,4 +468,13 @@ impl Drop for InFlight {
             }
         }
     }
+}
+
+/// Each account's places for steps executing at once, and whether they
+/// are closed (a stopping daemon): those made after the close are closed
+/// too.
+#[derive(Default)]
+pub(super) struct StepPlaces {
+    by_account: HashMap<String, Arc<tokio::sync::Semaphore>>,
+    closed: bool,
 }

@@ -96,7 +96,7 @@ pub struct Daemon {
     /// The keys of approval links (`links`).
     pub(crate) links: crate::links::LinkKeys,
     /// Each account's places for steps executing at once (`Quotas`).
-    step_places: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
+    step_places: std::sync::Mutex<driving::StepPlaces>,
     /// Each account's runs this process drives now (`Quotas`).
     in_flight: Arc<std::sync::Mutex<HashMap<String, usize>>>,
     /// The (account, plan hash) pairs whose MCP servers and tools the
@@ -256,7 +256,7 @@ impl Daemon {
                 .collect::<Vec<_>>(),
         );
         Ok(Arc::new(Daemon {
-            step_places: std::sync::Mutex::new(HashMap::new()),
+            step_places: std::sync::Mutex::default(),
             compiles: Arc::new(tokio::sync::Semaphore::new(half_the_cores())),
             in_flight: Arc::default(),
             mcp_passed: std::sync::Mutex::new(std::collections::HashSet::new()),
@@ -709,7 +709,7 @@ pub async fn serve(
         let _ = sweep.await;
     }
     // The runs finish the steps they are in and start no other: every
-    // account's places for steps are taken as those steps leave them, and
+    // account's places for steps are closed, those steps leave them, and
     // their next steps wait for the next start or for another flowd
     // sharing the store, which then runs no step twice. A step still going
     // after the grace period is dropped mid-step (at least once: it runs
@@ -717,38 +717,38 @@ pub async fn serve(
     // start, under the same message id (at least once, as the outbox
     // promises).
     let mut runs = std::mem::take(&mut *daemon.runs.lock().unwrap_or_else(|p| p.into_inner()));
+    // The tasks of runs that ended are still in the set until reaped; the
+    // count below said "1 run(s) in flight" with none running.
+    while runs.try_join_next().is_some() {}
     // Said, so that an operator waiting on a stop knows what for.
     tracing::info!(
         "stopping: {} run(s) in flight get up to {SETTLE:?} to finish the steps they are in",
         runs.len()
     );
-    let between_steps = daemon.every_step_place();
+    let between_steps = daemon.close_step_places();
     let settle = async {
         tokio::select! {
-            () = async { while runs.join_next().await.is_some() {} } => None,
-            held = between_steps => Some(held),
+            () = async { while runs.join_next().await.is_some() {} } => {}
+            () = between_steps => {}
         }
     };
     let (aborts, delivered) = (mailer.abort_handle(), webhooks.abort_handle());
     let deliveries = async {
         let _ = tokio::join!(mailer, webhooks);
     };
-    let settled = tokio::time::timeout(SETTLE, async { tokio::join!(settle, deliveries) }).await;
-    // Held until the runs' tasks are stopped: no step starts meanwhile.
-    let _places = match settled {
-        Ok((places, ())) => places,
-        Err(_) => {
-            aborts.abort();
-            delivered.abort();
-            if !runs.is_empty() {
-                tracing::warn!(
-                    "{} run(s) still in a step after {SETTLE:?}: the step runs again when the run resumes, on the next start or on another flowd sharing the store",
-                    runs.len()
-                );
-            }
-            None
+    if tokio::time::timeout(SETTLE, async { tokio::join!(settle, deliveries) })
+        .await
+        .is_err()
+    {
+        aborts.abort();
+        delivered.abort();
+        if !runs.is_empty() {
+            tracing::warn!(
+                "{} run(s) still in a step after {SETTLE:?}: the step runs again when the run resumes, on the next start or on another flowd sharing the store",
+                runs.len()
+            );
         }
-    };
+    }
     // Stopped, and then given up in the store: another process sharing it
     // takes them at its next sweep instead of once their leases run out.
     runs.shutdown().await;
