@@ -1340,6 +1340,18 @@ async fn a_cancelled_run_records_nothing_more(backend: Backend) {
         .unwrap();
     assert!(store.cancel_run("run-1").await.unwrap());
     assert!(!store.cancel_run("run-1").await.unwrap(), "already ended");
+    // Regression: SQLite's writer took a step's record into a run another
+    // process had cancelled (the step in flight as `flow cancel` ran), and
+    // the next attempt went out after it.
+    let _ = journal.record(late_record()).await;
+    assert!(
+        journal.admit().await.is_err(),
+        "no attempt starts once the run is cancelled"
+    );
+    assert!(
+        store.step_records("run-1").await.unwrap().is_empty(),
+        "the late record is not written"
+    );
     assert!(
         !journal.heartbeat(Duration::from_secs(1)).await.unwrap(),
         "the heartbeat says the run is no longer the invocation's"
@@ -1895,6 +1907,40 @@ async fn postgres_leases_keep_a_run_with_its_live_owner_until_they_run_out() {
     );
     let row = second.run("run-1").await.unwrap().unwrap();
     assert_eq!((row.status, row.active_ms), (RunStatus::Completed, 800));
+}
+
+/// Regression: on SQLite an attempt with nothing to write before it never
+/// asked the store, so a step that waited to retry while another process
+/// cancelled its run sent its next attempt all the same. A confirmation
+/// that the run is this process's (a renewal, or a write the writer fenced)
+/// holds about a second; after it, an attempt asks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_an_attempt_asks_once_its_confirmation_has_run_out() {
+    let backend = Backend::sqlite();
+    let store = backend.open().await;
+    let plan = plan(TWO_STEPS);
+    store.put_plan(&plan).await.unwrap();
+    store
+        .create_run("run-1", "", &new_run(&plan.hash, &json!({})), None)
+        .await
+        .unwrap();
+    let journal = Arc::clone(&store)
+        .open_journal("run-1", Durability::Full)
+        .await
+        .unwrap();
+    journal.admit().await.expect("its own run");
+    // Another connection (as another process's `flow cancel` is).
+    let other = backend.open().await;
+    assert!(other.cancel_run("run-1").await.unwrap());
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let refused = journal
+        .admit()
+        .await
+        .expect_err("the attempt asks, and is refused");
+    assert!(
+        refused.message.contains("no longer this process's"),
+        "{refused:?}"
+    );
 }
 
 /// Step `one` completed, as a journal whose run is no longer its own

@@ -190,12 +190,16 @@ fn open(path: &Path) -> Result<Connection, StoreError> {
 }
 
 /// Runs `body` in a `BEGIN IMMEDIATE` transaction on `conn`: committed when
-/// it succeeds, rolled back when it fails.
+/// it succeeds, rolled back when it fails. The write lock is waited for as
+/// the journal's writer waits for it (`writer::waiting_out_locks`): another
+/// process holding it past the busy timeout (a backup, a stopped peer) made
+/// `flow recover`, `flow cancel` and flowd's start fail with "database is
+/// locked" where the runs' writes waited.
 fn in_immediate<T>(
     conn: &Connection,
     body: impl FnOnce() -> Result<T, StoreError>,
 ) -> Result<T, StoreError> {
-    conn.execute_batch("BEGIN IMMEDIATE")?;
+    writer::waiting_out_locks("a write", || conn.execute_batch("BEGIN IMMEDIATE"))?;
     match body() {
         // A COMMIT that fails (a full disk, another process's lock past
         // the busy timeout) may leave the transaction open, and with it
@@ -593,11 +597,14 @@ impl SqliteStore {
     }
 
     pub fn cancel_run(&self, id: &str) -> Result<bool, StoreError> {
-        let changed = lock(&self.conn).execute(
-            "UPDATE runs SET status = 'cancelled', owner = NULL, updated_ms = ?2
-             WHERE id = ?1 AND status IN ('running', 'pending_approval')",
-            params![id, now_ms()],
-        )?;
+        let conn = lock(&self.conn);
+        let changed = in_immediate(&conn, || {
+            Ok(conn.execute(
+                "UPDATE runs SET status = 'cancelled', owner = NULL, updated_ms = ?2
+                 WHERE id = ?1 AND status IN ('running', 'pending_approval')",
+                params![id, now_ms()],
+            )?)
+        })?;
         Ok(changed == 1)
     }
 
@@ -1659,6 +1666,11 @@ fn notification_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Notification> {
     })
 }
 
+/// How long a confirmation that a run is this process's holds before its
+/// next attempt asks again (`JournalBackend::lease`): the runner's
+/// heartbeat renews each second, and steps' writes confirm it between.
+const CONFIRMED_FOR: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// One run's journal on SQLite: the stores' shared journal over this
 /// store's writer.
 pub type RunJournal = StoreJournal<SqliteStore>;
@@ -1694,11 +1706,19 @@ impl RunJournal {
 }
 
 /// A run here is its process's while that process lives (see the module
-/// doc): no lease expires, and a renewal fails only for a run that was
-/// cancelled.
+/// doc): no lease expires in the store, and a renewal or a write fails only
+/// for a run another process took (cancelled, redriven, recovered). Each
+/// such write is fenced by the run's owner in the writer's transaction, so
+/// a write that commits confirms the hold; an attempt with nothing to
+/// write asks once a second has passed since the last confirmation (a
+/// process resumed after SIGSTOP, or a step after a long retry wait).
 impl JournalBackend for SqliteStore {
     fn lease(&self) -> Option<std::time::Duration> {
-        None
+        Some(CONFIRMED_FOR)
+    }
+
+    fn writes_renew(&self) -> bool {
+        true
     }
 
     fn write(&self, run: &Arc<RunHandle>, write: JournalWrite) -> StoreFuture<'static, ()> {
@@ -1789,6 +1809,32 @@ mod tests {
         assert_eq!(answer.blocking_recv().unwrap().unwrap(), 0);
         drop(queue);
         writer.join().unwrap();
+    }
+
+    /// Regression: a write of the store's own connection (a claim by `flow
+    /// recover`, `flow cancel`, flowd's start) failed with "database is
+    /// locked" once another process had held the write lock for a busy
+    /// timeout; it waits, as the journal's writes do.
+    #[test]
+    fn a_write_transaction_waits_out_a_lock_held_past_the_busy_timeout() {
+        let dir = flow_tests::TempDir::new("sqlite-immediate-locked");
+        let path = dir.path().join("flow.db");
+        drop(SqliteStore::open(&path).unwrap());
+        let conn = open(&path).unwrap();
+        conn.busy_timeout(std::time::Duration::from_millis(20))
+            .unwrap();
+        let holder = Connection::open(&path).unwrap();
+        holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let released = std::thread::spawn(move || {
+            // Many busy timeouts of the waiting connection's.
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            holder.execute_batch("COMMIT").unwrap();
+        });
+        let changed = in_immediate(&conn, || {
+            Ok(conn.execute("UPDATE runs SET status = 'failed' WHERE id = 'none'", [])?)
+        });
+        assert_eq!(changed.unwrap(), 0);
+        released.join().unwrap();
     }
 
     /// Regression: `flow run` did not start while another process held the

@@ -164,6 +164,7 @@ pub(super) fn write_batches(mut conn: Connection, queue: Receiver<Write>) {
             }
         }
     };
+    let mut owned = Owned::default();
     while let Some(first) = next_write(&queue) {
         let mut batch = vec![first];
         gather(&mut batch);
@@ -187,7 +188,8 @@ pub(super) fn write_batches(mut conn: Connection, queue: Receiver<Write>) {
         // `LONGEST_WRITE_WAIT` fails the batch as before, so that a process
         // that holds it for good (stopped, hung) stops this one too, with
         // the cause, rather than leaving every run waiting unseen.
-        let written = waiting_out_locks("the writes", || write_batch(&mut conn, &batch));
+        let written =
+            waiting_out_locks("the writes", || write_batch(&mut conn, &mut owned, &batch));
         match written {
             Ok(results) => {
                 for (write, result) in batch.into_iter().zip(results) {
@@ -244,9 +246,12 @@ fn is_busy(error: &rusqlite::Error) -> bool {
 /// that breaks a constraint fails alone.
 pub(super) fn write_batch(
     conn: &mut Connection,
+    owned: &mut Owned,
     batch: &[Write],
 ) -> rusqlite::Result<Vec<Result<Written, WriteError>>> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    // Under the write lock: no other connection commits until this one has.
+    owned.refresh(&tx)?;
     let mut results = Vec::with_capacity(batch.len());
     {
         let mut insert = tx.prepare_cached(
@@ -259,7 +264,7 @@ pub(super) fn write_batch(
         for write in batch {
             match write {
                 Write::Journal { run, write, .. } => {
-                    results.push(write_journal(&tx, &mut insert, run, write)?);
+                    results.push(write_journal(&tx, &mut insert, owned, run, write)?);
                 }
                 Write::Decide { decision, .. } => {
                     results.push(
@@ -287,6 +292,11 @@ pub(super) fn write_batch(
                 // A statement that fails (a run id taken twice) fails alone:
                 // SQLite undoes that statement and the transaction goes on.
                 Write::Statement { sql, params, .. } => {
+                    if *sql == FINISH_RUN
+                        && let Some(rusqlite::types::Value::Text(run)) = params.first()
+                    {
+                        owned.release(run);
+                    }
                     let result = tx.prepare_cached(sql).and_then(|mut statement| {
                         statement.execute(rusqlite::params_from_iter(params.iter()))
                     });
@@ -308,13 +318,61 @@ pub(super) fn write_batch(
     Ok(results)
 }
 
+/// The runs this process's writer last found to be this process's
+/// (`runs.owner`), as of the database's `data_version`. Only another
+/// connection's commit can take a run away from its process (`flow
+/// cancel`, a redrive, a recovery, each in a process or connection of its
+/// own), and any such commit moves the writer connection's `data_version`
+/// (its own commits do not): so a run found owned stays so until then, and
+/// one process alone (B1) asks once per run.
+#[derive(Default)]
+pub(super) struct Owned {
+    version: Option<i64>,
+    runs: std::collections::HashSet<String>,
+}
+
+impl Owned {
+    /// Forgets what was found if another connection has committed since.
+    fn refresh(&mut self, tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
+        let version: i64 = tx.query_row("PRAGMA data_version", [], |row| row.get(0))?;
+        if self.version != Some(version) {
+            self.runs.clear();
+            self.version = Some(version);
+        }
+        Ok(())
+    }
+
+    /// Whether `run` is this process's now.
+    fn holds(&mut self, tx: &rusqlite::Transaction<'_>, run: &str) -> rusqlite::Result<bool> {
+        if self.runs.contains(run) {
+            return Ok(true);
+        }
+        let holds = tx
+            .prepare_cached("SELECT 1 FROM runs WHERE id = ?1 AND owner = ?2")?
+            .exists(params![run, owner()])?;
+        if holds {
+            self.runs.insert(run.to_string());
+        }
+        Ok(holds)
+    }
+
+    /// `run` was given up by this process's own write.
+    fn release(&mut self, run: &str) {
+        self.runs.remove(run);
+    }
+}
+
 /// Applies one journal write in the writer's transaction: the run's row if
 /// new, its records, its end. A run's row that cannot be inserted (an id
-/// taken) fails this write alone, as does an end that finds the run no
-/// longer this process's (`LeaseLost`).
+/// taken) fails this write alone, as does a write for a run that is no
+/// longer this process's (`LeaseLost`: cancelled, redriven or recovered by
+/// another process while this one was paused or between two steps), which
+/// then writes nothing: before, its records went in, and a stale step's
+/// output could stand in the journal beside the one the run went on with.
 pub(super) fn write_journal(
     tx: &rusqlite::Transaction<'_>,
     insert: &mut rusqlite::CachedStatement<'_>,
+    owned: &mut Owned,
     run: &RunHandle,
     encoded: &EncodedWrite,
 ) -> rusqlite::Result<Result<Written, WriteError>> {
@@ -342,6 +400,10 @@ pub(super) fn write_journal(
             Ok(_) => {}
         }
     }
+    // An end alone is fenced by its own statement.
+    if !write.records.is_empty() && !owned.holds(tx, &run.id)? {
+        return Ok(Err(WriteError::Store(StoreError::LeaseLost)));
+    }
     for (record, json) in write.records.iter().zip(&encoded.records) {
         insert.execute(params![
             run.id,
@@ -356,6 +418,7 @@ pub(super) fn write_journal(
         let ended = tx
             .prepare_cached(FINISH_RUN)?
             .execute(finish_params(&run.id, end))?;
+        owned.release(&run.id);
         if ended == 0 {
             return Ok(Err(WriteError::Store(StoreError::LeaseLost)));
         }

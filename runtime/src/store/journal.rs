@@ -119,10 +119,22 @@ impl JournalWrite {
 /// at all; `StoreError::LeaseLost` says that the run is no longer this
 /// process's, and nothing was written.
 pub trait JournalBackend: Send + Sync + 'static {
-    /// How long a hold on a run lasts without renewal, where processes
-    /// share the store; `None` where a run is its process's while the
-    /// process lives.
+    /// How long this process may act for a run without asking the store
+    /// again: the lease, where processes hold runs by leases (PostgreSQL);
+    /// where a run is its process's while the process lives (SQLite), how
+    /// long a confirmation that it still is holds (a renewal, or a write
+    /// the store fenced: `writes_renew`), so that a process paused or
+    /// between two steps while another took the run (a cancel, a redrive)
+    /// asks before its next attempt. `None`: never ask.
     fn lease(&self) -> Option<Duration>;
+
+    /// Whether a write the store committed confirms the hold as a renewal
+    /// does: where every write is fenced by the run's owner and holds do
+    /// not run out in the store (SQLite). A PostgreSQL lease runs out
+    /// whatever the writes.
+    fn writes_renew(&self) -> bool {
+        false
+    }
 
     /// Queues `write` when called (also if the future is never polled: a
     /// journal dropped with records in hand still sends them); the future
@@ -238,7 +250,15 @@ impl<B: JournalBackend> StoreJournal<B> {
     /// records with it, which is what keeps a record the store refuses for
     /// good from failing every later write of the run, its end included.
     async fn write_waited(&self, write: JournalWrite) -> Result<(), StoreError> {
+        let (sent, confirms) = (Instant::now(), !write.is_empty());
         let written = super::commit_wait::commit(self.send(write)).await;
+        if written.is_ok()
+            && confirms
+            && self.backend.writes_renew()
+            && let Some(lease) = self.backend.lease()
+        {
+            self.hold.renewed(sent + lease * 9 / 10);
+        }
         self.settle(written)
     }
 

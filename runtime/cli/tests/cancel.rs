@@ -1,0 +1,104 @@
+//! A run another process cancels while `flow run` drives it: the driving
+//! process writes nothing more for it and starts no other step.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use flow_tests::fake_llm::FakeLlm;
+use flow_tests::{TempDir, run_in};
+use serde_json::json;
+
+/// Three model calls, each on the last one's answer.
+const WORKFLOW: &str = r#"recipe answer {
+  model "default"
+  input { q: string }
+  output { text: string }
+  prompt "Answer {{input.q}}"
+}
+workflow w {
+  input { q: string }
+  step s1 = answer { q: workflow_input.q } retry 1 timeout 30s
+  step s2 = answer { q: step.s1.text } retry 1 timeout 30s
+  step s3 = answer { q: step.s2.text } retry 1 timeout 30s
+  output { text: step.s3.text }
+}
+"#;
+
+fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -{signal}");
+}
+
+/// Regression: on SQLite only a run's end was fenced by its owner. A
+/// `flow run` stopped (SIGSTOP) during its second step while `flow cancel`
+/// ran, then continued, wrote that step's record into the cancelled run
+/// and sent the third step to the model.
+#[test]
+fn a_run_cancelled_while_its_process_was_stopped_gets_nothing_more() {
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let server = runtime.block_on(FakeLlm::start(
+        vec![],
+        json!({ "text": "fine" }),
+        Duration::from_millis(300),
+    ));
+    let dir = TempDir::new("cancel-stopped");
+    dir.write("w.flow", WORKFLOW);
+    let env = [
+        ("FLOW_LLM_BASE_URL", server.url.as_str()),
+        ("FLOW_LLM_API_KEY", "test-key"),
+        ("FLOW_LLM_MODEL", "fake-model"),
+    ];
+    let flow = Path::new(env!("CARGO_BIN_EXE_flow"));
+    let mut child = Command::new(flow)
+        .args(["run", "w.flow", "--input", r#"{"q": "x"}"#])
+        .current_dir(dir.path())
+        .envs(env)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("flow starts");
+    let waited = Instant::now();
+    while server.requests() < 2 {
+        assert!(waited.elapsed() < Duration::from_secs(30), "no second call");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    signal(child.id(), "STOP");
+    let runs = run_in(flow, dir.path(), &["runs", "--json"]);
+    let runs: serde_json::Value = serde_json::from_str(&runs.stdout).expect("runs as JSON");
+    let run = runs[0]["run_id"].as_str().expect("the run").to_string();
+    let cancelled = run_in(flow, dir.path(), &["cancel", &run]);
+    assert_eq!(cancelled.code, 0, "{}", cancelled.all());
+    // Past the second call's answer and the process's heartbeat: both are
+    // waiting for it when it goes on.
+    std::thread::sleep(Duration::from_millis(1_500));
+    signal(child.id(), "CONT");
+    let exited = child.wait().expect("flow exits");
+    assert_eq!(exited.code(), Some(1), "a cancelled run's exit code");
+
+    assert_eq!(
+        server.requests(),
+        2,
+        "the third step went to the model: {:?}",
+        server.prompts()
+    );
+    let shown = run_in(flow, dir.path(), &["show", &run, "--json"]);
+    assert_eq!(shown.code, 0, "{}", shown.all());
+    let trace: serde_json::Value = serde_json::from_str(&shown.stdout).expect("a trace");
+    let steps: Vec<&str> = trace
+        .as_array()
+        .expect("the run's records")
+        .iter()
+        .filter_map(|record| record["path"].as_str())
+        .collect();
+    assert_eq!(
+        steps,
+        ["s1"],
+        "only the step completed before the cancel: {trace}"
+    );
+    let runs = run_in(flow, dir.path(), &["runs", "--json"]);
+    assert!(runs.stdout.contains("\"cancelled\""), "{}", runs.stdout);
+}
