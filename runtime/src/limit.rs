@@ -670,6 +670,10 @@ pub fn limiter_from_env() -> Result<Arc<dyn Limiter>, String> {
     })
 }
 
+/// The end of an attempt's time in which a call waiting for a permit is no
+/// longer let out: too little for any model to answer.
+const LAST_MOMENT: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// A provider whose calls take a permit of the run's account first.
 pub struct LimitedProvider {
     pub inner: Arc<dyn Provider>,
@@ -684,15 +688,22 @@ impl Provider for LimitedProvider {
             let _permit = match call.deadline {
                 // The step's timeout can pass in this wait: said as what it
                 // is, where the step's own timeout blamed the model, which
-                // was never asked.
-                Some(deadline) => tokio::time::timeout_at(deadline, acquire)
-                    .await
-                    .map_err(|_| {
-                        StepError::new(
-                            ErrorKind::Timeout,
-                            "the attempt's timeout passed while it waited for a place among the account's model calls in flight (`FLOW_LLM_CONCURRENCY`, flowd's `llm_concurrency`); the model was not asked",
-                        )
-                    })?,
+                // was never asked. The wait ends a moment before the
+                // attempt's deadline: at the deadline itself the step's
+                // timer and this one raced (the step's won on a runtime of
+                // several threads), and a call let out in the last
+                // milliseconds is cut before any model answers.
+                Some(deadline) => {
+                    let wait_until = deadline.checked_sub(LAST_MOMENT).unwrap_or(deadline);
+                    tokio::time::timeout_at(wait_until, acquire)
+                        .await
+                        .map_err(|_| {
+                            StepError::new(
+                                ErrorKind::Timeout,
+                                "the attempt's timeout passed while it waited for a place among the account's model calls in flight (`FLOW_LLM_CONCURRENCY`, flowd's `llm_concurrency`); the model was not asked",
+                            )
+                        })?
+                }
                 None => acquire.await,
             };
             // The wait for the permit can outlast the run's lease: a process

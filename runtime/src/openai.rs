@@ -233,7 +233,15 @@ where
 {
     let mut conversation = vec![json!({ "role": "user", "content": call.prompt })];
     if let Some(repair) = &call.repair {
-        conversation.push(json!({ "role": "assistant", "content": repair.answer }));
+        // An answer with no text (a refusal, an answer cut off before it
+        // began) is still a turn: Anthropic's API refuses an empty
+        // message, which turned the repair into a 400 that hid the cause.
+        let answered = if repair.answer.trim().is_empty() {
+            "(no answer)"
+        } else {
+            repair.answer.as_str()
+        };
+        conversation.push(json!({ "role": "assistant", "content": answered }));
         conversation.push(json!({
             "role": "user",
             "content": format!("That answer is not valid: {}. Answer again with JSON only, matching the schema.", repair.problem),
@@ -432,7 +440,14 @@ pub(crate) async fn send_for_json(
         return Err(redirect_error(url, status, response.headers()));
     }
     let wait = retry_after(response.headers());
-    let mut text = reply_text(response, url).await?;
+    // An error's status says what it is and whether it is retried, even
+    // when its body cannot be read: a 401 whose body was cut off or too
+    // long was retried as a server's failure, and a 429's wait was lost.
+    let mut text = match reply_text(response, url).await {
+        Ok(text) => text,
+        Err(unread) if !status.is_success() => format!("(its body not read: {})", unread.message),
+        Err(unread) => return Err(unread),
+    };
     // A key of a few characters would mask half of any answer; real keys
     // are long.
     if let Some(key) = key.filter(|key| key.len() >= 8) {
@@ -441,8 +456,10 @@ pub(crate) async fn send_for_json(
     if !status.is_success() {
         let mut error = status_error(url, status, wait, &text);
         error.message.push_str(match (status.as_u16(), key) {
-            (401 | 403, None) => " (no API key is set: FLOW_LLM_API_KEY, or flowd's [provider] api_key)",
+            (401 | 403, None) => " (no API key is set: FLOW_LLM_API_KEY or the provider's own, OPENAI_API_KEY or ANTHROPIC_API_KEY; flowd's [provider] api_key)",
             (401, Some(_)) => " (the provider refused the API key)",
+            // A provider's 404 for a model it does not serve names it.
+            (404, _) if text.contains("model") => " (check the model's name: FLOW_LLM_MODEL, or flowd's [provider] models)",
             (404, _) => " (check the provider's base URL: an OpenAI-compatible API's ends in `/v1`, Anthropic's does not)",
             _ => "",
         });
@@ -575,19 +592,43 @@ pub(crate) fn status_error(
         500..=599 => ErrorKind::Server,
         _ => ErrorKind::Client,
     };
-    let mut error = StepError::new(kind, format!("{url} answered {status}: {}", excerpt(text)));
+    // Anthropic's 529 has no name in the HTTP registry, and showed as
+    // "529 <unknown status code>".
+    let status_said = match (status.as_u16(), status.canonical_reason()) {
+        (529, _) => "529 Overloaded".to_string(),
+        (code, Some(reason)) => format!("{code} {reason}"),
+        (code, None) => code.to_string(),
+    };
+    let mut error = StepError::new(
+        kind,
+        format!("{url} answered {status_said}: {}", excerpt(text)),
+    );
     error.retry_after = retry_after;
     error
 }
 
-/// `Retry-After` in seconds, as the providers send it.
-/// The wait a `Retry-After` header asks for: delay-seconds, or an HTTP-date
-/// (a date already past asks for no wait). Anything else is ignored, and the
-/// backoff decides.
+/// The wait a provider's reply asks for before the next try:
+/// `retry-after-ms` (OpenAI's and Azure's, to the millisecond) if it has
+/// one, else `Retry-After` as delay-seconds or an HTTP-date in any of its
+/// forms (a date already past asks for no wait). Seconds with a fraction
+/// (`1.5`) are not HTTP's but some servers send them, and meaning them is
+/// better than retrying before the provider asked. Anything else is
+/// ignored, and the backoff decides.
 pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let value = headers.get("retry-after")?.to_str().ok()?.trim();
-    if let Ok(seconds) = value.parse::<u64>() {
-        return Some(Duration::from_secs(seconds));
+    let header = |name: &str| Some(headers.get(name)?.to_str().ok()?.trim());
+    let seconds = |text: &str| {
+        let seconds: f64 = text.parse().ok()?;
+        // `parse` takes `inf` and `NaN` too.
+        (seconds.is_finite() && seconds >= 0.0)
+            .then(|| Duration::try_from_secs_f64(seconds).ok())
+            .flatten()
+    };
+    if let Some(wait) = header("retry-after-ms").and_then(|ms| seconds(ms).map(|d| d / 1000)) {
+        return Some(wait);
+    }
+    let value = header("retry-after")?;
+    if let Some(wait) = seconds(value) {
+        return Some(wait);
     }
     let at = crate::time::http_date_secs(value)?;
     let now = std::time::SystemTime::now()
@@ -600,11 +641,11 @@ pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Durati
 /// A request that got no whole answer, saying why (reqwest's own words,
 /// "error sending request", say only that it failed).
 pub(crate) fn transport_error(url: &str, error: reqwest::Error) -> StepError {
-    let refused = certificate_refused(&error);
+    let refused = tls_refused(&error);
     let kind = if error.is_timeout() {
         ErrorKind::Timeout
-    } else if refused {
-        // Retrying would meet the same certificate: three attempts and their
+    } else if refused.is_some() {
+        // Retrying would meet the same server: three attempts and their
         // backoff spent on an error that cannot change.
         ErrorKind::Client
     } else {
@@ -613,17 +654,31 @@ pub(crate) fn transport_error(url: &str, error: reqwest::Error) -> StepError {
     // reqwest names the URL itself, password and all, in some errors.
     let why = with_causes(&error.without_url());
     let mut error = StepError::new(kind, format!("{url}: {why}"));
-    if refused {
-        error.message.push_str(
-            " (the server's certificate was refused, which another attempt would not change; an authority of your own is trusted through SSL_CERT_FILE)",
-        );
-    }
+    error.message.push_str(match refused {
+        Some(TlsRefused::Certificate) => {
+            " (the server's certificate was refused, which another attempt would not change; an authority of your own is trusted through SSL_CERT_FILE)"
+        }
+        Some(TlsRefused::NotTls) => {
+            " (the server answered without TLS: if it serves plain HTTP, its base URL starts with `http://`)"
+        }
+        None => "",
+    });
     error
 }
 
-/// Whether the TLS handshake refused the server's certificate (signed by
-/// an authority not trusted, expired, for another name, or none shown).
-fn certificate_refused(error: &reqwest::Error) -> bool {
+/// Why a TLS handshake failed for good.
+enum TlsRefused {
+    /// The server's certificate was refused (signed by an authority not
+    /// trusted, expired, for another name, or none shown).
+    Certificate,
+    /// What came back was no TLS at all: an `https://` URL of a server
+    /// that speaks plain HTTP.
+    NotTls,
+}
+
+/// Whether the TLS handshake failed in a way another attempt would meet
+/// again, and which.
+fn tls_refused(error: &reqwest::Error) -> Option<TlsRefused> {
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(mut inner) = cause {
         // An `io::Error`'s `source` skips the error it wraps, which is
@@ -635,15 +690,18 @@ fn certificate_refused(error: &reqwest::Error) -> bool {
         {
             inner = wrapped;
         }
-        if matches!(
-            inner.downcast_ref::<rustls::Error>(),
-            Some(rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented)
-        ) {
-            return true;
+        match inner.downcast_ref::<rustls::Error>() {
+            Some(rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented) => {
+                return Some(TlsRefused::Certificate);
+            }
+            Some(rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType)) => {
+                return Some(TlsRefused::NotTls);
+            }
+            _ => {}
         }
         cause = inner.source();
     }
-    false
+    None
 }
 
 /// Schema and tool names allow `[a-zA-Z0-9_-]` only.
@@ -670,6 +728,50 @@ pub(crate) fn excerpt(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// Regression: `Retry-After: 1.5` and `retry-after-ms` were ignored, and
+    /// the step retried after its backoff, before the provider asked.
+    #[test]
+    fn every_form_of_a_wait_a_provider_asks_for_is_understood() {
+        use std::time::Duration;
+        let wait = |headers: &[(&'static str, &str)]| {
+            let mut map = reqwest::header::HeaderMap::new();
+            for (name, value) in headers {
+                map.insert(*name, value.parse().unwrap());
+            }
+            super::retry_after(&map)
+        };
+        assert_eq!(wait(&[("retry-after", "3")]), Some(Duration::from_secs(3)));
+        assert_eq!(
+            wait(&[("retry-after", " 1.5 ")]),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(
+            wait(&[("retry-after-ms", "250"), ("retry-after", "1")]),
+            Some(Duration::from_millis(250)),
+            "the finer of the two is taken"
+        );
+        assert_eq!(
+            wait(&[("retry-after", "Sun, 06 Nov 1994 08:49:37 GMT")]),
+            Some(Duration::ZERO),
+            "a date past asks for no wait"
+        );
+        assert_eq!(
+            wait(&[("retry-after", "Sunday, 06-Nov-94 08:49:37 GMT")]),
+            Some(Duration::ZERO)
+        );
+        assert!(
+            wait(&[("retry-after", "Fri Jan  1 00:00:00 2100")])
+                .is_some_and(|wait| wait > Duration::from_secs(86_400 * 365))
+        );
+        for ignored in ["-1", "NaN", "inf", "1e400", "soon", ""] {
+            assert_eq!(wait(&[("retry-after", ignored)]), None, "{ignored:?}");
+        }
+        assert_eq!(
+            wait(&[("retry-after-ms", "NaN"), ("retry-after", "2")]),
+            Some(Duration::from_secs(2))
+        );
+    }
+
     /// Regression: a server that echoed the key inside a JSON string
     /// (`sk-A\/B\"C`) or a URL (`sk-A%2FB`) had it shown in the error, the
     /// trace and the store; only the key as is was hidden.

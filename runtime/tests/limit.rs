@@ -496,3 +496,63 @@ async fn a_timeout_spent_waiting_for_a_permit_says_so() {
         "the waiter's call never went out"
     );
 }
+
+/// Regression: through the interpreter, a step whose timeout passed while
+/// it waited for a permit was still recorded as "the attempt ran past the
+/// step's timeout": the step's timer and the wait's fired at the same
+/// instant, and on a runtime of several threads the step's won. Two
+/// branches at once under a limit of one call, the model slower than the
+/// steps' timeout: the branch that waited says so, and its call never went
+/// out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_timed_out_waiting_for_a_permit_says_so_through_the_interpreter() {
+    let source = r#"recipe answer {
+  model "default"
+  input { q: string }
+  output { text: string }
+  prompt "{{input.q}}"
+}
+workflow w {
+  parallel both {
+    branch a { step s = answer { q: "a" } retry 1 timeout 300ms }
+    branch b { step t = answer { q: "b" } retry 1 timeout 300ms }
+  }
+  output { done: true }
+}"#;
+    let checked = flow_compiler::check_source("p.flow", source);
+    assert!(!checked.has_errors(), "{:#?}", checked.diagnostics);
+    let plan = flow_compiler::lower(&checked).expect("lowers");
+    for round in 0..5 {
+        let server =
+            FakeLlm::start(vec![], json!({ "text": "slow" }), Duration::from_secs(2)).await;
+        let limiter: Arc<dyn Limiter> =
+            Arc::new(LocalLimiter::new(limits(1), Arc::new(Unobserved)));
+        let store = Arc::new(flow_runtime::memory::MemoryStore::default());
+        let services = flow_runtime::services::Services {
+            provider: limited(&server, limiter, "acme"),
+            effects: store.clone(),
+            mcp: None,
+            journal: store.clone(),
+            steps: None,
+            in_flight: None,
+        };
+        let outcome = flow_runtime::run(&plan, "w", "r", json!({}), services).await;
+        assert!(
+            matches!(outcome, flow_runtime::journal::Outcome::Failed { .. }),
+            "{outcome:?}"
+        );
+        assert_eq!(server.requests(), 1, "round {round}: one call went out");
+        let errors: Vec<String> = store
+            .records()
+            .iter()
+            .flat_map(|record| record.attempts.iter().filter_map(|a| a.error.clone()))
+            .collect();
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains("while it waited for a place")
+                    && e.contains("the model was not asked")),
+            "round {round}: {errors:?}"
+        );
+    }
+}

@@ -501,6 +501,94 @@ async fn anthropic_refusals_and_max_tokens_are_named() {
     assert!(errors[1].contains("stop_reason `max_tokens`"), "{errors:?}");
 }
 
+/// Regression: a refusal with no text (`content: []`) was repaired with an
+/// empty assistant message, which Anthropic's API refuses with a 400: the
+/// step failed as a client error that hid the refusal, and the model was
+/// never asked again.
+#[tokio::test]
+async fn anthropic_a_refusal_without_text_is_repaired_with_a_turn_the_api_takes() {
+    for stop in ["refusal", "max_tokens"] {
+        let server = fake_llm(vec![Reply::Body(
+            json!({ "content": [], "stop_reason": stop }),
+        )])
+        .await;
+        let (outcome, store) = run_with(anthropic(&server), FAST_RETRIES).await;
+        assert_eq!(output_of(&outcome)["text"], "fine", "{stop}");
+        assert_eq!(server.requests(), 2, "{stop}: the answer, then its repair");
+        let attempts = &store.records()[0].attempts;
+        assert!(
+            attempts[0]
+                .error
+                .as_deref()
+                .is_some_and(|e| e.contains(stop)),
+            "{stop}: {attempts:?}"
+        );
+    }
+}
+
+/// Regression: an error reply whose body could not be read (cut off, or
+/// past the size cap) lost its status: a 401 was retried as a connection
+/// failure, and a 429's `Retry-After` was not waited for.
+#[tokio::test]
+async fn an_errors_status_holds_when_its_body_is_cut_off() {
+    let server = fake_llm(vec![Reply::CutBody(401, vec![])]).await;
+    let (outcome, store) = run_against(&server, FAST_RETRIES).await;
+    let error = failure(&outcome, &store, ErrorKind::Client);
+    assert_eq!(server.requests(), 1, "a 401 is not retried");
+    assert!(
+        error.message.contains("401") && error.message.contains("body not read"),
+        "{error:?}"
+    );
+
+    let server = fake_llm(vec![Reply::CutBody(429, vec![("retry-after", "1")])]).await;
+    let (outcome, store) = run_against(&server, "retry 3 backoff 1ms..2s timeout 2s").await;
+    assert_eq!(output_of(&outcome)["text"], "fine");
+    assert_eq!(
+        store.records()[0].attempts[0].delay_ms,
+        Some(1000),
+        "the 429's Retry-After, not the 1 ms backoff"
+    );
+}
+
+/// Regression: an `https://` base URL of a server that speaks plain HTTP
+/// was retried as a connection failure ("received corrupt message of type
+/// InvalidContentType"), three times, and never said what was wrong.
+#[tokio::test]
+async fn https_to_a_plain_http_server_fails_at_once_and_says_so() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = Arc::clone(&connections);
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            // What an HTTP server says to a TLS handshake it cannot read.
+            let mut hello = [0u8; 512];
+            let _ = socket.read(&mut hello).await;
+            let _ = socket
+                .write_all(
+                    b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                )
+                .await;
+        }
+    });
+    let provider = OpenAiProvider::new(ProviderConfig {
+        base_url: format!("https://127.0.0.1:{port}/v1"),
+        api_key: None,
+        models: Default::default(),
+    })
+    .expect("a client");
+    let (outcome, store) = run_with(Arc::new(provider), FAST_RETRIES).await;
+    let error = failure(&outcome, &store, ErrorKind::Client);
+    assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert!(
+        error.message.contains("answered without TLS") && error.message.contains("`http://`"),
+        "{}",
+        error.message
+    );
+}
+
 /// A base URL that cannot be called is refused when the provider is made,
 /// naming the URL; before, every step retried it as a connection failure.
 #[test]

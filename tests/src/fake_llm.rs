@@ -31,6 +31,9 @@ pub enum Reply {
     /// Answers 200 and sends its body without end, a megabyte at a time,
     /// until the client goes away.
     Endless,
+    /// Answers this status and headers, then closes the connection a few
+    /// bytes into a body it said would be longer.
+    CutBody(u16, Vec<(&'static str, &'static str)>),
 }
 
 /// A 200 answer whose content is `content`.
@@ -193,6 +196,23 @@ async fn serve(
             prompt,
             at_ms: began_ms.unwrap_or_else(now_ms),
         });
+    // As Anthropic's API does: a message with no content is refused, but
+    // for a last one of the assistant's (which the model continues).
+    if anthropic && let Some(messages) = request["messages"].as_array() {
+        let empty = messages.iter().enumerate().find(|(i, m)| {
+            m["content"].as_str().is_some_and(str::is_empty)
+                && !(i + 1 == messages.len() && m["role"] == "assistant")
+        });
+        if let Some((i, _)) = empty {
+            let body = json!({ "type": "error", "error": { "type": "invalid_request_error", "message": format!("messages.{i}: all messages must have non-empty content except for the optional final assistant message") } }).to_string();
+            let response = format!(
+                "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = socket.write_all(response.as_bytes()).await;
+            return;
+        }
+    }
     let reply = script
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -224,6 +244,17 @@ async fn serve(
             }
             let megabyte = vec![b' '; 1 << 20];
             while socket.write_all(&megabyte).await.is_ok() {}
+            return;
+        }
+        Reply::CutBody(status, headers) => {
+            let mut head = format!(
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: 1000\r\nconnection: close\r\n"
+            );
+            for (name, value) in headers {
+                head.push_str(&format!("{name}: {value}\r\n"));
+            }
+            head.push_str("\r\n{\"error\": {");
+            let _ = socket.write_all(head.as_bytes()).await;
             return;
         }
         Reply::Stall(wait) => {

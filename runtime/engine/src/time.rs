@@ -41,26 +41,59 @@ pub fn now_rfc3339() -> String {
     rfc3339_utc(now_ms())
 }
 
-/// Seconds since the Unix epoch of an IMF-fixdate (`Sun, 06 Nov 1994
-/// 08:49:37 GMT`), the HTTP-date form servers send (RFC 9110 §5.6.7).
+/// Seconds since the Unix epoch of an HTTP-date in any of its three forms,
+/// which a recipient must all accept (RFC 9110 §5.6.7): the IMF-fixdate
+/// servers send today (`Sun, 06 Nov 1994 08:49:37 GMT`), and the obsolete
+/// RFC 850 (`Sunday, 06-Nov-94 08:49:37 GMT`) and asctime (`Sun Nov  6
+/// 08:49:37 1994`) forms older servers and proxies still send.
 pub fn http_date_secs(text: &str) -> Option<u64> {
-    let (_weekday, rest) = text.split_once(", ")?;
-    let mut fields = rest.split(' ');
-    let day: u64 = fields.next()?.parse().ok()?;
+    let text = text.trim();
+    let (day, month, year, clock) = match text.split_once(", ") {
+        Some((weekday, rest)) if weekday.len() == 3 => {
+            let mut fields = rest.split(' ');
+            let date = (fields.next()?, fields.next()?, fields.next()?.parse().ok()?);
+            let clock = fields.next()?;
+            if fields.next()? != "GMT" || fields.next().is_some() {
+                return None;
+            }
+            (date.0, date.1, date.2, clock)
+        }
+        Some((_weekday, rest)) => {
+            let mut fields = rest.split(' ');
+            let mut date = fields.next()?.split('-');
+            let (day, month, year) = (date.next()?, date.next()?, date.next()?);
+            let clock = fields.next()?;
+            if date.next().is_some() || fields.next()? != "GMT" || fields.next().is_some() {
+                return None;
+            }
+            (day, month, two_digit_year(year)?, clock)
+        }
+        None => {
+            let mut fields = text.split_ascii_whitespace();
+            let (_weekday, month, day, clock) = (
+                fields.next()?,
+                fields.next()?,
+                fields.next()?,
+                fields.next()?,
+            );
+            let year = fields.next()?.parse().ok()?;
+            if fields.next().is_some() {
+                return None;
+            }
+            (day, month, year, clock)
+        }
+    };
     const MONTHS: [&str; 12] = [
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
     ];
-    let month_name = fields.next()?;
-    let month = MONTHS.iter().position(|m| *m == month_name)? as u64 + 1;
-    let year: u64 = fields.next()?.parse().ok()?;
-    let mut clock = fields.next()?.split(':').map(|f| f.parse::<u64>().ok());
+    let month = MONTHS.iter().position(|m| *m == month)? as u64 + 1;
+    let day: u64 = day.parse().ok()?;
+    let mut clock = clock.split(':').map(|f| f.parse::<u64>().ok());
     let (hour, minute, second) = (clock.next()??, clock.next()??, clock.next()??);
-    if fields.next()? != "GMT" || fields.next().is_some() || clock.next().is_some() {
-        return None;
-    }
-    // IMF-fixdate years have four digits; the bound also keeps the
-    // arithmetic below far from overflow on a hostile header.
-    if !(1..=31).contains(&day)
+    // Four-digit years; the bound also keeps the arithmetic below far
+    // from overflow on a hostile header.
+    if clock.next().is_some()
+        || !(1..=31).contains(&day)
         || !(1970..=9999).contains(&year)
         || hour > 23
         || minute > 59
@@ -70,6 +103,23 @@ pub fn http_date_secs(text: &str) -> Option<u64> {
     }
     let days = days_from_civil(year, month, day)?;
     Some(days * 86_400 + hour * 3_600 + minute * 60 + second)
+}
+
+/// The year of an RFC 850 date's two digits: the latest year ending in
+/// them that is not more than 50 years ahead of now, as RFC 9110 §5.6.7
+/// asks.
+fn two_digit_year(digits: &str) -> Option<u64> {
+    if digits.len() != 2 {
+        return None;
+    }
+    let digits: u64 = digits.parse().ok()?;
+    let (this_year, _, _) = civil_from_days(now_ms() / 86_400_000);
+    let year = this_year - this_year % 100 + digits;
+    Some(if year > this_year + 50 {
+        year - 100
+    } else {
+        year
+    })
 }
 
 /// Days since 1970-01-01 of a date on or after it.
@@ -114,6 +164,19 @@ mod tests {
             http_date_secs("Tue, 29 Feb 2028 12:00:05 GMT"),
             Some(1_835_438_405)
         );
+        // The two obsolete forms a recipient must still accept.
+        assert_eq!(
+            http_date_secs("Sunday, 06-Nov-94 08:49:37 GMT"),
+            Some(784_111_777)
+        );
+        assert_eq!(
+            http_date_secs("Sun Nov  6 08:49:37 1994"),
+            Some(784_111_777)
+        );
+        assert_eq!(
+            http_date_secs("Tuesday, 29-Feb-28 12:00:05 GMT"),
+            Some(1_835_438_405)
+        );
         for bad in [
             "",
             "soon",
@@ -122,7 +185,10 @@ mod tests {
             "Sun, 06 Foo 1994 08:49:37 GMT",
             "Sun, 32 Nov 1994 08:49:37 GMT",
             "Sun, 06 Nov 1994 08:49:37 GMT extra",
-            "Sunday, 06-Nov-94 08:49:37 GMT",
+            "Sunday, 06-Nov-1994 08:49:37 GMT",
+            "Sunday, 06-Nov-94 08:49:37",
+            "Sun Nov  6 08:49:37 1994 GMT",
+            "Sun Nov  6 08:49 1994",
             "Sun, 06 Nov 600000000000 08:49:37 GMT",
             "Sun, 06 Nov 18446744073709551615 08:49:37 GMT",
         ] {
