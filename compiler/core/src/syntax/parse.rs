@@ -3903,6 +3903,40 @@ fn keyword_arguments(arguments: &str) -> (String, String) {
 /// Where the parse of `text` with the first of `rules` that gets furthest
 /// fails, and the words expected there.
 fn furthest_failure(rules: &[Rule], text: &str) -> (usize, Vec<String>) {
+    // pest finds the line of each error it builds by scanning from the end
+    // of its input back to the failure, so parsing the rest of the file for
+    // each of many slips in it was quadratic (2,000 broken lines took
+    // seconds). The rules are parsed on the text up to a line's end, a
+    // window that grows while the failure lies in its last line: before
+    // that line no attempt reached the cut, and the whole text would fail
+    // at the same place with the same expectations.
+    let mut window = FIRST_WINDOW;
+    loop {
+        // A byte search: a `\n` is never inside a character of several.
+        let end = match (text.as_bytes().get(window..))
+            .and_then(|after| after.iter().position(|b| *b == b'\n'))
+        {
+            Some(newline) => window + newline + 1,
+            None => text.len(),
+        };
+        let cut = &text[..end];
+        let found = furthest_failure_in(rules, cut);
+        let last_line = cut.as_bytes()[..cut.len().saturating_sub(1)]
+            .iter()
+            .rposition(|b| *b == b'\n')
+            .map_or(0, |newline| newline + 1);
+        if end == text.len() || found.0 < last_line {
+            return found;
+        }
+        window = window.saturating_mul(4);
+    }
+}
+
+/// The text `furthest_failure` first parses: a few statements' worth.
+const FIRST_WINDOW: usize = 4096;
+
+/// `furthest_failure` on the whole of `text`.
+fn furthest_failure_in(rules: &[Rule], text: &str) -> (usize, Vec<String>) {
     // pest collects which tokens it tried at the furthest position only when
     // error detail is on: on for this re-parse (another thread parsing
     // meanwhile only pays in speed).
@@ -4589,5 +4623,31 @@ fn join_or(words: &[String]) -> String {
         [] => String::new(),
         [one] => one.clone(),
         [init @ .., last] => format!("{} or {}", init.join(", "), last),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `furthest_failure` parses a window of the text that grows while the
+    /// failure lies in its last line (pest made recovery quadratic in the
+    /// file's length): a failure far past the first window, one inside it
+    /// and one in a text without a line break are found as on the whole.
+    #[test]
+    fn a_window_finds_the_failure_the_whole_text_has() {
+        let long_record = format!(
+            "step a = r {{\n{}  c: ]\n}}\n{}",
+            "  b: \"y\",\n".repeat(1_000),
+            "step d = r { a: 1 }\n".repeat(1_000)
+        );
+        let early = format!("step ; = ;\n{}", "step d = r { a: 1 }\n".repeat(1_000));
+        let one_line = format!("step a = r {{ b: \"{}é\", c: ] }}", "x".repeat(9_000));
+        for text in [&long_record, &early, &one_line] {
+            let whole = furthest_failure_in(&[Rule::statement], text);
+            assert_eq!(furthest_failure(&[Rule::statement], text), whole);
+            assert!(whole.0 > 0, "{whole:?}");
+        }
+        assert!(furthest_failure(&[Rule::statement], &long_record).0 > FIRST_WINDOW);
     }
 }
