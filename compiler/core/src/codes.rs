@@ -394,6 +394,17 @@ flow_plan::code_table! {
     /// ```
     RepeatedVariant = ("W307", "repeated-variant", Warning, "a union writes the same variant twice");
 
+    /// A step option that can do nothing where it is written: `retry`,
+    /// `timeout` or `idempotency` on an approval (it waits for people, is
+    /// decided once, makes no attempt to retry and no call to time out;
+    /// `expires` bounds its wait), or a `backoff` with `retry 1` (there is
+    /// no second attempt to wait for).
+    ///
+    /// ```flow
+    /// step ok = approval { approvers: ["leads"], message: "Ship?" } retry 3   // write `expires: 48h` in the record
+    /// ```
+    OptionWithoutEffect = ("W308", "option-without-effect", Warning, "a step option that does nothing here");
+
     /// A `test` names a workflow that neither its file nor the files it
     /// imports declare. A test of a workflow in another file imports it:
     ///

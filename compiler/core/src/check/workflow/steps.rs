@@ -212,6 +212,55 @@ impl<'e, 'd> Checker<'e, 'd> {
 
     pub(super) fn options(&mut self, step: &Step) {
         let options = &step.options;
+        if matches!(step.call, StepCall::Approval { .. }) {
+            let idle = [
+                options.retry.as_ref().map(|r| ("retry", r.attempts_span)),
+                options.timeout.as_ref().map(|t| ("timeout", t.span)),
+                options
+                    .idempotency
+                    .as_ref()
+                    .map(|k| ("idempotency", k.span)),
+            ];
+            let mut idle: Vec<(&str, Span)> = idle.into_iter().flatten().collect();
+            idle.sort_by_key(|(_, span)| span.start);
+            // One diagnostic for all of them: one mistake, one report.
+            if let (Some((_, first)), Some((_, last))) = (idle.first(), idle.last()) {
+                let names: Vec<String> = idle.iter().map(|(name, _)| format!("`{name}`")).collect();
+                let (names, verb) = match names.as_slice() {
+                    [one] => (one.clone(), "does"),
+                    [rest @ .., last] => (format!("{} and {last}", rest.join(", ")), "do"),
+                    [] => unreachable!("a first and a last"),
+                };
+                self.push(
+                    Diagnostic::new(
+                        Code::OptionWithoutEffect,
+                        self.file,
+                        first.to(*last),
+                        format!("{names} {verb} nothing on an approval"),
+                    )
+                    .label("ignored")
+                    .hint("an approval waits for people and is decided once: it makes no attempt to retry or to time out")
+                    .hint("`expires: 48h` in its record bounds the wait; `on_reject` and `on_expire` say what a rejection or an expiry does"),
+                );
+            }
+        }
+        if let Some(Retry {
+            attempts: 1,
+            backoff: Some((min, max)),
+            ..
+        }) = &options.retry
+        {
+            self.push(
+                Diagnostic::new(
+                    Code::OptionWithoutEffect,
+                    self.file,
+                    min.span.to(max.span),
+                    "`backoff` does nothing with `retry 1`",
+                )
+                .label("no second attempt waits for it")
+                .hint("`retry 1` runs the step once; write `retry 3` (or more) for the backoff to apply"),
+            );
+        }
         let mut attempts = DEFAULT_ATTEMPTS;
         if let Some(retry) = &options.retry {
             attempts = retry.attempts;
