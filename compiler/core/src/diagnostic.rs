@@ -213,7 +213,7 @@ impl LineIndex {
     pub fn line_col(&self, text: &str, offset: u32) -> (usize, usize) {
         let offset = offset.min(text.len() as u32);
         let line = self.starts.partition_point(|start| *start <= offset) - 1;
-        let start = self.starts[line] as usize;
+        let start = after_bom(text, self.starts[line] as usize);
         let end = floor_char_boundary(text, offset as usize).max(start);
         (line + 1, text[start..end].chars().count() + 1)
     }
@@ -222,7 +222,7 @@ impl LineIndex {
     /// text this index was built from: the inverse of [`Self::line_col`].
     /// `None` past the end of the line or the text.
     pub fn offset(&self, text: &str, line: usize, column: usize) -> Option<u32> {
-        let start = *self.starts.get(line.checked_sub(1)?)? as usize;
+        let start = after_bom(text, *self.starts.get(line.checked_sub(1)?)? as usize);
         let rest = &text[start..];
         let line_text = &rest[..rest.find('\n').unwrap_or(rest.len())];
         let within = match column.checked_sub(1)? {
@@ -241,9 +241,19 @@ pub fn line_col(source: &str, offset: u32) -> (usize, usize) {
     let offset = (offset as usize).min(source.len());
     let before = &source[..floor_char_boundary(source, offset)];
     let line = before.matches('\n').count() + 1;
-    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let line_start = after_bom(before, before.rfind('\n').map_or(0, |i| i + 1));
     let column = before[line_start..].chars().count() + 1;
     (line, column)
+}
+
+/// Where the first line's columns start: after a byte-order mark, which no
+/// editor shows as a column (`\u{FEFF}workflw` was reported at 1:2).
+fn after_bom(text: &str, line_start: usize) -> usize {
+    if line_start == 0 && text.starts_with('\u{FEFF}') {
+        '\u{FEFF}'.len_utf8()
+    } else {
+        line_start
+    }
 }
 
 fn floor_char_boundary(source: &str, mut offset: usize) -> usize {
@@ -251,4 +261,23 @@ fn floor_char_boundary(source: &str, mut offset: usize) -> usize {
         offset -= 1;
     }
     offset
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression: a file's byte-order mark counted as a column of its
+    /// first line, so an error there was reported one column to the right.
+    #[test]
+    fn a_byte_order_mark_is_no_column() {
+        let text = "\u{FEFF}workflw w {}\nnext";
+        let index = LineIndex::new(text);
+        for (offset, at) in [(0, (1, 1)), (3, (1, 1)), (10, (1, 8)), (16, (2, 1))] {
+            assert_eq!(line_col(text, offset), at, "{offset}");
+            assert_eq!(index.line_col(text, offset), at, "{offset}");
+        }
+        assert_eq!(index.offset(text, 1, 1), Some(3));
+        assert_eq!(index.offset(text, 1, 8), Some(10));
+    }
 }
