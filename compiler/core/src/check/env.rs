@@ -124,7 +124,11 @@ pub(crate) fn build(files: &[LoadedFile], diagnostics: &mut Vec<Diagnostic>) -> 
         for item in &loaded.tree.items {
             match item {
                 Item::Type(decl) => {
-                    if BUILTIN_TYPES.contains(&decl.name.text.as_str()) {
+                    // `list` too: an alias of that name read as the alias
+                    // where written alone and as the built-in in `list<T>`,
+                    // and mismatches then said "found `list`".
+                    if BUILTIN_TYPES.contains(&decl.name.text.as_str()) || decl.name.text == "list"
+                    {
                         diagnostics.push(
                             Diagnostic::new(
                                 Code::DuplicateDeclaration,
