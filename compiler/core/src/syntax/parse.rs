@@ -2406,7 +2406,31 @@ impl<'s> Parser<'s> {
         if let Some(at) = self.glued_keyword(start, word, &keywords, what) {
             return Some(at);
         }
-        let best = did_you_mean(word, keywords.iter().copied())?;
+        // Other tools' names for the step options (`max_retries 3`,
+        // `on_failure continue`) are too far from flow's for a near miss.
+        const OPTION_SYNONYMS: &[(&str, &str)] = &[
+            ("retries", "retry"),
+            ("max_retries", "retry"),
+            ("retry_count", "retry"),
+            ("attempts", "retry"),
+            ("max_attempts", "retry"),
+            ("on_failure", "on_error"),
+            ("on_fail", "on_error"),
+            ("onerror", "on_error"),
+            ("on_exception", "on_error"),
+            ("timeout_ms", "timeout"),
+            ("timeout_secs", "timeout"),
+            ("timeout_seconds", "timeout"),
+            ("idempotency_key", "idempotency"),
+        ];
+        let synonym = OPTION_SYNONYMS
+            .iter()
+            .find(|(other, meant)| *other == word && keywords.contains(meant))
+            .map(|(_, meant)| *meant);
+        let best = match synonym {
+            Some(meant) => meant,
+            None => did_you_mean(word, keywords.iter().copied())?,
+        };
         let diagnostic = Diagnostic::new(
             Code::Syntax,
             self.file,
@@ -3078,17 +3102,22 @@ impl<'s> Parser<'s> {
             }
             Rule::for_stmt => {
                 let mut inner = stmt.into_inner().peekable();
-                let (collection, id, names_item) =
-                    match inner.next_if(|p| p.as_rule() == Rule::for_in_slip) {
-                        Some(slip) => {
-                            let (collection, id) = self.for_in(slip)?;
-                            (collection, id, true)
-                        }
-                        None => {
-                            let collection = self.expr(inner.next()?);
-                            (collection, self.declared(inner.next()?), false)
-                        }
-                    };
+                let (collection, id, names_item) = match inner
+                    .next_if(|p| matches!(p.as_rule(), Rule::for_in_slip | Rule::for_unnamed_slip))
+                {
+                    Some(slip) if slip.as_rule() == Rule::for_in_slip => {
+                        let (collection, id) = self.for_in(slip)?;
+                        (collection, id, true)
+                    }
+                    Some(slip) => {
+                        let (collection, id) = self.for_unnamed(slip)?;
+                        (collection, id, false)
+                    }
+                    None => {
+                        let collection = self.expr(inner.next()?);
+                        (collection, self.declared(inner.next()?), false)
+                    }
+                };
                 let mut concurrency = None;
                 let mut max_items = None;
                 let mut body = None;
@@ -3307,9 +3336,23 @@ impl<'s> Parser<'s> {
     /// A `step_stmt`, or a `stepless_stmt` whose children are the same but
     /// for the doc comments that lead it.
     fn step_stmt(&mut self, stmt: Pair<'_, Rule>, docs: Vec<String>) -> Option<Stmt> {
+        self.step_named(stmt, docs, None)
+    }
+
+    /// `step_stmt`, with `id` standing in for the one written when given.
+    fn step_named(
+        &mut self,
+        stmt: Pair<'_, Rule>,
+        docs: Vec<String>,
+        id: Option<Name>,
+    ) -> Option<Stmt> {
         let span = span_of(&stmt);
         let mut inner = children(stmt).filter(|p| p.as_rule() != Rule::declare_slip);
-        let id = self.declared(inner.next()?);
+        let written = inner.next()?;
+        let id = match id {
+            Some(id) => id,
+            None => self.declared(written),
+        };
         let call = self.step_call(inner.next()?);
         let mut options = StepOptions::default();
         for option in inner {
@@ -3328,6 +3371,26 @@ impl<'s> Parser<'s> {
     fn stepless_stmt(&mut self, stmt: Pair<'_, Rule>) -> Option<Stmt> {
         let docs = docs(&stmt);
         let id = children(stmt.clone()).next()?;
+        // `step = call`: the keyword is there and the id is not. Said once
+        // (it read as a step named `step` missing its keyword, and then as a
+        // keyword used as a name), and the step read with the empty name,
+        // which no reference matches and no duplicate check counts.
+        if id.as_rule() == Rule::ident && id.as_str() == "step" {
+            let at = span_of(&id);
+            self.problems.push(
+                Diagnostic::new(Code::Syntax, self.file, at, "this step has no id")
+                    .label("an id goes between `step` and `=`")
+                    .hint("write `step NAME = ...`: the id names the step's record, and references read it as `step.NAME`"),
+            );
+            let missing = Name {
+                text: "".into(),
+                span: Span {
+                    start: at.end,
+                    end: at.end,
+                },
+            };
+            return self.step_named(stmt, docs, Some(missing));
+        }
         if id.as_rule() == Rule::declare_slip {
             let id = children(stmt.clone()).nth(1)?;
             self.slip(
@@ -3371,6 +3434,37 @@ impl<'s> Parser<'s> {
             ),
             meant,
         );
+        Some((collection, id))
+    }
+
+    /// `for COLLECTION {`, the loop's name left out: reported, and the loop
+    /// read with a name no one can write (`as@OFFSET`), so that its
+    /// body is checked as a loop's (`loop_item` in it) rather than
+    /// skipped, which reported each use of `loop_item` and each step
+    /// after it as well.
+    fn for_unnamed(&mut self, slip: Pair<'_, Rule>) -> Option<(Expr, Name)> {
+        let span = span_of(&slip);
+        let collection = first_child(slip);
+        let written = collection.as_str().trim_end().to_string();
+        let collection = self.expr(collection);
+        self.slip(
+            span,
+            "a loop is written `for COLLECTION as ID`",
+            "the loop has no name",
+            format!(
+                "write `for {written} as each`: `each` then names the loop, and its current item is `loop_item`"
+            ),
+            format!("{written} as each"),
+        );
+        // Its offset makes it unique, so that two such loops are not also
+        // reported as one id used twice.
+        let id = Name {
+            text: format!("as@{}", span.start).into(),
+            span: Span {
+                start: span.end,
+                end: span.end,
+            },
+        };
         Some((collection, id))
     }
 
