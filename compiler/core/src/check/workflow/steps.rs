@@ -64,7 +64,13 @@ impl<'e, 'd> Checker<'e, 'd> {
                         format!("unknown recipe `{}`", recipe.text),
                     )
                     .label("no recipe by this name");
-                    if let Some(best) = self.suggest(&recipe.text, names.clone()) {
+                    // A recipe's near miss first; else a step kind's
+                    // (`aproval {`), which reads as a recipe's call.
+                    let kinds = ["approval"].into_iter();
+                    if let Some(best) = self
+                        .suggest(&recipe.text, names.clone())
+                        .or_else(|| self.suggest(&recipe.text, kinds))
+                    {
                         diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
                     }
                     diagnostic = if self.env.recipes.is_empty() {
