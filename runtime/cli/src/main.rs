@@ -1372,11 +1372,14 @@ fn report(record: &RunRecord, json: bool, via: style::Via<'_>, seed: u64) -> u8 
         }
         RunStatus::Failed => {
             let error = record.error.as_ref();
+            // The error's kind as `flow show` gives it (`server`,
+            // `rate_limited`): what a script or a reader decides on.
             out!(
-                "run {run_id} failed{}: {}",
+                "run {run_id} failed{}: {}{}",
                 error
                     .map(|e| failed_at(e.step.as_deref(), e.attempts))
                     .unwrap_or_default(),
+                error.map_or(String::new(), |e| format!("{}: ", e.kind.name())),
                 style::inert(error.map_or("", |e| e.message.as_str()))
             );
         }
