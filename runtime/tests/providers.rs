@@ -131,6 +131,14 @@ async fn a_retry_after_date_is_waited_for_within_the_cap() {
         Some(1000),
         "a date decades away waits the 1 s cap, not the 1 ms backoff"
     );
+    let said = store.records()[0].attempts[0]
+        .error
+        .clone()
+        .unwrap_or_default();
+    assert!(
+        said.contains("past the backoff's MAX of 1s: raise MAX"),
+        "the attempt says its wait was cut to the cap: {said}"
+    );
 }
 
 #[tokio::test]

@@ -861,9 +861,23 @@ impl<'p> Interpreter<'p> {
                     tries += 1;
                     continue;
                 }
-                Err(error) => {
+                Err(mut error) => {
                     let last = tries + 1 >= step.retry.attempts || !error.kind.retryable();
                     let delay = (!last).then(|| backoff(step, tries, &error, &call_id));
+                    // The wait is held to the backoff's MAX; said, since the
+                    // fix (a larger MAX) is the author's.
+                    let cap = step.retry.backoff_max_ms.max(step.retry.backoff_min_ms);
+                    if let Some(asked) = error
+                        .retry_after
+                        .map(|after| u64::try_from(after.as_millis()).unwrap_or(u64::MAX))
+                        .filter(|asked| *asked > cap)
+                    {
+                        error.message.push_str(&format!(
+                            " (the provider asked to wait {}, past the backoff's MAX of {}: raise MAX for a provider whose limits reset slowly)",
+                            flow_plan::written::duration(asked),
+                            flow_plan::written::duration(cap)
+                        ));
+                    }
                     attempts.push(Attempt {
                         index,
                         error: Some(format!("{}: {}", error.kind.name(), error.message)),
