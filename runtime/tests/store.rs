@@ -1913,7 +1913,7 @@ async fn postgres_leases_keep_a_run_with_its_live_owner_until_they_run_out() {
 /// asked the store, so a step that waited to retry while another process
 /// cancelled its run sent its next attempt all the same. A confirmation
 /// that the run is this process's (a renewal, or a write the writer fenced)
-/// holds about a second; after it, an attempt asks.
+/// holds 2.7 s (nine tenths of three heartbeats); after it, an attempt asks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_an_attempt_asks_once_its_confirmation_has_run_out() {
     let backend = Backend::sqlite();
@@ -1932,7 +1932,7 @@ async fn sqlite_an_attempt_asks_once_its_confirmation_has_run_out() {
     // Another connection (as another process's `flow cancel` is).
     let other = backend.open().await;
     assert!(other.cancel_run("run-1").await.unwrap());
-    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    tokio::time::sleep(Duration::from_millis(2_800)).await;
     let refused = journal
         .admit()
         .await

@@ -184,9 +184,12 @@ impl Hold {
         *lock(&self.live_until)
     }
 
-    /// A renewal extended the hold to `until`.
+    /// A renewal extended the hold to `until`, unless a later one said
+    /// longer already (a write that waited long answers after the heartbeat
+    /// sent since).
     pub fn renewed(&self, until: Instant) {
-        *lock(&self.live_until) = Some(until);
+        let mut live_until = lock(&self.live_until);
+        *live_until = Some(live_until.map_or(until, |known| known.max(until)));
     }
 }
 

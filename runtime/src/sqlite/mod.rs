@@ -113,6 +113,13 @@ const ACCOUNT_RUN: &str = "SELECT id, workflow, plan_hash, status, input, outcom
 
 impl From<rusqlite::Error> for StoreError {
     fn from(error: rusqlite::Error) -> StoreError {
+        // SQLite's own words ("database is locked") say neither who holds
+        // the lock nor that nothing was lost.
+        if writer::is_busy(&error) {
+            return StoreError::Database(format!(
+                "{error}: another process has held the database's write lock for 10 s (a `flow` command or flowd on the same file, a backup, a process stopped mid-write); nothing was changed, try again once it is released"
+            ));
+        }
         StoreError::Database(error.to_string())
     }
 }
@@ -190,16 +197,35 @@ fn open(path: &Path) -> Result<Connection, StoreError> {
 }
 
 /// Runs `body` in a `BEGIN IMMEDIATE` transaction on `conn`: committed when
-/// it succeeds, rolled back when it fails. The write lock is waited for as
-/// the journal's writer waits for it (`writer::waiting_out_locks`): another
-/// process holding it past the busy timeout (a backup, a stopped peer) made
-/// `flow recover`, `flow cancel` and flowd's start fail with "database is
-/// locked" where the runs' writes waited.
+/// it succeeds, rolled back when it fails.
 fn in_immediate<T>(
     conn: &Connection,
     body: impl FnOnce() -> Result<T, StoreError>,
 ) -> Result<T, StoreError> {
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    committed(conn, body)
+}
+
+/// `in_immediate`, the write lock waited for as the journal's writer waits
+/// for it (`writer::waiting_out_locks`), for a write nothing else waits on:
+/// flowd's start failed with "database is locked" while another process
+/// held the lock past the busy timeout (a backup, a stopped peer), where
+/// the runs' writes waited. Not for calls on a server's async workers,
+/// which it would hold for as long.
+fn in_immediate_waiting<T>(
+    conn: &Connection,
+    body: impl FnOnce() -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
     writer::waiting_out_locks("a write", || conn.execute_batch("BEGIN IMMEDIATE"))?;
+    committed(conn, body)
+}
+
+/// Commits what `body` wrote in the transaction `conn` has open, or rolls
+/// it back.
+fn committed<T>(
+    conn: &Connection,
+    body: impl FnOnce() -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
     match body() {
         // A COMMIT that fails (a full disk, another process's lock past
         // the busy timeout) may leave the transaction open, and with it
@@ -597,14 +623,11 @@ impl SqliteStore {
     }
 
     pub fn cancel_run(&self, id: &str) -> Result<bool, StoreError> {
-        let conn = lock(&self.conn);
-        let changed = in_immediate(&conn, || {
-            Ok(conn.execute(
-                "UPDATE runs SET status = 'cancelled', owner = NULL, updated_ms = ?2
-                 WHERE id = ?1 AND status IN ('running', 'pending_approval')",
-                params![id, now_ms()],
-            )?)
-        })?;
+        let changed = lock(&self.conn).execute(
+            "UPDATE runs SET status = 'cancelled', owner = NULL, updated_ms = ?2
+             WHERE id = ?1 AND status IN ('running', 'pending_approval')",
+            params![id, now_ms()],
+        )?;
         Ok(changed == 1)
     }
 
@@ -1177,7 +1200,7 @@ impl SqliteStore {
 
     pub fn keep_events_of(&self, accounts: &[(String, EventsOf)]) -> Result<(), StoreError> {
         let conn = lock(&self.conn);
-        in_immediate(&conn, || {
+        in_immediate_waiting(&conn, || {
             // Called as flowd starts: a deliverer that died (kill -9) left
             // its claims, which would hold its events back for
             // `EVENT_CLAIM`. One flowd delivers from one file, so they are
@@ -1667,9 +1690,11 @@ fn notification_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Notification> {
 }
 
 /// How long a confirmation that a run is this process's holds before its
-/// next attempt asks again (`JournalBackend::lease`): the runner's
-/// heartbeat renews each second, and steps' writes confirm it between.
-const CONFIRMED_FOR: std::time::Duration = std::time::Duration::from_secs(1);
+/// next attempt asks again (`JournalBackend::lease`): three of the
+/// runner's heartbeats, which renew it each second (steps' writes confirm
+/// it between), so that a process going about its run never finds its
+/// hold run out between two of them (a call's body refused as it went out).
+const CONFIRMED_FOR: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// One run's journal on SQLite: the stores' shared journal over this
 /// store's writer.
@@ -1811,9 +1836,8 @@ mod tests {
         writer.join().unwrap();
     }
 
-    /// Regression: a write of the store's own connection (a claim by `flow
-    /// recover`, `flow cancel`, flowd's start) failed with "database is
-    /// locked" once another process had held the write lock for a busy
+    /// Regression: flowd's start (`keep_events_of`) failed with "database
+    /// is locked" once another process had held the write lock for a busy
     /// timeout; it waits, as the journal's writes do.
     #[test]
     fn a_write_transaction_waits_out_a_lock_held_past_the_busy_timeout() {
@@ -1830,7 +1854,7 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(300));
             holder.execute_batch("COMMIT").unwrap();
         });
-        let changed = in_immediate(&conn, || {
+        let changed = in_immediate_waiting(&conn, || {
             Ok(conn.execute("UPDATE runs SET status = 'failed' WHERE id = 'none'", [])?)
         });
         assert_eq!(changed.unwrap(), 0);

@@ -197,6 +197,9 @@ pub(super) fn write_batches(mut conn: Connection, queue: Receiver<Write>) {
                 }
             }
             Err(error) => {
+                // What the rolled-back transaction found owned (a run it
+                // created, say) is not so.
+                owned = Owned::default();
                 let error = StoreError::from(error);
                 for write in batch {
                     write.reply(Err(WriteError::Store(error.clone())));
@@ -233,7 +236,7 @@ pub(super) fn waiting_out_locks<T>(
 /// Whether SQLite gave up waiting for another connection's lock
 /// (`SQLITE_BUSY`; `SQLITE_LOCKED` is a conflict within this connection,
 /// which waiting does not clear).
-fn is_busy(error: &rusqlite::Error) -> bool {
+pub(super) fn is_busy(error: &rusqlite::Error) -> bool {
     matches!(
         error,
         rusqlite::Error::SqliteFailure(failure, _)

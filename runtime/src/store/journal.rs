@@ -250,7 +250,9 @@ impl<B: JournalBackend> StoreJournal<B> {
     /// records with it, which is what keeps a record the store refuses for
     /// good from failing every later write of the run, its end included.
     async fn write_waited(&self, write: JournalWrite) -> Result<(), StoreError> {
-        let (sent, confirms) = (Instant::now(), !write.is_empty());
+        // Records are what the store fences by owner (a run's row alone is
+        // inserted if new, whoever owns it).
+        let (sent, confirms) = (Instant::now(), !write.records.is_empty());
         let written = super::commit_wait::commit(self.send(write)).await;
         if written.is_ok()
             && confirms
