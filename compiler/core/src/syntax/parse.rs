@@ -4014,12 +4014,14 @@ fn furthest_failure(rules: &[Rule], text: &str) -> (usize, Vec<String>) {
             None => text.len(),
         };
         let cut = &text[..end];
-        let found = furthest_failure_in(rules, cut);
+        let (found, parsed) = furthest_failure_in(rules, cut);
         let last_line = cut.as_bytes()[..cut.len().saturating_sub(1)]
             .iter()
             .rposition(|b| *b == b'\n')
             .map_or(0, |newline| newline + 1);
-        if end == text.len() || found.0 < last_line {
+        // A rule that matched the window may not match the whole: a block
+        // left open closes at the end of the input (`cut_off`).
+        if end == text.len() || (!parsed && found.0 < last_line) {
             return found;
         }
         window = window.saturating_mul(4);
@@ -4029,29 +4031,33 @@ fn furthest_failure(rules: &[Rule], text: &str) -> (usize, Vec<String>) {
 /// The text `furthest_failure` first parses: a few statements' worth.
 const FIRST_WINDOW: usize = 4096;
 
-/// `furthest_failure` on the whole of `text`.
-fn furthest_failure_in(rules: &[Rule], text: &str) -> (usize, Vec<String>) {
+/// `furthest_failure` on the whole of `text`, and whether any of the
+/// rules matched it.
+fn furthest_failure_in(rules: &[Rule], text: &str) -> ((usize, Vec<String>), bool) {
     // pest collects which tokens it tried at the furthest position only when
     // error detail is on: on for this re-parse (another thread parsing
     // meanwhile only pays in speed).
     let _detail = ErrorDetail::on();
     let mut best: Option<(usize, Vec<String>)> = None;
+    let mut parsed = false;
     for rule in rules {
-        if let Err(error) = FlowParser::parse(*rule, text) {
-            // pest's own position is that of the furthest failed *rule*;
-            // the furthest failed token (a missing `=`, say) is further on,
-            // and is where the reader should look.
-            let at = match (error.parse_attempts(), &error.location) {
-                (Some(attempts), _) => attempts.max_position,
-                (None, pest::error::InputLocation::Pos(at)) => *at,
-                (None, pest::error::InputLocation::Span((at, _))) => *at,
-            };
-            let expected = expected_words(&error);
-            match &mut best {
-                Some((best_at, words)) if *best_at == at => words.extend(expected),
-                Some((best_at, _)) if *best_at > at => {}
-                _ => best = Some((at, expected)),
-            }
+        let Err(error) = FlowParser::parse(*rule, text) else {
+            parsed = true;
+            continue;
+        };
+        // pest's own position is that of the furthest failed *rule*;
+        // the furthest failed token (a missing `=`, say) is further on,
+        // and is where the reader should look.
+        let at = match (error.parse_attempts(), &error.location) {
+            (Some(attempts), _) => attempts.max_position,
+            (None, pest::error::InputLocation::Pos(at)) => *at,
+            (None, pest::error::InputLocation::Span((at, _))) => *at,
+        };
+        let expected = expected_words(&error);
+        match &mut best {
+            Some((best_at, words)) if *best_at == at => words.extend(expected),
+            Some((best_at, _)) if *best_at > at => {}
+            _ => best = Some((at, expected)),
         }
     }
     let (at, mut expected) = best.unwrap_or((0, Vec::new()));
@@ -4063,7 +4069,7 @@ fn furthest_failure_in(rules: &[Rule], text: &str) -> (usize, Vec<String>) {
         expected.retain(|w| w != "`=`" && w != "`+`");
     }
     expected.retain(|w| w != "`from`");
-    (at, expected)
+    ((at, expected), parsed)
 }
 
 /// pest's error detail, on while any thread's `furthest_failure` runs. The
@@ -4737,11 +4743,20 @@ mod tests {
         );
         let early = format!("step ; = ;\n{}", "step d = r { a: 1 }\n".repeat(1_000));
         let one_line = format!("step a = r {{ b: \"{}é\", c: ] }}", "x".repeat(9_000));
+        // A workflow past the first window whose last step's record is
+        // left open: cut, the block closes at the cut's end and matches.
+        let open_at_end = format!(
+            "workflow w {{\n{}  step z = r {{\n",
+            "  step d = r { a: 1 }\n".repeat(400)
+        );
         for text in [&long_record, &early, &one_line] {
-            let whole = furthest_failure_in(&[Rule::statement], text);
+            let (whole, _) = furthest_failure_in(&[Rule::statement], text);
             assert_eq!(furthest_failure(&[Rule::statement], text), whole);
             assert!(whole.0 > 0, "{whole:?}");
         }
+        let (whole, parsed) = furthest_failure_in(&[Rule::item], &open_at_end);
+        assert!(!parsed && whole.0 > FIRST_WINDOW, "{whole:?}");
+        assert_eq!(furthest_failure(&[Rule::item], &open_at_end), whole);
         assert!(furthest_failure(&[Rule::statement], &long_record).0 > FIRST_WINDOW);
     }
 }
