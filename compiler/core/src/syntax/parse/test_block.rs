@@ -20,7 +20,27 @@ impl Parser<'_> {
     pub(super) fn test_decl(&mut self, pair: Pair<'_, Rule>, docs: Vec<String>) -> TestDecl {
         let span = span_of(&pair);
         let mut inner = pair.into_inner();
-        let title = self.string(inner.next().expect("the grammar gives a test a name"));
+        let title = inner.next().expect("the grammar gives a test a name");
+        let title = if title.as_rule() == Rule::test_name_slip {
+            // Reported, and read as the string meant, so that the test's
+            // body is checked rather than skipped.
+            let written = title.as_str();
+            self.slip(
+                span_of(&title),
+                "a test's name is a string",
+                "not in quotes",
+                format!("write `test \"{written}\"`"),
+                format!("\"{written}\""),
+            );
+            StringLit {
+                template: Template {
+                    parts: vec![TemplatePart::Text(written.into())],
+                },
+                span: span_of(&title),
+            }
+        } else {
+            self.string(title)
+        };
         let mut test = TestDecl {
             docs,
             name: title,
