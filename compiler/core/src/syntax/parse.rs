@@ -1138,6 +1138,12 @@ impl<'s> Parser<'s> {
         } else {
             (at, expected)
         };
+        // `retry 3.5`: the whole number was read and the failure is at its
+        // `.`; the number as written is what to show.
+        let at = match fraction_start(&self.source[..at], &self.source[at..]) {
+            Some(number) if expected.iter().any(|w| w == "a whole number") => number,
+            _ => at,
+        };
         let found = describe_found(&self.source[at..]);
         let end = at + found.1;
         // Between items, a `}` closes nothing: one too many, or the `{`
@@ -4651,10 +4657,43 @@ fn rule_word(rule: Rule) -> Option<String> {
 }
 
 /// Describes the text at an error position: what it is, and how long.
+/// Where the number ends `before` starts, when `rest` goes on with its
+/// fraction (`3` then `.5`).
+fn fraction_start(before: &str, rest: &str) -> Option<usize> {
+    let digits = before.len() - before.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    let fraction = rest.strip_prefix('.')?;
+    (digits > 0 && fraction.starts_with(|c: char| c.is_ascii_digit()))
+        .then(|| before.len() - digits)
+}
+
 fn describe_found(rest: &str) -> (String, usize) {
     let Some(c) = rest.chars().next() else {
         return ("the end of the file".into(), 0);
     };
+    // A number with its fraction, as written (`3.5`).
+    if c.is_ascii_digit() {
+        let whole = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        if let Some(fraction) = rest[whole..].strip_prefix('.')
+            && fraction.starts_with(|c: char| c.is_ascii_digit())
+        {
+            let len = whole
+                + 1
+                + (fraction.len()
+                    - fraction
+                        .trim_start_matches(|c: char| c.is_ascii_digit())
+                        .len());
+            return (format!("`{}`", &rest[..len]), len);
+        }
+    }
+    // A short string on one line, quotes and all (`timeout "5m"`).
+    if c == '"'
+        && let Some(close) = rest[1..].find(['"', '\\', '\n'])
+        && rest.as_bytes()[1 + close] == b'"'
+        && close <= 40
+    {
+        let len = close + 2;
+        return (format!("`{}`", &rest[..len]), len);
+    }
     // What is not seen is named by its code point.
     if is_invisible(c) {
         return (
