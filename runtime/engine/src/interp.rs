@@ -866,7 +866,7 @@ impl<'p> Interpreter<'p> {
                     let delay = (!last).then(|| backoff(step, tries, &error, &call_id));
                     // The wait is held to the backoff's MAX; said, since the
                     // fix (a larger MAX) is the author's.
-                    let cap = step.retry.backoff_max_ms.max(step.retry.backoff_min_ms);
+                    let cap = backoff_cap(step);
                     if let Some(asked) = error
                         .retry_after
                         .map(|after| u64::try_from(after.as_millis()).unwrap_or(u64::MAX))
@@ -1263,9 +1263,14 @@ fn merge_interrupts(current: Option<Interrupt>, next: Interrupt) -> Interrupt {
 /// for them; the step's `backoff` MAX says how long is worth waiting). The
 /// jitter (up to a quarter of the delay) is derived from the call id, so a
 /// replay waits the same.
+/// The longest wait between two attempts of `step`, in milliseconds.
+fn backoff_cap(step: &Step) -> u64 {
+    step.retry.backoff_max_ms.max(step.retry.backoff_min_ms)
+}
+
 fn backoff(step: &Step, attempt: u32, error: &StepError, call_id: &str) -> Duration {
     let first = step.retry.backoff_min_ms;
-    let cap = step.retry.backoff_max_ms.max(first);
+    let cap = backoff_cap(step);
     let base = first.saturating_mul(1u64 << attempt.min(32));
     let jitter = crate::offline::seed_of(&[call_id]) % (base / 4 + 1);
     let mut delay = base.saturating_add(jitter).min(cap);

@@ -1810,14 +1810,7 @@ mod tests {
     /// held failed with "database is locked". The batch waits for the lock.
     #[test]
     fn the_writer_waits_out_a_lock_held_past_the_busy_timeout() {
-        let dir = flow_tests::TempDir::new("sqlite-locked");
-        let path = dir.path().join("flow.db");
-        drop(SqliteStore::open(&path).unwrap());
-        let conn = open(&path).unwrap();
-        conn.busy_timeout(std::time::Duration::from_millis(20))
-            .unwrap();
-        let holder = Connection::open(&path).unwrap();
-        holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let (_dir, conn, holder) = locked_by_another("sqlite-locked");
         let (queue, writes) = mpsc::channel();
         let writer = std::thread::spawn(move || write_batches(conn, writes));
         let (reply, answer) = oneshot::channel();
@@ -1836,12 +1829,11 @@ mod tests {
         writer.join().unwrap();
     }
 
-    /// Regression: flowd's start (`keep_events_of`) failed with "database
-    /// is locked" once another process had held the write lock for a busy
-    /// timeout; it waits, as the journal's writes do.
-    #[test]
-    fn a_write_transaction_waits_out_a_lock_held_past_the_busy_timeout() {
-        let dir = flow_tests::TempDir::new("sqlite-immediate-locked");
+    /// A store's file whose write lock another connection (`holder`) has
+    /// taken, and a connection of the store's kind to it that gives up
+    /// waiting after 20 ms, so that a test sees many busy timeouts.
+    fn locked_by_another(name: &str) -> (flow_tests::TempDir, Connection, Connection) {
+        let dir = flow_tests::TempDir::new(name);
         let path = dir.path().join("flow.db");
         drop(SqliteStore::open(&path).unwrap());
         let conn = open(&path).unwrap();
@@ -1849,6 +1841,15 @@ mod tests {
             .unwrap();
         let holder = Connection::open(&path).unwrap();
         holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+        (dir, conn, holder)
+    }
+
+    /// Regression: flowd's start (`keep_events_of`) failed with "database
+    /// is locked" once another process had held the write lock for a busy
+    /// timeout; it waits, as the journal's writes do.
+    #[test]
+    fn a_write_transaction_waits_out_a_lock_held_past_the_busy_timeout() {
+        let (_dir, conn, holder) = locked_by_another("sqlite-immediate-locked");
         let released = std::thread::spawn(move || {
             // Many busy timeouts of the waiting connection's.
             std::thread::sleep(std::time::Duration::from_millis(300));
