@@ -87,6 +87,7 @@ on_each_store!(
     an_idempotency_key_starts_one_run_per_account,
     a_created_run_keeps_the_provider_it_began_with,
     a_cancelled_run_records_nothing_more,
+    a_cancelled_runs_step_writes_no_document_and_hands_nothing_off,
     a_run_given_up_is_orphaned_until_claimed,
     a_failed_run_is_redriven_from_the_step_that_failed_it,
     a_gate_decided_after_a_redrive_is_decided_in_its_round,
@@ -1374,6 +1375,54 @@ async fn a_cancelled_run_records_nothing_more(backend: Backend) {
             .await
             .unwrap()
     );
+}
+
+/// A step's KB write and handoff are the run's writes as its records are:
+/// once another process has cancelled the run, neither is written.
+/// Regression: on SQLite only records were fenced by the run's owner, so a
+/// `kb_write` or `handoff` step in flight as `flow cancel` ran still wrote
+/// its document or its notification into the account.
+async fn a_cancelled_runs_step_writes_no_document_and_hands_nothing_off(backend: Backend) {
+    let store = backend.open().await;
+    let plan = plan(TWO_STEPS);
+    store.put_plan(&plan).await.unwrap();
+    let mut journals = Vec::new();
+    for run in ["run-kb", "run-handoff"] {
+        store
+            .create_run(run, "acme", &new_run(&plan.hash, &json!({})), None)
+            .await
+            .unwrap();
+        journals.push(
+            Arc::clone(&store)
+                .open_journal(run, Durability::Full)
+                .await
+                .unwrap(),
+        );
+        assert!(store.cancel_run(run).await.unwrap());
+    }
+    let written = journals[0].kb_write(&kb_write("late", None)).await;
+    assert!(written.is_err(), "the document was written: {written:?}");
+    let all = KbQuery {
+        limit: 10,
+        ..KbQuery::default()
+    };
+    assert!(store.kb_documents("acme", &all).await.unwrap().is_empty());
+    let handed = journals[1]
+        .handoff(&Handoff {
+            run_id: "run-handoff".into(),
+            department: "support".into(),
+            message: "late".into(),
+            subject: None,
+            key: None,
+        })
+        .await;
+    assert!(handed.is_err(), "the handoff was written");
+    let audiences = ["support".to_string()];
+    let listed = store
+        .notifications("acme", &audiences, "ana@x.io", &ALL)
+        .await
+        .unwrap();
+    assert!(listed.is_empty(), "{listed:?}");
 }
 
 /// The outbox of run events: an event is kept with the change of status it

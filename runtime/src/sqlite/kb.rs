@@ -136,7 +136,7 @@ impl KbStore for SqliteStore {
         account: &'a str,
         write: &'a KbWrite,
     ) -> StoreFuture<'a, Value> {
-        self.queue_document(account, write)
+        self.queue_document(None, account, write)
     }
 
     fn kb_documents<'a>(

@@ -489,8 +489,24 @@ impl SqliteStore {
         sql: &'static str,
         params: Vec<rusqlite::types::Value>,
     ) -> StoreFuture<'static, usize> {
+        self.fenced_statement(None, sql, params)
+    }
+
+    /// Queues a statement for the journal writer's next commit, to apply
+    /// only while run `fenced_by` is this process's.
+    fn fenced_statement(
+        &self,
+        fenced_by: Option<String>,
+        sql: &'static str,
+        params: Vec<rusqlite::types::Value>,
+    ) -> StoreFuture<'static, usize> {
         let (reply, answer) = oneshot::channel();
-        let queued = lock(&self.queue).send(Write::Statement { sql, params, reply });
+        let queued = lock(&self.queue).send(Write::Statement {
+            fenced_by,
+            sql,
+            params,
+            reply,
+        });
         Box::pin(async move {
             queued.map_err(|_| StoreError::WriterStopped)?;
             answer.await.map_err(|_| StoreError::WriterStopped)?
@@ -1184,10 +1200,17 @@ impl SqliteStore {
 
 impl SqliteStore {
     /// Hands `write`'s document of `account` to the writer thread, which
-    /// commits it with the journal's records.
-    fn queue_document(&self, account: &str, write: &KbWrite) -> StoreFuture<'static, Value> {
+    /// commits it with the journal's records, if run `fenced_by` is still
+    /// this process's then.
+    fn queue_document(
+        &self,
+        fenced_by: Option<&RunHandle>,
+        account: &str,
+        write: &KbWrite,
+    ) -> StoreFuture<'static, Value> {
         let (reply, answer) = oneshot::channel();
         let queued = lock(&self.queue).send(Write::Document {
+            fenced_by: fenced_by.map(|run| run.id.clone()),
             account: account.to_string(),
             write: Box::new(write.clone()),
             reply,
@@ -1733,7 +1756,7 @@ impl RunJournal {
 /// A run here is its process's while that process lives (see the module
 /// doc): no lease expires in the store, and a renewal or a write fails only
 /// for a run another process took (cancelled, redriven, recovered). Each
-/// such write is fenced by the run's owner in the writer's transaction, so
+/// such write (records, and a step's KB document or handoff) is fenced by the run's owner in the writer's transaction, so
 /// a write that commits confirms the hold; an attempt with nothing to
 /// write asks once a second has passed since the last confirmation (a
 /// process resumed after SIGSTOP, or a step after a long retry wait).
@@ -1759,7 +1782,7 @@ impl JournalBackend for SqliteStore {
     }
 
     fn kb_write<'a>(&'a self, run: &'a RunHandle, write: &'a KbWrite) -> StoreFuture<'a, Value> {
-        self.queue_document(&run.account, write)
+        self.queue_document(Some(run), &run.account, write)
     }
 
     fn kb_context<'a>(
@@ -1781,8 +1804,10 @@ impl JournalBackend for SqliteStore {
     }
 
     fn handoff<'a>(&'a self, run: &'a RunHandle, handoff: &'a Handoff) -> StoreFuture<'a, ()> {
-        // With the journal's commits, as a KB write, for the same reason.
-        let written = self.statement(
+        // With the journal's commits, as a KB write, for the same reason,
+        // and fenced by the run as its records are.
+        let written = self.fenced_statement(
+            Some(run.id.clone()),
             NOTIFY,
             vec![
                 run.account.clone().into(),
@@ -1816,6 +1841,7 @@ mod tests {
         let (reply, answer) = oneshot::channel();
         queue
             .send(Write::Statement {
+                fenced_by: None,
                 sql: "UPDATE runs SET status = 'failed' WHERE id = 'none'",
                 params: Vec::new(),
                 reply,

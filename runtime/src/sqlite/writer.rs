@@ -36,8 +36,11 @@ pub(super) enum Write {
         reply: oneshot::Sender<Result<Result<(), DecideError>, StoreError>>,
     },
     /// A run's row written with the journal's commits: one fsync serves many
-    /// run starts and ends. Answers the number of rows changed.
+    /// run starts and ends. Answers the number of rows changed. With
+    /// `fenced_by`, it applies only while that run is this process's (a
+    /// handoff's notification, as a step's records).
     Statement {
+        fenced_by: Option<String>,
         sql: &'static str,
         params: Vec<rusqlite::types::Value>,
         reply: oneshot::Sender<Result<usize, StoreError>>,
@@ -47,7 +50,10 @@ pub(super) enum Write {
     /// thread: a loop of writes at high concurrency held every worker
     /// thread of the async runtime waiting for the database, and every
     /// other account's runs with them. Answers the document's id and version.
+    /// A step's document is fenced by its run (`fenced_by`), as the step's
+    /// records are; a result destination's is written outside any run.
     Document {
+        fenced_by: Option<String>,
         account: String,
         write: Box<KbWrite>,
         reply: oneshot::Sender<Result<Value, StoreError>>,
@@ -278,6 +284,11 @@ pub(super) fn write_batch(
                 }
                 // A document that fails (a constraint) fails alone: its
                 // statements are undone to the savepoint before it.
+                Write::Document { fenced_by, .. } | Write::Statement { fenced_by, .. }
+                    if !holds_if_fenced(&tx, owned, fenced_by.as_deref())? =>
+                {
+                    results.push(Err(WriteError::Store(StoreError::LeaseLost)));
+                }
                 Write::Document { account, write, .. } => {
                     tx.execute_batch("SAVEPOINT kb_write")?;
                     match write_document(&tx, account, write) {
@@ -319,6 +330,19 @@ pub(super) fn write_batch(
     }
     tx.commit()?;
     Ok(results)
+}
+
+/// Whether a write fenced by run `fenced_by` may apply: always when it is
+/// fenced by none.
+fn holds_if_fenced(
+    tx: &rusqlite::Transaction<'_>,
+    owned: &mut Owned,
+    fenced_by: Option<&str>,
+) -> rusqlite::Result<bool> {
+    match fenced_by {
+        Some(run) => owned.holds(tx, run),
+        None => Ok(true),
+    }
 }
 
 /// The runs this process's writer last found to be this process's
