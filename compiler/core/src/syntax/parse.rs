@@ -2756,8 +2756,11 @@ impl<'s> Parser<'s> {
 
     fn recipe(&mut self, pair: Pair<'_, Rule>, docs: Vec<String>) -> Recipe {
         let span = span_of(&pair);
-        let mut inner = pair.into_inner();
+        let mut inner = pair.into_inner().peekable();
         let name = self.declared(inner.next().expect("recipe name"));
+        let params = inner
+            .next_if(|part| part.as_rule() == Rule::params_slip)
+            .map(|slip| self.params_slip(slip));
         let mut recipe = Recipe {
             span,
             ..Recipe::named(docs, name)
@@ -2794,6 +2797,11 @@ impl<'s> Parser<'s> {
                 }
                 _ => {}
             }
+        }
+        if let Some(params) = params
+            && let Some(input) = self.report_params(params, "recipe", &recipe.input)
+        {
+            recipe.input = Some(input);
         }
         recipe
     }
@@ -2882,10 +2890,14 @@ impl<'s> Parser<'s> {
 
     fn workflow(&mut self, pair: Pair<'_, Rule>, docs: Vec<String>) -> Workflow {
         let span = span_of(&pair);
-        let mut inner = pair.into_inner();
+        let mut inner = pair.into_inner().peekable();
+        let workflow_name = self.declared(inner.next().expect("workflow name"));
+        let params = inner
+            .next_if(|part| part.as_rule() == Rule::params_slip)
+            .map(|slip| self.params_slip(slip));
         let mut workflow = Workflow {
             docs,
-            name: self.declared(inner.next().expect("workflow name")),
+            name: workflow_name,
             input: None,
             timeout: None,
             context: Vec::new(),
@@ -3026,7 +3038,105 @@ impl<'s> Parser<'s> {
                 _ => {}
             }
         }
+        if let Some(params) = params
+            && let Some(input) = self.report_params(params, "workflow", &workflow.input)
+        {
+            workflow.input = Some(input);
+        }
         workflow
+    }
+
+    /// Reads parameters written after a declaration's name, as other
+    /// languages declare them (`workflow triage(text: string) {`): the
+    /// input they declare when they are fields. Reported by
+    /// [`Self::report_params`] once the body says whether it declares an
+    /// input of its own.
+    fn params_slip(&mut self, slip: Pair<'_, Rule>) -> Params {
+        let span = span_of(&slip);
+        let end = span.end as usize;
+        // The `{` that opens the body: only blanks and comments come between.
+        let body_at = end + self.source[end..].find('{').unwrap_or(0) + 1;
+        let fields = slip
+            .into_inner()
+            .find(|part| part.as_rule() == Rule::params_input)
+            .map(|fields| {
+                let fields_span = span_of(&fields);
+                let (fields, text) = match fields.clone().into_inner().next() {
+                    Some(record) if record.as_rule() == Rule::record_type => {
+                        let text = record.as_str().to_string();
+                        (self.fields(record), text)
+                    }
+                    _ => {
+                        let listed = fields
+                            .as_str()
+                            .trim_end_matches([',', ' ', '\t', '\n', '\r']);
+                        (self.fields(fields), format!("{{ {listed} }}"))
+                    }
+                };
+                let record = RecordTypeDecl {
+                    span: fields_span,
+                    fields,
+                };
+                (record, text)
+            });
+        Params {
+            span,
+            body_at,
+            fields,
+        }
+    }
+
+    /// Reports `params` of a `what` (a workflow, a recipe) whose body
+    /// declares `input` or not; the input they stand for when it does not.
+    fn report_params(
+        &mut self,
+        params: Params,
+        what: &str,
+        input: &Option<RecordTypeDecl>,
+    ) -> Option<RecordTypeDecl> {
+        let remove = Edit {
+            span: params.span,
+            text: String::new(),
+        };
+        let diagnostic = Diagnostic::new(
+            Code::Syntax,
+            self.file,
+            params.span,
+            format!("a {what} takes no parameters"),
+        )
+        .label("parameters in parentheses");
+        let (diagnostic, input) = match (params.fields, input) {
+            (Some((record, text)), None) => {
+                let declared = format!("input {text}");
+                let diagnostic = diagnostic
+                    .hint(format!(
+                        "declare them first inside its braces: `{declared}`"
+                    ))
+                    .fix_with(
+                        "Declare the parameters as the input",
+                        vec![
+                            remove,
+                            Edit::insert(params.body_at as u32, format!("\n  {declared}")),
+                        ],
+                    );
+                (diagnostic, Some(record))
+            }
+            (Some(_), Some(_)) => {
+                let diagnostic = diagnostic
+                    .hint("its input is the `input { ... }` inside its braces: declare these fields there");
+                (diagnostic, None)
+            }
+            (None, _) => {
+                let diagnostic = diagnostic
+                    .hint(format!(
+                        "a {what}'s input is declared inside its braces: `input {{ name: type }}`"
+                    ))
+                    .fix_with("Remove the parentheses", vec![remove]);
+                (diagnostic, None)
+            }
+        };
+        self.problems.push(diagnostic);
+        input
     }
 
     /// `deliver on EVENTS to TARGET`.
@@ -4611,8 +4721,11 @@ fn expected_words(error: &pest::error::Error<Rule>) -> Vec<String> {
     let Some(attempts) = error.parse_attempts() else {
         return words;
     };
+    // The `(` of parameters after a name is a slip, not what is expected.
+    let mut slip_paren = false;
     for stack in attempts.call_stacks() {
         let rule = stack.deepest.get_rule().copied().or(stack.parent);
+        slip_paren |= rule == Some(Rule::params_open);
         if let Some(word) = rule.and_then(rule_word) {
             words.push(word);
         }
@@ -4626,11 +4739,21 @@ fn expected_words(error: &pest::error::Error<Rule>) -> Vec<String> {
             token.as_str(),
             "{" | "}" | "[" | "]" | "(" | ")" | "=" | ":" | "," | "." | "|" | "?" | ".." | "?."
         );
-        if keyword || punctuation {
+        if (keyword || punctuation) && !(slip_paren && token == "(") {
             words.push(format!("`{token}`"));
         }
     }
     words
+}
+
+/// Parameters written after a declaration's name (`Parser::params_slip`).
+struct Params {
+    span: Span,
+    /// Just after the `{` that opens the body.
+    body_at: usize,
+    /// The fields they declare, with their text as a record, if they are
+    /// fields.
+    fields: Option<(RecordTypeDecl, String)>,
 }
 
 /// The words for rules that stand for a kind of token or phrase.
