@@ -21,7 +21,7 @@ use crate::approval::{PendingApproval, expire};
 use crate::bounded::run_bounded;
 use crate::error::{ErrorKind, StepError};
 use crate::eval::Env;
-use crate::journal::{Attempt, Outcome, StepRecord, StepStatus};
+use crate::journal::{Attempt, Outcome, StepRecord, StepStatus, Way};
 use crate::scope::{Output, Scope};
 use crate::services::{
     BoxFuture, Handoff, InFlight, KbDocument, KbWrite, RecipeCall, Repair, Services, StepsInFlight,
@@ -292,6 +292,7 @@ impl<'p> Interpreter<'p> {
 
     fn block<'a>(&'a self, nodes: &'a [Node], ctx: Ctx) -> BoxFuture<'a, Result<(), Interrupt>> {
         Box::pin(async move {
+            self.services.journal.went(Way::Entered { at: &ctx.prefix });
             for node in nodes {
                 self.node(node, &ctx).await?;
             }
@@ -303,19 +304,30 @@ impl<'p> Interpreter<'p> {
         match node {
             Node::Step(step) => self.step(step, ctx).await,
             Node::Condition {
+                id,
                 branches,
                 otherwise,
-                ..
             } => {
-                for branch in branches {
+                let journal = &self.services.journal;
+                for (arm, branch) in branches.iter().enumerate() {
                     let holds = self
                         .env(ctx, None)
                         .eval(&branch.condition)
                         .map_err(|error| self.failed(StepError::from(error), "condition"))?;
                     if holds == Value::Bool(true) {
+                        journal.went(Way::Arm {
+                            at: &ctx.prefix,
+                            id,
+                            arm,
+                        });
                         return self.block(&branch.body, ctx.clone()).await;
                     }
                 }
+                journal.went(Way::Arm {
+                    at: &ctx.prefix,
+                    id,
+                    arm: branches.len(),
+                });
                 match otherwise {
                     Some(body) => self.block(body, ctx.clone()).await,
                     None => Ok(()),
@@ -359,6 +371,11 @@ impl<'p> Interpreter<'p> {
                     }
                     Err(error) => return Err(self.failed(error.into(), &loop_path(ctx, id))),
                 };
+                self.services.journal.went(Way::Loop {
+                    at: &ctx.prefix,
+                    id,
+                    items: items.len(),
+                });
                 let iterations = items.into_iter().enumerate().map(|(index, item)| {
                     let mut loops = (*ctx.loops).clone();
                     loops.push((Arc::new(item), index));

@@ -116,6 +116,33 @@ impl StepRecord {
     }
 }
 
+/// Which way a run went where it could go more than one, as the
+/// interpreter tells its journal (`Journal::went`): for branch coverage
+/// (`flowc test`), which cannot read an arm or an iteration that ran no
+/// step from the records. The stores keep none of it: what a replay needs
+/// is in the records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Way<'a> {
+    /// A block was entered whose steps' paths start with `at`: the
+    /// workflow's (`""`), a loop's iteration, a parallel branch, a step's
+    /// fallback, the workflow's `on_error` handler.
+    Entered { at: &'a str },
+    /// Condition `id`, in the block entered at `at`, took arm `arm`: its
+    /// branches in order, then its `else` (or, without one, no branch) as
+    /// the number of its branches.
+    Arm {
+        at: &'a str,
+        id: &'a str,
+        arm: usize,
+    },
+    /// Loop `id`, in the block entered at `at`, went over `items` items.
+    Loop {
+        at: &'a str,
+        id: &'a str,
+        items: usize,
+    },
+}
+
 /// Where step records go, and where a replay finds them.
 pub trait Journal: Send + Sync {
     fn lookup(&self, path: &str) -> Option<StepRecord>;
@@ -142,6 +169,8 @@ pub trait Journal: Send + Sync {
     fn hold(&self) -> Option<Arc<Hold>> {
         None
     }
+    /// The run went `way` (see [`Way`]); only a test's journal keeps it.
+    fn went(&self, _way: Way<'_>) {}
 }
 
 /// Whether an invocation may still act for its run, as its journal last

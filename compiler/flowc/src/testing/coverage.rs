@@ -1,20 +1,23 @@
 //! Branch coverage: every place a run can go one way or another, from the
-//! plan, and whether a test's run went each way, from its journal.
+//! plan, and whether a test's run went each way, from what its journal was
+//! told as it went (`run::Ways`) and from its records.
 //!
 //! The places: each arm of an `if` (and the `else`, written or not), a
 //! step's fallback or `continue` against its success, an approval approved,
 //! rejected and expired, a loop over no items and over several, each
-//! parallel branch failing, the workflow's `on_error` handler. Step ids are
-//! unique in a workflow and every record names its step, so "a step of this
-//! arm ran" is a question of ids; loop iterations and parallel branches
-//! are read from the records' execution paths.
+//! parallel branch failing, the workflow's `on_error` handler. An arm or an
+//! iteration may run no step, so which way a condition went, how many
+//! items a loop had and which blocks were entered come from the
+//! interpreter (`Way`); how a step ended comes from its record. Blocks are
+//! told apart by the prefix of their steps' paths, so that a loop or an
+//! arm is judged in each iteration of what encloses it.
 
-use std::collections::{BTreeSet, HashSet};
-
-use flow_engine::journal::{Outcome, StepRecord, StepStatus};
+use flow_engine::journal::{StepRecord, StepStatus};
 use flow_plan::{Action, Expr, Node, OnError, Workflow};
 use serde::Serialize;
 use serde_json::Value;
+
+use super::run::{Ran, Ways};
 
 /// One way a run can go at one place, and the tests whose run went it.
 #[derive(Debug, Clone, Serialize)]
@@ -29,12 +32,12 @@ pub(crate) struct Arm {
 /// The arms of `workflow` with the tests (by name) whose runs took each.
 pub(crate) fn arms<'r>(
     workflow: &Workflow,
-    runs: impl IntoIterator<Item = (&'r str, &'r Outcome, &'r [StepRecord])>,
+    runs: impl IntoIterator<Item = (&'r str, &'r Ran)>,
 ) -> Vec<Arm> {
     let mut arms = untested(workflow);
-    for (test, outcome, records) in runs {
+    for (test, ran) in runs {
         let mut points = Vec::new();
-        walk_workflow(workflow, &Run::new(outcome, records), &mut points);
+        walk_workflow(workflow, &Run::new(ran), &mut points);
         for (arm, point) in arms.iter_mut().zip(&points) {
             if point.taken {
                 arm.taken_by.push(test.to_string());
@@ -47,10 +50,10 @@ pub(crate) fn arms<'r>(
 /// The arms of a workflow no test runs, so that it shows what there is to
 /// cover.
 pub(crate) fn untested(workflow: &Workflow) -> Vec<Arm> {
+    let ways = Ways::default();
     let run = Run {
         records: &[],
-        completed: false,
-        ran: false,
+        ways: &ways,
     };
     let mut points = Vec::new();
     walk_workflow(workflow, &run, &mut points);
@@ -67,22 +70,37 @@ pub(crate) fn untested(workflow: &Workflow) -> Vec<Arm> {
 /// What one run did, as the walk asks it.
 struct Run<'r> {
     records: &'r [StepRecord],
-    completed: bool,
-    /// Whether a test ran the workflow at all.
-    ran: bool,
+    ways: &'r Ways,
 }
 
 impl<'r> Run<'r> {
-    fn new(outcome: &Outcome, records: &'r [StepRecord]) -> Run<'r> {
+    fn new(ran: &'r Ran) -> Run<'r> {
         Run {
-            records,
-            completed: matches!(outcome, Outcome::Completed { .. }),
-            ran: true,
+            records: &ran.records,
+            ways: &ran.ways,
         }
     }
 
     fn of(&self, step: &str) -> impl Iterator<Item = &'r StepRecord> {
         self.records.iter().filter(move |r| r.step_id == step)
+    }
+
+    fn entered(&self, at: &str) -> bool {
+        self.ways.entered.contains(at)
+    }
+
+    /// The blocks among `instances` where condition `id` took `arm`.
+    fn took(&self, instances: &[String], id: &str, arm: usize) -> Vec<String> {
+        instances
+            .iter()
+            .filter(|at| {
+                // A borrowed key: the set holds owned strings.
+                self.ways
+                    .arms
+                    .contains(&((*at).clone(), id.to_string(), arm))
+            })
+            .cloned()
+            .collect()
     }
 }
 
@@ -95,16 +113,19 @@ struct Point {
 fn walk_workflow(workflow: &Workflow, run: &Run<'_>, out: &mut Vec<Point>) {
     // The first arm is the workflow itself, so that one no test runs is
     // not covered, branches or none.
-    out.push(point("workflow", "runs", run.ran));
-    block(&workflow.body, &[String::new()], run, out);
+    let root = String::new();
+    out.push(point("workflow", "runs", run.entered(&root)));
+    let top = if run.entered(&root) {
+        vec![root]
+    } else {
+        Vec::new()
+    };
+    block(&workflow.body, &top, run, out);
     if let OnError::Fallback(handler) = &workflow.on_error {
-        let taken = run.records.iter().any(|r| r.path.starts_with("on_error/"));
+        let handler_at = "on_error/".to_string();
+        let taken = run.entered(&handler_at);
         out.push(point("workflow", "on_error handler runs", taken));
-        let instances = if taken {
-            vec!["on_error/".to_string()]
-        } else {
-            Vec::new()
-        };
+        let instances = if taken { vec![handler_at] } else { Vec::new() };
         block(handler, &instances, run, out);
     }
 }
@@ -119,17 +140,9 @@ fn point(place: impl Into<String>, arm: impl Into<String>, taken: bool) -> Point
 
 /// The arms in `nodes`, a block the run entered at each of `instances`:
 /// the path prefixes its steps have there (`""` at the top, `scans[2]/` in
-/// a loop's third iteration, `lookups/crm/` in a parallel branch), so that
-/// a loop or an arm is judged in each iteration of what encloses it.
+/// a loop's third iteration, `lookups/crm/` in a parallel branch).
 fn block(nodes: &[Node], instances: &[String], run: &Run<'_>, out: &mut Vec<Point>) {
-    for (index, node) in nodes.iter().enumerate() {
-        // Where the run got to this node: it went on past it (it completed,
-        // or a step at or after it ran there). What a branch without steps
-        // relies on.
-        let reached: Vec<&String> = instances
-            .iter()
-            .filter(|at| run.completed || nodes[index..].iter().any(|n| ran_at(n, at, run)))
-            .collect();
+    for node in nodes {
         match node {
             Node::Step(step) => {
                 let place = format!("step.{}", step.id);
@@ -159,11 +172,15 @@ fn block(nodes: &[Node], instances: &[String], run: &Run<'_>, out: &mut Vec<Poin
                     .of(&step.id)
                     .filter(|record| record.status == StepStatus::Failed)
                     .map(|record| format!("{}/fallback/", record.path))
+                    .filter(|at| run.entered(at))
                     .collect();
                 match &step.on_error {
                     OnError::Fail => {}
                     OnError::Continue => {
-                        out.push(point(&place, "fails, the run goes on", !failed.is_empty()));
+                        let continued = run
+                            .of(&step.id)
+                            .any(|record| record.status == StepStatus::Failed);
+                        out.push(point(&place, "fails, the run goes on", continued));
                     }
                     OnError::Fallback(body) => {
                         out.push(point(
@@ -181,9 +198,8 @@ fn block(nodes: &[Node], instances: &[String], run: &Run<'_>, out: &mut Vec<Poin
                 otherwise,
             } => {
                 // Every arm of the condition first, then what each holds.
-                let arms: Vec<Vec<String>> = branches
-                    .iter()
-                    .map(|branch| ran_in_block(&branch.body, instances, run))
+                let arms: Vec<Vec<String>> = (0..branches.len())
+                    .map(|arm| run.took(instances, id, arm))
                     .collect();
                 for (index, at) in arms.iter().enumerate() {
                     let arm = match index {
@@ -192,18 +208,7 @@ fn block(nodes: &[Node], instances: &[String], run: &Run<'_>, out: &mut Vec<Poin
                     };
                     out.push(point(id, arm, !at.is_empty()));
                 }
-                // An arm without steps is taken where the run went past the
-                // condition and took no other arm.
-                let body = otherwise.as_deref().unwrap_or_default();
-                let mut rest = ran_in_block(body, instances, run);
-                if !body.iter().any(has_steps) {
-                    rest.extend(
-                        reached
-                            .iter()
-                            .filter(|at| !arms.iter().any(|arm| arm.contains(at)))
-                            .map(|at| (*at).clone()),
-                    );
-                }
+                let rest = run.took(instances, id, branches.len());
                 let arm = if otherwise.is_some() {
                     "else"
                 } else {
@@ -213,7 +218,7 @@ fn block(nodes: &[Node], instances: &[String], run: &Run<'_>, out: &mut Vec<Poin
                 for (branch, at) in branches.iter().zip(&arms) {
                     block(&branch.body, at, run, out);
                 }
-                block(body, &rest, run, out);
+                block(otherwise.as_deref().unwrap_or_default(), &rest, run, out);
             }
             Node::Loop {
                 id,
@@ -222,12 +227,15 @@ fn block(nodes: &[Node], instances: &[String], run: &Run<'_>, out: &mut Vec<Poin
                 ..
             } => {
                 let place = format!("loop {id}");
-                let iterations: Vec<Vec<String>> = reached
+                let counts: Vec<(&String, usize)> = instances
                     .iter()
-                    .map(|at| iterations(at, id, run.records))
+                    .filter_map(|at| {
+                        let items = run.ways.loops.get(&(at.clone(), id.clone()))?;
+                        Some((at, *items))
+                    })
                     .collect();
-                let none = iterations.iter().any(Vec::is_empty);
-                let several = iterations.iter().any(|each| each.len() >= 2);
+                let none = counts.iter().any(|(_, items)| *items == 0);
+                let several = counts.iter().any(|(_, items)| *items >= 2);
                 // A list written out has as many items in every run.
                 let written = match collection {
                     Expr::List(items) => Some(items.len()),
@@ -240,7 +248,14 @@ fn block(nodes: &[Node], instances: &[String], run: &Run<'_>, out: &mut Vec<Poin
                 if written.is_none_or(|items| items >= 2) {
                     out.push(point(&place, "several items", several));
                 }
-                block(body, &iterations.concat(), run, out);
+                // The iterations that started (after one fails or parks,
+                // no new one does).
+                let iterations: Vec<String> = counts
+                    .iter()
+                    .flat_map(|(at, items)| (0..*items).map(move |i| format!("{at}{id}[{i}]/")))
+                    .filter(|at| run.entered(at))
+                    .collect();
+                block(body, &iterations, run, out);
             }
             Node::Parallel { id, branches, .. } => {
                 let place = format!("parallel {id}");
@@ -250,6 +265,7 @@ fn block(nodes: &[Node], instances: &[String], run: &Run<'_>, out: &mut Vec<Poin
                         instances
                             .iter()
                             .map(|at| format!("{at}{id}/{}/", branch.name))
+                            .filter(|at| run.entered(at))
                             .collect()
                     })
                     .collect();
@@ -283,52 +299,9 @@ fn block(nodes: &[Node], instances: &[String], run: &Run<'_>, out: &mut Vec<Poin
                     ));
                 }
                 for (branch, at) in branches.iter().zip(&within) {
-                    let entered = ran_in_block(&branch.body, at, run);
-                    block(&branch.body, &entered, run, out);
+                    block(&branch.body, at, run, out);
                 }
             }
         }
     }
-}
-
-/// The instances among `instances` where a step of `nodes` ran.
-fn ran_in_block(nodes: &[Node], instances: &[String], run: &Run<'_>) -> Vec<String> {
-    instances
-        .iter()
-        .filter(|at| nodes.iter().any(|node| ran_at(node, at, run)))
-        .cloned()
-        .collect()
-}
-
-/// Whether a step of `node` (at any depth) has a record under `at`.
-fn ran_at(node: &Node, at: &str, run: &Run<'_>) -> bool {
-    let mut ids = HashSet::new();
-    Node::each_step_in(std::slice::from_ref(node), &mut |step| {
-        ids.insert(step.id.clone());
-    });
-    run.records
-        .iter()
-        .any(|record| record.path.starts_with(at) && ids.contains(record.step_id.as_str()))
-}
-
-fn has_steps(node: &Node) -> bool {
-    let mut any = false;
-    Node::each_step_in(std::slice::from_ref(node), &mut |_| any = true);
-    any
-}
-
-/// The iterations of loop `id` entered at `at` that left records: their
-/// prefixes (`at` `id[i]/`), in order.
-fn iterations(at: &str, id: &str, records: &[StepRecord]) -> Vec<String> {
-    let start = format!("{at}{id}[");
-    records
-        .iter()
-        .filter_map(|record| {
-            let rest = record.path.strip_prefix(&start)?;
-            let index = rest.split_once("]/")?.0;
-            Some(format!("{start}{index}]/"))
-        })
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect()
 }

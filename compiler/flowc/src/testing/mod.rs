@@ -79,13 +79,7 @@ pub(crate) fn coverage(jobs: &[Job], verdicts: &[Verdict], others: &[Arc<Plan>])
         });
         let arms = coverage::arms(
             workflow,
-            runs.map(|(job, verdict)| {
-                (
-                    job.case.name.as_str(),
-                    &verdict.ran.outcome,
-                    verdict.ran.records.as_slice(),
-                )
-            }),
+            runs.map(|(job, verdict)| (job.case.name.as_str(), &verdict.ran)),
         );
         found.push(Coverage {
             workflow: key.1.clone(),

@@ -2,15 +2,16 @@
 //! test's mocks as its provider, its decisions applied where the run
 //! parks, in virtual time.
 
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use flow_compiler::test_case::{Expectation, GateDecision, TestCase};
 use flow_engine::approval::{PendingApproval, expire};
-use flow_engine::journal::{Journal as _, Outcome, StepRecord, StepStatus};
+use flow_engine::journal::{Journal, Outcome, StepRecord, StepStatus, Way};
 use flow_engine::memory::MemoryStore;
 use flow_engine::offline::OfflineProvider;
-use flow_engine::services::Services;
+use flow_engine::services::{BoxFuture, Services};
 use flow_engine::time::rfc3339_utc;
 use flow_plan::Plan;
 use serde_json::Value;
@@ -36,6 +37,60 @@ pub(crate) struct Ran {
     pub(crate) unmocked: Vec<Unmocked>,
     /// Virtual time the run took, parked time excluded.
     pub(crate) elapsed: Duration,
+    /// Which way it went at each place it could go more than one.
+    pub(crate) ways: Ways,
+}
+
+/// The ways a test's run went (`Way`), which its journal keeps for branch
+/// coverage: an arm or an iteration that ran no step left no record.
+#[derive(Debug, Default)]
+pub(crate) struct Ways {
+    /// The blocks entered, by the prefix of their steps' paths.
+    pub(crate) entered: HashSet<String>,
+    /// The arms taken: (the block's prefix, the condition's id, the arm).
+    pub(crate) arms: HashSet<(String, String, usize)>,
+    /// The items each loop went over: (the block's prefix, the loop's id).
+    pub(crate) loops: HashMap<(String, String), usize>,
+}
+
+/// The memory journal, with the ways the run went kept beside it.
+struct TestJournal {
+    store: Arc<MemoryStore>,
+    ways: Mutex<Ways>,
+}
+
+impl Journal for TestJournal {
+    fn lookup(&self, path: &str) -> Option<StepRecord> {
+        self.store.lookup(path)
+    }
+
+    fn resumed(&self) -> bool {
+        self.store.resumed()
+    }
+
+    fn record<'a>(
+        &'a self,
+        record: StepRecord,
+    ) -> BoxFuture<'a, Result<(), flow_engine::error::StepError>> {
+        self.store.record(record)
+    }
+
+    fn went(&self, way: Way<'_>) {
+        let mut ways = self.ways.lock().unwrap_or_else(|p| p.into_inner());
+        match way {
+            Way::Entered { at } => {
+                if !ways.entered.contains(at) {
+                    ways.entered.insert(at.to_string());
+                }
+            }
+            Way::Arm { at, id, arm } => {
+                ways.arms.insert((at.to_string(), id.to_string(), arm));
+            }
+            Way::Loop { at, id, items } => {
+                ways.loops.insert((at.to_string(), id.to_string()), items);
+            }
+        }
+    }
 }
 
 /// Runs `case` on `plan` on a runtime of its own whose clock is paused and
@@ -56,18 +111,23 @@ pub(crate) fn run(plan: &Plan, case: &TestCase, offline: Option<OfflineProvider>
             stuck: Some(Miss::of_run(format!("no runtime for the test: {error}"))),
             unmocked: Vec::new(),
             elapsed: Duration::ZERO,
+            ways: Ways::default(),
         },
     }
 }
 
 async fn drive(plan: &Plan, case: &TestCase, offline: Option<OfflineProvider>) -> Ran {
     let store = Arc::new(MemoryStore::default());
+    let journal = Arc::new(TestJournal {
+        store: store.clone(),
+        ways: Mutex::default(),
+    });
     let mocks = Arc::new(Mocks::new(&case.mocks, offline));
     let services = Services {
         provider: mocks.clone(),
         effects: store.clone(),
         mcp: Some(mocks.clone()),
-        journal: store.clone(),
+        journal: journal.clone(),
         steps: None,
         in_flight: None,
     };
@@ -77,6 +137,9 @@ async fn drive(plan: &Plan, case: &TestCase, offline: Option<OfflineProvider>) -
         .iter()
         .any(|expect| matches!(&expect.what, Expectation::Status { status } if status == "parked"));
     let mut spent = Duration::ZERO;
+    // What the virtual clock moved on while the run was parked: to each
+    // gate's expiry, as a test expires it.
+    let mut parked_ms = 0;
     let mut stuck = None;
     let mut outcome = Outcome::Parked {
         pending: Vec::new(),
@@ -103,8 +166,8 @@ async fn drive(plan: &Plan, case: &TestCase, offline: Option<OfflineProvider>) -
             )));
             break;
         }
-        let virtual_now = TEST_EPOCH_MS + spent.as_millis() as u64;
-        match decide_all(&store, case, pending, parks, virtual_now).await {
+        let virtual_now = TEST_EPOCH_MS + spent.as_millis() as u64 + parked_ms;
+        match decide_all(&store, case, pending, parks, virtual_now, &mut parked_ms).await {
             Ok(true) => {}
             Ok(false) => break,
             Err(why) => {
@@ -119,6 +182,7 @@ async fn drive(plan: &Plan, case: &TestCase, offline: Option<OfflineProvider>) -
         stuck,
         unmocked: mocks.unmocked(),
         elapsed: spent,
+        ways: std::mem::take(&mut *journal.ways.lock().unwrap_or_else(|p| p.into_inner())),
     }
 }
 
@@ -144,23 +208,30 @@ fn member_of(gate: &PendingApproval, by: &str) -> Vec<String> {
 
 /// Applies the test's decision to each gate the run parked at: whether the
 /// run goes on (`false`: the test expects it parked there), or why not.
-/// `now_ms` is the virtual clock's time, which a decision is dated by.
+/// `now_ms` is the virtual clock's time, which a decision is dated by; a
+/// gate expired moves the clock on to its expiry (`parked_ms`), so that
+/// what is decided after it is dated after it.
 async fn decide_all(
     store: &MemoryStore,
     case: &TestCase,
     pending: &[PendingApproval],
     parks: bool,
     now_ms: u64,
+    parked_ms: &mut u64,
 ) -> Result<bool, Miss> {
-    // A gate the test leaves waiting (`wait`) does not hold back the
-    // others parked beside it (parallel branches): they are decided, and
-    // the run goes on if any was.
+    // The gates parked side by side expire in one wait, the longest.
+    let mut waited_ms = 0;
+    // A gate the test leaves waiting (`wait`, or no decision in a test
+    // that expects the run parked) does not hold back the others parked
+    // beside it (parallel branches): they are decided, and the run goes on
+    // if any was.
     let mut waiting: Option<&PendingApproval> = None;
     let mut decided_any = false;
     for gate in pending {
         let Some(decision) = case.decisions.iter().find(|d| d.step == gate.step_id) else {
             if parks {
-                return Ok(false);
+                waiting.get_or_insert(gate);
+                continue;
             }
             return Err(Miss::of_run(format!(
                 "the run parked at {}; decide it in the test (`decide step.{} approve by \"...\"`)",
@@ -225,6 +296,7 @@ async fn decide_all(
                     let mut output = Value::clone(output);
                     output["decided_at"] = Value::from(rfc3339_utc(now_ms.saturating_add(after)));
                     expired.output = Some(Arc::new(output));
+                    waited_ms = waited_ms.max(after);
                 }
                 store
                     .record(expired)
@@ -233,6 +305,7 @@ async fn decide_all(
             }
         }
     }
+    *parked_ms = parked_ms.saturating_add(waited_ms);
     match waiting {
         Some(_) if decided_any => Ok(true),
         Some(_) if parks => Ok(false),
