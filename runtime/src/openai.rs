@@ -584,14 +584,7 @@ pub(crate) fn status_error(
     retry_after: Option<Duration>,
     text: &str,
 ) -> StepError {
-    let kind = match status.as_u16() {
-        429 => ErrorKind::RateLimited,
-        // A request timeout on the server's side is worth another try.
-        408 => ErrorKind::Timeout,
-        // Anthropic's "overloaded" is 529, within this range.
-        500..=599 => ErrorKind::Server,
-        _ => ErrorKind::Client,
-    };
+    let kind = ErrorKind::of_status(status.as_u16());
     // Anthropic's 529 has no name in the HTTP registry, and showed as
     // "529 <unknown status code>".
     let status_said = match (status.as_u16(), status.canonical_reason()) {

@@ -48,6 +48,19 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// The kind of an HTTP error status from a model's API (and of a test's
+    /// `fails STATUS`, which stands for one).
+    pub fn of_status(status: u16) -> ErrorKind {
+        match status {
+            429 => ErrorKind::RateLimited,
+            // A request timeout on the server's side is worth another try.
+            408 => ErrorKind::Timeout,
+            // Anthropic's "overloaded" is 529, within this range.
+            500..=599 => ErrorKind::Server,
+            _ => ErrorKind::Client,
+        }
+    }
+
     pub fn retryable(self) -> bool {
         matches!(
             self,

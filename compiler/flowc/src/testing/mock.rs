@@ -10,7 +10,7 @@ use flow_compiler::test_case::{Answer, MockCase, Target};
 use flow_engine::error::{ErrorKind, StepError};
 use flow_engine::journal::Journal;
 use flow_engine::offline::OfflineProvider;
-use flow_engine::services::{BoxFuture, McpClient, Provider, RecipeCall};
+use flow_engine::services::{BoxFuture, McpClient, Provider, RecipeCall, Repair};
 use flow_engine::sync::lock;
 use flow_plan::McpServer;
 use serde_json::Value;
@@ -88,6 +88,25 @@ impl Mocks {
         }
     }
 
+    /// The answer a mock gives to a recipe's call. An answer that does not
+    /// fit (`fails invalid_output`) is repaired as a provider's is: the
+    /// interpreter asks again, as an attempt of its own, and the repair
+    /// fails too ([`repair_of_mocked`]).
+    async fn reply_to_recipe(answer: Answer) -> Result<Value, StepError> {
+        let mut error = match answer {
+            Answer::Fails(Failure::InvalidOutput) => StepError::new(
+                ErrorKind::InvalidOutput,
+                "the answer does not fit the recipe's output (mocked)",
+            ),
+            answer => return Self::reply(answer).await,
+        };
+        error.repairable = Some(Repair {
+            answer: MOCKED_MISFIT.to_string(),
+            problem: "it does not fit the recipe's output (mocked)".to_string(),
+        });
+        Err(error)
+    }
+
     /// Notes a call that no mock answers, and the error that ends it.
     fn unanswered(&self, step: &str, path: Option<&str>, what: String) -> StepError {
         let error = StepError::new(
@@ -103,14 +122,31 @@ impl Mocks {
     }
 }
 
+/// The answer a mock made not fit (`fails invalid_output`), as the repair
+/// request shows it to the model.
+const MOCKED_MISFIT: &str = "(an answer that does not fit, mocked)";
+
+/// The failure of the repair request of an answer a mock made not fit:
+/// `fails invalid_output` says the answer does not fit after the repair
+/// (so the step makes two attempts, as against a model), and the repair
+/// takes no answer of the mock's sequence.
+fn repair_of_mocked(call: &RecipeCall<'_>) -> Option<StepError> {
+    let repair = call.repair.as_ref()?;
+    (repair.answer == MOCKED_MISFIT).then(|| {
+        StepError::new(
+            ErrorKind::InvalidOutput,
+            "the answer does not fit the recipe's output, after the repair attempt (mocked)",
+        )
+    })
+}
+
 /// The error a failure gives, as a provider reports it.
 async fn failed(failure: Failure) -> StepError {
     let (kind, message) = match failure {
-        Failure::Status(429) => (ErrorKind::RateLimited, "HTTP 429 (mocked)".to_string()),
-        Failure::Status(status) if status >= 500 => {
-            (ErrorKind::Server, format!("HTTP {status} (mocked)"))
-        }
-        Failure::Status(status) => (ErrorKind::Client, format!("HTTP {status} (mocked)")),
+        Failure::Status(status) => (
+            ErrorKind::of_status(status),
+            format!("HTTP {status} (mocked)"),
+        ),
         Failure::Timeout => {
             tokio::time::sleep(NEVER).await;
             (ErrorKind::Timeout, "no answer (mocked)".to_string())
@@ -133,8 +169,11 @@ impl Provider for Mocks {
         Box::pin(async move {
             // A path's last part is the step's id (`scans[3]/page` is step `page`).
             let step = call.path.rsplit('/').next().unwrap_or(call.path);
+            if let Some(error) = repair_of_mocked(call) {
+                return Err(error);
+            }
             match (self.next(step, Some(call.recipe)), &self.offline) {
-                (Some(answer), _) => Self::reply(answer).await,
+                (Some(answer), _) => Self::reply_to_recipe(answer).await,
                 (None, Some(offline)) => {
                     Ok(offline.answer(call.recipe, call.path, call.input, call.output_schema))
                 }
