@@ -11,7 +11,9 @@
 //!   was sent;
 //! * single use: a decision applies only to a pending gate (the store's
 //!   rule), so once any decision is taken every link to the gate only says
-//!   so.
+//!   so; and only to the asking it was sent for (the gate's record's start),
+//!   so that a gate asked again after a redrive is not decided by the links
+//!   of its earlier decision.
 //!
 //! Each account's key is derived from the configured `link_secret` and the
 //! account's id, so that no two accounts' links share a key. The token names
@@ -54,6 +56,10 @@ pub struct Link {
     /// Seconds since the Unix epoch after which the link is refused.
     #[serde(rename = "e")]
     pub expires_s: u64,
+    /// When the gate's pending record was made (its `started_ms`): the
+    /// asking the link answers. Absent from links sent before it was kept.
+    #[serde(rename = "t", default, skip_serializing_if = "Option::is_none")]
+    pub asked_ms: Option<u64>,
 }
 
 /// The fields as signed: the link and the id of the secret behind its key.
@@ -177,6 +183,7 @@ mod tests {
             approver: "ana@x.io".into(),
             approve: true,
             expires_s: 1_000,
+            asked_ms: Some(5),
         }
     }
 

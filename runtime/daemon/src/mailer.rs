@@ -154,7 +154,7 @@ async fn deliver(daemon: &Daemon, outgoing: &Outgoing) -> (Vec<String>, MailNext
                 .and_then(|record| {
                     let pending: PendingApproval =
                         serde_json::from_value(record.input.clone()).ok()?;
-                    Some((pending, gate_due_ms(record)))
+                    Some((pending, gate_due_ms(record), record.started_ms))
                 });
             match gate {
                 Some(gate) => Some(gate),
@@ -167,11 +167,13 @@ async fn deliver(daemon: &Daemon, outgoing: &Outgoing) -> (Vec<String>, MailNext
     for recipient in recipients.iter().filter(|r| !outgoing.sent_to.contains(r)) {
         let text = match &gate {
             None => handoff_text(daemon, notification, &run.workflow),
-            Some((pending, due_ms)) => approval_text(daemon, &run, pending, *due_ms, recipient),
+            Some((pending, due_ms, asked_ms)) => {
+                approval_text(daemon, &run, pending, *due_ms, *asked_ms, recipient)
+            }
         };
         let subject = notification.subject.clone().unwrap_or_else(|| match &gate {
             None => format!("{}: handed to {}", run.workflow, notification.audience),
-            Some((pending, _)) => {
+            Some((pending, ..)) => {
                 format!("Approval needed: {} ({})", run.workflow, pending.step_id)
             }
         });
@@ -304,6 +306,7 @@ fn approval_text(
     run: &RunRow,
     pending: &PendingApproval,
     due_ms: Option<u64>,
+    asked_ms: u64,
     approver: &str,
 ) -> String {
     // The gate's own expiry, or the links' lifetime if that comes first.
@@ -317,6 +320,7 @@ fn approval_text(
             approver: approver.to_string(),
             approve,
             expires_s,
+            asked_ms: Some(asked_ms),
         });
         format!("{}/approvals/{token}", daemon.public_url())
     };

@@ -133,6 +133,22 @@ async fn open(daemon: &Daemon, token: &str) -> Result<(Link, RunRow, PendingAppr
         .map_err(|e| unavailable(&e.to_string()))?;
     let record = records.into_iter().find(|r| r.path == link.path);
     match record {
+        // Regression: a gate rejected, its run redriven, was decided again
+        // by the links of the rejection's email.
+        Some(record)
+            if link
+                .asked_ms
+                .is_some_and(|asked| asked != record.started_ms) =>
+        {
+            return Err(page(
+                StatusCode::CONFLICT,
+                "Asked again",
+                &format!(
+                    "<p>Step <code>{}</code> was decided after this email, and has been asked again since: decide it from the newest email, or in the run inspector.</p>",
+                    escape(&link.path)
+                ),
+            ));
+        }
         Some(record) if record.status == StepStatus::Pending => {}
         Some(record) => {
             let decided = record.output.as_ref().map_or_else(String::new, |output| {

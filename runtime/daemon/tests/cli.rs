@@ -1083,6 +1083,87 @@ fn links_in(mail: &flow_tests::smtp_sink::Mail) -> (String, String) {
     (find("Approve: "), find("Reject: "))
 }
 
+/// Regression: a gate rejected by its email's link, its run redriven, was
+/// decided again by the other link of that email, and the rejection was
+/// lost. A link answers the asking it was sent for only.
+#[tokio::test]
+async fn a_link_does_not_decide_a_gate_asked_again_after_a_redrive() {
+    use reqwest::Method;
+    use serde_json::json;
+    let sink = flow_tests::smtp_sink::SmtpSink::refusing(0).await;
+    let dir = TempDir::new("flowd-link-redrive");
+    let config = format!(
+        "{CONFIG}
+[smtp]
+host = \"127.0.0.1\"
+port = {port}
+from = \"flowd@acme.io\"
+tls = \"none\"
+",
+        port = sink.port
+    );
+    let flowd = Flowd::start_with(&dir, &config);
+    let source = r#"workflow refund {
+  step ok = approval { approvers: ["boss@acme.io"], message: "Refund?" }
+}
+"#;
+    flowd.deploy(ACME, source).await;
+    let run_id = flowd.start_run(ACME, json!({ "workflow": "refund" })).await;
+    assert_eq!(
+        flowd.settled(&run_id, ACME).await["status"],
+        "pending_approval"
+    );
+    let (approve, reject) = links_in(&sink.wait_for(1).await[0]);
+    let client = reqwest::Client::new();
+    let rejected = confirm(&client, &reject, "no").send().await.unwrap();
+    assert_eq!(rejected.status(), 200);
+    assert_eq!(flowd.settled(&run_id, ACME).await["status"], "failed");
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            &format!("/v1/runs/{run_id}/redrive"),
+            Some(ACME),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(
+        flowd.settled(&run_id, ACME).await["status"],
+        "pending_approval"
+    );
+    let shown = client.get(&approve).send().await.unwrap();
+    assert_eq!(shown.status(), 409);
+    assert!(shown.text().await.unwrap().contains("Asked again"));
+    let again = confirm(&client, &approve, "").send().await.unwrap();
+    assert_eq!(again.status(), 409);
+    assert_eq!(
+        flowd.settled(&run_id, ACME).await["status"],
+        "pending_approval",
+        "the old link decided nothing"
+    );
+    // The gate asked again is emailed again, and its new link decides it.
+    let mails = sink.wait_for(2).await;
+    let (approve, _) = links_in(&mails[1]);
+    let approved = confirm(&client, &approve, "yes").send().await.unwrap();
+    assert_eq!(approved.status(), 200);
+    assert_eq!(flowd.settled(&run_id, ACME).await["status"], "completed");
+    // The rejection stays in the trace, as an attempt of the gate.
+    let (_, trace) = flowd
+        .send(
+            Method::GET,
+            &format!("/v1/runs/{run_id}/trace"),
+            Some(ACME),
+            None,
+        )
+        .await;
+    let text = trace.to_string();
+    assert!(
+        text.contains("rejected: boss@acme.io rejected the approval: no"),
+        "{trace}"
+    );
+    assert_eq!(flowd.stop(), Some(0));
+}
+
 /// A parked run emails every eligible approver (a named one and each member
 /// of a named group) signed approve and reject links and lists the gate as
 /// theirs; following a link only shows the request, confirming decides it

@@ -532,7 +532,7 @@ impl<'p> Interpreter<'p> {
                 input: serde_json::to_value(&pending).unwrap_or(Value::Null),
                 output: None,
                 error: None,
-                attempts: Vec::new(),
+                attempts: retrying.map(earlier_decisions).unwrap_or_default(),
                 started_ms,
                 ended_ms: started_ms,
                 round: self.round,
@@ -1202,6 +1202,39 @@ impl<'p> Interpreter<'p> {
             }
         }
     }
+}
+
+/// The decisions of a gate that a redrive asks again (its record failed
+/// the run: rejected, or expired), as attempts of the new asking: the
+/// record that asks again replaces the one that held them, and the trace
+/// keeps every decision as it keeps every attempt of a step.
+fn earlier_decisions(record: StepRecord) -> Vec<Attempt> {
+    let mut attempts = record.attempts;
+    let decision = record.output.as_deref();
+    let by = decision
+        .and_then(|d| d["approver"].as_str())
+        .filter(|by| !by.is_empty());
+    let comment = decision
+        .and_then(|d| d["comment"].as_str())
+        .filter(|comment| !comment.is_empty() && by.is_some())
+        .map(|comment| format!(": {comment}"))
+        .unwrap_or_default();
+    let error = record.error.map(|error| match by {
+        // The rejection's own message names the approver.
+        Some(_) => format!("{}: {}{comment}", error.kind.name(), error.message),
+        None => format!("{}: {}", error.kind.name(), error.message),
+    });
+    attempts.push(Attempt {
+        index: attempts.len() as u32,
+        error,
+        delay_ms: None,
+        round: record.round,
+        repair: false,
+        started_ms: Some(record.started_ms),
+        ended_ms: Some(record.ended_ms),
+        cut_short: false,
+    });
+    attempts
 }
 
 /// An approval's approvers. An approval nobody may decide would park the run

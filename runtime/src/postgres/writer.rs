@@ -565,9 +565,9 @@ impl<'a> GateNotifications<'a> {
                 gates.paths.push(gate.path.clone());
                 gates.step_ids.push(gate.step_id.clone());
                 gates.messages.push(gate.message.clone());
-                gates
-                    .keys
-                    .push(format!("approval:{run_id}:{}:{approver}", gate.path));
+                gates.keys.push(crate::store::gate_notification_key(
+                    run_id, record, &approver,
+                ));
                 gates.audiences.push(approver);
             }
         }

@@ -536,7 +536,7 @@ pub(super) fn notify_gate(
             gate.path,
             gate.step_id,
             gate.message,
-            format!("approval:{run_id}:{}:{approver}", gate.path),
+            crate::store::gate_notification_key(run_id, record, approver),
             now_ms()
         ])?;
     }

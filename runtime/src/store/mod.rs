@@ -932,6 +932,17 @@ impl RunStatus {
 /// A count as SQL's `LIMIT` takes it: past `i64::MAX` (`usize::MAX`, for
 /// "all") is as good as no limit, where a cast would make it negative, which
 /// PostgreSQL refuses.
+/// The key of the notification that asks `approver` to decide the gate
+/// `record` holds pending (a store keeps one notification a key): writing
+/// the record again asks no one again, and a redrive that asks the gate
+/// again (its record's `round`) asks everyone again.
+pub(crate) fn gate_notification_key(run_id: &str, record: &StepRecord, approver: &str) -> String {
+    match record.round {
+        0 => format!("approval:{run_id}:{}:{approver}", record.path),
+        round => format!("approval:{run_id}:{}:{approver}:{round}", record.path),
+    }
+}
+
 pub(crate) fn sql_limit(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
 }
