@@ -625,15 +625,22 @@ async fn an_approval_is_decided_over_http_by_a_group_member() {
         (403, Some("not_an_approver")),
         "{body}"
     );
-    // Regression (issue 13): the group's name decided as if a person.
-    let (status, body) = flowd
+    // Regression (issue 13): the group's name decided as if a person; and
+    // (an audit) so did the name in other letters, which a gate's
+    // approvers match without case.
+    for group in ["LEADS", "leads"] {
+        let (status, body) = flowd
+            .send(Method::POST, &gate, Some(ACME), Some(by(group)))
+            .await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (403, Some("not_an_approver")),
+            "{group}: {body}"
+        );
+    }
+    let (_, body) = flowd
         .send(Method::POST, &gate, Some(ACME), Some(by("leads")))
         .await;
-    assert_eq!(
-        (status, body["code"].as_str()),
-        (403, Some("not_an_approver")),
-        "{body}"
-    );
     assert!(
         body["detail"].as_str().unwrap().contains("ana@acme.io"),
         "the hint names the group's members: {body}"

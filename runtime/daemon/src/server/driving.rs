@@ -38,12 +38,16 @@ impl Daemon {
         path: String,
         decision: Decision,
     ) -> Result<(), Problem> {
-        // A group decides through its members: its name is no person.
+        // A group decides through its members: its name is no person, in
+        // any case (regression: `BILLING-LEADS` decided as the group
+        // `billing-leads`, which a gate's approvers match without case).
         if let Some(members) = self
             .config
             .people(&run.account)
             .approver_groups
-            .get(&decision.approver)
+            .iter()
+            .find(|(group, _)| group.eq_ignore_ascii_case(&decision.approver))
+            .map(|(_, members)| members)
         {
             return Err(Problem::new(
                 StatusCode::FORBIDDEN,
