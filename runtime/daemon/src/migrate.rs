@@ -136,8 +136,13 @@ pub(crate) async fn migrate(
         .await?
         .into_iter()
         .filter(|run| {
-            run.plan_hash != target.plan_hash
-                && from.is_none_or(|from| from.plan_hash == run.plan_hash)
+            // Regression: a run of a newer version was moved back to an
+            // older one named by `to_version`. Runs move forward only (a
+            // version deleted since keeps its runs movable).
+            let earlier = number_of
+                .get(run.plan_hash.as_str())
+                .is_none_or(|version| *version < target.version);
+            earlier && from.is_none_or(|from| from.plan_hash == run.plan_hash)
         })
         .collect();
     let old_plans = plans_of(&daemon, &candidates).await?;

@@ -2975,6 +2975,16 @@ async fn parked_runs_move_to_a_compatible_version_only() {
         )
         .await;
     assert_eq!(again["moved"], json!([]), "moved once: {again}");
+    // Regression: `to_version` moved the runs of a newer version back.
+    let (_, back) = flowd
+        .send(
+            Method::POST,
+            migrate,
+            Some(ACME),
+            Some(json!({ "to_version": 1 })),
+        )
+        .await;
+    assert_eq!(back["moved"], json!([]), "runs move forward only: {back}");
 
     for id in &runs {
         let (status, body) = flowd
