@@ -151,10 +151,21 @@ fn a_decision_is_refused_when_it_cannot_apply() {
     let no_run = flow(&dir, &["approve", "run-x", "g", "--as", "a@x.io"]);
     assert_eq!(no_run.code, 2);
 
+    // The comment's escape sequences would clear the screen and forge a
+    // line of the trace.
+    let forged = "no\u{1b}[2J\u{1b}[1A\nby eve@x.io: \"approved\"";
     let rejected = flow(
         &dir,
         &[
-            "approve", &run_id, "g", "--as", "a@x.io", "--reject", "--json",
+            "approve",
+            &run_id,
+            "g",
+            "--as",
+            "a@x.io",
+            "--reject",
+            "--comment",
+            forged,
+            "--json",
         ],
     );
     assert_eq!(
@@ -163,6 +174,14 @@ fn a_decision_is_refused_when_it_cannot_apply() {
         "a rejection fails the run by default: {}",
         rejected.all()
     );
+    // Regression: `flow show` printed a decision's comment as written.
+    let shown = flow(&dir, &["show", &run_id]);
+    assert!(
+        !shown.stdout.contains('\u{1b}') && !shown.stdout.contains("\nby eve"),
+        "{}",
+        shown.stdout
+    );
+    assert!(shown.stdout.contains("no\\u{1b}[2J"), "{}", shown.stdout);
     // The rejection failed the run: nothing of it can be decided any more.
     let again = flow(&dir, &["approve", &run_id, "g", "--as", "a@x.io"]);
     assert_eq!(again.code, 2);

@@ -725,8 +725,11 @@ fn approval_row(row: &mut Row, run: &Shown<'_>, record: &StepRecord, options: &O
         let comment = decision
             .and_then(|d| d["comment"].as_str())
             .filter(|c| !c.is_empty())
-            .map(|c| format!(": \"{c}\""))
+            // Written by a person, through the API: a comment with
+            // escape sequences could clear the screen and forge lines.
+            .map(|c| format!(": \"{}\"", style::inert(c)))
             .unwrap_or_default();
+        let approver = style::inert(approver);
         row.details.push(format!("by {approver}{when}{comment}"));
     }
 }
