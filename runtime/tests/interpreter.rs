@@ -380,6 +380,50 @@ async fn an_approvers_address_ignores_case() {
     assert_eq!(store.records()[0].status, StepStatus::Completed);
 }
 
+/// Regression (an audit): a run's input of 100 KB naming a thousand
+/// approvers stored a thousand notifications each holding the whole
+/// message, 200 MB in one commit. A gate names at most `MAX_APPROVERS`,
+/// and a message to people has at most `MAX_MESSAGE_BYTES`.
+#[tokio::test]
+async fn messages_to_people_and_their_recipients_are_bounded() {
+    let plan = plan(
+        r#"workflow w {
+  input { people: list<string>, message: string }
+  step g = approval { approvers: workflow_input.people, message: workflow_input.message }
+}
+workflow h {
+  input { message: string }
+  step tell = handoff "ops" { message: workflow_input.message }
+}"#,
+    );
+    let run = |workflow: &'static str, input: serde_json::Value| {
+        let plan = plan.clone();
+        async move {
+            let store = Arc::new(MemoryStore::default());
+            let services = services(Arc::new(Scripted::default()), &store);
+            flow_runtime::run(&plan, workflow, "r", input, services).await
+        }
+    };
+    let failure = |outcome: Outcome| match outcome {
+        Outcome::Failed { error, .. } => error.message,
+        other => panic!("not failed: {other:?}"),
+    };
+    let people: Vec<String> = (0..101).map(|i| format!("p{i}@x.io")).collect();
+    let many = run("w", json!({ "people": people, "message": "m" })).await;
+    assert!(failure(many).contains("names 101 approvers"));
+    let long = "x".repeat(flow_plan::limits::MAX_MESSAGE_BYTES + 1);
+    let gate = run("w", json!({ "people": ["a@x.io"], "message": long })).await;
+    assert!(failure(gate).contains("the approval's message is 65537 bytes"));
+    let handoff = run("h", json!({ "message": long })).await;
+    assert!(failure(handoff).contains("the handoff's message is 65537 bytes"));
+    let within = run(
+        "w",
+        json!({ "people": ["a@x.io"], "message": "x".repeat(65_536) }),
+    )
+    .await;
+    assert!(matches!(within, Outcome::Parked { .. }), "{within:?}");
+}
+
 #[tokio::test]
 async fn an_input_that_does_not_match_is_refused_before_the_first_step() {
     let plan = plan(&format!(

@@ -105,6 +105,15 @@ pub const MAX_SETTING_BYTES: usize = 4_096;
 pub const MAX_DESTINATIONS: usize = 100;
 pub const MAX_RECIPIENTS: usize = 100;
 
+/// Approvers of one approval, and the bytes of a message to people (an
+/// approval's, a handoff's message and subject), checked as a run
+/// evaluates them: each approver is a notification and an email holding
+/// the message, so without them a run's input of a megabyte naming a
+/// thousand approvers stored a gigabyte in one commit, past the account's
+/// quota before it was measured again.
+pub const MAX_APPROVERS: usize = 100;
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+
 /// Arguments and environment variables of one MCP server.
 pub const MAX_MCP_ARGS: usize = 1_000;
 

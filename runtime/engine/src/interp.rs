@@ -513,6 +513,9 @@ impl<'p> Interpreter<'p> {
             let message = env.eval(message).ok().map_or_else(String::new, |m| {
                 m.as_str().map_or_else(|| m.to_string(), str::to_string)
             });
+            if let Err(error) = message_within_bound("the approval's message", message.len()) {
+                return refused(path, error).await;
+            }
             let pending = PendingApproval {
                 path: path.clone(),
                 step_id: step.id.clone(),
@@ -739,10 +742,16 @@ impl<'p> Interpreter<'p> {
                     message,
                     subject,
                 } = &**handoff;
+                let message = env.eval(message)?;
+                let subject = subject.as_ref().map(|s| env.eval(s)).transpose()?;
+                message_within_bound("the handoff's message", text_len(&message))?;
+                if let Some(subject) = &subject {
+                    message_within_bound("the handoff's subject", text_len(subject))?;
+                }
                 return Ok(json!({
                     "department": env.render(department)?,
-                    "message": env.eval(message)?,
-                    "subject": subject.as_ref().map(|s| env.eval(s)).transpose()?,
+                    "message": message,
+                    "subject": subject,
                     "key": self.key(step, env)?,
                 }));
             }
@@ -1241,6 +1250,16 @@ fn earlier_decisions(record: StepRecord) -> Vec<Attempt> {
 /// for ever, so an empty list fails the step instead, saying why.
 fn approver_list(env: &Env<'_>, approvers: &flow_plan::Expr) -> Result<Vec<String>, StepError> {
     match env.eval(approvers)? {
+        Value::Array(items) if items.len() > flow_plan::limits::MAX_APPROVERS => {
+            Err(StepError::new(
+                ErrorKind::Expression,
+                format!(
+                    "an approval names {} approvers, more than the {} it may: name an approver group instead",
+                    items.len(),
+                    flow_plan::limits::MAX_APPROVERS
+                ),
+            ))
+        }
         Value::Array(items) if !items.is_empty() => Ok(items
             .into_iter()
             .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
@@ -1252,6 +1271,30 @@ fn approver_list(env: &Env<'_>, approvers: &flow_plan::Expr) -> Result<Vec<Strin
                 crate::eval::describe(&other)
             ),
         )),
+    }
+}
+
+/// Refuses a message to people (`what`) of `len` bytes past
+/// [`flow_plan::limits::MAX_MESSAGE_BYTES`]: stored and sent once for each
+/// recipient.
+fn message_within_bound(what: &str, len: usize) -> Result<(), StepError> {
+    let most = flow_plan::limits::MAX_MESSAGE_BYTES;
+    if len <= most {
+        return Ok(());
+    }
+    Err(StepError::new(
+        ErrorKind::Expression,
+        format!(
+            "{what} is {len} bytes, more than the {most} a message to people may have: put the details in a KB document and refer to it"
+        ),
+    ))
+}
+
+/// The bytes of a value as text: a string's own, any other's JSON.
+fn text_len(value: &Value) -> usize {
+    match value {
+        Value::String(text) => text.len(),
+        other => other.to_string().len(),
     }
 }
 
