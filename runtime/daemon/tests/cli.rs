@@ -379,6 +379,20 @@ async fn deploy_start_and_read_a_run_scoped_to_its_account() {
     );
     assert_eq!(body["diagnostics"][0]["line"], 10, "{body}");
 
+    // Regression (an audit): recipes alone were stored as a plan that no
+    // deployment names, counted by no quota and never deleted.
+    let (status, body) = flowd
+        .try_deploy(
+            ACME,
+            json!({ "source": "recipe r { model \"m\" input { q: string } output { a: string } prompt \"{{input.q}}\" }" }),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (422, Some("no_workflow")),
+        "{body}"
+    );
+
     // A department must be one of the account's (this account has none).
     let owned = TWO_STEPS.replace(
         "input { text: string }\n  step",
@@ -2690,6 +2704,39 @@ async fn a_compile_past_flowds_limits_stops_in_its_own_process() {
         );
     }
     flowd.deploy(ACME, TWO_STEPS).await;
+}
+
+/// Regression (an audit): deploys took the places to compile in turn,
+/// whatever their account, so one account queuing slow deploys kept every
+/// other account's waiting past the connection's timeout. An account has
+/// at most two deploys under way; a third answers 429 at once.
+#[tokio::test]
+async fn an_account_has_two_deploys_under_way_at_most() {
+    use serde_json::json;
+    let source = recipes_of_a_big_record(200, 2_000);
+    let dir = TempDir::new("flowd-deploys-at-once");
+    let flowd = Flowd::start_with(
+        &dir,
+        &format!(
+            "{CONFIG}[limits]
+compile_seconds = 1
+"
+        ),
+    );
+    let deploy = || flowd.try_deploy(ACME, json!({ "source": source, "path": "big.flow" }));
+    let (a, b, c) = tokio::join!(deploy(), deploy(), deploy());
+    let refused: Vec<_> = [a, b, c]
+        .into_iter()
+        .filter(|(status, _)| *status == 429)
+        .collect();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(
+        refused[0].1["code"], "deploys_in_flight",
+        "{:?}",
+        refused[0]
+    );
+    // Another account's deploy is not held behind them.
+    flowd.deploy(GLOBEX, TWO_STEPS).await;
 }
 
 /// Regression: `[[webhooks]]` was global, and one account's run output

@@ -97,6 +97,11 @@ struct DeployBody<'a> {
     plan: Option<&'a serde_json::value::RawValue>,
 }
 
+/// The longest a deploy waits for a place to compile in (other deploys of
+/// other accounts, each at most `compile_seconds`): within the 60 s a
+/// connection may stay silent.
+const COMPILE_QUEUE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// What a deploy request may hold, for those that hold something else.
 const DEPLOY_SHAPE: &str = "send `source` (a .flow file's text, and optionally its `path`), `files` (path to text: a .flow file, what it imports and its flow.lock; with `root` naming the file to deploy) or `plan` (flowc build output)";
 
@@ -106,9 +111,10 @@ const DEPLOY_SHAPE: &str = "send `source` (a .flow file's text, and optionally i
     post, path = "/v1/workflows", tag = "workflows", request_body = Deploy,
     responses(
         (status = 201, description = "Deployed", body = Deployed),
-        (status = 422, description = "The source does not check (`does_not_check`); the plan is not one `flowc build` could have written, or is past flowd's bounds (`invalid_plan`, with `problems` and `more_problems`); a workflow names a department the account does not have (`unknown_department`), or a webhook endpoint or person its destinations deliver to that the account does not have (`unknown_destination`, every one named); the plan names an MCP server or tool the operator does not offer this account (`mcp_server_not_allowed`, `mcp_tool_not_allowed`; every one in `refusals`); or the account keeps as many deployed versions as its quota (`quota_exceeded`); or compiling the source took more than `[limits] compile_seconds` of CPU or `compile_memory` (`compile_limit`)", body = ProblemDoc, content_type = "application/problem+json"),
-        (status = 429, description = "The account's data takes its quota of the store, `stored_bytes` (`quota_exceeded`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 422, description = "The source does not check (`does_not_check`); it declares no workflow (`no_workflow`); the plan is not one `flowc build` could have written, or is past flowd's bounds (`invalid_plan`, with `problems` and `more_problems`); a workflow names a department the account does not have (`unknown_department`), or a webhook endpoint or person its destinations deliver to that the account does not have (`unknown_destination`, every one named); the plan names an MCP server or tool the operator does not offer this account (`mcp_server_not_allowed`, `mcp_tool_not_allowed`; every one in `refusals`); or the account keeps as many deployed versions as its quota (`quota_exceeded`); or compiling the source took more than `[limits] compile_seconds` of CPU or `compile_memory` (`compile_limit`)", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 429, description = "The account's data takes its quota of the store, `stored_bytes` (`quota_exceeded`); or the account has two deploys under way in this flowd (`deploys_in_flight`: deploy again once one has answered)", body = ProblemDoc, content_type = "application/problem+json"),
         (status = 500, description = "The compiler failed on the source (`compiler_failed`): a bug in flow, which flowd's log describes", body = ProblemDoc, content_type = "application/problem+json"),
+        (status = 503, description = "Every place for compiling stayed taken for 30 s (`compiles_busy`): deploy again shortly", body = ProblemDoc, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn deploy(
@@ -132,7 +138,26 @@ pub(crate) async fn deploy(
     // async workers, which every run and request of the process shares.
     // The place goes with the work that goes on after a client hangs up
     // (validating, reading the worker's plan), and ends with it.
-    let Ok(place) = Arc::clone(&daemon.compiles).acquire_owned().await else {
+    let _deploying = daemon.count_deploy(&account)?;
+    // A deploy that waits longer answers, rather than let the connection's
+    // idle timeout close it unanswered.
+    let place = tokio::time::timeout(
+        COMPILE_QUEUE_WAIT,
+        Arc::clone(&daemon.compiles).acquire_owned(),
+    )
+    .await
+    .map_err(|_| {
+        Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "compiles_busy",
+            &format!(
+                "every place for compiling was taken for {} s: deploy again shortly",
+                COMPILE_QUEUE_WAIT.as_secs()
+            ),
+        )
+        .retry_after(5)
+    })?;
+    let Ok(place) = place else {
         unreachable!("the semaphore of compiles is never closed");
     };
     let limits = daemon.config.limits.compile_limits();
@@ -148,6 +173,15 @@ pub(crate) async fn deploy(
     };
     // Freed off the async worker however the deploy ends.
     let plan = FreedOffWorker::new(plan);
+    // Regression (an audit): a source of recipes alone was stored as a
+    // plan no deployment names, counted by no quota and never deleted.
+    if plan.workflows.is_empty() {
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "no_workflow",
+            "the source declares no workflow: a deploy is of workflows, and the recipes, types and servers they use come with them",
+        ));
+    }
     // A department is one of the account's: a misspelt one would quietly
     // give the workflow no department context and its documents no owner.
     let departments = &daemon.config.people(&account).departments;

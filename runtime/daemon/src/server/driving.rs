@@ -203,6 +203,32 @@ impl Daemon {
         }
     }
 
+    /// Counts a deploy of `account` while the answer lives, or refuses it
+    /// when the account has [`DEPLOYS_AT_ONCE`] under way: deploys take
+    /// the places for compiles in turn, whatever their account, so one
+    /// account's queue of slow deploys kept every other account's waiting
+    /// (an audit: a tiny deploy answered after a minute, or not at all).
+    pub(crate) fn count_deploy(&self, account: &str) -> Result<InFlight, Problem> {
+        let under_way = self
+            .deploys_under_way
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(account)
+            .copied()
+            .unwrap_or(0);
+        if under_way >= DEPLOYS_AT_ONCE {
+            return Err(Problem::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "deploys_in_flight",
+                &format!(
+                    "this account has {under_way} deploys under way, the most it may: deploy again once one has answered"
+                ),
+            )
+            .retry_after(1));
+        }
+        Ok(InFlight::count(&self.deploys_under_way, account))
+    }
+
     /// How many of `account`'s runs this process drives now.
     pub(crate) fn runs_in_flight(&self, account: &str) -> usize {
         self.in_flight
@@ -439,8 +465,14 @@ pub(crate) struct Driven {
     steps: Arc<StepsInFlight>,
 }
 
-/// One run counted among its account's runs in flight while it lives.
-pub(super) struct InFlight {
+/// An account's deploys compiling or waiting to at once, in one process:
+/// one compiles while the next waits, and another account's deploy waits
+/// for at most these two of each account before it.
+const DEPLOYS_AT_ONCE: usize = 2;
+
+/// One run (or deploy) counted among its account's in flight while it
+/// lives.
+pub(crate) struct InFlight {
     pub(super) counts: Arc<std::sync::Mutex<HashMap<String, usize>>>,
     pub(super) account: String,
 }

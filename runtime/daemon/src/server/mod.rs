@@ -107,6 +107,8 @@ pub struct Daemon {
     /// Places for deploys compiling or validating at once (see
     /// [`half_the_cores`]).
     pub(crate) compiles: Arc<tokio::sync::Semaphore>,
+    /// Each account's deploys under way (`Daemon::count_deploy`).
+    deploys_under_way: Arc<std::sync::Mutex<HashMap<String, usize>>>,
 }
 
 /// How many deploys compile at once, and how many plans not kept are
@@ -258,6 +260,7 @@ impl Daemon {
         Ok(Arc::new(Daemon {
             step_places: std::sync::Mutex::default(),
             compiles: Arc::new(tokio::sync::Semaphore::new(half_the_cores())),
+            deploys_under_way: Arc::default(),
             in_flight: Arc::default(),
             mcp_passed: std::sync::Mutex::new(std::collections::HashSet::new()),
             stored: crate::storage::StoredBytes::default(),
