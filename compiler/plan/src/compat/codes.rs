@@ -74,13 +74,16 @@ crate::code_table! {
         "a step a run has a record of is of another kind in the new version",
         "give the new step another id, so that it runs as a step of its own");
 
-    /// The new version reaches the place a run waits or stopped at under
-    /// other conditions than the old one: the step moved into or out of an
-    /// `if` branch (which is not part of its path), a condition on the way
-    /// to it changed, or the collection of a loop around it did. The replay
-    /// decides conditions and iterations again, so it may not reach the
-    /// place, and a gate's pending decision would never be asked for; a
-    /// changed collection may give an iteration index to another item. A
+    /// The new version reaches the place a run waits or stopped at, or a
+    /// step before it, under other conditions than the old one: the step
+    /// moved into or out of an `if` branch (which is not part of its path),
+    /// a condition on the way to it changed, or the collection of a loop
+    /// around it did. The replay decides conditions and iterations again,
+    /// so it may not reach the place, and a gate's pending decision would
+    /// never be asked for; before the place, it may take a branch the run
+    /// did not, and run that branch's steps late, after the place was
+    /// decided; a changed collection may give an iteration index to
+    /// another item. A
     /// loop the run has begun (around the place, or before it) that takes
     /// fewer items than it did (a lower `max`, or one it did not have)
     /// fails the run when the replay takes its collection again.
@@ -141,4 +144,19 @@ crate::code_table! {
     OutputIncompatible = ("D007", "output-incompatible",
         "the new version reads from a run's records a value the old types do not guarantee",
         "widen the new type to take the old values (an optional field, more enum variants), or leave these runs on the old version");
+
+    /// A step before the place that a run may have recorded as failed,
+    /// and gone on past (`on_error continue`, or a fallback), fails the
+    /// run in the new version, which dropped its `on_error`: the replay
+    /// takes the recorded failure as the step's outcome and fails the run
+    /// there, after the place was decided, where the old version went on.
+    ///
+    /// ```flow
+    /// // old                                         // new
+    /// step lookup = crm { ... } on_error continue    step lookup = crm { ... }
+    /// step review = approval { ... }                 step review = approval { ... }
+    /// ```
+    FailureNoLongerTaken = ("D008", "failure-no-longer-taken",
+        "a step a run may have failed and gone on past fails the run in the new version",
+        "keep the step's `on_error`, or leave these runs on the old version");
 }

@@ -326,8 +326,56 @@ impl Comparison<'_> {
                         described(now.kind)
                     ),
                 ),
+                // The replay decides the conditions before the place again:
+                // under other ones it may take a branch the run did not, and
+                // run its steps late, after the place (regression: an `if`
+                // changed before a gate moved, and the other branch ran
+                // after the decision). A step every run at the place ran
+                // can only be passed over, its record unread.
+                Some(now) if now.guards != entry.guards && !certainly_ran(entry, at) => problem(
+                    Code::ResumePointGuarded,
+                    &entry.path,
+                    format!(
+                        "the new version runs `{}`, before where these runs are, under other conditions{}: the replay may go another way than the run went",
+                        entry.path,
+                        guard_change(&entry.guards, &now.guards)
+                    ),
+                ),
+                // A failure the old version went on past is replayed as
+                // the run's failure when the new one no longer takes it.
+                Some(now)
+                    if entry
+                        .step
+                        .is_some_and(|step| !matches!(step.on_error, OnError::Fail))
+                        && now
+                            .step
+                            .is_some_and(|step| matches!(step.on_error, OnError::Fail)) =>
+                {
+                    problem(
+                        Code::FailureNoLongerTaken,
+                        &entry.path,
+                        format!(
+                            "`{}` may have failed, which the old version went on past (its `on_error`), and fails the run in the new version",
+                            entry.path
+                        ),
+                    );
+                }
                 Some(_) => {}
             }
+        }
+        // Every invocation checks the run's input against the workflow's
+        // input type, read or not: one that old runs' inputs may not fit
+        // fails them when they go on (regression: a field dropped from the
+        // input moved, and the run failed at preflight after the decision).
+        let input_read = self.reads.iter().any(|read| read.recorded.is_none());
+        if !input_read
+            && !schema::assignable(&old.workflow.input_schema, &new.workflow.input_schema)
+        {
+            problem(
+                Code::OutputIncompatible,
+                "workflow_input",
+                input_change(&old.workflow.input_schema, &new.workflow.input_schema),
+            );
         }
         for read in &self.reads {
             let recorded = read
@@ -494,12 +542,70 @@ fn certainly_precedes(step: &Entry<'_>, at: &Entry<'_>) -> bool {
     step.position.len() < at.position.len()
 }
 
+/// Whether every run at `at` ran `step`: it comes before in every
+/// schedule, and no condition or loop of its own (beyond those around
+/// `at` too) could have passed it over.
+fn certainly_ran(step: &Entry<'_>, at: &Entry<'_>) -> bool {
+    let shared = step
+        .guards
+        .iter()
+        .zip(&at.guards)
+        .take_while(|(a, b)| a == b)
+        .count();
+    shared == step.guards.len() && certainly_precedes(step, at)
+}
+
 /// Whether a loop encloses both positions.
 fn shares_loop(step: &[Frame], at: &[Frame]) -> bool {
     step.iter()
         .zip(at)
         .take_while(|(a, b)| a == b)
         .any(|(a, _)| *a == Frame::Iter)
+}
+
+/// Why an input of type `old` may not be one of type `new`, for a message.
+fn input_change(old: &Value, new: &Value) -> String {
+    let fields = |schema: &Value| {
+        schema
+            .get("properties")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let required = |schema: &Value, name: &str| {
+        schema
+            .get("required")
+            .and_then(Value::as_array)
+            .is_some_and(|names| names.iter().any(|n| n == name))
+    };
+    let (before, after) = (fields(old), fields(new));
+    if let Some(name) = before.keys().find(|name| !after.contains_key(*name)) {
+        return format!(
+            "old runs' input may hold `{name}`, which the new version's input does not declare"
+        );
+    }
+    for (name, to) in &after {
+        match before.get(name) {
+            None if required(new, name) => {
+                return format!(
+                    "the new version's input requires `{name}`, which old runs' input does not have"
+                );
+            }
+            Some(from) if !schema::assignable(from, to) => {
+                return format!(
+                    "the input's `{name}` was {} and is {} in the new version",
+                    schema::show(from),
+                    schema::show(to)
+                );
+            }
+            _ => {}
+        }
+    }
+    format!(
+        "old runs' input ({}) may not be the new version's ({})",
+        schema::show(old),
+        schema::show(new)
+    )
 }
 
 /// What differs between two guard chains, for a message.
