@@ -338,6 +338,24 @@ flow_plan::code_table! {
     /// ```
     PastPlanLimit = ("E212", "past-plan-limit", Error, "the program is past a limit of plans");
 
+    /// An approval in the workflow's `on_error` handler. The handler runs
+    /// once the run has failed, and a failed run does not wait: the gate
+    /// would be recorded and announced, but never asked, since the run
+    /// ends failed as the handler ends. Tell people with a `handoff` in the
+    /// handler, or take the failure at the step that may fail, where the
+    /// run goes on and can wait for a decision.
+    ///
+    /// ```flow
+    /// workflow w {
+    ///   step charge = bill { ... }
+    ///   on_error fallback {
+    ///     step ask = approval { approvers: ["ops"], message: "Retry?" }   // E213
+    ///   }
+    /// }
+    /// // instead: step charge = bill { ... } on_error fallback { step ask = approval { ... } }
+    /// ```
+    ApprovalAfterFailure = ("E213", "approval-after-failure", Error, "an approval in the workflow's `on_error` handler is never asked");
+
     /// A step's timeout is longer than its workflow's timeout, so the workflow
     /// deadline cuts it short first. Raise the workflow timeout or lower the step's.
     StepTimeoutExceedsWorkflow = ("W301", "step-timeout-exceeds-workflow", Warning, "step timeout is above the workflow timeout");

@@ -85,6 +85,22 @@ impl<'e, 'd> Checker<'e, 'd> {
             StepCall::Approval { .. } => {
                 self.args(args, &Fields::new(approval_params()), &"`approval`", None);
                 self.approval_literals(args);
+                if self
+                    .containers
+                    .iter()
+                    .any(|c| matches!(c, Container::WorkflowHandler { .. }))
+                {
+                    self.push(
+                        Diagnostic::new(
+                            Code::ApprovalAfterFailure,
+                            self.file,
+                            step.id.span,
+                            "an approval in the workflow's `on_error` handler is never asked: the run has failed, and a failed run does not wait",
+                        )
+                        .label("never asked")
+                        .hint("tell people with a `handoff` here, or take the failure with the step's own `on_error fallback { ... }`, where the run goes on and can wait"),
+                    );
+                }
             }
             StepCall::KbWrite { collection, .. } => {
                 self.template(collection);
