@@ -1,9 +1,12 @@
 //! flowd's HTTP connections: accepted and served here rather than by
 //! `axum::serve`, which sets no limit a hostile client cannot outlast.
 //!
-//! * At most `MAX_CONNECTIONS` are open at once; one more is closed as soon
-//!   as it is accepted, so that a flood neither grows memory nor fills the
-//!   kernel's backlog for the clients that play fair.
+//! * At most `MAX_CONNECTIONS` are open at once; one more takes the place
+//!   of the connection idle the longest (between requests, past
+//!   `EVICTABLE_AFTER`), or is closed as soon as it is accepted when none
+//!   is idle, so that a flood neither grows memory nor fills the kernel's
+//!   backlog, and one client's idle connections cannot shut out the
+//!   clients that play fair.
 //! * A request's header must arrive whole within `HEADER_READ_TIMEOUT`
 //!   (hyper's own timer): a client that trickles it a byte at a time, or
 //!   that connects and says nothing, is cut off.
@@ -44,6 +47,7 @@ pub(crate) async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let places = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let open = Arc::new(Open::default());
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -60,31 +64,90 @@ pub(crate) async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let Ok(place) = Arc::clone(&places).try_acquire_owned() else {
-            drop(stream);
-            continue;
+        let connection = Connection {
+            app: app.clone(),
+            open: Arc::clone(&open),
+            graceful: graceful.watcher(),
         };
+        match Arc::clone(&places).try_acquire_owned() {
+            Ok(place) => connection.serve(stream, place),
+            // Full: the connection idle the longest makes room, if one is
+            // idle (regression: one client holding every place with
+            // keep-alive connections, a request each every few seconds,
+            // shut every other client out). Its place comes back when its
+            // task ends; one not idle keeps it, and this one is closed.
+            Err(_) => match open.longest_idle() {
+                Some(idle) => {
+                    idle.close.notify_one();
+                    let places = Arc::clone(&places);
+                    tokio::spawn(async move {
+                        let place =
+                            tokio::time::timeout(EVICTION_WAIT, places.acquire_owned()).await;
+                        if let Ok(Ok(place)) = place {
+                            connection.serve(stream, place);
+                        }
+                    });
+                }
+                None => drop(stream),
+            },
+        }
+    }
+    drop(listener);
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await;
+}
+
+/// How long a connection must have been without a request or a byte to
+/// make room for a new one when every place is taken: a keep-alive
+/// connection between requests, not one whose answer is being written.
+const EVICTABLE_AFTER: Duration = Duration::from_secs(1);
+/// How long a new connection waits for the place an idle one gives up.
+const EVICTION_WAIT: Duration = Duration::from_secs(1);
+
+/// What serving one connection needs.
+struct Connection {
+    app: Router,
+    open: Arc<Open>,
+    graceful: hyper_util::server::graceful::Watcher,
+}
+
+impl Connection {
+    fn serve(self, stream: TcpStream, place: tokio::sync::OwnedSemaphorePermit) {
         let _ = stream.set_nodelay(true);
         let activity = Arc::new(Activity::new());
         let io = TokioIo::new(Watched {
             inner: stream,
             activity: Arc::clone(&activity),
         });
-        let service = TowerToHyperService::new(app.clone());
+        let inner = TowerToHyperService::new(self.app);
+        let counted = Arc::clone(&activity);
+        // Counts the requests being answered, so that a connection is made
+        // to give up its place only between requests.
+        let service = hyper::service::service_fn(move |request| {
+            let answering = Answering::start(&counted);
+            let response = hyper::service::Service::call(&inner, request);
+            async move {
+                let response = response.await;
+                drop(answering);
+                response
+            }
+        });
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(TokioTimer::new())
             .header_read_timeout(HEADER_READ_TIMEOUT);
-        let connection = graceful.watch(http.serve_connection(io, service));
+        let connection = self.graceful.watch(http.serve_connection(io, service));
+        let registered = self.open.register(Arc::clone(&activity));
         tokio::spawn(async move {
             let _place = place;
+            let _registered = registered;
             let mut connection = std::pin::pin!(connection);
             loop {
                 let check = IDLE_TIMEOUT.saturating_sub(activity.idle_for());
                 tokio::select! {
                     _ = &mut connection => return,
+                    // Dropping the connection closes its socket.
+                    () = activity.close.notified() => return,
                     () = tokio::time::sleep(check) => {
                         if activity.idle_for() >= IDLE_TIMEOUT {
-                            // Dropping the connection closes its socket.
                             return;
                         }
                     }
@@ -92,14 +155,78 @@ pub(crate) async fn serve(
             }
         });
     }
-    drop(listener);
-    let _ = tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await;
 }
 
-/// When a connection last read or wrote a byte.
+/// The connections open now, so that one idle can be found to make room.
+#[derive(Default)]
+struct Open {
+    by_id: std::sync::Mutex<(u64, std::collections::HashMap<u64, Arc<Activity>>)>,
+}
+
+impl Open {
+    fn register(self: &Arc<Open>, activity: Arc<Activity>) -> Registered {
+        let mut open = self.by_id.lock().unwrap_or_else(|p| p.into_inner());
+        let id = open.0;
+        open.0 += 1;
+        open.1.insert(id, activity);
+        Registered {
+            open: Arc::clone(self),
+            id,
+        }
+    }
+
+    /// The connection that has answered no request and moved no byte for
+    /// the longest, past [`EVICTABLE_AFTER`].
+    fn longest_idle(&self) -> Option<Arc<Activity>> {
+        let open = self.by_id.lock().unwrap_or_else(|p| p.into_inner());
+        open.1
+            .values()
+            .filter(|activity| activity.answering.load(Ordering::Relaxed) == 0)
+            .map(|activity| (activity.idle_for(), activity))
+            .filter(|(idle, _)| *idle >= EVICTABLE_AFTER)
+            .max_by_key(|(idle, _)| *idle)
+            .map(|(_, activity)| Arc::clone(activity))
+    }
+}
+
+/// A connection in [`Open`] while it lives.
+struct Registered {
+    open: Arc<Open>,
+    id: u64,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        let mut open = self.open.by_id.lock().unwrap_or_else(|p| p.into_inner());
+        open.1.remove(&self.id);
+    }
+}
+
+/// One request being answered on a connection.
+struct Answering(Arc<Activity>);
+
+impl Answering {
+    fn start(activity: &Arc<Activity>) -> Answering {
+        activity.answering.fetch_add(1, Ordering::Relaxed);
+        Answering(Arc::clone(activity))
+    }
+}
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        self.0.answering.fetch_sub(1, Ordering::Relaxed);
+        self.0.touch();
+    }
+}
+
+/// When a connection last read or wrote a byte (or ended a request),
+/// how many requests it is answering, and its call to close.
 struct Activity {
     since: Instant,
     last_ms: AtomicU64,
+    answering: std::sync::atomic::AtomicU32,
+    /// Notified when the connection is to give up its place.
+    close: tokio::sync::Notify,
 }
 
 impl Activity {
@@ -107,6 +234,8 @@ impl Activity {
         Activity {
             since: Instant::now(),
             last_ms: AtomicU64::new(0),
+            answering: std::sync::atomic::AtomicU32::new(0),
+            close: tokio::sync::Notify::new(),
         }
     }
 

@@ -59,3 +59,41 @@ async fn silent_and_trickling_clients_are_cut_off_fair_ones_are_served() {
     assert!(trickled_for <= Duration::from_secs(15), "{trickled_for:?}");
     assert_eq!(flowd.stop(), Some(0));
 }
+
+/// Regression (an audit): one client holding every place (1,024
+/// connections kept alive, a request on each every few seconds) shut every
+/// other client out. A new connection takes the place of the one idle the
+/// longest.
+#[tokio::test]
+async fn idle_connections_make_room_for_a_new_client() {
+    let dir = TempDir::new("flowd-connections-full");
+    let flowd = Flowd::start(&dir);
+    let address = flowd.url.trim_start_matches("http://").to_string();
+    let mut held = Vec::new();
+    for _ in 0..1024 {
+        match TcpStream::connect(&address).await {
+            Ok(mut stream) => {
+                // Answered 401, and then kept alive.
+                stream
+                    .write_all(b"GET /v1/runs HTTP/1.1\r\nHost: flow\r\n\r\n")
+                    .await
+                    .unwrap();
+                held.push(stream);
+            }
+            // A machine whose limit of open files is lower cannot hold them.
+            Err(error) if error.raw_os_error() == Some(24) => {
+                println!("skipped: the limit of open files is below 1,024 connections");
+                return;
+            }
+            Err(error) => panic!("{error}"),
+        }
+    }
+    // Every place is taken, by connections idle for over a second.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let (status, _) = flowd
+        .send(reqwest::Method::GET, "/v1/runs", Some(ACME), None)
+        .await;
+    assert_eq!(status, 200);
+    drop(held);
+    assert_eq!(flowd.stop(), Some(0));
+}
