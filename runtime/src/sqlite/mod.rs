@@ -1917,6 +1917,25 @@ mod tests {
     async fn a_rewritten_document_keeps_one_row_of_the_full_text_index() {
         let dir = flow_tests::TempDir::new("sqlite-kb-rewrite");
         let store = SqliteStore::open(&dir.path().join("flow.db")).unwrap();
+        // A step's document is written for a run this process holds.
+        let checked = flow_compiler::check_source(
+            "w.flow",
+            "workflow w { step g = approval { approvers: [\"a\"], message: \"m\" } }",
+        );
+        let plan = flow_compiler::lower(&checked).unwrap();
+        store.put_plan(&plan).unwrap();
+        let new_run = NewRun {
+            workflow: "w".into(),
+            plan_hash: plan.hash.clone(),
+            input: json!({}),
+            provider: None,
+        };
+        assert!(
+            store
+                .create_run("r1", "acme", &new_run, None)
+                .await
+                .unwrap()
+        );
         let run = RunHandle {
             id: "r1".to_string(),
             account: "acme".to_string(),
