@@ -416,6 +416,10 @@ workflow h {
     assert!(failure(gate).contains("the approval's message is 65537 bytes"));
     let handoff = run("h", json!({ "message": long })).await;
     assert!(failure(handoff).contains("the handoff's message is 65537 bytes"));
+    // Regression (an audit): a blank approver parked the run, and a key
+    // naming no one decided it.
+    let blank = run("w", json!({ "people": ["a@x.io", " "], "message": "m" })).await;
+    assert!(failure(blank).contains("a blank name"));
     let within = run(
         "w",
         json!({ "people": ["a@x.io"], "message": "x".repeat(65_536) }),

@@ -642,6 +642,14 @@ async fn an_approval_is_decided_over_http_by_a_group_member() {
     // Regression (issue 13): the group's name decided as if a person; and
     // (an audit) so did the name in other letters, which a gate's
     // approvers match without case.
+    let (status, body) = flowd
+        .send(Method::POST, &gate, Some(ACME), Some(by(" ")))
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("no_person")),
+        "a blank name is no one: {body}"
+    );
     for group in ["LEADS", "leads"] {
         let (status, body) = flowd
             .send(Method::POST, &gate, Some(ACME), Some(by(group)))

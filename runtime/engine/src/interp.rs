@@ -1260,6 +1260,18 @@ fn approver_list(env: &Env<'_>, approvers: &flow_plan::Expr) -> Result<Vec<Strin
                 ),
             ))
         }
+        // A blank name is no one: a gate that only a blank name may decide
+        // would be decided by a key that names no person.
+        Value::Array(items)
+            if items
+                .iter()
+                .any(|v| v.as_str().is_some_and(|s| s.trim().is_empty())) =>
+        {
+            Err(StepError::new(
+                ErrorKind::Expression,
+                "an approval's approvers include a blank name".to_string(),
+            ))
+        }
         Value::Array(items) if !items.is_empty() => Ok(items
             .into_iter()
             .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))

@@ -33,8 +33,10 @@ impl KeyHolder {
                     "this API key is {person}'s: it acts as them, not as `{named}` (leave out `{field}`)"
                 ),
             )),
-            (KeyHolder::Service, Some(named)) => Ok(named),
-            (KeyHolder::Service, None) => Err(Problem::new(
+            // A blank name is no person (regression: `"approver": ""`
+            // decided a gate, recorded as by nobody).
+            (KeyHolder::Service, Some(named)) if !named.trim().is_empty() => Ok(named),
+            (KeyHolder::Service, _) => Err(Problem::new(
                 StatusCode::BAD_REQUEST,
                 "no_person",
                 &format!(
