@@ -38,6 +38,7 @@ impl DeployedFiles {
         }
         let mut normal = BTreeMap::new();
         for (path, text) in files {
+            control_free(&path)?;
             let cleaned = normalize(&path);
             let is_lock = cleaned == LOCK_FILE || cleaned.ends_with(&format!("/{LOCK_FILE}"));
             if cleaned.is_empty()
@@ -67,6 +68,14 @@ impl DeployedFiles {
     /// only: `{"source", "path"}` deploys took any name before file sets
     /// came, so the rules for a set's paths do not apply to it. Nothing is
     /// read by a name, and imports from it find nothing.
+    /// Refuses a path holding a control character (a NUL, a line break):
+    /// a name no editor or file system writes, which the run's files and
+    /// messages would carry (regression: a NUL in a file's name deployed,
+    /// and the run's test could not be written).
+    pub(crate) fn check_path(path: &str) -> Result<(), String> {
+        control_free(path)
+    }
+
     pub(crate) fn single(path: &str, text: String) -> DeployedFiles {
         DeployedFiles {
             files: [(normalize(path), text)].into(),
@@ -114,6 +123,17 @@ impl flow_compiler::SourceLoader for DeployedFiles {
     }
 }
 
+/// `path`, refused when it holds a control character.
+fn control_free(path: &str) -> Result<(), String> {
+    if path.chars().any(char::is_control) {
+        return Err(format!(
+            "`{}`: a path holds no control characters",
+            flow_plan::inert(&flow_plan::cut(path, 200))
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,6 +157,8 @@ mod tests {
             "a/../../x.flow",
             "",
             "notes.txt",
+            "a\0b.flow",
+            "a\nb.flow",
         ] {
             assert!(set(&[bad]).is_err(), "{bad:?}");
         }

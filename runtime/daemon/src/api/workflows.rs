@@ -332,6 +332,7 @@ fn deployable(request: DeployBody<'_>, body: &Bytes) -> Result<Deployable, Probl
     Ok(match (source, files, plan) {
         (Some(source), None, None) => {
             let root = path.unwrap_or_else(|| "workflow.flow".to_string());
+            DeployedFiles::check_path(&root).map_err(|why| invalid_files(&why))?;
             let files = DeployedFiles::single(&root, source);
             Deployable::Source { root, files }
         }
