@@ -134,7 +134,7 @@ pub(crate) fn junit(
                     xml,
                     "      <failure message=\"{}\">{}</failure>",
                     xml_escape(&first.found),
-                    xml_escape(&failure(job, verdict))
+                    xml_text(&failure(job, verdict))
                 );
             }
             let _ = writeln!(xml, "    </testcase>");
@@ -185,7 +185,7 @@ pub(crate) fn junit(
                  <error message=\"{1}\">{2}</error>\n    </testcase>",
                 xml_escape(reports.path(file)),
                 xml_escape(&message),
-                xml_escape(&full)
+                xml_text(&full)
             );
         }
         let _ = writeln!(xml, "  </testsuite>");
@@ -220,7 +220,19 @@ pub(crate) fn github(jobs: &[Job], verdicts: &[Verdict]) -> String {
 }
 
 /// Text as XML character data or an attribute value.
+/// `text` inside an element, its line breaks as they are.
+fn xml_text(text: &str) -> String {
+    escape_xml(text, false)
+}
+
+/// `text` as an attribute's value: a line break as a reference, since a
+/// parser reads one written as it is as a space (regression: a test's name
+/// of two lines read as one).
 fn xml_escape(text: &str) -> String {
+    escape_xml(text, true)
+}
+
+fn escape_xml(text: &str, attribute: bool) -> String {
     let mut escaped = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -229,8 +241,11 @@ fn xml_escape(text: &str) -> String {
             '>' => escaped.push_str("&gt;"),
             '"' => escaped.push_str("&quot;"),
             '\'' => escaped.push_str("&apos;"),
-            // XML 1.0 has no way to write the other control characters.
+            '\n' if attribute => escaped.push_str("&#10;"),
+            '\r' if attribute => escaped.push_str("&#13;"),
+            '\t' if attribute => escaped.push_str("&#9;"),
             '\n' | '\t' | '\r' => escaped.push(c),
+            // XML 1.0 has no way to write the other control characters.
             c if c.is_control() => escaped.push('\u{FFFD}'),
             c => escaped.push(c),
         }
