@@ -194,7 +194,11 @@ impl Builder<'_> {
         let root = path.root.text.as_str();
         let is_root = root == "input" || crate::syntax::ROOTS.contains(&root);
         let shell = root.bytes().all(|b| b.is_ascii_uppercase() || b == b'_');
-        if line[..index].ends_with('\\') || !(is_root || dollar && !shell) {
+        // Nor after an escaped brace: `\{{path}}` is the documented way to
+        // write `{{path}}` as text (regression: warned, with the advice to
+        // write what was written).
+        let before = &line[..index];
+        if before.ends_with('\\') || before.ends_with("\\{") || !(is_root || dollar && !shell) {
             return;
         }
         let start = offset + index - usize::from(dollar);
