@@ -455,7 +455,7 @@ struct JsonOutput<'a> {
 }
 
 #[derive(Serialize)]
-struct JsonUnreadable<'a> {
+pub(crate) struct JsonUnreadable<'a> {
     path: &'a str,
     message: &'a str,
 }
@@ -492,13 +492,19 @@ pub(crate) fn json(reports: &Reports) -> String {
         errors: reports.errors(),
         warnings: reports.warnings(),
         diagnostics: json_diagnostics(reports),
-        unreadable: reports
-            .unreadable
-            .iter()
-            .map(|(path, message)| JsonUnreadable { path, message })
-            .collect(),
+        unreadable: json_unreadable(reports),
     };
     serde_json::to_string_pretty(&output).expect("diagnostics always serialize")
+}
+
+/// The paths that could not be read, with why, for [`json`] and other
+/// JSON documents (`flowc test --format json`'s).
+pub(crate) fn json_unreadable(reports: &Reports) -> Vec<JsonUnreadable<'_>> {
+    reports
+        .unreadable
+        .iter()
+        .map(|(path, message)| JsonUnreadable { path, message })
+        .collect()
 }
 
 /// The diagnostics of [`json`], for other JSON documents to hold

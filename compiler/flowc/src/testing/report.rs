@@ -314,6 +314,9 @@ pub(crate) fn json(
         "failed": failed,
         "files_not_checking": files_not_checking,
         "diagnostics": crate::render::json_diagnostics(reports),
+        // Regression: a path that could not be read was in the exit code
+        // (2) alone, where `flowc check --format json` names it.
+        "unreadable": crate::render::json_unreadable(reports),
     });
     if let Some(covered) = covered {
         report["coverage"] = covered
