@@ -208,6 +208,18 @@ fn an_expired_approval_cannot_be_decided() {
     let late = flow(&dir, &["approve", &run_id, "g", "--as", "a"]);
     assert_eq!(late.code, 2, "{}", late.all());
     assert!(late.stderr.contains("has expired"), "{}", late.stderr);
+    // Regression (an audit): the expired gate was listed and shown with
+    // the commands that decide it, which are refused.
+    let listed = flow(&dir, &["approvals"]);
+    assert!(
+        listed.stdout.contains("no approval is waiting"),
+        "{}",
+        listed.all()
+    );
+    assert!(listed.stderr.contains("flow recover"), "{}", listed.all());
+    let shown = flow(&dir, &["show", &run_id]);
+    assert!(shown.stdout.contains("expired"), "{}", shown.stdout);
+    assert!(!shown.stdout.contains("flow approve"), "{}", shown.stdout);
     let recovered = flow(&dir, &["recover", "--json"]);
     assert_eq!(
         recovered.code,

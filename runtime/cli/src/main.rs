@@ -800,30 +800,59 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
                 lists::print_approvals(&[], json, style::Via::Db(Some(&db)), paint);
                 return Ok(0);
             };
-            let parked = RunQuery {
-                status: Some(RunStatus::PendingApproval),
-                limit: usize::MAX,
-                ..RunQuery::default()
-            };
-            let mut rows = store
-                .account_runs(NO_ACCOUNT, &parked)
-                .await
-                .map_err(store_error)?;
+            // A run still running has its gates too (one parallel branch
+            // waits while another runs): each decides as a parked run's.
+            let mut rows = Vec::new();
+            for status in [RunStatus::PendingApproval, RunStatus::Running] {
+                let query = RunQuery {
+                    status: Some(status),
+                    limit: usize::MAX,
+                    ..RunQuery::default()
+                };
+                rows.extend(
+                    store
+                        .account_runs(NO_ACCOUNT, &query)
+                        .await
+                        .map_err(store_error)?,
+                );
+            }
             // The gate that has waited longest first.
-            rows.reverse();
+            rows.sort_by_key(|row| row.updated_ms);
+            let now_ms = flow_runtime::time::now_ms();
             let mut gates = Vec::new();
+            let mut expired = 0;
             for row in rows {
-                let record = RunRecord::of_row(&row);
-                for gate in record.pending_approvals.into_iter().flatten() {
-                    if approver
+                let records = store.step_records(&row.id).await.map_err(store_error)?;
+                for record in records.iter().filter(|r| {
+                    r.kind == flow_plan::StepKind::Approval && r.status == StepStatus::Pending
+                }) {
+                    let Ok(gate) = serde_json::from_value::<flow_runtime::approval::PendingApproval>(
+                        record.input.clone(),
+                    ) else {
+                        continue;
+                    };
+                    if !approver
                         .as_deref()
                         .is_none_or(|approver| gate.may_decide(approver, &[]))
                     {
-                        gates.push(GateLine::new(&row.id, &row.workflow, row.updated_ms, gate));
+                        continue;
                     }
+                    // Past its expiry a gate takes no decision: `flow
+                    // recover` applies its `on_expire`.
+                    if flow_runtime::approval::gate_due_ms(record).is_some_and(|due| due <= now_ms)
+                    {
+                        expired += 1;
+                        continue;
+                    }
+                    gates.push(GateLine::new(&row.id, &row.workflow, row.updated_ms, gate));
                 }
             }
             lists::print_approvals(&gates, json, style::Via::Db(Some(&db)), paint);
+            if expired > 0 && !json {
+                eprintln!(
+                    "{expired} more expired: `flow recover` applies what each does on expiry (`on_expire`)"
+                );
+            }
             Ok(0)
         }
         Command::Kb { command } => kb(command, paint).await,

@@ -697,6 +697,18 @@ fn approval_row(row: &mut Row, run: &Shown<'_>, record: &StepRecord, options: &O
         if let Some(expires) = &gate.expires_at {
             row.details.push(format!("expires {expires}"));
         }
+        // Past its expiry it takes no decision (regression: its commands
+        // were offered, and refused): resuming the run applies `on_expire`,
+        // which flowd does by itself and `flow recover` does here.
+        if flow_runtime::approval::gate_due_ms(record).is_some_and(|due| due <= options.now_ms) {
+            (row.status, row.tone) = ("expired".to_string(), Tone::Bad);
+            if let style::Via::Db(_) = options.via {
+                row.details.push(
+                    "`flow recover` applies what it does on expiry (`on_expire`)".to_string(),
+                );
+            }
+            return;
+        }
         let approver = gate.approvers.first().map_or("APPROVER", String::as_str);
         let command = style::approve_command(&run.run.id, &record.path, approver, options.via, 0);
         row.details.push(format!("approve: {command}"));
