@@ -134,8 +134,8 @@ pub(crate) fn print_approvals(gates: &[GateLine], json: bool, via: style::Via<'_
             .map(|at| format!(" · expires {at}"))
             .unwrap_or_default();
         out!("  approvers: {}{expires}", gate.approvers.join(", "));
-        let approver = gate.approvers.first().map_or("APPROVER", String::as_str);
-        let command = style::approve_command(&gate.run_id, &gate.step_path, approver, via, 0);
+        let command =
+            style::approve_command(&gate.run_id, &gate.step_path, &gate.approvers, via, 0);
         out!("  {command}   {}", paint.dim("(add --reject to reject)"));
     }
 }

@@ -1385,13 +1385,9 @@ fn report(record: &RunRecord, json: bool, via: style::Via<'_>, seed: u64) -> u8 
                 for line in style::quoted(&approval.message) {
                     out!("    {line}");
                 }
-                let approver = approval
-                    .approvers
-                    .first()
-                    .map_or("APPROVER", String::as_str);
                 out!(
                     "    {}",
-                    style::approve_command(run_id, &approval.path, approver, via, seed)
+                    style::approve_command(run_id, &approval.path, &approval.approvers, via, seed)
                 );
             }
             out!(

@@ -165,10 +165,20 @@ impl Via<'_> {
 pub(crate) fn approve_command(
     run: &str,
     path: &str,
-    approver: &str,
+    approvers: &[String],
     via: Via<'_>,
     seed: u64,
 ) -> String {
+    // flowd takes a person, never a group, as the one who decides
+    // (regression: the command it printed named the gate's first
+    // approver, a group, and flowd refused it); locally a name is one.
+    let approver = match via {
+        Via::Server(_) => approvers
+            .iter()
+            .find(|a| a.contains('@'))
+            .map_or("EMAIL", String::as_str),
+        Via::Db(_) => approvers.first().map_or("APPROVER", String::as_str),
+    };
     let seed = if seed == 0 {
         String::new()
     } else {
@@ -220,16 +230,37 @@ mod tests {
         assert_eq!(shell_word("it's"), r"'it'\''s'");
         assert_eq!(shell_word(""), "''");
         assert_eq!(
-            approve_command("r", "g", "a b", Via::Db(Some(Path::new("x y.db"))), 0),
+            approve_command(
+                "r",
+                "g",
+                &["a b".into()],
+                Via::Db(Some(Path::new("x y.db"))),
+                0
+            ),
             "flow approve r g --as 'a b' --db 'x y.db'"
         );
         assert_eq!(
-            approve_command("r", "g", "a", Via::Db(Some(Path::new(DEFAULT_DB))), 0),
+            approve_command(
+                "r",
+                "g",
+                &["a".into()],
+                Via::Db(Some(Path::new(DEFAULT_DB))),
+                0
+            ),
             "flow approve r g --as a"
         );
         assert_eq!(
-            approve_command("r", "g", "a", Via::Db(None), 7),
+            approve_command("r", "g", &["a".into()], Via::Db(None), 7),
             "flow --seed 7 approve r g --as a"
         );
+        // flowd takes a person: the first address, past the groups.
+        let approvers = ["leads".to_string(), "ana@acme.io".to_string()];
+        let server = Via::Server("http://flow:8080");
+        assert!(
+            approve_command("r", "g", &approvers, server, 0).contains("--as ana@acme.io"),
+            "{}",
+            approve_command("r", "g", &approvers, server, 0)
+        );
+        assert!(approve_command("r", "g", &approvers[..1], server, 0).contains("--as EMAIL"));
     }
 }

@@ -709,8 +709,8 @@ fn approval_row(row: &mut Row, run: &Shown<'_>, record: &StepRecord, options: &O
             }
             return;
         }
-        let approver = gate.approvers.first().map_or("APPROVER", String::as_str);
-        let command = style::approve_command(&run.run.id, &record.path, approver, options.via, 0);
+        let command =
+            style::approve_command(&run.run.id, &record.path, &gate.approvers, options.via, 0);
         row.details.push(format!("approve: {command}"));
         row.details.push(format!("reject:  {command} --reject"));
         return;
