@@ -295,6 +295,23 @@ impl Metrics {
             .observe(active.as_secs_f64());
     }
 
+    /// Forgets the series of `account`'s `workflow`, retired: each kept
+    /// its labels for good, so that an account deploying, running and
+    /// retiring workflows by the hundred grew every scrape and flowd's
+    /// memory without bound (an audit: 4.7 MB of metrics for 5 workflows
+    /// deployed).
+    pub fn forget_workflow(&self, account: &str, workflow: &str) {
+        for status in RunStatus::ALL {
+            let labels = WorkflowLabels {
+                account: account.to_string(),
+                workflow: workflow.to_string(),
+                status: status.as_str().to_string(),
+            };
+            self.executions.remove(&labels);
+            self.durations.remove(&labels);
+        }
+    }
+
     /// The limiter's events, as these metrics.
     pub fn limit_events(&self) -> LimitMetrics {
         LimitMetrics {

@@ -218,6 +218,13 @@ async fn runs_deployments_and_documents_can_be_deleted() {
         .send(Method::DELETE, "/v1/workflows/w", Some(ACME), None)
         .await;
     assert_eq!((status, body["retired"].as_u64()), (200, Some(1)), "{body}");
+    // Regression (an audit): a retired workflow's series stayed in the
+    // metrics for good, which grew without bound as workflows came and went.
+    let metrics = flowd.metrics().await;
+    assert!(
+        !metrics.contains("workflow=\"w\""),
+        "the retired workflow's series: {metrics}"
+    );
     let (status, body) = flowd
         .send(
             Method::POST,

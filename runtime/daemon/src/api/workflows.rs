@@ -454,6 +454,11 @@ pub(crate) async fn undeploy(
             },
         ));
     }
+    // Its last version gone, the workflow's metrics go too.
+    let left = daemon.deployments(&account).await.map_err(store_problem)?;
+    if !left.iter().any(|d| d.workflow == workflow) {
+        daemon.metrics.forget_workflow(&account, &workflow);
+    }
     Ok(axum::Json(Retired { retired }).into_response())
 }
 
