@@ -1386,6 +1386,32 @@ fn flow_run_delivers_what_it_can_and_names_the_rest() {
         "{}",
         shown.all()
     );
+
+    // Regression (an audit): `flow cancel` delivered nothing on cancelled.
+    dir.write(
+        "held.flow",
+        r#"workflow held {
+  input { id: string }
+  deliver on cancelled to kb "cancelled" title "{{workflow_input.id}}" content "cancelled"
+  step ok = approval { approvers: ["a"], message: "go?" }
+}
+"#,
+    );
+    let parked = flow(
+        &dir,
+        &["run", "held.flow", "--input", r#"{"id": "H-1"}"#, "--json"],
+    );
+    assert_eq!(parked.code, 3, "{}", parked.all());
+    let held = json(&parked)["run_id"].as_str().unwrap().to_string();
+    let cancel = flow(&dir, &["cancel", &held]);
+    assert_eq!(cancel.code, 0, "{}", cancel.all());
+    assert!(
+        cancel.stderr.contains(
+            "destination 0 (kb `cancelled` on cancelled) delivered to the KB: cancelled/H-1"
+        ),
+        "{}",
+        cancel.all()
+    );
 }
 
 /// `flow test-from RUN` writes a recorded run as a `test` block that

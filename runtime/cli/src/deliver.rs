@@ -1,5 +1,5 @@
-//! `flow run`'s delivery of a run's destinations (`deliver on ... to ...`),
-//! after its answer is printed: what the local CLI can deliver it delivers
+//! `flow run`'s (and `flow cancel`'s) delivery of a run's destinations
+//! (`deliver on ... to ...`), after its answer is printed: what the local CLI can deliver it delivers
 //! (a KB document, into its own store, once per delivery id), and each
 //! destination it cannot (email and webhooks need flowd's SMTP server and
 //! account endpoints) is said in one line. Each is added to the run's
@@ -22,13 +22,27 @@ pub(crate) async fn locally(
     run_id: &str,
     outcome: &Outcome,
 ) {
-    let Some(workflow) = plan.workflow(workflow) else {
-        return;
-    };
     let (event, output) = match outcome {
         Outcome::Completed { output } => (RunEvent::Completed, Some(output)),
         Outcome::Parked { .. } => (RunEvent::Parked, None),
         Outcome::Failed { .. } => (RunEvent::Failed, None),
+    };
+    on_event(store, plan, workflow, run_id, event, output).await;
+}
+
+/// Delivers what it can of the destinations of `run_id` on `event` (a
+/// run's end, or its cancellation by `flow cancel`), with its `output`
+/// when it completed.
+pub(crate) async fn on_event(
+    store: &Arc<dyn Store>,
+    plan: &Plan,
+    workflow: &str,
+    run_id: &str,
+    event: RunEvent,
+    output: Option<&Value>,
+) {
+    let Some(workflow) = plan.workflow(workflow) else {
+        return;
     };
     let input = match store.run(run_id).await {
         Ok(Some(run)) => run.input,

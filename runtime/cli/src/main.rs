@@ -539,7 +539,14 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             if !store.cancel_run(&run).await.map_err(store_error)? {
                 return Err(already_ended(&run, row.status));
             }
-            Ok(cancelled(&run, json))
+            let code = cancelled(&run, json);
+            // Its `deliver on cancelled`, as flowd delivers it (regression:
+            // the local cancel delivered nothing, and said nothing of it).
+            if let Ok(plan) = store.plan(&row.plan_hash).await {
+                let event = flow_plan::RunEvent::Cancelled;
+                deliver::on_event(&store, &plan, &row.workflow, &run, event, None).await;
+            }
+            Ok(code)
         }
         Command::Redrive {
             run,
