@@ -184,7 +184,29 @@ impl Parser<'_> {
     }
 
     fn mock_times(&mut self, pair: Pair<'_, Rule>) -> u32 {
-        let word = first_child(pair.clone());
+        let mut word = first_child(pair.clone());
+        if word.as_rule() == Rule::times_slip {
+            word = first_child(word);
+            let meant = match word.as_rule() {
+                Rule::thrice_slip => "3 times".to_string(),
+                _ => format!("{} times", word.as_str()),
+            };
+            self.problems.push(
+                Diagnostic::new(
+                    Code::Syntax,
+                    self.file,
+                    span_of(&word),
+                    format!(
+                        "a failure's repeats are `once`, `twice` or `N times`: write `{meant}`"
+                    ),
+                )
+                .label("not `once`, `twice` or `N times`")
+                .fix(meant),
+            );
+            if word.as_rule() == Rule::thrice_slip {
+                return 3;
+            }
+        }
         match word.as_rule() {
             Rule::kw_once => 1,
             Rule::kw_twice => 2,
@@ -241,7 +263,47 @@ impl Parser<'_> {
         let span = span_of(&pair);
         let what = first_child(pair);
         let kind = match what.as_rule() {
-            Rule::expect_status => ExpectKind::Status(name(children(what).nth(1)?)),
+            Rule::expect_status => {
+                let mut parts = children(what).skip(1).peekable();
+                if let Some(slip) = parts.next_if(|p| p.as_rule() == Rule::status_slip) {
+                    self.problems.push(
+                        Diagnostic::new(
+                            Code::BadExpectation,
+                            self.file,
+                            span_of(&slip),
+                            format!(
+                                "a status is written after `status`, without `{}`",
+                                slip.as_str()
+                            ),
+                        )
+                        .label("not needed")
+                        .hint("write `expect status completed` (or `failed`, `parked`)")
+                        .fix(""),
+                    );
+                }
+                let status = parts.next()?;
+                if status.as_rule() == Rule::string {
+                    // `expect status "completed"`: the word, quoted.
+                    let word = self.string(status.clone()).display_text();
+                    self.problems.push(
+                        Diagnostic::new(
+                            Code::BadExpectation,
+                            self.file,
+                            span_of(&status),
+                            "a status is a word, not a string",
+                        )
+                        .label("in quotes")
+                        .hint(format!("write `expect status {word}`"))
+                        .fix(word.clone()),
+                    );
+                    ExpectKind::Status(Name {
+                        text: word.into(),
+                        span: span_of(&status),
+                    })
+                } else {
+                    ExpectKind::Status(name(status))
+                }
+            }
             Rule::expect_ran => {
                 let parts: Vec<_> = children(what).collect();
                 let ran = parts.first()?.as_rule() != Rule::kw_not;
