@@ -49,6 +49,10 @@ pub(crate) fn run(paths: &[PathBuf], root: Option<&Path>, options: Options<'_>) 
     let mut jobs = Vec::new();
     // The plans of files without tests, whose workflows coverage shows untested.
     let mut others = Vec::new();
+    // The files given or found whose tests did not run: they, or a file
+    // they import, do not check (regression: a broken workflow imported by
+    // two test files was counted as one file, which holds no tests).
+    let mut roots_not_checking = 0;
     for (root, result) in roots.iter().zip(super::check::check_all(&roots)) {
         match result {
             Ok(checked) => {
@@ -58,7 +62,9 @@ pub(crate) fn run(paths: &[PathBuf], root: Option<&Path>, options: Options<'_>) 
                 {
                     others.push(Arc::new(plan));
                 }
-                jobs.extend(jobs_of(root, &checked, &options, &mut reports));
+                let (found, all_ran) = jobs_of(root, &checked, &options, &mut reports);
+                roots_not_checking += usize::from(!all_ran);
+                jobs.extend(found);
             }
             Err(error) => {
                 print_load_error(&error);
@@ -92,14 +98,14 @@ pub(crate) fn run(paths: &[PathBuf], root: Option<&Path>, options: Options<'_>) 
             if format == TestFormat::Github {
                 out!("{}", report::github(&jobs, &verdicts));
             }
-            out!("{}", report::human(&jobs, &verdicts, not_checking.len()));
+            out!("{}", report::human(&jobs, &verdicts, roots_not_checking));
             if let Some(covered) = covered {
                 out!("{}", report::coverage(covered));
             }
         }
         TestFormat::Json => outln!(
             "{}",
-            report::json(&jobs, &verdicts, covered, &reports, not_checking.len())
+            report::json(&jobs, &verdicts, covered, &reports, roots_not_checking)
         ),
         TestFormat::Junit => out!(
             "{}",
@@ -143,17 +149,20 @@ pub(crate) fn run(paths: &[PathBuf], root: Option<&Path>, options: Options<'_>) 
 
 /// The tests of a checked root whose names contain the filter, each with the
 /// plan of its workflow's file, none for a file with errors; the root's
-/// diagnostics, warnings too, go to `reports` either way.
+/// diagnostics, warnings too, go to `reports` either way. With them,
+/// whether every test of the root could run (not when it, or the file of
+/// a workflow it tests, does not check).
 fn jobs_of(
     root: &RootFile,
     checked: &Checked,
     options: &Options<'_>,
     reports: &mut Reports,
-) -> Vec<Job> {
+) -> (Vec<Job>, bool) {
     reports.add(checked);
     let Some(cases) = flow_compiler::test_case::lower_tests(checked) else {
-        return Vec::new();
+        return (Vec::new(), false);
     };
+    let mut all_ran = !checked.has_errors();
     let mut plans: HashMap<FileId, Option<Arc<Plan>>> = HashMap::new();
     let mut jobs = Vec::new();
     for case in cases {
@@ -164,18 +173,19 @@ fn jobs_of(
             .entry(case.workflow_file)
             .or_insert_with(|| plan_of(root, checked, case.workflow_file, reports))
             .clone();
-        if let Some(plan) = plan {
-            jobs.push(Job {
+        match plan {
+            Some(plan) => jobs.push(Job {
                 file: root.path.clone(),
                 plan,
                 case,
                 offline: options
                     .offline
                     .then(flow_engine::offline::OfflineProvider::default),
-            });
+            }),
+            None => all_ran = false,
         }
     }
-    jobs
+    (jobs, all_ran)
 }
 
 /// The plan of the file `file` of `checked`, built as `flowc build` builds
