@@ -568,8 +568,12 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
                 .map_err(store_error)?
                 .is_none()
             {
+                // Refused as the run is now: another process may have
+                // redriven it meanwhile (regression: it was said to be
+                // redriven 0 times, the most it may be).
+                let now = find_run(&store, &run, &db).await.unwrap_or(row);
                 return Err(usage(
-                    flow_runtime::store::RedriveRefused::of(&row).to_string(),
+                    flow_runtime::store::RedriveRefused::of(&now).to_string(),
                 ));
             }
             execute(
