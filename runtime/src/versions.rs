@@ -56,6 +56,30 @@ impl<'p> Mover<'p> {
         }
     }
 
+    /// Why run `row`, with its journal's `records`, cannot go on on the new
+    /// version: empty when it can. A run that stopped between steps (one
+    /// cancelled while a step was out, which left no record) goes on at the
+    /// first step after the last it recorded (regression: it was refused
+    /// with D002, even on its own version).
+    pub fn problems_of_run(&self, row: &RunRow, records: &[StepRecord]) -> Vec<Incompatibility> {
+        let mut places = places_of(row, records);
+        if places.is_empty()
+            && let Some(comparison) = &self.comparison
+        {
+            let recorded: std::collections::HashSet<String> = records
+                .iter()
+                .map(|record| flow_plan::compat::pattern(&record.path))
+                .collect();
+            let entries: Vec<&str> = comparison.places().map(|(path, _)| path).collect();
+            let next = match entries.iter().rposition(|path| recorded.contains(*path)) {
+                Some(last) => entries.get(last + 1),
+                None => entries.first(),
+            };
+            places.extend(next.map(|path| path.to_string()));
+        }
+        self.problems(&places)
+    }
+
     /// Why a run at `places` cannot go on on the new version: empty when
     /// it can.
     pub fn problems(&self, places: &[String]) -> Vec<Incompatibility> {
@@ -92,13 +116,77 @@ impl<'p> Mover<'p> {
     }
 }
 
-/// Why a run of `workflow` on `old`, at `places`, cannot go on on `new`:
-/// empty when it can. For one run; many runs share a [`Mover`].
+/// Why run `row` of `workflow` on `old`, with its journal's `records`,
+/// cannot go on on `new`: empty when it can. For one run; many runs share
+/// a [`Mover`].
 pub fn move_problems(
     old: &Plan,
     new: &Plan,
     workflow: &str,
-    places: &[String],
+    row: &RunRow,
+    records: &[StepRecord],
 ) -> Vec<Incompatibility> {
-    Mover::new(old, new, workflow).problems(places)
+    Mover::new(old, new, workflow).problems_of_run(row, records)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::RunStatus;
+    use serde_json::json;
+
+    fn plan(body: &str) -> Plan {
+        let source = format!(
+            "recipe r {{ model \"m\" input {{ q: string }} output {{ a: string }} prompt \"{{{{input.q}}}}\" }}\nworkflow w {{\n{body}\n}}\n"
+        );
+        let checked = flow_compiler::check_source("w.flow", &source);
+        assert!(!checked.has_errors(), "{:#?}", checked.diagnostics);
+        flow_compiler::lower(&checked).expect("lowers")
+    }
+
+    fn completed(path: &str) -> StepRecord {
+        StepRecord {
+            path: path.into(),
+            step_id: path.into(),
+            kind: flow_plan::StepKind::Recipe,
+            status: StepStatus::Completed,
+            input: json!({}),
+            output: Some(json!({ "a": "x" }).into()),
+            error: None,
+            attempts: Vec::new(),
+            started_ms: 0,
+            ended_ms: 0,
+            round: 0,
+        }
+    }
+
+    /// Regression (an audit): a run cancelled while a step was out has no
+    /// record of it, so no place: it was refused on every version, its own
+    /// too (D002). It goes on at the first step after the last it recorded.
+    #[test]
+    fn a_run_stopped_between_steps_goes_on_after_its_last_record() {
+        let old = plan("step a = r { q: \"1\" }\nstep b = r { q: step.a.a }");
+        let later =
+            plan("step a = r { q: \"1\" }\nstep b = r { q: step.a.a }\nstep c = r { q: \"3\" }");
+        let earlier =
+            plan("step z = r { q: \"0\" }\nstep a = r { q: \"1\" }\nstep b = r { q: step.a.a }");
+        let row = RunRow {
+            id: "r".into(),
+            workflow: "w".into(),
+            plan_hash: old.hash.clone(),
+            status: RunStatus::Cancelled,
+            input: json!({}),
+            outcome: None,
+            created_ms: 0,
+            updated_ms: 0,
+            active_ms: 0,
+            account: String::new(),
+            redrives: 0,
+        };
+        let records = [completed("a")];
+        assert_eq!(move_problems(&old, &old, "w", &row, &records), []);
+        assert_eq!(move_problems(&old, &later, "w", &row, &records), []);
+        let refused = move_problems(&old, &earlier, "w", &row, &records);
+        assert_eq!(refused[0].code, Code::StepAddedBefore, "{refused:?}");
+    }
 }

@@ -1619,8 +1619,7 @@ async fn version_for(store: &Arc<dyn Store>, row: &RunRow, file: &Path) -> Resul
     let new = load_plan(file, None)?;
     let old = store.plan(&row.plan_hash).await.map_err(store_error)?;
     let records = store.step_records(&row.id).await.map_err(store_error)?;
-    let places = flow_runtime::versions::places_of(row, &records);
-    let problems = flow_runtime::versions::move_problems(&old, &new, &row.workflow, &places);
+    let problems = flow_runtime::versions::move_problems(&old, &new, &row.workflow, row, &records);
     if !problems.is_empty() {
         let mut message = format!(
             "run `{}` cannot go on on {} from where it stands:",

@@ -16,7 +16,7 @@ use axum::response::IntoResponse;
 use flow_plan::Plan;
 use flow_plan::compat::Incompatibility;
 use flow_runtime::store::{Deployment, RunQuery, RunRow, RunStatus};
-use flow_runtime::versions::{Mover, places_of};
+use flow_runtime::versions::Mover;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -267,7 +267,7 @@ async fn problems_of(
             format!("run {} is on a plan that was not compared", run.id),
         )));
     };
-    Ok(mover.problems(&places_of(run, &records)))
+    Ok(mover.problems_of_run(run, &records))
 }
 
 /// The problems of a run that cannot move, for a problem answer.
