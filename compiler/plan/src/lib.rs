@@ -784,6 +784,24 @@ impl serde_json::ser::Formatter for CanonicalNumbers {
 }
 
 impl Plan {
+    /// The approvals in a workflow's `on_error` handler, as `workflow/step`:
+    /// a failed run never asks them (E213). Refused where a plan is
+    /// deployed, not where a stored one is loaded, so that versions
+    /// deployed before the check still run.
+    pub fn gates_never_asked(&self) -> Vec<String> {
+        let mut found = Vec::new();
+        for workflow in &self.workflows {
+            if let OnError::Fallback(handler) = &workflow.on_error {
+                Node::each_step_in(handler, &mut |step| {
+                    if matches!(step.action, Action::Approval(_)) {
+                        found.push(format!("{}/{}", workflow.name, step.id));
+                    }
+                });
+            }
+        }
+        found
+    }
+
     /// Whether a run of this plan may deliver its result to a destination
     /// (`deliver`), so that its status changes go to the outbox.
     pub fn delivers(&self) -> bool {

@@ -283,9 +283,6 @@ struct Scope {
     error: bool,
     /// Blocks around this point, at most [`MAX_BLOCK_DEPTH`].
     blocks: usize,
-    /// Inside the workflow's `on_error` handler, where a failed run never
-    /// waits for an approval (E213).
-    handler: bool,
 }
 
 impl Scope {
@@ -294,7 +291,6 @@ impl Scope {
         loops: 0,
         error: false,
         blocks: 0,
-        handler: false,
     };
     /// Around a node of a workflow's body: inside its one block.
     const BODY: Scope = Scope {
@@ -304,7 +300,6 @@ impl Scope {
     /// Around a workflow's fallback, before its block.
     const FALLBACK: Scope = Scope {
         error: true,
-        handler: true,
         ..Scope::TOP
     };
 }
@@ -1004,11 +999,6 @@ impl<'p> Validator<'p> {
         };
         self.claim(step.slot, &step.id, kind, slots);
         self.at(Seg::Key("action"), |v| v.action(&step.action, refs));
-        if scope.handler && kind == StepKind::Approval {
-            self.problem(|| {
-                "an approval in the workflow's `on_error` handler is never asked (E213)".to_string()
-            });
-        }
 
         let retry = step.retry;
         self.at(Seg::Key("retry"), |v| {
@@ -2136,6 +2126,31 @@ mod tests {
         }
     }
 
+    /// An approval in a workflow's handler is never asked (E213): named
+    /// for a deploy to refuse, while a stored plan that has one still loads
+    /// (a version deployed before the check keeps its runs).
+    #[test]
+    fn a_gate_in_the_handler_is_named_and_still_valid() {
+        let mut json = base();
+        let w = "/workflows/0";
+        patch(&mut json, &format!("{w}/slots/6/kind"), json!("approval"));
+        patch(
+            &mut json,
+            &format!("{w}/on_error/body/0/action"),
+            json!({
+                "kind": "approval",
+                "approvers": { "expr": "list", "value": [{ "expr": "literal", "value": "ops" }] },
+                "message": { "expr": "literal", "value": "retry?" },
+                "on_reject": "fail", "on_expire": "reject",
+            }),
+        );
+        let plan: Plan = serde_json::from_value(json).unwrap();
+        assert_eq!(plan.gates_never_asked(), ["triage/notify"]);
+        assert_eq!(plan.validate(), Ok(()));
+        let base: Plan = serde_json::from_value(base()).unwrap();
+        assert!(base.gates_never_asked().is_empty());
+    }
+
     #[test]
     fn the_base_plan_is_valid() {
         let plan: Plan = serde_json::from_value(base()).unwrap();
@@ -2162,25 +2177,6 @@ mod tests {
         let string = json!({ "type": "string" });
         let null_type = json!({ "type": "null" });
         let cases: Vec<Case> = vec![
-            // Regression: a gate in the workflow's handler was recorded and
-            // announced, and its failed run never asked it.
-            (
-                "an approval in the workflow's handler",
-                vec![
-                    (format!("{w}/slots/6/kind"), json!("approval")),
-                    (
-                        format!("{w}/on_error/body/0/action"),
-                        json!({
-                            "kind": "approval",
-                            "approvers": { "expr": "list", "value": [{ "expr": "literal", "value": "ops" }] },
-                            "message": { "expr": "literal", "value": "retry?" },
-                            "on_reject": "fail", "on_expire": "reject",
-                        }),
-                    ),
-                ],
-                format!("{w}/on_error/body/0"),
-                "is never asked (E213)",
-            ),
             // Destinations.
             (
                 "a destination's event named twice",

@@ -382,6 +382,15 @@ fn valid_plan(plan: Bytes, most_bytes: u64) -> Result<(Plan, u64), Problem> {
     plan.validate_within(most_bytes).map_err(|problems| {
         invalid_plan("the plan is not one flowc could have built", &problems)
     })?;
+    if let Some(gate) = plan.gates_never_asked().first() {
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_plan",
+            &format!(
+                "`{gate}` is an approval in the workflow's `on_error` handler, which a failed run never asks (E213)"
+            ),
+        ));
+    }
     let size = crate::plan_cache::weight(&plan) as u64;
     Ok((plan, size))
 }
