@@ -58,9 +58,11 @@ impl<'p> Mover<'p> {
 
     /// Why run `row`, with its journal's `records`, cannot go on on the new
     /// version: empty when it can. A run that stopped between steps (one
-    /// cancelled while a step was out, which left no record) goes on at the
-    /// first step after the last it recorded (regression: it was refused
-    /// with D002, even on its own version).
+    /// cancelled while a step was out, which left no record) is asked at
+    /// the last step it recorded, in the plan's order: it completed that
+    /// one and what it may have run before, and what comes after it runs
+    /// in order (regression: it was refused with D002, even on its own
+    /// version). One that recorded nothing starts afresh on any version.
     pub fn problems_of_run(&self, row: &RunRow, records: &[StepRecord]) -> Vec<Incompatibility> {
         let mut places = places_of(row, records);
         if places.is_empty()
@@ -70,12 +72,15 @@ impl<'p> Mover<'p> {
                 .iter()
                 .map(|record| flow_plan::compat::pattern(&record.path))
                 .collect();
-            let entries: Vec<&str> = comparison.places().map(|(path, _)| path).collect();
-            let next = match entries.iter().rposition(|path| recorded.contains(*path)) {
-                Some(last) => entries.get(last + 1),
-                None => entries.first(),
-            };
-            places.extend(next.map(|path| path.to_string()));
+            let last = comparison
+                .places()
+                .map(|(path, _)| path)
+                .filter(|path| recorded.contains(*path))
+                .last();
+            match last {
+                Some(last) => places.push(last.to_string()),
+                None => return Vec::new(),
+            }
         }
         self.problems(&places)
     }
@@ -162,9 +167,9 @@ mod tests {
 
     /// Regression (an audit): a run cancelled while a step was out has no
     /// record of it, so no place: it was refused on every version, its own
-    /// too (D002). It goes on at the first step after the last it recorded.
+    /// too (D002). It is asked at the last step it recorded.
     #[test]
-    fn a_run_stopped_between_steps_goes_on_after_its_last_record() {
+    fn a_run_stopped_between_steps_is_asked_at_its_last_record() {
         let old = plan("step a = r { q: \"1\" }\nstep b = r { q: step.a.a }");
         let later =
             plan("step a = r { q: \"1\" }\nstep b = r { q: step.a.a }\nstep c = r { q: \"3\" }");
@@ -188,5 +193,19 @@ mod tests {
         assert_eq!(move_problems(&old, &later, "w", &row, &records), []);
         let refused = move_problems(&old, &earlier, "w", &row, &records);
         assert_eq!(refused[0].code, Code::StepAddedBefore, "{refused:?}");
+        // The step it ran in the branch it took is the place, not the
+        // branch after it in the plan's order, which it never reached.
+        let branches = plan(
+            "if \"x\" == \"x\" {\nstep a = r { q: \"1\" }\n} else {\nstep b = r { q: \"2\" }\n}\nstep d = r { q: \"3\" }",
+        );
+        let no_else =
+            plan("if \"x\" == \"x\" {\nstep a = r { q: \"1\" }\n}\nstep d = r { q: \"3\" }");
+        let row = RunRow {
+            plan_hash: branches.hash.clone(),
+            ..row
+        };
+        assert_eq!(move_problems(&branches, &no_else, "w", &row, &records), []);
+        // Nothing recorded: it starts afresh wherever it goes.
+        assert_eq!(move_problems(&old, &earlier, "w", &row, &[]), []);
     }
 }
