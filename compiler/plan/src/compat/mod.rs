@@ -363,20 +363,7 @@ impl Comparison<'_> {
                 Some(_) => {}
             }
         }
-        // Every invocation checks the run's input against the workflow's
-        // input type, read or not: one that old runs' inputs may not fit
-        // fails them when they go on (regression: a field dropped from the
-        // input moved, and the run failed at preflight after the decision).
-        let input_read = self.reads.iter().any(|read| read.recorded.is_none());
-        if !input_read
-            && !schema::assignable(&old.workflow.input_schema, &new.workflow.input_schema)
-        {
-            problem(
-                Code::OutputIncompatible,
-                "workflow_input",
-                input_change(&old.workflow.input_schema, &new.workflow.input_schema),
-            );
-        }
+        let mut input_reported = false;
         for read in &self.reads {
             let recorded = read
                 .recorded
@@ -398,8 +385,23 @@ impl Comparison<'_> {
                     && !again_in_later_iterations(step)
             });
             if recorded && !done {
+                input_reported |= read.recorded.is_none();
                 problem(Code::OutputIncompatible, &read.step, read.reason.clone());
             }
+        }
+        // Every invocation checks the run's input against the workflow's
+        // input type, read or not: one that old runs' inputs may not fit
+        // fails them when they go on (regression: a field dropped from the
+        // input moved, and the run failed at preflight after the decision).
+        // Said once for the place: a read of the input here said it.
+        if !input_reported
+            && !schema::assignable(&old.workflow.input_schema, &new.workflow.input_schema)
+        {
+            problem(
+                Code::OutputIncompatible,
+                "workflow_input",
+                input_change(&old.workflow.input_schema, &new.workflow.input_schema),
+            );
         }
         if let Some(now) = counterpart {
             self.added_before(at, now, &mut problem);
