@@ -76,7 +76,7 @@ pub(crate) async fn serve(
             // keep-alive connections, a request each every few seconds,
             // shut every other client out). Its place comes back when its
             // task ends; one not idle keeps it, and this one is closed.
-            Err(_) => match open.longest_idle() {
+            Err(_) => match open.take_longest_idle() {
                 Some(idle) => {
                     idle.close.notify_one();
                     let places = Arc::clone(&places);
@@ -176,16 +176,20 @@ impl Open {
     }
 
     /// The connection that has answered no request and moved no byte for
-    /// the longest, past [`EVICTABLE_AFTER`].
-    fn longest_idle(&self) -> Option<Arc<Activity>> {
-        let open = self.by_id.lock().unwrap_or_else(|p| p.into_inner());
-        open.1
-            .values()
-            .filter(|activity| activity.answering.load(Ordering::Relaxed) == 0)
-            .map(|activity| (activity.idle_for(), activity))
+    /// the longest, past [`EVICTABLE_AFTER`], taken out of the open ones
+    /// as it is to close: each new connection takes the place of another,
+    /// so that a flood waits on as many sockets as it closes, never more.
+    fn take_longest_idle(&self) -> Option<Arc<Activity>> {
+        let mut open = self.by_id.lock().unwrap_or_else(|p| p.into_inner());
+        let id = open
+            .1
+            .iter()
+            .filter(|(_, activity)| activity.answering.load(Ordering::Relaxed) == 0)
+            .map(|(id, activity)| (activity.idle_for(), *id))
             .filter(|(idle, _)| *idle >= EVICTABLE_AFTER)
             .max_by_key(|(idle, _)| *idle)
-            .map(|(_, activity)| Arc::clone(activity))
+            .map(|(_, id)| id)?;
+        open.1.remove(&id)
     }
 }
 

@@ -144,7 +144,7 @@ async fn open(daemon: &Daemon, token: &str) -> Result<(Link, RunRow, PendingAppr
                 StatusCode::CONFLICT,
                 "Asked again",
                 &format!(
-                    "<p>Step <code>{}</code> was decided after this email, and has been asked again since: decide it from the newest email, or in the run inspector.</p>",
+                    "<p>Step <code>{}</code> was decided (or expired) after this email, and has been asked again since: decide it from the newest email, or in the run inspector.</p>",
                     escape(&link.path)
                 ),
             ));

@@ -64,10 +64,6 @@ impl DeployedFiles {
         Ok(DeployedFiles { files: normal })
     }
 
-    /// One source under the name a client gave it, for its diagnostics
-    /// only: `{"source", "path"}` deploys took any name before file sets
-    /// came, so the rules for a set's paths do not apply to it. Nothing is
-    /// read by a name, and imports from it find nothing.
     /// Refuses a path holding a control character (a NUL, a line break):
     /// a name no editor or file system writes, which the run's files and
     /// messages would carry (regression: a NUL in a file's name deployed,
@@ -76,6 +72,11 @@ impl DeployedFiles {
         control_free(path)
     }
 
+    /// One source under the name a client gave it, for its diagnostics
+    /// only: `{"source", "path"}` deploys took any name before file sets
+    /// came, so the rules for a set's paths do not apply to it (but for
+    /// [`Self::check_path`]). Nothing is read by a name, and imports from
+    /// it find nothing.
     pub(crate) fn single(path: &str, text: String) -> DeployedFiles {
         DeployedFiles {
             files: [(normalize(path), text)].into(),

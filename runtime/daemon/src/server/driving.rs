@@ -209,14 +209,14 @@ impl Daemon {
     /// account's queue of slow deploys kept every other account's waiting
     /// (an audit: a tiny deploy answered after a minute, or not at all).
     pub(crate) fn count_deploy(&self, account: &str) -> Result<InFlight, Problem> {
-        let under_way = self
+        // Looked at and counted under one lock: two deploys at once must
+        // not both find a place left.
+        let mut counts = self
             .deploys_under_way
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(account)
-            .copied()
-            .unwrap_or(0);
-        if under_way >= DEPLOYS_AT_ONCE {
+            .unwrap_or_else(|p| p.into_inner());
+        let under_way = counts.entry(account.to_string()).or_default();
+        if *under_way >= DEPLOYS_AT_ONCE {
             return Err(Problem::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "deploys_in_flight",
@@ -226,7 +226,12 @@ impl Daemon {
             )
             .retry_after(1));
         }
-        Ok(InFlight::count(&self.deploys_under_way, account))
+        *under_way += 1;
+        drop(counts);
+        Ok(InFlight {
+            counts: Arc::clone(&self.deploys_under_way),
+            account: account.to_string(),
+        })
     }
 
     /// How many of `account`'s runs this process drives now.
