@@ -929,9 +929,6 @@ impl RunStatus {
     }
 }
 
-/// A count as SQL's `LIMIT` takes it: past `i64::MAX` (`usize::MAX`, for
-/// "all") is as good as no limit, where a cast would make it negative, which
-/// PostgreSQL refuses.
 /// The key of the notification that asks `approver` to decide the gate
 /// `record` holds pending (a store keeps one notification a key): writing
 /// the record again asks no one again, and a redrive that asks the gate
@@ -943,6 +940,9 @@ pub(crate) fn gate_notification_key(run_id: &str, record: &StepRecord, approver:
     }
 }
 
+/// A count as SQL's `LIMIT` takes it: past `i64::MAX` (`usize::MAX`, for
+/// "all") is as good as no limit, where a cast would make it negative, which
+/// PostgreSQL refuses.
 pub(crate) fn sql_limit(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
 }

@@ -62,8 +62,9 @@ pub(crate) fn run(paths: &[PathBuf], root: Option<&Path>, options: Options<'_>) 
                 {
                     others.push(Arc::new(plan));
                 }
+                let has_tests = checked.files[0].tree.tests().next().is_some();
                 let (found, all_ran) = jobs_of(root, &checked, &options, &mut reports);
-                roots_not_checking += usize::from(!all_ran);
+                roots_not_checking += usize::from(has_tests && !all_ran);
                 jobs.extend(found);
             }
             Err(error) => {

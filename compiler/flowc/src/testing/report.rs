@@ -219,7 +219,6 @@ pub(crate) fn github(jobs: &[Job], verdicts: &[Verdict]) -> String {
     text
 }
 
-/// Text as XML character data or an attribute value.
 /// `text` inside an element, its line breaks as they are.
 fn xml_text(text: &str) -> String {
     escape_xml(text, false)
@@ -232,6 +231,7 @@ fn xml_escape(text: &str) -> String {
     escape_xml(text, true)
 }
 
+/// Text as XML character data, or as an attribute's value.
 fn escape_xml(text: &str, attribute: bool) -> String {
     let mut escaped = String::with_capacity(text.len());
     for c in text.chars() {
