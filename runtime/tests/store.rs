@@ -88,6 +88,7 @@ on_each_store!(
     a_created_run_keeps_the_provider_it_began_with,
     a_cancelled_run_records_nothing_more,
     a_cancelled_runs_step_writes_no_document_and_hands_nothing_off,
+    an_invocation_cancelled_and_redriven_in_its_process_writes_nothing_more,
     a_run_given_up_is_orphaned_until_claimed,
     a_failed_run_is_redriven_from_the_step_that_failed_it,
     a_gate_decided_after_a_redrive_is_decided_in_its_round,
@@ -1375,6 +1376,36 @@ async fn a_cancelled_run_records_nothing_more(backend: Backend) {
             .await
             .unwrap()
     );
+}
+
+/// A run cancelled and redriven in the process that drives it (flowd) is
+/// the process's again, in a new invocation: what the earlier invocation
+/// still writes (a record, a document, its end) is refused. Regression: on
+/// SQLite writes were fenced by the run's owner alone, which the redrive
+/// gave back to the same process.
+async fn an_invocation_cancelled_and_redriven_in_its_process_writes_nothing_more(backend: Backend) {
+    let store = backend.open().await;
+    let plan = plan(TWO_STEPS);
+    store.put_plan(&plan).await.unwrap();
+    store
+        .create_run("run-1", "acme", &new_run(&plan.hash, &json!({})), None)
+        .await
+        .unwrap();
+    let earlier = Arc::clone(&store)
+        .open_journal("run-1", Durability::Full)
+        .await
+        .unwrap();
+    assert!(store.cancel_run("run-1").await.unwrap());
+    assert_eq!(store.redrive_run("run-1", None).await.unwrap(), Some(1));
+    let _ = earlier.record(late_record()).await;
+    assert!(
+        store.step_records("run-1").await.unwrap().is_empty(),
+        "the earlier invocation's record is not written"
+    );
+    let written = earlier.kb_write(&kb_write("late", None)).await;
+    assert!(written.is_err(), "{written:?}");
+    let row = store.run("run-1").await.unwrap().unwrap();
+    assert_eq!(row.status, RunStatus::Running, "the redriven run goes on");
 }
 
 /// A step's KB write and handoff are the run's writes as its records are:

@@ -496,7 +496,7 @@ impl SqliteStore {
     /// only while run `fenced_by` is this process's.
     fn fenced_statement(
         &self,
-        fenced_by: Option<String>,
+        fenced_by: Option<Fence>,
         sql: &'static str,
         params: Vec<rusqlite::types::Value>,
     ) -> StoreFuture<'static, usize> {
@@ -548,13 +548,18 @@ impl SqliteStore {
     /// Adds active time to a run this process owns, while it executes, so that
     /// a crash loses at most the time since the last call; false when the
     /// process no longer owns it (cancelled).
-    fn add_active(&self, id: &str, active: std::time::Duration) -> StoreFuture<'static, bool> {
+    fn add_active(
+        &self,
+        run: &RunHandle,
+        active: std::time::Duration,
+    ) -> StoreFuture<'static, bool> {
         let written = self.statement(
-            "UPDATE runs SET active_ms = active_ms + ?2 WHERE id = ?1 AND owner = ?3",
+            "UPDATE runs SET active_ms = active_ms + ?2 WHERE id = ?1 AND owner = ?3 AND redrives = ?4",
             vec![
-                id.to_string().into(),
+                run.id.clone().into(),
                 (active.as_millis() as i64).into(),
                 owner().to_string().into(),
+                run.epoch.into(),
             ],
         );
         Box::pin(async move { written.await.map(|changed| changed == 1) })
@@ -1210,7 +1215,7 @@ impl SqliteStore {
     ) -> StoreFuture<'static, Value> {
         let (reply, answer) = oneshot::channel();
         let queued = lock(&self.queue).send(Write::Document {
-            fenced_by: fenced_by.map(|run| run.id.clone()),
+            fenced_by: fenced_by.map(Fence::of),
             account: account.to_string(),
             write: Box::new(write.clone()),
             reply,
@@ -1733,14 +1738,17 @@ impl RunJournal {
         durability: flow_plan::Durability,
     ) -> Result<Arc<RunJournal>, StoreError> {
         let read_at = std::time::Instant::now();
-        let account = store
-            .run(run_id)?
-            .map_or_else(|| NO_ACCOUNT.to_string(), |row| row.account);
+        let row = store.run(run_id)?;
+        // The invocation's epoch is the run's redrive: a redrive in this
+        // same process (flowd) leaves the owner as it was, and the epoch is
+        // what fences the writes its earlier invocation still has queued.
+        let epoch = row.as_ref().map_or(0, |row| i64::from(row.redrives));
+        let account = row.map_or_else(|| NO_ACCOUNT.to_string(), |row| row.account);
         let records = store.step_records(run_id)?;
         let run = RunHandle {
             id: run_id.to_string(),
             account,
-            epoch: 0,
+            epoch,
         };
         Ok(Arc::new(StoreJournal::new(
             Arc::clone(store),
@@ -1756,7 +1764,8 @@ impl RunJournal {
 /// A run here is its process's while that process lives (see the module
 /// doc): no lease expires in the store, and a renewal or a write fails only
 /// for a run another process took (cancelled, redriven, recovered). Each
-/// such write (records, and a step's KB document or handoff) is fenced by the run's owner in the writer's transaction, so
+/// such write (records, a step's KB document or handoff, the end) is
+/// fenced by the run's owner and redrive in the writer's transaction, so
 /// a write that commits confirms the hold; an attempt with nothing to
 /// write asks once a second has passed since the last confirmation (a
 /// process resumed after SIGSTOP, or a step after a long retry wait).
@@ -1778,7 +1787,7 @@ impl JournalBackend for SqliteStore {
         run: &'a RunHandle,
         active: std::time::Duration,
     ) -> StoreFuture<'a, bool> {
-        self.add_active(&run.id, active)
+        self.add_active(run, active)
     }
 
     fn kb_write<'a>(&'a self, run: &'a RunHandle, write: &'a KbWrite) -> StoreFuture<'a, Value> {
@@ -1807,7 +1816,7 @@ impl JournalBackend for SqliteStore {
         // With the journal's commits, as a KB write, for the same reason,
         // and fenced by the run as its records are.
         let written = self.fenced_statement(
-            Some(run.id.clone()),
+            Some(Fence::of(run)),
             NOTIFY,
             vec![
                 run.account.clone().into(),

@@ -40,7 +40,7 @@ pub(super) enum Write {
     /// `fenced_by`, it applies only while that run is this process's (a
     /// handoff's notification, as a step's records).
     Statement {
-        fenced_by: Option<String>,
+        fenced_by: Option<Fence>,
         sql: &'static str,
         params: Vec<rusqlite::types::Value>,
         reply: oneshot::Sender<Result<usize, StoreError>>,
@@ -53,7 +53,7 @@ pub(super) enum Write {
     /// A step's document is fenced by its run (`fenced_by`), as the step's
     /// records are; a result destination's is written outside any run.
     Document {
-        fenced_by: Option<String>,
+        fenced_by: Option<Fence>,
         account: String,
         write: Box<KbWrite>,
         reply: oneshot::Sender<Result<Value, StoreError>>,
@@ -110,6 +110,12 @@ impl Write {
 /// process still owns it: `finish_run`'s and a journal's end.
 pub(super) const FINISH_RUN: &str = "UPDATE runs SET status = ?2, outcome = ?3, updated_ms = ?4, active_ms = active_ms + ?5, owner = NULL
      WHERE id = ?1 AND owner = ?6";
+
+/// [`FINISH_RUN`] for an invocation's own end, in the redrive it opened
+/// in (`?7`): an end an earlier invocation still had queued when the run
+/// was cancelled and redriven in this same process does not end the run.
+const FINISH_INVOCATION: &str = "UPDATE runs SET status = ?2, outcome = ?3, updated_ms = ?4, active_ms = active_ms + ?5, owner = NULL
+     WHERE id = ?1 AND owner = ?6 AND redrives = ?7";
 
 pub(super) fn finish_params(id: &str, end: &RunEnd) -> [rusqlite::types::Value; 6] {
     [
@@ -285,7 +291,7 @@ pub(super) fn write_batch(
                 // A document that fails (a constraint) fails alone: its
                 // statements are undone to the savepoint before it.
                 Write::Document { fenced_by, .. } | Write::Statement { fenced_by, .. }
-                    if !holds_if_fenced(&tx, owned, fenced_by.as_deref())? =>
+                    if !holds_if_fenced(&tx, owned, fenced_by.as_ref())? =>
                 {
                     results.push(Err(WriteError::Store(StoreError::LeaseLost)));
                 }
@@ -337,11 +343,29 @@ pub(super) fn write_batch(
 fn holds_if_fenced(
     tx: &rusqlite::Transaction<'_>,
     owned: &mut Owned,
-    fenced_by: Option<&str>,
+    fenced_by: Option<&Fence>,
 ) -> rusqlite::Result<bool> {
     match fenced_by {
-        Some(run) => owned.holds(tx, run),
+        Some(fence) => owned.holds(tx, fence),
         None => Ok(true),
+    }
+}
+
+/// An invocation of a run, as a write is fenced by it: the run is this
+/// process's (`owner`) and still in the redrive the invocation opened in
+/// (`epoch`, `runs.redrives`), as PostgreSQL fences on its epoch.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct Fence {
+    run: String,
+    epoch: i64,
+}
+
+impl Fence {
+    pub(super) fn of(run: &RunHandle) -> Fence {
+        Fence {
+            run: run.id.clone(),
+            epoch: run.epoch,
+        }
     }
 }
 
@@ -355,7 +379,7 @@ fn holds_if_fenced(
 #[derive(Default)]
 pub(super) struct Owned {
     version: Option<i64>,
-    runs: std::collections::HashSet<String>,
+    runs: std::collections::HashSet<Fence>,
 }
 
 impl Owned {
@@ -369,23 +393,23 @@ impl Owned {
         Ok(())
     }
 
-    /// Whether `run` is this process's now.
-    fn holds(&mut self, tx: &rusqlite::Transaction<'_>, run: &str) -> rusqlite::Result<bool> {
-        if self.runs.contains(run) {
+    /// Whether the invocation `fence` names may write for its run now.
+    fn holds(&mut self, tx: &rusqlite::Transaction<'_>, fence: &Fence) -> rusqlite::Result<bool> {
+        if self.runs.contains(fence) {
             return Ok(true);
         }
         let holds = tx
-            .prepare_cached("SELECT 1 FROM runs WHERE id = ?1 AND owner = ?2")?
-            .exists(params![run, owner()])?;
+            .prepare_cached("SELECT 1 FROM runs WHERE id = ?1 AND owner = ?2 AND redrives = ?3")?
+            .exists(params![fence.run, owner(), fence.epoch])?;
         if holds {
-            self.runs.insert(run.to_string());
+            self.runs.insert(fence.clone());
         }
         Ok(holds)
     }
 
     /// `run` was given up by this process's own write.
     fn release(&mut self, run: &str) {
-        self.runs.remove(run);
+        self.runs.retain(|fence| fence.run != run);
     }
 }
 
@@ -428,7 +452,7 @@ pub(super) fn write_journal(
         }
     }
     // An end alone is fenced by its own statement.
-    if !write.records.is_empty() && !owned.holds(tx, &run.id)? {
+    if !write.records.is_empty() && !owned.holds(tx, &Fence::of(run))? {
         return Ok(Err(WriteError::Store(StoreError::LeaseLost)));
     }
     for (record, json) in write.records.iter().zip(&encoded.records) {
@@ -442,9 +466,10 @@ pub(super) fn write_journal(
         notify_gate(tx, &run.id, record)?;
     }
     if let Some(end) = &write.end {
+        let [id, status, outcome, at, active, owner] = finish_params(&run.id, end);
         let ended = tx
-            .prepare_cached(FINISH_RUN)?
-            .execute(finish_params(&run.id, end))?;
+            .prepare_cached(FINISH_INVOCATION)?
+            .execute(params![id, status, outcome, at, active, owner, run.epoch])?;
         owned.release(&run.id);
         if ended == 0 {
             return Ok(Err(WriteError::Store(StoreError::LeaseLost)));
