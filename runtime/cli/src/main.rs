@@ -420,6 +420,18 @@ fn store_error(error: impl std::fmt::Display) -> Fail {
     usage(error.to_string())
 }
 
+/// The plan run `row` runs on, from the store; one that does not load is
+/// named with its run and what mends it (regression: the parse error was
+/// all that was said).
+async fn run_plan(store: &Arc<dyn Store>, row: &RunRow) -> Result<Plan> {
+    store.plan(&row.plan_hash).await.map_err(|error| {
+        usage(format!(
+            "run {} ({}): its plan {} does not load from the store: {error}; running the workflow's source again (`flow run FILE`) stores it anew",
+            row.id, row.workflow, row.plan_hash
+        ))
+    })
+}
+
 async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8> {
     // One limiter for every run this process executes (`recover` runs many).
     let limiter = flow_runtime::limit::limiter_from_env().map_err(usage)?;
@@ -472,7 +484,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             answerable_here(&store, &run, provider_kind()?).await?;
             // The plan before the decision, which makes the run this
             // process's: nothing that can fail comes between it and the run.
-            let plan = store.plan(&row.plan_hash).await.map_err(store_error)?;
+            let plan = run_plan(&store, &row).await?;
             // The local CLI has no approver groups: it decides as the person
             // named, who must be in the approval's list.
             let decision = Decision {
@@ -558,7 +570,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             let row = find_run(&store, &run, &db).await?;
             answerable_here(&store, &run, provider_kind()?).await?;
             let plan = match &to {
-                None => store.plan(&row.plan_hash).await.map_err(store_error)?,
+                None => run_plan(&store, &row).await?,
                 Some(file) => version_for(&store, &row, file).await?,
             };
             let to_plan = to.as_ref().map(|_| plan.hash.as_str());
@@ -758,7 +770,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
         } => {
             let store = open_existing_store(&db)?;
             let row = find_run(&store, &run, &db).await?;
-            let plan = store.plan(&row.plan_hash).await.map_err(store_error)?;
+            let plan = run_plan(&store, &row).await?;
             let records = store.step_records(&row.id).await.map_err(store_error)?;
             let text = runner::test_from_row(&plan, &row, &records).map_err(usage)?;
             write_test(&text, out.as_deref())
@@ -1617,7 +1629,7 @@ const WIDEN: &str = "to import from a wider folder, name it with `flow run --roo
 /// stands; else every reason it cannot (exit 1).
 async fn version_for(store: &Arc<dyn Store>, row: &RunRow, file: &Path) -> Result<Plan> {
     let new = load_plan(file, None)?;
-    let old = store.plan(&row.plan_hash).await.map_err(store_error)?;
+    let old = run_plan(store, row).await?;
     let records = store.step_records(&row.id).await.map_err(store_error)?;
     let problems = flow_runtime::versions::move_problems(&old, &new, &row.workflow, row, &records);
     if !problems.is_empty() {
