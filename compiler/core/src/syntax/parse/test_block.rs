@@ -305,7 +305,33 @@ impl Parser<'_> {
                 }
             }
             Rule::expect_ran => {
-                let parts: Vec<_> = children(what).collect();
+                let mut parts: Vec<_> = children(what).collect();
+                if let [slip] = parts.as_slice()
+                    && slip.as_rule() == Rule::ran_after_slip
+                {
+                    let slip = slip.clone();
+                    let inner: Vec<_> = children(slip.clone()).collect();
+                    let not = inner.iter().any(|p| p.as_rule() == Rule::kw_not);
+                    let path = inner.first()?.as_str();
+                    let meant = format!("{}ran {path}", if not { "not " } else { "" });
+                    self.problems.push(
+                        Diagnostic::new(
+                            Code::BadExpectation,
+                            self.file,
+                            span_of(&slip),
+                            format!("write `expect {meant}`: `ran` comes before the step"),
+                        )
+                        .label("in the order of a sentence")
+                        .fix(meant),
+                    );
+                    // As meant: `not`, `ran`, then the step.
+                    parts = inner;
+                    parts.sort_by_key(|part| match part.as_rule() {
+                        Rule::kw_not => 0,
+                        Rule::kw_ran => 1,
+                        _ => 2,
+                    });
+                }
                 let ran = parts.first()?.as_rule() != Rule::kw_not;
                 let path = parts.iter().find(|p| p.as_rule() == Rule::path)?;
                 let with = parts
@@ -335,6 +361,21 @@ impl Parser<'_> {
                         .fix("=="),
                     );
                     count = parts.next()?;
+                }
+                if count.as_rule() == Rule::float {
+                    self.problems.push(
+                        Diagnostic::new(
+                            Code::BadExpectation,
+                            self.file,
+                            span_of(&count),
+                            format!(
+                                "attempts are counted in whole numbers, not `{}`",
+                                count.as_str()
+                            ),
+                        )
+                        .label("not a whole number"),
+                    );
+                    return None;
                 }
                 ExpectKind::Attempts {
                     step,
