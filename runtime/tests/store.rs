@@ -1385,16 +1385,7 @@ async fn a_cancelled_run_records_nothing_more(backend: Backend) {
 /// gave back to the same process.
 async fn an_invocation_cancelled_and_redriven_in_its_process_writes_nothing_more(backend: Backend) {
     let store = backend.open().await;
-    let plan = plan(TWO_STEPS);
-    store.put_plan(&plan).await.unwrap();
-    store
-        .create_run("run-1", "acme", &new_run(&plan.hash, &json!({})), None)
-        .await
-        .unwrap();
-    let earlier = Arc::clone(&store)
-        .open_journal("run-1", Durability::Full)
-        .await
-        .unwrap();
+    let earlier = account_journal(&store, "run-1", "acme").await;
     assert!(store.cancel_run("run-1").await.unwrap());
     assert_eq!(store.redrive_run("run-1", None).await.unwrap(), Some(1));
     let _ = earlier.record(late_record()).await;
@@ -1415,20 +1406,9 @@ async fn an_invocation_cancelled_and_redriven_in_its_process_writes_nothing_more
 /// its document or its notification into the account.
 async fn a_cancelled_runs_step_writes_no_document_and_hands_nothing_off(backend: Backend) {
     let store = backend.open().await;
-    let plan = plan(TWO_STEPS);
-    store.put_plan(&plan).await.unwrap();
     let mut journals = Vec::new();
     for run in ["run-kb", "run-handoff"] {
-        store
-            .create_run(run, "acme", &new_run(&plan.hash, &json!({})), None)
-            .await
-            .unwrap();
-        journals.push(
-            Arc::clone(&store)
-                .open_journal(run, Durability::Full)
-                .await
-                .unwrap(),
-        );
+        journals.push(account_journal(&store, run, "acme").await);
         assert!(store.cancel_run(run).await.unwrap());
     }
     let written = journals[0].kb_write(&kb_write("late", None)).await;
