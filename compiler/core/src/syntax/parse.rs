@@ -4414,7 +4414,7 @@ fn braces_cut_off(pairs: pest::iterators::Pairs<'_, Rule>) -> Vec<(usize, usize)
         .filter(|pair| {
             matches!(
                 pair.as_rule(),
-                Rule::block | Rule::workflow_decl | Rule::parallel_stmt
+                Rule::block | Rule::workflow_decl | Rule::parallel_stmt | Rule::test_decl
             )
         })
         .filter_map(|pair| {
@@ -4423,10 +4423,14 @@ fn braces_cut_off(pairs: pest::iterators::Pairs<'_, Rule>) -> Vec<(usize, usize)
                 .into_inner()
                 .last()
                 .filter(|last| last.as_rule() == Rule::cut_off)?;
-            // A block starts at its `{`; a workflow's or `parallel`'s is
-            // the first after its name, which holds none.
-            let start = pair.as_span().start();
-            let brace = start + pair.as_str().find('{')?;
+            // A block starts at its `{`; a workflow's, `parallel`'s or
+            // test's is the first after its name (a test's, a string, may
+            // hold one).
+            let start = match pair.as_rule() {
+                Rule::test_decl => pair.clone().into_inner().next()?.as_span().end(),
+                _ => pair.as_span().start(),
+            };
+            let brace = start + pair.get_input()[start..].find('{')?;
             Some((brace, cut.as_span().start()))
         })
         .collect();

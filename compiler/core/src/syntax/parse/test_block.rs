@@ -53,6 +53,10 @@ impl Parser<'_> {
             span,
         };
         for member in inner {
+            // Left open: `unclosed_at_end` reports its `{`.
+            if member.as_rule() == Rule::cut_off {
+                continue;
+            }
             if member.as_rule() == Rule::bad_member {
                 self.recover(&member, Context::TestMember);
                 test.recovered = true;
@@ -101,7 +105,17 @@ impl Parser<'_> {
         let mut answers = Vec::new();
         for part in inner {
             let part = match part.as_rule() {
-                Rule::mock_then => children(part).nth(1)?,
+                Rule::mock_then => {
+                    let mut then = children(part);
+                    let word = then.next()?;
+                    match then.next() {
+                        Some(answer) => answer,
+                        None => {
+                            self.nothing_after(&word, "the next call's answer");
+                            continue;
+                        }
+                    }
+                }
                 _ => part,
             };
             answers.push(match part.as_rule() {
@@ -118,8 +132,12 @@ impl Parser<'_> {
 
     fn mock_fails(&mut self, pair: Pair<'_, Rule>) -> Option<MockAnswer> {
         let span = span_of(&pair);
-        let mut inner = children(pair).skip(1);
-        let what = inner.next()?;
+        let mut inner = children(pair);
+        let word = inner.next()?;
+        let Some(what) = inner.next() else {
+            self.nothing_after(&word, "how the call fails");
+            return None;
+        };
         let what_span = span_of(&what);
         let failure = match what.as_rule() {
             Rule::int => {
@@ -181,6 +199,28 @@ impl Parser<'_> {
             times,
             span,
         })
+    }
+
+    /// A mock's `then` or `fails` with nothing after it on its line: one
+    /// error, where the next line's first word was read as what it lacked
+    /// and then reported again with the rest of its line.
+    fn nothing_after(&mut self, word: &Pair<'_, Rule>, lacked: &str) {
+        let written = word.as_str();
+        self.problems.push(
+            Diagnostic::new(
+                Code::Syntax,
+                self.file,
+                span_of(word),
+                format!("nothing after `{written}`, which needs {lacked}"),
+            )
+            .label(format!("needs {lacked}"))
+            .hint(match written {
+                "then" => {
+                    "write the next answer on the same line: `then { ... }`, or `then fails 503`"
+                }
+                _ => "write a status or a word on the same line: `fails 429`, `fails timeout`",
+            }),
+        );
     }
 
     fn mock_times(&mut self, pair: Pair<'_, Rule>) -> u32 {
