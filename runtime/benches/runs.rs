@@ -553,6 +553,7 @@ impl B1Runs {
                     // back, the run's end in its last step's commit.
                     let created = Invocation::Created {
                         account: String::new(),
+                        asked_at: std::time::Instant::now(),
                     };
                     let provider: Arc<dyn flow_runtime::services::Provider> = Arc::new(Instant0);
                     let outcome = flow_runtime::runner::drive(

@@ -244,9 +244,9 @@ pub enum Invocation {
     /// A run not in the store yet, of `account`: its row is written with its
     /// first step's record, in one commit.
     Start { account: String, run: NewRun },
-    /// A run of `account` that `create_run` has just stored: nothing to
-    /// read back.
-    Created { account: String },
+    /// A run of `account` that `create_run` has just stored, asked at
+    /// `asked_at` (its lease counts from no earlier): nothing to read back.
+    Created { account: String, asked_at: Instant },
     /// A run claimed to go on (a decision, a recovery, a redrive): its
     /// records and active time are read.
     Resume,
@@ -297,12 +297,20 @@ pub async fn drive(
             .workflow(workflow)
             .map_or(flow_plan::Durability::Full, |w| w.durability);
         let (log, fresh) = match std::mem::replace(&mut invocation, Invocation::Resume) {
+            // A run not stored yet is held from its first write, later
+            // than now.
             Invocation::Start { account, run } => (
-                Arc::clone(store).fresh_journal(run_id, &account, Some(run), durability),
+                Arc::clone(store).fresh_journal(
+                    run_id,
+                    &account,
+                    Some(run),
+                    Instant::now(),
+                    durability,
+                ),
                 true,
             ),
-            Invocation::Created { account } => (
-                Arc::clone(store).fresh_journal(run_id, &account, None, durability),
+            Invocation::Created { account, asked_at } => (
+                Arc::clone(store).fresh_journal(run_id, &account, None, asked_at, durability),
                 true,
             ),
             Invocation::Resume => (

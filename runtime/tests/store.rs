@@ -831,6 +831,7 @@ async fn the_runner_parks_resumes_and_lists_runs_to_recover(backend: Backend) {
         "run-1",
         flow_runtime::runner::Invocation::Created {
             account: String::new(),
+            asked_at: std::time::Instant::now(),
         },
         json!({}),
         Arc::new(OfflineProvider::default()),
@@ -2224,6 +2225,48 @@ async fn postgres_a_journal_whose_run_was_taken_over_does_nothing_more() {
         row.active_ms, 200,
         "the old heartbeat after the takeover added nothing"
     );
+}
+
+/// Regression (the chaos test, seed 1796625127954100555: a run's first step
+/// sent to the model 622 ms after another flowd completed it): a process
+/// stopped between the create or claim that gave it a run and the opening
+/// of the run's journal counted a whole lease from the opening, so once
+/// continued it sent a step that another process had taken over and run
+/// meanwhile. A fresh journal's hold counts from when `create_run` was
+/// asked, and an opened one's from what is left of the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_journal_opened_late_holds_only_what_is_left_of_the_lease() {
+    flow_tests::require!(Postgres);
+    let schema = TestSchema::new();
+    let lease = Duration::from_millis(1000);
+    let [first, second] = two_owners(&schema, lease).await;
+    let plan = plan(TWO_STEPS);
+    first.put_plan(&plan).await.unwrap();
+    let asked_at = std::time::Instant::now();
+    first
+        .create_run("run-1", "acme", &new_run(&plan.hash, &json!({})), None)
+        .await
+        .unwrap();
+    // Stopped between the create and the journals.
+    tokio::time::sleep(lease * 8 / 10).await;
+    let fresh = Arc::clone(&first).fresh_journal("run-1", "acme", None, asked_at, Durability::Full);
+    let opened = Arc::clone(&first)
+        .open_journal("run-1", Durability::Full)
+        .await
+        .unwrap();
+    tokio::time::sleep(lease / 2).await;
+    let running = [RunStatus::Running];
+    assert!(
+        second.claim_run("run-1", &running).await.unwrap(),
+        "taken over"
+    );
+    for (journal, what) in [(fresh, "fresh"), (opened, "opened")] {
+        let hold = journal.hold().expect("a PostgreSQL journal has a hold");
+        assert!(
+            !hold.live(),
+            "the {what} journal's hold outlived the lease it came from"
+        );
+    }
 }
 
 /// Two mailers sharing the database never get the same outbox entry while

@@ -86,7 +86,7 @@ use tokio_postgres::types::ToSql;
 
 use crate::approval::{DecideError, Decision, PendingApproval, decide_record, gate_due_ms};
 use crate::error::with_causes;
-use crate::journal::{StepRecord, StepStatus};
+use crate::journal::{Hold, StepRecord, StepStatus};
 use crate::services::{Handoff, KbDocument, KbWrite};
 use crate::store::record::EncodedWrite;
 use crate::store::{
@@ -1385,10 +1385,11 @@ impl RunStore for PostgresStore {
         run_id: &str,
         account: &str,
         start: Option<NewRun>,
+        held_from: std::time::Instant,
         durability: Durability,
     ) -> Arc<dyn RunLog> {
         Arc::new(StoreJournal::fresh(
-            self, run_id, account, start, durability,
+            self, run_id, account, start, held_from, durability,
         ))
     }
 }
@@ -1527,16 +1528,27 @@ impl PostgresJournal {
         durability: Durability,
     ) -> Result<Arc<PostgresJournal>, StoreError> {
         let read_at = Instant::now();
+        // What is left of the lease, not a whole one from now: the claim
+        // that gave the run to this process came before this read, maybe
+        // long before (a process stopped between the two), and the lease
+        // counts from the claim.
         let row = store
             .query(
-                "SELECT account, owner, epoch FROM runs WHERE id = $1",
+                "SELECT account, owner, epoch,
+                        GREATEST(0, EXTRACT(EPOCH FROM lease_until - now()) * 1000)::int8
+                 FROM runs WHERE id = $1",
                 &[&run_id],
             )
             .await?
             .pop();
-        let (account, owner, epoch) = match row {
-            Some(row) => (row.get(0), row.get::<_, Option<String>>(1), row.get(2)),
-            None => (NO_ACCOUNT.to_string(), None, 0),
+        let (account, owner, epoch, left_ms) = match row {
+            Some(row) => (
+                row.get(0),
+                row.get::<_, Option<String>>(1),
+                row.get(2),
+                row.get::<_, Option<i64>>(3).unwrap_or(0),
+            ),
+            None => (NO_ACCOUNT.to_string(), None, 0, 0),
         };
         let records = store.step_records(run_id).await?;
         let run = RunHandle {
@@ -1545,11 +1557,12 @@ impl PostgresJournal {
             epoch,
         };
         let held = owner.as_deref() == Some(store.owner.as_str());
+        let left = Duration::from_millis(u64::try_from(left_ms).unwrap_or(0)).min(store.lease);
+        let hold = Hold::new(held, Some(read_at + left * 9 / 10));
         Ok(Arc::new(StoreJournal::new(
             Arc::clone(store),
             run,
-            held,
-            read_at,
+            hold,
             records,
             durability,
         )))

@@ -1589,10 +1589,11 @@ impl RunStore for SqliteStore {
         run_id: &str,
         account: &str,
         start: Option<NewRun>,
+        held_from: std::time::Instant,
         durability: flow_plan::Durability,
     ) -> Arc<dyn RunLog> {
         Arc::new(StoreJournal::fresh(
-            self, run_id, account, start, durability,
+            self, run_id, account, start, held_from, durability,
         ))
     }
 }
@@ -1750,11 +1751,11 @@ impl RunJournal {
             account,
             epoch,
         };
+        let hold = StoreJournal::hold_from(&**store, true, read_at);
         Ok(Arc::new(StoreJournal::new(
             Arc::clone(store),
             run,
-            true,
-            read_at,
+            hold,
             records,
             durability,
         )))
@@ -1950,11 +1951,11 @@ mod tests {
             account: "acme".to_string(),
             epoch: 0,
         };
+        let hold = StoreJournal::hold_from(&*store, true, std::time::Instant::now());
         let journal = StoreJournal::new(
             Arc::clone(&store),
             run,
-            true,
-            std::time::Instant::now(),
+            hold,
             Vec::new(),
             flow_plan::Durability::Full,
         );

@@ -176,34 +176,47 @@ pub struct StoreJournal<B: JournalBackend> {
 }
 
 impl<B: JournalBackend> StoreJournal<B> {
-    /// The journal of `run`, whose stored records are `records`. `held`
-    /// says whether the run was this process's when they were read, and
-    /// `read_at` when that was asked.
+    /// The journal of `run`, whose stored records are `records`, held as
+    /// `hold` says ([`StoreJournal::hold_from`] for a whole lease).
     pub fn new(
         backend: Arc<B>,
         run: RunHandle,
-        held: bool,
-        read_at: Instant,
+        hold: Hold,
         records: Vec<StepRecord>,
         durability: Durability,
     ) -> StoreJournal<B> {
-        let live_until = backend.lease().map(|lease| read_at + lease * 9 / 10);
         StoreJournal {
             backend,
             run: Arc::new(run),
             memory: JournalMemory::new(records, durability),
-            hold: Arc::new(Hold::new(held, live_until)),
+            hold: Arc::new(hold),
         }
+    }
+
+    /// The hold of a run that is this process's (unless `held` is false)
+    /// by a whole lease counted from no earlier than `from`: the moment the
+    /// claim, create or read that found it so was asked. Not the moment
+    /// its answer came: a process stopped between the two (SIGSTOP, a VM
+    /// pause) would count the lease from when it continued, and send a
+    /// step that another process took over and ran meanwhile (the chaos
+    /// test, seed 1796625127954100555: a run's first step sent 622 ms after
+    /// it completed elsewhere). A tenth is kept back for clocks that run at
+    /// slightly different rates.
+    pub fn hold_from(backend: &B, held: bool, from: Instant) -> Hold {
+        Hold::new(held, backend.lease().map(|lease| from + lease * 9 / 10))
     }
 
     /// The journal of a run that this process starts: `start` is its row
     /// when the store does not have it yet (written with the first write),
-    /// `None` when `create_run` stored it. Nothing is read from the store.
+    /// `None` when `create_run` stored it, asked at `held_from` (a run not
+    /// stored yet is held from its first write: any instant before it
+    /// will do). Nothing is read from the store.
     pub fn fresh(
         backend: Arc<B>,
         run_id: &str,
         account: &str,
         start: Option<NewRun>,
+        held_from: Instant,
         durability: Durability,
     ) -> StoreJournal<B> {
         // A run starts in epoch 0; a claim starts the next.
@@ -212,7 +225,8 @@ impl<B: JournalBackend> StoreJournal<B> {
             account: account.to_string(),
             epoch: 0,
         };
-        let journal = StoreJournal::new(backend, run, true, Instant::now(), Vec::new(), durability);
+        let hold = StoreJournal::hold_from(&*backend, true, held_from);
+        let journal = StoreJournal::new(backend, run, hold, Vec::new(), durability);
         lock(&journal.memory.unsent).start = start;
         journal
     }
@@ -697,6 +711,7 @@ mod tests {
             "run-1",
             "",
             Some(start),
+            Instant::now(),
             Durability::Full,
         ));
         let services = Services {

@@ -19,6 +19,7 @@ mod json;
 pub mod record;
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use flow_plan::{Durability, Plan};
 use serde::{Deserialize, Serialize};
@@ -523,12 +524,14 @@ pub trait RunStore: Send + Sync {
 
     /// The journal of a run this process starts now, read from nothing:
     /// with `start`, a run not stored yet, whose row (owned by this
-    /// process) its first write carries; without, one `create_run` stored.
+    /// process) its first write carries; without, one `create_run` stored,
+    /// asked at `held_from` (where a lease counts from: `StoreJournal::fresh`).
     fn fresh_journal(
         self: Arc<Self>,
         run_id: &str,
         account: &str,
         start: Option<NewRun>,
+        held_from: Instant,
         durability: Durability,
     ) -> Arc<dyn RunLog>;
 }

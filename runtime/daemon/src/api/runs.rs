@@ -234,13 +234,15 @@ pub(crate) async fn start_run(
         };
         let key = key.clone();
         tokio::spawn(async move {
+            let asked_at = std::time::Instant::now();
             let created = daemon
                 .store
                 .create_run(&run_id, &account, &run, key.as_deref())
                 .await
                 .map_err(store_problem)?;
             if created {
-                daemon.spawn_run(plan, account, run.workflow, run_id, run.input, true);
+                let asked_at = Some(asked_at);
+                daemon.spawn_run(plan, account, run.workflow, run_id, run.input, asked_at);
             }
             Ok(created)
         })
@@ -685,14 +687,7 @@ pub(crate) async fn redrive(
             &refused.to_string(),
         ));
     }
-    daemon.spawn_run(
-        plan,
-        row.account,
-        row.workflow,
-        id.clone(),
-        row.input,
-        false,
-    );
+    daemon.spawn_run(plan, row.account, row.workflow, id.clone(), row.input, None);
     Ok((
         StatusCode::ACCEPTED,
         axum::Json(RunState {

@@ -85,7 +85,7 @@ impl Daemon {
                 .await
                 .map_err(store_problem)?
             {
-                daemon.spawn_run(plan, run.account, run.workflow, run.id, run.input, false);
+                daemon.spawn_run(plan, run.account, run.workflow, run.id, run.input, None);
             }
             Ok(())
         });
@@ -268,8 +268,9 @@ impl Daemon {
         Some(steps.now())
     }
 
-    /// Drives a run this process has created (`created`: just now, so
-    /// nothing of it is read back) or claimed, in the background.
+    /// Drives a run this process has created (`created`: just now, with
+    /// when `create_run` was asked, so nothing of it is read back) or
+    /// claimed (`None`), in the background.
     pub(crate) fn spawn_run(
         self: &Arc<Daemon>,
         plan: Arc<Plan>,
@@ -277,7 +278,7 @@ impl Daemon {
         workflow: String,
         run_id: String,
         input: serde_json::Value,
-        created: bool,
+        created: Option<std::time::Instant>,
     ) {
         let daemon = Arc::clone(self);
         // The run's steps in flight: its interpreter's table, read by
@@ -299,7 +300,7 @@ impl Daemon {
             // nothing to stop: the run is not driven if it is no longer
             // running. (A run created just now is in `driving` before
             // anyone knows its id.)
-            let cancelled = !created
+            let cancelled = created.is_none()
                 && !matches!(
                     daemon.store.run(&run_id).await,
                     Ok(Some(row)) if row.status == RunStatus::Running
@@ -316,7 +317,7 @@ impl Daemon {
                 // out), and a run of another provider goes on meanwhile.
                 // (A history that does not read is left to the drive, which
                 // reads the store too and gives the run up if it fails.)
-                if !created
+                if created.is_none()
                     && let Ok(Some(provider)) = flow_runtime::runner::missing_provider(
                         daemon.store.as_ref(),
                         &run_id,
@@ -367,10 +368,11 @@ impl Daemon {
                     account: account.clone(),
                 });
                 let invocation = match created {
-                    true => Invocation::Created {
+                    Some(asked_at) => Invocation::Created {
                         account: account.clone(),
+                        asked_at,
                     },
-                    false => Invocation::Resume,
+                    None => Invocation::Resume,
                 };
                 let driven = flow_runtime::runner::drive(
                     &daemon.store,

@@ -316,7 +316,7 @@ impl Daemon {
         }
         let resumed = recovery.claimed.len();
         for (row, plan) in recovery.claimed {
-            self.spawn_run(plan, row.account, row.workflow, row.id, row.input, false);
+            self.spawn_run(plan, row.account, row.workflow, row.id, row.input, None);
         }
         Ok(resumed)
     }
@@ -343,7 +343,7 @@ impl Daemon {
                 .claim_run(&run.id, &[RunStatus::PendingApproval])
                 .await?
             {
-                self.spawn_run(plan, run.account, run.workflow, run.id, run.input, false);
+                self.spawn_run(plan, run.account, run.workflow, run.id, run.input, None);
             }
         }
         Ok(())
@@ -370,7 +370,7 @@ impl Daemon {
             };
             if self.store.claim_run(&run.id, &[RunStatus::Running]).await? {
                 taken += 1;
-                self.spawn_run(plan, run.account, run.workflow, run.id, run.input, false);
+                self.spawn_run(plan, run.account, run.workflow, run.id, run.input, None);
             }
         }
         // One line, not one per run: a takeover can be thousands of runs.
