@@ -614,6 +614,56 @@ async fn a_workflow_timeout_during_a_fallback_cuts_the_fallback_not_the_failed_s
     );
 }
 
+/// Slow for the workflow's own steps; the workflow handler's steps (their
+/// path under `on_error/`) answer at once, with the prompts they were asked.
+#[derive(Default)]
+struct SlowBodyQuickHandler(std::sync::Mutex<Vec<String>>);
+
+impl Provider for SlowBodyQuickHandler {
+    fn complete<'a>(&'a self, call: &'a RecipeCall<'a>) -> BoxFuture<'a, Result<Value, StepError>> {
+        if call.path.starts_with("on_error/") {
+            self.0.lock().unwrap().push(call.input["q"].to_string());
+            return Box::pin(async { Ok(fabricate(call.output_schema, 1)) });
+        }
+        Slow.complete(call)
+    }
+}
+
+/// Regression (an audit with a model that never answers): after the
+/// workflow's timeout, the workflow's `on_error fallback` saw `error.step`
+/// empty, though the run's error named the step the timeout stopped (the
+/// handler ran before the cut step was known).
+#[tokio::test]
+async fn a_workflow_timeout_names_the_cut_step_to_the_workflows_handler() {
+    let plan = plan(&format!(
+        "{RECIPE}workflow w {{
+          timeout 300ms
+          on_error fallback {{
+            step note = answer {{ q: \"stopped at {{{{error.step}}}}\" }}
+          }}
+          step a = answer {{ q: \"x\" }}
+        }}"
+    ));
+    let store = Arc::new(MemoryStore::default());
+    let provider = Arc::new(SlowBodyQuickHandler::default());
+    let outcome = flow_runtime::run(
+        &plan,
+        "w",
+        "r",
+        json!({}),
+        services(provider.clone(), &store),
+    )
+    .await;
+    let Outcome::Failed { error, step, .. } = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(
+        (error.kind, step.as_deref()),
+        (ErrorKind::Timeout, Some("a"))
+    );
+    assert_eq!(*provider.0.lock().unwrap(), ["\"stopped at a\""]);
+}
+
 /// Regression (issue 13): a `retry 3` step answering 500, killed during its
 /// backoff and recovered, made 5 calls and its trace showed 3. The attempts
 /// so far are journaled before each backoff, so the recovered run makes the

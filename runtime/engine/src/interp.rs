@@ -173,8 +173,11 @@ pub async fn run_within(
                     flow_plan::written::duration(workflow.timeout_ms)
                 ),
             );
-            // The work in flight is gone; the workflow's handler still runs,
-            // seeing the top-level steps that completed (from the journal).
+            // The work in flight is gone, recorded as cut short first: the
+            // handler's `error.step` names the step the timeout stopped.
+            let step = interpreter.record_cut_short(workflow.timeout_ms).await;
+            // The workflow's handler still runs, seeing the top-level steps
+            // that completed (from the journal).
             if let OnError::Fallback(handler) = &workflow.on_error {
                 let scope = Arc::new(Scope::root(workflow.slots.len()));
                 for (slot, info) in workflow.slots.iter().enumerate() {
@@ -190,12 +193,11 @@ pub async fn run_within(
                 let ctx = Ctx {
                     scope,
                     loops: Arc::new(Vec::new()),
-                    error: Some(Arc::new(error_value(&error, ""))),
+                    error: Some(Arc::new(error_value(&error, step.as_deref().unwrap_or("")))),
                     prefix: "on_error/".to_string(),
                 };
                 let _ = interpreter.block(handler, ctx).await;
             }
-            let step = interpreter.record_cut_short(workflow.timeout_ms).await;
             Outcome::Failed {
                 error,
                 step,
