@@ -142,9 +142,8 @@ pub fn provider_from_env() -> Result<Option<Configured>, String> {
             let Some(base_url) = base_url else {
                 return Ok(None);
             };
-            let api_key = std::env::var("FLOW_LLM_API_KEY")
-                .or_else(|_| std::env::var("OPENAI_API_KEY"))
-                .ok();
+            let api_key =
+                key_from_env("FLOW_LLM_API_KEY").or_else(|| key_from_env("OPENAI_API_KEY"));
             let provider = OpenAiProvider::new(ProviderConfig {
                 base_url,
                 api_key,
@@ -153,9 +152,8 @@ pub fn provider_from_env() -> Result<Option<Configured>, String> {
             Ok(Some(("openai", Arc::new(provider))))
         }
         "anthropic" => {
-            let api_key = std::env::var("FLOW_LLM_API_KEY")
-                .or_else(|_| std::env::var("ANTHROPIC_API_KEY"))
-                .ok();
+            let api_key =
+                key_from_env("FLOW_LLM_API_KEY").or_else(|| key_from_env("ANTHROPIC_API_KEY"));
             let base_url = base_url.unwrap_or_else(|| "https://api.anthropic.com".to_string());
             let provider = AnthropicProvider::new(ProviderConfig {
                 base_url,
@@ -168,6 +166,14 @@ pub fn provider_from_env() -> Result<Option<Configured>, String> {
             "FLOW_LLM_PROVIDER is `{other}`; the providers are `openai` and `anthropic`"
         )),
     }
+}
+
+/// The key in variable `name`, if it holds one: an empty variable
+/// (`FLOW_LLM_API_KEY=`) is no key, and hides no other. Taken as a key, it
+/// sent `Authorization: Bearer` with nothing after it, hid
+/// `OPENAI_API_KEY`, and a 401 blamed a key nobody set.
+fn key_from_env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|key| !key.is_empty())
 }
 
 fn models_from_env() -> HashMap<String, String> {

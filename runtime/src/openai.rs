@@ -125,8 +125,15 @@ fn answer_text(message: &Value) -> Option<String> {
 
 /// `text` with `key` hidden wherever it is written: as is, escaped in a
 /// JSON string (`/` as `\/`, `"` as `\"`), or percent-encoded in a URL, as
-/// a server echoing a request may write it.
+/// a server echoing a request may write it. A key shorter than
+/// [`KEY_HIDDEN_ANYWHERE`] is hidden only where it stands as a whole word:
+/// hidden inside words too, `test` would mask every "test" of a message,
+/// but shown, a short key (`sk-test`, a test suite's) was printed in the
+/// error, the trace and the store.
 fn without_key(mut text: String, key: &str) -> String {
+    if key.is_empty() {
+        return text;
+    }
     let json = serde_json::to_string(key).unwrap_or_default();
     let json = json.trim_matches('"').to_string();
     let slashes = json.replace('/', "\\/");
@@ -140,12 +147,45 @@ fn without_key(mut text: String, key: &str) -> String {
             lower.push_str(&format!("%{byte:02x}"));
         }
     }
+    let anywhere = key.len() >= KEY_HIDDEN_ANYWHERE;
     for form in [key, &json, &slashes, &upper, &lower] {
-        if text.contains(form) {
-            text = text.replace(form, "[the API key]");
+        if !text.contains(form) {
+            continue;
         }
+        text = if anywhere {
+            text.replace(form, "[the API key]")
+        } else {
+            replace_words(&text, form, "[the API key]")
+        };
     }
     text
+}
+
+/// Keys at least this long are hidden wherever they appear, inside words
+/// too (real keys are long, and no word of a message holds one by chance).
+const KEY_HIDDEN_ANYWHERE: usize = 8;
+
+/// `text` with each occurrence of `word` that no letter, digit, `-` or `_`
+/// touches on either side replaced by `with`.
+fn replace_words(text: &str, word: &str, with: &str) -> String {
+    let in_word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '-' || c == '_');
+    let mut out = String::with_capacity(text.len());
+    let mut rest = 0;
+    for (at, _) in text.match_indices(word) {
+        if at < rest {
+            continue;
+        }
+        let before = text[..at].chars().next_back();
+        let after = text[at + word.len()..].chars().next();
+        if in_word(before) || in_word(after) {
+            continue;
+        }
+        out.push_str(&text[rest..at]);
+        out.push_str(with);
+        rest = at + word.len();
+    }
+    out.push_str(&text[rest..]);
+    out
 }
 
 /// What a model gave back for an answer.
@@ -448,9 +488,7 @@ pub(crate) async fn send_for_json(
         Err(unread) if !status.is_success() => format!("(its body not read: {})", unread.message),
         Err(unread) => return Err(unread),
     };
-    // A key of a few characters would mask half of any answer; real keys
-    // are long.
-    if let Some(key) = key.filter(|key| key.len() >= 8) {
+    if let Some(key) = key {
         text = without_key(text, key);
     }
     if !status.is_success() {
@@ -776,6 +814,25 @@ mod tests {
         let hidden = super::without_key(echoed.to_string(), key);
         assert!(!hidden.contains("sk-A"), "{hidden}");
         assert_eq!(hidden.matches("[the API key]").count(), 4, "{hidden}");
+    }
+
+    /// Regression (an audit): a key shorter than 8 characters (`sk-test`)
+    /// was not hidden at all, and a 401 that quoted it had it shown by
+    /// `flow run --json`, `flow show` and the store. A short key is hidden
+    /// where it stands as a word, and left inside other words.
+    #[test]
+    fn a_short_key_is_hidden_where_it_stands_as_a_word() {
+        let hidden = super::without_key(
+            r#"{"error":"key sk-test refused", "key": "sk-test", "test": "sk-tests"}"#.to_string(),
+            "sk-test",
+        );
+        assert_eq!(
+            hidden,
+            r#"{"error":"key [the API key] refused", "key": "[the API key]", "test": "sk-tests"}"#
+        );
+        let hidden = super::without_key("a test of test".to_string(), "test");
+        assert_eq!(hidden, "a [the API key] of [the API key]");
+        assert_eq!(super::without_key("contest".to_string(), "test"), "contest");
     }
 
     use super::*;

@@ -304,6 +304,24 @@ fn the_model_variables_of_flow_run_configure_flowd_too() {
     ));
 }
 
+/// Regression (an audit): `FLOW_LLM_API_KEY=` was a key, empty: it hid
+/// `OPENAI_API_KEY`, sent `Authorization: Bearer` with nothing after it,
+/// and a 401 blamed the key. An empty variable is no key.
+#[test]
+fn an_empty_key_variable_is_no_key() {
+    let provider = |vars: &[(&str, &str)]| {
+        let mut vars: Vec<(&str, &str)> = vars.to_vec();
+        vars.push(("FLOW_LLM_BASE_URL", "http://127.0.0.1:11434/v1"));
+        load("flowd.toml", SECRET, &vars.into_iter().collect())
+            .expect("valid")
+            .provider
+            .expect("a provider from the environment")
+    };
+    let key = provider(&[("FLOW_LLM_API_KEY", ""), ("OPENAI_API_KEY", "sk-vendor")]).api_key;
+    assert_eq!(key.map(|key| key.0), Some("sk-vendor".to_string()));
+    assert!(provider(&[("FLOW_LLM_API_KEY", "")]).api_key.is_none());
+}
+
 /// Regression: a key ending in a line break (a secret read from a file)
 /// passed `check-config`, and every run of the flowd then panicked a
 /// worker and stayed `running`. It is a problem placed where the key was

@@ -747,10 +747,12 @@ fn provider_with_env(
         _ => "OPENAI_API_KEY",
     };
     let mut key_place = section;
-    if let Some((name, key)) = env("FLOW_LLM_API_KEY")
+    // An empty variable is no key, and hides no other (as `flow`'s).
+    let key_in = |name: &str| env(name).filter(|key| !key.is_empty());
+    if let Some((name, key)) = key_in("FLOW_LLM_API_KEY")
         .map(|key| ("FLOW_LLM_API_KEY", key))
         .or_else(|| {
-            env(vendor_key)
+            key_in(vendor_key)
                 .filter(|_| provider.api_key.is_none())
                 .map(|key| (vendor_key, key))
         })
