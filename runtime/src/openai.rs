@@ -649,10 +649,11 @@ pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Durati
     let header = |name: &str| Some(headers.get(name)?.to_str().ok()?.trim());
     let seconds = |text: &str| {
         let seconds: f64 = text.parse().ok()?;
-        // `parse` takes `inf` and `NaN` too.
+        // `parse` takes `inf` and `NaN` too. A wait longer than a
+        // `Duration` holds is the longest one (held to the backoff's MAX
+        // like any long wait), not none: dropped, it was retried at MIN.
         (seconds.is_finite() && seconds >= 0.0)
-            .then(|| Duration::try_from_secs_f64(seconds).ok())
-            .flatten()
+            .then(|| Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX))
     };
     if let Some(wait) = header("retry-after-ms").and_then(|ms| seconds(ms).map(|d| d / 1000)) {
         return Some(wait);
@@ -794,6 +795,15 @@ mod tests {
             wait(&[("retry-after", "Fri Jan  1 00:00:00 2100")])
                 .is_some_and(|wait| wait > Duration::from_secs(86_400 * 365))
         );
+        // Regression (an audit): a wait longer than a `Duration` holds was
+        // dropped, and the step retried at the backoff's MIN.
+        for endless in ["99999999999999999999", "1e30"] {
+            assert_eq!(
+                wait(&[("retry-after", endless)]),
+                Some(Duration::MAX),
+                "{endless}"
+            );
+        }
         for ignored in ["-1", "NaN", "inf", "1e400", "soon", ""] {
             assert_eq!(wait(&[("retry-after", ignored)]), None, "{ignored:?}");
         }

@@ -141,6 +141,30 @@ async fn a_retry_after_date_is_waited_for_within_the_cap() {
     );
 }
 
+/// Regression (an audit): the advice to raise the backoff's MAX was added
+/// to failures the step never retries (a 400 that sent `Retry-After`, any
+/// failure of a `retry 1` step), where no MAX would have helped.
+#[tokio::test]
+async fn a_retry_after_on_a_failure_not_retried_gives_no_advice_on_max() {
+    for (status, policy) in [(400, FAST_RETRIES), (429, "retry 1 timeout 2s")] {
+        let server = fake_llm(vec![Reply::Answer(
+            status,
+            vec![("retry-after", "100")],
+            "no".into(),
+        )])
+        .await;
+        let (outcome, store) = run_against(&server, policy).await;
+        let kind = failed_with(&outcome).expect("failed");
+        let error = failure(&outcome, &store, kind);
+        assert_eq!(server.requests(), 1, "{status} {policy}");
+        assert!(
+            !error.message.contains("raise MAX"),
+            "{status} {policy}: {}",
+            error.message
+        );
+    }
+}
+
 #[tokio::test]
 async fn server_errors_and_resets_are_retried() {
     let server = fake_llm(vec![

@@ -893,10 +893,13 @@ impl<'p> Interpreter<'p> {
                     let last = tries + 1 >= step.retry.attempts || !error.kind.retryable();
                     let delay = (!last).then(|| backoff(step, tries, &error, &call_id));
                     // The wait is held to the backoff's MAX; said, since the
-                    // fix (a larger MAX) is the author's.
+                    // fix (a larger MAX) is the author's, where the step
+                    // retries this failure at all.
                     let cap = backoff_cap(step);
+                    let retried = error.kind.retryable() && step.retry.attempts > 1;
                     if let Some(asked) = error
                         .retry_after
+                        .filter(|_| retried)
                         .map(|after| u64::try_from(after.as_millis()).unwrap_or(u64::MAX))
                         .filter(|asked| *asked > cap)
                     {
