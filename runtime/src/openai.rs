@@ -352,17 +352,20 @@ pub(crate) fn wire_schema(schema: &Value) -> std::borrow::Cow<'_, Value> {
 const WIRE_VALUE: &str = "value";
 
 fn parse_and_check(text: &str, schema: &Value) -> Result<Value, String> {
-    let value: Value =
+    let mut value: Value =
         serde_json::from_str(unfenced(text)).map_err(|e| format!("not JSON: {e}"))?;
     // A non-object answer comes in `wire_schema`'s object, looked into
     // first: a schema the object itself would fit (`json`'s `{}`) must not
     // take the wrapper for the answer. A model that was not held to the
     // schema may answer bare, which is taken too.
-    if let Some(inner) = wire_value(schema, &value)
-        && crate::schema::validate(schema, inner).is_empty()
-    {
-        return Ok(inner.clone());
+    if let Some(inner) = wire_value(schema, &value) {
+        let mut inner = inner.clone();
+        crate::schema::whole_floats_to_integers(schema, &mut inner);
+        if crate::schema::validate(schema, &inner).is_empty() {
+            return Ok(inner);
+        }
     }
+    crate::schema::whole_floats_to_integers(schema, &mut value);
     let mismatches = crate::schema::validate(schema, &value);
     if mismatches.is_empty() {
         Ok(value)
@@ -918,6 +921,15 @@ mod tests {
         let any = json!({});
         assert_eq!(wire_schema(&any)["type"], "object");
         assert_eq!(parse_and_check(r#"{"value": [1]}"#, &any), Ok(json!([1])));
+        // A whole float is an integer where the recipe asks for one, bare
+        // or in the wrapper (an audit: `3.0` failed the step).
+        let ints = json!({ "type": "array", "items": { "type": "integer" } });
+        assert_eq!(
+            parse_and_check(r#"{"value": [3.0]}"#, &ints),
+            Ok(json!([3]))
+        );
+        assert_eq!(parse_and_check("[3.0, 4]", &ints), Ok(json!([3, 4])));
+        assert!(parse_and_check("[3.5]", &ints).is_err());
     }
 
     #[test]

@@ -247,6 +247,72 @@ impl<'s> Keywords<'s> {
     }
 }
 
+/// `value` with each whole number written as a float (`3.0`, `1e3`) made an
+/// integer where `schema` asks for one. For a model's answer only: JSON
+/// Schema counts `3.0` an integer, and models without structured output,
+/// or proxies that pass numbers through floats, write it so; refused, such
+/// an answer cost a repair request and then failed the step (an audit).
+/// flow's own values keep the rule that a fraction makes a float.
+pub fn whole_floats_to_integers(schema: &Value, value: &mut Value) {
+    whole_floats(schema, value, 0);
+}
+
+fn whole_floats(schema: &Value, value: &mut Value, depth: usize) {
+    let Value::Object(map) = schema else {
+        return;
+    };
+    if depth > MAX_DEPTH {
+        return;
+    }
+    let keywords = Keywords::of(map);
+    if let Some(branches) = keywords.any_of {
+        // The one branch of the value's kind, if only one is (a number
+        // fits `number` as it is).
+        let of_kind: Vec<&Value> = branches
+            .iter()
+            .filter(|branch| {
+                matches!(
+                    (branch.get("type").and_then(Value::as_str), &*value),
+                    (Some("integer" | "number"), Value::Number(_))
+                        | (Some("object"), Value::Object(_))
+                        | (Some("array"), Value::Array(_))
+                )
+            })
+            .collect();
+        if let [branch] = of_kind[..] {
+            whole_floats(branch, value, depth + 1);
+        }
+    }
+    match (keywords.ty, value) {
+        (Some("integer"), Value::Number(number)) if number.is_f64() => {
+            // Exact as an integer only up to 2^53.
+            if let Some(float) = number.as_f64()
+                && float.fract() == 0.0
+                && float.abs() <= 9_007_199_254_740_992.0
+            {
+                *number = serde_json::Number::from(float as i64);
+            }
+        }
+        (_, Value::Array(items)) => {
+            if let Some(item_schema) = keywords.items {
+                for item in items {
+                    whole_floats(item_schema, item, depth + 1);
+                }
+            }
+        }
+        (_, Value::Object(fields)) => {
+            if let Some(properties) = keywords.properties {
+                for (name, field) in fields.iter_mut() {
+                    if let Some(field_schema) = properties.get(name) {
+                        whole_floats(field_schema, field, depth + 1);
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Validates one node. `path` is extended and restored by the callers of each
 /// nested check, so that no path string is allocated unless a mismatch is
 /// recorded.
@@ -770,6 +836,31 @@ pub(crate) mod tests {
         assert_eq!(
             lines(&int, &json!(3.0)),
             ["expected an integer, found a number 3.0"]
+        );
+    }
+
+    /// Regression (an audit): a model's `3.0` for an `int` field was
+    /// refused, a repair spent and the step failed `invalid_output`.
+    #[test]
+    fn a_models_whole_floats_are_integers_where_the_schema_asks() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "n": { "type": "integer" },
+                "x": { "type": "number" },
+                "maybe": { "anyOf": [{ "type": "integer" }, { "type": "null" }] },
+                "list": { "type": "array", "items": { "type": "integer" } }
+            }
+        });
+        let mut value = json!({ "n": 3.0, "x": 2.0, "maybe": 1e3, "list": [1.0, 2.5, -0.0] });
+        super::whole_floats_to_integers(&schema, &mut value);
+        assert_eq!(
+            value,
+            json!({ "n": 3, "x": 2.0, "maybe": 1000, "list": [1, 2.5, 0] })
+        );
+        assert_eq!(
+            lines(&schema, &value),
+            ["/list/1: expected an integer, found a number 2.5"]
         );
     }
 
