@@ -506,7 +506,58 @@ pub(crate) async fn send_for_json(
         });
         return Err(error);
     }
-    Ok((reply_json(url, &text)?, text))
+    let reply = reply_json(url, &text)?;
+    if let Some(error) = error_in_reply(url, &reply, &text) {
+        return Err(error);
+    }
+    Ok((reply, text))
+}
+
+/// The error a provider put in a reply of status 200, as proxies and some
+/// servers do (`{"error": {...}}`; Anthropic's `{"type": "error", ...}`,
+/// which a streamed reply ends with): classified as its status would be,
+/// from its code or its type. Read as an answer without content, it was
+/// retried as a server's failure whatever it said (an audit).
+fn error_in_reply(url: &str, reply: &Value, text: &str) -> Option<StepError> {
+    let error = reply.get("error").filter(|error| !error.is_null())?;
+    if reply.get("choices").is_some() || reply.get("content").is_some() {
+        return None;
+    }
+    let kind_word = error["type"].as_str().or_else(|| error["code"].as_str());
+    let status = [&error["code"], &error["status"]]
+        .into_iter()
+        .find_map(|code| {
+            code.as_u64()
+                .or_else(|| code.as_str().and_then(|code| code.parse().ok()))
+        })
+        .filter(|code| (400..600).contains(code))
+        .map(|code| code as u16)
+        .or_else(|| {
+            Some(match kind_word? {
+                "invalid_request_error" => 400,
+                "authentication_error" | "invalid_api_key" => 401,
+                "permission_error" => 403,
+                "not_found_error" | "model_not_found" => 404,
+                "request_too_large" => 413,
+                "rate_limit_error" | "rate_limit_exceeded" => 429,
+                "overloaded_error" => 529,
+                _ => return None,
+            })
+        });
+    let kind = status.map_or(ErrorKind::Server, ErrorKind::of_status);
+    let said = match (status, kind_word) {
+        (Some(status), Some(word)) => format!(" ({word}, as a {status})"),
+        (Some(status), None) => format!(" (as a {status})"),
+        (None, Some(word)) => format!(" ({word})"),
+        (None, None) => String::new(),
+    };
+    Some(StepError::new(
+        kind,
+        format!(
+            "{url} answered 200 OK with an error{said}: {}",
+            excerpt(text)
+        ),
+    ))
 }
 
 /// A provider's redirect, refused (the client follows none): where it
@@ -846,6 +897,50 @@ mod tests {
         let hidden = super::without_key("a test of test".to_string(), "test");
         assert_eq!(hidden, "a [the API key] of [the API key]");
         assert_eq!(super::without_key("contest".to_string(), "test"), "contest");
+    }
+
+    /// Regression (an audit): an error in a reply of status 200 was read
+    /// as an answer without content and retried as a server's failure
+    /// whatever it said. It is classified as its code or type says.
+    #[test]
+    fn an_error_in_a_reply_of_200_is_classified_as_its_status() {
+        let kind = |reply: Value| {
+            super::error_in_reply("u", &reply, &reply.to_string()).map(|error| error.kind)
+        };
+        let anthropic =
+            |ty: &str| json!({ "type": "error", "error": { "type": ty, "message": "m" } });
+        assert_eq!(kind(anthropic("overloaded_error")), Some(ErrorKind::Server));
+        assert_eq!(
+            kind(anthropic("rate_limit_error")),
+            Some(ErrorKind::RateLimited)
+        );
+        assert_eq!(
+            kind(anthropic("invalid_request_error")),
+            Some(ErrorKind::Client)
+        );
+        assert_eq!(kind(anthropic("something_new")), Some(ErrorKind::Server));
+        assert_eq!(
+            kind(json!({ "error": { "message": "m", "code": 502 } })),
+            Some(ErrorKind::Server)
+        );
+        assert_eq!(
+            kind(json!({ "error": { "message": "m", "code": "401" } })),
+            Some(ErrorKind::Client)
+        );
+        assert_eq!(
+            kind(json!({ "error": "went wrong" })),
+            Some(ErrorKind::Server)
+        );
+        assert_eq!(kind(json!({ "choices": [], "error": null })), None);
+        assert_eq!(
+            kind(json!({ "choices": [{}], "error": { "code": 500 } })),
+            None
+        );
+        let said = super::error_in_reply("u", &anthropic("overloaded_error"), "t").unwrap();
+        assert_eq!(
+            said.message,
+            "u answered 200 OK with an error (overloaded_error, as a 529): t"
+        );
     }
 
     use super::*;
