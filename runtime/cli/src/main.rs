@@ -1263,7 +1263,7 @@ async fn execute(
             if let Some(bar) = &progress {
                 bar.finish_and_clear();
             }
-            return Ok(give_up(store, db, run_id, new_run, signal).await);
+            return Ok(give_up(store, db, run_id, new_run, signal, json).await);
         }
     };
     if let Some(bar) = progress {
@@ -1303,12 +1303,15 @@ async fn interrupted() -> (&'static str, u8) {
 /// interrupted rather than running and `flow recover` takes it. A run not
 /// stored yet (`new_run`: its row waited for its first step's commit) is
 /// stored first; before, it was lost, and the message said to recover it.
+/// With `--json`, the run's record (`running`) is printed as for any end:
+/// a script reading standard output got nothing, not even the run's id.
 async fn give_up(
     store: &Arc<dyn Store>,
     db: &Path,
     run_id: &str,
     new_run: Option<(String, NewRun)>,
     signal: (&str, u8),
+    json: bool,
 ) -> u8 {
     let (what, code) = signal;
     if let Some((account, run)) = new_run
@@ -1336,6 +1339,10 @@ async fn give_up(
         "flow: {what}: run {run_id} stopped before it ended; a step that was running runs again when it resumes. Resume it with:\n  flow recover --db {}",
         db.display()
     );
+    if json {
+        let record = runner::RunRecord::new(run_id, RunStatus::Running);
+        out!("{}", serde_json::to_string(&record).unwrap_or_default());
+    }
     code
 }
 

@@ -24,8 +24,9 @@ workflow w {
 
 /// Starts `flow run` against a model that answers its first call after 30 s
 /// (and the next at once), stops it with `signal` once the call is out,
-/// then answers what `flow runs --json` and `flow recover` said.
-fn stopped_during_the_first_call(signal: &str) -> (serde_json::Value, flow_tests::Run) {
+/// then answers what `flow run --json` printed, and what `flow runs
+/// --json` and `flow recover` said.
+fn stopped_during_the_first_call(signal: &str) -> (String, serde_json::Value, flow_tests::Run) {
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
     let server = runtime.block_on(FakeLlm::start(
         vec![Reply::Stall(Duration::from_secs(30))],
@@ -40,11 +41,11 @@ fn stopped_during_the_first_call(signal: &str) -> (serde_json::Value, flow_tests
         ("FLOW_LLM_MODEL", "fake-model"),
     ];
     let flow = Path::new(env!("CARGO_BIN_EXE_flow"));
-    let mut child = Command::new(flow)
-        .args(["run", "w.flow", "--input", r#"{"q": "x"}"#])
+    let child = Command::new(flow)
+        .args(["run", "w.flow", "--input", r#"{"q": "x"}"#, "--json"])
         .current_dir(dir.path())
         .envs(env)
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("flow starts");
@@ -71,7 +72,7 @@ fn stopped_during_the_first_call(signal: &str) -> (serde_json::Value, flow_tests
         .status()
         .expect("kill runs");
     assert!(status.success());
-    let _ = child.wait();
+    let printed = child.wait_with_output().expect("flow ends").stdout;
     let runs = run_in(flow, dir.path(), &["runs", "--json"]);
     let runs: serde_json::Value = serde_json::from_str(&runs.stdout).expect("runs as JSON");
     let recovered = run_bounded(
@@ -81,7 +82,11 @@ fn stopped_during_the_first_call(signal: &str) -> (serde_json::Value, flow_tests
         &env,
         Duration::from_secs(60),
     );
-    (runs, recovered)
+    (
+        String::from_utf8_lossy(&printed).into_owned(),
+        runs,
+        recovered,
+    )
 }
 
 /// Regression: the run's row waited for its first step's record, so a
@@ -91,10 +96,22 @@ fn stopped_during_the_first_call(signal: &str) -> (serde_json::Value, flow_tests
 #[test]
 fn a_run_stopped_during_its_first_call_is_left_to_recover() {
     for signal in ["KILL", "INT", "TERM"] {
-        let (runs, recovered) = stopped_during_the_first_call(signal);
+        let (printed, runs, recovered) = stopped_during_the_first_call(signal);
         let runs = runs.as_array().expect("a list of runs");
         assert_eq!(runs.len(), 1, "{signal}: {runs:?}");
         assert_eq!(runs[0]["status"], "running", "{signal}: {runs:?}");
+        // Regression (an audit): `--json` printed nothing when a signal
+        // stopped the run, not even its id; now the run's record, as for
+        // any end (a kill leaves no chance to print).
+        if signal != "KILL" {
+            let record: serde_json::Value =
+                serde_json::from_str(&printed).expect("one record as JSON");
+            assert_eq!(
+                (&record["run_id"], &record["status"]),
+                (&runs[0]["run_id"], &json!("running")),
+                "{signal}: {printed}"
+            );
+        }
         assert_eq!(recovered.code, 0, "{signal}: {}", recovered.all());
         assert!(
             recovered.all().contains("completed"),
