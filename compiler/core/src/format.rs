@@ -242,7 +242,9 @@ fn statement_at(tokens: &[Token<'_>], index: usize, level: &Level) -> Option<&'s
                 | "="
         )
     );
-    if declared {
+    // What a mock's call fails with (`fails timeout`) is a word of its
+    // line, not the `timeout` option starting one.
+    if declared || prev == Some("fails") {
         return None;
     }
     let option = STEP_OPTION_KEYWORDS.contains(word) && level.statement == Some("step");
@@ -1180,6 +1182,10 @@ retry 2 backoff 1s..5s timeout 30s on_error continue idempotency "{{workflow_inp
         (
             "a union's alternative after a comment is a continuation line",
             "type E = \"a\" // c\n| \"b\" /* d */ | \"c\"\nworkflow w {}\n",
+        ),
+        (
+            "a mock's `fails timeout` stays on its line",
+            "test \"t\" {\n  workflow w\n  mock step.c fails timeout twice then fails timeout once then { cat: \"a\" }\n  expect status completed\n}\n",
         ),
         ("empty file", " \n\n\t\n"),
     ];
