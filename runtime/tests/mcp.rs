@@ -70,14 +70,6 @@ async fn wait_until(within: Duration, what: &str, mut condition: impl FnMut() ->
     }
 }
 
-fn kill(pid: u32, signal: &str) {
-    let status = std::process::Command::new("kill")
-        .args([&format!("-{signal}"), &pid.to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(status.success(), "kill -{signal} {pid}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn everything_over_stdio_echoes_gives_structured_content_and_lists_its_tools() {
     flow_tests::require!(McpServers);
@@ -508,7 +500,7 @@ async fn a_killed_server_is_replaced_on_next_use() {
         .expect("echo answers");
     let first = marked_processes(&mark);
     assert_eq!(first.len(), 1);
-    kill(first[0], "KILL");
+    flow_tests::signal(first[0], "KILL");
     wait_until(Duration::from_secs(5), "the killed server is gone", || {
         dead(first[0])
     })
@@ -536,7 +528,7 @@ async fn a_killed_server_is_replaced_on_next_use() {
 
     // A call racing the crash either finds it already (and starts a new
     // server) or fails with a kind the step retries; the next call works.
-    kill(second[0], "KILL");
+    flow_tests::signal(second[0], "KILL");
     if let Err(error) = pool
         .call(&server, "echo", &json!({ "message": "racing" }))
         .await
@@ -570,7 +562,7 @@ async fn a_server_that_stops_answering_pings_is_replaced() {
     let frozen = marked_processes(&mark);
     assert_eq!(frozen.len(), 1);
     // Stopped, it answers nothing; SIGKILL still reaches it.
-    kill(frozen[0], "STOP");
+    flow_tests::signal(frozen[0], "STOP");
     wait_until(
         Duration::from_secs(10),
         "the frozen server is killed",

@@ -111,6 +111,16 @@ impl FakeLlm {
             .load(std::sync::atomic::Ordering::SeqCst)
     }
 
+    /// The variables that point `flow` at this model, with a key and a
+    /// model name.
+    pub fn flow_env(&self) -> [(&'static str, &str); 3] {
+        [
+            ("FLOW_LLM_BASE_URL", self.url.as_str()),
+            ("FLOW_LLM_API_KEY", "test-key"),
+            ("FLOW_LLM_MODEL", "fake-model"),
+        ]
+    }
+
     /// How many requests were answered or cut off.
     pub fn requests(&self) -> usize {
         self.calls.lock().unwrap_or_else(|p| p.into_inner()).len()

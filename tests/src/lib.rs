@@ -137,6 +137,16 @@ pub fn root() -> PathBuf {
         .to_path_buf()
 }
 
+/// Sends signal `name` (`STOP`, `CONT`, `TERM`, `KILL`...) to process
+/// `pid`, as `kill -NAME PID` does, and asserts that it was sent.
+pub fn signal(pid: u32, name: &str) {
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -{name} {pid}");
+}
+
 pub struct Run {
     pub code: i32,
     pub stdout: String,

@@ -579,18 +579,14 @@ fn an_interrupted_run_says_how_to_resume_and_resumes() {
 
     let chain = Chain::new("flow-interrupt", 6);
     let (server, flow) = (&chain.server, |args: &[&str]| chain.flow(args));
-    for (signal, code) in [("-INT", 130), ("-TERM", 143)] {
+    for (signal, code) in [("INT", 130), ("TERM", 143)] {
         let child = flow(&["run", "chain.flow", "--input", "in.json"])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .expect("flow starts");
         chain.await_calls(server.requests() + 2, "the run did not start");
-        let sent = std::process::Command::new("kill")
-            .args([signal, &child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(sent.success());
+        flow_tests::signal(child.id(), signal);
         let stopped = child.wait_with_output().expect("flow exits");
         let stderr = String::from_utf8_lossy(&stopped.stderr);
         assert_eq!(stopped.status.code(), Some(code), "{stderr}");

@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use flow_tests::fake_llm::FakeLlm;
-use flow_tests::{TempDir, run_in};
+use flow_tests::{TempDir, run_in, signal};
 use serde_json::json;
 
 /// Three model calls, each on the last one's answer.
@@ -25,14 +25,6 @@ workflow w {
 }
 "#;
 
-fn signal(pid: u32, signal: &str) {
-    let status = Command::new("kill")
-        .args([&format!("-{signal}"), &pid.to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(status.success(), "kill -{signal}");
-}
-
 /// Regression: on SQLite only a run's end was fenced by its owner. A
 /// `flow run` stopped (SIGSTOP) during its second step while `flow cancel`
 /// ran, then continued, wrote that step's record into the cancelled run
@@ -47,11 +39,7 @@ fn a_run_cancelled_while_its_process_was_stopped_gets_nothing_more() {
     ));
     let dir = TempDir::new("cancel-stopped");
     dir.write("w.flow", WORKFLOW);
-    let env = [
-        ("FLOW_LLM_BASE_URL", server.url.as_str()),
-        ("FLOW_LLM_API_KEY", "test-key"),
-        ("FLOW_LLM_MODEL", "fake-model"),
-    ];
+    let env = server.flow_env();
     let flow = Path::new(env!("CARGO_BIN_EXE_flow"));
     let mut child = Command::new(flow)
         .args(["run", "w.flow", "--input", r#"{"q": "x"}"#])

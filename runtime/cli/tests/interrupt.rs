@@ -35,11 +35,7 @@ fn stopped_during_the_first_call(signal: &str) -> (String, serde_json::Value, fl
     ));
     let dir = TempDir::new(&format!("interrupt-{signal}"));
     dir.write("w.flow", WORKFLOW);
-    let env = [
-        ("FLOW_LLM_BASE_URL", server.url.as_str()),
-        ("FLOW_LLM_API_KEY", "test-key"),
-        ("FLOW_LLM_MODEL", "fake-model"),
-    ];
+    let env = server.flow_env();
     let flow = Path::new(env!("CARGO_BIN_EXE_flow"));
     let child = Command::new(flow)
         .args(["run", "w.flow", "--input", r#"{"q": "x"}"#, "--json"])
@@ -67,11 +63,7 @@ fn stopped_during_the_first_call(signal: &str) -> (String, serde_json::Value, fl
         );
         std::thread::sleep(Duration::from_millis(5));
     }
-    let status = Command::new("kill")
-        .args([&format!("-{signal}"), &child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(status.success());
+    flow_tests::signal(child.id(), signal);
     let printed = child.wait_with_output().expect("flow ends").stdout;
     let runs = run_in(flow, dir.path(), &["runs", "--json"]);
     let runs: serde_json::Value = serde_json::from_str(&runs.stdout).expect("runs as JSON");

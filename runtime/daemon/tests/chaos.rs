@@ -144,11 +144,7 @@ impl Cluster {
     }
 
     fn signal(flowd: &Flowd, name: &str) {
-        let status = std::process::Command::new("kill")
-            .args([&format!("-{name}"), &flowd.child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success(), "kill -{name}");
+        flow_tests::signal(flowd.child.id(), name);
     }
 }
 

@@ -241,13 +241,7 @@ async fn a_flowd_paused_past_its_lease_does_not_repeat_the_new_owners_steps() {
     flow_tests::require!(Postgres);
     let chains = chains_under_way("paused", Duration::from_millis(300)).await;
     let paused = chains.first.as_ref().expect("started");
-    let signal = |name: &str| {
-        let status = std::process::Command::new("kill")
-            .args([&format!("-{name}"), &paused.child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success(), "kill -{name}");
-    };
+    let signal = |name: &str| flow_tests::signal(paused.child.id(), name);
     signal("STOP");
     chains.finished_by_the_second().await;
     let before_continue = chains.server.requests();

@@ -286,11 +286,7 @@ impl Flowd {
 
     /// SIGTERM, then the exit code.
     pub(crate) fn stop(mut self) -> Option<i32> {
-        let killed = std::process::Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(killed.success());
+        flow_tests::signal(self.child.id(), "TERM");
         self.child.wait().expect("flowd exits").code()
     }
 }
