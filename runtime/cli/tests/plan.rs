@@ -103,3 +103,49 @@ fn an_input_of_json_that_is_not_an_object_is_read_as_json() {
         "{stdout}{stderr}"
     );
 }
+
+/// Regression (41515f8): `flow approve` on a run whose stored plan no
+/// longer loaded printed the parse error alone: no run, no plan, no way
+/// on. It names the run, its workflow and plan, and the mend, which works:
+/// running the source again stores the plan anew.
+#[test]
+fn a_run_whose_stored_plan_does_not_load_is_named_with_the_mend() {
+    let dir = TempDir::new("flow-cli-damaged-plan");
+    dir.write(
+        "w.flow",
+        "workflow w {\n  step gate = approval { approvers: [\"ana@x.io\"], message: \"ok?\" }\n}\n",
+    );
+    let parked = flow(&dir, &["run", "w.flow", "--json"]);
+    assert_eq!(parked.code, 3, "{}", parked.all());
+    let record: serde_json::Value = serde_json::from_str(&parked.stdout).expect("a record");
+    let run = record["run_id"].as_str().expect("the run's id");
+    let db = rusqlite::Connection::open(dir.path().join("flow.db")).expect("the store");
+    let hash: String = db
+        .query_row("SELECT plan_hash FROM runs WHERE id = ?1", [run], |row| {
+            row.get(0)
+        })
+        .expect("the run's plan");
+    db.execute(
+        "UPDATE plans SET json = '{ damaged' WHERE hash = ?1",
+        [&hash],
+    )
+    .expect("the plan damaged");
+    drop(db);
+
+    let approve = ["approve", run, "gate", "--as", "ana@x.io"];
+    let refused = flow(&dir, &approve);
+    assert_eq!(refused.code, 2, "{}", refused.all());
+    assert!(
+        refused.stderr.contains(&format!(
+            "run {run} (w): its plan {hash} does not load from the store"
+        )) && refused
+            .stderr
+            .contains("running the workflow's source again (`flow run FILE`) stores it anew"),
+        "{}",
+        refused.stderr
+    );
+
+    assert_eq!(flow(&dir, &["run", "w.flow"]).code, 3, "the source again");
+    let approved = flow(&dir, &approve);
+    assert_eq!(approved.code, 0, "{}", approved.all());
+}
