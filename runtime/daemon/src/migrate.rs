@@ -288,6 +288,7 @@ pub(crate) async fn versions_of(
     workflow: &str,
 ) -> Result<Vec<Deployment>, Problem> {
     let versions: Vec<Deployment> = daemon
+        .store
         .deployments(account)
         .await
         .map_err(store_problem)?

@@ -3460,3 +3460,59 @@ async fn a_running_runs_trace_tells_the_step_in_flight() {
     let trace = flowd.trace(&run, ACME).await;
     assert!(trace.get("in_flight").is_none(), "{trace}");
 }
+
+/// Regression (an audit): two flowds on one SQLite file, which the docs
+/// allow, each cached the account's deployments. A deploy or a delete
+/// through one was never seen by the other: its starts ran the version
+/// before, started a workflow deleted, or were refused 404 for good once
+/// it had read the list before the first deploy.
+#[tokio::test]
+async fn two_flowds_on_one_sqlite_file_see_each_others_deploys() {
+    use reqwest::Method;
+    use serde_json::json;
+    let (dir_a, dir_b, shared) = (
+        TempDir::new("flowd-sqlite-a"),
+        TempDir::new("flowd-sqlite-b"),
+        TempDir::new("flowd-sqlite-store"),
+    );
+    let store = shared.path().join("flow.db");
+    let config = format!("store = \"{}\"\n{CONFIG}", store.display());
+    let a = Flowd::start_with(&dir_a, &config);
+    let b = Flowd::start_with(&dir_b, &config);
+    let (status, listed) = b.send(Method::GET, "/v1/workflows", Some(ACME), None).await;
+    assert_eq!(status, 200, "{listed}");
+    let gated = r#"workflow refund {
+  step ok = approval { approvers: ["leads"], message: "Refund?" }
+}
+"#;
+    for version in [1, 2] {
+        let source = gated.replace("Refund?", &format!("Refund (v{version})?"));
+        a.deploy(ACME, &source).await;
+        let run_id = b.start_run(ACME, json!({ "workflow": "refund" })).await;
+        let parked = b.settled(&run_id, ACME).await;
+        assert_eq!(
+            parked["pending_approvals"][0]["message"],
+            format!("Refund (v{version})?"),
+            "{parked}"
+        );
+    }
+    let (status, body) = a
+        .send(Method::DELETE, "/v1/workflows/refund", Some(ACME), None)
+        .await;
+    assert!(status < 300, "{status} {body}");
+    let (status, body) = b
+        .send(
+            Method::POST,
+            "/v1/runs",
+            Some(ACME),
+            Some(json!({ "workflow": "refund" })),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("unknown_workflow")),
+        "{body}"
+    );
+    assert_eq!(a.stop(), Some(0));
+    assert_eq!(b.stop(), Some(0));
+}

@@ -207,7 +207,11 @@ pub(crate) async fn deploy(
     }
     destinations_known(&daemon, &account, &plan)?;
     mcp_allowed(&daemon, &account, &plan)?;
-    let kept = daemon.deployments(&account).await.map_err(store_problem)?;
+    let kept = daemon
+        .store
+        .deployments(&account)
+        .await
+        .map_err(store_problem)?;
     let quota = daemon.config.quotas(&account).deployments;
     let new_versions = plan
         .workflows
@@ -245,6 +249,7 @@ pub(crate) async fn deploy(
     for workflow in &plan.workflows {
         deployed.push(
             daemon
+                .store
                 .deploy(&account, &workflow.name, &plan.hash)
                 .await
                 .map_err(store_problem)?,
@@ -409,7 +414,11 @@ pub(crate) async fn workflows(
     State(daemon): State<Arc<Daemon>>,
     Extension(AccountId(account)): Extension<AccountId>,
 ) -> Answer {
-    let deployments = daemon.deployments(&account).await.map_err(store_problem)?;
+    let deployments = daemon
+        .store
+        .deployments(&account)
+        .await
+        .map_err(store_problem)?;
     Ok(axum::Json(Deployments {
         deployments: deployments.to_vec(),
     })
@@ -450,6 +459,7 @@ pub(crate) async fn undeploy(
 ) -> Answer {
     let Query(query) = query.map_err(invalid_query)?;
     let retired = daemon
+        .store
         .undeploy(&account, &workflow, query.version)
         .await
         .map_err(store_problem)?;
@@ -464,7 +474,11 @@ pub(crate) async fn undeploy(
         ));
     }
     // Its last version gone, the workflow's metrics go too.
-    let left = daemon.deployments(&account).await.map_err(store_problem)?;
+    let left = daemon
+        .store
+        .deployments(&account)
+        .await
+        .map_err(store_problem)?;
     if !left.iter().any(|d| d.workflow == workflow) {
         daemon.metrics.forget_workflow(&account, &workflow);
     }

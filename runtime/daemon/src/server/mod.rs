@@ -27,7 +27,7 @@ use flow_runtime::limit::{
 use flow_runtime::llm::ProviderConfig;
 use flow_runtime::runner::{Invocation, Observer};
 use flow_runtime::services::{Provider, StepNow, StepsInFlight};
-use flow_runtime::store::{Deployment, EventsOf, RunRow, RunStatus, Store, StoreError};
+use flow_runtime::store::{EventsOf, RunRow, RunStatus, Store, StoreError};
 use serde_json::json;
 use tokio::task::JoinSet;
 
@@ -72,16 +72,6 @@ pub struct Daemon {
     /// Stored plans that did not load, by hash, with when and why (see
     /// [`REFUSED_PLAN_KEPT`]).
     refused_plans: std::sync::Mutex<HashMap<String, (std::time::Instant, StoreError)>>,
-    /// Each account's deployments, read once and dropped when the account
-    /// deploys: every run start looks them up. Only when this flowd is the
-    /// only writer of deployments to its store (SQLite): flowds sharing a
-    /// PostgreSQL database deploy behind each other's backs, so there each
-    /// start reads the deployments.
-    deployments: std::sync::Mutex<HashMap<String, Arc<Vec<Deployment>>>>,
-    /// Whether `deployments` is used (see there).
-    cache_deployments: bool,
-    /// Counts deploys, so that a list read before one is not cached after it.
-    deploys: std::sync::atomic::AtomicU64,
     /// The runs this process is driving: how to stop each (a cancel
     /// request), and the steps each executes now.
     driving: std::sync::Mutex<HashMap<String, driving::Driven>>,
@@ -283,9 +273,6 @@ impl Daemon {
             // for a large plan's load to end.
             plans: crate::plan_cache::PlanCache::new(PLAN_CACHE_BYTES, half_the_cores().max(2)),
             refused_plans: std::sync::Mutex::default(),
-            deployments: std::sync::Mutex::new(HashMap::new()),
-            cache_deployments: !shared,
-            deploys: std::sync::atomic::AtomicU64::new(0),
             metrics,
             limiter,
             mcp,
@@ -501,100 +488,6 @@ impl Daemon {
             self.config.public_url.as_deref().unwrap_or_default(),
             |url| url,
         )
-    }
-
-    /// The account's deployments, by workflow then version.
-    pub(crate) async fn deployments(
-        &self,
-        account: &str,
-    ) -> Result<Arc<Vec<Deployment>>, StoreError> {
-        let cached = self
-            .deployments
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(account)
-            .cloned();
-        if let Some(deployments) = cached {
-            return Ok(deployments);
-        }
-        if !self.cache_deployments {
-            return Ok(Arc::new(self.store.deployments(account).await?));
-        }
-        let before = self.deploys.load(std::sync::atomic::Ordering::SeqCst);
-        let deployments = Arc::new(self.store.deployments(account).await?);
-        let mut cache = self.deployments.lock().unwrap_or_else(|p| p.into_inner());
-        if self.deploys.load(std::sync::atomic::Ordering::SeqCst) == before {
-            cache.insert(account.to_string(), Arc::clone(&deployments));
-        }
-        Ok(deployments)
-    }
-
-    /// The deployment a start of `workflow` runs: `version` if one is
-    /// named, else the latest. From the cache where flowd keeps one; else
-    /// one row read, not the account's whole list.
-    pub(crate) async fn deployment(
-        &self,
-        account: &str,
-        workflow: &str,
-        version: Option<u32>,
-    ) -> Result<Option<Deployment>, StoreError> {
-        if !self.cache_deployments {
-            return self.store.deployment(account, workflow, version).await;
-        }
-        Ok(self
-            .deployments(account)
-            .await?
-            .iter()
-            .filter(|d| d.workflow == workflow)
-            .filter(|d| version.is_none_or(|v| v == d.version))
-            .max_by_key(|d| d.version)
-            .cloned())
-    }
-
-    /// Deploys `workflow` of the stored plan `plan_hash` for `account`, in a
-    /// task of its own: a client that hangs up between the write and the
-    /// cache's update must not leave the cache behind the store.
-    pub(crate) async fn deploy(
-        self: &Arc<Daemon>,
-        account: &str,
-        workflow: &str,
-        plan_hash: &str,
-    ) -> Result<Deployment, StoreError> {
-        let daemon = Arc::clone(self);
-        let (account, workflow, plan_hash) = (
-            account.to_string(),
-            workflow.to_string(),
-            plan_hash.to_string(),
-        );
-        let task = tokio::spawn(async move {
-            let deployed = daemon.store.deploy(&account, &workflow, &plan_hash).await;
-            // Under the lock: a list read before this deploy is not cached
-            // once the count has moved.
-            let mut cache = daemon.deployments.lock().unwrap_or_else(|p| p.into_inner());
-            daemon
-                .deploys
-                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            cache.remove(&account);
-            deployed
-        });
-        task.await
-            .map_err(|e| StoreError::Database(format!("the deploy's task stopped: {e}")))?
-    }
-
-    /// Retires `account`'s deployments of `workflow` (`Store::undeploy`)
-    /// and forgets the account's cached list.
-    pub(crate) async fn undeploy(
-        &self,
-        account: &str,
-        workflow: &str,
-        version: Option<u32>,
-    ) -> Result<usize, StoreError> {
-        let retired = self.store.undeploy(account, workflow, version).await;
-        let mut cache = self.deployments.lock().unwrap_or_else(|p| p.into_inner());
-        self.deploys
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        cache.remove(account);
-        retired
     }
 }
 
