@@ -345,7 +345,7 @@ pub async fn drive(
         } else {
             (0, 0)
         };
-        let started = Instant::now();
+        let (started, stalls) = (Instant::now(), crate::stall::Mark::now());
         let beat = Arc::new(Heartbeat::default());
         let mut ticker = {
             // Held weakly: the journal is dropped with the invocation (its
@@ -402,7 +402,11 @@ pub async fn drive(
         }
         drop(ticker);
         let recorded = ACTIVE_TICK * beat.ticks();
-        let active = started.elapsed().saturating_sub(recorded);
+        // A stop of the process (SIGSTOP, a paused VM) is not active time.
+        let active = started
+            .elapsed()
+            .saturating_sub(stalls.stalled())
+            .saturating_sub(recorded);
         // The run's end shares its commit with the records that wait
         // (under `durability approval`, all of the invocation's).
         let end = RunEnd {

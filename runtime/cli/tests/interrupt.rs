@@ -112,3 +112,49 @@ fn a_run_stopped_during_its_first_call_is_left_to_recover() {
         );
     }
 }
+
+/// Regression (an audit): a `flow run` stopped (SIGSTOP) past its step's
+/// timeout, then continued, failed the attempt as timed out though its
+/// answer had come meanwhile, and with `retry 1` failed the run; with
+/// retries left, the step went to the model again. A stop of the process
+/// is not the model's time: the answer that waited is taken.
+#[test]
+fn a_run_stopped_past_its_steps_timeout_takes_the_answer_that_waited() {
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let server = runtime.block_on(FakeLlm::start(
+        vec![],
+        json!({ "text": "fine", "score": 1 }),
+        Duration::from_millis(200),
+    ));
+    let dir = TempDir::new("stopped-past-timeout");
+    dir.write(
+        "w.flow",
+        WORKFLOW.replace("retry 1 timeout 30s", "retry 1 timeout 2s"),
+    );
+    let flow = Path::new(env!("CARGO_BIN_EXE_flow"));
+    let child = Command::new(flow)
+        .args(["run", "w.flow", "--input", r#"{"q": "x"}"#, "--json"])
+        .current_dir(dir.path())
+        .envs(server.flow_env())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("flow starts");
+    let waited = Instant::now();
+    while server.requests() == 0 {
+        assert!(waited.elapsed() < Duration::from_secs(20), "no model call");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    flow_tests::signal(child.id(), "STOP");
+    std::thread::sleep(Duration::from_secs(4));
+    flow_tests::signal(child.id(), "CONT");
+    let ended = child.wait_with_output().expect("flow ends");
+    let printed = String::from_utf8_lossy(&ended.stdout);
+    assert_eq!(
+        ended.status.code(),
+        Some(0),
+        "{printed}{}",
+        String::from_utf8_lossy(&ended.stderr)
+    );
+    assert_eq!(server.requests(), 1, "the step went to the model again");
+}

@@ -159,9 +159,8 @@ pub async fn run_within(
     let outcome = if budget.is_zero() {
         None
     } else {
-        tokio::time::timeout(budget, interpreter.workflow())
-            .await
-            .ok()
+        // Active time: a stop of the process is not the workflow's.
+        crate::stall::timeout(budget, interpreter.workflow()).await
     };
     match outcome {
         Some(outcome) => outcome,
@@ -823,8 +822,10 @@ impl<'p> Interpreter<'p> {
             let timeout = Duration::from_millis(step.timeout_ms);
             let deadline = tokio::time::Instant::now() + timeout;
             let called_ms = now_ms();
-            let result = match tokio::time::timeout_at(
-                deadline,
+            // The step's time, not the process's: an answer that waited
+            // in the socket while the process was stopped is taken.
+            let result = match crate::stall::timeout(
+                timeout,
                 self.action(
                     step,
                     args,
@@ -839,8 +840,8 @@ impl<'p> Interpreter<'p> {
             )
             .await
             {
-                Ok(result) => result,
-                Err(_) => Err(StepError::new(
+                Some(result) => result,
+                None => Err(StepError::new(
                     ErrorKind::Timeout,
                     format!(
                         "the attempt ran past the step's timeout of {}",

@@ -27,6 +27,7 @@ mod preflight;
 pub mod schema;
 pub mod scope;
 pub mod services;
+pub mod stall;
 pub mod sync;
 pub mod test_from;
 pub mod time;
