@@ -570,12 +570,14 @@ pub struct Recovery {
 /// Each plan is loaded once, however many of the runs use it: a thousand
 /// runs of one plan of tens of megabytes read once each held gigabytes.
 ///
-/// With `account`, only that account's runs: `flow recover` takes its own
+/// Only the runs of the accounts `ours` says: `flow recover` takes its own
 /// (`NO_ACCOUNT`), not those of a flowd whose store it is pointed at,
-/// which `flow runs` does not list either and flowd resumes itself.
+/// which `flow runs` does not list either and flowd resumes itself; a
+/// flowd takes its accounts', not those a killed `flow run` left in the
+/// same file for `flow recover`.
 pub async fn claim_runs_to_recover<Load>(
     store: &dyn Store,
-    account: Option<&str>,
+    ours: impl Fn(&str) -> bool,
     mut load: impl FnMut(String) -> Load,
 ) -> Result<Recovery, StoreError>
 where
@@ -585,7 +587,7 @@ where
     let mut recovery = Recovery::default();
     let mut plans: HashMap<String, Result<Arc<Plan>, StoreError>> = HashMap::new();
     for row in runs_to_recover(store, now).await? {
-        if account.is_some_and(|account| row.account != account) {
+        if !ours(&row.account) {
             continue;
         }
         let plan = match plans.get(&row.plan_hash) {

@@ -963,11 +963,15 @@ async fn a_plan_that_does_not_load_holds_back_only_its_own_runs(backend: Backend
         store: &Arc<dyn Store>,
         loads: &mut Vec<String>,
     ) -> Result<flow_runtime::runner::Recovery, StoreError> {
-        claim_runs_to_recover(store.as_ref(), Some(""), |hash| {
-            loads.push(hash.clone());
-            let store = Arc::clone(store);
-            async move { store.plan(&hash).await.map(Arc::new) }
-        })
+        claim_runs_to_recover(
+            store.as_ref(),
+            |account| account.is_empty(),
+            |hash| {
+                loads.push(hash.clone());
+                let store = Arc::clone(store);
+                async move { store.plan(&hash).await.map(Arc::new) }
+            },
+        )
         .await
     }
 

@@ -661,13 +661,16 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
                 }
                 return Ok(0);
             };
-            let recovery =
-                runner::claim_runs_to_recover(store.as_ref(), Some(NO_ACCOUNT), |hash| {
+            let recovery = runner::claim_runs_to_recover(
+                store.as_ref(),
+                |account| account == NO_ACCOUNT,
+                |hash| {
                     let store = Arc::clone(&store);
                     async move { store.plan(&hash).await.map(Arc::new) }
-                })
-                .await
-                .map_err(store_error)?;
+                },
+            )
+            .await
+            .map_err(store_error)?;
             // Said first; the rest recover without them, and the exit code
             // says a store error (2) at the end.
             for (row, error) in &recovery.unloadable {

@@ -3516,3 +3516,72 @@ async fn two_flowds_on_one_sqlite_file_see_each_others_deploys() {
     assert_eq!(a.stop(), Some(0));
     assert_eq!(b.stop(), Some(0));
 }
+
+/// Regression (an audit): a flowd on the SQLite file of a `flow run` that
+/// was killed resumed that run (no account's, the CLI's) at its start or
+/// sweep, with its own provider and configuration; `flow recover` then
+/// found nothing. A flowd resumes its accounts' runs only. (Threads of
+/// its own for the fake model, which answers while the test waits for
+/// `flow`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flowd_leaves_a_killed_flow_runs_run_to_flow_recover() {
+    use flow_tests::fake_llm::{FakeLlm, Reply};
+    use serde_json::json;
+    let model = FakeLlm::start(
+        vec![Reply::Stall(std::time::Duration::from_secs(30))],
+        json!({ "summary": "s" }),
+        std::time::Duration::ZERO,
+    )
+    .await;
+    let dir = TempDir::new("flowd-leaves-cli-runs");
+    dir.write("w.flow", TWO_STEPS);
+    let flow = flow_tests::flow_path();
+    let mut child = std::process::Command::new(&flow)
+        .args(["run", "w.flow", "--input", r#"{"text": "x"}"#])
+        .current_dir(dir.path())
+        .envs(model.flow_env())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("flow starts");
+    let started = std::time::Instant::now();
+    while !run_in(&flow, dir.path(), &["runs", "--json"])
+        .stdout
+        .contains("run-")
+        || model.requests() == 0
+    {
+        assert!(started.elapsed().as_secs() < 20, "the run never started");
+        // The fake model answers on this test's runtime.
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    flow_tests::signal(child.id(), "KILL");
+    let _ = child.wait();
+
+    let flowd_dir = TempDir::new("flowd-leaves-cli-runs-flowd");
+    let config = format!(
+        "store = \"{}\"\n{CONFIG}{}",
+        dir.path().join("flow.db").display(),
+        common::fake_model(&model.url)
+    );
+    let flowd = Flowd::start_with(&flowd_dir, &config);
+    // Past flowd's start and its first sweep for runs of processes gone.
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    assert_eq!(model.requests(), 1, "flowd sent the CLI's step again");
+    let runs = run_in(&flow, dir.path(), &["runs", "--json"]);
+    assert!(
+        runs.stdout.contains(r#""status":"running""#),
+        "{}",
+        runs.stdout
+    );
+    assert_eq!(flowd.stop(), Some(0));
+
+    let recovered = flow_tests::run_bounded(
+        &flow,
+        dir.path(),
+        &["recover"],
+        &model.flow_env(),
+        std::time::Duration::from_secs(60),
+    );
+    assert_eq!(recovered.code, 0, "{}", recovered.all());
+    assert!(recovered.all().contains("completed"), "{}", recovered.all());
+}

@@ -750,6 +750,13 @@ impl Config {
             .unwrap_or(self.limits.llm_concurrency)
     }
 
+    /// Whether `id` is one of this flowd's accounts: a run of another (a
+    /// killed `flow run`'s, in a SQLite file flowd shares) is not its to
+    /// resume.
+    pub fn serves(&self, id: &str) -> bool {
+        self.accounts.iter().any(|account| account.id == id)
+    }
+
     /// The account `id`'s people: its departments and approver groups (none
     /// for an id that is no account's).
     pub fn people(&self, id: &str) -> &Account {

@@ -286,7 +286,7 @@ impl Daemon {
     async fn recover(self: &Arc<Daemon>) -> Result<usize, String> {
         let recovery = flow_runtime::runner::claim_runs_to_recover(
             self.store.as_ref(),
-            None,
+            |account| self.config.serves(account),
             |hash| async move {
                 // The process's own work, not an account's.
                 self.plan("", &hash).await
@@ -315,6 +315,8 @@ impl Daemon {
             .store
             .expired_gates(flow_runtime::time::now_ms())
             .await?
+            .into_iter()
+            .filter(|run| self.config.serves(&run.account))
         {
             // The plan first: a run claimed and then not driven would be
             // stranded, owned by a live process, until the next start.
@@ -343,6 +345,11 @@ impl Daemon {
     async fn resume_orphaned(self: &Arc<Daemon>) -> Result<(), StoreError> {
         let mut taken = 0;
         for run in self.store.orphaned_runs().await? {
+            // Another account's, or none's: a killed `flow run`'s run in a
+            // SQLite file this flowd shares is left to `flow recover`.
+            if !self.config.serves(&run.account) {
+                continue;
+            }
             let driven_here = self
                 .driving
                 .lock()
