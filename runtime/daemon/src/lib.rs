@@ -5,6 +5,7 @@ mod api;
 pub mod compile_worker;
 pub mod config;
 mod connections;
+mod deploy_count;
 mod destinations;
 mod freed_off_worker;
 mod inspector;

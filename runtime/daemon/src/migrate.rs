@@ -288,7 +288,6 @@ pub(crate) async fn versions_of(
     workflow: &str,
 ) -> Result<Vec<Deployment>, Problem> {
     let versions: Vec<Deployment> = daemon
-        .store
         .deployments(account)
         .await
         .map_err(store_problem)?

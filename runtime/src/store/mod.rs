@@ -362,11 +362,7 @@ pub trait PlanStore: Send + Sync {
     /// The deployment a start of `workflow` runs: `version` if one is
     /// named, else the latest; `None` when there is none. What a start
     /// reads, rather than the account's whole list, which grows with every
-    /// version deployed. Read at each start, never cached: processes that
-    /// share a store (SQLite's file as PostgreSQL's database) deploy behind
-    /// each other's backs (an audit: a flowd that cached the list started
-    /// runs on the version before another's deploy, and of a workflow it
-    /// had deleted).
+    /// version deployed.
     fn deployment<'a>(
         &'a self,
         account: &'a str,

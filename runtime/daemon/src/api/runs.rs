@@ -145,7 +145,6 @@ pub(crate) async fn start_run(
     let request: StartRun = json_body(&headers, body)?;
     let key = idempotency_key(&headers)?;
     let deployment = daemon
-        .store
         .deployment(&account, &request.workflow, request.version)
         .await
         .map_err(store_problem)?;

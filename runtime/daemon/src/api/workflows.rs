@@ -207,11 +207,7 @@ pub(crate) async fn deploy(
     }
     destinations_known(&daemon, &account, &plan)?;
     mcp_allowed(&daemon, &account, &plan)?;
-    let kept = daemon
-        .store
-        .deployments(&account)
-        .await
-        .map_err(store_problem)?;
+    let kept = daemon.deployments(&account).await.map_err(store_problem)?;
     let quota = daemon.config.quotas(&account).deployments;
     let new_versions = plan
         .workflows
@@ -249,7 +245,6 @@ pub(crate) async fn deploy(
     for workflow in &plan.workflows {
         deployed.push(
             daemon
-                .store
                 .deploy(&account, &workflow.name, &plan.hash)
                 .await
                 .map_err(store_problem)?,
@@ -414,11 +409,7 @@ pub(crate) async fn workflows(
     State(daemon): State<Arc<Daemon>>,
     Extension(AccountId(account)): Extension<AccountId>,
 ) -> Answer {
-    let deployments = daemon
-        .store
-        .deployments(&account)
-        .await
-        .map_err(store_problem)?;
+    let deployments = daemon.deployments(&account).await.map_err(store_problem)?;
     Ok(axum::Json(Deployments {
         deployments: deployments.to_vec(),
     })
@@ -459,7 +450,6 @@ pub(crate) async fn undeploy(
 ) -> Answer {
     let Query(query) = query.map_err(invalid_query)?;
     let retired = daemon
-        .store
         .undeploy(&account, &workflow, query.version)
         .await
         .map_err(store_problem)?;
@@ -474,11 +464,7 @@ pub(crate) async fn undeploy(
         ));
     }
     // Its last version gone, the workflow's metrics go too.
-    let left = daemon
-        .store
-        .deployments(&account)
-        .await
-        .map_err(store_problem)?;
+    let left = daemon.deployments(&account).await.map_err(store_problem)?;
     if !left.iter().any(|d| d.workflow == workflow) {
         daemon.metrics.forget_workflow(&account, &workflow);
     }

@@ -27,7 +27,7 @@ use flow_runtime::limit::{
 use flow_runtime::llm::ProviderConfig;
 use flow_runtime::runner::{Invocation, Observer};
 use flow_runtime::services::{Provider, StepNow, StepsInFlight};
-use flow_runtime::store::{EventsOf, RunRow, RunStatus, Store, StoreError};
+use flow_runtime::store::{Deployment, EventsOf, RunRow, RunStatus, Store, StoreError};
 use serde_json::json;
 use tokio::task::JoinSet;
 
@@ -72,6 +72,14 @@ pub struct Daemon {
     /// Stored plans that did not load, by hash, with when and why (see
     /// [`REFUSED_PLAN_KEPT`]).
     refused_plans: std::sync::Mutex<HashMap<String, (std::time::Instant, StoreError)>>,
+    /// Each account's deployments, with the count of deploys they were
+    /// read at, for as long as it stays the same: every run start looks
+    /// them up. On SQLite only (`deploy_count`).
+    deployments: std::sync::Mutex<HashMap<String, CountedDeployments>>,
+    /// The deploys of every flowd on this SQLite file; `None` on
+    /// PostgreSQL, where flowds need not share a machine and each start
+    /// reads its deployment.
+    deploy_count: Option<crate::deploy_count::DeployCount>,
     /// The runs this process is driving: how to stop each (a cancel
     /// request), and the steps each executes now.
     driving: std::sync::Mutex<HashMap<String, driving::Driven>>,
@@ -155,6 +163,17 @@ impl Daemon {
         } else {
             flow_runtime::sqlite::SqliteStore::open(std::path::Path::new(location))
                 .map_err(cannot_open)?
+        };
+        // Without it (a read-only folder), starts read their deployment.
+        let deploy_count = match shared {
+            true => None,
+            false => crate::deploy_count::DeployCount::beside(std::path::Path::new(location))
+                .inspect_err(|error| {
+                    tracing::warn!(
+                        "no count of deploys beside the store ({error}): each start reads its deployment"
+                    );
+                })
+                .ok(),
         };
         let provider: Arc<dyn Provider> = match &config.provider {
             None => {
@@ -273,6 +292,8 @@ impl Daemon {
             // for a large plan's load to end.
             plans: crate::plan_cache::PlanCache::new(PLAN_CACHE_BYTES, half_the_cores().max(2)),
             refused_plans: std::sync::Mutex::default(),
+            deployments: std::sync::Mutex::new(HashMap::new()),
+            deploy_count,
             metrics,
             limiter,
             mcp,
@@ -496,7 +517,105 @@ impl Daemon {
             |url| url,
         )
     }
+
+    /// The account's deployments, by workflow then version: cached while
+    /// no flowd on this SQLite file has deployed since they were read.
+    pub(crate) async fn deployments(
+        &self,
+        account: &str,
+    ) -> Result<Arc<Vec<Deployment>>, StoreError> {
+        let Some(count) = self.deploy_count.as_ref().and_then(|count| count.now()) else {
+            return Ok(Arc::new(self.store.deployments(account).await?));
+        };
+        let cached = self
+            .deployments
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(account)
+            .filter(|(read_at, _)| *read_at == count)
+            .map(|(_, deployments)| Arc::clone(deployments));
+        if let Some(deployments) = cached {
+            return Ok(deployments);
+        }
+        // Counted before the read: a deploy that commits meanwhile moves
+        // the count past this entry's.
+        let deployments = Arc::new(self.store.deployments(account).await?);
+        self.deployments
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(account.to_string(), (count, Arc::clone(&deployments)));
+        Ok(deployments)
+    }
+
+    /// The deployment a start of `workflow` runs: `version` if one is
+    /// named, else the latest. From the cache where flowd keeps one; else
+    /// one row read, not the account's whole list.
+    pub(crate) async fn deployment(
+        &self,
+        account: &str,
+        workflow: &str,
+        version: Option<u32>,
+    ) -> Result<Option<Deployment>, StoreError> {
+        if self.deploy_count.is_none() {
+            return self.store.deployment(account, workflow, version).await;
+        }
+        Ok(self
+            .deployments(account)
+            .await?
+            .iter()
+            .filter(|d| d.workflow == workflow)
+            .filter(|d| version.is_none_or(|v| v == d.version))
+            .max_by_key(|d| d.version)
+            .cloned())
+    }
+
+    /// Deploys `workflow` of the stored plan `plan_hash` for `account`, and
+    /// counts it before it is answered (`deploy_count`), in a task of its
+    /// own: a client that hangs up between the commit and the count must
+    /// not leave the other flowds' caches behind the store.
+    pub(crate) async fn deploy(
+        self: &Arc<Daemon>,
+        account: &str,
+        workflow: &str,
+        plan_hash: &str,
+    ) -> Result<Deployment, StoreError> {
+        let daemon = Arc::clone(self);
+        let (account, workflow, plan_hash) = (
+            account.to_string(),
+            workflow.to_string(),
+            plan_hash.to_string(),
+        );
+        let task = tokio::spawn(async move {
+            let deployed = daemon.store.deploy(&account, &workflow, &plan_hash).await;
+            daemon.count_deploy_done();
+            deployed
+        });
+        task.await
+            .map_err(|e| StoreError::Database(format!("the deploy's task stopped: {e}")))?
+    }
+
+    /// Retires `account`'s deployments of `workflow` (`Store::undeploy`),
+    /// counted as a deploy.
+    pub(crate) async fn undeploy(
+        &self,
+        account: &str,
+        workflow: &str,
+        version: Option<u32>,
+    ) -> Result<usize, StoreError> {
+        let retired = self.store.undeploy(account, workflow, version).await;
+        self.count_deploy_done();
+        retired
+    }
+
+    fn count_deploy_done(&self) {
+        if let Some(count) = &self.deploy_count {
+            count.count();
+        }
+    }
 }
+
+/// An account's deployments and the count of deploys they were read at.
+type CountedDeployments = (u64, Arc<Vec<Deployment>>);
 
 /// Serves until `shutdown` completes, then lets runs in flight settle.
 /// `ready` gets the bound address (the configured port may be 0).
