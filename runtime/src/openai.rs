@@ -162,7 +162,8 @@ fn without_key(mut text: String, key: &str) -> String {
 }
 
 /// Keys at least this long are hidden wherever they appear, inside words
-/// too (real keys are long, and no word of a message holds one by chance).
+/// too, and in answers as in errors (real keys are long, and no word of a
+/// message holds one by chance).
 const KEY_HIDDEN_ANYWHERE: usize = 8;
 
 /// `text` with each occurrence of `word` that no letter, digit, `-` or `_`
@@ -491,7 +492,9 @@ pub(crate) async fn send_for_json(
         Err(unread) if !status.is_success() => format!("(its body not read: {})", unread.message),
         Err(unread) => return Err(unread),
     };
-    if let Some(key) = key {
+    // A short key is hidden in an error's text only: in an answer, a
+    // placeholder key (`none`, `1`) would change the answer itself.
+    if let Some(key) = key.filter(|key| !status.is_success() || key.len() >= KEY_HIDDEN_ANYWHERE) {
         text = without_key(text, key);
     }
     if !status.is_success() {
@@ -507,7 +510,8 @@ pub(crate) async fn send_for_json(
         return Err(error);
     }
     let reply = reply_json(url, &text)?;
-    if let Some(error) = error_in_reply(url, &reply, &text) {
+    if let Some(mut error) = error_in_reply(url, &reply, &text) {
+        error.retry_after = wait;
         return Err(error);
     }
     Ok((reply, text))
@@ -539,7 +543,7 @@ fn error_in_reply(url: &str, reply: &Value, text: &str) -> Option<StepError> {
                 "permission_error" => 403,
                 "not_found_error" | "model_not_found" => 404,
                 "request_too_large" => 413,
-                "rate_limit_error" | "rate_limit_exceeded" => 429,
+                "rate_limit_error" | "rate_limit_exceeded" | "insufficient_quota" => 429,
                 "overloaded_error" => 529,
                 _ => return None,
             })

@@ -355,6 +355,10 @@ pub async fn drive(
             let (log, beat) = (Arc::downgrade(&log), Arc::clone(&beat));
             AbortOnDrop(tokio::spawn(async move {
                 let mut interval = tokio::time::interval(ACTIVE_TICK);
+                // After a stop of the process, one tick, not the ticks
+                // missed: each adds a tick of active time, and a stop is
+                // none (`stall`).
+                interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 interval.tick().await;
                 loop {
                     interval.tick().await;

@@ -1,5 +1,5 @@
 //! Time the process stood still: stopped (SIGSTOP), its virtual machine
-//! paused, the machine suspended.
+//! paused.
 //!
 //! A step's timeout bounds the wait for a model, and a workflow's timeout
 //! its active time; neither is spent while this process does not run. An
@@ -16,9 +16,25 @@
 //! wakes past [`SLACK`] as a stall. A stall the thread has not woken from
 //! yet (the timer that fires as the process continues may run first) is
 //! counted from its last wake.
+//!
+//! A process whose clock is virtual (`flowc test`'s) turns the count off
+//! ([`ignore`]): a real stall added to a virtual deadline would make a
+//! test's result depend on the machine it ran on.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+/// Whether stalls are counted: not where [`ignore`] was called, nor
+/// where the watching thread could not start (its last wake would then
+/// age for ever, and every timeout move with it).
+static COUNTED: AtomicBool = AtomicBool::new(true);
+
+/// Counts no stall in this process from now on: its timeouts run on a
+/// virtual clock (`flowc test`).
+pub fn ignore() {
+    COUNTED.store(false, Ordering::SeqCst);
+}
 
 /// How often the watching thread wakes.
 const TICK: Duration = Duration::from_millis(100);
@@ -51,7 +67,9 @@ fn watch() -> &'static Watch {
             });
         // Without the thread no stall is counted: timeouts are then wall
         // time, as they were.
-        drop(spawned);
+        if spawned.is_err() {
+            COUNTED.store(false, Ordering::SeqCst);
+        }
         watch
     })
 }
@@ -94,22 +112,27 @@ impl Mark {
 pub async fn timeout<F: std::future::Future>(limit: Duration, future: F) -> Option<F::Output> {
     let (start, mark) = (tokio::time::Instant::now(), Mark::now());
     let mut future = std::pin::pin!(future);
-    let mut deadline = start + limit;
+    // A limit past what the clock holds never ends, as `tokio::time::timeout`'s.
+    let Some(mut deadline) = start.checked_add(limit) else {
+        return Some(future.await);
+    };
     loop {
         if let Ok(output) = tokio::time::timeout_at(deadline, future.as_mut()).await {
             return Some(output);
         }
-        let owed = start + limit + mark.stalled();
-        if owed <= deadline {
-            return None;
+        match deadline.checked_add(mark.stalled().saturating_sub(deadline - start - limit)) {
+            Some(owed) if owed > deadline => deadline = owed,
+            _ => return None,
         }
-        deadline = owed;
     }
 }
 
 /// The stalls since the watch started, with one under way or not yet
 /// seen by the watching thread.
 fn stalled() -> Duration {
+    if !COUNTED.load(Ordering::Relaxed) {
+        return Duration::ZERO;
+    }
     let watch = watch();
     let seen = *lock(&watch.seen);
     seen.1 + stall_in(Instant::now().saturating_duration_since(seen.0))

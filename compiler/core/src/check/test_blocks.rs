@@ -114,7 +114,8 @@ pub(crate) fn check_test(
 /// `ty` as `value`, compared with it, may be: where `value` writes a
 /// fraction (`expect output.n == 2.0`), an `int` anywhere in `ty` as a
 /// `float`, since the two compare as numbers. A value given (a mock's
-/// answer, the run's input) keeps `int`: a model's `2.0` is no `int`; and
+/// answer, the run's input) keeps `int`: a mock's `2.0` is no `int` (a
+/// real model's is read as one, `schema::whole_floats_to_integers`); and
 /// a value without a fraction keeps the messages saying `int`.
 fn numbers_compared(ty: &Ty, value: &Expr) -> Ty {
     fn has_fraction(expr: &Expr) -> bool {

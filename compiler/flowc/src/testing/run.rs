@@ -97,6 +97,8 @@ impl Journal for TestJournal {
 /// moves on whenever every task waits, so that backoff, timeouts and the
 /// workflow's deadline take no wall time.
 pub(crate) fn run(plan: &Plan, case: &TestCase, offline: Option<OfflineProvider>) -> Ran {
+    // A real stall of the process is nothing to a virtual clock.
+    flow_engine::stall::ignore();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)

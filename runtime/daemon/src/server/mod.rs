@@ -164,16 +164,18 @@ impl Daemon {
             flow_runtime::sqlite::SqliteStore::open(std::path::Path::new(location))
                 .map_err(cannot_open)?
         };
-        // Without it (a read-only folder), starts read their deployment.
         let deploy_count = match shared {
             true => None,
-            false => crate::deploy_count::DeployCount::beside(std::path::Path::new(location))
-                .inspect_err(|error| {
-                    tracing::warn!(
-                        "no count of deploys beside the store ({error}): each start reads its deployment"
-                    );
-                })
-                .ok(),
+            false => Some(
+                crate::deploy_count::DeployCount::beside(std::path::Path::new(location)).map_err(
+                    |error| {
+                        format!(
+                            "cannot keep the count of deploys beside the store {} ({location}-deploys): {error}",
+                            config.store
+                        )
+                    },
+                )?,
+            ),
         };
         let provider: Arc<dyn Provider> = match &config.provider {
             None => {
@@ -615,7 +617,7 @@ impl Daemon {
 }
 
 /// An account's deployments and the count of deploys they were read at.
-type CountedDeployments = (u64, Arc<Vec<Deployment>>);
+type CountedDeployments = (crate::deploy_count::Stamp, Arc<Vec<Deployment>>);
 
 /// Serves until `shutdown` completes, then lets runs in flight settle.
 /// `ready` gets the bound address (the configured port may be 0).
