@@ -22,6 +22,25 @@ workflow w {
 }
 "#;
 
+/// `flow run --json` of `w.flow` in `dir` against `server`, once its
+/// first model call has come; its output and errors piped.
+fn run_until_its_first_call(dir: &TempDir, server: &FakeLlm) -> std::process::Child {
+    let child = Command::new(env!("CARGO_BIN_EXE_flow"))
+        .args(["run", "w.flow", "--input", r#"{"q": "x"}"#, "--json"])
+        .current_dir(dir.path())
+        .envs(server.flow_env())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("flow starts");
+    let waited = Instant::now();
+    while server.requests() == 0 {
+        assert!(waited.elapsed() < Duration::from_secs(20), "no model call");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child
+}
+
 /// Starts `flow run` against a model that answers its first call after 30 s
 /// (and the next at once), stops it with `signal` once the call is out,
 /// then answers what `flow run --json` printed, and what `flow runs
@@ -37,19 +56,8 @@ fn stopped_during_the_first_call(signal: &str) -> (String, serde_json::Value, fl
     dir.write("w.flow", WORKFLOW);
     let env = server.flow_env();
     let flow = Path::new(env!("CARGO_BIN_EXE_flow"));
-    let child = Command::new(flow)
-        .args(["run", "w.flow", "--input", r#"{"q": "x"}"#, "--json"])
-        .current_dir(dir.path())
-        .envs(env)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("flow starts");
+    let child = run_until_its_first_call(&dir, &server);
     let waited = Instant::now();
-    while server.requests() == 0 {
-        assert!(waited.elapsed() < Duration::from_secs(20), "no model call");
-        std::thread::sleep(Duration::from_millis(5));
-    }
     // The row is committed a moment after the call goes out (a millisecond
     // and an fsync, longer on a slow disk): the kill comes once it is, as
     // it would any time in a model's seconds. Before the fix it never was.
@@ -131,20 +139,7 @@ fn a_run_stopped_past_its_steps_timeout_takes_the_answer_that_waited() {
         "w.flow",
         WORKFLOW.replace("retry 1 timeout 30s", "retry 1 timeout 2s"),
     );
-    let flow = Path::new(env!("CARGO_BIN_EXE_flow"));
-    let child = Command::new(flow)
-        .args(["run", "w.flow", "--input", r#"{"q": "x"}"#, "--json"])
-        .current_dir(dir.path())
-        .envs(server.flow_env())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("flow starts");
-    let waited = Instant::now();
-    while server.requests() == 0 {
-        assert!(waited.elapsed() < Duration::from_secs(20), "no model call");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let child = run_until_its_first_call(&dir, &server);
     flow_tests::signal(child.id(), "STOP");
     std::thread::sleep(Duration::from_secs(4));
     flow_tests::signal(child.id(), "CONT");
