@@ -693,11 +693,14 @@ impl Provider for LimitedProvider {
                 // timer and this one raced (the step's won on a runtime of
                 // several threads), and a call let out in the last
                 // milliseconds is cut before any model answers.
+                // A stop of the process is not the wait's, as it is not
+                // the attempt's (`stall`).
                 Some(deadline) => {
                     let wait_until = deadline.checked_sub(LAST_MOMENT).unwrap_or(deadline);
-                    tokio::time::timeout_at(wait_until, acquire)
+                    let wait = wait_until.saturating_duration_since(tokio::time::Instant::now());
+                    crate::stall::timeout(wait, acquire)
                         .await
-                        .map_err(|_| {
+                        .ok_or_else(|| {
                             StepError::new(
                                 ErrorKind::Timeout,
                                 "the attempt's timeout passed while it waited for a place among the account's model calls in flight (`FLOW_LLM_CONCURRENCY`, flowd's `llm_concurrency`); the model was not asked",
