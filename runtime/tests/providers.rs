@@ -165,6 +165,22 @@ async fn a_retry_after_on_a_failure_not_retried_gives_no_advice_on_max() {
     }
 }
 
+/// Regression (a review): a short key (`none`, a local server's
+/// placeholder) was hidden in answers too, where it changed what the model
+/// said. It is hidden in errors only; a long key, everywhere.
+#[tokio::test]
+async fn a_short_key_changes_no_answer() {
+    let server = fake_llm(vec![ok(json!({ "text": "none", "score": 1 }))]).await;
+    let provider = OpenAiProvider::new(ProviderConfig {
+        base_url: server.url.clone(),
+        api_key: Some("none".into()),
+        models: [("default".to_string(), "fake-model".to_string())].into(),
+    })
+    .expect("a client");
+    let (outcome, _) = run_with(Arc::new(provider), FAST_RETRIES).await;
+    assert_eq!(output_of(&outcome), &json!({ "text": "none" }));
+}
+
 #[tokio::test]
 async fn server_errors_and_resets_are_retried() {
     let server = fake_llm(vec![
