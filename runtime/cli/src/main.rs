@@ -1202,17 +1202,21 @@ async fn execute(
     });
     // A spinner with the step being journaled, on a terminal only: scripts
     // and `--json` get clean output.
+    // It names the run from the start: a `flow run` killed (-9) leaves its
+    // last frame on the screen, with the id `flow recover` resumes.
     let progress = (!json && std::io::stderr().is_terminal()).then(|| {
         let bar = indicatif::ProgressBar::new_spinner();
         bar.enable_steady_tick(std::time::Duration::from_millis(100));
+        bar.set_message(run_id.to_string());
         bar
     });
     let observer: Option<Observer> = progress.clone().map(|bar| {
         let steps = std::sync::atomic::AtomicUsize::new(0);
+        let run_id = run_id.to_string();
         Arc::new(move |record: &StepRecord| {
             let done = steps.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
             bar.set_message(format!(
-                "{done} steps · {} {}",
+                "{run_id} · {done} steps · {} {}",
                 record.path,
                 record.status.as_str()
             ));
