@@ -741,6 +741,8 @@ pub(crate) fn transport_error(url: &str, error: reqwest::Error) -> StepError {
     } else {
         ErrorKind::Connection
     };
+    // Connected, then cut off before any answer.
+    let cut_off = !error.is_connect();
     // reqwest names the URL itself, password and all, in some errors.
     let why = with_causes(&error.without_url());
     let mut error = StepError::new(kind, format!("{url}: {why}"));
@@ -750,6 +752,14 @@ pub(crate) fn transport_error(url: &str, error: reqwest::Error) -> StepError {
         }
         Some(TlsRefused::NotTls) => {
             " (the server answered without TLS: if it serves plain HTTP, its base URL starts with `http://`)"
+        }
+        // A server that speaks TLS cuts a plain request off (an audit:
+        // three attempts of "connection reset" and no word why).
+        None if kind == ErrorKind::Connection
+            && url.starts_with("http://")
+            && cut_off =>
+        {
+            " (if the server speaks TLS, as most hosted APIs do, its base URL starts with `https://`)"
         }
         None => "",
     });

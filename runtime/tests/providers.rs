@@ -849,6 +849,38 @@ async fn a_refused_certificate_fails_at_once_and_says_so() {
     );
 }
 
+/// Regression (an audit): an `http://` base URL of a server that speaks
+/// TLS was three attempts of "connection reset" or a closed connection,
+/// and no word of why. The error says what to check.
+#[tokio::test]
+async fn plain_http_to_a_tls_server_says_what_to_check() {
+    let dir = flow_tests::TempDir::new("provider-plain-to-tls");
+    let authority = Certificates::make(dir.path(), "private", &["localhost"]);
+    let server = fake_llm(vec![]).await;
+    let upstream = server
+        .url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .and_then(|address| address.parse().ok())
+        .expect("the fake server's address");
+    let proxy = TlsProxy::start(&authority, Protocol::Tls, upstream).await;
+    let provider = OpenAiProvider::new(ProviderConfig {
+        base_url: format!("http://localhost:{}/v1", proxy.port),
+        api_key: None,
+        models: Default::default(),
+    })
+    .expect("a client");
+    let (outcome, store) = run_with(Arc::new(provider), FAST_RETRIES).await;
+    let kind = failed_with(&outcome).expect("failed");
+    let error = failure(&outcome, &store, kind);
+    assert!(
+        error.message.contains("starts with `https://`"),
+        "{kind:?}: {}",
+        error.message
+    );
+}
+
 /// OpenAI-compatible servers give an answer in other shapes than a string
 /// of content: read as a server error and retried, each cost a whole
 /// completion again and failed the same way.
