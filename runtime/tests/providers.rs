@@ -822,16 +822,7 @@ async fn a_refused_connection_says_so() {
 #[tokio::test]
 async fn a_refused_certificate_fails_at_once_and_says_so() {
     let dir = flow_tests::TempDir::new("provider-tls");
-    let authority = Certificates::make(dir.path(), "private", &["localhost"]);
-    let server = fake_llm(vec![]).await;
-    let upstream = server
-        .url
-        .trim_start_matches("http://")
-        .split('/')
-        .next()
-        .and_then(|address| address.parse().ok())
-        .expect("the fake server's address");
-    let proxy = TlsProxy::start(&authority, Protocol::Tls, upstream).await;
+    let (server, proxy) = behind_tls(&dir).await;
     let provider = OpenAiProvider::new(ProviderConfig {
         base_url: format!("https://localhost:{}/v1", proxy.port),
         api_key: None,
@@ -849,12 +840,9 @@ async fn a_refused_certificate_fails_at_once_and_says_so() {
     );
 }
 
-/// Regression (an audit): an `http://` base URL of a server that speaks
-/// TLS was three attempts of "connection reset" or a closed connection,
-/// and no word of why. The error says what to check.
-#[tokio::test]
-async fn plain_http_to_a_tls_server_says_what_to_check() {
-    let dir = flow_tests::TempDir::new("provider-plain-to-tls");
+/// The fake model behind a TLS proxy whose certificate is signed by an
+/// authority (in `dir`) that nobody trusts, for `localhost`.
+async fn behind_tls(dir: &flow_tests::TempDir) -> (FakeLlm, TlsProxy) {
     let authority = Certificates::make(dir.path(), "private", &["localhost"]);
     let server = fake_llm(vec![]).await;
     let upstream = server
@@ -865,6 +853,17 @@ async fn plain_http_to_a_tls_server_says_what_to_check() {
         .and_then(|address| address.parse().ok())
         .expect("the fake server's address");
     let proxy = TlsProxy::start(&authority, Protocol::Tls, upstream).await;
+    (server, proxy)
+}
+
+/// Regression (an audit): an `http://` base URL of a server that speaks
+/// TLS was three attempts of "connection reset" or a closed connection,
+/// and no word of why. The error says what to check.
+#[tokio::test]
+async fn plain_http_to_a_tls_server_says_what_to_check() {
+    let dir = flow_tests::TempDir::new("provider-plain-to-tls");
+    let (server, proxy) = behind_tls(&dir).await;
+    // Nothing gets through the proxy: it speaks TLS and the client does not.
     let provider = OpenAiProvider::new(ProviderConfig {
         base_url: format!("http://localhost:{}/v1", proxy.port),
         api_key: None,
@@ -874,6 +873,7 @@ async fn plain_http_to_a_tls_server_says_what_to_check() {
     let (outcome, store) = run_with(Arc::new(provider), FAST_RETRIES).await;
     let kind = failed_with(&outcome).expect("failed");
     let error = failure(&outcome, &store, kind);
+    assert_eq!(server.requests(), 0);
     assert!(
         error.message.contains("starts with `https://`"),
         "{kind:?}: {}",
