@@ -574,7 +574,13 @@ impl<'e, 'd> Checker<'e, 'd> {
                     );
                     return Ty::Any;
                 }
-                (Segment::Index { .. }, Ty::List(item)) => std::sync::Arc::unwrap_or_clone(item),
+                (Segment::Index { .. }, Ty::List(item)) => {
+                    // On the left of `??` an element past the list's end
+                    // is absent (the runtime reads it so), and the default
+                    // applies: W303 said it never would.
+                    absent |= optional_ok;
+                    std::sync::Arc::unwrap_or_clone(item)
+                }
                 (Segment::Index { span, .. }, other) => {
                     self.push(
                         Diagnostic::new(
