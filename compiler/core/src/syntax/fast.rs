@@ -323,7 +323,11 @@ impl<'s> Fast<'s> {
                 if bytes.get(end).copied().is_some_and(is_name_byte) {
                     return None;
                 }
-                let value = self.src[start..end].parse().unwrap_or(0.0);
+                // One too large for a float is the pest path's to report.
+                let value = self.src[start..end]
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|value| value.is_finite())?;
                 let span = self.advance(end - start)?;
                 Some(Expr {
                     kind: ExprKind::Float(value),

@@ -2604,6 +2604,27 @@ impl<'s> Parser<'s> {
         })
     }
 
+    /// A float literal's value. One past what a 64-bit float holds read as
+    /// infinity, which JSON has not: the run got `null` where the checker
+    /// had proved a `float` (an audit).
+    fn float(&mut self, pair: Pair<'_, Rule>) -> f64 {
+        match pair.as_str().parse::<f64>() {
+            Ok(value) if value.is_finite() => value,
+            _ => {
+                self.problems.push(
+                    Diagnostic::new(
+                        Code::Syntax,
+                        self.file,
+                        span_of(&pair),
+                        "float literal is too large for a 64-bit float",
+                    )
+                    .label("too large"),
+                );
+                0.0
+            }
+        }
+    }
+
     // ------------------------------------------------------------ types
 
     fn type_expr(&mut self, pair: Pair<'_, Rule>) -> TypeExpr {
@@ -3954,7 +3975,7 @@ impl<'s> Parser<'s> {
         let span = span_of(&inner);
         let kind = match inner.as_rule() {
             Rule::duration => ExprKind::Duration(self.duration_value(inner)),
-            Rule::float => ExprKind::Float(inner.as_str().parse().unwrap_or(0.0)),
+            Rule::float => ExprKind::Float(self.float(inner)),
             Rule::int => ExprKind::Int(self.int(inner, 0)),
             Rule::bool => ExprKind::Bool(inner.as_str() == "true"),
             Rule::null => ExprKind::Null,
