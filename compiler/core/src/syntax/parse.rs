@@ -173,6 +173,65 @@ fn parse_once(text: &str, file: FileId) -> Parsed {
     (tree, parser.problems, parser.rewrites)
 }
 
+/// The header of a block (`if ...`, `} else if ...`, `for ... as x`,
+/// `parallel`, `branch b`) that ends its line without its `{`, the lines
+/// under it indented further: a `{` written over the line break, so that
+/// the block is read as meant. Reported as the statement left unfinished,
+/// the `}` that closed the block then closed the one around it, and the
+/// rest of the file was skipped (an audit: a missing `{` after `else if`).
+fn missing_block_brace_rewrite(
+    source: &str,
+    file: FileId,
+    unfinished: usize,
+    expected: &[String],
+) -> Option<Rewrite> {
+    if !expected.iter().any(|word| word == "`{`") {
+        return None;
+    }
+    let line_start = source[..unfinished].rfind('\n').map_or(0, |i| i + 1);
+    let header = source[line_start..unfinished]
+        .trim_start_matches([' ', '\t', '}'])
+        .trim_start();
+    let opens_block = ["if ", "else", "for ", "parallel", "branch "]
+        .iter()
+        .any(|word| header.starts_with(word));
+    let rest = &source[unfinished..];
+    let line_break = unfinished + rest.find('\n')?;
+    if !opens_block || !source[unfinished..line_break].trim().is_empty() {
+        return None;
+    }
+    let next = source[line_break + 1..].lines().find(|line| {
+        let code = line.trim();
+        !code.is_empty() && !code.starts_with("//")
+    })?;
+    if indent(next) <= indent(&source[line_start..]) || next.trim_start().starts_with('}') {
+        return None;
+    }
+    // The `\r` of a `\r\n`, or the `\n`: one byte either way.
+    let at = if source[..line_break].ends_with('\r') {
+        line_break - 1
+    } else {
+        line_break
+    };
+    let last = source[..unfinished]
+        .chars()
+        .next_back()
+        .map_or(0, char::len_utf8);
+    let diagnostic = Diagnostic::new(
+        Code::Syntax,
+        file,
+        Span::new(unfinished - last, unfinished),
+        "the block's `{` is missing at the end of this line",
+    )
+    .label("`{` expected after this")
+    .hint("the lines under it are read as its block")
+    .fix_with(
+        "Open the block with `{`",
+        vec![Edit::insert(unfinished as u32, " {")],
+    );
+    Some((at, "{".to_string(), diagnostic))
+}
+
 /// A `{` that the layout shows was never closed, though a later `}` closed
 /// it in the parse (the `}` of the block around it), so that the errors
 /// were found further on, at what that `}` left outside its block. When
@@ -1096,12 +1155,18 @@ impl<'s> Parser<'s> {
         {
             let last = written.len() - written.trim_end_matches(|c: char| !c.is_whitespace()).len();
             let span = Span::new(unfinished - last, unfinished);
+            let (_, expected) = furthest_failure(candidates, written);
+            if let Some(rewrite) =
+                missing_block_brace_rewrite(self.source, self.file, unfinished, &expected)
+            {
+                self.rewrites.push(rewrite);
+                return unfinished;
+            }
             let diagnostic = if written.ends_with('=') && written.starts_with("step") {
                 Diagnostic::new(Code::Syntax, self.file, span, "the step's call is missing")
                     .label("expected a call after this")
                     .hint("write what the step runs on this line: `RECIPE { ... }`, `approval { ... }`, `handoff \"TEAM\" { ... }`, `kb_write \"COLLECTION\" { ... }` or `SERVER.TOOL { ... }`")
             } else {
-                let (_, expected) = furthest_failure(candidates, written);
                 let diagnostic = Diagnostic::new(
                     Code::Syntax,
                     self.file,
