@@ -103,6 +103,9 @@ fn pest_parse(source: &str, file: FileId) -> (SourceFile, Vec<Diagnostic>) {
     for round in 0.. {
         let (tree, problems, rewrites) = parsed;
         if round == MAX_REWRITE_ROUNDS {
+            // The slips this round found are mistakes too, though no copy
+            // reads them as meant.
+            mended.extend(rewrites.into_iter().map(|(_, _, diagnostic)| diagnostic));
             mended.extend(problems);
             return (tree, mended);
         }
@@ -166,11 +169,16 @@ fn parse_once(text: &str, file: FileId) -> Parsed {
         rewrites: Vec::new(),
         hoisted: Vec::new(),
         cut_off: Vec::new(),
+        item_respelt_at: None,
     };
     let mut tree = parser.file();
     parser.left_open(&mut tree);
     parser.unclosed_at_end();
-    (tree, parser.problems, parser.rewrites)
+    let mut rewrites = parser.rewrites;
+    if let Some(respelt) = parser.item_respelt_at {
+        rewrites.retain(|(at, _, _)| *at <= respelt);
+    }
+    (tree, parser.problems, rewrites)
 }
 
 /// The header of a block (`if ...`, `} else if ...`, `for ... as x`,
@@ -518,6 +526,11 @@ struct Parser<'s> {
     hoisted: Vec<Item>,
     /// The `{` of each block cut off (`cut_off`), with where.
     cut_off: Vec<(usize, usize)>,
+    /// Where the first item's keyword was respelt (`worklfow`): what came
+    /// after it was read as outside any item, so its rewrites wait for
+    /// the copy that reads the item as meant (each `///` in the item was
+    /// "a doc comment that documents nothing").
+    item_respelt_at: Option<usize>,
 }
 
 /// Where a catch-all region was, which decides what it should have been.
@@ -2521,6 +2534,9 @@ impl<'s> Parser<'s> {
             && after.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_');
         if best.len() <= room && !glued {
             let meant = format!("{best:<room$}");
+            if matches!(context, Context::Item) {
+                self.item_respelt_at = Some(self.item_respelt_at.map_or(start, |at| at.min(start)));
+            }
             self.rewrites.push((start, meant, diagnostic));
         } else {
             self.problems.push(diagnostic);
