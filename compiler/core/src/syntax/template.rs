@@ -156,6 +156,10 @@ impl Builder<'_> {
                                 "close it with `}}`; a literal `{{` goes in a plain string, as `\\{{`"
                             }),
                         );
+                        // Kept as text: a string left with nothing read
+                        // as empty, and an idempotency key or a name was
+                        // then also "empty" (an audit).
+                        self.text.push_str(&line[index..]);
                         return;
                     }
                 }
