@@ -72,3 +72,26 @@ fn branch_coverage() {
 fn junit_and_github_reports() {
     run_fixture_in("formats", &["junit", "github"]);
 }
+
+/// A test's run parks at most 1,000 times, as the docs say, and a run
+/// past that is named for what it is. Regression: the 1,000th park failed
+/// the test ("the run parked 1000 times").
+#[test]
+fn a_tests_run_parks_at_most_a_thousand_times() {
+    for (gates, passes) in [(1_000, true), (1_001, false)] {
+        let dir = common::folder("test", "parks", gates);
+        let items: Vec<String> = (0..gates).map(|i| format!("\"t{i}\"")).collect();
+        let source = format!(
+            "workflow w {{\n  input {{ xs: list<string> }}\n  for workflow_input.xs as l {{\n    step g = approval {{ approvers: [\"a\"], message: \"{{{{loop_item}}}}\" }}\n  }}\n}}\ntest \"gates\" {{\n  workflow w\n  input {{ xs: [{}] }}\n  decide step.g approve by \"a\"\n  expect status completed\n}}\n",
+            items.join(", ")
+        );
+        std::fs::write(dir.join("gates.flow"), source).expect("the test's file");
+        let answer = common::flowc(&dir, &["test", "."]);
+        assert_eq!(answer.starts_with("exit 0\n"), passes, "{gates}: {answer}");
+        assert_eq!(
+            answer.contains("the run parked more than 1000 times"),
+            !passes,
+            "{gates}: {answer}"
+        );
+    }
+}

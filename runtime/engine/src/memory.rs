@@ -38,6 +38,13 @@ impl MemoryStore {
         records
     }
 
+    /// Visits each record, in no order, without copying it: `records`
+    /// copies every input, which between each of a test's invocations
+    /// made a long loop of gates quadratic.
+    pub fn each_record(&self, mut visit: impl FnMut(&StepRecord)) {
+        lock(&self.records).values().for_each(&mut visit);
+    }
+
     pub fn notifications(&self) -> Vec<Handoff> {
         lock(&self.notifications).clone()
     }
