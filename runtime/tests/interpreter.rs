@@ -484,6 +484,36 @@ async fn a_browser_step_without_an_mcp_client_fails_clearly() {
     assert!(store.records().is_empty(), "nothing ran");
 }
 
+/// A `json` value as a condition must be a boolean. Regression: any
+/// other value read as false, and the branch was skipped without a word.
+#[tokio::test]
+async fn a_json_condition_that_is_not_a_boolean_fails_the_run() {
+    let plan = plan(&format!(
+        "{RECIPE}workflow w {{ input {{ j: json }}\n if workflow_input.j {{ step a = answer {{ q: \"x\" }} }}\n output {{ ran: step.a?.text ?? \"no\" }} }}"
+    ));
+    for (j, ran) in [(json!(true), true), (json!(false), false)] {
+        let store = Arc::new(MemoryStore::default());
+        let services = services(Arc::new(Scripted::default()), &store);
+        let outcome = flow_runtime::run(&plan, "w", "r", json!({ "j": j }), services).await;
+        assert!(matches!(outcome, Outcome::Completed { .. }), "{outcome:?}");
+        assert_eq!(store.records().len(), usize::from(ran), "{j}");
+    }
+    for j in [json!("yes"), json!(5), json!(null)] {
+        let store = Arc::new(MemoryStore::default());
+        let services = services(Arc::new(Scripted::default()), &store);
+        let outcome = flow_runtime::run(&plan, "w", "r", json!({ "j": j }), services).await;
+        let Outcome::Failed { error, .. } = outcome else {
+            panic!("{j}: {outcome:?}")
+        };
+        assert_eq!(error.kind, ErrorKind::Expression, "{j}");
+        assert!(
+            error.message.starts_with("expected a boolean, found"),
+            "{j}: {}",
+            error.message
+        );
+    }
+}
+
 /// Answers after a long wait: for the workflow's deadline.
 struct Slow;
 

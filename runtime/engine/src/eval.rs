@@ -336,14 +336,14 @@ fn missing(segment: &PathSegment, described: &str) -> EvalError {
     })
 }
 
-fn truthy(value: &Value) -> Result<bool, EvalError> {
+/// A condition's or a boolean operand's value: a boolean, or an error
+/// saying what it was instead.
+pub(crate) fn truthy(value: &Value) -> Result<bool, EvalError> {
     value
         .as_bool()
         .ok_or_else(|| EvalError(format!("expected a boolean, found {}", describe(value))))
 }
 
-/// Equality as the language defines it: numbers by value (`1 == 1.0`), the
-/// rest structurally.
 /// Equality as the language means it (`==`, and a test's `expect`): `1`
 /// and `1.0` are the same number, in a list or a record too (serde_json's
 /// own tells an integer from a float: `[1] == [1.0]` was false), and a

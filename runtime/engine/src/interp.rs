@@ -311,11 +311,15 @@ impl<'p> Interpreter<'p> {
             } => {
                 let journal = &self.services.journal;
                 for (arm, branch) in branches.iter().enumerate() {
+                    // A `json` value the checker let through must be a
+                    // boolean: one that was not read as false, and the
+                    // branch was skipped without a word (an audit).
                     let holds = self
                         .env(ctx, None)
                         .eval(&branch.condition)
+                        .and_then(|holds| crate::eval::truthy(&holds))
                         .map_err(|error| self.failed(StepError::from(error), "condition"))?;
-                    if holds == Value::Bool(true) {
+                    if holds {
                         journal.went(Way::Arm {
                             at: &ctx.prefix,
                             id,
