@@ -91,6 +91,7 @@ fn main() {
                         repair: None,
                         journal: None,
                         deadline: None,
+                        progress: None,
                     };
                     provider.complete(&call).await.unwrap();
                 }));

@@ -443,6 +443,12 @@ pub(crate) async fn send_for_json(
     let request = request.header(reqwest::header::CONTENT_TYPE, "application/json");
     let body = body.to_string();
     let hold = call.journal.and_then(|journal| journal.hold());
+    let say = |stage: String| {
+        if let Some(progress) = call.progress {
+            progress.say(stage);
+        }
+    };
+    say(format!("{url} had sent no reply, not even its headers"));
     let mut renewals = 0;
     let response = loop {
         // A request without its body yet can be copied, unless it holds
@@ -480,6 +486,9 @@ pub(crate) async fn send_for_json(
         }
     };
     let status = response.status();
+    say(format!(
+        "{url} answered {status}, but the rest of its reply had not arrived"
+    ));
     if status.is_redirection() {
         return Err(redirect_error(url, status, response.headers()));
     }

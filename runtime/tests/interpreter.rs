@@ -514,6 +514,52 @@ async fn a_json_condition_that_is_not_a_boolean_fails_the_run() {
     }
 }
 
+/// An MCP server that never answers a call.
+struct Silent;
+
+impl flow_runtime::services::McpClient for Silent {
+    fn call_tool<'a>(
+        &'a self,
+        _server: &'a flow_plan::McpServer,
+        _tool: &'a str,
+        _args: &'a Value,
+        _path: &'a str,
+        _journal: Option<&'a dyn flow_runtime::journal::Journal>,
+    ) -> BoxFuture<'a, Result<Value, StepError>> {
+        Box::pin(std::future::pending())
+    }
+
+    fn check<'a>(
+        &'a self,
+        _server: &'a flow_plan::McpServer,
+        _tools: &'a [String],
+    ) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// A browser step its timeout ended names the tool and the server that
+/// had not answered. Regression: it said only that the attempt "ran past
+/// the step's timeout".
+#[tokio::test]
+async fn a_timed_out_tool_call_names_the_tool_and_its_server() {
+    let plan = plan(
+        "mcp browser { command \"npx\" }\nworkflow w { step p = browser.browser_navigate { url: \"http://127.0.0.1\" } retry 1 timeout 50ms }",
+    );
+    let store = Arc::new(MemoryStore::default());
+    let mut services = services(Arc::new(Scripted::default()), &store);
+    services.mcp = Some(Arc::new(Silent));
+    let outcome = flow_runtime::run(&plan, "w", "r", json!({}), services).await;
+    let Outcome::Failed { error, .. } = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(error.kind, ErrorKind::Timeout);
+    assert_eq!(
+        error.message,
+        "the attempt ran past the step's timeout of 50ms: the tool `browser_navigate` of MCP server `browser` had not answered"
+    );
+}
+
 /// Answers after a long wait: for the workflow's deadline.
 struct Slow;
 

@@ -107,6 +107,7 @@ async fn call_at_once(provider: &Arc<dyn Provider>, calls: usize) {
                     repair: None,
                     journal: None,
                     deadline: None,
+                    progress: None,
                 };
                 provider.complete(&call).await
             })
@@ -466,6 +467,7 @@ async fn a_timeout_spent_waiting_for_a_permit_says_so() {
         repair: None,
         journal: None,
         deadline,
+        progress: None,
     };
     let holder = call("holder", None);
     let holding = provider.complete(&holder);

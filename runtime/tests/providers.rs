@@ -224,6 +224,34 @@ async fn a_stall_past_the_timeout_is_retried() {
     );
 }
 
+/// An attempt its step's timeout ended says which server had not
+/// answered and how far it had got. Regression: either read "the attempt
+/// ran past the step's timeout", naming no server.
+#[tokio::test]
+async fn a_timeout_says_how_far_the_model_had_got() {
+    let stall = Duration::from_secs(3);
+    let server = fake_llm(vec![Reply::Stall(stall), Reply::StallBody(stall)]).await;
+    let (outcome, store) = run_against(&server, "retry 2 backoff 1ms..5ms timeout 300ms").await;
+    failure(&outcome, &store, ErrorKind::Timeout);
+    let errors: Vec<_> = store.records()[0]
+        .attempts
+        .iter()
+        .map(|attempt| attempt.error.clone().unwrap_or_default())
+        .collect();
+    let url = format!("{}/chat/completions", server.url);
+    assert_eq!(
+        errors,
+        [
+            format!(
+                "timeout: the attempt ran past the step's timeout of 300ms: {url} had sent no reply, not even its headers"
+            ),
+            format!(
+                "timeout: the attempt ran past the step's timeout of 300ms: {url} answered 200 OK, but the rest of its reply had not arrived"
+            ),
+        ]
+    );
+}
+
 #[tokio::test]
 async fn a_client_error_fails_at_once() {
     let server = fake_llm(vec![Reply::Answer(400, vec![], "bad request".into())]).await;
@@ -973,6 +1001,7 @@ fn call_of<'a>(
         repair: None,
         journal: Some(journal),
         deadline: None,
+        progress: None,
     }
 }
 

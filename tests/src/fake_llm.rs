@@ -34,6 +34,9 @@ pub enum Reply {
     /// Answers this status and headers, then closes the connection a few
     /// bytes into a body it said would be longer.
     CutBody(u16, Vec<(&'static str, &'static str)>),
+    /// Answers 200 and a few bytes of a longer body, then sends nothing
+    /// more for this long before it closes the connection.
+    StallBody(Duration),
 }
 
 /// A 200 answer whose content is `content`.
@@ -265,6 +268,13 @@ async fn serve(
             }
             head.push_str("\r\n{\"error\": {");
             let _ = socket.write_all(head.as_bytes()).await;
+            return;
+        }
+        Reply::StallBody(wait) => {
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 1000\r\nconnection: close\r\n\r\n{\"choices\": [";
+            if socket.write_all(head.as_bytes()).await.is_ok() {
+                tokio::time::sleep(wait).await;
+            }
             return;
         }
         Reply::Stall(wait) => {

@@ -24,7 +24,8 @@ use crate::eval::Env;
 use crate::journal::{Attempt, Outcome, StepRecord, StepStatus, Way};
 use crate::scope::{Output, Scope};
 use crate::services::{
-    BoxFuture, Handoff, InFlight, KbDocument, KbWrite, RecipeCall, Repair, Services, StepsInFlight,
+    BoxFuture, CallProgress, Handoff, InFlight, KbDocument, KbWrite, RecipeCall, Repair, Services,
+    StepsInFlight,
 };
 use crate::time::now_ms;
 
@@ -826,6 +827,7 @@ impl<'p> Interpreter<'p> {
             let timeout = Duration::from_millis(step.timeout_ms);
             let deadline = tokio::time::Instant::now() + timeout;
             let called_ms = now_ms();
+            let progress = CallProgress::default();
             // The step's time, not the process's: an answer that waited
             // in the socket while the process was stopped is taken.
             let result = match crate::stall::timeout(
@@ -839,19 +841,14 @@ impl<'p> Interpreter<'p> {
                         call_id: &call_id,
                         repair: repair.clone(),
                         deadline,
+                        progress: &progress,
                     },
                 ),
             )
             .await
             {
                 Some(result) => result,
-                None => Err(StepError::new(
-                    ErrorKind::Timeout,
-                    format!(
-                        "the attempt ran past the step's timeout of {}",
-                        flow_plan::written::duration(step.timeout_ms)
-                    ),
-                )),
+                None => Err(self.timed_out(step, &progress)),
             };
             let answered_ms = now_ms();
             let repairing = repair.take();
@@ -999,6 +996,31 @@ impl<'p> Interpreter<'p> {
         }
     }
 
+    /// The error of an attempt its step's timeout ended: what had not
+    /// answered, as far as the provider said (`CallProgress`) or the step
+    /// names it.
+    fn timed_out(&self, step: &Step, progress: &CallProgress) -> StepError {
+        let mut message = format!(
+            "the attempt ran past the step's timeout of {}",
+            flow_plan::written::duration(step.timeout_ms)
+        );
+        let stage = progress.said().or_else(|| match &step.action {
+            Action::Browser(browser) => {
+                let server = self.plan.mcp_servers.get(browser.server as usize)?;
+                Some(format!(
+                    "the tool `{}` of MCP server `{}` had not answered",
+                    browser.tool, server.name
+                ))
+            }
+            _ => None,
+        });
+        if let Some(stage) = stage {
+            message.push_str(": ");
+            message.push_str(&stage);
+        }
+        StepError::new(ErrorKind::Timeout, message)
+    }
+
     async fn action(
         &self,
         step: &Step,
@@ -1011,6 +1033,7 @@ impl<'p> Interpreter<'p> {
             call_id,
             repair,
             deadline,
+            progress,
         } = attempting;
         match &step.action {
             Action::Recipe { recipe, .. } => {
@@ -1074,6 +1097,7 @@ impl<'p> Interpreter<'p> {
                     repair,
                     journal: Some(self.services.journal.as_ref()),
                     deadline: Some(deadline),
+                    progress: Some(progress),
                 };
                 let output = self.services.provider.complete(&call).await?;
                 let mismatches = crate::schema::validate(&recipe.output_schema, &output);
@@ -1325,17 +1349,19 @@ fn error_value(error: &StepError, step: &str) -> Value {
     json!({ "message": error.message, "kind": error.kind.name(), "step": step })
 }
 
-/// An attempt's identity, `RUN:PATH:INDEX`: what the provider is asked
-/// to deduplicate by. Built in one allocation, as it is made for every
-/// attempt.
 /// What one attempt of a step is: its call's identity, the answer a
-/// repair asks about, and when its timeout ends it.
+/// repair asks about, when its timeout ends it, and where its call
+/// stands meanwhile.
 struct Attempting<'a> {
     call_id: &'a str,
     repair: Option<Repair>,
     deadline: tokio::time::Instant,
+    progress: &'a CallProgress,
 }
 
+/// An attempt's identity, `RUN:PATH:INDEX`: what the provider is asked
+/// to deduplicate by. Built in one allocation, as it is made for every
+/// attempt.
 fn call_id(run_id: &str, path: &str, index: u32) -> String {
     use std::fmt::Write;
     let mut id = String::with_capacity(run_id.len() + path.len() + 12);

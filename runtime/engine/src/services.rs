@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::error::StepError;
 use crate::journal::{Attempt, Journal};
+use crate::sync::lock;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -47,6 +48,30 @@ pub struct RecipeCall<'a> {
     /// sending (for a permit of the account's limit) says that this wait is
     /// what ran out, not the model. `None` outside a step.
     pub deadline: Option<tokio::time::Instant>,
+    /// Where the call stands, for the step's timeout to say when it cuts
+    /// the call short (`CallProgress`). `None` outside a step.
+    pub progress: Option<&'a CallProgress>,
+}
+
+/// Where an attempt's call stands, as its provider last said: the step's
+/// timeout names it when it ends the attempt. "The attempt ran past the
+/// step's timeout of 1m" said neither which server had not answered nor
+/// how far it had got (an audit: a model that hung after its headers
+/// read as one never reached).
+#[derive(Debug, Default)]
+pub struct CallProgress(Mutex<Option<String>>);
+
+impl CallProgress {
+    /// Notes where the call stands, in words that follow "the step's
+    /// timeout of 1m passed:" (`the model at URL had not answered`).
+    pub fn say(&self, stage: String) {
+        *lock(&self.0) = Some(stage);
+    }
+
+    /// The last stage said, if any.
+    pub fn said(&self) -> Option<String> {
+        lock(&self.0).clone()
+    }
 }
 
 impl std::fmt::Debug for RecipeCall<'_> {
@@ -60,6 +85,7 @@ impl std::fmt::Debug for RecipeCall<'_> {
             .field("call_id", &self.call_id)
             .field("repair", &self.repair)
             .field("journal", &self.journal.is_some())
+            .field("progress", &self.progress)
             .finish()
     }
 }
@@ -213,7 +239,7 @@ pub struct StepNow {
 
 impl StepsInFlight {
     pub(crate) fn table(&self) -> MutexGuard<'_, HashMap<String, InFlight>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.0)
     }
 
     /// The steps executing now, in path order.

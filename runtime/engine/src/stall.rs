@@ -25,6 +25,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::sync::lock;
+
 /// Whether stalls are counted: not where [`ignore`] was called, nor
 /// where the watching thread could not start (its last wake would then
 /// age for ever, and every timeout move with it).
@@ -72,12 +74,6 @@ fn watch() -> &'static Watch {
         }
         watch
     })
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The part of a gap of `gap` between two wakes that was a stall.
