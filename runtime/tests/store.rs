@@ -1402,6 +1402,19 @@ async fn an_invocation_cancelled_and_redriven_in_its_process_writes_nothing_more
     assert!(written.is_err(), "{written:?}");
     let row = store.run("run-1").await.unwrap().unwrap();
     assert_eq!(row.status, RunStatus::Running, "the redriven run goes on");
+    // Regression: the redrive overwrote the status, and nothing said the
+    // run had been cancelled (`flow show` read it as one that had failed).
+    let history = store.run_history("run-1").await.unwrap();
+    assert!(
+        matches!(
+            history.as_slice(),
+            [
+                RunChange::Cancelled { .. },
+                RunChange::Redriven { round: 1, .. }
+            ]
+        ),
+        "{history:?}"
+    );
 }
 
 /// A step's KB write and handoff are the run's writes as its records are:

@@ -305,7 +305,7 @@ impl Server {
         let records = serde_json::from_value(answer["steps"].clone())
             .map_err(|e| usage(format!("{}: not a trace ({e})", self.base)))?;
         // A flowd from before histories answers none.
-        let history = serde_json::from_value(answer["history"].clone()).unwrap_or_default();
+        let history = RunChange::list(&answer["history"]);
         // Absent when this flowd does not drive the run (or is older).
         let in_flight = serde_json::from_value(answer["in_flight"].clone()).unwrap_or_default();
         Ok((records, history, in_flight))

@@ -83,12 +83,15 @@ pub(crate) fn render(run: &RunSummary, records: &[StepRecord], options: &Options
 }
 
 /// What happened to the run besides its steps, one line each, oldest
-/// first: its redrives, its moves to other versions, each attempt at a
+/// first: its cancels and redrives, its moves to other versions, each attempt at a
 /// destination.
 fn history(history: &[RunChange], paint: Paint) -> String {
     let mut out = String::new();
     for change in history {
         let line = match change {
+            RunChange::Cancelled { at_ms } => {
+                format!("{} at {}", paint.dim("cancelled  "), style::time(*at_ms))
+            }
             RunChange::Redriven { at_ms, round } => format!(
                 "{} round {round} at {}",
                 paint.dim("redriven   "),

@@ -1200,12 +1200,14 @@ impl RunStore for PostgresStore {
 
     fn cancel_run<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
         Box::pin(async move {
+            let at_ms = now_ms();
             let changed = self
                 .execute(
                     "UPDATE runs SET status = 'cancelled', owner = NULL, lease_until = NULL,
-                         updated_ms = $2
+                         updated_ms = $2,
+                         history = (history::jsonb || jsonb_build_array($3::text::jsonb))::text
                      WHERE id = $1 AND status IN ('running', 'pending_approval')",
-                    &[&id, &now_ms()],
+                    &[&id, &at_ms, &RunChange::Cancelled { at_ms }.to_json()],
                 )
                 .await?;
             Ok(changed == 1)
@@ -1329,9 +1331,7 @@ impl RunStore for PostgresStore {
                 .await?
                 .first()
                 .map(|row| row.get(0));
-            Ok(history
-                .and_then(|text| serde_json::from_str(&text).ok())
-                .unwrap_or_default())
+            Ok(history.map_or_else(Vec::new, |text| RunChange::list_from_text(&text)))
         })
     }
 

@@ -644,10 +644,12 @@ impl SqliteStore {
     }
 
     pub fn cancel_run(&self, id: &str) -> Result<bool, StoreError> {
+        let at_ms = now_ms();
         let changed = lock(&self.conn).execute(
-            "UPDATE runs SET status = 'cancelled', owner = NULL, updated_ms = ?2
+            "UPDATE runs SET status = 'cancelled', owner = NULL, updated_ms = ?2,
+                 history = json_insert(history, '$[#]', json(?3))
              WHERE id = ?1 AND status IN ('running', 'pending_approval')",
-            params![id, now_ms()],
+            params![id, at_ms, RunChange::Cancelled { at_ms }.to_json()],
         )?;
         Ok(changed == 1)
     }
@@ -743,9 +745,7 @@ impl SqliteStore {
                 row.get(0)
             })
             .optional()?;
-        Ok(history
-            .and_then(|text| serde_json::from_str(&text).ok())
-            .unwrap_or_default())
+        Ok(history.map_or_else(Vec::new, |text| RunChange::list_from_text(&text)))
     }
 
     pub fn deploy(

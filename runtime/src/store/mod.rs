@@ -831,6 +831,10 @@ pub enum RunChange {
     /// have finished a real model's run with the offline provider's
     /// made-up answers).
     Began { at_ms: i64, provider: String },
+    /// Cancelled (`cancel_run`). Kept because a redrive overwrites the
+    /// status: without it, a cancelled run redriven read as one that
+    /// failed.
+    Cancelled { at_ms: i64 },
     /// Redriven (`redrive_run`): its `round`.
     Redriven { at_ms: i64, round: u32 },
     /// Moved to another plan (another version of its workflow).
@@ -864,6 +868,24 @@ impl RunChange {
     /// As stored: one element of the run's `history` JSON array.
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_else(|_| "null".to_string())
+    }
+
+    /// A stored or served history, each change that reads: one of a kind
+    /// this version does not know (written by a later flowd sharing the
+    /// store, or served by one) is left out, not the whole history.
+    pub fn list(history: &serde_json::Value) -> Vec<RunChange> {
+        history
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|change| RunChange::deserialize(change).ok())
+            .collect()
+    }
+
+    /// [`RunChange::list`] of a history as stored, as JSON text.
+    pub fn list_from_text(history: &str) -> Vec<RunChange> {
+        serde_json::from_str(history)
+            .map_or_else(|_| Vec::new(), |history| RunChange::list(&history))
     }
 }
 
@@ -971,3 +993,26 @@ pub(crate) fn status_condition(status: Option<RunStatus>) -> String {
 }
 
 pub(crate) use flow_engine::sync::lock;
+
+#[cfg(test)]
+mod tests {
+    use super::RunChange;
+
+    /// A change of a kind a later version writes (a flowd sharing the
+    /// store, or answering `flow show`) leaves the rest of the history
+    /// read: one unknown element lost all of it.
+    #[test]
+    fn a_history_keeps_what_it_can_read() {
+        let history = RunChange::list_from_text(
+            r#"[{"kind":"cancelled","at_ms":1},{"kind":"paused_by_a_later_version","at_ms":2},{"kind":"redriven","at_ms":3,"round":1}]"#,
+        );
+        assert_eq!(
+            history,
+            [
+                RunChange::Cancelled { at_ms: 1 },
+                RunChange::Redriven { at_ms: 3, round: 1 }
+            ]
+        );
+        assert!(RunChange::list_from_text("not json").is_empty());
+    }
+}
