@@ -896,33 +896,42 @@ impl RunChange {
 /// than leaving every run waiting unseen.
 pub(crate) const LONGEST_WRITE_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
 
-/// Why `redrive_run` refused a run, told from its row as read before.
+/// Why `redrive_run` refused a run, told from its row read after the
+/// refusal: another process may have redriven it meanwhile (regression:
+/// the row read before said it had been redriven 0 times, the most it
+/// may be).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RedriveRefused {
     /// It did not fail and was not cancelled.
     NotRedrivable { run: String, status: RunStatus },
     /// It was redriven `MAX_REDRIVES` times.
     Exhausted { run: String, redrives: u32 },
+    /// It could be redriven, but changed as it was: another redrive, run
+    /// to its failure meanwhile.
+    Changed { run: String },
 }
 
 impl RedriveRefused {
     pub fn of(row: &RunRow) -> RedriveRefused {
+        let run = row.id.clone();
         match row.status {
-            RunStatus::Failed | RunStatus::Cancelled => RedriveRefused::Exhausted {
-                run: row.id.clone(),
-                redrives: row.redrives,
-            },
-            status => RedriveRefused::NotRedrivable {
-                run: row.id.clone(),
-                status,
-            },
+            RunStatus::Failed | RunStatus::Cancelled if row.redrives >= MAX_REDRIVES => {
+                RedriveRefused::Exhausted {
+                    run,
+                    redrives: row.redrives,
+                }
+            }
+            RunStatus::Failed | RunStatus::Cancelled => RedriveRefused::Changed { run },
+            status => RedriveRefused::NotRedrivable { run, status },
         }
     }
 
     /// Its code in flowd's problem answers.
     pub fn code(&self) -> &'static str {
         match self {
-            RedriveRefused::NotRedrivable { .. } => "not_redrivable",
+            RedriveRefused::NotRedrivable { .. } | RedriveRefused::Changed { .. } => {
+                "not_redrivable"
+            }
             RedriveRefused::Exhausted { .. } => "redrives_exhausted",
         }
     }
@@ -938,6 +947,10 @@ impl std::fmt::Display for RedriveRefused {
             RedriveRefused::Exhausted { run, redrives } => write!(
                 f,
                 "run `{run}` was redriven {redrives} times, the most a run may be; start a new run"
+            ),
+            RedriveRefused::Changed { run } => write!(
+                f,
+                "run `{run}` changed as it was redriven (another redrive took it meanwhile); see how it stands now, and redrive it again if it failed again"
             ),
         }
     }
@@ -996,7 +1009,48 @@ pub(crate) use flow_engine::sync::lock;
 
 #[cfg(test)]
 mod tests {
-    use super::RunChange;
+    use super::{MAX_REDRIVES, RedriveRefused, RunChange, RunRow, RunStatus};
+
+    /// A refused redrive says why from the run as it is after the
+    /// refusal. Regression: two redrives at once, the second was told the
+    /// run "was redriven 0 times, the most a run may be".
+    #[test]
+    fn a_refused_redrive_says_why_from_the_run_as_it_is() {
+        let row = |status, redrives| RunRow {
+            id: "r1".into(),
+            workflow: "w".into(),
+            plan_hash: "h".into(),
+            status,
+            input: serde_json::Value::Null,
+            outcome: None,
+            created_ms: 0,
+            updated_ms: 0,
+            active_ms: 0,
+            account: String::new(),
+            redrives,
+        };
+        let why = |status, redrives| {
+            let refused = RedriveRefused::of(&row(status, redrives));
+            (refused.code(), refused.to_string())
+        };
+        assert_eq!(
+            why(RunStatus::Running, 1),
+            (
+                "not_redrivable",
+                "run `r1` is running: only a failed or cancelled run is redriven".into()
+            )
+        );
+        assert_eq!(
+            why(RunStatus::Failed, MAX_REDRIVES),
+            (
+                "redrives_exhausted",
+                "run `r1` was redriven 10 times, the most a run may be; start a new run".into()
+            )
+        );
+        let (code, message) = why(RunStatus::Failed, 1);
+        assert_eq!(code, "not_redrivable");
+        assert!(message.contains("another redrive took it"), "{message}");
+    }
 
     /// A change of a kind a later version writes (a flowd sharing the
     /// store, or answering `flow show`) leaves the rest of the history

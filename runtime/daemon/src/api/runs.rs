@@ -680,7 +680,10 @@ pub(crate) async fn redrive(
         .map_err(store_problem)?
         .is_none()
     {
-        let refused = flow_runtime::store::RedriveRefused::of(&row);
+        // Refused as the run is now: another process may have redriven
+        // it meanwhile.
+        let now = daemon.store.run(&id).await.ok().flatten().unwrap_or(row);
+        let refused = flow_runtime::store::RedriveRefused::of(&now);
         return Err(Problem::new(
             StatusCode::CONFLICT,
             refused.code(),
