@@ -529,9 +529,14 @@ fn load_imports(
                 }
                 diagnostic =
                     diagnostic.hint(format!("import chain: {} -> {path}", via.join(" -> ")));
+                // Not a file of the chain: it would import itself.
                 let meant = (code == Code::UnresolvedImport)
                     .then(|| meant_import(loader, &importer, &relative))
-                    .flatten();
+                    .flatten()
+                    .filter(|meant| {
+                        let key = normalize(&resolve_import(&importer, meant));
+                        !via.iter().any(|path| normalize(path) == key)
+                    });
                 if let Some(meant) = &meant {
                     diagnostic.hints.insert(
                         0,
@@ -603,6 +608,9 @@ fn meant_import(loader: &dyn SourceLoader, importer: &str, relative: &str) -> Op
             let entries = loader.list(&folder);
             if entries.contains(&wanted) {
                 wanted
+            } else if is_file && entries.contains(&format!("{part}/")) {
+                // A folder of that name: not a slip of another file's.
+                return None;
             } else {
                 let kind = entries
                     .iter()
