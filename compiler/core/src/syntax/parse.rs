@@ -1456,13 +1456,21 @@ impl<'s> Parser<'s> {
             .hint("a name is ASCII letters, digits and `_`: write it without accents or letters of other alphabets (text in strings may hold any)");
             return Some((word_start, copy, diagnostic));
         }
-        if is_invisible(c) {
+        // An ASCII control character (a NUL) was "found `\u{0}`" where a
+        // string or a name was expected, and after a keyword the rest of
+        // the file was skipped (an audit).
+        let control = c.is_ascii_control() && !matches!(c, '\t' | '\n' | '\r');
+        if is_invisible(c) || control {
             let code = format!("U+{:04X}", u32::from(c));
+            let what = match control {
+                true => "a control character",
+                false => "an invisible character",
+            };
             let diagnostic = Diagnostic::new(
                 Code::Syntax,
                 self.file,
                 Span::new(at, at + width),
-                format!("an invisible character, {code}, is in the code here"),
+                format!("{what}, {code}, is in the code here"),
             )
             .label(code.clone())
             .hint("remove it: it is often pasted from a web page or a chat along with the code")
@@ -5026,5 +5034,27 @@ mod tests {
         assert!(!parsed && whole.0 > FIRST_WINDOW, "{whole:?}");
         assert_eq!(furthest_failure(&[Rule::item], &open_at_end), whole);
         assert!(furthest_failure(&[Rule::statement], &long_record).0 > FIRST_WINDOW);
+    }
+
+    /// A NUL byte (or another ASCII control character) is named for what
+    /// it is, and the rest of the file is read. Regression: in a string it
+    /// was "expected a string, found `\u{0}`", and after a keyword the
+    /// rest of the file was skipped. (A fixture file cannot hold a NUL.)
+    #[test]
+    fn a_control_character_is_named_and_the_rest_is_read() {
+        for source in [
+            "workflow w {\n  output { a: \"x\0y\" }\n}\n",
+            "workflow\0w {\n  step a = handoff \"d\" { message: \"m\" } retry 1\n}\n",
+            "workflow w {\n  step a = handoff \"d\" {\u{7}message: \"m\" } retry 1\n}\n",
+        ] {
+            let (tree, problems) = parse(source, FileId(0));
+            let messages: Vec<&str> = problems.iter().map(|p| p.message.as_str()).collect();
+            assert_eq!(messages.len(), 1, "{source:?}: {messages:?}");
+            assert!(
+                messages[0].starts_with("a control character, U+00"),
+                "{source:?}: {messages:?}"
+            );
+            assert_eq!(tree.items.len(), 1, "{source:?}: the workflow is read");
+        }
     }
 }
