@@ -270,6 +270,45 @@ fn a_folder_without_sources_is_said_to_be_one() {
     );
 }
 
+/// A `.flow` entry of a folder that is not a file is said, not skipped.
+/// Regression: a link to a file that was gone, or a pipe, left the
+/// folder's check passing without a word (`files: 1, unreadable: []`).
+#[test]
+fn a_folders_flow_entry_that_is_no_file_is_said() {
+    let dir = TempDir::new("no-file");
+    dir.write("ok.flow", "workflow w { output { x: 1 } }\n");
+    std::os::unix::fs::symlink("gone.flow", dir.path().join("broken.flow")).expect("a link");
+    let made = std::process::Command::new("mkfifo")
+        .arg(dir.path().join("pipe.flow"))
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+    let run = flowc_in(dir.path(), &["check", "--format", "json", "."]);
+    assert_eq!(run.code, 2, "{}", run.all());
+    let report: serde_json::Value = serde_json::from_str(&run.stdout).expect("JSON on stdout");
+    assert_eq!(report["files"], 1, "{report}");
+    let mut unreadable: Vec<String> = report["unreadable"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|entry| {
+            format!(
+                "{}: {}",
+                entry["path"].as_str().unwrap_or(""),
+                entry["message"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    unreadable.sort();
+    assert_eq!(
+        unreadable,
+        [
+            "broken.flow: a symbolic link to a file that does not exist",
+            "pipe.flow: not a regular file (a pipe, a socket or a device)"
+        ]
+    );
+}
+
 #[test]
 fn no_path_is_a_usage_error() {
     let run = flowc(&["check"]);

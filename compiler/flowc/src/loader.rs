@@ -236,6 +236,22 @@ pub(crate) fn warn_of_no_sources(folders: &[String]) {
     }
 }
 
+/// Why a `.flow` entry of a folder that is not a regular file is not
+/// checked.
+fn not_a_source(path: &Path, kind: std::fs::FileType) -> String {
+    if kind.is_symlink() {
+        match std::fs::metadata(path) {
+            Err(_) => "a symbolic link to a file that does not exist".to_string(),
+            Ok(target) if target.is_dir() => {
+                "a symbolic link to a folder, not to a file".to_string()
+            }
+            Ok(_) => "a symbolic link to something that is not a regular file".to_string(),
+        }
+    } else {
+        "not a regular file (a pipe, a socket or a device)".to_string()
+    }
+}
+
 pub(crate) fn walk(dir: &Path, found: &mut Vec<String>, problems: &mut Vec<PathProblem>) {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
@@ -267,9 +283,16 @@ pub(crate) fn walk(dir: &Path, found: &mut Vec<String>, problems: &mut Vec<PathP
         };
         if kind.is_dir() {
             walk(&path, found, problems);
-        } else if path.extension().is_some_and(|ext| ext == "flow")
-            && (kind.is_file() || path.is_file())
-        {
+        } else if path.extension().is_some_and(|ext| ext == "flow") {
+            if !(kind.is_file() || path.is_file()) {
+                // Said, not skipped: a link to a file that is gone left a
+                // folder's check passing without the file (an audit).
+                problems.push(PathProblem {
+                    path: normalize(&path.to_string_lossy()),
+                    reason: not_a_source(&path, kind),
+                });
+                continue;
+            }
             match path.to_str() {
                 Some(text) => found.push(normalize(text)),
                 None => problems.push(PathProblem {
