@@ -91,6 +91,20 @@ pub(crate) fn compile(
     format: Format,
     diagnostics: Stream,
 ) -> Result<Plan, Exit> {
+    let (compiled, reports) = compile_quietly(file, root)?;
+    // Warnings are shown on a successful build too; errors stop it.
+    if let Some(reports) = reports {
+        print(&reports, format, diagnostics);
+    }
+    compiled
+}
+
+/// `compile`, its diagnostics (if any) given back rather than printed; a
+/// file that cannot be read is said, and is the outer error.
+pub(crate) fn compile_quietly(
+    file: &Path,
+    root: Option<&Path>,
+) -> Result<(Result<Plan, Exit>, Option<Reports>), Exit> {
     let Some(source) = single_file(file, root) else {
         return Err(Exit::Usage);
     };
@@ -102,21 +116,21 @@ pub(crate) fn compile(
             return Err(Exit::Usage);
         }
     };
-    // Warnings are shown on a successful build too; errors stop it.
-    if !checked.diagnostics.is_empty() {
+    let reports = (!checked.diagnostics.is_empty()).then(|| {
         let mut reports = Reports::default();
         reports.add(&checked);
         reports.sort();
-        print(&reports, format, diagnostics);
-    }
+        reports
+    });
     if checked.has_errors() {
-        return Err(Exit::Problems);
+        return Ok((Err(Exit::Problems), reports));
     }
-    plan.ok_or_else(|| {
+    let plan = plan.ok_or_else(|| {
         // Only programs with errors have no plan, and they returned above.
         eprintln!("error: internal: {path} checked clean but could not be lowered");
         Exit::Problems
-    })
+    });
+    Ok((plan, reports))
 }
 
 /// `dir/name.flow` builds to `dir/name.plan.json`.

@@ -10,8 +10,8 @@ use flow_plan::Plan;
 use flow_plan::compat::{self, PlaceKind, Report};
 use serde::Serialize;
 
-use crate::commands::build::compile;
-use crate::commands::check::Stream;
+use crate::commands::build::{compile, compile_quietly};
+use crate::commands::check::{Stream, print};
 use crate::{Exit, Format};
 
 /// Places named in one finding, and places listed per workflow, before
@@ -35,12 +35,17 @@ pub(crate) fn run(
     workflow: Option<&str>,
     format: DiffFormat,
 ) -> Exit {
-    let (old_plan, new_plan) = match (load(old, root), load(new, root)) {
-        (Ok(old), Ok(new)) => (old, new),
-        // A version that does not check cannot be compared, whatever the
-        // reason: that is a usage error of `diff`, not an answer.
-        _ => return Exit::Usage,
-    };
+    // With `--format json` a version's diagnostics are the answer on
+    // stdout, as `flowc build --format json` gives them: a script read
+    // nothing there (an audit). The first version that does not check is
+    // the one reported.
+    let (old_plan, new_plan) =
+        match load(old, root, format).and_then(|old| Ok((old, load(new, root, format)?))) {
+            Ok(plans) => plans,
+            // A version that does not check cannot be compared, whatever the
+            // reason: that is a usage error of `diff`, not an answer.
+            Err(_) => return Exit::Usage,
+        };
     let names: Vec<&str> = match workflow {
         Some(name) if old_plan.workflow(name).is_some() => vec![name],
         Some(name) => {
@@ -87,8 +92,9 @@ fn emit(text: &str) {
 
 /// A version: a `flowc build` plan (`*.json`), held to what the compiler
 /// writes as `flow run` holds it, or a source compiled here. Problems are
-/// printed; the error is the exit code.
-fn load(file: &Path, root: Option<&Path>) -> Result<Plan, Exit> {
+/// printed (a source's in `format`, on stdout for JSON); the error is the
+/// exit code.
+fn load(file: &Path, root: Option<&Path>, format: DiffFormat) -> Result<Plan, Exit> {
     if file
         .extension()
         .is_some_and(|extension| extension == "json")
@@ -111,8 +117,22 @@ fn load(file: &Path, root: Option<&Path>) -> Result<Plan, Exit> {
         })?;
         return Ok(plan);
     }
-    // Diagnostics go to stderr: stdout is the comparison's.
-    compile(file, root, Format::Human, Stream::Stderr)
+    match format {
+        // Diagnostics go to stderr: stdout is the comparison's.
+        DiffFormat::Human => compile(file, root, Format::Human, Stream::Stderr),
+        // A version's warnings are said beside the comparison; its errors
+        // are the answer, in place of the comparison.
+        DiffFormat::Json => {
+            let (compiled, reports) = compile_quietly(file, root)?;
+            if let Some(reports) = reports {
+                match compiled {
+                    Ok(_) => print(&reports, Format::Human, Stream::Stderr),
+                    Err(_) => print(&reports, Format::Json, Stream::Stdout),
+                }
+            }
+            compiled
+        }
+    }
 }
 
 #[derive(Serialize)]
