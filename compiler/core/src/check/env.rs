@@ -371,19 +371,29 @@ fn check_mcp(server: &McpServer, file: FileId, diagnostics: &mut Vec<Diagnostic>
             .flat_map(|env| env.fields.iter().map(|f| &f.value)),
     );
     for value in values {
-        let plain = matches!(&value.kind, crate::syntax::ast::ExprKind::String(lit) if lit.as_plain().is_some());
-        if !plain {
-            diagnostics.push(
-                Diagnostic::new(
-                    Code::TypeMismatch,
-                    file,
-                    value.span,
-                    "MCP server arguments and environment values are plain strings",
-                )
-                .label("not a plain string")
-                .hint("write a string literal without `{{...}}` references"),
-            );
-        }
+        use crate::syntax::ast::ExprKind;
+        // Each hint for what was written: a number was told to leave out
+        // `{{...}}` references it did not have (an audit).
+        let hint = match &value.kind {
+            ExprKind::String(lit) if lit.as_plain().is_some() => continue,
+            ExprKind::String(_) => {
+                "write a string literal without `{{...}}` references: they are read before any run exists".to_string()
+            }
+            ExprKind::Int(number) => format!("quote it: `\"{number}\"`"),
+            ExprKind::Float(number) => format!("quote it: `\"{number}\"`"),
+            ExprKind::Bool(truth) => format!("quote it: `\"{truth}\"`"),
+            _ => "write a string literal, such as `\"value\"`".to_string(),
+        };
+        diagnostics.push(
+            Diagnostic::new(
+                Code::TypeMismatch,
+                file,
+                value.span,
+                "MCP server arguments and environment values are plain strings",
+            )
+            .label("not a plain string")
+            .hint(hint),
+        );
     }
     if server.url.is_some() && !server.args.is_empty() {
         diagnostics.push(
