@@ -212,7 +212,12 @@ fn missing_block_brace_rewrite(
         let code = line.trim();
         !code.is_empty() && !code.starts_with("//")
     })?;
-    if indent(next) <= indent(&source[line_start..]) || next.trim_start().starts_with('}') {
+    // A statement, not the rest of the header (`&& ...` on a line of its
+    // own): it starts with a word.
+    let statement = next
+        .trim_start()
+        .starts_with(|c: char| c.is_ascii_alphabetic());
+    if indent(next) <= indent(&source[line_start..]) || !statement {
         return None;
     }
     // The `\r` of a `\r\n`, or the `\n`: one byte either way.
