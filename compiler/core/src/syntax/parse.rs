@@ -1244,7 +1244,15 @@ impl<'s> Parser<'s> {
             self.problems.push(diagnostic);
             return at;
         }
-        let message = if expected.is_empty() {
+        // A tool's name ending in its hyphen (`b.get- { }`): what stops
+        // the parse is the blank after it, which says nothing (an audit).
+        let hyphen_ends_a_name = expected.is_empty()
+            && self.source[..at].ends_with('-')
+            && self.source[..at - 1].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_');
+        let message = if hyphen_ends_a_name {
+            "a name does not end in `-`: a tool's name goes on after its hyphen (`get-sum`)"
+                .to_string()
+        } else if expected.is_empty() {
             match found.0.strip_prefix("the end of ") {
                 Some(what) => format!("{what} ends too early"),
                 None => format!("unexpected {}", found.0),
@@ -1334,8 +1342,14 @@ impl<'s> Parser<'s> {
                 return brace;
             }
         }
-        let mut diagnostic = Diagnostic::new(Code::Syntax, self.file, Span::new(at, end), message)
-            .label(if expected.is_empty() {
+        let span = match hyphen_ends_a_name {
+            true => Span::new(at - 1, at),
+            false => Span::new(at, end),
+        };
+        let mut diagnostic =
+            Diagnostic::new(Code::Syntax, self.file, span, message).label(if hyphen_ends_a_name {
+                "ends the name".to_string()
+            } else if expected.is_empty() {
                 "unexpected here".to_string()
             } else {
                 format!("expected {}", join_or(&expected))
