@@ -21,8 +21,10 @@ use crate::journal::{Hold, Journal, Outcome, StepRecord};
 use crate::services::{BoxFuture, McpClient, Provider, Services};
 use crate::store::{NewRun, RunEnd, RunLog, RunRow, RunStatus, Store, StoreError};
 
-/// Called with each step record as the run journals it (a progress display).
-pub type Observer = Arc<dyn Fn(&StepRecord) + Send + Sync>;
+/// Called with each step record as the run journals it (a progress display,
+/// metrics). One that refuses a record (flowd's stored-bytes quota) stops
+/// the run at that step with its error; the record is not written.
+pub type Observer = Arc<dyn Fn(&StepRecord) -> Result<(), StepError> + Send + Sync>;
 
 /// How often a running run's active time is recorded, so that a crash does not
 /// hand the recovered run a fresh budget.
@@ -642,7 +644,9 @@ impl Journal for Observed {
     }
 
     fn record<'a>(&'a self, record: StepRecord) -> BoxFuture<'a, Result<(), StepError>> {
-        (self.observer)(&record);
+        if let Err(refused) = (self.observer)(&record) {
+            return Box::pin(std::future::ready(Err(refused)));
+        }
         self.inner.record(record)
     }
 

@@ -822,6 +822,7 @@ async fn the_runner_parks_resumes_and_lists_runs_to_recover(backend: Backend) {
         let calls = Arc::clone(&calls);
         Arc::new(move |_| {
             calls.fetch_add(1, Ordering::SeqCst);
+            Ok(())
         })
     };
     let parked = drive(

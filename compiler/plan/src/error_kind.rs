@@ -45,6 +45,10 @@ pub enum ErrorKind {
     /// run fails with what it met, rather than stay `running` undriven,
     /// and a redrive goes on from there once flow is fixed. Not retried.
     Internal,
+    /// The run's account is past a quota of what it may hold (flowd's
+    /// `stored_bytes`): the run stops where it is. Not retried; a redrive
+    /// goes on once data is deleted or the quota raised.
+    Quota,
 }
 
 impl ErrorKind {
@@ -84,6 +88,7 @@ impl ErrorKind {
             ErrorKind::Expired => "expired",
             ErrorKind::Preflight => "preflight",
             ErrorKind::Internal => "internal",
+            ErrorKind::Quota => "quota",
         }
     }
 }

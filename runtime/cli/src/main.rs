@@ -1220,6 +1220,7 @@ async fn execute(
                 record.path,
                 record.status.as_str()
             ));
+            Ok(())
         }) as Observer
     });
     if mcp.servers_from_plans() {

@@ -13,7 +13,6 @@ use std::sync::Arc;
 use flow_plan::StepKind;
 use flow_runtime::journal::{StepRecord, StepStatus};
 use flow_runtime::limit::LimitEvents;
-use flow_runtime::runner::Observer;
 use flow_runtime::store::{MailState, NotificationKind, PendingGates, RunStatus};
 
 use crate::webhooks::Delivery;
@@ -194,7 +193,7 @@ impl Default for Metrics {
 impl Metrics {
     /// The runner observer that records each journaled step of a run of
     /// `account`.
-    pub fn observer(&self, account: &str) -> Observer {
+    pub fn observer(&self, account: &str) -> impl Fn(&StepRecord) + Send + Sync + 'static {
         let (steps, retries) = (self.steps.clone(), self.retries.clone());
         let account = Arc::new(account.to_string());
         // The run's series, each looked up in the family once: a lookup
@@ -202,7 +201,7 @@ impl Metrics {
         // are mostly of one kind and status. A histogram is a handle on
         // the family's own (families never drop a step series).
         let series: std::sync::Mutex<Vec<(StepKind, StepStatus, Histogram)>> = Default::default();
-        Arc::new(move |record: &StepRecord| {
+        move |record: &StepRecord| {
             // A pending approval is recorded when the run parks, a retrying
             // step between its attempts; each is counted once it ends.
             if record.status.is_replaceable() {
@@ -236,7 +235,7 @@ impl Metrics {
                     })
                     .inc_by(again);
             }
-        })
+        }
     }
 
     /// Counts a webhook delivery attempt of `account`'s as it ends.

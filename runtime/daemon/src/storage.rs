@@ -1,10 +1,12 @@
 //! The stored-bytes quota: how much of the store one account's data may
 //! take (`stored_bytes`). Measuring reads every row of an account, so it
-//! is done by a sweep, when flowd starts and then every `MEASURE_EVERY`,
-//! never inside a request; between measurements each deploy and run start
-//! adds what it stores.
-//! Past the quota, deploys and run starts answer 429; runs under way go on
-//! (a quota stops what comes in, not what was accepted).
+//! is done by a sweep, when flowd starts and then every `MEASURE_EVERY`
+//! (and for an account, after a deletion of its data), never inside a
+//! request; between measurements each deploy and run start adds what it
+//! stores, and each step record what it holds (`meter`).
+//! Past the quota, deploys and run starts answer 429, and a run under way
+//! stops at its next record (error kind `quota`): counted only at starts,
+//! one run of a 300 KB account stored 30 MB, a loop's records (an audit).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -12,16 +14,30 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 
+use flow_runtime::error::{ErrorKind, StepError};
+use flow_runtime::journal::StepRecord;
+use flow_runtime::store::json::json_len;
+
 use crate::server::{Daemon, Problem, store_problem};
 
 /// How often every account's stored bytes are measured again.
 pub(crate) const MEASURE_EVERY: Duration = Duration::from_secs(60);
 
+/// How long after a deletion its account is measured again.
+const REMEASURE_AFTER: Duration = Duration::from_millis(500);
+
+/// What a step record takes besides its input, output and error: its
+/// path, ids, attempts and times, as stored.
+const RECORD_OVERHEAD: usize = 200;
+
 /// The bytes each account's data took at its last measurement, plus what
 /// was admitted since.
 #[derive(Debug, Default)]
 pub(crate) struct StoredBytes {
-    by_account: Mutex<HashMap<String, u64>>,
+    /// Shared with each run's `meter`.
+    by_account: Arc<Mutex<HashMap<String, u64>>>,
+    /// The accounts a measurement after a deletion is due for.
+    remeasuring: Mutex<std::collections::HashSet<String>>,
 }
 
 impl StoredBytes {
@@ -51,6 +67,66 @@ impl StoredBytes {
         }
         *self.lock().entry(account.to_string()).or_insert(stored) += adding;
         Ok(())
+    }
+
+    /// What each record of a run of `account` adds to the account's stored
+    /// bytes, refused (with the run's stop) once that is past its quota.
+    /// A record is counted by its input's and output's JSON, about as a
+    /// store writes it, without encoding it again.
+    pub(crate) fn meter(
+        &self,
+        daemon: &Arc<Daemon>,
+        account: &str,
+    ) -> impl Fn(&StepRecord) -> Result<(), StepError> + Send + Sync + 'static {
+        let (stored, account) = (Arc::clone(&self.by_account), account.to_string());
+        let quota = daemon.config.quotas(&account).stored_bytes;
+        move |record: &StepRecord| {
+            let adding = RECORD_OVERHEAD
+                + json_len(&record.input)
+                + record.output.as_deref().map_or(0, json_len)
+                + record.error.as_ref().map_or(0, |error| error.message.len());
+            let mut by_account = stored.lock().unwrap_or_else(|p| p.into_inner());
+            let total = by_account.entry(account.clone()).or_insert(0);
+            if *total > quota {
+                return Err(StepError::new(
+                    ErrorKind::Quota,
+                    format!(
+                        "this account's data takes {total} bytes of the store, past its quota (stored_bytes) of {quota}: the run stops here; delete ended runs, old versions or KB documents, then redrive it"
+                    ),
+                ));
+            }
+            *total += adding as u64;
+            Ok(())
+        }
+    }
+
+    /// Measures `account` again a moment after a deletion freed what it
+    /// held: until the next sweep, its starts were refused for data that
+    /// was gone (an audit). Deletions in a row make one measurement, as
+    /// each reads all of the account's rows.
+    pub(crate) fn measure_soon(daemon: &Arc<Daemon>, account: &str) {
+        if !daemon
+            .stored
+            .remeasuring
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(account.to_string())
+        {
+            return;
+        }
+        let (daemon, account) = (Arc::clone(daemon), account.to_string());
+        tokio::spawn(async move {
+            tokio::time::sleep(REMEASURE_AFTER).await;
+            daemon
+                .stored
+                .remeasuring
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&account);
+            if let Err(problem) = daemon.stored.measure(&daemon, &account).await {
+                tracing::error!(account = %account, "cannot measure stored bytes: {}", problem.detail());
+            }
+        });
     }
 
     /// Measures every configured account (the sweep), replacing what was

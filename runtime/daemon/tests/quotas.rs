@@ -319,3 +319,39 @@ async fn an_account_past_its_stored_bytes_is_refused_new_data() {
     assert_eq!(status, 202, "another account's quota: {body}");
     assert_eq!(flowd.stop(), Some(0));
 }
+
+/// A run stops once its account's data is past `stored_bytes`, with an
+/// error of kind `quota`, and the account's next start is refused at once.
+/// Regression: the quota was checked at starts and deploys only, and one
+/// run of a loop stored a hundred times its account's quota (an audit).
+#[tokio::test]
+async fn a_run_stops_once_its_accounts_data_is_past_its_quota() {
+    let server = FakeLlm::start(vec![], json!({ "text": "t" }), Duration::ZERO).await;
+    let dir = TempDir::new("quota-stored-run");
+    let flowd = Flowd::start_with(&dir, &config(&server, "stored_bytes = 60000\n"));
+    let source = format!(
+        "{RECIPE}workflow grow {{\n  input {{ note: string, items: list<string> }}\n  for workflow_input.items as each max 1000 {{\n    step a = answer {{ q: \"{{{{workflow_input.note}}}} {{{{loop_item}}}}\" }}\n  }}\n}}\n"
+    );
+    flowd.deploy(ACME, &source).await;
+    let items: Vec<String> = (0..100).map(|i| format!("item {i}")).collect();
+    let start =
+        json!({ "workflow": "grow", "input": { "note": "x".repeat(2_000), "items": items } });
+    let run = flowd.start_run(ACME, start.clone()).await;
+    let record = flowd
+        .settled_within(&run, ACME, Duration::from_secs(60))
+        .await;
+    assert_eq!(record["status"], "failed", "{record}");
+    assert_eq!(record["error"]["kind"], "quota", "{record}");
+    // About 60 KB of records of 2 KB each: far from the loop's 100.
+    let asked = server.requests();
+    assert!((20..40).contains(&asked), "{asked} steps ran");
+    let (status, body) = flowd
+        .send(Method::POST, "/v1/runs", Some(ACME), Some(start))
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (429, Some("quota_exceeded")),
+        "{body}"
+    );
+    assert_eq!(flowd.stop(), Some(0));
+}

@@ -15,7 +15,7 @@
 
 mod commit_wait;
 mod journal;
-mod json;
+pub mod json;
 pub mod record;
 
 use std::sync::Arc;

@@ -33,6 +33,7 @@ pub(crate) async fn delete_document(
         .await
         .map_err(store_problem)?
     {
+        crate::storage::StoredBytes::measure_soon(&daemon, &account);
         Ok(axum::Json(Deleted { deleted: true }).into_response())
     } else {
         Err(Problem::new(

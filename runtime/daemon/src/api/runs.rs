@@ -591,7 +591,10 @@ pub(crate) async fn delete_run(
         .await
         .map_err(store_problem)?
     {
-        Deletion::Deleted => Ok(axum::Json(Deleted { deleted: true }).into_response()),
+        Deletion::Deleted => {
+            crate::storage::StoredBytes::measure_soon(&daemon, &account);
+            Ok(axum::Json(Deleted { deleted: true }).into_response())
+        }
         Deletion::NotEnded(status) => Err(Problem::new(
             StatusCode::CONFLICT,
             "run_not_ended",

@@ -468,6 +468,7 @@ pub(crate) async fn undeploy(
     if !left.iter().any(|d| d.workflow == workflow) {
         daemon.metrics.forget_workflow(&account, &workflow);
     }
+    crate::storage::StoredBytes::measure_soon(&daemon, &account);
     Ok(axum::Json(Retired { retired }).into_response())
 }
 

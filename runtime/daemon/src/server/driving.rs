@@ -337,9 +337,14 @@ impl Daemon {
                 let traced: Arc<std::sync::Mutex<Vec<StepRecord>>> = Arc::default();
                 let observer: Observer = {
                     let (metrics, daemon) = (daemon.metrics.observer(&account), Arc::clone(&daemon));
+                    let stored = daemon.stored.meter(&daemon, &account);
                     let traced = Arc::clone(&traced);
                     let tracing = daemon.config.otlp_endpoint.is_some();
                     Arc::new(move |record: &StepRecord| {
+                        // Past the account's quota the run stops here,
+                        // its record unwritten: a quota checked at starts
+                        // alone let one run store a hundred times it.
+                        stored(record)?;
                         metrics(record);
                         if record.kind == StepKind::Handoff {
                             daemon.mail_wake.notify_one();
@@ -352,6 +357,7 @@ impl Daemon {
                             kept.output = None;
                             traced.lock().unwrap_or_else(|p| p.into_inner()).push(kept);
                         }
+                        Ok(())
                     })
                 };
                 // The account's MCP servers only, on this run's connections.
