@@ -99,6 +99,33 @@ llm_concurrency = 50
     );
 }
 
+/// Starts sent at the same moment are held to the account's runs in
+/// flight. Regression: each was checked against a count taken before any
+/// of them was driven, and ten at once against a quota of 3 started five
+/// (an audit).
+#[tokio::test]
+async fn starts_at_once_are_held_to_the_runs_in_flight() {
+    let server = FakeLlm::start(vec![], json!({ "text": "t" }), Duration::from_millis(1500)).await;
+    let dir = TempDir::new("quota-runs-at-once");
+    let flowd = Flowd::start_with(&dir, &config(&server, "runs_in_flight = 3\n"));
+    let source = format!("{RECIPE}workflow slow {{\n  step a = answer {{ q: \"x\" }}\n}}\n");
+    flowd.deploy(ACME, &source).await;
+    let mut starts = tokio::task::JoinSet::new();
+    for _ in 0..10 {
+        let start = flowd
+            .client
+            .post(format!("{}/v1/runs", flowd.url))
+            .bearer_auth(ACME)
+            .header("content-type", "application/json")
+            .body(json!({ "workflow": "slow" }).to_string());
+        starts.spawn(async move { start.send().await.unwrap().status().as_u16() });
+    }
+    let mut statuses = starts.join_all().await;
+    statuses.sort_unstable();
+    assert_eq!(statuses, [202, 202, 202, 429, 429, 429, 429, 429, 429, 429]);
+    assert_eq!(flowd.stop(), Some(0));
+}
+
 /// A start beyond the account's runs in flight answers 429 with
 /// `Retry-After`, and another account is not held back by it.
 #[tokio::test]

@@ -177,7 +177,7 @@ pub(crate) async fn start_run(
     // The configuration may have changed since the deploy.
     mcp_allowed(&daemon, &account, &plan)?;
     let quota = daemon.config.quotas(&account).runs_in_flight;
-    if daemon.runs_in_flight(&account) >= quota {
+    let Some(place) = daemon.reserve_run(&account, quota) else {
         return Err(Problem::new(
             StatusCode::TOO_MANY_REQUESTS,
             "quota_exceeded",
@@ -186,7 +186,7 @@ pub(crate) async fn start_run(
             ),
         )
         .retry_after(1));
-    }
+    };
     daemon.stored.admit(&daemon, &account, stores).await?;
     let input = request.input();
     if let Some(workflow) = plan.workflow(&request.workflow) {
@@ -244,6 +244,8 @@ pub(crate) async fn start_run(
                 let asked_at = Some(asked_at);
                 daemon.spawn_run(plan, account, run.workflow, run_id, run.input, asked_at);
             }
+            // The run is counted as driven now.
+            drop(place);
             Ok(created)
         })
     };

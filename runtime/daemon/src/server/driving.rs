@@ -235,13 +235,13 @@ impl Daemon {
     }
 
     /// How many of `account`'s runs this process drives now.
-    pub(crate) fn runs_in_flight(&self, account: &str) -> usize {
-        self.in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(account)
-            .copied()
-            .unwrap_or(0)
+    /// A place among `account`'s runs in flight, while fewer than `most`
+    /// are: held by a start until its run is driven (and counted as
+    /// such). Counted and checked at once, so that starts at the same
+    /// moment cannot all pass a count taken before any of them ran (an
+    /// audit: ten at once against a quota of 3 started five).
+    pub(crate) fn reserve_run(&self, account: &str, most: usize) -> Option<InFlight> {
+        InFlight::count_within(&self.in_flight, account, most)
     }
 
     /// Stops driving run `id` here, if this process is (a cancelled run).
@@ -495,15 +495,25 @@ impl InFlight {
         counts: &Arc<std::sync::Mutex<HashMap<String, usize>>>,
         account: &str,
     ) -> InFlight {
-        *counts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(account.to_string())
-            .or_default() += 1;
-        InFlight {
+        InFlight::count_within(counts, account, usize::MAX).expect("no count reaches usize::MAX")
+    }
+
+    /// Counts one more of `account`'s, unless `most` are counted already.
+    pub(super) fn count_within(
+        counts: &Arc<std::sync::Mutex<HashMap<String, usize>>>,
+        account: &str,
+        most: usize,
+    ) -> Option<InFlight> {
+        let mut counts_now = counts.lock().unwrap_or_else(|p| p.into_inner());
+        let count = counts_now.entry(account.to_string()).or_default();
+        if *count >= most {
+            return None;
+        }
+        *count += 1;
+        Some(InFlight {
             counts: Arc::clone(counts),
             account: account.to_string(),
-        }
+        })
     }
 }
 
