@@ -262,6 +262,19 @@ async fn serve_authenticates_answers_problems_and_stops_on_sigterm() {
         .await;
     assert_eq!((status, body["code"].as_str()), (404, Some("not_found")));
     assert_eq!(body["status"], 404);
+    // Regression: of two keys the first decided whom the request was (a
+    // proxy adding its own header chose the account).
+    let answer = flowd
+        .client
+        .get(format!("{}/v1/runs", flowd.url))
+        .header("authorization", format!("Bearer {ACME}"))
+        .header("authorization", format!("Bearer {GLOBEX}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 400);
+    let body: serde_json::Value = answer.json().await.unwrap();
+    assert_eq!(body["code"], "several_credentials", "{body}");
     // Regression (issue 13): `bearer` in lower case was refused, though an
     // authentication scheme's name is case-insensitive (RFC 9110).
     for scheme in ["bearer", "BEARER", "Bearer "] {
@@ -1495,12 +1508,16 @@ async fn an_idempotency_key_starts_one_run_however_often_it_is_sent() {
     );
     let (status, body) = start(GLOBEX, "order-42", "Bob").await;
     assert_eq!(status, 202, "globex's keys are its own: {body}");
-    let (status, body) = start(ACME, "", "Ada").await;
-    assert_eq!(
-        (status, body["code"].as_str()),
-        (400, Some("invalid_idempotency_key")),
-        "{body}"
-    );
+    // Regression: a key with a blank was taken, though keys are visible
+    // ASCII.
+    for key in ["", "order 43"] {
+        let (status, body) = start(ACME, key, "Ada").await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (400, Some("invalid_idempotency_key")),
+            "`{key}`: {body}"
+        );
+    }
 
     // After a new version: the key with no version still answers the first
     // run; naming the version it ran too; naming another is refused.

@@ -273,15 +273,21 @@ pub(crate) async fn start_run(
 
 /// The `Idempotency-Key` header, if the request has one.
 pub(super) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Problem> {
-    let Some(value) = headers.get("idempotency-key") else {
+    let mut values = headers.get_all("idempotency-key").iter();
+    let Some(value) = values.next() else {
         return Ok(None);
     };
+    // A blank was taken as part of the key, and of two keys the first
+    // (an audit).
+    let visible = |key: &str| key.bytes().all(|b| b.is_ascii_graphic());
     match value.to_str() {
-        Ok(key) if !key.is_empty() && key.len() <= 255 => Ok(Some(key.to_string())),
+        Ok(key) if values.next().is_none() && (1..=255).contains(&key.len()) && visible(key) => {
+            Ok(Some(key.to_string()))
+        }
         _ => Err(Problem::new(
             StatusCode::BAD_REQUEST,
             "invalid_idempotency_key",
-            "an Idempotency-Key is 1 to 255 visible ASCII characters",
+            "an Idempotency-Key is one header of 1 to 255 visible ASCII characters (no blanks)",
         )),
     }
 }

@@ -63,6 +63,22 @@ pub(super) async fn authenticate(
     mut request: Request,
     next: Next,
 ) -> Response {
+    // Two keys are no answer as to whom a request is: the first one won,
+    // and a proxy that adds its own header decided which account acted
+    // (an audit).
+    if request
+        .headers()
+        .get_all(header::AUTHORIZATION)
+        .iter()
+        .nth(1)
+        .is_some()
+    {
+        return problem(
+            StatusCode::BAD_REQUEST,
+            "several_credentials",
+            "send one `Authorization` header: this request has several",
+        );
+    }
     let Some(key) = bearer_token(request.headers()) else {
         return problem(
             StatusCode::UNAUTHORIZED,
