@@ -13,8 +13,35 @@ pub struct Problem {
     retry_after: Option<u32>,
 }
 
+/// The longest `detail` answered: it names what the request sent (an id, a
+/// name), and a 40 KB id came back whole in its 404 (an audit).
+const LONGEST_DETAIL: usize = 2_048;
+
+/// `detail` within [`LONGEST_DETAIL`] bytes: its start and end, with how
+/// much was left out between them.
+fn bounded(detail: &str) -> std::borrow::Cow<'_, str> {
+    if detail.len() <= LONGEST_DETAIL {
+        return std::borrow::Cow::Borrowed(detail);
+    }
+    let floor = |mut at: usize| {
+        while !detail.is_char_boundary(at) {
+            at -= 1;
+        }
+        at
+    };
+    let head = floor(LONGEST_DETAIL * 3 / 4);
+    let tail = floor(detail.len() - LONGEST_DETAIL / 4);
+    std::borrow::Cow::Owned(format!(
+        "{} [... {} bytes left out ...] {}",
+        &detail[..head],
+        tail - head,
+        &detail[tail..]
+    ))
+}
+
 impl Problem {
     pub fn new(status: StatusCode, code: &str, detail: &str) -> Problem {
+        let detail = bounded(detail);
         Problem {
             status,
             body: json!({
@@ -138,4 +165,28 @@ pub(crate) async fn joined<T>(
 /// A problem as a response, for middleware and fallbacks.
 pub fn problem(status: StatusCode, code: &str, detail: &str) -> Response {
     Problem::new(status, code, detail).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A detail that quotes a huge id is cut in its middle, on a character
+    /// boundary, and says how much it left out.
+    #[test]
+    fn a_long_detail_keeps_its_start_and_end() {
+        let id = "é".repeat(20_000);
+        let problem = Problem::new(
+            StatusCode::NOT_FOUND,
+            "unknown_run",
+            &format!("no run `{id}` in this account"),
+        );
+        let detail = problem.detail();
+        assert!(detail.len() <= LONGEST_DETAIL + 64, "{}", detail.len());
+        assert!(detail.starts_with("no run `éé"), "{detail}");
+        assert!(detail.ends_with("éé` in this account"), "{detail}");
+        assert!(detail.contains("bytes left out"), "{detail}");
+        let short = Problem::new(StatusCode::NOT_FOUND, "unknown_run", "no run `r1`");
+        assert_eq!(short.detail(), "no run `r1`");
+    }
 }
