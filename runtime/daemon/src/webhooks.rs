@@ -354,8 +354,12 @@ pub(crate) async fn post(
 }
 
 /// The `webhook-id` of an event: the same on every attempt, in every flowd.
+/// Named by the run, the event and when it happened: the events' row id
+/// counts every account's events, and a receiver saw in it how busy the
+/// other accounts were (an audit). A run's events of one kind are apart
+/// in time (a decision comes between two parks).
 fn message_id(event: &RunEvent) -> String {
-    format!("msg_{}_{}", event.run_id, event.id)
+    format!("msg_{}_{}_{}", event.run_id, event.event, event.created_ms)
 }
 
 #[cfg(test)]

@@ -1021,6 +1021,15 @@ async fn webhooks_are_signed_and_retried_after_a_500() {
     let (first_headers, _) = &deliveries[0];
     assert_eq!(first_headers["webhook-id"], headers["webhook-id"]);
     let id = headers["webhook-id"].to_str().unwrap();
+    // Regression: the id ended in the events' row id, which counts every
+    // account's events.
+    let when = id
+        .strip_prefix(&format!("msg_{run_id}_completed_"))
+        .unwrap_or_else(|| panic!("{id}"));
+    assert!(
+        when.parse::<i64>().is_ok_and(|ms| ms > 1_700_000_000_000),
+        "{id}"
+    );
     let timestamp = headers["webhook-timestamp"].to_str().unwrap();
     let mut mac = Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
     mac.update(format!("{id}.{timestamp}.{body}").as_bytes());
