@@ -10,6 +10,11 @@
 //! * A request's header must arrive whole within `HEADER_READ_TIMEOUT`
 //!   (hyper's own timer): a client that trickles it a byte at a time, or
 //!   that connects and says nothing, is cut off.
+//! * A request's body must arrive whole within `BODY_READ_TIMEOUT` of its
+//!   header: past it, reading the body fails and the request is answered
+//!   408 (`TimedBody`). A body trickled a byte every few seconds held its
+//!   connection for good, and one that stalled was dropped without an
+//!   answer (an audit).
 //! * A connection with no byte read or written for `IDLE_TIMEOUT` is
 //!   closed (an idle keep-alive connection, a client that stopped reading).
 //! * On shutdown, accepting stops and open connections finish the request
@@ -35,6 +40,8 @@ use tokio::sync::Semaphore;
 pub(crate) const MAX_CONNECTIONS: usize = 1024;
 /// How long a request's header may take to arrive.
 pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a request's body may take to arrive, from its header.
+pub(crate) const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a connection may stay without a byte either way.
 pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long open connections get to finish on shutdown.
@@ -122,15 +129,17 @@ impl Connection {
         let counted = Arc::clone(&activity);
         // Counts the requests being answered, so that a connection is made
         // to give up its place only between requests.
-        let service = hyper::service::service_fn(move |request| {
-            let answering = Answering::start(&counted);
-            let response = hyper::service::Service::call(&inner, request);
-            async move {
-                let response = response.await;
-                drop(answering);
-                response
-            }
-        });
+        let service =
+            hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+                let answering = Answering::start(&counted);
+                let request = request.map(TimedBody::new);
+                let response = hyper::service::Service::call(&inner, request);
+                async move {
+                    let response = response.await;
+                    drop(answering);
+                    response
+                }
+            });
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(TokioTimer::new())
             .header_read_timeout(HEADER_READ_TIMEOUT);
@@ -154,6 +163,65 @@ impl Connection {
                 }
             }
         });
+    }
+}
+
+/// A request's body that fails once [`BODY_READ_TIMEOUT`] has passed
+/// since its header was read, whatever still arrives.
+struct TimedBody {
+    inner: hyper::body::Incoming,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl TimedBody {
+    fn new(inner: hyper::body::Incoming) -> TimedBody {
+        TimedBody {
+            inner,
+            deadline: Box::pin(tokio::time::sleep(BODY_READ_TIMEOUT)),
+        }
+    }
+}
+
+/// The error of a body that did not arrive in time: its words are how a
+/// handler tells it from others (`api::json_bytes`).
+#[derive(Debug)]
+pub(crate) struct BodyTimedOut;
+
+impl BodyTimedOut {
+    pub(crate) const MESSAGE: &'static str =
+        "the request's body did not arrive whole within 30 s of its header";
+}
+
+impl std::fmt::Display for BodyTimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(BodyTimedOut::MESSAGE)
+    }
+}
+
+impl std::error::Error for BodyTimedOut {}
+
+impl http_body::Body for TimedBody {
+    type Data = axum::body::Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        if self.deadline.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Some(Err(Box::new(BodyTimedOut))));
+        }
+        Pin::new(&mut self.inner)
+            .poll_frame(cx)
+            .map_err(|error| Box::new(error) as Self::Error)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 

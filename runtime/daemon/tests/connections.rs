@@ -97,3 +97,43 @@ async fn idle_connections_make_room_for_a_new_client() {
     drop(held);
     assert_eq!(flowd.stop(), Some(0));
 }
+
+/// A request whose body does not arrive whole within 30 s of its header
+/// is answered 408 with a problem, and its connection closed. Regression
+/// (an audit): a body sent a byte every few seconds held its connection
+/// for good, and one that stalled was dropped without an answer.
+#[tokio::test]
+async fn a_body_that_does_not_arrive_in_time_is_answered_408() {
+    let dir = TempDir::new("flowd-connections-body");
+    let flowd = Flowd::start(&dir);
+    let address = flowd.url.trim_start_matches("http://").to_string();
+    let mut trickling = TcpStream::connect(&address).await.unwrap();
+    let head = format!(
+        "POST /v1/runs HTTP/1.1\r\nHost: flow\r\nAuthorization: Bearer {ACME}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{"
+    );
+    trickling.write_all(head.as_bytes()).await.unwrap();
+    let started = Instant::now();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        // A byte every 5 s: never idle for long, never done.
+        let _ = trickling.write_all(b" ").await;
+        match tokio::time::timeout(Duration::from_secs(5), trickling.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(read)) => answer.extend_from_slice(&buf[..read]),
+            Err(_) => assert!(started.elapsed() < Duration::from_secs(50), "no answer"),
+        }
+        if answer.windows(4).any(|w| w == b"\r\n\r\n") && answer.ends_with(b"}") {
+            break;
+        }
+    }
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("\"code\":\"body_timeout\""), "{answer}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(29),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(flowd.stop(), Some(0));
+}

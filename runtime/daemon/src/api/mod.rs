@@ -267,13 +267,25 @@ pub(crate) fn json_bytes(
         ));
     }
     let body = body.map_err(|rejection| {
-        let status = rejection.status();
-        let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
-            "body_too_large"
-        } else {
-            "unreadable_body"
-        };
-        Problem::new(status, code, &rejection.body_text())
+        let (status, text) = (rejection.status(), rejection.body_text());
+        if text.contains(crate::connections::BodyTimedOut::MESSAGE) {
+            return Problem::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                crate::connections::BodyTimedOut::MESSAGE,
+            );
+        }
+        if status == StatusCode::PAYLOAD_TOO_LARGE {
+            return Problem::new(
+                status,
+                "body_too_large",
+                &format!(
+                    "the body is longer than the {} MiB flowd reads",
+                    crate::server::BODY_LIMIT >> 20
+                ),
+            );
+        }
+        Problem::new(status, "unreadable_body", &text)
     })?;
     Ok(body)
 }

@@ -147,7 +147,7 @@ const SETTLE: Duration = Duration::from_secs(10);
 const PLAN_CACHE_BYTES: usize = 64 * 1024 * 1024;
 
 /// Largest request body accepted (a `.flow` source or a run's input).
-const BODY_LIMIT: usize = 2 * 1024 * 1024;
+pub(crate) const BODY_LIMIT: usize = 2 * 1024 * 1024;
 
 impl Daemon {
     /// Opens the store and the provider that `config` names.
