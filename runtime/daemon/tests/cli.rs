@@ -1816,6 +1816,33 @@ async fn a_deploy_of_another_shape_says_what_it_takes() {
     let (status, body) = flowd.try_deploy(ACME, json!({ "plan": plan })).await;
     assert_eq!(status, 201, "{body}");
 
+    // Regression (an audit): serde's words, "invalid length 0, expected
+    // struct StartRun with 3 elements" for `[]`, "expected u32" for a
+    // version, "Failed to deserialize query string: ... invalid digit".
+    for (route, body, says) in [
+        ("/v1/runs", json!([]), "a JSON object, `{...}`"),
+        (
+            "/v1/runs/r1/redrive",
+            json!({ "version": -1 }),
+            "expected a whole number, 0 or more",
+        ),
+    ] {
+        let (status, answer) = flowd
+            .send(reqwest::Method::POST, route, Some(ACME), Some(body))
+            .await;
+        assert_eq!(status, 422, "{answer}");
+        let detail = answer["detail"].as_str().unwrap();
+        assert!(detail.contains(says), "{detail}");
+    }
+    let (status, answer) = flowd
+        .send(reqwest::Method::GET, "/v1/runs?limit=-1", Some(ACME), None)
+        .await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(
+        answer["detail"], "the query does not read: limit: not a whole number, 0 or more",
+        "{answer}"
+    );
+
     // A body nested past what serde_json reads is JSON all the same: the
     // answer says how deep, not "not JSON".
     let deep = format!(

@@ -211,11 +211,41 @@ struct Deleted {
 }
 
 fn invalid_query(rejection: QueryRejection) -> Problem {
+    let text = rejection.body_text();
+    let text = text
+        .strip_prefix("Failed to deserialize query string: ")
+        .unwrap_or(&text);
     Problem::new(
         StatusCode::BAD_REQUEST,
         "invalid_query",
-        &rejection.body_text(),
+        &format!("the query does not read: {}", in_plain_words(text)),
     )
+}
+
+/// A deserializer's message with its Rust type names said as the API's
+/// types: `u32` is a whole number to a client.
+fn in_plain_words(message: &str) -> String {
+    const TYPES: &[(&str, &str)] = &[
+        ("expected u8", "expected a whole number, 0 or more"),
+        ("expected u16", "expected a whole number, 0 or more"),
+        ("expected u32", "expected a whole number, 0 or more"),
+        ("expected u64", "expected a whole number, 0 or more"),
+        ("expected usize", "expected a whole number, 0 or more"),
+        ("expected i32", "expected a whole number"),
+        ("expected i64", "expected a whole number"),
+        ("expected f64", "expected a number"),
+        (
+            "invalid digit found in string",
+            "not a whole number, 0 or more",
+        ),
+        (
+            "cannot parse integer from empty string",
+            "empty, where a whole number goes",
+        ),
+    ];
+    TYPES.iter().fold(message.to_string(), |text, (rust, api)| {
+        text.replace(rust, api)
+    })
 }
 
 /// The account's run `id`, or a 404 that does not say whether it exists.
@@ -296,11 +326,17 @@ pub(crate) fn from_json_body<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T
     serde_json::from_slice(body).map_err(|error| {
         // Well-formed JSON of the wrong shape is unprocessable, not malformed.
         if error.classify() == serde_json::error::Category::Data {
-            Problem::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_request",
-                &format!("the body is not what this route takes: {error}"),
-            )
+            // Said in the API's words, not serde's (`[]` was "invalid length
+            // 0, expected struct StartRun with 3 elements"; a count "expected
+            // u32": an audit).
+            let detail = match body.iter().find(|b| !b.is_ascii_whitespace()) {
+                Some(b'{') => format!(
+                    "the body is not what this route takes: {}",
+                    in_plain_words(&error.to_string())
+                ),
+                _ => "the body is not what this route takes: a JSON object, `{...}`".to_string(),
+            };
+            Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", &detail)
         } else if error.to_string().starts_with("recursion limit exceeded") {
             // Well-formed too, as far as it was read: serde_json stops at
             // 128 levels, and "not JSON" would send the sender looking
