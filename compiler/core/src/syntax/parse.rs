@@ -169,63 +169,92 @@ fn parse_once(text: &str, file: FileId) -> Parsed {
         rewrites: Vec::new(),
         hoisted: Vec::new(),
         cut_off: Vec::new(),
-        item_respelt_at: None,
+        reread_after: None,
     };
     let mut tree = parser.file();
     parser.left_open(&mut tree);
     parser.unclosed_at_end();
-    let mut rewrites = parser.rewrites;
-    if let Some(respelt) = parser.item_respelt_at {
-        rewrites.retain(|(at, _, _)| *at <= respelt);
+    let (mut rewrites, mut problems) = (parser.rewrites, parser.problems);
+    if let Some(reread_after) = parser.reread_after {
+        // What comes after waits for the copy; said as problems, which a
+        // round with rewrites leaves for the next parse, and the last
+        // round reports.
+        let (kept, deferred): (Vec<Rewrite>, Vec<Rewrite>) = rewrites
+            .into_iter()
+            .partition(|(at, _, _)| *at <= reread_after);
+        rewrites = kept;
+        problems.extend(deferred.into_iter().map(|(_, _, diagnostic)| diagnostic));
     }
-    (tree, parser.problems, rewrites)
+    (tree, problems, rewrites)
 }
 
 /// The header of a block (`if ...`, `} else if ...`, `for ... as x`,
-/// `parallel`, `branch b`) that ends its line without its `{`, the lines
-/// under it indented further: a `{` written over the line break, so that
-/// the block is read as meant. Reported as the statement left unfinished,
-/// the `}` that closed the block then closed the one around it, and the
-/// rest of the file was skipped (an audit: a missing `{` after `else if`).
+/// `parallel`) that ends its line without its `{`, the lines under it
+/// indented further and the block closed by a `}` back at the header's
+/// indentation: a `{` written over the first blank of the block's first
+/// line, so that the block is read as meant and every line keeps its
+/// place. Reported as the statement left unfinished, the `}` that closed
+/// the block then closed the one around it, and the rest of the file was
+/// skipped (an audit: a missing `{` after `else if`). Without that `}`
+/// (a block written by indentation alone, as in Python) there is nothing
+/// the `{` would pair with, and the plain error stands.
 fn missing_block_brace_rewrite(
     source: &str,
     file: FileId,
     unfinished: usize,
     expected: &[String],
 ) -> Option<Rewrite> {
+    /// The words a statement of a block starts with.
+    const STATEMENTS: &[&str] = &["step", "if", "for", "parallel", "output"];
     if !expected.iter().any(|word| word == "`{`") {
         return None;
     }
     let line_start = source[..unfinished].rfind('\n').map_or(0, |i| i + 1);
+    let header_indent = indent(&source[line_start..]);
     let header = source[line_start..unfinished]
         .trim_start_matches([' ', '\t', '}'])
         .trim_start();
-    let opens_block = ["if ", "else", "for ", "parallel", "branch "]
+    let opens_block = ["if ", "else", "for ", "parallel"]
         .iter()
         .any(|word| header.starts_with(word));
-    let rest = &source[unfinished..];
-    let line_break = unfinished + rest.find('\n')?;
+    let line_break = unfinished + source[unfinished..].find('\n')?;
     if !opens_block || !source[unfinished..line_break].trim().is_empty() {
         return None;
     }
-    let next = source[line_break + 1..].lines().find(|line| {
-        let code = line.trim();
-        !code.is_empty() && !code.starts_with("//")
-    })?;
-    // A statement, not the rest of the header (`&& ...` on a line of its
-    // own): it starts with a word.
-    let statement = next
-        .trim_start()
-        .starts_with(|c: char| c.is_ascii_alphabetic());
-    if indent(next) <= indent(&source[line_start..]) || !statement {
+    // The lines after the header, each with its offset.
+    let lines = source[line_break + 1..]
+        .split_inclusive('\n')
+        .scan(line_break + 1, |at, line| {
+            let start = *at;
+            *at += line.len();
+            Some((start, line))
+        })
+        .filter(|(_, line)| !line.trim().is_empty());
+    // The block's first statement: its first blank is where the `{` goes.
+    // A doc comment before it would then document nothing: no `{` then.
+    let mut code_lines = lines.filter(|(_, line)| !line.trim_start().starts_with("//"));
+    let (brace_at, first) = code_lines.next()?;
+    if source[line_break..brace_at]
+        .lines()
+        .any(|line| line.trim_start().starts_with("///"))
+    {
         return None;
     }
-    // The `\r` of a `\r\n`, or the `\n`: one byte either way.
-    let at = if source[..line_break].ends_with('\r') {
-        line_break - 1
-    } else {
-        line_break
-    };
+    // A statement, not the rest of the header (`&& ...`, `concurrency 5
+    // {` on a line of their own).
+    let first_word = first.trim_start();
+    let word_len = first_word
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(first_word.len());
+    if indent(first) <= header_indent || !STATEMENTS.contains(&&first_word[..word_len]) {
+        return None;
+    }
+    let closed = code_lines
+        .find(|(_, line)| indent(line) <= header_indent)
+        .is_some_and(|(_, line)| line.trim_start().starts_with('}'));
+    if !closed {
+        return None;
+    }
     let last = source[..unfinished]
         .chars()
         .next_back()
@@ -242,7 +271,9 @@ fn missing_block_brace_rewrite(
         "Open the block with `{`",
         vec![Edit::insert(unfinished as u32, " {")],
     );
-    Some((at, "{".to_string(), diagnostic))
+    // The block's first line is indented further than the header: its
+    // first byte is a blank.
+    Some((brace_at, "{".to_string(), diagnostic))
 }
 
 /// A `{` that the layout shows was never closed, though a later `}` closed
@@ -531,11 +562,12 @@ struct Parser<'s> {
     hoisted: Vec<Item>,
     /// The `{` of each block cut off (`cut_off`), with where.
     cut_off: Vec<(usize, usize)>,
-    /// Where the first item's keyword was respelt (`worklfow`): what came
-    /// after it was read as outside any item, so its rewrites wait for
-    /// the copy that reads the item as meant (each `///` in the item was
-    /// "a doc comment that documents nothing").
-    item_respelt_at: Option<usize>,
+    /// Where the first rewrite that changes the file's structure is (an
+    /// item's keyword respelt, `worklfow`; a block's `{` supplied): what
+    /// came after it was read in the wrong block or outside any item, so
+    /// its rewrites wait for the copy that reads it as meant (each `///`
+    /// there was "a doc comment that documents nothing").
+    reread_after: Option<usize>,
 }
 
 /// Where a catch-all region was, which decides what it should have been.
@@ -1177,6 +1209,7 @@ impl<'s> Parser<'s> {
             if let Some(rewrite) =
                 missing_block_brace_rewrite(self.source, self.file, unfinished, &expected)
             {
+                self.reread_after(rewrite.0);
                 self.rewrites.push(rewrite);
                 return unfinished;
             }
@@ -1497,6 +1530,11 @@ impl<'s> Parser<'s> {
             return Some((at, " ".repeat(width), diagnostic));
         }
         None
+    }
+
+    /// Notes a rewrite at `at` that changes the file's structure.
+    fn reread_after(&mut self, at: usize) {
+        self.reread_after = Some(self.reread_after.map_or(at, |first| first.min(at)));
     }
 
     fn respelt(&self, at: usize, expected: &[String]) -> Option<Rewrite> {
@@ -2562,7 +2600,7 @@ impl<'s> Parser<'s> {
         if best.len() <= room && !glued {
             let meant = format!("{best:<room$}");
             if matches!(context, Context::Item) {
-                self.item_respelt_at = Some(self.item_respelt_at.map_or(start, |at| at.min(start)));
+                self.reread_after(start);
             }
             self.rewrites.push((start, meant, diagnostic));
         } else {
