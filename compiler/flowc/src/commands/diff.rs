@@ -38,14 +38,22 @@ pub(crate) fn run(
     // With `--format json` a version's diagnostics are the answer on
     // stdout, as `flowc build --format json` gives them: a script read
     // nothing there (an audit). The first version that does not check is
-    // the one reported.
-    let (old_plan, new_plan) =
-        match load(old, root, format).and_then(|old| Ok((old, load(new, root, format)?))) {
-            Ok(plans) => plans,
-            // A version that does not check cannot be compared, whatever the
-            // reason: that is a usage error of `diff`, not an answer.
-            Err(_) => return Exit::Usage,
-        };
+    // the one reported there, as one document; in words, both are.
+    let loaded = match format {
+        DiffFormat::Human => match (load(old, root, format), load(new, root, format)) {
+            (Ok(old), Ok(new)) => Ok((old, new)),
+            _ => Err(Exit::Usage),
+        },
+        DiffFormat::Json => {
+            load(old, root, format).and_then(|old| Ok((old, load(new, root, format)?)))
+        }
+    };
+    let (old_plan, new_plan) = match loaded {
+        Ok(plans) => plans,
+        // A version that does not check cannot be compared, whatever the
+        // reason: that is a usage error of `diff`, not an answer.
+        Err(_) => return Exit::Usage,
+    };
     let names: Vec<&str> = match workflow {
         Some(name) if old_plan.workflow(name).is_some() => vec![name],
         Some(name) => {
