@@ -23,7 +23,9 @@ use crate::store::{NewRun, RunEnd, RunLog, RunRow, RunStatus, Store, StoreError}
 
 /// Called with each step record as the run journals it (a progress display,
 /// metrics). One that refuses a record (flowd's stored-bytes quota) stops
-/// the run at that step with its error; the record is not written.
+/// the run at that step with its error, the record written all the same:
+/// the step has acted (a model was paid, a tool acted), and a redrive
+/// must go on after it, not do it again.
 pub type Observer = Arc<dyn Fn(&StepRecord) -> Result<(), StepError> + Send + Sync>;
 
 /// How often a running run's active time is recorded, so that a crash does not
@@ -644,10 +646,12 @@ impl Journal for Observed {
     }
 
     fn record<'a>(&'a self, record: StepRecord) -> BoxFuture<'a, Result<(), StepError>> {
-        if let Err(refused) = (self.observer)(&record) {
-            return Box::pin(std::future::ready(Err(refused)));
-        }
-        self.inner.record(record)
+        let refused = (self.observer)(&record).err();
+        let written = self.inner.record(record);
+        Box::pin(async move {
+            written.await?;
+            refused.map_or(Ok(()), Err)
+        })
     }
 
     fn admit(&self) -> BoxFuture<'_, Result<(), StepError>> {

@@ -208,12 +208,17 @@ impl http_body::Body for TimedBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        if self.deadline.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(Some(Err(Box::new(BodyTimedOut))));
+        // What has arrived is taken first: a body read late (a busy
+        // runtime) is no late body.
+        if let Poll::Ready(frame) = Pin::new(&mut self.inner).poll_frame(cx) {
+            return Poll::Ready(
+                frame.map(|frame| frame.map_err(|error| Box::new(error) as Self::Error)),
+            );
         }
-        Pin::new(&mut self.inner)
-            .poll_frame(cx)
-            .map_err(|error| Box::new(error) as Self::Error)
+        match self.deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyTimedOut)))),
+            Poll::Pending => Poll::Pending,
+        }
     }
 
     fn is_end_stream(&self) -> bool {

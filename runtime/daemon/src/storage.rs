@@ -23,8 +23,10 @@ use crate::server::{Daemon, Problem, store_problem};
 /// How often every account's stored bytes are measured again.
 pub(crate) const MEASURE_EVERY: Duration = Duration::from_secs(60);
 
-/// How long after a deletion its account is measured again.
-const REMEASURE_AFTER: Duration = Duration::from_millis(500);
+/// How long after a deletion its account is measured again: deletions in
+/// a row (a client's loop) make one measurement per this much time, each
+/// a read of all of the account's rows.
+const REMEASURE_AFTER: Duration = Duration::from_secs(2);
 
 /// What a step record takes besides its input, output and error: its
 /// path, ids, attempts and times, as stored.
@@ -70,7 +72,7 @@ impl StoredBytes {
     }
 
     /// What each record of a run of `account` adds to the account's stored
-    /// bytes, refused (with the run's stop) once that is past its quota.
+    /// bytes, refused (the run stops after it) once that is past its quota.
     /// A record is counted by its input's and output's JSON, about as a
     /// store writes it, without encoding it again.
     pub(crate) fn meter(
@@ -81,21 +83,31 @@ impl StoredBytes {
         let (stored, account) = (Arc::clone(&self.by_account), account.to_string());
         let quota = daemon.config.quotas(&account).stored_bytes;
         move |record: &StepRecord| {
+            // A record that another replaces at its path (a step between
+            // its attempts, a gate pending) is counted as the one that
+            // stays: each counted again, a step retried five times counted
+            // its input six times.
+            if record.status.is_replaceable() {
+                return Ok(());
+            }
             let adding = RECORD_OVERHEAD
                 + json_len(&record.input)
                 + record.output.as_deref().map_or(0, json_len)
                 + record.error.as_ref().map_or(0, |error| error.message.len());
             let mut by_account = stored.lock().unwrap_or_else(|p| p.into_inner());
-            let total = by_account.entry(account.clone()).or_insert(0);
+            let total = match by_account.get_mut(&account) {
+                Some(total) => total,
+                None => by_account.entry(account.clone()).or_insert(0),
+            };
+            *total += adding as u64;
             if *total > quota {
                 return Err(StepError::new(
                     ErrorKind::Quota,
                     format!(
-                        "this account's data takes {total} bytes of the store, past its quota (stored_bytes) of {quota}: the run stops here; delete ended runs, old versions or KB documents, then redrive it"
+                        "this account's data takes {total} bytes of the store, past its quota (stored_bytes) of {quota}: the run stops after this step; delete ended runs, old versions or KB documents, then redrive it"
                     ),
                 ));
             }
-            *total += adding as u64;
             Ok(())
         }
     }
@@ -117,13 +129,17 @@ impl StoredBytes {
         let (daemon, account) = (Arc::clone(daemon), account.to_string());
         tokio::spawn(async move {
             tokio::time::sleep(REMEASURE_AFTER).await;
+            let measured = daemon.stored.measure(&daemon, &account).await;
+            // Out of the set once measured, not before: a deletion meanwhile
+            // is in this measurement or waits for the next, never two at
+            // once.
             daemon
                 .stored
                 .remeasuring
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(&account);
-            if let Err(problem) = daemon.stored.measure(&daemon, &account).await {
+            if let Err(problem) = measured {
                 tracing::error!(account = %account, "cannot measure stored bytes: {}", problem.detail());
             }
         });

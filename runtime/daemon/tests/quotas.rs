@@ -105,7 +105,9 @@ llm_concurrency = 50
 /// (an audit).
 #[tokio::test]
 async fn starts_at_once_are_held_to_the_runs_in_flight() {
-    let server = FakeLlm::start(vec![], json!({ "text": "t" }), Duration::from_millis(1500)).await;
+    // Slow enough that no run ends while the starts are answered, on a
+    // loaded machine too.
+    let server = FakeLlm::start(vec![], json!({ "text": "t" }), Duration::from_secs(10)).await;
     let dir = TempDir::new("quota-runs-at-once");
     let flowd = Flowd::start_with(&dir, &config(&server, "runs_in_flight = 3\n"));
     let source = format!("{RECIPE}workflow slow {{\n  step a = answer {{ q: \"x\" }}\n}}\n");
@@ -374,6 +376,63 @@ async fn a_run_stops_once_its_accounts_data_is_past_its_quota() {
     assert!((20..40).contains(&asked), "{asked} steps ran");
     let (status, body) = flowd
         .send(Method::POST, "/v1/runs", Some(ACME), Some(start))
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (429, Some("quota_exceeded")),
+        "{body}"
+    );
+    assert_eq!(flowd.stop(), Some(0));
+}
+
+/// A redrive drives a run as a start does, so it is held to the same
+/// `runs_in_flight`. Regression (a review): a run started, cancelled and
+/// redriven passed the quota, again and again.
+#[tokio::test]
+async fn a_redrive_is_held_to_the_runs_in_flight() {
+    let server = FakeLlm::start(vec![], json!({ "text": "t" }), Duration::from_secs(10)).await;
+    let dir = TempDir::new("quota-runs-redrive");
+    let flowd = Flowd::start_with(&dir, &config(&server, "runs_in_flight = 1\n"));
+    let source = format!("{RECIPE}workflow slow {{\n  step a = answer {{ q: \"x\" }}\n}}\n");
+    flowd.deploy(ACME, &source).await;
+    let cancelled = flowd.start_run(ACME, json!({ "workflow": "slow" })).await;
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            &format!("/v1/runs/{cancelled}/cancel"),
+            Some(ACME),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // Its task lets go of its place as it stops.
+    let mut started = None;
+    for _ in 0..50 {
+        let (status, body) = flowd
+            .send(
+                Method::POST,
+                "/v1/runs",
+                Some(ACME),
+                Some(json!({ "workflow": "slow" })),
+            )
+            .await;
+        if status == 202 {
+            started = Some(body);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        started.is_some(),
+        "the cancelled run's place was given back"
+    );
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            &format!("/v1/runs/{cancelled}/redrive"),
+            Some(ACME),
+            None,
+        )
         .await;
     assert_eq!(
         (status, body["code"].as_str()),

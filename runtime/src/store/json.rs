@@ -14,7 +14,6 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-/// Appends `value`'s JSON to `out`.
 /// About how many bytes `write_value` writes for `value`, counted without
 /// writing them (strings without their escapes, numbers as 8): what a
 /// record adds to its account's stored bytes, for a quota that must not
@@ -34,6 +33,7 @@ pub fn json_len(value: &Value) -> usize {
     }
 }
 
+/// Appends `value`'s JSON to `out`.
 pub(crate) fn write_value(out: &mut String, value: &Value) {
     match value {
         Value::Null => out.push_str("null"),

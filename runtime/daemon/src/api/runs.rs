@@ -176,17 +176,7 @@ pub(crate) async fn start_run(
         .map_err(store_problem)?;
     // The configuration may have changed since the deploy.
     mcp_allowed(&daemon, &account, &plan)?;
-    let quota = daemon.config.quotas(&account).runs_in_flight;
-    let Some(place) = daemon.reserve_run(&account, quota) else {
-        return Err(Problem::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "quota_exceeded",
-            &format!(
-                "this account has {quota} runs in flight, its quota (runs_in_flight); start this one when one of them has ended or parked"
-            ),
-        )
-        .retry_after(1));
-    };
+    let place = run_place(&daemon, &account, "start this one")?;
     daemon.stored.admit(&daemon, &account, stores).await?;
     let input = request.input();
     if let Some(workflow) = plan.workflow(&request.workflow) {
@@ -269,6 +259,27 @@ pub(crate) async fn start_run(
         }),
     )
         .into_response())
+}
+
+/// A place among the account's runs in flight for a run about to be
+/// driven (`Daemon::reserve_run`), or the 429 that says there is none;
+/// `then` says what to do once there is.
+fn run_place(
+    daemon: &Daemon,
+    account: &str,
+    then: &str,
+) -> Result<crate::server::InFlight, Problem> {
+    let quota = daemon.config.quotas(account).runs_in_flight;
+    daemon.reserve_run(account, quota).ok_or_else(|| {
+        Problem::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "quota_exceeded",
+            &format!(
+                "this account has {quota} runs in flight, its quota (runs_in_flight); {then} when one of them has ended or parked"
+            ),
+        )
+        .retry_after(1)
+    })
 }
 
 /// The `Idempotency-Key` header, if the request has one.
@@ -683,6 +694,9 @@ pub(crate) async fn redrive(
         }
     };
     daemon.answerable_here(&id).await?;
+    // A redrive drives a run as a start does: held to the same quota (a
+    // run started, cancelled and redriven passed it).
+    let place = run_place(&daemon, &account, "redrive it")?;
     let to_plan = request.version.map(|_| plan.hash.as_str());
     if daemon
         .store
@@ -702,6 +716,7 @@ pub(crate) async fn redrive(
         ));
     }
     daemon.spawn_run(plan, row.account, row.workflow, id.clone(), row.input, None);
+    drop(place);
     Ok((
         StatusCode::ACCEPTED,
         axum::Json(RunState {

@@ -40,6 +40,7 @@ mod routes;
 
 use auth::*;
 pub use auth::{AccountId, KeyHolder};
+pub(crate) use driving::InFlight;
 use problem::*;
 pub use problem::{Problem, problem};
 pub(crate) use problem::{joined, store_problem};
