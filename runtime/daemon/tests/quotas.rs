@@ -15,6 +15,12 @@ use serde_json::json;
 
 const RECIPE: &str = "recipe answer { model \"default\" input { q: string } output { text: string } prompt \"{{input.q}}\" }\n";
 
+/// A workflow of one step on the (slow) fake model, `slow`: each run
+/// holds its place among the runs in flight for as long as the model takes.
+fn slow_workflow() -> String {
+    format!("{RECIPE}workflow slow {{\n  step a = answer {{ q: \"x\" }}\n}}\n")
+}
+
 /// `CONFIG` with the fake model and `acme`'s own quotas.
 fn config(server: &FakeLlm, acme_quotas: &str) -> String {
     CONFIG.replace("id = \"acme\"\n", &format!("id = \"acme\"\n{acme_quotas}"))
@@ -110,8 +116,7 @@ async fn starts_at_once_are_held_to_the_runs_in_flight() {
     let server = FakeLlm::start(vec![], json!({ "text": "t" }), Duration::from_secs(10)).await;
     let dir = TempDir::new("quota-runs-at-once");
     let flowd = Flowd::start_with(&dir, &config(&server, "runs_in_flight = 3\n"));
-    let source = format!("{RECIPE}workflow slow {{\n  step a = answer {{ q: \"x\" }}\n}}\n");
-    flowd.deploy(ACME, &source).await;
+    flowd.deploy(ACME, &slow_workflow()).await;
     let mut starts = tokio::task::JoinSet::new();
     for _ in 0..10 {
         let start = flowd
@@ -393,8 +398,7 @@ async fn a_redrive_is_held_to_the_runs_in_flight() {
     let server = FakeLlm::start(vec![], json!({ "text": "t" }), Duration::from_secs(10)).await;
     let dir = TempDir::new("quota-runs-redrive");
     let flowd = Flowd::start_with(&dir, &config(&server, "runs_in_flight = 1\n"));
-    let source = format!("{RECIPE}workflow slow {{\n  step a = answer {{ q: \"x\" }}\n}}\n");
-    flowd.deploy(ACME, &source).await;
+    flowd.deploy(ACME, &slow_workflow()).await;
     let cancelled = flowd.start_run(ACME, json!({ "workflow": "slow" })).await;
     let (status, body) = flowd
         .send(
