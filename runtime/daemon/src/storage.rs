@@ -5,7 +5,7 @@
 //! request; between measurements each deploy and run start adds what it
 //! stores, and each step record what it holds (`meter`).
 //! Past the quota, deploys and run starts answer 429, and a run under way
-//! stops at its next record (error kind `quota`): counted only at starts,
+//! stops after the record that passed it (error kind `quota`): counted only at starts,
 //! one run of a 300 KB account stored 30 MB, a loop's records (an audit).
 
 use std::collections::HashMap;

@@ -234,7 +234,6 @@ impl Daemon {
         })
     }
 
-    /// How many of `account`'s runs this process drives now.
     /// A place among `account`'s runs in flight, while fewer than `most`
     /// are: held by a start until its run is driven (and counted as
     /// such). Counted and checked at once, so that starts at the same
@@ -341,9 +340,10 @@ impl Daemon {
                     let traced = Arc::clone(&traced);
                     let tracing = daemon.config.otlp_endpoint.is_some();
                     Arc::new(move |record: &StepRecord| {
-                        // Past the account's quota the run stops here,
-                        // its record unwritten: a quota checked at starts
-                        // alone let one run store a hundred times it.
+                        // Past the account's quota the run stops after
+                        // this record (written: the step has acted): a
+                        // quota checked at starts alone let one run store
+                        // a hundred times it.
                         stored(record)?;
                         metrics(record);
                         if record.kind == StepKind::Handoff {
