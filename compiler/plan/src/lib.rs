@@ -27,7 +27,7 @@ pub mod written;
 pub use error_kind::ErrorKind;
 #[doc(hidden)]
 pub use serde as __serde;
-pub use validate::{PlanInPieces, PlanProblem, PlanProblems, is_ident};
+pub use validate::{PlanInPieces, PlanProblem, PlanProblems, describe_value, is_ident};
 
 /// `text` cut to at most `most` characters, the cut marked with `…`: for
 /// messages that quote what a plan, an input, a model or a server said.
@@ -911,6 +911,10 @@ impl Plan {
                         PlanError::Version { found: version }
                     }
                     Some(_) => PlanError::Malformed(error.to_string()),
+                    None if !value.is_object() => PlanError::Malformed(format!(
+                        "a plan is a JSON object, not {}",
+                        describe_value(&value)
+                    )),
                     None => PlanError::Malformed("no `format_version`".to_string()),
                 });
             }
@@ -1004,6 +1008,22 @@ mod tests {
                 .to_string()
                 .starts_with("not a valid plan")
         );
+    }
+
+    /// Regression (an audit): a plan that is no object was told it had no
+    /// `format_version`.
+    #[test]
+    fn a_plan_that_is_no_object_is_told_so() {
+        for (text, kind) in [
+            ("[]", "a list"),
+            ("7", "a number"),
+            ("\"plan\"", "a string"),
+        ] {
+            assert_eq!(
+                Plan::from_json(text).unwrap_err().to_string(),
+                format!("not a valid plan: a plan is a JSON object, not {kind}")
+            );
+        }
     }
 
     /// Regression (issue 13): a plan passed through `jq` (which writes

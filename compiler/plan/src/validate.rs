@@ -1178,7 +1178,7 @@ impl<'p> Validator<'p> {
             Value::Array(_) | Value::Object(_) => self.problem(|| {
                 format!(
                     "a literal is null, a boolean, a number or a string, not {}",
-                    describe(value)
+                    describe_value(value)
                 )
             }),
         }
@@ -1392,7 +1392,7 @@ impl<'p> Validator<'p> {
             return;
         }
         let Value::Object(map) = schema else {
-            self.problem(|| format!("a schema is a JSON object, not {}", describe(schema)));
+            self.problem(|| format!("a schema is a JSON object, not {}", describe_value(schema)));
             return;
         };
         if map.is_empty() {
@@ -1407,7 +1407,7 @@ impl<'p> Validator<'p> {
                 }
                 Value::String(_) => {}
                 other => self.problem_at("description", || {
-                    format!("a description is text, not {}", describe(other))
+                    format!("a description is text, not {}", describe_value(other))
                 }),
             }
         }
@@ -1438,7 +1438,7 @@ impl<'p> Validator<'p> {
                         return;
                     }
                     other => {
-                        v.problem(|| format!("`anyOf` is a list, not {}", describe(other)));
+                        v.problem(|| format!("`anyOf` is a list, not {}", describe_value(other)));
                         return;
                     }
                 };
@@ -1529,7 +1529,7 @@ impl<'p> Validator<'p> {
     /// A string enum: 1 to [`MAX_ENUM_VARIANTS`] distinct short strings.
     fn variants(&mut self, variants: &'p Value, nodes: &mut usize) {
         let Value::Array(variants) = variants else {
-            self.problem(|| format!("`enum` is a list, not {}", describe(variants)));
+            self.problem(|| format!("`enum` is a list, not {}", describe_value(variants)));
             return;
         };
         if variants.is_empty() || variants.len() > MAX_ENUM_VARIANTS {
@@ -1555,7 +1555,9 @@ impl<'p> Validator<'p> {
                     v.problem(|| format!("the variant {} is listed twice", quote(text)))
                 }
                 Value::String(_) => {}
-                other => v.problem(|| format!("a variant is a string, not {}", describe(other))),
+                other => {
+                    v.problem(|| format!("a variant is a string, not {}", describe_value(other)))
+                }
             });
         }
     }
@@ -1612,7 +1614,7 @@ impl<'p> Validator<'p> {
                     }
                     Value::String(_) => {}
                     other => v.problem(|| {
-                        format!("a required name is a string, not {}", describe(other))
+                        format!("a required name is a string, not {}", describe_value(other))
                     }),
                 });
             }
@@ -1767,7 +1769,7 @@ fn root_name(root: Root) -> &'static str {
 }
 
 /// A JSON value in a few words, never its content.
-fn describe(value: &Value) -> &'static str {
+pub fn describe_value(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
