@@ -291,13 +291,13 @@ impl Comparison<'_> {
                         Code::ResumePointGuarded,
                         &entry.path,
                         format!(
-                            "the new version's loop `{}` takes at most {fewer} items ({}): a run that began it with more fails when it goes on",
+                            "the new version's loop `{}` takes at most {fewer} item{} ({}): a run that began it with more fails when it goes on",
                             entry.path,
-                            entry
-                                .max_items
-                                .map_or("it had no bound".to_string(), |before| format!(
-                                    "it took {before}"
-                                ))
+                            if fewer == 1 { "" } else { "s" },
+                            entry.max_items.map_or(
+                                "the old version's had no bound".to_string(),
+                                |before| format!("the old version's took at most {before}")
+                            )
                         ),
                     );
                 }
@@ -331,7 +331,11 @@ impl Comparison<'_> {
                 // run its steps late, after the place (regression: an `if`
                 // changed before a gate moved, and the other branch ran
                 // after the decision). A step every run at the place ran
-                // can only be passed over, its record unread.
+                // would be passed over, its record unread and its work
+                // lost as a removed step's is, unless the new version too
+                // runs it before the place whatever the conditions
+                // (regression, an audit: a step moved into an `if` before
+                // a gate moved, and a step after it read it as absent).
                 Some(now) if now.guards != entry.guards && !certainly_ran(entry, at) => problem(
                     Code::ResumePointGuarded,
                     &entry.path,
@@ -341,6 +345,20 @@ impl Comparison<'_> {
                         guard_change(&entry.guards, &now.guards)
                     ),
                 ),
+                Some(now)
+                    if now.guards != entry.guards
+                        && !counterpart.is_some_and(|place| certainly_ran(now, place)) =>
+                {
+                    problem(
+                        Code::ResumePointGuarded,
+                        &entry.path,
+                        format!(
+                            "every run here completed `{}`, and the new version runs it under other conditions{}: the replay may pass it over, its record unread",
+                            entry.path,
+                            guard_change(&entry.guards, &now.guards)
+                        ),
+                    )
+                }
                 // A failure the old version went on past is replayed as
                 // the run's failure when the new one no longer takes it.
                 Some(now)
