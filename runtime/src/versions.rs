@@ -105,16 +105,28 @@ impl<'p> Mover<'p> {
                     .to_string(),
             }];
         }
-        let mut problems = Vec::new();
+        let mut problems: Vec<Incompatibility> = Vec::new();
         for place in places {
-            match comparison.at(place) {
-                Some(found) => problems.extend(found),
-                None => problems.push(Incompatibility {
+            let found = match comparison.at(place) {
+                Some(found) => found,
+                None => vec![Incompatibility {
                     code: Code::ResumePointRemoved,
                     place: place.clone(),
                     step: place.clone(),
                     reason: format!("the run's version has no step at `{place}`"),
-                }),
+                }],
+            };
+            // A problem before several of the run's places (a loop each of
+            // its gates waits in) is said once (regression, an audit: the
+            // same line printed for each gate).
+            for problem in found {
+                let said = problems.iter().any(|earlier| {
+                    (earlier.code, &earlier.step, &earlier.reason)
+                        == (problem.code, &problem.step, &problem.reason)
+                });
+                if !said {
+                    problems.push(problem);
+                }
             }
         }
         problems
