@@ -13,7 +13,7 @@
 
 pub use flow_engine::{
     approval, destination, error, eval, interp, journal, kb, memory, offline, schema, scope,
-    services, stall, test_from, time,
+    services, stall, sync, test_from, time,
 };
 
 pub mod allocator;

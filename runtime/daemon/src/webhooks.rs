@@ -21,7 +21,6 @@
 //! secret the bytes its base64 encodes. The older `X-Flow-Signature:
 //! sha256=HEX` (HMAC of the body alone) is sent as well.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,6 +33,7 @@ use hmac::{Hmac, Mac};
 use serde_json::json;
 use sha2::Sha256;
 
+use crate::account_counts::AccountCounts;
 use crate::config::{Secret, Webhook};
 use crate::server::Daemon;
 
@@ -109,7 +109,8 @@ const FAIR_SHARE: usize = IN_FLIGHT / 4;
 /// it look at once.
 pub(crate) async fn run(daemon: Arc<Daemon>, mut stopping: tokio::sync::watch::Receiver<bool>) {
     let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
-    let in_flight = Arc::new(InFlight::default());
+    // The deliverer's attempts out, by account.
+    let in_flight = Arc::new(AccountCounts::default());
     while !*stopping.borrow() {
         // Nothing is lost: the events stay due, and are looked at again
         // (another process holding SQLite's lock, a lost connection).
@@ -126,45 +127,6 @@ pub(crate) async fn run(daemon: Arc<Daemon>, mut stopping: tokio::sync::watch::R
     let _ = slots.acquire_many(IN_FLIGHT as u32).await;
 }
 
-/// The deliverer's attempts in flight, by account.
-#[derive(Debug, Default)]
-struct InFlight(std::sync::Mutex<HashMap<String, usize>>);
-
-impl InFlight {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn by_account(&self) -> Vec<(String, usize)> {
-        self.lock()
-            .iter()
-            .map(|(account, held)| (account.clone(), *held))
-            .collect()
-    }
-
-    /// Counts an attempt at one of `account`'s events until the answer is
-    /// dropped.
-    fn hold(self: &Arc<Self>, account: &str) -> Holding {
-        *self.lock().entry(account.to_string()).or_default() += 1;
-        Holding(Arc::clone(self), account.to_string())
-    }
-}
-
-/// An attempt counted in its account's `InFlight`.
-struct Holding(Arc<InFlight>, String);
-
-impl Drop for Holding {
-    fn drop(&mut self) {
-        let mut held = self.0.lock();
-        if let Some(count) = held.get_mut(&self.1) {
-            *count -= 1;
-            if *count == 0 {
-                held.remove(&self.1);
-            }
-        }
-    }
-}
-
 /// Starts an attempt at each due event while a slot is free: each
 /// account's fair share first, then the spare slots (`FAIR_SHARE`). Each
 /// attempt goes on by itself and frees its slot when recorded: an endpoint or destination that takes
@@ -174,7 +136,7 @@ impl Drop for Holding {
 async fn deliver_due(
     daemon: &Arc<Daemon>,
     slots: &Arc<tokio::sync::Semaphore>,
-    in_flight: &Arc<InFlight>,
+    in_flight: &Arc<AccountCounts>,
     stopping: &tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), StoreError> {
     let mut spare = false;
@@ -210,7 +172,7 @@ async fn deliver_due(
             let Ok(slot) = Arc::clone(slots).acquire_owned().await else {
                 return Ok(());
             };
-            let holding = in_flight.hold(&event.account);
+            let holding = in_flight.count(&event.account);
             let daemon = Arc::clone(daemon);
             tokio::spawn(async move {
                 let (reached, next) = post_event(&daemon, &event).await;

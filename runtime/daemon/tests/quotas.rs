@@ -445,3 +445,43 @@ async fn a_redrive_is_held_to_the_runs_in_flight() {
     );
     assert_eq!(flowd.stop(), Some(0));
 }
+
+/// A decision resumes its run only once the account has a place among its
+/// runs in flight: it is stored and answered at once, and the run waits
+/// for the place rather than the person being told to decide again.
+/// Regression (a review): a decision drove its run whatever the quota, so
+/// many parked runs decided at once went past it.
+#[tokio::test]
+async fn a_decided_run_waits_for_a_place_among_the_runs_in_flight() {
+    let server = FakeLlm::start(vec![], json!({ "text": "t" }), Duration::from_secs(2)).await;
+    let dir = TempDir::new("quota-runs-decided");
+    let flowd = Flowd::start_with(&dir, &config(&server, "runs_in_flight = 1\n"));
+    let gated = "workflow gated {\n  step ok = approval { approvers: [\"ana@acme.io\"], message: \"Go?\" }\n  step a = answer { q: \"y\" }\n}\n";
+    flowd.deploy(ACME, &(slow_workflow() + gated)).await;
+    let parked = flowd.start_run(ACME, json!({ "workflow": "gated" })).await;
+    assert_eq!(
+        flowd.settled(&parked, ACME).await["status"],
+        "pending_approval"
+    );
+    // A parked run holds no place: the slow one takes it.
+    let slow = flowd.start_run(ACME, json!({ "workflow": "slow" })).await;
+    let (status, body) = flowd
+        .send(
+            Method::POST,
+            &format!("/v1/runs/{parked}/approvals/ok"),
+            Some(ACME),
+            Some(json!({ "approver": "ana@acme.io", "approved": true })),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(server.requests(), 1, "the decided run waits for the place");
+    let record = flowd
+        .settled_within(&parked, ACME, Duration::from_secs(30))
+        .await;
+    assert_eq!(record["status"], "completed", "{record}");
+    assert_eq!(flowd.settled(&slow, ACME).await["status"], "completed");
+    assert_eq!(server.requests(), 2);
+    assert_eq!(server.most_at_once(), 1, "runs at once");
+    assert_eq!(flowd.stop(), Some(0));
+}

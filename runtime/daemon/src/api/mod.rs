@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::{IntoParams, OpenApi, ToSchema};
 
-use crate::server::{AccountId, Daemon, KeyHolder, Problem, joined, store_problem};
+use crate::server::{AccountId, Counted, Daemon, KeyHolder, Problem, joined, store_problem};
 use crate::sources::DeployedFiles;
 
 mod approvals;

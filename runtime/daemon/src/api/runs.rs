@@ -232,10 +232,8 @@ pub(crate) async fn start_run(
                 .map_err(store_problem)?;
             if created {
                 let asked_at = Some(asked_at);
-                daemon.spawn_run(plan, account, run.workflow, run_id, run.input, asked_at);
+                daemon.spawn_run(plan, place, run.workflow, run_id, run.input, asked_at);
             }
-            // The run is counted as driven now.
-            drop(place);
             Ok(created)
         })
     };
@@ -264,13 +262,9 @@ pub(crate) async fn start_run(
 /// A place among the account's runs in flight for a run about to be
 /// driven (`Daemon::reserve_run`), or the 429 that says there is none;
 /// `then` says what to do once there is.
-fn run_place(
-    daemon: &Daemon,
-    account: &str,
-    then: &str,
-) -> Result<crate::server::InFlight, Problem> {
-    let quota = daemon.config.quotas(account).runs_in_flight;
-    daemon.reserve_run(account, quota).ok_or_else(|| {
+fn run_place(daemon: &Daemon, account: &str, then: &str) -> Result<Counted, Problem> {
+    daemon.reserve_run(account).ok_or_else(|| {
+        let quota = daemon.config.quotas(account).runs_in_flight;
         Problem::new(
             StatusCode::TOO_MANY_REQUESTS,
             "quota_exceeded",
@@ -715,8 +709,7 @@ pub(crate) async fn redrive(
             &refused.to_string(),
         ));
     }
-    daemon.spawn_run(plan, row.account, row.workflow, id.clone(), row.input, None);
-    drop(place);
+    daemon.spawn_run(plan, place, row.workflow, id.clone(), row.input, None);
     Ok((
         StatusCode::ACCEPTED,
         axum::Json(RunState {

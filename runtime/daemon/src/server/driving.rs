@@ -31,7 +31,9 @@ impl Daemon {
     /// Decides the approval at `path` of `run`, then continues the run here
     /// unless a live process is executing it (that one picks the decision up
     /// when it parks). Done in a task of its own: a client that hangs up
-    /// cannot strand a decided run.
+    /// cannot strand a decided run. Answers once the decision is stored;
+    /// the run goes on once its account has a place among its runs in
+    /// flight (`run_place_once_free`).
     pub(crate) async fn decide(
         self: &Arc<Daemon>,
         run: RunRow,
@@ -61,35 +63,61 @@ impl Daemon {
         }
         self.answerable_here(&run.id).await?;
         let daemon = Arc::clone(self);
-        let decided = tokio::spawn(async move {
+        let (stored, decided) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
             // The plan before the decision: the decision makes the run this
             // process's, so nothing that can fail comes between it and the
             // claim (a plan that would not load then left the run `running`
             // here, driven by nobody, until a restart).
-            let plan = daemon
-                .plan(&run.account, &run.plan_hash)
-                .await
-                .map_err(store_problem)?;
-            daemon
-                .store
-                .decide(&run.id, &path, &decision)
-                .await
-                .map_err(store_problem)?
-                .map_err(|refused| refusal(&refused))?;
+            let recorded = async {
+                let plan = daemon
+                    .plan(&run.account, &run.plan_hash)
+                    .await
+                    .map_err(store_problem)?;
+                daemon
+                    .store
+                    .decide(&run.id, &path, &decision)
+                    .await
+                    .map_err(store_problem)?
+                    .map_err(|refused| refusal(&refused))?;
+                Ok(plan)
+            };
+            let plan = match recorded.await {
+                Ok(plan) => plan,
+                Err(problem) => {
+                    let _ = stored.send(Err(problem));
+                    return;
+                }
+            };
+            let _ = stored.send(Ok(()));
             // A decided gate's record is the store's, not an invocation's:
             // its span goes now.
             daemon.export_decision(&run, &path).await;
-            if daemon
+            // Stored `running` and this process's, the run waits here for
+            // a place; if the process stops first, it is resumed as any
+            // run left running is (on PostgreSQL, by another flowd once
+            // its lease runs out).
+            let place = daemon.run_place_once_free(&run.account).await;
+            match daemon
                 .store
                 .claim_run(&run.id, &[RunStatus::PendingApproval, RunStatus::Running])
                 .await
-                .map_err(store_problem)?
             {
-                daemon.spawn_run(plan, run.account, run.workflow, run.id, run.input, None);
+                Ok(true) => daemon.spawn_run(plan, place, run.workflow, run.id, run.input, None),
+                Ok(false) => {}
+                Err(error) => tracing::warn!(
+                    run = %run.id,
+                    "the decided run goes on when flowd next starts (on PostgreSQL, on another flowd once its lease runs out): {error}"
+                ),
             }
-            Ok(())
         });
-        joined(decided).await
+        decided.await.unwrap_or_else(|_| {
+            Err(Problem::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "the decision's task stopped before it was stored",
+            ))
+        })
     }
 
     /// Exports the spans of an invocation's steps, and the run's own span
@@ -208,39 +236,45 @@ impl Daemon {
     /// the places for compiles in turn, whatever their account, so one
     /// account's queue of slow deploys kept every other account's waiting
     /// (an audit: a tiny deploy answered after a minute, or not at all).
-    pub(crate) fn count_deploy(&self, account: &str) -> Result<InFlight, Problem> {
-        // Looked at and counted under one lock: two deploys at once must
-        // not both find a place left.
-        let mut counts = self
-            .deploys_under_way
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let under_way = counts.entry(account.to_string()).or_default();
-        if *under_way >= DEPLOYS_AT_ONCE {
-            return Err(Problem::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "deploys_in_flight",
-                &format!(
-                    "this account has {under_way} deploys under way, the most it may: deploy again once one has answered"
-                ),
-            )
-            .retry_after(1));
-        }
-        *under_way += 1;
-        drop(counts);
-        Ok(InFlight {
-            counts: Arc::clone(&self.deploys_under_way),
-            account: account.to_string(),
-        })
+    pub(crate) fn count_deploy(&self, account: &str) -> Result<Counted, Problem> {
+        self.deploys_under_way
+            .count_within(account, DEPLOYS_AT_ONCE)
+            .ok_or_else(|| {
+                Problem::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "deploys_in_flight",
+                    &format!(
+                        "this account has {DEPLOYS_AT_ONCE} deploys under way, the most it may: deploy again once one has answered"
+                    ),
+                )
+                .retry_after(1)
+            })
     }
 
-    /// A place among `account`'s runs in flight, while fewer than `most`
-    /// are: held by a start until its run is driven (and counted as
-    /// such). Counted and checked at once, so that starts at the same
-    /// moment cannot all pass a count taken before any of them ran (an
-    /// audit: ten at once against a quota of 3 started five).
-    pub(crate) fn reserve_run(&self, account: &str, most: usize) -> Option<InFlight> {
-        InFlight::count_within(&self.in_flight, account, most)
+    /// A place among `account`'s runs in flight, while fewer than its
+    /// quota (`runs_in_flight`) are: held by a start, a redrive or a sweep
+    /// until its run is driven, then counted as such. Counted and checked
+    /// at once, so that starts at the same moment cannot all pass a count
+    /// taken before any of them ran (an audit: ten at once against a
+    /// quota of 3 started five).
+    pub(crate) fn reserve_run(&self, account: &str) -> Option<Counted> {
+        let most = self.config.quotas(account).runs_in_flight;
+        self.in_flight.count_within(account, most)
+    }
+
+    /// A place among `account`'s runs in flight once there is one: what a
+    /// decided run waits for. Its decision is not refused for want of
+    /// room (a person answered; a 429 would have them answer again), and
+    /// the run goes on as soon as one of the account's ends or parks.
+    async fn run_place_once_free(&self, account: &str) -> Counted {
+        let most = self.config.quotas(account).runs_in_flight;
+        self.in_flight.count_once_within(account, most).await
+    }
+
+    /// A place among `account`'s runs in flight whatever the quota: for
+    /// the runs a restart resumes, which were in flight when it stopped.
+    pub(super) fn count_run(&self, account: &str) -> Counted {
+        self.in_flight.count(account)
     }
 
     /// Stops driving run `id` here, if this process is (a cancelled run).
@@ -269,11 +303,12 @@ impl Daemon {
 
     /// Drives a run this process has created (`created`: just now, with
     /// when `create_run` was asked, so nothing of it is read back) or
-    /// claimed (`None`), in the background.
+    /// claimed (`None`), in the background, in `place` among its account's
+    /// runs in flight (the account is the place's) until its task ends.
     pub(crate) fn spawn_run(
         self: &Arc<Daemon>,
         plan: Arc<Plan>,
-        account: String,
+        place: Counted,
         workflow: String,
         run_id: String,
         input: serde_json::Value,
@@ -284,8 +319,7 @@ impl Daemon {
         // `steps_now`.
         let in_flight = Arc::new(StepsInFlight::default());
         let table = Arc::clone(&in_flight);
-        // Counted from now until the task ends, aborted or not.
-        let counted = InFlight::count(&self.in_flight, &account);
+        let account = place.account().to_string();
         let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
         // Finished runs leave their results in the set until collected.
         while runs.try_join_next().is_some() {}
@@ -294,7 +328,8 @@ impl Daemon {
         // entry only after it was added.
         let mut driving = self.driving.lock().unwrap_or_else(|p| p.into_inner());
         let handle = runs.spawn(async move {
-            let _counted = counted;
+            // Counted until the task ends, aborted or not.
+            let _place = place;
             // A cancel that came between the claim and this task found
             // nothing to stop: the run is not driven if it is no longer
             // running. (A run created just now is in `driving` before
@@ -482,52 +517,6 @@ pub(crate) struct Driven {
 /// one compiles while the next waits, and another account's deploy waits
 /// for at most these two of each account before it.
 const DEPLOYS_AT_ONCE: usize = 2;
-
-/// One run (or deploy) counted among its account's in flight while it
-/// lives.
-pub(crate) struct InFlight {
-    pub(super) counts: Arc<std::sync::Mutex<HashMap<String, usize>>>,
-    pub(super) account: String,
-}
-
-impl InFlight {
-    pub(super) fn count(
-        counts: &Arc<std::sync::Mutex<HashMap<String, usize>>>,
-        account: &str,
-    ) -> InFlight {
-        InFlight::count_within(counts, account, usize::MAX).expect("no count reaches usize::MAX")
-    }
-
-    /// Counts one more of `account`'s, unless `most` are counted already.
-    pub(super) fn count_within(
-        counts: &Arc<std::sync::Mutex<HashMap<String, usize>>>,
-        account: &str,
-        most: usize,
-    ) -> Option<InFlight> {
-        let mut counts_now = counts.lock().unwrap_or_else(|p| p.into_inner());
-        let count = counts_now.entry(account.to_string()).or_default();
-        if *count >= most {
-            return None;
-        }
-        *count += 1;
-        Some(InFlight {
-            counts: Arc::clone(counts),
-            account: account.to_string(),
-        })
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(count) = counts.get_mut(&self.account) {
-            *count -= 1;
-            if *count == 0 {
-                counts.remove(&self.account);
-            }
-        }
-    }
-}
 
 /// Each account's places for steps executing at once, and whether they
 /// are closed (a stopping daemon): those made after the close are closed

@@ -38,9 +38,10 @@ mod driving;
 mod problem;
 mod routes;
 
+use crate::account_counts::AccountCounts;
+pub(crate) use crate::account_counts::Counted;
 use auth::*;
 pub use auth::{AccountId, KeyHolder};
-pub(crate) use driving::InFlight;
 use problem::*;
 pub use problem::{Problem, problem};
 pub(crate) use problem::{joined, store_problem};
@@ -97,7 +98,7 @@ pub struct Daemon {
     /// Each account's places for steps executing at once (`Quotas`).
     step_places: std::sync::Mutex<driving::StepPlaces>,
     /// Each account's runs this process drives now (`Quotas`).
-    in_flight: Arc<std::sync::Mutex<HashMap<String, usize>>>,
+    in_flight: Arc<AccountCounts>,
     /// The (account, plan hash) pairs whose MCP servers and tools the
     /// account may use under this process's configuration.
     pub(crate) mcp_passed: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
@@ -107,7 +108,7 @@ pub struct Daemon {
     /// [`half_the_cores`]).
     pub(crate) compiles: Arc<tokio::sync::Semaphore>,
     /// Each account's deploys under way (`Daemon::count_deploy`).
-    deploys_under_way: Arc<std::sync::Mutex<HashMap<String, usize>>>,
+    deploys_under_way: Arc<AccountCounts>,
 }
 
 /// How many deploys compile at once, and how many plans not kept are
@@ -327,7 +328,8 @@ impl Daemon {
         }
         let resumed = recovery.claimed.len();
         for (row, plan) in recovery.claimed {
-            self.spawn_run(plan, row.account, row.workflow, row.id, row.input, None);
+            let place = self.count_run(&row.account);
+            self.spawn_run(plan, place, row.workflow, row.id, row.input, None);
         }
         Ok(resumed)
     }
@@ -351,12 +353,16 @@ impl Daemon {
             if self.answerable_here(&run.id).await.is_err() {
                 continue;
             }
+            // Left parked while the account has no room, for a later sweep.
+            let Some(place) = self.reserve_run(&run.account) else {
+                continue;
+            };
             if self
                 .store
                 .claim_run(&run.id, &[RunStatus::PendingApproval])
                 .await?
             {
-                self.spawn_run(plan, run.account, run.workflow, run.id, run.input, None);
+                self.spawn_run(plan, place, run.workflow, run.id, run.input, None);
             }
         }
         Ok(())
@@ -386,9 +392,14 @@ impl Daemon {
             let Some(plan) = self.plan_to_resume(&run).await else {
                 continue;
             };
+            // Left to another flowd, or a later sweep, while the account
+            // has no room here.
+            let Some(place) = self.reserve_run(&run.account) else {
+                continue;
+            };
             if self.store.claim_run(&run.id, &[RunStatus::Running]).await? {
                 taken += 1;
-                self.spawn_run(plan, run.account, run.workflow, run.id, run.input, None);
+                self.spawn_run(plan, place, run.workflow, run.id, run.input, None);
             }
         }
         // One line, not one per run: a takeover can be thousands of runs.
