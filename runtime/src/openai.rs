@@ -448,7 +448,8 @@ pub(crate) async fn send_for_json(
             progress.say(stage);
         }
     };
-    say(format!("{url} had sent no reply, not even its headers"));
+    let unanswered = format!("{url} had sent no reply, not even its headers");
+    say(unanswered.clone());
     let mut renewals = 0;
     let response = loop {
         // A request without its body yet can be copied, unless it holds
@@ -477,7 +478,12 @@ pub(crate) async fn send_for_json(
                 match journal {
                     Some(journal) if !hold.as_ref().is_some_and(|hold| hold.is_lost()) => {
                         renewals += 1;
+                        // Not the model's wait: a timeout here says so.
+                        say(format!(
+                            "the request to {url} was not sent yet: the run's hold on its journal was being renewed after this process had stalled"
+                        ));
                         journal.admit().await?;
+                        say(unanswered.clone());
                     }
                     _ => return Err(StoreError::LeaseLost.into()),
                 }

@@ -954,9 +954,19 @@ async fn answers_in_each_shape_servers_give_are_read() {
 
 /// A run's journal whose hold was live at its `admit` and ran out before
 /// the request went out, as in a process stopped (SIGSTOP) in between;
-/// asked again, it renews the hold when `renews` (the run was still this
-/// process's) and leaves it run out otherwise (another process has it).
-struct RanOut(Arc<Hold>, bool);
+/// asked again, it does as its `Renewal` says.
+struct RanOut(Arc<Hold>, Renewal);
+
+/// What a journal whose hold ran out does when asked again.
+#[derive(PartialEq)]
+enum Renewal {
+    /// Leaves it run out: another process has the run.
+    Refused,
+    /// Renews it: the run was still this process's.
+    Renewed,
+    /// Never answers, as a store that does not answer.
+    Stuck,
+}
 
 impl Journal for RanOut {
     fn lookup(&self, _: &str) -> Option<StepRecord> {
@@ -976,8 +986,10 @@ impl Journal for RanOut {
     }
 
     fn admit(&self) -> BoxFuture<'_, Result<(), StepError>> {
-        if self.1 {
-            self.0.renewed(Instant::now() + Duration::from_secs(60));
+        match self.1 {
+            Renewal::Refused => {}
+            Renewal::Renewed => self.0.renewed(Instant::now() + Duration::from_secs(60)),
+            Renewal::Stuck => return Box::pin(std::future::pending()),
         }
         Box::pin(std::future::ready(Ok(())))
     }
@@ -1028,7 +1040,7 @@ async fn a_call_whose_hold_ran_out_before_it_went_out_is_not_sent() {
             Hold::new(true, Some(Instant::now())),
             Hold::new(false, None),
         ] {
-            let journal = RanOut(Arc::new(hold), false);
+            let journal = RanOut(Arc::new(hold), Renewal::Refused);
             let call = call_of("late", &input, &schema, &journal);
             let error = provider.complete(&call).await.expect_err("not sent");
             assert!(error.message.contains("lease"), "{error:?}");
@@ -1041,7 +1053,7 @@ async fn a_call_whose_hold_ran_out_before_it_went_out_is_not_sent() {
             true,
             Some(Instant::now() + Duration::from_secs(60)),
         )),
-        false,
+        Renewal::Refused,
     );
     let call = call_of("in time", &input, &schema, &journal);
     anthropic(&server).complete(&call).await.expect("sent");
@@ -1056,11 +1068,42 @@ async fn a_call_whose_hold_ran_out_unrenewed_is_sent_once_renewed() {
     let server = fake_llm(vec![]).await;
     let schema = json!({ "type": "object", "properties": { "text": { "type": "string" } } });
     let input = json!({});
-    let journal = RanOut(Arc::new(Hold::new(true, Some(Instant::now()))), true);
+    let journal = RanOut(
+        Arc::new(Hold::new(true, Some(Instant::now()))),
+        Renewal::Renewed,
+    );
     let call = call_of("stalled", &input, &schema, &journal);
     anthropic(&server)
         .complete(&call)
         .await
         .expect("sent once renewed");
     assert_eq!(server.prompts(), ["stalled"]);
+}
+
+/// A step's timeout that ends a call while its hold is being renewed says
+/// so, rather than blaming the model, which was never sent the request.
+/// Regression (a review): it said the model "had sent no reply".
+#[tokio::test]
+async fn a_timeout_while_the_hold_is_renewed_does_not_blame_the_model() {
+    let server = fake_llm(vec![]).await;
+    let schema = json!({ "type": "object", "properties": { "text": { "type": "string" } } });
+    let input = json!({});
+    let journal = RanOut(
+        Arc::new(Hold::new(true, Some(Instant::now()))),
+        Renewal::Stuck,
+    );
+    let progress = flow_runtime::services::CallProgress::default();
+    let call = RecipeCall {
+        progress: Some(&progress),
+        ..call_of("stalled", &input, &schema, &journal)
+    };
+    let provider = anthropic(&server);
+    let cut = tokio::time::timeout(Duration::from_millis(300), provider.complete(&call));
+    assert!(cut.await.is_err(), "the renewal never answers");
+    let said = progress.said().unwrap_or_default();
+    assert!(
+        said.contains("was not sent yet") && said.contains("renewed"),
+        "{said}"
+    );
+    assert_eq!(server.requests(), 0);
 }
