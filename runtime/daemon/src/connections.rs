@@ -11,10 +11,12 @@
 //!   (hyper's own timer): a client that trickles it a byte at a time, or
 //!   that connects and says nothing, is cut off.
 //! * A request's body must arrive whole within `BODY_READ_TIMEOUT` of its
-//!   header: past it, reading the body fails and the request is answered
-//!   408 (`TimedBody`). A body trickled a byte every few seconds held its
-//!   connection for good, and one that stalled was dropped without an
-//!   answer (an audit).
+//!   header, and a second more for each `BODY_BYTES_PER_SECOND` of it that
+//!   has arrived: past it, reading the body fails and the request is
+//!   answered 408 (`TimedBody`). A body trickled a byte every few seconds
+//!   held its connection for good, and one that stalled was dropped
+//!   without an answer (an audit); a large body on a slow link keeps
+//!   coming, and is not cut for it.
 //! * A connection with no byte read or written for `IDLE_TIMEOUT` is
 //!   closed (an idle keep-alive connection, a client that stopped reading).
 //! * On shutdown, accepting stops and open connections finish the request
@@ -40,8 +42,12 @@ use tokio::sync::Semaphore;
 pub(crate) const MAX_CONNECTIONS: usize = 1024;
 /// How long a request's header may take to arrive.
 pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a request's body may take to arrive, from its header.
+/// How long a request's body may take to arrive, from its header ...
 pub(crate) const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// ... and a second more for each this many of its bytes that arrived
+/// (128 kbit/s): a body of the largest size (`server::BODY_LIMIT`, 2 MiB)
+/// has 2 min 38 s at most, and one trickled has its 30 s.
+pub(crate) const BODY_BYTES_PER_SECOND: u64 = 16 * 1024;
 /// How long a connection may stay without a byte either way.
 pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long open connections get to finish on shutdown.
@@ -166,20 +172,32 @@ impl Connection {
     }
 }
 
-/// A request's body that fails once [`BODY_READ_TIMEOUT`] has passed
-/// since its header was read, whatever still arrives.
+/// A request's body that fails once its time has passed since its header
+/// was read (`body_time`), whatever still arrives.
 struct TimedBody {
     inner: hyper::body::Incoming,
+    header_at: tokio::time::Instant,
+    arrived: u64,
     deadline: Pin<Box<tokio::time::Sleep>>,
 }
 
 impl TimedBody {
     fn new(inner: hyper::body::Incoming) -> TimedBody {
+        let header_at = tokio::time::Instant::now();
         TimedBody {
             inner,
-            deadline: Box::pin(tokio::time::sleep(BODY_READ_TIMEOUT)),
+            header_at,
+            arrived: 0,
+            deadline: Box::pin(tokio::time::sleep_until(header_at + body_time(0))),
         }
     }
+}
+
+/// How long a body may take from its header once `arrived` bytes of it
+/// have: [`BODY_READ_TIMEOUT`], and a second for each
+/// [`BODY_BYTES_PER_SECOND`] of them.
+fn body_time(arrived: u64) -> Duration {
+    BODY_READ_TIMEOUT + Duration::from_secs_f64(arrived as f64 / BODY_BYTES_PER_SECOND as f64)
 }
 
 /// The error of a body that did not arrive in time: its words are how a
@@ -188,8 +206,7 @@ impl TimedBody {
 pub(crate) struct BodyTimedOut;
 
 impl BodyTimedOut {
-    pub(crate) const MESSAGE: &'static str =
-        "the request's body did not arrive whole within 30 s of its header";
+    pub(crate) const MESSAGE: &'static str = "the request's body did not arrive whole within 30 s of its header, and a second more for each 16 KiB that arrived";
 }
 
 impl std::fmt::Display for BodyTimedOut {
@@ -211,6 +228,13 @@ impl http_body::Body for TimedBody {
         // What has arrived is taken first: a body read late (a busy
         // runtime) is no late body.
         if let Poll::Ready(frame) = Pin::new(&mut self.inner).poll_frame(cx) {
+            if let Some(Ok(frame)) = &frame
+                && let Some(data) = frame.data_ref()
+            {
+                self.arrived += data.len() as u64;
+                let deadline = self.header_at + body_time(self.arrived);
+                self.deadline.as_mut().reset(deadline);
+            }
             return Poll::Ready(
                 frame.map(|frame| frame.map_err(|error| Box::new(error) as Self::Error)),
             );
@@ -383,5 +407,24 @@ impl AsyncWrite for Watched {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A body has its 30 s, and a second more for each 16 KiB that
+    /// arrived: the largest takes at most 2 min 38 s, and a large body on
+    /// a slow link is not cut for its size (a review: 30 s in all asked a
+    /// 2 MiB deploy for 70 KB/s).
+    #[test]
+    fn a_body_has_more_time_as_it_arrives() {
+        assert_eq!(body_time(0), Duration::from_secs(30));
+        assert_eq!(body_time(16 * 1024), Duration::from_secs(31));
+        assert_eq!(
+            body_time(crate::server::BODY_LIMIT as u64),
+            Duration::from_secs(158)
+        );
     }
 }
