@@ -351,12 +351,21 @@ pub async fn drive(
         };
         let (started, stalls) = (Instant::now(), crate::stall::Mark::now());
         let beat = Arc::new(Heartbeat::default());
+        // Told when a renewal is refused: the run was cancelled, redriven
+        // or taken over elsewhere, and the step in flight is cut at once
+        // rather than left to run to its end for nothing (an audit: a
+        // model call went on for its whole timeout after `flow cancel`).
+        let refused = Arc::new(tokio::sync::Notify::new());
         let mut ticker = {
             // Held weakly: the journal is dropped with the invocation (its
             // task stopped), which sends the records it holds there and
             // then, not once this task's abort is processed (a stopping
             // flowd releases its runs after their tasks are stopped).
-            let (log, beat) = (Arc::downgrade(&log), Arc::clone(&beat));
+            let (log, beat, refused) = (
+                Arc::downgrade(&log),
+                Arc::clone(&beat),
+                Arc::clone(&refused),
+            );
             AbortOnDrop(tokio::spawn(async move {
                 let mut interval = tokio::time::interval(ACTIVE_TICK);
                 // After a stop of the process, one tick, not the ticks
@@ -376,13 +385,17 @@ pub async fn drive(
                     let stopping = beat.end(matches!(renewed, Ok(true)));
                     // Refused: the run is another's now, and its journal
                     // refuses every step and write of this invocation.
-                    if stopping || matches!(renewed, Ok(false)) {
+                    if matches!(renewed, Ok(false)) {
+                        refused.notify_one();
+                        return;
+                    }
+                    if stopping {
                         return;
                     }
                 }
             }))
         };
-        let interpreted = CatchPanic(std::pin::pin!(crate::interp::run_within(
+        let interpretation = CatchPanic(std::pin::pin!(crate::interp::run_within(
             plan,
             workflow,
             run_id,
@@ -390,8 +403,14 @@ pub async fn drive(
             services,
             Duration::from_millis(spent),
             round,
-        )))
-        .await;
+        )));
+        let interpreted = tokio::select! {
+            interpreted = interpretation => interpreted,
+            () = refused.notified() => {
+                beat.stop();
+                return Err(DriveError::Lost);
+            }
+        };
         let outcome = interpreted.unwrap_or_else(|panic| {
             tracing::error!(run = %run_id, "flow failed on this run, a bug in flow: {panic}");
             Outcome::Failed {

@@ -25,6 +25,33 @@ workflow w {
 }
 "#;
 
+/// `flow run` of `WORKFLOW` in `dir` against `server`, once it has sent
+/// `calls` requests to the model, and the run's id.
+fn running(dir: &TempDir, server: &FakeLlm, calls: usize) -> (std::process::Child, String) {
+    dir.write("w.flow", WORKFLOW);
+    let flow = Path::new(env!("CARGO_BIN_EXE_flow"));
+    let child = Command::new(flow)
+        .args(["run", "w.flow", "--input", r#"{"q": "x"}"#])
+        .current_dir(dir.path())
+        .envs(server.flow_env())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("flow starts");
+    let waited = Instant::now();
+    while server.requests() < calls {
+        assert!(
+            waited.elapsed() < Duration::from_secs(30),
+            "no call {calls}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let runs = run_in(flow, dir.path(), &["runs", "--json"]);
+    let runs: serde_json::Value = serde_json::from_str(&runs.stdout).expect("runs as JSON");
+    let run = runs[0]["run_id"].as_str().expect("the run").to_string();
+    (child, run)
+}
+
 /// Regression: on SQLite only a run's end was fenced by its owner. A
 /// `flow run` stopped (SIGSTOP) during its second step while `flow cancel`
 /// ran, then continued, wrote that step's record into the cancelled run
@@ -38,26 +65,9 @@ fn a_run_cancelled_while_its_process_was_stopped_gets_nothing_more() {
         Duration::from_millis(300),
     ));
     let dir = TempDir::new("cancel-stopped");
-    dir.write("w.flow", WORKFLOW);
-    let env = server.flow_env();
     let flow = Path::new(env!("CARGO_BIN_EXE_flow"));
-    let mut child = Command::new(flow)
-        .args(["run", "w.flow", "--input", r#"{"q": "x"}"#])
-        .current_dir(dir.path())
-        .envs(env)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("flow starts");
-    let waited = Instant::now();
-    while server.requests() < 2 {
-        assert!(waited.elapsed() < Duration::from_secs(30), "no second call");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    let (mut child, run) = running(&dir, &server, 2);
     signal(child.id(), "STOP");
-    let runs = run_in(flow, dir.path(), &["runs", "--json"]);
-    let runs: serde_json::Value = serde_json::from_str(&runs.stdout).expect("runs as JSON");
-    let run = runs[0]["run_id"].as_str().expect("the run").to_string();
     let cancelled = run_in(flow, dir.path(), &["cancel", &run]);
     assert_eq!(cancelled.code, 0, "{}", cancelled.all());
     // Past the second call's answer and the process's heartbeat: both are
@@ -89,4 +99,39 @@ fn a_run_cancelled_while_its_process_was_stopped_gets_nothing_more() {
     );
     let runs = run_in(flow, dir.path(), &["runs", "--json"]);
     assert!(runs.stdout.contains("\"cancelled\""), "{}", runs.stdout);
+}
+
+/// A run cancelled while its step waits on the model stops at once: the
+/// process's next heartbeat is refused and cuts the call. Regression (an
+/// audit): the call went on until the step's timeout (a minute, with a real
+/// provider's tokens spent), and only then did `flow run` say the run was
+/// cancelled.
+#[test]
+fn a_cancel_cuts_the_call_in_flight() {
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let server = runtime.block_on(FakeLlm::start(
+        vec![],
+        json!({ "text": "fine" }),
+        Duration::from_secs(60),
+    ));
+    let dir = TempDir::new("cancel-in-flight");
+    let flow = Path::new(env!("CARGO_BIN_EXE_flow"));
+    let (mut child, run) = running(&dir, &server, 1);
+    let waited = Instant::now();
+    let cancelled = run_in(flow, dir.path(), &["cancel", &run]);
+    assert_eq!(cancelled.code, 0, "{}", cancelled.all());
+    // The model answers after a minute, the step's timeout is 30 s: an
+    // exit before either is the cancel's.
+    let exited = loop {
+        if let Some(status) = child.try_wait().expect("flow's status") {
+            break status;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(25),
+            "flow run still waits on the cancelled run's call"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(exited.code(), Some(1), "a cancelled run's exit code");
+    assert_eq!(server.requests(), 1);
 }
