@@ -1543,3 +1543,33 @@ workflow gate {
     let again = flow(&dir, &["test-from", &gated]);
     assert_eq!(again.stdout.trim_end(), gate.trim_end());
 }
+
+/// A run whose input was no object failed before its first step, and no
+/// test can be written from it: said in words. Regression (an audit): "the
+/// test written from the run does not parse: expected `{`, found `[`".
+#[test]
+fn a_run_whose_input_was_no_object_gets_no_test() {
+    let dir = TempDir::new("flow-test-from-list");
+    let example = root().join("examples/support_triage.flow");
+    let run = flow(
+        &dir,
+        &[
+            "run",
+            example.to_str().unwrap(),
+            "--input",
+            "[1, 2]",
+            "--json",
+        ],
+    );
+    assert_eq!(run.code, 1, "{}", run.all());
+    let id = json(&run)["run_id"].as_str().unwrap().to_string();
+    let written = flow(&dir, &["test-from", &id]);
+    assert_eq!(written.code, 2, "{}", written.all());
+    assert!(
+        written
+            .stderr
+            .contains("the run's input is a list, not an object"),
+        "{}",
+        written.all()
+    );
+}

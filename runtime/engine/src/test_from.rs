@@ -64,8 +64,20 @@ pub fn test_block(plan: &Plan, run: &RecordedRun<'_>) -> Result<String, String> 
         .rsplit(['/', '\\'])
         .next()
         .unwrap_or(&plan.source);
+    // A test's input is a record: a run started with another JSON value
+    // failed at preflight, and its test would not parse (regression, an
+    // audit: "the test written from the run does not parse").
+    if !run.input.is_object() {
+        return Err(format!(
+            "the run's input is {}, not an object of the workflow's input fields: the run failed before its first step, and a test needs an input the workflow takes",
+            flow_plan::describe_value(run.input)
+        ));
+    }
     let mut text = format!("import {}\n\n", quoted(import));
-    text.push_str(&format!("test {} {{\n", quoted(&format!("run {}", run.id))));
+    text.push_str(&format!(
+        "test {} {{\n",
+        quoted(&format!("run {}", run.id))
+    ));
     text.push_str(&format!("workflow {}\n", run.workflow));
     text.push_str(&format!(
         "input {}\n",
@@ -340,7 +352,11 @@ pub fn literal(value: &Value, schema: Option<&Value>) -> String {
                 .and_then(|s| s.get("pattern"))
                 .and_then(Value::as_str)
                 == Some(DURATION_PATTERN);
-            if duration { s.clone() } else { quoted(s) }
+            if duration {
+                s.clone()
+            } else {
+                quoted(s)
+            }
         }
         Value::Array(items) => {
             let item = schema.and_then(|s| s.get("items"));
