@@ -73,10 +73,10 @@ pub fn test_block(plan: &Plan, run: &RecordedRun<'_>) -> Result<String, String> 
             flow_plan::describe_value(run.input)
         ));
     }
-    let mut text = format!("import {}\n\n", quoted(import));
+    let mut text = format!("import {}\n\n", string_literal(import));
     text.push_str(&format!(
         "test {} {{\n",
-        quoted(&format!("run {}", run.id))
+        string_literal(&format!("run {}", run.id))
     ));
     text.push_str(&format!("workflow {}\n", run.workflow));
     text.push_str(&format!(
@@ -321,10 +321,10 @@ fn decision(output: &Value) -> Option<String> {
     let mut words = format!(
         "{} by {}",
         if approved { "approve" } else { "reject" },
-        quoted(approver)
+        string_literal(approver)
     );
     if let Some(comment) = output.get("comment").and_then(Value::as_str) {
-        words.push_str(&format!(" comment {}", quoted(comment)));
+        words.push_str(&format!(" comment {}", string_literal(comment)));
     }
     Some(words)
 }
@@ -355,7 +355,7 @@ pub fn literal(value: &Value, schema: Option<&Value>) -> String {
             if duration {
                 s.clone()
             } else {
-                quoted(s)
+                string_literal(s)
             }
         }
         Value::Array(items) => {
@@ -389,9 +389,10 @@ fn unwrap_optional(schema: &Value) -> &Value {
         .unwrap_or(schema)
 }
 
-/// A string literal: quotes, backslashes, control characters and braces
-/// escaped (a `{{` would otherwise be read as a reference).
-fn quoted(text: &str) -> String {
+/// `text` as a string literal of the language: quotes, backslashes,
+/// control characters and braces escaped (a `{{` would otherwise be read
+/// as a reference).
+pub fn string_literal(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 2);
     out.push('"');
     for c in text.chars() {

@@ -337,8 +337,15 @@ pub(crate) fn json(
     report
 }
 
+/// Where a test is and its name, written as in its source (regression, an
+/// audit: a name with a quote or a newline was printed raw, across lines).
 fn title(job: &Job) -> String {
-    format!("{}:{} \"{}\"", job.file, job.case.line, job.case.name)
+    format!(
+        "{}:{} {}",
+        job.file,
+        job.case.line,
+        flow_engine::test_from::string_literal(&job.case.name)
+    )
 }
 
 /// The records in the order of their steps in the workflow, then of their
