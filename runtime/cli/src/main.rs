@@ -120,7 +120,7 @@ enum Command {
         /// The approval's execution path, as `flow run` printed it.
         step_path: String,
         /// Who decides; must be one of the approval's approvers.
-        #[arg(long = "as", value_name = "APPROVER")]
+        #[arg(long = "as", value_name = "APPROVER", value_parser = person)]
         approver: String,
         #[arg(long)]
         reject: bool,
@@ -235,7 +235,7 @@ enum Command {
     /// decides each.
     Approvals {
         /// Only those this person may decide (required with --server).
-        #[arg(long = "as", value_name = "APPROVER")]
+        #[arg(long = "as", value_name = "APPROVER", value_parser = person)]
         approver: Option<String>,
         #[command(flatten)]
         store: StoreArg,
@@ -256,7 +256,7 @@ enum Command {
         audiences: Vec<String>,
         /// The person reading: with --server, what they were notified of
         /// (required there: flowd resolves their departments and groups).
-        #[arg(long = "as", value_name = "READER")]
+        #[arg(long = "as", value_name = "READER", value_parser = person)]
         reader: Option<String>,
         /// At most this many.
         #[arg(long, default_value_t = 100)]
@@ -331,6 +331,15 @@ fn run_status(name: &str) -> std::result::Result<RunStatus, String> {
         let names: Vec<&str> = RunStatus::ALL.iter().map(|s| s.as_str()).collect();
         format!("the statuses are {}", names.join(", "))
     })
+}
+
+/// Who `--as` names: not blank (regression, an audit: `--as ""` was
+/// answered "error:  may not decide this approval").
+fn person(name: &str) -> std::result::Result<String, String> {
+    if name.trim().is_empty() {
+        return Err("name a person: their email, or a name the workflow's approvers hold".into());
+    }
+    Ok(name.to_string())
 }
 
 /// A failure before or around a run: the message and the exit code.
