@@ -119,7 +119,7 @@ async fn screen(
     let mut frames = Frames::new(input);
     while let Some(frame) = frames.next().await {
         let judged = match frame {
-            Frame::Body(body) => judge(&body).map(|message| (message, body)),
+            Frame::Body(body) => judge(body),
             Frame::Malformed => Err(Response::from_error(Id::Null, Error::parse_error())),
         };
         let sent = match judged {
@@ -141,20 +141,22 @@ async fn screen(
     }
 }
 
-/// The message `body`, when it may go to the server; if not, the error
-/// response that answers it: a parse error (-32700) for what is not JSON,
-/// an invalid request (-32600, with its id when it has one) for JSON that
-/// is not a JSON-RPC 2.0 message, and method not found (-32601) for a
-/// request whose method starts with `$/`, which tower-lsp-server leaves
-/// unanswered (it drops every answer "method not found" to a `$/` method,
-/// which is right for a notification only).
-fn judge(body: &[u8]) -> Result<Message, Response> {
+/// The message `body`, and the body to pass on, when it may go to the
+/// server; if not, the error response that answers it: a parse error
+/// (-32700) for what is not JSON, an invalid request (-32600, with its id
+/// when it has one) for JSON that is not a JSON-RPC 2.0 message (one with
+/// no method, no result and no error among them), and method not found
+/// (-32601) for a request whose method starts with `$/`, which
+/// tower-lsp-server leaves unanswered (it drops every answer "method not
+/// found" to a `$/` method, which is right for a notification only).
+fn judge(body: Vec<u8>) -> Result<(Message, Vec<u8>), Response> {
     let parse_error = || Response::from_error(Id::Null, Error::parse_error());
-    let text = std::str::from_utf8(body).map_err(|_| parse_error())?;
-    match serde_json::from_str::<Message>(text) {
+    let text = String::from_utf8(body).map_err(|_| parse_error())?;
+    let text = without_lone_surrogates(text);
+    match serde_json::from_str::<Message>(&text) {
         Ok(Message::Request(request)) if request.method().starts_with("$/") => match request.id() {
             // The protocol's `$/` notifications may be ignored.
-            None => Ok(Message::Request(request)),
+            None => Ok((Message::Request(request), text.into_bytes())),
             Some(id) => Err(Response::from_error(
                 id.clone(),
                 Error {
@@ -163,12 +165,65 @@ fn judge(body: &[u8]) -> Result<Message, Response> {
                 },
             )),
         },
-        Ok(message) => Ok(message),
+        // tower-lsp-server reads a missing method as "" (regression, an
+        // audit: `{"jsonrpc": "2.0", "id": 77}` was "method not found").
+        Ok(Message::Request(request)) if request.method().is_empty() => Err(Response::from_error(
+            request.id().cloned().unwrap_or(Id::Null),
+            Error::invalid_request(),
+        )),
+        Ok(message) => Ok((message, text.into_bytes())),
         Err(error) if error.is_data() => {
-            Err(Response::from_error(id_of(text), Error::invalid_request()))
+            Err(Response::from_error(id_of(&text), Error::invalid_request()))
         }
         Err(_) => Err(parse_error()),
     }
+}
+
+/// `text` with each `\uXXXX` escape of a lone UTF-16 surrogate written
+/// `\ufffd`, one code unit for one, so that the positions after it stay
+/// where the client counts them. JSON allows such escapes and JavaScript's
+/// `JSON.stringify` writes them for a string cut inside a pair, but serde
+/// refuses them: the whole edit was dropped as a parse error, and the
+/// server's copy of the document drifted from the editor's (an audit).
+fn without_lone_surrogates(text: String) -> String {
+    let surrogate = |at: usize| -> Option<u16> {
+        let hex = text.get(at + 2..at + 6)?;
+        let unit = u16::from_str_radix(hex, 16).ok()?;
+        (text.as_bytes()[at + 1] == b'u' && (0xD800..=0xDFFF).contains(&unit)).then_some(unit)
+    };
+    let bytes = text.as_bytes();
+    let mut lone = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        if bytes[at] != b'\\' {
+            at += 1;
+            continue;
+        }
+        match surrogate(at) {
+            // A high surrogate with its low one: a character.
+            Some(0xD800..=0xDBFF)
+                if bytes.get(at + 6) == Some(&b'\\')
+                    && matches!(surrogate(at + 6), Some(0xDC00..=0xDFFF)) =>
+            {
+                at += 12;
+            }
+            Some(_) => {
+                lone.push(at);
+                at += 6;
+            }
+            // Any other escape is two characters or more, none a backslash
+            // that starts another.
+            None => at += 2,
+        }
+    }
+    if lone.is_empty() {
+        return text;
+    }
+    let mut mended = text.into_bytes();
+    for at in lone {
+        mended[at + 2..at + 6].copy_from_slice(b"fffd");
+    }
+    String::from_utf8(mended).expect("hex digits replaced by hex digits")
 }
 
 /// The id of the message `text`, when it is JSON with an id that JSON-RPC
@@ -402,7 +457,7 @@ mod tests {
     #[test]
     fn what_is_not_a_json_rpc_message_is_answered_with_its_id_when_it_has_one() {
         let code = |body: &str| {
-            judge(body.as_bytes())
+            judge(body.as_bytes().to_vec())
                 .map(|_| ())
                 .map_err(|answer| answer.into_parts())
         };
@@ -429,11 +484,15 @@ mod tests {
         );
         assert_eq!(code("42"), refused(Id::Null, Error::invalid_request()));
         assert_eq!(
+            code(r#"{"jsonrpc": "2.0", "id": 77}"#),
+            refused(Id::Number(77), Error::invalid_request())
+        );
+        assert_eq!(
             code(r#"[{"jsonrpc": "2.0", "id": 1, "method": "shutdown"}]"#),
             refused(Id::Null, Error::invalid_request())
         );
         assert_eq!(
-            judge(b"{\"jsonrpc\": \"2.0\", \"method\": \"\xff\"}")
+            judge(b"{\"jsonrpc\": \"2.0\", \"method\": \"\xff\"}".to_vec())
                 .map(|_| ())
                 .map_err(|answer| answer.into_parts()),
             refused(Id::Null, Error::parse_error())
@@ -444,8 +503,10 @@ mod tests {
     /// notification may go unanswered.
     #[test]
     fn a_request_whose_method_starts_with_dollar_slash_is_answered_method_not_found() {
-        assert!(judge(br#"{"jsonrpc": "2.0", "method": "$/setTrace", "params": {}}"#).is_ok());
-        let answer = judge(br#"{"jsonrpc": "2.0", "id": 3, "method": "$/custom"}"#)
+        assert!(
+            judge(br#"{"jsonrpc": "2.0", "method": "$/setTrace", "params": {}}"#.to_vec()).is_ok()
+        );
+        let answer = judge(br#"{"jsonrpc": "2.0", "id": 3, "method": "$/custom"}"#.to_vec())
             .map(|_| ())
             .map_err(|answer| answer.into_parts());
         let not_found = Error {
@@ -453,5 +514,20 @@ mod tests {
             ..Error::method_not_found()
         };
         assert_eq!(answer, Err((Id::Number(3), Err(not_found))));
+    }
+
+    /// A lone surrogate's escape is read as U+FFFD, one code unit for one;
+    /// pairs, escaped backslashes and other escapes are left as they are.
+    #[test]
+    fn a_lone_surrogate_is_read_as_a_replacement_character() {
+        let mended = |text: &str| without_lone_surrogates(text.to_string());
+        assert_eq!(mended(r#""\ud800 }""#), r#""\ufffd }""#);
+        assert_eq!(mended(r#""\uDC00\ud800""#), r#""\ufffd\ufffd""#);
+        assert_eq!(mended(r#""\ud83c\udf89""#), r#""\ud83c\udf89""#);
+        assert_eq!(mended(r#""\\ud800 \n \u0041""#), r#""\\ud800 \n \u0041""#);
+        assert_eq!(mended(r#""\ud800\u0041""#), r#""\ufffd\u0041""#);
+        assert_eq!(mended(r#""\ud8"#), r#""\ud8"#);
+        let edit = r#"{"jsonrpc": "2.0", "method": "x", "params": {"text": "\ud800"}}"#;
+        assert!(judge(edit.as_bytes().to_vec()).is_ok());
     }
 }
