@@ -139,6 +139,27 @@ impl Documents {
         self.analyses.insert(path.to_string(), analysis);
     }
 
+    /// The open documents whose last analysis could not read an import
+    /// (E113): a file opened or made since may be it, and a failed import
+    /// is in no document's imports to find them by.
+    pub fn with_unread_imports(&self) -> Vec<String> {
+        let mut found: Vec<String> = self
+            .analyses
+            .iter()
+            .filter(|(path, analysis)| {
+                self.open.contains_key(path.as_str())
+                    && analysis
+                        .checked
+                        .diagnostics
+                        .iter()
+                        .any(|d| d.code == flow_compiler::codes::Code::UnresolvedImport)
+            })
+            .map(|(path, _)| path.clone())
+            .collect();
+        found.sort();
+        found
+    }
+
     /// The open documents whose last analysis loaded `path` as an import,
     /// directly or not.
     pub fn dependants(&self, path: &str) -> Vec<String> {

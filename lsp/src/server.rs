@@ -571,10 +571,16 @@ impl LanguageServer for Backend {
         let client = self.client.clone();
         tokio::spawn(async move {
             let watch = DidChangeWatchedFilesRegistrationOptions {
-                watchers: vec![FileSystemWatcher {
-                    glob_pattern: GlobPattern::String("**/*.flow".to_string()),
-                    kind: None,
-                }],
+                // A project's lock decides E120, W304 and the browser
+                // tools' checks as its sources do (regression, an audit:
+                // `flowc lock` left the editor's diagnostics stale).
+                watchers: ["**/*.flow", "**/flow.lock"]
+                    .into_iter()
+                    .map(|glob| FileSystemWatcher {
+                        glob_pattern: GlobPattern::String(glob.to_string()),
+                        kind: None,
+                    })
+                    .collect(),
             };
             let registration = Registration {
                 id: "flow-files".to_string(),
@@ -589,8 +595,9 @@ impl LanguageServer for Backend {
         Ok(())
     }
 
-    /// A `.flow` file made, changed or deleted on disk (by git, another
-    /// editor, `flowc fmt`): what an open document imports may be among
+    /// A `.flow` file or a `flow.lock` made, changed or deleted on disk (by
+    /// git, another editor, `flowc fmt`, `flowc lock`): what an open
+    /// document imports may be among
     /// them, an import that could not be read before among the rest, so
     /// every open document is checked again.
     async fn did_change_watched_files(&self, _: DidChangeWatchedFilesParams) {
@@ -610,7 +617,7 @@ impl LanguageServer for Backend {
             return;
         };
         let text: Arc<str> = params.text_document.text.into();
-        {
+        let unread = {
             let mut state = self.lock();
             // The new buffer replaces the disk for whatever imports it.
             state.documents.repaired = None;
@@ -623,8 +630,19 @@ impl LanguageServer for Backend {
                     version: params.text_document.version,
                 },
             );
+            // A buffer opened where an import could not be read (a file
+            // made in the editor, not saved yet) mends that import
+            // (regression, an audit: the importer kept its E113).
+            let unread = state.documents.with_unread_imports();
+            for importer in &unread {
+                state.documents.analyses.remove(importer);
+            }
+            unread
+        };
+        self.schedule(path.clone());
+        for importer in unread.into_iter().filter(|importer| *importer != path) {
+            self.schedule(importer);
         }
-        self.schedule(path);
     }
 
     async fn did_change(&self, params: DidChangeTextDocumentParams) {

@@ -109,12 +109,10 @@ fn an_edit_to_an_import_rechecks_its_importers() {
     client.shutdown();
 }
 
-/// Regression: an import that did not exist yet stayed reported (and its
-/// names unknown) after the file appeared on disk, until the importer was
-/// edited. A watched file's change checks the open documents again.
-#[test]
-fn a_file_made_on_disk_is_read_by_what_imports_it() {
-    let dir = TempDir::new("watched");
+/// A client with `main.flow` open, whose import of `recipes.flow` is not
+/// there yet (E113 published), and the document's URI.
+fn importing_what_is_not_there(name: &str) -> (TempDir, Client, String) {
+    let dir = TempDir::new(name);
     let text = workflow("  step first = classify { subject: workflow_input.subject }\n");
     let main = dir.write("main.flow", &text);
     let mut client = Client::start(&dir.0);
@@ -126,11 +124,31 @@ fn a_file_made_on_disk_is_read_by_what_imports_it() {
         codes(&published).contains(&"E113".to_string()),
         "{published}"
     );
+    (dir, client, main_uri)
+}
+
+/// Regression: an import that did not exist yet stayed reported (and its
+/// names unknown) after the file appeared on disk, until the importer was
+/// edited. A watched file's change checks the open documents again.
+#[test]
+fn a_file_made_on_disk_is_read_by_what_imports_it() {
+    let (dir, mut client, main_uri) = importing_what_is_not_there("watched");
     let recipes = dir.write("recipes.flow", RECIPES);
     client.notify(
         "workspace/didChangeWatchedFiles",
         json!({ "changes": [{ "uri": client::uri(&recipes), "type": 1 }] }),
     );
+    client.diagnostics_for(&main_uri, |p| p["diagnostics"] == json!([]));
+    client.shutdown();
+}
+
+/// Regression (an audit): an import that did not exist, opened as a new
+/// buffer (made in the editor, not saved), was not read by what imports it:
+/// the importer kept its E113 until it was edited.
+#[test]
+fn a_missing_import_opened_as_a_buffer_is_read_by_what_imports_it() {
+    let (dir, mut client, main_uri) = importing_what_is_not_there("opened-import");
+    client.open(&dir.0.join("recipes.flow"), RECIPES);
     client.diagnostics_for(&main_uri, |p| p["diagnostics"] == json!([]));
     client.shutdown();
 }
