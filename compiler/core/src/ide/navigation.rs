@@ -61,6 +61,8 @@ pub enum RenameError {
     InvalidName(String),
     /// The new name already names something of the same kind in scope.
     InUse(String),
+    /// The new name is longer than a name may be: its length in bytes.
+    TooLong(usize),
 }
 
 impl std::fmt::Display for RenameError {
@@ -69,6 +71,11 @@ impl std::fmt::Display for RenameError {
             RenameError::NothingHere => write!(f, "there is nothing to rename here"),
             RenameError::InvalidName(name) => write!(f, "`{name}` is not a valid name"),
             RenameError::InUse(name) => write!(f, "`{name}` is already in use"),
+            RenameError::TooLong(bytes) => write!(
+                f,
+                "a name of {bytes} bytes is too long: at most {}",
+                flow_plan::limits::MAX_NAME_BYTES
+            ),
         }
     }
 }
@@ -474,6 +481,11 @@ pub fn check_new_name(
         && !KEYWORDS.contains(&new_name);
     if !valid {
         return Err(RenameError::InvalidName(new_name.to_string()));
+    }
+    // A name the checker refuses (E212) is no better a rename (an audit:
+    // 300 bytes renamed every reference, and the project no longer checked).
+    if new_name.len() > flow_plan::limits::MAX_NAME_BYTES {
+        return Err(RenameError::TooLong(new_name.len()));
     }
     if new_name == symbol.name() {
         return Ok(());
