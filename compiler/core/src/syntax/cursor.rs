@@ -287,14 +287,41 @@ pub(crate) fn repair(text: &str, offset: usize) -> (String, usize) {
         Lexical::String { triple: true } | Lexical::Comment => code_from = None,
         Lexical::Code => {}
     }
-    // Close what the cursor's line opened and the rest of the line does not
-    // close, innermost first.
-    let opened_here: Vec<u8> = cursor
-        .open
-        .iter()
-        .filter(|(at, _)| *at >= line_start)
-        .map(|(_, b)| *b)
-        .collect();
+    // A `"""` string that nothing closes runs to the end of the file, and
+    // the step the cursor is in with it: closed on the cursor's line, as
+    // the author is about to (regression, an audit: no completion in a
+    // message being written top-down). Scanned from the start, a file
+    // ends inside such a string whichever of its strings is the one left
+    // open: a later string's quotes then pair the other way round. The
+    // brackets open around it that the rest of the file does not close
+    // (the step's or recipe's `{`, not typed yet) are closed with it.
+    let raw_left_open = matches!(
+        cursor.lexical,
+        Lexical::String { triple: true } | Lexical::Template { triple: true }
+    ) && matches!(
+        scan(text, text.len()).lexical,
+        Lexical::String { triple: true } | Lexical::Template { triple: true }
+    );
+    let opened_here: Vec<u8> = if raw_left_open {
+        tail.push_str("\"\"\"");
+        let unclosed = cursor
+            .open
+            .len()
+            .saturating_sub(rest_closers(&text[line_end..]));
+        cursor.open[cursor.open.len() - unclosed..]
+            .iter()
+            .map(|(_, b)| *b)
+            .collect()
+    } else {
+        // What the cursor's line opened, of which the rest of the line
+        // closes some (below).
+        cursor
+            .open
+            .iter()
+            .filter(|(at, _)| *at >= line_start)
+            .map(|(_, b)| *b)
+            .collect()
+    };
     let mut closes = code_from.map_or(0, |from| rest_closers(&rest[from..]));
     for bracket in opened_here.iter().rev() {
         if closes > 0 {
@@ -399,6 +426,34 @@ mod tests {
         assert_eq!(
             repair(text, 11),
             ("x: \"{{__flow_cursor__}}\" }".to_string(), 6)
+        );
+    }
+
+    /// A `"""` string nothing closes is closed on the cursor's line; one
+    /// closed later is left to its own quotes.
+    #[test]
+    fn repairs_close_a_raw_string_left_open() {
+        let before = "w {\n  s = h \"d\" {\n    message: \"\"\"\n      Ticket {{step.";
+        let text = format!("{before}\n  }}\n}}\n");
+        assert_eq!(
+            repair(&text, before.len()),
+            (
+                "w {\n  s = h \"d\" {\n    message: \"\"\"\n      Ticket {{__flow_cursor__}}\"\"\"\n  }\n}\n"
+                    .to_string(),
+                before.len() - 5
+            )
+        );
+        // The step's `}` not typed yet either: closed with the string.
+        let text = format!("{before}\n}}\n");
+        assert!(
+            repair(&text, before.len())
+                .0
+                .ends_with("{{__flow_cursor__}}\"\"\"}\n}\n"),
+        );
+        let closed = format!("{before}\n  \"\"\" }}\n}}\n");
+        assert_eq!(
+            repair(&closed, before.len()).0,
+            closed.replace("step.", "__flow_cursor__}}")
         );
     }
 
