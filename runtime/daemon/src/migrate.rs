@@ -101,6 +101,7 @@ pub(crate) struct EarlierRuns {
     responses(
         (status = 200, description = "Moved what could move (or, in a dry run, what would)", body = Migration),
         (status = 404, description = "No such workflow (`unknown_workflow`) or version (`unknown_version`) in this account", body = crate::api::ProblemDoc, content_type = "application/problem+json"),
+        (status = 422, description = "`from_version` is not before `to_version`: runs move forward only (`invalid_request`)", body = crate::api::ProblemDoc, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn migrate(
@@ -117,6 +118,20 @@ pub(crate) async fn migrate(
         .from_version
         .map(|n| version(&versions, Some(n), &workflow))
         .transpose()?;
+    // Runs move forward only (below): a move back was answered with
+    // nothing moved and nothing refused, and no word of why (an audit).
+    if let Some(from) = from
+        && from.version >= target.version
+    {
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+            &format!(
+                "runs move forward only: from_version {} is not before to_version {}",
+                from.version, target.version
+            ),
+        ));
+    }
     let new_plan = daemon
         .plan(&account, &target.plan_hash)
         .await

@@ -3093,6 +3093,23 @@ async fn parked_runs_move_to_a_compatible_version_only() {
         )
         .await;
     assert_eq!(back["moved"], json!([]), "runs move forward only: {back}");
+    // Regression (an audit): a move back named both ways was answered
+    // with nothing moved and no word of why.
+    let (status, named) = flowd
+        .send(
+            Method::POST,
+            migrate,
+            Some(ACME),
+            Some(json!({ "from_version": 2, "to_version": 1 })),
+        )
+        .await;
+    assert_eq!(status, 422, "{named}");
+    assert!(
+        named["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("runs move forward only")),
+        "{named}"
+    );
 
     for id in &runs {
         let (status, body) = flowd
