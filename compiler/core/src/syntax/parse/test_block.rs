@@ -420,7 +420,9 @@ impl Parser<'_> {
                 ExpectKind::Attempts {
                     step,
                     count_span: span_of(&count),
-                    count: self.int(count, 0),
+                    // 1, not 0: a count too large to read (E001) drew a
+                    // second error, that no attempt was made (an audit).
+                    count: self.int(count, 1),
                 }
             }
             _ => {
