@@ -208,6 +208,12 @@ fn an_expired_approval_cannot_be_decided() {
     let late = flow(&dir, &["approve", &run_id, "g", "--as", "a"]);
     assert_eq!(late.code, 2, "{}", late.all());
     assert!(late.stderr.contains("has expired"), "{}", late.stderr);
+    // Regression (an audit): it did not say what resumes the run here.
+    assert!(
+        late.stderr.contains("`flow recover --db"),
+        "{}",
+        late.stderr
+    );
     // Regression (an audit): the expired gate was listed and shown with
     // the commands that decide it, which are refused.
     let listed = flow(&dir, &["approvals"]);

@@ -521,6 +521,14 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
                         gate_hint(&step_path, &waiting)
                     )));
                 }
+                // Here nothing resumes a run by itself, as flowd's sweep
+                // does: the command that does is named (an audit).
+                Err(refused @ DecideError::Expired(_)) => {
+                    return Err(usage(format!(
+                        "{refused}: `flow recover --db {}` resumes it",
+                        db.display()
+                    )));
+                }
                 Err(refused) => return Err(usage(refused.to_string())),
             }
             // A run that another live process is executing picks the
@@ -664,7 +672,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             store: StoreArg { db },
             json,
         } => {
-            let Some(store) = listed_store(&db)? else {
+            let Some(store) = listed_store(&db, "recover")? else {
                 if !json {
                     out!("no run to recover");
                 }
@@ -746,7 +754,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             store: StoreArg { db },
             json,
         } => {
-            let Some(store) = listed_store(&db)? else {
+            let Some(store) = listed_store(&db, "list")? else {
                 lists::print_runs(&[], json, paint);
                 return Ok(0);
             };
@@ -831,7 +839,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             store: StoreArg { db },
             json,
         } => {
-            let Some(store) = listed_store(&db)? else {
+            let Some(store) = listed_store(&db, "list")? else {
                 lists::print_approvals(&[], json, style::Via::Db(Some(&db)), paint);
                 return Ok(0);
             };
@@ -898,7 +906,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             store: StoreArg { db },
             json,
         } => {
-            let Some(store) = listed_store(&db)? else {
+            let Some(store) = listed_store(&db, "list")? else {
                 lists::print_notifications(&[], json, paint);
                 return Ok(0);
             };
@@ -1006,7 +1014,7 @@ async fn kb(command: KbCommand, paint: Paint) -> Result<u8> {
 
 /// `flow kb list` and `flow kb search`: the documents `query` finds.
 async fn list_documents(db: &Path, query: &KbQuery, json: bool, paint: Paint) -> Result<u8> {
-    let Some(store) = listed_store(db)? else {
+    let Some(store) = listed_store(db, "list")? else {
         lists::print_documents(&[], json, paint);
         return Ok(0);
     };
@@ -1838,10 +1846,10 @@ fn open_existing_store(db: &Path) -> Result<Arc<dyn Store>> {
     open_store(db)
 }
 
-/// The store of a command that lists what one holds: `None` at a `--db`
-/// that names no file, where there is nothing to list, and where an empty
-/// store was made (a typo in --db left one behind).
-fn listed_store(db: &Path) -> Result<Option<Arc<dyn Store>>> {
+/// The store of a command that lists (or recovers, `doing`) what one
+/// holds: `None` at a `--db` that names no file, where there is nothing to
+/// list, and where an empty store was made (a typo in --db left one behind).
+fn listed_store(db: &Path, doing: &str) -> Result<Option<Arc<dyn Store>>> {
     if db.exists() {
         return open_store(db).map(Some);
     }
@@ -1849,7 +1857,7 @@ fn listed_store(db: &Path) -> Result<Option<Arc<dyn Store>>> {
     // stays what scripts read), since it may be a typo.
     if db != Path::new(DEFAULT_DB) {
         eprintln!(
-            "flow: no store at {}: nothing to list (`flow run --db` makes one)",
+            "flow: no store at {}: nothing to {doing} (`flow run --db` makes one)",
             db.display()
         );
     }
