@@ -1,89 +1,95 @@
-//! Each account's count of something this process has under way (runs it
-//! drives, deploys compiling, webhook attempts out), and the guard that
-//! counts one while it lives. A quota is checked and counted under one
-//! lock, so that requests at the same moment cannot all pass a count taken
-//! before any of them, and a count cannot outlive what it counts.
+//! Counts of what this process has under way, by key: each account's runs
+//! it drives, deploys compiling and webhook attempts out, and the decided
+//! runs waiting for a place, by run id; and the guard that counts one
+//! while it lives. A quota is checked and counted under one lock, so that
+//! requests at the same moment cannot all pass a count taken before any of
+//! them, and a count cannot outlive what it counts.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use flow_runtime::sync::lock;
 
-/// The counts, by account; accounts at zero are not kept.
+/// The counts, by key; keys at zero are not kept.
 #[derive(Debug, Default)]
-pub(crate) struct AccountCounts {
-    by_account: Mutex<HashMap<String, usize>>,
+pub(crate) struct Counts {
+    by_key: Mutex<HashMap<String, usize>>,
     /// Woken each time a count goes down, for those waiting for room.
     freed: tokio::sync::Notify,
 }
 
-impl AccountCounts {
-    /// Counts one more of `account`'s, whatever the count.
-    pub(crate) fn count(self: &Arc<Self>, account: &str) -> Counted {
-        self.count_within(account, usize::MAX)
+impl Counts {
+    /// Counts one more of `key`'s, whatever the count.
+    pub(crate) fn count(self: &Arc<Self>, key: &str) -> Counted {
+        self.count_within(key, usize::MAX)
             .expect("no count reaches usize::MAX")
     }
 
-    /// Counts one more of `account`'s, unless `most` are counted already.
-    pub(crate) fn count_within(self: &Arc<Self>, account: &str, most: usize) -> Option<Counted> {
-        let mut counts = lock(&self.by_account);
-        let count = counts.entry(account.to_string()).or_default();
+    /// Counts one more of `key`'s, unless `most` are counted already.
+    pub(crate) fn count_within(self: &Arc<Self>, key: &str, most: usize) -> Option<Counted> {
+        let mut counts = lock(&self.by_key);
+        let count = counts.entry(key.to_string()).or_default();
         if *count >= most {
             return None;
         }
         *count += 1;
         Some(Counted {
             counts: Arc::clone(self),
-            account: account.to_string(),
+            key: key.to_string(),
         })
     }
 
-    /// Counts one more of `account`'s once fewer than `most` are: waits
-    /// for one of them to end if need be.
-    pub(crate) async fn count_once_within(self: &Arc<Self>, account: &str, most: usize) -> Counted {
+    /// Counts one more of `key`'s once fewer than `most` are: waits for
+    /// one of them to end if need be.
+    pub(crate) async fn count_once_within(self: &Arc<Self>, key: &str, most: usize) -> Counted {
         loop {
             // Listening before looking: a count that goes down between the
             // look and the wait still wakes it.
             let freed = self.freed.notified();
             let mut freed = std::pin::pin!(freed);
             freed.as_mut().enable();
-            if let Some(counted) = self.count_within(account, most) {
+            if let Some(counted) = self.count_within(key, most) {
                 return counted;
             }
             freed.await;
         }
     }
 
-    /// The accounts with something counted, and how much.
-    pub(crate) fn by_account(&self) -> Vec<(String, usize)> {
-        lock(&self.by_account)
+    /// The keys with something counted, and how much.
+    pub(crate) fn by_key(&self) -> Vec<(String, usize)> {
+        lock(&self.by_key)
             .iter()
-            .map(|(account, count)| (account.clone(), *count))
+            .map(|(key, count)| (key.clone(), *count))
             .collect()
+    }
+
+    /// Whether `key` has something counted.
+    pub(crate) fn holds(&self, key: &str) -> bool {
+        lock(&self.by_key).contains_key(key)
     }
 }
 
-/// One of an account's counted while it lives.
+/// One of a key's counted while it lives.
 #[derive(Debug)]
 pub(crate) struct Counted {
-    counts: Arc<AccountCounts>,
-    account: String,
+    counts: Arc<Counts>,
+    key: String,
 }
 
 impl Counted {
-    /// Whose it is.
-    pub(crate) fn account(&self) -> &str {
-        &self.account
+    /// Whose it is: the account, or the run.
+    pub(crate) fn key(&self) -> &str {
+        &self.key
     }
 }
 
 impl Drop for Counted {
     fn drop(&mut self) {
-        let mut counts = lock(&self.counts.by_account);
-        if let Some(count) = counts.get_mut(&self.account) {
+        let mut counts = lock(&self.counts.by_key);
+        if let Some(count) = counts.get_mut(&self.key) {
             *count -= 1;
             if *count == 0 {
-                counts.remove(&self.account);
+                counts.remove(&self.key);
             }
         }
         drop(counts);
@@ -99,7 +105,7 @@ mod tests {
     /// whoever waits for room.
     #[tokio::test]
     async fn a_waiter_is_counted_once_one_ends() {
-        let counts = Arc::new(AccountCounts::default());
+        let counts = Arc::new(Counts::default());
         let first = counts.count_within("acme", 1).expect("room for one");
         assert!(counts.count_within("acme", 1).is_none(), "held to one");
         assert!(counts.count_within("globex", 1).is_some(), "per account");
@@ -111,9 +117,9 @@ mod tests {
         assert!(!waiting.is_finished(), "no room yet");
         drop(first);
         let second = waiting.await.expect("the waiter ends");
-        assert_eq!(second.account(), "acme");
-        assert_eq!(counts.by_account(), vec![("acme".to_string(), 1)]);
+        assert_eq!(second.key(), "acme");
+        assert_eq!(counts.by_key(), vec![("acme".to_string(), 1)]);
         drop(second);
-        assert!(counts.by_account().is_empty(), "accounts at zero go");
+        assert!(counts.by_key().is_empty(), "keys at zero go");
     }
 }

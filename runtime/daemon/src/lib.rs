@@ -1,11 +1,11 @@
 //! flowd: the runtime as a service. The library holds what the binary and the
 //! end-to-end tests share; `main.rs` only parses the command line.
 
-mod account_counts;
 mod api;
 pub mod compile_worker;
 pub mod config;
 mod connections;
+mod counts;
 mod deploy_count;
 mod destinations;
 mod freed_off_worker;

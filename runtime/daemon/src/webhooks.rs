@@ -33,8 +33,8 @@ use hmac::{Hmac, Mac};
 use serde_json::json;
 use sha2::Sha256;
 
-use crate::account_counts::AccountCounts;
 use crate::config::{Secret, Webhook};
+use crate::counts::Counts;
 use crate::server::Daemon;
 
 /// The HMAC key of `secret`: a Standard Webhooks secret (`whsec_` and
@@ -110,7 +110,7 @@ const FAIR_SHARE: usize = IN_FLIGHT / 4;
 pub(crate) async fn run(daemon: Arc<Daemon>, mut stopping: tokio::sync::watch::Receiver<bool>) {
     let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
     // The deliverer's attempts out, by account.
-    let in_flight = Arc::new(AccountCounts::default());
+    let in_flight = Arc::new(Counts::default());
     while !*stopping.borrow() {
         // Nothing is lost: the events stay due, and are looked at again
         // (another process holding SQLite's lock, a lost connection).
@@ -136,7 +136,7 @@ pub(crate) async fn run(daemon: Arc<Daemon>, mut stopping: tokio::sync::watch::R
 async fn deliver_due(
     daemon: &Arc<Daemon>,
     slots: &Arc<tokio::sync::Semaphore>,
-    in_flight: &Arc<AccountCounts>,
+    in_flight: &Arc<Counts>,
     stopping: &tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), StoreError> {
     let mut spare = false;
@@ -151,7 +151,7 @@ async fn deliver_due(
         if limit == 0 {
             return Ok(());
         }
-        let held = in_flight.by_account();
+        let held = in_flight.by_key();
         let due = daemon
             .store
             .due_events(&DueEvents {

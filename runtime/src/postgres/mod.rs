@@ -1177,10 +1177,14 @@ impl RunStore for PostgresStore {
 
     fn orphaned_runs(&self) -> StoreFuture<'_, Vec<RunRow>> {
         Box::pin(async move {
+            // This process's own too: a run it gave up while the store
+            // was cut off kept it as owner, and was found by nobody while
+            // the process lived (a chaos audit). Those it drives renew
+            // their leases, and the caller leaves them alone.
             self.runs_where(
-                "status = 'running' AND (owner IS NULL OR (owner <> $1 AND lease_until <= now()))
+                "status = 'running' AND (owner IS NULL OR lease_until <= now())
                  ORDER BY created_ms, id",
-                &[&self.owner],
+                &[],
             )
             .await
         })

@@ -437,10 +437,11 @@ pub trait RunStore: Send + Sync {
 
     /// The runs left `running` that no live process holds: given up (no
     /// owner), or whose owner is gone (the SQLite store: its process died;
-    /// PostgreSQL: its lease ran out). Never this process's own. Oldest
-    /// first; `claim_run` takes them over. A daemon sharing its store looks
-    /// for them while it serves, so that a process that died does not leave
-    /// its runs until some process restarts.
+    /// PostgreSQL: its lease ran out, this process's own included, which
+    /// the caller leaves alone where it drives them). Oldest first;
+    /// `claim_run` takes them over. A daemon sharing its store looks for
+    /// them while it serves, so that a process that died does not leave its
+    /// runs until some process restarts.
     fn orphaned_runs(&self) -> StoreFuture<'_, Vec<RunRow>>;
 
     /// Gives up the runs this process holds `running`, once a stopping

@@ -96,7 +96,8 @@ impl Daemon {
             // Stored `running` and this process's, the run waits here for
             // a place; if the process stops first, it is resumed as any
             // run left running is (on PostgreSQL, by another flowd once
-            // its lease runs out).
+            // its lease runs out). This process's own sweep leaves it.
+            let _awaiting = daemon.awaiting_place.count(&run.id);
             let place = daemon.run_place_once_free(&run.account).await;
             match daemon
                 .store
@@ -304,7 +305,7 @@ impl Daemon {
     /// Drives a run this process has created (`created`: just now, with
     /// when `create_run` was asked, so nothing of it is read back) or
     /// claimed (`None`), in the background, in `place` among its account's
-    /// runs in flight (the account is the place's) until its task ends.
+    /// runs in flight (the place's key is the account) until its task ends.
     pub(crate) fn spawn_run(
         self: &Arc<Daemon>,
         plan: Arc<Plan>,
@@ -319,7 +320,7 @@ impl Daemon {
         // `steps_now`.
         let in_flight = Arc::new(StepsInFlight::default());
         let table = Arc::clone(&in_flight);
-        let account = place.account().to_string();
+        let account = place.key().to_string();
         let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
         // Finished runs leave their results in the set until collected.
         while runs.try_join_next().is_some() {}

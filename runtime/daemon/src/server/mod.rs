@@ -38,8 +38,8 @@ mod driving;
 mod problem;
 mod routes;
 
-use crate::account_counts::AccountCounts;
-pub(crate) use crate::account_counts::Counted;
+pub(crate) use crate::counts::Counted;
+use crate::counts::Counts;
 use auth::*;
 pub use auth::{AccountId, KeyHolder};
 use problem::*;
@@ -98,7 +98,11 @@ pub struct Daemon {
     /// Each account's places for steps executing at once (`Quotas`).
     step_places: std::sync::Mutex<driving::StepPlaces>,
     /// Each account's runs this process drives now (`Quotas`).
-    in_flight: Arc<AccountCounts>,
+    in_flight: Arc<Counts>,
+    /// The decided runs waiting here for a place among their account's
+    /// runs in flight: this process's in the store, though it drives them
+    /// not yet (`Daemon::decide`).
+    awaiting_place: Arc<Counts>,
     /// The (account, plan hash) pairs whose MCP servers and tools the
     /// account may use under this process's configuration.
     pub(crate) mcp_passed: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
@@ -108,7 +112,7 @@ pub struct Daemon {
     /// [`half_the_cores`]).
     pub(crate) compiles: Arc<tokio::sync::Semaphore>,
     /// Each account's deploys under way (`Daemon::count_deploy`).
-    deploys_under_way: Arc<AccountCounts>,
+    deploys_under_way: Arc<Counts>,
 }
 
 /// How many deploys compile at once, and how many plans not kept are
@@ -275,6 +279,7 @@ impl Daemon {
             compiles: Arc::new(tokio::sync::Semaphore::new(half_the_cores())),
             deploys_under_way: Arc::default(),
             in_flight: Arc::default(),
+            awaiting_place: Arc::default(),
             mcp_passed: std::sync::Mutex::new(std::collections::HashSet::new()),
             stored: crate::storage::StoredBytes::default(),
             links,
@@ -369,9 +374,11 @@ impl Daemon {
     }
 
     /// Resumes the runs that no live process holds any more (another flowd
-    /// sharing the store died, or lost it for longer than its lease), so
-    /// that they go on here without waiting for a restart. Runs this
-    /// process drives are left alone.
+    /// sharing the store died, or lost it for longer than its lease; this
+    /// one gave a run up while the store was cut off), so that they go on
+    /// here without waiting for a restart. Runs this process drives, or
+    /// whose decision waits here for a place, are left alone, and so are
+    /// runs begun with a model provider this flowd has none of.
     async fn resume_orphaned(self: &Arc<Daemon>) -> Result<(), StoreError> {
         let mut taken = 0;
         for run in self.store.orphaned_runs().await? {
@@ -384,7 +391,8 @@ impl Daemon {
                 .driving
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .contains_key(&run.id);
+                .contains_key(&run.id)
+                || self.awaiting_place.holds(&run.id);
             if driven_here {
                 continue;
             }
@@ -392,6 +400,11 @@ impl Daemon {
             let Some(plan) = self.plan_to_resume(&run).await else {
                 continue;
             };
+            // Left for a flowd with its model provider: taken here, it
+            // would be left again at once, sweep after sweep.
+            if self.answerable_here(&run.id).await.is_err() {
+                continue;
+            }
             // Left to another flowd, or a later sweep, while the account
             // has no room here.
             let Some(place) = self.reserve_run(&run.account) else {
