@@ -345,15 +345,16 @@ impl Comparison<'_> {
                         guard_change(&entry.guards, &now.guards)
                     ),
                 ),
+                // (A place the new version lacks is D002 already.)
                 Some(now)
                     if now.guards != entry.guards
-                        && !counterpart.is_some_and(|place| certainly_ran(now, place)) =>
+                        && counterpart.is_some_and(|place| !certainly_ran(now, place)) =>
                 {
                     problem(
                         Code::ResumePointGuarded,
                         &entry.path,
                         format!(
-                            "every run here completed `{}`, and the new version runs it under other conditions{}: the replay may pass it over, its record unread",
+                            "runs here may have completed `{}`, and the new version runs it under other conditions{}: the replay may pass it over, its record unread",
                             entry.path,
                             guard_change(&entry.guards, &now.guards)
                         ),
