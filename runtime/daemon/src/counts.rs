@@ -14,8 +14,10 @@ use flow_runtime::sync::lock;
 #[derive(Debug, Default)]
 pub(crate) struct Counts {
     by_key: Mutex<HashMap<String, usize>>,
-    /// Woken each time a count goes down, for those waiting for room.
-    freed: tokio::sync::Notify,
+    /// For each key someone has waited for room under, what wakes them as
+    /// its count goes down: a run's end wakes its own account's waiters
+    /// only (one shared wake-up woke every account's, at every run's end).
+    freed: Mutex<HashMap<String, Arc<tokio::sync::Notify>>>,
 }
 
 impl Counts {
@@ -42,10 +44,11 @@ impl Counts {
     /// Counts one more of `key`'s once fewer than `most` are: waits for
     /// one of them to end if need be.
     pub(crate) async fn count_once_within(self: &Arc<Self>, key: &str, most: usize) -> Counted {
+        let wake = Arc::clone(lock(&self.freed).entry(key.to_string()).or_default());
         loop {
             // Listening before looking: a count that goes down between the
             // look and the wait still wakes it.
-            let freed = self.freed.notified();
+            let freed = wake.notified();
             let mut freed = std::pin::pin!(freed);
             freed.as_mut().enable();
             if let Some(counted) = self.count_within(key, most) {
@@ -93,7 +96,9 @@ impl Drop for Counted {
             }
         }
         drop(counts);
-        self.counts.freed.notify_waiters();
+        if let Some(freed) = lock(&self.counts.freed).get(&self.key) {
+            freed.notify_waiters();
+        }
     }
 }
 

@@ -3655,3 +3655,70 @@ async fn a_flowd_leaves_a_killed_flow_runs_run_to_flow_recover() {
     assert_eq!(recovered.code, 0, "{}", recovered.all());
     assert!(recovered.all().contains("completed"), "{}", recovered.all());
 }
+
+/// A gate decided while another branch of its run still runs in this
+/// flowd: the run takes the decision up as it parks, and is not driven a
+/// second time beside it. Regression (a review): the decision's claim
+/// succeeded on the run this flowd drove, and on SQLite (which nothing
+/// fences within one process) the other branch's step went to the model
+/// twice.
+#[tokio::test]
+async fn a_gate_decided_while_its_run_is_driven_here_is_driven_once() {
+    use std::time::Duration;
+
+    use flow_tests::fake_llm::FakeLlm;
+    use reqwest::Method;
+    use serde_json::json;
+
+    let model = FakeLlm::start(vec![], json!({ "text": "t" }), Duration::from_secs(2)).await;
+    let dir = TempDir::new("flowd-decided-while-driven");
+    let flowd = Flowd::start_with(
+        &dir,
+        &(CONFIG.to_string() + &common::fake_model(&model.url)),
+    );
+    flowd
+        .deploy(
+            ACME,
+            "recipe answer { model \"default\" input { q: string } output { text: string } prompt \"{{input.q}}\" }
+workflow both {
+  parallel p {
+    branch gate { step ok = approval { approvers: [\"ana@acme.io\"], message: \"Go?\" } }
+    branch slow { step a = answer { q: \"x\" } }
+  }
+  output { approved: step.ok.approved, text: step.a.text }
+}
+",
+        )
+        .await;
+    let run = flowd.start_run(ACME, json!({ "workflow": "both" })).await;
+    // The gate is recorded pending as the slow branch's call goes out.
+    let waited = std::time::Instant::now();
+    while model.requests() < 1 {
+        assert!(waited.elapsed() < Duration::from_secs(20), "no call");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut decided = None;
+    for _ in 0..100 {
+        let (status, body) = flowd
+            .send(
+                Method::POST,
+                &format!("/v1/runs/{run}/approvals/p/gate/ok"),
+                Some(ACME),
+                Some(json!({ "approver": "ana@acme.io", "approved": true })),
+            )
+            .await;
+        if status == 202 {
+            decided = Some(body);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(decided.is_some(), "the gate was decided while the run ran");
+    let record = flowd
+        .settled_within(&run, ACME, Duration::from_secs(30))
+        .await;
+    assert_eq!(record["status"], "completed", "{record}");
+    assert_eq!(record["output"], json!({ "approved": true, "text": "t" }));
+    assert_eq!(model.requests(), 1, "{:?}", model.prompts());
+    assert_eq!(flowd.stop(), Some(0));
+}

@@ -65,6 +65,10 @@ impl Daemon {
         let daemon = Arc::clone(self);
         let (stored, decided) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
+            // Noted as waiting here from before the decision makes the run
+            // this process's: this process's own sweep leaves it (a review:
+            // a slow export below let its lease run out first).
+            let _awaiting = daemon.awaiting_place.count(&run.id);
             // The plan before the decision: the decision makes the run this
             // process's, so nothing that can fail comes between it and the
             // claim (a plan that would not load then left the run `running`
@@ -93,24 +97,7 @@ impl Daemon {
             // A decided gate's record is the store's, not an invocation's:
             // its span goes now.
             daemon.export_decision(&run, &path).await;
-            // Stored `running` and this process's, the run waits here for
-            // a place; if the process stops first, it is resumed as any
-            // run left running is (on PostgreSQL, by another flowd once
-            // its lease runs out). This process's own sweep leaves it.
-            let _awaiting = daemon.awaiting_place.count(&run.id);
-            let place = daemon.run_place_once_free(&run.account).await;
-            match daemon
-                .store
-                .claim_run(&run.id, &[RunStatus::PendingApproval, RunStatus::Running])
-                .await
-            {
-                Ok(true) => daemon.spawn_run(plan, place, run.workflow, run.id, run.input, None),
-                Ok(false) => {}
-                Err(error) => tracing::warn!(
-                    run = %run.id,
-                    "the decided run goes on when flowd next starts (on PostgreSQL, on another flowd once its lease runs out): {error}"
-                ),
-            }
+            daemon.go_on_decided(plan, run).await;
         });
         decided.await.unwrap_or_else(|_| {
             Err(Problem::new(
@@ -119,6 +106,73 @@ impl Daemon {
                 "the decision's task stopped before it was stored",
             ))
         })
+    }
+
+    /// Drives decided run `run` here once nothing here drives it and its
+    /// account has a place among its runs in flight. Stored `running` and
+    /// this process's, it waits; if the process stops first, it is resumed
+    /// as any run left running is (on PostgreSQL, by a flowd once its
+    /// lease runs out).
+    async fn go_on_decided(self: &Arc<Daemon>, plan: Arc<Plan>, run: RunRow) {
+        // A run this process drives now (a gate decided while another
+        // branch still ran) picks the decision up as it parks
+        // (`runner::drive`), and its claim would succeed here too: driven
+        // twice, on SQLite unfenced (a review). Its drive is waited out.
+        while self.drives(&run.id) {
+            if self.stopping() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let place = self.run_place_once_free(&run.account).await;
+        // A stopping flowd's places come back as its runs stop: not taken
+        // then (`release_runs` leaves the run to whichever flowd goes on).
+        if self.stopping() {
+            return;
+        }
+        match self
+            .store
+            .claim_run(&run.id, &[RunStatus::PendingApproval, RunStatus::Running])
+            .await
+        {
+            Ok(true) => self.spawn_run(plan, place, run.workflow, run.id, run.input, None),
+            Ok(false) => {}
+            Err(error) => {
+                // Given up rather than left this live process's, driven by
+                // nobody: a run with no owner is any sweep's to resume.
+                tracing::warn!(
+                    run = %run.id,
+                    "the decided run could not be claimed, and is left for a sweep to resume: {error}"
+                );
+                let _ = self
+                    .store
+                    .finish_run(
+                        &run.id,
+                        RunStatus::Running,
+                        &serde_json::Value::Null,
+                        Duration::ZERO,
+                    )
+                    .await;
+            }
+        }
+    }
+
+    /// Whether a task of this process drives run `id` now.
+    fn drives(&self, id: &str) -> bool {
+        self.driving
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .is_some_and(|driven| !driven.handle.is_finished())
+    }
+
+    /// Whether this flowd is stopping: no attempt starts any more
+    /// (`close_step_places`).
+    fn stopping(&self) -> bool {
+        self.step_places
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .closed
     }
 
     /// Exports the spans of an invocation's steps, and the run's own span
@@ -258,7 +312,13 @@ impl Daemon {
     /// at once, so that starts at the same moment cannot all pass a count
     /// taken before any of them ran (an audit: ten at once against a
     /// quota of 3 started five).
+    /// None while the account's decided runs wait for places: they go
+    /// first (a review: starts at the quota took every place freed, and a
+    /// decided run could wait for good).
     pub(crate) fn reserve_run(&self, account: &str) -> Option<Counted> {
+        if self.decided_waiting.holds(account) {
+            return None;
+        }
         let most = self.config.quotas(account).runs_in_flight;
         self.in_flight.count_within(account, most)
     }
@@ -268,6 +328,7 @@ impl Daemon {
     /// room (a person answered; a 429 would have them answer again), and
     /// the run goes on as soon as one of the account's ends or parks.
     async fn run_place_once_free(&self, account: &str) -> Counted {
+        let _waiting = self.decided_waiting.count(account);
         let most = self.config.quotas(account).runs_in_flight;
         self.in_flight.count_once_within(account, most).await
     }

@@ -103,6 +103,9 @@ pub struct Daemon {
     /// runs in flight: this process's in the store, though it drives them
     /// not yet (`Daemon::decide`).
     awaiting_place: Arc<Counts>,
+    /// The same runs by account: while any wait, starts and sweeps take
+    /// no place of the account's (`Daemon::reserve_run`).
+    decided_waiting: Arc<Counts>,
     /// The (account, plan hash) pairs whose MCP servers and tools the
     /// account may use under this process's configuration.
     pub(crate) mcp_passed: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
@@ -280,6 +283,7 @@ impl Daemon {
             deploys_under_way: Arc::default(),
             in_flight: Arc::default(),
             awaiting_place: Arc::default(),
+            decided_waiting: Arc::default(),
             mcp_passed: std::sync::Mutex::new(std::collections::HashSet::new()),
             stored: crate::storage::StoredBytes::default(),
             links,
@@ -417,7 +421,7 @@ impl Daemon {
         }
         // One line, not one per run: a takeover can be thousands of runs.
         if taken > 0 {
-            tracing::info!("took over {taken} run(s) from processes that are gone");
+            tracing::info!("took over {taken} run(s) that no live process drove");
         }
         Ok(())
     }
