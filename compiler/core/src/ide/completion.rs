@@ -715,12 +715,20 @@ fn in_type(text: &str, enclosing: Option<(usize, u8)>) -> bool {
 /// `recipe(input { ... }) -> output` for a completion's detail line, with
 /// types as written (an alias by name).
 pub(crate) fn signature(env: &Env, info: &crate::check::RecipeInfo) -> String {
-    let inputs: Vec<String> = info
-        .input
+    signature_of(env, &info.input, Some(&info.output))
+}
+
+/// `(inputs) → output`, a recipe's or a workflow's (one without an
+/// `output` record shows none).
+pub(crate) fn signature_of(env: &Env, input: &crate::check::Fields, output: Option<&Ty>) -> String {
+    let inputs: Vec<String> = input
         .iter()
         .map(|(n, t)| format!("{n}: {}", env.show(t)))
         .collect();
-    format!("({}) → {}", inputs.join(", "), env.show(&info.output))
+    match output {
+        Some(output) => format!("({}) → {}", inputs.join(", "), env.show(output)),
+        None => format!("({})", inputs.join(", ")),
+    }
 }
 
 #[cfg(test)]

@@ -3,9 +3,9 @@
 use crate::Checked;
 use crate::check::{StepInfo, StepKind, Ty};
 use crate::diagnostic::{FileId, Span};
-use crate::ide::completion::signature;
+use crate::ide::completion::{signature, signature_of};
 use crate::ide::fields;
-use crate::ide::navigation::{Symbol, symbol_at};
+use crate::ide::navigation::{Symbol, symbol_at, workflow_at};
 use crate::ide::scope::{Scope, Seg, walk};
 use crate::ide::visit;
 use crate::syntax::ast::{self, Item, Path, Segment, path_text};
@@ -36,8 +36,15 @@ pub fn hover(checked: &Checked, file: FileId, offset: u32) -> Option<Hover> {
             markdown,
         });
     }
-    let (symbol, span) = symbol_at(checked, file, offset)?;
     let env = &checked.analysis.env;
+    if let Some((workflow, span)) = workflow_at(checked, file, offset) {
+        let signature = signature_of(env, &workflow.input, workflow.output.as_ref());
+        return Some(Hover {
+            span,
+            markdown: format!("```flow\nworkflow {}{signature}\n```", workflow.name),
+        });
+    }
+    let (symbol, span) = symbol_at(checked, file, offset)?;
     let markdown = match &symbol {
         Symbol::Step { workflow, id, .. } => {
             let info = checked.analysis.test_workflow(workflow)?;

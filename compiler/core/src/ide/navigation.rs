@@ -296,11 +296,55 @@ pub fn definition(checked: &Checked, file: FileId, offset: u32) -> Option<(FileI
     {
         return Some(found);
     }
+    if let Some((workflow, _)) = workflow_at(checked, file, offset) {
+        return workflow_declaration(checked, workflow);
+    }
     let (symbol, _) = symbol_at(checked, file, offset)?;
     match &symbol {
         Symbol::Import { path } => Some((file_id(checked, path)?, Span::default())),
         _ => declaration(checked, &symbol),
     }
+}
+
+/// The workflow whose name is at `offset` of the root file, where it is
+/// declared or where a test names it (`workflow NAME`), with the span of
+/// the name there. (An audit: a test's workflow had no hover or
+/// definition.)
+pub(crate) fn workflow_at(
+    checked: &Checked,
+    file: FileId,
+    offset: u32,
+) -> Option<(&WorkflowInfo, Span)> {
+    if file != FileId(0) {
+        return None;
+    }
+    checked.files[0].tree.items.iter().find_map(|item| {
+        let name = match item {
+            Item::Test(test) => test.workflow.as_ref()?,
+            Item::Workflow(workflow) => &workflow.name,
+            _ => return None,
+        };
+        if !name.span.contains(offset) {
+            return None;
+        }
+        Some((checked.analysis.test_workflow(&name.text)?, name.span))
+    })
+}
+
+/// Where `workflow` is declared: its name in its file.
+fn workflow_declaration(checked: &Checked, workflow: &WorkflowInfo) -> Option<(FileId, Span)> {
+    checked
+        .files
+        .get(workflow.file.0 as usize)?
+        .tree
+        .items
+        .iter()
+        .find_map(|item| match item {
+            Item::Workflow(decl) if decl.name.text == workflow.name => {
+                Some((workflow.file, decl.name.span))
+            }
+            _ => None,
+        })
 }
 
 /// The declaration of the field, or the loop of `loop_item`, at `offset`
