@@ -138,27 +138,33 @@ impl Daemon {
             Ok(true) => self.spawn_run(plan, place, run.workflow, run.id, run.input, None),
             Ok(false) => {}
             Err(error) => {
-                // Given up rather than left this live process's, driven by
-                // nobody: a run with no owner is any sweep's to resume.
                 tracing::warn!(
                     run = %run.id,
                     "the decided run could not be claimed, and is left for a sweep to resume: {error}"
                 );
-                let _ = self
-                    .store
-                    .finish_run(
-                        &run.id,
-                        RunStatus::Running,
-                        &serde_json::Value::Null,
-                        Duration::ZERO,
-                    )
-                    .await;
+                self.give_up(&run.id).await;
             }
         }
     }
 
+    /// Gives run `id` up, still `running` and with no owner, rather than
+    /// leave it this live process's, driven by nobody: a sweep (or the next
+    /// start) resumes it. A give-up that fails too (the store cut off)
+    /// leaves it to the lease on PostgreSQL, to the next start on SQLite.
+    async fn give_up(&self, id: &str) {
+        let _ = self
+            .store
+            .finish_run(
+                id,
+                RunStatus::Running,
+                &serde_json::Value::Null,
+                Duration::ZERO,
+            )
+            .await;
+    }
+
     /// Whether a task of this process drives run `id` now.
-    fn drives(&self, id: &str) -> bool {
+    pub(super) fn drives(&self, id: &str) -> bool {
         self.driving
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -312,6 +318,7 @@ impl Daemon {
     /// at once, so that starts at the same moment cannot all pass a count
     /// taken before any of them ran (an audit: ten at once against a
     /// quota of 3 started five).
+    ///
     /// None while the account's decided runs wait for places: they go
     /// first (a review: starts at the quota took every place freed, and a
     /// decided run could wait for good).
@@ -529,18 +536,7 @@ impl Daemon {
                     }
                     Err(error) => {
                         tracing::error!(run = %run_id, "the run stopped: {error}");
-                        // Give the run up, still `running`: the next start
-                        // resumes it rather than leaving it owned by a live
-                        // process that no longer drives it.
-                        let _ = daemon
-                            .store
-                            .finish_run(
-                                &run_id,
-                                RunStatus::Running,
-                                &serde_json::Value::Null,
-                                Duration::ZERO,
-                            )
-                            .await;
+                        daemon.give_up(&run_id).await;
                     }
                 }
             }

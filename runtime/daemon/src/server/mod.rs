@@ -391,13 +391,7 @@ impl Daemon {
             if !self.config.serves(&run.account) {
                 continue;
             }
-            let driven_here = self
-                .driving
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .contains_key(&run.id)
-                || self.awaiting_place.holds(&run.id);
-            if driven_here {
+            if self.drives(&run.id) || self.awaiting_place.holds(&run.id) {
                 continue;
             }
             // The plan first, as in `resume_expired`.
