@@ -17,6 +17,7 @@ use axum::http::StatusCode;
 use flow_runtime::error::{ErrorKind, StepError};
 use flow_runtime::journal::StepRecord;
 use flow_runtime::store::json::json_len;
+use flow_runtime::sync::lock;
 
 use crate::server::{Daemon, Problem, store_problem};
 
@@ -55,7 +56,7 @@ impl StoredBytes {
         // and is still reading) is admitted on what it adds meanwhile:
         // measuring inside a request would make the first one of each
         // account wait for a read of all its rows.
-        let stored = self.lock().get(account).copied().unwrap_or(0);
+        let stored = lock(&self.by_account).get(account).copied().unwrap_or(0);
         let quota = daemon.config.quotas(account).stored_bytes;
         if stored.saturating_add(adding) > quota {
             return Err(Problem::new(
@@ -67,7 +68,9 @@ impl StoredBytes {
             )
             .retry_after(MEASURE_EVERY.as_secs() as u32));
         }
-        *self.lock().entry(account.to_string()).or_insert(stored) += adding;
+        *lock(&self.by_account)
+            .entry(account.to_string())
+            .or_insert(stored) += adding;
         Ok(())
     }
 
@@ -94,7 +97,7 @@ impl StoredBytes {
                 + json_len(&record.input)
                 + record.output.as_deref().map_or(0, json_len)
                 + record.error.as_ref().map_or(0, |error| error.message.len());
-            let mut by_account = stored.lock().unwrap_or_else(|p| p.into_inner());
+            let mut by_account = lock(&stored);
             let total = match by_account.get_mut(&account) {
                 Some(total) => total,
                 None => by_account.entry(account.clone()).or_insert(0),
@@ -117,13 +120,7 @@ impl StoredBytes {
     /// was gone (an audit). Deletions in a row make one measurement, as
     /// each reads all of the account's rows.
     pub(crate) fn measure_soon(daemon: &Arc<Daemon>, account: &str) {
-        if !daemon
-            .stored
-            .remeasuring
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(account.to_string())
-        {
+        if !lock(&daemon.stored.remeasuring).insert(account.to_string()) {
             return;
         }
         let (daemon, account) = (Arc::clone(daemon), account.to_string());
@@ -133,12 +130,7 @@ impl StoredBytes {
             // Out of the set once measured, not before: a deletion meanwhile
             // is in this measurement or waits for the next, never two at
             // once.
-            daemon
-                .stored
-                .remeasuring
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&account);
+            lock(&daemon.stored.remeasuring).remove(&account);
             if let Err(problem) = measured {
                 tracing::error!(account = %account, "cannot measure stored bytes: {}", problem.detail());
             }
@@ -165,11 +157,7 @@ impl StoredBytes {
             .stored_bytes(account)
             .await
             .map_err(store_problem)?;
-        self.lock().insert(account.to_string(), stored);
+        lock(&self.by_account).insert(account.to_string(), stored);
         Ok(())
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
-        self.by_account.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
