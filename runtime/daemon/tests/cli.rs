@@ -920,14 +920,7 @@ async fn a_cancelled_run_cannot_be_resumed() {
         "{body}"
     );
     assert_eq!(flowd.settled(&run_id, ACME).await["status"], "cancelled");
-    let (status, body) = flowd
-        .send(
-            Method::POST,
-            &format!("/v1/runs/{run_id}/approvals/ok"),
-            Some(ACME),
-            Some(json!({ "approver": "ana@acme.io", "approved": true })),
-        )
-        .await;
+    let (status, body) = flowd.approve(ACME, &run_id, "ok").await;
     assert_eq!(
         (status, body["code"].as_str()),
         (409, Some("decision_refused")),
@@ -3112,14 +3105,7 @@ async fn parked_runs_move_to_a_compatible_version_only() {
     );
 
     for id in &runs {
-        let (status, body) = flowd
-            .send(
-                Method::POST,
-                &format!("/v1/runs/{id}/approvals/ok"),
-                Some(ACME),
-                Some(json!({ "approver": "ana@acme.io", "approved": true })),
-            )
-            .await;
+        let (status, body) = flowd.approve(ACME, id, "ok").await;
         assert_eq!(status, 202, "{body}");
         let done = flowd.settled(id, ACME).await;
         assert_eq!(
@@ -3667,7 +3653,6 @@ async fn a_gate_decided_while_its_run_is_driven_here_is_driven_once() {
     use std::time::Duration;
 
     use flow_tests::fake_llm::FakeLlm;
-    use reqwest::Method;
     use serde_json::json;
 
     let model = FakeLlm::start(vec![], json!({ "text": "t" }), Duration::from_secs(2)).await;
@@ -3699,14 +3684,7 @@ workflow both {
     }
     let mut decided = None;
     for _ in 0..100 {
-        let (status, body) = flowd
-            .send(
-                Method::POST,
-                &format!("/v1/runs/{run}/approvals/p/gate/ok"),
-                Some(ACME),
-                Some(json!({ "approver": "ana@acme.io", "approved": true })),
-            )
-            .await;
+        let (status, body) = flowd.approve(ACME, &run, "p/gate/ok").await;
         if status == 202 {
             decided = Some(body);
             break;

@@ -304,14 +304,7 @@ async fn each_time_a_run_parks_is_a_delivery_of_its_own() {
     receiver
         .until(Duration::from_secs(15), |p| p.len() == 1)
         .await;
-    let (status, body) = flowd
-        .send(
-            reqwest::Method::POST,
-            &format!("/v1/runs/{run_id}/approvals/first"),
-            Some(ACME),
-            Some(json!({ "approver": "ana@acme.io", "approved": true })),
-        )
-        .await;
+    let (status, body) = flowd.approve(ACME, &run_id, "first").await;
     assert!(status < 300, "{status} {body}");
     let posts = receiver
         .until(Duration::from_secs(15), |p| p.len() == 2)

@@ -465,14 +465,7 @@ async fn a_decided_run_waits_for_a_place_among_the_runs_in_flight() {
     );
     // A parked run holds no place: the slow one takes it.
     let slow = flowd.start_run(ACME, json!({ "workflow": "slow" })).await;
-    let (status, body) = flowd
-        .send(
-            Method::POST,
-            &format!("/v1/runs/{parked}/approvals/ok"),
-            Some(ACME),
-            Some(json!({ "approver": "ana@acme.io", "approved": true })),
-        )
-        .await;
+    let (status, body) = flowd.approve(ACME, &parked, "ok").await;
     assert_eq!(status, 202, "{body}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(server.requests(), 1, "the decided run waits for the place");

@@ -206,6 +206,23 @@ impl Flowd {
         }
     }
 
+    /// Approves the gate at `path` of run `run` of the account of `key`, as
+    /// ana@acme.io: the status and the answer.
+    pub(crate) async fn approve(
+        &self,
+        key: &str,
+        run: &str,
+        path: &str,
+    ) -> (u16, serde_json::Value) {
+        self.send(
+            reqwest::Method::POST,
+            &format!("/v1/runs/{run}/approvals/{path}"),
+            Some(key),
+            Some(serde_json::json!({ "approver": "ana@acme.io", "approved": true })),
+        )
+        .await
+    }
+
     /// Starts a run (`POST /v1/runs` with `body`) for the account of `key`;
     /// its id.
     pub(crate) async fn start_run(&self, key: &str, body: serde_json::Value) -> String {
