@@ -318,7 +318,7 @@ pub(crate) fn workflow_at(
     if file != FileId(0) {
         return None;
     }
-    checked.files[0].tree.items.iter().find_map(|item| {
+    checked.files.first()?.tree.items.iter().find_map(|item| {
         let name = match item {
             Item::Test(test) => test.workflow.as_ref()?,
             Item::Workflow(workflow) => &workflow.name,

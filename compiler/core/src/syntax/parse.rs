@@ -243,10 +243,8 @@ fn missing_block_brace_rewrite(
     // A statement, not the rest of the header (`&& ...`, `concurrency 5
     // {` on a line of their own).
     let first_word = first.trim_start();
-    let word_len = first_word
-        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .unwrap_or(first_word.len());
-    if indent(first) <= header_indent || !STATEMENTS.contains(&&first_word[..word_len]) {
+    let first_word = &first_word[..super::cursor::name_len(first_word)];
+    if indent(first) <= header_indent || !STATEMENTS.contains(&first_word) {
         return None;
     }
     let closed = code_lines
