@@ -220,4 +220,20 @@ mod tests {
         // Nothing recorded: it starts afresh wherever it goes.
         assert_eq!(move_problems(&old, &earlier, "w", &row, &[]), []);
     }
+
+    /// A problem before several of a run's places is said once.
+    /// Regression (an audit): a run parked at two gates printed the same
+    /// refusal once per gate.
+    #[test]
+    fn a_problem_before_several_places_is_said_once() {
+        let gates = "parallel p {\nbranch x { step g1 = approval { approvers: [\"a\"], message: \"m\" } }\nbranch y { step g2 = approval { approvers: [\"a\"], message: \"m\" } }\n}";
+        let old = plan(&format!("step a = r {{ q: \"1\" }}\n{gates}"));
+        let new = plan(gates);
+        let problems = Mover::new(&old, &new, "w").problems(&["p/x/g1".into(), "p/y/g2".into()]);
+        let removed: Vec<_> = problems
+            .iter()
+            .filter(|problem| problem.code == Code::CompletedStepRemoved)
+            .collect();
+        assert_eq!(removed.len(), 1, "{problems:?}");
+    }
 }
