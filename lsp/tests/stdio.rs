@@ -142,6 +142,39 @@ fn a_file_made_on_disk_is_read_by_what_imports_it() {
     client.shutdown();
 }
 
+/// A client that watches files for the server is asked to watch the
+/// sources and `flow.lock`, and a lock changed on disk is read. Regression
+/// (an audit): only `**/*.flow` was watched, and `flowc lock` left E120,
+/// W304 and the tools' checks as they were until the next keystroke.
+#[test]
+fn a_changed_flow_lock_is_watched_and_read() {
+    let dir = TempDir::new("watched-lock");
+    let text = workflow("  step first = classify { subject: workflow_input.subject }\n");
+    dir.write("recipes.flow", RECIPES);
+    let main = dir.write("main.flow", &text);
+    let mut client = Client::start_watching(&dir.0);
+    let registered = client.server_request("client/registerCapability");
+    let globs: Vec<&str> = registered["params"]["registrations"][0]["registerOptions"]["watchers"]
+        .as_array()
+        .expect("watchers")
+        .iter()
+        .filter_map(|watcher| watcher["globPattern"].as_str())
+        .collect();
+    assert_eq!(globs, ["**/*.flow", "**/flow.lock"], "{registered}");
+    let main_uri = client.open(&main, &text);
+    client.diagnostics_for(&main_uri, |p| p["diagnostics"] == json!([]));
+    let lock = dir.write("flow.lock", "not a lock");
+    client.notify(
+        "workspace/didChangeWatchedFiles",
+        json!({ "changes": [{ "uri": client::uri(&lock), "type": 1 }] }),
+    );
+    let published = client.diagnostics_for(&main_uri, |p| {
+        !p["diagnostics"].as_array().is_some_and(Vec::is_empty)
+    });
+    assert_eq!(codes(&published), ["E120"], "{published}");
+    client.shutdown();
+}
+
 /// Regression (an audit): an import that did not exist, opened as a new
 /// buffer (made in the editor, not saved), was not read by what imports it:
 /// the importer kept its E113 until it was edited.

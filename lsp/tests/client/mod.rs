@@ -28,6 +28,19 @@ impl Client {
 
     /// Starts the server with these `initializationOptions`.
     pub fn start_with(root: &Path, options: Value) -> Client {
+        Client::start_as(root, options, json!({}))
+    }
+
+    /// Starts the server as a client that watches files for it (dynamic
+    /// registration of `workspace/didChangeWatchedFiles`, as VS Code's).
+    pub fn start_watching(root: &Path) -> Client {
+        let workspace = json!({ "didChangeWatchedFiles": { "dynamicRegistration": true } });
+        Client::start_as(root, json!({ "debounceMs": 20 }), workspace)
+    }
+
+    /// Starts the server with these `initializationOptions` and these
+    /// `workspace` client capabilities.
+    fn start_as(root: &Path, options: Value, workspace: Value) -> Client {
         let mut child = Command::new(env!("CARGO_BIN_EXE_flow-lsp"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -81,7 +94,10 @@ impl Client {
                 "processId": null,
                 "rootUri": root_uri,
                 "workspaceFolders": [{ "uri": root_uri, "name": "test" }],
-                "capabilities": { "general": { "positionEncodings": ["utf-16"] } },
+                "capabilities": {
+                    "general": { "positionEncodings": ["utf-16"] },
+                    "workspace": workspace
+                },
                 "initializationOptions": options
             }),
         );
@@ -165,6 +181,20 @@ impl Client {
             let message = self
                 .next(deadline)
                 .unwrap_or_else(|| panic!("no diagnostics for {uri}: {:?}", self.notifications));
+            self.keep(message);
+        }
+    }
+
+    /// Waits for the server's request `method` (answered empty, as any).
+    pub fn server_request(&mut self, method: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(found) = self.notifications.iter().find(|n| n["method"] == method) {
+                return found.clone();
+            }
+            let message = self
+                .next(deadline)
+                .unwrap_or_else(|| panic!("no {method}: {:?}", self.notifications));
             self.keep(message);
         }
     }
