@@ -3,6 +3,7 @@
 //! `flow approve`; exit codes and the `--json` run record are the interface.
 
 use flow_tests::mcp_servers::{PageServer, local_examples};
+use std::path::Path;
 use std::time::Duration;
 
 use flow_tests::{Run, TempDir, flow_path, flowc_path, root, run_bounded, run_in};
@@ -1131,6 +1132,116 @@ fn the_everyday_commands_read_the_store_flow_run_writes() {
         "cancelled"
     );
     assert_eq!(flow(&dir, &["cancel", "run-nope"]).code, 2);
+}
+
+/// A store its user may read but not write, nor the folder that holds it
+/// (a service user's store, read by someone on call): the commands that
+/// list and show read it and make nothing beside it, and those that write
+/// say why they cannot; with the `-wal` and `-shm` a writer left beside it,
+/// and with none. Regression: `flow runs` failed "attempt to write a
+/// readonly database". Root may write anything, so as root the commands
+/// run as `nobody`, through util-linux's setpriv.
+#[test]
+fn a_store_its_user_may_only_read_is_read() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("flow-read-only");
+    dir.write("triage.flow", TRIAGE);
+    let input = r#"{"items": [{"name": "a"}]}"#;
+    let run = flow(&dir, &["run", "triage.flow", "--input", input, "--json"]);
+    assert_eq!(run.code, 3, "{}", run.all());
+    let run_id = json(&run)["run_id"].as_str().unwrap().to_string();
+
+    let root = run_in(Path::new("id"), dir.path(), &["-u"]).stdout.trim() == "0";
+    // Where `nobody` may run it: the build's folder may be root's alone.
+    let binary = dir.path().join("flow");
+    std::fs::copy(flow_path(), &binary).expect("the binary can be copied");
+    let reader = |args: &[&str]| -> Run {
+        if !root {
+            return run_in(&binary, dir.path(), args);
+        }
+        let mut as_nobody = vec!["--reuid=65534", "--regid=65534", "--clear-groups"];
+        as_nobody.push(binary.to_str().unwrap());
+        as_nobody.extend_from_slice(args);
+        run_in(Path::new("setpriv"), dir.path(), &as_nobody)
+    };
+    let store = dir.path().join("flow.db");
+    let read_only = |read_only: bool| {
+        let (file, folder) = if read_only {
+            (0o444, 0o555)
+        } else {
+            (0o644, 0o755)
+        };
+        for (path, mode) in [(&store, file), (&dir.path().to_path_buf(), folder)] {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+                .expect("permissions can be set");
+        }
+    };
+    let beside = || -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with("flow.db"))
+            .collect();
+        names.sort();
+        names
+    };
+    let reads_and_refuses = || {
+        let runs = reader(&["runs", "--json"]);
+        assert_eq!(runs.code, 0, "{}", runs.all());
+        assert_eq!(json(&runs)[0]["run_id"], run_id.as_str());
+        let shown = reader(&["show", &run_id]);
+        assert_eq!(shown.code, 0, "{}", shown.all());
+        assert!(shown.stdout.contains("refund"), "{}", shown.stdout);
+        let approvals = reader(&["approvals", "--json"]);
+        assert_eq!(
+            json(&approvals)[0]["step_path"],
+            "refund",
+            "{}",
+            approvals.all()
+        );
+        let notes = reader(&["notifications", "--json"]);
+        assert_eq!(notes.code, 0, "{}", notes.all());
+        let kb = reader(&["kb", "list"]);
+        assert!(
+            kb.stdout.starts_with("resolutions/Ticket 1"),
+            "{}",
+            kb.all()
+        );
+        let test = reader(&["test-from", &run_id]);
+        assert_eq!(test.code, 0, "{}", test.all());
+        let approved = reader(&["approve", &run_id, "refund", "--as", "ana@acme.io"]);
+        assert_eq!(approved.code, 2, "{}", approved.all());
+        assert!(
+            approved.stderr.contains("this user may not write"),
+            "{}",
+            approved.stderr
+        );
+    };
+
+    // As `flow run` left it: its `-wal` and `-shm` beside it, which the
+    // reader may read and not write.
+    let left = beside();
+    read_only(true);
+    reads_and_refuses();
+    assert_eq!(beside(), left);
+
+    // As a writer that ended cleanly leaves it: the last connection folded
+    // its `-wal` in and removed it, and none may be made beside it.
+    read_only(false);
+    let last = rusqlite::Connection::open(&store).expect("the store opens");
+    last.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+        .expect("the store's `-wal` is folded in");
+    drop(last);
+    assert_eq!(beside(), ["flow.db"]);
+    read_only(true);
+    reads_and_refuses();
+    assert_eq!(beside(), ["flow.db"]);
+
+    read_only(false);
+    assert_eq!(
+        json(&flow(&dir, &["runs", "--json"]))[0]["status"],
+        "pending_approval"
+    );
 }
 
 /// `--input` (issue 17): a file, `-` for standard input, or JSON itself;

@@ -459,7 +459,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             let plan = load_plan(&file, root.as_deref())?;
             let workflow = pick_workflow(&plan, &file, workflow.as_deref())?;
             let input = run_input(input.as_deref(), max_input_bytes, plan.workflow(&workflow))?;
-            let store = open_store(&db)?;
+            let store = open_store(&db, Use::Writes)?;
             store.put_plan(&plan).await.map_err(store_error)?;
             let run_id = runner::new_run_id();
             // The run's row is written as its first attempt goes out, in
@@ -488,7 +488,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             store: StoreArg { db },
             json,
         } => {
-            let store = open_existing_store(&db)?;
+            let store = open_existing_store(&db, Use::Writes)?;
             let row = find_run(&store, &run, &db).await?;
             answerable_here(&store, &run, provider_kind()?).await?;
             // The plan before the decision, which makes the run this
@@ -563,7 +563,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             store: StoreArg { db },
             json,
         } => {
-            let store = open_existing_store(&db)?;
+            let store = open_existing_store(&db, Use::Writes)?;
             let row = find_run(&store, &run, &db).await?;
             if !store.cancel_run(&run).await.map_err(store_error)? {
                 return Err(already_ended(&run, row.status));
@@ -583,7 +583,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             store: StoreArg { db },
             json,
         } => {
-            let store = open_existing_store(&db)?;
+            let store = open_existing_store(&db, Use::Writes)?;
             let row = find_run(&store, &run, &db).await?;
             answerable_here(&store, &run, provider_kind()?).await?;
             let plan = match &to {
@@ -626,7 +626,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             dry_run,
             store: StoreArg { db },
         } => {
-            let store = open_existing_store(&db)?;
+            let store = open_existing_store(&db, Use::Writes)?;
             let row = find_run(&store, &run, &db).await?;
             if row.status != RunStatus::PendingApproval {
                 // The way on for a run that stopped; none for one that ended well.
@@ -672,7 +672,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             store: StoreArg { db },
             json,
         } => {
-            let Some(store) = listed_store(&db, "recover")? else {
+            let Some(store) = listed_store(&db, "recover", Use::Writes)? else {
                 if !json {
                     out!("no run to recover");
                 }
@@ -754,7 +754,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             store: StoreArg { db },
             json,
         } => {
-            let Some(store) = listed_store(&db, "list")? else {
+            let Some(store) = listed_store(&db, "list", Use::Reads)? else {
                 lists::print_runs(&[], json, paint);
                 return Ok(0);
             };
@@ -788,7 +788,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             out,
             store: StoreArg { db },
         } => {
-            let store = open_existing_store(&db)?;
+            let store = open_existing_store(&db, Use::Reads)?;
             let row = find_run(&store, &run, &db).await?;
             let plan = run_plan(&store, &row).await?;
             let records = store.step_records(&row.id).await.map_err(store_error)?;
@@ -802,7 +802,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             store: StoreArg { db },
             json,
         } => {
-            let store = open_existing_store(&db)?;
+            let store = open_existing_store(&db, Use::Reads)?;
             // Without a run, clap made sure `--last` was given.
             let row = match run {
                 Some(run) => find_run(&store, &run, &db).await?,
@@ -839,7 +839,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             store: StoreArg { db },
             json,
         } => {
-            let Some(store) = listed_store(&db, "list")? else {
+            let Some(store) = listed_store(&db, "list", Use::Reads)? else {
                 lists::print_approvals(&[], json, style::Via::Db(Some(&db)), paint);
                 return Ok(0);
             };
@@ -906,7 +906,7 @@ async fn dispatch(command: Command, mcp: &Arc<McpPool>, seed: u64) -> Result<u8>
             store: StoreArg { db },
             json,
         } => {
-            let Some(store) = listed_store(&db, "list")? else {
+            let Some(store) = listed_store(&db, "list", Use::Reads)? else {
                 lists::print_notifications(&[], json, paint);
                 return Ok(0);
             };
@@ -976,7 +976,7 @@ async fn kb(command: KbCommand, paint: Paint) -> Result<u8> {
                     "name a document as COLLECTION/TITLE (as `flow kb list` shows it), not `{document}`"
                 ))
             })?;
-            let store = open_existing_store(&db)?;
+            let store = open_existing_store(&db, Use::Reads)?;
             let found = store
                 .kb_document(NO_ACCOUNT, collection, title)
                 .await
@@ -1014,7 +1014,7 @@ async fn kb(command: KbCommand, paint: Paint) -> Result<u8> {
 
 /// `flow kb list` and `flow kb search`: the documents `query` finds.
 async fn list_documents(db: &Path, query: &KbQuery, json: bool, paint: Paint) -> Result<u8> {
-    let Some(store) = listed_store(db, "list")? else {
+    let Some(store) = listed_store(db, "list", Use::Reads)? else {
         lists::print_documents(&[], json, paint);
         return Ok(0);
     };
@@ -1836,22 +1836,22 @@ fn run_input(
 
 /// The store of a command about a run that must be in it: a `--db` that
 /// names no file (a typo) is said to, not made an empty store.
-fn open_existing_store(db: &Path) -> Result<Arc<dyn Store>> {
+fn open_existing_store(db: &Path, used: Use) -> Result<Arc<dyn Store>> {
     if !db.exists() {
         return Err(usage(format!(
             "no store at {}: `flow run` makes one there; --db names another",
             db.display()
         )));
     }
-    open_store(db)
+    open_store(db, used)
 }
 
 /// The store of a command that lists (or recovers, `doing`) what one
 /// holds: `None` at a `--db` that names no file, where there is nothing to
 /// list, and where an empty store was made (a typo in --db left one behind).
-fn listed_store(db: &Path, doing: &str) -> Result<Option<Arc<dyn Store>>> {
+fn listed_store(db: &Path, doing: &str, used: Use) -> Result<Option<Arc<dyn Store>>> {
     if db.exists() {
-        return open_store(db).map(Some);
+        return open_store(db, used).map(Some);
     }
     // A `--db` given that names no file is said (on stderr: the listing
     // stays what scripts read), since it may be a typo.
@@ -1864,9 +1864,21 @@ fn listed_store(db: &Path, doing: &str) -> Result<Option<Arc<dyn Store>>> {
     Ok(None)
 }
 
-fn open_store(db: &Path) -> Result<Arc<dyn Store>> {
+/// What a command does with its store.
+#[derive(Clone, Copy)]
+enum Use {
+    /// Lists or shows: a store this user may only read will do.
+    Reads,
+    /// Runs, decides, moves or recovers.
+    Writes,
+}
+
+fn open_store(db: &Path, used: Use) -> Result<Arc<dyn Store>> {
     // SQLite is the embedded default; the rest of the CLI sees only `Store`.
-    let store: Arc<dyn Store> = SqliteStore::open(db)
-        .map_err(|e| usage(format!("cannot open the store {}: {e}", db.display())))?;
+    let store: Arc<dyn Store> = match used {
+        Use::Reads => SqliteStore::open_to_read(db),
+        Use::Writes => SqliteStore::open(db),
+    }
+    .map_err(|e| usage(format!("cannot open the store {}: {e}", db.display())))?;
     Ok(store)
 }

@@ -152,6 +152,21 @@ pub struct SqliteStore {
     /// do not queue behind `conn`.
     readers: Mutex<Vec<Connection>>,
     path: std::path::PathBuf,
+    access: Access,
+}
+
+/// How a store's connections open its file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// To read and write it, made and migrated if need be: every process
+    /// that runs or decides.
+    ReadWrite,
+    /// To read it as it is, for a user who may read the file but not write
+    /// it or the folder that holds it (where SQLite keeps the `-wal` and
+    /// `-shm` files): `flow runs`, `show`, `approvals` on a store a service
+    /// user owns. Every write is refused ("attempt to write a readonly
+    /// database").
+    ReadOnly,
 }
 
 /// A read connection, back in the pool when dropped.
@@ -182,18 +197,91 @@ impl Drop for Reader<'_> {
     }
 }
 
+/// A connection to the store at `path` that `access` allows.
+///
 /// Every write transaction begins `IMMEDIATE`: in WAL mode a transaction that
 /// reads first and then writes cannot wait for another writer (SQLite answers
 /// "database is locked" at once), while one that takes the write lock first
 /// waits up to the busy timeout.
-fn open(path: &Path) -> Result<Connection, StoreError> {
-    let conn = Connection::open(path)?;
+fn open_for(path: &Path, access: Access) -> Result<Connection, rusqlite::Error> {
+    let conn = match access {
+        Access::ReadWrite => Connection::open(path)?,
+        Access::ReadOnly => Connection::open_with_flags(
+            read_only_uri(path),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+                | rusqlite::OpenFlags::SQLITE_OPEN_URI
+                | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?,
+    };
     // First, so that the pragmas below wait for another process too.
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
-    conn.pragma_update(None, "journal_mode", "WAL")?;
+    if access == Access::ReadWrite {
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+    }
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     Ok(conn)
+}
+
+/// The store at `path` has schema `version`, which a newer flow wrote.
+fn newer_store(path: &Path, version: i64) -> StoreError {
+    StoreError::Unusable(format!(
+        "{} was written by a newer flow (schema version {version}, this one knows {})",
+        path.display(),
+        MIGRATIONS.len()
+    ))
+}
+
+/// A connection that may write the store at `path`. SQLite opens a file
+/// the user may not write to read only without a word, and refuses to
+/// open one whose `-wal` it cannot make: both are said as SQLite says a
+/// refused write, which `refuses_writing` knows.
+fn open_writable(path: &Path) -> Result<Connection, rusqlite::Error> {
+    let conn = open_for(path, Access::ReadWrite)?;
+    if conn.is_readonly(rusqlite::MAIN_DB)? {
+        return Err(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_READONLY),
+            Some("attempt to write a readonly database".into()),
+        ));
+    }
+    Ok(conn)
+}
+
+/// Whether SQLite refused `error`'s open or write because this user may
+/// not write the file, or make files beside it.
+fn refuses_writing(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::CannotOpen)
+    )
+}
+
+/// The URI that opens the store at `path` to read only. While a process
+/// writes it, its `-wal` is beside it and the store is read through it
+/// (SQLite keeps the index of a `-shm` it may not write in its own
+/// memory). Otherwise the last writer folded its `-wal` in and removed it,
+/// and SQLite could not make one in a folder the user may not write:
+/// `immutable` reads the file alone, without locks. A writer that starts
+/// meanwhile may make such a read fail, never change the store.
+fn read_only_uri(path: &Path) -> String {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let query = if Path::new(&wal).exists() {
+        "mode=ro"
+    } else {
+        "mode=ro&immutable=1"
+    };
+    // A URI's path escapes what would end it or start an escape.
+    let mut uri = String::from("file:");
+    for c in path.to_string_lossy().chars() {
+        match c {
+            '%' => uri.push_str("%25"),
+            '?' => uri.push_str("%3f"),
+            '#' => uri.push_str("%23"),
+            c => uri.push(c),
+        }
+    }
+    format!("{uri}?{query}")
 }
 
 /// Runs `body` in a `BEGIN IMMEDIATE` transaction on `conn`: committed when
@@ -355,15 +443,56 @@ fn process_state(pid: &str) -> Option<(bool, Option<u64>)> {
 impl SqliteStore {
     /// Opens (creating and migrating if needed) the store at `path`.
     pub fn open(path: &Path) -> Result<Arc<SqliteStore>, StoreError> {
-        let conn = open(path)?;
+        let conn = open_writable(path).map_err(|error| {
+            if !(refuses_writing(&error) && path.exists()) {
+                return StoreError::from(error);
+            }
+            StoreError::Unusable(format!(
+                "{error}: this user may not write {} (SQLite writes the file and, in the folder that holds it, its `-wal` and `-shm`); `flow runs`, `show` and `approvals` read it as it is",
+                path.display()
+            ))
+        })?;
+        Self::open_with(path, Access::ReadWrite, conn)
+    }
+
+    /// Opens the store at `path` for a command that only reads it: as
+    /// `open` does where this user may write it, else to read only
+    /// (`Access::ReadOnly`).
+    pub fn open_to_read(path: &Path) -> Result<Arc<SqliteStore>, StoreError> {
+        match open_writable(path) {
+            Ok(conn) => Self::open_with(path, Access::ReadWrite, conn),
+            Err(error) if refuses_writing(&error) && path.exists() => {
+                let conn = open_for(path, Access::ReadOnly)?;
+                Self::open_with(path, Access::ReadOnly, conn)
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// The store at `path`, whose first connection `conn` is open.
+    fn open_with(
+        path: &Path,
+        access: Access,
+        conn: Connection,
+    ) -> Result<Arc<SqliteStore>, StoreError> {
         // A store at this version takes no write to open: `flow run` on a
         // file another process held the write lock of failed to start
         // ("database is locked") where its writes would have waited.
         let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
         if version as usize != MIGRATIONS.len() {
+            if version as usize > MIGRATIONS.len() {
+                return Err(newer_store(path, version));
+            }
+            if access == Access::ReadOnly {
+                return Err(StoreError::Unusable(format!(
+                    "{} has schema version {version} and this flow reads version {}; this user may not write it, so it cannot be brought to it here (a `flow` command of its owner's does)",
+                    path.display(),
+                    MIGRATIONS.len()
+                )));
+            }
             Self::migrate(&conn, path)?;
         }
-        let writer = open(path)?;
+        let writer = open_for(path, access)?;
         // The writer runs the same few statements in every batch: each is
         // parsed once (a prepare per row was an eighth of its CPU in B9).
         writer.set_prepared_statement_cache_capacity(64);
@@ -377,6 +506,7 @@ impl SqliteStore {
             conn: Mutex::new(conn),
             readers: Mutex::new(Vec::new()),
             path: path.to_path_buf(),
+            access,
         }))
     }
 
@@ -387,11 +517,7 @@ impl SqliteStore {
         in_immediate(conn, || {
             let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
             if version as usize > MIGRATIONS.len() {
-                return Err(StoreError::Unusable(format!(
-                    "{} was written by a newer flow (schema version {version}, this one knows {})",
-                    path.display(),
-                    MIGRATIONS.len()
-                )));
+                return Err(newer_store(path, version));
             }
             for migration in MIGRATIONS.iter().skip(version as usize) {
                 conn.execute_batch(migration)?;
@@ -406,7 +532,7 @@ impl SqliteStore {
         let idle = lock(&self.readers).pop();
         let conn = match idle {
             Some(conn) => conn,
-            None => open(&self.path)?,
+            None => open_for(&self.path, self.access)?,
         };
         Ok(Reader {
             store: self,
@@ -1872,7 +1998,7 @@ mod tests {
         let dir = flow_tests::TempDir::new(name);
         let path = dir.path().join("flow.db");
         drop(SqliteStore::open(&path).unwrap());
-        let conn = open(&path).unwrap();
+        let conn = open_for(&path, Access::ReadWrite).unwrap();
         conn.busy_timeout(std::time::Duration::from_millis(20))
             .unwrap();
         let holder = Connection::open(&path).unwrap();
@@ -1919,6 +2045,99 @@ mod tests {
         let store = SqliteStore::open(&path).unwrap();
         store.put_plan(&plan).unwrap();
         holder.execute_batch("COMMIT").unwrap();
+    }
+
+    /// A user who may read a store but not write it, nor the folder that
+    /// holds it, reads it (`flow runs` failed "attempt to write a readonly
+    /// database"): through the `-wal` of a process that writes it
+    /// meanwhile, and with nothing beside it once that one has ended.
+    /// `Access::ReadOnly` is forced here, since a test run as root may
+    /// write anything (tests/tests/flow.rs runs the commands as another
+    /// user).
+    #[tokio::test]
+    async fn a_store_opened_to_read_only_reads_what_was_written() {
+        let dir = flow_tests::TempDir::new("sqlite-read-only");
+        let path = dir.path().join("flow.db");
+        let beside = |suffix: &str| dir.path().join(format!("flow.db{suffix}"));
+        let checked = flow_compiler::check_source(
+            "w.flow",
+            "workflow w { step g = approval { approvers: [\"a\"], message: \"m\" } }",
+        );
+        let plan = flow_compiler::lower(&checked).unwrap();
+        let new_run = NewRun {
+            workflow: "w".into(),
+            plan_hash: plan.hash.clone(),
+            input: json!({}),
+            provider: None,
+        };
+        let read_only = || {
+            SqliteStore::open_with(
+                &path,
+                Access::ReadOnly,
+                open_for(&path, Access::ReadOnly).unwrap(),
+            )
+            .unwrap()
+        };
+        let ids = |store: &SqliteStore| -> Vec<String> {
+            let mut ids: Vec<String> = store
+                .runs()
+                .unwrap()
+                .into_iter()
+                .map(|run| run.id)
+                .collect();
+            ids.sort();
+            ids
+        };
+
+        let writer = SqliteStore::open(&path).unwrap();
+        writer.put_plan(&plan).unwrap();
+        assert!(
+            writer
+                .create_run("r1", "acme", &new_run, None)
+                .await
+                .unwrap()
+        );
+        assert!(beside("-wal").exists());
+        let reader = read_only();
+        assert_eq!(ids(&reader), ["r1"]);
+        assert!(
+            writer
+                .create_run("r2", "acme", &new_run, None)
+                .await
+                .unwrap()
+        );
+        assert_eq!(ids(&reader), ["r1", "r2"]);
+        let refused = reader.create_run("r3", "acme", &new_run, None).await;
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|error| error.to_string().contains("readonly")),
+            "{refused:?}"
+        );
+        drop(reader);
+        drop(writer);
+
+        // The last connection to close folds the `-wal` in and removes it.
+        // The store closes on two threads at once, and each may see the
+        // other still open: a connection opened and closed after both is
+        // the last.
+        let gone = std::time::Instant::now();
+        while beside("-wal").exists() && gone.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            // One that has read the file: an unused one folds nothing in.
+            let last = Connection::open(&path).unwrap();
+            last.pragma_query_value(None, "user_version", |row| row.get::<_, i64>(0))
+                .unwrap();
+            drop(last);
+        }
+        assert!(!beside("-wal").exists());
+        let reader = read_only();
+        assert_eq!(ids(&reader), ["r1", "r2"]);
+        assert_eq!(
+            reader.run("r2").unwrap().map(|run| run.workflow),
+            Some("w".into())
+        );
+        assert!(!beside("-wal").exists() && !beside("-shm").exists());
     }
 
     /// A document written again replaces its row of the full-text index,
