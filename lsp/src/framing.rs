@@ -166,11 +166,14 @@ fn judge(body: Vec<u8>) -> Result<(Message, Vec<u8>), Response> {
             )),
         },
         // tower-lsp-server reads a missing method as "" (regression, an
-        // audit: `{"jsonrpc": "2.0", "id": 77}` was "method not found").
-        Ok(Message::Request(request)) if request.method().is_empty() => Err(Response::from_error(
-            request.id().cloned().unwrap_or(Id::Null),
-            Error::invalid_request(),
-        )),
+        // audit: `{"jsonrpc": "2.0", "id": 77}` was "method not found");
+        // a method written `""` is a method nobody serves.
+        Ok(Message::Request(request)) if request.method().is_empty() && !names_a_method(&text) => {
+            Err(Response::from_error(
+                request.id().cloned().unwrap_or(Id::Null),
+                Error::invalid_request(),
+            ))
+        }
         Ok(message) => Ok((message, text.into_bytes())),
         Err(error) if error.is_data() => {
             Err(Response::from_error(id_of(&text), Error::invalid_request()))
@@ -224,6 +227,13 @@ fn without_lone_surrogates(text: String) -> String {
         mended[at + 2..at + 6].copy_from_slice(b"fffd");
     }
     String::from_utf8(mended).expect("hex digits replaced by hex digits")
+}
+
+/// Whether the message `text` has a `method` member: serde reads one
+/// that is missing as `""`, as if it were written so.
+fn names_a_method(text: &str) -> bool {
+    serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(text)
+        .is_ok_and(|message| message.contains_key("method"))
 }
 
 /// The id of the message `text`, when it is JSON with an id that JSON-RPC
@@ -486,6 +496,12 @@ mod tests {
         assert_eq!(
             code(r#"{"jsonrpc": "2.0", "id": 77}"#),
             refused(Id::Number(77), Error::invalid_request())
+        );
+        // A method written empty is a method, one nobody serves: it goes
+        // to the server, which answers "method not found".
+        assert_eq!(
+            code(r#"{"jsonrpc": "2.0", "id": 78, "method": ""}"#),
+            Ok(())
         );
         assert_eq!(
             code(r#"[{"jsonrpc": "2.0", "id": 1, "method": "shutdown"}]"#),

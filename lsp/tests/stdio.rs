@@ -391,6 +391,9 @@ fn symbols_tokens_formatting_and_unknown_methods() {
 
     let unknown = client.request("flow/noSuchMethod", json!({}));
     assert_eq!(unknown["error"]["code"], -32601, "{unknown}");
+    // A method written empty is one nobody serves, not a missing one.
+    let unknown = client.request("", json!({}));
+    assert_eq!(unknown["error"]["code"], -32601, "{unknown}");
     // A request whose method starts with `$/` is answered too; only such
     // notifications may be ignored.
     client.notify("$/noSuchNotification", json!({}));
