@@ -507,10 +507,11 @@ fn references_reach_every_file_of_the_workspace() {
     client.shutdown();
 }
 
-/// References and renames reach the tests that name a step or mock a
-/// recipe (`mock step.X`, `expect attempts step.X`, `mock recipe X`) in a
-/// `.test.flow` file that is not open, and from that file back to the
-/// workflow's: a rename that missed them left a workspace that did not check.
+/// References and renames reach the tests that name a step, mock a recipe
+/// or run a workflow (`mock step.X`, `expect attempts step.X`, `mock
+/// recipe X`, `workflow X`) in a `.test.flow` file that is not open, and
+/// from that file back to the workflow's: a rename that missed them left a
+/// workspace that did not check.
 #[test]
 fn references_and_rename_reach_the_test_files() {
     let dir = TempDir::new("test-files");
@@ -559,6 +560,22 @@ fn references_and_rename_reach_the_test_files() {
         "{renamed}"
     );
     assert_eq!(edited(&renamed, &main_uri).len(), 2, "{renamed}");
+
+    // A workflow's name, which the tests that run it name.
+    let renamed = client.request(
+        "textDocument/rename",
+        json!({ "textDocument": { "uri": main_uri }, "position": position(&text, "workflow triage", 9), "newName": "route" }),
+    );
+    assert_eq!(
+        edited(&renamed, &tests_uri),
+        [position(tests, "workflow triage", 9)],
+        "{renamed}"
+    );
+    assert_eq!(
+        edited(&renamed, &main_uri),
+        [position(&text, "workflow triage", 9)],
+        "{renamed}"
+    );
 
     // From the test file, once it is open, the references reach the workflow.
     let tests_uri = client.open(&dir.0.join("main.test.flow"), tests);

@@ -5,7 +5,7 @@ use crate::check::{StepInfo, StepKind, Ty};
 use crate::diagnostic::{FileId, Span};
 use crate::ide::completion::{signature, signature_of};
 use crate::ide::fields;
-use crate::ide::navigation::{Symbol, symbol_at, workflow_at};
+use crate::ide::navigation::{Symbol, symbol_at};
 use crate::ide::scope::{Scope, Seg, walk};
 use crate::ide::visit;
 use crate::syntax::ast::{self, Item, Path, Segment, path_text};
@@ -37,13 +37,6 @@ pub fn hover(checked: &Checked, file: FileId, offset: u32) -> Option<Hover> {
         });
     }
     let env = &checked.analysis.env;
-    if let Some((workflow, span)) = workflow_at(checked, file, offset) {
-        let signature = signature_of(env, &workflow.input, workflow.output.as_ref());
-        return Some(Hover {
-            span,
-            markdown: format!("```flow\nworkflow {}{signature}\n```", workflow.name),
-        });
-    }
     let (symbol, span) = symbol_at(checked, file, offset)?;
     let markdown = match &symbol {
         Symbol::Step { workflow, id, .. } => {
@@ -89,6 +82,11 @@ pub fn hover(checked: &Checked, file: FileId, offset: u32) -> Option<Hover> {
             text
         }
         Symbol::Import { path } => format!("imports `{path}`"),
+        Symbol::Workflow { name, .. } => {
+            let workflow = checked.analysis.test_workflow(name)?;
+            let signature = signature_of(env, &workflow.input, workflow.output.as_ref());
+            format!("```flow\nworkflow {name}{signature}\n```")
+        }
     };
     Some(Hover { span, markdown })
 }

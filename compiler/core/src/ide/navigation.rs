@@ -38,6 +38,12 @@ pub enum Symbol {
     Import {
         path: String,
     },
+    /// A workflow, named where it is declared and by the tests that run
+    /// it (`workflow NAME`). `file` declares it.
+    Workflow {
+        name: String,
+        file: String,
+    },
 }
 
 impl Symbol {
@@ -47,6 +53,7 @@ impl Symbol {
             | Symbol::Recipe { name, .. }
             | Symbol::Type { name, .. }
             | Symbol::Mcp { name, .. }
+            | Symbol::Workflow { name, .. }
             | Symbol::Import { path: name } => name,
         }
     }
@@ -82,6 +89,13 @@ impl std::fmt::Display for RenameError {
 
 /// The symbol at `offset` of file `file`, with the span of the name there.
 pub fn symbol_at(checked: &Checked, file: FileId, offset: u32) -> Option<(Symbol, Span)> {
+    if let Some((workflow, span)) = workflow_at(checked, file, offset) {
+        let symbol = Symbol::Workflow {
+            name: workflow.name.clone(),
+            file: checked.file(workflow.file).path.clone(),
+        };
+        return Some((symbol, span));
+    }
     let loaded = checked.files.get(file.0 as usize)?;
     let env = &checked.analysis.env;
     let declared_in = |id: FileId| checked.file(id).path.clone();
@@ -296,9 +310,6 @@ pub fn definition(checked: &Checked, file: FileId, offset: u32) -> Option<(FileI
     {
         return Some(found);
     }
-    if let Some((workflow, _)) = workflow_at(checked, file, offset) {
-        return workflow_declaration(checked, workflow);
-    }
     let (symbol, _) = symbol_at(checked, file, offset)?;
     match &symbol {
         Symbol::Import { path } => Some((file_id(checked, path)?, Span::default())),
@@ -310,11 +321,7 @@ pub fn definition(checked: &Checked, file: FileId, offset: u32) -> Option<(FileI
 /// declared or where a test names it (`workflow NAME`), with the span of
 /// the name there. (An audit: a test's workflow had no hover or
 /// definition.)
-pub(crate) fn workflow_at(
-    checked: &Checked,
-    file: FileId,
-    offset: u32,
-) -> Option<(&WorkflowInfo, Span)> {
+fn workflow_at(checked: &Checked, file: FileId, offset: u32) -> Option<(&WorkflowInfo, Span)> {
     if file != FileId(0) {
         return None;
     }
@@ -329,22 +336,6 @@ pub(crate) fn workflow_at(
         }
         Some((checked.analysis.test_workflow(&name.text)?, name.span))
     })
-}
-
-/// Where `workflow` is declared: its name in its file.
-fn workflow_declaration(checked: &Checked, workflow: &WorkflowInfo) -> Option<(FileId, Span)> {
-    checked
-        .files
-        .get(workflow.file.0 as usize)?
-        .tree
-        .items
-        .iter()
-        .find_map(|item| match item {
-            Item::Workflow(decl) if decl.name.text == workflow.name => {
-                Some((workflow.file, decl.name.span))
-            }
-            _ => None,
-        })
 }
 
 /// The declaration of the field, or the loop of `loop_item`, at `offset`
@@ -395,6 +386,20 @@ fn declaration(checked: &Checked, symbol: &Symbol) -> Option<(FileId, Span)> {
                 })
         }
         Symbol::Import { path } => Some((file_id(checked, path)?, Span::default())),
+        Symbol::Workflow { name, file } => {
+            let info = step_workflow(checked, name, file)?;
+            checked
+                .file(info.file)
+                .tree
+                .items
+                .iter()
+                .find_map(|item| match item {
+                    Item::Workflow(decl) if decl.name.text == *name => {
+                        Some((info.file, decl.name.span))
+                    }
+                    _ => None,
+                })
+        }
     }
 }
 
@@ -472,6 +477,16 @@ pub fn references(checked: &Checked, symbol: &Symbol) -> Vec<(FileId, Span)> {
                         found.push((file, used.span));
                     }
                 }),
+                // The root file's tests that run it name it.
+                Symbol::Workflow { name, .. } => {
+                    if let Item::Test(test) = item
+                        && file == FileId(0)
+                        && let Some(named) = &test.workflow
+                        && named.text == *name
+                    {
+                        found.push((file, named.span));
+                    }
+                }
                 Symbol::Import { path } => {
                     if let Item::Import(import) = item
                         && normalize(&resolve_import(&loaded.path, &import.path.display_text()))
@@ -543,6 +558,14 @@ pub fn check_new_name(
         Symbol::Type { .. } => {
             env.types.contains_key(new_name) || crate::check::BUILTIN_TYPES.contains(&new_name)
         }
+        // A workflow of any file this one loads: a test naming it would
+        // then run the other.
+        Symbol::Workflow { .. } => checked.files.iter().any(|file| {
+            file.tree
+                .items
+                .iter()
+                .any(|item| matches!(item, Item::Workflow(decl) if decl.name.text == new_name))
+        }),
         Symbol::Import { .. } => false,
     };
     if taken {
