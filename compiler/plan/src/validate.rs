@@ -1064,8 +1064,22 @@ impl<'p> Validator<'p> {
                     expires_ms,
                     ..
                 } = &**approval;
-                self.at(Seg::Key("approvers"), |v| v.expr(approvers, refs, 0));
-                self.at(Seg::Key("message"), |v| v.expr(message, refs, 0));
+                self.at(Seg::Key("approvers"), |v| {
+                    v.expr(approvers, refs, 0);
+                    // A run would fail at the gate, whatever its input.
+                    if let Expr::List(items) = approvers
+                        && items.len() > MAX_APPROVERS
+                    {
+                        let count = items.len();
+                        v.problem(|| {
+                            format!("an approval names {count} approvers; it may name at most {MAX_APPROVERS} (name an approver group instead)")
+                        });
+                    }
+                });
+                self.at(Seg::Key("message"), |v| {
+                    v.expr(message, refs, 0);
+                    v.message(message, "an approval's message");
+                });
                 if let Some(expires) = expires_ms {
                     self.at(Seg::Key("expires_ms"), |v| {
                         v.duration(*expires, "an approval's expiry")
@@ -1093,9 +1107,15 @@ impl<'p> Validator<'p> {
                     subject,
                 } = &**handoff;
                 self.at(Seg::Key("department"), |v| v.template(department, refs));
-                self.at(Seg::Key("message"), |v| v.expr(message, refs, 0));
+                self.at(Seg::Key("message"), |v| {
+                    v.expr(message, refs, 0);
+                    v.message(message, "a handoff's message");
+                });
                 if let Some(subject) = subject {
-                    self.at(Seg::Key("subject"), |v| v.expr(subject, refs, 0));
+                    self.at(Seg::Key("subject"), |v| {
+                        v.expr(subject, refs, 0);
+                        v.message(subject, "a handoff's subject");
+                    });
                 }
             }
             Action::Browser(browser) => {
@@ -1680,6 +1700,29 @@ impl<'p> Validator<'p> {
         }
     }
 
+    /// A message to people (`what`) whose text alone, before any value
+    /// is put in, is past [`MAX_MESSAGE_BYTES`]: every run would fail as
+    /// it rendered it, whatever its input.
+    fn message(&mut self, message: &Expr, what: &str) {
+        let least = match message {
+            Expr::Literal(Value::String(text)) => text.len(),
+            Expr::Template(template) => template
+                .parts
+                .iter()
+                .map(|part| match part {
+                    TemplatePart::Text(text) => text.len(),
+                    TemplatePart::Ref(_) => 0,
+                })
+                .sum(),
+            _ => 0,
+        };
+        if least > MAX_MESSAGE_BYTES {
+            self.problem(|| {
+                format!("{what} is {least} bytes or more; a message to people has at most {MAX_MESSAGE_BYTES} (put the details in a KB document and refer to it)")
+            });
+        }
+    }
+
     fn duration(&mut self, ms: u64, what: &str) {
         if !(1..=MAX_DURATION_MS).contains(&ms) {
             self.problem(|| {
@@ -2178,7 +2221,43 @@ mod tests {
         let output_schema = "/recipes/0/output_schema";
         let string = json!({ "type": "string" });
         let null_type = json!({ "type": "null" });
+        let approvers: Vec<Value> = (0..=MAX_APPROVERS)
+            .map(|n| json!({ "expr": "literal", "value": format!("a{n}") }))
+            .collect();
+        let message = "m".repeat(MAX_MESSAGE_BYTES + 1);
         let cases: Vec<Case> = vec![
+            // What every run would refuse as it reached the step (an audit:
+            // `flowc check` passed them).
+            (
+                "an approval naming more approvers than it may",
+                vec![(
+                    format!("{gate}/action/approvers"),
+                    json!({ "expr": "list", "value": approvers }),
+                )],
+                format!("{gate}/action/approvers"),
+                "names 101 approvers; it may name at most 100",
+            ),
+            (
+                "an approval's message past the bytes of a message to people",
+                vec![(
+                    format!("{gate}/action/message"),
+                    json!({ "expr": "literal", "value": message }),
+                )],
+                format!("{gate}/action/message"),
+                "an approval's message is 65537 bytes or more",
+            ),
+            (
+                "a handoff's subject whose text alone is past them",
+                vec![(
+                    format!("{w}/on_error/body/0/action/subject"),
+                    json!({ "expr": "template", "value": { "parts": [
+                        { "text": message },
+                        { "ref": { "root": { "root": "error" }, "path": [{ "field": "message" }] } },
+                    ] } }),
+                )],
+                format!("{w}/on_error/body/0/action/subject"),
+                "a handoff's subject is 65537 bytes or more",
+            ),
             // Destinations.
             (
                 "a destination's event named twice",
