@@ -59,8 +59,9 @@ flow_plan::code_table! {
     Syntax = ("E001", "syntax-error", Error, "the file does not follow the grammar");
 
     /// A string's `{{ ... }}` reference or escape sequence is malformed: an
-    /// unclosed `{{`, an empty reference, a path with a stray character, or an
-    /// unknown escape such as `\q`.
+    /// unclosed `{{`, an empty reference, a path with a stray character, an
+    /// unknown escape such as `\q`, or a `\u{...}` that is no character (a
+    /// surrogate, more than 6 digits, a digit that is not hexadecimal).
     ///
     /// ```flow
     /// message: "Ticket {{workflow_input.ticket_id}"   // `}}` is missing

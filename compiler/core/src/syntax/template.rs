@@ -112,6 +112,54 @@ impl Builder<'_> {
                     't' => self.text.push('\t'),
                     'r' => self.text.push('\r'),
                     '"' | '\\' | '{' | '}' => self.text.push(escaped),
+                    // `\u{1F600}`: any character by its code point, so that
+                    // every string (a control character of a model's answer
+                    // that `flow test-from` writes) has a literal.
+                    'u' => {
+                        let digits: String = line[index + 2..]
+                            .strip_prefix('{')
+                            .and_then(|rest| rest.split_once('}'))
+                            .map(|(digits, _)| digits.to_string())
+                            .unwrap_or_default();
+                        let decoded = (1..=6)
+                            .contains(&digits.len())
+                            .then(|| u32::from_str_radix(&digits, 16).ok())
+                            .flatten()
+                            .and_then(char::from_u32);
+                        match decoded {
+                            Some(c) => {
+                                self.text.push(c);
+                                // `{`, the digits and `}`.
+                                for _ in 0..digits.len() + 2 {
+                                    chars.next();
+                                }
+                            }
+                            None => {
+                                let at = offset + index;
+                                // `\u`, and its braces where they close soon
+                                // after: they go with it, not into the text.
+                                let written = match line[index + 2..].find('}') {
+                                    Some(end) if line[index + 2..].starts_with('{') && end <= 8 => {
+                                        end + 3
+                                    }
+                                    _ => 2,
+                                };
+                                for _ in 2..written {
+                                    chars.next();
+                                }
+                                self.problems.push(
+                                    Diagnostic::new(
+                                        Code::Template,
+                                        self.file,
+                                        Span::new(at, at + written),
+                                        format!("`{}` is not a character", &line[index..index + written]),
+                                    )
+                                    .label("not a character")
+                                    .hint("a character by its code point is `\\u{` and 1 to 6 hexadecimal digits `}`, such as `\\u{1F600}`, outside U+D800 to U+DFFF"),
+                                );
+                            }
+                        }
+                    }
                     other => {
                         let at = offset + index;
                         self.problems.push(
@@ -122,7 +170,7 @@ impl Builder<'_> {
                                 format!("unknown escape `\\{other}`"),
                             )
                             .label("not an escape")
-                            .hint("the escapes are \\n \\t \\r \\\" \\\\ \\{ \\}"),
+                            .hint("the escapes are \\n \\t \\r \\\" \\\\ \\{ \\} and \\u{...}"),
                         );
                     }
                 }
@@ -316,7 +364,9 @@ pub(crate) fn parse_path(text: &str, offset: usize) -> Result<Path, (usize, Stri
             // Jinja's and Liquid's filters (`{{x | upper}}`): the value
             // is inserted as it is.
             let rest = text[pos..].trim_start();
-            if let Some(filter) = rest.strip_prefix('|') {
+            if let Some(filter) = rest.strip_prefix('|')
+                && !filter.starts_with('|')
+            {
                 let at = offset + text.len() - rest.len();
                 let name = filter.trim();
                 return Err((
@@ -328,9 +378,11 @@ pub(crate) fn parse_path(text: &str, offset: usize) -> Result<Path, (usize, Stri
             }
             // Arithmetic or a comparison (`{{n * 2}}`): a template inserts
             // a value and computes nothing.
-            if let Some(op) = ["*", "+", "-", "/", "%", "==", "!=", ">", "<", "&&", "||"]
-                .into_iter()
-                .find(|op| rest.starts_with(op))
+            if let Some(op) = [
+                "*", "+", "-", "/", "%", "==", "!=", ">", "<", "&&", "||", "??",
+            ]
+            .into_iter()
+            .find(|op| rest.starts_with(op))
             {
                 let at = offset + text.len() - rest.len();
                 return Err((
@@ -347,12 +399,14 @@ pub(crate) fn parse_path(text: &str, offset: usize) -> Result<Path, (usize, Stri
                     format!("`{c}` is not an ASCII letter, as the letters of a name are"),
                 ));
             }
-            let c = if c == ' ' {
-                "a space".to_string()
-            } else {
-                format!("`{c}`")
-            };
-            return Err((offset + pos, format!("unexpected {c} in a reference")));
+            if c.is_whitespace() {
+                return Err((
+                    offset + pos,
+                    "a reference is one path and nothing after it: a space ends it here"
+                        .to_string(),
+                ));
+            }
+            return Err((offset + pos, format!("unexpected `{c}` in a reference")));
         };
         let end = name_at(after).ok_or((offset + after, "expected a field name".to_string()))?;
         segments.push(Segment::Field {
@@ -414,6 +468,27 @@ mod tests {
         assert!(problems.is_empty());
     }
 
+    /// `\u{...}` writes any character, so that `flow test-from` can write
+    /// a model's answer holding a control character (an audit: it wrote
+    /// the character raw, and the test did not parse).
+    #[test]
+    fn a_character_is_written_by_its_code_point() {
+        let (parts, problems) = parse(r#""a\u{0}b\u{1F600}\u{41}{{x}}""#);
+        assert_eq!(parts, ["text:a\0b\u{1F600}A", "ref:x@25"]);
+        assert!(problems.is_empty(), "{problems:?}");
+        for (written, text) in [
+            (r#""\u{D800}x""#, "text:x"),
+            (r#""\u{1234567}x""#, "text:x"),
+            (r#""\u{zz}x""#, "text:x"),
+            (r#""\u41x""#, "text:41x"),
+        ] {
+            let (parts, problems) = parse(written);
+            assert_eq!(parts, [text], "{written}");
+            assert_eq!(problems.len(), 1, "{written}: {problems:?}");
+            assert!(problems[0].ends_with("is not a character"), "{problems:?}");
+        }
+    }
+
     #[test]
     fn reports_unclosed_empty_and_malformed_references() {
         assert_eq!(
@@ -423,8 +498,22 @@ mod tests {
         assert_eq!(parse(r#""{{ }}""#).1, ["empty reference `{{}}`"]);
         assert_eq!(
             parse(r#""{{step.a b}}""#).1,
-            ["unexpected a space in a reference"]
+            ["a reference is one path and nothing after it: a space ends it here"]
         );
+        // An audit: `??` read as "unexpected a space", and `||` as a
+        // filter named `|step.b`.
+        for (written, op) in [
+            (r#""{{step.a?.t ?? 'x'}}""#, "??"),
+            (r#""{{step.a?.t||step.b?.t}}""#, "||"),
+        ] {
+            assert_eq!(
+                parse(written).1,
+                [format!(
+                    "a reference inserts a value and computes nothing (`{op}`): what is computed belongs in a recipe or a step's input"
+                )],
+                "{written}"
+            );
+        }
         assert_eq!(
             parse(r#""{{step.a.n * 2}}""#).1,
             [
