@@ -1035,6 +1035,15 @@ fn write_test(text: &str, out: Option<&Path>) -> Result<u8> {
             "the test written from the run does not parse: {error}"
         ))
     })?;
+    // A test no `flowc test` would read is said now, not when it is run
+    // (an audit: a 15 MiB answer made a test of 15 MiB).
+    let most = flow_loader::MAX_SOURCE_BYTES;
+    if text.len() as u64 > most {
+        return Err(usage(format!(
+            "the test written from the run is {} bytes, more than the {most} a flow file may have: the run's input or answers are too large to mock",
+            text.len()
+        )));
+    }
     match out {
         Some(path) => {
             std::fs::write(path, &text)

@@ -351,6 +351,13 @@ fn check(schema: &Value, value: &Value, path: &mut String, depth: usize, out: &m
         && let Some(fits) = fits_type(ty, value)
         && !fits
     {
+        // The language's `int` is 64 bits and signed, as its literals are:
+        // a whole number past it passed and then could not be written back
+        // as a literal (`flow test-from`, an audit).
+        if ty == "integer" && value.is_u64() {
+            out.push(|| mismatch(path, "an integer of at most 9223372036854775807", value));
+            return;
+        }
         out.push(|| mismatch(path, &describe(map, 0), value));
         // The value's shape is wrong, so checking its contents against the
         // expected shape would only add noise.
@@ -527,8 +534,9 @@ fn fits_type(ty: &str, value: &Value) -> Option<bool> {
         "string" => value.is_string(),
         // serde_json keeps a number written with a fraction or exponent as an
         // f64 even when its value is whole, and flow treats such a number as a
-        // float; only numbers parsed as i64 or u64 are integers.
-        "integer" => value.is_i64() || value.is_u64(),
+        // float; only numbers parsed as i64 are integers (an `int` is 64
+        // bits and signed).
+        "integer" => value.is_i64(),
         "number" => value.is_number(),
         "boolean" => value.is_boolean(),
         "null" => value.is_null(),
@@ -815,9 +823,26 @@ pub(crate) mod tests {
         let int = json!({ "type": "integer" });
         let number = json!({ "type": "number" });
         // Parsed from text, as user input and LLM output are.
-        for text in ["3", "-3", "0", "18446744073709551615"] {
+        for text in [
+            "3",
+            "-3",
+            "0",
+            "9223372036854775807",
+            "-9223372036854775808",
+        ] {
             let value: Value = serde_json::from_str(text).unwrap();
             assert!(validate(&int, &value).is_empty(), "{text}");
+            assert!(validate(&number, &value).is_empty(), "{text}");
+        }
+        // An `int` is 64 bits and signed, as the language's literals are.
+        for text in ["9223372036854775808", "18446744073709551615"] {
+            let value: Value = serde_json::from_str(text).unwrap();
+            let found = validate(&int, &value);
+            assert_eq!(found.len(), 1, "{text}");
+            assert_eq!(
+                found[0].expected,
+                "an integer of at most 9223372036854775807"
+            );
             assert!(validate(&number, &value).is_empty(), "{text}");
         }
         // A fraction or an exponent makes an f64 even when the value is whole:

@@ -287,20 +287,24 @@ fn failure(attempt: &Attempt) -> Option<String> {
     let error = attempt.error.as_deref()?;
     let (kind, message) = error.split_once(": ").unwrap_or((error, ""));
     // The status as a provider's error says it (`URL answered 500
-    // Internal Server Error: ...`) or a mock's (`HTTP 500 (mocked)`).
-    let status = |default: u16| {
-        ["answered ", "HTTP "]
+    // Internal Server Error: ...`, `answered 200 OK with an error
+    // (overloaded_error, as a 529)`) or a mock's (`HTTP 500 (mocked)`),
+    // when it is one a mock fails with for the same kind: a 200 or a
+    // redirect is none (an audit: `fails 200` did not parse).
+    let status = |kind: std::ops::Range<u16>, default: u16| {
+        ["as a ", "answered ", "HTTP "]
             .iter()
-            .find_map(|marker| {
+            .filter_map(|marker| {
                 let (_, rest) = message.split_once(marker)?;
                 rest.get(..3)?.parse::<u16>().ok()
             })
+            .find(|status| kind.contains(status) && ![408, 429].contains(status))
             .unwrap_or(default)
     };
     let what = match kind {
         k if k == ErrorKind::RateLimited.name() => "429".to_string(),
-        k if k == ErrorKind::Server.name() => status(503).to_string(),
-        k if k == ErrorKind::Client.name() => status(400).to_string(),
+        k if k == ErrorKind::Server.name() => status(500..600, 503).to_string(),
+        k if k == ErrorKind::Client.name() => status(400..500, 400).to_string(),
         k if k == ErrorKind::Timeout.name() => "timeout".to_string(),
         k if k == ErrorKind::Connection.name() => "connection".to_string(),
         k if k == ErrorKind::InvalidOutput.name() => "invalid_output".to_string(),
@@ -339,8 +343,11 @@ pub fn literal(value: &Value, schema: Option<&Value>) -> String {
         Value::Bool(b) => b.to_string(),
         Value::Number(n) => {
             let text = n.to_string();
-            let float =
-                schema.and_then(|s| s.get("type")).and_then(Value::as_str) == Some("number");
+            // A whole number past an `int`'s 64 bits (in a `json` value)
+            // is written as the float it then reads as.
+            let float = schema.and_then(|s| s.get("type")).and_then(Value::as_str)
+                == Some("number")
+                || (n.is_u64() && !n.is_i64());
             if float && !text.contains(['.', 'e', 'E']) {
                 format!("{text}.0")
             } else {
@@ -404,6 +411,9 @@ pub fn string_literal(text: &str) -> String {
             '\r' => out.push_str("\\r"),
             '{' => out.push_str("\\{"),
             '}' => out.push_str("\\}"),
+            // A string holds no other control character as it is (an
+            // audit: a model's U+0000 made a test that did not parse).
+            c if c.is_control() => out.push_str(&format!("\\u{{{:X}}}", u32::from(c))),
             c => out.push(c),
         }
     }
@@ -427,11 +437,14 @@ mod tests {
                 "tags": { "type": "array", "items": { "type": "string" } },
             }
         });
-        let value = json!({ "wait": "30s", "amount": 40, "note": "a \"{{x}}\"\n", "tags": [] });
+        let value =
+            json!({ "wait": "30s", "amount": 40, "note": "a \"{{x}}\"\n\u{0}\u{7f}", "tags": [] });
         assert_eq!(
             literal(&value, Some(&schema)),
-            r#"{ amount: 40.0, note: "a \"\{\{x\}\}\"\n", tags: [], wait: 30s }"#
+            r#"{ amount: 40.0, note: "a \"\{\{x\}\}\"\n\u{0}\u{7F}", tags: [], wait: 30s }"#
         );
+        assert_eq!(literal(&json!(u64::MAX), None), "18446744073709551615.0");
+        assert_eq!(literal(&json!(i64::MIN), None), "-9223372036854775808");
     }
 
     fn failed(path: &str, kind: StepKind) -> StepRecord {
@@ -509,6 +522,14 @@ mod tests {
                 "fails 401",
             ),
             ("server: HTTP 502 (mocked)", "fails 502"),
+            (
+                "server: https://api.example/v1/messages answered 200 OK with an error (overloaded_error, as a 529): Overloaded",
+                "fails 529",
+            ),
+            (
+                "client: https://api.example/v1 answered 302 Found, a redirect to https://elsewhere.example",
+                "fails 400",
+            ),
             ("server: the reply has no content", "fails 503"),
             (
                 "rate_limited: http://x answered 429 Too Many Requests",
