@@ -77,10 +77,28 @@ impl AnthropicProvider {
                 why: "the output limit cut it off (stop_reason `max_tokens`)",
             }),
             (Some(answer), false) => Ok(Answer::Text(answer)),
-            (None, false) => Err(StepError::new(
+            (None, false) if blocks.is_empty() => Err(StepError::new(
                 ErrorKind::Server,
                 format!("the reply has no content: {}", excerpt(&text)),
             )),
+            // Blocks, none of them text or a tool call (an audit: an image
+            // alone was "no content").
+            (None, false) => {
+                let mut kinds: Vec<String> = blocks
+                    .iter()
+                    .map(|block| excerpt(block["type"].as_str().unwrap_or("no type")))
+                    .collect();
+                kinds.sort();
+                kinds.dedup();
+                Err(StepError::new(
+                    ErrorKind::Server,
+                    format!(
+                        "the reply has no text and no call of the tool `{tool}`, only blocks of {}: {}",
+                        kinds.join(", "),
+                        excerpt(&text)
+                    ),
+                ))
+            }
         }
     }
 }

@@ -644,6 +644,7 @@ async fn reply_text(mut response: reqwest::Response, url: &str) -> Result<String
             ),
         ));
     }
+    let answered = response.status();
     let mut body = Vec::new();
     while let Some(chunk) = response
         .chunk()
@@ -655,11 +656,21 @@ async fn reply_text(mut response: reqwest::Response, url: &str) -> Result<String
         }
         body.extend_from_slice(&chunk);
     }
-    // As `Response::text` read it: a byte that is not UTF-8 becomes U+FFFD.
-    Ok(match String::from_utf8(body) {
-        Ok(text) => text,
-        Err(error) => String::from_utf8_lossy(error.as_bytes()).into_owned(),
-    })
+    match String::from_utf8(body) {
+        Ok(text) => Ok(text),
+        // JSON is UTF-8: an answer that is not was damaged on its way,
+        // and read with U+FFFD in place of its bytes it became a step's
+        // output that nobody sent (an audit). An error's body is only
+        // quoted, as `Response::text` reads it.
+        Err(error) if answered.is_success() => Err(StepError::new(
+            ErrorKind::Server,
+            format!(
+                "{url} answered {answered} with a body that is not UTF-8 (at byte {}), as JSON always is",
+                error.utf8_error().valid_up_to()
+            ),
+        )),
+        Err(error) => Ok(String::from_utf8_lossy(error.as_bytes()).into_owned()),
+    }
 }
 
 /// Whether `error` is a body that `FencedBody` refused (nothing of it sent).
@@ -758,9 +769,19 @@ pub(crate) fn transport_error(url: &str, error: reqwest::Error) -> StepError {
     };
     // Connected, then cut off before any answer.
     let cut_off = !error.is_connect();
+    // An answer begun, its status read, then cut off: the server spoke
+    // HTTP (an audit: the TLS hint below came after a `200 OK`).
+    let answering = error.is_body() || error.is_decode();
     // reqwest names the URL itself, password and all, in some errors.
     let why = with_causes(&error.without_url());
-    let mut error = StepError::new(kind, format!("{url}: {why}"));
+    let mut error = if answering {
+        StepError::new(
+            kind,
+            format!("{url}: the answer was cut off as it was read: {why}"),
+        )
+    } else {
+        StepError::new(kind, format!("{url}: {why}"))
+    };
     error.message.push_str(match refused {
         Some(TlsRefused::Certificate) => {
             " (the server's certificate was refused, which another attempt would not change; an authority of your own is trusted through SSL_CERT_FILE)"
@@ -772,7 +793,8 @@ pub(crate) fn transport_error(url: &str, error: reqwest::Error) -> StepError {
         // three attempts of "connection reset" and no word why).
         None if kind == ErrorKind::Connection
             && url.starts_with("http://")
-            && cut_off =>
+            && cut_off
+            && !answering =>
         {
             " (if the server speaks TLS, as most hosted APIs do, its base URL starts with `https://`)"
         }
