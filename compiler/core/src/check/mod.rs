@@ -299,7 +299,7 @@ pub fn check_with_tools(
     let mut by_path = HashMap::new();
     let root_id = add_file(root, bytes, &mut files, &mut diagnostics);
     by_path.insert(normalize(root), root_id);
-    load_imports(root_id, loader, &mut files, &mut by_path, &mut diagnostics);
+    let missing = load_imports(root_id, loader, &mut files, &mut by_path, &mut diagnostics);
 
     let mut env = env::build(&files, &mut diagnostics);
     // Each server is looked up in the lock once, by its identity, for the
@@ -320,7 +320,9 @@ pub fn check_with_tools(
         ));
     }
     let (tests, tested) = check_tests(&files, &workflows, &env, tools.is_some(), &mut diagnostics);
-    forget_what_missing_imports_declare(&mut diagnostics);
+    if missing {
+        forget_what_missing_imports_declare(&mut diagnostics);
+    }
     sort_diagnostics(&mut diagnostics);
     Ok(Checked {
         files,
@@ -394,21 +396,16 @@ pub fn check_source(path: &str, text: &str) -> Checked {
 /// those, not a second mistake. A name with a "did you mean" stays
 /// reported, as a likely typo.
 fn forget_what_missing_imports_declare(diagnostics: &mut Vec<Diagnostic>) {
-    let missing = diagnostics.iter().any(|d| {
-        matches!(d.code, Code::UnresolvedImport | Code::ImportOutsideProject) && d.fix.is_none()
+    diagnostics.retain(|d| {
+        !(matches!(
+            d.code,
+            Code::UnknownRecipe
+                | Code::UnknownType
+                | Code::UnknownMcpServer
+                | Code::UnknownWorkflow
+        ) && d.fix.is_none()
+            && d.message.starts_with("unknown "))
     });
-    if missing {
-        diagnostics.retain(|d| {
-            !(matches!(
-                d.code,
-                Code::UnknownRecipe
-                    | Code::UnknownType
-                    | Code::UnknownMcpServer
-                    | Code::UnknownWorkflow
-            ) && d.fix.is_none()
-                && d.message.starts_with("unknown "))
-        });
-    }
 }
 
 pub(crate) fn sort_diagnostics(diagnostics: &mut Vec<Diagnostic>) {
@@ -480,21 +477,28 @@ fn add_file(
 /// Loads the imports of `root` and theirs, depth first: each file's imports
 /// in order, each imported file's own before the next. The walk keeps its
 /// own stack, not the thread's: a chain of a thousand files, each importing
-/// the next, overflowed the thread's stack as recursion.
+/// the next, overflowed the thread's stack as recursion. Whether an import
+/// could not be read, with no file it meant found in its place.
 fn load_imports(
     root: FileId,
     loader: &dyn SourceLoader,
     files: &mut Vec<LoadedFile>,
     by_path: &mut HashMap<String, FileId>,
     diagnostics: &mut Vec<Diagnostic>,
-) {
+) -> bool {
+    let mut missing = false;
     // The import chain from the root to the file being read (to find
     // cycles and to explain failures), each with the imports it has left.
-    let mut chain: Vec<(FileId, std::vec::IntoIter<(String, Span)>)> =
+    let mut chain: Vec<(FileId, std::vec::IntoIter<ImportAt>)> =
         vec![(root, imports_of(&files[root.0 as usize]))];
     while let Some((file, left)) = chain.last_mut() {
         let file = *file;
-        let Some((relative, span)) = left.next() else {
+        let Some(ImportAt {
+            relative,
+            span,
+            statement,
+        }) = left.next()
+        else {
             chain.pop();
             continue;
         };
@@ -537,6 +541,17 @@ fn load_imports(
                         let key = normalize(&resolve_import(&importer, meant));
                         !via.iter().any(|path| normalize(path) == key)
                     });
+                missing |= meant.is_none()
+                    && matches!(code, Code::UnresolvedImport | Code::ImportOutsideProject);
+                // An import the parser read as meant from a slip (`from
+                // "x.flow" import y`, a path without quotes) is said once,
+                // by its syntax error (an audit: said twice, the guess first).
+                let slipped = diagnostics.iter().any(|d| {
+                    d.code == Code::Syntax
+                        && d.primary.file == file
+                        && d.primary.span.start < statement.end
+                        && statement.start < d.primary.span.end
+                });
                 if let Some(meant) = &meant {
                     diagnostic.hints.insert(
                         0,
@@ -548,7 +563,9 @@ fn load_imports(
                         .hint("import paths are relative to the importing file")
                         .hint("names that only it could declare are not reported as unknown");
                 }
-                diagnostics.push(diagnostic);
+                if !slipped {
+                    diagnostics.push(diagnostic);
+                }
                 // The file that was meant stands in for the one named, so
                 // that what it declares is known and the rest is checked.
                 meant.and_then(|meant| {
@@ -568,16 +585,29 @@ fn load_imports(
             chain.push((id, imports_of(&files[id.0 as usize])));
         }
     }
+    missing
+}
+
+/// An import as a file writes it: its path as written, where the path is,
+/// and where the whole statement is.
+struct ImportAt {
+    relative: String,
+    span: Span,
+    statement: Span,
 }
 
 /// The imports a file writes, in order: each path as written, and where.
-fn imports_of(file: &LoadedFile) -> std::vec::IntoIter<(String, Span)> {
-    let imports: Vec<(String, Span)> = file
+fn imports_of(file: &LoadedFile) -> std::vec::IntoIter<ImportAt> {
+    let imports: Vec<ImportAt> = file
         .tree
         .items
         .iter()
         .filter_map(|item| match item {
-            Item::Import(import) => Some((import.path.display_text(), import.path.span)),
+            Item::Import(import) => Some(ImportAt {
+                relative: import.path.display_text(),
+                span: import.path.span,
+                statement: import.span,
+            }),
             _ => None,
         })
         .collect();

@@ -324,25 +324,35 @@ impl<'e, 'd> Checker<'e, 'd> {
                 Ty::Any
             }
             BinaryOp::And | BinaryOp::Or => {
+                let mut typed = true;
                 for side in [left, right] {
                     let ty = self.expr(side, false);
                     if !matches!(ty, Ty::Bool | Ty::Any | Ty::Json) {
-                        self.push(
-                            Diagnostic::new(
-                                Code::TypeMismatch,
-                                self.file,
-                                side.span,
-                                format!(
-                                    "`{}` needs `bool` operands, found `{}`",
-                                    op.symbol(),
-                                    self.env.show(&ty)
-                                ),
-                            )
-                            .label("not a boolean"),
-                        );
+                        let mut diagnostic = Diagnostic::new(
+                            Code::TypeMismatch,
+                            self.file,
+                            side.span,
+                            format!(
+                                "`{}` needs `bool` operands, found `{}`",
+                                op.symbol(),
+                                self.env.show(&ty)
+                            ),
+                        )
+                        .label("not a boolean");
+                        // `a || b?.n ?? 0 > 1` is `(a || b?.n) ?? (0 > 1)`.
+                        if matches!(ty, Ty::Optional(_)) {
+                            diagnostic = diagnostic.hint(
+                                "`??` binds loosest: give the optional value its default in parentheses, `(VALUE ?? DEFAULT)`",
+                            );
+                        }
+                        self.push(diagnostic);
+                        typed = false;
                     }
                 }
-                Ty::Bool
+                // An expression with an error has no type, so that nothing
+                // said of its type follows (an audit: W303 on the `??`
+                // around it, whose advice was wrong).
+                if typed { Ty::Bool } else { Ty::Any }
             }
             BinaryOp::Eq | BinaryOp::Ne => {
                 let left_ty = self.expr(left, false);

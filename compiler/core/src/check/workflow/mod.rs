@@ -414,6 +414,9 @@ struct Checker<'e, 'd> {
     /// the types of a tool's parameters built again, at each call.
     locked_tools: HashMap<usize, HashMap<&'e str, &'e LockedTool>>,
     tool_params: HashMap<usize, Arc<Fields>>,
+    /// The servers W304 was said of in this workflow: once each, at its
+    /// first browser step (an audit: once per step, alike).
+    unlocked_said: HashSet<usize>,
 }
 
 /// What a destination's templates and content may read: the run's input,
@@ -527,6 +530,7 @@ impl<'e, 'd> Checker<'e, 'd> {
             destination: None,
             suggestions: Budget::default(),
             locked_tools: HashMap::new(),
+            unlocked_said: HashSet::new(),
             tool_params: HashMap::new(),
         }
     }

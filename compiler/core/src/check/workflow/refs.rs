@@ -215,10 +215,14 @@ impl<'e, 'd> Checker<'e, 'd> {
         }
         let use_at = path.span().start;
         let Some((index, _)) = self.steps.get(&id.text) else {
+            // An id the parser made up for a block whose own was missing
+            // (`as@124`) names nothing the author wrote (an audit).
+            let written = |s: &&StepInfo| !s.id.contains('@');
             // Walked only while the budget for suggestions pays for it.
             let ran = self
                 .steps
                 .iter()
+                .filter(written)
                 .filter(|s| not_run(s, &self.containers, use_at).is_none())
                 .map(|s| s.id.as_str());
             // The step being written, or a loop around the use, is never
@@ -226,6 +230,7 @@ impl<'e, 'd> Checker<'e, 'd> {
             let all = self
                 .steps
                 .iter()
+                .filter(written)
                 .filter(|s| !s.span.contains(use_at))
                 .map(|s| s.id.as_str());
             let mut diagnostic = Diagnostic::new(
@@ -235,8 +240,15 @@ impl<'e, 'd> Checker<'e, 'd> {
                 format!("unknown step `{}`", id.text),
             )
             .label("no step has this id");
-            if let Some(best) = self.suggest(&id.text, all) {
+            // A step that has run here first: the nearest id of all may be
+            // one that could not be read here either (an audit: following
+            // the hint gave E102).
+            if let Some(best) = self.suggest(&id.text, ran.clone()) {
                 diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
+            } else if let Some(best) = self.suggest(&id.text, all) {
+                diagnostic = diagnostic.hint(format!(
+                    "the nearest id is `{best}`, a step that has not certainly run at this point"
+                ));
             }
             // Each step is looked at, whether it has run or not.
             let listed = (self.suggestions.spend(self.steps.len()))

@@ -540,6 +540,9 @@ impl<'e, 'd> Checker<'e, 'd> {
             return false;
         }
         let Some(locked) = &info.locked else {
+            if !self.unlocked_said.insert(info as *const McpInfo as usize) {
+                return false;
+            }
             self.push(
                 Diagnostic::new(
                     Code::McpServerNotLocked,
@@ -550,7 +553,7 @@ impl<'e, 'd> Checker<'e, 'd> {
                         server.text
                     ),
                 )
-                .label("its tool and arguments are not checked")
+                .label("its tools and their arguments are not checked, here or in its other steps")
                 .secondary(info.file, info.decl.span, "declared here")
                 .hint("run `flowc lock` on these files to record its tools"),
             );
