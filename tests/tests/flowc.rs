@@ -330,9 +330,10 @@ fn a_file_that_is_not_utf8_names_the_byte_offset_but_shows_none_of_it() {
         diagnostic["message"],
         "`latin1.flow` is not valid UTF-8: invalid byte at offset 6 (line 1, column 7); the file is not checked"
     );
+    // At the byte, so that an annotation or an editor marks its line.
     assert_eq!(
         (&diagnostic["line"], &diagnostic["column"]),
-        (&1.into(), &1.into())
+        (&1.into(), &7.into())
     );
     // A file that is not UTF-8 may not be a source at all: nothing of it is
     // echoed, in any format.

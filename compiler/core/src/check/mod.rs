@@ -434,19 +434,29 @@ fn add_file(
             let at = error.valid_up_to();
             let prefix = String::from_utf8_lossy(&bytes[..at]);
             let (line, column) = crate::diagnostic::line_col(&prefix, at as u32);
+            // What is kept instead is the shape of the lines before the bad
+            // byte, every other character a space, so that the diagnostic
+            // sits at its line and column (an annotation at 1:1 pointed at
+            // nothing) and shows nothing of the file.
+            let mut blank: String = prefix
+                .chars()
+                .map(|c| if matches!(c, '\n' | '\r') { c } else { ' ' })
+                .collect();
+            let bad = blank.len();
+            blank.push(' ');
             diagnostics.push(
                 Diagnostic::new(
                     Code::NotUtf8,
                     id,
-                    Span::new(0, 0),
+                    Span::new(bad, bad + 1),
                     format!(
                         "`{path}` is not valid UTF-8: invalid byte at offset {at} (line {line}, column {column}); the file is not checked"
                     ),
                 )
-                .label("this file is not valid UTF-8")
+                .label("this byte is not UTF-8")
                 .hint("save the file as UTF-8"),
             );
-            String::new()
+            blank
         }
     };
     let text = if text.len() > u32::MAX as usize / 2 {
