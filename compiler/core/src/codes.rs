@@ -146,16 +146,20 @@ flow_plan::code_table! {
     /// inside a fallback block; a recipe prompt sees only `input`.
     UnknownRoot = ("E108", "unknown-reference", Error, "unknown reference root");
 
-    /// Two steps (or loops, or parallel blocks) in one workflow share an id, or
-    /// two branches of one parallel block share a name. Ids name journal entries
-    /// and references, so they must be unique.
+    /// Two steps (or loops, or parallel blocks) in one workflow share an id,
+    /// two branches of one parallel block share a name, or a field is
+    /// declared twice (in a record type, a workflow's or recipe's `input`, a
+    /// record literal, a workflow's `output`). Ids name journal entries and
+    /// references, and fields the values' keys, so they must be unique.
     DuplicateId = ("E109", "duplicate-id", Error, "duplicate id");
 
     /// A step calls a recipe that is neither declared in this file nor imported.
     UnknownRecipe = ("E110", "unknown-recipe", Error, "unknown recipe");
 
     /// A type name is neither built in (`string int float bool json`) nor declared
-    /// with `type` in this file or an import.
+    /// with `type` in this file or an import; or a declared type is made of
+    /// itself (`type A = { next: A }`, directly or through others), which no
+    /// value could ever fit.
     UnknownType = ("E111", "unknown-type", Error, "unknown type");
 
     /// A browser step names an MCP server that no `mcp` declaration defines.
@@ -187,8 +191,10 @@ flow_plan::code_table! {
     PromptUnknownInput = ("E116", "prompt-unknown-input", Error, "the prompt uses an undeclared input");
 
     /// A member that must be given is missing (a recipe's `model`, `output` or
-    /// `prompt`; an MCP server's `command` or `url`), or one that may appear once
-    /// appears twice.
+    /// `prompt`; an MCP server's `command` or `url`; a parallel block's
+    /// branches), one that may appear once appears twice (a step's `retry`
+    /// or `timeout`, a recipe's `prompt`), or two exclude each other (an MCP
+    /// server with both `command` and `url`, or with `args` and a `url`).
     Member = ("E117", "member", Error, "missing or repeated member");
 
     /// A browser step calls a tool that its MCP server does not have, according
@@ -248,7 +254,9 @@ flow_plan::code_table! {
 
     /// A value's type does not fit where it is used: an argument, a record
     /// field, a list element, an operand, the workflow output. The message gives
-    /// the expected and the found types.
+    /// the expected and the found types. Also a text that must be known when
+    /// the file is built but holds a `{{...}}` reference: a recipe's model
+    /// alias, an MCP server's `command` or `args`, a `context kb` id.
     TypeMismatch = ("E203", "type-mismatch", Error, "mismatched types");
 
     /// A string literal is compared with (or passed as) an enum value but is
