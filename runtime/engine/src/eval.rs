@@ -331,7 +331,13 @@ fn walk<'v>(
 /// That `segment` names nothing in what `described` describes.
 fn missing(segment: &PathSegment, described: &str) -> EvalError {
     EvalError(match segment {
-        PathSegment::Field(name) => format!("no field `{name}` in {described}"),
+        // Only a `json` value's path reaches here unchecked (an audit: the
+        // docs had a field of null read as null).
+        PathSegment::Field(name) => {
+            format!(
+                "no field `{name}` in {described} (`?.{name}` reads it as null where it may be absent)"
+            )
+        }
         PathSegment::Index(index) => format!("no element [{index}] in {described}"),
     })
 }
