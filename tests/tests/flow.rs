@@ -1045,16 +1045,23 @@ fn flow_runs_lists_and_filters() {
     );
 }
 
-/// `flow approvals`, `flow approve` with a misspelt path, `flow kb`,
-/// `flow notifications` and `flow cancel` (issue 17), on one parked run.
-#[test]
-fn the_everyday_commands_read_the_store_flow_run_writes() {
-    let dir = TempDir::new("flow-everyday");
+/// A folder holding `TRIAGE` and a store with one run of it, parked at
+/// its approval, and the run's id.
+fn parked_triage(name: &str) -> (TempDir, String) {
+    let dir = TempDir::new(name);
     dir.write("triage.flow", TRIAGE);
     let input = r#"{"items": [{"name": "a"}]}"#;
     let run = flow(&dir, &["run", "triage.flow", "--input", input, "--json"]);
     assert_eq!(run.code, 3, "{}", run.all());
     let run_id = json(&run)["run_id"].as_str().unwrap().to_string();
+    (dir, run_id)
+}
+
+/// `flow approvals`, `flow approve` with a misspelt path, `flow kb`,
+/// `flow notifications` and `flow cancel` (issue 17), on one parked run.
+#[test]
+fn the_everyday_commands_read_the_store_flow_run_writes() {
+    let (dir, run_id) = parked_triage("flow-everyday");
 
     let approvals = flow(&dir, &["approvals"]);
     assert_eq!(approvals.code, 0, "{}", approvals.all());
@@ -1144,12 +1151,7 @@ fn the_everyday_commands_read_the_store_flow_run_writes() {
 #[test]
 fn a_store_its_user_may_only_read_is_read() {
     use std::os::unix::fs::PermissionsExt;
-    let dir = TempDir::new("flow-read-only");
-    dir.write("triage.flow", TRIAGE);
-    let input = r#"{"items": [{"name": "a"}]}"#;
-    let run = flow(&dir, &["run", "triage.flow", "--input", input, "--json"]);
-    assert_eq!(run.code, 3, "{}", run.all());
-    let run_id = json(&run)["run_id"].as_str().unwrap().to_string();
+    let (dir, run_id) = parked_triage("flow-read-only");
 
     let root = run_in(Path::new("id"), dir.path(), &["-u"]).stdout.trim() == "0";
     // Where `nobody` may run it: the build's folder may be root's alone.
