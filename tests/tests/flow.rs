@@ -1167,12 +1167,7 @@ fn a_store_its_user_may_only_read_is_read() {
         run_in(Path::new("setpriv"), dir.path(), &as_nobody)
     };
     let store = dir.path().join("flow.db");
-    let read_only = |read_only: bool| {
-        let (file, folder) = if read_only {
-            (0o444, 0o555)
-        } else {
-            (0o644, 0o755)
-        };
+    let modes = |file: u32, folder: u32| {
         for (path, mode) in [(&store, file), (&dir.path().to_path_buf(), folder)] {
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
                 .expect("permissions can be set");
@@ -1220,26 +1215,37 @@ fn a_store_its_user_may_only_read_is_read() {
         );
     };
 
-    // As `flow run` left it: its `-wal` and `-shm` beside it, which the
-    // reader may read and not write.
-    let left = beside();
-    read_only(true);
+    // As a live writer keeps it: its `-wal` and `-shm` beside it, which the
+    // reader may read and not write (one is held open meanwhile, so that
+    // they stay).
+    let writer = rusqlite::Connection::open(&store).expect("the store opens");
+    writer
+        .pragma_query_value(None, "user_version", |row| row.get::<_, i64>(0))
+        .expect("the store reads");
+    assert_eq!(beside(), ["flow.db", "flow.db-shm", "flow.db-wal"]);
+    modes(0o444, 0o555);
     reads_and_refuses();
-    assert_eq!(beside(), left);
+    assert_eq!(beside(), ["flow.db", "flow.db-shm", "flow.db-wal"]);
+    drop(writer);
 
     // As a writer that ended cleanly leaves it: the last connection folded
     // its `-wal` in and removed it, and none may be made beside it.
-    read_only(false);
+    modes(0o644, 0o755);
     let last = rusqlite::Connection::open(&store).expect("the store opens");
     last.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
         .expect("the store's `-wal` is folded in");
     drop(last);
     assert_eq!(beside(), ["flow.db"]);
-    read_only(true);
+    modes(0o444, 0o555);
+    reads_and_refuses();
+    assert_eq!(beside(), ["flow.db"]);
+    // In a folder anyone may write (a review: SQLite made a `-wal` and
+    // `-shm` of the reader's there, which the owner could not write).
+    modes(0o444, 0o777);
     reads_and_refuses();
     assert_eq!(beside(), ["flow.db"]);
 
-    read_only(false);
+    modes(0o644, 0o755);
     assert_eq!(
         json(&flow(&dir, &["runs", "--json"]))[0]["status"],
         "pending_approval"

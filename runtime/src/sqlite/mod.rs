@@ -206,12 +206,7 @@ impl Drop for Reader<'_> {
 fn open_for(path: &Path, access: Access) -> Result<Connection, rusqlite::Error> {
     let conn = match access {
         Access::ReadWrite => Connection::open(path)?,
-        Access::ReadOnly => Connection::open_with_flags(
-            read_only_uri(path),
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
-                | rusqlite::OpenFlags::SQLITE_OPEN_URI
-                | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )?,
+        Access::ReadOnly => open_read_only(path)?,
     };
     // First, so that the pragmas below wait for another process too.
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
@@ -232,19 +227,31 @@ fn newer_store(path: &Path, version: i64) -> StoreError {
     ))
 }
 
-/// A connection that may write the store at `path`. SQLite opens a file
-/// the user may not write to read only without a word, and refuses to
-/// open one whose `-wal` it cannot make: both are said as SQLite says a
-/// refused write, which `refuses_writing` knows.
-fn open_writable(path: &Path) -> Result<Connection, rusqlite::Error> {
-    let conn = open_for(path, Access::ReadWrite)?;
-    if conn.is_readonly(rusqlite::MAIN_DB)? {
-        return Err(rusqlite::Error::SqliteFailure(
-            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_READONLY),
-            Some("attempt to write a readonly database".into()),
-        ));
+/// Whether this user may write the store at `path` as SQLite writes one
+/// in WAL mode: its file, and the folder that holds it (where its `-wal`
+/// and `-shm` are made) unless both are there and writable. Asked of the
+/// kernel for the effective user before SQLite touches anything: SQLite
+/// opens a file it may not write read only without a word, and then made
+/// a `-wal` and `-shm` of this user's in a folder it may write, which the
+/// store's owner could no longer write (the review of the read-only
+/// store). Nothing is opened to ask, as closing a file of the store
+/// would release this process's SQLite locks on it.
+fn may_write(path: &Path) -> bool {
+    use rustix::fs::{Access as Asked, AtFlags, CWD, accessat};
+    let writable = |path: &Path| accessat(CWD, path, Asked::WRITE_OK, AtFlags::EACCESS).is_ok();
+    if !path.exists() {
+        return true;
     }
-    Ok(conn)
+    let beside = |suffix: &str| {
+        let mut beside = path.as_os_str().to_owned();
+        beside.push(suffix);
+        std::path::PathBuf::from(beside)
+    };
+    let folder = match path.parent() {
+        Some(folder) if !folder.as_os_str().is_empty() => folder,
+        _ => Path::new("."),
+    };
+    writable(path) && (writable(folder) || (writable(&beside("-wal")) && writable(&beside("-shm"))))
 }
 
 /// Whether SQLite refused `error`'s open or write because this user may
@@ -256,32 +263,56 @@ fn refuses_writing(error: &rusqlite::Error) -> bool {
     )
 }
 
-/// The URI that opens the store at `path` to read only. While a process
-/// writes it, its `-wal` is beside it and the store is read through it
-/// (SQLite keeps the index of a `-shm` it may not write in its own
-/// memory). Otherwise the last writer folded its `-wal` in and removed it,
-/// and SQLite could not make one in a folder the user may not write:
-/// `immutable` reads the file alone, without locks. A writer that starts
-/// meanwhile may make such a read fail, never change the store.
-fn read_only_uri(path: &Path) -> String {
-    let mut wal = path.as_os_str().to_owned();
-    wal.push("-wal");
-    let query = if Path::new(&wal).exists() {
-        "mode=ro"
-    } else {
-        "mode=ro&immutable=1"
+/// A connection that reads the store at `path` and never writes it or
+/// makes a file beside it. While a process writes the store, its `-wal`
+/// and `-shm` are beside it and it is read through them (`mode=ro`;
+/// SQLite keeps the index of a `-shm` it may not write in its own memory).
+/// Otherwise the last writer folded its `-wal` in and removed it, and
+/// `immutable` reads the file alone, without locks; so it does where the
+/// writer ended between the look and the open (its first read refused).
+/// A writer that starts while an immutable read goes on may make it fail
+/// or read rows of before and after it together: SQLite promises nothing
+/// of a file that changes, so a command that reads so may be run again.
+fn open_read_only(path: &Path) -> Result<Connection, rusqlite::Error> {
+    let open = |query: &str| {
+        Connection::open_with_flags(
+            format!("{}?{query}", file_uri(path)),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+                | rusqlite::OpenFlags::SQLITE_OPEN_URI
+                | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
     };
-    // A URI's path escapes what would end it or start an escape.
-    let mut uri = String::from("file:");
-    for c in path.to_string_lossy().chars() {
-        match c {
-            '%' => uri.push_str("%25"),
-            '?' => uri.push_str("%3f"),
-            '#' => uri.push_str("%23"),
-            c => uri.push(c),
+    let beside = |suffix: &str| {
+        let mut beside = path.as_os_str().to_owned();
+        beside.push(suffix);
+        Path::new(&beside).exists()
+    };
+    if beside("-wal") && beside("-shm") {
+        let conn = open("mode=ro")?;
+        match conn.pragma_query_value(None, "user_version", |row| row.get::<_, i64>(0)) {
+            Ok(_) => return Ok(conn),
+            Err(error) if refuses_writing(&error) && !beside("-wal") => {}
+            Err(error) => return Err(error),
         }
     }
-    format!("{uri}?{query}")
+    open("mode=ro&immutable=1")
+}
+
+/// `path` as a `file:` URI: absolute (a path that began `//` read as an
+/// authority), every byte but the unreserved ones and `/` escaped, so
+/// that `?`, `#`, `%` and a name that is not UTF-8 stay the path's.
+fn file_uri(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut uri = String::from("file://");
+    for &byte in absolute.as_os_str().as_bytes() {
+        if byte.is_ascii_alphanumeric() || b"/-._~".contains(&byte) {
+            uri.push(char::from(byte));
+        } else {
+            uri.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    uri
 }
 
 /// Runs `body` in a `BEGIN IMMEDIATE` transaction on `conn`: committed when
@@ -443,15 +474,19 @@ fn process_state(pid: &str) -> Option<(bool, Option<u64>)> {
 impl SqliteStore {
     /// Opens (creating and migrating if needed) the store at `path`.
     pub fn open(path: &Path) -> Result<Arc<SqliteStore>, StoreError> {
-        let conn = open_writable(path).map_err(|error| {
-            if !(refuses_writing(&error) && path.exists()) {
-                return StoreError::from(error);
-            }
-            StoreError::Unusable(format!(
-                "{error}: this user may not write {} (SQLite writes the file and, in the folder that holds it, its `-wal` and `-shm`); `flow runs`, `show` and `approvals` read it as it is",
+        if path.is_dir() {
+            return Err(StoreError::Unusable(format!(
+                "{} is a folder, not a store's file",
                 path.display()
-            ))
-        })?;
+            )));
+        }
+        if !may_write(path) {
+            return Err(StoreError::Unusable(format!(
+                "this user may not write {} (SQLite writes the file and, in the folder that holds it, its `-wal` and `-shm`); the commands that only read a store read it as it is",
+                path.display()
+            )));
+        }
+        let conn = open_for(path, Access::ReadWrite)?;
         Self::open_with(path, Access::ReadWrite, conn)
     }
 
@@ -459,14 +494,11 @@ impl SqliteStore {
     /// `open` does where this user may write it, else to read only
     /// (`Access::ReadOnly`).
     pub fn open_to_read(path: &Path) -> Result<Arc<SqliteStore>, StoreError> {
-        match open_writable(path) {
-            Ok(conn) => Self::open_with(path, Access::ReadWrite, conn),
-            Err(error) if refuses_writing(&error) && path.exists() => {
-                let conn = open_for(path, Access::ReadOnly)?;
-                Self::open_with(path, Access::ReadOnly, conn)
-            }
-            Err(error) => Err(error.into()),
+        if path.is_file() && !may_write(path) {
+            let conn = open_for(path, Access::ReadOnly)?;
+            return Self::open_with(path, Access::ReadOnly, conn);
         }
+        Self::open(path)
     }
 
     /// The store at `path`, whose first connection `conn` is open.
