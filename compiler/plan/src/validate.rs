@@ -89,13 +89,22 @@ impl Plan {
     /// existed must still resume its runs. Call it wherever a plan comes from
     /// outside: a deploy, `flow run PLAN.json`.
     pub fn validate(&self) -> Result<(), PlanProblems> {
-        self.validate_with(Some(MAX_PLAN_BYTES))
+        self.validate_with(Some(MAX_PLAN_BYTES), true)
+    }
+
+    /// [`Plan::validate`] of a plan a store kept, which may have been
+    /// deployed before a check of what would fail every run at a step (an
+    /// approval naming more approvers than one may, a message past its
+    /// bound): such a plan is held to every bound of what it holds, and
+    /// keeps its parked runs, which may never reach that step.
+    pub fn validate_stored(&self) -> Result<(), PlanProblems> {
+        self.validate_with(Some(MAX_PLAN_BYTES), false)
     }
 
     /// [`Plan::validate`] with a lower bound on the plan's JSON than
     /// [`MAX_PLAN_BYTES`]: flowd's for deploys (`[limits] plan_bytes`).
     pub fn validate_within(&self, most_bytes: u64) -> Result<(), PlanProblems> {
-        self.validate_with(Some(most_bytes.min(MAX_PLAN_BYTES)))
+        self.validate_with(Some(most_bytes.min(MAX_PLAN_BYTES)), true)
     }
 
     /// [`Plan::validate`] but for the size of the plan's JSON, which is
@@ -103,12 +112,14 @@ impl Plan {
     /// `flowc build`'s time): for the compiler, which has just written the
     /// plan, its JSON far under the bound for the sources the loader reads.
     pub fn validate_content(&self) -> Result<(), PlanProblems> {
-        self.validate_with(None)
+        self.validate_with(None, true)
     }
 
-    /// The plan validated, its JSON held to `most_bytes` when given.
-    fn validate_with(&self, most_bytes: Option<u64>) -> Result<(), PlanProblems> {
+    /// The plan validated, its JSON held to `most_bytes` when given, and
+    /// what would fail every run at a step refused when `new`.
+    fn validate_with(&self, most_bytes: Option<u64>, new: bool) -> Result<(), PlanProblems> {
         let mut validator = Validator::new(self.recipes.len(), self.mcp_servers.len());
+        validator.new_plan = new;
         validator.plan(self);
         // The size is measured by serializing, which recurses as deeply as
         // the plan nests; the walk above has bounded the nesting first.
@@ -355,6 +366,10 @@ struct Validator<'p> {
     stopped: bool,
     /// Steps seen so far, across workflows.
     steps: usize,
+    /// Whether the plan is new (built, deployed, given as a file) rather
+    /// than one a store kept: a new one is also refused for what would
+    /// fail every run at a step ([`Plan::validate_stored`]).
+    new_plan: bool,
 }
 
 impl<'p> Validator<'p> {
@@ -367,6 +382,7 @@ impl<'p> Validator<'p> {
             problems: Vec::new(),
             stopped: false,
             steps: 0,
+            new_plan: true,
         }
     }
 
@@ -1068,6 +1084,7 @@ impl<'p> Validator<'p> {
                     v.expr(approvers, refs, 0);
                     // A run would fail at the gate, whatever its input.
                     if let Expr::List(items) = approvers
+                        && v.new_plan
                         && items.len() > MAX_APPROVERS
                     {
                         let count = items.len();
@@ -1704,6 +1721,9 @@ impl<'p> Validator<'p> {
     /// is put in, is past [`MAX_MESSAGE_BYTES`]: every run would fail as
     /// it rendered it, whatever its input.
     fn message(&mut self, message: &Expr, what: &str) {
+        if !self.new_plan {
+            return;
+        }
         let least = match message {
             Expr::Literal(Value::String(text)) => text.len(),
             Expr::Template(template) => template
@@ -2194,6 +2214,26 @@ mod tests {
         assert_eq!(plan.validate(), Ok(()));
         let base: Plan = serde_json::from_value(base()).unwrap();
         assert!(base.gates_never_asked().is_empty());
+    }
+
+    /// What would fail every run at a step is refused in a new plan, and
+    /// kept in a stored one, whose parked runs may never reach the step
+    /// (the review of the check: flowd read such a plan as damaged).
+    #[test]
+    fn a_stored_plan_keeps_a_step_that_would_fail_every_run() {
+        let mut json = base();
+        let gate = "/workflows/0/body/2/branches/0/body/0/branches/0/body/0";
+        let approvers: Vec<Value> = (0..=MAX_APPROVERS)
+            .map(|n| json!({ "expr": "literal", "value": format!("a{n}") }))
+            .collect();
+        patch(
+            &mut json,
+            &format!("{gate}/action/approvers"),
+            json!({ "expr": "list", "value": approvers }),
+        );
+        let plan: Plan = serde_json::from_value(json).unwrap();
+        assert!(plan.validate().is_err());
+        assert_eq!(plan.validate_stored(), Ok(()));
     }
 
     #[test]

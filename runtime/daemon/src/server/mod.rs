@@ -477,8 +477,9 @@ impl Daemon {
                 // A plan stored before flowd checked deployed plans (or
                 // written to the store by hand) is held to the same bounds
                 // as a deploy: past them it could exhaust this process for
-                // every account.
-                if let Err(problems) = plan.validate() {
+                // every account. What would only fail a run at a step is
+                // left to that step, for the runs parked before it.
+                if let Err(problems) = plan.validate_stored() {
                     let first = problems
                         .problems
                         .first()
