@@ -60,8 +60,9 @@ flow_plan::code_table! {
 
     /// A string's `{{ ... }}` reference or escape sequence is malformed: an
     /// unclosed `{{`, an empty reference, a path with a stray character, an
-    /// unknown escape such as `\q`, or a `\u{...}` that is no character (a
-    /// surrogate, more than 6 digits, a digit that is not hexadecimal).
+    /// unknown escape such as `\q`, or a `\u` that is no character (without
+    /// its braces, none or more than 6 digits, a digit that is not
+    /// hexadecimal, a surrogate, past U+10FFFF).
     ///
     /// ```flow
     /// message: "Ticket {{workflow_input.ticket_id}"   // `}}` is missing
@@ -256,7 +257,9 @@ flow_plan::code_table! {
     /// field, a list element, an operand, the workflow output. The message gives
     /// the expected and the found types. Also a text that must be known when
     /// the file is built but holds a `{{...}}` reference: a recipe's model
-    /// alias, an MCP server's `command` or `args`, a `context kb` id.
+    /// alias, an MCP server's `command` or `url`, a `context kb` id, a
+    /// workflow's `department`, a destination's webhook endpoint, email
+    /// recipient or knowledge-base collection.
     TypeMismatch = ("E203", "type-mismatch", Error, "mismatched types");
 
     /// A string literal is compared with (or passed as) an enum value but is

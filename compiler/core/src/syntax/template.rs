@@ -121,11 +121,12 @@ impl Builder<'_> {
                             .and_then(|rest| rest.split_once('}'))
                             .map(|(digits, _)| digits.to_string())
                             .unwrap_or_default();
-                        let decoded = (1..=6)
-                            .contains(&digits.len())
-                            .then(|| u32::from_str_radix(&digits, 16).ok())
-                            .flatten()
-                            .and_then(char::from_u32);
+                        // `from_str_radix` takes a sign too (`+41`).
+                        let decoded = ((1..=6).contains(&digits.len())
+                            && digits.bytes().all(|b| b.is_ascii_hexdigit()))
+                        .then(|| u32::from_str_radix(&digits, 16).ok())
+                        .flatten()
+                        .and_then(char::from_u32);
                         match decoded {
                             Some(c) => {
                                 self.text.push(c);
@@ -144,7 +145,12 @@ impl Builder<'_> {
                                     }
                                     _ => 2,
                                 };
-                                for _ in 2..written {
+                                // By byte, as `written` counts: a character of
+                                // several bytes in the braces is one char.
+                                while chars
+                                    .peek()
+                                    .is_some_and(|(next, _)| *next < index + written)
+                                {
                                     chars.next();
                                 }
                                 self.problems.push(
@@ -481,6 +487,8 @@ mod tests {
             (r#""\u{1234567}x""#, "text:x"),
             (r#""\u{zz}x""#, "text:x"),
             (r#""\u41x""#, "text:41x"),
+            (r#""\u{+41}x""#, "text:x"),
+            (r#""\u{é}x""#, "text:x"),
         ] {
             let (parts, problems) = parse(written);
             assert_eq!(parts, [text], "{written}");
