@@ -291,20 +291,22 @@ fn failure(attempt: &Attempt) -> Option<String> {
     // (overloaded_error, as a 529)`) or a mock's (`HTTP 500 (mocked)`),
     // when it is one a mock fails with for the same kind: a 200 or a
     // redirect is none (an audit: `fails 200` did not parse).
-    let status = |kind: std::ops::Range<u16>, default: u16| {
+    let status = |default: u16| {
         ["as a ", "answered ", "HTTP "]
             .iter()
             .filter_map(|marker| {
                 let (_, rest) = message.split_once(marker)?;
                 rest.get(..3)?.parse::<u16>().ok()
             })
-            .find(|status| kind.contains(status) && ![408, 429].contains(status))
+            .find(|status| {
+                (400..600).contains(status) && ErrorKind::of_status(*status).name() == kind
+            })
             .unwrap_or(default)
     };
     let what = match kind {
         k if k == ErrorKind::RateLimited.name() => "429".to_string(),
-        k if k == ErrorKind::Server.name() => status(500..600, 503).to_string(),
-        k if k == ErrorKind::Client.name() => status(400..500, 400).to_string(),
+        k if k == ErrorKind::Server.name() => status(503).to_string(),
+        k if k == ErrorKind::Client.name() => status(400).to_string(),
         k if k == ErrorKind::Timeout.name() => "timeout".to_string(),
         k if k == ErrorKind::Connection.name() => "connection".to_string(),
         k if k == ErrorKind::InvalidOutput.name() => "invalid_output".to_string(),

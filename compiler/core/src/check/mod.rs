@@ -433,17 +433,24 @@ fn add_file(
             // of the bad byte is told in the message instead.
             let at = error.valid_up_to();
             let prefix = String::from_utf8_lossy(&bytes[..at]);
-            let (line, column) = crate::diagnostic::line_col(&prefix, at as u32);
             // What is kept instead is the shape of the lines before the bad
-            // byte, every other character a space, so that the diagnostic
-            // sits at its line and column (an annotation at 1:1 pointed at
-            // nothing) and shows nothing of the file.
-            let mut blank: String = prefix
-                .chars()
-                .map(|c| if matches!(c, '\n' | '\r') { c } else { ' ' })
+            // byte, every other character a space (a byte order mark kept,
+            // as columns skip it), so that the diagnostic sits at its line
+            // and column (an annotation at 1:1 pointed at nothing) and
+            // shows nothing of the file. Its line ends are read as every
+            // file's are, and the message counts on the same text.
+            let blank: String = prefix
+                .char_indices()
+                .map(|(at, c)| match c {
+                    '\n' | '\r' => c,
+                    '\u{FEFF}' if at == 0 => c,
+                    _ => ' ',
+                })
+                .chain([' '])
                 .collect();
-            let bad = blank.len();
-            blank.push(' ');
+            let blank = crate::syntax::lone_cr_as_lf(&blank).into_owned();
+            let bad = blank.len() - 1;
+            let (line, column) = crate::diagnostic::line_col(&blank, bad as u32);
             diagnostics.push(
                 Diagnostic::new(
                     Code::NotUtf8,

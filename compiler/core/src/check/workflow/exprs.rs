@@ -342,7 +342,7 @@ impl<'e, 'd> Checker<'e, 'd> {
                         // `a || b?.n ?? 0 > 1` is `(a || b?.n) ?? (0 > 1)`.
                         if matches!(ty, Ty::Optional(_)) {
                             diagnostic = diagnostic.hint(
-                                "`??` binds loosest: give the optional value its default in parentheses, `(VALUE ?? DEFAULT)`",
+                                "give the optional value a default, in parentheses: `(VALUE ?? false)`; `??` binds loosest, so `a || b ?? c` is `(a || b) ?? c`",
                             );
                         }
                         self.push(diagnostic);
