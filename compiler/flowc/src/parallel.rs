@@ -17,15 +17,19 @@ pub(crate) fn map<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) 
     let mut done: Vec<(usize, R)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
             .map(|_| {
-                scope.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let index = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(item) = items.get(index) else { break };
-                        mine.push((index, work(item)));
-                    }
-                    mine
-                })
+                // A test runs its workflow here, as deep as a plan nests.
+                std::thread::Builder::new()
+                    .stack_size(flow_plan::limits::STACK_BYTES)
+                    .spawn_scoped(scope, || {
+                        let mut mine = Vec::new();
+                        loop {
+                            let index = next.fetch_add(1, Ordering::Relaxed);
+                            let Some(item) = items.get(index) else { break };
+                            mine.push((index, work(item)));
+                        }
+                        mine
+                    })
+                    .expect("a thread of flowc's pool starts")
             })
             .collect();
         handles

@@ -47,6 +47,15 @@ pub const MAX_STEPS: usize = 1_000_000;
 /// brackets nested deeper than 128 (`syntax/parse.rs`, `MAX_DEPTH`).
 pub const MAX_BLOCK_DEPTH: usize = 128;
 
+/// The stack of a thread that checks, reads or runs plans: the interpreter
+/// recurses once per block (at most [`MAX_BLOCK_DEPTH`]) and serde once per
+/// level of a plan's JSON (at most 1024), more than a tokio worker's or a
+/// spawned thread's 2 MiB in a debug build (an audit: flowd died of a
+/// stack overflow at a run of 90 nested loops, and at each restart as it
+/// resumed the run; a raw plan of 400 nested loops killed it as it was
+/// read). Only the pages a thread touches are ever backed by memory.
+pub const STACK_BYTES: usize = 32 << 20;
+
 /// How deep one expression nests. The parser allows 128 levels of brackets
 /// and 128 operators in one chain; hand-written expressions nest a few
 /// levels. Twice the parser's bound, and far inside the stack that the

@@ -117,7 +117,10 @@ fn main() -> ExitCode {
     }
     // SQLite's journal writer is a thread of its own: it gets a core.
     let runtime = if config.store.is_shared() {
-        tokio::runtime::Runtime::new()
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .thread_stack_size(flow_plan::limits::STACK_BYTES)
+            .build()
     } else {
         flow_runtime::sqlite::async_runtime()
     };

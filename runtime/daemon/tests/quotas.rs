@@ -478,3 +478,35 @@ async fn a_decided_run_waits_for_a_place_among_the_runs_in_flight() {
     assert_eq!(server.most_at_once(), 1, "runs at once");
     assert_eq!(flowd.stop(), Some(0));
 }
+
+/// Regression (an audit): a run of 90 nested loops, which `flowc check`
+/// passes, overflowed a tokio worker's stack and killed flowd, every
+/// account with it, and again at each restart as it resumed the run (a
+/// raw plan of 400 nested loops killed it as it was read, the same way).
+/// A run of the deepest blocks a source may nest completes.
+#[tokio::test]
+async fn a_run_as_deep_as_a_source_may_nest_completes() {
+    let dir = TempDir::new("flowd-deep");
+    let flowd = Flowd::start(&dir);
+    // The parser takes 128 brackets: the workflow's, a loop's each, a
+    // step's arguments.
+    let depth = 126;
+    let mut source = String::from("workflow deep {\n  input { items: list<string> }\n");
+    for i in 0..depth {
+        source.push_str(&format!(
+            "for workflow_input.items as l{i} concurrency 1 max 1 {{\n"
+        ));
+    }
+    source.push_str("step w = kb_write \"d\" { title: \"t\", content: \"c\" } idempotency \"k\"\n");
+    source.push_str(&"}\n".repeat(depth + 1));
+    flowd.deploy(ACME, &source).await;
+    let run = flowd
+        .start_run(
+            ACME,
+            json!({ "workflow": "deep", "input": { "items": ["x"] } }),
+        )
+        .await;
+    let record = flowd.settled(&run, ACME).await;
+    assert_eq!(record["status"], "completed", "{record}");
+    assert_eq!(flowd.stop(), Some(0));
+}

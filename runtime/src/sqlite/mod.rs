@@ -134,7 +134,9 @@ impl From<rusqlite::Error> for StoreError {
 /// (docs/benchmarks.md, "One core for the journal writer").
 pub fn async_runtime() -> std::io::Result<tokio::runtime::Runtime> {
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    runtime.enable_all();
+    runtime
+        .enable_all()
+        .thread_stack_size(flow_plan::limits::STACK_BYTES);
     if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
         let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
         runtime.worker_threads(cores.saturating_sub(1).max(1));
