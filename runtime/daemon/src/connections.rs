@@ -2,11 +2,12 @@
 //! `axum::serve`, which sets no limit a hostile client cannot outlast.
 //!
 //! * At most `MAX_CONNECTIONS` are open at once; one more takes the place
-//!   of the connection idle the longest (between requests, past
-//!   `EVICTABLE_AFTER`), or is closed as soon as it is accepted when none
-//!   is idle, so that a flood neither grows memory nor fills the kernel's
-//!   backlog, and one client's idle connections cannot shut out the
-//!   clients that play fair.
+//!   of the connection that has gone the longest without a request
+//!   (between requests, or trickling a header it never finishes, past
+//!   `EVICTABLE_AFTER`), or is closed as soon as it is accepted when every
+//!   one is answering, so that a flood neither grows memory nor fills the
+//!   kernel's backlog, and one client's idle or trickling connections
+//!   cannot shut out the clients that play fair.
 //! * A request's header must arrive whole within `HEADER_READ_TIMEOUT`
 //!   (hyper's own timer): a client that trickles it a byte at a time, or
 //!   that connects and says nothing, is cut off.
@@ -109,9 +110,12 @@ pub(crate) async fn serve(
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await;
 }
 
-/// How long a connection must have been without a request or a byte to
-/// make room for a new one when every place is taken: a keep-alive
-/// connection between requests, not one whose answer is being written.
+/// How long a connection must have been without a request to make room
+/// for a new one when every place is taken: a keep-alive connection
+/// between requests, or one whose header is still arriving (a client that
+/// trickled headers on 1,100 connections, a byte each in turn, held every
+/// place, and fair clients were refused: an audit); never one whose
+/// request is being answered.
 const EVICTABLE_AFTER: Duration = Duration::from_secs(1);
 /// How long a new connection waits for the place an idle one gives up.
 const EVICTION_WAIT: Duration = Duration::from_secs(1);
@@ -272,17 +276,17 @@ impl Open {
         }
     }
 
-    /// The connection that has answered no request and moved no byte for
-    /// the longest, past [`EVICTABLE_AFTER`], taken out of the open ones
-    /// as it is to close: each new connection takes the place of another,
-    /// so that a flood waits on as many sockets as it closes, never more.
+    /// The connection that has gone without a request for the longest,
+    /// past [`EVICTABLE_AFTER`], taken out of the open ones as it is to
+    /// close: each new connection takes the place of another, so that a
+    /// flood waits on as many sockets as it closes, never more.
     fn take_longest_idle(&self) -> Option<Arc<Activity>> {
         let mut open = self.by_id.lock().unwrap_or_else(|p| p.into_inner());
         let id = open
             .1
             .iter()
             .filter(|(_, activity)| activity.answering.load(Ordering::Relaxed) == 0)
-            .map(|(id, activity)| (activity.idle_for(), *id))
+            .map(|(id, activity)| (activity.without_request_for(), *id))
             .filter(|(idle, _)| *idle >= EVICTABLE_AFTER)
             .max_by_key(|(idle, _)| *idle)
             .map(|(_, id)| id)?;
@@ -309,6 +313,7 @@ struct Answering(Arc<Activity>);
 impl Answering {
     fn start(activity: &Arc<Activity>) -> Answering {
         activity.answering.fetch_add(1, Ordering::Relaxed);
+        activity.requested();
         Answering(Arc::clone(activity))
     }
 }
@@ -317,6 +322,7 @@ impl Drop for Answering {
     fn drop(&mut self) {
         self.0.answering.fetch_sub(1, Ordering::Relaxed);
         self.0.touch();
+        self.0.requested();
     }
 }
 
@@ -325,6 +331,8 @@ impl Drop for Answering {
 struct Activity {
     since: Instant,
     last_ms: AtomicU64,
+    /// When a request last began or ended (from `since`; 0 before any).
+    request_ms: AtomicU64,
     answering: std::sync::atomic::AtomicU32,
     /// Notified when the connection is to give up its place.
     close: tokio::sync::Notify,
@@ -335,6 +343,7 @@ impl Activity {
         Activity {
             since: Instant::now(),
             last_ms: AtomicU64::new(0),
+            request_ms: AtomicU64::new(0),
             answering: std::sync::atomic::AtomicU32::new(0),
             close: tokio::sync::Notify::new(),
         }
@@ -347,6 +356,18 @@ impl Activity {
 
     fn idle_for(&self) -> Duration {
         let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+        self.since.elapsed().saturating_sub(last)
+    }
+
+    fn requested(&self) {
+        let now = self.since.elapsed().as_millis() as u64;
+        self.request_ms.store(now, Ordering::Relaxed);
+    }
+
+    /// How long since a request began or ended here, or since the
+    /// connection opened: bytes of a header that never ends do not count.
+    fn without_request_for(&self) -> Duration {
+        let last = Duration::from_millis(self.request_ms.load(Ordering::Relaxed));
         self.since.elapsed().saturating_sub(last)
     }
 }

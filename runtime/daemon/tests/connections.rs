@@ -98,6 +98,54 @@ async fn idle_connections_make_room_for_a_new_client() {
     assert_eq!(flowd.stop(), Some(0));
 }
 
+/// Regression (an audit): a client holding every place with headers it
+/// trickled and never finished, a byte on each connection in turn, kept
+/// each from being idle, and fair clients were refused. A connection that
+/// has not begun a request for a second gives up its place.
+#[tokio::test]
+async fn trickled_headers_make_room_for_a_new_client() {
+    let dir = TempDir::new("flowd-connections-trickled");
+    let flowd = Flowd::start(&dir);
+    let address = flowd.url.trim_start_matches("http://").to_string();
+    let mut held = Vec::new();
+    for _ in 0..1024 {
+        match TcpStream::connect(&address).await {
+            Ok(mut stream) => {
+                stream
+                    .write_all(b"GET /v1/runs HTTP/1.1\r\nHost: flow\r\nX-Slow: ")
+                    .await
+                    .unwrap();
+                held.push(stream);
+            }
+            // A machine whose limit of open files is lower cannot hold them.
+            Err(error) if error.raw_os_error() == Some(24) => {
+                println!("skipped: the limit of open files is below 1,024 connections");
+                return;
+            }
+            Err(error) => panic!("{error}"),
+        }
+    }
+    // Every connection moves a byte every 200 ms, for longer than a
+    // connection must go without a request to give up its place.
+    let trickle = tokio::spawn(async move {
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(4) {
+            for stream in &mut held {
+                let _ = stream.write_all(b"a").await;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        held
+    });
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    let (status, _) = flowd
+        .send(reqwest::Method::GET, "/v1/runs", Some(ACME), None)
+        .await;
+    assert_eq!(status, 200);
+    drop(trickle.await.unwrap());
+    assert_eq!(flowd.stop(), Some(0));
+}
+
 /// A request whose body does not arrive whole within 30 s of its header
 /// is answered 408 with a problem, and its connection closed. Regression
 /// (an audit): a body sent a byte every few seconds held its connection
