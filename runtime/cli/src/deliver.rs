@@ -59,7 +59,7 @@ pub(crate) async fn on_event(
                     if *destination as usize == index && e == event.as_str())
             })
             .count();
-        let id = destination::delivery_id(run_id, index, event, occurrence as i64);
+        let id = destination::delivery_id(run_id, index, event, &occurrence.to_string());
         let (result, said) = match destination::render(workflow, target, &input, output) {
             Ok(Rendered::Kb {
                 collection,

@@ -47,11 +47,11 @@ pub fn on_event(
 
 /// The id of the delivery of destination `index` of run `run_id` on
 /// `event`, its `occurrence` (a run parks at each approval, and a redriven
-/// run may fail again: each is a delivery of its own; flowd numbers them by
-/// the event's row in its outbox): the same on every attempt and in every
-/// process, so that a receiver takes a delivery made twice (after a crash)
-/// once.
-pub fn delivery_id(run_id: &str, index: usize, event: RunEvent, occurrence: i64) -> String {
+/// run may fail again: each is a delivery of its own; `flow` counts them,
+/// flowd tags the event's row in its outbox): the same on every attempt and
+/// in every process, so that a receiver takes a delivery made twice (after
+/// a crash) once.
+pub fn delivery_id(run_id: &str, index: usize, event: RunEvent, occurrence: &str) -> String {
     format!("dlv_{run_id}_{index}_{}_{occurrence}", event.as_str())
 }
 
