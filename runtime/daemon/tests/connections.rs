@@ -24,6 +24,26 @@ async fn closed_within(stream: &mut TcpStream, limit: Duration) -> Duration {
     }
 }
 
+/// Every place of flowd at `address` (1,024 connections), each having sent
+/// `first`; `None` where the limit of open files is lower, said once.
+async fn every_place(address: &str, first: &[u8]) -> Option<Vec<TcpStream>> {
+    let mut held = Vec::new();
+    for _ in 0..1024 {
+        match TcpStream::connect(address).await {
+            Ok(mut stream) => {
+                stream.write_all(first).await.unwrap();
+                held.push(stream);
+            }
+            Err(error) if error.raw_os_error() == Some(24) => {
+                println!("skipped: the limit of open files is below 1,024 connections");
+                return None;
+            }
+            Err(error) => panic!("{error}"),
+        }
+    }
+    Some(held)
+}
+
 #[tokio::test]
 async fn silent_and_trickling_clients_are_cut_off_fair_ones_are_served() {
     let dir = TempDir::new("flowd-connections");
@@ -69,25 +89,11 @@ async fn idle_connections_make_room_for_a_new_client() {
     let dir = TempDir::new("flowd-connections-full");
     let flowd = Flowd::start(&dir);
     let address = flowd.url.trim_start_matches("http://").to_string();
-    let mut held = Vec::new();
-    for _ in 0..1024 {
-        match TcpStream::connect(&address).await {
-            Ok(mut stream) => {
-                // Answered 401, and then kept alive.
-                stream
-                    .write_all(b"GET /v1/runs HTTP/1.1\r\nHost: flow\r\n\r\n")
-                    .await
-                    .unwrap();
-                held.push(stream);
-            }
-            // A machine whose limit of open files is lower cannot hold them.
-            Err(error) if error.raw_os_error() == Some(24) => {
-                println!("skipped: the limit of open files is below 1,024 connections");
-                return;
-            }
-            Err(error) => panic!("{error}"),
-        }
-    }
+    // Answered 401, and then kept alive.
+    let Some(held) = every_place(&address, b"GET /v1/runs HTTP/1.1\r\nHost: flow\r\n\r\n").await
+    else {
+        return;
+    };
     // Every place is taken, by connections idle for over a second.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     let (status, _) = flowd
@@ -107,24 +113,11 @@ async fn trickled_headers_make_room_for_a_new_client() {
     let dir = TempDir::new("flowd-connections-trickled");
     let flowd = Flowd::start(&dir);
     let address = flowd.url.trim_start_matches("http://").to_string();
-    let mut held = Vec::new();
-    for _ in 0..1024 {
-        match TcpStream::connect(&address).await {
-            Ok(mut stream) => {
-                stream
-                    .write_all(b"GET /v1/runs HTTP/1.1\r\nHost: flow\r\nX-Slow: ")
-                    .await
-                    .unwrap();
-                held.push(stream);
-            }
-            // A machine whose limit of open files is lower cannot hold them.
-            Err(error) if error.raw_os_error() == Some(24) => {
-                println!("skipped: the limit of open files is below 1,024 connections");
-                return;
-            }
-            Err(error) => panic!("{error}"),
-        }
-    }
+    let Some(mut held) =
+        every_place(&address, b"GET /v1/runs HTTP/1.1\r\nHost: flow\r\nX-Slow: ").await
+    else {
+        return;
+    };
     // Every connection moves a byte every 200 ms, for longer than a
     // connection must go without a request to give up its place.
     let trickle = tokio::spawn(async move {
