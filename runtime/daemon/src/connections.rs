@@ -349,26 +349,33 @@ impl Activity {
         }
     }
 
-    fn touch(&self) {
-        let now = self.since.elapsed().as_millis() as u64;
-        self.last_ms.store(now, Ordering::Relaxed);
+    /// Notes now in `stamp`, in milliseconds from `since`.
+    fn stamp(&self, stamp: &AtomicU64) {
+        stamp.store(self.since.elapsed().as_millis() as u64, Ordering::Relaxed);
     }
 
-    fn idle_for(&self) -> Duration {
-        let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+    /// How long since `stamp` was noted, or since the connection opened.
+    fn since_stamp(&self, stamp: &AtomicU64) -> Duration {
+        let last = Duration::from_millis(stamp.load(Ordering::Relaxed));
         self.since.elapsed().saturating_sub(last)
     }
 
+    fn touch(&self) {
+        self.stamp(&self.last_ms);
+    }
+
+    fn idle_for(&self) -> Duration {
+        self.since_stamp(&self.last_ms)
+    }
+
     fn requested(&self) {
-        let now = self.since.elapsed().as_millis() as u64;
-        self.request_ms.store(now, Ordering::Relaxed);
+        self.stamp(&self.request_ms);
     }
 
     /// How long since a request began or ended here, or since the
     /// connection opened: bytes of a header that never ends do not count.
     fn without_request_for(&self) -> Duration {
-        let last = Duration::from_millis(self.request_ms.load(Ordering::Relaxed));
-        self.since.elapsed().saturating_sub(last)
+        self.since_stamp(&self.request_ms)
     }
 }
 

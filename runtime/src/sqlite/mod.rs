@@ -244,16 +244,20 @@ fn may_write(path: &Path) -> bool {
     if !path.exists() {
         return true;
     }
-    let beside = |suffix: &str| {
-        let mut beside = path.as_os_str().to_owned();
-        beside.push(suffix);
-        std::path::PathBuf::from(beside)
-    };
     let folder = match path.parent() {
         Some(folder) if !folder.as_os_str().is_empty() => folder,
         _ => Path::new("."),
     };
-    writable(path) && (writable(folder) || (writable(&beside("-wal")) && writable(&beside("-shm"))))
+    writable(path)
+        && (writable(folder)
+            || (writable(&beside(path, "-wal")) && writable(&beside(path, "-shm"))))
+}
+
+/// The file SQLite keeps beside the store at `path`: its `-wal` or `-shm`.
+fn beside(path: &Path, suffix: &str) -> std::path::PathBuf {
+    let mut beside = path.as_os_str().to_owned();
+    beside.push(suffix);
+    beside.into()
 }
 
 /// Whether SQLite refused `error`'s open or write because this user may
@@ -284,16 +288,12 @@ fn open_read_only(path: &Path) -> Result<Connection, rusqlite::Error> {
                 | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
     };
-    let beside = |suffix: &str| {
-        let mut beside = path.as_os_str().to_owned();
-        beside.push(suffix);
-        Path::new(&beside).exists()
-    };
-    if beside("-wal") && beside("-shm") {
+    let there = |suffix: &str| beside(path, suffix).exists();
+    if there("-wal") && there("-shm") {
         let conn = open("mode=ro")?;
         match conn.pragma_query_value(None, "user_version", |row| row.get::<_, i64>(0)) {
             Ok(_) => return Ok(conn),
-            Err(error) if refuses_writing(&error) && !beside("-wal") => {}
+            Err(error) if refuses_writing(&error) && !there("-wal") => {}
             Err(error) => return Err(error),
         }
     }
