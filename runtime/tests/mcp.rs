@@ -999,6 +999,100 @@ async fn a_browser_under_a_policy_reaches_private_addresses_only_where_allowed()
     let _ = std::fs::remove_dir_all(&output);
 }
 
+/// A browser under a policy opens web pages only: none of Chromium's own
+/// (`chrome://version` names the host's executable and profile, and
+/// Chromium reads `chrome:version`, `about:version` and a URL with a tab
+/// in its scheme as the same page), whichever tool is given the URL. And
+/// it keeps no profile on disk, though the operator's arguments lack
+/// `--isolated`. Guards the host's paths and one run's cookies from the
+/// tenants whose runs come after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_under_a_policy_opens_web_pages_only_and_keeps_no_profile() {
+    flow_tests::require!(McpServers, Chromium);
+    let mark = mark("own-pages");
+    let output = tempdir("own-pages-output");
+    let home = tempdir("own-pages-home");
+    let mut browser = playwright(&mark, &output);
+    let McpTransport::Stdio { args, env, .. } = &mut browser.transport else {
+        unreachable!("Playwright's server is started")
+    };
+    args.retain(|arg| arg != "--isolated");
+    env.push(("HOME".to_string(), home.to_string_lossy().into_owned()));
+    let pool = McpPool::new(McpPoolConfig {
+        servers: [(
+            "browser".to_string(),
+            ServerSetup {
+                browser: Some(BrowserPolicy::default()),
+                private_workdir: true,
+                ..ServerSetup::from_plan(browser.transport.clone())
+            },
+        )]
+        .into(),
+        servers_from_plans: false,
+        ..McpPoolConfig::default()
+    });
+    for (tool, arguments) in [
+        ("browser_navigate", json!({ "url": "chrome://version" })),
+        ("browser_navigate", json!({ "url": "chrome:version" })),
+        ("browser_navigate", json!({ "url": " CHROME://version" })),
+        ("browser_navigate", json!({ "url": "chr\tome://version" })),
+        ("browser_navigate", json!({ "url": "about:version" })),
+        (
+            "browser_navigate",
+            json!({ "url": "view-source:https://example.com/" }),
+        ),
+        ("browser_navigate", json!({ "url": "file:///etc/passwd" })),
+        (
+            "browser_tabs",
+            json!({ "action": "new", "url": "chrome://settings" }),
+        ),
+    ] {
+        let refused = pool
+            .call(&browser, tool, &arguments)
+            .await
+            .expect_err("a page of the browser's own is refused");
+        assert_eq!(refused.kind, ErrorKind::Tool, "{arguments}: {refused}");
+        assert!(
+            refused.message.contains("opens http and https pages only"),
+            "{arguments}: {refused}"
+        );
+    }
+    // A blank page is no page of Chromium's, and opening one starts the
+    // browser, which would make its profile now if it were kept on disk.
+    let blank = pool
+        .call(
+            &browser,
+            "browser_navigate",
+            &json!({ "url": "about:blank" }),
+        )
+        .await
+        .expect("a blank page opens");
+    assert!(format!("{blank}").contains("about:blank"), "{blank}");
+    pool.shutdown().await;
+    // Chromium keeps its crash reports' settings in `$HOME/.config`; a
+    // profile (cookies, local storage) is a `Default` folder.
+    let profiles: Vec<_> = walk(&home)
+        .into_iter()
+        .filter(|path| path.ends_with("Default"))
+        .collect();
+    assert!(profiles.is_empty(), "the browser kept {profiles:?}");
+    let _ = std::fs::remove_dir_all(&output);
+    let _ = std::fs::remove_dir_all(&home);
+}
+
+/// Every file and folder under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(walk(&path));
+        }
+        found.push(path);
+    }
+    found
+}
+
 /// A server set up as flowd sets up the operator's servers sees none of the
 /// process's environment but what it is given, and starts in an empty
 /// directory of its own that is gone once it exits. Guards flowd's secrets

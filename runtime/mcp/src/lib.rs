@@ -156,6 +156,32 @@ pub struct BrowserPolicy {
     pub blocked_origins: Vec<String>,
 }
 
+impl BrowserPolicy {
+    /// Why a call with `arguments` may not go to a browser under this
+    /// policy, if it may not: a `url` that opens one of the browser's own
+    /// pages (`chrome://version` shows the host's paths, `chrome://settings`
+    /// its configuration) or anything else the network policy does not
+    /// see. A page only reaches them through these arguments: Chromium
+    /// refuses a web page's links and scripts to them. The URL is read as
+    /// Playwright reads it, by the WHATWG rules (`chrome:version`, ` CHROME:
+    /// //version` and `chr\tome://version` are all `chrome:`); one that
+    /// does not parse there is prefixed with `https://` by Playwright.
+    pub fn refusal(&self, arguments: &serde_json::Map<String, Value>) -> Option<String> {
+        let Some(Value::String(url)) = arguments.get("url") else {
+            return None;
+        };
+        let parsed = reqwest::Url::parse(url).ok()?;
+        match parsed.scheme() {
+            "http" | "https" => None,
+            "about" if parsed.path() == "blank" => None,
+            scheme => Some(format!(
+                "a browser here opens http and https pages only, not `{scheme}:` ({})",
+                cut(url, 100)
+            )),
+        }
+    }
+}
+
 /// Whose calls a connection serves: a process's, an account's or a run's
 /// (`Isolation`). flowd gives each invocation of a run its scope.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
@@ -542,6 +568,11 @@ impl McpPool {
                 ));
             }
         };
+        if let (Some(policy), Some(arguments)) = (&setup.browser, &arguments)
+            && let Some(refusal) = policy.refusal(arguments)
+        {
+            return Err(McpError::new(server, ErrorKind::Tool, refusal));
+        }
         let began = Instant::now();
         let lease = self.lease(&setup, scope).await;
         let deadline = Instant::now() + self.shared.config.connect_timeout;
@@ -1315,9 +1346,15 @@ fn initialize_error(error: &ClientInitializeError) -> (String, String) {
 }
 
 /// The arguments that put Playwright's MCP server under a browser policy:
-/// its browser behind the egress proxy, and the operator's origin lists.
+/// its browser behind the egress proxy, its profile in memory (without
+/// `--isolated` Playwright keeps one on disk, under `$HOME/.cache`, after
+/// the server ends), and the operator's origin lists.
 fn browser_arguments(policy: &BrowserPolicy, proxy: &EgressProxy) -> Vec<String> {
-    let mut arguments = vec!["--proxy-server".to_string(), proxy.url()];
+    let mut arguments = vec![
+        "--proxy-server".to_string(),
+        proxy.url(),
+        "--isolated".to_string(),
+    ];
     if !policy.allowed_origins.is_empty() {
         arguments.push("--allowed-origins".to_string());
         arguments.push(policy.allowed_origins.join(";"));
