@@ -177,6 +177,11 @@ url = "http://10.0.0.5:8931/mcp"
 browser = true
 blocked_origins = ["http://10.0.0.5/admin"]
 
+[mcp.servers.kept-browser]
+command = "npx"
+args = ["@playwright/mcp", "--user-data-dir=/var/lib/flowd/profile", "--proxy-bypass", "*"]
+env = { PLAYWRIGHT_MCP_CDP_ENDPOINT = "http://127.0.0.1:9222" }
+
 [[accounts]]
 id = "initech"
 api_keys = ["initech-key-0123456789"]

@@ -325,6 +325,14 @@ fn mcp_section(section: Option<McpFile>, problems: &mut Problems) -> McpSection 
                         format!("[mcp.servers.{name}] a browser server reached by `url` runs outside flowd, which cannot put its browser behind the network policy; start it with `command`, or set `browser = false` and secure that server yourself"),
                     );
                 }
+                if entry.is_browser() {
+                    for (setting, undoes) in entry.undoing_browser_policy() {
+                        problems.at(
+                            span.clone(),
+                            format!("[mcp.servers.{name}] a browser server may not set {setting}: it would {undoes}"),
+                        );
+                    }
+                }
                 match (&entry.command, &entry.url) {
                     (Some(_), Some(_)) | (None, None) => problems.at(
                         span.clone(),

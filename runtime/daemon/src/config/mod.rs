@@ -153,6 +153,41 @@ pub const BROWSER_TOOLS: &[&str] = &[
     "browser_wait_for",
 ];
 
+/// Playwright's settings that flowd refuses on a browser server, each with
+/// what it would undo of what flowd does (`flow_runtime::mcp::BrowserPolicy`):
+/// keep each run's or account's browser apart, behind the egress proxy and
+/// away from the host's files.
+pub const BROWSER_POLICY_SETTINGS: &[(&str, &str)] = &[
+    (
+        "--user-data-dir",
+        "keep one profile on disk, its cookies and storage, for every run and account",
+    ),
+    (
+        "--cdp-endpoint",
+        "drive a browser flowd did not start, shared by every run and account and outside the network policy",
+    ),
+    (
+        "--extension",
+        "drive a browser flowd did not start, shared by every run and account and outside the network policy",
+    ),
+    (
+        "--shared-browser-context",
+        "share one browser context, its cookies and pages, between the server's connections",
+    ),
+    (
+        "--proxy-server",
+        "take the browser from behind flowd's egress proxy",
+    ),
+    (
+        "--proxy-bypass",
+        "let the browser reach hosts past flowd's egress proxy",
+    ),
+    (
+        "--allow-unrestricted-file-access",
+        "let pages and tools read the host's files",
+    ),
+];
+
 fn default_mcp_connections() -> toml::Spanned<usize> {
     toml::Spanned::new(
         0..0,
@@ -223,6 +258,34 @@ impl McpServerEntry {
             self.command.as_deref().is_some_and(names_playwright)
                 || self.args.iter().any(|arg| names_playwright(arg))
         })
+    }
+
+    /// The operator's arguments and `env` that would undo what flowd does to
+    /// a browser server (`flow_runtime::mcp::BrowserPolicy`), each as
+    /// written (`--user-data-dir`, `PLAYWRIGHT_MCP_USER_DATA_DIR` in `env`) with
+    /// what it would undo.
+    pub fn undoing_browser_policy(&self) -> Vec<(String, &'static str)> {
+        let mut found = Vec::new();
+        for (flag, undoes) in BROWSER_POLICY_SETTINGS {
+            let in_args = self.args.iter().any(|arg| {
+                arg.strip_prefix(flag)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('='))
+            });
+            if in_args {
+                found.push((format!("`{flag}`"), *undoes));
+            }
+            // Playwright reads each setting from a variable of its name too.
+            let variable = format!(
+                "PLAYWRIGHT_MCP_{}",
+                flag.trim_start_matches('-')
+                    .replace('-', "_")
+                    .to_uppercase()
+            );
+            if self.env.contains_key(&variable) {
+                found.push((format!("`{variable}` in `env`"), *undoes));
+            }
+        }
+        found
     }
 
     /// Whether workflows may call `tool` of this server.
