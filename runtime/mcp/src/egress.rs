@@ -253,7 +253,8 @@ async fn serve(
     let decided = tokio::time::timeout(CONNECT_TIMEOUT, decide(policy, &host, port)).await;
     let addresses = match decided {
         Ok(Ok(addresses)) => addresses,
-        Ok(Err(reason)) => {
+        Ok(Err(Denied::Unresolved)) | Err(_) => return reply(&mut client, HOST_UNREACHABLE).await,
+        Ok(Err(Denied::Refused(reason))) => {
             {
                 let mut kept = refusals.lock().unwrap_or_else(|p| p.into_inner());
                 if kept.len() == KEPT_REFUSALS {
@@ -263,7 +264,6 @@ async fn serve(
             }
             return reply(&mut client, NOT_ALLOWED).await;
         }
-        Err(_) => return reply(&mut client, HOST_UNREACHABLE).await,
     };
     let mut upstream = None;
     for address in addresses {
@@ -336,18 +336,31 @@ async fn handshake(client: &mut TcpStream) -> std::io::Result<Result<(String, u1
     Ok(Ok((host, u16::from_be_bytes(port))))
 }
 
-/// The addresses to connect to, all checked, or why the target is refused.
-async fn decide(policy: &EgressPolicy, host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
+/// Why a target gets no connection.
+#[derive(Debug, PartialEq, Eq)]
+enum Denied {
+    /// The policy refuses it: the step's error says so.
+    Refused(String),
+    /// Its name resolves to nothing: the browser sees an unreachable host,
+    /// as it would without a proxy. Not a refusal of the policy's, and not
+    /// told in the step's error, which would otherwise list the names
+    /// Chromium looks up on its own (`accounts.google.com`) where the
+    /// host's resolver knows none.
+    Unresolved,
+}
+
+/// The addresses to connect to, all checked, or why the target gets none.
+async fn decide(policy: &EgressPolicy, host: &str, port: u16) -> Result<Vec<SocketAddr>, Denied> {
     let host = host.trim_end_matches('.');
     let addresses: Vec<SocketAddr> = match host.parse::<IpAddr>() {
         Ok(ip) => vec![SocketAddr::new(ip, port)],
         Err(_) => tokio::net::lookup_host((host, port))
             .await
-            .map_err(|error| format!("its name did not resolve: {error}"))?
+            .map_err(|_| Denied::Unresolved)?
             .collect(),
     };
     if addresses.is_empty() {
-        return Err("its name resolved to no address".to_string());
+        return Err(Denied::Unresolved);
     }
     let allowed = policy.allow_private || policy.allowed.iter().any(|a| a.matches(host, port));
     if !allowed {
@@ -355,11 +368,11 @@ async fn decide(policy: &EgressPolicy, host: &str, port: u16) -> Result<Vec<Sock
         // public and private addresses is refused as a whole.
         for address in &addresses {
             if let Some(why) = non_public(address.ip()) {
-                return Err(if host == address.ip().to_string() {
+                return Err(Denied::Refused(if host == address.ip().to_string() {
                     why.to_string()
                 } else {
                     format!("it resolves to {}, {why}", address.ip())
-                });
+                }));
             }
         }
     }
@@ -497,5 +510,19 @@ mod tests {
             connect_through(&allowing, "127.0.0.1", port.wrapping_add(1)).await,
             NOT_ALLOWED
         );
+    }
+
+    /// A name nobody resolves is an unreachable host, not a refusal of the
+    /// policy's: the step's error lists only what the policy refused, not
+    /// each name Chromium looked up on its own where the resolver knows none.
+    #[tokio::test]
+    async fn a_name_that_does_not_resolve_is_unreachable_not_refused() {
+        let strict = EgressProxy::start(EgressPolicy::default()).await.unwrap();
+        // `.invalid` never resolves (RFC 6761).
+        assert_eq!(
+            connect_through(&strict, "accounts.flow-test.invalid", 443).await,
+            HOST_UNREACHABLE
+        );
+        assert!(strict.take_refusals().is_empty());
     }
 }
