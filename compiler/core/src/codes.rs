@@ -296,8 +296,10 @@ flow_plan::code_table! {
     /// with more items than its `max`, an approval with no approver, or an
     /// approval's `expires`, `on_reject` or `on_expire` not written as a
     /// literal (the runtime needs them before any value exists), or an MCP
-    /// server's empty `command` or a `url` that is not an `http://` or
-    /// `https://` address with a host.
+    /// server's empty `command`, a `url` that is not an `http://` or
+    /// `https://` address with a host or holds a control character, or a
+    /// command, argument or environment value holding U+0000 (where the
+    /// operating system ends each).
     BadOption = ("E209", "invalid-option", Error, "invalid option value");
 
     /// A field is read from an optional value without `?.`.

@@ -395,6 +395,56 @@ fn check_mcp(server: &McpServer, file: FileId, diagnostics: &mut Vec<Diagnostic>
             .hint(hint),
         );
     }
+    // The operating system ends a program's name, each argument and each
+    // variable at U+0000: the server would never start. A URL holds no
+    // control character at all.
+    let process_texts = server.command.iter().chain(
+        server
+            .args
+            .iter()
+            .chain(
+                server
+                    .env
+                    .iter()
+                    .flat_map(|env| env.fields.iter().map(|f| &f.value)),
+            )
+            .filter_map(|value| match &value.kind {
+                crate::syntax::ast::ExprKind::String(lit) => Some(lit),
+                _ => None,
+            }),
+    );
+    let with_nul = process_texts
+        .filter(|lit| lit.as_plain().is_some_and(|text| text.contains('\0')))
+        .map(|lit| {
+            (
+                lit,
+                "an MCP server's command, arguments and environment cannot hold U+0000",
+                "holds U+0000",
+                "a program's name, each argument and each variable end at it: the server would never start",
+            )
+        });
+    let url_with_control = server
+        .url
+        .iter()
+        .filter(|lit| {
+            lit.as_plain()
+                .is_some_and(|text| text.contains(char::is_control))
+        })
+        .map(|lit| {
+            (
+                lit,
+                "an MCP server's `url` cannot hold a control character",
+                "holds a control character",
+                "write it percent-encoded, as `%0A` for a line break",
+            )
+        });
+    for (lit, message, label, hint) in with_nul.chain(url_with_control) {
+        diagnostics.push(
+            Diagnostic::new(Code::BadOption, file, lit.span, message)
+                .label(label)
+                .hint(hint),
+        );
+    }
     if server.url.is_some() && !server.args.is_empty() {
         diagnostics.push(
             Diagnostic::new(
