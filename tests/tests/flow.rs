@@ -1318,6 +1318,23 @@ fn the_input_is_a_file_standard_input_or_json() {
         "{}",
         broken.stderr
     );
+    let twice = flow(
+        &dir,
+        &[
+            "run",
+            "echo.flow",
+            "--input",
+            r#"{"note": "a", "note": "b"}"#,
+        ],
+    );
+    assert_eq!(twice.code, 2);
+    assert!(
+        twice
+            .stderr
+            .contains("the key `note` is given twice in one object"),
+        "{}",
+        twice.stderr
+    );
 }
 
 /// Regression (issue 17): a flowd that is not there was reported as "error

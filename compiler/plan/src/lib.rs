@@ -21,6 +21,7 @@ mod error_kind;
 pub mod graph;
 pub mod limits;
 pub mod schema;
+pub mod unique_keys;
 mod validate;
 pub mod written;
 

@@ -1840,7 +1840,7 @@ fn run_input(
         )));
     }
     let text = String::from_utf8(bytes).map_err(|_| usage(format!("{what} is not UTF-8 text")))?;
-    serde_json::from_str(&text).map_err(|e| usage(format!("{what} is not JSON: {e}")))
+    flow_plan::unique_keys::from_str(&text).map_err(|e| usage(format!("{what} is not JSON: {e}")))
 }
 
 /// The store of a command about a run that must be in it: a `--db` that

@@ -82,8 +82,9 @@ pub(super) struct StartRun {
     #[serde(default, deserialize_with = "whole_number")]
     #[schema(minimum = 1, maximum = 4_294_967_295_u64)]
     pub(super) version: Option<u32>,
-    /// The workflow's input, checked against its input schema.
-    #[serde(default)]
+    /// The workflow's input, checked against its input schema. An object
+    /// in it that gives a key twice is refused.
+    #[serde(default, deserialize_with = "flow_plan::unique_keys::value")]
     #[schema(value_type = Option<Object>)]
     pub(super) input: Value,
 }
