@@ -227,7 +227,7 @@ async fn post_event(daemon: &Daemon, event: &RunEvent) -> (Vec<String>, EventNex
         .filter(|hook| hook.events.contains(&event.event) && !event.reached.contains(&hook.name))
         .collect();
     let counted = |delivery| daemon.metrics.webhook_delivery(&event.account, delivery);
-    let id = message_id(event);
+    let id = message_id(daemon, event);
     let mut reached = Vec::new();
     let mut left = 0;
     // Built only for an account with endpoints for this event: most
@@ -315,13 +315,18 @@ pub(crate) async fn post(
     }
 }
 
-/// The `webhook-id` of an event: the same on every attempt, in every flowd.
-/// Named by the run, the event and when it happened: the events' row id
+/// The `webhook-id` of an event: the same on every attempt, in every flowd
+/// sharing the link secret, and another for each event. Named by the run,
+/// the event and a tag of the event's row, as delivery ids are: the row id
 /// counts every account's events, and a receiver saw in it how busy the
-/// other accounts were (an audit). A run's events of one kind are apart
-/// in time (a decision comes between two parks).
-fn message_id(event: &RunEvent) -> String {
-    format!("msg_{}_{}_{}", event.run_id, event.event, event.created_ms)
+/// other accounts were (an audit); the time it happened, which replaced
+/// it, is the same for two parks of a run within one millisecond, and a
+/// receiver would drop the second as seen.
+fn message_id(daemon: &Daemon, event: &RunEvent) -> String {
+    let occurrence = daemon
+        .links
+        .tag(&event.account, &format!("event {}", event.id));
+    format!("msg_{}_{}_{occurrence}", event.run_id, event.event)
 }
 
 #[cfg(test)]
