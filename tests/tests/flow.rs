@@ -280,6 +280,32 @@ fn a_db_that_names_no_file_is_not_created() {
     assert!(!dir.path().join("typo.db").exists(), "nothing was made");
 }
 
+/// Regression (an audit): `flow cancel RUN --db postgres://...` said "no
+/// store at postgres://..."; a PostgreSQL store is a flowd's, driven
+/// through it.
+#[test]
+fn a_db_that_is_a_postgres_url_leads_to_flowd() {
+    let dir = TempDir::new("flow-db-url");
+    for command in [
+        &[
+            "cancel",
+            "run-1",
+            "--db",
+            "postgres://flow@db.internal/flow",
+        ][..],
+        &["runs", "--db", "POSTGRESQL://127.0.0.1:5432/test"],
+    ] {
+        let refused = flow(&dir, command);
+        assert_eq!(refused.code, 2, "{command:?}: {}", refused.all());
+        assert!(
+            refused.stderr.contains("open a SQLite file")
+                && refused.stderr.contains("flow --server URL --api-key KEY"),
+            "{command:?}: {}",
+            refused.all()
+        );
+    }
+}
+
 #[test]
 fn a_mismatched_input_is_refused_with_every_mismatch() {
     let dir = TempDir::new("flow-input");

@@ -321,8 +321,22 @@ enum KbCommand {
 #[derive(clap::Args)]
 struct StoreArg {
     /// The SQLite file of the local store (ignored with --server).
-    #[arg(long, value_name = "PATH", default_value = DEFAULT_DB)]
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_DB, value_parser = sqlite_file)]
     db: PathBuf,
+}
+
+/// `--db`: a file, not a database server's URL (regression, an audit:
+/// `flow cancel --db postgres://...` said "no store at postgres://...").
+fn sqlite_file(db: &str) -> std::result::Result<PathBuf, String> {
+    let scheme = db
+        .split_once("://")
+        .map(|(scheme, _)| scheme.to_ascii_lowercase());
+    match scheme.as_deref() {
+        Some("postgres" | "postgresql") => Err(
+            "flow's local commands open a SQLite file; the runs in a flowd's PostgreSQL store are driven through that flowd: `flow --server URL --api-key KEY COMMAND ...`".to_string(),
+        ),
+        _ => Ok(PathBuf::from(db)),
+    }
 }
 
 /// `--status`: a run status as the store, the API and `--json` spell it.
