@@ -38,6 +38,12 @@ pub(crate) fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
             "/inspector/icon.svg",
             get(|| async { asset("image/svg+xml", ICON_SVG) }),
         )
+        // `{*rest}` takes one character at least: without this, the page's
+        // address with a slash asked for a key (401).
+        .route(
+            "/inspector/",
+            get(|| async { axum::response::Redirect::permanent("/inspector") }),
+        )
         // Not the API's key-guarded fallback: a mistyped file is a 404.
         .route(
             "/inspector/{*rest}",

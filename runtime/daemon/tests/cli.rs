@@ -1609,6 +1609,17 @@ async fn the_openapi_document_describes_every_route() {
         .send(reqwest::Method::GET, "/inspector/nope.js", None, None)
         .await;
     assert_eq!(status, 404, "no key asked for a missing file: {body}");
+    // Regression (an audit): `/inspector/` asked for a key.
+    let slashed = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .get(format!("{}/inspector/", flowd.url))
+        .send()
+        .await
+        .expect("flowd answers");
+    assert_eq!(slashed.status().as_u16(), 308);
+    assert_eq!(slashed.headers()["location"], "/inspector");
 }
 
 /// With `otlp_endpoint` set, a run's trace reaches an OTLP receiver: one span
