@@ -131,6 +131,59 @@ impl LinkKeys {
             .collect()
     }
 
+    /// The number an API client sees for `account`'s row `row` of a table
+    /// that counts every account's rows (notifications): a permutation of
+    /// the numbers below 2^52 under the account's key, so that the numbers
+    /// one account sees say nothing of how many rows the others made, and
+    /// stay exact in JavaScript's numbers. `row_of` turns it back. Under
+    /// another current secret (a rotation) the numbers are others.
+    pub fn disguise(&self, account: &str, row: i64) -> i64 {
+        let row = u64::try_from(row).unwrap_or(0);
+        // The store's row ids stay far below 2^52 (4.5 × 10^15).
+        debug_assert!(row < 1 << DISGUISED_BITS, "row {row}");
+        self.permute(account, row & DISGUISED_MASK, false) as i64
+    }
+
+    /// The row that `disguise` turned into `number` for `account`; `None`
+    /// for a number no row of a table below 2^52 rows gives.
+    pub fn row_of(&self, account: &str, number: i64) -> Option<i64> {
+        let number = u64::try_from(number)
+            .ok()
+            .filter(|n| *n <= DISGUISED_MASK)?;
+        i64::try_from(self.permute(account, number, true)).ok()
+    }
+
+    /// A four-round Feistel network over two halves of `DISGUISED_BITS`,
+    /// each round's function a MAC of the other half: a permutation of
+    /// the numbers below 2^52 that only the key's holder can invert.
+    fn permute(&self, account: &str, number: u64, backwards: bool) -> u64 {
+        const HALF: u32 = DISGUISED_BITS / 2;
+        const HALF_MASK: u64 = (1 << HALF) - 1;
+        let key_id = self.secrets[0].0.clone();
+        let mut keyed = self
+            .mac(&key_id, account)
+            .expect("the current secret is known");
+        keyed.update(b"number\0");
+        let round = |index: u8, half: u64| {
+            let mut mac = keyed.clone();
+            mac.update(&[index]);
+            mac.update(&half.to_le_bytes());
+            let bytes = mac.finalize().into_bytes();
+            u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) & HALF_MASK
+        };
+        let (mut left, mut right) = (number >> HALF, number & HALF_MASK);
+        if backwards {
+            for index in (0..4).rev() {
+                (left, right) = (right ^ round(index, left), left);
+            }
+        } else {
+            for index in 0..4 {
+                (left, right) = (right, left ^ round(index, right));
+            }
+        }
+        (left << HALF) | right
+    }
+
     /// The token of `link`, signed with its account's key under the current
     /// secret.
     pub fn sign(&self, link: &Link) -> String {
@@ -179,6 +232,11 @@ impl LinkKeys {
     }
 }
 
+/// How many bits a disguised number has (`LinkKeys::disguise`): an even
+/// number, and at most 53 so that JavaScript's numbers hold it exactly.
+const DISGUISED_BITS: u32 = 52;
+const DISGUISED_MASK: u64 = (1 << DISGUISED_BITS) - 1;
+
 /// A secret's id in tokens: the start of its SHA-256, which names it without
 /// telling it.
 fn key_id(secret: &str) -> String {
@@ -191,6 +249,26 @@ mod tests {
     use super::*;
 
     const SECRET: &str = "0123456789abcdef0123456789abcdef";
+
+    /// A disguised number turns back into its row, is another number for
+    /// another account, and neighbouring rows are not neighbouring numbers
+    /// (notification ids counted every account's rows: an audit).
+    #[test]
+    fn a_disguised_row_turns_back_and_says_nothing() {
+        let keys = LinkKeys::new(SECRET, &[]);
+        let mut seen = std::collections::HashSet::new();
+        for row in (1..2_000).chain([1 << 40, (1 << 52) - 1]) {
+            let number = keys.disguise("acme", row);
+            assert!((0..1 << 52).contains(&number), "{row} → {number}");
+            assert_eq!(keys.row_of("acme", number), Some(row));
+            assert!(seen.insert(number), "{row} → {number} twice");
+            assert_ne!(keys.disguise("globex", row), number, "{row}");
+        }
+        let (one, two) = (keys.disguise("acme", 41), keys.disguise("acme", 42));
+        assert!(one.abs_diff(two) > 1_000, "{one} {two}");
+        assert_eq!(keys.row_of("acme", -1), None);
+        assert_eq!(keys.row_of("acme", 1 << 52), None);
+    }
 
     /// A tag is the same for one account's `what` in every flowd of the
     /// secret, and tells nothing of it (an audit read other tenants' events

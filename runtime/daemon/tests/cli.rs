@@ -1382,6 +1382,12 @@ tls = \"none\"
     assert_eq!(body["notifications"][0]["kind"], "handoff", "{body}");
     assert_eq!(body["notifications"][0]["read"], false, "{body}");
     let id = body["notifications"][0]["id"].clone();
+    // Regression (an audit): the id was the store's row, which counts every
+    // account's notifications; now a number of the account's own for it.
+    assert!(
+        id.as_i64().is_some_and(|id| id > 1 << 20 && id < 1 << 52),
+        "{id}"
+    );
     let (status, body) = flowd
         .send(
             Method::POST,

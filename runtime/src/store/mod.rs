@@ -206,6 +206,8 @@ impl NotificationKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Notification {
+    /// The store's row. flowd's API shows each account its own number for
+    /// it, since the rows count every account's notifications.
     pub id: i64,
     pub account: String,
     pub kind: NotificationKind,

@@ -50,11 +50,14 @@ pub(crate) async fn notifications(
         unread_only: query.unread,
         limit: query.limit.unwrap_or(100).min(1_000),
     };
-    let list = daemon
+    let mut list = daemon
         .store
         .notifications(&account, &audiences, &reader, &wanted)
         .await
         .map_err(store_problem)?;
+    for notification in &mut list {
+        notification.id = daemon.links.disguise(&account, notification.id);
+    }
     Ok(axum::Json(Notifications {
         notifications: list,
     })
@@ -100,9 +103,14 @@ pub(crate) async fn mark_read(
             &format!("mark at most {MARK_AT_ONCE} notifications at once"),
         ));
     }
+    let rows: Vec<i64> = request
+        .ids
+        .iter()
+        .filter_map(|id| daemon.links.row_of(&account, *id))
+        .collect();
     let marked = daemon
         .store
-        .mark_read(&account, &reader, &request.ids)
+        .mark_read(&account, &reader, &rows)
         .await
         .map_err(store_problem)?;
     Ok(axum::Json(Marked { marked }).into_response())
