@@ -84,6 +84,18 @@ impl Env {
 
 pub(crate) const BUILTIN_TYPES: &[&str] = &["string", "int", "float", "bool", "json"];
 
+/// Every built-in type's name: `BUILTIN_TYPES`, written alone, and `list`,
+/// written `list<T>`.
+pub(crate) const BUILTIN_TYPE_NAMES: &[&str] = &["string", "int", "float", "bool", "json", "list"];
+
+/// Whether `name` is a built-in type's, which no declaration may take
+/// (`list` too: an alias of that name read as the alias where written
+/// alone and as the built-in in `list<T>`, and mismatches then said
+/// "found `list`").
+pub(crate) fn names_builtin_type(name: &str) -> bool {
+    BUILTIN_TYPE_NAMES.contains(&name)
+}
+
 /// Collects and checks every declaration of every loaded file.
 pub(crate) fn build(files: &[LoadedFile], diagnostics: &mut Vec<Diagnostic>) -> Env {
     let mut seen: HashMap<(&str, String), (FileId, Span)> = HashMap::new();
@@ -124,11 +136,7 @@ pub(crate) fn build(files: &[LoadedFile], diagnostics: &mut Vec<Diagnostic>) -> 
         for item in &loaded.tree.items {
             match item {
                 Item::Type(decl) => {
-                    // `list` too: an alias of that name read as the alias
-                    // where written alone and as the built-in in `list<T>`,
-                    // and mismatches then said "found `list`".
-                    if BUILTIN_TYPES.contains(&decl.name.text.as_str()) || decl.name.text == "list"
-                    {
+                    if names_builtin_type(&decl.name.text) {
                         diagnostics.push(
                             Diagnostic::new(
                                 Code::DuplicateDeclaration,

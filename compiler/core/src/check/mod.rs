@@ -11,7 +11,7 @@ mod workflow;
 
 use std::collections::HashMap;
 
-pub(crate) use env::BUILTIN_TYPES;
+pub(crate) use env::{BUILTIN_TYPE_NAMES, names_builtin_type};
 pub use env::{Env, McpInfo, RecipeInfo};
 pub use test_blocks::{STATUSES, TestInfo};
 pub use types::{AliasNames, ByName, Fields, ItemName, Named, Ty, Variants};

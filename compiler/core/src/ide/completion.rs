@@ -64,7 +64,6 @@ const STATEMENTS: &[&str] = &["step", "if", "for", "parallel"];
 const STEP_OPTIONS: &[&str] = &["retry", "timeout", "on_error", "idempotency"];
 const RECIPE_MEMBERS: &[&str] = &["model", "input", "output", "prompt", "context"];
 const MCP_MEMBERS: &[&str] = &["command", "args", "url", "env"];
-const BUILTIN_TYPES: &[&str] = &["string", "int", "float", "bool", "json", "list"];
 
 /// The completions at byte `offset` of the root file of `checked`.
 ///
@@ -662,7 +661,7 @@ fn variants(text: &str, operator: usize, scope: Option<&Scope<'_>>, items: &mut 
 }
 
 fn types(checked: &Checked, items: &mut Vec<Completion>) {
-    for name in BUILTIN_TYPES {
+    for name in crate::check::BUILTIN_TYPE_NAMES {
         items.push(simple(name, CompletionKind::Type, "built-in type"));
     }
     for (name, ty) in &checked.analysis.env.types {

@@ -68,6 +68,8 @@ pub enum RenameError {
     InvalidName(String),
     /// The new name already names something of the same kind in scope.
     InUse(String),
+    /// The new name of a type is a built-in type's (`string`, `list`).
+    Builtin(String),
     /// The new name is longer than a name may be: its length in bytes.
     TooLong(usize),
 }
@@ -78,6 +80,7 @@ impl std::fmt::Display for RenameError {
             RenameError::NothingHere => write!(f, "there is nothing to rename here"),
             RenameError::InvalidName(name) => write!(f, "`{name}` is not a valid name"),
             RenameError::InUse(name) => write!(f, "`{name}` is already in use"),
+            RenameError::Builtin(name) => write!(f, "`{name}` is a built-in type"),
             RenameError::TooLong(bytes) => write!(
                 f,
                 "a name of {bytes} bytes is too long: at most {}",
@@ -549,15 +552,16 @@ pub fn check_new_name(
     if new_name == symbol.name() {
         return Ok(());
     }
+    if matches!(symbol, Symbol::Type { .. }) && crate::check::names_builtin_type(new_name) {
+        return Err(RenameError::Builtin(new_name.to_string()));
+    }
     let env = &checked.analysis.env;
     let taken = match symbol {
         Symbol::Step { workflow, file, .. } => step_workflow(checked, workflow, file)
             .is_some_and(|workflow| workflow.step(new_name).is_some()),
         Symbol::Recipe { .. } => env.recipes.contains_key(new_name),
         Symbol::Mcp { .. } => env.mcp_servers.contains_key(new_name),
-        Symbol::Type { .. } => {
-            env.types.contains_key(new_name) || crate::check::BUILTIN_TYPES.contains(&new_name)
-        }
+        Symbol::Type { .. } => env.types.contains_key(new_name),
         // A workflow of any file this one loads: a test naming it would
         // then run the other.
         Symbol::Workflow { .. } => checked.files.iter().any(|file| {

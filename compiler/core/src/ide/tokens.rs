@@ -7,7 +7,6 @@
 //! uses, so that a file with syntax errors is highlighted too.
 
 use crate::Checked;
-use crate::check::BUILTIN_TYPES;
 use crate::diagnostic::{FileId, Span};
 use crate::ide::visit;
 use crate::syntax::ast::{Item, Segment, StepCall};
@@ -172,7 +171,7 @@ fn lexical_tokens(text: &str) -> Vec<SemanticToken> {
                     // A field declared or given: `{ name: string }`,
                     // `{ subject: ... }`, whatever its name.
                     TokenKind::Field
-                } else if BUILTIN_TYPES.contains(&word) || word == "list" {
+                } else if crate::check::names_builtin_type(word) {
                     TokenKind::Type
                 } else if GRAMMAR_WORDS.contains(&word) {
                     TokenKind::Keyword
