@@ -223,15 +223,16 @@ impl<'e, 'd> Checker<'e, 'd> {
                 .steps
                 .iter()
                 .filter(written)
-                .filter(|s| not_run(s, &self.containers, use_at).is_none())
-                .map(|s| s.id.as_str());
+                .filter(|s| not_run(s, &self.containers, use_at).is_none());
             // The step being written, or a loop around the use, is never
-            // what a reference meant.
+            // what a reference meant; nor one without output, which no
+            // reference reads (an audit: the fix, preferred, gave E107).
+            let read = |s: &StepInfo| s.output.is_some();
             let all = self
                 .steps
                 .iter()
                 .filter(written)
-                .filter(|s| !s.span.contains(use_at))
+                .filter(|s| !s.span.contains(use_at) && read(s))
                 .map(|s| s.id.as_str());
             let mut diagnostic = Diagnostic::new(
                 Code::UnknownStep,
@@ -243,7 +244,8 @@ impl<'e, 'd> Checker<'e, 'd> {
             // A step that has run here first: the nearest id of all may be
             // one that could not be read here either (an audit: following
             // the hint gave E102).
-            if let Some(best) = self.suggest(&id.text, ran.clone()) {
+            let ran_read = ran.clone().filter(|s| read(s)).map(|s| s.id.as_str());
+            if let Some(best) = self.suggest(&id.text, ran_read) {
                 diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
             } else if let Some(best) = self.suggest(&id.text, all) {
                 diagnostic = diagnostic.hint(format!(
@@ -252,7 +254,12 @@ impl<'e, 'd> Checker<'e, 'd> {
             }
             // Each step is looked at, whether it has run or not.
             let listed = (self.suggestions.spend(self.steps.len()))
-                .then(|| crate::suggest::candidates_list_within(ran, &self.suggestions))
+                .then(|| {
+                    crate::suggest::candidates_list_within(
+                        ran.map(|s| s.id.as_str()),
+                        &self.suggestions,
+                    )
+                })
                 .flatten();
             diagnostic = match listed {
                 Some(list) if list.is_empty() => diagnostic.hint("no step has run at this point"),
