@@ -408,9 +408,16 @@ fn forget_what_missing_imports_declare(diagnostics: &mut Vec<Diagnostic>) {
     });
 }
 
+/// In the order of their places, each said once: one mistake met on
+/// several paths (a parse error met again for each line of the doc above
+/// it) is one diagnostic, its first, whatever the labels and hints of the
+/// others, as `flowc` reports it (an audit: the editor showed some three
+/// times).
 pub(crate) fn sort_diagnostics(diagnostics: &mut Vec<Diagnostic>) {
     diagnostics.sort_by_key(|d| (d.primary.file, d.primary.span.start, d.code));
-    diagnostics.dedup();
+    let mut seen = std::collections::HashSet::new();
+    diagnostics
+        .retain(|d| seen.insert((d.primary.file, d.primary.span, d.code, d.message.clone())));
 }
 
 /// Adds the file read from `path`; its bytes become its text without a
