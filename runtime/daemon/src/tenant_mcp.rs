@@ -189,7 +189,13 @@ impl McpClient for TenantMcp {
             if let Some(refusal) = self.refusal(server, Some(tool)) {
                 return Err(StepError::new(ErrorKind::Unsupported, refusal));
             }
-            let go_ahead = journal.map(flow_runtime::mcp::go_ahead);
+            // Asked once the call has its turn on the connection.
+            let go_ahead = journal.map(|journal| -> flow_runtime::mcp::GoAhead<'_> {
+                Box::pin(async move {
+                    self.daemon.unless_stopping(&self.scope.account).await;
+                    flow_runtime::mcp::go_ahead(journal).await
+                })
+            });
             self.daemon
                 .mcp
                 .call_in(&self.scope, server, tool, args, go_ahead)

@@ -15,11 +15,15 @@ use serde_json::Value;
 /// operator's details.
 pub(crate) struct TenantProvider {
     pub(crate) inner: Arc<dyn Provider>,
+    pub(crate) daemon: Arc<crate::server::Daemon>,
+    pub(crate) account: String,
 }
 
 impl Provider for TenantProvider {
     fn complete<'a>(&'a self, call: &'a RecipeCall<'a>) -> BoxFuture<'a, Result<Value, StepError>> {
         Box::pin(async move {
+            // After the account's permit (`LimitedProvider`), before the call.
+            self.daemon.unless_stopping(&self.account).await;
             self.inner
                 .complete(call)
                 .await

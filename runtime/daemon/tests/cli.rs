@@ -3491,6 +3491,64 @@ async fn a_step_waiting_for_a_place_does_not_start_during_a_stop() {
     }
 }
 
+/// A stop sends no call that waited for its turn when it began: with one
+/// place among the account's model calls, the second run's first step holds
+/// its step's place and waits for the first run's call, and once that one
+/// answers, its call does not go out. Before, it went to the model during
+/// the stop, where the grace period could cut it and the next start send it
+/// again (an audit: a tool call queued for its connection went out 9 s
+/// into a stop and ran twice). Tool calls wait for their turn on their
+/// connection and are held back the same way (`TenantMcp`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_waiting_for_its_turn_does_not_go_out_during_a_stop() {
+    use serde_json::json;
+    let llm = common::chain_model(std::time::Duration::from_millis(1500)).await;
+    let config = format!(
+        "{CONFIG}{}[limits]\nllm_concurrency = 1\n",
+        common::fake_model(&llm.url)
+    );
+    let dir = TempDir::new("flowd-stop-waiting-call");
+    let flowd = Flowd::start_with(&dir, &config);
+    flowd.deploy(ACME, &common::model_chain(2)).await;
+    let mut ids = Vec::new();
+    for r in 0..2 {
+        ids.push(
+            flowd
+                .start_run(
+                    ACME,
+                    json!({ "workflow": "chain", "input": { "tag": format!("run{r}") } }),
+                )
+                .await,
+        );
+    }
+    llm.until_requests(1).await;
+    let code = tokio::task::spawn_blocking(move || flowd.stop())
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0), "a stop is a clean exit");
+    assert_eq!(
+        llm.requests(),
+        1,
+        "only the call out when the stop began went to the model: {:?}",
+        llm.prompts()
+    );
+    let flowd = Flowd::start_with(&dir, &config);
+    for id in &ids {
+        let record = flowd
+            .settled_within(id, ACME, std::time::Duration::from_secs(60))
+            .await;
+        assert_eq!(record["status"], "completed", "{record}");
+    }
+    let prompts = llm.prompts();
+    for r in 0..2 {
+        for i in 0..2 {
+            let prompt = format!("run{r} step {i}");
+            let calls = prompts.iter().filter(|p| **p == prompt).count();
+            assert_eq!(calls, 1, "{prompt} went to the model {calls} times");
+        }
+    }
+}
+
 /// A run's trace tells the steps it executes now, which have no record yet,
 /// while this flowd drives it, and `flow show --server` puts them in its
 /// header; once the run ends no step is in flight.

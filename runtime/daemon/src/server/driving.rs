@@ -172,6 +172,36 @@ impl Daemon {
             .is_some_and(|driven| !driven.handle.is_finished())
     }
 
+    /// Returns at once unless this flowd is stopping; then never (the run's
+    /// task is stopped in it). Asked by a model or tool call that has
+    /// waited for its turn (a permit among the account's model calls, the
+    /// MCP connection's), just before it goes out: a stopping flowd lets the
+    /// steps in flight finish but sends no call that had not gone out, which
+    /// its grace period may cut and the run's next process would send again
+    /// (an audit: a tool call queued for its connection went out 9 s into a
+    /// stop, was cut at 10 s, and ran twice).
+    pub(crate) async fn unless_stopping(&self, account: &str) {
+        /// Counts its step as held back while the run's task waits here.
+        struct HeldBack<'a>(&'a Daemon, &'a str);
+        impl Drop for HeldBack<'_> {
+            fn drop(&mut self) {
+                let mut places = self.0.step_places.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(count) = places.held_back.get_mut(self.1) {
+                    *count = count.saturating_sub(1);
+                }
+            }
+        }
+        {
+            let mut places = self.step_places.lock().unwrap_or_else(|p| p.into_inner());
+            if !places.closed {
+                return;
+            }
+            *places.held_back.entry(account.to_string()).or_default() += 1;
+        }
+        let _counted = HeldBack(self, account);
+        std::future::pending::<()>().await
+    }
+
     /// Whether this flowd is stopping: no attempt starts any more
     /// (`close_step_places`).
     fn stopping(&self) -> bool {
@@ -262,30 +292,42 @@ impl Daemon {
     /// a place (or for its next attempt) waits until its run's task is
     /// stopped, and runs where the run resumes, rather than starting
     /// during the stop to be cut at its end and sent to the model again.
-    /// Resolves once every step in flight has left its place: then no step
-    /// runs here, and a stopping daemon's runs end between two steps, with
+    /// Resolves once every step in flight has left its place, or waits for
+    /// a call the stop holds back (`unless_stopping`): then no step runs
+    /// here, and a stopping daemon's runs end between two steps, with
     /// every step they completed in their journals (sent as their tasks
     /// stop).
-    pub(super) fn close_step_places(&self) -> impl Future<Output = ()> + use<> {
+    pub(super) fn close_step_places(self: &Arc<Self>) -> impl Future<Output = ()> + use<> {
         let mut places = self.step_places.lock().unwrap_or_else(|p| p.into_inner());
         places.closed = true;
-        let closed: Vec<(Arc<tokio::sync::Semaphore>, usize)> = places
+        let closed: Vec<(String, Arc<tokio::sync::Semaphore>, usize)> = places
             .by_account
             .iter()
             .map(|(account, places)| {
                 places.close();
                 (
+                    account.clone(),
                     Arc::clone(places),
                     self.config.quotas(account).steps_in_flight,
                 )
             })
             .collect();
+        drop(places);
+        let daemon = Arc::clone(self);
         async move {
             // A closed semaphore has no waiters to wake as its places come
             // back, so their count is watched; a stop waits on it for at
             // most its grace period.
-            for (places, all) in closed {
-                while places.available_permits() < all {
+            for (account, places, all) in closed {
+                loop {
+                    let held_back = {
+                        let step_places =
+                            daemon.step_places.lock().unwrap_or_else(|p| p.into_inner());
+                        step_places.held_back.get(&account).copied().unwrap_or(0)
+                    };
+                    if places.available_permits() + held_back >= all {
+                        break;
+                    }
                     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
                 }
             }
@@ -473,6 +515,8 @@ impl Daemon {
                 let provider: Arc<dyn Provider> = Arc::new(LimitedProvider {
                     inner: Arc::new(crate::tenant_provider::TenantProvider {
                         inner: Arc::clone(&daemon.provider),
+                        daemon: Arc::clone(&daemon),
+                        account: account.clone(),
                     }),
                     limiter: Arc::clone(&daemon.limiter),
                     account: account.clone(),
@@ -583,4 +627,8 @@ const DEPLOYS_AT_ONCE: usize = 2;
 pub(super) struct StepPlaces {
     by_account: HashMap<String, Arc<tokio::sync::Semaphore>>,
     closed: bool,
+    /// Each account's steps whose call the stop holds back
+    /// (`unless_stopping`): their places count as given back, since they
+    /// never go on here.
+    held_back: HashMap<String, usize>,
 }
