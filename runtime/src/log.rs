@@ -53,10 +53,14 @@ pub struct LogSettings {
 }
 
 impl LogSettings {
-    /// Warnings and errors, briefly: what a command line tool shows.
+    /// Warnings and errors, briefly: what a command line tool shows. Not
+    /// the MCP library's warnings about its own transport ("Error sending
+    /// response id=4", an audit): flow says what failed, with the step.
     pub fn brief() -> LogSettings {
         LogSettings {
-            filter: Targets::new().with_default(Level::WARN),
+            filter: Targets::new()
+                .with_default(Level::WARN)
+                .with_target("rmcp", Level::ERROR),
             format: LogFormat::Brief,
         }
     }
