@@ -229,28 +229,39 @@ fn newer_store(path: &Path, version: i64) -> StoreError {
     ))
 }
 
-/// Whether this user may write the store at `path` as SQLite writes one
-/// in WAL mode: its file, and the folder that holds it (where its `-wal`
-/// and `-shm` are made) unless both are there and writable. Asked of the
+/// What of the store at `path` this user may not write as SQLite writes
+/// one in WAL mode, if anything: its file, and the folder that holds it
+/// (where its `-wal` and `-shm` are made) unless both are there and
+/// writable, said so that the reader knows which to mend. Asked of the
 /// kernel for the effective user before SQLite touches anything: SQLite
 /// opens a file it may not write read only without a word, and then made
 /// a `-wal` and `-shm` of this user's in a folder it may write, which the
 /// store's owner could no longer write (the review of the read-only
 /// store). Nothing is opened to ask, as closing a file of the store
 /// would release this process's SQLite locks on it.
-fn may_write(path: &Path) -> bool {
+fn unwritable(path: &Path) -> Option<String> {
     use rustix::fs::{Access as Asked, AtFlags, CWD, accessat};
     let writable = |path: &Path| accessat(CWD, path, Asked::WRITE_OK, AtFlags::EACCESS).is_ok();
     if !path.exists() {
-        return true;
+        return None;
     }
     let folder = match path.parent() {
         Some(folder) if !folder.as_os_str().is_empty() => folder,
         _ => Path::new("."),
     };
-    writable(path)
-        && (writable(folder)
-            || (writable(&beside(path, "-wal")) && writable(&beside(path, "-shm"))))
+    if !writable(path) {
+        return Some(format!("this user may not write {}", path.display()));
+    }
+    if writable(folder) || (writable(&beside(path, "-wal")) && writable(&beside(path, "-shm"))) {
+        return None;
+    }
+    // Named in full: "the folder ." says little.
+    let folder = std::path::absolute(folder).unwrap_or_else(|_| folder.to_path_buf());
+    Some(format!(
+        "this user may not write the folder {}, where SQLite makes the store's `-wal` and `-shm` beside {}",
+        folder.display(),
+        path.display()
+    ))
 }
 
 /// The file SQLite keeps beside the store at `path`: its `-wal` or `-shm`.
@@ -482,10 +493,9 @@ impl SqliteStore {
                 path.display()
             )));
         }
-        if !may_write(path) {
+        if let Some(unwritable) = unwritable(path) {
             return Err(StoreError::Unusable(format!(
-                "this user may not write {} (SQLite writes the file and, in the folder that holds it, its `-wal` and `-shm`); the commands that only read a store read it as it is",
-                path.display()
+                "{unwritable}; the commands that only read a store read it as it is"
             )));
         }
         let conn = open_for(path, Access::ReadWrite)?;
@@ -496,7 +506,7 @@ impl SqliteStore {
     /// `open` does where this user may write it, else to read only
     /// (`Access::ReadOnly`).
     pub fn open_to_read(path: &Path) -> Result<Arc<SqliteStore>, StoreError> {
-        if path.is_file() && !may_write(path) {
+        if path.is_file() && unwritable(path).is_some() {
             let conn = open_for(path, Access::ReadOnly)?;
             return Self::open_with(path, Access::ReadOnly, conn);
         }
