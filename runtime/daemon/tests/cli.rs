@@ -3443,52 +3443,7 @@ async fn a_stopped_flowd_goes_on_from_the_next_step_when_started_again() {
 /// step started then could be cut at the stop's end and sent again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_step_waiting_for_a_place_does_not_start_during_a_stop() {
-    use serde_json::json;
-    let llm = common::chain_model(std::time::Duration::from_millis(1500)).await;
-    let config = format!(
-        "{CONFIG}{}[limits]\nsteps_in_flight = 1\n",
-        common::fake_model(&llm.url)
-    );
-    let dir = TempDir::new("flowd-stop-waiting-step");
-    let flowd = Flowd::start_with(&dir, &config);
-    flowd.deploy(ACME, &common::model_chain(2)).await;
-    let mut ids = Vec::new();
-    for r in 0..2 {
-        ids.push(
-            flowd
-                .start_run(
-                    ACME,
-                    json!({ "workflow": "chain", "input": { "tag": format!("run{r}") } }),
-                )
-                .await,
-        );
-    }
-    llm.until_requests(1).await;
-    let code = tokio::task::spawn_blocking(move || flowd.stop())
-        .await
-        .unwrap();
-    assert_eq!(code, Some(0), "a stop is a clean exit");
-    assert_eq!(
-        llm.requests(),
-        1,
-        "only the step in flight when the stop began went to the model: {:?}",
-        llm.prompts()
-    );
-    let flowd = Flowd::start_with(&dir, &config);
-    for id in &ids {
-        let record = flowd
-            .settled_within(id, ACME, std::time::Duration::from_secs(60))
-            .await;
-        assert_eq!(record["status"], "completed", "{record}");
-    }
-    let prompts = llm.prompts();
-    for r in 0..2 {
-        for i in 0..2 {
-            let prompt = format!("run{r} step {i}");
-            let calls = prompts.iter().filter(|p| **p == prompt).count();
-            assert_eq!(calls, 1, "{prompt} went to the model {calls} times");
-        }
-    }
+    stop_while_one_call_is_out("flowd-stop-waiting-step", "steps_in_flight = 1").await;
 }
 
 /// A stop sends no call that waited for its turn when it began: with one
@@ -3501,13 +3456,21 @@ async fn a_step_waiting_for_a_place_does_not_start_during_a_stop() {
 /// connection and are held back the same way (`TenantMcp`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_waiting_for_its_turn_does_not_go_out_during_a_stop() {
+    stop_while_one_call_is_out("flowd-stop-waiting-call", "llm_concurrency = 1").await;
+}
+
+/// Two runs of a two-step chain on a flowd whose `[limits]` let one call
+/// out at a time, stopped while the first run's first call is out, then
+/// started again: only that call went to the model during the stop, and
+/// each step went to it once in all.
+async fn stop_while_one_call_is_out(name: &str, limit: &str) {
     use serde_json::json;
     let llm = common::chain_model(std::time::Duration::from_millis(1500)).await;
     let config = format!(
-        "{CONFIG}{}[limits]\nllm_concurrency = 1\n",
+        "{CONFIG}{}[limits]\n{limit}\n",
         common::fake_model(&llm.url)
     );
-    let dir = TempDir::new("flowd-stop-waiting-call");
+    let dir = TempDir::new(name);
     let flowd = Flowd::start_with(&dir, &config);
     flowd.deploy(ACME, &common::model_chain(2)).await;
     let mut ids = Vec::new();
