@@ -351,3 +351,62 @@ fn an_api_key_a_header_cannot_carry_is_refused() {
         )
     );
 }
+
+/// A browser server's Playwright configuration file is held to what its
+/// arguments are: none of its settings may undo the browser policy, and
+/// it is named from `/` (the server starts in an empty directory).
+#[test]
+fn a_browser_servers_playwright_config_file_keeps_the_policy() {
+    let dir = std::env::temp_dir().join(format!("flowd-config-pw-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let undoing = dir.join("undoing.json");
+    std::fs::write(
+        &undoing,
+        r#"{ "browser": { "isolated": false, "userDataDir": "/var/lib/profile",
+             "launchOptions": { "headless": true, "proxy": { "server": "direct://" } } },
+             "sharedBrowserContext": false, "extension": true }"#,
+    )
+    .unwrap();
+    let keeping = dir.join("keeping.json");
+    std::fs::write(
+        &keeping,
+        r#"{ "browser": { "isolated": true, "launchOptions": { "headless": true } } }"#,
+    )
+    .unwrap();
+    let server = |name: &str, config: &str| {
+        format!(
+            "[mcp.servers.{name}]\ncommand = \"npx\"\nargs = [\"@playwright/mcp\", \"--headless\", {config}]\n"
+        )
+    };
+    let text = format!(
+        "{SECRET}{}{}{}{}",
+        server(
+            "undoing",
+            &format!("\"--config\", {:?}", undoing.display().to_string())
+        ),
+        server("keeping", &format!("\"--config={}\"", keeping.display())),
+        server("relative", "\"--config\", \"pw.json\""),
+        server(
+            "missing",
+            &format!(
+                "\"--config\", {:?}",
+                dir.join("none.json").display().to_string()
+            )
+        ),
+    );
+    let rendered = render(&text, &[]);
+    let said = |what: &str| rendered.lines().filter(|line| line.contains(what)).count();
+    assert_eq!(said("[mcp.servers.undoing]"), 4, "{rendered}");
+    for setting in [
+        "`browser.isolated`",
+        "`browser.userDataDir`",
+        "`browser.launchOptions.proxy`",
+        "`extension`",
+    ] {
+        assert_eq!(said(setting), 1, "{setting}: {rendered}");
+    }
+    assert_eq!(said("[mcp.servers.keeping]"), 0, "{rendered}");
+    assert_eq!(said("is named by a relative path"), 1, "{rendered}");
+    assert_eq!(said("none.json cannot be read"), 1, "{rendered}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

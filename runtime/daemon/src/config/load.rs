@@ -332,6 +332,11 @@ fn mcp_section(section: Option<McpFile>, problems: &mut Problems) -> McpSection 
                             format!("[mcp.servers.{name}] a browser server may not set {setting}: it would {undoes}"),
                         );
                     }
+                    if let Some(file) = entry.playwright_config() {
+                        for problem in browser_config_file(file) {
+                            problems.at(span.clone(), format!("[mcp.servers.{name}] {problem}"));
+                        }
+                    }
                 }
                 match (&entry.command, &entry.url) {
                     (Some(_), Some(_)) | (None, None) => problems.at(
@@ -373,6 +378,35 @@ fn mcp_section(section: Option<McpFile>, problems: &mut Problems) -> McpSection 
 }
 
 /// `[smtp]`, with `FLOWD_SMTP_HOST` and `FLOWD_SMTP_PORT` over it.
+/// What is wrong with a browser server's Playwright configuration file
+/// at `path`: read as flowd starts the server, in an empty directory of
+/// its own, so it is named by its absolute path; and none of its settings
+/// may undo the browser policy (`McpServerEntry::undoing_in_config_file`).
+fn browser_config_file(path: &str) -> Vec<String> {
+    if !std::path::Path::new(path).is_absolute() {
+        return vec![format!(
+            "its Playwright configuration file `{path}` is named by a relative path: the server starts in an empty directory of its own; name it from `/`"
+        )];
+    }
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(error) => {
+            return vec![format!(
+                "its Playwright configuration file {path} cannot be read ({error}): flowd checks that it keeps the browser policy"
+            )];
+        }
+    };
+    match McpServerEntry::undoing_in_config_file(&text) {
+        Err(error) => vec![format!("its Playwright configuration file {path} {error}")],
+        Ok(settings) => settings
+            .into_iter()
+            .map(|(setting, undoes)| {
+                format!("a browser server's configuration file {path} may not set {setting}: it would {undoes}")
+            })
+            .collect(),
+    }
+}
+
 fn smtp_section(
     section: Option<Smtp>,
     environment: &Environment,

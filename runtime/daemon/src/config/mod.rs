@@ -188,6 +188,26 @@ pub const BROWSER_POLICY_SETTINGS: &[(&str, &str)] = &[
     ),
 ];
 
+/// The settings of a Playwright configuration file (`--config`) that
+/// flowd refuses on a browser server, as JSON pointers, each with the
+/// argument of `BROWSER_POLICY_SETTINGS` it stands for; `browser.isolated`
+/// too, when false (flowd's `--isolated` wins over it, but a file that says
+/// so meant a profile on disk).
+pub const BROWSER_POLICY_FILE_SETTINGS: &[(&str, &str)] = &[
+    ("/browser/userDataDir", "--user-data-dir"),
+    ("/browser/isolated", "--user-data-dir"),
+    ("/browser/cdpEndpoint", "--cdp-endpoint"),
+    ("/browser/remoteEndpoint", "--cdp-endpoint"),
+    ("/extension", "--extension"),
+    ("/sharedBrowserContext", "--shared-browser-context"),
+    ("/browser/launchOptions/proxy", "--proxy-server"),
+    ("/browser/contextOptions/proxy", "--proxy-server"),
+    (
+        "/allowUnrestrictedFileAccess",
+        "--allow-unrestricted-file-access",
+    ),
+];
+
 fn default_mcp_connections() -> toml::Spanned<usize> {
     toml::Spanned::new(
         0..0,
@@ -286,6 +306,50 @@ impl McpServerEntry {
             }
         }
         found
+    }
+
+    /// The Playwright configuration file this server is started with, as
+    /// written (`--config PATH`, `--config=PATH` or `PLAYWRIGHT_MCP_CONFIG`
+    /// in `env`).
+    pub fn playwright_config(&self) -> Option<&str> {
+        let mut args = self.args.iter();
+        while let Some(arg) = args.next() {
+            if arg == "--config" {
+                return args.next().map(String::as_str);
+            }
+            if let Some(path) = arg.strip_prefix("--config=") {
+                return Some(path);
+            }
+        }
+        self.env
+            .get("PLAYWRIGHT_MCP_CONFIG")
+            .map(|Secret(path)| path.as_str())
+    }
+
+    /// What a Playwright configuration file's `text` sets that would undo
+    /// what flowd does to a browser server: each setting as written there
+    /// (`browser.userDataDir`) with what it would undo.
+    pub fn undoing_in_config_file(text: &str) -> Result<Vec<(String, &'static str)>, String> {
+        let config: serde_json::Value =
+            serde_json::from_str(text).map_err(|error| format!("is not JSON: {error}"))?;
+        Ok(BROWSER_POLICY_FILE_SETTINGS
+            .iter()
+            .filter(|(pointer, _)| match config.pointer(pointer) {
+                None | Some(serde_json::Value::Null) => false,
+                Some(serde_json::Value::Bool(isolated)) if *pointer == "/browser/isolated" => {
+                    !isolated
+                }
+                Some(serde_json::Value::Bool(on)) => *on,
+                Some(_) => true,
+            })
+            .map(|(pointer, flag)| {
+                let undoes = BROWSER_POLICY_SETTINGS
+                    .iter()
+                    .find(|(setting, _)| setting == flag)
+                    .map_or("", |(_, undoes)| *undoes);
+                (format!("`{}`", pointer[1..].replace('/', ".")), undoes)
+            })
+            .collect())
     }
 
     /// Whether workflows may call `tool` of this server.
