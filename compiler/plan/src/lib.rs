@@ -78,7 +78,8 @@ pub const DURATION_PATTERN: &str = "^[0-9]+(ms|s|m|h|d)$";
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
     pub format_version: u32,
-    /// `sha256:` and the hex digest of the plan's JSON with this field empty.
+    /// `sha256:` and the hex digest of the plan's JSON with this field and
+    /// `source` empty.
     pub hash: String,
     /// The path of the root source file, for messages.
     pub source: String,
@@ -816,17 +817,29 @@ impl Plan {
     /// (`CanonicalNumbers`). Takes `&mut` to blank the field in place rather
     /// than clone a whole plan; the field is restored before returning.
     fn content_hash(&mut self) -> String {
-        self.hash_with(CanonicalNumbers)
+        self.hash_with(CanonicalNumbers, false)
     }
 
-    /// The hash that plans sealed before numbers were canonical carry:
-    /// numbers as serde_json writes them. Plans stored then keep it as their
-    /// identity, so it is still accepted.
-    fn legacy_hash(&mut self) -> String {
-        self.hash_with(serde_json::ser::CompactFormatter)
+    /// The hashes that plans sealed before carry, still accepted since
+    /// plans stored then keep them as their identity: with the root file's
+    /// path as it was typed (until a deploy of one file typed two ways made
+    /// two versions, an audit), and before that with numbers as serde_json
+    /// writes them.
+    fn legacy_hashes(&mut self) -> [String; 2] {
+        [
+            self.hash_with(CanonicalNumbers, true),
+            self.hash_with(serde_json::ser::CompactFormatter, true),
+        ]
     }
 
-    fn hash_with(&mut self, formatter: impl serde_json::ser::Formatter) -> String {
+    /// The hash of the plan's JSON with an empty `hash`, and an empty
+    /// `source` unless `with_source`: the path is how the file was named
+    /// (`examples/a.flow`, `a.flow`), not what the plan does.
+    fn hash_with(
+        &mut self,
+        formatter: impl serde_json::ser::Formatter,
+        with_source: bool,
+    ) -> String {
         /// Feeds serialized JSON straight into the hasher: a plan's JSON can be
         /// many megabytes, and there is no need to hold it in memory.
         struct Hashing(Sha256);
@@ -840,6 +853,11 @@ impl Plan {
             }
         }
         let recorded = std::mem::take(&mut self.hash);
+        let source = if with_source {
+            None
+        } else {
+            Some(std::mem::take(&mut self.source))
+        };
         let mut hashing = Hashing(Sha256::new());
         let mut writer = std::io::BufWriter::with_capacity(64 * 1024, &mut hashing);
         let mut serializer = serde_json::Serializer::with_formatter(&mut writer, formatter);
@@ -848,6 +866,9 @@ impl Plan {
         std::io::Write::flush(&mut writer).expect("hashing does not fail");
         drop(writer);
         self.hash = recorded;
+        if let Some(source) = source {
+            self.source = source;
+        }
         let digest = hashing.0.finalize();
         let mut hex = String::with_capacity(7 + 64);
         hex.push_str("sha256:");
@@ -921,7 +942,7 @@ impl Plan {
             }
         };
         let computed = plan.content_hash();
-        if computed != plan.hash && plan.legacy_hash() != plan.hash {
+        if computed != plan.hash && !plan.legacy_hashes().contains(&plan.hash) {
             return Err(PlanError::Hash {
                 recorded: plan.hash.clone(),
                 computed,
@@ -1045,15 +1066,32 @@ mod tests {
         assert_eq!(read.hash, Plan::from_json(&text).unwrap().hash);
     }
 
-    /// A plan sealed before numbers were canonical keeps its hash.
+    /// A plan sealed before numbers were canonical, or before the root
+    /// file's path left the hash, keeps its hash.
     #[test]
-    fn a_plan_sealed_with_the_legacy_hash_is_still_read() {
+    fn a_plan_sealed_with_a_legacy_hash_is_still_read() {
         let mut plan = small_plan();
         plan.format_version = FORMAT_VERSION;
         plan.workflows[0].input_schema = serde_json::json!({ "minimum": 2.0 });
-        plan.hash = plan.legacy_hash();
-        assert_ne!(plan.hash, plan.clone().seal().hash);
-        let read = Plan::from_json(&plan.to_json()).expect("still accepted");
-        assert_eq!(read.hash, plan.hash);
+        for legacy in plan.legacy_hashes() {
+            plan.hash = legacy;
+            assert_ne!(plan.hash, plan.clone().seal().hash);
+            let read = Plan::from_json(&plan.to_json()).expect("still accepted");
+            assert_eq!(read.hash, plan.hash);
+        }
+    }
+
+    /// Regression (an audit): the hash held the root file's path as typed,
+    /// so one unchanged file deployed as `examples/a.flow`, `a.flow` and
+    /// `/abs/a.flow` made three versions.
+    #[test]
+    fn the_hash_does_not_hold_the_files_path() {
+        let mut elsewhere = small_plan();
+        elsewhere.source = "examples/a.flow".into();
+        let (here, elsewhere) = (small_plan().seal(), elsewhere.seal());
+        assert_eq!(here.hash, elsewhere.hash);
+        let mut changed = small_plan();
+        changed.workflows[0].timeout_ms += 1;
+        assert_ne!(changed.seal().hash, here.hash);
     }
 }
