@@ -3,7 +3,7 @@
 //! `tests/setup.sh` in `runtime/tests/mcp` (on Debian's Chromium), and pages served on
 //! loopback by `PageServer`.
 //!
-//! The examples declare `mcp browser { command "npx" args ["@playwright/mcp",
+//! The examples declare `mcp browser { command "npx" args ["-y", "@playwright/mcp",
 //! ...] }` and take URLs of the outside world in their inputs. A test must
 //! reach nothing beyond loopback, and must not depend on `npx` fetching a
 //! package, so `local_examples` copies `examples/` with the declaration
@@ -83,7 +83,7 @@ pub fn dead(pid: u32) -> bool {
 /// writes it (a block's members on lines of their own).
 pub const EXAMPLES_BROWSER: &str = r#"mcp browser {
   command "npx"
-  args ["@playwright/mcp", "--headless", "--isolated"]
+  args ["-y", "@playwright/mcp", "--headless", "--isolated"]
 }"#;
 
 /// The same server, installed in the project and driving Debian's Chromium

@@ -316,7 +316,7 @@ fn check_mcp(server: &McpServer, file: FileId, diagnostics: &mut Vec<Diagnostic>
             (
                 Code::BadOption,
                 "an MCP server's `command`",
-                "name the program that serves MCP on its stdin and stdout, e.g. `command \"npx\" args [\"@playwright/mcp\"]`",
+                "name the program that serves MCP on its stdin and stdout, e.g. `command \"npx\" args [\"-y\", \"@playwright/mcp\"]`",
             ),
             file,
             diagnostics,
@@ -356,7 +356,7 @@ fn check_mcp(server: &McpServer, file: FileId, diagnostics: &mut Vec<Diagnostic>
             server.name.span,
             &format!("MCP server `{}`", server.name.text),
             "command",
-            "command \"npx\" args [\"@playwright/mcp\"]` or `url \"http://127.0.0.1:8931/mcp\"",
+            "command \"npx\" args [\"-y\", \"@playwright/mcp\"]` or `url \"http://127.0.0.1:8931/mcp\"",
         ),
         (Some(_), Some(url)) => diagnostics.push(
             Diagnostic::new(

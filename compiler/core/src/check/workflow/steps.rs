@@ -150,7 +150,7 @@ impl<'e, 'd> Checker<'e, 'd> {
                         diagnostic = diagnostic.hint(format!("did you mean `{best}`?")).fix(best);
                     }
                     diagnostic = if self.env.mcp_servers.is_empty() {
-                        diagnostic.hint("declare it: `mcp browser { command \"npx\" args [\"@playwright/mcp\"] }`")
+                        diagnostic.hint("declare it: `mcp browser { command \"npx\" args [\"-y\", \"@playwright/mcp\"] }`")
                     } else {
                         self.listing(diagnostic, "the MCP servers in scope are", names)
                     };
