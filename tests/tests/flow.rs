@@ -280,6 +280,52 @@ fn a_db_that_names_no_file_is_not_created() {
     assert!(!dir.path().join("typo.db").exists(), "nothing was made");
 }
 
+/// A gate waits since it opened: a run parked at two gates parks again as
+/// one is decided, and the other still says when it opened (regression, an
+/// audit: "waiting since" became the time of the other decision).
+#[test]
+fn a_gate_waits_since_it_opened_when_another_is_decided() {
+    let dir = TempDir::new("flow-waiting-since");
+    let source = root().join("examples/content_pipeline.flow");
+    let input = root().join("examples/content_pipeline.input.json");
+    let parked = flow(
+        &dir,
+        &[
+            "run",
+            source.to_str().unwrap(),
+            "--input",
+            input.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(parked.code, 3, "{}", parked.all());
+    let gates = |dir: &TempDir| json(&flow(dir, &["approvals", "--json"]));
+    let before = gates(&dir);
+    let list = before.as_array().expect("a list of gates");
+    assert!(list.len() >= 2, "{before}");
+    let opened = |gates: &Value, path: &str| {
+        gates
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|gate| gate["step_path"] == path)
+            .map(|gate| gate["opened_ms"].clone())
+    };
+    let (first, second) = (
+        list[0]["step_path"].as_str().unwrap().to_string(),
+        list[1]["step_path"].as_str().unwrap().to_string(),
+    );
+    let waiting_since = opened(&before, &second).expect("the second gate");
+    assert!(waiting_since.as_u64().is_some(), "{before}");
+    let run_id = list[0]["run_id"].as_str().unwrap();
+    let decided = flow(
+        &dir,
+        &["approve", run_id, &first, "--as", "dana.whitfield@acme.io"],
+    );
+    assert_eq!(decided.code, 3, "{}", decided.all());
+    let after = gates(&dir);
+    assert_eq!(opened(&after, &second), Some(waiting_since), "{after}");
+}
+
 /// Regression (an audit): `flow cancel RUN --db postgres://...` said "no
 /// store at postgres://..."; a PostgreSQL store is a flowd's, driven
 /// through it.

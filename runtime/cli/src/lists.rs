@@ -80,6 +80,10 @@ pub(crate) struct GateLine {
     pub(crate) expires_at: Option<String>,
     /// When the run parked.
     pub(crate) created_ms: i64,
+    /// When the gate opened (flowd's and stores' of gates recorded since it
+    /// is kept): what "waiting since" says, before `created_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) opened_ms: Option<u64>,
 }
 
 impl GateLine {
@@ -98,6 +102,7 @@ impl GateLine {
             approvers: gate.approvers,
             expires_at: gate.expires_at,
             created_ms: parked_ms,
+            opened_ms: gate.opened_ms,
         }
     }
 }
@@ -121,7 +126,11 @@ pub(crate) fn print_approvals(gates: &[GateLine], json: bool, via: style::Via<'_
             paint.dim(&format!(
                 "{} · waiting since {}",
                 gate.workflow,
-                style::time(gate.created_ms)
+                style::time(
+                    gate.opened_ms
+                        .and_then(|ms| i64::try_from(ms).ok())
+                        .unwrap_or(gate.created_ms)
+                )
             )),
             gate.run_id
         );

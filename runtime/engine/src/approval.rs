@@ -27,6 +27,12 @@ pub struct PendingApproval {
     pub expires_at: Option<String>,
     pub on_reject: OnReject,
     pub on_expire: OnExpire,
+    /// When the gate opened (its record's start), in milliseconds since
+    /// the epoch: a run parked at several gates parks again as each is
+    /// decided, and the others wait since they opened, not since then.
+    /// Absent from gates recorded before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opened_ms: Option<u64>,
 }
 
 /// Why a decision on an approval was refused; nothing changed.

@@ -532,6 +532,7 @@ impl<'p> Interpreter<'p> {
                     .map(|after| crate::time::rfc3339_utc(started_ms.saturating_add(after))),
                 on_reject: *on_reject,
                 on_expire: *on_expire,
+                opened_ms: Some(started_ms),
             };
             let record = StepRecord {
                 path: path.clone(),

@@ -16,8 +16,12 @@ pub(super) struct Gate {
     /// When it expires: RFC 3339, UTC.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) expires_at: Option<String>,
-    /// When the run parked.
+    /// When the run parked (again, as each of its gates is decided).
     pub(super) created_ms: i64,
+    /// When the gate opened, in milliseconds since the epoch: what it
+    /// waits since. Absent for gates recorded before it was kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) opened_ms: Option<u64>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -141,6 +145,7 @@ pub(crate) async fn my_approvals(
                 expires_ms: gate.expires_ms,
                 expires_at: gate.expires_at,
                 created_ms: run.updated_ms,
+                opened_ms: gate.opened_ms,
             });
         }
     }
