@@ -985,6 +985,21 @@ fn init_writes_no_file_over_another() {
     assert!(!dir.path().join(".vscode").exists());
 }
 
+/// The next command `flowc init` prints reads back in a shell whatever the
+/// folder is called (regression, an audit: `cd with space && ...`).
+#[test]
+fn init_prints_a_next_command_the_shell_reads_back() {
+    let dir = TempDir::new("init-quoted");
+    let run = flowc_in(dir.path(), &["init", "it's mine"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert!(
+        run.stdout
+            .contains(r"next: cd 'it'\''s mine' && flowc check ."),
+        "{}",
+        run.stdout
+    );
+}
+
 // ---------------------------------------------------------------- check --watch
 
 /// `flowc check --watch` checks, then checks again when a `.flow` file is
