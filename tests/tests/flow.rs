@@ -1460,6 +1460,12 @@ fn completions_man_pages_help_and_versions() {
         assert!(bash.contains(first), "{name}: {first} completes");
         let man = run_in(&binary, dir.path(), &["man", "--dir", "."]);
         assert_eq!(man.code, 0, "{}", man.all());
+        assert!(
+            man.stdout
+                .contains(&format!("wrote {name}.1 and a page for each command")),
+            "{}",
+            man.all()
+        );
         let page = dir.read(&format!("{name}.1"));
         assert!(page.contains(".TH"), "{name}.1 is a man page");
     }

@@ -353,7 +353,15 @@ fn main() -> ExitCode {
             Exit::Ok
         }
         Command::Man { dir } => match clap_mangen::generate_to(Cli::command(), &dir) {
-            Ok(()) => Exit::Ok,
+            Ok(()) => {
+                // Said, as `flow man` says it: without --dir they land in
+                // the current folder.
+                outln!(
+                    "wrote flowc.1 and a page for each command (flowc-check.1, ...) in {}",
+                    dir.display()
+                );
+                Exit::Ok
+            }
             Err(error) => {
                 eprintln!(
                     "error: cannot write man pages to {}: {error}",

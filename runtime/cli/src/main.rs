@@ -377,7 +377,15 @@ fn main() -> ExitCode {
         }
         Command::Man { dir } => {
             return match clap_mangen::generate_to(Cli::command(), dir) {
-                Ok(()) => ExitCode::SUCCESS,
+                Ok(()) => {
+                    // Said: without --dir they land in the current folder
+                    // (an audit found 18 files there and no word of them).
+                    println!(
+                        "wrote flow.1 and a page for each command (flow-run.1, ...) in {}",
+                        dir.display()
+                    );
+                    ExitCode::SUCCESS
+                }
                 Err(error) => {
                     eprintln!(
                         "error: cannot write man pages to {}: {error}",
