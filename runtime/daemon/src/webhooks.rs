@@ -311,7 +311,10 @@ pub(crate) async fn post(
     match posted {
         Ok(response) if response.status().is_success() => Ok(()),
         Ok(response) => Err(format!("answered {}", response.status())),
-        Err(error) => Err(error.to_string()),
+        // reqwest's own words say only "error sending request for url";
+        // the cause (a name that does not resolve, a refused connection)
+        // is what the operator mends (an audit).
+        Err(error) => Err(flow_runtime::error::with_causes(&error.without_url())),
     }
 }
 

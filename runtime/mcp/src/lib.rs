@@ -503,7 +503,7 @@ impl McpPool {
                 how: "not configured".to_string(),
                 kind: ErrorKind::Unsupported,
                 message: format!(
-                    "no MCP server `{}` is configured here, and servers that files declare are not started here; the operator configures the servers workflows may use ([mcp.servers.{}] in flowd.toml)",
+                    "no MCP server `{}` is configured here, and servers that files declare are not started here (flowd starts its operator's `[mcp.servers.{}]` only; `flow run --no-mcp-from-file` none)",
                     server.name, server.name
                 ),
                 detail: String::new(),

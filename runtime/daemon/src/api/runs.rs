@@ -636,7 +636,7 @@ pub(super) struct Redrive {
 /// Continues a failed or cancelled run from where it stopped: what completed
 /// is kept (not called again); the steps that failed it run again with their
 /// retry budget anew, then the rest; the workflow's deadline starts over.
-/// The trace keeps every attempt. At most `MAX_REDRIVES` times per run.
+/// The trace keeps every attempt. At most 10 times per run.
 #[utoipa::path(
     post, path = "/v1/runs/{id}/redrive", tag = "runs", request_body(content = Option<Redrive>, description = "Optional: `{\"version\": N}`"),
     params(("id" = String, Path, description = "The run's id")),
