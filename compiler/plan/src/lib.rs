@@ -43,6 +43,22 @@ pub fn cut(text: &str, most: usize) -> String {
     out
 }
 
+/// `word` as a POSIX shell would need it written: bare when it has only
+/// safe characters, else in single quotes. The commands flow's tools print
+/// for pasting are written with it (`flow`'s hints, `flowc init`'s next
+/// step, an MCP server's command line).
+pub fn shell_quote(word: &str) -> String {
+    let safe = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c));
+    if safe {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
 /// Text from outside (what a model, a server or a tool said) made inert
 /// for a terminal, a trace or a log: its control characters escaped
 /// (`\u{1b}`, `\n`), so that a terminal's escape sequences in it (clear

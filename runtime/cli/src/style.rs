@@ -107,7 +107,7 @@ pub(crate) fn time(ms: i64) -> String {
 /// nothing a shell reads specially, else single-quoted (a loop's path,
 /// `scans[3]/gate`, is a glob to zsh). The MCP pool's, which prints the
 /// commands it starts.
-pub(crate) use flow_runtime::mcp::shell_quote as shell_word;
+pub(crate) use flow_plan::shell_quote as shell_word;
 
 /// A message people wrote (an approval's), as quoted lines: `> ` before
 /// each, so that a message of several lines stays inside the tree or list

@@ -42,7 +42,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use flow_plan::{ErrorKind, McpServer, McpTransport, cut};
+use flow_plan::{ErrorKind, McpServer, McpTransport, cut, shell_quote};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ClientRequest,
     ErrorCode, Implementation, PingRequest, ProtocolVersion,
@@ -310,21 +310,6 @@ pub fn describe_transport(transport: &McpTransport) -> String {
             line
         }
         McpTransport::Http { url } => masked_url(url),
-    }
-}
-
-/// `word` as a shell would need it written: bare when it has only safe
-/// characters, else in single quotes. `flow` writes the commands of its
-/// hints with it too.
-pub fn shell_quote(word: &str) -> String {
-    let safe = !word.is_empty()
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c));
-    if safe {
-        word.to_string()
-    } else {
-        format!("'{}'", word.replace('\'', "'\\''"))
     }
 }
 

@@ -67,23 +67,12 @@ pub(crate) fn run(dir: &Path) -> Exit {
     let cd = if dir == Path::new(".") {
         String::new()
     } else {
-        format!("cd {} && ", shell_word(&shown))
+        format!("cd {} && ", flow_plan::shell_quote(&shown))
     };
     outln!(
         "next: {cd}flowc check . && flowc test --min-coverage 100 && flow run hello.flow --input hello.input.json"
     );
     Exit::Ok
-}
-
-/// `word` as a POSIX shell reads it back: as it is when it holds nothing
-/// the shell would split or expand, else single-quoted (an audit: `cd with
-/// space && ...` was printed to be pasted).
-fn shell_word(word: &str) -> String {
-    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./,:@%+=".contains(c);
-    if !word.is_empty() && word.chars().all(plain) {
-        return word.to_string();
-    }
-    format!("'{}'", word.replace('\'', r"'\''"))
 }
 
 /// Writes a file that must not exist yet (`create_new`: a file made since
