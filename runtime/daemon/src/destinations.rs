@@ -77,11 +77,7 @@ pub(crate) async fn attempt(daemon: &Daemon, event: &RunEvent, last: bool) -> Ve
         if event.reached.contains(&name) {
             continue;
         }
-        // The outbox's row numbers every account's events: a receiver
-        // counted other tenants' between two of its own (an audit).
-        let occurrence = daemon
-            .links
-            .tag(&event.account, &format!("event {}", event.id));
+        let occurrence = crate::webhooks::occurrence(daemon, event);
         let id = destination::delivery_id(&event.run_id, index, run_event, &occurrence);
         let failure = match destination::render(workflow, target, &run.input, output.as_ref()) {
             Ok(rendered) => {

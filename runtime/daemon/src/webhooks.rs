@@ -326,10 +326,21 @@ pub(crate) async fn post(
 /// it, is the same for two parks of a run within one millisecond, and a
 /// receiver would drop the second as seen.
 fn message_id(daemon: &Daemon, event: &RunEvent) -> String {
-    let occurrence = daemon
+    format!(
+        "msg_{}_{}_{}",
+        event.run_id,
+        event.event,
+        occurrence(daemon, event)
+    )
+}
+
+/// The tag that tells `event` from the run's other events in the ids a
+/// receiver sees (`webhook-id`, delivery ids): stable across attempts and
+/// flowds, saying nothing of other accounts' events, which its row counts.
+pub(crate) fn occurrence(daemon: &Daemon, event: &RunEvent) -> String {
+    daemon
         .links
-        .tag(&event.account, &format!("event {}", event.id));
-    format!("msg_{}_{}_{occurrence}", event.run_id, event.event)
+        .tag(&event.account, &format!("event {}", event.id))
 }
 
 #[cfg(test)]
