@@ -936,23 +936,8 @@ async fn a_browser_under_a_policy_reaches_private_addresses_only_where_allowed()
     let output = tempdir("egress");
     let (base, page_server) = serve_page().await;
     let browser = playwright(&mark, &output);
-    let pool_with = |policy: BrowserPolicy| {
-        McpPool::new(McpPoolConfig {
-            servers: [(
-                "browser".to_string(),
-                ServerSetup {
-                    browser: Some(policy),
-                    private_workdir: true,
-                    ..ServerSetup::from_plan(browser.transport.clone())
-                },
-            )]
-            .into(),
-            servers_from_plans: false,
-            ..McpPoolConfig::default()
-        })
-    };
 
-    let strict = pool_with(BrowserPolicy::default());
+    let strict = browser_pool(&browser, BrowserPolicy::default());
     let port = base.rsplit(':').next().unwrap();
     for (url, why) in [
         (format!("{base}/secret"), "a loopback address"),
@@ -977,14 +962,17 @@ async fn a_browser_under_a_policy_reaches_private_addresses_only_where_allowed()
     }
     strict.shutdown().await;
 
-    let allowing = pool_with(BrowserPolicy {
-        egress: EgressPolicy {
-            allowed: vec![AllowedHost::of_origin(&base).unwrap()],
-            allow_private: false,
+    let allowing = browser_pool(
+        &browser,
+        BrowserPolicy {
+            egress: EgressPolicy {
+                allowed: vec![AllowedHost::of_origin(&base).unwrap()],
+                allow_private: false,
+            },
+            allowed_origins: vec![base.clone()],
+            blocked_origins: Vec::new(),
         },
-        allowed_origins: vec![base.clone()],
-        blocked_origins: Vec::new(),
-    });
+    );
     let page = allowing
         .call(
             &browser,
@@ -1018,19 +1006,7 @@ async fn a_browser_under_a_policy_opens_web_pages_only_and_keeps_no_profile() {
     };
     args.retain(|arg| arg != "--isolated");
     env.push(("HOME".to_string(), home.to_string_lossy().into_owned()));
-    let pool = McpPool::new(McpPoolConfig {
-        servers: [(
-            "browser".to_string(),
-            ServerSetup {
-                browser: Some(BrowserPolicy::default()),
-                private_workdir: true,
-                ..ServerSetup::from_plan(browser.transport.clone())
-            },
-        )]
-        .into(),
-        servers_from_plans: false,
-        ..McpPoolConfig::default()
-    });
+    let pool = browser_pool(&browser, BrowserPolicy::default());
     for (tool, arguments) in [
         ("browser_navigate", json!({ "url": "chrome://version" })),
         ("browser_navigate", json!({ "url": "chrome:version" })),
@@ -1078,6 +1054,24 @@ async fn a_browser_under_a_policy_opens_web_pages_only_and_keeps_no_profile() {
     assert!(profiles.is_empty(), "the browser kept {profiles:?}");
     let _ = std::fs::remove_dir_all(&output);
     let _ = std::fs::remove_dir_all(&home);
+}
+
+/// A pool that starts `browser` alone, as flowd starts an operator's
+/// browser server: under `policy`, in a directory of its own.
+fn browser_pool(browser: &McpServer, policy: BrowserPolicy) -> McpPool {
+    McpPool::new(McpPoolConfig {
+        servers: [(
+            "browser".to_string(),
+            ServerSetup {
+                browser: Some(policy),
+                private_workdir: true,
+                ..ServerSetup::from_plan(browser.transport.clone())
+            },
+        )]
+        .into(),
+        servers_from_plans: false,
+        ..McpPoolConfig::default()
+    })
 }
 
 /// Every file and folder under `dir`.
